@@ -1,0 +1,149 @@
+# memplan build. `make` builds build/memplan; `make test` builds and runs every test;
+# `make run` plans gpt2-xl on 8 GPUs. Everything builds on a CPU-only machine.
+#
+# Folders build into one static library each, so a test links only what it needs:
+#   tests/test_plan_*.c -> planner      tests/test_kern_*.c -> kernels (+ BLAS)
+#   tests/test_prof_*.c -> profiler     tests/test_*.c (others) -> everything
+#   tests/mpi/*.c       -> multi-rank programs that Criterion tests launch with mpirun
+# Switches: SAN=1 (ASan+UBSan, builds into build-san/), NO_CUDA=1, NO_NCCL=1, NO_CUPTI=1,
+# NO_DEPS=1 (skip the Debian package check).
+
+SAN      ?= 0
+NO_CUDA  ?= 0
+NO_NCCL  ?= 0
+NO_CUPTI ?= 0
+NO_DEPS  ?= 0
+CUDA_HOME ?= /usr/local/cuda
+
+ifeq ($(SAN),1)
+BUILD    := build-san
+OPTFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+else
+BUILD    := build
+OPTFLAGS := -O2 -g
+endif
+
+CC       := gcc
+MPICC    := mpicc
+NVCC     := $(CUDA_HOME)/bin/nvcc
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+BLAS_INC := -I/usr/include/x86_64-linux-gnu/openblas-pthread
+CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPTFLAGS) $(WARN) -MMD -MP -Iplanner -Ikernels -Iprofiler -Iexec $(BLAS_INC)
+LDFLAGS  := $(filter -fsanitize%,$(OPTFLAGS))
+
+# ---- optional GPU parts: detected, reported, switchable; a requested but missing part fails ----
+HAVE_NVCC  := $(shell test -x $(NVCC) && echo 1 || echo 0)
+HAVE_NCCL  := $(shell test -f $(CUDA_HOME)/include/nccl.h -o -f /usr/include/nccl.h && echo 1 || echo 0)
+HAVE_CUPTI := $(shell test -f $(CUDA_HOME)/include/cupti.h -o -f $(CUDA_HOME)/extras/CUPTI/include/cupti.h && echo 1 || echo 0)
+USE_CUDA  := $(if $(filter 1,$(NO_CUDA)),0,$(HAVE_NVCC))
+USE_NCCL  := $(if $(filter 1,$(NO_NCCL) $(NO_CUDA)),0,$(HAVE_NCCL))
+USE_CUPTI := $(if $(filter 1,$(NO_CUPTI) $(NO_CUDA)),0,$(HAVE_CUPTI))
+ifeq ($(REQUIRE_CUDA),1)
+ifneq ($(USE_CUDA),1)
+$(error REQUIRE_CUDA=1 but nvcc was not found at $(NVCC); set CUDA_HOME)
+endif
+endif
+GPU_DEFS := -DMEMPLAN_CUDA=$(USE_CUDA) -DMEMPLAN_NCCL=$(USE_NCCL) -DMEMPLAN_CUPTI=$(USE_CUPTI)
+CUDA_INC := $(if $(filter 1,$(USE_CUDA)),-I$(CUDA_HOME)/include -I$(CUDA_HOME)/extras/CUPTI/include)
+CUDA_LIBS := $(if $(filter 1,$(USE_CUDA)),-L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt \
+             $(if $(filter 1,$(USE_NCCL)),-lnccl) $(if $(filter 1,$(USE_CUPTI)),-L$(CUDA_HOME)/extras/CUPTI/lib64 -lcupti) -lstdc++)
+NVCCFLAGS := -O2 -std=c++17 -arch=sm_90 -Xcompiler -Wall,-Werror -Ikernels $(GPU_DEFS)
+
+LIBS_PLAN := -lcjson -lm
+LIBS_KERN := -lopenblas -lm
+LIBS_ALL  := -lcjson -lopenblas -lm $(CUDA_LIBS) -lpthread
+
+# ---- sources ----
+PLANNER_SRC  := $(sort $(wildcard planner/*.c))
+KERNELS_SRC  := $(sort $(wildcard kernels/*.c))
+KERNELS_CU   := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard kernels/*.cu)))
+PROFILER_SRC := $(sort $(wildcard profiler/*.c))
+EXEC_SRC     := $(sort $(wildcard exec/*.c))
+EXEC_CU      := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard exec/*.cu)))
+CLI_SRC      := $(sort $(wildcard cli/*.c))
+TEST_SRC     := $(sort $(wildcard tests/test_*.c))
+MPI_SRC      := $(sort $(wildcard tests/mpi/*.c))
+BENCH_SRC    := $(sort $(wildcard bench/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
+
+LIB_PLAN := $(BUILD)/libplanner.a
+LIB_KERN := $(BUILD)/libkernels.a
+LIB_PROF := $(BUILD)/libprofiler.a
+LIB_EXEC := $(BUILD)/libexec.a
+ALL_LIBS := $(LIB_EXEC) $(LIB_PROF) $(LIB_KERN) $(LIB_PLAN)
+
+MEMPLAN := $(BUILD)/memplan
+TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+MPIBINS := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(MPI_SRC))
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+.PHONY: all deps run test test-bin bench clean config
+all: $(if $(filter 1,$(NO_DEPS)),,deps) $(MEMPLAN)
+
+config:
+	@echo "# memplan build: cuda=$(USE_CUDA) (nvcc $(if $(filter 1,$(HAVE_NVCC)),found,not found)$(if $(filter 1,$(NO_CUDA)),, )$(if $(filter 1,$(NO_CUDA)),disabled by NO_CUDA=1,)) nccl=$(USE_NCCL) cupti=$(USE_CUPTI) san=$(SAN)"
+
+deps:
+	@scripts/deps.sh
+
+# planner/ must stay free of CUDA, NCCL, MPI and CUPTI: plain gcc, no vendor include paths.
+$(BUILD)/obj/planner/%.o: planner/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/obj/kernels/%.o: kernels/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Iplanner -Iprofiler -Iexec -c $< -o $@
+
+$(LIB_PLAN): $(call obj,$(PLANNER_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_KERN): $(call obj,$(KERNELS_SRC)) $(call cuobj,$(KERNELS_CU))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_PROF): $(call obj,$(PROFILER_SRC))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+$(LIB_EXEC): $(call obj,$(EXEC_SRC)) $(call cuobj,$(EXEC_CU))
+	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
+
+$(MEMPLAN): $(call obj,$(CLI_SRC)) $(ALL_LIBS)
+	$(MPICC) $(LDFLAGS) $(call obj,$(CLI_SRC)) -o $@ $(ALL_LIBS) $(LIBS_ALL)
+
+$(BUILD)/tests/test_plan_%: tests/test_plan_%.c $(LIB_PLAN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LIB_PLAN) $(LIBS_PLAN) -lcriterion
+$(BUILD)/tests/test_kern_%: tests/test_kern_%.c $(LIB_KERN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(LIB_KERN) $(LIBS_KERN) $(CUDA_LIBS) -lcriterion
+$(BUILD)/tests/test_prof_%: tests/test_prof_%.c $(LIB_PROF)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(LIB_PROF) $(LIBS_ALL) -lcriterion
+$(BUILD)/tests/%: tests/%.c $(ALL_LIBS) $(MEMPLAN) $(MPIBINS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL) -lcriterion
+$(BUILD)/tests/mpi/%: tests/mpi/%.c $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL)
+$(BUILD)/bench/%: bench/%.c $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL)
+
+test-bin: $(MEMPLAN) $(TESTS) $(MPIBINS)
+
+test: $(if $(filter 1,$(NO_DEPS)),,deps) config test-bin
+	@BUILD=$(BUILD) scripts/run_tests.sh $(TESTS)
+
+run: all
+	$(MEMPLAN) --model gpt2-xl --gpus 8
+
+bench: $(MEMPLAN) $(BENCHES)
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,60 @@
+/* exec_comm.h — the communication interface of the executor: MPI (CPU) or NCCL (GPU), with a
+ * single-process "self" backend when one rank runs alone. Every call is counted in the
+ * profiler's CommCounters. Reductions are SUM. Non-blocking calls return a request that must
+ * be completed with comm_wait (which polls with a timeout: OpenMPI 4.1 does not progress
+ * non-blocking collectives by itself, so long compute loops call comm_progress now and then).
+ *
+ * MPI also bootstraps NCCL: rank 0 creates the unique id and broadcasts it over MPI. That
+ * lives in exec_comm.c only. No vendor types in this header. */
+#ifndef EXEC_COMM_H
+#define EXEC_COMM_H
+
+#include <stddef.h>
+#include "prof_comm.h"
+
+typedef enum { COMM_SELF = 0, COMM_MPI, COMM_NCCL } CommKind;
+typedef enum { DT_F32 = 0, DT_BF16, DT_F16, DT_I32, DT_F64, DT_U8, DT_COUNT } DType;
+size_t exec_dtype_size(DType t);
+
+typedef struct Comm Comm;           /* opaque */
+typedef struct CommReq CommReq;     /* opaque; completed and freed by comm_wait */
+
+/* Initializes MPI if needed (MPI_Init_thread), or runs alone as COMM_SELF when kind is
+ * COMM_SELF. For COMM_NCCL, MPI is initialized too and bootstraps the NCCL communicator on
+ * device `dev_handle` (opaque; NULL for CPU). timeout_s bounds every wait. Returns NULL with
+ * a message in err on failure. */
+Comm *comm_create(CommKind kind, int *argc, char ***argv, double timeout_s, char *err, size_t errlen);
+void comm_destroy(Comm *c);          /* finalizes MPI if comm_create initialized it */
+CommKind comm_kind(const Comm *c);
+int comm_rank(const Comm *c);
+int comm_size(const Comm *c);
+int comm_local_rank(const Comm *c);  /* rank within the node (picks the GPU) */
+void comm_set_counters(Comm *c, CommCounters *counters);   /* NULL: do not count */
+void comm_set_stream(Comm *c, void *cuda_stream);          /* NCCL: stream for collectives */
+
+/* Collectives. count = elements. req == NULL: blocking. All return 0 or -1 (error printed,
+ * with the rank, and the communicator should then be aborted). Sizes:
+ *   all_reduce:     send[count] -> recv[count] (send == recv allowed: in place)
+ *   reduce_scatter: send[count * size] -> recv[count]   (rank r receives block r)
+ *   all_gather:     send[count] -> recv[count * size]   (in place allowed: send == recv + r*count)
+ *   all_gather_v:   send[counts[rank]] -> recv at displs[r] for each r
+ *   broadcast:      buf[count] from root */
+int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t, CommReq **req);
+int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DType t, CommReq **req);
+int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t, CommReq **req);
+int comm_all_gather_v(Comm *c, const void *send, void *recv, const size_t *counts,
+                      const size_t *displs, DType t);
+int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root);
+int comm_barrier(Comm *c);
+/* Polls outstanding requests once (call it inside long compute loops). */
+void comm_progress(Comm *c);
+/* Completes req (polling, bounded by the timeout); frees it. -1 on timeout or error. */
+int comm_wait(Comm *c, CommReq *req);
+/* Aborts every rank with a message (MPI_Abort / ncclCommAbort); does not return. */
+void comm_abort(Comm *c, const char *why);
+
+/* Checks that every rank passed the same 64-bit value (e.g. a hash of the configuration).
+ * Returns 0 if equal; -1 otherwise, with the first differing rank in *bad_rank. */
+int comm_check_same(Comm *c, unsigned long long value, int *bad_rank);
+
+#endif

@@ -1,0 +1,28 @@
+/* exec_device.h — the device interface the engine runs on: host (CPU) or CUDA. Raw memory
+ * comes from here, but the engine always allocates through the profiler's tracked allocator
+ * (prof_mem.h), which calls dev->raw_alloc/raw_free. No vendor types in this header. */
+#ifndef EXEC_DEVICE_H
+#define EXEC_DEVICE_H
+
+#include <stddef.h>
+#include "prof_mem.h"
+
+typedef enum { DEVICE_HOST = 0, DEVICE_CUDA } DeviceKind;
+
+typedef struct Device Device;   /* opaque */
+
+/* Creates the device for this process. For CUDA, local_rank picks the GPU. Returns NULL with a
+ * message in err (e.g. "no CUDA device" when built without CUDA or none is present). */
+Device *exec_device_create(DeviceKind kind, int local_rank, char *err, size_t errlen);
+void exec_device_destroy(Device *d);
+DeviceKind exec_device_kind(const Device *d);
+const char *exec_device_name(const Device *d);   /* "host" or the GPU's name */
+int exec_device_cuda_available(void);             /* number of CUDA devices, 0 if none/compiled out */
+
+/* Tracked allocation helpers: memory on the device, counted in the tracker under cat. */
+MemTracker *exec_device_tracker_create(Device *d, size_t limit_bytes);
+void exec_device_copy(Device *d, void *dst, const void *src, size_t bytes);   /* any direction */
+void exec_device_memset(Device *d, void *p, int value, size_t bytes);
+void exec_device_synchronize(Device *d);
+
+#endif

@@ -1,0 +1,130 @@
+/* plan_model.h — what the planner knows about a model: its layers (each with its trainable
+ * parameter count, non-trainable buffers, BatchNorm channels, forward FLOPs and saved
+ * activations), plus the architecture hyper-parameters the activation model reads.
+ *
+ * A model is built layer by layer (plan_model_add_layer) by the zoo, by the loaders for
+ * Hugging Face config.json / PyTorch params.json / memplan's own JSON format, or by
+ * plan_model_generic for `--params N`. Parameter totals are always sums over layers, never
+ * typed in. All counts are elements (not bytes) unless the name says _bytes. */
+#ifndef PLAN_MODEL_H
+#define PLAN_MODEL_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* What kind of layer this is, so the activation and communication models know how to read it. */
+typedef enum {
+    LAYER_EMBED = 0,   /* token (+ position) embeddings: activations = its output */
+    LAYER_BLOCK,       /* one transformer block (attention + MLP + norms) */
+    LAYER_NORM,        /* a lone final norm */
+    LAYER_HEAD,        /* LM / classifier head: logits + loss activations */
+    LAYER_CONV,        /* convolution (+ its BatchNorm, ReLU) as one saved-tensor group */
+    LAYER_BN,          /* a BatchNorm layer (bn_channels > 0) */
+    LAYER_LINEAR,      /* a dense layer outside a transformer block */
+    LAYER_OTHER,       /* anything else (params.json layers, pooling) */
+    LAYER_KIND_COUNT
+} LayerKind;
+
+/* Model families, each with its own activation terms (planner/plan_activ.c). */
+typedef enum {
+    ARCH_GENERIC = 0,  /* only parameter counts are known (--params, params.json) */
+    ARCH_DECODER,      /* GPT-2, LLaMA, ... causal decoder */
+    ARCH_ENCODER,      /* BERT */
+    ARCH_ENC_DEC,      /* T5 */
+    ARCH_CNN,          /* ResNet */
+    ARCH_KIND_COUNT
+} ArchKind;
+
+typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } NormKind;
+/* MLP shapes: GELU as one fused op (saves its input), GPT-2's composite gelu_new (tanh
+ * formula written out in eager PyTorch: saves four 4h tensors), ReLU, and gated SwiGLU/GeGLU. */
+typedef enum { MLP_GELU = 0, MLP_GELU_NEW, MLP_RELU, MLP_SWIGLU } MlpKind;
+
+typedef struct {
+    char name[48];
+    LayerKind kind;
+    int64_t params;          /* trainable elements */
+    int64_t buffers;         /* non-trainable elements (BN running stats); DDP broadcasts them */
+    int64_t bn_channels;     /* BatchNorm channels C (SyncBN moves 2C+1 and 2C fp32 per layer) */
+    int64_t largest_tensor;  /* largest single parameter tensor, elements */
+    double fwd_flops;        /* forward FLOPs per sample at the model's reference input, where
+                                not given by a formula (CNN, params.json); 0 = use the formula */
+    /* Saved activations per sample, for layers whose activations are not given by a formula
+     * (CNN, params.json): elements kept at the compute dtype, fp32 elements, and 1-byte elements
+     * (masks). act_known = 0 means "unknown", never a silent zero. */
+    int64_t act_elems;
+    int64_t act_fp32_elems;
+    int64_t act_mask_elems;
+    int act_known;
+} LayerSpec;
+
+typedef struct {
+    char name[64];
+    char source[256];        /* where it came from: "zoo", a file path, "--params" */
+    ArchKind arch;
+    LayerSpec *layers;
+    int n_layers, cap_layers;
+
+    /* transformer hyper-parameters (0 where not applicable) */
+    int n_layer;             /* blocks (decoder blocks for ENC_DEC: see n_enc_layer) */
+    int n_enc_layer;         /* encoder blocks (ENC_DEC only) */
+    int64_t d_model;         /* h */
+    int n_head;              /* a */
+    int n_kv_head;           /* KV heads (grouped-query attention); = n_head when absent */
+    int64_t d_head;          /* h / a unless the config says otherwise */
+    int64_t d_ff;            /* MLP inner width */
+    int64_t vocab;           /* V */
+    int64_t max_seq;         /* context length; the default --seq */
+    int tied_embeddings;
+    NormKind norm;
+    MlpKind mlp;
+    double dropout;          /* default dropout probability from the config */
+
+    /* CNN input: image side and channels (ARCH_CNN); classes in vocab */
+    int image_size, in_channels;
+} ModelSpec;
+
+void plan_model_init(ModelSpec *m, const char *name, ArchKind arch);
+void plan_model_free(ModelSpec *m);
+/* Appends a copy of *l; returns a pointer to the stored layer or NULL on allocation failure. */
+LayerSpec *plan_model_add_layer(ModelSpec *m, const LayerSpec *l);
+/* Convenience: a layer of kind with name and params (other fields zero). */
+LayerSpec *plan_model_add(ModelSpec *m, LayerKind kind, const char *name, int64_t params);
+
+int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params */
+int64_t plan_model_buffers(const ModelSpec *m);         /* Σ layers.buffers */
+int64_t plan_model_largest_layer(const ModelSpec *m);   /* max layers.params */
+int plan_model_bn_layers(const ModelSpec *m, int64_t *sum_channels);  /* count, Σ C */
+int plan_model_acts_known(const ModelSpec *m);          /* 1 if activations can be modelled */
+const char *plan_arch_name(ArchKind a);
+const char *plan_layer_kind_name(LayerKind k);
+
+/* Builders shared by the zoo and the loaders. Each computes the exact parameter count from
+ * the shapes. Return 0 on success, -1 (with msg filled) on invalid shapes. */
+typedef struct {
+    const char *name;
+    ArchKind arch;           /* ARCH_DECODER, ARCH_ENCODER or ARCH_ENC_DEC */
+    int n_layer, n_enc_layer;
+    int64_t d_model, d_ff, vocab, max_seq;
+    int n_head, n_kv_head;
+    int64_t d_head;          /* 0 = d_model / n_head */
+    NormKind norm;
+    MlpKind mlp;
+    int tied;                /* output head shares the token embedding */
+    int learned_pos;         /* learned absolute position embeddings (GPT-2, BERT, OPT) */
+    int64_t pos_offset;      /* extra position rows (OPT: 2) */
+    int qkv_bias, out_bias, mlp_bias, norm_bias;  /* biases present */
+    int final_norm;          /* a norm after the last block */
+    int type_vocab;          /* BERT token-type embeddings (0 = none) */
+    int pooler;              /* BERT pooler dense h*h + h */
+    int mlm_head;            /* BERT MLM head transform (dense + LN, decoder bias) */
+    int rel_pos_buckets;     /* T5 relative attention bias buckets (0 = none) */
+    double dropout;
+} TransformerConfig;
+
+int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen);
+/* A dense model known only by its parameter count: n_units equal layers (FSDP units). */
+int plan_model_generic(ModelSpec *m, const char *name, int64_t params, int n_units,
+                       char *msg, size_t msglen);
+
+#endif

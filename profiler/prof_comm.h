@@ -1,0 +1,44 @@
+/* prof_comm.h — collective counters: count, payload bytes, per-rank wire bytes and time per
+ * collective type and phase, as the comm backends report each call. Wire bytes use the
+ * nccl-tests factors (all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n of the full
+ * size, broadcast 1), the same rule the planner's communication model uses. */
+#ifndef PROF_COMM_H
+#define PROF_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    COLL_ALL_REDUCE = 0,
+    COLL_REDUCE_SCATTER,
+    COLL_ALL_GATHER,
+    COLL_BROADCAST,
+    COLL_ALL_GATHER_V,
+    COLL_BARRIER,
+    COLL_OP_COUNT
+} CollOp;
+
+const char *prof_coll_name(CollOp op);   /* "all_reduce", "reduce_scatter", ... (JSON names) */
+/* Per-rank wire bytes of one collective: payload = the full (unsharded) buffer in bytes. */
+double prof_coll_wire_bytes(CollOp op, double payload_bytes, int nranks);
+
+typedef struct {
+    int64_t count;
+    double payload_bytes;      /* Σ full buffer sizes */
+    double wire_bytes;         /* Σ per-rank wire bytes */
+    double seconds;            /* Σ time from issue to completion seen by this rank */
+} CollStats;
+
+#define PROF_MAX_PHASES 8
+typedef struct CommCounters CommCounters;   /* opaque */
+
+CommCounters *prof_comm_create(int nranks);
+void prof_comm_destroy(CommCounters *c);
+void prof_comm_set_phase(CommCounters *c, const char *phase);
+void prof_comm_record(CommCounters *c, CollOp op, double payload_bytes, double seconds);
+CollStats prof_comm_total(const CommCounters *c, CollOp op);            /* over phases */
+CollStats prof_comm_phase(const CommCounters *c, CollOp op, const char *phase);
+int prof_comm_phases(const CommCounters *c, const char **names, int max); /* phase names seen */
+void prof_comm_reset(CommCounters *c);
+
+#endif

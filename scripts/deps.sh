@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Checks the Debian packages memplan builds and tests with; installs the missing ones with
+# apt-get when run as root, otherwise names them and fails. Optional GPU parts are reported.
+set -u
+required="gcc make libcjson-dev libcriterion-dev libopenmpi-dev openmpi-bin libopenblas-dev"
+optional="gnuplot-nox"
+missing=""
+for p in $required $optional; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "# deps: installing$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends $missing >/dev/null \
+      || { echo "deps: apt-get install$missing failed" >&2; exit 1; }
+  else
+    echo "deps: missing Debian packages:$missing (run as root: apt-get install$missing)" >&2
+    for p in $missing; do case " $required " in *" $p "*) exit 1;; esac; done
+  fi
+fi
+cuda=${CUDA_HOME:-/usr/local/cuda}
+st() { [ -e "$1" ] && echo found || echo "not found"; }
+echo "# deps: cjson criterion openmpi openblas ok; gnuplot $(command -v gnuplot >/dev/null && echo found || echo 'not found (plots off)');" \
+     "nvcc $(st "$cuda/bin/nvcc"); nccl $(st "$cuda/include/nccl.h"); cupti $(st "$cuda/include/cupti.h")"
