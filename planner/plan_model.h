@@ -55,6 +55,7 @@ typedef struct {
     int64_t act_elems;
     int64_t act_fp32_elems;
     int64_t act_mask_elems;
+    int64_t act_bytes;       /* measured saved bytes per sample (params.json), taken as is */
     int act_known;
 } LayerSpec;
 

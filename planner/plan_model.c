@@ -1,0 +1,230 @@
+/* plan_model.c — ModelSpec construction: the layer list, totals, and the transformer and
+ * generic builders. Parameter counts are computed from shapes (docs/models.md gives each
+ * formula and the reference implementation it reproduces). */
+#include "plan_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void plan_model_init(ModelSpec *m, const char *name, ArchKind arch) {
+    memset(m, 0, sizeof(*m));
+    snprintf(m->name, sizeof(m->name), "%s", name ? name : "model");
+    m->arch = arch;
+}
+
+void plan_model_free(ModelSpec *m) {
+    free(m->layers);
+    m->layers = NULL;
+    m->n_layers = m->cap_layers = 0;
+}
+
+LayerSpec *plan_model_add_layer(ModelSpec *m, const LayerSpec *l) {
+    if (m->n_layers == m->cap_layers) {
+        int cap = m->cap_layers ? 2 * m->cap_layers : 64;
+        LayerSpec *p = realloc(m->layers, (size_t)cap * sizeof(*p));
+        if (!p) return NULL;
+        m->layers = p;
+        m->cap_layers = cap;
+    }
+    LayerSpec *dst = &m->layers[m->n_layers++];
+    *dst = *l;
+    if (dst->largest_tensor == 0) dst->largest_tensor = dst->params;
+    return dst;
+}
+
+LayerSpec *plan_model_add(ModelSpec *m, LayerKind kind, const char *name, int64_t params) {
+    LayerSpec l;
+    memset(&l, 0, sizeof(l));
+    l.kind = kind;
+    snprintf(l.name, sizeof(l.name), "%s", name);
+    l.params = params;
+    return plan_model_add_layer(m, &l);
+}
+
+int64_t plan_model_params(const ModelSpec *m) {
+    int64_t s = 0;
+    for (int i = 0; i < m->n_layers; i++) s += m->layers[i].params;
+    return s;
+}
+
+int64_t plan_model_buffers(const ModelSpec *m) {
+    int64_t s = 0;
+    for (int i = 0; i < m->n_layers; i++) s += m->layers[i].buffers;
+    return s;
+}
+
+int64_t plan_model_largest_layer(const ModelSpec *m) {
+    int64_t mx = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].params > mx) mx = m->layers[i].params;
+    return mx;
+}
+
+int plan_model_bn_layers(const ModelSpec *m, int64_t *sum_channels) {
+    int n = 0;
+    int64_t s = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].bn_channels > 0) { n++; s += m->layers[i].bn_channels; }
+    if (sum_channels) *sum_channels = s;
+    return n;
+}
+
+int plan_model_acts_known(const ModelSpec *m) {
+    if (m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC) return 1;
+    if (m->n_layers == 0) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (!m->layers[i].act_known) return 0;
+    return 1;
+}
+
+static const char *const ARCH_NAMES[ARCH_KIND_COUNT] = {"generic", "decoder", "encoder",
+                                                        "encoder-decoder", "cnn"};
+static const char *const LAYER_NAMES[LAYER_KIND_COUNT] = {"embed", "block", "norm", "head",
+                                                          "conv", "bn", "linear", "other"};
+
+const char *plan_arch_name(ArchKind a) {
+    return (a >= 0 && a < ARCH_KIND_COUNT) ? ARCH_NAMES[a] : "?";
+}
+
+const char *plan_layer_kind_name(LayerKind k) {
+    return (k >= 0 && k < LAYER_KIND_COUNT) ? LAYER_NAMES[k] : "?";
+}
+
+/* ---- transformer builder ---- */
+
+static int64_t norm_params(const TransformerConfig *c) {
+    return c->norm_bias ? 2 * c->d_model : c->d_model;
+}
+
+/* Self- or cross-attention: q and o use all heads, k and v the KV heads (GQA). */
+static int64_t attn_params(const TransformerConfig *c, int64_t d_head, int kv_heads, int cross,
+                           int64_t *largest) {
+    int64_t h = c->d_model, q = (int64_t)c->n_head * d_head;
+    int64_t kv = cross ? q : (int64_t)kv_heads * d_head;
+    int64_t p = h * q + 2 * h * kv + q * h;
+    if (c->qkv_bias) p += q + 2 * kv;
+    if (c->out_bias) p += h;
+    if (h * q > *largest) *largest = h * q;
+    return p;
+}
+
+static int64_t mlp_params(const TransformerConfig *c, int64_t *largest) {
+    int64_t h = c->d_model, f = c->d_ff;
+    int gated = c->mlp == MLP_SWIGLU;
+    int64_t p = (gated ? 3 : 2) * h * f;
+    if (c->mlp_bias) p += (gated ? 2 * f : f) + h;
+    if (h * f > *largest) *largest = h * f;
+    return p;
+}
+
+int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen) {
+    if (c->n_layer <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->vocab <= 0 ||
+        c->d_ff <= 0 || c->max_seq <= 0 || c->n_layer > 100000 || c->d_model > (1 << 20) ||
+        c->d_ff > (1 << 22) || c->vocab > (1 << 24) || c->max_seq > (1 << 24) ||
+        c->n_head > 65536) {
+        snprintf(msg, msglen, "invalid transformer shape: layers %d, hidden %lld, heads %d, ffn "
+                 "%lld, vocab %lld, context %lld (all must be positive and below 2^20..2^24)",
+                 c->n_layer, (long long)c->d_model, c->n_head, (long long)c->d_ff,
+                 (long long)c->vocab, (long long)c->max_seq);
+        return -1;
+    }
+    int64_t d_head = c->d_head > 0 ? c->d_head : c->d_model / c->n_head;
+    int kv = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+    if (c->d_head <= 0 && c->d_model % c->n_head != 0) {
+        snprintf(msg, msglen, "hidden size %lld is not divisible by %d heads",
+                 (long long)c->d_model, c->n_head);
+        return -1;
+    }
+    if (c->n_head % kv != 0) {
+        snprintf(msg, msglen, "%d attention heads are not a multiple of %d KV heads", c->n_head, kv);
+        return -1;
+    }
+    plan_model_init(m, c->name, c->arch);
+    m->n_layer = c->n_layer;
+    m->n_enc_layer = c->arch == ARCH_ENC_DEC ? c->n_enc_layer : 0;
+    m->d_model = c->d_model;
+    m->n_head = c->n_head;
+    m->n_kv_head = kv;
+    m->d_head = d_head;
+    m->d_ff = c->d_ff;
+    m->vocab = c->vocab;
+    m->max_seq = c->max_seq;
+    m->tied_embeddings = c->tied;
+    m->norm = c->norm;
+    m->mlp = c->mlp;
+    m->dropout = c->dropout;
+    snprintf(m->source, sizeof(m->source), "zoo");
+
+    int64_t h = c->d_model;
+    LayerSpec l;
+    memset(&l, 0, sizeof(l));
+    l.kind = LAYER_EMBED;
+    snprintf(l.name, sizeof(l.name), "embeddings");
+    l.params = c->vocab * h;
+    l.largest_tensor = c->vocab * h;
+    if (c->learned_pos) l.params += (c->max_seq + c->pos_offset) * h;
+    l.params += (int64_t)c->type_vocab * h;
+    if (c->arch == ARCH_ENCODER) l.params += norm_params(c);   /* BERT embeddings.LayerNorm */
+    if (!plan_model_add_layer(m, &l)) goto oom;
+
+    int n_blocks = c->n_layer + m->n_enc_layer;
+    for (int i = 0; i < n_blocks; i++) {
+        int is_dec_of_encdec = c->arch == ARCH_ENC_DEC && i >= m->n_enc_layer;
+        int first_of_stack = i == 0 || (c->arch == ARCH_ENC_DEC && i == m->n_enc_layer);
+        int64_t largest = 0;
+        memset(&l, 0, sizeof(l));
+        l.kind = LAYER_BLOCK;
+        if (c->arch == ARCH_ENC_DEC)
+            snprintf(l.name, sizeof(l.name), "%s.%d", is_dec_of_encdec ? "decoder" : "encoder",
+                     is_dec_of_encdec ? i - m->n_enc_layer : i);
+        else
+            snprintf(l.name, sizeof(l.name), "block.%d", i);
+        l.params = attn_params(c, d_head, kv, 0, &largest) + mlp_params(c, &largest) +
+                   2 * norm_params(c);
+        if (is_dec_of_encdec) l.params += attn_params(c, d_head, kv, 1, &largest) + norm_params(c);
+        if (c->rel_pos_buckets && first_of_stack) l.params += (int64_t)c->rel_pos_buckets * c->n_head;
+        l.largest_tensor = largest;
+        if (!plan_model_add_layer(m, &l)) goto oom;
+        /* T5: each stack ends with its own final norm, kept in the stack's last block */
+        if (c->arch == ARCH_ENC_DEC && c->final_norm && i == m->n_enc_layer - 1)
+            m->layers[m->n_layers - 1].params += norm_params(c);
+    }
+    if (c->final_norm && !plan_model_add(m, LAYER_NORM, "final_norm", norm_params(c))) goto oom;
+    if (c->pooler && !plan_model_add(m, LAYER_LINEAR, "pooler", h * h + h)) goto oom;
+
+    memset(&l, 0, sizeof(l));
+    l.kind = LAYER_HEAD;
+    snprintf(l.name, sizeof(l.name), "lm_head");
+    if (!c->tied) l.params += c->vocab * h;
+    if (c->mlm_head) l.params += h * h + h + norm_params(c) + c->vocab;  /* transform + decoder bias */
+    l.largest_tensor = c->tied ? (c->mlm_head ? h * h : 0) : c->vocab * h;
+    if (!plan_model_add_layer(m, &l)) goto oom;
+    return 0;
+oom:
+    snprintf(msg, msglen, "out of host memory building %s", c->name);
+    plan_model_free(m);
+    return -1;
+}
+
+int plan_model_generic(ModelSpec *m, const char *name, int64_t params, int n_units, char *msg,
+                       size_t msglen) {
+    if (params <= 0 || n_units <= 0 || params < n_units) {
+        snprintf(msg, msglen, "a generic model needs params >= units > 0 (got %lld params, %d units)",
+                 (long long)params, n_units);
+        return -1;
+    }
+    plan_model_init(m, name, ARCH_GENERIC);
+    snprintf(m->source, sizeof(m->source), "--params");
+    int64_t each = params / n_units, rest = params % n_units;
+    for (int i = 0; i < n_units; i++) {
+        char nm[32];
+        snprintf(nm, sizeof(nm), "unit.%d", i);
+        if (!plan_model_add(m, LAYER_OTHER, nm, each + (i < rest ? 1 : 0))) {
+            snprintf(msg, msglen, "out of host memory building %s", name);
+            plan_model_free(m);
+            return -1;
+        }
+    }
+    return 0;
+}
