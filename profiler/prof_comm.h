@@ -39,6 +39,15 @@ void prof_comm_record(CommCounters *c, CollOp op, double payload_bytes, double s
 CollStats prof_comm_total(const CommCounters *c, CollOp op);            /* over phases */
 CollStats prof_comm_phase(const CommCounters *c, CollOp op, const char *phase);
 int prof_comm_phases(const CommCounters *c, const char **names, int max); /* phase names seen */
-void prof_comm_reset(CommCounters *c);
+void prof_comm_reset(CommCounters *c);   /* zero everything; the current phase stays set */
+
+/* ---- additions ---- */
+/* Phase calls are recorded in before any set_phase: "none". nranks <= 1: wire bytes are 0. */
+const char *prof_comm_current_phase(const CommCounters *c);
+/* Record into a named phase (NULL: the current one): a non-blocking collective is counted in
+ * the phase it was issued in, even when it completes later. */
+void prof_comm_record_in(CommCounters *c, const char *phase, CollOp op, double payload_bytes,
+                         double seconds);
+int prof_comm_nranks(const CommCounters *c);
 
 #endif

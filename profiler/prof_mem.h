@@ -27,6 +27,7 @@ const char *prof_mem_category_name(MemCategory c);  /* "params", "grads", ... (J
 
 typedef void *(*ProfRawAlloc)(void *ctx, size_t bytes);
 typedef void (*ProfRawFree)(void *ctx, void *p);
+typedef void (*ProfRawZero)(void *ctx, void *p, size_t bytes);   /* for prof_mem_calloc */
 
 typedef struct MemTracker MemTracker;   /* opaque */
 
@@ -76,5 +77,23 @@ void prof_mem_print_oom(const MemTracker *t, FILE *f, int rank);  /* the user-fa
 
 /* Timeline: one sample after each alloc/free (capped; coalesced when full). */
 const MemSample *prof_mem_timeline(const MemTracker *t, int *n);
+
+/* ---- additions ---- */
+/* How prof_mem_calloc zeroes raw memory (default memset; a CUDA device sets cudaMemset). */
+void prof_mem_set_zero_fn(MemTracker *t, ProfRawZero raw_zero);
+/* Timeline capacity in samples (default 4096; < 2 turns the timeline off); clears it. When
+ * full, neighbouring samples merge pairwise keeping the higher total, so each sample then
+ * stands for 2^k consecutive events and the peak stays in the timeline. -1 if out of memory. */
+int prof_mem_set_timeline_cap(MemTracker *t, int cap);
+/* Size and category of a live tracked pointer; 0 if the tracker does not own p. */
+size_t prof_mem_size_of(const MemTracker *t, const void *p, MemCategory *cat);
+/* Phase names seen so far (the first is "init", the phase before any set_phase); returns
+ * how many there are (may exceed max). 31 are told apart; later ones share "other". */
+int prof_mem_phases(const MemTracker *t, const char **names, int max);
+int64_t prof_mem_live_count(const MemTracker *t);   /* live tracked allocations */
+/* CLOCK_MONOTONIC time of creation in µs: MemSample.t_us + this = absolute monotonic µs. */
+double prof_mem_origin_us(const MemTracker *t);
+/* "512 B", "1.50 KiB", "3.25 GiB" (binary units, 2 decimals). Returns snprintf's result. */
+int prof_mem_format_bytes(char *buf, size_t len, double bytes);
 
 #endif
