@@ -45,7 +45,8 @@ endif
 endif
 GPU_DEFS := -DMEMPLAN_CUDA=$(USE_CUDA) -DMEMPLAN_NCCL=$(USE_NCCL) -DMEMPLAN_CUPTI=$(USE_CUPTI)
 CUDA_INC := $(if $(filter 1,$(USE_CUDA)),-I$(CUDA_HOME)/include -I$(CUDA_HOME)/extras/CUPTI/include)
-CUDA_LIBS := $(if $(filter 1,$(USE_CUDA)),-L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt \
+comma := ,
+CUDA_LIBS := $(if $(filter 1,$(USE_CUDA)),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt \
              $(if $(filter 1,$(USE_NCCL)),-lnccl) $(if $(filter 1,$(USE_CUPTI)),-L$(CUDA_HOME)/extras/CUPTI/lib64 -lcupti) -lstdc++)
 NVCCFLAGS := -O2 -std=c++17 -arch=sm_90 -Xcompiler -Wall,-Werror -Ikernels $(GPU_DEFS)
 
@@ -83,7 +84,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 all: $(if $(filter 1,$(NO_DEPS)),,deps) $(MEMPLAN)
 
 config:
-	@echo "# memplan build: cuda=$(USE_CUDA) (nvcc $(if $(filter 1,$(HAVE_NVCC)),found,not found)$(if $(filter 1,$(NO_CUDA)),, )$(if $(filter 1,$(NO_CUDA)),disabled by NO_CUDA=1,)) nccl=$(USE_NCCL) cupti=$(USE_CUPTI) san=$(SAN)"
+	@echo "# memplan build: cuda $(if $(filter 1,$(USE_CUDA)),on,off) (nvcc $(if $(filter 1,$(HAVE_NVCC)),found,not found)$(if $(filter 1,$(NO_CUDA)), - disabled by NO_CUDA=1)), nccl $(if $(filter 1,$(USE_NCCL)),on,off), cupti $(if $(filter 1,$(USE_CUPTI)),on,off), sanitizers $(if $(filter 1,$(SAN)),on,off)"
 
 deps:
 	@scripts/deps.sh

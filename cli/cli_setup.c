@@ -1,0 +1,268 @@
+/* cli_setup.c — parse -> validate -> resolve the shared planning flags. */
+#include "cli_setup.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_load.h"
+#include "plan_zoo.h"
+#include "plan_strategy.h"
+#include "plan_util.h"
+
+enum {
+    OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
+    OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
+    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_HELP,
+    OPT_SYNCBN, OPT_MFU,
+};
+
+static const struct option BASE_OPTIONS[] = {
+    {"model", required_argument, 0, OPT_MODEL},
+    {"params", required_argument, 0, OPT_PARAMS},
+    {"units", required_argument, 0, OPT_UNITS},
+    {"batch", required_argument, 0, OPT_BATCH},
+    {"seq", required_argument, 0, OPT_SEQ},
+    {"grad-accum", required_argument, 0, OPT_ACCUM},
+    {"precision", required_argument, 0, OPT_PRECISION},
+    {"optimizer", required_argument, 0, OPT_OPTIMIZER},
+    {"act-ckpt", required_argument, 0, OPT_CKPT},
+    {"attn", required_argument, 0, OPT_ATTN},
+    {"dropout", required_argument, 0, OPT_DROPOUT},
+    {"gpus", required_argument, 0, OPT_GPUS},
+    {"gpus-per-node", required_argument, 0, OPT_GPN},
+    {"gpu", required_argument, 0, OPT_GPU},
+    {"gpu-mem", required_argument, 0, OPT_GPU_MEM},
+    {"strategy", required_argument, 0, OPT_STRATEGY},
+    {"grad-as-bucket-view", no_argument, 0, OPT_BUCKET_VIEW},
+    {"cuda-context", required_argument, 0, OPT_CTX},
+    {"nccl-mem", required_argument, 0, OPT_NCCL},
+    {"alloc-margin", required_argument, 0, OPT_MARGIN},
+    {"mfu", required_argument, 0, OPT_MFU},
+    {"syncbn", no_argument, 0, OPT_SYNCBN},
+    {"json", optional_argument, 0, OPT_JSON},
+    {"impl", required_argument, 0, OPT_IMPL},
+    {"help", no_argument, 0, OPT_HELP},
+    {0, 0, 0, 0},
+};
+
+int cli_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("memplan: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+void cli_print_setup_help(FILE *f) {
+    fprintf(f,
+        "Model:\n"
+        "  --model NAME|PATH      zoo model (%s),\n"
+        "                         or a Hugging Face config.json / PyTorch params.json / memplan model JSON\n"
+        "  --params N             a generic dense model of N parameters (e.g. 7.5e9); --units U\n"
+        "                         splits it into U equal layers for FSDP/ZeRO-3 (default 32)\n"
+        "Training (defaults: what a typical user runs today):\n"
+        "  --batch B              micro-batch per GPU (default 1)\n"
+        "  --seq S                sequence length (default: the model's context)\n"
+        "  --grad-accum K         gradient accumulation steps (default 1)\n"
+        "  --precision P          %s (default amp-bf16)\n"
+        "  --optimizer O          %s (default adamw)\n"
+        "  --act-ckpt none|full   activation checkpointing (default none)\n"
+        "  --attn eager|sdpa      attention implementation (default sdpa)\n"
+        "  --dropout P            dropout probability (default: the model's config)\n"
+        "Cluster:\n"
+        "  --gpus N               total GPUs (default 1)\n"
+        "  --gpus-per-node G      default min(N, 8)\n"
+        "  --gpu PRESET           %s (default %s)\n"
+        "  --gpu-mem SIZE         override capacity; binary units: 24GiB, 24G (= GiB), 512MiB\n"
+        "Strategies:\n"
+        "  --strategy S[,S...]    all (default), or %s\n"
+        "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
+        "Overheads (per GPU; defaults in docs/formulas.md):\n"
+        "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
+        "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
+        "  --alloc-margin P%%|SIZE caching-allocator margin (default 5%% of allocated bytes)\n"
+        "Output:\n"
+        "  --json[=FILE]          JSON instead of the table (docs/json.md)\n",
+        plan_zoo_names(), plan_precision_names(), plan_optimizer_names(), plan_gpu_names(),
+        PLAN_DEFAULT_GPU, plan_strategy_names());
+}
+
+static int set_strategies(CliSetup *s, const char *arg) {
+    if (strcmp(arg, "all") == 0) { s->strategies = (1u << STRAT_COUNT) - 1; return 0; }
+    char tmp[256];
+    if (strlen(arg) >= sizeof(tmp)) return cli_usage_error("--strategy value too long");
+    snprintf(tmp, sizeof(tmp), "%s", arg);
+    s->strategies = 0;
+    for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int k = plan_strategy_by_name(tok);
+        if (k < 0)
+            return cli_usage_error("unknown --strategy '%s' (valid: all, %s)", tok, plan_strategy_names());
+        s->strategies |= 1u << k;
+    }
+    if (!s->strategies) return cli_usage_error("--strategy is empty (valid: all, %s)", plan_strategy_names());
+    return 0;
+}
+
+int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
+                    int need_model) {
+    memset(s, 0, sizeof(*s));
+    plan_train_defaults(&s->train);
+    plan_cluster_defaults(&s->cluster);
+    s->strategies = (1u << STRAT_COUNT) - 1;
+    struct option opts[80];
+    int n = 0;
+    for (const struct option *o = BASE_OPTIONS; o->name; o++) opts[n++] = *o;
+    if (extra && extra->options)
+        for (const struct option *o = extra->options; o->name && n < 79; o++) opts[n++] = *o;
+    memset(&opts[n], 0, sizeof(opts[n]));
+
+    const char *model_arg = NULL;
+    double params = 0, gpu_mem = -1;
+    long long units = 32, gpn = 0, v;
+    double d;
+    int isfrac;
+    char err[512];
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        const char *a = optarg;
+        switch (c) {
+        case OPT_MODEL: model_arg = a; break;
+        case OPT_PARAMS:
+            if (plan_parse_double(a, 1, 1e16, &params) || params != (double)(long long)params)
+                return cli_usage_error("--params '%s' is not a whole number of parameters in [1, 1e16]", a);
+            break;
+        case OPT_UNITS:
+            if (plan_parse_int(a, 1, 100000, &units))
+                return cli_usage_error("--units '%s' is not an integer in [1, 100000]", a);
+            break;
+        case OPT_BATCH:
+            if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--batch '%s' is not an integer in [1, 1000000]", a);
+            s->train.micro_batch = v;
+            break;
+        case OPT_SEQ:
+            if (plan_parse_int(a, 1, 10000000, &v)) return cli_usage_error("--seq '%s' is not an integer in [1, 10000000]", a);
+            s->train.seq = v;
+            break;
+        case OPT_ACCUM:
+            if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--grad-accum '%s' is not an integer in [1, 1000000]", a);
+            s->train.grad_accum = v;
+            break;
+        case OPT_PRECISION:
+            if ((v = plan_precision_by_name(a)) < 0)
+                return cli_usage_error("unknown --precision '%s' (valid: %s)", a, plan_precision_names());
+            s->train.precision = (PrecisionKind)v;
+            break;
+        case OPT_OPTIMIZER:
+            if ((v = plan_optimizer_by_name(a)) < 0)
+                return cli_usage_error("unknown --optimizer '%s' (valid: %s)", a, plan_optimizer_names());
+            s->train.optimizer = (OptimizerKind)v;
+            break;
+        case OPT_CKPT:
+            if ((v = plan_ckpt_by_name(a)) < 0) return cli_usage_error("unknown --act-ckpt '%s' (valid: none, full)", a);
+            s->train.act_ckpt = (CkptKind)v;
+            break;
+        case OPT_ATTN:
+            if ((v = plan_attn_by_name(a)) < 0) return cli_usage_error("unknown --attn '%s' (valid: eager, sdpa)", a);
+            s->train.attn = (AttnKind)v;
+            break;
+        case OPT_IMPL:
+            if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);
+            s->train.impl = (ImplKind)v;
+            break;
+        case OPT_DROPOUT:
+            if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);
+            s->train.dropout = d;
+            break;
+        case OPT_GPUS:
+            if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--gpus '%s' is not an integer in [1, 1000000]", a);
+            s->cluster.gpus = v;
+            break;
+        case OPT_GPN:
+            if (plan_parse_int(a, 1, 1024, &gpn)) return cli_usage_error("--gpus-per-node '%s' is not an integer in [1, 1024]", a);
+            break;
+        case OPT_GPU: {
+            const GpuPreset *g = plan_gpu_by_name(a);
+            if (!g) return cli_usage_error("unknown --gpu '%s' (valid: %s)", a, plan_gpu_names());
+            s->cluster.gpu = *g;
+            break;
+        }
+        case OPT_GPU_MEM:
+            if (plan_parse_size(a, &gpu_mem) || gpu_mem < 64 * MIB || gpu_mem > 1024 * GIB)
+                return cli_usage_error("--gpu-mem '%s' is not a size between 64MiB and 1TiB (e.g. 24GiB; a bare G means GiB)", a);
+            break;
+        case OPT_STRATEGY:
+            if (set_strategies(s, a)) return 2;
+            break;
+        case OPT_BUCKET_VIEW: s->train.grad_as_bucket_view = 1; break;
+        case OPT_SYNCBN: s->train.syncbn = 1; break;
+        case OPT_CTX:
+            if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--cuda-context '%s' is not a size up to 64GiB (e.g. 600MiB)", a);
+            s->cluster.cuda_context = d;
+            break;
+        case OPT_NCCL:
+            if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--nccl-mem '%s' is not a size up to 64GiB (e.g. 1GiB)", a);
+            s->cluster.nccl_per_comm = d;
+            break;
+        case OPT_MARGIN:
+            if (plan_parse_size_or_percent(a, &d, &isfrac) || (!isfrac && d > 64 * GIB) || (isfrac && d > 0.9))
+                return cli_usage_error("--alloc-margin '%s' is not a percentage up to 90%% or a size up to 64GiB", a);
+            s->cluster.alloc_margin = d;
+            s->cluster.margin_is_frac = isfrac;
+            break;
+        case OPT_MFU:
+            if (plan_parse_double(a, 0.01, 1, &d)) return cli_usage_error("--mfu '%s' is not a fraction in [0.01, 1]", a);
+            s->cluster.mfu = d;
+            break;
+        case OPT_JSON: s->json = 1; s->json_path = a; break;
+        case OPT_HELP: return 1;
+        case ':': return cli_usage_error("%s needs a value (see 'memplan %s --help')", argv[optind - 1], cmd);
+        case '?':
+            return cli_usage_error("unknown option '%s' (see 'memplan %s --help')", argv[optind - 1], cmd);
+        default:
+            if (extra && extra->handle) {
+                int rc = extra->handle(extra->ctx, c, a, err, sizeof(err));
+                if (rc < 0) return cli_usage_error("%s", err);
+                if (rc == 0) break;
+            }
+            return cli_usage_error("unhandled option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error("unexpected argument '%s' (see 'memplan %s --help')", argv[optind], cmd);
+
+    /* resolve */
+    if (model_arg && params > 0) return cli_usage_error("give either --model or --params, not both");
+    if (model_arg) {
+        if (plan_load_model(&s->model, model_arg, err, sizeof(err))) return cli_usage_error("%s", err);
+        s->have_model = 1;
+    } else if (params > 0) {
+        if ((double)units > params) units = (long long)params;
+        if (plan_model_generic(&s->model, "generic", (int64_t)params, (int)units, err, sizeof(err)))
+            return cli_usage_error("%s", err);
+        s->have_model = 1;
+    } else if (need_model) {
+        return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_names());
+    }
+    if (gpu_mem > 0) s->cluster.gpu.mem_bytes = gpu_mem;
+    s->cluster.gpus_per_node = gpn ? gpn : (s->cluster.gpus < 8 ? s->cluster.gpus : 8);
+    if (s->cluster.gpus_per_node > s->cluster.gpus) s->cluster.gpus_per_node = s->cluster.gpus;
+    const PrecisionSpec *p = plan_precision(s->train.precision);
+    if (s->cluster.gpu.peak_tflops[p->peak] <= 0)
+        return cli_usage_error("--precision %s needs %s, which %s does not support (use fp32 or amp-fp16)",
+                               p->name, p->peak == PEAK_BF16 ? "bf16" : "fp16", s->cluster.gpu.name);
+    if (s->have_model && s->train.impl == IMPL_ENGINE &&
+        (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
+        return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
+    if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
+        return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
+    return 0;
+}
+
+void cli_setup_free(CliSetup *s) {
+    if (s->have_model) plan_model_free(&s->model);
+    s->have_model = 0;
+}

@@ -1,0 +1,155 @@
+/* memplan.c — the command line: subcommands and output. No planning logic lives here. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_setup.h"
+#include "plan_load.h"
+#include "plan_plan.h"
+#include "plan_report.h"
+#include "plan_strategy.h"
+#include "plan_util.h"
+#include "plan_zoo.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "memplan — per-GPU memory and communication of DDP, ZeRO 1/2/3 and FSDP, before you run\n\n"
+        "Usage:\n"
+        "  memplan [plan] --model NAME|PATH [options]   plan every strategy (the default command)\n"
+        "  memplan models [--json] [--export NAME]       list the zoo / export a model as JSON\n"
+        "  memplan gpus [--json]                         list the GPU presets\n"
+        "  memplan help                                  this text\n\n");
+    cli_print_setup_help(f);
+    fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 2 on a usage error.\n"
+               "Memory is in binary GiB (2^30 bytes). Formulas and sources: docs/formulas.md.\n");
+}
+
+/* Writes JSON to --json=FILE or stdout. */
+static int emit_json(cJSON *j, const char *path) {
+    char *txt = j ? cJSON_Print(j) : NULL;
+    if (!txt) { fprintf(stderr, "memplan: out of memory writing JSON\n"); return 1; }
+    FILE *f = path ? fopen(path, "w") : stdout;
+    if (!f) { fprintf(stderr, "memplan: cannot write --json file '%s'\n", path); free(txt); return 1; }
+    fprintf(f, "%s\n", txt);
+    if (path) fclose(f);
+    free(txt);
+    return 0;
+}
+
+static int cmd_plan(int argc, char **argv) {
+    CliSetup s;
+    int rc = cli_parse_setup(argc, argv, "plan", &s, NULL, 1);
+    if (rc == 1) { usage(stdout); return 0; }
+    if (rc) return rc;
+    Plan p;
+    plan_run(&s.model, &s.train, &s.cluster, s.strategies, &p);
+    if (s.json) {
+        cJSON *j = plan_report_json(&s.model, &s.train, &s.cluster, &p);
+        rc = emit_json(j, s.json_path);
+        cJSON_Delete(j);
+    } else {
+        plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
+    }
+    cli_setup_free(&s);
+    return rc;
+}
+
+static int cmd_models(int argc, char **argv) {
+    int json = 0;
+    const char *export_name = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--export") == 0 && i + 1 < argc) export_name = argv[++i];
+        else if (strncmp(argv[i], "--export=", 9) == 0) export_name = argv[i] + 9;
+        else if (strcmp(argv[i], "--help") == 0) {
+            printf("memplan models [--json] [--export NAME|PATH]: list the zoo, or print a model in "
+                   "memplan's JSON model format (docs/model-formats.md)\n");
+            return 0;
+        } else return cli_usage_error("unknown argument '%s' for 'models' (valid: --json, --export NAME)", argv[i]);
+    }
+    char msg[512];
+    if (export_name) {
+        ModelSpec m;
+        if (plan_load_model(&m, export_name, msg, sizeof(msg))) return cli_usage_error("%s", msg);
+        char *txt = NULL;
+        int rc = plan_model_export_json(&m, &txt);
+        plan_model_free(&m);
+        if (rc) { fprintf(stderr, "memplan: out of memory exporting %s\n", export_name); return 1; }
+        printf("%s\n", txt);
+        free(txt);
+        return 0;
+    }
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    if (!json) {
+        printf("%-12s %16s %7s %-16s %s\n", "model", "params", "layers", "arch", "reference");
+        printf("%-12s %16s %7s %-16s %s\n", "-", "count", "count", "-", "-");
+    }
+    for (int i = 0; i < plan_zoo_count(); i++) {
+        const ZooEntry *e = plan_zoo_entry(i);
+        ModelSpec m;
+        if (plan_zoo_build(&m, e->name, msg, sizeof(msg))) { fprintf(stderr, "memplan: %s\n", msg); return 1; }
+        char cnt[32];
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "name", e->name);
+            cJSON_AddNumberToObject(o, "params", (double)plan_model_params(&m));
+            cJSON_AddNumberToObject(o, "layers", m.n_layers);
+            cJSON_AddStringToObject(o, "arch", plan_arch_name(m.arch));
+            cJSON_AddStringToObject(o, "reference", e->reference);
+            cJSON_AddItemToArray(arr, o);
+        } else {
+            printf("%-12s %16s %7d %-16s %s\n", e->name, plan_fmt_count(plan_model_params(&m), cnt, sizeof(cnt)),
+                   m.n_layers, plan_arch_name(m.arch), e->reference);
+        }
+        plan_model_free(&m);
+    }
+    if (json) { int rc = emit_json(arr, NULL); cJSON_Delete(arr); return rc; }
+    return 0;
+}
+
+static int cmd_gpus(int argc, char **argv) {
+    int json = argc > 1 && strcmp(argv[1], "--json") == 0;
+    if (argc > 1 && !json) return cli_usage_error("unknown argument '%s' for 'gpus' (valid: --json)", argv[1]);
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    if (!json) {
+        printf("%-10s %8s %9s %9s %8s %8s %8s  %s\n", "gpu", "memory", "intra_bw", "inter_bw",
+               "fp32", "fp16", "bf16", "name / interconnect");
+        printf("%-10s %8s %9s %9s %8s %8s %8s  %s\n", "-", "GiB", "GB/s", "GB/s", "TFLOP/s",
+               "TFLOP/s", "TFLOP/s", "-");
+    }
+    for (int i = 0; i < plan_gpu_count(); i++) {
+        const GpuPreset *g = plan_gpu_preset(i);
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "name", g->name);
+            cJSON_AddStringToObject(o, "label", g->label);
+            cJSON_AddNumberToObject(o, "mem_bytes", g->mem_bytes);
+            cJSON_AddNumberToObject(o, "intra_bw_gbps", g->intra_bw);
+            cJSON_AddNumberToObject(o, "inter_bw_gbps", g->inter_bw);
+            cJSON_AddNumberToObject(o, "peak_tflops_fp32", g->peak_tflops[0]);
+            cJSON_AddNumberToObject(o, "peak_tflops_fp16", g->peak_tflops[1]);
+            cJSON_AddNumberToObject(o, "peak_tflops_bf16", g->peak_tflops[2]);
+            cJSON_AddItemToArray(arr, o);
+        } else {
+            printf("%-10s %8.2f %9.1f %9.2f %8.1f %8.1f %8.1f  %s, %s\n", g->name, g->mem_bytes / GIB,
+                   g->intra_bw, g->inter_bw, g->peak_tflops[0], g->peak_tflops[1], g->peak_tflops[2],
+                   g->label, g->interconnect);
+        }
+    }
+    if (json) { int rc = emit_json(arr, NULL); cJSON_Delete(arr); return rc; }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && argv[1][0] != '-') {
+        const char *cmd = argv[1];
+        if (strcmp(cmd, "plan") == 0) return cmd_plan(argc - 1, argv + 1);
+        if (strcmp(cmd, "models") == 0) return cmd_models(argc - 1, argv + 1);
+        if (strcmp(cmd, "gpus") == 0) return cmd_gpus(argc - 1, argv + 1);
+        if (strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
+        return cli_usage_error("unknown command '%s' (valid: plan, models, gpus, help)", cmd);
+    }
+    if (argc < 2) { usage(stderr); return 2; }
+    return cmd_plan(argc, argv);
+}

@@ -1,0 +1,29 @@
+/* plan_activ.h — activation memory: the bytes each layer saves in forward for backward, per
+ * micro-batch, following an implementation's saved-tensor layout (eager PyTorch as Hugging
+ * Face models run it, or memplan's own engine). docs/formulas.md derives every term. */
+#ifndef PLAN_ACTIV_H
+#define PLAN_ACTIV_H
+
+#include <stdint.h>
+#include "plan_model.h"
+#include "plan_train.h"
+
+/* Resolved per-step inputs of the activation model. */
+typedef struct {
+    int64_t b, s;            /* micro-batch, sequence */
+    double dropout;          /* resolved */
+} ActInputs;
+
+/* Bytes layer i saves in forward (kept until its backward), for b samples of length s. */
+double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Bytes layer i keeps under full activation checkpointing (its input). */
+double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Extra bytes alive at the start of backward (loss gradient buffers). */
+double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
+/* Extra bytes alive while layer i runs its backward (activation-gradient working set). */
+double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Per-token block coefficients (bytes = s*lin + s*s*quad per sample), for docs and tests. */
+void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
+                           double *lin, double *quad);
+
+#endif

@@ -1,0 +1,63 @@
+/* plan_gpu.c — the GPU preset table. Memory: the total the driver reports (nvidia-smi, MiB).
+ * Bandwidth: NVLink per direction (half the datasheet's bidirectional total) or PCIe per
+ * direction; inter-node: the node's NIC bandwidth divided by its GPUs. FLOP/s: datasheet
+ * dense (no sparsity). Sources per row in docs/gpus.md. */
+#include "plan_gpu.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MIB_ (1024.0 * 1024.0)
+#define WS_OLD (8.125 * MIB_)     /* cuBLAS workspace before Hopper */
+#define WS_HOPPER (32.0 * MIB_)   /* cuBLAS workspace on Hopper */
+
+static const GpuPreset GPUS[] = {
+    {"v100-16gb", "NVIDIA Tesla V100-SXM2-16GB", 16160 * MIB_, 150, 12.5, 8e-6, 20e-6, {15.7, 125, 0}, WS_OLD, "NVLink 2 (300 GB/s bidirectional)"},
+    {"v100-32gb", "NVIDIA Tesla V100-SXM2-32GB", 32510 * MIB_, 150, 12.5, 8e-6, 20e-6, {15.7, 125, 0}, WS_OLD, "NVLink 2 (300 GB/s bidirectional)"},
+    {"t4", "NVIDIA T4", 15360 * MIB_, 16, 3.125, 10e-6, 25e-6, {8.1, 65, 0}, WS_OLD, "PCIe 3.0 x16"},
+    {"titan-rtx", "NVIDIA TITAN RTX", 24220 * MIB_, 16, 3.125, 10e-6, 25e-6, {16.3, 130, 0}, WS_OLD, "PCIe 3.0 x16"},
+    {"rtx3090", "NVIDIA GeForce RTX 3090", 24576 * MIB_, 32, 3.125, 10e-6, 25e-6, {35.6, 71, 71}, WS_OLD, "PCIe 4.0 x16"},
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 24564 * MIB_, 32, 3.125, 10e-6, 25e-6, {82.6, 165.2, 165.2}, WS_OLD, "PCIe 4.0 x16"},
+    {"a10g", "NVIDIA A10G", 23028 * MIB_, 32, 3.125, 10e-6, 25e-6, {31.2, 125, 125}, WS_OLD, "PCIe 4.0 x16"},
+    {"l4", "NVIDIA L4", 23034 * MIB_, 32, 3.125, 10e-6, 25e-6, {30.3, 121, 121}, WS_OLD, "PCIe 4.0 x16"},
+    {"a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB_, 300, 25, 6e-6, 15e-6, {19.5, 312, 312}, WS_OLD, "NVLink 3 (600 GB/s bidirectional)"},
+    {"a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB_, 300, 25, 6e-6, 15e-6, {19.5, 312, 312}, WS_OLD, "NVLink 3 (600 GB/s bidirectional)"},
+    {"h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MIB_, 450, 50, 5e-6, 12e-6, {67, 989.5, 989.5}, WS_HOPPER, "NVLink 4 (900 GB/s bidirectional)"},
+    {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, 5e-6, 12e-6, {67, 989.5, 989.5}, WS_HOPPER, "NVLink 4 (900 GB/s bidirectional)"},
+};
+#define N_GPUS ((int)(sizeof(GPUS) / sizeof(GPUS[0])))
+
+int plan_gpu_count(void) { return N_GPUS; }
+const GpuPreset *plan_gpu_preset(int i) { return (i >= 0 && i < N_GPUS) ? &GPUS[i] : NULL; }
+
+const GpuPreset *plan_gpu_by_name(const char *name) {
+    for (int i = 0; i < N_GPUS; i++)
+        if (strcmp(GPUS[i].name, name) == 0) return &GPUS[i];
+    return NULL;
+}
+
+const char *plan_gpu_names(void) {
+    static char buf[256];
+    if (!buf[0]) {
+        size_t n = 0;
+        for (int i = 0; i < N_GPUS; i++)
+            n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", i ? ", " : "", GPUS[i].name);
+    }
+    return buf;
+}
+
+void plan_cluster_defaults(ClusterSpec *c) {
+    memset(c, 0, sizeof(*c));
+    c->gpu = *plan_gpu_by_name(PLAN_DEFAULT_GPU);
+    c->gpus = 1;
+    c->gpus_per_node = 1;
+    c->cuda_context = PLAN_CUDA_CONTEXT_BYTES;
+    c->nccl_per_comm = PLAN_NCCL_COMM_BYTES;
+    c->alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
+    c->margin_is_frac = 1;
+    c->mfu = PLAN_DEFAULT_MFU;
+}
+
+int64_t plan_cluster_nodes(const ClusterSpec *c) {
+    return (c->gpus + c->gpus_per_node - 1) / c->gpus_per_node;
+}

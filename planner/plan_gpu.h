@@ -1,0 +1,51 @@
+/* plan_gpu.h — GPU presets and the cluster: capacity as the driver reports it, link
+ * bandwidths, latencies and peak dense FLOP/s per precision (docs/gpus.md: each figure's
+ * datasheet source), and the fixed per-process overheads the memory model charges. */
+#ifndef PLAN_GPU_H
+#define PLAN_GPU_H
+
+#include <stdint.h>
+#include "plan_train.h"
+
+typedef struct {
+    const char *name;        /* --gpu value */
+    const char *label;       /* "NVIDIA A100-SXM4-40GB" */
+    double mem_bytes;        /* total as the driver reports it (nvidia-smi MiB x 2^20) */
+    double intra_bw;         /* GB/s (1e9 B/s) per direction per GPU inside a node */
+    double inter_bw;         /* GB/s per GPU across nodes (its share of the NICs) */
+    double intra_lat;        /* seconds per algorithm step inside a node */
+    double inter_lat;        /* seconds per algorithm step across nodes */
+    double peak_tflops[3];   /* dense TFLOP/s: fp32 (no TF32), fp16, bf16 (0 = unsupported) */
+    double cublas_ws_bytes;  /* cuBLAS workspace per GEMM stream */
+    const char *interconnect;
+} GpuPreset;
+
+int plan_gpu_count(void);
+const GpuPreset *plan_gpu_preset(int i);
+const GpuPreset *plan_gpu_by_name(const char *name);   /* NULL if unknown */
+const char *plan_gpu_names(void);                      /* "v100-16gb, ..." */
+#define PLAN_DEFAULT_GPU "a100-40gb"
+
+typedef struct {
+    GpuPreset gpu;           /* a copy: flags override fields */
+    int64_t gpus;            /* N, total data-parallel ranks */
+    int64_t gpus_per_node;
+    /* fixed overheads per process, bytes (overridable: --cuda-context, --nccl-mem) */
+    double cuda_context;
+    double nccl_per_comm;
+    double alloc_margin;     /* fraction of allocator-managed bytes, or bytes if !margin_is_frac */
+    int margin_is_frac;
+    double mfu;              /* achieved fraction of peak FLOP/s */
+} ClusterSpec;
+
+/* Defaults: PLAN_DEFAULT_GPU, 1 GPU, the documented overheads. */
+void plan_cluster_defaults(ClusterSpec *c);
+int64_t plan_cluster_nodes(const ClusterSpec *c);
+
+/* Defaults, documented in docs/formulas.md ("Fixed overheads"). */
+#define PLAN_CUDA_CONTEXT_BYTES (512.0 * 1024 * 1024)   /* 0.3-0.6 GiB with lazy loading */
+#define PLAN_NCCL_COMM_BYTES (512.0 * 1024 * 1024)      /* 0.5-1 GiB per communicator, 8 GPUs */
+#define PLAN_ALLOC_MARGIN_FRAC 0.05                     /* caching-allocator rounding/fragmentation */
+#define PLAN_DEFAULT_MFU 0.4
+
+#endif

@@ -1,0 +1,207 @@
+/* plan_memory.c — see plan_memory.h and docs/formulas.md. */
+#include "plan_memory.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan_activ.h"
+
+static const char *const TERM_NAMES[TERM_COUNT] = {"params", "grads", "comm_buffers",
+    "optimizer", "activations", "transient", "overhead"};
+static const char *const PHASE_NAMES[PHASE_COUNT] = {"forward", "backward", "step"};
+
+const char *plan_term_name(TermKind k) { return TERM_NAMES[k]; }
+const char *plan_phase_name(PhaseKind p) { return PHASE_NAMES[p]; }
+
+static int is_root_layer(const ModelSpec *m, const LayerSpec *l) {
+    /* FSDP auto-wrap wraps each transformer block; the rest stays in the root unit. */
+    int transformer = m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
+    return transformer && l->kind != LAYER_BLOCK;
+}
+
+void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                       StrategyKind sk, MemSizes *z) {
+    const Strategy *s = plan_strategy(sk);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    const OptimizerSpec *o = plan_optimizer(t->optimizer);
+    memset(z, 0, sizeof(*z));
+    z->n = s->group_node ? (c->gpus_per_node < c->gpus ? c->gpus_per_node : c->gpus) : c->gpus;
+    for (int i = 0; i < m->n_layers; i++) {
+        const LayerSpec *l = &m->layers[i];
+        double pu = (double)l->params;
+        z->psi += pu;
+        z->psi_shard += ceil(pu / (double)z->n);     /* FSDP pads each flat unit to a multiple of n */
+        if (is_root_layer(m, l)) z->root_unit += pu;
+        else if (pu > z->largest_unit) z->largest_unit = pu;
+    }
+    double p_local = (s->shard & SHARD_PARAM) ? z->psi_shard : z->psi;
+    double g_local = (s->shard & SHARD_GRAD) ? z->psi_shard : z->psi;
+    double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
+    z->params = p_local * p->param_bytes;
+    z->grads = g_local * p->grad_bytes;
+    z->optimizer = o_local * (p->master_bytes + o->states * p->state_bytes);
+}
+
+/* Everything the walk needs, resolved once. */
+typedef struct {
+    const ModelSpec *m;
+    const TrainSpec *t;
+    const ClusterSpec *c;
+    const Strategy *s;
+    const PrecisionSpec *p;
+    MemSizes z;
+    ActInputs in;
+    double fixed;            /* context + cuBLAS + NCCL */
+    MemResult *r;
+} Walk;
+
+/* Records one moment: terms t[], where. Margin is added here. */
+static void moment(Walk *w, PhaseKind ph, const double t[TERM_COUNT], const char *where) {
+    double managed = 0;
+    for (int k = 0; k < TERM_COUNT; k++) if (k != TERM_OVERHEAD) managed += t[k];
+    double margin = w->c->margin_is_frac ? managed * w->c->alloc_margin : w->c->alloc_margin;
+    double total = managed + w->fixed + margin;
+    MemResult *r = w->r;
+    if (total > r->phase_peak[ph]) r->phase_peak[ph] = total;
+    if (total > r->peak) {
+        r->peak = total;
+        r->peak_phase = ph;
+        snprintf(r->peak_where, sizeof(r->peak_where), "%s", where);
+        memcpy(r->term, t, sizeof(r->term));
+        r->term[TERM_OVERHEAD] = w->fixed + margin;
+        r->margin = margin;
+    }
+}
+
+int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                MemResult *r) {
+    memset(r, 0, sizeof(*r));
+    Walk w = {m, t, c, plan_strategy(sk), plan_precision(t->precision), {0}, {0}, 0, r};
+    plan_memory_sizes(m, t, c, sk, &w.z);
+    const Strategy *s = w.s;
+    const PrecisionSpec *p = w.p;
+    const OptimizerSpec *o = plan_optimizer(t->optimizer);
+    const MemSizes *z = &w.z;
+    w.in.b = t->micro_batch;
+    w.in.s = t->seq > 0 ? t->seq : m->max_seq;
+    w.in.dropout = t->dropout >= 0 ? t->dropout : m->dropout;
+    r->shard_group = z->n;
+    r->acts_known = plan_model_acts_known(m);
+
+    /* fixed overheads: CUDA context, cuBLAS workspace, NCCL communicators */
+    r->cuda_context = c->cuda_context;
+    r->cublas_ws = c->gpu.cublas_ws_bytes;
+    r->nccl_comms = c->gpus > 1 ? 1 : 0;
+    if (s->group_node && c->gpus > z->n) r->nccl_comms = 2;   /* intra-node shard + inter-node replica */
+    r->nccl = r->nccl_comms * c->nccl_per_comm;
+    w.fixed = r->cuda_context + r->cublas_ws + r->nccl;
+    r->model_states = z->params + z->grads + z->optimizer;
+
+    /* persistent communication buffers */
+    double persistent_comm = 0;
+    if (s->buffers == BUF_DDP_BUCKETS && !t->grad_as_bucket_view && c->gpus > 1)
+        persistent_comm = z->psi * p->grad_bytes;          /* flat bucket copy of all grads */
+    if (s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3)
+        persistent_comm = fmin(PLAN_DS_REDUCE_BUCKET, z->psi) * p->grad_bytes;
+    /* parameter buffers live between gathers (forward and backward) */
+    double fwd_comm = 0, bwd_comm = 0;
+    switch (s->buffers) {
+    case BUF_FSDP_FULL:      /* root unit + 2 units in flight (rate limiter); 2 RS buffers in bwd */
+        fwd_comm = (z->root_unit + 2 * z->largest_unit) * p->param_bytes;
+        bwd_comm = fwd_comm + 2 * z->largest_unit * p->grad_bytes + z->root_unit * p->grad_bytes;
+        break;
+    case BUF_FSDP_GRAD_OP:   /* every unit stays unsharded from forward through backward */
+        fwd_comm = z->psi * p->param_bytes;
+        bwd_comm = fwd_comm + 2 * z->largest_unit * p->grad_bytes + z->root_unit * p->grad_bytes;
+        break;
+    case BUF_DS_STAGE3:      /* the gathered layer and the prefetched next one */
+        fwd_comm = 2 * z->largest_unit * p->param_bytes;
+        bwd_comm = fwd_comm;
+        break;
+    default: break;
+    }
+    if (c->gpus == 1) fwd_comm = bwd_comm = 0;            /* nothing is sharded on one GPU */
+
+    double grads_steady = z->grads;
+    double grads_fwd = s->grads_persistent ? grads_steady : 0;   /* torch: zero_grad(set_to_none) */
+
+    /* ---- end of forward ---- */
+    double acts = 0, casts = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        acts += plan_act_ckpt_bytes(m, i, t, &w.in);
+        casts += (double)m->layers[i].params * p->cast_copy_bytes;   /* autocast weight copies */
+    }
+    double tv[TERM_COUNT] = {0};
+    tv[TERM_PARAMS] = z->params;
+    tv[TERM_GRADS] = grads_fwd;
+    tv[TERM_COMM] = persistent_comm + fwd_comm;
+    tv[TERM_OPTIMIZER] = z->optimizer;
+    tv[TERM_ACTIVATIONS] = acts;
+    tv[TERM_TRANSIENT] = casts;
+    moment(&w, PHASE_FORWARD, tv, "end of forward");
+
+    /* ---- backward, layer by layer from the last ---- */
+    double loss_tr = plan_act_loss_transient(m, t, &w.in);
+    double grads_now = grads_fwd;
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        const LayerSpec *l = &m->layers[i];
+        double pu = (double)l->params;
+        if (!s->grads_persistent)
+            grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
+        tv[TERM_GRADS] = grads_now;
+        tv[TERM_COMM] = persistent_comm + bwd_comm;
+        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_TRANSIENT] = casts + plan_act_backward_workspace(m, i, t, &w.in) +
+                             (i == m->n_layers - 1 ? loss_tr : 0);
+        char where[64];
+        snprintf(where, sizeof(where), "backward of %s", l->name);
+        moment(&w, PHASE_BACKWARD, tv, where);
+        acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+        casts -= pu * p->cast_copy_bytes;
+    }
+
+    /* ---- optimizer step ---- */
+    tv[TERM_GRADS] = grads_steady;
+    tv[TERM_COMM] = persistent_comm;
+    tv[TERM_ACTIVATIONS] = 0;
+    double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
+    /* torch's default foreach Adam allocates one state-sized temporary; DeepSpeed's fused
+       optimizers (the mixed-precision regimes) do not */
+    tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0) ? o_local * p->state_bytes : 0;
+    moment(&w, PHASE_STEP, tv, "optimizer step");
+
+    r->fits = r->peak <= c->gpu.mem_bytes;
+    r->headroom = c->gpu.mem_bytes - r->peak;
+    return 0;
+}
+
+int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                             StrategyKind s, int64_t max_b) {
+    TrainSpec tt = *t;
+    MemResult r;
+    tt.micro_batch = 1;
+    plan_memory(m, &tt, c, s, &r);
+    if (!r.fits) return 0;
+    int64_t lo = 1, hi = 2;
+    while (hi <= max_b) {           /* peak grows with b: find an upper bound that fails */
+        tt.micro_batch = hi;
+        plan_memory(m, &tt, c, s, &r);
+        if (!r.fits) break;
+        lo = hi;
+        hi *= 2;
+    }
+    if (hi > max_b) {
+        tt.micro_batch = max_b;
+        plan_memory(m, &tt, c, s, &r);
+        if (r.fits) return max_b;
+        hi = max_b;
+    }
+    while (hi - lo > 1) {           /* lo fits, hi does not */
+        int64_t mid = lo + (hi - lo) / 2;
+        tt.micro_batch = mid;
+        plan_memory(m, &tt, c, s, &r);
+        if (r.fits) lo = mid; else hi = mid;
+    }
+    return lo;
+}

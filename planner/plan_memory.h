@@ -1,0 +1,59 @@
+/* plan_memory.h — the per-GPU memory model. One step is walked phase by phase (end of
+ * forward; backward layer by layer; optimizer step) and the peak is the largest total seen,
+ * not a sum of per-term maxima. The terms reported are those at the peak moment; they add up
+ * to the peak exactly. docs/formulas.md gives every term with its source. */
+#ifndef PLAN_MEMORY_H
+#define PLAN_MEMORY_H
+
+#include <stdint.h>
+#include "plan_gpu.h"
+#include "plan_model.h"
+#include "plan_strategy.h"
+#include "plan_train.h"
+
+typedef enum { TERM_PARAMS = 0, TERM_GRADS, TERM_COMM, TERM_OPTIMIZER, TERM_ACTIVATIONS,
+               TERM_TRANSIENT, TERM_OVERHEAD, TERM_COUNT } TermKind;
+const char *plan_term_name(TermKind k);   /* JSON names: params, grads, comm_buffers, ... */
+
+typedef enum { PHASE_FORWARD = 0, PHASE_BACKWARD, PHASE_STEP, PHASE_COUNT } PhaseKind;
+const char *plan_phase_name(PhaseKind p);
+
+typedef struct {
+    double term[TERM_COUNT];     /* bytes at the peak moment; Σ = peak */
+    double peak;                 /* bytes */
+    PhaseKind peak_phase;
+    char peak_where[64];         /* "end of forward", "backward of block.3", "optimizer step" */
+    double phase_peak[PHASE_COUNT];
+    double model_states;         /* params + grads + optimizer states, fully allocated */
+    /* pieces of TERM_OVERHEAD and context */
+    double cuda_context, cublas_ws, nccl, margin;
+    int nccl_comms;
+    int64_t shard_group;         /* N for sharding (gpus, or gpus per node for hybrid) */
+    int acts_known;              /* 0: activations unknown for this model (reported as such) */
+    int fits;
+    double headroom;             /* capacity - peak (negative = shortfall) */
+} MemResult;
+
+/* Static sizes of one setup (per rank, bytes), shared with the communication model. */
+typedef struct {
+    int64_t n;                   /* shard group size */
+    double psi;                  /* Ψ, parameters */
+    double psi_shard;            /* Σ_u ceil(P_u / n): local elements when sharded */
+    double params, grads, optimizer;     /* steady-state bytes */
+    double largest_unit;         /* elements of the largest non-root unit */
+    double root_unit;            /* elements of the FSDP root unit (outside blocks) */
+} MemSizes;
+
+void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                       StrategyKind s, MemSizes *out);
+/* Returns 0; fills r. The setup must be valid (validated by the caller). */
+int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                MemResult *r);
+/* Largest micro-batch whose peak fits the GPU (0 if none), searching up to max_b. */
+int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                             StrategyKind s, int64_t max_b);
+
+/* DeepSpeed's defaults for its buffers (elements), docs/formulas.md. */
+#define PLAN_DS_REDUCE_BUCKET 5e8
+
+#endif

@@ -1,0 +1,131 @@
+/* plan_report.c — see plan_report.h. */
+#include "plan_report.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "plan_util.h"
+
+int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
+    return t->seq > 0 ? t->seq : m->max_seq;
+}
+
+double plan_report_dropout(const ModelSpec *m, const TrainSpec *t) {
+    return t->dropout >= 0 ? t->dropout : m->dropout;
+}
+
+void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
+    char a[32], b[32];
+    fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
+            plan_fmt_count(plan_model_params(m), a, sizeof(a)), plan_arch_name(m->arch),
+            m->n_layers, m->source);
+    fprintf(f, "# cluster: %lld x %s (%s, %s each), %lld GPUs per node, %lld node%s\n",
+            (long long)c->gpus, c->gpu.name, c->gpu.label,
+            plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof(b)), (long long)c->gpus_per_node,
+            (long long)plan_cluster_nodes(c), plan_cluster_nodes(c) > 1 ? "s" : "");
+    fprintf(f, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, optimizer %s, "
+            "act-ckpt %s, attn %s, dropout %g%s\n", (long long)t->micro_batch,
+            (long long)plan_report_seq(m, t), (long long)t->grad_accum,
+            plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
+            plan_ckpt_name(t->act_ckpt), plan_attn_name(t->attn), plan_report_dropout(m, t),
+            t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
+}
+
+void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                       const Plan *p) {
+    char buf[TERM_COUNT + 3][24];
+    plan_report_header(f, m, t, c);
+    fprintf(f, "# memory per GPU at each strategy's peak moment; terms add up to the peak\n");
+    fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s  %s\n", "strategy", "params",
+            "grads", "comm", "optim", "activ", "transnt", "overhead", "peak", "fits", "headroom",
+            "max_batch", "peak_at");
+    fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s  %s\n", "-", "GiB", "GiB", "GiB",
+            "GiB", "GiB", "GiB", "GiB", "GiB", "-", "GiB", "samples", "-");
+    for (int i = 0; i < p->n_rows; i++) {
+        const StrategyPlan *r = &p->rows[i];
+        fprintf(f, "%-13s", plan_strategy(r->kind)->name);
+        for (int k = 0; k < TERM_COUNT; k++) {
+            if (k == TERM_ACTIVATIONS && !r->mem.acts_known) fprintf(f, " %8s", "unknown");
+            else fprintf(f, " %8s", plan_fmt_gib(r->mem.term[k], buf[k], sizeof(buf[k])));
+        }
+        fprintf(f, " %8s %-4s %9s %9lld  %s\n", plan_fmt_gib(r->mem.peak, buf[TERM_COUNT], 24),
+                r->mem.fits ? "yes" : "OOM", plan_fmt_gib(r->mem.headroom, buf[TERM_COUNT + 1], 24),
+                (long long)r->max_micro_batch, r->mem.peak_where);
+    }
+    if (p->n_rows) {
+        const MemResult *r0 = &p->rows[0].mem;
+        char a[32], b[32], d[32], e[32];
+        fprintf(f, "# overhead = CUDA context %s + cuBLAS workspace %s + NCCL %s (%d communicator%s) "
+                "+ allocator margin (%g%% of allocated)\n",
+                plan_fmt_bytes(r0->cuda_context, a, sizeof(a)), plan_fmt_bytes(r0->cublas_ws, b, sizeof(b)),
+                plan_fmt_bytes(r0->nccl, d, sizeof(d)), r0->nccl_comms, r0->nccl_comms == 1 ? "" : "s",
+                c->margin_is_frac ? c->alloc_margin * 100 : 0);
+        if (!c->margin_is_frac) fprintf(f, "# allocator margin fixed at %s\n", plan_fmt_bytes(c->alloc_margin, e, sizeof(e)));
+        if (!r0->acts_known)
+            fprintf(f, "# activations unknown for this model (no architecture or measurement): "
+                    "peaks exclude them; give activation_bytes_per_sample in a params.json\n");
+    }
+    if (p->recommended >= 0)
+        fprintf(f, "recommendation: %s — %s\n", plan_strategy(p->rows[p->recommended].kind)->name,
+                p->reason);
+    else
+        fprintf(f, "recommendation: none — %s\n", p->reason);
+}
+
+cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    cJSON *jm = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(jm, "name", m->name);
+    cJSON_AddNumberToObject(jm, "params", (double)plan_model_params(m));
+    cJSON_AddStringToObject(jm, "arch", plan_arch_name(m->arch));
+    cJSON_AddNumberToObject(jm, "layers", m->n_layers);
+    cJSON_AddStringToObject(jm, "source", m->source);
+    cJSON *jc = cJSON_AddObjectToObject(root, "cluster");
+    cJSON_AddStringToObject(jc, "gpu", c->gpu.name);
+    cJSON_AddNumberToObject(jc, "gpus", (double)c->gpus);
+    cJSON_AddNumberToObject(jc, "gpus_per_node", (double)c->gpus_per_node);
+    cJSON_AddNumberToObject(jc, "gpu_mem_bytes", c->gpu.mem_bytes);
+    cJSON *jt = cJSON_AddObjectToObject(root, "train");
+    cJSON_AddNumberToObject(jt, "micro_batch", (double)t->micro_batch);
+    cJSON_AddNumberToObject(jt, "seq", (double)plan_report_seq(m, t));
+    cJSON_AddNumberToObject(jt, "grad_accum", (double)t->grad_accum);
+    cJSON_AddStringToObject(jt, "precision", plan_precision(t->precision)->name);
+    cJSON_AddStringToObject(jt, "optimizer", plan_optimizer(t->optimizer)->name);
+    cJSON_AddStringToObject(jt, "act_ckpt", plan_ckpt_name(t->act_ckpt));
+    cJSON_AddStringToObject(jt, "attn", plan_attn_name(t->attn));
+    cJSON_AddNumberToObject(jt, "dropout", plan_report_dropout(m, t));
+    cJSON_AddStringToObject(jt, "activation_layout", plan_impl_name(t->impl));
+    cJSON *js = cJSON_AddArrayToObject(root, "strategies");
+    for (int i = 0; i < p->n_rows; i++) {
+        const StrategyPlan *r = &p->rows[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(js, o);
+        cJSON_AddStringToObject(o, "name", plan_strategy(r->kind)->name);
+        cJSON_AddStringToObject(o, "label", plan_strategy(r->kind)->label);
+        cJSON_AddBoolToObject(o, "fits", r->mem.fits);
+        cJSON_AddNumberToObject(o, "max_micro_batch", (double)r->max_micro_batch);
+        cJSON_AddNumberToObject(o, "model_states_bytes", r->mem.model_states);
+        cJSON_AddNumberToObject(o, "headroom_bytes", r->mem.headroom);
+        cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(r->mem.peak_phase));
+        cJSON_AddStringToObject(o, "peak_at", r->mem.peak_where);
+        cJSON_AddBoolToObject(o, "activations_known", r->mem.acts_known);
+        cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+        for (int k = 0; k < TERM_COUNT; k++)
+            cJSON_AddNumberToObject(mem, plan_term_name((TermKind)k), r->mem.term[k]);
+        cJSON_AddNumberToObject(mem, "peak", r->mem.peak);
+        cJSON *ov = cJSON_AddObjectToObject(o, "overhead_detail");
+        cJSON_AddNumberToObject(ov, "cuda_context", r->mem.cuda_context);
+        cJSON_AddNumberToObject(ov, "cublas_workspace", r->mem.cublas_ws);
+        cJSON_AddNumberToObject(ov, "nccl", r->mem.nccl);
+        cJSON_AddNumberToObject(ov, "allocator_margin", r->mem.margin);
+        cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
+        for (int k = 0; k < PHASE_COUNT; k++)
+            cJSON_AddNumberToObject(ph, plan_phase_name((PhaseKind)k), r->mem.phase_peak[k]);
+    }
+    cJSON *rec = cJSON_AddObjectToObject(root, "recommendation");
+    if (p->recommended >= 0) cJSON_AddStringToObject(rec, "strategy", plan_strategy(p->rows[p->recommended].kind)->name);
+    else cJSON_AddNullToObject(rec, "strategy");
+    cJSON_AddStringToObject(rec, "reason", p->reason);
+    return root;
+}

@@ -1,0 +1,20 @@
+/* plan_report.h — a Plan for people (a table with a units row; non-data lines start with '#')
+ * and for scripts (JSON, the contract in docs/json.md). Memory in binary GiB (2^30 B). */
+#ifndef PLAN_REPORT_H
+#define PLAN_REPORT_H
+
+#include <stdio.h>
+#include "plan_plan.h"
+
+typedef struct cJSON cJSON;
+
+void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c);
+void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                       const Plan *p);
+/* The whole plan as a JSON object (caller deletes it). NULL when out of memory. */
+cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p);
+/* The resolved sequence length (t->seq, or the model's context). */
+int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t);
+double plan_report_dropout(const ModelSpec *m, const TrainSpec *t);
+
+#endif

@@ -1,0 +1,40 @@
+/* plan_strategy.h — data-parallel strategies as data. Each row says what it shards (optimizer
+ * state, gradients, parameters), over which group, and which buffers it keeps; the memory
+ * model (and the communication model) read this one table. */
+#ifndef PLAN_STRATEGY_H
+#define PLAN_STRATEGY_H
+
+enum {
+    SHARD_OPT = 1,      /* optimizer state (and fp32 master weights) */
+    SHARD_GRAD = 2,     /* gradients */
+    SHARD_PARAM = 4,    /* parameters */
+};
+
+typedef enum {
+    BUF_NONE = 0,
+    BUF_DDP_BUCKETS,    /* PyTorch DDP: persistent flat bucket copy of all gradients */
+    BUF_DS_REDUCE,      /* DeepSpeed stage 1/2: reduce (IPG) bucket of reduce_bucket_size */
+    BUF_DS_STAGE3,      /* DeepSpeed stage 3: gathered layers in flight + reduce bucket */
+    BUF_FSDP_FULL,      /* FSDP FULL_SHARD: root unit + 2 units in flight + 2 RS buffers */
+    BUF_FSDP_GRAD_OP,   /* FSDP SHARD_GRAD_OP: all units unsharded from fwd through bwd */
+} BufferKind;
+
+typedef struct {
+    const char *name;        /* --strategy value */
+    const char *label;       /* what users call it */
+    unsigned shard;          /* SHARD_* bits */
+    int group_node;          /* 1: shard inside a node only (HYBRID_SHARD), replicate across */
+    BufferKind buffers;
+    int grads_persistent;    /* 1: gradient memory lives across steps (DeepSpeed); 0: allocated
+                                during backward, freed by zero_grad(set_to_none) (PyTorch) */
+    int simplicity;          /* order of preference when several fit: lower = simpler */
+} Strategy;
+
+typedef enum { STRAT_DDP = 0, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3, STRAT_FSDP_FULL,
+               STRAT_FSDP_GRAD_OP, STRAT_FSDP_HYBRID, STRAT_COUNT } StrategyKind;
+
+const Strategy *plan_strategy(StrategyKind k);
+int plan_strategy_by_name(const char *name);   /* -1 if unknown */
+const char *plan_strategy_names(void);         /* "ddp, zero1, ..." */
+
+#endif

@@ -1,0 +1,68 @@
+/* plan_train.c — precision and optimizer tables (REFERENCE: "Bytes per parameter").
+ *   regime      params grads master states act
+ *   fp32          4     4     0     4      4
+ *   amp-*         4     4     0     4      2   torch.autocast; +2 B/param cached casts
+ *   mixed-*       2     2     4     4      2   DeepSpeed/Megatron: K = 4 + 4 + 4 = 12
+ *   bf16          2     2     0     2      2   pure bf16, torch AdamW keeps bf16 states */
+#include "plan_train.h"
+
+#include <string.h>
+
+static const PrecisionSpec PRECISIONS[PREC_COUNT] = {
+    {"fp32", "fp32 params, grads and compute", 4, 4, 0, 4, 4, 0, 0, PEAK_FP32},
+    {"amp-fp16", "torch.autocast fp16: fp32 params/grads, fp16 compute", 4, 4, 0, 4, 2, 1, 2, PEAK_FP16},
+    {"amp-bf16", "torch.autocast bf16: fp32 params/grads, bf16 compute", 4, 4, 0, 4, 2, 1, 2, PEAK_BF16},
+    {"mixed-fp16", "fp16 params/grads, fp32 master weights (DeepSpeed/Megatron)", 2, 2, 4, 4, 2, 0, 0, PEAK_FP16},
+    {"mixed-bf16", "bf16 params/grads, fp32 master weights (DeepSpeed/Megatron)", 2, 2, 4, 4, 2, 0, 0, PEAK_BF16},
+    {"bf16", "pure bf16: params, grads and AdamW states in bf16", 2, 2, 0, 2, 2, 0, 0, PEAK_BF16},
+};
+
+static const OptimizerSpec OPTIMIZERS[OPT_COUNT] = {
+    {"adamw", 2, 1},
+    {"adam", 2, 1},
+    {"sgd", 0, 0},
+    {"sgd-momentum", 1, 0},
+};
+
+static const char *const ATTN_NAMES[ATTN_COUNT] = {"eager", "sdpa"};
+static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full"};
+static const char *const IMPL_NAMES[IMPL_COUNT] = {"pytorch", "engine"};
+
+void plan_train_defaults(TrainSpec *t) {
+    memset(t, 0, sizeof(*t));
+    t->micro_batch = 1;
+    t->grad_accum = 1;
+    t->precision = PREC_AMP_BF16;
+    t->optimizer = OPT_ADAMW;
+    t->attn = ATTN_SDPA;
+    t->act_ckpt = CKPT_NONE;
+    t->dropout = -1;
+    t->impl = IMPL_PYTORCH;
+}
+
+const PrecisionSpec *plan_precision(PrecisionKind k) { return &PRECISIONS[k]; }
+const OptimizerSpec *plan_optimizer(OptimizerKind k) { return &OPTIMIZERS[k]; }
+
+int plan_precision_by_name(const char *s) {
+    for (int i = 0; i < PREC_COUNT; i++) if (strcmp(s, PRECISIONS[i].name) == 0) return i;
+    return -1;
+}
+int plan_optimizer_by_name(const char *s) {
+    for (int i = 0; i < OPT_COUNT; i++) if (strcmp(s, OPTIMIZERS[i].name) == 0) return i;
+    return -1;
+}
+static int by_name(const char *s, const char *const *names, int n) {
+    for (int i = 0; i < n; i++) if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+int plan_attn_by_name(const char *s) { return by_name(s, ATTN_NAMES, ATTN_COUNT); }
+int plan_ckpt_by_name(const char *s) { return by_name(s, CKPT_NAMES, CKPT_COUNT); }
+int plan_impl_by_name(const char *s) { return by_name(s, IMPL_NAMES, IMPL_COUNT); }
+const char *plan_attn_name(AttnKind a) { return ATTN_NAMES[a]; }
+const char *plan_ckpt_name(CkptKind c) { return CKPT_NAMES[c]; }
+const char *plan_impl_name(ImplKind i) { return IMPL_NAMES[i]; }
+
+const char *plan_precision_names(void) {
+    return "fp32, amp-fp16, amp-bf16, mixed-fp16, mixed-bf16, bf16";
+}
+const char *plan_optimizer_names(void) { return "adamw, adam, sgd, sgd-momentum"; }

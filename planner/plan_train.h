@@ -1,0 +1,70 @@
+/* plan_train.h — the training setup: micro-batch, sequence, accumulation, precision regime,
+ * optimizer, activation checkpointing, attention implementation, dropout. Precision regimes
+ * and optimizers are tables (docs/formulas.md gives each row's bytes and source). */
+#ifndef PLAN_TRAIN_H
+#define PLAN_TRAIN_H
+
+#include <stdint.h>
+
+typedef enum { PREC_FP32 = 0, PREC_AMP_FP16, PREC_AMP_BF16, PREC_MIXED_FP16, PREC_MIXED_BF16,
+               PREC_BF16, PREC_COUNT } PrecisionKind;
+typedef enum { PEAK_FP32 = 0, PEAK_FP16, PEAK_BF16 } PeakKind;
+
+typedef struct {
+    const char *name;        /* --precision value */
+    const char *what;        /* one-line description */
+    int param_bytes;         /* bytes per parameter the forward reads */
+    int grad_bytes;          /* bytes per gradient element (and DDP bucket element) */
+    int master_bytes;        /* fp32 master copy held by the optimizer (mixed: 4) */
+    int state_bytes;         /* bytes per optimizer-state element (m, v, momentum) */
+    int act_bytes;           /* compute dtype of activations (X) */
+    int autocast;            /* torch.autocast: fp32 softmax/pow, cached cast copies */
+    int cast_copy_bytes;     /* autocast's cached low-precision weight copies per param */
+    PeakKind peak;           /* which peak FLOP/s applies */
+} PrecisionSpec;
+
+typedef enum { OPT_ADAMW = 0, OPT_ADAM, OPT_SGD, OPT_SGD_MOMENTUM, OPT_COUNT } OptimizerKind;
+
+typedef struct {
+    const char *name;
+    int states;              /* state tensors per parameter (Adam: m, v) */
+    int foreach_temp;        /* torch foreach step() allocates one state-sized temporary */
+} OptimizerSpec;
+
+typedef enum { ATTN_EAGER = 0, ATTN_SDPA, ATTN_COUNT } AttnKind;
+typedef enum { CKPT_NONE = 0, CKPT_FULL, CKPT_COUNT } CkptKind;
+/* Whose saved-tensor layout the activation model follows. */
+typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
+
+typedef struct {
+    int64_t micro_batch;     /* per GPU */
+    int64_t seq;             /* 0 = the model's context */
+    int64_t grad_accum;
+    PrecisionKind precision;
+    OptimizerKind optimizer;
+    CkptKind act_ckpt;
+    AttnKind attn;
+    double dropout;          /* < 0 = the model's default */
+    ImplKind impl;
+    int grad_as_bucket_view; /* DDP: gradients are views into the buckets (no copy) */
+    int syncbn;              /* SyncBatchNorm (models with BN) */
+} TrainSpec;
+
+void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */
+
+const PrecisionSpec *plan_precision(PrecisionKind k);
+const OptimizerSpec *plan_optimizer(OptimizerKind k);
+/* Lookups by name; -1 if unknown. */
+int plan_precision_by_name(const char *s);
+int plan_optimizer_by_name(const char *s);
+int plan_attn_by_name(const char *s);
+int plan_ckpt_by_name(const char *s);
+int plan_impl_by_name(const char *s);
+const char *plan_attn_name(AttnKind a);
+const char *plan_ckpt_name(CkptKind c);
+const char *plan_impl_name(ImplKind i);
+/* "fp32, amp-fp16, ..." for messages and --help. */
+const char *plan_precision_names(void);
+const char *plan_optimizer_names(void);
+
+#endif

@@ -1,0 +1,100 @@
+/* plan_util.c — see plan_util.h. */
+#include "plan_util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int plan_parse_double(const char *s, double lo, double hi, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int plan_parse_int(const char *s, long long lo, long long hi, long long *out) {
+    double v;
+    if (plan_parse_double(s, -9.2e18, 9.2e18, &v)) return -1;
+    if (v != floor(v) || v < (double)lo || v > (double)hi) return -1;
+    *out = (long long)v;
+    return 0;
+}
+
+int plan_parse_size(const char *s, double *bytes) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v < 0) return -1;
+    while (*end == ' ') end++;
+    static const struct { const char *suffix; double mult; } UNITS[] = {
+        {"", 1}, {"B", 1}, {"K", KIB}, {"KB", KIB}, {"KiB", KIB}, {"M", MIB}, {"MB", MIB},
+        {"MiB", MIB}, {"G", GIB}, {"GB", GIB}, {"GiB", GIB}, {"T", GIB * 1024}, {"TB", GIB * 1024},
+        {"TiB", GIB * 1024},
+    };
+    for (size_t i = 0; i < sizeof(UNITS) / sizeof(UNITS[0]); i++) {
+        if (strcasecmp(end, UNITS[i].suffix) == 0) {
+            double b = v * UNITS[i].mult;
+            if (b > 1e18) return -1;
+            *bytes = b;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int plan_parse_size_or_percent(const char *s, double *value, int *is_frac) {
+    size_t n = s ? strlen(s) : 0;
+    if (n > 1 && s[n - 1] == '%') {
+        char tmp[64];
+        if (n >= sizeof(tmp)) return -1;
+        memcpy(tmp, s, n - 1);
+        tmp[n - 1] = 0;
+        double p;
+        if (plan_parse_double(tmp, 0, 100, &p)) return -1;
+        *value = p / 100.0;
+        *is_frac = 1;
+        return 0;
+    }
+    *is_frac = 0;
+    return plan_parse_size(s, value);
+}
+
+const char *plan_fmt_bytes(double b, char *buf, size_t len) {
+    if (b >= GIB) snprintf(buf, len, "%.2f GiB", b / GIB);
+    else if (b >= MIB) snprintf(buf, len, "%.2f MiB", b / MIB);
+    else if (b >= KIB) snprintf(buf, len, "%.2f KiB", b / KIB);
+    else snprintf(buf, len, "%.0f B", b);
+    return buf;
+}
+
+const char *plan_fmt_gib(double b, char *buf, size_t len) {
+    snprintf(buf, len, "%.2f", b / GIB);
+    return buf;
+}
+
+const char *plan_fmt_count(long long n, char *buf, size_t len) {
+    char tmp[32];
+    snprintf(tmp, sizeof(tmp), "%lld", n < 0 ? -n : n);
+    size_t d = strlen(tmp), o = 0;
+    if (n < 0 && o + 1 < len) buf[o++] = '-';
+    for (size_t i = 0; i < d && o + 1 < len; i++) {
+        if (i && (d - i) % 3 == 0 && o + 1 < len) buf[o++] = ',';
+        if (o + 1 < len) buf[o++] = tmp[i];
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+int plan_lookup(const char *name, const char *const *names, int n) {
+    for (int i = 0; i < n && names[i]; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}

@@ -1,0 +1,30 @@
+/* plan_util.h — parsing and formatting shared by the planner and the CLI. Sizes take binary
+ * suffixes: KiB/MiB/GiB/TiB, and K/M/G/T (also KB, MB, GB, TB) mean the same binary units (a
+ * bare "24G" is 24 GiB, as nvidia-smi and PyTorch report memory); plain numbers are bytes. */
+#ifndef PLAN_UTIL_H
+#define PLAN_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KIB 1024.0
+#define MIB (1024.0 * 1024.0)
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* All return 0 on success, -1 if the text is not a valid value in [lo, hi]. */
+int plan_parse_size(const char *s, double *bytes);            /* "24GiB", "512M", "1e9" */
+int plan_parse_int(const char *s, long long lo, long long hi, long long *out);  /* "8", "1e6" */
+int plan_parse_double(const char *s, double lo, double hi, double *out);
+/* "5%" -> fraction 0.05 (*is_frac = 1) or a size (*is_frac = 0). */
+int plan_parse_size_or_percent(const char *s, double *value, int *is_frac);
+
+/* "12.34 GiB" into buf (binary units, 2 decimals), returns buf. */
+const char *plan_fmt_bytes(double bytes, char *buf, size_t len);
+/* Fixed GiB with 2 decimals, no unit: "12.34". */
+const char *plan_fmt_gib(double bytes, char *buf, size_t len);
+/* 1234567 -> "1,234,567". */
+const char *plan_fmt_count(long long n, char *buf, size_t len);
+/* Index of name in a NULL-terminated or counted array of names, or -1. */
+int plan_lookup(const char *name, const char *const *names, int n);
+
+#endif

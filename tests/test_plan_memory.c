@@ -1,0 +1,272 @@
+/* test_plan_memory.c — the zoo's exact parameter counts, the ZeRO paper's Figure 1, each
+ * memory term against its formula, the peak-over-phases rule and the largest micro-batch. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "plan_activ.h"
+#include "plan_memory.h"
+#include "plan_plan.h"
+#include "plan_zoo.h"
+
+static ModelSpec zoo(const char *name) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_zoo_build(&m, name, msg, sizeof(msg)), 0, "%s", msg);
+    return m;
+}
+
+static void setup_cluster(ClusterSpec *c, int64_t gpus, int64_t gpn) {
+    plan_cluster_defaults(c);
+    c->gpus = gpus;
+    c->gpus_per_node = gpn;
+}
+
+Test(zoo, parameter_counts_should_equal_the_reference_implementations) {
+    static const struct { const char *name; long long params; } REF[] = {
+        {"gpt2", 124439808LL}, {"gpt2-medium", 354823168LL}, {"gpt2-large", 774030080LL},
+        {"gpt2-xl", 1557611200LL}, {"llama2-7b", 6738415616LL}, {"llama2-13b", 13015864320LL},
+        {"llama2-70b", 68976648192LL}, {"bert-base", 109514298LL}, {"bert-large", 335174458LL},
+        {"resnet50", 25557032LL},
+    };
+    for (size_t i = 0; i < sizeof(REF) / sizeof(REF[0]); i++) {
+        ModelSpec m = zoo(REF[i].name);
+        cr_expect_eq(plan_model_params(&m), REF[i].params, "%s: %lld != %lld", REF[i].name,
+                     (long long)plan_model_params(&m), REF[i].params);
+        plan_model_free(&m);
+    }
+}
+
+Test(zoo, resnet50_should_keep_53_batchnorm_layers_with_their_channels) {
+    ModelSpec m = zoo("resnet50");
+    int64_t sum = 0;
+    cr_expect_eq(plan_model_bn_layers(&m, &sum), 53);
+    cr_expect_eq(sum, 26560);
+    plan_model_free(&m);
+}
+
+Test(zoo, unknown_model_should_be_refused_with_the_valid_names) {
+    ModelSpec m;
+    char msg[512];
+    cr_assert_eq(plan_zoo_build(&m, "gpt5", msg, sizeof(msg)), -1);
+    cr_expect(strstr(msg, "gpt5") && strstr(msg, "gpt2-xl") && strstr(msg, "resnet50"), "%s", msg);
+}
+
+/* ZeRO paper Figure 1: Ψ = 7.5B, N = 64, K = 12 (mixed precision Adam). */
+Test(memory, model_states_should_match_zero_paper_figure_1) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_model_generic(&m, "generic", 7500000000LL, 32, msg, sizeof(msg)), 0);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_FP16;
+    t.optimizer = OPT_ADAM;
+    ClusterSpec c;
+    setup_cluster(&c, 64, 8);
+    static const struct { StrategyKind k; double gb; } EXP[] = {
+        {STRAT_DDP, 120.0}, {STRAT_ZERO1, 31.4}, {STRAT_ZERO2, 16.6}, {STRAT_ZERO3, 1.875},
+    };
+    for (size_t i = 0; i < 4; i++) {
+        MemResult r;
+        plan_memory(&m, &t, &c, EXP[i].k, &r);
+        cr_expect(fabs(r.model_states / 1e9 - EXP[i].gb) < 0.05, "%s: %.4f GB, expected %.3f",
+                  plan_strategy(EXP[i].k)->name, r.model_states / 1e9, EXP[i].gb);
+    }
+    plan_model_free(&m);
+}
+
+Test(memory, ddp_should_keep_a_bucket_copy_of_gradients_unless_grads_are_bucket_views) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    setup_cluster(&c, 8, 8);
+    MemResult r;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    double psi = (double)plan_model_params(&m);
+    cr_expect_eq(r.term[TERM_PARAMS], 4 * psi);          /* amp: fp32 params */
+    cr_expect_eq(r.term[TERM_COMM], 4 * psi);            /* fp32 bucket copy */
+    cr_expect_eq(r.term[TERM_OPTIMIZER], 8 * psi);       /* AdamW m, v fp32 */
+    t.grad_as_bucket_view = 1;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect_eq(r.term[TERM_COMM], 0);
+    plan_model_free(&m);
+}
+
+Test(memory, sharded_terms_should_use_per_unit_padding_to_a_multiple_of_n) {
+    ModelSpec m = zoo("gpt2-xl");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    setup_cluster(&c, 7, 7);     /* 7 does not divide most unit sizes */
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    double expect = 0;
+    for (int i = 0; i < m.n_layers; i++) expect += ceil((double)m.layers[i].params / 7.0);
+    cr_expect_eq(z.psi_shard, expect);
+    cr_expect_eq(z.params, 4 * expect);
+    cr_expect_eq(z.optimizer, 8 * expect);
+    cr_expect_gt(z.psi_shard * 7, z.psi);
+    plan_model_free(&m);
+}
+
+Test(memory, overhead_should_be_context_plus_cublas_plus_nccl_plus_margin) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    setup_cluster(&c, 8, 8);
+    MemResult r;
+    plan_memory(&m, &t, &c, STRAT_ZERO2, &r);
+    double managed = 0;
+    for (int k = 0; k < TERM_OVERHEAD; k++) managed += r.term[k];
+    double expect = c.cuda_context + c.gpu.cublas_ws_bytes + c.nccl_per_comm + 0.05 * managed;
+    cr_expect(fabs(r.term[TERM_OVERHEAD] - expect) < 1, "%f vs %f", r.term[TERM_OVERHEAD], expect);
+    double sum = 0;
+    for (int k = 0; k < TERM_COUNT; k++) sum += r.term[k];
+    cr_expect(fabs(sum - r.peak) < 1e-3 * r.peak, "terms should add up to the peak");
+    /* one GPU: no NCCL communicator */
+    setup_cluster(&c, 1, 1);
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect_eq(r.nccl, 0);
+    plan_model_free(&m);
+}
+
+Test(memory, peak_should_be_the_largest_phase_total_not_a_sum_of_term_maxima) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.micro_batch = 4;
+    ClusterSpec c;
+    setup_cluster(&c, 8, 8);
+    MemResult r;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    double mx = 0;
+    for (int k = 0; k < PHASE_COUNT; k++) if (r.phase_peak[k] > mx) mx = r.phase_peak[k];
+    cr_expect_eq(r.peak, mx);
+    /* activations peak in backward, the optimizer temporary in the step: never both */
+    cr_expect_gt(r.phase_peak[PHASE_BACKWARD], r.phase_peak[PHASE_STEP]);
+    double psi = (double)plan_model_params(&m);
+    cr_expect_eq(r.term[TERM_TRANSIENT] == 4 * psi, 0, "the optimizer temporary is not in the backward peak");
+    plan_model_free(&m);
+}
+
+Test(activations, gpt2_eager_blocks_should_match_the_measured_hugging_face_coefficients) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.attn = ATTN_EAGER;
+    double h = 768, a = 12, lin, quad;
+    t.precision = PREC_AMP_BF16;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin, &quad);
+    cr_expect_eq(lin, 86 * h + 16);
+    cr_expect_eq(quad, 7 * a);
+    t.precision = PREC_FP32;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin, &quad);
+    cr_expect_eq(lin, 114 * h + 16);
+    cr_expect_eq(quad, 9 * a);
+    /* pure bf16 with a fused GELU is Megatron's 34 s b h + 5 a s^2 b */
+    m.mlp = MLP_GELU;
+    t.precision = PREC_BF16;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin, &quad);
+    cr_expect_eq(lin, 34 * h + 16);
+    cr_expect_eq(quad, 5 * a);
+    /* SDPA drops the s^2 term and keeps an fp32 log-sum-exp per head */
+    t.attn = ATTN_SDPA;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin, &quad);
+    cr_expect_eq(quad, 0);
+    cr_expect_eq(lin, 34 * h + 16 + 4 * a);
+    plan_model_free(&m);
+}
+
+Test(activations, checkpointing_should_keep_only_block_inputs) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.micro_batch = 2;
+    ClusterSpec c;
+    setup_cluster(&c, 1, 1);
+    MemResult full, ck;
+    plan_memory(&m, &t, &c, STRAT_DDP, &full);
+    t.act_ckpt = CKPT_FULL;
+    plan_memory(&m, &t, &c, STRAT_DDP, &ck);
+    cr_expect_lt(ck.peak, full.peak);
+    ActInputs in = {2, 1024, 0.1};
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 1, &t, &in), 2.0 * 1024 * 4 * 768);
+    plan_model_free(&m);
+}
+
+Test(memory, max_micro_batch_should_be_the_largest_batch_that_fits) {
+    ModelSpec m = zoo("gpt2-medium");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    setup_cluster(&c, 8, 8);
+    int64_t b = plan_max_micro_batch(&m, &t, &c, STRAT_DDP, 65536);
+    cr_assert_gt(b, 0);
+    MemResult r;
+    t.micro_batch = b;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect(r.fits);
+    t.micro_batch = b + 1;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect(!r.fits);
+    plan_model_free(&m);
+}
+
+Test(memory, more_gpus_should_never_raise_per_gpu_model_states) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    for (int k = 0; k < STRAT_COUNT; k++) {
+        double prev = INFINITY;
+        for (int64_t n = 1; n <= 4096; n *= 2) {
+            ClusterSpec c;
+            setup_cluster(&c, n, n < 8 ? n : 8);
+            MemResult r;
+            plan_memory(&m, &t, &c, (StrategyKind)k, &r);
+            cr_expect_leq(r.model_states, prev, "%s at %lld GPUs", plan_strategy((StrategyKind)k)->name, (long long)n);
+            prev = r.model_states;
+        }
+    }
+    plan_model_free(&m);
+}
+
+Test(plan, should_recommend_ddp_when_it_fits_and_shard_when_it_does_not) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    setup_cluster(&c, 8, 8);
+    Plan p;
+    plan_run(&m, &t, &c, (1u << STRAT_COUNT) - 1, &p);
+    cr_assert_geq(p.recommended, 0);
+    cr_expect_eq(p.rows[p.recommended].kind, STRAT_DDP);
+    plan_model_free(&m);
+    m = zoo("gpt2-xl");
+    c.gpu.mem_bytes = 24.0 * 1024 * 1024 * 1024;
+    plan_run(&m, &t, &c, (1u << STRAT_COUNT) - 1, &p);
+    cr_expect(!p.rows[0].mem.fits, "DDP should not fit gpt2-xl in 24 GiB");
+    cr_assert_geq(p.recommended, 0);
+    cr_expect_neq(p.rows[p.recommended].kind, STRAT_DDP);
+    cr_expect(p.rows[p.recommended].mem.fits);
+    plan_model_free(&m);
+}
+
+Test(memory, absurd_sizes_should_plan_without_overflow) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_model_generic(&m, "huge", 1000000000000000LL, 32, msg, sizeof(msg)), 0);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    setup_cluster(&c, 1000000, 8);
+    Plan p;
+    plan_run(&m, &t, &c, (1u << STRAT_COUNT) - 1, &p);
+    for (int i = 0; i < p.n_rows; i++) {
+        cr_expect(isfinite(p.rows[i].mem.peak) && p.rows[i].mem.peak > 0);
+        cr_expect_geq(p.rows[i].max_micro_batch, 0);
+    }
+    cr_expect(!p.rows[0].mem.fits, "DDP cannot hold 1e15 parameters");
+    plan_model_free(&m);
+}
