@@ -1,0 +1,142 @@
+/* test_cli.c — the command line as a user meets it: the main job, JSON keys, exit codes and
+ * one-line errors for bad input. Runs build/memplan (or $BUILD/memplan). */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static char out[1 << 20];
+
+/* Runs memplan with args; returns the exit status, output (stdout+stderr) in out. */
+static int run(const char *args) {
+    const char *b = getenv("BUILD");
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s/memplan %s 2>&1", b && *b ? b : "build", args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+Test(cli, main_job_should_plan_every_strategy_and_recommend) {
+    cr_assert_eq(run("--model gpt2-xl --gpus 8"), 0, "%s", out);
+    const char *names[] = {"ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"};
+    for (int i = 0; i < 7; i++) cr_expect(strstr(out, names[i]), "missing %s", names[i]);
+    cr_expect(strstr(out, "recommendation: "));
+    cr_expect(strstr(out, "GiB"));
+}
+
+Test(cli, gpt2_xl_on_24_gib_should_not_fit_ddp_and_name_a_strategy_that_fits) {
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --gpu-mem 24GiB --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "output is not JSON: %.200s", out);
+    cJSON *s = cJSON_GetObjectItem(j, "strategies");
+    cJSON *ddp = cJSON_GetArrayItem(s, 0);
+    cr_expect_str_eq(cJSON_GetObjectItem(ddp, "name")->valuestring, "ddp");
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(ddp, "fits")));
+    const char *rec = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "recommendation"), "strategy")->valuestring;
+    cr_assert_not_null(rec);
+    cr_expect_str_neq(rec, "ddp");
+    cJSON *e;
+    int found = 0;
+    cJSON_ArrayForEach(e, s) if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, rec) == 0) {
+        found = 1;
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(e, "fits")));
+    }
+    cr_expect(found);
+    cJSON_Delete(j);
+}
+
+Test(cli, json_should_carry_every_contract_key) {
+    cr_assert_eq(run("--model gpt2 --gpus 4 --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    const char *top[][2] = {{"model", "name"}, {"model", "params"}, {"cluster", "gpu"},
+        {"cluster", "gpus"}, {"cluster", "gpus_per_node"}, {"cluster", "gpu_mem_bytes"},
+        {"train", "micro_batch"}, {"train", "seq"}, {"train", "grad_accum"}, {"train", "precision"},
+        {"train", "optimizer"}, {"train", "act_ckpt"}, {"train", "attn"}, {"train", "dropout"},
+        {"recommendation", "strategy"}, {"recommendation", "reason"}};
+    for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
+        cr_expect_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, top[i][0]), top[i][1]),
+                           "missing %s.%s", top[i][0], top[i][1]);
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "params")->valuedouble, 124439808.0);
+    cJSON *s = cJSON_GetObjectItem(j, "strategies");
+    cr_assert_eq(cJSON_GetArraySize(s), 7);
+    cJSON *e;
+    cJSON_ArrayForEach(e, s) {
+        const char *k[] = {"name", "fits", "max_micro_batch", "model_states_bytes", "memory"};
+        for (int i = 0; i < 5; i++) cr_expect_not_null(cJSON_GetObjectItem(e, k[i]), "missing %s", k[i]);
+        const char *mk[] = {"params", "grads", "comm_buffers", "optimizer", "activations", "transient", "overhead", "peak"};
+        for (int i = 0; i < 8; i++)
+            cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "memory"), mk[i])), "memory.%s", mk[i]);
+    }
+    cJSON_Delete(j);
+}
+
+Test(cli, one_strategy_by_name_should_give_one_row) {
+    cr_assert_eq(run("--model gpt2 --gpus 2 --strategy zero2 --json"), 0);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 1);
+    cJSON_Delete(j);
+}
+
+Test(cli, help_should_show_the_defaults) {
+    cr_assert_eq(run("--help"), 0);
+    cr_expect(strstr(out, "default amp-bf16") && strstr(out, "default adamw") && strstr(out, "default sdpa"));
+    cr_expect(strstr(out, "a100-40gb"));
+}
+
+Test(cli, models_and_gpus_should_list_the_tables) {
+    cr_assert_eq(run("models"), 0);
+    cr_expect(strstr(out, "1,557,611,200") && strstr(out, "25,557,032"));
+    cr_assert_eq(run("gpus"), 0);
+    cr_expect(strstr(out, "h100-80gb") && strstr(out, "titan-rtx"));
+}
+
+/* Each bad input: exit 2 and one line naming the bad value. */
+static void expect_usage_error(const char *args, const char *fragment) {
+    int rc = run(args);
+    cr_expect_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_expect(strstr(out, fragment), "'%s' said: %s", args, out);
+    cr_expect_eq(lines(out), 1, "'%s' printed %d lines: %s", args, lines(out), out);
+}
+
+Test(cli, bad_input_should_get_one_line_and_exit_2) {
+    expect_usage_error("--model gpt5 --gpus 8", "unknown model 'gpt5'");
+    expect_usage_error("--model gpt2 --gpu b200", "unknown --gpu 'b200'");
+    expect_usage_error("--model gpt2 --strategy zero4", "unknown --strategy 'zero4'");
+    expect_usage_error("--model gpt2 --precision fp8", "unknown --precision 'fp8'");
+    expect_usage_error("--model gpt2 --optimizer lion", "unknown --optimizer 'lion'");
+    expect_usage_error("--model gpt2 --gpus 0", "--gpus '0'");
+    expect_usage_error("--model gpt2 --gpus -3", "--gpus '-3'");
+    expect_usage_error("--model gpt2 --gpus eight", "--gpus 'eight'");
+    expect_usage_error("--model gpt2 --gpus 1e12", "--gpus '1e12'");
+    expect_usage_error("--model gpt2 --batch 0", "--batch '0'");
+    expect_usage_error("--model gpt2 --gpu-mem 24XB", "--gpu-mem '24XB'");
+    expect_usage_error("--model gpt2 --dropout 1.5", "--dropout '1.5'");
+    expect_usage_error("--model gpt2 --alloc-margin 200%", "--alloc-margin '200%'");
+    expect_usage_error("--params -5", "--params '-5'");
+    expect_usage_error("--gpus 8", "no model");
+    expect_usage_error("--model gpt2 --bogus", "unknown option '--bogus'");
+    expect_usage_error("--model gpt2 --gpus", "--gpus needs a value");
+    expect_usage_error("--model gpt2 --gpu v100-16gb --precision amp-bf16", "bf16");
+    expect_usage_error("frobnicate", "unknown command 'frobnicate'");
+}
+
+Test(cli, absurd_but_valid_sizes_should_plan_cleanly) {
+    cr_expect_eq(run("--params 1e15 --gpus 8"), 0, "%s", out);
+    cr_expect(strstr(out, "nothing fits") || strstr(out, "recommendation"));
+    cr_expect_eq(run("--model gpt2 --gpus 1000000"), 0, "%s", out);
+    cr_expect(strstr(out, "recommendation"));
+    cr_expect_eq(run("--params 7.5e9 --gpus 64 --precision mixed-fp16 --optimizer adam --json"), 0);
+}
