@@ -21,8 +21,9 @@ typedef struct CommReq CommReq;     /* opaque; completed and freed by comm_wait 
 
 /* Initializes MPI if needed (MPI_Init_thread), or runs alone as COMM_SELF when kind is
  * COMM_SELF. For COMM_NCCL, MPI is initialized too and bootstraps the NCCL communicator on
- * device `dev_handle` (opaque; NULL for CPU). timeout_s bounds every wait. Returns NULL with
- * a message in err on failure. */
+ * GPU local_rank % (number of GPUs), the GPU exec_device_create picks for the same local rank.
+ * timeout_s bounds every wait (<= 0: 300 s). Returns NULL with a message in err on failure
+ * ("built without NCCL ..." when compiled out). */
 Comm *comm_create(CommKind kind, int *argc, char ***argv, double timeout_s, char *err, size_t errlen);
 void comm_destroy(Comm *c);          /* finalizes MPI if comm_create initialized it */
 CommKind comm_kind(const Comm *c);
@@ -35,7 +36,8 @@ void comm_set_stream(Comm *c, void *cuda_stream);          /* NCCL: stream for c
 /* Collectives. count = elements. req == NULL: blocking. All return 0 or -1 (error printed,
  * with the rank, and the communicator should then be aborted). Sizes:
  *   all_reduce:     send[count] -> recv[count] (send == recv allowed: in place)
- *   reduce_scatter: send[count * size] -> recv[count]   (rank r receives block r)
+ *   reduce_scatter: send[count * size] -> recv[count]   (rank r receives block r;
+ *                   in place: send == recv, the result lands in the first block)
  *   all_gather:     send[count] -> recv[count * size]   (in place allowed: send == recv + r*count)
  *   all_gather_v:   send[counts[rank]] -> recv at displs[r] for each r
  *   broadcast:      buf[count] from root */
@@ -56,5 +58,23 @@ void comm_abort(Comm *c, const char *why);
 /* Checks that every rank passed the same 64-bit value (e.g. a hash of the configuration).
  * Returns 0 if equal; -1 otherwise, with the first differing rank in *bad_rank. */
 int comm_check_same(Comm *c, unsigned long long value, int *bad_rank);
+
+/* ---- additions ---- */
+/* Reductions under MPI take fp32, fp64, int32, uint8; bf16/fp16 are refused with an error
+ * there (they move as 2-byte units in gathers and broadcasts) and reduced natively by NCCL.
+ * Blocking calls are issued non-blocking and waited for, so every call obeys the timeout;
+ * on timeout the rank prints "rank R: collective X timed out after T s (a peer may have died
+ * or stalled)" and aborts the job (ncclCommAbort, MPI_Abort). A blocking call counts its time
+ * from issue to completion; a non-blocking one is counted when it completes, in the phase it
+ * was issued in. comm_check_same is a check, not traffic: it is not counted. */
+const char *exec_dtype_name(DType t);          /* "fp32", "bf16", ... */
+int comm_local_size(const Comm *c);            /* ranks on this node */
+double comm_timeout(const Comm *c);            /* seconds */
+void comm_set_timeout(Comm *c, double timeout_s);
+int comm_outstanding(const Comm *c);           /* non-blocking requests not yet waited for */
+/* SELF on a GPU: its "collectives" are copies, done with exec_device_copy when a device is
+ * set (NULL: memcpy, host buffers). */
+typedef struct Device Device;
+void comm_set_device(Comm *c, Device *dev);
 
 #endif

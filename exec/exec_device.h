@@ -12,7 +12,8 @@ typedef enum { DEVICE_HOST = 0, DEVICE_CUDA } DeviceKind;
 typedef struct Device Device;   /* opaque */
 
 /* Creates the device for this process. For CUDA, local_rank picks the GPU. Returns NULL with a
- * message in err (e.g. "no CUDA device" when built without CUDA or none is present). */
+ * message in err: "no CUDA device (<driver's reason>)" when none is present, "built without
+ * CUDA (NO_CUDA=1)" when compiled out. */
 Device *exec_device_create(DeviceKind kind, int local_rank, char *err, size_t errlen);
 void exec_device_destroy(Device *d);
 DeviceKind exec_device_kind(const Device *d);
@@ -24,5 +25,17 @@ MemTracker *exec_device_tracker_create(Device *d, size_t limit_bytes);
 void exec_device_copy(Device *d, void *dst, const void *src, size_t bytes);   /* any direction */
 void exec_device_memset(Device *d, void *p, int value, size_t bytes);
 void exec_device_synchronize(Device *d);
+
+/* ---- additions ---- */
+/* CUDA ordinal in use (local_rank % number of GPUs, so ranks may share one GPU); -1 for host. */
+int exec_device_index(const Device *d);
+/* Non-zero once a CUDA call in copy/memset/synchronize/free failed (message already printed):
+ * the context is likely faulted; the run loop should stop and abort the communicator. */
+int exec_device_failed(const Device *d);
+/* The device's stream (cudaStream_t as void*; NULL for host): kernels, memset and NCCL
+ * (comm_set_stream) go there; copies are ordered with it. */
+void *exec_device_stream(Device *d);
+/* Free and total memory: cudaMemGetInfo on a GPU, physical RAM on the host. 0 or -1. */
+int exec_device_mem_info(Device *d, size_t *free_bytes, size_t *total_bytes);
 
 #endif

@@ -1,0 +1,678 @@
+/* exec_comm.c — the communication backends behind exec_comm.h:
+ *   SELF  one process, no MPI calls: collectives are copies;
+ *   MPI   MPI_COMM_WORLD (duplicated), every collective issued non-blocking (MPI_I*) and
+ *         completed by polling MPI_Test with a wall-clock timeout, so nothing blocks forever;
+ *   NCCL  bootstrapped over MPI (rank 0 creates the unique id, MPI_Bcast, ncclCommInitRank on
+ *         GPU local_rank % GPUs), collectives on the caller's stream, completion polled through
+ *         a CUDA event with ncclCommGetAsyncError checked while waiting.
+ * The MPI -> NCCL bootstrap lives here and nowhere else.
+ *
+ * Every collective is counted in the CommCounters when it completes, with the payload = the
+ * full buffer in bytes (all-reduce count·size, reduce-scatter and all-gather count·n·size,
+ * broadcast count·size), the time from issue to completion as this rank saw it, and the phase
+ * in which it was issued. */
+#include "exec_comm.h"
+#include "exec_check.h"
+#include "exec_device.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* MPI counts are int: all-reduce and broadcast of longer buffers go out in chunks. */
+#define MPI_CHUNK_ELEMS ((size_t)1 << 30)
+
+typedef struct {
+    const char *name;
+    size_t size;
+    MPI_Datatype mpi;        /* how MPI moves it (bf16/f16: opaque 2-byte units) */
+    int mpi_sum;             /* MPI can sum it */
+#if MEMPLAN_NCCL
+    ncclDataType_t nccl;
+#endif
+} DTypeInfo;
+
+#if MEMPLAN_NCCL
+#define NCCL_T(x) , x
+#else
+#define NCCL_T(x)
+#endif
+static const DTypeInfo DTYPES[DT_COUNT] = {
+    [DT_F32] = {"fp32", 4, MPI_FLOAT, 1 NCCL_T(ncclFloat32)},
+    [DT_BF16] = {"bf16", 2, MPI_UINT16_T, 0 NCCL_T(ncclBfloat16)},
+    [DT_F16] = {"fp16", 2, MPI_UINT16_T, 0 NCCL_T(ncclFloat16)},
+    [DT_I32] = {"int32", 4, MPI_INT32_T, 1 NCCL_T(ncclInt32)},
+    [DT_F64] = {"fp64", 8, MPI_DOUBLE, 1 NCCL_T(ncclFloat64)},
+    [DT_U8] = {"uint8", 1, MPI_UINT8_T, 1 NCCL_T(ncclUint8)},
+};
+
+size_t exec_dtype_size(DType t) { return (unsigned)t < DT_COUNT ? DTYPES[t].size : 0; }
+const char *exec_dtype_name(DType t) { return (unsigned)t < DT_COUNT ? DTYPES[t].name : "unknown"; }
+
+struct CommReq {
+    CommReq *prev, *next;    /* the communicator's outstanding list */
+    CollOp op;
+    int counted;             /* record in the counters (not for comm_check_same) */
+    int host_mpi;            /* completed through MPI even on an NCCL comm (host values) */
+    double payload;          /* bytes */
+    double t_issue, t_done;  /* s, monotonic */
+    int done;
+    char phase[32];          /* counters' phase at issue */
+    int nmpi;
+    MPI_Request *mpi;        /* points at mpi_one or an allocation */
+    MPI_Request mpi_one;
+    int *scratch;            /* all_gather_v counts/displs: alive until completion */
+#if MEMPLAN_NCCL
+    cudaEvent_t event;
+#endif
+};
+
+struct Comm {
+    CommKind kind;
+    int rank, size, local_rank, local_size;
+    double timeout_s;
+    int uses_mpi;            /* counted in g_live_comms */
+    MPI_Comm mpi;            /* duplicate of MPI_COMM_WORLD (MPI and NCCL) */
+    CommCounters *counters;
+    CommReq *outstanding;
+    Device *dev;             /* SELF copies through it when set */
+#if MEMPLAN_NCCL
+    ncclComm_t nccl;
+    cudaStream_t stream;
+    float *scratch;          /* one device float for the barrier */
+#endif
+};
+
+static int g_live_comms;     /* comms using MPI; the last one out finalizes */
+static int g_we_initialized; /* MPI_Init_thread was ours, so MPI_Finalize is ours too */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ---- creation ---- */
+
+static int mpi_setup(Comm *c, int *argc, char ***argv, char *err, size_t errlen)
+{
+    int init = 0, fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) {
+        snprintf(err, errlen, "MPI was already finalized in this process");
+        return -1;
+    }
+    MPI_Initialized(&init);
+    if (!init) {
+        int provided;
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            snprintf(err, errlen, "MPI_Init_thread failed");
+            return -1;
+        }
+        g_we_initialized = 1;
+    }
+    c->uses_mpi = 1;
+    g_live_comms++;
+    if (MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi))) goto fail;
+    /* Errors come back to MPI_CHECK instead of aborting inside MPI. */
+    if (MPI_CHECK(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN))) goto fail;
+    if (MPI_CHECK(MPI_Comm_rank(c->mpi, &c->rank)) || MPI_CHECK(MPI_Comm_size(c->mpi, &c->size)))
+        goto fail;
+    MPI_Comm node;
+    if (MPI_CHECK(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node)))
+        goto fail;
+    MPI_Comm_rank(node, &c->local_rank);
+    MPI_Comm_size(node, &c->local_size);
+    MPI_Comm_free(&node);
+    return 0;
+fail:
+    snprintf(err, errlen, "MPI setup failed (see the message above)");
+    return -1;
+}
+
+#if MEMPLAN_NCCL
+/* The bootstrap: every rank picks its GPU, they agree that all could, rank 0 creates the unique
+ * id and broadcasts it (with a flag, so a failure there cannot leave the others waiting), then
+ * every rank joins the communicator. */
+static int nccl_setup(Comm *c, char *err, size_t errlen)
+{
+    int ok = 1, all_ok = 0, ngpu = 0;
+    if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) {
+        cudaGetLastError();
+        snprintf(err, errlen, "no CUDA device for NCCL");
+        ok = 0;
+    } else if (CUDA_CHECK(cudaSetDevice(c->local_rank % ngpu)) ||
+               CUDA_CHECK(cudaMalloc((void **)&c->scratch, sizeof(float)))) {
+        snprintf(err, errlen, "cannot use CUDA device %d for NCCL", c->local_rank % ngpu);
+        ok = 0;
+    }
+    if (MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->mpi))) return -1;
+    if (!all_ok) {
+        if (ok) snprintf(err, errlen, "another rank has no usable CUDA device for NCCL");
+        return -1;
+    }
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } boot;
+    memset(&boot, 0, sizeof boot);
+    if (c->rank == 0) boot.ok = NCCL_CHECK(ncclGetUniqueId(&boot.id)) == 0;
+    if (MPI_CHECK(MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, c->mpi))) return -1;
+    if (!boot.ok) {
+        snprintf(err, errlen, "rank 0 could not create the NCCL unique id");
+        return -1;
+    }
+    if (NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, boot.id, c->rank))) {
+        c->nccl = NULL;
+        snprintf(err, errlen, "ncclCommInitRank failed (see the message above)");
+        return -1;
+    }
+    return 0;
+}
+#endif
+
+Comm *comm_create(CommKind kind, int *argc, char ***argv, double timeout_s, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = 0;
+    Comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    c->kind = kind;
+    c->size = 1;
+    c->local_size = 1;
+    c->mpi = MPI_COMM_NULL;
+    c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
+    switch (kind) {
+    case COMM_SELF:
+        return c;
+    case COMM_MPI:
+        if (mpi_setup(c, argc, argv, err, errlen)) goto fail;
+        return c;
+    case COMM_NCCL:
+#if MEMPLAN_NCCL
+        if (mpi_setup(c, argc, argv, err, errlen) || nccl_setup(c, err, errlen)) goto fail;
+        return c;
+#else
+        snprintf(err, errlen, "built without NCCL (NO_NCCL=1 or NO_CUDA=1)");
+        goto fail;
+#endif
+    default:
+        snprintf(err, errlen, "unknown communicator kind %d", (int)kind);
+        goto fail;
+    }
+fail:
+    comm_destroy(c);
+    return NULL;
+}
+
+void comm_destroy(Comm *c)
+{
+    if (!c) return;
+    while (c->outstanding) {
+        fprintf(stderr, "rank %d: comm_destroy: %s still outstanding; waiting for it\n", c->rank,
+                prof_coll_name(c->outstanding->op));
+        if (comm_wait(c, c->outstanding) != 0) break;
+    }
+#if MEMPLAN_NCCL
+    if (c->nccl) {
+        NCCL_CHECK(ncclCommFinalize(c->nccl));
+        NCCL_CHECK(ncclCommDestroy(c->nccl));
+    }
+    if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
+#endif
+    if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+    if (c->uses_mpi && --g_live_comms == 0 && g_we_initialized) {
+        /* MPI cannot be initialized twice in a process: a later comm_create then fails. */
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) MPI_Finalize();
+    }
+    free(c);
+}
+
+CommKind comm_kind(const Comm *c) { return c->kind; }
+int comm_rank(const Comm *c) { return c->rank; }
+int comm_size(const Comm *c) { return c->size; }
+int comm_local_rank(const Comm *c) { return c->local_rank; }
+int comm_local_size(const Comm *c) { return c->local_size; }
+double comm_timeout(const Comm *c) { return c->timeout_s; }
+void comm_set_timeout(Comm *c, double timeout_s) { c->timeout_s = timeout_s > 0 ? timeout_s : 300.0; }
+void comm_set_counters(Comm *c, CommCounters *counters) { c->counters = counters; }
+void comm_set_device(Comm *c, Device *dev) { c->dev = dev; }
+int comm_outstanding(const Comm *c)
+{
+    int n = 0;
+    for (const CommReq *r = c->outstanding; r; r = r->next) n++;
+    return n;
+}
+
+void comm_set_stream(Comm *c, void *cuda_stream)
+{
+#if MEMPLAN_NCCL
+    c->stream = (cudaStream_t)cuda_stream;
+#else
+    (void)c;
+    (void)cuda_stream;
+#endif
+}
+
+/* ---- requests ---- */
+
+static CommReq *req_new(Comm *c, CollOp op, double payload, int nmpi)
+{
+    CommReq *r = calloc(1, sizeof *r);
+    if (!r) {
+        fprintf(stderr, "rank %d: %s: out of host memory\n", c->rank, prof_coll_name(op));
+        return NULL;
+    }
+    r->op = op;
+    r->counted = 1;
+    r->payload = payload;
+    r->t_issue = now_s();
+    snprintf(r->phase, sizeof r->phase, "%s", prof_comm_current_phase(c->counters));
+    r->nmpi = nmpi;
+    r->mpi = &r->mpi_one;
+    if (nmpi > 1 && !(r->mpi = malloc((size_t)nmpi * sizeof *r->mpi))) {
+        free(r);
+        fprintf(stderr, "rank %d: %s: out of host memory\n", c->rank, prof_coll_name(op));
+        return NULL;
+    }
+    for (int i = 0; i < nmpi; i++) r->mpi[i] = MPI_REQUEST_NULL;
+    return r;
+}
+
+static void req_free(CommReq *r)
+{
+    if (!r) return;
+#if MEMPLAN_NCCL
+    if (r->event) cudaEventDestroy(r->event);
+#endif
+    if (r->mpi != &r->mpi_one) free(r->mpi);
+    free(r->scratch);
+    free(r);
+}
+
+static void req_unlink(Comm *c, CommReq *r)
+{
+    if (r->prev) r->prev->next = r->next;
+    else if (c->outstanding == r) c->outstanding = r->next;
+    if (r->next) r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
+
+static void mark_done(Comm *c, CommReq *r)
+{
+    r->done = 1;
+    r->t_done = now_s();
+    if (r->counted)
+        prof_comm_record_in(c->counters, r->phase, r->op, r->payload, r->t_done - r->t_issue);
+}
+
+/* One non-blocking test of r: 1 done, 0 not yet, -1 error (printed). */
+static int req_test(Comm *c, CommReq *r)
+{
+    if (r->done) return 1;
+#if MEMPLAN_NCCL
+    if (c->kind == COMM_NCCL && !r->host_mpi) {
+        cudaError_t e = cudaEventQuery(r->event);
+        if (e == cudaSuccess) {
+            mark_done(c, r);
+            return 1;
+        }
+        if (e != cudaErrorNotReady) {
+            CUDA_CHECK(e);
+            return -1;
+        }
+        ncclResult_t async = ncclSuccess;
+        if (NCCL_CHECK(ncclCommGetAsyncError(c->nccl, &async))) return -1;
+        if (async != ncclSuccess && async != ncclInProgress) {
+            fprintf(stderr, "rank %d: NCCL error during %s: %s\n", c->rank, prof_coll_name(r->op),
+                    ncclGetErrorString(async));
+            return -1;
+        }
+        return 0;
+    }
+#endif
+    if (r->nmpi == 0) {   /* SELF, or NCCL compiled out */
+        mark_done(c, r);
+        return 1;
+    }
+    int flag = 0;
+    if (MPI_CHECK(MPI_Testall(r->nmpi, r->mpi, &flag, MPI_STATUSES_IGNORE))) return -1;
+    if (flag) mark_done(c, r);
+    return flag;
+}
+
+static void timeout_abort(Comm *c, CommReq *r)
+{
+    fprintf(stderr, "rank %d: collective %s timed out after %.1f s (a peer may have died or stalled)\n",
+            c->rank, prof_coll_name(r->op), c->timeout_s);
+    fflush(stderr);
+#if MEMPLAN_NCCL
+    if (c->nccl) {
+        ncclCommAbort(c->nccl);
+        c->nccl = NULL;
+    }
+#endif
+    MPI_Abort(c->mpi != MPI_COMM_NULL ? c->mpi : MPI_COMM_WORLD, 1);
+    exit(EXIT_FAILURE);   /* not reached */
+}
+
+int comm_wait(Comm *c, CommReq *r)
+{
+    if (!r) return 0;
+    double start = now_s();
+    int rc;
+    /* Spin without sleeping: a sleep would add its granularity to every collective; yielding
+     * lets oversubscribed ranks on the same core make progress. */
+    while ((rc = req_test(c, r)) == 0) {
+        if (now_s() - start > c->timeout_s) timeout_abort(c, r);
+        sched_yield();
+    }
+    req_unlink(c, r);
+    req_free(r);
+    return rc == 1 ? 0 : -1;
+}
+
+void comm_progress(Comm *c)
+{
+    for (CommReq *r = c->outstanding; r; r = r->next)
+        if (!r->done && req_test(c, r) < 0) return;   /* reported; comm_wait returns -1 later */
+}
+
+/* Hands r to the caller (non-blocking) or completes it here (blocking). */
+static int finish(Comm *c, CommReq *r, CommReq **out)
+{
+    r->next = c->outstanding;
+    if (c->outstanding) c->outstanding->prev = r;
+    c->outstanding = r;
+    if (out) {
+        *out = r;
+        return 0;
+    }
+    return comm_wait(c, r);
+}
+
+/* Issue failed: drop r (nothing is outstanding on this rank that we could still complete; the
+ * caller aborts the communicator). */
+static int issue_failed(Comm *c, CommReq *r, CommReq **out)
+{
+    (void)c;
+    req_free(r);
+    if (out) *out = NULL;
+    return -1;
+}
+
+#if MEMPLAN_NCCL
+static int nccl_event(Comm *c, CommReq *r)
+{
+    if (CUDA_CHECK(cudaEventCreateWithFlags(&r->event, cudaEventDisableTiming))) return -1;
+    return CUDA_CHECK(cudaEventRecord(r->event, c->stream));
+}
+#endif
+
+/* ---- argument checks ---- */
+
+static int check_dtype(const Comm *c, const char *what, DType t, int reduce)
+{
+    if ((unsigned)t >= DT_COUNT) {
+        fprintf(stderr, "rank %d: %s: unknown data type %d\n", c->rank, what, (int)t);
+        return -1;
+    }
+    if (reduce && c->kind == COMM_MPI && !DTYPES[t].mpi_sum) {
+        fprintf(stderr, "rank %d: %s of %s is not supported by the MPI backend (MPI has no 16-bit "
+                        "float sum); the CPU engine reduces in fp32\n", c->rank, what, DTYPES[t].name);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_int_count(const Comm *c, const char *what, size_t count)
+{
+    if (c->kind == COMM_MPI && count > (size_t)INT_MAX) {
+        fprintf(stderr, "rank %d: %s: %zu elements per rank exceed one MPI call (2^31-1)\n", c->rank,
+                what, count);
+        return -1;
+    }
+    return 0;
+}
+
+static void self_copy(Comm *c, void *dst, const void *src, size_t bytes)
+{
+    if (dst == src || bytes == 0) return;
+    if (c->dev) exec_device_copy(c->dev, dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
+static int nchunks(size_t count)
+{
+    return count == 0 ? 1 : (int)((count + MPI_CHUNK_ELEMS - 1) / MPI_CHUNK_ELEMS);
+}
+
+/* ---- collectives ---- */
+
+int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t, CommReq **out)
+{
+    if (check_dtype(c, "all_reduce", t, 1)) return -1;
+    size_t es = DTYPES[t].size;
+    CommReq *r = req_new(c, COLL_ALL_REDUCE, (double)(count * es), c->kind == COMM_MPI ? nchunks(count) : 0);
+    if (!r) return -1;
+    if (c->kind == COMM_SELF) {
+        self_copy(c, recv, send, count * es);
+    } else if (c->kind == COMM_MPI) {
+        for (int i = 0; i < r->nmpi; i++) {
+            size_t off = (size_t)i * MPI_CHUNK_ELEMS, n = count - off < MPI_CHUNK_ELEMS ? count - off : MPI_CHUNK_ELEMS;
+            const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + off * es;
+            if (MPI_CHECK(MPI_Iallreduce(s, (char *)recv + off * es, (int)n, DTYPES[t].mpi, MPI_SUM,
+                                         c->mpi, &r->mpi[i])))
+                return issue_failed(c, r, out);
+        }
+    }
+#if MEMPLAN_NCCL
+    else if (NCCL_CHECK(ncclAllReduce(send, recv, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream)) ||
+             nccl_event(c, r))
+        return issue_failed(c, r, out);
+#endif
+    return finish(c, r, out);
+}
+
+int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DType t, CommReq **out)
+{
+    if (check_dtype(c, "reduce_scatter", t, 1) || check_int_count(c, "reduce_scatter", count)) return -1;
+    size_t es = DTYPES[t].size, block = count * es;
+    /* In place is send == recv: the result lands in the first block on every backend. */
+    int in_place = send == recv;
+    uintptr_t s0 = (uintptr_t)send, r0 = (uintptr_t)recv;
+    if (!in_place && block && r0 < s0 + block * (size_t)c->size && s0 < r0 + block) {
+        fprintf(stderr, "rank %d: reduce_scatter: send and recv overlap (in place is send == recv)\n", c->rank);
+        return -1;
+    }
+    CommReq *r = req_new(c, COLL_REDUCE_SCATTER, (double)(block * (size_t)c->size), c->kind == COMM_MPI);
+    if (!r) return -1;
+    if (c->kind == COMM_SELF) {
+        self_copy(c, recv, send, block);
+    } else if (c->kind == COMM_MPI) {
+        if (MPI_CHECK(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, (int)count,
+                                                DTYPES[t].mpi, MPI_SUM, c->mpi, &r->mpi[0])))
+            return issue_failed(c, r, out);
+    }
+#if MEMPLAN_NCCL
+    else {
+        /* NCCL's own in-place form is recv == send + rank·block; move the block down after. */
+        char *dst = in_place ? (char *)recv + (size_t)c->rank * block : recv;
+        if (NCCL_CHECK(ncclReduceScatter(send, dst, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream)) ||
+            (in_place && c->rank && CUDA_CHECK(cudaMemcpyAsync(recv, dst, block, cudaMemcpyDeviceToDevice, c->stream))) ||
+            nccl_event(c, r))
+            return issue_failed(c, r, out);
+    }
+#endif
+    return finish(c, r, out);
+}
+
+int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t, CommReq **out)
+{
+    if (check_dtype(c, "all_gather", t, 0) || check_int_count(c, "all_gather", count)) return -1;
+    size_t es = DTYPES[t].size;
+    int in_place = send == (const char *)recv + (size_t)c->rank * count * es;
+    CommReq *r = req_new(c, COLL_ALL_GATHER, (double)(count * es * (size_t)c->size), c->kind == COMM_MPI);
+    if (!r) return -1;
+    if (c->kind == COMM_SELF) {
+        self_copy(c, recv, send, count * es);
+    } else if (c->kind == COMM_MPI) {
+        if (MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, DTYPES[t].mpi, recv,
+                                     (int)count, DTYPES[t].mpi, c->mpi, &r->mpi[0])))
+            return issue_failed(c, r, out);
+    }
+#if MEMPLAN_NCCL
+    else if (NCCL_CHECK(ncclAllGather(send, recv, count, DTYPES[t].nccl, c->nccl, c->stream)) ||
+             nccl_event(c, r))
+        return issue_failed(c, r, out);
+#endif
+    return finish(c, r, out);
+}
+
+int comm_all_gather_v(Comm *c, const void *send, void *recv, const size_t *counts,
+                      const size_t *displs, DType t)
+{
+    if (check_dtype(c, "all_gather_v", t, 0)) return -1;
+    size_t es = DTYPES[t].size, total = 0;
+    for (int i = 0; i < c->size; i++) {
+        if (check_int_count(c, "all_gather_v", counts[i]) || check_int_count(c, "all_gather_v", displs[i]))
+            return -1;
+        total += counts[i];
+    }
+    CommReq *r = req_new(c, COLL_ALL_GATHER_V, (double)(total * es), c->kind == COMM_MPI);
+    if (!r) return -1;
+    int in_place = send == (const char *)recv + displs[c->rank] * es;
+    if (c->kind == COMM_SELF) {
+        self_copy(c, (char *)recv + displs[0] * es, send, counts[0] * es);
+    } else if (c->kind == COMM_MPI) {
+        /* The int arrays must stay alive until the request completes. */
+        if (!(r->scratch = malloc(2 * (size_t)c->size * sizeof(int)))) {
+            fprintf(stderr, "rank %d: all_gather_v: out of host memory\n", c->rank);
+            return issue_failed(c, r, NULL);
+        }
+        int *ic = r->scratch, *id = r->scratch + c->size;
+        for (int i = 0; i < c->size; i++) {
+            ic[i] = (int)counts[i];
+            id[i] = (int)displs[i];
+        }
+        if (MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, ic[c->rank], DTYPES[t].mpi, recv,
+                                      ic, id, DTYPES[t].mpi, c->mpi, &r->mpi[0])))
+            return issue_failed(c, r, NULL);
+    }
+#if MEMPLAN_NCCL
+    else {
+        /* NCCL has no all-gather-v: one broadcast per rank in a group. */
+        int bad = NCCL_CHECK(ncclGroupStart());
+        for (int i = 0; i < c->size && !bad; i++)
+            bad = NCCL_CHECK(ncclBroadcast(i == c->rank ? send : (const char *)recv + displs[i] * es,
+                                           (char *)recv + displs[i] * es, counts[i], DTYPES[t].nccl, i,
+                                           c->nccl, c->stream));
+        bad |= NCCL_CHECK(ncclGroupEnd());
+        if (bad || nccl_event(c, r)) return issue_failed(c, r, NULL);
+    }
+#endif
+    return finish(c, r, NULL);
+}
+
+int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root)
+{
+    if (check_dtype(c, "broadcast", t, 0)) return -1;
+    if (root < 0 || root >= c->size) {
+        fprintf(stderr, "rank %d: broadcast: root %d is not a rank (size %d)\n", c->rank, root, c->size);
+        return -1;
+    }
+    size_t es = DTYPES[t].size;
+    CommReq *r = req_new(c, COLL_BROADCAST, (double)(count * es), c->kind == COMM_MPI ? nchunks(count) : 0);
+    if (!r) return -1;
+    if (c->kind == COMM_MPI) {
+        for (int i = 0; i < r->nmpi; i++) {
+            size_t off = (size_t)i * MPI_CHUNK_ELEMS, n = count - off < MPI_CHUNK_ELEMS ? count - off : MPI_CHUNK_ELEMS;
+            if (MPI_CHECK(MPI_Ibcast((char *)buf + off * es, (int)n, DTYPES[t].mpi, root, c->mpi, &r->mpi[i])))
+                return issue_failed(c, r, NULL);
+        }
+    }
+#if MEMPLAN_NCCL
+    else if (c->kind == COMM_NCCL &&
+             (NCCL_CHECK(ncclBroadcast(buf, buf, count, DTYPES[t].nccl, root, c->nccl, c->stream)) ||
+              nccl_event(c, r)))
+        return issue_failed(c, r, NULL);
+#endif
+    return finish(c, r, NULL);
+}
+
+int comm_barrier(Comm *c)
+{
+    CommReq *r = req_new(c, COLL_BARRIER, 0, c->kind == COMM_MPI);
+    if (!r) return -1;
+    if (c->kind == COMM_MPI) {
+        if (MPI_CHECK(MPI_Ibarrier(c->mpi, &r->mpi[0]))) return issue_failed(c, r, NULL);
+    }
+#if MEMPLAN_NCCL
+    else if (c->kind == COMM_NCCL &&
+             (NCCL_CHECK(ncclAllReduce(c->scratch, c->scratch, 1, ncclFloat32, ncclSum, c->nccl, c->stream)) ||
+              nccl_event(c, r)))
+        return issue_failed(c, r, NULL);
+#endif
+    return finish(c, r, NULL);
+}
+
+void comm_abort(Comm *c, const char *why)
+{
+    fprintf(stderr, "rank %d: aborting: %s\n", c ? c->rank : exec_log_rank(), why ? why : "(no reason given)");
+    fflush(stderr);
+#if MEMPLAN_NCCL
+    if (c && c->nccl) {
+        ncclCommAbort(c->nccl);
+        c->nccl = NULL;
+    }
+#endif
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (c && c->kind != COMM_SELF && init && !fin)
+        MPI_Abort(c->mpi != MPI_COMM_NULL ? c->mpi : MPI_COMM_WORLD, 1);
+    exit(EXIT_FAILURE);
+}
+
+int comm_check_same(Comm *c, unsigned long long value, int *bad_rank)
+{
+    if (bad_rank) *bad_rank = -1;
+    if (c->kind == COMM_SELF) return 0;
+    /* Host values over MPI for both MPI and NCCL; a check, not counted as traffic. */
+    unsigned long long *all = malloc((size_t)c->size * sizeof *all);
+    CommReq *r = req_new(c, COLL_ALL_GATHER, 0, 1);
+    if (!all || !r) {
+        free(all);
+        req_free(r);
+        return -1;
+    }
+    r->counted = 0;
+    r->host_mpi = 1;
+    if (MPI_CHECK(MPI_Iallgather(&value, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG,
+                                 c->mpi, &r->mpi[0]))) {
+        free(all);
+        return issue_failed(c, r, NULL);
+    }
+    int rc = finish(c, r, NULL);
+    for (int i = 0; rc == 0 && i < c->size; i++)
+        if (all[i] != all[0]) {
+            if (bad_rank) *bad_rank = i;
+            rc = -1;
+            break;
+        }
+    free(all);
+    return rc;
+}

@@ -1,0 +1,185 @@
+/* test_exec_comm.c — the comm backends. Multi-rank checks run tests/mpi/comm_check under
+ * `timeout 60 mpirun -np N --oversubscribe` (Criterion forks, so MPI lives in its own
+ * processes) and read its exit status and output; the single-process SELF backend is tested
+ * here directly. GPU checks skip visibly when there is no CUDA device. */
+#include <criterion/criterion.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "exec_comm.h"
+#include "exec_device.h"
+#include "prof_comm.h"
+
+typedef struct {
+    int status;      /* exit status of timeout/mpirun; 124 if timeout killed it */
+    double seconds;
+    char *out;       /* stdout + stderr */
+} Run;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* <build>/tests/test_exec_comm -> <build>/tests/mpi/comm_check */
+static void checker_path(char *buf, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    cr_assert(n > 0);
+    exe[n] = 0;
+    snprintf(buf, len, "%s/mpi/comm_check", dirname(exe));
+    cr_assert(access(buf, X_OK) == 0, "missing %s (build it: make tests)", buf);
+}
+
+static Run mpirun(int np, const char *args)
+{
+    char bin[PATH_MAX], cmd[PATH_MAX + 256];
+    checker_path(bin, sizeof bin);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np %d --oversubscribe %s %s 2>&1", np, bin, args);
+    Run r = {0};
+    size_t cap = 1 << 16, len = 0;
+    r.out = malloc(cap);
+    double t0 = now_s();
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t got;
+    while ((got = fread(r.out + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (cap - len < 4096) r.out = realloc(r.out, cap *= 2);
+    }
+    r.out[len] = 0;
+    int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.seconds = now_s() - t0;
+    return r;
+}
+
+static int count_lines(const char *out, const char *needle)
+{
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static void expect_all_ok(int np, const char *args)
+{
+    Run r = mpirun(np, args);
+    cr_expect_eq(r.status, 0, "mpirun -np %d comm_check %s exited %d:\n%s", np, args, r.status, r.out);
+    cr_expect_eq(count_lines(r.out, "comm_check: rank"), np, "%s", r.out);
+    cr_expect_eq(count_lines(r.out, "FAIL"), 0, "%s", r.out);
+    free(r.out);
+}
+
+Test(comm, every_collective_should_be_exact_and_counted_with_2_ranks, .timeout = 90)
+{
+    expect_all_ok(2, "collectives");
+}
+
+Test(comm, every_collective_should_be_exact_and_counted_with_4_ranks, .timeout = 90)
+{
+    expect_all_ok(4, "collectives");
+}
+
+Test(comm, check_same_should_find_the_differing_rank_with_2_ranks, .timeout = 90)
+{
+    expect_all_ok(2, "same");
+}
+
+Test(comm, check_same_should_find_the_differing_rank_with_4_ranks, .timeout = 90)
+{
+    expect_all_ok(4, "same");
+}
+
+Test(comm, a_stalled_peer_should_make_the_others_time_out_and_exit_non_zero, .timeout = 90)
+{
+    Run r = mpirun(3, "timeout");
+    cr_expect_neq(r.status, 0, "%s", r.out);
+    cr_expect_neq(r.status, 124, "mpirun hung until `timeout 60` killed it:\n%s", r.out);
+    cr_expect(strstr(r.out, ": collective all_reduce timed out after 1.0 s (a peer may have died or stalled)") != NULL,
+              "%s", r.out);
+    cr_expect_eq(count_lines(r.out, "rank 0: collective"), 0, "rank 0 was the one asleep:\n%s", r.out);
+    cr_expect_lt(r.seconds, 15.0, "took %.1f s", r.seconds);
+    free(r.out);
+}
+
+Test(comm, nccl_without_a_gpu_should_fail_with_a_message, .timeout = 90)
+{
+    if (exec_device_cuda_available() > 0) cr_skip_test("skipped: a CUDA device is present");
+    Run r = mpirun(1, "collectives --nccl");
+    cr_expect_eq(r.status, 2, "%s", r.out);
+    cr_expect(strstr(r.out, "no CUDA device for NCCL") || strstr(r.out, "built without NCCL"), "%s", r.out);
+    free(r.out);
+}
+
+Test(comm, nccl_should_pass_every_collective_check_on_the_gpu, .timeout = 120)
+{
+    int ngpu = exec_device_cuda_available();
+    if (ngpu == 0) cr_skip_test("skipped: no CUDA device");
+    expect_all_ok(1, "collectives --nccl");
+    if (ngpu >= 2) expect_all_ok(2, "collectives --nccl");
+}
+
+/* ---- SELF: one process, no MPI ---- */
+
+Test(comm, self_should_copy_count_and_put_nothing_on_the_wire)
+{
+    char err[128];
+    Comm *c = comm_create(COMM_SELF, NULL, NULL, 5.0, err, sizeof err);
+    cr_assert_not_null(c, "%s", err);
+    cr_expect_eq(comm_size(c), 1);
+    cr_expect_eq(comm_rank(c), 0);
+    cr_expect_eq(comm_local_rank(c), 0);
+    CommCounters *cc = prof_comm_create(1);
+    comm_set_counters(c, cc);
+    float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {0};
+    cr_expect_eq(comm_all_reduce(c, a, b, 8, DT_F32, NULL), 0);
+    cr_expect_arr_eq(a, b, sizeof a);
+    CommReq *req = NULL;
+    memset(b, 0, sizeof b);
+    cr_expect_eq(comm_reduce_scatter(c, a, b, 8, DT_F32, &req), 0);
+    cr_expect_eq(comm_outstanding(c), 1);
+    comm_progress(c);
+    cr_expect_eq(comm_wait(c, req), 0);
+    cr_expect_arr_eq(a, b, sizeof a);
+    cr_expect_eq(comm_all_gather(c, a, b, 8, DT_BF16, NULL), 0);   /* 16 bytes */
+    size_t counts[1] = {8}, displs[1] = {0};
+    cr_expect_eq(comm_all_gather_v(c, a, b, counts, displs, DT_F32), 0);
+    cr_expect_eq(comm_broadcast(c, a, 8, DT_F32, 0), 0);
+    cr_expect_eq(comm_broadcast(c, a, 8, DT_F32, 1), -1, "root 1 does not exist");
+    cr_expect_eq(comm_barrier(c), 0);
+    int bad = 5;
+    cr_expect_eq(comm_check_same(c, 42, &bad), 0);
+    cr_expect_eq(bad, -1);
+
+    cr_expect_eq(prof_comm_total(cc, COLL_ALL_REDUCE).payload_bytes, 32);
+    cr_expect_eq(prof_comm_total(cc, COLL_REDUCE_SCATTER).payload_bytes, 32);
+    cr_expect_eq(prof_comm_total(cc, COLL_ALL_GATHER).payload_bytes, 16);
+    cr_expect_eq(prof_comm_total(cc, COLL_ALL_GATHER_V).payload_bytes, 32);
+    cr_expect_eq(prof_comm_total(cc, COLL_BROADCAST).count, 1);
+    cr_expect_eq(prof_comm_total(cc, COLL_BARRIER).count, 1);
+    for (int op = 0; op < COLL_OP_COUNT; op++) cr_expect_eq(prof_comm_total(cc, (CollOp)op).wire_bytes, 0);
+    comm_destroy(c);
+    prof_comm_destroy(cc);
+}
+
+Test(comm, dtypes_should_have_their_sizes_and_names)
+{
+    cr_expect_eq(exec_dtype_size(DT_F32), 4);
+    cr_expect_eq(exec_dtype_size(DT_BF16), 2);
+    cr_expect_eq(exec_dtype_size(DT_F16), 2);
+    cr_expect_eq(exec_dtype_size(DT_I32), 4);
+    cr_expect_eq(exec_dtype_size(DT_F64), 8);
+    cr_expect_eq(exec_dtype_size(DT_U8), 1);
+    cr_expect_str_eq(exec_dtype_name(DT_BF16), "bf16");
+}
