@@ -15,6 +15,7 @@ int plan_run(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsig
         StrategyPlan *row = &out->rows[out->n_rows++];
         row->kind = (StrategyKind)k;
         plan_memory(m, t, c, (StrategyKind)k, &row->mem);
+        plan_comm(m, t, c, (StrategyKind)k, &row->comm);
         row->max_micro_batch = plan_max_micro_batch(m, t, c, (StrategyKind)k, PLAN_MAX_BATCH_SEARCH);
     }
     int best = -1;

@@ -3,6 +3,7 @@
 #ifndef PLAN_PLAN_H
 #define PLAN_PLAN_H
 
+#include "plan_comm.h"
 #include "plan_gpu.h"
 #include "plan_memory.h"
 #include "plan_model.h"
@@ -12,6 +13,7 @@
 typedef struct {
     StrategyKind kind;
     MemResult mem;
+    CommPlan comm;           /* collectives per optimizer step */
     int64_t max_micro_batch;
 } StrategyPlan;
 

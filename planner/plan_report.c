@@ -65,6 +65,24 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
             fprintf(f, "# activations unknown for this model (no architecture or measurement): "
                     "peaks exclude them; give activation_bytes_per_sample in a params.json\n");
     }
+    fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
+               "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
+    fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "strategy", "collective", "phase",
+            "count", "payload", "wire", "ranks", "time", "what");
+    fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "-", "-", "-", "calls", "GiB", "GiB",
+            "-", "ms", "-");
+    for (int i = 0; i < p->n_rows; i++) {
+        const StrategyPlan *r = &p->rows[i];
+        if (r->comm.n == 0)
+            fprintf(f, "%-13s %-14s\n", plan_strategy(r->kind)->name, "none (one rank)");
+        for (int k = 0; k < r->comm.n; k++) {
+            const PlanColl *x = &r->comm.c[k];
+            fprintf(f, "%-13s %-14s %-9s %8.0f %10.3f %10.3f %6lld %9.2f  %s\n",
+                    plan_strategy(r->kind)->name, plan_coll_name(x->op), plan_comm_phase_name(x->phase),
+                    x->count, x->payload_bytes / GIB, x->wire_bytes / GIB, (long long)x->group,
+                    x->seconds * 1e3, x->what);
+        }
+    }
     if (p->recommended >= 0)
         fprintf(f, "recommendation: %s — %s\n", plan_strategy(p->rows[p->recommended].kind)->name,
                 p->reason);
@@ -119,6 +137,23 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
         cJSON_AddNumberToObject(ov, "cublas_workspace", r->mem.cublas_ws);
         cJSON_AddNumberToObject(ov, "nccl", r->mem.nccl);
         cJSON_AddNumberToObject(ov, "allocator_margin", r->mem.margin);
+        cJSON *cm = cJSON_AddObjectToObject(o, "comm");
+        cJSON_AddNumberToObject(cm, "bytes_per_gpu", r->comm.wire_bytes);
+        cJSON_AddNumberToObject(cm, "seconds", r->comm.seconds);
+        cJSON *cl = cJSON_AddArrayToObject(cm, "collectives");
+        for (int k = 0; k < r->comm.n; k++) {
+            const PlanColl *x = &r->comm.c[k];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "op", plan_coll_name(x->op));
+            cJSON_AddStringToObject(e, "phase", plan_comm_phase_name(x->phase));
+            cJSON_AddStringToObject(e, "what", x->what);
+            cJSON_AddNumberToObject(e, "count", x->count);
+            cJSON_AddNumberToObject(e, "payload_bytes", x->payload_bytes);
+            cJSON_AddNumberToObject(e, "wire_bytes_per_gpu", x->wire_bytes);
+            cJSON_AddNumberToObject(e, "ranks", (double)x->group);
+            cJSON_AddNumberToObject(e, "seconds", x->seconds);
+            cJSON_AddItemToArray(cl, e);
+        }
         cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
         for (int k = 0; k < PHASE_COUNT; k++)
             cJSON_AddNumberToObject(ph, plan_phase_name((PhaseKind)k), r->mem.phase_peak[k]);

@@ -1,0 +1,126 @@
+/* plan_comm.c — see plan_comm.h. */
+#include "plan_comm.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "plan_memory.h"
+
+static const char *const COLL_NAMES[PCOLL_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
+                                                    "broadcast"};
+static const char *const CPHASE_NAMES[CPHASE_COUNT] = {"forward", "backward", "step"};
+
+const char *plan_coll_name(PlanCollOp op) { return COLL_NAMES[op]; }
+const char *plan_comm_phase_name(CommPhase p) { return CPHASE_NAMES[p]; }
+
+double plan_coll_factor(PlanCollOp op, int64_t n) {
+    if (n <= 1) return 0;
+    double nn = (double)n;
+    switch (op) {
+    case PCOLL_ALL_REDUCE: return 2 * (nn - 1) / nn;
+    case PCOLL_REDUCE_SCATTER:
+    case PCOLL_ALL_GATHER: return (nn - 1) / nn;
+    case PCOLL_BROADCAST: return 1;
+    default: return 0;
+    }
+}
+
+/* Ring algorithm steps per collective (latency term). */
+static double coll_steps(PlanCollOp op, int64_t n) {
+    if (n <= 1) return 0;
+    return op == PCOLL_ALL_REDUCE ? 2.0 * (double)(n - 1) : (double)(n - 1);
+}
+
+double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes) {
+    double total = psi * grad_bytes;
+    double cap = bucket_bytes > 0 ? bucket_bytes : PLAN_DDP_BUCKET;
+    if (total <= PLAN_DDP_FIRST_BUCKET) return 1;
+    return 1 + ceil((total - PLAN_DDP_FIRST_BUCKET) / cap);
+}
+
+static void add(CommPlan *p, const ClusterSpec *c, PlanCollOp op, CommPhase ph, const char *what,
+                double count, double payload, int64_t group, int crosses_nodes) {
+    if (group <= 1 || count <= 0 || payload <= 0 || p->n >= PLAN_MAX_COLLS) return;
+    PlanColl *x = &p->c[p->n++];
+    x->op = op;
+    x->phase = ph;
+    x->what = what;
+    x->count = count;
+    x->payload_bytes = payload;
+    x->group = group;
+    x->wire_bytes = payload * plan_coll_factor(op, group);
+    /* a ring spanning nodes is bounded by its slowest link: the per-GPU NIC share */
+    double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
+    double lat = crosses_nodes ? c->gpu.inter_lat : c->gpu.intra_lat;
+    x->seconds = count * lat * coll_steps(op, group) + x->wire_bytes / bw;
+    p->wire_bytes += x->wire_bytes;
+    p->seconds += x->seconds;
+}
+
+void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+               CommPlan *out) {
+    memset(out, 0, sizeof(*out));
+    const Strategy *s = plan_strategy(sk);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    MemSizes z;
+    plan_memory_sizes(m, t, c, sk, &z);
+    double K = (double)t->grad_accum;
+    int64_t n = z.n, N = c->gpus;
+    int multi_node = plan_cluster_nodes(c) > 1;
+    int group_crosses = s->group_node ? 0 : multi_node;
+    double psi = z.psi, pb = p->param_bytes, gb = p->grad_bytes;
+    /* units: transformer blocks (+ the root); other models: every layer with parameters */
+    double units = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].params > 0 && m->layers[i].kind == LAYER_BLOCK) units++;
+    if (units == 0)
+        for (int i = 0; i < m->n_layers; i++) units += m->layers[i].params > 0;
+    double root = z.root_unit > 0 ? 1 : 0;
+
+    switch (s->buffers) {
+    case BUF_DDP_BUCKETS:   /* one all-reduce per bucket, once per optimizer step (no_sync) */
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets",
+            plan_ddp_buckets(psi, p->grad_bytes, 0), psi * gb, N, multi_node);
+        break;
+    case BUF_DS_REDUCE: {   /* ZeRO paper: reduce-scatter grads, all-gather updated params */
+        double buckets = ceil(psi / PLAN_DS_REDUCE_BUCKET);
+        double times = (s->shard & SHARD_GRAD) ? K : 1;   /* stage 2 reduces every micro-step */
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "gradient buckets", buckets * times,
+            psi * gb * times, N, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "updated parameters", 1, psi * pb, N, multi_node);
+        break;
+    }
+    case BUF_DS_STAGE3:
+    case BUF_FSDP_FULL: {   /* gather each unit in forward and again in backward (not the root) */
+        double fwd_units = units + root;
+        double bwd_units = units;
+        if (s->buffers == BUF_DS_STAGE3) { fwd_units = units + root; bwd_units = units + root; }
+        double bwd_payload = (psi - (s->buffers == BUF_FSDP_FULL ? z.root_unit : 0)) * pb;
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", fwd_units * K, psi * pb * K, n, group_crosses);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "unit parameters", bwd_units * K, bwd_payload * K, n, group_crosses);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * K, psi * gb * K, n, group_crosses);
+        break;
+    }
+    case BUF_FSDP_GRAD_OP:  /* parameters stay gathered from forward through backward */
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", (units + root) * K, psi * pb * K, n, group_crosses);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * K, psi * gb * K, n, group_crosses);
+        break;
+    default: break;
+    }
+    if (s->group_node && N > n)   /* HYBRID_SHARD: all-reduce each shard across the replicas */
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient shards across nodes", (units + root) * K,
+            z.psi_shard * gb * K, (N + n - 1) / n, 1);
+    if (s->buffers == BUF_DDP_BUCKETS && plan_model_buffers(m) > 0)   /* broadcast_buffers */
+        add(out, c, PCOLL_BROADCAST, CPHASE_FORWARD, "module buffers (BN running stats)", K,
+            (double)plan_model_buffers(m) * 4 * K, N, multi_node);
+    if (t->syncbn) {
+        int64_t sum_c = 0;
+        int nbn = plan_model_bn_layers(m, &sum_c);
+        /* forward: all-gather [mean, invstd, count] (2C+1 fp32 per rank); backward: all-reduce
+           [sum_dy, sum_dy_xmu] (2C fp32) per BN layer (torch/nn/modules/_functions.py) */
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "SyncBN statistics", nbn * K,
+            (2.0 * (double)sum_c + nbn) * 4 * (double)N * K, N, multi_node);
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "SyncBN gradient sums", nbn * K,
+            2.0 * (double)sum_c * 4 * K, N, multi_node);
+    }
+}

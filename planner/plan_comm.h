@@ -1,0 +1,49 @@
+/* plan_comm.h — the collective schedule of one optimizer step per strategy, read from the same
+ * strategy table as the memory model: which collectives run in which phase, how many, the
+ * payload (the full, unsharded buffer) and per-GPU wire bytes with the nccl-tests factors
+ * (all-reduce 2(n-1)/n; reduce-scatter and all-gather (n-1)/n; broadcast 1), and their time
+ * (alpha-beta model). docs/formulas.md "Communication". */
+#ifndef PLAN_COMM_H
+#define PLAN_COMM_H
+
+#include "plan_gpu.h"
+#include "plan_model.h"
+#include "plan_strategy.h"
+#include "plan_train.h"
+
+typedef enum { PCOLL_ALL_REDUCE = 0, PCOLL_REDUCE_SCATTER, PCOLL_ALL_GATHER, PCOLL_BROADCAST,
+               PCOLL_COUNT } PlanCollOp;
+typedef enum { CPHASE_FORWARD = 0, CPHASE_BACKWARD, CPHASE_STEP, CPHASE_COUNT } CommPhase;
+
+typedef struct {
+    PlanCollOp op;
+    CommPhase phase;
+    const char *what;        /* "gradient buckets", "unit parameters", "SyncBN statistics" */
+    double count;            /* collectives per optimizer step */
+    double payload_bytes;    /* Σ full buffer sizes per optimizer step */
+    double wire_bytes;       /* Σ per-GPU wire bytes per optimizer step */
+    int64_t group;           /* ranks in the collective */
+    double seconds;          /* Σ modelled time */
+} PlanColl;
+
+#define PLAN_MAX_COLLS 16
+typedef struct {
+    PlanColl c[PLAN_MAX_COLLS];
+    int n;
+    double wire_bytes;       /* Σ per GPU per optimizer step */
+    double seconds;
+} CommPlan;
+
+/* DDP's bucket sizes (torch/nn/parallel/distributed.py): first bucket 1 MiB, then 25 MiB. */
+#define PLAN_DDP_FIRST_BUCKET (1024.0 * 1024.0)
+#define PLAN_DDP_BUCKET (25.0 * 1024.0 * 1024.0)
+
+const char *plan_coll_name(PlanCollOp op);
+const char *plan_comm_phase_name(CommPhase p);
+double plan_coll_factor(PlanCollOp op, int64_t n);   /* wire bytes per payload byte per GPU */
+/* Number of DDP buckets for Ψ gradients of grad_bytes each, bucket_bytes cap (0 = 25 MiB). */
+double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes);
+void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+               CommPlan *out);
+
+#endif

@@ -1,0 +1,97 @@
+/* test_plan_comm.c — collective volumes equal their closed forms per strategy. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "plan_comm.h"
+#include "plan_memory.h"
+#include "plan_zoo.h"
+
+static double wire(const CommPlan *p) { return p->wire_bytes; }
+
+static void setup(ModelSpec *m, const char *name, TrainSpec *t, ClusterSpec *c, int64_t n) {
+    char msg[256];
+    cr_assert_eq(plan_zoo_build(m, name, msg, sizeof(msg)), 0, "%s", msg);
+    plan_train_defaults(t);
+    t->precision = PREC_MIXED_BF16;       /* equal param and grad dtype (2 bytes) */
+    plan_cluster_defaults(c);
+    c->gpus = n;
+    c->gpus_per_node = n < 8 ? n : 8;
+}
+
+Test(comm, ddp_should_all_reduce_every_gradient_once_per_step) {
+    ModelSpec m; TrainSpec t; ClusterSpec c;
+    setup(&m, "gpt2", &t, &c, 8);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    double psi = (double)plan_model_params(&m);
+    cr_assert_eq(p.n, 1);
+    cr_expect_eq(p.c[0].payload_bytes, 2 * psi);
+    cr_expect(fabs(wire(&p) - 2.0 * 7 / 8 * 2 * psi) < 1, "2(n-1)/n x payload");
+    cr_expect_eq(p.c[0].count, plan_ddp_buckets(psi, 2, 0));
+    t.grad_accum = 4;                    /* no_sync: still once per optimizer step */
+    CommPlan q;
+    plan_comm(&m, &t, &c, STRAT_DDP, &q);
+    cr_expect_eq(wire(&q), wire(&p));
+    plan_model_free(&m);
+}
+
+Test(comm, zero1_and_zero2_should_move_what_ddp_moves) {
+    ModelSpec m; TrainSpec t; ClusterSpec c;
+    setup(&m, "gpt2-medium", &t, &c, 8);
+    CommPlan d, z1, z2;
+    plan_comm(&m, &t, &c, STRAT_DDP, &d);
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &z1);
+    plan_comm(&m, &t, &c, STRAT_ZERO2, &z2);
+    cr_expect(fabs(wire(&z1) - wire(&d)) < 1);
+    cr_expect(fabs(wire(&z2) - wire(&d)) < 1);
+    plan_model_free(&m);
+}
+
+Test(comm, full_shard_should_move_about_one_and_a_half_times_ddp) {
+    ModelSpec m; TrainSpec t; ClusterSpec c;
+    setup(&m, "gpt2-xl", &t, &c, 8);
+    CommPlan d, f, z3, g;
+    plan_comm(&m, &t, &c, STRAT_DDP, &d);
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &f);
+    plan_comm(&m, &t, &c, STRAT_ZERO3, &z3);
+    plan_comm(&m, &t, &c, STRAT_FSDP_GRAD_OP, &g);
+    double r = wire(&f) / wire(&d);
+    cr_expect(r > 1.4 && r <= 1.5, "FULL_SHARD / DDP = %f", r);
+    cr_expect(fabs(wire(&z3) / wire(&d) - 1.5) < 1e-9, "ZeRO-3 is 3 psi: %f", wire(&z3) / wire(&d));
+    cr_expect(fabs(wire(&g) - wire(&d)) < 1, "SHARD_GRAD_OP = DDP volume");
+    /* closed form (REFERENCE): (N-1)/N [(2 psi - U_root) b_p + psi b_r] */
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    double expect = 7.0 / 8 * ((2 * z.psi - z.root_unit) * 2 + z.psi * 2);
+    cr_expect(fabs(wire(&f) - expect) < 1, "%f vs %f", wire(&f), expect);
+    plan_model_free(&m);
+}
+
+Test(comm, syncbn_should_gather_2c_plus_1_and_reduce_2c_floats_per_bn_layer) {
+    ModelSpec m; TrainSpec t; ClusterSpec c;
+    setup(&m, "resnet50", &t, &c, 4);
+    t.syncbn = 1;
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    int found = 0;
+    for (int i = 0; i < p.n; i++) {
+        if (p.c[i].what[0] != 'S') continue;
+        found++;
+        cr_expect_eq(p.c[i].count, 53);
+        if (p.c[i].op == PCOLL_ALL_GATHER) cr_expect_eq(p.c[i].payload_bytes, 212692.0 * 4);
+        else cr_expect_eq(p.c[i].payload_bytes, 212480.0);
+    }
+    cr_expect_eq(found, 2);
+    plan_model_free(&m);
+}
+
+Test(comm, one_gpu_should_need_no_collectives) {
+    ModelSpec m; TrainSpec t; ClusterSpec c;
+    setup(&m, "gpt2", &t, &c, 1);
+    for (int k = 0; k < STRAT_COUNT; k++) {
+        CommPlan p;
+        plan_comm(&m, &t, &c, (StrategyKind)k, &p);
+        cr_expect_eq(p.n, 0);
+    }
+    plan_model_free(&m);
+}
