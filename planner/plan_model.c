@@ -1,6 +1,6 @@
 /* plan_model.c — ModelSpec construction: the layer list, totals, and the transformer and
- * generic builders. Parameter counts are computed from shapes (docs/models.md gives each
- * formula and the reference implementation it reproduces). */
+ * generic builders. Parameter counts are computed from shapes (docs/model-formats.md gives
+ * each formula and the reference implementation it reproduces). */
 #include "plan_model.h"
 
 #include <stdio.h>
@@ -118,6 +118,11 @@ static int64_t mlp_params(const TransformerConfig *c, int64_t *largest) {
     return p;
 }
 
+/* The most parameters a model may have (10^15, a thousand times the largest published dense
+ * model): above it a config is taken as a mistake, and every sum stays far from int64 overflow
+ * (one block is at most ~2^47 elements under the shape limits below). */
+#define MAX_MODEL_PARAMS 1000000000000000LL
+
 int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen) {
     if (c->n_layer <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->vocab <= 0 ||
         c->d_ff <= 0 || c->max_seq <= 0 || c->n_layer > 100000 || c->d_model > (1 << 20) ||
@@ -129,6 +134,23 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
                  (long long)c->vocab, (long long)c->max_seq);
         return -1;
     }
+    if (c->arch == ARCH_ENC_DEC && (c->n_enc_layer <= 0 || c->n_enc_layer > 100000)) {
+        snprintf(msg, msglen, "an encoder-decoder needs 1..100000 encoder layers (got %d)",
+                 c->n_enc_layer);
+        return -1;
+    }
+    if (c->d_head < 0 || c->d_head > 65536 || c->n_kv_head < 0 || c->embed_dim < 0 ||
+        c->embed_dim > (1 << 20) || c->pos_offset < 0 || c->pos_offset > 65536 ||
+        c->type_vocab < 0 || c->type_vocab > 65536 || c->rel_pos_buckets < 0 ||
+        c->rel_pos_buckets > 65536 || c->cls_outputs < 0 || c->cls_outputs > (1 << 24)) {
+        snprintf(msg, msglen, "invalid transformer shape: head dim %lld, KV heads %d, embedding "
+                 "width %lld, position offset %lld, token types %d, relative buckets %d, "
+                 "classifier outputs %lld (none may be negative or above 2^16..2^24)",
+                 (long long)c->d_head, c->n_kv_head, (long long)c->embed_dim,
+                 (long long)c->pos_offset, c->type_vocab, c->rel_pos_buckets,
+                 (long long)c->cls_outputs);
+        return -1;
+    }
     int64_t d_head = c->d_head > 0 ? c->d_head : c->d_model / c->n_head;
     int kv = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
     if (c->d_head <= 0 && c->d_model % c->n_head != 0) {
@@ -138,6 +160,11 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     }
     if (c->n_head % kv != 0) {
         snprintf(msg, msglen, "%d attention heads are not a multiple of %d KV heads", c->n_head, kv);
+        return -1;
+    }
+    if ((int64_t)c->n_head * d_head > (1 << 22)) {
+        snprintf(msg, msglen, "%d heads of dimension %lld exceed 2^22 attention features",
+                 c->n_head, (long long)d_head);
         return -1;
     }
     plan_model_init(m, c->name, c->arch);
@@ -154,18 +181,24 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     m->norm = c->norm;
     m->mlp = c->mlp;
     m->dropout = c->dropout;
+    snprintf(m->act_fn, sizeof(m->act_fn), "%s", c->act_fn ? c->act_fn : "");
     snprintf(m->source, sizeof(m->source), "zoo");
 
     int64_t h = c->d_model;
+    /* token embedding width: OPT-350m embeds in 512 and projects in/out of its 1024 hidden */
+    int64_t e = c->embed_dim > 0 ? c->embed_dim : h;
+    int64_t total = 0;
     LayerSpec l;
     memset(&l, 0, sizeof(l));
     l.kind = LAYER_EMBED;
     snprintf(l.name, sizeof(l.name), "embeddings");
-    l.params = c->vocab * h;
-    l.largest_tensor = c->vocab * h;
+    l.params = c->vocab * e;
+    l.largest_tensor = c->vocab * e;
+    if (e != h) l.params += e * h;                                /* project_in, no bias */
     if (c->learned_pos) l.params += (c->max_seq + c->pos_offset) * h;
     l.params += (int64_t)c->type_vocab * h;
     if (c->arch == ARCH_ENCODER) l.params += norm_params(c);   /* BERT embeddings.LayerNorm */
+    total += l.params;
     if (!plan_model_add_layer(m, &l)) goto oom;
 
     int n_blocks = c->n_layer + m->n_enc_layer;
@@ -185,10 +218,12 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
         if (is_dec_of_encdec) l.params += attn_params(c, d_head, kv, 1, &largest) + norm_params(c);
         if (c->rel_pos_buckets && first_of_stack) l.params += (int64_t)c->rel_pos_buckets * c->n_head;
         l.largest_tensor = largest;
-        if (!plan_model_add_layer(m, &l)) goto oom;
         /* T5: each stack ends with its own final norm, kept in the stack's last block */
         if (c->arch == ARCH_ENC_DEC && c->final_norm && i == m->n_enc_layer - 1)
-            m->layers[m->n_layers - 1].params += norm_params(c);
+            l.params += norm_params(c);
+        total += l.params;
+        if (total > MAX_MODEL_PARAMS) goto too_big;
+        if (!plan_model_add_layer(m, &l)) goto oom;
     }
     if (c->final_norm && !plan_model_add(m, LAYER_NORM, "final_norm", norm_params(c))) goto oom;
     if (c->pooler && !plan_model_add(m, LAYER_LINEAR, "pooler", h * h + h)) goto oom;
@@ -196,11 +231,21 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     memset(&l, 0, sizeof(l));
     l.kind = LAYER_HEAD;
     snprintf(l.name, sizeof(l.name), "lm_head");
-    if (!c->tied) l.params += c->vocab * h;
+    if (!c->tied) l.params += c->vocab * e;
+    if (e != h) l.params += h * e;                                /* project_out, no bias */
     if (c->mlm_head) l.params += h * h + h + norm_params(c) + c->vocab;  /* transform + decoder bias */
-    l.largest_tensor = c->tied ? (c->mlm_head ? h * h : 0) : c->vocab * h;
+    l.params += c->cls_outputs * h + c->cls_outputs;              /* NSP / classifier */
+    l.largest_tensor = !c->tied ? c->vocab * e : c->mlm_head ? h * h : e != h ? h * e : 0;
+    if (c->cls_outputs * h > l.largest_tensor) l.largest_tensor = c->cls_outputs * h;
+    total += l.params;
+    if (total > MAX_MODEL_PARAMS) goto too_big;
     if (!plan_model_add_layer(m, &l)) goto oom;
     return 0;
+too_big:
+    snprintf(msg, msglen, "%s would have more than 10^15 parameters (%d blocks of hidden %lld, "
+             "ffn %lld): check the shape", c->name, n_blocks, (long long)h, (long long)c->d_ff);
+    plan_model_free(m);
+    return -1;
 oom:
     snprintf(msg, msglen, "out of host memory building %s", c->name);
     plan_model_free(m);

@@ -80,6 +80,8 @@ typedef struct {
     NormKind norm;
     MlpKind mlp;
     double dropout;          /* default dropout probability from the config */
+    char act_fn[32];         /* MLP activation as the config names it ("gelu_pytorch_tanh");
+                                "" = the usual one for mlp */
 
     /* CNN input: image side and channels (ARCH_CNN); classes in vocab */
     int image_size, in_channels;
@@ -121,6 +123,11 @@ typedef struct {
     int mlm_head;            /* BERT MLM head transform (dense + LN, decoder bias) */
     int rel_pos_buckets;     /* T5 relative attention bias buckets (0 = none) */
     double dropout;
+    /* Added for the config.json loader; 0 / NULL keep the behaviour above. */
+    int64_t embed_dim;       /* token embedding width when it differs from d_model (OPT's
+                                word_embed_proj_dim): project_in/out (no bias) are added */
+    int64_t cls_outputs;     /* classifier on the pooled output (BERT NSP: 2), h*n + n */
+    const char *act_fn;      /* activation name noted in ModelSpec.act_fn (NULL = "") */
 } TransformerConfig;
 
 int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen);
