@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "exec_gpt2.h"
+#include "plan_zoo.h"
 #include "prof_mem.h"
 
 static void *host_alloc(void *ctx, size_t n) { (void)ctx; return malloc(n); }
@@ -87,6 +88,30 @@ Test(exec_gpt2, units_should_be_embeddings_then_blocks_then_final_norm)
     cr_assert_eq(gpt2_cfg_unit_numel(&c, 13), (size_t)2 * 768);
     cr_assert_eq(gpt2_cfg_unit_numel(&c, 14), 0);
     cr_assert_eq(gpt2_cfg_unit_numel(&c, -1), 0);
+}
+
+Test(exec_gpt2, every_preset_should_have_the_planners_parameters_layer_by_layer)
+{
+    /* the executor runs what the planner predicts: embeddings, each block, final norm, and a
+     * tied head with no parameters of its own */
+    for (int i = 0; i < gpt2_preset_count(); i++) {
+        Gpt2Config c = preset(gpt2_preset_name(i));
+        ModelSpec ms;
+        char msg[256];
+        cr_assert_eq(plan_zoo_build(&ms, c.name, msg, sizeof msg), 0, "%s", msg);
+        cr_assert_eq(plan_model_params(&ms), gpt2_cfg_num_params(&c), "%s", c.name);
+        int blocks = 0;
+        for (int k = 0; k < ms.n_layers; k++) {
+            const LayerSpec *l = &ms.layers[k];
+            if (l->kind == LAYER_EMBED) cr_assert_eq((size_t)l->params, gpt2_cfg_unit_numel(&c, 0), "%s", c.name);
+            if (l->kind == LAYER_BLOCK) cr_assert_eq((size_t)l->params, gpt2_cfg_unit_numel(&c, ++blocks), "%s", c.name);
+            if (l->kind == LAYER_NORM) cr_assert_eq((size_t)l->params, gpt2_cfg_unit_numel(&c, c.n_layer + 1), "%s", c.name);
+            if (l->kind == LAYER_HEAD) cr_assert_eq(l->params, 0, "%s: the LM head is tied to wte", c.name);
+        }
+        cr_assert_eq(blocks, c.n_layer, "%s", c.name);
+        cr_assert(ms.n_head == c.n_head && ms.d_model == c.d_model && ms.vocab == c.vocab && ms.max_seq == c.max_seq, "%s", c.name);
+        plan_model_free(&ms);
+    }
 }
 
 Test(exec_gpt2, created_model_should_hold_one_tracked_params_buffer_per_unit)
