@@ -24,7 +24,7 @@
  *   dpreatt (B·NH·T·T), datt (B·NH·T·T)    scratch without dlogits: 4·B·T·10C + 8·B·NH·T²
  * Backward, in order (frees go back to the tracker at once):
  *   1. workspace allocated (all of it); before_bwd(0); grads of unit 0 created if absent
- *   2. dlogits = (probs - onehot)/(B·T); free logits, probs, losses
+ *   2. dlogits = (probs - onehot)·dloss (1/(B·T), or the grad scale); free logits, probs, losses
  *   3. LM-head backward (dlnf, dwte); free dlogits, lnf
  *   4. before_bwd(L+1); grads of L+1; final-LN backward; free lnf_mean, lnf_rstd; after_bwd(L+1)
  *   5. for l = L..1: before_bwd(l); grads of l; block backward; free block l's 16 tensors

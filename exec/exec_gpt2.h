@@ -98,7 +98,8 @@ typedef struct {
 
 /* hooks may be NULL (no strategy); *hooks is copied, ctx is passed to every callback.
  * Allocates the parameters (MEM_PARAMS, uninitialised) unless hooks->external_params.
- * Returns 0, or -1 (invalid config, or out of memory: the tracker records the OOM). */
+ * Returns 0, or -1 with *out NULL: an invalid config (gpt2_config_check gives the sentence) or
+ * out of memory (the tracker records the OOM; prof_mem_print_oom reports it). */
 int gpt2_create(Gpt2 **out, const Gpt2Config *cfg, MemTracker *mt, const Gpt2Hooks *hooks,
                 void *ctx);
 void gpt2_destroy(Gpt2 *m);   /* frees everything the model allocated; NULL is ignored */
