@@ -17,7 +17,11 @@
 #endif
 
 /* This process's rank for messages (MPI_COMM_WORLD rank if MPI is initialized, else 0). */
+#ifdef __cplusplus
+extern "C" int exec_log_rank(void);
+#else
 int exec_log_rank(void);
+#endif
 
 #ifndef __CUDACC__
 #include <mpi.h>
