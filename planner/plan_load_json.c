@@ -1,0 +1,277 @@
+/* plan_load_json.c — memplan's own model format ("memplan_model": 1): every ModelSpec and
+ * LayerSpec field, written by plan_model_export_json (`memplan models --export NAME`) and read
+ * back by ld_memplan_json, so export → import reproduces the ModelSpec field for field (all but
+ * source, which records the file). The schema is in docs/model-formats.md; the key tables below
+ * are the one place that lists the fields. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_load.h"
+#include "plan_load_internal.h"
+
+#define MEMPLAN_MODEL_VERSION 1
+
+static const char *const NORM_NAMES[] = {"layernorm", "rmsnorm"};
+static const char *const MLP_NAMES[] = {"gelu", "gelu_new", "relu", "swiglu"};
+#define N_NORMS ((int)(sizeof(NORM_NAMES) / sizeof(NORM_NAMES[0])))
+#define N_MLPS ((int)(sizeof(MLP_NAMES) / sizeof(MLP_NAMES[0])))
+
+static const char *const TOP_KEYS[] = {
+    "memplan_model", "name", "description", "arch", "n_layer", "n_enc_layer", "d_model",
+    "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
+    "mlp", "act_fn", "dropout", "image_size", "in_channels", "layers", NULL};
+static const char *const LAYER_KEYS[] = {
+    "name", "kind", "params", "buffers", "bn_channels", "largest_tensor", "fwd_flops",
+    "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", NULL};
+
+/* ---- export ---- */
+
+typedef struct {
+    char *buf;
+    size_t n, cap;
+    int oom;
+} Out;
+
+static void put(Out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(Out *o, const char *fmt, ...) {
+    if (o->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(o->buf + o->n, o->cap - o->n, fmt, ap);
+        va_end(ap);
+        if (k < 0) { o->oom = 1; return; }
+        if ((size_t)k < o->cap - o->n) { o->n += (size_t)k; return; }
+        size_t cap = 2 * o->cap + (size_t)k + 1;
+        char *b = realloc(o->buf, cap);
+        if (!b) { o->oom = 1; return; }
+        o->buf = b;
+        o->cap = cap;
+    }
+}
+
+/* A JSON string with the escapes JSON requires. */
+static void put_str(Out *o, const char *s) {
+    put(o, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') put(o, "\\%c", *p);
+        else if (*p < 0x20) put(o, "\\u%04x", *p);
+        else put(o, "%c", *p);
+    }
+    put(o, "\"");
+}
+
+/* The shortest decimal that reads back as the same double. */
+static void put_double(Out *o, double d) {
+    if (!isfinite(d)) { put(o, "null"); return; }
+    char b[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(b, sizeof(b), "%.*g", prec, d);
+        if (strtod(b, NULL) == d) break;
+    }
+    put(o, "%s", b);
+}
+
+int plan_model_export_json(const ModelSpec *m, char **out_json) {
+    Out o = {malloc(4096), 0, 4096, 0};
+    *out_json = NULL;
+    if (!o.buf) return -1;
+    int norm = (m->norm >= 0 && (int)m->norm < N_NORMS) ? (int)m->norm : 0;
+    int mlp = (m->mlp >= 0 && (int)m->mlp < N_MLPS) ? (int)m->mlp : 0;
+    put(&o, "{\n  \"memplan_model\": %d,\n  \"name\": ", MEMPLAN_MODEL_VERSION);
+    put_str(&o, m->name);
+    put(&o, ",\n  \"arch\": ");
+    put_str(&o, plan_arch_name(m->arch));
+    put(&o, ",\n  \"n_layer\": %d,\n  \"n_enc_layer\": %d,\n  \"d_model\": %lld,\n"
+        "  \"n_head\": %d,\n  \"n_kv_head\": %d,\n  \"d_head\": %lld,\n  \"d_ff\": %lld,\n"
+        "  \"vocab\": %lld,\n  \"max_seq\": %lld,\n  \"tied_embeddings\": %s,\n",
+        m->n_layer, m->n_enc_layer, (long long)m->d_model, m->n_head, m->n_kv_head,
+        (long long)m->d_head, (long long)m->d_ff, (long long)m->vocab, (long long)m->max_seq,
+        m->tied_embeddings ? "true" : "false");
+    put(&o, "  \"norm\": \"%s\",\n  \"mlp\": \"%s\",\n  \"act_fn\": ", NORM_NAMES[norm],
+        MLP_NAMES[mlp]);
+    put_str(&o, m->act_fn);
+    put(&o, ",\n  \"dropout\": ");
+    put_double(&o, m->dropout);
+    put(&o, ",\n  \"image_size\": %d,\n  \"in_channels\": %d,\n  \"layers\": [\n",
+        m->image_size, m->in_channels);
+    for (int i = 0; i < m->n_layers; i++) {
+        const LayerSpec *l = &m->layers[i];
+        put(&o, "    {\"name\": ");
+        put_str(&o, l->name);
+        put(&o, ", \"kind\": \"%s\", \"params\": %lld, \"buffers\": %lld, \"bn_channels\": %lld, "
+            "\"largest_tensor\": %lld, \"fwd_flops\": ", plan_layer_kind_name(l->kind),
+            (long long)l->params, (long long)l->buffers, (long long)l->bn_channels,
+            (long long)l->largest_tensor);
+        put_double(&o, l->fwd_flops);
+        put(&o, ", \"act_elems\": %lld, \"act_fp32_elems\": %lld, \"act_mask_elems\": %lld, "
+            "\"act_bytes\": %lld, \"act_known\": %s}%s\n", (long long)l->act_elems,
+            (long long)l->act_fp32_elems, (long long)l->act_mask_elems, (long long)l->act_bytes,
+            l->act_known ? "true" : "false", i + 1 < m->n_layers ? "," : "");
+    }
+    put(&o, "  ]\n}\n");
+    if (o.oom) {
+        free(o.buf);
+        return -1;
+    }
+    *out_json = o.buf;
+    return 0;
+}
+
+/* ---- import ---- */
+
+/* A string field that must be one of names[0..n). */
+static int ld_enum(LoadCtx *c, const cJSON *obj, const char *prefix, const char *key,
+                   int required, int def, const char *(*name_of)(int), int n, int *out) {
+    char s[32];
+    if (ld_str(c, obj, prefix, key, required, def >= 0 ? name_of(def) : "", s, sizeof(s)))
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(name_of(i), s) == 0) {
+            *out = i;
+            return 0;
+        }
+    char list[256];
+    size_t k = 0;
+    for (int i = 0; i < n && k < sizeof(list); i++)
+        k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s", i ? ", " : "", name_of(i));
+    return ld_fail(c, "field '%s%s' must be one of %s (got '%s')", prefix, key, list, s);
+}
+
+static const char *arch_name(int i) { return plan_arch_name((ArchKind)i); }
+static const char *kind_name(int i) { return plan_layer_kind_name((LayerKind)i); }
+static const char *norm_name(int i) { return NORM_NAMES[i]; }
+static const char *mlp_name(int i) { return MLP_NAMES[i]; }
+
+static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "layers[%d].", i);
+    if (!cJSON_IsObject(j)) {
+        char got[64];
+        ld_describe(j, got, sizeof(got));
+        return ld_fail(c, "field 'layers[%d]' must be an object (got %s)", i, got);
+    }
+    int kind;
+    memset(l, 0, sizeof(*l));
+    if (ld_known_keys(c, j, prefix, LAYER_KEYS) ||
+        ld_str(c, j, prefix, "name", 1, NULL, l->name, sizeof(l->name)) ||
+        ld_enum(c, j, prefix, "kind", 1, -1, kind_name, LAYER_KIND_COUNT, &kind) ||
+        ld_int(c, j, prefix, "params", 1, 0, 0, LD_MAX_PARAMS, &l->params) ||
+        ld_int(c, j, prefix, "buffers", 0, 0, 0, LD_MAX_EXACT, &l->buffers) ||
+        ld_int(c, j, prefix, "bn_channels", 0, 0, 0, LD_MAX_EXACT, &l->bn_channels) ||
+        ld_int(c, j, prefix, "largest_tensor", 0, 0, 0, LD_MAX_PARAMS, &l->largest_tensor) ||
+        ld_num(c, j, prefix, "fwd_flops", 0, 0.0, 0.0, 1e30, &l->fwd_flops) ||
+        ld_int(c, j, prefix, "act_elems", 0, 0, 0, LD_MAX_EXACT, &l->act_elems) ||
+        ld_int(c, j, prefix, "act_fp32_elems", 0, 0, 0, LD_MAX_EXACT, &l->act_fp32_elems) ||
+        ld_int(c, j, prefix, "act_mask_elems", 0, 0, 0, LD_MAX_EXACT, &l->act_mask_elems) ||
+        ld_int(c, j, prefix, "act_bytes", 0, 0, 0, LD_MAX_EXACT, &l->act_bytes) ||
+        ld_bool(c, j, prefix, "act_known", 0, 0, 1, &l->act_known))
+        return -1;
+    l->kind = (LayerKind)kind;
+    if (!l->name[0]) return ld_fail(c, "field '%sname' is empty", prefix);
+    if (l->largest_tensor > l->params)
+        return ld_fail(c, "field '%slargest_tensor' (%lld) exceeds the layer's params (%lld)",
+                       prefix, (long long)l->largest_tensor, (long long)l->params);
+    return 0;
+}
+
+/* Hyper-parameters: required (and range-checked like plan_model_transformer) for the
+ * transformer families, optional elsewhere. */
+static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
+    int tf = m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
+    int lo = tf ? 1 : 0, norm, mlp;
+    if (ld_int32(c, root, "", "n_layer", tf, 0, lo, 100000, &m->n_layer) ||
+        ld_int32(c, root, "", "n_enc_layer", m->arch == ARCH_ENC_DEC, 0,
+                 m->arch == ARCH_ENC_DEC ? 1 : 0, 100000, &m->n_enc_layer) ||
+        ld_int(c, root, "", "d_model", tf, 0, lo, 1 << 20, &m->d_model) ||
+        ld_int32(c, root, "", "n_head", tf, 0, lo, 65536, &m->n_head) ||
+        ld_int32(c, root, "", "n_kv_head", 0, m->n_head, lo, 65536, &m->n_kv_head) ||
+        ld_int(c, root, "", "d_head", 0, m->n_head ? m->d_model / m->n_head : 0, lo, 65536,
+               &m->d_head) ||
+        ld_int(c, root, "", "d_ff", tf, 0, lo, 1 << 22, &m->d_ff) ||
+        ld_int(c, root, "", "vocab", tf, 0, lo, 1 << 24, &m->vocab) ||
+        ld_int(c, root, "", "max_seq", tf, 0, lo, 1 << 24, &m->max_seq) ||
+        ld_bool(c, root, "", "tied_embeddings", 0, 0, 1, &m->tied_embeddings) ||
+        ld_enum(c, root, "", "norm", 0, 0, norm_name, N_NORMS, &norm) ||
+        ld_enum(c, root, "", "mlp", 0, 0, mlp_name, N_MLPS, &mlp) ||
+        ld_str(c, root, "", "act_fn", 0, "", m->act_fn, sizeof(m->act_fn)) ||
+        ld_num(c, root, "", "dropout", 0, 0.0, 0.0, 1.0, &m->dropout) ||
+        ld_int32(c, root, "", "image_size", m->arch == ARCH_CNN, 0,
+                 m->arch == ARCH_CNN ? 1 : 0, 1 << 16, &m->image_size) ||
+        ld_int32(c, root, "", "in_channels", m->arch == ARCH_CNN, 0,
+                 m->arch == ARCH_CNN ? 1 : 0, 1 << 16, &m->in_channels))
+        return -1;
+    m->norm = (NormKind)norm;
+    m->mlp = (MlpKind)mlp;
+    if (tf) {
+        if (!cJSON_GetObjectItemCaseSensitive(root, "d_head") && m->d_model % m->n_head != 0)
+            return ld_fail(c, "d_model %lld is not divisible by n_head %d: give d_head",
+                           (long long)m->d_model, m->n_head);
+        if (m->n_head % m->n_kv_head != 0)
+            return ld_fail(c, "n_head %d is not a multiple of n_kv_head %d", m->n_head,
+                           m->n_kv_head);
+    }
+    return 0;
+}
+
+int ld_memplan_json(ModelSpec *m, const cJSON *root, LoadCtx *c) {
+    int64_t version;
+    int arch;
+    if (ld_known_keys(c, root, "", TOP_KEYS) ||
+        ld_int(c, root, "", "memplan_model", 1, 0, 0, LD_MAX_EXACT, &version))
+        return -1;
+    if (version != MEMPLAN_MODEL_VERSION)
+        return ld_fail(c, "memplan_model version %lld is not supported (this memplan reads "
+                       "version %d)", (long long)version, MEMPLAN_MODEL_VERSION);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "description");
+    if (d && !cJSON_IsString(d)) return ld_fail(c, "field 'description' must be a string");
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    if (!layers) return ld_fail(c, "missing field 'layers'");
+    if (!cJSON_IsArray(layers) || !layers->child) {
+        char got[64];
+        ld_describe(layers, got, sizeof(got));
+        return ld_fail(c, "field 'layers' must be a non-empty list of layers (got %s)",
+                       cJSON_IsArray(layers) ? "an empty list" : got);
+    }
+    plan_model_init(m, "", ARCH_GENERIC);
+    if (ld_str(c, root, "", "name", 1, NULL, m->name, sizeof(m->name)) ||
+        ld_enum(c, root, "", "arch", 1, -1, arch_name, ARCH_KIND_COUNT, &arch))
+        goto fail;
+    if (!m->name[0]) {
+        ld_fail(c, "field 'name' is empty");
+        goto fail;
+    }
+    m->arch = (ArchKind)arch;
+    if (read_hyper(c, root, m)) goto fail;
+
+    int64_t total = 0;
+    int blocks = 0, i = 0;
+    for (const cJSON *j = layers->child; j; j = j->next, i++) {
+        LayerSpec l;
+        if (read_layer(c, j, i, &l)) goto fail;
+        total += l.params;
+        if (total > LD_MAX_PARAMS) {
+            ld_fail(c, "more than 10^15 parameters in all (at layers[%d])", i);
+            goto fail;
+        }
+        blocks += l.kind == LAYER_BLOCK;
+        if (!plan_model_add_layer(m, &l)) {
+            ld_fail(c, "out of host memory at layers[%d]", i);
+            goto fail;
+        }
+    }
+    /* the activation model walks the blocks; they must agree with the hyper-parameters */
+    if ((m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC) &&
+        blocks != m->n_layer + m->n_enc_layer) {
+        ld_fail(c, "n_layer %d + n_enc_layer %d blocks expected, but layers[] has %d of kind "
+                "'block'", m->n_layer, m->n_enc_layer, blocks);
+        goto fail;
+    }
+    return 0;
+fail:
+    plan_model_free(m);
+    return -1;
+}
