@@ -117,6 +117,12 @@ double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const Act
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     double ws = 0;
+    /* engine: backward scratch for the whole of backward: dresidual, dbtc (B,T,C), dfch_gelu,
+       dfch (B,T,4C), dpreatt, datt (B,NH,T,T) */
+    if (t->impl == IMPL_ENGINE) {
+        double bs = (double)in->b * (double)in->s;
+        ws += 4.0 * bs * 10.0 * (double)m->d_model + 8.0 * (double)in->b * m->n_head * (double)in->s * (double)in->s;
+    }
     /* recomputation under checkpointing: the block's full activations exist again */
     if (t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK && is_transformer(m))
         ws += plan_act_layer_bytes(m, i, t, in);

@@ -38,6 +38,14 @@ double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes) {
     return 1 + ceil((total - PLAN_DDP_FIRST_BUCKET) / cap);
 }
 
+double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
+                         int crosses_nodes) {
+    if (group <= 1) return 0;
+    double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
+    double lat = crosses_nodes ? c->gpu.inter_lat : c->gpu.intra_lat;
+    return lat * coll_steps(op, group) + payload * plan_coll_factor(op, group) / bw;
+}
+
 static void add(CommPlan *p, const ClusterSpec *c, PlanCollOp op, CommPhase ph, const char *what,
                 double count, double payload, int64_t group, int crosses_nodes) {
     if (group <= 1 || count <= 0 || payload <= 0 || p->n >= PLAN_MAX_COLLS) return;
@@ -49,10 +57,8 @@ static void add(CommPlan *p, const ClusterSpec *c, PlanCollOp op, CommPhase ph, 
     x->payload_bytes = payload;
     x->group = group;
     x->wire_bytes = payload * plan_coll_factor(op, group);
-    /* a ring spanning nodes is bounded by its slowest link: the per-GPU NIC share */
-    double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
-    double lat = crosses_nodes ? c->gpu.inter_lat : c->gpu.intra_lat;
-    x->seconds = count * lat * coll_steps(op, group) + x->wire_bytes / bw;
+    /* count collectives of payload/count bytes each */
+    x->seconds = count * plan_coll_seconds(c, op, payload / count, group, crosses_nodes);
     p->wire_bytes += x->wire_bytes;
     p->seconds += x->seconds;
 }

@@ -43,6 +43,10 @@ const char *plan_comm_phase_name(CommPhase p);
 double plan_coll_factor(PlanCollOp op, int64_t n);   /* wire bytes per payload byte per GPU */
 /* Number of DDP buckets for Ψ gradients of grad_bytes each, bucket_bytes cap (0 = 25 MiB). */
 double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes);
+/* Modelled seconds of one collective: latency x ring steps + wire bytes / bandwidth, where a
+ * ring that crosses nodes runs at the per-GPU NIC share. */
+double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
+                         int crosses_nodes);
 void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                CommPlan *out);
 

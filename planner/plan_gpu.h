@@ -17,6 +17,7 @@ typedef struct {
     double inter_lat;        /* seconds per algorithm step across nodes */
     double peak_tflops[3];   /* dense TFLOP/s: fp32 (no TF32), fp16, bf16 (0 = unsupported) */
     double cublas_ws_bytes;  /* cuBLAS workspace per GEMM stream */
+    double mem_bw;           /* GB/s, HBM/GDDR (the optimizer step is bound by it) */
     const char *interconnect;
 } GpuPreset;
 

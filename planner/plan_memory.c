@@ -54,15 +54,23 @@ typedef struct {
     ActInputs in;
     double fixed;            /* context + cuBLAS + NCCL */
     MemResult *r;
+    MemMomentFn fn;
+    void *ctx;
 } Walk;
 
 /* Records one moment: terms t[], where. Margin is added here. */
-static void moment(Walk *w, PhaseKind ph, const double t[TERM_COUNT], const char *where) {
+static void moment(Walk *w, PhaseKind ph, int layer, const double t[TERM_COUNT], const char *where) {
     double managed = 0;
     for (int k = 0; k < TERM_COUNT; k++) if (k != TERM_OVERHEAD) managed += t[k];
     double margin = w->c->margin_is_frac ? managed * w->c->alloc_margin : w->c->alloc_margin;
     double total = managed + w->fixed + margin;
     MemResult *r = w->r;
+    if (w->fn) {
+        double all[TERM_COUNT];
+        memcpy(all, t, sizeof(all));
+        all[TERM_OVERHEAD] = w->fixed + margin;
+        w->fn(w->ctx, ph, layer, all, total);
+    }
     if (total > r->phase_peak[ph]) r->phase_peak[ph] = total;
     if (total > r->peak) {
         r->peak = total;
@@ -76,8 +84,13 @@ static void moment(Walk *w, PhaseKind ph, const double t[TERM_COUNT], const char
 
 int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                 MemResult *r) {
+    return plan_memory_walk(m, t, c, sk, r, NULL, NULL);
+}
+
+int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                     MemResult *r, MemMomentFn fn, void *ctx) {
     memset(r, 0, sizeof(*r));
-    Walk w = {m, t, c, plan_strategy(sk), plan_precision(t->precision), {0}, {0}, 0, r};
+    Walk w = {m, t, c, plan_strategy(sk), plan_precision(t->precision), {0}, {0}, 0, r, fn, ctx};
     plan_memory_sizes(m, t, c, sk, &w.z);
     const Strategy *s = w.s;
     const PrecisionSpec *p = w.p;
@@ -124,22 +137,25 @@ int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, St
     if (c->gpus == 1) fwd_comm = bwd_comm = 0;            /* nothing is sharded on one GPU */
 
     double grads_steady = z->grads;
-    double grads_fwd = s->grads_persistent ? grads_steady : 0;   /* torch: zero_grad(set_to_none) */
+    /* torch frees gradients in zero_grad(set_to_none=True); DeepSpeed and memplan's engine keep
+       them allocated across steps */
+    int grads_persistent = s->grads_persistent || t->impl == IMPL_ENGINE;
+    double grads_fwd = grads_persistent ? grads_steady : 0;
 
-    /* ---- end of forward ---- */
+    /* ---- forward, layer by layer: saved activations and autocast casts accumulate ---- */
     double acts = 0, casts = 0;
-    for (int i = 0; i < m->n_layers; i++) {
-        acts += plan_act_ckpt_bytes(m, i, t, &w.in);
-        casts += (double)m->layers[i].params * p->cast_copy_bytes;   /* autocast weight copies */
-    }
     double tv[TERM_COUNT] = {0};
     tv[TERM_PARAMS] = z->params;
     tv[TERM_GRADS] = grads_fwd;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
     tv[TERM_OPTIMIZER] = z->optimizer;
-    tv[TERM_ACTIVATIONS] = acts;
-    tv[TERM_TRANSIENT] = casts;
-    moment(&w, PHASE_FORWARD, tv, "end of forward");
+    for (int i = 0; i < m->n_layers; i++) {
+        acts += plan_act_ckpt_bytes(m, i, t, &w.in);
+        casts += (double)m->layers[i].params * p->cast_copy_bytes;   /* autocast weight copies */
+        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_TRANSIENT] = casts;
+        moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
+    }
 
     /* ---- backward, layer by layer from the last ---- */
     double loss_tr = plan_act_loss_transient(m, t, &w.in);
@@ -147,7 +163,7 @@ int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, St
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
-        if (!s->grads_persistent)
+        if (!grads_persistent)
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
         tv[TERM_GRADS] = grads_now;
         tv[TERM_COMM] = persistent_comm + bwd_comm;
@@ -156,7 +172,7 @@ int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, St
                              (i == m->n_layers - 1 ? loss_tr : 0);
         char where[64];
         snprintf(where, sizeof(where), "backward of %s", l->name);
-        moment(&w, PHASE_BACKWARD, tv, where);
+        moment(&w, PHASE_BACKWARD, i, tv, where);
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
         casts -= pu * p->cast_copy_bytes;
     }
@@ -168,8 +184,9 @@ int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, St
     double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
     /* torch's default foreach Adam allocates one state-sized temporary; DeepSpeed's fused
        optimizers (the mixed-precision regimes) do not */
-    tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0) ? o_local * p->state_bytes : 0;
-    moment(&w, PHASE_STEP, tv, "optimizer step");
+    tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0 && t->impl != IMPL_ENGINE)
+                             ? o_local * p->state_bytes : 0;   /* the engine updates in place */
+    moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
     r->fits = r->peak <= c->gpu.mem_bytes;
     r->headroom = c->gpu.mem_bytes - r->peak;

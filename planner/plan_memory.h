@@ -46,7 +46,14 @@ typedef struct {
 
 void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                        StrategyKind s, MemSizes *out);
+/* One moment of the walk: after layer `layer`'s forward or backward (layer = -1 for the
+ * optimizer step), with the terms alive then (overhead included) and their total. */
+typedef void (*MemMomentFn)(void *ctx, PhaseKind phase, int layer, const double term[TERM_COUNT],
+                            double total);
+
 /* Returns 0; fills r. The setup must be valid (validated by the caller). */
+int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                     MemResult *r, MemMomentFn fn, void *ctx);
 int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                 MemResult *r);
 /* Largest micro-batch whose peak fits the GPU (0 if none), searching up to max_b. */

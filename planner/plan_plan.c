@@ -16,6 +16,7 @@ int plan_run(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsig
         row->kind = (StrategyKind)k;
         plan_memory(m, t, c, (StrategyKind)k, &row->mem);
         plan_comm(m, t, c, (StrategyKind)k, &row->comm);
+        plan_sim(m, t, c, (StrategyKind)k, 0, &row->time);
         row->max_micro_batch = plan_max_micro_batch(m, t, c, (StrategyKind)k, PLAN_MAX_BATCH_SEARCH);
     }
     int best = -1;

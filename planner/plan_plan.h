@@ -7,6 +7,7 @@
 #include "plan_gpu.h"
 #include "plan_memory.h"
 #include "plan_model.h"
+#include "plan_sim.h"
 #include "plan_strategy.h"
 #include "plan_train.h"
 
@@ -14,6 +15,7 @@ typedef struct {
     StrategyKind kind;
     MemResult mem;
     CommPlan comm;           /* collectives per optimizer step */
+    SimResult time;          /* simulated step (no op list) */
     int64_t max_micro_batch;
 } StrategyPlan;
 

@@ -83,6 +83,18 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
                     x->seconds * 1e3, x->what);
         }
     }
+    fprintf(f, "# simulated step per GPU (compute at %.0f%% of the preset's peak FLOP/s; DDP buckets "
+               "overlap backward, FSDP/ZeRO-3 prefetch one unit)\n", c->mfu * 100);
+    fprintf(f, "%-13s %10s %10s %10s %10s %12s %10s\n", "strategy", "compute", "comm", "exposed",
+            "step", "throughput", "comm/GPU");
+    fprintf(f, "%-13s %10s %10s %10s %10s %12s %10s\n", "-", "ms", "ms", "ms", "ms",
+            m->arch == ARCH_CNN ? "samples/s" : "tokens/s", "GiB");
+    for (int i = 0; i < p->n_rows; i++) {
+        const StrategyPlan *r = &p->rows[i];
+        fprintf(f, "%-13s %10.2f %10.2f %10.2f %10.2f %12.0f %10.3f\n", plan_strategy(r->kind)->name,
+                r->time.compute_s * 1e3, r->time.comm_s * 1e3, r->time.exposed_comm_s * 1e3,
+                r->time.step_s * 1e3, r->time.tokens_per_s, r->comm.wire_bytes / GIB);
+    }
     if (p->recommended >= 0)
         fprintf(f, "recommendation: %s — %s\n", plan_strategy(p->rows[p->recommended].kind)->name,
                 p->reason);
@@ -154,6 +166,13 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
             cJSON_AddNumberToObject(e, "seconds", x->seconds);
             cJSON_AddItemToArray(cl, e);
         }
+        cJSON *tm = cJSON_AddObjectToObject(o, "time");
+        cJSON_AddNumberToObject(tm, "compute_s", r->time.compute_s);
+        cJSON_AddNumberToObject(tm, "comm_s", r->time.comm_s);
+        cJSON_AddNumberToObject(tm, "exposed_comm_s", r->time.exposed_comm_s);
+        cJSON_AddNumberToObject(tm, "step_s", r->time.step_s);
+        cJSON_AddNumberToObject(tm, "tokens_per_s", r->time.tokens_per_s);
+        cJSON_AddNumberToObject(tm, "flops_per_gpu", r->time.flops_per_step);
         cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
         for (int k = 0; k < PHASE_COUNT; k++)
             cJSON_AddNumberToObject(ph, plan_phase_name((PhaseKind)k), r->mem.phase_peak[k]);

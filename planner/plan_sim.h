@@ -1,0 +1,52 @@
+/* plan_sim.h — an event-level simulation of one optimizer step on one rank (all ranks are
+ * symmetric): per-layer compute on a compute stream, collectives on a communication stream in
+ * FIFO order, DDP bucket triggers, FSDP/ZeRO-3 just-in-time gathers with one unit of prefetch,
+ * reduce-scatters after each unit's backward, synchronous SyncBN collectives, and the optimizer
+ * step. It yields the step time, the exposed communication, and — from the memory model's own
+ * walk, stamped with the simulated times — a memory-over-time curve whose maximum is the memory
+ * model's peak. docs/formulas.md "Time". */
+#ifndef PLAN_SIM_H
+#define PLAN_SIM_H
+
+#include "plan_gpu.h"
+#include "plan_memory.h"
+#include "plan_model.h"
+#include "plan_strategy.h"
+#include "plan_train.h"
+
+typedef enum { LANE_COMPUTE = 0, LANE_COMM = 1 } SimLane;
+
+typedef struct {
+    char name[40];           /* "fwd block.3", "all_gather block.4", "optimizer" */
+    SimLane lane;
+    double start, dur;       /* seconds from the start of the step */
+    double bytes;            /* payload of a collective */
+} SimOp;
+
+typedef struct {
+    double t;                /* seconds */
+    double term[TERM_COUNT];
+    double total;
+} SimMem;
+
+typedef struct {
+    double compute_s;        /* Σ compute on the compute stream (incl. optimizer) */
+    double comm_s;           /* Σ collective time on the communication stream */
+    double exposed_comm_s;   /* step_s - compute_s: communication not hidden by compute */
+    double step_s;           /* one optimizer step (grad_accum micro-steps) */
+    double tokens_per_s;     /* global tokens (samples for CNNs) per second */
+    double flops_per_step;   /* per GPU */
+    SimOp *ops; int n_ops, cap_ops;     /* recorded when asked */
+    SimMem *mem; int n_mem, cap_mem;
+    double mem_peak;
+} SimResult;
+
+/* record = 1 keeps the op list and memory curve (free with plan_sim_free). Returns 0, -1 when
+ * out of memory while recording. */
+int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+             int record, SimResult *out);
+void plan_sim_free(SimResult *r);
+/* Forward FLOPs of layer i for the micro-batch (per GPU). */
+double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t);
+
+#endif
