@@ -1,0 +1,545 @@
+/* test_plan_load.c — models from files: Hugging Face config.json against published parameter
+ * counts, params.json exact totals and BatchNorm detection, memplan's own format round trips
+ * for every zoo model, and every file of tests/data/bad rejected with a message that names the
+ * file and the problem. Run from the repository root (paths are relative to it). */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "plan_load.h"
+#include "plan_zoo.h"
+
+static char msg[1024];
+
+/* Loads path or fails the test with the loader's message. */
+static void load(ModelSpec *m, const char *path) {
+    cr_assert_eq(plan_load_model(m, path, msg, sizeof(msg)), 0, "%s", msg);
+}
+
+static int64_t count_of(const char *path) {
+    ModelSpec m;
+    load(&m, path);
+    int64_t n = plan_model_params(&m);
+    plan_model_free(&m);
+    return n;
+}
+
+/* ---- Hugging Face config.json: one published count per architecture ---- */
+
+Test(plan_load_hf, gpt2_config_should_count_124439808_parameters_with_the_head_tied) {
+    cr_expect_eq(count_of("tests/data/hf/gpt2.json"), 124439808LL);
+}
+
+Test(plan_load_hf, llama_2_7b_config_should_count_6738415616_parameters) {
+    cr_expect_eq(count_of("tests/data/hf/llama-2-7b.json"), 6738415616LL);
+}
+
+Test(plan_load_hf, llama_3_8b_config_should_count_8030261248_parameters_with_grouped_query_attention) {
+    ModelSpec m;
+    load(&m, "tests/data/hf/llama-3-8b.json");
+    cr_expect_eq(plan_model_params(&m), 8030261248LL);
+    cr_expect_eq(m.n_head, 32);
+    cr_expect_eq(m.n_kv_head, 8);
+    cr_expect_eq(m.tied_embeddings, 0);
+    plan_model_free(&m);
+}
+
+Test(plan_load_hf, llama_3_2_1b_config_should_count_1235814400_parameters_with_a_tied_head) {
+    ModelSpec m;
+    load(&m, "tests/data/hf/llama-3.2-1b.json");
+    cr_expect_eq(plan_model_params(&m), 1235814400LL);
+    cr_expect_eq(m.tied_embeddings, 1);
+    cr_expect_eq(m.d_head, 64);
+    cr_expect_eq(m.max_seq, 131072);
+    plan_model_free(&m);
+}
+
+Test(plan_load_hf, mistral_7b_config_should_count_7241732096_parameters) {
+    cr_expect_eq(count_of("tests/data/hf/mistral-7b-v0.1.json"), 7241732096LL);
+}
+
+Test(plan_load_hf, qwen2_0_5b_config_should_count_494032768_parameters_with_qkv_biases) {
+    cr_expect_eq(count_of("tests/data/hf/qwen2-0.5b.json"), 494032768LL);
+}
+
+Test(plan_load_hf, gemma_2b_config_should_count_2506172416_parameters_and_note_its_activation) {
+    ModelSpec m;
+    load(&m, "tests/data/hf/gemma-2b.json");
+    cr_expect_eq(plan_model_params(&m), 2506172416LL);
+    cr_expect_eq(m.d_head, 256);         /* 8 heads x 256 = 2048 = hidden, by config not by division */
+    cr_expect_eq(m.n_kv_head, 1);
+    cr_expect_eq(m.mlp, MLP_SWIGLU);     /* GeGLU: the same three matrices */
+    cr_expect_str_eq(m.act_fn, "gelu");
+    plan_model_free(&m);
+}
+
+Test(plan_load_hf, pythia_160m_config_should_count_162322944_parameters_with_an_untied_embed_out) {
+    cr_expect_eq(count_of("tests/data/hf/pythia-160m.json"), 162322944LL);
+}
+
+Test(plan_load_hf, opt_125m_config_should_count_125239296_parameters_with_two_extra_positions) {
+    cr_expect_eq(count_of("tests/data/hf/opt-125m.json"), 125239296LL);
+}
+
+Test(plan_load_hf, opt_350m_config_should_count_331196416_parameters_with_project_in_and_out) {
+    /* word_embed_proj_dim 512 != hidden 1024, and no final LayerNorm (do_layer_norm_before
+     * false) */
+    cr_expect_eq(count_of("tests/data/hf/opt-350m.json"), 331196416LL);
+}
+
+Test(plan_load_hf, bert_base_config_should_count_109514298_parameters_as_bert_for_masked_lm) {
+    cr_expect_eq(count_of("tests/data/hf/bert-base-uncased.json"), 109514298LL);
+}
+
+Test(plan_load_hf, t5_base_config_should_count_222903552_parameters_as_an_encoder_decoder) {
+    ModelSpec m;
+    load(&m, "tests/data/hf/t5-base.json");
+    cr_expect_eq(plan_model_params(&m), 222903552LL);
+    cr_expect_eq(m.arch, ARCH_ENC_DEC);
+    cr_expect_eq(m.n_enc_layer, 12);
+    cr_expect_eq(m.n_layer, 12);
+    cr_expect_eq(m.tied_embeddings, 1);
+    /* relative attention bias (32 buckets x 12 heads) only in the first block of each stack */
+    cr_expect_eq(m.layers[1].params - m.layers[2].params, 32 * 12);
+    cr_expect_eq(m.layers[13].params - m.layers[14].params, 32 * 12);
+    plan_model_free(&m);
+}
+
+Test(plan_load_hf, t5_v1_1_base_config_should_count_247577856_parameters_gated_and_untied) {
+    ModelSpec m;
+    load(&m, "tests/data/hf/t5-v1_1-base.json");
+    cr_expect_eq(plan_model_params(&m), 247577856LL);
+    cr_expect_eq(m.mlp, MLP_SWIGLU);
+    cr_expect_str_eq(m.act_fn, "gated-gelu");
+    plan_model_free(&m);
+}
+
+/* The config and the zoo describe the same network: every layer must agree. */
+static void expect_same_layers(const char *path, const char *zoo) {
+    ModelSpec a, b;
+    load(&a, path);
+    cr_assert_eq(plan_zoo_build(&b, zoo, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_eq(a.n_layers, b.n_layers, "%s vs %s", path, zoo);
+    for (int i = 0; i < a.n_layers; i++) {
+        cr_expect_eq(a.layers[i].params, b.layers[i].params, "%s layer %d", path, i);
+        cr_expect_eq(a.layers[i].largest_tensor, b.layers[i].largest_tensor, "%s layer %d", path, i);
+        cr_expect_eq(a.layers[i].kind, b.layers[i].kind, "%s layer %d", path, i);
+    }
+    cr_expect_eq(a.arch, b.arch);
+    cr_expect_eq(a.n_layer, b.n_layer);
+    cr_expect_eq(a.d_model, b.d_model);
+    cr_expect_eq(a.d_ff, b.d_ff);
+    cr_expect_eq(a.vocab, b.vocab);
+    cr_expect_eq(a.max_seq, b.max_seq);
+    cr_expect_eq(a.mlp, b.mlp);
+    cr_expect_eq(a.norm, b.norm);
+    cr_expect_float_eq(a.dropout, b.dropout, 1e-12);
+    plan_model_free(&a);
+    plan_model_free(&b);
+}
+
+Test(plan_load_hf, configs_of_zoo_models_should_build_the_zoo_layers) {
+    expect_same_layers("tests/data/hf/gpt2.json", "gpt2");
+    expect_same_layers("tests/data/hf/llama-2-7b.json", "llama2-7b");
+    expect_same_layers("tests/data/hf/bert-base-uncased.json", "bert-base");
+}
+
+Test(plan_load_hf, the_model_should_be_named_by_name_or_path_else_by_its_file) {
+    ModelSpec m;
+    load(&m, "tests/data/hf/llama-2-7b.json");
+    cr_expect_str_eq(m.name, "meta-llama/Llama-2-7b-hf");
+    cr_expect_str_eq(m.source, "tests/data/hf/llama-2-7b.json");
+    plan_model_free(&m);
+    load(&m, "tests/data/hf/mistral-7b-v0.1.json");
+    cr_expect_str_eq(m.name, "mistral-7b-v0.1");
+    plan_model_free(&m);
+}
+
+Test(plan_load_hf, a_model_directory_should_be_read_through_its_config_json) {
+    char dir[] = "/tmp/memplan-test-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"model_type\": \"gpt2\", \"n_embd\": 768, \"n_layer\": 12, \"n_head\": 12, "
+          "\"vocab_size\": 50257, \"n_positions\": 1024}", f);
+    fclose(f);
+    ModelSpec m;
+    int rc = plan_load_model(&m, dir, msg, sizeof(msg));
+    unlink(path);
+    rmdir(dir);
+    cr_assert_eq(rc, 0, "%s", msg);
+    cr_expect_eq(plan_model_params(&m), 124439808LL);
+    cr_expect_str_eq(m.source, path);
+    plan_model_free(&m);
+}
+
+Test(plan_load_hf, a_config_without_model_type_should_be_recognised_by_its_class) {
+    const char *js = "{\"architectures\": [\"GPT2LMHeadModel\"], \"n_embd\": 768, \"n_layer\": 12, "
+                     "\"n_head\": 12, \"vocab_size\": 50257}";
+    ModelSpec m;
+    cr_assert_eq(plan_load_model_from_buffer(&m, js, strlen(js), "mem", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(plan_model_params(&m), 124439808LL);   /* n_positions defaults to 1024 */
+    plan_model_free(&m);
+}
+
+Test(plan_load_hf, an_unsupported_architecture_should_be_named_with_the_supported_list) {
+    ModelSpec m;
+    cr_expect_neq(plan_load_model(&m, "tests/data/bad/hf-unsupported-type.json", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "unsupported architecture 'mamba' in tests/data/bad/hf-unsupported-type.json"),
+              "%s", msg);
+    cr_expect(strstr(msg, "supported: gpt2, llama, mistral, qwen2, gemma, gpt_neox, opt, bert, t5"),
+              "%s", msg);
+}
+
+/* ---- the zoo stays exact ---- */
+
+Test(plan_load_zoo, zoo_names_should_build_with_their_published_counts) {
+    static const struct { const char *name; long long params; } ZOO[] = {
+        {"gpt2", 124439808LL},         {"gpt2-medium", 354823168LL},
+        {"gpt2-large", 774030080LL},   {"gpt2-xl", 1557611200LL},
+        {"llama2-7b", 6738415616LL},   {"llama2-13b", 13015864320LL},
+        {"llama2-70b", 68976648192LL}, {"bert-base", 109514298LL},
+        {"bert-large", 335174458LL},   {"resnet50", 25557032LL},
+    };
+    for (size_t i = 0; i < sizeof(ZOO) / sizeof(ZOO[0]); i++) {
+        ModelSpec m;
+        load(&m, ZOO[i].name);
+        cr_expect_eq(plan_model_params(&m), ZOO[i].params, "%s", ZOO[i].name);
+        cr_expect_str_eq(m.source, "zoo");
+        plan_model_free(&m);
+    }
+}
+
+Test(plan_load_zoo, an_unknown_name_should_get_the_zoo_message_listing_names_and_paths) {
+    ModelSpec m;
+    cr_expect_neq(plan_load_model(&m, "gpt5", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "unknown model 'gpt5'"), "%s", msg);
+    cr_expect(strstr(msg, "llama2-70b"), "%s", msg);
+    cr_expect(strstr(msg, "path"), "%s", msg);
+    cr_expect_eq(m.layers, NULL);
+}
+
+/* ---- params.json ---- */
+
+Test(plan_load_params, resnet50_list_should_give_exact_states_and_53_batchnorm_layers) {
+    ModelSpec m;
+    load(&m, "tests/data/params/resnet50.json");
+    cr_expect_eq(plan_model_params(&m), 25557032LL);
+    cr_expect_eq(plan_model_buffers(&m), 53173LL);   /* 2C + 1 (num_batches_tracked) per BN */
+    int64_t sum_c = 0;
+    cr_expect_eq(plan_model_bn_layers(&m, &sum_c), 53);
+    cr_expect_eq(sum_c, 26560LL);
+    cr_expect_eq(m.arch, ARCH_GENERIC);
+    cr_expect_str_eq(m.name, "resnet50");
+    /* conv1, bn1, 16 bottlenecks with their 52 BNs, fc */
+    cr_expect_eq(m.n_layers, 71);
+    cr_expect_str_eq(m.layers[0].name, "conv1");
+    cr_expect_str_eq(m.layers[1].name, "bn1");
+    cr_expect_eq(m.layers[1].kind, LAYER_BN);
+    cr_expect_eq(m.layers[1].bn_channels, 64);
+    cr_expect_eq(m.layers[1].params, 128);
+    cr_expect_eq(m.layers[1].buffers, 129);
+    /* layer1.0 holds its convs and downsample conv; its BNs are their own layers */
+    cr_expect_str_eq(m.layers[2].name, "layer1.0");
+    cr_expect_eq(m.layers[2].params, 64 * 64 + 64 * 64 * 9 + 64 * 256 + 64 * 256);
+    cr_expect_eq(m.layers[2].largest_tensor, 64 * 64 * 9);
+    cr_expect_str_eq(m.layers[m.n_layers - 1].name, "fc");
+    cr_expect_eq(m.layers[m.n_layers - 1].params, 2048 * 1000 + 1000);
+    plan_model_free(&m);
+}
+
+Test(plan_load_params, without_a_measurement_activations_should_be_unknown_not_zero) {
+    ModelSpec m;
+    load(&m, "tests/data/params/resnet50.json");
+    cr_expect_eq(plan_model_acts_known(&m), 0);
+    for (int i = 0; i < m.n_layers; i++) cr_expect_eq(m.layers[i].act_known, 0);
+    plan_model_free(&m);
+}
+
+Test(plan_load_params, gpt2_list_should_group_blocks_and_spread_the_measured_activations) {
+    ModelSpec m;
+    load(&m, "tests/data/params/gpt2.json");
+    cr_expect_eq(plan_model_params(&m), 124439808LL);
+    cr_expect_eq(m.n_layers, 13);   /* "transformer" (wte, wpe, ln_f) + 12 blocks */
+    cr_expect_str_eq(m.layers[0].name, "transformer");
+    cr_expect_eq(m.layers[0].params, 50257LL * 768 + 1024 * 768 + 2 * 768);
+    cr_expect_eq(m.layers[0].largest_tensor, 50257LL * 768);
+    cr_expect_str_eq(m.layers[1].name, "transformer.h.0");
+    cr_expect_eq(m.layers[1].params, 7087872);
+    cr_expect_str_eq(m.layers[12].name, "transformer.h.11");
+    cr_expect_eq(m.max_seq, 1024);
+    cr_expect_eq(plan_model_acts_known(&m), 1);
+    int64_t acts = 0;
+    for (int i = 0; i < m.n_layers; i++) acts += m.layers[i].act_bytes;
+    cr_expect_eq(acts, 2500000003LL);
+    cr_expect_eq(m.layers[0].act_bytes - m.layers[12].act_bytes, 1);   /* remainder goes first */
+    plan_model_free(&m);
+}
+
+Test(plan_load_params, a_bare_name_to_shape_map_should_be_read_as_a_parameter_list) {
+    ModelSpec m;
+    load(&m, "tests/data/params/mlp-bare.json");
+    cr_expect_eq(plan_model_params(&m), 212);
+    cr_expect_eq(m.n_layers, 2);
+    cr_expect_str_eq(m.layers[0].name, "0");
+    cr_expect_eq(m.layers[0].params, 8 * 16 + 16);
+    cr_expect_str_eq(m.layers[1].name, "2");
+    plan_model_free(&m);
+}
+
+Test(plan_load_params, an_explicit_batchnorm_list_should_find_bn_without_running_stats) {
+    ModelSpec m;
+    load(&m, "tests/data/params/cnn-bnlist.json");
+    cr_expect_eq(plan_model_params(&m), 10538);
+    int64_t sum_c = 0;
+    cr_expect_eq(plan_model_bn_layers(&m, &sum_c), 2);
+    cr_expect_eq(sum_c, 64);
+    cr_expect_eq(m.n_layers, 5);
+    cr_expect_str_eq(m.layers[1].name, "norm");
+    cr_expect_eq(m.layers[1].bn_channels, 32);   /* from its weight: no running_mean */
+    cr_expect_eq(m.layers[1].buffers, 0);
+    cr_expect_str_eq(m.layers[3].name, "blocks.0.bn");
+    cr_expect_eq(m.layers[3].buffers, 65);
+    plan_model_free(&m);
+}
+
+/* ---- memplan's own format: export then import gives the same ModelSpec ---- */
+
+static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char *what) {
+    cr_expect_str_eq(a->name, b->name, "%s", what);
+    cr_expect_eq(a->arch, b->arch, "%s", what);
+    cr_expect_eq(a->n_layer, b->n_layer, "%s", what);
+    cr_expect_eq(a->n_enc_layer, b->n_enc_layer, "%s", what);
+    cr_expect_eq(a->d_model, b->d_model, "%s", what);
+    cr_expect_eq(a->n_head, b->n_head, "%s", what);
+    cr_expect_eq(a->n_kv_head, b->n_kv_head, "%s", what);
+    cr_expect_eq(a->d_head, b->d_head, "%s", what);
+    cr_expect_eq(a->d_ff, b->d_ff, "%s", what);
+    cr_expect_eq(a->vocab, b->vocab, "%s", what);
+    cr_expect_eq(a->max_seq, b->max_seq, "%s", what);
+    cr_expect_eq(a->tied_embeddings, b->tied_embeddings, "%s", what);
+    cr_expect_eq(a->norm, b->norm, "%s", what);
+    cr_expect_eq(a->mlp, b->mlp, "%s", what);
+    cr_expect(a->dropout == b->dropout, "%s: dropout %.17g vs %.17g", what, a->dropout, b->dropout);
+    cr_expect_str_eq(a->act_fn, b->act_fn, "%s", what);
+    cr_expect_eq(a->image_size, b->image_size, "%s", what);
+    cr_expect_eq(a->in_channels, b->in_channels, "%s", what);
+    cr_assert_eq(a->n_layers, b->n_layers, "%s", what);
+    for (int i = 0; i < a->n_layers; i++) {
+        const LayerSpec *x = &a->layers[i], *y = &b->layers[i];
+        cr_expect_str_eq(x->name, y->name, "%s layer %d", what, i);
+        cr_expect_eq(x->kind, y->kind, "%s layer %d", what, i);
+        cr_expect_eq(x->params, y->params, "%s layer %d", what, i);
+        cr_expect_eq(x->buffers, y->buffers, "%s layer %d", what, i);
+        cr_expect_eq(x->bn_channels, y->bn_channels, "%s layer %d", what, i);
+        cr_expect_eq(x->largest_tensor, y->largest_tensor, "%s layer %d", what, i);
+        cr_expect(x->fwd_flops == y->fwd_flops, "%s layer %d: flops %.17g vs %.17g", what, i,
+                  x->fwd_flops, y->fwd_flops);
+        cr_expect_eq(x->act_elems, y->act_elems, "%s layer %d", what, i);
+        cr_expect_eq(x->act_fp32_elems, y->act_fp32_elems, "%s layer %d", what, i);
+        cr_expect_eq(x->act_mask_elems, y->act_mask_elems, "%s layer %d", what, i);
+        cr_expect_eq(x->act_bytes, y->act_bytes, "%s layer %d", what, i);
+        cr_expect_eq(x->act_known, y->act_known, "%s layer %d", what, i);
+    }
+}
+
+static void round_trip(const ModelSpec *a, const char *what) {
+    char *js = NULL;
+    cr_assert_eq(plan_model_export_json(a, &js), 0);
+    ModelSpec b;
+    int rc = plan_load_model_from_buffer(&b, js, strlen(js), what, msg, sizeof(msg));
+    cr_assert_eq(rc, 0, "%s: %s\n%s", what, msg, js);
+    free(js);
+    expect_same_model(a, &b, what);
+    cr_expect_str_eq(b.source, what);
+    plan_model_free(&b);
+}
+
+Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
+    /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
+     * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
+    cr_expect_eq(sizeof(LayerSpec), 136, "LayerSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 464, "ModelSpec changed: carry the new field in the format");
+}
+
+Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {
+    for (int i = 0; i < plan_zoo_count(); i++) {
+        const char *name = plan_zoo_entry(i)->name;
+        ModelSpec a;
+        cr_assert_eq(plan_zoo_build(&a, name, msg, sizeof(msg)), 0, "%s", msg);
+        round_trip(&a, name);
+        plan_model_free(&a);
+    }
+}
+
+Test(plan_load_memplan, loaded_configs_and_parameter_lists_should_survive_export_and_import) {
+    static const char *const FILES[] = {
+        "tests/data/hf/t5-v1_1-base.json", "tests/data/hf/opt-350m.json",
+        "tests/data/hf/gemma-2b.json",     "tests/data/params/resnet50.json",
+        "tests/data/params/gpt2.json",     "tests/data/memplan/custom-mlp.json",
+    };
+    for (size_t i = 0; i < sizeof(FILES) / sizeof(FILES[0]); i++) {
+        ModelSpec a;
+        load(&a, FILES[i]);
+        round_trip(&a, FILES[i]);
+        plan_model_free(&a);
+    }
+}
+
+Test(plan_load_memplan, an_exported_file_should_load_from_disk_like_the_zoo_model) {
+    ModelSpec a, b;
+    load(&a, "tests/data/memplan/gpt2-tiny.json");
+    cr_assert_eq(plan_zoo_build(&b, "gpt2-tiny", msg, sizeof(msg)), 0, "%s", msg);
+    expect_same_model(&a, &b, "gpt2-tiny.json");
+    plan_model_free(&a);
+    plan_model_free(&b);
+}
+
+Test(plan_load_memplan, a_hand_written_model_should_take_defaults_for_omitted_fields) {
+    ModelSpec m;
+    load(&m, "tests/data/memplan/custom-mlp.json");
+    cr_expect_eq(m.arch, ARCH_GENERIC);
+    cr_expect_eq(plan_model_params(&m), 2109450);
+    cr_expect_eq(m.layers[0].largest_tensor, 1049600);   /* omitted: the layer's params */
+    cr_expect_eq(m.layers[2].largest_tensor, 10240);
+    cr_expect_eq(plan_model_acts_known(&m), 1);
+    plan_model_free(&m);
+}
+
+/* ---- bad input ---- */
+
+/* Every file in tests/data/bad and the fragment its message must contain. */
+static const struct { const char *file, *fragment; } BAD[] = {
+    {"empty.json", "empty file"},
+    {"whitespace-only.json", "line 3, column 3: unexpected end of file"},
+    {"syntax-trailing-comma.json", "line 3, column 22: trailing comma before '}'"},
+    {"syntax-truncated.json", "line 3, column 15: unexpected end of file"},
+    {"syntax-bad-literal.json", "line 1, column 35, near 'tru}'"},
+    {"syntax-trailing-garbage.json", "line 1, column 24, near 'x'"},
+    {"nul-byte.json", "NUL byte at offset 21"},
+    {"deep-nesting.json", "invalid JSON at line 1"},
+    {"not-an-object.json", "expected a JSON object at the top level (got an array)"},
+    {"unknown-format.json", "not a model description"},
+    {"hf-unsupported-type.json", "unsupported architecture 'mamba'"},
+    {"hf-missing-field.json", "missing field 'hidden_size'"},
+    {"hf-null-required-field.json", "missing field 'hidden_size'"},
+    {"hf-negative-layers.json", "field 'num_hidden_layers' must be an integer from 1 to 100000 (got -2)"},
+    {"hf-absurd-hidden.json", "field 'hidden_size' must be an integer from 1 to 1048576 (got 1000000000000)"},
+    {"hf-noninteger-field.json", "field 'hidden_size' must be an integer from 1 to 1048576 (got 4096.5)"},
+    {"hf-string-field.json", "field 'hidden_size' must be an integer from 1 to 1048576 (got the string \"4096\")"},
+    {"hf-bool-field.json", "field 'tie_word_embeddings' must be true or false"},
+    {"hf-gqa-mismatch.json", "32 attention heads are not a multiple of 7 KV heads"},
+    {"hf-heads-not-dividing.json", "hidden size 4096 is not divisible by 30 heads"},
+    {"hf-unsupported-head.json", "model class 'LlamaForSequenceClassification' is not supported"},
+    {"hf-architectures-not-list.json", "field 'architectures' must be a list"},
+    {"hf-too-many-params.json", "more than 10^15 parameters"},
+    {"hf-t5-bad-ffproj.json", "field 'feed_forward_proj' must be ACT or gated-ACT"},
+    {"hf-bert-relative-pos.json", "position_embedding_type 'relative_key' is not supported"},
+    {"hf-gpt2-huge-dropout.json", "field 'resid_pdrop' must be a number from 0 to 1 (got 3)"},
+    {"params-negative-dim.json", "parameter 'fc.weight' dimension 0 must be an integer from 0"},
+    {"params-shape-not-list.json", "parameter 'fc.weight': the shape must be a list of sizes (got 12)"},
+    {"params-fractional-dim.json", "parameter 'fc.weight' dimension 0 must be an integer"},
+    {"params-overflow.json", "parameter 'fc.weight' has more than 2^53 elements"},
+    {"params-too-many.json", "more than 10^15 parameters"},
+    {"params-duplicate-name.json", "parameter 'fc.weight' is listed twice"},
+    {"params-unknown-key.json", "unknown key 'buffer'"},
+    {"params-empty.json", "the parameter list is empty"},
+    {"params-all-zero.json", "the parameter list has no elements"},
+    {"params-bn-not-found.json", "batchnorm module 'bn9' has no parameters or buffers"},
+    {"params-bn-mismatch.json", "batchnorm 'bn1': weight has 64 elements but running_mean has 32"},
+    {"params-bn-list-not-strings.json", "field 'batchnorm[0]' must be a module name"},
+    {"params-negative-activations.json", "field 'activation_bytes_per_sample' must be an integer from 0"},
+    {"params-buffers-not-object.json", "field 'buffers' must be an object"},
+    {"params-bare-not-shape.json", "parameter 'fc.bias': the shape must be a list of sizes"},
+    {"memplan-unknown-key.json", "unknown key 'layers[0].parms'"},
+    {"memplan-unknown-top-key.json", "unknown key 'n_layers'"},
+    {"memplan-version.json", "memplan_model version 2 is not supported"},
+    {"memplan-missing-layers.json", "missing field 'layers'"},
+    {"memplan-empty-layers.json", "field 'layers' must be a non-empty list"},
+    {"memplan-bad-kind.json", "field 'layers[0].kind' must be one of embed, block"},
+    {"memplan-bad-arch.json", "field 'arch' must be one of generic, decoder"},
+    {"memplan-negative-params.json", "field 'layers[0].params' must be an integer from 0"},
+    {"memplan-largest-over-params.json", "field 'layers[0].largest_tensor' (101) exceeds the layer's params (100)"},
+    {"memplan-long-layer-name.json", "field 'layers[0].name' is longer than 47 characters"},
+    {"memplan-layer-not-object.json", "field 'layers[0]' must be an object"},
+    {"memplan-total-too-large.json", "more than 10^15 parameters in all"},
+    {"memplan-nan-flops.json", "field 'layers[0].fwd_flops' must be a number from 0"},
+    {"memplan-decoder-missing-hyper.json", "missing field 'n_layer'"},
+    {"memplan-block-count.json", "n_layer 2 + n_enc_layer 0 blocks expected, but layers[] has 0"},
+    {"memplan-duplicate-key.json", "key 'name' is given twice"},
+};
+#define N_BAD (sizeof(BAD) / sizeof(BAD[0]))
+
+Test(plan_load_bad, every_bad_file_should_fail_with_a_message_naming_the_file_and_the_problem) {
+    DIR *d = opendir("tests/data/bad");
+    cr_assert_not_null(d, "run the tests from the repository root");
+    int seen = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        const char *fragment = NULL;
+        for (size_t i = 0; i < N_BAD && !fragment; i++)
+            if (strcmp(BAD[i].file, e->d_name) == 0) fragment = BAD[i].fragment;
+        cr_expect_not_null(fragment, "tests/data/bad/%s has no expected message in BAD[]", e->d_name);
+        if (!fragment) continue;
+        char path[512];
+        snprintf(path, sizeof(path), "tests/data/bad/%s", e->d_name);
+        ModelSpec m;
+        msg[0] = '\0';
+        cr_expect_neq(plan_load_model(&m, path, msg, sizeof(msg)), 0, "%s was accepted", path);
+        cr_expect(strstr(msg, path) != NULL, "%s: message does not name the file: %s", path, msg);
+        cr_expect(strstr(msg, fragment) != NULL, "%s: expected \"%s\" in: %s", path, fragment, msg);
+        cr_expect_eq(m.layers, NULL, "%s: a failed load must leave nothing to free", path);
+        cr_expect_eq(m.n_layers, 0);
+        seen++;
+    }
+    closedir(d);
+    cr_expect_eq(seen, (int)N_BAD, "every BAD[] entry should have its file");
+}
+
+Test(plan_load_bad, a_missing_file_should_say_so_and_list_the_zoo) {
+    ModelSpec m;
+    cr_expect_neq(plan_load_model(&m, "no/such/config.json", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "no/such/config.json: no such file"), "%s", msg);
+    cr_expect(strstr(msg, "gpt2-xl"), "%s", msg);
+}
+
+Test(plan_load_bad, a_directory_without_config_json_should_be_rejected_by_name) {
+    ModelSpec m;
+    cr_expect_neq(plan_load_model(&m, "tests/data/bad", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "tests/data/bad: is a directory without a config.json"), "%s", msg);
+}
+
+Test(plan_load_bad, a_device_file_should_be_rejected_as_not_a_regular_file) {
+    ModelSpec m;
+    cr_expect_neq(plan_load_model(&m, "/dev/null", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "/dev/null: not a regular file"), "%s", msg);
+}
+
+Test(plan_load_bad, an_empty_argument_should_ask_for_a_model) {
+    ModelSpec m;
+    cr_expect_neq(plan_load_model(&m, "", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "no model given"), "%s", msg);
+}
+
+Test(plan_load_bad, a_buffer_should_be_read_only_up_to_its_length) {
+    /* the bytes after len would make it valid JSON; they must not be read */
+    const char *js = "{\"model_type\": \"gpt2\"}";
+    ModelSpec m;
+    cr_expect_neq(plan_load_model_from_buffer(&m, js, 10, "cut", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "cut: invalid JSON at line 1"), "%s", msg);
+}
+
+Test(plan_load_bad, a_tiny_message_buffer_should_be_truncated_not_overrun) {
+    char small[8];
+    ModelSpec m;
+    memset(small, 'x', sizeof(small));
+    cr_expect_neq(plan_load_model_from_buffer(&m, "[", 1, "label", small, sizeof(small)), 0);
+    cr_expect_eq(small[7], '\0');
+    cr_expect_neq(plan_load_model_from_buffer(&m, "[", 1, "label", NULL, 0), 0);
+}
