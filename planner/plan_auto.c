@@ -49,6 +49,8 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
         t.act_ckpt = (CkptKind)ck;
         if (ck == CKPT_FULL && m->arch == ARCH_GENERIC) continue;   /* nothing to recompute */
         int64_t maxb = plan_max_micro_batch(m, &t, c, k, a->max_micro_batch);
+        SimPrep *prep = maxb > 0 ? plan_sim_prepare(m, &t, c, k) : NULL;
+        if (maxb > 0 && !prep) maxb = 0;       /* out of memory: skip, counted as considered */
         for (int64_t b = 1; b <= a->max_micro_batch; b++) {
             (*cand)++;
             if (b > maxb) continue;            /* known not to fit: the peak grows with b */
@@ -59,7 +61,7 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
                 t.grad_accum = per / b;
             }
             SimResult s;
-            plan_sim(m, &t, c, k, 0, &s);
+            plan_sim_run(prep, b, t.grad_accum, 0, &s);
             (*evaluated)++;
             if (!best.ok || s.tokens_per_s > best.tps * (1 + 1e-9)) {
                 best.ok = 1;
@@ -67,6 +69,7 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
                 best.tps = s.tokens_per_s;
             }
         }
+        plan_sim_prep_free(prep);
     }
     return best;
 }

@@ -2,6 +2,7 @@
 #include "plan_memory.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,9 +57,13 @@ typedef struct {
     MemResult *r;
     MemMomentFn fn;
     void *ctx;
+    const char *peak_where;  /* formatted into r->peak_where once, after the walk */
+    int peak_layer;
 } Walk;
 
 /* Records one moment: terms t[], where. Margin is added here. */
+/* where: "forward", "end of forward", "backward of" (+ the layer's name), "optimizer step";
+   formatted only when the moment becomes the peak. */
 static void moment(Walk *w, PhaseKind ph, int layer, const double t[TERM_COUNT], const char *where) {
     double managed = 0;
     for (int k = 0; k < TERM_COUNT; k++) if (k != TERM_OVERHEAD) managed += t[k];
@@ -75,7 +80,8 @@ static void moment(Walk *w, PhaseKind ph, int layer, const double t[TERM_COUNT],
     if (total > r->peak) {
         r->peak = total;
         r->peak_phase = ph;
-        snprintf(r->peak_where, sizeof(r->peak_where), "%s", where);
+        w->peak_where = where;
+        w->peak_layer = layer;
         memcpy(r->term, t, sizeof(r->term));
         r->term[TERM_OVERHEAD] = w->fixed + margin;
         r->margin = margin;
@@ -90,7 +96,7 @@ int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, St
 int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                      MemResult *r, MemMomentFn fn, void *ctx) {
     memset(r, 0, sizeof(*r));
-    Walk w = {m, t, c, plan_strategy(sk), plan_precision(t->precision), {0}, {0}, 0, r, fn, ctx};
+    Walk w = {m, t, c, plan_strategy(sk), plan_precision(t->precision), {0}, {0}, 0, r, fn, ctx, "", -1};
     plan_memory_sizes(m, t, c, sk, &w.z);
     const Strategy *s = w.s;
     const PrecisionSpec *p = w.p;
@@ -170,9 +176,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts + plan_act_backward_workspace(m, i, t, &w.in) +
                              (i == m->n_layers - 1 ? loss_tr : 0);
-        char where[64];
-        snprintf(where, sizeof(where), "backward of %s", l->name);
-        moment(&w, PHASE_BACKWARD, i, tv, where);
+        moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
         casts -= pu * p->cast_copy_bytes;
     }
@@ -188,37 +192,71 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                              ? o_local * p->state_bytes : 0;   /* the engine updates in place */
     moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
+    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD)
+        snprintf(r->peak_where, sizeof(r->peak_where), "%s %s", w.peak_where, m->layers[w.peak_layer].name);
+    else
+        snprintf(r->peak_where, sizeof(r->peak_where), "%s", w.peak_where);
     r->fits = r->peak <= c->gpu.mem_bytes;
     r->headroom = c->gpu.mem_bytes - r->peak;
     return 0;
 }
 
-int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                             StrategyKind s, int64_t max_b) {
+/* Every moment's total is affine in the micro-batch (activations, loss and scratch scale with
+   b; everything else does not; the margin is a fraction or a constant). So two walks (b = 1, 2)
+   give each moment's a + s*b, and the largest b that keeps every moment under the capacity
+   follows directly; a final check at b and b+1 guards against rounding. */
+typedef struct {
+    double *tot;
+    int n, cap;
+} Totals;
+
+static void collect(void *ctx, PhaseKind ph, int layer, const double term[TERM_COUNT], double total) {
+    (void)ph; (void)layer; (void)term;
+    Totals *T = ctx;
+    if (T->n < T->cap) T->tot[T->n] = total;
+    T->n++;
+}
+
+static int fits_at(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s, int64_t b) {
     TrainSpec tt = *t;
     MemResult r;
-    tt.micro_batch = 1;
+    tt.micro_batch = b;
     plan_memory(m, &tt, c, s, &r);
-    if (!r.fits) return 0;
-    int64_t lo = 1, hi = 2;
-    while (hi <= max_b) {           /* peak grows with b: find an upper bound that fails */
-        tt.micro_batch = hi;
-        plan_memory(m, &tt, c, s, &r);
-        if (!r.fits) break;
-        lo = hi;
-        hi *= 2;
+    return r.fits;
+}
+
+int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                             StrategyKind s, int64_t max_b) {
+    if (max_b < 1 || !fits_at(m, t, c, s, 1)) return 0;
+    int cap = 2 * m->n_layers + 1;
+    double stack1[512], stack2[512];
+    double *t1 = cap <= 512 ? stack1 : malloc(sizeof(double) * (size_t)cap);
+    double *t2 = cap <= 512 ? stack2 : malloc(sizeof(double) * (size_t)cap);
+    int64_t best = max_b;
+    if (!t1 || !t2) {              /* out of memory: fall back to bisection */
+        int64_t lo = 1, hi = max_b + 1;
+        while (hi - lo > 1) { int64_t mid = lo + (hi - lo) / 2; if (fits_at(m, t, c, s, mid)) lo = mid; else hi = mid; }
+        best = lo;
+    } else {
+        Totals A = {t1, 0, cap}, B = {t2, 0, cap};
+        TrainSpec tt = *t;
+        MemResult r;
+        tt.micro_batch = 1;
+        plan_memory_walk(m, &tt, c, s, &r, collect, &A);
+        tt.micro_batch = 2;
+        plan_memory_walk(m, &tt, c, s, &r, collect, &B);
+        int n = A.n < B.n ? A.n : B.n;
+        if (n > cap) n = cap;
+        for (int k = 0; k < n; k++) {
+            double slope = t2[k] - t1[k], base = t1[k] - slope;
+            if (slope <= 0) continue;
+            double bk = floor((c->gpu.mem_bytes - base) / slope);
+            if (bk < (double)best) best = bk < 1 ? 1 : (int64_t)bk;
+        }
+        while (best > 1 && !fits_at(m, t, c, s, best)) best--;
+        while (best < max_b && fits_at(m, t, c, s, best + 1)) best++;
     }
-    if (hi > max_b) {
-        tt.micro_batch = max_b;
-        plan_memory(m, &tt, c, s, &r);
-        if (r.fits) return max_b;
-        hi = max_b;
-    }
-    while (hi - lo > 1) {           /* lo fits, hi does not */
-        int64_t mid = lo + (hi - lo) / 2;
-        tt.micro_batch = mid;
-        plan_memory(m, &tt, c, s, &r);
-        if (r.fits) lo = mid; else hi = mid;
-    }
-    return lo;
+    if (t1 != stack1) free(t1);
+    if (t2 != stack2) free(t2);
+    return best;
 }

@@ -67,141 +67,207 @@ static double comm_issue(Stream *cs, Rec *rc, double issue, double dur, const ch
     return cs->free_at;
 }
 
-typedef struct {
+/* Everything of a setup that does not depend on the micro-batch or the accumulation, per
+ * layer, so a search over micro-batches re-runs only additions. Times in seconds. */
+struct SimPrep {
     const ModelSpec *m;
-    const TrainSpec *t;
+    TrainSpec t;
     const ClusterSpec *c;
+    StrategyKind kind;
     const Strategy *s;
-    const PrecisionSpec *p;
     MemSizes z;
-    double rate;             /* FLOP/s achieved */
-    int multi_node, group_crosses;
-    int gathers_fwd, gathers_bwd, rs_per_unit;
-    double *fwd_end, *bwd_end;   /* per layer, last simulated micro-step (record only) */
-} Sim;
+    double rate;
+    int L;
+    double *f1;          /* forward seconds per sample */
+    double *bwd_mult;    /* backward = bwd_mult x forward (2, or 3 with recomputation) */
+    double *ag_fwd, *ag_bwd, *rs, *ar_h;   /* per-layer collective seconds (0 = none) */
+    double *bn_ag, *bn_ar;
+    double *gbytes;      /* gradient bytes of the layer (bucket filling) */
+    double *ag_pay, *rs_pay, *arh_pay, *bnag_pay, *bnar_pay;
+    double bcast_s, bcast_pay, root_ag_s, root_ag_pay, root_rs_s, root_rs_pay, root_ar_s, root_ar_pay;
+    double opt_s, ds_ag_s, ds_ag_pay;
+    int ddp, ds, reduce_every_micro;
+    double ddp_first, ddp_cap, ds_cap;
+    double tokens_per_sample;
+    double flops_per_sample;
+};
 
-static int is_root(const Sim *S, int i) {
-    return is_transformer(S->m) && S->m->layers[i].kind != LAYER_BLOCK;
-}
-
-/* One micro-step starting at t0; sync = gradients are reduced this micro-step. Returns the time
- * at which all its compute and communication are done; adds compute time to *compute. */
-static double micro_step(Sim *S, Rec *rc, Stream *cs, double t0, int sync, double *compute) {
-    const ModelSpec *m = S->m;
-    const ClusterSpec *c = S->c;
+SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k) {
+    SimPrep *P = calloc(1, sizeof(*P));
+    if (!P) return NULL;
     int L = m->n_layers;
-    int64_t N = c->gpus, n = S->z.n;
-    double pb = S->p->param_bytes, gb = S->p->grad_bytes, t = t0;
-    int ddp = S->s->buffers == BUF_DDP_BUCKETS, ds = S->s->buffers == BUF_DS_REDUCE;
-    int syncbn = S->t->syncbn && N > 1;
-
-    /* ---- forward ---- */
-    if (ddp && N > 1 && plan_model_buffers(m) > 0) {       /* broadcast_buffers, synchronous */
-        double pay = (double)plan_model_buffers(m) * 4;
-        t = comm_issue(cs, rc, t, plan_coll_seconds(c, PCOLL_BROADCAST, pay, N, S->multi_node),
-                       "broadcast", "buffers", pay);
-    }
-    double root_ready = t;
-    if (S->gathers_fwd && S->z.root_unit > 0 && S->s->buffers != BUF_DS_STAGE3) {
-        double pay = S->z.root_unit * pb;
-        root_ready = comm_issue(cs, rc, t, plan_coll_seconds(c, PCOLL_ALL_GATHER, pay, n, S->group_crosses),
-                                "all_gather", "root", pay);
-    }
-    /* gathers are issued one unit ahead: unit i's gather when unit i-1's compute starts */
-    double issue = t, prev_ready = root_ready;
+    double *block = calloc((size_t)(14 * (L > 0 ? L : 1)), sizeof(double));
+    if (!block) { free(P); return NULL; }
+    P->f1 = block;
+    P->bwd_mult = block + L; P->ag_fwd = block + 2 * L; P->ag_bwd = block + 3 * L;
+    P->rs = block + 4 * L; P->ar_h = block + 5 * L; P->bn_ag = block + 6 * L; P->bn_ar = block + 7 * L;
+    P->gbytes = block + 8 * L; P->ag_pay = block + 9 * L; P->rs_pay = block + 10 * L;
+    P->arh_pay = block + 11 * L; P->bnag_pay = block + 12 * L; P->bnar_pay = block + 13 * L;
+    P->m = m; P->t = *t; P->c = c; P->kind = k; P->s = plan_strategy(k); P->L = L;
+    const PrecisionSpec *p = plan_precision(t->precision);
+    plan_memory_sizes(m, t, c, k, &P->z);
+    P->rate = c->gpu.peak_tflops[p->peak] * 1e12 * c->mfu;
+    if (P->rate <= 0) P->rate = c->gpu.peak_tflops[PEAK_FP32] * 1e12 * c->mfu;
+    int64_t N = c->gpus, n = P->z.n;
+    int multi = plan_cluster_nodes(c) > 1, crosses = P->s->group_node ? 0 : multi;
+    int sharded = N > 1 && (P->s->shard & SHARD_PARAM);
+    int stage3 = P->s->buffers == BUF_DS_STAGE3;
+    double pb = p->param_bytes, gb = p->grad_bytes;
+    TrainSpec t1 = *t;
+    t1.micro_batch = 1;
     for (int i = 0; i < L; i++) {
         const LayerSpec *l = &m->layers[i];
-        double ready = (i == 0) ? root_ready : t;
-        if (S->gathers_fwd && l->params > 0 && (!is_root(S, i) || S->s->buffers == BUF_DS_STAGE3)) {
-            double pay = (double)l->params * pb;
-            ready = comm_issue(cs, rc, issue, plan_coll_seconds(c, PCOLL_ALL_GATHER, pay, n, S->group_crosses),
-                               "all_gather", l->name, pay);
+        P->f1[i] = plan_layer_fwd_flops(m, i, &t1) / P->rate;
+        P->flops_per_sample += 3 * plan_layer_fwd_flops(m, i, &t1);
+        P->bwd_mult[i] = 2 + ((t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK) ? 1 : 0);
+        P->gbytes[i] = (double)l->params * gb;
+        int root = is_transformer(m) && l->kind != LAYER_BLOCK;
+        if (sharded && l->params > 0 && (!root || stage3)) {
+            P->ag_pay[i] = (double)l->params * pb;
+            P->ag_fwd[i] = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->ag_pay[i], n, crosses);
+            if (P->s->buffers != BUF_FSDP_GRAD_OP) P->ag_bwd[i] = P->ag_fwd[i];
+            P->rs_pay[i] = (double)l->params * gb;
+            P->rs[i] = plan_coll_seconds(c, PCOLL_REDUCE_SCATTER, P->rs_pay[i], n, crosses);
+            if (P->s->group_node && N > n) {
+                P->arh_pay[i] = ceil((double)l->params / n) * gb;
+                P->ar_h[i] = plan_coll_seconds(c, PCOLL_ALL_REDUCE, P->arh_pay[i], (N + n - 1) / n, 1);
+            }
         }
-        t = fmax(t, fmax(ready, prev_ready));
+        if (t->syncbn && N > 1 && l->bn_channels > 0) {
+            P->bnag_pay[i] = (2.0 * (double)l->bn_channels + 1) * 4 * (double)N;
+            P->bn_ag[i] = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->bnag_pay[i], N, multi);
+            P->bnar_pay[i] = 2.0 * (double)l->bn_channels * 4;
+            P->bn_ar[i] = plan_coll_seconds(c, PCOLL_ALL_REDUCE, P->bnar_pay[i], N, multi);
+        }
+    }
+    P->ddp = P->s->buffers == BUF_DDP_BUCKETS && N > 1;
+    P->ds = P->s->buffers == BUF_DS_REDUCE && N > 1;
+    P->reduce_every_micro = P->ds && (P->s->shard & SHARD_GRAD);
+    P->ddp_first = PLAN_DDP_FIRST_BUCKET;
+    P->ddp_cap = PLAN_DDP_BUCKET;
+    P->ds_cap = PLAN_DS_REDUCE_BUCKET * gb;
+    if (P->ddp && plan_model_buffers(m) > 0) {
+        P->bcast_pay = (double)plan_model_buffers(m) * 4;
+        P->bcast_s = plan_coll_seconds(c, PCOLL_BROADCAST, P->bcast_pay, N, multi);
+    }
+    if (sharded && !stage3 && P->z.root_unit > 0) {
+        P->root_ag_pay = P->z.root_unit * pb;
+        P->root_ag_s = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->root_ag_pay, n, crosses);
+        P->root_rs_pay = P->z.root_unit * gb;
+        P->root_rs_s = plan_coll_seconds(c, PCOLL_REDUCE_SCATTER, P->root_rs_pay, n, crosses);
+        if (P->s->group_node && N > n) {
+            P->root_ar_pay = ceil(P->z.root_unit / n) * gb;
+            P->root_ar_s = plan_coll_seconds(c, PCOLL_ALL_REDUCE, P->root_ar_pay, (N + n - 1) / n, 1);
+        }
+    }
+    /* optimizer step: memory-bound over the local optimizer elements */
+    const OptimizerSpec *o = plan_optimizer(t->optimizer);
+    double o_local = (P->s->shard & SHARD_OPT) ? P->z.psi_shard : P->z.psi;
+    double bytes = o_local * (2.0 * (p->param_bytes + p->master_bytes) + p->grad_bytes +
+                              2.0 * o->states * p->state_bytes);
+    P->opt_s = bytes / (c->gpu.mem_bw * 1e9);
+    if (P->ds) {     /* ZeRO-1/2 gather the updated parameters after the step */
+        P->ds_ag_pay = P->z.psi * pb;
+        P->ds_ag_s = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->ds_ag_pay, N, multi);
+    }
+    P->tokens_per_sample = is_transformer(m) ? (double)(t->seq > 0 ? t->seq : m->max_seq) : 1;
+    return P;
+}
+
+void plan_sim_prep_free(SimPrep *P) {
+    if (!P) return;
+    free(P->f1);
+    free(P);
+}
+
+typedef struct {
+    const SimPrep *P;
+    Rec *rc;
+    double *fwd_end, *bwd_end;
+} Run;
+
+/* One micro-step from t0; sync = gradients are reduced this micro-step. Returns when all its
+ * compute and communication are done; adds compute seconds to *compute. */
+static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, double *compute) {
+    const SimPrep *P = R->P;
+    const ModelSpec *m = P->m;
+    Rec *rc = R->rc;
+    int L = P->L;
+    double t = t0;
+    /* ---- forward ---- */
+    if (P->bcast_s > 0) t = comm_issue(cs, rc, t, P->bcast_s, "broadcast", "buffers", P->bcast_pay);
+    double root_ready = t;
+    if (P->root_ag_s > 0) root_ready = comm_issue(cs, rc, t, P->root_ag_s, "all_gather", "root", P->root_ag_pay);
+    double issue = t;        /* unit i's gather is issued when unit i-1's compute starts */
+    for (int i = 0; i < L; i++) {
+        double ready = i == 0 ? root_ready : t;
+        if (P->ag_fwd[i] > 0)
+            ready = comm_issue(cs, rc, issue, P->ag_fwd[i], "all_gather", m->layers[i].name, P->ag_pay[i]);
+        if (ready > t) t = ready;
+        if (root_ready > t) t = root_ready;
         issue = t;
-        double f = plan_layer_fwd_flops(m, i, S->t) / S->rate;
-        rec_op(rc, "fwd", l->name, LANE_COMPUTE, t, f, 0);
+        double f = b * P->f1[i];
+        rec_op(rc, "fwd", m->layers[i].name, LANE_COMPUTE, t, f, 0);
         t += f;
         *compute += f;
-        if (syncbn && l->bn_channels > 0) {   /* all-gather [mean, invstd, count], then apply */
-            double pay = (2.0 * (double)l->bn_channels + 1) * 4 * (double)N;
-            t = comm_issue(cs, rc, t, plan_coll_seconds(c, PCOLL_ALL_GATHER, pay, N, S->multi_node),
-                           "all_gather", "syncbn", pay);
-        }
-        if (S->fwd_end) S->fwd_end[i] = t;
+        if (P->bn_ag[i] > 0) t = comm_issue(cs, rc, t, P->bn_ag[i], "all_gather", "syncbn", P->bnag_pay[i]);
+        if (R->fwd_end) R->fwd_end[i] = t;
     }
-
     /* ---- backward ---- */
-    double bucket = 0, cap = ddp ? PLAN_DDP_FIRST_BUCKET : PLAN_DS_REDUCE_BUCKET * gb;
-    int reduce_now = ddp ? sync : (ds ? ((S->s->shard & SHARD_GRAD) ? 1 : sync) : 0);
+    int buckets = (P->ddp && sync) || (P->ds && (P->reduce_every_micro || sync));
+    double bucket = 0, cap = P->ddp ? P->ddp_first : P->ds_cap;
     issue = t;
     for (int i = L - 1; i >= 0; i--) {
-        const LayerSpec *l = &m->layers[i];
-        double ready = t;
-        if (S->gathers_bwd && l->params > 0 && (!is_root(S, i) || S->s->buffers == BUF_DS_STAGE3)) {
-            double pay = (double)l->params * pb;
-            ready = comm_issue(cs, rc, issue, plan_coll_seconds(c, PCOLL_ALL_GATHER, pay, n, S->group_crosses),
-                               "all_gather", l->name, pay);
+        const char *name = m->layers[i].name;
+        if (P->ag_bwd[i] > 0) {
+            double ready = comm_issue(cs, rc, issue, P->ag_bwd[i], "all_gather", name, P->ag_pay[i]);
+            if (ready > t) t = ready;
         }
-        t = fmax(t, ready);
         issue = t;
-        double f = plan_layer_fwd_flops(m, i, S->t) / S->rate;
-        double bwd = 2 * f + ((S->t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK) ? f : 0);
-        rec_op(rc, "bwd", l->name, LANE_COMPUTE, t, bwd, 0);
+        double bwd = P->bwd_mult[i] * b * P->f1[i];
+        rec_op(rc, "bwd", name, LANE_COMPUTE, t, bwd, 0);
         t += bwd;
         *compute += bwd;
-        if (syncbn && l->bn_channels > 0) {   /* all-reduce [sum_dy, sum_dy_xmu] */
-            double pay = 2.0 * (double)l->bn_channels * 4;
-            t = comm_issue(cs, rc, t, plan_coll_seconds(c, PCOLL_ALL_REDUCE, pay, N, S->multi_node),
-                           "all_reduce", "syncbn", pay);
+        if (P->bn_ar[i] > 0) t = comm_issue(cs, rc, t, P->bn_ar[i], "all_reduce", "syncbn", P->bnar_pay[i]);
+        if (R->bwd_end) R->bwd_end[i] = t;
+        if (P->rs[i] > 0) {
+            comm_issue(cs, rc, t, P->rs[i], "reduce_scatter", name, P->rs_pay[i]);
+            if (P->ar_h[i] > 0) comm_issue(cs, rc, t, P->ar_h[i], "all_reduce", name, P->arh_pay[i]);
         }
-        if (S->bwd_end) S->bwd_end[i] = t;
-        if (N <= 1 || l->params == 0) continue;
-        if (S->rs_per_unit && !(is_root(S, i) && S->s->buffers != BUF_DS_STAGE3)) {
-            double pay = (double)l->params * gb;
-            comm_issue(cs, rc, t, plan_coll_seconds(c, PCOLL_REDUCE_SCATTER, pay, n, S->group_crosses),
-                       "reduce_scatter", l->name, pay);
-            if (S->s->group_node && N > n)
-                comm_issue(cs, rc, t, plan_coll_seconds(c, PCOLL_ALL_REDUCE, ceil((double)l->params / n) * gb,
-                           (N + n - 1) / n, 1), "all_reduce", l->name, ceil((double)l->params / n) * gb);
-        }
-        if ((ddp || ds) && reduce_now) {      /* buckets fill in gradient-ready order */
-            bucket += (double)l->params * gb;
+        if (buckets && P->gbytes[i] > 0) {      /* buckets fill in gradient-ready order */
+            bucket += P->gbytes[i];
             if (bucket >= cap) {
-                PlanCollOp op = ddp ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
-                comm_issue(cs, rc, t, plan_coll_seconds(c, op, bucket, N, S->multi_node),
-                           ddp ? "all_reduce" : "reduce_scatter", "bucket", bucket);
+                PlanCollOp op = P->ddp ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
+                comm_issue(cs, rc, t, plan_coll_seconds(P->c, op, bucket, P->c->gpus, plan_cluster_nodes(P->c) > 1),
+                           P->ddp ? "all_reduce" : "reduce_scatter", "bucket", bucket);
                 bucket = 0;
-                if (ddp) cap = PLAN_DDP_BUCKET;
+                if (P->ddp) cap = P->ddp_cap;
             }
         }
     }
-    if (N > 1 && S->rs_per_unit && S->z.root_unit > 0 && S->s->buffers != BUF_DS_STAGE3) {
-        double pay = S->z.root_unit * gb;
-        comm_issue(cs, rc, t, plan_coll_seconds(c, PCOLL_REDUCE_SCATTER, pay, n, S->group_crosses),
-                   "reduce_scatter", "root", pay);
-        if (S->s->group_node && N > n)
-            comm_issue(cs, rc, t, plan_coll_seconds(c, PCOLL_ALL_REDUCE, ceil(S->z.root_unit / n) * gb,
-                       (N + n - 1) / n, 1), "all_reduce", "root", ceil(S->z.root_unit / n) * gb);
+    if (P->root_rs_s > 0) {
+        comm_issue(cs, rc, t, P->root_rs_s, "reduce_scatter", "root", P->root_rs_pay);
+        if (P->root_ar_s > 0) comm_issue(cs, rc, t, P->root_ar_s, "all_reduce", "root", P->root_ar_pay);
     }
-    if ((ddp || ds) && reduce_now && bucket > 0 && N > 1) {
-        PlanCollOp op = ddp ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
-        comm_issue(cs, rc, t, plan_coll_seconds(c, op, bucket, N, S->multi_node),
-                   ddp ? "all_reduce" : "reduce_scatter", "bucket", bucket);
+    if (buckets && bucket > 0) {
+        PlanCollOp op = P->ddp ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
+        comm_issue(cs, rc, t, plan_coll_seconds(P->c, op, bucket, P->c->gpus, plan_cluster_nodes(P->c) > 1),
+                   P->ddp ? "all_reduce" : "reduce_scatter", "bucket", bucket);
     }
-    return fmax(t, cs->free_at);
+    return t > cs->free_at ? t : cs->free_at;
 }
 
 typedef struct {
-    Sim *S;
+    Run *R;
+    SimResult *r;
     Rec *rc;
 } MemCtx;
 
 static void on_moment(void *ctx, PhaseKind ph, int layer, const double term[TERM_COUNT], double total) {
     MemCtx *mc = ctx;
-    SimResult *r = mc->rc->r;
-    double t = ph == PHASE_FORWARD ? mc->S->fwd_end[layer]
-             : ph == PHASE_BACKWARD ? mc->S->bwd_end[layer] : r->step_s;
+    SimResult *r = mc->r;
+    double t = ph == PHASE_FORWARD ? mc->R->fwd_end[layer]
+             : ph == PHASE_BACKWARD ? mc->R->bwd_end[layer] : r->step_s;
     if (r->n_mem == r->cap_mem) {
         int cap = r->cap_mem ? 2 * r->cap_mem : 256;
         SimMem *p = realloc(r->mem, (size_t)cap * sizeof(*p));
@@ -216,81 +282,60 @@ static void on_moment(void *ctx, PhaseKind ph, int layer, const double term[TERM
     if (total > r->mem_peak) r->mem_peak = total;
 }
 
-int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
-             int record, SimResult *out) {
+int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int record, SimResult *out) {
     memset(out, 0, sizeof(*out));
-    Sim S;
-    memset(&S, 0, sizeof(S));
-    S.m = m;
-    S.t = t;
-    S.c = c;
-    S.s = plan_strategy(sk);
-    S.p = plan_precision(t->precision);
-    plan_memory_sizes(m, t, c, sk, &S.z);
-    S.rate = c->gpu.peak_tflops[S.p->peak] * 1e12 * c->mfu;
-    if (S.rate <= 0) S.rate = c->gpu.peak_tflops[PEAK_FP32] * 1e12 * c->mfu;
-    S.multi_node = plan_cluster_nodes(c) > 1;
-    S.group_crosses = S.s->group_node ? 0 : S.multi_node;
-    int sharded_params = c->gpus > 1 && (S.s->shard & SHARD_PARAM);
-    S.gathers_fwd = sharded_params;
-    S.gathers_bwd = sharded_params && S.s->buffers != BUF_FSDP_GRAD_OP;
-    S.rs_per_unit = sharded_params;
     Rec rc = {out, record, 0};
+    Run R = {P, &rc, NULL, NULL};
     if (record) {
-        S.fwd_end = calloc((size_t)m->n_layers, sizeof(double));
-        S.bwd_end = calloc((size_t)m->n_layers, sizeof(double));
-        if (!S.fwd_end || !S.bwd_end) { free(S.fwd_end); free(S.bwd_end); return -1; }
+        R.fwd_end = calloc((size_t)(P->L > 0 ? P->L : 1), sizeof(double));
+        R.bwd_end = calloc((size_t)(P->L > 0 ? P->L : 1), sizeof(double));
+        if (!R.fwd_end || !R.bwd_end) { free(R.fwd_end); free(R.bwd_end); return -1; }
     }
+    double b = (double)micro_batch, K = (double)grad_accum;
     Stream cs = {0, 0};
     double compute = 0, t_end = 0;
-    int64_t K = t->grad_accum;
-    /* micro-steps without gradient sync are identical: simulate one and scale */
-    if (K > 1) {
+    if (grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
         Rec quiet = {out, 0, 0};
-        double *fe = S.fwd_end, *be = S.bwd_end;
-        S.fwd_end = S.bwd_end = NULL;
-        double c1 = 0;
+        Run Q = {P, &quiet, NULL, NULL};
         Stream cs1 = {0, 0};
-        double t1 = micro_step(&S, &quiet, &cs1, 0, 0, &c1);
-        S.fwd_end = fe;
-        S.bwd_end = be;
-        t_end = t1 * (double)(K - 1);
-        compute = c1 * (double)(K - 1);
-        cs.busy = cs1.busy * (double)(K - 1);
+        double c1 = 0, t1 = micro_step(&Q, &cs1, 0, b, 0, &c1);
+        t_end = t1 * (K - 1);
+        compute = c1 * (K - 1);
+        cs.busy = cs1.busy * (K - 1);
         cs.free_at = t_end;
     }
-    t_end = micro_step(&S, &rc, &cs, t_end, 1, &compute);
-    /* optimizer step: memory-bound over the local optimizer elements */
-    const OptimizerSpec *o = plan_optimizer(t->optimizer);
-    double o_local = (S.s->shard & SHARD_OPT) ? S.z.psi_shard : S.z.psi;
-    double bytes = o_local * (2.0 * (S.p->param_bytes + S.p->master_bytes) + S.p->grad_bytes +
-                              2.0 * o->states * S.p->state_bytes);
-    double opt = bytes / (c->gpu.mem_bw * 1e9);
-    rec_op(&rc, "optimizer", "step", LANE_COMPUTE, t_end, opt, 0);
-    t_end += opt;
-    compute += opt;
-    if (c->gpus > 1 && S.s->buffers == BUF_DS_REDUCE) {     /* gather the updated parameters */
-        double pay = S.z.psi * S.p->param_bytes;
-        t_end = comm_issue(&cs, &rc, t_end, plan_coll_seconds(c, PCOLL_ALL_GATHER, pay, c->gpus, S.multi_node),
-                           "all_gather", "params", pay);
-    }
+    t_end = micro_step(&R, &cs, t_end, b, 1, &compute);
+    rec_op(&rc, "optimizer", "step", LANE_COMPUTE, t_end, P->opt_s, 0);
+    t_end += P->opt_s;
+    compute += P->opt_s;
+    if (P->ds_ag_s > 0) t_end = comm_issue(&cs, &rc, t_end, P->ds_ag_s, "all_gather", "params", P->ds_ag_pay);
     out->step_s = t_end;
     out->compute_s = compute;
     out->comm_s = cs.busy;
-    out->exposed_comm_s = fmax(0, t_end - compute);
-    double tokens = (double)t->micro_batch * (double)K * (double)c->gpus;
-    if (is_transformer(m)) tokens *= (double)(t->seq > 0 ? t->seq : m->max_seq);
-    out->tokens_per_s = t_end > 0 ? tokens / t_end : 0;
-    for (int i = 0; i < m->n_layers; i++) out->flops_per_step += 3 * plan_layer_fwd_flops(m, i, t);
-    out->flops_per_step *= (double)K;
+    out->exposed_comm_s = t_end > compute ? t_end - compute : 0;
+    double samples = b * K * (double)P->c->gpus;
+    out->tokens_per_s = t_end > 0 ? samples * P->tokens_per_sample / t_end : 0;
+    out->flops_per_step = P->flops_per_sample * b * K;
     if (record) {
+        TrainSpec t = P->t;
+        t.micro_batch = micro_batch;
+        t.grad_accum = grad_accum;
         MemResult mr;
-        MemCtx mc = {&S, &rc};
-        plan_memory_walk(m, t, c, sk, &mr, on_moment, &mc);
+        MemCtx mc = {&R, out, &rc};
+        plan_memory_walk(P->m, &t, P->c, P->kind, &mr, on_moment, &mc);
     }
-    free(S.fwd_end);
-    free(S.bwd_end);
+    free(R.fwd_end);
+    free(R.bwd_end);
     return rc.oom ? -1 : 0;
+}
+
+int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
+             int record, SimResult *out) {
+    SimPrep *P = plan_sim_prepare(m, t, c, k);
+    if (!P) { memset(out, 0, sizeof(*out)); return -1; }
+    int rc = plan_sim_run(P, t->micro_batch, t->grad_accum, record, out);
+    plan_sim_prep_free(P);
+    return rc;
 }
 
 void plan_sim_free(SimResult *r) {

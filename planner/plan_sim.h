@@ -41,6 +41,13 @@ typedef struct {
     double mem_peak;
 } SimResult;
 
+/* The micro-batch-independent part of a setup, prepared once for a search over micro-batches
+ * and accumulation (t's micro_batch and grad_accum are ignored). NULL when out of memory. */
+typedef struct SimPrep SimPrep;
+SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
+int plan_sim_run(const SimPrep *p, int64_t micro_batch, int64_t grad_accum, int record, SimResult *out);
+void plan_sim_prep_free(SimPrep *p);
+
 /* record = 1 keeps the op list and memory curve (free with plan_sim_free). Returns 0, -1 when
  * out of memory while recording. */
 int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
