@@ -14,7 +14,7 @@ enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_HELP,
-    OPT_SYNCBN, OPT_MFU,
+    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -39,6 +39,9 @@ static const struct option BASE_OPTIONS[] = {
     {"nccl-mem", required_argument, 0, OPT_NCCL},
     {"alloc-margin", required_argument, 0, OPT_MARGIN},
     {"mfu", required_argument, 0, OPT_MFU},
+    {"intra-bw", required_argument, 0, OPT_INTRA_BW},
+    {"inter-bw", required_argument, 0, OPT_INTER_BW},
+    {"latency", required_argument, 0, OPT_LATENCY},
     {"syncbn", no_argument, 0, OPT_SYNCBN},
     {"json", optional_argument, 0, OPT_JSON},
     {"impl", required_argument, 0, OPT_IMPL},
@@ -77,6 +80,10 @@ void cli_print_setup_help(FILE *f) {
         "  --gpus-per-node G      default min(N, 8)\n"
         "  --gpu PRESET           %s (default %s)\n"
         "  --gpu-mem SIZE         override capacity; binary units: 24GiB, 24G (= GiB), 512MiB\n"
+        "  --intra-bw GBPS        override bandwidth per GPU inside a node (GB/s, decimal)\n"
+        "  --inter-bw GBPS        override bandwidth per GPU across nodes (GB/s)\n"
+        "  --latency US           override the per-step collective latency (microseconds)\n"
+        "  --mfu F                achieved fraction of peak FLOP/s for compute time (default 0.4)\n"
         "Strategies:\n"
         "  --strategy S[,S...]    all (default), or %s\n"
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
@@ -120,7 +127,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     memset(&opts[n], 0, sizeof(opts[n]));
 
     const char *model_arg = NULL;
-    double params = 0, gpu_mem = -1;
+    double params = 0, gpu_mem = -1, intra_bw = 0, inter_bw = 0, latency_us = -1;
     long long units = 32, gpn = 0, v;
     double d;
     int isfrac;
@@ -218,6 +225,18 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
             if (plan_parse_double(a, 0.01, 1, &d)) return cli_usage_error("--mfu '%s' is not a fraction in [0.01, 1]", a);
             s->cluster.mfu = d;
             break;
+        case OPT_INTRA_BW:
+            if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--intra-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
+            intra_bw = d;
+            break;
+        case OPT_INTER_BW:
+            if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--inter-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
+            inter_bw = d;
+            break;
+        case OPT_LATENCY:
+            if (plan_parse_double(a, 0, 10000, &d)) return cli_usage_error("--latency '%s' is not a latency in microseconds in [0, 10000]", a);
+            latency_us = d;
+            break;
         case OPT_JSON: s->json = 1; s->json_path = a; break;
         case OPT_HELP: return 1;
         case ':': return cli_usage_error("%s needs a value (see 'memplan %s --help')", argv[optind - 1], cmd);
@@ -248,6 +267,9 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_names());
     }
     if (gpu_mem > 0) s->cluster.gpu.mem_bytes = gpu_mem;
+    if (intra_bw > 0) s->cluster.gpu.intra_bw = intra_bw;
+    if (inter_bw > 0) s->cluster.gpu.inter_bw = inter_bw;
+    if (latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = latency_us * 1e-6;
     s->cluster.gpus_per_node = gpn ? gpn : (s->cluster.gpus < 8 ? s->cluster.gpus : 8);
     if (s->cluster.gpus_per_node > s->cluster.gpus) s->cluster.gpus_per_node = s->cluster.gpus;
     const PrecisionSpec *p = plan_precision(s->train.precision);
