@@ -100,16 +100,24 @@ static void cheapest_fix(const ModelSpec *m, const TrainSpec *t0, const ClusterS
             }
         }
     }
+    /* the smallest larger preset that supports the precision and fits */
+    const GpuPreset *best = NULL;
+    int best_ck = 0;
     c = *c0;
     for (int i = 0; i < plan_gpu_count(); i++) {
         const GpuPreset *g = plan_gpu_preset(i);
-        if (g->mem_bytes <= c0->gpu.mem_bytes) continue;
+        if (g->mem_bytes <= c0->gpu.mem_bytes || (best && g->mem_bytes >= best->mem_bytes)) continue;
         if (g->peak_tflops[plan_precision(t0->precision)->peak] <= 0) continue;   /* no bf16 etc. */
         c.gpu = *g;
-        if (fits(m, &t, &c, k, NULL)) {
-            snprintf(buf, len, "would fit on %s GPUs (%.0f GiB) with --act-ckpt full", g->name, g->mem_bytes / GIB);
-            return;
+        for (int ck = 0; ck < CKPT_COUNT; ck++) {
+            t.act_ckpt = (CkptKind)ck;
+            if (fits(m, &t, &c, k, NULL)) { best = g; best_ck = ck; break; }
         }
+    }
+    if (best) {
+        snprintf(buf, len, "would fit with %.2f GiB per GPU (e.g. %s)%s", best->mem_bytes / GIB, best->name,
+                 best_ck == CKPT_FULL ? " and --act-ckpt full" : "");
+        return;
     }
     snprintf(buf, len, "does not fit even with --act-ckpt full at micro-batch 1");
 }
