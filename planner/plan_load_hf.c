@@ -71,13 +71,14 @@ typedef struct {
     int has_mlp_bias;          /* reads mlp_bias (gate, up, down) */
     int64_t head_dim;          /* head_dim default (0 = hidden / heads) */
     const char *act;           /* hidden_act default */
+    int64_t max_pos;           /* max_position_embeddings default (no parameters depend on it) */
 } LlamaVariant;
 
 static const LlamaVariant LLAMA_VARIANTS[] = {
-    {"llama", 0, 0, 1, 1, 0, "silu"},
-    {"mistral", 0, 0, 0, 0, 0, "silu"},
-    {"qwen2", 0, 1, 0, 0, 0, "silu"},
-    {"gemma", 1, 0, 1, 0, 256, "gelu_pytorch_tanh"},
+    {"llama", 0, 0, 1, 1, 0, "silu", 2048},
+    {"mistral", 0, 0, 0, 0, 0, "silu", 4096 * 32},
+    {"qwen2", 0, 1, 0, 0, 0, "silu", 32768},
+    {"gemma", 1, 0, 1, 0, 256, "gelu_pytorch_tanh", 8192},
 };
 
 /* The MLP kind that an activation name implies (non-gated MLPs). */
@@ -159,7 +160,7 @@ static int read_llama_like(LoadCtx *c, const cJSON *root, const char *cls, HfBui
         ld_int32(c, root, "", "num_attention_heads", 1, 0, 1, MAX_HEADS, &t->n_head) ||
         ld_int32(c, root, "", "num_key_value_heads", 0, t->n_head, 1, MAX_HEADS, &t->n_kv_head) ||
         ld_int(c, root, "", "head_dim", 0, v->head_dim, 1, MAX_HEADS, &t->d_head) ||
-        ld_int(c, root, "", "max_position_embeddings", 1, 0, 1, MAX_CTX, &t->max_seq) ||
+        ld_int(c, root, "", "max_position_embeddings", 0, v->max_pos, 1, MAX_CTX, &t->max_seq) ||
         tied(c, root, v->tied, b) || act(c, root, "hidden_act", v->act, b) ||
         dropout(c, root, "attention_dropout", 0.0, b))
         return -1;
@@ -193,7 +194,7 @@ static int read_gpt_neox(LoadCtx *c, const cJSON *root, const char *cls, HfBuild
         ld_int(c, root, "", "intermediate_size", 1, 0, 1, MAX_FFN, &t->d_ff) ||
         ld_int32(c, root, "", "num_hidden_layers", 1, 0, 1, MAX_LAYERS, &t->n_layer) ||
         ld_int32(c, root, "", "num_attention_heads", 1, 0, 1, MAX_HEADS, &t->n_head) ||
-        ld_int(c, root, "", "max_position_embeddings", 1, 0, 1, MAX_CTX, &t->max_seq) ||
+        ld_int(c, root, "", "max_position_embeddings", 0, 2048, 1, MAX_CTX, &t->max_seq) ||
         ld_bool(c, root, "", "attention_bias", 0, 1, 0, &attn_bias) || tied(c, root, 0, b) ||
         act(c, root, "hidden_act", "gelu", b) || dropout(c, root, "hidden_dropout", 0.0, b))
         return -1;
@@ -325,7 +326,8 @@ int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
     char type[64] = "", cls[96] = "";
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     if (ld_str(c, root, "", "model_type", 0, "", type, sizeof(type))) return -1;
-    if (archs && !cJSON_IsNull(archs)) {
+    /* null or [] say nothing; then model_type alone decides */
+    if (archs && !cJSON_IsNull(archs) && !(cJSON_IsArray(archs) && !archs->child)) {
         const cJSON *a0 = cJSON_IsArray(archs) ? archs->child : NULL;
         if (!a0 || !cJSON_IsString(a0) || !a0->valuestring) {
             char got[64];
@@ -343,6 +345,8 @@ int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
                 if (strcmp(HF_TYPES[i].classes[k], cls) == 0) ht = &HF_TYPES[i];
         }
     }
+    if (!ht && !type[0] && !cls[0])
+        return ld_fail(c, "missing field 'model_type' (and no class in 'architectures')");
     if (!ht) {
         snprintf(c->msg, c->msglen, "unsupported architecture '%s' in %s (supported: %s)",
                  type[0] ? type : cls, c->label, plan_load_hf_types());

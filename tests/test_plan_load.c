@@ -188,6 +188,21 @@ Test(plan_load_hf, a_config_without_model_type_should_be_recognised_by_its_class
     plan_model_free(&m);
 }
 
+Test(plan_load_hf, omitted_keys_should_take_the_defaults_of_the_transformers_config_class) {
+    /* no num_key_value_heads (= heads), no max_position_embeddings (LlamaConfig: 2048), no
+     * tie_word_embeddings (Llama: untied), an empty architectures list (model_type decides) */
+    const char *js = "{\"model_type\": \"llama\", \"architectures\": [], \"hidden_size\": 4096, "
+                     "\"intermediate_size\": 11008, \"num_hidden_layers\": 32, "
+                     "\"num_attention_heads\": 32, \"vocab_size\": 32000, \"head_dim\": null}";
+    ModelSpec m;
+    cr_assert_eq(plan_load_model_from_buffer(&m, js, strlen(js), "mem", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(plan_model_params(&m), 6738415616LL);
+    cr_expect_eq(m.n_kv_head, 32);
+    cr_expect_eq(m.max_seq, 2048);
+    cr_expect_eq(m.tied_embeddings, 0);
+    plan_model_free(&m);
+}
+
 Test(plan_load_hf, an_unsupported_architecture_should_be_named_with_the_supported_list) {
     ModelSpec m;
     cr_expect_neq(plan_load_model(&m, "tests/data/bad/hf-unsupported-type.json", msg, sizeof(msg)), 0);
@@ -427,6 +442,7 @@ static const struct { const char *file, *fragment; } BAD[] = {
     {"not-an-object.json", "expected a JSON object at the top level (got an array)"},
     {"unknown-format.json", "not a model description"},
     {"hf-unsupported-type.json", "unsupported architecture 'mamba'"},
+    {"hf-no-type.json", "missing field 'model_type' (and no class in 'architectures')"},
     {"hf-missing-field.json", "missing field 'hidden_size'"},
     {"hf-null-required-field.json", "missing field 'hidden_size'"},
     {"hf-negative-layers.json", "field 'num_hidden_layers' must be an integer from 1 to 100000 (got -2)"},
