@@ -264,12 +264,16 @@ int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const
     if (nul)
         return ld_fail(&c, "contains a NUL byte at offset %zu: not a JSON text file",
                        (size_t)((const char *)nul - buf));
+    /* a UTF-8 byte-order mark (some Windows editors write one) is not JSON: skip it */
+    if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
+        buf += 3;
+        len -= 3;
+    }
     /* cJSON is given a NUL-terminated copy, so no code path of it can read past the end */
     char *text = malloc(len + 1);
     if (!text) return ld_fail(&c, "out of host memory parsing the file");
     memcpy(text, buf, len);
     text[len] = '\0';
-    buf = text;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 0);
     if (!root) {
@@ -279,10 +283,10 @@ int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const
     }
     int rc = -1;
     /* anything but whitespace after the JSON value is an error too */
-    size_t off = (end && end >= buf && end <= buf + len) ? (size_t)(end - buf) : len;
+    size_t off = (end && end >= text && end <= text + len) ? (size_t)(end - text) : len;
     while (off < len && is_space(text[off])) off++;
     if (off < len) {
-        syntax_error(&c, buf, len, buf + off);
+        syntax_error(&c, text, len, text + off);
         goto done;
     }
     if (!cJSON_IsObject(root)) {

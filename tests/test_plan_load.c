@@ -551,6 +551,14 @@ Test(plan_load_bad, a_buffer_should_be_read_only_up_to_its_length) {
     cr_expect(strstr(msg, "cut: invalid JSON at line 1"), "%s", msg);
 }
 
+Test(plan_load_bad, a_utf8_byte_order_mark_should_be_skipped) {
+    const char *js = "\xEF\xBB\xBF{\"0.weight\": [3, 4]}";
+    ModelSpec m;
+    cr_assert_eq(plan_load_model_from_buffer(&m, js, strlen(js), "bom", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(plan_model_params(&m), 12);
+    plan_model_free(&m);
+}
+
 Test(plan_load_bad, a_tiny_message_buffer_should_be_truncated_not_overrun) {
     char small[8];
     ModelSpec m;
