@@ -113,6 +113,41 @@ static int set_strategies(CliSetup *s, const char *arg) {
     return 0;
 }
 
+/* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
+static int resolve(CliSetup *s, const char *model_arg, double params, long long units,
+                   long long gpn, double gpu_mem, double intra_bw, double inter_bw, double latency_us,
+                   int need_model) {
+    char err[512];
+    if (model_arg && params > 0) return cli_usage_error("give either --model or --params, not both");
+    if (model_arg) {
+        if (plan_load_model(&s->model, model_arg, err, sizeof(err))) return cli_usage_error("%s", err);
+        s->have_model = 1;
+    } else if (params > 0) {
+        if ((double)units > params) units = (long long)params;
+        if (plan_model_generic(&s->model, "generic", (int64_t)params, (int)units, err, sizeof(err)))
+            return cli_usage_error("%s", err);
+        s->have_model = 1;
+    } else if (need_model) {
+        return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_names());
+    }
+    if (gpu_mem > 0) s->cluster.gpu.mem_bytes = gpu_mem;
+    if (intra_bw > 0) s->cluster.gpu.intra_bw = intra_bw;
+    if (inter_bw > 0) s->cluster.gpu.inter_bw = inter_bw;
+    if (latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = latency_us * 1e-6;
+    s->cluster.gpus_per_node = gpn ? gpn : (s->cluster.gpus < 8 ? s->cluster.gpus : 8);
+    if (s->cluster.gpus_per_node > s->cluster.gpus) s->cluster.gpus_per_node = s->cluster.gpus;
+    const PrecisionSpec *p = plan_precision(s->train.precision);
+    if (s->cluster.gpu.peak_tflops[p->peak] <= 0)
+        return cli_usage_error("--precision %s needs %s, which %s does not support (use fp32 or amp-fp16)",
+                               p->name, p->peak == PEAK_BF16 ? "bf16" : "fp16", s->cluster.gpu.name);
+    if (s->have_model && s->train.impl == IMPL_ENGINE &&
+        (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
+        return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
+    if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
+        return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
+    return 0;
+}
+
 int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
                     int need_model) {
     memset(s, 0, sizeof(*s));
@@ -253,35 +288,10 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     }
     if (optind < argc) return cli_usage_error("unexpected argument '%s' (see 'memplan %s --help')", argv[optind], cmd);
 
-    /* resolve */
-    if (model_arg && params > 0) return cli_usage_error("give either --model or --params, not both");
-    if (model_arg) {
-        if (plan_load_model(&s->model, model_arg, err, sizeof(err))) return cli_usage_error("%s", err);
-        s->have_model = 1;
-    } else if (params > 0) {
-        if ((double)units > params) units = (long long)params;
-        if (plan_model_generic(&s->model, "generic", (int64_t)params, (int)units, err, sizeof(err)))
-            return cli_usage_error("%s", err);
-        s->have_model = 1;
-    } else if (need_model) {
-        return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_names());
-    }
-    if (gpu_mem > 0) s->cluster.gpu.mem_bytes = gpu_mem;
-    if (intra_bw > 0) s->cluster.gpu.intra_bw = intra_bw;
-    if (inter_bw > 0) s->cluster.gpu.inter_bw = inter_bw;
-    if (latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = latency_us * 1e-6;
-    s->cluster.gpus_per_node = gpn ? gpn : (s->cluster.gpus < 8 ? s->cluster.gpus : 8);
-    if (s->cluster.gpus_per_node > s->cluster.gpus) s->cluster.gpus_per_node = s->cluster.gpus;
-    const PrecisionSpec *p = plan_precision(s->train.precision);
-    if (s->cluster.gpu.peak_tflops[p->peak] <= 0)
-        return cli_usage_error("--precision %s needs %s, which %s does not support (use fp32 or amp-fp16)",
-                               p->name, p->peak == PEAK_BF16 ? "bf16" : "fp16", s->cluster.gpu.name);
-    if (s->have_model && s->train.impl == IMPL_ENGINE &&
-        (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
-        return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
-    if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
-        return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
-    return 0;
+    int rc = resolve(s, model_arg, params, units, gpn, gpu_mem, intra_bw, inter_bw, latency_us,
+                     need_model);
+    if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
+    return rc;
 }
 
 void cli_setup_free(CliSetup *s) {
