@@ -66,6 +66,11 @@ TEST_SRC     := $(sort $(wildcard tests/test_*.c))
 MPI_SRC      := $(sort $(wildcard tests/mpi/*.c))
 BENCH_SRC    := $(sort $(wildcard bench/*.c))
 
+# Rebuild everything when the flags change: the stamp is rewritten only when its content differs.
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_NOW := $(CC) $(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $(NVCCFLAGS) $(LDFLAGS) $(CUDA_LIBS)
+$(shell mkdir -p $(BUILD); [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
+
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
 
@@ -90,16 +95,16 @@ deps:
 	@scripts/deps.sh
 
 # planner/ must stay free of CUDA, NCCL, MPI and CUPTI: plain gcc, no vendor include paths.
-$(BUILD)/obj/planner/%.o: planner/%.c
+$(BUILD)/obj/planner/%.o: planner/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/obj/kernels/%.o: kernels/%.c
+$(BUILD)/obj/kernels/%.o: kernels/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Iplanner -Iprofiler -Iexec -c $< -o $@
 
