@@ -1,0 +1,123 @@
+/* exec_run.h — the executor's run loop: K optimizer steps of GPT-2 under one data-parallel
+ * strategy on a communicator, with every buffer tracked (prof_mem), every collective counted
+ * (prof_comm), phases timed (prof_phase), and the measurements of all ranks gathered so rank 0
+ * can report them (a table, JSON, `memplan validate`). Library code: it returns a status and
+ * never exits; the caller decides (an out-of-memory failure inside a step leaves peers inside
+ * collectives, so the caller then aborts the communicator: comm_abort).
+ *
+ * Per step: zero_grad; for each of accum micro-batches (each rank its DistributedSampler shard
+ * of a seeded synthetic global batch of B·N rows): forward, backward (the strategy reduces in
+ * its hooks), end of backward; the optimizer step; then one control all-reduce (not counted as
+ * traffic: it is not part of the training step) of the loss and a non-finite flag, so every
+ * rank agrees to stop on NaN/inf and rank 0 can print the global mean loss. Phases are named
+ * "forward", "backward" and "step" in the tracker and the comm counters (the planner's phase
+ * names); the phase timer adds "comm_wait" inside them and "optimizer" for the step.
+ *
+ * The first step creates the lazily allocated state (gradients, AdamW m and v); peaks are then
+ * reset, so the reported peaks are the steady state of steps 2..K (what the planner plans)
+ * and the first step's peak is reported separately. */
+#ifndef EXEC_RUN_H
+#define EXEC_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "exec_comm.h"
+#include "exec_gpt2.h"
+#include "exec_strategy.h"
+#include "prof_comm.h"
+#include "prof_mem.h"
+#include "prof_phase.h"
+
+/* Test-only faults (--fault): a rank stalls (sleeps past every timeout) or dies (_exit) at the
+ * start of a step, so the others must time out or be torn down by mpirun. */
+typedef enum { EXEC_FAULT_NONE = 0, EXEC_FAULT_STALL, EXEC_FAULT_EXIT } ExecFaultKind;
+typedef struct {
+    ExecFaultKind kind;
+    int rank, step;
+} ExecFault;
+
+typedef struct {
+    Gpt2Config model;
+    ExecStrategyKind strategy;
+    int micro_batch;          /* B per rank */
+    int seq;                  /* T */
+    int grad_accum;           /* micro-batches per optimizer step */
+    int steps;                /* optimizer steps */
+    double bucket_bytes;      /* DDP bucket cap; 0: 25 MiB */
+    size_t mem_limit;         /* bytes; 0: none */
+    uint64_t seed;
+    Gpt2AdamW opt;
+    const char *trace_path;   /* Chrome trace written by rank 0; NULL: none */
+    const char *dump_path;    /* final parameters, fp32, units 0..L+1 (rank 0 writes); NULL */
+    FILE *progress;           /* rank 0's per-step lines; NULL: none */
+    ExecFault fault;
+} ExecRunConfig;
+
+/* B 4, T = max_seq, accum 1, 10 steps, DDP, 25 MiB buckets, seed 1337, AdamW lr 1e-3,
+ * betas (0.9, 0.999), eps 1e-8, weight decay 0 (model fields zeroed: set a preset). */
+void exec_run_config_defaults(ExecRunConfig *c);
+/* Hash of everything that must agree between ranks (model, strategy, shapes, steps, buckets,
+ * limit, seed, optimizer); not the output paths or the fault. */
+unsigned long long exec_run_config_hash(const ExecRunConfig *c);
+
+typedef enum {
+    EXEC_RUN_OK = 0,
+    EXEC_RUN_CONFIG_MISMATCH,   /* ranks were started differently; clean on every rank */
+    EXEC_RUN_OOM,               /* out of memory (the report is in report) */
+    EXEC_RUN_NONFINITE,         /* NaN or inf loss at fail_step; clean on every rank */
+    EXEC_RUN_ERROR,             /* anything else (message) */
+} ExecRunStatus;
+
+typedef enum { EXEC_STATE_PARAMS = 0, EXEC_STATE_GRADS, EXEC_STATE_OPTIMIZER, EXEC_STATE_COUNT } ExecStateKind;
+
+typedef struct {
+    ExecRunStatus status;
+    int fail_step;            /* 1-based step of the failure (0: setup) */
+    int bad_rank;             /* CONFIG_MISMATCH: the first rank that differs from rank 0 */
+    int needs_abort;          /* 1: peers may be inside a collective; abort the communicator */
+    char message[512];        /* a sentence for the user */
+    char *report;             /* OOM: prof_mem_print_oom's report (malloc'd), else NULL */
+
+    int nranks, steps_done;
+    double *loss;             /* per step: global mean loss, nats */
+    double *step_ms;          /* per step: wall time, ms (rank 0) */
+    double tokens_per_step;   /* B·T·accum·N */
+
+    /* memory, bytes: each value is the maximum over ranks; at_peak is the category split at the
+       moment of the total peak on peak_rank. Steady state = steps 2..K (step 1 when K = 1). */
+    double peak_total, peak_total_first;
+    double peak[MEM_CATEGORY_COUNT];
+    double at_peak[MEM_CATEGORY_COUNT];
+    int peak_rank;
+    char peak_phase[32];
+    double phase_peak[3];     /* forward, backward, step */
+    double states[EXEC_STATE_COUNT];   /* params, grads, optimizer allocated at the end of the run */
+    double model_states;      /* Σ states */
+    size_t mem_limit;
+
+    /* collectives, rank 0 (every rank does the same): the whole run and the last step */
+    CollStats coll_total[COLL_OP_COUNT];
+    CollStats coll_step[COLL_OP_COUNT];
+    CollStats coll_step_phase[COLL_OP_COUNT][3];   /* last step by phase: forward, backward, step */
+
+    /* time, rank 0 (phase timer stats over the whole run) */
+    PhaseStat phases[16];
+    int nphases;
+    double seconds;           /* all steps */
+    double steady_ms;         /* mean step time over steps 2..K (step 1 when K = 1) */
+
+    /* what ran */
+    int buckets;              /* exec_strategy_buckets */
+    size_t shard_elems;
+    int64_t params;           /* Ψ */
+} ExecRunResult;
+
+/* Runs cfg on c (every rank calls it with its own flags; the hash is checked first). c's
+ * counters are replaced for the run and restored to NULL. Returns res->status (0 = OK). */
+int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res);
+void exec_run_result_free(ExecRunResult *r);
+const char *exec_run_status_name(ExecRunStatus s);   /* "ok", "config-mismatch", ... */
+
+#endif

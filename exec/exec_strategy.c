@@ -1,0 +1,786 @@
+/* exec_strategy.c — DDP and ZeRO-1/2/3 on the GPT-2 runtime; the mechanics are described in
+ * exec_strategy.h. Element counts are fp32 elements unless a name says bytes.
+ *
+ * Collectives are timed for the trace from issue to the poll that first saw them complete: the
+ * comm counters count a collective when it completes, so after every comm_progress/comm_wait
+ * the newly counted ones close the oldest open span of their type (collectives of one type on
+ * one communicator complete in issue order). */
+#include "exec_strategy.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const NAMES[EXEC_STRATEGY_COUNT] = {"ddp", "zero1", "zero2", "zero3"};
+
+const char *exec_strategy_name(ExecStrategyKind k)
+{
+    return (unsigned)k < EXEC_STRATEGY_COUNT ? NAMES[k] : "unknown";
+}
+
+int exec_strategy_by_name(const char *name)
+{
+    for (int i = 0; name && i < EXEC_STRATEGY_COUNT; i++)
+        if (strcmp(name, NAMES[i]) == 0) return i;
+    return -1;
+}
+
+/* A piece of the model that is sharded as one flat array: one unit (ZeRO-1/2, ZeRO-3 blocks)
+ * or the root, units 0 and L+1 concatenated (ZeRO-3). */
+typedef struct {
+    int unit[2];
+    size_t part[2];          /* elements of each unit */
+    int nparts;
+    size_t len;              /* Σ parts */
+    size_t shard;            /* ⌈len/N⌉: every rank's shard, padded */
+    size_t my_off, my_len;   /* this rank's real elements [my_off, my_off + my_len) */
+    size_t soff;             /* offset of this shard unit in the rank's shard storage */
+    size_t goff;             /* ZeRO-3: its region (N·shard) in the reduce buffer */
+    size_t boff;             /* ZeRO-1/2: offset inside a rank block of its bucket */
+    int bucket;              /* ZeRO-1/2: reduce bucket */
+    float *gathered;         /* ZeRO-3: full weights (N·shard), NULL when not gathered */
+    CommReq *ag, *rs;        /* ZeRO-3: gather and reduce-scatter in flight */
+} ShardUnit;
+
+/* A ZeRO-1/2 reduce bucket: shard units order[first..last] (gradient-ready order). */
+typedef struct {
+    int first, last;
+    size_t S;                /* elements of one rank block: Σ shard of its units */
+} ReduceBucket;
+
+typedef struct {
+    CollOp op;
+    double t0_us;
+    char label[40];
+} OpenSpan;
+#define MAX_OPEN_SPANS 1024
+
+struct ExecStrategy {
+    ExecStrategyKind kind;
+    int plain;               /* one rank: the plain replica */
+    Gpt2Config cfg;
+    Comm *comm;
+    MemTracker *mt;
+    CommCounters *cc;
+    PhaseTimer *pt;
+    int N, rank, L, nunits;
+    size_t *numel;           /* per unit */
+    Gpt2 *m;
+    int sync;                /* this micro-step reduces */
+    char err[256];
+    /* collective spans */
+    OpenSpan open[MAX_OPEN_SPANS];
+    int nopen;
+    int64_t seen[COLL_OP_COUNT];
+    /* DDP */
+    int nb;
+    float **bucket;
+    size_t *b_off, *b_len, *b_fill;   /* in the flat gradient-ready space */
+    CommReq **b_req;
+    size_t *u_flat;          /* per unit: offset in the flat space */
+    /* ZeRO */
+    int nsu;
+    ShardUnit *su;
+    int *order;              /* ZeRO-1/2: shard units in gradient-ready order */
+    int *pos;                /* position of each shard unit in order */
+    size_t S;                /* Σ shard: elements of the rank's shard storage */
+    int nrb;
+    ReduceBucket *rb;
+    float *rbuf;             /* ZeRO-1/2 reduce bucket (rank-major), MEM_COMM */
+    size_t rbuf_elems;
+    int rb_pending;          /* bucket whose reduce-scatter is in flight, -1 if none */
+    CommReq *rb_req;
+    float **ugrad;           /* ZeRO-2: the unit's full gradient during its backward */
+    float *gshard;           /* ZeRO-2/3: gradient shard, MEM_GRADS */
+    float *pshard;           /* ZeRO-3: parameter shard, MEM_PARAMS */
+    float *gbuf;             /* ZeRO-3: reduce buffer, MEM_COMM */
+    size_t gbuf_elems;
+};
+
+static int fail(ExecStrategy *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(ExecStrategy *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *exec_strategy_error(const ExecStrategy *s) { return s->err; }
+ExecStrategyKind exec_strategy_kind(const ExecStrategy *s) { return s->kind; }
+int exec_strategy_plain(const ExecStrategy *s) { return s->plain; }
+
+int exec_strategy_buckets(const ExecStrategy *s)
+{
+    if (s->plain) return 0;
+    return s->kind == EXEC_DDP ? s->nb : s->kind == EXEC_ZERO3 ? s->nsu : s->nrb;
+}
+
+size_t exec_strategy_shard_elems(const ExecStrategy *s)
+{
+    if (s->plain || s->kind == EXEC_DDP) return (size_t)gpt2_cfg_num_params(&s->cfg);
+    return s->S;
+}
+
+static float *talloc(ExecStrategy *s, MemCategory cat, size_t n, int zero, const char *what)
+{
+    size_t bytes = n * sizeof(float);
+    float *p = zero ? prof_mem_calloc(s->mt, cat, bytes, what) : prof_mem_alloc(s->mt, cat, bytes, what);
+    if (!p) fail(s, "out of memory: %s, %zu bytes of %s", what, bytes, prof_mem_category_name(cat));
+    return p;
+}
+
+static void tfree(ExecStrategy *s, float **p)
+{
+    prof_mem_free(s->mt, *p);
+    *p = NULL;
+}
+
+/* ---- collectives: spans, polling, waiting ---- */
+
+static void span_open(ExecStrategy *s, CollOp op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void span_open(ExecStrategy *s, CollOp op, const char *fmt, ...)
+{
+    if (!s->pt || !s->cc || s->nopen >= MAX_OPEN_SPANS) return;
+    OpenSpan *o = &s->open[s->nopen++];
+    o->op = op;
+    o->t0_us = prof_phase_now_us(s->pt);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->label, sizeof o->label, fmt, ap);
+    va_end(ap);
+}
+
+/* Closes the spans of collectives the counters have seen complete since the last call. */
+static void span_sync(ExecStrategy *s)
+{
+    if (!s->pt || !s->cc) return;
+    for (int op = 0; op < COLL_OP_COUNT; op++) {
+        int64_t done = prof_comm_total(s->cc, (CollOp)op).count;
+        for (; s->seen[op] < done; s->seen[op]++) {
+            for (int i = 0; i < s->nopen; i++) {
+                if (s->open[i].op != (CollOp)op) continue;
+                double now = prof_phase_now_us(s->pt);
+                prof_phase_record_span(s->pt, s->open[i].label, "comm", PHASE_LANE_COMM, s->open[i].t0_us,
+                                       now - s->open[i].t0_us);
+                memmove(&s->open[i], &s->open[i + 1], (size_t)(s->nopen - i - 1) * sizeof s->open[0]);
+                s->nopen--;
+                break;
+            }
+        }
+    }
+}
+
+static void poll_comm(ExecStrategy *s)
+{
+    if (s->plain || comm_outstanding(s->comm) == 0) return;
+    comm_progress(s->comm);
+    span_sync(s);
+}
+
+static int wait_req(ExecStrategy *s, CommReq **r)
+{
+    if (!*r) return 0;
+    if (s->pt) prof_phase_begin(s->pt, "comm_wait");
+    int rc = comm_wait(s->comm, *r);
+    *r = NULL;
+    if (s->pt) prof_phase_end(s->pt, "comm_wait");
+    span_sync(s);
+    return rc ? fail(s, "a collective failed on rank %d (see the message above)", s->rank) : 0;
+}
+
+static int issued(ExecStrategy *s, int rc, const char *what)
+{
+    return rc ? fail(s, "could not start the %s on rank %d (see the message above)", what, s->rank) : 0;
+}
+
+/* ---- DDP ---- */
+
+static int ddp_setup(ExecStrategy *s, const ExecStrategyOptions *o)
+{
+    size_t total = 0;
+    s->u_flat = calloc((size_t)s->nunits, sizeof *s->u_flat);
+    if (!s->u_flat) return fail(s, "out of host memory");
+    for (int u = s->nunits - 1; u >= 0; u--) {   /* gradient-ready order: L+1, L, ..., 1, 0 */
+        s->u_flat[u] = total;
+        total += s->numel[u];
+    }
+    size_t first = (size_t)((o->first_bucket_bytes > 0 ? o->first_bucket_bytes : EXEC_DDP_FIRST_BUCKET_BYTES) / sizeof(float));
+    size_t cap = (size_t)((o->bucket_bytes > 0 ? o->bucket_bytes : EXEC_DDP_BUCKET_BYTES) / sizeof(float));
+    if (first < 1) first = 1;
+    if (cap < 1) cap = 1;
+    s->nb = total <= first ? 1 : 1 + (int)((total - first + cap - 1) / cap);
+    s->bucket = calloc((size_t)s->nb, sizeof *s->bucket);
+    s->b_off = calloc((size_t)s->nb, sizeof *s->b_off);
+    s->b_len = calloc((size_t)s->nb, sizeof *s->b_len);
+    s->b_fill = calloc((size_t)s->nb, sizeof *s->b_fill);
+    s->b_req = calloc((size_t)s->nb, sizeof *s->b_req);
+    if (!s->bucket || !s->b_off || !s->b_len || !s->b_fill || !s->b_req) return fail(s, "out of host memory");
+    size_t off = 0;
+    for (int b = 0; b < s->nb; b++) {
+        size_t want = b == 0 ? first : cap;
+        s->b_off[b] = off;
+        s->b_len[b] = total - off < want ? total - off : want;
+        off += s->b_len[b];
+        char what[48];
+        snprintf(what, sizeof what, "ddp bucket %d", b);
+        if (!(s->bucket[b] = talloc(s, MEM_COMM, s->b_len[b], 0, what))) return -1;
+    }
+    return 0;
+}
+
+static int ddp_start_bucket(ExecStrategy *s, int b)
+{
+    if (issued(s, comm_all_reduce(s->comm, s->bucket[b], s->bucket[b], s->b_len[b], DT_F32, &s->b_req[b]),
+               "gradient all-reduce"))
+        return -1;
+    span_open(s, COLL_ALL_REDUCE, "all_reduce bucket %d", b);
+    return 0;
+}
+
+/* Copies unit u's gradients into the buckets; starts every bucket that became full. */
+static int ddp_unit_ready(ExecStrategy *s, int u)
+{
+    const float *g = gpt2_unit_grads(s->m, u);
+    if (!g) return fail(s, "ddp: unit %d has no gradients after its backward", u);
+    size_t off = s->u_flat[u], n = s->numel[u];
+    int b = 0;
+    while (b < s->nb - 1 && s->b_off[b] + s->b_len[b] <= off) b++;
+    while (n > 0) {
+        size_t k = s->b_off[b] + s->b_len[b] - off;
+        if (k > n) k = n;
+        memcpy(s->bucket[b] + (off - s->b_off[b]), g, k * sizeof(float));
+        s->b_fill[b] += k;
+        if (s->b_fill[b] == s->b_len[b] && ddp_start_bucket(s, b)) return -1;
+        off += k;
+        g += k;
+        n -= k;
+        b++;
+    }
+    return 0;
+}
+
+static int ddp_end_backward(ExecStrategy *s)
+{
+    for (int b = 0; b < s->nb; b++) {
+        if (s->b_fill[b] != s->b_len[b]) return fail(s, "ddp: bucket %d was not filled in backward", b);
+        if (wait_req(s, &s->b_req[b])) return -1;
+        s->b_fill[b] = 0;
+    }
+    /* the averaged gradients go back to the units (gradient_as_bucket_view=False) */
+    for (int u = 0; u < s->nunits; u++) {
+        float *g = gpt2_unit_grads(s->m, u);
+        size_t off = s->u_flat[u], n = s->numel[u];
+        int b = 0;
+        while (b < s->nb - 1 && s->b_off[b] + s->b_len[b] <= off) b++;
+        while (n > 0) {
+            size_t k = s->b_off[b] + s->b_len[b] - off;
+            if (k > n) k = n;
+            memcpy(g, s->bucket[b] + (off - s->b_off[b]), k * sizeof(float));
+            off += k;
+            g += k;
+            n -= k;
+            b++;
+        }
+    }
+    return 0;
+}
+
+/* ---- ZeRO: shard units ---- */
+
+static int shard_setup(ExecStrategy *s)
+{
+    int L = s->L;
+    s->nsu = s->kind == EXEC_ZERO3 ? L + 1 : s->nunits;
+    s->su = calloc((size_t)s->nsu, sizeof *s->su);
+    if (!s->su) return fail(s, "out of host memory");
+    for (int i = 0; i < s->nsu; i++) {
+        ShardUnit *x = &s->su[i];
+        if (s->kind == EXEC_ZERO3 && i == 0) {   /* root: embeddings + final LayerNorm */
+            x->nparts = 2;
+            x->unit[0] = 0;
+            x->unit[1] = L + 1;
+        } else {
+            x->nparts = 1;
+            x->unit[0] = i;
+        }
+        for (int p = 0; p < x->nparts; p++) {
+            x->part[p] = s->numel[x->unit[p]];
+            x->len += x->part[p];
+        }
+        x->shard = (x->len + (size_t)s->N - 1) / (size_t)s->N;
+        x->my_off = (size_t)s->rank * x->shard;
+        x->my_len = x->my_off >= x->len ? 0 : (x->len - x->my_off < x->shard ? x->len - x->my_off : x->shard);
+        x->soff = s->S;
+        s->S += x->shard;
+    }
+    return 0;
+}
+
+/* Real elements of rank q's shard of x. */
+static size_t shard_len(const ShardUnit *x, int q)
+{
+    size_t off = (size_t)q * x->shard;
+    return off >= x->len ? 0 : (x->len - off < x->shard ? x->len - off : x->shard);
+}
+
+/* ---- ZeRO-1/2: rank-major reduce buckets ---- */
+
+static int zero12_setup(ExecStrategy *s, const ExecStrategyOptions *o)
+{
+    double cap = o->reduce_bucket_elems > 0 ? o->reduce_bucket_elems : EXEC_ZERO_REDUCE_BUCKET_ELEMS;
+    s->order = calloc((size_t)s->nsu, sizeof *s->order);
+    s->pos = calloc((size_t)s->nsu, sizeof *s->pos);
+    s->rb = calloc((size_t)s->nsu, sizeof *s->rb);
+    if (!s->order || !s->pos || !s->rb) return fail(s, "out of host memory");
+    for (int k = 0; k < s->nsu; k++) {   /* gradient-ready order: L+1, L, ..., 0 */
+        s->order[k] = s->nsu - 1 - k;
+        s->pos[s->order[k]] = k;
+    }
+    /* Whole units per bucket, up to cap elements (a larger unit gets a bucket of its own). */
+    s->nrb = 0;
+    for (int k = 0; k < s->nsu; k++) {
+        ShardUnit *x = &s->su[s->order[k]];
+        ReduceBucket *b = s->nrb ? &s->rb[s->nrb - 1] : NULL;
+        if (!b || (b->S > 0 && (double)(b->S + x->shard) * s->N > cap)) {
+            b = &s->rb[s->nrb++];
+            b->first = k;
+            b->S = 0;
+        }
+        x->bucket = (int)(b - s->rb);
+        x->boff = b->S;
+        b->S += x->shard;
+        b->last = k;
+    }
+    for (int b = 0; b < s->nrb; b++)
+        if (s->rb[b].S * (size_t)s->N > s->rbuf_elems) s->rbuf_elems = s->rb[b].S * (size_t)s->N;
+    s->rb_pending = -1;
+    if (!(s->rbuf = talloc(s, MEM_COMM, s->rbuf_elems, 0, "zero reduce bucket"))) return -1;
+    if (s->kind == EXEC_ZERO2) {
+        s->ugrad = calloc((size_t)s->nunits, sizeof *s->ugrad);
+        if (!s->ugrad) return fail(s, "out of host memory");
+        if (!(s->gshard = talloc(s, MEM_GRADS, s->S, 1, "grads shard"))) return -1;
+    }
+    return 0;
+}
+
+/* The averaged shard of bucket b (first rank block after the in-place reduce-scatter) goes to
+ * this rank's gradients: ZeRO-1 replaces its range of the full gradients, ZeRO-2 accumulates
+ * into the gradient shard. */
+static int zero12_consume(ExecStrategy *s)
+{
+    int b = s->rb_pending;
+    if (b < 0) return 0;
+    if (wait_req(s, &s->rb_req)) return -1;
+    s->rb_pending = -1;
+    for (int k = s->rb[b].first; k <= s->rb[b].last; k++) {
+        ShardUnit *x = &s->su[s->order[k]];
+        const float *res = s->rbuf + x->boff;
+        if (s->kind == EXEC_ZERO1) {
+            memcpy(gpt2_unit_grads(s->m, x->unit[0]) + x->my_off, res, x->my_len * sizeof(float));
+        } else {
+            float *g = s->gshard + x->soff;
+            for (size_t i = 0; i < x->my_len; i++) g[i] += res[i];
+        }
+    }
+    return 0;
+}
+
+/* Scatters unit u's full gradient into its bucket, rank block by rank block (zero padding);
+ * the bucket's last unit starts its reduce-scatter. */
+static int zero12_unit_ready(ExecStrategy *s, int u)
+{
+    ShardUnit *x = &s->su[u];
+    ReduceBucket *b = &s->rb[x->bucket];
+    if (s->pos[u] == b->first && zero12_consume(s)) return -1;   /* the buffer is reused */
+    const float *g = s->kind == EXEC_ZERO2 ? s->ugrad[u] : gpt2_unit_grads(s->m, u);
+    if (!g) return fail(s, "%s: unit %d has no gradients after its backward", NAMES[s->kind], u);
+    for (int q = 0; q < s->N; q++) {
+        float *dst = s->rbuf + (size_t)q * b->S + x->boff;
+        size_t n = shard_len(x, q);
+        memcpy(dst, g + (size_t)q * x->shard, n * sizeof(float));
+        memset(dst + n, 0, (x->shard - n) * sizeof(float));
+    }
+    if (s->kind == EXEC_ZERO2) {   /* the full gradient is gone once it is in the bucket */
+        gpt2_set_unit_grads(s->m, u, NULL);
+        tfree(s, &s->ugrad[u]);
+    }
+    if (s->pos[u] == b->last) {
+        if (issued(s, comm_reduce_scatter(s->comm, s->rbuf, s->rbuf, b->S, DT_F32, &s->rb_req),
+                   "gradient reduce-scatter"))
+            return -1;
+        span_open(s, COLL_REDUCE_SCATTER, "reduce_scatter bucket %d", x->bucket);
+        s->rb_pending = x->bucket;
+    }
+    return 0;
+}
+
+static int zero12_step(ExecStrategy *s, const Gpt2AdamW *opt, int t)
+{
+    for (int i = 0; i < s->nsu; i++) {
+        ShardUnit *x = &s->su[i];
+        float *p = gpt2_unit_params(s->m, x->unit[0]) + x->my_off;
+        float *g = s->kind == EXEC_ZERO2 ? s->gshard + x->soff : gpt2_unit_grads(s->m, x->unit[0]) + x->my_off;
+        if (gpt2_adamw_step_unit(s->m, x->unit[0], p, g, x->my_len, opt, t))
+            return fail(s, "%s", gpt2_error(s->m));
+    }
+    /* every rank's updated shard, one all-gather per bucket through the bucket buffer */
+    for (int bi = 0; bi < s->nrb; bi++) {
+        ReduceBucket *b = &s->rb[bi];
+        float *mine = s->rbuf + (size_t)s->rank * b->S;
+        for (int k = b->first; k <= b->last; k++) {
+            ShardUnit *x = &s->su[s->order[k]];
+            memcpy(mine + x->boff, gpt2_unit_params(s->m, x->unit[0]) + x->my_off, x->my_len * sizeof(float));
+            memset(mine + x->boff + x->my_len, 0, (x->shard - x->my_len) * sizeof(float));
+        }
+        CommReq *r = NULL;
+        if (issued(s, comm_all_gather(s->comm, mine, s->rbuf, b->S, DT_F32, &r), "parameter all-gather"))
+            return -1;
+        span_open(s, COLL_ALL_GATHER, "all_gather params bucket %d", bi);
+        if (wait_req(s, &r)) return -1;
+        for (int k = b->first; k <= b->last; k++) {
+            ShardUnit *x = &s->su[s->order[k]];
+            float *p = gpt2_unit_params(s->m, x->unit[0]);
+            for (int q = 0; q < s->N; q++)
+                memcpy(p + (size_t)q * x->shard, s->rbuf + (size_t)q * b->S + x->boff, shard_len(x, q) * sizeof(float));
+        }
+    }
+    return 0;
+}
+
+/* ---- ZeRO-3: just-in-time gathers, in-place gradient regions ---- */
+
+static int zero3_setup(ExecStrategy *s)
+{
+    s->gbuf_elems = 0;
+    for (int i = 0; i < s->nsu; i++) {
+        s->su[i].goff = s->gbuf_elems;
+        s->gbuf_elems += s->su[i].shard * (size_t)s->N;
+    }
+    if (!(s->pshard = talloc(s, MEM_PARAMS, s->S, 1, "params shard"))) return -1;
+    if (!(s->gshard = talloc(s, MEM_GRADS, s->S, 1, "grads shard"))) return -1;
+    if (!(s->gbuf = talloc(s, MEM_COMM, s->gbuf_elems, 1, "zero3 reduce buffer"))) return -1;
+    return 0;
+}
+
+/* Shard unit of a model unit: the root for 0 and L+1, else the block. */
+static int z3_su(const ExecStrategy *s, int u) { return u == 0 || u == s->L + 1 ? 0 : u; }
+
+static int z3_gather(ExecStrategy *s, int i)
+{
+    ShardUnit *x = &s->su[i];
+    if (x->gathered) return 0;
+    char what[48];
+    snprintf(what, sizeof what, i == 0 ? "gathered params (root)" : "gathered params (unit %d)", i);
+    if (!(x->gathered = talloc(s, MEM_COMM, x->shard * (size_t)s->N, 0, what))) return -1;
+    if (issued(s, comm_all_gather(s->comm, s->pshard + x->soff, x->gathered, x->shard, DT_F32, &x->ag),
+               "parameter all-gather"))
+        return -1;
+    span_open(s, COLL_ALL_GATHER, i == 0 ? "all_gather root" : "all_gather unit %d", i);
+    return 0;
+}
+
+/* Waits for shard unit i's weights and lends them to the model. */
+static int z3_present(ExecStrategy *s, int i)
+{
+    ShardUnit *x = &s->su[i];
+    if (z3_gather(s, i) || wait_req(s, &x->ag)) return -1;
+    size_t off = 0;
+    for (int p = 0; p < x->nparts; off += x->part[p], p++)
+        gpt2_set_unit_params(s->m, x->unit[p], x->gathered + off);
+    return 0;
+}
+
+static int z3_release(ExecStrategy *s, int i)
+{
+    ShardUnit *x = &s->su[i];
+    if (wait_req(s, &x->ag)) return -1;
+    for (int p = 0; p < x->nparts; p++) gpt2_set_unit_params(s->m, x->unit[p], NULL);
+    tfree(s, &x->gathered);
+    return 0;
+}
+
+static int z3_reduce(ExecStrategy *s, int i)
+{
+    ShardUnit *x = &s->su[i];
+    float *region = s->gbuf + x->goff;
+    if (issued(s, comm_reduce_scatter(s->comm, region, region, x->shard, DT_F32, &x->rs), "gradient reduce-scatter"))
+        return -1;
+    span_open(s, COLL_REDUCE_SCATTER, i == 0 ? "reduce_scatter root" : "reduce_scatter unit %d", i);
+    return 0;
+}
+
+static int z3_end_backward(ExecStrategy *s)
+{
+    for (int k = 0; k < s->nsu; k++) {   /* blocks L..1 were issued first, the root last */
+        int i = k < s->nsu - 1 ? s->nsu - 1 - k : 0;
+        ShardUnit *x = &s->su[i];
+        if (!x->rs) return fail(s, "zero3: shard unit %d was not reduced in backward", i);
+        if (wait_req(s, &x->rs)) return -1;
+        const float *res = s->gbuf + x->goff;
+        float *g = s->gshard + x->soff;
+        for (size_t e = 0; e < x->my_len; e++) g[e] += res[e];
+    }
+    return 0;
+}
+
+static int zero3_bind(ExecStrategy *s, uint64_t seed)
+{
+    for (int u = 0; u < s->nunits; u++) {   /* gradients are computed in the reduce regions */
+        ShardUnit *x = &s->su[z3_su(s, u)];
+        size_t off = x->goff + (u == s->L + 1 ? s->numel[0] : 0);
+        gpt2_set_unit_grads(s->m, u, s->gbuf + off);
+    }
+    for (int i = 0; i < s->nsu; i++) {       /* this rank's shard of the seeded init */
+        ShardUnit *x = &s->su[i];
+        size_t base = 0;
+        for (int p = 0; p < x->nparts; base += x->part[p], p++) {
+            size_t lo = x->my_off > base ? x->my_off : base;
+            size_t hi = x->my_off + x->my_len < base + x->part[p] ? x->my_off + x->my_len : base + x->part[p];
+            if (lo < hi && gpt2_init_unit_range(&s->cfg, x->unit[p], seed, lo - base, hi - lo,
+                                                s->pshard + x->soff + (lo - x->my_off)))
+                return fail(s, "cannot initialise unit %d", x->unit[p]);
+        }
+    }
+    return 0;
+}
+
+/* ---- hooks ---- */
+
+static int hook_before_fwd(void *ctx, Gpt2 *m, int u)
+{
+    ExecStrategy *s = ctx;
+    (void)m;
+    poll_comm(s);
+    if (s->kind != EXEC_ZERO3) return 0;
+    if (u == 0) {
+        if (z3_present(s, 0)) return -1;
+        for (int l = 1; l <= 2 && l <= s->L; l++)   /* the first two blocks in flight */
+            if (z3_gather(s, l)) return -1;
+        return 0;
+    }
+    return u <= s->L ? z3_present(s, u) : 0;
+}
+
+static int hook_after_fwd(void *ctx, Gpt2 *m, int u)
+{
+    ExecStrategy *s = ctx;
+    (void)m;
+    if (s->kind == EXEC_ZERO3) {
+        if (u == 0 && z3_release(s, 0)) return -1;
+        if (u >= 1 && u <= s->L && (z3_release(s, u) || (u + 2 <= s->L && z3_gather(s, u + 2)))) return -1;
+    }
+    poll_comm(s);
+    return 0;
+}
+
+static int hook_before_bwd(void *ctx, Gpt2 *m, int u)
+{
+    ExecStrategy *s = ctx;
+    poll_comm(s);
+    if (s->kind == EXEC_ZERO2) {
+        if (!(s->ugrad[u] = talloc(s, MEM_GRADS, s->numel[u], 1, u == 0 ? "grads (unit 0, in backward)" : "grads (unit in backward)")))
+            return -1;
+        return gpt2_set_unit_grads(m, u, s->ugrad[u]);
+    }
+    if (s->kind != EXEC_ZERO3 || u == s->L + 1) return 0;
+    ShardUnit *x = &s->su[z3_su(s, u)];
+    memset(s->gbuf + x->goff, 0, x->shard * (size_t)s->N * sizeof(float));
+    if (z3_present(s, z3_su(s, u))) return -1;
+    if (u == 0)
+        for (int l = s->L; l >= 1 && l >= s->L - 1; l--)   /* the last two blocks in flight */
+            if (z3_gather(s, l)) return -1;
+    return 0;
+}
+
+static int hook_after_bwd(void *ctx, Gpt2 *m, int u)
+{
+    ExecStrategy *s = ctx;
+    (void)m;
+    int rc = 0;
+    switch (s->kind) {
+    case EXEC_DDP:
+        if (s->sync) rc = ddp_unit_ready(s, u);
+        break;
+    case EXEC_ZERO1:
+    case EXEC_ZERO2:
+        if (s->sync) rc = zero12_unit_ready(s, u);
+        break;
+    case EXEC_ZERO3:
+        if (u == 0) rc = z3_reduce(s, 0) || z3_release(s, 0);
+        else if (u <= s->L) rc = z3_release(s, u) || z3_reduce(s, u) || (u - 2 >= 1 && z3_gather(s, u - 2));
+        break;
+    default: break;
+    }
+    poll_comm(s);
+    return rc ? -1 : 0;
+}
+
+void exec_strategy_hooks(const ExecStrategy *s, Gpt2Hooks *h)
+{
+    memset(h, 0, sizeof *h);
+    if (s->plain) return;
+    h->before_unit_forward = hook_before_fwd;
+    h->after_unit_forward = hook_after_fwd;
+    h->before_unit_backward = hook_before_bwd;
+    h->after_unit_backward = hook_after_bwd;
+    h->external_params = s->kind == EXEC_ZERO3;
+}
+
+/* ---- lifecycle ---- */
+
+int exec_strategy_create(ExecStrategy **out, const ExecStrategyOptions *o, const Gpt2Config *cfg,
+                         Comm *comm, MemTracker *mt, CommCounters *counters, PhaseTimer *pt,
+                         char *err, size_t errlen)
+{
+    *out = NULL;
+    ExecStrategy *s = calloc(1, sizeof *s);
+    if (!s) {
+        if (err && errlen) snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    if (!o || (unsigned)o->kind >= EXEC_STRATEGY_COUNT) {
+        fail(s, "unknown strategy (valid: ddp, zero1, zero2, zero3)");
+        goto fail;
+    }
+    if (gpt2_config_check(cfg, s->err, sizeof s->err)) goto fail;
+    s->kind = o->kind;
+    s->cfg = *cfg;
+    s->comm = comm;
+    s->mt = mt;
+    s->cc = counters;
+    s->pt = pt;
+    s->N = comm_size(comm);
+    s->rank = comm_rank(comm);
+    s->plain = s->N == 1;
+    s->L = cfg->n_layer;
+    s->nunits = gpt2_cfg_units(cfg);
+    s->sync = 1;
+    s->numel = calloc((size_t)s->nunits, sizeof *s->numel);
+    if (!s->numel) {
+        fail(s, "out of host memory");
+        goto fail;
+    }
+    for (int u = 0; u < s->nunits; u++) s->numel[u] = gpt2_cfg_unit_numel(cfg, u);
+    for (int op = 0; op < COLL_OP_COUNT && counters; op++) s->seen[op] = prof_comm_total(counters, (CollOp)op).count;
+    if (!s->plain) {
+        int rc = 0;
+        if (s->kind == EXEC_DDP) rc = ddp_setup(s, o);
+        else rc = shard_setup(s) || (s->kind == EXEC_ZERO3 ? zero3_setup(s) : zero12_setup(s, o));
+        if (rc) goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    if (err && errlen) snprintf(err, errlen, "%s", s->err);
+    exec_strategy_destroy(s);
+    return -1;
+}
+
+void exec_strategy_destroy(ExecStrategy *s)
+{
+    if (!s) return;
+    for (int b = 0; b < s->nb && s->bucket; b++) prof_mem_free(s->mt, s->bucket[b]);
+    for (int i = 0; i < s->nsu && s->su; i++) prof_mem_free(s->mt, s->su[i].gathered);
+    for (int u = 0; u < s->nunits && s->ugrad; u++) prof_mem_free(s->mt, s->ugrad[u]);
+    prof_mem_free(s->mt, s->rbuf);
+    prof_mem_free(s->mt, s->gshard);
+    prof_mem_free(s->mt, s->pshard);
+    prof_mem_free(s->mt, s->gbuf);
+    free(s->bucket); free(s->b_off); free(s->b_len); free(s->b_fill); free(s->b_req); free(s->u_flat);
+    free(s->su); free(s->order); free(s->pos); free(s->rb); free(s->ugrad); free(s->numel);
+    free(s);
+}
+
+int exec_strategy_bind(ExecStrategy *s, Gpt2 *m, uint64_t seed, int B, int T, int accum)
+{
+    s->m = m;
+    if (B < 1 || T < 1 || accum < 1) return fail(s, "micro-batch, sequence and accumulation must be >= 1");
+    /* mean over the global batch: B·T tokens per micro-batch, accum micro-batches, N ranks
+       (SUM of pre-scaled gradients = the average, as DDP divides by the world size) */
+    gpt2_set_grad_scale(m, (float)(1.0 / ((double)B * T * accum * s->N)));
+    if (!s->plain && s->kind == EXEC_ZERO3) return zero3_bind(s, seed);
+    if (gpt2_init_params(m, seed)) return fail(s, "%s", gpt2_error(m));
+    return 0;
+}
+
+int exec_strategy_zero_grad(ExecStrategy *s)
+{
+    if (!s->plain && (s->kind == EXEC_ZERO2 || s->kind == EXEC_ZERO3)) {
+        memset(s->gshard, 0, s->S * sizeof(float));
+        return 0;
+    }
+    gpt2_zero_grad(s->m);
+    return 0;
+}
+
+void exec_strategy_begin_micro(ExecStrategy *s, int sync)
+{
+    /* ZeRO-2/3 hold no full gradients between micro-steps: they reduce every micro-step */
+    s->sync = sync || s->kind == EXEC_ZERO2 || s->kind == EXEC_ZERO3;
+}
+
+int exec_strategy_end_backward(ExecStrategy *s)
+{
+    if (s->plain) return 0;
+    int rc = 0;
+    switch (s->kind) {
+    case EXEC_DDP: rc = s->sync ? ddp_end_backward(s) : 0; break;
+    case EXEC_ZERO1:
+    case EXEC_ZERO2: rc = zero12_consume(s); break;
+    case EXEC_ZERO3: rc = z3_end_backward(s); break;
+    default: break;
+    }
+    return rc;
+}
+
+int exec_strategy_step(ExecStrategy *s, const Gpt2AdamW *opt, int t)
+{
+    if (s->plain || s->kind == EXEC_DDP) {
+        if (gpt2_adamw_step(s->m, opt, t, NULL, NULL)) return fail(s, "%s", gpt2_error(s->m));
+        return 0;
+    }
+    if (s->kind != EXEC_ZERO3) return zero12_step(s, opt, t);
+    for (int i = 0; i < s->nsu; i++) {
+        ShardUnit *x = &s->su[i];
+        if (gpt2_adamw_step_unit(s->m, x->unit[0], s->pshard + x->soff, s->gshard + x->soff, x->my_len, opt, t))
+            return fail(s, "%s", gpt2_error(s->m));
+    }
+    return 0;
+}
+
+int exec_strategy_gather_params(ExecStrategy *s, float *out)
+{
+    size_t *uoff = calloc((size_t)s->nunits, sizeof *uoff);
+    if (!uoff) return fail(s, "out of host memory");
+    for (int u = 1; u < s->nunits; u++) uoff[u] = uoff[u - 1] + s->numel[u - 1];
+    int rc = 0;
+    if (s->plain || s->kind != EXEC_ZERO3) {
+        for (int u = 0; u < s->nunits && s->rank == 0 && out; u++)
+            memcpy(out + uoff[u], gpt2_unit_params(s->m, u), s->numel[u] * sizeof(float));
+        free(uoff);
+        return 0;
+    }
+    comm_set_counters(s->comm, NULL);   /* a dump, not training traffic */
+    for (int i = 0; i < s->nsu && rc == 0; i++) {
+        ShardUnit *x = &s->su[i];
+        float *full = malloc(x->shard * (size_t)s->N * sizeof(float));
+        if (!full) {
+            rc = fail(s, "out of host memory");
+            break;
+        }
+        if (comm_all_gather(s->comm, s->pshard + x->soff, full, x->shard, DT_F32, NULL)) {
+            rc = fail(s, "parameter gather failed on rank %d", s->rank);
+        } else if (s->rank == 0 && out) {
+            size_t off = 0;
+            for (int p = 0; p < x->nparts; off += x->part[p], p++)
+                memcpy(out + uoff[x->unit[p]], full + off, x->part[p] * sizeof(float));
+        }
+        free(full);
+    }
+    comm_set_counters(s->comm, s->cc);
+    free(uoff);
+    return rc;
+}
