@@ -136,6 +136,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         break;
     case BUF_DS_STAGE3:      /* the gathered layer and the prefetched next one */
         fwd_comm = 2 * z->largest_unit * p->param_bytes;
+        /* engine: its root unit (embeddings tied to the LM head, + final norm) brackets each pass
+           (exec_gpt2.h hook order), so it stays gathered through forward and through backward */
+        if (t->impl == IMPL_ENGINE) fwd_comm += z->root_unit * p->param_bytes;
         bwd_comm = fwd_comm;
         break;
     default: break;
@@ -166,12 +169,22 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     /* ---- backward, layer by layer from the last ---- */
     double loss_tr = plan_act_loss_transient(m, t, &w.in);
     double grads_now = grads_fwd;
+    /* engine under ZeRO-2 (DeepSpeed reduce bucket): a unit's full gradient exists from its
+       backward until it is copied into the bucket; the embeddings' (tied to the LM head) from
+       the head's backward to the end of backward */
+    int engine_grad_flight = t->impl == IMPL_ENGINE && s->buffers == BUF_DS_REDUCE &&
+                             (s->shard & SHARD_GRAD) && c->gpus > 1;
+    double embed_params = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
         if (!grads_persistent)
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
         tv[TERM_GRADS] = grads_now;
+        if (engine_grad_flight)
+            tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_COMM] = persistent_comm + bwd_comm;
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts + plan_act_backward_workspace(m, i, t, &w.in) +
