@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "cli_output.h"
+#include "cli_run.h"
 #include "cli_setup.h"
 #include "plan_auto.h"
 #include "plan_load.h"
@@ -26,6 +27,11 @@ static void usage(FILE *f) {
         "      --emit deepspeed|torch   print a DeepSpeed config / a torchrun command and wrapping snippet\n"
         "  memplan models [--json] [--export NAME]       list the zoo / export a model as JSON\n"
         "  memplan gpus [--json]                         list the GPU presets\n"
+        "  mpirun -np N memplan run --model gpt2-tiny --strategy ddp|zero1|zero2|zero3 [--steps K]\n"
+        "                                                train for real over MPI with a profiler summary\n"
+        "  mpirun -np N memplan validate --model gpt2-tiny [--strategy all]\n"
+        "                                                predicted vs measured memory and collectives\n"
+        "      (run/validate options: memplan run --help)\n"
         "  memplan help                                  this text\n\n");
     cli_print_setup_help(f);
     fprintf(f, "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
@@ -298,8 +304,10 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, "auto") == 0) return cmd_plan(argc - 1, argv + 1, 1);
         if (strcmp(cmd, "models") == 0) return cmd_models(argc - 1, argv + 1);
         if (strcmp(cmd, "gpus") == 0) return cmd_gpus(argc - 1, argv + 1);
+        if (strcmp(cmd, "run") == 0) return cli_cmd_run(argc - 1, argv + 1);
+        if (strcmp(cmd, "validate") == 0) return cli_cmd_validate(argc - 1, argv + 1);
         if (strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
-        return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, help)", cmd);
+        return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, run, validate, help)", cmd);
     }
     if (argc < 2) { usage(stderr); return 2; }
     return cmd_plan(argc, argv, 0);

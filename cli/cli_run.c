@@ -1,0 +1,670 @@
+/* cli_run.c — `memplan run` and `memplan validate`: parse (the shared planning flags plus the
+ * executor's own), start the communicator (MPI under mpirun, otherwise one rank alone), run
+ * the executor (exec/exec_run.h), and print on rank 0: a progress line per step, then a
+ * profiler summary (run) or predicted versus measured side by side (validate). Exit status:
+ * 0 success, 1 a failed run or a failed validation, 2 a usage error. */
+#include "cli_run.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_setup.h"
+#include "exec_comm.h"
+#include "exec_run.h"
+#include "exec_strategy.h"
+#include "plan_comm.h"
+#include "plan_memory.h"
+#include "plan_strategy.h"
+#include "plan_util.h"
+
+/* ---- the executor's flags ---- */
+
+enum { OPT_STEPS = 2000, OPT_BUCKET_MB, OPT_MEM_LIMIT, OPT_TIMEOUT, OPT_TRACE, OPT_SEED, OPT_LR,
+       OPT_WD, OPT_DUMP, OPT_FAULT };
+
+static const struct option RUN_OPTIONS[] = {
+    {"steps", required_argument, 0, OPT_STEPS},
+    {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
+    {"mem-limit", required_argument, 0, OPT_MEM_LIMIT},
+    {"timeout", required_argument, 0, OPT_TIMEOUT},
+    {"trace", required_argument, 0, OPT_TRACE},
+    {"seed", required_argument, 0, OPT_SEED},
+    {"lr", required_argument, 0, OPT_LR},
+    {"weight-decay", required_argument, 0, OPT_WD},
+    {"dump-params", required_argument, 0, OPT_DUMP},
+    {"fault", required_argument, 0, OPT_FAULT},
+    {0, 0, 0, 0},
+};
+
+typedef struct {
+    long long steps;          /* 0: the subcommand's default */
+    double bucket_mb;         /* 0: 25 MiB */
+    double mem_limit;         /* bytes, 0: none */
+    double timeout;           /* s */
+    const char *trace, *dump;
+    long long seed;
+    double lr, wd;
+    ExecFault fault;
+} RunFlags;
+
+static int parse_fault(const char *a, ExecFault *f)
+{
+    const char *at = strchr(a, '@');
+    if (!at) return -1;
+    size_t n = (size_t)(at - a);
+    if (n == 5 && strncmp(a, "stall", 5) == 0) f->kind = EXEC_FAULT_STALL;
+    else if (n == 4 && strncmp(a, "exit", 4) == 0) f->kind = EXEC_FAULT_EXIT;
+    else return -1;
+    char *end;
+    long r = strtol(at + 1, &end, 10);
+    if (end == at + 1 || *end != ':' || r < 0) return -1;
+    const char *s2 = end + 1;
+    long st = strtol(s2, &end, 10);
+    if (end == s2 || *end || st < 1) return -1;
+    f->rank = (int)r;
+    f->step = (int)st;
+    return 0;
+}
+
+static int run_flag(void *ctx, int opt, const char *a, char *err, size_t errlen)
+{
+    RunFlags *f = ctx;
+    long long v;
+    switch (opt) {
+    case OPT_STEPS:
+        if (plan_parse_int(a, 1, 1000000, &v)) { snprintf(err, errlen, "--steps '%s' is not an integer in [1, 1000000]", a); return -1; }
+        f->steps = v;
+        return 0;
+    case OPT_BUCKET_MB:
+        if (plan_parse_double(a, 1e-3, 1e6, &f->bucket_mb)) { snprintf(err, errlen, "--bucket-mb '%s' is not a number of MiB in [0.001, 1e6]", a); return -1; }
+        return 0;
+    case OPT_MEM_LIMIT:
+        if (plan_parse_size(a, &f->mem_limit) || f->mem_limit < 1) {
+            snprintf(err, errlen, "--mem-limit '%s' is not a size (e.g. 64MiB; a bare M means MiB)", a);
+            return -1;
+        }
+        return 0;
+    case OPT_TIMEOUT:
+        if (plan_parse_double(a, 0.1, 86400, &f->timeout)) { snprintf(err, errlen, "--timeout '%s' is not a number of seconds in [0.1, 86400]", a); return -1; }
+        return 0;
+    case OPT_TRACE: f->trace = a; return 0;
+    case OPT_DUMP: f->dump = a; return 0;
+    case OPT_SEED:
+        if (plan_parse_int(a, 0, 9007199254740992LL, &f->seed)) { snprintf(err, errlen, "--seed '%s' is not a non-negative integer", a); return -1; }
+        return 0;
+    case OPT_LR:
+        if (plan_parse_double(a, 0, 1e30, &f->lr)) { snprintf(err, errlen, "--lr '%s' is not a learning rate in [0, 1e30]", a); return -1; }
+        return 0;
+    case OPT_WD:
+        if (plan_parse_double(a, 0, 10, &f->wd)) { snprintf(err, errlen, "--weight-decay '%s' is not in [0, 10]", a); return -1; }
+        return 0;
+    case OPT_FAULT:
+        if (parse_fault(a, &f->fault)) { snprintf(err, errlen, "--fault '%s' is not stall@RANK:STEP or exit@RANK:STEP", a); return -1; }
+        return 0;
+    default: return 1;
+    }
+}
+
+static void print_help(FILE *f, const char *cmd)
+{
+    if (strcmp(cmd, "run") == 0)
+        fprintf(f, "memplan run — train GPT-2 for K steps under one data-parallel strategy on real collectives\n\n"
+                   "Usage: mpirun -np N memplan run --model gpt2-tiny --strategy ddp|zero1|zero2|zero3 [options]\n"
+                   "       (without mpirun: one rank)\n\n");
+    else
+        fprintf(f, "memplan validate — plan the setup with the engine's layout, run it, print predicted vs measured\n\n"
+                   "Usage: mpirun -np N memplan validate --model gpt2-tiny [--strategy all|ddp,zero1,...] [options]\n\n"
+                   "Fails (exit 1) if model-state bytes or collective bytes differ at all, or the peak by more than 5%%.\n\n");
+    fprintf(f, "Executor options:\n"
+               "  --model NAME           a GPT-2 preset: gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl\n"
+               "  --strategy S           ddp (run default), zero1, zero2, zero3; validate: all (default) or a list\n"
+               "  --batch B              micro-batch per rank (default 1)\n"
+               "  --seq T                sequence length (default: the model's context)\n"
+               "  --grad-accum A         micro-batches per optimizer step (default 1)\n"
+               "  --steps K              optimizer steps (default: run 10, validate 3)\n"
+               "  --bucket-mb X          DDP bucket cap in MiB (default 25; the first bucket is 1 MiB)\n"
+               "  --mem-limit SIZE       emulate a device of SIZE (binary units: 64MiB, 2G = 2 GiB); an allocation\n"
+               "                         that crosses it fails the step with an out-of-memory report\n"
+               "  --timeout S            seconds any collective may wait before the job aborts (default 300)\n"
+               "  --trace FILE           Chrome trace of every rank (open in chrome://tracing or Perfetto)\n"
+               "  --json[=FILE]          the summary as JSON (progress lines then go to stderr)\n"
+               "  --seed S               data and initialisation seed (default 1337)\n"
+               "  --lr X                 AdamW learning rate (default 1e-3); --weight-decay X (default 0)\n"
+               "  --dump-params FILE     write the final parameters (fp32, units in order) from rank 0\n"
+               "  --fault KIND@R:S       testing: rank R stalls (stall) or dies (exit) at step S\n"
+               "Memory is printed in bytes and binary units (KiB, MiB, GiB); the CPU engine runs in fp32.\n");
+}
+
+/* Under mpirun (OpenMPI, or a PMI/PMIx launcher) the job is MPI; alone, one rank without MPI. */
+static CommKind launch_kind(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ? COMM_MPI : COMM_SELF;
+}
+
+typedef struct {
+    CliSetup s;
+    int have_setup;
+    RunFlags f;
+    Comm *comm;
+    int rank, N;
+    ExecRunConfig cfg;
+    unsigned which;           /* bit per ExecStrategyKind */
+} Ctx;
+
+static void finish_ctx(Ctx *x)
+{
+    if (x->have_setup) cli_setup_free(&x->s);
+    x->have_setup = 0;
+    comm_destroy(x->comm);
+    x->comm = NULL;
+}
+
+/* Creates the communicator, parses and resolves. Returns -1 to go on, else an exit status. */
+static int start(int argc, char **argv, const char *cmd, Ctx *x)
+{
+    memset(x, 0, sizeof *x);
+    char err[256];
+    x->comm = comm_create(launch_kind(), &argc, &argv, 300, err, sizeof err);
+    if (!x->comm) {
+        fprintf(stderr, "memplan: cannot start the communicator: %s\n", err);
+        return 1;
+    }
+    x->rank = comm_rank(x->comm);
+    x->N = comm_size(x->comm);
+    x->f.seed = 1337;
+    x->f.lr = 1e-3;
+    CliExtra extra = {RUN_OPTIONS, run_flag, &x->f};
+    /* every rank parses the same flags; only rank 0 tells the user what is wrong */
+    int saved = -1;
+    if (x->rank > 0) {
+        fflush(stderr);
+        saved = dup(2);
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn >= 0) { dup2(dn, 2); close(dn); }
+    }
+    int rc = cli_parse_setup(argc, argv, cmd, &x->s, &extra, 0);
+    if (saved >= 0) { fflush(stderr); dup2(saved, 2); close(saved); }
+    if (rc == 1) {
+        if (x->rank == 0) print_help(stdout, cmd);
+        return 0;
+    }
+    if (rc) return rc;
+    x->have_setup = 1;
+    if (!x->s.have_model) {
+        if (x->rank == 0) cli_usage_error("no model: give --model gpt2-tiny (or another GPT-2 preset)");
+        return 2;
+    }
+    ExecRunConfig *c = &x->cfg;
+    exec_run_config_defaults(c);
+    if (gpt2_config_preset(&c->model, x->s.model.name)) {
+        if (x->rank == 0)
+            cli_usage_error("the executor runs the GPT-2 presets (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, "
+                            "gpt2-xl); '%s' is not one", x->s.model.name);
+        return 2;
+    }
+    unsigned all = (1u << STRAT_COUNT) - 1, plan_bits = x->s.strategies;
+    unsigned exec_bits = (1u << STRAT_DDP) | (1u << STRAT_ZERO1) | (1u << STRAT_ZERO2) | (1u << STRAT_ZERO3);
+    if (plan_bits != all && (plan_bits & ~exec_bits)) {
+        if (x->rank == 0)
+            cli_usage_error("the executor implements ddp, zero1, zero2 and zero3 (the fsdp-* strategies are planned only)");
+        return 2;
+    }
+    static const StrategyKind MAP[EXEC_STRATEGY_COUNT] = {STRAT_DDP, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3};
+    for (int k = 0; k < EXEC_STRATEGY_COUNT; k++)
+        if (plan_bits == all || (plan_bits & (1u << MAP[k]))) x->which |= 1u << k;
+    int is_run = strcmp(cmd, "run") == 0;
+    if (is_run) {
+        if (plan_bits == all) x->which = 1u << EXEC_DDP;
+        if (x->which & (x->which - 1)) {
+            if (x->rank == 0) cli_usage_error("run takes one --strategy (ddp, zero1, zero2 or zero3); validate compares several");
+            return 2;
+        }
+    }
+    if (x->s.train.seq > c->model.max_seq) {
+        if (x->rank == 0) cli_usage_error("--seq %lld exceeds %s's context of %d", (long long)x->s.train.seq, c->model.name, c->model.max_seq);
+        return 2;
+    }
+    if (x->s.train.micro_batch * x->N > 1000000) {
+        if (x->rank == 0) cli_usage_error("--batch %lld is too large", (long long)x->s.train.micro_batch);
+        return 2;
+    }
+    c->micro_batch = (int)x->s.train.micro_batch;
+    c->seq = (int)(x->s.train.seq > 0 ? x->s.train.seq : c->model.max_seq);
+    c->grad_accum = (int)x->s.train.grad_accum;
+    c->steps = (int)(x->f.steps ? x->f.steps : is_run ? 10 : 3);
+    c->bucket_bytes = x->f.bucket_mb > 0 ? x->f.bucket_mb * MIB : 0;
+    c->mem_limit = (size_t)x->f.mem_limit;
+    c->seed = (uint64_t)x->f.seed;
+    c->opt.lr = (float)x->f.lr;
+    c->opt.weight_decay = (float)x->f.wd;
+    c->trace_path = x->f.trace;
+    c->dump_path = x->f.dump;
+    c->fault = x->f.fault;
+    if (x->f.timeout > 0) comm_set_timeout(x->comm, x->f.timeout);
+    return -1;
+}
+
+/* ---- formatting ---- */
+
+static const char *fmt_b(double bytes, char *buf, size_t len) { return plan_fmt_count((long long)llround(bytes), buf, len); }
+static const char *fmt_h(double bytes, char *buf, size_t len) { return plan_fmt_bytes(bytes, buf, len); }
+
+static const char *comm_kind_name(const Comm *c)
+{
+    return comm_kind(c) == COMM_MPI ? "MPI" : comm_kind(c) == COMM_NCCL ? "NCCL" : "one process, no MPI";
+}
+
+static void echo_setup(FILE *f, const Ctx *x, const char *cmd, const char *strategies)
+{
+    const ExecRunConfig *c = &x->cfg;
+    char p[32], tok[32], lim[32];
+    fprintf(f, "# memplan %s: %s (%s parameters), %s on %d rank%s (%s), micro-batch %d x seq %d, grad-accum %d "
+               "(%s tokens per step), %d step%s\n",
+            cmd, c->model.name, plan_fmt_count(gpt2_cfg_num_params(&c->model), p, sizeof p), strategies, x->N,
+            x->N == 1 ? "" : "s", comm_kind_name(x->comm), c->micro_batch, c->seq, c->grad_accum,
+            plan_fmt_count((long long)c->micro_batch * c->seq * c->grad_accum * x->N, tok, sizeof tok), c->steps,
+            c->steps == 1 ? "" : "s");
+    fprintf(f, "# fp32 on the CPU (BLAS); DDP buckets 1 MiB then %.6g MiB; seed %llu; AdamW lr %g, weight decay %g; "
+               "collective timeout %.3g s; memory limit %s\n",
+            c->bucket_bytes > 0 ? c->bucket_bytes / MIB : 25.0, (unsigned long long)c->seed, (double)c->opt.lr,
+            (double)c->opt.weight_decay, comm_timeout(x->comm), c->mem_limit ? fmt_h((double)c->mem_limit, lim, sizeof lim) : "none");
+}
+
+/* A failed run: the report where it happened, the sentence on rank 0 (or on the failing rank),
+ * and an abort of the job when peers may still be inside a collective. Returns the exit status. */
+static int report_failure(Ctx *x, ExecRunResult *r)
+{
+    if (r->report) fputs(r->report, stderr);
+    int mine = r->status == EXEC_RUN_OOM || r->needs_abort || x->rank == 0;
+    if (mine) fprintf(stderr, "memplan: %s\n", r->message);
+    if (r->needs_abort) {
+        fflush(stdout);
+        comm_abort(x->comm, r->status == EXEC_RUN_OOM ? "out of memory; stopping every rank"
+                                                      : "the run failed; stopping every rank");
+    }
+    return 1;
+}
+
+/* ---- run: the profiler summary ---- */
+
+static const char *const PHASES3[3] = {"forward", "backward", "step"};
+
+static void print_summary(FILE *f, const Ctx *x, const ExecRunResult *r)
+{
+    char a[32], b[32], c3[32], d[32];
+    int K = x->cfg.steps;
+    fprintf(f, "# memory per rank: the maximum over ranks, steady state (steps %s%d), bytes\n",
+            K > 1 ? "2-" : "", K);
+    fprintf(f, "%-14s %16s %16s\n", "category", "peak", "at_peak");
+    fprintf(f, "%-14s %16s %16s\n", "-", "bytes", "bytes");
+    double sum = 0;
+    for (int k = 0; k < MEM_CATEGORY_COUNT; k++) {
+        fprintf(f, "%-14s %16s %16s\n", prof_mem_category_name((MemCategory)k), fmt_b(r->peak[k], a, sizeof a),
+                fmt_b(r->at_peak[k], b, sizeof b));
+        sum += r->at_peak[k];
+    }
+    fprintf(f, "%-14s %16s %16s\n", "total", "-", fmt_b(sum, a, sizeof a));
+    fprintf(f, "# peak %s in phase %s on rank %d; first step %s; model states (params + grads + optimizer) %s\n",
+            fmt_h(r->peak_total, a, sizeof a), r->peak_phase, r->peak_rank, fmt_h(r->peak_total_first, b, sizeof b),
+            fmt_h(r->model_states, c3, sizeof c3));
+    fprintf(f, "# collectives per rank (payload = the full buffer; wire = nccl-tests bus bytes per rank)\n");
+    fprintf(f, "%-16s %8s %14s %14s %8s %16s %10s\n", "collective", "count", "payload", "wire", "count", "payload", "time");
+    fprintf(f, "%-16s %8s %14s %14s %8s %16s %10s\n", "-", "per_step", "bytes/step", "bytes/step", "total", "bytes_total", "s_total");
+    int any = 0;
+    for (int op = 0; op < COLL_OP_COUNT; op++) {
+        const CollStats *t = &r->coll_total[op], *s = &r->coll_step[op];
+        if (t->count == 0) continue;
+        any = 1;
+        fprintf(f, "%-16s %8lld %14s %14s %8lld %16s %10.4f\n", prof_coll_name((CollOp)op), (long long)s->count,
+                fmt_b(s->payload_bytes, a, sizeof a), fmt_b(s->wire_bytes, b, sizeof b), (long long)t->count,
+                fmt_b(t->payload_bytes, c3, sizeof c3), t->seconds);
+    }
+    if (!any) fprintf(f, "%-16s %8s %14s %14s %8s %16s %10s\n", "(none)", "0", "0", "0", "0", "0", "0");
+    fprintf(f, "# time per phase, rank 0 (phases nest: comm_wait inside backward/optimizer, all inside step)\n");
+    fprintf(f, "%-12s %10s %8s %10s\n", "phase", "time", "count", "mean");
+    fprintf(f, "%-12s %10s %8s %10s\n", "-", "s", "-", "ms");
+    for (int i = 0; i < r->nphases; i++) {
+        const PhaseStat *p = &r->phases[i];
+        fprintf(f, "%-12s %10.4f %8lld %10.3f\n", p->name, p->seconds, (long long)p->count,
+                p->count ? p->seconds * 1e3 / (double)p->count : 0);
+    }
+    fprintf(f, "# steady step %.2f ms, %s tokens/s over %d rank%s\n", r->steady_ms,
+            plan_fmt_count((long long)llround(r->tokens_per_step / (r->steady_ms / 1e3)), d, sizeof d), x->N,
+            x->N == 1 ? "" : "s");
+}
+
+static cJSON *coll_json(const CollStats *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "count", (double)s->count);
+    cJSON_AddNumberToObject(o, "payload_bytes", s->payload_bytes);
+    cJSON_AddNumberToObject(o, "wire_bytes", s->wire_bytes);
+    cJSON_AddNumberToObject(o, "seconds", s->seconds);
+    return o;
+}
+
+static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
+{
+    const ExecRunConfig *c = &x->cfg;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", c->model.name);
+    cJSON_AddNumberToObject(j, "params", (double)r->params);
+    cJSON_AddStringToObject(j, "strategy", exec_strategy_name(c->strategy));
+    cJSON_AddNumberToObject(j, "ranks", x->N);
+    cJSON_AddStringToObject(j, "comm", comm_kind(x->comm) == COMM_MPI ? "mpi" : "self");
+    cJSON_AddNumberToObject(j, "micro_batch", c->micro_batch);
+    cJSON_AddNumberToObject(j, "seq", c->seq);
+    cJSON_AddNumberToObject(j, "grad_accum", c->grad_accum);
+    cJSON_AddNumberToObject(j, "steps", c->steps);
+    cJSON_AddNumberToObject(j, "buckets", r->buckets);
+    cJSON_AddNumberToObject(j, "shard_elements", (double)r->shard_elems);
+    cJSON_AddNumberToObject(j, "mem_limit_bytes", (double)c->mem_limit);
+    cJSON_AddStringToObject(j, "status", exec_run_status_name(r->status));
+    cJSON *steps = cJSON_AddArrayToObject(j, "steps_log");
+    for (int i = 0; i < r->steps_done; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "step", i + 1);
+        cJSON_AddNumberToObject(o, "loss", r->loss[i]);
+        cJSON_AddNumberToObject(o, "ms", r->step_ms[i]);
+        cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_step / (r->step_ms[i] / 1e3));
+        cJSON_AddItemToArray(steps, o);
+    }
+    cJSON *mem = cJSON_AddObjectToObject(j, "memory");
+    cJSON_AddNumberToObject(mem, "peak_bytes", r->peak_total);
+    cJSON_AddNumberToObject(mem, "first_step_peak_bytes", r->peak_total_first);
+    cJSON_AddStringToObject(mem, "peak_phase", r->peak_phase);
+    cJSON_AddNumberToObject(mem, "peak_rank", r->peak_rank);
+    cJSON_AddNumberToObject(mem, "model_state_bytes", r->model_states);
+    cJSON *cats = cJSON_AddObjectToObject(mem, "categories");
+    for (int k = 0; k < MEM_CATEGORY_COUNT; k++) {
+        cJSON *o = cJSON_AddObjectToObject(cats, prof_mem_category_name((MemCategory)k));
+        cJSON_AddNumberToObject(o, "peak_bytes", r->peak[k]);
+        cJSON_AddNumberToObject(o, "at_peak_bytes", r->at_peak[k]);
+    }
+    cJSON *pp = cJSON_AddObjectToObject(mem, "phase_peak_bytes");
+    for (int ph = 0; ph < 3; ph++) cJSON_AddNumberToObject(pp, PHASES3[ph], r->phase_peak[ph]);
+    cJSON *coll = cJSON_AddObjectToObject(j, "collectives");
+    for (int op = 0; op < COLL_OP_COUNT; op++) {
+        if (r->coll_total[op].count == 0) continue;
+        cJSON *o = coll_json(&r->coll_total[op]);
+        cJSON_AddItemToObject(o, "last_step", coll_json(&r->coll_step[op]));
+        cJSON_AddItemToObject(coll, prof_coll_name((CollOp)op), o);
+    }
+    cJSON *ph = cJSON_AddObjectToObject(j, "phases");
+    for (int i = 0; i < r->nphases; i++) {
+        cJSON *o = cJSON_AddObjectToObject(ph, r->phases[i].name);
+        cJSON_AddNumberToObject(o, "seconds", r->phases[i].seconds);
+        cJSON_AddNumberToObject(o, "count", (double)r->phases[i].count);
+    }
+    cJSON_AddNumberToObject(j, "steady_ms_per_step", r->steady_ms);
+    cJSON_AddNumberToObject(j, "tokens_per_s", r->steady_ms > 0 ? r->tokens_per_step / (r->steady_ms / 1e3) : 0);
+    return j;
+}
+
+static int emit(cJSON *j, const char *path)
+{
+    char *txt = cJSON_Print(j);
+    if (!txt) return 1;
+    FILE *f = path ? fopen(path, "w") : stdout;
+    int rc = 0;
+    if (!f) {
+        fprintf(stderr, "memplan: cannot write --json file '%s'\n", path);
+        rc = 1;
+    } else {
+        fprintf(f, "%s\n", txt);
+        if (path && fclose(f)) rc = 1;
+    }
+    free(txt);
+    return rc;
+}
+
+int cli_cmd_run(int argc, char **argv)
+{
+    Ctx x;
+    int rc = start(argc, argv, "run", &x);
+    if (rc >= 0) {
+        finish_ctx(&x);
+        return rc;
+    }
+    for (int k = 0; k < EXEC_STRATEGY_COUNT; k++)
+        if (x.which & (1u << k)) x.cfg.strategy = (ExecStrategyKind)k;
+    FILE *out = x.s.json && !x.s.json_path ? stderr : stdout;   /* stdout carries the JSON */
+    if (x.rank == 0) echo_setup(out, &x, "run", exec_strategy_name(x.cfg.strategy));
+    x.cfg.progress = x.rank == 0 ? out : NULL;
+    ExecRunResult r;
+    exec_run(x.comm, &x.cfg, &r);
+    rc = 0;
+    if (r.status != EXEC_RUN_OK) {
+        rc = report_failure(&x, &r);
+    } else if (x.rank == 0) {
+        if (x.s.json) {
+            cJSON *j = run_json(&x, &r);
+            rc = emit(j, x.s.json_path);
+            cJSON_Delete(j);
+        }
+        if (!x.s.json || x.s.json_path) print_summary(stdout, &x, &r);
+        if (x.cfg.trace_path) fprintf(out, "# trace of %d rank%s written to %s\n", x.N, x.N == 1 ? "" : "s", x.cfg.trace_path);
+    }
+    exec_run_result_free(&r);
+    finish_ctx(&x);
+    return rc;
+}
+
+/* ---- validate: predicted versus measured ---- */
+
+typedef struct {
+    double count, payload, wire;
+} CollSum;
+
+static double rel_err(double pred, double meas)
+{
+    if (pred == 0) return meas == 0 ? 0 : INFINITY;
+    return (meas - pred) / pred;
+}
+
+static const char *fmt_err(double e, char *buf, size_t len)
+{
+    if (isinf(e)) snprintf(buf, len, "new");
+    else snprintf(buf, len, "%+.2f", 100 * e);
+    return buf;
+}
+
+/* One strategy: rows on f (rank 0) and a JSON record; returns 1 if it passes. */
+static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResult *r, cJSON *arr, int *row_header)
+{
+    static const StrategyKind MAP[EXEC_STRATEGY_COUNT] = {STRAT_DDP, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3};
+    static const struct { TermKind term; MemCategory cat; const char *name; } CATS[] = {
+        {TERM_PARAMS, MEM_PARAMS, "params"}, {TERM_GRADS, MEM_GRADS, "grads"},
+        {TERM_COMM, MEM_COMM, "comm_buffers"}, {TERM_OPTIMIZER, MEM_OPTIMIZER, "optimizer"},
+        {TERM_ACTIVATIONS, MEM_ACTIVATIONS, "activations"}, {TERM_TRANSIENT, MEM_WORKSPACE, "workspace"},
+    };
+    const ExecRunConfig *c = &x->cfg;
+    TrainSpec t = x->s.train;
+    t.micro_batch = c->micro_batch;
+    t.seq = c->seq;
+    t.grad_accum = c->grad_accum;
+    t.precision = PREC_FP32;
+    t.optimizer = OPT_ADAMW;
+    t.act_ckpt = CKPT_NONE;
+    t.attn = ATTN_EAGER;
+    t.dropout = 0;
+    t.impl = IMPL_ENGINE;
+    t.grad_as_bucket_view = 0;
+    t.syncbn = 0;
+    ClusterSpec cl = x->s.cluster;
+    cl.gpus = x->N;
+    cl.gpus_per_node = x->N;
+    cl.cuda_context = 0;
+    cl.nccl_per_comm = 0;
+    cl.alloc_margin = 0;
+    cl.margin_is_frac = 1;
+    cl.gpu.cublas_ws_bytes = 0;
+    cl.gpu.mem_bytes = c->mem_limit ? (double)c->mem_limit : 1e18;
+    MemResult mr;
+    CommPlan cp;
+    plan_memory(&x->s.model, &t, &cl, MAP[k], &mr);
+    plan_comm(&x->s.model, &t, &cl, MAP[k], &cp);
+    /* plan_comm assumes PyTorch's 25 MiB buckets; the executor's cap is whole fp32 elements */
+    double bucket = c->bucket_bytes > 0 ? floor(c->bucket_bytes / 4) * 4 : 0;
+    CollSum pred[PCOLL_COUNT][CPHASE_COUNT];
+    memset(pred, 0, sizeof pred);
+    for (int i = 0; i < cp.n; i++) {
+        const PlanColl *pc = &cp.c[i];
+        CollSum *s = &pred[pc->op][pc->phase];
+        double count = pc->count;
+        if (k == EXEC_DDP && pc->op == PCOLL_ALL_REDUCE && bucket > 0)
+            count = plan_ddp_buckets((double)gpt2_cfg_num_params(&c->model), 4, bucket);
+        s->count += count;
+        s->payload += pc->payload_bytes;
+        s->wire += pc->wire_bytes;
+    }
+
+    const char *sn = exec_strategy_name(k);
+    char a[32], b[32], e[32];
+    int pass = 1;
+    if (!*row_header) {
+        fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "strategy", "quantity", "predicted", "measured", "rel_err", "check");
+        fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "-", "-", "bytes", "bytes", "%", "-");
+        *row_header = 1;
+    }
+    cJSON *o = cJSON_CreateObject(), *cats = cJSON_CreateArray(), *colls = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "strategy", sn);
+    for (size_t i = 0; i < sizeof CATS / sizeof CATS[0]; i++) {
+        double p = mr.term[CATS[i].term], m = r->at_peak[CATS[i].cat];
+        fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, CATS[i].name, fmt_b(p, a, sizeof a), fmt_b(m, b, sizeof b),
+                fmt_err(rel_err(p, m), e, sizeof e), "at the peak");
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddStringToObject(q, "category", CATS[i].name);
+        cJSON_AddNumberToObject(q, "predicted_bytes", p);
+        cJSON_AddNumberToObject(q, "measured_bytes", m);
+        cJSON_AddItemToArray(cats, q);
+    }
+    double pe = rel_err(mr.peak, r->peak_total);
+    int peak_ok = fabs(pe) <= 0.05;
+    pass &= peak_ok;
+    fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, "peak", fmt_b(mr.peak, a, sizeof a), fmt_b(r->peak_total, b, sizeof b),
+            fmt_err(pe, e, sizeof e), peak_ok ? "ok (within 5%)" : "FAIL (over 5%)");
+    int ms_ok = mr.model_states == r->model_states;
+    pass &= ms_ok;
+    fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, "model_states", fmt_b(mr.model_states, a, sizeof a),
+            fmt_b(r->model_states, b, sizeof b), fmt_err(rel_err(mr.model_states, r->model_states), e, sizeof e),
+            ms_ok ? "ok (exact)" : "FAIL (must be exact)");
+    for (int op = 0; op < PCOLL_COUNT; op++)
+        for (int ph = 0; ph < CPHASE_COUNT; ph++) {
+            const CollStats *m = &r->coll_step_phase[op][ph];   /* PCOLL_* and COLL_* share the first four */
+            const CollSum *p = &pred[op][ph];
+            if (p->count == 0 && m->count == 0) continue;
+            char q1[48], q2[48];
+            snprintf(q1, sizeof q1, "%s %s count", plan_coll_name((PlanCollOp)op), plan_comm_phase_name((CommPhase)ph));
+            snprintf(q2, sizeof q2, "%s %s bytes", plan_coll_name((PlanCollOp)op), plan_comm_phase_name((CommPhase)ph));
+            int cnt_ok = p->count == (double)m->count, bytes_ok = p->payload == m->payload_bytes;
+            pass &= bytes_ok;
+            fprintf(f, "%-8s %-26s %16.0f %16lld %9s %s\n", sn, q1, p->count, (long long)m->count,
+                    fmt_err(rel_err(p->count, (double)m->count), e, sizeof e), cnt_ok ? "ok" : "differs (reported)");
+            fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, q2, fmt_b(p->payload, a, sizeof a), fmt_b(m->payload_bytes, b, sizeof b),
+                    fmt_err(rel_err(p->payload, m->payload_bytes), e, sizeof e), bytes_ok ? "ok (exact)" : "FAIL (must be exact)");
+            cJSON *q = cJSON_CreateObject();
+            cJSON_AddStringToObject(q, "op", plan_coll_name((PlanCollOp)op));
+            cJSON_AddStringToObject(q, "phase", plan_comm_phase_name((CommPhase)ph));
+            cJSON_AddNumberToObject(q, "predicted_count", p->count);
+            cJSON_AddNumberToObject(q, "measured_count", (double)m->count);
+            cJSON_AddNumberToObject(q, "predicted_payload_bytes", p->payload);
+            cJSON_AddNumberToObject(q, "measured_payload_bytes", m->payload_bytes);
+            cJSON_AddNumberToObject(q, "predicted_wire_bytes", p->wire);
+            cJSON_AddNumberToObject(q, "measured_wire_bytes", m->wire_bytes);
+            cJSON_AddItemToArray(colls, q);
+        }
+    fprintf(f, "# %s: predicted peak at %s, measured in phase %s on rank %d; %s\n", sn, mr.peak_where, r->peak_phase,
+            r->peak_rank, pass ? "pass" : "FAIL");
+    cJSON_AddItemToObject(o, "memory_at_peak", cats);
+    cJSON *pk = cJSON_AddObjectToObject(o, "peak");
+    cJSON_AddNumberToObject(pk, "predicted_bytes", mr.peak);
+    cJSON_AddNumberToObject(pk, "measured_bytes", r->peak_total);
+    cJSON_AddStringToObject(pk, "predicted_at", mr.peak_where);
+    cJSON_AddStringToObject(pk, "measured_phase", r->peak_phase);
+    cJSON *msj = cJSON_AddObjectToObject(o, "model_states");
+    cJSON_AddNumberToObject(msj, "predicted_bytes", mr.model_states);
+    cJSON_AddNumberToObject(msj, "measured_bytes", r->model_states);
+    cJSON_AddItemToObject(o, "collectives_per_step", colls);
+    cJSON_AddBoolToObject(o, "pass", pass);
+    cJSON_AddItemToArray(arr, o);
+    return pass;
+}
+
+int cli_cmd_validate(int argc, char **argv)
+{
+    Ctx x;
+    int rc = start(argc, argv, "validate", &x);
+    if (rc >= 0) {
+        finish_ctx(&x);
+        return rc;
+    }
+    if (x.N < 2) {
+        if (x.rank == 0)
+            cli_usage_error("validate compares data-parallel strategies: start it on 2 or more ranks "
+                            "(mpirun -np 4 memplan validate ...)");
+        finish_ctx(&x);
+        return 2;
+    }
+    FILE *out = x.s.json && !x.s.json_path ? stderr : stdout;
+    char names[64] = "";
+    for (int k = 0; k < EXEC_STRATEGY_COUNT; k++)
+        if (x.which & (1u << k)) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? "," : "", exec_strategy_name((ExecStrategyKind)k));
+    if (x.rank == 0) {
+        echo_setup(out, &x, "validate", names);
+        fprintf(out, "# predicted: the planner with --impl engine (the engine's activation layout), fp32, AdamW, "
+                     "overheads zeroed (no CUDA context, cuBLAS workspace, NCCL buffers or allocator margin on a CPU)\n"
+                     "# measured: the tracked allocator and the comm counters; memory is the steady state "
+                     "(steps 2..K), the maximum over ranks; collectives are one optimizer step of rank 0\n");
+    }
+    cJSON *arr = cJSON_CreateArray();
+    int all_pass = 1, header = 0;
+    for (int k = 0; k < EXEC_STRATEGY_COUNT; k++) {
+        if (!(x.which & (1u << k))) continue;
+        x.cfg.strategy = (ExecStrategyKind)k;
+        x.cfg.progress = NULL;
+        ExecRunResult r;
+        exec_run(x.comm, &x.cfg, &r);
+        if (r.status != EXEC_RUN_OK) {
+            if (x.rank == 0) fprintf(stderr, "memplan: validate: %s did not run\n", exec_strategy_name((ExecStrategyKind)k));
+            rc = report_failure(&x, &r);
+            exec_run_result_free(&r);
+            cJSON_Delete(arr);
+            finish_ctx(&x);
+            return rc;
+        }
+        if (x.rank == 0) all_pass &= compare(out, &x, (ExecStrategyKind)k, &r, arr, &header);
+        exec_run_result_free(&r);
+    }
+    rc = 0;
+    if (x.rank == 0) {
+        fprintf(out, "# validate: %s\n", all_pass ? "pass" : "FAIL (model states or collective bytes differ, or the peak by more than 5%)");
+        if (x.s.json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "model", x.cfg.model.name);
+            cJSON_AddNumberToObject(j, "ranks", x.N);
+            cJSON_AddNumberToObject(j, "micro_batch", x.cfg.micro_batch);
+            cJSON_AddNumberToObject(j, "seq", x.cfg.seq);
+            cJSON_AddNumberToObject(j, "grad_accum", x.cfg.grad_accum);
+            cJSON_AddNumberToObject(j, "steps", x.cfg.steps);
+            cJSON_AddItemToObject(j, "strategies", arr);
+            arr = NULL;
+            cJSON_AddBoolToObject(j, "pass", all_pass);
+            rc = emit(j, x.s.json_path);
+            cJSON_Delete(j);
+        }
+        if (!all_pass) rc = 1;
+    }
+    cJSON_Delete(arr);
+    /* every rank exits with rank 0's verdict */
+    double v = rc, *all = calloc((size_t)x.N, sizeof *all);
+    if (all && comm_all_gather(x.comm, &v, all, 1, DT_F64, NULL) == 0) rc = (int)all[0];
+    free(all);
+    finish_ctx(&x);
+    return rc;
+}
