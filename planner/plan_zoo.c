@@ -86,7 +86,7 @@ int plan_zoo_build(ModelSpec *m, const char *name, char *msg, size_t msglen) {
         static const int depths[4] = {3, 4, 6, 3};
         return plan_model_resnet(m, "resnet50", depths, 1, 64, 224, 1000, msg, msglen);
     }
-    snprintf(msg, msglen, "unknown model '%s' (valid: %s, a config.json/params.json path, or "
+    snprintf(msg, msglen, "unknown model '%s' (valid: %s, a path to a Hugging Face config.json, a params.json or a memplan model JSON, or "
              "--params N)", name, plan_zoo_names());
     return -1;
 }
