@@ -324,7 +324,9 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
         double loss_sum = 0, nonfinite = 0;
         const char *why = NULL;
         for (int a = 0; a < A && !why; a++) {
-            if (gpt2_synthetic_batch(cfg->seed, (step - 1) * A + a, B * N, rank, N, T, mc->vocab, tokens, targets)) {
+            /* step's global batch: B·N·A rows in N·A contiguous chunks, chunk a·N + r for
+               micro-batch a of rank r, so the rows of a step do not depend on N or A */
+            if (gpt2_synthetic_batch(cfg->seed, step - 1, B * N * A, a * N + rank, N * A, T, mc->vocab, tokens, targets)) {
                 why = "cannot make the synthetic batch";
                 break;
             }

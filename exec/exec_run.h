@@ -6,10 +6,12 @@
  * collectives, so the caller then aborts the communicator: comm_abort).
  *
  * Per step: zero_grad; for each of accum micro-batches (each rank its DistributedSampler shard
- * of a seeded synthetic global batch of B·N rows): forward, backward (the strategy reduces in
- * its hooks), end of backward; the optimizer step; then one control all-reduce (not counted as
- * traffic: it is not part of the training step) of the loss and a non-finite flag, so every
- * rank agrees to stop on NaN/inf and rank 0 can print the global mean loss. Phases are named
+ * of the step's seeded synthetic global batch of B·N·accum rows: micro-batch a of rank r reads
+ * chunk a·N + r, so a step sees the same rows whatever N and accum are): forward, backward (the
+ * strategy reduces in its hooks), end of backward; the optimizer step; then one control
+ * exchange (an all-gather, not counted as traffic: it is not part of the training step) of the
+ * loss and a non-finite flag, so every rank agrees to stop on NaN/inf and rank 0 can print the
+ * global mean loss. Phases are named
  * "forward", "backward" and "step" in the tracker and the comm counters (the planner's phase
  * names); the phase timer adds "comm_wait" inside them and "optimizer" for the step.
  *
