@@ -112,6 +112,19 @@ static void tmpdir(char *buf, size_t len)
     cr_assert_not_null(mkdtemp(buf));
 }
 
+static cJSON *read_json(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no JSON file %s", path);
+    static char buf[1 << 22];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j, "%s is not JSON", path);
+    return j;
+}
+
 static float *read_floats(const char *path, size_t n)
 {
     FILE *f = fopen(path, "rb");
@@ -220,13 +233,13 @@ static void planned(const char *strategy, int np, double payload[PCOLL_COUNT], d
 Test(exec_run, measured_collective_bytes_should_equal_the_planners_formula_for_every_strategy, .timeout = 120)
 {
     static const char *const S[] = {"ddp", "zero1", "zero2", "zero3"};
+    char dir[64], path[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.json", dir);
     for (int k = 0; k < 4; k++) {
-        Run r = launch(4, "run --model gpt2-tiny --strategy %s --batch 1 --steps 2 --json", S[k]);
+        Run r = launch(4, "run --model gpt2-tiny --strategy %s --batch 1 --steps 2 --json=%s", S[k], path);
         cr_assert_eq(r.status, 0, "%s:\n%s", S[k], r.out);
-        const char *brace = strstr(r.out, "\n{");
-        cr_assert_not_null(brace, "no JSON in:\n%s", r.out);
-        cJSON *j = cJSON_Parse(brace + 1);
-        cr_assert_not_null(j, "bad JSON:\n%s", r.out);
+        cJSON *j = read_json(path);
         double pay[PCOLL_COUNT], cnt[PCOLL_COUNT];
         planned(S[k], 4, pay, cnt);
         cJSON *coll = cJSON_GetObjectItem(j, "collectives");
@@ -243,14 +256,20 @@ Test(exec_run, measured_collective_bytes_should_equal_the_planners_formula_for_e
         cJSON_Delete(j);
         free(r.out);
     }
+    unlink(path);
+    rmdir(dir);
 }
 
 Test(exec_run, loss_should_fall_on_the_synthetic_task, .timeout = 120)
 {
-    Run r = launch(2, "run --model gpt2-tiny --strategy zero2 --batch 4 --steps 12 --json");
+    char dir[64], path[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    Run r = launch(2, "run --model gpt2-tiny --strategy zero2 --batch 4 --steps 12 --json=%s", path);
     cr_assert_eq(r.status, 0, "%s", r.out);
-    cJSON *j = cJSON_Parse(strstr(r.out, "\n{") + 1);
-    cr_assert_not_null(j, "%s", r.out);
+    cJSON *j = read_json(path);
+    unlink(path);
+    rmdir(dir);
     cJSON *log = cJSON_GetObjectItem(j, "steps_log");
     int n = cJSON_GetArraySize(log);
     cr_assert_eq(n, 12);
@@ -281,13 +300,15 @@ Test(exec_run, validate_should_pass_for_gpt2_tiny_on_4_ranks, .timeout = 120)
 Test(exec_run, validate_should_pass_with_several_ddp_buckets_and_gradient_accumulation, .timeout = 120)
 {
     /* gpt2-mini: 3,763,200 gradient bytes -> buckets of 1 MiB, 1 MiB, 1 MiB, 0.59 MiB */
+    char dir[64], path[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/validate.json", dir);
     Run r = launch(2, "validate --model gpt2-mini --strategy ddp,zero2 --batch 1 --seq 32 --grad-accum 2 "
-                      "--bucket-mb 1 --steps 2 --json");
+                      "--bucket-mb 1 --steps 2 --json=%s", path);
     cr_expect_eq(r.status, 0, "%s", r.out);
-    const char *brace = strstr(r.out, "\n{");
-    cr_assert_not_null(brace, "%s", r.out);
-    cJSON *j = cJSON_Parse(brace + 1);
-    cr_assert_not_null(j, "%s", r.out);
+    cJSON *j = read_json(path);
+    unlink(path);
+    rmdir(dir);
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "pass")), "%s", r.out);
     cJSON *ddp = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ddp, "collectives_per_step"), 0);
@@ -373,14 +394,7 @@ Test(exec_run, trace_should_hold_every_ranks_spans_and_memory_in_one_chrome_file
     snprintf(path, sizeof path, "%s/trace.json", dir);
     Run r = launch(2, "run --model gpt2-tiny --strategy ddp --steps 2 --trace %s", path);
     cr_assert_eq(r.status, 0, "%s", r.out);
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    static char buf[1 << 22];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    cr_assert_not_null(j, "the trace is not JSON");
+    cJSON *j = read_json(path);
     cJSON *ev = cJSON_GetObjectItem(j, "traceEvents"), *e;
     int spans[2] = {0}, mem[2] = {0}, ar = 0, fwd = 0;
     cJSON_ArrayForEach(e, ev) {
