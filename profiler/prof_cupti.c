@@ -688,12 +688,22 @@ static CUpti_SubscriberHandle g_subscriber;
 static int g_subscribe_failed;
 static _Thread_local int t_collective = -1;   /* CollOp the thread is issuing, -1 none */
 
-/* What a session traces. CONCURRENT_KERNEL, not KERNEL: KERNEL serializes kernels. */
-static const CUpti_ActivityKind TRACED_KINDS[] = {
-    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2,
-    CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMORY2,
+/* What a session traces. CONCURRENT_KERNEL, not KERNEL: KERNEL serializes kernels. A kind that
+ * is not required may be refused (an older driver, a tool holding it): tracing goes on without
+ * it, with a note on stderr. */
+static const struct {
+    CUpti_ActivityKind kind;
+    const char *name;
+    int required;
+} TRACED[] = {
+    {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "CONCURRENT_KERNEL", 1},
+    {CUPTI_ACTIVITY_KIND_MEMCPY, "MEMCPY", 1},
+    {CUPTI_ACTIVITY_KIND_MEMSET, "MEMSET", 1},
+    {CUPTI_ACTIVITY_KIND_MEMCPY2, "MEMCPY2 (peer copies)", 0},
+    {CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2 (allocations: no memory timeline)", 0},
 };
-#define NTRACED ((int)(sizeof TRACED_KINDS / sizeof *TRACED_KINDS))
+#define NTRACED ((int)(sizeof TRACED / sizeof *TRACED))
+static int g_enabled[NTRACED];   /* kinds this session enabled */
 
 /* The driver calls NCCL launches its kernels with. */
 static const CUpti_CallbackId LAUNCH_CBIDS[] = {
@@ -833,12 +843,31 @@ static int set_launch_callbacks(int enable)
     return bad ? -1 : 0;
 }
 
-static int set_kinds(int enable, int upto)
+/* Enables every kind (0), or -1 with err set when a required one is refused. */
+static int enable_kinds(char *err, size_t errlen)
+{
+    for (int i = 0; i < NTRACED; i++) {
+        CUptiResult r = cuptiActivityEnable(TRACED[i].kind);
+        g_enabled[i] = r == CUPTI_SUCCESS;
+        if (g_enabled[i]) continue;
+        const char *msg = NULL;
+        if (cuptiGetResultString(r, &msg) != CUPTI_SUCCESS || !msg) msg = "unknown CUPTI error";
+        if (TRACED[i].required) {
+            snprintf(err, errlen, "cuptiActivityEnable(%s) failed: %s", TRACED[i].name, msg);
+            return -1;
+        }
+        fprintf(stderr, "rank %d: # CUPTI: %s not traced: %s\n", prof_log_rank(), TRACED[i].name, msg);
+    }
+    return 0;
+}
+
+static int disable_kinds(void)
 {
     int bad = 0;
-    for (int i = 0; i < upto; i++)
-        bad |= enable ? CUPTI_CHECK(cuptiActivityEnable(TRACED_KINDS[i]))
-                      : CUPTI_CHECK(cuptiActivityDisable(TRACED_KINDS[i]));
+    for (int i = 0; i < NTRACED; i++) {
+        if (g_enabled[i]) bad |= CUPTI_CHECK(cuptiActivityDisable(TRACED[i].kind));
+        g_enabled[i] = 0;
+    }
     return bad ? -1 : 0;
 }
 
@@ -872,7 +901,6 @@ ProfCupti *prof_cupti_start(int max_spans, char *err, size_t errlen)
     g_session = s;
     pthread_mutex_unlock(&g_lock);
 
-    int enabled = 0;
     if (!g_callbacks_registered) {
         if (CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed))) {
             snprintf(err, errlen, "cuptiActivityRegisterCallbacks failed (see the message above)");
@@ -880,13 +908,7 @@ ProfCupti *prof_cupti_start(int max_spans, char *err, size_t errlen)
         }
         g_callbacks_registered = 1;
     }
-    for (; enabled < NTRACED; enabled++) {
-        if (CUPTI_CHECK(cuptiActivityEnable(TRACED_KINDS[enabled]))) {
-            snprintf(err, errlen, "cuptiActivityEnable(kind %d) failed (see the message above)",
-                     (int)TRACED_KINDS[enabled]);
-            goto fail;
-        }
-    }
+    if (enable_kinds(err, errlen)) goto fail;
     /* Collective attribution needs the driver callback; without it (another tool subscribed)
      * tracing still works and Generic NCCL kernels stay unattributed. */
     if (!g_subscriber && !g_subscribe_failed) {
@@ -914,7 +936,7 @@ ProfCupti *prof_cupti_start(int max_spans, char *err, size_t errlen)
     s->live = 1;
     return s;
 fail:
-    set_kinds(0, enabled);
+    disable_kinds();
     if (g_subscriber) set_launch_callbacks(0);
     pthread_mutex_lock(&g_lock);
     g_session = NULL;
@@ -944,7 +966,7 @@ int prof_cupti_stop(ProfCupti *s)
     bad |= CUDA_CHECK(cudaDeviceSynchronize());
     /* Flushing calls buffer_completed (possibly on this thread): no lock held here. */
     bad |= CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
-    bad |= set_kinds(0, NTRACED);
+    bad |= disable_kinds();
     if (g_subscriber) set_launch_callbacks(0);
     bad |= CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     pthread_mutex_lock(&g_lock);
