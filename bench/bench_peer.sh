@@ -6,28 +6,32 @@
 #   2. the engine's all-reduce bus bandwidth against memcpy bandwidth (build/bench/bench_allreduce).
 # A benchmark, not a test: it installs python3-torch (about 1 GB) with apt-get when missing.
 # Usage: bench/bench_peer.sh [MODEL] [RANKS] [BATCH] [SEQ] [STEPS]
-#        (defaults: gpt2-mini 2 4 128 6); BUILD=folder (default build), OUT=folder for the JSON.
+#        (defaults: gpt2-mini 2 4 128 6); BUILD=folder (default build), OUT=folder for the JSON,
+#        PY=interpreter (default /usr/bin/python3: Debian's python3-torch lives there, not in a
+#        pyenv/venv python3 that may come first on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-gpt2-mini}; RANKS=${2:-2}; BATCH=${3:-4}; SEQ=${4:-128}; STEPS=${5:-6}
 BUILD=${BUILD:-build}
+PY=${PY:-/usr/bin/python3}
+CORES=$(nproc --all)
 OUT=${OUT:-$(mktemp -d /tmp/memplan-bench-peer-XXXXXX)}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1   # one thread per rank on both sides
 
-if ! python3 -c 'import torch' 2>/dev/null; then
+if ! "$PY" -c 'import torch' 2>/dev/null; then
     echo "# python3-torch not found: installing it with apt-get (about 1 GB)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
 fi
 make -s NO_DEPS=1 BUILD="$BUILD" "$BUILD/memplan" "$BUILD/bench/bench_allreduce" >/dev/null
 
-echo "# $MODEL, $RANKS ranks, micro-batch $BATCH x seq $SEQ, $STEPS steps (mean of steps 2..$STEPS), fp32, 1 thread per rank, $(nproc) cores"
+echo "# $MODEL, $RANKS ranks, micro-batch $BATCH x seq $SEQ, $STEPS steps (mean of steps 2..$STEPS), fp32, 1 thread per rank, $CORES cores"
 mpirun -np "$RANKS" --oversubscribe "$BUILD/memplan" run --model "$MODEL" --strategy ddp --batch "$BATCH" \
     --seq "$SEQ" --steps "$STEPS" --json="$OUT/engine.json" > "$OUT/engine.txt"
-python3 bench/peer_ddp.py --model "$MODEL" --ranks "$RANKS" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
+"$PY" bench/peer_ddp.py --model "$MODEL" --ranks "$RANKS" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
     --json "$OUT/torch.json" > /dev/null
-python3 - "$OUT" <<'EOF'
+"$PY" - "$OUT" <<'EOF'
 import json, sys
 out = sys.argv[1]
 e = json.load(open(out + "/engine.json"))

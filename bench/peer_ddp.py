@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """peer_ddp.py — the peer for memplan's engine: the same GPT-2 step in PyTorch DDP (gloo backend,
 CPU, fp32), on the same shape, micro-batch, sequence and number of ranks, timed the same way
 (mean step time over steps 2..K, the first step being warm-up).
@@ -9,7 +9,7 @@ LayerNorm, LM head tied to the token embeddings, mean cross-entropy; AdamW (lr 1
 decay 0). One thread per rank (torch.set_num_threads(1)), as the engine runs with
 OPENBLAS_NUM_THREADS=1 in bench/bench_peer.sh.
 
-Usage: python3 bench/peer_ddp.py --model gpt2-mini --ranks 2 --batch 4 --seq 128 --steps 6 [--json FILE]
+Usage: /usr/bin/python3 bench/peer_ddp.py --model gpt2-mini --ranks 2 --batch 4 --seq 128 --steps 6 [--json FILE]
 """
 import argparse
 import json
@@ -80,7 +80,7 @@ class GPT2(nn.Module):
         for b in self.blocks:
             x = b(x, self.mask)
         logits = self.lnf(x) @ self.wte.weight.t()          # tied LM head
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def worker(rank, args, port, out):
