@@ -470,6 +470,7 @@ static double rel_err(double pred, double meas)
 static const char *fmt_err(double e, char *buf, size_t len)
 {
     if (isinf(e)) snprintf(buf, len, "new");
+    else if (e != 0 && fabs(100 * e) < 0.005) snprintf(buf, len, "%+.1e", 100 * e);   /* visible, not +0.00 */
     else snprintf(buf, len, "%+.2f", 100 * e);
     return buf;
 }
