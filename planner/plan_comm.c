@@ -82,6 +82,8 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
     if (units == 0)
         for (int i = 0; i < m->n_layers; i++) units += m->layers[i].params > 0;
     double root = z.root_unit > 0 ? 1 : 0;
+    /* sharded collectives move whole padded units: n x the local shard */
+    double padded = (double)n * z.psi_shard, padded_root = (double)n * z.root_shard;
 
     switch (s->buffers) {
     case BUF_DDP_BUCKETS:   /* one all-reduce per bucket, once per optimizer step (no_sync) */
@@ -92,8 +94,8 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
         double buckets = ceil(psi / PLAN_DS_REDUCE_BUCKET);
         double times = (s->shard & SHARD_GRAD) ? K : 1;   /* stage 2 reduces every micro-step */
         add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "gradient buckets", buckets * times,
-            psi * gb * times, N, multi_node);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "updated parameters", 1, psi * pb, N, multi_node);
+            padded * gb * times, N, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "updated parameters", buckets, padded * pb, N, multi_node);
         break;
     }
     case BUF_DS_STAGE3:
@@ -101,15 +103,15 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
         double fwd_units = units + root;
         double bwd_units = units;
         if (s->buffers == BUF_DS_STAGE3) { fwd_units = units + root; bwd_units = units + root; }
-        double bwd_payload = (psi - (s->buffers == BUF_FSDP_FULL ? z.root_unit : 0)) * pb;
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", fwd_units * K, psi * pb * K, n, group_crosses);
+        double bwd_payload = (padded - (s->buffers == BUF_FSDP_FULL ? padded_root : 0)) * pb;
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", fwd_units * K, padded * pb * K, n, group_crosses);
         add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "unit parameters", bwd_units * K, bwd_payload * K, n, group_crosses);
-        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * K, psi * gb * K, n, group_crosses);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * K, padded * gb * K, n, group_crosses);
         break;
     }
     case BUF_FSDP_GRAD_OP:  /* parameters stay gathered from forward through backward */
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", (units + root) * K, psi * pb * K, n, group_crosses);
-        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * K, psi * gb * K, n, group_crosses);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", (units + root) * K, padded * pb * K, n, group_crosses);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * K, padded * gb * K, n, group_crosses);
         break;
     default: break;
     }

@@ -28,14 +28,21 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     const OptimizerSpec *o = plan_optimizer(t->optimizer);
     memset(z, 0, sizeof(*z));
     z->n = s->group_node ? (c->gpus_per_node < c->gpus ? c->gpus_per_node : c->gpus) : c->gpus;
+    /* Each flat unit is padded to a multiple of n. Parameter-sharding strategies wrap like
+       FSDP: one root unit holding every layer outside the transformer blocks, one unit per
+       block; the others shard each layer on its own. */
+    int root_flat = (s->shard & SHARD_PARAM) != 0;
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
         z->psi += pu;
-        z->psi_shard += ceil(pu / (double)z->n);     /* FSDP pads each flat unit to a multiple of n */
+        if (pu > z->largest_any) z->largest_any = pu;
         if (is_root_layer(m, l)) z->root_unit += pu;
         else if (pu > z->largest_unit) z->largest_unit = pu;
+        if (!(root_flat && is_root_layer(m, l))) z->psi_shard += ceil(pu / (double)z->n);
     }
+    z->root_shard = ceil(z->root_unit / (double)z->n);
+    if (root_flat) z->psi_shard += z->root_shard;
     double p_local = (s->shard & SHARD_PARAM) ? z->psi_shard : z->psi;
     double g_local = (s->shard & SHARD_GRAD) ? z->psi_shard : z->psi;
     double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
@@ -121,8 +128,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     double persistent_comm = 0;
     if (s->buffers == BUF_DDP_BUCKETS && !t->grad_as_bucket_view && c->gpus > 1)
         persistent_comm = z->psi * p->grad_bytes;          /* flat bucket copy of all grads */
-    if (s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3)
-        persistent_comm = fmin(PLAN_DS_REDUCE_BUCKET, z->psi) * p->grad_bytes;
+    if ((s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) && c->gpus > 1)
+        persistent_comm = fmin(PLAN_DS_REDUCE_BUCKET, z->psi) * p->grad_bytes;   /* nothing to reduce on one GPU */
     /* parameter buffers live between gathers (forward and backward) */
     double fwd_comm = 0, bwd_comm = 0;
     switch (s->buffers) {
@@ -135,10 +142,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         bwd_comm = fwd_comm + 2 * z->largest_unit * p->grad_bytes + z->root_unit * p->grad_bytes;
         break;
     case BUF_DS_STAGE3:      /* the gathered layer and the prefetched next one */
-        fwd_comm = 2 * z->largest_unit * p->param_bytes;
+        fwd_comm = 2 * z->largest_any * p->param_bytes;
         /* engine: its root unit (embeddings tied to the LM head, + final norm) brackets each pass
-           (exec_gpt2.h hook order), so it stays gathered through forward and through backward */
-        if (t->impl == IMPL_ENGINE) fwd_comm += z->root_unit * p->param_bytes;
+           (exec_gpt2.h hook order), so it stays gathered through forward and through backward,
+           beside the two blocks in flight */
+        if (t->impl == IMPL_ENGINE) fwd_comm = (z->root_unit + 2 * z->largest_unit) * p->param_bytes;
         bwd_comm = fwd_comm;
         break;
     default: break;
@@ -169,13 +177,12 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     /* ---- backward, layer by layer from the last ---- */
     double loss_tr = plan_act_loss_transient(m, t, &w.in);
     double grads_now = grads_fwd;
-    /* engine under ZeRO-2 (DeepSpeed reduce bucket): a unit's full gradient exists from its
-       backward until it is copied into the bucket; the embeddings' (tied to the LM head) from
-       the head's backward to the end of backward */
-    int engine_grad_flight = t->impl == IMPL_ENGINE && s->buffers == BUF_DS_REDUCE &&
-                             (s->shard & SHARD_GRAD) && c->gpus > 1;
+    /* ZeRO-2 (DeepSpeed reduce bucket): a layer's full gradient exists from its backward until
+       it is copied into the bucket; a tied embedding's, written first by the LM head, lives
+       until the embedding's own backward completes it */
+    int grad_flight = s->buffers == BUF_DS_REDUCE && (s->shard & SHARD_GRAD) && c->gpus > 1;
     double embed_params = 0;
-    for (int i = 0; i < m->n_layers; i++)
+    for (int i = 0; i < m->n_layers && m->tied_embeddings; i++)
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const LayerSpec *l = &m->layers[i];
@@ -183,7 +190,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (!grads_persistent)
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
         tv[TERM_GRADS] = grads_now;
-        if (engine_grad_flight)
+        if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_COMM] = persistent_comm + bwd_comm;
         tv[TERM_ACTIVATIONS] = acts;

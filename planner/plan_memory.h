@@ -41,7 +41,9 @@ typedef struct {
     double psi_shard;            /* Σ_u ceil(P_u / n): local elements when sharded */
     double params, grads, optimizer;     /* steady-state bytes */
     double largest_unit;         /* elements of the largest non-root unit */
+    double largest_any;          /* elements of the largest layer, root layers included */
     double root_unit;            /* elements of the FSDP root unit (outside blocks) */
+    double root_shard;           /* ceil(root_unit / n) */
 } MemSizes;
 
 void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,

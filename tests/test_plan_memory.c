@@ -99,14 +99,25 @@ Test(memory, sharded_terms_should_use_per_unit_padding_to_a_multiple_of_n) {
     plan_train_defaults(&t);
     ClusterSpec c;
     setup_cluster(&c, 7, 7);     /* 7 does not divide most unit sizes */
+    /* FSDP: one flat root unit (everything outside the blocks) and one per block */
     MemSizes z;
     plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
-    double expect = 0;
-    for (int i = 0; i < m.n_layers; i++) expect += ceil((double)m.layers[i].params / 7.0);
+    double expect = 0, root = 0;
+    for (int i = 0; i < m.n_layers; i++) {
+        if (m.layers[i].kind == LAYER_BLOCK) expect += ceil((double)m.layers[i].params / 7.0);
+        else root += (double)m.layers[i].params;
+    }
+    expect += ceil(root / 7.0);
     cr_expect_eq(z.psi_shard, expect);
     cr_expect_eq(z.params, 4 * expect);
     cr_expect_eq(z.optimizer, 8 * expect);
     cr_expect_gt(z.psi_shard * 7, z.psi);
+    /* ZeRO-1/2 shard every layer on its own */
+    plan_memory_sizes(&m, &t, &c, STRAT_ZERO2, &z);
+    expect = 0;
+    for (int i = 0; i < m.n_layers; i++) expect += ceil((double)m.layers[i].params / 7.0);
+    cr_expect_eq(z.psi_shard, expect);
+    cr_expect_eq(z.grads, 4 * expect);
     plan_model_free(&m);
 }
 
