@@ -12,7 +12,7 @@
  * broadcast count·size), the time from issue to completion as this rank saw it, and the phase
  * in which it was issued. */
 #include "exec_comm.h"
-#include "exec_check.h"
+#include "prof_check.h"
 #include "exec_device.h"
 
 #include <limits.h>
@@ -631,7 +631,7 @@ int comm_barrier(Comm *c)
 
 void comm_abort(Comm *c, const char *why)
 {
-    fprintf(stderr, "rank %d: aborting: %s\n", c ? c->rank : exec_log_rank(), why ? why : "(no reason given)");
+    fprintf(stderr, "rank %d: aborting: %s\n", c ? c->rank : prof_log_rank(), why ? why : "(no reason given)");
     fflush(stderr);
 #if MEMPLAN_NCCL
     if (c && c->nccl) {

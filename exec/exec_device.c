@@ -6,7 +6,7 @@
  * marked failed (exec_device_failed): they usually mean a faulted context, and the run loop
  * then aborts the communicator rather than continuing with garbage. */
 #include "exec_device.h"
-#include "exec_check.h"
+#include "prof_check.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +22,6 @@ struct Device {
     cudaStream_t stream;
 #endif
 };
-
-int exec_log_rank(void)
-{
-    int init = 0, fin = 0, rank = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank;
-}
 
 /* ---- host ---- */
 

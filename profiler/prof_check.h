@@ -1,8 +1,9 @@
-/* prof_check.h — the check macros of profiler/ .c files (CUDA_CHECK, CUBLAS_CHECK, NCCL_CHECK,
- * CUPTI_CHECK): each prints
+/* prof_check.h — the one check macro per vendor API family (MPI_CHECK, CUDA_CHECK,
+ * CUBLAS_CHECK, NCCL_CHECK, CUPTI_CHECK) for the .c files of profiler/ and exec/ (header-only,
+ * so libprofiler needs nothing from libexec). Each prints
  *   rank R: file:line: call failed: the library's message
- * to stderr and evaluates to -1 (0 on success), so library code can `goto fail`. They mirror
- * exec/exec_check.h, which libprofiler cannot use (the profiler links without libexec).
+ * to stderr and evaluates to -1 (0 on success), so library code can `goto fail`:
+ *   if (CUDA_CHECK(cudaMalloc(&p, n))) goto fail;
  * Internal: include it from .c files only; it includes the vendor headers that MEMPLAN_CUDA,
  * MEMPLAN_NCCL and MEMPLAN_CUPTI switch on. */
 #ifndef PROF_CHECK_H
@@ -31,6 +32,17 @@ static inline int prof_log_rank(void)
     if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     return rank;
 }
+
+static inline int prof_mpi_check_(int err, const char *call, const char *file, int line)
+{
+    if (err == MPI_SUCCESS) return 0;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", err);
+    fprintf(stderr, "rank %d: %s:%d: %s failed: %s\n", prof_log_rank(), file, line, call, msg);
+    return -1;
+}
+#define MPI_CHECK(call) prof_mpi_check_((call), #call, __FILE__, __LINE__)
 
 #if MEMPLAN_CUDA
 #include <cuda_runtime.h>
