@@ -132,3 +132,14 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
             2.0 * (double)sum_c * 4 * K, N, multi_node);
     }
 }
+
+void plan_fsdp_no_sync(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                       double *extra_bytes, double *saved_wire_bytes) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    MemSizes z;
+    plan_memory_sizes(m, t, c, sk, &z);
+    double K = (double)t->grad_accum;
+    *extra_bytes = c->gpus > 1 ? (z.psi - z.psi_shard) * p->grad_bytes : 0;
+    *saved_wire_bytes = (K - 1) * (double)z.n * z.psi_shard * p->grad_bytes *
+                        plan_coll_factor(PCOLL_REDUCE_SCATTER, z.n);
+}

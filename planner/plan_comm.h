@@ -47,6 +47,11 @@ double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes);
  * ring that crosses nodes runs at the per-GPU NIC share. */
 double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
                          int crosses_nodes);
+/* FSDP under gradient accumulation: with no_sync() the (K-1) non-final micro-steps skip their
+ * reduce-scatters but keep full unsharded gradients. extra = the added gradient bytes per GPU,
+ * saved = the reduce-scatter wire bytes per GPU and optimizer step no longer sent. */
+void plan_fsdp_no_sync(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                       double *extra_bytes, double *saved_wire_bytes);
 void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                CommPlan *out);
 

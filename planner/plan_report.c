@@ -83,6 +83,17 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
                     x->seconds * 1e3, x->what);
         }
     }
+    if (t->grad_accum > 1) {   /* FSDP's alternative under accumulation: no_sync */
+        for (int i = 0; i < p->n_rows; i++) {
+            StrategyKind k = p->rows[i].kind;
+            if (k != STRAT_FSDP_FULL && k != STRAT_FSDP_GRAD_OP && k != STRAT_FSDP_HYBRID) continue;
+            double extra, saved;
+            plan_fsdp_no_sync(m, t, c, k, &extra, &saved);
+            fprintf(f, "# %s with no_sync on the %lld accumulation micro-steps: +%.3f GiB of unsharded "
+                    "gradients per GPU, %.3f GiB less reduce-scatter traffic per step\n",
+                    plan_strategy(k)->name, (long long)t->grad_accum - 1, extra / GIB, saved / GIB);
+        }
+    }
     fprintf(f, "# simulated step per GPU (compute at %.0f%% of the preset's peak FLOP/s; DDP buckets "
                "overlap backward, FSDP/ZeRO-3 prefetch one unit)\n", c->mfu * 100);
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %10s\n", "strategy", "compute", "comm", "exposed",
@@ -165,6 +176,14 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
             cJSON_AddNumberToObject(e, "ranks", (double)x->group);
             cJSON_AddNumberToObject(e, "seconds", x->seconds);
             cJSON_AddItemToArray(cl, e);
+        }
+        if (t->grad_accum > 1 && (r->kind == STRAT_FSDP_FULL || r->kind == STRAT_FSDP_GRAD_OP ||
+                                  r->kind == STRAT_FSDP_HYBRID)) {
+            double extra, saved;
+            plan_fsdp_no_sync(m, t, c, r->kind, &extra, &saved);
+            cJSON *ns = cJSON_AddObjectToObject(o, "no_sync");
+            cJSON_AddNumberToObject(ns, "extra_memory_bytes", extra);
+            cJSON_AddNumberToObject(ns, "wire_bytes_saved_per_gpu", saved);
         }
         cJSON *tm = cJSON_AddObjectToObject(o, "time");
         cJSON_AddNumberToObject(tm, "compute_s", r->time.compute_s);

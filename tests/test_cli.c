@@ -140,3 +140,47 @@ Test(cli, absurd_but_valid_sizes_should_plan_cleanly) {
     cr_expect(strstr(out, "recommendation"));
     cr_expect_eq(run("--params 7.5e9 --gpus 64 --precision mixed-fp16 --optimizer adam --json"), 0);
 }
+
+Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
+    expect_usage_error("--model gpt2 --plot mem.gif", "--plot 'mem.gif'");
+    expect_usage_error("--model gpt2 --trace \"a'b.json\"", "--trace");
+    expect_usage_error("auto --model gpt2 --emit yaml", "unknown --emit 'yaml'");
+    expect_usage_error("--model gpt2 --emit torch", "belong to 'memplan auto'");
+    expect_usage_error("auto --model gpt2 --global-batch 0", "--global-batch '0'");
+    expect_usage_error("auto --model gpt2 --bn-min-batch -1", "--bn-min-batch '-1'");
+    expect_usage_error("--model gpt2 --intra-bw 0", "--intra-bw '0'");
+    expect_usage_error("--model gpt2 --inter-bw fast", "--inter-bw 'fast'");
+    expect_usage_error("--model gpt2 --latency -2", "--latency '-2'");
+    expect_usage_error("--model gpt2 --mfu 2", "--mfu '2'");
+}
+
+Test(cli, auto_should_pick_ddp_for_gpt2_and_shard_gpt2_xl_on_24_gib) {
+    cr_assert_eq(run("auto --model gpt2 --gpus 8"), 0, "%s", out);
+    cr_expect(strstr(out, "recommendation: ddp"), "%s", out);
+    cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
+    cr_expect(strstr(out, "recommendation: ") && !strstr(out, "recommendation: ddp"), "%s", out);
+    cr_expect(strstr(out, "ddp does not fit"), "%s", out);
+    cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --emit deepspeed"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%s", out);
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "zero_optimization"), "stage")));
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(j, "train_micro_batch_size_per_gpu")));
+    cJSON_Delete(j);
+    cr_assert_eq(run("auto --model gpt2 --gpus 8 --emit torch"), 0);
+    cr_expect(strstr(out, "torchrun --nnodes 1 --nproc-per-node 8") && strstr(out, "DDP("), "%s", out);
+}
+
+Test(cli, plan_json_should_carry_comm_and_time_per_strategy) {
+    cr_assert_eq(run("--model gpt2-xl --gpus 16 --gpus-per-node 8 --json"), 0);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "strategies")) {
+        cJSON *cm = cJSON_GetObjectItem(e, "comm"), *tm = cJSON_GetObjectItem(e, "time");
+        cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(cm, "bytes_per_gpu")));
+        cr_expect(cJSON_GetArraySize(cJSON_GetObjectItem(cm, "collectives")) > 0);
+        const char *k[] = {"compute_s", "comm_s", "exposed_comm_s", "step_s", "tokens_per_s"};
+        for (int i = 0; i < 5; i++) cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(tm, k[i])), "time.%s", k[i]);
+    }
+    cJSON_Delete(j);
+}
