@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "exec_device.h"
+#include "exec_gpt2_model.h"
 #include "prof_export.h"
 #include "prof_trace.h"
 
@@ -249,7 +250,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     CommCounters *cc = NULL;
     PhaseTimer *pt = NULL;
     ExecStrategy *s = NULL;
-    Gpt2 *m = NULL;
+    ExecModel *m = NULL;
     int *tokens = NULL, *targets = NULL;
     char err[256] = "";
     dev = exec_device_create(DEVICE_HOST, comm_local_rank(c), err, sizeof err);
@@ -267,14 +268,14 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     comm_set_counters(c, cc);
     prof_mem_set_phase(mt, "setup");
     ExecStrategyOptions so = {cfg->strategy, cfg->bucket_bytes, 0, 0};
-    Gpt2Hooks hooks;
-    int ok = exec_strategy_create(&s, &so, mc, c, mt, cc, pt, err, sizeof err) == 0;
+    ExecHooks hooks;
+    int ok = exec_strategy_create(&s, &so, c, mt, cc, pt, err, sizeof err) == 0;
     if (ok) {
         exec_strategy_hooks(s, &hooks);
-        ok = gpt2_create(&m, mc, mt, &hooks, s) == 0;
+        ok = exec_gpt2_model_create(&m, mc, mt, &hooks, s) == 0;
         if (!ok) snprintf(err, sizeof err, "cannot create the model (out of memory or invalid)");
     }
-    if (ok && exec_strategy_bind(s, m, cfg->seed, B, T, A)) {
+    if (ok && exec_strategy_bind(s, m, cfg->seed, A)) {
         ok = 0;
         snprintf(err, sizeof err, "%s", exec_strategy_error(s));
     }
@@ -332,20 +333,22 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
             }
             exec_strategy_begin_micro(s, a == A - 1);
             float loss = 0;
+            ExecBatch batch = {tokens, targets, B, T};
             enter(mt, cc, pt, 0, "forward");
-            if (gpt2_forward(m, tokens, targets, B, T, &loss)) why = gpt2_error(m);
+            if (exec_model_forward(m, &batch, &loss)) why = exec_model_error(m);
             prof_phase_end(pt, "forward");
             if (why) break;
             loss_sum += loss;
             if (!isfinite(loss)) nonfinite = 1;
             enter(mt, cc, pt, 1, "backward");
-            if (gpt2_backward(m)) why = gpt2_error(m);
+            if (exec_model_backward(m)) why = exec_model_error(m);
             else if (exec_strategy_end_backward(s)) why = exec_strategy_error(s);
             prof_phase_end(pt, "backward");
         }
         if (!why) {
             enter(mt, cc, pt, 2, "optimizer");
-            if (exec_strategy_step(s, &cfg->opt, step)) why = exec_strategy_error(s);
+            ExecAdamW opt = {cfg->opt.lr, cfg->opt.beta1, cfg->opt.beta2, cfg->opt.eps, cfg->opt.weight_decay};
+            if (exec_strategy_step(s, &opt, step)) why = exec_strategy_error(s);
             prof_phase_end(pt, "optimizer");
         }
         prof_phase_end(pt, "step");
@@ -479,7 +482,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
 
 done:
     comm_set_counters(c, NULL);
-    gpt2_destroy(m);
+    exec_model_destroy(m);
     exec_strategy_destroy(s);
 done_local:
     free(tokens);

@@ -1,5 +1,5 @@
-/* exec_strategy.c — DDP and ZeRO-1/2/3 on the GPT-2 runtime; the mechanics are described in
- * exec_strategy.h. Element counts are fp32 elements unless a name says bytes.
+/* exec_strategy.c — DDP and ZeRO-1/2/3 on any model runtime behind exec_model.h; the mechanics
+ * are described in exec_strategy.h. Element counts are fp32 elements unless a name says bytes.
  *
  * Collectives are timed for the trace from issue to the poll that first saw them complete: the
  * comm counters count a collective when it completes, so after every comm_progress/comm_wait
@@ -27,7 +27,7 @@ int exec_strategy_by_name(const char *name)
 }
 
 /* A piece of the model that is sharded as one flat array: one unit (ZeRO-1/2, ZeRO-3 blocks)
- * or the root, units 0 and L+1 concatenated (ZeRO-3). */
+ * or the root, the model's root units concatenated (ZeRO-3; GPT-2: units 0 and L+1). */
 typedef struct {
     int unit[2];
     size_t part[2];          /* elements of each unit */
@@ -58,15 +58,18 @@ typedef struct {
 
 struct ExecStrategy {
     ExecStrategyKind kind;
+    ExecStrategyOptions opt;
     int plain;               /* one rank: the plain replica */
-    Gpt2Config cfg;
     Comm *comm;
     MemTracker *mt;
     CommCounters *cc;
     PhaseTimer *pt;
-    int N, rank, L, nunits;
+    int N, rank, nunits;
     size_t *numel;           /* per unit */
-    Gpt2 *m;
+    ExecModel *m;
+    int nroot, root[2];      /* the model's root units (exec_model_root_units) */
+    int *u2su;               /* ZeRO-3: shard unit of each model unit */
+    int blk0;                /* ZeRO-3: first block shard unit (1 with a root, else 0) */
     int sync;                /* this micro-step reduces */
     char err[256];
     /* collective spans */
@@ -120,7 +123,7 @@ int exec_strategy_buckets(const ExecStrategy *s)
 
 size_t exec_strategy_shard_elems(const ExecStrategy *s)
 {
-    if (s->plain || s->kind == EXEC_DDP) return (size_t)gpt2_cfg_num_params(&s->cfg);
+    if (s->plain || s->kind == EXEC_DDP) return s->m ? (size_t)exec_model_num_params(s->m) : 0;
     return s->S;
 }
 
@@ -203,7 +206,7 @@ static int ddp_setup(ExecStrategy *s, const ExecStrategyOptions *o)
     size_t total = 0;
     s->u_flat = calloc((size_t)s->nunits, sizeof *s->u_flat);
     if (!s->u_flat) return fail(s, "out of host memory");
-    for (int u = s->nunits - 1; u >= 0; u--) {   /* gradient-ready order: L+1, L, ..., 1, 0 */
+    for (int u = s->nunits - 1; u >= 0; u--) {   /* gradient-ready order: U-1, ..., 1, 0 */
         s->u_flat[u] = total;
         total += s->numel[u];
     }
@@ -243,7 +246,7 @@ static int ddp_start_bucket(ExecStrategy *s, int b)
 /* Copies unit u's gradients into the buckets; starts every bucket that became full. */
 static int ddp_unit_ready(ExecStrategy *s, int u)
 {
-    const float *g = gpt2_unit_grads(s->m, u);
+    const float *g = exec_model_unit_grads(s->m, u);
     if (!g) return fail(s, "ddp: unit %d has no gradients after its backward", u);
     size_t off = s->u_flat[u], n = s->numel[u];
     int b = 0;
@@ -271,7 +274,7 @@ static int ddp_end_backward(ExecStrategy *s)
     }
     /* the averaged gradients go back to the units (gradient_as_bucket_view=False) */
     for (int u = 0; u < s->nunits; u++) {
-        float *g = gpt2_unit_grads(s->m, u);
+        float *g = exec_model_unit_grads(s->m, u);
         size_t off = s->u_flat[u], n = s->numel[u];
         int b = 0;
         while (b < s->nb - 1 && s->b_off[b] + s->b_len[b] <= off) b++;
@@ -290,22 +293,27 @@ static int ddp_end_backward(ExecStrategy *s)
 
 /* ---- ZeRO: shard units ---- */
 
+/* ZeRO-1/2: one shard unit per model unit. ZeRO-3: FSDP's wrapping, the root (the model's
+ * root units together; none for a model without) and then every other unit in ascending order. */
 static int shard_setup(ExecStrategy *s)
 {
-    int L = s->L;
-    s->nsu = s->kind == EXEC_ZERO3 ? L + 1 : s->nunits;
+    int root = s->kind == EXEC_ZERO3 && s->nroot > 0;
+    s->nsu = s->kind == EXEC_ZERO3 ? s->nunits - s->nroot + root : s->nunits;
+    s->blk0 = root;
     s->su = calloc((size_t)s->nsu, sizeof *s->su);
-    if (!s->su) return fail(s, "out of host memory");
-    for (int i = 0; i < s->nsu; i++) {
+    s->u2su = calloc((size_t)s->nunits, sizeof *s->u2su);
+    if (!s->su || !s->u2su) return fail(s, "out of host memory");
+    for (int i = 0, u = 0; i < s->nsu; i++) {
         ShardUnit *x = &s->su[i];
-        if (s->kind == EXEC_ZERO3 && i == 0) {   /* root: embeddings + final LayerNorm */
-            x->nparts = 2;
-            x->unit[0] = 0;
-            x->unit[1] = L + 1;
+        if (root && i == 0) {   /* GPT-2: embeddings + final LayerNorm */
+            x->nparts = s->nroot;
+            for (int p = 0; p < s->nroot; p++) x->unit[p] = s->root[p];
         } else {
+            while (root && (u == s->root[0] || (s->nroot > 1 && u == s->root[1]))) u++;
             x->nparts = 1;
-            x->unit[0] = i;
+            x->unit[0] = s->kind == EXEC_ZERO3 ? u++ : i;
         }
+        for (int p = 0; p < x->nparts; p++) s->u2su[x->unit[p]] = i;
         for (int p = 0; p < x->nparts; p++) {
             x->part[p] = s->numel[x->unit[p]];
             x->len += x->part[p];
@@ -379,7 +387,7 @@ static int zero12_consume(ExecStrategy *s)
         ShardUnit *x = &s->su[s->order[k]];
         const float *res = s->rbuf + x->boff;
         if (s->kind == EXEC_ZERO1) {
-            memcpy(gpt2_unit_grads(s->m, x->unit[0]) + x->my_off, res, x->my_len * sizeof(float));
+            memcpy(exec_model_unit_grads(s->m, x->unit[0]) + x->my_off, res, x->my_len * sizeof(float));
         } else {
             float *g = s->gshard + x->soff;
             for (size_t i = 0; i < x->my_len; i++) g[i] += res[i];
@@ -395,7 +403,7 @@ static int zero12_unit_ready(ExecStrategy *s, int u)
     ShardUnit *x = &s->su[u];
     ReduceBucket *b = &s->rb[x->bucket];
     if (s->pos[u] == b->first && zero12_consume(s)) return -1;   /* the buffer is reused */
-    const float *g = s->kind == EXEC_ZERO2 ? s->ugrad[u] : gpt2_unit_grads(s->m, u);
+    const float *g = s->kind == EXEC_ZERO2 ? s->ugrad[u] : exec_model_unit_grads(s->m, u);
     if (!g) return fail(s, "%s: unit %d has no gradients after its backward", NAMES[s->kind], u);
     for (int q = 0; q < s->N; q++) {
         float *dst = s->rbuf + (size_t)q * b->S + x->boff;
@@ -404,7 +412,7 @@ static int zero12_unit_ready(ExecStrategy *s, int u)
         memset(dst + n, 0, (x->shard - n) * sizeof(float));
     }
     if (s->kind == EXEC_ZERO2) {   /* the full gradient is gone once it is in the bucket */
-        gpt2_set_unit_grads(s->m, u, NULL);
+        exec_model_set_unit_grads(s->m, u, NULL);
         tfree(s, &s->ugrad[u]);
     }
     if (s->pos[u] == b->last) {
@@ -417,14 +425,14 @@ static int zero12_unit_ready(ExecStrategy *s, int u)
     return 0;
 }
 
-static int zero12_step(ExecStrategy *s, const Gpt2AdamW *opt, int t)
+static int zero12_step(ExecStrategy *s, const ExecAdamW *opt, int t)
 {
     for (int i = 0; i < s->nsu; i++) {
         ShardUnit *x = &s->su[i];
-        float *p = gpt2_unit_params(s->m, x->unit[0]) + x->my_off;
-        float *g = s->kind == EXEC_ZERO2 ? s->gshard + x->soff : gpt2_unit_grads(s->m, x->unit[0]) + x->my_off;
-        if (gpt2_adamw_step_unit(s->m, x->unit[0], p, g, x->my_len, opt, t))
-            return fail(s, "%s", gpt2_error(s->m));
+        float *p = exec_model_unit_params(s->m, x->unit[0]) + x->my_off;
+        float *g = s->kind == EXEC_ZERO2 ? s->gshard + x->soff : exec_model_unit_grads(s->m, x->unit[0]) + x->my_off;
+        if (exec_model_adamw_step_unit(s->m, x->unit[0], p, g, x->my_len, opt, t))
+            return fail(s, "%s", exec_model_error(s->m));
     }
     /* every rank's updated shard, one all-gather per bucket through the bucket buffer */
     for (int bi = 0; bi < s->nrb; bi++) {
@@ -432,7 +440,7 @@ static int zero12_step(ExecStrategy *s, const Gpt2AdamW *opt, int t)
         float *mine = s->rbuf + (size_t)s->rank * b->S;
         for (int k = b->first; k <= b->last; k++) {
             ShardUnit *x = &s->su[s->order[k]];
-            memcpy(mine + x->boff, gpt2_unit_params(s->m, x->unit[0]) + x->my_off, x->my_len * sizeof(float));
+            memcpy(mine + x->boff, exec_model_unit_params(s->m, x->unit[0]) + x->my_off, x->my_len * sizeof(float));
             memset(mine + x->boff + x->my_len, 0, (x->shard - x->my_len) * sizeof(float));
         }
         CommReq *r = NULL;
@@ -442,7 +450,7 @@ static int zero12_step(ExecStrategy *s, const Gpt2AdamW *opt, int t)
         if (wait_req(s, &r)) return -1;
         for (int k = b->first; k <= b->last; k++) {
             ShardUnit *x = &s->su[s->order[k]];
-            float *p = gpt2_unit_params(s->m, x->unit[0]);
+            float *p = exec_model_unit_params(s->m, x->unit[0]);
             for (int q = 0; q < s->N; q++)
                 memcpy(p + (size_t)q * x->shard, s->rbuf + (size_t)q * b->S + x->boff, shard_len(x, q) * sizeof(float));
         }
@@ -465,8 +473,10 @@ static int zero3_setup(ExecStrategy *s)
     return 0;
 }
 
-/* Shard unit of a model unit: the root for 0 and L+1, else the block. */
-static int z3_su(const ExecStrategy *s, int u) { return u == 0 || u == s->L + 1 ? 0 : u; }
+/* The model unit that brackets each pass (GPT-2: unit 0), -1 without a root; a root unit that
+ * does not bracket (GPT-2's final LayerNorm, unit L+1) needs nothing of its own hooks. */
+static int z3_bracket(const ExecStrategy *s) { return s->nroot > 0 ? s->root[0] : -1; }
+static int z3_other_root(const ExecStrategy *s, int u) { return s->nroot > 1 && u == s->root[1]; }
 
 static int z3_gather(ExecStrategy *s, int i)
 {
@@ -489,7 +499,7 @@ static int z3_present(ExecStrategy *s, int i)
     if (z3_gather(s, i) || wait_req(s, &x->ag)) return -1;
     size_t off = 0;
     for (int p = 0; p < x->nparts; off += x->part[p], p++)
-        gpt2_set_unit_params(s->m, x->unit[p], x->gathered + off);
+        exec_model_set_unit_params(s->m, x->unit[p], x->gathered + off);
     return 0;
 }
 
@@ -497,7 +507,7 @@ static int z3_release(ExecStrategy *s, int i)
 {
     ShardUnit *x = &s->su[i];
     if (wait_req(s, &x->ag)) return -1;
-    for (int p = 0; p < x->nparts; p++) gpt2_set_unit_params(s->m, x->unit[p], NULL);
+    for (int p = 0; p < x->nparts; p++) exec_model_set_unit_params(s->m, x->unit[p], NULL);
     tfree(s, &x->gathered);
     return 0;
 }
@@ -514,8 +524,8 @@ static int z3_reduce(ExecStrategy *s, int i)
 
 static int z3_end_backward(ExecStrategy *s)
 {
-    for (int k = 0; k < s->nsu; k++) {   /* blocks L..1 were issued first, the root last */
-        int i = k < s->nsu - 1 ? s->nsu - 1 - k : 0;
+    for (int k = 0; k < s->nsu; k++) {   /* the blocks were issued last to first, the root last */
+        int i = k < s->nsu - s->blk0 ? s->nsu - 1 - k : 0;
         ShardUnit *x = &s->su[i];
         if (!x->rs) return fail(s, "zero3: shard unit %d was not reduced in backward", i);
         if (wait_req(s, &x->rs)) return -1;
@@ -529,9 +539,10 @@ static int z3_end_backward(ExecStrategy *s)
 static int zero3_bind(ExecStrategy *s, uint64_t seed)
 {
     for (int u = 0; u < s->nunits; u++) {   /* gradients are computed in the reduce regions */
-        ShardUnit *x = &s->su[z3_su(s, u)];
-        size_t off = x->goff + (u == s->L + 1 ? s->numel[0] : 0);
-        gpt2_set_unit_grads(s->m, u, s->gbuf + off);
+        ShardUnit *x = &s->su[s->u2su[u]];
+        size_t off = x->goff;
+        for (int p = 0; p < x->nparts && x->unit[p] != u; p++) off += x->part[p];
+        if (exec_model_set_unit_grads(s->m, u, s->gbuf + off)) return fail(s, "%s", exec_model_error(s->m));
     }
     for (int i = 0; i < s->nsu; i++) {       /* this rank's shard of the seeded init */
         ShardUnit *x = &s->su[i];
@@ -539,8 +550,8 @@ static int zero3_bind(ExecStrategy *s, uint64_t seed)
         for (int p = 0; p < x->nparts; base += x->part[p], p++) {
             size_t lo = x->my_off > base ? x->my_off : base;
             size_t hi = x->my_off + x->my_len < base + x->part[p] ? x->my_off + x->my_len : base + x->part[p];
-            if (lo < hi && gpt2_init_unit_range(&s->cfg, x->unit[p], seed, lo - base, hi - lo,
-                                                s->pshard + x->soff + (lo - x->my_off)))
+            if (lo < hi && exec_model_init_unit_range(s->m, x->unit[p], seed, lo - base, hi - lo,
+                                                      s->pshard + x->soff + (lo - x->my_off)))
                 return fail(s, "cannot initialise unit %d", x->unit[p]);
         }
     }
@@ -549,53 +560,80 @@ static int zero3_bind(ExecStrategy *s, uint64_t seed)
 
 /* ---- hooks ---- */
 
-static int hook_before_fwd(void *ctx, Gpt2 *m, int u)
+/* DDP (broadcast_buffers=True): rank 0's buffers (BN running statistics) to every rank at the
+ * start of each forward, one broadcast of the flat buffer array. */
+static int ddp_broadcast_buffers(ExecStrategy *s)
+{
+    size_t n = 0;
+    float *b = exec_model_buffers(s->m, &n);
+    if (!b || n == 0) return 0;
+    span_open(s, COLL_BROADCAST, "broadcast buffers");
+    if (comm_broadcast(s->comm, b, n, DT_F32, 0))
+        return fail(s, "the buffer broadcast failed on rank %d (see the message above)", s->rank);
+    span_sync(s);
+    return 0;
+}
+
+/* ZeRO-3 at the start of a pass: the first two blocks of the pass (forward: ascending, backward:
+ * descending) in flight, the gathered one and the prefetched next. */
+static int z3_prefetch_first(ExecStrategy *s, int backward)
+{
+    int last = s->nsu - 1;
+    for (int k = 0; k < 2; k++) {
+        int i = backward ? last - k : s->blk0 + k;
+        if (i >= s->blk0 && i <= last && z3_gather(s, i)) return -1;
+    }
+    return 0;
+}
+
+static int hook_before_fwd(void *ctx, ExecModel *m, int u)
 {
     ExecStrategy *s = ctx;
     (void)m;
     poll_comm(s);
-    if (s->kind != EXEC_ZERO3) return 0;
-    if (u == 0) {
-        if (z3_present(s, 0)) return -1;
-        for (int l = 1; l <= 2 && l <= s->L; l++)   /* the first two blocks in flight */
-            if (z3_gather(s, l)) return -1;
-        return 0;
-    }
-    return u <= s->L ? z3_present(s, u) : 0;
+    if (s->kind == EXEC_DDP && u == 0) return ddp_broadcast_buffers(s);
+    if (s->kind != EXEC_ZERO3 || z3_other_root(s, u)) return 0;
+    int i = s->u2su[u];
+    if (z3_present(s, i)) return -1;
+    if (u == z3_bracket(s) || (z3_bracket(s) < 0 && i == s->blk0)) return z3_prefetch_first(s, 0);
+    return 0;
 }
 
-static int hook_after_fwd(void *ctx, Gpt2 *m, int u)
+static int hook_after_fwd(void *ctx, ExecModel *m, int u)
 {
     ExecStrategy *s = ctx;
     (void)m;
     if (s->kind == EXEC_ZERO3) {
-        if (u == 0 && z3_release(s, 0)) return -1;
-        if (u >= 1 && u <= s->L && (z3_release(s, u) || (u + 2 <= s->L && z3_gather(s, u + 2)))) return -1;
+        int i = s->u2su[u];
+        if (u == z3_bracket(s)) {
+            if (z3_release(s, i)) return -1;
+        } else if (!z3_other_root(s, u) && (z3_release(s, i) || (i + 2 < s->nsu && z3_gather(s, i + 2)))) {
+            return -1;
+        }
     }
     poll_comm(s);
     return 0;
 }
 
-static int hook_before_bwd(void *ctx, Gpt2 *m, int u)
+static int hook_before_bwd(void *ctx, ExecModel *m, int u)
 {
     ExecStrategy *s = ctx;
     poll_comm(s);
     if (s->kind == EXEC_ZERO2) {
         if (!(s->ugrad[u] = talloc(s, MEM_GRADS, s->numel[u], 1, u == 0 ? "grads (unit 0, in backward)" : "grads (unit in backward)")))
             return -1;
-        return gpt2_set_unit_grads(m, u, s->ugrad[u]);
+        return exec_model_set_unit_grads(m, u, s->ugrad[u]);
     }
-    if (s->kind != EXEC_ZERO3 || u == s->L + 1) return 0;
-    ShardUnit *x = &s->su[z3_su(s, u)];
+    if (s->kind != EXEC_ZERO3 || z3_other_root(s, u)) return 0;
+    int i = s->u2su[u];
+    ShardUnit *x = &s->su[i];
     memset(s->gbuf + x->goff, 0, x->shard * (size_t)s->N * sizeof(float));
-    if (z3_present(s, z3_su(s, u))) return -1;
-    if (u == 0)
-        for (int l = s->L; l >= 1 && l >= s->L - 1; l--)   /* the last two blocks in flight */
-            if (z3_gather(s, l)) return -1;
+    if (z3_present(s, i)) return -1;
+    if (u == z3_bracket(s) || (z3_bracket(s) < 0 && i == s->nsu - 1)) return z3_prefetch_first(s, 1);
     return 0;
 }
 
-static int hook_after_bwd(void *ctx, Gpt2 *m, int u)
+static int hook_after_bwd(void *ctx, ExecModel *m, int u)
 {
     ExecStrategy *s = ctx;
     (void)m;
@@ -608,17 +646,20 @@ static int hook_after_bwd(void *ctx, Gpt2 *m, int u)
     case EXEC_ZERO2:
         if (s->sync) rc = zero12_unit_ready(s, u);
         break;
-    case EXEC_ZERO3:
-        if (u == 0) rc = z3_reduce(s, 0) || z3_release(s, 0);
-        else if (u <= s->L) rc = z3_release(s, u) || z3_reduce(s, u) || (u - 2 >= 1 && z3_gather(s, u - 2));
+    case EXEC_ZERO3: {
+        int i = s->u2su[u];
+        if (u == z3_bracket(s)) rc = z3_reduce(s, i) || z3_release(s, i);
+        else if (!z3_other_root(s, u))
+            rc = z3_release(s, i) || z3_reduce(s, i) || (i - 2 >= s->blk0 && z3_gather(s, i - 2));
         break;
+    }
     default: break;
     }
     poll_comm(s);
     return rc ? -1 : 0;
 }
 
-void exec_strategy_hooks(const ExecStrategy *s, Gpt2Hooks *h)
+void exec_strategy_hooks(const ExecStrategy *s, ExecHooks *h)
 {
     memset(h, 0, sizeof *h);
     if (s->plain) return;
@@ -631,9 +672,8 @@ void exec_strategy_hooks(const ExecStrategy *s, Gpt2Hooks *h)
 
 /* ---- lifecycle ---- */
 
-int exec_strategy_create(ExecStrategy **out, const ExecStrategyOptions *o, const Gpt2Config *cfg,
-                         Comm *comm, MemTracker *mt, CommCounters *counters, PhaseTimer *pt,
-                         char *err, size_t errlen)
+int exec_strategy_create(ExecStrategy **out, const ExecStrategyOptions *o, Comm *comm, MemTracker *mt,
+                         CommCounters *counters, PhaseTimer *pt, char *err, size_t errlen)
 {
     *out = NULL;
     ExecStrategy *s = calloc(1, sizeof *s);
@@ -643,11 +683,12 @@ int exec_strategy_create(ExecStrategy **out, const ExecStrategyOptions *o, const
     }
     if (!o || (unsigned)o->kind >= EXEC_STRATEGY_COUNT) {
         fail(s, "unknown strategy (valid: ddp, zero1, zero2, zero3)");
-        goto fail;
+        if (err && errlen) snprintf(err, errlen, "%s", s->err);
+        exec_strategy_destroy(s);
+        return -1;
     }
-    if (gpt2_config_check(cfg, s->err, sizeof s->err)) goto fail;
     s->kind = o->kind;
-    s->cfg = *cfg;
+    s->opt = *o;
     s->comm = comm;
     s->mt = mt;
     s->cc = counters;
@@ -655,28 +696,10 @@ int exec_strategy_create(ExecStrategy **out, const ExecStrategyOptions *o, const
     s->N = comm_size(comm);
     s->rank = comm_rank(comm);
     s->plain = s->N == 1;
-    s->L = cfg->n_layer;
-    s->nunits = gpt2_cfg_units(cfg);
     s->sync = 1;
-    s->numel = calloc((size_t)s->nunits, sizeof *s->numel);
-    if (!s->numel) {
-        fail(s, "out of host memory");
-        goto fail;
-    }
-    for (int u = 0; u < s->nunits; u++) s->numel[u] = gpt2_cfg_unit_numel(cfg, u);
     for (int op = 0; op < COLL_OP_COUNT && counters; op++) s->seen[op] = prof_comm_total(counters, (CollOp)op).count;
-    if (!s->plain) {
-        int rc = 0;
-        if (s->kind == EXEC_DDP) rc = ddp_setup(s, o);
-        else rc = shard_setup(s) || (s->kind == EXEC_ZERO3 ? zero3_setup(s) : zero12_setup(s, o));
-        if (rc) goto fail;
-    }
     *out = s;
     return 0;
-fail:
-    if (err && errlen) snprintf(err, errlen, "%s", s->err);
-    exec_strategy_destroy(s);
-    return -1;
 }
 
 void exec_strategy_destroy(ExecStrategy *s)
@@ -690,19 +713,33 @@ void exec_strategy_destroy(ExecStrategy *s)
     prof_mem_free(s->mt, s->pshard);
     prof_mem_free(s->mt, s->gbuf);
     free(s->bucket); free(s->b_off); free(s->b_len); free(s->b_fill); free(s->b_req); free(s->u_flat);
-    free(s->su); free(s->order); free(s->pos); free(s->rb); free(s->ugrad); free(s->numel);
+    free(s->su); free(s->u2su); free(s->order); free(s->pos); free(s->rb); free(s->ugrad); free(s->numel);
     free(s);
 }
 
-int exec_strategy_bind(ExecStrategy *s, Gpt2 *m, uint64_t seed, int B, int T, int accum)
+int exec_strategy_bind(ExecStrategy *s, ExecModel *m, uint64_t seed, int accum)
 {
+    if (s->m) return fail(s, "the strategy is already bound to a model");
     s->m = m;
-    if (B < 1 || T < 1 || accum < 1) return fail(s, "micro-batch, sequence and accumulation must be >= 1");
-    /* mean over the global batch: B·T tokens per micro-batch, accum micro-batches, N ranks
-       (SUM of pre-scaled gradients = the average, as DDP divides by the world size) */
-    gpt2_set_grad_scale(m, (float)(1.0 / ((double)B * T * accum * s->N)));
+    if (accum < 1) return fail(s, "gradient accumulation must be >= 1");
+    s->nunits = exec_model_units(m);
+    s->nroot = exec_model_root_units(m, s->root);
+    if (s->nunits < 1 || s->nroot < 0 || s->nroot > 2) return fail(s, "the model has no units to train");
+    s->numel = calloc((size_t)s->nunits, sizeof *s->numel);
+    if (!s->numel) return fail(s, "out of host memory");
+    for (int u = 0; u < s->nunits; u++) s->numel[u] = exec_model_unit_numel(m, u);
+    exec_model_set_wrapped(m);
+    if (!s->plain) {
+        int rc = 0;
+        if (s->kind == EXEC_DDP) rc = ddp_setup(s, &s->opt);
+        else rc = shard_setup(s) || (s->kind == EXEC_ZERO3 ? zero3_setup(s) : zero12_setup(s, &s->opt));
+        if (rc) return -1;
+    }
+    /* mean over the global batch: accum micro-batches, N ranks (SUM of pre-scaled gradients =
+       the average, as DDP divides by the world size) */
+    exec_model_set_grad_divisor(m, (double)accum * s->N);
     if (!s->plain && s->kind == EXEC_ZERO3) return zero3_bind(s, seed);
-    if (gpt2_init_params(m, seed)) return fail(s, "%s", gpt2_error(m));
+    if (exec_model_init_params(m, seed)) return fail(s, "%s", exec_model_error(m));
     return 0;
 }
 
@@ -712,7 +749,7 @@ int exec_strategy_zero_grad(ExecStrategy *s)
         memset(s->gshard, 0, s->S * sizeof(float));
         return 0;
     }
-    gpt2_zero_grad(s->m);
+    exec_model_zero_grad(s->m);
     return 0;
 }
 
@@ -736,17 +773,17 @@ int exec_strategy_end_backward(ExecStrategy *s)
     return rc;
 }
 
-int exec_strategy_step(ExecStrategy *s, const Gpt2AdamW *opt, int t)
+int exec_strategy_step(ExecStrategy *s, const ExecAdamW *opt, int t)
 {
     if (s->plain || s->kind == EXEC_DDP) {
-        if (gpt2_adamw_step(s->m, opt, t, NULL, NULL)) return fail(s, "%s", gpt2_error(s->m));
+        if (exec_model_adamw_step(s->m, opt, t)) return fail(s, "%s", exec_model_error(s->m));
         return 0;
     }
     if (s->kind != EXEC_ZERO3) return zero12_step(s, opt, t);
     for (int i = 0; i < s->nsu; i++) {
         ShardUnit *x = &s->su[i];
-        if (gpt2_adamw_step_unit(s->m, x->unit[0], s->pshard + x->soff, s->gshard + x->soff, x->my_len, opt, t))
-            return fail(s, "%s", gpt2_error(s->m));
+        if (exec_model_adamw_step_unit(s->m, x->unit[0], s->pshard + x->soff, s->gshard + x->soff, x->my_len, opt, t))
+            return fail(s, "%s", exec_model_error(s->m));
     }
     return 0;
 }
@@ -759,7 +796,7 @@ int exec_strategy_gather_params(ExecStrategy *s, float *out)
     int rc = 0;
     if (s->plain || s->kind != EXEC_ZERO3) {
         for (int u = 0; u < s->nunits && s->rank == 0 && out; u++)
-            memcpy(out + uoff[u], gpt2_unit_params(s->m, u), s->numel[u] * sizeof(float));
+            memcpy(out + uoff[u], exec_model_unit_params(s->m, u), s->numel[u] * sizeof(float));
         free(uoff);
         return 0;
     }
