@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kern_cnn.h"
+#include "prof_phase.h"
 
 static int bn_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bn_fail(char *err, size_t errlen, const char *fmt, ...)
@@ -59,7 +60,10 @@ int exec_bn_forward(const ExecBnLayer *l, int training, float *out, ExecBnSaved 
     float *mine = all + (size_t)r * len, *var_unbiased = all + (size_t)R * len;
     if (N > 0) kern_bn_stats(mine, inp, N, C, H, W);
     else memset(mine, 0, len * sizeof(float));   /* an empty batch: count 0, left out */
-    if (comm_all_gather(l->sync, mine, all, len, DT_F32, NULL)) {
+    double t0 = prof_clock_us();
+    int rc = comm_all_gather(l->sync, mine, all, len, DT_F32, NULL);
+    if (l->coll_s) l->coll_s[0] += (prof_clock_us() - t0) * 1e-6;
+    if (rc) {
         prof_mem_free(l->mt, all);
         return bn_fail(err, errlen, "the SyncBatchNorm statistics all-gather failed on rank %d", comm_rank(l->sync));
     }
@@ -93,7 +97,10 @@ int exec_bn_backward(const ExecBnLayer *l, float *dinp, float *dweight, float *d
         kern_bn_backward_reduce(sums, sums + C, dweight, dbias, dout, inp, sv->mean, sv->invstd, N, C, H, W);
     else
         memset(sums, 0, 2 * (size_t)C * sizeof(float));
-    if (comm_all_reduce(l->sync, sums, sums, 2 * (size_t)C, DT_F32, NULL)) {
+    double t0 = prof_clock_us();
+    int rc = comm_all_reduce(l->sync, sums, sums, 2 * (size_t)C, DT_F32, NULL);
+    if (l->coll_s) l->coll_s[1] += (prof_clock_us() - t0) * 1e-6;
+    if (rc) {
         prof_mem_free(l->mt, sums);
         return bn_fail(err, errlen, "the SyncBatchNorm gradient all-reduce failed on rank %d", comm_rank(l->sync));
     }

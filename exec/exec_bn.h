@@ -27,6 +27,9 @@ typedef struct {
     float *num_batches;                  /* num_batches_tracked (1 float, += 1); may be NULL */
     Comm *sync;                          /* SyncBatchNorm over these ranks; NULL: BatchNorm2d */
     MemTracker *mt;                      /* for the collective buffers */
+    double *coll_s;                      /* [forward, backward]: wall seconds inside SyncBN's two
+                                            collectives are added here (waits for peers included);
+                                            NULL: not timed */
 } ExecBnLayer;
 
 /* What the training forward keeps for the backward. */

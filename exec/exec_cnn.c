@@ -347,6 +347,7 @@ struct Cnn {
     size_t nbuf;
     size_t *bn_buf;                /* per BN layer: offset in buffers */
     Comm *sync;                    /* SyncBatchNorm after the conversion */
+    double syncbn_s[2];            /* seconds inside SyncBN's collectives: forward, backward */
     int training;
     double divisor;                /* 0: the mean over the micro-batch */
     /* the current step */
@@ -500,6 +501,7 @@ Cnn *exec_cnn_from_model(ExecModel *m) { return m && m->ops == &CNN_OPS ? m->imp
 const CnnConfig *exec_cnn_config(const Cnn *c) { return &c->cfg; }
 const char *exec_cnn_error(const Cnn *c) { return c->err; }
 int exec_cnn_synced(const Cnn *c) { return c->sync != NULL; }
+void exec_cnn_syncbn_seconds(const Cnn *c, double out[2]) { out[0] = c->syncbn_s[0], out[1] = c->syncbn_s[1]; }
 void exec_cnn_set_training(Cnn *c, int training) { c->training = training != 0; }
 
 const float *exec_cnn_logits(const Cnn *c, int *batch)
@@ -598,7 +600,7 @@ static ExecBnLayer bn_layer(Cnn *c, const Op *o)
     int C = c->g.t[o->in].C;
     float *buf = c->buffers + c->bn_buf[o->bn];
     const float *w = c->params[o->unit];
-    ExecBnLayer l = {C, w, w + C, buf, buf + C, buf + 2 * C, c->sync, c->mt};
+    ExecBnLayer l = {C, w, w + C, buf, buf + C, buf + 2 * C, c->sync, c->mt, c->syncbn_s};
     return l;
 }
 

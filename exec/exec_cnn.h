@@ -97,6 +97,9 @@ const char *exec_cnn_error(const Cnn *c);
  * by a strategy (the error, in exec_cnn_error, says to convert first) or comm is NULL. */
 int exec_cnn_convert_sync_batchnorm(Cnn *c, Comm *comm);
 int exec_cnn_synced(const Cnn *c);        /* 1 after the conversion */
+/* Wall seconds this rank spent inside SyncBN's collectives since creation (waits for slower
+ * ranks included): out[0] forward all-gathers, out[1] backward all-reduces. */
+void exec_cnn_syncbn_seconds(const Cnn *c, double out[2]);
 /* 1: training (batch statistics; SyncBN communicates); 0: evaluation (running statistics, no
  * collectives; backward is refused). Default 1, like nn.Module. */
 void exec_cnn_set_training(Cnn *c, int training);

@@ -676,3 +676,76 @@ int comm_check_same(Comm *c, unsigned long long value, int *bad_rank)
     free(all);
     return rc;
 }
+
+/* ---- sub-communicators and idle waits (benchmarks that sweep the number of ranks) ---- */
+
+Comm *comm_split(Comm *parent, int color, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = 0;
+    if (parent->kind == COMM_NCCL) {
+        snprintf(err, errlen, "comm_split: NCCL communicators cannot be split yet (MPI only)");
+        return NULL;
+    }
+    Comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    c->kind = parent->kind;
+    c->size = c->local_size = 1;
+    c->mpi = MPI_COMM_NULL;
+    c->timeout_s = parent->timeout_s;
+    c->dev = parent->dev;
+    if (parent->kind == COMM_SELF) {
+        if (color >= 0) return c;
+        free(c);
+        return NULL;
+    }
+    c->uses_mpi = 1;
+    g_live_comms++;
+    MPI_Comm node;
+    if (MPI_CHECK(MPI_Comm_split(parent->mpi, color >= 0 ? color : MPI_UNDEFINED, parent->rank, &c->mpi)))
+        goto fail;
+    if (c->mpi == MPI_COMM_NULL) {   /* not a member: nothing to wait for, no error */
+        comm_destroy(c);
+        return NULL;
+    }
+    if (MPI_CHECK(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN)) ||
+        MPI_CHECK(MPI_Comm_rank(c->mpi, &c->rank)) || MPI_CHECK(MPI_Comm_size(c->mpi, &c->size)) ||
+        MPI_CHECK(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node)))
+        goto fail;
+    MPI_Comm_rank(node, &c->local_rank);
+    MPI_Comm_size(node, &c->local_size);
+    MPI_Comm_free(&node);
+    return c;
+fail:
+    snprintf(err, errlen, "comm_split failed (see the message above)");
+    comm_destroy(c);
+    return NULL;
+}
+
+int comm_barrier_idle(Comm *c, double poll_s)
+{
+    if (c->kind != COMM_MPI) return comm_barrier(c);
+    CommReq *r = req_new(c, COLL_BARRIER, 0, 1);
+    if (!r) return -1;
+    if (MPI_CHECK(MPI_Ibarrier(c->mpi, &r->mpi[0]))) return issue_failed(c, r, NULL);
+    r->next = c->outstanding;
+    if (c->outstanding) c->outstanding->prev = r;
+    c->outstanding = r;
+    struct timespec nap = {(time_t)poll_s, (long)((poll_s - (double)(time_t)poll_s) * 1e9)};
+    double start = now_s();
+    int rc;
+    while ((rc = req_test(c, r)) == 0) {
+        if (now_s() - start > c->timeout_s) timeout_abort(c, r);
+        nanosleep(&nap, NULL);
+    }
+    req_unlink(c, r);
+    req_free(r);
+    return rc == 1 ? 0 : -1;
+}

@@ -77,4 +77,14 @@ int comm_outstanding(const Comm *c);           /* non-blocking requests not yet 
 typedef struct Device Device;
 void comm_set_device(Comm *c, Device *dev);
 
+/* A communicator of the ranks of parent that pass the same color >= 0 (ordered as in parent);
+ * every rank of parent calls it. A rank passing color < 0 gets NULL with err "" (not a member).
+ * MPI and SELF; NULL with a message for NCCL. Counters and stream start unset; destroy it with
+ * comm_destroy before the parent. */
+Comm *comm_split(Comm *parent, int color, char *err, size_t errlen);
+/* A barrier for ranks that have nothing to do meanwhile: it sleeps poll_s between polls, so on
+ * an oversubscribed machine the waiting ranks leave the cores to the working ones (comm_wait
+ * spins with sched_yield, which still competes). Obeys the timeout; counted as a barrier. */
+int comm_barrier_idle(Comm *c, double poll_s);
+
 #endif
