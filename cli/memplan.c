@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cli_bench.h"
 #include "cli_output.h"
 #include "cli_run.h"
 #include "cli_setup.h"
@@ -32,6 +33,9 @@ static void usage(FILE *f) {
         "  mpirun -np N memplan validate --model gpt2-tiny [--strategy all]\n"
         "                                                predicted vs measured memory and collectives\n"
         "      (run/validate options: memplan run --help)\n"
+        "  mpirun -np N memplan bench syncbn [--model resnet50] [--batches 2,4,8] [--json F] [--plot F.png]\n"
+        "                                                what SyncBatchNorm costs, measured next to the prediction\n"
+        "      (bench options: memplan bench syncbn --help)\n"
         "  memplan help                                  this text\n\n");
     cli_print_setup_help(f);
     fprintf(f, "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
@@ -306,8 +310,9 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, "gpus") == 0) return cmd_gpus(argc - 1, argv + 1);
         if (strcmp(cmd, "run") == 0) return cli_cmd_run(argc - 1, argv + 1);
         if (strcmp(cmd, "validate") == 0) return cli_cmd_validate(argc - 1, argv + 1);
+        if (strcmp(cmd, "bench") == 0) return cli_cmd_bench(argc - 1, argv + 1);
         if (strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
-        return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, run, validate, help)", cmd);
+        return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, run, validate, bench, help)", cmd);
     }
     if (argc < 2) { usage(stderr); return 2; }
     return cmd_plan(argc, argv, 0);
