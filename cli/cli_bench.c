@@ -18,6 +18,7 @@
  * Everything is printed by rank 0: lines that are not data start with '#'. */
 #include "cli_bench.h"
 
+#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
@@ -845,6 +846,14 @@ static int bench_syncbn(int argc, char **argv)
         return 2;
     }
     if (o.timeout > 0) comm_set_timeout(world, o.timeout);
+    /* BLAS threads: the cores shared by this node's ranks (OpenBLAS would start one per core in
+       every rank), unless OPENBLAS_NUM_THREADS says otherwise */
+    int blas = getenv("OPENBLAS_NUM_THREADS") ? openblas_get_num_threads() : 0;
+    if (!blas) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        blas = cores / comm_local_size(world) > 1 ? (int)(cores / comm_local_size(world)) : 1;
+        openblas_set_num_threads(blas);
+    }
     su.cfg.image_size = o.image ? o.image : strcmp(su.cfg.name, "resnet50") == 0 ? 64 : su.cfg.image_size;
     su.model = su.cfg.name;
     su.params = exec_cnn_cfg_num_params(&su.cfg);
@@ -871,8 +880,8 @@ static int bench_syncbn(int argc, char **argv)
         for (int i = 0; i < o.nb; i++) fprintf(stderr, "%s%d", i ? "," : " ", o.batches[i]);
         fprintf(stderr, ", ranks");
         for (int i = 0; i < o.nr; i++) fprintf(stderr, "%s%d", i ? "," : " ", o.ranks[i]);
-        fprintf(stderr, " of %d, %d steps after %d warm-up per mode (the first n ranks run, the others wait asleep)\n",
-                N, o.steps, o.warmup);
+        fprintf(stderr, " of %d, %d steps after %d warm-up per mode (the first n ranks run, the others wait asleep), "
+                "%d BLAS thread%s per rank\n", N, o.steps, o.warmup, blas, blas > 1 ? "s" : "");
         fflush(stderr);
     }
     Link *links = calloc((size_t)o.nr, sizeof *links);
