@@ -439,6 +439,7 @@ static void predict(const CnnConfig *cfg, const Link *k, const Record *rec, Reco
     c.gpus = c.gpus_per_node = rec->ranks;
     c.gpu.intra_bw = c.gpu.inter_bw = k->bw_gbps;
     c.gpu.intra_lat = c.gpu.inter_lat = k->alpha_s;
+    c.coll_base_lat = 0;        /* the fit has one latency per ring step and no base */
     /* compute as measured: 3 x forward FLOPs over the BN run's forward + backward */
     double flops = 3.0 * exec_cnn_cfg_fwd_flops(cfg) * rec->batch, secs = (rec->bn.fwd + rec->bn.bwd) / 1e3;
     for (int i = 0; i < 3; i++) c.gpu.peak_tflops[i] = secs > 0 ? flops / secs / 1e12 : 1;

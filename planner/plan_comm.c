@@ -42,8 +42,17 @@ double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, in
                          int crosses_nodes) {
     if (group <= 1) return 0;
     double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
-    double lat = crosses_nodes ? c->gpu.inter_lat : c->gpu.intra_lat;
-    return lat * coll_steps(op, group) + payload * plan_coll_factor(op, group) / bw;
+    /* NCCL's latency model (tuning.cc): base + intra-node hops + inter-node hops, where a ring
+       over `nodes` nodes crosses the network 2(nodes-1) times for an all-reduce, nodes-1 times
+       otherwise */
+    double steps = coll_steps(op, group), inter = 0;
+    if (crosses_nodes) {
+        double nodes = ceil((double)group / (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1));
+        inter = op == PCOLL_ALL_REDUCE ? 2 * (nodes - 1) : nodes - 1;
+        if (inter > steps) inter = steps;
+    }
+    double lat = c->coll_base_lat + (steps - inter) * c->gpu.intra_lat + inter * c->gpu.inter_lat;
+    return lat + payload * plan_coll_factor(op, group) / bw;
 }
 
 static void add(CommPlan *p, const ClusterSpec *c, PlanCollOp op, CommPhase ph, const char *what,

@@ -10,20 +10,25 @@
 #define MIB_ (1024.0 * 1024.0)
 #define WS_OLD (8.125 * MIB_)     /* cuBLAS workspace before Hopper */
 #define WS_HOPPER (32.0 * MIB_)   /* cuBLAS workspace on Hopper */
+/* Per-hop latency of NCCL's ring with the LL protocol (NVIDIA/nccl src/graph/tuning.cc, hwLat
+   Ring/LL): NVLink 0.47 us, PCIe 1.0 us, network 2.7 us; small collectives use LL. */
+#define HOP_NVLINK 0.47e-6
+#define HOP_PCIE 1.0e-6
+#define HOP_NET 2.7e-6
 
 static const GpuPreset GPUS[] = {
-    {"v100-16gb", "NVIDIA Tesla V100-SXM2-16GB", 16160 * MIB_, 150, 12.5, 8e-6, 20e-6, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)"},
-    {"v100-32gb", "NVIDIA Tesla V100-SXM2-32GB", 32510 * MIB_, 150, 12.5, 8e-6, 20e-6, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)"},
-    {"t4", "NVIDIA T4", 15360 * MIB_, 16, 3.125, 10e-6, 25e-6, {8.1, 65, 0}, WS_OLD, 320, "PCIe 3.0 x16"},
-    {"titan-rtx", "NVIDIA TITAN RTX", 24220 * MIB_, 16, 3.125, 10e-6, 25e-6, {16.3, 130, 0}, WS_OLD, 672, "PCIe 3.0 x16"},
-    {"rtx3090", "NVIDIA GeForce RTX 3090", 24576 * MIB_, 32, 3.125, 10e-6, 25e-6, {35.6, 71, 71}, WS_OLD, 936, "PCIe 4.0 x16"},
-    {"rtx4090", "NVIDIA GeForce RTX 4090", 24564 * MIB_, 32, 3.125, 10e-6, 25e-6, {82.6, 165.2, 165.2}, WS_OLD, 1008, "PCIe 4.0 x16"},
-    {"a10g", "NVIDIA A10G", 23028 * MIB_, 32, 3.125, 10e-6, 25e-6, {31.2, 125, 125}, WS_OLD, 600, "PCIe 4.0 x16"},
-    {"l4", "NVIDIA L4", 23034 * MIB_, 32, 3.125, 10e-6, 25e-6, {30.3, 121, 121}, WS_OLD, 300, "PCIe 4.0 x16"},
-    {"a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB_, 300, 25, 6e-6, 15e-6, {19.5, 312, 312}, WS_OLD, 1555, "NVLink 3 (600 GB/s bidirectional)"},
-    {"a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB_, 300, 25, 6e-6, 15e-6, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (600 GB/s bidirectional)"},
-    {"h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MIB_, 450, 50, 5e-6, 12e-6, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (900 GB/s bidirectional)"},
-    {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, 5e-6, 12e-6, {67, 989.5, 989.5}, WS_HOPPER, 4800, "NVLink 4 (900 GB/s bidirectional)"},
+    {"v100-16gb", "NVIDIA Tesla V100-SXM2-16GB", 16160 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)"},
+    {"v100-32gb", "NVIDIA Tesla V100-SXM2-32GB", 32510 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)"},
+    {"t4", "NVIDIA T4", 15360 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {8.1, 65, 0}, WS_OLD, 320, "PCIe 3.0 x16"},
+    {"titan-rtx", "NVIDIA TITAN RTX", 24220 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {16.3, 130, 0}, WS_OLD, 672, "PCIe 3.0 x16"},
+    {"rtx3090", "NVIDIA GeForce RTX 3090", 24576 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {35.6, 71, 71}, WS_OLD, 936, "PCIe 4.0 x16"},
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 24564 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {82.6, 165.2, 165.2}, WS_OLD, 1008, "PCIe 4.0 x16"},
+    {"a10g", "NVIDIA A10G", 23028 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {31.2, 125, 125}, WS_OLD, 600, "PCIe 4.0 x16"},
+    {"l4", "NVIDIA L4", 23034 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {30.3, 121, 121}, WS_OLD, 300, "PCIe 4.0 x16"},
+    {"a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 1555, "NVLink 3 (600 GB/s bidirectional)"},
+    {"a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (600 GB/s bidirectional)"},
+    {"h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (900 GB/s bidirectional)"},
+    {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 4800, "NVLink 4 (900 GB/s bidirectional)"},
 };
 #define N_GPUS ((int)(sizeof(GPUS) / sizeof(GPUS[0])))
 
@@ -56,6 +61,7 @@ void plan_cluster_defaults(ClusterSpec *c) {
     c->alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
     c->margin_is_frac = 1;
     c->mfu = PLAN_DEFAULT_MFU;
+    c->coll_base_lat = PLAN_COLL_BASE_LAT;
 }
 
 int64_t plan_cluster_nodes(const ClusterSpec *c) {

@@ -13,8 +13,8 @@ typedef struct {
     double mem_bytes;        /* total as the driver reports it (nvidia-smi MiB x 2^20) */
     double intra_bw;         /* GB/s (1e9 B/s) per direction per GPU inside a node */
     double inter_bw;         /* GB/s per GPU across nodes (its share of the NICs) */
-    double intra_lat;        /* seconds per algorithm step inside a node */
-    double inter_lat;        /* seconds per algorithm step across nodes */
+    double intra_lat;        /* seconds per ring step (hop) inside a node */
+    double inter_lat;        /* seconds per ring step (hop) across nodes */
     double peak_tflops[3];   /* dense TFLOP/s: fp32 (no TF32), fp16, bf16 (0 = unsupported) */
     double cublas_ws_bytes;  /* cuBLAS workspace per GEMM stream */
     double mem_bw;           /* GB/s, HBM/GDDR (the optimizer step is bound by it) */
@@ -37,6 +37,7 @@ typedef struct {
     double alloc_margin;     /* fraction of allocator-managed bytes, or bytes if !margin_is_frac */
     int margin_is_frac;
     double mfu;              /* achieved fraction of peak FLOP/s */
+    double coll_base_lat;    /* seconds every collective costs before its hops (launch, sync) */
 } ClusterSpec;
 
 /* Defaults: PLAN_DEFAULT_GPU, 1 GPU, the documented overheads. */
@@ -48,5 +49,6 @@ int64_t plan_cluster_nodes(const ClusterSpec *c);
 #define PLAN_NCCL_COMM_BYTES (512.0 * 1024 * 1024)      /* 0.5-1 GiB per communicator, 8 GPUs */
 #define PLAN_ALLOC_MARGIN_FRAC 0.05                     /* caching-allocator rounding/fragmentation */
 #define PLAN_DEFAULT_MFU 0.4
+#define PLAN_COLL_BASE_LAT 3.6e-6                       /* NCCL baseLat, ring/LL (tuning.cc) */
 
 #endif
