@@ -3,8 +3,12 @@
  *   MPI   MPI_COMM_WORLD (duplicated), every collective issued non-blocking (MPI_I*) and
  *         completed by polling MPI_Test with a wall-clock timeout, so nothing blocks forever;
  *   NCCL  bootstrapped over MPI (rank 0 creates the unique id, MPI_Bcast, ncclCommInitRank on
- *         GPU local_rank % GPUs), collectives on the caller's stream, completion polled through
- *         a CUDA event with ncclCommGetAsyncError checked while waiting.
+ *         GPU local_rank % GPUs), collectives on the caller's stream (the device's comm
+ *         stream), each ordered after the compute stream's work queued before it
+ *         (comm_set_after_stream: an event recorded there, waited for on the comm stream), and
+ *         bracketed for CUPTI (prof_cupti_collective_begin/end: NCCL 2.28 runs most sizes in
+ *         ncclDevKernel_Generic, whose name says nothing); completion polled through a CUDA
+ *         event with ncclCommGetAsyncError checked while waiting.
  * The MPI -> NCCL bootstrap lives here and nowhere else.
  *
  * Every collective is counted in the CommCounters when it completes, with the payload = the
@@ -14,6 +18,7 @@
 #include "exec_comm.h"
 #include "prof_check.h"
 #include "exec_device.h"
+#include "prof_cupti.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -82,6 +87,8 @@ struct Comm {
 #if MEMPLAN_NCCL
     ncclComm_t nccl;
     cudaStream_t stream;
+    cudaStream_t after;      /* collectives wait for the work queued here (NULL: none) */
+    cudaEvent_t order_ev;    /* recorded on after, waited for on stream */
     float *scratch;          /* one device float for the barrier */
 #endif
 };
@@ -230,6 +237,7 @@ void comm_destroy(Comm *c)
         NCCL_CHECK(ncclCommDestroy(c->nccl));
     }
     if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
+    if (c->order_ev) CUDA_CHECK(cudaEventDestroy(c->order_ev));
 #endif
     if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
     if (c->uses_mpi && --g_live_comms == 0 && g_we_initialized) {
@@ -261,6 +269,16 @@ void comm_set_stream(Comm *c, void *cuda_stream)
 {
 #if MEMPLAN_NCCL
     c->stream = (cudaStream_t)cuda_stream;
+#else
+    (void)c;
+    (void)cuda_stream;
+#endif
+}
+
+void comm_set_after_stream(Comm *c, void *cuda_stream)
+{
+#if MEMPLAN_NCCL
+    c->after = (cudaStream_t)cuda_stream;
 #else
     (void)c;
     (void)cuda_stream;
@@ -415,6 +433,17 @@ static int issue_failed(Comm *c, CommReq *r, CommReq **out)
 }
 
 #if MEMPLAN_NCCL
+/* The next collective starts after the work queued on the after stream so far (the buffers it
+ * reads were written there). One event suffices: cudaStreamWaitEvent takes its state now. */
+static int nccl_order(Comm *c)
+{
+    if (!c->after || c->after == c->stream) return 0;
+    if (!c->order_ev && CUDA_CHECK(cudaEventCreateWithFlags(&c->order_ev, cudaEventDisableTiming))) return -1;
+    if (CUDA_CHECK(cudaEventRecord(c->order_ev, c->after)) || CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->order_ev, 0)))
+        return -1;
+    return 0;
+}
+
 static int nccl_event(Comm *c, CommReq *r)
 {
     if (CUDA_CHECK(cudaEventCreateWithFlags(&r->event, cudaEventDisableTiming))) return -1;
@@ -480,9 +509,13 @@ int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t
         }
     }
 #if MEMPLAN_NCCL
-    else if (NCCL_CHECK(ncclAllReduce(send, recv, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream)) ||
-             nccl_event(c, r))
-        return issue_failed(c, r, out);
+    else {
+        int bad = nccl_order(c);
+        prof_cupti_collective_begin(COLL_ALL_REDUCE);
+        bad = bad || NCCL_CHECK(ncclAllReduce(send, recv, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream));
+        prof_cupti_collective_end();
+        if (bad || nccl_event(c, r)) return issue_failed(c, r, out);
+    }
 #endif
     return finish(c, r, out);
 }
@@ -511,8 +544,11 @@ int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DTy
     else {
         /* NCCL's own in-place form is recv == send + rank·block; move the block down after. */
         char *dst = in_place ? (char *)recv + (size_t)c->rank * block : recv;
-        if (NCCL_CHECK(ncclReduceScatter(send, dst, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream)) ||
-            (in_place && c->rank && CUDA_CHECK(cudaMemcpyAsync(recv, dst, block, cudaMemcpyDeviceToDevice, c->stream))) ||
+        int bad = nccl_order(c);
+        prof_cupti_collective_begin(COLL_REDUCE_SCATTER);
+        bad = bad || NCCL_CHECK(ncclReduceScatter(send, dst, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream));
+        prof_cupti_collective_end();
+        if (bad || (in_place && c->rank && CUDA_CHECK(cudaMemcpyAsync(recv, dst, block, cudaMemcpyDeviceToDevice, c->stream))) ||
             nccl_event(c, r))
             return issue_failed(c, r, out);
     }
@@ -535,9 +571,13 @@ int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t
             return issue_failed(c, r, out);
     }
 #if MEMPLAN_NCCL
-    else if (NCCL_CHECK(ncclAllGather(send, recv, count, DTYPES[t].nccl, c->nccl, c->stream)) ||
-             nccl_event(c, r))
-        return issue_failed(c, r, out);
+    else {
+        int bad = nccl_order(c);
+        prof_cupti_collective_begin(COLL_ALL_GATHER);
+        bad = bad || NCCL_CHECK(ncclAllGather(send, recv, count, DTYPES[t].nccl, c->nccl, c->stream));
+        prof_cupti_collective_end();
+        if (bad || nccl_event(c, r)) return issue_failed(c, r, out);
+    }
 #endif
     return finish(c, r, out);
 }
@@ -575,12 +615,15 @@ int comm_all_gather_v(Comm *c, const void *send, void *recv, const size_t *count
 #if MEMPLAN_NCCL
     else {
         /* NCCL has no all-gather-v: one broadcast per rank in a group. */
-        int bad = NCCL_CHECK(ncclGroupStart());
+        int bad = nccl_order(c);
+        prof_cupti_collective_begin(COLL_ALL_GATHER_V);
+        bad = bad || NCCL_CHECK(ncclGroupStart());
         for (int i = 0; i < c->size && !bad; i++)
             bad = NCCL_CHECK(ncclBroadcast(i == c->rank ? send : (const char *)recv + displs[i] * es,
                                            (char *)recv + displs[i] * es, counts[i], DTYPES[t].nccl, i,
                                            c->nccl, c->stream));
         bad |= NCCL_CHECK(ncclGroupEnd());
+        prof_cupti_collective_end();
         if (bad || nccl_event(c, r)) return issue_failed(c, r, NULL);
     }
 #endif
@@ -605,10 +648,13 @@ int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root)
         }
     }
 #if MEMPLAN_NCCL
-    else if (c->kind == COMM_NCCL &&
-             (NCCL_CHECK(ncclBroadcast(buf, buf, count, DTYPES[t].nccl, root, c->nccl, c->stream)) ||
-              nccl_event(c, r)))
-        return issue_failed(c, r, NULL);
+    else if (c->kind == COMM_NCCL) {
+        int bad = nccl_order(c);
+        prof_cupti_collective_begin(COLL_BROADCAST);
+        bad = bad || NCCL_CHECK(ncclBroadcast(buf, buf, count, DTYPES[t].nccl, root, c->nccl, c->stream));
+        prof_cupti_collective_end();
+        if (bad || nccl_event(c, r)) return issue_failed(c, r, NULL);
+    }
 #endif
     return finish(c, r, NULL);
 }
@@ -621,10 +667,13 @@ int comm_barrier(Comm *c)
         if (MPI_CHECK(MPI_Ibarrier(c->mpi, &r->mpi[0]))) return issue_failed(c, r, NULL);
     }
 #if MEMPLAN_NCCL
-    else if (c->kind == COMM_NCCL &&
-             (NCCL_CHECK(ncclAllReduce(c->scratch, c->scratch, 1, ncclFloat32, ncclSum, c->nccl, c->stream)) ||
-              nccl_event(c, r)))
-        return issue_failed(c, r, NULL);
+    else if (c->kind == COMM_NCCL) {
+        int bad = nccl_order(c);
+        prof_cupti_collective_begin(COLL_BARRIER);
+        bad = bad || NCCL_CHECK(ncclAllReduce(c->scratch, c->scratch, 1, ncclFloat32, ncclSum, c->nccl, c->stream));
+        prof_cupti_collective_end();
+        if (bad || nccl_event(c, r)) return issue_failed(c, r, NULL);
+    }
 #endif
     return finish(c, r, NULL);
 }

@@ -32,6 +32,11 @@ int comm_size(const Comm *c);
 int comm_local_rank(const Comm *c);  /* rank within the node (picks the GPU) */
 void comm_set_counters(Comm *c, CommCounters *counters);   /* NULL: do not count */
 void comm_set_stream(Comm *c, void *cuda_stream);          /* NCCL: stream for collectives */
+/* NCCL: every collective first waits (on the GPU, cudaStreamWaitEvent) for the work queued on
+ * this stream before it was issued, e.g. the device's compute stream whose kernels wrote the
+ * buffers it reads; the host program order of compute and communication is then the GPU's
+ * order too. NULL (default): no such wait. Completion stays host-polled (comm_wait). */
+void comm_set_after_stream(Comm *c, void *cuda_stream);
 
 /* Collectives. count = elements. req == NULL: blocking. All return 0 or -1 (error printed,
  * with the rank, and the communicator should then be aborted). Sizes:

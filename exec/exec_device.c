@@ -1,13 +1,20 @@
-/* exec_device.c — the host device (malloc, memcpy) and, when built with CUDA, the CUDA device
- * (cudaMalloc, cudaMemcpy with cudaMemcpyDefault, one stream per device). Raw memory goes
- * through the profiler's tracker, which calls device_raw_alloc/free below.
+/* exec_device.c — the host device (malloc, memcpy) and, when built with CUDA, the CUDA device:
+ * two non-blocking streams (compute; communication for NCCL), memory from the device's default
+ * memory pool with stream-ordered cudaMallocAsync/cudaFreeAsync on the compute stream (so a
+ * free never synchronizes the device: it cannot stall behind a collective of the comm stream,
+ * and a buffer freed while kernels still read it is reused only after them), copies and
+ * memsets ordered on the compute stream. Raw memory goes through the profiler's tracker, which
+ * calls the raw alloc/free/zero functions below. Without memory-pool support (old drivers,
+ * some virtualized GPUs) it falls back to cudaMalloc/cudaFree.
  *
  * Errors in copy/memset/synchronize on a GPU are printed (CUDA_CHECK) and leave the device
  * marked failed (exec_device_failed): they usually mean a faulted context, and the run loop
  * then aborts the communicator rather than continuing with garbage. */
 #include "exec_device.h"
+#include "kern_cuda.h"
 #include "prof_check.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,7 +26,9 @@ struct Device {
     int failed;           /* a CUDA call failed in a void helper */
     char name[256];
 #if MEMPLAN_CUDA
-    cudaStream_t stream;
+    cudaStream_t stream;       /* compute: kernels, copies, memsets, allocations */
+    cudaStream_t comm_stream;  /* NCCL collectives */
+    int pools;                 /* stream-ordered allocation available */
 #endif
 };
 
@@ -42,9 +51,10 @@ static void host_free(void *ctx, void *p)
 #if MEMPLAN_CUDA
 static void *cuda_alloc(void *ctx, size_t bytes)
 {
-    (void)ctx;
+    Device *d = ctx;
     void *p = NULL;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaError_t e = d->pools ? cudaMallocAsync(&p, bytes, d->stream) : cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
         cudaGetLastError();   /* out of memory is reported by the tracker, not sticky here */
         return NULL;
     }
@@ -54,13 +64,24 @@ static void *cuda_alloc(void *ctx, size_t bytes)
 static void cuda_free(void *ctx, void *p)
 {
     Device *d = ctx;
-    if (CUDA_CHECK(cudaFree(p))) d->failed = 1;
+    if (CUDA_CHECK(d->pools ? cudaFreeAsync(p, d->stream) : cudaFree(p))) d->failed = 1;
 }
 
 static void cuda_zero(void *ctx, void *p, size_t bytes)
 {
     Device *d = ctx;
-    if (CUDA_CHECK(cudaMemset(p, 0, bytes))) d->failed = 1;
+    if (CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, d->stream))) d->failed = 1;
+}
+
+/* 1 if p is host memory (pageable or pinned), 0 if device memory. */
+static int is_host(const void *p)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;   /* unknown to CUDA: ordinary host memory */
+    }
+    return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
 }
 #endif
 
@@ -120,19 +141,45 @@ Device *exec_device_create(DeviceKind kind, int local_rank, char *err, size_t er
         goto fail;
     }
     struct cudaDeviceProp prop;
-    if (CUDA_CHECK(cudaGetDeviceProperties(&prop, d->index)) ||
-        CUDA_CHECK(cudaStreamCreate(&d->stream))) {
+    if (CUDA_CHECK(cudaGetDeviceProperties(&prop, d->index))) {
         snprintf(err, errlen, "cannot initialize CUDA device %d", d->index);
         goto fail;
     }
     snprintf(d->name, sizeof d->name, "%s", prop.name);
+    /* Non-blocking streams: no implicit ordering with the legacy default stream, so nothing
+     * outside these two streams can make the compute stream wait for a collective. */
+    if (CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)) ||
+        CUDA_CHECK(cudaStreamCreateWithFlags(&d->comm_stream, cudaStreamNonBlocking))) {
+        snprintf(err, errlen, "cannot create the CUDA streams on device %d", d->index);
+        goto fail;
+    }
+    int pools = 0;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, d->index) != cudaSuccess) {
+        cudaGetLastError();
+        pools = 0;
+    }
+    if (pools) {
+        /* Keep freed memory in the pool (as PyTorch's caching allocator does) instead of
+         * returning it to the driver at every synchronization; trimmed at destroy. */
+        cudaMemPool_t pool;
+        uint64_t keep = UINT64_MAX;
+        pools = cudaDeviceGetDefaultMemPool(&pool, d->index) == cudaSuccess &&
+                cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess;
+        if (!pools) cudaGetLastError();
+    }
+    d->pools = pools;
+    /* the cuBLAS handle of kernels/ (process-wide, kept until exit) on this device */
+    if (kern_cuda_init()) {
+        snprintf(err, errlen, "cannot create the cuBLAS handle on CUDA device %d", d->index);
+        goto fail;
+    }
     return d;
 #else
     snprintf(err, errlen, "built without CUDA (NO_CUDA=1)");
     goto fail;
 #endif
 fail:
-    free(d);
+    exec_device_destroy(d);
     return NULL;
 }
 
@@ -140,9 +187,15 @@ void exec_device_destroy(Device *d)
 {
     if (!d) return;
 #if MEMPLAN_CUDA
-    if (d->kind == DEVICE_CUDA && d->stream) {
-        CUDA_CHECK(cudaStreamSynchronize(d->stream));
-        CUDA_CHECK(cudaStreamDestroy(d->stream));
+    if (d->kind == DEVICE_CUDA) {
+        cudaStream_t st[2] = {d->stream, d->comm_stream};
+        for (int i = 0; i < 2; i++)
+            if (st[i]) {
+                CUDA_CHECK(cudaStreamSynchronize(st[i]));
+                CUDA_CHECK(cudaStreamDestroy(st[i]));
+            }
+        cudaMemPool_t pool;   /* hand the pool's memory back (the next run, other processes) */
+        if (d->pools && cudaDeviceGetDefaultMemPool(&pool, d->index) == cudaSuccess) CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
     }
 #endif
     free(d);
@@ -162,6 +215,51 @@ void *exec_device_stream(Device *d)
     return NULL;
 }
 
+void *exec_device_comm_stream(Device *d)
+{
+#if MEMPLAN_CUDA
+    if (d->kind == DEVICE_CUDA) return (void *)d->comm_stream;
+#endif
+    (void)d;
+    return NULL;
+}
+
+int exec_device_sync_compute(Device *d)
+{
+#if MEMPLAN_CUDA
+    if (d->kind == DEVICE_CUDA && CUDA_CHECK(cudaStreamSynchronize(d->stream))) {
+        d->failed = 1;
+        return -1;
+    }
+#endif
+    (void)d;
+    return 0;
+}
+
+int exec_device_cuda_count(char *why, size_t whylen)
+{
+    char dummy[8];
+    if (!why || whylen == 0) {
+        why = dummy;
+        whylen = sizeof dummy;
+    }
+    why[0] = 0;
+#if MEMPLAN_CUDA
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(why, whylen, "no CUDA device (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+#else
+    snprintf(why, whylen, "no CUDA device (memplan was built without CUDA: NO_CUDA=1)");
+    return 0;
+#endif
+}
+
 MemTracker *exec_device_tracker_create(Device *d, size_t limit_bytes)
 {
 #if MEMPLAN_CUDA
@@ -179,8 +277,11 @@ void exec_device_copy(Device *d, void *dst, const void *src, size_t bytes)
     if (bytes == 0 || dst == src) return;
 #if MEMPLAN_CUDA
     if (d->kind == DEVICE_CUDA) {
-        /* Unified addressing: the runtime tells host from device pointers. */
-        if (CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault))) d->failed = 1;
+        /* Unified addressing: the runtime tells host from device pointers. Ordered on the
+         * compute stream; waited for when the host reads or lends one side. */
+        if (CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->stream)) ||
+            ((is_host(dst) || is_host(src)) && CUDA_CHECK(cudaStreamSynchronize(d->stream))))
+            d->failed = 1;
         return;
     }
 #endif
@@ -205,7 +306,8 @@ void exec_device_synchronize(Device *d)
 {
 #if MEMPLAN_CUDA
     if (d->kind == DEVICE_CUDA) {
-        if (CUDA_CHECK(cudaDeviceSynchronize())) d->failed = 1;
+        if (CUDA_CHECK(cudaStreamSynchronize(d->stream)) || CUDA_CHECK(cudaStreamSynchronize(d->comm_stream)))
+            d->failed = 1;
         return;
     }
 #endif

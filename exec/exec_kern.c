@@ -1,0 +1,162 @@
+/* exec_kern.c — the two kernel tables of exec_kern.h. The CPU entries wrap kern_ops.h one to
+ * one (same call, stream ignored, status 0); the CUDA entries are kern_cuda.h's launchers
+ * themselves, whose signatures the table copies. The only op of our own is add (dst += src):
+ * on the CPU the loop the strategies always ran, on the GPU the residual kernel with out = inp1
+ * (an elementwise kernel: the aliasing is safe). */
+#include "exec_kern.h"
+
+#include "kern_cuda.h"
+#include "kern_ops.h"
+
+/* ---- CPU: kern_ops.h behind the table's signatures ---- */
+
+static int c_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
+                             void *stream)
+{
+    (void)stream;
+    kern_encoder_forward(out, inp, wte, wpe, B, T, C);
+    return 0;
+}
+
+static int c_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+                              void *stream)
+{
+    (void)stream;
+    kern_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    return 0;
+}
+
+static int c_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                               const float *bias, int B, int T, int C, void *stream)
+{
+    (void)stream;
+    kern_layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C);
+    return 0;
+}
+
+static int c_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                const float *weight, const float *mean, const float *rstd, int B, int T, int C,
+                                void *stream)
+{
+    (void)stream;
+    kern_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C);
+    return 0;
+}
+
+static int c_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int B, int T,
+                            int C, int OC, void *stream)
+{
+    (void)stream;
+    kern_matmul_forward(out, inp, weight, bias, B, T, C, OC);
+    return 0;
+}
+
+static int c_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, int B, int T, int C, int OC, void *stream)
+{
+    (void)stream;
+    kern_matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    return 0;
+}
+
+static int c_attention_forward(float *out, float *preatt, float *att, const float *inp, int B, int T, int C,
+                               int NH, void *stream)
+{
+    (void)stream;
+    kern_attention_forward(out, preatt, att, inp, B, T, C, NH);
+    return 0;
+}
+
+static int c_attention_backward(float *dinp, float *dpreatt, float *datt, const float *dout, const float *inp,
+                                const float *att, int B, int T, int C, int NH, void *stream)
+{
+    (void)stream;
+    kern_attention_backward(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+    return 0;
+}
+
+static int c_gelu_forward(float *out, const float *inp, size_t N, void *stream)
+{
+    (void)stream;
+    kern_gelu_forward(out, inp, N);
+    return 0;
+}
+
+static int c_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, void *stream)
+{
+    (void)stream;
+    kern_gelu_backward(dinp, inp, dout, N);
+    return 0;
+}
+
+static int c_residual_forward(float *out, const float *inp1, const float *inp2, size_t N, void *stream)
+{
+    (void)stream;
+    kern_residual_forward(out, inp1, inp2, N);
+    return 0;
+}
+
+static int c_ce_forward(float *probs, float *losses, const float *logits, const int *targets, int B, int T, int V,
+                        void *stream)
+{
+    (void)stream;
+    kern_crossentropy_softmax_forward(probs, losses, logits, targets, B, T, V);
+    return 0;
+}
+
+static int c_ce_backward(float *dlogits, const float *probs, const int *targets, float dloss, int B, int T, int V,
+                         void *stream)
+{
+    (void)stream;
+    kern_crossentropy_softmax_backward(dlogits, probs, targets, dloss, B, T, V);
+    return 0;
+}
+
+static int c_adamw(float *params, const float *grads, float *m, float *v, size_t offset, size_t length, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int t, void *stream)
+{
+    (void)stream;
+    kern_adamw_update(params, grads, m, v, offset, length, lr, beta1, beta2, eps, weight_decay, t);
+    return 0;
+}
+
+static int c_add(float *dst, const float *src, size_t N, void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < N; i++) dst[i] += src[i];
+    return 0;
+}
+
+static const ExecKernels CPU = {
+    "cpu", c_encoder_forward, c_encoder_backward, c_layernorm_forward, c_layernorm_backward, c_matmul_forward,
+    c_matmul_backward, c_attention_forward, c_attention_backward, c_gelu_forward, c_gelu_backward,
+    c_residual_forward, c_ce_forward, c_ce_backward, c_adamw, c_add,
+};
+
+/* ---- CUDA: the launchers themselves ---- */
+
+static int g_add(float *dst, const float *src, size_t N, void *stream)
+{
+    return kern_residual_forward_cuda(dst, dst, src, N, stream);
+}
+
+static const ExecKernels CUDA = {
+    "cuda",
+    kern_encoder_forward_cuda,
+    kern_encoder_backward_cuda,
+    kern_layernorm_forward_cuda,
+    kern_layernorm_backward_cuda,
+    kern_matmul_forward_cuda,
+    kern_matmul_backward_cuda,
+    kern_attention_forward_cuda,
+    kern_attention_backward_cuda,
+    kern_gelu_forward_cuda,
+    kern_gelu_backward_cuda,
+    kern_residual_forward_cuda,
+    kern_crossentropy_softmax_forward_cuda,
+    kern_crossentropy_softmax_backward_cuda,
+    kern_adamw_update_cuda,
+    g_add,
+};
+
+const ExecKernels *exec_kernels(DeviceKind kind) { return kind == DEVICE_CUDA ? &CUDA : &CPU; }

@@ -1,0 +1,53 @@
+/* exec_kern.h — the kernel table a model runtime and the strategies call, chosen once per
+ * device kind (exec_kernels): the CPU kernels of kern_ops.h or their CUDA twins of kern_cuda.h.
+ * Entries have kern_cuda.h's signatures (the CPU twin's arguments plus a trailing stream, a
+ * cudaStream_t as void *, ignored on the CPU) and return 0, or -1 after the CUDA launcher printed
+ * why; the CPU entries call kern_ops.h's functions unchanged and always return 0, so the CPU
+ * path computes exactly what it computed before the table existed.
+ *
+ * Pointers are the device's: host memory for the CPU table, device memory for the CUDA one.
+ * Contracts (shapes, write vs accumulate) are kern_ops.h's. No vendor types here. */
+#ifndef EXEC_KERN_H
+#define EXEC_KERN_H
+
+#include <stddef.h>
+
+#include "exec_device.h"
+
+typedef struct {
+    const char *name;   /* "cpu" or "cuda" */
+    int (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                           int C, void *stream);
+    int (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+                            void *stream);
+    int (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                             const float *bias, int B, int T, int C, void *stream);
+    int (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                              const float *weight, const float *mean, const float *rstd, int B, int T, int C,
+                              void *stream);
+    int (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias, int B, int T,
+                          int C, int OC, void *stream);
+    int (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                           const float *weight, int B, int T, int C, int OC, void *stream);
+    int (*attention_forward)(float *out, float *preatt, float *att, const float *inp, int B, int T, int C,
+                             int NH, void *stream);
+    int (*attention_backward)(float *dinp, float *dpreatt, float *datt, const float *dout, const float *inp,
+                              const float *att, int B, int T, int C, int NH, void *stream);
+    int (*gelu_forward)(float *out, const float *inp, size_t N, void *stream);
+    int (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t N, void *stream);
+    int (*residual_forward)(float *out, const float *inp1, const float *inp2, size_t N, void *stream);
+    int (*crossentropy_softmax_forward)(float *probs, float *losses, const float *logits, const int *targets,
+                                        int B, int T, int V, void *stream);
+    int (*crossentropy_softmax_backward)(float *dlogits, const float *probs, const int *targets, float dloss,
+                                         int B, int T, int V, void *stream);
+    int (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t offset, size_t length,
+                        float lr, float beta1, float beta2, float eps, float weight_decay, int t, void *stream);
+    /* dst[i] += src[i] for i < N, in index order (the strategies' shard accumulation). */
+    int (*add)(float *dst, const float *src, size_t N, void *stream);
+} ExecKernels;
+
+/* The table for a device kind: DEVICE_HOST -> the CPU kernels, DEVICE_CUDA -> the CUDA twins
+ * (which fail with a message when memplan was built without CUDA). Static storage. */
+const ExecKernels *exec_kernels(DeviceKind kind);
+
+#endif
