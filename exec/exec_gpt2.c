@@ -36,7 +36,15 @@
  * Once every grads(u) and the optimizer state exist, the peak is at 1: 4·params + act + ws.
  *
  * Host-side bookkeeping (the Gpt2 struct and its per-unit pointer arrays, a few hundred bytes)
- * uses plain calloc: it is not model memory and would stay on the host on a GPU as well. */
+ * uses plain calloc: it is not model memory and stays on the host on a GPU as well.
+ *
+ * On a GPU (gpt2_create_on with a CUDA device) the layout above is the same, in device memory,
+ * plus the micro-batch's tokens and targets (MEM_ACTIVATIONS, B·T int32 each, copied from the
+ * host at the start of forward, freed with the workspace at the end of backward: 8·B·T bytes
+ * the CPU engine, which reads the caller's host arrays, does not allocate). Kernels come from
+ * the device's kernel table (exec_kern.h) and run on its compute stream; zeroing is a memset on
+ * that stream; the mean loss is read back to the host; initial parameters are computed on the
+ * host and copied. */
 #include "exec_gpt2.h"
 
 #include <math.h>
@@ -45,7 +53,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kern_ops.h"
+#include "exec_device.h"
+#include "exec_kern.h"
 
 /* ---- configuration ---- */
 
@@ -277,6 +286,10 @@ int gpt2_activation_layout(const Gpt2Config *cfg, int B, int T, Gpt2MemLayout *o
 struct Gpt2 {
     Gpt2Config cfg;
     MemTracker *mt;
+    Device *dev;                   /* NULL: host */
+    int gpu;                       /* dev is a CUDA device */
+    const ExecKernels *k;          /* the device's kernels */
+    void *stream;                  /* their stream (NULL on the host) */
     Gpt2Hooks hooks;
     void *ctx;
     int nunits;
@@ -287,7 +300,8 @@ struct Gpt2 {
     size_t *opt_len;
     /* the current step */
     int B, T;
-    const int *tokens, *targets;
+    const int *tokens, *targets;   /* what the kernels read (device copies on a GPU) */
+    float *dtok, *dtgt;            /* GPU: tracked copies of tokens, targets (int32 bits) */
     float *head[H_COUNT];
     float **acts;                  /* n_layer × A_COUNT */
     float *ws[W_COUNT];
@@ -322,7 +336,26 @@ static void release(Gpt2 *m, float **p)
     *p = NULL;
 }
 
+/* Zeroes bytes of model memory: memset on the host, a memset on the compute stream on a GPU. */
+static void zero(Gpt2 *m, void *p, size_t bytes)
+{
+    if (m->gpu) exec_device_memset(m->dev, p, 0, bytes);
+    else memset(p, 0, bytes);
+}
+
+/* A kernel of the table failed (its launcher printed why). */
+static int kernel_failed(Gpt2 *m, const char *where)
+{
+    return fail_msg(m, "a %s kernel failed in %s (see the message above)", m->k->name, where);
+}
+
 int gpt2_create(Gpt2 **out, const Gpt2Config *cfg, MemTracker *mt, const Gpt2Hooks *hooks, void *ctx)
+{
+    return gpt2_create_on(out, cfg, mt, NULL, hooks, ctx);
+}
+
+int gpt2_create_on(Gpt2 **out, const Gpt2Config *cfg, MemTracker *mt, Device *dev, const Gpt2Hooks *hooks,
+                   void *ctx)
 {
     *out = NULL;
     if (gpt2_config_check(cfg, NULL, 0) || !mt) return -1;
@@ -330,6 +363,10 @@ int gpt2_create(Gpt2 **out, const Gpt2Config *cfg, MemTracker *mt, const Gpt2Hoo
     if (!m) return -1;
     m->cfg = *cfg;
     m->mt = mt;
+    m->dev = dev;
+    m->gpu = dev && exec_device_kind(dev) == DEVICE_CUDA;
+    m->k = exec_kernels(m->gpu ? DEVICE_CUDA : DEVICE_HOST);
+    m->stream = m->gpu ? exec_device_stream(dev) : NULL;
     if (hooks) m->hooks = *hooks;
     m->ctx = ctx;
     int n = m->nunits = gpt2_cfg_units(cfg);
@@ -405,9 +442,22 @@ int gpt2_set_unit_grads(Gpt2 *m, int u, float *g)
 
 int gpt2_init_params(Gpt2 *m, uint64_t seed)
 {
-    for (int u = 0; u < m->nunits; u++)
-        if (m->params[u] && gpt2_init_unit_range(&m->cfg, u, seed, 0, m->numel[u], m->params[u]))
-            return fail_msg(m, "cannot initialise unit %d", u);
+    for (int u = 0; u < m->nunits; u++) {
+        if (!m->params[u]) continue;
+        if (!m->gpu) {
+            if (gpt2_init_unit_range(&m->cfg, u, seed, 0, m->numel[u], m->params[u]))
+                return fail_msg(m, "cannot initialise unit %d", u);
+            continue;
+        }
+        /* on a GPU: computed on the host, copied (the copy returns when it is done) */
+        float *h = malloc(m->numel[u] * sizeof *h);
+        if (!h) return fail_msg(m, "out of host memory initialising unit %d", u);
+        int bad = gpt2_init_unit_range(&m->cfg, u, seed, 0, m->numel[u], h);
+        if (!bad) exec_device_copy(m->dev, m->params[u], h, m->numel[u] * sizeof *h);
+        free(h);
+        if (bad) return fail_msg(m, "cannot initialise unit %d", u);
+        if (exec_device_failed(m->dev)) return fail_msg(m, "copying unit %d to the GPU failed (see the message above)", u);
+    }
     return 0;
 }
 
@@ -455,6 +505,8 @@ void gpt2_free_activations(Gpt2 *m)
     for (int i = 0; i < H_COUNT; i++) release(m, &m->head[i]);
     for (size_t i = 0; i < (size_t)m->cfg.n_layer * A_COUNT; i++) release(m, &m->acts[i]);
     for (int i = 0; i < W_COUNT; i++) release(m, &m->ws[i]);
+    release(m, &m->dtok);
+    release(m, &m->dtgt);
 }
 
 /* ---- forward ---- */
@@ -481,17 +533,20 @@ static int block_forward(Gpt2 *m, int l, const float *x)
     }
     float *p[BP_COUNT];
     block_views(&m->cfg, m->params[l + 1], p);
-    kern_layernorm_forward(a[A_LN1], a[A_LN1_MEAN], a[A_LN1_RSTD], x, p[BP_LN1W], p[BP_LN1B], B, T, C);
-    kern_matmul_forward(a[A_QKV], a[A_LN1], p[BP_QKVW], p[BP_QKVB], B, T, C, 3 * C);
-    kern_attention_forward(a[A_ATTY], a[A_PREATT], a[A_ATT], a[A_QKV], B, T, C, NH);
-    kern_matmul_forward(a[A_ATTPROJ], a[A_ATTY], p[BP_ATTPROJW], p[BP_ATTPROJB], B, T, C, C);
-    kern_residual_forward(a[A_RESIDUAL2], x, a[A_ATTPROJ], btc);
-    kern_layernorm_forward(a[A_LN2], a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RESIDUAL2], p[BP_LN2W], p[BP_LN2B], B, T, C);
-    kern_matmul_forward(a[A_FCH], a[A_LN2], p[BP_FCW], p[BP_FCB], B, T, C, 4 * C);
-    kern_gelu_forward(a[A_FCH_GELU], a[A_FCH], 4 * btc);
-    kern_matmul_forward(a[A_FCPROJ], a[A_FCH_GELU], p[BP_FCPROJW], p[BP_FCPROJB], B, T, 4 * C, C);
-    kern_residual_forward(a[A_RESIDUAL3], a[A_RESIDUAL2], a[A_FCPROJ], btc);
-    return 0;
+    const ExecKernels *k = m->k;
+    void *st = m->stream;
+    int rc = 0;
+    rc |= k->layernorm_forward(a[A_LN1], a[A_LN1_MEAN], a[A_LN1_RSTD], x, p[BP_LN1W], p[BP_LN1B], B, T, C, st);
+    rc |= k->matmul_forward(a[A_QKV], a[A_LN1], p[BP_QKVW], p[BP_QKVB], B, T, C, 3 * C, st);
+    rc |= k->attention_forward(a[A_ATTY], a[A_PREATT], a[A_ATT], a[A_QKV], B, T, C, NH, st);
+    rc |= k->matmul_forward(a[A_ATTPROJ], a[A_ATTY], p[BP_ATTPROJW], p[BP_ATTPROJB], B, T, C, C, st);
+    rc |= k->residual_forward(a[A_RESIDUAL2], x, a[A_ATTPROJ], btc, st);
+    rc |= k->layernorm_forward(a[A_LN2], a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RESIDUAL2], p[BP_LN2W], p[BP_LN2B], B, T, C, st);
+    rc |= k->matmul_forward(a[A_FCH], a[A_LN2], p[BP_FCW], p[BP_FCB], B, T, C, 4 * C, st);
+    rc |= k->gelu_forward(a[A_FCH_GELU], a[A_FCH], 4 * btc, st);
+    rc |= k->matmul_forward(a[A_FCPROJ], a[A_FCH_GELU], p[BP_FCPROJW], p[BP_FCPROJB], B, T, 4 * C, C, st);
+    rc |= k->residual_forward(a[A_RESIDUAL3], a[A_RESIDUAL2], a[A_FCPROJ], btc, st);
+    return rc ? kernel_failed(m, "a block's forward") : 0;
 }
 
 int gpt2_forward(Gpt2 *m, const int *tokens, const int *targets, int B, int T, float *mean_loss)
@@ -507,10 +562,25 @@ int gpt2_forward(Gpt2 *m, const int *tokens, const int *targets, int B, int T, f
         if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
             return fail_msg(m, "token %zu is out of the vocabulary [0, %d)", i, V);
     m->B = B; m->T = T; m->tokens = tokens; m->targets = targets;
+    const ExecKernels *k = m->k;
+    void *st = m->stream;
+    if (m->gpu) {   /* the kernels read device copies */
+        size_t bytes = (size_t)B * T * sizeof(int);
+        if (!(m->dtok = tracked(m, MEM_ACTIVATIONS, (size_t)B * T, 0, "tokens", -1)) ||
+            !(m->dtgt = tracked(m, MEM_ACTIVATIONS, (size_t)B * T, 0, "targets", -1)))
+            goto fail;
+        exec_device_copy(m->dev, m->dtok, tokens, bytes);
+        exec_device_copy(m->dev, m->dtgt, targets, bytes);
+        m->tokens = (const int *)m->dtok;
+        m->targets = (const int *)m->dtgt;
+    }
 
     if (call_hook(m, BEFORE_FWD, 0) || alloc_head(m, H_ENCODED, H_ENCODED)) goto fail;
     float *wte = m->params[0], *wpe = wte + (size_t)V * C;
-    kern_encoder_forward(m->head[H_ENCODED], tokens, wte, wpe, B, T, C);
+    if (k->encoder_forward(m->head[H_ENCODED], m->tokens, wte, wpe, B, T, C, st)) {
+        kernel_failed(m, "the encoder's forward");
+        goto fail;
+    }
     const float *x = m->head[H_ENCODED];
     for (int l = 0; l < L; l++) {
         if (call_hook(m, BEFORE_FWD, l + 1) || block_forward(m, l, x) || call_hook(m, AFTER_FWD, l + 1))
@@ -519,15 +589,36 @@ int gpt2_forward(Gpt2 *m, const int *tokens, const int *targets, int B, int T, f
     }
     if (call_hook(m, BEFORE_FWD, L + 1) || alloc_head(m, H_LNF, H_LNF_RSTD)) goto fail;
     const float *lnfw = m->params[L + 1];
-    kern_layernorm_forward(m->head[H_LNF], m->head[H_LNF_MEAN], m->head[H_LNF_RSTD], x, lnfw, lnfw + C, B, T, C);
+    if (k->layernorm_forward(m->head[H_LNF], m->head[H_LNF_MEAN], m->head[H_LNF_RSTD], x, lnfw, lnfw + C, B, T, C, st)) {
+        kernel_failed(m, "the final LayerNorm's forward");
+        goto fail;
+    }
     if (call_hook(m, AFTER_FWD, L + 1) || alloc_head(m, H_LOGITS, H_LOSSES)) goto fail;
-    kern_matmul_forward(m->head[H_LOGITS], m->head[H_LNF], m->params[0], NULL, B, T, C, V);
-    kern_crossentropy_softmax_forward(m->head[H_PROBS], m->head[H_LOSSES], m->head[H_LOGITS], targets, B, T, V);
+    if (k->matmul_forward(m->head[H_LOGITS], m->head[H_LNF], m->params[0], NULL, B, T, C, V, st) ||
+        k->crossentropy_softmax_forward(m->head[H_PROBS], m->head[H_LOSSES], m->head[H_LOGITS], m->targets, B, T, V, st)) {
+        kernel_failed(m, "the LM head's forward");
+        goto fail;
+    }
     if (call_hook(m, AFTER_FWD, 0)) goto fail;
     if (mean_loss) {
+        const float *losses = m->head[H_LOSSES];
+        float *host = NULL;
+        if (m->gpu) {   /* read back (the copy waits for the forward's kernels) */
+            if (!(host = malloc((size_t)B * T * sizeof *host))) {
+                fail_msg(m, "out of host memory reading the losses");
+                goto fail;
+            }
+            exec_device_copy(m->dev, host, losses, (size_t)B * T * sizeof *host);
+            losses = host;
+        }
         double s = 0.0;
-        for (size_t i = 0; i < (size_t)B * T; i++) s += m->head[H_LOSSES][i];
+        for (size_t i = 0; i < (size_t)B * T; i++) s += losses[i];
         *mean_loss = (float)(s / ((double)B * T));
+        free(host);
+    }
+    if (m->gpu && exec_device_failed(m->dev)) {
+        fail_msg(m, "a CUDA call failed in forward (see the message above)");
+        goto fail;
     }
     return 0;
 fail:
@@ -542,13 +633,13 @@ void gpt2_set_grad_scale(Gpt2 *m, float scale) { m->grad_scale = scale > 0.0f ? 
 void gpt2_zero_grad(Gpt2 *m)
 {
     for (int u = 0; u < m->nunits; u++)
-        if (m->grads[u]) memset(m->grads[u], 0, m->numel[u] * sizeof(float));
+        if (m->grads[u]) zero(m, m->grads[u], m->numel[u] * sizeof(float));
 }
 
 /* Block l's backward. On entry ws[W_DRESIDUAL] = d(residual3 of block l); on exit it is
  * d(block input). The residual adds pass the gradient through unchanged, so dresidual is both
  * d(fcproj) and, after the ln2 term is added, d(residual2) = d(attproj). */
-static void block_backward(Gpt2 *m, int l, float *g_base)
+static int block_backward(Gpt2 *m, int l, float *g_base)
 {
     int B = m->B, T = m->T, C = m->cfg.d_model, NH = m->cfg.n_head;
     size_t btc = (size_t)B * T * C;
@@ -559,22 +650,26 @@ static void block_backward(Gpt2 *m, int l, float *g_base)
     block_views(&m->cfg, g_base, g);
     float *dres = ws[W_DRESIDUAL], *dbtc = ws[W_DBTC], *dfch_gelu = ws[W_DFCH_GELU];
     float *dfch = ws[W_DFCH], *dqkv = ws[W_DFCH];
+    const ExecKernels *k = m->k;
+    void *st = m->stream;
+    int rc = 0;
 
-    memset(dfch_gelu, 0, 4 * btc * sizeof(float));
-    kern_matmul_backward(dfch_gelu, g[BP_FCPROJW], g[BP_FCPROJB], dres, a[A_FCH_GELU], p[BP_FCPROJW], B, T, 4 * C, C);
-    memset(dfch, 0, 4 * btc * sizeof(float));
-    kern_gelu_backward(dfch, a[A_FCH], dfch_gelu, 4 * btc);
-    memset(dbtc, 0, btc * sizeof(float));                                  /* dln2 */
-    kern_matmul_backward(dbtc, g[BP_FCW], g[BP_FCB], dfch, a[A_LN2], p[BP_FCW], B, T, C, 4 * C);
-    kern_layernorm_backward(dres, g[BP_LN2W], g[BP_LN2B], dbtc, a[A_RESIDUAL2], p[BP_LN2W],
-                            a[A_LN2_MEAN], a[A_LN2_RSTD], B, T, C);
-    memset(dbtc, 0, btc * sizeof(float));                                  /* datty */
-    kern_matmul_backward(dbtc, g[BP_ATTPROJW], g[BP_ATTPROJB], dres, a[A_ATTY], p[BP_ATTPROJW], B, T, C, C);
-    memset(dqkv, 0, 3 * btc * sizeof(float));
-    kern_attention_backward(dqkv, ws[W_DPREATT], ws[W_DATT], dbtc, a[A_QKV], a[A_ATT], B, T, C, NH);
-    memset(dbtc, 0, btc * sizeof(float));                                  /* dln1 */
-    kern_matmul_backward(dbtc, g[BP_QKVW], g[BP_QKVB], dqkv, a[A_LN1], p[BP_QKVW], B, T, C, 3 * C);
-    kern_layernorm_backward(dres, g[BP_LN1W], g[BP_LN1B], dbtc, x, p[BP_LN1W], a[A_LN1_MEAN], a[A_LN1_RSTD], B, T, C);
+    zero(m, dfch_gelu, 4 * btc * sizeof(float));
+    rc |= k->matmul_backward(dfch_gelu, g[BP_FCPROJW], g[BP_FCPROJB], dres, a[A_FCH_GELU], p[BP_FCPROJW], B, T, 4 * C, C, st);
+    zero(m, dfch, 4 * btc * sizeof(float));
+    rc |= k->gelu_backward(dfch, a[A_FCH], dfch_gelu, 4 * btc, st);
+    zero(m, dbtc, btc * sizeof(float));                                    /* dln2 */
+    rc |= k->matmul_backward(dbtc, g[BP_FCW], g[BP_FCB], dfch, a[A_LN2], p[BP_FCW], B, T, C, 4 * C, st);
+    rc |= k->layernorm_backward(dres, g[BP_LN2W], g[BP_LN2B], dbtc, a[A_RESIDUAL2], p[BP_LN2W],
+                                a[A_LN2_MEAN], a[A_LN2_RSTD], B, T, C, st);
+    zero(m, dbtc, btc * sizeof(float));                                    /* datty */
+    rc |= k->matmul_backward(dbtc, g[BP_ATTPROJW], g[BP_ATTPROJB], dres, a[A_ATTY], p[BP_ATTPROJW], B, T, C, C, st);
+    zero(m, dqkv, 3 * btc * sizeof(float));
+    rc |= k->attention_backward(dqkv, ws[W_DPREATT], ws[W_DATT], dbtc, a[A_QKV], a[A_ATT], B, T, C, NH, st);
+    zero(m, dbtc, btc * sizeof(float));                                    /* dln1 */
+    rc |= k->matmul_backward(dbtc, g[BP_QKVW], g[BP_QKVB], dqkv, a[A_LN1], p[BP_QKVW], B, T, C, 3 * C, st);
+    rc |= k->layernorm_backward(dres, g[BP_LN1W], g[BP_LN1B], dbtc, x, p[BP_LN1W], a[A_LN1_MEAN], a[A_LN1_RSTD], B, T, C, st);
+    return rc ? kernel_failed(m, "a block's backward") : 0;
 }
 
 int gpt2_backward(Gpt2 *m)
@@ -589,37 +684,52 @@ int gpt2_backward(Gpt2 *m)
         if (!m->ws[i]) goto fail;
     }
     float *g0, *gl;
+    const ExecKernels *k = m->k;
+    void *st = m->stream;
     if (call_hook(m, BEFORE_BWD, 0) || !(g0 = unit_grads(m, 0))) goto fail;
     float dloss = m->grad_scale > 0.0f ? m->grad_scale : 1.0f / ((float)B * T);
-    kern_crossentropy_softmax_backward(m->ws[W_DLOGITS], m->head[H_PROBS], m->targets, dloss, B, T, V);
+    if (k->crossentropy_softmax_backward(m->ws[W_DLOGITS], m->head[H_PROBS], m->targets, dloss, B, T, V, st)) {
+        kernel_failed(m, "the loss's backward");
+        goto fail;
+    }
     release(m, &m->head[H_LOGITS]);
     release(m, &m->head[H_PROBS]);
     release(m, &m->head[H_LOSSES]);
     float *dlnf = m->ws[W_DBTC];
-    memset(dlnf, 0, (size_t)B * T * C * sizeof(float));
-    kern_matmul_backward(dlnf, g0, NULL, m->ws[W_DLOGITS], m->head[H_LNF], m->params[0], B, T, C, V);
+    zero(m, dlnf, (size_t)B * T * C * sizeof(float));
+    if (k->matmul_backward(dlnf, g0, NULL, m->ws[W_DLOGITS], m->head[H_LNF], m->params[0], B, T, C, V, st)) {
+        kernel_failed(m, "the LM head's backward");
+        goto fail;
+    }
     release(m, &m->ws[W_DLOGITS]);
     release(m, &m->head[H_LNF]);
 
     if (call_hook(m, BEFORE_BWD, L + 1) || !(gl = unit_grads(m, L + 1))) goto fail;
-    kern_layernorm_backward(m->ws[W_DRESIDUAL], gl, gl + C, dlnf, block_acts(m, L - 1)[A_RESIDUAL3],
-                            m->params[L + 1], m->head[H_LNF_MEAN], m->head[H_LNF_RSTD], B, T, C);
+    if (k->layernorm_backward(m->ws[W_DRESIDUAL], gl, gl + C, dlnf, block_acts(m, L - 1)[A_RESIDUAL3],
+                              m->params[L + 1], m->head[H_LNF_MEAN], m->head[H_LNF_RSTD], B, T, C, st)) {
+        kernel_failed(m, "the final LayerNorm's backward");
+        goto fail;
+    }
     release(m, &m->head[H_LNF_MEAN]);
     release(m, &m->head[H_LNF_RSTD]);
     if (call_hook(m, AFTER_BWD, L + 1)) goto fail;
 
     for (int l = L - 1; l >= 0; l--) {
         float *gb;
-        if (call_hook(m, BEFORE_BWD, l + 1) || !(gb = unit_grads(m, l + 1))) goto fail;
-        block_backward(m, l, gb);
+        if (call_hook(m, BEFORE_BWD, l + 1) || !(gb = unit_grads(m, l + 1)) || block_backward(m, l, gb)) goto fail;
         for (int i = 0; i < A_COUNT; i++) release(m, &block_acts(m, l)[i]);
         if (l == 0) release(m, &m->head[H_ENCODED]);
         if (call_hook(m, AFTER_BWD, l + 1)) goto fail;
     }
     /* the embeddings' gradient: unit 0's grad pointer may have been replaced by a hook */
     if (!(g0 = m->grads[0])) { fail_msg(m, "unit 0 lost its gradient buffer during backward"); goto fail; }
-    kern_encoder_backward(g0, g0 + (size_t)V * C, m->ws[W_DRESIDUAL], m->tokens, B, T, C);
+    if (k->encoder_backward(g0, g0 + (size_t)V * C, m->ws[W_DRESIDUAL], m->tokens, B, T, C, st)) {
+        kernel_failed(m, "the encoder's backward");
+        goto fail;
+    }
     for (int i = 0; i < W_COUNT; i++) release(m, &m->ws[i]);
+    release(m, &m->dtok);   /* GPU: the micro-batch's device copies */
+    release(m, &m->dtgt);
     if (call_hook(m, AFTER_BWD, 0)) goto fail;
     return 0;
 fail:
@@ -662,8 +772,9 @@ int gpt2_adamw_step_unit(Gpt2 *m, int u, float *params, const float *grads, size
     if (length == 0) return 0;
     if (!params || !grads) return fail_msg(m, "AdamW: unit %d has no parameters or gradients to update", u);
     if (opt_state(m, u, length)) return -1;
-    kern_adamw_update(params, grads, m->opt_m[u], m->opt_v[u], 0, length, opt->lr, opt->beta1,
-                      opt->beta2, opt->eps, opt->weight_decay, t);
+    if (m->k->adamw_update(params, grads, m->opt_m[u], m->opt_v[u], 0, length, opt->lr, opt->beta1, opt->beta2,
+                           opt->eps, opt->weight_decay, t, m->stream))
+        return kernel_failed(m, "AdamW");
     return 0;
 }
 

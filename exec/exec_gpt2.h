@@ -102,6 +102,15 @@ typedef struct {
  * out of memory (the tracker records the OOM; prof_mem_print_oom reports it). */
 int gpt2_create(Gpt2 **out, const Gpt2Config *cfg, MemTracker *mt, const Gpt2Hooks *hooks,
                 void *ctx);
+/* As gpt2_create, on a device (exec_device.h): NULL or a host device is gpt2_create; a CUDA
+ * device keeps every buffer in device memory (mt must be that device's tracker), runs the CUDA
+ * kernels (exec_kern.h) on its compute stream, and adds the micro-batch's tokens and targets to
+ * the tracked activations (see the top of exec_gpt2.c). Unit pointers (gpt2_unit_params/grads,
+ * the set_ functions, AdamW's buffers) are then device pointers; tokens and targets passed to
+ * gpt2_forward stay host memory on every device. */
+typedef struct Device Device;
+int gpt2_create_on(Gpt2 **out, const Gpt2Config *cfg, MemTracker *mt, Device *dev, const Gpt2Hooks *hooks,
+                   void *ctx);
 void gpt2_destroy(Gpt2 *m);   /* frees everything the model allocated; NULL is ignored */
 const Gpt2Config *gpt2_config(const Gpt2 *m);
 MemTracker *gpt2_tracker(const Gpt2 *m);

@@ -90,6 +90,12 @@ static const ExecModelOps GPT2_OPS = {
 int exec_gpt2_model_create(ExecModel **out, const Gpt2Config *cfg, MemTracker *mt,
                            const ExecHooks *hooks, void *ctx)
 {
+    return exec_gpt2_model_create_on(out, cfg, mt, NULL, hooks, ctx);
+}
+
+int exec_gpt2_model_create_on(ExecModel **out, const Gpt2Config *cfg, MemTracker *mt, Device *dev,
+                              const ExecHooks *hooks, void *ctx)
+{
     *out = NULL;
     Gpt2Model *gm = calloc(1, sizeof *gm);
     if (!gm) return -1;
@@ -102,7 +108,7 @@ int exec_gpt2_model_create(ExecModel **out, const Gpt2Config *cfg, MemTracker *m
         gh.after_unit_backward = hooks->after_unit_backward ? t_ab : NULL;
         gh.external_params = hooks->external_params;
     }
-    if (gpt2_create(&gm->g, cfg, mt, hooks ? &gh : NULL, gm)) {
+    if (gpt2_create_on(&gm->g, cfg, mt, dev, hooks ? &gh : NULL, gm)) {
         free(gm);
         return -1;
     }

@@ -4,8 +4,18 @@
  * Collectives are timed for the trace from issue to the poll that first saw them complete: the
  * comm counters count a collective when it completes, so after every comm_progress/comm_wait
  * the newly counted ones close the oldest open span of their type (collectives of one type on
- * one communicator complete in issue order). */
+ * one communicator complete in issue order).
+ *
+ * Buffers live on the model's device (exec_strategy_set_device): on the host, copies are
+ * memcpy, zeroing memset and shard accumulation a loop, as they always were; on a GPU the same
+ * operations are stream-ordered on the device's compute stream (exec_device_copy/memset, the
+ * kernel table's add), and the collectives run on the comm stream, each ordered after the
+ * compute work queued before it (comm_set_after_stream), completed by host polling. A buffer
+ * that a collective reads or writes is touched by compute again only after comm_wait saw that
+ * collective complete, so the host program order is the order on the GPU. */
 #include "exec_strategy.h"
+#include "exec_device.h"
+#include "exec_kern.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,6 +69,9 @@ typedef struct {
 struct ExecStrategy {
     ExecStrategyKind kind;
     ExecStrategyOptions opt;
+    Device *dev;             /* where the buffers live; NULL: host */
+    int gpu;                 /* dev is a CUDA device */
+    const ExecKernels *k;    /* its kernels (add) */
     int plain;               /* one rank: the plain replica */
     Comm *comm;
     MemTracker *mt;
@@ -139,6 +152,41 @@ static void tfree(ExecStrategy *s, float **p)
 {
     prof_mem_free(s->mt, *p);
     *p = NULL;
+}
+
+/* ---- buffer operations on the device (host: memcpy, memset, a loop) ---- */
+
+static void s_copy(ExecStrategy *s, void *dst, const void *src, size_t bytes)
+{
+    if (s->gpu) exec_device_copy(s->dev, dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
+static void s_zero(ExecStrategy *s, void *p, size_t bytes)
+{
+    if (s->gpu) exec_device_memset(s->dev, p, 0, bytes);
+    else memset(p, 0, bytes);
+}
+
+/* dst[i] += src[i], i < n */
+static int s_add(ExecStrategy *s, float *dst, const float *src, size_t n)
+{
+    if (s->k->add(dst, src, n, s->gpu ? exec_device_stream(s->dev) : NULL))
+        return fail(s, "accumulating a gradient shard failed on rank %d (see the message above)", s->rank);
+    return 0;
+}
+
+/* Fills dst (the device's memory) with elements offset .. offset+length-1 of unit u's seeded
+ * initial parameters: directly on the host, through a host buffer on a GPU. */
+static int init_range(ExecStrategy *s, int u, uint64_t seed, size_t offset, size_t length, float *dst)
+{
+    if (!s->gpu) return exec_model_init_unit_range(s->m, u, seed, offset, length, dst);
+    float *h = malloc(length * sizeof *h);
+    if (!h) return -1;
+    int rc = exec_model_init_unit_range(s->m, u, seed, offset, length, h);
+    if (!rc) s_copy(s, dst, h, length * sizeof *h);
+    free(h);
+    return rc || exec_device_failed(s->dev) ? -1 : 0;
 }
 
 /* ---- collectives: spans, polling, waiting ---- */
@@ -254,7 +302,7 @@ static int ddp_unit_ready(ExecStrategy *s, int u)
     while (n > 0) {
         size_t k = s->b_off[b] + s->b_len[b] - off;
         if (k > n) k = n;
-        memcpy(s->bucket[b] + (off - s->b_off[b]), g, k * sizeof(float));
+        s_copy(s, s->bucket[b] + (off - s->b_off[b]), g, k * sizeof(float));
         s->b_fill[b] += k;
         if (s->b_fill[b] == s->b_len[b] && ddp_start_bucket(s, b)) return -1;
         off += k;
@@ -281,7 +329,7 @@ static int ddp_end_backward(ExecStrategy *s)
         while (n > 0) {
             size_t k = s->b_off[b] + s->b_len[b] - off;
             if (k > n) k = n;
-            memcpy(g, s->bucket[b] + (off - s->b_off[b]), k * sizeof(float));
+            s_copy(s, g, s->bucket[b] + (off - s->b_off[b]), k * sizeof(float));
             off += k;
             g += k;
             n -= k;
@@ -386,12 +434,8 @@ static int zero12_consume(ExecStrategy *s)
     for (int k = s->rb[b].first; k <= s->rb[b].last; k++) {
         ShardUnit *x = &s->su[s->order[k]];
         const float *res = s->rbuf + x->boff;
-        if (s->kind == EXEC_ZERO1) {
-            memcpy(exec_model_unit_grads(s->m, x->unit[0]) + x->my_off, res, x->my_len * sizeof(float));
-        } else {
-            float *g = s->gshard + x->soff;
-            for (size_t i = 0; i < x->my_len; i++) g[i] += res[i];
-        }
+        if (s->kind == EXEC_ZERO1) s_copy(s, exec_model_unit_grads(s->m, x->unit[0]) + x->my_off, res, x->my_len * sizeof(float));
+        else if (s_add(s, s->gshard + x->soff, res, x->my_len)) return -1;
     }
     return 0;
 }
@@ -408,8 +452,8 @@ static int zero12_unit_ready(ExecStrategy *s, int u)
     for (int q = 0; q < s->N; q++) {
         float *dst = s->rbuf + (size_t)q * b->S + x->boff;
         size_t n = shard_len(x, q);
-        memcpy(dst, g + (size_t)q * x->shard, n * sizeof(float));
-        memset(dst + n, 0, (x->shard - n) * sizeof(float));
+        s_copy(s, dst, g + (size_t)q * x->shard, n * sizeof(float));
+        s_zero(s, dst + n, (x->shard - n) * sizeof(float));
     }
     if (s->kind == EXEC_ZERO2) {   /* the full gradient is gone once it is in the bucket */
         exec_model_set_unit_grads(s->m, u, NULL);
@@ -440,8 +484,8 @@ static int zero12_step(ExecStrategy *s, const ExecAdamW *opt, int t)
         float *mine = s->rbuf + (size_t)s->rank * b->S;
         for (int k = b->first; k <= b->last; k++) {
             ShardUnit *x = &s->su[s->order[k]];
-            memcpy(mine + x->boff, exec_model_unit_params(s->m, x->unit[0]) + x->my_off, x->my_len * sizeof(float));
-            memset(mine + x->boff + x->my_len, 0, (x->shard - x->my_len) * sizeof(float));
+            s_copy(s, mine + x->boff, exec_model_unit_params(s->m, x->unit[0]) + x->my_off, x->my_len * sizeof(float));
+            s_zero(s, mine + x->boff + x->my_len, (x->shard - x->my_len) * sizeof(float));
         }
         CommReq *r = NULL;
         if (issued(s, comm_all_gather(s->comm, mine, s->rbuf, b->S, DT_F32, &r), "parameter all-gather"))
@@ -452,7 +496,7 @@ static int zero12_step(ExecStrategy *s, const ExecAdamW *opt, int t)
             ShardUnit *x = &s->su[s->order[k]];
             float *p = exec_model_unit_params(s->m, x->unit[0]);
             for (int q = 0; q < s->N; q++)
-                memcpy(p + (size_t)q * x->shard, s->rbuf + (size_t)q * b->S + x->boff, shard_len(x, q) * sizeof(float));
+                s_copy(s, p + (size_t)q * x->shard, s->rbuf + (size_t)q * b->S + x->boff, shard_len(x, q) * sizeof(float));
         }
     }
     return 0;
@@ -529,9 +573,7 @@ static int z3_end_backward(ExecStrategy *s)
         ShardUnit *x = &s->su[i];
         if (!x->rs) return fail(s, "zero3: shard unit %d was not reduced in backward", i);
         if (wait_req(s, &x->rs)) return -1;
-        const float *res = s->gbuf + x->goff;
-        float *g = s->gshard + x->soff;
-        for (size_t e = 0; e < x->my_len; e++) g[e] += res[e];
+        if (s_add(s, s->gshard + x->soff, s->gbuf + x->goff, x->my_len)) return -1;
     }
     return 0;
 }
@@ -550,8 +592,7 @@ static int zero3_bind(ExecStrategy *s, uint64_t seed)
         for (int p = 0; p < x->nparts; base += x->part[p], p++) {
             size_t lo = x->my_off > base ? x->my_off : base;
             size_t hi = x->my_off + x->my_len < base + x->part[p] ? x->my_off + x->my_len : base + x->part[p];
-            if (lo < hi && exec_model_init_unit_range(s->m, x->unit[p], seed, lo - base, hi - lo,
-                                                      s->pshard + x->soff + (lo - x->my_off)))
+            if (lo < hi && init_range(s, x->unit[p], seed, lo - base, hi - lo, s->pshard + x->soff + (lo - x->my_off)))
                 return fail(s, "cannot initialise unit %d", x->unit[p]);
         }
     }
@@ -627,7 +668,7 @@ static int hook_before_bwd(void *ctx, ExecModel *m, int u)
     if (s->kind != EXEC_ZERO3 || z3_other_root(s, u)) return 0;
     int i = s->u2su[u];
     ShardUnit *x = &s->su[i];
-    memset(s->gbuf + x->goff, 0, x->shard * (size_t)s->N * sizeof(float));
+    s_zero(s, s->gbuf + x->goff, x->shard * (size_t)s->N * sizeof(float));
     if (z3_present(s, i)) return -1;
     if (u == z3_bracket(s) || (z3_bracket(s) < 0 && i == s->nsu - 1)) return z3_prefetch_first(s, 1);
     return 0;
@@ -697,6 +738,7 @@ int exec_strategy_create(ExecStrategy **out, const ExecStrategyOptions *o, Comm 
     s->rank = comm_rank(comm);
     s->plain = s->N == 1;
     s->sync = 1;
+    exec_strategy_set_device(s, NULL);
     for (int op = 0; op < COLL_OP_COUNT && counters; op++) s->seen[op] = prof_comm_total(counters, (CollOp)op).count;
     *out = s;
     return 0;
@@ -715,6 +757,13 @@ void exec_strategy_destroy(ExecStrategy *s)
     free(s->bucket); free(s->b_off); free(s->b_len); free(s->b_fill); free(s->b_req); free(s->u_flat);
     free(s->su); free(s->u2su); free(s->order); free(s->pos); free(s->rb); free(s->ugrad); free(s->numel);
     free(s);
+}
+
+void exec_strategy_set_device(ExecStrategy *s, Device *dev)
+{
+    s->dev = dev;
+    s->gpu = dev && exec_device_kind(dev) == DEVICE_CUDA;
+    s->k = exec_kernels(s->gpu ? DEVICE_CUDA : DEVICE_HOST);
 }
 
 int exec_strategy_bind(ExecStrategy *s, ExecModel *m, uint64_t seed, int accum)
@@ -746,7 +795,7 @@ int exec_strategy_bind(ExecStrategy *s, ExecModel *m, uint64_t seed, int accum)
 int exec_strategy_zero_grad(ExecStrategy *s)
 {
     if (!s->plain && (s->kind == EXEC_ZERO2 || s->kind == EXEC_ZERO3)) {
-        memset(s->gshard, 0, s->S * sizeof(float));
+        s_zero(s, s->gshard, s->S * sizeof(float));
         return 0;
     }
     exec_model_zero_grad(s->m);
@@ -796,16 +845,19 @@ int exec_strategy_gather_params(ExecStrategy *s, float *out)
     int rc = 0;
     if (s->plain || s->kind != EXEC_ZERO3) {
         for (int u = 0; u < s->nunits && s->rank == 0 && out; u++)
-            memcpy(out + uoff[u], exec_model_unit_params(s->m, u), s->numel[u] * sizeof(float));
+            s_copy(s, out + uoff[u], exec_model_unit_params(s->m, u), s->numel[u] * sizeof(float));
         free(uoff);
-        return 0;
+        return s->gpu && exec_device_failed(s->dev) ? fail(s, "copying the parameters from the GPU failed") : 0;
     }
     comm_set_counters(s->comm, NULL);   /* a dump, not training traffic */
     for (int i = 0; i < s->nsu && rc == 0; i++) {
         ShardUnit *x = &s->su[i];
-        float *full = malloc(x->shard * (size_t)s->N * sizeof(float));
+        /* the gather lands where the comm can write: device memory on a GPU (after the run's
+           measurements, so this tracked buffer changes no reported peak) */
+        float *full = s->gpu ? talloc(s, MEM_COMM, x->shard * (size_t)s->N, 0, "parameter dump")
+                             : malloc(x->shard * (size_t)s->N * sizeof(float));
         if (!full) {
-            rc = fail(s, "out of host memory");
+            rc = fail(s, "out of memory for the parameter dump");
             break;
         }
         if (comm_all_gather(s->comm, s->pshard + x->soff, full, x->shard, DT_F32, NULL)) {
@@ -813,10 +865,12 @@ int exec_strategy_gather_params(ExecStrategy *s, float *out)
         } else if (s->rank == 0 && out) {
             size_t off = 0;
             for (int p = 0; p < x->nparts; off += x->part[p], p++)
-                memcpy(out + uoff[x->unit[p]], full + off, x->part[p] * sizeof(float));
+                s_copy(s, out + uoff[x->unit[p]], full + off, x->part[p] * sizeof(float));
         }
-        free(full);
+        if (s->gpu) tfree(s, &full);
+        else free(full);
     }
+    if (rc == 0 && s->gpu && exec_device_failed(s->dev)) rc = fail(s, "copying the parameters from the GPU failed");
     comm_set_counters(s->comm, s->cc);
     free(uoff);
     return rc;

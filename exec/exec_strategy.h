@@ -4,7 +4,9 @@
  * communication buffers (tracked, MEM_COMM), shards what it shards, and runs the optimizer
  * step. The mechanics are those docs/formulas.md gives for the planner (the strategy table), so
  * `memplan validate` compares like with like; docs/validation.md lists where they differ. All
- * buffers are fp32 host memory from the tracked allocator; gradients are pre-scaled by 1/N
+ * buffers are fp32, from the tracked allocator, on the model's device (host memory, or GPU
+ * memory with NCCL collectives on the device's comm stream: exec_strategy_set_device);
+ * gradients are pre-scaled by 1/N
  * (exec_model_set_grad_divisor) and reduced with SUM. U = the model's units.
  *
  *   ddp    full replica. Persistent flat bucket buffers (Ψ·4 bytes, MEM_COMM) in gradient-ready
@@ -81,6 +83,12 @@ int exec_strategy_create(ExecStrategy **out, const ExecStrategyOptions *opt, Com
                          CommCounters *counters, PhaseTimer *pt, char *err, size_t errlen);
 void exec_strategy_destroy(ExecStrategy *s);   /* frees its buffers; NULL is ignored */
 
+/* The device the model's and the strategy's buffers live on (before bind; default NULL = the
+ * host). On a CUDA device: buffer copies, zeroing and shard sums run on its compute stream, and
+ * comm must be an NCCL communicator whose stream is the device's comm stream and whose after
+ * stream is its compute stream (comm_set_stream, comm_set_after_stream), or one rank. */
+typedef struct Device Device;
+void exec_strategy_set_device(ExecStrategy *s, Device *dev);
 /* The hooks to create the model with (ctx = s); external_params is set for ZeRO-3. */
 void exec_strategy_hooks(const ExecStrategy *s, ExecHooks *hooks);
 /* Wraps the created model (once): marks it wrapped (exec_model_wrapped: SyncBN conversion is
