@@ -2,7 +2,10 @@
  * executor's own), start the communicator (MPI under mpirun, otherwise one rank alone), run
  * the executor (exec/exec_run.h), and print on rank 0: a progress line per step, then a
  * profiler summary (run) or predicted versus measured side by side (validate). Exit status:
- * 0 success, 1 a failed run or a failed validation, 2 a usage error. */
+ * 0 success, 1 a failed run or a failed validation, 2 a usage error.
+ *
+ * --device cuda runs the same step on the GPU (cli_gpu.h: the GPU check, the NCCL communicator,
+ * --cupti's overheads and CUPTI tables); without a GPU it exits 1 with one line. */
 #include "cli_run.h"
 
 #include <cjson/cJSON.h>
@@ -13,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_gpu.h"
 #include "cli_setup.h"
 #include "exec_comm.h"
 #include "exec_run.h"
@@ -25,7 +29,7 @@
 /* ---- the executor's flags ---- */
 
 enum { OPT_STEPS = 2000, OPT_BUCKET_MB, OPT_MEM_LIMIT, OPT_TIMEOUT, OPT_TRACE, OPT_SEED, OPT_LR,
-       OPT_WD, OPT_DUMP, OPT_FAULT };
+       OPT_WD, OPT_DUMP, OPT_FAULT, OPT_DEVICE, OPT_CUPTI };
 
 static const struct option RUN_OPTIONS[] = {
     {"steps", required_argument, 0, OPT_STEPS},
@@ -38,6 +42,8 @@ static const struct option RUN_OPTIONS[] = {
     {"weight-decay", required_argument, 0, OPT_WD},
     {"dump-params", required_argument, 0, OPT_DUMP},
     {"fault", required_argument, 0, OPT_FAULT},
+    {"device", required_argument, 0, OPT_DEVICE},
+    {"cupti", no_argument, 0, OPT_CUPTI},
     {0, 0, 0, 0},
 };
 
@@ -50,6 +56,8 @@ typedef struct {
     long long seed;
     double lr, wd;
     ExecFault fault;
+    DeviceKind device;        /* --device: cpu (DEVICE_HOST) or cuda */
+    int cupti;
 } RunFlags;
 
 static int parse_fault(const char *a, ExecFault *f)
@@ -106,6 +114,12 @@ static int run_flag(void *ctx, int opt, const char *a, char *err, size_t errlen)
     case OPT_FAULT:
         if (parse_fault(a, &f->fault)) { snprintf(err, errlen, "--fault '%s' is not stall@RANK:STEP or exit@RANK:STEP", a); return -1; }
         return 0;
+    case OPT_DEVICE:
+        if (strcmp(a, "cpu") == 0) f->device = DEVICE_HOST;
+        else if (strcmp(a, "cuda") == 0) f->device = DEVICE_CUDA;
+        else { snprintf(err, errlen, "--device '%s' is not cpu or cuda", a); return -1; }
+        return 0;
+    case OPT_CUPTI: f->cupti = 1; return 0;
     default: return 1;
     }
 }
@@ -137,7 +151,12 @@ static void print_help(FILE *f, const char *cmd)
                "  --lr X                 AdamW learning rate (default 1e-3); --weight-decay X (default 0)\n"
                "  --dump-params FILE     write the final parameters (fp32, units in order) from rank 0\n"
                "  --fault KIND@R:S       testing: rank R stalls (stall) or dies (exit) at step S\n"
-               "Memory is printed in bytes and binary units (KiB, MiB, GiB); the CPU engine runs in fp32.\n");
+               "  --device cpu|cuda      where the engine runs (default cpu); cuda: GPU local_rank %% GPUs, CUDA kernels,\n"
+               "                         collectives over NCCL (bootstrapped over MPI) on a second stream\n"
+               "  --cupti                with --device cuda: trace the steps with CUPTI (kernels, NCCL by collective,\n"
+               "                         copies, the memory timeline vs the tracker) and measure the fixed overheads\n"
+               "                         (CUDA context, cuBLAS, NCCL) next to the planner's figures (--gpu PRESET)\n"
+               "Memory is printed in bytes and binary units (KiB, MiB, GiB); the engine runs in fp32 (CPU or GPU).\n");
 }
 
 /* Under mpirun (OpenMPI, or a PMI/PMIx launcher) the job is MPI; alone, one rank without MPI. */
@@ -150,6 +169,7 @@ typedef struct {
     CliSetup s;
     int have_setup;
     RunFlags f;
+    CliGpu gpu;               /* --device cuda */
     Comm *comm;
     int rank, N;
     ExecRunConfig cfg;
@@ -160,6 +180,7 @@ static void finish_ctx(Ctx *x)
 {
     if (x->have_setup) cli_setup_free(&x->s);
     x->have_setup = 0;
+    cli_gpu_finish(&x->gpu);   /* before the control comm: MPI outlives the NCCL comm */
     comm_destroy(x->comm);
     x->comm = NULL;
 }
@@ -246,6 +267,17 @@ static int start(int argc, char **argv, const char *cmd, Ctx *x)
     c->dump_path = x->f.dump;
     c->fault = x->f.fault;
     if (x->f.timeout > 0) comm_set_timeout(x->comm, x->f.timeout);
+    if (x->f.cupti && x->f.device != DEVICE_CUDA) {
+        if (x->rank == 0) cli_usage_error("--cupti traces the GPU: give --device cuda as well");
+        return 2;
+    }
+    c->device = x->f.device;
+    c->cupti = x->f.cupti;
+    if (c->device == DEVICE_CUDA) {
+        int grc = cli_gpu_start(&x->gpu, x->comm, x->f.cupti, comm_timeout(x->comm));
+        if (grc) return grc;
+        c->data_comm = x->gpu.nccl;
+    }
     return -1;
 }
 
@@ -254,9 +286,10 @@ static int start(int argc, char **argv, const char *cmd, Ctx *x)
 static const char *fmt_b(double bytes, char *buf, size_t len) { return plan_fmt_count((long long)llround(bytes), buf, len); }
 static const char *fmt_h(double bytes, char *buf, size_t len) { return plan_fmt_bytes(bytes, buf, len); }
 
-static const char *comm_kind_name(const Comm *c)
+static const char *comm_kind_name(const Ctx *x)
 {
-    return comm_kind(c) == COMM_MPI ? "MPI" : comm_kind(c) == COMM_NCCL ? "NCCL" : "one process, no MPI";
+    if (x->gpu.nccl) return "NCCL, bootstrapped over MPI";
+    return comm_kind(x->comm) == COMM_MPI ? "MPI" : "one process, no MPI";
 }
 
 static void echo_setup(FILE *f, const Ctx *x, const char *cmd, const char *strategies)
@@ -266,11 +299,13 @@ static void echo_setup(FILE *f, const Ctx *x, const char *cmd, const char *strat
     fprintf(f, "# memplan %s: %s (%s parameters), %s on %d rank%s (%s), micro-batch %d x seq %d, grad-accum %d "
                "(%s tokens per step), %d step%s\n",
             cmd, c->model.name, plan_fmt_count(gpt2_cfg_num_params(&c->model), p, sizeof p), strategies, x->N,
-            x->N == 1 ? "" : "s", comm_kind_name(x->comm), c->micro_batch, c->seq, c->grad_accum,
+            x->N == 1 ? "" : "s", comm_kind_name(x), c->micro_batch, c->seq, c->grad_accum,
             plan_fmt_count((long long)c->micro_batch * c->seq * c->grad_accum * x->N, tok, sizeof tok), c->steps,
             c->steps == 1 ? "" : "s");
-    fprintf(f, "# fp32 on the CPU (BLAS); DDP buckets 1 MiB then %.6g MiB; seed %llu; AdamW lr %g, weight decay %g; "
+    fprintf(f, "# fp32 on %s; DDP buckets 1 MiB then %.6g MiB; seed %llu; AdamW lr %g, weight decay %g; "
                "collective timeout %.3g s; memory limit %s\n",
+            c->device == DEVICE_CUDA ? "the GPU (CUDA kernels, cuBLAS without TF32; collectives on a second stream)"
+                                     : "the CPU (BLAS)",
             c->bucket_bytes > 0 ? c->bucket_bytes / MIB : 25.0, (unsigned long long)c->seed, (double)c->opt.lr,
             (double)c->opt.weight_decay, comm_timeout(x->comm), c->mem_limit ? fmt_h((double)c->mem_limit, lim, sizeof lim) : "none");
 }
@@ -356,7 +391,9 @@ static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
     cJSON_AddNumberToObject(j, "params", (double)r->params);
     cJSON_AddStringToObject(j, "strategy", exec_strategy_name(c->strategy));
     cJSON_AddNumberToObject(j, "ranks", x->N);
-    cJSON_AddStringToObject(j, "comm", comm_kind(x->comm) == COMM_MPI ? "mpi" : "self");
+    cJSON_AddStringToObject(j, "comm", x->gpu.nccl ? "nccl" : comm_kind(x->comm) == COMM_MPI ? "mpi" : "self");
+    cJSON_AddStringToObject(j, "device", c->device == DEVICE_CUDA ? "cuda" : "cpu");
+    cJSON_AddStringToObject(j, "device_name", r->device_name);
     cJSON_AddNumberToObject(j, "micro_batch", c->micro_batch);
     cJSON_AddNumberToObject(j, "seq", c->seq);
     cJSON_AddNumberToObject(j, "grad_accum", c->grad_accum);
@@ -403,6 +440,10 @@ static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
     }
     cJSON_AddNumberToObject(j, "steady_ms_per_step", r->steady_ms);
     cJSON_AddNumberToObject(j, "tokens_per_s", r->steady_ms > 0 ? r->tokens_per_step / (r->steady_ms / 1e3) : 0);
+    if (c->cupti) {
+        cJSON_AddItemToObject(j, "cupti", cli_gpu_cupti_json(r));
+        cJSON_AddItemToObject(j, "overheads", cli_gpu_overheads_json(&x->gpu, &x->s.cluster, x->N));
+    }
     return j;
 }
 
@@ -447,7 +488,13 @@ int cli_cmd_run(int argc, char **argv)
             rc = emit(j, x.s.json_path);
             cJSON_Delete(j);
         }
-        if (!x.s.json || x.s.json_path) print_summary(stdout, &x, &r);
+        if (!x.s.json || x.s.json_path) {
+            print_summary(stdout, &x, &r);
+            if (x.cfg.cupti) {
+                cli_gpu_print_cupti(stdout, &r);
+                cli_gpu_print_overheads(stdout, &x.gpu, &x.s.cluster, x.N);
+            }
+        }
         if (x.cfg.trace_path) fprintf(out, "# trace of %d rank%s written to %s\n", x.N, x.N == 1 ? "" : "s", x.cfg.trace_path);
     }
     exec_run_result_free(&r);
@@ -618,9 +665,15 @@ int cli_cmd_validate(int argc, char **argv)
         if (x.which & (1u << k)) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? "," : "", exec_strategy_name((ExecStrategyKind)k));
     if (x.rank == 0) {
         echo_setup(out, &x, "validate", names);
-        fprintf(out, "# predicted: the planner with --impl engine (the engine's activation layout), fp32, AdamW, "
-                     "overheads zeroed (no CUDA context, cuBLAS workspace, NCCL buffers or allocator margin on a CPU)\n"
-                     "# measured: the tracked allocator and the comm counters; memory is the steady state "
+        if (x.cfg.device == DEVICE_CUDA)
+            fprintf(out, "# predicted: the planner with --impl engine (the engine's activation layout), fp32, AdamW, "
+                         "overheads zeroed: the tracker counts the engine's buffers only (on the GPU also the micro-batch's "
+                         "tokens and targets, 8·B·T bytes of activations the planner leaves out); the fixed overheads are "
+                         "measured apart (--cupti)\n");
+        else
+            fprintf(out, "# predicted: the planner with --impl engine (the engine's activation layout), fp32, AdamW, "
+                         "overheads zeroed (no CUDA context, cuBLAS workspace, NCCL buffers or allocator margin on a CPU)\n");
+        fprintf(out, "# measured: the tracked allocator and the comm counters; memory is the steady state "
                      "(steps 2..K), the maximum over ranks; collectives are one optimizer step of rank 0\n");
     }
     cJSON *arr = cJSON_CreateArray();
@@ -639,16 +692,26 @@ int cli_cmd_validate(int argc, char **argv)
             finish_ctx(&x);
             return rc;
         }
-        if (x.rank == 0) all_pass &= compare(out, &x, (ExecStrategyKind)k, &r, arr, &header);
+        if (x.rank == 0) {
+            all_pass &= compare(out, &x, (ExecStrategyKind)k, &r, arr, &header);
+            if (x.cfg.cupti) {   /* what the GPU ran for this strategy */
+                cli_gpu_print_cupti(out, &r);
+                cJSON_AddItemToObject(cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 1), "cupti", cli_gpu_cupti_json(&r));
+                header = 0;      /* the next strategy's rows get their header again */
+            }
+        }
         exec_run_result_free(&r);
     }
     rc = 0;
     if (x.rank == 0) {
+        if (x.cfg.cupti) cli_gpu_print_overheads(out, &x.gpu, &x.s.cluster, x.N);
         fprintf(out, "# validate: %s\n", all_pass ? "pass" : "FAIL (model states or collective bytes differ, or the peak by more than 5%)");
         if (x.s.json) {
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "model", x.cfg.model.name);
             cJSON_AddNumberToObject(j, "ranks", x.N);
+            cJSON_AddStringToObject(j, "device", x.cfg.device == DEVICE_CUDA ? "cuda" : "cpu");
+            if (x.cfg.cupti) cJSON_AddItemToObject(j, "overheads", cli_gpu_overheads_json(&x.gpu, &x.s.cluster, x.N));
             cJSON_AddNumberToObject(j, "micro_batch", x.cfg.micro_batch);
             cJSON_AddNumberToObject(j, "seq", x.cfg.seq);
             cJSON_AddNumberToObject(j, "grad_accum", x.cfg.grad_accum);

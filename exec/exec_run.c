@@ -3,6 +3,7 @@
  * and (for tests) final parameters. */
 #include "exec_run.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,8 @@ unsigned long long exec_run_config_hash(const ExecRunConfig *c)
     const Gpt2Config *m = &c->model;
     h_bytes(&h, m->name, strnlen(m->name, sizeof m->name));
     int ints[] = {m->n_layer, m->n_head, m->d_model, m->vocab, m->max_seq, (int)c->strategy,
-                  c->micro_batch, c->seq > 0 ? c->seq : m->max_seq, c->grad_accum, c->steps};
+                  c->micro_batch, c->seq > 0 ? c->seq : m->max_seq, c->grad_accum, c->steps,
+                  (int)c->device, c->cupti};
     h_bytes(&h, ints, sizeof ints);
     double d[] = {c->bucket_bytes, (double)c->mem_limit, (double)c->seed, c->opt.lr, c->opt.beta1,
                   c->opt.beta2, c->opt.eps, c->opt.weight_decay};
@@ -61,8 +63,10 @@ void exec_run_result_free(ExecRunResult *r)
     free(r->loss);
     free(r->step_ms);
     free(r->report);
+    free(r->cupti_json);
     r->loss = r->step_ms = NULL;
     r->report = NULL;
+    r->cupti_json = NULL;
 }
 
 /* ---- control traffic: not counted (it is not part of the training step) ---- */
@@ -103,19 +107,22 @@ static int phase_index(const char *name)
 
 /* ---- the trace: every rank's spans and memory timeline, written by rank 0 ---- */
 
-static int write_trace(Comm *c, CommCounters *cc, PhaseTimer *pt, MemTracker *mt, const char *path,
-                       char *msg, size_t msglen)
+/* cs: this rank's CUPTI session (NULL: none); gpu_lanes: name the GPU lanes (every rank the
+ * same, even one whose session did not start). */
+static int write_trace(Comm *c, CommCounters *cc, PhaseTimer *pt, MemTracker *mt, const ProfCupti *cs,
+                       int gpu_lanes, const char *path, char *msg, size_t msglen)
 {
     int rank = comm_rank(c), N = comm_size(c), rc = 0;
     double origin = prof_phase_origin_us(pt);
     int ns = prof_export_spans(pt, rank, origin, NULL, 0), nm = prof_export_memory(mt, rank, origin, NULL, 0);
-    TraceEvent *mine = calloc((size_t)(ns + nm) + 1, sizeof *mine);
+    int ng = cs ? prof_cupti_export(cs, rank, origin, NULL, 0) : 0;
+    TraceEvent *mine = calloc((size_t)(ns + nm + ng) + 1, sizeof *mine);
     double *counts = calloc((size_t)N, sizeof *counts);
     size_t *bc = calloc((size_t)N, sizeof *bc), *bd = calloc((size_t)N, sizeof *bd);
     int *ic = calloc((size_t)N, sizeof *ic);
     const TraceEvent **ptrs = calloc((size_t)N, sizeof *ptrs);
     char *all = NULL;
-    double n_mine = ns + nm;
+    double n_mine = ns + nm + ng;
     if (!mine || !counts || !bc || !bd || !ic || !ptrs) {
         snprintf(msg, msglen, "out of host memory writing the trace");
         rc = -1;
@@ -123,6 +130,7 @@ static int write_trace(Comm *c, CommCounters *cc, PhaseTimer *pt, MemTracker *mt
     }
     prof_export_spans(pt, rank, origin, mine, ns);
     prof_export_memory(mt, rank, origin, mine + ns, nm);
+    if (cs) prof_cupti_export(cs, rank, origin, mine + ns + nm, ng);   /* the GPU's lanes */
     if (control_gather(c, cc, &n_mine, 1, counts)) {
         snprintf(msg, msglen, "gathering the trace failed");
         rc = -1;
@@ -147,8 +155,11 @@ static int write_trace(Comm *c, CommCounters *cc, PhaseTimer *pt, MemTracker *mt
     if (rank == 0) {
         FILE *f = fopen(path, "w");
         for (int r = 0; r < N; r++) ptrs[r] = (const TraceEvent *)(all + bd[r]);
-        static const char *const lanes[] = {"compute", "comm"};
-        if (!f || prof_trace_write_ranks(f, ptrs, ic, N, lanes, 2) || fclose(f)) {
+        const char *lanes[CUPTI_LANE_END];
+        for (int l = 0; l < CUPTI_LANE_END; l++)
+            lanes[l] = l < PHASE_LANE_COUNT ? prof_phase_lane_name(l) : prof_cupti_lane_name(l);
+        if (!f || prof_trace_write_ranks(f, ptrs, ic, N, lanes, gpu_lanes ? CUPTI_LANE_END : PHASE_LANE_COUNT) ||
+            fclose(f)) {
             snprintf(msg, msglen, "cannot write the trace file '%s'", path);
             rc = -1;
         }
@@ -202,6 +213,38 @@ static void classify_failure(ExecRunResult *res, MemTracker *mt, const char *why
     }
 }
 
+/* ---- the GPU: phase boundaries for CUPTI, and what the session measured ---- */
+
+/* A CUPTI phase boundary: the compute stream is drained first, so the kernels the host queued
+ * in the previous phase count there (collectives in flight on the comm stream run on). */
+static void gpu_phase(Device *dev, ProfCupti *cs, const char *name)
+{
+    if (!cs) return;
+    exec_device_sync_compute(dev);
+    prof_cupti_set_phase(cs, name);
+}
+
+/* Stops the session and copies its aggregates into res (rank 0 reports them). */
+static void cupti_results(ProfCupti *cs, MemTracker *mt, ExecRunResult *res)
+{
+    if (prof_cupti_stop(cs)) {
+        snprintf(res->cupti_note, sizeof res->cupti_note, "stopping the CUPTI session failed (see the message above)");
+        return;
+    }
+    int n = 0;
+    const ProfCuptiPhase *ph = prof_cupti_phases(cs, &n);
+    res->cupti_nphases = n < 8 ? n : 8;
+    memcpy(res->cupti_phase, ph, (size_t)res->cupti_nphases * sizeof *ph);
+    res->cupti_total = prof_cupti_total(cs);
+    res->cupti_memory = prof_cupti_memory(cs);
+    res->cupti_mem_check = prof_cupti_check_mem(cs, mt, EXEC_CUPTI_MEM_TOLERANCE);
+    res->cupti_dropped = prof_cupti_dropped_records(cs);
+    cJSON *j = prof_cupti_json(cs, mt, EXEC_CUPTI_MEM_TOLERANCE);
+    res->cupti_json = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    res->cupti = 1;
+}
+
 static void stall_or_die(const ExecFault *f, int rank, int step, double timeout_s)
 {
     if (f->kind == EXEC_FAULT_NONE || f->rank != rank || f->step != step) return;
@@ -244,16 +287,27 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     res->params = gpt2_cfg_num_params(mc);
     res->tokens_per_step = (double)B * T * A * N;
 
+    /* the GPU on several ranks collects over NCCL (every rank has the same cfg: clean) */
+    int gpu = cfg->device == DEVICE_CUDA;
+    Comm *dc = c;   /* the strategy's collectives */
+    if (gpu && N > 1) {
+        dc = cfg->data_comm;
+        if (!dc || comm_kind(dc) != COMM_NCCL || comm_size(dc) != N)
+            return fail_setup(res, EXEC_RUN_ERROR, "a GPU run on several ranks needs an NCCL communicator of the same "
+                                                   "ranks (ExecRunConfig.data_comm)");
+    }
+
     /* 2. setup: device, tracker, profiler, strategy, model */
     Device *dev = NULL;
     MemTracker *mt = NULL;
     CommCounters *cc = NULL;
     PhaseTimer *pt = NULL;
+    ProfCupti *cs = NULL;
     ExecStrategy *s = NULL;
     ExecModel *m = NULL;
     int *tokens = NULL, *targets = NULL;
     char err[256] = "";
-    dev = exec_device_create(DEVICE_HOST, comm_local_rank(c), err, sizeof err);
+    dev = exec_device_create(cfg->device, comm_local_rank(c), err, sizeof err);
     mt = dev ? exec_device_tracker_create(dev, cfg->mem_limit) : NULL;
     cc = prof_comm_create(N);
     pt = prof_phase_create(0);
@@ -261,25 +315,47 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     res->step_ms = calloc((size_t)K, sizeof *res->step_ms);
     tokens = malloc((size_t)B * T * sizeof *tokens);
     targets = malloc((size_t)B * T * sizeof *targets);
-    if (!dev || !mt || !cc || !pt || !res->loss || !res->step_ms || !tokens || !targets) {
+    int ok = dev && mt && cc && pt && res->loss && res->step_ms && tokens && targets;
+    if (!ok) {
+        /* on the host only memory can fail, alike on every rank; a GPU may fail on one rank
+           alone, so a GPU run goes on to the setup agreement */
         fail_setup(res, EXEC_RUN_ERROR, *err ? err : "out of host memory");
-        goto done_local;
+        if (!gpu || !cc) goto done_local;
     }
-    comm_set_counters(c, cc);
-    prof_mem_set_phase(mt, "setup");
-    ExecStrategyOptions so = {cfg->strategy, cfg->bucket_bytes, 0, 0};
-    ExecHooks hooks;
-    int ok = exec_strategy_create(&s, &so, c, mt, cc, pt, err, sizeof err) == 0;
     if (ok) {
-        exec_strategy_hooks(s, &hooks);
-        ok = exec_gpt2_model_create(&m, mc, mt, &hooks, s) == 0;
-        if (!ok) snprintf(err, sizeof err, "cannot create the model (out of memory or invalid)");
+        snprintf(res->device_name, sizeof res->device_name, "%s", exec_device_name(dev));
+        if (gpu && cfg->cupti) {   /* before any tracked allocation: CUPTI sees them all */
+            char cerr[200];
+            if (!(cs = prof_cupti_start(0, cerr, sizeof cerr)))
+                snprintf(res->cupti_note, sizeof res->cupti_note, "no CUPTI session: %s", cerr);
+            gpu_phase(dev, cs, "setup");
+        }
+        comm_set_counters(c, cc);
+        if (dc != c) {
+            comm_set_counters(dc, cc);
+            comm_set_stream(dc, exec_device_comm_stream(dev));
+            comm_set_after_stream(dc, exec_device_stream(dev));
+        }
+        prof_mem_set_phase(mt, "setup");
+        ExecStrategyOptions so = {cfg->strategy, cfg->bucket_bytes, 0, 0};
+        ExecHooks hooks;
+        ok = exec_strategy_create(&s, &so, dc, mt, cc, pt, err, sizeof err) == 0;
+        if (ok) {
+            exec_strategy_set_device(s, dev);
+            exec_strategy_hooks(s, &hooks);
+            ok = exec_gpt2_model_create_on(&m, mc, mt, dev, &hooks, s) == 0;
+            if (!ok) snprintf(err, sizeof err, "cannot create the model (out of memory or invalid)");
+        }
+        if (ok && exec_strategy_bind(s, m, cfg->seed, A)) {
+            ok = 0;
+            snprintf(err, sizeof err, "%s", exec_strategy_error(s));
+        }
+        if (ok && gpu && (exec_device_sync_compute(dev) || exec_device_failed(dev))) {
+            ok = 0;
+            snprintf(err, sizeof err, "a CUDA call failed during setup (see the message above)");
+        }
+        if (!ok) classify_failure(res, mt, err, rank, 0);
     }
-    if (ok && exec_strategy_bind(s, m, cfg->seed, A)) {
-        ok = 0;
-        snprintf(err, sizeof err, "%s", exec_strategy_error(s));
-    }
-    if (!ok) classify_failure(res, mt, err, rank, 0);
     /* every rank learns whether all could set up (nothing else is in flight: this is clean) */
     double mine_ok = ok, *all_ok = calloc((size_t)N, sizeof *all_ok);
     if (!all_ok || control_gather(c, cc, &mine_ok, 1, all_ok)) {
@@ -334,21 +410,30 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
             exec_strategy_begin_micro(s, a == A - 1);
             float loss = 0;
             ExecBatch batch = {tokens, targets, B, T};
+            gpu_phase(dev, cs, "forward");
             enter(mt, cc, pt, 0, "forward");
             if (exec_model_forward(m, &batch, &loss)) why = exec_model_error(m);
             prof_phase_end(pt, "forward");
             if (why) break;
             loss_sum += loss;
             if (!isfinite(loss)) nonfinite = 1;
+            gpu_phase(dev, cs, "backward");
             enter(mt, cc, pt, 1, "backward");
             if (exec_model_backward(m)) why = exec_model_error(m);
-            else if (exec_strategy_end_backward(s)) why = exec_strategy_error(s);
+            else {
+                gpu_phase(dev, cs, "comm");
+                if (exec_strategy_end_backward(s)) why = exec_strategy_error(s);
+            }
             prof_phase_end(pt, "backward");
         }
         if (!why) {
+            gpu_phase(dev, cs, "optimizer");
             enter(mt, cc, pt, 2, "optimizer");
             ExecAdamW opt = {cfg->opt.lr, cfg->opt.beta1, cfg->opt.beta2, cfg->opt.eps, cfg->opt.weight_decay};
             if (exec_strategy_step(s, &opt, step)) why = exec_strategy_error(s);
+            /* the step's time is the GPU's: wait for its last kernels */
+            if (!why && gpu && (exec_device_sync_compute(dev) || exec_device_failed(dev)))
+                why = "a CUDA call failed on the GPU (see the message above)";
             prof_phase_end(pt, "optimizer");
         }
         prof_phase_end(pt, "step");
@@ -397,6 +482,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     }
     res->seconds = (prof_clock_us() - t_start) / 1e6;
     res->steady_ms = steady_us / 1e3 / (K > 1 ? K - 1 : 1);
+    if (cs) cupti_results(cs, mt, res);
 
     /* 4. measurements of every rank (rank 0 reports) */
     for (int op = 0; op < COLL_OP_COUNT; op++) {
@@ -462,7 +548,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     }
     free(vall);
 
-    if (cfg->trace_path && write_trace(c, cc, pt, mt, cfg->trace_path, msg, sizeof msg))
+    if (cfg->trace_path && write_trace(c, cc, pt, mt, res->cupti ? cs : NULL, gpu && cfg->cupti, cfg->trace_path, msg, sizeof msg))
         fail_setup(res, EXEC_RUN_ERROR, msg);
     if (cfg->dump_path) {
         float *full = rank == 0 ? malloc((size_t)res->params * sizeof *full) : NULL;
@@ -482,9 +568,15 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
 
 done:
     comm_set_counters(c, NULL);
+    if (dc != c) {   /* the caller's communicator outlives this run's device and counters */
+        comm_set_counters(dc, NULL);
+        comm_set_stream(dc, NULL);
+        comm_set_after_stream(dc, NULL);
+    }
     exec_model_destroy(m);
     exec_strategy_destroy(s);
 done_local:
+    prof_cupti_destroy(cs);
     free(tokens);
     free(targets);
     prof_phase_destroy(pt);

@@ -17,7 +17,17 @@
  *
  * The first step creates the lazily allocated state (gradients, AdamW m and v); peaks are then
  * reset, so the reported peaks are the steady state of steps 2..K (what the planner plans)
- * and the first step's peak is reported separately. */
+ * and the first step's peak is reported separately.
+ *
+ * On a GPU (device DEVICE_CUDA): every buffer in device memory through the same tracker (same
+ * categories, same --mem-limit), the CUDA kernels on the device's compute stream, the strategy's
+ * collectives on data_comm (NCCL) on the device's comm stream, each ordered after the compute
+ * work queued before it; control traffic (the configuration check, the loss exchange, the
+ * gathered measurements and trace) stays on c (MPI, host memory). Each step ends with the
+ * compute stream synchronized, so step times are the GPU's. With cupti, a CUPTI session spans
+ * setup and the steps, with phases "setup", "forward", "backward", "comm" (the end of backward:
+ * waiting for the last collectives and using their results) and "optimizer", the compute stream
+ * synchronized at each boundary so the GPU's work lands in the phase the host gave it. */
 #ifndef EXEC_RUN_H
 #define EXEC_RUN_H
 
@@ -26,9 +36,11 @@
 #include <stdio.h>
 
 #include "exec_comm.h"
+#include "exec_device.h"
 #include "exec_gpt2.h"
 #include "exec_strategy.h"
 #include "prof_comm.h"
+#include "prof_cupti.h"
 #include "prof_mem.h"
 #include "prof_phase.h"
 
@@ -55,13 +67,23 @@ typedef struct {
     const char *dump_path;    /* final parameters, fp32, units 0..L+1 (rank 0 writes); NULL */
     FILE *progress;           /* rank 0's per-step lines; NULL: none */
     ExecFault fault;
+    DeviceKind device;        /* DEVICE_HOST (default) or DEVICE_CUDA (GPU local_rank % GPUs) */
+    /* DEVICE_CUDA on several ranks: the NCCL communicator (comm_create(COMM_NCCL)) of the same
+     * ranks as c, which the caller creates once every rank has found its GPU; NULL otherwise.
+     * exec_run sets its counters and streams for the run and resets them after. */
+    Comm *data_comm;
+    int cupti;                /* DEVICE_CUDA: trace the run with CUPTI (prof_cupti.h) */
 } ExecRunConfig;
 
+/* CUPTI memory cross-check: the tolerance its "within" flag reports (informational: CUPTI also
+ * sees NCCL's and cuBLAS's own buffers, which no tracker counts). */
+#define EXEC_CUPTI_MEM_TOLERANCE 0.05
+
 /* B 4, T = max_seq, accum 1, 10 steps, DDP, 25 MiB buckets, seed 1337, AdamW lr 1e-3,
- * betas (0.9, 0.999), eps 1e-8, weight decay 0 (model fields zeroed: set a preset). */
+ * betas (0.9, 0.999), eps 1e-8, weight decay 0, the host (model fields zeroed: set a preset). */
 void exec_run_config_defaults(ExecRunConfig *c);
 /* Hash of everything that must agree between ranks (model, strategy, shapes, steps, buckets,
- * limit, seed, optimizer); not the output paths or the fault. */
+ * limit, seed, optimizer, device, cupti); not the output paths, the fault or data_comm. */
 unsigned long long exec_run_config_hash(const ExecRunConfig *c);
 
 typedef enum {
@@ -114,6 +136,18 @@ typedef struct {
     int buckets;              /* exec_strategy_buckets */
     size_t shard_elems;
     int64_t params;           /* Ψ */
+    char device_name[96];     /* rank 0's device: "host" or the GPU's name */
+
+    /* CUPTI (cfg->cupti on a GPU): rank 0's session over setup and every step */
+    int cupti;                /* 1: a session ran and these are valid */
+    char cupti_note[256];     /* why none ran (cupti asked for), else "" */
+    ProfCuptiPhase cupti_phase[8];   /* in order of first use: setup, forward, backward, comm, optimizer */
+    int cupti_nphases;
+    ProfCuptiPhase cupti_total;
+    CuptiMemSummary cupti_memory;
+    CuptiMemCheck cupti_mem_check;   /* CUPTI's peak vs the tracker's (steady-state) peak */
+    int64_t cupti_dropped;    /* records CUPTI lost */
+    char *cupti_json;         /* prof_cupti_json (unformatted, malloc'd), NULL if none */
 } ExecRunResult;
 
 /* Runs cfg on c (every rank calls it with its own flags; the hash is checked first). c's
