@@ -188,12 +188,14 @@ void exec_device_destroy(Device *d)
     if (!d) return;
 #if MEMPLAN_CUDA
     if (d->kind == DEVICE_CUDA) {
-        cudaStream_t st[2] = {d->stream, d->comm_stream};
-        for (int i = 0; i < 2; i++)
-            if (st[i]) {
-                CUDA_CHECK(cudaStreamSynchronize(st[i]));
-                CUDA_CHECK(cudaStreamDestroy(st[i]));
-            }
+        /* The compute stream is drained; the comm stream is not waited for: a collective still
+         * queued there (a failed step, peers gone) may never end, and cudaStreamDestroy returns
+         * at once, releasing the stream when its work is done. */
+        if (d->stream) {
+            CUDA_CHECK(cudaStreamSynchronize(d->stream));
+            CUDA_CHECK(cudaStreamDestroy(d->stream));
+        }
+        if (d->comm_stream) CUDA_CHECK(cudaStreamDestroy(d->comm_stream));
         cudaMemPool_t pool;   /* hand the pool's memory back (the next run, other processes) */
         if (d->pools && cudaDeviceGetDefaultMemPool(&pool, d->index) == cudaSuccess) CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
     }

@@ -576,7 +576,9 @@ done:
     exec_model_destroy(m);
     exec_strategy_destroy(s);
 done_local:
-    prof_cupti_destroy(cs);
+    /* stopping CUPTI synchronizes the device: not with a collective stuck in flight (the
+       caller aborts the job; the session dies with the process) */
+    if (!(gpu && res->needs_abort)) prof_cupti_destroy(cs);
     free(tokens);
     free(targets);
     prof_phase_destroy(pt);
