@@ -176,12 +176,13 @@ if [ -z "$NO_GPU" ] && [ "$BUILD_OK" = 1 ]; then
 fi
 
 # ---- 5. the GPU engine against the CPU (1 and 2 ranks), validate and CUPTI on gpt2-tiny ----
-gpu_step test_exec_gpu 200 "$BUILD/tests/test_exec_gpu" --verbose --jobs 2
+gpu_step test_exec_gpu 240 env MEMPLAN_FAKE_HOSTS="$FAKE_OK" "$BUILD/tests/test_exec_gpu" --verbose --jobs 2
 
 # ---- 6. validate on gpt2 and gpt2-medium shapes (short: B 1, T 256, 2 steps) ----
-validate() {  # validate MODEL TIMEOUT
+validate() {  # validate MODEL TIMEOUT [EXTRA FLAGS...]
   local model=$1 limit=$2
-  local common=(--model "$model" --batch 1 --seq 256 --steps 2 --device cuda --cupti --gpu h200 --timeout 120)
+  shift 2
+  local common=(--model "$model" --batch 1 --seq 256 --steps 2 --device cuda --cupti --gpu h200 --timeout 120 "$@")
   if [ "$RANKS" = 2 ] || [ -n "$NO_GPU" ] || [ "$BUILD_OK" != 1 ]; then
     if gpu_step "validate_$model" "$limit" "${MPIR[@]}" "$M" validate "${common[@]}" --strategy all \
          --json="$OUT/validate_$model.json"; then
@@ -193,9 +194,7 @@ validate() {  # validate MODEL TIMEOUT
     fi
   fi
 }
-validate gpt2 150
-gpu_step trace_gpt2_ddp 90 "${MPIR[@]}" "$M" run --model gpt2 --batch 1 --seq 256 --steps 2 --device cuda --cupti \
-  --gpu h200 --strategy ddp --timeout 60 --json="$OUT/run_gpt2_ddp.json" --trace "$OUT/trace_gpt2_ddp.json"
+validate gpt2 150 --trace "$OUT/trace_gpt2.json"   # the trace holds the last strategy run (zero3)
 
 # ---- 7. fixed overheads ----
 if gpu_step overheads_1rank 60 "$BUILD/bench/gpu_overheads" --json "$OUT/overheads_1rank.json"; then
