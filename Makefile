@@ -48,7 +48,7 @@ CUDA_INC := $(if $(filter 1,$(USE_CUDA)),-I$(CUDA_HOME)/include -I$(CUDA_HOME)/e
 comma := ,
 CUDA_LIBS := $(if $(filter 1,$(USE_CUDA)),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt \
              $(if $(filter 1,$(USE_NCCL)),-lnccl) $(if $(filter 1,$(USE_CUPTI)),-L$(CUDA_HOME)/extras/CUPTI/lib64 -lcupti) -lstdc++)
-NVCCFLAGS := -O2 -std=c++17 -arch=sm_90 -Xcompiler -Wall,-Werror -Ikernels $(GPU_DEFS)
+NVCCFLAGS := -O2 -std=c++17 -MMD -MP -arch=sm_90 -Xcompiler -Wall,-Werror -Ikernels $(GPU_DEFS)
 
 LIBS_PLAN := -lcjson -lm
 LIBS_KERN := -lopenblas -lm

@@ -9,6 +9,7 @@
  * CPU's order. Elementwise BatchNorm arithmetic uses explicitly rounded intrinsics (__fmul_rn,
  * __fadd_rn, ...) so that nvcc does not fuse a*b+c where the CPU rounds twice. Index arithmetic
  * is in size_t. */
+#include "kern_cuda_util.cuh"
 #include "kern_cnn_cuda.h"
 
 extern "C" {
@@ -22,53 +23,7 @@ extern "C" {
 #include <stdlib.h>
 
 #define THREADS 256             /* block size; a multiple of 32 (block_sum_double) */
-#define MAX_BLOCKS 65536u       /* grid-stride loops cover the rest */
 #define MAX_GRID_Y 65535u
-
-/* ---- check macros: file:line, the call, the library's message, and the rank ---- */
-
-/* The launcher's rank for messages: kernels/ does not depend on MPI, so read what mpirun sets. */
-static const char *kern_log_rank(void)
-{
-    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *r = getenv(vars[i]);
-        if (r && *r) return r;
-    }
-    return "0";
-}
-
-static int kern_cuda_check_(cudaError_t err, const char *call, const char *file, int line)
-{
-    if (err == cudaSuccess) return 0;
-    fprintf(stderr, "rank %s: %s:%d: %s failed: %s (%s)\n", kern_log_rank(), file, line, call,
-            cudaGetErrorString(err), cudaGetErrorName(err));
-    return -1;
-}
-
-static int kern_cublas_check_(cublasStatus_t st, const char *call, const char *file, int line)
-{
-    if (st == CUBLAS_STATUS_SUCCESS) return 0;
-    fprintf(stderr, "rank %s: %s:%d: %s failed: %s (%s)\n", kern_log_rank(), file, line, call,
-            cublasGetStatusString(st), cublasGetStatusName(st));
-    return -1;
-}
-
-#define CUDA_CHECK(call) kern_cuda_check_((call), #call, __FILE__, __LINE__)
-#define CUBLAS_CHECK(call) kern_cublas_check_((call), #call, __FILE__, __LINE__)
-/* After every launch: a bad configuration (grid, shared memory) is reported here, not later. */
-#define LAUNCH_CHECK(kernel) kern_cuda_check_(cudaGetLastError(), "launch of " #kernel, __FILE__, __LINE__)
-
-static cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
-
-static unsigned grid_for(size_t n, unsigned threads)
-{
-    size_t g = (n + threads - 1) / threads;
-    return g > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)g;
-}
-
-#define GRID_STRIDE(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* Per-plane kernels (BatchNorm's elementwise parts): blockIdx.x walks the N·C planes of HW
  * elements, blockIdx.y the chunks of one plane, so per-channel constants are computed once per

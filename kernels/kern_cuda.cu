@@ -7,6 +7,7 @@
  * reduction has a fixed order, so results are reproducible run to run. Sums that the CPU does in
  * a fixed serial order over rows (encoder scatter, wpe rows, attention dinp) are done in that
  * same order here. Index arithmetic is in size_t (B·T·V overflows int). */
+#include "kern_cuda_util.cuh"
 #include "kern_cuda.h"
 
 #include <cublas_v2.h>
@@ -18,52 +19,6 @@
 #define LN_EPS 1e-5f
 #define GELU_SCALE 0.7978845608028654f   /* sqrt(2 / pi) */
 #define THREADS 256                      /* block size of 1-D kernels; a multiple of 32 */
-#define MAX_BLOCKS 65536u                /* grid-stride loops cover the rest */
-
-/* ---- check macros: file:line, the call, the library's message, and the rank ---- */
-
-/* The launcher's rank for messages: kernels/ does not depend on MPI, so read what mpirun sets. */
-static const char *kern_log_rank(void)
-{
-    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *r = getenv(vars[i]);
-        if (r && *r) return r;
-    }
-    return "0";
-}
-
-static int kern_cuda_check_(cudaError_t err, const char *call, const char *file, int line)
-{
-    if (err == cudaSuccess) return 0;
-    fprintf(stderr, "rank %s: %s:%d: %s failed: %s (%s)\n", kern_log_rank(), file, line, call,
-            cudaGetErrorString(err), cudaGetErrorName(err));
-    return -1;
-}
-
-static int kern_cublas_check_(cublasStatus_t st, const char *call, const char *file, int line)
-{
-    if (st == CUBLAS_STATUS_SUCCESS) return 0;
-    fprintf(stderr, "rank %s: %s:%d: %s failed: %s (%s)\n", kern_log_rank(), file, line, call,
-            cublasGetStatusString(st), cublasGetStatusName(st));
-    return -1;
-}
-
-#define CUDA_CHECK(call) kern_cuda_check_((call), #call, __FILE__, __LINE__)
-#define CUBLAS_CHECK(call) kern_cublas_check_((call), #call, __FILE__, __LINE__)
-/* After every launch: a bad configuration (grid, shared memory) is reported here, not later. */
-#define LAUNCH_CHECK(kernel) kern_cuda_check_(cudaGetLastError(), "launch of " #kernel, __FILE__, __LINE__)
-
-static cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
-
-static unsigned grid_for(size_t n, unsigned threads)
-{
-    size_t g = (n + threads - 1) / threads;
-    return g > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)g;
-}
-
-#define GRID_STRIDE(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* ---- reductions in a fixed order ---- */
 
