@@ -14,48 +14,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct {
-    int status;
-    char *out;       /* stdout + stderr */
-} Run;
+#include "test_run.h"
 
+/* `timeout 60 [mpirun -np np --oversubscribe] memplan args` (np 0: without mpirun) */
 static Run launch(int np, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static Run launch(int np, const char *fmt, ...)
 {
-    char exe[PATH_MAX], bin[PATH_MAX + 16], args[1024], cmd[2 * PATH_MAX + 1200];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    cr_assert(n > 0);
-    exe[n] = 0;
-    snprintf(bin, sizeof bin, "%s/../memplan", dirname(exe));
-    cr_assert(access(bin, X_OK) == 0, "missing %s (build it: make)", bin);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    const char *asan = getenv("ASAN_OPTIONS");   /* OpenMPI 4.1 leaks at exit: see test_exec_comm.c */
-    if (!asan || !strstr(asan, "detect_leaks=0")) {
-        char opts[1024];
-        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
+    char bin[PATH_MAX], args[1024];
+    test_sibling_path(bin, sizeof bin, "../memplan");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    if (np > 0) snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np %d --oversubscribe %s %s 2>&1", np, bin, args);
-    else snprintf(cmd, sizeof cmd, "timeout 60 %s %s 2>&1", bin, args);
-    Run r = {0};
-    size_t cap = 1 << 16, len = 0, got;
-    r.out = malloc(cap);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    while ((got = fread(r.out + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 4096) r.out = realloc(r.out, cap *= 2);
-    }
-    r.out[len] = 0;
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return r;
+    return test_launch(bin, np, 60, args);
 }
 
 static cJSON *read_json(const char *path)

@@ -35,6 +35,21 @@
 #include "plan_zoo.h"
 #include "prof_mem.h"
 
+#include "test_run.h"
+
+/* tests/mpi/cnn_check under `timeout 60 mpirun -np N --oversubscribe` */
+static Run mpirun(int np, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static Run mpirun(int np, const char *fmt, ...)
+{
+    char bin[PATH_MAX], args[1024];
+    test_sibling_path(bin, sizeof bin, "mpi/cnn_check");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return test_launch(bin, np, 60, args);
+}
+
 /* ---- single process ---- */
 
 typedef struct {
@@ -265,61 +280,11 @@ Test(exec_cnn, synthetic_rows_should_not_depend_on_how_the_batch_is_split)
 
 /* ---- several ranks ---- */
 
-typedef struct {
-    int status;      /* exit status; 124 if `timeout` killed it */
-    char *out;       /* stdout + stderr */
-} Run;
-
-static Run mpirun(int np, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static Run mpirun(int np, const char *fmt, ...)
-{
-    char exe[PATH_MAX], bin[PATH_MAX + 16], args[1024], cmd[2 * PATH_MAX + 1200];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    cr_assert(n > 0);
-    exe[n] = 0;
-    snprintf(bin, sizeof bin, "%s/mpi/cnn_check", dirname(exe));
-    cr_assert(access(bin, X_OK) == 0, "missing %s (build it: make test-bin)", bin);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    const char *asan = getenv("ASAN_OPTIONS");   /* OpenMPI 4.1 leaks at exit: see test_exec_comm.c */
-    if (!asan || !strstr(asan, "detect_leaks=0")) {
-        char opts[1024];
-        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np %d --oversubscribe %s %s 2>&1", np, bin, args);
-    Run r = {0};
-    size_t cap = 1 << 16, len = 0, got;
-    r.out = malloc(cap);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    while ((got = fread(r.out + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 4096) r.out = realloc(r.out, cap *= 2);
-    }
-    r.out[len] = 0;
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return r;
-}
-
-static int count(const char *out, const char *needle)
-{
-    int n = 0;
-    for (const char *p = out; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
-
 static void expect_ok(int np, const char *args)
 {
     Run r = mpirun(np, "%s", args);
     cr_expect_eq(r.status, 0, "cnn_check %s on %d ranks exited %d:\n%s", args, np, r.status, r.out);
-    cr_expect_eq(count(r.out, "cnn_check: rank"), np, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "cnn_check: rank"), np, "%s", r.out);
     free(r.out);
 }
 

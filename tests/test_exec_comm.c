@@ -16,77 +16,22 @@
 #include "exec_device.h"
 #include "prof_comm.h"
 
-typedef struct {
-    int status;      /* exit status of timeout/mpirun; 124 if timeout killed it */
-    double seconds;
-    char *out;       /* stdout + stderr */
-} Run;
+#include "test_run.h"
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* <build>/tests/test_exec_comm -> <build>/tests/mpi/comm_check */
-static void checker_path(char *buf, size_t len)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    cr_assert(n > 0);
-    exe[n] = 0;
-    snprintf(buf, len, "%s/mpi/comm_check", dirname(exe));
-    cr_assert(access(buf, X_OK) == 0, "missing %s (build it: make tests)", buf);
-}
-
+/* tests/mpi/comm_check under `timeout 60 mpirun -np N --oversubscribe` */
 static Run mpirun(int np, const char *args)
 {
-    char bin[PATH_MAX], cmd[PATH_MAX + 256];
-    checker_path(bin, sizeof bin);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    /* Sanitizer builds: OpenMPI 4.1 leaks in its dlclosed components at exit (no frame of ours,
-     * nothing a suppression can match), so leak detection is off for the MPI processes only;
-     * ASan and UBSan stay on, and comm_check itself checks that nothing stays tracked. */
-    const char *asan = getenv("ASAN_OPTIONS");
-    if (!asan || !strstr(asan, "detect_leaks=0")) {
-        char opts[1024];
-        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
-    snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np %d --oversubscribe %s %s 2>&1", np, bin, args);
-    Run r = {0};
-    size_t cap = 1 << 16, len = 0;
-    r.out = malloc(cap);
-    double t0 = now_s();
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t got;
-    while ((got = fread(r.out + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 4096) r.out = realloc(r.out, cap *= 2);
-    }
-    r.out[len] = 0;
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.seconds = now_s() - t0;
-    return r;
-}
-
-static int count_lines(const char *out, const char *needle)
-{
-    int n = 0;
-    for (const char *p = out; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
+    char bin[PATH_MAX];
+    test_sibling_path(bin, sizeof bin, "mpi/comm_check");
+    return test_launch(bin, np, 60, args);
 }
 
 static void expect_all_ok(int np, const char *args)
 {
     Run r = mpirun(np, args);
     cr_expect_eq(r.status, 0, "mpirun -np %d comm_check %s exited %d:\n%s", np, args, r.status, r.out);
-    cr_expect_eq(count_lines(r.out, "comm_check: rank"), np, "%s", r.out);
-    cr_expect_eq(count_lines(r.out, "FAIL"), 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "comm_check: rank"), np, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
     free(r.out);
 }
 
@@ -117,7 +62,7 @@ Test(comm, a_stalled_peer_should_make_the_others_time_out_and_exit_non_zero, .ti
     cr_expect_neq(r.status, 124, "mpirun hung until `timeout 60` killed it:\n%s", r.out);
     cr_expect(strstr(r.out, ": collective all_reduce timed out after 1.0 s (a peer may have died or stalled)") != NULL,
               "%s", r.out);
-    cr_expect_eq(count_lines(r.out, "rank 0: collective"), 0, "rank 0 was the one asleep:\n%s", r.out);
+    cr_expect_eq(test_count(r.out, "rank 0: collective"), 0, "rank 0 was the one asleep:\n%s", r.out);
     cr_expect_lt(r.seconds, 15.0, "took %.1f s", r.seconds);
     free(r.out);
 }

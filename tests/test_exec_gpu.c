@@ -34,53 +34,9 @@
 #include "exec_run.h"
 #include "kern_ops.h"
 
+#include "test_run.h"
+
 #define GPU_TOL 1e-4
-
-typedef struct {
-    int status;      /* exit status; 124 if `timeout` killed it */
-    char *out;       /* stdout + stderr */
-} Run;
-
-static void memplan_path(char *buf, size_t len)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    cr_assert(n > 0);
-    exe[n] = 0;
-    snprintf(buf, len, "%s/../memplan", dirname(exe));
-    cr_assert(access(buf, X_OK) == 0, "missing %s (build it: make)", buf);
-}
-
-static void mpi_env(void)
-{
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    const char *asan = getenv("ASAN_OPTIONS");   /* as test_exec_run.c: OpenMPI leaks at exit */
-    if (!asan || !strstr(asan, "detect_leaks=0")) {
-        char opts[1024];
-        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
-}
-
-static Run run_cmd(const char *cmd)
-{
-    Run r = {0};
-    size_t cap = 1 << 16, len = 0;
-    r.out = malloc(cap);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t got;
-    while ((got = fread(r.out + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 4096) r.out = realloc(r.out, cap *= 2);
-    }
-    r.out[len] = 0;
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return r;
-}
 
 /* `timeout T [mpirun -np np ...] memplan args`; np 0: without mpirun. On a GPU machine with fewer
  * GPUs than ranks, each rank is its own fake host (see the top of this file). */
@@ -88,8 +44,8 @@ static Run launch(int np, int timeout_s, const char *fmt, ...) __attribute__((fo
 static Run launch(int np, int timeout_s, const char *fmt, ...)
 {
     char bin[PATH_MAX], args[2048], cmd[PATH_MAX + 2800];
-    memplan_path(bin, sizeof bin);
-    mpi_env();
+    test_sibling_path(bin, sizeof bin, "../memplan");
+    test_mpi_env();
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
@@ -109,14 +65,7 @@ static Run launch(int np, int timeout_s, const char *fmt, ...)
                  timeout_s, np, bin, args);
     else
         snprintf(cmd, sizeof cmd, "timeout %d mpirun -np %d --oversubscribe %s %s 2>&1", timeout_s, np, bin, args);
-    return run_cmd(cmd);
-}
-
-static int count(const char *out, const char *needle)
-{
-    int n = 0;
-    for (const char *p = out; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
+    return test_run_cmd(cmd);
 }
 
 static int lines(const char *out)
@@ -124,29 +73,6 @@ static int lines(const char *out)
     int n = 0;
     for (const char *p = out; *p; p++) n += *p == '\n';
     return n;
-}
-
-static void tmpdir(char *buf, size_t len)
-{
-    snprintf(buf, len, "/tmp/memplan-gpu-XXXXXX");
-    cr_assert_not_null(mkdtemp(buf));
-}
-
-static cJSON *read_json(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "no JSON file %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    buf[got] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    cr_assert_not_null(j, "%s is not JSON", path);
-    return j;
 }
 
 static float *read_floats(const char *path, size_t n)
@@ -248,8 +174,8 @@ Test(exec_gpu, validate_with_device_cuda_on_2_ranks_without_a_gpu_should_say_it_
     cr_expect_neq(r.status, 0, "%s", r.out);
     cr_expect_neq(r.status, 124, "the job hung:\n%s", r.out);
     cr_expect_lt(r.status, 128, "crashed:\n%s", r.out);
-    cr_expect_eq(count(r.out, "no CUDA device"), 1, "rank 0 alone says it:\n%s", r.out);
-    cr_expect_eq(count(r.out, "memplan:"), 1, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "no CUDA device"), 1, "rank 0 alone says it:\n%s", r.out);
+    cr_expect_eq(test_count(r.out, "memplan:"), 1, "%s", r.out);
     free(r.out);
 }
 
@@ -272,7 +198,7 @@ Test(exec_gpu, device_and_cupti_flags_should_refuse_bad_values, .timeout = 60)
 Test(exec_gpu, device_cpu_should_be_the_default_engine_bit_for_bit, .timeout = 60)
 {
     char dir[64], a[128], b[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-gpu");
     snprintf(a, sizeof a, "%s/default.bin", dir);
     snprintf(b, sizeof b, "%s/cpu.bin", dir);
     Run r = launch(0, 60, "run --model gpt2-tiny --steps 2 --batch 2 --dump-params %s", a);
@@ -343,7 +269,7 @@ static double worst_unit_diff(const char *ref_path, const char *path)
 
 static void expect_same_losses(const char *ref_json, const char *json, const char *what)
 {
-    cJSON *a = read_json(ref_json), *b = read_json(json);
+    cJSON *a = test_read_json(ref_json), *b = test_read_json(json);
     cJSON *la = cJSON_GetObjectItem(a, "steps_log"), *lb = cJSON_GetObjectItem(b, "steps_log");
     cr_assert_eq(cJSON_GetArraySize(la), cJSON_GetArraySize(lb));
     for (int i = 0; i < cJSON_GetArraySize(la); i++) {
@@ -359,7 +285,7 @@ Test(exec_gpu, one_rank_on_the_gpu_should_train_as_the_cpu_within_1e_4, .timeout
 {
     skip_without_gpu();
     char dir[64], ref[128], refj[128], path[128], pj[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-gpu");
     snprintf(ref, sizeof ref, "%s/cpu.bin", dir);
     snprintf(refj, sizeof refj, "%s/cpu.json", dir);
     snprintf(path, sizeof path, "%s/gpu.bin", dir);
@@ -376,7 +302,7 @@ Test(exec_gpu, one_rank_on_the_gpu_should_train_as_the_cpu_within_1e_4, .timeout
     cr_expect_lt(w, GPU_TOL, "worst unit differs by %.3g (normwise relative)", w);
     cr_log_info("1 rank, GPU vs CPU: worst unit %.3g (normwise relative)", w);
     expect_same_losses(refj, pj, "1 rank");
-    cJSON *j = read_json(pj);
+    cJSON *j = test_read_json(pj);
     cr_expect_str_eq(cJSON_GetObjectItem(j, "device")->valuestring, "cuda");
     cJSON_Delete(j);
 }
@@ -385,7 +311,7 @@ Test(exec_gpu, two_ranks_on_the_gpu_should_train_as_one_cpu_process_for_every_st
 {
     skip_without_gpu();
     char dir[64], ref[128], refj[128], path[128], pj[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-gpu");
     snprintf(ref, sizeof ref, "%s/cpu.bin", dir);
     snprintf(refj, sizeof refj, "%s/cpu.json", dir);
     const char *common = "run --model gpt2-tiny --steps 3 --lr 1e-4";
@@ -405,7 +331,7 @@ Test(exec_gpu, two_ranks_on_the_gpu_should_train_as_one_cpu_process_for_every_st
         cr_expect_lt(w, GPU_TOL, "%s: worst unit differs by %.3g (normwise relative)", S[k], w);
         cr_log_info("%s on 2 GPU ranks vs 1 CPU process: worst unit %.3g", S[k], w);
         expect_same_losses(refj, pj, S[k]);
-        cJSON *j = read_json(pj);
+        cJSON *j = test_read_json(pj);
         cr_expect_str_eq(cJSON_GetObjectItem(j, "comm")->valuestring, "nccl");
         cJSON_Delete(j);
     }
@@ -418,7 +344,7 @@ Test(exec_gpu, validate_on_the_gpu_should_pass_for_gpt2_tiny, .timeout = 600)
     skip_if_nccl_refused(&r);
     cr_expect_eq(r.status, 0, "%s", r.out);
     cr_expect(strstr(r.out, "# validate: pass") != NULL, "%s", r.out);
-    cr_expect_eq(count(r.out, "FAIL"), 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
     free(r.out);
 }
 
@@ -426,7 +352,7 @@ Test(exec_gpu, cupti_should_see_the_kernels_the_nccl_collectives_and_the_memory,
 {
     skip_without_gpu();
     char dir[64], js[128], tr[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-gpu");
     snprintf(js, sizeof js, "%s/run.json", dir);
     snprintf(tr, sizeof tr, "%s/trace.json", dir);
     Run r = launch(2, 300, "run --model gpt2-tiny --strategy ddp --steps 3 --batch 2 --device cuda --cupti --timeout 120 "
@@ -436,7 +362,7 @@ Test(exec_gpu, cupti_should_see_the_kernels_the_nccl_collectives_and_the_memory,
     cr_expect(strstr(r.out, "# CUPTI, rank 0") != NULL, "%s", r.out);
     cr_expect(strstr(r.out, "# fixed GPU overheads") != NULL, "%s", r.out);
     free(r.out);
-    cJSON *j = read_json(js);
+    cJSON *j = test_read_json(js);
     cJSON *cu = cJSON_GetObjectItem(j, "cupti");
     cr_assert_not_null(cJSON_GetObjectItem(cu, "phases"), "no CUPTI phases: %s", cJSON_PrintUnformatted(cu));
     int fwd = 0, bwd = 0, opt = 0;
@@ -461,7 +387,7 @@ Test(exec_gpu, cupti_should_see_the_kernels_the_nccl_collectives_and_the_memory,
     cr_assert(ov && !cJSON_IsNull(ov), "overheads not measured");
     cr_expect_gt(cJSON_GetObjectItem(ov, "cuda_context_bytes")->valuedouble, 0);
     cJSON_Delete(j);
-    j = read_json(tr);
+    j = test_read_json(tr);
     int gpu_spans = 0;
     cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "traceEvents")) {

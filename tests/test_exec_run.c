@@ -29,100 +29,19 @@
 #include "plan_train.h"
 #include "plan_zoo.h"
 
-typedef struct {
-    int status;      /* exit status; 124 if `timeout` killed it */
-    double seconds;
-    char *out;       /* stdout + stderr */
-} Run;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* <build>/tests/test_exec_run -> <build>/memplan */
-static void memplan_path(char *buf, size_t len)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    cr_assert(n > 0);
-    exe[n] = 0;
-    snprintf(buf, len, "%s/../memplan", dirname(exe));
-    cr_assert(access(buf, X_OK) == 0, "missing %s (build it: make)", buf);
-}
-
-static void mpi_env(void)
-{
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);   /* 4 ranks on 2 cores: no BLAS threads on top */
-    /* OpenMPI 4.1 leaks in its dlclosed components at exit: leak checks off for MPI processes
-       in sanitizer builds (ASan and UBSan stay on), as tests/test_exec_comm.c does */
-    const char *asan = getenv("ASAN_OPTIONS");
-    if (!asan || !strstr(asan, "detect_leaks=0")) {
-        char opts[1024];
-        snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
-    }
-}
+#include "test_run.h"
 
 /* Runs `timeout 60 [mpirun -np np --oversubscribe] memplan args` (np 0: without mpirun). */
 static Run launch(int np, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static Run launch(int np, const char *fmt, ...)
 {
-    char bin[PATH_MAX], args[2048], cmd[PATH_MAX + 2400];
-    memplan_path(bin, sizeof bin);
-    mpi_env();
+    char bin[PATH_MAX], args[2048];
+    test_sibling_path(bin, sizeof bin, "../memplan");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    if (np > 0) snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np %d --oversubscribe %s %s 2>&1", np, bin, args);
-    else snprintf(cmd, sizeof cmd, "timeout 60 %s %s 2>&1", bin, args);
-    Run r = {0};
-    size_t cap = 1 << 16, len = 0;
-    r.out = malloc(cap);
-    double t0 = now_s();
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t got;
-    while ((got = fread(r.out + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 4096) r.out = realloc(r.out, cap *= 2);
-    }
-    r.out[len] = 0;
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.seconds = now_s() - t0;
-    return r;
-}
-
-static int count(const char *out, const char *needle)
-{
-    int n = 0;
-    for (const char *p = out; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
-
-static void tmpdir(char *buf, size_t len)
-{
-    snprintf(buf, len, "/tmp/memplan-exec-XXXXXX");
-    cr_assert_not_null(mkdtemp(buf));
-}
-
-static cJSON *read_json(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "no JSON file %s", path);
-    static char buf[1 << 22];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    cr_assert_not_null(j, "%s is not JSON", path);
-    return j;
+    return test_launch(bin, np, 60, args);
 }
 
 static float *read_floats(const char *path, size_t n)
@@ -169,7 +88,7 @@ static void expect_same_params(const char *ref_path, const char *path, const cha
 static void expect_equivalence(int np, int accum)
 {
     char dir[64], ref[128], path[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-exec");
     snprintf(ref, sizeof ref, "%s/ref.bin", dir);
     const char *common = "--model gpt2-tiny --steps 3 --lr 1e-4";
     Run r = launch(0, "run %s --batch 8 --dump-params %s", common, ref);
@@ -234,12 +153,12 @@ Test(exec_run, measured_collective_bytes_should_equal_the_planners_formula_for_e
 {
     static const char *const S[] = {"ddp", "zero1", "zero2", "zero3"};
     char dir[64], path[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-exec");
     snprintf(path, sizeof path, "%s/run.json", dir);
     for (int k = 0; k < 4; k++) {
         Run r = launch(4, "run --model gpt2-tiny --strategy %s --batch 1 --steps 2 --json=%s", S[k], path);
         cr_assert_eq(r.status, 0, "%s:\n%s", S[k], r.out);
-        cJSON *j = read_json(path);
+        cJSON *j = test_read_json(path);
         double pay[PCOLL_COUNT], cnt[PCOLL_COUNT];
         planned(S[k], 4, pay, cnt);
         cJSON *coll = cJSON_GetObjectItem(j, "collectives");
@@ -263,11 +182,11 @@ Test(exec_run, measured_collective_bytes_should_equal_the_planners_formula_for_e
 Test(exec_run, loss_should_fall_on_the_synthetic_task, .timeout = 120)
 {
     char dir[64], path[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-exec");
     snprintf(path, sizeof path, "%s/run.json", dir);
     Run r = launch(2, "run --model gpt2-tiny --strategy zero2 --batch 4 --steps 12 --json=%s", path);
     cr_assert_eq(r.status, 0, "%s", r.out);
-    cJSON *j = read_json(path);
+    cJSON *j = test_read_json(path);
     unlink(path);
     rmdir(dir);
     cJSON *log = cJSON_GetObjectItem(j, "steps_log");
@@ -292,8 +211,8 @@ Test(exec_run, validate_should_pass_for_gpt2_tiny_on_4_ranks, .timeout = 120)
         snprintf(needle, sizeof needle, "# %s: predicted peak at", S[k]);
         cr_expect(strstr(r.out, needle) != NULL, "no verdict for %s:\n%s", S[k], r.out);
     }
-    cr_expect_eq(count(r.out, "FAIL"), 0, "%s", r.out);
-    cr_expect_eq(count(r.out, "ok (exact)"), 4 + 1 + 2 + 2 + 3, "model states and every collective exact:\n%s", r.out);
+    cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "ok (exact)"), 4 + 1 + 2 + 2 + 3, "model states and every collective exact:\n%s", r.out);
     free(r.out);
 }
 
@@ -301,12 +220,12 @@ Test(exec_run, validate_should_pass_with_several_ddp_buckets_and_gradient_accumu
 {
     /* gpt2-mini: 3,763,200 gradient bytes -> buckets of 1 MiB, 1 MiB, 1 MiB, 0.59 MiB */
     char dir[64], path[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-exec");
     snprintf(path, sizeof path, "%s/validate.json", dir);
     Run r = launch(2, "validate --model gpt2-mini --strategy ddp,zero2 --batch 1 --seq 32 --grad-accum 2 "
                       "--bucket-mb 1 --steps 2 --json=%s", path);
     cr_expect_eq(r.status, 0, "%s", r.out);
-    cJSON *j = read_json(path);
+    cJSON *j = test_read_json(path);
     unlink(path);
     rmdir(dir);
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "pass")), "%s", r.out);
@@ -339,15 +258,15 @@ Test(exec_run, out_of_memory_during_setup_should_exit_every_rank_cleanly_with_th
 {
     Run r = launch(2, "run --model gpt2-tiny --strategy zero3 --steps 3 --mem-limit 100KiB");
     cr_expect_eq(r.status, 1, "%s", r.out);
-    cr_expect_eq(count(r.out, ": out of memory in phase setup: request"), 2, "both ranks report:\n%s", r.out);
-    cr_expect_eq(count(r.out, "aborting"), 0, "setup failures agree without an abort:\n%s", r.out);
+    cr_expect_eq(test_count(r.out, ": out of memory in phase setup: request"), 2, "both ranks report:\n%s", r.out);
+    cr_expect_eq(test_count(r.out, "aborting"), 0, "setup failures agree without an abort:\n%s", r.out);
     free(r.out);
 }
 
 Test(exec_run, ranks_started_with_different_flags_should_stop_and_name_the_rank, .timeout = 90)
 {
     char bin[PATH_MAX];
-    memplan_path(bin, sizeof bin);
+    test_sibling_path(bin, sizeof bin, "../memplan");
     /* MPMD: rank 0 and rank 1 get different sequence lengths */
     Run r = launch(1, "run --model gpt2-tiny --seq 32 : -np 1 %s run --model gpt2-tiny --seq 16", bin);
     cr_expect_eq(r.status, 1, "%s", r.out);
@@ -390,11 +309,11 @@ Test(exec_run, a_non_finite_loss_should_stop_the_run_with_its_step, .timeout = 9
 Test(exec_run, trace_should_hold_every_ranks_spans_and_memory_in_one_chrome_file, .timeout = 90)
 {
     char dir[64], path[128];
-    tmpdir(dir, sizeof dir);
+    test_tmpdir(dir, sizeof dir, "memplan-exec");
     snprintf(path, sizeof path, "%s/trace.json", dir);
     Run r = launch(2, "run --model gpt2-tiny --strategy ddp --steps 2 --trace %s", path);
     cr_assert_eq(r.status, 0, "%s", r.out);
-    cJSON *j = read_json(path);
+    cJSON *j = test_read_json(path);
     cJSON *ev = cJSON_GetObjectItem(j, "traceEvents"), *e;
     int spans[2] = {0}, mem[2] = {0}, ar = 0, fwd = 0;
     cJSON_ArrayForEach(e, ev) {
@@ -440,7 +359,7 @@ Test(exec_run, usage_errors_should_exit_2_with_one_line, .timeout = 60)
     free(r.out);
     r = launch(2, "run --model llama2-7b");
     cr_expect_eq(r.status, 2, "%s", r.out);
-    cr_expect_eq(count(r.out, "the executor runs the GPT-2 presets"), 1, "rank 0 alone says it:\n%s", r.out);
+    cr_expect_eq(test_count(r.out, "the executor runs the GPT-2 presets"), 1, "rank 0 alone says it:\n%s", r.out);
     free(r.out);
     r = launch(0, "run --model gpt2-tiny --steps 0");
     cr_expect_eq(r.status, 2, "%s", r.out);
