@@ -11,6 +11,7 @@
  * is in size_t. */
 #include "kern_cuda_util.cuh"
 #include "kern_cnn_cuda.h"
+#include "kern_cuda.h"
 
 extern "C" {
 #include "kern_cnn.h"   /* KERN_BN_EPS and the host helper kern_conv2d_out_size */
@@ -129,34 +130,13 @@ __device__ static float bn_backward_elem(float dx, float dy, float x, float mean
 
 /* ---- set-up ---- */
 
-static cublasHandle_t g_cublas = NULL;
-
-extern "C" int kern_cnn_cuda_init(void)
-{
-    if (g_cublas) return 0;
-    cublasHandle_t h = NULL;
-    if (CUBLAS_CHECK(cublasCreate(&h))) return -1;
-    /* CUBLAS_DEFAULT_MATH keeps at least fp32's mantissa: no TF32 in sgemm (the conv tests hold
-     * the GPU to 1e-4 of the CPU's sgemm, which TF32 would miss). */
-    if (CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH))) {
-        cublasDestroy(h);
-        return -1;
-    }
-    g_cublas = h;
-    return 0;
-}
-
-extern "C" void kern_cnn_cuda_shutdown(void)
-{
-    if (!g_cublas) return;
-    CUBLAS_CHECK(cublasDestroy(g_cublas));
-    g_cublas = NULL;
-}
+/* The one cuBLAS handle of kernels/, created by kern_cuda_init() (kern_cuda.h). */
+static cublasHandle_t cublas(void) { return (cublasHandle_t)kern_cuda_cublas(); }
 
 static int cublas_ready(const char *who)
 {
-    if (g_cublas) return 0;
-    fprintf(stderr, "rank %s: %s: kern_cnn_cuda_init() was not called (no cuBLAS handle)\n", kern_log_rank(), who);
+    if (cublas()) return 0;
+    fprintf(stderr, "rank %s: %s: kern_cuda_init() was not called (no cuBLAS handle)\n", kern_log_rank(), who);
     return -1;
 }
 
@@ -230,7 +210,7 @@ extern "C" int kern_conv2d_forward_cuda(float *out, const float *inp, const floa
     int pointwise = conv_is_pointwise(K, stride, pad);
     cudaStream_t st = as_stream(stream);
     float one = 1.0f, zero = 0.0f;   /* beta 0: cuBLAS does not read out */
-    if (CUBLAS_CHECK(cublasSetStream(g_cublas, st))) return -1;
+    if (CUBLAS_CHECK(cublasSetStream(cublas(), st))) return -1;
     for (int n = 0; n < N; n++) {
         const float *img = inp + (size_t)n * C * H * W;
         const float *col = img;
@@ -240,7 +220,7 @@ extern "C" int kern_conv2d_forward_cuda(float *out, const float *inp, const floa
             if (LAUNCH_CHECK(im2col_kernel)) return -1;
             col = col_scratch;
         }
-        if (CUBLAS_CHECK(cublasSgemm(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, P, OC, CKK, &one, col, P, weight, CKK,
+        if (CUBLAS_CHECK(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, P, OC, CKK, &one, col, P, weight, CKK,
                                      &zero, out + (size_t)n * OC * P, P)))
             return -1;
     }
@@ -259,7 +239,7 @@ extern "C" int kern_conv2d_backward_cuda(float *dinp, float *dweight, float *col
     size_t img_len = (size_t)C * H * W;
     cudaStream_t st = as_stream(stream);
     float one = 1.0f, zero = 0.0f;
-    if (CUBLAS_CHECK(cublasSetStream(g_cublas, st))) return -1;
+    if (CUBLAS_CHECK(cublasSetStream(cublas(), st))) return -1;
     for (int n = 0; n < N; n++) {   /* images in order, as the CPU: dweight sums them in that order */
         const float *img = inp + (size_t)n * img_len;
         const float *dy = dout + (size_t)n * OC * P;
@@ -271,19 +251,19 @@ extern "C" int kern_conv2d_backward_cuda(float *dinp, float *dweight, float *col
                 if (LAUNCH_CHECK(im2col_kernel)) return -1;
                 col = col_scratch;
             }
-            if (CUBLAS_CHECK(cublasSgemm(g_cublas, CUBLAS_OP_T, CUBLAS_OP_N, CKK, OC, P, &one, col, P, dy, P,
+            if (CUBLAS_CHECK(cublasSgemm(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, CKK, OC, P, &one, col, P, dy, P,
                                          &one, dweight, CKK)))
                 return -1;
         }
         if (!dinp) continue;
         float *dimg = dinp + (size_t)n * img_len;
         if (pointwise) {   /* dcol is dinp[n] itself: accumulate with beta 1 */
-            if (CUBLAS_CHECK(cublasSgemm(g_cublas, CUBLAS_OP_N, CUBLAS_OP_T, P, CKK, OC, &one, dy, P, weight, CKK,
+            if (CUBLAS_CHECK(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_T, P, CKK, OC, &one, dy, P, weight, CKK,
                                          &one, dimg, P)))
                 return -1;
             continue;
         }
-        if (CUBLAS_CHECK(cublasSgemm(g_cublas, CUBLAS_OP_N, CUBLAS_OP_T, P, CKK, OC, &one, dy, P, weight, CKK,
+        if (CUBLAS_CHECK(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_T, P, CKK, OC, &one, dy, P, weight, CKK,
                                      &zero, col_scratch, P)))
             return -1;
         col2im_add_kernel<<<grid_for(img_len, THREADS), THREADS, 0, st>>>(dimg, col_scratch, C, H, W, K, stride,

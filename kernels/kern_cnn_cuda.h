@@ -17,10 +17,10 @@
  * CPU's, step for step, the bits are the CPU's (ReLU, add, pooling, maxpool argmax); elsewhere they
  * differ by the summation order or cuBLAS (tolerances: docs/gpu-cnn-kernels.md).
  *
- * Convolutions go through cublasSgemm on this module's own cuBLAS handle (kern_cuda.h exposes no
- * handle to share), created by kern_cnn_cuda_init() on the current device with
- * CUBLAS_DEFAULT_MATH: no TF32. The handle is process-wide state: launchers are not meant to be
- * called from several host threads at once.
+ * Convolutions go through cublasSgemm on the one cuBLAS handle of kernels/, created by
+ * kern_cuda_init() (kern_cuda.h) on the current device with CUBLAS_DEFAULT_MATH: no TF32. The
+ * handle is process-wide state: launchers are not meant to be called from several host threads
+ * at once.
  *
  * Return values: 0 on success, -1 on failure, after printing "rank R: file:line: call failed:
  * message" to stderr. Faults inside a kernel surface at the caller's next synchronization.
@@ -37,14 +37,8 @@
 extern "C" {
 #endif
 
-/* ---- set-up ---- */
-/* Creates this module's cuBLAS handle on the current device (idempotent). Needed by the conv2d
- * launchers only. Returns 0 or -1. */
-int kern_cnn_cuda_init(void);
-/* Destroys the handle (no-op if none). */
-void kern_cnn_cuda_shutdown(void);
 
-/* ---- 2-d convolution (needs kern_cnn_cuda_init): im2col + cublasSgemm, one image at a time ---- */
+/* ---- 2-d convolution (needs kern_cuda_init): im2col + cublasSgemm, one image at a time ---- */
 /* out (N,OC,OH,OW) = conv(inp (N,C,H,W), weight (OC,C,K,K)); col_scratch: kern_conv2d_col_size
  * floats on the device (NULL allowed when that is 0: 1×1, stride 1, pad 0). */
 int kern_conv2d_forward_cuda(float *out, const float *inp, const float *weight, float *col_scratch,

@@ -18,8 +18,6 @@ static int no_cuda(const char *who)
     return -1;
 }
 
-int kern_cnn_cuda_init(void) { return no_cuda("kern_cnn_cuda_init"); }
-void kern_cnn_cuda_shutdown(void) {}
 int kern_conv2d_forward_cuda(float *out, const float *inp, const float *weight, float *col_scratch,
                              int N, int C, int H, int W, int OC, int K, int stride, int pad,
                              void *stream)

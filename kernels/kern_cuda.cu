@@ -113,6 +113,8 @@ extern "C" int kern_cuda_init(void)
     return 0;
 }
 
+extern "C" void *kern_cuda_cublas(void) { return (void *)g_cublas; }
+
 extern "C" void kern_cuda_shutdown(void)
 {
     if (!g_cublas) return;

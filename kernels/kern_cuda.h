@@ -43,6 +43,9 @@ int kern_cuda_device_count(void);
 int kern_cuda_init(void);
 /* Destroys the cuBLAS handle (no-op if none). */
 void kern_cuda_shutdown(void);
+/* The cuBLAS handle kern_cuda_init created (a cublasHandle_t), or NULL: every kernel module of
+ * kernels/ shares this one handle and its workspace. */
+void *kern_cuda_cublas(void);
 
 /* ---- encoder: token + position embeddings ---- */
 /* out (B,T,C) = wte[inp[b,t]] (V,C) + wpe[t] (maxT,C); inp (B,T) int32 on the device. */

@@ -20,6 +20,7 @@ static int no_cuda(const char *who)
 int kern_cuda_device_count(void) { return 0; }
 int kern_cuda_init(void) { return no_cuda("kern_cuda_init"); }
 void kern_cuda_shutdown(void) {}
+void *kern_cuda_cublas(void) { return NULL; }
 
 int kern_encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe,
                               int B, int T, int C, void *stream)

@@ -19,7 +19,7 @@
  *                            and what is computed from them (plain BatchNorm out and dinp).
  *   MATMUL     1e-4, 1e-4    convolution through cuBLAS vs OpenBLAS sgemm, K·K·C up to 147. TF32
  *                            (10-bit mantissa) would be off by ~1e-3 and fail: the check that
- *                            kern_cnn_cuda_init keeps cuBLAS in full fp32.
+ *                            kern_cuda_init keeps cuBLAS in full fp32.
  *
  * With no usable device every test skips ("skipped: no CUDA device"); built without CUDA
  * (NO_CUDA=1) the same tests exist and skip, so the count never silently drops. */
@@ -184,7 +184,7 @@ static void require_gpu(void)
 {
     if (kern_cuda_device_count() == 0) cr_skip_test("skipped: no CUDA device");
     CK(cudaSetDevice(0));
-    cr_assert_eq(kern_cnn_cuda_init(), 0, "kern_cnn_cuda_init failed");
+    cr_assert_eq(kern_cuda_init(), 0, "kern_cuda_init failed");
 }
 
 /* ---- convolution: shapes as data ---- */
@@ -642,13 +642,13 @@ static void backward_kernels_should_give_identical_bits_when_run_twice_body(void
     {                                                                                         \
         require_gpu();                                                                        \
         name##_body();                                                                        \
-        kern_cnn_cuda_shutdown();                                                             \
+        kern_cuda_shutdown();                                                             \
     }
 KERN_CNN_CUDA_TESTS(DEFINE_GPU_TEST)
 
 /* ---- contract checks that need no device: errors are reported, not crashes ---- */
 
-Test(kern_cnn_cuda, conv2d_should_fail_with_a_message_before_kern_cnn_cuda_init)
+Test(kern_cnn_cuda, conv2d_should_fail_with_a_message_before_kern_cuda_init)
 {
     cr_assert_eq(kern_conv2d_forward_cuda(NULL, NULL, NULL, NULL, 1, 1, 3, 3, 1, 3, 1, 1, NULL), -1);
     cr_assert_eq(kern_conv2d_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 1, 3, 3, 1, 3, 1, 1, NULL), -1);
@@ -662,10 +662,10 @@ KERN_CNN_CUDA_TESTS(DEFINE_SKIPPED_TEST)
 
 Test(kern_cnn_cuda, launchers_should_fail_with_a_message_when_built_without_cuda)
 {
-    cr_assert_eq(kern_cnn_cuda_init(), -1);
+    cr_assert_eq(kern_cuda_init(), -1);
     cr_assert_eq(kern_relu_forward_cuda(NULL, NULL, 1, NULL), -1);
     cr_assert_eq(kern_bn_stats_cuda(NULL, NULL, 1, 1, 1, 1, NULL), -1);
-    kern_cnn_cuda_shutdown();   /* a no-op, never a crash */
+    kern_cuda_shutdown();   /* a no-op, never a crash */
 }
 
 #endif
