@@ -75,46 +75,9 @@
 
 /* ---- helpers: random data, device copies, comparison ---- */
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        cr_assert(e_ == cudaSuccess, "%s failed: %s", #call, cudaGetErrorString(e_));         \
-    } while (0)
-/* A launcher must accept the launch (0) and the kernels must then run without a fault. */
-#define LAUNCH(call)                                                                          \
-    do {                                                                                      \
-        cr_assert_eq((call), 0, "%s returned an error", #call);                               \
-        CK(cudaDeviceSynchronize());                                                          \
-    } while (0)
+#define TEST_CUDA_SEED 0x2545F4914F6CDD1Dull
+#include "test_cuda.h"
 
-static unsigned long long rng_state = 0x2545F4914F6CDD1Dull;
-static float urand(void)   /* uniform in [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-static float *frand(size_t n, float scale, float shift)
-{
-    float *p = malloc(n * sizeof(float));
-    cr_assert_not_null(p);
-    for (size_t i = 0; i < n; i++) p[i] = urand() * scale + shift;
-    return p;
-}
-static float *fzeros(size_t n)
-{
-    float *p = calloc(n, sizeof(float));
-    cr_assert_not_null(p);
-    return p;
-}
-static float *fcopy(const float *src, size_t n)
-{
-    float *p = malloc(n * sizeof(float));
-    cr_assert_not_null(p);
-    memcpy(p, src, n * sizeof(float));
-    return p;
-}
 static int *irand(size_t n, int V)   /* tokens in [0, V) */
 {
     int *p = malloc(n * sizeof(int));
@@ -124,59 +87,6 @@ static int *irand(size_t n, int V)   /* tokens in [0, V) */
         p[i] = x < V ? x : V - 1;
     }
     return p;
-}
-
-static void *dev_from(const void *host, size_t bytes)
-{
-    void *d = NULL;
-    CK(cudaMalloc(&d, bytes));
-    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-static float *dev_floats(const float *host, size_t n) { return dev_from(host, n * sizeof(float)); }
-static int *dev_ints(const int *host, size_t n) { return dev_from(host, n * sizeof(int)); }
-static float *dev_nan(size_t n)   /* an output the kernel must overwrite: every bit set is a NaN */
-{
-    float *d = NULL;
-    CK(cudaMalloc((void **)&d, n * sizeof(float)));
-    CK(cudaMemset(d, 0xFF, n * sizeof(float)));
-    return d;
-}
-static float *to_host(const float *dev, size_t n)
-{
-    float *h = malloc(n * sizeof(float));
-    cr_assert_not_null(h);
-    CK(cudaMemcpy(h, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
-}
-
-/* Compares the device array gpu with the CPU result cpu, element by element. */
-static void expect_close(const char *what, const float *gpu, const float *cpu, size_t n, double atol, double rtol)
-{
-    float *got = to_host(gpu, n);
-    size_t bad = 0, worst = 0;
-    double maxdiff = 0.0, worst_excess = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)cpu[i]);
-        double tol = atol + rtol * fabs((double)cpu[i]);
-        if (!(d <= tol)) bad++;   /* also catches NaN */
-        if (d > maxdiff || isnan(d)) maxdiff = d;
-        if (isnan(d) || d - tol > worst_excess) {
-            worst_excess = isnan(d) ? INFINITY : d - tol;
-            worst = i;
-        }
-    }
-    cr_log_info("%s: %zu elements, max |gpu - cpu| = %.3g (tolerance %.0e + %.0e·|cpu|)", what, n, maxdiff, atol, rtol);
-    cr_assert(bad == 0, "%s: %zu of %zu elements out of tolerance (%.0e + %.0e·|cpu|); worst [%zu]: gpu %.9g, cpu %.9g",
-              what, bad, n, atol, rtol, worst, (double)got[worst], (double)cpu[worst]);
-    free(got);
-}
-
-static void require_gpu(void)
-{
-    if (kern_cuda_device_count() == 0) cr_skip_test("skipped: no CUDA device");
-    CK(cudaSetDevice(0));
-    cr_assert_eq(kern_cuda_init(), 0, "kern_cuda_init failed");
 }
 
 /* ---- encoder ---- */
@@ -453,14 +363,6 @@ static void adamw_should_update_only_its_shard_like_the_cpu_kernel_body(void)
 }
 
 /* ---- determinism: no float atomics, so the same launch gives the same bits ---- */
-
-static void expect_same_bits(const char *what, const float *d_a, const float *d_b, size_t n)
-{
-    float *a = to_host(d_a, n), *b = to_host(d_b, n);
-    cr_assert(memcmp(a, b, n * sizeof(float)) == 0, "%s: two identical runs gave different bits", what);
-    free(a);
-    free(b);
-}
 
 static void backward_kernels_should_give_identical_bits_when_run_twice_body(void)
 {
