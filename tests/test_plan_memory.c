@@ -8,19 +8,7 @@
 #include "plan_memory.h"
 #include "plan_plan.h"
 #include "plan_zoo.h"
-
-static ModelSpec zoo(const char *name) {
-    ModelSpec m;
-    char msg[256];
-    cr_assert_eq(plan_zoo_build(&m, name, msg, sizeof(msg)), 0, "%s", msg);
-    return m;
-}
-
-static void setup_cluster(ClusterSpec *c, int64_t gpus, int64_t gpn) {
-    plan_cluster_defaults(c);
-    c->gpus = gpus;
-    c->gpus_per_node = gpn;
-}
+#include "test_plan.h"
 
 Test(zoo, parameter_counts_should_equal_the_reference_implementations) {
     static const struct { const char *name; long long params; } REF[] = {
@@ -62,7 +50,7 @@ Test(memory, model_states_should_match_zero_paper_figure_1) {
     t.precision = PREC_MIXED_FP16;
     t.optimizer = OPT_ADAM;
     ClusterSpec c;
-    setup_cluster(&c, 64, 8);
+    cluster(&c, 64, 8);
     static const struct { StrategyKind k; double gb; } EXP[] = {
         {STRAT_DDP, 120.0}, {STRAT_ZERO1, 31.4}, {STRAT_ZERO2, 16.6}, {STRAT_ZERO3, 1.875},
     };
@@ -80,7 +68,7 @@ Test(memory, ddp_should_keep_a_bucket_copy_of_gradients_unless_grads_are_bucket_
     TrainSpec t;
     plan_train_defaults(&t);
     ClusterSpec c;
-    setup_cluster(&c, 8, 8);
+    cluster(&c, 8, 8);
     MemResult r;
     plan_memory(&m, &t, &c, STRAT_DDP, &r);
     double psi = (double)plan_model_params(&m);
@@ -98,7 +86,7 @@ Test(memory, sharded_terms_should_use_per_unit_padding_to_a_multiple_of_n) {
     TrainSpec t;
     plan_train_defaults(&t);
     ClusterSpec c;
-    setup_cluster(&c, 7, 7);     /* 7 does not divide most unit sizes */
+    cluster(&c, 7, 7);     /* 7 does not divide most unit sizes */
     /* FSDP: one flat root unit (everything outside the blocks) and one per block */
     MemSizes z;
     plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
@@ -126,7 +114,7 @@ Test(memory, overhead_should_be_context_plus_cublas_plus_nccl_plus_margin) {
     TrainSpec t;
     plan_train_defaults(&t);
     ClusterSpec c;
-    setup_cluster(&c, 8, 8);
+    cluster(&c, 8, 8);
     MemResult r;
     plan_memory(&m, &t, &c, STRAT_ZERO2, &r);
     double managed = 0;
@@ -137,7 +125,7 @@ Test(memory, overhead_should_be_context_plus_cublas_plus_nccl_plus_margin) {
     for (int k = 0; k < TERM_COUNT; k++) sum += r.term[k];
     cr_expect(fabs(sum - r.peak) < 1e-3 * r.peak, "terms should add up to the peak");
     /* one GPU: no NCCL communicator */
-    setup_cluster(&c, 1, 1);
+    cluster(&c, 1, 1);
     plan_memory(&m, &t, &c, STRAT_DDP, &r);
     cr_expect_eq(r.nccl, 0);
     plan_model_free(&m);
@@ -149,7 +137,7 @@ Test(memory, peak_should_be_the_largest_phase_total_not_a_sum_of_term_maxima) {
     plan_train_defaults(&t);
     t.micro_batch = 4;
     ClusterSpec c;
-    setup_cluster(&c, 8, 8);
+    cluster(&c, 8, 8);
     MemResult r;
     plan_memory(&m, &t, &c, STRAT_DDP, &r);
     double mx = 0;
@@ -196,7 +184,7 @@ Test(activations, checkpointing_should_keep_only_block_inputs) {
     plan_train_defaults(&t);
     t.micro_batch = 2;
     ClusterSpec c;
-    setup_cluster(&c, 1, 1);
+    cluster(&c, 1, 1);
     MemResult full, ck;
     plan_memory(&m, &t, &c, STRAT_DDP, &full);
     t.act_ckpt = CKPT_FULL;
@@ -212,7 +200,7 @@ Test(memory, max_micro_batch_should_be_the_largest_batch_that_fits) {
     TrainSpec t;
     plan_train_defaults(&t);
     ClusterSpec c;
-    setup_cluster(&c, 8, 8);
+    cluster(&c, 8, 8);
     int64_t b = plan_max_micro_batch(&m, &t, &c, STRAT_DDP, 65536);
     cr_assert_gt(b, 0);
     MemResult r;
@@ -233,7 +221,7 @@ Test(memory, more_gpus_should_never_raise_per_gpu_model_states) {
         double prev = INFINITY;
         for (int64_t n = 1; n <= 4096; n *= 2) {
             ClusterSpec c;
-            setup_cluster(&c, n, n < 8 ? n : 8);
+            cluster(&c, n, n < 8 ? n : 8);
             MemResult r;
             plan_memory(&m, &t, &c, (StrategyKind)k, &r);
             cr_expect_leq(r.model_states, prev, "%s at %lld GPUs", plan_strategy((StrategyKind)k)->name, (long long)n);
@@ -248,7 +236,7 @@ Test(plan, should_recommend_ddp_when_it_fits_and_shard_when_it_does_not) {
     TrainSpec t;
     plan_train_defaults(&t);
     ClusterSpec c;
-    setup_cluster(&c, 8, 8);
+    cluster(&c, 8, 8);
     Plan p;
     plan_run(&m, &t, &c, (1u << STRAT_COUNT) - 1, &p);
     cr_assert_geq(p.recommended, 0);
@@ -271,7 +259,7 @@ Test(memory, absurd_sizes_should_plan_without_overflow) {
     TrainSpec t;
     plan_train_defaults(&t);
     ClusterSpec c;
-    setup_cluster(&c, 1000000, 8);
+    cluster(&c, 1000000, 8);
     Plan p;
     plan_run(&m, &t, &c, (1u << STRAT_COUNT) - 1, &p);
     for (int i = 0; i < p.n_rows; i++) {

@@ -6,19 +6,7 @@
 #include "plan_auto.h"
 #include "plan_sim.h"
 #include "plan_zoo.h"
-
-static ModelSpec zoo(const char *name) {
-    ModelSpec m;
-    char msg[256];
-    cr_assert_eq(plan_zoo_build(&m, name, msg, sizeof(msg)), 0, "%s", msg);
-    return m;
-}
-
-static void cluster(ClusterSpec *c, int64_t gpus, int64_t gpn) {
-    plan_cluster_defaults(c);
-    c->gpus = gpus;
-    c->gpus_per_node = gpn;
-}
+#include "test_plan.h"
 
 Test(sim, memory_curve_maximum_should_equal_the_memory_model_peak) {
     const char *models[] = {"gpt2", "bert-base", "resnet50", "llama2-7b"};
