@@ -9,6 +9,7 @@
 #include "cli_output.h"
 #include "cli_run.h"
 #include "cli_setup.h"
+#include "cli_torch.h"
 #include "plan_auto.h"
 #include "plan_load.h"
 #include "plan_plan.h"
@@ -33,6 +34,9 @@ static void usage(FILE *f) {
         "  mpirun -np N memplan validate --model gpt2-tiny [--strategy all]\n"
         "                                                predicted vs measured memory and collectives\n"
         "      (run/validate options: memplan run --help)\n"
+        "  memplan validate --against torch --model NAME|config.json [--strategy all] [--ranks 2]\n"
+        "                                                the planner vs real PyTorch/DeepSpeed on CPU ranks\n"
+        "      (options and what it needs installed: memplan validate --against torch --help)\n"
         "  mpirun -np N memplan bench syncbn [--model resnet50] [--batches 2,4,8] [--json F] [--plot F.png]\n"
         "                                                what SyncBatchNorm costs, measured next to the prediction\n"
         "      (bench options: memplan bench syncbn --help)\n"
@@ -309,7 +313,11 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, "models") == 0) return cmd_models(argc - 1, argv + 1);
         if (strcmp(cmd, "gpus") == 0) return cmd_gpus(argc - 1, argv + 1);
         if (strcmp(cmd, "run") == 0) return cli_cmd_run(argc - 1, argv + 1);
-        if (strcmp(cmd, "validate") == 0) return cli_cmd_validate(argc - 1, argv + 1);
+        if (strcmp(cmd, "validate") == 0) {
+            /* --against torch plans and launches the PyTorch harness: no MPI in this process */
+            if (cli_wants_against(argc - 1, argv + 1)) return cli_cmd_validate_torch(argc - 1, argv + 1);
+            return cli_cmd_validate(argc - 1, argv + 1);
+        }
         if (strcmp(cmd, "bench") == 0) return cli_cmd_bench(argc - 1, argv + 1);
         if (strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
         return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, run, validate, bench, help)", cmd);

@@ -1,0 +1,287 @@
+/* test_cli_torch.c — `memplan validate --against torch` without PyTorch: a fake interpreter
+ * stands in for torchrun + the harness (it records its arguments and writes a prepared result),
+ * and saved results are compared with --measured. What is checked: the comparison rules (exact
+ * parameters, model states and collective payloads; peak within the tolerance and in the same
+ * phase), what is launched, and the errors a user meets (no environment, a failed run). The
+ * real harness runs in test_torch.c. */
+#include <criterion/criterion.h>
+#include <sys/stat.h>
+
+#include "plan_comm.h"
+#include "plan_load.h"
+#include "plan_memory.h"
+#include "test_run.h"
+
+static char g_memplan[PATH_MAX];
+
+static void setup_paths(void)
+{
+    test_sibling_path(g_memplan, sizeof g_memplan, "../memplan");
+}
+
+/* A harness result whose figures are exactly the planner's for gpt2-tiny, ddp, 2 ranks, fp32,
+ * eager attention, no dropout. peak_scale scales the measured peak; extra_op adds a collective. */
+static cJSON *exact_result(const char *strategy, double peak_scale, double payload_delta, const char *extra_op)
+{
+    ModelSpec m;
+    char err[256];
+    cr_assert_eq(plan_load_model(&m, "gpt2-tiny", err, sizeof err), 0, "%s", err);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.micro_batch = 2;
+    t.seq = 64;
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.dropout = 0;
+    ClusterSpec c;
+    plan_cluster_defaults(&c);
+    c.gpus = c.gpus_per_node = 2;
+    c.cuda_context = c.nccl_per_comm = c.alloc_margin = 0;
+    c.margin_is_frac = 1;
+    c.gpu.cublas_ws_bytes = 0;
+    c.gpu.mem_bytes = 1e18;
+    StrategyKind k = (StrategyKind)plan_strategy_by_name(strategy);
+    MemResult mr;
+    MemSizes ms;
+    CommPlan cp;
+    plan_memory(&m, &t, &c, k, &mr);
+    plan_memory_sizes(&m, &t, &c, k, &ms);
+    plan_comm(&m, &t, &c, k, &cp);
+
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "status", "ok");
+    cJSON_AddStringToObject(j, "implementation", "fake harness");
+    cJSON_AddStringToObject(j, "measured_by", "the test");
+    cJSON *v = cJSON_AddObjectToObject(j, "versions");
+    cJSON_AddStringToObject(v, "torch", "2.15.0");
+    cJSON *mo = cJSON_AddObjectToObject(j, "model");
+    cJSON_AddStringToObject(mo, "name", "gpt2-tiny");
+    cJSON_AddNumberToObject(mo, "params", (double)plan_model_params(&m));
+    cJSON *su = cJSON_AddObjectToObject(j, "setup");
+    cJSON_AddNumberToObject(su, "ranks", 2);
+    cJSON_AddStringToObject(su, "strategy", strategy);
+    cJSON_AddNumberToObject(su, "batch", 2);
+    cJSON_AddNumberToObject(su, "seq", 64);
+    cJSON_AddNumberToObject(su, "grad_accum", 1);
+    cJSON_AddNumberToObject(su, "steps", 3);
+    cJSON_AddStringToObject(su, "precision", "fp32");
+    cJSON_AddStringToObject(su, "act_ckpt", "none");
+    cJSON_AddStringToObject(su, "attn", "eager");
+    cJSON_AddNumberToObject(su, "dropout", 0);
+    cJSON_AddNumberToObject(su, "bucket_mb", 25);
+    cJSON *pr = cJSON_AddArrayToObject(j, "per_rank");
+    for (int r = 0; r < 2; r++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", r);
+        cJSON_AddNumberToObject(o, "peak_bytes", mr.peak * (r == 0 ? peak_scale : 0.5));
+        cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(mr.peak_phase));
+        cJSON_AddStringToObject(o, "peak_module", "lm_head");
+        cJSON *at = cJSON_AddObjectToObject(o, "at_peak");
+        cJSON_AddNumberToObject(at, "params", mr.term[TERM_PARAMS]);
+        cJSON *st = cJSON_AddObjectToObject(o, "model_states");
+        cJSON_AddNumberToObject(st, "params", ms.params);
+        cJSON_AddNumberToObject(st, "grads", ms.grads);
+        cJSON_AddNumberToObject(st, "optimizer", ms.optimizer);
+        cJSON_AddItemToArray(pr, o);
+    }
+    cJSON *cl = cJSON_AddArrayToObject(j, "collectives");
+    static const char *PH[] = {"forward", "backward", "step"};
+    for (int i = 0; i < cp.n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "op", plan_coll_name(cp.c[i].op));
+        cJSON_AddStringToObject(o, "phase", PH[cp.c[i].phase]);
+        cJSON_AddNumberToObject(o, "count", cp.c[i].count);
+        cJSON_AddNumberToObject(o, "payload_bytes", cp.c[i].payload_bytes + (i == 0 ? payload_delta : 0));
+        cJSON_AddItemToArray(cl, o);
+    }
+    if (extra_op) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "op", extra_op);
+        cJSON_AddStringToObject(o, "phase", "step");
+        cJSON_AddNumberToObject(o, "count", 1);
+        cJSON_AddNumberToObject(o, "payload_bytes", 4);
+        cJSON_AddItemToArray(cl, o);
+    }
+    plan_model_free(&m);
+    return j;
+}
+
+static void write_json(const char *path, cJSON *j)
+{
+    char *txt = cJSON_Print(j);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(txt, f);
+    fclose(f);
+    free(txt);
+    cJSON_Delete(j);
+}
+
+static Run measured(const char *dir, cJSON *j, const char *more)
+{
+    char path[1024], args[2048];
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    write_json(path, j);
+    snprintf(args, sizeof args, "validate --against torch --measured %s %s", path, more);
+    return test_launch(g_memplan, 0, 30, args);
+}
+
+TestSuite(validate_torch, .init = setup_paths);
+
+Test(validate_torch, should_pass_a_result_that_matches_the_plan_exactly)
+{
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    Run r = measured(dir, exact_result("ddp", 1.0, 0, NULL), "");
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_assert(strstr(r.out, "ok (exact)"), "%s", r.out);
+    cr_assert(strstr(r.out, "# validate --against torch: pass"), "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, should_fail_a_peak_outside_the_tolerance_and_pass_it_with_a_wider_one)
+{
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    Run r = measured(dir, exact_result("fsdp-full", 1.05, 0, NULL), "");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "FAIL (within 3%)"), "%s", r.out);
+    free(r.out);
+    r = measured(dir, exact_result("fsdp-full", 1.05, 0, NULL), "--tol 6");
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, should_fail_when_one_collective_payload_differs_by_one_byte)
+{
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    Run r = measured(dir, exact_result("zero2", 1.0, 1, NULL), "");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "FAIL (must be exact)"), "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, should_fail_a_collective_the_planner_does_not_know)
+{
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    Run r = measured(dir, exact_result("ddp", 1.0, 0, "all_to_all"), "--json");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "all_to_all step bytes"), "%s", r.out);
+    cr_assert(strstr(r.out, "FAIL (not planned)"), "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, should_write_json_with_predicted_and_measured_figures)
+{
+    char dir[PATH_MAX], jpath[PATH_MAX + 16], more[PATH_MAX + 32];
+    test_tmpdir(dir, sizeof dir, "vt");
+    snprintf(jpath, sizeof jpath, "%s/out.json", dir);
+    snprintf(more, sizeof more, "--json=%s", jpath);
+    Run r = measured(dir, exact_result("zero3", 1.0, 0, NULL), more);
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cJSON *j = test_read_json(jpath);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "pass")));
+    cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(s, "strategy")->valuestring, "zero3");
+    cJSON *pk = cJSON_GetObjectItem(s, "peak");
+    cr_assert_eq(cJSON_GetObjectItem(pk, "predicted_bytes")->valuedouble, cJSON_GetObjectItem(pk, "measured_bytes")->valuedouble);
+    cr_assert(cJSON_GetArraySize(cJSON_GetObjectItem(s, "collectives_per_step")) > 0);
+    cJSON_Delete(j);
+    free(r.out);
+}
+
+Test(validate_torch, should_name_the_install_command_when_the_environment_is_missing)
+{
+    setenv("MEMPLAN_TORCH_ENV", "/nonexistent/memplan-venv", 1);
+    unsetenv("MEMPLAN_TORCH_PYTHON");
+    Run r = test_launch(g_memplan, 0, 30, "validate --against torch --model gpt2-tiny");
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.out, "make torch-env"), "%s", r.out);
+    cr_assert(strstr(r.out, "/nonexistent/memplan-venv"), "%s", r.out);
+    free(r.out);
+}
+
+/* A stand-in for the venv's python: records its arguments, writes $FAKE_RESULT to the --json
+ * path, exits $FAKE_RC. */
+static void fake_python(const char *dir, char *py, size_t len)
+{
+    snprintf(py, len, "%s/python", dir);
+    FILE *f = fopen(py, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\n"
+               "echo \"$@\" >> %s/args\n"
+               "out=''; while [ $# -gt 0 ]; do [ \"$1\" = --json ] && out=$2; shift; done\n"
+               "[ -n \"$FAKE_RESULT\" ] && cp \"$FAKE_RESULT\" \"$out\"\n"
+               "exit ${FAKE_RC:-0}\n", dir);
+    fclose(f);
+    chmod(py, 0755);
+}
+
+Test(validate_torch, should_launch_torchrun_with_the_planned_setup_for_each_strategy)
+{
+    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
+    test_tmpdir(dir, sizeof dir, "vt");
+    fake_python(dir, py, sizeof py);
+    snprintf(res, sizeof res, "%s/res.json", dir);
+    write_json(res, exact_result("ddp", 1.0, 0, NULL));
+    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
+    setenv("MEMPLAN_TORCH_HARNESS", res, 1);   /* any readable file: the fake ignores it */
+    setenv("FAKE_RESULT", res, 1);
+    Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy ddp,fsdp-hybrid "
+                                          "--ranks 4 --batch 2 --seq 64 --precision fp32 --attn eager --dropout 0");
+    /* fsdp-hybrid's row is compared against a ddp result: it must fail, ddp must pass */
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "# ddp: fake harness"), "%s", r.out);
+    snprintf(argsf, sizeof argsf, "%s/args", dir);
+    char *cmd = malloc(PATH_MAX + 64);
+    snprintf(cmd, PATH_MAX + 64, "cat %s", argsf);
+    Run a = test_run_cmd(cmd);
+    free(cmd);
+    cr_assert_eq(test_count(a.out, "-m torch.distributed.run --standalone --nproc-per-node 4"), 2, "%s", a.out);
+    cr_assert(strstr(a.out, "--strategy ddp "), "%s", a.out);
+    cr_assert(strstr(a.out, "--strategy fsdp-hybrid "), "%s", a.out);
+    cr_assert(strstr(a.out, "--shard-group 2 "), "%s", a.out);
+    cr_assert(strstr(a.out, "--precision fp32 --act-ckpt none --attn eager --dropout 0 "), "%s", a.out);
+    free(a.out);
+    free(r.out);
+}
+
+Test(validate_torch, should_report_a_failed_run_with_the_harness_message)
+{
+    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16];
+    test_tmpdir(dir, sizeof dir, "vt");
+    fake_python(dir, py, sizeof py);
+    snprintf(res, sizeof res, "%s/res.json", dir);
+    FILE *f = fopen(res, "w");
+    fputs("{\"status\": \"error\", \"error\": \"rank 1: boom in backward\"}", f);
+    fclose(f);
+    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
+    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
+    setenv("FAKE_RESULT", res, 1);
+    setenv("FAKE_RC", "1", 1);
+    Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy zero1 --precision fp32");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "zero1 did not run: rank 1: boom in backward"), "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, should_refuse_setups_the_harness_cannot_run)
+{
+    Run r = test_launch(g_memplan, 0, 30, "validate --against torch --params 1e9");
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.out, "needs a real model"), "%s", r.out);
+    free(r.out);
+    r = test_launch(g_memplan, 0, 30, "validate --against torch --model gpt2-tiny --steps 1");
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.out, "--steps '1'"), "%s", r.out);
+    free(r.out);
+    r = test_launch(g_memplan, 0, 30, "validate --against torch --model gpt2-tiny --strategy fsdp-hybrid --ranks 4 --shard-group 3");
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.out, "--shard-group 3 does not divide --ranks 4"), "%s", r.out);
+    free(r.out);
+    r = test_launch(g_memplan, 0, 30, "validate --against torch --measured /nonexistent.json --model gpt2");
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    free(r.out);
+}
