@@ -150,7 +150,7 @@ $(BUILD)/bench/%: bench/%.c $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL)
 
-test-bin: $(MEMPLAN) $(TESTS) $(MPIBINS)
+test-bin: $(MEMPLAN) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device   # test_exec_cnn runs the bench on the CPU
 
 test: $(if $(filter 1,$(NO_DEPS)),,deps) config test-bin
 	@BUILD=$(BUILD) scripts/run_tests.sh $(TESTS)
