@@ -189,8 +189,8 @@ step() {
   esac
   [ "$left_over" -gt 0 ] && note="$note${note:+; }ended $left_over leftover process(es) by PID"
   local skips
-  skips=$(grep -c '^\[SKIP\]' "$LAST_LOG" 2>/dev/null || true)
-  [ "${skips:-0}" -gt 0 ] && note="$note${note:+; }$skips test(s) skipped: $(grep -m1 '^\[SKIP\]' "$LAST_LOG" | sed 's/^[^:]*::[^:]*: *//' | cut -c1-60)"
+  skips=$(grep '^\[SKIP\]' "$LAST_LOG" 2>/dev/null | grep -vc 'Test is disabled' || true)   # --filter's are no skips
+  [ "${skips:-0}" -gt 0 ] && note="$note${note:+; }$skips test(s) skipped: $(grep '^\[SKIP\]' "$LAST_LOG" | grep -v 'Test is disabled' | head -n 1 | sed 's/^[^:]*::[^:]*: *//' | cut -c1-60)"
   record "$name" "$status" $(( $(date +%s) - t0 )) "$note"
   [ "$rc" = 0 ]
 }
