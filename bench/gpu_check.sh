@@ -30,7 +30,8 @@
 #
 # Environment: BUILD (default build), GPU_CHECK_BUDGET (seconds, default 450), JOBS (make -j,
 # default nproc), MAKE (default make), GPU_CHECK_MAX_STEP (caps every step's timeout: dry runs
-# and the tests of this script), CUDA_HOME.
+# and the tests of this script), GPU_CHECK_DEV_GLOB (the GPU device nodes, default
+# /dev/nvidia[0-9]*: a node without a usable CUDA device also fails the check), CUDA_HOME.
 # Exit status: 0 when no step failed or timed out and the GPU (if any) was usable; 1 otherwise;
 # 2 on usage errors.
 set -u
@@ -53,6 +54,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OPENBLAS_NUM_THREADS=1
 START=$(date +%s)
 M="$BUILD/memplan"
+mkdir -p "$BUILD" && ABS_BUILD=$(cd "$BUILD" && pwd)
 
 S_NAME=() S_STATUS=() S_SECS=() S_NOTE=()
 NO_GPU=""        # the reason when there is no GPU at all (nvidia-smi lists none, CUDA sees none)
@@ -72,12 +74,15 @@ command -v nvidia-smi >/dev/null 2>&1 && have_smi=1
 smi() { [ "$have_smi" = 1 ] && timeout 20 nvidia-smi "$@" 2>/dev/null; }
 NGPU_SMI=$(smi -L | grep -c '^GPU' || true)
 [ -n "$NGPU_SMI" ] || NGPU_SMI=0
+# device nodes say a GPU is there even when nvidia-smi is missing (GPU_CHECK_DEV_GLOB: tests)
+NGPU_DEV=$(ls -d ${GPU_CHECK_DEV_GLOB:-/dev/nvidia[0-9]*} 2>/dev/null | wc -l)
 DRIVER=$(smi --query-gpu=driver_version --format=csv,noheader | head -n 1)
 DRIVER_CUDA=$(smi | grep -o 'CUDA Version: *[0-9.]*' | head -n 1 | sed 's/CUDA Version: *//')
 COMPUTE_MODE=$(smi --query-gpu=compute_mode --format=csv,noheader | head -n 1)
 GPU_NAME=$(smi --query-gpu=name,memory.total --format=csv,noheader | head -n 1)
 GPU_FACTS="nvidia-smi lists $NGPU_SMI GPU(s)${GPU_NAME:+ ($GPU_NAME)}, driver ${DRIVER:-unknown} (CUDA ${DRIVER_CUDA:-unknown}), compute mode ${COMPUTE_MODE:-unknown}"
 [ "$have_smi" = 1 ] || GPU_FACTS="nvidia-smi: not found"
+[ "$NGPU_SMI" -gt 0 ] || [ "$NGPU_DEV" -eq 0 ] || GPU_FACTS="$GPU_FACTS; but $NGPU_DEV GPU device node(s) /dev/nvidiaN exist"
 {
   echo "date: $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
   echo "host: $(hostname)"
@@ -148,9 +153,11 @@ reap() {  # reap SESSION_ID
   for pid in $(ps -eo pid=,sid= 2>/dev/null | awk -v s="$sid" '$2 == s { print $1 }'); do
     kill -KILL "$pid" 2>/dev/null && n=$((n + 1))
   done
-  for pid in $(smi --query-compute-apps=pid --format=csv,noheader); do
+  # nvidia-smi's PIDs may be another PID namespace's: only a process of this checkout qualifies
+  for pid in $(smi --query-compute-apps=pid --format=csv,noheader | grep -E '^[0-9]+$'); do
     case "$BASE_PIDS" in *" $pid "*) continue ;; esac
     [ "$pid" = "$$" ] && continue
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -e "$ABS_BUILD" -e "$OUT" || continue
     kill -KILL "$pid" 2>/dev/null && n=$((n + 1))
   done
   echo "$n"
@@ -175,11 +182,14 @@ step() {
   local t0 rc status note left_over
   t0=$(date +%s)
   { echo "# $*"; echo "# started $(date -u '+%Y-%m-%dT%H:%M:%SZ'), timeout ${limit} s"; } > "$LAST_LOG"
-  setsid timeout --kill-after=5 "$limit" "$@" >> "$LAST_LOG" 2>&1 < /dev/null &
-  local sid=$!
-  wait "$sid"
+  # the session leader writes its pid (= the session id) before it becomes the command
+  local sidfile="$OUT/logs/.sid" sid
+  rm -f "$sidfile"
+  setsid -w sh -c 'echo $$ > "$0"; exec "$@"' "$sidfile" timeout --kill-after=5 "$limit" "$@" >> "$LAST_LOG" 2>&1 < /dev/null
   rc=$?
-  left_over=$(reap "$sid")
+  sid=$(cat "$sidfile" 2>/dev/null)
+  left_over=0
+  [ -n "$sid" ] && left_over=$(reap "$sid")
   LAST_RC=$rc
   case $rc in
     0) status=ok; note="" ;;
@@ -239,7 +249,7 @@ if [ "$BUILD_OK" = 1 ]; then
     note_last "gpt2-tiny, 2 steps on the GPU"
   else
     cuda_says=$(grep -o -m1 'no CUDA device[^:]*' "$LAST_LOG")
-    if [ -n "$cuda_says" ] && [ "$NGPU_SMI" -gt 0 ]; then
+    if [ -n "$cuda_says" ] && { [ "$NGPU_SMI" -gt 0 ] || [ "$NGPU_DEV" -gt 0 ]; }; then
       UNUSABLE="$GPU_FACTS, but CUDA reports: $cuda_says"
       note_last "$UNUSABLE"
     elif [ -n "$cuda_says" ]; then

@@ -61,7 +61,7 @@ static Run run_check(const Case *c)
     char root[512], cmd[2048];
     test_sibling_path(root, sizeof root, "../../bench/gpu_check.sh");
     snprintf(cmd, sizeof cmd,
-             "cd / && PATH='%s':\"$PATH\" CUDA_VISIBLE_DEVICES= BUILD='%s' MAKE=make GPU_CHECK_MAX_STEP=2 "
+             "cd / && PATH='%s':\"$PATH\" CUDA_VISIBLE_DEVICES= GPU_CHECK_DEV_GLOB=/nonexistent BUILD='%s' MAKE=make GPU_CHECK_MAX_STEP=2 "
              "GPU_CHECK_BUDGET=300 timeout 120 bash '%s' '%s' 2>&1",
              c->bin, c->build, root, c->out);
     return test_run_cmd(cmd);
