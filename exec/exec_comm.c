@@ -316,7 +316,8 @@ void comm_destroy(Comm *c)
         if (c->failed) {
             ncclCommAbort(c->nccl);
         } else {
-            if (NCCL_CALL(c, ncclCommFinalize(c->nccl)) == 0) NCCL_CALL(c, ncclCommDestroy(c->nccl));
+            /* destroy after a completed finalize only frees (it is not settled: the handle goes) */
+            if (NCCL_CALL(c, ncclCommFinalize(c->nccl)) == 0) NCCL_CHECK(ncclCommDestroy(c->nccl));
             else if (c->nccl) ncclCommAbort(c->nccl);
         }
         c->nccl = NULL;
