@@ -6,7 +6,8 @@
 #   tests/test_prof_*.c -> profiler     tests/test_*.c (others) -> everything
 #   tests/mpi/*.c       -> multi-rank programs that Criterion tests launch with mpirun
 # Switches: SAN=1 (ASan+UBSan, builds into build-san/), NO_CUDA=1, NO_NCCL=1, NO_CUPTI=1,
-# NO_DEPS=1 (skip the Debian package check).
+# NO_DEPS=1 (skip the Debian package check); REQUIRE_CUDA=1, REQUIRE_NCCL=1, REQUIRE_CUPTI=1 stop
+# the build when that part would be off.
 
 SAN      ?= 0
 NO_CUDA  ?= 0
@@ -41,6 +42,16 @@ USE_CUPTI := $(if $(filter 1,$(NO_CUPTI) $(NO_CUDA)),0,$(HAVE_CUPTI))
 ifeq ($(REQUIRE_CUDA),1)
 ifneq ($(USE_CUDA),1)
 $(error REQUIRE_CUDA=1 but nvcc was not found at $(NVCC); set CUDA_HOME)
+endif
+endif
+ifeq ($(REQUIRE_NCCL),1)
+ifneq ($(USE_NCCL),1)
+$(error REQUIRE_NCCL=1 but NCCL is off (nccl.h not found under $(CUDA_HOME)/include or /usr/include, or NO_NCCL/NO_CUDA set))
+endif
+endif
+ifeq ($(REQUIRE_CUPTI),1)
+ifneq ($(USE_CUPTI),1)
+$(error REQUIRE_CUPTI=1 but CUPTI is off (cupti.h not found under $(CUDA_HOME)/include or $(CUDA_HOME)/extras/CUPTI/include, or NO_CUPTI/NO_CUDA set))
 endif
 endif
 GPU_DEFS := -DMEMPLAN_CUDA=$(USE_CUDA) -DMEMPLAN_NCCL=$(USE_NCCL) -DMEMPLAN_CUPTI=$(USE_CUPTI)
@@ -139,7 +150,7 @@ $(BUILD)/bench/%: bench/%.c $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL)
 
-test-bin: $(MEMPLAN) $(TESTS) $(MPIBINS)
+test-bin: $(MEMPLAN) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device   # test_exec_cnn runs the bench on the CPU
 
 test: $(if $(filter 1,$(NO_DEPS)),,deps) config test-bin
 	@BUILD=$(BUILD) scripts/run_tests.sh $(TESTS)

@@ -18,7 +18,8 @@
  * rank (docs/gpu.md), and then the bytes cross sockets, not NVLink. Alone (no mpirun) it runs a
  * one-rank communicator (busbw 0). Without a GPU it prints "skipped: no CUDA device (...)" and
  * exits 0. Prints a table (lines not data start with '#'), rank 0 only, one line per size as it
- * goes (a timeout still leaves the rows so far); --json writes the same records at the end. */
+ * goes (a timeout still leaves the rows so far); --json rewrites the file after every row ("complete":
+ * false until the end), so a cut-short sweep keeps its rows there too. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
@@ -215,15 +216,59 @@ static long check(Comm *c, Device *d, CollOp op, float *send, float *recv)
     return wrong;
 }
 
+/* Writes root (and frees it) to path through path.tmp and a rename: a reader never sees half. */
 static int write_json(const char *path, cJSON *root)
 {
-    char *text = cJSON_Print(root);
-    FILE *f = text ? fopen(path, "w") : NULL;
+    char *text = cJSON_Print(root), tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = text ? fopen(tmp, "w") : NULL;
     int bad = !f || fputs(text, f) < 0 || fputc('\n', f) == EOF;
     if (f && fclose(f)) bad = 1;
+    if (!bad && rename(tmp, path)) bad = 1;
     free(text);
+    cJSON_Delete(root);
     if (bad) fprintf(stderr, "bench_nccl: cannot write %s\n", path);
     return bad ? -1 : 0;
+}
+
+/* The JSON document: the rows so far (complete = 0 while the sweep goes on: the file is
+ * rewritten after every row, so a run cut short keeps them) and, at the end, the peaks. */
+static cJSON *doc(const Options *opt, int n, const char *gpu, int nccl_version, const char *hostid, const long *wrong,
+                  const Row *rows, int nrows, const double *peak, int complete)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "bench", "nccl");
+    cJSON_AddNumberToObject(root, "ranks", n);
+    cJSON_AddStringToObject(root, "gpu", gpu);
+    cJSON_AddNumberToObject(root, "nccl_version", nccl_version);
+    cJSON_AddBoolToObject(root, "fake_hosts", hostid != NULL);
+    if (hostid)
+        cJSON_AddStringToObject(root, "not_a_real_measurement",
+                                "ranks as fake hosts (NCCL_HOSTID per rank): sockets over loopback, kernels time-sliced "
+                                "on a shared GPU; no figure here is NCCL's per-GPU bandwidth");
+    cJSON_AddStringToObject(root, "dtype", "fp32");
+    cJSON *chk = cJSON_AddObjectToObject(root, "exact");
+    for (int k = 0; k < NOPS; k++)
+        if (opt->ops & (1u << k)) cJSON_AddBoolToObject(chk, prof_coll_name(OPS[k]), wrong[k] == 0);
+    cJSON *arr = cJSON_AddArrayToObject(root, "results");
+    for (int i = 0; i < nrows; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "op", prof_coll_name(rows[i].op));
+        cJSON_AddNumberToObject(o, "bytes", rows[i].bytes);
+        cJSON_AddNumberToObject(o, "count", rows[i].count);
+        cJSON_AddNumberToObject(o, "iters", rows[i].iters);
+        cJSON_AddNumberToObject(o, "us", rows[i].us);
+        cJSON_AddNumberToObject(o, "algbw_GBps", rows[i].algbw);
+        cJSON_AddNumberToObject(o, "busbw_GBps", rows[i].busbw);
+        cJSON_AddItemToArray(arr, o);
+    }
+    if (peak) {
+        cJSON *pk = cJSON_AddObjectToObject(root, "peak_busbw_GBps");
+        for (int k = 0; k < NOPS; k++)
+            if (opt->ops & (1u << k)) cJSON_AddNumberToObject(pk, prof_coll_name(OPS[k]), peak[k]);
+    }
+    cJSON_AddBoolToObject(root, "complete", complete);
+    return root;
 }
 
 int main(int argc, char **argv)
@@ -240,7 +285,6 @@ int main(int argc, char **argv)
                 cJSON_AddStringToObject(root, "bench", "nccl");
                 cJSON_AddStringToObject(root, "skipped", why);
                 write_json(opt.json, root);
-                cJSON_Delete(root);
             }
         }
         return 0;
@@ -285,6 +329,9 @@ int main(int argc, char **argv)
                n, n == 1 ? "" : "s", mpi ? " (NCCL bootstrapped over MPI)" : " (one process)", exec_device_name(d),
                nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100,
                hostid ? "; NCCL_HOSTID set per rank (fake hosts: sockets, not NVLink)" : "");
+        if (hostid)
+            printf("# NOT A REAL MEASUREMENT: ranks as fake hosts share the GPU over loopback sockets and time-slice "
+                   "it; these times and bandwidths are not NCCL's per-GPU figures\n");
         printf("# algbw = S/t; busbw = algbw x (all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n); "
                "GB/s = 1e9 B/s\n");
     }
@@ -339,6 +386,8 @@ int main(int argc, char **argv)
                 printf("%-15s %14.0f %12.0f %6s %6d %12.2f %10.3f %10.3f\n", prof_coll_name(op), w->bytes, w->count, "fp32",
                        w->iters, w->us, w->algbw, w->busbw);
                 fflush(stdout);
+                if (opt.json)
+                    write_json(opt.json, doc(&opt, n, exec_device_name(d), nccl_version, hostid, wrong, rows, nrows, NULL, 0));
             }
         }
     }
@@ -352,35 +401,8 @@ int main(int argc, char **argv)
         for (int k = 0; k < NOPS; k++)
             if (opt.ops & (1u << k)) printf(" %s %.3f GB/s", prof_coll_name(OPS[k]), peak[k]);
         printf("\n");
-        if (opt.json) {
-            cJSON *root = cJSON_CreateObject();
-            cJSON_AddStringToObject(root, "bench", "nccl");
-            cJSON_AddNumberToObject(root, "ranks", n);
-            cJSON_AddStringToObject(root, "gpu", exec_device_name(d));
-            cJSON_AddNumberToObject(root, "nccl_version", nccl_version);
-            cJSON_AddBoolToObject(root, "fake_hosts", hostid != NULL);
-            cJSON_AddStringToObject(root, "dtype", "fp32");
-            cJSON *chk = cJSON_AddObjectToObject(root, "exact");
-            for (int k = 0; k < NOPS; k++)
-                if (opt.ops & (1u << k)) cJSON_AddBoolToObject(chk, prof_coll_name(OPS[k]), wrong[k] == 0);
-            cJSON *arr = cJSON_AddArrayToObject(root, "results");
-            for (int i = 0; i < nrows; i++) {
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "op", prof_coll_name(rows[i].op));
-                cJSON_AddNumberToObject(o, "bytes", rows[i].bytes);
-                cJSON_AddNumberToObject(o, "count", rows[i].count);
-                cJSON_AddNumberToObject(o, "iters", rows[i].iters);
-                cJSON_AddNumberToObject(o, "us", rows[i].us);
-                cJSON_AddNumberToObject(o, "algbw_GBps", rows[i].algbw);
-                cJSON_AddNumberToObject(o, "busbw_GBps", rows[i].busbw);
-                cJSON_AddItemToArray(arr, o);
-            }
-            cJSON *pk = cJSON_AddObjectToObject(root, "peak_busbw_GBps");
-            for (int k = 0; k < NOPS; k++)
-                if (opt.ops & (1u << k)) cJSON_AddNumberToObject(pk, prof_coll_name(OPS[k]), peak[k]);
-            if (write_json(opt.json, root)) bad = 1;
-            cJSON_Delete(root);
-        }
+        if (opt.json && write_json(opt.json, doc(&opt, n, exec_device_name(d), nccl_version, hostid, wrong, rows, nrows, peak, 1)))
+            bad = 1;
     }
     free(rows);
     free(reqs);

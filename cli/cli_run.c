@@ -467,6 +467,7 @@ static int emit(cJSON *j, const char *path)
 int cli_cmd_run(int argc, char **argv)
 {
     Ctx x;
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* as validate: nothing printed is lost to a kill */
     int rc = start(argc, argv, "run", &x);
     if (rc >= 0) {
         finish_ctx(&x);
@@ -644,9 +645,45 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
     return pass;
 }
 
+/* validate's JSON document: the strategies compared so far (a copy of arr); complete = 0 while
+ * strategies remain (or one failed: failed names it). */
+static cJSON *validate_json(const Ctx *x, const cJSON *arr, int all_pass, int complete, const char *failed)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", x->cfg.model.name);
+    cJSON_AddNumberToObject(j, "ranks", x->N);
+    cJSON_AddStringToObject(j, "device", x->cfg.device == DEVICE_CUDA ? "cuda" : "cpu");
+    if (x->cfg.cupti) cJSON_AddItemToObject(j, "overheads", cli_gpu_overheads_json(&x->gpu, &x->s.cluster, x->N));
+    cJSON_AddNumberToObject(j, "micro_batch", x->cfg.micro_batch);
+    cJSON_AddNumberToObject(j, "seq", x->cfg.seq);
+    cJSON_AddNumberToObject(j, "grad_accum", x->cfg.grad_accum);
+    cJSON_AddNumberToObject(j, "steps", x->cfg.steps);
+    cJSON_AddItemToObject(j, "strategies", cJSON_Duplicate(arr, 1));
+    cJSON_AddBoolToObject(j, "complete", complete);
+    if (failed) cJSON_AddStringToObject(j, "failed_strategy", failed);
+    cJSON_AddBoolToObject(j, "pass", all_pass && complete);
+    return j;
+}
+
+/* --json=FILE under validate: rewritten after every strategy (to FILE.tmp, then renamed), so a
+ * run cut short (a timeout, a crash) leaves the strategies that finished. */
+static void validate_json_progress(const Ctx *x, const cJSON *arr, int all_pass, const char *failed)
+{
+    if (!x->s.json || !x->s.json_path) return;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", x->s.json_path);
+    cJSON *j = validate_json(x, arr, all_pass, 0, failed);
+    if (emit(j, tmp) == 0 && rename(tmp, x->s.json_path) != 0)
+        fprintf(stderr, "memplan: cannot write --json file '%s'\n", x->s.json_path);
+    cJSON_Delete(j);
+}
+
 int cli_cmd_validate(int argc, char **argv)
 {
     Ctx x;
+    /* Line-buffered: under mpirun stdout is a pipe (fully buffered by default), and a run that
+     * is killed (a timeout) would lose every table already printed. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int rc = start(argc, argv, "validate", &x);
     if (rc >= 0) {
         finish_ctx(&x);
@@ -685,7 +722,10 @@ int cli_cmd_validate(int argc, char **argv)
         ExecRunResult r;
         exec_run(x.comm, &x.cfg, &r);
         if (r.status != EXEC_RUN_OK) {
-            if (x.rank == 0) fprintf(stderr, "memplan: validate: %s did not run\n", exec_strategy_name((ExecStrategyKind)k));
+            if (x.rank == 0) {
+                fprintf(stderr, "memplan: validate: %s did not run\n", exec_strategy_name((ExecStrategyKind)k));
+                validate_json_progress(&x, arr, all_pass, exec_strategy_name((ExecStrategyKind)k));
+            }
             rc = report_failure(&x, &r);
             exec_run_result_free(&r);
             cJSON_Delete(arr);
@@ -699,6 +739,8 @@ int cli_cmd_validate(int argc, char **argv)
                 cJSON_AddItemToObject(cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 1), "cupti", cli_gpu_cupti_json(&r));
                 header = 0;      /* the next strategy's rows get their header again */
             }
+            fflush(out);
+            validate_json_progress(&x, arr, all_pass, NULL);
         }
         exec_run_result_free(&r);
     }
@@ -707,18 +749,7 @@ int cli_cmd_validate(int argc, char **argv)
         if (x.cfg.cupti) cli_gpu_print_overheads(out, &x.gpu, &x.s.cluster, x.N);
         fprintf(out, "# validate: %s\n", all_pass ? "pass" : "FAIL (model states or collective bytes differ, or the peak by more than 5%)");
         if (x.s.json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddStringToObject(j, "model", x.cfg.model.name);
-            cJSON_AddNumberToObject(j, "ranks", x.N);
-            cJSON_AddStringToObject(j, "device", x.cfg.device == DEVICE_CUDA ? "cuda" : "cpu");
-            if (x.cfg.cupti) cJSON_AddItemToObject(j, "overheads", cli_gpu_overheads_json(&x.gpu, &x.s.cluster, x.N));
-            cJSON_AddNumberToObject(j, "micro_batch", x.cfg.micro_batch);
-            cJSON_AddNumberToObject(j, "seq", x.cfg.seq);
-            cJSON_AddNumberToObject(j, "grad_accum", x.cfg.grad_accum);
-            cJSON_AddNumberToObject(j, "steps", x.cfg.steps);
-            cJSON_AddItemToObject(j, "strategies", arr);
-            arr = NULL;
-            cJSON_AddBoolToObject(j, "pass", all_pass);
+            cJSON *j = validate_json(&x, arr, all_pass, 1, NULL);
             rc = emit(j, x.s.json_path);
             cJSON_Delete(j);
         }

@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "exec_comm.h"
+#include "exec_kern.h"
 #include "prof_mem.h"
 
 typedef struct {
@@ -30,6 +31,13 @@ typedef struct {
     double *coll_s;                      /* [forward, backward]: wall seconds inside SyncBN's two
                                             collectives are added here (waits for peers included);
                                             NULL: not timed */
+    /* Where the layer runs (all three NULL: the host, kern_cnn.h). On a GPU every pointer above
+     * but coll_s is device memory, the kernels are the CUDA table's on the device's compute
+     * stream, and the counts the forward needs on the host (Σ counts over ranks, one float per
+     * rank) and num_batches (+= 1) go through small exec_device_copy calls. */
+    const ExecKernels *k;                /* exec_kernels(kind); NULL: the CPU table */
+    void *stream;                        /* the device's compute stream; NULL on the host */
+    Device *dev;                         /* NULL: host memory */
 } ExecBnLayer;
 
 /* What the training forward keeps for the backward. */

@@ -16,8 +16,9 @@
 #include <string.h>
 
 #include "exec_bn.h"
+#include "exec_device.h"
+#include "exec_kern.h"
 #include "kern_cnn.h"
-#include "kern_ops.h"
 
 /* ---- configuration ---- */
 
@@ -338,6 +339,12 @@ struct Cnn {
     CnnConfig cfg;
     Graph g;
     MemTracker *mt;
+    Device *dev;                   /* NULL: host */
+    int gpu;                       /* dev is a CUDA device: every buffer is device memory */
+    const ExecKernels *k;          /* the device's kernels */
+    void *stream;                  /* their stream (NULL on the host) */
+    float *dimages;                /* GPU: tracked copies of the batch's images and labels */
+    int *dlabels;
     size_t *numel;                 /* per unit */
     float **params, **grads;       /* per unit, current pointers (NULL = absent) */
     unsigned char *own_params, *own_grads;
@@ -352,7 +359,7 @@ struct Cnn {
     double divisor;                /* 0: the mean over the micro-batch */
     /* the current step */
     int B;
-    const int *labels;
+    const int *labels;             /* what the kernels read (the device copy on a GPU) */
     float **act, **dact;           /* per tensor; act[0] is the caller's images */
     float **bn_mean, **bn_invstd;  /* per BN layer, saved by the training forward */
     double *bn_count;
@@ -392,6 +399,19 @@ static void release(Cnn *c, void *pp)
     *p = NULL;
 }
 
+/* Zeroes bytes of model memory: memset on the host, a memset on the compute stream on a GPU. */
+static void zero(Cnn *c, void *p, size_t bytes)
+{
+    if (c->gpu) exec_device_memset(c->dev, p, 0, bytes);
+    else memset(p, 0, bytes);
+}
+
+/* A kernel of the table failed (its launcher printed why). */
+static int kernel_failed(Cnn *c, const char *where)
+{
+    return fail_msg(c, "a %s kernel failed in %s (see the message above)", c->k->name, where);
+}
+
 static size_t tensor_numel(const Cnn *c, int t)
 {
     const Tensor *x = &c->g.t[t];
@@ -410,6 +430,8 @@ static void free_step(Cnn *c, int keep_logits)
     }
     for (int k = 0; k < c->g.nops; k++) release(c, &c->argmax[k]);
     if (!keep_logits) release(c, &c->logits);
+    release(c, &c->dimages);
+    release(c, &c->dlabels);
     release(c, &c->probs);
     release(c, &c->losses);
     release(c, &c->col);
@@ -436,6 +458,12 @@ void exec_cnn_destroy(Cnn *c)
 
 int exec_cnn_create(Cnn **out, const CnnConfig *cfg, MemTracker *mt, const ExecHooks *hooks, void *ctx)
 {
+    return exec_cnn_create_on(out, cfg, mt, NULL, hooks, ctx);
+}
+
+int exec_cnn_create_on(Cnn **out, const CnnConfig *cfg, MemTracker *mt, Device *dev, const ExecHooks *hooks,
+                       void *ctx)
+{
     *out = NULL;
     if (exec_cnn_config_check(cfg, NULL, 0) || !mt) return -1;
     Cnn *c = calloc(1, sizeof *c);
@@ -443,6 +471,10 @@ int exec_cnn_create(Cnn **out, const CnnConfig *cfg, MemTracker *mt, const ExecH
     exec_model_init(&c->iface, &CNN_OPS, c, hooks, ctx);
     c->cfg = *cfg;
     c->mt = mt;
+    c->dev = dev;
+    c->gpu = dev && exec_device_kind(dev) == DEVICE_CUDA;
+    c->k = exec_kernels(c->gpu ? DEVICE_CUDA : DEVICE_HOST);
+    c->stream = c->gpu ? exec_device_stream(dev) : NULL;
     c->training = 1;
     if (build_graph(&c->g, cfg)) {
         free(c);
@@ -483,11 +515,19 @@ int exec_cnn_create(Cnn **out, const CnnConfig *cfg, MemTracker *mt, const ExecH
         c->own_params[u] = 1;
     }
     if (!(c->buffers = tracked(c, MEM_PARAMS, c->nbuf * sizeof(float), 1, "bn buffers", NULL))) goto fail;
-    for (int k = 0; k < NO; k++) {   /* running_var starts at 1 */
+    /* running_var starts at 1: written on the host, copied to a GPU */
+    float *hb = c->gpu ? calloc(c->nbuf, sizeof *hb) : c->buffers;
+    if (!hb) goto fail;
+    for (int k = 0; k < NO; k++) {
         const Op *o = &c->g.ops[k];
         if (o->kind != OP_BN) continue;
-        float *rv = c->buffers + c->bn_buf[o->bn] + c->g.t[o->in].C;
+        float *rv = hb + c->bn_buf[o->bn] + c->g.t[o->in].C;
         for (int i = 0; i < c->g.t[o->in].C; i++) rv[i] = 1.0f;
+    }
+    if (c->gpu) {
+        exec_device_copy(c->dev, c->buffers, hb, c->nbuf * sizeof *hb);
+        free(hb);
+        if (exec_device_failed(c->dev)) goto fail;
     }
     *out = c;
     return 0;
@@ -495,6 +535,28 @@ fail:
     exec_cnn_destroy(c);
     return -1;
 }
+
+int exec_cnn_init_params(Cnn *c, uint64_t seed)
+{
+    for (int u = 0; u < c->g.nunits; u++) {
+        if (!c->params[u]) continue;
+        if (!c->gpu) {
+            if (init_range(&c->g, &c->cfg, u, seed, 0, c->numel[u], c->params[u]))
+                return fail_msg(c, "cannot initialise unit %d", u);
+            continue;
+        }
+        float *h = malloc(c->numel[u] * sizeof *h);   /* computed on the host, copied */
+        if (!h) return fail_msg(c, "out of host memory initialising unit %d", u);
+        int bad = init_range(&c->g, &c->cfg, u, seed, 0, c->numel[u], h);
+        if (!bad) exec_device_copy(c->dev, c->params[u], h, c->numel[u] * sizeof *h);
+        free(h);
+        if (bad) return fail_msg(c, "cannot initialise unit %d", u);
+        if (exec_device_failed(c->dev)) return fail_msg(c, "copying unit %d to the GPU failed (see the message above)", u);
+    }
+    return 0;
+}
+
+Device *exec_cnn_device(const Cnn *c) { return c->dev; }
 
 ExecModel *exec_cnn_model(Cnn *c) { return &c->iface; }
 Cnn *exec_cnn_from_model(ExecModel *m) { return m && m->ops == &CNN_OPS ? m->impl : NULL; }
@@ -570,7 +632,7 @@ static void m_zero_grad(void *p)
 {
     Cnn *c = p;
     for (int u = 0; u < c->g.nunits; u++)
-        if (c->grads[u]) memset(c->grads[u], 0, c->numel[u] * sizeof(float));
+        if (c->grads[u]) zero(c, c->grads[u], c->numel[u] * sizeof(float));
 }
 
 static float *m_buffers(void *p, size_t *n)
@@ -600,7 +662,7 @@ static ExecBnLayer bn_layer(Cnn *c, const Op *o)
     int C = c->g.t[o->in].C;
     float *buf = c->buffers + c->bn_buf[o->bn];
     const float *w = c->params[o->unit];
-    ExecBnLayer l = {C, w, w + C, buf, buf + C, buf + 2 * C, c->sync, c->mt, c->syncbn_s};
+    ExecBnLayer l = {C, w, w + C, buf, buf + C, buf + 2 * C, c->sync, c->mt, c->syncbn_s, c->k, c->stream, c->dev};
     return l;
 }
 
@@ -613,10 +675,13 @@ static int op_forward(Cnn *c, const Op *o)
     if (o->out >= 0 && !(out = c->act[o->out] = tracked(c, MEM_ACTIVATIONS, tensor_numel(c, o->out) * sizeof(float),
                                                         0, "activation", o->name)))
         return -1;
+    const ExecKernels *k = c->k;
+    void *st = c->stream;
     switch (o->kind) {
     case OP_CONV:
-        kern_conv2d_forward(out, in, c->params[o->unit], c->col, B, ti->C, ti->H, ti->W, c->g.t[o->out].C, o->K,
-                            o->stride, o->pad);
+        if (k->conv2d_forward(out, in, c->params[o->unit], c->col, B, ti->C, ti->H, ti->W, c->g.t[o->out].C, o->K,
+                              o->stride, o->pad, st))
+            return kernel_failed(c, o->name);
         return 0;
     case OP_BN: {
         ExecBnLayer l = bn_layer(c, o);
@@ -633,23 +698,24 @@ static int op_forward(Cnn *c, const Op *o)
         if (exec_bn_forward(&l, c->training, out, &sv, in, B, ti->H, ti->W, why, sizeof why))
             return fail_msg(c, "%s: %s", o->name, why);
         c->bn_count[o->bn] = sv.count;
-        if (o->relu) kern_relu_forward(out, out, tensor_numel(c, o->out));
+        if (o->relu && k->relu_forward(out, out, tensor_numel(c, o->out), st)) return kernel_failed(c, o->name);
         return 0;
     }
     case OP_MAXPOOL:
         if (!(c->argmax[o - c->g.ops] = tracked(c, MEM_ACTIVATIONS, tensor_numel(c, o->out) * sizeof(int), 0,
                                                 "argmax", o->name)))
             return -1;
-        kern_maxpool2d_forward(out, c->argmax[o - c->g.ops], in, B, ti->C, ti->H, ti->W, o->K, o->stride, o->pad);
+        if (k->maxpool2d_forward(out, c->argmax[o - c->g.ops], in, B, ti->C, ti->H, ti->W, o->K, o->stride, o->pad, st))
+            return kernel_failed(c, o->name);
         return 0;
     case OP_ADD_RELU: {
         size_t n = tensor_numel(c, o->out);
-        kern_add_forward(out, in, c->act[o->in2], n);
-        kern_relu_forward(out, out, n);
+        if (k->add_forward(out, in, c->act[o->in2], n, st) || k->relu_forward(out, out, n, st))
+            return kernel_failed(c, o->name);
         return 0;
     }
     case OP_AVGPOOL:
-        kern_avgpool_global_forward(out, in, B, ti->C, ti->H, ti->W);
+        if (k->avgpool_global_forward(out, in, B, ti->C, ti->H, ti->W, st)) return kernel_failed(c, o->name);
         return 0;
     case OP_FC: {
         int K = c->cfg.classes;
@@ -659,8 +725,9 @@ static int op_forward(Cnn *c, const Op *o)
             !(c->losses = tracked(c, MEM_ACTIVATIONS, (size_t)B * sizeof(float), 0, "losses", NULL)))
             return -1;
         const float *w = c->params[o->unit];
-        kern_matmul_forward(c->logits, in, w, w + (size_t)K * ti->C, B, 1, ti->C, K);
-        kern_crossentropy_softmax_forward(c->probs, c->losses, c->logits, c->labels, B, 1, K);
+        if (k->matmul_forward(c->logits, in, w, w + (size_t)K * ti->C, B, 1, ti->C, K, st) ||
+            k->crossentropy_softmax_forward(c->probs, c->losses, c->logits, c->labels, B, 1, K, st))
+            return kernel_failed(c, "the head");
         return 0;
     }
     }
@@ -680,6 +747,16 @@ static int m_forward(void *p, const ExecBatch *b, float *mean_loss)
     c->B = b->batch;
     c->labels = b->targets;
     c->act[0] = (float *)b->inputs;   /* borrowed, read-only: never written or freed */
+    if (c->gpu) {   /* the kernels read device copies (activations until the end of backward) */
+        size_t img = (size_t)b->batch * c->cfg.in_channels * c->cfg.image_size * c->cfg.image_size * sizeof(float);
+        if (!(c->dimages = tracked(c, MEM_ACTIVATIONS, img, 0, "images", NULL)) ||
+            !(c->dlabels = tracked(c, MEM_ACTIVATIONS, (size_t)b->batch * sizeof(int), 0, "labels", NULL)))
+            goto fail;
+        exec_device_copy(c->dev, c->dimages, b->inputs, img);
+        exec_device_copy(c->dev, c->dlabels, b->targets, (size_t)b->batch * sizeof(int));
+        c->act[0] = c->dimages;
+        c->labels = c->dlabels;
+    }
     if (c->g.col_max && !(c->col = tracked(c, MEM_WORKSPACE, c->g.col_max * sizeof(float), 0, "im2col", NULL)))
         goto fail;
     for (int k = 0; k < c->g.nops; k++) {
@@ -693,9 +770,24 @@ static int m_forward(void *p, const ExecBatch *b, float *mean_loss)
     }
     release(c, &c->col);
     if (mean_loss) {
+        const float *losses = c->losses;
+        float *host = NULL;
+        if (c->gpu) {   /* read back (the copy waits for the forward's kernels) */
+            if (!(host = malloc((size_t)c->B * sizeof *host))) {
+                fail_msg(c, "out of host memory reading the losses");
+                goto fail;
+            }
+            exec_device_copy(c->dev, host, losses, (size_t)c->B * sizeof *host);
+            losses = host;
+        }
         double s = 0;
-        for (int i = 0; i < c->B; i++) s += c->losses[i];
+        for (int i = 0; i < c->B; i++) s += losses[i];
         *mean_loss = (float)(s / c->B);
+        free(host);
+    }
+    if (c->gpu && exec_device_failed(c->dev)) {
+        fail_msg(c, "a CUDA call failed in the CNN forward (see the message above)");
+        goto fail;
     }
     if (!c->training) free_step(c, 1);   /* evaluation keeps only the logits */
     else c->pending = 1;
@@ -734,38 +826,42 @@ static int op_backward(Cnn *c, const Op *o, float *g)
     float *din = NULL, *tmp = NULL;
     if (o->out >= 0 && !dout) return fail_msg(c, "%s: no gradient reached its output", o->name);
     if (o->in > 0 && !(din = dtensor(c, o->in, o->name))) return -1;   /* the images need none */
+    const ExecKernels *k = c->k;
+    void *st = c->stream;
+    int bad = 0;
     switch (o->kind) {
     case OP_FC: {
         int K = c->cfg.classes;
         float *dlogits = tracked(c, MEM_WORKSPACE, (size_t)B * K * sizeof(float), 1, "dlogits", NULL);
         if (!dlogits) return -1;
         float dloss = c->divisor > 0 ? (float)(1.0 / ((double)B * c->divisor)) : 1.0f / (float)B;
-        kern_crossentropy_softmax_backward(dlogits, c->probs, c->labels, dloss, B, 1, K);
         const float *w = c->params[o->unit];
-        kern_matmul_backward(din, g, g + (size_t)K * ti->C, dlogits, c->act[o->in], w, B, 1, ti->C, K);
+        bad = k->crossentropy_softmax_backward(dlogits, c->probs, c->labels, dloss, B, 1, K, st) ||
+              k->matmul_backward(din, g, g + (size_t)K * ti->C, dlogits, c->act[o->in], w, B, 1, ti->C, K, st);
         release(c, &dlogits);
         release(c, &c->logits);
         release(c, &c->probs);
         release(c, &c->losses);
-        return 0;
+        return bad ? kernel_failed(c, "the head's backward") : 0;
     }
     case OP_AVGPOOL:
-        kern_avgpool_global_backward(din, dout, B, ti->C, ti->H, ti->W);
-        return 0;
+        return k->avgpool_global_backward(din, dout, B, ti->C, ti->H, ti->W, st) ? kernel_failed(c, o->name) : 0;
     case OP_ADD_RELU: {
         size_t n = tensor_numel(c, o->out);
         float *dsc = dtensor(c, o->in2, o->name);
         if (!dsc || !(tmp = tracked(c, MEM_WORKSPACE, n * sizeof(float), 1, "relu grad", o->name))) return -1;
-        kern_relu_backward(tmp, c->act[o->out], dout, n);
-        kern_add_backward(din, dsc, tmp, n);
+        bad = k->relu_backward(tmp, c->act[o->out], dout, n, st) || k->add_backward(din, dsc, tmp, n, st);
         release(c, &tmp);
-        return 0;
+        return bad ? kernel_failed(c, o->name) : 0;
     }
     case OP_BN: {
         if (o->relu) {
             size_t n = tensor_numel(c, o->out);
             if (!(tmp = tracked(c, MEM_WORKSPACE, n * sizeof(float), 1, "relu grad", o->name))) return -1;
-            kern_relu_backward(tmp, c->act[o->out], dout, n);
+            if (k->relu_backward(tmp, c->act[o->out], dout, n, st)) {
+                release(c, &tmp);
+                return kernel_failed(c, o->name);
+            }
             dout = tmp;
         }
         ExecBnLayer l = bn_layer(c, o);
@@ -778,13 +874,15 @@ static int op_backward(Cnn *c, const Op *o, float *g)
         return rc ? fail_msg(c, "%s: %s", o->name, why) : 0;
     }
     case OP_CONV:
-        kern_conv2d_backward(din, g, c->col, dout, c->act[o->in], c->params[o->unit], B, ti->C, ti->H, ti->W,
-                             c->g.t[o->out].C, o->K, o->stride, o->pad);
-        return 0;
+        return k->conv2d_backward(din, g, c->col, dout, c->act[o->in], c->params[o->unit], B, ti->C, ti->H, ti->W,
+                                  c->g.t[o->out].C, o->K, o->stride, o->pad, st)
+                   ? kernel_failed(c, o->name)
+                   : 0;
     case OP_MAXPOOL:
-        kern_maxpool2d_backward(din, dout, c->argmax[o - c->g.ops], B, ti->C, ti->H, ti->W, o->K, o->stride, o->pad);
+        bad = k->maxpool2d_backward(din, dout, c->argmax[o - c->g.ops], B, ti->C, ti->H, ti->W, o->K, o->stride, o->pad,
+                                    st);
         release(c, &c->argmax[o - c->g.ops]);
-        return 0;
+        return bad ? kernel_failed(c, o->name) : 0;
     }
     return 0;
 }
@@ -806,6 +904,10 @@ static int m_backward(void *p)
             release(c, &c->dact[o->out]);
         }
         if (o->unit >= 0 && hook(c, EXEC_AFTER_BWD, o->unit)) goto fail;
+    }
+    if (c->gpu && exec_device_failed(c->dev)) {
+        fail_msg(c, "a CUDA call failed in the CNN backward (see the message above)");
+        goto fail;
     }
     free_step(c, 0);
     return 0;
@@ -835,8 +937,9 @@ static int m_adamw(void *p, int u, float *params, const float *grads, size_t len
         }
         c->opt_len[u] = len;
     }
-    kern_adamw_update(params, grads, c->opt_m[u], c->opt_v[u], 0, len, o->lr, o->beta1, o->beta2, o->eps,
-                      o->weight_decay, t);
+    if (c->k->adamw_update(params, grads, c->opt_m[u], c->opt_v[u], 0, len, o->lr, o->beta1, o->beta2, o->eps,
+                           o->weight_decay, t, c->stream))
+        return kernel_failed(c, "AdamW");
     return 0;
 }
 

@@ -86,6 +86,20 @@ typedef struct Cnn Cnn;   /* opaque */
  * unless hooks->external_params, and the buffers (initialised). 0, or -1 with *out NULL (an
  * invalid config, or out of memory: the tracker records it). */
 int exec_cnn_create(Cnn **out, const CnnConfig *cfg, MemTracker *mt, const ExecHooks *hooks, void *ctx);
+/* The same on a device (NULL or a host Device: the CPU, as exec_cnn_create). On a CUDA device mt
+ * must be that device's tracker (exec_device_tracker_create): parameters, gradients, optimizer
+ * state, BN buffers, activations and workspace are device memory; the kernels are the CUDA
+ * table's (exec_kern.h: kern_cnn_cuda.h, kern_cuda.h) on the device's compute stream. The batch
+ * stays a host one: each forward copies its images and labels into tracked device buffers
+ * (MEM_ACTIVATIONS, B·C·S·S fp32 + B int32, freed with the step's activations) and reads the
+ * per-sample losses back for the mean loss. exec_cnn_logits then returns device memory. */
+typedef struct Device Device;
+int exec_cnn_create_on(Cnn **out, const CnnConfig *cfg, MemTracker *mt, Device *dev, const ExecHooks *hooks,
+                       void *ctx);
+/* Initialises the parameters the model allocated (no strategy), on the host or copied to the
+ * device; exec_model_init_params writes host memory and so serves the host only. 0 or -1. */
+int exec_cnn_init_params(Cnn *c, uint64_t seed);
+Device *exec_cnn_device(const Cnn *c);    /* NULL on the host */
 void exec_cnn_destroy(Cnn *c);            /* NULL is ignored; = exec_model_destroy(exec_cnn_model(c)) */
 ExecModel *exec_cnn_model(Cnn *c);        /* the model interface of c */
 Cnn *exec_cnn_from_model(ExecModel *m);   /* NULL if m is not a CNN */

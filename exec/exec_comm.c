@@ -89,7 +89,9 @@ struct Comm {
     cudaStream_t stream;
     cudaStream_t after;      /* collectives wait for the work queued here (NULL: none) */
     cudaEvent_t order_ev;    /* recorded on after, waited for on stream */
-    float *scratch;          /* one device float for the barrier */
+    float *scratch;          /* one device float for the barrier (zeroed) */
+    int failed;              /* a call or request failed, or the async error was set: destroy
+                                aborts (ncclCommAbort) instead of the blocking finalize */
 #endif
 };
 
@@ -142,6 +144,56 @@ fail:
 }
 
 #if MEMPLAN_NCCL
+/* NCCL's own error and its last message ("Duplicate GPU detected ...", "Call to connect ...").
+ * Static storage: for one message at a time. */
+static const char *nccl_last_error(ncclResult_t res)
+{
+    static char buf[400];
+    const char *last = ncclGetLastError(NULL);
+    snprintf(buf, sizeof buf, "%s%s%s", ncclGetErrorString(res), last && *last ? ": " : "", last ? last : "");
+    return buf;
+}
+
+/* The communicator is non-blocking (config.blocking = 0): any call on it may return
+ * ncclInProgress, and the operation (an init, a collective's enqueue, a finalize) is complete
+ * only once ncclCommGetAsyncError stops saying so. Polls until then, at most the timeout;
+ * *final gets the outcome. On timeout: prints, aborts the communicator (c->nccl = NULL) and
+ * returns -1. */
+static int nccl_settle(Comm *c, ncclResult_t res, const char *what, ncclResult_t *final)
+{
+    double start = now_s();
+    while (res == ncclInProgress) {
+        if (now_s() - start > c->timeout_s) {
+            fprintf(stderr, "rank %d: %s did not complete within %.1f s; aborting the NCCL communicator\n",
+                    c->rank, what, c->timeout_s);
+            fflush(stderr);
+            ncclCommAbort(c->nccl);
+            c->nccl = NULL;
+            c->failed = 1;
+            return -1;
+        }
+        sched_yield();
+        if (ncclCommGetAsyncError(c->nccl, &res) != ncclSuccess) break;
+    }
+    *final = res;
+    return 0;
+}
+
+/* One NCCL call on c's communicator: settled (above), checked (printed on failure), and a
+ * failure marks the communicator failed. 0 or -1. */
+static int nccl_call_(Comm *c, ncclResult_t res, const char *call, const char *file, int line)
+{
+    if (!c->nccl) {
+        fprintf(stderr, "rank %d: %s:%d: %s: the NCCL communicator was aborted\n", c->rank, file, line, call);
+        return -1;
+    }
+    if (res == ncclInProgress && nccl_settle(c, res, call, &res)) return -1;
+    if (prof_nccl_check_(res, call, file, line) == 0) return 0;
+    c->failed = 1;
+    return -1;
+}
+#define NCCL_CALL(c, call) nccl_call_((c), (call), #call, __FILE__, __LINE__)
+
 /* The bootstrap: every rank picks its GPU, they agree that all could, rank 0 creates the unique
  * id and broadcasts it (with a flag, so a failure there cannot leave the others waiting), then
  * every rank joins the communicator. */
@@ -153,7 +205,8 @@ static int nccl_setup(Comm *c, char *err, size_t errlen)
         snprintf(err, errlen, "no CUDA device for NCCL");
         ok = 0;
     } else if (CUDA_CHECK(cudaSetDevice(c->local_rank % ngpu)) ||
-               CUDA_CHECK(cudaMalloc((void **)&c->scratch, sizeof(float)))) {
+               CUDA_CHECK(cudaMalloc((void **)&c->scratch, sizeof(float))) ||
+               CUDA_CHECK(cudaMemset(c->scratch, 0, sizeof(float)))) {
         snprintf(err, errlen, "cannot use CUDA device %d for NCCL", c->local_rank % ngpu);
         ok = 0;
     }
@@ -173,9 +226,28 @@ static int nccl_setup(Comm *c, char *err, size_t errlen)
         snprintf(err, errlen, "rank 0 could not create the NCCL unique id");
         return -1;
     }
-    if (NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, boot.id, c->rank))) {
+    /* Non-blocking init, polled against the timeout: a blocking ncclCommInitRank has none, and
+     * a peer that never joins (or a transport that never connects) would hang every rank. */
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t res = ncclCommInitRankConfig(&c->nccl, c->size, boot.id, c->rank, &config);
+    if (res != ncclSuccess && res != ncclInProgress) {
+        NCCL_CHECK(res);
+        if (c->nccl) ncclCommAbort(c->nccl);
         c->nccl = NULL;
-        snprintf(err, errlen, "ncclCommInitRank failed (see the message above)");
+        snprintf(err, errlen, "ncclCommInitRank failed: %s", nccl_last_error(res));
+        return -1;
+    }
+    if (nccl_settle(c, res, "ncclCommInitRank", &res)) {   /* timed out: printed, aborted */
+        snprintf(err, errlen, "ncclCommInitRank did not complete within %.0f s (a peer may have died, or NCCL "
+                 "cannot connect its ranks: NCCL_DEBUG=INFO says why)", c->timeout_s);
+        return -1;
+    }
+    if (res != ncclSuccess) {
+        NCCL_CHECK(res);
+        snprintf(err, errlen, "ncclCommInitRank failed: %s", nccl_last_error(res));
+        ncclCommAbort(c->nccl);
+        c->nccl = NULL;
         return -1;
     }
     return 0;
@@ -233,8 +305,22 @@ void comm_destroy(Comm *c)
     }
 #if MEMPLAN_NCCL
     if (c->nccl) {
-        NCCL_CHECK(ncclCommFinalize(c->nccl));
-        NCCL_CHECK(ncclCommDestroy(c->nccl));
+        /* ncclCommFinalize waits for the peers' outstanding operations: after an error (a
+         * failed call or request, or the asynchronous error set) it could wait forever, so the
+         * communicator is aborted instead. Finalize is non-blocking here and settled against
+         * the timeout; it aborts on expiry. */
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(c->nccl, &async) != ncclSuccess ||
+            (async != ncclSuccess && async != ncclInProgress))
+            c->failed = 1;
+        if (c->failed) {
+            ncclCommAbort(c->nccl);
+        } else {
+            /* destroy after a completed finalize only frees (it is not settled: the handle goes) */
+            if (NCCL_CALL(c, ncclCommFinalize(c->nccl)) == 0) NCCL_CHECK(ncclCommDestroy(c->nccl));
+            else if (c->nccl) ncclCommAbort(c->nccl);
+        }
+        c->nccl = NULL;
     }
     if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
     if (c->order_ev) CUDA_CHECK(cudaEventDestroy(c->order_ev));
@@ -350,13 +436,18 @@ static int req_test(Comm *c, CommReq *r)
         }
         if (e != cudaErrorNotReady) {
             CUDA_CHECK(e);
+            c->failed = 1;
             return -1;
         }
         ncclResult_t async = ncclSuccess;
-        if (NCCL_CHECK(ncclCommGetAsyncError(c->nccl, &async))) return -1;
+        if (!c->nccl || NCCL_CHECK(ncclCommGetAsyncError(c->nccl, &async))) {
+            c->failed = 1;
+            return -1;
+        }
         if (async != ncclSuccess && async != ncclInProgress) {
             fprintf(stderr, "rank %d: NCCL error during %s: %s\n", c->rank, prof_coll_name(r->op),
-                    ncclGetErrorString(async));
+                    nccl_last_error(async));
+            c->failed = 1;
             return -1;
         }
         return 0;
@@ -446,8 +537,12 @@ static int nccl_order(Comm *c)
 
 static int nccl_event(Comm *c, CommReq *r)
 {
-    if (CUDA_CHECK(cudaEventCreateWithFlags(&r->event, cudaEventDisableTiming))) return -1;
-    return CUDA_CHECK(cudaEventRecord(r->event, c->stream));
+    if (CUDA_CHECK(cudaEventCreateWithFlags(&r->event, cudaEventDisableTiming)) ||
+        CUDA_CHECK(cudaEventRecord(r->event, c->stream))) {
+        c->failed = 1;
+        return -1;
+    }
+    return 0;
 }
 #endif
 
@@ -512,7 +607,7 @@ int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t
     else {
         int bad = nccl_order(c);
         prof_cupti_collective_begin(COLL_ALL_REDUCE);
-        bad = bad || NCCL_CHECK(ncclAllReduce(send, recv, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream));
+        bad = bad || NCCL_CALL(c, ncclAllReduce(send, recv, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream));
         prof_cupti_collective_end();
         if (bad || nccl_event(c, r)) return issue_failed(c, r, out);
     }
@@ -546,7 +641,7 @@ int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DTy
         char *dst = in_place ? (char *)recv + (size_t)c->rank * block : recv;
         int bad = nccl_order(c);
         prof_cupti_collective_begin(COLL_REDUCE_SCATTER);
-        bad = bad || NCCL_CHECK(ncclReduceScatter(send, dst, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream));
+        bad = bad || NCCL_CALL(c, ncclReduceScatter(send, dst, count, DTYPES[t].nccl, ncclSum, c->nccl, c->stream));
         prof_cupti_collective_end();
         if (bad || (in_place && c->rank && CUDA_CHECK(cudaMemcpyAsync(recv, dst, block, cudaMemcpyDeviceToDevice, c->stream))) ||
             nccl_event(c, r))
@@ -574,7 +669,7 @@ int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t
     else {
         int bad = nccl_order(c);
         prof_cupti_collective_begin(COLL_ALL_GATHER);
-        bad = bad || NCCL_CHECK(ncclAllGather(send, recv, count, DTYPES[t].nccl, c->nccl, c->stream));
+        bad = bad || NCCL_CALL(c, ncclAllGather(send, recv, count, DTYPES[t].nccl, c->nccl, c->stream));
         prof_cupti_collective_end();
         if (bad || nccl_event(c, r)) return issue_failed(c, r, out);
     }
@@ -615,14 +710,16 @@ int comm_all_gather_v(Comm *c, const void *send, void *recv, const size_t *count
 #if MEMPLAN_NCCL
     else {
         /* NCCL has no all-gather-v: one broadcast per rank in a group. */
+        /* ncclGroupEnd only after a successful ncclGroupStart (an ordering failure skips both). */
         int bad = nccl_order(c);
         prof_cupti_collective_begin(COLL_ALL_GATHER_V);
-        bad = bad || NCCL_CHECK(ncclGroupStart());
-        for (int i = 0; i < c->size && !bad; i++)
-            bad = NCCL_CHECK(ncclBroadcast(i == c->rank ? send : (const char *)recv + displs[i] * es,
-                                           (char *)recv + displs[i] * es, counts[i], DTYPES[t].nccl, i,
-                                           c->nccl, c->stream));
-        bad |= NCCL_CHECK(ncclGroupEnd());
+        if (!bad && !(bad = NCCL_CALL(c, ncclGroupStart()))) {
+            for (int i = 0; i < c->size && !bad; i++)
+                bad = NCCL_CALL(c, ncclBroadcast(i == c->rank ? send : (const char *)recv + displs[i] * es,
+                                                 (char *)recv + displs[i] * es, counts[i], DTYPES[t].nccl, i,
+                                                 c->nccl, c->stream));
+            bad |= NCCL_CALL(c, ncclGroupEnd());
+        }
         prof_cupti_collective_end();
         if (bad || nccl_event(c, r)) return issue_failed(c, r, NULL);
     }
@@ -651,7 +748,7 @@ int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root)
     else if (c->kind == COMM_NCCL) {
         int bad = nccl_order(c);
         prof_cupti_collective_begin(COLL_BROADCAST);
-        bad = bad || NCCL_CHECK(ncclBroadcast(buf, buf, count, DTYPES[t].nccl, root, c->nccl, c->stream));
+        bad = bad || NCCL_CALL(c, ncclBroadcast(buf, buf, count, DTYPES[t].nccl, root, c->nccl, c->stream));
         prof_cupti_collective_end();
         if (bad || nccl_event(c, r)) return issue_failed(c, r, NULL);
     }
@@ -670,7 +767,7 @@ int comm_barrier(Comm *c)
     else if (c->kind == COMM_NCCL) {
         int bad = nccl_order(c);
         prof_cupti_collective_begin(COLL_BARRIER);
-        bad = bad || NCCL_CHECK(ncclAllReduce(c->scratch, c->scratch, 1, ncclFloat32, ncclSum, c->nccl, c->stream));
+        bad = bad || NCCL_CALL(c, ncclAllReduce(c->scratch, c->scratch, 1, ncclFloat32, ncclSum, c->nccl, c->stream));
         prof_cupti_collective_end();
         if (bad || nccl_event(c, r)) return issue_failed(c, r, NULL);
     }

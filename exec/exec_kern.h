@@ -1,12 +1,13 @@
 /* exec_kern.h — the kernel table a model runtime and the strategies call, chosen once per
- * device kind (exec_kernels): the CPU kernels of kern_ops.h or their CUDA twins of kern_cuda.h.
+ * device kind (exec_kernels): the CPU kernels of kern_ops.h and kern_cnn.h, or their CUDA twins of
+ * kern_cuda.h and kern_cnn_cuda.h.
  * Entries have kern_cuda.h's signatures (the CPU twin's arguments plus a trailing stream, a
  * cudaStream_t as void *, ignored on the CPU) and return 0, or -1 after the CUDA launcher printed
  * why; the CPU entries call kern_ops.h's functions unchanged and always return 0, so the CPU
  * path computes exactly what it computed before the table existed.
  *
  * Pointers are the device's: host memory for the CPU table, device memory for the CUDA one.
- * Contracts (shapes, write vs accumulate) are kern_ops.h's. No vendor types here. */
+ * Contracts (shapes, write vs accumulate) are kern_ops.h's and kern_cnn.h's. No vendor types here. */
 #ifndef EXEC_KERN_H
 #define EXEC_KERN_H
 
@@ -44,6 +45,26 @@ typedef struct {
                         float lr, float beta1, float beta2, float eps, float weight_decay, int t, void *stream);
     /* dst[i] += src[i] for i < N, in index order (the strategies' shard accumulation). */
     int (*add)(float *dst, const float *src, size_t N, void *stream);
+    /* ---- the CNN's (kern_cnn.h / kern_cnn_cuda.h) ---- */
+    int (*conv2d_forward)(float *out, const float *inp, const float *weight, float *col_scratch, int N, int C, int H, int W, int OC, int K, int stride, int pad, void *stream);
+    int (*conv2d_backward)(float *dinp, float *dweight, float *col_scratch, const float *dout, const float *inp, const float *weight, int N, int C, int H, int W, int OC, int K, int stride, int pad, void *stream);
+    int (*bn_stats)(float *stats, const float *inp, int N, int C, int H, int W, void *stream);
+    int (*bn_combine_stats)(float *mean, float *invstd, float *var_unbiased, const float *all_stats, int R, int C, void *stream);
+    int (*bn_update_running)(float *running_mean, float *running_var, const float *mean, const float *var_unbiased, int C, float momentum, void *stream);
+    int (*bn_forward_apply)(float *out, const float *inp, const float *mean, const float *invstd, const float *weight, const float *bias, int N, int C, int H, int W, void *stream);
+    int (*bn_forward_eval)(float *out, const float *inp, const float *running_mean, const float *running_var, const float *weight, const float *bias, int N, int C, int H, int W, void *stream);
+    int (*bn_backward_reduce)(float *sum_dy, float *sum_dy_xmu, float *dweight, float *dbias, const float *dout, const float *inp, const float *mean, const float *invstd, int N, int C, int H, int W, void *stream);
+    int (*bn_backward_apply)(float *dinp, const float *dout, const float *inp, const float *mean, const float *invstd, const float *weight, const float *sum_dy, const float *sum_dy_xmu, long long total_count, int N, int C, int H, int W, void *stream);
+    int (*batchnorm_forward)(float *out, float *mean, float *invstd, float *running_mean, float *running_var, const float *inp, const float *weight, const float *bias, int N, int C, int H, int W, float momentum, void *stream);
+    int (*batchnorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *mean, const float *invstd, const float *weight, int N, int C, int H, int W, void *stream);
+    int (*relu_forward)(float *out, const float *inp, size_t n, void *stream);
+    int (*relu_backward)(float *dinp, const float *out, const float *dout, size_t n, void *stream);
+    int (*add_forward)(float *out, const float *a, const float *b, size_t n, void *stream);
+    int (*add_backward)(float *da, float *db, const float *dout, size_t n, void *stream);
+    int (*maxpool2d_forward)(float *out, int *argmax, const float *inp, int N, int C, int H, int W, int K, int stride, int pad, void *stream);
+    int (*maxpool2d_backward)(float *dinp, const float *dout, const int *argmax, int N, int C, int H, int W, int K, int stride, int pad, void *stream);
+    int (*avgpool_global_forward)(float *out, const float *inp, int N, int C, int H, int W, void *stream);
+    int (*avgpool_global_backward)(float *dinp, const float *dout, int N, int C, int H, int W, void *stream);
 } ExecKernels;
 
 /* The table for a device kind: DEVICE_HOST -> the CPU kernels, DEVICE_CUDA -> the CUDA twins

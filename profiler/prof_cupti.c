@@ -231,6 +231,17 @@ static int map_take(U64Map *m, uint64_t key, uint64_t *val)
     return 1;
 }
 
+/* Keeps only the keys >= min (rebuilds the table). */
+static void map_keep_from(U64Map *m, uint64_t min)
+{
+    U64Map k = {0};
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->keys[i] >= min && map_put(&k, m->keys[i], m->vals[i])) break;
+    free(m->keys);
+    free(m->vals);
+    *m = k;
+}
+
 static void map_free(U64Map *m)
 {
     free(m->keys);
@@ -314,6 +325,11 @@ void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollOp op)
 {
     if (!s || (unsigned)op >= COLL_OP_COUNT) return;
     pthread_mutex_lock(&s->mu);
+    /* A hint waits for its kernel's record; one whose record never comes (dropped, or a launch
+     * that failed) would stay for good. Correlation ids grow: past CUPTI_MAX_HINTS waiting,
+     * the older half goes (their records are long overdue). */
+    if (s->hints.used >= CUPTI_MAX_HINTS && correlation_id > CUPTI_MAX_HINTS / 2)
+        map_keep_from(&s->hints, (uint64_t)correlation_id - CUPTI_MAX_HINTS / 2);
     map_put(&s->hints, correlation_id, (uint64_t)op + 1);
     pthread_mutex_unlock(&s->mu);
 }
@@ -433,10 +449,20 @@ static int mem_event_cmp(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+size_t prof_cupti_pending_hints(ProfCupti *s)
+{
+    if (!s) return 0;
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->hints.used;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 void prof_cupti_finish(ProfCupti *s)
 {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
+    map_free(&s->hints);   /* no kernel record comes after the session: unmatched hints go */
     if (s->nmem > 1) qsort(s->mem, (size_t)s->nmem, sizeof *s->mem, mem_event_cmp);
     free(s->timeline);
     s->timeline = s->nmem ? malloc((size_t)s->nmem * sizeof *s->timeline) : NULL;
@@ -682,6 +708,9 @@ static void session_free(ProfCupti *s)
 #define CUPTI_BUFFER_BYTES (8u << 20)   /* per activity buffer */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+/* This process's rank, taken on the main thread at start: CUPTI's buffer callback runs on
+ * CUPTI's own thread, which must not call MPI (MPI_THREAD_FUNNELED), so its messages use this. */
+static int g_log_rank_cached;
 static ProfCupti *g_session;            /* the running session, under g_lock */
 static int g_callbacks_registered;
 static CUpti_SubscriberHandle g_subscriber;
@@ -800,7 +829,13 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         for (;;) {
             CUptiResult st = cuptiActivityGetNextRecord(buffer, valid, &a);
             if (st == CUPTI_ERROR_MAX_LIMIT_REACHED) break;
-            if (CUPTI_CHECK(st)) break;
+            if (st != CUPTI_SUCCESS) {   /* not CUPTI_CHECK: its rank lookup calls MPI */
+                const char *msg = NULL;
+                if (cuptiGetResultString(st, &msg) != CUPTI_SUCCESS || !msg) msg = "unknown CUPTI error";
+                fprintf(stderr, "rank %d: %s:%d: cuptiActivityGetNextRecord failed: %s (%d); the rest of "
+                        "this buffer is dropped\n", g_log_rank_cached, __FILE__, __LINE__, msg, (int)st);
+                break;
+            }
             if (record_of(a, &r)) prof_cupti_feed(s, &r);
         }
     }
@@ -892,6 +927,7 @@ ProfCupti *prof_cupti_start(int max_spans, char *err, size_t errlen)
         return NULL;
     }
     pthread_mutex_lock(&g_lock);
+    g_log_rank_cached = prof_log_rank();
     if (g_session) {
         pthread_mutex_unlock(&g_lock);
         session_free(s);

@@ -182,6 +182,9 @@ ProfCupti *prof_cupti_offline(int max_spans, double clock_offset_us);
 void prof_cupti_mark_phase(ProfCupti *s, const char *name, uint64_t t_ns);
 /* What the driver callback records inside a collective bracket: launch correlation_id -> op. */
 void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollOp op);
+/* Hints still waiting for their kernel record: at most CUPTI_MAX_HINTS (+1), 0 after finish. */
+#define CUPTI_MAX_HINTS 4096
+size_t prof_cupti_pending_hints(ProfCupti *s);
 void prof_cupti_feed(ProfCupti *s, const CuptiRecord *r);
 /* Builds the memory timeline; the live session calls it from prof_cupti_stop. */
 void prof_cupti_finish(ProfCupti *s);

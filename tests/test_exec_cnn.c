@@ -26,7 +26,9 @@
 
 #include "exec_cnn.h"
 #include "exec_device.h"
+#include "exec_kern.h"
 #include "exec_model.h"
+#include "kern_cnn.h"
 #include "plan_comm.h"
 #include "plan_gpu.h"
 #include "plan_model.h"
@@ -503,4 +505,178 @@ Test(exec_cnn, measured_syncbn_and_ddp_collectives_should_equal_the_planners_for
 {
     expect_planned_collectives(2);
     expect_planned_collectives(4);
+}
+
+/* ---- the device path: the kernel table, a CNN on a Device, the GPU (skipped without one) ---- */
+
+static void fill_rand(float *a, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        a[i] = (float)((seed >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+    }
+}
+
+Test(exec_cnn, the_host_kernel_tables_cnn_entries_should_compute_bitwise_what_kern_cnn_computes)
+{
+    const ExecKernels *k = exec_kernels(DEVICE_HOST);
+    enum { N = 2, C = 3, H = 9, W = 7, OC = 4, K = 3, S = 2, P = 1 };
+    int OH = kern_conv2d_out_size(H, K, S, P), OW = kern_conv2d_out_size(W, K, S, P);
+    size_t col = kern_conv2d_col_size(C, H, W, K, S, P), nin = (size_t)N * C * H * W, nout = (size_t)N * OC * OH * OW;
+    float *in = malloc(nin * 4), *w = malloc(OC * C * K * K * 4), *scratch = malloc(col * 4), *o1 = malloc(nout * 4),
+          *o2 = malloc(nout * 4), *d1 = calloc(nin, 4), *d2 = calloc(nin, 4), *g1 = calloc(OC * C * K * K, 4),
+          *g2 = calloc(OC * C * K * K, 4), *dout = malloc(nout * 4);
+    fill_rand(in, nin, 1);
+    fill_rand(w, OC * C * K * K, 2);
+    fill_rand(dout, nout, 3);
+    kern_conv2d_forward(o1, in, w, scratch, N, C, H, W, OC, K, S, P);
+    cr_expect_eq(k->conv2d_forward(o2, in, w, scratch, N, C, H, W, OC, K, S, P, NULL), 0);
+    cr_expect_arr_eq(o1, o2, nout * 4, "conv2d_forward");
+    kern_conv2d_backward(d1, g1, scratch, dout, in, w, N, C, H, W, OC, K, S, P);
+    cr_expect_eq(k->conv2d_backward(d2, g2, scratch, dout, in, w, N, C, H, W, OC, K, S, P, NULL), 0);
+    cr_expect_arr_eq(d1, d2, nin * 4, "conv2d_backward dinp");
+    cr_expect_arr_eq(g1, g2, OC * C * K * K * 4, "conv2d_backward dweight");
+    /* BatchNorm over the conv output, forward and backward */
+    float m1[OC], m2[OC], s1[OC], s2[OC], rm1[OC] = {0}, rm2[OC] = {0}, rv1[OC] = {1, 1, 1, 1}, rv2[OC] = {1, 1, 1, 1};
+    kern_batchnorm_forward(o1, m1, s1, rm1, rv1, o2, NULL, NULL, N, OC, OH, OW, 0.1f);
+    float *b2 = malloc(nout * 4);
+    cr_expect_eq(k->batchnorm_forward(b2, m2, s2, rm2, rv2, o2, NULL, NULL, N, OC, OH, OW, 0.1f, NULL), 0);
+    cr_expect_arr_eq(o1, b2, nout * 4, "batchnorm_forward");
+    cr_expect_arr_eq(rv1, rv2, sizeof rv1, "running_var");
+    float *e1 = calloc(nout, 4), *e2 = calloc(nout, 4);
+    kern_batchnorm_backward(e1, NULL, NULL, dout, o2, m1, s1, NULL, N, OC, OH, OW);
+    cr_expect_eq(k->batchnorm_backward(e2, NULL, NULL, dout, o2, m2, s2, NULL, N, OC, OH, OW, NULL), 0);
+    cr_expect_arr_eq(e1, e2, nout * 4, "batchnorm_backward");
+    int *a1 = malloc(nin * 4), *a2 = malloc(nin * 4);
+    kern_maxpool2d_forward(d1, a1, in, N, C, H, W, 3, 2, 1);
+    cr_expect_eq(k->maxpool2d_forward(d2, a2, in, N, C, H, W, 3, 2, 1, NULL), 0);
+    size_t np = (size_t)N * C * kern_conv2d_out_size(H, 3, 2, 1) * kern_conv2d_out_size(W, 3, 2, 1);
+    cr_expect_arr_eq(d1, d2, np * 4, "maxpool2d_forward");
+    cr_expect_arr_eq(a1, a2, np * 4, "maxpool2d argmax");
+    free(in); free(w); free(scratch); free(o1); free(o2); free(d1); free(d2); free(g1); free(g2); free(dout);
+    free(b2); free(e1); free(e2); free(a1); free(a2);
+}
+
+/* Two steps (forward, backward, AdamW) of cnn on its images; the losses in loss[2]. */
+static void train2(ExecModel *m, const float *images, const int *labels, int B, float loss[2])
+{
+    static const ExecAdamW opt = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
+    for (int t = 1; t <= 2; t++) {
+        exec_model_zero_grad(m);
+        ExecBatch b = {images, labels, B, 0};
+        cr_assert_eq(exec_model_forward(m, &b, &loss[t - 1]), 0, "%s", exec_model_error(m));
+        cr_assert_eq(exec_model_backward(m), 0, "%s", exec_model_error(m));
+        cr_assert_eq(exec_model_adamw_step(m, &opt, t), 0, "%s", exec_model_error(m));
+    }
+}
+
+Test(exec_cnn, a_cnn_on_a_host_device_should_train_bitwise_as_the_default_cnn)
+{
+    Fixture f;
+    fixture(&f, "resnet-tiny", 4);
+    char err[256];
+    Device *dev = exec_device_create(DEVICE_HOST, 0, err, sizeof err);
+    MemTracker *mt = exec_device_tracker_create(dev, 0);
+    Cnn *on = NULL;
+    cr_assert_eq(exec_cnn_create_on(&on, &f.cfg, mt, dev, NULL, NULL), 0);
+    cr_expect_eq(exec_cnn_device(on), dev);
+    cr_assert_eq(exec_cnn_init_params(on, 42), 0, "%s", exec_cnn_error(on));
+    float l1[2], l2[2];
+    train2(f.m, f.images, f.labels, f.B, l1);
+    train2(exec_cnn_model(on), f.images, f.labels, f.B, l2);
+    cr_expect_arr_eq(l1, l2, sizeof l1, "losses %g %g vs %g %g", l1[0], l1[1], l2[0], l2[1]);
+    for (int u = 0; u < exec_model_units(f.m); u++)
+        cr_expect_arr_eq(exec_model_unit_params(f.m, u), exec_model_unit_params(exec_cnn_model(on), u),
+                         exec_model_unit_numel(f.m, u) * sizeof(float), "unit %d", u);
+    size_t n1, n2;
+    float *b1 = exec_model_buffers(f.m, &n1), *bb = exec_model_buffers(exec_cnn_model(on), &n2);
+    cr_assert_eq(n1, n2);
+    cr_expect_arr_eq(b1, bb, n1 * sizeof(float), "the BN buffers");
+    exec_cnn_destroy(on);
+    cr_expect_eq(prof_mem_current_total(mt), 0);
+    prof_mem_destroy(mt);
+    exec_device_destroy(dev);
+    fixture_free(&f);
+}
+
+Test(exec_cnn, on_a_gpu_resnet_tiny_should_train_as_the_cpu_within_1e_4, .timeout = 120)
+{
+    char why[256];
+    if (exec_device_cuda_count(why, sizeof why) == 0) cr_skip_test("skipped: %s", why);
+    Fixture f;
+    fixture(&f, "resnet-tiny", 4);
+    f.cfg.image_size = 64;   /* as the multi-rank checks: the last stage's BN sees more than 1×1 */
+    exec_cnn_destroy(f.cnn);
+    cr_assert_eq(exec_cnn_create(&f.cnn, &f.cfg, f.mt, NULL, NULL), 0);
+    f.m = exec_cnn_model(f.cnn);
+    cr_assert_eq(exec_model_init_params(f.m, 42), 0);
+    size_t img = (size_t)f.cfg.in_channels * 64 * 64;
+    f.images = realloc(f.images, (size_t)f.B * img * sizeof *f.images);
+    cr_assert_eq(exec_cnn_synthetic_batch(&f.cfg, 3, 0, 0, f.B, f.images, f.labels), 0);
+    char err[256];
+    Device *dev = exec_device_create(DEVICE_CUDA, 0, err, sizeof err);
+    cr_assert_not_null(dev, "%s", err);
+    MemTracker *mt = exec_device_tracker_create(dev, 0);
+    Cnn *g = NULL;
+    cr_assert_eq(exec_cnn_create_on(&g, &f.cfg, mt, dev, NULL, NULL), 0);
+    cr_assert_eq(exec_cnn_init_params(g, 42), 0, "%s", exec_cnn_error(g));
+    float lc[2], lg[2];
+    train2(f.m, f.images, f.labels, f.B, lc);
+    train2(exec_cnn_model(g), f.images, f.labels, f.B, lg);
+    for (int i = 0; i < 2; i++) cr_expect_lt(fabs(lg[i] - lc[i]) / fabs(lc[i]), 1e-4, "step %d loss %g vs %g", i + 1, lg[i], lc[i]);
+    for (int u = 0; u < exec_model_units(f.m); u++) {
+        size_t n = exec_model_unit_numel(f.m, u);
+        float *h = malloc(n * sizeof *h);
+        exec_device_copy(dev, h, exec_model_unit_params(exec_cnn_model(g), u), n * sizeof *h);
+        const float *c = exec_model_unit_params(f.m, u);
+        double d2 = 0, c2 = 0;
+        for (size_t i = 0; i < n; i++) {
+            d2 += ((double)h[i] - c[i]) * ((double)h[i] - c[i]);
+            c2 += (double)c[i] * c[i];
+        }
+        cr_expect_lt(sqrt(d2 / c2), 1e-4, "unit %d: normwise relative %.3e", u, sqrt(d2 / c2));
+        free(h);
+    }
+    cr_expect_eq(exec_device_failed(dev), 0);
+    exec_cnn_destroy(g);
+    prof_mem_destroy(mt);
+    exec_device_destroy(dev);
+    fixture_free(&f);
+}
+
+/* build/bench/cnn_device: the device path under DDP (+ SyncBN on several ranks) with --check */
+static Run cnn_device(int np, const char *args)
+{
+    char bin[PATH_MAX];
+    test_sibling_path(bin, sizeof bin, "../bench/cnn_device");
+    return test_launch(bin, np, 60, args);
+}
+
+Test(exec_cnn, the_cnn_device_bench_on_the_cpu_should_match_one_process_on_the_global_batch, .timeout = 120)
+{
+    const char *args = "--device cpu --model resnet-tiny --image 64 --batches 2,4 --steps 2 --check";
+    Run r1 = cnn_device(0, args), r2 = cnn_device(2, args);
+    cr_expect_eq(r1.status, 0, "%s", r1.out);
+    cr_expect_eq(test_count(r1.out, "ok: worst unit"), 2, "%s", r1.out);
+    cr_expect(strstr(r1.out, "rel 0.00e+00") != NULL, "one rank is the same computation, bit for bit:\n%s", r1.out);
+    cr_expect_eq(r2.status, 0, "%s", r2.out);
+    cr_expect_eq(test_count(r2.out, "ok: worst unit"), 2, "%s", r2.out);
+    cr_expect(strstr(r2.out, "DDP + SyncBatchNorm") != NULL, "%s", r2.out);
+    free(r1.out);
+    free(r2.out);
+}
+
+Test(exec_cnn, the_cnn_device_bench_without_a_gpu_should_say_so_in_one_line_and_exit_1, .timeout = 60)
+{
+    char why[256];
+    if (exec_device_cuda_count(why, sizeof why) > 0) cr_skip_test("skipped: this machine has a GPU");
+    Run r = cnn_device(0, "--model resnet-tiny --batches 2");
+    cr_expect_eq(r.status, 1, "%s", r.out);
+    cr_expect(strstr(r.out, "cnn_device: no CUDA device (") != NULL, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "\n"), 1, "one line:\n%s", r.out);
+    Run u = cnn_device(0, "--device tpu");
+    cr_expect_eq(u.status, 2, "%s", u.out);
+    cr_expect(strstr(u.out, "unknown --device 'tpu' (valid: cuda, cpu)") != NULL, "%s", u.out);
+    free(r.out);
+    free(u.out);
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -229,6 +230,7 @@ Test(exec_run, validate_should_pass_with_several_ddp_buckets_and_gradient_accumu
     unlink(path);
     rmdir(dir);
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "pass")), "%s", r.out);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "complete")), "%s", r.out);
     cJSON *ddp = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ddp, "collectives_per_step"), 0);
     cr_expect_eq(cJSON_GetObjectItem(c0, "measured_count")->valuedouble, 4, "%s", r.out);
@@ -236,6 +238,27 @@ Test(exec_run, validate_should_pass_with_several_ddp_buckets_and_gradient_accumu
     cJSON *z2 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 1);
     cJSON *rs = cJSON_GetArrayItem(cJSON_GetObjectItem(z2, "collectives_per_step"), 0);
     cr_expect_eq(cJSON_GetObjectItem(rs, "measured_count")->valuedouble, 2, "zero2 reduces every micro-step:\n%s", r.out);
+    cJSON_Delete(j);
+    free(r.out);
+}
+
+Test(exec_run, validate_json_should_be_written_per_strategy_and_name_the_one_that_failed, .timeout = 90)
+{
+    /* --lr 1e30: the first strategy's loss turns non-finite at step 2; the file already says so */
+    char dir[64], path[128], tmp[160];
+    test_tmpdir(dir, sizeof dir, "memplan-exec");
+    snprintf(path, sizeof path, "%s/validate.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    Run r = launch(2, "validate --model gpt2-tiny --strategy ddp,zero1 --steps 3 --lr 1e30 --json=%s", path);
+    cr_expect_eq(r.status, 1, "%s", r.out);
+    cJSON *j = test_read_json(path);
+    cr_expect(access(tmp, F_OK) != 0, "the temporary file must be renamed away");
+    unlink(path);
+    rmdir(dir);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "complete")), "%s", r.out);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "pass")), "%s", r.out);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failed_strategy")), "ddp");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 0);
     cJSON_Delete(j);
     free(r.out);
 }

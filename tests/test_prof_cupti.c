@@ -221,6 +221,23 @@ Test(prof_cupti, nccl_kernels_should_count_per_collective_by_name_or_by_launch_h
     prof_cupti_destroy(s);
 }
 
+Test(prof_cupti, launch_hints_whose_kernel_never_comes_should_stay_bounded_and_go_at_the_end)
+{
+    ProfCupti *s = prof_cupti_offline(0, 0);
+    prof_cupti_mark_phase(s, "backward", 100);
+    for (uint32_t id = 1; id <= 100000; id++) prof_cupti_feed_launch(s, id, COLL_ALL_REDUCE);   /* no records */
+    cr_expect_leq(prof_cupti_pending_hints(s), (size_t)CUPTI_MAX_HINTS + 1, "%zu hints kept",
+                  prof_cupti_pending_hints(s));
+    cr_expect_geq(prof_cupti_pending_hints(s), (size_t)CUPTI_MAX_HINTS / 2);
+    /* the recent hints still attribute their kernels */
+    CuptiRecord k = kernel("_Z21ncclDevKernel_Generic24ncclDevKernelArgsStorageILm4096EE", 200, 300, 99999);
+    prof_cupti_feed(s, &k);
+    prof_cupti_stop(s);
+    cr_expect_eq(prof_cupti_phase(s, "backward")->nccl[COLL_ALL_REDUCE].count, 1);
+    cr_expect_eq(prof_cupti_pending_hints(s), 0, "finish drops the unmatched hints");
+    prof_cupti_destroy(s);
+}
+
 Test(prof_cupti, memory_timeline_should_rebuild_current_and_peak_from_allocation_records)
 {
     ProfCupti *s = prof_cupti_offline(0, 1e6);

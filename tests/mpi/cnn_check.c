@@ -110,8 +110,8 @@ static int mode_syncbn(Comm *c, MemTracker *mt, CommCounters *cc, int unequal)
     }
     float sbuf[2 * C + 1], pbuf[2 * C + 1];   /* running mean, var, count: synced and plain */
     for (int k = 0; k < 2 * C + 1; k++) sbuf[k] = pbuf[k] = k >= C && k < 2 * C ? 1.0f : 0.0f;
-    ExecBnLayer sync = {C, weight, bias, sbuf, sbuf + C, sbuf + 2 * C, c, mt, NULL};
-    ExecBnLayer plain = {C, weight, bias, pbuf, pbuf + C, pbuf + 2 * C, NULL, mt, NULL};
+    ExecBnLayer sync = {C, weight, bias, sbuf, sbuf + C, sbuf + 2 * C, c, mt, NULL, NULL, NULL, NULL};
+    ExecBnLayer plain = {C, weight, bias, pbuf, pbuf + C, pbuf + 2 * C, NULL, mt, NULL, NULL, NULL, NULL};
     CHECK(exec_bn_is_synced(&sync) == (N > 1), "exec_bn_is_synced on %d ranks", N);
 
     float *x = malloc((size_t)G * S * sizeof *x), *dy = malloc((size_t)G * S * sizeof *dy);
