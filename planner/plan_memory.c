@@ -153,7 +153,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         break;
     default: break;
     }
-    if (c->gpus == 1) fwd_comm = bwd_comm = 0;            /* nothing is sharded on one GPU */
+    /* nothing is sharded on one GPU, unless the parameters live on the host (offload): then
+       units come up to the GPU as they would be gathered */
+    if (c->gpus == 1 && !plan_offload_params_on_host(t, sk)) fwd_comm = bwd_comm = 0;
 
     double grads_steady = z->grads;
     /* torch frees gradients in zero_grad(set_to_none=True); DeepSpeed and memplan's engine keep

@@ -21,6 +21,8 @@ void plan_offload_gpu_sizes(const TrainSpec *t, StrategyKind sk, MemSizes *z) {
 
 int plan_offload_cpu_step(const TrainSpec *t, StrategyKind s) { return effective(t, s) != OFFLOAD_NONE; }
 
+int plan_offload_params_on_host(const TrainSpec *t, StrategyKind s) { return effective(t, s) == OFFLOAD_PARAM; }
+
 int plan_offload_grads_to_host(const TrainSpec *t, StrategyKind s) {
     return effective(t, s) != OFFLOAD_NONE && (plan_strategy(s)->shard & SHARD_GRAD);
 }

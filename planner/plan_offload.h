@@ -41,6 +41,8 @@ typedef struct {
 void plan_offload_gpu_sizes(const TrainSpec *t, StrategyKind s, MemSizes *z);
 /* 1 when the optimizer step of strategy s runs on the CPU (no GPU optimizer transient). */
 int plan_offload_cpu_step(const TrainSpec *t, StrategyKind s);
+/* 1 when the parameter shards live in host memory (units come up to the GPU for compute). */
+int plan_offload_params_on_host(const TrainSpec *t, StrategyKind s);
 /* 1 when each rank's gradient shard leaves the GPU as soon as it is reduced. */
 int plan_offload_grads_to_host(const TrainSpec *t, StrategyKind s);
 /* Host memory, host traffic and the CPU step for one setup. */
