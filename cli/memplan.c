@@ -135,6 +135,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         char *txt = plan_auto_deepspeed_json(&s->model, &s->cluster, &r);
         if (!txt) { fprintf(stderr, "memplan: nothing fits, no DeepSpeed config:\n%s", r.explain); return 0; }
         printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
+        fflush(stdout);            /* the config first, then the prediction on stderr */
         plan_auto_prediction(stderr, &s->cluster, &r);
         free(txt);
         return 0;
@@ -189,7 +190,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
                r.candidates, o->auto_spec.global_batch ? " x accumulation for the global batch" : "", r.evaluated);
         fputs(r.explain, stdout);
         if (r.found)
-            printf("recommendation: --strategy %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s\n",
+            printf("recommendation: %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s\n",
                    plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
                    plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
                    (long long)r.train.grad_accum, plan_ckpt_name(r.train.act_ckpt));

@@ -225,7 +225,7 @@ static void why_lost(const ModelSpec *m, const TrainSpec *base, const ClusterSpe
     t.offload = off;
     snprintf(nm, sizeof(nm), "%s%s%s", plan_strategy(k)->name, off ? " + offload " : "", off ? plan_offload_name(off) : "");
     if (best) {
-        say(out, "  %s: slower by %.1f%% (best %.0f tokens/s at micro-batch %lld, %s, act-ckpt %s)\n", nm,
+        say(out, "  %s is slower by %.1f%% (best %.0f tokens/s at micro-batch %lld, %s, act-ckpt %s)\n", nm,
             100 * (1 - best->best.tps / win_tps), best->best.tps, (long long)best->best.t.micro_batch,
             plan_precision(best->best.t.precision)->name, plan_ckpt_name(best->best.t.act_ckpt));
         return;
@@ -242,16 +242,16 @@ static void why_lost(const ModelSpec *m, const TrainSpec *base, const ClusterSpe
         plan_memory(m, &t, c, k, &r);
         if (!have || (r.gpu_fits && !low.gpu_fits) || r.peak < low.peak) { low = r; have = 1; }
     }
-    if (!have) { say(out, "  %s: no precision regime it supports on this GPU\n", nm); return; }
+    if (!have) { say(out, "  %s does not fit: no precision regime it supports runs on this GPU\n", nm); return; }
     if (low.gpu_fits && !low.host_fits)
-        say(out, "  %s: does not fit in host memory (needs %s per node, %s available)\n", nm,
+        say(out, "  %s does not fit in host memory: needs %s per node, %s available\n", nm,
             plan_fmt_bytes(low.host_per_node, a1, sizeof(a1)), plan_fmt_bytes(low.host_capacity, a2, sizeof(a2)));
     else if (low.peak <= c->gpu.mem_bytes)
-        say(out, "  %s: fits only without the margin (peak %s at micro-batch 1, headroom %s < %s)\n", nm,
+        say(out, "  %s fits only without the margin: peak %s at micro-batch 1, headroom %s < %s\n", nm,
             plan_fmt_bytes(low.peak, a1, sizeof(a1)), plan_fmt_bytes(low.headroom, a2, sizeof(a2)),
             plan_fmt_bytes(out->margin, (char[32]){0}, 32));
     else
-        say(out, "  %s: does not fit (needs %s per GPU at micro-batch 1 with act-ckpt %s, %s short)\n", nm,
+        say(out, "  %s does not fit: needs %s per GPU at micro-batch 1 with act-ckpt %s (%s short)\n", nm,
             plan_fmt_bytes(low.peak, a1, sizeof(a1)), m->arch == ARCH_GENERIC ? "none" : "full",
             plan_fmt_bytes(low.peak - c->gpu.mem_bytes, a2, sizeof(a2)));
 }
@@ -336,6 +336,7 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
     }
     const Option *w = &opts[win];
     out->found = 1;
+    out->top_tps = top;
     out->strategy = w->k;
     out->train = w->best.t;
     plan_memory(m, &out->train, c, out->strategy, &out->mem);

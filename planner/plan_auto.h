@@ -38,6 +38,7 @@ typedef struct {
     long evaluated;          /* of those, simulated (the rest were pruned: larger than the largest
                                 micro-batch that fits, or not dividing the global batch) */
     double margin;           /* the safety margin applied (bytes) */
+    double top_tps;          /* the fastest setup's throughput (the pick is within near_frac) */
     int runner_found;        /* the best setup of another strategy/offload */
     StrategyKind runner;
     TrainSpec runner_train;
