@@ -61,6 +61,7 @@ typedef struct {
     int ok;
     TrainSpec t;
     double tps;
+    int64_t maxb_plain;      /* the largest micro-batch that fits without checkpointing */
 } Best;
 
 /* Searches micro-batch, accumulation and checkpointing for strategy k at base's precision and
@@ -73,6 +74,7 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
         t.act_ckpt = (CkptKind)ck;
         if (ck == CKPT_FULL && m->arch == ARCH_GENERIC) continue;   /* nothing to recompute */
         int64_t maxb = plan_max_micro_batch(m, &t, c, k, a->max_micro_batch);
+        if (ck == CKPT_NONE) best.maxb_plain = maxb;
         SimPrep *prep = maxb > 0 ? plan_sim_prepare(m, &t, c, k) : NULL;
         if (maxb > 0 && !prep) maxb = 0;       /* out of memory: skip, counted as considered */
         for (int64_t b = 1; b <= a->max_micro_batch; b++) {
@@ -281,6 +283,18 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
                 op->k = (StrategyKind)k;
                 op->off = (OffloadKind)o;
                 op->prec = (PrecisionKind)p;
+                /* offload only frees GPU memory and adds host copies and a slower CPU step:
+                   when the same setup without offload already fits every micro-batch up to the
+                   search bound, offload cannot be faster (pruned, counted as considered) */
+                int pruned = 0;
+                for (int q = 0; q < n_opts - 1 && o != OFFLOAD_NONE; q++)
+                    if (opts[q].k == op->k && opts[q].prec == op->prec && opts[q].off == OFFLOAD_NONE &&
+                        opts[q].best.maxb_plain >= a->max_micro_batch) pruned = 1;
+                if (pruned) {
+                    memset(&op->best, 0, sizeof(op->best));
+                    out->candidates += (long)(CKPT_COUNT * a->max_micro_batch);
+                    continue;
+                }
                 TrainSpec tb = base;
                 tb.offload = op->off;
                 tb.precision = op->prec;
