@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "plan_offload.h"
 #include "plan_util.h"
 
 int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
@@ -30,9 +31,12 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             plan_ckpt_name(t->act_ckpt), plan_attn_name(t->attn), plan_report_dropout(m, t),
             t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
     if (t->offload != OFFLOAD_NONE)
-        fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction)\n",
+        fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
+                "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM; PyTorch's CPU step %.0fx slower)\n",
                 t->offload == OFFLOAD_PARAM ? "parameters, gradients and optimizer state" : "optimizer state and master weights",
-                plan_fmt_bytes(plan_cluster_host_mem(c), a, sizeof(a)), c->gpu.host_bw);
+                plan_fmt_bytes(plan_cluster_host_mem(c), a, sizeof(a)), c->gpu.host_bw,
+                c->gpu.host_mem_bw * PLAN_CPU_ADAM_BW_FRAC / (12.0 + 8.0 * plan_optimizer(t->optimizer)->states),
+                PLAN_CPU_ADAM_BW_FRAC * 100, c->gpu.host_mem_bw, PLAN_TORCH_CPU_ADAM_SLOWDOWN);
 }
 
 void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
