@@ -1,10 +1,15 @@
-"""Loads memplan's emitted DeepSpeed configs with DeepSpeed's own parser (test_cli_auto.c).
+"""Checks memplan against the installed DeepSpeed (test_cli_auto.c): loads the emitted configs
+with DeepSpeed's own parser, and calls DeepSpeed's memory estimators on the setups memplan
+planned.
 
 usage: python ds_config_check.py CASES.json
-CASES.json: [{"path": ..., "world_size": N, "expect": {"stage": 3, "offload_optimizer": "cpu",
-              "offload_param": "cpu"|"none", "dtype": "bf16"|"fp16"|"autocast"|"fp32",
-              "micro_batch": b, "grad_accum": k}}]
-Prints one line per config and exits non-zero on the first mismatch.
+CASES.json: {"configs": [{"path": ..., "world_size": N, "expect": {"stage": 3,
+                          "offload_optimizer": "cpu"|"none", "offload_param": "cpu"|"none",
+                          "dtype": "bf16"|"fp16"|"autocast-bfloat16"|"fp32", "micro_batch": b,
+                          "grad_accum": k}}],
+             "estimates": [{"stage": 2|3, "total_params", "largest_layer_params", "gpn", "nodes",
+                            "cpu_offload", "offload_params", "host_per_node", "gpu_states"}]}
+Prints one "ok" line per check and exits non-zero on the first mismatch.
 """
 import json
 import sys
@@ -14,6 +19,8 @@ import deepspeed.runtime.activation_checkpointing.config as act_config
 import deepspeed.runtime.constants as constants
 import deepspeed.runtime.zero.config as zero_config
 from deepspeed.runtime.config import DeepSpeedConfig
+from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
 # Every top-level key DeepSpeed's config reads (runtime/constants.py, zero/config.py,
 # activation_checkpointing/config.py); DeepSpeedConfig ignores others silently, so check here.
@@ -30,8 +37,25 @@ def device(offload):
 
 
 def main():
-    cases = json.load(open(sys.argv[1]))
-    for case in cases:
+    everything = json.load(open(sys.argv[1]))
+    for e in everything.get("estimates", []):
+        if e["stage"] == 2:
+            cpu, gpu = estimate_zero2_model_states_mem_needs(e["total_params"], e["gpn"], e["nodes"], e["cpu_offload"])
+        else:
+            cpu, gpu, largest = estimate_zero3_model_states_mem_needs(
+                e["total_params"], e["largest_layer_params"], e["gpn"], e["nodes"], e["cpu_offload"],
+                e["offload_params"])
+            gpu -= largest   # the gathered layers: memplan counts them as communication buffers
+        checks = [("host per node", e["host_per_node"], cpu)]
+        if "gpu_states" in e:   # without offload DeepSpeed counts 18 B/param on the GPU (fp32 grads too)
+            checks.append(("GPU model states", e["gpu_states"], gpu))
+        for what, ours, theirs in checks:
+            if abs(ours - theirs) > 1e-4 * max(theirs, 1):
+                sys.exit(f"zero{e['stage']} offload={e['cpu_offload']},{e['offload_params']} {what}: "
+                         f"memplan {ours:.0f} vs DeepSpeed {theirs:.0f}")
+        print(f"ok estimator zero{e['stage']} offload={e['cpu_offload']},{e['offload_params']} "
+              f"gpn={e['gpn']} nodes={e['nodes']}: host {cpu:.0f}, gpu {gpu:.0f}")
+    for case in everything["configs"]:
         raw = json.load(open(case["path"]))
         unknown = sorted(k for k in raw if k not in KNOWN)
         if unknown:

@@ -11,6 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "plan_memory.h"
+#include "plan_zoo.h"
+
 static char out[1 << 20];
 
 /* Runs memplan with args (stdout only unless the args redirect); returns the exit status. */
@@ -46,6 +49,52 @@ static const DsCase CASES[] = {
      64, 3, "cpu", "cpu", NULL},
 };
 #define N_CASES (sizeof(CASES) / sizeof(CASES[0]))
+
+/* memplan's host memory per node and GPU model states for the setups DeepSpeed's estimators
+   describe (bf16 with fp32 master = DeepSpeed's bf16; zero.Init for stage 3), for
+   ds_config_check.py to compare with estimate_zero2/3_model_states_mem_needs. */
+static cJSON *estimates(void) {
+    static const struct { StrategyKind k; OffloadKind off; int64_t gpn, nodes; } E[] = {
+        {STRAT_ZERO2, OFFLOAD_OPT, 4, 1}, {STRAT_ZERO2, OFFLOAD_OPT, 8, 1}, {STRAT_ZERO2, OFFLOAD_NONE, 8, 2},
+        {STRAT_ZERO3, OFFLOAD_PARAM, 8, 1}, {STRAT_ZERO3, OFFLOAD_PARAM, 8, 4}, {STRAT_ZERO3, OFFLOAD_OPT, 8, 2},
+        {STRAT_ZERO3, OFFLOAD_NONE, 8, 2},
+    };
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_zoo_build(&m, "llama2-13b", msg, sizeof(msg)), 0, "%s", msg);
+    double psi = (double)plan_model_params(&m), ll = 0;
+    for (int i = 0; i < m.n_layers; i++) if ((double)m.layers[i].params > ll) ll = (double)m.layers[i].params;
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < sizeof(E) / sizeof(E[0]); i++) {
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.precision = PREC_MIXED_BF16;
+        t.offload = E[i].off;
+        ClusterSpec c;
+        plan_cluster_defaults(&c);
+        c.gpus = E[i].gpn * E[i].nodes;
+        c.gpus_per_node = E[i].gpn;
+        c.host_mem = 1e15;
+        MemResult r;
+        plan_memory(&m, &t, &c, E[i].k, &r);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "stage", E[i].k == STRAT_ZERO2 ? 2 : 3);
+        cJSON_AddNumberToObject(o, "total_params", psi);
+        cJSON_AddNumberToObject(o, "largest_layer_params", ll);
+        cJSON_AddNumberToObject(o, "gpn", (double)E[i].gpn);
+        cJSON_AddNumberToObject(o, "nodes", (double)E[i].nodes);
+        cJSON_AddBoolToObject(o, "cpu_offload", E[i].off != OFFLOAD_NONE);
+        cJSON_AddBoolToObject(o, "offload_params", E[i].off == OFFLOAD_PARAM);
+        cJSON_AddNumberToObject(o, "host_per_node", r.host_per_node);
+        /* the GPU's model states; without offload DeepSpeed also counts the fp32 gradient
+           partition (18 B/param), which memplan's walk does not hold at the peak: compare only
+           where the states are offloaded */
+        if (E[i].off != OFFLOAD_NONE) cJSON_AddNumberToObject(o, "gpu_states", r.model_states);
+        cJSON_AddItemToArray(arr, o);
+    }
+    plan_model_free(&m);
+    return arr;
+}
 
 /* Writes each case's config to dir; checks what needs no DeepSpeed; fills the cases file for
    ds_config_check.py. */
@@ -87,25 +136,32 @@ static void write_configs(const char *dir, char *cases_path, size_t len) {
         cJSON_Delete(j);
     }
     snprintf(cases_path, len, "%s/cases.json", dir);
-    char *txt = cJSON_Print(cases);
+    cJSON *all = cJSON_CreateObject();
+    cJSON_AddItemToObject(all, "configs", cases);
+    cJSON_AddItemToObject(all, "estimates", estimates());
+    char *txt = cJSON_Print(all);
     FILE *f = fopen(cases_path, "w");
     cr_assert_not_null(f);
     fputs(txt, f);
     fclose(f);
     free(txt);
-    cJSON_Delete(cases);
+    cJSON_Delete(all);
 }
 
-Test(cli_auto, emitted_deepspeed_configs_should_load_in_deepspeeds_parser, .timeout = 120) {
+Test(cli_auto, deepspeed_should_load_the_emitted_configs_and_its_estimators_should_agree, .timeout = 120) {
     char dir[] = "/tmp/memplan_ds_XXXXXX", cases[600], cmd[1200];
     cr_assert_not_null(mkdtemp(dir));
     write_configs(dir, cases, sizeof(cases));
     const char *py = getenv("MEMPLAN_TORCH_PYTHON");
     if (!py || !*py) py = "/root/.cache/memplan/torch-venv/bin/python";
     snprintf(cmd, sizeof(cmd), "%s -c 'import deepspeed' >/dev/null 2>&1", py);
-    if (access(py, X_OK) != 0 || system(cmd) != 0)
+    char rm[700];
+    snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+    if (access(py, X_OK) != 0 || system(cmd) != 0) {
+        if (system(rm)) {}
         cr_skip_test("DeepSpeed not importable with %s (keys and types checked without it); install: "
                      "%s -m pip install deepspeed==0.19.8, or set MEMPLAN_TORCH_PYTHON", py, py);
+    }
     snprintf(cmd, sizeof(cmd), "%s tests/ds_config_check.py %s 2>&1 | grep -v WARNING", py, cases);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
@@ -114,7 +170,8 @@ Test(cli_auto, emitted_deepspeed_configs_should_load_in_deepspeeds_parser, .time
     pclose(p);   /* the pipe's status is grep's: count the checker's own "ok" lines instead */
     int oks = strncmp(out, "ok ", 3) == 0;
     for (const char *s = out; (s = strstr(s, "\nok ")) != NULL; s++) oks++;
-    cr_expect_eq(oks, (int)N_CASES, "DeepSpeedConfig on every emitted config:\n%s", out);
+    if (system(rm)) {}
+    cr_expect_eq(oks, (int)N_CASES + 7, "DeepSpeed's estimators and DeepSpeedConfig on every emitted config:\n%s", out);
 }
 
 Test(cli_auto, emit_torch_should_wrap_with_mixed_precision_offload_and_checkpointing) {
