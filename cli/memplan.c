@@ -26,8 +26,8 @@ static void usage(FILE *f) {
         "  memplan auto --model NAME|PATH [options]     pick DDP or a sharded strategy and explain why\n"
         "      --global-batch G     samples per optimizer step over all GPUs (searched: micro-batch x accumulation)\n"
         "      --bn-min-batch B     per-GPU batch below which SyncBN is advised (default 16)\n"
-        "      --emit deepspeed|torch   print a DeepSpeed config (prediction as '#' lines on stderr) /\n"
-        "                           a torchrun command and the wrapping snippet\n"
+        "      --emit deepspeed|torch   print a DeepSpeed config (picked among zero1/2/3; the prediction as\n"
+        "                           '#' lines on stderr) / a torchrun command and the wrapping snippet\n"
         "  memplan models [--json] [--export NAME]       list the zoo / export a model as JSON\n"
         "  memplan gpus [--json]                         list the GPU presets\n"
         "  mpirun -np N memplan run --model gpt2-tiny --strategy ddp|zero1|zero2|zero3 [--steps K]\n"
@@ -129,6 +129,12 @@ static int write_files(const PlanOpts *o, const CliSetup *s, const Plan *p) {
 static int run_auto(CliSetup *s, PlanOpts *o) {
     AutoResult r;
     o->auto_spec.strategies = s->strategies;
+    if (o->emit && strcmp(o->emit, "deepspeed") == 0) {   /* a DeepSpeed config: pick among ZeRO stages */
+        unsigned ds = 0;
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
+        if (ds) o->auto_spec.strategies = ds;
+    }
     plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
     int rc = 0;
     if (o->emit && strcmp(o->emit, "deepspeed") == 0) {

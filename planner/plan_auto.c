@@ -514,6 +514,10 @@ void plan_auto_prediction(FILE *f, const ClusterSpec *c, const AutoResult *r) {
             plan_fmt_bytes(r->mem.peak, a1, sizeof(a1)), plan_fmt_bytes(r->mem.headroom, a2, sizeof(a2)),
             plan_fmt_bytes(r->mem.host_per_node, a3, sizeof(a3)), r->time.step_s * 1e3, r->time.tokens_per_s,
             (long long)c->gpus, c->gpu.name);
+    if (!plan_strategy_is_deepspeed(r->strategy))
+        fprintf(f, "# the pick is %s (PyTorch); this config is the ZeRO stage that shards the same state, "
+                "and memplan's figures above are for %s (--emit torch for its snippet)\n",
+                plan_strategy(r->strategy)->name, plan_strategy(r->strategy)->name);
 }
 
 /* The Hugging Face transformer block class of a model, by the family its name starts with. */

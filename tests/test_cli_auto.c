@@ -41,7 +41,7 @@ typedef struct {
 } DsCase;
 
 static const DsCase CASES[] = {
-    {"auto --model gpt2 --gpus 8", 8, 0, "none", "none", "autocast-bfloat16"},
+    {"auto --model gpt2 --gpus 8 --strategy ddp", 8, 0, "none", "none", "autocast-bfloat16"},
     {"auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero2 --offload optimizer --precision mixed-bf16",
      8, 2, "cpu", "none", "bf16"},
     {"auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero1 --precision mixed-fp16", 8, 1, "none", "none", "fp16"},
@@ -226,6 +226,22 @@ Test(cli_auto, plan_should_show_host_memory_and_its_verdict) {
     cr_expect(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "cluster"), "host_mem_bytes_per_node")->valuedouble ==
               1024.0 * 1024 * 1024 * 1024);
     cJSON_Delete(j);
+}
+
+Test(cli_auto, emit_torch_snippets_should_be_valid_python) {
+    if (system("python3 -c 'pass' >/dev/null 2>&1") != 0) cr_skip_test("python3 not found: snippets not compiled");
+    const char *cases[] = {
+        "--model llama2-7b --gpus 8 --gpu-mem 24GiB --strategy fsdp-full --offload params --precision mixed-bf16",
+        "--model gpt2 --gpus 8", "--model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero3",
+        "--model resnet50 --gpus 8 --gpu-mem 8GiB", "--model llama2-70b --gpus 64 --gpu h100-80gb --seq 4096"};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char args[700];
+        /* everything after the torchrun line is Python */
+        snprintf(args, sizeof(args), "auto %s --emit torch | tail -n +2 | python3 -c \"import sys; "
+                 "compile(sys.stdin.read(), 'snippet', 'exec'); print('compiles')\" 2>&1", cases[i]);
+        run(args);
+        cr_expect(strstr(out, "compiles"), "%s: %s", cases[i], out);
+    }
 }
 
 static void expect_usage_error(const char *args, const char *needle) {
