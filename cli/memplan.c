@@ -40,9 +40,9 @@ static void usage(FILE *f) {
         "      (bench options: memplan bench syncbn --help)\n"
         "  memplan help                                  this text\n\n");
     cli_print_setup_help(f);
-    cli_auto_help(f);
     fprintf(f, "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
                "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
+    cli_auto_help(f);
     fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 2 on a usage error.\n"
                "Memory is in binary GiB (2^30 bytes). Formulas and sources: docs/formulas.md.\n");
 }
