@@ -328,6 +328,10 @@ static int cmd_gpus(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "peak_tflops_fp32", g->peak_tflops[0]);
             cJSON_AddNumberToObject(o, "peak_tflops_fp16", g->peak_tflops[1]);
             cJSON_AddNumberToObject(o, "peak_tflops_bf16", g->peak_tflops[2]);
+            cJSON_AddNumberToObject(o, "host_mem_per_gpu_bytes", g->host_mem_per_gpu);
+            cJSON_AddNumberToObject(o, "host_bw_gbps", g->host_bw);
+            cJSON_AddNumberToObject(o, "host_dram_bw_gbps", g->host_mem_bw);
+            cJSON_AddStringToObject(o, "typical_node", g->node);
             cJSON_AddItemToArray(arr, o);
         } else {
             printf("%-10s %8.2f %9.1f %9.2f %8.1f %8.1f %8.1f  %s, %s\n", g->name, g->mem_bytes / GIB,
