@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cli_auto.h"
 #include "cli_bench.h"
 #include "cli_output.h"
 #include "cli_run.h"
@@ -26,7 +27,8 @@ static void usage(FILE *f) {
         "  memplan auto --model NAME|PATH [options]     pick DDP or a sharded strategy and explain why\n"
         "      --global-batch G     samples per optimizer step over all GPUs (searched: micro-batch x accumulation)\n"
         "      --bn-min-batch B     per-GPU batch below which SyncBN is advised (default 16)\n"
-        "      --emit deepspeed|torch   print a DeepSpeed config / a torchrun command and wrapping snippet\n"
+        "      --emit deepspeed|torch   print a DeepSpeed config (picked among zero1/2/3; the prediction as\n"
+        "                           '#' lines on stderr) / a torchrun command and the wrapping snippet\n"
         "  memplan models [--json] [--export NAME]       list the zoo / export a model as JSON\n"
         "  memplan gpus [--json]                         list the GPU presets\n"
         "  mpirun -np N memplan run --model gpt2-tiny --strategy ddp|zero1|zero2|zero3 [--steps K]\n"
@@ -44,6 +46,7 @@ static void usage(FILE *f) {
     cli_print_setup_help(f);
     fprintf(f, "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
                "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
+    cli_auto_help(f);
     fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 2 on a usage error.\n"
                "Memory is in binary GiB (2^30 bytes). Formulas and sources: docs/formulas.md.\n");
 }
@@ -65,6 +68,7 @@ typedef struct {
     const char *trace, *plot, *emit;
     int auto_mode;
     AutoSpec auto_spec;
+    CliAutoOpts offload;     /* --offload, --host-mem, --host-bw, --min-headroom */
 } PlanOpts;
 
 enum { OPT_TRACE = 2000, OPT_PLOT, OPT_EMIT, OPT_GLOBAL_BATCH, OPT_BN_MIN };
@@ -74,6 +78,7 @@ static const struct option PLAN_OPTIONS[] = {
     {"emit", required_argument, 0, OPT_EMIT},
     {"global-batch", required_argument, 0, OPT_GLOBAL_BATCH},
     {"bn-min-batch", required_argument, 0, OPT_BN_MIN},
+    CLI_AUTO_OPTIONS,
     {0, 0, 0, 0},
 };
 
@@ -107,7 +112,7 @@ static int plan_opt(void *ctx, int opt, const char *arg, char *err, size_t errle
         if (plan_parse_int(arg, 1, 1000000, &v)) { snprintf(err, errlen, "--bn-min-batch '%s' is not an integer in [1, 1000000]", arg); return -1; }
         o->auto_spec.bn_min_batch = v;
         return 0;
-    default: return 1;
+    default: return cli_auto_opt(&o->offload, opt, arg, err, errlen);
     }
 }
 
@@ -128,12 +133,20 @@ static int write_files(const PlanOpts *o, const CliSetup *s, const Plan *p) {
 static int run_auto(CliSetup *s, PlanOpts *o) {
     AutoResult r;
     o->auto_spec.strategies = s->strategies;
+    if (o->emit && strcmp(o->emit, "deepspeed") == 0) {   /* a DeepSpeed config: pick among ZeRO stages */
+        unsigned ds = 0;
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
+        if (ds) o->auto_spec.strategies = ds;
+    }
     plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
     int rc = 0;
     if (o->emit && strcmp(o->emit, "deepspeed") == 0) {
         char *txt = plan_auto_deepspeed_json(&s->model, &s->cluster, &r);
         if (!txt) { fprintf(stderr, "memplan: nothing fits, no DeepSpeed config:\n%s", r.explain); return 0; }
-        printf("%s\n", txt);
+        printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
+        fflush(stdout);            /* the config first, then the prediction on stderr */
+        plan_auto_prediction(stderr, &s->cluster, &r);
         free(txt);
         return 0;
     }
@@ -154,25 +167,45 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         cJSON_AddNumberToObject(a, "candidates", (double)r.candidates);
         cJSON_AddNumberToObject(a, "simulated", (double)r.evaluated);
         cJSON_AddStringToObject(a, "explain", r.explain);
+        cJSON_AddNumberToObject(a, "min_headroom_bytes", r.margin);
+        if (r.found) {
+            cJSON_AddStringToObject(a, "offload", plan_offload_name(r.train.offload));
+            cJSON_AddStringToObject(a, "precision", plan_precision(r.train.precision)->name);
+        }
+        if (r.runner_found) {
+            cJSON *ru = cJSON_AddObjectToObject(a, "runner_up");
+            cJSON_AddStringToObject(ru, "strategy", plan_strategy(r.runner)->name);
+            cJSON_AddStringToObject(ru, "offload", plan_offload_name(r.runner_train.offload));
+            cJSON_AddStringToObject(ru, "precision", plan_precision(r.runner_train.precision)->name);
+            cJSON_AddNumberToObject(ru, "micro_batch", (double)r.runner_train.micro_batch);
+            cJSON_AddStringToObject(ru, "act_ckpt", plan_ckpt_name(r.runner_train.act_ckpt));
+            cJSON_AddNumberToObject(ru, "tokens_per_s", r.runner_tps);
+        }
+        if (!r.found && r.fix[0]) cJSON_AddStringToObject(a, "would_fit_with", r.fix);
         cJSON *rec = cJSON_GetObjectItem(j, "recommendation");
         if (r.found) {
             cJSON_ReplaceItemInObject(rec, "strategy", cJSON_CreateString(plan_strategy(r.strategy)->name));
             cJSON_AddNumberToObject(rec, "micro_batch", (double)r.train.micro_batch);
             cJSON_AddNumberToObject(rec, "grad_accum", (double)r.train.grad_accum);
             cJSON_AddStringToObject(rec, "act_ckpt", plan_ckpt_name(r.train.act_ckpt));
+            cJSON_AddStringToObject(rec, "offload", plan_offload_name(r.train.offload));
+            cJSON_AddStringToObject(rec, "precision", plan_precision(r.train.precision)->name);
         }
         rc = emit_json(j, s->json_path);
         cJSON_Delete(j);
     } else {
         plan_report_header(stdout, &s->model, &s->train, &s->cluster);
-        printf("# auto: searched %ld setups (strategy x micro-batch x checkpointing%s), simulated %ld that fit\n",
+        printf("# auto: searched %ld setups (strategy x offload x precision x checkpointing x micro-batch%s), "
+               "simulated %ld that fit with the margin\n",
                r.candidates, o->auto_spec.global_batch ? " x accumulation for the global batch" : "", r.evaluated);
         fputs(r.explain, stdout);
         if (r.found)
-            printf("recommendation: %s --batch %lld --grad-accum %lld --act-ckpt %s\n", plan_strategy(r.strategy)->name,
-                   (long long)r.train.micro_batch, (long long)r.train.grad_accum, plan_ckpt_name(r.train.act_ckpt));
+            printf("recommendation: %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s\n",
+                   plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
+                   plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
+                   (long long)r.train.grad_accum, plan_ckpt_name(r.train.act_ckpt));
         else
-            printf("recommendation: none\n");
+            printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
     }
     if (!rc) rc = write_files(o, s, &p);
     return rc;
@@ -183,6 +216,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     PlanOpts o;
     memset(&o, 0, sizeof(o));
     plan_auto_defaults(&o.auto_spec);
+    cli_auto_opts_init(&o.offload);
     /* --strategy auto is auto mode */
     for (int i = 1; i < argc; i++) {
         if ((strcmp(argv[i], "--strategy") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0) ||
@@ -199,6 +233,10 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (!auto_mode && (o.emit || o.auto_spec.global_batch)) {
         cli_setup_free(&s);
         return cli_usage_error("--emit and --global-batch belong to 'memplan auto' (or --strategy auto)");
+    }
+    if ((rc = cli_auto_apply(&o.offload, &s, &o.auto_spec, auto_mode, argc, argv))) {
+        cli_setup_free(&s);
+        return rc;
     }
     if (auto_mode) {
         rc = run_auto(&s, &o);
@@ -294,6 +332,10 @@ static int cmd_gpus(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "peak_tflops_fp32", g->peak_tflops[0]);
             cJSON_AddNumberToObject(o, "peak_tflops_fp16", g->peak_tflops[1]);
             cJSON_AddNumberToObject(o, "peak_tflops_bf16", g->peak_tflops[2]);
+            cJSON_AddNumberToObject(o, "host_mem_per_gpu_bytes", g->host_mem_per_gpu);
+            cJSON_AddNumberToObject(o, "host_bw_gbps", g->host_bw);
+            cJSON_AddNumberToObject(o, "host_dram_bw_gbps", g->host_mem_bw);
+            cJSON_AddStringToObject(o, "typical_node", g->node);
             cJSON_AddItemToArray(arr, o);
         } else {
             printf("%-10s %8.2f %9.1f %9.2f %8.1f %8.1f %8.1f  %s, %s\n", g->name, g->mem_bytes / GIB,

@@ -1,8 +1,10 @@
-/* plan_auto.h — auto mode: pick DDP when it fits (simplest, least traffic), else the
- * least-sharded strategy that fits, then search micro-batch, gradient accumulation (to reach
- * a global batch when one is given) and activation checkpointing for the most predicted
- * tokens/s; explain the choice, and for each strategy that does not fit the cheapest change that
- * would make it fit. Emits a DeepSpeed config or a torchrun command with the wrapping snippet. */
+/* plan_auto.h — auto mode: search strategy x CPU offload x precision regime x activation
+ * checkpointing x micro-batch (x accumulation for a global batch), keep the setups whose peak
+ * leaves the safety margin (and whose host memory fits), and pick the highest simulated
+ * throughput, preferring the simpler setup (DDP, then ZeRO/FSDP by sharding, then offload)
+ * when it is within a few percent. Explains the winner, the runner-up and why the simpler ones
+ * lost; when nothing fits, the cheapest change that would. Emits a DeepSpeed config or a
+ * torchrun command with the wrapping snippet. docs/formulas.md "Auto". */
 #ifndef PLAN_AUTO_H
 #define PLAN_AUTO_H
 
@@ -14,7 +16,16 @@ typedef struct {
     int64_t bn_min_batch;    /* per-GPU batch below which SyncBN is worth its cost (16) */
     int64_t max_micro_batch; /* search bound (1024) */
     unsigned strategies;     /* candidates (bit per StrategyKind) */
+    unsigned offloads;       /* bit per OffloadKind searched (default all) */
+    unsigned precisions;     /* bit per PrecisionKind searched; 0 = the TrainSpec's only */
+    double min_headroom_frac;   /* safety margin: max(frac x GPU memory, floor) ... */
+    double min_headroom_floor;  /* ... bytes (defaults 5% and 512 MiB) */
+    double near_frac;        /* throughputs within this fraction count as equal (0.03) */
 } AutoSpec;
+
+#define PLAN_AUTO_HEADROOM_FRAC 0.05
+#define PLAN_AUTO_HEADROOM_FLOOR (512.0 * 1024 * 1024)
+#define PLAN_AUTO_NEAR 0.03
 
 typedef struct {
     int found;
@@ -26,14 +37,31 @@ typedef struct {
     long candidates;         /* setups considered (strategy x micro-batch x checkpointing) */
     long evaluated;          /* of those, simulated (the rest were pruned: larger than the largest
                                 micro-batch that fits, or not dividing the global batch) */
-    char explain[4096];      /* lines, each ending in '\n' */
+    double margin;           /* the safety margin applied (bytes) */
+    double top_tps;          /* the fastest setup's throughput (the pick is within near_frac) */
+    int runner_found;        /* the best setup of another strategy/offload */
+    StrategyKind runner;
+    TrainSpec runner_train;
+    double runner_tps;
+    char fix[512];           /* nothing fits: the cheapest changes that would ("" otherwise) */
+    char explain[6144];      /* lines, each ending in '\n' */
 } AutoResult;
 
 void plan_auto_defaults(AutoSpec *a);
+/* The safety margin for GPU capacity cap (bytes). */
+double plan_auto_margin(const AutoSpec *a, double cap);
+/* The precision regimes auto searches for precision p on a GPU: p's autocast and its
+   fp32-master mixed twin (amp-bf16 <-> mixed-bf16, amp-fp16 <-> mixed-fp16). Bit mask. */
+unsigned plan_auto_precisions(PrecisionKind p);
+/* "zero3 + offload params, mixed-bf16" into buf. */
+const char *plan_auto_setup_name(StrategyKind k, const TrainSpec *t, char *buf, size_t len);
 int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
               AutoResult *out);
-/* DeepSpeed config JSON for the choice (caller frees). */
+/* DeepSpeed config JSON for the choice (caller frees): only keys DeepSpeed's config parser
+   knows, integer byte counts; memplan's prediction goes through plan_auto_prediction. */
 char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);
+/* memplan's prediction for the choice as '#' comment lines. */
+void plan_auto_prediction(FILE *f, const ClusterSpec *c, const AutoResult *r);
 /* torchrun command line and the DDP/FSDP wrapping snippet. */
 void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "plan_memory.h"
+#include "plan_offload.h"
 
 static const char *const COLL_NAMES[PCOLL_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
                                                     "broadcast"};
@@ -71,6 +72,9 @@ static void add(CommPlan *p, const ClusterSpec *c, PlanCollOp op, CommPhase ph, 
     p->wire_bytes += x->wire_bytes;
     p->seconds += x->seconds;
 }
+
+static void add_host_copies(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                            CommPlan *out);
 
 void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                CommPlan *out) {
@@ -139,6 +143,27 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
             (2.0 * (double)sum_c + nbn) * 4 * (double)N * K, N, multi_node);
         add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "SyncBN gradient sums", nbn * K,
             2.0 * (double)sum_c * 4 * K, N, multi_node);
+    }
+    add_host_copies(m, t, c, sk, out);
+}
+
+/* CPU offload's host traffic (plan_offload.h): gradient shards down in backward, parameter
+   shards up (before each gather under param offload, after the CPU step otherwise). */
+static void add_host_copies(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                            CommPlan *out) {
+    OffloadHost h;
+    plan_offload_host(m, t, c, sk, &h);
+    if (h.d2h_bytes > 0)
+        out->host[out->n_host++] = (PlanHostCopy){"copy_d2h", CPHASE_BACKWARD, "gradient shards to host",
+                                                  h.d2h_bytes, h.d2h_s};
+    if (h.h2d_bytes > 0)
+        out->host[out->n_host++] = (PlanHostCopy){"copy_h2d",
+            t->offload == OFFLOAD_PARAM ? CPHASE_FORWARD : CPHASE_STEP,
+            t->offload == OFFLOAD_PARAM ? "parameter shards from host (fwd + bwd)" : "updated parameters from host",
+            h.h2d_bytes, h.h2d_s};
+    for (int i = 0; i < out->n_host; i++) {
+        out->host_bytes += out->host[i].bytes;
+        out->host_seconds += out->host[i].seconds;
     }
 }
 

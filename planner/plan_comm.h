@@ -26,12 +26,25 @@ typedef struct {
     double seconds;          /* Σ modelled time */
 } PlanColl;
 
+/* Host <-> device copies of CPU offload (PCIe, not the GPU network): listed beside the
+   collectives, counted apart from wire_bytes. */
+typedef struct {
+    const char *name;        /* "copy_d2h", "copy_h2d" */
+    CommPhase phase;
+    const char *what;        /* "gradient shards to host", "parameter shards from host" */
+    double bytes;            /* per GPU per optimizer step */
+    double seconds;          /* at the preset's host link bandwidth */
+} PlanHostCopy;
+
 #define PLAN_MAX_COLLS 16
 typedef struct {
     PlanColl c[PLAN_MAX_COLLS];
     int n;
     double wire_bytes;       /* Σ per GPU per optimizer step */
     double seconds;
+    PlanHostCopy host[2];    /* CPU offload's copies (n_host = 0 without offload) */
+    int n_host;
+    double host_bytes, host_seconds;   /* Σ of host[] */
 } CommPlan;
 
 /* DDP's bucket sizes (torch/nn/parallel/distributed.py): first bucket 1 MiB, then 25 MiB. */

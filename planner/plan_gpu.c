@@ -15,20 +15,26 @@
 #define HOP_NVLINK 0.47e-6
 #define HOP_PCIE 1.0e-6
 #define HOP_NET 2.7e-6
+/* Host links: achieved pinned host<->device copy bandwidth per direction (CUDA bandwidthTest
+   reaches about 80% of the PCIe x16 payload rate: gen3 15.75, gen4 31.5, gen5 63 GB/s). */
+#define PCIE3 12.0
+#define PCIE4 25.0
+#define PCIE5 50.0
+#define GIB_ (1024.0 * MIB_)
 
 static const GpuPreset GPUS[] = {
-    {"v100-16gb", "NVIDIA Tesla V100-SXM2-16GB", 16160 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)"},
-    {"v100-32gb", "NVIDIA Tesla V100-SXM2-32GB", 32510 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)"},
-    {"t4", "NVIDIA T4", 15360 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {8.1, 65, 0}, WS_OLD, 320, "PCIe 3.0 x16"},
-    {"titan-rtx", "NVIDIA TITAN RTX", 24220 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {16.3, 130, 0}, WS_OLD, 672, "PCIe 3.0 x16"},
-    {"rtx3090", "NVIDIA GeForce RTX 3090", 24576 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {35.6, 71, 71}, WS_OLD, 936, "PCIe 4.0 x16"},
-    {"rtx4090", "NVIDIA GeForce RTX 4090", 24564 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {82.6, 165.2, 165.2}, WS_OLD, 1008, "PCIe 4.0 x16"},
-    {"a10g", "NVIDIA A10G", 23028 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {31.2, 125, 125}, WS_OLD, 600, "PCIe 4.0 x16"},
-    {"l4", "NVIDIA L4", 23034 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {30.3, 121, 121}, WS_OLD, 300, "PCIe 4.0 x16"},
-    {"a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 1555, "NVLink 3 (600 GB/s bidirectional)"},
-    {"a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (600 GB/s bidirectional)"},
-    {"h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (900 GB/s bidirectional)"},
-    {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 4800, "NVLink 4 (900 GB/s bidirectional)"},
+    {"v100-16gb", "NVIDIA Tesla V100-SXM2-16GB", 16160 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)", 64 * GIB_, PCIE3, 136.5, "DGX-1 (8 GPUs, 512 GiB, 2 x Xeon E5-2698 v4, 4 ch DDR4-2133 each)"},
+    {"v100-32gb", "NVIDIA Tesla V100-SXM2-32GB", 32510 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)", 96 * GIB_, PCIE3, 256.0, "DGX-2 (16 GPUs, 1.5 TiB, 2 x Xeon 8168, 6 ch DDR4-2666 each)"},
+    {"t4", "NVIDIA T4", 15360 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {8.1, 65, 0}, WS_OLD, 320, "PCIe 3.0 x16", 48 * GIB_, PCIE3, 140.8, "AWS g4dn.12xlarge (4 GPUs, 192 GiB, Xeon 8259CL, 6 ch DDR4-2933)"},
+    {"titan-rtx", "NVIDIA TITAN RTX", 24220 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {16.3, 130, 0}, WS_OLD, 672, "PCIe 3.0 x16", 64 * GIB_, PCIE3, 93.9, "workstation (2 GPUs, 128 GiB, 4 ch DDR4-2933)"},
+    {"rtx3090", "NVIDIA GeForce RTX 3090", 24576 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {35.6, 71, 71}, WS_OLD, 936, "PCIe 4.0 x16", 64 * GIB_, PCIE4, 102.4, "workstation (2 GPUs, 128 GiB, 4 ch DDR4-3200)"},
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 24564 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {82.6, 165.2, 165.2}, WS_OLD, 1008, "PCIe 4.0 x16", 64 * GIB_, PCIE4, 153.6, "workstation (2 GPUs, 128 GiB, 4 ch DDR5-4800)"},
+    {"a10g", "NVIDIA A10G", 23028 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {31.2, 125, 125}, WS_OLD, 600, "PCIe 4.0 x16", 96 * GIB_, PCIE4, 409.6, "AWS g5.48xlarge (8 GPUs, 768 GiB, 2 x EPYC 7R32, 8 ch DDR4-3200 each)"},
+    {"l4", "NVIDIA L4", 23034 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {30.3, 121, 121}, WS_OLD, 300, "PCIe 4.0 x16", 96 * GIB_, PCIE4, 409.6, "AWS g6.48xlarge (8 GPUs, 768 GiB, 2 x EPYC 7R13, 8 ch DDR4-3200 each)"},
+    {"a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 1555, "NVLink 3 (600 GB/s bidirectional)", 128 * GIB_, PCIE4, 409.6, "DGX A100 320GB (8 GPUs, 1 TiB, 2 x EPYC 7742, 8 ch DDR4-3200 each)"},
+    {"a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (600 GB/s bidirectional)", 256 * GIB_, PCIE4, 409.6, "DGX A100 640GB (8 GPUs, 2 TiB, 2 x EPYC 7742, 8 ch DDR4-3200 each)"},
+    {"h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H100 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)"},
+    {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 4800, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H200 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)"},
 };
 #define N_GPUS ((int)(sizeof(GPUS) / sizeof(GPUS[0])))
 
@@ -66,4 +72,8 @@ void plan_cluster_defaults(ClusterSpec *c) {
 
 int64_t plan_cluster_nodes(const ClusterSpec *c) {
     return (c->gpus + c->gpus_per_node - 1) / c->gpus_per_node;
+}
+
+double plan_cluster_host_mem(const ClusterSpec *c) {
+    return c->host_mem > 0 ? c->host_mem : c->gpu.host_mem_per_gpu * (double)c->gpus_per_node;
 }

@@ -19,6 +19,12 @@ typedef struct {
     double cublas_ws_bytes;  /* cuBLAS workspace per GEMM stream */
     double mem_bw;           /* GB/s, HBM/GDDR (the optimizer step is bound by it) */
     const char *interconnect;
+    /* the preset's typical node (docs/gpus.md "Host side"): host memory per GPU (the node's RAM
+       divided by its GPUs), the GPU's host link per direction, the node's DRAM bandwidth */
+    double host_mem_per_gpu; /* bytes */
+    double host_bw;          /* GB/s per GPU per direction, pinned copies over PCIe */
+    double host_mem_bw;      /* GB/s, the node's DRAM (CPU Adam is bound by it) */
+    const char *node;        /* "DGX A100 (1 TiB, 2 x EPYC 7742)" */
 } GpuPreset;
 
 int plan_gpu_count(void);
@@ -38,11 +44,14 @@ typedef struct {
     int margin_is_frac;
     double mfu;              /* achieved fraction of peak FLOP/s */
     double coll_base_lat;    /* seconds every collective costs before its hops (launch, sync) */
+    double host_mem;         /* bytes of host memory per node; 0 = preset per GPU x GPUs per node */
 } ClusterSpec;
 
 /* Defaults: PLAN_DEFAULT_GPU, 1 GPU, the documented overheads. */
 void plan_cluster_defaults(ClusterSpec *c);
 int64_t plan_cluster_nodes(const ClusterSpec *c);
+/* Host memory per node (bytes): --host-mem, or the preset's per-GPU share x GPUs per node. */
+double plan_cluster_host_mem(const ClusterSpec *c);
 
 /* Defaults, documented in docs/formulas.md ("Fixed overheads"). */
 #define PLAN_CUDA_CONTEXT_BYTES (512.0 * 1024 * 1024)   /* 0.3-0.6 GiB with lazy loading */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_activ.h"
+#include "plan_offload.h"
 
 static const char *const TERM_NAMES[TERM_COUNT] = {"params", "grads", "comm_buffers",
     "optimizer", "activations", "transient", "overhead"};
@@ -49,6 +50,7 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     z->params = p_local * p->param_bytes;
     z->grads = g_local * p->grad_bytes;
     z->optimizer = o_local * (p->master_bytes + o->states * p->state_bytes);
+    plan_offload_gpu_sizes(t, sk, z);   /* CPU offload: what leaves the GPU */
 }
 
 /* Everything the walk needs, resolved once. */
@@ -151,7 +153,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         break;
     default: break;
     }
-    if (c->gpus == 1) fwd_comm = bwd_comm = 0;            /* nothing is sharded on one GPU */
+    /* nothing is sharded on one GPU, unless the parameters live on the host (offload): then
+       units come up to the GPU as they would be gathered */
+    if (c->gpus == 1 && !plan_offload_params_on_host(t, sk)) fwd_comm = bwd_comm = 0;
 
     double grads_steady = z->grads;
     /* torch frees gradients in zero_grad(set_to_none=True); DeepSpeed and memplan's engine keep
@@ -187,7 +191,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
-        if (!grads_persistent)
+        if (!grads_persistent && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
         tv[TERM_GRADS] = grads_now;
         if (grad_flight)
@@ -208,7 +212,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
     /* torch's default foreach Adam allocates one state-sized temporary; DeepSpeed's fused
        optimizers (the mixed-precision regimes) do not */
-    tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0 && t->impl != IMPL_ENGINE)
+    tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0 && t->impl != IMPL_ENGINE &&
+                          !plan_offload_cpu_step(t, sk))   /* offload: the step runs on the CPU */
                              ? o_local * p->state_bytes : 0;   /* the engine updates in place */
     moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
@@ -216,8 +221,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         snprintf(r->peak_where, sizeof(r->peak_where), "%s %s", w.peak_where, m->layers[w.peak_layer].name);
     else
         snprintf(r->peak_where, sizeof(r->peak_where), "%s", w.peak_where);
-    r->fits = r->peak <= c->gpu.mem_bytes;
+    r->gpu_fits = r->peak <= c->gpu.mem_bytes;
     r->headroom = c->gpu.mem_bytes - r->peak;
+    OffloadHost h;
+    plan_offload_host(m, t, c, sk, &h);
+    r->host_per_node = h.per_node;
+    r->host_capacity = h.capacity;
+    r->host_fits = h.fits;
+    r->fits = r->gpu_fits && r->host_fits;
     return 0;
 }
 

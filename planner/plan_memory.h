@@ -30,8 +30,13 @@ typedef struct {
     int nccl_comms;
     int64_t shard_group;         /* N for sharding (gpus, or gpus per node for hybrid) */
     int acts_known;              /* 0: activations unknown for this model (reported as such) */
-    int fits;
+    int fits;                    /* gpu_fits && host_fits */
     double headroom;             /* capacity - peak (negative = shortfall) */
+    int gpu_fits;                /* peak <= GPU capacity */
+    /* host memory per node (plan_offload.h): model states offloaded by the node's ranks, or the
+       load-time copies, whichever is larger */
+    double host_per_node, host_capacity;
+    int host_fits;
 } MemResult;
 
 /* Static sizes of one setup (per rank, bytes), shared with the communication model. */

@@ -37,7 +37,8 @@ int plan_run(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsig
             if (out->rows[i].mem.peak < least) { least = out->rows[i].mem.peak; li = i; }
         snprintf(out->reason, sizeof(out->reason),
                  "nothing fits: the smallest peak is %s (%s) against %s per GPU; use more GPUs, "
-                 "--act-ckpt full, a smaller --batch/--seq, or a larger GPU",
+                 "--act-ckpt full, CPU offload (--offload), a smaller --batch/--seq, or a larger GPU "
+                 "(memplan auto searches these)",
                  plan_fmt_bytes(least, a, sizeof(a)), plan_strategy(out->rows[li].kind)->name,
                  plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof(b)));
         return 0;

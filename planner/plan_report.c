@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "plan_offload.h"
 #include "plan_util.h"
 
 int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
@@ -29,18 +30,25 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
             plan_ckpt_name(t->act_ckpt), plan_attn_name(t->attn), plan_report_dropout(m, t),
             t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
+    if (t->offload != OFFLOAD_NONE)
+        fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
+                "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM; PyTorch's CPU step %.0fx slower)\n",
+                t->offload == OFFLOAD_PARAM ? "parameters, gradients and optimizer state" : "optimizer state and master weights",
+                plan_fmt_bytes(plan_cluster_host_mem(c), a, sizeof(a)), c->gpu.host_bw,
+                c->gpu.host_mem_bw * PLAN_CPU_ADAM_BW_FRAC / (12.0 + 8.0 * plan_optimizer(t->optimizer)->states),
+                PLAN_CPU_ADAM_BW_FRAC * 100, c->gpu.host_mem_bw, PLAN_TORCH_CPU_ADAM_SLOWDOWN);
 }
 
 void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                        const Plan *p) {
-    char buf[TERM_COUNT + 3][24];
+    char buf[TERM_COUNT + 4][24];
     plan_report_header(f, m, t, c);
     fprintf(f, "# memory per GPU at each strategy's peak moment; terms add up to the peak\n");
-    fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s  %s\n", "strategy", "params",
+    fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s %8s  %s\n", "strategy", "params",
             "grads", "comm", "optim", "activ", "transnt", "overhead", "peak", "fits", "headroom",
-            "max_batch", "peak_at");
-    fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s  %s\n", "-", "GiB", "GiB", "GiB",
-            "GiB", "GiB", "GiB", "GiB", "GiB", "-", "GiB", "samples", "-");
+            "max_batch", "host", "peak_at");
+    fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s %8s  %s\n", "-", "GiB", "GiB", "GiB",
+            "GiB", "GiB", "GiB", "GiB", "GiB", "-", "GiB", "samples", "GiB/node", "-");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];
         fprintf(f, "%-13s", plan_strategy(r->kind)->name);
@@ -48,10 +56,21 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
             if (k == TERM_ACTIVATIONS && !r->mem.acts_known) fprintf(f, " %8s", "unknown");
             else fprintf(f, " %8s", plan_fmt_gib(r->mem.term[k], buf[k], sizeof(buf[k])));
         }
-        fprintf(f, " %8s %-4s %9s %9lld  %s\n", plan_fmt_gib(r->mem.peak, buf[TERM_COUNT], 24),
-                r->mem.fits ? "yes" : "OOM", plan_fmt_gib(r->mem.headroom, buf[TERM_COUNT + 1], 24),
-                (long long)r->max_micro_batch, r->mem.peak_where);
+        fprintf(f, " %8s %-4s %9s %9lld %8s  %s\n", plan_fmt_gib(r->mem.peak, buf[TERM_COUNT], 24),
+                r->mem.fits ? "yes" : !r->mem.gpu_fits ? "OOM" : "host",
+                plan_fmt_gib(r->mem.headroom, buf[TERM_COUNT + 1], 24), (long long)r->max_micro_batch,
+                plan_fmt_gib(r->mem.host_per_node, buf[TERM_COUNT + 2], 24), r->mem.peak_where);
     }
+    for (int i = 0; i < p->n_rows; i++) {
+        const StrategyPlan *r = &p->rows[i];
+        char a[32], b[32];
+        if (r->mem.gpu_fits && !r->mem.host_fits)
+            fprintf(f, "# %s does not fit in host memory: needs %s per node, %s available (--host-mem)\n",
+                    plan_strategy(r->kind)->name, plan_fmt_bytes(r->mem.host_per_node, a, sizeof(a)),
+                    plan_fmt_bytes(r->mem.host_capacity, b, sizeof(b)));
+    }
+    fprintf(f, "# host = host memory per node: offloaded model states of the node's GPUs, or the copies made "
+               "while loading, whichever is larger (x1.5 for DeepSpeed, its estimator's buffer factor)\n");
     if (p->n_rows) {
         const MemResult *r0 = &p->rows[0].mem;
         char a[32], b[32], d[32], e[32];
@@ -80,6 +99,12 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
             fprintf(f, "%-13s %-14s %-9s %8.0f %10.3f %10.3f %6lld %9.2f  %s\n",
                     plan_strategy(r->kind)->name, plan_coll_name(x->op), plan_comm_phase_name(x->phase),
                     x->count, x->payload_bytes / GIB, x->wire_bytes / GIB, (long long)x->group,
+                    x->seconds * 1e3, x->what);
+        }
+        for (int k = 0; k < r->comm.n_host; k++) {   /* CPU offload: PCIe, not the network */
+            const PlanHostCopy *x = &r->comm.host[k];
+            fprintf(f, "%-13s %-14s %-9s %8s %10.3f %10s %6s %9.2f  %s\n", plan_strategy(r->kind)->name,
+                    x->name, plan_comm_phase_name(x->phase), "-", x->bytes / GIB, "-", "host",
                     x->seconds * 1e3, x->what);
         }
     }
@@ -127,6 +152,8 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddNumberToObject(jc, "gpus", (double)c->gpus);
     cJSON_AddNumberToObject(jc, "gpus_per_node", (double)c->gpus_per_node);
     cJSON_AddNumberToObject(jc, "gpu_mem_bytes", c->gpu.mem_bytes);
+    cJSON_AddNumberToObject(jc, "host_mem_bytes_per_node", plan_cluster_host_mem(c));
+    cJSON_AddNumberToObject(jc, "host_bw_gbps", c->gpu.host_bw);
     cJSON *jt = cJSON_AddObjectToObject(root, "train");
     cJSON_AddNumberToObject(jt, "micro_batch", (double)t->micro_batch);
     cJSON_AddNumberToObject(jt, "seq", (double)plan_report_seq(m, t));
@@ -137,6 +164,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "attn", plan_attn_name(t->attn));
     cJSON_AddNumberToObject(jt, "dropout", plan_report_dropout(m, t));
     cJSON_AddStringToObject(jt, "activation_layout", plan_impl_name(t->impl));
+    cJSON_AddStringToObject(jt, "offload", plan_offload_name(t->offload));
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];
@@ -145,6 +173,9 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
         cJSON_AddStringToObject(o, "name", plan_strategy(r->kind)->name);
         cJSON_AddStringToObject(o, "label", plan_strategy(r->kind)->label);
         cJSON_AddBoolToObject(o, "fits", r->mem.fits);
+        cJSON_AddBoolToObject(o, "gpu_fits", r->mem.gpu_fits);
+        cJSON_AddBoolToObject(o, "host_fits", r->mem.host_fits);
+        cJSON_AddNumberToObject(o, "host_bytes_per_node", r->mem.host_per_node);
         cJSON_AddNumberToObject(o, "max_micro_batch", (double)r->max_micro_batch);
         cJSON_AddNumberToObject(o, "model_states_bytes", r->mem.model_states);
         cJSON_AddNumberToObject(o, "headroom_bytes", r->mem.headroom);
@@ -176,6 +207,19 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
             cJSON_AddNumberToObject(e, "ranks", (double)x->group);
             cJSON_AddNumberToObject(e, "seconds", x->seconds);
             cJSON_AddItemToArray(cl, e);
+        }
+        cJSON_AddNumberToObject(cm, "host_bytes_per_gpu", r->comm.host_bytes);
+        cJSON_AddNumberToObject(cm, "host_seconds", r->comm.host_seconds);
+        cJSON *hc = cJSON_AddArrayToObject(cm, "host_copies");
+        for (int k = 0; k < r->comm.n_host; k++) {
+            const PlanHostCopy *x = &r->comm.host[k];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "op", x->name);
+            cJSON_AddStringToObject(e, "phase", plan_comm_phase_name(x->phase));
+            cJSON_AddStringToObject(e, "what", x->what);
+            cJSON_AddNumberToObject(e, "bytes_per_gpu", x->bytes);
+            cJSON_AddNumberToObject(e, "seconds", x->seconds);
+            cJSON_AddItemToArray(hc, e);
         }
         if (t->grad_accum > 1 && (r->kind == STRAT_FSDP_FULL || r->kind == STRAT_FSDP_GRAD_OP ||
                                   r->kind == STRAT_FSDP_HYBRID)) {

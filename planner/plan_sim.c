@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_comm.h"
+#include "plan_offload.h"
 
 static int is_transformer(const ModelSpec *m) {
     return m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
@@ -86,6 +87,8 @@ struct SimPrep {
     double *ag_pay, *rs_pay, *arh_pay, *bnag_pay, *bnar_pay;
     double bcast_s, bcast_pay, root_ag_s, root_ag_pay, root_rs_s, root_rs_pay, root_ar_s, root_ar_pay;
     double opt_s, ds_ag_s, ds_ag_pay;
+    double off_d2h_s;    /* CPU offload of optimizer state: gradient copy per copy, overlapping backward */
+    double off_copies;   /* gradient copies per optimizer step (K or 1) */
     int ddp, ds, reduce_every_micro;
     double ddp_first, ddp_cap, ds_cap;
     double tokens_per_sample;
@@ -169,6 +172,29 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     if (P->ds) {     /* ZeRO-1/2 gather the updated parameters after the step */
         P->ds_ag_pay = P->z.psi * pb;
         P->ds_ag_s = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->ds_ag_pay, N, multi);
+    }
+    /* CPU offload: the step runs on the CPU; under param offload each layer's shard comes up
+       from the host before its gather and its gradient shard goes down after its reduction
+       (serial on the communication stream); with the optimizer state alone, the gradient copy
+       overlaps backward and the updated parameters come up after the CPU step */
+    OffloadHost oh;
+    plan_offload_host(m, t, c, k, &oh);
+    if (oh.cpu_step_s > 0) {
+        double K = (double)(t->grad_accum > 0 ? t->grad_accum : 1);
+        if (t->offload == OFFLOAD_PARAM) {
+            double fetches = P->s->buffers == BUF_FSDP_GRAD_OP ? 1 : 2;
+            for (int i = 0; i < L && P->z.psi > 0; i++) {
+                double share = (double)m->layers[i].params / P->z.psi;
+                P->ag_fwd[i] += oh.h2d_s * share / (fetches * K);
+                if (fetches > 1) P->ag_bwd[i] += oh.h2d_s * share / (fetches * K);
+                P->rs[i] += oh.d2h_s * share / K;
+            }
+            P->opt_s = oh.cpu_step_s;
+        } else {
+            P->off_copies = oh.d2h_per_micro ? K : 1;
+            P->off_d2h_s = oh.d2h_s / P->off_copies;
+            P->opt_s = oh.cpu_step_s + oh.h2d_s;
+        }
     }
     P->tokens_per_sample = is_transformer(m) ? (double)(t->seq > 0 ? t->seq : m->max_seq) : 1;
     return P;
@@ -305,6 +331,13 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
         cs.free_at = t_end;
     }
     t_end = micro_step(&R, &cs, t_end, b, 1, &compute);
+    if (P->off_d2h_s > 0) {   /* gradient copies to the host: what backward does not hide */
+        double bwd = 0;
+        for (int i = 0; i < P->L; i++) bwd += P->bwd_mult[i] * b * P->f1[i];
+        double exposed = P->off_d2h_s > bwd ? P->off_d2h_s - bwd : 0;
+        rec_op(&rc, "copy_d2h", "grads", LANE_COMM, t_end, exposed, 0);
+        t_end += exposed * P->off_copies;
+    }
     rec_op(&rc, "optimizer", "step", LANE_COMPUTE, t_end, P->opt_s, 0);
     t_end += P->opt_s;
     compute += P->opt_s;

@@ -28,6 +28,7 @@ typedef struct {
     int grads_persistent;    /* 1: gradient memory lives across steps (DeepSpeed); 0: allocated
                                 during backward, freed by zero_grad(set_to_none) (PyTorch) */
     int simplicity;          /* order of preference when several fit: lower = simpler */
+    unsigned offload_ok;     /* bit per OffloadKind the framework offers (bit 0, none, always) */
 } Strategy;
 
 typedef enum { STRAT_DDP = 0, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3, STRAT_FSDP_FULL,
@@ -36,5 +37,9 @@ typedef enum { STRAT_DDP = 0, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3, STRAT_FSDP_
 const Strategy *plan_strategy(StrategyKind k);
 int plan_strategy_by_name(const char *name);   /* -1 if unknown */
 const char *plan_strategy_names(void);         /* "ddp, zero1, ..." */
+/* 1 when strategy k offers offload o (OffloadKind); OFFLOAD_NONE always. */
+int plan_strategy_offloads(StrategyKind k, int o);
+/* 1 for the DeepSpeed rows (ZeRO), 0 for PyTorch's (DDP, FSDP). */
+int plan_strategy_is_deepspeed(StrategyKind k);
 
 #endif

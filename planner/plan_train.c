@@ -27,6 +27,7 @@ static const OptimizerSpec OPTIMIZERS[OPT_COUNT] = {
 static const char *const ATTN_NAMES[ATTN_COUNT] = {"eager", "sdpa"};
 static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full"};
 static const char *const IMPL_NAMES[IMPL_COUNT] = {"pytorch", "engine"};
+static const char *const OFFLOAD_NAMES[OFFLOAD_COUNT] = {"none", "optimizer", "params"};
 
 void plan_train_defaults(TrainSpec *t) {
     memset(t, 0, sizeof(*t));
@@ -58,6 +59,8 @@ static int by_name(const char *s, const char *const *names, int n) {
 int plan_attn_by_name(const char *s) { return by_name(s, ATTN_NAMES, ATTN_COUNT); }
 int plan_ckpt_by_name(const char *s) { return by_name(s, CKPT_NAMES, CKPT_COUNT); }
 int plan_impl_by_name(const char *s) { return by_name(s, IMPL_NAMES, IMPL_COUNT); }
+int plan_offload_by_name(const char *s) { return by_name(s, OFFLOAD_NAMES, OFFLOAD_COUNT); }
+const char *plan_offload_name(OffloadKind o) { return OFFLOAD_NAMES[o]; }
 const char *plan_attn_name(AttnKind a) { return ATTN_NAMES[a]; }
 const char *plan_ckpt_name(CkptKind c) { return CKPT_NAMES[c]; }
 const char *plan_impl_name(ImplKind i) { return IMPL_NAMES[i]; }

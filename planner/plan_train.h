@@ -33,6 +33,12 @@ typedef struct {
 
 typedef enum { ATTN_EAGER = 0, ATTN_SDPA, ATTN_COUNT } AttnKind;
 typedef enum { CKPT_NONE = 0, CKPT_FULL, CKPT_COUNT } CkptKind;
+/* CPU offload (docs/formulas.md "Offload"): OFFLOAD_OPT moves the optimizer state, the fp32
+ * master weights and the fp32 gradient partition to host memory and runs the optimizer step on
+ * the CPU (DeepSpeed offload_optimizer: cpu, ZeRO-1/2/3); OFFLOAD_PARAM also keeps the parameter
+ * shards in host memory (DeepSpeed ZeRO-3 offload_param: cpu; FSDP CPUOffload(offload_params=True),
+ * which always offloads gradients and the step with them). */
+typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPT, OFFLOAD_PARAM, OFFLOAD_COUNT } OffloadKind;
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
 
@@ -48,6 +54,7 @@ typedef struct {
     ImplKind impl;
     int grad_as_bucket_view; /* DDP: gradients are views into the buckets (no copy) */
     int syncbn;              /* SyncBatchNorm (models with BN) */
+    OffloadKind offload;     /* what lives in host memory */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */
@@ -60,6 +67,8 @@ int plan_optimizer_by_name(const char *s);
 int plan_attn_by_name(const char *s);
 int plan_ckpt_by_name(const char *s);
 int plan_impl_by_name(const char *s);
+int plan_offload_by_name(const char *s);      /* none, optimizer, params; -1 if unknown */
+const char *plan_offload_name(OffloadKind o);
 const char *plan_attn_name(AttnKind a);
 const char *plan_ckpt_name(CkptKind c);
 const char *plan_impl_name(ImplKind i);

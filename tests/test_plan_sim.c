@@ -79,7 +79,7 @@ Test(sim, checkpointing_should_cost_one_more_forward) {
     plan_model_free(&m);
 }
 
-Test(auto_mode, should_pick_ddp_whenever_ddp_fits) {
+Test(auto_mode, should_pick_ddp_when_it_fits_with_the_margin_and_is_within_a_few_percent) {
     const char *models[] = {"gpt2", "gpt2-medium", "gpt2-xl", "bert-large", "resnet50", "llama2-7b"};
     const double mem_gib[] = {16, 24, 40, 80};
     for (int mi = 0; mi < 6; mi++) {
@@ -90,22 +90,28 @@ Test(auto_mode, should_pick_ddp_whenever_ddp_fits) {
             ClusterSpec c;
             cluster(&c, 8, 8);
             c.gpu.mem_bytes = mem_gib[gi] * 1024.0 * 1024 * 1024;
-            MemResult r;
-            plan_memory(&m, &t, &c, STRAT_DDP, &r);
-            TrainSpec tc = t;
-            tc.act_ckpt = CKPT_FULL;
-            MemResult rc;
-            plan_memory(&m, &tc, &c, STRAT_DDP, &rc);
             AutoSpec a;
             plan_auto_defaults(&a);
             a.max_micro_batch = 64;
-            AutoResult ar;
+            a.precisions = plan_auto_precisions(t.precision);
+            AutoResult ar, ddp;
             plan_auto(&m, &t, &c, &a, &ar);
-            if (r.fits || rc.fits) {
-                cr_expect(ar.found && ar.strategy == STRAT_DDP, "%s at %.0f GiB: DDP fits, auto picked %s",
-                          models[mi], mem_gib[gi], ar.found ? plan_strategy(ar.strategy)->name : "nothing");
+            a.strategies = 1u << STRAT_DDP;   /* DDP's own best setup with the margin */
+            plan_auto(&m, &t, &c, &a, &ddp);
+            if (ddp.found) {
+                cr_assert(ar.found);
+                if (ddp.time.tokens_per_s >= ar.top_tps * (1 - PLAN_AUTO_NEAR))
+                    cr_expect_eq(ar.strategy, STRAT_DDP, "%s at %.0f GiB: DDP within 3%% (%.0f vs %.0f), picked %s",
+                                 models[mi], mem_gib[gi], ddp.time.tokens_per_s, ar.top_tps,
+                                 plan_strategy(ar.strategy)->name);
+                else   /* it lost on speed: the fastest is more than 3% faster */
+                    cr_expect_lt(ddp.time.tokens_per_s, ar.top_tps * (1 - PLAN_AUTO_NEAR));
+                cr_expect_geq(ar.time.tokens_per_s, ar.top_tps * (1 - PLAN_AUTO_NEAR) - 1e-6);
             } else if (ar.found) {
                 cr_expect_neq(ar.strategy, STRAT_DDP);
+            }
+            if (ar.found) {   /* every pick leaves the margin on the GPU and fits the host */
+                cr_expect_geq(ar.mem.headroom, ar.margin, "%s at %.0f GiB", models[mi], mem_gib[gi]);
                 cr_expect(ar.mem.fits);
             }
         }

@@ -1,0 +1,93 @@
+/* plan_offload.c — see plan_offload.h and docs/formulas.md "Offload and host memory". */
+#include "plan_offload.h"
+
+#include <string.h>
+
+/* The offload that applies: t->offload when strategy s offers it, else none. */
+static OffloadKind effective(const TrainSpec *t, StrategyKind s) {
+    return plan_strategy_offloads(s, t->offload) ? t->offload : OFFLOAD_NONE;
+}
+
+void plan_offload_gpu_sizes(const TrainSpec *t, StrategyKind sk, MemSizes *z) {
+    OffloadKind o = effective(t, sk);
+    if (o == OFFLOAD_NONE) return;
+    /* fp32 master weights and the optimizer state live on the host; so does the gradient
+       partition where gradients are sharded (ZeRO-2/3 copy each reduced partition into a host
+       buffer; ZeRO-1 keeps the full low-precision gradients until the step) */
+    z->optimizer = 0;
+    if (plan_strategy(sk)->shard & SHARD_GRAD) z->grads = 0;
+    if (o == OFFLOAD_PARAM) z->params = 0;   /* the parameter shards too: gathered units stay */
+}
+
+int plan_offload_cpu_step(const TrainSpec *t, StrategyKind s) { return effective(t, s) != OFFLOAD_NONE; }
+
+int plan_offload_params_on_host(const TrainSpec *t, StrategyKind s) { return effective(t, s) == OFFLOAD_PARAM; }
+
+int plan_offload_grads_to_host(const TrainSpec *t, StrategyKind s) {
+    return effective(t, s) != OFFLOAD_NONE && (plan_strategy(s)->shard & SHARD_GRAD);
+}
+
+void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                       OffloadHost *h) {
+    memset(h, 0, sizeof(*h));
+    const Strategy *s = plan_strategy(sk);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    const OptimizerSpec *o = plan_optimizer(t->optimizer);
+    MemSizes z;
+    plan_memory_sizes(m, t, c, sk, &z);
+    OffloadKind off = effective(t, sk);
+    int ds = plan_strategy_is_deepspeed(sk);
+    double gpn = (double)c->gpus_per_node, K = (double)t->grad_accum, local = z.psi_shard;
+    if (!(s->shard & SHARD_OPT)) local = z.psi;
+    h->buffer_factor = ds ? PLAN_DS_HOST_BUFFER_FACTOR : 1.0;
+
+    /* steady state on the host, per rank */
+    if (off != OFFLOAD_NONE && ds) {
+        /* DeepSpeed: fp32 partition of the weights, the fp32 optimizer states and the fp32
+           gradient partition (16 B/param for Adam), + the 16-bit parameter partition under
+           offload_param (18 B): estimate_zero3_model_states_mem_needs */
+        h->host_per_gpu = local * (4.0 + 4.0 * o->states + 4.0);
+        if (off == OFFLOAD_PARAM) h->host_per_gpu += local * p->param_bytes;
+    } else if (off != OFFLOAD_NONE) {
+        /* FSDP CPUOffload: the sharded parameters in their own dtype (the fp32 shard under
+           MixedPrecision), the sharded gradients in that dtype, torch's optimizer states */
+        double hb = p->master_bytes ? p->master_bytes : p->param_bytes;
+        h->host_per_gpu = local * (hb + hb + (double)o->states * p->state_bytes);
+    }
+    h->steady_per_node = h->host_per_gpu * gpn * h->buffer_factor;
+
+    /* load time: where the model is built in fp32 on the CPU before it moves */
+    double psi = z.psi;
+    if (sk == STRAT_DDP) h->init_per_node = 4.0 * psi * gpn;                 /* every rank */
+    else if (ds && s->buffers == BUF_DS_REDUCE) h->init_per_node = 4.0 * psi * gpn * h->buffer_factor;
+    else if (ds) h->init_per_node = 4.0 * z.largest_any * gpn * h->buffer_factor;   /* zero.Init */
+    else h->init_per_node = 4.0 * psi;      /* FSDP: rank 0 loads, sync_module_states=True */
+    h->per_node = h->steady_per_node > h->init_per_node ? h->steady_per_node : h->init_per_node;
+    h->capacity = plan_cluster_host_mem(c);
+    h->fits = h->per_node <= h->capacity;
+
+    /* host <-> device traffic per GPU per optimizer step */
+    if (off != OFFLOAD_NONE) {
+        if (ds) {
+            int every_micro = (s->shard & SHARD_GRAD) != 0;   /* ZeRO-2/3 reduce every micro-step */
+            h->d2h_per_micro = every_micro;
+            h->d2h_bytes = local * p->grad_bytes * (every_micro ? K : 1);
+            /* offload_optimizer: the updated 16-bit partition goes up once; offload_param: each
+               partition comes up before its gather in forward and in backward */
+            h->h2d_bytes = off == OFFLOAD_PARAM ? local * p->param_bytes * 2 * K : local * p->param_bytes;
+        } else {
+            double hb = p->master_bytes ? p->master_bytes : p->param_bytes;
+            double fetches = s->buffers == BUF_FSDP_GRAD_OP ? 1 : 2;   /* GRAD_OP keeps units after forward */
+            h->d2h_per_micro = 1;
+            h->d2h_bytes = local * hb * K;
+            h->h2d_bytes = local * hb * fetches * K;
+        }
+        double bw = c->gpu.host_bw * 1e9;
+        h->d2h_s = bw > 0 ? h->d2h_bytes / bw : 0;
+        h->h2d_s = bw > 0 ? h->h2d_bytes / bw : 0;
+        /* the CPU step is bound by the node's DRAM bandwidth, shared by its ranks */
+        double rate = c->gpu.host_mem_bw * 1e9 * PLAN_CPU_ADAM_BW_FRAC / (12.0 + 8.0 * o->states);
+        h->cpu_step_s = rate > 0 ? local * gpn / rate : 0;
+        if (!ds) h->cpu_step_s *= PLAN_TORCH_CPU_ADAM_SLOWDOWN;
+    }
+}

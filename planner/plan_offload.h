@@ -1,0 +1,52 @@
+/* plan_offload.h — CPU offload and host memory. What leaves the GPU under DeepSpeed's
+ * offload_optimizer / offload_param and FSDP's CPUOffload(offload_params=True), what a node's
+ * host memory must hold (model states of its GPUs, the load-time copies, DeepSpeed's
+ * additional_buffer_factor), the host<->device traffic per optimizer step and the CPU's
+ * optimizer step. docs/formulas.md "Offload and host memory" gives every term's source. */
+#ifndef PLAN_OFFLOAD_H
+#define PLAN_OFFLOAD_H
+
+#include "plan_gpu.h"
+#include "plan_memory.h"
+#include "plan_model.h"
+#include "plan_strategy.h"
+#include "plan_train.h"
+
+/* DeepSpeed's estimators (estimate_zero2/3_model_states_mem_needs) multiply host memory by
+   additional_buffer_factor = 1.5 for what its offload code pins beside the states. */
+#define PLAN_DS_HOST_BUFFER_FACTOR 1.5
+/* Fraction of the node's theoretical DRAM bandwidth a CPU Adam step sustains (assumption,
+   docs/formulas.md), and the bytes it moves per parameter: read param, grad, and each state,
+   write param and each state (fp32): 12 + 8 x states. */
+#define PLAN_CPU_ADAM_BW_FRAC 0.5
+/* DeepSpeedCPUAdam: "between 5x to 7x speedup over torch.optim.adam(W)"
+   (deepspeed/ops/adam/cpu_adam.py); FSDP's CPU step runs torch.optim on the CPU. */
+#define PLAN_TORCH_CPU_ADAM_SLOWDOWN 6.0
+
+typedef struct {
+    double host_per_gpu;     /* bytes of steady model state one rank keeps in host memory */
+    double steady_per_node;  /* host_per_gpu x GPUs per node x buffer factor */
+    double init_per_node;    /* load-time copies (fp32 model per rank before it moves), per node */
+    double per_node;         /* max(steady, init): what the node's host memory must hold */
+    double buffer_factor;    /* 1.5 for DeepSpeed, 1 for PyTorch */
+    double capacity;         /* host memory per node */
+    int fits;
+    double d2h_bytes, h2d_bytes;   /* per GPU per optimizer step */
+    double d2h_s, h2d_s;           /* seconds at the preset's host link bandwidth */
+    double d2h_per_micro;          /* 1: the gradient copy happens every micro-step (else at the end) */
+    double cpu_step_s;             /* the optimizer step on the CPU, per rank (0 when on the GPU) */
+} OffloadHost;
+
+/* Moves the offloaded parts of MemSizes (GPU bytes) to zero; called by plan_memory_sizes. */
+void plan_offload_gpu_sizes(const TrainSpec *t, StrategyKind s, MemSizes *z);
+/* 1 when the optimizer step of strategy s runs on the CPU (no GPU optimizer transient). */
+int plan_offload_cpu_step(const TrainSpec *t, StrategyKind s);
+/* 1 when the parameter shards live in host memory (units come up to the GPU for compute). */
+int plan_offload_params_on_host(const TrainSpec *t, StrategyKind s);
+/* 1 when each rank's gradient shard leaves the GPU as soon as it is reduced. */
+int plan_offload_grads_to_host(const TrainSpec *t, StrategyKind s);
+/* Host memory, host traffic and the CPU step for one setup. */
+void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                       OffloadHost *out);
+
+#endif

@@ -1,0 +1,265 @@
+/* test_cli_auto.c — auto's output, --emit and the offload / host-memory flags as a user meets
+ * them: DeepSpeed configs loaded by DeepSpeed's own parser (tests/ds_config_check.py, skipped
+ * visibly when DeepSpeed is not installed), the torch snippet, the host column and verdict,
+ * the JSON fields, and one-line errors. Runs build/memplan (or $BUILD/memplan). */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "plan_memory.h"
+#include "plan_zoo.h"
+
+static char out[1 << 20];
+
+/* Runs memplan with args (stdout only unless the args redirect); returns the exit status. */
+static int run(const char *args) {
+    const char *b = getenv("BUILD");
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s/memplan %s", b && *b ? b : "build", args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The top-level keys DeepSpeed documents that memplan may write (docs/json.md). */
+static const char *const DS_KEYS[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps", "zero_optimization", "bf16", "fp16", "torch_autocast", "optimizer",
+    "activation_checkpointing"};
+
+typedef struct {
+    const char *args;
+    int world, stage;
+    const char *offload_optimizer, *offload_param, *dtype;   /* NULL: not checked */
+} DsCase;
+
+static const DsCase CASES[] = {
+    {"auto --model gpt2 --gpus 8 --strategy ddp", 8, 0, "none", "none", "autocast-bfloat16"},
+    {"auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero2 --offload optimizer --precision mixed-bf16",
+     8, 2, "cpu", "none", "bf16"},
+    {"auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero1 --precision mixed-fp16", 8, 1, "none", "none", "fp16"},
+    {"auto --model llama2-70b --gpus 64 --gpus-per-node 8 --gpu h100-80gb --seq 4096 --strategy zero3 --offload params",
+     64, 3, "cpu", "cpu", NULL},
+};
+#define N_CASES (sizeof(CASES) / sizeof(CASES[0]))
+
+/* memplan's host memory per node and GPU model states for the setups DeepSpeed's estimators
+   describe (bf16 with fp32 master = DeepSpeed's bf16; zero.Init for stage 3), for
+   ds_config_check.py to compare with estimate_zero2/3_model_states_mem_needs. */
+static cJSON *estimates(void) {
+    static const struct { StrategyKind k; OffloadKind off; int64_t gpn, nodes; } E[] = {
+        {STRAT_ZERO2, OFFLOAD_OPT, 4, 1}, {STRAT_ZERO2, OFFLOAD_OPT, 8, 1}, {STRAT_ZERO2, OFFLOAD_NONE, 8, 2},
+        {STRAT_ZERO3, OFFLOAD_PARAM, 8, 1}, {STRAT_ZERO3, OFFLOAD_PARAM, 8, 4}, {STRAT_ZERO3, OFFLOAD_OPT, 8, 2},
+        {STRAT_ZERO3, OFFLOAD_NONE, 8, 2},
+    };
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_zoo_build(&m, "llama2-13b", msg, sizeof(msg)), 0, "%s", msg);
+    double psi = (double)plan_model_params(&m), ll = 0;
+    for (int i = 0; i < m.n_layers; i++) if ((double)m.layers[i].params > ll) ll = (double)m.layers[i].params;
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < sizeof(E) / sizeof(E[0]); i++) {
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.precision = PREC_MIXED_BF16;
+        t.offload = E[i].off;
+        ClusterSpec c;
+        plan_cluster_defaults(&c);
+        c.gpus = E[i].gpn * E[i].nodes;
+        c.gpus_per_node = E[i].gpn;
+        c.host_mem = 1e15;
+        MemResult r;
+        plan_memory(&m, &t, &c, E[i].k, &r);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "stage", E[i].k == STRAT_ZERO2 ? 2 : 3);
+        cJSON_AddNumberToObject(o, "total_params", psi);
+        cJSON_AddNumberToObject(o, "largest_layer_params", ll);
+        cJSON_AddNumberToObject(o, "gpn", (double)E[i].gpn);
+        cJSON_AddNumberToObject(o, "nodes", (double)E[i].nodes);
+        cJSON_AddBoolToObject(o, "cpu_offload", E[i].off != OFFLOAD_NONE);
+        cJSON_AddBoolToObject(o, "offload_params", E[i].off == OFFLOAD_PARAM);
+        cJSON_AddNumberToObject(o, "host_per_node", r.host_per_node);
+        /* the GPU's model states; without offload DeepSpeed also counts the fp32 gradient
+           partition (18 B/param), which memplan's walk does not hold at the peak: compare only
+           where the states are offloaded */
+        if (E[i].off != OFFLOAD_NONE) cJSON_AddNumberToObject(o, "gpu_states", r.model_states);
+        cJSON_AddItemToArray(arr, o);
+    }
+    plan_model_free(&m);
+    return arr;
+}
+
+/* Writes each case's config to dir; checks what needs no DeepSpeed; fills the cases file for
+   ds_config_check.py. */
+static void write_configs(const char *dir, char *cases_path, size_t len) {
+    cJSON *cases = cJSON_CreateArray();
+    for (size_t i = 0; i < N_CASES; i++) {
+        char args[1024], path[512];
+        snprintf(path, sizeof(path), "%s/ds%zu.json", dir, i);
+        snprintf(args, sizeof(args), "%s --emit deepspeed 2>/dev/null", CASES[i].args);
+        cr_assert_eq(run(args), 0, "%s", CASES[i].args);
+        cJSON *j = cJSON_Parse(out);
+        cr_assert_not_null(j, "stdout is the config alone: %s", out);
+        for (cJSON *k = j->child; k; k = k->next) {
+            int known = 0;
+            for (size_t d = 0; d < sizeof(DS_KEYS) / sizeof(DS_KEYS[0]); d++) known |= strcmp(k->string, DS_KEYS[d]) == 0;
+            cr_expect(known, "unknown top-level key '%s' in %s", k->string, CASES[i].args);
+        }
+        cJSON *z = cJSON_GetObjectItem(j, "zero_optimization");
+        cr_expect_eq(cJSON_GetObjectItem(z, "stage")->valueint, CASES[i].stage, "%s", CASES[i].args);
+        cJSON *rb = cJSON_GetObjectItem(z, "reduce_bucket_size");
+        if (rb) cr_expect(strstr(out, "\"reduce_bucket_size\":\t500000000,"), "an integer byte count: %s", out);
+        cr_expect_eq(!!cJSON_GetObjectItem(z, "offload_optimizer"), strcmp(CASES[i].offload_optimizer, "cpu") == 0);
+        cr_expect_eq(!!cJSON_GetObjectItem(z, "offload_param"), strcmp(CASES[i].offload_param, "cpu") == 0);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fputs(out, f);
+        fclose(f);
+        cJSON *c = cJSON_CreateObject(), *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "path", path);
+        cJSON_AddNumberToObject(c, "world_size", CASES[i].world);
+        cJSON_AddNumberToObject(e, "stage", CASES[i].stage);
+        cJSON_AddStringToObject(e, "offload_optimizer", CASES[i].offload_optimizer);
+        cJSON_AddStringToObject(e, "offload_param", CASES[i].offload_param);
+        if (CASES[i].dtype) cJSON_AddStringToObject(e, "dtype", CASES[i].dtype);
+        cJSON_AddNumberToObject(e, "micro_batch", cJSON_GetObjectItem(j, "train_micro_batch_size_per_gpu")->valuedouble);
+        cJSON_AddNumberToObject(e, "grad_accum", cJSON_GetObjectItem(j, "gradient_accumulation_steps")->valuedouble);
+        cJSON_AddItemToObject(c, "expect", e);
+        cJSON_AddItemToArray(cases, c);
+        cJSON_Delete(j);
+    }
+    snprintf(cases_path, len, "%s/cases.json", dir);
+    cJSON *all = cJSON_CreateObject();
+    cJSON_AddItemToObject(all, "configs", cases);
+    cJSON_AddItemToObject(all, "estimates", estimates());
+    char *txt = cJSON_Print(all);
+    FILE *f = fopen(cases_path, "w");
+    cr_assert_not_null(f);
+    fputs(txt, f);
+    fclose(f);
+    free(txt);
+    cJSON_Delete(all);
+}
+
+Test(cli_auto, deepspeed_should_load_the_emitted_configs_and_its_estimators_should_agree, .timeout = 120) {
+    char dir[] = "/tmp/memplan_ds_XXXXXX", cases[600], cmd[1200];
+    cr_assert_not_null(mkdtemp(dir));
+    write_configs(dir, cases, sizeof(cases));
+    const char *py = getenv("MEMPLAN_TORCH_PYTHON");
+    if (!py || !*py) py = "/root/.cache/memplan/torch-venv/bin/python";
+    snprintf(cmd, sizeof(cmd), "%s -c 'import deepspeed' >/dev/null 2>&1", py);
+    char rm[700];
+    snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+    if (access(py, X_OK) != 0 || system(cmd) != 0) {
+        if (system(rm)) {}
+        cr_skip_test("DeepSpeed not importable with %s (keys and types checked without it); install: "
+                     "%s -m pip install deepspeed==0.19.8, or set MEMPLAN_TORCH_PYTHON", py, py);
+    }
+    snprintf(cmd, sizeof(cmd), "%s tests/ds_config_check.py %s 2>&1 | grep -v WARNING", py, cases);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = 0;
+    pclose(p);   /* the pipe's status is grep's: count the checker's own "ok" lines instead */
+    int oks = strncmp(out, "ok ", 3) == 0;
+    for (const char *s = out; (s = strstr(s, "\nok ")) != NULL; s++) oks++;
+    if (system(rm)) {}
+    cr_expect_eq(oks, (int)N_CASES + 7, "DeepSpeed's estimators and DeepSpeedConfig on every emitted config:\n%s", out);
+}
+
+Test(cli_auto, emit_torch_should_wrap_with_mixed_precision_offload_and_checkpointing) {
+    cr_assert_eq(run("auto --model llama2-7b --gpus 8 --gpu-mem 24GiB --strategy fsdp-full --offload params "
+                     "--precision mixed-bf16 --emit torch"), 0, "%s", out);
+    cr_expect(strstr(out, "torchrun --nnodes 1 --nproc-per-node 8"), "%s", out);
+    cr_expect(strstr(out, "MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16"), "%s", out);
+    cr_expect(strstr(out, "cpu_offload=CPUOffload(offload_params=True)"), "%s", out);
+    cr_expect(strstr(out, "transformer_layer_cls={LlamaDecoderLayer}"), "%s", out);
+    cr_expect(strstr(out, "from transformers.models.llama.modeling_llama import LlamaDecoderLayer"), "%s", out);
+    /* llama2-7b at seq 4096 on 24 GiB needs full checkpointing: the line for its block class */
+    cr_expect(strstr(out, "apply_activation_checkpointing(") && strstr(out, "isinstance(submodule, LlamaDecoderLayer)"),
+              "%s", out);
+    cr_assert_eq(run("auto --model gpt2 --gpus 8 --emit torch"), 0);
+    cr_expect(strstr(out, "DDP(model.cuda()") && strstr(out, "torch.autocast(\"cuda\", dtype=torch.bfloat16)"), "%s", out);
+}
+
+Test(cli_auto, auto_should_explain_the_pick_the_runner_up_and_the_simpler_setups) {
+    cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
+    cr_expect(strstr(out, "picked "), "%s", out);
+    cr_expect(strstr(out, "safety margin"), "%s", out);
+    cr_expect(strstr(out, "runner-up: "), "%s", out);
+    cr_expect(strstr(out, "simpler setups:\n  ddp does not fit"), "%s", out);
+    cr_expect(strstr(out, "recommendation: ") && strstr(out, "--offload ") && strstr(out, "--precision "), "%s", out);
+    cr_assert_eq(run("auto --model llama2-70b --gpus 2 --gpu rtx4090"), 0, "%s", out);
+    cr_expect(strstr(out, "would fit with: ") && strstr(out, "recommendation: change the setup: "), "%s", out);
+    cr_expect(!strstr(out, "recommendation: none"), "%s", out);
+    cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --json"), 0);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cJSON *a = cJSON_GetObjectItem(j, "auto");
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(a, "min_headroom_bytes")));
+    cr_expect(cJSON_IsObject(cJSON_GetObjectItem(a, "runner_up")));
+    cr_expect(cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "recommendation"), "offload")));
+    cJSON_Delete(j);
+}
+
+Test(cli_auto, plan_should_show_host_memory_and_its_verdict) {
+    cr_assert_eq(run("--model llama2-7b --gpus 8 --strategy zero3 --offload optimizer --act-ckpt full --host-mem 64GiB"), 0, "%s", out);
+    cr_expect(strstr(out, " host ") && strstr(out, "GiB/node"), "%s", out);
+    cr_expect(strstr(out, "# zero3 does not fit in host memory: needs "), "%s", out);
+    cr_expect(strstr(out, "copy_d2h") && strstr(out, "copy_h2d"), "host copies in the collective table: %s", out);
+    cr_assert_eq(run("--model llama2-7b --gpus 8 --strategy zero3 --offload params --json"), 0);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(s, "host_bytes_per_node")));
+    cr_expect(cJSON_IsBool(cJSON_GetObjectItem(s, "host_fits")));
+    cJSON *hc = cJSON_GetObjectItem(cJSON_GetObjectItem(s, "comm"), "host_copies");
+    cr_expect_eq(cJSON_GetArraySize(hc), 2);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "train"), "offload")->valuestring, "params");
+    cr_expect(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "cluster"), "host_mem_bytes_per_node")->valuedouble ==
+              1024.0 * 1024 * 1024 * 1024);
+    cJSON_Delete(j);
+}
+
+Test(cli_auto, emit_torch_snippets_should_be_valid_python) {
+    if (system("python3 -c 'pass' >/dev/null 2>&1") != 0) cr_skip_test("python3 not found: snippets not compiled");
+    const char *cases[] = {
+        "--model llama2-7b --gpus 8 --gpu-mem 24GiB --strategy fsdp-full --offload params --precision mixed-bf16",
+        "--model gpt2 --gpus 8", "--model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero3",
+        "--model resnet50 --gpus 8 --gpu-mem 8GiB", "--model llama2-70b --gpus 64 --gpu h100-80gb --seq 4096"};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char args[700];
+        /* everything after the torchrun line is Python */
+        snprintf(args, sizeof(args), "auto %s --emit torch | tail -n +2 | python3 -c \"import sys; "
+                 "compile(sys.stdin.read(), 'snippet', 'exec'); print('compiles')\" 2>&1", cases[i]);
+        run(args);
+        cr_expect(strstr(out, "compiles"), "%s: %s", cases[i], out);
+    }
+}
+
+static void expect_usage_error(const char *args, const char *needle) {
+    char a[512];
+    snprintf(a, sizeof(a), "%s 2>&1", args);
+    cr_expect_eq(run(a), 2, "%s", args);
+    cr_expect(strstr(out, needle), "%s: %s", args, out);
+    int lines = 0;
+    for (const char *s = out; *s; s++) lines += *s == '\n';
+    cr_expect_eq(lines, 1, "one line: %s", out);
+}
+
+Test(cli_auto, offload_flags_should_refuse_bad_values_in_one_line) {
+    expect_usage_error("--model gpt2 --offload disk", "unknown --offload 'disk' (valid: none, optimizer, params)");
+    expect_usage_error("--model gpt2 --host-mem 12KiB", "--host-mem '12KiB'");
+    expect_usage_error("auto --model gpt2 --min-headroom 90%", "--min-headroom '90%'");
+    expect_usage_error("--model gpt2 --host-bw 0", "--host-bw '0'");
+    expect_usage_error("--model gpt2 --strategy ddp --offload optimizer", "none of the chosen strategies offers it");
+    cr_assert_eq(run("--help"), 0);
+    cr_expect(strstr(out, "--min-headroom") && strstr(out, "default: 5% of GPU") && strstr(out, "at least 512 MiB"), "%s", out);
+}
