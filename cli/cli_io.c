@@ -110,6 +110,7 @@ int cli_write_text(const char *what, const char *path, const char *text)
     if (bad) {
         if (!path) stdout_reported = 1;   /* cli_io_finish does not report it again */
         if (!path && stdout_closed) fprintf(stderr, "memplan: cannot write %s to standard output: it is closed\n", what);
+        else if (!path) fprintf(stderr, "memplan: cannot write %s to standard output: %s\n", what, e ? strerror(e) : "a write failed");
         else fprintf(stderr, "memplan: cannot write %s '%s': %s\n", what, name, e ? strerror(e) : "a write failed");
         return 1;
     }

@@ -180,9 +180,9 @@ static int resolve(CliSetup *s, const char *model_arg, double params, long long 
     s->cluster.gpus_per_node = gpn ? gpn : (s->cluster.gpus < 8 ? s->cluster.gpus : 8);
     if (s->cluster.gpus_per_node > s->cluster.gpus) s->cluster.gpus_per_node = s->cluster.gpus;
     if (s->cluster.gpus % s->cluster.gpus_per_node)
-        return cli_usage_error("--gpus %lld does not fill nodes of %lld GPUs%s (the planner's nodes are equal): give a "
+        return cli_usage_error("--gpus %lld does not fill nodes of %lld GPUs (%sthe planner's nodes are equal): give a "
                                "multiple of %lld, or --gpus-per-node dividing %lld", (long long)s->cluster.gpus,
-                               (long long)s->cluster.gpus_per_node, gpn ? "" : " (the default --gpus-per-node)",
+                               (long long)s->cluster.gpus_per_node, gpn ? "" : "the default --gpus-per-node; ",
                                (long long)s->cluster.gpus_per_node, (long long)s->cluster.gpus);
     if (s->have_model && s->train.seq > s->model.max_seq && s->model.max_seq > 0 && learned_positions(&s->model))
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "

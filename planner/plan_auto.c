@@ -206,6 +206,10 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
                 dc.wire_bytes > 0 ? out->comm.wire_bytes / dc.wire_bytes : 0, dc.wire_bytes / GIB);
         else
             say(out, "traffic: none (one GPU)\n");
+        if (!plan_model_acts_known(m))   /* no FLOPs per sample without the architecture: only communication is known */
+            say(out, "time: not known (no architecture: compute and tokens per step are not modelled); communication "
+                "%.1f ms per step\n", out->time.comm_s * 1e3);
+        else
         say(out, "time: step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
             "%.0f %s/s at %.0f%% MFU\n", out->time.step_s * 1e3, out->time.compute_s * 1e3,
             out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3, out->time.tokens_per_s,
@@ -213,6 +217,10 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
     }
     for (int k = 0; k < STRAT_COUNT; k++) {
         if (k == pick || !bests[k].ok) continue;
+        if (!plan_model_acts_known(m))
+            say(out, "alternative %s: fits at micro-batch %lld, grad-accum %lld\n", plan_strategy((StrategyKind)k)->name,
+                (long long)bests[k].t.micro_batch, (long long)bests[k].t.grad_accum);
+        else
         say(out, "alternative %s: best %.0f %s/s at micro-batch %lld, grad-accum %lld, act-ckpt %s\n",
             plan_strategy((StrategyKind)k)->name, bests[k].tps, m->arch == ARCH_CNN ? "samples" : "tokens",
             (long long)bests[k].t.micro_batch, (long long)bests[k].t.grad_accum, plan_ckpt_name(bests[k].t.act_ckpt));
