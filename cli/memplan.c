@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli_io.h"
@@ -421,6 +422,8 @@ static int exec_backend(char **argv) {
         const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
         long cores = sysconf(_SC_NPROCESSORS_ONLN), local = ls ? strtol(ls, NULL, 10) : 1;
         long th = local > 0 && cores / local > 1 ? cores / local : 1;
+        struct rlimit rl;   /* under an address-space limit every BLAS thread's 128 MiB buffer counts */
+        if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) th = 1;
         char v[32];
         snprintf(v, sizeof v, "%ld", th);
         setenv("OPENBLAS_NUM_THREADS", v, 1);
