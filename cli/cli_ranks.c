@@ -47,8 +47,8 @@ int cli_ranks_agree(Comm *c, int argc, char **argv, int status, const char *msg)
     }
     if (differ >= 0) {
         if (rank == 0)
-            fprintf(stderr, "memplan: rank %d of %d was started with other arguments than rank 0: give every rank the "
-                            "same command and flags\n", differ, N);
+            fprintf(stderr, "memplan: rank %d was started with a different configuration than rank 0 (other arguments, "
+                            "of %d ranks): give every rank the same command and flags\n", differ, N);
         free(all);
         return 2;
     }

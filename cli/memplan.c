@@ -456,5 +456,9 @@ static int dispatch(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     cli_io_start();
+    /* planning output is small: held whole until exit when it goes to a file or pipe, so that a
+       failed write is seen by cli_io_finish with its reason (a terminal stays line-buffered) */
+    static char outbuf[1 << 18];   /* glibc ignores the size when it allocates the buffer itself */
+    if (!isatty(1)) setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
     return cli_io_finish(dispatch(argc, argv));
 }
