@@ -104,6 +104,7 @@ Test(cli_ranks, the_executor_should_survive_an_address_space_limit, .timeout = 6
 #endif
     char bin[PATH_MAX], cmd[PATH_MAX + 128];
     test_sibling_path(bin, sizeof bin, "../memplan");
+    test_mpi_env();
     unsetenv("OPENBLAS_NUM_THREADS");   /* memplan chooses: one thread under a limit */
     snprintf(cmd, sizeof cmd, "ulimit -v 1000000; timeout 30 %s run --model gpt2-tiny --steps 2 2>&1", bin);
     Run r = test_run_cmd(cmd);
@@ -147,6 +148,7 @@ Test(cli_ranks, run_stdout_on_a_full_device_should_exit_1, .timeout = 60)
 {
     char bin[PATH_MAX], cmd[PATH_MAX + 128];
     test_sibling_path(bin, sizeof bin, "../memplan");
+    test_mpi_env();
     snprintf(cmd, sizeof cmd, "timeout 30 %s run --model gpt2-tiny --steps 2 2>&1 >/dev/full", bin);
     Run r = test_run_cmd(cmd);
     cr_expect_eq(r.status, 1, "%s", r.out);
