@@ -263,7 +263,7 @@ static int duplicate_key(const cJSON *o, LoadCtx *c, const char *where) {
         if (cJSON_IsObject(o) && a->string)
             for (const cJSON *b = a->next; b; b = b->next)
                 if (b->string && strcmp(a->string, b->string) == 0)
-                    return ld_fail(c, "key '%s'%s%s appears twice: give it once", a->string, *where ? " in " : "", where);
+                    return ld_fail(c, "key '%s'%s%s is given twice: give it once", a->string, *where ? " in " : "", where);
         if (cJSON_IsObject(a) || cJSON_IsArray(a)) {
             char sub[128];
             snprintf(sub, sizeof(sub), "%s%s%s", where, *where && a->string ? "." : "", a->string ? a->string : "");
@@ -313,7 +313,6 @@ int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const
         ld_fail(&c, "expected a JSON object at the top level (got %s)", got);
         goto done;
     }
-    if (duplicate_key(root, &c, "")) goto done;
     switch (detect(root)) {
     case FMT_MEMPLAN: rc = ld_memplan_json(m, root, &c); break;
     case FMT_HF: c.null_is_absent = 1; rc = ld_hf_config(m, root, &c); break;
@@ -324,6 +323,7 @@ int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const
                 "\"memplan_model\")");
         break;
     }
+    if (rc == 0 && duplicate_key(root, &c, "")) rc = -1;   /* where the format's loader did not say it */
     if (rc == 0 && plan_model_params(m) == 0)
         rc = ld_fail(&c, "the model has no trainable parameters: nothing to plan");
     if (rc == 0) {

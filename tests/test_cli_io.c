@@ -313,7 +313,7 @@ Test(cli_io, a_json_key_given_twice_should_be_refused)
     fputs("{\"model_type\": \"gpt2\", \"n_layer\": 12, \"n_layer\": 48, \"n_embd\": 768, \"n_head\": 12,"
           " \"vocab_size\": 50257, \"n_positions\": 1024}\n", f);
     fclose(f);
-    USAGE("key 'n_layer' appears twice", "--model %s", p);
+    USAGE("key 'n_layer' is given twice", "--model %s", p);
 }
 
 Test(cli_io, gpus_that_do_not_fill_equal_nodes_should_be_refused)

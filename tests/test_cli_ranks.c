@@ -53,6 +53,7 @@ Test(cli_ranks, a_trace_that_cannot_be_written_should_end_validate_at_once, .tim
     Run r = launch(2, "validate --model gpt2-tiny --steps 2 --trace /dev/full");
     cr_expect_eq(r.status, 1, "%s", r.out);
     cr_expect(strstr(r.out, "memplan: cannot write the trace file '/dev/full'") != NULL, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "memplan:"), 1, "one line:\n%s", r.out);
     cr_expect_lt(r.seconds, 30, "took %.1f s: a rank waited for rank 0", r.seconds);
     free(r.out);
 }
