@@ -1,6 +1,10 @@
 # memplan build. `make` builds build/memplan; `make test` builds and runs every test;
 # `make run` plans gpt2-xl on 8 GPUs. Everything builds on a CPU-only machine.
 #
+# Two programs: build/memplan, the planning front end (plan, auto, models, gpus), linked with
+# the planner, cJSON and libm only so that it starts in a millisecond or two; and
+# build/memplan-exec (run, validate, bench: MPI, BLAS, CUDA), which memplan execv()s.
+#
 # Folders build into one static library each, so a test links only what it needs:
 #   tests/test_plan_*.c -> planner      tests/test_kern_*.c -> kernels (+ BLAS)
 #   tests/test_prof_*.c -> profiler     tests/test_*.c (others) -> everything
@@ -72,7 +76,8 @@ KERNELS_CU   := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard kernels/*.cu)))
 PROFILER_SRC := $(sort $(wildcard profiler/*.c))
 EXEC_SRC     := $(sort $(wildcard exec/*.c))
 EXEC_CU      := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard exec/*.cu)))
-CLI_SRC      := $(sort $(wildcard cli/*.c))
+FRONT_SRC    := cli/memplan.c cli/cli_setup.c cli/cli_output.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c profiler/prof_trace.c
+EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c,$(sort $(wildcard cli/*.c)))
 TEST_SRC     := $(sort $(wildcard tests/test_*.c))
 MPI_SRC      := $(sort $(wildcard tests/mpi/*.c))
 BENCH_SRC    := $(sort $(wildcard bench/*.c))
@@ -92,12 +97,17 @@ LIB_EXEC := $(BUILD)/libexec.a
 ALL_LIBS := $(LIB_EXEC) $(LIB_PROF) $(LIB_KERN) $(LIB_PLAN)
 
 MEMPLAN := $(BUILD)/memplan
+MEMPLAN_EXEC := $(BUILD)/memplan-exec
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 MPIBINS := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(MPI_SRC))
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
+# The package check runs before anything compiles (order-only: `make -j2` on a fresh machine
+# must not compile while apt-get is still installing the headers), without forcing rebuilds.
+DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
+
 .PHONY: all deps run test test-bin bench clean config
-all: $(if $(filter 1,$(NO_DEPS)),,deps) $(MEMPLAN)
+all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC)
 
 config:
 	@echo "# memplan build: cuda $(if $(filter 1,$(USE_CUDA)),on,off) (nvcc $(if $(filter 1,$(HAVE_NVCC)),found,not found)$(if $(filter 1,$(NO_CUDA)), - disabled by NO_CUDA=1)), nccl $(if $(filter 1,$(USE_NCCL)),on,off), cupti $(if $(filter 1,$(USE_CUPTI)),on,off), sanitizers $(if $(filter 1,$(SAN)),on,off)"
@@ -106,16 +116,16 @@ deps:
 	@scripts/deps.sh
 
 # planner/ must stay free of CUDA, NCCL, MPI and CUPTI: plain gcc, no vendor include paths.
-$(BUILD)/obj/planner/%.o: planner/%.c $(FLAGS_STAMP)
+$(BUILD)/obj/planner/%.o: planner/%.c $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/obj/kernels/%.o: kernels/%.c $(FLAGS_STAMP)
+$(BUILD)/obj/kernels/%.o: kernels/%.c $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
-$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
-$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP)
+$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Iplanner -Iprofiler -Iexec -c $< -o $@
 
@@ -128,37 +138,43 @@ $(LIB_PROF): $(call obj,$(PROFILER_SRC))
 $(LIB_EXEC): $(call obj,$(EXEC_SRC)) $(call cuobj,$(EXEC_CU))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 
-$(MEMPLAN): $(call obj,$(CLI_SRC)) $(ALL_LIBS)
-	$(MPICC) $(LDFLAGS) $(call obj,$(CLI_SRC)) -o $@ $(ALL_LIBS) $(LIBS_ALL)
+$(MEMPLAN): $(call obj,$(FRONT_SRC)) $(LIB_PLAN)
+	$(CC) $(LDFLAGS) $(call obj,$(FRONT_SRC)) -o $@ $(LIB_PLAN) $(LIBS_PLAN)
+$(MEMPLAN_EXEC): $(call obj,$(EXEC_CLI_SRC)) $(ALL_LIBS)
+	$(MPICC) $(LDFLAGS) $(call obj,$(EXEC_CLI_SRC)) -o $@ $(ALL_LIBS) $(LIBS_ALL)
 
-$(BUILD)/tests/test_plan_%: tests/test_plan_%.c $(LIB_PLAN)
+$(BUILD)/tests/test_plan_%: tests/test_plan_%.c $(LIB_PLAN) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LIB_PLAN) $(LIBS_PLAN) -lcriterion
-$(BUILD)/tests/test_kern_%: tests/test_kern_%.c $(LIB_KERN)
+$(BUILD)/tests/test_kern_%: tests/test_kern_%.c $(LIB_KERN) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(LIB_KERN) $(LIBS_KERN) $(CUDA_LIBS) -lcriterion
-$(BUILD)/tests/test_prof_%: tests/test_prof_%.c $(LIB_PROF)
+$(BUILD)/tests/test_prof_%: tests/test_prof_%.c $(LIB_PROF) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(LIB_PROF) $(LIBS_ALL) -lcriterion
-$(BUILD)/tests/%: tests/%.c $(ALL_LIBS) $(MEMPLAN) $(MPIBINS)
+$(BUILD)/tests/%: tests/%.c $(ALL_LIBS) $(MEMPLAN) $(MEMPLAN_EXEC) $(MPIBINS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL) -lcriterion
-$(BUILD)/tests/mpi/%: tests/mpi/%.c $(ALL_LIBS)
+$(BUILD)/tests/mpi/%: tests/mpi/%.c $(ALL_LIBS) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL)
-$(BUILD)/bench/%: bench/%.c $(ALL_LIBS)
+$(BUILD)/bench/%: bench/%.c $(ALL_LIBS) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL)
+# the start-up benchmark and its empty reference program link libc only
+$(BUILD)/bench/bench_startup $(BUILD)/bench/bench_empty: $(BUILD)/bench/%: bench/%.c | $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS)
 
-test-bin: $(MEMPLAN) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device   # test_exec_cnn runs the bench on the CPU
+test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device   # test_exec_cnn runs the bench on the CPU
 
-test: $(if $(filter 1,$(NO_DEPS)),,deps) config test-bin
+test: $(DEPS) config test-bin
 	@BUILD=$(BUILD) scripts/run_tests.sh $(TESTS)
 
 run: all
 	$(MEMPLAN) --model gpt2-xl --gpus 8
 
-bench: $(MEMPLAN) $(BENCHES)
+bench: $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES)
 
 clean:
 	rm -rf build build-san

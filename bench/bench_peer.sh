@@ -24,7 +24,7 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
     echo "# python3-torch not found: installing it with apt-get (about 1 GB)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
 fi
-make -s NO_DEPS=1 BUILD="$BUILD" "$BUILD/memplan" "$BUILD/bench/bench_allreduce" >/dev/null
+make -s NO_DEPS=1 BUILD="$BUILD" "$BUILD/memplan" "$BUILD/memplan-exec" "$BUILD/bench/bench_allreduce" >/dev/null
 
 echo "# $MODEL, $RANKS ranks, micro-batch $BATCH x seq $SEQ, $STEPS steps (mean of steps 2..$STEPS), fp32, 1 thread per rank, $CORES cores"
 mpirun -np "$RANKS" --oversubscribe "$BUILD/memplan" run --model "$MODEL" --strategy ddp --batch "$BATCH" \

@@ -21,6 +21,7 @@
 #include <cblas.h>
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,8 +31,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_io.h"
+#include "cli_ranks.h"
 #include "cli_setup.h"
 #include "exec_cnn.h"
+#include "kern_cnn.h"
 #include "exec_comm.h"
 #include "exec_device.h"
 #include "exec_strategy.h"
@@ -59,7 +63,8 @@ typedef struct {
     long long seed;
     int bn_min;                   /* the planner's --bn-min-batch rule */
     double timeout;
-    const char *json, *plot;
+    const char *json, *plot;      /* json: the file of --json=FILE */
+    int json_stdout;              /* --json: the records to standard output (the table to stderr) */
 } Opts;
 
 typedef struct { double fwd, bwd, opt, step; } Phases;   /* ms */
@@ -96,7 +101,7 @@ static const struct option OPTIONS[] = {
     {"batches", required_argument, 0, O_BATCHES}, {"ranks", required_argument, 0, O_RANKS},
     {"steps", required_argument, 0, O_STEPS},     {"warmup", required_argument, 0, O_WARMUP},
     {"seed", required_argument, 0, O_SEED},       {"bn-min-batch", required_argument, 0, O_BNMIN},
-    {"timeout", required_argument, 0, O_TIMEOUT}, {"json", required_argument, 0, O_JSON},
+    {"timeout", required_argument, 0, O_TIMEOUT}, {"json", optional_argument, 0, O_JSON},
     {"plot", required_argument, 0, O_PLOT},       {"help", no_argument, 0, O_HELP},
     {"bucket-mb", required_argument, 0, O_BUCKET},
     {0, 0, 0, 0},
@@ -121,7 +126,8 @@ static void help(FILE *f)
         "  --bn-min-batch B      per-GPU batch below which SyncBN is worth it, for the conclusion (default 16,\n"
         "                        as memplan auto)\n"
         "  --timeout S           seconds any collective may wait (default 300)\n"
-        "  --json FILE           the records as JSON\n"
+        "  --json[=FILE]         the records as JSON: --json to standard output (the table then goes to\n"
+        "                        standard error), --json=FILE to a file\n"
         "  --plot FILE.png|.svg  overhead versus per-GPU batch and versus ranks (gnuplot; without it, the data\n"
         "                        and script are written and a message says so)\n"
         "Time in ms (per step, the slowest rank, median over the steps); bytes are collective payloads;\n"
@@ -138,17 +144,32 @@ static int bad(char *err, size_t len, const char *fmt, ...)
     return 2;
 }
 
+/* A comma-separated list of distinct integers in [lo, hi]: 0, -1 (malformed), -2 (too many), or
+ * the duplicated value (> 0). */
 static int parse_list(const char *s, int lo, int hi, int *out, int *n)
 {
     *n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char *buf = strdup(s);
+    int rc = buf ? 0 : -1;
+    for (char *save = NULL, *tok = buf ? strtok_r(buf, ",", &save) : NULL; tok && !rc; tok = strtok_r(NULL, ",", &save)) {
         long long v;
-        if (*n == MAX_LIST || plan_parse_int(tok, lo, hi, &v)) return -1;
-        out[(*n)++] = (int)v;
+        if (*n == MAX_LIST) rc = -2;
+        else if (plan_parse_int(tok, lo, hi, &v)) rc = -1;
+        for (int i = 0; i < *n && !rc; i++)
+            if (out[i] == v) rc = (int)v;
+        if (!rc) out[(*n)++] = (int)v;
     }
-    return *n ? 0 : -1;
+    free(buf);
+    return rc ? rc : *n ? 0 : -1;
+}
+
+/* The message of a bad list (parse_list's rc). */
+static int bad_list(char *err, size_t len, const char *flag, const char *a, int rc, int lo)
+{
+    if (rc > 0) return bad(err, len, "%s '%s' lists %d twice: give each value once", flag, a, rc);
+    if (rc == -2) return bad(err, len, "%s '%s' has more than %d values", flag, a, MAX_LIST);
+    return bad(err, len, "%s '%s' is not a comma-separated list of integers >= %d%s", flag, a, lo,
+               lo == 1 ? " (up to 4096)" : "");
 }
 
 static int safe_path(const char *p) { return p[0] && !strpbrk(p, "'\"`$\\"); }
@@ -165,10 +186,17 @@ static int parse(int argc, char **argv, Opts *o, char *err, size_t len)
     o->bn_min = 16;
     optind = 1;
     opterr = 0;
-    int c;
+    int c, li, lrc;
     long long v;
-    while ((c = getopt_long(argc, argv, ":", OPTIONS, NULL)) != -1) {
+    const char *seen[sizeof OPTIONS / sizeof OPTIONS[0]] = {0};
+    while ((li = -1, c = getopt_long(argc, argv, ":", OPTIONS, &li)) != -1) {
         const char *a = optarg;
+        if (li >= 0) {   /* a flag given twice would win silently; a value that is a flag was forgotten */
+            if (seen[li]) return bad(err, len, "--%s given twice ('%s' and '%s'): give it once", OPTIONS[li].name, seen[li], a ? a : "on");
+            seen[li] = a ? a : "on";
+            if (OPTIONS[li].has_arg == required_argument && a[0] == '-' && a[1] == '-')
+                return bad(err, len, "--%s needs a value (got the option '%s')", OPTIONS[li].name, a);
+        }
         switch (c) {
         case O_MODEL: o->model = a; break;
         case O_IMAGE:
@@ -176,12 +204,10 @@ static int parse(int argc, char **argv, Opts *o, char *err, size_t len)
             o->image = (int)v;
             break;
         case O_BATCHES:
-            if (parse_list(a, 1, 4096, o->batches, &o->nb))
-                return bad(err, len, "--batches '%s' is not a comma-separated list of up to %d integers in [1, 4096]", a, MAX_LIST);
+            if ((lrc = parse_list(a, 1, 4096, o->batches, &o->nb))) return bad_list(err, len, "--batches", a, lrc, 1);
             break;
         case O_RANKS:
-            if (parse_list(a, 2, 1 << 20, o->ranks, &o->nr))
-                return bad(err, len, "--ranks '%s' is not a comma-separated list of up to %d integers >= 2", a, MAX_LIST);
+            if ((lrc = parse_list(a, 2, 1 << 20, o->ranks, &o->nr))) return bad_list(err, len, "--ranks", a, lrc, 2);
             break;
         case O_STEPS:
             if (plan_parse_int(a, 1, 1000, &v)) return bad(err, len, "--steps '%s' is not an integer in [1, 1000]", a);
@@ -203,8 +229,9 @@ static int parse(int argc, char **argv, Opts *o, char *err, size_t len)
             if (plan_parse_double(a, 0.1, 86400, &o->timeout)) return bad(err, len, "--timeout '%s' is not a number of seconds in [0.1, 86400]", a);
             break;
         case O_JSON:
-            if (!safe_path(a)) return bad(err, len, "--json '%s': give a file name without quotes or $", a);
+            if (a && !safe_path(a)) return bad(err, len, "--json '%s': give a file name without quotes or $", a);
             o->json = a;
+            o->json_stdout = !a;
             break;
         case O_PLOT: {
             size_t n = strlen(a);
@@ -221,7 +248,27 @@ static int parse(int argc, char **argv, Opts *o, char *err, size_t len)
         default: return bad(err, len, "unknown option '%s' for 'bench syncbn' (see memplan bench syncbn --help)", argv[optind - 1]);
         }
     }
-    if (optind < argc) return bad(err, len, "unexpected argument '%s' for 'bench syncbn'", argv[optind]);
+    if (optind < argc) {
+        int bare_json = 0;   /* `--json out.json`: the file belongs after '=' */
+        for (int i = 1; i < optind; i++) bare_json |= strcmp(argv[i], "--json") == 0;
+        return bad(err, len, "unexpected argument '%s' for 'bench syncbn'%s", argv[optind],
+                   bare_json ? ": --json writes to standard output, --json=FILE to a file" : "");
+    }
+    char perr[PATH_MAX + 256];
+    const char *outs[5] = {o->json, o->plot, NULL, NULL, NULL}, *flags[5] = {"--json", "--plot", "--plot", "--plot", "--plot"};
+    char aux[3][PATH_MAX + 16];
+    static const char *const EXT[3] = {".by_batch.dat", ".by_ranks.dat", ".gp"};   /* write_plot's files */
+    for (int i = 0; o->plot && i < 3; i++) {
+        snprintf(aux[i], sizeof aux[i], "%s%s", o->plot, EXT[i]);
+        outs[2 + i] = aux[i];
+    }
+    for (int i = 0; i < 5; i++) {
+        if (!outs[i]) continue;
+        if (cli_check_output(flags[i], outs[i], NULL, 0, perr, sizeof perr)) return bad(err, len, "%s", perr);
+        for (int k = 0; k < i; k++)
+            if (outs[k] && cli_same_file(outs[i], outs[k]))
+                return bad(err, len, "%s and %s both write '%s': give each output its own file", flags[k], flags[i], outs[i]);
+    }
     return 0;
 }
 
@@ -593,29 +640,29 @@ static void conclusion(char *buf, size_t len, const Record *recs, int n, const O
              x->pred_comm_ms, pred_ms(x), o->bn_min);
 }
 
-static void print_table(const Setup *su, const Opts *o, const Link *links, int nl, const Record *recs, int n)
+static void print_table(FILE *out, const Setup *su, const Opts *o, const Link *links, int nl, const Record *recs, int n)
 {
     char pc[32], cc[32];
-    printf("# memplan bench syncbn: %s (%s parameters, %d BN layers, sum C %s) at %dx%d, DDP, fp32, AdamW\n", su->model,
+    fprintf(out, "# memplan bench syncbn: %s (%s parameters, %d BN layers, sum C %s) at %dx%d, DDP, fp32, AdamW\n", su->model,
            plan_fmt_count(su->params, pc, sizeof pc), su->nbn, plan_fmt_count(su->sum_c, cc, sizeof cc),
            su->cfg.image_size, su->cfg.image_size);
-    printf("# %s; MPI on %d ranks, %d cores; %d measured steps per mode after %d warm-up, BN and SyncBN steps "
+    fprintf(out, "# %s; MPI on %d ranks, %d cores; %d measured steps per mode after %d warm-up, BN and SyncBN steps "
            "alternating; times: median over steps of the slowest rank\n", su->date, su->world, su->cores, o->steps, o->warmup);
     for (int i = 0; i < nl; i++) {
         const Link *k = &links[i];
-        printf("# link on %d ranks: all-reduce %.0f B %.1f us, all-gather %.0f B %.1f us, all-reduce 4 MiB %.2f ms, "
+        fprintf(out, "# link on %d ranks: all-reduce %.0f B %.1f us, all-gather %.0f B %.1f us, all-reduce 4 MiB %.2f ms, "
                "all-gather 4 MiB %.2f ms -> planner alpha %.2f us per ring step, bandwidth %.2f GB/s (decimal)\n",
                k->ranks, k->ar_small_b, k->ar_small_s * 1e6, k->ag_small_b, k->ag_small_s * 1e6, k->ar_large_s * 1e3,
                k->ag_large_s * 1e3, k->alpha_s * 1e6, k->bw_gbps);
     }
-    printf("%5s %7s %8s %8s %8s %8s %8s %8s %8s %6s %6s %9s %7s %7s %6s %9s %9s %9s\n", "ranks", "batch", "bn_fwd",
+    fprintf(out, "%5s %7s %8s %8s %8s %8s %8s %8s %8s %6s %6s %9s %7s %7s %6s %9s %9s %9s\n", "ranks", "batch", "bn_fwd",
            "bn_bwd", "bn_step", "sy_fwd", "sy_bwd", "sy_step", "overhead", "+-", "ovh", "per_layer", "in_fwd", "in_bwd",
            "colls", "bytes", "pred_comm", "pred_sim");
-    printf("%5s %7s %8s %8s %8s %8s %8s %8s %8s %6s %6s %9s %7s %7s %6s %9s %9s %9s\n", "-", "per_gpu", "ms", "ms", "ms",
+    fprintf(out, "%5s %7s %8s %8s %8s %8s %8s %8s %8s %6s %6s %9s %7s %7s %6s %9s %9s %9s\n", "-", "per_gpu", "ms", "ms", "ms",
            "ms", "ms", "ms", "ms", "ms", "%", "us", "ms", "ms", "count", "B", "ms", "ms");
     for (int i = 0; i < n; i++) {
         const Record *x = &recs[i];
-        printf("%5d %7d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.2f %6.2f %6.2f %9.1f %7.2f %7.2f %6.0f %9.0f %9.2f %9.2f\n",
+        fprintf(out, "%5d %7d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.2f %6.2f %6.2f %9.1f %7.2f %7.2f %6.0f %9.0f %9.2f %9.2f\n",
                x->ranks, x->batch, x->bn.fwd, x->bn.bwd, x->bn.step, x->sync.fwd, x->sync.bwd, x->sync.step, overhead(x),
                x->diff_se, overhead_pct(x), 1e3 * overhead(x) / su->nbn, x->coll_min_ms[0], x->coll_min_ms[1],
                extra_count(x), extra_bytes(x), x->pred_comm_ms, pred_ms(x));
@@ -623,17 +670,17 @@ static void print_table(const Setup *su, const Opts *o, const Link *links, int n
     int match = 1;
     for (int i = 0; i < n; i++)
         match &= extra_count(&recs[i]) == recs[i].pred_count && extra_bytes(&recs[i]) == recs[i].pred_bytes;
-    printf("# colls, bytes: SyncBN's extra collectives per step (all-gathers in forward + all-reduces in backward), "
+    fprintf(out, "# colls, bytes: SyncBN's extra collectives per step (all-gathers in forward + all-reduces in backward), "
            "measured; %s plan_comm's SyncBN formula\n", match ? "equal to" : "DIFFERENT FROM");
-    printf("# bn_*, sy_*: forward, backward (with DDP's reduction), whole step with BatchNorm and with SyncBN; overhead: "
+    fprintf(out, "# bn_*, sy_*: forward, backward (with DDP's reduction), whole step with BatchNorm and with SyncBN; overhead: "
            "median of the paired step differences SyncBN - BN, +- its standard error, in %% of bn_step and per BN layer\n"
            "# in_fwd, in_bwd: time inside SyncBN's all-gathers and all-reduces on the rank that waited least; MPI "
            "progresses DDP's bucket all-reduces from inside any wait, so in_bwd also holds DDP work done there\n");
-    printf("# pred_comm: plan_comm's SyncBN time on the fitted link; pred_sim: plan_sim's step with SyncBN minus "
+    fprintf(out, "# pred_comm: plan_comm's SyncBN time on the fitted link; pred_sim: plan_sim's step with SyncBN minus "
            "without (compute rate from the BN step; SyncBN queued behind DDP's buckets on one stream, as on a GPU)\n");
     char buf[768];
     conclusion(buf, sizeof buf, recs, n, o, su->nbn);
-    printf("# conclusion: %s\n", buf);
+    fprintf(out, "# conclusion: %s\n", buf);
 }
 
 static cJSON *phases_json(const Phases *p)
@@ -722,9 +769,8 @@ static int write_json(const char *path, const Setup *su, const Opts *o, const Li
     cJSON_AddStringToObject(j, "conclusion", buf);
     char *txt = cJSON_Print(j);
     cJSON_Delete(j);
-    FILE *f = txt ? fopen(path, "w") : NULL;
-    int rc = f && fprintf(f, "%s\n", txt) > 0 ? 0 : -1;
-    if (f && fclose(f)) rc = -1;
+    int rc = txt ? cli_write_text("the --json output", path, txt) : 1;   /* path NULL: standard output */
+    if (!txt) fprintf(stderr, "memplan: out of memory writing the JSON\n");
     free(txt);
     return rc;
 }
@@ -753,7 +799,7 @@ static int write_plot(const char *path, const Setup *su, const Opts *o, const Re
         fprintf(f, "\n\n");
         nblocks_b++;
     }
-    fclose(f);
+    if (fclose(f)) return -1;
     if (!(f = fopen(by_n, "w"))) return -1;
     for (int bi = 0; bi < o->nb; bi++) {   /* one block per batch: x = ranks */
         fprintf(f, "# batch %d: %s\n", o->batches[bi], DAT_COLUMNS);
@@ -762,7 +808,7 @@ static int write_plot(const char *path, const Setup *su, const Opts *o, const Re
         fprintf(f, "\n\n");
         nblocks_n++;
     }
-    fclose(f);
+    if (fclose(f)) return -1;
     if (!(f = fopen(gp, "w"))) return -1;
     size_t len = strlen(path);
     int svg = len > 4 && strcasecmp(path + len - 4, ".svg") == 0;
@@ -773,19 +819,22 @@ static int write_plot(const char *path, const Setup *su, const Opts *o, const Re
     fprintf(f, "set grid\nset key top right\nset ylabel 'cost (%% of the BatchNorm step)'\nset logscale x 2\n"
                "set xlabel 'per-GPU batch'\nset title 'versus per-GPU batch'\nset arrow from %d, graph 0 to %d, graph 1 "
                "nohead dt 3 lc rgb 'gray'\n", o->bn_min, o->bn_min);
+    /* one value on an axis: gnuplot cannot autoscale it ("empty x range"), so the range is given */
+    if (o->nb == 1) fprintf(f, "set xrange [%g:%g]\n", o->batches[0] / 2.0, o->batches[0] * 2.0);
     fprintf(f, "plot ");
     for (int i = 0; i < nblocks_b; i++)
         fprintf(f, "%s'%s' index %d using 1:2:3 with yerrorlines lw 2 lc %d title '%d ranks', '' index %d using 1:4 with "
                    "lines dt 2 lc %d notitle, '' index %d using 1:5 with lines dt 3 lc %d notitle",
                 i ? ", " : "", by_b, i, i + 1, o->ranks[i], i, i + 1, i, i + 1);
-    fprintf(f, "\nunset arrow\nset xlabel 'ranks'\nset title 'versus ranks'\n");
+    fprintf(f, "\nunset arrow\nset autoscale x\nset xlabel 'ranks'\nset title 'versus ranks'\n");
+    if (o->nr == 1) fprintf(f, "set xrange [%g:%g]\n", o->ranks[0] / 2.0, o->ranks[0] * 2.0);
     fprintf(f, "plot ");
     for (int i = 0; i < nblocks_n; i++)
         fprintf(f, "%s'%s' index %d using 1:2:3 with yerrorlines lw 2 lc %d title 'batch %d', '' index %d using 1:4 with "
                    "lines dt 2 lc %d notitle, '' index %d using 1:5 with lines dt 3 lc %d notitle",
                 i ? ", " : "", by_n, i, i + 1, o->batches[i], i, i + 1, i, i + 1);
     fprintf(f, "\nunset multiplot\n");
-    fclose(f);
+    if (fclose(f)) return -1;
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
         fprintf(stderr, "memplan: gnuplot not found: wrote the data (%s, %s) and the script (%s); install gnuplot-nox "
                         "and run 'gnuplot %s'\n", by_b, by_n, gp, gp);
@@ -836,15 +885,26 @@ static int bench_syncbn(int argc, char **argv)
     for (int i = 0; prc == 0 && i < o.nr; i++)
         if (o.ranks[i] > N) prc = bad(err, sizeof err, "--ranks %d exceeds the %d ranks this job was started with", o.ranks[i], N);
     if (prc == 0 && o.steps > 1000) prc = bad(err, sizeof err, "--steps is too large");
-    if (prc == 1) {
+    if (prc == 0) {   /* BatchNorm trains on more than one value per channel: the last stage's maps are the smallest */
+        int img = o.image ? o.image : strcmp(su.cfg.name, "resnet50") == 0 ? 64 : su.cfg.image_size;
+        int h = kern_conv2d_out_size(kern_conv2d_out_size(img, 7, 2, 3), 3, 2, 1);   /* stem conv, max-pool */
+        for (int st = 1; st < 4; st++) h = kern_conv2d_out_size(h, 3, 2, 1);        /* stages 2..4 halve */
+        for (int i = 0; prc == 0 && i < o.nb; i++)
+            if ((long long)o.batches[i] * h * h < 2)
+                prc = bad(err, sizeof err, "--batches: a per-GPU batch of %d gives BatchNorm one value per channel in %s's "
+                          "last stage (%dx%d maps at --image-size %d), and BatchNorm cannot train on one: give batches of "
+                          "2 or more, or a larger --image-size", o.batches[i], su.cfg.name, h, h, img);
+    }
+    /* every rank checked its own arguments and paths: all learn at once if one failed */
+    int st = cli_ranks_agree(world, argc, argv, prc == 1 ? CLI_RANKS_HELP : prc, prc ? err : "");
+    if (st == CLI_RANKS_HELP) {
         if (rank == 0) help(stdout);
         comm_destroy(world);
         return 0;
     }
-    if (prc) {
-        if (rank == 0) cli_usage_error("%s", err);
+    if (st) {
         comm_destroy(world);
-        return 2;
+        return st;
     }
     if (o.timeout > 0) comm_set_timeout(world, o.timeout);
     /* BLAS threads: the cores shared by this node's ranks (OpenBLAS would start one per core in
@@ -908,12 +968,9 @@ static int bench_syncbn(int argc, char **argv)
         if (rank == 0) fprintf(stderr, "memplan: bench syncbn failed%s%s\n", *err ? ": " : "", err);
     } else if (rank == 0) {
         int n = o.nr * o.nb;
-        print_table(&su, &o, links, o.nr, recs, n);
+        print_table(o.json_stdout ? stderr : stdout, &su, &o, links, o.nr, recs, n);   /* stdout carries the JSON */
         fflush(stdout);
-        if (o.json && write_json(o.json, &su, &o, links, o.nr, recs, n)) {
-            fprintf(stderr, "memplan: cannot write --json file '%s'\n", o.json);
-            rc = 1;
-        }
+        if ((o.json || o.json_stdout) && write_json(o.json, &su, &o, links, o.nr, recs, n)) rc = 1;
         if (o.plot && write_plot(o.plot, &su, &o, recs, n)) {
             fprintf(stderr, "memplan: cannot write --plot file '%s'\n", o.plot);
             rc = 1;

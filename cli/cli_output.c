@@ -60,7 +60,7 @@ int cli_write_plot(const char *path, const ModelSpec *m, const TrainSpec *t, con
         for (int k = 0; k < TERM_COUNT; k++) fprintf(f, " %.6f", p->rows[i].mem.term[k] / GIB);
         fprintf(f, "\n");
     }
-    fclose(f);
+    if (fclose(f)) return -1;
     f = fopen(curve, "w");
     if (!f) return -1;
     for (int i = 0; i < p->n_rows; i++) {
@@ -71,7 +71,7 @@ int cli_write_plot(const char *path, const ModelSpec *m, const TrainSpec *t, con
         fprintf(f, "\n\n");
         plan_sim_free(&s);
     }
-    fclose(f);
+    if (fclose(f)) return -1;
     f = fopen(gp, "w");
     if (!f) return -1;
     double top = c->gpu.mem_bytes;
@@ -96,7 +96,7 @@ int cli_write_plot(const char *path, const ModelSpec *m, const TrainSpec *t, con
         fprintf(f, "%s'%s' index %d using 1:2 with steps lw 2 title '%s'", i ? ", " : "", curve, i,
                 plan_strategy(p->rows[i].kind)->name);
     fprintf(f, ", %.6f with lines dt 2 lc rgb 'red' title 'capacity'\nunset multiplot\n", c->gpu.mem_bytes / GIB);
-    fclose(f);
+    if (fclose(f)) return -1;
     (void)t;
     if (!has_gnuplot()) {
         fprintf(stderr, "memplan: gnuplot not found: wrote the data (%s, %s) and script (%s); "

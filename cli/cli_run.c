@@ -9,7 +9,7 @@
 #include "cli_run.h"
 
 #include <cjson/cJSON.h>
-#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "cli_gpu.h"
+#include "cli_io.h"
+#include "cli_ranks.h"
 #include "cli_setup.h"
 #include "exec_comm.h"
 #include "exec_run.h"
@@ -92,6 +94,10 @@ static int run_flag(void *ctx, int opt, const char *a, char *err, size_t errlen)
         if (plan_parse_double(a, 1e-3, 1e6, &f->bucket_mb)) { snprintf(err, errlen, "--bucket-mb '%s' is not a number of MiB in [0.001, 1e6]", a); return -1; }
         return 0;
     case OPT_MEM_LIMIT:
+        if (*a && a[strlen(a) - 1] >= '0' && a[strlen(a) - 1] <= '9') {
+            snprintf(err, errlen, "--mem-limit '%s' needs a unit (e.g. 64MiB; a bare number would be bytes)", a);
+            return -1;
+        }
         if (plan_parse_size(a, &f->mem_limit) || f->mem_limit < 1) {
             snprintf(err, errlen, "--mem-limit '%s' is not a size (e.g. 64MiB; a bare M means MiB)", a);
             return -1;
@@ -185,75 +191,67 @@ static void finish_ctx(Ctx *x)
     x->comm = NULL;
 }
 
-/* Creates the communicator, parses and resolves. Returns -1 to go on, else an exit status. */
-static int start(int argc, char **argv, const char *cmd, Ctx *x)
+/* Planning flags the engine does not honour (it trains fp32 AdamW, no checkpointing, no
+ * dropout, eager attention, on mpirun's ranks), with the one value each may still take. The
+ * overhead figures (--gpu, --cuda-context, --nccl-mem) are printed next to --cupti's only. */
+static const struct { const char *flag, *same; int cupti; } NOT_HONOURED[] = {
+    {"params", NULL, 0}, {"units", NULL, 0}, {"precision", "fp32", 0}, {"optimizer", "adamw", 0},
+    {"act-ckpt", "none", 0}, {"attn", "eager", 0}, {"dropout", "0", 0}, {"gpus", NULL, 0}, {"gpus-per-node", NULL, 0},
+    {"gpu-mem", NULL, 0}, {"grad-as-bucket-view", NULL, 0}, {"alloc-margin", NULL, 0}, {"mfu", NULL, 0},
+    {"intra-bw", NULL, 0}, {"inter-bw", NULL, 0}, {"latency", NULL, 0}, {"syncbn", NULL, 0}, {"impl", "engine", 0},
+    {"gpu", NULL, 1}, {"cuda-context", NULL, 1}, {"nccl-mem", NULL, 1},
+};
+
+/* Parses and checks this rank's arguments and output paths, with cli_usage_error captured.
+ * Returns 0 to go on, CLI_RANKS_HELP, or an exit status (message in the capture). */
+static int check_args(int argc, char **argv, const char *cmd, Ctx *x)
 {
-    memset(x, 0, sizeof *x);
-    char err[256];
-    x->comm = comm_create(launch_kind(), &argc, &argv, 300, err, sizeof err);
-    if (!x->comm) {
-        fprintf(stderr, "memplan: cannot start the communicator: %s\n", err);
-        return 1;
-    }
-    x->rank = comm_rank(x->comm);
-    x->N = comm_size(x->comm);
     x->f.seed = 1337;
     x->f.lr = 1e-3;
     CliExtra extra = {RUN_OPTIONS, run_flag, &x->f};
-    /* every rank parses the same flags; only rank 0 tells the user what is wrong */
-    int saved = -1;
-    if (x->rank > 0) {
-        fflush(stderr);
-        saved = dup(2);
-        int dn = open("/dev/null", O_WRONLY);
-        if (dn >= 0) { dup2(dn, 2); close(dn); }
-    }
     int rc = cli_parse_setup(argc, argv, cmd, &x->s, &extra, 0);
-    if (saved >= 0) { fflush(stderr); dup2(saved, 2); close(saved); }
-    if (rc == 1) {
-        if (x->rank == 0) print_help(stdout, cmd);
-        return 0;
-    }
+    if (rc == 1) return CLI_RANKS_HELP;
     if (rc) return rc;
     x->have_setup = 1;
-    if (!x->s.have_model) {
-        if (x->rank == 0) cli_usage_error("no model: give --model gpt2-tiny (or another GPT-2 preset)");
-        return 2;
+    if (!x->s.have_model) return cli_usage_error("no model: give --model gpt2-tiny (or another GPT-2 preset)");
+    for (size_t i = 0; i < sizeof NOT_HONOURED / sizeof NOT_HONOURED[0]; i++) {
+        const char *v = cli_setup_given(&x->s, NOT_HONOURED[i].flag);
+        if (!v || (NOT_HONOURED[i].cupti && x->f.cupti)) continue;
+        if (NOT_HONOURED[i].same && strcmp(v, NOT_HONOURED[i].same) == 0) continue;
+        if (strcmp(NOT_HONOURED[i].flag, "gpus") == 0 && atoll(v) == x->N) continue;
+        if (NOT_HONOURED[i].cupti)
+            return cli_usage_error("%s does not use --%s without --cupti (it sets the planner's overheads printed next "
+                                   "to --cupti's measurement): drop it", cmd, NOT_HONOURED[i].flag);
+        return cli_usage_error("%s does not honour --%s%s%s%s: the engine trains fp32 AdamW without checkpointing or dropout "
+                               "on mpirun's %d rank%s; drop it (plan it with 'memplan plan')", cmd, NOT_HONOURED[i].flag,
+                               *v ? " '" : "", v, *v ? "'" : "", x->N, x->N == 1 ? "" : "s");
     }
     ExecRunConfig *c = &x->cfg;
     exec_run_config_defaults(c);
-    if (gpt2_config_preset(&c->model, x->s.model.name)) {
-        if (x->rank == 0)
-            cli_usage_error("the executor runs the GPT-2 presets (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, "
-                            "gpt2-xl); '%s' is not one", x->s.model.name);
-        return 2;
-    }
+    /* the engine builds its GPT-2 from the preset's name: a model file is not what would train */
+    if (gpt2_config_preset(&c->model, x->s.model_arg))
+        return cli_usage_error("the executor runs the GPT-2 presets (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, "
+                               "gpt2-xl) by name; '%s' is not one", x->s.model_arg);
     unsigned all = (1u << STRAT_COUNT) - 1, plan_bits = x->s.strategies;
     unsigned exec_bits = (1u << STRAT_DDP) | (1u << STRAT_ZERO1) | (1u << STRAT_ZERO2) | (1u << STRAT_ZERO3);
-    if (plan_bits != all && (plan_bits & ~exec_bits)) {
-        if (x->rank == 0)
-            cli_usage_error("the executor implements ddp, zero1, zero2 and zero3 (the fsdp-* strategies are planned only)");
-        return 2;
-    }
+    if (plan_bits != all && (plan_bits & ~exec_bits))
+        return cli_usage_error("the executor implements ddp, zero1, zero2 and zero3 (the fsdp-* strategies are planned only)");
     static const StrategyKind MAP[EXEC_STRATEGY_COUNT] = {STRAT_DDP, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3};
     for (int k = 0; k < EXEC_STRATEGY_COUNT; k++)
         if (plan_bits == all || (plan_bits & (1u << MAP[k]))) x->which |= 1u << k;
     int is_run = strcmp(cmd, "run") == 0;
     if (is_run) {
         if (plan_bits == all) x->which = 1u << EXEC_DDP;
-        if (x->which & (x->which - 1)) {
-            if (x->rank == 0) cli_usage_error("run takes one --strategy (ddp, zero1, zero2 or zero3); validate compares several");
-            return 2;
-        }
+        if (x->which & (x->which - 1))
+            return cli_usage_error("run takes one --strategy (ddp, zero1, zero2 or zero3); validate compares several");
     }
-    if (x->s.train.seq > c->model.max_seq) {
-        if (x->rank == 0) cli_usage_error("--seq %lld exceeds %s's context of %d", (long long)x->s.train.seq, c->model.name, c->model.max_seq);
-        return 2;
-    }
-    if (x->s.train.micro_batch * x->N > 1000000) {
-        if (x->rank == 0) cli_usage_error("--batch %lld is too large", (long long)x->s.train.micro_batch);
-        return 2;
-    }
+    if (x->s.train.seq > c->model.max_seq)
+        return cli_usage_error("--seq %lld exceeds %s's context of %d", (long long)x->s.train.seq, c->model.name, c->model.max_seq);
+    if (x->s.train.micro_batch * x->N > 1000000)
+        return cli_usage_error("--batch %lld is too large", (long long)x->s.train.micro_batch);
+    if (!is_run && x->f.steps == 1)
+        return cli_usage_error("validate --steps 1: memory is measured in the steady state (steps 2..K, after the "
+                               "optimizer state exists); give --steps 2 or more");
     c->micro_batch = (int)x->s.train.micro_batch;
     c->seq = (int)(x->s.train.seq > 0 ? x->s.train.seq : c->model.max_seq);
     c->grad_accum = (int)x->s.train.grad_accum;
@@ -266,11 +264,48 @@ static int start(int argc, char **argv, const char *cmd, Ctx *x)
     c->trace_path = x->f.trace;
     c->dump_path = x->f.dump;
     c->fault = x->f.fault;
-    if (x->f.timeout > 0) comm_set_timeout(x->comm, x->f.timeout);
-    if (x->f.cupti && x->f.device != DEVICE_CUDA) {
-        if (x->rank == 0) cli_usage_error("--cupti traces the GPU: give --device cuda as well");
-        return 2;
+    if (c->fault.kind != EXEC_FAULT_NONE && (c->fault.rank >= x->N || c->fault.step > c->steps))
+        return cli_usage_error("--fault at rank %d, step %d never fires: this job has ranks 0..%d and %d step%s", c->fault.rank,
+                               c->fault.step, x->N - 1, c->steps, c->steps == 1 ? "" : "s");
+    if (x->f.cupti && x->f.device != DEVICE_CUDA)
+        return cli_usage_error("--cupti traces the GPU: give --device cuda as well");
+    /* every output can be written, none is an input, no two share a path: checked before the run */
+    const char *flags[3] = {"--json", "--trace", "--dump-params"}, *outs[3] = {x->s.json_path, x->f.trace, x->f.dump};
+    char err[PATH_MAX + 256];
+    for (int i = 0; i < 3; i++) {
+        if (!outs[i]) continue;
+        if (cli_check_output(flags[i], outs[i], &x->s.model_arg, 1, err, sizeof err)) return cli_usage_error("%s", err);
+        for (int k = 0; k < i; k++)
+            if (outs[k] && cli_same_file(outs[i], outs[k]))
+                return cli_usage_error("%s and %s both write '%s': give each output its own file", flags[k], flags[i], outs[i]);
     }
+    return 0;
+}
+
+/* Creates the communicator; every rank checks its arguments, then all agree (cli_ranks.h).
+ * Returns -1 to go on, else the exit status every rank uses. */
+static int start(int argc, char **argv, const char *cmd, Ctx *x)
+{
+    memset(x, 0, sizeof *x);
+    char err[512];
+    x->comm = comm_create(launch_kind(), &argc, &argv, 300, err, sizeof err);
+    if (!x->comm) {
+        fprintf(stderr, "memplan: cannot start the communicator: %s\n", err);
+        return 1;
+    }
+    x->rank = comm_rank(x->comm);
+    x->N = comm_size(x->comm);
+    cli_usage_capture(err, sizeof err);
+    int st = check_args(argc, argv, cmd, x);
+    cli_usage_capture(NULL, 0);
+    st = cli_ranks_agree(x->comm, argc, argv, st, err);
+    if (st == CLI_RANKS_HELP) {
+        if (x->rank == 0) print_help(stdout, cmd);
+        return 0;
+    }
+    if (st) return st;
+    if (x->f.timeout > 0) comm_set_timeout(x->comm, x->f.timeout);
+    ExecRunConfig *c = &x->cfg;
     c->device = x->f.device;
     c->cupti = x->f.cupti;
     if (c->device == DEVICE_CUDA) {
@@ -450,16 +485,11 @@ static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
 static int emit(cJSON *j, const char *path)
 {
     char *txt = cJSON_Print(j);
-    if (!txt) return 1;
-    FILE *f = path ? fopen(path, "w") : stdout;
-    int rc = 0;
-    if (!f) {
-        fprintf(stderr, "memplan: cannot write --json file '%s'\n", path);
-        rc = 1;
-    } else {
-        fprintf(f, "%s\n", txt);
-        if (path && fclose(f)) rc = 1;
+    if (!txt) {
+        fprintf(stderr, "memplan: out of memory writing the JSON\n");
+        return 1;
     }
+    int rc = cli_write_text("the --json output", path, txt);   /* every write checked; one line if one fails */
     free(txt);
     return rc;
 }
@@ -723,7 +753,8 @@ int cli_cmd_validate(int argc, char **argv)
         exec_run(x.comm, &x.cfg, &r);
         if (r.status != EXEC_RUN_OK) {
             if (x.rank == 0) {
-                fprintf(stderr, "memplan: validate: %s did not run\n", exec_strategy_name((ExecStrategyKind)k));
+                if (r.steps_done < x.cfg.steps)   /* else it ran and an output failed: that line says so */
+                    fprintf(stderr, "memplan: validate: %s did not run\n", exec_strategy_name((ExecStrategyKind)k));
                 validate_json_progress(&x, arr, all_pass, exec_strategy_name((ExecStrategyKind)k));
             }
             rc = report_failure(&x, &r);

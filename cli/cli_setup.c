@@ -49,14 +49,44 @@ static const struct option BASE_OPTIONS[] = {
     {0, 0, 0, 0},
 };
 
+static char *capture;
+static size_t capture_len;
+
+void cli_usage_capture(char *buf, size_t len) {
+    capture = buf;
+    capture_len = len;
+    if (buf && len) buf[0] = 0;
+}
+
 int cli_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("memplan: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (capture) {
+        if (!capture[0]) vsnprintf(capture, capture_len, fmt, ap);
+    } else {
+        fputs("memplan: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
     va_end(ap);
     return 2;
+}
+
+const char *cli_setup_given(const CliSetup *s, const char *name) {
+    for (int i = 0; BASE_OPTIONS[i].name; i++)
+        if (strcmp(BASE_OPTIONS[i].name, name) == 0) return i < 32 ? s->given[i] : NULL;
+    return NULL;
+}
+
+/* A size flag whose value has no unit: '5' would be 5 bytes, never what was meant. 0 passes. */
+static int bare_number(const char *a) {
+    size_t n = strlen(a);
+    if (!n) return 0;
+    char last = a[n - 1];
+    if (!((last >= '0' && last <= '9') || last == '.')) return 0;
+    char *end;
+    double v = strtod(a, &end);
+    return !(*end == 0 && v == 0);
 }
 
 void cli_print_setup_help(FILE *f) {
@@ -92,7 +122,7 @@ void cli_print_setup_help(FILE *f) {
         "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
         "  --alloc-margin P%%|SIZE caching-allocator margin (default 5%% of allocated bytes)\n"
         "Output:\n"
-        "  --json[=FILE]          JSON instead of the table (docs/json.md)\n",
+        "  --json[=FILE]          JSON instead of the table (docs/json.md): --json to standard output, --json=FILE to a file\n",
         plan_zoo_names(), plan_precision_names(), plan_optimizer_names(), plan_gpu_names(),
         PLAN_DEFAULT_GPU, plan_strategy_names());
 }
@@ -104,12 +134,25 @@ static int set_strategies(CliSetup *s, const char *arg) {
     snprintf(tmp, sizeof(tmp), "%s", arg);
     s->strategies = 0;
     for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (strcmp(tok, "all") == 0)
+            return cli_usage_error("--strategy '%s': 'all' stands alone; or list some of: %s", arg, plan_strategy_names());
         int k = plan_strategy_by_name(tok);
         if (k < 0)
             return cli_usage_error("unknown --strategy '%s' (valid: all, %s)", tok, plan_strategy_names());
         s->strategies |= 1u << k;
     }
     if (!s->strategies) return cli_usage_error("--strategy is empty (valid: all, %s)", plan_strategy_names());
+    return 0;
+}
+
+/* 1 if the model's embedding holds a position table (GPT-2, BERT: max_seq rows) besides the
+ * token table, so that a longer sequence has no positions to read; rotary and relative
+ * positions (LLaMA, T5) have no such limit. */
+static int learned_positions(const ModelSpec *m) {
+    if (m->arch != ARCH_DECODER && m->arch != ARCH_ENCODER) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == LAYER_EMBED)
+            return m->d_model > 0 && m->layers[i].params >= (m->vocab + m->max_seq) * m->d_model;
     return 0;
 }
 
@@ -136,6 +179,15 @@ static int resolve(CliSetup *s, const char *model_arg, double params, long long 
     if (latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = latency_us * 1e-6;
     s->cluster.gpus_per_node = gpn ? gpn : (s->cluster.gpus < 8 ? s->cluster.gpus : 8);
     if (s->cluster.gpus_per_node > s->cluster.gpus) s->cluster.gpus_per_node = s->cluster.gpus;
+    if (s->cluster.gpus % s->cluster.gpus_per_node)
+        return cli_usage_error("--gpus %lld does not fill nodes of %lld GPUs (%sthe planner's nodes are equal): give a "
+                               "multiple of %lld, or --gpus-per-node dividing %lld", (long long)s->cluster.gpus,
+                               (long long)s->cluster.gpus_per_node, gpn ? "" : "the default --gpus-per-node; ",
+                               (long long)s->cluster.gpus_per_node, (long long)s->cluster.gpus);
+    if (s->have_model && s->train.seq > s->model.max_seq && s->model.max_seq > 0 && learned_positions(&s->model))
+        return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
+                               "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
+                               (long long)s->model.max_seq, (long long)s->model.max_seq);
     const PrecisionSpec *p = plan_precision(s->train.precision);
     if (s->cluster.gpu.peak_tflops[p->peak] <= 0)
         return cli_usage_error("--precision %s needs %s, which %s does not support (use fp32 or amp-fp16)",
@@ -169,11 +221,21 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     char err[512];
     optind = 1;
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    int c, li;
+    const char *seen[80] = {0};
+    while ((li = -1, c = getopt_long(argc, argv, ":", opts, &li)) != -1) {
         const char *a = optarg;
+        if (li >= 0) {   /* a flag given twice would win silently; a value that is a flag was forgotten */
+            if (seen[li])
+                return cli_usage_error("--%s given twice ('%s' and '%s'): give it once", opts[li].name,
+                                       *seen[li] ? seen[li] : "on", a ? a : "on");
+            seen[li] = a ? a : "";
+            if (li < 32 && li < (int)(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0]) - 1) s->given[li] = seen[li];
+            if (opts[li].has_arg == required_argument && a[0] == '-' && a[1] == '-')
+                return cli_usage_error("--%s needs a value (got the option '%s')", opts[li].name, a);
+        }
         switch (c) {
-        case OPT_MODEL: model_arg = a; break;
+        case OPT_MODEL: model_arg = a; s->model_arg = a; break;
         case OPT_PARAMS:
             if (plan_parse_double(a, 1, 1e16, &params) || params != (double)(long long)params)
                 return cli_usage_error("--params '%s' is not a whole number of parameters in [1, 1e16]", a);
@@ -243,14 +305,17 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         case OPT_BUCKET_VIEW: s->train.grad_as_bucket_view = 1; break;
         case OPT_SYNCBN: s->train.syncbn = 1; break;
         case OPT_CTX:
+            if (bare_number(a)) return cli_usage_error("--cuda-context '%s' needs a unit (e.g. 512MiB; a bare number would be bytes)", a);
             if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--cuda-context '%s' is not a size up to 64GiB (e.g. 600MiB)", a);
             s->cluster.cuda_context = d;
             break;
         case OPT_NCCL:
+            if (bare_number(a)) return cli_usage_error("--nccl-mem '%s' needs a unit (e.g. 1GiB; a bare number would be bytes)", a);
             if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--nccl-mem '%s' is not a size up to 64GiB (e.g. 1GiB)", a);
             s->cluster.nccl_per_comm = d;
             break;
         case OPT_MARGIN:
+            if (bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB)", a);
             if (plan_parse_size_or_percent(a, &d, &isfrac) || (!isfrac && d > 64 * GIB) || (isfrac && d > 0.9))
                 return cli_usage_error("--alloc-margin '%s' is not a percentage up to 90%% or a size up to 64GiB", a);
             s->cluster.alloc_margin = d;
@@ -286,7 +351,12 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
             return cli_usage_error("unhandled option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc) return cli_usage_error("unexpected argument '%s' (see 'memplan %s --help')", argv[optind], cmd);
+    if (optind < argc) {
+        int bare_json = 0;   /* `--json out.json`: the file belongs after '=' */
+        for (int i = 1; i < optind; i++) bare_json |= strcmp(argv[i], "--json") == 0;
+        return cli_usage_error("unexpected argument '%s' (see 'memplan %s --help')%s", argv[optind], cmd,
+                               bare_json ? ": --json writes to standard output, --json=FILE to a file" : "");
+    }
 
     int rc = resolve(s, model_arg, params, units, gpn, gpu_mem, intra_bw, inter_bw, latency_us,
                      need_model);

@@ -19,6 +19,8 @@ typedef struct {
     unsigned strategies;     /* bit per StrategyKind */
     int json;
     const char *json_path;   /* --json[=FILE]: NULL = stdout */
+    const char *model_arg;   /* --model as given (a zoo name or a path), NULL if none */
+    const char *given[32];   /* per shared option (cli_setup_given): its value, "" for a switch */
 } CliSetup;
 
 /* Handler for subcommand options: returns 0 if consumed, 1 if not its option, -1 on error
@@ -36,8 +38,14 @@ typedef struct {
 int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
                     int need_model);
 void cli_setup_free(CliSetup *s);
+/* The value of the shared option `name` ("gpus", no dashes) if it was given ("" for a switch),
+ * else NULL: for commands that must refuse the planning flags they do not honour. */
+const char *cli_setup_given(const CliSetup *s, const char *name);
 void cli_print_setup_help(FILE *f);
-/* Prints "memplan: <msg>" and returns 2 (usage error). */
+/* Prints "memplan: <msg>" and returns 2 (usage error). While a capture buffer is set, the first
+ * message goes there instead (without "memplan: "), so that ranks of an MPI job can agree on
+ * who failed before anything is printed (cli_ranks.h). */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_usage_capture(char *buf, size_t len);   /* NULL: print again */
 
 #endif

@@ -1,14 +1,24 @@
-/* memplan.c — the command line: subcommands and output. No planning logic lives here. */
+/* memplan.c — the command line: subcommands and output. No planning logic lives here.
+ *
+ * This is the planning front end: plan, auto, models, gpus and help, linked with the planner,
+ * cJSON and libm only, so that it starts in a millisecond or two. run, validate and bench need
+ * MPI, BLAS and CUDA: they live in memplan-exec beside this binary (cli/memplan_exec.c), which
+ * main() execv()s with the same arguments and environment (mpirun's variables included). */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "cli_auto.h"
-#include "cli_bench.h"
+#include "cli_io.h"
 #include "cli_output.h"
-#include "cli_run.h"
 #include "cli_setup.h"
 #include "cli_torch.h"
 #include "plan_auto.h"
@@ -39,7 +49,7 @@ static void usage(FILE *f) {
         "  memplan validate --against torch --model NAME|config.json [--strategy all] [--ranks 2]\n"
         "                                                the planner vs real PyTorch/DeepSpeed on CPU ranks\n"
         "      (options and what it needs installed: memplan validate --against torch --help)\n"
-        "  mpirun -np N memplan bench syncbn [--model resnet50] [--batches 2,4,8] [--json F] [--plot F.png]\n"
+        "  mpirun -np N memplan bench syncbn [--model resnet50] [--batches 2,4,8] [--json[=F]] [--plot F.png]\n"
         "                                                what SyncBatchNorm costs, measured next to the prediction\n"
         "      (bench options: memplan bench syncbn --help)\n"
         "  memplan help                                  this text\n\n");
@@ -47,20 +57,18 @@ static void usage(FILE *f) {
     fprintf(f, "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
                "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
     cli_auto_help(f);
-    fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 2 on a usage error.\n"
+    fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 1 when an output could not be\n"
+               "written (one line names it), 2 on a usage error (one line names the bad value).\n"
                "Memory is in binary GiB (2^30 bytes). Formulas and sources: docs/formulas.md.\n");
 }
 
-/* Writes JSON to --json=FILE or stdout. */
+/* Writes JSON to --json=FILE or stdout, every write checked. */
 static int emit_json(cJSON *j, const char *path) {
     char *txt = j ? cJSON_Print(j) : NULL;
     if (!txt) { fprintf(stderr, "memplan: out of memory writing JSON\n"); return 1; }
-    FILE *f = path ? fopen(path, "w") : stdout;
-    if (!f) { fprintf(stderr, "memplan: cannot write --json file '%s'\n", path); free(txt); return 1; }
-    fprintf(f, "%s\n", txt);
-    if (path) fclose(f);
+    int rc = cli_write_text("the --json output", path, txt);
     free(txt);
-    return 0;
+    return rc;
 }
 
 /* Options of plan and auto beyond the shared ones. */
@@ -116,13 +124,37 @@ static int plan_opt(void *ctx, int opt, const char *arg, char *err, size_t errle
     }
 }
 
+/* Before any work: every output (--json=FILE, --trace, --plot and the plot's data files) can
+ * be written, none is the model file, no two share a path. 0, or 2 after one line. */
+static int check_outputs(const PlanOpts *o, const CliSetup *s) {
+    char err[PATH_MAX + 256], aux[3][PATH_MAX + 16];
+    const char *flag[6] = {"--json", "--trace", "--plot", "--plot", "--plot", "--plot"};
+    const char *out[6] = {s->json_path, o->trace, o->plot, NULL, NULL, NULL};
+    if (o->plot) {   /* cli_write_plot's data and script beside the image */
+        static const char *const EXT[3] = {".terms.dat", ".curve.dat", ".gp"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(aux[i], sizeof aux[i], "%s%s", o->plot, EXT[i]);
+            out[3 + i] = aux[i];
+        }
+    }
+    for (int i = 0; i < 6; i++) {
+        if (!out[i]) continue;
+        if (cli_check_output(flag[i], out[i], &s->model_arg, 1, err, sizeof err)) return cli_usage_error("%s", err);
+        for (int k = 0; k < i; k++)
+            if (out[k] && cli_same_file(out[i], out[k]))
+                return cli_usage_error("%s and %s both write '%s': give each output its own file", flag[k], flag[i], out[i]);
+    }
+    return 0;
+}
+
 static int write_files(const PlanOpts *o, const CliSetup *s, const Plan *p) {
+    errno = 0;
     if (o->trace && cli_write_sim_trace(o->trace, &s->model, &s->train, &s->cluster, p)) {
-        fprintf(stderr, "memplan: cannot write --trace file '%s'\n", o->trace);
+        fprintf(stderr, "memplan: cannot write --trace file '%s': %s\n", o->trace, errno ? strerror(errno) : "a write failed");
         return 1;
     }
     if (o->plot && cli_write_plot(o->plot, &s->model, &s->train, &s->cluster, p)) {
-        fprintf(stderr, "memplan: cannot write --plot file '%s'\n", o->plot);
+        fprintf(stderr, "memplan: cannot write --plot file '%s' (or its data beside it)\n", o->plot);
         return 1;
     }
     if (o->trace) fprintf(stderr, "# wrote the simulated timeline to %s (open in ui.perfetto.dev or chrome://tracing)\n", o->trace);
@@ -238,6 +270,33 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cli_setup_free(&s);
         return rc;
     }
+    if (o.emit && (s.json || o.trace || o.plot)) {
+        cli_setup_free(&s);
+        return cli_usage_error("--emit %s prints only the %s on standard output: drop %s, or run it without --emit",
+                               o.emit, strcmp(o.emit, "torch") ? "DeepSpeed config" : "torchrun command",
+                               s.json ? "--json" : o.trace ? "--trace" : "--plot");
+    }
+    if (o.auto_spec.global_batch && o.auto_spec.global_batch % s.cluster.gpus) {
+        long long g = o.auto_spec.global_batch, n = s.cluster.gpus, lo = g / n * n;
+        cli_setup_free(&s);
+        if (lo == 0)
+            return cli_usage_error("--global-batch %lld is smaller than the %lld GPUs (global batch = micro-batch x "
+                                   "grad-accum x GPUs): give %lld or a multiple of it", g, n, n);
+        return cli_usage_error("--global-batch %lld is not a multiple of the %lld GPUs (global batch = micro-batch x "
+                               "grad-accum x GPUs): give %lld or %lld", g, n, lo, lo + n);
+    }
+    if ((rc = check_outputs(&o, &s))) {
+        cli_setup_free(&s);
+        return rc;
+    }
+    if (auto_mode && !plan_model_acts_known(&s.model)) {
+        /* nothing to size a micro-batch from: keep the given one instead of "the largest" */
+        o.auto_spec.max_micro_batch = s.train.micro_batch;
+        fprintf(s.json ? stderr : stdout, "# auto: %s has no activation model (%s): the micro-batch is not searched "
+                "(kept at --batch %lld); peaks leave activations out, and step time and tokens/s are not known\n",
+                s.model.name, s.model.arch == ARCH_GENERIC ? "only parameter counts are known" : "activations unknown",
+                (long long)s.train.micro_batch);
+    }
     if (auto_mode) {
         rc = run_auto(&s, &o);
         cli_setup_free(&s);
@@ -257,30 +316,63 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     return rc;
 }
 
+/* The options of models and gpus: --json[=FILE], --export NAME (models), --help. Returns 0 to
+ * go on, 1 after --help, 2 after a usage error. */
+static int list_opts(int argc, char **argv, const char *cmd, int *json, const char **json_path,
+                     const char **export_name) {
+    static const struct option OPTS[] = {
+        {"json", optional_argument, 0, 'j'}, {"export", required_argument, 0, 'e'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *valid = export_name ? "--json[=FILE], --export NAME, --help" : "--json[=FILE], --help";
+    int seen_json = 0, c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", OPTS, NULL)) != -1) {
+        const char *a = optarg;
+        if (c == 'h') return 1;
+        if (c == 'j' && !seen_json++) { *json = 1; *json_path = a; continue; }
+        if (c == 'j') return cli_usage_error("--json given twice (see 'memplan %s --help')", cmd);
+        if (c == 'e' && export_name) {
+            if (a[0] == '-' && a[1] == '-') return cli_usage_error("--export needs a model name (got the option '%s')", a);
+            if (*export_name) return cli_usage_error("--export given twice ('%s' and '%s')", *export_name, a);
+            *export_name = a;
+            continue;
+        }
+        if (c == ':') return cli_usage_error("%s needs a value (see 'memplan %s --help')", argv[optind - 1], cmd);
+        return cli_usage_error("unknown argument '%s' for '%s' (valid: %s)", argv[optind - 1], cmd, valid);
+    }
+    if (optind < argc) {
+        int bare_json = 0;
+        for (int i = 1; i < optind; i++) bare_json |= strcmp(argv[i], "--json") == 0;
+        return cli_usage_error("unexpected argument '%s' for '%s' (valid: %s%s)", argv[optind], cmd, valid,
+                               bare_json ? "; a file is --json=FILE" : "");
+    }
+    char err[PATH_MAX + 256];
+    if (*json_path && cli_check_output("--json", *json_path, NULL, 0, err, sizeof err)) return cli_usage_error("%s", err);
+    return 0;
+}
+
 static int cmd_models(int argc, char **argv) {
     int json = 0;
-    const char *export_name = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) json = 1;
-        else if (strcmp(argv[i], "--export") == 0 && i + 1 < argc) export_name = argv[++i];
-        else if (strncmp(argv[i], "--export=", 9) == 0) export_name = argv[i] + 9;
-        else if (strcmp(argv[i], "--help") == 0) {
-            printf("memplan models [--json] [--export NAME|PATH]: list the zoo, or print a model in "
-                   "memplan's JSON model format (docs/model-formats.md)\n");
-            return 0;
-        } else return cli_usage_error("unknown argument '%s' for 'models' (valid: --json, --export NAME)", argv[i]);
+    const char *export_name = NULL, *json_path = NULL;
+    int rc = list_opts(argc, argv, "models", &json, &json_path, &export_name);
+    if (rc == 1) {
+        printf("memplan models [--json[=FILE]] [--export NAME|PATH]: list the zoo (--json: as JSON, to standard output "
+               "or FILE), or print a model in memplan's JSON model format (docs/model-formats.md)\n");
+        return 0;
     }
+    if (rc) return rc;
+    if (export_name && json) return cli_usage_error("--export prints the model as JSON already: drop --json");
     char msg[512];
     if (export_name) {
         ModelSpec m;
         if (plan_load_model(&m, export_name, msg, sizeof(msg))) return cli_usage_error("%s", msg);
         char *txt = NULL;
-        int rc = plan_model_export_json(&m, &txt);
+        rc = plan_model_export_json(&m, &txt);
         plan_model_free(&m);
         if (rc) { fprintf(stderr, "memplan: out of memory exporting %s\n", export_name); return 1; }
-        printf("%s\n", txt);
+        rc = cli_write_text("the exported model", NULL, txt);
         free(txt);
-        return 0;
+        return rc;
     }
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json) {
@@ -306,13 +398,20 @@ static int cmd_models(int argc, char **argv) {
         }
         plan_model_free(&m);
     }
-    if (json) { int rc = emit_json(arr, NULL); cJSON_Delete(arr); return rc; }
+    if (json) { rc = emit_json(arr, json_path); cJSON_Delete(arr); return rc; }
     return 0;
 }
 
 static int cmd_gpus(int argc, char **argv) {
-    int json = argc > 1 && strcmp(argv[1], "--json") == 0;
-    if (argc > 1 && !json) return cli_usage_error("unknown argument '%s' for 'gpus' (valid: --json)", argv[1]);
+    int json = 0;
+    const char *json_path = NULL;
+    int rc = list_opts(argc, argv, "gpus", &json, &json_path, NULL);
+    if (rc == 1) {
+        printf("memplan gpus [--json[=FILE]]: the GPU presets with their memory, bandwidths and peak FLOP/s "
+               "(--json: as JSON, to standard output or FILE); sources in docs/gpus.md\n");
+        return 0;
+    }
+    if (rc) return rc;
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json) {
         printf("%-10s %8s %9s %9s %8s %8s %8s  %s\n", "gpu", "memory", "intra_bw", "inter_bw",
@@ -343,27 +442,69 @@ static int cmd_gpus(int argc, char **argv) {
                    g->label, g->interconnect);
         }
     }
-    if (json) { int rc = emit_json(arr, NULL); cJSON_Delete(arr); return rc; }
+    if (json) { rc = emit_json(arr, json_path); cJSON_Delete(arr); return rc; }
     return 0;
 }
 
-int main(int argc, char **argv) {
+/* run, validate and bench: memplan-exec beside this binary's resolved path, with the same
+ * arguments and environment (mpirun's included: every rank execs its own). OpenBLAS starts its
+ * threads when it is loaded, before main, so their number is set here: OPENBLAS_NUM_THREADS when
+ * given, else this node's cores shared by its ranks. Returns only on failure. */
+static int exec_backend(char **argv) {
+    char self[PATH_MAX], path[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "memplan: cannot find this program's own path (/proc/self/exe: %s) to start memplan-exec\n", strerror(errno));
+        return 1;
+    }
+    self[n] = 0;
+    snprintf(path, sizeof path, "%s/memplan-exec", dirname(self));
+    if (access(path, X_OK)) {
+        fprintf(stderr, "memplan: '%s %s' needs %s, which is %s (build it: make)\n", argv[0], argv[1], path,
+                errno == ENOENT ? "missing" : "not executable");
+        return 1;
+    }
+    if (!getenv("OPENBLAS_NUM_THREADS")) {
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        long cores = sysconf(_SC_NPROCESSORS_ONLN), local = ls ? strtol(ls, NULL, 10) : 1;
+        long th = local > 0 && cores / local > 1 ? cores / local : 1;
+        struct rlimit rl;   /* under an address-space limit every BLAS thread's 128 MiB buffer counts */
+        if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) th = 1;
+        char v[32];
+        snprintf(v, sizeof v, "%ld", th);
+        setenv("OPENBLAS_NUM_THREADS", v, 1);
+    }
+    fflush(NULL);
+    execv(path, argv);
+    fprintf(stderr, "memplan: cannot start %s: %s\n", path, strerror(errno));
+    return 1;
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc >= 2 && argv[1][0] != '-') {
         const char *cmd = argv[1];
         if (strcmp(cmd, "plan") == 0) return cmd_plan(argc - 1, argv + 1, 0);
         if (strcmp(cmd, "auto") == 0) return cmd_plan(argc - 1, argv + 1, 1);
         if (strcmp(cmd, "models") == 0) return cmd_models(argc - 1, argv + 1);
         if (strcmp(cmd, "gpus") == 0) return cmd_gpus(argc - 1, argv + 1);
-        if (strcmp(cmd, "run") == 0) return cli_cmd_run(argc - 1, argv + 1);
-        if (strcmp(cmd, "validate") == 0) {
-            /* --against torch plans and launches the PyTorch harness: no MPI in this process */
-            if (cli_wants_against(argc - 1, argv + 1)) return cli_cmd_validate_torch(argc - 1, argv + 1);
-            return cli_cmd_validate(argc - 1, argv + 1);
-        }
-        if (strcmp(cmd, "bench") == 0) return cli_cmd_bench(argc - 1, argv + 1);
         if (strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
+        /* `validate --against torch` plans, then runs the PyTorch harness under torchrun: it needs
+           no MPI, BLAS or CUDA in this process, so the front end serves it */
+        if (strcmp(cmd, "validate") == 0 && cli_wants_against(argc - 1, argv + 1))
+            return cli_cmd_validate_torch(argc - 1, argv + 1);
+        if (strcmp(cmd, "run") == 0 || strcmp(cmd, "validate") == 0 || strcmp(cmd, "bench") == 0)
+            return exec_backend(argv);
         return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, run, validate, bench, help)", cmd);
     }
     if (argc < 2) { usage(stderr); return 2; }
     return cmd_plan(argc, argv, 0);
+}
+
+int main(int argc, char **argv) {
+    cli_io_start();
+    /* planning output is small: held whole until exit when it goes to a file or pipe, so that a
+       failed write is seen by cli_io_finish with its reason (a terminal stays line-buffered) */
+    static char outbuf[1 << 18];   /* glibc ignores the size when it allocates the buffer itself */
+    if (!isatty(1)) setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    return cli_io_finish(dispatch(argc, argv));
 }

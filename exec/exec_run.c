@@ -565,6 +565,22 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
             fail_setup(res, EXEC_RUN_ERROR, msg);
         }
     }
+    /* rank 0 writes the files: every rank learns whether it could, so that none waits for it in
+       the next run's collectives (validate runs strategy after strategy) */
+    if ((cfg->trace_path || cfg->dump_path) && N > 1) {
+        double wrote = res->status == EXEC_RUN_OK, *oks = calloc((size_t)N, sizeof *oks);
+        if (!oks || control_gather(c, cc, &wrote, 1, oks)) {
+            fail_setup(res, EXEC_RUN_ERROR, "the exchange after writing the output files failed");
+            res->needs_abort = 1;
+        } else {
+            for (int r = 0; r < N && res->status == EXEC_RUN_OK; r++)
+                if (oks[r] == 0) {
+                    snprintf(msg, sizeof msg, "rank %d could not write its output files", r);
+                    fail_setup(res, EXEC_RUN_ERROR, msg);
+                }
+        }
+        free(oks);
+    }
 
 done:
     comm_set_counters(c, NULL);

@@ -402,9 +402,13 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
             dc.wire_bytes > 0 ? out->comm.wire_bytes / dc.wire_bytes : 0, dc.wire_bytes / GIB);
     else
         say(out, "traffic: none between GPUs (one GPU)\n");
-    say(out, "time: step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
-        "%.0f %s/s at %.0f%% MFU\n", out->time.step_s * 1e3, out->time.compute_s * 1e3,
-        out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3, out->time.tokens_per_s, unit, c->mfu * 100);
+    if (!plan_model_acts_known(m))   /* no FLOPs per sample without the architecture: only communication is known */
+        say(out, "time: not known (no architecture: compute and tokens per step are not modelled); communication "
+            "%.1f ms per step\n", out->time.comm_s * 1e3);
+    else
+        say(out, "time: step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
+            "%.0f %s/s at %.0f%% MFU\n", out->time.step_s * 1e3, out->time.compute_s * 1e3,
+            out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3, out->time.tokens_per_s, unit, c->mfu * 100);
     if (out->runner_found) {
         plan_auto_setup_name(out->runner, &out->runner_train, nm, sizeof(nm));
         say(out, "runner-up: %s, %.0f %s/s (%+.1f%%) at micro-batch %lld, grad-accum %lld, act-ckpt %s\n", nm,

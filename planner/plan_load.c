@@ -255,6 +255,24 @@ static FileFormat detect(const cJSON *root) {
     return FMT_UNKNOWN;
 }
 
+/* A key given twice in one object: cJSON keeps both and lookups see the first, so the second
+ * would be ignored silently. 0, or -1 naming the key and where it is. */
+static int duplicate_key(const cJSON *o, LoadCtx *c, const char *where) {
+    if (!o) return 0;
+    for (const cJSON *a = o->child; a; a = a->next) {
+        if (cJSON_IsObject(o) && a->string)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (b->string && strcmp(a->string, b->string) == 0)
+                    return ld_fail(c, "key '%s'%s%s is given twice: give it once", a->string, *where ? " in " : "", where);
+        if (cJSON_IsObject(a) || cJSON_IsArray(a)) {
+            char sub[128];
+            snprintf(sub, sizeof(sub), "%s%s%s", where, *where && a->string ? "." : "", a->string ? a->string : "");
+            if (duplicate_key(a, c, cJSON_IsObject(o) ? sub : where)) return -1;
+        }
+    }
+    return 0;
+}
+
 int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const char *label,
                                 char *msg, size_t msglen) {
     LoadCtx c = {label && label[0] ? label : "(input)", msg, msglen, 0};
@@ -305,6 +323,9 @@ int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const
                 "\"memplan_model\")");
         break;
     }
+    if (rc == 0 && duplicate_key(root, &c, "")) rc = -1;   /* where the format's loader did not say it */
+    if (rc == 0 && plan_model_params(m) == 0)
+        rc = ld_fail(&c, "the model has no trainable parameters: nothing to plan");
     if (rc == 0) {
         snprintf(m->source, sizeof(m->source), "%s", c.label);
     } else {

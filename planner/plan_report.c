@@ -56,9 +56,12 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
             if (k == TERM_ACTIVATIONS && !r->mem.acts_known) fprintf(f, " %8s", "unknown");
             else fprintf(f, " %8s", plan_fmt_gib(r->mem.term[k], buf[k], sizeof(buf[k])));
         }
-        fprintf(f, " %8s %-4s %9s %9lld %8s  %s\n", plan_fmt_gib(r->mem.peak, buf[TERM_COUNT], 24),
+        char mb[24];   /* without activations the batch that fits is not known: no figure */
+        if (r->mem.acts_known) snprintf(mb, sizeof(mb), "%lld", (long long)r->max_micro_batch);
+        else snprintf(mb, sizeof(mb), "%s", r->max_micro_batch > 0 ? "unknown" : "0");
+        fprintf(f, " %8s %-4s %9s %9s %8s  %s\n", plan_fmt_gib(r->mem.peak, buf[TERM_COUNT], 24),
                 r->mem.fits ? "yes" : !r->mem.gpu_fits ? "OOM" : "host",
-                plan_fmt_gib(r->mem.headroom, buf[TERM_COUNT + 1], 24), (long long)r->max_micro_batch,
+                plan_fmt_gib(r->mem.headroom, buf[TERM_COUNT + 1], 24), mb,
                 plan_fmt_gib(r->mem.host_per_node, buf[TERM_COUNT + 2], 24), r->mem.peak_where);
     }
     for (int i = 0; i < p->n_rows; i++) {
@@ -119,17 +122,21 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
                     plan_strategy(k)->name, (long long)t->grad_accum - 1, extra / GIB, saved / GIB);
         }
     }
-    fprintf(f, "# simulated step per GPU (compute at %.0f%% of the preset's peak FLOP/s; DDP buckets "
-               "overlap backward, FSDP/ZeRO-3 prefetch one unit)\n", c->mfu * 100);
-    fprintf(f, "%-13s %10s %10s %10s %10s %12s %10s\n", "strategy", "compute", "comm", "exposed",
-            "step", "throughput", "comm/GPU");
-    fprintf(f, "%-13s %10s %10s %10s %10s %12s %10s\n", "-", "ms", "ms", "ms", "ms",
-            m->arch == ARCH_CNN ? "samples/s" : "tokens/s", "GiB");
+    const char *unit = m->arch == ARCH_CNN ? "samples/s" : "tokens/s";
+    fprintf(f, "# simulated step: every GPU runs the same step, so times and comm are per GPU; throughput per GPU "
+               "and for all %lld GPUs (compute at %.0f%% of the preset's peak FLOP/s; DDP buckets overlap backward, "
+               "FSDP/ZeRO-3 prefetch one unit)\n", (long long)c->gpus, c->mfu * 100);
+    fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "strategy", "compute", "comm", "exposed",
+            "step", "per_gpu", "all_gpus", "comm/GPU");
+    fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "-", "ms", "ms", "ms", "ms", unit, unit, "GiB");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];
-        fprintf(f, "%-13s %10.2f %10.2f %10.2f %10.2f %12.0f %10.3f\n", plan_strategy(r->kind)->name,
+        char tg[24], ta[24];   /* without the architecture, tokens per step are not modelled */
+        snprintf(tg, sizeof(tg), r->mem.acts_known ? "%.0f" : "unknown", r->time.tokens_per_s / (double)c->gpus);
+        snprintf(ta, sizeof(ta), r->mem.acts_known ? "%.0f" : "unknown", r->time.tokens_per_s);
+        fprintf(f, "%-13s %10.2f %10.2f %10.2f %10.2f %12s %12s %10.3f\n", plan_strategy(r->kind)->name,
                 r->time.compute_s * 1e3, r->time.comm_s * 1e3, r->time.exposed_comm_s * 1e3,
-                r->time.step_s * 1e3, r->time.tokens_per_s, r->comm.wire_bytes / GIB);
+                r->time.step_s * 1e3, tg, ta, r->comm.wire_bytes / GIB);
     }
     if (p->recommended >= 0)
         fprintf(f, "recommendation: %s — %s\n", plan_strategy(p->rows[p->recommended].kind)->name,
@@ -176,7 +183,8 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
         cJSON_AddBoolToObject(o, "gpu_fits", r->mem.gpu_fits);
         cJSON_AddBoolToObject(o, "host_fits", r->mem.host_fits);
         cJSON_AddNumberToObject(o, "host_bytes_per_node", r->mem.host_per_node);
-        cJSON_AddNumberToObject(o, "max_micro_batch", (double)r->max_micro_batch);
+        if (r->mem.acts_known || r->max_micro_batch == 0) cJSON_AddNumberToObject(o, "max_micro_batch", (double)r->max_micro_batch);
+        else cJSON_AddNullToObject(o, "max_micro_batch");   /* fits, but how many samples is unknown */
         cJSON_AddNumberToObject(o, "model_states_bytes", r->mem.model_states);
         cJSON_AddNumberToObject(o, "headroom_bytes", r->mem.headroom);
         cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(r->mem.peak_phase));
@@ -234,7 +242,8 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
         cJSON_AddNumberToObject(tm, "comm_s", r->time.comm_s);
         cJSON_AddNumberToObject(tm, "exposed_comm_s", r->time.exposed_comm_s);
         cJSON_AddNumberToObject(tm, "step_s", r->time.step_s);
-        cJSON_AddNumberToObject(tm, "tokens_per_s", r->time.tokens_per_s);
+        cJSON_AddNumberToObject(tm, "tokens_per_s", r->time.tokens_per_s);   /* all GPUs */
+        cJSON_AddNumberToObject(tm, "tokens_per_s_per_gpu", r->time.tokens_per_s / (double)c->gpus);
         cJSON_AddNumberToObject(tm, "flops_per_gpu", r->time.flops_per_step);
         cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
         for (int k = 0; k < PHASE_COUNT; k++)

@@ -55,7 +55,7 @@ Test(cli_bench, syncbn_should_print_the_table_and_write_json_and_plot_data, .tim
     cr_assert_not_null(mkdtemp(dir));
     snprintf(json, sizeof json, "%s/b.json", dir);
     snprintf(plot, sizeof plot, "%s/b.png", dir);
-    Run r = launch(4, "bench syncbn --model resnet-tiny --batches 4,2 --ranks 2,4 --steps 1 --warmup 0 --json %s --plot %s",
+    Run r = launch(4, "bench syncbn --model resnet-tiny --batches 4,2 --ranks 2,4 --steps 1 --warmup 0 --json=%s --plot %s",
                    json, plot);
     cr_assert_eq(r.status, 0, "%s", r.out);
     cr_expect(strstr(r.out, "ranks   batch   bn_fwd") != NULL, "no header:\n%s", r.out);

@@ -1,0 +1,118 @@
+/* cli_io.c — see cli_io.h. */
+#include "cli_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int stdout_closed, stdout_reported;
+
+void cli_io_start(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        if (fd == 1) stdout_closed = 1;
+        int n = open("/dev/null", O_RDONLY);   /* writes to it fail: nothing is lost silently */
+        if (n >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
+}
+
+int cli_io_finish(int rc)
+{
+    errno = 0;
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    int e = errno;
+    if (!bad) return rc;
+    if (stdout_reported) return rc ? rc : 1;
+    if (stdout_closed)
+        fprintf(stderr, "memplan: cannot write standard output: it is closed (the output is lost)\n");
+    else
+        fprintf(stderr, "memplan: cannot write standard output: %s (the output is incomplete)\n",
+                e ? strerror(e) : "a write failed");
+    return rc ? rc : 1;
+}
+
+int cli_same_file(const char *a, const char *b)
+{
+    if (!a || !b) return 0;
+    if (strcmp(a, b) == 0) return 1;
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int cli_check_output(const char *flag, const char *path, const char *const *inputs, int n, char *err,
+                     size_t errlen)
+{
+    if (!path || !*path) {
+        snprintf(err, errlen, "%s needs a file name", flag);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && cli_same_file(path, inputs[i])) {
+            snprintf(err, errlen, "%s '%s' is the input file '%s': give another name, nothing was written", flag,
+                     path, inputs[i]);
+            return -1;
+        }
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "%s '%s' is a folder: give a file name", flag, path);
+            return -1;
+        }
+        if (access(path, W_OK)) {
+            snprintf(err, errlen, "%s '%s' cannot be written: %s", flag, path, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) {
+        snprintf(err, errlen, "%s '%s' cannot be written: %s", flag, path, strerror(errno));
+        return -1;
+    }
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    const char *dir = dirname(tmp);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s '%s': the folder '%s' does not exist", flag, path, dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK)) {
+        snprintf(err, errlen, "%s '%s': cannot create a file in '%s': %s", flag, path, dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int cli_write_text(const char *what, const char *path, const char *text)
+{
+    FILE *f = path ? fopen(path, "w") : stdout;
+    const char *name = path ? path : "standard output";
+    if (!f) {
+        fprintf(stderr, "memplan: cannot write %s '%s': %s\n", what, name, strerror(errno));
+        return 1;
+    }
+    errno = 0;
+    int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
+    bad |= fflush(f) != 0 || ferror(f);
+    int e = errno;
+    if (path && fclose(f) != 0) {
+        bad = 1;
+        if (!e) e = errno;
+    }
+    if (bad) {
+        if (!path) stdout_reported = 1;   /* cli_io_finish does not report it again */
+        if (!path && stdout_closed) fprintf(stderr, "memplan: cannot write %s to standard output: it is closed\n", what);
+        else if (!path) fprintf(stderr, "memplan: cannot write %s to standard output: %s\n", what, e ? strerror(e) : "a write failed");
+        else fprintf(stderr, "memplan: cannot write %s '%s': %s\n", what, name, e ? strerror(e) : "a write failed");
+        return 1;
+    }
+    return 0;
+}
