@@ -48,6 +48,9 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
     *quad_out = quad;
 }
 
+static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
+                                      const ActInputs *in);
+
 /* memplan engine (fp32, exec/exec_gpt2.c): per block per token 18h + 4 floats and 2a*s
  * floats (preatt, att); see docs/formulas.md "engine layout". */
 static double engine_layer_bytes(const ModelSpec *m, const LayerSpec *l, double bs, double s) {
@@ -70,6 +73,19 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
         return b * ((double)l->act_elems * p->act_bytes + 4.0 * (double)l->act_fp32_elems +
                     (double)l->act_mask_elems);
     if (t->impl == IMPL_ENGINE) return engine_layer_bytes(m, l, bs, s);
+    /* a base class returns its last hidden state (R per element), which the caller holds
+       through backward (the training loop's `outputs`); it has no head to hold logits */
+    double out = m->headless && i == m->n_layers - 1
+                     ? bs * p->param_bytes * (double)m->d_model : 0;
+    return out + transformer_layer_bytes(m, i, t, in);
+}
+
+/* Eager PyTorch saved tensors of transformer layer i (docs/formulas.md "Activations"). */
+static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
+                                      const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double b = (double)in->b, s = (double)in->s, bs = b * s;
     double X = p->act_bytes, R = p->param_bytes, M = in->dropout > 0 ? 1 : 0;
     double h = (double)m->d_model, V = (double)m->vocab;
     double stats = m->norm == NORM_LAYERNORM ? 8 : 4;
@@ -108,7 +124,7 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
 
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
     double bs = (double)in->b * (double)in->s;
-    if (m->arch == ARCH_GENERIC) return 0;
+    if (m->arch == ARCH_GENERIC || m->headless) return 0;   /* no loss, no logits gradient */
     if (m->arch == ARCH_CNN) return (double)in->b * 4.0 * (double)m->vocab;
     if (t->impl == IMPL_ENGINE) return bs * 4.0 * (double)m->vocab;  /* dlogits */
     return bs * 4.0 * (double)m->vocab;        /* fp32 gradient of the log-softmax input */

@@ -51,6 +51,60 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     z->optimizer = o_local * (p->master_bytes + o->states * p->state_bytes);
 }
 
+/* A tied output head (lm_head.weight is the token embedding's Parameter) gives that parameter
+   two uses, so its AccumulateGrad node runs only when both gradients have arrived: the LM head's
+   vocabulary x hidden gradient waits in the autograd engine's input buffer from the head's
+   backward until the embedding's backward adds the second one (torch/csrc/autograd/
+   input_buffer.h), and only then does .grad exist or DDP's hook fire. Returns those bytes, or 0
+   where they are already charged: the FSDP rows hold the root unit's full gradient through
+   backward, the ZeRO-2 row its in-flight gradients; memplan's engine has no such buffer.
+   Measured: docs/formulas.md "Tied output head". */
+static double tied_head_grad_bytes(const ModelSpec *m, const TrainSpec *t, const Strategy *s,
+                                   const PrecisionSpec *p, int grad_flight) {
+    if (!m->tied_embeddings || m->headless || t->impl == IMPL_ENGINE || grad_flight) return 0;
+    if (s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == LAYER_EMBED)
+            return (double)m->layers[i].largest_tensor * p->grad_bytes;   /* V x e */
+    return 0;
+}
+
+/* Autocast's cast cache under full activation checkpointing. autocast caches the
+   low-precision copy of every leaf tensor that requires grad (parameters: DDP's, DeepSpeed's
+   gathered ones, and FSDP2's unsharded nn.Parameters alike) until the autocast region exits
+   (aten/src/ATen/autocast_mode.cpp cached_cast; torch.amp.autocast.__exit__ clears the cache).
+   A checkpointed block saves nothing, so its copies live exactly as long as the cache: all of
+   them at the end of forward, none once the region exits before backward; a recomputed block
+   re-enters autocast (torch/utils/checkpoint.py) and holds its own copies while it runs.
+   Layers outside the blocks (the LM head) are not checkpointed and keep theirs saved.
+   Returns the copies still held at the start of backward. */
+static int ckpt_casts_cached(const TrainSpec *t, const PrecisionSpec *p) {
+    return t->act_ckpt == CKPT_FULL && p->cast_copy_bytes > 0 && t->impl == IMPL_PYTORCH;
+}
+
+static double ckpt_casts_after_forward(const ModelSpec *m, const PrecisionSpec *p) {
+    double b = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind != LAYER_BLOCK) b += (double)m->layers[i].params * p->cast_copy_bytes;
+    return b;
+}
+
+/* DeepSpeed ZeRO-1/2 optimizer step (deepspeed/runtime/zero/stage_1_and_2.py, step()): first
+   the gradient norm, which reads the flat gradient partition through an fp64 copy
+   (get_grad_norm_direct: g.to(get_norm_dtype()), fp64 wherever the device has it,
+   deepspeed/runtime/zero/utils.py); then, in the mixed-precision regimes, an fp32 copy of the
+   partition (flat_grad_partition.to(single_partition_of_fp32_groups[i].dtype)) that becomes the
+   fp32 master's .grad through the optimizer step, while the 16-bit partition gradients are
+   freed (free_grad_in_param_list). Bytes per local optimizer element: norm_b at the norm,
+   fp32_b - grad bytes at the step. Measured: docs/formulas.md "DeepSpeed ZeRO-1/2 step". */
+static int ds_zero12_step(const Strategy *s, const TrainSpec *t, const PrecisionSpec *p,
+                          double *norm_b, double *fp32_b) {
+    if (s->buffers != BUF_DS_REDUCE || t->impl != IMPL_PYTORCH) return 0;
+    *norm_b = 8;
+    *fp32_b = p->master_bytes > 0 ? 4.0 - p->grad_bytes : 0;
+    return 1;
+}
+
 /* Everything the walk needs, resolved once. */
 typedef struct {
     const ModelSpec *m;
@@ -184,21 +238,28 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     double embed_params = 0;
     for (int i = 0; i < m->n_layers && m->tied_embeddings; i++)
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
+    double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
+    int cached = ckpt_casts_cached(t, p);
+    if (cached) casts = ckpt_casts_after_forward(m, p);   /* the region exited: cache cleared */
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
+        if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
         if (!grads_persistent)
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
         tv[TERM_GRADS] = grads_now;
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
+        tv[TERM_GRADS] += tied_live;
         tv[TERM_COMM] = persistent_comm + bwd_comm;
         tv[TERM_ACTIVATIONS] = acts;
-        tv[TERM_TRANSIENT] = casts + plan_act_backward_workspace(m, i, t, &w.in) +
+        double recast = cached && l->kind == LAYER_BLOCK ? pu * p->cast_copy_bytes : 0;
+        tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
                              (i == m->n_layers - 1 ? loss_tr : 0);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
-        casts -= pu * p->cast_copy_bytes;
+        if (!recast) casts -= pu * p->cast_copy_bytes;
+        if (l->kind == LAYER_EMBED) tied_live = 0;
     }
 
     /* ---- optimizer step ---- */
@@ -210,6 +271,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        optimizers (the mixed-precision regimes) do not */
     tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0 && t->impl != IMPL_ENGINE)
                              ? o_local * p->state_bytes : 0;   /* the engine updates in place */
+    double norm_b, fp32_b;
+    if (ds_zero12_step(s, t, p, &norm_b, &fp32_b)) {
+        double opt_tr = tv[TERM_TRANSIENT];
+        tv[TERM_TRANSIENT] = o_local * norm_b;               /* fp64 copy for the norm */
+        moment(&w, PHASE_STEP, -1, tv, "gradient norm");
+        tv[TERM_TRANSIENT] = opt_tr;
+        tv[TERM_GRADS] = grads_steady + o_local * fp32_b;     /* fp32 partition grad, 16-bit freed */
+    }
     moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
     if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD)

@@ -19,6 +19,10 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
     fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
             plan_fmt_count(plan_model_params(m), a, sizeof(a)), plan_arch_name(m->arch),
             m->n_layers, m->source);
+    if (m->headless)
+        fprintf(f, "# %s is a base model (no LM head): no logits and no loss are planned; training "
+                "it needs a loss on its last hidden state, which the caller holds through backward\n",
+                m->name);
     fprintf(f, "# cluster: %lld x %s (%s, %s each), %lld GPUs per node, %lld node%s\n",
             (long long)c->gpus, c->gpu.name, c->gpu.label,
             plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof(b)), (long long)c->gpus_per_node,
@@ -122,6 +126,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jm, "arch", plan_arch_name(m->arch));
     cJSON_AddNumberToObject(jm, "layers", m->n_layers);
     cJSON_AddStringToObject(jm, "source", m->source);
+    cJSON_AddBoolToObject(jm, "has_loss", !m->headless);   /* base classes: no head, no loss */
     cJSON *jc = cJSON_AddObjectToObject(root, "cluster");
     cJSON_AddStringToObject(jc, "gpu", c->gpu.name);
     cJSON_AddNumberToObject(jc, "gpus", (double)c->gpus);
