@@ -82,10 +82,28 @@ static int ckpt_casts_cached(const TrainSpec *t, const PrecisionSpec *p) {
     return t->act_ckpt == CKPT_FULL && p->cast_copy_bytes > 0 && t->impl == IMPL_PYTORCH;
 }
 
+/* Elements of layer i that autocast casts to the low-precision dtype: the weights of its
+   matmuls and convolutions. Embedding lookups and norms run in fp32 under autocast (they are
+   not on its lower-precision op list; measured: F.embedding and F.layer_norm return fp32), so
+   the embedding layer casts nothing; a tied head casts the shared V x e embedding weight. */
+static double layer_cast_elems(const ModelSpec *m, int i) {
+    const LayerSpec *l = &m->layers[i];
+    switch (l->kind) {
+    case LAYER_EMBED: case LAYER_NORM: case LAYER_BN: return 0;
+    case LAYER_HEAD: {
+        double e = 0;
+        for (int k = 0; k < m->n_layers && m->tied_embeddings; k++)
+            if (m->layers[k].kind == LAYER_EMBED) e = (double)m->layers[k].largest_tensor;
+        return (double)l->params + e;
+    }
+    default: return (double)l->params;
+    }
+}
+
 static double ckpt_casts_after_forward(const ModelSpec *m, const PrecisionSpec *p) {
     double b = 0;
     for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].kind != LAYER_BLOCK) b += (double)m->layers[i].params * p->cast_copy_bytes;
+        if (m->layers[i].kind != LAYER_BLOCK) b += layer_cast_elems(m, i) * p->cast_copy_bytes;
     return b;
 }
 
@@ -222,7 +240,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_OPTIMIZER] = z->optimizer;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
-        casts += (double)m->layers[i].params * p->cast_copy_bytes;   /* autocast weight copies */
+        /* autocast weight copies (memplan's engine layout keeps its whole-parameter count) */
+        casts += (t->impl == IMPL_ENGINE ? (double)m->layers[i].params : layer_cast_elems(m, i)) *
+                 p->cast_copy_bytes;
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts;
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
@@ -253,12 +273,13 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_GRADS] += tied_live;
         tv[TERM_COMM] = persistent_comm + bwd_comm;
         tv[TERM_ACTIVATIONS] = acts;
-        double recast = cached && l->kind == LAYER_BLOCK ? pu * p->cast_copy_bytes : 0;
+        double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
+        double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
         tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
                              (i == m->n_layers - 1 ? loss_tr : 0);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
-        if (!recast) casts -= pu * p->cast_copy_bytes;
+        if (!recast) casts -= cast_i;
         if (l->kind == LAYER_EMBED) tied_live = 0;
     }
 
