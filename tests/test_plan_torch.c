@@ -1,0 +1,198 @@
+/* test_plan_torch.c — the planner's PyTorch layout where real PyTorch / DeepSpeed were measured
+ * to differ from the earlier model (docs/formulas.md "Checked against PyTorch"): base classes
+ * without a head, a tied head's gradient held by the autograd engine, DeepSpeed ZeRO-1/2's step
+ * copies, and autocast's cast cache under full activation checkpointing. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "plan_activ.h"
+#include "plan_load.h"
+#include "plan_memory.h"
+#include "test_plan.h"
+
+static char msg[1024];
+
+static ModelSpec from_json(const char *js) {
+    ModelSpec m;
+    cr_assert_eq(plan_load_model_from_buffer(&m, js, strlen(js), "mem", msg, sizeof(msg)), 0, "%s", msg);
+    return m;
+}
+
+/* ---- base classes: counts from transformers 5.24 on the meta device
+ * (AutoModel.from_config(cfg) under torch.device("meta"), parameters summed) ---- */
+
+Test(plan_torch_headless, base_classes_should_count_what_transformers_counts) {
+    static const struct { const char *js; long long n; } cases[] = {
+        {"{\"model_type\":\"gpt2\",\"architectures\":[\"GPT2Model\"],\"vocab_size\":50257,\"n_embd\":1600,"
+         "\"n_layer\":48,\"n_head\":25,\"tie_word_embeddings\":false}", 1557611200LL},
+        {"{\"model_type\":\"llama\",\"architectures\":[\"LlamaModel\"],\"vocab_size\":32000,\"hidden_size\":4096,"
+         "\"intermediate_size\":11008,\"num_hidden_layers\":32,\"num_attention_heads\":32}", 6607343616LL},
+        {"{\"model_type\":\"qwen2\",\"architectures\":[\"Qwen2Model\"],\"vocab_size\":151936,\"hidden_size\":896,"
+         "\"intermediate_size\":4864,\"num_hidden_layers\":24,\"num_attention_heads\":14,"
+         "\"num_key_value_heads\":2,\"tie_word_embeddings\":true}", 494032768LL},
+        {"{\"model_type\":\"bert\",\"architectures\":[\"BertModel\"],\"vocab_size\":30522,\"hidden_size\":768,"
+         "\"intermediate_size\":3072,\"num_hidden_layers\":12,\"num_attention_heads\":12,"
+         "\"max_position_embeddings\":512}", 109482240LL},
+        {"{\"model_type\":\"t5\",\"architectures\":[\"T5Model\"],\"vocab_size\":32128,\"d_model\":768,\"d_ff\":3072,"
+         "\"d_kv\":64,\"num_heads\":12,\"num_layers\":12}", 222903552LL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ModelSpec m = from_json(cases[i].js);
+        cr_expect_eq(plan_model_params(&m), cases[i].n, "case %zu: %lld", i, (long long)plan_model_params(&m));
+        cr_expect(m.headless, "case %zu", i);
+        for (int k = 0; k < m.n_layers; k++) cr_expect_neq(m.layers[k].kind, LAYER_HEAD, "case %zu", i);
+        plan_model_free(&m);
+    }
+}
+
+Test(plan_torch_headless, a_base_class_should_plan_no_logits_and_no_loss_but_hold_its_output) {
+    ModelSpec lm = zoo("gpt2");
+    ModelSpec base = from_json("{\"model_type\":\"gpt2\",\"architectures\":[\"GPT2Model\"],\"vocab_size\":50257,"
+                               "\"n_embd\":768,\"n_layer\":12,\"n_head\":12}");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.micro_batch = 2;
+    t.seq = 1024;
+    ActInputs in = {2, 1024, 0.0};
+    cr_expect_eq(plan_act_loss_transient(&base, &t, &in), 0.0);
+    cr_expect_gt(plan_act_loss_transient(&lm, &t, &in), 0.0);
+    /* the final norm: input + LayerNorm statistics, + the fp32 last hidden state the caller holds */
+    int last = base.n_layers - 1;
+    cr_expect_eq(base.layers[last].kind, LAYER_NORM);
+    cr_expect_eq(plan_act_layer_bytes(&base, last, &t, &in), 2.0 * 1024 * (4 * 768 + 8 + 4 * 768));
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    MemResult rl, rb;
+    plan_memory(&lm, &t, &c, STRAT_DDP, &rl);
+    plan_memory(&base, &t, &c, STRAT_DDP, &rb);
+    cr_expect_lt(rb.term[TERM_ACTIVATIONS] + rb.term[TERM_TRANSIENT],
+                 rl.term[TERM_ACTIVATIONS] + rl.term[TERM_TRANSIENT] - 10.0 * 2 * 1024 * 50257);
+    plan_model_free(&lm);
+    plan_model_free(&base);
+}
+
+/* ---- walk capture ---- */
+
+typedef struct {
+    double grads[256], transient[256];
+    double step_grads[4], step_transient[4];
+    int n_step;
+    double end_fwd_transient;
+} Capture;
+
+static void capture(void *ctx, PhaseKind ph, int layer, const double term[TERM_COUNT], double total) {
+    (void)total;
+    Capture *k = ctx;
+    if (ph == PHASE_BACKWARD && layer >= 0 && layer < 256) {
+        k->grads[layer] = term[TERM_GRADS];
+        k->transient[layer] = term[TERM_TRANSIENT];
+    } else if (ph == PHASE_STEP && k->n_step < 4) {
+        k->step_grads[k->n_step] = term[TERM_GRADS];
+        k->step_transient[k->n_step++] = term[TERM_TRANSIENT];
+    } else if (ph == PHASE_FORWARD) {
+        k->end_fwd_transient = term[TERM_TRANSIENT];
+    }
+}
+
+static void zero_overheads(ClusterSpec *c) {
+    c->cuda_context = 0;
+    c->nccl_per_comm = 0;
+    c->alloc_margin = 0;
+    c->margin_is_frac = 0;
+}
+
+/* ---- tied head: V x h gradient from the head's backward to the embedding's ---- */
+
+Test(plan_torch_tied, ddp_should_hold_the_tied_heads_gradient_until_the_embeddings_backward) {
+    ModelSpec m = zoo("gpt2-mini");                      /* V 1024, h 128, tied */
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    zero_overheads(&c);
+    Capture k;
+    memset(&k, 0, sizeof(k));
+    MemResult r;
+    plan_memory_walk(&m, &t, &c, STRAT_DDP, &r, capture, &k);
+    double vh = 1024.0 * 128 * 4, own = 0;
+    for (int i = m.n_layers - 1; i >= 1; i--) {          /* head .. first block */
+        own += (double)m.layers[i].params * 4;
+        cr_expect_eq(k.grads[i], own + vh, "layer %s", m.layers[i].name);
+    }
+    own += (double)m.layers[0].params * 4;
+    cr_expect_eq(k.grads[0], own + vh);                  /* both halves at the embedding's backward */
+    cr_expect_eq(k.step_grads[0], own);                  /* one .grad after it */
+    plan_model_free(&m);
+}
+
+Test(plan_torch_tied, fsdp_should_not_count_the_tied_gradient_twice) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    zero_overheads(&c);
+    Capture k;
+    memset(&k, 0, sizeof(k));
+    MemResult r;
+    plan_memory_walk(&m, &t, &c, STRAT_FSDP_FULL, &r, capture, &k);
+    int head = m.n_layers - 1;
+    cr_expect_eq(k.grads[head], 0.0);                    /* tied head: no own params; root grad is comm */
+    plan_model_free(&m);
+}
+
+/* ---- DeepSpeed ZeRO-1/2 step: fp64 norm copy, then the fp32 gradient partition ---- */
+
+Test(plan_torch_deepspeed, zero2_bf16_step_should_copy_the_partition_to_fp64_then_fp32) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    zero_overheads(&c);
+    Capture k;
+    memset(&k, 0, sizeof(k));
+    MemResult r;
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_ZERO2, &z);
+    plan_memory_walk(&m, &t, &c, STRAT_ZERO2, &r, capture, &k);
+    cr_assert_eq(k.n_step, 2);
+    cr_expect_eq(k.step_transient[0], 8 * z.psi_shard);           /* gradient norm, fp64 */
+    cr_expect_eq(k.step_grads[1], z.grads + 2 * z.psi_shard);      /* + fp32, - bf16 partition */
+    /* DDP has neither */
+    memset(&k, 0, sizeof(k));
+    plan_memory_walk(&m, &t, &c, STRAT_DDP, &r, capture, &k);
+    cr_expect_eq(k.n_step, 1);
+    plan_model_free(&m);
+}
+
+/* ---- autocast cast cache under full checkpointing ---- */
+
+Test(plan_torch_autocast, checkpointed_blocks_should_drop_their_casts_when_autocast_exits) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_AMP_BF16;
+    t.act_ckpt = CKPT_FULL;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    zero_overheads(&c);
+    Capture k;
+    memset(&k, 0, sizeof(k));
+    MemResult r;
+    plan_memory_walk(&m, &t, &c, STRAT_DDP, &r, capture, &k);
+    double blocks = 0;
+    for (int i = 0; i < m.n_layers; i++)
+        if (m.layers[i].kind == LAYER_BLOCK) blocks += (double)m.layers[i].params;
+    double head_cast = 1024.0 * 128 * 2;                 /* the tied head casts wte */
+    cr_expect_eq(k.end_fwd_transient, 2 * blocks + head_cast);   /* all cached at end of forward */
+    ActInputs in = {1, 128, 0.0};
+    /* block.0 in backward: the head's saved cast is gone, its own recast and recompute remain */
+    cr_expect_eq(k.transient[1], 2.0 * (double)m.layers[1].params +
+                                     plan_act_backward_workspace(&m, 1, &t, &in));
+    plan_model_free(&m);
+}
