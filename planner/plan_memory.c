@@ -123,6 +123,42 @@ static int ds_zero12_step(const Strategy *s, const TrainSpec *t, const Precision
     return 1;
 }
 
+/* DeepSpeed ZeRO-3 gathers parameters module by module (deepspeed/runtime/zero/
+   partitioned_param_coordinator.py, fetch_sub_module / release_sub_module) with its defaults
+   (deepspeed/runtime/zero/config.py): stage3_prefetch_bucket_size 5e7 elements gathered ahead
+   of use, stage3_max_reuse_distance 1e9: a module's parameters are not released after its
+   forward when they are used again within 1e9 parameter elements of the step's trace
+   (__params_to_release). A layer used in forward is used again in its backward after the rest
+   of the forward and the backward of the later layers, 2 x Σ later layers' elements: below 1e9
+   it stays gathered from its forward to its backward. Otherwise only the module in use (its
+   largest tensor, at this model's layer granularity) and the prefetch are gathered. After a
+   layer's backward its next use is the next step: released. Returns gathered elements while
+   layer k runs, forward or backward. Measured: docs/formulas.md "DeepSpeed ZeRO-3". */
+#define PLAN_DS3_PREFETCH 5e7
+#define PLAN_DS3_REUSE 1e9
+
+static double ds3_later(const ModelSpec *m, int k) {   /* Σ params of layers after k */
+    double later = 0;
+    for (int j = k + 1; j < m->n_layers; j++) later += (double)m->layers[j].params;
+    return later;
+}
+
+static double ds3_gathered(const ModelSpec *m, int k, int backward) {
+    double live = 0;
+    for (int j = 0; j < k; j++)                      /* earlier layers kept since their forward */
+        if (2 * ds3_later(m, j) < PLAN_DS3_REUSE) live += (double)m->layers[j].params;
+    const LayerSpec *l = &m->layers[k];
+    double cur = 2 * ds3_later(m, k) < PLAN_DS3_REUSE ? (double)l->params
+                                                        : fmin((double)l->params, (double)l->largest_tensor);
+    /* prefetch: the layers next in execution order that are not gathered, up to the bucket */
+    double ahead = 0;
+    if (!backward) ahead = ds3_later(m, k);
+    else
+        for (int j = 0; j < k; j++)
+            if (2 * ds3_later(m, j) >= PLAN_DS3_REUSE) ahead += (double)m->layers[j].params;
+    return live + cur + fmin(PLAN_DS3_PREFETCH, ahead);
+}
+
 /* Everything the walk needs, resolved once. */
 typedef struct {
     const ModelSpec *m;
@@ -237,6 +273,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_PARAMS] = z->params;
     tv[TERM_GRADS] = grads_fwd;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
+    int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
     tv[TERM_OPTIMIZER] = z->optimizer;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
@@ -245,6 +282,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                  p->cast_copy_bytes;
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts;
+        if (ds3) tv[TERM_COMM] = persistent_comm + ds3_gathered(m, i, 0) * p->param_bytes;
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
     }
 
@@ -272,6 +310,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_GRADS] += tied_live;
         tv[TERM_COMM] = persistent_comm + bwd_comm;
+        if (ds3) tv[TERM_COMM] = persistent_comm + ds3_gathered(m, i, 1) * p->param_bytes;
         tv[TERM_ACTIVATIONS] = acts;
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
         double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;

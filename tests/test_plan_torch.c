@@ -196,3 +196,59 @@ Test(plan_torch_autocast, checkpointed_blocks_should_drop_their_casts_when_autoc
                                      plan_act_backward_workspace(&m, 1, &t, &in));
     plan_model_free(&m);
 }
+
+/* ---- DeepSpeed ZeRO-3: module-wise gathering with its default prefetch and reuse distance ---- */
+
+typedef struct {
+    double fwd[256], bwd[256];
+} CommCapture;
+
+static void capture_comm(void *ctx, PhaseKind ph, int layer, const double term[TERM_COUNT], double total) {
+    (void)total;
+    CommCapture *k = ctx;
+    if (layer < 0 || layer >= 256) return;
+    if (ph == PHASE_FORWARD) k->fwd[layer] = term[TERM_COMM];
+    if (ph == PHASE_BACKWARD) k->bwd[layer] = term[TERM_COMM];
+}
+
+Test(plan_torch_deepspeed, zero3_should_keep_a_small_model_gathered_from_forward_to_backward) {
+    ModelSpec m = zoo("gpt2-mini");                      /* Ψ ≈ 0.9M: every reuse within 1e9 */
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    zero_overheads(&c);
+    CommCapture k;
+    memset(&k, 0, sizeof(k));
+    MemResult r;
+    plan_memory_walk(&m, &t, &c, STRAT_ZERO3, &r, capture_comm, &k);
+    double psi = (double)plan_model_params(&m), bucket = psi * 2;   /* reduce bucket min(5e8, Ψ) */
+    cr_expect_eq(k.fwd[0], bucket + psi * 2);            /* all prefetched at the first layer */
+    cr_expect_eq(k.bwd[m.n_layers - 1], bucket + psi * 2);
+    double below = 0;                                    /* block.1's backward: it and the layers before */
+    for (int i = 0; i <= 2; i++) below += (double)m.layers[i].params;
+    cr_expect_eq(k.bwd[2], bucket + below * 2);
+    plan_model_free(&m);
+}
+
+Test(plan_torch_deepspeed, zero3_should_hold_one_module_and_the_prefetch_for_layers_reused_far_away) {
+    ModelSpec m = zoo("gpt2-xl");                        /* 1.56e9: early blocks are reused > 1e9 later */
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    zero_overheads(&c);
+    CommCapture k;
+    memset(&k, 0, sizeof(k));
+    MemResult r;
+    plan_memory_walk(&m, &t, &c, STRAT_ZERO3, &r, capture_comm, &k);
+    double bucket = 5e8 * 2;
+    /* block.0 in forward: nothing kept before it, its largest tensor (c_fc, 1600 x 6400), 5e7 ahead */
+    cr_expect_eq(k.fwd[1], bucket + (1600.0 * 6400 + 5e7) * 2);
+    /* the last block is reused within 1e9: whole */
+    int last = m.n_layers - 3;                           /* block.47 (then final_norm, lm_head) */
+    cr_expect_gt(k.fwd[last], bucket + (double)m.layers[last].params * 2);
+    plan_model_free(&m);
+}
