@@ -13,7 +13,7 @@
 enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
-    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_HELP,
+    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY,
 };
 
@@ -45,6 +45,7 @@ static const struct option BASE_OPTIONS[] = {
     {"syncbn", no_argument, 0, OPT_SYNCBN},
     {"json", optional_argument, 0, OPT_JSON},
     {"impl", required_argument, 0, OPT_IMPL},
+    {"fsdp", required_argument, 0, OPT_FSDP},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -87,6 +88,8 @@ void cli_print_setup_help(FILE *f) {
         "Strategies:\n"
         "  --strategy S[,S...]    all (default), or %s\n"
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
+        "  --fsdp 1|2             what the fsdp-* rows mean where they differ: 1 flat-parameter\n"
+        "                         FullyShardedDataParallel, 2 fully_shard (default 2)\n"
         "Overheads (per GPU; defaults in docs/formulas.md):\n"
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
@@ -215,6 +218,11 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         case OPT_IMPL:
             if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);
             s->train.impl = (ImplKind)v;
+            break;
+        case OPT_FSDP:
+            if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
+                return cli_usage_error("unknown --fsdp '%s' (valid: 1, 2)", a);
+            s->train.fsdp_impl = a[0] - '0';
             break;
         case OPT_DROPOUT:
             if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);

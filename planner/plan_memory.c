@@ -82,6 +82,15 @@ static int ckpt_casts_cached(const TrainSpec *t, const PrecisionSpec *p) {
     return t->act_ckpt == CKPT_FULL && p->cast_copy_bytes > 0 && t->impl == IMPL_PYTORCH;
 }
 
+/* FSDP1 (--fsdp 1) hands the module views of its flat parameter: not leaves, never cached, so a
+   checkpointed block's casts are freed with its forward (torch/distributed/fsdp/_flat_param.py
+   _use_unsharded_views(as_params=False) in forward and backward: plain tensor views with a
+   grad_fn). */
+static int casts_leave_with_block(const Strategy *s, const TrainSpec *t, const PrecisionSpec *p) {
+    int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;
+    return ckpt_casts_cached(t, p) && fsdp && t->fsdp_impl == 1;
+}
+
 /* Elements of layer i that autocast casts to the low-precision dtype: the weights of its
    matmuls and convolutions. Embedding lookups and norms run in fp32 under autocast (they are
    not on its lower-precision op list; measured: F.embedding and F.layer_norm return fp32), so
@@ -238,6 +247,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         persistent_comm = z->psi * p->grad_bytes;          /* flat bucket copy of all grads */
     if ((s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) && c->gpus > 1)
         persistent_comm = fmin(PLAN_DS_REDUCE_BUCKET, z->psi) * p->grad_bytes;   /* nothing to reduce on one GPU */
+    /* DeepSpeed allocates the whole reduce_bucket_size buffer, whatever the model's size and on
+       one GPU too (stage_1_and_2.py setup_buckets, stage3.py __init__: torch.empty(
+       reduce_bucket_size, dtype=16-bit grads)); memplan's engine sizes it to the model */
+    if ((s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) && t->impl == IMPL_PYTORCH)
+        persistent_comm = PLAN_DS_REDUCE_BUCKET * p->grad_bytes;
     /* parameter buffers live between gathers (forward and backward) */
     double fwd_comm = 0, bwd_comm = 0;
     switch (s->buffers) {
@@ -278,8 +292,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
         /* autocast weight copies (memplan's engine layout keeps its whole-parameter count) */
-        casts += (t->impl == IMPL_ENGINE ? (double)m->layers[i].params : layer_cast_elems(m, i)) *
-                 p->cast_copy_bytes;
+        if (!(casts_leave_with_block(s, t, p) && m->layers[i].kind == LAYER_BLOCK))
+            casts += (t->impl == IMPL_ENGINE ? (double)m->layers[i].params : layer_cast_elems(m, i)) *
+                     p->cast_copy_bytes;
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts;
         if (ds3) tv[TERM_COMM] = persistent_comm + ds3_gathered(m, i, 0) * p->param_bytes;

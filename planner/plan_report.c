@@ -28,10 +28,11 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof(b)), (long long)c->gpus_per_node,
             (long long)plan_cluster_nodes(c), plan_cluster_nodes(c) > 1 ? "s" : "");
     fprintf(f, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, optimizer %s, "
-            "act-ckpt %s, attn %s, dropout %g%s\n", (long long)t->micro_batch,
+            "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s\n", (long long)t->micro_batch,
             (long long)plan_report_seq(m, t), (long long)t->grad_accum,
             plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
             plan_ckpt_name(t->act_ckpt), plan_attn_name(t->attn), plan_report_dropout(m, t),
+            t->fsdp_impl == 1 ? "FSDP1 (flat parameter)" : "FSDP2 (fully_shard)",
             t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
 }
 
@@ -142,6 +143,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "attn", plan_attn_name(t->attn));
     cJSON_AddNumberToObject(jt, "dropout", plan_report_dropout(m, t));
     cJSON_AddStringToObject(jt, "activation_layout", plan_impl_name(t->impl));
+    cJSON_AddNumberToObject(jt, "fsdp", t->fsdp_impl == 1 ? 1 : 2);   /* what fsdp-* rows mean */
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];

@@ -48,6 +48,9 @@ typedef struct {
     ImplKind impl;
     int grad_as_bucket_view; /* DDP: gradients are views into the buckets (no copy) */
     int syncbn;              /* SyncBatchNorm (models with BN) */
+    int fsdp_impl;           /* what the fsdp-* rows mean where the two differ: 1 = flat-parameter
+                                FullyShardedDataParallel, 2 = fully_shard (FSDP2, the default;
+                                0 reads as 2); docs/formulas.md "Autocast's cast cache" */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */

@@ -223,7 +223,7 @@ Test(plan_torch_deepspeed, zero3_should_keep_a_small_model_gathered_from_forward
     memset(&k, 0, sizeof(k));
     MemResult r;
     plan_memory_walk(&m, &t, &c, STRAT_ZERO3, &r, capture_comm, &k);
-    double psi = (double)plan_model_params(&m), bucket = psi * 2;   /* reduce bucket min(5e8, Ψ) */
+    double psi = (double)plan_model_params(&m), bucket = 5e8 * 2;   /* DeepSpeed's whole bucket */
     cr_expect_eq(k.fwd[0], bucket + psi * 2);            /* all prefetched at the first layer */
     cr_expect_eq(k.bwd[m.n_layers - 1], bucket + psi * 2);
     double below = 0;                                    /* block.1's backward: it and the layers before */
@@ -250,5 +250,47 @@ Test(plan_torch_deepspeed, zero3_should_hold_one_module_and_the_prefetch_for_lay
     /* the last block is reused within 1e9: whole */
     int last = m.n_layers - 3;                           /* block.47 (then final_norm, lm_head) */
     cr_expect_gt(k.fwd[last], bucket + (double)m.layers[last].params * 2);
+    plan_model_free(&m);
+}
+
+Test(plan_torch_autocast, fsdp1_flat_parameter_views_should_not_keep_casts_to_the_end_of_forward) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_AMP_BF16;
+    t.act_ckpt = CKPT_FULL;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    zero_overheads(&c);
+    double blocks = 0, head_cast = 1024.0 * 128 * 2;
+    for (int i = 0; i < m.n_layers; i++)
+        if (m.layers[i].kind == LAYER_BLOCK) blocks += (double)m.layers[i].params;
+    Capture k;
+    MemResult r;
+    cr_expect_eq(t.fsdp_impl, 2);                        /* the default: fully_shard */
+    memset(&k, 0, sizeof(k));
+    plan_memory_walk(&m, &t, &c, STRAT_FSDP_FULL, &r, capture, &k);
+    cr_expect_eq(k.end_fwd_transient, 2 * blocks + head_cast);
+    t.fsdp_impl = 1;
+    memset(&k, 0, sizeof(k));
+    plan_memory_walk(&m, &t, &c, STRAT_FSDP_FULL, &r, capture, &k);
+    cr_expect_eq(k.end_fwd_transient, head_cast);
+    memset(&k, 0, sizeof(k));                            /* DDP's parameters are leaves either way */
+    plan_memory_walk(&m, &t, &c, STRAT_DDP, &r, capture, &k);
+    cr_expect_eq(k.end_fwd_transient, 2 * blocks + head_cast);
+    plan_model_free(&m);
+}
+
+Test(plan_torch_deepspeed, the_reduce_bucket_should_be_the_whole_reduce_bucket_size_even_on_one_gpu) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    ClusterSpec c;
+    cluster(&c, 1, 1);
+    zero_overheads(&c);
+    MemResult r;
+    plan_memory(&m, &t, &c, STRAT_ZERO2, &r);
+    cr_expect_eq(r.term[TERM_COMM], 5e8 * 2);            /* 1e9 B measured on 1 and 2 ranks */
     plan_model_free(&m);
 }
