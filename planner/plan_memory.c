@@ -146,26 +146,18 @@ static int ds_zero12_step(const Strategy *s, const TrainSpec *t, const Precision
 #define PLAN_DS3_PREFETCH 5e7
 #define PLAN_DS3_REUSE 1e9
 
-static double ds3_later(const ModelSpec *m, int k) {   /* Σ params of layers after k */
-    double later = 0;
-    for (int j = k + 1; j < m->n_layers; j++) later += (double)m->layers[j].params;
-    return later;
-}
+/* kept: the layer with `later` elements after it stays gathered from its forward to its backward */
+static int ds3_kept(double later) { return 2 * later < PLAN_DS3_REUSE; }
 
-static double ds3_gathered(const ModelSpec *m, int k, int backward) {
-    double live = 0;
-    for (int j = 0; j < k; j++)                      /* earlier layers kept since their forward */
-        if (2 * ds3_later(m, j) < PLAN_DS3_REUSE) live += (double)m->layers[j].params;
-    const LayerSpec *l = &m->layers[k];
-    double cur = 2 * ds3_later(m, k) < PLAN_DS3_REUSE ? (double)l->params
-                                                        : fmin((double)l->params, (double)l->largest_tensor);
-    /* prefetch: the layers next in execution order that are not gathered, up to the bucket */
-    double ahead = 0;
-    if (!backward) ahead = ds3_later(m, k);
-    else
-        for (int j = 0; j < k; j++)
-            if (2 * ds3_later(m, j) >= PLAN_DS3_REUSE) ahead += (double)m->layers[j].params;
-    return live + cur + fmin(PLAN_DS3_PREFETCH, ahead);
+/* Gathered elements while layer l runs: the earlier layers kept since their forward
+   (kept_before), the layer itself (whole if kept, else the module in use), and the prefetch of
+   what runs next and is not gathered: in forward the later layers, in backward the earlier
+   layers that were released (notkept_before). O(1): the walk keeps the running sums. */
+static double ds3_gathered(const LayerSpec *l, double later, double kept_before,
+                           double notkept_before, int backward) {
+    double cur = ds3_kept(later) ? (double)l->params : fmin((double)l->params, (double)l->largest_tensor);
+    double ahead = backward ? notkept_before : later;
+    return kept_before + cur + fmin(PLAN_DS3_PREFETCH, ahead);
 }
 
 /* Everything the walk needs, resolved once. */
@@ -288,6 +280,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_GRADS] = grads_fwd;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
     int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
+    double ds3_seen = 0, ds3_kept_sum = 0, ds3_free_sum = 0;   /* running sums over layers */
     tv[TERM_OPTIMIZER] = z->optimizer;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
@@ -297,7 +290,15 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                      p->cast_copy_bytes;
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts;
-        if (ds3) tv[TERM_COMM] = persistent_comm + ds3_gathered(m, i, 0) * p->param_bytes;
+        if (ds3) {
+            const LayerSpec *l = &m->layers[i];
+            double later = z->psi - ds3_seen - (double)l->params;
+            tv[TERM_COMM] = persistent_comm +
+                            ds3_gathered(l, later, ds3_kept_sum, ds3_free_sum, 0) * p->param_bytes;
+            ds3_seen += (double)l->params;
+            if (ds3_kept(later)) ds3_kept_sum += (double)l->params;
+            else ds3_free_sum += (double)l->params;
+        }
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
     }
 
@@ -325,7 +326,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_GRADS] += tied_live;
         tv[TERM_COMM] = persistent_comm + bwd_comm;
-        if (ds3) tv[TERM_COMM] = persistent_comm + ds3_gathered(m, i, 1) * p->param_bytes;
+        if (ds3) {   /* ds3_seen counts down to the elements before layer i */
+            ds3_seen -= pu;
+            double later = z->psi - ds3_seen - pu;
+            if (ds3_kept(later)) ds3_kept_sum -= pu;
+            else ds3_free_sum -= pu;
+            tv[TERM_COMM] = persistent_comm +
+                            ds3_gathered(l, later, ds3_kept_sum, ds3_free_sum, 1) * p->param_bytes;
+        }
         tv[TERM_ACTIVATIONS] = acts;
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
         double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
