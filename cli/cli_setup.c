@@ -13,7 +13,7 @@
 enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
-    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_HELP,
+    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY,
 };
 
@@ -46,6 +46,7 @@ static const struct option BASE_OPTIONS[] = {
     {"json", optional_argument, 0, OPT_JSON},
     {"impl", required_argument, 0, OPT_IMPL},
     {"fsdp", required_argument, 0, OPT_FSDP},
+    {"autocast", required_argument, 0, OPT_AUTOCAST},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -76,6 +77,8 @@ void cli_print_setup_help(FILE *f) {
         "  --act-ckpt none|full   activation checkpointing (default none)\n"
         "  --attn eager|sdpa      attention implementation (default sdpa)\n"
         "  --dropout P            dropout probability (default: the model's config)\n"
+        "  --autocast cuda|cpu    whose autocast op lists amp-* follows (default cuda; cpu for\n"
+        "                         runs on CPU tensors, e.g. checks against PyTorch on CPU ranks)\n"
         "Cluster:\n"
         "  --gpus N               total GPUs (default 1)\n"
         "  --gpus-per-node G      default min(N, 8)\n"
@@ -218,6 +221,11 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         case OPT_IMPL:
             if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);
             s->train.impl = (ImplKind)v;
+            break;
+        case OPT_AUTOCAST:
+            if (strcmp(a, "cuda") != 0 && strcmp(a, "cpu") != 0)
+                return cli_usage_error("unknown --autocast '%s' (valid: cuda, cpu)", a);
+            s->train.autocast_cpu = strcmp(a, "cpu") == 0;
             break;
         case OPT_FSDP:
             if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)

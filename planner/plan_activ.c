@@ -37,8 +37,10 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
     switch (m->mlp) {
     case MLP_GELU: lin += X * (h + 2 * f); break;          /* fc1 input, GELU input, fc2 input */
     case MLP_GELU_NEW:                                     /* 0.5x(1+tanh(c(x+0.044715x^3))) */
-        lin += amp ? X * h + F * 3 * f + X * 2 * f         /* pow/tanh/1+tanh in fp32 */
-                   : X * (h + 5 * f);                      /* x, tanh, 0.5x, 1+tanh, fc2 input */
+        /* CUDA autocast runs pow in fp32, and tanh and 1+tanh follow it; CPU autocast leaves
+           them in the compute dtype (measured, docs/formulas.md "Autocast on CPU") */
+        lin += amp && !t->autocast_cpu ? X * h + F * 3 * f + X * 2 * f   /* pow/tanh/1+tanh fp32 */
+                                       : X * (h + 5 * f);  /* x, tanh, 0.5x, 1+tanh, fc2 input */
         break;
     case MLP_RELU: lin += X * (h + f); break;
     case MLP_SWIGLU: lin += X * (h + 4 * f); break;        /* gate, silu, up, product */
@@ -106,8 +108,11 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
     case LAYER_HEAD: {
         double per_tok = X * h;                                      /* head input */
         if (m->arch == ARCH_ENCODER) per_tok += 2 * X * h + R * h + stats;  /* MLM transform */
-        /* logits (X), fp32 log-softmax output (4), fp32 upcast of the logits when X < 4 */
-        per_tok += V * (X + 4 + (X < 4 ? 4 : 0));
+        /* logits (X, the model's output, held by the caller) and the fp32 log-softmax output
+           that cross_entropy saves; transformers' ForCausalLMLoss upcasts the logits to fp32
+           (logits.float()) only inside the loss function: log_softmax saves its output, not its
+           input, so the upcast is freed with the forward (measured, docs/formulas.md) */
+        per_tok += V * (X + 4);
         return bs * per_tok;
     }
     default: return 0;

@@ -315,6 +315,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
     int cached = ckpt_casts_cached(t, p);
     if (cached) casts = ckpt_casts_after_forward(m, p);   /* the region exited: cache cleared */
+    /* the loss's own backward, before the head's: nll_loss's backward allocates a zeroed
+       logits-sized gradient and log_softmax's backward a second one while the first is alive
+       (measured: 2 x 4·b·s·V beyond the saved activations); the head's backward then holds one */
+    if (t->impl == IMPL_PYTORCH && loss_tr > 0 && m->n_layers > 0) {
+        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_TRANSIENT] = casts + 2 * loss_tr;
+        moment(&w, PHASE_BACKWARD, m->n_layers - 1, tv, "loss backward");
+    }
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
@@ -364,7 +372,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     }
     moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
-    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD)
+    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD && strcmp(w.peak_where, "backward of") == 0)
         snprintf(r->peak_where, sizeof(r->peak_where), "%s %s", w.peak_where, m->layers[w.peak_layer].name);
     else
         snprintf(r->peak_where, sizeof(r->peak_where), "%s", w.peak_where);
@@ -400,7 +408,7 @@ static int fits_at(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b) {
     if (max_b < 1 || !fits_at(m, t, c, s, 1)) return 0;
-    int cap = 2 * m->n_layers + 1;
+    int cap = 2 * m->n_layers + 4;   /* forward and backward per layer, loss, norm, step */
     double stack1[512], stack2[512];
     double *t1 = cap <= 512 ? stack1 : malloc(sizeof(double) * (size_t)cap);
     double *t2 = cap <= 512 ? stack2 : malloc(sizeof(double) * (size_t)cap);

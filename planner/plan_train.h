@@ -48,6 +48,9 @@ typedef struct {
     ImplKind impl;
     int grad_as_bucket_view; /* DDP: gradients are views into the buckets (no copy) */
     int syncbn;              /* SyncBatchNorm (models with BN) */
+    int autocast_cpu;        /* 1: torch.autocast on CPU tensors, whose fp32 op list lacks pow,
+                                tanh, softmax, log_softmax and layer_norm (CUDA's has them but
+                                tanh); 0: CUDA (the default) */
     int fsdp_impl;           /* what the fsdp-* rows mean where the two differ: 1 = flat-parameter
                                 FullyShardedDataParallel, 2 = fully_shard (FSDP2, the default;
                                 0 reads as 2); docs/formulas.md "Autocast's cast cache" */

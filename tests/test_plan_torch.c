@@ -3,6 +3,7 @@
  * without a head, a tied head's gradient held by the autograd engine, DeepSpeed ZeRO-1/2's step
  * copies, and autocast's cast cache under full activation checkpointing. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <string.h>
 
 #include "plan_activ.h"
@@ -293,4 +294,65 @@ Test(plan_torch_deepspeed, the_reduce_bucket_should_be_the_whole_reduce_bucket_s
     plan_memory(&m, &t, &c, STRAT_ZERO2, &r);
     cr_expect_eq(r.term[TERM_COMM], 5e8 * 2);            /* 1e9 B measured on 1 and 2 ranks */
     plan_model_free(&m);
+}
+
+/* ---- the loss: two logits-sized fp32 gradients in its backward, the upcast not saved ---- */
+
+Test(plan_torch_loss, the_loss_backward_should_hold_two_fp32_logits_gradients_before_the_head) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_AMP_BF16;
+    t.micro_batch = 2;
+    ClusterSpec c;
+    cluster(&c, 1, 1);
+    zero_overheads(&c);
+    ActInputs in = {2, 128, 0.0};
+    int head = m.n_layers - 1;
+    /* head: its input (X·h) + logits (X·V) + fp32 log-softmax output; no fp32 upcast kept */
+    cr_expect_eq(plan_act_layer_bytes(&m, head, &t, &in), 2.0 * 128 * (2 * 128 + 1024 * (2 + 4)));
+    MemResult r;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect_str_eq(r.peak_where, "loss backward");
+    cr_expect_eq(r.term[TERM_GRADS], 0.0);
+    plan_model_free(&m);
+}
+
+/* ---- against the measurements of docs/formulas.md (HF GPT-2, 4 layers, h 128, V 8192,
+ * seq 128, batch 2, eager, no dropout, AdamW foreach, one CPU process, tensor peak) ---- */
+
+static double tensor_peak(TrainSpec *t) {
+    ModelSpec m = from_json("{\"model_type\":\"gpt2\",\"vocab_size\":8192,\"n_embd\":128,\"n_layer\":4,"
+                            "\"n_head\":4,\"n_positions\":128,\"resid_pdrop\":0,\"embd_pdrop\":0,"
+                            "\"attn_pdrop\":0}");
+    ClusterSpec c;
+    cluster(&c, 1, 1);
+    zero_overheads(&c);
+    c.gpu.cublas_ws_bytes = 0;
+    t->micro_batch = 2;
+    t->seq = 128;
+    t->attn = ATTN_EAGER;
+    t->autocast_cpu = 1;
+    MemResult r;
+    plan_memory(&m, t, &c, STRAT_DDP, &r);
+    cr_expect_str_eq(r.peak_where, "loss backward");      /* measured: inside the loss's backward */
+    plan_model_free(&m);
+    return r.peak;
+}
+
+Test(plan_torch_measured, gpt2_tensor_peaks_should_match_pytorch_on_cpu_within_half_a_percent) {
+    static const struct { PrecisionKind prec; CkptKind ckpt; double measured; } rows[] = {
+        {PREC_FP32, CKPT_NONE, 72915160},
+        {PREC_AMP_BF16, CKPT_NONE, 66558168},
+        {PREC_AMP_BF16, CKPT_FULL, 54614232},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.precision = rows[i].prec;
+        t.act_ckpt = rows[i].ckpt;
+        double p = tensor_peak(&t);
+        cr_expect_lt(fabs(p / rows[i].measured - 1), 0.005, "row %zu: planned %.0f, measured %.0f", i, p,
+                     rows[i].measured);
+    }
 }
