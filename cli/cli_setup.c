@@ -13,7 +13,7 @@
 enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
-    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_HELP,
+    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY,
 };
 
@@ -47,6 +47,7 @@ static const struct option BASE_OPTIONS[] = {
     {"impl", required_argument, 0, OPT_IMPL},
     {"fsdp", required_argument, 0, OPT_FSDP},
     {"autocast", required_argument, 0, OPT_AUTOCAST},
+    {"loop", required_argument, 0, OPT_LOOP},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -77,6 +78,8 @@ void cli_print_setup_help(FILE *f) {
         "  --act-ckpt none|full   activation checkpointing (default none)\n"
         "  --attn eager|sdpa      attention implementation (default sdpa)\n"
         "  --dropout P            dropout probability (default: the model's config)\n"
+        "  --loop common|trainer  common: the loop holds the logits through backward (default);\n"
+        "                         trainer: HF Trainer's, which drops them before backward\n"
         "  --autocast cuda|cpu    whose autocast op lists amp-* follows (default cuda; cpu for\n"
         "                         runs on CPU tensors, e.g. checks against PyTorch on CPU ranks)\n"
         "Cluster:\n"
@@ -221,6 +224,11 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         case OPT_IMPL:
             if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);
             s->train.impl = (ImplKind)v;
+            break;
+        case OPT_LOOP:
+            if (strcmp(a, "common") != 0 && strcmp(a, "trainer") != 0)
+                return cli_usage_error("unknown --loop '%s' (valid: common, trainer)", a);
+            s->train.loop_trainer = strcmp(a, "trainer") == 0;
             break;
         case OPT_AUTOCAST:
             if (strcmp(a, "cuda") != 0 && strcmp(a, "cpu") != 0)

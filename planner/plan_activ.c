@@ -112,7 +112,7 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
            that cross_entropy saves; transformers' ForCausalLMLoss upcasts the logits to fp32
            (logits.float()) only inside the loss function: log_softmax saves its output, not its
            input, so the upcast is freed with the forward (measured, docs/formulas.md) */
-        per_tok += V * (X + 4);
+        per_tok += V * ((t->loop_trainer ? 0 : X) + 4);
         return bs * per_tok;
     }
     default: return 0;

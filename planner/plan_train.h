@@ -48,6 +48,10 @@ typedef struct {
     ImplKind impl;
     int grad_as_bucket_view; /* DDP: gradients are views into the buckets (no copy) */
     int syncbn;              /* SyncBatchNorm (models with BN) */
+    int loop_trainer;        /* 1: HF Trainer's loop drops the model's outputs before backward
+                                (compute_loss returns the loss only); 0: the common loop
+                                (`outputs = model(**batch); loss = outputs.loss`) holds the
+                                logits through backward and the step */
     int autocast_cpu;        /* 1: torch.autocast on CPU tensors, whose fp32 op list lacks pow,
                                 tanh, softmax, log_softmax and layer_norm (CUDA's has them but
                                 tanh); 0: CUDA (the default) */
