@@ -356,3 +356,53 @@ Test(plan_torch_measured, gpt2_tensor_peaks_should_match_pytorch_on_cpu_within_h
                      rows[i].measured);
     }
 }
+
+Test(plan_torch_loss, the_trainer_loop_should_not_hold_the_logits_through_backward) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_AMP_BF16;
+    ActInputs in = {2, 128, 0.0};
+    int head = m.n_layers - 1;
+    cr_expect_eq(t.loop_trainer, 0);                     /* default: the common loop holds them */
+    double common = plan_act_layer_bytes(&m, head, &t, &in);
+    t.loop_trainer = 1;
+    double trainer = plan_act_layer_bytes(&m, head, &t, &in);
+    cr_expect_eq(common - trainer, 2.0 * 128 * 1024 * 2);   /* the bf16 logits, b·s·V·X */
+    plan_model_free(&m);
+}
+
+/* ---- against bench/torch/harness.py (HF Trainer-style loop, 2 gloo ranks, fp32 unless
+ * said, eager, batch 1): peaks within 0.5 % for DDP and DeepSpeed ZeRO-1/2 ---- */
+
+Test(plan_torch_measured, ddp_and_deepspeed_rows_of_the_harness_should_match_within_half_a_percent) {
+    static const struct { const char *model; StrategyKind s; PrecisionKind prec; int64_t seq; double measured; } rows[] = {
+        {"gpt2-mini", STRAT_DDP, PREC_FP32, 128, 25159000},
+        {"gpt2-mini", STRAT_DDP, PREC_AMP_BF16, 128, 24077656},
+        {"gpt2-tiny", STRAT_DDP, PREC_FP32, 64, 3261368},
+        {"gpt2-mini", STRAT_ZERO1, PREC_FP32, 128, 2019186844},
+        {"gpt2-mini", STRAT_ZERO2, PREC_FP32, 128, 2018923672},
+        {"gpt2-tiny", STRAT_ZERO1, PREC_FP32, 64, 2003020120},
+        {"gpt2-tiny", STRAT_ZERO2, PREC_FP32, 64, 2002471772},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        ModelSpec m = zoo(rows[i].model);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.precision = rows[i].prec;
+        t.seq = rows[i].seq;
+        t.attn = ATTN_EAGER;
+        t.dropout = 0;
+        t.loop_trainer = 1;
+        t.autocast_cpu = 1;
+        ClusterSpec c;
+        cluster(&c, 2, 2);
+        zero_overheads(&c);
+        c.gpu.cublas_ws_bytes = 0;
+        MemResult r;
+        plan_memory(&m, &t, &c, rows[i].s, &r);
+        cr_expect_lt(fabs(r.peak / rows[i].measured - 1), 0.005, "row %zu: planned %.0f, measured %.0f", i,
+                     r.peak, rows[i].measured);
+        plan_model_free(&m);
+    }
+}
