@@ -272,6 +272,24 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        them allocated across steps */
     int grads_persistent = s->grads_persistent || t->impl == IMPL_ENGINE;
     double grads_fwd = grads_persistent ? grads_steady : 0;
+    /* DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py, contiguous_gradients): each parameter's
+       gradient is copied into the reduce bucket by its hook and freed; the reduced gradient
+       partition (local optimizer elements x grad bytes) exists from the first reduction (the
+       bucket full, or the end of backward) until the step frees it. Measured: no gradients at
+       the peak early in backward (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients"). */
+    int ds12 = s->buffers == BUF_DS_REDUCE && t->impl == IMPL_PYTORCH;
+    double o_part = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi, ds12_seen = 0;
+    if (ds12) {
+        grads_persistent = 0;
+        grads_fwd = 0;
+        grads_steady = o_part * p->grad_bytes;
+    }
+    /* DeepSpeed keeps its own fp32 copy of the local partition for the optimizer even when the
+       parameters are fp32 (stage_1_and_2.py single_partition_of_fp32_groups = ...clone().float(),
+       stage3.py fp32_partitioned_groups_flat); measured: 3 x 4 B per local element with Adam */
+    double ds_fp32 = (s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) &&
+                     t->impl == IMPL_PYTORCH && p->master_bytes == 0 ? o_part * 4 : 0;
+    r->model_states += ds_fp32;
 
     /* ---- forward, layer by layer: saved activations and autocast casts accumulate ---- */
     double acts = 0, casts = 0;
@@ -281,7 +299,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_COMM] = persistent_comm + fwd_comm;
     int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
     double ds3_seen = 0, ds3_kept_sum = 0, ds3_free_sum = 0;   /* running sums over layers */
-    tv[TERM_OPTIMIZER] = z->optimizer;
+    tv[TERM_OPTIMIZER] = z->optimizer + ds_fp32;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
         /* autocast weight copies (memplan's engine layout keeps its whole-parameter count) */
@@ -308,7 +326,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     /* ZeRO-2 (DeepSpeed reduce bucket): a layer's full gradient exists from its backward until
        it is copied into the bucket; a tied embedding's, written first by the LM head, lives
        until the embedding's own backward completes it */
-    int grad_flight = s->buffers == BUF_DS_REDUCE && (s->shard & SHARD_GRAD) && c->gpus > 1;
+    int grad_flight = s->buffers == BUF_DS_REDUCE && (s->shard & SHARD_GRAD) && c->gpus > 1 && !ds12;
     double embed_params = 0;
     for (int i = 0; i < m->n_layers && m->tied_embeddings; i++)
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
@@ -327,9 +345,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
         if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
-        if (!grads_persistent)
+        if (!grads_persistent && !ds12)
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
-        tv[TERM_GRADS] = grads_now;
+        if (ds12 && ((ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET || i == 0))
+            grads_now = grads_steady;                        /* the partition, from the first reduction */
+        tv[TERM_GRADS] = grads_now + (ds12 ? pu * p->grad_bytes : 0);   /* + the layer's in flight */
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_GRADS] += tied_live;
