@@ -57,7 +57,8 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
    backward until the embedding's backward adds the second one (torch/csrc/autograd/
    input_buffer.h), and only then does .grad exist or DDP's hook fire. Returns those bytes, or 0
    where they are already charged: the FSDP rows hold the root unit's full gradient through
-   backward, the ZeRO-2 row its in-flight gradients; memplan's engine has no such buffer.
+   backward, and memplan's engine layout (grad_flight: its ZeRO-2 in-flight gradients) has its
+   own accounting, which validate checks.
    Measured: docs/formulas.md "Tied output head". */
 static double tied_head_grad_bytes(const ModelSpec *m, const TrainSpec *t, const Strategy *s,
                                    const PrecisionSpec *p, int grad_flight) {
@@ -76,8 +77,7 @@ static double tied_head_grad_bytes(const ModelSpec *m, const TrainSpec *t, const
    A checkpointed block saves nothing, so its copies live exactly as long as the cache: all of
    them at the end of forward, none once the region exits before backward; a recomputed block
    re-enters autocast (torch/utils/checkpoint.py) and holds its own copies while it runs.
-   Layers outside the blocks (the LM head) are not checkpointed and keep theirs saved.
-   Returns the copies still held at the start of backward. */
+   Layers outside the blocks (the LM head) are not checkpointed and keep theirs saved. */
 static int ckpt_casts_cached(const TrainSpec *t, const PrecisionSpec *p) {
     return t->act_ckpt == CKPT_FULL && p->cast_copy_bytes > 0 && t->impl == IMPL_PYTORCH;
 }
@@ -109,6 +109,8 @@ static double layer_cast_elems(const ModelSpec *m, int i) {
     }
 }
 
+/* The copies still held at the start of backward under full checkpointing: the saved ones of
+   the layers outside the blocks. */
 static double ckpt_casts_after_forward(const ModelSpec *m, const PrecisionSpec *p) {
     double b = 0;
     for (int i = 0; i < m->n_layers; i++)
