@@ -13,7 +13,7 @@
 enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
-    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_HELP,
+    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY,
 };
 
@@ -45,6 +45,9 @@ static const struct option BASE_OPTIONS[] = {
     {"syncbn", no_argument, 0, OPT_SYNCBN},
     {"json", optional_argument, 0, OPT_JSON},
     {"impl", required_argument, 0, OPT_IMPL},
+    {"fsdp", required_argument, 0, OPT_FSDP},
+    {"autocast", required_argument, 0, OPT_AUTOCAST},
+    {"loop", required_argument, 0, OPT_LOOP},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -105,6 +108,10 @@ void cli_print_setup_help(FILE *f) {
         "  --act-ckpt none|full   activation checkpointing (default none)\n"
         "  --attn eager|sdpa      attention implementation (default sdpa)\n"
         "  --dropout P            dropout probability (default: the model's config)\n"
+        "  --loop common|trainer  common: the loop holds the logits through backward (default);\n"
+        "                         trainer: HF Trainer's, which drops them before backward\n"
+        "  --autocast cuda|cpu    whose autocast op lists amp-* follows (default cuda; cpu for\n"
+        "                         runs on CPU tensors, e.g. checks against PyTorch on CPU ranks)\n"
         "Cluster:\n"
         "  --gpus N               total GPUs (default 1)\n"
         "  --gpus-per-node G      default min(N, 8)\n"
@@ -117,6 +124,8 @@ void cli_print_setup_help(FILE *f) {
         "Strategies:\n"
         "  --strategy S[,S...]    all (default), or %s\n"
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
+        "  --fsdp 1|2             what the fsdp-* rows mean where they differ: 1 flat-parameter\n"
+        "                         FullyShardedDataParallel, 2 fully_shard (default 2)\n"
         "Overheads (per GPU; defaults in docs/formulas.md):\n"
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
@@ -277,6 +286,21 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         case OPT_IMPL:
             if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);
             s->train.impl = (ImplKind)v;
+            break;
+        case OPT_LOOP:
+            if (strcmp(a, "common") != 0 && strcmp(a, "trainer") != 0)
+                return cli_usage_error("unknown --loop '%s' (valid: common, trainer)", a);
+            s->train.loop_trainer = strcmp(a, "trainer") == 0;
+            break;
+        case OPT_AUTOCAST:
+            if (strcmp(a, "cuda") != 0 && strcmp(a, "cpu") != 0)
+                return cli_usage_error("unknown --autocast '%s' (valid: cuda, cpu)", a);
+            s->train.autocast_cpu = strcmp(a, "cpu") == 0;
+            break;
+        case OPT_FSDP:
+            if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
+                return cli_usage_error("unknown --fsdp '%s' (valid: 1, 2)", a);
+            s->train.fsdp_impl = a[0] - '0';
             break;
         case OPT_DROPOUT:
             if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);

@@ -49,19 +49,18 @@ typedef struct {
     int against;             /* --against torch given */
     long long ranks, steps, shard_group, timeout_s;
     double tol, bucket_mb;
-    const char *zero_grad, *loop, *keep;
+    const char *zero_grad, *keep;
     const char *measured[MAX_MEASURED];
     int n_measured;
 } TorchOpts;
 
-enum { OPT_AGAINST = 3000, OPT_RANKS, OPT_STEPS, OPT_TOL, OPT_LOOP, OPT_ZERO_GRAD, OPT_BUCKET_MB,
+enum { OPT_AGAINST = 3000, OPT_RANKS, OPT_STEPS, OPT_TOL, OPT_ZERO_GRAD, OPT_BUCKET_MB,
        OPT_SHARD_GROUP, OPT_TIMEOUT, OPT_KEEP, OPT_MEASURED };
 static const struct option TORCH_OPTIONS[] = {
     {"against", required_argument, 0, OPT_AGAINST},
     {"ranks", required_argument, 0, OPT_RANKS},
     {"steps", required_argument, 0, OPT_STEPS},
     {"tol", required_argument, 0, OPT_TOL},
-    {"loop", required_argument, 0, OPT_LOOP},
     {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
     {"shard-group", required_argument, 0, OPT_SHARD_GROUP},
@@ -112,10 +111,6 @@ static int torch_opt(void *ctx, int opt, const char *a, char *err, size_t errlen
         if (plan_parse_double(a, 0, 100, &d)) { snprintf(err, errlen, "--tol '%s' is not a percentage in [0, 100]", a); return -1; }
         o->tol = d / 100;
         return 0;
-    case OPT_LOOP:
-        if (strcmp(a, "hf") && strcmp(a, "common")) { snprintf(err, errlen, "unknown --loop '%s' (valid: hf, common)", a); return -1; }
-        o->loop = a;
-        return 0;
     case OPT_ZERO_GRAD:
         if (strcmp(a, "none") && strcmp(a, "zeros")) { snprintf(err, errlen, "unknown --zero-grad '%s' (valid: none, zeros)", a); return -1; }
         o->zero_grad = a;
@@ -157,13 +152,14 @@ static void print_help(FILE *f)
         "What runs: ddp = torch DDP; zero1/zero2/zero3 = DeepSpeed; fsdp-full/fsdp-grad-op/fsdp-hybrid =\n"
         "FSDP2 fully_shard (flat-parameter FSDP refuses CPU ranks in torch 2.15).\n\n"
         "Options (besides the plan flags --model, --strategy, --batch, --seq, --grad-accum, --precision,\n"
-        "--act-ckpt, --attn, --dropout, --grad-as-bucket-view, --json[=FILE]):\n"
+        "--act-ckpt, --attn, --dropout, --grad-as-bucket-view, --loop, --json[=FILE]; the prediction uses\n"
+        "--autocast cpu and --fsdp 2, as the CPU ranks run):\n"
         "  --against torch       required: check against PyTorch (without it, validate checks memplan's engine)\n"
         "  --ranks N             CPU ranks torchrun starts (default 2)\n"
         "  --steps K             optimizer steps, K >= 2; steps 2..K are the steady state (default 3)\n"
         "  --tol PCT             peak tolerance in percent (default 3)\n"
-        "  --loop hf|common      training loop: hf frees the outputs before backward (HF Trainer), common keeps\n"
-        "                        `outputs` alive into the next step (default hf)\n"
+        "  --loop common|trainer the training loop (a plan flag): common keeps `outputs` (the logits) alive\n"
+        "                        through backward and the step (default), trainer (HF Trainer's) drops them\n"
         "  --zero-grad none|zeros  zero_grad(set_to_none=True|False) (default none, PyTorch >= 2.0)\n"
         "  --bucket-mb X         DDP bucket_cap_mb (default 25)\n"
         "  --shard-group G       fsdp-hybrid: shard inside groups of G ranks (default N/2)\n"
@@ -377,7 +373,14 @@ typedef struct {
     double count, payload;
 } CollSum;
 
-static const char *HARNESS_PHASES[CPHASE_COUNT] = {"forward", "backward", "step"};
+static const char *HARNESS_PHASES[CPHASE_COUNT] = {"forward", "backward", "optimizer"};
+
+/* The harness's phase names for the planner's (its optimizer step is "optimizer"). */
+static const char *planner_phase(const char *harness_phase)
+{
+    if (strcmp(harness_phase, "optimizer") == 0 || strcmp(harness_phase, "zero_grad") == 0) return "step";
+    return harness_phase;
+}
 
 static double rel_err(double pred, double meas)
 {
@@ -421,6 +424,9 @@ static void plan_inputs(const TorchSetup *s, TrainSpec *t, ClusterSpec *c)
     t->attn = s->attn;
     t->dropout = s->dropout;
     t->impl = IMPL_PYTORCH;
+    t->autocast_cpu = 1;                     /* CPU autocast's op lists (docs/formulas.md) */
+    t->fsdp_impl = 2;                        /* FSDP2 fully_shard: FSDP1 refuses CPU ranks */
+    t->loop_trainer = strcmp(s->loop, "hf") == 0;
     t->grad_as_bucket_view = s->gabv;
     t->syncbn = 0;
     plan_cluster_defaults(c);
@@ -512,7 +518,7 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
     double pe = rel_err(mr.peak, mpeak);
     int peak_ok = fabs(pe) <= tol;
     const char *mphase = str(top, "peak_phase", "?");
-    int phase_ok = strcmp(mphase, plan_phase_name(mr.peak_phase)) == 0;
+    int phase_ok = strcmp(planner_phase(mphase), plan_phase_name(mr.peak_phase)) == 0;
     char chk[96];
     snprintf(chk, sizeof chk, "%s (within %.3g%%)", peak_ok ? "ok" : "FAIL", 100 * tol);
     row(f, sn, "peak (max over ranks)", mr.peak, mpeak, chk);
@@ -631,7 +637,6 @@ int cli_cmd_validate_torch(int argc, char **argv)
     o.bucket_mb = 25;
     o.timeout_s = 1800;
     o.zero_grad = "none";
-    o.loop = "hf";
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { print_help(stdout); return 0; }
     int measured_mode = 0;
@@ -665,6 +670,8 @@ int cli_cmd_validate_torch(int argc, char **argv)
             why = "--against torch trains with AdamW (valid --optimizer: adamw)";
         } else if (cs.train.impl != IMPL_PYTORCH) {
             why = "--against torch checks the PyTorch layout (valid --impl: pytorch)";
+        } else if (cs.train.fsdp_impl == 1) {
+            why = "--fsdp 1: flat-parameter FullyShardedDataParallel refuses CPU ranks in torch 2.15 (valid with --against torch: --fsdp 2)";
         } else if (cs.train.syncbn) {
             why = "--syncbn is not run by the torch harness yet (use memplan bench syncbn)";
         } else if (strcmp(cs.model.source, "zoo") && strchr(cs.model.source, '\'')) {
@@ -696,7 +703,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
         base.gabv = cs.train.grad_as_bucket_view;
         base.shard_group = group;
         snprintf(base.zero_grad, sizeof base.zero_grad, "%s", o.zero_grad);
-        snprintf(base.loop, sizeof base.loop, "%s", o.loop);
+        snprintf(base.loop, sizeof base.loop, "%s", cs.train.loop_trainer ? "hf" : "common");
     }
 
     char envd[PATH_MAX], python[PATH_MAX + 16], harness[PATH_MAX], dir[PATH_MAX];

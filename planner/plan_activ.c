@@ -37,8 +37,10 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
     switch (m->mlp) {
     case MLP_GELU: lin += X * (h + 2 * f); break;          /* fc1 input, GELU input, fc2 input */
     case MLP_GELU_NEW:                                     /* 0.5x(1+tanh(c(x+0.044715x^3))) */
-        lin += amp ? X * h + F * 3 * f + X * 2 * f         /* pow/tanh/1+tanh in fp32 */
-                   : X * (h + 5 * f);                      /* x, tanh, 0.5x, 1+tanh, fc2 input */
+        /* CUDA autocast runs pow in fp32, and tanh and 1+tanh follow it; CPU autocast leaves
+           them in the compute dtype (measured, docs/formulas.md "Autocast on CPU") */
+        lin += amp && !t->autocast_cpu ? X * h + F * 3 * f + X * 2 * f   /* pow/tanh/1+tanh fp32 */
+                                       : X * (h + 5 * f);  /* x, tanh, 0.5x, 1+tanh, fc2 input */
         break;
     case MLP_RELU: lin += X * (h + f); break;
     case MLP_SWIGLU: lin += X * (h + 4 * f); break;        /* gate, silu, up, product */
@@ -47,6 +49,9 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
     *lin_out = lin;
     *quad_out = quad;
 }
+
+static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
+                                      const ActInputs *in);
 
 /* memplan engine (fp32, exec/exec_gpt2.c): per block per token 18h + 4 floats and 2a*s
  * floats (preatt, att); see docs/formulas.md "engine layout". */
@@ -70,6 +75,19 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
         return b * ((double)l->act_elems * p->act_bytes + 4.0 * (double)l->act_fp32_elems +
                     (double)l->act_mask_elems);
     if (t->impl == IMPL_ENGINE) return engine_layer_bytes(m, l, bs, s);
+    /* a base class returns its last hidden state (R per element), which the caller holds
+       through backward (the training loop's `outputs`); it has no head to hold logits */
+    double out = m->headless && i == m->n_layers - 1
+                     ? bs * p->param_bytes * (double)m->d_model : 0;
+    return out + transformer_layer_bytes(m, i, t, in);
+}
+
+/* Eager PyTorch saved tensors of transformer layer i (docs/formulas.md "Activations"). */
+static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
+                                      const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double b = (double)in->b, s = (double)in->s, bs = b * s;
     double X = p->act_bytes, R = p->param_bytes, M = in->dropout > 0 ? 1 : 0;
     double h = (double)m->d_model, V = (double)m->vocab;
     double stats = m->norm == NORM_LAYERNORM ? 8 : 4;
@@ -90,8 +108,11 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
     case LAYER_HEAD: {
         double per_tok = X * h;                                      /* head input */
         if (m->arch == ARCH_ENCODER) per_tok += 2 * X * h + R * h + stats;  /* MLM transform */
-        /* logits (X), fp32 log-softmax output (4), fp32 upcast of the logits when X < 4 */
-        per_tok += V * (X + 4 + (X < 4 ? 4 : 0));
+        /* logits (X, the model's output, held by the caller) and the fp32 log-softmax output
+           that cross_entropy saves; transformers' ForCausalLMLoss upcasts the logits to fp32
+           (logits.float()) only inside the loss function: log_softmax saves its output, not its
+           input, so the upcast is freed with the forward (measured, docs/formulas.md) */
+        per_tok += V * ((t->loop_trainer ? 0 : X) + 4);
         return bs * per_tok;
     }
     default: return 0;
@@ -108,7 +129,7 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
 
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
     double bs = (double)in->b * (double)in->s;
-    if (m->arch == ARCH_GENERIC) return 0;
+    if (m->arch == ARCH_GENERIC || m->headless) return 0;   /* no loss, no logits gradient */
     if (m->arch == ARCH_CNN) return (double)in->b * 4.0 * (double)m->vocab;
     if (t->impl == IMPL_ENGINE) return bs * 4.0 * (double)m->vocab;  /* dlogits */
     return bs * 4.0 * (double)m->vocab;        /* fp32 gradient of the log-softmax input */

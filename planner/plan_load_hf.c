@@ -23,6 +23,8 @@ typedef struct {
     TransformerConfig t;
 } HfBuild;
 
+#define HF_MAX_CLASSES 5
+
 typedef int (*HfReader)(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b);
 
 static int read_gpt2(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b);
@@ -34,22 +36,33 @@ static int read_t5(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b);
 
 typedef struct {
     const char *type;          /* model_type */
-    const char *classes[4];    /* accepted "architectures" entries; [0] is the default */
+    const char *classes[HF_MAX_CLASSES];    /* accepted "architectures" entries; [0] is the default */
     HfReader read;
 } HfType;
 
 static const HfType HF_TYPES[] = {
     {"gpt2", {"GPT2LMHeadModel", "GPT2Model"}, read_gpt2},
-    {"llama", {"LlamaForCausalLM"}, read_llama_like},
-    {"mistral", {"MistralForCausalLM"}, read_llama_like},
-    {"qwen2", {"Qwen2ForCausalLM"}, read_llama_like},
-    {"gemma", {"GemmaForCausalLM"}, read_llama_like},
+    {"llama", {"LlamaForCausalLM", "LlamaModel"}, read_llama_like},
+    {"mistral", {"MistralForCausalLM", "MistralModel"}, read_llama_like},
+    {"qwen2", {"Qwen2ForCausalLM", "Qwen2Model"}, read_llama_like},
+    {"gemma", {"GemmaForCausalLM", "GemmaModel"}, read_llama_like},
     {"gpt_neox", {"GPTNeoXForCausalLM"}, read_gpt_neox},
     {"opt", {"OPTForCausalLM"}, read_opt},
-    {"bert", {"BertForMaskedLM", "BertLMHeadModel", "BertForPreTraining"}, read_bert},
+    {"bert", {"BertForMaskedLM", "BertLMHeadModel", "BertForPreTraining", "BertModel"}, read_bert},
     {"t5", {"T5ForConditionalGeneration", "T5WithLMHeadModel", "T5Model"}, read_t5},
 };
 #define N_HF_TYPES ((int)(sizeof(HF_TYPES) / sizeof(HF_TYPES[0])))
+
+/* Base classes: the transformer without an output head. They return hidden states, so they
+ * have no logits and no loss (transformers: GPT2Model, LlamaModel, ... T5Model). */
+static const char *const HF_HEADLESS[] = {"GPT2Model", "LlamaModel", "MistralModel", "Qwen2Model",
+                                          "GemmaModel", "BertModel", "T5Model"};
+
+static int hf_headless(const char *cls) {
+    for (size_t i = 0; i < sizeof(HF_HEADLESS) / sizeof(HF_HEADLESS[0]); i++)
+        if (strcmp(HF_HEADLESS[i], cls) == 0) return 1;
+    return 0;
+}
 
 const char *plan_load_hf_types(void) {
     static char buf[256];
@@ -276,7 +289,8 @@ static int read_bert(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b)
     t->mlp = mlp_of_act(b->act);
     t->learned_pos = 1;
     t->qkv_bias = t->out_bias = t->mlp_bias = t->norm_bias = 1;
-    t->mlm_head = 1;
+    t->mlm_head = !hf_headless(cls);
+    if (hf_headless(cls)) t->pooler = 1;   /* BertModel: add_pooling_layer=True by default */
     if (strcmp(cls, "BertForPreTraining") == 0) {
         t->pooler = 1;
         t->cls_outputs = 2;   /* next-sentence prediction */
@@ -341,7 +355,7 @@ int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
         if (type[0]) {
             if (strcmp(HF_TYPES[i].type, type) == 0) ht = &HF_TYPES[i];
         } else {
-            for (int k = 0; k < 4 && HF_TYPES[i].classes[k]; k++)
+            for (int k = 0; k < HF_MAX_CLASSES && HF_TYPES[i].classes[k]; k++)
                 if (strcmp(HF_TYPES[i].classes[k], cls) == 0) ht = &HF_TYPES[i];
         }
     }
@@ -354,11 +368,11 @@ int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
     }
     if (cls[0]) {
         int ok = 0;
-        for (int k = 0; k < 4 && ht->classes[k] && !ok; k++) ok = strcmp(ht->classes[k], cls) == 0;
+        for (int k = 0; k < HF_MAX_CLASSES && ht->classes[k] && !ok; k++) ok = strcmp(ht->classes[k], cls) == 0;
         if (!ok) {
             char list[160];
             size_t n = 0;
-            for (int k = 0; k < 4 && ht->classes[k]; k++)
+            for (int k = 0; k < HF_MAX_CLASSES && ht->classes[k]; k++)
                 n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", k ? ", " : "",
                                       ht->classes[k]);
             return ld_fail(c, "%s model class '%s' is not supported (supported: %s; for another "
@@ -380,6 +394,7 @@ int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
     }
     b.t.name = b.name;
     if (ht->read(c, root, cls, &b)) return -1;
+    b.t.headless = hf_headless(cls);
     char err[256];
     if (plan_model_transformer(m, &b.t, err, sizeof(err))) return ld_fail(c, "%s", err);
     return 0;

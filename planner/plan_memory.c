@@ -53,6 +53,117 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     plan_offload_gpu_sizes(t, sk, z);   /* CPU offload: what leaves the GPU */
 }
 
+/* A tied output head (lm_head.weight is the token embedding's Parameter) gives that parameter
+   two uses, so its AccumulateGrad node runs only when both gradients have arrived: the LM head's
+   vocabulary x hidden gradient waits in the autograd engine's input buffer from the head's
+   backward until the embedding's backward adds the second one (torch/csrc/autograd/
+   input_buffer.h), and only then does .grad exist or DDP's hook fire. Returns those bytes, or 0
+   where they are already charged: the FSDP rows hold the root unit's full gradient through
+   backward, and memplan's engine layout (grad_flight: its ZeRO-2 in-flight gradients) has its
+   own accounting, which validate checks.
+   Measured: docs/formulas.md "Tied output head". */
+static double tied_head_grad_bytes(const ModelSpec *m, const TrainSpec *t, const Strategy *s,
+                                   const PrecisionSpec *p, int grad_flight) {
+    if (!m->tied_embeddings || m->headless || t->impl == IMPL_ENGINE || grad_flight) return 0;
+    if (s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == LAYER_EMBED)
+            return (double)m->layers[i].largest_tensor * p->grad_bytes;   /* V x e */
+    return 0;
+}
+
+/* Autocast's cast cache under full activation checkpointing. autocast caches the
+   low-precision copy of every leaf tensor that requires grad (parameters: DDP's, DeepSpeed's
+   gathered ones, and FSDP2's unsharded nn.Parameters alike) until the autocast region exits
+   (aten/src/ATen/autocast_mode.cpp cached_cast; torch.amp.autocast.__exit__ clears the cache).
+   A checkpointed block saves nothing, so its copies live exactly as long as the cache: all of
+   them at the end of forward, none once the region exits before backward; a recomputed block
+   re-enters autocast (torch/utils/checkpoint.py) and holds its own copies while it runs.
+   Layers outside the blocks (the LM head) are not checkpointed and keep theirs saved. */
+static int ckpt_casts_cached(const TrainSpec *t, const PrecisionSpec *p) {
+    return t->act_ckpt == CKPT_FULL && p->cast_copy_bytes > 0 && t->impl == IMPL_PYTORCH;
+}
+
+/* FSDP1 (--fsdp 1) hands the module views of its flat parameter: not leaves, never cached, so a
+   checkpointed block's casts are freed with its forward (torch/distributed/fsdp/_flat_param.py
+   _use_unsharded_views(as_params=False) in forward and backward: plain tensor views with a
+   grad_fn). */
+static int casts_leave_with_block(const Strategy *s, const TrainSpec *t, const PrecisionSpec *p) {
+    int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;
+    return ckpt_casts_cached(t, p) && fsdp && t->fsdp_impl == 1;
+}
+
+/* Elements of layer i that autocast casts to the low-precision dtype: the weights of its
+   matmuls and convolutions. Embedding lookups and norms run in fp32 under autocast (they are
+   not on its lower-precision op list; measured: F.embedding and F.layer_norm return fp32), so
+   the embedding layer casts nothing; a tied head casts the shared V x e embedding weight. */
+static double layer_cast_elems(const ModelSpec *m, int i) {
+    const LayerSpec *l = &m->layers[i];
+    switch (l->kind) {
+    case LAYER_EMBED: case LAYER_NORM: case LAYER_BN: return 0;
+    case LAYER_HEAD: {
+        double e = 0;
+        for (int k = 0; k < m->n_layers && m->tied_embeddings; k++)
+            if (m->layers[k].kind == LAYER_EMBED) e = (double)m->layers[k].largest_tensor;
+        return (double)l->params + e;
+    }
+    default: return (double)l->params;
+    }
+}
+
+/* The copies still held at the start of backward under full checkpointing: the saved ones of
+   the layers outside the blocks. */
+static double ckpt_casts_after_forward(const ModelSpec *m, const PrecisionSpec *p) {
+    double b = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind != LAYER_BLOCK) b += layer_cast_elems(m, i) * p->cast_copy_bytes;
+    return b;
+}
+
+/* DeepSpeed ZeRO-1/2 optimizer step (deepspeed/runtime/zero/stage_1_and_2.py, step()): first
+   the gradient norm, which reads the flat gradient partition through an fp64 copy
+   (get_grad_norm_direct: g.to(get_norm_dtype()), fp64 wherever the device has it,
+   deepspeed/runtime/zero/utils.py); then, in the mixed-precision regimes, an fp32 copy of the
+   partition (flat_grad_partition.to(single_partition_of_fp32_groups[i].dtype)) that becomes the
+   fp32 master's .grad through the optimizer step, while the 16-bit partition gradients are
+   freed (free_grad_in_param_list). Bytes per local optimizer element: norm_b at the norm,
+   fp32_b - grad bytes at the step. Measured: docs/formulas.md "DeepSpeed ZeRO-1/2 step". */
+static int ds_zero12_step(const Strategy *s, const TrainSpec *t, const PrecisionSpec *p,
+                          double *norm_b, double *fp32_b) {
+    if (s->buffers != BUF_DS_REDUCE || t->impl != IMPL_PYTORCH) return 0;
+    *norm_b = 8;
+    *fp32_b = p->master_bytes > 0 ? 4.0 - p->grad_bytes : 0;
+    return 1;
+}
+
+/* DeepSpeed ZeRO-3 gathers parameters module by module (deepspeed/runtime/zero/
+   partitioned_param_coordinator.py, fetch_sub_module / release_sub_module) with its defaults
+   (deepspeed/runtime/zero/config.py): stage3_prefetch_bucket_size 5e7 elements gathered ahead
+   of use, stage3_max_reuse_distance 1e9: a module's parameters are not released after its
+   forward when they are used again within 1e9 parameter elements of the step's trace
+   (__params_to_release). A layer used in forward is used again in its backward after the rest
+   of the forward and the backward of the later layers, 2 x Σ later layers' elements: below 1e9
+   it stays gathered from its forward to its backward. Otherwise only the module in use (its
+   largest tensor, at this model's layer granularity) and the prefetch are gathered. After a
+   layer's backward its next use is the next step: released. Returns gathered elements while
+   layer k runs, forward or backward. Measured: docs/formulas.md "DeepSpeed ZeRO-3". */
+#define PLAN_DS3_PREFETCH 5e7
+#define PLAN_DS3_REUSE 1e9
+
+/* kept: the layer with `later` elements after it stays gathered from its forward to its backward */
+static int ds3_kept(double later) { return 2 * later < PLAN_DS3_REUSE; }
+
+/* Gathered elements while layer l runs: the earlier layers kept since their forward
+   (kept_before), the layer itself (whole if kept, else the module in use), and the prefetch of
+   what runs next and is not gathered: in forward the later layers, in backward the earlier
+   layers that were released (notkept_before). O(1): the walk keeps the running sums. */
+static double ds3_gathered(const LayerSpec *l, double later, double kept_before,
+                           double notkept_before, int backward) {
+    double cur = ds3_kept(later) ? (double)l->params : fmin((double)l->params, (double)l->largest_tensor);
+    double ahead = backward ? notkept_before : later;
+    return kept_before + cur + fmin(PLAN_DS3_PREFETCH, ahead);
+}
+
 /* Everything the walk needs, resolved once. */
 typedef struct {
     const ModelSpec *m;
@@ -132,6 +243,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         persistent_comm = z->psi * p->grad_bytes;          /* flat bucket copy of all grads */
     if ((s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) && c->gpus > 1)
         persistent_comm = fmin(PLAN_DS_REDUCE_BUCKET, z->psi) * p->grad_bytes;   /* nothing to reduce on one GPU */
+    /* DeepSpeed allocates the whole reduce_bucket_size buffer, whatever the model's size and on
+       one GPU too (stage_1_and_2.py setup_buckets, stage3.py __init__: torch.empty(
+       reduce_bucket_size, dtype=16-bit grads)); memplan's engine sizes it to the model */
+    if ((s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) && t->impl == IMPL_PYTORCH)
+        persistent_comm = PLAN_DS_REDUCE_BUCKET * p->grad_bytes;
     /* parameter buffers live between gathers (forward and backward) */
     double fwd_comm = 0, bwd_comm = 0;
     switch (s->buffers) {
@@ -162,6 +278,25 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        them allocated across steps */
     int grads_persistent = s->grads_persistent || t->impl == IMPL_ENGINE;
     double grads_fwd = grads_persistent ? grads_steady : 0;
+    /* DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py, contiguous_gradients): each parameter's
+       gradient is copied into the reduce bucket by its hook and freed; the reduced gradient
+       partition (local optimizer elements x grad bytes) exists from the first reduction (the
+       bucket full, or the end of backward) until the step frees it. Measured: no gradients at
+       the peak early in backward (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients"). */
+    int ds12 = s->buffers == BUF_DS_REDUCE && t->impl == IMPL_PYTORCH;
+    double o_part = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi, ds12_seen = 0;
+    if (ds12) {
+        grads_persistent = 0;
+        grads_fwd = 0;
+        grads_steady = o_part * p->grad_bytes;
+    }
+    /* DeepSpeed keeps its own fp32 copy of the local partition for the optimizer even when the
+       parameters are fp32 (stage_1_and_2.py single_partition_of_fp32_groups = ...clone().float(),
+       stage3.py fp32_partitioned_groups_flat); measured: 3 x 4 B per local element with Adam */
+    double ds_fp32 = (s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) &&
+                     t->impl == IMPL_PYTORCH && p->master_bytes == 0 &&
+                     !plan_offload_cpu_step(t, sk) ? o_part * 4 : 0;   /* offload: on the host */
+    r->model_states += ds_fp32;
 
     /* ---- forward, layer by layer: saved activations and autocast casts accumulate ---- */
     double acts = 0, casts = 0;
@@ -169,12 +304,26 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_PARAMS] = z->params;
     tv[TERM_GRADS] = grads_fwd;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
-    tv[TERM_OPTIMIZER] = z->optimizer;
+    int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
+    double ds3_seen = 0, ds3_kept_sum = 0, ds3_free_sum = 0;   /* running sums over layers */
+    tv[TERM_OPTIMIZER] = z->optimizer + ds_fp32;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
-        casts += (double)m->layers[i].params * p->cast_copy_bytes;   /* autocast weight copies */
+        /* autocast weight copies (memplan's engine layout keeps its whole-parameter count) */
+        if (!(casts_leave_with_block(s, t, p) && m->layers[i].kind == LAYER_BLOCK))
+            casts += (t->impl == IMPL_ENGINE ? (double)m->layers[i].params : layer_cast_elems(m, i)) *
+                     p->cast_copy_bytes;
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts;
+        if (ds3) {
+            const LayerSpec *l = &m->layers[i];
+            double later = z->psi - ds3_seen - (double)l->params;
+            tv[TERM_COMM] = persistent_comm +
+                            ds3_gathered(l, later, ds3_kept_sum, ds3_free_sum, 0) * p->param_bytes;
+            ds3_seen += (double)l->params;
+            if (ds3_kept(later)) ds3_kept_sum += (double)l->params;
+            else ds3_free_sum += (double)l->params;
+        }
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
     }
 
@@ -184,25 +333,51 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     /* ZeRO-2 (DeepSpeed reduce bucket): a layer's full gradient exists from its backward until
        it is copied into the bucket; a tied embedding's, written first by the LM head, lives
        until the embedding's own backward completes it */
-    int grad_flight = s->buffers == BUF_DS_REDUCE && (s->shard & SHARD_GRAD) && c->gpus > 1;
+    int grad_flight = s->buffers == BUF_DS_REDUCE && (s->shard & SHARD_GRAD) && c->gpus > 1 && !ds12;
     double embed_params = 0;
     for (int i = 0; i < m->n_layers && m->tied_embeddings; i++)
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
+    double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
+    int cached = ckpt_casts_cached(t, p);
+    if (cached) casts = ckpt_casts_after_forward(m, p);   /* the region exited: cache cleared */
+    /* the loss's own backward, before the head's: nll_loss's backward allocates a zeroed
+       logits-sized gradient and log_softmax's backward a second one while the first is alive
+       (measured: 2 x 4·b·s·V beyond the saved activations); the head's backward then holds one */
+    if (t->impl == IMPL_PYTORCH && loss_tr > 0 && m->n_layers > 0) {
+        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_TRANSIENT] = casts + 2 * loss_tr;
+        moment(&w, PHASE_BACKWARD, m->n_layers - 1, tv, "loss backward");
+    }
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
-        if (!grads_persistent && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
+        if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
+        if (!grads_persistent && !ds12 && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
-        tv[TERM_GRADS] = grads_now;
+        if (ds12 && ((ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET || i == 0))
+            grads_now = grads_steady;                        /* the partition, from the first reduction */
+        tv[TERM_GRADS] = grads_now + (ds12 ? pu * p->grad_bytes : 0);   /* + the layer's in flight */
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
+        tv[TERM_GRADS] += tied_live;
         tv[TERM_COMM] = persistent_comm + bwd_comm;
+        if (ds3) {   /* ds3_seen counts down to the elements before layer i */
+            ds3_seen -= pu;
+            double later = z->psi - ds3_seen - pu;
+            if (ds3_kept(later)) ds3_kept_sum -= pu;
+            else ds3_free_sum -= pu;
+            tv[TERM_COMM] = persistent_comm +
+                            ds3_gathered(l, later, ds3_kept_sum, ds3_free_sum, 1) * p->param_bytes;
+        }
         tv[TERM_ACTIVATIONS] = acts;
-        tv[TERM_TRANSIENT] = casts + plan_act_backward_workspace(m, i, t, &w.in) +
+        double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
+        double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
+        tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
                              (i == m->n_layers - 1 ? loss_tr : 0);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
-        casts -= pu * p->cast_copy_bytes;
+        if (!recast) casts -= cast_i;
+        if (l->kind == LAYER_EMBED) tied_live = 0;
     }
 
     /* ---- optimizer step ---- */
@@ -215,9 +390,17 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0 && t->impl != IMPL_ENGINE &&
                           !plan_offload_cpu_step(t, sk))   /* offload: the step runs on the CPU */
                              ? o_local * p->state_bytes : 0;   /* the engine updates in place */
+    double norm_b, fp32_b;
+    if (!plan_offload_cpu_step(t, sk) && ds_zero12_step(s, t, p, &norm_b, &fp32_b)) {   /* offload: on the host */
+        double opt_tr = tv[TERM_TRANSIENT];
+        tv[TERM_TRANSIENT] = o_local * norm_b;               /* fp64 copy for the norm */
+        moment(&w, PHASE_STEP, -1, tv, "gradient norm");
+        tv[TERM_TRANSIENT] = opt_tr;
+        tv[TERM_GRADS] = grads_steady + o_local * fp32_b;     /* fp32 partition grad, 16-bit freed */
+    }
     moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
-    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD)
+    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD && strcmp(w.peak_where, "backward of") == 0)
         snprintf(r->peak_where, sizeof(r->peak_where), "%s %s", w.peak_where, m->layers[w.peak_layer].name);
     else
         snprintf(r->peak_where, sizeof(r->peak_where), "%s", w.peak_where);
@@ -259,7 +442,7 @@ static int fits_at(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b) {
     if (max_b < 1 || !fits_at(m, t, c, s, 1)) return 0;
-    int cap = 2 * m->n_layers + 1;
+    int cap = 2 * m->n_layers + 4;   /* forward and backward per layer, loss, norm, step */
     double stack1[512], stack2[512];
     double *t1 = cap <= 512 ? stack1 : malloc(sizeof(double) * (size_t)cap);
     double *t2 = cap <= 512 ? stack2 : malloc(sizeof(double) * (size_t)cap);

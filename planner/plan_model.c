@@ -178,6 +178,7 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     m->vocab = c->vocab;
     m->max_seq = c->max_seq;
     m->tied_embeddings = c->tied;
+    m->headless = c->headless;
     m->norm = c->norm;
     m->mlp = c->mlp;
     m->dropout = c->dropout;
@@ -227,6 +228,10 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     }
     if (c->final_norm && !plan_model_add(m, LAYER_NORM, "final_norm", norm_params(c))) goto oom;
     if (c->pooler && !plan_model_add(m, LAYER_LINEAR, "pooler", h * h + h)) goto oom;
+    /* a base class (GPT2Model, LlamaModel, BertModel, T5Model) ends here: no output head, so
+       neither a tied nor an untied head adds parameters (transformers: GPT2Model of gpt2-xl has
+       1,557,611,200 parameters whatever tie_word_embeddings says) */
+    if (c->headless) return 0;
 
     memset(&l, 0, sizeof(l));
     l.kind = LAYER_HEAD;

@@ -77,6 +77,8 @@ typedef struct {
     int64_t vocab;           /* V */
     int64_t max_seq;         /* context length; the default --seq */
     int tied_embeddings;
+    int headless;            /* a base class (GPT2Model, LlamaModel, BertModel, T5Model): no LM
+                                head, no logits, no loss; the caller holds the last hidden state */
     NormKind norm;
     MlpKind mlp;
     double dropout;          /* default dropout probability from the config */
@@ -128,6 +130,7 @@ typedef struct {
                                 word_embed_proj_dim): project_in/out (no bias) are added */
     int64_t cls_outputs;     /* classifier on the pooled output (BERT NSP: 2), h*n + n */
     const char *act_fn;      /* activation name noted in ModelSpec.act_fn (NULL = "") */
+    int headless;            /* base model class: no head layer (and no mlm_head/cls_outputs) */
 } TransformerConfig;
 
 int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen);

@@ -20,15 +20,20 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
     fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
             plan_fmt_count(plan_model_params(m), a, sizeof(a)), plan_arch_name(m->arch),
             m->n_layers, m->source);
+    if (m->headless)
+        fprintf(f, "# %s is a base model (no LM head): no logits and no loss are planned; training "
+                "it needs a loss on its last hidden state, which the caller holds through backward\n",
+                m->name);
     fprintf(f, "# cluster: %lld x %s (%s, %s each), %lld GPUs per node, %lld node%s\n",
             (long long)c->gpus, c->gpu.name, c->gpu.label,
             plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof(b)), (long long)c->gpus_per_node,
             (long long)plan_cluster_nodes(c), plan_cluster_nodes(c) > 1 ? "s" : "");
     fprintf(f, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, optimizer %s, "
-            "act-ckpt %s, attn %s, dropout %g%s\n", (long long)t->micro_batch,
+            "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s\n", (long long)t->micro_batch,
             (long long)plan_report_seq(m, t), (long long)t->grad_accum,
             plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
             plan_ckpt_name(t->act_ckpt), plan_attn_name(t->attn), plan_report_dropout(m, t),
+            t->fsdp_impl == 1 ? "FSDP1 (flat parameter)" : "FSDP2 (fully_shard)",
             t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
     if (t->offload != OFFLOAD_NONE)
         fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
@@ -154,6 +159,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jm, "arch", plan_arch_name(m->arch));
     cJSON_AddNumberToObject(jm, "layers", m->n_layers);
     cJSON_AddStringToObject(jm, "source", m->source);
+    cJSON_AddBoolToObject(jm, "has_loss", !m->headless);   /* base classes: no head, no loss */
     cJSON *jc = cJSON_AddObjectToObject(root, "cluster");
     cJSON_AddStringToObject(jc, "gpu", c->gpu.name);
     cJSON_AddNumberToObject(jc, "gpus", (double)c->gpus);
@@ -172,6 +178,9 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddNumberToObject(jt, "dropout", plan_report_dropout(m, t));
     cJSON_AddStringToObject(jt, "activation_layout", plan_impl_name(t->impl));
     cJSON_AddStringToObject(jt, "offload", plan_offload_name(t->offload));
+    cJSON_AddNumberToObject(jt, "fsdp", t->fsdp_impl == 1 ? 1 : 2);   /* what fsdp-* rows mean */
+    cJSON_AddStringToObject(jt, "autocast", t->autocast_cpu ? "cpu" : "cuda");
+    cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];

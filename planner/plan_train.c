@@ -39,6 +39,7 @@ void plan_train_defaults(TrainSpec *t) {
     t->act_ckpt = CKPT_NONE;
     t->dropout = -1;
     t->impl = IMPL_PYTORCH;
+    t->fsdp_impl = 2;
 }
 
 const PrecisionSpec *plan_precision(PrecisionKind k) { return &PRECISIONS[k]; }

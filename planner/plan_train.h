@@ -55,6 +55,16 @@ typedef struct {
     int grad_as_bucket_view; /* DDP: gradients are views into the buckets (no copy) */
     int syncbn;              /* SyncBatchNorm (models with BN) */
     OffloadKind offload;     /* what lives in host memory */
+    int loop_trainer;        /* 1: HF Trainer's loop drops the model's outputs before backward
+                                (compute_loss returns the loss only); 0: the common loop
+                                (`outputs = model(**batch); loss = outputs.loss`) holds the
+                                logits through backward and the step */
+    int autocast_cpu;        /* 1: torch.autocast on CPU tensors, whose fp32 op list lacks pow,
+                                tanh, softmax, log_softmax and layer_norm (CUDA's has them but
+                                tanh); 0: CUDA (the default) */
+    int fsdp_impl;           /* what the fsdp-* rows mean where the two differ: 1 = flat-parameter
+                                FullyShardedDataParallel, 2 = fully_shard (FSDP2, the default;
+                                0 reads as 2); docs/formulas.md "Autocast's cast cache" */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */
