@@ -33,6 +33,9 @@ static cJSON *exact_result(const char *strategy, double peak_scale, double paylo
     t.precision = PREC_FP32;
     t.attn = ATTN_EAGER;
     t.dropout = 0;
+    t.autocast_cpu = 1;     /* as validate --against torch predicts CPU ranks */
+    t.loop_trainer = 1;     /* the result's loop is "hf" */
+    t.fsdp_impl = 2;
     ClusterSpec c;
     plan_cluster_defaults(&c);
     c.gpus = c.gpus_per_node = 2;
@@ -69,6 +72,7 @@ static cJSON *exact_result(const char *strategy, double peak_scale, double paylo
     cJSON_AddStringToObject(su, "attn", "eager");
     cJSON_AddNumberToObject(su, "dropout", 0);
     cJSON_AddNumberToObject(su, "bucket_mb", 25);
+    cJSON_AddStringToObject(su, "loop", "hf");
     cJSON *pr = cJSON_AddArrayToObject(j, "per_rank");
     for (int r = 0; r < 2; r++) {
         cJSON *o = cJSON_CreateObject();
