@@ -9,6 +9,7 @@
 #include "cli_output.h"
 #include "cli_run.h"
 #include "cli_setup.h"
+#include "kern_blas.h"
 #include "plan_auto.h"
 #include "plan_load.h"
 #include "plan_plan.h"
@@ -304,6 +305,9 @@ static int cmd_gpus(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc >= 2 && argv[1][0] != '-') {
         const char *cmd = argv[1];
+        /* the engine's commands: OpenBLAS's fast GEMM kernel on CPUs it does not know */
+        if (strcmp(cmd, "run") == 0 || strcmp(cmd, "validate") == 0 || strcmp(cmd, "bench") == 0)
+            kern_blas_select_core(argv);
         if (strcmp(cmd, "plan") == 0) return cmd_plan(argc - 1, argv + 1, 0);
         if (strcmp(cmd, "auto") == 0) return cmd_plan(argc - 1, argv + 1, 1);
         if (strcmp(cmd, "models") == 0) return cmd_models(argc - 1, argv + 1);

@@ -11,6 +11,7 @@
 
 #include "exec_device.h"
 #include "exec_gpt2_model.h"
+#include "kern_blas.h"
 #include "prof_export.h"
 #include "prof_trace.h"
 
@@ -286,6 +287,8 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     }
     res->params = gpt2_cfg_num_params(mc);
     res->tokens_per_step = (double)B * T * A * N;
+    /* BLAS threads: this node's cores shared among its ranks (one each on 2 cores, 2 ranks) */
+    if (cfg->device == DEVICE_HOST) kern_blas_set_threads(comm_local_size(c));
 
     /* the GPU on several ranks collects over NCCL (every rank has the same cfg: clean) */
     int gpu = cfg->device == DEVICE_CUDA;
