@@ -15,18 +15,6 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* the largest value over ranks (times: the slowest rank sets the pace) */
 static int max_over(Comm *c, double *v)
 {
@@ -40,28 +28,31 @@ static int max_over(Comm *c, double *v)
 }
 
 #define REPS 5
+#define WINDOW_S 0.25   /* compute figures are averages over this long: sustained, not bursts */
 
+/* mean seconds per call over a WINDOW_S window (after one warm-up call) */
 static double time_gemm(int M, int N, int K, float *a, float *b, float *o)
 {
-    double t[REPS];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, o, N);   /* warm */
-    for (int i = 0; i < REPS; i++) {
-        double t0 = now_s();
+    int calls = 0;
+    double t0 = now_s(), t;
+    do {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, o, N);
-        t[i] = now_s() - t0;
-    }
-    return median(t, REPS);
+        calls++;
+    } while ((t = now_s() - t0) < WINDOW_S);
+    return t / calls;
 }
 
 static double time_triad(float *a, const float *b, const float *c, size_t n)
 {
-    double t[REPS];
-    for (int r = -1; r < REPS; r++) {
-        double t0 = now_s();
+    for (size_t i = 0; i < n; i++) a[i] = b[i] + 1.5f * c[i];   /* warm: pages touched */
+    int calls = 0;
+    double t0 = now_s(), t;
+    do {
         for (size_t i = 0; i < n; i++) a[i] = b[i] + 1.5f * c[i];
-        if (r >= 0) t[r] = now_s() - t0;
-    }
-    return median(t, REPS);
+        calls++;
+    } while ((t = now_s() - t0) < WINDOW_S);
+    return t / calls;
 }
 
 /* one collective of k over count floats per rank block (all-reduce: the whole buffer), median */
@@ -77,7 +68,9 @@ static double time_coll(Comm *c, int k, float *buf, float *out, size_t count, in
         if (rc) return -1;
         if (r >= 0) t[r] = now_s() - t0;
     }
-    return median(t, reps);
+    double sum = 0;   /* the mean: descheduled calls on a shared machine count, as in a run */
+    for (int r = 0; r < reps; r++) sum += t[r];
+    return sum / reps;
 }
 
 int exec_describe_cpu(Comm *c, int tokens, int d_model, DeviceDesc *d, char *err, size_t len)

@@ -6,12 +6,13 @@
  * On the CPU every rank measures at once (the ranks share the cores during the run too), and the
  * slowest rank's figure is kept:
  *   gemm_flops  cblas_sgemm at the model's MLP shape (tokens x 4C x C, forward orientation),
- *               median of 5 calls, FLOP/s per rank;
+ *               the mean over a 0.25 s window (sustained: on a shared machine the rank's share
+ *               of a core is in it, as it is in the run), FLOP/s per rank;
  *   mem_bw      a STREAM triad a[i] = b[i] + s·c[i] over 3 x 16 MiB, bytes read + written per
- *               second (12 bytes an element), median of 5: the planner's optimizer step is
- *               counted the same way (bytes read + bytes written);
+ *               second (12 bytes an element), mean over a 0.25 s window: the planner's optimizer
+ *               step is counted the same way (bytes read + bytes written);
  *   coll_*      all-reduce, reduce-scatter and all-gather through exec_comm (the engine's path)
- *               at 64 KiB and 4 MiB, median of 5 (small) and 3 (large): bw from the large
+ *               at 64 KiB and 4 MiB, mean of 5 (small) and 3 (large): bw from the large
  *               one's bus bytes, alpha from what the small one takes beyond its bus bytes,
  *               per ring step (2(n-1) steps for an all-reduce, n-1 otherwise), as `memplan
  *               bench syncbn` fits them (plan_coll_seconds is the model).
