@@ -4,7 +4,8 @@
  *         progress thread per communicator, which runs them one after another, in issue order,
  *         as the library's blocking collectives on a communicator of its own (MPI_THREAD_MULTIPLE):
  *         they move data at the blocking collective's bandwidth and progress while the caller
- *         computes. OpenMPI 4.1's non-blocking collectives (libnbc) reach a fraction of that and
+ *         computes; one the caller waits for before the thread took it, the caller runs itself
+ *         (the thread then keeps its timeout). OpenMPI 4.1's non-blocking collectives (libnbc) reach a fraction of that and
  *         progress only inside MPI calls (measured: docs/validation.md, "Collectives").
  *         The other calls, and every call when the library lacks MPI_THREAD_MULTIPLE or the
  *         thread is switched off (comm_set_mpi_progress), are issued non-blocking (MPI_I*) and
@@ -110,6 +111,9 @@ struct Comm {
     pthread_cond_t bg_work, bg_done;
     CommReq *bg_head, *bg_tail;
     int bg_quit;
+    int bg_busy;             /* the thread is running a collective */
+    CommReq *bg_inline;      /* the caller is running this one itself; the thread watches the clock */
+    double bg_deadline;      /* ... and aborts the job when it is not done by then */
     MPI_Comm bg_mpi;         /* the thread's duplicate of mpi */
 #if MEMPLAN_NCCL
     ncclComm_t nccl;
@@ -339,9 +343,11 @@ void comm_set_after_stream(Comm *c, void *cuda_stream)
  * One per communicator, started at its first all-reduce / reduce-scatter / all-gather. It pops
  * requests in issue order and runs each as the blocking collective on bg_mpi (a duplicate of
  * the communicator: the caller's own MPI calls on mpi do not interleave with its traffic).
- * Every rank issues the same collectives in the same order, so the threads match. The caller
- * waits by spinning BG_SPIN_S (short collectives finish without a sleep and a wake-up), then
- * sleeps on bg_done so that the thread has the core. */
+ * Every rank issues the same collectives in the same order, so the threads match. A caller that
+ * waits for a collective the thread has not started (a blocking call, or a wait right after the
+ * issue) runs it itself, with the thread as the watchdog of its timeout (bg_run_inline);
+ * otherwise the caller spins BG_SPIN_S (short collectives finish without a sleep and a wake-up),
+ * then sleeps on bg_done so that the thread has the core. */
 #define BG_SPIN_S 200e-6
 
 static int bg_run(Comm *c, CommReq *r)
@@ -371,27 +377,78 @@ static int bg_run(Comm *c, CommReq *r)
     }
 }
 
+static void timeout_abort(Comm *c, CommReq *r);
+
+static void bg_finish(Comm *c, CommReq *r, int rc)   /* under bg_mu */
+{
+    r->bg_rc = rc;
+    r->t_bg_done = now_s();
+    __atomic_store_n(&r->bg_done, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&c->bg_done);
+}
+
 static void *bg_main(void *arg)
 {
     Comm *c = arg;
     pthread_mutex_lock(&c->bg_mu);
     for (;;) {
-        while (!c->bg_head && !c->bg_quit) pthread_cond_wait(&c->bg_work, &c->bg_mu);
-        if (!c->bg_head) break;   /* quit, and nothing left */
-        CommReq *r = c->bg_head;
-        c->bg_head = r->bg_next;
-        if (!c->bg_head) c->bg_tail = NULL;
-        pthread_mutex_unlock(&c->bg_mu);
-        int rc = bg_run(c, r);
-        double t = now_s();
-        pthread_mutex_lock(&c->bg_mu);
-        r->bg_rc = rc;
-        r->t_bg_done = t;
-        __atomic_store_n(&r->bg_done, 1, __ATOMIC_RELEASE);
-        pthread_cond_broadcast(&c->bg_done);
+        if (c->bg_inline) {   /* the watchdog of the caller's own blocking collective */
+            struct timespec until;
+            double left = c->bg_deadline - now_s();
+            if (left <= 0) {
+                CommReq *r = c->bg_inline;
+                pthread_mutex_unlock(&c->bg_mu);
+                timeout_abort(c, r);   /* does not return */
+            }
+            clock_gettime(CLOCK_REALTIME, &until);
+            long ns = until.tv_nsec + (long)(left * 1e9);
+            until.tv_sec += ns / 1000000000L;
+            until.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&c->bg_work, &c->bg_mu, &until);
+            continue;
+        }
+        if (c->bg_head) {
+            CommReq *r = c->bg_head;
+            c->bg_head = r->bg_next;
+            if (!c->bg_head) c->bg_tail = NULL;
+            c->bg_busy = 1;
+            pthread_mutex_unlock(&c->bg_mu);
+            int rc = bg_run(c, r);
+            pthread_mutex_lock(&c->bg_mu);
+            c->bg_busy = 0;
+            bg_finish(c, r, rc);
+            continue;
+        }
+        if (c->bg_quit) break;
+        pthread_cond_wait(&c->bg_work, &c->bg_mu);
     }
     pthread_mutex_unlock(&c->bg_mu);
     return NULL;
+}
+
+/* The caller waits for r: when the thread has not started it and nothing is ahead of it, the
+ * caller runs it itself (no hand-over and wake-up, which a busy machine makes milliseconds
+ * long) while the thread keeps the timeout. 1 when it ran here (done, or failed: bg_rc). */
+static int bg_run_inline(Comm *c, CommReq *r)
+{
+    pthread_mutex_lock(&c->bg_mu);
+    if (c->bg_head != r || c->bg_busy || r->bg_done) {
+        pthread_mutex_unlock(&c->bg_mu);
+        return 0;
+    }
+    c->bg_head = r->bg_next;
+    if (!c->bg_head) c->bg_tail = NULL;
+    c->bg_inline = r;
+    c->bg_deadline = now_s() + c->timeout_s;
+    pthread_cond_signal(&c->bg_work);
+    pthread_mutex_unlock(&c->bg_mu);
+    int rc = bg_run(c, r);
+    pthread_mutex_lock(&c->bg_mu);
+    c->bg_inline = NULL;
+    bg_finish(c, r, rc);
+    pthread_cond_signal(&c->bg_work);   /* the thread goes back to its queue */
+    pthread_mutex_unlock(&c->bg_mu);
+    return 1;
 }
 
 /* Whether r's collective goes to the thread; starts the thread the first time. */
@@ -577,6 +634,7 @@ int comm_wait(Comm *c, CommReq *r)
     if (!r) return 0;
     double start = now_s();
     int rc;
+    if (r->bg) bg_run_inline(c, r);
     /* Spin without sleeping: a sleep would add its granularity to every collective; yielding
      * lets oversubscribed ranks on the same core make progress. */
     while ((rc = req_test(c, r)) == 0) {
