@@ -5,8 +5,8 @@
  *         as the library's blocking collectives on a communicator of its own (MPI_THREAD_MULTIPLE):
  *         they move data at the blocking collective's bandwidth and progress while the caller
  *         computes; one the caller waits for before the thread took it, the caller runs itself
- *         (the thread then keeps its timeout). OpenMPI 4.1's non-blocking collectives (libnbc) reach a fraction of that and
- *         progress only inside MPI calls (measured: docs/validation.md, "Collectives").
+ *         (the thread then keeps its timeout). OpenMPI 4.1's non-blocking collectives (libnbc)
+ *         progress only inside MPI calls and are slower (docs/validation.md, "Collectives").
  *         The other calls, and every call when the library lacks MPI_THREAD_MULTIPLE or the
  *         thread is switched off (comm_set_mpi_progress), are issued non-blocking (MPI_I*) and
  *         completed by polling MPI_Test. Either way completion is awaited with a wall-clock
@@ -128,7 +128,7 @@ static int g_live_comms;     /* comms using MPI; the last one out finalizes */
 static int g_we_initialized; /* MPI_Init_thread was ours, so MPI_Finalize is ours too */
 static int g_thread_multiple; /* the library provides MPI_THREAD_MULTIPLE: progress threads */
 
-static void bg_stop(Comm *c);
+static int bg_stop(Comm *c);
 
 /* The progress thread's communicator, duplicated when the communicator is created (a collective
  * call every rank makes at the same point; done lazily, at the first all-reduce, it would be a
@@ -291,16 +291,16 @@ void comm_destroy(Comm *c)
     if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
     if (c->order_ev) CUDA_CHECK(cudaEventDestroy(c->order_ev));
 #endif
-    bg_stop(c);
-    if (c->bg_mpi != MPI_COMM_NULL) MPI_Comm_free(&c->bg_mpi);
+    int left_behind = bg_stop(c);   /* then c stays allocated: the thread may still read it */
+    if (c->bg_mpi != MPI_COMM_NULL && !left_behind) MPI_Comm_free(&c->bg_mpi);
     if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
     if (c->uses_mpi && --g_live_comms == 0 && g_we_initialized) {
         /* MPI cannot be initialized twice in a process: a later comm_create then fails. */
         int fin = 0;
         MPI_Finalized(&fin);
-        if (!fin) MPI_Finalize();
+        if (!fin && !left_behind) MPI_Finalize();
     }
-    free(c);
+    if (!left_behind) free(c);
 }
 
 CommKind comm_kind(const Comm *c) { return c->kind; }
@@ -496,11 +496,12 @@ static void bg_sleep(Comm *c, CommReq *r, double left_s)
     pthread_mutex_unlock(&c->bg_mu);
 }
 
-/* Joins the thread when its queue is empty; a thread stuck in a collective (a peer died) is
- * left behind, detached: the process is on its way out then. */
-static void bg_stop(Comm *c)
+/* Joins the thread when its queue is empty and returns 0; a thread still busy (a collective
+ * that failed or never completed: the process is on its way out) is left behind, detached, and
+ * 1 tells the caller to leave the communicator's memory to it. */
+static int bg_stop(Comm *c)
 {
-    if (!c->bg_started) return;
+    if (!c->bg_started) return 0;
     pthread_mutex_lock(&c->bg_mu);
     c->bg_quit = 1;
     int busy = c->bg_head != NULL || c->outstanding != NULL;
@@ -508,13 +509,14 @@ static void bg_stop(Comm *c)
     pthread_mutex_unlock(&c->bg_mu);
     if (busy) {
         pthread_detach(c->bg_thread);
-        return;
+        return 1;
     }
     pthread_join(c->bg_thread, NULL);
     pthread_mutex_destroy(&c->bg_mu);
     pthread_cond_destroy(&c->bg_work);
     pthread_cond_destroy(&c->bg_done);
     c->bg_started = 0;
+    return 0;
 }
 
 void comm_set_mpi_progress(Comm *c, int thread) { c->bg_off = !thread; }   /* an idle thread stays */

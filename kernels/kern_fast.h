@@ -10,7 +10,7 @@
  *     KERN_FAST_ATT_BLOCK query rows so that the causal upper triangle is mostly skipped;
  *   - exponentials (softmaxes, GELU's tanh) go through kern_fast_expf, a branch-free polynomial
  *     that the compiler vectorizes: relative error <= 2e-7 over [-87, 88] (about 2 ulp);
- *     tanh(u) = 1 - 2 / (exp(2u) + 1) from it has absolute error <= 3e-7;
+ *     tanh(u) = 1 - 2 / (exp(2u) + 1) from it has absolute error <= 2e-7;
  *   - reductions (LayerNorm's sums, softmax sums and maxima) run over KERN_FAST_LANES partial
  *     sums, so they vectorize; the order of summation differs from the reference's;
  *   - AdamW is the reference's per-element arithmetic in a loop the compiler vectorizes (same
