@@ -33,7 +33,7 @@ static void row_passes(const char *flags)
     cr_skip_test("skipped: sanitizer build (the harness is Python; memplan's side of it runs in test_cli_torch)");
 #endif
     require_env();
-    char dir[PATH_MAX], jpath[PATH_MAX + 16], args[2048];
+    char dir[256], jpath[300], args[2048];
     test_tmpdir(dir, sizeof dir, "torch");
     snprintf(jpath, sizeof jpath, "%s/v.json", dir);
     snprintf(args, sizeof args, "validate --against torch --ranks 2 --timeout 600 %s --json=%s", flags, jpath);
