@@ -308,7 +308,10 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (opt_on_gpu) opt_steady = o_part * (p->master_bytes + os->states * p->state_bytes);
         grads_persistent = 0;
         grads_fwd = 0;
-        grads_steady = ds.grad_part * p->grad_bytes;
+        /* offload_optimizer: copy_grads_in_partition sends each reduced gradient to the host
+           buffer instead (async_inplace_copy_grad_to_fp32_buffer_from_gpu); no
+           grads_in_partition on the GPU: plan_offload_gpu_sizes' figure stands */
+        grads_steady = opt_on_gpu ? ds.grad_part * p->grad_bytes : z->grads;
     }
     /* ZeRO-3 (stage3.py, partition_parameters.py): every tensor has its ds_tensor of
        ceil(numel / n) elements; tensors below stage3_param_persistence_threshold are also kept
@@ -322,7 +325,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         grads_fwd = grads_steady;
     }
     /* the global gradient norm DeepSpeed keeps between steps (_global_grad_norm, a scalar) */
-    double ds_norm = ds_py && c->gpus > 1 ? plan_ds_norm_bytes(ds3_py) : 0;
+    double ds_norm = ds_py && c->gpus > 1 && opt_on_gpu ? plan_ds_norm_bytes(ds3_py) : 0;   /* offload: not measured */
     grads_fwd += ds_norm;
     grads_steady += ds_norm;
     /* DeepSpeed keeps its own fp32 copy of the local partition for the optimizer even when the
@@ -441,7 +444,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_COMM] = persistent_comm + (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts;
-        moment(&w, PHASE_BACKWARD, -1, tv, "gradient reduction");
+        moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
     }
 
     /* ---- optimizer step ---- */
