@@ -25,7 +25,8 @@ typedef struct {
     double shard;           /* ZeRO-3: Σ ceil(numel / n), every tensor's ds_tensor */
     double padded;          /* ZeRO-3: Σ n x ceil(numel / n), what reduce-scatter moves */
     double persist;         /* ZeRO-3: elements of the persistent tensors (numel < threshold) */
-    double persist_padded;  /* ZeRO-3: Σ n x ceil(numel / n) over them (their step all-gathers) */
+    double persist_padded;  /* ZeRO-3: Σ n x ceil(numel / n) over them: their step all-gathers,
+                               and their full data (a view of that padded buffer) */
     double persist_count;   /* ZeRO-3: how many */
 } DsSizes;
 

@@ -315,11 +315,12 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     }
     /* ZeRO-3 (stage3.py, partition_parameters.py): every tensor has its ds_tensor of
        ceil(numel / n) elements; tensors below stage3_param_persistence_threshold are also kept
-       whole on every rank and never gathered. Gradients and the fp32 partition follow the
+       whole on every rank (in their padded all-gather buffer) and never gathered. Gradients and the fp32 partition follow the
        ds_tensors. Measured: docs/formulas.md "DeepSpeed ZeRO-3 persistent tensors". */
     if (ds3_py) {
         o_part = ds.shard;
-        if (!plan_offload_params_on_host(t, sk)) params_steady = (ds.shard + ds.persist) * p->param_bytes;
+        /* a persistent tensor's full data is the view of its all-gather buffer, n x ceil(numel / n) */
+        if (!plan_offload_params_on_host(t, sk)) params_steady = (ds.shard + ds.persist_padded) * p->param_bytes;
         if (!plan_offload_grads_to_host(t, sk)) grads_steady = ds.shard * p->grad_bytes;
         if (opt_on_gpu) opt_steady = o_part * (p->master_bytes + os->states * p->state_bytes);
         grads_fwd = grads_steady;

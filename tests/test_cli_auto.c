@@ -97,7 +97,7 @@ static cJSON *estimates(void) {
         if (E[i].k == STRAT_ZERO3 && E[i].off != OFFLOAD_PARAM) {
             DsSizes ds;
             plan_ds_sizes(&m, c.gpus, &ds);
-            persist = ds.persist * plan_precision(t.precision)->param_bytes;
+            persist = ds.persist_padded * plan_precision(t.precision)->param_bytes;
         }
         if (E[i].off != OFFLOAD_NONE) cJSON_AddNumberToObject(o, "gpu_states", r.model_states - persist);
         cJSON_AddItemToArray(arr, o);

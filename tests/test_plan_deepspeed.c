@@ -80,17 +80,22 @@ Test(plan_deepspeed, unknown_tensors_should_count_each_layer_as_one) {
 
 static const struct {
     const char *model;
+    int ranks;
     StrategyKind s;
     double params, grads, optimizer;            /* model states of the largest rank, B */
     double bwd_ar, bwd_rs, fwd_ag, bwd_ag, step_ag, step_ar;   /* payloads per step, B */
     double step_ag_count;
 } MEASURED[] = {
-    {"gpt2-mini", STRAT_ZERO1, 3763200, 2114052, 5644800, 3763200, 0, 0, 0, 3763200, 4, 1},
-    {"gpt2-mini", STRAT_ZERO2, 3763200, 2114052, 5644800, 3763200, 0, 0, 0, 3763200, 4, 1},
-    {"gpt2-mini", STRAT_ZERO3, 5120512, 1881608, 5644800, 0, 3763200, 524288, 0, 3238912, 8, 51},
-    {"gpt2-tiny", STRAT_ZERO1, 482304, 281604, 723456, 482304, 0, 0, 0, 482304, 4, 1},
-    {"gpt2-tiny", STRAT_ZERO2, 482304, 281604, 723456, 482304, 0, 0, 0, 482304, 4, 1},
-    {"gpt2-tiny", STRAT_ZERO3, 723456, 241160, 723456, 0, 482304, 0, 0, 482304, 8, 28},
+    {"gpt2-mini", 2, STRAT_ZERO1, 3763200, 2114052, 5644800, 3763200, 0, 0, 0, 3763200, 4, 1},
+    {"gpt2-mini", 2, STRAT_ZERO2, 3763200, 2114052, 5644800, 3763200, 0, 0, 0, 3763200, 4, 1},
+    {"gpt2-mini", 2, STRAT_ZERO3, 5120512, 1881608, 5644800, 0, 3763200, 524288, 0, 3238912, 8, 51},
+    {"gpt2-tiny", 2, STRAT_ZERO1, 482304, 281604, 723456, 482304, 0, 0, 0, 482304, 4, 1},
+    {"gpt2-tiny", 2, STRAT_ZERO2, 482304, 281604, 723456, 482304, 0, 0, 0, 482304, 4, 1},
+    {"gpt2-tiny", 2, STRAT_ZERO3, 723456, 241160, 723456, 0, 482304, 0, 0, 482304, 8, 28},
+    /* 3 ranks: the flat list padded to 2n (zero1), each tensor padded to n x ceil(numel/n)
+       (zero3: payloads, and the persistent tensors' full data, 56 elements of padding) */
+    {"gpt2-mini", 3, STRAT_ZERO1, 3763200, 1584132, 3763200, 3763200, 0, 0, 0, 3763200, 4, 1},
+    {"gpt2-mini", 3, STRAT_ZERO3, 4493612, 1254484, 3763428, 0, 3763428, 524292, 0, 3239136, 8, 51},
 };
 
 Test(plan_deepspeed, zero_rows_should_match_the_harness_exactly) {
@@ -98,7 +103,7 @@ Test(plan_deepspeed, zero_rows_should_match_the_harness_exactly) {
         ModelSpec m = zoo(MEASURED[i].model);
         TrainSpec t;
         ClusterSpec c;
-        setup(&t, &c, MEASURED[i].model, 2);
+        setup(&t, &c, MEASURED[i].model, MEASURED[i].ranks);
         MemResult r;
         CommPlan p;
         plan_memory(&m, &t, &c, MEASURED[i].s, &r);
