@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_auto.h"
+#include "plan_deepspeed.h"
 #include "plan_offload.h"
 #include "test_plan.h"
 
@@ -86,7 +87,11 @@ Test(offload, zero3_should_reproduce_deepspeeds_estimator_with_zero_init) {
         plan_memory(&m, &t, &c, STRAT_ZERO3, &r);
         ds_zero3(psi, ll, 8, nodes, 1, 0, &cpu, &gpu);
         cr_expect_lt(REL(r.host_per_node, cpu), 1e-4, "offload_optimizer: host %.0f vs %.0f", r.host_per_node, cpu);
-        cr_expect_lt(REL(r.model_states, gpu - 4 * ll), 1e-4, "GPU keeps its 16-bit partition");
+        /* + the tensors below stage3_param_persistence_threshold, whole on every rank, which
+           DeepSpeed's estimator leaves out (docs/formulas.md "DeepSpeed ZeRO-3 persistent tensors") */
+        DsSizes ds;
+        plan_ds_sizes(&m, c.gpus, &ds);
+        cr_expect_lt(REL(r.model_states - ds.persist_padded * 2, gpu - 4 * ll), 1e-4, "GPU keeps its 16-bit partition");
         t.offload = OFFLOAD_NONE;
         plan_memory(&m, &t, &c, STRAT_ZERO3, &r);
         ds_zero3(psi, ll, 8, nodes, 0, 0, &cpu, &gpu);
