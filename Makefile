@@ -85,7 +85,7 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 MPIBINS := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(MPI_SRC))
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps run test test-bin bench clean config
+.PHONY: all deps run test test-bin bench clean config torch-env
 all: $(if $(filter 1,$(NO_DEPS)),,deps) $(MEMPLAN)
 
 config:
@@ -93,6 +93,10 @@ config:
 
 deps:
 	@scripts/deps.sh
+
+# the cached PyTorch/DeepSpeed venv of the ground-truth harness (bench/torch/, docs/validation-torch.md)
+torch-env:
+	@scripts/torch_env.sh
 
 # planner/ must stay free of CUDA, NCCL, MPI and CUPTI: plain gcc, no vendor include paths.
 $(BUILD)/obj/planner/%.o: planner/%.c $(FLAGS_STAMP)
