@@ -87,11 +87,11 @@ def _walk(ev):
 
 
 class Alloc:
-    __slots__ = ("ptr", "size", "t0", "t1", "ev", "cat", "why")
+    __slots__ = ("ptr", "size", "t0", "t1", "ev", "cat", "why", "last_id")
 
     def __init__(self, ptr, size, t0, ev):
         self.ptr, self.size, self.t0, self.t1, self.ev = ptr, size, t0, None, ev
-        self.cat, self.why = None, None
+        self.cat, self.why, self.last_id = None, None, None
 
 
 class Trace:
@@ -224,11 +224,13 @@ def apply_snapshots(trace, snaps):
     """snaps: list of (marker name, {category: set(ptr)}).  Every allocation live at a snapshot
     with a listed ptr gets that category; params > grads > optimizer > comm_buffers."""
     rank = {c: i for i, c in enumerate(("params", "grads", "optimizer", "comm_buffers"))}
+    trace.snap_times = []
     for name, by_cat in snaps:
         m = trace.marker(name)
         if m is None:
             continue
         t = m[0]
+        trace.snap_times.append(t)
         for cat, ptrs in by_cat.items():
             for ptr in ptrs:
                 a = trace.alloc_at(ptr, t)
@@ -236,9 +238,20 @@ def apply_snapshots(trace, snaps):
                     continue
                 if a.cat is None or rank[cat] < rank[a.cat]:
                     a.cat, a.why = cat, "snapshot"
+                a.last_id = t if a.last_id is None else max(a.last_id, t)
+    trace.snap_times.sort()
 
 
-def classify(trace, a):
+def _stale(trace, a, t):
+    """True when a snapshot after the allocation was last identified, and before t, no longer
+    listed it (e.g. a gradient dropped by zero_grad whose storage something else still holds)."""
+    if a.last_id is None:
+        return False
+    i = bisect.bisect_right(trace.snap_times, a.last_id)
+    return i < len(trace.snap_times) and trace.snap_times[i] <= t
+
+
+def classify(trace, a, t=None):
     """Category of an allocation not identified by a snapshot.
 
     - inside a collective op, an FSDP:: comm range (all-gather, reduce-scatter, pre/post
@@ -251,8 +264,11 @@ def classify(trace, a):
     - the data phase (input ids, labels, images) and setup outside the wrap (module buffers)
       -> other
     - anything else made in backward, optimizer or zero_grad -> temporaries
+    An allocation identified by a snapshot keeps that category until a later snapshot (before
+    the moment asked about) no longer lists it; from then on the rules above apply (a gradient
+    storage that zero_grad dropped but a gloo work object still holds is a comm buffer).
     """
-    if a.cat is not None:
+    if a.cat is not None and (t is None or not _stale(trace, a, t)):
         return a.cat
     phase, _, comm, in_mod, wrap = trace.context(a.ev)
     if comm is not None:
@@ -284,7 +300,7 @@ def split_at(trace, t):
     backend = 0
     for a in trace.allocs:
         if a.t0 <= t and (a.t1 is None or t < a.t1):
-            c = classify(trace, a)
+            c = classify(trace, a, t)
             out[c] += a.size
             phase, module, comm, _, _ = trace.context(a.ev)
             op = a.ev.parent.name if a.ev.parent is not None else "?"

@@ -29,11 +29,12 @@ for m in $models; do
         fi
         sq=$seq
         if [ -z "$sq" ]; then
-            "$py" "$here/harness.py" --model "$m" --params-only --json "$out/.ctx.json" \
-                >/dev/null 2>&1 || { echo "FAIL $m: cannot build it" >&2; fails=$((fails + 1)); continue; }
+            ctx=$(mktemp)
+            "$py" "$here/harness.py" --model "$m" --params-only --json "$ctx" >/dev/null 2>&1 ||
+                { echo "FAIL $m: cannot build it" >&2; fails=$((fails + 1)); rm -f "$ctx"; continue; }
             sq=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"]["context"])' \
-                 "$out/.ctx.json")
-            rm -f "$out/.ctx.json"
+                 "$ctx")
+            rm -f "$ctx"
         fi
         f="$out/${name}_${s}_${prec}_${ckpt}_${attn}_r${ranks}_b${batch}_s${sq}.json"
         [ -s "$f" ] && continue
