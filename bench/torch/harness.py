@@ -621,11 +621,15 @@ def _versions():
     return v
 
 
+_JSON_FD = None   # the real stdout when --json -; everything else printed goes to stderr
+
+
 def write_json(path, doc):
     text = json.dumps(doc, indent=1) + "\n"
     if path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        data = text.encode()
+        while data:
+            data = data[os.write(_JSON_FD if _JSON_FD is not None else 1, data):]
     else:
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
@@ -641,6 +645,12 @@ def main(argv):
         if rank == 0:
             print(f"harness: {e}", file=sys.stderr)
         return 2
+    if a.json == "-":
+        # libraries (DeepSpeed's logger, gloo) print to stdout: keep stdout for the JSON only
+        global _JSON_FD
+        sys.stdout.flush()
+        _JSON_FD = os.dup(1)
+        os.dup2(2, 1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import models
     if a.model not in models.ZOO_NAMES and not os.path.isfile(a.model):

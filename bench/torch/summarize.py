@@ -59,6 +59,18 @@ def main():
     with open(os.path.join(res, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"{len(files)} rows -> {os.path.join(res, 'README.md')}")
+    # the same table between the markers of docs/validation-torch.md
+    doc = os.path.join(here, "..", "..", "docs", "validation-torch.md")
+    begin, end = "<!-- results-table -->", "<!-- /results-table -->"
+    if os.path.isfile(doc):
+        text = open(doc).read()
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            tail = rest.split(end, 1)[1]
+            table = "\n".join(lines[-len(files) - 2:])
+            with open(doc, "w") as f:
+                f.write(f"{head}{begin}\n{table}\n{end}{tail}")
+            print(f"{len(files)} rows -> {os.path.normpath(doc)}")
 
 
 if __name__ == "__main__":
