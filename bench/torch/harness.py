@@ -531,7 +531,7 @@ def run(a, rank, world):
             module = "data"
         elif module is None:
             module = (comm or "model").replace("memplan::comm::", "")
-        split, detail, backend = measure.split_at(tr, t)
+        split, detail, backend, casts = measure.split_at(tr, t)
         assert sum(split.values()) == tr.total[i], (split, tr.total[i])
         top = sorted(detail.items(), key=lambda kv: -kv[1])[:12]
         per_rank.update({
@@ -544,6 +544,7 @@ def run(a, rank, world):
                              "module": k[3], "scope": k[4], "op": k[5], "bytes": v}
                             for k, v in top],
             "at_peak_backend_internal": backend,
+            "at_peak_dtype_casts": casts,
             "allocator_reported_total_end": tr.last_reported_total,
             "rebuilt_total_end": tr.final_live,
         })

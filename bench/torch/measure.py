@@ -298,6 +298,7 @@ def split_at(trace, t):
     out = {c: 0 for c in CATS}
     detail = collections.Counter()
     backend = 0
+    casts = collections.Counter()
     for a in trace.allocs:
         if a.t0 <= t and (a.t1 is None or t < a.t1):
             c = classify(trace, a, t)
@@ -308,7 +309,15 @@ def split_at(trace, t):
             detail[(c, step, phase or "setup", module or "", comm or "", op)] += a.size
             if c == "comm_buffers" and comm and (comm in _C10D or comm.startswith("gloo:")):
                 backend += a.size
-    return out, detail, backend
+            p = a.ev.parent
+            for _ in range(3):      # aten::_to_copy -> aten::empty_strided -> allocation
+                if p is None:
+                    break
+                if p.name == "aten::_to_copy":
+                    casts[c] += a.size
+                    break
+                p = p.parent
+    return out, detail, backend, dict(casts)
 
 
 def collectives(trace, step):
