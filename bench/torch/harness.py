@@ -365,6 +365,22 @@ def _mark_deepspeed_comm():
             setattr(cls, fn, w)
 
 
+def _report_all_frees():
+    """Turn on c10's FLAGS_caffe2_report_cpu_memory_usage (an exported bool in libc10.so).
+    With it, ProfiledCPUMemoryReporter keeps its size table and running total for
+    allocations and frees on every thread, so each profiler memory event carries the exact
+    live total even when a block is freed on a thread the profiler does not follow.  (It also
+    LOG(INFO)s each allocation; c10's default log level, WARNING, drops those.)"""
+    import ctypes
+    import torch
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
+    try:
+        ctypes.c_bool.in_dll(ctypes.CDLL(lib), "FLAGS_caffe2_report_cpu_memory_usage").value = True
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def _fused_adam_available():
     try:
         from deepspeed.ops.op_builder import FusedAdamBuilder
@@ -390,6 +406,7 @@ def run(a, rank, world):
         from torch.profiler import profile, ProfilerActivity
         prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True,
                        record_shapes=True)
+        exact = _report_all_frees()
         prof.start()
     is_ds = a.strategy.startswith("zero")
     if is_ds:
@@ -518,8 +535,9 @@ def run(a, rank, world):
         measure.apply_snapshots(tr, snaps)
         s2 = tr.marker("memplan::step2")
         sk = tr.marker(f"memplan::step{a.steps}")
-        i = measure.peak(tr, s2[0], sk[1])
+        i = measure.peak(tr, s2[0], sk[1], exact)
         t = tr.times[i]
+        total = tr.true[i] if exact else tr.total[i]
         pa = tr.event_alloc[i]
         phase, module, comm, _, _ = tr.context(pa.ev) if pa is not None else (None, None, None,
                                                                                0, 0)
@@ -531,11 +549,15 @@ def run(a, rank, world):
             module = "data"
         elif module is None:
             module = (comm or "model").replace("memplan::comm::", "")
-        split, detail, backend, casts = measure.split_at(tr, t)
-        assert sum(split.values()) == tr.total[i], (split, tr.total[i])
+        split, detail, backend, casts, dropped, unattributed = measure.split_at(tr, t, total)
+        assert sum(split.values()) == total, (split, total)
         top = sorted(detail.items(), key=lambda kv: -kv[1])[:12]
         per_rank.update({
-            "peak_bytes": tr.total[i],
+            "peak_bytes": total,
+            "peak_bytes_rebuilt": tr.total[i],
+            "exact_total": exact,
+            "at_peak_unseen_freed_removed": dropped,
+            "at_peak_unattributed": unattributed,
             "peak_phase": phase or "setup",
             "peak_module": module,
             "peak_step": tr.step_of(t),
@@ -545,6 +567,9 @@ def run(a, rank, world):
                             for k, v in top],
             "at_peak_backend_internal": backend,
             "at_peak_dtype_casts": casts,
+            "unseen_frees": tr.unseen_frees,
+            "unseen_free_bytes": tr.unseen_free_bytes,
+            "unmatched_free_bytes": tr.unmatched_free,
             "allocator_reported_total_end": tr.last_reported_total,
             "rebuilt_total_end": tr.final_live,
         })

@@ -87,11 +87,11 @@ def _walk(ev):
 
 
 class Alloc:
-    __slots__ = ("ptr", "size", "t0", "t1", "ev", "cat", "why", "last_id")
+    __slots__ = ("ptr", "size", "t0", "t1", "ev", "cat", "why", "last_id", "unseen")
 
     def __init__(self, ptr, size, t0, ev):
         self.ptr, self.size, self.t0, self.t1, self.ev = ptr, size, t0, None, ev
-        self.cat, self.why, self.last_id = None, None, None
+        self.cat, self.why, self.last_id, self.unseen = None, None, None, False
 
 
 class Trace:
@@ -121,14 +121,27 @@ class Trace:
                         self.seq_fwd.setdefault(seq, []).append(e)
         events.sort(key=lambda x: (x[0], x[1]))
         live = {}
-        self.total = []            # running live bytes after each event
+        self.total = []            # running live bytes after each event (rebuilt)
+        self.true = []             # the allocator's own running total after each event
         self.times = []
         self.event_alloc = []      # the Alloc each event opened (None for frees)
         cur = 0
         self.unmatched_free = 0
+        self.unseen_frees = 0
+        self.unseen_free_bytes = 0
         for t, _, e in events:
             f = e.extra_fields
             if f.alloc_size > 0:
+                old = live.get(f.ptr)
+                if old is not None:
+                    # the address was handed out again, so the earlier block was freed on a
+                    # thread whose frees the profiler does not see (gloo worker threads once
+                    # their work is done); close it here, the latest moment it can have died
+                    old.t1 = t
+                    old.unseen = True
+                    cur -= old.size
+                    self.unseen_frees += 1
+                    self.unseen_free_bytes += old.size
                 a = Alloc(f.ptr, f.alloc_size, t, e)
                 live[f.ptr] = a
                 self.allocs.append(a)
@@ -141,12 +154,14 @@ class Trace:
                     self.event_alloc.append(None)
                     self.times.append(t)
                     self.total.append(cur)
+                    self.true.append(f.total_allocated)
                     continue
                 a.t1 = t
                 cur -= a.size
                 self.event_alloc.append(None)
             self.times.append(t)
             self.total.append(cur)
+            self.true.append(f.total_allocated)
         self.last_reported_total = events[-1][2].extra_fields.total_allocated if events else 0
         self.final_live = cur
         self._by_ptr = collections.defaultdict(list)
@@ -282,25 +297,53 @@ def classify(trace, a, t=None):
     return "temporaries"
 
 
-def peak(trace, t_start, t_end):
-    """Index of the event with the largest running total inside [t_start, t_end]."""
+def peak(trace, t_start, t_end, exact):
+    """Index of the event with the largest running total inside [t_start, t_end]: the
+    allocator's own total when `exact` (every thread's frees counted), else the rebuilt one."""
+    series = trace.true if exact else trace.total
     i0 = bisect.bisect_left(trace.times, t_start)
     i1 = bisect.bisect_right(trace.times, t_end)
     best, bi = -1, None
     for i in range(i0, i1):
-        if trace.total[i] > best:
-            best, bi = trace.total[i], i
+        if series[i] > best:
+            best, bi = series[i], i
     return bi
 
 
-def split_at(trace, t):
-    """Category bytes of everything live at time t (inclusive of allocations made at t)."""
+def split_at(trace, t, total):
+    """Category bytes of everything live at time t (inclusive of allocations made at t), made
+    to add up to `total` (the allocator's exact figure):
+
+    Blocks freed on a thread the profiler does not follow (a gloo worker dropping the last
+    reference to a collective's buffer) have no free event.  The rebuilt live set then holds
+    more than the allocator does.  The excess is removed from the blocks whose free was not
+    seen (closed later by the reuse of their address, or alive at the end of the trace),
+    largest first, allocations made inside collectives before the others, never more than the
+    excess; what is left unexplained goes to `other` (`unattributed`)."""
+    live = [a for a in trace.allocs if a.t0 <= t and (a.t1 is None or t < a.t1)]
+    excess = sum(a.size for a in live) - total
+    dropped = set()
+    if excess > 0:
+        def is_comm(a):
+            comm = trace.context(a.ev)[2]
+            return comm is not None and (comm in _C10D or comm.startswith("gloo:"))
+        cand = [a for a in live if a.unseen or a.t1 is None]
+        cand.sort(key=lambda a: (not is_comm(a), -a.size))
+        left = excess
+        for a in cand:
+            if a.size <= left:
+                dropped.add(id(a))
+                left -= a.size
     out = {c: 0 for c in CATS}
     detail = collections.Counter()
     backend = 0
     casts = collections.Counter()
-    for a in trace.allocs:
-        if a.t0 <= t and (a.t1 is None or t < a.t1):
+    dropped_bytes = 0
+    for a in live:
+        if id(a) in dropped:
+            dropped_bytes += a.size
+            continue
+        if True:
             c = classify(trace, a, t)
             out[c] += a.size
             phase, module, comm, _, _ = trace.context(a.ev)
@@ -317,7 +360,10 @@ def split_at(trace, t):
                     casts[c] += a.size
                     break
                 p = p.parent
-    return out, detail, backend, dict(casts)
+    unattributed = total - sum(out.values())
+    if unattributed > 0:
+        out["other"] += unattributed
+    return out, detail, backend, dict(casts), dropped_bytes, unattributed
 
 
 def collectives(trace, step):

@@ -2,17 +2,18 @@
 # Run the harness over a matrix of setups and save one JSON per setup under bench/torch/results/
 # (existing files are kept; delete one to rerun it).  Usage:
 #   bench/torch/run_matrix.sh [-r RANKS] [-m "MODELS"] [-s "STRATEGIES"] [-p PRECISION]
-#                             [-c none|full] [-a eager|sdpa] [-b BATCH] [-q SEQ]
+#                             [-c none|full] [-a eager|sdpa] [-b BATCH] [-q SEQ] [-f]
+# -f reruns setups whose JSON exists (the old file stays until the new one is written).
 # Model names with a slash are config.json paths (the file name without .json names the row).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-ranks=2 models="gpt2-mini gpt2-tiny" prec=fp32 ckpt=none attn=eager batch=1 seq=""
+ranks=2 models="gpt2-mini gpt2-tiny" prec=fp32 ckpt=none attn=eager batch=1 seq="" force=0
 strategies="ddp torch-zero1 fsdp-full fsdp-grad-op fsdp-hybrid zero1 zero2 zero3"
-while getopts "r:m:s:p:c:a:b:q:" o; do
+while getopts "r:m:s:p:c:a:b:q:f" o; do
     case $o in
     r) ranks=$OPTARG ;; m) models=$OPTARG ;; s) strategies=$OPTARG ;; p) prec=$OPTARG ;;
-    c) ckpt=$OPTARG ;; a) attn=$OPTARG ;; b) batch=$OPTARG ;; q) seq=$OPTARG ;;
+    c) ckpt=$OPTARG ;; a) attn=$OPTARG ;; b) batch=$OPTARG ;; q) seq=$OPTARG ;; f) force=1 ;;
     *) echo "run_matrix.sh: bad option (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -37,7 +38,7 @@ for m in $models; do
             rm -f "$ctx"
         fi
         f="$out/${name}_${s}_${prec}_${ckpt}_${attn}_r${ranks}_b${batch}_s${sq}.json"
-        [ -s "$f" ] && continue
+        [ $force = 0 ] && [ -s "$f" ] && continue
         t0=$(date +%s)
         if nice -n 5 "$torchrun" --standalone --nproc-per-node "$ranks" "$here/harness.py" \
             --model "$m" --strategy "$s" --precision "$prec" --act-ckpt "$ckpt" --attn "$attn" \
