@@ -49,9 +49,9 @@ def _zoo_config(name, dropout):
     import transformers as tf
     if name in ("gpt2-tiny", "gpt2-mini"):
         L, H, A, V, C = (2, 64, 4, 256, 64) if name == "gpt2-tiny" else (4, 128, 4, 1024, 128)
-        return "GPT2LMHeadModel", tf.GPT2Config(n_layer=L, n_embd=H, n_head=A, vocab_size=V,
-                                                n_positions=C, bos_token_id=None, eos_token_id=None, resid_pdrop=dropout,
-                                                embd_pdrop=dropout, attn_pdrop=dropout)
+        return "GPT2LMHeadModel", tf.GPT2Config(
+            n_layer=L, n_embd=H, n_head=A, vocab_size=V, n_positions=C, bos_token_id=None,
+            eos_token_id=None, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
     if name in _GPT2:
         L, H, A = _GPT2[name]
         return "GPT2LMHeadModel", tf.GPT2Config(n_layer=L, n_embd=H, n_head=A,
