@@ -319,7 +319,9 @@ def split_at(trace, t, total):
     more than the allocator does.  The excess is removed from the blocks whose free was not
     seen (closed later by the reuse of their address, or alive at the end of the trace),
     largest first, allocations made inside collectives before the others, never more than the
-    excess; what is left unexplained goes to `other` (`unattributed`)."""
+    excess; what is left unexplained goes to `other` (`unattributed` > 0), or, when the
+    rebuilt set still exceeds the total by less than any candidate block, is taken from
+    comm_buffers (`unattributed` < 0)."""
     live = [a for a in trace.allocs if a.t0 <= t and (a.t1 is None or t < a.t1)]
     excess = sum(a.size for a in live) - total
     dropped = set()
@@ -363,6 +365,11 @@ def split_at(trace, t, total):
     unattributed = total - sum(out.values())
     if unattributed > 0:
         out["other"] += unattributed
+    elif unattributed < 0:
+        # blocks smaller than the excess could not be matched exactly (a few bytes): take the
+        # rest from comm_buffers, where unseen frees come from, else the largest category
+        c = "comm_buffers" if out["comm_buffers"] >= -unattributed else max(out, key=out.get)
+        out[c] += unattributed
     return out, detail, backend, dict(casts), dropped_bytes, unattributed
 
 
