@@ -28,6 +28,7 @@
 #include "plan_memory.h"
 #include "plan_strategy.h"
 #include "plan_util.h"
+#include "plan_zoo.h"
 
 #define MAX_MEASURED 256
 
@@ -335,14 +336,31 @@ static const char *str(const cJSON *o, const char *k, const char *dflt)
     return cJSON_IsString(v) ? v->valuestring : dflt;
 }
 
+static int is_zoo(const char *name)
+{
+    for (int i = 0; i < plan_zoo_count(); i++)
+        if (strcmp(plan_zoo_entry(i)->name, name) == 0) return 1;
+    return 0;
+}
+
 /* The setup a saved result was measured with. 0, or -1 with err. */
 static int setup_from_json(const cJSON *j, TorchSetup *s, char *err, size_t errlen)
 {
     const cJSON *su = cJSON_GetObjectItem(j, "setup"), *mo = cJSON_GetObjectItem(j, "model");
-    const char *model = str(mo, "name", NULL), *strat = str(su, "strategy", NULL);
+    /* the model as the harness was given it (a zoo name or a config path); results written before
+       "source" existed name config models by file stem: bench/torch/configs/<name>.json */
+    const char *model = str(mo, "source", str(mo, "name", NULL)), *strat = str(su, "strategy", NULL);
     if (!su || !model || !strat) { snprintf(err, errlen, "no setup/model/strategy in the result"); return -1; }
     memset(s, 0, sizeof *s);
     snprintf(s->model, sizeof s->model, "%s", model);
+    char cfg[PATH_MAX], hp[PATH_MAX];
+    if (!cJSON_GetObjectItem(mo, "source") && !is_zoo(model) && !strchr(model, '/') &&
+        harness_path(hp, sizeof hp) == 0) {
+        char *slash = strrchr(hp, '/');
+        if (slash) *slash = 0;
+        if (snprintf(cfg, sizeof cfg, "%s/configs/%s.json", hp, model) < (int)sizeof cfg && access(cfg, R_OK) == 0)
+            snprintf(s->model, sizeof s->model, "%s", cfg);
+    }
     int k = plan_strategy_by_name(strat);
     if (k < 0) { snprintf(err, errlen, "strategy '%s' has no planner row (valid: %s)", strat, plan_strategy_names()); return -1; }
     s->strategy = (StrategyKind)k;

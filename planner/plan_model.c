@@ -312,6 +312,17 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     if (c->type_vocab) t_add(&l, (int64_t)c->type_vocab * h);
     if (c->arch == ARCH_ENCODER) t_norm(&l, c);
     if (e != h) t_add(&l, e * h);
+    /* the rotary embedding (one module per model in transformers 5: LlamaRotaryEmbedding,
+       GPTNeoXRotaryEmbedding) holds inv_freq and original_inv_freq, nn.Buffer(persistent=False),
+       arange(0, dims, 2) fp32 elements each. Not parameters, but module buffers, which DDP
+       broadcasts every forward (measured: 128 B per forward for llama-mini, head dim 32;
+       docs/formulas.md "DDP buffer broadcast") */
+    double rot = c->rotary_frac > 0 ? c->rotary_frac : c->rotary_frac < 0 ? 0.0 : c->layout == LAYOUT_LLAMA ? 1.0
+               : c->layout == LAYOUT_NEOX ? 0.25 : 0.0;
+    if (rot > 0 && !c->learned_pos) {
+        int64_t dims = (int64_t)((double)d_head * rot);
+        l.buffers += 2 * ((dims + 1) / 2);
+    }
     t_check(&l);
     total += l.params;
     if (!plan_model_add_layer(m, &l)) goto oom;

@@ -158,6 +158,8 @@ typedef struct {
     const char *act_fn;      /* activation name noted in ModelSpec.act_fn (NULL = "") */
     int headless;            /* base model class: no head layer (and no mlm_head/cls_outputs) */
     TensorLayout layout;     /* how the family registers its parameter tensors */
+    double rotary_frac;      /* rotary dims / head dim: 0 = the family's default (LLAMA layout 1,
+                                NEOX 0.25, others no rotary embedding) */
 } TransformerConfig;
 
 int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen);
