@@ -207,6 +207,9 @@ static int resolve(CliSetup *s, const char *model_arg, double params, long long 
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
+    if (s->have_model && s->model.arch == ARCH_CNN && s->train.seq > 0 && s->train.seq < 32)
+        return cli_usage_error("--seq %lld: for a CNN --seq is the image side, at least 32 (default %d)",
+                               (long long)s->train.seq, s->model.image_size);
     if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
         return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
     return 0;

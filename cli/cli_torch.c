@@ -708,7 +708,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
         snprintf(base.model, sizeof base.model, "%s", strcmp(cs.model.source, "zoo") ? cs.model.source : cs.model.name);
         base.ranks = o.ranks;
         base.batch = cs.train.micro_batch;
-        base.seq = cs.train.seq > 0 ? cs.train.seq : cs.model.max_seq;
+        base.seq = cs.train.seq > 0 ? cs.train.seq : cs.model.arch == ARCH_CNN ? cs.model.image_size : cs.model.max_seq;
         base.accum = cs.train.grad_accum;
         base.steps = o.steps;
         base.precision = cs.train.precision;

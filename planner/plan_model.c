@@ -48,6 +48,22 @@ int64_t plan_model_params(const ModelSpec *m) {
     return s;
 }
 
+double plan_model_buffer_bytes(const ModelSpec *m, int *dtypes) {
+    int64_t i64 = 0, all = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        all += m->layers[i].buffers;
+        if (m->layers[i].bn_channels > 0 && m->layers[i].buffers > 0) i64++;   /* num_batches_tracked */
+    }
+    if (dtypes) *dtypes = (all - i64 > 0) + (i64 > 0);
+    return (double)(all - i64) * 4 + (double)i64 * 8;
+}
+
+double plan_cnn_area_scale(const ModelSpec *m, int64_t seq) {
+    if (m->arch != ARCH_CNN || seq <= 1 || m->image_size <= 0) return 1.0;
+    double r = (double)seq / (double)m->image_size;
+    return r * r;
+}
+
 int64_t plan_model_buffers(const ModelSpec *m) {
     int64_t s = 0;
     for (int i = 0; i < m->n_layers; i++) s += m->layers[i].buffers;

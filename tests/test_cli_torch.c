@@ -303,7 +303,7 @@ Test(validate_torch, saved_measurements_of_real_runs_should_keep_passing)
         "gpt2-mini_ddp_amp-bf16_none_eager_r2_b1_s128", "gpt2-mini_ddp_fp32_full_eager_r2_b1_s128",
         "gpt2-mini_ddp_fp32_none_sdpa_r2_b1_s128", "gpt2_ddp_fp32_none_eager_r2_b1_s128",
         "gpt2-tiny_ddp_fp32_none_eager_r2_b1_s64_common_zeros", "gpt2-tiny_ddp_fp32_none_eager_r2_b1_s64_gabv1",
-        "llama-mini_ddp_fp32_none_eager_r2_b1_s128",
+        "llama-mini_ddp_fp32_none_eager_r2_b1_s128", "resnet50_ddp_fp32_none_eager_r2_b2_s32",
         "gpt2-mini_zero1_fp32_none_eager_r4_b1_s128", "gpt2-mini_zero2_mixed-bf16_none_eager_r2_b1_s128",
         "gpt2-mini_zero3_fp32_full_eager_r2_b1_s128", "llama-mini_zero3_fp32_none_eager_r2_b1_s128",
     };
