@@ -8,7 +8,7 @@
 #   build (make all bench: the gate; the tests are built apart with -k, so one broken test
 #   binary skips only itself) -> smoke (gpt2-tiny on the GPU; it also decides whether CUDA sees
 #   the GPU that nvidia-smi lists) -> one rank: fixed overheads, `run --cupti` on gpt2,
-#   [the one-rank torch row, reserved], the ResNet-50 step on the GPU and its check against the
+#   the one-rank torch row (skipped with its reason: no PyTorch venv there), the ResNet-50 step on the GPU and its check against the
 #   CPU -> the GPU kernel tests -> several ranks: the fake-host probe, validate --cupti on gpt2,
 #   ResNet-50 with SyncBatchNorm, overheads, the GPU engine against the CPU, the NCCL sweep,
 #   validate on gpt2-medium (first to go when time runs short).
@@ -271,10 +271,16 @@ if gpu_step run_gpt2_cupti 90 "$M" run --model gpt2 --batch 1 --seq 256 --steps 
      --timeout 60 --strategy ddp --json="$OUT/run_gpt2_1rank.json"; then
   note_last "1 rank (validate needs 2): $(grep -m1 '^# CUPTI memory' "$LAST_LOG" | cut -c1-90)"
 fi
-# ---- [RESERVED] the one-rank torch row: `memplan validate --against torch --device cuda` (CUDA
-# context, cuBLAS workspace and caching-allocator figures). The PyTorch harness is being written
-# by another engineer; the lead adds this step here, in this place of the order. ----
-skip torch_1rank "reserved: the one-rank torch row is added by the lead when the harness lands"
+# ---- the one-rank torch row (CUDA context, cuBLAS workspace and caching-allocator figures as
+# PyTorch sees them). It needs the PyTorch venv of bench/torch (make torch-env: 5.5 GB from PyPI),
+# which a device machine that reaches no package registry and receives at most 64 MiB cannot
+# have, and the harness measures CPU ranks only (docs/gpu.md "The torch row"). Said, not hidden. ----
+TORCH_PY=${MEMPLAN_TORCH_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/memplan/torch-venv}/bin/python
+if [ -x "$TORCH_PY" ] && "$TORCH_PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  skip torch_1rank "PyTorch with CUDA is here, but the harness measures CPU ranks only (docs/gpu.md)"
+else
+  skip torch_1rank "no PyTorch venv on this machine (make torch-env needs PyPI; docs/gpu.md)"
+fi
 if gpu_step cnn_1rank 100 "$BUILD/bench/cnn_device" --device cuda --model resnet50 --batches 8,32 --steps 3 \
      --timeout 60 --json "$OUT/cnn_1rank.json"; then
   note_last "ResNet-50 224x224: $(awk '$1 ~ /^[0-9]+$/ {printf "%sB %s ms ", $1, $2}' "$LAST_LOG")"
