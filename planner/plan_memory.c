@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_activ.h"
+#include "plan_fsdp.h"
 #include "plan_offload.h"
 
 static const char *const TERM_NAMES[TERM_COUNT] = {"params", "grads", "comm_buffers",
@@ -272,6 +273,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     /* nothing is sharded on one GPU, unless the parameters live on the host (offload): then
        units come up to the GPU as they would be gathered */
     if (c->gpus == 1 && !plan_offload_params_on_host(t, sk)) fwd_comm = bwd_comm = 0;
+    /* FSDP2 (--fsdp 2, the default): unit by unit, plan_fsdp.h */
+    Fsdp2 f2;
+    plan_fsdp2_setup(&f2, m, t, c, sk, z);
 
     double grads_steady = z->grads;
     /* torch frees gradients in zero_grad(set_to_none=True); DeepSpeed and memplan's engine keep
@@ -315,6 +319,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                      p->cast_copy_bytes;
         tv[TERM_ACTIVATIONS] = acts;
         tv[TERM_TRANSIENT] = casts;
+        if (f2.on) tv[TERM_COMM] = persistent_comm + plan_fsdp2_fwd_comm(&f2, m, i);
         if (ds3) {
             const LayerSpec *l = &m->layers[i];
             double later = z->psi - ds3_seen - (double)l->params;
@@ -325,6 +330,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             else ds3_free_sum += (double)l->params;
         }
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
+    }
+
+    /* the loss's forward: the logits (and their fp32 upcast) beside the saved activations */
+    double loss_fwd = plan_act_loss_forward_transient(m, t, &w.in);
+    if (loss_fwd > 0 && m->n_layers > 0) {
+        tv[TERM_TRANSIENT] = casts + loss_fwd;
+        moment(&w, PHASE_FORWARD, m->n_layers - 1, tv, "loss forward");
+        tv[TERM_TRANSIENT] = casts;
     }
 
     /* ---- backward, layer by layer from the last ---- */
@@ -338,6 +351,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     for (int i = 0; i < m->n_layers && m->tied_embeddings; i++)
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
     double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
+    double root_grads = 0, head_tied = 0;   /* FSDP2: the root unit's unsharded gradients */
+    for (int i = 0; i < m->n_layers && m->tied_embeddings && !m->headless; i++)
+        if (m->layers[i].kind == LAYER_EMBED) head_tied = (double)m->layers[i].largest_tensor;
     int cached = ckpt_casts_cached(t, p);
     if (cached) casts = ckpt_casts_after_forward(m, p);   /* the region exited: cache cleared */
     /* the loss's own backward, before the head's: nll_loss's backward allocates a zeroed
@@ -345,6 +361,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        (measured: 2 x 4·b·s·V beyond the saved activations); the head's backward then holds one */
     if (t->impl == IMPL_PYTORCH && loss_tr > 0 && m->n_layers > 0) {
         tv[TERM_ACTIVATIONS] = acts;
+        if (f2.on) tv[TERM_COMM] = persistent_comm + plan_fsdp2_bwd_comm(&f2, m, m->n_layers - 1);
         tv[TERM_TRANSIENT] = casts + 2 * loss_tr;
         moment(&w, PHASE_BACKWARD, m->n_layers - 1, tv, "loss backward");
     }
@@ -352,15 +369,22 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
         if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
-        if (!grads_persistent && !ds12 && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
+        double unsharded = 0;   /* FSDP2: the unit's gradients before its reduce-scatter */
+        if (f2.on) {
+            /* a block's gradients stay unsharded until its post-backward reduce-scatter; the
+               root unit's (the tied head's V x e first) until the end of backward */
+            if (l->kind == LAYER_BLOCK) unsharded = pu * p->grad_bytes;
+            else root_grads += (l->kind == LAYER_HEAD ? head_tied : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
+                               p->grad_bytes;
+        } else if (!grads_persistent && !ds12 && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
         if (ds12 && ((ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET || i == 0))
             grads_now = grads_steady;                        /* the partition, from the first reduction */
         tv[TERM_GRADS] = grads_now + (ds12 ? pu * p->grad_bytes : 0);   /* + the layer's in flight */
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
-        tv[TERM_GRADS] += tied_live;
-        tv[TERM_COMM] = persistent_comm + bwd_comm;
+        tv[TERM_GRADS] += tied_live + root_grads + unsharded;
+        tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm);
         if (ds3) {   /* ds3_seen counts down to the elements before layer i */
             ds3_seen -= pu;
             double later = z->psi - ds3_seen - pu;
@@ -378,6 +402,27 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
         if (!recast) casts -= cast_i;
         if (l->kind == LAYER_EMBED) tied_live = 0;
+        if (f2.on && l->kind == LAYER_BLOCK) {
+            /* the block's post-backward: its reduce-scatter input filled from the unsharded
+               gradients, whose output becomes the sharded gradients */
+            double shard = ceil(pu / (double)z->n) * p->grad_bytes;
+            tv[TERM_ACTIVATIONS] = acts;
+            tv[TERM_TRANSIENT] = casts;
+            tv[TERM_COMM] = persistent_comm + plan_fsdp2_rs_comm(&f2, m, i);
+            tv[TERM_GRADS] = grads_now + root_grads + unsharded + shard;
+            moment(&w, PHASE_BACKWARD, i, tv, "reduce-scatter of");
+            grads_now += shard;
+        }
+    }
+    if (f2.on) {
+        /* the root's post-backward, last (its inputs need no gradient: the final callback) */
+        double shard = z->root_shard * p->grad_bytes;
+        tv[TERM_ACTIVATIONS] = 0;
+        tv[TERM_TRANSIENT] = casts;
+        tv[TERM_COMM] = persistent_comm + f2.root * p->grad_bytes;
+        tv[TERM_GRADS] = grads_now + root_grads + shard;
+        moment(&w, PHASE_BACKWARD, -1, tv, "reduce-scatter of the root unit");
+        grads_now += shard;
     }
 
     /* ---- optimizer step ---- */
@@ -400,7 +445,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     }
     moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
-    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD && strcmp(w.peak_where, "backward of") == 0)
+    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD &&
+        (strcmp(w.peak_where, "backward of") == 0 || strcmp(w.peak_where, "reduce-scatter of") == 0))
         snprintf(r->peak_where, sizeof(r->peak_where), "%s %s", w.peak_where, m->layers[w.peak_layer].name);
     else
         snprintf(r->peak_where, sizeof(r->peak_where), "%s", w.peak_where);
