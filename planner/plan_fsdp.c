@@ -6,7 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "plan_offload.h"
 
 static int is_block(const ModelSpec *m, int i) { return m->layers[i].kind == LAYER_BLOCK; }
 
@@ -19,8 +18,7 @@ void plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Cl
     int blocks = 0;
     for (int i = 0; i < m->n_layers; i++) blocks += is_block(m, i);
     f->on = (s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP) && t->impl == IMPL_PYTORCH &&
-            t->fsdp_impl != 1 && c->gpus > 1 && transformer && blocks > 0 &&
-            !plan_offload_params_on_host(t, sk);
+            t->fsdp_impl != 1 && c->gpus > 1 && transformer && blocks > 0;
     f->keep = s->buffers == BUF_FSDP_GRAD_OP;
     f->n = z->n;
     f->gather = z->n > 1;

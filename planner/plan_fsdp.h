@@ -22,7 +22,9 @@ typedef struct {
 } Fsdp2;
 
 /* Fills f; f->on = 0 where the FSDP2 timeline does not apply (other strategies, --fsdp 1,
-   --impl engine, one rank, parameters offloaded, models without transformer blocks). */
+   --impl engine, one rank, models without transformer blocks). With CPUOffloadPolicy the shards
+   live on the host and are copied up before each all-gather: the GPU holds the same unsharded
+   parameters and buffers, and the sharded gradients leave for the host (the caller's part). */
 void plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                       StrategyKind sk, const MemSizes *z);
 /* Elements of layer i's unit as gathered (padded to n): blocks only, 0 for root layers. */

@@ -411,7 +411,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_COMM] = persistent_comm + plan_fsdp2_rs_comm(&f2, m, i);
             tv[TERM_GRADS] = grads_now + root_grads + unsharded + shard;
             moment(&w, PHASE_BACKWARD, i, tv, "reduce-scatter of");
-            grads_now += shard;
+            if (!plan_offload_grads_to_host(t, sk)) grads_now += shard;   /* offloaded: to the host */
         }
     }
     if (f2.on) {
@@ -421,8 +421,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_TRANSIENT] = casts;
         tv[TERM_COMM] = persistent_comm + f2.root * p->grad_bytes;
         tv[TERM_GRADS] = grads_now + root_grads + shard;
-        moment(&w, PHASE_BACKWARD, -1, tv, "reduce-scatter of the root unit");
-        grads_now += shard;
+        moment(&w, PHASE_BACKWARD, 0, tv, "reduce-scatter of the root unit");   /* after layer 0 */
+        if (!plan_offload_grads_to_host(t, sk)) grads_now += shard;
     }
 
     /* ---- optimizer step ---- */

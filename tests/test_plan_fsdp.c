@@ -119,7 +119,7 @@ Test(plan_fsdp2, the_root_gradient_should_stay_unsharded_until_the_end_of_backwa
     setup(&t, &c, 2, 2);
     Moments k;
     walk(&m, &t, &c, STRAT_FSDP_FULL, &k);
-    int last = find(&k, PHASE_BACKWARD, -1, 0);        /* the root's reduce-scatter */
+    int last = find(&k, PHASE_BACKWARD, 0, 1);         /* the root's reduce-scatter, after layer 0 */
     cr_assert_geq(last, 0);
     cr_expect_eq(k.term[last][TERM_GRADS], (4 * UNIT / 2 + ROOT + ROOT / 2) * 4);
     cr_expect_eq(k.term[last][TERM_COMM], ROOT * 4);
