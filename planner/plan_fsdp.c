@@ -9,6 +9,12 @@
 
 static int is_block(const ModelSpec *m, int i) { return m->layers[i].kind == LAYER_BLOCK; }
 
+int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk) {
+    const Strategy *s = plan_strategy(sk);
+    return (s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP) && t->impl == IMPL_PYTORCH &&
+           t->fsdp_impl != 1 && plan_precision(t->precision)->master_bytes > 0;
+}
+
 void plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                       StrategyKind sk, const MemSizes *z) {
     const Strategy *s = plan_strategy(sk);
@@ -24,6 +30,10 @@ void plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Cl
     f->gather = z->n > 1;
     f->pb = p->param_bytes;
     f->gb = p->grad_bytes;
+    /* MixedPrecisionPolicy(reduce_dtype=fp32): foreach_reduce copies the 16-bit unsharded
+       gradients into an fp32 reduce-scatter input, whose fp32 output are the sharded gradients
+       of the fp32 parameters (_fsdp_param_group.py _get_reduce_dtype, _fsdp_collectives.py) */
+    f->rb = f->sb = plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
     f->root = (double)z->n * z->root_shard;
 }
 
@@ -82,7 +92,7 @@ double plan_fsdp2_bwd_comm(const Fsdp2 *f, const ModelSpec *m, int i) {
     double prefetch = f->gather && !f->keep && prev >= 0 ? plan_fsdp2_unit(f, m, prev) : 0;
     /* the reduce-scatter input of the block after i (reduced before i's backward), or none
        while only root layers (after every block) have run */
-    double rs_in = next >= 0 ? plan_fsdp2_unit(f, m, next) * f->gb : 0;
+    double rs_in = next >= 0 ? plan_fsdp2_unit(f, m, next) * f->rb : 0;
     return (f->root + params + prefetch) * f->pb + rs_in;
 }
 
@@ -95,5 +105,5 @@ double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i) {
     int prev = block_before(m, i);
     double params = f->keep ? blocks_before(f, m, i) : 0;
     double prefetch = f->gather && !f->keep && prev >= 0 ? plan_fsdp2_unit(f, m, prev) : 0;
-    return (f->root + params + prefetch) * f->pb + u * f->gb;
+    return (f->root + params + prefetch) * f->pb + u * f->rb;
 }

@@ -16,10 +16,18 @@ typedef struct {
     int gather;      /* shard group > 1: all-gathers through a flat output buffer; a shard group
                         of 1 (fsdp-hybrid replicating across every rank) copies the local shard */
     int64_t n;       /* shard group */
-    double pb, gb;   /* bytes per element: gathered parameters, unsharded gradients (the
-                        reduce-scatter input is in the gradients' dtype, no reduce_dtype) */
+    double pb, gb;   /* bytes per element: gathered parameters, unsharded gradients */
+    double rb, sb;   /* reduce-scatter input (the reduce dtype) and sharded gradients */
     double root;     /* root unit elements as gathered (padded to n) */
 } Fsdp2;
+
+/* 1 when the fsdp-* rows mean FSDP2 with a MixedPrecisionPolicy: the regimes with fp32 master
+   weights (mixed-bf16, mixed-fp16) as fully_shard runs them, MixedPrecisionPolicy(param_dtype=
+   16-bit, reduce_dtype=fp32), torchtitan's default. The sharded parameters stay fp32 and the
+   optimizer steps them directly (no separate master copy): 4 B parameter, 4 B gradient
+   (reduce-scatter output in fp32) and the optimizer's states per local element; gathered
+   parameters and unsharded gradients are 16-bit, the reduce-scatter input fp32. */
+int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk);
 
 /* Fills f; f->on = 0 where the FSDP2 timeline does not apply (other strategies, --fsdp 1,
    --impl engine, one rank, models without transformer blocks). With CPUOffloadPolicy the shards

@@ -51,6 +51,11 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     z->params = p_local * p->param_bytes;
     z->grads = g_local * p->grad_bytes;
     z->optimizer = o_local * (p->master_bytes + o->states * p->state_bytes);
+    if (plan_fsdp2_fp32_shards(t, sk)) {   /* FSDP2 MixedPrecisionPolicy: fp32 shards, no master */
+        z->params = p_local * p->master_bytes;
+        z->grads = g_local * 4.0;
+        z->optimizer = o_local * o->states * p->state_bytes;
+    }
     plan_offload_gpu_sizes(t, sk, z);   /* CPU offload: what leaves the GPU */
 }
 
@@ -405,7 +410,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (f2.on && l->kind == LAYER_BLOCK) {
             /* the block's post-backward: its reduce-scatter input filled from the unsharded
                gradients, whose output becomes the sharded gradients */
-            double shard = ceil(pu / (double)z->n) * p->grad_bytes;
+            double shard = ceil(pu / (double)z->n) * f2.sb;
             tv[TERM_ACTIVATIONS] = acts;
             tv[TERM_TRANSIENT] = casts;
             tv[TERM_COMM] = persistent_comm + plan_fsdp2_rs_comm(&f2, m, i);
@@ -416,10 +421,10 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     }
     if (f2.on) {
         /* the root's post-backward, last (its inputs need no gradient: the final callback) */
-        double shard = z->root_shard * p->grad_bytes;
+        double shard = z->root_shard * f2.sb;
         tv[TERM_ACTIVATIONS] = 0;
         tv[TERM_TRANSIENT] = casts;
-        tv[TERM_COMM] = persistent_comm + f2.root * p->grad_bytes;
+        tv[TERM_COMM] = persistent_comm + f2.root * f2.rb;
         tv[TERM_GRADS] = grads_now + root_grads + shard;
         moment(&w, PHASE_BACKWARD, 0, tv, "reduce-scatter of the root unit");   /* after layer 0 */
         if (!plan_offload_grads_to_host(t, sk)) grads_now += shard;
@@ -432,7 +437,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
     /* torch's default foreach Adam allocates one state-sized temporary; DeepSpeed's fused
        optimizers (the mixed-precision regimes) do not */
-    tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0 && t->impl != IMPL_ENGINE &&
+    int torch_opt = p->master_bytes == 0 || plan_fsdp2_fp32_shards(t, sk);   /* torch.optim steps */
+    tv[TERM_TRANSIENT] = (o->foreach_temp && torch_opt && t->impl != IMPL_ENGINE &&
                           !plan_offload_cpu_step(t, sk))   /* offload: the step runs on the CPU */
                              ? o_local * p->state_bytes : 0;   /* the engine updates in place */
     double norm_b, fp32_b;

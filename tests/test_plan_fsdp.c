@@ -232,3 +232,34 @@ Test(plan_fsdp2, fsdp1_engine_and_one_rank_should_keep_their_models) {
     cr_expect_eq(k.term[find(&k, PHASE_BACKWARD, 3, 0)][TERM_COMM], (ROOT + 2 * UNIT) * 4 + (2 * UNIT + ROOT) * 4);
     plan_model_free(&m);
 }
+
+Test(plan_fsdp2, mixed_precision_policy_should_keep_fp32_shards_and_reduce_in_fp32) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 2, 2);
+    t.precision = PREC_MIXED_BF16;                       /* MixedPrecisionPolicy(bf16, reduce fp32) */
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    /* measured model states: 1,881,600 B parameters, 1,881,600 B gradients, AdamW's m and v */
+    cr_expect_eq(z.params, PSI / 2 * 4);
+    cr_expect_eq(z.grads, PSI / 2 * 4);
+    cr_expect_eq(z.optimizer, PSI / 2 * 8);
+    Moments k;
+    MemResult r = walk(&m, &t, &c, STRAT_FSDP_FULL, &k);
+    /* bf16 gathers; block 2's backward keeps block 3's fp32 reduce-scatter input */
+    cr_expect_eq(k.term[find(&k, PHASE_BACKWARD, 3, 0)][TERM_COMM], (ROOT + 2 * UNIT) * 2 + UNIT * 4);
+    cr_expect_lt(fabs(r.peak / 12178528.0 - 1), 0.03, "%.0f", r.peak);   /* measured */
+    /* torch's foreach AdamW steps the fp32 shards: one state-sized temporary */
+    cr_expect_eq(k.term[find(&k, PHASE_STEP, -1, 0)][TERM_TRANSIENT], PSI / 2 * 4);
+    CommPlan cp;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
+    for (int i = 0; i < cp.n; i++) {
+        if (cp.c[i].op == PCOLL_REDUCE_SCATTER) cr_expect_eq(cp.c[i].payload_bytes, PSI * 4);
+        if (cp.c[i].op == PCOLL_ALL_GATHER && cp.c[i].phase == CPHASE_FORWARD) cr_expect_eq(cp.c[i].payload_bytes, PSI * 2);
+    }
+    t.fsdp_impl = 1;                                     /* FSDP1: memplan's mixed row as before */
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(z.params, PSI / 2 * 2);
+    plan_model_free(&m);
+}
