@@ -1,13 +1,23 @@
-/* bench_allreduce.c — the executor's all-reduce (exec_comm.h over MPI) against the machine's
- * memory bandwidth, measured in the same run, nccl-tests style:
- *   algbw = S / t, busbw = algbw · 2(n-1)/n   (decimal GB/s; S = the buffer, t = one call)
- * for fp32 buffers of 4 KiB .. 64 MiB (every rank contributes r+1, so the sum is checked
- * exactly), then single-process memcpy bandwidth (bytes copied / time, best of 5) while the
- * other ranks wait. On one host MPI moves data through shared memory, so memcpy is the ceiling
- * that the bus bandwidth is to be read against.
- * Usage: mpirun -np N build/bench/bench_allreduce [--max-mib M] [--json FILE]
- * Prints a table (lines not data start with '#') and, with --json, the same records. */
+/* bench_allreduce.c — the executor's collectives (exec_comm.h over MPI) against the same MPI
+ * library's blocking collectives, measured in the same run, nccl-tests style:
+ *   algbw = S / t;  busbw = algbw · 2(n-1)/n (all-reduce), · (n-1)/n (reduce-scatter, all-gather)
+ * (decimal GB/s; S = the full buffer, count·n elements for reduce-scatter and all-gather; t = one
+ * call, the slowest rank's median). For each collective and each fp32 size from --min-kib to
+ * --max-mib (x4 steps) it takes, in rounds that alternate the variants so that a busy machine
+ * slows all of them alike:
+ *   mpi      the blocking MPI_Allreduce / MPI_Reduce_scatter_block / MPI_Allgather;
+ *   thread   exec_comm with its progress thread (the default: blocking collectives on a thread);
+ *   test     exec_comm's non-blocking MPI_I* calls completed by MPI_Test polling (the old way);
+ * and prints both busbw columns and the ratio exec_comm / mpi. The overlap column: the thread
+ * variant issued non-blocking, then a compute loop as long as the collective (no MPI calls in
+ * it), then the wait: overlap = (t_comm + t_compute - t_both) / min(t_comm, t_compute), 1 when
+ * the collective hides entirely behind compute, 0 when they run one after the other (as they
+ * must when every core already runs a rank: the copies need a core). Inputs: rank r contributes
+ * r+1, so results are checked exactly. Then single-process memcpy bandwidth for reference.
+ * Usage: mpirun -np N build/bench/bench_allreduce [--min-kib K] [--max-mib M] [--rounds R] [--json FILE]
+ * Lines that are not data start with '#'. */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,109 +32,222 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+typedef enum { AR = 0, RS, AG, NCOLL } Coll;
+static const struct {
+    const char *name;
+    double bus;   /* busbw / algbw for n ranks: factor·(n-1)/n */
+} COLLS[NCOLL] = {{"all_reduce", 2.0}, {"reduce_scatter", 1.0}, {"all_gather", 1.0}};
+enum { V_MPI = 0, V_THREAD, V_TEST, NVAR };
+static const char *const VARS[NVAR] = {"mpi", "thread", "test"};
+
 typedef struct {
-    size_t bytes;
-    int iters;
-    double us, algbw, busbw;
+    Coll coll;
+    size_t bytes;     /* full buffer */
+    double us[NVAR];  /* median per call, slowest rank */
+    double busbw[NVAR];
+    double overlap;
     int exact;
 } Row;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* fills the inputs: send[count·n] for reduce-scatter, send[count] otherwise */
+static void fill(float *buf, size_t n, int rank)
+{
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(rank + 1);
+}
+
+/* one call of variant v; count = elements per rank block (all-reduce: the whole buffer) */
+static int one_call(Comm *c, int v, Coll k, float *send, float *recv, size_t count, CommReq **req)
+{
+    if (v == V_MPI) {
+        if (k == AR) return MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS;
+        if (k == RS) return MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS;
+        return MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS;
+    }
+    if (k == AR) return comm_all_reduce(c, send, recv, count, DT_F32, req);
+    if (k == RS) return comm_reduce_scatter(c, send, recv, count, DT_F32, req);
+    return comm_all_gather(c, send, recv, count, DT_F32, req);
+}
+
+static int check(Coll k, const float *recv, size_t count, int n)
+{
+    size_t m = k == AG ? count * (size_t)n : count;
+    for (size_t i = 0; i < m; i++) {
+        float want = k == AG ? (float)(i / count + 1) : (float)(n * (n + 1) / 2);
+        if (recv[i] != want) return 0;
+    }
+    return 1;
+}
+
+/* a compute loop of about sec seconds that touches no memory and calls no MPI */
+static volatile double g_sink;
+static void compute_for(double sec)
+{
+    double t0 = now(), x = 1.0;
+    while (now() - t0 < sec)
+        for (int i = 0; i < 1000; i++) x = x * 1.0000001 + 1e-9;
+    g_sink = x;
+}
 
 int main(int argc, char **argv)
 {
     const char *json = NULL;
-    double max_mib = 64;
+    double max_mib = 64, min_kib = 1024;
+    int rounds = 7;
     for (int i = 1; i < argc; i++) {
+        char *end = NULL;
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
-        else if (strcmp(argv[i], "--max-mib") == 0 && i + 1 < argc) max_mib = atof(argv[++i]);
+        else if (strcmp(argv[i], "--max-mib") == 0 && i + 1 < argc) max_mib = strtod(argv[++i], &end);
+        else if (strcmp(argv[i], "--min-kib") == 0 && i + 1 < argc) min_kib = strtod(argv[++i], &end);
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = (int)strtol(argv[++i], &end, 10);
         else {
-            fprintf(stderr, "usage: mpirun -np N bench_allreduce [--max-mib M] [--json FILE]\n");
+            fprintf(stderr, "usage: mpirun -np N bench_allreduce [--min-kib K] [--max-mib M] [--rounds R] [--json FILE]\n");
+            return 2;
+        }
+        if (end && (*end || max_mib <= 0 || min_kib < 4 || rounds < 1 || rounds > 1000)) {
+            fprintf(stderr, "bench_allreduce: bad value '%s' for %s (sizes > 0, --min-kib >= 4, 1 <= --rounds <= 1000)\n",
+                    argv[i], argv[i - 1]);
             return 2;
         }
     }
     char err[256];
     int under_mpirun = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK");
-    Comm *c = comm_create(under_mpirun ? COMM_MPI : COMM_SELF, &argc, &argv, 120, err, sizeof err);
+    if (!under_mpirun) {
+        fprintf(stderr, "bench_allreduce: run it under mpirun with 2 or more ranks\n");
+        return 2;
+    }
+    Comm *c = comm_create(COMM_MPI, &argc, &argv, 120, err, sizeof err);
     if (!c) {
         fprintf(stderr, "bench_allreduce: %s\n", err);
         return 1;
     }
     int rank = comm_rank(c), n = comm_size(c);
     size_t max_bytes = (size_t)(max_mib * 1024 * 1024);
-    float *buf = malloc(max_bytes);
-    double *times = calloc((size_t)n, sizeof *times);
-    Row rows[32];
-    int nrows = 0, bad = !buf || !times;
-    for (size_t bytes = 4096; bytes <= max_bytes && !bad && nrows < 32; bytes *= 4) {
-        size_t count = bytes / sizeof(float);
-        /* iterations: about 0.2 s of traffic at 1 GB/s, at least 5 */
-        int iters = (int)(2e8 / (double)bytes);
-        if (iters < 5) iters = 5;
-        if (iters > 2000) iters = 2000;
-        for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + 1);
-        comm_all_reduce(c, buf, buf, count, DT_F32, NULL);   /* warm-up */
-        comm_barrier(c);
-        double t0 = now();
-        for (int it = 0; it < iters; it++) bad |= comm_all_reduce(c, buf, buf, count, DT_F32, NULL) != 0;
-        double t = (now() - t0) / iters;
-        /* after 1 + iters sums of r+1 over ranks the value is (n(n+1)/2)·n^iters: check the first
-           call alone, on a fresh buffer */
-        for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + 1);
-        comm_all_reduce(c, buf, buf, count, DT_F32, NULL);
-        int exact = 1;
-        for (size_t i = 0; i < count; i++)
-            if (buf[i] != (float)(n * (n + 1) / 2)) { exact = 0; break; }
-        comm_all_gather(c, &t, times, 1, DT_F64, NULL);
-        double worst = 0;
-        for (int r = 0; r < n; r++) if (times[r] > worst) worst = times[r];
-        Row *w = &rows[nrows++];
-        w->bytes = bytes;
-        w->iters = iters;
-        w->us = worst * 1e6;
-        w->algbw = (double)bytes / worst / 1e9;
-        w->busbw = n > 1 ? w->algbw * 2.0 * (n - 1) / n : 0;
-        w->exact = exact;
-        bad |= !exact;
+    float *send = malloc(max_bytes), *recv = malloc(max_bytes);
+    double *t[NVAR], *tov = calloc((size_t)rounds, sizeof *tov), *all = calloc((size_t)n, sizeof *all);
+    for (int v = 0; v < NVAR; v++) t[v] = calloc((size_t)rounds, sizeof(double));
+    Row rows[64];
+    int nrows = 0, bad = !send || !recv || !tov || !all || !t[0] || !t[1] || !t[2];
+    int thread_ok = comm_mpi_progress(c);
+    for (int k = 0; k < NCOLL && !bad; k++) {
+        for (size_t bytes = (size_t)(min_kib * 1024); bytes <= max_bytes && !bad && nrows < 64; bytes *= 4) {
+            size_t count = k == AR ? bytes / sizeof(float) : bytes / sizeof(float) / (size_t)n;
+            if (count == 0) continue;
+            Row *w = &rows[nrows++];
+            memset(w, 0, sizeof *w);
+            w->coll = (Coll)k;
+            w->bytes = k == AR ? count * sizeof(float) : count * (size_t)n * sizeof(float);
+            w->exact = 1;
+            size_t nsend = k == RS ? count * (size_t)n : count;
+            for (int rd = -1; rd < rounds && !bad; rd++) {   /* round -1: warm-up, not timed */
+                for (int v = 0; v < NVAR && !bad; v++) {
+                    if (v == V_THREAD && !thread_ok) continue;
+                    comm_set_mpi_progress(c, v == V_THREAD);
+                    fill(send, nsend, rank);
+                    comm_barrier(c);
+                    double t0 = now();
+                    bad |= one_call(c, v, (Coll)k, send, recv, count, NULL) != 0;
+                    double dt = now() - t0;
+                    if (rd >= 0) t[v][rd] = dt;
+                    if (!check((Coll)k, recv, count, n)) w->exact = 0;
+                }
+                if (!thread_ok || bad) continue;
+                /* overlap: the thread variant behind a compute loop as long as the MPI call */
+                comm_set_mpi_progress(c, 1);
+                fill(send, nsend, rank);
+                double tc = rd >= 0 ? t[V_MPI][rd] : 1e-3;
+                comm_barrier(c);
+                double t0 = now();
+                CommReq *req = NULL;
+                bad |= one_call(c, V_THREAD, (Coll)k, send, recv, count, &req) != 0;
+                compute_for(tc);
+                bad |= comm_wait(c, req) != 0;
+                if (rd >= 0) tov[rd] = now() - t0;
+                if (!check((Coll)k, recv, count, n)) w->exact = 0;
+            }
+            double fac = COLLS[k].bus * (n - 1) / n;
+            for (int v = 0; v < NVAR && !bad; v++) {
+                double med = (v == V_THREAD && !thread_ok) ? 0 : median(t[v], rounds);
+                comm_all_gather(c, &med, all, 1, DT_F64, NULL);
+                double worst = 0;
+                for (int r = 0; r < n; r++) worst = all[r] > worst ? all[r] : worst;
+                w->us[v] = worst * 1e6;
+                w->busbw[v] = worst > 0 ? (double)w->bytes / worst / 1e9 * fac : 0;
+            }
+            if (thread_ok && !bad) {
+                double both = median(tov, rounds), comm_t = w->us[V_THREAD] * 1e-6, comp = w->us[V_MPI] * 1e-6;
+                comm_all_gather(c, &both, all, 1, DT_F64, NULL);
+                for (int r = 0; r < n; r++) both = all[r] > both ? all[r] : both;
+                double lo = comm_t < comp ? comm_t : comp;
+                w->overlap = lo > 0 ? (comm_t + comp - both) / lo : 0;
+            }
+            bad |= !w->exact;
+        }
     }
+    comm_set_mpi_progress(c, 1);
     comm_barrier(c);
     double memcpy_gbps = 0;
     if (rank == 0 && !bad) {
-        size_t bytes = max_bytes;
-        char *a = malloc(bytes), *b = malloc(bytes);
+        char *a = malloc(max_bytes), *b = malloc(max_bytes);
         if (a && b) {
-            memset(a, 1, bytes);
-            memset(b, 2, bytes);
+            memset(a, 1, max_bytes);
+            memset(b, 2, max_bytes);
             double best = 1e9;
             for (int r = 0; r < 5; r++) {
                 double t0 = now();
-                memcpy(b, a, bytes);
-                double t = now() - t0;
-                if (t < best) best = t;
-                a[r] ^= b[bytes - 1 - r];   /* keep the copies observable */
+                memcpy(b, a, max_bytes);
+                double dt = now() - t0;
+                if (dt < best) best = dt;
+                a[r] ^= b[max_bytes - 1 - r];   /* keep the copies observable */
             }
-            memcpy_gbps = (double)bytes / best / 1e9;
+            memcpy_gbps = (double)max_bytes / best / 1e9;
         }
         free(a);
         free(b);
     }
     comm_barrier(c);
     if (rank == 0) {
-        printf("# all-reduce of fp32 over %d rank%s (%s), time of the slowest rank per call; busbw = algbw x 2(n-1)/n\n",
-               n, n == 1 ? "" : "s", comm_kind(c) == COMM_MPI ? "MPI" : "one process");
-        printf("%12s %8s %12s %10s %10s %6s\n", "size", "iters", "time", "algbw", "busbw", "exact");
-        printf("%12s %8s %12s %10s %10s %6s\n", "bytes", "-", "us", "GB/s", "GB/s", "-");
-        for (int i = 0; i < nrows; i++)
-            printf("%12zu %8d %12.1f %10.3f %10.3f %6s\n", rows[i].bytes, rows[i].iters, rows[i].us, rows[i].algbw,
-                   rows[i].busbw, rows[i].exact ? "yes" : "NO");
-        printf("# memcpy bandwidth (one core, %zu MiB, best of 5): %.3f GB/s; largest all-reduce busbw is %.1f%% of it\n",
-               max_bytes >> 20, memcpy_gbps, nrows && memcpy_gbps > 0 ? 100 * rows[nrows - 1].busbw / memcpy_gbps : 0);
+        printf("# fp32 collectives over %d ranks (MPI), median of %d alternating rounds, slowest rank; busbw = algbw x "
+               "2(n-1)/n (all_reduce) or (n-1)/n; exec_comm's progress thread %s\n",
+               n, rounds, thread_ok ? "in use" : "unavailable (no MPI_THREAD_MULTIPLE)");
+        printf("%-15s %10s %10s %10s %10s %8s %8s %10s %8s %6s\n", "collective", "size", "mpi", "thread", "test",
+               "thr/mpi", "test/mpi", "mpi", "overlap", "exact");
+        printf("%-15s %10s %10s %10s %10s %8s %8s %10s %8s %6s\n", "-", "bytes", "busbw GB/s", "busbw GB/s",
+               "busbw GB/s", "ratio", "ratio", "us", "-", "-");
+        for (int i = 0; i < nrows; i++) {
+            Row *w = &rows[i];
+            double m = w->busbw[V_MPI] > 0 ? w->busbw[V_MPI] : 1e300;
+            printf("%-15s %10zu %10.3f %10.3f %10.3f %8.2f %8.2f %10.1f %8.2f %6s\n", COLLS[w->coll].name, w->bytes,
+                   w->busbw[V_MPI], w->busbw[V_THREAD], w->busbw[V_TEST], w->busbw[V_THREAD] / m, w->busbw[V_TEST] / m,
+                   w->us[V_MPI], w->overlap, w->exact ? "yes" : "NO");
+        }
+        printf("# ratio: exec_comm (progress thread) / blocking MPI bus bandwidth; 'test' is the MPI_I* + MPI_Test path\n");
+        printf("# memcpy bandwidth (one core, %zu MiB, best of 5): %.3f GB/s\n", max_bytes >> 20, memcpy_gbps);
         if (json) {
             FILE *f = fopen(json, "w");
             if (f) {
-                fprintf(f, "{\"ranks\": %d, \"memcpy_gbps\": %.6g, \"rows\": [", n, memcpy_gbps);
-                for (int i = 0; i < nrows; i++)
-                    fprintf(f, "%s{\"bytes\": %zu, \"iters\": %d, \"time_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, \"exact\": %s}",
-                            i ? ", " : "", rows[i].bytes, rows[i].iters, rows[i].us, rows[i].algbw, rows[i].busbw,
-                            rows[i].exact ? "true" : "false");
+                fprintf(f, "{\"ranks\": %d, \"rounds\": %d, \"memcpy_gbps\": %.6g, \"progress_thread\": %s, \"rows\": [", n,
+                        rounds, memcpy_gbps, thread_ok ? "true" : "false");
+                for (int i = 0; i < nrows; i++) {
+                    Row *w = &rows[i];
+                    fprintf(f, "%s{\"collective\": \"%s\", \"bytes\": %zu", i ? ", " : "", COLLS[w->coll].name, w->bytes);
+                    for (int v = 0; v < NVAR; v++)
+                        fprintf(f, ", \"%s_us\": %.6g, \"%s_busbw_gbps\": %.6g", VARS[v], w->us[v], VARS[v], w->busbw[v]);
+                    fprintf(f, ", \"ratio_thread_over_mpi\": %.6g, \"overlap\": %.4g, \"exact\": %s}",
+                            w->busbw[V_MPI] > 0 ? w->busbw[V_THREAD] / w->busbw[V_MPI] : 0, w->overlap,
+                            w->exact ? "true" : "false");
+                }
                 fprintf(f, "]}\n");
                 fclose(f);
             } else {
@@ -133,8 +256,11 @@ int main(int argc, char **argv)
             }
         }
     }
-    free(buf);
-    free(times);
+    free(send);
+    free(recv);
+    free(tov);
+    free(all);
+    for (int v = 0; v < NVAR; v++) free(t[v]);
     comm_destroy(c);
     return bad ? 1 : 0;
 }

@@ -1,15 +1,19 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """peer_ddp.py — the peer for memplan's engine: the same GPT-2 step in PyTorch DDP (gloo backend,
 CPU, fp32), on the same shape, micro-batch, sequence and number of ranks, timed the same way
 (mean step time over steps 2..K, the first step being warm-up).
 
-The model is written out to match exec/exec_gpt2.c: token + position embeddings, pre-LayerNorm
-blocks with eager causal attention (scores and softmax materialised) and a tanh-GELU MLP, final
-LayerNorm, LM head tied to the token embeddings, mean cross-entropy; AdamW (lr 1e-3, weight
-decay 0). One thread per rank (torch.set_num_threads(1)), as the engine runs with
-OPENBLAS_NUM_THREADS=1 in bench/bench_peer.sh.
+Model code (--impl): "transformers" is the code path users run, transformers' GPT2LMHeadModel
+built from a GPT2Config with the engine preset's n_layer, n_head, n_embd, vocab and n_positions,
+dropout 0, gelu_new (tanh GELU), tied LM head, its default attention implementation (named in
+the output), loss = mean cross-entropy of the logits against the next tokens; "handwritten" is
+a model written out to match exec/exec_gpt2.c (eager causal attention, scores and softmax
+materialised), for PyTorch installs without transformers (Debian's python3-torch 1.13); "auto"
+(default) takes transformers when it imports. AdamW (lr 1e-3, weight decay 0) either way. One
+thread per rank (torch.set_num_threads(1)), as the engine runs with OPENBLAS_NUM_THREADS=1 in
+bench/bench_peer.sh.
 
-Usage: /usr/bin/python3 bench/peer_ddp.py --model gpt2-mini --ranks 2 --batch 4 --seq 128 --steps 6 [--json FILE]
+Usage: PY bench/peer_ddp.py --model gpt2-mini --ranks 2 --batch 4 --seq 128 --steps 6 [--impl auto] [--json FILE]
 """
 import argparse
 import json
@@ -83,35 +87,72 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
+class HFGPT2(nn.Module):
+    """transformers' GPT2LMHeadModel behind the same forward(idx, targets) -> mean loss."""
+
+    def __init__(self, L, NH, C, V, maxT):
+        super().__init__()
+        from transformers import GPT2Config, GPT2LMHeadModel
+        cfg = GPT2Config(n_layer=L, n_head=NH, n_embd=C, vocab_size=V, n_positions=maxT, resid_pdrop=0.0,
+                         embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new", use_cache=False,
+                         bos_token_id=V - 1, eos_token_id=V - 1)
+        self.m = GPT2LMHeadModel(cfg)
+        self.attn = getattr(self.m.config, "_attn_implementation", None) or "eager"
+
+    def forward(self, idx, targets):
+        logits = self.m(input_ids=idx, use_cache=False).logits
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def model_impl(choice):
+    if choice != "auto":
+        return choice
+    try:
+        import transformers  # noqa: F401
+        return "transformers"
+    except ImportError:
+        return "handwritten"
+
+
 def worker(rank, args, port, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
     L, NH, C, V, maxT = PRESETS[args.model]
     T = args.seq or maxT
     torch.manual_seed(1337)
-    model = GPT2(L, NH, C, V, maxT)
+    impl = model_impl(args.impl)
+    model = HFGPT2(L, NH, C, V, maxT) if impl == "transformers" else GPT2(L, NH, C, V, maxT)
+    if impl == "transformers":
+        import transformers
+        code = "transformers %s GPT2LMHeadModel, attention %s" % (transformers.__version__, model.attn)
+    else:
+        code = "handwritten GPT-2 (bench/peer_ddp.py), eager attention"
     ddp = nn.parallel.DistributedDataParallel(model)   # 25 MiB buckets, first 1 MiB
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, weight_decay=0.0)
     g = torch.Generator().manual_seed(1000 + rank)
-    times = []
+    times, cpu = [], []
     for step in range(args.steps):
         idx = torch.randint(0, V, (args.batch, T + 1), generator=g)
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = ddp(idx[:, :-1], idx[:, 1:])
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     steady = times[1:] if len(times) > 1 else times
+    steady_cpu = cpu[1:] if len(cpu) > 1 else cpu
     t = torch.tensor([sum(steady) / len(steady)])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)               # the slowest rank sets the pace
     if rank == 0:
         res = {
-            "peer": "pytorch-ddp-gloo", "torch": torch.__version__, "model": args.model,
+            "peer": "pytorch-ddp-gloo", "torch": torch.__version__, "model": args.model, "model_code": code,
             "params": sum(p.numel() for p in model.parameters()), "ranks": args.ranks,
             "micro_batch": args.batch, "seq": T, "steps": args.steps, "threads_per_rank": 1,
-            "steady_ms_per_step": t.item() * 1e3, "last_loss": loss.item(),
+            "steady_ms_per_step": t.item() * 1e3,
+            # rank 0's process, all its threads (gloo's included)
+            "steady_cpu_ms_per_step": sum(steady_cpu) / len(steady_cpu) * 1e3, "last_loss": loss.item(),
             "tokens_per_s": args.batch * T * args.ranks / t.item(),
         }
         with open(out, "w") as f:
@@ -126,6 +167,7 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=0)
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--impl", default="auto", choices=["auto", "transformers", "handwritten"])
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     with socket.socket() as s:                             # a free port for the rendezvous

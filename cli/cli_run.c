@@ -20,7 +20,9 @@
 #include "cli_io.h"
 #include "cli_ranks.h"
 #include "cli_setup.h"
+#include "cli_time.h"
 #include "exec_comm.h"
+#include "exec_describe.h"
 #include "exec_run.h"
 #include "exec_strategy.h"
 #include "plan_comm.h"
@@ -474,6 +476,7 @@ static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
         cJSON_AddNumberToObject(o, "count", (double)r->phases[i].count);
     }
     cJSON_AddNumberToObject(j, "steady_ms_per_step", r->steady_ms);
+    cJSON_AddNumberToObject(j, "steady_cpu_ms_per_step", r->steady_cpu_ms);   /* rank 0's process */
     cJSON_AddNumberToObject(j, "tokens_per_s", r->steady_ms > 0 ? r->tokens_per_step / (r->steady_ms / 1e3) : 0);
     if (c->cupti) {
         cJSON_AddItemToObject(j, "cupti", cli_gpu_cupti_json(r));
@@ -554,7 +557,8 @@ static const char *fmt_err(double e, char *buf, size_t len)
 }
 
 /* One strategy: rows on f (rank 0) and a JSON record; returns 1 if it passes. */
-static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResult *r, cJSON *arr, int *row_header)
+static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResult *r, cJSON *arr, int *row_header,
+                   const DeviceDesc *desc)
 {
     static const StrategyKind MAP[EXEC_STRATEGY_COUNT] = {STRAT_DDP, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3};
     static const struct { TermKind term; MemCategory cat; const char *name; } CATS[] = {
@@ -670,6 +674,13 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
     cJSON_AddNumberToObject(msj, "predicted_bytes", mr.model_states);
     cJSON_AddNumberToObject(msj, "measured_bytes", r->model_states);
     cJSON_AddItemToObject(o, "collectives_per_step", colls);
+    if (desc) {   /* time: plan_sim on the measured device description */
+        ClusterSpec tc = cl;
+        cli_time_cluster(desc, &tc);
+        cJSON_AddBoolToObject(o, "time_within_15pct",
+                              cli_time_rows(f, sn, &x->s.model, &t, &tc, MAP[k], r, c->steps, o));
+        *row_header = 0;   /* the next strategy's memory rows get their header again */
+    }
     cJSON_AddBoolToObject(o, "pass", pass);
     cJSON_AddItemToArray(arr, o);
     return pass;
@@ -743,6 +754,18 @@ int cli_cmd_validate(int argc, char **argv)
         fprintf(out, "# measured: the tracked allocator and the comm counters; memory is the steady state "
                      "(steps 2..K), the maximum over ranks; collectives are one optimizer step of rank 0\n");
     }
+    /* the device description for the time rows, measured by every rank together (CPU) */
+    DeviceDesc desc;
+    int have_desc = 0;
+    if (x.cfg.device == DEVICE_HOST) {
+        char derr[160];
+        int seq = x.cfg.seq > 0 ? x.cfg.seq : x.cfg.model.max_seq;
+        have_desc = exec_describe_cpu(x.comm, x.cfg.micro_batch * seq, x.cfg.model.d_model, &desc, derr, sizeof derr) == 0;
+        if (x.rank == 0) {
+            if (have_desc) cli_time_print_desc(out, &desc);
+            else fprintf(out, "# no time rows: %s\n", derr);
+        }
+    }
     cJSON *arr = cJSON_CreateArray();
     int all_pass = 1, header = 0;
     for (int k = 0; k < EXEC_STRATEGY_COUNT; k++) {
@@ -764,7 +787,7 @@ int cli_cmd_validate(int argc, char **argv)
             return rc;
         }
         if (x.rank == 0) {
-            all_pass &= compare(out, &x, (ExecStrategyKind)k, &r, arr, &header);
+            all_pass &= compare(out, &x, (ExecStrategyKind)k, &r, arr, &header, have_desc ? &desc : NULL);
             if (x.cfg.cupti) {   /* what the GPU ran for this strategy */
                 cli_gpu_print_cupti(out, &r);
                 cJSON_AddItemToObject(cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 1), "cupti", cli_gpu_cupti_json(&r));
@@ -781,6 +804,7 @@ int cli_cmd_validate(int argc, char **argv)
         fprintf(out, "# validate: %s\n", all_pass ? "pass" : "FAIL (model states or collective bytes differ, or the peak by more than 5%)");
         if (x.s.json) {
             cJSON *j = validate_json(&x, arr, all_pass, 1, NULL);
+            if (have_desc) cJSON_AddItemToObject(j, "device_description", cli_time_desc_json(&desc));
             rc = emit(j, x.s.json_path);
             cJSON_Delete(j);
         }

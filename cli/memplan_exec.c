@@ -11,6 +11,7 @@
 #include "cli_bench.h"
 #include "cli_io.h"
 #include "cli_run.h"
+#include "kern_blas.h"
 #include "cli_setup.h"
 
 /* OpenBLAS takes a work buffer (BUFFER_SIZE: 128 MiB on x86-64, plus a page) at its first call
@@ -54,6 +55,8 @@ static int dispatch(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* the engine's commands: OpenBLAS's fast GEMM kernel on CPUs it does not know (re-exec) */
+    kern_blas_select_core(argv);
     cli_io_start();
     return cli_io_finish(dispatch(argc, argv));
 }

@@ -1,7 +1,16 @@
 /* exec_comm.c — the communication backends behind exec_comm.h:
  *   SELF  one process, no MPI calls: collectives are copies;
- *   MPI   MPI_COMM_WORLD (duplicated), every collective issued non-blocking (MPI_I*) and
- *         completed by polling MPI_Test with a wall-clock timeout, so nothing blocks forever;
+ *   MPI   MPI_COMM_WORLD (duplicated). All-reduce, reduce-scatter and all-gather go to a
+ *         progress thread per communicator, which runs them one after another, in issue order,
+ *         as the library's blocking collectives on a communicator of its own (MPI_THREAD_MULTIPLE):
+ *         they move data at the blocking collective's bandwidth and progress while the caller
+ *         computes; one the caller waits for before the thread took it, the caller runs itself
+ *         (the thread then keeps its timeout). OpenMPI 4.1's non-blocking collectives (libnbc)
+ *         progress only inside MPI calls and are slower (docs/validation.md, "Collectives").
+ *         The other calls, and every call when the library lacks MPI_THREAD_MULTIPLE or the
+ *         thread is switched off (comm_set_mpi_progress), are issued non-blocking (MPI_I*) and
+ *         completed by polling MPI_Test. Either way completion is awaited with a wall-clock
+ *         timeout, so nothing blocks forever;
  *   NCCL  bootstrapped over MPI (rank 0 creates the unique id, MPI_Bcast, ncclCommInitRank on
  *         GPU local_rank % GPUs), collectives on the caller's stream (the device's comm
  *         stream), each ordered after the compute stream's work queued before it
@@ -21,6 +30,7 @@
 #include "prof_cupti.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -70,6 +80,15 @@ struct CommReq {
     MPI_Request *mpi;        /* points at mpi_one or an allocation */
     MPI_Request mpi_one;
     int *scratch;            /* all_gather_v counts/displs: alive until completion */
+    /* run by the progress thread (bg): the blocking call's arguments, its result */
+    int bg;
+    CommReq *bg_next;        /* the thread's queue */
+    const void *send;
+    void *recv;
+    size_t count;
+    DType dtype;
+    int bg_done, bg_rc;      /* written by the thread under its mutex; bg_done read atomically */
+    double t_bg_done;
 #if MEMPLAN_NCCL
     cudaEvent_t event;
 #endif
@@ -84,6 +103,18 @@ struct Comm {
     CommCounters *counters;
     CommReq *outstanding;
     Device *dev;             /* SELF copies through it when set */
+    /* the MPI progress thread (started at the first collective it runs) */
+    int bg_off;              /* comm_set_mpi_progress(c, 0) */
+    int bg_started;
+    pthread_t bg_thread;
+    pthread_mutex_t bg_mu;
+    pthread_cond_t bg_work, bg_done;
+    CommReq *bg_head, *bg_tail;
+    int bg_quit;
+    int bg_busy;             /* the thread is running a collective */
+    CommReq *bg_inline;      /* the caller is running this one itself; the thread watches the clock */
+    double bg_deadline;      /* ... and aborts the job when it is not done by then */
+    MPI_Comm bg_mpi;         /* the thread's duplicate of mpi */
 #if MEMPLAN_NCCL
     ncclComm_t nccl;
     cudaStream_t stream;
@@ -97,6 +128,22 @@ struct Comm {
 
 static int g_live_comms;     /* comms using MPI; the last one out finalizes */
 static int g_we_initialized; /* MPI_Init_thread was ours, so MPI_Finalize is ours too */
+static int g_thread_multiple; /* the library provides MPI_THREAD_MULTIPLE: progress threads */
+
+static int bg_stop(Comm *c);
+
+/* The progress thread's communicator, duplicated when the communicator is created (a collective
+ * call every rank makes at the same point; done lazily, at the first all-reduce, it would be a
+ * blocking call outside the timeout). */
+static void bg_dup(Comm *c)
+{
+    c->bg_mpi = MPI_COMM_NULL;
+    if (!g_thread_multiple || MPI_CHECK(MPI_Comm_dup(c->mpi, &c->bg_mpi))) {
+        c->bg_mpi = MPI_COMM_NULL;
+        return;
+    }
+    MPI_Comm_set_errhandler(c->bg_mpi, MPI_ERRORS_RETURN);
+}
 
 static double now_s(void)
 {
@@ -118,12 +165,15 @@ static int mpi_setup(Comm *c, int *argc, char ***argv, char *err, size_t errlen)
     MPI_Initialized(&init);
     if (!init) {
         int provided;
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
             snprintf(err, errlen, "MPI_Init_thread failed");
             return -1;
         }
         g_we_initialized = 1;
     }
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    g_thread_multiple = level == MPI_THREAD_MULTIPLE;
     c->uses_mpi = 1;
     g_live_comms++;
     if (MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi))) goto fail;
@@ -131,6 +181,7 @@ static int mpi_setup(Comm *c, int *argc, char ***argv, char *err, size_t errlen)
     if (MPI_CHECK(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN))) goto fail;
     if (MPI_CHECK(MPI_Comm_rank(c->mpi, &c->rank)) || MPI_CHECK(MPI_Comm_size(c->mpi, &c->size)))
         goto fail;
+    bg_dup(c);
     MPI_Comm node;
     if (MPI_CHECK(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node)))
         goto fail;
@@ -271,6 +322,7 @@ Comm *comm_create(CommKind kind, int *argc, char ***argv, double timeout_s, char
     c->size = 1;
     c->local_size = 1;
     c->mpi = MPI_COMM_NULL;
+    c->bg_mpi = MPI_COMM_NULL;
     c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
     switch (kind) {
     case COMM_SELF:
@@ -325,14 +377,16 @@ void comm_destroy(Comm *c)
     if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
     if (c->order_ev) CUDA_CHECK(cudaEventDestroy(c->order_ev));
 #endif
+    int left_behind = bg_stop(c);   /* then c stays allocated: the thread may still read it */
+    if (c->bg_mpi != MPI_COMM_NULL && !left_behind) MPI_Comm_free(&c->bg_mpi);
     if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
     if (c->uses_mpi && --g_live_comms == 0 && g_we_initialized) {
         /* MPI cannot be initialized twice in a process: a later comm_create then fails. */
         int fin = 0;
         MPI_Finalized(&fin);
-        if (!fin) MPI_Finalize();
+        if (!fin && !left_behind) MPI_Finalize();
     }
-    free(c);
+    if (!left_behind) free(c);
 }
 
 CommKind comm_kind(const Comm *c) { return c->kind; }
@@ -370,6 +424,190 @@ void comm_set_after_stream(Comm *c, void *cuda_stream)
     (void)cuda_stream;
 #endif
 }
+
+/* ---- the MPI progress thread ----
+ * One per communicator, started at its first all-reduce / reduce-scatter / all-gather. It pops
+ * requests in issue order and runs each as the blocking collective on bg_mpi (a duplicate of
+ * the communicator: the caller's own MPI calls on mpi do not interleave with its traffic).
+ * Every rank issues the same collectives in the same order, so the threads match. A caller that
+ * waits for a collective the thread has not started (a blocking call, or a wait right after the
+ * issue) runs it itself, with the thread as the watchdog of its timeout (bg_run_inline);
+ * otherwise the caller spins BG_SPIN_S (short collectives finish without a sleep and a wake-up),
+ * then sleeps on bg_done so that the thread has the core. */
+#define BG_SPIN_S 200e-6
+
+static int bg_run(Comm *c, CommReq *r)
+{
+    const DTypeInfo *d = &DTYPES[r->dtype];
+    size_t es = d->size;
+    switch (r->op) {
+    case COLL_ALL_REDUCE:
+        for (size_t off = 0; off < r->count || off == 0; off += MPI_CHUNK_ELEMS) {
+            size_t n = r->count - off < MPI_CHUNK_ELEMS ? r->count - off : MPI_CHUNK_ELEMS;
+            const void *s = r->send == r->recv ? MPI_IN_PLACE : (const char *)r->send + off * es;
+            if (MPI_CHECK(MPI_Allreduce(s, (char *)r->recv + off * es, (int)n, d->mpi, MPI_SUM, c->bg_mpi)))
+                return -1;
+            if (r->count == 0) break;
+        }
+        return 0;
+    case COLL_REDUCE_SCATTER:
+        return MPI_CHECK(MPI_Reduce_scatter_block(r->send == r->recv ? MPI_IN_PLACE : r->send, r->recv,
+                                                  (int)r->count, d->mpi, MPI_SUM, c->bg_mpi));
+    case COLL_ALL_GATHER: {
+        int in_place = r->send == (const char *)r->recv + (size_t)c->rank * r->count * es;
+        return MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : r->send, (int)r->count, d->mpi, r->recv,
+                                       (int)r->count, d->mpi, c->bg_mpi));
+    }
+    default:
+        return -1;
+    }
+}
+
+static void timeout_abort(Comm *c, CommReq *r);
+
+static void bg_finish(Comm *c, CommReq *r, int rc)   /* under bg_mu */
+{
+    r->bg_rc = rc;
+    r->t_bg_done = now_s();
+    __atomic_store_n(&r->bg_done, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&c->bg_done);
+}
+
+static void *bg_main(void *arg)
+{
+    Comm *c = arg;
+    pthread_mutex_lock(&c->bg_mu);
+    for (;;) {
+        if (c->bg_inline) {   /* the watchdog of the caller's own blocking collective */
+            struct timespec until;
+            double left = c->bg_deadline - now_s();
+            if (left <= 0) {
+                CommReq *r = c->bg_inline;
+                pthread_mutex_unlock(&c->bg_mu);
+                timeout_abort(c, r);   /* does not return */
+            }
+            clock_gettime(CLOCK_REALTIME, &until);
+            long ns = until.tv_nsec + (long)(left * 1e9);
+            until.tv_sec += ns / 1000000000L;
+            until.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&c->bg_work, &c->bg_mu, &until);
+            continue;
+        }
+        if (c->bg_head) {
+            CommReq *r = c->bg_head;
+            c->bg_head = r->bg_next;
+            if (!c->bg_head) c->bg_tail = NULL;
+            c->bg_busy = 1;
+            pthread_mutex_unlock(&c->bg_mu);
+            int rc = bg_run(c, r);
+            pthread_mutex_lock(&c->bg_mu);
+            c->bg_busy = 0;
+            bg_finish(c, r, rc);
+            continue;
+        }
+        if (c->bg_quit) break;
+        pthread_cond_wait(&c->bg_work, &c->bg_mu);
+    }
+    pthread_mutex_unlock(&c->bg_mu);
+    return NULL;
+}
+
+/* The caller waits for r: when the thread has not started it and nothing is ahead of it, the
+ * caller runs it itself (no hand-over and wake-up, which a busy machine makes milliseconds
+ * long) while the thread keeps the timeout. 1 when it ran here (done, or failed: bg_rc). */
+static int bg_run_inline(Comm *c, CommReq *r)
+{
+    pthread_mutex_lock(&c->bg_mu);
+    if (c->bg_head != r || c->bg_busy || r->bg_done) {
+        pthread_mutex_unlock(&c->bg_mu);
+        return 0;
+    }
+    c->bg_head = r->bg_next;
+    if (!c->bg_head) c->bg_tail = NULL;
+    c->bg_inline = r;
+    c->bg_deadline = now_s() + c->timeout_s;
+    pthread_cond_signal(&c->bg_work);
+    pthread_mutex_unlock(&c->bg_mu);
+    int rc = bg_run(c, r);
+    pthread_mutex_lock(&c->bg_mu);
+    c->bg_inline = NULL;
+    bg_finish(c, r, rc);
+    pthread_cond_signal(&c->bg_work);   /* the thread goes back to its queue */
+    pthread_mutex_unlock(&c->bg_mu);
+    return 1;
+}
+
+/* Whether r's collective goes to the thread; starts the thread the first time. */
+static int bg_use(Comm *c)
+{
+    if (c->kind != COMM_MPI || c->bg_off || !g_thread_multiple) return 0;
+    if (c->bg_started) return 1;
+    if (c->bg_mpi == MPI_COMM_NULL) return 0;   /* bg_dup failed at creation */
+    c->bg_quit = 0;
+    MPI_Comm_set_errhandler(c->bg_mpi, MPI_ERRORS_RETURN);
+    pthread_mutex_init(&c->bg_mu, NULL);
+    pthread_cond_init(&c->bg_work, NULL);
+    pthread_cond_init(&c->bg_done, NULL);
+    if (pthread_create(&c->bg_thread, NULL, bg_main, c) != 0) {
+        c->bg_off = 1;
+        return 0;
+    }
+    c->bg_started = 1;
+    return 1;
+}
+
+static void bg_push(Comm *c, CommReq *r)
+{
+    r->bg = 1;
+    pthread_mutex_lock(&c->bg_mu);
+    if (c->bg_tail) c->bg_tail->bg_next = r;
+    else c->bg_head = r;
+    c->bg_tail = r;
+    pthread_cond_signal(&c->bg_work);
+    pthread_mutex_unlock(&c->bg_mu);
+}
+
+/* Sleeps until r is done or about left_s (capped at 0.1 s, so the caller rechecks the timeout). */
+static void bg_sleep(Comm *c, CommReq *r, double left_s)
+{
+    if (left_s > 0.1) left_s = 0.1;
+    if (left_s < 0) left_s = 0;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = until.tv_nsec + (long)(left_s * 1e9);
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    pthread_mutex_lock(&c->bg_mu);
+    if (!r->bg_done) pthread_cond_timedwait(&c->bg_done, &c->bg_mu, &until);
+    pthread_mutex_unlock(&c->bg_mu);
+}
+
+/* Joins the thread when its queue is empty and returns 0; a thread still busy (a collective
+ * that failed or never completed: the process is on its way out) is left behind, detached, and
+ * 1 tells the caller to leave the communicator's memory to it. */
+static int bg_stop(Comm *c)
+{
+    if (!c->bg_started) return 0;
+    pthread_mutex_lock(&c->bg_mu);
+    c->bg_quit = 1;
+    int busy = c->bg_head != NULL || c->outstanding != NULL;
+    pthread_cond_signal(&c->bg_work);
+    pthread_mutex_unlock(&c->bg_mu);
+    if (busy) {
+        pthread_detach(c->bg_thread);
+        return 1;
+    }
+    pthread_join(c->bg_thread, NULL);
+    pthread_mutex_destroy(&c->bg_mu);
+    pthread_cond_destroy(&c->bg_work);
+    pthread_cond_destroy(&c->bg_done);
+    c->bg_started = 0;
+    return 0;
+}
+
+void comm_set_mpi_progress(Comm *c, int thread) { c->bg_off = !thread; }   /* an idle thread stays */
+
+int comm_mpi_progress(const Comm *c) { return c->kind == COMM_MPI && !c->bg_off && g_thread_multiple; }
 
 /* ---- requests ---- */
 
@@ -418,7 +656,7 @@ static void req_unlink(Comm *c, CommReq *r)
 static void mark_done(Comm *c, CommReq *r)
 {
     r->done = 1;
-    r->t_done = now_s();
+    r->t_done = r->bg ? r->t_bg_done : now_s();
     if (r->counted)
         prof_comm_record_in(c->counters, r->phase, r->op, r->payload, r->t_done - r->t_issue);
 }
@@ -453,6 +691,12 @@ static int req_test(Comm *c, CommReq *r)
         return 0;
     }
 #endif
+    if (r->bg) {
+        if (!__atomic_load_n(&r->bg_done, __ATOMIC_ACQUIRE)) return 0;
+        if (r->bg_rc) return -1;
+        mark_done(c, r);   /* timed to when the thread finished it, not when we looked */
+        return 1;
+    }
     if (r->nmpi == 0) {   /* SELF, or NCCL compiled out */
         mark_done(c, r);
         return 1;
@@ -483,11 +727,14 @@ int comm_wait(Comm *c, CommReq *r)
     if (!r) return 0;
     double start = now_s();
     int rc;
+    if (r->bg) bg_run_inline(c, r);
     /* Spin without sleeping: a sleep would add its granularity to every collective; yielding
      * lets oversubscribed ranks on the same core make progress. */
     while ((rc = req_test(c, r)) == 0) {
-        if (now_s() - start > c->timeout_s) timeout_abort(c, r);
-        sched_yield();
+        double waited = now_s() - start;
+        if (waited > c->timeout_s) timeout_abort(c, r);
+        if (r->bg && waited > BG_SPIN_S) bg_sleep(c, r, c->timeout_s - waited);
+        else sched_yield();
     }
     req_unlink(c, r);
     req_free(r);
@@ -594,6 +841,9 @@ int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t
     if (!r) return -1;
     if (c->kind == COMM_SELF) {
         self_copy(c, recv, send, count * es);
+    } else if (c->kind == COMM_MPI && bg_use(c)) {
+        r->send = send, r->recv = recv, r->count = count, r->dtype = t;
+        bg_push(c, r);
     } else if (c->kind == COMM_MPI) {
         for (int i = 0; i < r->nmpi; i++) {
             size_t off = (size_t)i * MPI_CHUNK_ELEMS, n = count - off < MPI_CHUNK_ELEMS ? count - off : MPI_CHUNK_ELEMS;
@@ -630,6 +880,9 @@ int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DTy
     if (!r) return -1;
     if (c->kind == COMM_SELF) {
         self_copy(c, recv, send, block);
+    } else if (c->kind == COMM_MPI && bg_use(c)) {
+        r->send = send, r->recv = recv, r->count = count, r->dtype = t;
+        bg_push(c, r);
     } else if (c->kind == COMM_MPI) {
         if (MPI_CHECK(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, (int)count,
                                                 DTYPES[t].mpi, MPI_SUM, c->mpi, &r->mpi[0])))
@@ -660,6 +913,9 @@ int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t
     if (!r) return -1;
     if (c->kind == COMM_SELF) {
         self_copy(c, recv, send, count * es);
+    } else if (c->kind == COMM_MPI && bg_use(c)) {
+        r->send = send, r->recv = recv, r->count = count, r->dtype = t;
+        bg_push(c, r);
     } else if (c->kind == COMM_MPI) {
         if (MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, DTYPES[t].mpi, recv,
                                      (int)count, DTYPES[t].mpi, c->mpi, &r->mpi[0])))
@@ -845,6 +1101,7 @@ Comm *comm_split(Comm *parent, int color, char *err, size_t errlen)
     c->kind = parent->kind;
     c->size = c->local_size = 1;
     c->mpi = MPI_COMM_NULL;
+    c->bg_mpi = MPI_COMM_NULL;
     c->timeout_s = parent->timeout_s;
     c->dev = parent->dev;
     if (parent->kind == COMM_SELF) {
@@ -868,6 +1125,7 @@ Comm *comm_split(Comm *parent, int color, char *err, size_t errlen)
     MPI_Comm_rank(node, &c->local_rank);
     MPI_Comm_size(node, &c->local_size);
     MPI_Comm_free(&node);
+    bg_dup(c);
     return c;
 fail:
     snprintf(err, errlen, "comm_split failed (see the message above)");

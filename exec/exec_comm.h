@@ -1,8 +1,10 @@
 /* exec_comm.h — the communication interface of the executor: MPI (CPU) or NCCL (GPU), with a
  * single-process "self" backend when one rank runs alone. Every call is counted in the
  * profiler's CommCounters. Reductions are SUM. Non-blocking calls return a request that must
- * be completed with comm_wait (which polls with a timeout: OpenMPI 4.1 does not progress
- * non-blocking collectives by itself, so long compute loops call comm_progress now and then).
+ * be completed with comm_wait (which polls with a timeout). Under MPI, all-reduce, reduce-scatter
+ * and all-gather progress on a thread of their own (comm_set_mpi_progress); the other calls are
+ * MPI_I* requests that OpenMPI 4.1 progresses only inside MPI calls, so long compute loops call
+ * comm_progress now and then.
  *
  * MPI also bootstraps NCCL: rank 0 creates the unique id and broadcasts it over MPI. That
  * lives in exec_comm.c only. No vendor types in this header. */
@@ -91,5 +93,12 @@ Comm *comm_split(Comm *parent, int color, char *err, size_t errlen);
  * an oversubscribed machine the waiting ranks leave the cores to the working ones (comm_wait
  * spins with sched_yield, which still competes). Obeys the timeout; counted as a barrier. */
 int comm_barrier_idle(Comm *c, double poll_s);
+
+/* MPI: all-reduce, reduce-scatter and all-gather run on a progress thread as the library's
+ * blocking collectives (default, when MPI provides MPI_THREAD_MULTIPLE), or, with thread 0, as
+ * non-blocking MPI_I* calls progressed by MPI_Test (comm_progress, comm_wait). Call it with no
+ * request outstanding; the same on every rank. comm_mpi_progress: 1 when the thread is in use. */
+void comm_set_mpi_progress(Comm *c, int thread);
+int comm_mpi_progress(const Comm *c);
 
 #endif

@@ -1,6 +1,8 @@
-/* exec_kern.c — the two kernel tables of exec_kern.h. The CPU entries wrap kern_ops.h and
- * kern_cnn.h one to one (same call, stream ignored, status 0); the CUDA entries are kern_cuda.h's
- * and kern_cnn_cuda.h's launchers themselves, whose signatures the table copies. The only op of our own is add (dst += src):
+/* exec_kern.c — the two kernel tables of exec_kern.h. The CPU entries wrap the fast CPU paths of
+ * kern_fast.h where one exists (LayerNorm, attention, GELU, softmax + cross-entropy forward, AdamW)
+ * and kern_ops.h's / kern_cnn.h's reference kernels otherwise (same call, stream ignored, status 0);
+ * the CUDA entries are kern_cuda.h's and kern_cnn_cuda.h's launchers themselves, whose signatures
+ * the table copies. The only op of our own is add (dst += src):
  * on the CPU the loop the strategies always ran, on the GPU the residual kernel with out = inp1
  * (an elementwise kernel: the aliasing is safe). */
 #include "exec_kern.h"
@@ -8,6 +10,7 @@
 #include "kern_cnn.h"
 #include "kern_cnn_cuda.h"
 #include "kern_cuda.h"
+#include "kern_fast.h"
 #include "kern_ops.h"
 
 /* ---- CPU: kern_ops.h behind the table's signatures ---- */
@@ -32,7 +35,7 @@ static int c_layernorm_forward(float *out, float *mean, float *rstd, const float
                                const float *bias, int B, int T, int C, void *stream)
 {
     (void)stream;
-    kern_layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C);
+    kern_layernorm_forward_fast(out, mean, rstd, inp, weight, bias, B, T, C);
     return 0;
 }
 
@@ -41,7 +44,7 @@ static int c_layernorm_backward(float *dinp, float *dweight, float *dbias, const
                                 void *stream)
 {
     (void)stream;
-    kern_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C);
+    kern_layernorm_backward_fast(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C);
     return 0;
 }
 
@@ -65,7 +68,7 @@ static int c_attention_forward(float *out, float *preatt, float *att, const floa
                                int NH, void *stream)
 {
     (void)stream;
-    kern_attention_forward(out, preatt, att, inp, B, T, C, NH);
+    kern_attention_forward_fast(out, preatt, att, inp, B, T, C, NH);
     return 0;
 }
 
@@ -73,21 +76,21 @@ static int c_attention_backward(float *dinp, float *dpreatt, float *datt, const 
                                 const float *att, int B, int T, int C, int NH, void *stream)
 {
     (void)stream;
-    kern_attention_backward(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+    kern_attention_backward_fast(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
     return 0;
 }
 
 static int c_gelu_forward(float *out, const float *inp, size_t N, void *stream)
 {
     (void)stream;
-    kern_gelu_forward(out, inp, N);
+    kern_gelu_forward_fast(out, inp, N);
     return 0;
 }
 
 static int c_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, void *stream)
 {
     (void)stream;
-    kern_gelu_backward(dinp, inp, dout, N);
+    kern_gelu_backward_fast(dinp, inp, dout, N);
     return 0;
 }
 
@@ -102,7 +105,7 @@ static int c_ce_forward(float *probs, float *losses, const float *logits, const 
                         void *stream)
 {
     (void)stream;
-    kern_crossentropy_softmax_forward(probs, losses, logits, targets, B, T, V);
+    kern_crossentropy_softmax_forward_fast(probs, losses, logits, targets, B, T, V);
     return 0;
 }
 
@@ -118,7 +121,7 @@ static int c_adamw(float *params, const float *grads, float *m, float *v, size_t
                    float beta1, float beta2, float eps, float weight_decay, int t, void *stream)
 {
     (void)stream;
-    kern_adamw_update(params, grads, m, v, offset, length, lr, beta1, beta2, eps, weight_decay, t);
+    kern_adamw_update_fast(params, grads, m, v, offset, length, lr, beta1, beta2, eps, weight_decay, t);
     return 0;
 }
 

@@ -3,8 +3,8 @@
  * kern_cuda.h and kern_cnn_cuda.h.
  * Entries have kern_cuda.h's signatures (the CPU twin's arguments plus a trailing stream, a
  * cudaStream_t as void *, ignored on the CPU) and return 0, or -1 after the CUDA launcher printed
- * why; the CPU entries call kern_ops.h's functions unchanged and always return 0, so the CPU
- * path computes exactly what it computed before the table existed.
+ * why; the CPU entries call kern_fast.h's fast paths (same contracts as kern_ops.h, rounding
+ * differences stated there) or kern_ops.h's functions, and always return 0.
  *
  * Pointers are the device's: host memory for the CPU table, device memory for the CUDA one.
  * Contracts (shapes, write vs accumulate) are kern_ops.h's and kern_cnn.h's. No vendor types here. */

@@ -4,13 +4,17 @@
 #include "exec_run.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec_device.h"
 #include "exec_gpt2_model.h"
+#include "kern_blas.h"
 #include "prof_export.h"
 #include "prof_trace.h"
 
@@ -256,6 +260,14 @@ static void stall_or_die(const ExecFault *f, int rank, int step, double timeout_
     _exit(3);
 }
 
+/* CPU time of this process, all threads, ms */
+static double process_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
 {
     memset(res, 0, sizeof *res);
@@ -286,6 +298,16 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     }
     res->params = gpt2_cfg_num_params(mc);
     res->tokens_per_step = (double)B * T * A * N;
+    /* BLAS threads: this node's cores shared among its ranks (one each on 2 cores, 2 ranks) */
+    if (cfg->device == DEVICE_HOST) {
+        kern_blas_set_threads(comm_local_size(c));
+        /* Freed step buffers stay mapped for the next step: glibc would otherwise give every
+           buffer over its mmap threshold (32 MiB at most; gpt2's logits, probabilities and their
+           gradient are 103 MB each) back to the kernel at free and fault it in, zeroed, again
+           at the next step. The tracker's accounting is unaffected (it counts requests). */
+        mallopt(M_MMAP_MAX, 0);
+        mallopt(M_TRIM_THRESHOLD, INT_MAX);
+    }
 
     /* the GPU on several ranks collects over NCCL (every rank has the same cfg: clean) */
     int gpu = cfg->device == DEVICE_CUDA;
@@ -384,7 +406,9 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     prof_phase_reset(pt);   /* a common time origin for every rank's trace */
     CollStats before[COLL_OP_COUNT][3];
     memset(before, 0, sizeof before);
-    double t_start = prof_clock_us(), steady_us = 0;
+    double t_start = prof_clock_us(), steady_us = 0, steady_cpu_ms = 0;
+    PhaseStat first_phases[16];
+    int n_first = 0;
     if (cfg->progress && rank == 0) {
         fprintf(cfg->progress, "%6s %12s %10s %12s\n", "step", "loss", "time", "throughput");
         fprintf(cfg->progress, "%6s %12s %10s %12s\n", "-", "nats", "ms", "tokens/s");
@@ -395,7 +419,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
         if (step == K)
             for (int op = 0; op < COLL_OP_COUNT; op++)
                 for (int ph = 0; ph < 3; ph++) before[op][ph] = prof_comm_phase(cc, (CollOp)op, MEM_PHASES[ph]);
-        double t0 = prof_clock_us();
+        double t0 = prof_clock_us(), cpu0 = process_cpu_ms();
         prof_phase_begin(pt, "step");
         exec_strategy_zero_grad(s);
         double loss_sum = 0, nonfinite = 0;
@@ -462,7 +486,16 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
         res->loss[step - 1] = gsum / ((double)A * N);
         res->step_ms[step - 1] = (t1 - t0) / 1e3;
         res->steps_done = step;
-        if (step > 1 || K == 1) steady_us += t1 - t0;
+        if (step == 1 && K > 1) {   /* the warm-up step's phase times, subtracted at the end */
+            int n1 = 0;
+            const PhaseStat *p1 = prof_phase_stats(pt, &n1);
+            memcpy(first_phases, p1, (size_t)(n1 < 16 ? n1 : 16) * sizeof *p1);
+            n_first = n1 < 16 ? n1 : 16;
+        }
+        if (step > 1 || K == 1) {
+            steady_us += t1 - t0;
+            steady_cpu_ms += process_cpu_ms() - cpu0;
+        }
         if (cfg->progress && rank == 0) {
             fprintf(cfg->progress, "%6d %12.6f %10.2f %12.0f\n", step, res->loss[step - 1], res->step_ms[step - 1],
                     res->tokens_per_step / ((t1 - t0) / 1e6));
@@ -482,6 +515,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     }
     res->seconds = (prof_clock_us() - t_start) / 1e6;
     res->steady_ms = steady_us / 1e3 / (K > 1 ? K - 1 : 1);
+    res->steady_cpu_ms = steady_cpu_ms / (K > 1 ? K - 1 : 1);
     if (cs) cupti_results(cs, mt, res);
 
     /* 4. measurements of every rank (rank 0 reports) */
@@ -502,6 +536,13 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     const PhaseStat *ps = prof_phase_stats(pt, &res->nphases);
     if (res->nphases > 16) res->nphases = 16;
     memcpy(res->phases, ps, (size_t)res->nphases * sizeof *ps);
+    memcpy(res->steady_phases, ps, (size_t)res->nphases * sizeof *ps);
+    for (int i = 0; i < res->nphases; i++)
+        for (int j = 0; j < n_first; j++)
+            if (strcmp(res->steady_phases[i].name, first_phases[j].name) == 0) {
+                res->steady_phases[i].seconds -= first_phases[j].seconds;
+                res->steady_phases[i].count -= first_phases[j].count;
+            }
 
     enum { V_PEAK, V_FIRST, V_CAT, V_AT = V_CAT + MEM_CATEGORY_COUNT, V_PH = V_AT + MEM_CATEGORY_COUNT,
            V_ST = V_PH + 3, V_PHASE = V_ST + EXEC_STATE_COUNT, V_N };

@@ -131,6 +131,9 @@ typedef struct {
     int nphases;
     double seconds;           /* all steps */
     double steady_ms;         /* mean step time over steps 2..K (step 1 when K = 1) */
+    PhaseStat steady_phases[16];   /* phases of steps 2..K only (all steps when K = 1), same order */
+    double steady_cpu_ms;     /* the same steps' CPU time of this process (all its threads), per
+                                 step: what the step costs whatever else shares the cores */
 
     /* what ran */
     int buckets;              /* exec_strategy_buckets */

@@ -45,6 +45,11 @@ Test(comm, every_collective_should_be_exact_and_counted_with_4_ranks, .timeout =
     expect_all_ok(4, "collectives");
 }
 
+Test(comm, every_collective_should_be_exact_without_the_progress_thread_too, .timeout = 90)
+{
+    expect_all_ok(2, "collectives --no-thread");
+}
+
 Test(comm, check_same_should_find_the_differing_rank_with_2_ranks, .timeout = 90)
 {
     expect_all_ok(2, "same");

@@ -238,6 +238,17 @@ Test(exec_run, validate_should_pass_with_several_ddp_buckets_and_gradient_accumu
     cJSON *z2 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 1);
     cJSON *rs = cJSON_GetArrayItem(cJSON_GetObjectItem(z2, "collectives_per_step"), 0);
     cr_expect_eq(cJSON_GetObjectItem(rs, "measured_count")->valuedouble, 2, "zero2 reduces every micro-step:\n%s", r.out);
+    /* time rows: the planner's step time on the measured device description, and the measured one */
+    cJSON *desc = cJSON_GetObjectItem(j, "device_description");
+    cr_expect(cJSON_GetObjectItem(desc, "gemm_flops")->valuedouble > 1e8, "%s", r.out);
+    cr_expect(cJSON_GetObjectItem(desc, "mem_bw_bytes_per_s")->valuedouble > 1e7, "%s", r.out);
+    for (int i = 0; i < 2; i++) {
+        cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), i),
+                                                           "time"), 0);
+        cr_expect_str_eq(cJSON_GetObjectItem(st, "quantity")->valuestring, "step");
+        cr_expect(cJSON_GetObjectItem(st, "predicted_ms")->valuedouble > 0, "%s", r.out);
+        cr_expect(cJSON_GetObjectItem(st, "measured_ms")->valuedouble > 0, "%s", r.out);
+    }
     cJSON_Delete(j);
     free(r.out);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kern_fast.h"
 #include "kern_ops.h"
 
 #define FD_H 1e-3f
@@ -449,4 +450,140 @@ Test(kern_ops, adamw_should_update_only_its_shard_with_shard_local_state)
             cr_assert_float_eq(p[i], 1.0f + i, 0.0f);    /* outside the shard: untouched */
         }
     }
+}
+
+/* ---- the fast CPU paths (kern_fast.h) against these references ----
+ * Each fast kernel runs on the same random inputs as its reference, onto the same non-zero
+ * starting gradients (so accumulation is checked too), and must agree within
+ * |fast - ref| <= FAST_ATOL + FAST_RTOL·|ref| elementwise. The differences come from summation
+ * order (GEMMs, partial sums: ~1e-6 relative for these sizes) and from kern_fast_expf (2e-7
+ * relative); 1e-5 + 1e-4 relative bounds them with a margin of 10 while any wrong term (order
+ * 1e-2 .. 1) fails. Shapes are odd on purpose: T not a multiple of the attention block, C not a
+ * multiple of the lanes. */
+#define FAST_ATOL 1e-5
+#define FAST_RTOL 1e-4
+
+static void expect_close(const char *what, const float *fast, const float *ref, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabs((double)fast[i] - (double)ref[i]) <= FAST_ATOL + FAST_RTOL * fabs((double)ref[i]),
+                  "%s[%zu]: fast %.9g, reference %.9g", what, i, fast[i], ref[i]);
+}
+
+static float *fcopy(const float *src, size_t n)
+{
+    float *p = malloc(n * sizeof(float));
+    cr_assert_not_null(p);
+    memcpy(p, src, n * sizeof(float));
+    return p;
+}
+
+Test(kern_fast, expf_should_be_within_2e_7_relative_of_libm_over_its_range)
+{
+    double worst = 0.0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 2000000.0f;
+        double ref = exp((double)x), rel = fabs((double)kern_fast_expf(x) - ref) / ref;
+        if (rel > worst) worst = rel;
+    }
+    cr_assert(worst <= 2e-7, "worst relative error %.3g", worst);
+    cr_assert(kern_fast_expf(-1000.0f) >= 0.0f && kern_fast_expf(-1000.0f) < 1e-37f, "clamped below");
+    cr_assert(isfinite(kern_fast_expf(1000.0f)), "clamped above, finite");
+}
+
+Test(kern_fast, layernorm_should_match_the_reference)
+{
+    int B = 2, T = 5, C = 37;
+    size_t n = (size_t)B * T * C;
+    float *x = frand(n, 2.0f), *w = frand(C, 1.0f), *bias = frand(C, 1.0f), *d = frand(n, 1.0f);
+    float *o1 = fzeros(n), *o2 = fzeros(n), *m1 = fzeros(B * T), *m2 = fzeros(B * T);
+    float *s1 = fzeros(B * T), *s2 = fzeros(B * T);
+    kern_layernorm_forward(o1, m1, s1, x, w, bias, B, T, C);
+    kern_layernorm_forward_fast(o2, m2, s2, x, w, bias, B, T, C);
+    expect_close("out", o2, o1, n);
+    expect_close("mean", m2, m1, B * T);
+    expect_close("rstd", s2, s1, B * T);
+    float *dx1 = frand(n, 1.0f), *dx2 = fcopy(dx1, n), *dw1 = frand(C, 1.0f), *dw2 = fcopy(dw1, C);
+    float *db1 = frand(C, 1.0f), *db2 = fcopy(db1, C);
+    kern_layernorm_backward(dx1, dw1, db1, d, x, w, m1, s1, B, T, C);
+    kern_layernorm_backward_fast(dx2, dw2, db2, d, x, w, m1, s1, B, T, C);
+    expect_close("dinp", dx2, dx1, n);
+    expect_close("dweight", dw2, dw1, C);
+    expect_close("dbias", db2, db1, C);
+    free(x), free(w), free(bias), free(d), free(o1), free(o2), free(m1), free(m2), free(s1), free(s2);
+    free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+}
+
+static void attention_fast_case(int B, int T, int C, int NH)
+{
+    size_t ni = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *inp = frand(ni, 1.5f), *dout = frand(no, 1.0f);
+    float *o1 = fzeros(no), *o2 = fzeros(no), *p1 = fzeros(na), *a1 = fzeros(na);
+    /* the fast path must write the masked entries itself: start its scratch with garbage */
+    float *p2 = frand(na, 9.0f), *a2 = frand(na, 9.0f);
+    kern_attention_forward(o1, p1, a1, inp, B, T, C, NH);
+    kern_attention_forward_fast(o2, p2, a2, inp, B, T, C, NH);
+    expect_close("out", o2, o1, no);
+    expect_close("preatt", p2, p1, na);
+    expect_close("att", a2, a1, na);
+    float *d1 = frand(ni, 1.0f), *d2 = fcopy(d1, ni);
+    float *dp1 = fzeros(na), *da1 = fzeros(na), *dp2 = frand(na, 9.0f), *da2 = frand(na, 9.0f);
+    kern_attention_backward(d1, dp1, da1, dout, inp, a1, B, T, C, NH);
+    kern_attention_backward_fast(d2, dp2, da2, dout, inp, a1, B, T, C, NH);
+    expect_close("dinp", d2, d1, ni);
+    expect_close("dpreatt", dp2, dp1, na);
+    expect_close("datt", da2, da1, na);
+    free(inp), free(dout), free(o1), free(o2), free(p1), free(a1), free(p2), free(a2);
+    free(d1), free(d2), free(dp1), free(da1), free(dp2), free(da2);
+}
+
+Test(kern_fast, attention_through_gemms_should_match_the_reference)
+{
+    attention_fast_case(2, 7, 12, 3);      /* one partial row block */
+    attention_fast_case(2, 150, 32, 4);    /* three row blocks, the last partial */
+    attention_fast_case(1, 128, 64, 2);    /* exactly two blocks */
+}
+
+Test(kern_fast, gelu_should_match_the_reference_including_the_saturated_tails)
+{
+    size_t n = 4096;
+    float *x = frand(n, 6.0f), *d = frand(n, 1.0f);
+    x[0] = 0.0f, x[1] = -30.0f, x[2] = 30.0f, x[3] = 1e-6f, x[4] = -1e-6f;
+    float *o1 = fzeros(n), *o2 = fzeros(n);
+    kern_gelu_forward(o1, x, n);
+    kern_gelu_forward_fast(o2, x, n);
+    expect_close("gelu", o2, o1, n);
+    float *g1 = frand(n, 1.0f), *g2 = fcopy(g1, n);
+    kern_gelu_backward(g1, x, d, n);
+    kern_gelu_backward_fast(g2, x, d, n);
+    expect_close("dgelu", g2, g1, n);
+    free(x), free(d), free(o1), free(o2), free(g1), free(g2);
+}
+
+Test(kern_fast, crossentropy_forward_should_match_the_reference)
+{
+    int B = 3, T = 5, V = 1031;
+    size_t n = (size_t)B * T * V;
+    float *l = frand(n, 8.0f), *p1 = fzeros(n), *p2 = fzeros(n), *L1 = fzeros(B * T), *L2 = fzeros(B * T);
+    int tg[15];
+    for (int i = 0; i < B * T; i++) tg[i] = (i * 97) % V;
+    kern_crossentropy_softmax_forward(p1, L1, l, tg, B, T, V);
+    kern_crossentropy_softmax_forward_fast(p2, L2, l, tg, B, T, V);
+    expect_close("probs", p2, p1, n);
+    expect_close("losses", L2, L1, B * T);
+    free(l), free(p1), free(p2), free(L1), free(L2);
+}
+
+Test(kern_fast, adamw_should_equal_the_reference_bit_for_bit)
+{
+    size_t n = 1003;
+    float *p1 = frand(n, 1.0f), *g = frand(n, 1.0f), *m1 = frand(n, 0.1f), *v1 = frand(n, 0.1f);
+    for (size_t i = 0; i < n; i++) v1[i] = fabsf(v1[i]);
+    float *p2 = fcopy(p1, n), *m2 = fcopy(m1, n), *v2 = fcopy(v1, n);
+    kern_adamw_update(p1, g, m1 + 3, v1 + 3, 3, n - 3, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+    kern_adamw_update_fast(p2, g, m2 + 3, v2 + 3, 3, n - 3, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+    cr_assert(memcmp(p1, p2, n * sizeof(float)) == 0, "params");
+    cr_assert(memcmp(m1, m2, n * sizeof(float)) == 0, "m");
+    cr_assert(memcmp(v1, v2, n * sizeof(float)) == 0, "v");
+    free(p1), free(g), free(m1), free(v1), free(p2), free(m2), free(v2);
 }

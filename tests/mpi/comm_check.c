@@ -5,6 +5,7 @@
  *      same: comm_check_same finds the one rank that differs;
  *      timeout: rank 0 sleeps past the 1 s timeout, the others must abort with the message.
  * --nccl runs on the GPU (buffers in device memory through the tracked allocator);
+ * --no-thread completes MPI collectives by MPI_Test polling instead of the progress thread;
  * --fake-hosts sets NCCL_HOSTID per rank so several ranks may share one GPU (unverified).
  * Prints "comm_check: rank R ok" and exits 0, or names each failure and exits 1. */
 #include <math.h>
@@ -315,9 +316,10 @@ static int run_timeout(Comm *c)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "collectives";
-    int nccl = 0;
+    int nccl = 0, no_thread = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--nccl") == 0) nccl = 1;
+        else if (strcmp(argv[i], "--no-thread") == 0) no_thread = 1;
         else if (strcmp(argv[i], "--fake-hosts") == 0) {
             /* NCCL tells hosts apart by a hash that NCCL_HOSTID overrides. */
             const char *rank = getenv("OMPI_COMM_WORLD_RANK");
@@ -333,6 +335,7 @@ int main(int argc, char **argv)
         return 2;
     }
     g_rank = comm_rank(c);
+    if (no_thread) comm_set_mpi_progress(c, 0);
     g_dev = exec_device_create(nccl ? DEVICE_CUDA : DEVICE_HOST, comm_local_rank(c), err, sizeof err);
     if (!g_dev) {
         fprintf(stderr, "rank %d: comm_check: %s\n", g_rank, err);

@@ -1,0 +1,31 @@
+/* cli_time.h — `memplan validate`'s time rows: the planner's time model (plan_sim) on a cluster
+ * set from the measured device description (exec_describe.h), against the engine's measured
+ * steady-state step (steps 2..K, rank 0). docs/validation.md "Time". */
+#ifndef CLI_TIME_H
+#define CLI_TIME_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "exec_describe.h"
+#include "exec_run.h"
+#include "plan_gpu.h"
+#include "plan_model.h"
+#include "plan_strategy.h"
+#include "plan_train.h"
+
+#define CLI_TIME_TOLERANCE 0.15   /* the step-time target of issue 13 */
+
+/* The cluster's compute rate (peak fp32 = the GEMM rate, mfu 1), memory bandwidth and link
+ * (one latency per ring step and one bus bandwidth: the three collectives averaged) from d. */
+void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c);
+void cli_time_print_desc(FILE *f, const DeviceDesc *d);
+cJSON *cli_time_desc_json(const DeviceDesc *d);
+
+/* Rows step, forward, backward, optimizer, exposed_comm for one strategy, predicted vs measured
+ * (ms per optimizer step); adds "time" to o. Returns 1 when the step time is within
+ * CLI_TIME_TOLERANCE, 0 otherwise (reported, not a validate failure: see the docs). */
+int cli_time_rows(FILE *f, const char *strategy, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                  StrategyKind k, const ExecRunResult *r, int steps, cJSON *o);
+
+#endif

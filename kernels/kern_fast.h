@@ -1,0 +1,50 @@
+/* kern_fast.h — fast CPU paths of the GPT-2 kernels, beside their references in kern_ops.h.
+ *
+ * Each function has exactly the contract of the kern_ops.h function of the same name without
+ * "_fast" (shapes, what is written, what is accumulated, masked entries written as 0), so the CPU
+ * kernel table (exec_kern.c) can call these while kern_ops.h stays the simple reference that the
+ * CUDA twins and tests/test_kern_ops.c compare against. What differs is how, and therefore the
+ * rounding (tests/test_kern_ops.c states and checks the tolerances):
+ *   - attention forward and backward are five cblas_sgemm per (batch, head), as PyTorch's eager
+ *     attention does (q·kᵀ, att·v; backward d·vᵀ, attᵀ·d, dpre·k, dpreᵀ·q), over row blocks of
+ *     KERN_FAST_ATT_BLOCK query rows so that the causal upper triangle is mostly skipped;
+ *   - exponentials (softmaxes, GELU's tanh) go through kern_fast_expf, a branch-free polynomial
+ *     that the compiler vectorizes: relative error <= 2e-7 over [-87, 88] (about 2 ulp);
+ *     tanh(u) = 1 - 2 / (exp(2u) + 1) from it has absolute error <= 2e-7;
+ *   - reductions (LayerNorm's sums, softmax sums and maxima) run over KERN_FAST_LANES partial
+ *     sums, so they vectorize; the order of summation differs from the reference's;
+ *   - AdamW is the reference's per-element arithmetic in a loop the compiler vectorizes (same
+ *     operations per element: results equal the reference's bit for bit).
+ * Deterministic: the same inputs give the same bits, run to run and whatever the sharding (every
+ * element's arithmetic depends only on its row or on itself). No threads of our own. The loops are
+ * built for the machine's vector width at run time (GCC target_clones: AVX-512, AVX2, SSE2). */
+#ifndef KERN_FAST_H
+#define KERN_FAST_H
+
+#include <stddef.h>
+
+#define KERN_FAST_ATT_BLOCK 64   /* query rows per attention GEMM block */
+#define KERN_FAST_LANES 16       /* partial sums per reduction */
+
+/* exp(x) for x in [-87, 88] (clamped outside: exp(-87) ~ 1.6e-38, exp(88) ~ 1.65e38), relative
+ * error <= 2e-7; NaN is not propagated (the clamp maps it to an end). */
+float kern_fast_expf(float x);
+
+void kern_layernorm_forward_fast(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int B, int T, int C);
+void kern_layernorm_backward_fast(float *dinp, float *dweight, float *dbias, const float *dout,
+                                  const float *inp, const float *weight, const float *mean,
+                                  const float *rstd, int B, int T, int C);
+void kern_attention_forward_fast(float *out, float *preatt, float *att, const float *inp,
+                                 int B, int T, int C, int NH);
+void kern_attention_backward_fast(float *dinp, float *dpreatt, float *datt, const float *dout,
+                                  const float *inp, const float *att, int B, int T, int C, int NH);
+void kern_gelu_forward_fast(float *out, const float *inp, size_t N);
+void kern_gelu_backward_fast(float *dinp, const float *inp, const float *dout, size_t N);
+void kern_crossentropy_softmax_forward_fast(float *probs, float *losses, const float *logits,
+                                            const int *targets, int B, int T, int V);
+void kern_adamw_update_fast(float *params, const float *grads, float *m, float *v, size_t offset,
+                            size_t length, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, int t);
+
+#endif
