@@ -309,6 +309,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
 
     /* ---- forward, layer by layer: saved activations and autocast casts accumulate ---- */
     double acts = 0, casts = 0;
+    /* the common loop's `outputs` holds the logits from the forward that made them through
+       backward, the step and the next forward (until `outputs = model(...)` is reassigned);
+       the head's own activations count them while the head's backward has not run */
+    double held = plan_act_loop_held(m, t, &w.in);
+    int head_done = 0;
     double tv[TERM_COUNT] = {0};
     tv[TERM_PARAMS] = z->params;
     tv[TERM_GRADS] = grads_fwd;
@@ -322,7 +327,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (!(casts_leave_with_block(s, t, p) && m->layers[i].kind == LAYER_BLOCK))
             casts += (t->impl == IMPL_ENGINE ? (double)m->layers[i].params : layer_cast_elems(m, i)) *
                      p->cast_copy_bytes;
-        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_ACTIVATIONS] = acts + held;   /* + the previous step's logits */
         tv[TERM_TRANSIENT] = casts;
         if (f2.on) tv[TERM_COMM] = persistent_comm + plan_fsdp2_fwd_comm(&f2, m, i);
         if (ds3) {
@@ -398,20 +403,21 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_COMM] = persistent_comm +
                             ds3_gathered(l, later, ds3_kept_sum, ds3_free_sum, 1) * p->param_bytes;
         }
-        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
         double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
         tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
                              (i == m->n_layers - 1 ? loss_tr : 0);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+        if (l->kind == LAYER_HEAD) head_done = 1;
         if (!recast) casts -= cast_i;
         if (l->kind == LAYER_EMBED) tied_live = 0;
         if (f2.on && l->kind == LAYER_BLOCK) {
             /* the block's post-backward: its reduce-scatter input filled from the unsharded
                gradients, whose output becomes the sharded gradients */
             double shard = ceil(pu / (double)z->n) * f2.sb;
-            tv[TERM_ACTIVATIONS] = acts;
+            tv[TERM_ACTIVATIONS] = acts + held;
             tv[TERM_TRANSIENT] = casts;
             tv[TERM_COMM] = persistent_comm + plan_fsdp2_rs_comm(&f2, m, i);
             tv[TERM_GRADS] = grads_now + root_grads + unsharded + shard;
@@ -422,7 +428,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     if (f2.on) {
         /* the root's post-backward, last (its inputs need no gradient: the final callback) */
         double shard = z->root_shard * f2.sb;
-        tv[TERM_ACTIVATIONS] = 0;
+        tv[TERM_ACTIVATIONS] = held;
         tv[TERM_TRANSIENT] = casts;
         tv[TERM_COMM] = persistent_comm + f2.root * f2.rb;
         tv[TERM_GRADS] = grads_now + root_grads + shard;
@@ -433,7 +439,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     /* ---- optimizer step ---- */
     tv[TERM_GRADS] = grads_steady;
     tv[TERM_COMM] = persistent_comm;
-    tv[TERM_ACTIVATIONS] = 0;
+    tv[TERM_ACTIVATIONS] = held;   /* the common loop's logits */
     double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
     /* torch's default foreach Adam allocates one state-sized temporary; DeepSpeed's fused
        optimizers (the mixed-precision regimes) do not */
