@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_gpu.h"
@@ -711,6 +712,10 @@ static cJSON *validate_json(const Ctx *x, const cJSON *arr, int all_pass, int co
 static void validate_json_progress(const Ctx *x, const cJSON *arr, int all_pass, const char *failed)
 {
     if (!x->s.json || !x->s.json_path) return;
+    /* only a regular file (or a new one) is rewritten this way: renaming over a device such as
+       /dev/full or a FIFO would replace it with a plain file; those get the final JSON only */
+    struct stat st;
+    if (stat(x->s.json_path, &st) == 0 && !S_ISREG(st.st_mode)) return;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", x->s.json_path);
     cJSON *j = validate_json(x, arr, all_pass, 0, failed);

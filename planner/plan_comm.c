@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "plan_deepspeed.h"
 #include "plan_memory.h"
 #include "plan_fsdp.h"
 #include "plan_offload.h"
@@ -77,6 +78,72 @@ static void add(CommPlan *p, const ClusterSpec *c, PlanCollOp op, CommPhase ph, 
 static void add_host_copies(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                             CommPlan *out);
 
+static void add_syncbn(CommPlan *out, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                       int64_t N, int multi_node) {
+    double K = (double)t->grad_accum;
+    int64_t sum_c = 0;
+    int nbn = plan_model_bn_layers(m, &sum_c);
+    /* forward: all-gather [mean, invstd, count] (2C+1 fp32 per rank); backward: all-reduce
+       [sum_dy, sum_dy_xmu] (2C fp32) per BN layer (torch/nn/modules/_functions.py) */
+    add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "SyncBN statistics", nbn * K,
+        (2.0 * (double)sum_c + nbn) * 4 * (double)N * K, N, multi_node);
+    add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "SyncBN gradient sums", nbn * K,
+        2.0 * (double)sum_c * 4 * K, N, multi_node);
+}
+
+/* DeepSpeed 0.19.8 with its defaults as it runs (--impl pytorch), per tensor (plan_deepspeed.h);
+   docs/formulas.md "DeepSpeed collectives".
+   ZeRO-1/2 (stage_1_and_2.py): average_tensor splits each reduce bucket by destination rank,
+   and with use_multi_rank_bucket_allreduce (default true) allreduce_and_scatter all-reduces
+   the flattened bucket (allreduce_bucket: dist.all_reduce): Ψ gradient elements per step
+   (every micro-step for stage 2, at the boundary for stage 1); the step all-gathers the
+   updated partitions (n x the padded partition) and all-reduces the fp32 gradient norm
+   (get_grad_norm_direct), plus the uint8 overflow flag under fp16/bf16.
+   ZeRO-3 (stage3.py, partitioned_param_coordinator.py): forward all-gathers the non-persistent
+   tensors of each module (n x ceil(numel/n) each), backward again those released since their
+   forward (plan_ds3_kept); reduce-scatter of every gradient (padded); the step all-gathers
+   each persistent tensor's updated partition (one collective per tensor) and all-reduces the
+   fp64 gradient norm (+ the uint8 overflow flag under fp16). */
+static void add_deepspeed(CommPlan *out, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                          StrategyKind sk, const MemSizes *z) {
+    const Strategy *s = plan_strategy(sk);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double K = (double)t->grad_accum, pb = p->param_bytes, gb = p->grad_bytes;
+    int64_t N = c->gpus, n = z->n;
+    int multi_node = plan_cluster_nodes(c) > 1;
+    DsSizes ds;
+    plan_ds_sizes(m, n, &ds);
+    double buckets = ceil(z->psi / PLAN_DS_REDUCE_BUCKET);
+    int stage3 = s->buffers == BUF_DS_STAGE3;
+    double norm = plan_ds_norm_bytes(stage3), flag = plan_ds_overflow_bytes(stage3, p);
+    if (!stage3) {
+        double times = (s->shard & SHARD_GRAD) ? K : 1;
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets", buckets * times,
+            z->psi * gb * times, N, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "updated parameters", buckets,
+            (double)n * ds.part * pb, N, multi_node);
+    } else {
+        double fwd = 0, fwd_n = 0, bwd = 0, bwd_n = 0, seen = 0;
+        for (int i = 0; i < m->n_layers; i++) {
+            const LayerSpec *l = &m->layers[i];
+            double g = plan_ds3_gathered_elems(l, n);
+            seen += (double)l->params;
+            if (g <= 0) continue;
+            fwd += g;
+            fwd_n++;
+            if (!plan_ds3_kept(z->psi - seen)) { bwd += g; bwd_n++; }
+        }
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "module parameters", fwd_n * K, fwd * pb * K, n, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "module parameters", bwd_n * K, bwd * pb * K, n, multi_node);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "gradient buckets", buckets * K,
+            ds.padded * gb * K, n, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "persistent parameters", ds.persist_count,
+            ds.persist_padded * pb, n, multi_node);
+    }
+    add(out, c, PCOLL_ALL_REDUCE, CPHASE_STEP, "gradient norm", 1, norm, N, multi_node);
+    add(out, c, PCOLL_ALL_REDUCE, CPHASE_STEP, "overflow flag", 1, flag, N, multi_node);
+}
+
 void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                CommPlan *out) {
     memset(out, 0, sizeof(*out));
@@ -100,6 +167,12 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
     /* sharded collectives move whole padded units: n x the local shard */
     double padded = (double)n * z.psi_shard, padded_root = (double)n * z.root_shard;
 
+    if (plan_strategy_is_deepspeed(sk) && t->impl == IMPL_PYTORCH && N > 1) {
+        add_deepspeed(out, m, t, c, sk, &z);
+        if (t->syncbn) add_syncbn(out, m, t, c, N, multi_node);
+        add_host_copies(m, t, c, sk, out);
+        return;
+    }
     switch (s->buffers) {
     case BUF_DDP_BUCKETS:   /* one all-reduce per bucket, once per optimizer step (no_sync) */
         add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets",
@@ -136,16 +209,7 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
     if (s->buffers == BUF_DDP_BUCKETS && plan_model_buffers(m) > 0)   /* broadcast_buffers */
         add(out, c, PCOLL_BROADCAST, CPHASE_FORWARD, "module buffers (BN running stats)", K,
             (double)plan_model_buffers(m) * 4 * K, N, multi_node);
-    if (t->syncbn) {
-        int64_t sum_c = 0;
-        int nbn = plan_model_bn_layers(m, &sum_c);
-        /* forward: all-gather [mean, invstd, count] (2C+1 fp32 per rank); backward: all-reduce
-           [sum_dy, sum_dy_xmu] (2C fp32) per BN layer (torch/nn/modules/_functions.py) */
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "SyncBN statistics", nbn * K,
-            (2.0 * (double)sum_c + nbn) * 4 * (double)N * K, N, multi_node);
-        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "SyncBN gradient sums", nbn * K,
-            2.0 * (double)sum_c * 4 * K, N, multi_node);
-    }
+    if (t->syncbn) add_syncbn(out, m, t, c, N, multi_node);
     add_host_copies(m, t, c, sk, out);
 }
 

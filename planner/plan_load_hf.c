@@ -143,6 +143,7 @@ static int read_gpt2(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b)
     t->learned_pos = 1;
     t->qkv_bias = t->out_bias = t->mlp_bias = t->norm_bias = 1;
     t->final_norm = 1;
+    t->layout = LAYOUT_GPT2;
     return 0;
 }
 
@@ -217,6 +218,7 @@ static int read_gpt_neox(LoadCtx *c, const cJSON *root, const char *cls, HfBuild
     t->qkv_bias = t->out_bias = attn_bias;
     t->mlp_bias = t->norm_bias = 1;
     t->final_norm = 1;
+    t->layout = LAYOUT_NEOX;
     return 0;
 }
 
@@ -257,6 +259,7 @@ static int read_opt(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b) 
     t->qkv_bias = t->out_bias = t->mlp_bias = bias;
     t->norm_bias = 1;
     t->final_norm = before && !removed;
+    t->layout = LAYOUT_OPT;
     return 0;
 }
 
@@ -290,6 +293,7 @@ static int read_bert(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b)
     t->learned_pos = 1;
     t->qkv_bias = t->out_bias = t->mlp_bias = t->norm_bias = 1;
     t->mlm_head = !hf_headless(cls);
+    t->layout = LAYOUT_BERT;
     if (hf_headless(cls)) t->pooler = 1;   /* BertModel: add_pooling_layer=True by default */
     if (strcmp(cls, "BertForPreTraining") == 0) {
         t->pooler = 1;
@@ -333,6 +337,11 @@ static int read_t5(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b) {
     t->norm = NORM_RMSNORM;
     t->mlp = gated ? MLP_SWIGLU : mlp_of_act(fn);
     t->final_norm = 1;
+    t->layout = LAYOUT_T5;
+    /* transformers 5 ties T5's head whatever the config says: T5Config pops
+       tie_word_embeddings into scale_decoder_outputs and sets tie_word_embeddings = True
+       (models/t5/configuration_t5.py); measured 222,903,552 parameters for t5-v1_1-base */
+    t->tied = 1;
     return 0;
 }
 

@@ -25,7 +25,7 @@ static const char *const TOP_KEYS[] = {
     "mlp", "act_fn", "dropout", "image_size", "in_channels", "layers", NULL};
 static const char *const LAYER_KEYS[] = {
     "name", "kind", "params", "buffers", "bn_channels", "largest_tensor", "fwd_flops",
-    "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", NULL};
+    "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors", NULL};
 
 /* ---- export ---- */
 
@@ -108,9 +108,16 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
             (long long)l->largest_tensor);
         put_double(&o, l->fwd_flops);
         put(&o, ", \"act_elems\": %lld, \"act_fp32_elems\": %lld, \"act_mask_elems\": %lld, "
-            "\"act_bytes\": %lld, \"act_known\": %s}%s\n", (long long)l->act_elems,
+            "\"act_bytes\": %lld, \"act_known\": %s", (long long)l->act_elems,
             (long long)l->act_fp32_elems, (long long)l->act_mask_elems, (long long)l->act_bytes,
-            l->act_known ? "true" : "false", i + 1 < m->n_layers ? "," : "");
+            l->act_known ? "true" : "false");
+        if (l->n_tensors > 0) {   /* optional: absent = unknown */
+            put(&o, ", \"tensors\": [");
+            for (int k = 0; k < l->n_tensors; k++)
+                put(&o, "%s%lld", k ? ", " : "", (long long)l->tensor_elems[k]);
+            put(&o, "]");
+        }
+        put(&o, "}%s\n", i + 1 < m->n_layers ? "," : "");
     }
     put(&o, "  ]\n}\n");
     if (o.oom) {
@@ -146,6 +153,31 @@ static const char *kind_name(int i) { return plan_layer_kind_name((LayerKind)i);
 static const char *norm_name(int i) { return NORM_NAMES[i]; }
 static const char *mlp_name(int i) { return MLP_NAMES[i]; }
 
+/* Optional "tensors": the layer's parameter tensors (elements, model.parameters() order), 1 to
+ * PLAN_LAYER_MAX_TENSORS positive integers adding up to params; absent = unknown. */
+static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensors");
+    if (!a) return 0;
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0;
+    if (n < 1 || n > PLAN_LAYER_MAX_TENSORS)
+        return ld_fail(c, "field '%stensors' must be a list of 1 to %d element counts (got %s%d)",
+                       prefix, PLAN_LAYER_MAX_TENSORS, cJSON_IsArray(a) ? "" : "no list, ", n);
+    int64_t sum = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (v < 1 || v > (double)LD_MAX_PARAMS || v != (double)(int64_t)v)
+            return ld_fail(c, "field '%stensors' must hold positive whole element counts (got "
+                           "entry %d: %s)", prefix, l->n_tensors, cJSON_IsNumber(e) ? "a bad number" : "not a number");
+        plan_layer_add_tensor(l, (int64_t)v);
+        sum += (int64_t)v;
+    }
+    if (sum != l->params)
+        return ld_fail(c, "field '%stensors' adds up to %lld elements, not the layer's params (%lld)",
+                       prefix, (long long)sum, (long long)l->params);
+    return 0;
+}
+
 static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "layers[%d].", i);
@@ -175,7 +207,7 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
     if (l->largest_tensor > l->params)
         return ld_fail(c, "field '%slargest_tensor' (%lld) exceeds the layer's params (%lld)",
                        prefix, (long long)l->largest_tensor, (long long)l->params);
-    return 0;
+    return read_tensors(c, j, prefix, l);
 }
 
 /* Hyper-parameters: required (and range-checked like plan_model_transformer) for the

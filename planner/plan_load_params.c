@@ -218,6 +218,7 @@ static int add_tensor(ParamsLoad *p, const cJSON *t, int is_param) {
             return ld_fail(p->c, "more than 10^15 parameters: check the shapes");
         l->params += n;
         if (n > l->largest_tensor) l->largest_tensor = n;
+        plan_layer_add_tensor(l, n);   /* beyond PLAN_LAYER_MAX_TENSORS: the layer's are unknown */
         if (in_bn && strcmp(leaf, "weight") == 0) p->notes[idx].bn_weight = n;
     } else {
         p->total_buffers += n;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_activ.h"
+#include "plan_deepspeed.h"
 #include "plan_fsdp.h"
 #include "plan_offload.h"
 
@@ -154,20 +155,27 @@ static int ds_zero12_step(const Strategy *s, const TrainSpec *t, const Precision
    layer's backward its next use is the next step: released. Returns gathered elements while
    layer k runs, forward or backward. Measured: docs/formulas.md "DeepSpeed ZeRO-3". */
 #define PLAN_DS3_PREFETCH 5e7
-#define PLAN_DS3_REUSE 1e9
 
 /* kept: the layer with `later` elements after it stays gathered from its forward to its backward */
-static int ds3_kept(double later) { return 2 * later < PLAN_DS3_REUSE; }
+static int ds3_kept(double later) { return plan_ds3_kept(later); }
 
 /* Gathered elements while layer l runs: the earlier layers kept since their forward
    (kept_before), the layer itself (whole if kept, else the module in use), and the prefetch of
    what runs next and is not gathered: in forward the later layers, in backward the earlier
    layers that were released (notkept_before). O(1): the walk keeps the running sums. */
-static double ds3_gathered(const LayerSpec *l, double later, double kept_before,
-                           double notkept_before, int backward) {
-    double cur = ds3_kept(later) ? (double)l->params : fmin((double)l->params, (double)l->largest_tensor);
-    double ahead = backward ? notkept_before : later;
+static double ds3_gathered(const LayerSpec *l, double g, double later, double later_g,
+                           double kept_before, double notkept_before, int backward) {
+    double cur = ds3_kept(later) ? g : fmin(g, (double)l->largest_tensor);
+    double ahead = backward ? notkept_before : later_g;
     return kept_before + cur + fmin(PLAN_DS3_PREFETCH, ahead);
+}
+
+/* Elements of the model's largest parameter tensor. */
+static int64_t largest_tensor(const ModelSpec *m) {
+    int64_t b = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].largest_tensor > b) b = m->layers[i].largest_tensor;
+    return b;
 }
 
 /* Everything the walk needs, resolved once. */
@@ -241,7 +249,6 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     if (s->group_node && c->gpus > z->n) r->nccl_comms = 2;   /* intra-node shard + inter-node replica */
     r->nccl = r->nccl_comms * c->nccl_per_comm;
     w.fixed = r->cuda_context + r->cublas_ws + r->nccl;
-    r->model_states = z->params + z->grads + z->optimizer;
 
     /* persistent communication buffers */
     double persistent_comm = 0;
@@ -282,30 +289,69 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     Fsdp2 f2;
     plan_fsdp2_setup(&f2, m, t, c, sk, z);
 
+    /* DeepSpeed as it runs (--impl pytorch): its per-tensor layout (plan_deepspeed.h) */
+    int ds_py = plan_strategy_is_deepspeed(sk) && t->impl == IMPL_PYTORCH;
+    int ds3_py = ds_py && s->buffers == BUF_DS_STAGE3;
+    DsSizes ds;
+    memset(&ds, 0, sizeof(ds));
+    if (ds_py) plan_ds_sizes(m, z->n, &ds);
+    double params_steady = z->params, opt_steady = z->optimizer;
     double grads_steady = z->grads;
     /* torch frees gradients in zero_grad(set_to_none=True); DeepSpeed and memplan's engine keep
        them allocated across steps */
     int grads_persistent = s->grads_persistent || t->impl == IMPL_ENGINE;
     double grads_fwd = grads_persistent ? grads_steady : 0;
     /* DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py, contiguous_gradients): each parameter's
-       gradient is copied into the reduce bucket by its hook and freed; the reduced gradient
-       partition (local optimizer elements x grad bytes) exists from the first reduction (the
-       bucket full, or the end of backward) until the step frees it. Measured: no gradients at
-       the peak early in backward (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients"). */
+       gradient is copied into the reduce bucket by its hook and freed; after the bucket's
+       reduction copy_grads_in_partition copies the gradients of the rank's params_in_partition
+       into grads_in_partition, sized for those tensors whole (the ones crossing the partition's
+       ends included: DsSizes.grad_part), which lives from the first reduction (the bucket
+       full, or the end of backward) until the step frees it. Measured: no gradients at the
+       peak early in backward (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients"). */
     int ds12 = s->buffers == BUF_DS_REDUCE && t->impl == IMPL_PYTORCH;
     double o_part = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi, ds12_seen = 0;
+    int opt_on_gpu = !plan_offload_cpu_step(t, sk);
+    const OptimizerSpec *os = plan_optimizer(t->optimizer);
     if (ds12) {
+        o_part = ds.part;   /* the flat list padded to 2n, split in n */
+        if (opt_on_gpu) opt_steady = o_part * (p->master_bytes + os->states * p->state_bytes);
         grads_persistent = 0;
         grads_fwd = 0;
-        grads_steady = o_part * p->grad_bytes;
+        /* offload_optimizer: copy_grads_in_partition sends each reduced gradient to the host
+           buffer instead (async_inplace_copy_grad_to_fp32_buffer_from_gpu); no
+           grads_in_partition on the GPU: plan_offload_gpu_sizes' figure stands */
+        grads_steady = opt_on_gpu ? ds.grad_part * p->grad_bytes : z->grads;
     }
+    /* ZeRO-3 (stage3.py, partition_parameters.py): every tensor has its ds_tensor of
+       ceil(numel / n) elements; tensors below stage3_param_persistence_threshold are also kept
+       whole on every rank (in their padded all-gather buffer) and never gathered. Gradients and the fp32 partition follow the
+       ds_tensors. Measured: docs/formulas.md "DeepSpeed ZeRO-3 persistent tensors". */
+    if (ds3_py) {
+        o_part = ds.shard;
+        /* a persistent tensor's full data is the view of its all-gather buffer, n x ceil(numel / n) */
+        if (!plan_offload_params_on_host(t, sk)) params_steady = (ds.shard + ds.persist_padded) * p->param_bytes;
+        if (!plan_offload_grads_to_host(t, sk)) grads_steady = ds.shard * p->grad_bytes;
+        if (opt_on_gpu) opt_steady = o_part * (p->master_bytes + os->states * p->state_bytes);
+        grads_fwd = grads_steady;
+    }
+    /* the global gradient norm DeepSpeed keeps between steps (_global_grad_norm, a scalar) */
+    double ds_norm = ds_py && c->gpus > 1 && opt_on_gpu ? plan_ds_norm_bytes(ds3_py) : 0;   /* offload: not measured */
+    grads_fwd += ds_norm;
+    grads_steady += ds_norm;
     /* DeepSpeed keeps its own fp32 copy of the local partition for the optimizer even when the
        parameters are fp32 (stage_1_and_2.py single_partition_of_fp32_groups = ...clone().float(),
        stage3.py fp32_partitioned_groups_flat); measured: 3 x 4 B per local element with Adam */
     double ds_fp32 = (s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) &&
                      t->impl == IMPL_PYTORCH && p->master_bytes == 0 &&
-                     !plan_offload_cpu_step(t, sk) ? o_part * 4 : 0;   /* offload: on the host */
-    r->model_states += ds_fp32;
+                     opt_on_gpu ? o_part * 4 : 0;   /* offload: on the host */
+    r->ms_params = params_steady;
+    r->ms_grads = grads_steady;
+    r->ms_optimizer = opt_steady + ds_fp32;
+    r->model_states = r->ms_params + r->ms_grads + r->ms_optimizer;
+    /* torch Adam's step scalars (host memory on GPUs; see MemResult.opt_host_bytes) */
+    int64_t n_tensors = plan_model_n_tensors(m);
+    if (!ds_py && t->impl == IMPL_PYTORCH && os->step_scalar && n_tensors > 0 && opt_on_gpu)
+        r->opt_host_bytes = 4.0 * (double)n_tensors;
 
     /* ---- forward, layer by layer: saved activations and autocast casts accumulate ---- */
     double acts = 0, casts = 0;
@@ -315,12 +361,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     double held = plan_act_loop_held(m, t, &w.in);
     int head_done = 0;
     double tv[TERM_COUNT] = {0};
-    tv[TERM_PARAMS] = z->params;
+    tv[TERM_PARAMS] = params_steady;
     tv[TERM_GRADS] = grads_fwd;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
     int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
     double ds3_seen = 0, ds3_kept_sum = 0, ds3_free_sum = 0;   /* running sums over layers */
-    tv[TERM_OPTIMIZER] = z->optimizer + ds_fp32;
+    double ds3_g_total = 0, ds3_g_seen = 0;                     /* gathered elements */
+    for (int i = 0; ds3 && i < m->n_layers; i++) ds3_g_total += plan_ds3_gathered_elems(&m->layers[i], z->n);
+    tv[TERM_OPTIMIZER] = opt_steady + ds_fp32;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
         /* autocast weight copies (memplan's engine layout keeps its whole-parameter count) */
@@ -332,12 +380,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (f2.on) tv[TERM_COMM] = persistent_comm + plan_fsdp2_fwd_comm(&f2, m, i);
         if (ds3) {
             const LayerSpec *l = &m->layers[i];
+            double g = plan_ds3_gathered_elems(l, z->n);
             double later = z->psi - ds3_seen - (double)l->params;
-            tv[TERM_COMM] = persistent_comm +
-                            ds3_gathered(l, later, ds3_kept_sum, ds3_free_sum, 0) * p->param_bytes;
+            tv[TERM_COMM] = persistent_comm + ds3_gathered(l, g, later, ds3_g_total - ds3_g_seen - g,
+                                                           ds3_kept_sum, ds3_free_sum, 0) * p->param_bytes;
             ds3_seen += (double)l->params;
-            if (ds3_kept(later)) ds3_kept_sum += (double)l->params;
-            else ds3_free_sum += (double)l->params;
+            ds3_g_seen += g;
+            if (ds3_kept(later)) ds3_kept_sum += g;
+            else ds3_free_sum += g;
         }
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
     }
@@ -396,12 +446,13 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_GRADS] += tied_live + root_grads + unsharded;
         tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm);
         if (ds3) {   /* ds3_seen counts down to the elements before layer i */
+            double g = plan_ds3_gathered_elems(l, z->n);
             ds3_seen -= pu;
             double later = z->psi - ds3_seen - pu;
-            if (ds3_kept(later)) ds3_kept_sum -= pu;
-            else ds3_free_sum -= pu;
+            if (ds3_kept(later)) ds3_kept_sum -= g;
+            else ds3_free_sum -= g;
             tv[TERM_COMM] = persistent_comm +
-                            ds3_gathered(l, later, ds3_kept_sum, ds3_free_sum, 1) * p->param_bytes;
+                            ds3_gathered(l, g, later, 0, ds3_kept_sum, ds3_free_sum, 1) * p->param_bytes;
         }
         tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
@@ -436,21 +487,44 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (!plan_offload_grads_to_host(t, sk)) grads_now += shard;
     }
 
+    /* DeepSpeed ZeRO-1/2 at the end of backward, the last bucket's reduction (engine.backward
+       -> reduce_ipg_grads -> average_tensor -> allreduce_and_scatter): allreduce_bucket
+       flattens the bucket's gradient slices into a new tensor (self.flatten(bucket)) and
+       all-reduces it; grads_in_partition is allocated only after, by copy_grads_in_partition.
+       Measured (gpt2-mini fp32, full checkpointing): the peak is there, with the flattened copy
+       (Ψ x 4 B, aten::cat in the allreduce_bucket scope) beside the 5e8-element bucket. The
+       earlier buckets of a model above 5e8 elements are reduced the same way mid-backward;
+       memplan charges their flattened copies only at the end. */
+    if (ds12 && c->gpus > 1) {
+        double buckets = ceil(z->psi / PLAN_DS_REDUCE_BUCKET);
+        tv[TERM_GRADS] = buckets > 1 ? grads_steady : ds_norm;
+        tv[TERM_COMM] = persistent_comm + (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
+        tv[TERM_ACTIVATIONS] = acts + held;
+        tv[TERM_TRANSIENT] = casts;
+        moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
+    }
+
     /* ---- optimizer step ---- */
     tv[TERM_GRADS] = grads_steady;
     tv[TERM_COMM] = persistent_comm;
     tv[TERM_ACTIVATIONS] = held;   /* the common loop's logits */
-    double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
+    double o_local = ds_py ? o_part : (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
     /* torch's default foreach Adam allocates one state-sized temporary; DeepSpeed's fused
-       optimizers (the mixed-precision regimes) do not */
+       optimizers (FusedAdam, the harness's and DeepSpeed's default: in place) do not */
     int torch_opt = p->master_bytes == 0 || plan_fsdp2_fp32_shards(t, sk);   /* torch.optim steps */
     tv[TERM_TRANSIENT] = (o->foreach_temp && torch_opt && t->impl != IMPL_ENGINE &&
-                          !plan_offload_cpu_step(t, sk))   /* offload: the step runs on the CPU */
+                          !ds_py && !plan_offload_cpu_step(t, sk))   /* offload: the step runs on the CPU */
                              ? o_local * p->state_bytes : 0;   /* the engine updates in place */
     double norm_b, fp32_b;
     if (!plan_offload_cpu_step(t, sk) && ds_zero12_step(s, t, p, &norm_b, &fp32_b)) {   /* offload: on the host */
         double opt_tr = tv[TERM_TRANSIENT];
-        tv[TERM_TRANSIENT] = o_local * norm_b;               /* fp64 copy for the norm */
+        /* fp64 copy for the norm: get_grad_norm_direct converts one gradient at a time of
+           averaged_gradients, a list of the partition's per-tensor views
+           (get_flat_partition(..., return_tensor_list=True)); each copy is freed after its
+           vector_norm. fp32 parameters (measured): the largest tensor's slice; the mixed
+           regimes keep i10p's measured whole-partition copy (bf16 run, docs). */
+        double norm_elems = p->master_bytes > 0 ? o_local : fmin(o_local, (double)largest_tensor(m));
+        tv[TERM_TRANSIENT] = norm_elems * norm_b;
         moment(&w, PHASE_STEP, -1, tv, "gradient norm");
         tv[TERM_TRANSIENT] = opt_tr;
         tv[TERM_GRADS] = grads_steady + o_local * fp32_b;     /* fp32 partition grad, 16-bit freed */

@@ -25,6 +25,15 @@ typedef struct {
     char peak_where[64];         /* "end of forward", "backward of block.3", "optimizer step" */
     double phase_peak[PHASE_COUNT];
     double model_states;         /* params + grads + optimizer states, fully allocated */
+    /* model_states split as the walk charges it (= ms_params + ms_grads + ms_optimizer): with
+       DeepSpeed's fp32 partition copy in ms_optimizer, its gradient buffers and norm scalar in
+       ms_grads, ZeRO-3's persistent tensors in ms_params */
+    double ms_params, ms_grads, ms_optimizer;
+    /* torch Adam/AdamW's per-tensor `step` scalars (fp32, 4 B each): foreach and for-loop Adam
+       keep them on the host even for GPU parameters (torch/optim/adam.py: device="cpu" unless
+       capturable or fused), so they are in no GPU term; on CPU ranks they are tensor memory
+       (validate --against torch adds them). 0 for DeepSpeed's optimizers and unknown tensors. */
+    double opt_host_bytes;
     /* pieces of TERM_OVERHEAD and context */
     double cuda_context, cublas_ws, nccl, margin;
     int nccl_comms;

@@ -61,6 +61,38 @@ int64_t plan_model_largest_layer(const ModelSpec *m) {
     return mx;
 }
 
+int plan_layer_add_tensor(LayerSpec *l, int64_t elems) {
+    if (l->n_tensors < 0 || l->n_tensors >= PLAN_LAYER_MAX_TENSORS) {
+        l->n_tensors = -1;
+        return -1;
+    }
+    l->tensor_elems[l->n_tensors++] = elems;
+    return 0;
+}
+
+/* A layer's tensors are known when they add up to its params. */
+static int layer_tensors_known(const LayerSpec *l) {
+    if (l->params == 0) return l->n_tensors >= 0;
+    if (l->n_tensors <= 0) return 0;
+    int64_t s = 0;
+    for (int k = 0; k < l->n_tensors; k++) s += l->tensor_elems[k];
+    return s == l->params;
+}
+
+int plan_model_tensors_known(const ModelSpec *m) {
+    if (m->n_layers == 0) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (!layer_tensors_known(&m->layers[i])) return 0;
+    return 1;
+}
+
+int64_t plan_model_n_tensors(const ModelSpec *m) {
+    if (!plan_model_tensors_known(m)) return -1;
+    int64_t n = 0;
+    for (int i = 0; i < m->n_layers; i++) n += m->layers[i].n_tensors;
+    return n;
+}
+
 int plan_model_bn_layers(const ModelSpec *m, int64_t *sum_channels) {
     int n = 0;
     int64_t s = 0;
@@ -116,6 +148,82 @@ static int64_t mlp_params(const TransformerConfig *c, int64_t *largest) {
     if (c->mlp_bias) p += (gated ? 2 * f : f) + h;
     if (h * f > *largest) *largest = h * f;
     return p;
+}
+
+/* ---- parameter tensors in registration order (TensorLayout) ---- */
+
+static void t_add(LayerSpec *l, int64_t n) { plan_layer_add_tensor(l, n); }
+
+static void t_norm(LayerSpec *l, const TransformerConfig *c) {
+    t_add(l, c->d_model);
+    if (c->norm_bias) t_add(l, c->d_model);
+}
+
+static void t_linear(LayerSpec *l, int64_t in, int64_t out, int bias) {
+    t_add(l, in * out);
+    if (bias) t_add(l, out);
+}
+
+/* q, k, v, o (fused q|k|v for GPT-2 and NeoX, k, v, q for OPT); T5's relative attention bias
+   follows o in the first block of each stack */
+static void t_attn(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int kv_heads, int cross,
+                   int rel_bias) {
+    int64_t h = c->d_model, q = (int64_t)c->n_head * d_head;
+    int64_t kv = cross ? q : (int64_t)kv_heads * d_head;
+    switch (c->layout) {
+    case LAYOUT_GPT2: case LAYOUT_NEOX:
+        t_linear(l, h, q + 2 * kv, c->qkv_bias);
+        break;
+    case LAYOUT_OPT:
+        t_linear(l, h, kv, c->qkv_bias);
+        t_linear(l, h, kv, c->qkv_bias);
+        t_linear(l, h, q, c->qkv_bias);
+        break;
+    default:
+        t_linear(l, h, q, c->qkv_bias);
+        t_linear(l, h, kv, c->qkv_bias);
+        t_linear(l, h, kv, c->qkv_bias);
+        break;
+    }
+    t_linear(l, q, h, c->out_bias);
+    if (rel_bias) t_add(l, (int64_t)c->rel_pos_buckets * c->n_head);
+}
+
+static void t_mlp(LayerSpec *l, const TransformerConfig *c) {
+    int64_t h = c->d_model, f = c->d_ff;
+    if (c->mlp == MLP_SWIGLU) t_linear(l, h, f, c->mlp_bias);   /* gate (T5: wi_0) */
+    t_linear(l, h, f, c->mlp_bias);
+    t_linear(l, f, h, c->mlp_bias);
+}
+
+/* One block's tensors; T5's stack-final norm is added by the caller. */
+static void t_block(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int kv, int cross,
+                    int rel_bias) {
+    switch (c->layout) {
+    case LAYOUT_GPT2:
+        t_norm(l, c); t_attn(l, c, d_head, kv, 0, 0); t_norm(l, c); t_mlp(l, c);
+        break;
+    case LAYOUT_NEOX:
+        t_norm(l, c); t_norm(l, c); t_attn(l, c, d_head, kv, 0, 0); t_mlp(l, c);
+        break;
+    case LAYOUT_OPT: case LAYOUT_BERT:
+        t_attn(l, c, d_head, kv, 0, 0); t_norm(l, c); t_mlp(l, c); t_norm(l, c);
+        break;
+    case LAYOUT_T5:
+        t_attn(l, c, d_head, kv, 0, rel_bias); t_norm(l, c);
+        if (cross) { t_attn(l, c, d_head, kv, 1, 0); t_norm(l, c); }
+        t_mlp(l, c); t_norm(l, c);
+        break;
+    default:   /* LLAMA */
+        t_attn(l, c, d_head, kv, 0, 0); t_mlp(l, c); t_norm(l, c); t_norm(l, c);
+        break;
+    }
+}
+
+/* The builder's tensors must add up to the layer's params; where a shape combination is not
+   covered they are left unknown rather than wrong. */
+static void t_check(LayerSpec *l) {
+    if (!layer_tensors_known(l)) l->n_tensors = 0;
 }
 
 /* The most parameters a model may have (10^15, a thousand times the largest published dense
@@ -199,6 +307,12 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     if (c->learned_pos) l.params += (c->max_seq + c->pos_offset) * h;
     l.params += (int64_t)c->type_vocab * h;
     if (c->arch == ARCH_ENCODER) l.params += norm_params(c);   /* BERT embeddings.LayerNorm */
+    t_add(&l, c->vocab * e);
+    if (c->learned_pos) t_add(&l, (c->max_seq + c->pos_offset) * h);
+    if (c->type_vocab) t_add(&l, (int64_t)c->type_vocab * h);
+    if (c->arch == ARCH_ENCODER) t_norm(&l, c);
+    if (e != h) t_add(&l, e * h);
+    t_check(&l);
     total += l.params;
     if (!plan_model_add_layer(m, &l)) goto oom;
 
@@ -222,12 +336,23 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
         /* T5: each stack ends with its own final norm, kept in the stack's last block */
         if (c->arch == ARCH_ENC_DEC && c->final_norm && i == m->n_enc_layer - 1)
             l.params += norm_params(c);
+        t_block(&l, c, d_head, kv, is_dec_of_encdec, c->rel_pos_buckets && first_of_stack);
+        if (c->arch == ARCH_ENC_DEC && c->final_norm && i == m->n_enc_layer - 1) t_norm(&l, c);
+        t_check(&l);
         total += l.params;
         if (total > MAX_MODEL_PARAMS) goto too_big;
         if (!plan_model_add_layer(m, &l)) goto oom;
     }
-    if (c->final_norm && !plan_model_add(m, LAYER_NORM, "final_norm", norm_params(c))) goto oom;
-    if (c->pooler && !plan_model_add(m, LAYER_LINEAR, "pooler", h * h + h)) goto oom;
+    if (c->final_norm) {
+        LayerSpec *fn = plan_model_add(m, LAYER_NORM, "final_norm", norm_params(c));
+        if (!fn) goto oom;
+        t_norm(fn, c);
+    }
+    if (c->pooler) {
+        LayerSpec *pl = plan_model_add(m, LAYER_LINEAR, "pooler", h * h + h);
+        if (!pl) goto oom;
+        t_linear(pl, h, h, 1);
+    }
     /* a base class (GPT2Model, LlamaModel, BertModel, T5Model) ends here: no output head, so
        neither a tied nor an untied head adds parameters (transformers: GPT2Model of gpt2-xl has
        1,557,611,200 parameters whatever tie_word_embeddings says) */
@@ -242,6 +367,12 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     l.params += c->cls_outputs * h + c->cls_outputs;              /* NSP / classifier */
     l.largest_tensor = !c->tied ? c->vocab * e : c->mlm_head ? h * h : e != h ? h * e : 0;
     if (c->cls_outputs * h > l.largest_tensor) l.largest_tensor = c->cls_outputs * h;
+    /* BERT's prediction head registers its decoder bias before the transform */
+    if (c->mlm_head) { t_add(&l, c->vocab); t_linear(&l, h, h, 1); t_norm(&l, c); }
+    if (!c->tied) t_add(&l, c->vocab * e);
+    if (e != h) t_add(&l, h * e);
+    if (c->cls_outputs) t_linear(&l, h, c->cls_outputs, 1);
+    t_check(&l);
     total += l.params;
     if (total > MAX_MODEL_PARAMS) goto too_big;
     if (!plan_model_add_layer(m, &l)) goto oom;

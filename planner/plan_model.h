@@ -40,6 +40,8 @@ typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } NormKind;
  * formula written out in eager PyTorch: saves four 4h tensors), ReLU, and gated SwiGLU/GeGLU. */
 typedef enum { MLP_GELU = 0, MLP_GELU_NEW, MLP_RELU, MLP_SWIGLU } MlpKind;
 
+#define PLAN_LAYER_MAX_TENSORS 32
+
 typedef struct {
     char name[48];
     LayerKind kind;
@@ -57,6 +59,13 @@ typedef struct {
     int64_t act_mask_elems;
     int64_t act_bytes;       /* measured saved bytes per sample (params.json), taken as is */
     int act_known;
+    /* The layer's parameter tensors (each nn.Parameter once, a tied one where it is first
+     * registered), element counts in model.parameters() order: DeepSpeed partitions the
+     * flattened list, its ZeRO-3 keeps tensors below a size threshold whole, FSDP2 pads each
+     * tensor's dim 0, torch's Adam keeps a step scalar per tensor. n_tensors = 0 with params > 0
+     * means "unknown" (params.json, --params), never "none". */
+    int n_tensors;
+    int64_t tensor_elems[PLAN_LAYER_MAX_TENSORS];
 } LayerSpec;
 
 typedef struct {
@@ -99,6 +108,13 @@ LayerSpec *plan_model_add(ModelSpec *m, LayerKind kind, const char *name, int64_
 int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params */
 int64_t plan_model_buffers(const ModelSpec *m);         /* Σ layers.buffers */
 int64_t plan_model_largest_layer(const ModelSpec *m);   /* max layers.params */
+/* Appends a parameter tensor of elems elements to l; -1 when l already has
+ * PLAN_LAYER_MAX_TENSORS (the layer's tensors are then unknown). */
+int plan_layer_add_tensor(LayerSpec *l, int64_t elems);
+/* 1 when every layer with parameters lists tensors that add up to its params. */
+int plan_model_tensors_known(const ModelSpec *m);
+/* Parameter tensors of the model (Σ n_tensors), or -1 when unknown. */
+int64_t plan_model_n_tensors(const ModelSpec *m);
 int plan_model_bn_layers(const ModelSpec *m, int64_t *sum_channels);  /* count, Σ C */
 int plan_model_acts_known(const ModelSpec *m);          /* 1 if activations can be modelled */
 const char *plan_arch_name(ArchKind a);
@@ -106,6 +122,16 @@ const char *plan_layer_kind_name(LayerKind k);
 
 /* Builders shared by the zoo and the loaders. Each computes the exact parameter count from
  * the shapes. Return 0 on success, -1 (with msg filled) on invalid shapes. */
+/* The order (and fusion) in which a transformer family registers its parameter tensors
+ * (transformers' modeling_*.py __init__ order; docs/model-formats.md "Parameter tensors"):
+ * LLAMA (also Mistral, Qwen2, Gemma): q, k, v, o, gate, up, down, input norm, post-attention
+ * norm; GPT2: ln_1, c_attn (fused q|k|v), c_proj, ln_2, c_fc, c_proj; NEOX: both norms, fused
+ * query_key_value, dense, h_to_4h, 4h_to_h; OPT: k, v, q, out, norm, fc1, fc2, norm; BERT:
+ * q, k, v, output dense, norm, intermediate, output, norm; T5: q, k, v, o (+ relative bias),
+ * norm, (cross q, k, v, o, norm), wi(_0, _1), wo, norm. */
+typedef enum { LAYOUT_LLAMA = 0, LAYOUT_GPT2, LAYOUT_NEOX, LAYOUT_OPT, LAYOUT_BERT,
+               LAYOUT_T5 } TensorLayout;
+
 typedef struct {
     const char *name;
     ArchKind arch;           /* ARCH_DECODER, ARCH_ENCODER or ARCH_ENC_DEC */
@@ -131,6 +157,7 @@ typedef struct {
     int64_t cls_outputs;     /* classifier on the pooled output (BERT NSP: 2), h*n + n */
     const char *act_fn;      /* activation name noted in ModelSpec.act_fn (NULL = "") */
     int headless;            /* base model class: no head layer (and no mlm_head/cls_outputs) */
+    TensorLayout layout;     /* how the family registers its parameter tensors */
 } TransformerConfig;
 
 int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen);

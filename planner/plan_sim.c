@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_comm.h"
+#include "plan_deepspeed.h"
 #include "plan_offload.h"
 
 static int is_transformer(const ModelSpec *m) {
@@ -90,6 +91,7 @@ struct SimPrep {
     double off_d2h_s;    /* CPU offload of optimizer state: gradient copy per copy, overlapping backward */
     double off_copies;   /* gradient copies per optimizer step (K or 1) */
     int ddp, ds, reduce_every_micro;
+    int ar_buckets;      /* buckets are all-reduced: DDP, and DeepSpeed ZeRO-1/2 as it runs */
     double ddp_first, ddp_cap, ds_cap;
     double tokens_per_sample;
     double flops_per_sample;
@@ -118,8 +120,11 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     double pb = p->param_bytes, gb = p->grad_bytes;
     TrainSpec t1 = *t;
     t1.micro_batch = 1;
+    int ds_py = plan_strategy_is_deepspeed(k) && t->impl == IMPL_PYTORCH;
+    double later = P->z.psi;   /* elements after layer i */
     for (int i = 0; i < L; i++) {
         const LayerSpec *l = &m->layers[i];
+        later -= (double)l->params;
         P->f1[i] = plan_layer_fwd_flops(m, i, &t1) / P->rate;
         P->flops_per_sample += 3 * plan_layer_fwd_flops(m, i, &t1);
         P->bwd_mult[i] = 2 + ((t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK) ? 1 : 0);
@@ -127,8 +132,11 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
         int root = is_transformer(m) && l->kind != LAYER_BLOCK;
         if (sharded && l->params > 0 && (!root || stage3)) {
             P->ag_pay[i] = (double)l->params * pb;
-            P->ag_fwd[i] = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->ag_pay[i], n, crosses);
+            if (stage3 && ds_py)   /* DeepSpeed gathers the non-persistent tensors (plan_comm.c) */
+                P->ag_pay[i] = plan_ds3_gathered_elems(l, n) * pb;
+            if (P->ag_pay[i] > 0) P->ag_fwd[i] = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->ag_pay[i], n, crosses);
             if (P->s->buffers != BUF_FSDP_GRAD_OP) P->ag_bwd[i] = P->ag_fwd[i];
+            if (stage3 && ds_py && plan_ds3_kept(later)) P->ag_bwd[i] = 0;   /* still gathered */
             P->rs_pay[i] = (double)l->params * gb;
             P->rs[i] = plan_coll_seconds(c, PCOLL_REDUCE_SCATTER, P->rs_pay[i], n, crosses);
             if (P->s->group_node && N > n) {
@@ -146,6 +154,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     P->ddp = P->s->buffers == BUF_DDP_BUCKETS && N > 1;
     P->ds = P->s->buffers == BUF_DS_REDUCE && N > 1;
     P->reduce_every_micro = P->ds && (P->s->shard & SHARD_GRAD);
+    P->ar_buckets = P->ddp || (P->ds && ds_py);
     P->ddp_first = PLAN_DDP_FIRST_BUCKET;
     P->ddp_cap = PLAN_DDP_BUCKET;
     P->ds_cap = PLAN_DS_REDUCE_BUCKET * gb;
@@ -172,6 +181,19 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     if (P->ds) {     /* ZeRO-1/2 gather the updated parameters after the step */
         P->ds_ag_pay = P->z.psi * pb;
         P->ds_ag_s = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->ds_ag_pay, N, multi);
+    }
+    if (ds_py && N > 1) {   /* as DeepSpeed runs (plan_comm.c): the padded partitions; ZeRO-3
+                               all-gathers each persistent tensor's partition, one at a time */
+        DsSizes ds;
+        plan_ds_sizes(m, n, &ds);
+        if (P->ds) {
+            P->ds_ag_pay = (double)n * ds.part * pb;
+            P->ds_ag_s = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->ds_ag_pay, N, multi);
+        } else if (stage3 && ds.persist_count > 0) {
+            P->ds_ag_pay = ds.persist_padded * pb;
+            P->ds_ag_s = ds.persist_count * plan_coll_seconds(c, PCOLL_ALL_GATHER,
+                                                              P->ds_ag_pay / ds.persist_count, n, crosses);
+        }
     }
     /* CPU offload: the step runs on the CPU; under param offload each layer's shard comes up
        from the host before its gather and its gradient shard goes down after its reduction
@@ -263,9 +285,9 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, doub
         if (buckets && P->gbytes[i] > 0) {      /* buckets fill in gradient-ready order */
             bucket += P->gbytes[i];
             if (bucket >= cap) {
-                PlanCollOp op = P->ddp ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
+                PlanCollOp op = P->ar_buckets ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
                 comm_issue(cs, rc, t, plan_coll_seconds(P->c, op, bucket, P->c->gpus, plan_cluster_nodes(P->c) > 1),
-                           P->ddp ? "all_reduce" : "reduce_scatter", "bucket", bucket);
+                           P->ar_buckets ? "all_reduce" : "reduce_scatter", "bucket", bucket);
                 bucket = 0;
                 if (P->ddp) cap = P->ddp_cap;
             }
@@ -276,9 +298,9 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, doub
         if (P->root_ar_s > 0) comm_issue(cs, rc, t, P->root_ar_s, "all_reduce", "root", P->root_ar_pay);
     }
     if (buckets && bucket > 0) {
-        PlanCollOp op = P->ddp ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
+        PlanCollOp op = P->ar_buckets ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
         comm_issue(cs, rc, t, plan_coll_seconds(P->c, op, bucket, P->c->gpus, plan_cluster_nodes(P->c) > 1),
-                   P->ddp ? "all_reduce" : "reduce_scatter", "bucket", bucket);
+                   P->ar_buckets ? "all_reduce" : "reduce_scatter", "bucket", bucket);
     }
     return t > cs->free_at ? t : cs->free_at;
 }

@@ -18,10 +18,10 @@ static const PrecisionSpec PRECISIONS[PREC_COUNT] = {
 };
 
 static const OptimizerSpec OPTIMIZERS[OPT_COUNT] = {
-    {"adamw", 2, 1},
-    {"adam", 2, 1},
-    {"sgd", 0, 0},
-    {"sgd-momentum", 1, 0},
+    {"adamw", 2, 1, 1},
+    {"adam", 2, 1, 1},
+    {"sgd", 0, 0, 0},
+    {"sgd-momentum", 1, 0, 0},
 };
 
 static const char *const ATTN_NAMES[ATTN_COUNT] = {"eager", "sdpa"};

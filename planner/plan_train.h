@@ -29,6 +29,8 @@ typedef struct {
     const char *name;
     int states;              /* state tensors per parameter (Adam: m, v) */
     int foreach_temp;        /* torch foreach step() allocates one state-sized temporary */
+    int step_scalar;         /* torch keeps state['step'] per parameter tensor: an fp32 scalar
+                                tensor (torch/optim/adam.py; SGD keeps none) */
 } OptimizerSpec;
 
 typedef enum { ATTN_EAGER = 0, ATTN_SDPA, ATTN_COUNT } AttnKind;

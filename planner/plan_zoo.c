@@ -11,7 +11,7 @@
 #define GPT2(nm, L, H, A) {.name = nm, .arch = ARCH_DECODER, .n_layer = L, .d_model = H, \
     .d_ff = 4 * (H), .vocab = 50257, .max_seq = 1024, .n_head = A, .norm = NORM_LAYERNORM, \
     .mlp = MLP_GELU_NEW, .tied = 1, .learned_pos = 1, .qkv_bias = 1, .out_bias = 1, \
-    .mlp_bias = 1, .norm_bias = 1, .final_norm = 1, .dropout = 0.1}
+    .mlp_bias = 1, .norm_bias = 1, .final_norm = 1, .dropout = 0.1, .layout = LAYOUT_GPT2}
 /* LLaMA-2 (LlamaForCausalLM): RoPE, RMSNorm, SwiGLU, no biases, untied head, no dropout. */
 #define LLAMA2(nm, L, H, A, KV, F) {.name = nm, .arch = ARCH_DECODER, .n_layer = L, \
     .d_model = H, .d_ff = F, .vocab = 32000, .max_seq = 4096, .n_head = A, .n_kv_head = KV, \
@@ -20,18 +20,18 @@
 #define BERT(nm, L, H, A) {.name = nm, .arch = ARCH_ENCODER, .n_layer = L, .d_model = H, \
     .d_ff = 4 * (H), .vocab = 30522, .max_seq = 512, .n_head = A, .norm = NORM_LAYERNORM, \
     .mlp = MLP_GELU, .tied = 1, .learned_pos = 1, .type_vocab = 2, .qkv_bias = 1, \
-    .out_bias = 1, .mlp_bias = 1, .norm_bias = 1, .mlm_head = 1, .dropout = 0.1}
+    .out_bias = 1, .mlp_bias = 1, .norm_bias = 1, .mlm_head = 1, .dropout = 0.1, .layout = LAYOUT_BERT}
 
 static const TransformerConfig TRANSFORMERS[] = {
     /* small shapes for the executor's tests (not Hugging Face models) */
     {.name = "gpt2-tiny", .arch = ARCH_DECODER, .n_layer = 2, .d_model = 64, .d_ff = 256,
      .vocab = 256, .max_seq = 64, .n_head = 4, .norm = NORM_LAYERNORM, .mlp = MLP_GELU_NEW,
      .tied = 1, .learned_pos = 1, .qkv_bias = 1, .out_bias = 1, .mlp_bias = 1, .norm_bias = 1,
-     .final_norm = 1, .dropout = 0.0},
+     .final_norm = 1, .dropout = 0.0, .layout = LAYOUT_GPT2},
     {.name = "gpt2-mini", .arch = ARCH_DECODER, .n_layer = 4, .d_model = 128, .d_ff = 512,
      .vocab = 1024, .max_seq = 128, .n_head = 4, .norm = NORM_LAYERNORM, .mlp = MLP_GELU_NEW,
      .tied = 1, .learned_pos = 1, .qkv_bias = 1, .out_bias = 1, .mlp_bias = 1, .norm_bias = 1,
-     .final_norm = 1, .dropout = 0.0},
+     .final_norm = 1, .dropout = 0.0, .layout = LAYOUT_GPT2},
     GPT2("gpt2", 12, 768, 12),
     GPT2("gpt2-medium", 24, 1024, 16),
     GPT2("gpt2-large", 36, 1280, 20),
@@ -113,6 +113,7 @@ static int res_conv_bn(ResnetBuild *b, const char *name, int cin, int cout, int 
     l.kind = LAYER_CONV;
     snprintf(l.name, sizeof(l.name), "%s.conv", name);
     l.params = (int64_t)cin * cout * k * k;
+    plan_layer_add_tensor(&l, l.params);            /* weight (no bias) */
     l.fwd_flops = 2.0 * cin * k * k * (double)cout * ho * wo;
     l.act_elems = (int64_t)cout * ho * wo;          /* conv output = BN input */
     l.act_known = 1;
@@ -121,6 +122,8 @@ static int res_conv_bn(ResnetBuild *b, const char *name, int cin, int cout, int 
     l.kind = LAYER_BN;
     snprintf(l.name, sizeof(l.name), "%s.bn", name);
     l.params = 2 * (int64_t)cout;                   /* weight, bias */
+    plan_layer_add_tensor(&l, cout);
+    plan_layer_add_tensor(&l, cout);
     l.buffers = 2 * (int64_t)cout + 1;              /* running mean, var, num_batches_tracked */
     l.bn_channels = cout;
     l.fwd_flops = 8.0 * cout * ho * wo;
@@ -204,6 +207,8 @@ int plan_model_resnet(ModelSpec *m, const char *name, const int depths[4], int b
     snprintf(l.name, sizeof(l.name), "fc");
     l.params = (int64_t)cin * classes + classes;
     l.largest_tensor = (int64_t)cin * classes;
+    plan_layer_add_tensor(&l, (int64_t)cin * classes);
+    plan_layer_add_tensor(&l, classes);
     l.fwd_flops = 2.0 * cin * classes + (double)cin * b.h * b.w;
     l.act_elems = cin + classes;     /* pooled features (fc input), logits */
     l.act_fp32_elems = 2LL * classes; /* fp32 log-softmax output + its upcast input */

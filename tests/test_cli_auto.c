@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "plan_deepspeed.h"
 #include "plan_memory.h"
 #include "plan_zoo.h"
 
@@ -89,7 +90,16 @@ static cJSON *estimates(void) {
         /* the GPU's model states; without offload DeepSpeed also counts the fp32 gradient
            partition (18 B/param), which memplan's walk does not hold at the peak: compare only
            where the states are offloaded */
-        if (E[i].off != OFFLOAD_NONE) cJSON_AddNumberToObject(o, "gpu_states", r.model_states);
+        /* DeepSpeed's estimator ignores stage3_param_persistence_threshold: the tensors below it
+           stay whole on every rank (docs/formulas.md "DeepSpeed ZeRO-3 persistent tensors"),
+           which memplan adds to the parameters where they are on the GPU */
+        double persist = 0;
+        if (E[i].k == STRAT_ZERO3 && E[i].off != OFFLOAD_PARAM) {
+            DsSizes ds;
+            plan_ds_sizes(&m, c.gpus, &ds);
+            persist = ds.persist_padded * plan_precision(t.precision)->param_bytes;
+        }
+        if (E[i].off != OFFLOAD_NONE) cJSON_AddNumberToObject(o, "gpu_states", r.model_states - persist);
         cJSON_AddItemToArray(arr, o);
     }
     plan_model_free(&m);

@@ -134,6 +134,10 @@ Test(cli_ranks, validate_json_to_a_full_device_should_exit_1_and_keep_the_table,
     cr_expect(strstr(r.out, "memplan: cannot write the --json output '/dev/full': No space left on device") != NULL, "%s", r.out);
     cr_expect(strstr(r.out, "# validate: pass") != NULL, "the table was lost:\n%s", r.out);
     free(r.out);
+    /* the per-strategy JSON rewrite (FILE.tmp renamed over FILE) must leave devices alone */
+    struct stat st;
+    cr_assert_eq(stat("/dev/full", &st), 0);
+    cr_assert(S_ISCHR(st.st_mode), "/dev/full was replaced by a plain file");
 }
 
 Test(cli_ranks, run_json_to_a_full_device_should_say_so_in_one_line, .timeout = 60)

@@ -83,9 +83,10 @@ static cJSON *exact_result(const char *strategy, double peak_scale, double paylo
         cJSON *at = cJSON_AddObjectToObject(o, "at_peak");
         cJSON_AddNumberToObject(at, "params", mr.term[TERM_PARAMS]);
         cJSON *st = cJSON_AddObjectToObject(o, "model_states");
-        cJSON_AddNumberToObject(st, "params", ms.params);
-        cJSON_AddNumberToObject(st, "grads", ms.grads);
-        cJSON_AddNumberToObject(st, "optimizer", ms.optimizer);
+        /* the split the walk charges; Adam's step scalars are tensor memory on CPU ranks */
+        cJSON_AddNumberToObject(st, "params", mr.ms_params);
+        cJSON_AddNumberToObject(st, "grads", mr.ms_grads);
+        cJSON_AddNumberToObject(st, "optimizer", mr.ms_optimizer + mr.opt_host_bytes);
         cJSON_AddItemToArray(pr, o);
     }
     cJSON *cl = cJSON_AddArrayToObject(j, "collectives");

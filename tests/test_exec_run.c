@@ -137,6 +137,7 @@ static void planned(const char *strategy, int np, double payload[PCOLL_COUNT], d
     t.precision = PREC_FP32;
     t.micro_batch = 1;
     t.seq = 64;
+    t.impl = IMPL_ENGINE;   /* memplan's engine's schedule (the PyTorch layout's zero rows are DeepSpeed's) */
     ClusterSpec c;
     plan_cluster_defaults(&c);
     c.gpus = c.gpus_per_node = np;

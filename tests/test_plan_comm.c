@@ -39,11 +39,37 @@ Test(comm, zero1_and_zero2_should_move_what_ddp_moves) {
     ModelSpec m; TrainSpec t; ClusterSpec c;
     setup(&m, "gpt2-medium", &t, &c, 8);
     CommPlan d, z1, z2;
+    t.impl = IMPL_ENGINE;                /* the ZeRO paper's schedule: reduce-scatter + all-gather */
     plan_comm(&m, &t, &c, STRAT_DDP, &d);
     plan_comm(&m, &t, &c, STRAT_ZERO1, &z1);
     plan_comm(&m, &t, &c, STRAT_ZERO2, &z2);
     cr_expect(fabs(wire(&z1) - wire(&d)) < 1);
     cr_expect(fabs(wire(&z2) - wire(&d)) < 1);
+    plan_model_free(&m);
+}
+
+/* DeepSpeed as it runs (--impl pytorch): the bucket is all-reduced (use_multi_rank_bucket_allreduce),
+   then the updated partitions all-gathered: 1.5 x DDP, plus the 4-byte norm all-reduce */
+Test(comm, deepspeed_zero1_and_zero2_should_all_reduce_the_bucket_and_all_gather_the_partitions) {
+    ModelSpec m; TrainSpec t; ClusterSpec c;
+    setup(&m, "gpt2-medium", &t, &c, 8);
+    t.impl = IMPL_PYTORCH;
+    CommPlan d, z1;
+    plan_comm(&m, &t, &c, STRAT_DDP, &d);
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &z1);
+    double psi = (double)plan_model_params(&m);
+    int ar = 0, ag = 0, norm = 0;
+    double step_ar = 0;
+    for (int i = 0; i < z1.n; i++) {
+        const PlanColl *x = &z1.c[i];
+        if (x->op == PCOLL_ALL_REDUCE && x->phase == CPHASE_BACKWARD) { ar++; cr_expect_eq(x->payload_bytes, psi * 2); }
+        if (x->op == PCOLL_ALL_GATHER && x->phase == CPHASE_STEP) { ag++; cr_expect_geq(x->payload_bytes, psi * 2); }
+        if (x->op == PCOLL_ALL_REDUCE && x->phase == CPHASE_STEP) { norm++; step_ar += x->payload_bytes; }
+        cr_expect_neq(x->op, PCOLL_REDUCE_SCATTER);
+    }
+    cr_expect(ar == 1 && ag == 1 && norm == 2, "all-reduce %d, all-gather %d, step all-reduces %d", ar, ag, norm);
+    cr_expect_eq(step_ar, 4 + 1, "fp32 norm + bf16 overflow flag: %g", step_ar);
+    cr_expect(fabs(wire(&z1) / wire(&d) - 1.5) < 1e-6, "DeepSpeed ZeRO-1 / DDP = %f", wire(&z1) / wire(&d));
     plan_model_free(&m);
 }
 
@@ -54,7 +80,9 @@ Test(comm, full_shard_should_move_about_one_and_a_half_times_ddp) {
     t.fsdp_impl = 1;   /* FSDP1 MixedPrecision reduces in bf16; FSDP2's policy in fp32 (below) */
     plan_comm(&m, &t, &c, STRAT_DDP, &d);
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &f);
+    t.impl = IMPL_ENGINE;                /* ZeRO-3 as the paper (and memplan's engine) has it */
     plan_comm(&m, &t, &c, STRAT_ZERO3, &z3);
+    t.impl = IMPL_PYTORCH;
     plan_comm(&m, &t, &c, STRAT_FSDP_GRAD_OP, &g);
     double r = wire(&f) / wire(&d);
     cr_expect(r > 1.4 && r <= 1.5, "FULL_SHARD / DDP = %f", r);

@@ -109,10 +109,13 @@ Test(plan_load_hf, t5_base_config_should_count_222903552_parameters_as_an_encode
     plan_model_free(&m);
 }
 
-Test(plan_load_hf, t5_v1_1_base_config_should_count_247577856_parameters_gated_and_untied) {
+/* tie_word_embeddings: false, but transformers 5 ties T5's head anyway (T5Config turns the flag
+   into scale_decoder_outputs); measured 222,903,552 = t5-base's count */
+Test(plan_load_hf, t5_v1_1_base_config_should_count_222903552_parameters_gated_and_tied_as_transformers_5) {
     ModelSpec m;
     load(&m, "tests/data/hf/t5-v1_1-base.json");
-    cr_expect_eq(plan_model_params(&m), 247577856LL);
+    cr_expect_eq(plan_model_params(&m), 222903552LL);
+    cr_expect(m.tied_embeddings);
     cr_expect_eq(m.mlp, MLP_SWIGLU);
     cr_expect_str_eq(m.act_fn, "gated-gelu");
     plan_model_free(&m);
@@ -361,6 +364,9 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
         cr_expect_eq(x->act_mask_elems, y->act_mask_elems, "%s layer %d", what, i);
         cr_expect_eq(x->act_bytes, y->act_bytes, "%s layer %d", what, i);
         cr_expect_eq(x->act_known, y->act_known, "%s layer %d", what, i);
+        cr_expect_eq(x->n_tensors, y->n_tensors, "%s layer %d tensors", what, i);
+        for (int k = 0; k < x->n_tensors && k < y->n_tensors; k++)
+            cr_expect_eq(x->tensor_elems[k], y->tensor_elems[k], "%s layer %d tensor %d", what, i, k);
     }
 }
 
@@ -376,10 +382,31 @@ static void round_trip(const ModelSpec *a, const char *what) {
     plan_model_free(&b);
 }
 
+Test(plan_load_memplan, layer_tensors_should_be_optional_and_add_up_to_the_params) {
+    static const char *const BAD[] = {
+        "{\"memplan_model\": 1, \"name\": \"x\", \"arch\": \"generic\", \"layers\": [{\"name\": \"a\", \"kind\": \"linear\", \"params\": 10, \"tensors\": [4, 5]}]}",
+        "{\"memplan_model\": 1, \"name\": \"x\", \"arch\": \"generic\", \"layers\": [{\"name\": \"a\", \"kind\": \"linear\", \"params\": 10, \"tensors\": []}]}",
+        "{\"memplan_model\": 1, \"name\": \"x\", \"arch\": \"generic\", \"layers\": [{\"name\": \"a\", \"kind\": \"linear\", \"params\": 10, \"tensors\": [10.5]}]}",
+    };
+    ModelSpec m;
+    for (size_t k = 0; k < sizeof BAD / sizeof BAD[0]; k++) {
+        cr_expect_neq(plan_load_model_from_buffer(&m, BAD[k], strlen(BAD[k]), "bad", msg, sizeof(msg)), 0, "%s", BAD[k]);
+        cr_expect(strstr(msg, "tensors") != NULL, "%s", msg);
+    }
+    const char *ok = "{\"memplan_model\": 1, \"name\": \"x\", \"arch\": \"generic\", \"layers\": ["
+                     "{\"name\": \"a\", \"kind\": \"linear\", \"params\": 10, \"tensors\": [8, 2]},"
+                     "{\"name\": \"b\", \"kind\": \"linear\", \"params\": 6}]}";
+    cr_assert_eq(plan_load_model_from_buffer(&m, ok, strlen(ok), "ok", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(m.layers[0].n_tensors, 2);
+    cr_expect_eq(m.layers[0].tensor_elems[0], 8);
+    cr_expect_eq(plan_model_n_tensors(&m), -1);   /* layer b says nothing: unknown */
+    plan_model_free(&m);
+}
+
 Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
-    cr_expect_eq(sizeof(LayerSpec), 136, "LayerSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(LayerSpec), 392, "LayerSpec changed: carry the new field in the format");
     cr_expect_eq(sizeof(ModelSpec), 464, "ModelSpec changed: carry the new field in the format");
 }
 

@@ -51,6 +51,7 @@ Test(memory, model_states_should_match_zero_paper_figure_1) {
     t.optimizer = OPT_ADAM;
     ClusterSpec c;
     cluster(&c, 64, 8);
+    t.impl = IMPL_ENGINE;   /* the paper's accounting: ZeRO-1 keeps full gradients */
     static const struct { StrategyKind k; double gb; } EXP[] = {
         {STRAT_DDP, 120.0}, {STRAT_ZERO1, 31.4}, {STRAT_ZERO2, 16.6}, {STRAT_ZERO3, 1.875},
     };
@@ -60,6 +61,15 @@ Test(memory, model_states_should_match_zero_paper_figure_1) {
         cr_expect(fabs(r.model_states / 1e9 - EXP[i].gb) < 0.05, "%s: %.4f GB, expected %.3f",
                   plan_strategy(EXP[i].k)->name, r.model_states / 1e9, EXP[i].gb);
     }
+    /* DeepSpeed as it runs: ZeRO-1 also keeps only grads_in_partition after the reduction, so
+       its model states are ZeRO-2's (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients") */
+    t.impl = IMPL_PYTORCH;
+    MemResult a, b;
+    plan_memory(&m, &t, &c, STRAT_ZERO1, &a);
+    plan_memory(&m, &t, &c, STRAT_ZERO2, &b);
+    cr_expect_eq(a.model_states, b.model_states);
+    cr_expect(a.model_states / 1e9 < 17.0, "%.4f GB", a.model_states / 1e9);
+    cr_expect_eq(a.model_states, a.ms_params + a.ms_grads + a.ms_optimizer);
     plan_model_free(&m);
 }
 

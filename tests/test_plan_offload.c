@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_auto.h"
+#include "plan_deepspeed.h"
 #include "plan_offload.h"
 #include "test_plan.h"
 
@@ -78,15 +79,23 @@ Test(offload, zero3_should_reproduce_deepspeeds_estimator_with_zero_init) {
         ds_zero3(psi, ll, 8, nodes, 1, 1, &cpu, &gpu);
         cr_expect_lt(REL(r.host_per_node, cpu), 1e-4, "offload_param, %d nodes: host %.0f vs %.0f", nodes, r.host_per_node, cpu);
         cr_expect_eq(r.model_states, 0, "parameters, gradients and optimizer state all on the host");
-        /* the GPU keeps the gathered layer and the prefetched one (16-bit) beside the reduce bucket */
-        double bucket = fmin(PLAN_DS_REDUCE_BUCKET, psi) * 2;
-        cr_expect_lt(REL(r.term[TERM_COMM] - bucket, gpu), 1e-9, "gathered units %.0f vs 4 x largest layer %.0f",
-                     r.term[TERM_COMM] - bucket, gpu);
+        /* DeepSpeed's estimator puts 4 x the largest layer on the GPU (gpu here); the planner follows
+           the gathering measured in DeepSpeed itself instead (module by module, prefetch and
+           live-parameter caps: docs/formulas.md "DeepSpeed ZeRO-3" under "Checked against PyTorch"), so the gathered
+           16-bit units lie between one largest layer and the whole 16-bit model, beside the bucket */
+        double bucket = PLAN_DS_REDUCE_BUCKET * 2, gathered = r.term[TERM_COMM] - bucket;
+        cr_expect_geq(gathered, 2 * ll, "gathered units %.0f below one largest layer %.0f", gathered, 2 * ll);
+        cr_expect_leq(gathered, 2 * psi, "gathered units %.0f above the 16-bit model %.0f", gathered, 2 * psi);
+        (void)gpu;
         t.offload = OFFLOAD_OPT;
         plan_memory(&m, &t, &c, STRAT_ZERO3, &r);
         ds_zero3(psi, ll, 8, nodes, 1, 0, &cpu, &gpu);
         cr_expect_lt(REL(r.host_per_node, cpu), 1e-4, "offload_optimizer: host %.0f vs %.0f", r.host_per_node, cpu);
-        cr_expect_lt(REL(r.model_states, gpu - 4 * ll), 1e-4, "GPU keeps its 16-bit partition");
+        /* + the tensors below stage3_param_persistence_threshold, whole on every rank, which
+           DeepSpeed's estimator leaves out (docs/formulas.md "DeepSpeed ZeRO-3 persistent tensors") */
+        DsSizes ds;
+        plan_ds_sizes(&m, c.gpus, &ds);
+        cr_expect_lt(REL(r.model_states - ds.persist_padded * 2, gpu - 4 * ll), 1e-4, "GPU keeps its 16-bit partition");
         t.offload = OFFLOAD_NONE;
         plan_memory(&m, &t, &c, STRAT_ZERO3, &r);
         ds_zero3(psi, ll, 8, nodes, 0, 0, &cpu, &gpu);

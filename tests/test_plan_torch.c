@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_activ.h"
+#include "plan_deepspeed.h"
 #include "plan_load.h"
 #include "plan_memory.h"
 #include "test_plan.h"
@@ -170,7 +171,8 @@ Test(plan_torch_deepspeed, zero2_bf16_step_should_copy_the_partition_to_fp64_the
     plan_memory_walk(&m, &t, &c, STRAT_ZERO2, &r, capture, &k);
     cr_assert_eq(k.n_step, 2);
     cr_expect_eq(k.step_transient[0], 8 * z.psi_shard);           /* gradient norm, fp64 */
-    cr_expect_eq(k.step_grads[1], z.grads + 2 * z.psi_shard);      /* + fp32, - bf16 partition */
+    /* + fp32, - bf16 partition; ms_grads: grads_in_partition (whole boundary tensors) + the norm */
+    cr_expect_eq(k.step_grads[1], r.ms_grads + 2 * z.psi_shard);
     /* DDP has neither */
     memset(&k, 0, sizeof(k));
     plan_memory_walk(&m, &t, &c, STRAT_DDP, &r, capture, &k);
@@ -231,12 +233,20 @@ Test(plan_torch_deepspeed, zero3_should_keep_a_small_model_gathered_from_forward
     memset(&k, 0, sizeof(k));
     MemResult r;
     plan_memory_walk(&m, &t, &c, STRAT_ZERO3, &r, capture_comm, &k);
-    double psi = (double)plan_model_params(&m), bucket = 5e8 * 2;   /* DeepSpeed's whole bucket */
-    cr_expect_eq(k.fwd[0], bucket + psi * 2);            /* all prefetched at the first layer */
-    cr_expect_eq(k.bwd[m.n_layers - 1], bucket + psi * 2);
+    double bucket = 5e8 * 2, all = 0;                   /* DeepSpeed's whole bucket */
+    for (int i = 0; i < m.n_layers; i++) all += plan_ds3_gathered_elems(&m.layers[i], 2);
+    /* only wte (131,072 elements) reaches stage3_param_persistence_threshold: the rest is never
+       gathered (measured: one 524,288 B fp32 all-gather in forward) */
+    cr_expect_eq(all, 131072);
+    cr_expect_eq(k.fwd[0], bucket + all * 2);            /* all prefetched at the first layer */
+    cr_expect_eq(k.bwd[m.n_layers - 1], bucket + all * 2);
     double below = 0;                                    /* block.1's backward: it and the layers before */
-    for (int i = 0; i <= 2; i++) below += (double)m.layers[i].params;
+    for (int i = 0; i <= 2; i++) below += plan_ds3_gathered_elems(&m.layers[i], 2);
     cr_expect_eq(k.bwd[2], bucket + below * 2);
+    /* the persistent tensors are parameters, whole on each rank, beside every ds_tensor */
+    DsSizes ds;
+    plan_ds_sizes(&m, 2, &ds);
+    cr_expect_eq(r.ms_params, (ds.persist_padded + ds.shard) * 2);
     plan_model_free(&m);
 }
 
@@ -431,9 +441,15 @@ Test(plan_torch_deepspeed, zero1_fp32_should_hold_no_gradients_early_in_backward
     plan_memory_sizes(&m, &t, &c, STRAT_ZERO1, &z);
     plan_memory_walk(&m, &t, &c, STRAT_ZERO1, &r, capture, &k);
     int last = m.n_layers - 2;                           /* final_norm: only its own in flight */
-    cr_expect_eq(k.grads[last], (double)m.layers[last].params * 4 + 1024.0 * 128 * 4);   /* + tied */
-    cr_expect_eq(k.grads[0], z.psi_shard * 4 + (double)m.layers[0].params * 4 + 1024.0 * 128 * 4);
-    cr_expect_eq(k.step_grads[1], z.psi_shard * 4);      /* the reduced partition */
+    /* + tied, + the 4-byte global norm DeepSpeed keeps from the last step */
+    cr_expect_eq(k.grads[last], (double)m.layers[last].params * 4 + 1024.0 * 128 * 4 + 4);
+    /* layer 0's last moment is the bucket's reduction: the flattened copy beside the bucket,
+       grads_in_partition not allocated yet */
+    cr_expect_eq(k.grads[0], 4);
+    /* grads_in_partition: rank 1's partition plus the 58,112 elements of block 1's
+       mlp.c_fc.weight that lie in rank 0's (measured 2,114,052 B) */
+    cr_expect_eq(k.step_grads[1], (z.psi_shard + 58112) * 4 + 4);
+    cr_expect_eq(r.ms_grads, 2114052);
     cr_expect_eq(r.term[TERM_OPTIMIZER], z.optimizer + z.psi_shard * 4);   /* + fp32 copy */
     plan_model_free(&m);
 }

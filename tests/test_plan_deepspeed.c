@@ -1,0 +1,187 @@
+/* test_plan_deepspeed.c — DeepSpeed 0.19.8's per-tensor layout (plan_deepspeed.c) and the zero
+ * rows of the PyTorch layout against the harness (bench/torch/harness.py, 2 gloo CPU ranks,
+ * fp32, eager, no dropout, batch 1; results/gpt2-{tiny,mini}_zero*_fp32_none_eager_*.json):
+ * model states per rank and every collective's payload, exact. docs/formulas.md "DeepSpeed
+ * ZeRO-1/2 gradients", "DeepSpeed ZeRO-3 persistent tensors", "DeepSpeed collectives". */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "plan_comm.h"
+#include "plan_deepspeed.h"
+#include "plan_memory.h"
+#include "plan_sim.h"
+#include "test_plan.h"
+
+static void setup(TrainSpec *t, ClusterSpec *c, const char *model, int64_t ranks) {
+    plan_train_defaults(t);
+    t->precision = PREC_FP32;
+    t->attn = ATTN_EAGER;
+    t->dropout = 0;
+    t->micro_batch = 1;
+    t->seq = strcmp(model, "gpt2-tiny") == 0 ? 64 : 128;
+    t->autocast_cpu = 1;
+    t->loop_trainer = 1;
+    cluster(c, ranks, ranks);
+    c->cuda_context = 0;
+    c->nccl_per_comm = 0;
+    c->alloc_margin = 0;
+    c->gpu.cublas_ws_bytes = 0;
+}
+
+/* Σ payload and count of (op, phase) */
+static double payload(const CommPlan *p, PlanCollOp op, CommPhase ph, double *count) {
+    double b = 0, n = 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->c[i].op == op && p->c[i].phase == ph) { b += p->c[i].payload_bytes; n += p->c[i].count; }
+    if (count) *count = n;
+    return b;
+}
+
+Test(plan_deepspeed, boundary_tensors_should_be_held_whole_in_the_gradient_partition) {
+    /* three tensors 6 | 4 | 6 on 2 ranks: partition 8 (aligned to 2 x 2): rank 0 [0, 8) holds
+       6 + 4, rank 1 [8, 16) holds 4 + 6 */
+    ModelSpec m;
+    plan_model_init(&m, "t", ARCH_GENERIC);
+    LayerSpec *l = plan_model_add(&m, LAYER_LINEAR, "a", 16);
+    cr_assert_not_null(l);
+    plan_layer_add_tensor(l, 6);
+    plan_layer_add_tensor(l, 4);
+    plan_layer_add_tensor(l, 6);
+    DsSizes d;
+    plan_ds_sizes(&m, 2, &d);
+    cr_expect_eq(d.part, 8);
+    cr_expect_eq(d.grad_part, 10);
+    /* 4 ranks: partition 4; rank 1 [4, 8) overlaps 6 and 4, rank 2 [8, 12) 4 and 6 */
+    plan_ds_sizes(&m, 4, &d);
+    cr_expect_eq(d.part, 4);
+    cr_expect_eq(d.grad_part, 10);
+    /* one tensor spanning every rank: each holds it whole */
+    plan_ds_sizes(&m, 16, &d);
+    cr_expect_eq(d.part, 2);       /* 16 padded to 32, / 16 */
+    cr_expect_eq(d.grad_part, 6);
+    /* ZeRO-3: every tensor is below 1e5 elements: persistent, never gathered */
+    cr_expect_eq(d.persist, 16);
+    cr_expect_eq(d.persist_count, 3);
+    cr_expect_eq(plan_ds3_gathered_elems(l, 16), 0);
+    plan_model_free(&m);
+}
+
+Test(plan_deepspeed, unknown_tensors_should_count_each_layer_as_one) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_model_generic(&m, "g", 1000000, 4, msg, sizeof(msg)), 0);
+    DsSizes d;
+    plan_ds_sizes(&m, 2, &d);
+    cr_expect_eq(d.part, 500000);
+    cr_expect_eq(d.grad_part, 500000);          /* the boundary falls between two layers */
+    cr_expect_eq(plan_ds3_gathered_elems(&m.layers[0], 2), 250000);
+    plan_model_free(&m);
+}
+
+static const struct {
+    const char *model;
+    int ranks;
+    StrategyKind s;
+    double params, grads, optimizer;            /* model states of the largest rank, B */
+    double bwd_ar, bwd_rs, fwd_ag, bwd_ag, step_ag, step_ar;   /* payloads per step, B */
+    double step_ag_count;
+} MEASURED[] = {
+    {"gpt2-mini", 2, STRAT_ZERO1, 3763200, 2114052, 5644800, 3763200, 0, 0, 0, 3763200, 4, 1},
+    {"gpt2-mini", 2, STRAT_ZERO2, 3763200, 2114052, 5644800, 3763200, 0, 0, 0, 3763200, 4, 1},
+    {"gpt2-mini", 2, STRAT_ZERO3, 5120512, 1881608, 5644800, 0, 3763200, 524288, 0, 3238912, 8, 51},
+    {"gpt2-tiny", 2, STRAT_ZERO1, 482304, 281604, 723456, 482304, 0, 0, 0, 482304, 4, 1},
+    {"gpt2-tiny", 2, STRAT_ZERO2, 482304, 281604, 723456, 482304, 0, 0, 0, 482304, 4, 1},
+    {"gpt2-tiny", 2, STRAT_ZERO3, 723456, 241160, 723456, 0, 482304, 0, 0, 482304, 8, 28},
+    /* 3 ranks: the flat list padded to 2n (zero1), each tensor padded to n x ceil(numel/n)
+       (zero3: payloads, and the persistent tensors' full data, 56 elements of padding) */
+    {"gpt2-mini", 3, STRAT_ZERO1, 3763200, 1584132, 3763200, 3763200, 0, 0, 0, 3763200, 4, 1},
+    {"gpt2-mini", 3, STRAT_ZERO3, 4493612, 1254484, 3763428, 0, 3763428, 524292, 0, 3239136, 8, 51},
+};
+
+Test(plan_deepspeed, zero_rows_should_match_the_harness_exactly) {
+    for (size_t i = 0; i < sizeof MEASURED / sizeof MEASURED[0]; i++) {
+        ModelSpec m = zoo(MEASURED[i].model);
+        TrainSpec t;
+        ClusterSpec c;
+        setup(&t, &c, MEASURED[i].model, MEASURED[i].ranks);
+        MemResult r;
+        CommPlan p;
+        plan_memory(&m, &t, &c, MEASURED[i].s, &r);
+        plan_comm(&m, &t, &c, MEASURED[i].s, &p);
+        const char *w = MEASURED[i].model, *sn = plan_strategy(MEASURED[i].s)->name;
+        cr_expect_eq(r.ms_params, MEASURED[i].params, "%s %s params %.0f", w, sn, r.ms_params);
+        cr_expect_eq(r.ms_grads, MEASURED[i].grads, "%s %s grads %.0f", w, sn, r.ms_grads);
+        cr_expect_eq(r.ms_optimizer, MEASURED[i].optimizer, "%s %s optimizer %.0f", w, sn, r.ms_optimizer);
+        cr_expect_eq(r.opt_host_bytes, 0, "DeepSpeed's FusedAdam keeps no step tensors");
+        double n;
+        cr_expect_eq(payload(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, NULL), MEASURED[i].bwd_ar, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, NULL), MEASURED[i].bwd_rs, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, NULL), MEASURED[i].fwd_ag, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, PCOLL_ALL_GATHER, CPHASE_BACKWARD, NULL), MEASURED[i].bwd_ag, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, PCOLL_ALL_GATHER, CPHASE_STEP, &n), MEASURED[i].step_ag, "%s %s", w, sn);
+        cr_expect_eq(n, MEASURED[i].step_ag_count, "%s %s step all-gathers %.0f", w, sn, n);
+        cr_expect_eq(payload(&p, PCOLL_ALL_REDUCE, CPHASE_STEP, NULL), MEASURED[i].step_ar, "%s %s", w, sn);
+        plan_model_free(&m);
+    }
+}
+
+Test(plan_deepspeed, the_engine_layout_should_keep_the_zero_papers_schedule) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, "gpt2-mini", 2);
+    t.impl = IMPL_ENGINE;
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_ZERO2, &p);
+    cr_expect_eq(payload(&p, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, NULL), 3763200);
+    cr_expect_eq(payload(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, NULL), 0);
+    cr_expect_eq(payload(&p, PCOLL_ALL_REDUCE, CPHASE_STEP, NULL), 0);
+    MemResult r;
+    plan_memory(&m, &t, &c, STRAT_ZERO3, &r);
+    cr_expect_eq(r.ms_params, 1881600, "the engine partitions every tensor");
+    plan_model_free(&m);
+}
+
+Test(plan_deepspeed, torch_adam_should_keep_one_step_scalar_per_tensor_on_the_host) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, "gpt2-mini", 2);
+    MemResult r;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect_eq(r.opt_host_bytes, 52 * 4);                       /* measured 7,526,608 - 7,526,400 */
+    cr_expect_eq(r.ms_optimizer + r.opt_host_bytes, 7526608);
+    cr_expect_eq(r.term[TERM_OPTIMIZER], 7526400, "not GPU memory");
+    t.optimizer = OPT_SGD;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect_eq(r.opt_host_bytes, 0);
+    plan_model_free(&m);
+}
+
+Test(plan_deepspeed, the_overflow_flag_should_be_checked_under_deepspeeds_16_bit_modes_only) {
+    cr_expect_eq(plan_ds_overflow_bytes(0, plan_precision(PREC_FP32)), 0);
+    cr_expect_eq(plan_ds_overflow_bytes(0, plan_precision(PREC_AMP_BF16)), 0);
+    cr_expect_eq(plan_ds_overflow_bytes(0, plan_precision(PREC_MIXED_BF16)), 1);
+    cr_expect_eq(plan_ds_overflow_bytes(0, plan_precision(PREC_MIXED_FP16)), 1);
+    cr_expect_eq(plan_ds_overflow_bytes(1, plan_precision(PREC_MIXED_BF16)), 0);
+    cr_expect_eq(plan_ds_overflow_bytes(1, plan_precision(PREC_MIXED_FP16)), 1);
+    cr_expect_eq(plan_ds_norm_bytes(0), 4);
+    cr_expect_eq(plan_ds_norm_bytes(1), 8);
+}
+
+Test(plan_deepspeed, the_simulated_step_should_send_what_plan_comm_lists) {
+    /* ZeRO-1 as DeepSpeed runs: all-reduced buckets (2(n-1)/n) instead of the paper's
+       reduce-scatter ((n-1)/n): more communication time than memplan's engine schedule */
+    ModelSpec m = zoo("gpt2-medium");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, "gpt2-mini", 8);
+    SimResult a, b;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_ZERO1, 0, &a), 0);
+    t.impl = IMPL_ENGINE;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_ZERO1, 0, &b), 0);
+    cr_expect_gt(a.comm_s, b.comm_s, "DeepSpeed %g s, paper %g s", a.comm_s, b.comm_s);
+    plan_sim_free(&a);
+    plan_sim_free(&b);
+    plan_model_free(&m);
+}
