@@ -106,7 +106,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config
+.PHONY: all deps run test test-bin bench clean config torch-env
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC)
 
 config:
@@ -114,6 +114,10 @@ config:
 
 deps:
 	@scripts/deps.sh
+
+# the cached PyTorch/DeepSpeed venv of the ground-truth harness (bench/torch/, docs/validation-torch.md)
+torch-env:
+	@scripts/torch_env.sh
 
 # planner/ must stay free of CUDA, NCCL, MPI and CUPTI: plain gcc, no vendor include paths.
 $(BUILD)/obj/planner/%.o: planner/%.c $(FLAGS_STAMP) | $(DEPS)
@@ -168,7 +172,8 @@ $(BUILD)/bench/bench_startup $(BUILD)/bench/bench_empty: $(BUILD)/bench/%: bench
 
 test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device   # test_exec_cnn runs the bench on the CPU
 
-test: $(DEPS) config test-bin
+# the tests include a few rows against real PyTorch (tests/test_torch.c): the venv first
+test: $(DEPS) config test-bin torch-env
 	@BUILD=$(BUILD) scripts/run_tests.sh $(TESTS)
 
 run: all

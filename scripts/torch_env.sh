@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Create or update the Python venv that runs memplan's PyTorch ground-truth harness
+# (bench/torch/harness.py).  The venv lives outside the clone, so CI and later clones reuse it:
+#   ${MEMPLAN_TORCH_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/memplan/torch-venv}
+# It holds the pinned versions of bench/torch/requirements.txt (about 5.5 GB: torch pulls its
+# CUDA wheels, which load fine without a GPU).  A stamp file in the venv records the hash of
+# requirements.txt; when it matches, the script only checks the stamp and exits.
+#
+#   scripts/torch_env.sh           create / update, one line of progress per stage
+#   scripts/torch_env.sh --print   the same, then print the venv's python path on stdout
+#                                  (progress goes to stderr)
+# Needs python3 >= 3.10 on PATH (the pyenv 3.11 on the build machine) and network access to
+# PyPI for the first install.  On failure: one line naming the failed stage, exit 1.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+req="$root/bench/torch/requirements.txt"
+venv=${MEMPLAN_TORCH_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/memplan/torch-venv}
+stamp="$venv/.memplan-requirements.sha256"
+print=0
+case "${1:-}" in
+"") ;;
+--print) print=1 ;;
+-h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+*) echo "torch_env.sh: unknown option '$1' (valid: --print, --help)" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "torch_env.sh: too many arguments (valid: --print, --help)" >&2; exit 2; }
+
+say() { if [ $print = 1 ]; then echo "torch-env: $*" >&2; else echo "torch-env: $*"; fi; }
+die() { echo "torch-env: FAILED: $*" >&2; exit 1; }
+
+[ -r "$req" ] || die "cannot read $req"
+hash=$(sha256sum "$req" | cut -d' ' -f1) || die "sha256sum of $req"
+up_to_date() { [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; }
+done_() { [ $print = 1 ] && echo "$venv/bin/python"; exit 0; }
+
+up_to_date && done_
+
+mkdir -p "$(dirname "$venv")" || die "cannot create $(dirname "$venv")"
+# one installer at a time (parallel test jobs may call this together)
+exec 9>"$venv.lock" || die "cannot open $venv.lock"
+flock 9 || die "cannot lock $venv.lock"
+up_to_date && done_
+
+log="$venv.install.log"
+: >"$log" || die "cannot write $log"
+run() { "$@" >>"$log" 2>&1; }
+
+py=$(command -v python3) || die "python3 not on PATH"
+run "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+    die "python3 ($py) is older than 3.10"
+if [ ! -x "$venv/bin/python" ]; then
+    say "creating venv $venv with $py"
+    run "$py" -m venv "$venv" || die "python3 -m venv $venv (see $log)"
+else
+    say "updating venv $venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+say "installing setuptools, wheel"
+run "${pip[@]}" install setuptools wheel || die "pip install setuptools wheel (see $log)"
+base=$(grep -v -E '^[[:space:]]*(#|$)|^deepspeed' "$req")
+# shellcheck disable=SC2086 # one requirement per word
+say "installing $(echo $base | tr '\n' ' ')(about 5 GB on a fresh venv)"
+# shellcheck disable=SC2086
+run "${pip[@]}" install $base || die "pip install $(echo $base) (see $log)"
+ds=$(grep -E '^deepspeed' "$req")
+if [ -n "$ds" ]; then
+    say "installing $ds (DS_BUILD_OPS=0)"
+    run env DS_BUILD_OPS=0 "${pip[@]}" install --no-build-isolation "$ds" ||
+        die "DS_BUILD_OPS=0 pip install $ds (see $log)"
+fi
+say "checking imports"
+run "$venv/bin/python" -c 'import torch, transformers, torchvision, torch.distributed as d
+assert d.is_available() and d.is_gloo_available()
+if "deepspeed" in open("'"$req"'").read():
+    import deepspeed' || die "import torch/transformers/torchvision/deepspeed in $venv (see $log)"
+echo "$hash" >"$stamp" || die "cannot write $stamp"
+say "ready: $venv/bin/python"
+done_
