@@ -430,7 +430,12 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         double pu = (double)l->params;
         if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
         double unsharded = 0;   /* FSDP2: the unit's gradients before its reduce-scatter */
+        double tied_sum = 0;    /* FSDP2, tied head: the embedding's V x e half and the sum */
         if (f2.on) {
+            /* the embedding's backward writes its own V x e gradient beside the head's, and
+               accumulating the two makes a third (the sum) before both halves are freed:
+               measured 3 x V x e at the embedding's backward (gpt2, 2 ranks) */
+            if (l->kind == LAYER_EMBED) tied_sum = 2 * head_tied * p->grad_bytes;
             /* a block's gradients stay unsharded until its post-backward reduce-scatter; the
                root unit's (the tied head's V x e first) until the end of backward */
             if (l->kind == LAYER_BLOCK) unsharded = pu * p->grad_bytes;
@@ -443,7 +448,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_GRADS] = grads_now + (ds12 ? pu * p->grad_bytes : 0);   /* + the layer's in flight */
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
-        tv[TERM_GRADS] += tied_live + root_grads + unsharded;
+        tv[TERM_GRADS] += tied_live + root_grads + unsharded + tied_sum;
         tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm);
         if (ds3) {   /* ds3_seen counts down to the elements before layer i */
             double g = plan_ds3_gathered_elems(l, z->n);

@@ -286,3 +286,21 @@ Test(plan_fsdp2, the_common_loop_should_hold_the_logits_through_backward_and_the
     cr_expect_gt(rc.peak, rh.peak);
     plan_model_free(&m);
 }
+
+Test(plan_fsdp2, a_tied_embedding_should_hold_three_vocabulary_gradients_at_its_backward) {
+    ModelSpec m = zoo("gpt2");                           /* V 50257, h 768, tied */
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 2, 2);
+    Moments k;
+    MemResult r = walk(&m, &t, &c, STRAT_FSDP_FULL, &k);
+    double ve = 50257.0 * 768 * 4;
+    int e = find(&k, PHASE_BACKWARD, 0, 0), root_rs = find(&k, PHASE_BACKWARD, 0, 1);
+    /* the head's half, the embedding's own (with wpe) and their sum; then the sum alone */
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(k.term[e][TERM_GRADS] - (k.term[root_rs][TERM_GRADS] - z.root_shard * 4), 2 * ve);
+    /* measured: 1,568,971,360 B at the embedding's backward */
+    cr_expect_lt(fabs(r.peak / 1568971360.0 - 1), 0.03, "%.0f", r.peak);
+    plan_model_free(&m);
+}
