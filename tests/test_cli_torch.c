@@ -185,6 +185,20 @@ Test(validate_torch, should_compare_the_peak_without_gloos_buffers)
     r = measured(dir, j, "");
     cr_assert_eq(r.status, 1, "%s", r.out);
     free(r.out);
+    /* known peak 10 % below the plan, every rank's upper bound above it: between the bounds */
+    j = exact_result("fsdp-full", 1.0, 0, NULL);
+    cJSON *rk;
+    cJSON_ArrayForEach(rk, cJSON_GetObjectItem(j, "per_rank")) {
+        double pk = cJSON_GetObjectItem(rk, "peak_bytes")->valuedouble;
+        cJSON *y = cJSON_AddObjectToObject(rk, "peak_excl_backend");
+        cJSON_AddNumberToObject(y, "bytes", raw / 1.10 / 1.10);
+        cJSON_AddNumberToObject(y, "bytes_upper", pk > raw / 1.10 ? pk * 1.01 : raw / 1.10 * 1.01);
+        cJSON_AddStringToObject(y, "peak_phase", "backward");
+    }
+    r = measured(dir, j, "");
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_assert(strstr(r.out, "ok (between the bounds)"), "%s", r.out);
+    free(r.out);
 }
 
 Test(validate_torch, should_fail_when_one_collective_payload_differs_by_one_byte)
