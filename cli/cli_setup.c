@@ -13,7 +13,7 @@
 enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
-    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_HELP,
+    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY,
 };
 
@@ -48,6 +48,7 @@ static const struct option BASE_OPTIONS[] = {
     {"fsdp", required_argument, 0, OPT_FSDP},
     {"autocast", required_argument, 0, OPT_AUTOCAST},
     {"loop", required_argument, 0, OPT_LOOP},
+    {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -110,6 +111,8 @@ void cli_print_setup_help(FILE *f) {
         "  --dropout P            dropout probability (default: the model's config)\n"
         "  --loop common|trainer  common: the loop holds the logits through backward (default);\n"
         "                         trainer: HF Trainer's, which drops them before backward\n"
+        "  --zero-grad none|zeros zero_grad(set_to_none=True), PyTorch >= 2.0's default (none), or\n"
+        "                         set_to_none=False (zeros: gradients stay allocated across steps)\n"
         "  --autocast cuda|cpu    whose autocast op lists amp-* follows (default cuda; cpu for\n"
         "                         runs on CPU tensors, e.g. checks against PyTorch on CPU ranks)\n"
         "Cluster:\n"
@@ -204,6 +207,9 @@ static int resolve(CliSetup *s, const char *model_arg, double params, long long 
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
+    if (s->have_model && s->model.arch == ARCH_CNN && s->train.seq > 0 && s->train.seq < 32)
+        return cli_usage_error("--seq %lld: for a CNN --seq is the image side, at least 32 (default %d)",
+                               (long long)s->train.seq, s->model.image_size);
     if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
         return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
     return 0;
@@ -286,6 +292,11 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         case OPT_IMPL:
             if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);
             s->train.impl = (ImplKind)v;
+            break;
+        case OPT_ZERO_GRAD:
+            if (strcmp(a, "none") != 0 && strcmp(a, "zeros") != 0)
+                return cli_usage_error("unknown --zero-grad '%s' (valid: none, zeros)", a);
+            s->train.zero_grad_keep = strcmp(a, "zeros") == 0;
             break;
         case OPT_LOOP:
             if (strcmp(a, "common") != 0 && strcmp(a, "trainer") != 0)

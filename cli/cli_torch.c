@@ -28,6 +28,7 @@
 #include "plan_memory.h"
 #include "plan_strategy.h"
 #include "plan_util.h"
+#include "plan_zoo.h"
 
 #define MAX_MEASURED 256
 
@@ -49,19 +50,18 @@ typedef struct {
     int against;             /* --against torch given */
     long long ranks, steps, shard_group, timeout_s;
     double tol, bucket_mb;
-    const char *zero_grad, *keep;
+    const char *keep;
     const char *measured[MAX_MEASURED];
     int n_measured;
 } TorchOpts;
 
-enum { OPT_AGAINST = 3000, OPT_RANKS, OPT_STEPS, OPT_TOL, OPT_ZERO_GRAD, OPT_BUCKET_MB,
+enum { OPT_AGAINST = 3000, OPT_RANKS, OPT_STEPS, OPT_TOL, OPT_BUCKET_MB,
        OPT_SHARD_GROUP, OPT_TIMEOUT, OPT_KEEP, OPT_MEASURED };
 static const struct option TORCH_OPTIONS[] = {
     {"against", required_argument, 0, OPT_AGAINST},
     {"ranks", required_argument, 0, OPT_RANKS},
     {"steps", required_argument, 0, OPT_STEPS},
     {"tol", required_argument, 0, OPT_TOL},
-    {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
     {"shard-group", required_argument, 0, OPT_SHARD_GROUP},
     {"timeout", required_argument, 0, OPT_TIMEOUT},
@@ -111,10 +111,6 @@ static int torch_opt(void *ctx, int opt, const char *a, char *err, size_t errlen
         if (plan_parse_double(a, 0, 100, &d)) { snprintf(err, errlen, "--tol '%s' is not a percentage in [0, 100]", a); return -1; }
         o->tol = d / 100;
         return 0;
-    case OPT_ZERO_GRAD:
-        if (strcmp(a, "none") && strcmp(a, "zeros")) { snprintf(err, errlen, "unknown --zero-grad '%s' (valid: none, zeros)", a); return -1; }
-        o->zero_grad = a;
-        return 0;
     case OPT_BUCKET_MB:
         if (plan_parse_double(a, 0.001, 65536, &d)) { snprintf(err, errlen, "--bucket-mb '%s' is not a size in MiB in [0.001, 65536]", a); return -1; }
         o->bucket_mb = d;
@@ -160,7 +156,7 @@ static void print_help(FILE *f)
         "  --tol PCT             peak tolerance in percent (default 3)\n"
         "  --loop common|trainer the training loop (a plan flag): common keeps `outputs` (the logits) alive\n"
         "                        through backward and the step (default), trainer (HF Trainer's) drops them\n"
-        "  --zero-grad none|zeros  zero_grad(set_to_none=True|False) (default none, PyTorch >= 2.0)\n"
+        "  --zero-grad none|zeros zero_grad(set_to_none=True|False) (a plan flag; default none, PyTorch >= 2.0)\n"
         "  --bucket-mb X         DDP bucket_cap_mb (default 25)\n"
         "  --shard-group G       fsdp-hybrid: shard inside groups of G ranks (default N/2)\n"
         "  --timeout S           seconds one strategy may run (default 1800)\n"
@@ -335,14 +331,31 @@ static const char *str(const cJSON *o, const char *k, const char *dflt)
     return cJSON_IsString(v) ? v->valuestring : dflt;
 }
 
+static int is_zoo(const char *name)
+{
+    for (int i = 0; i < plan_zoo_count(); i++)
+        if (strcmp(plan_zoo_entry(i)->name, name) == 0) return 1;
+    return 0;
+}
+
 /* The setup a saved result was measured with. 0, or -1 with err. */
 static int setup_from_json(const cJSON *j, TorchSetup *s, char *err, size_t errlen)
 {
     const cJSON *su = cJSON_GetObjectItem(j, "setup"), *mo = cJSON_GetObjectItem(j, "model");
-    const char *model = str(mo, "name", NULL), *strat = str(su, "strategy", NULL);
+    /* the model as the harness was given it (a zoo name or a config path); results written before
+       "source" existed name config models by file stem: bench/torch/configs/<name>.json */
+    const char *model = str(mo, "source", str(mo, "name", NULL)), *strat = str(su, "strategy", NULL);
     if (!su || !model || !strat) { snprintf(err, errlen, "no setup/model/strategy in the result"); return -1; }
     memset(s, 0, sizeof *s);
     snprintf(s->model, sizeof s->model, "%s", model);
+    char cfg[PATH_MAX], hp[PATH_MAX];
+    if (!cJSON_GetObjectItem(mo, "source") && !is_zoo(model) && !strchr(model, '/') &&
+        harness_path(hp, sizeof hp) == 0) {
+        char *slash = strrchr(hp, '/');
+        if (slash) *slash = 0;
+        if (snprintf(cfg, sizeof cfg, "%s/configs/%s.json", hp, model) < (int)sizeof cfg && access(cfg, R_OK) == 0)
+            snprintf(s->model, sizeof s->model, "%s", cfg);
+    }
     int k = plan_strategy_by_name(strat);
     if (k < 0) { snprintf(err, errlen, "strategy '%s' has no planner row (valid: %s)", strat, plan_strategy_names()); return -1; }
     s->strategy = (StrategyKind)k;
@@ -427,6 +440,7 @@ static void plan_inputs(const TorchSetup *s, TrainSpec *t, ClusterSpec *c)
     t->autocast_cpu = 1;                     /* CPU autocast's op lists (docs/formulas.md) */
     t->fsdp_impl = 2;                        /* FSDP2 fully_shard: FSDP1 refuses CPU ranks */
     t->loop_trainer = strcmp(s->loop, "hf") == 0;
+    t->zero_grad_keep = strcmp(s->zero_grad, "zeros") == 0;
     t->grad_as_bucket_view = s->gabv;
     t->syncbn = 0;
     plan_cluster_defaults(c);
@@ -671,7 +685,6 @@ int cli_cmd_validate_torch(int argc, char **argv)
     o.tol = 0.03;
     o.bucket_mb = 25;
     o.timeout_s = 1800;
-    o.zero_grad = "none";
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { print_help(stdout); return 0; }
     int measured_mode = 0;
@@ -727,7 +740,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
         snprintf(base.model, sizeof base.model, "%s", strcmp(cs.model.source, "zoo") ? cs.model.source : cs.model.name);
         base.ranks = o.ranks;
         base.batch = cs.train.micro_batch;
-        base.seq = cs.train.seq > 0 ? cs.train.seq : cs.model.max_seq;
+        base.seq = cs.train.seq > 0 ? cs.train.seq : cs.model.arch == ARCH_CNN ? cs.model.image_size : cs.model.max_seq;
         base.accum = cs.train.grad_accum;
         base.steps = o.steps;
         base.precision = cs.train.precision;
@@ -737,7 +750,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
         base.bucket_mb = o.bucket_mb;
         base.gabv = cs.train.grad_as_bucket_view;
         base.shard_group = group;
-        snprintf(base.zero_grad, sizeof base.zero_grad, "%s", o.zero_grad);
+        snprintf(base.zero_grad, sizeof base.zero_grad, "%s", cs.train.zero_grad_keep ? "zeros" : "none");
         snprintf(base.loop, sizeof base.loop, "%s", cs.train.loop_trainer ? "hf" : "common");
     }
 

@@ -71,9 +71,9 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
     const PrecisionSpec *p = plan_precision(t->precision);
     double b = (double)in->b, s = (double)in->s, bs = b * s;
     if (l->act_bytes > 0) return b * (double)l->act_bytes;          /* measured, as given */
-    if (!is_transformer(m))
-        return b * ((double)l->act_elems * p->act_bytes + 4.0 * (double)l->act_fp32_elems +
-                    (double)l->act_mask_elems);
+    if (!is_transformer(m))   /* CNN: given per sample at the model's image side; --seq rescales */
+        return b * plan_cnn_area_scale(m, t->seq) *
+               ((double)l->act_elems * p->act_bytes + 4.0 * (double)l->act_fp32_elems + (double)l->act_mask_elems);
     if (t->impl == IMPL_ENGINE) return engine_layer_bytes(m, l, bs, s);
     /* a base class returns its last hidden state (R per element), which the caller holds
        through backward (the training loop's `outputs`); it has no head to hold logits */

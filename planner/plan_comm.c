@@ -206,9 +206,13 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
     if (s->group_node && N > n)   /* HYBRID_SHARD: all-reduce each shard across the replicas */
         add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient shards across nodes", (units + root) * K,
             z.psi_shard * gb * K, (N + n - 1) / n, 1);
-    if (s->buffers == BUF_DDP_BUCKETS && plan_model_buffers(m) > 0)   /* broadcast_buffers */
-        add(out, c, PCOLL_BROADCAST, CPHASE_FORWARD, "module buffers (BN running stats)", K,
-            (double)plan_model_buffers(m) * 4 * K, N, multi_node);
+    if (s->buffers == BUF_DDP_BUCKETS && plan_model_buffers(m) > 0) {   /* broadcast_buffers */
+        int dtypes = 1;   /* one coalesced broadcast per dtype per forward (fp32; BN's int64 counter) */
+        double bytes = t->impl == IMPL_ENGINE ? (double)plan_model_buffers(m) * 4   /* the engine: one fp32 buffer */
+                                              : plan_model_buffer_bytes(m, &dtypes);
+        add(out, c, PCOLL_BROADCAST, CPHASE_FORWARD, "module buffers (BN stats, rotary)", K * dtypes,
+            bytes * K, N, multi_node);
+    }
     if (t->syncbn) add_syncbn(out, m, t, c, N, multi_node);
     add_host_copies(m, t, c, sk, out);
 }

@@ -210,8 +210,10 @@ static int read_gpt_neox(LoadCtx *c, const cJSON *root, const char *cls, HfBuild
         ld_int32(c, root, "", "num_attention_heads", 1, 0, 1, MAX_HEADS, &t->n_head) ||
         ld_int(c, root, "", "max_position_embeddings", 0, 2048, 1, MAX_CTX, &t->max_seq) ||
         ld_bool(c, root, "", "attention_bias", 0, 1, 0, &attn_bias) || tied(c, root, 0, b) ||
-        act(c, root, "hidden_act", "gelu", b) || dropout(c, root, "hidden_dropout", 0.0, b))
+        act(c, root, "hidden_act", "gelu", b) || dropout(c, root, "hidden_dropout", 0.0, b) ||
+        ld_num(c, root, "", "rotary_pct", 0, 0.25, 0.0, 1.0, &t->rotary_frac))
         return -1;
+    if (t->rotary_frac == 0) t->rotary_frac = -1;   /* rotary_pct 0: no rotary dims at all */
     t->arch = ARCH_DECODER;
     t->norm = NORM_LAYERNORM;
     t->mlp = mlp_of_act(b->act);

@@ -298,8 +298,13 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     double params_steady = z->params, opt_steady = z->optimizer;
     double grads_steady = z->grads;
     /* torch frees gradients in zero_grad(set_to_none=True); DeepSpeed and memplan's engine keep
-       them allocated across steps */
-    int grads_persistent = s->grads_persistent || t->impl == IMPL_ENGINE;
+       them allocated across steps, and so does torch with zero_grad(set_to_none=False) (zeroed in
+       place) or DDP with gradient_as_bucket_view=True (the gradients are views of the persistent
+       buckets: set_to_none drops the views, not the storage). Measured: docs/formulas.md
+       "Gradients kept across steps" */
+    int grads_persistent = s->grads_persistent || t->impl == IMPL_ENGINE ||
+                           (t->impl == IMPL_PYTORCH && (t->zero_grad_keep ||
+                            (s->buffers == BUF_DDP_BUCKETS && t->grad_as_bucket_view)));
     double grads_fwd = grads_persistent ? grads_steady : 0;
     /* DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py, contiguous_gradients): each parameter's
        gradient is copied into the reduce bucket by its hook and freed; after the bucket's

@@ -48,6 +48,22 @@ int64_t plan_model_params(const ModelSpec *m) {
     return s;
 }
 
+double plan_model_buffer_bytes(const ModelSpec *m, int *dtypes) {
+    int64_t i64 = 0, all = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        all += m->layers[i].buffers;
+        if (m->layers[i].bn_channels > 0 && m->layers[i].buffers > 0) i64++;   /* num_batches_tracked */
+    }
+    if (dtypes) *dtypes = (all - i64 > 0) + (i64 > 0);
+    return (double)(all - i64) * 4 + (double)i64 * 8;
+}
+
+double plan_cnn_area_scale(const ModelSpec *m, int64_t seq) {
+    if (m->arch != ARCH_CNN || seq <= 1 || m->image_size <= 0) return 1.0;
+    double r = (double)seq / (double)m->image_size;
+    return r * r;
+}
+
 int64_t plan_model_buffers(const ModelSpec *m) {
     int64_t s = 0;
     for (int i = 0; i < m->n_layers; i++) s += m->layers[i].buffers;
@@ -312,6 +328,17 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     if (c->type_vocab) t_add(&l, (int64_t)c->type_vocab * h);
     if (c->arch == ARCH_ENCODER) t_norm(&l, c);
     if (e != h) t_add(&l, e * h);
+    /* the rotary embedding (one module per model in transformers 5: LlamaRotaryEmbedding,
+       GPTNeoXRotaryEmbedding) holds inv_freq and original_inv_freq, nn.Buffer(persistent=False),
+       arange(0, dims, 2) fp32 elements each. Not parameters, but module buffers, which DDP
+       broadcasts every forward (measured: 128 B per forward for llama-mini, head dim 32;
+       docs/formulas.md "DDP buffer broadcast") */
+    double rot = c->rotary_frac > 0 ? c->rotary_frac : c->rotary_frac < 0 ? 0.0 : c->layout == LAYOUT_LLAMA ? 1.0
+               : c->layout == LAYOUT_NEOX ? 0.25 : 0.0;
+    if (rot > 0 && !c->learned_pos) {
+        int64_t dims = (int64_t)((double)d_head * rot);
+        l.buffers += 2 * ((dims + 1) / 2);
+    }
     t_check(&l);
     total += l.params;
     if (!plan_model_add_layer(m, &l)) goto oom;

@@ -107,6 +107,14 @@ LayerSpec *plan_model_add(ModelSpec *m, LayerKind kind, const char *name, int64_
 
 int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params */
 int64_t plan_model_buffers(const ModelSpec *m);         /* Σ layers.buffers */
+/* Module buffers by dtype, as DDP broadcasts them (one coalesced broadcast per dtype): BatchNorm's
+ * num_batches_tracked is int64, everything else fp32. Returns the bytes; *dtypes = how many
+ * dtypes (broadcasts per forward). */
+double plan_model_buffer_bytes(const ModelSpec *m, int *dtypes);
+/* CNN: activations and FLOPs per sample scale with the image area; seq (--seq) is the image
+ * side for a CNN. (seq / image_size)^2, exact for sides that are multiples of 32 (every
+ * stride-2 stage halves them exactly); 1 for other models or seq <= 1 (the model's own size). */
+double plan_cnn_area_scale(const ModelSpec *m, int64_t seq);
 int64_t plan_model_largest_layer(const ModelSpec *m);   /* max layers.params */
 /* Appends a parameter tensor of elems elements to l; -1 when l already has
  * PLAN_LAYER_MAX_TENSORS (the layer's tensors are then unknown). */
@@ -158,6 +166,8 @@ typedef struct {
     const char *act_fn;      /* activation name noted in ModelSpec.act_fn (NULL = "") */
     int headless;            /* base model class: no head layer (and no mlm_head/cls_outputs) */
     TensorLayout layout;     /* how the family registers its parameter tensors */
+    double rotary_frac;      /* rotary dims / head dim: 0 = the family's default (LLAMA layout 1,
+                                NEOX 0.25, others no rotary embedding) */
 } TransformerConfig;
 
 int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen);

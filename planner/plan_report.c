@@ -181,6 +181,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddNumberToObject(jt, "fsdp", t->fsdp_impl == 1 ? 1 : 2);   /* what fsdp-* rows mean */
     cJSON_AddStringToObject(jt, "autocast", t->autocast_cpu ? "cpu" : "cuda");
     cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
+    cJSON_AddStringToObject(jt, "zero_grad", t->zero_grad_keep ? "zeros" : "none");
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];

@@ -18,7 +18,7 @@ double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t) {
     const LayerSpec *l = &m->layers[i];
     double b = (double)t->micro_batch;
     double s = (double)(t->seq > 0 ? t->seq : (m->max_seq > 0 ? m->max_seq : 1));
-    if (l->fwd_flops > 0) return l->fwd_flops * b;             /* CNN layers, given per sample */
+    if (l->fwd_flops > 0) return l->fwd_flops * b * plan_cnn_area_scale(m, t->seq);   /* CNN, per sample */
     if (!is_transformer(m)) return 2.0 * (double)l->params * b * s;
     double h = (double)m->d_model, attn = (double)m->n_head * (double)m->d_head;
     switch (l->kind) {
@@ -159,7 +159,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     P->ddp_cap = PLAN_DDP_BUCKET;
     P->ds_cap = PLAN_DS_REDUCE_BUCKET * gb;
     if (P->ddp && plan_model_buffers(m) > 0) {
-        P->bcast_pay = (double)plan_model_buffers(m) * 4;
+        P->bcast_pay = t->impl == IMPL_ENGINE ? (double)plan_model_buffers(m) * 4 : plan_model_buffer_bytes(m, NULL);
         P->bcast_s = plan_coll_seconds(c, PCOLL_BROADCAST, P->bcast_pay, N, multi);
     }
     if (sharded && !stage3 && P->z.root_unit > 0) {

@@ -64,6 +64,8 @@ typedef struct {
     int autocast_cpu;        /* 1: torch.autocast on CPU tensors, whose fp32 op list lacks pow,
                                 tanh, softmax, log_softmax and layer_norm (CUDA's has them but
                                 tanh); 0: CUDA (the default) */
+    int zero_grad_keep;      /* 1: zero_grad(set_to_none=False) (PyTorch < 2.0's default): gradients
+                                stay allocated (zeroed) across steps; 0: set_to_none=True (>= 2.0) */
     int fsdp_impl;           /* what the fsdp-* rows mean where the two differ: 1 = flat-parameter
                                 FullyShardedDataParallel, 2 = fully_shard (FSDP2, the default;
                                 0 reads as 2); docs/formulas.md "Autocast's cast cache" */

@@ -446,6 +446,7 @@ static void planned(int np, double cnt[PCOLL_COUNT][CPHASE_COUNT], double pay[PC
     t.precision = PREC_FP32;
     t.micro_batch = 8 / np;
     t.syncbn = 1;
+    t.impl = IMPL_ENGINE;   /* the engine keeps BN's counter in its fp32 buffer: one broadcast, 4 B each */
     ClusterSpec c;
     plan_cluster_defaults(&c);
     c.gpus = c.gpus_per_node = np;

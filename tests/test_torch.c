@@ -52,3 +52,13 @@ Test(torch, ddp_on_gpt2_tiny_should_match_pytorch_ddp)
 {
     row_passes("--model gpt2-tiny --strategy ddp --batch 2 --seq 64 --precision fp32 --attn eager --dropout 0");
 }
+
+Test(torch, zero2_on_gpt2_tiny_should_match_deepspeed)
+{
+    row_passes("--model gpt2-tiny --strategy zero2 --batch 2 --seq 64 --precision fp32 --attn eager --dropout 0");
+}
+
+Test(torch, zero3_on_gpt2_tiny_should_match_deepspeed)
+{
+    row_passes("--model gpt2-tiny --strategy zero3 --batch 2 --seq 64 --precision fp32 --attn eager --dropout 0");
+}

@@ -622,7 +622,7 @@ def run(a, rank, world):
             "total: torch.distributed._tools.mem_tracker.MemTracker (Python-visible tensors: "
             "dispatch-mode allocations + tracked parameters/gradients/optimizer state), peak "
             "over steps 2..K"),
-        "model": {"name": spec.name, "class": spec.cls_name, "params": n_params},
+        "model": {"name": spec.name, "source": a.model, "class": spec.cls_name, "params": n_params},
         "setup": {"ranks": world, "strategy": a.strategy, "batch": a.batch, "seq": seq,
                   "grad_accum": a.grad_accum, "steps": a.steps, "precision": a.precision,
                   "act_ckpt": a.act_ckpt, "attn": a.attn, "dropout": a.dropout,

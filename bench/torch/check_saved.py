@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""check_saved.py — the calibration matrix: every saved harness result (bench/torch/results/*.json)
+re-checked against the current planner with `memplan validate --against torch --measured`, as a
+Markdown table (docs/validation-torch.md carries its output) and a closing count.
+
+Usage: python3 bench/torch/check_saved.py [--memplan build/memplan] [RESULT.json ...]
+Rows whose strategy has no planner row (torch-zero1, none) are listed apart. Exit status 0 when
+every comparable row passes, 1 otherwise. Needs only the Python standard library.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+NO_ROW = {"torch-zero1", "none"}
+
+
+def check(memplan, path):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "v.json")
+        r = subprocess.run([memplan, "validate", "--against", "torch", "--measured", path, f"--json={out}"],
+                           capture_output=True, text=True)
+        if not os.path.exists(out):
+            return None, (r.stderr.strip().splitlines() or ["no output"])[-1]
+        with open(out) as f:
+            return json.load(f), None
+
+
+def row(path, v):
+    s = v["strategies"][0]
+    pk = s["peak"]
+    pred, meas = pk["predicted_bytes"], pk["measured_bytes"]
+    err = 100.0 * (meas - pred) / pred if pred else float("inf")
+    ms = s["model_states"]
+    states = all(round(q["predicted"]) == round(q["measured"]) for q in ms.values())
+    colls = s["collectives_per_step"]
+    pay = all(round(c["predicted_payload_bytes"]) == round(c["measured_payload_bytes"]) for c in colls)
+    phase = "same" if pk["predicted_phase"] == {"optimizer": "step", "zero_grad": "step"}.get(
+        pk["measured_phase"], pk["measured_phase"]) else f'{pk["predicted_phase"]} / {pk["measured_phase"]}'
+    name = os.path.basename(path)[:-5]
+    return (f"| {name} | {pred:,.0f} | {meas:,.0f} | {err:+.2f} | {phase} | {'exact' if states else 'differ'} "
+            f"| {'exact' if pay else 'differ'} | {'pass' if s['pass'] else 'FAIL'} |"), bool(s["pass"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--memplan", default=os.path.join(ROOT, "build", "memplan"))
+    ap.add_argument("results", nargs="*")
+    a = ap.parse_args()
+    files = a.results or sorted(glob.glob(os.path.join(HERE, "results", "*.json")))
+    if not os.access(a.memplan, os.X_OK):
+        print(f"check_saved.py: {a.memplan} is missing: run make first", file=sys.stderr)
+        return 2
+    print("| setup (model_strategy_precision_ckpt_attn_ranks_batch_seq) | predicted peak B | measured peak B "
+          "| err % | peak phase | model states | payloads | row |")
+    print("|---|---:|---:|---:|---|---|---|---|")
+    n = ok = 0
+    skipped, broken = [], []
+    for p in files:
+        with open(p) as f:
+            h = json.load(f)
+        strat = h.get("setup", {}).get("strategy", "?")
+        if strat in NO_ROW or h.get("status") != "ok":
+            skipped.append(os.path.basename(p))
+            continue
+        v, err = check(a.memplan, p)
+        if v is None:
+            broken.append(f"{os.path.basename(p)}: {err}")
+            n += 1
+            continue
+        n_before = n
+        if not v.get("strategies"):
+            broken.append(f"{os.path.basename(p)}: {err or 'memplan could not plan it (see its message)'}")
+            continue
+        line, passed = row(p, v)
+        print(line)
+        n += 1
+        ok += passed
+    print()
+    print(f"{ok} of {n} rows pass; {len(skipped)} results have no planner row (torch-zero1, none, failed runs)")
+    for b in broken:
+        print(f"- could not compare {b}")
+    return 0 if ok == n else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
