@@ -454,6 +454,24 @@ static void plan_inputs(const TorchSetup *s, TrainSpec *t, ClusterSpec *c)
     c->gpu.mem_bytes = 1e18;
 }
 
+/* A rank's measured peak as a GPU would see it: without the buffers gloo allocates inside its
+ * collectives (NCCL does not allocate through PyTorch's allocator; docs/validation-torch.md
+ * "Limits"). The harness's peak_excl_backend is the peak of that series; older results give
+ * only the bytes gloo held at the raw peak, subtracted there. */
+static double measured_peak(const cJSON *r)
+{
+    const cJSON *x = cJSON_GetObjectItem(r, "peak_excl_backend");
+    if (cJSON_IsObject(x)) return num(x, "bytes", 0);
+    return num(r, "peak_bytes", 0) - num(r, "at_peak_backend_internal", 0);
+}
+
+/* Where that peak's phase, module and split are: peak_excl_backend when the harness gives it. */
+static const cJSON *peak_view(const cJSON *r)
+{
+    const cJSON *x = cJSON_GetObjectItem(r, "peak_excl_backend");
+    return cJSON_IsObject(x) ? x : r;
+}
+
 /* One strategy: prints rows, appends a JSON record, returns 1 if it passes, 0 if not, -1 if
  * the planner could not read the model. */
 static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJSON *arr, int *header)
@@ -474,10 +492,15 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
 
     /* the rank with the largest peak; model states: the largest rank */
     const cJSON *ranks = cJSON_GetObjectItem(h, "per_rank"), *r, *top = NULL;
-    double mpeak = -1, ms_p = 0, ms_g = 0, ms_o = 0;
+    double mpeak = -1, mupper = INFINITY, ms_p = 0, ms_g = 0, ms_o = 0;
     cJSON_ArrayForEach(r, ranks) {
-        double pk = num(r, "peak_bytes", 0);
+        double pk = measured_peak(r);
         if (pk > mpeak) { mpeak = pk; top = r; }
+        /* the ranks do the same work: the peak without gloo's buffers is at most the smallest
+           rank's upper bound (blocks freed unseen on gloo's threads still counted there) */
+        const cJSON *x = cJSON_GetObjectItem(r, "peak_excl_backend");
+        double up = cJSON_IsObject(x) ? num(x, "bytes_upper", INFINITY) : INFINITY;
+        if (up < mupper) mupper = up;
         const cJSON *st = cJSON_GetObjectItem(r, "model_states");
         double tot = num(st, "params", 0) + num(st, "grads", 0) + num(st, "optimizer", 0);
         if (tot > ms_p + ms_g + ms_o) { ms_p = num(st, "params", 0); ms_g = num(st, "grads", 0); ms_o = num(st, "optimizer", 0); }
@@ -523,7 +546,8 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
         {TERM_ACTIVATIONS, "activations", "at peak: activations"}, {TERM_TRANSIENT, "temporaries", "at peak: temporaries"},
         {TERM_COUNT, "other", "at peak: other"},
     };
-    const cJSON *at = cJSON_GetObjectItem(top, "at_peak");
+    const cJSON *pv = peak_view(top);
+    const cJSON *at = cJSON_GetObjectItem(pv, "at_peak");
     cJSON *cats = cJSON_AddArrayToObject(o, "memory_at_peak");
     for (size_t i = 0; i < sizeof CATS / sizeof CATS[0]; i++) {
         double p = CATS[i].term == TERM_COUNT ? 0 : mr.term[CATS[i].term], mm = num(at, CATS[i].key, 0);
@@ -534,11 +558,19 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
     }
     double pe = rel_err(mr.peak, mpeak);
     int peak_ok = fabs(pe) <= tol;
-    const char *mphase = str(top, "peak_phase", "?");
+    /* a prediction between the known peak and the upper bound (or within the tolerance of the
+       bound) is as close as the run can say */
+    int bounded = !peak_ok && mupper >= mpeak && mr.peak >= mpeak &&
+                  (mr.peak <= mupper || fabs(rel_err(mr.peak, mupper)) <= tol);
+    peak_ok |= bounded;
+    const char *mphase = str(pv, "peak_phase", "?");
     int phase_ok = strcmp(planner_phase(mphase), plan_phase_name(mr.peak_phase)) == 0;
     char chk[96];
-    snprintf(chk, sizeof chk, "%s (within %.3g%%)", peak_ok ? "ok" : "FAIL", 100 * tol);
+    if (bounded) snprintf(chk, sizeof chk, "ok (between the bounds)");
+    else snprintf(chk, sizeof chk, "%s (within %.3g%%)", peak_ok ? "ok" : "FAIL", 100 * tol);
     row(f, sn, "peak (max over ranks)", mr.peak, mpeak, chk);
+    if (isfinite(mupper) && mupper > mpeak)
+        row(f, sn, "peak upper bound (gloo frees)", mr.peak, mupper, "reported");
     pass &= peak_ok & phase_ok;
     fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", sn, "peak phase", plan_phase_name(mr.peak_phase), mphase, "",
             phase_ok ? "ok (same phase)" : "FAIL (different phase)");
@@ -548,7 +580,7 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
     cJSON_AddStringToObject(pk, "predicted_phase", plan_phase_name(mr.peak_phase));
     cJSON_AddStringToObject(pk, "measured_phase", mphase);
     cJSON_AddStringToObject(pk, "predicted_at", mr.peak_where);
-    cJSON_AddStringToObject(pk, "measured_module", str(top, "peak_module", "?"));
+    cJSON_AddStringToObject(pk, "measured_module", str(pv, "peak_module", "?"));
     cJSON_AddNumberToObject(pk, "measured_rank", num(top, "rank", 0));
 
     /* collectives of one optimizer step, by (op, phase) */
@@ -610,7 +642,7 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
             cJSON_AddItemToArray(colls, x);
         }
     fprintf(f, "# %s: %s; predicted peak at %s, measured in %s of %s on rank %.0f; %s\n", sn, str(h, "implementation", "?"),
-            mr.peak_where, mphase, str(top, "peak_module", "?"), num(top, "rank", 0), pass ? "pass" : "FAIL");
+            mr.peak_where, mphase, str(pv, "peak_module", "?"), num(top, "rank", 0), pass ? "pass" : "FAIL");
     cJSON_AddBoolToObject(o, "pass", pass);
     cJSON_AddItemToArray(arr, o);
     plan_model_free(&m);

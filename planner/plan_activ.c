@@ -135,6 +135,25 @@ double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const Act
     return bs * 4.0 * (double)m->vocab;        /* fp32 gradient of the log-softmax input */
 }
 
+/* The loss's forward: the logits the model returns (held by the caller until the forward
+   returns; under the common loop they are saved activations already) and, below fp32, the fp32
+   upcast transformers' ForCausalLMLoss makes (logits.float()) while log_softmax runs. Freed when
+   the forward returns. Measured: docs/formulas.md "FSDP2 buffers" (the fsdp-grad-op peak). */
+double plan_act_loss_forward_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
+    if (m->arch == ARCH_GENERIC || m->arch == ARCH_CNN || m->headless || t->impl == IMPL_ENGINE) return 0;
+    double X = plan_precision(t->precision)->act_bytes;
+    return (double)in->b * (double)in->s * (double)m->vocab * ((t->loop_trainer ? X : 0) + (X < 4 ? 4 : 0));
+}
+
+/* The common loop (`outputs = model(**batch); loss = outputs.loss`) keeps `outputs`, and with
+   it the logits (b·s·V·X), from one forward until the next forward returns: through backward,
+   the step and the next forward. HF Trainer's loop drops them after the forward. */
+double plan_act_loop_held(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
+    if (t->loop_trainer || m->arch == ARCH_GENERIC || m->arch == ARCH_CNN || m->headless || t->impl == IMPL_ENGINE)
+        return 0;
+    return (double)in->b * (double)in->s * (double)m->vocab * plan_precision(t->precision)->act_bytes;
+}
+
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     double ws = 0;

@@ -21,6 +21,10 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
 /* Extra bytes alive at the start of backward (loss gradient buffers). */
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* Extra bytes alive while layer i runs its backward (activation-gradient working set). */
+/* The logits the common loop's `outputs` keeps between forwards (0 under --loop trainer). */
+double plan_act_loop_held(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
+/* Bytes alive only during the loss's forward (logits, their fp32 upcast). */
+double plan_act_loss_forward_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Per-token block coefficients (bytes = s*lin + s*s*quad per sample), for docs and tests. */
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,

@@ -6,6 +6,7 @@
 
 #include "plan_deepspeed.h"
 #include "plan_memory.h"
+#include "plan_fsdp.h"
 #include "plan_offload.h"
 
 static const char *const COLL_NAMES[PCOLL_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
@@ -155,6 +156,7 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
     int multi_node = plan_cluster_nodes(c) > 1;
     int group_crosses = s->group_node ? 0 : multi_node;
     double psi = z.psi, pb = p->param_bytes, gb = p->grad_bytes;
+    if (plan_fsdp2_fp32_shards(t, sk)) gb = 4;   /* FSDP2 MixedPrecisionPolicy(reduce_dtype=fp32) */
     /* units: transformer blocks (+ the root); other models: every layer with parameters */
     double units = 0;
     for (int i = 0; i < m->n_layers; i++)

@@ -8,6 +8,7 @@
 
 #include "plan_activ.h"
 #include "plan_deepspeed.h"
+#include "plan_fsdp.h"
 #include "plan_offload.h"
 
 static const char *const TERM_NAMES[TERM_COUNT] = {"params", "grads", "comm_buffers",
@@ -51,6 +52,11 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     z->params = p_local * p->param_bytes;
     z->grads = g_local * p->grad_bytes;
     z->optimizer = o_local * (p->master_bytes + o->states * p->state_bytes);
+    if (plan_fsdp2_fp32_shards(t, sk)) {   /* FSDP2 MixedPrecisionPolicy: fp32 shards, no master */
+        z->params = p_local * p->master_bytes;
+        z->grads = g_local * 4.0;
+        z->optimizer = o_local * o->states * p->state_bytes;
+    }
     plan_offload_gpu_sizes(t, sk, z);   /* CPU offload: what leaves the GPU */
 }
 
@@ -279,6 +285,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     /* nothing is sharded on one GPU, unless the parameters live on the host (offload): then
        units come up to the GPU as they would be gathered */
     if (c->gpus == 1 && !plan_offload_params_on_host(t, sk)) fwd_comm = bwd_comm = 0;
+    /* FSDP2 (--fsdp 2, the default): unit by unit, plan_fsdp.h */
+    Fsdp2 f2;
+    plan_fsdp2_setup(&f2, m, t, c, sk, z);
 
     /* DeepSpeed as it runs (--impl pytorch): its per-tensor layout (plan_deepspeed.h) */
     int ds_py = plan_strategy_is_deepspeed(sk) && t->impl == IMPL_PYTORCH;
@@ -351,6 +360,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
 
     /* ---- forward, layer by layer: saved activations and autocast casts accumulate ---- */
     double acts = 0, casts = 0;
+    /* the common loop's `outputs` holds the logits from the forward that made them through
+       backward, the step and the next forward (until `outputs = model(...)` is reassigned);
+       the head's own activations count them while the head's backward has not run */
+    double held = plan_act_loop_held(m, t, &w.in);
+    int head_done = 0;
     double tv[TERM_COUNT] = {0};
     tv[TERM_PARAMS] = params_steady;
     tv[TERM_GRADS] = grads_fwd;
@@ -366,8 +380,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (!(casts_leave_with_block(s, t, p) && m->layers[i].kind == LAYER_BLOCK))
             casts += (t->impl == IMPL_ENGINE ? (double)m->layers[i].params : layer_cast_elems(m, i)) *
                      p->cast_copy_bytes;
-        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_ACTIVATIONS] = acts + held;   /* + the previous step's logits */
         tv[TERM_TRANSIENT] = casts;
+        if (f2.on) tv[TERM_COMM] = persistent_comm + plan_fsdp2_fwd_comm(&f2, m, i);
         if (ds3) {
             const LayerSpec *l = &m->layers[i];
             double g = plan_ds3_gathered_elems(l, z->n);
@@ -382,6 +397,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
     }
 
+    /* the loss's forward: the logits (and their fp32 upcast) beside the saved activations */
+    double loss_fwd = plan_act_loss_forward_transient(m, t, &w.in);
+    if (loss_fwd > 0 && m->n_layers > 0) {
+        tv[TERM_TRANSIENT] = casts + loss_fwd;
+        moment(&w, PHASE_FORWARD, m->n_layers - 1, tv, "loss forward");
+        tv[TERM_TRANSIENT] = casts;
+    }
+
     /* ---- backward, layer by layer from the last ---- */
     double loss_tr = plan_act_loss_transient(m, t, &w.in);
     double grads_now = grads_fwd;
@@ -393,6 +416,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     for (int i = 0; i < m->n_layers && m->tied_embeddings; i++)
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
     double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
+    double root_grads = 0, head_tied = 0;   /* FSDP2: the root unit's unsharded gradients */
+    for (int i = 0; i < m->n_layers && m->tied_embeddings && !m->headless; i++)
+        if (m->layers[i].kind == LAYER_EMBED) head_tied = (double)m->layers[i].largest_tensor;
     int cached = ckpt_casts_cached(t, p);
     if (cached) casts = ckpt_casts_after_forward(m, p);   /* the region exited: cache cleared */
     /* the loss's own backward, before the head's: nll_loss's backward allocates a zeroed
@@ -400,6 +426,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        (measured: 2 x 4·b·s·V beyond the saved activations); the head's backward then holds one */
     if (t->impl == IMPL_PYTORCH && loss_tr > 0 && m->n_layers > 0) {
         tv[TERM_ACTIVATIONS] = acts;
+        if (f2.on) tv[TERM_COMM] = persistent_comm + plan_fsdp2_bwd_comm(&f2, m, m->n_layers - 1);
         tv[TERM_TRANSIENT] = casts + 2 * loss_tr;
         moment(&w, PHASE_BACKWARD, m->n_layers - 1, tv, "loss backward");
     }
@@ -407,15 +434,27 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
         if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
-        if (!grads_persistent && !ds12 && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
+        double unsharded = 0;   /* FSDP2: the unit's gradients before its reduce-scatter */
+        double tied_sum = 0;    /* FSDP2, tied head: the embedding's V x e half and the sum */
+        if (f2.on) {
+            /* the embedding's backward writes its own V x e gradient beside the head's, and
+               accumulating the two makes a third (the sum) before both halves are freed:
+               measured 3 x V x e at the embedding's backward (gpt2, 2 ranks) */
+            if (l->kind == LAYER_EMBED) tied_sum = 2 * head_tied * p->grad_bytes;
+            /* a block's gradients stay unsharded until its post-backward reduce-scatter; the
+               root unit's (the tied head's V x e first) until the end of backward */
+            if (l->kind == LAYER_BLOCK) unsharded = pu * p->grad_bytes;
+            else root_grads += (l->kind == LAYER_HEAD ? head_tied : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
+                               p->grad_bytes;
+        } else if (!grads_persistent && !ds12 && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
         if (ds12 && ((ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET || i == 0))
             grads_now = grads_steady;                        /* the partition, from the first reduction */
         tv[TERM_GRADS] = grads_now + (ds12 ? pu * p->grad_bytes : 0);   /* + the layer's in flight */
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
-        tv[TERM_GRADS] += tied_live;
-        tv[TERM_COMM] = persistent_comm + bwd_comm;
+        tv[TERM_GRADS] += tied_live + root_grads + unsharded + tied_sum;
+        tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm);
         if (ds3) {   /* ds3_seen counts down to the elements before layer i */
             double g = plan_ds3_gathered_elems(l, z->n);
             ds3_seen -= pu;
@@ -425,15 +464,37 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_COMM] = persistent_comm +
                             ds3_gathered(l, g, later, 0, ds3_kept_sum, ds3_free_sum, 1) * p->param_bytes;
         }
-        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
         double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
         tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
                              (i == m->n_layers - 1 ? loss_tr : 0);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+        if (l->kind == LAYER_HEAD) head_done = 1;
         if (!recast) casts -= cast_i;
         if (l->kind == LAYER_EMBED) tied_live = 0;
+        if (f2.on && l->kind == LAYER_BLOCK) {
+            /* the block's post-backward: its reduce-scatter input filled from the unsharded
+               gradients, whose output becomes the sharded gradients */
+            double shard = ceil(pu / (double)z->n) * f2.sb;
+            tv[TERM_ACTIVATIONS] = acts + held;
+            tv[TERM_TRANSIENT] = casts;
+            tv[TERM_COMM] = persistent_comm + plan_fsdp2_rs_comm(&f2, m, i);
+            tv[TERM_GRADS] = grads_now + root_grads + unsharded + shard;
+            moment(&w, PHASE_BACKWARD, i, tv, "reduce-scatter of");
+            if (!plan_offload_grads_to_host(t, sk)) grads_now += shard;   /* offloaded: to the host */
+        }
+    }
+    if (f2.on) {
+        /* the root's post-backward, last (its inputs need no gradient: the final callback) */
+        double shard = z->root_shard * f2.sb;
+        tv[TERM_ACTIVATIONS] = held;
+        tv[TERM_TRANSIENT] = casts;
+        tv[TERM_COMM] = persistent_comm + f2.root * f2.rb;
+        tv[TERM_GRADS] = grads_now + root_grads + shard;
+        moment(&w, PHASE_BACKWARD, 0, tv, "reduce-scatter of the root unit");   /* after layer 0 */
+        if (!plan_offload_grads_to_host(t, sk)) grads_now += shard;
     }
 
     /* DeepSpeed ZeRO-1/2 at the end of backward, the last bucket's reduction (engine.backward
@@ -448,7 +509,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         double buckets = ceil(z->psi / PLAN_DS_REDUCE_BUCKET);
         tv[TERM_GRADS] = buckets > 1 ? grads_steady : ds_norm;
         tv[TERM_COMM] = persistent_comm + (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
-        tv[TERM_ACTIVATIONS] = acts;
+        tv[TERM_ACTIVATIONS] = acts + held;
         tv[TERM_TRANSIENT] = casts;
         moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
     }
@@ -456,11 +517,12 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     /* ---- optimizer step ---- */
     tv[TERM_GRADS] = grads_steady;
     tv[TERM_COMM] = persistent_comm;
-    tv[TERM_ACTIVATIONS] = 0;
+    tv[TERM_ACTIVATIONS] = held;   /* the common loop's logits */
     double o_local = ds_py ? o_part : (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
     /* torch's default foreach Adam allocates one state-sized temporary; DeepSpeed's fused
        optimizers (FusedAdam, the harness's and DeepSpeed's default: in place) do not */
-    tv[TERM_TRANSIENT] = (o->foreach_temp && p->master_bytes == 0 && t->impl != IMPL_ENGINE &&
+    int torch_opt = p->master_bytes == 0 || plan_fsdp2_fp32_shards(t, sk);   /* torch.optim steps */
+    tv[TERM_TRANSIENT] = (o->foreach_temp && torch_opt && t->impl != IMPL_ENGINE &&
                           !ds_py && !plan_offload_cpu_step(t, sk))   /* offload: the step runs on the CPU */
                              ? o_local * p->state_bytes : 0;   /* the engine updates in place */
     double norm_b, fp32_b;
@@ -479,7 +541,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     }
     moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
-    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD && strcmp(w.peak_where, "backward of") == 0)
+    if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD &&
+        (strcmp(w.peak_where, "backward of") == 0 || strcmp(w.peak_where, "reduce-scatter of") == 0))
         snprintf(r->peak_where, sizeof(r->peak_where), "%s %s", w.peak_where, m->layers[w.peak_layer].name);
     else
         snprintf(r->peak_where, sizeof(r->peak_where), "%s", w.peak_where);

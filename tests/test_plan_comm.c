@@ -77,6 +77,7 @@ Test(comm, full_shard_should_move_about_one_and_a_half_times_ddp) {
     ModelSpec m; TrainSpec t; ClusterSpec c;
     setup(&m, "gpt2-xl", &t, &c, 8);
     CommPlan d, f, z3, g;
+    t.fsdp_impl = 1;   /* FSDP1 MixedPrecision reduces in bf16; FSDP2's policy in fp32 (below) */
     plan_comm(&m, &t, &c, STRAT_DDP, &d);
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &f);
     t.impl = IMPL_ENGINE;                /* ZeRO-3 as the paper (and memplan's engine) has it */
@@ -91,6 +92,11 @@ Test(comm, full_shard_should_move_about_one_and_a_half_times_ddp) {
     MemSizes z;
     plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
     double expect = 7.0 / 8 * ((2 * z.psi - z.root_unit) * 2 + z.psi * 2);
+    cr_expect(fabs(wire(&f) - expect) < 1, "%f vs %f", wire(&f), expect);
+    /* FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): b_r = 4 */
+    t.fsdp_impl = 2;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &f);
+    expect = 7.0 / 8 * ((2 * z.psi - z.root_unit) * 2 + z.psi * 4);
     cr_expect(fabs(wire(&f) - expect) < 1, "%f vs %f", wire(&f), expect);
     plan_model_free(&m);
 }

@@ -116,7 +116,11 @@ Test(offload, fsdp_cpu_offload_should_move_params_grads_and_state_to_the_host) {
     plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &on);
     plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
     cr_expect_eq(on.model_states, 0);
-    cr_expect_lt(on.peak, off.peak - 0.9 * off.model_states, "the GPU peak drops by about the model states");
+    /* the GPU peak drops by about the model states alive at it (FSDP2 peaks at the loss's
+       backward, before any gradient shard exists) */
+    double live = off.term[TERM_PARAMS] + off.term[TERM_GRADS] + off.term[TERM_OPTIMIZER];
+    cr_expect_gt(live, 0.7 * off.model_states);
+    cr_expect_lt(on.peak, off.peak - 0.9 * live, "the GPU peak drops by about the model states");
     /* fp32 shard (the master under MixedPrecision) + fp32 gradient shard + two fp32 Adam states */
     cr_expect_lt(REL(on.host_per_node, z.psi_shard * 16 * 8), 1e-12, "host %.0f", on.host_per_node);
     /* unsupported: DDP has no offload, its memory is unchanged */

@@ -81,7 +81,8 @@ typedef struct {
     double grads[256], transient[256];
     double step_grads[4], step_transient[4];
     int n_step;
-    double end_fwd_transient;
+    double end_fwd_transient;   /* the last layer's forward (not the loss's forward after it) */
+    int fwd_layer;
 } Capture;
 
 static void capture(void *ctx, PhaseKind ph, int layer, const double term[TERM_COUNT], double total) {
@@ -93,7 +94,8 @@ static void capture(void *ctx, PhaseKind ph, int layer, const double term[TERM_C
     } else if (ph == PHASE_STEP && k->n_step < 4) {
         k->step_grads[k->n_step] = term[TERM_GRADS];
         k->step_transient[k->n_step++] = term[TERM_TRANSIENT];
-    } else if (ph == PHASE_FORWARD) {
+    } else if (ph == PHASE_FORWARD && layer > k->fwd_layer) {
+        k->fwd_layer = layer;
         k->end_fwd_transient = term[TERM_TRANSIENT];
     }
 }
@@ -143,7 +145,12 @@ Test(plan_torch_tied, fsdp_should_not_count_the_tied_gradient_twice) {
     MemResult r;
     plan_memory_walk(&m, &t, &c, STRAT_FSDP_FULL, &r, capture, &k);
     int head = m.n_layers - 1;
-    cr_expect_eq(k.grads[head], 0.0);                    /* tied head: no own params; root grad is comm */
+    /* FSDP2: the root unit's unsharded gradient, the tied V x h once, from the head's backward */
+    cr_expect_eq(k.grads[head], 1024.0 * 128 * 4);
+    t.fsdp_impl = 1;                                     /* FSDP1: the root's gradient is comm */
+    memset(&k, 0, sizeof(k));
+    plan_memory_walk(&m, &t, &c, STRAT_FSDP_FULL, &r, capture, &k);
+    cr_expect_eq(k.grads[head], 0.0);
     plan_model_free(&m);
 }
 

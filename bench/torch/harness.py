@@ -298,12 +298,17 @@ def build_strategy(a, spec, world, rank):
         blocks = spec.block_modules()
         for b in blocks:
             fully_shard(b, **kw)
-        fully_shard(model, **kw)
+        # the root as users write it: fully_shard(model) leaves reshard_after_forward at its
+        # default (None), which _lazy_init turns into False for the root (_fsdp_state.py: "the
+        # parameters would be freed and all-gathered immediately"), so the root stays unsharded
+        # from its forward through backward and is not all-gathered again in backward
+        fully_shard(model, **{k: v for k, v in kw.items() if k != "reshard_after_forward"})
         opt = torch.optim.AdamW(model.parameters(), **opt_kw)
         mesh_s = (f"2-D mesh (replicate {world // a.shard_group} x shard {a.shard_group})"
                   if a.strategy == "fsdp-hybrid" else f"1-D mesh of {world}")
         impl = (f"FSDP2 fully_shard per block ({len(blocks)} x {type(blocks[0]).__name__}) + "
-                f"root, reshard_after_forward={raf} on every unit, {mesh_s}{mp}, "
+                f"root, reshard_after_forward={raf} on every block (the root at fully_shard's default: "
+                f"kept unsharded after forward), {mesh_s}{mp}, "
                 "torch.optim.AdamW(foreach=True) (flat-parameter FSDP refuses CPU in torch 2.15)")
         return model, opt, None, impl
     # DeepSpeed
@@ -573,6 +578,23 @@ def run(a, rank, world):
             "allocator_reported_total_end": tr.last_reported_total,
             "rebuilt_total_end": tr.final_live,
         })
+        # the peak a GPU run would see: without gloo's in-collective buffers (NCCL allocates
+        # none through PyTorch's allocator); memplan validate --against torch compares this
+        j, lo, up = measure.peak_excl_backend(tr, s2[0], sk[1], exact)
+        pj = tr.event_alloc[j]
+        ph_j, mod_j, comm_j, _, _ = tr.context(pj.ev) if pj is not None else (None, None, None, 0, 0)
+        split_j = {c: 0 for c in measure.CATS}
+        tj = tr.times[j]
+        for al in tr.allocs:
+            if al.t0 <= tj and (al.t1 is None or tj < al.t1) and not measure._is_backend(tr, al):
+                split_j[measure.classify(tr, al, tj)] += al.size
+        per_rank["peak_excl_backend"] = {
+            "bytes": lo, "bytes_upper": up,
+            "peak_phase": ph_j or "setup",
+            "peak_module": mod_j or (comm_j or "model").replace("memplan::comm::", ""),
+            "peak_step": tr.step_of(tj),
+            "at_peak": split_j,
+        }
         coll = measure.collectives(tr, a.steps)
     else:
         dev = mt_best or {}

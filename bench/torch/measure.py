@@ -400,3 +400,48 @@ def collectives(trace, step):
         g["payload_bytes"] += nbytes
         g["payloads"].append(nbytes)
     return list(groups.values())
+
+
+def _is_backend(trace, a):
+    """An allocation made inside a collective (c10d op, gloo): NCCL makes no such tensor."""
+    _, _, comm, _, _ = trace.context(a.ev)
+    return comm is not None and (comm in _C10D or comm.startswith("gloo:"))
+
+
+def peak_excl_backend(trace, t_start, t_end, exact):
+    """The peak of live bytes without the buffers gloo allocates inside its collectives (what a
+    GPU run with NCCL would hold), in [t_start, t_end].
+
+    Returns (index, lower, upper, backend ptrs).  Frees made on gloo's worker threads are not
+    seen (an allocation is closed at the reuse of its address at the latest), so the live set
+    rebuilt without gloo's buffers is an upper bound (`upper`, stale blocks counted); with the
+    allocator's exact total, `lower` = max(upper - (rebuilt - exact), exact - gloo's buffers not
+    yet seen freed) is a bound below.  Equal bounds: the exact figure.  The index is the
+    moment of the largest lower bound (the largest figure the run is known to reach)."""
+    n = len(trace.times)
+    idx = {id(a): i for i, a in enumerate(trace.event_alloc) if a is not None}
+    delta = [0] * (n + 1)
+    for a in trace.allocs:
+        if not _is_backend(trace, a):
+            continue
+        delta[idx[id(a)]] += a.size
+        if a.t1 is not None:
+            j = bisect.bisect_left(trace.times, a.t1)
+            while j < n and trace.event_alloc[j] is not None and trace.times[j] == a.t1 \
+                    and trace.event_alloc[j] is not a:
+                j += 1
+            # a free event at t1, or the reuse of the address (an allocation event) at t1
+            delta[min(j, n)] -= a.size
+    i0 = bisect.bisect_left(trace.times, t_start)
+    i1 = bisect.bisect_right(trace.times, t_end)
+    be, best, bi, best_up = 0, -1, None, -1
+    for i in range(n):
+        be += delta[i]
+        if i < i0 or i >= i1:
+            continue
+        up = trace.total[i] - be
+        lo = max(up - max(0, trace.total[i] - trace.true[i]), trace.true[i] - be) if exact else up
+        if lo > best:
+            best, bi = lo, i
+        best_up = max(best_up, up)
+    return bi, best, best_up
