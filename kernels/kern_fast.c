@@ -41,8 +41,10 @@ static inline float fexp(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } s;
-    s.i = ((int32_t)n + 127) << 23;
+    /* unsigned shift: a NaN input makes n garbage, which must not be undefined behaviour; p is
+       NaN then, so the result stays NaN (the engine's non-finite-loss check relies on it) */
+    union { uint32_t u; float f; } s;
+    s.u = (uint32_t)((int32_t)n + 127) << 23;
     return p * s.f;
 }
 
