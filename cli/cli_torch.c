@@ -157,7 +157,8 @@ static void print_help(FILE *f)
         "  --loop common|trainer the training loop (a plan flag): common keeps `outputs` (the logits) alive\n"
         "                        through backward and the step (default), trainer (HF Trainer's) drops them\n"
         "  --zero-grad none|zeros zero_grad(set_to_none=True|False) (a plan flag; default none, PyTorch >= 2.0)\n"
-        "  --bucket-mb X         DDP bucket_cap_mb (default 25)\n"
+        "  --bucket-mb X         DDP bucket_cap_mb, every bucket X MiB (default: not passed, DDP's own 25 MiB\n"
+        "                        with a 1 MiB first bucket; passing it makes the first bucket X MiB too)\n"
         "  --shard-group G       fsdp-hybrid: shard inside groups of G ranks (default N/2)\n"
         "  --timeout S           seconds one strategy may run (default 1800)\n"
         "  --keep DIR            keep the harness's JSON per strategy in DIR\n"
@@ -299,9 +300,10 @@ static cJSON *launch(const char *python, const char *harness, const TorchSetup *
         "--model", s->model, "--strategy", plan_strategy(s->strategy)->name, "--batch", batch, "--seq", seq,
         "--grad-accum", accum, "--steps", steps, "--precision", plan_precision(s->precision)->name,
         "--act-ckpt", plan_ckpt_name(s->ckpt), "--attn", plan_attn_name(s->attn), "--dropout", drop,
-        "--bucket-mb", bucket, "--grad-as-bucket-view", gabv, "--zero-grad", s->zero_grad, "--loop", s->loop,
-        "--shard-group", group, "--json", out_json, NULL,
+        "--grad-as-bucket-view", gabv, "--zero-grad", s->zero_grad, "--loop", s->loop,
+        "--shard-group", group, "--json", out_json, "--bucket-mb", bucket, NULL,
     };
+    if (s->bucket_mb <= 0) argv[sizeof argv / sizeof argv[0] - 3] = NULL;   /* DDP's own buckets */
     unlink(out_json);
     char why[256] = "";
     int rc = run_child((char *const *)argv, timeout_s, why, sizeof why);
@@ -366,7 +368,9 @@ static int setup_from_json(const cJSON *j, TorchSetup *s, char *err, size_t errl
     s->steps = (long long)num(su, "steps", 3);
     s->shard_group = (long long)num(su, "shard_group", 0);
     s->dropout = num(su, "dropout", 0);
-    s->bucket_mb = num(su, "bucket_mb", 25);
+    /* DDP's own buckets (1 MiB first) unless bucket_cap_mb was passed, which the implementation
+       line says ("default" when it was not) */
+    s->bucket_mb = strstr(str(j, "implementation", ""), "default") ? 0 : num(su, "bucket_mb", 0);
     s->gabv = (int)num(su, "grad_as_bucket_view", 0);
     int p = plan_precision_by_name(str(su, "precision", "fp32"));
     int c = plan_ckpt_by_name(str(su, "act_ckpt", "none"));
@@ -590,8 +594,8 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
     for (int i = 0; i < cp.n; i++) {
         CollSum *q = &pred[cp.c[i].op][cp.c[i].phase];
         double count = cp.c[i].count;
-        if (s->strategy == STRAT_DDP && cp.c[i].op == PCOLL_ALL_REDUCE && s->bucket_mb != 25 && strstr(cp.c[i].what, "bucket"))
-            count = plan_ddp_buckets(ms.psi, plan_precision(t.precision)->grad_bytes, s->bucket_mb * 1024 * 1024);
+        if (s->strategy == STRAT_DDP && cp.c[i].op == PCOLL_ALL_REDUCE && s->bucket_mb > 0 && strstr(cp.c[i].what, "bucket"))
+            count = fmax(1, ceil(ms.psi * plan_precision(t.precision)->grad_bytes / (s->bucket_mb * 1024 * 1024)));   /* every bucket at the cap */
         q->count += count;
         q->payload += cp.c[i].payload_bytes;
     }
@@ -683,7 +687,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
     o.ranks = 2;
     o.steps = 3;
     o.tol = 0.03;
-    o.bucket_mb = 25;
+    o.bucket_mb = 0;   /* not passed: DDP's own buckets */
     o.timeout_s = 1800;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { print_help(stdout); return 0; }
