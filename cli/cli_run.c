@@ -543,20 +543,6 @@ typedef struct {
     double count, payload, wire;
 } CollSum;
 
-static double rel_err(double pred, double meas)
-{
-    if (pred == 0) return meas == 0 ? 0 : INFINITY;
-    return (meas - pred) / pred;
-}
-
-static const char *fmt_err(double e, char *buf, size_t len)
-{
-    if (isinf(e)) snprintf(buf, len, "new");
-    else if (e != 0 && fabs(100 * e) < 0.005) snprintf(buf, len, "%+.1e", 100 * e);   /* visible, not +0.00 */
-    else snprintf(buf, len, "%+.2f", 100 * e);
-    return buf;
-}
-
 /* One strategy: rows on f (rank 0) and a JSON record; returns 1 if it passes. */
 static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResult *r, cJSON *arr, int *row_header,
                    const DeviceDesc *desc)
@@ -621,22 +607,22 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
     for (size_t i = 0; i < sizeof CATS / sizeof CATS[0]; i++) {
         double p = mr.term[CATS[i].term], m = r->at_peak[CATS[i].cat];
         fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, CATS[i].name, fmt_b(p, a, sizeof a), fmt_b(m, b, sizeof b),
-                fmt_err(rel_err(p, m), e, sizeof e), "at the peak");
+                plan_fmt_rel_err(plan_rel_err(p, m), e, sizeof e), "at the peak");
         cJSON *q = cJSON_CreateObject();
         cJSON_AddStringToObject(q, "category", CATS[i].name);
         cJSON_AddNumberToObject(q, "predicted_bytes", p);
         cJSON_AddNumberToObject(q, "measured_bytes", m);
         cJSON_AddItemToArray(cats, q);
     }
-    double pe = rel_err(mr.peak, r->peak_total);
+    double pe = plan_rel_err(mr.peak, r->peak_total);
     int peak_ok = fabs(pe) <= 0.05;
     pass &= peak_ok;
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, "peak", fmt_b(mr.peak, a, sizeof a), fmt_b(r->peak_total, b, sizeof b),
-            fmt_err(pe, e, sizeof e), peak_ok ? "ok (within 5%)" : "FAIL (over 5%)");
+            plan_fmt_rel_err(pe, e, sizeof e), peak_ok ? "ok (within 5%)" : "FAIL (over 5%)");
     int ms_ok = mr.model_states == r->model_states;
     pass &= ms_ok;
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, "model_states", fmt_b(mr.model_states, a, sizeof a),
-            fmt_b(r->model_states, b, sizeof b), fmt_err(rel_err(mr.model_states, r->model_states), e, sizeof e),
+            fmt_b(r->model_states, b, sizeof b), plan_fmt_rel_err(plan_rel_err(mr.model_states, r->model_states), e, sizeof e),
             ms_ok ? "ok (exact)" : "FAIL (must be exact)");
     for (int op = 0; op < PCOLL_COUNT; op++)
         for (int ph = 0; ph < CPHASE_COUNT; ph++) {
@@ -649,9 +635,9 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
             int cnt_ok = p->count == (double)m->count, bytes_ok = p->payload == m->payload_bytes;
             pass &= bytes_ok;
             fprintf(f, "%-8s %-26s %16.0f %16lld %9s %s\n", sn, q1, p->count, (long long)m->count,
-                    fmt_err(rel_err(p->count, (double)m->count), e, sizeof e), cnt_ok ? "ok" : "differs (reported)");
+                    plan_fmt_rel_err(plan_rel_err(p->count, (double)m->count), e, sizeof e), cnt_ok ? "ok" : "differs (reported)");
             fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, q2, fmt_b(p->payload, a, sizeof a), fmt_b(m->payload_bytes, b, sizeof b),
-                    fmt_err(rel_err(p->payload, m->payload_bytes), e, sizeof e), bytes_ok ? "ok (exact)" : "FAIL (must be exact)");
+                    plan_fmt_rel_err(plan_rel_err(p->payload, m->payload_bytes), e, sizeof e), bytes_ok ? "ok (exact)" : "FAIL (must be exact)");
             cJSON *q = cJSON_CreateObject();
             cJSON_AddStringToObject(q, "op", plan_coll_name((PlanCollOp)op));
             cJSON_AddStringToObject(q, "phase", plan_comm_phase_name((CommPhase)ph));

@@ -333,13 +333,6 @@ static const char *str(const cJSON *o, const char *k, const char *dflt)
     return cJSON_IsString(v) ? v->valuestring : dflt;
 }
 
-static int is_zoo(const char *name)
-{
-    for (int i = 0; i < plan_zoo_count(); i++)
-        if (strcmp(plan_zoo_entry(i)->name, name) == 0) return 1;
-    return 0;
-}
-
 /* The setup a saved result was measured with. 0, or -1 with err. */
 static int setup_from_json(const cJSON *j, TorchSetup *s, char *err, size_t errlen)
 {
@@ -351,7 +344,7 @@ static int setup_from_json(const cJSON *j, TorchSetup *s, char *err, size_t errl
     memset(s, 0, sizeof *s);
     snprintf(s->model, sizeof s->model, "%s", model);
     char cfg[PATH_MAX], hp[PATH_MAX];
-    if (!cJSON_GetObjectItem(mo, "source") && !is_zoo(model) && !strchr(model, '/') &&
+    if (!cJSON_GetObjectItem(mo, "source") && !plan_zoo_has(model) && !strchr(model, '/') &&
         harness_path(hp, sizeof hp) == 0) {
         char *slash = strrchr(hp, '/');
         if (slash) *slash = 0;
@@ -399,25 +392,11 @@ static const char *planner_phase(const char *harness_phase)
     return harness_phase;
 }
 
-static double rel_err(double pred, double meas)
-{
-    if (pred == 0) return meas == 0 ? 0 : INFINITY;
-    return (meas - pred) / pred;
-}
-
-static const char *fmt_err(double e, char *buf, size_t len)
-{
-    if (isinf(e)) snprintf(buf, len, "new");
-    else if (e != 0 && fabs(100 * e) < 0.005) snprintf(buf, len, "%+.1e", 100 * e);
-    else snprintf(buf, len, "%+.2f", 100 * e);
-    return buf;
-}
-
 static void row(FILE *f, const char *strat, const char *q, double p, double m, const char *check)
 {
     char a[32], b[32], e[32];
     fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", strat, q, plan_fmt_count(llround(p), a, sizeof a),
-            plan_fmt_count(llround(m), b, sizeof b), fmt_err(rel_err(p, m), e, sizeof e), check);
+            plan_fmt_count(llround(m), b, sizeof b), plan_fmt_rel_err(plan_rel_err(p, m), e, sizeof e), check);
 }
 
 static cJSON *pm_json(double p, double m)
@@ -560,12 +539,12 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
         cJSON_AddStringToObject(q, "category", CATS[i].key);
         cJSON_AddItemToArray(cats, q);
     }
-    double pe = rel_err(mr.peak, mpeak);
+    double pe = plan_rel_err(mr.peak, mpeak);
     int peak_ok = fabs(pe) <= tol;
     /* a prediction between the known peak and the upper bound (or within the tolerance of the
        bound) is as close as the run can say */
     int bounded = !peak_ok && mupper >= mpeak && mr.peak >= mpeak &&
-                  (mr.peak <= mupper || fabs(rel_err(mr.peak, mupper)) <= tol);
+                  (mr.peak <= mupper || fabs(plan_rel_err(mr.peak, mupper)) <= tol);
     peak_ok |= bounded;
     const char *mphase = str(pv, "peak_phase", "?");
     int phase_ok = strcmp(planner_phase(mphase), plan_phase_name(mr.peak_phase)) == 0;

@@ -365,12 +365,6 @@ static int read_file(const char *path, int64_t size, char **out, size_t *out_len
     return 0;
 }
 
-static int is_zoo_name(const char *name) {
-    for (int i = 0; i < plan_zoo_count(); i++)
-        if (strcmp(plan_zoo_entry(i)->name, name) == 0) return 1;
-    return 0;
-}
-
 int plan_load_model(ModelSpec *m, const char *arg, char *msg, size_t msglen) {
     memset(m, 0, sizeof(*m));
     if (!arg || !arg[0]) {
@@ -378,7 +372,7 @@ int plan_load_model(ModelSpec *m, const char *arg, char *msg, size_t msglen) {
                  "memplan model path)", plan_zoo_names());
         return -1;
     }
-    if (is_zoo_name(arg)) return plan_zoo_build(m, arg, msg, msglen);
+    if (plan_zoo_has(arg)) return plan_zoo_build(m, arg, msg, msglen);
 
     struct stat st;
     size_t alen = strlen(arg);

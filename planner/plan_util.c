@@ -98,3 +98,15 @@ int plan_lookup(const char *name, const char *const *names, int n) {
         if (strcmp(name, names[i]) == 0) return i;
     return -1;
 }
+
+double plan_rel_err(double pred, double meas) {
+    if (pred == 0) return meas == 0 ? 0 : INFINITY;
+    return (meas - pred) / pred;
+}
+
+const char *plan_fmt_rel_err(double e, char *buf, size_t len) {
+    if (isinf(e)) snprintf(buf, len, "new");
+    else if (e != 0 && fabs(100 * e) < 0.005) snprintf(buf, len, "%+.1e", 100 * e);
+    else snprintf(buf, len, "%+.2f", 100 * e);
+    return buf;
+}

@@ -24,6 +24,11 @@ const char *plan_fmt_bytes(double bytes, char *buf, size_t len);
 const char *plan_fmt_gib(double bytes, char *buf, size_t len);
 /* 1234567 -> "1,234,567". */
 const char *plan_fmt_count(long long n, char *buf, size_t len);
+/* (measured - predicted) / predicted; 0 when both are 0, INFINITY when only measured is not. */
+double plan_rel_err(double pred, double meas);
+/* A relative error in percent for tables: "+1.23", "+4.0e-03" when too small for two decimals
+ * (visible, not +0.00), "new" for INFINITY. Returns buf. */
+const char *plan_fmt_rel_err(double e, char *buf, size_t len);
 /* Index of name in a NULL-terminated or counted array of names, or -1. */
 int plan_lookup(const char *name, const char *const *names, int n);
 

@@ -220,3 +220,9 @@ oom:
     plan_model_free(m);
     return -1;
 }
+
+int plan_zoo_has(const char *name) {
+    for (int i = 0; i < plan_zoo_count(); i++)
+        if (strcmp(plan_zoo_entry(i)->name, name) == 0) return 1;
+    return 0;
+}

@@ -13,6 +13,7 @@ typedef struct {
 
 int plan_zoo_count(void);
 const ZooEntry *plan_zoo_entry(int i);
+int plan_zoo_has(const char *name);   /* 1 if name is a zoo model */
 /* Builds the named model. -1 with "unknown model 'x' (valid: ...)" in msg if not in the zoo. */
 int plan_zoo_build(ModelSpec *m, const char *name, char *msg, size_t msglen);
 /* Comma-separated names, for error messages and --help. */
