@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_io.h"
 #include "cli_setup.h"
 #include "plan_comm.h"
 #include "plan_load.h"
@@ -634,22 +635,6 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
 
 /* ---- the command ---- */
 
-static int write_json(cJSON *j, const char *path)
-{
-    char *txt = cJSON_Print(j);
-    if (!txt) { fprintf(stderr, "memplan: out of memory writing JSON\n"); return 1; }
-    FILE *f = path ? fopen(path, "w") : stdout;
-    int bad = !f;
-    if (f) {
-        bad |= fprintf(f, "%s\n", txt) < 0;
-        bad |= fflush(f) != 0;
-        if (path) bad |= fclose(f) != 0;
-    }
-    free(txt);
-    if (bad) { fprintf(stderr, "memplan: cannot write the JSON to '%s'\n", path ? path : "standard output"); return 1; }
-    return 0;
-}
-
 static void echo_versions(FILE *f, const cJSON *h, int *shown)
 {
     if (*shown) return;
@@ -737,6 +722,17 @@ int cli_cmd_validate_torch(int argc, char **argv)
         snprintf(base.loop, sizeof base.loop, "%s", cs.train.loop_trainer ? "hf" : "common");
     }
 
+    if (cs.json_path) {   /* before any work, without touching it: never a model or a measured input */
+        char err[PATH_MAX + 256];
+        const char *inputs[MAX_MEASURED + 1];
+        int n_in = 0;
+        for (int i = 0; i < o.n_measured; i++) inputs[n_in++] = o.measured[i];
+        if (cs.have_model && strcmp(cs.model.source, "zoo")) inputs[n_in++] = cs.model.source;
+        if (cli_check_output("--json", cs.json_path, inputs, n_in, err, sizeof err)) {
+            cli_setup_free(&cs);
+            return cli_usage_error("%s", err);
+        }
+    }
     char envd[PATH_MAX], python[PATH_MAX + 16], harness[PATH_MAX], dir[PATH_MAX];
     if (!measured_mode) {
         const char *py = getenv("MEMPLAN_TORCH_PYTHON");
@@ -768,12 +764,6 @@ int cli_cmd_validate_torch(int argc, char **argv)
             if (!mkdtemp(dir)) { cli_setup_free(&cs); fprintf(stderr, "memplan: cannot create a temporary directory\n"); return 1; }
         }
     }
-    if (cs.json_path) {   /* check the output before any work */
-        FILE *jf = fopen(cs.json_path, "a");
-        if (!jf) { cli_setup_free(&cs); return cli_usage_error("cannot write --json file '%s': %s", cs.json_path, strerror(errno)); }
-        fclose(jf);
-    }
-
     FILE *out = cs.json && !cs.json_path ? stderr : stdout;
     setvbuf(out, NULL, _IOLBF, 0);
     if (!measured_mode) {
@@ -861,7 +851,10 @@ int cli_cmd_validate_torch(int argc, char **argv)
         cJSON_AddItemToObject(j, "strategies", arr);
         arr = NULL;
         cJSON_AddBoolToObject(j, "pass", all_pass);
-        if (write_json(j, cs.json_path)) rc = 1;
+        char *txt = cJSON_Print(j);
+        if (!txt) { fprintf(stderr, "memplan: out of memory writing the JSON\n"); rc = 1; }
+        else if (cli_write_text("the --json output", cs.json_path, txt)) rc = 1;   /* every write checked */
+        free(txt);
         cJSON_Delete(j);
     }
     cJSON_Delete(arr);

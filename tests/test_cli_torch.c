@@ -367,3 +367,27 @@ Test(validate_torch, saved_measurements_of_real_runs_should_keep_passing)
         free(r.out);
     }
 }
+
+/* --json=FILE is checked before any work without touching it: a measured input is never
+   overwritten, a missing folder is one line, exit 2 */
+Test(validate_torch, json_output_should_never_be_a_measured_input_and_is_checked_first)
+{
+    char dir[256], path[300], args[1024];
+    test_tmpdir(dir, sizeof dir, "vt");
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    write_json(path, exact_result("ddp", 1.0, 0, NULL));
+    struct stat before, after;
+    cr_assert_eq(stat(path, &before), 0);
+    snprintf(args, sizeof args, "validate --against torch --measured %s --json=%s", path, path);
+    Run r = test_launch(g_memplan, 0, 30, args);
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.out, "is the input file"), "%s", r.out);
+    cr_assert_eq(stat(path, &after), 0);
+    cr_assert_eq(before.st_size, after.st_size, "the measured file was rewritten");
+    free(r.out);
+    snprintf(args, sizeof args, "validate --against torch --measured %s --json=%s/no/such/x.json", path, dir);
+    r = test_launch(g_memplan, 0, 30, args);
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.out, "does not exist"), "%s", r.out);
+    free(r.out);
+}
