@@ -13,7 +13,7 @@
 enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
-    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
+    OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY,
 };
 
@@ -36,6 +36,7 @@ static const struct option BASE_OPTIONS[] = {
     {"strategy", required_argument, 0, OPT_STRATEGY},
     {"grad-as-bucket-view", no_argument, 0, OPT_BUCKET_VIEW},
     {"cuda-context", required_argument, 0, OPT_CTX},
+    {"cublas-ws", required_argument, 0, OPT_CUBLAS},
     {"nccl-mem", required_argument, 0, OPT_NCCL},
     {"alloc-margin", required_argument, 0, OPT_MARGIN},
     {"mfu", required_argument, 0, OPT_MFU},
@@ -131,6 +132,7 @@ void cli_print_setup_help(FILE *f) {
         "                         FullyShardedDataParallel, 2 fully_shard (default 2)\n"
         "Overheads (per GPU; defaults in docs/formulas.md):\n"
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
+        "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
         "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
         "  --alloc-margin P%%|SIZE caching-allocator margin (default 5%% of allocated bytes)\n"
         "Output:\n"
@@ -170,7 +172,7 @@ static int learned_positions(const ModelSpec *m) {
 
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
 static int resolve(CliSetup *s, const char *model_arg, double params, long long units,
-                   long long gpn, double gpu_mem, double intra_bw, double inter_bw, double latency_us,
+                   long long gpn, double gpu_mem, double cublas_ws, double intra_bw, double inter_bw, double latency_us,
                    int need_model) {
     char err[512];
     if (model_arg && params > 0) return cli_usage_error("give either --model or --params, not both");
@@ -186,6 +188,7 @@ static int resolve(CliSetup *s, const char *model_arg, double params, long long 
         return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_names());
     }
     if (gpu_mem > 0) s->cluster.gpu.mem_bytes = gpu_mem;
+    if (cublas_ws >= 0) s->cluster.gpu.cublas_ws_bytes = cublas_ws;   /* after --gpu, whatever the order */
     if (intra_bw > 0) s->cluster.gpu.intra_bw = intra_bw;
     if (inter_bw > 0) s->cluster.gpu.inter_bw = inter_bw;
     if (latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = latency_us * 1e-6;
@@ -229,7 +232,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     memset(&opts[n], 0, sizeof(opts[n]));
 
     const char *model_arg = NULL;
-    double params = 0, gpu_mem = -1, intra_bw = 0, inter_bw = 0, latency_us = -1;
+    double params = 0, gpu_mem = -1, cublas_ws = -1, intra_bw = 0, inter_bw = 0, latency_us = -1;
     long long units = 32, gpn = 0, v;
     double d;
     int isfrac;
@@ -344,6 +347,10 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
             if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--cuda-context '%s' is not a size up to 64GiB (e.g. 600MiB)", a);
             s->cluster.cuda_context = d;
             break;
+        case OPT_CUBLAS:
+            if (bare_number(a)) return cli_usage_error("--cublas-ws '%s' needs a unit (e.g. 32MiB; a bare number would be bytes)", a);
+            if (plan_parse_size(a, &cublas_ws) || cublas_ws > 64 * GIB) return cli_usage_error("--cublas-ws '%s' is not a size up to 64GiB (e.g. 32MiB)", a);
+            break;
         case OPT_NCCL:
             if (bare_number(a)) return cli_usage_error("--nccl-mem '%s' needs a unit (e.g. 1GiB; a bare number would be bytes)", a);
             if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--nccl-mem '%s' is not a size up to 64GiB (e.g. 1GiB)", a);
@@ -393,7 +400,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
                                bare_json ? ": --json writes to standard output, --json=FILE to a file" : "");
     }
 
-    int rc = resolve(s, model_arg, params, units, gpn, gpu_mem, intra_bw, inter_bw, latency_us,
+    int rc = resolve(s, model_arg, params, units, gpn, gpu_mem, cublas_ws, intra_bw, inter_bw, latency_us,
                      need_model);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;

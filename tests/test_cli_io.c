@@ -214,9 +214,28 @@ Test(cli_io, a_size_without_a_unit_should_be_refused)
     USAGE("--alloc-margin '5' needs a unit", "--model gpt2 --alloc-margin 5");
     USAGE("--cuda-context '1.5' needs a unit", "--model gpt2 --cuda-context 1.5");
     USAGE("--nccl-mem '512' needs a unit", "--model gpt2 --nccl-mem 512");
+    USAGE("--cublas-ws '8' needs a unit", "--model gpt2 --cublas-ws 8");
+    USAGE("--cublas-ws '1TiB' is not a size up to 64GiB", "--model gpt2 --cublas-ws 1TiB");
     Run r = mp("--model gpt2 --alloc-margin 5%% --cuda-context 600MiB --nccl-mem 0 --json");
     cr_expect_eq(r.status, 0, "%s", r.out);
     free(r.out);
+}
+
+/* the preset's cuBLAS workspace is replaced by --cublas-ws whether it comes before or after --gpu */
+Test(cli_io, cublas_ws_should_override_the_presets_workspace_in_any_order)
+{
+    const char *orders[] = {"--gpu h100-80gb --cublas-ws 1MiB", "--cublas-ws 1MiB --gpu h100-80gb"};
+    for (int i = 0; i < 2; i++) {
+        Run r = mp("--model gpt2 --strategy ddp %s --json", orders[i]);
+        cr_assert_eq(r.status, 0, "%s", r.out);
+        cr_expect(strstr(r.out, "\"cublas_workspace\":\t1048576,"),
+                  "%s: %s", orders[i], r.out);
+        free(r.out);
+    }
+    Run d = mp("--model gpt2 --strategy ddp --gpu h100-80gb --json");
+    cr_expect(strstr(d.out, "\"cublas_workspace\":\t33554432,"),
+              "the preset's own: %s", d.out);
+    free(d.out);
 }
 
 Test(cli_io, a_missing_model_value_should_blame_the_model_flag)
