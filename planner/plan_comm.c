@@ -41,6 +41,19 @@ double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes) {
     return 1 + ceil((total - PLAN_DDP_FIRST_BUCKET) / cap);
 }
 
+double plan_ddp_buckets_tensors(const ModelSpec *m, int grad_bytes, double first_cap, double cap) {
+    if (!plan_model_tensors_known(m)) return -1;
+    double n = 0, fill = 0, lim = first_cap;
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        const LayerSpec *l = &m->layers[i];
+        for (int k = l->n_tensors - 1; k >= 0; k--) {
+            fill += (double)l->tensor_elems[k] * grad_bytes;
+            if (fill >= lim) { n++; fill = 0; lim = cap; }
+        }
+    }
+    return n + (fill > 0);
+}
+
 double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
                          int crosses_nodes) {
     if (group <= 1) return 0;
@@ -174,10 +187,13 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
         return;
     }
     switch (s->buffers) {
-    case BUF_DDP_BUCKETS:   /* one all-reduce per bucket, once per optimizer step (no_sync) */
-        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets",
-            plan_ddp_buckets(psi, p->grad_bytes, 0), psi * gb, N, multi_node);
+    case BUF_DDP_BUCKETS: { /* one all-reduce per bucket, once per optimizer step (no_sync) */
+        double nb = t->impl == IMPL_PYTORCH
+                        ? plan_ddp_buckets_tensors(m, p->grad_bytes, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET) : -1;
+        if (nb < 0) nb = plan_ddp_buckets(psi, p->grad_bytes, 0);   /* tensors unknown, or the engine */
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets", nb, psi * gb, N, multi_node);
         break;
+    }
     case BUF_DS_REDUCE: {   /* ZeRO paper: reduce-scatter grads, all-gather updated params */
         double buckets = ceil(psi / PLAN_DS_REDUCE_BUCKET);
         double times = (s->shard & SHARD_GRAD) ? K : 1;   /* stage 2 reduces every micro-step */
