@@ -314,11 +314,20 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        full, or the end of backward) until the step frees it. Measured: no gradients at the
        peak early in backward (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients"). */
     int ds12 = s->buffers == BUF_DS_REDUCE && t->impl == IMPL_PYTORCH;
+    /* ZeRO-1 (partition_gradients off, overlap_comm off by default): the gradient hooks only set
+       up the bucket (process_gradients calls reduce_ready_partitions_and_remove_grads only under
+       partition_gradients or overlap_comm), so every gradient stays an ordinary .grad through
+       backward, as under DDP; reduce_gradients copies them into the bucket at the end of
+       backward. Measured: docs/formulas.md "DeepSpeed ZeRO-1/2 gradients". */
+    int ds12_stage1 = ds12 && !(s->shard & SHARD_GRAD);
     double o_part = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi, ds12_seen = 0;
     int opt_on_gpu = !plan_offload_cpu_step(t, sk);
     const OptimizerSpec *os = plan_optimizer(t->optimizer);
     if (ds12) {
         o_part = ds.part;   /* the flat list padded to 2n, split in n */
+        /* the parameters are views of the flat 16-bit group, padded the same way
+           (flatten_dense_tensors_aligned; measured bert-base: 109,514,300 x 4 B) */
+        params_steady = (double)z->n * ds.part * p->param_bytes;
         if (opt_on_gpu) opt_steady = o_part * (p->master_bytes + os->states * p->state_bytes);
         grads_persistent = 0;
         grads_fwd = 0;
@@ -435,7 +444,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         double pu = (double)l->params;
         if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
         double unsharded = 0;   /* FSDP2: the unit's gradients before its reduce-scatter */
-        double tied_sum = 0;    /* FSDP2, tied head: the embedding's V x e half and the sum */
+        double tied_sum = 0;    /* tied head: the sum of the two V x e halves (FSDP2: + its own half) */
         if (f2.on) {
             /* the embedding's backward writes its own V x e gradient beside the head's, and
                accumulating the two makes a third (the sum) before both halves are freed:
@@ -446,11 +455,20 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             if (l->kind == LAYER_BLOCK) unsharded = pu * p->grad_bytes;
             else root_grads += (l->kind == LAYER_HEAD ? head_tied : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
                                p->grad_bytes;
-        } else if (!grads_persistent && !ds12 && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
+        } else if (!grads_persistent && (!ds12 || ds12_stage1) && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
-        if (ds12 && ((ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET || i == 0))
-            grads_now = grads_steady;                        /* the partition, from the first reduction */
-        tv[TERM_GRADS] = grads_now + (ds12 ? pu * p->grad_bytes : 0);   /* + the layer's in flight */
+        /* the autograd engine sums the two halves of a tied weight's gradient out of place
+           (input_buffer.cpp accumulate: the head's half is a view of its mm output), so the
+           embedding's backward holds the head's half, its own and the sum, whatever wraps the
+           model (measured: three V x e tensors, aten::mm, embedding_dense_backward and aten::add,
+           at BERT's word embeddings under DeepSpeed ZeRO-1; plain torch the same) */
+        if (!f2.on && l->kind == LAYER_EMBED) tied_sum = tied_live;
+        /* ZeRO-2: the partition exists from the first reduction: the bucket full (mid-backward)
+           or the end of backward ("gradient reduction" below), not before */
+        if (ds12 && !ds12_stage1 && (ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET)
+            grads_now = grads_steady;
+        /* + ZeRO-2's layer in flight (each gradient until its hook copies it into the bucket) */
+        tv[TERM_GRADS] = grads_now + (ds12 && !ds12_stage1 ? pu * p->grad_bytes : 0);
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_GRADS] += tied_live + root_grads + unsharded + tied_sum;
@@ -507,11 +525,28 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        memplan charges their flattened copies only at the end. */
     if (ds12 && c->gpus > 1) {
         double buckets = ceil(z->psi / PLAN_DS_REDUCE_BUCKET);
-        tv[TERM_GRADS] = buckets > 1 ? grads_steady : ds_norm;
-        tv[TERM_COMM] = persistent_comm + (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
         tv[TERM_ACTIVATIONS] = acts + held;
         tv[TERM_TRANSIENT] = casts;
-        moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
+        if (ds12_stage1) {
+            /* ZeRO-1 reduces everything here (reduce_gradients): the .grad tensors move into
+               the bucket one by one (their storage freed), the full bucket is flattened and
+               all-reduced, and the partition is allocated after the first reduction. The first
+               reduction holds the gradients not yet moved; the second (a model above 5e8
+               elements) those left and the partition; later ones hold less. */
+            double bkt = PLAN_DS_REDUCE_BUCKET;
+            tv[TERM_GRADS] = ds_norm + fmax(0, z->psi - bkt) * p->grad_bytes;
+            tv[TERM_COMM] = persistent_comm + fmin(bkt, z->psi) * p->grad_bytes;
+            moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
+            if (buckets > 1) {
+                tv[TERM_GRADS] = grads_steady + fmax(0, z->psi - 2 * bkt) * p->grad_bytes;
+                tv[TERM_COMM] = persistent_comm + fmin(bkt, z->psi - bkt) * p->grad_bytes;
+                moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
+            }
+        } else {
+            tv[TERM_GRADS] = buckets > 1 ? grads_steady : ds_norm;
+            tv[TERM_COMM] = persistent_comm + (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
+            moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
+        }
     }
 
     /* ---- optimizer step ---- */

@@ -96,6 +96,10 @@ static const struct {
        (zero3: payloads, and the persistent tensors' full data, 56 elements of padding) */
     {"gpt2-mini", 3, STRAT_ZERO1, 3763200, 1584132, 3763200, 3763200, 0, 0, 0, 3763200, 4, 1},
     {"gpt2-mini", 3, STRAT_ZERO3, 4493612, 1254484, 3763428, 0, 3763428, 524292, 0, 3239136, 8, 51},
+    /* bert-base: 109,514,298 elements, the flat 16-bit group padded to 2n = 4: the parameters
+       (views of it) and the step's all-gather are 109,514,300 x 4 B */
+    {"bert-base", 2, STRAT_ZERO1, 438057200, 227647492, 657085800, 438057192, 0, 0, 0, 438057200, 4, 1},
+    {"bert-base", 2, STRAT_ZERO2, 438057200, 227647492, 657085800, 438057192, 0, 0, 0, 438057200, 4, 1},
 };
 
 Test(plan_deepspeed, zero_rows_should_match_the_harness_exactly) {
