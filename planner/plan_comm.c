@@ -113,8 +113,9 @@ static void add_syncbn(CommPlan *out, const ModelSpec *m, const TrainSpec *t, co
    updated partitions (n x the padded partition) and all-reduces the fp32 gradient norm
    (get_grad_norm_direct), plus the uint8 overflow flag under fp16/bf16.
    ZeRO-3 (stage3.py, partitioned_param_coordinator.py): forward all-gathers the non-persistent
-   tensors of each module (n x ceil(numel/n) each), backward again those released since their
-   forward (plan_ds3_kept); reduce-scatter of every gradient (padded); the step all-gathers
+   tensors (n x ceil(numel/n) each) in coalesced prefetch groups, backward again those released
+   since their forward (plan_ds3_kept), one collective per group (plan_ds3_sim_gathers);
+   reduce-scatter of every gradient (padded); the step all-gathers
    each persistent tensor's updated partition (one collective per tensor) and all-reduces the
    fp64 gradient norm (+ the uint8 overflow flag under fp16). */
 static void add_deepspeed(CommPlan *out, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
@@ -136,18 +137,11 @@ static void add_deepspeed(CommPlan *out, const ModelSpec *m, const TrainSpec *t,
         add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "updated parameters", buckets,
             (double)n * ds.part * pb, N, multi_node);
     } else {
-        double fwd = 0, fwd_n = 0, bwd = 0, bwd_n = 0, seen = 0;
-        for (int i = 0; i < m->n_layers; i++) {
-            const LayerSpec *l = &m->layers[i];
-            double g = plan_ds3_gathered_elems(l, n);
-            seen += (double)l->params;
-            if (g <= 0) continue;
-            fwd += g;
-            fwd_n++;
-            if (!plan_ds3_kept(z->psi - seen)) { bwd += g; bwd_n++; }
-        }
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "module parameters", fwd_n * K, fwd * pb * K, n, multi_node);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "module parameters", bwd_n * K, bwd * pb * K, n, multi_node);
+        /* one all-gather per coalesced group, in the phase that issues it (Ds3Sim) */
+        double cnt[2], el[2];
+        plan_ds3_sim_gathers(m, n, cnt, el);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "module parameters", cnt[0] * K, el[0] * pb * K, n, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "module parameters", cnt[1] * K, el[1] * pb * K, n, multi_node);
         add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "gradient buckets", buckets * K,
             ds.padded * gb * K, n, multi_node);
         add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "persistent parameters", ds.persist_count,

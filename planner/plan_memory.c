@@ -143,32 +143,12 @@ static int ds_zero12_step(const Strategy *s, const TrainSpec *t, const Precision
     return 1;
 }
 
-/* DeepSpeed ZeRO-3 gathers parameters module by module (deepspeed/runtime/zero/
-   partitioned_param_coordinator.py, fetch_sub_module / release_sub_module) with its defaults
-   (deepspeed/runtime/zero/config.py): stage3_prefetch_bucket_size 5e7 elements gathered ahead
-   of use, stage3_max_reuse_distance 1e9: a module's parameters are not released after its
-   forward when they are used again within 1e9 parameter elements of the step's trace
-   (__params_to_release). A layer used in forward is used again in its backward after the rest
-   of the forward and the backward of the later layers, 2 x Σ later layers' elements: below 1e9
-   it stays gathered from its forward to its backward. Otherwise only the module in use (its
-   largest tensor, at this model's layer granularity) and the prefetch are gathered. After a
-   layer's backward its next use is the next step: released. Returns gathered elements while
-   layer k runs, forward or backward. Measured: docs/formulas.md "DeepSpeed ZeRO-3". */
-#define PLAN_DS3_PREFETCH 5e7
-
-/* kept: the layer with `later` elements after it stays gathered from its forward to its backward */
-static int ds3_kept(double later) { return plan_ds3_kept(later); }
-
-/* Gathered elements while layer l runs: the earlier layers kept since their forward
-   (kept_before), the layer itself (whole if kept, else the module in use), and the prefetch of
-   what runs next and is not gathered: in forward the later layers, in backward the earlier
-   layers that were released (notkept_before). O(1): the walk keeps the running sums. */
-static double ds3_gathered(const LayerSpec *l, double g, double later, double later_g,
-                           double kept_before, double notkept_before, int backward) {
-    double cur = ds3_kept(later) ? g : fmin(g, (double)l->largest_tensor);
-    double ahead = backward ? notkept_before : later_g;
-    return kept_before + cur + fmin(PLAN_DS3_PREFETCH, ahead);
-}
+/* DeepSpeed ZeRO-3 gathers parameters as partitioned_param_coordinator.py fetches them:
+   coalesced groups prefetched ahead of use up to stage3_max_live_parameters, each a flat
+   buffer that lives until the group's last tensor is used, with every tensor of the group
+   copied out at its first use; a layer stays gathered from its forward to its backward when
+   it is used again within stage3_max_reuse_distance (plan_deepspeed.h Ds3Sim). Measured:
+   docs/formulas.md "DeepSpeed ZeRO-3". */
 
 /* Elements of the model's largest parameter tensor. */
 static int64_t largest_tensor(const ModelSpec *m) {
@@ -379,9 +359,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_GRADS] = grads_fwd;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
     int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
-    double ds3_seen = 0, ds3_kept_sum = 0, ds3_free_sum = 0;   /* running sums over layers */
-    double ds3_g_total = 0, ds3_g_seen = 0;                     /* gathered elements */
-    for (int i = 0; ds3 && i < m->n_layers; i++) ds3_g_total += plan_ds3_gathered_elems(&m->layers[i], z->n);
+    double ds3_now = 0;   /* gathered bytes at the current layer's backward */
+    Ds3Sim d3;
+    plan_ds3_sim_init(&d3, m, z->n);
     tv[TERM_OPTIMIZER] = opt_steady + ds_fp32;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
@@ -392,17 +372,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_ACTIVATIONS] = acts + held;   /* + the previous step's logits */
         tv[TERM_TRANSIENT] = casts;
         if (f2.on) tv[TERM_COMM] = persistent_comm + plan_fsdp2_fwd_comm(&f2, m, i);
-        if (ds3) {
-            const LayerSpec *l = &m->layers[i];
-            double g = plan_ds3_gathered_elems(l, z->n);
-            double later = z->psi - ds3_seen - (double)l->params;
-            tv[TERM_COMM] = persistent_comm + ds3_gathered(l, g, later, ds3_g_total - ds3_g_seen - g,
-                                                           ds3_kept_sum, ds3_free_sum, 0) * p->param_bytes;
-            ds3_seen += (double)l->params;
-            ds3_g_seen += g;
-            if (ds3_kept(later)) ds3_kept_sum += g;
-            else ds3_free_sum += g;
-        }
+        if (ds3) tv[TERM_COMM] = persistent_comm + plan_ds3_sim_forward(&d3, i) * p->param_bytes;
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
     }
 
@@ -473,21 +443,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_GRADS] += tied_live + root_grads + unsharded + tied_sum;
         tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm);
-        if (ds3) {   /* ds3_seen counts down to the elements before layer i */
-            double g = plan_ds3_gathered_elems(l, z->n);
-            ds3_seen -= pu;
-            double later = z->psi - ds3_seen - pu;
-            if (ds3_kept(later)) ds3_kept_sum -= g;
-            else ds3_free_sum -= g;
-            tv[TERM_COMM] = persistent_comm +
-                            ds3_gathered(l, g, later, 0, ds3_kept_sum, ds3_free_sum, 1) * p->param_bytes;
-        }
+        if (ds3) tv[TERM_COMM] = persistent_comm + (ds3_now = plan_ds3_sim_backward(&d3, i) * p->param_bytes);
         tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
         double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
         tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
                              (i == m->n_layers - 1 ? loss_tr : 0);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
+        if (ds3 && i > 0) plan_ds3_sim_release(&d3, i);   /* layer 0: after the reduction below */
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
         if (l->kind == LAYER_HEAD) head_done = 1;
         if (!recast) casts -= cast_i;
@@ -547,6 +510,26 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_COMM] = persistent_comm + (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
             moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
         }
+    }
+
+    /* DeepSpeed ZeRO-3 at the end of backward: the last gradient hook runs the epilogue
+       (independent_gradient_partition_epilogue -> __reduce_and_partition_ipg_grads ->
+       __avg_scatter_grads -> reduce_scatter_coalesced), which copies the bucket's gradients,
+       each padded to n x ceil(numel / n), into one flat tensor (torch.cat, the reduce-scatter's
+       input) beside the bucket, while the first layer, whose hook ran last, is still gathered;
+       it is released after. Measured (bert-base, 2 ranks, fp32): aten::cat of 438,057,192 B in
+       ds_avg_scatter_grads beside the 2e9 B bucket and the gathered word and position
+       embeddings. Earlier buckets of a model above 5e8 elements are reduced mid-backward the
+       same way; memplan charges only the last one. */
+    if (ds3) {
+        double buckets = ceil(z->psi / PLAN_DS_REDUCE_BUCKET);
+        double last = fmax(0, ds.padded - (buckets - 1) * PLAN_DS_REDUCE_BUCKET);
+        tv[TERM_GRADS] = grads_steady;
+        tv[TERM_COMM] = persistent_comm + ds3_now + last * p->grad_bytes;
+        tv[TERM_ACTIVATIONS] = acts + held;
+        tv[TERM_TRANSIENT] = casts;
+        moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
+        plan_ds3_sim_release(&d3, 0);
     }
 
     /* ---- optimizer step ---- */

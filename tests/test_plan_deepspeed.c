@@ -100,6 +100,9 @@ static const struct {
        (views of it) and the step's all-gather are 109,514,300 x 4 B */
     {"bert-base", 2, STRAT_ZERO1, 438057200, 227647492, 657085800, 438057192, 0, 0, 0, 438057200, 4, 1},
     {"bert-base", 2, STRAT_ZERO2, 438057200, 227647492, 657085800, 438057192, 0, 0, 0, 438057200, 4, 1},
+    /* 76 tensors gathered (437,434,368 B in 3 coalesced all-gathers), 126 persistent + the
+       tied decoder's bias view: 127 step all-gathers of 622,824 B */
+    {"bert-base", 2, STRAT_ZERO3, 219651420, 219028604, 657085788, 0, 438057192, 437434368, 0, 622824, 8, 127},
 };
 
 Test(plan_deepspeed, zero_rows_should_match_the_harness_exactly) {
@@ -187,5 +190,58 @@ Test(plan_deepspeed, the_simulated_step_should_send_what_plan_comm_lists) {
     cr_expect_gt(a.comm_s, b.comm_s, "DeepSpeed %g s, paper %g s", a.comm_s, b.comm_s);
     plan_sim_free(&a);
     plan_sim_free(&b);
+    plan_model_free(&m);
+}
+
+/* ZeRO-3 fetches in coalesced prefetch groups (partitioned_param_coordinator.py): the first
+   module's fetch prefetches 5e7 elements of the trace, the next ones the rest; each group's flat
+   buffer lives until its last tensor is used, beside the tensors copied out of it at its first
+   use. Measured on bert-base (2 ranks, fp32, b2 s128): 3 all-gathers in forward of 208,582,656,
+   200,540,160 and 28,311,552 B (word + position embeddings + blocks 0-3; blocks 4-10 + block 11's
+   query; the rest of block 11 + the head's transform), and the forward peak at the end of block
+   10 holds the second group twice (its flat buffer until block 11's query is used). */
+Test(plan_deepspeed, zero3_should_gather_in_coalesced_groups_whose_flat_buffers_live_to_their_last_tensor) {
+    ModelSpec m = zoo("bert-base");
+    double cnt[2], el[2];
+    plan_ds3_sim_gathers(&m, 2, cnt, el);
+    cr_expect_eq(cnt[0], 3);
+    cr_expect_eq(el[0] * 4, 437434368);
+    cr_expect_eq(cnt[1], 0, "every layer kept from its forward to its backward");
+    Ds3Sim z;
+    plan_ds3_sim_init(&z, &m, 2);
+    double g1 = 208582656 / 4, g2 = 200540160 / 4, g3 = 28311552 / 4;
+    double at[16];
+    for (int i = 0; i < m.n_layers && i < 16; i++) at[i] = plan_ds3_sim_forward(&z, i);
+    cr_expect_eq(z.ng, 0, "every flat buffer freed by the end of forward");
+    cr_expect_eq(at[0], g1 + g1 + g2 + g3, "embeddings: group 1 copied out, every flat buffer");
+    cr_expect_eq(at[4], g1 + g2 + g3, "block.3: group 1's flat freed, groups 2 and 3 not yet used");
+    cr_expect_eq(at[11], g1 + g2 + g2 + g3, "block.10: group 2 twice");
+    cr_expect_eq(at[12], g1 + g2 + g3 + g3, "block.11: group 2's flat freed, group 3 twice");
+    cr_expect_eq(at[13], g1 + g2 + g3, "the head");
+    plan_model_free(&m);
+}
+
+/* With DeepSpeed's limits set small (bench/torch/ds3_probe.py), gpt2-mini shows what a model
+   above stage3_max_live_parameters does with the defaults: the prefetch runs ahead until
+   max_live elements are gathered, layers not reused within the reuse distance are released
+   after their forward and gathered again in backward. */
+Test(plan_deepspeed, zero3_should_prefetch_until_max_live_parameters_are_gathered) {
+    ModelSpec m = zoo("gpt2-mini");
+    Ds3Sim z;
+    plan_ds3_sim_init(&z, &m, 2);
+    z.prefetch = 1e5;
+    z.max_live = 4e5;
+    z.persist = 1e3;
+    z.reuse = 0;
+    for (int i = 0; i < m.n_layers; i++) {
+        double g = plan_ds3_sim_forward(&z, i);
+        cr_expect_leq(z.avail, 4e5 + 65536 + 1e5, "layer %d: %.0f available", i, z.avail);
+        cr_expect_gt(g, 0);
+    }
+    cr_expect_gt(z.ag_count[0], 4, "groups of about 1e5 elements");
+    for (int i = m.n_layers - 1; i >= 0; i--) { plan_ds3_sim_backward(&z, i); plan_ds3_sim_release(&z, i); }
+    cr_expect_gt(z.ag_count[1], 0, "released layers are gathered again in backward");
+    cr_expect_eq(z.mat, 0);
+    cr_expect_eq(z.avail, 0);
     plan_model_free(&m);
 }
