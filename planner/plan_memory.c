@@ -300,6 +300,13 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        backward, as under DDP; reduce_gradients copies them into the bucket at the end of
        backward. Measured: docs/formulas.md "DeepSpeed ZeRO-1/2 gradients". */
     int ds12_stage1 = ds12 && !(s->shard & SHARD_GRAD);
+    /* ZeRO-1/2's bucket lives from the first gradient hook of a backward (process_gradients ->
+       setup_buckets) to that backward's epilogue (_release_ipg_buffers: bucket.buffer.clear()):
+       not in forward, not at the loss's backward, not at the step. Measured: docs/formulas.md
+       "DeepSpeed's reduce bucket". ZeRO-3 allocates its bucket once (stage3.py __init__). */
+    double ds12_bucket = 0;
+    int ds12_hooked = 0;   /* the walk has reached a layer with parameters in backward */
+    if (ds12) { ds12_bucket = persistent_comm; persistent_comm = 0; }
     double o_part = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi, ds12_seen = 0;
     int opt_on_gpu = !plan_offload_cpu_step(t, sk);
     const OptimizerSpec *os = plan_optimizer(t->optimizer);
@@ -442,7 +449,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_GRADS] += tied_live + root_grads + unsharded + tied_sum;
-        tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm);
+        if (ds12 && pu > 0) ds12_hooked = 1;   /* its gradients' hooks have run */
+        tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm) +
+                        (ds12_hooked ? ds12_bucket : 0);
         if (ds3) tv[TERM_COMM] = persistent_comm + (ds3_now = plan_ds3_sim_backward(&d3, i) * p->param_bytes);
         tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
@@ -498,16 +507,17 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                elements) those left and the partition; later ones hold less. */
             double bkt = PLAN_DS_REDUCE_BUCKET;
             tv[TERM_GRADS] = ds_norm + fmax(0, z->psi - bkt) * p->grad_bytes;
-            tv[TERM_COMM] = persistent_comm + fmin(bkt, z->psi) * p->grad_bytes;
+            tv[TERM_COMM] = persistent_comm + ds12_bucket + fmin(bkt, z->psi) * p->grad_bytes;
             moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
             if (buckets > 1) {
                 tv[TERM_GRADS] = grads_steady + fmax(0, z->psi - 2 * bkt) * p->grad_bytes;
-                tv[TERM_COMM] = persistent_comm + fmin(bkt, z->psi - bkt) * p->grad_bytes;
+                tv[TERM_COMM] = persistent_comm + ds12_bucket + fmin(bkt, z->psi - bkt) * p->grad_bytes;
                 moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
             }
         } else {
             tv[TERM_GRADS] = buckets > 1 ? grads_steady : ds_norm;
-            tv[TERM_COMM] = persistent_comm + (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
+            tv[TERM_COMM] = persistent_comm + ds12_bucket +
+                            (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
             moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
         }
     }
