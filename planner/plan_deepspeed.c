@@ -202,7 +202,19 @@ static void fill(Ds3Sim *z) {
 /* The use of the next tensor of the trace: gathered on demand when the prefetch did not reach
    it, its group copied out at its first use, the flat buffer freed after the group's last. */
 static void use(Ds3Sim *z) {
-    if (z->used >= z->issued) issue(z, 0);   /* the module's own gather */
+    if (z->used >= z->issued && z->ng < PLAN_DS3_MAX_GROUPS) issue(z, 0);   /* the module's own gather */
+    if (z->used >= z->issued) {   /* no room to track one more group: gathered and copied at once */
+        double e = (double)cursor_peek(z);
+        double nn = (double)z->n;
+        cursor_next(z);
+        z->issued++;
+        z->avail += e;
+        z->mat += e;
+        z->ag_count[z->in_bwd]++;
+        z->ag_elems[z->in_bwd] += nn * ceil(e / nn);
+        z->used++;
+        return;
+    }
     for (int k = 0; k < z->ng; k++) {
         Ds3Group *g = &z->g[k];
         if (z->used < g->k0 || z->used >= g->k1) continue;

@@ -245,3 +245,26 @@ Test(plan_deepspeed, zero3_should_prefetch_until_max_live_parameters_are_gathere
     cr_expect_eq(z.avail, 0);
     plan_model_free(&m);
 }
+
+/* More live groups than memplan tracks (a prefetch bucket below one tensor makes a group per
+   tensor): the rest are gathered and copied at their use, and the books still balance. */
+Test(plan_deepspeed, zero3_groups_beyond_the_tracked_ones_should_still_balance) {
+    ModelSpec m;
+    plan_model_init(&m, "t", ARCH_GENERIC);
+    for (int i = 0; i < 10; i++) {
+        LayerSpec *l = plan_model_add(&m, LAYER_LINEAR, "l", 30 * 200000);
+        cr_assert_not_null(l);
+        for (int k = 0; k < 30; k++) plan_layer_add_tensor(l, 200000);
+    }
+    Ds3Sim z;
+    plan_ds3_sim_init(&z, &m, 2);
+    z.prefetch = 1;
+    for (int i = 0; i < m.n_layers; i++) cr_expect_gt(plan_ds3_sim_forward(&z, i), 0);
+    cr_expect_eq(z.ag_count[0], 300, "one all-gather per tensor");
+    cr_expect_eq(z.ag_elems[0], 300 * 200000.0);
+    for (int i = m.n_layers - 1; i >= 0; i--) { plan_ds3_sim_backward(&z, i); plan_ds3_sim_release(&z, i); }
+    cr_expect_eq(z.mat, 0);
+    cr_expect_eq(z.avail, 0);
+    cr_expect_eq(z.ng, 0);
+    plan_model_free(&m);
+}
