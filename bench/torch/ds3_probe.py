@@ -10,8 +10,10 @@ Per block (forward post-hook, backward pre-hook) on rank 0 of the last step:
   flat    elements of the flat all-gather buffers still referenced by the in-flight registry
           (one per coalesced group: n x its partition, alive until its last tensor is used)
   groups  how many such buffers
-memplan's Ds3Sim (planner/plan_deepspeed.c) predicts mat + flat at the same moments
-(tests/test_plan_deepspeed.c pins this run's figures).
+The gathered storage is data + flat (a single-tensor gather writes into the parameter's data
+while in flight; a coalesced one into its flat buffer, copied out at its first use). memplan's
+Ds3Sim (planner/plan_deepspeed.c) predicts it at the same moments (tests/test_plan_deepspeed.c
+pins the figures of the run in bench/torch/results/probes/).
 
   torchrun --standalone --nproc-per-node 2 bench/torch/ds3_probe.py --model gpt2-mini \
       --prefetch 100000 --max-live 400000 --persist 1000 --reuse 0
