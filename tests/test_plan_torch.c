@@ -327,7 +327,7 @@ Test(plan_torch_deepspeed, the_reduce_bucket_should_be_the_whole_reduce_bucket_s
 /* ZeRO-1/2 allocate the bucket at a backward's first gradient hook (setup_buckets) and free it in
    that backward's epilogue (_release_ipg_buffers), so the forward, the loss's backward and the
    step run without it; ZeRO-3 keeps its own from __init__. Measured: gpt2-mini's ZeRO-1/2 rows
-   moved from -0.05 % to -0.02 % (amp-bf16) and -0.10 % to -0.00 % (mixed-bf16), their peaks in
+   moved from +0.05 % to +0.02 % (amp-bf16) and +0.10 % to +0.00 % (mixed-bf16), their peaks in
    backward with the bucket; the loss's backward, where the bucket was charged before, is not
    the peak of any run. */
 Test(plan_torch_deepspeed, zero12_bucket_should_live_from_the_first_gradient_hook_to_the_end_of_backward) {
