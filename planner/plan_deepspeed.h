@@ -3,7 +3,7 @@
  * it keeps of the tensors that cross a partition boundary; ZeRO-3's per-tensor partitions and
  * the tensors below stage3_param_persistence_threshold that it never partitions. Used by the
  * memory and communication models for the zero* rows under --impl pytorch.
- * docs/formulas.md "DeepSpeed ZeRO-1/2 gradients" and "DeepSpeed ZeRO-3 persistent tensors". */
+ * docs/formulas.md "DeepSpeed ZeRO-2 gradients" and "DeepSpeed ZeRO-3 persistent tensors". */
 #ifndef PLAN_DEEPSPEED_H
 #define PLAN_DEEPSPEED_H
 

@@ -287,18 +287,19 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                             (s->buffers == BUF_DDP_BUCKETS && t->grad_as_bucket_view)));
     double grads_fwd = grads_persistent ? grads_steady : 0;
     /* DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py, contiguous_gradients): each parameter's
-       gradient is copied into the reduce bucket by its hook and freed; after the bucket's
-       reduction copy_grads_in_partition copies the gradients of the rank's params_in_partition
-       into grads_in_partition, sized for those tensors whole (the ones crossing the partition's
-       ends included: DsSizes.grad_part), which lives from the first reduction (the bucket
-       full, or the end of backward) until the step frees it. Measured: no gradients at the
-       peak early in backward (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients"). */
+       gradient is copied into the reduce bucket (ZeRO-2: by its hook, as it is ready; ZeRO-1:
+       all at the end of backward) and freed; after the bucket's reduction
+       copy_grads_in_partition copies the gradients of the rank's params_in_partition into
+       grads_in_partition, sized for those tensors whole (the ones crossing the partition's ends
+       included: DsSizes.grad_part), which lives from the first reduction (the bucket full, or
+       the end of backward) until the step frees it. Measured: docs/formulas.md "DeepSpeed ZeRO-2
+       gradients". */
     int ds12 = s->buffers == BUF_DS_REDUCE && t->impl == IMPL_PYTORCH;
     /* ZeRO-1 (partition_gradients off, overlap_comm off by default): the gradient hooks only set
        up the bucket (process_gradients calls reduce_ready_partitions_and_remove_grads only under
        partition_gradients or overlap_comm), so every gradient stays an ordinary .grad through
        backward, as under DDP; reduce_gradients copies them into the bucket at the end of
-       backward. Measured: docs/formulas.md "DeepSpeed ZeRO-1/2 gradients". */
+       backward. Measured: docs/formulas.md "DeepSpeed ZeRO-1 gradients are ordinary .grad tensors". */
     int ds12_stage1 = ds12 && !(s->shard & SHARD_GRAD);
     /* ZeRO-1/2's bucket lives from the first gradient hook of a backward (process_gradients ->
        setup_buckets) to that backward's epilogue (_release_ipg_buffers: bucket.buffer.clear()):

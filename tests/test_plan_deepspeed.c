@@ -2,7 +2,7 @@
  * rows of the PyTorch layout against the harness (bench/torch/harness.py, 2 gloo CPU ranks,
  * fp32, eager, no dropout, batch 1; results/gpt2-{tiny,mini}_zero*_fp32_none_eager_*.json):
  * model states per rank and every collective's payload, exact. docs/formulas.md "DeepSpeed
- * ZeRO-1/2 gradients", "DeepSpeed ZeRO-3 persistent tensors", "DeepSpeed collectives". */
+ * ZeRO-2 gradients", "DeepSpeed ZeRO-3 persistent tensors", "DeepSpeed collectives". */
 #include <criterion/criterion.h>
 #include <string.h>
 
