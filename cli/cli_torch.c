@@ -574,8 +574,13 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
     for (int i = 0; i < cp.n; i++) {
         CollSum *q = &pred[cp.c[i].op][cp.c[i].phase];
         double count = cp.c[i].count;
-        if (s->strategy == STRAT_DDP && cp.c[i].op == PCOLL_ALL_REDUCE && s->bucket_mb > 0 && strstr(cp.c[i].what, "bucket"))
-            count = fmax(1, ceil(ms.psi * plan_precision(t.precision)->grad_bytes / (s->bucket_mb * 1024 * 1024)));   /* every bucket at the cap */
+        if (s->strategy == STRAT_DDP && cp.c[i].op == PCOLL_ALL_REDUCE && s->bucket_mb > 0 &&
+            strstr(cp.c[i].what, "bucket")) {   /* every bucket at the cap, the first too; whole tensors */
+            int gbytes = plan_precision(t.precision)->grad_bytes;
+            double cap = s->bucket_mb * 1024 * 1024;
+            count = plan_ddp_buckets_tensors(&m, gbytes, cap, cap);
+            if (count < 0) count = fmax(1, ceil(ms.psi * gbytes / cap));
+        }
         q->count += count;
         q->payload += cp.c[i].payload_bytes;
     }

@@ -41,6 +41,19 @@ double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes) {
     return 1 + ceil((total - PLAN_DDP_FIRST_BUCKET) / cap);
 }
 
+double plan_ddp_buckets_tensors(const ModelSpec *m, int grad_bytes, double first_cap, double cap) {
+    if (!plan_model_tensors_known(m)) return -1;
+    double n = 0, fill = 0, lim = first_cap;
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        const LayerSpec *l = &m->layers[i];
+        for (int k = l->n_tensors - 1; k >= 0; k--) {
+            fill += (double)l->tensor_elems[k] * grad_bytes;
+            if (fill >= lim) { n++; fill = 0; lim = cap; }
+        }
+    }
+    return n + (fill > 0);
+}
+
 double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
                          int crosses_nodes) {
     if (group <= 1) return 0;
@@ -100,8 +113,9 @@ static void add_syncbn(CommPlan *out, const ModelSpec *m, const TrainSpec *t, co
    updated partitions (n x the padded partition) and all-reduces the fp32 gradient norm
    (get_grad_norm_direct), plus the uint8 overflow flag under fp16/bf16.
    ZeRO-3 (stage3.py, partitioned_param_coordinator.py): forward all-gathers the non-persistent
-   tensors of each module (n x ceil(numel/n) each), backward again those released since their
-   forward (plan_ds3_kept); reduce-scatter of every gradient (padded); the step all-gathers
+   tensors (n x ceil(numel/n) each) in coalesced prefetch groups, backward again those released
+   since their forward (plan_ds3_kept), one collective per group (plan_ds3_sim_gathers);
+   reduce-scatter of every gradient (padded); the step all-gathers
    each persistent tensor's updated partition (one collective per tensor) and all-reduces the
    fp64 gradient norm (+ the uint8 overflow flag under fp16). */
 static void add_deepspeed(CommPlan *out, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
@@ -123,18 +137,11 @@ static void add_deepspeed(CommPlan *out, const ModelSpec *m, const TrainSpec *t,
         add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "updated parameters", buckets,
             (double)n * ds.part * pb, N, multi_node);
     } else {
-        double fwd = 0, fwd_n = 0, bwd = 0, bwd_n = 0, seen = 0;
-        for (int i = 0; i < m->n_layers; i++) {
-            const LayerSpec *l = &m->layers[i];
-            double g = plan_ds3_gathered_elems(l, n);
-            seen += (double)l->params;
-            if (g <= 0) continue;
-            fwd += g;
-            fwd_n++;
-            if (!plan_ds3_kept(z->psi - seen)) { bwd += g; bwd_n++; }
-        }
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "module parameters", fwd_n * K, fwd * pb * K, n, multi_node);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "module parameters", bwd_n * K, bwd * pb * K, n, multi_node);
+        /* one all-gather per coalesced group, in the phase that issues it (Ds3Sim) */
+        double cnt[2], el[2];
+        plan_ds3_sim_gathers(m, n, cnt, el);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "module parameters", cnt[0] * K, el[0] * pb * K, n, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "module parameters", cnt[1] * K, el[1] * pb * K, n, multi_node);
         add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "gradient buckets", buckets * K,
             ds.padded * gb * K, n, multi_node);
         add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "persistent parameters", ds.persist_count,
@@ -174,10 +181,13 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
         return;
     }
     switch (s->buffers) {
-    case BUF_DDP_BUCKETS:   /* one all-reduce per bucket, once per optimizer step (no_sync) */
-        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets",
-            plan_ddp_buckets(psi, p->grad_bytes, 0), psi * gb, N, multi_node);
+    case BUF_DDP_BUCKETS: { /* one all-reduce per bucket, once per optimizer step (no_sync) */
+        double nb = t->impl == IMPL_PYTORCH
+                        ? plan_ddp_buckets_tensors(m, p->grad_bytes, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET) : -1;
+        if (nb < 0) nb = plan_ddp_buckets(psi, p->grad_bytes, 0);   /* tensors unknown, or the engine */
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets", nb, psi * gb, N, multi_node);
         break;
+    }
     case BUF_DS_REDUCE: {   /* ZeRO paper: reduce-scatter grads, all-gather updated params */
         double buckets = ceil(psi / PLAN_DS_REDUCE_BUCKET);
         double times = (s->shard & SHARD_GRAD) ? K : 1;   /* stage 2 reduces every micro-step */

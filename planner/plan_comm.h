@@ -54,8 +54,16 @@ typedef struct {
 const char *plan_coll_name(PlanCollOp op);
 const char *plan_comm_phase_name(CommPhase p);
 double plan_coll_factor(PlanCollOp op, int64_t n);   /* wire bytes per payload byte per GPU */
-/* Number of DDP buckets for Ψ gradients of grad_bytes each, bucket_bytes cap (0 = 25 MiB). */
+/* Number of DDP buckets for Ψ gradients of grad_bytes each, bucket_bytes cap (0 = 25 MiB), as
+   if gradients split freely at the caps (memplan's engine, whose buckets are flat fp32 runs). */
 double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes);
+/* DDP's buckets as torch's reducer packs them after its rebuild (reducer.cpp
+   compute_bucket_assignment_by_size): whole gradient tensors (a tensor never splits) in
+   gradient-ready order, the reverse of model.parameters() (a tied weight is registered with
+   the embedding, so it comes last, as its gradient does), one running bucket per dtype (every
+   parameter shares the regime's dtype here); a bucket closes as soon as its bytes reach its cap,
+   first_cap for the first, cap after. -1 when the model's tensors are unknown. */
+double plan_ddp_buckets_tensors(const ModelSpec *m, int grad_bytes, double first_cap, double cap);
 /* Modelled seconds of one collective: latency x ring steps + wire bytes / bandwidth, where a
  * ring that crosses nodes runs at the per-GPU NIC share. */
 double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,

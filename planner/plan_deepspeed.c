@@ -97,3 +97,200 @@ int plan_ds_overflow_bytes(int stage3, const PrecisionSpec *p) {
     if (stage3) return p->peak == PEAK_FP16; /* stage3.py: only when self.dtype is fp16 */
     return 1;
 }
+
+/* ---- ZeRO-3's fetching over a step (plan_deepspeed.h) ---- */
+
+static double layer_elems(const ModelSpec *m, int l) { return (double)m->layers[l].params; }
+
+static int64_t tensor_at(const ModelSpec *m, int l, int t) {
+    const int64_t *x;
+    int64_t one;
+    int k = layer_tensors(&m->layers[l], &x, &one);
+    return t < k ? x[t] : 0;
+}
+
+static int n_tensors(const ModelSpec *m, int l) {
+    const int64_t *x;
+    int64_t one;
+    return layer_tensors(&m->layers[l], &x, &one);
+}
+
+static int gathered_tensor(const Ds3Sim *z, int64_t e) { return (double)e >= z->persist; }
+
+/* a layer with `before` elements before it stays gathered from its forward to its backward */
+static int kept_at(const Ds3Sim *z, int l, double before) {
+    return 2 * (z->psi - before - layer_elems(z->m, l)) < z->reuse;
+}
+
+/* The next tensor of the trace at or after the cursor (forward: layers in order; backward: the
+   layers not kept, in reverse, tensors reversed); 0 at the end. The cursor's prefix sum of
+   elements before its layer is recomputed per layer move: O(1) amortised per tensor. */
+static int64_t cursor_peek(Ds3Sim *z) {
+    const ModelSpec *m = z->m;
+    for (;;) {
+        if (!z->qbwd) {
+            if (z->ql >= m->n_layers) {   /* into the backward part of the trace */
+                z->qbwd = 1;
+                z->ql = m->n_layers - 1;
+                z->qt = z->ql >= 0 ? n_tensors(m, z->ql) - 1 : -1;
+                z->qbefore = z->psi - (z->ql >= 0 ? layer_elems(m, z->ql) : 0);
+                continue;
+            }
+            if (z->qt >= n_tensors(m, z->ql)) {
+                z->qbefore += layer_elems(m, z->ql);
+                z->ql++;
+                z->qt = 0;
+                continue;
+            }
+            int64_t e = tensor_at(m, z->ql, z->qt);
+            if (gathered_tensor(z, e)) return e;
+            z->qt++;
+        } else {
+            if (z->ql < 0) return 0;
+            if (z->qt < 0 || kept_at(z, z->ql, z->qbefore)) {
+                z->ql--;
+                if (z->ql >= 0) {
+                    z->qt = n_tensors(m, z->ql) - 1;
+                    z->qbefore -= layer_elems(m, z->ql);
+                }
+                continue;
+            }
+            int64_t e = tensor_at(m, z->ql, z->qt);
+            if (gathered_tensor(z, e)) return e;
+            z->qt--;
+        }
+    }
+}
+
+static void cursor_next(Ds3Sim *z) {
+    if (z->qbwd) z->qt--;
+    else z->qt++;
+}
+
+/* One coalesced all-gather from the cursor: tensors while the group is below `limit` (at
+   least one). */
+static void issue(Ds3Sim *z, double limit) {
+    if (z->ng >= PLAN_DS3_MAX_GROUPS) return;
+    Ds3Group *g = &z->g[z->ng];
+    memset(g, 0, sizeof(*g));
+    g->k0 = z->issued;
+    double nn = (double)z->n;
+    int64_t e;
+    while ((e = cursor_peek(z)) > 0 && (g->elems < limit || g->k0 == z->issued)) {
+        g->elems += (double)e;
+        g->flat += nn * ceil((double)e / nn);
+        g->left++;
+        z->issued++;
+        cursor_next(z);
+    }
+    if (z->issued == g->k0) return;
+    g->k1 = z->issued;
+    z->avail += g->elems;
+    z->ag_count[z->in_bwd]++;
+    z->ag_elems[z->in_bwd] += g->flat;
+    z->ng++;
+}
+
+/* fetch_sub_module's prefetch, as often as the queue and the live limit allow */
+static void fill(Ds3Sim *z) {
+    while (z->avail < z->max_live && cursor_peek(z) > 0 && z->ng < PLAN_DS3_MAX_GROUPS) {
+        double limit = fmin(z->max_live - z->avail, z->prefetch);
+        issue(z, limit);
+    }
+}
+
+/* The use of the next tensor of the trace: gathered on demand when the prefetch did not reach
+   it, its group copied out at its first use, the flat buffer freed after the group's last. */
+static void use(Ds3Sim *z) {
+    if (z->used >= z->issued && z->ng < PLAN_DS3_MAX_GROUPS) issue(z, 0);   /* the module's own gather */
+    if (z->used >= z->issued) {   /* no room to track one more group: gathered and copied at once */
+        double e = (double)cursor_peek(z);
+        double nn = (double)z->n;
+        cursor_next(z);
+        z->issued++;
+        z->avail += e;
+        z->mat += e;
+        z->ag_count[z->in_bwd]++;
+        z->ag_elems[z->in_bwd] += nn * ceil(e / nn);
+        z->used++;
+        return;
+    }
+    for (int k = 0; k < z->ng; k++) {
+        Ds3Group *g = &z->g[k];
+        if (z->used < g->k0 || z->used >= g->k1) continue;
+        if (!g->waited) { g->waited = 1; z->mat += g->elems; }
+        if (--g->left <= 0) {
+            memmove(&z->g[k], &z->g[k + 1], sizeof(*g) * (size_t)(z->ng - k - 1));
+            z->ng--;
+        }
+        break;
+    }
+    z->used++;
+    fill(z);
+}
+
+static double gathered_now(const Ds3Sim *z) {
+    double flat = 0;
+    for (int k = 0; k < z->ng; k++) flat += z->g[k].flat;
+    return z->mat + flat;
+}
+
+static double layer_gathered(const Ds3Sim *z, const ModelSpec *m, int l) {
+    double s = 0;
+    for (int t = 0; t < n_tensors(m, l); t++) {
+        int64_t e = tensor_at(m, l, t);
+        if (gathered_tensor(z, e)) s += (double)e;
+    }
+    return s;
+}
+
+void plan_ds3_sim_init(Ds3Sim *z, const ModelSpec *m, int64_t n) {
+    memset(z, 0, sizeof(*z));
+    z->m = m;
+    z->n = n < 1 ? 1 : n;
+    z->prefetch = PLAN_DS3_PREFETCH;
+    z->max_live = PLAN_DS3_MAX_LIVE;
+    z->persist = PLAN_DS3_PERSIST;
+    z->reuse = PLAN_DS3_REUSE;
+    for (int i = 0; i < m->n_layers; i++) z->psi += layer_elems(m, i);
+}
+
+void plan_ds3_sim_release(Ds3Sim *z, int i) {
+    double e = layer_gathered(z, z->m, i);
+    z->mat -= e;
+    z->avail -= e;
+}
+
+double plan_ds3_sim_forward(Ds3Sim *z, int i) {
+    if (z->n <= 1) return 0;
+    z->in_bwd = 0;
+    fill(z);                                  /* the layer's (and its parents') module fetch */
+    for (int t = 0; t < n_tensors(z->m, i); t++)
+        if (gathered_tensor(z, tensor_at(z->m, i, t))) use(z);
+    double g = gathered_now(z);
+    if (!kept_at(z, i, z->seen)) plan_ds3_sim_release(z, i);
+    z->seen += layer_elems(z->m, i);
+    return g;
+}
+
+double plan_ds3_sim_backward(Ds3Sim *z, int i) {
+    if (z->n <= 1) return 0;
+    z->in_bwd = 1;
+    z->seen -= layer_elems(z->m, i);          /* elements before layer i */
+    fill(z);
+    if (!kept_at(z, i, z->seen))              /* released after its forward: gathered again */
+        for (int t = n_tensors(z->m, i) - 1; t >= 0; t--)
+            if (gathered_tensor(z, tensor_at(z->m, i, t))) use(z);
+    return gathered_now(z);
+}
+
+void plan_ds3_sim_gathers(const ModelSpec *m, int64_t n, double count[2], double elems[2]) {
+    Ds3Sim z;
+    plan_ds3_sim_init(&z, m, n);
+    for (int i = 0; i < m->n_layers; i++) plan_ds3_sim_forward(&z, i);
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        plan_ds3_sim_backward(&z, i);
+        plan_ds3_sim_release(&z, i);
+    }
+    for (int k = 0; k < 2; k++) { count[k] = z.ag_count[k]; elems[k] = z.ag_elems[k]; }
+}

@@ -3,7 +3,7 @@
  * it keeps of the tensors that cross a partition boundary; ZeRO-3's per-tensor partitions and
  * the tensors below stage3_param_persistence_threshold that it never partitions. Used by the
  * memory and communication models for the zero* rows under --impl pytorch.
- * docs/formulas.md "DeepSpeed ZeRO-1/2 gradients" and "DeepSpeed ZeRO-3 persistent tensors". */
+ * docs/formulas.md "DeepSpeed ZeRO-2 gradients" and "DeepSpeed ZeRO-3 persistent tensors". */
 #ifndef PLAN_DEEPSPEED_H
 #define PLAN_DEEPSPEED_H
 
@@ -34,6 +34,65 @@ typedef struct {
    when the trace between them, 2 x Σ later layers' elements, is shorter */
 #define PLAN_DS3_REUSE 1e9
 int plan_ds3_kept(double later_elems);
+
+/* ZeRO-3's parameter fetching over one step (partitioned_param_coordinator.py, defaults from
+   zero/config.py): the step's trace of non-persistent tensors (forward in order, then backward,
+   in reverse, for the layers released after their forward) is gathered ahead of use in
+   coalesced groups: every module's fetch_sub_module gathers what the module needs and is not
+   in flight, then prefetches the next tensors of the trace that are not gathered, adding
+   tensors while the group is below min(stage3_prefetch_bucket_size, stage3_max_live_parameters
+   - elements gathered); a module's fetch comes often enough that memplan fills the queue up to
+   that limit at every tensor's use. A group is one all-gather into one flat buffer
+   (partition_parameters.py _all_gather_dtype: n x Σ ceil(numel / n)); at the first use of any
+   of its tensors AllGatherCoalescedHandle.wait copies every tensor of the group out of it
+   (param.data = torch.cat(partitions)), and the flat buffer lives while the coordinator's
+   inflight registry still holds the handle for one of the group's tensors, i.e. until the
+   group's last tensor is used. A layer's tensors are released after its forward unless it is
+   kept (plan_ds3_kept), and after its backward. */
+#define PLAN_DS3_PREFETCH 5e7      /* stage3_prefetch_bucket_size (elements) */
+#define PLAN_DS3_MAX_LIVE 1e9      /* stage3_max_live_parameters (elements) */
+#define PLAN_DS3_MAX_GROUPS 64     /* live groups: each but the last holds >= 5e7 of <= 1e9 */
+
+typedef struct {
+    double k0, k1;           /* trace positions [k0, k1) */
+    double flat;             /* elements of the flat all-gather buffer */
+    double elems;            /* elements of its tensors, unpadded */
+    double left;             /* tensors not used yet */
+    int waited;
+} Ds3Group;
+
+typedef struct {
+    const ModelSpec *m;
+    int64_t n;
+    double psi;
+    /* DeepSpeed's knobs (elements), its defaults from plan_ds3_sim_init; a test may set others
+       (bench/torch/ds3_probe.py runs DeepSpeed with small ones) */
+    double prefetch, max_live, persist, reuse;
+    /* the trace: position k, and the (layer, tensor) of the next tensor to issue */
+    double issued;           /* trace positions issued so far */
+    int ql, qt, qbwd;        /* queue cursor: layer, tensor index, in backward */
+    double qbefore;          /* elements of the layers before the cursor's */
+    int in_bwd;              /* the step is in backward (the phase a gather is issued in) */
+    double seen;             /* elements of the layers before the walk's current one */
+    double avail;            /* issued and not released (DeepSpeed's __n_available_params) */
+    double mat;              /* copied out of their flat buffer and not released */
+    double used;             /* trace positions used so far */
+    Ds3Group g[PLAN_DS3_MAX_GROUPS];
+    int ng;                  /* live groups (flat buffer still held), oldest first */
+    double ag_count[2], ag_elems[2];   /* all-gathers issued in forward [0] / backward [1]:
+                                          count, padded elements */
+} Ds3Sim;
+
+void plan_ds3_sim_init(Ds3Sim *z, const ModelSpec *m, int64_t n);
+/* Layer i's forward (layers in order, 0 first): returns the gathered elements while it runs
+   (copied-out tensors + live flat buffers), then releases the layer if it is not kept. */
+double plan_ds3_sim_forward(Ds3Sim *z, int i);
+/* Layer i's backward (layers in reverse order, after every forward): gathered elements while it
+   runs; the layer is released after it (see plan_ds3_sim_release). */
+double plan_ds3_sim_backward(Ds3Sim *z, int i);
+void plan_ds3_sim_release(Ds3Sim *z, int i);
+/* Every forward and backward of one step: collectives and padded elements per phase. */
+void plan_ds3_sim_gathers(const ModelSpec *m, int64_t n, double count[2], double elems[2]);
 
 /* The scalars DeepSpeed keeps and all-reduces at the step: the global gradient norm (ZeRO-1/2:
    fp32, get_grad_norm_direct's .float(); ZeRO-3: fp64, get_norm_dtype()), kept in

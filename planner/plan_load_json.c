@@ -24,7 +24,7 @@ static const char *const TOP_KEYS[] = {
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
     "mlp", "act_fn", "dropout", "image_size", "in_channels", "layers", NULL};
 static const char *const LAYER_KEYS[] = {
-    "name", "kind", "params", "buffers", "bn_channels", "largest_tensor", "fwd_flops",
+    "name", "kind", "params", "buffers", "buffers_i64", "bn_channels", "largest_tensor", "fwd_flops",
     "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors", NULL};
 
 /* ---- export ---- */
@@ -111,6 +111,7 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
             "\"act_bytes\": %lld, \"act_known\": %s", (long long)l->act_elems,
             (long long)l->act_fp32_elems, (long long)l->act_mask_elems, (long long)l->act_bytes,
             l->act_known ? "true" : "false");
+        if (l->buffers_i64 > 0) put(&o, ", \"buffers_i64\": %lld", (long long)l->buffers_i64);   /* optional */
         if (l->n_tensors > 0) {   /* optional: absent = unknown */
             put(&o, ", \"tensors\": [");
             for (int k = 0; k < l->n_tensors; k++)
@@ -193,6 +194,7 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
         ld_enum(c, j, prefix, "kind", 1, -1, kind_name, LAYER_KIND_COUNT, &kind) ||
         ld_int(c, j, prefix, "params", 1, 0, 0, LD_MAX_PARAMS, &l->params) ||
         ld_int(c, j, prefix, "buffers", 0, 0, 0, LD_MAX_EXACT, &l->buffers) ||
+        ld_int(c, j, prefix, "buffers_i64", 0, 0, 0, LD_MAX_EXACT, &l->buffers_i64) ||
         ld_int(c, j, prefix, "bn_channels", 0, 0, 0, LD_MAX_EXACT, &l->bn_channels) ||
         ld_int(c, j, prefix, "largest_tensor", 0, 0, 0, LD_MAX_PARAMS, &l->largest_tensor) ||
         ld_num(c, j, prefix, "fwd_flops", 0, 0.0, 0.0, 1e30, &l->fwd_flops) ||
@@ -204,6 +206,9 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
         return -1;
     l->kind = (LayerKind)kind;
     if (!l->name[0]) return ld_fail(c, "field '%sname' is empty", prefix);
+    if (l->buffers_i64 > l->buffers)
+        return ld_fail(c, "field '%sbuffers_i64' (%lld) exceeds the layer's buffers (%lld)", prefix,
+                       (long long)l->buffers_i64, (long long)l->buffers);
     if (l->largest_tensor > l->params)
         return ld_fail(c, "field '%slargest_tensor' (%lld) exceeds the layer's params (%lld)",
                        prefix, (long long)l->largest_tensor, (long long)l->params);

@@ -143,32 +143,12 @@ static int ds_zero12_step(const Strategy *s, const TrainSpec *t, const Precision
     return 1;
 }
 
-/* DeepSpeed ZeRO-3 gathers parameters module by module (deepspeed/runtime/zero/
-   partitioned_param_coordinator.py, fetch_sub_module / release_sub_module) with its defaults
-   (deepspeed/runtime/zero/config.py): stage3_prefetch_bucket_size 5e7 elements gathered ahead
-   of use, stage3_max_reuse_distance 1e9: a module's parameters are not released after its
-   forward when they are used again within 1e9 parameter elements of the step's trace
-   (__params_to_release). A layer used in forward is used again in its backward after the rest
-   of the forward and the backward of the later layers, 2 x Σ later layers' elements: below 1e9
-   it stays gathered from its forward to its backward. Otherwise only the module in use (its
-   largest tensor, at this model's layer granularity) and the prefetch are gathered. After a
-   layer's backward its next use is the next step: released. Returns gathered elements while
-   layer k runs, forward or backward. Measured: docs/formulas.md "DeepSpeed ZeRO-3". */
-#define PLAN_DS3_PREFETCH 5e7
-
-/* kept: the layer with `later` elements after it stays gathered from its forward to its backward */
-static int ds3_kept(double later) { return plan_ds3_kept(later); }
-
-/* Gathered elements while layer l runs: the earlier layers kept since their forward
-   (kept_before), the layer itself (whole if kept, else the module in use), and the prefetch of
-   what runs next and is not gathered: in forward the later layers, in backward the earlier
-   layers that were released (notkept_before). O(1): the walk keeps the running sums. */
-static double ds3_gathered(const LayerSpec *l, double g, double later, double later_g,
-                           double kept_before, double notkept_before, int backward) {
-    double cur = ds3_kept(later) ? g : fmin(g, (double)l->largest_tensor);
-    double ahead = backward ? notkept_before : later_g;
-    return kept_before + cur + fmin(PLAN_DS3_PREFETCH, ahead);
-}
+/* DeepSpeed ZeRO-3 gathers parameters as partitioned_param_coordinator.py fetches them:
+   coalesced groups prefetched ahead of use up to stage3_max_live_parameters, each a flat
+   buffer that lives until the group's last tensor is used, with every tensor of the group
+   copied out at its first use; a layer stays gathered from its forward to its backward when
+   it is used again within stage3_max_reuse_distance (plan_deepspeed.h Ds3Sim). Measured:
+   docs/formulas.md "DeepSpeed ZeRO-3". */
 
 /* Elements of the model's largest parameter tensor. */
 static int64_t largest_tensor(const ModelSpec *m) {
@@ -307,18 +287,35 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                             (s->buffers == BUF_DDP_BUCKETS && t->grad_as_bucket_view)));
     double grads_fwd = grads_persistent ? grads_steady : 0;
     /* DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py, contiguous_gradients): each parameter's
-       gradient is copied into the reduce bucket by its hook and freed; after the bucket's
-       reduction copy_grads_in_partition copies the gradients of the rank's params_in_partition
-       into grads_in_partition, sized for those tensors whole (the ones crossing the partition's
-       ends included: DsSizes.grad_part), which lives from the first reduction (the bucket
-       full, or the end of backward) until the step frees it. Measured: no gradients at the
-       peak early in backward (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients"). */
+       gradient is copied into the reduce bucket (ZeRO-2: by its hook, as it is ready; ZeRO-1:
+       all at the end of backward) and freed; after the bucket's reduction
+       copy_grads_in_partition copies the gradients of the rank's params_in_partition into
+       grads_in_partition, sized for those tensors whole (the ones crossing the partition's ends
+       included: DsSizes.grad_part), which lives from the first reduction (the bucket full, or
+       the end of backward) until the step frees it. Measured: docs/formulas.md "DeepSpeed ZeRO-2
+       gradients". */
     int ds12 = s->buffers == BUF_DS_REDUCE && t->impl == IMPL_PYTORCH;
+    /* ZeRO-1 (partition_gradients off, overlap_comm off by default): the gradient hooks only set
+       up the bucket (process_gradients calls reduce_ready_partitions_and_remove_grads only under
+       partition_gradients or overlap_comm), so every gradient stays an ordinary .grad through
+       backward, as under DDP; reduce_gradients copies them into the bucket at the end of
+       backward. Measured: docs/formulas.md "DeepSpeed ZeRO-1 gradients are ordinary .grad tensors". */
+    int ds12_stage1 = ds12 && !(s->shard & SHARD_GRAD);
+    /* ZeRO-1/2's bucket lives from the first gradient hook of a backward (process_gradients ->
+       setup_buckets) to that backward's epilogue (_release_ipg_buffers: bucket.buffer.clear()):
+       not in forward, not at the loss's backward, not at the step. Measured: docs/formulas.md
+       "DeepSpeed's reduce bucket". ZeRO-3 allocates its bucket once (stage3.py __init__). */
+    double ds12_bucket = 0;
+    int ds12_hooked = 0;   /* the walk has reached a layer with parameters in backward */
+    if (ds12) { ds12_bucket = persistent_comm; persistent_comm = 0; }
     double o_part = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi, ds12_seen = 0;
     int opt_on_gpu = !plan_offload_cpu_step(t, sk);
     const OptimizerSpec *os = plan_optimizer(t->optimizer);
     if (ds12) {
         o_part = ds.part;   /* the flat list padded to 2n, split in n */
+        /* the parameters are views of the flat 16-bit group, padded the same way
+           (flatten_dense_tensors_aligned; measured bert-base: 109,514,300 x 4 B) */
+        params_steady = (double)z->n * ds.part * p->param_bytes;
         if (opt_on_gpu) opt_steady = o_part * (p->master_bytes + os->states * p->state_bytes);
         grads_persistent = 0;
         grads_fwd = 0;
@@ -370,9 +367,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_GRADS] = grads_fwd;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
     int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
-    double ds3_seen = 0, ds3_kept_sum = 0, ds3_free_sum = 0;   /* running sums over layers */
-    double ds3_g_total = 0, ds3_g_seen = 0;                     /* gathered elements */
-    for (int i = 0; ds3 && i < m->n_layers; i++) ds3_g_total += plan_ds3_gathered_elems(&m->layers[i], z->n);
+    double ds3_now = 0;   /* gathered bytes at the current layer's backward */
+    Ds3Sim d3;
+    plan_ds3_sim_init(&d3, m, z->n);
     tv[TERM_OPTIMIZER] = opt_steady + ds_fp32;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
@@ -383,17 +380,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_ACTIVATIONS] = acts + held;   /* + the previous step's logits */
         tv[TERM_TRANSIENT] = casts;
         if (f2.on) tv[TERM_COMM] = persistent_comm + plan_fsdp2_fwd_comm(&f2, m, i);
-        if (ds3) {
-            const LayerSpec *l = &m->layers[i];
-            double g = plan_ds3_gathered_elems(l, z->n);
-            double later = z->psi - ds3_seen - (double)l->params;
-            tv[TERM_COMM] = persistent_comm + ds3_gathered(l, g, later, ds3_g_total - ds3_g_seen - g,
-                                                           ds3_kept_sum, ds3_free_sum, 0) * p->param_bytes;
-            ds3_seen += (double)l->params;
-            ds3_g_seen += g;
-            if (ds3_kept(later)) ds3_kept_sum += g;
-            else ds3_free_sum += g;
-        }
+        if (ds3) tv[TERM_COMM] = persistent_comm + plan_ds3_sim_forward(&d3, i) * p->param_bytes;
         moment(&w, PHASE_FORWARD, i, tv, i == m->n_layers - 1 ? "end of forward" : "forward");
     }
 
@@ -435,7 +422,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         double pu = (double)l->params;
         if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
         double unsharded = 0;   /* FSDP2: the unit's gradients before its reduce-scatter */
-        double tied_sum = 0;    /* FSDP2, tied head: the embedding's V x e half and the sum */
+        double tied_sum = 0;    /* tied head: the sum of the two V x e halves (FSDP2: + its own half) */
         if (f2.on) {
             /* the embedding's backward writes its own V x e gradient beside the head's, and
                accumulating the two makes a third (the sum) before both halves are freed:
@@ -446,30 +433,34 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             if (l->kind == LAYER_BLOCK) unsharded = pu * p->grad_bytes;
             else root_grads += (l->kind == LAYER_HEAD ? head_tied : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
                                p->grad_bytes;
-        } else if (!grads_persistent && !ds12 && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
+        } else if (!grads_persistent && (!ds12 || ds12_stage1) && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
-        if (ds12 && ((ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET || i == 0))
-            grads_now = grads_steady;                        /* the partition, from the first reduction */
-        tv[TERM_GRADS] = grads_now + (ds12 ? pu * p->grad_bytes : 0);   /* + the layer's in flight */
+        /* the autograd engine sums the two halves of a tied weight's gradient out of place
+           (input_buffer.cpp accumulate: the head's half is a view of its mm output), so the
+           embedding's backward holds the head's half, its own and the sum, whatever wraps the
+           model (measured: three V x e tensors, aten::mm, embedding_dense_backward and aten::add,
+           at BERT's word embeddings under DeepSpeed ZeRO-1; plain torch the same) */
+        if (!f2.on && l->kind == LAYER_EMBED) tied_sum = tied_live;
+        /* ZeRO-2: the partition exists from the first reduction: the bucket full (mid-backward)
+           or the end of backward ("gradient reduction" below), not before */
+        if (ds12 && !ds12_stage1 && (ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET)
+            grads_now = grads_steady;
+        /* + ZeRO-2's layer in flight (each gradient until its hook copies it into the bucket) */
+        tv[TERM_GRADS] = grads_now + (ds12 && !ds12_stage1 ? pu * p->grad_bytes : 0);
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_GRADS] += tied_live + root_grads + unsharded + tied_sum;
-        tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm);
-        if (ds3) {   /* ds3_seen counts down to the elements before layer i */
-            double g = plan_ds3_gathered_elems(l, z->n);
-            ds3_seen -= pu;
-            double later = z->psi - ds3_seen - pu;
-            if (ds3_kept(later)) ds3_kept_sum -= g;
-            else ds3_free_sum -= g;
-            tv[TERM_COMM] = persistent_comm +
-                            ds3_gathered(l, g, later, 0, ds3_kept_sum, ds3_free_sum, 1) * p->param_bytes;
-        }
+        if (ds12 && pu > 0) ds12_hooked = 1;   /* its gradients' hooks have run */
+        tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm) +
+                        (ds12_hooked ? ds12_bucket : 0);
+        if (ds3) tv[TERM_COMM] = persistent_comm + (ds3_now = plan_ds3_sim_backward(&d3, i) * p->param_bytes);
         tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
         double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
         tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
                              (i == m->n_layers - 1 ? loss_tr : 0);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
+        if (ds3 && i > 0) plan_ds3_sim_release(&d3, i);   /* layer 0: after the reduction below */
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
         if (l->kind == LAYER_HEAD) head_done = 1;
         if (!recast) casts -= cast_i;
@@ -507,11 +498,49 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
        memplan charges their flattened copies only at the end. */
     if (ds12 && c->gpus > 1) {
         double buckets = ceil(z->psi / PLAN_DS_REDUCE_BUCKET);
-        tv[TERM_GRADS] = buckets > 1 ? grads_steady : ds_norm;
-        tv[TERM_COMM] = persistent_comm + (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
         tv[TERM_ACTIVATIONS] = acts + held;
         tv[TERM_TRANSIENT] = casts;
-        moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
+        if (ds12_stage1) {
+            /* ZeRO-1 reduces everything here (reduce_gradients): the .grad tensors move into
+               the bucket one by one (their storage freed), the full bucket is flattened and
+               all-reduced, and the partition is allocated after the first reduction. The first
+               reduction holds the gradients not yet moved; the second (a model above 5e8
+               elements) those left and the partition; later ones hold less. */
+            double bkt = PLAN_DS_REDUCE_BUCKET;
+            tv[TERM_GRADS] = ds_norm + fmax(0, z->psi - bkt) * p->grad_bytes;
+            tv[TERM_COMM] = persistent_comm + ds12_bucket + fmin(bkt, z->psi) * p->grad_bytes;
+            moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
+            if (buckets > 1) {
+                tv[TERM_GRADS] = grads_steady + fmax(0, z->psi - 2 * bkt) * p->grad_bytes;
+                tv[TERM_COMM] = persistent_comm + ds12_bucket + fmin(bkt, z->psi - bkt) * p->grad_bytes;
+                moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
+            }
+        } else {
+            tv[TERM_GRADS] = buckets > 1 ? grads_steady : ds_norm;
+            tv[TERM_COMM] = persistent_comm + ds12_bucket +
+                            (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
+            moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */
+        }
+    }
+
+    /* DeepSpeed ZeRO-3 at the end of backward: the last gradient hook runs the epilogue
+       (independent_gradient_partition_epilogue -> __reduce_and_partition_ipg_grads ->
+       __avg_scatter_grads -> reduce_scatter_coalesced), which copies the bucket's gradients,
+       each padded to n x ceil(numel / n), into one flat tensor (torch.cat, the reduce-scatter's
+       input) beside the bucket, while the first layer, whose hook ran last, is still gathered;
+       it is released after. Measured (bert-base, 2 ranks, fp32): aten::cat of 438,057,192 B in
+       ds_avg_scatter_grads beside the 2e9 B bucket and the gathered word and position
+       embeddings. Earlier buckets of a model above 5e8 elements are reduced mid-backward the
+       same way; memplan charges only the last one. */
+    if (ds3) {
+        double buckets = ceil(z->psi / PLAN_DS_REDUCE_BUCKET);
+        double last = fmax(0, ds.padded - (buckets - 1) * PLAN_DS_REDUCE_BUCKET);
+        tv[TERM_GRADS] = grads_steady;
+        tv[TERM_COMM] = persistent_comm + ds3_now + last * p->grad_bytes;
+        tv[TERM_ACTIVATIONS] = acts + held;
+        tv[TERM_TRANSIENT] = casts;
+        moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
+        plan_ds3_sim_release(&d3, 0);
     }
 
     /* ---- optimizer step ---- */

@@ -47,6 +47,8 @@ typedef struct {
     LayerKind kind;
     int64_t params;          /* trainable elements */
     int64_t buffers;         /* non-trainable elements (BN running stats); DDP broadcasts them */
+    int64_t buffers_i64;     /* of those, int64 elements (BERT's position_ids, token_type_ids);
+                                BN's num_batches_tracked is counted from bn_channels instead */
     int64_t bn_channels;     /* BatchNorm channels C (SyncBN moves 2C+1 and 2C fp32 per layer) */
     int64_t largest_tensor;  /* largest single parameter tensor, elements */
     double fwd_flops;        /* forward FLOPs per sample at the model's reference input, where
@@ -108,8 +110,8 @@ LayerSpec *plan_model_add(ModelSpec *m, LayerKind kind, const char *name, int64_
 int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params */
 int64_t plan_model_buffers(const ModelSpec *m);         /* Σ layers.buffers */
 /* Module buffers by dtype, as DDP broadcasts them (one coalesced broadcast per dtype): BatchNorm's
- * num_batches_tracked is int64, everything else fp32. Returns the bytes; *dtypes = how many
- * dtypes (broadcasts per forward). */
+ * num_batches_tracked and the layers' buffers_i64 are int64, everything else fp32. Returns the
+ * bytes; *dtypes = how many dtypes (broadcasts per forward). */
 double plan_model_buffer_bytes(const ModelSpec *m, int *dtypes);
 /* CNN: activations and FLOPs per sample scale with the image area; seq (--seq) is the image
  * side for a CNN. (seq / image_size)^2, exact for sides that are multiples of 32 (every

@@ -350,6 +350,13 @@ Test(validate_torch, saved_measurements_of_real_runs_should_keep_passing)
         "llama-mini_ddp_fp32_none_eager_r2_b1_s128", "resnet50_ddp_fp32_none_eager_r2_b2_s32",
         "gpt2-mini_zero1_fp32_none_eager_r4_b1_s128", "gpt2-mini_zero2_mixed-bf16_none_eager_r2_b1_s128",
         "gpt2-mini_zero3_fp32_full_eager_r2_b1_s128", "llama-mini_zero3_fp32_none_eager_r2_b1_s128",
+        "bert-base_ddp_fp32_none_eager_r2_b2_s128", "bert-base_zero1_fp32_none_eager_r2_b2_s128",
+        "bert-base_zero2_fp32_none_eager_r2_b2_s128", "bert-base_zero3_fp32_none_eager_r2_b2_s128",
+        "resnet50_zero1_fp32_none_eager_r2_b2_s32", "resnet50_zero2_fp32_none_eager_r2_b2_s32",
+        "resnet50_zero3_fp32_none_eager_r2_b2_s32", "resnet50_ddp_fp32_none_eager_r2_b2_s128",
+        "resnet50_zero1_fp32_none_eager_r2_b2_s128", "resnet50_zero2_fp32_none_eager_r2_b2_s128",
+        "resnet50_zero3_fp32_none_eager_r2_b2_s128", "gpt2-mini_zero2_amp-bf16_none_sdpa_r2_b16_s128",
+        "gpt2-mini_zero2_amp-bf16_none_sdpa_r2_b17_s128",
     };
     char res[1536], args[1700];
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {

@@ -27,11 +27,54 @@ Test(comm, ddp_should_all_reduce_every_gradient_once_per_step) {
     cr_assert_eq(p.n, 1);
     cr_expect_eq(p.c[0].payload_bytes, 2 * psi);
     cr_expect(fabs(wire(&p) - 2.0 * 7 / 8 * 2 * psi) < 1, "2(n-1)/n x payload");
-    cr_expect_eq(p.c[0].count, plan_ddp_buckets(psi, 2, 0));
+    cr_expect_eq(p.c[0].count, plan_ddp_buckets_tensors(&m, 2, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET));
     t.grad_accum = 4;                    /* no_sync: still once per optimizer step */
     CommPlan q;
     plan_comm(&m, &t, &c, STRAT_DDP, &q);
     cr_expect_eq(wire(&q), wire(&p));
+    plan_model_free(&m);
+}
+
+/* torch's reducer packs whole tensors in gradient-ready order and closes a bucket once it
+   reaches its cap (reducer.cpp compute_bucket_assignment_by_size; 1 MiB first, 25 MiB after).
+   Counted by the harness (all-reduces in backward, 2 gloo ranks, fp32): gpt2 13, bert-base 14,
+   resnet50 5, gpt2-mini 2 (1,056,768 + 2,706,432 B); gpt2-xl from the same function in Python
+   (dist._compute_bucket_assignment_by_size over the reversed parameters): 145. Dividing Ψ by
+   the cap gave 20, 18, 5, 2 and 239. */
+Test(comm, ddp_buckets_should_pack_whole_tensors_in_reverse_parameter_order) {
+    static const struct { const char *model; double buckets, by_psi; } CASES[] = {
+        {"gpt2", 13, 20}, {"bert-base", 14, 18}, {"resnet50", 5, 5}, {"gpt2-mini", 2, 2},
+        {"gpt2-tiny", 1, 1}, {"gpt2-xl", 145, 239}};
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        ModelSpec m; TrainSpec t; ClusterSpec c;
+        setup(&m, CASES[k].model, &t, &c, 2);
+        double psi = (double)plan_model_params(&m);
+        cr_expect_eq(plan_ddp_buckets_tensors(&m, 4, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET), CASES[k].buckets,
+                     "%s: %g buckets", CASES[k].model,
+                     plan_ddp_buckets_tensors(&m, 4, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET));
+        cr_expect_eq(plan_ddp_buckets(psi, 4, 0), CASES[k].by_psi, "%s", CASES[k].model);
+        t.precision = PREC_FP32;
+        CommPlan p;
+        plan_comm(&m, &t, &c, STRAT_DDP, &p);
+        cr_expect_eq(p.c[0].count, CASES[k].buckets, "%s: the collective table", CASES[k].model);
+        cr_expect_eq(p.c[0].payload_bytes, 4 * psi);
+        t.impl = IMPL_ENGINE;             /* memplan's engine: flat fp32 runs split at the caps */
+        plan_comm(&m, &t, &c, STRAT_DDP, &p);
+        cr_expect_eq(p.c[0].count, CASES[k].by_psi, "%s: the engine", CASES[k].model);
+        plan_model_free(&m);
+    }
+    /* a tensor never splits: a 1 KiB gradient (ready first) and a 3 MiB one make one 1 MiB-cap
+       bucket of 3 MiB + 1 KiB; with 1 KiB caps each closes its own bucket */
+    ModelSpec m;
+    plan_model_init(&m, "t", ARCH_GENERIC);
+    LayerSpec *l = plan_model_add(&m, LAYER_LINEAR, "a", 3 * 262144 + 256);
+    cr_assert_not_null(l);
+    plan_layer_add_tensor(l, 3 * 262144);
+    plan_layer_add_tensor(l, 256);
+    cr_expect_eq(plan_ddp_buckets_tensors(&m, 4, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET), 1);
+    cr_expect_eq(plan_ddp_buckets_tensors(&m, 4, 1024, 1024), 2);
+    l->n_tensors = 0;                     /* unknown tensors: no answer */
+    cr_expect_eq(plan_ddp_buckets_tensors(&m, 4, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET), -1);
     plan_model_free(&m);
 }
 

@@ -2,7 +2,7 @@
  * rows of the PyTorch layout against the harness (bench/torch/harness.py, 2 gloo CPU ranks,
  * fp32, eager, no dropout, batch 1; results/gpt2-{tiny,mini}_zero*_fp32_none_eager_*.json):
  * model states per rank and every collective's payload, exact. docs/formulas.md "DeepSpeed
- * ZeRO-1/2 gradients", "DeepSpeed ZeRO-3 persistent tensors", "DeepSpeed collectives". */
+ * ZeRO-2 gradients", "DeepSpeed ZeRO-3 persistent tensors", "DeepSpeed collectives". */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -96,6 +96,13 @@ static const struct {
        (zero3: payloads, and the persistent tensors' full data, 56 elements of padding) */
     {"gpt2-mini", 3, STRAT_ZERO1, 3763200, 1584132, 3763200, 3763200, 0, 0, 0, 3763200, 4, 1},
     {"gpt2-mini", 3, STRAT_ZERO3, 4493612, 1254484, 3763428, 0, 3763428, 524292, 0, 3239136, 8, 51},
+    /* bert-base: 109,514,298 elements, the flat 16-bit group padded to 2n = 4: the parameters
+       (views of it) and the step's all-gather are 109,514,300 x 4 B */
+    {"bert-base", 2, STRAT_ZERO1, 438057200, 227647492, 657085800, 438057192, 0, 0, 0, 438057200, 4, 1},
+    {"bert-base", 2, STRAT_ZERO2, 438057200, 227647492, 657085800, 438057192, 0, 0, 0, 438057200, 4, 1},
+    /* 76 tensors gathered (437,434,368 B in 3 coalesced all-gathers), 126 persistent + the
+       tied decoder's bias view: 127 step all-gathers of 622,824 B */
+    {"bert-base", 2, STRAT_ZERO3, 219651420, 219028604, 657085788, 0, 438057192, 437434368, 0, 622824, 8, 127},
 };
 
 Test(plan_deepspeed, zero_rows_should_match_the_harness_exactly) {
@@ -183,5 +190,93 @@ Test(plan_deepspeed, the_simulated_step_should_send_what_plan_comm_lists) {
     cr_expect_gt(a.comm_s, b.comm_s, "DeepSpeed %g s, paper %g s", a.comm_s, b.comm_s);
     plan_sim_free(&a);
     plan_sim_free(&b);
+    plan_model_free(&m);
+}
+
+/* ZeRO-3 fetches in coalesced prefetch groups (partitioned_param_coordinator.py): the first
+   module's fetch prefetches 5e7 elements of the trace, the next ones the rest; each group's flat
+   buffer lives until its last tensor is used, beside the tensors copied out of it at its first
+   use. Measured on bert-base (2 ranks, fp32, b2 s128): 3 all-gathers in forward of 208,582,656,
+   200,540,160 and 28,311,552 B (word + position embeddings + blocks 0-3; blocks 4-10 + block 11's
+   query; the rest of block 11 + the head's transform), and the forward peak at the end of block
+   10 holds the second group twice (its flat buffer until block 11's query is used). */
+Test(plan_deepspeed, zero3_should_gather_in_coalesced_groups_whose_flat_buffers_live_to_their_last_tensor) {
+    ModelSpec m = zoo("bert-base");
+    double cnt[2], el[2];
+    plan_ds3_sim_gathers(&m, 2, cnt, el);
+    cr_expect_eq(cnt[0], 3);
+    cr_expect_eq(el[0] * 4, 437434368);
+    cr_expect_eq(cnt[1], 0, "every layer kept from its forward to its backward");
+    Ds3Sim z;
+    plan_ds3_sim_init(&z, &m, 2);
+    double g1 = 208582656 / 4, g2 = 200540160 / 4, g3 = 28311552 / 4;
+    double at[16];
+    for (int i = 0; i < m.n_layers && i < 16; i++) at[i] = plan_ds3_sim_forward(&z, i);
+    cr_expect_eq(z.ng, 0, "every flat buffer freed by the end of forward");
+    cr_expect_eq(at[0], g1 + g1 + g2 + g3, "embeddings: group 1 copied out, every flat buffer");
+    cr_expect_eq(at[4], g1 + g2 + g3, "block.3: group 1's flat freed, groups 2 and 3 not yet used");
+    cr_expect_eq(at[11], g1 + g2 + g2 + g3, "block.10: group 2 twice");
+    cr_expect_eq(at[12], g1 + g2 + g3 + g3, "block.11: group 2's flat freed, group 3 twice");
+    cr_expect_eq(at[13], g1 + g2 + g3, "the head");
+    plan_model_free(&m);
+}
+
+/* With DeepSpeed's limits set small (bench/torch/ds3_probe.py: prefetch 1e5, max live 4e5,
+   persistence 1e3, reuse distance 0), gpt2-mini shows what a model above
+   stage3_max_live_parameters does with the defaults: the prefetch runs ahead until max live
+   elements are gathered, layers not reused within the reuse distance are released after their
+   forward and gathered again in backward. Measured on 2 ranks, gathered storage (tensors whose
+   data is gathered or in flight + coalesced flat buffers) at each block's forward and at the
+   start of its backward: 557,056 | 524,288 | 458,752 | 458,752 in forward, 458,752 | 458,752 |
+   540,672 | 344,064 in backward (blocks 3 to 0); memplan matches six of the eight exactly and
+   is 81,920 and 131,072 short at block 1 (the order of DeepSpeed's prefetches between two
+   modules, which memplan fills at every tensor's use). */
+Test(plan_deepspeed, zero3_should_prefetch_until_max_live_parameters_are_gathered) {
+    ModelSpec m = zoo("gpt2-mini");
+    Ds3Sim z;
+    plan_ds3_sim_init(&z, &m, 2);
+    z.prefetch = 1e5;
+    z.max_live = 4e5;
+    z.persist = 1e3;
+    z.reuse = 0;
+    static const double FWD[] = {557056, 557056, 442368, 458752, 458752};   /* embeddings, blocks */
+    static const double BWD[] = {344064, 409600, 458752, 458752};            /* blocks 0..3 */
+    for (int i = 0; i < m.n_layers; i++) {
+        double g = plan_ds3_sim_forward(&z, i);
+        if (i < 5) cr_expect_eq(g, FWD[i], "forward %s: %.0f", m.layers[i].name, g);
+        cr_expect_leq(z.avail, 4e5 + 65536 + 1e5, "layer %d: %.0f available", i, z.avail);
+    }
+    cr_expect_gt(z.ag_count[0], 4, "groups of about 1e5 elements");
+    for (int i = m.n_layers - 1; i >= 0; i--) {
+        double g = plan_ds3_sim_backward(&z, i);
+        if (i >= 1 && i <= 4) cr_expect_eq(g, BWD[i - 1], "backward %s: %.0f", m.layers[i].name, g);
+        plan_ds3_sim_release(&z, i);
+    }
+    cr_expect_gt(z.ag_count[1], 0, "released layers are gathered again in backward");
+    cr_expect_eq(z.mat, 0);
+    cr_expect_eq(z.avail, 0);
+    plan_model_free(&m);
+}
+
+/* More live groups than memplan tracks (a prefetch bucket below one tensor makes a group per
+   tensor): the rest are gathered and copied at their use, and the books still balance. */
+Test(plan_deepspeed, zero3_groups_beyond_the_tracked_ones_should_still_balance) {
+    ModelSpec m;
+    plan_model_init(&m, "t", ARCH_GENERIC);
+    for (int i = 0; i < 10; i++) {
+        LayerSpec *l = plan_model_add(&m, LAYER_LINEAR, "l", 30 * 200000);
+        cr_assert_not_null(l);
+        for (int k = 0; k < 30; k++) plan_layer_add_tensor(l, 200000);
+    }
+    Ds3Sim z;
+    plan_ds3_sim_init(&z, &m, 2);
+    z.prefetch = 1;
+    for (int i = 0; i < m.n_layers; i++) cr_expect_gt(plan_ds3_sim_forward(&z, i), 0);
+    cr_expect_eq(z.ag_count[0], 300, "one all-gather per tensor");
+    cr_expect_eq(z.ag_elems[0], 300 * 200000.0);
+    for (int i = m.n_layers - 1; i >= 0; i--) { plan_ds3_sim_backward(&z, i); plan_ds3_sim_release(&z, i); }
+    cr_expect_eq(z.mat, 0);
+    cr_expect_eq(z.avail, 0);
+    cr_expect_eq(z.ng, 0);
     plan_model_free(&m);
 }

@@ -355,6 +355,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
         cr_expect_eq(x->kind, y->kind, "%s layer %d", what, i);
         cr_expect_eq(x->params, y->params, "%s layer %d", what, i);
         cr_expect_eq(x->buffers, y->buffers, "%s layer %d", what, i);
+        cr_expect_eq(x->buffers_i64, y->buffers_i64, "%s layer %d", what, i);
         cr_expect_eq(x->bn_channels, y->bn_channels, "%s layer %d", what, i);
         cr_expect_eq(x->largest_tensor, y->largest_tensor, "%s layer %d", what, i);
         cr_expect(x->fwd_flops == y->fwd_flops, "%s layer %d: flops %.17g vs %.17g", what, i,
@@ -406,7 +407,7 @@ Test(plan_load_memplan, layer_tensors_should_be_optional_and_add_up_to_the_param
 Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
-    cr_expect_eq(sizeof(LayerSpec), 392, "LayerSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(LayerSpec), 400, "LayerSpec changed: carry the new field in the format");
     cr_expect_eq(sizeof(ModelSpec), 464, "ModelSpec changed: carry the new field in the format");
 }
 

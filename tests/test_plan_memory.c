@@ -62,7 +62,7 @@ Test(memory, model_states_should_match_zero_paper_figure_1) {
                   plan_strategy(EXP[i].k)->name, r.model_states / 1e9, EXP[i].gb);
     }
     /* DeepSpeed as it runs: ZeRO-1 also keeps only grads_in_partition after the reduction, so
-       its model states are ZeRO-2's (docs/formulas.md "DeepSpeed ZeRO-1/2 gradients") */
+       its model states are ZeRO-2's (docs/formulas.md "DeepSpeed ZeRO-2 gradients") */
     t.impl = IMPL_PYTORCH;
     MemResult a, b;
     plan_memory(&m, &t, &c, STRAT_ZERO1, &a);

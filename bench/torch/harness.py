@@ -31,6 +31,7 @@ How it measures (details in measure.py and docs/validation-torch.md):
 instead (Python-visible tensors only), for cross-checking the total.
 """
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -585,15 +586,27 @@ def run(a, rank, world):
         ph_j, mod_j, comm_j, _, _ = tr.context(pj.ev) if pj is not None else (None, None, None, 0, 0)
         split_j = {c: 0 for c in measure.CATS}
         tj = tr.times[j]
+        detail_j = collections.Counter()
         for al in tr.allocs:
             if al.t0 <= tj and (al.t1 is None or tj < al.t1) and not measure._is_backend(tr, al):
-                split_j[measure.classify(tr, al, tj)] += al.size
+                cj = measure.classify(tr, al, tj)
+                split_j[cj] += al.size
+                phj, modj, commj, _, _ = tr.context(al.ev)
+                opj = al.ev.parent.name if al.ev.parent is not None else "?"
+                detail_j[(cj, tr.step_of(al.t0), phj or "setup", modj or "", commj or "", opj,
+                          "unseen" if al.unseen or al.t1 is None else "")] += al.size
+        top_j = sorted(detail_j.items(), key=lambda kv: -kv[1])[:16]
         per_rank["peak_excl_backend"] = {
             "bytes": lo, "bytes_upper": up,
             "peak_phase": ph_j or "setup",
             "peak_module": mod_j or (comm_j or "model").replace("memplan::comm::", ""),
             "peak_step": tr.step_of(tj),
             "at_peak": split_j,
+            # as at_peak_top, at this moment; "free": "unseen" marks blocks whose free the
+            # profiler did not see (closed at the reuse of their address, or never)
+            "at_peak_top": [{"category": k[0], "alloc_step": k[1], "alloc_phase": k[2],
+                             "module": k[3], "scope": k[4], "op": k[5], "free": k[6], "bytes": v}
+                            for k, v in top_j],
         }
         coll = measure.collectives(tr, a.steps)
     else:
