@@ -178,6 +178,25 @@ def _tensors_in(obj, depth=0):
             yield from _tensors_in(x, depth + 1)
 
 
+def _fsdp2_unsharded_grads(model):
+    """FSDP2's unsharded gradients: model.parameters() are the sharded DTensors, while the
+    gradients of a unit's unsharded parameters (FSDPParam._unsharded_param.grad) live until its
+    reduce-scatter, across micro-steps under set_requires_gradient_sync(False)."""
+    for m in model.modules():
+        get = getattr(m, "_get_fsdp_state", None)
+        if get is None:
+            continue
+        try:
+            groups = get()._fsdp_param_groups
+        except (AttributeError, RuntimeError):
+            continue
+        for group in groups or []:
+            for fp in group.fsdp_params:
+                up = getattr(fp, "_unsharded_param", None)
+                if up is not None and up.grad is not None:
+                    yield up.grad
+
+
 def _ds_attr_category(name):
     n = name.lower()
     if "ipg" in n or "bucket" in n or "buffer" in n and "grad" not in n:
@@ -209,6 +228,8 @@ class States:
             if ptr:
                 out[cat][ptr] = nb
 
+        for g in _fsdp2_unsharded_grads(self.model):
+            add("grads", _local(g))
         for p in self.model.parameters():
             if hasattr(p, "ds_tensor"):
                 add("params", p.ds_tensor)
