@@ -419,6 +419,24 @@ Test(validate_torch, saved_measurements_of_real_runs_should_keep_passing)
         "llama-mini_ddp_fp32_none_eager_r2_b1_s128", "resnet50_ddp_fp32_none_eager_r2_b2_s32",
         "gpt2-mini_zero1_fp32_none_eager_r4_b1_s128", "gpt2-mini_zero2_mixed-bf16_none_eager_r2_b1_s128",
         "gpt2-mini_zero3_fp32_full_eager_r2_b1_s128", "llama-mini_zero3_fp32_none_eager_r2_b1_s128",
+        /* gradient accumulation, K = 2 (docs/formulas.md "Gradient accumulation"): every strategy,
+           FSDP in both --fsdp-grad-sync styles */
+        "gpt2-tiny_ddp_fp32_none_eager_r2_b1_s64_accum2", "gpt2-tiny_zero1_fp32_none_eager_r2_b1_s64_accum2",
+        "gpt2-tiny_zero2_fp32_none_eager_r2_b1_s64_accum2", "gpt2-tiny_zero3_fp32_none_eager_r2_b1_s64_accum2",
+        "gpt2-tiny_fsdp-full_fp32_none_eager_r2_b1_s64_accum2", "gpt2-tiny_fsdp-grad-op_fp32_none_eager_r2_b1_s64_accum2",
+        "gpt2-tiny_fsdp-hybrid_fp32_none_eager_r2_b1_s64_accum2",
+        "gpt2-tiny_fsdp-full_fp32_none_eager_r2_b1_s64_accum2_last",
+        "gpt2-tiny_fsdp-grad-op_fp32_none_eager_r2_b1_s64_accum2_last",
+        "gpt2-tiny_fsdp-hybrid_fp32_none_eager_r2_b1_s64_accum2_last",
+        "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128_accum2", "gpt2-mini_zero1_fp32_none_eager_r2_b1_s128_accum2",
+        "gpt2-mini_zero2_fp32_none_eager_r2_b1_s128_accum2", "gpt2-mini_zero3_fp32_none_eager_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-full_fp32_none_eager_r2_b1_s128_accum2", "gpt2-mini_fsdp-grad-op_fp32_none_eager_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-hybrid_fp32_none_eager_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-full_fp32_none_eager_r2_b1_s128_accum2_last",
+        "gpt2-mini_fsdp-grad-op_fp32_none_eager_r2_b1_s128_accum2_last",
+        "gpt2-mini_fsdp-hybrid_fp32_none_eager_r2_b1_s128_accum2_last",
+        "gpt2-mini_ddp_amp-bf16_none_sdpa_r2_b1_s128_accum2", "gpt2-mini_zero2_amp-bf16_none_sdpa_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-full_amp-bf16_none_sdpa_r2_b1_s128_accum2",
     };
     char res[1536], args[1700];
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
