@@ -437,6 +437,8 @@ Test(validate_torch, saved_measurements_of_real_runs_should_keep_passing)
         "gpt2-mini_fsdp-hybrid_fp32_none_eager_r2_b1_s128_accum2_last",
         "gpt2-mini_ddp_amp-bf16_none_sdpa_r2_b1_s128_accum2", "gpt2-mini_zero2_amp-bf16_none_sdpa_r2_b1_s128_accum2",
         "gpt2-mini_fsdp-full_amp-bf16_none_sdpa_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-full_amp-bf16_none_sdpa_r2_b1_s128_accum2_last",
+        "gpt2-mini_zero3_amp-bf16_none_sdpa_r2_b1_s128_accum2",
     };
     char res[1536], args[1700];
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
