@@ -182,9 +182,10 @@ static int64_t largest_tensor(const ModelSpec *m) {
    peak is in the last of the K micro-steps, which starts with what the K-1 before it left:
    - DDP under no_sync() (torch/nn/parallel/distributed.py: no prepare_for_backward, so the
      reducer's hooks do nothing): every parameter's full .grad; the last micro-step's
-     AccumulateGrad adds into it in place, so its backward allocates no gradient. The bucket copy
-     is allocated at construction and stays (persistent_comm). Likewise one GPU, FSDP1 every
-     (its sharded gradients) and the other torch layouts: gradients held from the start.
+     AccumulateGrad adds into it in place, so its backward keeps no new gradient (each is alive
+     until it is added: a layer's largest tensor at most). The bucket copy is allocated at
+     construction and stays (persistent_comm). Likewise one GPU, FSDP1 every (its sharded
+     gradients) and the other torch layouts: gradients held from the start.
    - DeepSpeed ZeRO-1: the full .grad too (stage 1 reduces only at the accumulation boundary:
      engine.allreduce_gradients -> reduce_gradients), moved into the reduce bucket at the
      boundary's end of backward.
@@ -247,6 +248,7 @@ static void accum_setup(const TrainSpec *t, const ClusterSpec *c, StrategyKind s
         a->held = z->psi * p->grad_bytes;
     } else {
         a->persistent = 1;
+        a->in_place_tensor = !fsdp;   /* FSDP1 every: its unsharded flat gradients are new */
     }
 }
 
