@@ -14,7 +14,7 @@ enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
-    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY,
+    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -50,6 +50,7 @@ static const struct option BASE_OPTIONS[] = {
     {"autocast", required_argument, 0, OPT_AUTOCAST},
     {"loop", required_argument, 0, OPT_LOOP},
     {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
+    {"fsdp-grad-sync", required_argument, 0, OPT_FSDP_SYNC},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -130,6 +131,12 @@ void cli_print_setup_help(FILE *f) {
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
         "  --fsdp 1|2             what the fsdp-* rows mean where they differ: 1 flat-parameter\n"
         "                         FullyShardedDataParallel, 2 fully_shard (default 2)\n"
+        "  --fsdp-grad-sync every|last\n"
+        "                         fsdp-* under --grad-accum: every reduce-scatters each micro-step and\n"
+        "                         the gradients accumulate sharded (default every: FSDP2's own, torchtitan);\n"
+        "                         last skips it on the non-final micro-steps (no_sync /\n"
+        "                         set_requires_gradient_sync(False), HF Accelerate): every unit's unsharded\n"
+        "                         gradient accumulates, one reduce-scatter per optimizer step\n"
         "Overheads (per GPU; defaults in docs/formulas.md):\n"
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
@@ -310,6 +317,11 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
             if (strcmp(a, "cuda") != 0 && strcmp(a, "cpu") != 0)
                 return cli_usage_error("unknown --autocast '%s' (valid: cuda, cpu)", a);
             s->train.autocast_cpu = strcmp(a, "cpu") == 0;
+            break;
+        case OPT_FSDP_SYNC:
+            if ((v = plan_fsdp_sync_by_name(a)) < 0)
+                return cli_usage_error("unknown --fsdp-grad-sync '%s' (valid: every, last)", a);
+            s->train.fsdp_grad_sync = (FsdpSyncKind)v;
             break;
         case OPT_FSDP:
             if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)

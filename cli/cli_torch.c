@@ -45,6 +45,7 @@ typedef struct {
     int gabv;                /* gradient_as_bucket_view */
     char zero_grad[8];       /* none | zeros */
     char loop[8];            /* hf | common */
+    FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
 } TorchSetup;
 
 typedef struct {
@@ -149,7 +150,7 @@ static void print_help(FILE *f)
         "What runs: ddp = torch DDP; zero1/zero2/zero3 = DeepSpeed; fsdp-full/fsdp-grad-op/fsdp-hybrid =\n"
         "FSDP2 fully_shard (flat-parameter FSDP refuses CPU ranks in torch 2.15).\n\n"
         "Options (besides the plan flags --model, --strategy, --batch, --seq, --grad-accum, --precision,\n"
-        "--act-ckpt, --attn, --dropout, --grad-as-bucket-view, --loop, --json[=FILE]; the prediction uses\n"
+        "--act-ckpt, --attn, --dropout, --grad-as-bucket-view, --loop, --fsdp-grad-sync, --json[=FILE]; the prediction uses\n"
         "--autocast cpu and --fsdp 2, as the CPU ranks run):\n"
         "  --against torch       required: check against PyTorch (without it, validate checks memplan's engine)\n"
         "  --ranks N             CPU ranks torchrun starts (default 2)\n"
@@ -302,7 +303,8 @@ static cJSON *launch(const char *python, const char *harness, const TorchSetup *
         "--grad-accum", accum, "--steps", steps, "--precision", plan_precision(s->precision)->name,
         "--act-ckpt", plan_ckpt_name(s->ckpt), "--attn", plan_attn_name(s->attn), "--dropout", drop,
         "--grad-as-bucket-view", gabv, "--zero-grad", s->zero_grad, "--loop", s->loop,
-        "--shard-group", group, "--json", out_json, "--bucket-mb", bucket, NULL,
+        "--shard-group", group, "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync),
+        "--json", out_json, "--bucket-mb", bucket, NULL,
     };
     if (s->bucket_mb <= 0) argv[sizeof argv / sizeof argv[0] - 3] = NULL;   /* DDP's own buckets */
     unlink(out_json);
@@ -375,6 +377,11 @@ static int setup_from_json(const cJSON *j, TorchSetup *s, char *err, size_t errl
     s->attn = (AttnKind)a;
     snprintf(s->zero_grad, sizeof s->zero_grad, "%s", str(su, "zero_grad", "none"));
     snprintf(s->loop, sizeof s->loop, "%s", str(su, "loop", "hf"));
+    /* results from before the harness had --fsdp-grad-sync: it called
+       set_requires_gradient_sync(False) on the non-final micro-steps, i.e. last */
+    int fs = plan_fsdp_sync_by_name(str(su, "fsdp_grad_sync", s->accum > 1 ? "last" : "every"));
+    if (fs < 0) { snprintf(err, errlen, "unreadable setup (fsdp_grad_sync '%s')", str(su, "fsdp_grad_sync", "?")); return -1; }
+    s->fsdp_sync = (FsdpSyncKind)fs;
     return 0;
 }
 
@@ -426,6 +433,7 @@ static void plan_inputs(const TorchSetup *s, TrainSpec *t, ClusterSpec *c)
     t->loop_trainer = strcmp(s->loop, "hf") == 0;
     t->zero_grad_keep = strcmp(s->zero_grad, "zeros") == 0;
     t->grad_as_bucket_view = s->gabv;
+    t->fsdp_grad_sync = s->fsdp_sync;
     t->syncbn = 0;
     plan_cluster_defaults(c);
     c->gpus = s->ranks;
@@ -725,6 +733,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
         base.shard_group = group;
         snprintf(base.zero_grad, sizeof base.zero_grad, "%s", cs.train.zero_grad_keep ? "zeros" : "none");
         snprintf(base.loop, sizeof base.loop, "%s", cs.train.loop_trainer ? "hf" : "common");
+        base.fsdp_sync = cs.train.fsdp_grad_sync;
     }
 
     if (cs.json_path) {   /* before any work, without touching it: never a model or a measured input */
@@ -778,9 +787,10 @@ int cli_cmd_validate_torch(int argc, char **argv)
                 snprintf(strategies + strlen(strategies), sizeof strategies - strlen(strategies), "%s%s", *strategies ? "," : "", plan_strategy((StrategyKind)k)->name);
         fprintf(out, "# validate --against torch: model %s, %lld CPU ranks (gloo), strategies %s\n", base.model, base.ranks, strategies);
         fprintf(out, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, adamw, act-ckpt %s, attn %s, dropout %g, "
-                     "steps %lld (steady state 2..%lld), loop %s, zero_grad %s\n",
+                     "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s\n",
                 base.batch, base.seq, base.accum, plan_precision(base.precision)->name, plan_ckpt_name(base.ckpt),
-                plan_attn_name(base.attn), base.dropout, base.steps, base.steps, base.loop, base.zero_grad);
+                plan_attn_name(base.attn), base.dropout, base.steps, base.steps, base.loop, base.zero_grad,
+                plan_fsdp_sync_name(base.fsdp_sync));
     }
     fprintf(out, "# predicted: the planner's PyTorch layout with the overheads zeroed (CPU ranks: no CUDA context, "
                  "cuBLAS workspace, NCCL buffers or caching-allocator margin); peak tolerance %.3g%%\n", 100 * o.tol);
@@ -807,9 +817,11 @@ int cli_cmd_validate_torch(int argc, char **argv)
                 continue;
             }
             echo_versions(out, h, &versions);
-            fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld, %s, act-ckpt %s, attn %s, dropout %g\n",
-                    o.measured[i], s.model, s.ranks, s.batch, s.seq, s.accum, plan_precision(s.precision)->name,
-                    plan_ckpt_name(s.ckpt), plan_attn_name(s.attn), s.dropout);
+            char sync[48] = "";
+            if (s.accum > 1) snprintf(sync, sizeof sync, " (fsdp-grad-sync %s)", plan_fsdp_sync_name(s.fsdp_sync));
+            fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g\n",
+                    o.measured[i], s.model, s.ranks, s.batch, s.seq, s.accum, sync,
+                    plan_precision(s.precision)->name, plan_ckpt_name(s.ckpt), plan_attn_name(s.attn), s.dropout);
             int p = compare(out, &s, h, o.tol, arr, &header);
             if (p < 0) failed_runs++;
             all_pass &= p == 1;

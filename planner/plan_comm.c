@@ -171,6 +171,11 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
     if (units == 0)
         for (int i = 0; i < m->n_layers; i++) units += m->layers[i].params > 0;
     double root = z.root_unit > 0 ? 1 : 0;
+    /* --fsdp-grad-sync last: the reduce-scatters (and HSDP's all-reduces) run in the last
+       micro-step only (set_requires_gradient_sync(False) / no_sync() on the others); the
+       all-gathers still run every micro-step */
+    int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;
+    double Kr = fsdp && t->fsdp_grad_sync == FSDP_SYNC_LAST ? 1 : K;
     /* sharded collectives move whole padded units: n x the local shard */
     double padded = (double)n * z.psi_shard, padded_root = (double)n * z.root_shard;
 
@@ -204,18 +209,18 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
         double bwd_payload = (padded - (s->buffers == BUF_FSDP_FULL ? padded_root : 0)) * pb;
         add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", fwd_units * K, padded * pb * K, n, group_crosses);
         add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "unit parameters", bwd_units * K, bwd_payload * K, n, group_crosses);
-        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * K, padded * gb * K, n, group_crosses);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * Kr, padded * gb * Kr, n, group_crosses);
         break;
     }
     case BUF_FSDP_GRAD_OP:  /* parameters stay gathered from forward through backward */
         add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", (units + root) * K, padded * pb * K, n, group_crosses);
-        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * K, padded * gb * K, n, group_crosses);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * Kr, padded * gb * Kr, n, group_crosses);
         break;
     default: break;
     }
     if (s->group_node && N > n)   /* HYBRID_SHARD: all-reduce each shard across the replicas */
-        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient shards across nodes", (units + root) * K,
-            z.psi_shard * gb * K, (N + n - 1) / n, 1);
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient shards across nodes", (units + root) * Kr,
+            z.psi_shard * gb * Kr, (N + n - 1) / n, 1);
     if (s->buffers == BUF_DDP_BUCKETS && plan_model_buffers(m) > 0) {   /* broadcast_buffers */
         int dtypes = 1;   /* one coalesced broadcast per dtype per forward (fp32; BN's int64 counter) */
         double bytes = t->impl == IMPL_ENGINE ? (double)plan_model_buffers(m) * 4   /* the engine: one fp32 buffer */

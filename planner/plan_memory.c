@@ -158,6 +158,80 @@ static int64_t largest_tensor(const ModelSpec *m) {
     return b;
 }
 
+/* Gradient accumulation (--grad-accum K > 1; docs/formulas.md "Gradient accumulation"). The
+   peak is in the last of the K micro-steps, which starts with what the K-1 before it left:
+   - DDP under no_sync() (torch/nn/parallel/distributed.py: no prepare_for_backward, so the
+     reducer's hooks do nothing): every parameter's full .grad; the last micro-step's
+     AccumulateGrad adds into it in place, so its backward keeps no new gradient (each is alive
+     until it is added: a layer's largest tensor at most). The bucket copy is allocated at
+     construction and stays (persistent_comm). Likewise one GPU, FSDP1 every (its sharded
+     gradients) and the other torch layouts: gradients held from the start.
+   - DeepSpeed ZeRO-1: the full .grad too (stage 1 reduces only at the accumulation boundary:
+     engine.allreduce_gradients -> reduce_gradients), moved into the reduce bucket at the
+     boundary's end of backward.
+   - DeepSpeed ZeRO-2: the first micro-step's grads_in_partition, whose views
+     independent_gradient_partition_epilogue keeps in all_grad_tensors (stage_1_and_2.py), beside
+     the last micro-step's own partition, until the epilogue adds that one into it.
+   - ZeRO-3: nothing more: partition_grads adds into grad_partitions_flat_buffer, allocated at
+     init (stage3.py).
+   - FSDP2, --fsdp-grad-sync every: the sharded gradients; the last micro-step's reduce-scatter
+     outputs are added into them and freed (_fsdp_collectives.py foreach_reduce:
+     sharded_param.grad._local_tensor += new_sharded_grad).
+   - FSDP2, --fsdp-grad-sync last (set_requires_gradient_sync(False): post_backward returns
+     before _take_unsharded_grads_to_reduce): every unit's unsharded gradient (in the reduce dtype
+     when the MixedPrecisionPolicy has one), freed unit by unit at the last micro-step's
+     reduce-scatters. FSDP1's no_sync() alike, at the unit granularity memplan has. */
+typedef struct {
+    double held;         /* gradient bytes from the start of the last micro-step's forward */
+    int in_place;        /* the held gradients are the ones the last micro-step accumulates into:
+                            its backward adds none (DDP-like, ZeRO-1, FSDP every) */
+    int persistent;      /* the walk's grads_persistent path holds them (held stays 0) */
+    int unit_unsharded;  /* FSDP2 last: held is every unit's unsharded gradient */
+    double ub;           /* FSDP2 last: bytes per held unsharded element */
+    int in_place_tensor; /* a layer's backward holds its largest tensor's new gradient until
+                            AccumulateGrad has added it to the held one */
+    double tb;           /* bytes per element of that new gradient */
+} Accum;
+
+static void accum_setup(const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                        const MemSizes *z, const Fsdp2 *f2, int ds12, int ds3, double ds_part_bytes,
+                        Accum *a) {
+    const Strategy *s = plan_strategy(sk);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    memset(a, 0, sizeof(*a));
+    if (t->grad_accum <= 1 || t->impl != IMPL_PYTORCH || ds3) return;
+    int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;
+    int last = fsdp && t->fsdp_grad_sync == FSDP_SYNC_LAST && c->gpus > 1;
+    a->in_place_tensor = 1;
+    a->tb = p->grad_bytes;
+    if (f2->on) {
+        if (last) {
+            a->tb = f2->gb;
+            a->unit_unsharded = 1;
+            a->ub = f2->rb;   /* accumulated in the reduce dtype (= the gradients' without a policy) */
+            a->held = z->psi * a->ub;
+        } else {
+            a->in_place = 1;
+            a->in_place_tensor = 0;   /* the last micro-step's unsharded gradients are new */
+            a->held = plan_offload_grads_to_host(t, sk) ? 0 : z->psi_shard * f2->sb;   /* offload: on the host */
+        }
+    } else if (ds12) {
+        if (s->shard & SHARD_GRAD) {
+            a->in_place_tensor = 0;    /* its hooks copy each new gradient into the bucket */
+            a->held = ds_part_bytes;   /* offload: ds_part_bytes 0, accumulated on the host */
+        } else {
+            a->in_place = 1;
+            a->held = z->psi * p->grad_bytes;
+        }
+    } else if (last) {   /* FSDP1 no_sync: the unsharded flat gradients */
+        a->in_place = 1;
+        a->held = z->psi * p->grad_bytes;
+    } else {
+        a->persistent = 1;
+        a->in_place_tensor = !fsdp;   /* FSDP1 every: its unsharded flat gradients are new */
+    }
+}
+
 /* Everything the walk needs, resolved once. */
 typedef struct {
     const ModelSpec *m;
@@ -336,6 +410,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (opt_on_gpu) opt_steady = o_part * (p->master_bytes + os->states * p->state_bytes);
         grads_fwd = grads_steady;
     }
+    /* gradient accumulation: the last micro-step starts with what the others left (accum_setup) */
+    Accum acc;
+    accum_setup(t, c, sk, z, &f2, ds12, ds3_py, ds12 && opt_on_gpu ? ds.grad_part * p->grad_bytes : 0, &acc);
+    if (acc.persistent) {
+        grads_persistent = 1;
+        grads_fwd = grads_steady;
+    }
+    double acc_held = acc.held;   /* FSDP2 last: counts down unit by unit in backward */
     /* the global gradient norm DeepSpeed keeps between steps (_global_grad_norm, a scalar) */
     double ds_norm = ds_py && c->gpus > 1 && opt_on_gpu ? plan_ds_norm_bytes(ds3_py) : 0;   /* offload: not measured */
     grads_fwd += ds_norm;
@@ -364,7 +446,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     int head_done = 0;
     double tv[TERM_COUNT] = {0};
     tv[TERM_PARAMS] = params_steady;
-    tv[TERM_GRADS] = grads_fwd;
+    tv[TERM_GRADS] = grads_fwd + acc_held;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
     int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
     double ds3_now = 0;   /* gathered bytes at the current layer's backward */
@@ -430,10 +512,13 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             if (l->kind == LAYER_EMBED) tied_sum = 2 * head_tied * p->grad_bytes;
             /* a block's gradients stay unsharded until its post-backward reduce-scatter; the
                root unit's (the tied head's V x e first) until the end of backward */
-            if (l->kind == LAYER_BLOCK) unsharded = pu * p->grad_bytes;
+            if (acc.unit_unsharded)   /* accumulated: only a tied head's half waits beside them */
+                root_grads += (l->kind == LAYER_HEAD ? head_tied : 0) * p->grad_bytes;
+            else if (l->kind == LAYER_BLOCK) unsharded = pu * p->grad_bytes;
             else root_grads += (l->kind == LAYER_HEAD ? head_tied : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
                                p->grad_bytes;
-        } else if (!grads_persistent && (!ds12 || ds12_stage1) && !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves */
+        } else if (!grads_persistent && (!ds12 || ds12_stage1) && !acc.in_place &&
+                   !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves; accumulated: added in place */
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
         /* the autograd engine sums the two halves of a tied weight's gradient out of place
            (input_buffer.cpp accumulate: the head's half is a view of its mm output), so the
@@ -445,11 +530,16 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
            or the end of backward ("gradient reduction" below), not before */
         if (ds12 && !ds12_stage1 && (ds12_seen += pu) >= PLAN_DS_REDUCE_BUCKET)
             grads_now = grads_steady;
-        /* + ZeRO-2's layer in flight (each gradient until its hook copies it into the bucket) */
-        tv[TERM_GRADS] = grads_now + (ds12 && !ds12_stage1 ? pu * p->grad_bytes : 0);
+        /* + ZeRO-2's layer in flight (each gradient until its hook copies it into the bucket);
+           + what the earlier micro-steps accumulated (accum_setup) */
+        tv[TERM_GRADS] = grads_now + acc_held + (ds12 && !ds12_stage1 ? pu * p->grad_bytes : 0);
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
         tv[TERM_GRADS] += tied_live + root_grads + unsharded + tied_sum;
+        /* accumulating into existing gradients: AccumulateGrad adds the layer's new gradient
+           in place and frees it, one parameter tensor at a time (the largest at most; a tied
+           embedding: already in tied_sum, its half and the sum) */
+        if (acc.in_place_tensor && tied_sum == 0) tv[TERM_GRADS] += (double)l->largest_tensor * acc.tb;
         if (ds12 && pu > 0) ds12_hooked = 1;   /* its gradients' hooks have run */
         tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm) +
                         (ds12_hooked ? ds12_bucket : 0);
@@ -465,6 +555,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (l->kind == LAYER_HEAD) head_done = 1;
         if (!recast) casts -= cast_i;
         if (l->kind == LAYER_EMBED) tied_live = 0;
+        if (acc.unit_unsharded && l->kind == LAYER_EMBED)
+            root_grads -= head_tied * p->grad_bytes;   /* the halves' sum went into the accumulated one */
         if (f2.on && l->kind == LAYER_BLOCK) {
             /* the block's post-backward: its reduce-scatter input filled from the unsharded
                gradients, whose output becomes the sharded gradients */
@@ -472,9 +564,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_ACTIVATIONS] = acts + held;
             tv[TERM_TRANSIENT] = casts;
             tv[TERM_COMM] = persistent_comm + plan_fsdp2_rs_comm(&f2, m, i);
-            tv[TERM_GRADS] = grads_now + root_grads + unsharded + shard;
+            tv[TERM_GRADS] = grads_now + acc_held + root_grads + unsharded + shard;
             moment(&w, PHASE_BACKWARD, i, tv, "reduce-scatter of");
-            if (!plan_offload_grads_to_host(t, sk)) grads_now += shard;   /* offloaded: to the host */
+            if (!plan_offload_grads_to_host(t, sk) && !acc.in_place) grads_now += shard;   /* offloaded: to the host;
+                                                                         accumulated: added into the held shard */
+            if (acc.unit_unsharded) acc_held -= pu * acc.ub;   /* the unit's accumulated gradients, reduced */
         }
     }
     if (f2.on) {
@@ -483,9 +577,10 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_ACTIVATIONS] = held;
         tv[TERM_TRANSIENT] = casts;
         tv[TERM_COMM] = persistent_comm + f2.root * f2.rb;
-        tv[TERM_GRADS] = grads_now + root_grads + shard;
+        tv[TERM_GRADS] = grads_now + acc_held + root_grads + shard;
         moment(&w, PHASE_BACKWARD, 0, tv, "reduce-scatter of the root unit");   /* after layer 0 */
-        if (!plan_offload_grads_to_host(t, sk)) grads_now += shard;
+        if (!plan_offload_grads_to_host(t, sk) && !acc.in_place) grads_now += shard;
+        if (acc.unit_unsharded) acc_held = 0;   /* the root's, the last */
     }
 
     /* DeepSpeed ZeRO-1/2 at the end of backward, the last bucket's reduction (engine.backward
@@ -516,7 +611,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                 moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");
             }
         } else {
-            tv[TERM_GRADS] = buckets > 1 ? grads_steady : ds_norm;
+            /* accumulation: the first micro-steps' partition is still held beside the new one
+               (accum_setup); ZeRO-1's accumulated .grad are the ones moved above */
+            tv[TERM_GRADS] = (buckets > 1 ? grads_steady : ds_norm) + acc_held;
             tv[TERM_COMM] = persistent_comm + ds12_bucket +
                             (z->psi - (buckets - 1) * PLAN_DS_REDUCE_BUCKET) * p->grad_bytes;
             moment(&w, PHASE_BACKWARD, 0, tv, "gradient reduction");   /* after layer 0's backward */

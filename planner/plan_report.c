@@ -29,11 +29,14 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof(b)), (long long)c->gpus_per_node,
             (long long)plan_cluster_nodes(c), plan_cluster_nodes(c) > 1 ? "s" : "");
     fprintf(f, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, optimizer %s, "
-            "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s\n", (long long)t->micro_batch,
+            "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s%s%s\n", (long long)t->micro_batch,
             (long long)plan_report_seq(m, t), (long long)t->grad_accum,
             plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
             plan_ckpt_name(t->act_ckpt), plan_attn_name(t->attn), plan_report_dropout(m, t),
             t->fsdp_impl == 1 ? "FSDP1 (flat parameter)" : "FSDP2 (fully_shard)",
+            t->grad_accum > 1 ? " reducing gradients " : "",
+            t->grad_accum > 1 ? (t->fsdp_grad_sync == FSDP_SYNC_LAST ? "in the last micro-step only (--fsdp-grad-sync last)"
+                                                                     : "every micro-step (--fsdp-grad-sync every)") : "",
             t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
     if (t->offload != OFFLOAD_NONE)
         fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
@@ -116,15 +119,21 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
                     x->seconds * 1e3, x->what);
         }
     }
-    if (t->grad_accum > 1) {   /* FSDP's alternative under accumulation: no_sync */
+    if (t->grad_accum > 1) {   /* FSDP's other style under accumulation (--fsdp-grad-sync) */
+        int last = t->fsdp_grad_sync == FSDP_SYNC_LAST;
         for (int i = 0; i < p->n_rows; i++) {
             StrategyKind k = p->rows[i].kind;
             if (k != STRAT_FSDP_FULL && k != STRAT_FSDP_GRAD_OP && k != STRAT_FSDP_HYBRID) continue;
             double extra, saved;
             plan_fsdp_no_sync(m, t, c, k, &extra, &saved);
-            fprintf(f, "# %s with no_sync on the %lld accumulation micro-steps: +%.3f GiB of unsharded "
-                    "gradients per GPU, %.3f GiB less reduce-scatter traffic per step\n",
-                    plan_strategy(k)->name, (long long)t->grad_accum - 1, extra / GIB, saved / GIB);
+            if (last)
+                fprintf(f, "# %s reduces in the last micro-step only (--fsdp-grad-sync last): %.3f GiB more unsharded "
+                        "gradients per GPU than every micro-step (every), %.3f GiB less reduce-scatter traffic per step\n",
+                        plan_strategy(k)->name, extra / GIB, saved / GIB);
+            else
+                fprintf(f, "# %s with no_sync on the %lld accumulation micro-steps (--fsdp-grad-sync last): +%.3f GiB of "
+                        "unsharded gradients per GPU, %.3f GiB less reduce-scatter traffic per step\n",
+                        plan_strategy(k)->name, (long long)t->grad_accum - 1, extra / GIB, saved / GIB);
         }
     }
     const char *unit = m->arch == ARCH_CNN ? "samples/s" : "tokens/s";
@@ -179,6 +188,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "activation_layout", plan_impl_name(t->impl));
     cJSON_AddStringToObject(jt, "offload", plan_offload_name(t->offload));
     cJSON_AddNumberToObject(jt, "fsdp", t->fsdp_impl == 1 ? 1 : 2);   /* what fsdp-* rows mean */
+    cJSON_AddStringToObject(jt, "fsdp_grad_sync", plan_fsdp_sync_name(t->fsdp_grad_sync));
     cJSON_AddStringToObject(jt, "autocast", t->autocast_cpu ? "cpu" : "cuda");
     cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
     cJSON_AddStringToObject(jt, "zero_grad", t->zero_grad_keep ? "zeros" : "none");

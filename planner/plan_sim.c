@@ -91,6 +91,7 @@ struct SimPrep {
     double off_d2h_s;    /* CPU offload of optimizer state: gradient copy per copy, overlapping backward */
     double off_copies;   /* gradient copies per optimizer step (K or 1) */
     int ddp, ds, reduce_every_micro;
+    int rs_last_only;    /* fsdp-* with --fsdp-grad-sync last: reduce-scatters in the last micro-step only */
     int ar_buckets;      /* buckets are all-reduced: DDP, and DeepSpeed ZeRO-1/2 as it runs */
     double ddp_first, ddp_cap, ds_cap;
     double tokens_per_sample;
@@ -154,6 +155,8 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     P->ddp = P->s->buffers == BUF_DDP_BUCKETS && N > 1;
     P->ds = P->s->buffers == BUF_DS_REDUCE && N > 1;
     P->reduce_every_micro = P->ds && (P->s->shard & SHARD_GRAD);
+    P->rs_last_only = (P->s->buffers == BUF_FSDP_FULL || P->s->buffers == BUF_FSDP_GRAD_OP) &&
+                      t->fsdp_grad_sync == FSDP_SYNC_LAST;
     P->ar_buckets = P->ddp || (P->ds && ds_py);
     P->ddp_first = PLAN_DDP_FIRST_BUCKET;
     P->ddp_cap = PLAN_DDP_BUCKET;
@@ -278,7 +281,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, doub
         *compute += bwd;
         if (P->bn_ar[i] > 0) t = comm_issue(cs, rc, t, P->bn_ar[i], "all_reduce", "syncbn", P->bnar_pay[i]);
         if (R->bwd_end) R->bwd_end[i] = t;
-        if (P->rs[i] > 0) {
+        if (P->rs[i] > 0 && (sync || !P->rs_last_only)) {
             comm_issue(cs, rc, t, P->rs[i], "reduce_scatter", name, P->rs_pay[i]);
             if (P->ar_h[i] > 0) comm_issue(cs, rc, t, P->ar_h[i], "all_reduce", name, P->arh_pay[i]);
         }
@@ -293,7 +296,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, doub
             }
         }
     }
-    if (P->root_rs_s > 0) {
+    if (P->root_rs_s > 0 && (sync || !P->rs_last_only)) {
         comm_issue(cs, rc, t, P->root_rs_s, "reduce_scatter", "root", P->root_rs_pay);
         if (P->root_ar_s > 0) comm_issue(cs, rc, t, P->root_ar_s, "all_reduce", "root", P->root_ar_pay);
     }

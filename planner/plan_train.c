@@ -28,6 +28,7 @@ static const char *const ATTN_NAMES[ATTN_COUNT] = {"eager", "sdpa"};
 static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full"};
 static const char *const IMPL_NAMES[IMPL_COUNT] = {"pytorch", "engine"};
 static const char *const OFFLOAD_NAMES[OFFLOAD_COUNT] = {"none", "optimizer", "params"};
+static const char *const FSDP_SYNC_NAMES[FSDP_SYNC_COUNT] = {"every", "last"};
 
 void plan_train_defaults(TrainSpec *t) {
     memset(t, 0, sizeof(*t));
@@ -40,6 +41,7 @@ void plan_train_defaults(TrainSpec *t) {
     t->dropout = -1;
     t->impl = IMPL_PYTORCH;
     t->fsdp_impl = 2;
+    t->fsdp_grad_sync = FSDP_SYNC_EVERY;
 }
 
 const PrecisionSpec *plan_precision(PrecisionKind k) { return &PRECISIONS[k]; }
@@ -62,6 +64,8 @@ int plan_ckpt_by_name(const char *s) { return by_name(s, CKPT_NAMES, CKPT_COUNT)
 int plan_impl_by_name(const char *s) { return by_name(s, IMPL_NAMES, IMPL_COUNT); }
 int plan_offload_by_name(const char *s) { return by_name(s, OFFLOAD_NAMES, OFFLOAD_COUNT); }
 const char *plan_offload_name(OffloadKind o) { return OFFLOAD_NAMES[o]; }
+int plan_fsdp_sync_by_name(const char *s) { return by_name(s, FSDP_SYNC_NAMES, FSDP_SYNC_COUNT); }
+const char *plan_fsdp_sync_name(FsdpSyncKind k) { return FSDP_SYNC_NAMES[k]; }
 const char *plan_attn_name(AttnKind a) { return ATTN_NAMES[a]; }
 const char *plan_ckpt_name(CkptKind c) { return CKPT_NAMES[c]; }
 const char *plan_impl_name(ImplKind i) { return IMPL_NAMES[i]; }

@@ -41,6 +41,12 @@ typedef enum { CKPT_NONE = 0, CKPT_FULL, CKPT_COUNT } CkptKind;
  * shards in host memory (DeepSpeed ZeRO-3 offload_param: cpu; FSDP CPUOffload(offload_params=True),
  * which always offloads gradients and the step with them). */
 typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPT, OFFLOAD_PARAM, OFFLOAD_COUNT } OffloadKind;
+/* FSDP under gradient accumulation (--fsdp-grad-sync; docs/formulas.md "Gradient accumulation"):
+ * FSDP_SYNC_EVERY reduce-scatters every micro-step and accumulates the sharded gradients (FSDP2's
+ * default, torchtitan); FSDP_SYNC_LAST skips the reduce-scatter on the non-final micro-steps
+ * (set_requires_gradient_sync(False) / FSDP1's no_sync(), as HF Accelerate does): every unit keeps
+ * its unsharded gradient until the last micro-step reduce-scatters it. */
+typedef enum { FSDP_SYNC_EVERY = 0, FSDP_SYNC_LAST, FSDP_SYNC_COUNT } FsdpSyncKind;
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
 
@@ -69,6 +75,8 @@ typedef struct {
     int fsdp_impl;           /* what the fsdp-* rows mean where the two differ: 1 = flat-parameter
                                 FullyShardedDataParallel, 2 = fully_shard (FSDP2, the default;
                                 0 reads as 2); docs/formulas.md "Autocast's cast cache" */
+    FsdpSyncKind fsdp_grad_sync; /* fsdp-* under grad_accum > 1: reduce-scatter every micro-step
+                                    (default) or only the last */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */
@@ -82,6 +90,8 @@ int plan_attn_by_name(const char *s);
 int plan_ckpt_by_name(const char *s);
 int plan_impl_by_name(const char *s);
 int plan_offload_by_name(const char *s);      /* none, optimizer, params; -1 if unknown */
+int plan_fsdp_sync_by_name(const char *s);    /* every, last; -1 if unknown */
+const char *plan_fsdp_sync_name(FsdpSyncKind k);
 const char *plan_offload_name(OffloadKind o);
 const char *plan_attn_name(AttnKind a);
 const char *plan_ckpt_name(CkptKind c);

@@ -152,6 +152,44 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("--model gpt2 --inter-bw fast", "--inter-bw 'fast'");
     expect_usage_error("--model gpt2 --latency -2", "--latency '-2'");
     expect_usage_error("--model gpt2 --mfu 2", "--mfu '2'");
+    expect_usage_error("--model gpt2 --grad-accum 2 --fsdp-grad-sync often",
+                       "unknown --fsdp-grad-sync 'often' (valid: every, last)");
+    expect_usage_error("--model gpt2 --fsdp-grad-sync", "--fsdp-grad-sync needs a value");
+}
+
+/* The fsdp-* rows' style under accumulation: echoed in the header and the JSON, and the
+   reduce-scatters of `last` run once per optimizer step, the all-gathers every micro-step */
+static double fsdp_full_coll(const char *args, const char *op, const char **sync) {
+    cr_assert_eq(run(args), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%.200s", out);
+    static char buf[16];
+    snprintf(buf, sizeof buf, "%s", cJSON_GetObjectItem(cJSON_GetObjectItem(j, "train"), "fsdp_grad_sync")->valuestring);
+    *sync = buf;
+    double count = 0;
+    cJSON *e, *c;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "strategies"))
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(cJSON_GetObjectItem(e, "comm"), "collectives"))
+            if (strcmp(cJSON_GetObjectItem(c, "op")->valuestring, op) == 0)
+                count += cJSON_GetObjectItem(c, "count")->valuedouble;
+    cJSON_Delete(j);
+    return count;
+}
+
+Test(cli, fsdp_grad_sync_should_be_echoed_and_change_the_reduce_scatters) {
+    const char *sync;
+    const char *every = "--model gpt2 --gpus 8 --grad-accum 4 --strategy fsdp-full --json";
+    const char *last = "--model gpt2 --gpus 8 --grad-accum 4 --strategy fsdp-full --fsdp-grad-sync last --json";
+    double rs_every = fsdp_full_coll(every, "reduce_scatter", &sync);
+    cr_expect_str_eq(sync, "every", "the default");
+    double rs_last = fsdp_full_coll(last, "reduce_scatter", &sync);
+    cr_expect_str_eq(sync, "last");
+    cr_expect_eq(rs_every, 4 * rs_last);
+    cr_expect_eq(fsdp_full_coll(every, "all_gather", &sync), fsdp_full_coll(last, "all_gather", &sync));
+    cr_assert_eq(run("--model gpt2 --gpus 8 --grad-accum 4 --fsdp-grad-sync last"), 0);
+    cr_expect(strstr(out, "in the last micro-step only (--fsdp-grad-sync last)"), "%s", out);
+    cr_assert_eq(run("--help"), 0);
+    cr_expect(strstr(out, "--fsdp-grad-sync every|last") && strstr(out, "default every"), "%s", out);
 }
 
 Test(cli, auto_should_pick_ddp_for_gpt2_and_shard_gpt2_xl_on_24_gib) {

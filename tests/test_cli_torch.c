@@ -20,8 +20,11 @@ static void setup_paths(void)
 }
 
 /* A harness result whose figures are exactly the planner's for gpt2-tiny, ddp, 2 ranks, fp32,
- * eager attention, no dropout. peak_scale scales the measured peak; extra_op adds a collective. */
-static cJSON *exact_result(const char *strategy, double peak_scale, double payload_delta, const char *extra_op)
+ * eager attention, no dropout, `accum` micro-steps with FSDP's `sync` style (the file names it
+ * unless name_sync is 0, as results from before the harness had --fsdp-grad-sync). peak_scale
+ * scales the measured peak; extra_op adds a collective. */
+static cJSON *exact_result_accum(const char *strategy, double peak_scale, double payload_delta, const char *extra_op,
+                                 int accum, FsdpSyncKind sync, int name_sync)
 {
     ModelSpec m;
     char err[256];
@@ -36,6 +39,8 @@ static cJSON *exact_result(const char *strategy, double peak_scale, double paylo
     t.autocast_cpu = 1;     /* as validate --against torch predicts CPU ranks */
     t.loop_trainer = 1;     /* the result's loop is "hf" */
     t.fsdp_impl = 2;
+    t.grad_accum = accum;
+    t.fsdp_grad_sync = sync;
     ClusterSpec c;
     plan_cluster_defaults(&c);
     c.gpus = c.gpus_per_node = 2;
@@ -65,7 +70,8 @@ static cJSON *exact_result(const char *strategy, double peak_scale, double paylo
     cJSON_AddStringToObject(su, "strategy", strategy);
     cJSON_AddNumberToObject(su, "batch", 2);
     cJSON_AddNumberToObject(su, "seq", 64);
-    cJSON_AddNumberToObject(su, "grad_accum", 1);
+    cJSON_AddNumberToObject(su, "grad_accum", accum);
+    if (name_sync) cJSON_AddStringToObject(su, "fsdp_grad_sync", plan_fsdp_sync_name(sync));
     cJSON_AddNumberToObject(su, "steps", 3);
     cJSON_AddStringToObject(su, "precision", "fp32");
     cJSON_AddStringToObject(su, "act_ckpt", "none");
@@ -109,6 +115,11 @@ static cJSON *exact_result(const char *strategy, double peak_scale, double paylo
     }
     plan_model_free(&m);
     return j;
+}
+
+static cJSON *exact_result(const char *strategy, double peak_scale, double payload_delta, const char *extra_op)
+{
+    return exact_result_accum(strategy, peak_scale, payload_delta, extra_op, 1, FSDP_SYNC_EVERY, 1);
 }
 
 static void write_json(const char *path, cJSON *j)
@@ -198,6 +209,36 @@ Test(validate_torch, should_compare_the_peak_without_gloos_buffers)
     r = measured(dir, j, "");
     cr_assert_eq(r.status, 0, "%s", r.out);
     cr_assert(strstr(r.out, "ok (between the bounds)"), "%s", r.out);
+    free(r.out);
+}
+
+/* --fsdp-grad-sync comes from the result's setup: a file from before the harness had the flag
+   was measured with set_requires_gradient_sync(False), i.e. last */
+Test(validate_torch, should_plan_the_results_fsdp_grad_sync_and_read_old_results_as_last)
+{
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    Run r = measured(dir, exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 1), "");
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_assert(strstr(r.out, "accum 2 (fsdp-grad-sync last)"), "%s", r.out);
+    cr_assert(strstr(r.out, "reduce_scatter backward count                 3"), "one per unit: %s", r.out);
+    free(r.out);
+    r = measured(dir, exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 0), "");
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_assert(strstr(r.out, "(fsdp-grad-sync last)"), "%s", r.out);
+    free(r.out);
+    /* measured with last, claimed every: the reduce-scatter payload differs */
+    cJSON *j = exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 0);
+    cJSON_AddStringToObject(cJSON_GetObjectItem(j, "setup"), "fsdp_grad_sync", "every");
+    r = measured(dir, j, "");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "FAIL (must be exact)"), "%s", r.out);
+    free(r.out);
+    j = exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 0);
+    cJSON_AddStringToObject(cJSON_GetObjectItem(j, "setup"), "fsdp_grad_sync", "often");
+    r = measured(dir, j, "");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "fsdp_grad_sync 'often'"), "%s", r.out);
     free(r.out);
 }
 
@@ -293,6 +334,34 @@ Test(validate_torch, should_launch_torchrun_with_the_planned_setup_for_each_stra
     cr_assert(strstr(a.out, "--strategy fsdp-hybrid "), "%s", a.out);
     cr_assert(strstr(a.out, "--shard-group 2 "), "%s", a.out);
     cr_assert(strstr(a.out, "--precision fp32 --act-ckpt none --attn eager --dropout 0 "), "%s", a.out);
+    cr_assert(strstr(a.out, "--fsdp-grad-sync every "), "the default: %s", a.out);
+    free(a.out);
+    free(r.out);
+}
+
+Test(validate_torch, should_pass_the_accumulation_setup_to_the_harness)
+{
+    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
+    test_tmpdir(dir, sizeof dir, "vt");
+    fake_python(dir, py, sizeof py);
+    snprintf(res, sizeof res, "%s/res.json", dir);
+    write_json(res, exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 1));
+    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
+    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
+    setenv("FAKE_RESULT", res, 1);
+    unsetenv("FAKE_RC");
+    Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy fsdp-full --batch 2 "
+                                          "--seq 64 --precision fp32 --attn eager --dropout 0 --loop trainer "
+                                          "--grad-accum 2 --fsdp-grad-sync last");
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_assert(strstr(r.out, "grad-accum 2") && strstr(r.out, "fsdp-grad-sync last"), "%s", r.out);
+    snprintf(argsf, sizeof argsf, "%s/args", dir);
+    char *cmd = malloc(PATH_MAX + 64);
+    snprintf(cmd, PATH_MAX + 64, "cat %s", argsf);
+    Run a = test_run_cmd(cmd);
+    free(cmd);
+    cr_assert(strstr(a.out, "--grad-accum 2 "), "%s", a.out);
+    cr_assert(strstr(a.out, "--fsdp-grad-sync last "), "%s", a.out);
     free(a.out);
     free(r.out);
 }
@@ -357,6 +426,26 @@ Test(validate_torch, saved_measurements_of_real_runs_should_keep_passing)
         "resnet50_zero1_fp32_none_eager_r2_b2_s128", "resnet50_zero2_fp32_none_eager_r2_b2_s128",
         "resnet50_zero3_fp32_none_eager_r2_b2_s128", "gpt2-mini_zero2_amp-bf16_none_sdpa_r2_b16_s128",
         "gpt2-mini_zero2_amp-bf16_none_sdpa_r2_b17_s128",
+        /* gradient accumulation, K = 2 (docs/formulas.md "Gradient accumulation"): every strategy,
+           FSDP in both --fsdp-grad-sync styles */
+        "gpt2-tiny_ddp_fp32_none_eager_r2_b1_s64_accum2", "gpt2-tiny_zero1_fp32_none_eager_r2_b1_s64_accum2",
+        "gpt2-tiny_zero2_fp32_none_eager_r2_b1_s64_accum2", "gpt2-tiny_zero3_fp32_none_eager_r2_b1_s64_accum2",
+        "gpt2-tiny_fsdp-full_fp32_none_eager_r2_b1_s64_accum2", "gpt2-tiny_fsdp-grad-op_fp32_none_eager_r2_b1_s64_accum2",
+        "gpt2-tiny_fsdp-hybrid_fp32_none_eager_r2_b1_s64_accum2",
+        "gpt2-tiny_fsdp-full_fp32_none_eager_r2_b1_s64_accum2_last",
+        "gpt2-tiny_fsdp-grad-op_fp32_none_eager_r2_b1_s64_accum2_last",
+        "gpt2-tiny_fsdp-hybrid_fp32_none_eager_r2_b1_s64_accum2_last",
+        "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128_accum2", "gpt2-mini_zero1_fp32_none_eager_r2_b1_s128_accum2",
+        "gpt2-mini_zero2_fp32_none_eager_r2_b1_s128_accum2", "gpt2-mini_zero3_fp32_none_eager_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-full_fp32_none_eager_r2_b1_s128_accum2", "gpt2-mini_fsdp-grad-op_fp32_none_eager_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-hybrid_fp32_none_eager_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-full_fp32_none_eager_r2_b1_s128_accum2_last",
+        "gpt2-mini_fsdp-grad-op_fp32_none_eager_r2_b1_s128_accum2_last",
+        "gpt2-mini_fsdp-hybrid_fp32_none_eager_r2_b1_s128_accum2_last",
+        "gpt2-mini_ddp_amp-bf16_none_sdpa_r2_b1_s128_accum2", "gpt2-mini_zero2_amp-bf16_none_sdpa_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-full_amp-bf16_none_sdpa_r2_b1_s128_accum2",
+        "gpt2-mini_fsdp-full_amp-bf16_none_sdpa_r2_b1_s128_accum2_last",
+        "gpt2-mini_zero3_amp-bf16_none_sdpa_r2_b1_s128_accum2",
     };
     char res[1536], args[1700];
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {

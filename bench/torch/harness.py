@@ -69,6 +69,12 @@ def parse_args(argv):
     p.add_argument("--zero-grad", default="none")
     p.add_argument("--loop", default="hf")
     p.add_argument("--shard-group", type=int, default=None)
+    p.add_argument("--fsdp-grad-sync", default="every",
+                   help="FSDP2 under --grad-accum: every (reduce-scatter every micro-step, the "
+                        "gradients accumulate sharded: FSDP2's default, torchtitan) or last "
+                        "(set_requires_gradient_sync(False) on the non-final micro-steps, as HF "
+                        "Accelerate's no_sync: unsharded gradients accumulate, one reduce-scatter "
+                        "per optimizer step)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
     p.add_argument("--measure", default="profiler")
@@ -86,6 +92,7 @@ def parse_args(argv):
     check("attn", a.attn, ("eager", "sdpa"))
     check("zero-grad", a.zero_grad, ("none", "zeros"))
     check("loop", a.loop, ("hf", "common"))
+    check("fsdp-grad-sync", a.fsdp_grad_sync, ("every", "last"))
     check("grad-as-bucket-view", a.grad_as_bucket_view, (0, 1))
     check("measure", a.measure, ("profiler", "memtracker"))
     for name, val, lo in (("batch", a.batch, 1), ("grad-accum", a.grad_accum, 1),
@@ -172,6 +179,25 @@ def _tensors_in(obj, depth=0):
             yield from _tensors_in(x, depth + 1)
 
 
+def _fsdp2_unsharded_grads(model):
+    """FSDP2's unsharded gradients: model.parameters() are the sharded DTensors, while the
+    gradients of a unit's unsharded parameters (FSDPParam._unsharded_param.grad) live until its
+    reduce-scatter, across micro-steps under set_requires_gradient_sync(False)."""
+    for m in model.modules():
+        get = getattr(m, "_get_fsdp_state", None)
+        if get is None:
+            continue
+        try:
+            groups = get()._fsdp_param_groups
+        except (AttributeError, RuntimeError):
+            continue
+        for group in groups or []:
+            for fp in group.fsdp_params:
+                up = getattr(fp, "_unsharded_param", None)
+                if up is not None and up.grad is not None:
+                    yield up.grad
+
+
 def _ds_attr_category(name):
     n = name.lower()
     if "ipg" in n or "bucket" in n or "buffer" in n and "grad" not in n:
@@ -203,6 +229,8 @@ class States:
             if ptr:
                 out[cat][ptr] = nb
 
+        for g in _fsdp2_unsharded_grads(self.model):
+            add("grads", _local(g))
         for p in self.model.parameters():
             if hasattr(p, "ds_tensor"):
                 add("params", p.ds_tensor)
@@ -280,6 +308,8 @@ def build_strategy(a, spec, world, rank):
             opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW,
                                           **opt_kw)
             impl += " + ZeroRedundancyOptimizer(torch.optim.AdamW, foreach=True)"
+        if a.grad_accum > 1:
+            impl += ", no_sync() on the non-final micro-steps"
         return ddp, opt, None, impl
     if a.strategy.startswith("fsdp-"):
         from torch.distributed.device_mesh import init_device_mesh
@@ -311,6 +341,11 @@ def build_strategy(a, spec, world, rank):
                 f"root, reshard_after_forward={raf} on every block (the root at fully_shard's default: "
                 f"kept unsharded after forward), {mesh_s}{mp}, "
                 "torch.optim.AdamW(foreach=True) (flat-parameter FSDP refuses CPU in torch 2.15)")
+        if a.grad_accum > 1:
+            impl += (", gradients reduce-scattered every micro-step (accumulated sharded)"
+                     if a.fsdp_grad_sync == "every" else
+                     ", set_requires_gradient_sync(False) on the non-final micro-steps "
+                     "(unsharded gradients accumulated, one reduce-scatter per step)")
         return model, opt, None, impl
     # DeepSpeed
     import deepspeed
@@ -334,6 +369,8 @@ def build_strategy(a, spec, world, rank):
     impl = (f"DeepSpeed {deepspeed.__version__} ZeRO stage {stage} "
             f"(defaults; bf16={a.precision == 'mixed-bf16'}), {opt_name}, "
             f"optimizer wrapper {type(opt).__name__}")
+    if a.grad_accum > 1:
+        impl += f", engine.step() after each of the {a.grad_accum} micro-batches"
     return engine, opt, engine, impl
 
 
@@ -476,14 +513,19 @@ def run(a, rank, world):
             step_loss = 0.0
             for micro in range(a.grad_accum):
                 last = micro == a.grad_accum - 1
+                # gradient sync on the non-final micro-steps: DDP skips its all-reduce inside
+                # no_sync() (gradients accumulate in .grad, unreduced); FSDP2 reduce-scatters
+                # every micro-step and accumulates the sharded gradients (fsdp_grad_sync every,
+                # its default) unless set_requires_gradient_sync(False) keeps each unit's
+                # unsharded gradient until the last one (last); DeepSpeed decides itself from
+                # its micro-step counter (engine.step() after every micro-batch, below)
                 sync = contextlib.nullcontext()
-                if not last and engine is None:
-                    if hasattr(runner, "no_sync"):
+                if engine is None and hasattr(runner, "no_sync"):
+                    if not last:
                         sync = runner.no_sync()
-                    elif hasattr(runner, "set_requires_gradient_sync"):
-                        runner.set_requires_gradient_sync(False)
-                elif engine is None and hasattr(runner, "set_requires_gradient_sync"):
-                    runner.set_requires_gradient_sync(True)
+                elif (engine is None and hasattr(runner, "set_requires_gradient_sync")
+                      and a.fsdp_grad_sync == "last" and a.grad_accum > 1):
+                    runner.set_requires_gradient_sync(last)
                 with sync:
                     with rf("memplan::phase::data"):
                         batch = {k: v.clone() for k, v in base.items()}
@@ -504,6 +546,15 @@ def run(a, rank, world):
                                                          else 1) / a.grad_accum
                     if a.loop == "hf":
                         loss = None
+                if not last:
+                    if engine is not None:
+                        # DeepSpeed counts micro-steps in engine.step() (micro_steps += 1) and
+                        # steps the optimizer only at the accumulation boundary
+                        # (is_gradient_accumulation_boundary: (micro_steps + 1) % K == 0), so it
+                        # is called after every micro-batch; off the boundary it only counts
+                        with rf("memplan::phase::backward"):
+                            engine.step()
+                    snapshot("after_micro_step")   # what the micro-step leaves accumulated
             snapshot("after_backward")
             if step == 2:
                 ms_bwd = {k: sum(v.values()) for k, v in states.collect().items()}
@@ -642,6 +693,7 @@ def run(a, rank, world):
                   "bucket_mb": a.bucket_mb if a.bucket_mb is not None else 25,
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
+                  "fsdp_grad_sync": a.fsdp_grad_sync,
                   "measure": a.measure},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
