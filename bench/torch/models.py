@@ -37,12 +37,19 @@ class ModelSpec:
         self.vocab = vocab          # token vocabulary, or number of classes
 
     def block_modules(self):
-        """The repeated blocks (FSDP units, checkpoint units): HF's _no_split_modules classes,
-        torchvision's Bottleneck/BasicBlock for ResNets."""
+        """The repeated blocks (FSDP units, checkpoint units): the classes of HF's
+        _no_split_modules that occur more than once (BERT lists BertEmbeddings too, whose word
+        embeddings are tied to the MLM decoder in the root: FSDP2 refuses a parameter shared
+        by two units, and memplan's units are the repeated blocks), torchvision's
+        Bottleneck/BasicBlock for ResNets."""
         names = set(getattr(self.model, "_no_split_modules", None) or [])
         if self.kind == "image":
             names = {"Bottleneck", "BasicBlock"}
-        return [m for m in self.model.modules() if type(m).__name__ in names]
+        mods = [m for m in self.model.modules() if type(m).__name__ in names]
+        count = {}
+        for m in mods:
+            count[type(m)] = count.get(type(m), 0) + 1
+        return [m for m in mods if count[type(m)] > 1]
 
 
 def _zoo_config(name, dropout):
