@@ -25,6 +25,10 @@
 
 #define KERN_FAST_ATT_BLOCK 64   /* query rows per attention GEMM block */
 #define KERN_FAST_LANES 16       /* partial sums per reduction */
+/* the fused LM head works on vocabulary chunks of about this many logits (B·T rows × a slice
+   of the vocabulary: 4 MiB), so each chunk is still in cache when it is reduced, turned into its
+   gradient and fed to the two gradient GEMMs */
+#define KERN_FAST_LMHEAD_CHUNK (1 << 20)
 
 /* exp(x) for x in [-87, 88] (clamped outside: exp(-87) ~ 1.6e-38, exp(88) ~ 1.65e38), relative
  * error <= 2e-7; NaN is not propagated (the clamp maps it to an end). */
@@ -43,6 +47,17 @@ void kern_gelu_forward_fast(float *out, const float *inp, size_t N);
 void kern_gelu_backward_fast(float *dinp, const float *inp, const float *dout, size_t N);
 void kern_crossentropy_softmax_forward_fast(float *probs, float *losses, const float *logits,
                                             const int *targets, int B, int T, int V);
+/* The fused LM head (kern_ops.h's kern_lmhead_ce_*), vocabulary chunk by chunk: forward, one
+ * GEMM per chunk into its columns of logits, then an online log-sum-exp over the chunk (running
+ * maximum and sum per row, rescaled when the maximum grows); backward, per chunk, the chunk's
+ * dlogits in place, dinp += dlogits[:, chunk] · weight[chunk] and dweight[chunk] +=
+ * dlogits[:, chunk]ᵀ · inp. Each gradient element is the same sum as the reference's; dinp's is
+ * accumulated chunk by chunk (a different order of summation). */
+void kern_lmhead_ce_forward_fast(float *logits, float *lse, float *losses, const float *inp,
+                                 const float *weight, const int *targets, int B, int T, int C, int V);
+void kern_lmhead_ce_backward_fast(float *dinp, float *dweight, float *logits, const float *lse,
+                                  const int *targets, const float *inp, const float *weight,
+                                  float dloss, int B, int T, int C, int V);
 void kern_adamw_update_fast(float *params, const float *grads, float *m, float *v, size_t offset,
                             size_t length, float lr, float beta1, float beta2, float eps,
                             float weight_decay, int t);
