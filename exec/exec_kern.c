@@ -1,6 +1,6 @@
 /* exec_kern.c — the two kernel tables of exec_kern.h. The CPU entries wrap the fast CPU paths of
- * kern_fast.h where one exists (LayerNorm, attention, GELU, softmax + cross-entropy forward, the
- * fused LM head + cross-entropy, AdamW)
+ * kern_fast.h where one exists (LayerNorm, matmul backward, attention, GELU, residual, softmax +
+ * cross-entropy forward, the fused LM head + cross-entropy, AdamW)
  * and kern_ops.h's / kern_cnn.h's reference kernels otherwise (same call, stream ignored, status 0);
  * the CUDA entries are kern_cuda.h's and kern_cnn_cuda.h's launchers themselves, whose signatures
  * the table copies. The only op of our own is add (dst += src):
@@ -61,7 +61,7 @@ static int c_matmul_backward(float *dinp, float *dweight, float *dbias, const fl
                              const float *weight, int B, int T, int C, int OC, void *stream)
 {
     (void)stream;
-    kern_matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    kern_matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
     return 0;
 }
 
@@ -98,7 +98,7 @@ static int c_gelu_backward(float *dinp, const float *inp, const float *dout, siz
 static int c_residual_forward(float *out, const float *inp1, const float *inp2, size_t N, void *stream)
 {
     (void)stream;
-    kern_residual_forward(out, inp1, inp2, N);
+    kern_residual_forward_fast(out, inp1, inp2, N);
     return 0;
 }
 

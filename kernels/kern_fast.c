@@ -5,6 +5,7 @@
  * the attention ones included, go through cblas_sgemm. */
 #pragma GCC optimize("O3", "no-math-errno")
 #include "kern_fast.h"
+#include "kern_ops.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -250,6 +251,30 @@ void kern_attention_backward_fast(float *dinp, float *dpreatt, float *datt, cons
             }
         }
     }
+}
+
+/* ---- linear layer: the reference's GEMMs, the bias gradient vectorized across columns ---- */
+
+VECTORIZED
+static void column_sums(float *dbias, const float *dout, int M, int OC)
+{
+    for (int r = 0; r < M; r++) {
+        const float *d = dout + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) dbias[o] += d[o];
+    }
+}
+
+void kern_matmul_backward_fast(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, int B, int T, int C, int OC)
+{
+    kern_matmul_backward(dinp, dweight, NULL, dout, inp, weight, B, T, C, OC);
+    if (dbias) column_sums(dbias, dout, B * T, OC);
+}
+
+VECTORIZED
+void kern_residual_forward_fast(float *out, const float *inp1, const float *inp2, size_t N)
+{
+    for (size_t i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
 }
 
 /* ---- GELU (tanh form) ---- */

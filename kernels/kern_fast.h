@@ -13,8 +13,9 @@
  *     tanh(u) = 1 - 2 / (exp(2u) + 1) from it has absolute error <= 2e-7;
  *   - reductions (LayerNorm's sums, softmax sums and maxima) run over KERN_FAST_LANES partial
  *     sums, so they vectorize; the order of summation differs from the reference's;
- *   - AdamW is the reference's per-element arithmetic in a loop the compiler vectorizes (same
- *     operations per element: results equal the reference's bit for bit).
+ *   - AdamW, the residual add and the matmul's bias gradient are the reference's per-element
+ *     arithmetic in loops the compiler vectorizes (same operations per element, in the same
+ *     order: results equal the reference's bit for bit).
  * Deterministic: the same inputs give the same bits, run to run and whatever the sharding (every
  * element's arithmetic depends only on its row or on itself). No threads of our own. The loops are
  * built for the machine's vector width at run time (GCC target_clones: AVX-512, AVX2, SSE2). */
@@ -43,6 +44,12 @@ void kern_attention_forward_fast(float *out, float *preatt, float *att, const fl
                                  int B, int T, int C, int NH);
 void kern_attention_backward_fast(float *dinp, float *dpreatt, float *datt, const float *dout,
                                   const float *inp, const float *att, int B, int T, int C, int NH);
+/* The matmul's GEMMs as the reference's; dbias's column sums run in the reference's row order,
+ * vectorized across columns (equal to the reference bit for bit). */
+void kern_matmul_backward_fast(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, int B, int T, int C, int OC);
+/* out = inp1 + inp2, vectorized (equal to the reference bit for bit) */
+void kern_residual_forward_fast(float *out, const float *inp1, const float *inp2, size_t N);
 void kern_gelu_forward_fast(float *out, const float *inp, size_t N);
 void kern_gelu_backward_fast(float *dinp, const float *inp, const float *dout, size_t N);
 void kern_crossentropy_softmax_forward_fast(float *probs, float *losses, const float *logits,

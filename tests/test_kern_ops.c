@@ -631,6 +631,30 @@ Test(kern_fast, crossentropy_forward_should_match_the_reference)
     free(l), free(p1), free(p2), free(L1), free(L2);
 }
 
+Test(kern_fast, matmul_backward_and_residual_should_equal_the_reference_bit_for_bit)
+{
+    int B = 3, T = 7, C = 13, OC = 37;   /* OC not a multiple of any vector width */
+    size_t M = (size_t)B * T;
+    float *inp = frand(M * C, 1.0f), *w = frand((size_t)OC * C, 1.0f), *d = frand(M * OC, 1.0f);
+    float *dx1 = frand(M * C, 1.0f), *dx2 = fcopy(dx1, M * C), *dw1 = frand((size_t)OC * C, 1.0f);
+    float *dw2 = fcopy(dw1, (size_t)OC * C), *db1 = frand(OC, 1.0f), *db2 = fcopy(db1, OC);
+    kern_matmul_backward(dx1, dw1, db1, d, inp, w, B, T, C, OC);
+    kern_matmul_backward_fast(dx2, dw2, db2, d, inp, w, B, T, C, OC);
+    cr_assert(memcmp(dx1, dx2, M * C * sizeof(float)) == 0, "dinp");
+    cr_assert(memcmp(dw1, dw2, (size_t)OC * C * sizeof(float)) == 0, "dweight");
+    cr_assert(memcmp(db1, db2, OC * sizeof(float)) == 0, "dbias");
+    kern_matmul_backward_fast(NULL, NULL, db2, d, inp, w, B, T, C, OC);   /* only the bias */
+    kern_matmul_backward(NULL, NULL, db1, d, inp, w, B, T, C, OC);
+    cr_assert(memcmp(db1, db2, OC * sizeof(float)) == 0, "dbias alone");
+    size_t n = 1001;
+    float *a = frand(n, 3.0f), *b2 = frand(n, 3.0f), *o1 = fzeros(n), *o2 = frand(n, 9.0f);
+    kern_residual_forward(o1, a, b2, n);
+    kern_residual_forward_fast(o2, a, b2, n);
+    cr_assert(memcmp(o1, o2, n * sizeof(float)) == 0, "residual");
+    free(inp), free(w), free(d), free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+    free(a), free(b2), free(o1), free(o2);
+}
+
 /* B·T rows × V columns beyond KERN_FAST_LMHEAD_CHUNK, so the vocabulary goes in several chunks
    (the last one partial), with targets on chunk edges; gradients accumulate onto non-zero
    buffers and the outputs start with garbage */
