@@ -16,23 +16,25 @@
  *     ln2_mean (B·T), ln2_rstd (B·T), fch (B·T·4C), fch_gelu (B·T·4C), fcproj (B·T·C),
  *     residual3 (B·T·C)                     block: 4·B·T·(18C + 4) + 8·B·NH·T² bytes
  *   lnf (B·T·C), lnf_mean (B·T), lnf_rstd (B·T)                 after before_fwd(L+1)
- *   logits (B·T·V), probs (B·T·V), losses (B·T)                 after after_fwd(L+1)
+ *   logits (B·T·V), lse (B·T), losses (B·T)                     after after_fwd(L+1)
+ *     (the fused LM head + cross-entropy: no probabilities are kept, lse is each row's
+ *     log-sum-exp, and backward turns the logits into their own gradient in place)
  * MEM_WORKSPACE, allocated at the start of backward, before before_bwd(0), in this order:
- *   dlogits (B·T·V, zeroed), dresidual (B·T·C, zeroed; the residual-stream gradient),
+ *   dresidual (B·T·C, zeroed; the residual-stream gradient),
  *   dbtc (B·T·C; dlnf, then per block dln2 -> datty -> dln1), dfch_gelu (B·T·4C),
  *   dfch (B·T·4C; per block dfch, then its first B·T·3C elements are dqkv),
- *   dpreatt (B·NH·T·T), datt (B·NH·T·T)    scratch without dlogits: 4·B·T·10C + 8·B·NH·T²
+ *   dpreatt (B·NH·T·T), datt (B·NH·T·T)    all of it: 4·B·T·10C + 8·B·NH·T²
  * Backward, in order (frees go back to the tracker at once):
  *   1. workspace allocated (all of it); before_bwd(0); grads of unit 0 created if absent
- *   2. dlogits = (probs - onehot)·dloss (1/(B·T), or the grad scale); free logits, probs, losses
- *   3. LM-head backward (dlnf, dwte); free dlogits, lnf
- *   4. before_bwd(L+1); grads of L+1; final-LN backward; free lnf_mean, lnf_rstd; after_bwd(L+1)
- *   5. for l = L..1: before_bwd(l); grads of l; block backward; free block l's 16 tensors
+ *   2. fused LM-head + loss backward: logits := dlogits = (softmax - onehot)·dloss (1/(B·T), or
+ *      the grad scale), then dlnf and dwte from them; free logits, lse, losses, lnf
+ *   3. before_bwd(L+1); grads of L+1; final-LN backward; free lnf_mean, lnf_rstd; after_bwd(L+1)
+ *   4. for l = L..1: before_bwd(l); grads of l; block backward; free block l's 16 tensors
  *      (and, for l = 1, encoded); after_bwd(l)
- *   6. encoder backward; free dresidual, dbtc, dfch_gelu, dfch, dpreatt, datt; after_bwd(0)
+ *   5. encoder backward; free dresidual, dbtc, dfch_gelu, dfch, dpreatt, datt; after_bwd(0)
  * So activations and workspace are gone at the end of backward. On the first step (no grads
  * yet) the peak total is the largest of params + act + ws + grads(0) at 1, and the totals right
- * after each later grads(u) creation in 4–5; gpt2_activation_layout walks exactly this sequence.
+ * after each later grads(u) creation in 3–4; gpt2_activation_layout walks exactly this sequence.
  * Once every grads(u) and the optimizer state exist, the peak is at 1: 4·params + act + ws.
  *
  * Host-side bookkeeping (the Gpt2 struct and its per-unit pointer arrays, a few hundred bytes)
@@ -226,16 +228,16 @@ static const struct { const char *name; Shape shape; } BLOCK_ACTS[A_COUNT] = {
     {"fch", SH_BT4C}, {"fch_gelu", SH_BT4C}, {"fcproj", SH_BTC}, {"residual3", SH_BTC},
 };
 
-enum { H_ENCODED, H_LNF, H_LNF_MEAN, H_LNF_RSTD, H_LOGITS, H_PROBS, H_LOSSES, H_COUNT };
+enum { H_ENCODED, H_LNF, H_LNF_MEAN, H_LNF_RSTD, H_LOGITS, H_LSE, H_LOSSES, H_COUNT };
 static const struct { const char *name; Shape shape; } HEAD_ACTS[H_COUNT] = {
     {"encoded", SH_BTC}, {"lnf", SH_BTC}, {"lnf_mean", SH_BT}, {"lnf_rstd", SH_BT},
-    {"logits", SH_BTV}, {"probs", SH_BTV}, {"losses", SH_BT},
+    {"logits", SH_BTV}, {"lse", SH_BT}, {"losses", SH_BT},
 };
 
 /* zero: allocated zeroed (the kernel accumulates into it from the start). */
-enum { W_DLOGITS, W_DRESIDUAL, W_DBTC, W_DFCH_GELU, W_DFCH, W_DPREATT, W_DATT, W_COUNT };
+enum { W_DRESIDUAL, W_DBTC, W_DFCH_GELU, W_DFCH, W_DPREATT, W_DATT, W_COUNT };
 static const struct { const char *name; Shape shape; int zero; } WORKSPACE[W_COUNT] = {
-    {"dlogits", SH_BTV, 1}, {"dresidual", SH_BTC, 1}, {"dbtc", SH_BTC, 0},
+    {"dresidual", SH_BTC, 1}, {"dbtc", SH_BTC, 0},
     {"dfch_gelu", SH_BT4C, 0}, {"dfch", SH_BT4C, 0}, {"dpreatt", SH_BNHTT, 0},
     {"datt", SH_BNHTT, 0},
 };
@@ -254,19 +256,16 @@ int gpt2_activation_layout(const Gpt2Config *cfg, int B, int T, Gpt2MemLayout *o
     for (int i = 0; i < H_COUNT; i++) l.outside_bytes += F * shape_numel(HEAD_ACTS[i].shape, cfg, B, T);
     for (int i = 0; i < W_COUNT; i++) l.ws_bytes += F * shape_numel(WORKSPACE[i].shape, cfg, B, T);
     l.act_bytes = (size_t)cfg->n_layer * l.block_bytes + l.outside_bytes;
-    l.dlogits_bytes = F * shape_numel(SH_BTV, cfg, B, T);
-    l.scratch_bytes = l.ws_bytes - l.dlogits_bytes;
     l.param_bytes = F * (size_t)gpt2_cfg_num_params(cfg);
 
     /* Walk the documented backward sequence of a first step (see the top of this file). */
     int L = cfg->n_layer;
     size_t bt = F * shape_numel(SH_BT, cfg, B, T), btc = F * shape_numel(SH_BTC, cfg, B, T);
-    size_t btv = l.dlogits_bytes;
+    size_t btv = F * shape_numel(SH_BTV, cfg, B, T);
     size_t cur = l.param_bytes + l.act_bytes + l.ws_bytes, peak;
     cur += F * gpt2_cfg_unit_numel(cfg, 0);                       /* grads of unit 0 */
     peak = cur;
-    cur -= 2 * btv + bt;                                          /* logits, probs, losses */
-    cur -= btv + btc;                                             /* dlogits, lnf */
+    cur -= btv + 2 * bt + btc;                                    /* logits, lse, losses, lnf */
     cur += F * gpt2_cfg_unit_numel(cfg, L + 1);                   /* grads of unit L+1 */
     if (cur > peak) peak = cur;
     cur -= 2 * bt;                                                /* lnf_mean, lnf_rstd */
@@ -594,8 +593,8 @@ int gpt2_forward(Gpt2 *m, const int *tokens, const int *targets, int B, int T, f
         goto fail;
     }
     if (call_hook(m, AFTER_FWD, L + 1) || alloc_head(m, H_LOGITS, H_LOSSES)) goto fail;
-    if (k->matmul_forward(m->head[H_LOGITS], m->head[H_LNF], m->params[0], NULL, B, T, C, V, st) ||
-        k->crossentropy_softmax_forward(m->head[H_PROBS], m->head[H_LOSSES], m->head[H_LOGITS], m->targets, B, T, V, st)) {
+    if (k->lmhead_ce_forward(m->head[H_LOGITS], m->head[H_LSE], m->head[H_LOSSES], m->head[H_LNF], m->params[0],
+                             m->targets, B, T, C, V, st)) {
         kernel_failed(m, "the LM head's forward");
         goto fail;
     }
@@ -688,20 +687,16 @@ int gpt2_backward(Gpt2 *m)
     void *st = m->stream;
     if (call_hook(m, BEFORE_BWD, 0) || !(g0 = unit_grads(m, 0))) goto fail;
     float dloss = m->grad_scale > 0.0f ? m->grad_scale : 1.0f / ((float)B * T);
-    if (k->crossentropy_softmax_backward(m->ws[W_DLOGITS], m->head[H_PROBS], m->targets, dloss, B, T, V, st)) {
-        kernel_failed(m, "the loss's backward");
+    float *dlnf = m->ws[W_DBTC];
+    zero(m, dlnf, (size_t)B * T * C * sizeof(float));
+    if (k->lmhead_ce_backward(dlnf, g0, m->head[H_LOGITS], m->head[H_LSE], m->targets, m->head[H_LNF], m->params[0],
+                              dloss, B, T, C, V, st)) {
+        kernel_failed(m, "the LM head's and the loss's backward");
         goto fail;
     }
     release(m, &m->head[H_LOGITS]);
-    release(m, &m->head[H_PROBS]);
+    release(m, &m->head[H_LSE]);
     release(m, &m->head[H_LOSSES]);
-    float *dlnf = m->ws[W_DBTC];
-    zero(m, dlnf, (size_t)B * T * C * sizeof(float));
-    if (k->matmul_backward(dlnf, g0, NULL, m->ws[W_DLOGITS], m->head[H_LNF], m->params[0], B, T, C, V, st)) {
-        kernel_failed(m, "the LM head's backward");
-        goto fail;
-    }
-    release(m, &m->ws[W_DLOGITS]);
     release(m, &m->head[H_LNF]);
 
     if (call_hook(m, BEFORE_BWD, L + 1) || !(gl = unit_grads(m, L + 1))) goto fail;

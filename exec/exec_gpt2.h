@@ -67,13 +67,12 @@ int gpt2_init_unit_range(const Gpt2Config *cfg, int unit, uint64_t seed, size_t 
 /* ---- memory layout (what the planner reproduces; see the top of exec_gpt2.c) ---- */
 typedef struct {
     size_t block_bytes;      /* one block's 16 saved tensors: 4·B·T·(18C + 4) + 8·B·NH·T² */
-    size_t outside_bytes;    /* encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses:
-                                4·B·T·(2C + 2V + 3) */
+    size_t outside_bytes;    /* encoded, lnf, lnf_mean, lnf_rstd, logits, lse, losses:
+                                4·B·T·(2C + V + 4) */
     size_t act_bytes;        /* L·block + outside: MEM_ACTIVATIONS at the end of forward */
-    size_t dlogits_bytes;    /* 4·B·T·V, workspace freed after the LM-head backward */
-    size_t scratch_bytes;    /* dresidual + one block's gradient scratch, whole backward:
+    size_t ws_bytes;         /* dresidual + one block's gradient scratch, the whole backward
+                                (MEM_WORKSPACE; the logits' gradient reuses the logits):
                                 4·B·T·10C + 8·B·NH·T² */
-    size_t ws_bytes;         /* dlogits + scratch: peak of MEM_WORKSPACE */
     size_t param_bytes;      /* 4 · gpt2_cfg_num_params: full params (= full grads = m = v) */
     size_t peak_first_bytes; /* peak total over the first forward + backward: model-owned
                                 params, gradients created lazily in backward, no optimizer

@@ -1,5 +1,6 @@
 /* exec_kern.c — the two kernel tables of exec_kern.h. The CPU entries wrap the fast CPU paths of
- * kern_fast.h where one exists (LayerNorm, attention, GELU, softmax + cross-entropy forward, AdamW)
+ * kern_fast.h where one exists (LayerNorm, matmul backward, attention, GELU, residual, softmax +
+ * cross-entropy forward, the fused LM head + cross-entropy, AdamW)
  * and kern_ops.h's / kern_cnn.h's reference kernels otherwise (same call, stream ignored, status 0);
  * the CUDA entries are kern_cuda.h's and kern_cnn_cuda.h's launchers themselves, whose signatures
  * the table copies. The only op of our own is add (dst += src):
@@ -60,7 +61,7 @@ static int c_matmul_backward(float *dinp, float *dweight, float *dbias, const fl
                              const float *weight, int B, int T, int C, int OC, void *stream)
 {
     (void)stream;
-    kern_matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    kern_matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
     return 0;
 }
 
@@ -97,7 +98,7 @@ static int c_gelu_backward(float *dinp, const float *inp, const float *dout, siz
 static int c_residual_forward(float *out, const float *inp1, const float *inp2, size_t N, void *stream)
 {
     (void)stream;
-    kern_residual_forward(out, inp1, inp2, N);
+    kern_residual_forward_fast(out, inp1, inp2, N);
     return 0;
 }
 
@@ -114,6 +115,23 @@ static int c_ce_backward(float *dlogits, const float *probs, const int *targets,
 {
     (void)stream;
     kern_crossentropy_softmax_backward(dlogits, probs, targets, dloss, B, T, V);
+    return 0;
+}
+
+static int c_lmhead_forward(float *logits, float *lse, float *losses, const float *inp, const float *weight,
+                            const int *targets, int B, int T, int C, int V, void *stream)
+{
+    (void)stream;
+    kern_lmhead_ce_forward_fast(logits, lse, losses, inp, weight, targets, B, T, C, V);
+    return 0;
+}
+
+static int c_lmhead_backward(float *dinp, float *dweight, float *logits, const float *lse, const int *targets,
+                             const float *inp, const float *weight, float dloss, int B, int T, int C, int V,
+                             void *stream)
+{
+    (void)stream;
+    kern_lmhead_ce_backward_fast(dinp, dweight, logits, lse, targets, inp, weight, dloss, B, T, C, V);
     return 0;
 }
 
@@ -270,7 +288,7 @@ static int c_avgpool_global_backward(float *dinp, const float *dout, int N, int 
 static const ExecKernels CPU = {
     "cpu", c_encoder_forward, c_encoder_backward, c_layernorm_forward, c_layernorm_backward, c_matmul_forward,
     c_matmul_backward, c_attention_forward, c_attention_backward, c_gelu_forward, c_gelu_backward,
-    c_residual_forward, c_ce_forward, c_ce_backward, c_adamw, c_add,
+    c_residual_forward, c_ce_forward, c_ce_backward, c_lmhead_forward, c_lmhead_backward, c_adamw, c_add,
     c_conv2d_forward, c_conv2d_backward, c_bn_stats, c_bn_combine_stats, c_bn_update_running, c_bn_forward_apply, c_bn_forward_eval, c_bn_backward_reduce, c_bn_backward_apply, c_batchnorm_forward, c_batchnorm_backward, c_relu_forward, c_relu_backward, c_add_forward, c_add_backward, c_maxpool2d_forward, c_maxpool2d_backward, c_avgpool_global_forward, c_avgpool_global_backward,
 };
 
@@ -296,6 +314,8 @@ static const ExecKernels CUDA = {
     kern_residual_forward_cuda,
     kern_crossentropy_softmax_forward_cuda,
     kern_crossentropy_softmax_backward_cuda,
+    kern_lmhead_ce_forward_cuda,
+    kern_lmhead_ce_backward_cuda,
     kern_adamw_update_cuda,
     g_add,
     kern_conv2d_forward_cuda,

@@ -41,6 +41,13 @@ typedef struct {
                                         int B, int T, int V, void *stream);
     int (*crossentropy_softmax_backward)(float *dlogits, const float *probs, const int *targets, float dloss,
                                          int B, int T, int V, void *stream);
+    /* the tied LM head and its loss, fused (kern_lmhead_ce_*: the logits are the only vocabulary-
+       sized tensor; backward turns them into their gradient in place) */
+    int (*lmhead_ce_forward)(float *logits, float *lse, float *losses, const float *inp, const float *weight,
+                             const int *targets, int B, int T, int C, int V, void *stream);
+    int (*lmhead_ce_backward)(float *dinp, float *dweight, float *logits, const float *lse, const int *targets,
+                              const float *inp, const float *weight, float dloss, int B, int T, int C, int V,
+                              void *stream);
     int (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t offset, size_t length,
                         float lr, float beta1, float beta2, float eps, float weight_decay, int t, void *stream);
     /* dst[i] += src[i] for i < N, in index order (the strategies' shard accumulation). */

@@ -302,9 +302,8 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     if (cfg->device == DEVICE_HOST) {
         kern_blas_set_threads(comm_local_size(c));
         /* Freed step buffers stay mapped for the next step: glibc would otherwise give every
-           buffer over its mmap threshold (32 MiB at most; gpt2's logits, probabilities and their
-           gradient are 103 MB each) back to the kernel at free and fault it in, zeroed, again
-           at the next step. The tracker's accounting is unaffected (it counts requests). */
+           buffer over its mmap threshold (32 MiB at most; gpt2's logits are 103 MB at B 4,
+           T 128) back to the kernel at free and fault it in, zeroed, again at the next step. The tracker's accounting is unaffected (it counts requests). */
         mallopt(M_MMAP_MAX, 0);
         mallopt(M_TRIM_THRESHOLD, INT_MAX);
     }

@@ -678,6 +678,65 @@ extern "C" int kern_crossentropy_softmax_backward_cuda(float *dlogits, const flo
     return LAUNCH_CHECK(crossentropy_softmax_backward_kernel);
 }
 
+/* ---- tied LM head + softmax cross-entropy, fused ---- */
+
+/* one block per row: lse = max + log Σ exp(l - max), loss = lse - l[target] */
+static __global__ void lmhead_lse_kernel(float *lse, float *losses, const float *logits, const int *targets, int V)
+{
+    __shared__ float sh[32];
+    size_t r = blockIdx.x;
+    const float *l = logits + r * V;
+    float maxv = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) maxv = fmaxf(maxv, l[i]);
+    maxv = block_reduce(maxv, sh, true);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(l[i] - maxv);
+    sum = block_reduce(sum, sh, false);
+    if (threadIdx.x == 0) {
+        float s = maxv + logf(sum);
+        lse[r] = s;
+        losses[r] = s - l[targets[r]];
+    }
+}
+
+/* logits -> dlogits in place: exp(l - lse)·dloss, minus dloss at the target */
+static __global__ void lmhead_dlogits_kernel(float *logits, const float *lse, const int *targets, float dloss, int V,
+                                             size_t n)
+{
+    GRID_STRIDE(i, n) {
+        size_t r = i / V;
+        float a = expf(logits[i] - lse[r]) * dloss;
+        if ((int)(i % V) == targets[r]) a -= dloss;
+        logits[i] = a;
+    }
+}
+
+extern "C" int kern_lmhead_ce_forward_cuda(float *logits, float *lse, float *losses, const float *inp,
+                                           const float *weight, const int *targets, int B, int T, int C, int V,
+                                           void *stream)
+{
+    size_t rows = (size_t)B * T;
+    if (rows == 0 || V <= 0) return 0;
+    if (rows > 0x7fffffffu) {
+        fprintf(stderr, "rank %s: kern_lmhead_ce_forward_cuda: B*T = %zu rows is too many\n", kern_log_rank(), rows);
+        return -1;
+    }
+    if (kern_matmul_forward_cuda(logits, inp, weight, NULL, B, T, C, V, stream)) return -1;
+    lmhead_lse_kernel<<<(unsigned)rows, THREADS, 0, as_stream(stream)>>>(lse, losses, logits, targets, V);
+    return LAUNCH_CHECK(lmhead_lse_kernel);
+}
+
+extern "C" int kern_lmhead_ce_backward_cuda(float *dinp, float *dweight, float *logits, const float *lse,
+                                            const int *targets, const float *inp, const float *weight, float dloss,
+                                            int B, int T, int C, int V, void *stream)
+{
+    size_t n = (size_t)B * T * V;
+    if (n == 0) return 0;
+    lmhead_dlogits_kernel<<<grid_for(n, THREADS), THREADS, 0, as_stream(stream)>>>(logits, lse, targets, dloss, V, n);
+    if (LAUNCH_CHECK(lmhead_dlogits_kernel)) return -1;
+    return kern_matmul_backward_cuda(dinp, dweight, NULL, logits, inp, weight, B, T, C, V, stream);
+}
+
 /* ---- AdamW ---- */
 
 static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,

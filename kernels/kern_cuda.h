@@ -105,6 +105,19 @@ int kern_crossentropy_softmax_forward_cuda(float *probs, float *losses, const fl
 int kern_crossentropy_softmax_backward_cuda(float *dlogits, const float *probs, const int *targets,
                                             float dloss, int B, int T, int V, void *stream);
 
+/* ---- tied LM head + softmax cross-entropy, fused (needs kern_cuda_init) ---- */
+/* logits (B*T,V) = inp · weightᵀ (cuBLAS), lse (B*T) = log Σ exp(logits row), losses (B*T) =
+ * lse - logits[target]. No vocabulary chunks on the GPU (they are for the CPU's caches): the
+ * same tensors, so the same memory as the CPU twin. */
+int kern_lmhead_ce_forward_cuda(float *logits, float *lse, float *losses, const float *inp,
+                                const float *weight, const int *targets, int B, int T, int C, int V,
+                                void *stream);
+/* logits become dlogits = (softmax - onehot)·dloss in place; dinp += dlogits · weight;
+ * dweight += dlogitsᵀ · inp (either may be NULL). */
+int kern_lmhead_ce_backward_cuda(float *dinp, float *dweight, float *logits, const float *lse,
+                                 const int *targets, const float *inp, const float *weight, float dloss,
+                                 int B, int T, int C, int V, void *stream);
+
 /* ---- AdamW: params[offset .. offset+length) and grads likewise; m, v hold the shard only ---- */
 int kern_adamw_update_cuda(float *params, const float *grads, float *m, float *v, size_t offset,
                            size_t length, float lr, float beta1, float beta2, float eps,

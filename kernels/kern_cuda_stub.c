@@ -64,6 +64,14 @@ int kern_crossentropy_softmax_forward_cuda(float *probs, float *losses, const fl
 int kern_crossentropy_softmax_backward_cuda(float *dlogits, const float *probs, const int *targets,
                                             float dloss, int B, int T, int V, void *stream)
 { return no_cuda(__func__); }
+int kern_lmhead_ce_forward_cuda(float *logits, float *lse, float *losses, const float *inp,
+                                const float *weight, const int *targets, int B, int T, int C, int V,
+                                void *stream)
+{ return no_cuda(__func__); }
+int kern_lmhead_ce_backward_cuda(float *dinp, float *dweight, float *logits, const float *lse,
+                                 const int *targets, const float *inp, const float *weight, float dloss,
+                                 int B, int T, int C, int V, void *stream)
+{ return no_cuda(__func__); }
 int kern_adamw_update_cuda(float *params, const float *grads, float *m, float *v, size_t offset,
                            size_t length, float lr, float beta1, float beta2, float eps,
                            float weight_decay, int t, void *stream)

@@ -5,6 +5,7 @@
  * the attention ones included, go through cblas_sgemm. */
 #pragma GCC optimize("O3", "no-math-errno")
 #include "kern_fast.h"
+#include "kern_ops.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -252,6 +253,30 @@ void kern_attention_backward_fast(float *dinp, float *dpreatt, float *datt, cons
     }
 }
 
+/* ---- linear layer: the reference's GEMMs, the bias gradient vectorized across columns ---- */
+
+VECTORIZED
+static void column_sums(float *dbias, const float *dout, int M, int OC)
+{
+    for (int r = 0; r < M; r++) {
+        const float *d = dout + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) dbias[o] += d[o];
+    }
+}
+
+void kern_matmul_backward_fast(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, int B, int T, int C, int OC)
+{
+    kern_matmul_backward(dinp, dweight, NULL, dout, inp, weight, B, T, C, OC);
+    if (dbias) column_sums(dbias, dout, B * T, OC);
+}
+
+VECTORIZED
+void kern_residual_forward_fast(float *out, const float *inp1, const float *inp2, size_t N)
+{
+    for (size_t i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
+}
+
 /* ---- GELU (tanh form) ---- */
 
 VECTORIZED
@@ -294,6 +319,89 @@ void kern_crossentropy_softmax_forward_fast(float *probs, float *losses, const f
         for (int i = 0; i < V; i++) p[i] *= inv;
         /* the loss from the log-sum-exp, exact where the probability underflows */
         losses[r] = logf(sum) - (l[targets[r]] - maxv);
+    }
+}
+
+/* ---- tied LM head + cross-entropy, vocabulary chunk by chunk ---- */
+
+/* vocabulary columns per chunk: KERN_FAST_LMHEAD_CHUNK logits over `rows` rows, a multiple of
+   the lanes, at least 64 columns (narrower GEMMs lose more to packing than cache saves) */
+static int lmhead_chunk(size_t rows, int V)
+{
+    size_t vc = KERN_FAST_LMHEAD_CHUNK / (rows ? rows : 1);
+    vc -= vc % KERN_FAST_LANES;
+    if (vc < 64) vc = 64;
+    return vc >= (size_t)V ? V : (int)vc;
+}
+
+/* Online log-sum-exp of columns [0, n) of `rows` rows of l (row stride ld): mx[r], sm[r] hold the
+   running maximum and Σ exp(x - mx) of the columns before (first: none yet). */
+VECTORIZED
+static void lse_chunk_rows(const float *l, size_t ld, int n, size_t rows, float *mx, float *sm, int first)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = l + r * ld;
+        float cm = max_lanes(x, n);
+        float m = first || cm > mx[r] ? cm : mx[r];
+        float acc[KERN_FAST_LANES] = {0};
+        int i = 0;
+        for (; i + KERN_FAST_LANES <= n; i += KERN_FAST_LANES)
+            for (int k = 0; k < KERN_FAST_LANES; k++) acc[k] += fexp(x[i + k] - m);
+        for (; i < n; i++) acc[0] += fexp(x[i] - m);
+        float s = 0.0f;
+        for (int k = 0; k < KERN_FAST_LANES; k++) s += acc[k];
+        sm[r] = first ? s : sm[r] * fexp(mx[r] - m) + s;
+        mx[r] = m;
+    }
+}
+
+void kern_lmhead_ce_forward_fast(float *logits, float *lse, float *losses, const float *inp,
+                                 const float *weight, const int *targets, int B, int T, int C, int V)
+{
+    size_t rows = (size_t)B * T;
+    int vc = lmhead_chunk(rows, V);
+    /* lse holds the running maximum and losses the running sum until the end */
+    for (int v0 = 0; v0 < V; v0 += vc) {
+        int n = V - v0 < vc ? V - v0 : vc;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, n, C, 1.0f, inp, C,
+                    weight + (size_t)v0 * C, C, 0.0f, logits + v0, V);
+        lse_chunk_rows(logits + v0, (size_t)V, n, rows, lse, losses, v0 == 0);
+    }
+    for (size_t r = 0; r < rows; r++) {
+        lse[r] += logf(losses[r]);
+        losses[r] = lse[r] - logits[r * V + targets[r]];
+    }
+}
+
+/* columns [v0, v0+n) of the logits become their gradient: exp(l - lse)·dloss, minus dloss at the
+   target */
+VECTORIZED
+static void dlogits_chunk_rows(float *l, size_t ld, int v0, int n, size_t rows, const float *lse,
+                               const int *targets, float dloss)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float *x = l + r * ld + v0, s = lse[r];
+        for (int i = 0; i < n; i++) x[i] = fexp(x[i] - s) * dloss;
+        int t = targets[r] - v0;
+        if (t >= 0 && t < n) x[t] -= dloss;
+    }
+}
+
+void kern_lmhead_ce_backward_fast(float *dinp, float *dweight, float *logits, const float *lse,
+                                  const int *targets, const float *inp, const float *weight,
+                                  float dloss, int B, int T, int C, int V)
+{
+    size_t rows = (size_t)B * T;
+    int vc = lmhead_chunk(rows, V);
+    for (int v0 = 0; v0 < V; v0 += vc) {
+        int n = V - v0 < vc ? V - v0 : vc;
+        dlogits_chunk_rows(logits, (size_t)V, v0, n, rows, lse, targets, dloss);
+        if (dinp)      /* (rows,C) += (rows,n) · (n,C) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, C, n, 1.0f, logits + v0, V,
+                        weight + (size_t)v0 * C, C, 1.0f, dinp, C);
+        if (dweight)   /* (n,C) += (rows,n)ᵀ · (rows,C) */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, C, (int)rows, 1.0f, logits + v0, V, inp, C,
+                        1.0f, dweight + (size_t)v0 * C, C);
     }
 }
 

@@ -283,6 +283,35 @@ void kern_crossentropy_softmax_backward(float *dlogits, const float *probs, cons
     }
 }
 
+void kern_lmhead_ce_forward(float *logits, float *lse, float *losses, const float *inp,
+                            const float *weight, const int *targets, int B, int T, int C, int V)
+{
+    kern_matmul_forward(logits, inp, weight, NULL, B, T, C, V);
+    size_t rows = (size_t)B * T;
+    for (size_t r = 0; r < rows; r++) {
+        const float *l = logits + r * V;
+        float maxv = -INFINITY;
+        for (int i = 0; i < V; i++) if (l[i] > maxv) maxv = l[i];
+        float sum = 0.0f;
+        for (int i = 0; i < V; i++) sum += expf(l[i] - maxv);
+        lse[r] = maxv + logf(sum);
+        losses[r] = lse[r] - l[targets[r]];
+    }
+}
+
+void kern_lmhead_ce_backward(float *dinp, float *dweight, float *logits, const float *lse,
+                             const int *targets, const float *inp, const float *weight, float dloss,
+                             int B, int T, int C, int V)
+{
+    size_t rows = (size_t)B * T;
+    for (size_t r = 0; r < rows; r++) {
+        float *l = logits + r * V;
+        for (int i = 0; i < V; i++) l[i] = expf(l[i] - lse[r]) * dloss;   /* probability · dloss */
+        l[targets[r]] -= dloss;
+    }
+    kern_matmul_backward(dinp, dweight, NULL, logits, inp, weight, B, T, C, V);
+}
+
 void kern_adamw_update(float *params, const float *grads, float *m, float *v, size_t offset,
                        size_t length, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t)

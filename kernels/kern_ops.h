@@ -79,6 +79,20 @@ void kern_crossentropy_softmax_forward(float *probs, float *losses, const float 
 void kern_crossentropy_softmax_backward(float *dlogits, const float *probs, const int *targets,
                                         float dloss, int B, int T, int V);
 
+/* ---- tied LM head + softmax cross-entropy, fused (GPT-2's head and loss) ----
+ * The only vocabulary-sized tensor is the logits: no probabilities are kept and the logits'
+ * gradient is written over the logits in backward. */
+/* logits (B*T,V) = inp (B*T,C) · weightᵀ, weight (V,C) (the tied wte); lse (B*T) = log Σ_v
+ * exp(logits[r,v]) (max-subtracted); losses (B*T) = lse - logits[r, targets[r]], in nats. */
+void kern_lmhead_ce_forward(float *logits, float *lse, float *losses, const float *inp,
+                            const float *weight, const int *targets, int B, int T, int C, int V);
+/* Consumes the forward's logits: overwrites them with dlogits = (softmax - onehot(targets))·dloss
+ * (dloss as in kern_crossentropy_softmax_backward), then dinp (B*T,C) += dlogits · weight and
+ * dweight (V,C) += dlogitsᵀ · inp. dinp or dweight may be NULL to skip that gradient. */
+void kern_lmhead_ce_backward(float *dinp, float *dweight, float *logits, const float *lse,
+                             const int *targets, const float *inp, const float *weight, float dloss,
+                             int B, int T, int C, int V);
+
 /* ---- AdamW (torch.optim.AdamW semantics) ---- */
 /* Updates elements offset .. offset+length-1 of the flat arrays params and grads. The state m
  * and v holds the shard only: m[i], v[i] belong to params[offset + i] (so a sharded optimizer

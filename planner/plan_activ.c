@@ -61,7 +61,7 @@ static double engine_layer_bytes(const ModelSpec *m, const LayerSpec *l, double 
     case LAYER_EMBED: return bs * 4 * h;                            /* encoded */
     case LAYER_BLOCK: return bs * 4 * (18 * h + 4 + 2 * m->n_head * s);
     case LAYER_NORM: return bs * 4 * (h + 2);                       /* lnf, mean, rstd */
-    case LAYER_HEAD: return bs * 4 * (2 * V + 1);                   /* logits, probs, losses */
+    case LAYER_HEAD: return bs * 4 * (V + 2);                       /* logits, lse, losses */
     default: return 0;
     }
 }
@@ -131,7 +131,7 @@ double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const Act
     double bs = (double)in->b * (double)in->s;
     if (m->arch == ARCH_GENERIC || m->headless) return 0;   /* no loss, no logits gradient */
     if (m->arch == ARCH_CNN) return (double)in->b * 4.0 * (double)m->vocab;
-    if (t->impl == IMPL_ENGINE) return bs * 4.0 * (double)m->vocab;  /* dlogits */
+    if (t->impl == IMPL_ENGINE) return 0;   /* the fused LM head: dlogits overwrite the logits */
     return bs * 4.0 * (double)m->vocab;        /* fp32 gradient of the log-softmax input */
 }
 

@@ -338,10 +338,9 @@ Test(exec_gpt2, tracker_should_see_the_documented_layout_with_exact_peaks)
     size_t C = c->d_model, NH = c->n_head, V = c->vocab, L = c->n_layer, bt = (size_t)B * T;
     size_t P = 4 * (size_t)gpt2_cfg_num_params(c);
     cr_assert_eq(lay.block_bytes, 4 * bt * (18 * C + 4) + 8 * B * NH * T * T);
-    cr_assert_eq(lay.outside_bytes, 4 * bt * (2 * C + 2 * V + 3));
+    cr_assert_eq(lay.outside_bytes, 4 * bt * (2 * C + V + 4));
     cr_assert_eq(lay.act_bytes, L * lay.block_bytes + lay.outside_bytes);
-    cr_assert_eq(lay.scratch_bytes, 4 * bt * 10 * C + 8 * B * NH * T * T);
-    cr_assert_eq(lay.ws_bytes, lay.scratch_bytes + 4 * bt * V);
+    cr_assert_eq(lay.ws_bytes, 4 * bt * 10 * C + 8 * B * NH * T * T);
     cr_assert_eq(lay.param_bytes, P);
     /* at this size the first step peaks at the start of backward, once unit 0's grads exist */
     cr_assert_eq(lay.peak_first_bytes, P + lay.act_bytes + lay.ws_bytes + 4 * gpt2_unit_numel(m, 0));
@@ -389,7 +388,7 @@ Test(exec_gpt2, layout_should_predict_a_late_peak_when_gradients_outweigh_activa
     size_t P = lay.param_bytes;
     cr_assert(lay.peak_first_bytes > P + lay.act_bytes + lay.ws_bytes + 4 * gpt2_unit_numel(m, 0));
     /* at block 1's grads: params, all grads, block 1's tensors, encoded (4·C), scratch */
-    cr_assert_eq(lay.peak_first_bytes, 2 * P + lay.block_bytes + 4 * 256 + lay.scratch_bytes);
+    cr_assert_eq(lay.peak_first_bytes, 2 * P + lay.block_bytes + 4 * 256 + lay.ws_bytes);
     cr_assert_eq(prof_mem_peak_total(mt), lay.peak_first_bytes);
     gpt2_destroy(m);
     prof_mem_destroy(mt);

@@ -54,6 +54,7 @@
     X(residual_forward_and_backward_should_equal_the_cpu_kernels)                   \
     X(crossentropy_forward_should_match_the_cpu_kernel)                             \
     X(crossentropy_backward_should_accumulate_like_the_cpu_kernel)                  \
+    X(lmhead_forward_and_backward_should_match_the_cpu_kernels)                     \
     X(adamw_should_update_only_its_shard_like_the_cpu_kernel)                       \
     X(backward_kernels_should_give_identical_bits_when_run_twice)
 
@@ -337,6 +338,33 @@ static void crossentropy_backward_should_accumulate_like_the_cpu_kernel_body(voi
     kern_crossentropy_softmax_backward(dlogits, probs, targets, dloss, B, T, V);
     LAUNCH(kern_crossentropy_softmax_backward_cuda(d_dlogits, d_probs, d_targets, dloss, B, T, V, NULL));
     expect_close("crossentropy dlogits", d_dlogits, dlogits, n, ELEMWISE_ATOL, ELEMWISE_RTOL);
+}
+
+/* ---- fused LM head + cross-entropy ---- */
+
+static void lmhead_forward_and_backward_should_match_the_cpu_kernels_body(void)
+{
+    int B = 2, T = 19, C = 96, V = 1031;   /* V not a multiple of the block size */
+    size_t rows = (size_t)B * T, n = rows * V, nw = (size_t)V * C;
+    float *inp = frand(rows * C, 1, 0), *w = frand(nw, 1, 0);
+    float *logits = fzeros(n), *lse = fzeros(rows), *losses = fzeros(rows);
+    float *dinp = frand(rows * C, 1, 0), *dw = frand(nw, 1, 0);
+    int *targets = irand(rows, V);
+    float *d_inp = dev_floats(inp, rows * C), *d_w = dev_floats(w, nw), *d_logits = dev_nan(n);
+    float *d_lse = dev_nan(rows), *d_losses = dev_nan(rows);
+    float *d_dinp = dev_floats(dinp, rows * C), *d_dw = dev_floats(dw, nw);
+    int *d_targets = dev_ints(targets, rows);
+    kern_lmhead_ce_forward(logits, lse, losses, inp, w, targets, B, T, C, V);
+    LAUNCH(kern_lmhead_ce_forward_cuda(d_logits, d_lse, d_losses, d_inp, d_w, d_targets, B, T, C, V, NULL));
+    expect_close("lmhead logits", d_logits, logits, n, MATMUL_ATOL, MATMUL_RTOL);
+    expect_close("lmhead lse", d_lse, lse, rows, MATMUL_ATOL, MATMUL_RTOL);
+    expect_close("lmhead losses", d_losses, losses, rows, MATMUL_ATOL, MATMUL_RTOL);
+    float dloss = 1.0f / (float)rows;
+    kern_lmhead_ce_backward(dinp, dw, logits, lse, targets, inp, w, dloss, B, T, C, V);
+    LAUNCH(kern_lmhead_ce_backward_cuda(d_dinp, d_dw, d_logits, d_lse, d_targets, d_inp, d_w, dloss, B, T, C, V, NULL));
+    expect_close("lmhead dlogits", d_logits, logits, n, MATMUL_ATOL, MATMUL_RTOL);
+    expect_close("lmhead dinp", d_dinp, dinp, rows * C, MATMUL_ATOL, MATMUL_RTOL);
+    expect_close("lmhead dweight", d_dw, dw, nw, MATMUL_ATOL, MATMUL_RTOL);
 }
 
 /* ---- AdamW ---- */

@@ -383,6 +383,63 @@ Test(kern_ops, crossentropy_backward_should_match_finite_differences)
     free(c.logits); free(c.probs); free(c.losses); free(dlogits);
 }
 
+/* ---- fused LM head + cross-entropy ---- */
+typedef struct { int B, T, C, V; const int *targets; float *inp, *weight, *logits, *lse, *losses; float dloss; } HeadCase;
+static double head_loss(void *p)
+{
+    HeadCase *h = p;
+    kern_lmhead_ce_forward(h->logits, h->lse, h->losses, h->inp, h->weight, h->targets, h->B, h->T, h->C, h->V);
+    double s = 0;
+    for (int i = 0; i < h->B * h->T; i++) s += (double)h->losses[i] * h->dloss;
+    return s;
+}
+
+Test(kern_ops, lmhead_forward_should_equal_the_matmul_then_the_crossentropy)
+{
+    int B = 2, T = 3, C = 5, V = 11;
+    int targets[] = {0, 10, 5, 5, 3, 7};
+    size_t rows = (size_t)B * T, n = rows * V;
+    float *inp = frand(rows * C, 2), *w = frand((size_t)V * C, 2);
+    float *logits = frand(n, 9), *lse = frand(rows, 9), *losses = frand(rows, 9);   /* written, not read */
+    float *l2 = fzeros(n), *probs = fzeros(n), *loss2 = fzeros(rows);
+    kern_lmhead_ce_forward(logits, lse, losses, inp, w, targets, B, T, C, V);
+    kern_matmul_forward(l2, inp, w, NULL, B, T, C, V);
+    kern_crossentropy_softmax_forward(probs, loss2, l2, targets, B, T, V);
+    cr_assert(memcmp(logits, l2, n * sizeof(float)) == 0, "logits are the matmul's");
+    for (size_t r = 0; r < rows; r++) {
+        cr_assert(fabs(losses[r] - loss2[r]) <= 1e-5 + 1e-5 * fabs(loss2[r]), "row %zu: loss %g, unfused %g",
+                  r, losses[r], loss2[r]);
+        /* probabilities from the log-sum-exp */
+        for (int i = 0; i < V; i++)
+            cr_assert(fabs(expf(logits[r * V + i] - lse[r]) - probs[r * V + i]) <= 1e-6 + 1e-5 * probs[r * V + i]);
+    }
+    free(inp); free(w); free(logits); free(lse); free(losses); free(l2); free(probs); free(loss2);
+}
+
+Test(kern_ops, lmhead_backward_should_match_finite_differences_and_leave_dlogits_in_the_logits)
+{
+    HeadCase h = {.B = 2, .T = 2, .C = 5, .V = 7, .dloss = 0.25f};
+    int targets[] = {6, 0, 3, 3};
+    h.targets = targets;
+    size_t rows = (size_t)h.B * h.T, n = rows * h.V;
+    h.inp = frand(rows * h.C, 1); h.weight = frand((size_t)h.V * h.C, 1);
+    h.logits = fzeros(n); h.lse = fzeros(rows); h.losses = fzeros(rows);
+    head_loss(&h);
+    /* the unfused gradient of the logits, from the probabilities */
+    float *probs = fzeros(n), *loss2 = fzeros(rows), *dl = fzeros(n);
+    kern_crossentropy_softmax_forward(probs, loss2, h.logits, targets, h.B, h.T, h.V);
+    kern_crossentropy_softmax_backward(dl, probs, targets, h.dloss, h.B, h.T, h.V);
+    float *dinp = fzeros(rows * h.C), *dw = fzeros((size_t)h.V * h.C);
+    kern_lmhead_ce_backward(dinp, dw, h.logits, h.lse, targets, h.inp, h.weight, h.dloss, h.B, h.T, h.C, h.V);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabs(h.logits[i] - dl[i]) <= 1e-7 + 1e-5 * fabs(dl[i]), "dlogits[%zu]: %g, unfused %g", i,
+                  h.logits[i], dl[i]);
+    check_fd("dinp", h.inp, dinp, rows * h.C, head_loss, &h);
+    check_fd("dweight", h.weight, dw, (size_t)h.V * h.C, head_loss, &h);
+    free(h.inp); free(h.weight); free(h.logits); free(h.lse); free(h.losses); free(probs); free(loss2); free(dl);
+    free(dinp); free(dw);
+}
+
 /* ---- accumulation contract ---- */
 Test(kern_ops, backward_kernels_should_accumulate_into_gradients)
 {
@@ -572,6 +629,67 @@ Test(kern_fast, crossentropy_forward_should_match_the_reference)
     expect_close("probs", p2, p1, n);
     expect_close("losses", L2, L1, B * T);
     free(l), free(p1), free(p2), free(L1), free(L2);
+}
+
+Test(kern_fast, matmul_backward_and_residual_should_equal_the_reference_bit_for_bit)
+{
+    int B = 3, T = 7, C = 13, OC = 37;   /* OC not a multiple of any vector width */
+    size_t M = (size_t)B * T;
+    float *inp = frand(M * C, 1.0f), *w = frand((size_t)OC * C, 1.0f), *d = frand(M * OC, 1.0f);
+    float *dx1 = frand(M * C, 1.0f), *dx2 = fcopy(dx1, M * C), *dw1 = frand((size_t)OC * C, 1.0f);
+    float *dw2 = fcopy(dw1, (size_t)OC * C), *db1 = frand(OC, 1.0f), *db2 = fcopy(db1, OC);
+    kern_matmul_backward(dx1, dw1, db1, d, inp, w, B, T, C, OC);
+    kern_matmul_backward_fast(dx2, dw2, db2, d, inp, w, B, T, C, OC);
+    cr_assert(memcmp(dx1, dx2, M * C * sizeof(float)) == 0, "dinp");
+    cr_assert(memcmp(dw1, dw2, (size_t)OC * C * sizeof(float)) == 0, "dweight");
+    cr_assert(memcmp(db1, db2, OC * sizeof(float)) == 0, "dbias");
+    kern_matmul_backward_fast(NULL, NULL, db2, d, inp, w, B, T, C, OC);   /* only the bias */
+    kern_matmul_backward(NULL, NULL, db1, d, inp, w, B, T, C, OC);
+    cr_assert(memcmp(db1, db2, OC * sizeof(float)) == 0, "dbias alone");
+    size_t n = 1001;
+    float *a = frand(n, 3.0f), *b2 = frand(n, 3.0f), *o1 = fzeros(n), *o2 = frand(n, 9.0f);
+    kern_residual_forward(o1, a, b2, n);
+    kern_residual_forward_fast(o2, a, b2, n);
+    cr_assert(memcmp(o1, o2, n * sizeof(float)) == 0, "residual");
+    free(inp), free(w), free(d), free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+    free(a), free(b2), free(o1), free(o2);
+}
+
+/* B·T rows × V columns beyond KERN_FAST_LMHEAD_CHUNK, so the vocabulary goes in several chunks
+   (the last one partial), with targets on chunk edges; gradients accumulate onto non-zero
+   buffers and the outputs start with garbage */
+static void lmhead_fast_case(int B, int T, int C, int V, float scale)
+{
+    size_t rows = (size_t)B * T, n = rows * V;
+    float *inp = frand(rows * C, scale), *w = frand((size_t)V * C, scale);
+    int *tg = malloc(rows * sizeof *tg);
+    cr_assert_not_null(tg);
+    for (size_t r = 0; r < rows; r++) tg[r] = (int)((r * 1031 + (r % 3 == 0 ? V - 1 : 0)) % (size_t)V);
+    tg[0] = 0, tg[1] = V - 1;
+    float *l1 = fzeros(n), *s1 = fzeros(rows), *L1 = fzeros(rows);
+    float *l2 = frand(n, 50.0f), *s2 = frand(rows, 50.0f), *L2 = frand(rows, 50.0f);
+    kern_lmhead_ce_forward(l1, s1, L1, inp, w, tg, B, T, C, V);
+    kern_lmhead_ce_forward_fast(l2, s2, L2, inp, w, tg, B, T, C, V);
+    expect_close("logits", l2, l1, n);
+    expect_close("lse", s2, s1, rows);
+    expect_close("losses", L2, L1, rows);
+    float dloss = 1.0f / (float)rows;
+    float *d1 = frand(rows * C, 1.0f), *d2 = fcopy(d1, rows * C);
+    float *dw1 = frand((size_t)V * C, 1.0f), *dw2 = fcopy(dw1, (size_t)V * C);
+    kern_lmhead_ce_backward(d1, dw1, l1, s1, tg, inp, w, dloss, B, T, C, V);
+    kern_lmhead_ce_backward_fast(d2, dw2, l2, s1, tg, inp, w, dloss, B, T, C, V);
+    expect_close("dlogits", l2, l1, n);
+    expect_close("dinp", d2, d1, rows * C);
+    expect_close("dweight", dw2, dw1, (size_t)V * C);
+    free(inp), free(w), free(tg), free(l1), free(s1), free(L1), free(l2), free(s2), free(L2);
+    free(d1), free(d2), free(dw1), free(dw2);
+}
+
+Test(kern_fast, lmhead_by_vocabulary_chunks_should_match_the_reference)
+{
+    lmhead_fast_case(4, 150, 37, 5003, 1.0f);    /* 600 rows: chunks of 1744 columns, the last partial */
+    lmhead_fast_case(4, 150, 37, 5003, 6.0f);    /* wide logits: the running maximum jumps between chunks */
+    lmhead_fast_case(1, 3, 16, 11, 2.0f);        /* one chunk */
 }
 
 Test(kern_fast, adamw_should_equal_the_reference_bit_for_bit)
