@@ -173,9 +173,9 @@ static int layer_for(ParamsLoad *p, const char *name, int *is_bn_module) {
     return idx;
 }
 
-/* Elements of a shape [d0, d1, ...] ([] = a scalar). */
+/* Elements of a shape [d0, d1, ...] ([] = a scalar), and d0 (0 for a scalar). */
 static int numel(ParamsLoad *p, const char *what, const char *name, const cJSON *shape,
-                 int64_t *out) {
+                 int64_t *out, int64_t *dim0) {
     if (!cJSON_IsArray(shape)) {
         char got[64];
         ld_describe(shape, got, sizeof(got));
@@ -192,6 +192,7 @@ static int numel(ParamsLoad *p, const char *what, const char *name, const cJSON 
         if (v > 0 && n > LD_MAX_EXACT / v)
             return ld_fail(p->c, "%s '%.80s' has more than 2^53 elements", what, name);
         n *= v;
+        if (k == 0) *dim0 = v;
     }
     *out = n;
     return 0;
@@ -205,8 +206,8 @@ static int add_tensor(ParamsLoad *p, const cJSON *t, int is_param) {
     if (map_get(&p->seen, name, len) >= 0)
         return ld_fail(p->c, "%s '%.80s' is listed twice", what, name);
     if (map_put(&p->seen, name, len, 1)) return oom(p);
-    int64_t n = 0;
-    if (numel(p, what, name, t, &n)) return -1;
+    int64_t n = 0, dim0 = 0;
+    if (numel(p, what, name, t, &n, &dim0)) return -1;
     int in_bn;
     int idx = layer_for(p, name, &in_bn);
     if (idx < 0) return -1;
@@ -218,7 +219,9 @@ static int add_tensor(ParamsLoad *p, const cJSON *t, int is_param) {
             return ld_fail(p->c, "more than 10^15 parameters: check the shapes");
         l->params += n;
         if (n > l->largest_tensor) l->largest_tensor = n;
-        plan_layer_add_tensor(l, n);   /* beyond PLAN_LAYER_MAX_TENSORS: the layer's are unknown */
+        /* FSDP2 shards along dim 0 (a scalar's stays unknown); beyond PLAN_LAYER_MAX_TENSORS
+           the layer's tensors are unknown */
+        plan_layer_add_tensor_dim0(l, n, dim0);
         if (in_bn && strcmp(leaf, "weight") == 0) p->notes[idx].bn_weight = n;
     } else {
         p->total_buffers += n;
