@@ -201,8 +201,9 @@ static double ds3_gathered(const LayerSpec *l, double g, double later, double la
    place. oneDNN's backward (native/mkldnn/Conv.cpp mkldnn_convolution_backward_weights) computes
    the weight gradient in an ideep buffer and copies it into the dense gradient
    (mkldnn_to_dense): both live until the convolution's backward returns, one weight-sized
-   transient. Measured per conv shape (ResNet-50, batch 2, 32 and 128 px): exactly the weight
-   from layer2.1 on; 0 for the pointwise ones; docs/formulas.md "CPU convolution backward".
+   transient. Measured per conv shape (ResNet-50, batch 2, bench/torch/conv_probe.py): exactly
+   the weight at 32 px, and from layer2.1 on at 128 px; 0 for the pointwise ones;
+   docs/formulas.md "CPU convolution backward".
    Returns bytes while layer i's backward runs (0 on GPUs: cuDNN's workspace is not modelled). */
 static double cpu_conv_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const PrecisionSpec *p) {
     const LayerSpec *l = &m->layers[i];
@@ -339,7 +340,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     if (c->gpus == 1 && !plan_offload_params_on_host(t, sk)) fwd_comm = bwd_comm = 0;
     /* FSDP2 (--fsdp 2, the default): unit by unit, plan_fsdp.h */
     Fsdp2 f2;
-    if (plan_fsdp2_setup(&f2, m, t, c, sk, z)) return -1;   /* out of memory */
+    if (plan_fsdp2_setup(&f2, m, t, c, sk, z)) {   /* out of host memory: never "fits" */
+        r->peak = HUGE_VAL;
+        snprintf(r->peak_where, sizeof(r->peak_where), "out of host memory planning it");
+        return -1;
+    }
 
     /* DeepSpeed as it runs (--impl pytorch): its per-tensor layout (plan_deepspeed.h) */
     int ds_py = plan_strategy_is_deepspeed(sk) && t->impl == IMPL_PYTORCH;
@@ -640,7 +645,8 @@ static int fits_at(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b) {
     if (max_b < 1 || !fits_at(m, t, c, s, 1)) return 0;
-    int cap = 2 * m->n_layers + 4;   /* forward and backward per layer, loss, norm, step */
+    /* forward and backward per layer, FSDP2's reduce-scatter per unit, loss, norm, step */
+    int cap = 3 * m->n_layers + 8;
     double stack1[512], stack2[512];
     double *t1 = cap <= 512 ? stack1 : malloc(sizeof(double) * (size_t)cap);
     double *t2 = cap <= 512 ? stack2 : malloc(sizeof(double) * (size_t)cap);

@@ -49,8 +49,8 @@ typedef struct {
      * transformer block, a ResNet bottleneck: fully_shard(block) each), 0 = the root
      * (fully_shard(model): embeddings, stem, final norm, head). A unit's layers are
      * consecutive and units are numbered in order. plan_model_add_layer numbers a LAYER_BLOCK
-     * layer given without one as the next unit. A model without units (--params, params.json)
-     * shards each layer on its own. */
+     * layer given without one as the next unit. A model without units (--params; a params.json
+     * without numbered blocks) shards each layer on its own. */
     int unit;
     int64_t params;          /* trainable elements */
     int64_t buffers;         /* non-trainable elements (BN running stats); DDP broadcasts them */

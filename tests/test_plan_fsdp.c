@@ -10,6 +10,7 @@
 
 #include "plan_comm.h"
 #include "plan_fsdp.h"
+#include "plan_load.h"
 #include "plan_memory.h"
 #include "test_plan.h"
 
@@ -434,6 +435,30 @@ Test(plan_fsdp2, resnet50_bottlenecks_should_be_the_units_and_the_stem_and_fc_th
     cr_expect_eq(r.peak_phase, PHASE_BACKWARD);
     cr_expect_str_eq(r.peak_where, "backward of layer4.0.2.conv");
     plan_model_free(&m);
+}
+
+Test(plan_fsdp2, a_parameter_list_should_shard_and_gather_as_the_zoo_model) {
+    ModelSpec zm = zoo("resnet50"), pm;
+    char msg[512];
+    cr_assert_eq(plan_load_model(&pm, "tests/data/params/resnet50.json", msg, sizeof msg), 0, "%s", msg);
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 3, 3);
+    MemSizes a, b;
+    plan_memory_sizes(&zm, &t, &c, STRAT_FSDP_FULL, &a);
+    plan_memory_sizes(&pm, &t, &c, STRAT_FSDP_FULL, &b);
+    cr_expect_eq(a.psi_shard, b.psi_shard);
+    cr_expect_eq(a.root_unit, b.root_unit);
+    CommPlan ca, cb;
+    plan_comm(&zm, &t, &c, STRAT_FSDP_FULL, &ca);
+    plan_comm(&pm, &t, &c, STRAT_FSDP_FULL, &cb);
+    cr_assert_eq(ca.n, cb.n);
+    for (int i = 0; i < ca.n; i++) {
+        cr_expect_eq(ca.c[i].count, cb.c[i].count, "%d", i);
+        cr_expect_eq(ca.c[i].payload_bytes, cb.c[i].payload_bytes, "%d", i);
+    }
+    plan_model_free(&zm);
+    plan_model_free(&pm);
 }
 
 Test(plan_fsdp2, a_cpu_onednn_convolution_should_hold_a_weight_sized_buffer_in_its_backward) {

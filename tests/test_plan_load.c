@@ -464,6 +464,28 @@ Test(plan_load_memplan, units_should_number_consecutive_layers_in_order) {
     cr_expect(strstr(msg, "field 'layers[2].unit' must be 2 (the next unit), or 0 for the root (got 1)") != NULL, "%s", msg);
 }
 
+Test(plan_load_params, numbered_blocks_should_be_the_fsdp_units_and_the_rest_the_root) {
+    ModelSpec m;
+    load(&m, "tests/data/params/resnet50.json");
+    cr_expect_eq(plan_model_units(&m), 16);              /* layer1.0 ... layer4.2 */
+    cr_expect_eq(m.layers[0].unit, 0);                   /* conv1 */
+    cr_expect_str_eq(m.layers[3].name, "layer1.0.bn1");
+    cr_expect_eq(m.layers[3].unit, 1);                   /* a block's BN layers are in its unit */
+    cr_expect_eq(m.layers[m.n_layers - 1].unit, 0);      /* fc */
+    plan_model_free(&m);
+    load(&m, "tests/data/params/gpt2.json");
+    cr_expect_eq(plan_model_units(&m), 12);
+    cr_expect_eq(m.layers[0].unit, 0);                   /* transformer: wte, wpe, ln_f */
+    plan_model_free(&m);
+    /* a block's BatchNorm layer listed after the next block: not consecutive, so every layer
+       its own unit */
+    const char *split = "{\"parameters\": {\"h.0.w\": [4], \"h.1.w\": [4], \"h.0.bn.weight\": [4]}, "
+                        "\"batchnorm\": [\"h.0.bn\"]}";
+    cr_assert_eq(plan_load_model_from_buffer(&m, split, strlen(split), "p.json", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(plan_model_units(&m), 0);
+    plan_model_free(&m);
+}
+
 Test(plan_load_params, shapes_should_give_each_tensor_its_dim0) {
     ModelSpec m;
     load(&m, "tests/data/params/resnet50.json");
