@@ -190,7 +190,8 @@ static int read_dim0(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *
 }
 
 /* Optional "tensors": the layer's parameter tensors (elements, model.parameters() order), 1 to
- * PLAN_LAYER_MAX_TENSORS positive integers adding up to params; absent = unknown. */
+ * PLAN_LAYER_MAX_TENSORS whole numbers (0: an empty tensor, as a params.json may list) adding up
+ * to params; absent = unknown. */
 static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensors");
     if (!a) return 0;
@@ -202,8 +203,8 @@ static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpe
     const cJSON *e;
     cJSON_ArrayForEach(e, a) {
         double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
-        if (v < 1 || v > (double)LD_MAX_PARAMS || v != (double)(int64_t)v)
-            return ld_fail(c, "field '%stensors' must hold positive whole element counts (got "
+        if (v < 0 || v > (double)LD_MAX_PARAMS || v != (double)(int64_t)v)   /* 0: an empty tensor */
+            return ld_fail(c, "field '%stensors' must hold whole element counts (got "
                            "entry %d: %s)", prefix, l->n_tensors, cJSON_IsNumber(e) ? "a bad number" : "not a number");
         plan_layer_add_tensor(l, (int64_t)v);
         sum += (int64_t)v;

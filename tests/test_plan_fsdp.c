@@ -214,6 +214,7 @@ Test(plan_fsdp2, fsdp1_engine_and_one_rank_should_keep_their_models) {
     Fsdp2 f;
     plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
     cr_expect(f.on);
+    plan_fsdp2_free(&f);
     plan_fsdp2_setup(&f, &m, &t, &c, STRAT_DDP, &z);
     cr_expect(!f.on);
     t.impl = IMPL_ENGINE;

@@ -499,6 +499,16 @@ Test(plan_load_params, shapes_should_give_each_tensor_its_dim0) {
     plan_model_free(&m);
 }
 
+Test(plan_load_memplan, an_empty_tensor_should_survive_export_and_import) {
+    /* a params.json may list a 0-element parameter (found by the fuzzer: the export's
+       "tensors": [0] was refused on import) */
+    const char *p = "{\"0.weight\": [16, 8], \"e\": [0, 16], \"2.bias\": [4]}";
+    ModelSpec m;
+    cr_assert_eq(plan_load_model_from_buffer(&m, p, strlen(p), "p.json", msg, sizeof(msg)), 0, "%s", msg);
+    round_trip(&m, "p.json");
+    plan_model_free(&m);
+}
+
 Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
