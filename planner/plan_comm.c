@@ -164,19 +164,25 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
     int group_crosses = s->group_node ? 0 : multi_node;
     double psi = z.psi, pb = p->param_bytes, gb = p->grad_bytes;
     if (plan_fsdp2_fp32_shards(t, sk)) gb = 4;   /* FSDP2 MixedPrecisionPolicy(reduce_dtype=fp32) */
-    /* units: transformer blocks (+ the root); other models: every layer with parameters */
+    /* units: the model's repeated blocks (LayerSpec.unit: transformer blocks, ResNet
+       bottlenecks) + the root; models without units: every layer with parameters */
     double units = 0;
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].params > 0 && m->layers[i].kind == LAYER_BLOCK) units++;
-    if (units == 0)
-        for (int i = 0; i < m->n_layers; i++) units += m->layers[i].params > 0;
+    int has_units = plan_model_units(m) > 0;
+    for (int i = 0, counted = 0; i < m->n_layers; i++) {
+        const LayerSpec *l = &m->layers[i];
+        if (l->params <= 0) continue;
+        if (!has_units) units++;
+        else if (l->unit > 0 && l->unit != counted) { units++; counted = l->unit; }
+    }
     double root = z.root_unit > 0 ? 1 : 0;
     /* --fsdp-grad-sync last: the reduce-scatters (and HSDP's all-reduces) run in the last
        micro-step only (set_requires_gradient_sync(False) / no_sync() on the others); the
        all-gathers still run every micro-step */
     int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;
     double Kr = fsdp && t->fsdp_grad_sync == FSDP_SYNC_LAST ? 1 : K;
-    /* sharded collectives move whole padded units: n x the local shard */
+    /* sharded collectives move whole padded units: n x the local shard (FSDP2: each tensor's
+       dim 0 padded, _fsdp_collectives.py foreach_all_gather / foreach_reduce; FSDP1, ZeRO: the
+       flat unit) */
     double padded = (double)n * z.psi_shard, padded_root = (double)n * z.root_shard;
 
     if (plan_strategy_is_deepspeed(sk) && t->impl == IMPL_PYTORCH && N > 1) {

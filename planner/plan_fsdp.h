@@ -2,8 +2,10 @@
  * fsdp-* rows hold with --fsdp 2 on more than one rank: the unsharded parameters of each unit,
  * the flat all-gather output kept for copy-out overlap, the backward prefetch, the reduce-scatter
  * input kept until the next unit's reduction, the root unit left unsharded after forward
- * (fully_shard's default for the root). Units: one per transformer block, the rest in the
- * root. docs/formulas.md "FSDP2 buffers" gives each term with its source and measurement. */
+ * (fully_shard's default for the root). Units: the model's repeated blocks (LayerSpec.unit: a
+ * transformer block, a ResNet bottleneck), the rest in the root. Sharded sizes: FSDP2 pads each
+ * parameter's dim 0, not a flat unit. docs/formulas.md "FSDP2 buffers" gives each term with its
+ * source and measurement. */
 #ifndef PLAN_FSDP_H
 #define PLAN_FSDP_H
 
@@ -18,7 +20,13 @@ typedef struct {
     int64_t n;       /* shard group */
     double pb, gb;   /* bytes per element: gathered parameters, unsharded gradients */
     double rb, sb;   /* reduce-scatter input (the reduce dtype) and sharded gradients */
-    double root;     /* root unit elements as gathered (padded to n) */
+    double root;     /* root unit elements as gathered (n x its local shard) */
+    int units;       /* K, the units besides the root (numbered 1..K) */
+    /* Resolved once by plan_fsdp2_setup (one allocation, plan_fsdp2_free), so every question
+       below is O(1): */
+    double *ug;      /* [K + 1] unit k's elements as gathered, n x its local shard; ug[0] = root */
+    double *pre;     /* [K + 2] pre[k] = Σ ug[j] for 1 <= j < k (the units before k) */
+    int *at;         /* [layers] layer i's unit, or for a root layer the last unit before it (0 none) */
 } Fsdp2;
 
 /* 1 when the fsdp-* rows mean FSDP2 with a MixedPrecisionPolicy: the regimes with fp32 master
@@ -29,16 +37,35 @@ typedef struct {
    parameters and unsharded gradients are 16-bit, the reduce-scatter input fp32. */
 int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk);
 
+/* 1 when the fsdp-* rows are sharded as FSDP2 pads them, per parameter tensor: each rank holds
+   ceil(dim0 / n) rows of every tensor (torch.chunk along dim 0, each shard padded to the first
+   chunk's size: _fsdp_param.py _init_sharded_param), and its collectives move n x that
+   (_fsdp_collectives.py foreach_all_gather, foreach_reduce: _get_dim0_padded_size). Needs
+   every tensor's dim 0 (LayerSpec.tensor_dim0); 0 where one is unknown, for FSDP1 (--fsdp 1:
+   one flat parameter per unit, padded to a multiple of n) and --impl engine: per-unit padding. */
+int plan_fsdp2_dim0(const ModelSpec *m, const TrainSpec *t, StrategyKind sk);
+/* The same without the model: 1 when the rows are FSDP2's (the padding is per tensor where the
+   model knows every dim 0). */
+int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk);
+
 /* Fills f; f->on = 0 where the FSDP2 timeline does not apply (other strategies, --fsdp 1,
-   --impl engine, one rank, models without transformer blocks). With CPUOffloadPolicy the shards
+   --impl engine, one rank, models without repeated blocks). With CPUOffloadPolicy the shards
    live on the host and are copied up before each all-gather: the GPU holds the same unsharded
-   parameters and buffers, and the sharded gradients leave for the host (the caller's part). */
-void plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                      StrategyKind sk, const MemSizes *z);
-/* Elements of layer i's unit as gathered (padded to n): blocks only, 0 for root layers. */
+   parameters and buffers, and the sharded gradients leave for the host (the caller's part).
+   Returns 0, or -1 out of memory (f->on = 0). Free with plan_fsdp2_free. */
+int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                     StrategyKind sk, const MemSizes *z);
+void plan_fsdp2_free(Fsdp2 *f);
+/* Elements of layer i's unit as gathered: 0 for root layers. */
 double plan_fsdp2_unit(const Fsdp2 *f, const ModelSpec *m, int i);
+/* Unit k's local shard (elements; k = 0: the root), the output of its reduce-scatter. */
+double plan_fsdp2_shard(const Fsdp2 *f, int k);
+/* 1 when layer i is the first layer of its unit (forward order): the unit's post-backward
+   (reduce-scatter) follows layer i's backward. */
+int plan_fsdp2_unit_starts(const ModelSpec *m, int i);
 /* Communication-buffer bytes (unsharded parameters, flat all-gather outputs, reduce-scatter
-   inputs) while layer i runs forward, runs backward, and at block i's reduce-scatter. */
+   inputs) while layer i runs forward, runs backward, and at the reduce-scatter of layer i's
+   unit (after its first layer's backward). */
 double plan_fsdp2_fwd_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 double plan_fsdp2_bwd_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i);

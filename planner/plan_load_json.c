@@ -25,7 +25,8 @@ static const char *const TOP_KEYS[] = {
     "mlp", "act_fn", "dropout", "image_size", "in_channels", "layers", NULL};
 static const char *const LAYER_KEYS[] = {
     "name", "kind", "params", "buffers", "buffers_i64", "bn_channels", "largest_tensor", "fwd_flops",
-    "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors", NULL};
+    "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors",
+    "tensor_dim0", "unit", "conv_kernel", "conv_stride", NULL};
 
 /* ---- export ---- */
 
@@ -117,7 +118,18 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
             for (int k = 0; k < l->n_tensors; k++)
                 put(&o, "%s%lld", k ? ", " : "", (long long)l->tensor_elems[k]);
             put(&o, "]");
+            int dims = 0;
+            for (int k = 0; k < l->n_tensors; k++) dims += l->tensor_dim0[k] > 0;
+            if (dims) {   /* optional: absent (or 0) = unknown */
+                put(&o, ", \"tensor_dim0\": [");
+                for (int k = 0; k < l->n_tensors; k++)
+                    put(&o, "%s%lld", k ? ", " : "", (long long)l->tensor_dim0[k]);
+                put(&o, "]");
+            }
         }
+        if (l->unit > 0) put(&o, ", \"unit\": %d", l->unit);
+        if (l->conv_kernel > 0 || l->conv_stride > 0)
+            put(&o, ", \"conv_kernel\": %d, \"conv_stride\": %d", l->conv_kernel, l->conv_stride);
         put(&o, "}%s\n", i + 1 < m->n_layers ? "," : "");
     }
     put(&o, "  ]\n}\n");
@@ -154,8 +166,33 @@ static const char *kind_name(int i) { return plan_layer_kind_name((LayerKind)i);
 static const char *norm_name(int i) { return NORM_NAMES[i]; }
 static const char *mlp_name(int i) { return MLP_NAMES[i]; }
 
+/* Optional "tensor_dim0" (with "tensors"): each tensor's dim 0, one entry per tensor, a whole
+ * number dividing the tensor's elements, 0 = unknown; absent = all unknown. */
+static int read_dim0(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensor_dim0");
+    if (!a) return 0;
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n != l->n_tensors)
+        return ld_fail(c, "field '%stensor_dim0' must be a list of %d dim-0 sizes, one per entry of "
+                       "'tensors' (got %s%d)", prefix, l->n_tensors, n < 0 ? "no list, " : "", n < 0 ? 0 : n);
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        char what[96];
+        int64_t d;
+        snprintf(what, sizeof(what), "field '%stensor_dim0' entry %d", prefix, k);
+        if (ld_value_int(c, e, what, 0, l->tensor_elems[k], &d)) return -1;
+        if (d > 0 && l->tensor_elems[k] % d != 0)
+            return ld_fail(c, "%s (%lld) must divide the tensor's %lld elements (0 = unknown)", what,
+                           (long long)d, (long long)l->tensor_elems[k]);
+        l->tensor_dim0[k++] = d;
+    }
+    return 0;
+}
+
 /* Optional "tensors": the layer's parameter tensors (elements, model.parameters() order), 1 to
- * PLAN_LAYER_MAX_TENSORS positive integers adding up to params; absent = unknown. */
+ * PLAN_LAYER_MAX_TENSORS whole numbers (0: an empty tensor, as a params.json may list) adding up
+ * to params; absent = unknown. */
 static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensors");
     if (!a) return 0;
@@ -167,8 +204,8 @@ static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpe
     const cJSON *e;
     cJSON_ArrayForEach(e, a) {
         double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
-        if (v < 1 || v > (double)LD_MAX_PARAMS || v != (double)(int64_t)v)
-            return ld_fail(c, "field '%stensors' must hold positive whole element counts (got "
+        if (v < 0 || v > (double)LD_MAX_PARAMS || v != (double)(int64_t)v)   /* 0: an empty tensor */
+            return ld_fail(c, "field '%stensors' must hold whole element counts (got "
                            "entry %d: %s)", prefix, l->n_tensors, cJSON_IsNumber(e) ? "a bad number" : "not a number");
         plan_layer_add_tensor(l, (int64_t)v);
         sum += (int64_t)v;
@@ -176,7 +213,7 @@ static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpe
     if (sum != l->params)
         return ld_fail(c, "field '%stensors' adds up to %lld elements, not the layer's params (%lld)",
                        prefix, (long long)sum, (long long)l->params);
-    return 0;
+    return read_dim0(c, j, prefix, l);
 }
 
 static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
@@ -202,7 +239,10 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
         ld_int(c, j, prefix, "act_fp32_elems", 0, 0, 0, LD_MAX_EXACT, &l->act_fp32_elems) ||
         ld_int(c, j, prefix, "act_mask_elems", 0, 0, 0, LD_MAX_EXACT, &l->act_mask_elems) ||
         ld_int(c, j, prefix, "act_bytes", 0, 0, 0, LD_MAX_EXACT, &l->act_bytes) ||
-        ld_bool(c, j, prefix, "act_known", 0, 0, 1, &l->act_known))
+        ld_bool(c, j, prefix, "act_known", 0, 0, 1, &l->act_known) ||
+        ld_int32(c, j, prefix, "unit", 0, 0, 0, 100000, &l->unit) ||
+        ld_int32(c, j, prefix, "conv_kernel", 0, 0, 0, 65536, &l->conv_kernel) ||
+        ld_int32(c, j, prefix, "conv_stride", 0, 0, 0, 65536, &l->conv_stride))
         return -1;
     l->kind = (LayerKind)kind;
     if (!l->name[0]) return ld_fail(c, "field '%sname' is empty", prefix);
@@ -212,6 +252,8 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
     if (l->largest_tensor > l->params)
         return ld_fail(c, "field '%slargest_tensor' (%lld) exceeds the layer's params (%lld)",
                        prefix, (long long)l->largest_tensor, (long long)l->params);
+    if (!cJSON_GetObjectItemCaseSensitive(j, "tensors") && cJSON_GetObjectItemCaseSensitive(j, "tensor_dim0"))
+        return ld_fail(c, "field '%stensor_dim0' needs 'tensors' (the element counts it divides)", prefix);
     return read_tensors(c, j, prefix, l);
 }
 
@@ -295,6 +337,15 @@ int ld_memplan_json(ModelSpec *m, const cJSON *root, LoadCtx *c) {
             goto fail;
         }
         blocks += l.kind == LAYER_BLOCK;
+        /* units: a unit's layers are consecutive, units numbered in order from 1 (a block
+           given without one starts the next) */
+        int units = plan_model_units(m), last = m->n_layers ? m->layers[m->n_layers - 1].unit : 0;
+        if (l.unit > 0 && l.unit != units + 1 && !(l.unit == units && last == units)) {
+            ld_fail(c, "field 'layers[%d].unit' must be %d (the next unit)%s, or 0 for the root (got %d): "
+                    "a unit's layers are consecutive and units are numbered in order from 1", i, units + 1,
+                    last > 0 ? " or the previous layer's" : "", l.unit);
+            goto fail;
+        }
         if (!plan_model_add_layer(m, &l)) {
             ld_fail(c, "out of host memory at layers[%d]", i);
             goto fail;

@@ -10,7 +10,9 @@
  * Layers (the FSDP units / ZeRO-3 gather units) come from the names: a tensor belongs to the
  * prefix up to and including its first numeric component ("transformer.h.7", "layer3.2"),
  * else to its top-level module ("transformer", "fc"). Each BatchNorm module is a layer of its
- * own (kind bn, bn_channels = C), so SyncBN counts one collective pair per BN layer. */
+ * own (kind bn, bn_channels = C), so SyncBN counts one collective pair per BN layer. Numbered
+ * prefixes are the repeated blocks: LayerSpec.unit, with their BatchNorm layers; each tensor's
+ * dim 0 is its first size. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,9 +100,9 @@ static int all_digits(const char *s, size_t len) {
     return 1;
 }
 
-/* Length of the layer key of a tensor name: up to and including the first numeric component,
- * else the first component. */
-static size_t group_len(const char *name) {
+/* Length of the repeated block a tensor belongs to: its name up to and including the first
+ * numeric component ("layer3.2", "transformer.h.7"); 0 when it has none. */
+static size_t block_len(const char *name) {
     size_t n = strlen(name), start = 0;
     for (size_t i = 0; i <= n; i++) {
         if (i == n || name[i] == '.') {
@@ -108,8 +110,15 @@ static size_t group_len(const char *name) {
             start = i + 1;
         }
     }
+    return 0;
+}
+
+/* Length of the layer key of a tensor name: its block, else the first component. */
+static size_t group_len(const char *name) {
+    size_t b = block_len(name);
+    if (b) return b;
     const char *dot = strchr(name, '.');
-    return dot ? (size_t)(dot - name) : n;
+    return dot ? (size_t)(dot - name) : strlen(name);
 }
 
 /* Length of the module that owns a tensor: everything before the last '.' (0 = the root). */
@@ -137,6 +146,8 @@ typedef struct {
     StrMap layers;         /* layer key → index into m->layers */
     StrMap bn;             /* BatchNorm module → 1 (0 once something belongs to it) */
     StrMap seen;           /* full tensor names, to reject duplicates */
+    StrMap blocks;         /* block prefix → its FSDP unit (1, 2, ... in order of appearance) */
+    int n_blocks;
     LayerNote *notes;
     int notes_cap;
     int64_t total_params, total_buffers;
@@ -157,6 +168,14 @@ static int layer_for(ParamsLoad *p, const char *name, int *is_bn_module) {
         memset(&l, 0, sizeof(l));
         l.kind = LAYER_OTHER;
         layer_name(l.name, sizeof(l.name), name, kl);
+        /* a layer under a numbered prefix is in that repeated block's FSDP unit (its BatchNorm
+           layers too); the others are the root's */
+        size_t bl = block_len(name);
+        if (bl) {
+            int u = map_get(&p->blocks, name, bl);
+            if (u < 0 && map_put(&p->blocks, name, bl, u = ++p->n_blocks)) return oom(p);
+            l.unit = u;
+        }
         if (!plan_model_add_layer(p->m, &l)) return oom(p);
         idx = p->m->n_layers - 1;
         if (map_put(&p->layers, name, kl, idx)) return oom(p);
@@ -173,9 +192,9 @@ static int layer_for(ParamsLoad *p, const char *name, int *is_bn_module) {
     return idx;
 }
 
-/* Elements of a shape [d0, d1, ...] ([] = a scalar). */
+/* Elements of a shape [d0, d1, ...] ([] = a scalar), and d0 (0 for a scalar). */
 static int numel(ParamsLoad *p, const char *what, const char *name, const cJSON *shape,
-                 int64_t *out) {
+                 int64_t *out, int64_t *dim0) {
     if (!cJSON_IsArray(shape)) {
         char got[64];
         ld_describe(shape, got, sizeof(got));
@@ -192,6 +211,7 @@ static int numel(ParamsLoad *p, const char *what, const char *name, const cJSON 
         if (v > 0 && n > LD_MAX_EXACT / v)
             return ld_fail(p->c, "%s '%.80s' has more than 2^53 elements", what, name);
         n *= v;
+        if (k == 0) *dim0 = v;
     }
     *out = n;
     return 0;
@@ -205,8 +225,8 @@ static int add_tensor(ParamsLoad *p, const cJSON *t, int is_param) {
     if (map_get(&p->seen, name, len) >= 0)
         return ld_fail(p->c, "%s '%.80s' is listed twice", what, name);
     if (map_put(&p->seen, name, len, 1)) return oom(p);
-    int64_t n = 0;
-    if (numel(p, what, name, t, &n)) return -1;
+    int64_t n = 0, dim0 = 0;
+    if (numel(p, what, name, t, &n, &dim0)) return -1;
     int in_bn;
     int idx = layer_for(p, name, &in_bn);
     if (idx < 0) return -1;
@@ -218,7 +238,9 @@ static int add_tensor(ParamsLoad *p, const cJSON *t, int is_param) {
             return ld_fail(p->c, "more than 10^15 parameters: check the shapes");
         l->params += n;
         if (n > l->largest_tensor) l->largest_tensor = n;
-        plan_layer_add_tensor(l, n);   /* beyond PLAN_LAYER_MAX_TENSORS: the layer's are unknown */
+        /* FSDP2 shards along dim 0 (a scalar's stays unknown); beyond PLAN_LAYER_MAX_TENSORS
+           the layer's tensors are unknown */
+        plan_layer_add_tensor_dim0(l, n, dim0);
         if (in_bn && strcmp(leaf, "weight") == 0) p->notes[idx].bn_weight = n;
     } else {
         p->total_buffers += n;
@@ -329,6 +351,15 @@ int ld_params_json(ModelSpec *m, const cJSON *root, LoadCtx *c) {
         for (const cJSON *t = buffers->child; t; t = t->next)
             if (add_tensor(&p, t, 0)) goto done;
     if (finish_bn(&p)) goto done;
+    /* units must be consecutive runs in layer order (each block's tensors listed together, as
+       named_parameters() lists them); otherwise every layer stays its own unit */
+    for (int i = 0, max = 0; i < m->n_layers; i++) {
+        int u = m->layers[i].unit;
+        if (u == 0 || (i > 0 && m->layers[i - 1].unit == u)) continue;
+        if (u == max + 1) { max = u; continue; }
+        for (int k = 0; k < m->n_layers; k++) m->layers[k].unit = 0;
+        break;
+    }
     if (p.total_params == 0) {
         ld_fail(c, "the parameter list has no elements (every shape has a 0)");
         goto done;
@@ -347,6 +378,7 @@ done:
     map_free(&p.layers);
     map_free(&p.bn);
     map_free(&p.seen);
+    map_free(&p.blocks);
     free(p.notes);
     return rc;
 }

@@ -18,12 +18,6 @@ static const char *const PHASE_NAMES[PHASE_COUNT] = {"forward", "backward", "ste
 const char *plan_term_name(TermKind k) { return TERM_NAMES[k]; }
 const char *plan_phase_name(PhaseKind p) { return PHASE_NAMES[p]; }
 
-static int is_root_layer(const ModelSpec *m, const LayerSpec *l) {
-    /* FSDP auto-wrap wraps each transformer block; the rest stays in the root unit. */
-    int transformer = m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
-    return transformer && l->kind != LAYER_BLOCK;
-}
-
 void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                        StrategyKind sk, MemSizes *z) {
     const Strategy *s = plan_strategy(sk);
@@ -31,21 +25,50 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     const OptimizerSpec *o = plan_optimizer(t->optimizer);
     memset(z, 0, sizeof(*z));
     z->n = s->group_node ? (c->gpus_per_node < c->gpus ? c->gpus_per_node : c->gpus) : c->gpus;
-    /* Each flat unit is padded to a multiple of n. Parameter-sharding strategies wrap like
-       FSDP: one root unit holding every layer outside the transformer blocks, one unit per
-       block; the others shard each layer on its own. */
-    int root_flat = (s->shard & SHARD_PARAM) != 0;
+    /* Parameter-sharding strategies wrap like FSDP: one root unit holding every layer outside
+       the model's repeated blocks (LayerSpec.unit 0), one unit per block; the others, and
+       models without units, shard each layer on its own. A flat unit (FSDP1, ZeRO) is padded
+       to a multiple of n; FSDP2 pads each tensor's dim 0 instead (plan_fsdp2_dim0), where every
+       dim 0 is known. */
+    int units = plan_model_units(m);
+    int root_flat = (s->shard & SHARD_PARAM) && units > 0;
+    int64_t n = z->n;
+    /* both paddings in one pass: per flat unit (or layer), and for FSDP2 per tensor's dim 0,
+       taken when every dim 0 is known (plan_fsdp2_dim0) */
+    int dim0 = plan_fsdp2_dim0_rows(t, sk);
+    double flat = 0, d0 = 0;                     /* local shard: per unit, per tensor */
+    double u_elems = 0, u_d0 = 0, root_d0 = 0;   /* the unit being summed; the root's */
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
-        double pu = (double)l->params;
+        double pu = (double)l->params, lf = ceil(pu / (double)n);
+        double ld = 0;
+        if (dim0 && (ld = (double)plan_layer_shard_dim0(l, n)) < 0) dim0 = 0;   /* unknown: per unit */
         z->psi += pu;
         if (pu > z->largest_any) z->largest_any = pu;
-        if (is_root_layer(m, l)) z->root_unit += pu;
-        else if (pu > z->largest_unit) z->largest_unit = pu;
-        if (!(root_flat && is_root_layer(m, l))) z->psi_shard += ceil(pu / (double)z->n);
+        if (units == 0) {                        /* every layer its own unit */
+            if (pu > z->largest_unit) z->largest_unit = pu;
+            flat += lf;
+            d0 += ld;
+            continue;
+        }
+        if (l->unit == 0) {                      /* the root */
+            z->root_unit += pu;
+            root_d0 += ld;
+            if (!root_flat) { flat += lf; d0 += ld; }
+            continue;
+        }
+        if (!root_flat) { flat += lf; d0 += ld; }   /* ZeRO-1/2: each layer on its own */
+        u_elems += pu;
+        u_d0 += ld;
+        if (i + 1 == m->n_layers || m->layers[i + 1].unit != l->unit) {   /* the unit's last layer */
+            if (u_elems > z->largest_unit) z->largest_unit = u_elems;
+            if (root_flat) { flat += ceil(u_elems / (double)n); d0 += u_d0; }
+            u_elems = u_d0 = 0;
+        }
     }
-    z->root_shard = ceil(z->root_unit / (double)z->n);
-    if (root_flat) z->psi_shard += z->root_shard;
+    z->dim0 = dim0 && m->n_layers > 0;
+    z->root_shard = z->dim0 ? root_d0 : ceil(z->root_unit / (double)n);
+    z->psi_shard = (z->dim0 ? d0 : flat) + (root_flat ? z->root_shard : 0);
     double p_local = (s->shard & SHARD_PARAM) ? z->psi_shard : z->psi;
     double g_local = (s->shard & SHARD_GRAD) ? z->psi_shard : z->psi;
     double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
@@ -149,6 +172,36 @@ static int ds_zero12_step(const Strategy *s, const TrainSpec *t, const Precision
    copied out at its first use; a layer stays gathered from its forward to its backward when
    it is used again within stage3_max_reuse_distance (plan_deepspeed.h Ds3Sim). Measured:
    docs/formulas.md "DeepSpeed ZeRO-3". */
+
+/* CPU ranks (--autocast cpu: the CPU kernels, as validate --against torch plans them): ATen runs
+   a float convolution through oneDNN unless it is pointwise (1x1, stride 1) with a batch below 16
+   on one thread (torchrun's default OMP_NUM_THREADS=1), or a batch of 1 with a kernel of at most
+   3 and at most 20480 input elements (aten/src/ATen/native/Convolution.cpp
+   ConvParams::use_mkldnn); those run THNN's slow_conv2d, which writes the weight gradient in
+   place. oneDNN's backward (native/mkldnn/Conv.cpp mkldnn_convolution_backward_weights) computes
+   the weight gradient in an ideep buffer and copies it into the dense gradient
+   (mkldnn_to_dense): both live until the convolution's backward returns, one weight-sized
+   transient. Measured per conv shape (ResNet-50, batch 2, bench/torch/conv_probe.py): exactly
+   the weight at 32 px, and from layer2.1 on at 128 px; 0 for the pointwise ones;
+   docs/formulas.md "CPU convolution backward".
+   Returns bytes while layer i's backward runs (0 on GPUs: cuDNN's workspace is not modelled). */
+static double cpu_conv_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const PrecisionSpec *p) {
+    const LayerSpec *l = &m->layers[i];
+    if (!t->autocast_cpu || t->impl != IMPL_PYTORCH || l->kind != LAYER_CONV || l->conv_kernel <= 0 ||
+        l->params <= 0)
+        return 0;
+    int64_t b = t->micro_batch, k = l->conv_kernel, s = l->conv_stride > 0 ? l->conv_stride : 1;
+    /* input elements per sample: in channels x (output side x stride)^2, the output area from
+       the FLOPs (2 x weight x output positions) at this image size */
+    double in = 1e18;   /* unknown out channels: large (batch 1 then takes oneDNN) */
+    if (l->n_tensors > 0 && l->tensor_dim0[0] > 0 && l->fwd_flops > 0) {
+        double cin = (double)l->params / ((double)l->tensor_dim0[0] * (double)(k * k));
+        double area = l->fwd_flops / (2.0 * (double)l->params) * plan_cnn_area_scale(m, t->seq);
+        in = cin * area * (double)(s * s);
+    }
+    int onednn = (!(k == 1 && s == 1) || b >= 16) && (k > 3 || b > 1 || (double)b * in > 20480);
+    return onednn ? (double)l->params * p->act_bytes : 0;
+}
 
 /* Elements of the model's largest parameter tensor. */
 static int64_t largest_tensor(const ModelSpec *m) {
@@ -341,7 +394,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     if (c->gpus == 1 && !plan_offload_params_on_host(t, sk)) fwd_comm = bwd_comm = 0;
     /* FSDP2 (--fsdp 2, the default): unit by unit, plan_fsdp.h */
     Fsdp2 f2;
-    plan_fsdp2_setup(&f2, m, t, c, sk, z);
+    if (plan_fsdp2_setup(&f2, m, t, c, sk, z)) {   /* out of host memory: never "fits" */
+        r->peak = HUGE_VAL;
+        snprintf(r->peak_where, sizeof(r->peak_where), "out of host memory planning it");
+        return -1;
+    }
 
     /* DeepSpeed as it runs (--impl pytorch): its per-tensor layout (plan_deepspeed.h) */
     int ds_py = plan_strategy_is_deepspeed(sk) && t->impl == IMPL_PYTORCH;
@@ -486,6 +543,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
     double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
     double root_grads = 0, head_tied = 0;   /* FSDP2: the root unit's unsharded gradients */
+    double unit_grads = 0, unit_elems = 0;  /* FSDP2: the current unit's (bytes, elements), until its reduce-scatter */
     for (int i = 0; i < m->n_layers && m->tied_embeddings && !m->headless; i++)
         if (m->layers[i].kind == LAYER_EMBED) head_tied = (double)m->layers[i].largest_tensor;
     int cached = ckpt_casts_cached(t, p);
@@ -503,20 +561,21 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
         if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
-        double unsharded = 0;   /* FSDP2: the unit's gradients before its reduce-scatter */
         double tied_sum = 0;    /* tied head: the sum of the two V x e halves (FSDP2: + its own half) */
         if (f2.on) {
             /* the embedding's backward writes its own V x e gradient beside the head's, and
                accumulating the two makes a third (the sum) before both halves are freed:
                measured 3 x V x e at the embedding's backward (gpt2, 2 ranks) */
             if (l->kind == LAYER_EMBED) tied_sum = 2 * head_tied * p->grad_bytes;
-            /* a block's gradients stay unsharded until its post-backward reduce-scatter; the
-               root unit's (the tied head's V x e first) until the end of backward */
+            /* a unit's gradients stay unsharded until its post-backward reduce-scatter (after
+               its first layer's backward); the root unit's (the tied head's V x e first) until
+               the end of backward */
             if (acc.unit_unsharded)   /* accumulated: only a tied head's half waits beside them */
                 root_grads += (l->kind == LAYER_HEAD ? head_tied : 0) * p->grad_bytes;
-            else if (l->kind == LAYER_BLOCK) unsharded = pu * p->grad_bytes;
-            else root_grads += (l->kind == LAYER_HEAD ? head_tied : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
-                               p->grad_bytes;
+            else if (l->unit > 0) unit_grads += pu * p->grad_bytes;
+            else root_grads += (l->kind == LAYER_HEAD ? head_tied + pu : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
+                               p->grad_bytes;   /* a tied head's V x e arrives with the head's backward */
+            if (l->unit > 0) unit_elems += pu;
         } else if (!grads_persistent && (!ds12 || ds12_stage1) && !acc.in_place &&
                    !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves; accumulated: added in place */
             grads_now += ((s->shard & SHARD_GRAD) && c->gpus > 1 ? ceil(pu / (double)z->n) : pu) * p->grad_bytes;
@@ -535,7 +594,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_GRADS] = grads_now + acc_held + (ds12 && !ds12_stage1 ? pu * p->grad_bytes : 0);
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
-        tv[TERM_GRADS] += tied_live + root_grads + unsharded + tied_sum;
+        tv[TERM_GRADS] += tied_live + root_grads + unit_grads + tied_sum;
         /* accumulating into existing gradients: AccumulateGrad adds the layer's new gradient
            in place and frees it, one parameter tensor at a time (the largest at most; a tied
            embedding: already in tied_sum, its half and the sum) */
@@ -548,7 +607,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
         double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
         tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
-                             (i == m->n_layers - 1 ? loss_tr : 0);
+                             (i == m->n_layers - 1 ? loss_tr : 0) + cpu_conv_backward_bytes(m, i, t, p);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         if (ds3 && i > 0) plan_ds3_sim_release(&d3, i);   /* layer 0: after the reduction below */
         acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
@@ -557,18 +616,21 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (l->kind == LAYER_EMBED) tied_live = 0;
         if (acc.unit_unsharded && l->kind == LAYER_EMBED)
             root_grads -= head_tied * p->grad_bytes;   /* the halves' sum went into the accumulated one */
-        if (f2.on && l->kind == LAYER_BLOCK) {
-            /* the block's post-backward: its reduce-scatter input filled from the unsharded
-               gradients, whose output becomes the sharded gradients */
-            double shard = ceil(pu / (double)z->n) * f2.sb;
+        if (f2.on && plan_fsdp2_unit_starts(m, i)) {
+            /* the unit's post-backward: its reduce-scatter input filled from the unsharded
+               gradients, whose output becomes the sharded gradients (its local shard, padded
+               per tensor's dim 0) */
+            double shard = plan_fsdp2_shard(&f2, l->unit) * f2.sb;
             tv[TERM_ACTIVATIONS] = acts + held;
             tv[TERM_TRANSIENT] = casts;
             tv[TERM_COMM] = persistent_comm + plan_fsdp2_rs_comm(&f2, m, i);
-            tv[TERM_GRADS] = grads_now + acc_held + root_grads + unsharded + shard;
+            tv[TERM_GRADS] = grads_now + acc_held + root_grads + unit_grads + shard;
             moment(&w, PHASE_BACKWARD, i, tv, "reduce-scatter of");
             if (!plan_offload_grads_to_host(t, sk) && !acc.in_place) grads_now += shard;   /* offloaded: to the host;
                                                                          accumulated: added into the held shard */
-            if (acc.unit_unsharded) acc_held -= pu * acc.ub;   /* the unit's accumulated gradients, reduced */
+            if (acc.unit_unsharded) acc_held -= unit_elems * acc.ub;   /* the unit's accumulated gradients, reduced */
+            unit_grads = 0;
+            unit_elems = 0;
         }
     }
     if (f2.on) {
@@ -680,6 +742,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     r->host_capacity = h.capacity;
     r->host_fits = h.fits;
     r->fits = r->gpu_fits && r->host_fits;
+    plan_fsdp2_free(&f2);
     return 0;
 }
 
@@ -710,7 +773,8 @@ static int fits_at(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b) {
     if (max_b < 1 || !fits_at(m, t, c, s, 1)) return 0;
-    int cap = 2 * m->n_layers + 4;   /* forward and backward per layer, loss, norm, step */
+    /* forward and backward per layer, FSDP2's reduce-scatter per unit, loss, norm, step */
+    int cap = 3 * m->n_layers + 8;
     double stack1[512], stack2[512];
     double *t1 = cap <= 512 ? stack1 : malloc(sizeof(double) * (size_t)cap);
     double *t2 = cap <= 512 ? stack2 : malloc(sizeof(double) * (size_t)cap);

@@ -57,7 +57,9 @@ typedef struct {
     double largest_unit;         /* elements of the largest non-root unit */
     double largest_any;          /* elements of the largest layer, root layers included */
     double root_unit;            /* elements of the FSDP root unit (outside blocks) */
-    double root_shard;           /* ceil(root_unit / n) */
+    double root_shard;           /* the root's local shard: ceil(root_unit / n), FSDP2 per tensor */
+    int dim0;                    /* 1: FSDP2 shards padded per tensor's dim 0 (plan_fsdp2_dim0);
+                                    0: per flat unit (FSDP1, ZeRO, dim 0 unknown) */
 } MemSizes;
 
 void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
@@ -67,7 +69,8 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
 typedef void (*MemMomentFn)(void *ctx, PhaseKind phase, int layer, const double term[TERM_COUNT],
                             double total);
 
-/* Returns 0; fills r. The setup must be valid (validated by the caller). */
+/* Returns 0 (-1 out of host memory); fills r. The setup must be valid (validated by the
+ * caller). */
 int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                      MemResult *r, MemMomentFn fn, void *ctx);
 int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,

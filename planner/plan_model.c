@@ -27,9 +27,11 @@ LayerSpec *plan_model_add_layer(ModelSpec *m, const LayerSpec *l) {
         m->layers = p;
         m->cap_layers = cap;
     }
+    int units = plan_model_units(m);
     LayerSpec *dst = &m->layers[m->n_layers++];
     *dst = *l;
     if (dst->largest_tensor == 0) dst->largest_tensor = dst->params;
+    if (dst->kind == LAYER_BLOCK && dst->unit <= 0) dst->unit = units + 1;   /* the next unit */
     return dst;
 }
 
@@ -78,13 +80,43 @@ int64_t plan_model_largest_layer(const ModelSpec *m) {
     return mx;
 }
 
-int plan_layer_add_tensor(LayerSpec *l, int64_t elems) {
+int plan_layer_add_tensor_dim0(LayerSpec *l, int64_t elems, int64_t dim0) {
     if (l->n_tensors < 0 || l->n_tensors >= PLAN_LAYER_MAX_TENSORS) {
         l->n_tensors = -1;
         return -1;
     }
+    l->tensor_dim0[l->n_tensors] = dim0 > 0 && elems > 0 && elems % dim0 == 0 ? dim0 : 0;
     l->tensor_elems[l->n_tensors++] = elems;
     return 0;
+}
+
+int plan_layer_add_tensor(LayerSpec *l, int64_t elems) { return plan_layer_add_tensor_dim0(l, elems, 0); }
+
+int plan_model_units(const ModelSpec *m) {
+    /* units are numbered in layer order: the last layer in a unit has the largest (O(the root
+       layers after the last block)) */
+    for (int i = m->n_layers - 1; i >= 0; i--)
+        if (m->layers[i].unit > 0) return m->layers[i].unit;
+    return 0;
+}
+
+int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n) {
+    if (l->params == 0) return 0;
+    if (l->n_tensors <= 0 || n < 1) return -1;
+    /* the planner asks this for every layer of every walk: no division where n is a power of
+       two dividing dim 0 (the common case), else ceil(dim0 / n) rows of elems / dim0 */
+    int pow2 = (n & (n - 1)) == 0, shift = 0;
+    while (pow2 && ((int64_t)1 << shift) < n) shift++;
+    int64_t s = 0, sum = 0;
+    for (int k = 0; k < l->n_tensors; k++) {
+        int64_t d = l->tensor_dim0[k], e = l->tensor_elems[k];
+        sum += e;
+        if (e == 0) continue;             /* an empty tensor shards to nothing */
+        if (d <= 0) return -1;
+        if (pow2 && (d & (n - 1)) == 0) s += e >> shift;
+        else s += (d + n - 1) / n * (e / d);   /* torch.chunk: every rank's shard as the first's */
+    }
+    return sum == l->params ? s : -1;
 }
 
 /* A layer's tensors are known when they add up to its params. */
@@ -100,6 +132,13 @@ int plan_model_tensors_known(const ModelSpec *m) {
     if (m->n_layers == 0) return 0;
     for (int i = 0; i < m->n_layers; i++)
         if (!layer_tensors_known(&m->layers[i])) return 0;
+    return 1;
+}
+
+int plan_model_dim0_known(const ModelSpec *m) {
+    if (m->n_layers == 0) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (plan_layer_shard_dim0(&m->layers[i], 1) < 0) return 0;
     return 1;
 }
 
@@ -169,16 +208,30 @@ static int64_t mlp_params(const TransformerConfig *c, int64_t *largest) {
 
 /* ---- parameter tensors in registration order (TensorLayout) ---- */
 
-static void t_add(LayerSpec *l, int64_t n) { plan_layer_add_tensor(l, n); }
+/* a tensor of n elements whose dim 0 is rows (1-D tensors: rows = n) */
+static void t_add(LayerSpec *l, int64_t n, int64_t rows) { plan_layer_add_tensor_dim0(l, n, rows); }
 
 static void t_norm(LayerSpec *l, const TransformerConfig *c) {
-    t_add(l, c->d_model);
-    if (c->norm_bias) t_add(l, c->d_model);
+    t_add(l, c->d_model, c->d_model);
+    if (c->norm_bias) t_add(l, c->d_model, c->d_model);
 }
 
+/* nn.Linear(in, out) stores its weight as (out, in); GPT-2's Conv1D(nf=out, nx=in) as (in, out)
+   (transformers pytorch_utils.py: nn.Parameter(torch.empty(nx, nf))) */
 static void t_linear(LayerSpec *l, int64_t in, int64_t out, int bias) {
-    t_add(l, in * out);
-    if (bias) t_add(l, out);
+    t_add(l, in * out, out);
+    if (bias) t_add(l, out, out);
+}
+
+static void t_conv1d(LayerSpec *l, int64_t in, int64_t out, int bias) {
+    t_add(l, in * out, in);
+    if (bias) t_add(l, out, out);
+}
+
+/* the family's projection: Conv1D for GPT-2, nn.Linear for the others */
+static void t_proj(LayerSpec *l, const TransformerConfig *c, int64_t in, int64_t out, int bias) {
+    if (c->layout == LAYOUT_GPT2) t_conv1d(l, in, out, bias);
+    else t_linear(l, in, out, bias);
 }
 
 /* q, k, v, o (fused q|k|v for GPT-2 and NeoX, k, v, q for OPT); T5's relative attention bias
@@ -189,7 +242,7 @@ static void t_attn(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int
     int64_t kv = cross ? q : (int64_t)kv_heads * d_head;
     switch (c->layout) {
     case LAYOUT_GPT2: case LAYOUT_NEOX:
-        t_linear(l, h, q + 2 * kv, c->qkv_bias);
+        t_proj(l, c, h, q + 2 * kv, c->qkv_bias);
         break;
     case LAYOUT_OPT:
         t_linear(l, h, kv, c->qkv_bias);
@@ -202,15 +255,16 @@ static void t_attn(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int
         t_linear(l, h, kv, c->qkv_bias);
         break;
     }
-    t_linear(l, q, h, c->out_bias);
-    if (rel_bias) t_add(l, (int64_t)c->rel_pos_buckets * c->n_head);
+    t_proj(l, c, q, h, c->out_bias);
+    /* T5: nn.Embedding(relative_attention_num_buckets, n_heads) */
+    if (rel_bias) t_add(l, (int64_t)c->rel_pos_buckets * c->n_head, c->rel_pos_buckets);
 }
 
 static void t_mlp(LayerSpec *l, const TransformerConfig *c) {
     int64_t h = c->d_model, f = c->d_ff;
-    if (c->mlp == MLP_SWIGLU) t_linear(l, h, f, c->mlp_bias);   /* gate (T5: wi_0) */
-    t_linear(l, h, f, c->mlp_bias);
-    t_linear(l, f, h, c->mlp_bias);
+    if (c->mlp == MLP_SWIGLU) t_proj(l, c, h, f, c->mlp_bias);   /* gate (T5: wi_0) */
+    t_proj(l, c, h, f, c->mlp_bias);
+    t_proj(l, c, f, h, c->mlp_bias);
 }
 
 /* One block's tensors; T5's stack-final norm is added by the caller. */
@@ -324,11 +378,12 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     if (c->learned_pos) l.params += (c->max_seq + c->pos_offset) * h;
     l.params += (int64_t)c->type_vocab * h;
     if (c->arch == ARCH_ENCODER) l.params += norm_params(c);   /* BERT embeddings.LayerNorm */
-    t_add(&l, c->vocab * e);
-    if (c->learned_pos) t_add(&l, (c->max_seq + c->pos_offset) * h);
-    if (c->type_vocab) t_add(&l, (int64_t)c->type_vocab * h);
+    /* nn.Embedding (rows, width); OPT's project_in = nn.Linear(e, h, bias=False): (h, e) */
+    t_add(&l, c->vocab * e, c->vocab);
+    if (c->learned_pos) t_add(&l, (c->max_seq + c->pos_offset) * h, c->max_seq + c->pos_offset);
+    if (c->type_vocab) t_add(&l, (int64_t)c->type_vocab * h, c->type_vocab);
     if (c->arch == ARCH_ENCODER) t_norm(&l, c);
-    if (e != h) t_add(&l, e * h);
+    if (e != h) t_add(&l, e * h, h);
     /* the rotary embedding (one module per model in transformers 5: LlamaRotaryEmbedding,
        GPTNeoXRotaryEmbedding) holds inv_freq and original_inv_freq, nn.Buffer(persistent=False),
        arange(0, dims, 2) fp32 elements each. Not parameters, but module buffers, which DDP
@@ -403,9 +458,9 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     l.largest_tensor = !c->tied ? c->vocab * e : c->mlm_head ? h * h : e != h ? h * e : 0;
     if (c->cls_outputs * h > l.largest_tensor) l.largest_tensor = c->cls_outputs * h;
     /* BERT's prediction head registers its decoder bias before the transform */
-    if (c->mlm_head) { t_add(&l, c->vocab); t_linear(&l, h, h, 1); t_norm(&l, c); }
-    if (!c->tied) t_add(&l, c->vocab * e);
-    if (e != h) t_add(&l, h * e);
+    if (c->mlm_head) { t_add(&l, c->vocab, c->vocab); t_linear(&l, h, h, 1); t_norm(&l, c); }
+    if (!c->tied) t_add(&l, c->vocab * e, c->vocab);           /* nn.Linear(e, V): (V, e) */
+    if (e != h) t_add(&l, h * e, e);                            /* project_out: (e, h) */
     if (c->cls_outputs) t_linear(&l, h, c->cls_outputs, 1);
     t_check(&l);
     total += l.params;

@@ -45,6 +45,13 @@ typedef enum { MLP_GELU = 0, MLP_GELU_NEW, MLP_RELU, MLP_SWIGLU } MlpKind;
 typedef struct {
     char name[48];
     LayerKind kind;
+    /* The FSDP unit the layer belongs to: k >= 1 = the model's k-th repeated block (a
+     * transformer block, a ResNet bottleneck: fully_shard(block) each), 0 = the root
+     * (fully_shard(model): embeddings, stem, final norm, head). A unit's layers are
+     * consecutive and units are numbered in order. plan_model_add_layer numbers a LAYER_BLOCK
+     * layer given without one as the next unit. A model without units (--params; a params.json
+     * without numbered blocks) shards each layer on its own. */
+    int unit;
     int64_t params;          /* trainable elements */
     int64_t buffers;         /* non-trainable elements (BN running stats); DDP broadcasts them */
     int64_t buffers_i64;     /* of those, int64 elements (BERT's position_ids, token_type_ids);
@@ -68,6 +75,16 @@ typedef struct {
      * means "unknown" (params.json, --params), never "none". */
     int n_tensors;
     int64_t tensor_elems[PLAN_LAYER_MAX_TENSORS];
+    /* Each tensor's dim 0 (its first size), beside tensor_elems: FSDP2 shards every tensor
+     * along dim 0 and pads it to ceil(dim0 / n) rows per rank (docs/formulas.md "FSDP2
+     * buffers", "Padding"). nn.Linear weight (out, in): out; GPT-2's Conv1D (in, out): in;
+     * nn.Embedding (V, e): V; a conv (out_c, in_c, k, k): out_c; biases and norm weights are
+     * 1-D: numel. 0 = unknown (FSDP2 is then padded per unit, as a flat parameter). */
+    int64_t tensor_dim0[PLAN_LAYER_MAX_TENSORS];
+    /* LAYER_CONV: the (square) kernel side and the stride; 0 = unknown. On CPU ranks ATen picks
+     * the convolution kernel by them, and its oneDNN backward holds a weight-sized buffer
+     * (docs/formulas.md "CPU convolution backward"). */
+    int conv_kernel, conv_stride;
 } LayerSpec;
 
 typedef struct {
@@ -119,8 +136,18 @@ double plan_model_buffer_bytes(const ModelSpec *m, int *dtypes);
 double plan_cnn_area_scale(const ModelSpec *m, int64_t seq);
 int64_t plan_model_largest_layer(const ModelSpec *m);   /* max layers.params */
 /* Appends a parameter tensor of elems elements to l; -1 when l already has
- * PLAN_LAYER_MAX_TENSORS (the layer's tensors are then unknown). */
+ * PLAN_LAYER_MAX_TENSORS (the layer's tensors are then unknown). Its dim 0 is unknown. */
 int plan_layer_add_tensor(LayerSpec *l, int64_t elems);
+/* The same with the tensor's dim 0 (rows; must divide elems, else it is kept as unknown). */
+int plan_layer_add_tensor_dim0(LayerSpec *l, int64_t elems, int64_t dim0);
+/* 1 when every parameter tensor of the model has a known dim 0 (and the tensors are known). */
+int plan_model_dim0_known(const ModelSpec *m);
+/* FSDP2's local shard of layer l on a shard group of n: Σ over its tensors of
+ * ceil(dim0 / n) × (elems / dim0) elements (torch.chunk along dim 0, every rank padded to the
+ * first chunk); -1 when a dim 0 is unknown. */
+int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n);
+/* Units: the largest LayerSpec.unit (0 = the model has no units: every layer its own). */
+int plan_model_units(const ModelSpec *m);
 /* 1 when every layer with parameters lists tensors that add up to its params. */
 int plan_model_tensors_known(const ModelSpec *m);
 /* Parameter tensors of the model (Σ n_tensors), or -1 when unknown. */

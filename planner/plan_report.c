@@ -94,6 +94,15 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
         if (!r0->acts_known)
             fprintf(f, "# activations unknown for this model (no architecture or measurement): "
                     "peaks exclude them; give activation_bytes_per_sample in a params.json\n");
+        int fsdp = 0;   /* an fsdp-* row */
+        for (int i = 0; i < p->n_rows; i++) {
+            BufferKind bk = plan_strategy(p->rows[i].kind)->buffers;
+            fsdp |= bk == BUF_FSDP_FULL || bk == BUF_FSDP_GRAD_OP;
+        }
+        if (fsdp && t->fsdp_impl != 1 && t->impl == IMPL_PYTORCH && c->gpus > 1 && !plan_model_dim0_known(m))
+            fprintf(f, "# fsdp rows: FSDP2 pads each parameter's dim 0, but this model's tensor shapes are "
+                    "unknown: its shards are padded per unit instead (exact where the shard group divides "
+                    "every dim 0)\n");
     }
     fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
                "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");

@@ -130,7 +130,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
         P->flops_per_sample += 3 * plan_layer_fwd_flops(m, i, &t1);
         P->bwd_mult[i] = 2 + ((t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK) ? 1 : 0);
         P->gbytes[i] = (double)l->params * gb;
-        int root = is_transformer(m) && l->kind != LAYER_BLOCK;
+        int root = P->z.root_unit > 0 && l->unit == 0;   /* in the root unit (LayerSpec.unit) */
         if (sharded && l->params > 0 && (!root || stage3)) {
             P->ag_pay[i] = (double)l->params * pb;
             if (stage3 && ds_py)   /* DeepSpeed gathers the non-persistent tensors (plan_comm.c) */

@@ -97,6 +97,7 @@ typedef struct {
     ModelSpec *m;
     int h, w;            /* current spatial size */
     int64_t flops;
+    int unit;            /* the residual block being built (FSDP unit, from 1); 0 = stem: root */
 } ResnetBuild;
 
 /* conv (no bias) + BatchNorm; relu = 1 when an in-place ReLU follows the BN. Saved tensors
@@ -113,7 +114,10 @@ static int res_conv_bn(ResnetBuild *b, const char *name, int cin, int cout, int 
     l.kind = LAYER_CONV;
     snprintf(l.name, sizeof(l.name), "%s.conv", name);
     l.params = (int64_t)cin * cout * k * k;
-    plan_layer_add_tensor(&l, l.params);            /* weight (no bias) */
+    l.unit = b->unit;
+    l.conv_kernel = k;
+    l.conv_stride = stride;
+    plan_layer_add_tensor_dim0(&l, l.params, cout);  /* weight (out_c, in_c, k, k), no bias */
     l.fwd_flops = 2.0 * cin * k * k * (double)cout * ho * wo;
     l.act_elems = (int64_t)cout * ho * wo;          /* conv output = BN input */
     l.act_known = 1;
@@ -122,8 +126,9 @@ static int res_conv_bn(ResnetBuild *b, const char *name, int cin, int cout, int 
     l.kind = LAYER_BN;
     snprintf(l.name, sizeof(l.name), "%s.bn", name);
     l.params = 2 * (int64_t)cout;                   /* weight, bias */
-    plan_layer_add_tensor(&l, cout);
-    plan_layer_add_tensor(&l, cout);
+    l.unit = b->unit;
+    plan_layer_add_tensor_dim0(&l, cout, cout);
+    plan_layer_add_tensor_dim0(&l, cout, cout);
     l.buffers = 2 * (int64_t)cout + 1;              /* running mean, var, num_batches_tracked */
     l.bn_channels = cout;
     l.fwd_flops = 8.0 * cout * ho * wo;
@@ -148,7 +153,7 @@ int plan_model_resnet(ModelSpec *m, const char *name, const int depths[4], int b
     m->in_channels = 3;
     m->vocab = classes;
     m->max_seq = 1;
-    ResnetBuild b = {m, image_size, image_size, 0};
+    ResnetBuild b = {m, image_size, image_size, 0, 0};
     LayerSpec *first;
     if (res_conv_bn(&b, "stem", 3, width, 7, 2, 1)) goto oom;
     first = &m->layers[0];
@@ -174,6 +179,7 @@ int plan_model_resnet(ModelSpec *m, const char *name, const int depths[4], int b
             char nm[24];
             int h0 = b.h, w0 = b.w;
             snprintf(nm, sizeof(nm), "layer%d.%d", s + 1, i);
+            b.unit++;   /* torchvision's Bottleneck / BasicBlock: one FSDP unit each */
             char sub[36];
             if (bottleneck) {
                 snprintf(sub, sizeof(sub), "%s.1", nm);
@@ -207,8 +213,8 @@ int plan_model_resnet(ModelSpec *m, const char *name, const int depths[4], int b
     snprintf(l.name, sizeof(l.name), "fc");
     l.params = (int64_t)cin * classes + classes;
     l.largest_tensor = (int64_t)cin * classes;
-    plan_layer_add_tensor(&l, (int64_t)cin * classes);
-    plan_layer_add_tensor(&l, classes);
+    plan_layer_add_tensor_dim0(&l, (int64_t)cin * classes, classes);   /* (classes, C) */
+    plan_layer_add_tensor_dim0(&l, classes, classes);
     l.fwd_flops = 2.0 * cin * classes + (double)cin * b.h * b.w;
     l.act_elems = cin + classes;     /* pooled features (fc input), logits */
     l.act_fp32_elems = 2LL * classes; /* fp32 log-softmax output + its upcast input */

@@ -136,10 +136,14 @@ Test(comm, full_shard_should_move_about_one_and_a_half_times_ddp) {
     plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
     double expect = 7.0 / 8 * ((2 * z.psi - z.root_unit) * 2 + z.psi * 2);
     cr_expect(fabs(wire(&f) - expect) < 1, "%f vs %f", wire(&f), expect);
-    /* FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): b_r = 4 */
+    /* FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): b_r = 4; the units as
+       gathered, each tensor's dim 0 padded to a multiple of 8 */
     t.fsdp_impl = 2;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &f);
-    expect = 7.0 / 8 * ((2 * z.psi - z.root_unit) * 2 + z.psi * 4);
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    double pad = 8 * z.psi_shard, pad_root = 8 * z.root_shard;
+    cr_expect_lt(pad / z.psi - 1, 1e-4, "padding %f", pad - z.psi);
+    expect = 7.0 / 8 * ((2 * pad - pad_root) * 2 + pad * 4);
     cr_expect(fabs(wire(&f) - expect) < 1, "%f vs %f", wire(&f), expect);
     plan_model_free(&m);
 }

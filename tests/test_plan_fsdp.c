@@ -10,6 +10,7 @@
 
 #include "plan_comm.h"
 #include "plan_fsdp.h"
+#include "plan_load.h"
 #include "plan_memory.h"
 #include "test_plan.h"
 
@@ -19,17 +20,19 @@
 #define UNIT 198272.0
 #define PSI (ROOT + 4 * UNIT)
 
+#define MAX_MOMENTS 512
+
 typedef struct {
-    PhaseKind ph[64];
-    int layer[64];
-    double term[64][TERM_COUNT];
-    double total[64];
+    PhaseKind ph[MAX_MOMENTS];
+    int layer[MAX_MOMENTS];
+    double term[MAX_MOMENTS][TERM_COUNT];
+    double total[MAX_MOMENTS];
     int n;
 } Moments;
 
 static void record(void *ctx, PhaseKind ph, int layer, const double term[TERM_COUNT], double total) {
     Moments *k = ctx;
-    if (k->n >= 64) return;
+    if (k->n >= MAX_MOMENTS) return;
     k->ph[k->n] = ph;
     k->layer[k->n] = layer;
     memcpy(k->term[k->n], term, sizeof(double) * TERM_COUNT);
@@ -211,6 +214,7 @@ Test(plan_fsdp2, fsdp1_engine_and_one_rank_should_keep_their_models) {
     Fsdp2 f;
     plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
     cr_expect(f.on);
+    plan_fsdp2_free(&f);
     plan_fsdp2_setup(&f, &m, &t, &c, STRAT_DDP, &z);
     cr_expect(!f.on);
     t.impl = IMPL_ENGINE;
@@ -302,5 +306,191 @@ Test(plan_fsdp2, a_tied_embedding_should_hold_three_vocabulary_gradients_at_its_
     cr_expect_eq(k.term[e][TERM_GRADS] - (k.term[root_rs][TERM_GRADS] - z.root_shard * 4), 2 * ve);
     /* measured: 1,568,971,360 B at the embedding's backward */
     cr_expect_lt(fabs(r.peak / 1568971360.0 - 1), 0.03, "%.0f", r.peak);
+    plan_model_free(&m);
+}
+
+/* ---- FSDP2 pads each parameter's dim 0 (_fsdp_param.py _init_sharded_param: torch.chunk along
+   dim 0, every rank's shard padded to the first chunk's size), not a flat unit ---- */
+
+static double payload(const CommPlan *cp, PlanCollOp op, CommPhase ph, double *count) {
+    for (int i = 0; i < cp->n; i++)
+        if (cp->c[i].op == op && cp->c[i].phase == ph) {
+            if (count) *count = cp->c[i].count;
+            return cp->c[i].payload_bytes;
+        }
+    return -1;
+}
+
+Test(plan_fsdp2, shards_should_pad_each_tensors_dim0_as_measured_on_three_ranks) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 3, 3);
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(z.dim0, 1);
+    /* measured (bench/torch/results/gpt2-mini_fsdp-full_fp32_none_eager_r3_b1_s128.json, rank 0):
+       parameters and gradients 1,261,096 B, optimizer 2,522,400 B = 2 x 4 x 315,274 + 52 step
+       scalars; per-unit padding gave 1,254,408 (-0.53 %) */
+    cr_expect_eq(z.params, 1261096);
+    cr_expect_eq(z.grads, 1261096);
+    cr_expect_eq(z.optimizer, 2522400 - 52 * 4);
+    CommPlan cp;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
+    double n;
+    /* measured: all-gathers 592,392 (root) + 4 x 797,724 B forward, 4 x 797,724 backward */
+    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_FORWARD, &n), 3783288);
+    cr_expect_eq(n, 5);
+    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_BACKWARD, &n), 3190896);
+    cr_expect_eq(n, 4);
+    cr_expect_eq(payload(&cp, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, &n), 3783288);
+    /* the timeline gathers the same units: the root, and a block with its flat output */
+    static Moments k;
+    walk(&m, &t, &c, STRAT_FSDP_FULL, &k);
+    cr_expect_eq(k.term[find(&k, PHASE_FORWARD, 2, 0)][TERM_COMM], 592392 + 2 * 797724);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp2, gpt2s_odd_vocabulary_should_pad_the_embedding_by_a_row) {
+    ModelSpec m = zoo("gpt2");                           /* wte (50257, 768) on 2 ranks: 25,129 rows each */
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 2, 2);
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    /* measured (gpt2_fsdp-full_fp32_none_eager_r2_b1_s128.json): 248,881,152 B, 768 elements
+       (one row) over Ψ / 2; the flat root unit is even, so per-unit padding missed the row */
+    cr_expect_eq(z.params, 248881152);
+    cr_expect_eq(z.psi_shard * 2 - z.psi, 768);
+    CommPlan cp;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
+    cr_expect_eq(payload(&cp, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, NULL), 497762304);
+    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_FORWARD, NULL), 497762304);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp2, fsdp1_and_an_unknown_dim0_should_keep_per_unit_padding) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 3, 3);
+    double per_unit = 0, root = 0;                      /* Σ ceil(U / 3) over the flat units */
+    for (int i = 0; i < m.n_layers; i++) {
+        if (m.layers[i].unit > 0) per_unit += ceil((double)m.layers[i].params / 3);
+        else root += (double)m.layers[i].params;
+    }
+    per_unit += ceil(root / 3);
+    MemSizes z;
+    t.fsdp_impl = 1;                                     /* one flat parameter per unit */
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(z.dim0, 0);
+    cr_expect_eq(z.psi_shard, per_unit);
+    cr_expect_eq(z.params, 1254408);
+    t.fsdp_impl = 2;
+    m.layers[2].tensor_dim0[3] = 0;                      /* one tensor's dim 0 unknown */
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(z.dim0, 0);
+    cr_expect_eq(z.psi_shard, per_unit);
+    CommPlan cp;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
+    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_FORWARD, NULL), 3 * per_unit * 4);
+    plan_model_free(&m);
+}
+
+/* ---- units are the model's repeated blocks: ResNet-50's 16 bottlenecks ---- */
+
+Test(plan_fsdp2, resnet50_bottlenecks_should_be_the_units_and_the_stem_and_fc_the_root) {
+    ModelSpec m = zoo("resnet50");
+    cr_expect_eq(plan_model_units(&m), 16);
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 2, 2);
+    t.micro_batch = 2;
+    t.seq = 32;                                          /* 32 x 32 images */
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(z.root_unit, 9408 + 128 + 2048 * 1000 + 1000);   /* conv1, bn1, fc */
+    cr_expect_eq(z.largest_unit, 6039552);               /* layer4.0, with its downsample */
+    /* measured (resnet50_fsdp-full_fp32_none_eager_r2_b2_s32.json): 17 all-gathers and
+       reduce-scatters, 16 backward all-gathers of 93,993,984 B (the root stays unsharded) */
+    CommPlan cp;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
+    double n;
+    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_FORWARD, &n), 102228128);
+    cr_expect_eq(n, 17);
+    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_BACKWARD, &n), 93993984);
+    cr_expect_eq(n, 16);
+    cr_expect_eq(payload(&cp, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, &n), 102228128);
+    cr_expect_eq(n, 17);
+    /* layer4.0's backward: the root, layer4.0 unsharded, layer3.5 prefetched, layer4.1's
+       reduce-scatter input (measured 54,711,464 B of buffers at the peak) */
+    static Moments k;
+    int conv2 = -1;
+    for (int i = 0; i < m.n_layers; i++)
+        if (strcmp(m.layers[i].name, "layer4.0.2.conv") == 0) conv2 = i;
+    cr_assert_geq(conv2, 0);
+    MemResult r = walk(&m, &t, &c, STRAT_FSDP_FULL, &k);
+    cr_expect_eq(k.term[find(&k, PHASE_BACKWARD, conv2, 0)][TERM_COMM], (2058536.0 + 6039552 + 1117184 + 4462592) * 4);
+    /* measured peak 269,362,556 B in layer4.0.conv2's backward */
+    cr_expect_lt(fabs(r.peak / 269362556.0 - 1), 0.03, "%.0f", r.peak);
+    cr_expect_eq(r.peak_phase, PHASE_BACKWARD);
+    cr_expect_str_eq(r.peak_where, "backward of layer4.0.2.conv");
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp2, a_parameter_list_should_shard_and_gather_as_the_zoo_model) {
+    ModelSpec zm = zoo("resnet50"), pm;
+    char msg[512];
+    cr_assert_eq(plan_load_model(&pm, "tests/data/params/resnet50.json", msg, sizeof msg), 0, "%s", msg);
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 3, 3);
+    MemSizes a, b;
+    plan_memory_sizes(&zm, &t, &c, STRAT_FSDP_FULL, &a);
+    plan_memory_sizes(&pm, &t, &c, STRAT_FSDP_FULL, &b);
+    cr_expect_eq(a.psi_shard, b.psi_shard);
+    cr_expect_eq(a.root_unit, b.root_unit);
+    CommPlan ca, cb;
+    plan_comm(&zm, &t, &c, STRAT_FSDP_FULL, &ca);
+    plan_comm(&pm, &t, &c, STRAT_FSDP_FULL, &cb);
+    cr_assert_eq(ca.n, cb.n);
+    for (int i = 0; i < ca.n; i++) {
+        cr_expect_eq(ca.c[i].count, cb.c[i].count, "%d", i);
+        cr_expect_eq(ca.c[i].payload_bytes, cb.c[i].payload_bytes, "%d", i);
+    }
+    plan_model_free(&zm);
+    plan_model_free(&pm);
+}
+
+Test(plan_fsdp2, a_cpu_onednn_convolution_should_hold_a_weight_sized_buffer_in_its_backward) {
+    ModelSpec m = zoo("resnet50");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 2, 2);
+    t.micro_batch = 2;
+    t.seq = 32;
+    int conv1 = -1, conv2 = -1;                          /* layer4.0's 1x1 and 3x3 stride-2 convs */
+    for (int i = 0; i < m.n_layers; i++) {
+        if (strcmp(m.layers[i].name, "layer4.0.1.conv") == 0) conv1 = i;
+        if (strcmp(m.layers[i].name, "layer4.0.2.conv") == 0) conv2 = i;
+    }
+    static Moments cpu, gpu;
+    walk(&m, &t, &c, STRAT_DDP, &cpu);
+    t.autocast_cpu = 0;                                  /* GPU kernels: not modelled */
+    walk(&m, &t, &c, STRAT_DDP, &gpu);
+    /* measured per conv shape (torch 2.15, 1 thread, batch 2): oneDNN's ideep weight gradient
+       beside the dense copy, 9,437,184 B for the 3x3 conv; THNN's pointwise conv holds none */
+    int a = find(&cpu, PHASE_BACKWARD, conv2, 0), b = find(&gpu, PHASE_BACKWARD, conv2, 0);
+    cr_expect_eq(cpu.term[a][TERM_TRANSIENT] - gpu.term[b][TERM_TRANSIENT], 512.0 * 512 * 9 * 4);
+    a = find(&cpu, PHASE_BACKWARD, conv1, 0), b = find(&gpu, PHASE_BACKWARD, conv1, 0);
+    cr_expect_eq(cpu.term[a][TERM_TRANSIENT], gpu.term[b][TERM_TRANSIENT]);
+    /* a batch of 16 takes oneDNN for the pointwise conv too (ConvParams::use_mkldnn) */
+    t.autocast_cpu = 1;
+    t.micro_batch = 16;
+    walk(&m, &t, &c, STRAT_DDP, &cpu);
+    t.autocast_cpu = 0;
+    walk(&m, &t, &c, STRAT_DDP, &gpu);
+    a = find(&cpu, PHASE_BACKWARD, conv1, 0), b = find(&gpu, PHASE_BACKWARD, conv1, 0);
+    cr_expect_eq(cpu.term[a][TERM_TRANSIENT] - gpu.term[b][TERM_TRANSIENT], 1024.0 * 512 * 4);
     plan_model_free(&m);
 }

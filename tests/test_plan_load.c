@@ -366,8 +366,13 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
         cr_expect_eq(x->act_bytes, y->act_bytes, "%s layer %d", what, i);
         cr_expect_eq(x->act_known, y->act_known, "%s layer %d", what, i);
         cr_expect_eq(x->n_tensors, y->n_tensors, "%s layer %d tensors", what, i);
-        for (int k = 0; k < x->n_tensors && k < y->n_tensors; k++)
+        for (int k = 0; k < x->n_tensors && k < y->n_tensors; k++) {
             cr_expect_eq(x->tensor_elems[k], y->tensor_elems[k], "%s layer %d tensor %d", what, i, k);
+            cr_expect_eq(x->tensor_dim0[k], y->tensor_dim0[k], "%s layer %d tensor %d dim 0", what, i, k);
+        }
+        cr_expect_eq(x->unit, y->unit, "%s layer %d unit", what, i);
+        cr_expect_eq(x->conv_kernel, y->conv_kernel, "%s layer %d conv kernel", what, i);
+        cr_expect_eq(x->conv_stride, y->conv_stride, "%s layer %d conv stride", what, i);
     }
 }
 
@@ -404,10 +409,111 @@ Test(plan_load_memplan, layer_tensors_should_be_optional_and_add_up_to_the_param
     plan_model_free(&m);
 }
 
+Test(plan_load_memplan, tensor_dim0_should_be_optional_and_refused_when_it_cannot_be_a_dim0) {
+    /* each refused with one line naming the entry */
+    static const struct { const char *layer, *fragment; } BAD_DIM0[] = {
+        {"\"tensors\": [8, 2], \"tensor_dim0\": [4, 1e300]", "'layers[0].tensor_dim0' entry 1 must be an integer from 0 to 2 (got 1e+300)"},
+        {"\"tensors\": [8, 2], \"tensor_dim0\": [2.5, 2]", "'layers[0].tensor_dim0' entry 0 must be an integer from 0 to 8 (got 2.5)"},
+        {"\"tensors\": [8, 2], \"tensor_dim0\": [-4, 2]", "'layers[0].tensor_dim0' entry 0 must be an integer from 0 to 8 (got -4)"},
+        {"\"tensors\": [8, 2], \"tensor_dim0\": [\"4\", 2]", "'layers[0].tensor_dim0' entry 0 must be an integer from 0 to 8 (got the string"},
+        {"\"tensors\": [8, 2], \"tensor_dim0\": [3, 2]", "'layers[0].tensor_dim0' entry 0 (3) must divide the tensor's 8 elements"},
+        {"\"tensors\": [8, 2], \"tensor_dim0\": [4]", "'layers[0].tensor_dim0' must be a list of 2 dim-0 sizes"},
+        {"\"tensor_dim0\": [4, 2]", "'layers[0].tensor_dim0' needs 'tensors'"},
+    };
+    char js[512];
+    ModelSpec m;
+    for (size_t k = 0; k < sizeof BAD_DIM0 / sizeof BAD_DIM0[0]; k++) {
+        snprintf(js, sizeof js, "{\"memplan_model\": 1, \"name\": \"x\", \"arch\": \"generic\", \"layers\": "
+                 "[{\"name\": \"a\", \"kind\": \"linear\", \"params\": 10, %s}]}", BAD_DIM0[k].layer);
+        msg[0] = '\0';
+        cr_expect_neq(plan_load_model_from_buffer(&m, js, strlen(js), "bad", msg, sizeof(msg)), 0, "%s", js);
+        cr_expect(strstr(msg, BAD_DIM0[k].fragment) != NULL, "expected \"%s\" in: %s", BAD_DIM0[k].fragment, msg);
+        cr_expect(strchr(msg, '\n') == NULL, "one line: %s", msg);
+    }
+    /* 0 = unknown; absent = all unknown */
+    const char *ok = "{\"memplan_model\": 1, \"name\": \"x\", \"arch\": \"generic\", \"layers\": ["
+                     "{\"name\": \"a\", \"kind\": \"linear\", \"params\": 10, \"tensors\": [8, 2], \"tensor_dim0\": [4, 2]},"
+                     "{\"name\": \"b\", \"kind\": \"linear\", \"params\": 6, \"tensors\": [6], \"tensor_dim0\": [0]}]}";
+    cr_assert_eq(plan_load_model_from_buffer(&m, ok, strlen(ok), "ok", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(m.layers[0].tensor_dim0[0], 4);
+    cr_expect_eq(plan_layer_shard_dim0(&m.layers[0], 3), 2 * 2 + 1 * 1);
+    cr_expect_not(plan_model_dim0_known(&m));         /* layer b's is unknown */
+    plan_model_free(&m);
+}
+
+Test(plan_load_memplan, units_should_number_consecutive_layers_in_order) {
+    const char *ok = "{\"memplan_model\": 1, \"name\": \"x\", \"arch\": \"cnn\", \"image_size\": 32, \"in_channels\": 3, "
+                     "\"layers\": [{\"name\": \"stem\", \"kind\": \"conv\", \"params\": 10},"
+                     "{\"name\": \"b0.c\", \"kind\": \"conv\", \"params\": 10, \"unit\": 1},"
+                     "{\"name\": \"b0.bn\", \"kind\": \"bn\", \"params\": 2, \"unit\": 1},"
+                     "{\"name\": \"b1\", \"kind\": \"block\", \"params\": 10},"  /* a block: the next unit */
+                     "{\"name\": \"fc\", \"kind\": \"head\", \"params\": 4}]}";
+    ModelSpec m;
+    cr_assert_eq(plan_load_model_from_buffer(&m, ok, strlen(ok), "ok", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(m.layers[0].unit, 0);
+    cr_expect_eq(m.layers[2].unit, 1);
+    cr_expect_eq(m.layers[3].unit, 2);
+    cr_expect_eq(m.layers[4].unit, 0);
+    cr_expect_eq(plan_model_units(&m), 2);
+    plan_model_free(&m);
+    /* a unit's layers are consecutive: unit 1 again after a root layer is refused */
+    const char *bad = "{\"memplan_model\": 1, \"name\": \"x\", \"arch\": \"generic\", \"layers\": ["
+                      "{\"name\": \"a\", \"kind\": \"other\", \"params\": 1, \"unit\": 1},"
+                      "{\"name\": \"b\", \"kind\": \"other\", \"params\": 1},"
+                      "{\"name\": \"c\", \"kind\": \"other\", \"params\": 1, \"unit\": 1}]}";
+    cr_expect_neq(plan_load_model_from_buffer(&m, bad, strlen(bad), "bad", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "field 'layers[2].unit' must be 2 (the next unit), or 0 for the root (got 1)") != NULL, "%s", msg);
+}
+
+Test(plan_load_params, numbered_blocks_should_be_the_fsdp_units_and_the_rest_the_root) {
+    ModelSpec m;
+    load(&m, "tests/data/params/resnet50.json");
+    cr_expect_eq(plan_model_units(&m), 16);              /* layer1.0 ... layer4.2 */
+    cr_expect_eq(m.layers[0].unit, 0);                   /* conv1 */
+    cr_expect_str_eq(m.layers[3].name, "layer1.0.bn1");
+    cr_expect_eq(m.layers[3].unit, 1);                   /* a block's BN layers are in its unit */
+    cr_expect_eq(m.layers[m.n_layers - 1].unit, 0);      /* fc */
+    plan_model_free(&m);
+    load(&m, "tests/data/params/gpt2.json");
+    cr_expect_eq(plan_model_units(&m), 12);
+    cr_expect_eq(m.layers[0].unit, 0);                   /* transformer: wte, wpe, ln_f */
+    plan_model_free(&m);
+    /* a block's BatchNorm layer listed after the next block: not consecutive, so every layer
+       its own unit */
+    const char *split = "{\"parameters\": {\"h.0.w\": [4], \"h.1.w\": [4], \"h.0.bn.weight\": [4]}, "
+                        "\"batchnorm\": [\"h.0.bn\"]}";
+    cr_assert_eq(plan_load_model_from_buffer(&m, split, strlen(split), "p.json", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(plan_model_units(&m), 0);
+    plan_model_free(&m);
+}
+
+Test(plan_load_params, shapes_should_give_each_tensor_its_dim0) {
+    ModelSpec m;
+    load(&m, "tests/data/params/resnet50.json");
+    cr_expect(plan_model_dim0_known(&m));
+    cr_expect_eq(m.layers[0].tensor_dim0[0], 64);       /* conv1.weight [64, 3, 7, 7] */
+    plan_model_free(&m);
+    const char *scalar = "{\"w\": [4, 3], \"s\": []}";  /* a 0-d parameter: FSDP2 cannot shard it */
+    cr_assert_eq(plan_load_model_from_buffer(&m, scalar, strlen(scalar), "p.json", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(m.layers[0].tensor_dim0[0], 4);
+    cr_expect_not(plan_model_dim0_known(&m));
+    plan_model_free(&m);
+}
+
+Test(plan_load_memplan, an_empty_tensor_should_survive_export_and_import) {
+    /* a params.json may list a 0-element parameter (found by the fuzzer: the export's
+       "tensors": [0] was refused on import) */
+    const char *p = "{\"0.weight\": [16, 8], \"e\": [0, 16], \"2.bias\": [4]}";
+    ModelSpec m;
+    cr_assert_eq(plan_load_model_from_buffer(&m, p, strlen(p), "p.json", msg, sizeof(msg)), 0, "%s", msg);
+    round_trip(&m, "p.json");
+    plan_model_free(&m);
+}
+
 Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
-    cr_expect_eq(sizeof(LayerSpec), 400, "LayerSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(LayerSpec), 664, "LayerSpec changed: carry the new field in the format");
     cr_expect_eq(sizeof(ModelSpec), 464, "ModelSpec changed: carry the new field in the format");
 }
 
@@ -517,6 +623,8 @@ static const struct { const char *file, *fragment; } BAD[] = {
     {"memplan-decoder-missing-hyper.json", "missing field 'n_layer'"},
     {"memplan-block-count.json", "n_layer 2 + n_enc_layer 0 blocks expected, but layers[] has 0"},
     {"memplan-duplicate-key.json", "key 'name' is given twice"},
+    {"memplan-dim0-huge.json", "field 'layers[0].tensor_dim0' entry 1 must be an integer from 0 to 20 (got 1e+300)"},
+    {"memplan-unit-order.json", "field 'layers[2].unit' must be 2 (the next unit) or the previous layer's, or 0"},
 };
 #define N_BAD (sizeof(BAD) / sizeof(BAD[0]))
 

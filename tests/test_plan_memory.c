@@ -97,9 +97,11 @@ Test(memory, sharded_terms_should_use_per_unit_padding_to_a_multiple_of_n) {
     plan_train_defaults(&t);
     ClusterSpec c;
     cluster(&c, 7, 7);     /* 7 does not divide most unit sizes */
-    /* FSDP: one flat root unit (everything outside the blocks) and one per block */
+    /* FSDP1: one flat root unit (everything outside the blocks) and one per block */
     MemSizes z;
+    t.fsdp_impl = 1;
     plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(z.dim0, 0);
     double expect = 0, root = 0;
     for (int i = 0; i < m.n_layers; i++) {
         if (m.layers[i].kind == LAYER_BLOCK) expect += ceil((double)m.layers[i].params / 7.0);
@@ -110,6 +112,14 @@ Test(memory, sharded_terms_should_use_per_unit_padding_to_a_multiple_of_n) {
     cr_expect_eq(z.params, 4 * expect);
     cr_expect_eq(z.optimizer, 8 * expect);
     cr_expect_gt(z.psi_shard * 7, z.psi);
+    /* FSDP2 (the default) pads each tensor's dim 0 instead (docs/formulas.md "FSDP2 buffers") */
+    t.fsdp_impl = 2;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(z.dim0, 1);
+    double d0 = 0;
+    for (int i = 0; i < m.n_layers; i++) d0 += (double)plan_layer_shard_dim0(&m.layers[i], 7);
+    cr_expect_eq(z.psi_shard, d0);
+    cr_expect_eq(z.params, 4 * d0);
     /* ZeRO-1/2 shard every layer on its own */
     plan_memory_sizes(&m, &t, &c, STRAT_ZERO2, &z);
     expect = 0;
