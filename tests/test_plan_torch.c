@@ -368,7 +368,7 @@ static double tensor_peak(TrainSpec *t) {
     return r.peak;
 }
 
-Test(plan_torch_measured, gpt2_tensor_peaks_should_match_pytorch_on_cpu_within_half_a_percent) {
+Test(plan_torch_measured, gpt2_tensor_peaks_should_match_pytorch_on_cpu_within_a_tenth_of_a_percent) {
     static const struct { PrecisionKind prec; CkptKind ckpt; double measured; } rows[] = {
         {PREC_FP32, CKPT_NONE, 72915160},
         {PREC_AMP_BF16, CKPT_NONE, 66558168},
@@ -380,7 +380,8 @@ Test(plan_torch_measured, gpt2_tensor_peaks_should_match_pytorch_on_cpu_within_h
         t.precision = rows[i].prec;
         t.act_ckpt = rows[i].ckpt;
         double p = tensor_peak(&t);
-        cr_expect_lt(fabs(p / rows[i].measured - 1), 0.005, "row %zu: planned %.0f, measured %.0f", i, p,
+        /* checkpointing: -0.24 % before the checkpoints held eager attention's causal mask */
+        cr_expect_lt(fabs(p / rows[i].measured - 1), 0.001, "row %zu: planned %.0f, measured %.0f", i, p,
                      rows[i].measured);
     }
 }
@@ -710,13 +711,19 @@ Test(plan_torch_llama, blocks_should_save_what_modeling_llama_saves) {
     t.attn = ATTN_SDPA;
     plan_act_block_coeffs(&m, &t, 0.0, 0, &lin, &quad);
     cr_expect_eq(lin + 128 * quad, 6936);
-    /* no hidden dropout in a Llama block: only the probabilities' */
+    /* no hidden dropout in a Llama block, only the probabilities': measured amp-bf16 with
+       dropout 0.1, eager 12,296 B/token (the fp32 probabilities' fp32 noise, then the AV
+       matmul's bf16 cast), SDPA 14,088 (the math kernel) */
     double lin_d, quad_d;
     t.attn = ATTN_EAGER;
     plan_act_block_coeffs(&m, &t, 0.0, 0, &lin, &quad);
     plan_act_block_coeffs(&m, &t, 0.1, 0, &lin_d, &quad_d);
     cr_expect_eq(lin_d, lin);
-    cr_expect_gt(quad_d, quad);
+    cr_expect_eq(quad_d - quad, 4 * 4.0);
+    cr_expect_eq(lin_d + 128 * quad_d, 12296);
+    t.attn = ATTN_SDPA;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin_d, &quad_d);
+    cr_expect_eq(lin_d + 128 * quad_d, 14088);
     /* the final norm is a LlamaRMSNorm too */
     ActInputs in = {1, 128, 0.0};
     cr_expect_eq(plan_act_layer_bytes(&m, m.n_layers - 2, &t, &in), 128.0 * (8 * 128 + 4));
