@@ -1,36 +1,100 @@
 /* plan_activ.c — saved activations per layer. Notation (bytes per element): X = compute dtype
  * (2 under autocast / 16-bit, 4 in fp32), R = residual stream = parameter dtype, F = 4 (fp32
- * kept by autocast: softmax, pow, LayerNorm statistics), M = 1 per mask element when dropout
- * is on. h hidden, f MLP width, a heads, s sequence. Derivations: docs/formulas.md. */
+ * kept by autocast: softmax, pow, LayerNorm statistics), M = what a dropout keeps per element
+ * when dropout is on (plan_act_dropout_bytes). h hidden, f MLP width, a heads, s sequence.
+ * Derivations: docs/formulas.md. */
 #include "plan_activ.h"
 
 static int is_transformer(const ModelSpec *m) {
     return m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
 }
 
+/* CUDA's dropout is the fused kernel (native_dropout), which saves a 1-byte bool mask. On CPU
+   aten/src/ATen/native/Dropout.cpp `dropout` takes the fused path only for CUDA, XPU, lazy and
+   privateuse1 tensors (is_fused_kernel_acceptable); _dropout_impl makes a noise tensor
+   empty_like(input), bernoulli_(1 - p), div_(1 - p), and returns input.mul(noise), whose
+   backward saves the noise: the input's dtype per element. Measured: docs/formulas.md
+   "CPU kernels". */
+double plan_act_dropout_bytes(const TrainSpec *t, double dropout, double in_bytes) {
+    if (dropout <= 0) return 0;
+    return t->autocast_cpu ? in_bytes : 1;
+}
+
+/* SDPA on CPU picks the flash kernel unless a constraint fails; check_for_dropout fails for any
+   dropout > 0 (aten/src/ATen/native/transformers/sdp_utils_cpp.h, use_flash_attention_cpp in
+   sdp_utils_cpp.cpp), so training with attention dropout runs _scaled_dot_product_attention_math
+   (attention.cpp), which materialises the probabilities. GPUs keep their fused kernels. */
+int plan_act_sdpa_math(const TrainSpec *t, double dropout) {
+    return t->attn == ATTN_SDPA && t->autocast_cpu && dropout > 0;
+}
+
+/* LLaMA-style decoders (Llama, Mistral, Qwen2, Gemma: RMSNorm, rotary, separate q/k/v and
+   gate/up projections, no hidden dropout), as transformers 5's modeling_llama.py runs them. */
+static int llama_style(const ModelSpec *m) {
+    return m->arch == ARCH_DECODER && m->norm == NORM_RMSNORM;
+}
+
+/* What a norm saves per token. LayerNorm: its input and fp32 mean + rstd. LlamaRMSNorm
+   (modeling_llama.py): hidden_states.to(float32) (pow and the rsqrt product save it: 4·h), the
+   fp32 rsqrt, and weight * normed.to(input_dtype) saves the normalised tensor (R·h); measured
+   8h + 4 per norm in fp32 and under autocast (block_probe.py, llama-mini). Other RMSNorms keep
+   the earlier input + rsqrt. */
+static double norm_bytes(const ModelSpec *m, double R, double h) {
+    if (llama_style(m)) return (4 + R) * h + 4;
+    return R * h + (m->norm == NORM_LAYERNORM ? 8 : 4);
+}
+
+/* The block's residual and MLP dropouts and the embeddings' (LLaMA-style models have only the
+   attention probabilities' dropout). */
+static double hidden_dropout_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double in_bytes) {
+    return llama_style(m) ? 0 : plan_act_dropout_bytes(t, dropout, in_bytes);
+}
+
 /* Eager PyTorch transformer block, per token: bytes = lin + s*quad. */
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin_out, double *quad_out) {
     const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, R = p->param_bytes, F = 4, M = dropout > 0 ? 1 : 0;
+    double X = p->act_bytes, R = p->param_bytes, F = 4;
+    double M = hidden_dropout_bytes(m, t, dropout, X);     /* dropouts on compute-dtype tensors */
     double h = (double)m->d_model, f = (double)m->d_ff, a = m->n_head;
     double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
     int amp = p->autocast;
-    double stats = m->norm == NORM_LAYERNORM ? 8 : 4;     /* mean+rstd or rstd, fp32 */
-    int rope = m->arch == ARCH_DECODER && m->norm == NORM_RMSNORM;  /* LLaMA-style rotary */
+    int llama = llama_style(m);
+    /* autocast casts a linear's fp32 input for each call: one copy per projection where they
+       are separate (LLaMA-style q, k, v and gate, up: measured 3 and 2 X·h copies); fp32 and
+       16-bit models share one input tensor */
+    double qkv_in = llama && amp ? 3 : 1, mlp_in = llama && amp && m->mlp == MLP_SWIGLU ? 2 : 1;
     double lin = 0, quad = 0;
 
-    lin += (cross ? 3 : 2) * (R * h + stats);              /* norm inputs + statistics */
+    lin += (cross ? 3 : 2) * norm_bytes(m, R, h);          /* norm inputs + statistics */
     for (int k = 0; k < (cross ? 2 : 1); k++) {
-        lin += X * h;                                      /* q/k/v projection input */
-        lin += X * (qd + 2 * kvd);                         /* q, k, v */
-        if (rope) lin += X * 2 * (qd + kvd);               /* rotate_half copies, rotated q, k */
+        lin += qkv_in * X * h;                             /* q/k/v projection input */
         lin += X * qd;                                     /* attention output = out-proj input */
-        lin += M * h;                                      /* residual dropout mask */
+        lin += M * h;                                      /* residual dropout mask / noise */
         if (t->attn == ATTN_EAGER) {
-            double S = amp ? F : X;                        /* softmax output (fp32 under autocast) */
-            quad += a * (S + M + ((M > 0 || amp) ? X : 0)); /* + mask, + dropout out / cast copy */
+            /* q, k, v as the two matmuls save them: k and v expanded to a heads (repeat_kv) */
+            lin += X * 3 * qd;
+            if (llama) {
+                /* softmax(dtype=float32).to(query.dtype): fp32 probabilities; q is fp32 after
+                   the rotary product with fp32 cos/sin under autocast, so the dropout runs in
+                   fp32 there, and the AV matmul saves its X copy (autocast) or its input */
+                double Mq = plan_act_dropout_bytes(t, dropout, amp ? F : X);
+                quad += a * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
+            } else {
+                double S = amp ? F : X;                    /* softmax output (fp32 under autocast) */
+                double Mq = plan_act_dropout_bytes(t, dropout, X);
+                quad += a * (S + Mq + ((Mq > 0 || amp) ? X : 0)); /* + mask, + dropout out / cast */
+            }
+        } else if (plan_act_sdpa_math(t, dropout)) {
+            /* the math kernel in fp32 (attention.cpp _scaled_dot_product_attention_math: half
+               and bf16 q, k, v are upcast, "Keep query, key, value in high precision"): the
+               two matmuls save q and k scaled by sqrt(scale) and v, fp32 and expanded to a
+               heads (GQA: enable_gqa repeat_interleaves them); then per head and key position
+               the fp32 probabilities (_safe_softmax), the dropout noise and the dropout output */
+            lin += 4 * 3 * qd;
+            quad += a * (4 + 4 + 4);
         } else {
+            lin += X * (qd + 2 * kvd);                     /* q, k, v (GQA: enable_gqa) */
             lin += F * a;                                  /* SDPA log-sum-exp, fp32 */
         }
     }
@@ -43,7 +107,7 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
                                        : X * (h + 5 * f);  /* x, tanh, 0.5x, 1+tanh, fc2 input */
         break;
     case MLP_RELU: lin += X * (h + f); break;
-    case MLP_SWIGLU: lin += X * (h + 4 * f); break;        /* gate, silu, up, product */
+    case MLP_SWIGLU: lin += X * (mlp_in * h + 4 * f); break;   /* gate, silu, up, product */
     }
     lin += M * h;                                          /* MLP dropout mask */
     *lin_out = lin;
@@ -88,12 +152,13 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
     const LayerSpec *l = &m->layers[i];
     const PrecisionSpec *p = plan_precision(t->precision);
     double b = (double)in->b, s = (double)in->s, bs = b * s;
-    double X = p->act_bytes, R = p->param_bytes, M = in->dropout > 0 ? 1 : 0;
+    double X = p->act_bytes, R = p->param_bytes;
+    double M = hidden_dropout_bytes(m, t, in->dropout, R);  /* the embeddings' dropout: R input */
     double h = (double)m->d_model, V = (double)m->vocab;
     double stats = m->norm == NORM_LAYERNORM ? 8 : 4;
     switch (l->kind) {
     case LAYER_EMBED: {
-        double per_tok = 8 + M * h;                                  /* int64 ids, dropout mask */
+        double per_tok = 8 + M * h;                                  /* int64 ids, dropout mask/noise */
         if (m->arch == ARCH_ENCODER) per_tok += 8 + R * h + stats;   /* ids, embeddings LayerNorm */
         return bs * per_tok;
     }
@@ -103,7 +168,7 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
         plan_act_block_coeffs(m, t, in->dropout, cross, &lin, &quad);
         return bs * (lin + s * quad);
     }
-    case LAYER_NORM: return bs * (R * h + stats);
+    case LAYER_NORM: return bs * norm_bytes(m, R, h);
     case LAYER_LINEAR: return b * X * h;                             /* pooler: first token */
     case LAYER_HEAD: {
         double per_tok = X * h;                                      /* head input */
@@ -119,12 +184,27 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
     }
 }
 
+/* Eager attention's causal mask: transformers' create_causal_mask → eager_mask makes one
+   (b, 1, s, s) additive float mask at the embeddings' dtype (R) per forward and hands it to
+   every block (masking_utils.py; SDPA without padding passes is_causal and no mask). Under
+   non-reentrant checkpointing each checkpointed block keeps its arguments for the
+   recomputation (torch/utils/checkpoint.py), the mask among them, so it lives from forward to
+   the end of the first block's backward. Measured: docs/formulas.md "A block's backward". */
+static double ckpt_causal_mask_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    int first_block = m->layers[i].kind == LAYER_BLOCK && (i == 0 || m->layers[i - 1].kind != LAYER_BLOCK);
+    if (!first_block || m->arch != ARCH_DECODER || t->attn != ATTN_EAGER || t->impl != IMPL_PYTORCH) return 0;
+    double s = (double)in->s;
+    return (double)in->b * s * s * plan_precision(t->precision)->param_bytes;
+}
+
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     if (t->act_ckpt != CKPT_FULL || l->kind != LAYER_BLOCK || !is_transformer(m))
         return plan_act_layer_bytes(m, i, t, in);
-    /* checkpoint(block) keeps only the block input (the residual stream) */
-    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model;
+    /* checkpoint(block) keeps only the block input (the residual stream), and the first block
+       the causal mask all of them were handed */
+    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model +
+           ckpt_causal_mask_bytes(m, i, t, in);
 }
 
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
@@ -156,15 +236,46 @@ double plan_act_loop_held(const ModelSpec *m, const TrainSpec *t, const ActInput
 
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
-    double ws = 0;
+    double bs = (double)in->b * (double)in->s;
     /* engine: backward scratch for the whole of backward: dresidual, dbtc (B,T,C), dfch_gelu,
-       dfch (B,T,4C), dpreatt, datt (B,NH,T,T) */
+       dfch (B,T,4C), dpreatt, datt (B,NH,T,T); under checkpointing the block's full activations
+       exist again while it runs */
     if (t->impl == IMPL_ENGINE) {
-        double bs = (double)in->b * (double)in->s;
-        ws += 4.0 * bs * 10.0 * (double)m->d_model + 8.0 * (double)in->b * m->n_head * (double)in->s * (double)in->s;
+        double ws = 4.0 * bs * 10.0 * (double)m->d_model + 8.0 * (double)in->b * m->n_head * (double)in->s * (double)in->s;
+        if (t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK && is_transformer(m))
+            ws += plan_act_layer_bytes(m, i, t, in);
+        return ws;
     }
-    /* recomputation under checkpointing: the block's full activations exist again */
-    if (t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK && is_transformer(m))
-        ws += plan_act_layer_bytes(m, i, t, in);
+    /* PyTorch, the end of a block's backward: its saved (and recomputed) activations are freed,
+       the gradient of its input, the residual stream's (R·h), is what it leaves */
+    if (l->kind == LAYER_BLOCK && is_transformer(m))
+        return bs * plan_precision(t->precision)->param_bytes * (double)m->d_model;
+    return 0;
+}
+
+/* A block's MLP backward (PyTorch layout), beyond the saved activations, which are all still
+   alive (the MLP runs last in forward, so its backward runs first). At its largest, in the
+   activation's backward: fc2's backward has made the f-wide gradient of its input and freed its
+   saved input (the same size), and the activation's backward (GELU's products, SwiGLU's
+   gate x up) makes two more f-wide gradients: + 2·f·X per token. The MLP dropout's saved
+   mask or noise (M·h) is freed by then. The residual stream's gradient (R·h) is alive
+   throughout (the residual add hands the same tensor to both branches). Under checkpointing
+   the block's activations are recomputed first, all but its input, which the checkpoint holds.
+   Measured per token with bench/torch/block_probe.py: docs/formulas.md "A block's backward". */
+double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    if (t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK || !is_transformer(m)) return 0;
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, f = (double)m->d_ff;
+    double M = hidden_dropout_bytes(m, t, in->dropout, X);
+    double bs = (double)in->b * (double)in->s;
+    double ws = bs * (2 * f * X + R * h - M * h);
+    if (t->act_ckpt == CKPT_FULL) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
     return ws;
+}
+
+/* Elements of a block's MLP output projection (fc2 / c_proj / down_proj), whose gradients
+   exist during the MLP's backward; the block's others come after it. */
+double plan_act_block_mlp_out_elems(const ModelSpec *m) {
+    return (double)m->d_ff * (double)m->d_model;
 }

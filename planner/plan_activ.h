@@ -20,12 +20,25 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Extra bytes alive at the start of backward (loss gradient buffers). */
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
-/* Extra bytes alive while layer i runs its backward (activation-gradient working set). */
 /* The logits the common loop's `outputs` keeps between forwards (0 under --loop trainer). */
 double plan_act_loop_held(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* Bytes alive only during the loss's forward (logits, their fp32 upcast). */
 double plan_act_loss_forward_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
+/* Extra bytes alive at the end of layer i's backward, beyond the saved activations still held
+   (activation gradients; memplan's engine: its scratch). A PyTorch block's own saved
+   activations are freed by then. */
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Extra bytes alive during a PyTorch block's MLP backward (its first part), beyond its saved
+   activations, which are all still held: the MLP's two f-wide gradients, the residual stream's
+   gradient, and under checkpointing the recomputed activations. 0 for other layers. */
+double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Elements of a block's MLP output projection (its gradients exist during the MLP backward). */
+double plan_act_block_mlp_out_elems(const ModelSpec *m);
+/* Bytes per element a dropout keeps for backward, for an input of in_bytes per element:
+   1 (CUDA's fused kernel, a bool mask) or in_bytes (CPU: a noise tensor, --autocast cpu). */
+double plan_act_dropout_bytes(const TrainSpec *t, double dropout, double in_bytes);
+/* 1 when SDPA runs its fp32 math kernel: CPU kernels (--autocast cpu) with dropout > 0. */
+int plan_act_sdpa_math(const TrainSpec *t, double dropout);
 /* Per-token block coefficients (bytes = s*lin + s*s*quad per sample), for docs and tests. */
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin, double *quad);

@@ -560,6 +560,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     for (int i = m->n_layers - 1; i >= 0; i--) {
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
+        double g_before = grads_now;   /* to tell the layer's own gradients (MLP backward) */
         if (l->kind == LAYER_HEAD) tied_live = tied_grad;   /* until the embedding's backward */
         double tied_sum = 0;    /* tied head: the sum of the two V x e halves (FSDP2: + its own half) */
         if (f2.on) {
@@ -606,11 +607,37 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         double cast_i = (t->impl == IMPL_ENGINE ? pu : layer_cast_elems(m, i)) * p->cast_copy_bytes;
         double recast = cached && l->kind == LAYER_BLOCK ? cast_i : 0;
-        tv[TERM_TRANSIENT] = casts + recast + plan_act_backward_workspace(m, i, t, &w.in) +
-                             (i == m->n_layers - 1 ? loss_tr : 0) + cpu_conv_backward_bytes(m, i, t, p);
+        /* a PyTorch block's backward starts with its MLP's (plan_act_block_backward_bytes): all
+           its saved activations (and casts) are alive beside the MLP's working set, and of its
+           own gradients only the MLP output projection's exist yet; by the block's end its
+           activations and casts are freed and all its gradients exist ("backward of").
+           Measured: docs/formulas.md "A block's backward" */
+        double mlp_ws = plan_act_block_backward_bytes(m, i, t, &w.in);
+        if (mlp_ws > 0) {
+            double g_all = tv[TERM_GRADS];
+            /* the block's own new gradients: FSDP2's unit (unless accumulated unsharded, added
+               in place), ZeRO-2's in flight, else what this layer added (0 when accumulated in
+               place or persistent) */
+            double own = f2.on ? (l->unit > 0 && !acc.unit_unsharded ? pu * p->grad_bytes : 0)
+                         : ds12 && !ds12_stage1 ? pu * p->grad_bytes : grads_now - g_before;
+            if (grad_flight) own += pu * p->grad_bytes;
+            double later = pu > 0 ? 1 - fmin(1, plan_act_block_mlp_out_elems(m) / pu) : 0;
+            tv[TERM_GRADS] = g_all - own * later;
+            /* fc2's backward is done: its saved cast weight is freed (measured: the bf16 copy of
+               c_proj.weight goes with AddmmBackward0, block_probe.py) */
+            double fc2_cast = fmin(cast_i, plan_act_block_mlp_out_elems(m) * p->cast_copy_bytes);
+            tv[TERM_TRANSIENT] = casts + recast + mlp_ws - fc2_cast;
+            moment(&w, PHASE_BACKWARD, i, tv, "MLP backward of");
+            tv[TERM_GRADS] = g_all;
+            acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+            tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
+        }
+        tv[TERM_TRANSIENT] = casts + (mlp_ws > 0 ? (recast > 0 ? 0 : -cast_i) : recast) +
+                             plan_act_backward_workspace(m, i, t, &w.in) + (i == m->n_layers - 1 ? loss_tr : 0) +
+                             cpu_conv_backward_bytes(m, i, t, p);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         if (ds3 && i > 0) plan_ds3_sim_release(&d3, i);   /* layer 0: after the reduction below */
-        acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+        if (mlp_ws <= 0) acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
         if (l->kind == LAYER_HEAD) head_done = 1;
         if (!recast) casts -= cast_i;
         if (l->kind == LAYER_EMBED) tied_live = 0;
@@ -730,7 +757,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     moment(&w, PHASE_STEP, -1, tv, "optimizer step");
 
     if (w.peak_layer >= 0 && r->peak_phase == PHASE_BACKWARD &&
-        (strcmp(w.peak_where, "backward of") == 0 || strcmp(w.peak_where, "reduce-scatter of") == 0))
+        (strcmp(w.peak_where, "backward of") == 0 || strcmp(w.peak_where, "reduce-scatter of") == 0 ||
+         strcmp(w.peak_where, "MLP backward of") == 0))
         snprintf(r->peak_where, sizeof(r->peak_where), "%s %s", w.peak_where, m->layers[w.peak_layer].name);
     else
         snprintf(r->peak_where, sizeof(r->peak_where), "%s", w.peak_where);
@@ -773,8 +801,8 @@ static int fits_at(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b) {
     if (max_b < 1 || !fits_at(m, t, c, s, 1)) return 0;
-    /* forward and backward per layer, FSDP2's reduce-scatter per unit, loss, norm, step */
-    int cap = 3 * m->n_layers + 8;
+    int cap = 4 * m->n_layers + 8;   /* forward per layer; per layer in backward up to 3 (a block's MLP
+                                        backward, its end, a reduce-scatter); loss, reductions, norm, step */
     double stack1[512], stack2[512];
     double *t1 = cap <= 512 ? stack1 : malloc(sizeof(double) * (size_t)cap);
     double *t2 = cap <= 512 ? stack2 : malloc(sizeof(double) * (size_t)cap);

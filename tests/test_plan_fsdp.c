@@ -107,7 +107,7 @@ Test(plan_fsdp2, full_backward_should_prefetch_the_previous_block_and_keep_the_l
     /* block 0: nothing left to prefetch (the root is unsharded) */
     cr_expect_eq(k.term[find(&k, PHASE_BACKWARD, 1, 0)][TERM_COMM], (ROOT + 2 * UNIT) * 4);
     /* block 2's reduce-scatter: its parameters freed, block 3's input released, its own input */
-    int rs = find(&k, PHASE_BACKWARD, 3, 1);
+    int rs = find(&k, PHASE_BACKWARD, 3, 2);         /* after its MLP backward and its end */
     cr_expect_eq(k.term[rs][TERM_COMM], (ROOT + 2 * UNIT) * 4);
     /* gradients then: blocks 3's shard, the root's unsharded (tied V x h, ln_f), block 2's
        unsharded and its shard */

@@ -79,7 +79,9 @@ Test(plan_torch_headless, a_base_class_should_plan_no_logits_and_no_loss_but_hol
 /* ---- walk capture ---- */
 
 typedef struct {
-    double grads[256], transient[256];
+    double grads[256], transient[256], acts[256];   /* a layer's last backward moment */
+    double first[256][TERM_COUNT];              /* its first (a block's MLP backward) */
+    int seen[256];
     double step_grads[4], step_transient[4];
     int n_step;
     double end_fwd_transient;   /* the last layer's forward (not the loss's forward after it) */
@@ -90,8 +92,12 @@ static void capture(void *ctx, PhaseKind ph, int layer, const double term[TERM_C
     (void)total;
     Capture *k = ctx;
     if (ph == PHASE_BACKWARD && layer >= 0 && layer < 256) {
+        if (!k->seen[layer]++) {
+            memcpy(k->first[layer], term, sizeof(k->first[layer]));
+        }
         k->grads[layer] = term[TERM_GRADS];
         k->transient[layer] = term[TERM_TRANSIENT];
+        k->acts[layer] = term[TERM_ACTIVATIONS];
     } else if (ph == PHASE_STEP && k->n_step < 4) {
         k->step_grads[k->n_step] = term[TERM_GRADS];
         k->step_transient[k->n_step++] = term[TERM_TRANSIENT];
@@ -205,9 +211,13 @@ Test(plan_torch_autocast, checkpointed_blocks_should_drop_their_casts_when_autoc
     double head_cast = 1024.0 * 128 * 2;                 /* the tied head casts wte */
     cr_expect_eq(k.end_fwd_transient, 2 * blocks + head_cast);   /* all cached at end of forward */
     ActInputs in = {1, 128, 0.0};
-    /* block.0 in backward: the head's saved cast is gone, its own recast and recompute remain */
-    cr_expect_eq(k.transient[1], 2.0 * (double)m.layers[1].params +
-                                     plan_act_backward_workspace(&m, 1, &t, &in));
+    /* block.0's MLP backward: the head's saved cast is gone; its own recast copies (less fc2's,
+       whose backward is done) and the recomputation remain */
+    cr_expect_eq(k.first[1][TERM_TRANSIENT], 2.0 * ((double)m.layers[1].params - 128.0 * 512) +
+                                                 plan_act_block_backward_bytes(&m, 1, &t, &in));
+    /* its end: the recomputed tensors and their casts are freed, the residual gradient is left */
+    cr_expect_eq(k.transient[1], plan_act_backward_workspace(&m, 1, &t, &in));
+    cr_expect_eq(k.transient[1], 1.0 * 128 * 4 * 128);
     plan_model_free(&m);
 }
 
@@ -400,7 +410,7 @@ static double tensor_peak(TrainSpec *t) {
     return r.peak;
 }
 
-Test(plan_torch_measured, gpt2_tensor_peaks_should_match_pytorch_on_cpu_within_half_a_percent) {
+Test(plan_torch_measured, gpt2_tensor_peaks_should_match_pytorch_on_cpu_within_a_tenth_of_a_percent) {
     static const struct { PrecisionKind prec; CkptKind ckpt; double measured; } rows[] = {
         {PREC_FP32, CKPT_NONE, 72915160},
         {PREC_AMP_BF16, CKPT_NONE, 66558168},
@@ -412,7 +422,8 @@ Test(plan_torch_measured, gpt2_tensor_peaks_should_match_pytorch_on_cpu_within_h
         t.precision = rows[i].prec;
         t.act_ckpt = rows[i].ckpt;
         double p = tensor_peak(&t);
-        cr_expect_lt(fabs(p / rows[i].measured - 1), 0.005, "row %zu: planned %.0f, measured %.0f", i, p,
+        /* checkpointing: -0.24 % before the checkpoints held eager attention's causal mask */
+        cr_expect_lt(fabs(p / rows[i].measured - 1), 0.001, "row %zu: planned %.0f, measured %.0f", i, p,
                      rows[i].measured);
     }
 }
@@ -570,5 +581,265 @@ Test(plan_torch_buffers, ddp_should_broadcast_berts_int64_position_and_token_typ
     m = zoo("resnet50");
     cr_expect_eq(plan_model_buffer_bytes(&m, &dtypes), 212904);
     cr_expect_eq(dtypes, 2);
+    plan_model_free(&m);
+}
+
+/* ---- a block's backward (bench/torch/block_probe.py: live bytes inside one block's backward,
+ * slope over micro-batch 2 and 4, HF GPT-2 at the gpt2-mini shape h 128, f 512, a 4, s 128, and
+ * llama-mini h 128, f 352; docs/formulas.md "A block's backward") ---- */
+
+static ModelSpec llama_mini(void) {
+    return from_json("{\"model_type\":\"llama\",\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":128,"
+                     "\"intermediate_size\":352,\"num_hidden_layers\":4,\"num_attention_heads\":4,"
+                     "\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":1024,"
+                     "\"max_position_embeddings\":128,\"tie_word_embeddings\":false}");
+}
+
+Test(plan_torch_block, the_mlp_backward_should_hold_two_f_wide_gradients_and_the_residual_gradient) {
+    ModelSpec g = zoo("gpt2-mini"), l = llama_mini();
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.autocast_cpu = 1;
+    t.attn = ATTN_EAGER;
+    ActInputs in = {2, 128, 0.0};
+    double bs = 2.0 * 128;
+    /* measured above the block's start (which holds the residual gradient, R·h = 512 B/token):
+       GPT-2 fp32 4,096, bf16 2,048; Llama fp32 2,816 B/token = 2·f·X */
+    t.precision = PREC_FP32;
+    cr_expect_eq(plan_act_block_backward_bytes(&g, 1, &t, &in), bs * (4096 + 512));
+    cr_expect_eq(plan_act_block_backward_bytes(&l, 1, &t, &in), bs * (2816 + 512));
+    t.precision = PREC_AMP_BF16;
+    cr_expect_eq(plan_act_block_backward_bytes(&g, 1, &t, &in), bs * (2048 + 512));
+    /* dropout: the MLP dropout's noise is freed by then (measured bf16: 1,792 = 2,048 - 2·h) */
+    ActInputs drop = {2, 128, 0.1};
+    cr_expect_eq(plan_act_block_backward_bytes(&g, 1, &t, &drop), bs * (1792 + 512));
+    /* under checkpointing the recomputed block less its input: measured 19,984 B/token in fp32 */
+    t.precision = PREC_FP32;
+    t.act_ckpt = CKPT_FULL;
+    cr_expect_eq(plan_act_block_backward_bytes(&g, 1, &t, &in), bs * (19984 + 512));
+    /* other layers, and memplan's engine layout, have none */
+    cr_expect_eq(plan_act_block_backward_bytes(&g, 0, &t, &in), 0.0);
+    t.impl = IMPL_ENGINE;
+    cr_expect_eq(plan_act_block_backward_bytes(&g, 1, &t, &in), 0.0);
+    plan_model_free(&g);
+    plan_model_free(&l);
+}
+
+Test(plan_torch_block, the_walk_should_hold_only_fc2s_gradients_in_the_mlp_backward_and_drop_the_block_by_its_end) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.micro_batch = 2;
+    t.seq = 128;
+    t.autocast_cpu = 1;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    zero_overheads(&c);
+    Capture k;
+    memset(&k, 0, sizeof(k));
+    MemResult r;
+    plan_memory_walk(&m, &t, &c, STRAT_DDP, &r, capture, &k);
+    ActInputs in = {2, 128, 0.0};
+    int b3 = m.n_layers - 3;                             /* block.3: the first block in backward */
+    cr_assert_eq(m.layers[b3].kind, LAYER_BLOCK);
+    cr_expect_eq(k.seen[b3], 2, "its MLP backward, then its end");
+    /* MLP backward: of block.3's gradients only c_proj's (h x f) exist */
+    double pu = (double)m.layers[b3].params;
+    cr_expect_eq(k.first[b3][TERM_GRADS], k.grads[b3] - (pu - 128.0 * 512) * 4);
+    cr_expect_eq(k.first[b3][TERM_TRANSIENT], plan_act_block_backward_bytes(&m, b3, &t, &in));
+    /* its end: the block's saved activations are freed, the residual gradient is left */
+    cr_expect_eq(k.acts[b3], k.first[b3][TERM_ACTIVATIONS] - plan_act_layer_bytes(&m, b3, &t, &in));
+    cr_expect_eq(k.transient[b3], 2.0 * 128 * 4 * 128);  /* R·h per token */
+    plan_model_free(&m);
+}
+
+/* eager attention's (b, 1, s, s) causal mask: under checkpointing every checkpoint keeps it as an
+   argument; measured 512 B/token at s 128 fp32 (the one tensor the blocks' checkpoints save) */
+Test(plan_torch_block, checkpointing_with_eager_attention_should_keep_the_causal_mask_through_backward) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.act_ckpt = CKPT_FULL;
+    t.attn = ATTN_EAGER;
+    ActInputs in = {4, 128, 0.0};
+    double input = 4.0 * 128 * 4 * 128;                  /* the block input, R·h per token */
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 1, &t, &in), input + 4.0 * 128 * 128 * 4);   /* block.0 */
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 2, &t, &in), input);                         /* block.1 */
+    t.attn = ATTN_SDPA;                                  /* is_causal: no mask */
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 1, &t, &in), input);
+    plan_model_free(&m);
+}
+
+/* ---- CPU kernels (--autocast cpu, set by validate --against torch): dropout's noise tensor and
+ * SDPA's math fallback; saved bytes per token of one GPT-2 block (gpt2-mini shape, s 128, the
+ * block input included) measured with block_probe.py ---- */
+
+static double block_per_token(const ModelSpec *m, const TrainSpec *t, double dropout) {
+    double lin, quad;
+    plan_act_block_coeffs(m, t, dropout, 0, &lin, &quad);
+    return lin + 128 * quad;
+}
+
+Test(plan_torch_cpu, dropout_on_cpu_should_keep_a_noise_tensor_at_the_inputs_dtype) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.attn = ATTN_EAGER;
+    cr_expect_eq(plan_act_dropout_bytes(&t, 0.1, 2), 1.0);   /* CUDA: native_dropout's bool mask */
+    cr_expect_eq(plan_act_dropout_bytes(&t, 0.0, 2), 0.0);
+    t.autocast_cpu = 1;
+    cr_expect_eq(plan_act_dropout_bytes(&t, 0.1, 2), 2.0);   /* CPU: _dropout_impl's noise */
+    cr_expect_eq(plan_act_dropout_bytes(&t, 0.1, 4), 4.0);
+    /* measured: amp-bf16 eager, dropout 0.1 12,304 B/token (no dropout 10,768) */
+    t.precision = PREC_AMP_BF16;
+    cr_expect_eq(block_per_token(&m, &t, 0.1), 12304);
+    cr_expect_eq(block_per_token(&m, &t, 0.0), 10768);
+    /* fp32: the three block dropouts keep 4 bytes per element, not 1 */
+    t.precision = PREC_FP32;
+    double lin, quad, lin_gpu, quad_gpu;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin, &quad);
+    t.autocast_cpu = 0;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin_gpu, &quad_gpu);
+    cr_expect_eq(lin - lin_gpu, 2 * 3 * 128.0);          /* residual and MLP dropouts, h wide */
+    cr_expect_eq(quad - quad_gpu, 3 * 4.0);              /* the probabilities' dropout, a wide */
+    /* the embeddings' dropout is on the fp32 sum of the embeddings */
+    ActInputs in = {1, 128, 0.1};
+    double gpu = plan_act_layer_bytes(&m, 0, &t, &in);
+    t.autocast_cpu = 1;
+    cr_expect_eq(plan_act_layer_bytes(&m, 0, &t, &in) - gpu, 128.0 * 128 * 3);
+    plan_model_free(&m);
+}
+
+Test(plan_torch_cpu, sdpa_with_dropout_should_run_the_fp32_math_kernel_on_cpu_only) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.attn = ATTN_SDPA;
+    t.precision = PREC_AMP_BF16;
+    t.autocast_cpu = 1;
+    cr_expect(plan_act_sdpa_math(&t, 0.1));
+    cr_expect(!plan_act_sdpa_math(&t, 0.0));             /* no dropout: the flash CPU kernel */
+    /* measured amp-bf16: 15,120 B/token with dropout 0.1 (the math kernel: fp32 q, k, v,
+       probabilities, noise and dropout output), 7,712 without (flash: q, k, v, log-sum-exp) */
+    cr_expect_eq(block_per_token(&m, &t, 0.1), 15120);
+    cr_expect_eq(block_per_token(&m, &t, 0.0), 7712);
+    double lin, quad;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin, &quad);
+    cr_expect_eq(quad, 4 * 12.0);                        /* a x (4 + 4 + 4) */
+    /* GPUs keep their fused kernels: no s^2 term */
+    t.autocast_cpu = 0;
+    cr_expect(!plan_act_sdpa_math(&t, 0.1));
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin, &quad);
+    cr_expect_eq(quad, 0.0);
+    t.attn = ATTN_EAGER;                                 /* eager is no SDPA */
+    t.autocast_cpu = 1;
+    cr_expect(!plan_act_sdpa_math(&t, 0.1));
+    plan_model_free(&m);
+}
+
+/* ---- the rows these mechanisms fixed, against bench/torch/results (harness, 2 gloo ranks,
+ * gpt2-mini, seq 128; validate --against torch's setup: overheads zeroed, CPU kernels, FSDP2) ---- */
+
+Test(plan_torch_measured, block_backward_and_cpu_kernel_rows_of_the_harness_should_match) {
+    static const struct { StrategyKind s; PrecisionKind prec; CkptKind ckpt; AttnKind attn; int64_t b;
+                          double drop; int trainer; double measured; } rows[] = {
+        /* checkpointed DDP at micro-batch 17: was -14.5 % (the MLP's working set and the mask) */
+        {STRAT_DDP, PREC_FP32, CKPT_FULL, ATTN_EAGER, 17, 0.0, 1, 66084440},
+        /* SDPA + dropout on CPU (the math kernel): was -13.9 % */
+        {STRAT_DDP, PREC_AMP_BF16, CKPT_NONE, ATTN_SDPA, 1, 0.1, 0, 26634552},
+        /* eager + dropout (the noise tensors): was -1.7 % */
+        {STRAT_DDP, PREC_AMP_BF16, CKPT_NONE, ATTN_EAGER, 1, 0.1, 0, 25192792},
+        /* FSDP2 fp32, peak in block 3's MLP backward: was -0.36 % */
+        {STRAT_FSDP_FULL, PREC_FP32, CKPT_NONE, ATTN_EAGER, 1, 0.0, 1, 17600864},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        ModelSpec m = zoo("gpt2-mini");
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.precision = rows[i].prec;
+        t.act_ckpt = rows[i].ckpt;
+        t.attn = rows[i].attn;
+        t.micro_batch = rows[i].b;
+        t.seq = 128;
+        t.dropout = rows[i].drop;
+        t.loop_trainer = rows[i].trainer;
+        t.autocast_cpu = 1;
+        ClusterSpec c;
+        cluster(&c, 2, 2);
+        zero_overheads(&c);
+        c.gpu.cublas_ws_bytes = 0;
+        MemResult r;
+        plan_memory(&m, &t, &c, rows[i].s, &r);
+        cr_expect_lt(fabs(r.peak / rows[i].measured - 1), 0.005, "row %zu: planned %.0f, measured %.0f", i,
+                     r.peak, rows[i].measured);
+        cr_expect_eq(r.peak_phase, PHASE_BACKWARD, "row %zu", i);
+        plan_model_free(&m);
+    }
+}
+
+/* ---- LLaMA-style blocks (transformers 5 modeling_llama.py), measured with block_probe.py on
+ * llama-mini (h 128, a 4, kv 2, d 32, f 352, s 128), block input included ---- */
+
+Test(plan_torch_llama, blocks_should_save_what_modeling_llama_saves) {
+    ModelSpec m = llama_mini();
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.autocast_cpu = 1;
+    /* fp32 eager 12,808 B/token: per RMSNorm its input, the normalised tensor (8h) and rsqrt;
+       q and the repeat_kv-expanded k and v; the fp32 softmax; nothing batch-sized from the
+       rotary products (cos and sin are (1, s, d)) */
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    double lin, quad;
+    plan_act_block_coeffs(&m, &t, 0.0, 0, &lin, &quad);
+    cr_expect_eq(lin + 128 * quad, 12808);
+    cr_expect_eq(quad, 4 * 4.0);
+    /* amp-bf16 SDPA 6,936 B/token: autocast casts the fp32 norm output once per projection
+       (q, k, v: 3 X·h; gate, up: 2 X·h), flash keeps k and v at kv heads (enable_gqa) */
+    t.precision = PREC_AMP_BF16;
+    t.attn = ATTN_SDPA;
+    plan_act_block_coeffs(&m, &t, 0.0, 0, &lin, &quad);
+    cr_expect_eq(lin + 128 * quad, 6936);
+    /* no hidden dropout in a Llama block, only the probabilities': measured amp-bf16 with
+       dropout 0.1, eager 12,296 B/token (the fp32 probabilities' fp32 noise, then the AV
+       matmul's bf16 cast), SDPA 14,088 (the math kernel) */
+    double lin_d, quad_d;
+    t.attn = ATTN_EAGER;
+    plan_act_block_coeffs(&m, &t, 0.0, 0, &lin, &quad);
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin_d, &quad_d);
+    cr_expect_eq(lin_d, lin);
+    cr_expect_eq(quad_d - quad, 4 * 4.0);
+    cr_expect_eq(lin_d + 128 * quad_d, 12296);
+    t.attn = ATTN_SDPA;
+    plan_act_block_coeffs(&m, &t, 0.1, 0, &lin_d, &quad_d);
+    cr_expect_eq(lin_d + 128 * quad_d, 14088);
+    /* the final norm is a LlamaRMSNorm too */
+    ActInputs in = {1, 128, 0.0};
+    cr_expect_eq(plan_act_layer_bytes(&m, m.n_layers - 2, &t, &in), 128.0 * (8 * 128 + 4));
+    plan_model_free(&m);
+}
+
+/* FSDP2 holds the root unit's unsharded gradients until the end of backward: an untied LM
+   head's own V x h among them (measured llama-mini fsdp-full: +1.25 % before, +0.22 % now) */
+Test(plan_torch_llama, fsdp2_should_hold_an_untied_heads_gradient_in_the_root_unit) {
+    ModelSpec m = llama_mini();
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    zero_overheads(&c);
+    Capture k;
+    memset(&k, 0, sizeof(k));
+    MemResult r;
+    plan_memory_walk(&m, &t, &c, STRAT_FSDP_FULL, &r, capture, &k);
+    int head = m.n_layers - 1, norm = m.n_layers - 2;
+    cr_assert_eq(m.layers[head].kind, LAYER_HEAD);
+    cr_expect_eq(k.grads[head], 1024.0 * 128 * 4);       /* lm_head.weight, V x h fp32 */
+    cr_expect_eq(k.grads[norm], (1024.0 * 128 + 128) * 4);
     plan_model_free(&m);
 }
