@@ -1,21 +1,37 @@
 /* exec_describe.h — a description of the device the engine runs on, in the terms the planner's
- * time model uses (plan_sim: a compute rate, a memory bandwidth, and per collective a latency per
- * ring step and a bus bandwidth), measured on the spot so that `memplan validate` can set the
- * planner's cluster from it and compare predicted with measured step times.
+ * time model uses (plan_sim: a GEMM rate, a memory bandwidth for elementwise passes, the
+ * optimizer's rate, and per collective a latency per ring step and a bus bandwidth, plus what a
+ * collective costs on CPU ranks when the ranks compute), measured on the spot so that
+ * `memplan validate` can set the planner's cluster from it and compare predicted with measured
+ * step times. docs/validation.md "Time rows in validate".
  *
- * On the CPU every rank measures at once (the ranks share the cores during the run too), and the
- * slowest rank's figure is kept:
- *   gemm_flops  cblas_sgemm at the model's MLP shape (tokens x 4C x C, forward orientation),
- *               the mean over a 0.25 s window (sustained: on a shared machine the rank's share
- *               of a core is in it, as it is in the run), FLOP/s per rank;
- *   mem_bw      a STREAM triad a[i] = b[i] + s·c[i] over 3 x 16 MiB, bytes read + written per
- *               second (12 bytes an element), mean over a 0.25 s window: the planner's optimizer
- *               step is counted the same way (bytes read + bytes written);
+ * On the CPU every rank measures at once, with the run's BLAS threads (the ranks share the cores
+ * during the run too), and the slowest rank's figure is kept (a collective waits for it):
+ *   gemm_flops  the step's own GEMMs (the GPT-2 engine's calls of one micro-step: every linear
+ *               layer's forward, input-gradient and weight-gradient products, the LM head, and
+ *               the attention's per-head products over its causal blocks), each shape timed with
+ *               cblas_sgemm in the engine's orientation, weighted by how often the step calls
+ *               it: Σ FLOPs / Σ seconds, FLOP/s per rank. A product above 4 GFLOP is timed on a
+ *               slice of its longest dimension (the LM head's vocabulary) and scaled;
+ *   mem_bw      the elementwise kernels' access patterns (read one and write one; read two and
+ *               write one; read two and update one in place; zero-fill) over tensors of the
+ *               step's sizes (B·T·C and B·T·4C floats) rotated through a working set as large
+ *               as one block's activations, bytes read + written per second: what the planner's
+ *               plan_layer_mem_bytes counts, priced at this;
+ *   opt_bw      the optimizer's kernel (the engine's AdamW) over the rank's optimizer elements
+ *               (at most 4 M), 28 bytes read + written per element per second, as the planner
+ *               counts the step;
  *   coll_*      all-reduce, reduce-scatter and all-gather through exec_comm (the engine's path)
- *               at 64 KiB and 4 MiB, mean of 5 (small) and 3 (large): bw from the large
- *               one's bus bytes, alpha from what the small one takes beyond its bus bytes,
- *               per ring step (2(n-1) steps for an all-reduce, n-1 otherwise), as `memplan
- *               bench syncbn` fits them (plan_coll_seconds is the model).
+ *               at 64 KiB and 4 MiB: bw from the large one's bus bytes, alpha from what the small
+ *               one takes beyond its bus bytes, per ring step (2(n-1) steps for an all-reduce,
+ *               n-1 otherwise), as `memplan bench syncbn` fits them (plan_coll_seconds);
+ *   sync_s      what a small collective costs beyond its alpha-beta time when every rank comes
+ *               to it from a GEMM of about a block's forward (the ranks arrive apart when they
+ *               share cores): per collective, the planner's base latency;
+ *   steal       how much compute a rank loses per second of a 4 MiB all-reduce that runs
+ *               (issued non-blocking, on exec_comm's progress thread) while it computes:
+ *               (t(both) - t(compute)) / t(collective) - 1, at least 0. On CPU ranks the copies
+ *               need the cores the GEMMs use.
  * A GPU run fills the same struct from CUPTI (kernel time of the GEMMs, the optimizer's kernels,
  * the NCCL kernels); kind says which. */
 #ifndef EXEC_DESCRIBE_H
@@ -24,22 +40,40 @@
 #include <stddef.h>
 
 #include "exec_comm.h"
+#include "exec_gpt2.h"
 
 enum { DESC_AR = 0, DESC_RS, DESC_AG, DESC_NCOLL };
 
 typedef struct {
     char kind[8];                  /* "cpu" */
     int ranks;                     /* ranks measured together */
-    double gemm_flops;             /* FLOP/s per rank */
-    double mem_bw;                 /* bytes/s per rank, read + written */
+    double gemm_flops;             /* FLOP/s per rank over the step's GEMM mix */
+    double gemm_calls;             /* GEMM calls of one micro-step (the mix) */
+    double mem_bw;                 /* bytes/s per rank, read + written, elementwise passes */
+    double opt_bw;                 /* bytes/s per rank, the optimizer's kernel */
     double coll_alpha_s[DESC_NCOLL];   /* seconds per ring step */
     double coll_bw[DESC_NCOLL];        /* bus bytes/s */
-    double alpha_s, bw;            /* the three collectives averaged: the planner has one link */
+    double alpha_s, bw;            /* the three collectives averaged (one link) */
+    double sync_s;                 /* seconds per collective when the ranks arrive from compute */
+    double steal;                  /* compute seconds lost per second of overlapping collective */
+    double seconds;                /* wall time the measurement took */
 } DeviceDesc;
 
+/* What the run will do: the model, the micro-batch B x T, and the optimizer elements of this
+ * rank (its shard under ZeRO, every parameter under DDP). */
+typedef struct {
+    const Gpt2Config *model;
+    int B, T;
+    size_t opt_elems;
+} DescStep;
+
 /* Measures the CPU description on every rank of c (a collective call: all ranks, same
- * arguments). tokens = B·T of the run, d_model = C. 0, or -1 with a message in err. */
-int exec_describe_cpu(Comm *c, int tokens, int d_model, DeviceDesc *d, char *err, size_t len);
+ * arguments). 0, or -1 with a message in err. */
+int exec_describe_cpu(Comm *c, const DescStep *step, DeviceDesc *d, char *err, size_t len);
+
+/* a := the mean of the descriptions a and b (taken before and after a run, so that together they
+ * bracket it): times averaged, so rates by their harmonic mean; seconds = the sum. */
+void exec_describe_mean(DeviceDesc *a, const DeviceDesc *b);
 
 static inline const char *exec_describe_coll_name(int k)
 {
