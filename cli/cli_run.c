@@ -759,8 +759,12 @@ int cli_cmd_validate(int argc, char **argv)
         x.cfg.strategy = (ExecStrategyKind)k;
         x.cfg.progress = NULL;
         size_t psi = (size_t)gpt2_cfg_num_params(&x.cfg.model);
+        /* a typical collective: a DDP bucket, the ZeRO-1/2 reduce bucket, a ZeRO-3 block */
+        size_t cap = x.cfg.bucket_bytes > 0 ? (size_t)x.cfg.bucket_bytes : (size_t)25 << 20;
+        size_t coll = k == EXEC_DDP ? (4 * psi < cap ? 4 * psi : cap)
+                    : k == EXEC_ZERO3 ? 4 * gpt2_cfg_unit_numel(&x.cfg.model, 1) : 4 * psi;
         DescStep ds = {&x.cfg.model, x.cfg.micro_batch, x.cfg.seq > 0 ? x.cfg.seq : x.cfg.model.max_seq,
-                       k == EXEC_DDP ? psi : (psi + (size_t)x.N - 1) / (size_t)x.N};
+                       k == EXEC_DDP ? psi : (psi + (size_t)x.N - 1) / (size_t)x.N, coll};
         if (x.cfg.device == DEVICE_HOST) have_desc = exec_describe_cpu(x.comm, &ds, &desc, derr, sizeof derr) == 0;
         ExecRunResult r;
         exec_run(x.comm, &x.cfg, &r);

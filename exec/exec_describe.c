@@ -151,6 +151,19 @@ static void run_pass(PassKind k, float *c, const float *a, const float *b, size_
 /* ---- the collectives ---- */
 
 #define REPS 5
+#define STEAL_REPS 5
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 #define WINDOW_S 0.1   /* memory figures are averages over at least this long */
 
 /* one collective of k over count floats per rank block (all-reduce: the whole buffer); mean */
@@ -195,6 +208,12 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     size_t opt = st->opt_elems < ((size_t)4 << 20) ? st->opt_elems : ((size_t)4 << 20);
     if (opt < 1024) opt = 1024;
     size_t large = (size_t)1 << 20, small = 16384;   /* floats: 4 MiB and 64 KiB */
+    /* the bandwidth at the step's collective size: 4 to 64 MiB (past the last-level cache the
+       copies run at the memory's pace, as the step's do) */
+    size_t big = st->coll_bytes / sizeof(float);
+    if (big < large) big = large;
+    if (big > 16 * large) big = 16 * large;
+    big = (big + (size_t)n - 1) / (size_t)n * (size_t)n;   /* whole rank blocks */
     /* GEMM operand sets to rotate through: together at least 3 x L2 (1 MiB if unknown) */
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     size_t set = ga + gb + gc, l2f = (size_t)(l2 > 0 ? l2 : 1 << 20) / sizeof(float);
@@ -207,7 +226,7 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     /* the collectives' buffers, then the compute GEMM of the collectives among computing ranks
        (the MLP's first product: B·T x 4C x C) */
     Gemm mlp = {0, 1, (int)bt, 4 * (int)C, (int)C, (int)C, (int)C, 4 * (int)C, 1};
-    size_t coll_need = 2 * large * (size_t)n + gemm_a(&mlp) + gemm_b(&mlp) + gemm_c(&mlp);
+    size_t coll_need = 2 * big + gemm_a(&mlp) + gemm_b(&mlp) + gemm_c(&mlp);   /* in, out, the GEMM */
     if (coll_need > need) need = coll_need;
     float *mem = gm ? calloc(need, sizeof *mem) : NULL;
     int bad = !mem;
@@ -310,10 +329,10 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     for (int k = 0; k < DESC_NCOLL && !bad; k++) {
         double fac = k == DESC_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
         double steps = k == DESC_AR ? 2.0 * (n - 1) : (double)(n - 1);
-        size_t cl = k == DESC_AR ? large : large / (size_t)n, cs = k == DESC_AR ? small : small / (size_t)n;
+        size_t cl = k == DESC_AR ? big : big / (size_t)n, cs = k == DESC_AR ? small : small / (size_t)n;
         double bytes_l = 4.0 * (double)(k == DESC_AR ? cl : cl * (size_t)n);
         double bytes_s = 4.0 * (double)(k == DESC_AR ? cs : cs * (size_t)n);
-        float *in = mem, *out = mem + large * (size_t)n;
+        float *in = mem, *out = mem + big;   /* big: a whole buffer (all-reduce) or n rank blocks */
         double tl = time_coll(c, k, in, out, cl, 3), ts = time_coll(c, k, in, out, cs, REPS);
         if (tl < 0 || ts < 0 || max_over(c, &tl) || max_over(c, &ts)) {
             bad = 1;
@@ -324,44 +343,55 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
         d->coll_alpha_s[k] = rest > 0 ? rest / steps : 0;
         sum_a += d->coll_alpha_s[k];
         sum_b += d->coll_bw[k];
-        if (k == DESC_AR) t_large_ar = tl, t_small_ar = ts;
+        if (k == DESC_AR) t_small_ar = ts;
     }
-    /* collectives among computing ranks: a GEMM of the MLP's shape as the compute */
+    /* the all-reduce the steal is measured with: the step's size, at most 16 MiB */
+    size_t sc = big < 4 * large ? big : 4 * large;
+    if (!bad && n > 1) {
+        t_large_ar = time_coll(c, DESC_AR, mem, mem, sc, 3);
+        bad = t_large_ar < 0 || max_over(c, &t_large_ar);
+    }
+    /* collectives among computing ranks, a GEMM of the MLP's shape as the compute; per
+       repetition the difference, then the median (a burst of other work on a shared machine
+       hits one repetition), then the slowest rank's (it sets the pace) */
     if (!bad && n > 1) {
         Gemm x = mlp;
-        float *a = mem + 2 * large * (size_t)n, *b = a + gemm_a(&x), *o = b + gemm_b(&x);
+        float *a = mem + 2 * big, *b = a + gemm_a(&x), *o = b + gemm_b(&x);
         double one = 2.0 * x.M * x.N * x.K / d->gemm_flops;   /* seconds per GEMM */
         /* sync: about a block's forward GEMMs (24·B·T·C² FLOPs), at most 20 ms, then a small
-           all-reduce; steal: twice the large all-reduce's time of compute around it */
+           all-reduce; steal: twice the all-reduce's time of compute after issuing it */
         int g_sync = (int)(24.0 * bt * C * C / (2.0 * x.M * x.N * x.K) + 0.5);
         if (g_sync * one > 0.02) g_sync = (int)(0.02 / one);
         if (g_sync < 1) g_sync = 1;
         int g_steal = (int)(2 * t_large_ar / one + 1);
-        double tc = 0, tcs = 0, tcl = 0, tcb = 0;
-        for (int r = 0; r < 2 * REPS && !bad; r++) {
+        double it[STEAL_REPS], ch[STEAL_REPS], steal[STEAL_REPS];
+        for (int r = -1; r < STEAL_REPS && !bad; r++) {
             comm_barrier(c);
             double t0 = now_s();
             for (int i = 0; i < g_sync; i++) run_gemm(&x, a, b, o);
             double t1 = now_s();
             bad |= comm_all_reduce(c, mem, mem, small, DT_F32, NULL) != 0;
             double t2 = now_s();
-            if (r >= REPS) tc += t1 - t0, tcs += t2 - t0;
             comm_barrier(c);
-            t0 = now_s();
+            double t3 = now_s();
             for (int i = 0; i < g_steal; i++) run_gemm(&x, a, b, o);
-            t1 = now_s();
+            double t4 = now_s();
             CommReq *q = NULL;
-            bad |= comm_all_reduce(c, mem, mem, large, DT_F32, &q) != 0;
+            bad |= comm_all_reduce(c, mem, mem, sc, DT_F32, &q) != 0;
             for (int i = 0; i < g_steal; i++) run_gemm(&x, a, b, o);
             bad |= comm_wait(c, q) != 0;
-            t2 = now_s();
-            if (r >= REPS) tcl += t1 - t0, tcb += t2 - t1;
+            double t5 = now_s();
+            if (r < 0) continue;   /* warm-up */
+            it[r] = t2 - t0;   /* compute + the collective, the same on every rank */
+            ch[r] = t1 - t0;   /* this rank's compute */
+            steal[r] = ((t5 - t4) - (t4 - t3)) / t_large_ar;
         }
-        /* the slowest rank's compute, as for the GEMM rate; the collective's wait beyond it */
-        if (!bad && !max_over(c, &tc) && !max_over(c, &tcs) && !max_over(c, &tcl) && !max_over(c, &tcb)) {
-            double sync = (tcs - tc) / REPS - t_small_ar, steal = (tcb - tcl) / REPS / t_large_ar;
-            d->sync_s = sync > 0 ? sync : 0;
-            d->steal = steal > 0 ? steal : 0;
+        double mi = bad ? 0 : median(it, STEAL_REPS), mc = bad ? 0 : median(ch, STEAL_REPS);
+        double stl = bad ? 0 : median(steal, STEAL_REPS);
+        if (!bad && !max_over(c, &mi) && !max_over(c, &mc) && !max_over(c, &stl)) {
+            double sy = mi - mc - t_small_ar;   /* beyond the slowest rank's compute */
+            d->sync_s = sy > 0 ? sy : 0;
+            d->steal = stl > 0 ? stl : 0;
         } else {
             bad = 1;
         }

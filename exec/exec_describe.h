@@ -22,16 +22,20 @@
  *               (at most 4 M), 28 bytes read + written per element per second, as the planner
  *               counts the step;
  *   coll_*      all-reduce, reduce-scatter and all-gather through exec_comm (the engine's path)
- *               at 64 KiB and 4 MiB: bw from the large one's bus bytes, alpha from what the small
- *               one takes beyond its bus bytes, per ring step (2(n-1) steps for an all-reduce,
- *               n-1 otherwise), as `memplan bench syncbn` fits them (plan_coll_seconds);
- *   sync_s      what a small collective costs beyond its alpha-beta time when every rank comes
- *               to it from a GEMM of about a block's forward (the ranks arrive apart when they
- *               share cores): per collective, the planner's base latency;
- *   steal       how much compute a rank loses per second of a 4 MiB all-reduce that runs
- *               (issued non-blocking, on exec_comm's progress thread) while it computes:
- *               (t(both) - t(compute)) / t(collective) - 1, at least 0. On CPU ranks the copies
- *               need the cores the GEMMs use.
+ *               at 64 KiB and at the step's collective size (4 to 64 MiB): bw from the large
+ *               one's bus bytes, alpha from what the small one takes beyond its bus bytes, per
+ *               ring step (2(n-1) steps for an all-reduce, n-1 otherwise), as `memplan bench
+ *               syncbn` fits them (plan_coll_seconds);
+ *   sync_s      what a small all-reduce costs beyond its alpha-beta time when every rank comes
+ *               to it from a GEMM loop of about a block's forward (at most 20 ms): the loop and
+ *               the collective together, less the slowest rank's loop (ranks that share cores
+ *               arrive apart); median of 5, the slowest rank's: the planner's base latency per
+ *               collective;
+ *   steal       how much compute a rank loses per second of an all-reduce (the step's size, at
+ *               most 16 MiB) that runs, issued non-blocking on exec_comm's progress thread, while
+ *               it computes a GEMM loop twice the all-reduce's time: (t(loop + collective) -
+ *               t(loop)) / t(collective alone), at least 0, median of 5, the slowest rank's. On
+ *               CPU ranks the copies need the cores the GEMMs use.
  * A GPU run fills the same struct from CUPTI (kernel time of the GEMMs, the optimizer's kernels,
  * the NCCL kernels); kind says which. */
 #ifndef EXEC_DESCRIBE_H
@@ -65,6 +69,8 @@ typedef struct {
     const Gpt2Config *model;
     int B, T;
     size_t opt_elems;
+    size_t coll_bytes;   /* a typical collective's payload (DDP: a bucket; ZeRO-1/2: the reduce
+                            bucket; ZeRO-3: a block): the bandwidth is measured at it (4-64 MiB) */
 } DescStep;
 
 /* Measures the CPU description on every rank of c (a collective call: all ranks, same
