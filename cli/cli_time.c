@@ -23,6 +23,7 @@ void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c)
     }
     c->coll_base_lat = d->sync_s;   /* per collective: ranks arriving from compute */
     c->comm_steal = d->steal;
+    c->coll_issue_s = d->issue_s;
 }
 
 void cli_time_print_desc(FILE *f, const char *strategy, const DeviceDesc *d)
@@ -33,7 +34,8 @@ void cli_time_print_desc(FILE *f, const char *strategy, const DeviceDesc *d)
             d->opt_bw / 1e9);
     for (int k = 0; k < DESC_NCOLL; k++)
         fprintf(f, "; %s %.1f us/step %.2f GB/s", exec_describe_coll_name(k), d->coll_alpha_s[k] * 1e6, d->coll_bw[k] / 1e9);
-    fprintf(f, " (bus, decimal); among computing ranks: %.0f us per collective, steal %.2f\n", d->sync_s * 1e6, d->steal);
+    fprintf(f, " (bus, decimal); among computing ranks: %.0f us per collective, steal %.2f, %.0f us per collective issued "
+               "behind compute\n", d->sync_s * 1e6, d->steal, d->issue_s * 1e6);
 }
 
 cJSON *cli_time_desc_json(const DeviceDesc *d)
@@ -52,6 +54,7 @@ cJSON *cli_time_desc_json(const DeviceDesc *d)
     }
     cJSON_AddNumberToObject(j, "sync_s_per_collective", d->sync_s);
     cJSON_AddNumberToObject(j, "steal", d->steal);
+    cJSON_AddNumberToObject(j, "issue_s_per_collective", d->issue_s);
     cJSON_AddNumberToObject(j, "seconds", d->seconds);
     return j;
 }

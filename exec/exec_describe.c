@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "exec_kern.h"
-#include "kern_fast.h"
 #include "kern_blas.h"
+#include "kern_fast.h"
 
 static double now_s(void)
 {
@@ -31,7 +31,25 @@ static int max_over(Comm *c, double *v)
     return rc;
 }
 
-/* ---- the step's GEMMs ---- */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define REPS 5            /* small collectives */
+#define STEAL_REPS 5      /* collectives among computing ranks */
+#define WINDOW_S 0.1      /* the optimizer's kernel is timed for at least this long */
+#define STEP_WINDOW_S 0.3 /* the step's GEMMs and elementwise kernels: at least this long */
+#define GEMM_SLICE_FLOPS 4e9   /* larger products are timed on a slice */
+
+/* ---- the step's linear-layer GEMMs ---- */
 
 /* One cblas_sgemm call of the engine (row-major), and how often a micro-step makes it. */
 typedef struct {
@@ -40,9 +58,7 @@ typedef struct {
     double count;
 } Gemm;
 
-#define MAX_GEMMS 256
-#define GEMM_SLICE_FLOPS 4e9   /* larger products are timed on a slice */
-#define GEMM_WINDOW_S 0.3      /* the GEMM mix is timed for at least this long */
+#define MAX_GEMMS 16
 
 static int add_gemm(Gemm *g, int n, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc, double count)
 {
@@ -61,29 +77,18 @@ static int add_linear(Gemm *g, int n, int M, int in, int out, double count)
     return add_gemm(g, n, 1, 0, out, in, M, out, in, in, count);
 }
 
-/* The GPT-2 engine's GEMM calls of one micro-step (exec/exec_gpt2.c, kernels/kern_fast.c). */
+/* The GPT-2 engine's linear layers of one micro-step (exec/exec_gpt2.c). */
 static int step_gemms(const DescStep *st, Gemm *g)
 {
     const Gpt2Config *m = st->model;
-    int B = st->B, T = st->T, C = m->d_model, NH = m->n_head, hs = C / NH, M = B * T;
-    double L = m->n_layer, heads = (double)B * NH * L;
+    int C = m->d_model, M = st->B * st->T;
+    double L = m->n_layer;
     int n = 0;
     n = add_linear(g, n, M, C, 3 * C, L);
     n = add_linear(g, n, M, C, C, L);
     n = add_linear(g, n, M, C, 4 * C, L);
     n = add_linear(g, n, M, 4 * C, C, L);
-    n = add_linear(g, n, M, C, m->vocab, 1);   /* the tied LM head */
-    /* attention per (batch, head), query rows in blocks that stop at the block's last key */
-    for (int r0 = 0; r0 < T; r0 += KERN_FAST_ATT_BLOCK) {
-        int r1 = r0 + KERN_FAST_ATT_BLOCK < T ? r0 + KERN_FAST_ATT_BLOCK : T, rows = r1 - r0;
-        n = add_gemm(g, n, 0, 1, rows, r1, hs, 3 * C, 3 * C, T, heads);   /* q·kᵀ */
-        n = add_gemm(g, n, 0, 0, rows, hs, r1, T, 3 * C, C, heads);       /* att·v */
-        n = add_gemm(g, n, 0, 1, rows, r1, hs, C, 3 * C, T, heads);       /* d·vᵀ */
-        n = add_gemm(g, n, 0, 0, rows, hs, r1, T, 3 * C, 3 * C, heads);   /* dq */
-        n = add_gemm(g, n, 1, 0, rows, hs, T - r0, T, C, 3 * C, heads);   /* dv */
-        n = add_gemm(g, n, 1, 0, rows, hs, T - r0, T, 3 * C, 3 * C, heads);   /* dk */
-    }
-    return n;
+    return add_linear(g, n, M, C, m->vocab, 1);   /* the tied LM head */
 }
 
 static size_t gemm_a(const Gemm *x) { return (size_t)(x->ta ? x->K : x->M) * (size_t)x->lda; }
@@ -110,61 +115,167 @@ static double slice_gemm(Gemm *x)
     return scale;
 }
 
-/* ---- the elementwise passes ---- */
-
-typedef enum { P_W, P_R, P_RW, P_RRW, P_RRU } PassKind;   /* zero; read; y=f(x); z=x+y; z+=x·y */
-static const double PASS_BYTES[] = {4, 4, 8, 12, 16};      /* per element */
+/* ---- one block's tensors, for its attention products and elementwise kernels ---- */
 
 typedef struct {
-    PassKind k;
-    int size;            /* 0: B·T·C, 1: B·T·4C, 2: B·NH·T·T, 3: B·T·V */
-    int mult;            /* times the size (3C-wide tensors: 3) */
-} Pass;
+    float *x, *ln, *mean, *rstd, *qkv, *atty, *pre, *att, *res, *fch, *fg, *proj;   /* forward */
+    float *dres, *dbtc, *dfg, *dfch, *dpre, *datt;                                   /* backward */
+    float *w, *b, *dw, *db, *bias, *dbias;                                           /* C or 4C */
+} Block;
 
-/* One block's forward and backward passes in the engine's order, then the LM head's: the
- * access patterns plan_layer_mem_bytes counts (docs/formulas.md "Time"). */
-static const Pass PASSES[] = {
-    {P_RW, 0, 1}, {P_W, 0, 3}, {P_RW, 2, 1}, {P_W, 0, 1}, {P_RRW, 0, 1}, {P_RW, 0, 1}, {P_W, 1, 1},
-    {P_RW, 1, 1}, {P_W, 0, 1}, {P_RRW, 0, 1},                                   /* forward */
-    {P_W, 1, 1}, {P_R, 0, 1}, {P_W, 1, 1}, {P_RRU, 1, 1}, {P_W, 0, 1}, {P_R, 1, 1}, {P_RRU, 0, 1},
-    {P_W, 0, 1}, {P_R, 0, 1}, {P_W, 0, 3}, {P_RRW, 2, 1}, {P_W, 0, 1}, {P_R, 0, 3}, {P_RRU, 0, 1},   /* backward */
-    {P_RW, 3, 1}, {P_W, 3, 1}, {P_RW, 3, 1},                                    /* cross-entropy */
-};
-#define N_PASSES ((int)(sizeof PASSES / sizeof PASSES[0]))
-#define POOL 4   /* buffers per size class, used in turn */
+#define BLOCK_COPIES 2   /* used in turn, so that a round finds its tensors beyond the L2 cache */
+
+typedef struct {
+    int B, T, C, NH, V, rows;   /* rows: the embedding rows the lookup uses */
+    size_t h, f, S, nV;         /* elements: B·T·C, B·T·4C, B·NH·T², B·T·V */
+    Block blk[BLOCK_COPIES];
+    float *logits, *probs, *dlogits, *losses, *wte, *wpe, *dwte, *dwpe;
+    int *tokens;
+    float *arena;
+} Step;
+
+static void step_free(Step *s) { free(s->arena); free(s->tokens); }
+
+static int step_alloc(Step *s, const DescStep *st)
+{
+    memset(s, 0, sizeof *s);
+    const Gpt2Config *m = st->model;
+    s->B = st->B, s->T = st->T, s->C = m->d_model, s->NH = m->n_head, s->V = m->vocab;
+    size_t n = (size_t)s->B * s->T, C = (size_t)s->C;
+    s->h = n * C, s->f = 4 * s->h, s->S = (size_t)s->B * s->NH * s->T * s->T, s->nV = n * (size_t)s->V;
+    s->rows = s->V < (int)n ? s->V : (int)n;
+    size_t per = 7 * s->h + 3 * s->h + 4 * s->f + 4 * s->S + 2 * n + 12 * C;   /* one Block */
+    size_t total = BLOCK_COPIES * per + 3 * s->nV + n + 2 * (size_t)s->rows * C + 2 * (size_t)s->T * C;
+    s->arena = calloc(total, sizeof(float));
+    s->tokens = calloc(n, sizeof(int));
+    if (!s->arena || !s->tokens) return -1;
+    float *p = s->arena;
+#define TAKE(dst, k) ((dst) = p, p += (k))
+    for (int k = 0; k < BLOCK_COPIES; k++) {
+        Block *b = &s->blk[k];
+        TAKE(b->x, s->h); TAKE(b->ln, s->h); TAKE(b->mean, n); TAKE(b->rstd, n); TAKE(b->qkv, 3 * s->h);
+        TAKE(b->atty, s->h); TAKE(b->pre, s->S); TAKE(b->att, s->S); TAKE(b->res, s->h); TAKE(b->fch, s->f);
+        TAKE(b->fg, s->f); TAKE(b->proj, s->h); TAKE(b->dres, s->h); TAKE(b->dbtc, s->h); TAKE(b->dfg, s->f);
+        TAKE(b->dfch, s->f); TAKE(b->dpre, s->S); TAKE(b->datt, s->S);
+        TAKE(b->w, C); TAKE(b->b, C); TAKE(b->dw, C); TAKE(b->db, C); TAKE(b->bias, 4 * C); TAKE(b->dbias, 4 * C);
+    }
+    TAKE(s->logits, s->nV); TAKE(s->probs, s->nV); TAKE(s->dlogits, s->nV); TAKE(s->losses, n);
+    TAKE(s->wte, (size_t)s->rows * C); TAKE(s->dwte, (size_t)s->rows * C);
+    TAKE(s->wpe, (size_t)s->T * C); TAKE(s->dwpe, (size_t)s->T * C);
+#undef TAKE
+    for (size_t i = 0; i < total; i++) s->arena[i] = (float)(i % 13) * 0.01f - 0.06f;
+    for (size_t i = 0; i < n; i++) s->tokens[i] = (int)(i * 7919 % (size_t)s->rows);
+    for (int k = 0; k < BLOCK_COPIES; k++)   /* LayerNorm statistics as a forward leaves them */
+        for (size_t i = 0; i < n; i++) s->blk[k].mean[i] = 0.0f, s->blk[k].rstd[i] = 1.0f;
+    return 0;
+}
+
+/* The attention's products of one layer, forward and backward, in the order and with the
+ * operand layout of kern_attention_forward_fast / kern_attention_backward_fast (per batch and
+ * head, query rows in blocks of KERN_FAST_ATT_BLOCK), without their softmaxes (elementwise: in
+ * step_elementwise). Returns the FLOPs. */
+static double attention_gemms(const Step *s, const Block *k)
+{
+    int B = s->B, T = s->T, C = s->C, NH = s->NH, C3 = 3 * C, hs = C / NH;
+    double flops = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            size_t qo = (size_t)b * T * C3 + (size_t)h * hs, bh = ((size_t)b * NH + h) * T * T;
+            const float *q = k->qkv + qo, *kk = q + C, *v = q + 2 * C, *a = k->att + bh;
+            float *pre = k->pre + bh, *o = k->atty + (size_t)b * T * C + (size_t)h * hs;
+            const float *d = k->dbtc + (size_t)b * T * C + (size_t)h * hs;
+            float *dq = k->dfch + qo, *dk = dq + C, *dv = dq + 2 * C, *da = k->datt + bh, *dp = k->dpre + bh;
+            for (int r0 = 0; r0 < T; r0 += KERN_FAST_ATT_BLOCK) {
+                int r1 = r0 + KERN_FAST_ATT_BLOCK < T ? r0 + KERN_FAST_ATT_BLOCK : T, rows = r1 - r0;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, q + (size_t)r0 * C3, C3, kk,
+                            C3, 0.0f, pre + (size_t)r0 * T, T);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, a + (size_t)r0 * T, T, v,
+                            C3, 0.0f, o + (size_t)r0 * C, C);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, d + (size_t)r0 * C, C, v,
+                            C3, 0.0f, da + (size_t)r0 * T, T);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, dp + (size_t)r0 * T, T,
+                            kk, C3, 1.0f, dq + (size_t)r0 * C3, C3);
+                flops += 4.0 * 2.0 * rows * r1 * hs;
+            }
+            for (int r0 = 0; r0 < T; r0 += KERN_FAST_ATT_BLOCK) {
+                int r1 = r0 + KERN_FAST_ATT_BLOCK < T ? r0 + KERN_FAST_ATT_BLOCK : T, rows = r1 - r0;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, hs, T - r0, 1.0f, a + (size_t)r0 * T + r0,
+                            T, d + (size_t)r0 * C, C, 1.0f, dv + (size_t)r0 * C3, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, hs, T - r0, 1.0f, dp + (size_t)r0 * T + r0,
+                            T, q + (size_t)r0 * C3, C3, 1.0f, dk + (size_t)r0 * C3, C3);
+                flops += 2.0 * 2.0 * rows * hs * (T - r0);
+            }
+        }
+    return flops;
+}
 
 static float g_sink;
 
-/* One pass over n elements of the buffers a, b, c (c written). */
-static void run_pass(PassKind k, float *c, const float *a, const float *b, size_t n)
+/* the attention softmax's passes (inside the attention kernels): forward reads the scores and
+   writes the probabilities, backward reads both probabilities and their gradient, writes one */
+static void softmax_passes(const Step *s, const Block *k)
 {
-    float s = 0;
-    switch (k) {
-    case P_W: memset(c, 0, n * sizeof *c); break;
-    case P_R: for (size_t i = 0; i < n; i++) s += a[i]; g_sink += s; break;
-    case P_RW: for (size_t i = 0; i < n; i++) c[i] = 1.0001f * a[i]; break;
-    case P_RRW: for (size_t i = 0; i < n; i++) c[i] = a[i] + b[i]; break;
-    case P_RRU: for (size_t i = 0; i < n; i++) c[i] += a[i] * b[i]; break;
-    }
+    for (size_t i = 0; i < s->S; i++) k->att[i] = 1.0001f * k->pre[i];
+    for (size_t i = 0; i < s->S; i++) k->dpre[i] = k->att[i] * k->datt[i];
+}
+
+/* One block's elementwise work, forward and backward, in the engine's order (exec/exec_gpt2.c
+ * block_forward / block_backward, minus the GEMMs and the attention's products) with the
+ * engine's own kernels; returns the bytes docs/formulas.md "Time" counts for it (planner:
+ * plan_layer_mem_bytes): 27h + 2·a·s forward and 47h + 3·a·s backward per token, fp32. */
+static double block_elementwise(const Step *s, const ExecKernels *kt, Block *k)
+{
+    int B = s->B, T = s->T, C = s->C;
+    size_t n = (size_t)B * T, h = s->h, f = s->f;
+    /* forward: the bias rows before each biased GEMM, the norms, softmax, GELU, residuals */
+    kt->layernorm_forward(k->ln, k->mean, k->rstd, k->x, k->w, k->b, B, T, C, NULL);
+    for (size_t r = 0; r < n; r++) memcpy(k->qkv + r * 3 * C, k->bias, 3 * (size_t)C * sizeof(float));
+    softmax_passes(s, k);
+    for (size_t r = 0; r < n; r++) memcpy(k->proj + r * C, k->bias, (size_t)C * sizeof(float));
+    kt->residual_forward(k->res, k->x, k->proj, h, NULL);
+    kt->layernorm_forward(k->ln, k->mean, k->rstd, k->res, k->w, k->b, B, T, C, NULL);
+    for (size_t r = 0; r < n; r++) memcpy(k->fch + r * 4 * C, k->bias, 4 * (size_t)C * sizeof(float));
+    kt->gelu_forward(k->fg, k->fch, f, NULL);
+    for (size_t r = 0; r < n; r++) memcpy(k->proj + r * C, k->bias, (size_t)C * sizeof(float));
+    kt->residual_forward(k->x, k->res, k->proj, h, NULL);
+    /* backward: zeroed scratch, bias gradients (matmul_backward with no GEMM), GELU, norms */
+    memset(k->dfg, 0, f * sizeof(float));
+    kt->matmul_backward(NULL, NULL, k->dbias, k->dres, NULL, NULL, B, T, 4 * C, C, NULL);
+    memset(k->dfch, 0, f * sizeof(float));
+    kt->gelu_backward(k->dfch, k->fch, k->dfg, f, NULL);
+    memset(k->dbtc, 0, h * sizeof(float));
+    kt->matmul_backward(NULL, NULL, k->dbias, k->dfch, NULL, NULL, B, T, C, 4 * C, NULL);
+    kt->layernorm_backward(k->dres, k->dw, k->db, k->dbtc, k->res, k->w, k->mean, k->rstd, B, T, C, NULL);
+    memset(k->dbtc, 0, h * sizeof(float));
+    kt->matmul_backward(NULL, NULL, k->dbias, k->dres, NULL, NULL, B, T, C, C, NULL);
+    memset(k->dfch, 0, 3 * h * sizeof(float));
+    softmax_passes(s, k);
+    memset(k->dbtc, 0, h * sizeof(float));
+    kt->matmul_backward(NULL, NULL, k->dbias, k->dfch, NULL, NULL, B, T, C, 3 * C, NULL);
+    kt->layernorm_backward(k->dres, k->dw, k->db, k->dbtc, k->x, k->w, k->mean, k->rstd, B, T, C, NULL);
+    g_sink += k->dres[0];
+    return 4.0 * ((27.0 + 47.0) * (double)h + 5.0 * (double)s->S);
+}
+
+/* The rest of the model's elementwise work: embeddings, final norm, softmax + cross-entropy
+ * over the vocabulary (and dlogits zeroed), forward and backward: 2V + 2h + 3h forward, 3V + 4h
+ * + 5h backward per token. */
+static double head_elementwise(Step *s, const ExecKernels *kt)
+{
+    int B = s->B, T = s->T, C = s->C, V = s->V;
+    Block *k = &s->blk[0];
+    kt->encoder_forward(k->x, s->tokens, s->wte, s->wpe, B, T, C, NULL);
+    kt->layernorm_forward(k->ln, k->mean, k->rstd, k->x, k->w, k->b, B, T, C, NULL);
+    kt->crossentropy_softmax_forward(s->probs, s->losses, s->logits, s->tokens, B, T, V, NULL);
+    memset(s->dlogits, 0, s->nV * sizeof(float));
+    kt->crossentropy_softmax_backward(s->dlogits, s->probs, s->tokens, 1e-3f, B, T, V, NULL);
+    kt->layernorm_backward(k->dres, k->dw, k->db, k->dbtc, k->x, k->w, k->mean, k->rstd, B, T, C, NULL);
+    kt->encoder_backward(s->dwte, s->dwpe, k->dres, s->tokens, B, T, C, NULL);
+    g_sink += s->dlogits[0];
+    return 4.0 * (5.0 * (double)s->nV + (2 + 3 + 4 + 5) * (double)s->h);
 }
 
 /* ---- the collectives ---- */
-
-#define REPS 5
-#define STEAL_REPS 5
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-#define WINDOW_S 0.1   /* memory figures are averages over at least this long */
 
 /* one collective of k over count floats per rank block (all-reduce: the whole buffer); mean */
 static double time_coll(Comm *c, int k, float *buf, float *out, size_t count, int reps)
@@ -193,18 +304,23 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     d->ranks = n;
     kern_blas_set_threads(comm_local_size(c));   /* as exec_run will run */
     const Gpt2Config *m = st->model;
+    const ExecKernels *kt = exec_kernels(DEVICE_HOST);
     size_t bt = (size_t)st->B * st->T, C = (size_t)m->d_model;
-    size_t sizes[4] = {bt * C, bt * 4 * C, (size_t)st->B * m->n_head * st->T * st->T, bt * (size_t)m->vocab};
-    Gemm *gm = calloc(MAX_GEMMS, sizeof *gm);
-    int ng = gm ? step_gemms(st, gm) : 0;
-    /* one scratch buffer large enough for every part */
-    size_t need = 0, ga = 0, gb = 0, gc = 0;
+    double L = m->n_layer;
+    Gemm gm[MAX_GEMMS], sl[MAX_GEMMS];
+    int ng = step_gemms(st, gm);
+    /* GEMM operand sets to rotate through: together at least 3 x L2 (1 MiB if unknown) */
+    size_t ga = 0, gb = 0, gc = 0;
     for (int i = 0; i < ng; i++) {
         if (gemm_a(&gm[i]) > ga) ga = gemm_a(&gm[i]);
         if (gemm_b(&gm[i]) > gb) gb = gemm_b(&gm[i]);
         if (gemm_c(&gm[i]) > gc) gc = gemm_c(&gm[i]);
     }
-    size_t pool = POOL * (sizes[0] * 3 + sizes[1] + sizes[2]) + 2 * sizes[3];
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    size_t set = ga + gb + gc, l2f = (size_t)(l2 > 0 ? l2 : 1 << 20) / sizeof(float);
+    int sets = (int)((3 * l2f + set - 1) / set);
+    if (sets > 16) sets = 16;
+    if (sets < 1) sets = 1;
     size_t opt = st->opt_elems < ((size_t)4 << 20) ? st->opt_elems : ((size_t)4 << 20);
     if (opt < 1024) opt = 1024;
     size_t large = (size_t)1 << 20, small = 16384;   /* floats: 4 MiB and 64 KiB */
@@ -214,41 +330,33 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     if (big < large) big = large;
     if (big > 16 * large) big = 16 * large;
     big = (big + (size_t)n - 1) / (size_t)n * (size_t)n;   /* whole rank blocks */
-    /* GEMM operand sets to rotate through: together at least 3 x L2 (1 MiB if unknown) */
-    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    size_t set = ga + gb + gc, l2f = (size_t)(l2 > 0 ? l2 : 1 << 20) / sizeof(float);
-    int sets = set > 0 ? (int)((3 * l2f + set - 1) / set) : 1;
-    if (sets > 16) sets = 16;
-    if (sets < 1) sets = 1;
-    need = set * (size_t)sets;
-    if (pool > need) need = pool;
-    if (4 * opt > need) need = 4 * opt;
-    /* the collectives' buffers, then the compute GEMM of the collectives among computing ranks
-       (the MLP's first product: B·T x 4C x C) */
+    /* the compute GEMM of the collectives among computing ranks: the MLP's first product */
     Gemm mlp = {0, 1, (int)bt, 4 * (int)C, (int)C, (int)C, (int)C, 4 * (int)C, 1};
-    size_t coll_need = 2 * big + gemm_a(&mlp) + gemm_b(&mlp) + gemm_c(&mlp);   /* in, out, the GEMM */
-    if (coll_need > need) need = coll_need;
-    float *mem = gm ? calloc(need, sizeof *mem) : NULL;
-    int bad = !mem;
-    double flops = 0, secs = 0;
+    size_t need = set * (size_t)sets;
+    if (4 * opt > need) need = 4 * opt;
+    if (2 * big + gemm_a(&mlp) + gemm_b(&mlp) + gemm_c(&mlp) > need) need = 2 * big + gemm_a(&mlp) + gemm_b(&mlp) + gemm_c(&mlp);
+    float *mem = calloc(need, sizeof *mem);
+    Step sp;
+    int bad = !mem || step_alloc(&sp, st) != 0;
+    double lin_flops = 0, lin_s = 0, att_flops = 0, att_s = 0, blk_bytes = 0, blk_s = 0, head_bytes = 0, head_s = 0;
     if (!bad) {
         for (size_t i = 0; i < need; i++) mem[i] = (float)(i % 13) * 0.01f;
-        /* GEMMs: every shape of the step, weighted by its calls. The shapes are timed in rounds
-           (each a call, or calls for at least 1 ms) until GEMM_WINDOW_S has passed, so that a
-           burst of other work on a shared machine falls on the mix, not on one shape; successive
+        /* The step replayed in rounds until STEP_WINDOW_S has passed (the first round warms up
+           and is not counted), so that a burst of other work on a shared machine falls on the
+           whole mix: every linear-layer GEMM shape (each a call, or calls for 1 ms; successive
            calls take their operands from the next of `sets` copies, beyond the L2 cache, as a
-           step's operands come (written or read long before) */
-        double *t_sh = calloc((size_t)ng, sizeof *t_sh), *scale = calloc((size_t)ng, sizeof *scale);
-        int *calls = calloc((size_t)ng, sizeof *calls), turn = 0;
-        Gemm *sl = calloc((size_t)ng, sizeof *sl);
-        bad = !t_sh || !scale || !calls || !sl;
-        for (int i = 0; i < ng && !bad; i++) sl[i] = gm[i], scale[i] = slice_gemm(&sl[i]);
+           step's operands come), one layer's attention products, one block's and the head's
+           elementwise kernels. Weighted as the step makes them: L layers, one head. */
+        double t_sh[MAX_GEMMS] = {0}, scale[MAX_GEMMS];
+        int calls[MAX_GEMMS] = {0}, turn = 0, rounds = 0;
+        for (int i = 0; i < ng; i++) sl[i] = gm[i], scale[i] = slice_gemm(&sl[i]);
         comm_barrier(c);
         double t0 = now_s();
-        for (int round = 0; !bad && (round < 2 || now_s() - t0 < GEMM_WINDOW_S); round++) {
-            if (round == 1) {   /* the first round warms up: start over */
-                memset(t_sh, 0, (size_t)ng * sizeof *t_sh);
-                memset(calls, 0, (size_t)ng * sizeof *calls);
+        for (; rounds < 2 || now_s() - t0 < STEP_WINDOW_S; rounds++) {
+            if (rounds == 1) {
+                memset(t_sh, 0, sizeof t_sh);
+                memset(calls, 0, sizeof calls);
+                att_flops = att_s = blk_bytes = blk_s = head_bytes = head_s = 0;
                 t0 = now_s();
             }
             for (int i = 0; i < ng; i++) {
@@ -260,68 +368,44 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
                 } while ((t2 = now_s()) - t1 < 0.001);
                 t_sh[i] += t2 - t1;
             }
+            Block *k = &sp.blk[rounds % BLOCK_COPIES];
+            double t1 = now_s();
+            att_flops += attention_gemms(&sp, k);
+            double t2 = now_s();
+            blk_bytes += block_elementwise(&sp, kt, k);
+            double t3 = now_s();
+            head_bytes += head_elementwise(&sp, kt);
+            double t4 = now_s();
+            att_s += t2 - t1, blk_s += t3 - t2, head_s += t4 - t3;
         }
-        for (int i = 0; i < ng && !bad; i++) {
-            secs += gm[i].count * t_sh[i] / calls[i] * scale[i];
-            flops += 2.0 * gm[i].M * gm[i].N * gm[i].K * gm[i].count;
+        for (int i = 0; i < ng; i++) {
+            lin_s += gm[i].count * t_sh[i] / calls[i] * scale[i];
+            lin_flops += 2.0 * gm[i].M * gm[i].N * gm[i].K * gm[i].count;
             d->gemm_calls += gm[i].count;
         }
-        free(t_sh);
-        free(scale);
-        free(calls);
-        free(sl);
-        bad = bad || max_over(c, &secs);
-    }
-    double mem_s = 0, mem_bytes = 0;
-    if (!bad) {
-        /* elementwise passes: rounds of one block and the head over a rotating pool */
-        float *base[4];
-        base[0] = mem;
-        base[1] = base[0] + POOL * 3 * sizes[0];
-        base[2] = base[1] + POOL * sizes[1];
-        base[3] = base[2] + POOL * sizes[2];
-        int turn[4] = {0, 0, 0, 0}, rounds = 0;
-        comm_barrier(c);
-        double t0 = now_s();
-        do {
-            for (int i = 0; i < N_PASSES; i++) {
-                const Pass *p = &PASSES[i];
-                int cls = p->size, slots = cls == 3 ? 2 : POOL;
-                size_t stride = sizes[cls] * (cls == 0 ? 3 : 1), el = sizes[cls] * (size_t)p->mult;
-                float *x = base[cls] + (size_t)(turn[cls] % slots) * stride;
-                float *y = base[cls] + (size_t)((turn[cls] + 1) % slots) * stride;
-                float *z = base[cls] + (size_t)((turn[cls] + 2) % slots) * stride;
-                if (cls == 3) z = x == base[3] ? base[3] + stride : base[3];   /* two logits-sized buffers */
-                run_pass(p->k, z, x, y, el);
-                turn[cls]++;
-                if (rounds > 0) mem_bytes += PASS_BYTES[p->k] * (double)el;
-            }
-            if (rounds == 0) t0 = now_s();   /* the first round warms the pool */
-            rounds++;
-        } while (rounds < 3 || now_s() - t0 < WINDOW_S);
-        mem_s = now_s() - t0;
-        bad = max_over(c, &mem_s);
+        /* per step: L layers of attention and blocks, the head once (rounds - 1 counted) */
+        double cnt = rounds - 1, secs = lin_s + L * att_s / cnt, msecs = L * blk_s / cnt + head_s / cnt;
+        bad = max_over(c, &secs) || max_over(c, &msecs);
+        d->gemm_flops = (lin_flops + L * att_flops / cnt) / secs;
+        int blocks = (st->T + KERN_FAST_ATT_BLOCK - 1) / KERN_FAST_ATT_BLOCK;
+        d->gemm_calls += L * st->B * m->n_head * blocks * 6.0;   /* the attention's products */
+        d->mem_bw = (L * blk_bytes + head_bytes) / cnt / msecs;
     }
     double opt_s = 0;
     int opt_calls = 0;
     if (!bad) {
         /* the optimizer's kernel on this rank's state (m, v zeroed as at the first step) */
-        const ExecKernels *k = exec_kernels(DEVICE_HOST);
         float *p = mem, *g = mem + opt, *mm = mem + 2 * opt, *vv = mem + 3 * opt;
         memset(mm, 0, 2 * opt * sizeof *mm);
         comm_barrier(c);
-        k->adamw_update(p, g, mm, vv, 0, opt, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, NULL);
+        kt->adamw_update(p, g, mm, vv, 0, opt, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, NULL);
         double t0 = now_s();
         do {
-            k->adamw_update(p, g, mm, vv, 0, opt, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 2 + opt_calls, NULL);
+            kt->adamw_update(p, g, mm, vv, 0, opt, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 2 + opt_calls, NULL);
             opt_calls++;
         } while ((opt_s = now_s() - t0) < WINDOW_S || opt_calls < 3);
         opt_s /= opt_calls;
         bad = max_over(c, &opt_s);
-    }
-    if (!bad) {
-        d->gemm_flops = flops / secs;
-        d->mem_bw = mem_bytes / mem_s;
         d->opt_bw = 28.0 * (double)opt / opt_s;
     }
     /* collectives: bus factor per collective, ring steps */
@@ -359,12 +443,13 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
         float *a = mem + 2 * big, *b = a + gemm_a(&x), *o = b + gemm_b(&x);
         double one = 2.0 * x.M * x.N * x.K / d->gemm_flops;   /* seconds per GEMM */
         /* sync: about a block's forward GEMMs (24·B·T·C² FLOPs), at most 20 ms, then a small
-           all-reduce; steal: twice the all-reduce's time of compute after issuing it */
+           all-reduce; steal: twice the all-reduce's time of compute after issuing it; issue: the
+           sync loop with a small all-reduce issued before it and waited after it */
         int g_sync = (int)(24.0 * bt * C * C / (2.0 * x.M * x.N * x.K) + 0.5);
         if (g_sync * one > 0.02) g_sync = (int)(0.02 / one);
         if (g_sync < 1) g_sync = 1;
         int g_steal = (int)(2 * t_large_ar / one + 1);
-        double it[STEAL_REPS], ch[STEAL_REPS], steal[STEAL_REPS];
+        double it[STEAL_REPS], ch[STEAL_REPS], steal[STEAL_REPS], iss[STEAL_REPS];
         for (int r = -1; r < STEAL_REPS && !bad; r++) {
             comm_barrier(c);
             double t0 = now_s();
@@ -381,23 +466,32 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
             for (int i = 0; i < g_steal; i++) run_gemm(&x, a, b, o);
             bad |= comm_wait(c, q) != 0;
             double t5 = now_s();
+            comm_barrier(c);
+            double t6 = now_s();
+            q = NULL;
+            bad |= comm_all_reduce(c, mem, mem, small, DT_F32, &q) != 0;
+            for (int i = 0; i < g_sync; i++) run_gemm(&x, a, b, o);
+            bad |= comm_wait(c, q) != 0;
+            double t7 = now_s();
             if (r < 0) continue;   /* warm-up */
-            it[r] = t2 - t0;   /* compute + the collective, the same on every rank */
-            ch[r] = t1 - t0;   /* this rank's compute */
+            it[r] = t2 - t0;       /* compute + the collective, the same on every rank */
+            ch[r] = t1 - t0;       /* this rank's compute */
             steal[r] = ((t5 - t4) - (t4 - t3)) / t_large_ar;
+            iss[r] = (t7 - t6) - (t1 - t0);
         }
         double mi = bad ? 0 : median(it, STEAL_REPS), mc = bad ? 0 : median(ch, STEAL_REPS);
-        double stl = bad ? 0 : median(steal, STEAL_REPS);
-        if (!bad && !max_over(c, &mi) && !max_over(c, &mc) && !max_over(c, &stl)) {
+        double stl = bad ? 0 : median(steal, STEAL_REPS), is = bad ? 0 : median(iss, STEAL_REPS);
+        if (!bad && !max_over(c, &mi) && !max_over(c, &mc) && !max_over(c, &stl) && !max_over(c, &is)) {
             double sy = mi - mc - t_small_ar;   /* beyond the slowest rank's compute */
             d->sync_s = sy > 0 ? sy : 0;
             d->steal = stl > 0 ? stl : 0;
+            d->issue_s = is > 0 ? is : 0;
         } else {
             bad = 1;
         }
     }
     free(mem);
-    free(gm);
+    step_free(&sp);
     if (bad) {
         snprintf(err, len, "measuring the device description failed (out of memory or a collective failed)");
         return -1;
@@ -423,5 +517,7 @@ void exec_describe_mean(DeviceDesc *a, const DeviceDesc *b)
     a->bw = hmean(a->bw, b->bw);
     a->sync_s = (a->sync_s + b->sync_s) / 2;
     a->steal = (a->steal + b->steal) / 2;
+    a->issue_s = (a->issue_s + b->issue_s) / 2;
+    a->gemm_calls = a->gemm_calls > b->gemm_calls ? a->gemm_calls : b->gemm_calls;
     a->seconds += b->seconds;
 }

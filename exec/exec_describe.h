@@ -6,18 +6,27 @@
  * step times. docs/validation.md "Time rows in validate".
  *
  * On the CPU every rank measures at once, with the run's BLAS threads (the ranks share the cores
- * during the run too), and the slowest rank's figure is kept (a collective waits for it):
- *   gemm_flops  the step's own GEMMs (the GPT-2 engine's calls of one micro-step: every linear
- *               layer's forward, input-gradient and weight-gradient products, the LM head, and
- *               the attention's per-head products over its causal blocks), each shape timed with
- *               cblas_sgemm in the engine's orientation, weighted by how often the step calls
- *               it: Σ FLOPs / Σ seconds, FLOP/s per rank. A product above 4 GFLOP is timed on a
- *               slice of its longest dimension (the LM head's vocabulary) and scaled;
- *   mem_bw      the elementwise kernels' access patterns (read one and write one; read two and
- *               write one; read two and update one in place; zero-fill) over tensors of the
- *               step's sizes (B·T·C and B·T·4C floats) rotated through a working set as large
- *               as one block's activations, bytes read + written per second: what the planner's
- *               plan_layer_mem_bytes counts, priced at this;
+ * during the run too), and the slowest rank's figure is kept (a collective waits for it). The
+ * compute figures come from the step itself, replayed in rounds for at least 0.3 s (the first
+ * round warms up), so that a burst of other work on a shared machine falls on the whole mix:
+ *   gemm_flops  the step's GEMMs: every linear layer's forward, input-gradient and
+ *               weight-gradient product (the LM head's too) as cblas_sgemm in the engine's
+ *               orientation, each timed for at least 1 ms with operands taken from the next of
+ *               several copies beyond the L2 cache (a step's operands were written long
+ *               before), a product above 4 GFLOP on a slice of its longest dimension, scaled;
+ *               and one layer's attention products in the order and operand layout of
+ *               kern_attention_forward_fast / _backward_fast (per batch and head, causal
+ *               blocks of KERN_FAST_ATT_BLOCK rows). Σ FLOPs / Σ seconds, weighted as the step
+ *               makes them (L layers, one head), FLOP/s per rank;
+ *   mem_bw      the step's elementwise work with the engine's own kernels (the kernel table:
+ *               LayerNorm, GELU, residual, softmax + cross-entropy, embeddings, bias gradients;
+ *               plus the bias rows copied before each biased GEMM, the zeroed scratch and the
+ *               attention softmax's passes): one block and the head on tensors of the step's
+ *               sizes, two block copies used in turn. Bytes as the planner counts them
+ *               (plan_layer_mem_bytes: 27h + 2as forward, 47h + 3as backward per token and
+ *               block, the head 5V + 14h) per second of the kernels, so that the arithmetic of
+ *               exp/tanh-heavy kernels is in it (they run at about half a plain pass's
+ *               bandwidth on the development CPU);
  *   opt_bw      the optimizer's kernel (the engine's AdamW) over the rank's optimizer elements
  *               (at most 4 M), 28 bytes read + written per element per second, as the planner
  *               counts the step;
@@ -35,7 +44,11 @@
  *               most 16 MiB) that runs, issued non-blocking on exec_comm's progress thread, while
  *               it computes a GEMM loop twice the all-reduce's time: (t(loop + collective) -
  *               t(loop)) / t(collective alone), at least 0, median of 5, the slowest rank's. On
- *               CPU ranks the copies need the cores the GEMMs use.
+ *               CPU ranks the copies need the cores the GEMMs use;
+ *   issue_s     what issuing a small all-reduce non-blocking before that GEMM loop and waiting
+ *               after it adds to the loop (the hand-over to the progress thread, its wake-up and
+ *               the caches it disturbs), median of 5, the slowest rank's: charged to compute for
+ *               every collective the step issues to run behind compute.
  * A GPU run fills the same struct from CUPTI (kernel time of the GEMMs, the optimizer's kernels,
  * the NCCL kernels); kind says which. */
 #ifndef EXEC_DESCRIBE_H
@@ -60,6 +73,7 @@ typedef struct {
     double alpha_s, bw;            /* the three collectives averaged (one link) */
     double sync_s;                 /* seconds per collective when the ranks arrive from compute */
     double steal;                  /* compute seconds lost per second of overlapping collective */
+    double issue_s;                /* compute seconds per small collective issued behind compute */
     double seconds;                /* wall time the measurement took */
 } DeviceDesc;
 

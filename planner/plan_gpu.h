@@ -53,6 +53,8 @@ typedef struct {
     double coll_lat[4];      /* seconds per ring step per collective */
     double comm_steal;       /* compute seconds a rank loses per second of collective that runs
                                 while it computes (CPU ranks: the cores do the copies) */
+    double coll_issue_s;     /* compute seconds a rank spends per collective it issues to run
+                                behind compute (CPU ranks: the hand-over to a progress thread) */
 } ClusterSpec;
 
 /* Defaults: PLAN_DEFAULT_GPU, 1 GPU, the documented overheads. */

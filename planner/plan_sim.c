@@ -190,6 +190,7 @@ struct SimPrep {
     double opt_s, ds_ag_s, ds_ag_pay;
     int root_again;      /* ZeRO-3 (memplan's engine): the root unit is gathered again for backward */
     double steal;        /* compute seconds lost per second of overlapping collective (CPU ranks) */
+    double issue_s;      /* compute seconds per collective issued to overlap (CPU ranks) */
     double off_d2h_s;    /* CPU offload of optimizer state: gradient copy per copy, overlapping backward */
     double off_copies;   /* gradient copies per optimizer step (K or 1) */
     int ddp, ds, reduce_every_micro;
@@ -217,6 +218,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     if (P->rate <= 0) P->rate = c->gpu.peak_tflops[PEAK_FP32] * 1e12 * c->mfu;
     double mem_bw = c->gpu.mem_bw > 0 ? c->gpu.mem_bw * 1e9 : INFINITY;   /* elementwise passes */
     P->steal = c->comm_steal > 0 ? c->comm_steal : 0;
+    P->issue_s = c->coll_issue_s > 0 ? c->coll_issue_s : 0;
     int64_t N = c->gpus, n = P->z.n;
     int multi = plan_cluster_nodes(c) > 1, crosses = P->s->group_node ? 0 : multi;
     int sharded = N > 1 && (P->s->shard & SHARD_PARAM);
@@ -351,6 +353,13 @@ typedef struct {
     double fwd_c, bwd_c;      /* compute seconds (stretched by steal) */
 } Micro;
 
+/* A collective issued to run behind compute costs the issuing rank's compute this much (CPU
+ * ranks: the hand-over to the progress thread and its wake-up; 0 unless measured). */
+static double issue_cost(const SimPrep *P, double t, double *acc) {
+    *acc += P->issue_s;
+    return t + P->issue_s;
+}
+
 /* A compute op on the compute stream from t: recorded, counted, its end returned. */
 static double compute(Run *R, Stream *cs, const char *what, const char *layer, double t, double dur, double *acc) {
     double end = compute_end(cs, R->P->steal, t, dur);
@@ -374,8 +383,10 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
     double issue = t;        /* unit i's gather is issued when unit i-1's compute starts */
     for (int i = 0; i < L; i++) {
         double ready = i == 0 ? root_ready : t;
-        if (P->ag_fwd[i] > 0)
+        if (P->ag_fwd[i] > 0) {
             ready = comm_issue(cs, rc, issue, P->ag_fwd[i], "all_gather", m->layers[i].name, P->ag_pay[i]);
+            t = issue_cost(P, t, &mo->fwd_c);
+        }
         if (ready > t) t = ready;
         if (root_ready > t) t = root_ready;
         issue = t;
@@ -394,6 +405,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
         const char *name = m->layers[i].name;
         if (P->ag_bwd[i] > 0) {
             double ready = comm_issue(cs, rc, issue, P->ag_bwd[i], "all_gather", name, P->ag_pay[i]);
+            t = issue_cost(P, t, &mo->bwd_c);
             if (ready > t) t = ready;
         }
         issue = t;
@@ -403,6 +415,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
         if (P->rs[i] > 0) {
             comm_issue(cs, rc, t, P->rs[i], "reduce_scatter", name, P->rs_pay[i]);
             if (P->ar_h[i] > 0) comm_issue(cs, rc, t, P->ar_h[i], "all_reduce", name, P->arh_pay[i]);
+            t = issue_cost(P, t, &mo->bwd_c);
         }
         if (buckets && P->gbytes[i] > 0) {      /* buckets fill in gradient-ready order */
             bucket += P->gbytes[i];
@@ -410,6 +423,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
                 PlanCollOp op = P->ar_buckets ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
                 comm_issue(cs, rc, t, plan_coll_seconds(P->c, op, bucket, P->c->gpus, plan_cluster_nodes(P->c) > 1),
                            P->ar_buckets ? "all_reduce" : "reduce_scatter", "bucket", bucket);
+                t = issue_cost(P, t, &mo->bwd_c);
                 bucket = 0;
                 if (P->ddp) cap = P->ddp_cap;
             }
@@ -418,11 +432,13 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
     if (P->root_rs_s > 0) {
         comm_issue(cs, rc, t, P->root_rs_s, "reduce_scatter", "root", P->root_rs_pay);
         if (P->root_ar_s > 0) comm_issue(cs, rc, t, P->root_ar_s, "all_reduce", "root", P->root_ar_pay);
+        t = issue_cost(P, t, &mo->bwd_c);
     }
     if (buckets && bucket > 0) {
         PlanCollOp op = P->ar_buckets ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
         comm_issue(cs, rc, t, plan_coll_seconds(P->c, op, bucket, P->c->gpus, plan_cluster_nodes(P->c) > 1),
                    P->ar_buckets ? "all_reduce" : "reduce_scatter", "bucket", bucket);
+        t = issue_cost(P, t, &mo->bwd_c);
     }
     double end = t > cs->free_at ? t : cs->free_at;
     mo->bwd += end - t_bwd;
