@@ -48,6 +48,7 @@ static double median(double *v, int n)
 #define WINDOW_S 0.1      /* the optimizer's kernel is timed for at least this long */
 #define STEP_WINDOW_S 0.3 /* the step's GEMMs and elementwise kernels: at least this long */
 #define GEMM_SLICE_FLOPS 4e9   /* larger products are timed on a slice */
+#define MAX_ROUNDS 512
 
 /* ---- the step's linear-layer GEMMs ---- */
 
@@ -277,10 +278,11 @@ static double head_elementwise(Step *s, const ExecKernels *kt)
 
 /* ---- the collectives ---- */
 
-/* one collective of k over count floats per rank block (all-reduce: the whole buffer); mean */
+/* one collective of k over count floats per rank block (all-reduce: the whole buffer): the
+   median of reps (at most REPS) after a warm-up call */
 static double time_coll(Comm *c, int k, float *buf, float *out, size_t count, int reps)
 {
-    double sum = 0;
+    double t[REPS];
     for (int r = -1; r < reps; r++) {
         comm_barrier(c);
         double t0 = now_s();
@@ -288,9 +290,9 @@ static double time_coll(Comm *c, int k, float *buf, float *out, size_t count, in
                : k == DESC_RS ? comm_reduce_scatter(c, buf, out, count, DT_F32, NULL)
                               : comm_all_gather(c, buf, out, count, DT_F32, NULL);
         if (rc) return -1;
-        if (r >= 0) sum += now_s() - t0;   /* the mean: descheduled calls count, as in a run */
+        if (r >= 0) t[r] = now_s() - t0;
     }
-    return sum / reps;
+    return median(t, reps);
 }
 
 /* ---- the description ---- */
@@ -338,7 +340,7 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     float *mem = calloc(need, sizeof *mem);
     Step sp;
     int bad = !mem || step_alloc(&sp, st) != 0;
-    double lin_flops = 0, lin_s = 0, att_flops = 0, att_s = 0, blk_bytes = 0, blk_s = 0, head_bytes = 0, head_s = 0;
+    double lin_flops = 0, lin_s = 0, att_s = 0, blk_s = 0, head_s = 0;
     if (!bad) {
         for (size_t i = 0; i < need; i++) mem[i] = (float)(i % 13) * 0.01f;
         /* The step replayed in rounds until STEP_WINDOW_S has passed (the first round warms up
@@ -347,49 +349,59 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
            calls take their operands from the next of `sets` copies, beyond the L2 cache, as a
            step's operands come), one layer's attention products, one block's and the head's
            elementwise kernels. Weighted as the step makes them: L layers, one head. */
-        double t_sh[MAX_GEMMS] = {0}, scale[MAX_GEMMS];
-        int calls[MAX_GEMMS] = {0}, turn = 0, rounds = 0;
+        double scale[MAX_GEMMS], att_fl = 0, blk_by = 0, head_by = 0;
+        double *lin_r = calloc(MAX_ROUNDS, sizeof(double)), *att_r = calloc(MAX_ROUNDS, sizeof(double));
+        double *blk_r = calloc(MAX_ROUNDS, sizeof(double)), *head_r = calloc(MAX_ROUNDS, sizeof(double));
+        int turn = 0, rounds = 0;
+        bad = !lin_r || !att_r || !blk_r || !head_r;
         for (int i = 0; i < ng; i++) sl[i] = gm[i], scale[i] = slice_gemm(&sl[i]);
-        comm_barrier(c);
-        double t0 = now_s();
-        for (; rounds < 2 || now_s() - t0 < STEP_WINDOW_S; rounds++) {
-            if (rounds == 1) {
-                memset(t_sh, 0, sizeof t_sh);
-                memset(calls, 0, sizeof calls);
-                att_flops = att_s = blk_bytes = blk_s = head_bytes = head_s = 0;
-                t0 = now_s();
-            }
-            for (int i = 0; i < ng; i++) {
-                double t1 = now_s(), t2;
-                do {
-                    float *a = mem + (size_t)(turn++ % sets) * set;
-                    run_gemm(&sl[i], a, a + ga, a + ga + gb);
-                    calls[i]++;
-                } while ((t2 = now_s()) - t1 < 0.001);
-                t_sh[i] += t2 - t1;
-            }
-            Block *k = &sp.blk[rounds % BLOCK_COPIES];
-            double t1 = now_s();
-            att_flops += attention_gemms(&sp, k);
-            double t2 = now_s();
-            blk_bytes += block_elementwise(&sp, kt, k);
-            double t3 = now_s();
-            head_bytes += head_elementwise(&sp, kt);
-            double t4 = now_s();
-            att_s += t2 - t1, blk_s += t3 - t2, head_s += t4 - t3;
-        }
         for (int i = 0; i < ng; i++) {
-            lin_s += gm[i].count * t_sh[i] / calls[i] * scale[i];
             lin_flops += 2.0 * gm[i].M * gm[i].N * gm[i].K * gm[i].count;
             d->gemm_calls += gm[i].count;
         }
-        /* per step: L layers of attention and blocks, the head once (rounds - 1 counted) */
-        double cnt = rounds - 1, secs = lin_s + L * att_s / cnt, msecs = L * blk_s / cnt + head_s / cnt;
-        bad = max_over(c, &secs) || max_over(c, &msecs);
-        d->gemm_flops = (lin_flops + L * att_flops / cnt) / secs;
+        comm_barrier(c);
+        double t0 = now_s();
+        for (int r = -1; !bad && r < MAX_ROUNDS && (r < 1 || now_s() - t0 < STEP_WINDOW_S); r++) {
+            if (r == 0) t0 = now_s();   /* round -1 warms up */
+            double lin = 0;
+            for (int i = 0; i < ng; i++) {
+                double t1 = now_s(), t2;
+                int calls = 0;
+                do {
+                    float *a = mem + (size_t)(turn++ % sets) * set;
+                    run_gemm(&sl[i], a, a + ga, a + ga + gb);
+                    calls++;
+                } while ((t2 = now_s()) - t1 < 0.001);
+                lin += gm[i].count * (t2 - t1) / calls * scale[i];
+            }
+            Block *k = &sp.blk[(r + 2) % BLOCK_COPIES];
+            double t1 = now_s();
+            att_fl = attention_gemms(&sp, k);
+            double t2 = now_s();
+            blk_by = block_elementwise(&sp, kt, k);
+            double t3 = now_s();
+            head_by = head_elementwise(&sp, kt);
+            double t4 = now_s();
+            if (r < 0) continue;
+            lin_r[r] = lin, att_r[r] = t2 - t1, blk_r[r] = t3 - t2, head_r[r] = t4 - t3;
+            rounds = r + 1;
+        }
+        /* per step, the median round (a burst of other work hits a few): L layers of attention
+           and of blocks, the head once */
+        if (!bad) {
+            lin_s = median(lin_r, rounds), att_s = median(att_r, rounds);
+            blk_s = median(blk_r, rounds), head_s = median(head_r, rounds);
+        }
+        free(lin_r);
+        free(att_r);
+        free(blk_r);
+        free(head_r);
+        double secs = lin_s + L * att_s, msecs = L * blk_s + head_s;
+        bad = bad || max_over(c, &secs) || max_over(c, &msecs);
+        d->gemm_flops = (lin_flops + L * att_fl) / secs;
+        d->mem_bw = (L * blk_by + head_by) / msecs;
         int blocks = (st->T + KERN_FAST_ATT_BLOCK - 1) / KERN_FAST_ATT_BLOCK;
         d->gemm_calls += L * st->B * m->n_head * blocks * 6.0;   /* the attention's products */
-        d->mem_bw = (L * blk_bytes + head_bytes) / cnt / msecs;
     }
     double opt_s = 0;
     int opt_calls = 0;
@@ -399,12 +411,13 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
         memset(mm, 0, 2 * opt * sizeof *mm);
         comm_barrier(c);
         kt->adamw_update(p, g, mm, vv, 0, opt, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, NULL);
-        double t0 = now_s();
-        do {
+        double t0 = now_s(), call[MAX_ROUNDS];
+        do {   /* the median call */
+            double t1 = now_s();
             kt->adamw_update(p, g, mm, vv, 0, opt, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 2 + opt_calls, NULL);
-            opt_calls++;
-        } while ((opt_s = now_s() - t0) < WINDOW_S || opt_calls < 3);
-        opt_s /= opt_calls;
+            call[opt_calls++] = now_s() - t1;
+        } while (opt_calls < MAX_ROUNDS && (now_s() - t0 < WINDOW_S || opt_calls < 3));
+        opt_s = median(call, opt_calls);
         bad = max_over(c, &opt_s);
         d->opt_bw = 28.0 * (double)opt / opt_s;
     }

@@ -8,7 +8,8 @@
  * On the CPU every rank measures at once, with the run's BLAS threads (the ranks share the cores
  * during the run too), and the slowest rank's figure is kept (a collective waits for it). The
  * compute figures come from the step itself, replayed in rounds for at least 0.3 s (the first
- * round warms up), so that a burst of other work on a shared machine falls on the whole mix:
+ * round warms up); each part's median round counts, so that a burst of other work on a shared
+ * machine, which hits a few rounds, does not (the collectives, the optimizer: medians too):
  *   gemm_flops  the step's GEMMs: every linear layer's forward, input-gradient and
  *               weight-gradient product (the LM head's too) as cblas_sgemm in the engine's
  *               orientation, each timed for at least 1 ms with operands taken from the next of
