@@ -31,6 +31,24 @@ static int max_over(Comm *c, double *v)
     return rc;
 }
 
+/* Compute seconds over ranks: the slowest rank's when every rank has a core of its own (the
+ * others wait for it at the next collective), the mean when the node's ranks outnumber its cores
+ * (they share the cores as one pool: a rank that waits yields its share to the others). */
+static int compute_over(Comm *c, double *v)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1 || comm_local_size(c) <= cores) return max_over(c, v);
+    int n = comm_size(c);
+    double *all = calloc((size_t)n, sizeof *all);
+    if (!all) return -1;
+    int rc = comm_all_gather(c, v, all, 1, DT_F64, NULL);
+    double sum = 0;
+    for (int r = 0; rc == 0 && r < n; r++) sum += all[r];
+    if (rc == 0) *v = sum / n;
+    free(all);
+    return rc;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -397,7 +415,7 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
         free(blk_r);
         free(head_r);
         double secs = lin_s + L * att_s, msecs = L * blk_s + head_s;
-        bad = bad || max_over(c, &secs) || max_over(c, &msecs);
+        bad = bad || compute_over(c, &secs) || compute_over(c, &msecs);
         d->gemm_flops = (lin_flops + L * att_fl) / secs;
         d->mem_bw = (L * blk_by + head_by) / msecs;
         int blocks = (st->T + KERN_FAST_ATT_BLOCK - 1) / KERN_FAST_ATT_BLOCK;
@@ -418,7 +436,7 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
             call[opt_calls++] = now_s() - t1;
         } while (opt_calls < MAX_ROUNDS && (now_s() - t0 < WINDOW_S || opt_calls < 3));
         opt_s = median(call, opt_calls);
-        bad = max_over(c, &opt_s);
+        bad = compute_over(c, &opt_s);
         d->opt_bw = 28.0 * (double)opt / opt_s;
     }
     /* collectives: bus factor per collective, ring steps */

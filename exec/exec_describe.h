@@ -6,7 +6,9 @@
  * step times. docs/validation.md "Time rows in validate".
  *
  * On the CPU every rank measures at once, with the run's BLAS threads (the ranks share the cores
- * during the run too), and the slowest rank's figure is kept (a collective waits for it). The
+ * during the run too). Of the compute figures the slowest rank's is kept (a collective waits for
+ * it), or the ranks' mean where they outnumber the node's cores (they share the cores as one
+ * pool: a rank that waits yields its share); of the collectives the slowest rank's. The
  * compute figures come from the step itself, replayed in rounds for at least 0.3 s (the first
  * round warms up); each part's median round counts, so that a burst of other work on a shared
  * machine, which hits a few rounds, does not (the collectives, the optimizer: medians too):
