@@ -357,6 +357,7 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     if (2 * big + gemm_a(&mlp) + gemm_b(&mlp) + gemm_c(&mlp) > need) need = 2 * big + gemm_a(&mlp) + gemm_b(&mlp) + gemm_c(&mlp);
     float *mem = calloc(need, sizeof *mem);
     Step sp;
+    memset(&sp, 0, sizeof sp);
     int bad = !mem || step_alloc(&sp, st) != 0;
     double lin_flops = 0, lin_s = 0, att_s = 0, blk_s = 0, head_s = 0;
     if (!bad) {
