@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "plan_comm.h"
 #include "plan_sim.h"
 
 void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c)
@@ -11,18 +12,30 @@ void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c)
     for (int i = 0; i < 3; i++) c->gpu.peak_tflops[i] = d->gemm_flops / 1e12;
     c->mfu = 1.0;
     c->gpu.mem_bw = d->mem_bw / 1e9;
+    c->opt_bw = d->opt_bw / 1e9;
     c->gpu.intra_bw = c->gpu.inter_bw = d->bw / 1e9;
     c->gpu.intra_lat = c->gpu.inter_lat = d->alpha_s;
-    c->coll_base_lat = 0;   /* the fit has one latency per ring step and no base */
+    static const int OP[DESC_NCOLL] = {[DESC_AR] = PCOLL_ALL_REDUCE, [DESC_RS] = PCOLL_REDUCE_SCATTER,
+                                       [DESC_AG] = PCOLL_ALL_GATHER};
+    for (int k = 0; k < DESC_NCOLL; k++) {
+        c->coll_bw[OP[k]] = d->coll_bw[k] / 1e9;
+        c->coll_lat[OP[k]] = d->coll_alpha_s[k] > 0 ? d->coll_alpha_s[k] : 1e-12;   /* 0 would mean "the link's" */
+    }
+    c->coll_base_lat = d->sync_s;   /* per collective: ranks arriving from compute */
+    c->comm_steal = d->steal;
+    c->coll_issue_s = d->issue_s;
 }
 
-void cli_time_print_desc(FILE *f, const DeviceDesc *d)
+void cli_time_print_desc(FILE *f, const char *strategy, const DeviceDesc *d)
 {
-    fprintf(f, "# device description (%s, %d ranks measured together, slowest rank): GEMM %.1f GFLOP/s, memory %.2f GB/s "
-               "(read + write)", d->kind, d->ranks, d->gemm_flops / 1e9, d->mem_bw / 1e9);
+    fprintf(f, "# device description for %s (%s, %d ranks measured together, mean of before and after the run, %.2f s): GEMM %.1f GFLOP/s "
+               "(the step's %.0f calls), elementwise %.2f GB/s, optimizer %.2f GB/s (read + write)",
+            strategy, d->kind, d->ranks, d->seconds, d->gemm_flops / 1e9, d->gemm_calls, d->mem_bw / 1e9,
+            d->opt_bw / 1e9);
     for (int k = 0; k < DESC_NCOLL; k++)
         fprintf(f, "; %s %.1f us/step %.2f GB/s", exec_describe_coll_name(k), d->coll_alpha_s[k] * 1e6, d->coll_bw[k] / 1e9);
-    fprintf(f, " (bus, decimal)\n");
+    fprintf(f, " (bus, decimal); among computing ranks: %.0f us per collective, steal %.2f, %.0f us per collective issued "
+               "behind compute\n", d->sync_s * 1e6, d->steal, d->issue_s * 1e6);
 }
 
 cJSON *cli_time_desc_json(const DeviceDesc *d)
@@ -31,12 +44,18 @@ cJSON *cli_time_desc_json(const DeviceDesc *d)
     cJSON_AddStringToObject(j, "kind", d->kind);
     cJSON_AddNumberToObject(j, "ranks", d->ranks);
     cJSON_AddNumberToObject(j, "gemm_flops", d->gemm_flops);
+    cJSON_AddNumberToObject(j, "gemm_calls", d->gemm_calls);
     cJSON_AddNumberToObject(j, "mem_bw_bytes_per_s", d->mem_bw);
+    cJSON_AddNumberToObject(j, "opt_bw_bytes_per_s", d->opt_bw);
     for (int k = 0; k < DESC_NCOLL; k++) {
         cJSON *c = cJSON_AddObjectToObject(j, exec_describe_coll_name(k));
         cJSON_AddNumberToObject(c, "alpha_s_per_step", d->coll_alpha_s[k]);
         cJSON_AddNumberToObject(c, "busbw_bytes_per_s", d->coll_bw[k]);
     }
+    cJSON_AddNumberToObject(j, "sync_s_per_collective", d->sync_s);
+    cJSON_AddNumberToObject(j, "steal", d->steal);
+    cJSON_AddNumberToObject(j, "issue_s_per_collective", d->issue_s);
+    cJSON_AddNumberToObject(j, "seconds", d->seconds);
     return j;
 }
 
@@ -52,31 +71,25 @@ int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *
                   StrategyKind k, const ExecRunResult *r, int K, cJSON *o)
 {
     SimResult s;
-    if (plan_sim(m, t, c, k, 1, &s) != 0) {
+    if (plan_sim(m, t, c, k, 0, &s) != 0) {
         fprintf(f, "# %s: the time simulation ran out of memory\n", sn);
         plan_sim_free(&s);
         return 0;
     }
-    /* compute per lane from the recorded ops: the last micro-step is recorded, the earlier
-       (identical) ones are in the totals */
-    double fwd = 0, bwd = 0;
-    for (int i = 0; i < s.n_ops; i++) {
-        const SimOp *op = &s.ops[i];
-        if (op->lane != LANE_COMPUTE) continue;
-        if (strncmp(op->name, "fwd ", 4) == 0) fwd += op->dur;
-        else if (strncmp(op->name, "bwd ", 4) == 0) bwd += op->dur;
-    }
-    double A = (double)t->grad_accum, opt = s.compute_s - A * (fwd + bwd);
     int steps = K > 1 ? K - 1 : 1;
+    double wait = phase_s(r, "comm_wait", steps);
+    /* like with like: a phase is its wall time, compute and the waits inside it, on both sides;
+       compute is the step without the waits */
     struct {
         const char *name, *note;
         double pred, meas;
     } rows[] = {
-        {"step", "steady step, wall", s.step_s, r->steady_ms / 1e3},
-        {"forward", "compute; measured incl. waits", A * fwd, phase_s(r, "forward", steps)},
-        {"backward", "compute; measured incl. waits", A * bwd, phase_s(r, "backward", steps)},
-        {"optimizer", "measured incl. waits", opt, phase_s(r, "optimizer", steps)},
-        {"exposed_comm", "measured: comm_wait", s.exposed_comm_s, phase_s(r, "comm_wait", steps)},
+        {"step", "wall, steps 2..K", s.step_s, r->steady_ms / 1e3},
+        {"forward", "wall: compute + waits", s.fwd_s, phase_s(r, "forward", steps)},
+        {"backward", "wall: compute + waits", s.bwd_s, phase_s(r, "backward", steps)},
+        {"optimizer", "wall: compute + waits", s.opt_s, phase_s(r, "optimizer", steps)},
+        {"compute", "step phase - waits", s.compute_s, phase_s(r, "step", steps) - wait},
+        {"exposed_comm", "waits (comm_wait)", s.exposed_comm_s, wait},
     };
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "strategy", "time", "predicted", "measured", "rel_err", "check");
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "-", "-", "ms/step", "ms/step", "%", "-");
@@ -98,6 +111,7 @@ int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *
                 check);
         cJSON *q = cJSON_CreateObject();
         cJSON_AddStringToObject(q, "quantity", rows[i].name);
+        cJSON_AddStringToObject(q, "includes", rows[i].note);
         cJSON_AddNumberToObject(q, "predicted_ms", rows[i].pred * 1e3);
         cJSON_AddNumberToObject(q, "measured_ms", rows[i].meas * 1e3);
         cJSON_AddItemToArray(arr, q);

@@ -16,14 +16,16 @@
 
 #define CLI_TIME_TOLERANCE 0.15   /* the step-time target of issue 13 */
 
-/* The cluster's compute rate (peak fp32 = the GEMM rate, mfu 1), memory bandwidth and link
- * (one latency per ring step and one bus bandwidth: the three collectives averaged) from d. */
+/* The cluster from d: peak fp32 = the GEMM rate (mfu 1), memory bandwidth = the elementwise
+ * passes', the optimizer's rate, per collective its bus bandwidth and latency per ring step, the
+ * collective's cost among computing ranks as the base latency, and the steal factor. */
 void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c);
-void cli_time_print_desc(FILE *f, const DeviceDesc *d);
+void cli_time_print_desc(FILE *f, const char *strategy, const DeviceDesc *d);
 cJSON *cli_time_desc_json(const DeviceDesc *d);
 
-/* Rows step, forward, backward, optimizer, exposed_comm for one strategy, predicted vs measured
- * (ms per optimizer step); adds "time" to o. Returns 1 when the step time is within
+/* Rows step, forward, backward, optimizer (phase walls: compute and the waits inside), compute
+ * (the step without its waits) and exposed_comm (the waits) for one strategy, predicted vs
+ * measured (ms per optimizer step); adds "time" to o. Returns 1 when the step time is within
  * CLI_TIME_TOLERANCE, 0 otherwise (reported, not a validate failure: see the docs). */
 int cli_time_rows(FILE *f, const char *strategy, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                   StrategyKind k, const ExecRunResult *r, int steps, cJSON *o);

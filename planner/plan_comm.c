@@ -58,6 +58,9 @@ double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, in
                          int crosses_nodes) {
     if (group <= 1) return 0;
     double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
+    double hop = c->gpu.intra_lat;
+    if (op >= 0 && op < 4 && c->coll_bw[op] > 0) bw = c->coll_bw[op] * 1e9;   /* a measured description */
+    if (op >= 0 && op < 4 && c->coll_lat[op] > 0) hop = c->coll_lat[op];
     /* NCCL's latency model (tuning.cc): base + intra-node hops + inter-node hops, where a ring
        over `nodes` nodes crosses the network 2(nodes-1) times for an all-reduce, nodes-1 times
        otherwise */
@@ -67,7 +70,7 @@ double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, in
         inter = op == PCOLL_ALL_REDUCE ? 2 * (nodes - 1) : nodes - 1;
         if (inter > steps) inter = steps;
     }
-    double lat = c->coll_base_lat + (steps - inter) * c->gpu.intra_lat + inter * c->gpu.inter_lat;
+    double lat = c->coll_base_lat + (steps - inter) * hop + inter * c->gpu.inter_lat;
     return lat + payload * plan_coll_factor(op, group) / bw;
 }
 

@@ -45,6 +45,16 @@ typedef struct {
     double mfu;              /* achieved fraction of peak FLOP/s */
     double coll_base_lat;    /* seconds every collective costs before its hops (launch, sync) */
     double host_mem;         /* bytes of host memory per node; 0 = preset per GPU x GPUs per node */
+    /* A measured device description (memplan validate on CPU ranks: exec/exec_describe.h) where
+       the preset's single figures do not describe the device; 0 = the preset's. docs/formulas.md
+       "Time". */
+    double opt_bw;           /* GB/s the optimizer step achieves, bytes read + written */
+    double coll_bw[4];       /* GB/s bus bandwidth per collective (PlanCollOp order) */
+    double coll_lat[4];      /* seconds per ring step per collective */
+    double comm_steal;       /* compute seconds a rank loses per second of collective that runs
+                                while it computes (CPU ranks: the cores do the copies) */
+    double coll_issue_s;     /* compute seconds a rank spends per collective it issues to run
+                                behind compute (CPU ranks: the hand-over to a progress thread) */
 } ClusterSpec;
 
 /* Defaults: PLAN_DEFAULT_GPU, 1 GPU, the documented overheads. */

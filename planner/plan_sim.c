@@ -14,20 +14,92 @@ static int is_transformer(const ModelSpec *m) {
     return m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
 }
 
+double plan_attn_keys_per_query(const TrainSpec *t, double s) {
+    if (t->impl != IMPL_ENGINE || s <= 0) return s;
+    double sum = 0;   /* query rows [r0, r1) see keys 0 .. r1-1 */
+    for (double r0 = 0; r0 < s; r0 += PLAN_ENGINE_ATT_BLOCK) {
+        double r1 = fmin(r0 + PLAN_ENGINE_ATT_BLOCK, s);
+        sum += (r1 - r0) * r1;
+    }
+    return sum / s;
+}
+
+static double seq_of(const ModelSpec *m, const TrainSpec *t) {
+    return (double)(t->seq > 0 ? t->seq : (m->max_seq > 0 ? m->max_seq : 1));
+}
+
 double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t) {
     const LayerSpec *l = &m->layers[i];
     double b = (double)t->micro_batch;
-    double s = (double)(t->seq > 0 ? t->seq : (m->max_seq > 0 ? m->max_seq : 1));
+    double s = seq_of(m, t);
     if (l->fwd_flops > 0) return l->fwd_flops * b * plan_cnn_area_scale(m, t->seq);   /* CNN, per sample */
     if (!is_transformer(m)) return 2.0 * (double)l->params * b * s;
     double h = (double)m->d_model, attn = (double)m->n_head * (double)m->d_head;
     switch (l->kind) {
-    /* 2 FLOPs per weight per token, + QK^T and AV: 2 x 2 s d per token (full, not halved) */
-    case LAYER_BLOCK: return b * s * (2.0 * (double)l->params + 4.0 * s * attn);
+    /* 2 FLOPs per weight per token, + QK^T and AV: 2 x 2 x keys x d per token (PyTorch: every
+       key, the mask applied after; the engine: the keys its causal blocks compute) */
+    case LAYER_BLOCK: return b * s * (2.0 * (double)l->params + 4.0 * plan_attn_keys_per_query(t, s) * attn);
     case LAYER_HEAD: return b * s * 2.0 * h * (double)m->vocab + 2.0 * (double)l->params * b * s;
     case LAYER_LINEAR: return 2.0 * (double)l->params * b;
     default: return 0;                                         /* lookups, norms: memory-bound */
     }
+}
+
+/* Elements of a transformer block's weight matrices and norms; the rest of its parameters are
+   the linear layers' biases, one element per output feature of a biased linear. */
+static double block_bias_elems(const ModelSpec *m, const LayerSpec *l) {
+    double h = (double)m->d_model, dh = (double)m->d_head, f = (double)m->d_ff;
+    double q = (double)m->n_head * dh, kv = (double)(m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * dh;
+    double mats = h * (q + 2 * kv) + q * h + (m->mlp == MLP_SWIGLU ? 3 : 2) * h * f;
+    double norms = (m->norm == NORM_RMSNORM ? 2 : 4) * h;
+    double rest = (double)l->params - mats - norms;
+    return rest > 0 ? rest : 0;
+}
+
+void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double *fwd, double *bwd) {
+    *fwd = *bwd = 0;
+    const LayerSpec *l = &m->layers[i];
+    if (!is_transformer(m)) return;   /* CNN and generic layers: FLOPs only */
+    const PrecisionSpec *p = plan_precision(t->precision);
+    int eng = t->impl == IMPL_ENGINE;
+    double X = eng ? 4 : p->act_bytes;   /* the engine runs in fp32 */
+    double b = (double)t->micro_batch, s = seq_of(m, t), n = b * s;   /* tokens */
+    double h = (double)m->d_model, dh = (double)m->d_head, f = (double)m->d_ff, V = (double)m->vocab;
+    double q = (double)m->n_head * dh, kv = (double)(m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * dh;
+    double fe = 0, be = 0;   /* elements per token */
+    switch (l->kind) {
+    case LAYER_BLOCK: {
+        int gated = m->mlp == MLP_SWIGLU;
+        double bias = block_bias_elems(m, l);
+        double scores = t->attn == ATTN_SDPA ? 0 : b * (double)m->n_head * s * s / n;   /* per token */
+        /* forward: two norms (read x, write y), softmax over the scores (read, write), the MLP
+           activation (read, write; SwiGLU reads gate and up), two residual adds (read 2, write 1) */
+        fe = 2 * (2 * h) + 2 * scores + (gated ? 3 : 2) * f + 2 * (3 * h);
+        /* backward: norms (read dy, x; write dx), softmax (read p, dp; write ds), activation
+           (read x, dy; write dx; SwiGLU: read gate, up, dy; write both), the bias gradients (read
+           dy of each biased linear) */
+        be = 2 * (3 * h) + 3 * scores + (gated ? 5 : 3) * f + bias;
+        if (eng)   /* the engine's own passes: bias rows copied into each biased output before its GEMM,
+                      gradients accumulated in place (norms, GELU: +1 read), scratch zeroed before
+                      accumulation (dfch_gelu, dfch, 3 x dbtc, dqkv) */
+            fe += bias, be += 2 * h + f + (2 * f + 3 * h + q + 2 * kv);
+        else       /* autograd sums the two branches into the residual stream's gradient */
+            be += 2 * (3 * h);
+        break;
+    }
+    case LAYER_NORM: fe = 2 * h; be = 3 * h + (eng ? h : 0); break;
+    case LAYER_EMBED:   /* gather token rows (+ positions), write; backward scatter-adds */
+        fe = 3 * h; be = 5 * h; break;
+    case LAYER_HEAD:
+        if (m->headless) break;
+        /* softmax + cross-entropy over the vocabulary: read logits, write probabilities; backward:
+           read them, write dlogits (the engine zeroes dlogits first) */
+        fe = 2 * V; be = 2 * V + (eng ? V : 0);
+        break;
+    default: break;
+    }
+    *fwd = fe * n * X;
+    *bwd = be * n * X;
 }
 
 typedef struct {
@@ -55,9 +127,13 @@ static void rec_op(Rec *rc, const char *name, const char *layer, SimLane lane, d
     o->bytes = bytes;
 }
 
-/* The communication stream: FIFO, one collective at a time. */
+/* The communication stream: FIFO, one collective at a time. With a steal factor (CPU ranks)
+ * its busy intervals are kept, so that compute overlapping them can be slowed. */
 typedef struct {
     double free_at, busy;
+    double *iv;          /* [start, end) pairs in issue order (only when stealing) */
+    int n_iv, cap_iv, first;
+    int keep, oom;
 } Stream;
 
 static double comm_issue(Stream *cs, Rec *rc, double issue, double dur, const char *what,
@@ -65,8 +141,33 @@ static double comm_issue(Stream *cs, Rec *rc, double issue, double dur, const ch
     double start = fmax(issue, cs->free_at);
     cs->free_at = start + dur;
     cs->busy += dur;
+    if (cs->keep && dur > 0) {
+        if (cs->n_iv == cs->cap_iv) {
+            int cap = cs->cap_iv ? 2 * cs->cap_iv : 64;
+            double *q = realloc(cs->iv, (size_t)cap * 2 * sizeof(*q));
+            if (!q) cs->oom = 1;
+            else { cs->iv = q; cs->cap_iv = cap; }
+        }
+        if (cs->n_iv < cs->cap_iv) {
+            cs->iv[2 * cs->n_iv] = start;
+            cs->iv[2 * cs->n_iv + 1] = start + dur;
+            cs->n_iv++;
+        }
+    }
     rec_op(rc, what, layer, LANE_COMM, start, dur, bytes);
     return cs->free_at;
+}
+
+/* A compute op of dur seconds from t: its duration, stretched by steal x the collective time it
+ * overlaps (compute only moves forward, so intervals that ended before t are skipped for good).
+ * Without steal it is dur itself, so compute sums do not depend on where the op starts. */
+static double compute_dur(Stream *cs, double steal, double t, double dur) {
+    if (!cs->keep || steal <= 0) return dur;
+    double end = t + dur, ov = 0;
+    while (cs->first < cs->n_iv && cs->iv[2 * cs->first + 1] <= t) cs->first++;
+    for (int k = cs->first; k < cs->n_iv && cs->iv[2 * k] < end; k++)
+        ov += fmin(end, cs->iv[2 * k + 1]) - fmax(t, cs->iv[2 * k]);
+    return dur + steal * ov;
 }
 
 /* Everything of a setup that does not depend on the micro-batch or the accumulation, per
@@ -81,13 +182,16 @@ struct SimPrep {
     double rate;
     int L;
     double *f1;          /* forward seconds per sample */
-    double *bwd_mult;    /* backward = bwd_mult x forward (2, or 3 with recomputation) */
+    double *b1;          /* backward seconds per sample (2 x the FLOPs, 3 x with recomputation) */
     double *ag_fwd, *ag_bwd, *rs, *ar_h;   /* per-layer collective seconds (0 = none) */
     double *bn_ag, *bn_ar;
     double *gbytes;      /* gradient bytes of the layer (bucket filling) */
     double *ag_pay, *rs_pay, *arh_pay, *bnag_pay, *bnar_pay;
     double bcast_s, bcast_pay, root_ag_s, root_ag_pay, root_rs_s, root_rs_pay, root_ar_s, root_ar_pay;
     double opt_s, ds_ag_s, ds_ag_pay;
+    int root_again;      /* ZeRO-3 (memplan's engine): the root unit is gathered again for backward */
+    double steal;        /* compute seconds lost per second of overlapping collective (CPU ranks) */
+    double issue_s;      /* compute seconds per collective issued to overlap (CPU ranks) */
     double off_d2h_s;    /* CPU offload of optimizer state: gradient copy per copy, overlapping backward */
     double off_copies;   /* gradient copies per optimizer step (K or 1) */
     int ddp, ds, reduce_every_micro;
@@ -105,7 +209,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     double *block = calloc((size_t)(14 * (L > 0 ? L : 1)), sizeof(double));
     if (!block) { free(P); return NULL; }
     P->f1 = block;
-    P->bwd_mult = block + L; P->ag_fwd = block + 2 * L; P->ag_bwd = block + 3 * L;
+    P->b1 = block + L; P->ag_fwd = block + 2 * L; P->ag_bwd = block + 3 * L;
     P->rs = block + 4 * L; P->ar_h = block + 5 * L; P->bn_ag = block + 6 * L; P->bn_ar = block + 7 * L;
     P->gbytes = block + 8 * L; P->ag_pay = block + 9 * L; P->rs_pay = block + 10 * L;
     P->arh_pay = block + 11 * L; P->bnag_pay = block + 12 * L; P->bnar_pay = block + 13 * L;
@@ -114,6 +218,9 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     plan_memory_sizes(m, t, c, k, &P->z);
     P->rate = c->gpu.peak_tflops[p->peak] * 1e12 * c->mfu;
     if (P->rate <= 0) P->rate = c->gpu.peak_tflops[PEAK_FP32] * 1e12 * c->mfu;
+    double mem_bw = c->gpu.mem_bw > 0 ? c->gpu.mem_bw * 1e9 : INFINITY;   /* elementwise passes */
+    P->steal = c->comm_steal > 0 ? c->comm_steal : 0;
+    P->issue_s = c->coll_issue_s > 0 ? c->coll_issue_s : 0;
     int64_t N = c->gpus, n = P->z.n;
     int multi = plan_cluster_nodes(c) > 1, crosses = P->s->group_node ? 0 : multi;
     int sharded = N > 1 && (P->s->shard & SHARD_PARAM);
@@ -126,12 +233,15 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     for (int i = 0; i < L; i++) {
         const LayerSpec *l = &m->layers[i];
         later -= (double)l->params;
-        P->f1[i] = plan_layer_fwd_flops(m, i, &t1) / P->rate;
-        P->flops_per_sample += 3 * plan_layer_fwd_flops(m, i, &t1);
-        P->bwd_mult[i] = 2 + ((t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK) ? 1 : 0);
+        double fl = plan_layer_fwd_flops(m, i, &t1), fb, bb;
+        plan_layer_mem_bytes(m, i, &t1, &fb, &bb);
+        int recompute = t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK;
+        P->f1[i] = fl / P->rate + fb / mem_bw;
+        P->b1[i] = (2 + recompute) * fl / P->rate + (bb + (recompute ? fb : 0)) / mem_bw;
+        P->flops_per_sample += 3 * fl;
         P->gbytes[i] = (double)l->params * gb;
         int root = P->z.root_unit > 0 && l->unit == 0;   /* in the root unit (LayerSpec.unit) */
-        if (sharded && l->params > 0 && (!root || stage3)) {
+        if (sharded && l->params > 0 && (!root || (stage3 && ds_py))) {
             P->ag_pay[i] = (double)l->params * pb;
             if (stage3 && ds_py)   /* DeepSpeed gathers the non-persistent tensors (plan_comm.c) */
                 P->ag_pay[i] = plan_ds3_gathered_elems(l, n) * pb;
@@ -165,7 +275,11 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
         P->bcast_pay = t->impl == IMPL_ENGINE ? (double)plan_model_buffers(m) * 4 : plan_model_buffer_bytes(m, NULL);
         P->bcast_s = plan_coll_seconds(c, PCOLL_BROADCAST, P->bcast_pay, N, multi);
     }
-    if (sharded && !stage3 && P->z.root_unit > 0) {
+    /* the root unit (layers outside blocks) as one flat unit: FSDP gathers it once and keeps it
+       through backward; the engine's ZeRO-3 releases it after forward and gathers it again at the
+       start of backward (exec/exec_strategy.c: the root brackets each pass) */
+    if (sharded && !(stage3 && ds_py) && P->z.root_unit > 0) {
+        P->root_again = stage3;
         P->root_ag_pay = P->z.root_unit * pb;
         P->root_ag_s = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->root_ag_pay, n, crosses);
         P->root_rs_pay = P->z.root_unit * gb;
@@ -180,7 +294,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     double o_local = (P->s->shard & SHARD_OPT) ? P->z.psi_shard : P->z.psi;
     double bytes = o_local * (2.0 * (p->param_bytes + p->master_bytes) + p->grad_bytes +
                               2.0 * o->states * p->state_bytes);
-    P->opt_s = bytes / (c->gpu.mem_bw * 1e9);
+    P->opt_s = bytes / ((c->opt_bw > 0 ? c->opt_bw : c->gpu.mem_bw) * 1e9);
     if (P->ds) {     /* ZeRO-1/2 gather the updated parameters after the step */
         P->ds_ag_pay = P->z.psi * pb;
         P->ds_ag_s = plan_coll_seconds(c, PCOLL_ALL_GATHER, P->ds_ag_pay, N, multi);
@@ -237,9 +351,30 @@ typedef struct {
     double *fwd_end, *bwd_end;
 } Run;
 
+/* What one micro-step took: phase walls (compute and the waits inside) and their compute. */
+typedef struct {
+    double fwd, bwd;          /* wall seconds */
+    double fwd_c, bwd_c;      /* compute seconds (stretched by steal) */
+} Micro;
+
+/* A collective issued to run behind compute costs the issuing rank's compute this much (CPU
+ * ranks: the hand-over to the progress thread and its wake-up; 0 unless measured). */
+static double issue_cost(const SimPrep *P, double t, double *acc) {
+    *acc += P->issue_s;
+    return t + P->issue_s;
+}
+
+/* A compute op on the compute stream from t: recorded, counted, its end returned. */
+static double compute(Run *R, Stream *cs, const char *what, const char *layer, double t, double dur, double *acc) {
+    double d = compute_dur(cs, R->P->steal, t, dur);
+    rec_op(R->rc, what, layer, LANE_COMPUTE, t, d, 0);
+    *acc += d;
+    return t + d;
+}
+
 /* One micro-step from t0; sync = gradients are reduced this micro-step. Returns when all its
- * compute and communication are done; adds compute seconds to *compute. */
-static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, double *compute) {
+ * compute and communication are done (the engine waits for them at the end of backward). */
+static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micro *mo) {
     const SimPrep *P = R->P;
     const ModelSpec *m = P->m;
     Rec *rc = R->rc;
@@ -252,19 +387,21 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, doub
     double issue = t;        /* unit i's gather is issued when unit i-1's compute starts */
     for (int i = 0; i < L; i++) {
         double ready = i == 0 ? root_ready : t;
-        if (P->ag_fwd[i] > 0)
+        if (P->ag_fwd[i] > 0) {
             ready = comm_issue(cs, rc, issue, P->ag_fwd[i], "all_gather", m->layers[i].name, P->ag_pay[i]);
+            t = issue_cost(P, t, &mo->fwd_c);
+        }
         if (ready > t) t = ready;
         if (root_ready > t) t = root_ready;
         issue = t;
-        double f = b * P->f1[i];
-        rec_op(rc, "fwd", m->layers[i].name, LANE_COMPUTE, t, f, 0);
-        t += f;
-        *compute += f;
+        t = compute(R, cs, "fwd", m->layers[i].name, t, b * P->f1[i], &mo->fwd_c);
         if (P->bn_ag[i] > 0) t = comm_issue(cs, rc, t, P->bn_ag[i], "all_gather", "syncbn", P->bnag_pay[i]);
         if (R->fwd_end) R->fwd_end[i] = t;
     }
+    mo->fwd += t - t0;
+    double t_bwd = t;
     /* ---- backward ---- */
+    if (P->root_again) t = comm_issue(cs, rc, t, P->root_ag_s, "all_gather", "root", P->root_ag_pay);
     int buckets = (P->ddp && sync) || (P->ds && (P->reduce_every_micro || sync));
     double bucket = 0, cap = P->ddp ? P->ddp_first : P->ds_cap;
     issue = t;
@@ -272,18 +409,17 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, doub
         const char *name = m->layers[i].name;
         if (P->ag_bwd[i] > 0) {
             double ready = comm_issue(cs, rc, issue, P->ag_bwd[i], "all_gather", name, P->ag_pay[i]);
+            t = issue_cost(P, t, &mo->bwd_c);
             if (ready > t) t = ready;
         }
         issue = t;
-        double bwd = P->bwd_mult[i] * b * P->f1[i];
-        rec_op(rc, "bwd", name, LANE_COMPUTE, t, bwd, 0);
-        t += bwd;
-        *compute += bwd;
+        t = compute(R, cs, "bwd", name, t, b * P->b1[i], &mo->bwd_c);
         if (P->bn_ar[i] > 0) t = comm_issue(cs, rc, t, P->bn_ar[i], "all_reduce", "syncbn", P->bnar_pay[i]);
         if (R->bwd_end) R->bwd_end[i] = t;
         if (P->rs[i] > 0 && (sync || !P->rs_last_only)) {
             comm_issue(cs, rc, t, P->rs[i], "reduce_scatter", name, P->rs_pay[i]);
             if (P->ar_h[i] > 0) comm_issue(cs, rc, t, P->ar_h[i], "all_reduce", name, P->arh_pay[i]);
+            t = issue_cost(P, t, &mo->bwd_c);
         }
         if (buckets && P->gbytes[i] > 0) {      /* buckets fill in gradient-ready order */
             bucket += P->gbytes[i];
@@ -291,6 +427,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, doub
                 PlanCollOp op = P->ar_buckets ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
                 comm_issue(cs, rc, t, plan_coll_seconds(P->c, op, bucket, P->c->gpus, plan_cluster_nodes(P->c) > 1),
                            P->ar_buckets ? "all_reduce" : "reduce_scatter", "bucket", bucket);
+                t = issue_cost(P, t, &mo->bwd_c);
                 bucket = 0;
                 if (P->ddp) cap = P->ddp_cap;
             }
@@ -299,13 +436,17 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, doub
     if (P->root_rs_s > 0 && (sync || !P->rs_last_only)) {
         comm_issue(cs, rc, t, P->root_rs_s, "reduce_scatter", "root", P->root_rs_pay);
         if (P->root_ar_s > 0) comm_issue(cs, rc, t, P->root_ar_s, "all_reduce", "root", P->root_ar_pay);
+        t = issue_cost(P, t, &mo->bwd_c);
     }
     if (buckets && bucket > 0) {
         PlanCollOp op = P->ar_buckets ? PCOLL_ALL_REDUCE : PCOLL_REDUCE_SCATTER;
         comm_issue(cs, rc, t, plan_coll_seconds(P->c, op, bucket, P->c->gpus, plan_cluster_nodes(P->c) > 1),
                    P->ar_buckets ? "all_reduce" : "reduce_scatter", "bucket", bucket);
+        t = issue_cost(P, t, &mo->bwd_c);
     }
-    return t > cs->free_at ? t : cs->free_at;
+    double end = t > cs->free_at ? t : cs->free_at;
+    mo->bwd += end - t_bwd;
+    return end;
 }
 
 typedef struct {
@@ -343,37 +484,53 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
         if (!R.fwd_end || !R.bwd_end) { free(R.fwd_end); free(R.bwd_end); return -1; }
     }
     double b = (double)micro_batch, K = (double)grad_accum;
-    Stream cs = {0, 0};
-    double compute = 0, t_end = 0;
+    Stream cs = {0};
+    cs.keep = P->steal > 0;
+    Micro mo = {0};
+    double t_end = 0;
     if (grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
         Rec quiet = {out, 0, 0};
         Run Q = {P, &quiet, NULL, NULL};
-        Stream cs1 = {0, 0};
-        double c1 = 0, t1 = micro_step(&Q, &cs1, 0, b, 0, &c1);
+        Stream cs1 = {0};
+        cs1.keep = cs.keep;
+        Micro m1 = {0};
+        double t1 = micro_step(&Q, &cs1, 0, b, 0, &m1);
         t_end = t1 * (K - 1);
-        compute = c1 * (K - 1);
+        mo.fwd = m1.fwd * (K - 1); mo.bwd = m1.bwd * (K - 1);
+        mo.fwd_c = m1.fwd_c * (K - 1); mo.bwd_c = m1.bwd_c * (K - 1);
         cs.busy = cs1.busy * (K - 1);
         cs.free_at = t_end;
+        if (cs1.oom) rc.oom = 1;
+        free(cs1.iv);
     }
-    t_end = micro_step(&R, &cs, t_end, b, 1, &compute);
+    t_end = micro_step(&R, &cs, t_end, b, 1, &mo);
     if (P->off_d2h_s > 0) {   /* gradient copies to the host: what backward does not hide */
         double bwd = 0;
-        for (int i = 0; i < P->L; i++) bwd += P->bwd_mult[i] * b * P->f1[i];
+        for (int i = 0; i < P->L; i++) bwd += b * P->b1[i];
         double exposed = P->off_d2h_s > bwd ? P->off_d2h_s - bwd : 0;
         rec_op(&rc, "copy_d2h", "grads", LANE_COMM, t_end, exposed, 0);
         t_end += exposed * P->off_copies;
+        mo.bwd += exposed * P->off_copies;
     }
+    double t_opt = t_end;
     rec_op(&rc, "optimizer", "step", LANE_COMPUTE, t_end, P->opt_s, 0);
     t_end += P->opt_s;
-    compute += P->opt_s;
     if (P->ds_ag_s > 0) t_end = comm_issue(&cs, &rc, t_end, P->ds_ag_s, "all_gather", "params", P->ds_ag_pay);
     out->step_s = t_end;
-    out->compute_s = compute;
+    out->fwd_s = mo.fwd;
+    out->bwd_s = mo.bwd;
+    out->opt_s = t_end - t_opt;
+    out->fwd_compute_s = mo.fwd_c;
+    out->bwd_compute_s = mo.bwd_c;
+    out->opt_compute_s = P->opt_s;
+    out->compute_s = mo.fwd_c + mo.bwd_c + P->opt_s;
     out->comm_s = cs.busy;
-    out->exposed_comm_s = t_end > compute ? t_end - compute : 0;
+    out->exposed_comm_s = t_end > out->compute_s ? t_end - out->compute_s : 0;
     double samples = b * K * (double)P->c->gpus;
     out->tokens_per_s = t_end > 0 ? samples * P->tokens_per_sample / t_end : 0;
     out->flops_per_step = P->flops_per_sample * b * K;
+    if (cs.oom) rc.oom = 1;
+    free(cs.iv);
     if (record) {
         TrainSpec t = P->t;
         t.micro_batch = micro_batch;

@@ -31,6 +31,10 @@ typedef struct {
 
 typedef struct {
     double compute_s;        /* Σ compute on the compute stream (incl. optimizer) */
+    double fwd_s, bwd_s, opt_s;   /* phase walls per optimizer step: forward (all micro-steps),
+                                     backward (to the last collective it waits for), optimizer
+                                     (incl. ZeRO-1/2's parameter all-gather): compute + waits */
+    double fwd_compute_s, bwd_compute_s, opt_compute_s;   /* the compute inside them */
     double comm_s;           /* Σ collective time on the communication stream */
     double exposed_comm_s;   /* step_s - compute_s: communication not hidden by compute */
     double step_s;           /* one optimizer step (grad_accum micro-steps) */
@@ -55,5 +59,14 @@ int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Strat
 void plan_sim_free(SimResult *r);
 /* Forward FLOPs of layer i for the micro-batch (per GPU). */
 double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t);
+/* Bytes read + written by layer i's elementwise passes (norms, softmax, activation, residual
+ * adds, embedding lookup, cross-entropy; under --impl engine also its bias copies, zeroed
+ * scratch and in-place accumulation) in forward and in backward, for the micro-batch. */
+void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double *fwd, double *bwd);
+/* Keys each query's scores are computed for, on average over a sequence of s: s (PyTorch's eager
+ * attention computes every score and masks after), or under --impl engine the engine's causal
+ * blocks of PLAN_ENGINE_ATT_BLOCK query rows, each stopping at its last row's key. */
+double plan_attn_keys_per_query(const TrainSpec *t, double s);
+#define PLAN_ENGINE_ATT_BLOCK 64   /* kernels/kern_fast.h KERN_FAST_ATT_BLOCK */
 
 #endif

@@ -176,3 +176,17 @@ Test(comm, one_gpu_should_need_no_collectives) {
     }
     plan_model_free(&m);
 }
+
+Test(plan_comm, a_measured_bandwidth_and_latency_per_collective_should_replace_the_link) {
+    ClusterSpec c;
+    plan_cluster_defaults(&c);
+    c.gpus = c.gpus_per_node = 4;
+    c.coll_base_lat = 1e-3;
+    c.coll_bw[PCOLL_REDUCE_SCATTER] = 2;      /* GB/s bus */
+    c.coll_lat[PCOLL_REDUCE_SCATTER] = 5e-6;  /* s per ring step */
+    double pay = 8e6;
+    cr_expect(fabs(plan_coll_seconds(&c, PCOLL_REDUCE_SCATTER, pay, 4, 0) - (1e-3 + 3 * 5e-6 + pay * 0.75 / 2e9)) < 1e-15);
+    /* the others keep the preset's link */
+    double link = 1e-3 + 6 * c.gpu.intra_lat + pay * 1.5 / (c.gpu.intra_bw * 1e9);
+    cr_expect(fabs(plan_coll_seconds(&c, PCOLL_ALL_REDUCE, pay, 4, 0) - link) < 1e-15);
+}

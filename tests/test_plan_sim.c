@@ -157,3 +157,169 @@ Test(auto_mode, should_advise_syncbn_only_for_small_per_gpu_batches) {
     cr_expect(strstr(r.explain, "SyncBN not needed"), "%s", r.explain);
     plan_model_free(&m);
 }
+
+/* ---- the time model's terms (docs/formulas.md "Time") ---- */
+
+#define REL(a, b) (fabs((a) - (b)) / fabs(b))
+
+static TrainSpec gpt2_step(int64_t b, int64_t s, ImplKind impl) {
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.micro_batch = b;
+    t.seq = s;
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.dropout = 0;
+    t.impl = impl;
+    return t;
+}
+
+Test(sim_time, the_engine_attention_should_count_the_keys_of_its_causal_blocks) {
+    TrainSpec eng = gpt2_step(1, 128, IMPL_ENGINE), pt = gpt2_step(1, 128, IMPL_PYTORCH);
+    /* blocks of 64 query rows: rows 0-63 see 64 keys, rows 64-127 see 128 */
+    cr_expect_eq(plan_attn_keys_per_query(&eng, 128), (64.0 * 64 + 64.0 * 128) / 128);   /* 96 */
+    cr_expect_eq(plan_attn_keys_per_query(&eng, 64), 64);
+    cr_expect_eq(plan_attn_keys_per_query(&eng, 100), (64.0 * 64 + 36.0 * 100) / 100);
+    cr_expect_eq(plan_attn_keys_per_query(&pt, 128), 128, "PyTorch's eager attention scores every key");
+    ModelSpec m = zoo("gpt2");
+    double p = (double)m.layers[1].params, attn = 768;   /* 12 heads x 64 */
+    cr_expect(REL(plan_layer_fwd_flops(&m, 1, &eng), 128 * (2 * p + 4 * 96 * attn)) < 1e-12);
+    cr_expect(REL(plan_layer_fwd_flops(&m, 1, &pt), 128 * (2 * p + 4 * 128 * attn)) < 1e-12);
+    plan_model_free(&m);
+}
+
+Test(sim_time, a_gpt2_block_should_move_the_bytes_of_its_elementwise_passes) {
+    ModelSpec m = zoo("gpt2");
+    double h = 768, f = 3072, a = 12, s = 128, n = 2 * s, fwd, bwd;
+    cr_assert_eq(m.layers[1].kind, LAYER_BLOCK);
+    /* the engine: norms 2 x (read h, write h), bias rows written before 4 GEMMs (3h + h + 4h + h),
+       softmax (read, write a·s per token), GELU (read f, write f), two residual adds (3h each);
+       backward: norms 2 x 4h (in place), bias gradients read 9h, softmax 3·a·s, GELU 4f (in
+       place), scratch zeroed 2f + 3h + 3h: 27h + 2as and 47h + 3as per token, fp32 */
+    TrainSpec t = gpt2_step(2, 128, IMPL_ENGINE);
+    plan_layer_mem_bytes(&m, 1, &t, &fwd, &bwd);
+    cr_expect(REL(fwd, (27 * h + 2 * a * s) * n * 4) < 1e-12, "%f", fwd);
+    cr_expect(REL(bwd, (47 * h + 3 * a * s) * n * 4) < 1e-12, "%f", bwd);
+    /* PyTorch: no bias pass (fused into the GEMM), no zeroing, no in-place reads, but autograd
+       sums the two residual branches (2 x 3h) */
+    t = gpt2_step(2, 128, IMPL_PYTORCH);
+    plan_layer_mem_bytes(&m, 1, &t, &fwd, &bwd);
+    cr_expect(REL(fwd, (4 * h + 2 * a * s + 2 * f + 6 * h) * n * 4) < 1e-12, "%f", fwd);
+    cr_expect(REL(bwd, (6 * h + 3 * a * s + 3 * f + 9 * h + 6 * h) * n * 4) < 1e-12, "%f", bwd);
+    t.attn = ATTN_SDPA;   /* the fused kernel keeps the scores on chip */
+    plan_layer_mem_bytes(&m, 1, &t, &fwd, &bwd);
+    cr_expect(REL(fwd, (4 * h + 2 * f + 6 * h) * n * 4) < 1e-12, "%f", fwd);
+    t.precision = PREC_BF16;   /* 2-byte activations */
+    double fwd2, bwd2;
+    plan_layer_mem_bytes(&m, 1, &t, &fwd2, &bwd2);
+    cr_expect(REL(fwd2, fwd / 2) < 1e-12);
+    plan_model_free(&m);
+}
+
+Test(sim_time, the_head_should_move_the_vocabulary_twice_each_way_and_a_headless_model_nothing) {
+    ModelSpec m = zoo("gpt2");
+    int head = m.n_layers - 1;
+    cr_assert_eq(m.layers[head].kind, LAYER_HEAD);
+    double V = 50257, n = 4 * 64, fwd, bwd;
+    TrainSpec t = gpt2_step(4, 64, IMPL_ENGINE);
+    plan_layer_mem_bytes(&m, head, &t, &fwd, &bwd);
+    cr_expect(REL(fwd, 2 * V * n * 4) < 1e-12, "softmax: read logits, write probabilities");
+    cr_expect(REL(bwd, 3 * V * n * 4) < 1e-12, "zero dlogits, read probabilities, write dlogits");
+    t.impl = IMPL_PYTORCH;
+    plan_layer_mem_bytes(&m, head, &t, &fwd, &bwd);
+    cr_expect(REL(bwd, 2 * V * n * 4) < 1e-12);
+    m.headless = 1;
+    plan_layer_mem_bytes(&m, head, &t, &fwd, &bwd);
+    cr_expect_eq(fwd + bwd, 0);
+    plan_model_free(&m);
+}
+
+Test(sim_time, one_rank_step_should_be_flops_at_the_rate_plus_bytes_at_the_bandwidths) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = gpt2_step(4, 128, IMPL_ENGINE);
+    ClusterSpec c;
+    cluster(&c, 1, 1);
+    for (int i = 0; i < 3; i++) c.gpu.peak_tflops[i] = 0.05;   /* 50 GFLOP/s */
+    c.mfu = 1;
+    c.gpu.mem_bw = 10;   /* GB/s, elementwise */
+    c.opt_bw = 4;        /* GB/s, the optimizer's kernel */
+    double expect = 0, psi = 0;
+    for (int i = 0; i < m.n_layers; i++) {
+        double fb, bb;
+        plan_layer_mem_bytes(&m, i, &t, &fb, &bb);
+        expect += 3 * plan_layer_fwd_flops(&m, i, &t) / 0.05e12 + (fb + bb) / 10e9;
+        psi += (double)m.layers[i].params;
+    }
+    double opt = psi * 28 / 4e9;   /* fp32 AdamW: read p, g, m, v; write p, m, v */
+    expect += opt;
+    SimResult s;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &s), 0);
+    cr_expect(REL(s.step_s, expect) < 1e-9, "%.9f vs %.9f", s.step_s, expect);
+    cr_expect(REL(s.opt_s, opt) < 1e-9);
+    cr_expect(REL(s.compute_s, s.step_s) < 1e-12, "one rank: nothing exposed");
+    plan_model_free(&m);
+}
+
+Test(sim_time, phase_walls_should_add_up_to_the_step_and_their_compute_to_the_compute) {
+    ModelSpec m = zoo("gpt2-mini");
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    for (int K = 1; K <= 2; K++)
+        for (int k = 0; k < STRAT_COUNT; k++) {
+            TrainSpec t = gpt2_step(2, 128, IMPL_ENGINE);
+            t.grad_accum = K;
+            SimResult s;
+            cr_assert_eq(plan_sim(&m, &t, &c, (StrategyKind)k, 0, &s), 0);
+            const char *n = plan_strategy((StrategyKind)k)->name;
+            cr_expect(REL(s.fwd_s + s.bwd_s + s.opt_s, s.step_s) < 1e-9, "%s K=%d", n, K);
+            cr_expect(REL(s.fwd_compute_s + s.bwd_compute_s + s.opt_compute_s, s.compute_s) < 1e-9, "%s K=%d", n, K);
+            cr_expect_geq(s.fwd_s + 1e-12, s.fwd_compute_s, "%s: a wall holds its compute", n);
+            cr_expect_geq(s.bwd_s + 1e-12, s.bwd_compute_s, "%s", n);
+        }
+    plan_model_free(&m);
+}
+
+Test(sim_time, the_engine_zero3_should_gather_the_root_once_per_pass_and_each_block_twice) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = gpt2_step(2, 128, IMPL_ENGINE);
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    SimResult s;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_ZERO3, 1, &s), 0);
+    int gathers = 0, root = 0, scatters = 0;
+    for (int i = 0; i < s.n_ops; i++) {
+        if (strncmp(s.ops[i].name, "all_gather", 10) == 0) gathers++;
+        if (strcmp(s.ops[i].name, "all_gather root") == 0) root++;
+        if (strncmp(s.ops[i].name, "reduce_scatter", 14) == 0) scatters++;
+    }
+    CommPlan cp;
+    plan_comm(&m, &t, &c, STRAT_ZERO3, &cp);
+    double ag = 0, rs = 0;
+    for (int i = 0; i < cp.n; i++) {
+        if (cp.c[i].op == PCOLL_ALL_GATHER) ag += cp.c[i].count;
+        if (cp.c[i].op == PCOLL_REDUCE_SCATTER) rs += cp.c[i].count;
+    }
+    cr_expect_eq(root, 2, "gathered for forward, released, gathered again for backward");
+    cr_expect_eq(gathers, ag, "the simulation issues what plan_comm counts (%d vs %.0f)", gathers, ag);
+    cr_expect_eq(gathers, 2 * (4 + 1));
+    cr_expect_eq(scatters, rs);
+    plan_sim_free(&s);
+    plan_model_free(&m);
+}
+
+Test(sim_time, a_collective_overlapping_compute_should_slow_it_by_at_most_the_steal_factor) {
+    ModelSpec m = zoo("gpt2-medium");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.micro_batch = 8;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    SimResult a, b;
+    plan_sim(&m, &t, &c, STRAT_DDP, 0, &a);
+    c.comm_steal = 1;   /* CPU ranks: a second of copies costs a second of compute */
+    plan_sim(&m, &t, &c, STRAT_DDP, 0, &b);
+    cr_expect_gt(b.compute_s, a.compute_s, "the buckets' all-reduces overlap backward");
+    cr_expect_leq(b.compute_s - a.compute_s, 1 * b.comm_s + 1e-12);
+    cr_expect_gt(b.step_s, a.step_s);
+    plan_model_free(&m);
+}
