@@ -278,7 +278,10 @@ static double block_elementwise(const Step *s, const ExecKernels *kt, Block *k)
 
 /* The rest of the model's elementwise work: embeddings, final norm, softmax + cross-entropy
  * over the vocabulary (and dlogits zeroed), forward and backward: 2V + 2h + 3h forward, 3V + 4h
- * + 5h backward per token. */
+ * + 5h backward per token. The engine's LM head is fused (its GEMMs and these passes chunk by
+ * chunk, kern_lmhead_ce_*); the unfused kernels stand in for its passes over the vocabulary here
+ * (the same exp per element), as a bandwidth: plan_sim counts the fused kernel's own passes
+ * (plan_layer_mem_bytes). */
 static double head_elementwise(Step *s, const ExecKernels *kt)
 {
     int B = s->B, T = s->T, C = s->C, V = s->V;

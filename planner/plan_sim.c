@@ -92,9 +92,11 @@ void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double 
         fe = 3 * h; be = 5 * h; break;
     case LAYER_HEAD:
         if (m->headless) break;
-        /* softmax + cross-entropy over the vocabulary: read logits, write probabilities; backward:
-           read them, write dlogits (the engine zeroes dlogits first) */
-        fe = 2 * V; be = 2 * V + (eng ? V : 0);
+        /* softmax + cross-entropy over the vocabulary. PyTorch: read logits, write the
+           log-probabilities; backward: read them, write dlogits. The engine's fused LM head
+           (kern_lmhead_ce_*_fast): forward reads each chunk of logits its GEMM just wrote for the
+           log-sum-exp; backward rewrites the logits as their gradient in place (read, write) */
+        fe = eng ? V : 2 * V; be = 2 * V;
         break;
     default: break;
     }
