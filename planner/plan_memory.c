@@ -620,7 +620,6 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                place or persistent) */
             double own = f2.on ? (l->unit > 0 && !acc.unit_unsharded ? pu * p->grad_bytes : 0)
                          : ds12 && !ds12_stage1 ? pu * p->grad_bytes : grads_now - g_before;
-            if (grad_flight) own += pu * p->grad_bytes;
             double later = pu > 0 ? 1 - fmin(1, plan_act_block_mlp_out_elems(m) / pu) : 0;
             tv[TERM_GRADS] = g_all - own * later;
             /* fc2's backward is done: its saved cast weight is freed (measured: the bf16 copy of
