@@ -543,7 +543,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
     double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
     double root_grads = 0, head_tied = 0;   /* FSDP2: the root unit's unsharded gradients */
-    double unit_grads = 0, unit_elems = 0;  /* FSDP2: the current unit's (bytes, elements), until its reduce-scatter */
+    double unit_elems = 0;                  /* FSDP2: the current unit's elements, until its reduce-scatter */
     for (int i = 0; i < m->n_layers && m->tied_embeddings && !m->headless; i++)
         if (m->layers[i].kind == LAYER_EMBED) head_tied = (double)m->layers[i].largest_tensor;
     int cached = ckpt_casts_cached(t, p);
@@ -573,9 +573,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                the end of backward */
             if (acc.unit_unsharded)   /* accumulated: only a tied head's half waits beside them */
                 root_grads += (l->kind == LAYER_HEAD ? head_tied : 0) * p->grad_bytes;
-            else if (l->unit > 0) unit_grads += pu * p->grad_bytes;
-            else root_grads += (l->kind == LAYER_HEAD ? head_tied + pu : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
-                               p->grad_bytes;   /* a tied head's V x e arrives with the head's backward */
+            else if (l->unit <= 0)   /* the root */
+                root_grads += (l->kind == LAYER_HEAD ? head_tied + pu : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
+                              p->grad_bytes;   /* a tied head's V x e arrives with the head's backward */
             if (l->unit > 0) unit_elems += pu;
         } else if (!grads_persistent && (!ds12 || ds12_stage1) && !acc.in_place &&
                    !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves; accumulated: added in place */
@@ -595,6 +595,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_GRADS] = grads_now + acc_held + (ds12 && !ds12_stage1 ? pu * p->grad_bytes : 0);
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
+        /* FSDP2: the current unit's new unsharded gradients (accumulated: added in place into acc_held) */
+        double unit_grads = acc.unit_unsharded ? 0 : unit_elems * p->grad_bytes;
         tv[TERM_GRADS] += tied_live + root_grads + unit_grads + tied_sum;
         /* accumulating into existing gradients: AccumulateGrad adds the layer's new gradient
            in place and frees it, one parameter tensor at a time (the largest at most; a tied
@@ -655,7 +657,6 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             if (!plan_offload_grads_to_host(t, sk) && !acc.in_place) grads_now += shard;   /* offloaded: to the host;
                                                                          accumulated: added into the held shard */
             if (acc.unit_unsharded) acc_held -= unit_elems * acc.ub;   /* the unit's accumulated gradients, reduced */
-            unit_grads = 0;
             unit_elems = 0;
         }
     }
