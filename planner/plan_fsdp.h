@@ -18,7 +18,7 @@ typedef struct {
     int gather;      /* shard group > 1: all-gathers through a flat output buffer; a shard group
                         of 1 (fsdp-hybrid replicating across every rank) copies the local shard */
     int64_t n;       /* shard group */
-    double pb, gb;   /* bytes per element: gathered parameters, unsharded gradients */
+    double pb;       /* bytes per element of the gathered parameters */
     double rb, sb;   /* reduce-scatter input (the reduce dtype) and sharded gradients */
     double root;     /* root unit elements as gathered (n x its local shard) */
     int units;       /* K, the units besides the root (numbered 1..K) */

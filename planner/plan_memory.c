@@ -241,9 +241,8 @@ typedef struct {
     int persistent;      /* the walk's grads_persistent path holds them (held stays 0) */
     int unit_unsharded;  /* FSDP2 last: held is every unit's unsharded gradient */
     double ub;           /* FSDP2 last: bytes per held unsharded element */
-    int in_place_tensor; /* a layer's backward holds its largest tensor's new gradient until
-                            AccumulateGrad has added it to the held one */
-    double tb;           /* bytes per element of that new gradient */
+    int in_place_tensor; /* a layer's backward holds its largest tensor's new gradient (at the
+                            gradients' dtype) until AccumulateGrad has added it to the held one */
 } Accum;
 
 static void accum_setup(const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
@@ -256,10 +255,8 @@ static void accum_setup(const TrainSpec *t, const ClusterSpec *c, StrategyKind s
     int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;
     int last = fsdp && t->fsdp_grad_sync == FSDP_SYNC_LAST && c->gpus > 1;
     a->in_place_tensor = 1;
-    a->tb = p->grad_bytes;
     if (f2->on) {
         if (last) {
-            a->tb = f2->gb;
             a->unit_unsharded = 1;
             a->ub = f2->rb;   /* accumulated in the reduce dtype (= the gradients' without a policy) */
             a->held = z->psi * a->ub;
@@ -601,7 +598,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         /* accumulating into existing gradients: AccumulateGrad adds the layer's new gradient
            in place and frees it, one parameter tensor at a time (the largest at most; a tied
            embedding: already in tied_sum, its half and the sum) */
-        if (acc.in_place_tensor && tied_sum == 0) tv[TERM_GRADS] += (double)l->largest_tensor * acc.tb;
+        if (acc.in_place_tensor && tied_sum == 0) tv[TERM_GRADS] += (double)l->largest_tensor * p->grad_bytes;
         if (ds12 && pu > 0) ds12_hooked = 1;   /* its gradients' hooks have run */
         tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm) +
                         (ds12_hooked ? ds12_bucket : 0);
