@@ -237,8 +237,9 @@ static int64_t largest_tensor(const ModelSpec *m) {
 typedef struct {
     double held;         /* gradient bytes from the start of the last micro-step's forward */
     int in_place;        /* the held gradients are the ones the last micro-step accumulates into:
-                            its backward adds none (DDP-like, ZeRO-1, FSDP every) */
-    int persistent;      /* the walk's grads_persistent path holds them (held stays 0) */
+                            its backward adds none (ZeRO-1, FSDP1 no_sync, FSDP2 every) */
+    int persistent;      /* the walk's grads_persistent path holds them, held stays 0 (DDP, one
+                            GPU, FSDP1 every, the other torch layouts) */
     int unit_unsharded;  /* FSDP2 last: held is every unit's unsharded gradient */
     double ub;           /* FSDP2 last: bytes per held unsharded element */
     int in_place_tensor; /* a layer's backward holds its largest tensor's new gradient (at the
