@@ -505,8 +505,8 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_COMM] = persistent_comm + fwd_comm;
     int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
     double ds3_now = 0;   /* gathered bytes at the current layer's backward */
-    Ds3Sim d3;
-    plan_ds3_sim_init(&d3, m, z->n);
+    Ds3Sim d3;            /* ZeRO-3's fetching, only where ds3 */
+    if (ds3) plan_ds3_sim_init(&d3, m, z->n);
     tv[TERM_OPTIMIZER] = opt_steady + ds_fp32;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
