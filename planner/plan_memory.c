@@ -503,7 +503,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_PARAMS] = params_steady;
     tv[TERM_GRADS] = grads_fwd + acc_held;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
-    int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
+    int ds3 = ds3_py && c->gpus > 1;   /* ZeRO-3's gathers (Ds3Sim); one GPU gathers nothing */
     double ds3_now = 0;   /* gathered bytes at the current layer's backward */
     Ds3Sim d3;            /* ZeRO-3's fetching, only where ds3 */
     if (ds3) plan_ds3_sim_init(&d3, m, z->n);
