@@ -18,10 +18,6 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk) {
     return fsdp2_rows(t, sk) && plan_precision(t->precision)->master_bytes > 0;
 }
 
-int plan_fsdp2_dim0(const ModelSpec *m, const TrainSpec *t, StrategyKind sk) {
-    return fsdp2_rows(t, sk) && plan_model_dim0_known(m);
-}
-
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk) { return fsdp2_rows(t, sk); }
 
 int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,

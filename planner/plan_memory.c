@@ -28,13 +28,12 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     /* Parameter-sharding strategies wrap like FSDP: one root unit holding every layer outside
        the model's repeated blocks (LayerSpec.unit 0), one unit per block; the others, and
        models without units, shard each layer on its own. A flat unit (FSDP1, ZeRO) is padded
-       to a multiple of n; FSDP2 pads each tensor's dim 0 instead (plan_fsdp2_dim0), where every
-       dim 0 is known. */
+       to a multiple of n; FSDP2 pads each tensor's dim 0 instead (plan_fsdp2_dim0_rows), where
+       every dim 0 is known. Both paddings are summed in one pass; the per-tensor one is taken
+       when no layer's dim 0 turned out unknown. */
     int units = plan_model_units(m);
     int root_flat = (s->shard & SHARD_PARAM) && units > 0;
     int64_t n = z->n;
-    /* both paddings in one pass: per flat unit (or layer), and for FSDP2 per tensor's dim 0,
-       taken when every dim 0 is known (plan_fsdp2_dim0) */
     int dim0 = plan_fsdp2_dim0_rows(t, sk);
     double flat = 0, d0 = 0;                     /* local shard: per unit, per tensor */
     double u_elems = 0, u_d0 = 0, root_d0 = 0;   /* the unit being summed; the root's */
