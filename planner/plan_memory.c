@@ -44,19 +44,16 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         if (dim0 && (ld = (double)plan_layer_shard_dim0(l, n)) < 0) dim0 = 0;   /* unknown: per unit */
         z->psi += pu;
         if (pu > z->largest_any) z->largest_any = pu;
+        if (!root_flat) { flat += lf; d0 += ld; }   /* each layer on its own (ZeRO-1/2, no units) */
         if (units == 0) {                        /* every layer its own unit */
             if (pu > z->largest_unit) z->largest_unit = pu;
-            flat += lf;
-            d0 += ld;
             continue;
         }
         if (l->unit == 0) {                      /* the root */
             z->root_unit += pu;
             root_d0 += ld;
-            if (!root_flat) { flat += lf; d0 += ld; }
             continue;
         }
-        if (!root_flat) { flat += lf; d0 += ld; }   /* ZeRO-1/2: each layer on its own */
         u_elems += pu;
         u_d0 += ld;
         if (i + 1 == m->n_layers || m->layers[i + 1].unit != l->unit) {   /* the unit's last layer */
