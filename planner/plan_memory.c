@@ -119,6 +119,15 @@ static int casts_leave_with_block(const Strategy *s, const TrainSpec *t, const P
     return ckpt_casts_cached(t, p) && fsdp && t->fsdp_impl == 1;
 }
 
+/* Elements of the weight a tied output head shares with the token embedding (V x e, the
+   embedding layer's largest tensor); 0 without tied embeddings. */
+static double tied_embed_elems(const ModelSpec *m) {
+    double e = 0;
+    for (int k = 0; k < m->n_layers && m->tied_embeddings; k++)
+        if (m->layers[k].kind == LAYER_EMBED) e = (double)m->layers[k].largest_tensor;
+    return e;
+}
+
 /* Elements of layer i that autocast casts to the low-precision dtype: the weights of its
    matmuls and convolutions. Embedding lookups and norms run in fp32 under autocast (they are
    not on its lower-precision op list; measured: F.embedding and F.layer_norm return fp32), so
@@ -127,12 +136,7 @@ static double layer_cast_elems(const ModelSpec *m, int i) {
     const LayerSpec *l = &m->layers[i];
     switch (l->kind) {
     case LAYER_EMBED: case LAYER_NORM: case LAYER_BN: return 0;
-    case LAYER_HEAD: {
-        double e = 0;
-        for (int k = 0; k < m->n_layers && m->tied_embeddings; k++)
-            if (m->layers[k].kind == LAYER_EMBED) e = (double)m->layers[k].largest_tensor;
-        return (double)l->params + e;
-    }
+    case LAYER_HEAD: return (double)l->params + tied_embed_elems(m);
     default: return (double)l->params;
     }
 }
@@ -536,10 +540,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     for (int i = 0; i < m->n_layers && m->tied_embeddings; i++)
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
     double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
-    double root_grads = 0, head_tied = 0;   /* FSDP2: the root unit's unsharded gradients */
+    double root_grads = 0;                  /* FSDP2: the root unit's unsharded gradients */
     double unit_elems = 0;                  /* FSDP2: the current unit's elements, until its reduce-scatter */
-    for (int i = 0; i < m->n_layers && m->tied_embeddings && !m->headless; i++)
-        if (m->layers[i].kind == LAYER_EMBED) head_tied = (double)m->layers[i].largest_tensor;
+    double head_tied = m->headless ? 0 : tied_embed_elems(m);   /* a tied head's V x e */
     int cached = ckpt_casts_cached(t, p);
     if (cached) casts = ckpt_casts_after_forward(m, p);   /* the region exited: cache cleared */
     /* the loss's own backward, before the head's: nll_loss's backward allocates a zeroed
