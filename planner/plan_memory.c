@@ -543,6 +543,7 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     double root_grads = 0;                  /* FSDP2: the root unit's unsharded gradients */
     double unit_elems = 0;                  /* FSDP2: the current unit's elements, until its reduce-scatter */
     double head_tied = m->headless ? 0 : tied_embed_elems(m);   /* a tied head's V x e */
+    double mlp_out = plan_act_block_mlp_out_elems(m);   /* a block's MLP output projection (elements) */
     int cached = ckpt_casts_cached(t, p);
     if (cached) casts = ckpt_casts_after_forward(m, p);   /* the region exited: cache cleared */
     /* the loss's own backward, before the head's: nll_loss's backward allocates a zeroed
@@ -619,11 +620,11 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                place or persistent) */
             double own = f2.on ? (l->unit > 0 && !acc.unit_unsharded ? pu * p->grad_bytes : 0)
                          : ds12 && !ds12_stage1 ? pu * p->grad_bytes : grads_now - g_before;
-            double later = pu > 0 ? 1 - fmin(1, plan_act_block_mlp_out_elems(m) / pu) : 0;
+            double later = pu > 0 ? 1 - fmin(1, mlp_out / pu) : 0;
             tv[TERM_GRADS] = g_all - own * later;
             /* fc2's backward is done: its saved cast weight is freed (measured: the bf16 copy of
                c_proj.weight goes with AddmmBackward0, block_probe.py) */
-            double fc2_cast = fmin(cast_i, plan_act_block_mlp_out_elems(m) * p->cast_copy_bytes);
+            double fc2_cast = fmin(cast_i, mlp_out * p->cast_copy_bytes);
             tv[TERM_TRANSIENT] = casts + recast + mlp_ws - fc2_cast;
             moment(&w, PHASE_BACKWARD, i, tv, "MLP backward of");
             tv[TERM_GRADS] = g_all;
