@@ -628,17 +628,22 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             tv[TERM_TRANSIENT] = casts + recast + mlp_ws - fc2_cast;
             moment(&w, PHASE_BACKWARD, i, tv, "MLP backward of");
             tv[TERM_GRADS] = g_all;
+            /* by the block's end its saved activations and casts are freed (a recomputed
+               block's casts too: recast is then not charged below) */
             acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+            if (!recast) casts -= cast_i;
             tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         }
-        tv[TERM_TRANSIENT] = casts + (mlp_ws > 0 ? (recast > 0 ? 0 : -cast_i) : recast) +
+        tv[TERM_TRANSIENT] = casts + (mlp_ws > 0 ? 0 : recast) +
                              plan_act_backward_workspace(m, i, t, &w.in) + (i == m->n_layers - 1 ? loss_tr : 0) +
                              cpu_conv_backward_bytes(m, i, t, p);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         if (ds3 && i > 0) plan_ds3_sim_release(&d3, i);   /* layer 0: after the reduction below */
-        if (mlp_ws <= 0) acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+        if (mlp_ws <= 0) {   /* freed after the layer's backward (a block with an MLP moment: above) */
+            acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+            if (!recast) casts -= cast_i;
+        }
         if (l->kind == LAYER_HEAD) head_done = 1;
-        if (!recast) casts -= cast_i;
         if (l->kind == LAYER_EMBED) tied_live = 0;
         if (acc.unit_unsharded && l->kind == LAYER_EMBED)
             root_grads -= head_tied * p->grad_bytes;   /* the halves' sum went into the accumulated one */
