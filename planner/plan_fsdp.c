@@ -18,10 +18,6 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk) {
     return fsdp2_rows(t, sk) && plan_precision(t->precision)->master_bytes > 0;
 }
 
-int plan_fsdp2_dim0(const ModelSpec *m, const TrainSpec *t, StrategyKind sk) {
-    return fsdp2_rows(t, sk) && plan_model_dim0_known(m);
-}
-
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk) { return fsdp2_rows(t, sk); }
 
 int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
@@ -33,7 +29,6 @@ int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Clu
     f->n = z->n;
     f->gather = z->n > 1;
     f->pb = p->param_bytes;
-    f->gb = p->grad_bytes;
     /* MixedPrecisionPolicy(reduce_dtype=fp32): foreach_reduce copies the 16-bit unsharded
        gradients into an fp32 reduce-scatter input, whose fp32 output are the sharded gradients
        of the fp32 parameters (_fsdp_param_group.py _get_reduce_dtype, _fsdp_collectives.py) */

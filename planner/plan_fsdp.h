@@ -18,7 +18,7 @@ typedef struct {
     int gather;      /* shard group > 1: all-gathers through a flat output buffer; a shard group
                         of 1 (fsdp-hybrid replicating across every rank) copies the local shard */
     int64_t n;       /* shard group */
-    double pb, gb;   /* bytes per element: gathered parameters, unsharded gradients */
+    double pb;       /* bytes per element of the gathered parameters */
     double rb, sb;   /* reduce-scatter input (the reduce dtype) and sharded gradients */
     double root;     /* root unit elements as gathered (n x its local shard) */
     int units;       /* K, the units besides the root (numbered 1..K) */
@@ -37,15 +37,13 @@ typedef struct {
    parameters and unsharded gradients are 16-bit, the reduce-scatter input fp32. */
 int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk);
 
-/* 1 when the fsdp-* rows are sharded as FSDP2 pads them, per parameter tensor: each rank holds
-   ceil(dim0 / n) rows of every tensor (torch.chunk along dim 0, each shard padded to the first
-   chunk's size: _fsdp_param.py _init_sharded_param), and its collectives move n x that
-   (_fsdp_collectives.py foreach_all_gather, foreach_reduce: _get_dim0_padded_size). Needs
-   every tensor's dim 0 (LayerSpec.tensor_dim0); 0 where one is unknown, for FSDP1 (--fsdp 1:
+/* 1 when strategy sk's rows are FSDP2's, sharded as FSDP2 pads them, per parameter tensor: each
+   rank holds ceil(dim0 / n) rows of every tensor (torch.chunk along dim 0, each shard padded to
+   the first chunk's size: _fsdp_param.py _init_sharded_param), and its collectives move n x
+   that (_fsdp_collectives.py foreach_all_gather, foreach_reduce: _get_dim0_padded_size). That
+   needs every tensor's dim 0 (LayerSpec.tensor_dim0, plan_model_dim0_known): where one is
+   unknown the rows are padded per unit instead. 0 for the other strategies, FSDP1 (--fsdp 1:
    one flat parameter per unit, padded to a multiple of n) and --impl engine: per-unit padding. */
-int plan_fsdp2_dim0(const ModelSpec *m, const TrainSpec *t, StrategyKind sk);
-/* The same without the model: 1 when the rows are FSDP2's (the padding is per tensor where the
-   model knows every dim 0). */
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk);
 
 /* Fills f; f->on = 0 where the FSDP2 timeline does not apply (other strategies, --fsdp 1,

@@ -28,13 +28,12 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     /* Parameter-sharding strategies wrap like FSDP: one root unit holding every layer outside
        the model's repeated blocks (LayerSpec.unit 0), one unit per block; the others, and
        models without units, shard each layer on its own. A flat unit (FSDP1, ZeRO) is padded
-       to a multiple of n; FSDP2 pads each tensor's dim 0 instead (plan_fsdp2_dim0), where every
-       dim 0 is known. */
+       to a multiple of n; FSDP2 pads each tensor's dim 0 instead (plan_fsdp2_dim0_rows), where
+       every dim 0 is known. Both paddings are summed in one pass; the per-tensor one is taken
+       when no layer's dim 0 turned out unknown. */
     int units = plan_model_units(m);
     int root_flat = (s->shard & SHARD_PARAM) && units > 0;
     int64_t n = z->n;
-    /* both paddings in one pass: per flat unit (or layer), and for FSDP2 per tensor's dim 0,
-       taken when every dim 0 is known (plan_fsdp2_dim0) */
     int dim0 = plan_fsdp2_dim0_rows(t, sk);
     double flat = 0, d0 = 0;                     /* local shard: per unit, per tensor */
     double u_elems = 0, u_d0 = 0, root_d0 = 0;   /* the unit being summed; the root's */
@@ -45,19 +44,16 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         if (dim0 && (ld = (double)plan_layer_shard_dim0(l, n)) < 0) dim0 = 0;   /* unknown: per unit */
         z->psi += pu;
         if (pu > z->largest_any) z->largest_any = pu;
+        if (!root_flat) { flat += lf; d0 += ld; }   /* each layer on its own (ZeRO-1/2, no units) */
         if (units == 0) {                        /* every layer its own unit */
             if (pu > z->largest_unit) z->largest_unit = pu;
-            flat += lf;
-            d0 += ld;
             continue;
         }
         if (l->unit == 0) {                      /* the root */
             z->root_unit += pu;
             root_d0 += ld;
-            if (!root_flat) { flat += lf; d0 += ld; }
             continue;
         }
-        if (!root_flat) { flat += lf; d0 += ld; }   /* ZeRO-1/2: each layer on its own */
         u_elems += pu;
         u_d0 += ld;
         if (i + 1 == m->n_layers || m->layers[i + 1].unit != l->unit) {   /* the unit's last layer */
@@ -123,6 +119,15 @@ static int casts_leave_with_block(const Strategy *s, const TrainSpec *t, const P
     return ckpt_casts_cached(t, p) && fsdp && t->fsdp_impl == 1;
 }
 
+/* Elements of the weight a tied output head shares with the token embedding (V x e, the
+   embedding layer's largest tensor); 0 without tied embeddings. */
+static double tied_embed_elems(const ModelSpec *m) {
+    double e = 0;
+    for (int k = 0; k < m->n_layers && m->tied_embeddings; k++)
+        if (m->layers[k].kind == LAYER_EMBED) e = (double)m->layers[k].largest_tensor;
+    return e;
+}
+
 /* Elements of layer i that autocast casts to the low-precision dtype: the weights of its
    matmuls and convolutions. Embedding lookups and norms run in fp32 under autocast (they are
    not on its lower-precision op list; measured: F.embedding and F.layer_norm return fp32), so
@@ -131,12 +136,7 @@ static double layer_cast_elems(const ModelSpec *m, int i) {
     const LayerSpec *l = &m->layers[i];
     switch (l->kind) {
     case LAYER_EMBED: case LAYER_NORM: case LAYER_BN: return 0;
-    case LAYER_HEAD: {
-        double e = 0;
-        for (int k = 0; k < m->n_layers && m->tied_embeddings; k++)
-            if (m->layers[k].kind == LAYER_EMBED) e = (double)m->layers[k].largest_tensor;
-        return (double)l->params + e;
-    }
+    case LAYER_HEAD: return (double)l->params + tied_embed_elems(m);
     default: return (double)l->params;
     }
 }
@@ -237,13 +237,13 @@ static int64_t largest_tensor(const ModelSpec *m) {
 typedef struct {
     double held;         /* gradient bytes from the start of the last micro-step's forward */
     int in_place;        /* the held gradients are the ones the last micro-step accumulates into:
-                            its backward adds none (DDP-like, ZeRO-1, FSDP every) */
-    int persistent;      /* the walk's grads_persistent path holds them (held stays 0) */
+                            its backward adds none (ZeRO-1, FSDP1 no_sync, FSDP2 every) */
+    int persistent;      /* the walk's grads_persistent path holds them, held stays 0 (DDP, one
+                            GPU, FSDP1 every, the other torch layouts) */
     int unit_unsharded;  /* FSDP2 last: held is every unit's unsharded gradient */
     double ub;           /* FSDP2 last: bytes per held unsharded element */
-    int in_place_tensor; /* a layer's backward holds its largest tensor's new gradient until
-                            AccumulateGrad has added it to the held one */
-    double tb;           /* bytes per element of that new gradient */
+    int in_place_tensor; /* a layer's backward holds its largest tensor's new gradient (at the
+                            gradients' dtype) until AccumulateGrad has added it to the held one */
 } Accum;
 
 static void accum_setup(const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
@@ -256,10 +256,8 @@ static void accum_setup(const TrainSpec *t, const ClusterSpec *c, StrategyKind s
     int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;
     int last = fsdp && t->fsdp_grad_sync == FSDP_SYNC_LAST && c->gpus > 1;
     a->in_place_tensor = 1;
-    a->tb = p->grad_bytes;
     if (f2->on) {
         if (last) {
-            a->tb = f2->gb;
             a->unit_unsharded = 1;
             a->ub = f2->rb;   /* accumulated in the reduce dtype (= the gradients' without a policy) */
             a->held = z->psi * a->ub;
@@ -505,10 +503,10 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     tv[TERM_PARAMS] = params_steady;
     tv[TERM_GRADS] = grads_fwd + acc_held;
     tv[TERM_COMM] = persistent_comm + fwd_comm;
-    int ds3 = s->buffers == BUF_DS_STAGE3 && t->impl == IMPL_PYTORCH && c->gpus > 1;
+    int ds3 = ds3_py && c->gpus > 1;   /* ZeRO-3's gathers (Ds3Sim); one GPU gathers nothing */
     double ds3_now = 0;   /* gathered bytes at the current layer's backward */
-    Ds3Sim d3;
-    plan_ds3_sim_init(&d3, m, z->n);
+    Ds3Sim d3;            /* ZeRO-3's fetching, only where ds3 */
+    if (ds3) plan_ds3_sim_init(&d3, m, z->n);
     tv[TERM_OPTIMIZER] = opt_steady + ds_fp32;
     for (int i = 0; i < m->n_layers; i++) {
         acts += plan_act_ckpt_bytes(m, i, t, &w.in);
@@ -542,10 +540,10 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
     for (int i = 0; i < m->n_layers && m->tied_embeddings; i++)
         if (m->layers[i].kind == LAYER_EMBED) embed_params += (double)m->layers[i].params;
     double tied_grad = tied_head_grad_bytes(m, t, s, p, grad_flight), tied_live = 0;
-    double root_grads = 0, head_tied = 0;   /* FSDP2: the root unit's unsharded gradients */
-    double unit_grads = 0, unit_elems = 0;  /* FSDP2: the current unit's (bytes, elements), until its reduce-scatter */
-    for (int i = 0; i < m->n_layers && m->tied_embeddings && !m->headless; i++)
-        if (m->layers[i].kind == LAYER_EMBED) head_tied = (double)m->layers[i].largest_tensor;
+    double root_grads = 0;                  /* FSDP2: the root unit's unsharded gradients */
+    double unit_elems = 0;                  /* FSDP2: the current unit's elements, until its reduce-scatter */
+    double head_tied = m->headless ? 0 : tied_embed_elems(m);   /* a tied head's V x e */
+    double mlp_out = plan_act_block_mlp_out_elems(m);   /* a block's MLP output projection (elements) */
     int cached = ckpt_casts_cached(t, p);
     if (cached) casts = ckpt_casts_after_forward(m, p);   /* the region exited: cache cleared */
     /* the loss's own backward, before the head's: nll_loss's backward allocates a zeroed
@@ -573,9 +571,9 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                the end of backward */
             if (acc.unit_unsharded)   /* accumulated: only a tied head's half waits beside them */
                 root_grads += (l->kind == LAYER_HEAD ? head_tied : 0) * p->grad_bytes;
-            else if (l->unit > 0) unit_grads += pu * p->grad_bytes;
-            else root_grads += (l->kind == LAYER_HEAD ? head_tied + pu : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
-                               p->grad_bytes;   /* a tied head's V x e arrives with the head's backward */
+            else if (l->unit <= 0)   /* the root */
+                root_grads += (l->kind == LAYER_HEAD ? head_tied + pu : l->kind == LAYER_EMBED ? pu - head_tied : pu) *
+                              p->grad_bytes;   /* a tied head's V x e arrives with the head's backward */
             if (l->unit > 0) unit_elems += pu;
         } else if (!grads_persistent && (!ds12 || ds12_stage1) && !acc.in_place &&
                    !plan_offload_grads_to_host(t, sk))   /* offloaded: shard leaves; accumulated: added in place */
@@ -595,11 +593,13 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
         tv[TERM_GRADS] = grads_now + acc_held + (ds12 && !ds12_stage1 ? pu * p->grad_bytes : 0);
         if (grad_flight)
             tv[TERM_GRADS] += (embed_params + (l->kind != LAYER_EMBED ? pu : 0)) * p->grad_bytes;
+        /* FSDP2: the current unit's new unsharded gradients (accumulated: added in place into acc_held) */
+        double unit_grads = acc.unit_unsharded ? 0 : unit_elems * p->grad_bytes;
         tv[TERM_GRADS] += tied_live + root_grads + unit_grads + tied_sum;
         /* accumulating into existing gradients: AccumulateGrad adds the layer's new gradient
            in place and frees it, one parameter tensor at a time (the largest at most; a tied
            embedding: already in tied_sum, its half and the sum) */
-        if (acc.in_place_tensor && tied_sum == 0) tv[TERM_GRADS] += (double)l->largest_tensor * acc.tb;
+        if (acc.in_place_tensor && tied_sum == 0) tv[TERM_GRADS] += (double)l->largest_tensor * p->grad_bytes;
         if (ds12 && pu > 0) ds12_hooked = 1;   /* its gradients' hooks have run */
         tv[TERM_COMM] = persistent_comm + (f2.on ? plan_fsdp2_bwd_comm(&f2, m, i) : bwd_comm) +
                         (ds12_hooked ? ds12_bucket : 0);
@@ -620,26 +620,30 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                place or persistent) */
             double own = f2.on ? (l->unit > 0 && !acc.unit_unsharded ? pu * p->grad_bytes : 0)
                          : ds12 && !ds12_stage1 ? pu * p->grad_bytes : grads_now - g_before;
-            if (grad_flight) own += pu * p->grad_bytes;
-            double later = pu > 0 ? 1 - fmin(1, plan_act_block_mlp_out_elems(m) / pu) : 0;
+            double later = pu > 0 ? 1 - fmin(1, mlp_out / pu) : 0;
             tv[TERM_GRADS] = g_all - own * later;
             /* fc2's backward is done: its saved cast weight is freed (measured: the bf16 copy of
                c_proj.weight goes with AddmmBackward0, block_probe.py) */
-            double fc2_cast = fmin(cast_i, plan_act_block_mlp_out_elems(m) * p->cast_copy_bytes);
+            double fc2_cast = fmin(cast_i, mlp_out * p->cast_copy_bytes);
             tv[TERM_TRANSIENT] = casts + recast + mlp_ws - fc2_cast;
             moment(&w, PHASE_BACKWARD, i, tv, "MLP backward of");
             tv[TERM_GRADS] = g_all;
+            /* by the block's end its saved activations and casts are freed (a recomputed
+               block's casts too: recast is then not charged below) */
             acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+            if (!recast) casts -= cast_i;
             tv[TERM_ACTIVATIONS] = acts + (head_done ? held : 0);
         }
-        tv[TERM_TRANSIENT] = casts + (mlp_ws > 0 ? (recast > 0 ? 0 : -cast_i) : recast) +
+        tv[TERM_TRANSIENT] = casts + (mlp_ws > 0 ? 0 : recast) +
                              plan_act_backward_workspace(m, i, t, &w.in) + (i == m->n_layers - 1 ? loss_tr : 0) +
                              cpu_conv_backward_bytes(m, i, t, p);
         moment(&w, PHASE_BACKWARD, i, tv, "backward of");
         if (ds3 && i > 0) plan_ds3_sim_release(&d3, i);   /* layer 0: after the reduction below */
-        if (mlp_ws <= 0) acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+        if (mlp_ws <= 0) {   /* freed after the layer's backward (a block with an MLP moment: above) */
+            acts -= plan_act_ckpt_bytes(m, i, t, &w.in);
+            if (!recast) casts -= cast_i;
+        }
         if (l->kind == LAYER_HEAD) head_done = 1;
-        if (!recast) casts -= cast_i;
         if (l->kind == LAYER_EMBED) tied_live = 0;
         if (acc.unit_unsharded && l->kind == LAYER_EMBED)
             root_grads -= head_tied * p->grad_bytes;   /* the halves' sum went into the accumulated one */
@@ -656,7 +660,6 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
             if (!plan_offload_grads_to_host(t, sk) && !acc.in_place) grads_now += shard;   /* offloaded: to the host;
                                                                          accumulated: added into the held shard */
             if (acc.unit_unsharded) acc_held -= unit_elems * acc.ub;   /* the unit's accumulated gradients, reduced */
-            unit_grads = 0;
             unit_elems = 0;
         }
     }

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "plan_fsdp.h"
 #include "plan_offload.h"
 #include "plan_util.h"
 
@@ -94,12 +95,9 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
         if (!r0->acts_known)
             fprintf(f, "# activations unknown for this model (no architecture or measurement): "
                     "peaks exclude them; give activation_bytes_per_sample in a params.json\n");
-        int fsdp = 0;   /* an fsdp-* row */
-        for (int i = 0; i < p->n_rows; i++) {
-            BufferKind bk = plan_strategy(p->rows[i].kind)->buffers;
-            fsdp |= bk == BUF_FSDP_FULL || bk == BUF_FSDP_GRAD_OP;
-        }
-        if (fsdp && t->fsdp_impl != 1 && t->impl == IMPL_PYTORCH && c->gpus > 1 && !plan_model_dim0_known(m))
+        int fsdp2 = 0;   /* an fsdp-* row that FSDP2 pads per tensor's dim 0 */
+        for (int i = 0; i < p->n_rows; i++) fsdp2 |= plan_fsdp2_dim0_rows(t, p->rows[i].kind);
+        if (fsdp2 && c->gpus > 1 && !plan_model_dim0_known(m))
             fprintf(f, "# fsdp rows: FSDP2 pads each parameter's dim 0, but this model's tensor shapes are "
                     "unknown: its shards are padded per unit instead (exact where the shard group divides "
                     "every dim 0)\n");
