@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -163,7 +164,8 @@ static void print_help(FILE *f)
         "                        with a 1 MiB first bucket; passing it makes the first bucket X MiB too)\n"
         "  --shard-group G       fsdp-hybrid: shard inside groups of G ranks (default N/2)\n"
         "  --timeout S           seconds one strategy may run (default 1800)\n"
-        "  --keep DIR            keep the harness's JSON per strategy in DIR\n"
+        "  --keep DIR            keep the harness's JSON and torchrun's output (.log) per strategy in DIR\n"
+        "                        (without it a temporary directory; a failed run's output is kept and named)\n"
         "  --measured FILE       compare a saved harness result (repeatable); the setup comes from the file\n\n"
         "Precisions on CPU ranks: " HARNESS_PRECISION_NAMES "; optimizer: adamw.\n"
         "Needs PyTorch 2.15, transformers and DeepSpeed in a virtual environment: `make torch-env` installs them\n"
@@ -203,21 +205,26 @@ static int harness_path(char *out, size_t len)
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { g_stop = sig; }
 
-/* Runs argv in its own process group, its stdout sent to our stderr (progress), for at most
+/* Runs argv in its own process group, its stdout and stderr written to the file log (torchrun's
+ * banners, the profiler's and transformers' notices: shown only when the run fails), for at most
  * timeout_s seconds. Returns the exit status, or -1 (timeout/signal/exec failure, in err). */
-static int run_child(char *const argv[], long long timeout_s, char *err, size_t errlen)
+static int run_child(char *const argv[], const char *log, long long timeout_s, char *err, size_t errlen)
 {
     fflush(stdout);
     fflush(stderr);
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) { snprintf(err, errlen, "cannot write '%s': %s", log, strerror(errno)); return -1; }
     pid_t pid = fork();
-    if (pid < 0) { snprintf(err, errlen, "fork: %s", strerror(errno)); return -1; }
+    if (pid < 0) { close(fd); snprintf(err, errlen, "fork: %s", strerror(errno)); return -1; }
     if (pid == 0) {
         setpgid(0, 0);
-        dup2(STDERR_FILENO, STDOUT_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
         execv(argv[0], argv);
         fprintf(stderr, "memplan: cannot start %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
+    close(fd);
     setpgid(pid, pid);
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -283,9 +290,27 @@ static cJSON *read_json(const char *path, char *err, size_t errlen)
     return j;
 }
 
-/* Runs the harness for one setup; returns its JSON (caller frees) or NULL with err set. */
+/* The last n lines of the file at path, each indented, to stderr (a failed run's output). */
+static void print_tail(const char *path, int n)
+{
+    char e[PATH_MAX + 64];
+    char *txt = read_file(path, e, sizeof e);
+    if (!txt) return;
+    size_t len = strlen(txt);
+    while (len && txt[len - 1] == '\n') txt[--len] = 0;
+    char *start = txt + len;
+    for (int k = 0; start > txt && k < n; k++)
+        for (start--; start > txt && start[-1] != '\n'; start--) {}
+    if (*start) {
+        for (char *line = strtok(start, "\n"); line; line = strtok(NULL, "\n")) fprintf(stderr, "  | %s\n", line);
+    }
+    free(txt);
+}
+
+/* Runs the harness for one setup, its output in log; returns its JSON (caller frees) or NULL
+ * with err set (the log's last lines then printed). */
 static cJSON *launch(const char *python, const char *harness, const TorchSetup *s, const char *out_json,
-                     long long timeout_s, char *err, size_t errlen)
+                     const char *log, long long timeout_s, char *err, size_t errlen)
 {
     char nproc[24], batch[24], seq[24], accum[24], steps[24], drop[32], bucket[32], gabv[4], group[24];
     snprintf(nproc, sizeof nproc, "%lld", s->ranks);
@@ -308,17 +333,21 @@ static cJSON *launch(const char *python, const char *harness, const TorchSetup *
     };
     if (s->bucket_mb <= 0) argv[sizeof argv / sizeof argv[0] - 3] = NULL;   /* DDP's own buckets */
     unlink(out_json);
-    char why[256] = "";
-    int rc = run_child((char *const *)argv, timeout_s, why, sizeof why);
-    char jerr[PATH_MAX + 64];
+    char why[PATH_MAX + 128] = "";
+    int rc = run_child((char *const *)argv, log, timeout_s, why, sizeof why);
+    char jerr[PATH_MAX + 128];
     cJSON *j = read_json(out_json, jerr, sizeof jerr);
     const cJSON *st = j ? cJSON_GetObjectItem(j, "status") : NULL;
     if (rc == 0 && j && cJSON_IsString(st) && strcmp(st->valuestring, "ok") == 0) return j;
     const cJSON *e = j ? cJSON_GetObjectItem(j, "error") : NULL;
     if (cJSON_IsString(e)) snprintf(err, errlen, "%s", e->valuestring);
     else if (rc < 0) snprintf(err, errlen, "%s", why);
-    else if (rc == 2) snprintf(err, errlen, "the harness refused the setup (exit 2; its message is above)");
-    else snprintf(err, errlen, "the harness exited with status %d (its output is above)", rc);
+    else if (rc == 2) snprintf(err, errlen, "the harness refused the setup (exit 2)");
+    else snprintf(err, errlen, "the harness exited with status %d", rc);
+    if (access(log, R_OK) == 0) {
+        fprintf(stderr, "# the run's last lines (all of them: %s)\n", log);
+        print_tail(log, 15);
+    }
     cJSON_Delete(j);
     return NULL;
 }
@@ -796,7 +825,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
                  "cuBLAS workspace, NCCL buffers or caching-allocator margin); peak tolerance %.3g%%\n", 100 * o.tol);
 
     cJSON *arr = cJSON_CreateArray();
-    int all_pass = 1, header = 0, versions = 0, runs = 0, failed_runs = 0;
+    int all_pass = 1, header = 0, versions = 0, runs = 0, failed_runs = 0, keep_dir = 0;
     if (measured_mode) {
         for (int i = 0; i < o.n_measured; i++) {
             char err[PATH_MAX + 128];
@@ -833,11 +862,17 @@ int cli_cmd_validate_torch(int argc, char **argv)
             if (!(cs.strategies & (1u << k))) continue;
             TorchSetup s = base;
             s.strategy = (StrategyKind)k;
-            char path[PATH_MAX + 64], err[512];
+            char path[PATH_MAX + 64], log[PATH_MAX + 64], err[512];
             snprintf(path, sizeof path, "%s/%s.json", dir, plan_strategy(s.strategy)->name);
-            fprintf(stderr, "# running %s on %lld CPU ranks ...\n", plan_strategy(s.strategy)->name, s.ranks);
-            cJSON *h = launch(python, harness, &s, path, o.timeout_s, err, sizeof err);
+            snprintf(log, sizeof log, "%s/%s.log", dir, plan_strategy(s.strategy)->name);
+            fprintf(stderr, "# running %s on %lld CPU ranks (torchrun's output: %s) ...\n", plan_strategy(s.strategy)->name,
+                    s.ranks, log);
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            cJSON *h = launch(python, harness, &s, path, log, o.timeout_s, err, sizeof err);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
             if (!h) {
+                keep_dir = 1;   /* the failed run's output stays where the message says */
                 fprintf(stderr, "memplan: validate --against torch: %s did not run: %s\n", plan_strategy(s.strategy)->name, err);
                 cJSON *x = cJSON_CreateObject();
                 cJSON_AddStringToObject(x, "strategy", plan_strategy(s.strategy)->name);
@@ -849,14 +884,19 @@ int cli_cmd_validate_torch(int argc, char **argv)
                 if (g_stop) break;
                 continue;
             }
+            fprintf(stderr, "# %s ran in %.0f s\n", plan_strategy(s.strategy)->name,
+                    (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
             echo_versions(out, h, &versions);
             int p = compare(out, &s, h, o.tol, arr, &header);
             all_pass &= p == 1;
             runs++;
             cJSON_Delete(h);
-            if (!o.keep) unlink(path);
+            if (!o.keep) {
+                unlink(path);
+                unlink(log);
+            }
         }
-        if (!o.keep) rmdir(dir);
+        if (!o.keep && !keep_dir) rmdir(dir);
     }
     fprintf(out, "# validate --against torch: %s (%d compared%s)\n", all_pass ? "pass" : "FAIL", runs,
             failed_runs ? ", some did not run" : "");

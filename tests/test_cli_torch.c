@@ -303,6 +303,7 @@ static void fake_python(const char *dir, char *py, size_t len)
     cr_assert_not_null(f);
     fprintf(f, "#!/bin/sh\n"
                "echo \"$@\" >> %s/args\n"
+               "[ -n \"$FAKE_NOISE\" ] && echo \"$FAKE_NOISE\" && echo \"$FAKE_NOISE on stderr\" >&2\n"
                "out=''; while [ $# -gt 0 ]; do [ \"$1\" = --json ] && out=$2; shift; done\n"
                "[ -n \"$FAKE_RESULT\" ] && cp \"$FAKE_RESULT\" \"$out\"\n"
                "exit ${FAKE_RC:-0}\n", dir);
@@ -383,6 +384,47 @@ Test(validate_torch, should_report_a_failed_run_with_the_harness_message)
     Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy zero1 --precision fp32");
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.out, "zero1 did not run: rank 1: boom in backward"), "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, should_keep_torchruns_output_out_of_sight_unless_the_run_fails)
+{
+    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16];
+    test_tmpdir(dir, sizeof dir, "vt");
+    fake_python(dir, py, sizeof py);
+    snprintf(res, sizeof res, "%s/res.json", dir);
+    write_json(res, exact_result("ddp", 1.0, 0, NULL));
+    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
+    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
+    setenv("FAKE_RESULT", res, 1);
+    setenv("FAKE_NOISE", "ERROR: gpuGetDeviceCount failed with code 35", 1);
+    setenv("TMPDIR", dir, 1);
+    unsetenv("FAKE_RC");
+    Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy ddp --batch 2 --seq 64 "
+                                          "--precision fp32 --attn eager --dropout 0");
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_assert_null(strstr(r.out, "gpuGetDeviceCount"), "a passing run's chatter must not reach the user: %s", r.out);
+    cr_assert(strstr(r.out, "# ddp ran in "), "%s", r.out);
+    free(r.out);
+    /* the same run failing: its last lines and where the rest is */
+    FILE *f = fopen(res, "w");
+    cr_assert_not_null(f);
+    fputs("{\"status\": \"error\", \"error\": \"rank 0: out of memory\"}", f);
+    fclose(f);
+    setenv("FAKE_RC", "1", 1);
+    r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy ddp --batch 2 --seq 64 "
+                                      "--precision fp32 --attn eager --dropout 0");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "  | ERROR: gpuGetDeviceCount failed with code 35 on stderr"), "%s", r.out);
+    cr_assert(strstr(r.out, "ddp did not run: rank 0: out of memory"), "%s", r.out);
+    const char *at = strstr(r.out, "(all of them: ");
+    cr_assert_not_null(at, "%s", r.out);
+    char log[PATH_MAX];
+    cr_assert_eq(sscanf(at, "(all of them: %4095[^)])", log), 1, "%s", r.out);
+    cr_assert_eq(access(log, R_OK), 0, "the log it names must exist: %s", log);
+    unsetenv("FAKE_NOISE");
+    unsetenv("FAKE_RC");
+    unsetenv("TMPDIR");
     free(r.out);
 }
 
