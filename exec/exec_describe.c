@@ -512,7 +512,10 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
             it[r] = t2 - t0;       /* compute + the collective, the same on every rank */
             ch[r] = t1 - t0;       /* this rank's compute */
             steal[r] = ((t5 - t4) - (t4 - t3)) / t_large_ar;
-            iss[r] = (t7 - t6) - (t1 - t0);
+            /* beyond the same loop with the collective blocking after it (t2 - t0, which holds
+               the ranks' arrival spread that sync_s already charges to every collective), the
+               collective's own time given back (it ran behind the loop) */
+            iss[r] = (t7 - t6) - (t2 - t0) + t_small_ar;
         }
         double mi = bad ? 0 : median(it, STEAL_REPS), mc = bad ? 0 : median(ch, STEAL_REPS);
         double stl = bad ? 0 : median(steal, STEAL_REPS), is = bad ? 0 : median(iss, STEAL_REPS);

@@ -50,8 +50,11 @@
  *               CPU ranks the copies need the cores the GEMMs use;
  *   issue_s     what issuing a small all-reduce non-blocking before that GEMM loop and waiting
  *               after it adds to the loop (the hand-over to the progress thread, its wake-up and
- *               the caches it disturbs), median of 5, the slowest rank's: charged to compute for
- *               every collective the step issues to run behind compute.
+ *               the caches it disturbs), measured against the same loop with the collective
+ *               blocking after it, less the collective's own time (so the ranks' arrival spread,
+ *               which sync_s charges to every collective, is not counted twice), median of 5,
+ *               the slowest rank's: charged to compute for every collective the step issues to
+ *               run behind compute.
  * A GPU run fills the same struct from CUPTI (kernel time of the GEMMs, the optimizer's kernels,
  * the NCCL kernels); kind says which. */
 #ifndef EXEC_DESCRIBE_H
