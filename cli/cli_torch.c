@@ -862,7 +862,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
             if (!(cs.strategies & (1u << k))) continue;
             TorchSetup s = base;
             s.strategy = (StrategyKind)k;
-            char path[PATH_MAX + 64], log[PATH_MAX + 64], err[512];
+            char path[PATH_MAX + 64], log[PATH_MAX + 64], err[PATH_MAX + 256];
             snprintf(path, sizeof path, "%s/%s.json", dir, plan_strategy(s.strategy)->name);
             snprintf(log, sizeof log, "%s/%s.log", dir, plan_strategy(s.strategy)->name);
             fprintf(stderr, "# running %s on %lld CPU ranks (torchrun's output: %s) ...\n", plan_strategy(s.strategy)->name,
