@@ -740,7 +740,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
         if (why) { cli_setup_free(&cs); return cli_usage_error("%s", why); }
         if ((cs.strategies & (1u << STRAT_FSDP_HYBRID)) && o.ranks < 2) {
             cli_setup_free(&cs);
-            return cli_usage_error("--ranks %lld: fsdp-hybrid needs at least 2 ranks", o.ranks);
+            return cli_usage_error("--ranks %lld: fsdp-hybrid needs at least 2 ranks (valid: --ranks 2 or more, or a --strategy list without fsdp-hybrid)", o.ranks);
         }
         long long group = o.shard_group ? o.shard_group : (o.ranks >= 2 ? o.ranks / 2 : 1);
         if ((cs.strategies & (1u << STRAT_FSDP_HYBRID)) && o.ranks % group) {

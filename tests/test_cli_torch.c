@@ -438,6 +438,10 @@ Test(validate_torch, should_refuse_setups_the_harness_cannot_run)
     cr_assert_eq(r.status, 2, "%s", r.out);
     cr_assert(strstr(r.out, "--steps '1'"), "%s", r.out);
     free(r.out);
+    r = test_launch(g_memplan, 0, 30, "validate --against torch --model gpt2-tiny --ranks 1");
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.out, "--ranks 1: fsdp-hybrid needs at least 2 ranks (valid: --ranks 2 or more"), "%s", r.out);
+    free(r.out);
     r = test_launch(g_memplan, 0, 30, "validate --against torch --model gpt2-tiny --strategy fsdp-hybrid --ranks 4 --shard-group 3");
     cr_assert_eq(r.status, 2, "%s", r.out);
     cr_assert(strstr(r.out, "--shard-group 3 does not divide --ranks 4"), "%s", r.out);
