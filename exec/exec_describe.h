@@ -41,20 +41,21 @@
  *   sync_s      what a small all-reduce costs beyond its alpha-beta time when every rank comes
  *               to it from a GEMM loop of about a block's forward (at most 20 ms): the loop and
  *               the collective together, less the slowest rank's loop (ranks that share cores
- *               arrive apart); median of 5, the slowest rank's: the planner's base latency per
+ *               arrive apart); median of 9, the slowest rank's: the planner's base latency per
  *               collective;
  *   steal       how much compute a rank loses per second of an all-reduce (the step's size, at
  *               most 16 MiB) that runs, issued non-blocking on exec_comm's progress thread, while
  *               it computes a GEMM loop twice the all-reduce's time: (t(loop + collective) -
- *               t(loop)) / t(collective alone), at least 0, median of 5, the slowest rank's. On
+ *               t(loop)) / t(collective alone), at least 0, median of 9, the slowest rank's. On
  *               CPU ranks the copies need the cores the GEMMs use;
  *   issue_s     what issuing a small all-reduce non-blocking before that GEMM loop and waiting
  *               after it adds to the loop (the hand-over to the progress thread, its wake-up and
  *               the caches it disturbs), measured against the same loop with the collective
  *               blocking after it, less the collective's own time (so the ranks' arrival spread,
- *               which sync_s charges to every collective, is not counted twice), median of 5,
- *               the slowest rank's: charged to compute for every collective the step issues to
- *               run behind compute.
+ *               which sync_s charges to every collective, is not counted twice); the mean over 9
+ *               repetitions of the slowest rank's (it is bimodal: most issues cost next to
+ *               nothing, about one in nine a scheduler slice): charged to compute for every
+ *               collective the step issues to run behind compute.
  * A GPU run fills the same struct from CUPTI (kernel time of the GEMMs, the optimizer's kernels,
  * the NCCL kernels); kind says which. */
 #ifndef EXEC_DESCRIBE_H
