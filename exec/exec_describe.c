@@ -521,10 +521,12 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
         double stl = bad ? 0 : median(steal, STEAL_REPS), is = 0;
         /* issue is bimodal: most issues cost next to nothing, about one in nine costs the rank
            a scheduler slice (1.5-2.2 ms on 2 ranks on 2 cores, while the woken progress thread
-           has the core), so the expected cost is the mean over repetitions of the slowest
-           rank's (the step waits for it), where a median says nothing or a whole slice */
+           has the core), so the expected cost is the mean over repetitions of the ranks' cost
+           taken as compute is (the slowest rank's, or the mean when the ranks outnumber the
+           cores and a slice one rank loses goes to another), where a median says nothing or a
+           whole slice */
         for (int r = 0; r < STEAL_REPS && !bad; r++) {
-            bad |= max_over(c, &iss[r]) != 0;
+            bad |= compute_over(c, &iss[r]) != 0;
             is += iss[r] / STEAL_REPS;
         }
         if (!bad && !max_over(c, &mi) && !max_over(c, &mc) && !max_over(c, &stl)) {

@@ -52,10 +52,11 @@
  *               after it adds to the loop (the hand-over to the progress thread, its wake-up and
  *               the caches it disturbs), measured against the same loop with the collective
  *               blocking after it, less the collective's own time (so the ranks' arrival spread,
- *               which sync_s charges to every collective, is not counted twice); the mean over 9
- *               repetitions of the slowest rank's (it is bimodal: most issues cost next to
- *               nothing, about one in nine a scheduler slice): charged to compute for every
- *               collective the step issues to run behind compute.
+ *               which sync_s charges to every collective, is not counted twice); per repetition
+ *               over ranks as compute is (the slowest rank's, the mean when the ranks outnumber
+ *               the cores), then the mean of 9 repetitions, not a median, because it is bimodal
+ *               (most issues cost next to nothing, about one in nine a scheduler slice): charged
+ *               to compute for every collective the step issues to run behind compute.
  * A GPU run fills the same struct from CUPTI (kernel time of the GEMMs, the optimizer's kernels,
  * the NCCL kernels); kind says which. */
 #ifndef EXEC_DESCRIBE_H
