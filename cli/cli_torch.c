@@ -205,6 +205,13 @@ static int harness_path(char *out, size_t len)
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { g_stop = sig; }
 
+static double now_s(void)   /* monotonic seconds */
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* Runs argv in its own process group, its stdout and stderr written to the file log (torchrun's
  * banners, the profiler's and transformers' notices: shown only when the run fails), for at most
  * timeout_s seconds. Returns the exit status, or -1 (timeout/signal/exec failure, in err). */
@@ -232,15 +239,14 @@ static int run_child(char *const argv[], const char *log, long long timeout_s, c
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     g_stop = 0;
-    struct timespec t0, now, nap = {0, 50 * 1000 * 1000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct timespec nap = {0, 50 * 1000 * 1000};
+    double t0 = now_s();
     int status = 0, rc = -1, killed = 0;
     for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid) break;
         if (w < 0 && errno != EINTR) { snprintf(err, errlen, "waitpid: %s", strerror(errno)); break; }
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double el = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+        double el = now_s() - t0;
         if (!killed && (g_stop || el > (double)timeout_s)) {
             kill(-pid, SIGTERM);
             killed = 1;
@@ -867,10 +873,9 @@ int cli_cmd_validate_torch(int argc, char **argv)
             snprintf(log, sizeof log, "%s/%s.log", dir, plan_strategy(s.strategy)->name);
             fprintf(stderr, "# running %s on %lld CPU ranks (torchrun's output: %s) ...\n", plan_strategy(s.strategy)->name,
                     s.ranks, log);
-            struct timespec t0, t1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+            double t0 = now_s();
             cJSON *h = launch(python, harness, &s, path, log, o.timeout_s, err, sizeof err);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ran_s = now_s() - t0;
             if (!h) {
                 keep_dir = 1;   /* the failed run's output stays where the message says */
                 fprintf(stderr, "memplan: validate --against torch: %s did not run: %s\n", plan_strategy(s.strategy)->name, err);
@@ -884,8 +889,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
                 if (g_stop) break;
                 continue;
             }
-            fprintf(stderr, "# %s ran in %.0f s\n", plan_strategy(s.strategy)->name,
-                    (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+            fprintf(stderr, "# %s ran in %.0f s\n", plan_strategy(s.strategy)->name, ran_s);
             echo_versions(out, h, &versions);
             int p = compare(out, &s, h, o.tol, arr, &header);
             all_pass &= p == 1;
