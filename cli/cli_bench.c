@@ -274,18 +274,6 @@ static int parse(int argc, char **argv, Opts *o, char *err, size_t len)
 
 /* ---- measuring ---- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* The slowest rank's values (element-wise max), uncounted. */
 static int max_over_ranks(Comm *c, double *v, int n)
 {
@@ -316,7 +304,7 @@ static double time_coll(Comm *c, int all_gather, size_t count, int reps)
         if (rc) goto out;
         if (i >= 0) t[i] = (prof_clock_us() - t0) * 1e-6;
     }
-    med = median(t, reps);
+    med = plan_median(t, reps);
     if (max_over_ranks(c, &med, 1)) med = -1;
 out:
     free(buf);
@@ -462,10 +450,10 @@ static void runner_step(Runner *r, Comm *c, const ExecBatch *b, int t, int k)
 static Phases medians(Runner *r, int K)
 {
     Phases p;
-    p.fwd = median(r->ms[0], K);
-    p.bwd = median(r->ms[1], K);
-    p.opt = median(r->ms[2], K);
-    p.step = median(r->ms[3], K);
+    p.fwd = plan_median(r->ms[0], K);
+    p.bwd = plan_median(r->ms[1], K);
+    p.opt = plan_median(r->ms[2], K);
+    p.step = plan_median(r->ms[3], K);
     return p;
 }
 
@@ -557,13 +545,13 @@ static int run_ranks(Comm *c, const CnnConfig *cfg, const Opts *o, Link *link, R
             for (int k = 0; k < o->steps; k++) mean += d[3][k] / o->steps;
             for (int k = 0; k < o->steps; k++) var += (d[3][k] - mean) * (d[3][k] - mean);
             x->diff_se = o->steps > 1 ? sqrt(var / (o->steps - 1) / o->steps) : 0;
-            x->diff.fwd = median(d[0], o->steps);
-            x->diff.bwd = median(d[1], o->steps);
-            x->diff.opt = median(d[2], o->steps);
-            x->diff.step = median(d[3], o->steps);
+            x->diff.fwd = plan_median(d[0], o->steps);
+            x->diff.bwd = plan_median(d[1], o->steps);
+            x->diff.opt = plan_median(d[2], o->steps);
+            x->diff.step = plan_median(d[3], o->steps);
             for (int j = 0; j < 2; j++) {
-                x->coll_min_ms[j] = median(run[1].coll_min[j], o->steps);
-                x->coll_mean_ms[j] = median(run[1].coll_mean[j], o->steps);
+                x->coll_min_ms[j] = plan_median(run[1].coll_min[j], o->steps);
+                x->coll_mean_ms[j] = plan_median(run[1].coll_mean[j], o->steps);
             }
             for (int op = 0; op < COLL_OP_COUNT; op++) {
                 x->extra_count[op] = (double)(run[1].last[op].count - run[0].last[op].count);

@@ -11,6 +11,7 @@
 #include "exec_kern.h"
 #include "kern_blas.h"
 #include "kern_fast.h"
+#include "plan_util.h"
 
 static double now_s(void)
 {
@@ -19,46 +20,36 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* the largest value over ranks (times: the slowest rank sets the pace) */
-static int max_over(Comm *c, double *v)
+/* k values combined over ranks element by element: the largest (mean 0) or the mean */
+static int over_ranks(Comm *c, double *v, int k, int mean)
 {
     int n = comm_size(c);
-    double *all = calloc((size_t)n, sizeof *all);
+    double *all = calloc((size_t)n * (size_t)k, sizeof *all);
     if (!all) return -1;
-    int rc = comm_all_gather(c, v, all, 1, DT_F64, NULL);
-    for (int r = 0; rc == 0 && r < n; r++) *v = all[r] > *v ? all[r] : *v;
+    int rc = comm_all_gather(c, v, all, (size_t)k, DT_F64, NULL);
+    for (int i = 0; rc == 0 && i < k; i++) {
+        double acc = mean ? 0 : v[i];
+        for (int r = 0; r < n; r++) {
+            double x = all[(size_t)r * (size_t)k + (size_t)i];
+            acc = mean ? acc + x : (x > acc ? x : acc);
+        }
+        v[i] = mean ? acc / n : acc;
+    }
     free(all);
     return rc;
 }
 
-/* Compute seconds over ranks: the slowest rank's when every rank has a core of its own (the
- * others wait for it at the next collective), the mean when the node's ranks outnumber its cores
- * (they share the cores as one pool: a rank that waits yields its share to the others). */
-static int compute_over(Comm *c, double *v)
+/* the largest value over ranks (times: the slowest rank sets the pace) */
+static int max_over(Comm *c, double *v) { return over_ranks(c, v, 1, 0); }
+
+/* Compute seconds over ranks, k values: the slowest rank's when every rank has a core of its
+ * own (the others wait for it at the next collective), the mean when the node's ranks
+ * outnumber its cores (they share the cores as one pool: a rank that waits yields its share to
+ * the others). */
+static int compute_over(Comm *c, double *v, int k)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1 || comm_local_size(c) <= cores) return max_over(c, v);
-    int n = comm_size(c);
-    double *all = calloc((size_t)n, sizeof *all);
-    if (!all) return -1;
-    int rc = comm_all_gather(c, v, all, 1, DT_F64, NULL);
-    double sum = 0;
-    for (int r = 0; rc == 0 && r < n; r++) sum += all[r];
-    if (rc == 0) *v = sum / n;
-    free(all);
-    return rc;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return over_ranks(c, v, k, cores >= 1 && comm_local_size(c) > cores);
 }
 
 #define REPS 5            /* small collectives */
@@ -313,7 +304,7 @@ static double time_coll(Comm *c, int k, float *buf, float *out, size_t count, in
         if (rc) return -1;
         if (r >= 0) t[r] = now_s() - t0;
     }
-    return median(t, reps);
+    return plan_median(t, reps);
 }
 
 /* ---- the description ---- */
@@ -411,15 +402,15 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
         /* per step, the median round (a burst of other work hits a few): L layers of attention
            and of blocks, the head once */
         if (!bad) {
-            lin_s = median(lin_r, rounds), att_s = median(att_r, rounds);
-            blk_s = median(blk_r, rounds), head_s = median(head_r, rounds);
+            lin_s = plan_median(lin_r, rounds), att_s = plan_median(att_r, rounds);
+            blk_s = plan_median(blk_r, rounds), head_s = plan_median(head_r, rounds);
         }
         free(lin_r);
         free(att_r);
         free(blk_r);
         free(head_r);
         double secs = lin_s + L * att_s, msecs = L * blk_s + head_s;
-        bad = bad || compute_over(c, &secs) || compute_over(c, &msecs);
+        bad = bad || compute_over(c, &secs, 1) || compute_over(c, &msecs, 1);
         d->gemm_flops = (lin_flops + L * att_fl) / secs;
         d->mem_bw = (L * blk_by + head_by) / msecs;
         int blocks = (st->T + KERN_FAST_ATT_BLOCK - 1) / KERN_FAST_ATT_BLOCK;
@@ -439,8 +430,8 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
             kt->adamw_update(p, g, mm, vv, 0, opt, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 2 + opt_calls, NULL);
             call[opt_calls++] = now_s() - t1;
         } while (opt_calls < MAX_ROUNDS && (now_s() - t0 < WINDOW_S || opt_calls < 3));
-        opt_s = median(call, opt_calls);
-        bad = compute_over(c, &opt_s);
+        opt_s = plan_median(call, opt_calls);
+        bad = compute_over(c, &opt_s, 1);
         d->opt_bw = 28.0 * (double)opt / opt_s;
     }
     /* collectives: bus factor per collective, ring steps */
@@ -517,18 +508,16 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
                collective's own time given back (it ran behind the loop) */
             iss[r] = (t7 - t6) - (t2 - t0) + t_small_ar;
         }
-        double mi = bad ? 0 : median(it, STEAL_REPS), mc = bad ? 0 : median(ch, STEAL_REPS);
-        double stl = bad ? 0 : median(steal, STEAL_REPS), is = 0;
+        double mi = bad ? 0 : plan_median(it, STEAL_REPS), mc = bad ? 0 : plan_median(ch, STEAL_REPS);
+        double stl = bad ? 0 : plan_median(steal, STEAL_REPS), is = 0;
         /* issue is bimodal: most issues cost next to nothing, about one in nine costs the rank
            a scheduler slice (1.5-2.2 ms on 2 ranks on 2 cores, while the woken progress thread
            has the core), so the expected cost is the mean over repetitions of the ranks' cost
            taken as compute is (the slowest rank's, or the mean when the ranks outnumber the
            cores and a slice one rank loses goes to another), where a median says nothing or a
            whole slice */
-        for (int r = 0; r < STEAL_REPS && !bad; r++) {
-            bad |= compute_over(c, &iss[r]) != 0;
-            is += iss[r] / STEAL_REPS;
-        }
+        bad |= !bad && compute_over(c, iss, STEAL_REPS) != 0;
+        for (int r = 0; r < STEAL_REPS && !bad; r++) is += iss[r] / STEAL_REPS;
         if (!bad && !max_over(c, &mi) && !max_over(c, &mc) && !max_over(c, &stl)) {
             double sy = mi - mc - t_small_ar;   /* beyond the slowest rank's compute */
             d->sync_s = sy > 0 ? sy : 0;

@@ -99,6 +99,16 @@ int plan_lookup(const char *name, const char *const *names, int n) {
     return -1;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double plan_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double plan_rel_err(double pred, double meas) {
     if (pred == 0) return meas == 0 ? 0 : INFINITY;
     return (meas - pred) / pred;

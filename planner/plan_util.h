@@ -26,6 +26,8 @@ const char *plan_fmt_gib(double bytes, char *buf, size_t len);
 const char *plan_fmt_count(long long n, char *buf, size_t len);
 /* (measured - predicted) / predicted; 0 when both are 0, INFINITY when only measured is not. */
 double plan_rel_err(double pred, double meas);
+/* The median of v[0..n-1] (n >= 1), which it sorts in place. */
+double plan_median(double *v, int n);
 /* A relative error in percent for tables: "+1.23", "+4.0e-03" when too small for two decimals
  * (visible, not +0.00), "new" for INFINITY. Returns buf. */
 const char *plan_fmt_rel_err(double e, char *buf, size_t len);
