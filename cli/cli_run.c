@@ -760,7 +760,7 @@ int cli_cmd_validate(int argc, char **argv)
         x.cfg.progress = NULL;
         size_t psi = (size_t)gpt2_cfg_num_params(&x.cfg.model);
         /* a typical collective: a DDP bucket, the ZeRO-1/2 reduce bucket, a ZeRO-3 block */
-        size_t cap = x.cfg.bucket_bytes > 0 ? (size_t)x.cfg.bucket_bytes : (size_t)25 << 20;
+        size_t cap = x.cfg.bucket_bytes > 0 ? (size_t)x.cfg.bucket_bytes : (size_t)EXEC_DDP_BUCKET_BYTES;
         size_t coll = k == EXEC_DDP ? (4 * psi < cap ? 4 * psi : cap)
                     : k == EXEC_ZERO3 ? 4 * gpt2_cfg_unit_numel(&x.cfg.model, 1) : 4 * psi;
         DescStep ds = {&x.cfg.model, x.cfg.micro_batch, x.cfg.seq > 0 ? x.cfg.seq : x.cfg.model.max_seq,

@@ -181,8 +181,7 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
     /* --fsdp-grad-sync last: the reduce-scatters (and HSDP's all-reduces) run in the last
        micro-step only (set_requires_gradient_sync(False) / no_sync() on the others); the
        all-gathers still run every micro-step */
-    int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;
-    double Kr = fsdp && t->fsdp_grad_sync == FSDP_SYNC_LAST ? 1 : K;
+    double Kr = plan_fsdp_reduce_last_only(t, sk) ? 1 : K;
     /* sharded collectives move whole padded units: n x the local shard (FSDP2: each tensor's
        dim 0 padded, _fsdp_collectives.py foreach_all_gather / foreach_reduce; FSDP1, ZeRO: the
        flat unit) */

@@ -136,8 +136,7 @@ static int64_t cursor_peek(Ds3Sim *z) {
                 z->qbefore = z->psi - (z->ql >= 0 ? layer_elems(m, z->ql) : 0);
                 continue;
             }
-            if (z->qt >= n_tensors(m, z->ql)) {
-                z->qbefore += layer_elems(m, z->ql);
+            if (z->qt >= n_tensors(m, z->ql)) {   /* (qbefore is set when backward starts) */
                 z->ql++;
                 z->qt = 0;
                 continue;

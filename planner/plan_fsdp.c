@@ -20,6 +20,11 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk) {
 
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk) { return fsdp2_rows(t, sk); }
 
+int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk) {
+    const Strategy *s = plan_strategy(sk);
+    return (s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP) && t->fsdp_grad_sync == FSDP_SYNC_LAST;
+}
+
 int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                      StrategyKind sk, const MemSizes *z) {
     const PrecisionSpec *p = plan_precision(t->precision);
@@ -65,11 +70,6 @@ void plan_fsdp2_free(Fsdp2 *f) {
     f->ug = f->pre = NULL;
     f->at = NULL;
     f->on = 0;
-}
-
-double plan_fsdp2_unit(const Fsdp2 *f, const ModelSpec *m, int i) {
-    int k = m->layers[i].unit;
-    return k > 0 ? f->ug[k] : 0;
 }
 
 double plan_fsdp2_shard(const Fsdp2 *f, int k) { return f->ug[k] / (double)f->n; }

@@ -45,6 +45,9 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk);
    unknown the rows are padded per unit instead. 0 for the other strategies, FSDP1 (--fsdp 1:
    one flat parameter per unit, padded to a multiple of n) and --impl engine: per-unit padding. */
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk);
+/* fsdp-* rows under --fsdp-grad-sync last: the reduce-scatters (and HSDP's all-reduces) run in
+ * the last micro-step only (set_requires_gradient_sync(False) / no_sync() on the others). */
+int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk);
 
 /* Fills f; f->on = 0 where the FSDP2 timeline does not apply (other strategies, --fsdp 1,
    --impl engine, one rank, models without repeated blocks). With CPUOffloadPolicy the shards
@@ -54,8 +57,6 @@ int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk);
 int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                      StrategyKind sk, const MemSizes *z);
 void plan_fsdp2_free(Fsdp2 *f);
-/* Elements of layer i's unit as gathered: 0 for root layers. */
-double plan_fsdp2_unit(const Fsdp2 *f, const ModelSpec *m, int i);
 /* Unit k's local shard (elements; k = 0: the root), the output of its reduce-scatter. */
 double plan_fsdp2_shard(const Fsdp2 *f, int k);
 /* 1 when layer i is the first layer of its unit (forward order): the unit's post-backward

@@ -27,11 +27,10 @@ LayerSpec *plan_model_add_layer(ModelSpec *m, const LayerSpec *l) {
         m->layers = p;
         m->cap_layers = cap;
     }
-    int units = plan_model_units(m);
     LayerSpec *dst = &m->layers[m->n_layers++];
     *dst = *l;
     if (dst->largest_tensor == 0) dst->largest_tensor = dst->params;
-    if (dst->kind == LAYER_BLOCK && dst->unit <= 0) dst->unit = units + 1;   /* the next unit */
+    if (dst->kind == LAYER_BLOCK && dst->unit <= 0) dst->unit = plan_model_units(m) + 1;   /* the next unit */
     return dst;
 }
 

@@ -8,6 +8,7 @@
 
 #include "plan_comm.h"
 #include "plan_deepspeed.h"
+#include "plan_fsdp.h"
 #include "plan_offload.h"
 
 static int is_transformer(const ModelSpec *m) {
@@ -267,8 +268,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     P->ddp = P->s->buffers == BUF_DDP_BUCKETS && N > 1;
     P->ds = P->s->buffers == BUF_DS_REDUCE && N > 1;
     P->reduce_every_micro = P->ds && (P->s->shard & SHARD_GRAD);
-    P->rs_last_only = (P->s->buffers == BUF_FSDP_FULL || P->s->buffers == BUF_FSDP_GRAD_OP) &&
-                      t->fsdp_grad_sync == FSDP_SYNC_LAST;
+    P->rs_last_only = plan_fsdp_reduce_last_only(t, k);
     P->ar_buckets = P->ddp || (P->ds && ds_py);
     P->ddp_first = PLAN_DDP_FIRST_BUCKET;
     P->ddp_cap = PLAN_DDP_BUCKET;
