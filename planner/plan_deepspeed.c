@@ -178,7 +178,6 @@ static void issue(Ds3Sim *z, double limit) {
     while ((e = cursor_peek(z)) > 0 && (g->elems < limit || g->k0 == z->issued)) {
         g->elems += (double)e;
         g->flat += nn * ceil((double)e / nn);
-        g->left++;
         z->issued++;
         cursor_next(z);
     }
@@ -214,16 +213,11 @@ static void use(Ds3Sim *z) {
         z->used++;
         return;
     }
-    for (int k = 0; k < z->ng; k++) {
-        Ds3Group *g = &z->g[k];
-        if (z->used < g->k0 || z->used >= g->k1) continue;
-        if (!g->waited) { g->waited = 1; z->mat += g->elems; }
-        if (--g->left <= 0) {
-            memmove(&z->g[k], &z->g[k + 1], sizeof(*g) * (size_t)(z->ng - k - 1));
-            z->ng--;
-        }
-        break;
-    }
+    /* uses go in trace order and a group is dropped after its last tensor, so the oldest live
+       group holds this one: copied out at its first tensor, freed after its last */
+    Ds3Group *g = &z->g[0];
+    if (z->used == g->k0) z->mat += g->elems;
+    if (z->used + 1 >= g->k1) memmove(g, g + 1, sizeof(*g) * (size_t)--z->ng);
     z->used++;
     fill(z);
 }

@@ -57,8 +57,6 @@ typedef struct {
     double k0, k1;           /* trace positions [k0, k1) */
     double flat;             /* elements of the flat all-gather buffer */
     double elems;            /* elements of its tensors, unpadded */
-    double left;             /* tensors not used yet */
-    int waited;
 } Ds3Group;
 
 typedef struct {
