@@ -608,7 +608,6 @@ def run(a, rank, world):
             module = (comm or "model").replace("memplan::comm::", "")
         split, detail, backend, casts, dropped, unattributed = measure.split_at(tr, t, total)
         assert sum(split.values()) == total, (split, total)
-        top = sorted(detail.items(), key=lambda kv: -kv[1])[:12]
         per_rank.update({
             "peak_bytes": total,
             "peak_bytes_rebuilt": tr.total[i],
@@ -619,9 +618,7 @@ def run(a, rank, world):
             "peak_module": module,
             "peak_step": tr.step_of(t),
             "at_peak": split,
-            "at_peak_top": [{"category": k[0], "alloc_step": k[1], "alloc_phase": k[2],
-                             "module": k[3], "scope": k[4], "op": k[5], "bytes": v}
-                            for k, v in top],
+            "at_peak_top": measure.top_rows(detail, 12),
             "at_peak_backend_internal": backend,
             "at_peak_dtype_casts": casts,
             "unseen_frees": tr.unseen_frees,
@@ -642,11 +639,8 @@ def run(a, rank, world):
             if al.t0 <= tj and (al.t1 is None or tj < al.t1) and not measure._is_backend(tr, al):
                 cj = measure.classify(tr, al, tj)
                 split_j[cj] += al.size
-                phj, modj, commj, _, _ = tr.context(al.ev)
-                opj = al.ev.parent.name if al.ev.parent is not None else "?"
-                detail_j[(cj, tr.step_of(al.t0), phj or "setup", modj or "", commj or "", opj,
-                          "unseen" if al.unseen or al.t1 is None else "")] += al.size
-        top_j = sorted(detail_j.items(), key=lambda kv: -kv[1])[:16]
+                detail_j[measure.detail_key(tr, al, cj) +
+                         ("unseen" if al.unseen or al.t1 is None else "",)] += al.size
         per_rank["peak_excl_backend"] = {
             "bytes": lo, "bytes_upper": up,
             "peak_phase": ph_j or "setup",
@@ -655,9 +649,7 @@ def run(a, rank, world):
             "at_peak": split_j,
             # as at_peak_top, at this moment; "free": "unseen" marks blocks whose free the
             # profiler did not see (closed at the reuse of their address, or never)
-            "at_peak_top": [{"category": k[0], "alloc_step": k[1], "alloc_phase": k[2],
-                             "module": k[3], "scope": k[4], "op": k[5], "free": k[6], "bytes": v}
-                            for k, v in top_j],
+            "at_peak_top": measure.top_rows(detail_j, 16),
         }
         coll = measure.collectives(tr, a.steps)
     else:

@@ -310,6 +310,20 @@ def peak(trace, t_start, t_end, exact):
     return bi
 
 
+def detail_key(trace, a, c):
+    """What a live block is, for the at-peak tables: (category, the step it was allocated in,
+    its phase, module, comm scope, the op that allocated it)."""
+    phase, module, comm, _, _ = trace.context(a.ev)
+    op = a.ev.parent.name if a.ev.parent is not None else "?"
+    return (c, trace.step_of(a.t0), phase or "setup", module or "", comm or "", op)
+
+
+def top_rows(detail, n):
+    """The n largest entries of a detail_key counter as JSON rows (a 7th key field: "free")."""
+    names = ("category", "alloc_step", "alloc_phase", "module", "scope", "op", "free")
+    return [dict(zip(names, k), bytes=v) for k, v in sorted(detail.items(), key=lambda kv: -kv[1])[:n]]
+
+
 def split_at(trace, t, total):
     """Category bytes of everything live at time t (inclusive of allocations made at t), made
     to add up to `total` (the allocator's exact figure):
@@ -348,10 +362,9 @@ def split_at(trace, t, total):
         if True:
             c = classify(trace, a, t)
             out[c] += a.size
-            phase, module, comm, _, _ = trace.context(a.ev)
-            op = a.ev.parent.name if a.ev.parent is not None else "?"
-            step = trace.step_of(a.t0)
-            detail[(c, step, phase or "setup", module or "", comm or "", op)] += a.size
+            key = detail_key(trace, a, c)
+            detail[key] += a.size
+            comm = key[4]
             if c == "comm_buffers" and comm and (comm in _C10D or comm.startswith("gloo:")):
                 backend += a.size
             p = a.ev.parent
