@@ -25,7 +25,9 @@ typedef struct CommReq CommReq;     /* opaque; completed and freed by comm_wait 
  * COMM_SELF. For COMM_NCCL, MPI is initialized too and bootstraps the NCCL communicator on
  * GPU local_rank % (number of GPUs), the GPU exec_device_create picks for the same local rank.
  * timeout_s bounds every wait (<= 0: 300 s). Returns NULL with a message in err on failure
- * ("built without NCCL ..." when compiled out). */
+ * ("built without NCCL ..." when compiled out). Sets the process's host memory policy first
+ * (glibc: one arena, no mmapped blocks, no trimming), so that freed step buffers and MPI's
+ * collective scratch are reused, not faulted in again every step. */
 Comm *comm_create(CommKind kind, int *argc, char ***argv, double timeout_s, char *err, size_t errlen);
 void comm_destroy(Comm *c);          /* finalizes MPI if comm_create initialized it */
 CommKind comm_kind(const Comm *c);

@@ -5,7 +5,6 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
-#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,11 +300,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     /* BLAS threads: this node's cores shared among its ranks (one each on 2 cores, 2 ranks) */
     if (cfg->device == DEVICE_HOST) {
         kern_blas_set_threads(comm_local_size(c));
-        /* Freed step buffers stay mapped for the next step: glibc would otherwise give every
-           buffer over its mmap threshold (32 MiB at most; gpt2's logits are 103 MB at B 4,
-           T 128) back to the kernel at free and fault it in, zeroed, again at the next step. The tracker's accounting is unaffected (it counts requests). */
-        mallopt(M_MMAP_MAX, 0);
-        mallopt(M_TRIM_THRESHOLD, INT_MAX);
+        /* freed step buffers stay mapped for the next step: comm_create's host memory policy */
     }
 
     /* the GPU on several ranks collects over NCCL (every rank has the same cfg: clean) */

@@ -5,9 +5,11 @@
 #include <criterion/criterion.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +92,46 @@ Test(comm, nccl_should_pass_every_collective_check_on_the_gpu, .timeout = 120)
 }
 
 /* ---- SELF: one process, no MPI ---- */
+
+/* A 96 MiB block (over glibc's 32 MiB mmap threshold, over a thread arena's 64 MiB heap)
+ * freed and requested again on a thread other than main, as the progress thread's MPI scratch
+ * is: the second touch must not fault the pages in again. Page faults of this thread only. */
+static void *refault(void *arg)
+{
+    size_t bytes = (size_t)96 << 20;
+    long *faults = arg;
+    char *volatile p = malloc(bytes);   /* volatile: the compiler may not drop malloc, memset, free */
+    if (!p) return NULL;
+    memset(p, 1, bytes);
+    free(p);
+    struct rusage u0, u1;
+    getrusage(RUSAGE_THREAD, &u0);
+    p = malloc(bytes);
+    if (!p) return NULL;
+    memset(p, 2, bytes);
+    getrusage(RUSAGE_THREAD, &u1);
+    if (p[bytes - 1] == 2) *faults = u1.ru_minflt - u0.ru_minflt;
+    free(p);
+    return NULL;
+}
+
+Test(comm, create_should_keep_freed_host_memory_for_the_next_step)
+{
+#ifdef __SANITIZE_ADDRESS__
+    cr_skip_test("ASan's allocator maps and unmaps large blocks itself: glibc's policy does not apply");
+#endif
+    char err[256];
+    Comm *c = comm_create(COMM_SELF, NULL, NULL, 5.0, err, sizeof err);
+    cr_assert_not_null(c, "%s", err);
+    long faults = -1;
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, refault, &faults), 0);
+    pthread_join(th, NULL);
+    cr_assert_geq(faults, 0, "the 96 MiB block could not be allocated");
+    /* 24,576 pages when glibc maps the block afresh */
+    cr_expect_lt(faults, 1000, "a freed 96 MiB block was faulted in again: %ld page faults", faults);
+    comm_destroy(c);
+}
 
 Test(comm, self_should_copy_count_and_put_nothing_on_the_wire)
 {
