@@ -6,6 +6,7 @@
 
 #include "plan_comm.h"
 #include "plan_sim.h"
+#include "plan_util.h"
 
 void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c)
 {
@@ -59,12 +60,20 @@ cJSON *cli_time_desc_json(const DeviceDesc *d)
     return j;
 }
 
-/* steady seconds per step of a phase, 0 when it did not run */
-static double phase_s(const ExecRunResult *r, const char *name, int steps)
+/* The steady steps' (2..K; 1 when K = 1) seconds of a phase, less another's (minus, or NULL),
+ * or of the step's wall (name NULL), into v; returns how many. */
+static int steady_steps(const ExecRunResult *r, int K, const char *name, const char *minus, double *v)
 {
-    for (int i = 0; i < r->nphases; i++)
-        if (strcmp(r->steady_phases[i].name, name) == 0) return r->steady_phases[i].seconds / steps;
-    return 0;
+    int a = -1, b = -1, n = 0;
+    for (int j = 0; name && j < r->nphases; j++) {
+        if (strcmp(r->phases[j].name, name) == 0) a = j;
+        if (minus && strcmp(r->phases[j].name, minus) == 0) b = j;
+    }
+    if (name && (a < 0 || !r->step_phase_s)) return 0;
+    for (int i = K > 1 ? 1 : 0; i < K && i < r->steps_done; i++)
+        v[n++] = !name ? r->step_ms[i] / 1e3
+                       : r->step_phase_s[(size_t)i * 16 + a] - (b >= 0 ? r->step_phase_s[(size_t)i * 16 + b] : 0);
+    return n;
 }
 
 int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
@@ -76,27 +85,31 @@ int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *
         plan_sim_free(&s);
         return 0;
     }
-    int steps = K > 1 ? K - 1 : 1;
-    double wait = phase_s(r, "comm_wait", steps);
     /* like with like: a phase is its wall time, compute and the waits inside it, on both sides;
-       compute is the step without the waits */
+       compute is the step without the waits. Each measured figure is the median of the steady
+       steps: a step that the allocator still grows (the second on gpt2's ZeRO-1/2) or that a
+       burst of other work hits does not set it. */
     struct {
-        const char *name, *note;
-        double pred, meas;
+        const char *name, *note, *phase, *minus;
+        double pred;
     } rows[] = {
-        {"step", "wall, steps 2..K", s.step_s, r->steady_ms / 1e3},
-        {"forward", "wall: compute + waits", s.fwd_s, phase_s(r, "forward", steps)},
-        {"backward", "wall: compute + waits", s.bwd_s, phase_s(r, "backward", steps)},
-        {"optimizer", "wall: compute + waits", s.opt_s, phase_s(r, "optimizer", steps)},
-        {"compute", "step phase - waits", s.compute_s, phase_s(r, "step", steps) - wait},
-        {"exposed_comm", "waits (comm_wait)", s.exposed_comm_s, wait},
+        {"step", "wall, median of steps 2..K", NULL, NULL, s.step_s},
+        {"forward", "wall: compute + waits", "forward", NULL, s.fwd_s},
+        {"backward", "wall: compute + waits", "backward", NULL, s.bwd_s},
+        {"optimizer", "wall: compute + waits", "optimizer", NULL, s.opt_s},
+        {"compute", "step phase - waits", "step", "comm_wait", s.compute_s},
+        {"exposed_comm", "waits (comm_wait)", "comm_wait", NULL, s.exposed_comm_s},
     };
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "strategy", "time", "predicted", "measured", "rel_err", "check");
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "-", "-", "ms/step", "ms/step", "%", "-");
     cJSON *arr = cJSON_AddArrayToObject(o, "time");
     int ok = 1;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        double e = rows[i].pred > 0 ? (rows[i].meas - rows[i].pred) / rows[i].pred : (rows[i].meas > 0 ? INFINITY : 0);
+        double per[K > 0 ? K : 1], sorted[K > 0 ? K : 1];
+        int n = steady_steps(r, K, rows[i].phase, rows[i].minus, per);
+        memcpy(sorted, per, (size_t)n * sizeof *per);
+        double meas = n ? plan_median(sorted, n) : 0;
+        double e = rows[i].pred > 0 ? (meas - rows[i].pred) / rows[i].pred : (meas > 0 ? INFINITY : 0);
         char check[64];
         if (i == 0) {
             ok = fabs(e) <= CLI_TIME_TOLERANCE;
@@ -107,13 +120,15 @@ int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *
         char es[16];
         if (isinf(e)) snprintf(es, sizeof es, "new");
         else snprintf(es, sizeof es, "%+.2f", 100 * e);
-        fprintf(f, "%-8s %-26s %16.2f %16.2f %9s %s\n", sn, rows[i].name, rows[i].pred * 1e3, rows[i].meas * 1e3, es,
+        fprintf(f, "%-8s %-26s %16.2f %16.2f %9s %s\n", sn, rows[i].name, rows[i].pred * 1e3, meas * 1e3, es,
                 check);
         cJSON *q = cJSON_CreateObject();
         cJSON_AddStringToObject(q, "quantity", rows[i].name);
         cJSON_AddStringToObject(q, "includes", rows[i].note);
         cJSON_AddNumberToObject(q, "predicted_ms", rows[i].pred * 1e3);
-        cJSON_AddNumberToObject(q, "measured_ms", rows[i].meas * 1e3);
+        cJSON_AddNumberToObject(q, "measured_ms", meas * 1e3);
+        cJSON *ps = cJSON_AddArrayToObject(q, "measured_ms_per_step");   /* steps 2..K */
+        for (int j = 0; j < n; j++) cJSON_AddItemToArray(ps, cJSON_CreateNumber(per[j] * 1e3));
         cJSON_AddItemToArray(arr, q);
     }
     plan_sim_free(&s);

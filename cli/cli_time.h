@@ -1,6 +1,6 @@
 /* cli_time.h — `memplan validate`'s time rows: the planner's time model (plan_sim) on a cluster
  * set from the measured device description (exec_describe.h), against the engine's measured
- * steady-state step (steps 2..K, rank 0). docs/validation.md "Time". */
+ * steady-state step (medians over steps 2..K, rank 0). docs/validation.md "Time". */
 #ifndef CLI_TIME_H
 #define CLI_TIME_H
 

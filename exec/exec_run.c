@@ -65,9 +65,10 @@ void exec_run_result_free(ExecRunResult *r)
     if (!r) return;
     free(r->loss);
     free(r->step_ms);
+    free(r->step_phase_s);
     free(r->report);
     free(r->cupti_json);
-    r->loss = r->step_ms = NULL;
+    r->loss = r->step_ms = r->step_phase_s = NULL;
     r->report = NULL;
     r->cupti_json = NULL;
 }
@@ -329,9 +330,10 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     pt = prof_phase_create(0);
     res->loss = calloc((size_t)K, sizeof *res->loss);
     res->step_ms = calloc((size_t)K, sizeof *res->step_ms);
+    res->step_phase_s = calloc((size_t)K * 16, sizeof *res->step_phase_s);
     tokens = malloc((size_t)B * T * sizeof *tokens);
     targets = malloc((size_t)B * T * sizeof *targets);
-    int ok = dev && mt && cc && pt && res->loss && res->step_ms && tokens && targets;
+    int ok = dev && mt && cc && pt && res->loss && res->step_ms && res->step_phase_s && tokens && targets;
     if (!ok) {
         /* on the host only memory can fail, alike on every rank; a GPU may fail on one rank
            alone, so a GPU run goes on to the setup agreement */
@@ -401,8 +403,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     CollStats before[COLL_OP_COUNT][3];
     memset(before, 0, sizeof before);
     double t_start = prof_clock_us(), steady_us = 0, steady_cpu_ms = 0;
-    PhaseStat first_phases[16];
-    int n_first = 0;
+    double phase_seen[16] = {0};   /* the phases' seconds up to the last step (a phase keeps its index) */
     if (cfg->progress && rank == 0) {
         fprintf(cfg->progress, "%6s %12s %10s %12s\n", "step", "loss", "time", "throughput");
         fprintf(cfg->progress, "%6s %12s %10s %12s\n", "-", "nats", "ms", "tokens/s");
@@ -480,11 +481,11 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
         res->loss[step - 1] = gsum / ((double)A * N);
         res->step_ms[step - 1] = (t1 - t0) / 1e3;
         res->steps_done = step;
-        if (step == 1 && K > 1) {   /* the warm-up step's phase times, subtracted at the end */
-            int n1 = 0;
-            const PhaseStat *p1 = prof_phase_stats(pt, &n1);
-            memcpy(first_phases, p1, (size_t)(n1 < 16 ? n1 : 16) * sizeof *p1);
-            n_first = n1 < 16 ? n1 : 16;
+        int np = 0;
+        const PhaseStat *pn = prof_phase_stats(pt, &np);
+        for (int j = 0; j < np && j < 16; j++) {
+            res->step_phase_s[(size_t)(step - 1) * 16 + j] = pn[j].seconds - phase_seen[j];
+            phase_seen[j] = pn[j].seconds;
         }
         if (step > 1 || K == 1) {
             steady_us += t1 - t0;
@@ -530,13 +531,6 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     const PhaseStat *ps = prof_phase_stats(pt, &res->nphases);
     if (res->nphases > 16) res->nphases = 16;
     memcpy(res->phases, ps, (size_t)res->nphases * sizeof *ps);
-    memcpy(res->steady_phases, ps, (size_t)res->nphases * sizeof *ps);
-    for (int i = 0; i < res->nphases; i++)
-        for (int j = 0; j < n_first; j++)
-            if (strcmp(res->steady_phases[i].name, first_phases[j].name) == 0) {
-                res->steady_phases[i].seconds -= first_phases[j].seconds;
-                res->steady_phases[i].count -= first_phases[j].count;
-            }
 
     enum { V_PEAK, V_FIRST, V_CAT, V_AT = V_CAT + MEM_CATEGORY_COUNT, V_PH = V_AT + MEM_CATEGORY_COUNT,
            V_ST = V_PH + 3, V_PHASE = V_ST + EXEC_STATE_COUNT, V_N };

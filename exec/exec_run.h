@@ -131,7 +131,8 @@ typedef struct {
     int nphases;
     double seconds;           /* all steps */
     double steady_ms;         /* mean step time over steps 2..K (step 1 when K = 1) */
-    PhaseStat steady_phases[16];   /* phases of steps 2..K only (all steps when K = 1), same order */
+    double *step_phase_s;     /* per step, each of phases[]'s seconds in that step:
+                                 [(step - 1) * 16 + j] for phases[j] */
     double steady_cpu_ms;     /* the same steps' CPU time of this process (all its threads), per
                                  step: what the step costs whatever else shares the cores */
 

@@ -225,7 +225,7 @@ Test(exec_run, validate_should_pass_with_several_ddp_buckets_and_gradient_accumu
     test_tmpdir(dir, sizeof dir, "memplan-exec");
     snprintf(path, sizeof path, "%s/validate.json", dir);
     Run r = launch(2, "validate --model gpt2-mini --strategy ddp,zero2 --batch 1 --seq 32 --grad-accum 2 "
-                      "--bucket-mb 1 --steps 2 --json=%s", path);
+                      "--bucket-mb 1 --steps 4 --json=%s", path);
     cr_expect_eq(r.status, 0, "%s", r.out);
     cJSON *j = test_read_json(path);
     unlink(path);
@@ -249,6 +249,20 @@ Test(exec_run, validate_should_pass_with_several_ddp_buckets_and_gradient_accumu
         cr_expect_str_eq(cJSON_GetObjectItem(st, "quantity")->valuestring, "step");
         cr_expect(cJSON_GetObjectItem(st, "predicted_ms")->valuedouble > 0, "%s", r.out);
         cr_expect(cJSON_GetObjectItem(st, "measured_ms")->valuedouble > 0, "%s", r.out);
+        /* every row is the median of steps 2..4, each step listed */
+        cJSON *row;
+        cJSON_ArrayForEach(row, cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), i), "time"))
+        {
+            cJSON *per = cJSON_GetObjectItem(row, "measured_ms_per_step");
+            cr_assert_eq(cJSON_GetArraySize(per), 3, "%s", r.out);
+            double v[3];
+            for (int q = 0; q < 3; q++) v[q] = cJSON_GetArrayItem(per, q)->valuedouble;
+            double lo = fmin(v[0], fmin(v[1], v[2])), hi = fmax(v[0], fmax(v[1], v[2]));
+            double mid = v[0] + v[1] + v[2] - lo - hi, got = cJSON_GetObjectItem(row, "measured_ms")->valuedouble;
+            cr_expect_leq(fabs(got - mid), 1e-9 * (fabs(mid) + 1e-6),
+                         "%s is not the median of %g, %g, %g", cJSON_GetStringValue(cJSON_GetObjectItem(row, "quantity")),
+                         v[0], v[1], v[2]);
+        }
     }
     cJSON_Delete(j);
     free(r.out);
