@@ -42,15 +42,17 @@ static int over_ranks(Comm *c, double *v, int k, int mean)
 /* the largest value over ranks (times: the slowest rank sets the pace) */
 static int max_over(Comm *c, double *v) { return over_ranks(c, v, 1, 0); }
 
-/* Compute seconds over ranks, k values: the slowest rank's when every rank has a core of its
- * own (the others wait for it at the next collective), the mean when the node's ranks
- * outnumber its cores (they share the cores as one pool: a rank that waits yields its share to
- * the others). */
-static int compute_over(Comm *c, double *v, int k)
+/* Whether the node's ranks outnumber its cores: they share the cores as one pool (a rank that
+ * waits yields its share to the others). Compute seconds over ranks, k values: the slowest
+ * rank's when every rank has a core of its own (the others wait for it at the next
+ * collective), the mean when pooled. */
+static int pooled(Comm *c)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return over_ranks(c, v, k, cores >= 1 && comm_local_size(c) > cores);
+    return cores >= 1 && comm_local_size(c) > cores;
 }
+
+static int compute_over(Comm *c, double *v, int k) { return over_ranks(c, v, k, pooled(c)); }
 
 #define REPS 5            /* small collectives */
 #define STEAL_REPS 9      /* collectives among computing ranks */
@@ -520,7 +522,7 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
         for (int r = 0; r < STEAL_REPS && !bad; r++) is += iss[r] / STEAL_REPS;
         if (!bad && !max_over(c, &mi) && !max_over(c, &mc) && !max_over(c, &stl)) {
             double sy = mi - mc - t_small_ar;   /* beyond the slowest rank's compute */
-            d->sync_s = sy > 0 ? sy : 0;
+            d->sync_s = sy > 0 && !pooled(c) ? sy : 0;   /* pooled: the compute rates hold it */
             d->steal = stl > 0 ? stl : 0;
             d->issue_s = is > 0 ? is : 0;
         } else {

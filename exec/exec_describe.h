@@ -42,7 +42,11 @@
  *               to it from a GEMM loop of about a block's forward (at most 20 ms): the loop and
  *               the collective together, less the slowest rank's loop (ranks that share cores
  *               arrive apart); median of 9, the slowest rank's: the planner's base latency per
- *               collective;
+ *               collective. 0 when the node's ranks outnumber its cores: their compute rates
+ *               are already the pool's (a rank that computes has its share of the cores), so
+ *               the spread in which early ranks wait for late ones is the same time slicing,
+ *               the late ranks computing on the cores the early ones yield; charged per
+ *               collective it was counted twice (docs/validation.md "Time rows");
  *   steal       how much compute a rank loses per second of an all-reduce (the step's size, at
  *               most 16 MiB) that runs, issued non-blocking on exec_comm's progress thread, while
  *               it computes a GEMM loop twice the all-reduce's time: (t(loop + collective) -
