@@ -165,6 +165,14 @@ static int mpi_setup(Comm *c, int *argc, char ***argv, char *err, size_t errlen)
     }
     MPI_Initialized(&init);
     if (!init) {
+        /* A wait inside Open MPI yields the core between polls (its default only when it sees
+           the node oversubscribed): the progress thread shares its rank's core with the
+           rank's compute, and a collective issued behind compute waits there for peers that
+           issue later; busy-polling, it took half the core for that wait (gpt2-mini ZeRO-3 on
+           2 ranks, 15 such collectives a step: 53-66 ms a step against DDP's 46-51; yielding:
+           48-51 against 48-50; docs/validation.md "Time rows" item 8). A value the user set
+           is kept. */
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
         int provided;
         if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
             snprintf(err, errlen, "MPI_Init_thread failed");

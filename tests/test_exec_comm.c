@@ -52,6 +52,11 @@ Test(comm, every_collective_should_be_exact_without_the_progress_thread_too, .ti
     expect_all_ok(2, "collectives --no-thread");
 }
 
+Test(comm, mpi_waits_should_yield_the_core_on_2_ranks, .timeout = 90)
+{
+    expect_all_ok(2, "yield");
+}
+
 Test(comm, check_same_should_find_the_differing_rank_with_2_ranks, .timeout = 90)
 {
     expect_all_ok(2, "same");

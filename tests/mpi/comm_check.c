@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <mpi.h>
+
 #include "exec_comm.h"
 #include "exec_device.h"
 #include "prof_comm.h"
@@ -313,6 +315,26 @@ static int run_timeout(Comm *c)
     return 1;
 }
 
+/* Open MPI's mpi_yield_when_idle as this rank's MPI sees it (MPI_T): comm_create turns it on */
+static int run_yield(Comm *c)
+{
+    int provided, idx = -1, count = 0;
+    long long v = 0;   /* a bool variable reads as an int: the high bytes stay 0 */
+    CHECK(MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) == MPI_SUCCESS, "MPI_T_init_thread failed");
+    if (MPI_T_cvar_get_index("mpi_yield_when_idle", &idx) != MPI_SUCCESS) {
+        CHECK(0, "no control variable mpi_yield_when_idle (not Open MPI?)");
+        MPI_T_finalize();
+        return 1;
+    }
+    MPI_T_cvar_handle h;
+    CHECK(MPI_T_cvar_handle_alloc(idx, NULL, &h, &count) == MPI_SUCCESS && count == 1, "cvar handle");
+    CHECK(MPI_T_cvar_read(h, &v) == MPI_SUCCESS, "cvar read");
+    MPI_T_cvar_handle_free(&h);
+    MPI_T_finalize();
+    CHECK(v != 0, "mpi_yield_when_idle is off: a waiting progress thread busy-polls its rank's core");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "collectives";
@@ -348,6 +370,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "collectives") == 0) rc = run_collectives(c);
     else if (strcmp(mode, "same") == 0) rc = run_same(c);
     else if (strcmp(mode, "timeout") == 0) rc = run_timeout(c);
+    else if (strcmp(mode, "yield") == 0) rc = run_yield(c);
     else {
         fprintf(stderr, "comm_check: unknown mode '%s'\n", mode);
         rc = 2;
