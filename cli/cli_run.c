@@ -771,7 +771,7 @@ int cli_cmd_validate(int argc, char **argv)
         if (have_desc && r.status == EXEC_RUN_OK) {
             DeviceDesc after;
             have_desc = exec_describe_cpu(x.comm, &ds, &after, derr, sizeof derr) == 0;
-            if (have_desc) exec_describe_mean(&desc, &after);
+            if (have_desc) exec_describe_combine(&desc, &after);
             if (have_desc && !have_first) first_desc = desc, have_first = 1;
         }
         if (x.rank == 0 && x.cfg.device == DEVICE_HOST && r.status == EXEC_RUN_OK) {

@@ -29,7 +29,7 @@ void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c)
 
 void cli_time_print_desc(FILE *f, const char *strategy, const DeviceDesc *d)
 {
-    fprintf(f, "# device description for %s (%s, %d ranks measured together, mean of before and after the run, %.2f s): GEMM %.1f GFLOP/s "
+    fprintf(f, "# device description for %s (%s, %d ranks measured together, before and after the run: rates the higher, costs the mean, %.2f s): GEMM %.1f GFLOP/s "
                "(the step's %.0f calls), elementwise %.2f GB/s, optimizer %.2f GB/s (read + write)",
             strategy, d->kind, d->ranks, d->seconds, d->gemm_flops / 1e9, d->gemm_calls, d->mem_bw / 1e9,
             d->opt_bw / 1e9);

@@ -2,6 +2,7 @@
 #include "exec_describe.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -541,19 +542,17 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     return 0;
 }
 
-static double hmean(double a, double b) { return a > 0 && b > 0 ? 2.0 / (1.0 / a + 1.0 / b) : (a > 0 ? a : b); }
-
-void exec_describe_mean(DeviceDesc *a, const DeviceDesc *b)
+void exec_describe_combine(DeviceDesc *a, const DeviceDesc *b)
 {
-    a->gemm_flops = hmean(a->gemm_flops, b->gemm_flops);
-    a->mem_bw = hmean(a->mem_bw, b->mem_bw);
-    a->opt_bw = hmean(a->opt_bw, b->opt_bw);
+    a->gemm_flops = fmax(a->gemm_flops, b->gemm_flops);
+    a->mem_bw = fmax(a->mem_bw, b->mem_bw);
+    a->opt_bw = fmax(a->opt_bw, b->opt_bw);
     for (int k = 0; k < DESC_NCOLL; k++) {
-        a->coll_bw[k] = hmean(a->coll_bw[k], b->coll_bw[k]);
+        a->coll_bw[k] = fmax(a->coll_bw[k], b->coll_bw[k]);
         a->coll_alpha_s[k] = (a->coll_alpha_s[k] + b->coll_alpha_s[k]) / 2;
     }
     a->alpha_s = (a->alpha_s + b->alpha_s) / 2;
-    a->bw = hmean(a->bw, b->bw);
+    a->bw = fmax(a->bw, b->bw);
     a->sync_s = (a->sync_s + b->sync_s) / 2;
     a->steal = (a->steal + b->steal) / 2;
     a->issue_s = (a->issue_s + b->issue_s) / 2;

@@ -103,9 +103,12 @@ typedef struct {
  * arguments). 0, or -1 with a message in err. */
 int exec_describe_cpu(Comm *c, const DescStep *step, DeviceDesc *d, char *err, size_t len);
 
-/* a := the mean of the descriptions a and b (taken before and after a run, so that together they
- * bracket it): times averaged, so rates by their harmonic mean; seconds = the sum. */
-void exec_describe_mean(DeviceDesc *a, const DeviceDesc *b);
+/* a := the descriptions a and b (taken before and after a run, so that together they bracket
+ * it) combined: each rate (GEMM, elementwise, optimizer, bus bandwidths) the higher of the two,
+ * since a burst of other work on a shared machine only lowers a rate and often lasts longer than
+ * one description's window; the per-collective costs (latencies, sync, steal, issue) their mean;
+ * seconds = the sum. */
+void exec_describe_combine(DeviceDesc *a, const DeviceDesc *b);
 
 static inline const char *exec_describe_coll_name(int k)
 {
