@@ -29,9 +29,11 @@ void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c)
 
 void cli_time_print_desc(FILE *f, const char *strategy, const DeviceDesc *d)
 {
-    fprintf(f, "# device description for %s (%s, %d ranks measured together, before and after the run: rates the higher, costs the mean, %.2f s): GEMM %.1f GFLOP/s "
+    fprintf(f, "# device description for %s (%s, %d ranks measured together%s, before and after the run: rates the %s, "
+               "costs the mean, %.2f s): GEMM %.1f GFLOP/s "
                "(the step's %.0f calls), elementwise %.2f GB/s, optimizer %.2f GB/s (read + write)",
-            strategy, d->kind, d->ranks, d->seconds, d->gemm_flops / 1e9, d->gemm_calls, d->mem_bw / 1e9,
+            strategy, d->kind, d->ranks, d->pooled ? " sharing the cores" : "", d->pooled ? "harmonic mean" : "higher",
+            d->seconds, d->gemm_flops / 1e9, d->gemm_calls, d->mem_bw / 1e9,
             d->opt_bw / 1e9);
     for (int k = 0; k < DESC_NCOLL; k++)
         fprintf(f, "; %s %.1f us/step %.2f GB/s", exec_describe_coll_name(k), d->coll_alpha_s[k] * 1e6, d->coll_bw[k] / 1e9);
@@ -44,6 +46,7 @@ cJSON *cli_time_desc_json(const DeviceDesc *d)
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", d->kind);
     cJSON_AddNumberToObject(j, "ranks", d->ranks);
+    cJSON_AddBoolToObject(j, "pooled", d->pooled);
     cJSON_AddNumberToObject(j, "gemm_flops", d->gemm_flops);
     cJSON_AddNumberToObject(j, "gemm_calls", d->gemm_calls);
     cJSON_AddNumberToObject(j, "mem_bw_bytes_per_s", d->mem_bw);

@@ -319,6 +319,7 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     snprintf(d->kind, sizeof d->kind, "cpu");
     int n = comm_size(c);
     d->ranks = n;
+    d->pooled = pooled(c);
     kern_blas_set_threads(comm_local_size(c));   /* as exec_run will run */
     const Gpt2Config *m = st->model;
     const ExecKernels *kt = exec_kernels(DEVICE_HOST);
@@ -542,17 +543,24 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
     return 0;
 }
 
+/* two measurements of a rate: the higher, or on pooled ranks their harmonic mean */
+static double rate2(const DeviceDesc *a, double x, double y)
+{
+    if (!a->pooled) return fmax(x, y);
+    return x > 0 && y > 0 ? 2.0 / (1.0 / x + 1.0 / y) : fmax(x, y);
+}
+
 void exec_describe_combine(DeviceDesc *a, const DeviceDesc *b)
 {
-    a->gemm_flops = fmax(a->gemm_flops, b->gemm_flops);
-    a->mem_bw = fmax(a->mem_bw, b->mem_bw);
-    a->opt_bw = fmax(a->opt_bw, b->opt_bw);
+    a->gemm_flops = rate2(a, a->gemm_flops, b->gemm_flops);
+    a->mem_bw = rate2(a, a->mem_bw, b->mem_bw);
+    a->opt_bw = rate2(a, a->opt_bw, b->opt_bw);
     for (int k = 0; k < DESC_NCOLL; k++) {
-        a->coll_bw[k] = fmax(a->coll_bw[k], b->coll_bw[k]);
+        a->coll_bw[k] = rate2(a, a->coll_bw[k], b->coll_bw[k]);
         a->coll_alpha_s[k] = (a->coll_alpha_s[k] + b->coll_alpha_s[k]) / 2;
     }
     a->alpha_s = (a->alpha_s + b->alpha_s) / 2;
-    a->bw = fmax(a->bw, b->bw);
+    a->bw = rate2(a, a->bw, b->bw);
     a->sync_s = (a->sync_s + b->sync_s) / 2;
     a->steal = (a->steal + b->steal) / 2;
     a->issue_s = (a->issue_s + b->issue_s) / 2;

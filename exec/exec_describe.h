@@ -76,6 +76,7 @@ enum { DESC_AR = 0, DESC_RS, DESC_AG, DESC_NCOLL };
 typedef struct {
     char kind[8];                  /* "cpu" */
     int ranks;                     /* ranks measured together */
+    int pooled;                    /* 1: the node's ranks outnumber its cores and share them */
     double gemm_flops;             /* FLOP/s per rank over the step's GEMM mix */
     double gemm_calls;             /* GEMM calls of one micro-step (the mix) */
     double mem_bw;                 /* bytes/s per rank, read + written, elementwise passes */
@@ -104,10 +105,12 @@ typedef struct {
 int exec_describe_cpu(Comm *c, const DescStep *step, DeviceDesc *d, char *err, size_t len);
 
 /* a := the descriptions a and b (taken before and after a run, so that together they bracket
- * it) combined: each rate (GEMM, elementwise, optimizer, bus bandwidths) the higher of the two,
- * since a burst of other work on a shared machine only lowers a rate and often lasts longer than
- * one description's window; the per-collective costs (latencies, sync, steal, issue) their mean;
- * seconds = the sum. */
+ * it) combined. Each rate (GEMM, elementwise, optimizer, bus bandwidths): on ranks with a core
+ * each the higher of the two, since a burst of other work on a shared machine only lowers a rate
+ * and often lasts longer than one description's window; on pooled ranks their harmonic mean
+ * (the average time), since there the two differ by the time slicing the run sees as well, and
+ * the higher would pick the luckier slicing. The per-collective costs (latencies, sync, steal,
+ * issue) their mean; seconds = the sum. */
 void exec_describe_combine(DeviceDesc *a, const DeviceDesc *b);
 
 static inline const char *exec_describe_coll_name(int k)

@@ -23,7 +23,7 @@ static DeviceDesc desc(double rate, double cost)
     return d;
 }
 
-Test(describe, combine_should_keep_each_rate_from_the_quieter_measurement_and_average_the_costs)
+Test(describe, combine_should_keep_each_rate_from_the_quieter_measurement_and_average_the_costs_on_own_cores)
 {
     /* the run's "after" description was hit by a burst: every rate halved, every cost tripled */
     DeviceDesc a = desc(0.5, 3), b = desc(1, 1), q = desc(1, 1);
@@ -52,4 +52,18 @@ Test(describe, combine_should_not_depend_on_which_measurement_came_first)
     cr_expect_float_eq(a.gemm_flops, c.gemm_flops, 1e-3);
     cr_expect_float_eq(a.coll_bw[DESC_RS], c.coll_bw[DESC_RS], 1e-3);
     cr_expect_float_eq(a.issue_s, c.issue_s, 1e-15);
+}
+
+Test(describe, combine_should_average_the_rates_of_ranks_that_share_the_cores)
+{
+    /* pooled ranks: the two differ by time slicing, which the run sees too: harmonic mean */
+    DeviceDesc a = desc(0.5, 3), b = desc(1, 1), q = desc(1, 1);
+    a.pooled = b.pooled = 1;
+    exec_describe_combine(&a, &b);
+    double h = 2.0 / (1.0 / 0.5 + 1.0);   /* 2/3 of the quiet rate */
+    cr_expect_float_eq(a.gemm_flops, h * q.gemm_flops, 1e-3);
+    cr_expect_float_eq(a.mem_bw, h * q.mem_bw, 1e-3);
+    cr_expect_float_eq(a.opt_bw, h * q.opt_bw, 1e-3);
+    cr_expect_float_eq(a.coll_bw[DESC_AG], h * q.coll_bw[DESC_AG], 1e-3);
+    cr_expect_float_eq(a.sync_s, 2 * q.sync_s, 1e-15);
 }
