@@ -75,7 +75,8 @@ static int steady_steps(const ExecRunResult *r, int K, const char *name, const c
     if (name && (a < 0 || !r->step_phase_s)) return 0;
     for (int i = K > 1 ? 1 : 0; i < K && i < r->steps_done; i++)
         v[n++] = !name ? r->step_ms[i] / 1e3
-                       : r->step_phase_s[(size_t)i * 16 + a] - (b >= 0 ? r->step_phase_s[(size_t)i * 16 + b] : 0);
+                       : r->step_phase_s[(size_t)i * EXEC_RUN_PHASES + a] -
+                             (b >= 0 ? r->step_phase_s[(size_t)i * EXEC_RUN_PHASES + b] : 0);
     return n;
 }
 

@@ -524,7 +524,7 @@ int exec_describe_cpu(Comm *c, const DescStep *st, DeviceDesc *d, char *err, siz
         for (int r = 0; r < STEAL_REPS && !bad; r++) is += iss[r] / STEAL_REPS;
         if (!bad && !max_over(c, &mi) && !max_over(c, &mc) && !max_over(c, &stl)) {
             double sy = mi - mc - t_small_ar;   /* beyond the slowest rank's compute */
-            d->sync_s = sy > 0 && !pooled(c) ? sy : 0;   /* pooled: the compute rates hold it */
+            d->sync_s = sy > 0 && !d->pooled ? sy : 0;   /* pooled: the compute rates hold it */
             d->steal = stl > 0 ? stl : 0;
             d->issue_s = is > 0 ? is : 0;
         } else {

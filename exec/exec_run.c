@@ -330,7 +330,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     pt = prof_phase_create(0);
     res->loss = calloc((size_t)K, sizeof *res->loss);
     res->step_ms = calloc((size_t)K, sizeof *res->step_ms);
-    res->step_phase_s = calloc((size_t)K * 16, sizeof *res->step_phase_s);
+    res->step_phase_s = calloc((size_t)K * EXEC_RUN_PHASES, sizeof *res->step_phase_s);
     tokens = malloc((size_t)B * T * sizeof *tokens);
     targets = malloc((size_t)B * T * sizeof *targets);
     int ok = dev && mt && cc && pt && res->loss && res->step_ms && res->step_phase_s && tokens && targets;
@@ -403,7 +403,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
     CollStats before[COLL_OP_COUNT][3];
     memset(before, 0, sizeof before);
     double t_start = prof_clock_us(), steady_us = 0, steady_cpu_ms = 0;
-    double phase_seen[16] = {0};   /* the phases' seconds up to the last step (a phase keeps its index) */
+    double phase_seen[EXEC_RUN_PHASES] = {0};   /* the phases' seconds up to the last step (a phase keeps its index) */
     if (cfg->progress && rank == 0) {
         fprintf(cfg->progress, "%6s %12s %10s %12s\n", "step", "loss", "time", "throughput");
         fprintf(cfg->progress, "%6s %12s %10s %12s\n", "-", "nats", "ms", "tokens/s");
@@ -483,8 +483,8 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
         res->steps_done = step;
         int np = 0;
         const PhaseStat *pn = prof_phase_stats(pt, &np);
-        for (int j = 0; j < np && j < 16; j++) {
-            res->step_phase_s[(size_t)(step - 1) * 16 + j] = pn[j].seconds - phase_seen[j];
+        for (int j = 0; j < np && j < EXEC_RUN_PHASES; j++) {
+            res->step_phase_s[(size_t)(step - 1) * EXEC_RUN_PHASES + j] = pn[j].seconds - phase_seen[j];
             phase_seen[j] = pn[j].seconds;
         }
         if (step > 1 || K == 1) {
@@ -529,7 +529,7 @@ int exec_run(Comm *c, const ExecRunConfig *cfg, ExecRunResult *res)
         }
     }
     const PhaseStat *ps = prof_phase_stats(pt, &res->nphases);
-    if (res->nphases > 16) res->nphases = 16;
+    if (res->nphases > EXEC_RUN_PHASES) res->nphases = EXEC_RUN_PHASES;
     memcpy(res->phases, ps, (size_t)res->nphases * sizeof *ps);
 
     enum { V_PEAK, V_FIRST, V_CAT, V_AT = V_CAT + MEM_CATEGORY_COUNT, V_PH = V_AT + MEM_CATEGORY_COUNT,

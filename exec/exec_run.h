@@ -96,6 +96,8 @@ typedef enum {
 
 typedef enum { EXEC_STATE_PARAMS = 0, EXEC_STATE_GRADS, EXEC_STATE_OPTIMIZER, EXEC_STATE_COUNT } ExecStateKind;
 
+#define EXEC_RUN_PHASES 16   /* phases kept: phases[], and step_phase_s's stride */
+
 typedef struct {
     ExecRunStatus status;
     int fail_step;            /* 1-based step of the failure (0: setup) */
@@ -127,12 +129,12 @@ typedef struct {
     CollStats coll_step_phase[COLL_OP_COUNT][3];   /* last step by phase: forward, backward, step */
 
     /* time, rank 0 (phase timer stats over the whole run) */
-    PhaseStat phases[16];
+    PhaseStat phases[EXEC_RUN_PHASES];
     int nphases;
     double seconds;           /* all steps */
     double steady_ms;         /* mean step time over steps 2..K (step 1 when K = 1) */
     double *step_phase_s;     /* per step, each of phases[]'s seconds in that step:
-                                 [(step - 1) * 16 + j] for phases[j] */
+                                 [(step - 1) * EXEC_RUN_PHASES + j] for phases[j] */
     double steady_cpu_ms;     /* the same steps' CPU time of this process (all its threads), per
                                  step: what the step costs whatever else shares the cores */
 
