@@ -346,6 +346,14 @@ static void echo_setup(FILE *f, const Ctx *x, const char *cmd, const char *strat
                                      : "the CPU (BLAS)",
             c->bucket_bytes > 0 ? c->bucket_bytes / MIB : 25.0, (unsigned long long)c->seed, (double)c->opt.lr,
             (double)c->opt.weight_decay, comm_timeout(x->comm), c->mem_limit ? fmt_h((double)c->mem_limit, lim, sizeof lim) : "none");
+    int pinned = comm_pinned_cpus(x->comm), local = comm_local_size(x->comm);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (pinned > 0 && cpus > 0 && local > cpus)
+        fprintf(f, "# placement: the launcher left this node's %d ranks unbound on %ld CPUs; memplan pinned them "
+                   "%ld to a CPU (MEMPLAN_BIND=none leaves them)\n", local, cpus, (local + cpus - 1) / cpus);
+    else if (pinned > 0)
+        fprintf(f, "# placement: the launcher left this node's %d ranks unbound; memplan pinned each to %d CPU%s of "
+                   "its own (MEMPLAN_BIND=none leaves them)\n", local, pinned, pinned == 1 ? "" : "s");
 }
 
 /* A failed run: the report where it happened, the sentence on rank 0 (or on the failing rank),
@@ -429,6 +437,7 @@ static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
     cJSON_AddNumberToObject(j, "params", (double)r->params);
     cJSON_AddStringToObject(j, "strategy", exec_strategy_name(c->strategy));
     cJSON_AddNumberToObject(j, "ranks", x->N);
+    cJSON_AddNumberToObject(j, "pinned_cpus", comm_pinned_cpus(x->comm));   /* 0: placed by the launcher */
     cJSON_AddStringToObject(j, "comm", x->gpu.nccl ? "nccl" : comm_kind(x->comm) == COMM_MPI ? "mpi" : "self");
     cJSON_AddStringToObject(j, "device", c->device == DEVICE_CUDA ? "cuda" : "cpu");
     cJSON_AddStringToObject(j, "device_name", r->device_name);
@@ -681,6 +690,7 @@ static cJSON *validate_json(const Ctx *x, const cJSON *arr, int all_pass, int co
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", x->cfg.model.name);
     cJSON_AddNumberToObject(j, "ranks", x->N);
+    cJSON_AddNumberToObject(j, "pinned_cpus", comm_pinned_cpus(x->comm));   /* 0: placed by the launcher */
     cJSON_AddStringToObject(j, "device", x->cfg.device == DEVICE_CUDA ? "cuda" : "cpu");
     if (x->cfg.cupti) cJSON_AddItemToObject(j, "overheads", cli_gpu_overheads_json(&x->gpu, &x->s.cluster, x->N));
     cJSON_AddNumberToObject(j, "micro_batch", x->cfg.micro_batch);

@@ -29,6 +29,7 @@
 #include "exec_device.h"
 #include "prof_cupti.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -98,6 +99,7 @@ struct CommReq {
 struct Comm {
     CommKind kind;
     int rank, size, local_rank, local_size;
+    int pinned_cpus;         /* CPUs spread_ranks pinned this rank to; 0: placed by the launcher */
     double timeout_s;
     int uses_mpi;            /* counted in g_live_comms */
     MPI_Comm mpi;            /* duplicate of MPI_COMM_WORLD (MPI and NCCL) */
@@ -155,6 +157,49 @@ static double now_s(void)
 
 /* ---- creation ---- */
 
+/* Ranks that the launcher left on one shared set of CPUs (Open MPI binds nothing once a node
+ * has more ranks than cores) are spread over it in blocks: local rank i of n gets the set's
+ * CPUs [i*C/n, (i+1)*C/n), at least one, for every thread of the process (the ones MPI and
+ * OpenBLAS started are already running; later ones inherit it). Left free, the kernel moves
+ * the ranks between the cores as it likes, and the same step took two different times:
+ * gpt2-mini ZeRO-3 on 4 ranks over 2 cores measured 46-63 ms in some runs and 72-91 ms in
+ * others, so the device description, measured around the run, missed it by up to +44 %
+ * (3 of 12 runs beyond 15 %); pinned in blocks, 12 runs were all within 15 % of their
+ * predictions (docs/validation.md "Time rows" item 10). Ranks the launcher bound (their sets
+ * differ), a rank alone on its node, and MEMPLAN_BIND=none are left as they are. */
+static void spread_ranks(Comm *c, MPI_Comm node)
+{
+    const char *env = getenv("MEMPLAN_BIND");
+    if (c->local_size < 2 || (env && strcmp(env, "none") == 0)) return;
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) return;
+    int n = CPU_COUNT(&mine);
+    cpu_set_t *all = malloc((size_t)c->local_size * sizeof *all);
+    if (!all) return;
+    int same = n > 1 && MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node) == MPI_SUCCESS;
+    for (int i = 0; same && i < c->local_size; i++) same = CPU_EQUAL(&all[i], &mine);
+    free(all);
+    if (!same) return;
+    int lo = (int)((long)c->local_rank * n / c->local_size);
+    int hi = (int)((long)(c->local_rank + 1) * n / c->local_size);
+    if (hi <= lo) hi = lo + 1;
+    cpu_set_t pin;
+    CPU_ZERO(&pin);
+    for (int cpu = 0, k = 0; cpu < CPU_SETSIZE && k < hi; cpu++) {
+        if (!CPU_ISSET(cpu, &mine)) continue;
+        if (k >= lo) CPU_SET(cpu, &pin);
+        k++;
+    }
+    DIR *d = opendir("/proc/self/task");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (e->d_name[0] != '.') sched_setaffinity((pid_t)atoi(e->d_name), sizeof pin, &pin);
+        closedir(d);
+    }
+    if (sched_setaffinity(0, sizeof pin, &pin) == 0) c->pinned_cpus = CPU_COUNT(&pin);
+}
+
 static int mpi_setup(Comm *c, int *argc, char ***argv, char *err, size_t errlen)
 {
     int init = 0, fin = 0;
@@ -196,6 +241,7 @@ static int mpi_setup(Comm *c, int *argc, char ***argv, char *err, size_t errlen)
         goto fail;
     MPI_Comm_rank(node, &c->local_rank);
     MPI_Comm_size(node, &c->local_size);
+    spread_ranks(c, node);
     MPI_Comm_free(&node);
     return 0;
 fail:
@@ -421,6 +467,7 @@ int comm_rank(const Comm *c) { return c->rank; }
 int comm_size(const Comm *c) { return c->size; }
 int comm_local_rank(const Comm *c) { return c->local_rank; }
 int comm_local_size(const Comm *c) { return c->local_size; }
+int comm_pinned_cpus(const Comm *c) { return c->pinned_cpus; }
 double comm_timeout(const Comm *c) { return c->timeout_s; }
 void comm_set_timeout(Comm *c, double timeout_s) { c->timeout_s = timeout_s > 0 ? timeout_s : 300.0; }
 void comm_set_counters(Comm *c, CommCounters *counters) { c->counters = counters; }

@@ -78,6 +78,9 @@ int comm_check_same(Comm *c, unsigned long long value, int *bad_rank);
  * was issued in. comm_check_same is a check, not traffic: it is not counted. */
 const char *exec_dtype_name(DType t);          /* "fp32", "bf16", ... */
 int comm_local_size(const Comm *c);            /* ranks on this node */
+/* CPUs this rank was pinned to when the launcher left the node's ranks unbound on one shared
+ * set (they are spread over it in blocks; MEMPLAN_BIND=none leaves them); 0 when not pinned. */
+int comm_pinned_cpus(const Comm *c);
 double comm_timeout(const Comm *c);            /* seconds */
 void comm_set_timeout(Comm *c, double timeout_s);
 int comm_outstanding(const Comm *c);           /* non-blocking requests not yet waited for */

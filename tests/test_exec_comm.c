@@ -57,6 +57,28 @@ Test(comm, mpi_waits_should_yield_the_core_on_2_ranks, .timeout = 90)
     expect_all_ok(2, "yield");
 }
 
+/* On fewer than 4 cores mpirun binds nothing for 4 ranks: comm_create pins them in blocks */
+Test(comm, ranks_the_launcher_left_unbound_should_be_pinned_in_blocks_of_its_cpus, .timeout = 90)
+{
+    Run r = mpirun(4, "bind");
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "bind: rank "), 4, "%s", r.out);
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 4) cr_expect_eq(test_count(r.out, " pinned to "), 4, "%s", r.out);
+    free(r.out);
+}
+
+Test(comm, memplan_bind_none_should_leave_the_ranks_where_the_launcher_put_them, .timeout = 90)
+{
+    setenv("MEMPLAN_BIND", "none", 1);
+    Run r = mpirun(4, "bind");
+    unsetenv("MEMPLAN_BIND");
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, " left on "), 4, "%s", r.out);
+    free(r.out);
+}
+
 Test(comm, check_same_should_find_the_differing_rank_with_2_ranks, .timeout = 90)
 {
     expect_all_ok(2, "same");

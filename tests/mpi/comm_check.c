@@ -3,12 +3,18 @@
  * MODE collectives: every collective, blocking and non-blocking, with exact inputs (rank r
  *        contributes r+1), in place and not, and the counters' payload and wire bytes;
  *      same: comm_check_same finds the one rank that differs;
- *      timeout: rank 0 sleeps past the 1 s timeout, the others must abort with the message.
+ *      timeout: rank 0 sleeps past the 1 s timeout, the others must abort with the message;
+ *      yield: Open MPI's mpi_yield_when_idle is on (MPI_T);
+ *      bind: ranks the launcher left unbound are pinned in blocks of its CPUs (the parent's,
+ *            mpirun's, set), every thread; bound ones are left; prints "rank R pinned" or
+ *            "rank R left".
  * --nccl runs on the GPU (buffers in device memory through the tracked allocator);
  * --no-thread completes MPI collectives by MPI_Test polling instead of the progress thread;
  * --fake-hosts sets NCCL_HOSTID per rank so several ranks may share one GPU (unverified).
  * Prints "comm_check: rank R ok" and exits 0, or names each failure and exits 1. */
+#include <dirent.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,6 +341,49 @@ static int run_yield(Comm *c)
     return 0;
 }
 
+/* comm_create's placement, checked against mpirun's own CPU set (the set the ranks started on
+ * when mpirun bound nothing) */
+static int run_bind(Comm *c)
+{
+    cpu_set_t launcher, mine, want;
+    CHECK(sched_getaffinity(getppid(), sizeof launcher, &launcher) == 0, "cannot read mpirun's CPUs");
+    CHECK(sched_getaffinity(0, sizeof mine, &mine) == 0, "cannot read this rank's CPUs");
+    int n = CPU_COUNT(&launcher), l = comm_local_size(c), r = comm_local_rank(c);
+    const char *env = getenv("MEMPLAN_BIND");
+    int off = env && strcmp(env, "none") == 0;
+    if (comm_pinned_cpus(c) == 0) {
+        /* left: the launcher bound it (a strict subset), or nothing asked for pinning */
+        CHECK(off || l < 2 || n < 2 || !CPU_EQUAL(&mine, &launcher),
+              "%d ranks on mpirun's %d CPUs, unbound, were not pinned", l, n);
+        printf("comm_check: bind: rank %d left on %d of %d CPUs\n", g_rank, CPU_COUNT(&mine), n);
+        return 0;
+    }
+    CHECK(!off, "pinned although MEMPLAN_BIND=none");
+    int lo = r * n / l, hi = (r + 1) * n / l;
+    if (hi <= lo) hi = lo + 1;
+    CPU_ZERO(&want);
+    for (int cpu = 0, k = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &launcher)) continue;
+        if (k >= lo && k < hi) CPU_SET(cpu, &want);
+        k++;
+    }
+    CHECK(CPU_EQUAL(&mine, &want), "local rank %d of %d: not on its block [%d,%d) of mpirun's %d CPUs", r, l, lo, hi, n);
+    CHECK(comm_pinned_cpus(c) == hi - lo, "comm_pinned_cpus %d, block of %d", comm_pinned_cpus(c), hi - lo);
+    int threads = 0;
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL, "no /proc/self/task");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        cpu_set_t t;
+        threads++;
+        CHECK(sched_getaffinity(atoi(e->d_name), sizeof t, &t) == 0 && CPU_EQUAL(&t, &want),
+              "thread %s is not on the rank's CPUs", e->d_name);
+    }
+    if (d) closedir(d);
+    printf("comm_check: bind: rank %d pinned to %d of %d CPUs, %d threads\n", g_rank, hi - lo, n, threads);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "collectives";
@@ -371,6 +420,7 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "same") == 0) rc = run_same(c);
     else if (strcmp(mode, "timeout") == 0) rc = run_timeout(c);
     else if (strcmp(mode, "yield") == 0) rc = run_yield(c);
+    else if (strcmp(mode, "bind") == 0) rc = run_bind(c);
     else {
         fprintf(stderr, "comm_check: unknown mode '%s'\n", mode);
         rc = 2;
