@@ -189,6 +189,9 @@ struct SimPrep {
     double *ag_fwd, *ag_bwd, *rs, *ar_h;   /* per-layer collective seconds (0 = none) */
     double *bn_ag, *bn_ar;
     double *gbytes;      /* gradient bytes of the layer (bucket filling) */
+    double *bx;          /* the engine's buffer passes after the layer's backward, per reducing micro-step */
+    double bx_end;       /* ... once the micro-step's collectives are done */
+    double zero_s;       /* ... zeroing the gradients before the step's first forward */
     double *ag_pay, *rs_pay, *arh_pay, *bnag_pay, *bnar_pay;
     double bcast_s, bcast_pay, root_ag_s, root_ag_pay, root_rs_s, root_rs_pay, root_ar_s, root_ar_pay;
     double opt_s, ds_ag_s, ds_ag_pay;
@@ -205,17 +208,50 @@ struct SimPrep {
     double flops_per_sample;
 };
 
+/* memplan's engine moves whole gradient and parameter buffers between its steps' kernels
+ * (exec/exec_strategy.c), fp32, each pass costing its bytes read + written at the elementwise
+ * rate; n ranks, P_i the layer's parameters, S the padded shard (docs/formulas.md, "The
+ * engine's buffer passes"):
+ *   every strategy: the gradients zeroed before the step (4Ψ; where they are sharded, 4S);
+ *   DDP, in a reducing micro-step: each gradient copied into its bucket (8 P_i), and the
+ *     averaged buckets back to the gradients at the end of backward (8Ψ);
+ *   ZeRO-1/2: each gradient copied into its rank blocks of the reduce bucket (8 P_i), the
+ *     reduced block copied (ZeRO-1, 8 P_i/n) or added (ZeRO-2, 12 P_i/n) into this rank's
+ *     gradients; ZeRO-2 also allocates each gradient zeroed in backward (4 P_i); the step copies
+ *     the updated shard into the gather buffer (8S) and the gathered parameters out (8Ψ);
+ *   ZeRO-3: each gradient region zeroed before its backward (4 P_i), the reduced shard added to
+ *     the gradient shard at the end of backward (12S).
+ * ZeRO-2/3 reduce in every micro-step, DDP and ZeRO-1 in the last one only (no_sync). */
+static void engine_passes(SimPrep *P, double mem_bw) {
+    double psi = P->z.psi, S = P->z.psi_shard, n = (double)P->z.n;
+    StrategyKind k = P->kind;
+    int N = P->c->gpus;
+    P->zero_s = 4 * (N > 1 && (P->s->shard & SHARD_GRAD) ? S : psi) / mem_bw;
+    if (N <= 1 || k > STRAT_ZERO3) return;
+    for (int i = 0; i < P->L; i++) {
+        double pi = (double)P->m->layers[i].params;
+        double bytes = k == STRAT_DDP ? 8 * pi
+                     : k == STRAT_ZERO1 ? 8 * pi + 8 * pi / n
+                     : k == STRAT_ZERO2 ? 4 * pi + 8 * pi + 12 * pi / n
+                     : 4 * pi;
+        P->bx[i] = bytes / mem_bw;
+    }
+    P->bx_end = (k == STRAT_DDP ? 8 * psi : k == STRAT_ZERO3 ? 12 * S : 0) / mem_bw;
+    if (k == STRAT_ZERO1 || k == STRAT_ZERO2) P->opt_s += (8 * S + 8 * psi) / mem_bw;
+}
+
 SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k) {
     SimPrep *P = calloc(1, sizeof(*P));
     if (!P) return NULL;
     int L = m->n_layers;
-    double *block = calloc((size_t)(14 * (L > 0 ? L : 1)), sizeof(double));
+    double *block = calloc((size_t)(15 * (L > 0 ? L : 1)), sizeof(double));
     if (!block) { free(P); return NULL; }
     P->f1 = block;
     P->b1 = block + L; P->ag_fwd = block + 2 * L; P->ag_bwd = block + 3 * L;
     P->rs = block + 4 * L; P->ar_h = block + 5 * L; P->bn_ag = block + 6 * L; P->bn_ar = block + 7 * L;
     P->gbytes = block + 8 * L; P->ag_pay = block + 9 * L; P->rs_pay = block + 10 * L;
     P->arh_pay = block + 11 * L; P->bnag_pay = block + 12 * L; P->bnar_pay = block + 13 * L;
+    P->bx = block + 14 * L;
     P->m = m; P->t = *t; P->c = c; P->kind = k; P->s = plan_strategy(k); P->L = L;
     const PrecisionSpec *p = plan_precision(t->precision);
     plan_memory_sizes(m, t, c, k, &P->z);
@@ -337,6 +373,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
             P->opt_s = oh.cpu_step_s + oh.h2d_s;
         }
     }
+    if (t->impl == IMPL_ENGINE) engine_passes(P, mem_bw);
     P->tokens_per_sample = is_transformer(m) ? (double)(t->seq > 0 ? t->seq : m->max_seq) : 1;
     return P;
 }
@@ -405,6 +442,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
     /* ---- backward ---- */
     if (P->root_again) t = comm_issue(cs, rc, t, P->root_ag_s, "all_gather", "root", P->root_ag_pay);
     int buckets = (P->ddp && sync) || (P->ds && (P->reduce_every_micro || sync));
+    int reduces = sync || P->reduce_every_micro || P->kind == STRAT_ZERO3;   /* the engine's passes */
     double bucket = 0, cap = P->ddp ? P->ddp_first : P->ds_cap;
     issue = t;
     for (int i = L - 1; i >= 0; i--) {
@@ -416,6 +454,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
         }
         issue = t;
         t = compute(R, cs, "bwd", name, t, b * P->b1[i], &mo->bwd_c);
+        if (P->bx[i] > 0 && reduces) t = compute(R, cs, "copy", name, t, P->bx[i], &mo->bwd_c);
         if (P->bn_ar[i] > 0) t = comm_issue(cs, rc, t, P->bn_ar[i], "all_reduce", "syncbn", P->bnar_pay[i]);
         if (R->bwd_end) R->bwd_end[i] = t;
         if (P->rs[i] > 0 && (sync || !P->rs_last_only)) {
@@ -447,6 +486,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
         t = issue_cost(P, t, &mo->bwd_c);
     }
     double end = t > cs->free_at ? t : cs->free_at;
+    if (P->bx_end > 0 && reduces) end = compute(R, cs, "copy", "grads", end, P->bx_end, &mo->bwd_c);
     mo->bwd += end - t_bwd;
     return end;
 }
@@ -489,7 +529,8 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     Stream cs = {0};
     cs.keep = P->steal > 0;
     Micro mo = {0};
-    double t_end = 0;
+    double t_end = P->zero_s;   /* the engine's gradient zeroing (0 otherwise) */
+    rec_op(&rc, "zero", "grads", LANE_COMPUTE, 0, P->zero_s, 0);
     if (grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
         Rec quiet = {out, 0, 0};
         Run Q = {P, &quiet, NULL, NULL};
@@ -497,7 +538,7 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
         cs1.keep = cs.keep;
         Micro m1 = {0};
         double t1 = micro_step(&Q, &cs1, 0, b, 0, &m1);
-        t_end = t1 * (K - 1);
+        t_end += t1 * (K - 1);
         mo.fwd = m1.fwd * (K - 1); mo.bwd = m1.bwd * (K - 1);
         mo.fwd_c = m1.fwd_c * (K - 1); mo.bwd_c = m1.bwd_c * (K - 1);
         cs.busy = cs1.busy * (K - 1);
@@ -525,7 +566,8 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     out->fwd_compute_s = mo.fwd_c;
     out->bwd_compute_s = mo.bwd_c;
     out->opt_compute_s = P->opt_s;
-    out->compute_s = mo.fwd_c + mo.bwd_c + P->opt_s;
+    out->zero_s = P->zero_s;
+    out->compute_s = P->zero_s + mo.fwd_c + mo.bwd_c + P->opt_s;
     out->comm_s = cs.busy;
     out->exposed_comm_s = t_end > out->compute_s ? t_end - out->compute_s : 0;
     double samples = b * K * (double)P->c->gpus;

@@ -35,6 +35,8 @@ typedef struct {
                                      backward (to the last collective it waits for), optimizer
                                      (incl. ZeRO-1/2's parameter all-gather): compute + waits */
     double fwd_compute_s, bwd_compute_s, opt_compute_s;   /* the compute inside them */
+    double zero_s;           /* before forward, in no phase: the engine zeroing its gradients
+                                (--impl engine; 0 otherwise); the phases + zero_s = the step */
     double comm_s;           /* Σ collective time on the communication stream */
     double exposed_comm_s;   /* step_s - compute_s: communication not hidden by compute */
     double step_s;           /* one optimizer step (grad_accum micro-steps) */

@@ -254,12 +254,56 @@ Test(sim_time, one_rank_step_should_be_flops_at_the_rate_plus_bytes_at_the_bandw
         psi += (double)m.layers[i].params;
     }
     double opt = psi * 28 / 4e9;   /* fp32 AdamW: read p, g, m, v; write p, m, v */
-    expect += opt;
+    expect += opt + psi * 4 / 10e9;   /* + the engine zeroing its gradients before the step */
     SimResult s;
     cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &s), 0);
     cr_expect(REL(s.step_s, expect) < 1e-9, "%.9f vs %.9f", s.step_s, expect);
     cr_expect(REL(s.opt_s, opt) < 1e-9);
+    cr_expect(REL(s.zero_s, psi * 4 / 10e9) < 1e-9);
     cr_expect(REL(s.compute_s, s.step_s) < 1e-12, "one rank: nothing exposed");
+    plan_model_free(&m);
+}
+
+/* docs/formulas.md "The engine's buffer passes": the compute beyond the layers' and the
+ * optimizer kernel's is the table's bytes at the elementwise rate */
+Test(sim_time, the_engine_should_pay_its_buffer_passes_at_the_elementwise_rate) {
+    ModelSpec m = zoo("gpt2-mini");
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    for (int i = 0; i < 3; i++) c.gpu.peak_tflops[i] = 0.05;
+    c.mfu = 1;
+    c.gpu.mem_bw = 10;
+    c.opt_bw = 4;
+    for (int K = 1; K <= 2; K++)
+        for (int k = STRAT_DDP; k <= STRAT_ZERO3; k++) {
+            TrainSpec t = gpt2_step(2, 128, IMPL_ENGINE);
+            t.grad_accum = K;
+            MemSizes z;
+            plan_memory_sizes(&m, &t, &c, (StrategyKind)k, &z);
+            double layers = 0, psi = z.psi, S = z.psi_shard, n = 2;
+            for (int i = 0; i < m.n_layers; i++) {
+                double fb, bb;
+                plan_layer_mem_bytes(&m, i, &t, &fb, &bb);
+                TrainSpec t1 = t;
+                t1.micro_batch = 1;
+                layers += K * 2 * (3 * plan_layer_fwd_flops(&m, i, &t1) / 0.05e12) + K * (fb + bb) / 10e9;
+            }
+            double opt = (k == STRAT_DDP ? psi : S) * 28 / 4e9;
+            double passes[] = {
+                4 * psi + 8 * psi + 8 * psi,                                   /* ddp: once per step */
+                4 * psi + 8 * psi + 8 * psi / n + 8 * S + 8 * psi,             /* zero1: once */
+                4 * S + K * (4 * psi + 8 * psi + 12 * psi / n) + 8 * S + 8 * psi,   /* zero2: per micro */
+                4 * S + K * (4 * psi + 12 * S),                                /* zero3: per micro */
+            };
+            SimResult r;
+            cr_assert_eq(plan_sim(&m, &t, &c, (StrategyKind)k, 0, &r), 0);
+            double got = r.compute_s - layers - opt, want = passes[k] / 10e9;
+            cr_expect(REL(got, want) < 1e-6, "%s K=%d: passes %.6f ms, the table says %.6f ms",
+                      plan_strategy((StrategyKind)k)->name, K, got * 1e3, want * 1e3);
+            t.impl = IMPL_PYTORCH;   /* PyTorch's step has none of them */
+            cr_assert_eq(plan_sim(&m, &t, &c, (StrategyKind)k, 0, &r), 0);
+            cr_expect_eq(r.zero_s, 0);
+        }
     plan_model_free(&m);
 }
 
@@ -274,8 +318,8 @@ Test(sim_time, phase_walls_should_add_up_to_the_step_and_their_compute_to_the_co
             SimResult s;
             cr_assert_eq(plan_sim(&m, &t, &c, (StrategyKind)k, 0, &s), 0);
             const char *n = plan_strategy((StrategyKind)k)->name;
-            cr_expect(REL(s.fwd_s + s.bwd_s + s.opt_s, s.step_s) < 1e-9, "%s K=%d", n, K);
-            cr_expect(REL(s.fwd_compute_s + s.bwd_compute_s + s.opt_compute_s, s.compute_s) < 1e-9, "%s K=%d", n, K);
+            cr_expect(REL(s.zero_s + s.fwd_s + s.bwd_s + s.opt_s, s.step_s) < 1e-9, "%s K=%d", n, K);
+            cr_expect(REL(s.zero_s + s.fwd_compute_s + s.bwd_compute_s + s.opt_compute_s, s.compute_s) < 1e-9, "%s K=%d", n, K);
             cr_expect_geq(s.fwd_s + 1e-12, s.fwd_compute_s, "%s: a wall holds its compute", n);
             cr_expect_geq(s.bwd_s + 1e-12, s.bwd_compute_s, "%s", n);
         }
