@@ -172,14 +172,18 @@ static void spread_ranks(Comm *c, MPI_Comm node)
     const char *env = getenv("MEMPLAN_BIND");
     if (c->local_size < 2 || (env && strcmp(env, "none") == 0)) return;
     cpu_set_t mine;
-    if (sched_getaffinity(0, sizeof mine, &mine) != 0) return;
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_ZERO(&mine);
+    /* Every rank of the node takes part, whatever its set: the sets are all equal exactly when
+       the AND over ranks of each set and of its complement gives back one's own, and then every
+       rank finds so. */
+    unsigned char own[2 * sizeof mine], all[2 * sizeof mine];
+    memcpy(own, &mine, sizeof mine);
+    for (size_t i = 0; i < sizeof mine; i++) own[sizeof mine + i] = (unsigned char)~own[i];
+    if (MPI_Allreduce(own, all, (int)sizeof own, MPI_UNSIGNED_CHAR, MPI_BAND, node) != MPI_SUCCESS ||
+        memcmp(own, all, sizeof own) != 0)
+        return;
     int n = CPU_COUNT(&mine);
-    cpu_set_t *all = malloc((size_t)c->local_size * sizeof *all);
-    if (!all) return;
-    int same = n > 1 && MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node) == MPI_SUCCESS;
-    for (int i = 0; same && i < c->local_size; i++) same = CPU_EQUAL(&all[i], &mine);
-    free(all);
-    if (!same) return;
+    if (n < 2) return;
     int lo = (int)((long)c->local_rank * n / c->local_size);
     int hi = (int)((long)(c->local_rank + 1) * n / c->local_size);
     if (hi <= lo) hi = lo + 1;

@@ -79,6 +79,30 @@ Test(comm, memplan_bind_none_should_leave_the_ranks_where_the_launcher_put_them,
     free(r.out);
 }
 
+/* One rank on a core, the other on two: the sets differ, so both are left, and neither waits for
+ * the other in the check (every rank of the node takes part in it whatever its set) */
+Test(comm, ranks_on_different_cpu_sets_should_be_left_where_the_launcher_put_them, .timeout = 90)
+{
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("needs 2 CPUs");
+    char dir[64], rf[96], bin[PATH_MAX], cmd[2 * PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "memplan-rankfile");
+    snprintf(rf, sizeof rf, "%s/ranks", dir);
+    FILE *f = fopen(rf, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "rank 0=localhost slot=0\nrank 1=localhost slot=0-1\n");
+    fclose(f);
+    test_sibling_path(bin, sizeof bin, "mpi/comm_check");
+    test_mpi_env();
+    snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np 2 --rankfile %s %s bind --left 2>&1", rf, bin);
+    Run r = test_run_cmd(cmd);
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
+    cr_expect_eq(test_count(r.out, " left on "), 2, "%s", r.out);
+    free(r.out);
+    unlink(rf);
+    rmdir(dir);
+}
+
 Test(comm, check_same_should_find_the_differing_rank_with_2_ranks, .timeout = 90)
 {
     expect_all_ok(2, "same");

@@ -7,7 +7,7 @@
  *      yield: Open MPI's mpi_yield_when_idle is on (MPI_T);
  *      bind: ranks the launcher left unbound are pinned in blocks of its CPUs (the parent's,
  *            mpirun's, set), every thread; bound ones are left; prints "rank R pinned" or
- *            "rank R left".
+ *            "rank R left" (--left: every rank must be left).
  * --nccl runs on the GPU (buffers in device memory through the tracked allocator);
  * --no-thread completes MPI collectives by MPI_Test polling instead of the progress thread;
  * --fake-hosts sets NCCL_HOSTID per rank so several ranks may share one GPU (unverified).
@@ -28,6 +28,7 @@
 #include "prof_mem.h"
 
 static int g_fail, g_rank;
+static int g_expect_left;   /* bind --left: the launcher placed the ranks on different sets */
 static Device *g_dev;
 static MemTracker *g_mem;
 
@@ -350,7 +351,7 @@ static int run_bind(Comm *c)
     CHECK(sched_getaffinity(0, sizeof mine, &mine) == 0, "cannot read this rank's CPUs");
     int n = CPU_COUNT(&launcher), l = comm_local_size(c), r = comm_local_rank(c);
     const char *env = getenv("MEMPLAN_BIND");
-    int off = env && strcmp(env, "none") == 0;
+    int off = (env && strcmp(env, "none") == 0) || g_expect_left;
     if (comm_pinned_cpus(c) == 0) {
         /* left: the launcher bound it (a strict subset), or nothing asked for pinning */
         CHECK(off || l < 2 || n < 2 || !CPU_EQUAL(&mine, &launcher),
@@ -358,7 +359,7 @@ static int run_bind(Comm *c)
         printf("comm_check: bind: rank %d left on %d of %d CPUs\n", g_rank, CPU_COUNT(&mine), n);
         return 0;
     }
-    CHECK(!off, "pinned although MEMPLAN_BIND=none");
+    CHECK(!off, "pinned although MEMPLAN_BIND=none or the ranks' sets differ");
     int lo = r * n / l, hi = (r + 1) * n / l;
     if (hi <= lo) hi = lo + 1;
     CPU_ZERO(&want);
@@ -391,6 +392,7 @@ int main(int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--nccl") == 0) nccl = 1;
         else if (strcmp(argv[i], "--no-thread") == 0) no_thread = 1;
+        else if (strcmp(argv[i], "--left") == 0) g_expect_left = 1;
         else if (strcmp(argv[i], "--fake-hosts") == 0) {
             /* NCCL tells hosts apart by a hash that NCCL_HOSTID overrides. */
             const char *rank = getenv("OMPI_COMM_WORLD_RANK");
