@@ -169,7 +169,7 @@ static double now_s(void)
  * differ), a rank alone on its node, and MEMPLAN_BIND=none are left as they are. */
 static void spread_ranks(Comm *c, MPI_Comm node)
 {
-    const char *env = getenv("MEMPLAN_BIND");
+    const char *env = getenv("MEMPLAN_BIND");   /* checked by mpi_setup */
     if (c->local_size < 2 || (env && strcmp(env, "none") == 0)) return;
     cpu_set_t mine;
     if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_ZERO(&mine);
@@ -206,6 +206,12 @@ static void spread_ranks(Comm *c, MPI_Comm node)
 
 static int mpi_setup(Comm *c, int *argc, char ***argv, char *err, size_t errlen)
 {
+    const char *bind = getenv("MEMPLAN_BIND");
+    if (bind && *bind && strcmp(bind, "auto") != 0 && strcmp(bind, "none") != 0) {
+        snprintf(err, errlen, "MEMPLAN_BIND=%.40s: valid values are auto (the default: ranks the launcher left "
+                              "unbound are pinned in blocks of the CPUs) and none (left as they are)", bind);
+        return -1;
+    }
     int init = 0, fin = 0;
     MPI_Finalized(&fin);
     if (fin) {

@@ -79,7 +79,8 @@ int comm_check_same(Comm *c, unsigned long long value, int *bad_rank);
 const char *exec_dtype_name(DType t);          /* "fp32", "bf16", ... */
 int comm_local_size(const Comm *c);            /* ranks on this node */
 /* CPUs this rank was pinned to when the launcher left the node's ranks unbound on one shared
- * set (they are spread over it in blocks; MEMPLAN_BIND=none leaves them); 0 when not pinned. */
+ * set (they are spread over it in blocks; MEMPLAN_BIND=none leaves them, auto or unset is the
+ * default, another value fails comm_create); 0 when not pinned. */
 int comm_pinned_cpus(const Comm *c);
 double comm_timeout(const Comm *c);            /* seconds */
 void comm_set_timeout(Comm *c, double timeout_s);

@@ -79,6 +79,17 @@ Test(comm, memplan_bind_none_should_leave_the_ranks_where_the_launcher_put_them,
     free(r.out);
 }
 
+Test(comm, a_bad_memplan_bind_should_be_named_with_the_valid_values, .timeout = 90)
+{
+    setenv("MEMPLAN_BIND", "cores", 1);
+    Run r = mpirun(2, "bind");
+    unsetenv("MEMPLAN_BIND");
+    cr_expect_neq(r.status, 0, "%s", r.out);
+    cr_expect(strstr(r.out, "comm_check: MEMPLAN_BIND=cores: valid values are auto (the default") != NULL, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "ok (bind"), 0, "%s", r.out);
+    free(r.out);
+}
+
 /* One rank on a core, the other on two: the sets differ, so both are left, and neither waits for
  * the other in the check (every rank of the node takes part in it whatever its set) */
 Test(comm, ranks_on_different_cpu_sets_should_be_left_where_the_launcher_put_them, .timeout = 90)
