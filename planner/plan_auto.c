@@ -406,7 +406,7 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
         say(out, "time: not known (no architecture: compute and tokens per step are not modelled); communication "
             "%.1f ms per step\n", out->time.comm_s * 1e3);
     else
-        say(out, "time: step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
+        say(out, "time (an estimate): step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
             "%.0f %s/s at %.0f%% MFU\n", out->time.step_s * 1e3, out->time.compute_s * 1e3,
             out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3, out->time.tokens_per_s, unit, c->mfu * 100);
     if (out->runner_found) {

@@ -147,6 +147,9 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
     fprintf(f, "# simulated step: every GPU runs the same step, so times and comm are per GPU; throughput per GPU "
                "and for all %lld GPUs (compute at %.0f%% of the preset's peak FLOP/s; DDP buckets overlap backward, "
                "FSDP/ZeRO-3 prefetch one unit)\n", (long long)c->gpus, c->mfu * 100);
+    fprintf(f, "# these times are estimates: the model (docs/formulas.md, \"Time\") is checked against memplan's own "
+               "engine on CPU ranks (memplan validate: each step within 15 %%), not yet against a PyTorch or "
+               "DeepSpeed step\n");
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "strategy", "compute", "comm", "exposed",
             "step", "per_gpu", "all_gpus", "comm/GPU");
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "-", "ms", "ms", "ms", "ms", unit, unit, "GiB");
@@ -265,6 +268,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
             cJSON_AddNumberToObject(ns, "wire_bytes_saved_per_gpu", saved);
         }
         cJSON *tm = cJSON_AddObjectToObject(o, "time");
+        cJSON_AddStringToObject(tm, "basis", "estimate");   /* the simulated step, not a measurement */
         cJSON_AddNumberToObject(tm, "compute_s", r->time.compute_s);
         cJSON_AddNumberToObject(tm, "comm_s", r->time.comm_s);
         cJSON_AddNumberToObject(tm, "exposed_comm_s", r->time.exposed_comm_s);
