@@ -68,11 +68,18 @@ Test(comm, ranks_the_launcher_left_unbound_should_be_pinned_in_blocks_of_its_cpu
     free(r.out);
 }
 
+/* comm_check bind on np ranks with MEMPLAN_BIND=value (mpirun's local ranks inherit it) */
+static Run mpirun_bind(int np, const char *value)
+{
+    setenv("MEMPLAN_BIND", value, 1);
+    Run r = mpirun(np, "bind");
+    unsetenv("MEMPLAN_BIND");
+    return r;
+}
+
 Test(comm, memplan_bind_none_should_leave_the_ranks_where_the_launcher_put_them, .timeout = 90)
 {
-    setenv("MEMPLAN_BIND", "none", 1);
-    Run r = mpirun(4, "bind");
-    unsetenv("MEMPLAN_BIND");
+    Run r = mpirun_bind(4, "none");
     cr_expect_eq(r.status, 0, "%s", r.out);
     cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
     cr_expect_eq(test_count(r.out, " left on "), 4, "%s", r.out);
@@ -81,9 +88,7 @@ Test(comm, memplan_bind_none_should_leave_the_ranks_where_the_launcher_put_them,
 
 Test(comm, a_bad_memplan_bind_should_be_named_with_the_valid_values, .timeout = 90)
 {
-    setenv("MEMPLAN_BIND", "cores", 1);
-    Run r = mpirun(2, "bind");
-    unsetenv("MEMPLAN_BIND");
+    Run r = mpirun_bind(2, "cores");
     cr_expect_neq(r.status, 0, "%s", r.out);
     cr_expect(strstr(r.out, "comm_check: MEMPLAN_BIND=cores: valid values are auto (the default") != NULL, "%s", r.out);
     cr_expect_eq(test_count(r.out, "ok (bind"), 0, "%s", r.out);
