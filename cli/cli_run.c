@@ -346,11 +346,10 @@ static void echo_setup(FILE *f, const Ctx *x, const char *cmd, const char *strat
                                      : "the CPU (BLAS)",
             c->bucket_bytes > 0 ? c->bucket_bytes / MIB : 25.0, (unsigned long long)c->seed, (double)c->opt.lr,
             (double)c->opt.weight_decay, comm_timeout(x->comm), c->mem_limit ? fmt_h((double)c->mem_limit, lim, sizeof lim) : "none");
-    int pinned = comm_pinned_cpus(x->comm), local = comm_local_size(x->comm);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (pinned > 0 && cpus > 0 && local > cpus)
-        fprintf(f, "# placement: the launcher left this node's %d ranks unbound on %ld CPUs; memplan pinned them "
-                   "%ld to a CPU (MEMPLAN_BIND=none leaves them)\n", local, cpus, (local + cpus - 1) / cpus);
+    int pinned = comm_pinned_cpus(x->comm), cpus = comm_pinned_from(x->comm), local = comm_local_size(x->comm);
+    if (pinned > 0 && local > cpus)
+        fprintf(f, "# placement: the launcher left this node's %d ranks unbound on %d CPUs; memplan pinned them "
+                   "%d to a CPU (MEMPLAN_BIND=none leaves them)\n", local, cpus, (local + cpus - 1) / cpus);
     else if (pinned > 0)
         fprintf(f, "# placement: the launcher left this node's %d ranks unbound; memplan pinned each to %d CPU%s of "
                    "its own (MEMPLAN_BIND=none leaves them)\n", local, pinned, pinned == 1 ? "" : "s");

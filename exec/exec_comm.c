@@ -100,6 +100,7 @@ struct Comm {
     CommKind kind;
     int rank, size, local_rank, local_size;
     int pinned_cpus;         /* CPUs spread_ranks pinned this rank to; 0: placed by the launcher */
+    int pinned_from;         /* ... out of the set the node's ranks shared */
     double timeout_s;
     int uses_mpi;            /* counted in g_live_comms */
     MPI_Comm mpi;            /* duplicate of MPI_COMM_WORLD (MPI and NCCL) */
@@ -201,7 +202,7 @@ static void spread_ranks(Comm *c, MPI_Comm node)
             if (e->d_name[0] != '.') sched_setaffinity((pid_t)atoi(e->d_name), sizeof pin, &pin);
         closedir(d);
     }
-    if (sched_setaffinity(0, sizeof pin, &pin) == 0) c->pinned_cpus = CPU_COUNT(&pin);
+    if (sched_setaffinity(0, sizeof pin, &pin) == 0) c->pinned_cpus = CPU_COUNT(&pin), c->pinned_from = n;
 }
 
 static int mpi_setup(Comm *c, int *argc, char ***argv, char *err, size_t errlen)
@@ -478,6 +479,7 @@ int comm_size(const Comm *c) { return c->size; }
 int comm_local_rank(const Comm *c) { return c->local_rank; }
 int comm_local_size(const Comm *c) { return c->local_size; }
 int comm_pinned_cpus(const Comm *c) { return c->pinned_cpus; }
+int comm_pinned_from(const Comm *c) { return c->pinned_from; }
 double comm_timeout(const Comm *c) { return c->timeout_s; }
 void comm_set_timeout(Comm *c, double timeout_s) { c->timeout_s = timeout_s > 0 ? timeout_s : 300.0; }
 void comm_set_counters(Comm *c, CommCounters *counters) { c->counters = counters; }

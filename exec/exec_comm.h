@@ -82,6 +82,7 @@ int comm_local_size(const Comm *c);            /* ranks on this node */
  * set (they are spread over it in blocks; MEMPLAN_BIND=none leaves them, auto or unset is the
  * default, another value fails comm_create); 0 when not pinned. */
 int comm_pinned_cpus(const Comm *c);
+int comm_pinned_from(const Comm *c);           /* the CPUs of the shared set; 0 when not pinned */
 double comm_timeout(const Comm *c);            /* seconds */
 void comm_set_timeout(Comm *c, double timeout_s);
 int comm_outstanding(const Comm *c);           /* non-blocking requests not yet waited for */

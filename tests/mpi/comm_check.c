@@ -370,6 +370,7 @@ static int run_bind(Comm *c)
     }
     CHECK(CPU_EQUAL(&mine, &want), "local rank %d of %d: not on its block [%d,%d) of mpirun's %d CPUs", r, l, lo, hi, n);
     CHECK(comm_pinned_cpus(c) == hi - lo, "comm_pinned_cpus %d, block of %d", comm_pinned_cpus(c), hi - lo);
+    CHECK(comm_pinned_from(c) == n, "comm_pinned_from %d, mpirun's set %d", comm_pinned_from(c), n);
     int threads = 0;
     DIR *d = opendir("/proc/self/task");
     CHECK(d != NULL, "no /proc/self/task");
