@@ -483,7 +483,7 @@ static void predict(const CnnConfig *cfg, const Link *k, const Record *rec, Reco
     CommPlan cp;
     plan_comm(&m, &t, &c, STRAT_DDP, &cp);
     for (int i = 0; i < cp.n; i++)
-        if (strstr(cp.c[i].what, "SyncBN")) {
+        if (plan_coll_purpose_is_syncbn(cp.c[i].purpose)) {
             out->pred_count += cp.c[i].count;
             out->pred_bytes += cp.c[i].payload_bytes;
             out->pred_comm_ms += cp.c[i].seconds * 1e3;

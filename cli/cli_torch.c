@@ -618,7 +618,7 @@ static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJS
         CollSum *q = &pred[cp.c[i].op][cp.c[i].phase];
         double count = cp.c[i].count;
         if (s->strategy == STRAT_DDP && cp.c[i].op == PCOLL_ALL_REDUCE && s->bucket_mb > 0 &&
-            strstr(cp.c[i].what, "bucket")) {   /* every bucket at the cap, the first too; whole tensors */
+            cp.c[i].purpose == PURPOSE_GRAD_BUCKETS) {   /* every bucket at the cap, the first too; whole tensors */
             int gbytes = plan_precision(t.precision)->grad_bytes;
             double cap = s->bucket_mb * 1024 * 1024;
             count = plan_ddp_buckets_tensors(&m, gbytes, cap, cap);

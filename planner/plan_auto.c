@@ -435,7 +435,7 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
         CommPlan sc;
         plan_comm(m, &ts, c, out->strategy, &sc);
         double bn_s = 0;
-        for (int i = 0; i < sc.n; i++) if (sc.c[i].what[0] == 'S') bn_s += sc.c[i].seconds;
+        for (int i = 0; i < sc.n; i++) if (plan_coll_purpose_is_syncbn(sc.c[i].purpose)) bn_s += sc.c[i].seconds;
         double step = out->time.step_s;
         if (c->gpus > 1 && b < a->bn_min_batch)
             say(out, "BatchNorm: per-GPU batch %lld < %lld, statistics get noisy: SyncBN is worth it; it adds "

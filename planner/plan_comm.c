@@ -13,7 +13,16 @@ static const char *const COLL_NAMES[PCOLL_COUNT] = {"all_reduce", "reduce_scatte
                                                     "broadcast"};
 static const char *const CPHASE_NAMES[CPHASE_COUNT] = {"forward", "backward", "step"};
 
+static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
+    "gradient buckets", "updated parameters", "module parameters", "persistent parameters",
+    "gradient norm", "overflow flag", "unit parameters", "unit gradients",
+    "gradient shards across nodes", "module buffers (BN stats, rotary)", "SyncBN statistics",
+    "SyncBN gradient sums", "gradient shards to host", "parameter shards from host (fwd + bwd)",
+    "updated parameters from host"};
+
 const char *plan_coll_name(PlanCollOp op) { return COLL_NAMES[op]; }
+const char *plan_coll_purpose_label(CollPurpose p) { return PURPOSE_LABELS[p]; }
+int plan_coll_purpose_is_syncbn(CollPurpose p) { return p == PURPOSE_SYNCBN_STATS || p == PURPOSE_SYNCBN_GRADS; }
 const char *plan_comm_phase_name(CommPhase p) { return CPHASE_NAMES[p]; }
 
 double plan_coll_factor(PlanCollOp op, int64_t n) {
@@ -74,13 +83,14 @@ double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, in
     return lat + payload * plan_coll_factor(op, group) / bw;
 }
 
-static void add(CommPlan *p, const ClusterSpec *c, PlanCollOp op, CommPhase ph, const char *what,
+static void add(CommPlan *p, const ClusterSpec *c, PlanCollOp op, CommPhase ph, CollPurpose what,
                 double count, double payload, int64_t group, int crosses_nodes) {
     if (group <= 1 || count <= 0 || payload <= 0 || p->n >= PLAN_MAX_COLLS) return;
     PlanColl *x = &p->c[p->n++];
     x->op = op;
     x->phase = ph;
-    x->what = what;
+    x->purpose = what;
+    x->what = plan_coll_purpose_label(what);
     x->count = count;
     x->payload_bytes = payload;
     x->group = group;
@@ -101,9 +111,9 @@ static void add_syncbn(CommPlan *out, const ModelSpec *m, const TrainSpec *t, co
     int nbn = plan_model_bn_layers(m, &sum_c);
     /* forward: all-gather [mean, invstd, count] (2C+1 fp32 per rank); backward: all-reduce
        [sum_dy, sum_dy_xmu] (2C fp32) per BN layer (torch/nn/modules/_functions.py) */
-    add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "SyncBN statistics", nbn * K,
+    add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_SYNCBN_STATS, nbn * K,
         (2.0 * (double)sum_c + nbn) * 4 * (double)N * K, N, multi_node);
-    add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "SyncBN gradient sums", nbn * K,
+    add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_SYNCBN_GRADS, nbn * K,
         2.0 * (double)sum_c * 4 * K, N, multi_node);
 }
 
@@ -135,23 +145,23 @@ static void add_deepspeed(CommPlan *out, const ModelSpec *m, const TrainSpec *t,
     double norm = plan_ds_norm_bytes(stage3), flag = plan_ds_overflow_bytes(stage3, p);
     if (!stage3) {
         double times = (s->shard & SHARD_GRAD) ? K : 1;
-        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets", buckets * times,
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_GRAD_BUCKETS, buckets * times,
             z->psi * gb * times, N, multi_node);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "updated parameters", buckets,
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, PURPOSE_UPDATED_PARAMS, buckets,
             (double)n * ds.part * pb, N, multi_node);
     } else {
         /* one all-gather per coalesced group, in the phase that issues it (Ds3Sim) */
         double cnt[2], el[2];
         plan_ds3_sim_gathers(m, n, cnt, el);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "module parameters", cnt[0] * K, el[0] * pb * K, n, multi_node);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "module parameters", cnt[1] * K, el[1] * pb * K, n, multi_node);
-        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "gradient buckets", buckets * K,
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_MODULE_PARAMS, cnt[0] * K, el[0] * pb * K, n, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_MODULE_PARAMS, cnt[1] * K, el[1] * pb * K, n, multi_node);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_GRAD_BUCKETS, buckets * K,
             ds.padded * gb * K, n, multi_node);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "persistent parameters", ds.persist_count,
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, PURPOSE_PERSISTENT_PARAMS, ds.persist_count,
             ds.persist_padded * pb, n, multi_node);
     }
-    add(out, c, PCOLL_ALL_REDUCE, CPHASE_STEP, "gradient norm", 1, norm, N, multi_node);
-    add(out, c, PCOLL_ALL_REDUCE, CPHASE_STEP, "overflow flag", 1, flag, N, multi_node);
+    add(out, c, PCOLL_ALL_REDUCE, CPHASE_STEP, PURPOSE_GRAD_NORM, 1, norm, N, multi_node);
+    add(out, c, PCOLL_ALL_REDUCE, CPHASE_STEP, PURPOSE_OVERFLOW_FLAG, 1, flag, N, multi_node);
 }
 
 void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
@@ -198,15 +208,15 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
         double nb = t->impl == IMPL_PYTORCH
                         ? plan_ddp_buckets_tensors(m, p->grad_bytes, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET) : -1;
         if (nb < 0) nb = plan_ddp_buckets(psi, p->grad_bytes, 0);   /* tensors unknown, or the engine */
-        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient buckets", nb, psi * gb, N, multi_node);
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_GRAD_BUCKETS, nb, psi * gb, N, multi_node);
         break;
     }
     case BUF_DS_REDUCE: {   /* ZeRO paper: reduce-scatter grads, all-gather updated params */
         double buckets = ceil(psi / PLAN_DS_REDUCE_BUCKET);
         double times = (s->shard & SHARD_GRAD) ? K : 1;   /* stage 2 reduces every micro-step */
-        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "gradient buckets", buckets * times,
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_GRAD_BUCKETS, buckets * times,
             padded * gb * times, N, multi_node);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, "updated parameters", buckets, padded * pb, N, multi_node);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_STEP, PURPOSE_UPDATED_PARAMS, buckets, padded * pb, N, multi_node);
         break;
     }
     case BUF_DS_STAGE3:
@@ -215,25 +225,25 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
         double bwd_units = units;
         if (s->buffers == BUF_DS_STAGE3) { fwd_units = units + root; bwd_units = units + root; }
         double bwd_payload = (padded - (s->buffers == BUF_FSDP_FULL ? padded_root : 0)) * pb;
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", fwd_units * K, padded * pb * K, n, group_crosses);
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, "unit parameters", bwd_units * K, bwd_payload * K, n, group_crosses);
-        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * Kr, padded * gb * Kr, n, group_crosses);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_UNIT_PARAMS, fwd_units * K, padded * pb * K, n, group_crosses);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_UNIT_PARAMS, bwd_units * K, bwd_payload * K, n, group_crosses);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_UNIT_GRADS, (units + root) * Kr, padded * gb * Kr, n, group_crosses);
         break;
     }
     case BUF_FSDP_GRAD_OP:  /* parameters stay gathered from forward through backward */
-        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, "unit parameters", (units + root) * K, padded * pb * K, n, group_crosses);
-        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, "unit gradients", (units + root) * Kr, padded * gb * Kr, n, group_crosses);
+        add(out, c, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_UNIT_PARAMS, (units + root) * K, padded * pb * K, n, group_crosses);
+        add(out, c, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_UNIT_GRADS, (units + root) * Kr, padded * gb * Kr, n, group_crosses);
         break;
     default: break;
     }
     if (s->group_node && N > n)   /* HYBRID_SHARD: all-reduce each shard across the replicas */
-        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, "gradient shards across nodes", (units + root) * Kr,
+        add(out, c, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_REPLICA_GRADS, (units + root) * Kr,
             z.psi_shard * gb * Kr, (N + n - 1) / n, 1);
     if (s->buffers == BUF_DDP_BUCKETS && plan_model_buffers(m) > 0) {   /* broadcast_buffers */
         int dtypes = 1;   /* one coalesced broadcast per dtype per forward (fp32; BN's int64 counter) */
         double bytes = t->impl == IMPL_ENGINE ? (double)plan_model_buffers(m) * 4   /* the engine: one fp32 buffer */
                                               : plan_model_buffer_bytes(m, &dtypes);
-        add(out, c, PCOLL_BROADCAST, CPHASE_FORWARD, "module buffers (BN stats, rotary)", K * dtypes,
+        add(out, c, PCOLL_BROADCAST, CPHASE_FORWARD, PURPOSE_BUFFERS, K * dtypes,
             bytes * K, N, multi_node);
     }
     if (t->syncbn) add_syncbn(out, m, t, c, N, multi_node);
@@ -247,13 +257,13 @@ static void add_host_copies(const ModelSpec *m, const TrainSpec *t, const Cluste
     OffloadHost h;
     plan_offload_host(m, t, c, sk, &h);
     if (h.d2h_bytes > 0)
-        out->host[out->n_host++] = (PlanHostCopy){"copy_d2h", CPHASE_BACKWARD, "gradient shards to host",
-                                                  h.d2h_bytes, h.d2h_s};
-    if (h.h2d_bytes > 0)
-        out->host[out->n_host++] = (PlanHostCopy){"copy_h2d",
-            t->offload == OFFLOAD_PARAM ? CPHASE_FORWARD : CPHASE_STEP,
-            t->offload == OFFLOAD_PARAM ? "parameter shards from host (fwd + bwd)" : "updated parameters from host",
-            h.h2d_bytes, h.h2d_s};
+        out->host[out->n_host++] = (PlanHostCopy){"copy_d2h", CPHASE_BACKWARD, PURPOSE_HOST_GRADS,
+                                                  plan_coll_purpose_label(PURPOSE_HOST_GRADS), h.d2h_bytes, h.d2h_s};
+    if (h.h2d_bytes > 0) {
+        CollPurpose hp = t->offload == OFFLOAD_PARAM ? PURPOSE_HOST_PARAMS : PURPOSE_HOST_UPDATED;
+        out->host[out->n_host++] = (PlanHostCopy){"copy_h2d", t->offload == OFFLOAD_PARAM ? CPHASE_FORWARD : CPHASE_STEP,
+                                                  hp, plan_coll_purpose_label(hp), h.h2d_bytes, h.h2d_s};
+    }
     for (int i = 0; i < out->n_host; i++) {
         out->host_bytes += out->host[i].bytes;
         out->host_seconds += out->host[i].seconds;

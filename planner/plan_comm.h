@@ -15,10 +15,32 @@ typedef enum { PCOLL_ALL_REDUCE = 0, PCOLL_REDUCE_SCATTER, PCOLL_ALL_GATHER, PCO
                PCOLL_COUNT } PlanCollOp;
 typedef enum { CPHASE_FORWARD = 0, CPHASE_BACKWARD, CPHASE_STEP, CPHASE_COUNT } CommPhase;
 
+/* What a collective or a host copy moves: code tests this, never the label made from it
+   (plan_coll_purpose_label). */
+typedef enum {
+    PURPOSE_GRAD_BUCKETS = 0,   /* gradient buckets (DDP, DeepSpeed reduce buckets) */
+    PURPOSE_UPDATED_PARAMS,     /* ZeRO-1/2: the updated partitions gathered after the step */
+    PURPOSE_MODULE_PARAMS,      /* DeepSpeed ZeRO-3: coalesced parameter gathers */
+    PURPOSE_PERSISTENT_PARAMS,  /* DeepSpeed ZeRO-3: persistent tensors' partitions at the step */
+    PURPOSE_GRAD_NORM,          /* DeepSpeed: the global gradient norm */
+    PURPOSE_OVERFLOW_FLAG,      /* DeepSpeed: the fp16/bf16 overflow flag */
+    PURPOSE_UNIT_PARAMS,        /* FSDP / sharded units' parameters */
+    PURPOSE_UNIT_GRADS,         /* FSDP / sharded units' gradients */
+    PURPOSE_REPLICA_GRADS,      /* HYBRID_SHARD: gradient shards across the replicas */
+    PURPOSE_BUFFERS,            /* DDP broadcast_buffers */
+    PURPOSE_SYNCBN_STATS,       /* SyncBatchNorm forward statistics */
+    PURPOSE_SYNCBN_GRADS,       /* SyncBatchNorm backward gradient sums */
+    PURPOSE_HOST_GRADS,         /* offload: gradient shards to host memory */
+    PURPOSE_HOST_PARAMS,        /* offload: parameter shards from host memory before gathers */
+    PURPOSE_HOST_UPDATED,       /* offload: updated parameters from host memory after the step */
+    PURPOSE_COUNT
+} CollPurpose;
+
 typedef struct {
     PlanCollOp op;
     CommPhase phase;
-    const char *what;        /* "gradient buckets", "unit parameters", "SyncBN statistics" */
+    CollPurpose purpose;
+    const char *what;        /* plan_coll_purpose_label(purpose), for people */
     double count;            /* collectives per optimizer step */
     double payload_bytes;    /* Σ full buffer sizes per optimizer step */
     double wire_bytes;       /* Σ per-GPU wire bytes per optimizer step */
@@ -31,7 +53,8 @@ typedef struct {
 typedef struct {
     const char *name;        /* "copy_d2h", "copy_h2d" */
     CommPhase phase;
-    const char *what;        /* "gradient shards to host", "parameter shards from host" */
+    CollPurpose purpose;
+    const char *what;        /* plan_coll_purpose_label(purpose) */
     double bytes;            /* per GPU per optimizer step */
     double seconds;          /* at the preset's host link bandwidth */
 } PlanHostCopy;
@@ -53,6 +76,9 @@ typedef struct {
 
 const char *plan_coll_name(PlanCollOp op);
 const char *plan_comm_phase_name(CommPhase p);
+const char *plan_coll_purpose_label(CollPurpose p);   /* "gradient buckets", "SyncBN statistics" */
+/* 1 for the SyncBatchNorm collectives */
+int plan_coll_purpose_is_syncbn(CollPurpose p);
 double plan_coll_factor(PlanCollOp op, int64_t n);   /* wire bytes per payload byte per GPU */
 /* Number of DDP buckets for Ψ gradients of grad_bytes each, bucket_bytes cap (0 = 25 MiB), as
    if gradients split freely at the caps (memplan's engine, whose buckets are flat fp32 runs). */
