@@ -7,6 +7,7 @@
  * guards the session; the process-wide pointer to the live session has its own. */
 #include "prof_cupti.h"
 #include "prof_check.h"
+#include "prof_map.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -131,12 +132,6 @@ typedef struct {
     int release;
 } MemEvent;
 
-typedef struct {              /* open addressing, linear probing, key 0 = empty */
-    uint64_t *keys;
-    uint64_t *vals;
-    size_t cap, used;
-} U64Map;
-
 struct ProfCupti {
     pthread_mutex_t mu;
     int live;                 /* started by prof_cupti_start and not yet stopped */
@@ -152,7 +147,7 @@ struct ProfCupti {
     int nspans, maxspans;
     int64_t dropped_spans, dropped_records;
 
-    U64Map hints;             /* launch correlation id -> CollOp + 1 */
+    ProfMap hints;            /* launch correlation id -> CollOp */
 
     MemEvent *mem;
     int64_t nmem, capmem;
@@ -163,108 +158,29 @@ struct ProfCupti {
     CuptiMemSummary summary;
 };
 
-static uint64_t hash64(uint64_t k)
+static int add_phase(ProfCupti *s, const char *name)
 {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return k;
-}
-
-static int map_grow(U64Map *m)
-{
-    size_t ncap = m->cap ? m->cap * 2 : 256;
-    uint64_t *nk = calloc(ncap, sizeof *nk), *nv = calloc(ncap, sizeof *nv);
-    if (!nk || !nv) {
-        free(nk);
-        free(nv);
-        return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++) {
-        if (!m->keys[i]) continue;
-        size_t j = hash64(m->keys[i]) & (ncap - 1);
-        while (nk[j]) j = (j + 1) & (ncap - 1);
-        nk[j] = m->keys[i];
-        nv[j] = m->vals[i];
-    }
-    free(m->keys);
-    free(m->vals);
-    m->keys = nk;
-    m->vals = nv;
-    m->cap = ncap;
-    return 0;
-}
-
-static int map_put(U64Map *m, uint64_t key, uint64_t val)
-{
-    if (!key) return -1;
-    if ((m->used + 1) * 2 > m->cap && map_grow(m)) return -1;
-    size_t j = hash64(key) & (m->cap - 1);
-    while (m->keys[j] && m->keys[j] != key) j = (j + 1) & (m->cap - 1);
-    if (!m->keys[j]) m->used++;
-    m->keys[j] = key;
-    m->vals[j] = val;
-    return 0;
-}
-
-/* Removes key; returns 1 and its value in *val if it was there. Backward-shift deletion. */
-static int map_take(U64Map *m, uint64_t key, uint64_t *val)
-{
-    if (!key || !m->cap) return 0;
-    size_t mask = m->cap - 1, j = hash64(key) & mask;
-    while (m->keys[j] && m->keys[j] != key) j = (j + 1) & mask;
-    if (!m->keys[j]) return 0;
-    *val = m->vals[j];
-    size_t hole = j;
-    for (size_t k = (hole + 1) & mask; m->keys[k]; k = (k + 1) & mask) {
-        size_t home = hash64(m->keys[k]) & mask;
-        /* move k into the hole unless its home lies cyclically in (hole, k] */
-        int stays = hole <= k ? (home > hole && home <= k) : (home > hole || home <= k);
-        if (stays) continue;
-        m->keys[hole] = m->keys[k];
-        m->vals[hole] = m->vals[k];
-        hole = k;
-    }
-    m->keys[hole] = 0;
-    m->vals[hole] = 0;
-    m->used--;
-    return 1;
-}
-
-/* Keeps only the keys >= min (rebuilds the table). */
-static void map_keep_from(U64Map *m, uint64_t min)
-{
-    U64Map k = {0};
-    for (size_t i = 0; i < m->cap; i++)
-        if (m->keys[i] >= min && map_put(&k, m->keys[i], m->vals[i])) break;
-    free(m->keys);
-    free(m->vals);
-    *m = k;
-}
-
-static void map_free(U64Map *m)
-{
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
-}
-
-/* Index of the phase called name, added if new. The last slot is "other": once 31 names are
- * in use, every new name shares it. */
-static int phase_index(ProfCupti *s, const char *name)
-{
-    if (!name || !*name) name = "other";
-    for (int i = 0; i < s->nphases; i++)
-        if (strncmp(s->phases[i].name, name, sizeof s->phases[i].name - 1) == 0) return i;
-    if (s->nphases >= CUPTI_MAX_PHASES - 1) {
-        for (int i = 0; i < s->nphases; i++)
-            if (strcmp(s->phases[i].name, "other") == 0) return i;
-        name = "other";
-    }
     ProfCuptiPhase *p = &s->phases[s->nphases];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
     return s->nphases++;
+}
+
+static int find_phase(const ProfCupti *s, const char *name)
+{
+    for (int i = 0; i < s->nphases; i++)
+        if (strncmp(s->phases[i].name, name, sizeof s->phases[i].name - 1) == 0) return i;
+    return -1;
+}
+
+/* Index of the phase called name, added if new. Phases are keyed by the caller's names; past
+ * 31 of them (and for a NULL or empty name) records go to the phase "other", so the table
+ * holds at most 32. */
+static int phase_index(ProfCupti *s, const char *name)
+{
+    if (!name || !*name || (find_phase(s, name) < 0 && s->nphases >= CUPTI_MAX_PHASES - 1)) name = "other";
+    int i = find_phase(s, name);
+    return i >= 0 ? i : add_phase(s, name);
 }
 
 /* The phase at CUPTI time t: the last mark at or before t ("init" before any). */
@@ -321,6 +237,18 @@ void prof_cupti_mark_phase(ProfCupti *s, const char *name, uint64_t t_ns)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Keeps only the hints of correlation ids >= min (a new table). */
+static void hints_keep_from(ProfMap *hints, uint64_t min)
+{
+    ProfMap kept = {0};
+    size_t pos = 0;
+    uint64_t id, op;
+    while (prof_map_next(hints, &pos, &id, &op))
+        if (id >= min && prof_map_put(&kept, id, op)) break;   /* out of memory: fewer hints */
+    prof_map_free(hints);
+    *hints = kept;
+}
+
 void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollOp op)
 {
     if (!s || (unsigned)op >= COLL_OP_COUNT) return;
@@ -328,9 +256,9 @@ void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollOp op)
     /* A hint waits for its kernel's record; one whose record never comes (dropped, or a launch
      * that failed) would stay for good. Correlation ids grow: past CUPTI_MAX_HINTS waiting,
      * the older half goes (their records are long overdue). */
-    if (s->hints.used >= CUPTI_MAX_HINTS && correlation_id > CUPTI_MAX_HINTS / 2)
-        map_keep_from(&s->hints, (uint64_t)correlation_id - CUPTI_MAX_HINTS / 2);
-    map_put(&s->hints, correlation_id, (uint64_t)op + 1);
+    if (prof_map_count(&s->hints) >= CUPTI_MAX_HINTS && correlation_id > CUPTI_MAX_HINTS / 2)
+        hints_keep_from(&s->hints, (uint64_t)correlation_id - CUPTI_MAX_HINTS / 2);
+    prof_map_put(&s->hints, correlation_id, (uint64_t)op);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -392,7 +320,7 @@ static void feed_locked(ProfCupti *s, const CuptiRecord *r)
         int coll = prof_cupti_nccl_collective(r->name);
         uint64_t hint = 0;
         /* the launch bracket is authoritative when there is one; else the name decides */
-        if (map_take(&s->hints, r->correlation_id, &hint) && coll >= 0) coll = (int)hint - 1;
+        if (prof_map_take(&s->hints, r->correlation_id, &hint) && coll >= 0) coll = (int)hint;
         if (coll >= 0) {
             p->nccl_total.count++;
             p->nccl_total.us += us;
@@ -453,7 +381,7 @@ size_t prof_cupti_pending_hints(ProfCupti *s)
 {
     if (!s) return 0;
     pthread_mutex_lock(&s->mu);
-    size_t n = s->hints.used;
+    size_t n = prof_map_count(&s->hints);
     pthread_mutex_unlock(&s->mu);
     return n;
 }
@@ -462,7 +390,7 @@ void prof_cupti_finish(ProfCupti *s)
 {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
-    map_free(&s->hints);   /* no kernel record comes after the session: unmatched hints go */
+    prof_map_free(&s->hints);   /* no kernel record comes after the session: unmatched hints go */
     if (s->nmem > 1) qsort(s->mem, (size_t)s->nmem, sizeof *s->mem, mem_event_cmp);
     free(s->timeline);
     s->timeline = s->nmem ? malloc((size_t)s->nmem * sizeof *s->timeline) : NULL;
@@ -470,19 +398,19 @@ void prof_cupti_finish(ProfCupti *s)
     CuptiMemSummary *m = &s->summary;
     memset(m, 0, sizeof *m);
     snprintf(m->peak_phase, sizeof m->peak_phase, "%s", s->phases[0].name);
-    U64Map live = {0};
+    ProfMap live = {0};   /* device address -> bytes */
     double cur = 0;
     for (int64_t i = 0; i < s->nmem; i++) {
         const MemEvent *e = &s->mem[i];
         if (!e->release) {
             uint64_t old;
-            if (map_take(&live, e->address, &old)) cur -= (double)old;   /* a missed release */
-            map_put(&live, e->address, e->bytes);
+            if (prof_map_take(&live, e->address, &old)) cur -= (double)old;   /* a missed release */
+            prof_map_put(&live, e->address, e->bytes);
             cur += (double)e->bytes;
             m->allocs++;
         } else {
             uint64_t bytes;
-            if (!map_take(&live, e->address, &bytes)) {
+            if (!prof_map_take(&live, e->address, &bytes)) {
                 m->unmatched_releases++;
                 continue;
             }
@@ -505,7 +433,7 @@ void prof_cupti_finish(ProfCupti *s)
             s->ntimeline++;
         }
     }
-    map_free(&live);
+    prof_map_free(&live);
     m->current = cur;
     m->other_kinds = s->other_kinds;
     s->finished = 1;
@@ -697,7 +625,7 @@ static void session_free(ProfCupti *s)
     free(s->spans);
     free(s->mem);
     free(s->timeline);
-    map_free(&s->hints);
+    prof_map_free(&s->hints);
     free(s);
 }
 

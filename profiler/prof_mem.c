@@ -1,10 +1,11 @@
 /* prof_mem.c — the tracked allocator behind prof_mem.h.
  *
- * Every live pointer is kept in a small open-addressing hash map (linear probing, backward-shift
- * deletion, so no tombstones and O(1) expected per alloc/free) with its size and category.
- * Totals per category, the total peak with the categories at that moment, per-phase peaks and a
- * capped memory timeline are updated on every alloc/free. All sizes are bytes. */
+ * Every live pointer is kept in the profiler's hash map (prof_map.h: O(1) expected per
+ * alloc/free) with its size and category. Totals per category, the total peak with the
+ * categories at that moment, per-phase peaks and a capped memory timeline are updated on every
+ * alloc/free. All sizes are bytes. */
 #include "prof_mem.h"
+#include "prof_map.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,11 @@
 
 #define MEM_MAX_PHASES 32
 #define MEM_TIMELINE_CAP_DEFAULT 4096
-#define MAP_MIN_CAP 64              /* slots; always a power of two */
+/* A live pointer's map value: its size and category in one word, bytes << CAT_BITS | category.
+ * A request of 2^61 bytes or more cannot be packed; no device has it to give anyway. */
+#define CAT_BITS 3
+_Static_assert(MEM_CATEGORY_COUNT <= 1 << CAT_BITS, "a category must fit in CAT_BITS");
+#define MEM_MAX_REQUEST ((size_t)(UINT64_MAX >> CAT_BITS))
 
 static const char *const CATEGORY_NAMES[MEM_CATEGORY_COUNT] = {
     [MEM_PARAMS] = "params",           [MEM_GRADS] = "grads",
@@ -26,12 +31,6 @@ const char *prof_mem_category_name(MemCategory c)
 }
 
 typedef struct {
-    void *key;            /* NULL: empty slot */
-    size_t bytes;
-    MemCategory cat;
-} Slot;
-
-typedef struct {
     char name[32];
     size_t peak;          /* peak total while in this phase, bytes */
 } PhasePeak;
@@ -43,8 +42,7 @@ struct MemTracker {
     void *ctx;
     size_t limit;
 
-    Slot *slots;          /* hash map of live pointers */
-    size_t cap, used;     /* slots, live entries */
+    ProfMap live;         /* live pointer -> packed size and category */
 
     size_t current[MEM_CATEGORY_COUNT], peak[MEM_CATEGORY_COUNT];
     size_t current_total, peak_total;
@@ -74,62 +72,17 @@ static double now_us(const struct timespec *t0)
     return (double)(t.tv_sec - t0->tv_sec) * 1e6 + (double)(t.tv_nsec - t0->tv_nsec) * 1e-3;
 }
 
-/* ---- pointer map ---- */
+/* ---- live pointers ---- */
 
-static size_t slot_of(const MemTracker *t, const void *p)
-{
-    uint64_t h = (uint64_t)(uintptr_t)p;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;      /* murmur3 finalizer: allocator addresses share low bits */
-    h ^= h >> 33;
-    return (size_t)h & (t->cap - 1);
-}
+static uint64_t live_key(const void *p) { return (uint64_t)(uintptr_t)p; }
 
-static Slot *map_find(const MemTracker *t, const void *p)
+/* Size and category of a live pointer; 0 if the tracker does not own it. */
+static size_t live_lookup(const MemTracker *t, const void *p, MemCategory *cat)
 {
-    for (size_t i = slot_of(t, p);; i = (i + 1) & (t->cap - 1)) {
-        if (t->slots[i].key == p) return &t->slots[i];
-        if (t->slots[i].key == NULL) return NULL;
-    }
-}
-
-static void map_put_fresh(MemTracker *t, void *p, size_t bytes, MemCategory cat)
-{
-    size_t i = slot_of(t, p);
-    while (t->slots[i].key) i = (i + 1) & (t->cap - 1);
-    t->slots[i] = (Slot){p, bytes, cat};
-    t->used++;
-}
-
-static int map_grow(MemTracker *t)
-{
-    size_t old_cap = t->cap;
-    Slot *old = t->slots;
-    Slot *fresh = calloc(old_cap * 2, sizeof *fresh);
-    if (!fresh) return -1;
-    t->slots = fresh;
-    t->cap = old_cap * 2;
-    t->used = 0;
-    for (size_t i = 0; i < old_cap; i++)
-        if (old[i].key) map_put_fresh(t, old[i].key, old[i].bytes, old[i].cat);
-    free(old);
-    return 0;
-}
-
-/* Backward-shift deletion: later entries of the probe run move up into the hole. */
-static void map_remove(MemTracker *t, Slot *s)
-{
-    size_t mask = t->cap - 1, hole = (size_t)(s - t->slots);
-    for (size_t j = (hole + 1) & mask; t->slots[j].key; j = (j + 1) & mask) {
-        size_t home = slot_of(t, t->slots[j].key);
-        /* entry j may fill the hole if its home is not cyclically within (hole, j] */
-        if (((j - home) & mask) >= ((j - hole) & mask)) {
-            t->slots[hole] = t->slots[j];
-            hole = j;
-        }
-    }
-    t->slots[hole].key = NULL;
-    t->used--;
+    uint64_t v;
+    if (!prof_map_get(&t->live, live_key(p), &v)) return 0;
+    if (cat) *cat = (MemCategory)(v & ((1u << CAT_BITS) - 1));
+    return (size_t)(v >> CAT_BITS);
 }
 
 /* ---- phases ---- */
@@ -186,18 +139,15 @@ MemTracker *prof_mem_create(ProfRawAlloc raw_alloc, ProfRawFree raw_free, void *
     t->raw_zero = host_zero;
     t->ctx = ctx;
     t->limit = limit;
-    t->cap = MAP_MIN_CAP;
-    t->slots = calloc(t->cap, sizeof *t->slots);
     t->tl_cap = MEM_TIMELINE_CAP_DEFAULT;
     t->samples = calloc((size_t)t->tl_cap + 1, sizeof *t->samples);
-    if (!t->slots || !t->samples) goto fail;
+    if (!t->samples) goto fail;
     t->stride = 1;
     clock_gettime(CLOCK_MONOTONIC, &t->t0);
     t->phase = phase_index(t, "init", 1);
     snprintf(t->peak_phase, sizeof t->peak_phase, "%s", "init");
     return t;
 fail:
-    free(t->slots);
     free(t->samples);
     free(t);
     return NULL;
@@ -207,9 +157,10 @@ void prof_mem_destroy(MemTracker *t)
 {
     if (!t) return;
     /* Whatever is still live goes back to the device (leaks are the caller's bug, not a crash). */
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->slots[i].key) t->raw_free(t->ctx, t->slots[i].key);
-    free(t->slots);
+    size_t pos = 0;
+    uint64_t key;
+    while (prof_map_next(&t->live, &pos, &key, NULL)) t->raw_free(t->ctx, (void *)(uintptr_t)key);
+    prof_map_free(&t->live);
     free(t->samples);
     free(t);
 }
@@ -254,13 +205,15 @@ void *prof_mem_alloc(MemTracker *t, MemCategory cat, size_t bytes, const char *w
         record_oom(t, cat, bytes, what);
         return NULL;
     }
-    if ((t->used + 1) * 10 > t->cap * 7 && map_grow(t) != 0) return NULL;   /* load <= 0.7 */
-    void *p = t->raw_alloc(t->ctx, bytes);
+    void *p = bytes <= MEM_MAX_REQUEST ? t->raw_alloc(t->ctx, bytes) : NULL;
     if (!p) {
         record_oom(t, cat, bytes, what);
         return NULL;
     }
-    map_put_fresh(t, p, bytes, cat);
+    if (prof_map_put(&t->live, live_key(p), (uint64_t)bytes << CAT_BITS | (uint64_t)cat)) {
+        t->raw_free(t->ctx, p);   /* host memory for the map ran out: untracked memory is not handed out */
+        return NULL;
+    }
     t->live_allocs++;
     t->current[cat] += bytes;
     t->current_total += bytes;
@@ -285,16 +238,17 @@ void *prof_mem_calloc(MemTracker *t, MemCategory cat, size_t bytes, const char *
 void prof_mem_free(MemTracker *t, void *p)
 {
     if (!t || !p) return;
-    Slot *s = map_find(t, p);
-    if (!s) {
+    MemCategory cat;
+    size_t bytes = live_lookup(t, p, &cat);
+    if (!bytes) {
         /* Not ours (or freed twice): leave it alone rather than corrupt the device heap. */
         if (t->bad_frees++ == 0)
             fprintf(stderr, "memplan: prof_mem_free of a pointer the tracker does not own (%p); ignored\n", p);
         return;
     }
-    t->current[s->cat] -= s->bytes;
-    t->current_total -= s->bytes;
-    map_remove(t, s);
+    t->current[cat] -= bytes;
+    t->current_total -= bytes;
+    prof_map_take(&t->live, live_key(p), NULL);
     t->live_allocs--;
     t->raw_free(t->ctx, p);
     timeline_add(t);
@@ -303,10 +257,7 @@ void prof_mem_free(MemTracker *t, void *p)
 size_t prof_mem_size_of(const MemTracker *t, const void *p, MemCategory *cat)
 {
     if (!t || !p) return 0;
-    const Slot *s = map_find(t, p);
-    if (!s) return 0;
-    if (cat) *cat = s->cat;
-    return s->bytes;
+    return live_lookup(t, p, cat);
 }
 
 void prof_mem_set_phase(MemTracker *t, const char *phase)
