@@ -141,8 +141,6 @@ int prof_comm_phases(const CommCounters *c, const char **names, int max)
     return n;
 }
 
-int prof_comm_nranks(const CommCounters *c) { return c ? c->nranks : 0; }
-
 void prof_comm_reset(CommCounters *c)
 {
     if (!c) return;

@@ -48,6 +48,5 @@ const char *prof_comm_current_phase(const CommCounters *c);
  * the phase it was issued in, even when it completes later. */
 void prof_comm_record_in(CommCounters *c, const char *phase, CollOp op, double payload_bytes,
                          double seconds);
-int prof_comm_nranks(const CommCounters *c);
 
 #endif

@@ -24,11 +24,6 @@ static const char *const COPY_NAMES[CUPTI_COPY_COUNT] = {
     [CUPTI_COPY_HTOH] = "htoh", [CUPTI_COPY_PTOP] = "ptop", [CUPTI_COPY_OTHER] = "other",
 };
 
-const char *prof_cupti_copy_name(CuptiCopyDir d)
-{
-    return (unsigned)d < CUPTI_COPY_COUNT ? COPY_NAMES[d] : "unknown";
-}
-
 const char *prof_cupti_lane_name(int lane)
 {
     if (lane == CUPTI_LANE_KERNELS) return "gpu kernels";
@@ -386,7 +381,8 @@ size_t prof_cupti_pending_hints(ProfCupti *s)
     return n;
 }
 
-void prof_cupti_finish(ProfCupti *s)
+/* Builds the memory timeline from the allocation records; prof_cupti_stop calls it. */
+static void finish(ProfCupti *s)
 {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
@@ -922,7 +918,7 @@ int prof_cupti_stop(ProfCupti *s)
 {
     if (!s) return -1;
     if (!s->live) {
-        if (!s->finished) prof_cupti_finish(s);
+        if (!s->finished) finish(s);
         return 0;
     }
     int bad = 0;
@@ -937,7 +933,7 @@ int prof_cupti_stop(ProfCupti *s)
     g_session = NULL;
     pthread_mutex_unlock(&g_lock);
     s->live = 0;
-    prof_cupti_finish(s);
+    finish(s);
     return bad ? -1 : 0;
 }
 
@@ -959,7 +955,7 @@ void prof_cupti_set_phase(ProfCupti *s, const char *name)
 int prof_cupti_stop(ProfCupti *s)
 {
     if (!s) return -1;
-    if (!s->finished) prof_cupti_finish(s);
+    if (!s->finished) finish(s);
     return 0;
 }
 

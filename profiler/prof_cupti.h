@@ -54,8 +54,7 @@ typedef enum {
     CUPTI_COPY_PTOP,      /* peer to peer, across devices */
     CUPTI_COPY_OTHER,
     CUPTI_COPY_COUNT
-} CuptiCopyDir;
-const char *prof_cupti_copy_name(CuptiCopyDir d);   /* "htod", "dtoh", ... (JSON names) */
+} CuptiCopyDir;   /* JSON names: "htod", "dtoh", "dtod", "htoh", "ptop", "other" */
 
 /* Index of NCCL kernels attributed to no collective, in ProfCuptiPhase.nccl[]. */
 #define CUPTI_NCCL_UNATTRIBUTED COLL_OP_COUNT
@@ -186,7 +185,6 @@ void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollOp op);
 #define CUPTI_MAX_HINTS 4096
 size_t prof_cupti_pending_hints(ProfCupti *s);
 void prof_cupti_feed(ProfCupti *s, const CuptiRecord *r);
-/* Builds the memory timeline; the live session calls it from prof_cupti_stop. */
-void prof_cupti_finish(ProfCupti *s);
+/* prof_cupti_stop ends an offline session too: it builds the memory timeline. */
 
 #endif

@@ -33,7 +33,8 @@ static int utf8_len(const unsigned char *s)
     return n;
 }
 
-void prof_json_write_string(FILE *f, const char *s)
+/* Writes s as a JSON string literal with quotes. */
+static void json_write_string(FILE *f, const char *s)
 {
     fputc('"', f);
     const unsigned char *p = (const unsigned char *)(s ? s : "");
@@ -92,7 +93,7 @@ static void write_args(FILE *f, const char *const *keys, const double *values, i
     fputs(",\"args\":{", f);
     for (int i = 0; i < n; i++) {
         if (i) fputc(',', f);
-        prof_json_write_string(f, keys && keys[i] ? keys[i] : "value");
+        json_write_string(f, keys && keys[i] ? keys[i] : "value");
         fputc(':', f);
         write_num(f, values[i]);
     }
@@ -138,9 +139,9 @@ static void metadata(TraceWriter *w, const char *what, int pid, int tid, const c
 {
     event_open(w, "M");
     fputs(",\"name\":", w->f);
-    prof_json_write_string(w->f, what);
+    json_write_string(w->f, what);
     fprintf(w->f, ",\"pid\":%d,\"tid\":%d,\"args\":{\"%s\":", pid, tid, key);
-    if (sval) prof_json_write_string(w->f, sval);
+    if (sval) json_write_string(w->f, sval);
     else fprintf(w->f, "%d", ival);
     fputs("}}", w->f);
 }
@@ -160,7 +161,7 @@ void prof_trace_thread_name(TraceWriter *w, int pid, int tid, const char *name)
     metadata(w, "thread_name", pid, tid, "name", name ? name : "", 0);
 }
 
-void prof_trace_thread_sort(TraceWriter *w, int pid, int tid, int index)
+static void thread_sort(TraceWriter *w, int pid, int tid, int index)
 {
     metadata(w, "thread_sort_index", pid, tid, "sort_index", NULL, index);
 }
@@ -170,10 +171,10 @@ static void named(TraceWriter *w, const char *ph, const char *name, const char *
 {
     event_open(w, ph);
     fputs(",\"name\":", w->f);
-    prof_json_write_string(w->f, name);
+    json_write_string(w->f, name);
     if (cat) {
         fputs(",\"cat\":", w->f);
-        prof_json_write_string(w->f, cat);
+        json_write_string(w->f, cat);
     }
     fprintf(w->f, ",\"pid\":%d,\"tid\":%d,\"ts\":", pid, tid);
     write_time(w->f, ts_us);
@@ -198,8 +199,7 @@ void prof_trace_counter(TraceWriter *w, const char *name, int pid, double ts_us,
     fputc('}', w->f);
 }
 
-void prof_trace_instant(TraceWriter *w, const char *name, const char *cat, int pid, int tid,
-                        double ts_us)
+static void instant(TraceWriter *w, const char *name, const char *cat, int pid, int tid, double ts_us)
 {
     named(w, "i", name, cat ? cat : "", pid, tid, ts_us);
     fputs(",\"s\":\"t\"}", w->f);   /* scope: this thread's lane */
@@ -216,14 +216,16 @@ void prof_trace_event(TraceWriter *w, const TraceEvent *e)
     for (int i = 0; i < n; i++) keys[i] = memchr(e->arg_keys[i], 0, sizeof e->arg_keys[i]) ? e->arg_keys[i] : "value";
     switch (e->kind) {
     case TRACE_COUNTER: prof_trace_counter(w, name, e->pid, e->ts_us, keys, e->arg_values, n); break;
-    case TRACE_INSTANT: prof_trace_instant(w, name, cat, e->pid, e->tid, e->ts_us); break;
+    case TRACE_INSTANT: instant(w, name, cat, e->pid, e->tid, e->ts_us); break;
     default:
         prof_trace_complete(w, name, cat, e->pid, e->tid, e->ts_us, e->dur_us, keys, e->arg_values, n);
     }
 }
 
-void prof_trace_write_rank(TraceWriter *w, int rank, const TraceEvent *events, int n,
-                           const char *const *lane_names, int nlanes)
+/* The events of one rank with pid forced to `rank`, after naming the process "rank R" and,
+ * when lane_names is given, lanes 0..nlanes-1. */
+static void write_rank(TraceWriter *w, int rank, const TraceEvent *events, int n,
+                       const char *const *lane_names, int nlanes)
 {
     char pname[32];
     snprintf(pname, sizeof pname, "rank %d", rank);
@@ -231,7 +233,7 @@ void prof_trace_write_rank(TraceWriter *w, int rank, const TraceEvent *events, i
     prof_trace_process_sort(w, rank, rank);
     for (int l = 0; lane_names && l < nlanes; l++) {
         prof_trace_thread_name(w, rank, l, lane_names[l]);
-        prof_trace_thread_sort(w, rank, l, l);
+        thread_sort(w, rank, l, l);
     }
     for (int i = 0; i < n; i++) {
         TraceEvent e = events[i];
@@ -246,8 +248,7 @@ int prof_trace_write_ranks(FILE *f, const TraceEvent *const *events, const int *
     TraceWriter *w = prof_trace_begin(f);
     if (!w) return -1;
     for (int r = 0; r < nranks; r++)
-        prof_trace_write_rank(w, r, events ? events[r] : NULL, events && counts ? counts[r] : 0,
-                              lane_names, nlanes);
+        write_rank(w, r, events ? events[r] : NULL, events && counts ? counts[r] : 0, lane_names, nlanes);
     return prof_trace_end(w);
 }
 

@@ -53,7 +53,6 @@ long prof_trace_event_count(const TraceWriter *w);   /* events written so far, m
 void prof_trace_process_name(TraceWriter *w, int pid, const char *name);
 void prof_trace_process_sort(TraceWriter *w, int pid, int index);
 void prof_trace_thread_name(TraceWriter *w, int pid, int tid, const char *name);
-void prof_trace_thread_sort(TraceWriter *w, int pid, int tid, int index);
 
 /* A span: keys/values are optional numeric args (nargs may be 0, keys NULL). */
 void prof_trace_complete(TraceWriter *w, const char *name, const char *cat, int pid, int tid,
@@ -62,20 +61,12 @@ void prof_trace_complete(TraceWriter *w, const char *name, const char *cat, int 
 /* A counter sample: the viewer stacks the series (e.g. bytes per memory category). */
 void prof_trace_counter(TraceWriter *w, const char *name, int pid, double ts_us,
                         const char *const *keys, const double *values, int n);
-void prof_trace_instant(TraceWriter *w, const char *name, const char *cat, int pid, int tid,
-                        double ts_us);
 void prof_trace_event(TraceWriter *w, const TraceEvent *e);
 
-/* Writes the events of one rank with pid forced to `rank`, after naming the process "rank R"
- * and, when lane_names is given, lanes 0..nlanes-1. */
-void prof_trace_write_rank(TraceWriter *w, int rank, const TraceEvent *events, int n,
-                           const char *const *lane_names, int nlanes);
 /* One complete file from several ranks' events (events[r][0..counts[r])), e.g. what rank 0
- * gathered. Returns 0, or -1 on a write error. */
+ * gathered: each rank's process is named "rank R" and, when lane_names is given, its lanes
+ * 0..nlanes-1; pid is forced to the rank. Returns 0, or -1 on a write error. */
 int prof_trace_write_ranks(FILE *f, const TraceEvent *const *events, const int *counts, int nranks,
                            const char *const *lane_names, int nlanes);
-
-/* Writes s as a JSON string literal with quotes (exposed for other JSON writers). */
-void prof_json_write_string(FILE *f, const char *s);
 
 #endif
