@@ -178,11 +178,14 @@ static int learned_positions(const ModelSpec *m) {
 }
 
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
-static int resolve(CliSetup *s, const char *model_arg, double params, long long units,
+static int resolve(CliSetup *s, const char *model_arg, double params, long long units, int units_given,
                    long long gpn, double gpu_mem, double cublas_ws, double intra_bw, double inter_bw, double latency_us,
                    int need_model) {
     char err[512];
     if (model_arg && params > 0) return cli_usage_error("give either --model or --params, not both");
+    if (units_given && params <= 0)   /* a named model has its own layers: --units would be ignored */
+        return cli_usage_error("--units applies to --params only: it splits a generic model of --params N parameters "
+                               "into layers%s", model_arg ? " (a --model has its own)" : "");
     if (model_arg) {
         if (plan_load_model(&s->model, model_arg, err, sizeof(err))) return cli_usage_error("%s", err);
         s->have_model = 1;
@@ -241,6 +244,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     const char *model_arg = NULL;
     double params = 0, gpu_mem = -1, cublas_ws = -1, intra_bw = 0, inter_bw = 0, latency_us = -1;
     long long units = 32, gpn = 0, v;
+    int units_given = 0;
     double d;
     int isfrac;
     char err[512];
@@ -268,6 +272,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         case OPT_UNITS:
             if (plan_parse_int(a, 1, 100000, &units))
                 return cli_usage_error("--units '%s' is not an integer in [1, 100000]", a);
+            units_given = 1;
             break;
         case OPT_BATCH:
             if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--batch '%s' is not an integer in [1, 1000000]", a);
@@ -412,7 +417,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
                                bare_json ? ": --json writes to standard output, --json=FILE to a file" : "");
     }
 
-    int rc = resolve(s, model_arg, params, units, gpn, gpu_mem, cublas_ws, intra_bw, inter_bw, latency_us,
+    int rc = resolve(s, model_arg, params, units, units_given, gpn, gpu_mem, cublas_ws, intra_bw, inter_bw, latency_us,
                      need_model);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;

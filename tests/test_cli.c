@@ -133,6 +133,20 @@ Test(cli, bad_input_should_get_one_line_and_exit_2) {
     expect_usage_error("frobnicate", "unknown command 'frobnicate'");
 }
 
+/* --units splits a generic --params model into layers; a named model has its own, so the flag
+   would be ignored: refused instead, also without any model */
+Test(cli, units_without_params_should_be_refused_in_one_line) {
+    expect_usage_error("--model gpt2 --units 5", "--units applies to --params only");
+    expect_usage_error("--model gpt2 --units 5 --json", "--units applies to --params only");
+    expect_usage_error("auto --model gpt2-xl --gpus 8 --units 12", "--units applies to --params only");
+    expect_usage_error("--units 5 --gpus 8", "--units applies to --params only");
+    cr_assert_eq(run("--params 1.3e9 --units 12 --gpus 8 --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%.200s", out);
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "layers")->valuedouble, 12, "--units 12 with --params");
+    cJSON_Delete(j);
+}
+
 Test(cli, absurd_but_valid_sizes_should_plan_cleanly) {
     cr_expect_eq(run("--params 1e15 --gpus 8"), 0, "%s", out);
     cr_expect(strstr(out, "nothing fits") || strstr(out, "recommendation"));
