@@ -3,7 +3,7 @@
  * and must pass (parameters, model states and collective payloads exact, peak within 3 % and in
  * the same phase). The environment comes from `make torch-env` (make test installs it); without
  * it these tests FAIL with the command that installs it, they never pass silently. The full
- * matrix is bench/torch/matrix.sh (docs/validation-torch.md). */
+ * matrix is bench/torch/run_matrix.sh (docs/validation-torch.md). */
 #include <criterion/criterion.h>
 
 #include "test_run.h"
