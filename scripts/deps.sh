@@ -4,6 +4,12 @@
 set -u
 required="gcc make libcjson-dev libcriterion-dev libopenmpi-dev openmpi-bin libopenblas-dev"
 optional="gnuplot-nox"
+# `make test` builds the PyTorch venv (scripts/torch_env.sh) with `python3 -m venv`, which needs
+# ensurepip. Debian ships it apart, in python3-venv (a fresh Debian 12 may lack python3 too); a
+# python3 from elsewhere, like the build machine's pyenv 3.11, carries its own. So they are
+# required only where the python3 on PATH cannot make a venv.
+venv_ok=1
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || { venv_ok=0; required="$required python3 python3-venv"; }
 missing=""
 for p in $required $optional; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -21,5 +27,8 @@ if [ -n "$missing" ]; then
 fi
 cuda=${CUDA_HOME:-/usr/local/cuda}
 st() { [ -e "$1" ] && echo found || echo "not found"; }
+[ $venv_ok = 1 ] || python3 -c 'import ensurepip, venv' >/dev/null 2>&1 ||
+  echo "deps: python3 -m venv still cannot work: $(command -v python3 || echo 'no python3 on PATH') has no ensurepip" \
+       "(make test needs it for scripts/torch_env.sh)" >&2
 echo "# deps: cjson criterion openmpi openblas ok; gnuplot $(command -v gnuplot >/dev/null && echo found || echo 'not found (plots off)');" \
      "nvcc $(st "$cuda/bin/nvcc"); nccl $(st "$cuda/include/nccl.h"); cupti $(st "$cuda/include/cupti.h")"

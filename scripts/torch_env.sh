@@ -9,8 +9,10 @@
 #   scripts/torch_env.sh           create / update, one line of progress per stage
 #   scripts/torch_env.sh --print   the same, then print the venv's python path on stdout
 #                                  (progress goes to stderr)
-# Needs python3 >= 3.10 on PATH (the pyenv 3.11 on the build machine) and network access to
-# PyPI for the first install.  On failure: one line naming the failed stage, exit 1.
+# Needs python3 >= 3.10 on PATH that can make a venv (the pyenv 3.11 on the build machine; on
+# Debian, /usr/bin/python3 needs the python3-venv package, which scripts/deps.sh installs as
+# root) and network access to PyPI for the first install.  On failure: one line naming the
+# failed stage, exit 1.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 req="$root/bench/torch/requirements.txt"
@@ -20,7 +22,7 @@ print=0
 case "${1:-}" in
 "") ;;
 --print) print=1 ;;
--h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 *) echo "torch_env.sh: unknown option '$1' (valid: --print, --help)" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "torch_env.sh: too many arguments (valid: --print, --help)" >&2; exit 2; }
@@ -45,12 +47,21 @@ log="$venv.install.log"
 : >"$log" || die "cannot write $log"
 run() { "$@" >>"$log" 2>&1; }
 
-py=$(command -v python3) || die "python3 not on PATH"
+py=$(command -v python3) || die "python3 not on PATH (Debian: apt-get install python3 python3-venv)"
 run "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
     die "python3 ($py) is older than 3.10"
-if [ ! -x "$venv/bin/python" ]; then
+# A venv made by a python3 without ensurepip has a python but no pip: make it again.
+fresh=0
+[ -x "$venv/bin/python" ] || fresh=1
+if [ $fresh = 0 ] && ! run "$venv/bin/python" -m pip --version; then
+    say "venv $venv has no pip (made without ensurepip?): making it again"
+    fresh=1
+fi
+if [ $fresh = 1 ]; then
+    run "$py" -c 'import ensurepip, venv' ||
+        die "python3 ($py) cannot make a venv: no ensurepip (Debian: apt-get install python3-venv, or run scripts/deps.sh as root)"
     say "creating venv $venv with $py"
-    run "$py" -m venv "$venv" || die "python3 -m venv $venv (see $log)"
+    run "$py" -m venv --clear "$venv" || die "python3 -m venv $venv (see $log)"
 else
     say "updating venv $venv"
 fi
