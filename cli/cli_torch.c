@@ -6,23 +6,24 @@
  * a tolerance and at the same phase, the split at the peak, and every collective of one optimizer
  * step (payload bytes exactly). `--measured FILE` compares a saved harness result instead of
  * running one (the calibration matrix in docs/validation-torch.md is re-checked that way).
- * docs/validation-torch.md describes the harness and the rules. */
+ * docs/validation-torch.md describes the harness and the rules.
+ *
+ * Running the harness and reading its results is cli_harness.c; here each strategy is checked
+ * (torch_check fills a TorchCheck: every quantity predicted, measured and its verdict), then
+ * printed (torch_print) and written as a JSON record (torch_json) from that one result. */
 #include "cli_torch.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "cli_harness.h"
 #include "cli_io.h"
 #include "cli_setup.h"
 #include "plan_comm.h"
@@ -33,21 +34,6 @@
 #include "plan_zoo.h"
 
 #define MAX_MEASURED 256
-
-/* One setup as the harness runs it (the names are the harness's flags). */
-typedef struct {
-    char model[PATH_MAX];    /* zoo name or config path, as the harness is given it */
-    StrategyKind strategy;
-    long long ranks, batch, seq, accum, steps, shard_group;
-    PrecisionKind precision;
-    CkptKind ckpt;
-    AttnKind attn;
-    double dropout, bucket_mb;
-    int gabv;                /* gradient_as_bucket_view */
-    char zero_grad[8];       /* none | zeros */
-    char loop[8];            /* hf | common */
-    FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
-} TorchSetup;
 
 typedef struct {
     int against;             /* --against torch given */
@@ -173,285 +159,91 @@ static void print_help(FILE *f)
         "Exit status: 0 every row passes, 1 a row fails or a run failed, 2 usage error or no environment.\n");
 }
 
-/* ---- the environment ---- */
+/* ---- checking one strategy ---- */
 
-static int env_dir(char *out, size_t len)
-{
-    const char *e = getenv("MEMPLAN_TORCH_ENV");
-    if (e && *e) return snprintf(out, len, "%s", e) >= (int)len ? -1 : 0;
-    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (x && *x) return snprintf(out, len, "%s/memplan/torch-venv", x) >= (int)len ? -1 : 0;
-    return snprintf(out, len, "%s/.cache/memplan/torch-venv", h && *h ? h : "/root") >= (int)len ? -1 : 0;
-}
+/* What a row checks, and so what its verdict says. */
+typedef enum {
+    RULE_EXACT,          /* predicted must equal measured */
+    RULE_REPORTED,       /* shown, not judged */
+    RULE_TOLERANCE,      /* the peak within the tolerance */
+    RULE_BOUNDED,        /* the peak between the known peak and the run's upper bound */
+    RULE_COUNT,          /* a collective's count: reported when it differs */
+    RULE_NOT_PLANNED,    /* a measured collective the planner has no row for */
+    RULE_COUNT_
+} CheckRule;
 
-/* The harness beside this executable: <dir of exe>/../bench/torch/harness.py, unless
- * MEMPLAN_TORCH_HARNESS names one. */
-static int harness_path(char *out, size_t len)
-{
-    const char *e = getenv("MEMPLAN_TORCH_HARNESS");
-    if (e && *e) return snprintf(out, len, "%s", e) >= (int)len ? -1 : 0;
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return -1;
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash) return -1;
-    *slash = 0;
-    return snprintf(out, len, "%s/../bench/torch/harness.py", exe) >= (int)len ? -1 : 0;
-}
-
-/* ---- running the harness ---- */
-
-static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) { g_stop = sig; }
-
-static double now_s(void)   /* monotonic seconds */
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Runs argv in its own process group, its stdout and stderr written to the file log (torchrun's
- * banners, the profiler's and transformers' notices: shown only when the run fails), for at most
- * timeout_s seconds. Returns the exit status, or -1 (timeout/signal/exec failure, in err). */
-static int run_child(char *const argv[], const char *log, long long timeout_s, char *err, size_t errlen)
-{
-    fflush(stdout);
-    fflush(stderr);
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) { snprintf(err, errlen, "cannot write '%s': %s", log, strerror(errno)); return -1; }
-    pid_t pid = fork();
-    if (pid < 0) { close(fd); snprintf(err, errlen, "fork: %s", strerror(errno)); return -1; }
-    if (pid == 0) {
-        setpgid(0, 0);
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        execv(argv[0], argv);
-        fprintf(stderr, "memplan: cannot start %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(fd);
-    setpgid(pid, pid);
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    g_stop = 0;
-    struct timespec nap = {0, 50 * 1000 * 1000};
-    double t0 = now_s();
-    int status = 0, rc = -1, killed = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid) break;
-        if (w < 0 && errno != EINTR) { snprintf(err, errlen, "waitpid: %s", strerror(errno)); break; }
-        double el = now_s() - t0;
-        if (!killed && (g_stop || el > (double)timeout_s)) {
-            kill(-pid, SIGTERM);
-            killed = 1;
-            if (g_stop) snprintf(err, errlen, "interrupted");
-            else snprintf(err, errlen, "timed out after %lld s (--timeout)", timeout_s);
-        } else if (killed && el > (double)timeout_s + 10) {
-            kill(-pid, SIGKILL);
-        }
-        nanosleep(&nap, NULL);
-    }
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    if (killed) return -1;
-    if (WIFEXITED(status)) rc = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) snprintf(err, errlen, "killed by signal %d", WTERMSIG(status));
-    return rc;
-}
-
-static char *read_file(const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno)); return NULL; }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n + 1 < cap) break;
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb) { free(buf); buf = NULL; }
-        else buf = nb;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) { free(buf); snprintf(err, errlen, "cannot read '%s'", path); return NULL; }
-    buf[n] = 0;
-    return buf;
-}
-
-static cJSON *read_json(const char *path, char *err, size_t errlen)
-{
-    char *txt = read_file(path, err, errlen);
-    if (!txt) return NULL;
-    cJSON *j = cJSON_Parse(txt);
-    free(txt);
-    if (!j) snprintf(err, errlen, "'%s' is not valid JSON", path);
-    return j;
-}
-
-/* The last n lines of the file at path, each indented, to stderr (a failed run's output). */
-static void print_tail(const char *path, int n)
-{
-    char e[PATH_MAX + 64];
-    char *txt = read_file(path, e, sizeof e);
-    if (!txt) return;
-    size_t len = strlen(txt);
-    while (len && txt[len - 1] == '\n') txt[--len] = 0;
-    char *start = txt + len;
-    for (int k = 0; start > txt && k < n; k++)
-        for (start--; start > txt && start[-1] != '\n'; start--) {}
-    if (*start) {
-        for (char *line = strtok(start, "\n"); line; line = strtok(NULL, "\n")) fprintf(stderr, "  | %s\n", line);
-    }
-    free(txt);
-}
-
-/* Runs the harness for one setup, its output in log; returns its JSON (caller frees) or NULL
- * with err set (the log's last lines then printed). */
-static cJSON *launch(const char *python, const char *harness, const TorchSetup *s, const char *out_json,
-                     const char *log, long long timeout_s, char *err, size_t errlen)
-{
-    char nproc[24], batch[24], seq[24], accum[24], steps[24], drop[32], bucket[32], gabv[4], group[24];
-    snprintf(nproc, sizeof nproc, "%lld", s->ranks);
-    snprintf(batch, sizeof batch, "%lld", s->batch);
-    snprintf(seq, sizeof seq, "%lld", s->seq);
-    snprintf(accum, sizeof accum, "%lld", s->accum);
-    snprintf(steps, sizeof steps, "%lld", s->steps);
-    snprintf(drop, sizeof drop, "%.17g", s->dropout);
-    snprintf(bucket, sizeof bucket, "%.17g", s->bucket_mb);
-    snprintf(gabv, sizeof gabv, "%d", s->gabv);
-    snprintf(group, sizeof group, "%lld", s->shard_group);
-    const char *argv[] = {
-        python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc, harness,
-        "--model", s->model, "--strategy", plan_strategy(s->strategy)->name, "--batch", batch, "--seq", seq,
-        "--grad-accum", accum, "--steps", steps, "--precision", plan_precision(s->precision)->name,
-        "--act-ckpt", plan_ckpt_name(s->ckpt), "--attn", plan_attn_name(s->attn), "--dropout", drop,
-        "--grad-as-bucket-view", gabv, "--zero-grad", s->zero_grad, "--loop", s->loop,
-        "--shard-group", group, "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync),
-        "--json", out_json, "--bucket-mb", bucket, NULL,
-    };
-    if (s->bucket_mb <= 0) argv[sizeof argv / sizeof argv[0] - 3] = NULL;   /* DDP's own buckets */
-    unlink(out_json);
-    char why[PATH_MAX + 128] = "";
-    int rc = run_child((char *const *)argv, log, timeout_s, why, sizeof why);
-    char jerr[PATH_MAX + 128];
-    cJSON *j = read_json(out_json, jerr, sizeof jerr);
-    const cJSON *st = j ? cJSON_GetObjectItem(j, "status") : NULL;
-    if (rc == 0 && j && cJSON_IsString(st) && strcmp(st->valuestring, "ok") == 0) return j;
-    const cJSON *e = j ? cJSON_GetObjectItem(j, "error") : NULL;
-    if (cJSON_IsString(e)) snprintf(err, errlen, "%s", e->valuestring);
-    else if (rc < 0) snprintf(err, errlen, "%s", why);
-    else if (rc == 2) snprintf(err, errlen, "the harness refused the setup (exit 2)");
-    else snprintf(err, errlen, "the harness exited with status %d", rc);
-    if (access(log, R_OK) == 0) {
-        fprintf(stderr, "# the run's last lines (all of them: %s)\n", log);
-        print_tail(log, 15);
-    }
-    cJSON_Delete(j);
-    return NULL;
-}
-
-/* ---- reading a result ---- */
-
-static double num(const cJSON *o, const char *k, double dflt)
-{
-    const cJSON *v = o ? cJSON_GetObjectItem(o, k) : NULL;
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
-}
-static const char *str(const cJSON *o, const char *k, const char *dflt)
-{
-    const cJSON *v = o ? cJSON_GetObjectItem(o, k) : NULL;
-    return cJSON_IsString(v) ? v->valuestring : dflt;
-}
-
-/* The setup a saved result was measured with. 0, or -1 with err. */
-static int setup_from_json(const cJSON *j, TorchSetup *s, char *err, size_t errlen)
-{
-    const cJSON *su = cJSON_GetObjectItem(j, "setup"), *mo = cJSON_GetObjectItem(j, "model");
-    /* the model as the harness was given it (a zoo name or a config path); results written before
-       "source" existed name config models by file stem: bench/torch/configs/<name>.json */
-    const char *model = str(mo, "source", str(mo, "name", NULL)), *strat = str(su, "strategy", NULL);
-    if (!su || !model || !strat) { snprintf(err, errlen, "no setup/model/strategy in the result"); return -1; }
-    memset(s, 0, sizeof *s);
-    snprintf(s->model, sizeof s->model, "%s", model);
-    char cfg[PATH_MAX], hp[PATH_MAX];
-    if (!cJSON_GetObjectItem(mo, "source") && !plan_zoo_has(model) && !strchr(model, '/') &&
-        harness_path(hp, sizeof hp) == 0) {
-        char *slash = strrchr(hp, '/');
-        if (slash) *slash = 0;
-        if (snprintf(cfg, sizeof cfg, "%s/configs/%s.json", hp, model) < (int)sizeof cfg && access(cfg, R_OK) == 0)
-            snprintf(s->model, sizeof s->model, "%s", cfg);
-    }
-    int k = plan_strategy_by_name(strat);
-    if (k < 0) { snprintf(err, errlen, "strategy '%s' has no planner row (valid: %s)", strat, plan_strategy_names()); return -1; }
-    s->strategy = (StrategyKind)k;
-    s->ranks = (long long)num(su, "ranks", 0);
-    s->batch = (long long)num(su, "batch", 1);
-    s->seq = (long long)num(su, "seq", 0);
-    s->accum = (long long)num(su, "grad_accum", 1);
-    s->steps = (long long)num(su, "steps", 3);
-    s->shard_group = (long long)num(su, "shard_group", 0);
-    s->dropout = num(su, "dropout", 0);
-    /* DDP's own buckets (1 MiB first) unless bucket_cap_mb was passed, which the implementation
-       line says ("default" when it was not) */
-    s->bucket_mb = strstr(str(j, "implementation", ""), "default") ? 0 : num(su, "bucket_mb", 0);
-    s->gabv = (int)num(su, "grad_as_bucket_view", 0);
-    int p = plan_precision_by_name(str(su, "precision", "fp32"));
-    int c = plan_ckpt_by_name(str(su, "act_ckpt", "none"));
-    int a = plan_attn_by_name(str(su, "attn", "eager"));
-    if (p < 0 || c < 0 || a < 0 || s->ranks < 1) { snprintf(err, errlen, "unreadable setup (precision/act_ckpt/attn/ranks)"); return -1; }
-    s->precision = (PrecisionKind)p;
-    s->ckpt = (CkptKind)c;
-    s->attn = (AttnKind)a;
-    snprintf(s->zero_grad, sizeof s->zero_grad, "%s", str(su, "zero_grad", "none"));
-    snprintf(s->loop, sizeof s->loop, "%s", str(su, "loop", "hf"));
-    /* results from before the harness had --fsdp-grad-sync: it called
-       set_requires_gradient_sync(False) on the non-final micro-steps, i.e. last */
-    int fs = plan_fsdp_sync_by_name(str(su, "fsdp_grad_sync", s->accum > 1 ? "last" : "every"));
-    if (fs < 0) { snprintf(err, errlen, "unreadable setup (fsdp_grad_sync '%s')", str(su, "fsdp_grad_sync", "?")); return -1; }
-    s->fsdp_sync = (FsdpSyncKind)fs;
-    return 0;
-}
-
-/* ---- comparing ---- */
+static const struct {
+    const char *ok, *fail;
+} VERDICTS[RULE_COUNT_] = {
+    [RULE_EXACT] = {"ok (exact)", "FAIL (must be exact)"},
+    [RULE_REPORTED] = {"reported", "reported"},
+    [RULE_TOLERANCE] = {"ok", "FAIL"},   /* + " (within T%)" */
+    [RULE_BOUNDED] = {"ok (between the bounds)", "FAIL (between the bounds)"},
+    [RULE_COUNT] = {"ok", "differs (reported)"},
+    [RULE_NOT_PLANNED] = {"FAIL (not planned)", "FAIL (not planned)"},
+};
 
 typedef struct {
-    double count, payload;
-} CollSum;
+    double predicted, measured;
+    CheckRule rule;
+    int ok;
+} Quantity;
 
-static const char *HARNESS_PHASES[CPHASE_COUNT] = {"forward", "backward", "optimizer"};
+/* One (op, phase) of the collectives of an optimizer step. The names are the planner's, or for
+ * a collective it does not plan, the result's (pointing into it). */
+typedef struct {
+    const char *op, *phase;
+    int planned;
+    Quantity count, payload;
+} CollCheck;
 
-/* The harness's phase names for the planner's (its optimizer step is "optimizer"). */
-static const char *planner_phase(const char *harness_phase)
-{
-    if (strcmp(harness_phase, "optimizer") == 0 || strcmp(harness_phase, "zero_grad") == 0) return "step";
-    return harness_phase;
-}
+/* Model states by the walk's split: the row's label and the JSON key. */
+enum { STATE_PARAMS, STATE_GRADS, STATE_OPTIMIZER, STATE_COUNT };
+static const struct {
+    const char *label, *key;
+} STATE_ROWS[STATE_COUNT] = {
+    [STATE_PARAMS] = {"model states: params", "params"},
+    [STATE_GRADS] = {"model states: grads", "grads"},
+    [STATE_OPTIMIZER] = {"model states: optimizer", "optimizer"},
+};
 
-static void row(FILE *f, const char *strat, const char *q, double p, double m, const char *check)
-{
-    char a[32], b[32], e[32];
-    fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", strat, q, plan_fmt_count(llround(p), a, sizeof a),
-            plan_fmt_count(llround(m), b, sizeof b), plan_fmt_rel_err(plan_rel_err(p, m), e, sizeof e), check);
-}
+/* The split at the peak: the planner's term (TERM_COUNT: none, the harness's "other"), the
+ * harness's category, and the row's label. */
+static const struct {
+    TermKind term;
+    const char *key, *label;
+} AT_PEAK[] = {
+    {TERM_PARAMS, "params", "at peak: params"}, {TERM_GRADS, "grads", "at peak: grads"},
+    {TERM_COMM, "comm_buffers", "at peak: comm_buffers"}, {TERM_OPTIMIZER, "optimizer", "at peak: optimizer"},
+    {TERM_ACTIVATIONS, "activations", "at peak: activations"}, {TERM_TRANSIENT, "temporaries", "at peak: temporaries"},
+    {TERM_COUNT, "other", "at peak: other"},
+};
+#define N_AT_PEAK ((int)(sizeof AT_PEAK / sizeof AT_PEAK[0]))
 
-static cJSON *pm_json(double p, double m)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "predicted", p);
-    cJSON_AddNumberToObject(o, "measured", m);
-    return o;
-}
+/* Everything one strategy's comparison found. Strings point into the setup and the result. */
+typedef struct {
+    const char *strategy, *implementation, *model;
+    double tol;
+    Quantity params, states[STATE_COUNT], at_peak[N_AT_PEAK], peak;
+    int show_upper;              /* the run gave an upper bound above its peak */
+    Quantity upper;
+    PhaseKind predicted_phase;
+    const char *measured_phase, *measured_module;
+    int phase_ok;
+    char predicted_at[64];       /* MemResult.peak_where */
+    double measured_rank;
+    CollCheck *colls;            /* the unplanned ones first, as the result lists them */
+    int ncolls;
+    int pass;
+} TorchCheck;
+
+enum { CHECKED = 0, CHECK_NO_MODEL = -1, CHECK_NO_RANKS = -2 };
+
+static Quantity exact(double p, double m) { return (Quantity){p, m, RULE_EXACT, llround(p) == llround(m)}; }
+static Quantity reported(double p, double m) { return (Quantity){p, m, RULE_REPORTED, 1}; }
 
 /* The planner's inputs for a harness setup: CPU ranks, overheads zeroed, unbounded memory. */
-static void plan_inputs(const TorchSetup *s, TrainSpec *t, ClusterSpec *c)
+static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
 {
     plan_train_defaults(t);
     t->micro_batch = s->batch;
@@ -465,8 +257,8 @@ static void plan_inputs(const TorchSetup *s, TrainSpec *t, ClusterSpec *c)
     t->impl = IMPL_PYTORCH;
     t->autocast_cpu = 1;                     /* CPU autocast's op lists (docs/formulas.md) */
     t->fsdp_impl = 2;                        /* FSDP2 fully_shard: FSDP1 refuses CPU ranks */
-    t->loop_trainer = strcmp(s->loop, "hf") == 0;
-    t->zero_grad_keep = strcmp(s->zero_grad, "zeros") == 0;
+    t->loop_trainer = s->loop_trainer;
+    t->zero_grad_keep = s->zero_grad_keep;
     t->grad_as_bucket_view = s->gabv;
     t->fsdp_grad_sync = s->fsdp_sync;
     t->syncbn = 0;
@@ -488,8 +280,8 @@ static void plan_inputs(const TorchSetup *s, TrainSpec *t, ClusterSpec *c)
 static double measured_peak(const cJSON *r)
 {
     const cJSON *x = cJSON_GetObjectItem(r, "peak_excl_backend");
-    if (cJSON_IsObject(x)) return num(x, "bytes", 0);
-    return num(r, "peak_bytes", 0) - num(r, "at_peak_backend_internal", 0);
+    if (cJSON_IsObject(x)) return cli_harness_num(x, "bytes", 0);
+    return cli_harness_num(r, "peak_bytes", 0) - cli_harness_num(r, "at_peak_backend_internal", 0);
 }
 
 /* Where that peak's phase, module and split are: peak_excl_backend when the harness gives it. */
@@ -499,426 +291,541 @@ static const cJSON *peak_view(const cJSON *r)
     return cJSON_IsObject(x) ? x : r;
 }
 
-/* One strategy: prints rows, appends a JSON record, returns 1 if it passes, 0 if not, -1 if
- * the planner could not read the model. */
-static int compare(FILE *f, const TorchSetup *s, const cJSON *h, double tol, cJSON *arr, int *header)
+/* The measured figures over the ranks: the rank with the largest peak, the smallest upper bound
+ * of the peak, and the model states of the rank holding the most. NULL if there are no ranks. */
+static const cJSON *measured_ranks(const cJSON *h, double *peak, double *upper, double states[STATE_COUNT])
 {
-    char err[512];
-    ModelSpec m;
-    if (plan_load_model(&m, s->model, err, sizeof err)) { fprintf(stderr, "memplan: %s\n", err); return -1; }
-    TrainSpec t;
-    ClusterSpec c;
-    plan_inputs(s, &t, &c);
-    MemResult mr;
-    MemSizes ms;
-    CommPlan cp;
-    plan_memory(&m, &t, &c, s->strategy, &mr);
-    plan_memory_sizes(&m, &t, &c, s->strategy, &ms);
-    plan_comm(&m, &t, &c, s->strategy, &cp);
-    const char *sn = plan_strategy(s->strategy)->name;
-
-    /* the rank with the largest peak; model states: the largest rank */
-    const cJSON *ranks = cJSON_GetObjectItem(h, "per_rank"), *r, *top = NULL;
-    double mpeak = -1, mupper = INFINITY, ms_p = 0, ms_g = 0, ms_o = 0;
-    cJSON_ArrayForEach(r, ranks) {
+    const cJSON *r, *top = NULL;
+    *peak = -1;
+    *upper = INFINITY;
+    memset(states, 0, STATE_COUNT * sizeof *states);
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(h, "per_rank")) {
         double pk = measured_peak(r);
-        if (pk > mpeak) { mpeak = pk; top = r; }
+        if (pk > *peak) { *peak = pk; top = r; }
         /* the ranks do the same work: the peak without gloo's buffers is at most the smallest
            rank's upper bound (blocks freed unseen on gloo's threads still counted there) */
         const cJSON *x = cJSON_GetObjectItem(r, "peak_excl_backend");
-        double up = cJSON_IsObject(x) ? num(x, "bytes_upper", INFINITY) : INFINITY;
-        if (up < mupper) mupper = up;
+        double up = cJSON_IsObject(x) ? cli_harness_num(x, "bytes_upper", INFINITY) : INFINITY;
+        if (up < *upper) *upper = up;
         const cJSON *st = cJSON_GetObjectItem(r, "model_states");
-        double tot = num(st, "params", 0) + num(st, "grads", 0) + num(st, "optimizer", 0);
-        if (tot > ms_p + ms_g + ms_o) { ms_p = num(st, "params", 0); ms_g = num(st, "grads", 0); ms_o = num(st, "optimizer", 0); }
+        double v[STATE_COUNT];
+        for (int i = 0; i < STATE_COUNT; i++) v[i] = cli_harness_num(st, STATE_ROWS[i].key, 0);
+        if (v[0] + v[1] + v[2] > states[0] + states[1] + states[2]) memcpy(states, v, sizeof v);
     }
-    if (!top) { fprintf(stderr, "memplan: %s: the result has no per_rank figures\n", sn); plan_model_free(&m); return 0; }
+    return top;
+}
 
+/* The peak, its upper bound and its phase. */
+static void check_peak(TorchCheck *c, const MemResult *mr, const cJSON *top, double mpeak, double mupper)
+{
+    double pe = plan_rel_err(mr->peak, mpeak);
+    int peak_ok = fabs(pe) <= c->tol;
+    /* a prediction between the known peak and the upper bound (or within the tolerance of the
+       bound) is as close as the run can say */
+    int bounded = !peak_ok && mupper >= mpeak && mr->peak >= mpeak &&
+                  (mr->peak <= mupper || fabs(plan_rel_err(mr->peak, mupper)) <= c->tol);
+    c->peak = (Quantity){mr->peak, mpeak, bounded ? RULE_BOUNDED : RULE_TOLERANCE, peak_ok | bounded};
+    c->show_upper = isfinite(mupper) && mupper > mpeak;
+    c->upper = reported(mr->peak, mupper);
+    const cJSON *pv = peak_view(top);
+    c->predicted_phase = mr->peak_phase;
+    c->measured_phase = cli_harness_str(pv, "peak_phase", "?");
+    c->phase_ok = cli_harness_peak_phase(c->measured_phase) == (int)mr->peak_phase;
+    c->measured_module = cli_harness_str(pv, "peak_module", "?");
+    c->measured_rank = cli_harness_num(top, "rank", 0);
+    snprintf(c->predicted_at, sizeof c->predicted_at, "%s", mr->peak_where);
+    const cJSON *at = cJSON_GetObjectItem(pv, "at_peak");
+    for (int i = 0; i < N_AT_PEAK; i++)
+        c->at_peak[i] = reported(AT_PEAK[i].term == TERM_COUNT ? 0 : mr->term[AT_PEAK[i].term],
+                                 cli_harness_num(at, AT_PEAK[i].key, 0));
+}
+
+/* The collectives of one optimizer step by (op, phase): payload bytes exact, counts reported.
+ * 0, or -1 if out of memory. */
+static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *h, const ModelSpec *m,
+                             const TrainSpec *t, const MemSizes *ms, const CommPlan *cp)
+{
+    double pred[PCOLL_COUNT][CPHASE_COUNT][2], meas[PCOLL_COUNT][CPHASE_COUNT][2];   /* count, payload */
+    memset(pred, 0, sizeof pred);
+    memset(meas, 0, sizeof meas);
+    for (int i = 0; i < cp->n; i++) {
+        double count = cp->c[i].count;
+        if (s->strategy == STRAT_DDP && cp->c[i].op == PCOLL_ALL_REDUCE && s->bucket_mb > 0 &&
+            cp->c[i].purpose == PURPOSE_GRAD_BUCKETS) {   /* every bucket at the cap, the first too; whole tensors */
+            int gbytes = plan_precision(t->precision)->grad_bytes;
+            double cap = s->bucket_mb * 1024 * 1024;
+            count = plan_ddp_buckets_tensors(m, gbytes, cap, cap);
+            if (count < 0) count = fmax(1, ceil(ms->psi * gbytes / cap));
+        }
+        pred[cp->c[i].op][cp->c[i].phase][0] += count;
+        pred[cp->c[i].op][cp->c[i].phase][1] += cp->c[i].payload_bytes;
+    }
+    const cJSON *hcs = cJSON_GetObjectItem(h, "collectives"), *hc;
+    c->colls = malloc(((size_t)cJSON_GetArraySize(hcs) + PCOLL_COUNT * CPHASE_COUNT) * sizeof *c->colls);
+    if (!c->colls) return -1;
+    cJSON_ArrayForEach(hc, hcs) {
+        const char *op = cli_harness_str(hc, "op", "?"), *ph = cli_harness_str(hc, "phase", "?");
+        int oi = cli_harness_coll_op(op), pi = cli_harness_comm_phase(ph);
+        double cnt = cli_harness_num(hc, "count", 0), pay = cli_harness_num(hc, "payload_bytes", 0);
+        if (oi < 0 || pi < 0) {   /* a collective the planner has no row for: never exact */
+            c->colls[c->ncolls++] = (CollCheck){op, ph, 0, reported(0, cnt), {0, pay, RULE_NOT_PLANNED, 0}};
+            c->pass = 0;
+            continue;
+        }
+        meas[oi][pi][0] += cnt;
+        meas[oi][pi][1] += pay;
+    }
+    for (int op = 0; op < PCOLL_COUNT; op++)
+        for (int ph = 0; ph < CPHASE_COUNT; ph++) {
+            const double *p = pred[op][ph], *q = meas[op][ph];
+            if (p[0] == 0 && q[0] == 0) continue;
+            CollCheck *x = &c->colls[c->ncolls++];
+            *x = (CollCheck){plan_coll_name((PlanCollOp)op), cli_harness_comm_phase_name((CommPhase)ph), 1,
+                             {p[0], q[0], RULE_COUNT, llround(p[0]) == llround(q[0])}, exact(p[1], q[1])};
+            c->pass &= x->payload.ok;
+        }
+    return 0;
+}
+
+/* Plans s and compares it with the harness's result h: fills c (torch_check_free releases it).
+ * CHECKED, or CHECK_NO_MODEL / CHECK_NO_RANKS after a message on stderr. */
+static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchCheck *c)
+{
+    memset(c, 0, sizeof *c);
+    char err[512];
+    ModelSpec m;
+    if (plan_load_model(&m, s->model, err, sizeof err)) { fprintf(stderr, "memplan: %s\n", err); return CHECK_NO_MODEL; }
+    TrainSpec t;
+    ClusterSpec cl;
+    plan_inputs(s, &t, &cl);
+    MemResult mr;
+    MemSizes ms;
+    CommPlan cp;
+    plan_memory(&m, &t, &cl, s->strategy, &mr);
+    plan_memory_sizes(&m, &t, &cl, s->strategy, &ms);
+    plan_comm(&m, &t, &cl, s->strategy, &cp);
+    c->strategy = plan_strategy(s->strategy)->name;
+    c->implementation = cli_harness_str(h, "implementation", "?");
+    c->model = s->model;
+    c->tol = tol;
+
+    double mpeak, mupper, mstates[STATE_COUNT];
+    const cJSON *top = measured_ranks(h, &mpeak, &mupper, mstates);
+    if (!top) {
+        fprintf(stderr, "memplan: %s: the result has no per_rank figures\n", c->strategy);
+        plan_model_free(&m);
+        return CHECK_NO_RANKS;
+    }
+    c->params = exact((double)plan_model_params(&m), cli_harness_num(cJSON_GetObjectItem(h, "model"), "params", -1));
+    c->params.ok = c->params.predicted == c->params.measured;
+    /* the split the walk charges (DeepSpeed's fp32 copy, gradient buffers and norm scalar,
+       ZeRO-3's persistent tensors); torch Adam's step scalars live in host memory, which on
+       CPU ranks is where everything is */
+    const double pstates[STATE_COUNT] = {mr.ms_params, mr.ms_grads, mr.ms_optimizer + mr.opt_host_bytes};
+    c->pass = c->params.ok;
+    for (int i = 0; i < STATE_COUNT; i++) {
+        c->states[i] = exact(pstates[i], mstates[i]);
+        c->pass &= c->states[i].ok;
+    }
+    check_peak(c, &mr, top, mpeak, mupper);
+    c->pass &= c->peak.ok & c->phase_ok;
+    if (check_collectives(c, s, h, &m, &t, &ms, &cp)) {
+        fprintf(stderr, "memplan: out of memory comparing %s\n", c->strategy);
+        plan_model_free(&m);
+        return CHECK_NO_MODEL;
+    }
+    plan_model_free(&m);
+    return CHECKED;
+}
+
+static void torch_check_free(TorchCheck *c)
+{
+    free(c->colls);
+    c->colls = NULL;
+}
+
+/* ---- the table and the JSON record of one check ---- */
+
+static void print_row(FILE *f, const TorchCheck *c, const char *label, const Quantity *q)
+{
+    char a[32], b[32], e[32], chk[96];
+    const char *v = q->ok ? VERDICTS[q->rule].ok : VERDICTS[q->rule].fail;
+    if (q->rule == RULE_TOLERANCE) {
+        snprintf(chk, sizeof chk, "%s (within %.3g%%)", v, 100 * c->tol);
+        v = chk;
+    }
+    fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", c->strategy, label, plan_fmt_count(llround(q->predicted), a, sizeof a),
+            plan_fmt_count(llround(q->measured), b, sizeof b),
+            plan_fmt_rel_err(plan_rel_err(q->predicted, q->measured), e, sizeof e), v);
+}
+
+/* The rows of one check, after the header if it is the first (*header). */
+static void torch_print(FILE *f, const TorchCheck *c, int *header)
+{
     if (!*header) {
         fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", "strategy", "quantity", "predicted", "measured", "rel_err", "check");
         fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", "-", "-", "bytes", "bytes", "%", "-");
         *header = 1;
     }
-    int pass = 1;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "strategy", sn);
-    cJSON_AddStringToObject(o, "implementation", str(h, "implementation", "?"));
-    cJSON_AddStringToObject(o, "model", s->model);
-
-    double pp = (double)plan_model_params(&m), mp = num(cJSON_GetObjectItem(h, "model"), "params", -1);
-    int ok = pp == mp;
-    pass &= ok;
-    row(f, sn, "parameters (count)", pp, mp, ok ? "ok (exact)" : "FAIL (must be exact)");
-    cJSON_AddItemToObject(o, "params", pm_json(pp, mp));
-
-    /* the split the walk charges (DeepSpeed's fp32 copy, gradient buffers and norm scalar,
-       ZeRO-3's persistent tensors); torch Adam's step scalars live in host memory, which on
-       CPU ranks is where everything is */
-    struct { const char *name; double p, m; } st[] = {
-        {"model states: params", mr.ms_params, ms_p}, {"model states: grads", mr.ms_grads, ms_g},
-        {"model states: optimizer", mr.ms_optimizer + mr.opt_host_bytes, ms_o},
-    };
-    cJSON *msj = cJSON_AddObjectToObject(o, "model_states");
-    for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
-        ok = llround(st[i].p) == llround(st[i].m);
-        pass &= ok;
-        row(f, sn, st[i].name, st[i].p, st[i].m, ok ? "ok (exact)" : "FAIL (must be exact)");
-        cJSON_AddItemToObject(msj, st[i].name + strlen("model states: "), pm_json(st[i].p, st[i].m));
+    print_row(f, c, "parameters (count)", &c->params);
+    for (int i = 0; i < STATE_COUNT; i++) print_row(f, c, STATE_ROWS[i].label, &c->states[i]);
+    for (int i = 0; i < N_AT_PEAK; i++) print_row(f, c, AT_PEAK[i].label, &c->at_peak[i]);
+    print_row(f, c, "peak (max over ranks)", &c->peak);
+    if (c->show_upper) print_row(f, c, "peak upper bound (gloo frees)", &c->upper);
+    fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", c->strategy, "peak phase", plan_phase_name(c->predicted_phase),
+            c->measured_phase, "", c->phase_ok ? "ok (same phase)" : "FAIL (different phase)");
+    for (int i = 0; i < c->ncolls; i++) {
+        const CollCheck *x = &c->colls[i];
+        char q[64];
+        if (x->planned) {
+            snprintf(q, sizeof q, "%s %s count", x->op, x->phase);
+            print_row(f, c, q, &x->count);
+        }
+        snprintf(q, sizeof q, "%s %s bytes", x->op, x->phase);
+        print_row(f, c, q, &x->payload);
     }
+    fprintf(f, "# %s: %s; predicted peak at %s, measured in %s of %s on rank %.0f; %s\n", c->strategy,
+            c->implementation, c->predicted_at, c->measured_phase, c->measured_module, c->measured_rank,
+            c->pass ? "pass" : "FAIL");
+}
 
-    /* the split at the peak (reported; the peak itself is the check) */
-    static const struct { TermKind term; const char *key, *label; } CATS[] = {
-        {TERM_PARAMS, "params", "at peak: params"}, {TERM_GRADS, "grads", "at peak: grads"},
-        {TERM_COMM, "comm_buffers", "at peak: comm_buffers"}, {TERM_OPTIMIZER, "optimizer", "at peak: optimizer"},
-        {TERM_ACTIVATIONS, "activations", "at peak: activations"}, {TERM_TRANSIENT, "temporaries", "at peak: temporaries"},
-        {TERM_COUNT, "other", "at peak: other"},
-    };
-    const cJSON *pv = peak_view(top);
-    const cJSON *at = cJSON_GetObjectItem(pv, "at_peak");
+static cJSON *pm_json(const Quantity *q)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "predicted", q->predicted);
+    cJSON_AddNumberToObject(o, "measured", q->measured);
+    return o;
+}
+
+/* One check as a record of the --json output (docs/json.md). */
+static cJSON *torch_json(const TorchCheck *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "strategy", c->strategy);
+    cJSON_AddStringToObject(o, "implementation", c->implementation);
+    cJSON_AddStringToObject(o, "model", c->model);
+    cJSON_AddItemToObject(o, "params", pm_json(&c->params));
+    cJSON *msj = cJSON_AddObjectToObject(o, "model_states");
+    for (int i = 0; i < STATE_COUNT; i++) cJSON_AddItemToObject(msj, STATE_ROWS[i].key, pm_json(&c->states[i]));
     cJSON *cats = cJSON_AddArrayToObject(o, "memory_at_peak");
-    for (size_t i = 0; i < sizeof CATS / sizeof CATS[0]; i++) {
-        double p = CATS[i].term == TERM_COUNT ? 0 : mr.term[CATS[i].term], mm = num(at, CATS[i].key, 0);
-        row(f, sn, CATS[i].label, p, mm, "reported");
-        cJSON *q = pm_json(p, mm);
-        cJSON_AddStringToObject(q, "category", CATS[i].key);
+    for (int i = 0; i < N_AT_PEAK; i++) {
+        cJSON *q = pm_json(&c->at_peak[i]);
+        cJSON_AddStringToObject(q, "category", AT_PEAK[i].key);
         cJSON_AddItemToArray(cats, q);
     }
-    double pe = plan_rel_err(mr.peak, mpeak);
-    int peak_ok = fabs(pe) <= tol;
-    /* a prediction between the known peak and the upper bound (or within the tolerance of the
-       bound) is as close as the run can say */
-    int bounded = !peak_ok && mupper >= mpeak && mr.peak >= mpeak &&
-                  (mr.peak <= mupper || fabs(plan_rel_err(mr.peak, mupper)) <= tol);
-    peak_ok |= bounded;
-    const char *mphase = str(pv, "peak_phase", "?");
-    int phase_ok = strcmp(planner_phase(mphase), plan_phase_name(mr.peak_phase)) == 0;
-    char chk[96];
-    if (bounded) snprintf(chk, sizeof chk, "ok (between the bounds)");
-    else snprintf(chk, sizeof chk, "%s (within %.3g%%)", peak_ok ? "ok" : "FAIL", 100 * tol);
-    row(f, sn, "peak (max over ranks)", mr.peak, mpeak, chk);
-    if (isfinite(mupper) && mupper > mpeak)
-        row(f, sn, "peak upper bound (gloo frees)", mr.peak, mupper, "reported");
-    pass &= peak_ok & phase_ok;
-    fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", sn, "peak phase", plan_phase_name(mr.peak_phase), mphase, "",
-            phase_ok ? "ok (same phase)" : "FAIL (different phase)");
     cJSON *pk = cJSON_AddObjectToObject(o, "peak");
-    cJSON_AddNumberToObject(pk, "predicted_bytes", mr.peak);
-    cJSON_AddNumberToObject(pk, "measured_bytes", mpeak);
-    cJSON_AddStringToObject(pk, "predicted_phase", plan_phase_name(mr.peak_phase));
-    cJSON_AddStringToObject(pk, "measured_phase", mphase);
-    cJSON_AddStringToObject(pk, "predicted_at", mr.peak_where);
-    cJSON_AddStringToObject(pk, "measured_module", str(pv, "peak_module", "?"));
-    cJSON_AddNumberToObject(pk, "measured_rank", num(top, "rank", 0));
-
-    /* collectives of one optimizer step, by (op, phase) */
-    CollSum pred[PCOLL_COUNT][CPHASE_COUNT], meas[PCOLL_COUNT][CPHASE_COUNT];
-    memset(pred, 0, sizeof pred);
-    memset(meas, 0, sizeof meas);
-    for (int i = 0; i < cp.n; i++) {
-        CollSum *q = &pred[cp.c[i].op][cp.c[i].phase];
-        double count = cp.c[i].count;
-        if (s->strategy == STRAT_DDP && cp.c[i].op == PCOLL_ALL_REDUCE && s->bucket_mb > 0 &&
-            cp.c[i].purpose == PURPOSE_GRAD_BUCKETS) {   /* every bucket at the cap, the first too; whole tensors */
-            int gbytes = plan_precision(t.precision)->grad_bytes;
-            double cap = s->bucket_mb * 1024 * 1024;
-            count = plan_ddp_buckets_tensors(&m, gbytes, cap, cap);
-            if (count < 0) count = fmax(1, ceil(ms.psi * gbytes / cap));
-        }
-        q->count += count;
-        q->payload += cp.c[i].payload_bytes;
-    }
+    cJSON_AddNumberToObject(pk, "predicted_bytes", c->peak.predicted);
+    cJSON_AddNumberToObject(pk, "measured_bytes", c->peak.measured);
+    cJSON_AddStringToObject(pk, "predicted_phase", plan_phase_name(c->predicted_phase));
+    cJSON_AddStringToObject(pk, "measured_phase", c->measured_phase);
+    cJSON_AddStringToObject(pk, "predicted_at", c->predicted_at);
+    cJSON_AddStringToObject(pk, "measured_module", c->measured_module);
+    cJSON_AddNumberToObject(pk, "measured_rank", c->measured_rank);
     cJSON *colls = cJSON_AddArrayToObject(o, "collectives_per_step");
-    const cJSON *hc;
-    cJSON_ArrayForEach(hc, cJSON_GetObjectItem(h, "collectives")) {
-        const char *op = str(hc, "op", "?"), *ph = str(hc, "phase", "?");
-        int oi = -1, pi = -1;
-        for (int k = 0; k < PCOLL_COUNT; k++) if (strcmp(op, plan_coll_name((PlanCollOp)k)) == 0) oi = k;
-        for (int k = 0; k < CPHASE_COUNT; k++) if (strcmp(ph, HARNESS_PHASES[k]) == 0) pi = k;
-        double cnt = num(hc, "count", 0), pay = num(hc, "payload_bytes", 0);
-        if (oi < 0 || pi < 0) {   /* a collective the planner has no row for: never exact */
-            char q[64];
-            snprintf(q, sizeof q, "%s %s bytes", op, ph);
-            row(f, sn, q, 0, pay, "FAIL (not planned)");
-            pass = 0;
-            cJSON *x = cJSON_CreateObject();
-            cJSON_AddStringToObject(x, "op", op);
-            cJSON_AddStringToObject(x, "phase", ph);
-            cJSON_AddNumberToObject(x, "predicted_count", 0);
-            cJSON_AddNumberToObject(x, "measured_count", cnt);
-            cJSON_AddNumberToObject(x, "predicted_payload_bytes", 0);
-            cJSON_AddNumberToObject(x, "measured_payload_bytes", pay);
-            cJSON_AddItemToArray(colls, x);
-            continue;
-        }
-        meas[oi][pi].count += cnt;
-        meas[oi][pi].payload += pay;
+    for (int i = 0; i < c->ncolls; i++) {
+        const CollCheck *x = &c->colls[i];
+        cJSON *y = cJSON_CreateObject();
+        cJSON_AddStringToObject(y, "op", x->op);
+        cJSON_AddStringToObject(y, "phase", x->phase);
+        cJSON_AddNumberToObject(y, "predicted_count", x->count.predicted);
+        cJSON_AddNumberToObject(y, "measured_count", x->count.measured);
+        cJSON_AddNumberToObject(y, "predicted_payload_bytes", x->payload.predicted);
+        cJSON_AddNumberToObject(y, "measured_payload_bytes", x->payload.measured);
+        cJSON_AddItemToArray(colls, y);
     }
-    for (int op = 0; op < PCOLL_COUNT; op++)
-        for (int ph = 0; ph < CPHASE_COUNT; ph++) {
-            const CollSum *p = &pred[op][ph], *q = &meas[op][ph];
-            if (p->count == 0 && q->count == 0) continue;
-            char q1[64], q2[64];
-            snprintf(q1, sizeof q1, "%s %s count", plan_coll_name((PlanCollOp)op), HARNESS_PHASES[ph]);
-            snprintf(q2, sizeof q2, "%s %s bytes", plan_coll_name((PlanCollOp)op), HARNESS_PHASES[ph]);
-            int bytes_ok = llround(p->payload) == llround(q->payload);
-            pass &= bytes_ok;
-            row(f, sn, q1, p->count, q->count, llround(p->count) == llround(q->count) ? "ok" : "differs (reported)");
-            row(f, sn, q2, p->payload, q->payload, bytes_ok ? "ok (exact)" : "FAIL (must be exact)");
-            cJSON *x = cJSON_CreateObject();
-            cJSON_AddStringToObject(x, "op", plan_coll_name((PlanCollOp)op));
-            cJSON_AddStringToObject(x, "phase", HARNESS_PHASES[ph]);
-            cJSON_AddNumberToObject(x, "predicted_count", p->count);
-            cJSON_AddNumberToObject(x, "measured_count", q->count);
-            cJSON_AddNumberToObject(x, "predicted_payload_bytes", p->payload);
-            cJSON_AddNumberToObject(x, "measured_payload_bytes", q->payload);
-            cJSON_AddItemToArray(colls, x);
-        }
-    fprintf(f, "# %s: %s; predicted peak at %s, measured in %s of %s on rank %.0f; %s\n", sn, str(h, "implementation", "?"),
-            mr.peak_where, mphase, str(pv, "peak_module", "?"), num(top, "rank", 0), pass ? "pass" : "FAIL");
-    cJSON_AddBoolToObject(o, "pass", pass);
-    cJSON_AddItemToArray(arr, o);
-    plan_model_free(&m);
-    return pass;
+    cJSON_AddBoolToObject(o, "pass", c->pass);
+    return o;
+}
+
+/* One strategy: prints its rows, appends its JSON record to arr; 1 if it passes, 0 if not, -1
+ * if the planner could not read the model. */
+static int compare(FILE *f, const HarnessSetup *s, const cJSON *h, double tol, cJSON *arr, int *header)
+{
+    TorchCheck c;
+    int rc = torch_check(s, h, tol, &c);
+    if (rc != CHECKED) return rc == CHECK_NO_RANKS ? 0 : -1;
+    torch_print(f, &c, header);
+    cJSON_AddItemToArray(arr, torch_json(&c));
+    torch_check_free(&c);
+    return c.pass;
 }
 
 /* ---- the command ---- */
+
+/* How the strategies went, over the command. */
+typedef struct {
+    int all_pass, header, versions, runs, failed_runs;
+} Tally;
 
 static void echo_versions(FILE *f, const cJSON *h, int *shown)
 {
     if (*shown) return;
     const cJSON *v = cJSON_GetObjectItem(h, "versions");
-    fprintf(f, "# measured: torch %s, transformers %s, deepspeed %s; %s\n", str(v, "torch", "?"),
-            str(v, "transformers", "?"), str(v, "deepspeed", "-"), str(h, "measured_by", "?"));
+    fprintf(f, "# measured: torch %s, transformers %s, deepspeed %s; %s\n", cli_harness_str(v, "torch", "?"),
+            cli_harness_str(v, "transformers", "?"), cli_harness_str(v, "deepspeed", "-"),
+            cli_harness_str(h, "measured_by", "?"));
     *shown = 1;
+}
+
+/* Parses argv into cs and o. 0 to go on; 1 after --help (exit 0); else the exit status of a
+ * usage error, with cs freed. */
+static int torch_args(int argc, char **argv, CliSetup *cs, TorchOpts *o, int *measured_mode)
+{
+    memset(o, 0, sizeof *o);
+    o->ranks = 2;
+    o->steps = 3;
+    o->tol = 0.03;
+    o->bucket_mb = 0;   /* not passed: DDP's own buckets */
+    o->timeout_s = 1800;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { print_help(stdout); return 1; }
+    *measured_mode = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--measured") == 0 || strncmp(argv[i], "--measured=", 11) == 0) *measured_mode = 1;
+    CliExtra extra = {TORCH_OPTIONS, torch_opt, o};
+    int rc = cli_parse_setup(argc, argv, "validate", cs, &extra, !*measured_mode);
+    if (rc == 1) { print_help(stdout); return 1; }
+    if (rc) return rc;
+    if (!o->against) { cli_setup_free(cs); return cli_usage_error("validate: this path needs --against torch"); }
+    if (*measured_mode && cs->have_model) {
+        cli_setup_free(cs);
+        return cli_usage_error("--measured takes the model and setup from the result file: drop --model/--params");
+    }
+    return 0;
+}
+
+/* Why the harness cannot run this setup, or NULL (msg: room for the sentence). */
+static const char *refusal(const CliSetup *cs, int from_file, char *msg, size_t len)
+{
+    int prec_ok = 0;
+    for (size_t i = 0; i < sizeof HARNESS_PRECISIONS / sizeof HARNESS_PRECISIONS[0]; i++)
+        prec_ok |= cs->train.precision == HARNESS_PRECISIONS[i];
+    if (!prec_ok) {
+        snprintf(msg, len, "--precision %s does not run on CPU ranks (valid with --against torch: " HARNESS_PRECISION_NAMES ")",
+                 plan_precision(cs->train.precision)->name);
+        return msg;
+    }
+    if (cs->train.optimizer != OPT_ADAMW) return "--against torch trains with AdamW (valid --optimizer: adamw)";
+    if (cs->train.impl != IMPL_PYTORCH) return "--against torch checks the PyTorch layout (valid --impl: pytorch)";
+    if (cs->train.fsdp_impl == 1)
+        return "--fsdp 1: flat-parameter FullyShardedDataParallel refuses CPU ranks in torch 2.15 (valid with --against torch: --fsdp 2)";
+    if (cs->train.syncbn) return "--syncbn is not run by the torch harness yet (use memplan bench syncbn)";
+    if (from_file && strchr(cs->model.source, '\'')) return "the model path contains a quote";
+    if (cs->model.arch == ARCH_GENERIC)
+        return "--against torch needs a real model (a zoo name or a Hugging Face config.json), not --params or params.json";
+    return NULL;
+}
+
+/* The setup every strategy runs with, from the flags. 0, or 2 after a usage error. */
+static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, HarnessSetup *base)
+{
+    char msg[256];
+    const char *why = refusal(cs, from_file, msg, sizeof msg);
+    if (why) return cli_usage_error("%s", why);
+    if ((cs->strategies & (1u << STRAT_FSDP_HYBRID)) && o->ranks < 2)
+        return cli_usage_error("--ranks %lld: fsdp-hybrid needs at least 2 ranks (valid: --ranks 2 or more, or a --strategy list without fsdp-hybrid)", o->ranks);
+    long long group = o->shard_group ? o->shard_group : (o->ranks >= 2 ? o->ranks / 2 : 1);
+    if ((cs->strategies & (1u << STRAT_FSDP_HYBRID)) && o->ranks % group)
+        return cli_usage_error("--shard-group %lld does not divide --ranks %lld", group, o->ranks);
+    memset(base, 0, sizeof *base);
+    snprintf(base->model, sizeof base->model, "%s", from_file ? cs->model.source : cs->model.name);
+    base->ranks = o->ranks;
+    base->batch = cs->train.micro_batch;
+    base->seq = cs->train.seq > 0 ? cs->train.seq : cs->model.arch == ARCH_CNN ? cs->model.image_size : cs->model.max_seq;
+    base->accum = cs->train.grad_accum;
+    base->steps = o->steps;
+    base->precision = cs->train.precision;
+    base->ckpt = cs->train.act_ckpt;
+    base->attn = cs->train.attn;
+    base->dropout = cs->train.dropout >= 0 ? cs->train.dropout : cs->model.dropout;
+    base->bucket_mb = o->bucket_mb;
+    base->gabv = cs->train.grad_as_bucket_view;
+    base->shard_group = group;
+    base->zero_grad_keep = cs->train.zero_grad_keep;
+    base->loop_trainer = cs->train.loop_trainer;
+    base->fsdp_sync = cs->train.fsdp_grad_sync;
+    return 0;
+}
+
+/* --json=FILE checked before any work, without touching it: never a model or a measured input.
+ * 0, or 2 after a usage error. */
+static int check_json_path(const CliSetup *cs, const TorchOpts *o, int from_file)
+{
+    if (!cs->json_path) return 0;
+    char err[PATH_MAX + 256];
+    const char *inputs[MAX_MEASURED + 1];
+    int n_in = 0;
+    for (int i = 0; i < o->n_measured; i++) inputs[n_in++] = o->measured[i];
+    if (from_file) inputs[n_in++] = cs->model.source;
+    if (cli_check_output("--json", cs->json_path, inputs, n_in, err, sizeof err)) return cli_usage_error("%s", err);
+    return 0;
+}
+
+/* The harness's environment and the directory its files go to (--keep, else a temporary one).
+ * 0; 2 after a usage error; 1 after another error. */
+static int prepare_runs(const TorchOpts *o, HarnessEnv *env, char *dir, size_t len)
+{
+    char err[2 * PATH_MAX + 256];
+    if (cli_harness_locate(env, err, sizeof err)) return cli_usage_error("%s", err);
+    if (o->keep) {
+        if (mkdir(o->keep, 0755) && errno != EEXIST)
+            return cli_usage_error("--keep '%s': cannot create the directory: %s", o->keep, strerror(errno));
+        snprintf(dir, len, "%s", o->keep);
+        return 0;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, len, "%s/memplan-torch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) { fprintf(stderr, "memplan: cannot create a temporary directory\n"); return 1; }
+    return 0;
+}
+
+static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
+{
+    char strategies[128] = "";
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if (cs->strategies & (1u << k))
+            snprintf(strategies + strlen(strategies), sizeof strategies - strlen(strategies), "%s%s", *strategies ? "," : "", plan_strategy((StrategyKind)k)->name);
+    fprintf(out, "# validate --against torch: model %s, %lld CPU ranks (gloo), strategies %s\n", b->model, b->ranks, strategies);
+    fprintf(out, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, adamw, act-ckpt %s, attn %s, dropout %g, "
+                 "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s\n",
+            b->batch, b->seq, b->accum, plan_precision(b->precision)->name, plan_ckpt_name(b->ckpt),
+            plan_attn_name(b->attn), b->dropout, b->steps, b->steps, cli_harness_loop_name(b->loop_trainer),
+            cli_harness_zero_grad_name(b->zero_grad_keep), plan_fsdp_sync_name(b->fsdp_sync));
+}
+
+/* --measured: each saved result against the plan of its own setup. */
+static void check_measured(FILE *out, const TorchOpts *o, cJSON *arr, Tally *t)
+{
+    for (int i = 0; i < o->n_measured; i++) {
+        char err[PATH_MAX + 128] = "";   /* the setup's reason is appended to the reading's */
+        HarnessSetup s;
+        cJSON *h = cli_harness_read(o->measured[i], err, sizeof err);
+        if (!h || cli_harness_setup_of(h, &s, err + strlen(err), sizeof err - strlen(err))) {
+            fprintf(stderr, "memplan: --measured %s: %s\n", o->measured[i], err);
+            cJSON_Delete(h);
+            t->all_pass = 0;
+            t->failed_runs++;
+            continue;
+        }
+        if (!cli_harness_ok(h)) {
+            fprintf(stderr, "memplan: --measured %s: the run failed: %s\n", o->measured[i], cli_harness_str(h, "error", "?"));
+            cJSON_Delete(h);
+            t->all_pass = 0;
+            t->failed_runs++;
+            continue;
+        }
+        echo_versions(out, h, &t->versions);
+        char sync[48] = "";
+        if (s.accum > 1) snprintf(sync, sizeof sync, " (fsdp-grad-sync %s)", plan_fsdp_sync_name(s.fsdp_sync));
+        fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g\n",
+                o->measured[i], s.model, s.ranks, s.batch, s.seq, s.accum, sync,
+                plan_precision(s.precision)->name, plan_ckpt_name(s.ckpt), plan_attn_name(s.attn), s.dropout);
+        int p = compare(out, &s, h, o->tol, arr, &t->header);
+        if (p < 0) t->failed_runs++;
+        t->all_pass &= p == 1;
+        t->runs++;
+        cJSON_Delete(h);
+    }
+}
+
+/* Each strategy run in the harness and checked against its plan. */
+static void check_runs(FILE *out, const CliSetup *cs, const TorchOpts *o, const HarnessSetup *base,
+                       const HarnessEnv *env, const char *dir, cJSON *arr, Tally *t)
+{
+    int keep_dir = 0;
+    for (int k = 0; k < STRAT_COUNT; k++) {
+        if (!(cs->strategies & (1u << k))) continue;
+        HarnessSetup s = *base;
+        s.strategy = (StrategyKind)k;
+        const char *sn = plan_strategy(s.strategy)->name;
+        char path[PATH_MAX + 64], log[PATH_MAX + 64], err[PATH_MAX + 256];
+        snprintf(path, sizeof path, "%s/%s.json", dir, sn);
+        snprintf(log, sizeof log, "%s/%s.log", dir, sn);
+        fprintf(stderr, "# running %s on %lld CPU ranks (torchrun's output: %s) ...\n", sn, s.ranks, log);
+        double ran_s = 0;
+        cJSON *h = cli_harness_run(env, &s, path, log, o->timeout_s, &ran_s, err, sizeof err);
+        if (!h) {
+            keep_dir = 1;   /* the failed run's output stays where the message says */
+            fprintf(stderr, "memplan: validate --against torch: %s did not run: %s\n", sn, err);
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "strategy", sn);
+            cJSON_AddStringToObject(x, "error", err);
+            cJSON_AddBoolToObject(x, "pass", 0);
+            cJSON_AddItemToArray(arr, x);
+            t->all_pass = 0;
+            t->failed_runs++;
+            if (cli_harness_interrupted()) break;
+            continue;
+        }
+        fprintf(stderr, "# %s ran in %.0f s\n", sn, ran_s);
+        echo_versions(out, h, &t->versions);
+        int p = compare(out, &s, h, o->tol, arr, &t->header);
+        t->all_pass &= p == 1;
+        t->runs++;
+        cJSON_Delete(h);
+        if (!o->keep) {
+            unlink(path);
+            unlink(log);
+        }
+    }
+    if (!o->keep && !keep_dir) rmdir(dir);
+}
+
+/* The --json document; 0, or 1 if it could not be written (one line says so). */
+static int write_json(const CliSetup *cs, const TorchOpts *o, cJSON *arr, int all_pass)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "against", "torch");
+    cJSON_AddNumberToObject(j, "tolerance", o->tol);
+    cJSON_AddItemToObject(j, "strategies", arr);
+    cJSON_AddBoolToObject(j, "pass", all_pass);
+    char *txt = cJSON_Print(j);
+    int rc = 0;
+    if (!txt) { fprintf(stderr, "memplan: out of memory writing the JSON\n"); rc = 1; }
+    else if (cli_write_text("the --json output", cs->json_path, txt)) rc = 1;   /* every write checked */
+    free(txt);
+    cJSON_Delete(j);
+    return rc;
 }
 
 int cli_cmd_validate_torch(int argc, char **argv)
 {
     TorchOpts o;
-    memset(&o, 0, sizeof o);
-    o.ranks = 2;
-    o.steps = 3;
-    o.tol = 0.03;
-    o.bucket_mb = 0;   /* not passed: DDP's own buckets */
-    o.timeout_s = 1800;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { print_help(stdout); return 0; }
-    int measured_mode = 0;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--measured") == 0 || strncmp(argv[i], "--measured=", 11) == 0) measured_mode = 1;
     CliSetup cs;
-    CliExtra extra = {TORCH_OPTIONS, torch_opt, &o};
-    int rc = cli_parse_setup(argc, argv, "validate", &cs, &extra, !measured_mode);
-    if (rc == 1) { print_help(stdout); return 0; }
-    if (rc) return rc;
-    if (!o.against) { cli_setup_free(&cs); return cli_usage_error("validate: this path needs --against torch"); }
-    if (measured_mode && cs.have_model) {
-        cli_setup_free(&cs);
-        return cli_usage_error("--measured takes the model and setup from the result file: drop --model/--params");
-    }
-
-    /* the setups to check */
-    TorchSetup base;
+    int measured_mode;
+    int rc = torch_args(argc, argv, &cs, &o, &measured_mode);
+    if (rc) return rc == 1 ? 0 : rc;
+    /* a model from a file (a zoo model goes by its name) */
+    int from_file = cs.have_model && cs.model_arg && !plan_zoo_has(cs.model_arg);
+    HarnessSetup base;
+    HarnessEnv env;
+    char dir[PATH_MAX];
     memset(&base, 0, sizeof base);
-    if (!measured_mode) {
-        int prec_ok = 0;
-        for (size_t i = 0; i < sizeof HARNESS_PRECISIONS / sizeof HARNESS_PRECISIONS[0]; i++)
-            prec_ok |= cs.train.precision == HARNESS_PRECISIONS[i];
-        const char *why = NULL;
-        char msg[256];
-        if (!prec_ok) {
-            snprintf(msg, sizeof msg, "--precision %s does not run on CPU ranks (valid with --against torch: " HARNESS_PRECISION_NAMES ")",
-                     plan_precision(cs.train.precision)->name);
-            why = msg;
-        } else if (cs.train.optimizer != OPT_ADAMW) {
-            why = "--against torch trains with AdamW (valid --optimizer: adamw)";
-        } else if (cs.train.impl != IMPL_PYTORCH) {
-            why = "--against torch checks the PyTorch layout (valid --impl: pytorch)";
-        } else if (cs.train.fsdp_impl == 1) {
-            why = "--fsdp 1: flat-parameter FullyShardedDataParallel refuses CPU ranks in torch 2.15 (valid with --against torch: --fsdp 2)";
-        } else if (cs.train.syncbn) {
-            why = "--syncbn is not run by the torch harness yet (use memplan bench syncbn)";
-        } else if (strcmp(cs.model.source, "zoo") && strchr(cs.model.source, '\'')) {
-            why = "the model path contains a quote";
-        } else if (cs.model.arch == ARCH_GENERIC) {
-            why = "--against torch needs a real model (a zoo name or a Hugging Face config.json), not --params or params.json";
-        }
-        if (why) { cli_setup_free(&cs); return cli_usage_error("%s", why); }
-        if ((cs.strategies & (1u << STRAT_FSDP_HYBRID)) && o.ranks < 2) {
-            cli_setup_free(&cs);
-            return cli_usage_error("--ranks %lld: fsdp-hybrid needs at least 2 ranks (valid: --ranks 2 or more, or a --strategy list without fsdp-hybrid)", o.ranks);
-        }
-        long long group = o.shard_group ? o.shard_group : (o.ranks >= 2 ? o.ranks / 2 : 1);
-        if ((cs.strategies & (1u << STRAT_FSDP_HYBRID)) && o.ranks % group) {
-            cli_setup_free(&cs);
-            return cli_usage_error("--shard-group %lld does not divide --ranks %lld", group, o.ranks);
-        }
-        snprintf(base.model, sizeof base.model, "%s", strcmp(cs.model.source, "zoo") ? cs.model.source : cs.model.name);
-        base.ranks = o.ranks;
-        base.batch = cs.train.micro_batch;
-        base.seq = cs.train.seq > 0 ? cs.train.seq : cs.model.arch == ARCH_CNN ? cs.model.image_size : cs.model.max_seq;
-        base.accum = cs.train.grad_accum;
-        base.steps = o.steps;
-        base.precision = cs.train.precision;
-        base.ckpt = cs.train.act_ckpt;
-        base.attn = cs.train.attn;
-        base.dropout = cs.train.dropout >= 0 ? cs.train.dropout : cs.model.dropout;
-        base.bucket_mb = o.bucket_mb;
-        base.gabv = cs.train.grad_as_bucket_view;
-        base.shard_group = group;
-        snprintf(base.zero_grad, sizeof base.zero_grad, "%s", cs.train.zero_grad_keep ? "zeros" : "none");
-        snprintf(base.loop, sizeof base.loop, "%s", cs.train.loop_trainer ? "hf" : "common");
-        base.fsdp_sync = cs.train.fsdp_grad_sync;
-    }
-
-    if (cs.json_path) {   /* before any work, without touching it: never a model or a measured input */
-        char err[PATH_MAX + 256];
-        const char *inputs[MAX_MEASURED + 1];
-        int n_in = 0;
-        for (int i = 0; i < o.n_measured; i++) inputs[n_in++] = o.measured[i];
-        if (cs.have_model && strcmp(cs.model.source, "zoo")) inputs[n_in++] = cs.model.source;
-        if (cli_check_output("--json", cs.json_path, inputs, n_in, err, sizeof err)) {
-            cli_setup_free(&cs);
-            return cli_usage_error("%s", err);
-        }
-    }
-    char envd[PATH_MAX], python[PATH_MAX + 16], harness[PATH_MAX], dir[PATH_MAX];
-    if (!measured_mode) {
-        const char *py = getenv("MEMPLAN_TORCH_PYTHON");
-        if (env_dir(envd, sizeof envd) || harness_path(harness, sizeof harness)) {
-            cli_setup_free(&cs);
-            return cli_usage_error("cannot resolve the PyTorch environment or the harness path");
-        }
-        snprintf(python, sizeof python, "%s", py && *py ? py : envd);
-        if (!(py && *py)) strncat(python, "/bin/python", sizeof python - strlen(python) - 1);
-        if (access(python, X_OK)) {
-            cli_setup_free(&cs);
-            return cli_usage_error("validate --against torch needs PyTorch 2.15 in %s (not found): run `make torch-env` once "
-                                   "(installs torch, transformers and deepspeed there, about 5 GB; MEMPLAN_TORCH_ENV chooses another place)",
-                                   envd);
-        }
-        if (access(harness, R_OK)) {
-            cli_setup_free(&cs);
-            return cli_usage_error("the harness %s is missing (MEMPLAN_TORCH_HARNESS names another)", harness);
-        }
-        if (o.keep) {
-            if (mkdir(o.keep, 0755) && errno != EEXIST) {
-                cli_setup_free(&cs);
-                return cli_usage_error("--keep '%s': cannot create the directory: %s", o.keep, strerror(errno));
-            }
-            snprintf(dir, sizeof dir, "%s", o.keep);
-        } else {
-            const char *tmp = getenv("TMPDIR");
-            snprintf(dir, sizeof dir, "%s/memplan-torch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-            if (!mkdtemp(dir)) { cli_setup_free(&cs); fprintf(stderr, "memplan: cannot create a temporary directory\n"); return 1; }
-        }
+    if (!measured_mode) rc = base_setup(&cs, &o, from_file, &base);
+    if (!rc) rc = check_json_path(&cs, &o, from_file);
+    if (!rc && !measured_mode) rc = prepare_runs(&o, &env, dir, sizeof dir);
+    if (rc) {
+        cli_setup_free(&cs);
+        return rc;
     }
     FILE *out = cs.json && !cs.json_path ? stderr : stdout;
     setvbuf(out, NULL, _IOLBF, 0);
-    if (!measured_mode) {
-        char strategies[128] = "";
-        for (int k = 0; k < STRAT_COUNT; k++)
-            if (cs.strategies & (1u << k))
-                snprintf(strategies + strlen(strategies), sizeof strategies - strlen(strategies), "%s%s", *strategies ? "," : "", plan_strategy((StrategyKind)k)->name);
-        fprintf(out, "# validate --against torch: model %s, %lld CPU ranks (gloo), strategies %s\n", base.model, base.ranks, strategies);
-        fprintf(out, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, adamw, act-ckpt %s, attn %s, dropout %g, "
-                     "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s\n",
-                base.batch, base.seq, base.accum, plan_precision(base.precision)->name, plan_ckpt_name(base.ckpt),
-                plan_attn_name(base.attn), base.dropout, base.steps, base.steps, base.loop, base.zero_grad,
-                plan_fsdp_sync_name(base.fsdp_sync));
-    }
+    if (!measured_mode) echo_run(out, &cs, &base);
     fprintf(out, "# predicted: the planner's PyTorch layout with the overheads zeroed (CPU ranks: no CUDA context, "
                  "cuBLAS workspace, NCCL buffers or caching-allocator margin); peak tolerance %.3g%%\n", 100 * o.tol);
 
     cJSON *arr = cJSON_CreateArray();
-    int all_pass = 1, header = 0, versions = 0, runs = 0, failed_runs = 0, keep_dir = 0;
-    if (measured_mode) {
-        for (int i = 0; i < o.n_measured; i++) {
-            char err[PATH_MAX + 128];
-            TorchSetup s;
-            cJSON *h = read_json(o.measured[i], err, sizeof err);
-            if (!h || setup_from_json(h, &s, err + strlen(err), sizeof err - strlen(err))) {
-                fprintf(stderr, "memplan: --measured %s: %s\n", o.measured[i], err);
-                cJSON_Delete(h);
-                all_pass = 0;
-                failed_runs++;
-                continue;
-            }
-            if (strcmp(str(h, "status", ""), "ok")) {
-                fprintf(stderr, "memplan: --measured %s: the run failed: %s\n", o.measured[i], str(h, "error", "?"));
-                cJSON_Delete(h);
-                all_pass = 0;
-                failed_runs++;
-                continue;
-            }
-            echo_versions(out, h, &versions);
-            char sync[48] = "";
-            if (s.accum > 1) snprintf(sync, sizeof sync, " (fsdp-grad-sync %s)", plan_fsdp_sync_name(s.fsdp_sync));
-            fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g\n",
-                    o.measured[i], s.model, s.ranks, s.batch, s.seq, s.accum, sync,
-                    plan_precision(s.precision)->name, plan_ckpt_name(s.ckpt), plan_attn_name(s.attn), s.dropout);
-            int p = compare(out, &s, h, o.tol, arr, &header);
-            if (p < 0) failed_runs++;
-            all_pass &= p == 1;
-            runs++;
-            cJSON_Delete(h);
-        }
-    } else {
-        for (int k = 0; k < STRAT_COUNT; k++) {
-            if (!(cs.strategies & (1u << k))) continue;
-            TorchSetup s = base;
-            s.strategy = (StrategyKind)k;
-            char path[PATH_MAX + 64], log[PATH_MAX + 64], err[PATH_MAX + 256];
-            snprintf(path, sizeof path, "%s/%s.json", dir, plan_strategy(s.strategy)->name);
-            snprintf(log, sizeof log, "%s/%s.log", dir, plan_strategy(s.strategy)->name);
-            fprintf(stderr, "# running %s on %lld CPU ranks (torchrun's output: %s) ...\n", plan_strategy(s.strategy)->name,
-                    s.ranks, log);
-            double t0 = now_s();
-            cJSON *h = launch(python, harness, &s, path, log, o.timeout_s, err, sizeof err);
-            double ran_s = now_s() - t0;
-            if (!h) {
-                keep_dir = 1;   /* the failed run's output stays where the message says */
-                fprintf(stderr, "memplan: validate --against torch: %s did not run: %s\n", plan_strategy(s.strategy)->name, err);
-                cJSON *x = cJSON_CreateObject();
-                cJSON_AddStringToObject(x, "strategy", plan_strategy(s.strategy)->name);
-                cJSON_AddStringToObject(x, "error", err);
-                cJSON_AddBoolToObject(x, "pass", 0);
-                cJSON_AddItemToArray(arr, x);
-                all_pass = 0;
-                failed_runs++;
-                if (g_stop) break;
-                continue;
-            }
-            fprintf(stderr, "# %s ran in %.0f s\n", plan_strategy(s.strategy)->name, ran_s);
-            echo_versions(out, h, &versions);
-            int p = compare(out, &s, h, o.tol, arr, &header);
-            all_pass &= p == 1;
-            runs++;
-            cJSON_Delete(h);
-            if (!o.keep) {
-                unlink(path);
-                unlink(log);
-            }
-        }
-        if (!o.keep && !keep_dir) rmdir(dir);
-    }
-    fprintf(out, "# validate --against torch: %s (%d compared%s)\n", all_pass ? "pass" : "FAIL", runs,
-            failed_runs ? ", some did not run" : "");
-    rc = all_pass ? 0 : 1;
+    Tally t = {.all_pass = 1};
+    if (measured_mode) check_measured(out, &o, arr, &t);
+    else check_runs(out, &cs, &o, &base, &env, dir, arr, &t);
+    fprintf(out, "# validate --against torch: %s (%d compared%s)\n", t.all_pass ? "pass" : "FAIL", t.runs,
+            t.failed_runs ? ", some did not run" : "");
+    rc = t.all_pass ? 0 : 1;
     if (cs.json) {
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "against", "torch");
-        cJSON_AddNumberToObject(j, "tolerance", o.tol);
-        cJSON_AddItemToObject(j, "strategies", arr);
-        arr = NULL;
-        cJSON_AddBoolToObject(j, "pass", all_pass);
-        char *txt = cJSON_Print(j);
-        if (!txt) { fprintf(stderr, "memplan: out of memory writing the JSON\n"); rc = 1; }
-        else if (cli_write_text("the --json output", cs.json_path, txt)) rc = 1;   /* every write checked */
-        free(txt);
-        cJSON_Delete(j);
+        if (write_json(&cs, &o, arr, t.all_pass)) rc = 1;
+    } else {
+        cJSON_Delete(arr);
     }
-    cJSON_Delete(arr);
     if (fflush(stdout)) { fprintf(stderr, "memplan: cannot write to standard output\n"); rc = 1; }
     cli_setup_free(&cs);
     return rc;

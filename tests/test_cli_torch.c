@@ -451,6 +451,37 @@ Test(validate_torch, should_refuse_setups_the_harness_cannot_run)
     free(r.out);
 }
 
+/* DDP's buckets as the run had them: the harness writes setup.bucket_mb_default (DDP's own 25 MiB
+   with a 1 MiB first bucket, or --bucket-mb for every bucket; bucket_mb is 25 either way), and
+   the prediction's bucket count follows that field whatever the implementation line says */
+static int ddp_count_ok(const char *dir, int bucket_default, const char *implementation)
+{
+    cJSON *j = exact_result("ddp", 1.0, 0, NULL);
+    cJSON_ReplaceItemInObject(j, "implementation", cJSON_CreateString(implementation));
+    cJSON *su = cJSON_GetObjectItem(j, "setup");
+    cJSON_ReplaceItemInObject(su, "bucket_mb", cJSON_CreateNumber(0.125));
+    cJSON_AddBoolToObject(su, "bucket_mb_default", bucket_default);
+    Run r = measured(dir, j, "");
+    cr_assert_eq(r.status, 0, "counts are reported, never failed: %s", r.out);
+    const char *row = strstr(r.out, "all_reduce backward count");
+    cr_assert_not_null(row, "%s", r.out);
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(row, "\n"), row);
+    size_t n = strlen(line);
+    free(r.out);
+    return n >= 3 && strcmp(line + n - 3, " ok") == 0;   /* else "differs (reported)" */
+}
+
+Test(validate_torch, ddp_buckets_should_follow_the_results_setup_not_its_implementation_line)
+{
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    /* the fake's all-reduces are the plan's with DDP's own buckets */
+    cr_expect(ddp_count_ok(dir, 1, "torch DDP (bucket_cap_mb=0.125 (first bucket too))"), "DDP's own buckets, as planned");
+    cr_expect_not(ddp_count_ok(dir, 0, "torch DDP (bucket_cap_mb=default 25 (first bucket 1 MiB))"),
+                  "0.125 MiB buckets: more of them than DDP's own");
+}
+
 /* The measurements the planner was calibrated on (bench/torch/results, real PyTorch 2.15 /
  * DeepSpeed 0.19.8 on 2-4 gloo CPU ranks) must keep passing: each is a case where a run once
  * disagreed with the prediction and the mechanism was modelled (docs/formulas.md "Checked against

@@ -683,6 +683,9 @@ def run(a, rank, world):
                   "grad_accum": a.grad_accum, "steps": a.steps, "precision": a.precision,
                   "act_ckpt": a.act_ckpt, "attn": a.attn, "dropout": a.dropout,
                   "bucket_mb": a.bucket_mb if a.bucket_mb is not None else 25,
+                  # DDP's own buckets (25 MiB, the first 1 MiB) or --bucket-mb for all of them:
+                  # memplan plans the DDP bucket count from this, never from `implementation`
+                  "bucket_mb_default": a.bucket_mb is None,
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
                   "fsdp_grad_sync": a.fsdp_grad_sync,
