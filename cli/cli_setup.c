@@ -177,13 +177,27 @@ static int learned_positions(const ModelSpec *m) {
     return 0;
 }
 
+/* What the flags give besides the specs themselves: the model to load and the values applied
+ * after it (--gpu-mem and friends override the --gpu preset whatever the order). */
+typedef struct {
+    const char *model_arg;     /* --model, NULL if none */
+    double params;             /* --params, 0 if none */
+    long long units;           /* --units (default 32) */
+    int units_given;
+    long long gpn;             /* --gpus-per-node, 0: the default */
+    double gpu_mem, cublas_ws; /* bytes; -1: not given */
+    double intra_bw, inter_bw; /* GB/s, 0: not given */
+    double latency_us;         /* < 0: not given */
+} Flags;
+
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
-static int resolve(CliSetup *s, const char *model_arg, double params, long long units, int units_given,
-                   long long gpn, double gpu_mem, double cublas_ws, double intra_bw, double inter_bw, double latency_us,
-                   int need_model) {
+static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[512];
+    const char *model_arg = f->model_arg;
+    double params = f->params;
+    long long units = f->units, gpn = f->gpn;
     if (model_arg && params > 0) return cli_usage_error("give either --model or --params, not both");
-    if (units_given && params <= 0)   /* a named model has its own layers: --units would be ignored */
+    if (f->units_given && params <= 0)   /* a named model has its own layers: --units would be ignored */
         return cli_usage_error("--units applies to --params only: it splits a generic model of --params N parameters "
                                "into layers%s", model_arg ? " (a --model has its own)" : "");
     if (model_arg) {
@@ -197,11 +211,11 @@ static int resolve(CliSetup *s, const char *model_arg, double params, long long 
     } else if (need_model) {
         return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_names());
     }
-    if (gpu_mem > 0) s->cluster.gpu.mem_bytes = gpu_mem;
-    if (cublas_ws >= 0) s->cluster.gpu.cublas_ws_bytes = cublas_ws;   /* after --gpu, whatever the order */
-    if (intra_bw > 0) s->cluster.gpu.intra_bw = intra_bw;
-    if (inter_bw > 0) s->cluster.gpu.inter_bw = inter_bw;
-    if (latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = latency_us * 1e-6;
+    if (f->gpu_mem > 0) s->cluster.gpu.mem_bytes = f->gpu_mem;
+    if (f->cublas_ws >= 0) s->cluster.gpu.cublas_ws_bytes = f->cublas_ws;   /* after --gpu, whatever the order */
+    if (f->intra_bw > 0) s->cluster.gpu.intra_bw = f->intra_bw;
+    if (f->inter_bw > 0) s->cluster.gpu.inter_bw = f->inter_bw;
+    if (f->latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = f->latency_us * 1e-6;
     s->cluster.gpus_per_node = gpn ? gpn : (s->cluster.gpus < 8 ? s->cluster.gpus : 8);
     if (s->cluster.gpus_per_node > s->cluster.gpus) s->cluster.gpus_per_node = s->cluster.gpus;
     if (s->cluster.gpus % s->cluster.gpus_per_node)
@@ -228,6 +242,162 @@ static int resolve(CliSetup *s, const char *model_arg, double params, long long 
     return 0;
 }
 
+/* A model or training flag: 0 if it was one (applied to s or f), -1 if not, 2 after a usage error. */
+static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
+    long long v;
+    double d;
+    switch (c) {
+    case OPT_MODEL: f->model_arg = a; s->model_arg = a; break;
+    case OPT_PARAMS:
+        if (plan_parse_double(a, 1, 1e16, &f->params) || f->params != (double)(long long)f->params)
+            return cli_usage_error("--params '%s' is not a whole number of parameters in [1, 1e16]", a);
+        break;
+    case OPT_UNITS:
+        if (plan_parse_int(a, 1, 100000, &f->units))
+            return cli_usage_error("--units '%s' is not an integer in [1, 100000]", a);
+        f->units_given = 1;
+        break;
+    case OPT_BATCH:
+        if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--batch '%s' is not an integer in [1, 1000000]", a);
+        s->train.micro_batch = v;
+        break;
+    case OPT_SEQ:
+        if (plan_parse_int(a, 1, 10000000, &v)) return cli_usage_error("--seq '%s' is not an integer in [1, 10000000]", a);
+        s->train.seq = v;
+        break;
+    case OPT_ACCUM:
+        if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--grad-accum '%s' is not an integer in [1, 1000000]", a);
+        s->train.grad_accum = v;
+        break;
+    case OPT_PRECISION:
+        if ((v = plan_precision_by_name(a)) < 0)
+            return cli_usage_error("unknown --precision '%s' (valid: %s)", a, plan_precision_names());
+        s->train.precision = (PrecisionKind)v;
+        break;
+    case OPT_OPTIMIZER:
+        if ((v = plan_optimizer_by_name(a)) < 0)
+            return cli_usage_error("unknown --optimizer '%s' (valid: %s)", a, plan_optimizer_names());
+        s->train.optimizer = (OptimizerKind)v;
+        break;
+    case OPT_CKPT:
+        if ((v = plan_ckpt_by_name(a)) < 0) return cli_usage_error("unknown --act-ckpt '%s' (valid: none, full)", a);
+        s->train.act_ckpt = (CkptKind)v;
+        break;
+    case OPT_ATTN:
+        if ((v = plan_attn_by_name(a)) < 0) return cli_usage_error("unknown --attn '%s' (valid: eager, sdpa)", a);
+        s->train.attn = (AttnKind)v;
+        break;
+    case OPT_IMPL:
+        if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);
+        s->train.impl = (ImplKind)v;
+        break;
+    case OPT_ZERO_GRAD:
+        if (strcmp(a, "none") != 0 && strcmp(a, "zeros") != 0)
+            return cli_usage_error("unknown --zero-grad '%s' (valid: none, zeros)", a);
+        s->train.zero_grad_keep = strcmp(a, "zeros") == 0;
+        break;
+    case OPT_LOOP:
+        if (strcmp(a, "common") != 0 && strcmp(a, "trainer") != 0)
+            return cli_usage_error("unknown --loop '%s' (valid: common, trainer)", a);
+        s->train.loop_trainer = strcmp(a, "trainer") == 0;
+        break;
+    case OPT_AUTOCAST:
+        if (strcmp(a, "cuda") != 0 && strcmp(a, "cpu") != 0)
+            return cli_usage_error("unknown --autocast '%s' (valid: cuda, cpu)", a);
+        s->train.autocast_cpu = strcmp(a, "cpu") == 0;
+        break;
+    case OPT_FSDP_SYNC:
+        if ((v = plan_fsdp_sync_by_name(a)) < 0)
+            return cli_usage_error("unknown --fsdp-grad-sync '%s' (valid: every, last)", a);
+        s->train.fsdp_grad_sync = (FsdpSyncKind)v;
+        break;
+    case OPT_FSDP:
+        if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
+            return cli_usage_error("unknown --fsdp '%s' (valid: 1, 2)", a);
+        s->train.fsdp_impl = a[0] - '0';
+        break;
+    case OPT_DROPOUT:
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);
+        s->train.dropout = d;
+        break;
+    default: return -1;
+    }
+    return 0;
+}
+
+/* A cluster, strategy or output flag: 0 if it was one, -1 if not, 2 after a usage error, 1 for
+ * --help. */
+static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
+    long long v;
+    double d;
+    int isfrac;
+    switch (c) {
+    case OPT_GPUS:
+        if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--gpus '%s' is not an integer in [1, 1000000]", a);
+        s->cluster.gpus = v;
+        break;
+    case OPT_GPN:
+        if (plan_parse_int(a, 1, 1024, &f->gpn)) return cli_usage_error("--gpus-per-node '%s' is not an integer in [1, 1024]", a);
+        break;
+    case OPT_GPU: {
+        const GpuPreset *g = plan_gpu_by_name(a);
+        if (!g) return cli_usage_error("unknown --gpu '%s' (valid: %s)", a, plan_gpu_names());
+        s->cluster.gpu = *g;
+        break;
+    }
+    case OPT_GPU_MEM:
+        if (plan_parse_size(a, &f->gpu_mem) || f->gpu_mem < 64 * MIB || f->gpu_mem > 1024 * GIB)
+            return cli_usage_error("--gpu-mem '%s' is not a size between 64MiB and 1TiB (e.g. 24GiB; a bare G means GiB)", a);
+        break;
+    case OPT_STRATEGY:
+        if (set_strategies(s, a)) return 2;
+        break;
+    case OPT_BUCKET_VIEW: s->train.grad_as_bucket_view = 1; break;
+    case OPT_SYNCBN: s->train.syncbn = 1; break;
+    case OPT_CTX:
+        if (bare_number(a)) return cli_usage_error("--cuda-context '%s' needs a unit (e.g. 512MiB; a bare number would be bytes)", a);
+        if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--cuda-context '%s' is not a size up to 64GiB (e.g. 600MiB)", a);
+        s->cluster.cuda_context = d;
+        break;
+    case OPT_CUBLAS:
+        if (bare_number(a)) return cli_usage_error("--cublas-ws '%s' needs a unit (e.g. 32MiB; a bare number would be bytes)", a);
+        if (plan_parse_size(a, &f->cublas_ws) || f->cublas_ws > 64 * GIB) return cli_usage_error("--cublas-ws '%s' is not a size up to 64GiB (e.g. 32MiB)", a);
+        break;
+    case OPT_NCCL:
+        if (bare_number(a)) return cli_usage_error("--nccl-mem '%s' needs a unit (e.g. 1GiB; a bare number would be bytes)", a);
+        if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--nccl-mem '%s' is not a size up to 64GiB (e.g. 1GiB)", a);
+        s->cluster.nccl_per_comm = d;
+        break;
+    case OPT_MARGIN:
+        if (bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB)", a);
+        if (plan_parse_size_or_percent(a, &d, &isfrac) || (!isfrac && d > 64 * GIB) || (isfrac && d > 0.9))
+            return cli_usage_error("--alloc-margin '%s' is not a percentage up to 90%% or a size up to 64GiB", a);
+        s->cluster.alloc_margin = d;
+        s->cluster.margin_is_frac = isfrac;
+        break;
+    case OPT_MFU:
+        if (plan_parse_double(a, 0.01, 1, &d)) return cli_usage_error("--mfu '%s' is not a fraction in [0.01, 1]", a);
+        s->cluster.mfu = d;
+        break;
+    case OPT_INTRA_BW:
+        if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--intra-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
+        f->intra_bw = d;
+        break;
+    case OPT_INTER_BW:
+        if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--inter-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
+        f->inter_bw = d;
+        break;
+    case OPT_LATENCY:
+        if (plan_parse_double(a, 0, 10000, &d)) return cli_usage_error("--latency '%s' is not a latency in microseconds in [0, 10000]", a);
+        f->latency_us = d;
+        break;
+    case OPT_JSON: s->json = 1; s->json_path = a; break;
+    case OPT_HELP: return 1;
+    default: return -1;
+    }
+    return 0;
+}
+
 int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
                     int need_model) {
     memset(s, 0, sizeof(*s));
@@ -241,12 +411,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         for (const struct option *o = extra->options; o->name && n < 79; o++) opts[n++] = *o;
     memset(&opts[n], 0, sizeof(opts[n]));
 
-    const char *model_arg = NULL;
-    double params = 0, gpu_mem = -1, cublas_ws = -1, intra_bw = 0, inter_bw = 0, latency_us = -1;
-    long long units = 32, gpn = 0, v;
-    int units_given = 0;
-    double d;
-    int isfrac;
+    Flags f = {.gpu_mem = -1, .cublas_ws = -1, .latency_us = -1, .units = 32};
     char err[512];
     optind = 1;
     opterr = 0;
@@ -263,141 +428,13 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
             if (opts[li].has_arg == required_argument && a[0] == '-' && a[1] == '-')
                 return cli_usage_error("--%s needs a value (got the option '%s')", opts[li].name, a);
         }
-        switch (c) {
-        case OPT_MODEL: model_arg = a; s->model_arg = a; break;
-        case OPT_PARAMS:
-            if (plan_parse_double(a, 1, 1e16, &params) || params != (double)(long long)params)
-                return cli_usage_error("--params '%s' is not a whole number of parameters in [1, 1e16]", a);
-            break;
-        case OPT_UNITS:
-            if (plan_parse_int(a, 1, 100000, &units))
-                return cli_usage_error("--units '%s' is not an integer in [1, 100000]", a);
-            units_given = 1;
-            break;
-        case OPT_BATCH:
-            if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--batch '%s' is not an integer in [1, 1000000]", a);
-            s->train.micro_batch = v;
-            break;
-        case OPT_SEQ:
-            if (plan_parse_int(a, 1, 10000000, &v)) return cli_usage_error("--seq '%s' is not an integer in [1, 10000000]", a);
-            s->train.seq = v;
-            break;
-        case OPT_ACCUM:
-            if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--grad-accum '%s' is not an integer in [1, 1000000]", a);
-            s->train.grad_accum = v;
-            break;
-        case OPT_PRECISION:
-            if ((v = plan_precision_by_name(a)) < 0)
-                return cli_usage_error("unknown --precision '%s' (valid: %s)", a, plan_precision_names());
-            s->train.precision = (PrecisionKind)v;
-            break;
-        case OPT_OPTIMIZER:
-            if ((v = plan_optimizer_by_name(a)) < 0)
-                return cli_usage_error("unknown --optimizer '%s' (valid: %s)", a, plan_optimizer_names());
-            s->train.optimizer = (OptimizerKind)v;
-            break;
-        case OPT_CKPT:
-            if ((v = plan_ckpt_by_name(a)) < 0) return cli_usage_error("unknown --act-ckpt '%s' (valid: none, full)", a);
-            s->train.act_ckpt = (CkptKind)v;
-            break;
-        case OPT_ATTN:
-            if ((v = plan_attn_by_name(a)) < 0) return cli_usage_error("unknown --attn '%s' (valid: eager, sdpa)", a);
-            s->train.attn = (AttnKind)v;
-            break;
-        case OPT_IMPL:
-            if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);
-            s->train.impl = (ImplKind)v;
-            break;
-        case OPT_ZERO_GRAD:
-            if (strcmp(a, "none") != 0 && strcmp(a, "zeros") != 0)
-                return cli_usage_error("unknown --zero-grad '%s' (valid: none, zeros)", a);
-            s->train.zero_grad_keep = strcmp(a, "zeros") == 0;
-            break;
-        case OPT_LOOP:
-            if (strcmp(a, "common") != 0 && strcmp(a, "trainer") != 0)
-                return cli_usage_error("unknown --loop '%s' (valid: common, trainer)", a);
-            s->train.loop_trainer = strcmp(a, "trainer") == 0;
-            break;
-        case OPT_AUTOCAST:
-            if (strcmp(a, "cuda") != 0 && strcmp(a, "cpu") != 0)
-                return cli_usage_error("unknown --autocast '%s' (valid: cuda, cpu)", a);
-            s->train.autocast_cpu = strcmp(a, "cpu") == 0;
-            break;
-        case OPT_FSDP_SYNC:
-            if ((v = plan_fsdp_sync_by_name(a)) < 0)
-                return cli_usage_error("unknown --fsdp-grad-sync '%s' (valid: every, last)", a);
-            s->train.fsdp_grad_sync = (FsdpSyncKind)v;
-            break;
-        case OPT_FSDP:
-            if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
-                return cli_usage_error("unknown --fsdp '%s' (valid: 1, 2)", a);
-            s->train.fsdp_impl = a[0] - '0';
-            break;
-        case OPT_DROPOUT:
-            if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);
-            s->train.dropout = d;
-            break;
-        case OPT_GPUS:
-            if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--gpus '%s' is not an integer in [1, 1000000]", a);
-            s->cluster.gpus = v;
-            break;
-        case OPT_GPN:
-            if (plan_parse_int(a, 1, 1024, &gpn)) return cli_usage_error("--gpus-per-node '%s' is not an integer in [1, 1024]", a);
-            break;
-        case OPT_GPU: {
-            const GpuPreset *g = plan_gpu_by_name(a);
-            if (!g) return cli_usage_error("unknown --gpu '%s' (valid: %s)", a, plan_gpu_names());
-            s->cluster.gpu = *g;
-            break;
+        int done = train_option(s, &f, c, a);
+        if (done < 0) done = cluster_option(s, &f, c, a);
+        if (done >= 0) {
+            if (done) return done;
+            continue;
         }
-        case OPT_GPU_MEM:
-            if (plan_parse_size(a, &gpu_mem) || gpu_mem < 64 * MIB || gpu_mem > 1024 * GIB)
-                return cli_usage_error("--gpu-mem '%s' is not a size between 64MiB and 1TiB (e.g. 24GiB; a bare G means GiB)", a);
-            break;
-        case OPT_STRATEGY:
-            if (set_strategies(s, a)) return 2;
-            break;
-        case OPT_BUCKET_VIEW: s->train.grad_as_bucket_view = 1; break;
-        case OPT_SYNCBN: s->train.syncbn = 1; break;
-        case OPT_CTX:
-            if (bare_number(a)) return cli_usage_error("--cuda-context '%s' needs a unit (e.g. 512MiB; a bare number would be bytes)", a);
-            if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--cuda-context '%s' is not a size up to 64GiB (e.g. 600MiB)", a);
-            s->cluster.cuda_context = d;
-            break;
-        case OPT_CUBLAS:
-            if (bare_number(a)) return cli_usage_error("--cublas-ws '%s' needs a unit (e.g. 32MiB; a bare number would be bytes)", a);
-            if (plan_parse_size(a, &cublas_ws) || cublas_ws > 64 * GIB) return cli_usage_error("--cublas-ws '%s' is not a size up to 64GiB (e.g. 32MiB)", a);
-            break;
-        case OPT_NCCL:
-            if (bare_number(a)) return cli_usage_error("--nccl-mem '%s' needs a unit (e.g. 1GiB; a bare number would be bytes)", a);
-            if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--nccl-mem '%s' is not a size up to 64GiB (e.g. 1GiB)", a);
-            s->cluster.nccl_per_comm = d;
-            break;
-        case OPT_MARGIN:
-            if (bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB)", a);
-            if (plan_parse_size_or_percent(a, &d, &isfrac) || (!isfrac && d > 64 * GIB) || (isfrac && d > 0.9))
-                return cli_usage_error("--alloc-margin '%s' is not a percentage up to 90%% or a size up to 64GiB", a);
-            s->cluster.alloc_margin = d;
-            s->cluster.margin_is_frac = isfrac;
-            break;
-        case OPT_MFU:
-            if (plan_parse_double(a, 0.01, 1, &d)) return cli_usage_error("--mfu '%s' is not a fraction in [0.01, 1]", a);
-            s->cluster.mfu = d;
-            break;
-        case OPT_INTRA_BW:
-            if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--intra-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
-            intra_bw = d;
-            break;
-        case OPT_INTER_BW:
-            if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--inter-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
-            inter_bw = d;
-            break;
-        case OPT_LATENCY:
-            if (plan_parse_double(a, 0, 10000, &d)) return cli_usage_error("--latency '%s' is not a latency in microseconds in [0, 10000]", a);
-            latency_us = d;
-            break;
-        case OPT_JSON: s->json = 1; s->json_path = a; break;
-        case OPT_HELP: return 1;
+        switch (c) {
         case ':': return cli_usage_error("%s needs a value (see 'memplan %s --help')", argv[optind - 1], cmd);
         case '?':
             return cli_usage_error("unknown option '%s' (see 'memplan %s --help')", argv[optind - 1], cmd);
@@ -417,8 +454,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
                                bare_json ? ": --json writes to standard output, --json=FILE to a file" : "");
     }
 
-    int rc = resolve(s, model_arg, params, units, units_given, gpn, gpu_mem, cublas_ws, intra_bw, inter_bw, latency_us,
-                     need_model);
+    int rc = resolve(s, &f, need_model);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }
