@@ -71,9 +71,20 @@ static int emit_json(cJSON *j, const char *path) {
     return rc;
 }
 
+/* What `auto --emit` prints instead of the plan. */
+typedef enum { EMIT_NONE = 0, EMIT_DEEPSPEED, EMIT_TORCH, EMIT_COUNT } EmitKind;
+static const struct {
+    const char *name;      /* the --emit value */
+    const char *prints;    /* what it writes on standard output, for messages */
+} EMITS[EMIT_COUNT] = {
+    [EMIT_DEEPSPEED] = {"deepspeed", "DeepSpeed config"},
+    [EMIT_TORCH] = {"torch", "torchrun command"},
+};
+
 /* Options of plan and auto beyond the shared ones. */
 typedef struct {
-    const char *trace, *plot, *emit;
+    const char *trace, *plot;
+    EmitKind emit;
     int auto_mode;
     AutoSpec auto_spec;
     CliAutoOpts offload;     /* --offload, --host-mem, --host-bw, --min-headroom */
@@ -109,9 +120,13 @@ static int plan_opt(void *ctx, int opt, const char *arg, char *err, size_t errle
         } else o->trace = arg;
         return 0;
     case OPT_EMIT:
-        if (strcmp(arg, "deepspeed") && strcmp(arg, "torch")) { snprintf(err, errlen, "unknown --emit '%s' (valid: deepspeed, torch)", arg); return -1; }
-        o->emit = arg;
-        return 0;
+        for (int k = EMIT_NONE + 1; k < EMIT_COUNT; k++)
+            if (strcmp(arg, EMITS[k].name) == 0) {
+                o->emit = (EmitKind)k;
+                return 0;
+            }
+        snprintf(err, errlen, "unknown --emit '%s' (valid: deepspeed, torch)", arg);
+        return -1;
     case OPT_GLOBAL_BATCH:
         if (plan_parse_int(arg, 1, 1000000000LL, &v)) { snprintf(err, errlen, "--global-batch '%s' is not an integer in [1, 1e9]", arg); return -1; }
         o->auto_spec.global_batch = v;
@@ -165,7 +180,7 @@ static int write_files(const PlanOpts *o, const CliSetup *s, const Plan *p) {
 static int run_auto(CliSetup *s, PlanOpts *o) {
     AutoResult r;
     o->auto_spec.strategies = s->strategies;
-    if (o->emit && strcmp(o->emit, "deepspeed") == 0) {   /* a DeepSpeed config: pick among ZeRO stages */
+    if (o->emit == EMIT_DEEPSPEED) {   /* a DeepSpeed config: pick among ZeRO stages */
         unsigned ds = 0;
         for (int k = 0; k < STRAT_COUNT; k++)
             if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
@@ -173,7 +188,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
     }
     plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
     int rc = 0;
-    if (o->emit && strcmp(o->emit, "deepspeed") == 0) {
+    if (o->emit == EMIT_DEEPSPEED) {
         char *txt = plan_auto_deepspeed_json(&s->model, &s->cluster, &r);
         if (!txt) { fprintf(stderr, "memplan: nothing fits, no DeepSpeed config:\n%s", r.explain); return 0; }
         printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
@@ -182,7 +197,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         free(txt);
         return 0;
     }
-    if (o->emit) { plan_auto_torch(stdout, &s->model, &s->cluster, &r); return 0; }
+    if (o->emit == EMIT_TORCH) { plan_auto_torch(stdout, &s->model, &s->cluster, &r); return 0; }
     Plan p;
     if (r.found) {
         TrainSpec chosen = r.train;
@@ -273,7 +288,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (o.emit && (s.json || o.trace || o.plot)) {
         cli_setup_free(&s);
         return cli_usage_error("--emit %s prints only the %s on standard output: drop %s, or run it without --emit",
-                               o.emit, strcmp(o.emit, "torch") ? "DeepSpeed config" : "torchrun command",
+                               EMITS[o.emit].name, EMITS[o.emit].prints,
                                s.json ? "--json" : o.trace ? "--trace" : "--plot");
     }
     if (o.auto_spec.global_batch && o.auto_spec.global_batch % s.cluster.gpus) {
