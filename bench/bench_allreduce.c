@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "exec_comm.h"
+#include "exec_launch.h"
 
 static double now(void)
 {
@@ -122,8 +123,7 @@ int main(int argc, char **argv)
         }
     }
     char err[256];
-    int under_mpirun = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK");
-    if (!under_mpirun) {
+    if (!exec_launched_by_mpi()) {
         fprintf(stderr, "bench_allreduce: run it under mpirun with 2 or more ranks\n");
         return 2;
     }

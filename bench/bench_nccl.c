@@ -30,6 +30,7 @@
 
 #include "exec_comm.h"
 #include "exec_device.h"
+#include "exec_launch.h"
 #include "plan_util.h"
 #include "prof_comm.h"
 #include "prof_mem.h"
@@ -146,19 +147,6 @@ static int parse(int argc, char **argv, Options *o)
         return -1;
     }
     return 0;
-}
-
-static int under_mpirun(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
-}
-
-static int env_rank(void)
-{
-    const char *r = getenv("OMPI_COMM_WORLD_RANK");
-    if (!r) r = getenv("PMIX_RANK");
-    if (!r) r = getenv("PMI_RANK");
-    return r ? atoi(r) : 0;
 }
 
 /* ---- one collective ---- */
@@ -278,7 +266,7 @@ int main(int argc, char **argv)
     char why[256];
     if (exec_device_cuda_count(why, sizeof why) == 0) {
         /* every rank of a job on a machine without a GPU says nothing but rank 0 */
-        if (env_rank() == 0) {
+        if (exec_launch_rank(0) == 0) {
             printf("skipped: %s\n", why);
             if (opt.json) {
                 cJSON *root = cJSON_CreateObject();
@@ -290,12 +278,11 @@ int main(int argc, char **argv)
         return 0;
     }
     char err[256];
-    int mpi = under_mpirun();
     /* host control (the ranks agree on iteration counts) over MPI; the collectives over NCCL */
-    Comm *ctl = comm_create(mpi ? COMM_MPI : COMM_SELF, &argc, &argv, 120, err, sizeof err);
+    Comm *ctl = comm_create(comm_launch_kind(), &argc, &argv, 120, err, sizeof err);
     Comm *c = ctl ? comm_create(COMM_NCCL, &argc, &argv, 120, err, sizeof err) : NULL;
     if (!c) {
-        fprintf(stderr, "bench_nccl: rank %d: %s\n", env_rank(), err);
+        fprintf(stderr, "bench_nccl: rank %d: %s\n", exec_launch_rank(0), err);
         comm_destroy(ctl);
         return 1;
     }
@@ -326,7 +313,8 @@ int main(int argc, char **argv)
     if (rank == 0) {
         printf("# bench_nccl: %d rank%s%s, %s, NCCL %d.%d.%d%s; fp32, out of place; t = wall clock of back-to-back "
                "non-blocking calls / iters\n",
-               n, n == 1 ? "" : "s", mpi ? " (NCCL bootstrapped over MPI)" : " (one process)", exec_device_name(d),
+               n, n == 1 ? "" : "s", comm_kind(ctl) == COMM_MPI ? " (NCCL bootstrapped over MPI)" : " (one process)",
+               exec_device_name(d),
                nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100,
                hostid ? "; NCCL_HOSTID set per rank (fake hosts: sockets, not NVLink)" : "");
         if (hostid)

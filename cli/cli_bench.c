@@ -839,15 +839,10 @@ static int write_plot(const char *path, const Setup *su, const Opts *o, const Re
 
 /* ---- the command ---- */
 
-static CommKind launch_kind(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ? COMM_MPI : COMM_SELF;
-}
-
 static int bench_syncbn(int argc, char **argv)
 {
     char err[512] = "";
-    Comm *world = comm_create(launch_kind(), &argc, &argv, 300, err, sizeof err);
+    Comm *world = comm_create(comm_launch_kind(), &argc, &argv, 300, err, sizeof err);
     if (!world) {
         fprintf(stderr, "memplan: cannot start the communicator: %s\n", err);
         return 1;

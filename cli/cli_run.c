@@ -168,12 +168,6 @@ static void print_help(FILE *f, const char *cmd)
                "Memory is printed in bytes and binary units (KiB, MiB, GiB); the engine runs in fp32 (CPU or GPU).\n");
 }
 
-/* Under mpirun (OpenMPI, or a PMI/PMIx launcher) the job is MPI; alone, one rank without MPI. */
-static CommKind launch_kind(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ? COMM_MPI : COMM_SELF;
-}
-
 typedef struct {
     CliSetup s;
     int have_setup;
@@ -291,7 +285,7 @@ static int start(int argc, char **argv, const char *cmd, Ctx *x)
 {
     memset(x, 0, sizeof *x);
     char err[512];
-    x->comm = comm_create(launch_kind(), &argc, &argv, 300, err, sizeof err);
+    x->comm = comm_create(comm_launch_kind(), &argc, &argv, 300, err, sizeof err);
     if (!x->comm) {
         fprintf(stderr, "memplan: cannot start the communicator: %s\n", err);
         return 1;

@@ -25,6 +25,7 @@
  * broadcast count·size), the time from issue to completion as this rank saw it, and the phase
  * in which it was issued. */
 #include "exec_comm.h"
+#include "exec_launch.h"
 #include "prof_check.h"
 #include "exec_device.h"
 #include "prof_cupti.h"
@@ -387,6 +388,8 @@ static void keep_host_memory(void)
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, INT_MAX);
 }
+
+CommKind comm_launch_kind(void) { return exec_launched_by_mpi() ? COMM_MPI : COMM_SELF; }
 
 Comm *comm_create(CommKind kind, int *argc, char ***argv, double timeout_s, char *err, size_t errlen)
 {

@@ -29,6 +29,9 @@ typedef struct CommReq CommReq;     /* opaque; completed and freed by comm_wait 
  * (glibc: one arena, no mmapped blocks, no trimming), so that freed step buffers and MPI's
  * collective scratch are reused, not faulted in again every step. */
 Comm *comm_create(CommKind kind, int *argc, char ***argv, double timeout_s, char *err, size_t errlen);
+/* COMM_MPI when a launcher started this process (exec_launch.h), else COMM_SELF: what a command
+ * that runs under mpirun or alone passes to comm_create. */
+CommKind comm_launch_kind(void);
 void comm_destroy(Comm *c);          /* finalizes MPI if comm_create initialized it */
 CommKind comm_kind(const Comm *c);
 int comm_rank(const Comm *c);

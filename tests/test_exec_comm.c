@@ -16,6 +16,7 @@
 
 #include "exec_comm.h"
 #include "exec_device.h"
+#include "exec_launch.h"
 #include "prof_comm.h"
 
 #include "test_run.h"
@@ -250,4 +251,74 @@ Test(comm, dtypes_should_have_their_sizes_and_names)
     cr_expect_eq(exec_dtype_size(DT_F64), 8);
     cr_expect_eq(exec_dtype_size(DT_U8), 1);
     cr_expect_str_eq(exec_dtype_name(DT_BF16), "bf16");
+}
+
+/* ---- launcher detection (exec_launch.h) ---- */
+
+/* No launcher variable left, then the given NAME=VALUE pairs set. */
+static void launched_with(const char *const *vars)
+{
+    for (size_t i = 0; i < EXEC_LAUNCHER_COUNT; i++) {
+        const ExecLauncher *l = &EXEC_LAUNCHERS[i];
+        const char *names[] = {l->rank, l->size, l->local_rank, l->local_size};
+        for (int k = 0; k < 4; k++)
+            if (names[k]) unsetenv(names[k]);
+    }
+    for (; vars && vars[0]; vars += 2) setenv(vars[0], vars[1], 1);
+}
+
+Test(launch, launcher_detection_should_see_open_mpi_variables)
+{
+    launched_with((const char *const[]){"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "8",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK", "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "2",
+                                         "PMIX_RANK", "3", NULL});
+    cr_assert(exec_launched_by_mpi());
+    cr_expect_str_eq(exec_launcher()->name, "Open MPI");
+    cr_expect_eq(exec_launch_rank(-1), 3);
+    cr_expect_eq(exec_launch_size(-1), 8);
+    cr_expect_eq(exec_launch_local_rank(-1), 1);
+    cr_expect_eq(exec_launch_local_size(-1), 2);
+    cr_expect_eq(comm_launch_kind(), COMM_MPI);
+}
+
+Test(launch, launcher_detection_should_see_hydras_pmi_variables)
+{
+    launched_with((const char *const[]){"PMI_RANK", "5", "PMI_SIZE", "6", "MPI_LOCALRANKID", "2",
+                                         "MPI_LOCALNRANKS", "3", NULL});
+    cr_assert(exec_launched_by_mpi());
+    cr_expect_eq(exec_launch_rank(-1), 5);
+    cr_expect_eq(exec_launch_size(-1), 6);
+    cr_expect_eq(exec_launch_local_rank(-1), 2);
+    cr_expect_eq(exec_launch_local_size(-1), 3);
+    cr_expect_eq(comm_launch_kind(), COMM_MPI);
+}
+
+Test(launch, a_pmix_launcher_should_give_its_rank_and_leave_the_sizes_to_the_default)
+{
+    launched_with((const char *const[]){"PMIX_RANK", "7", NULL});
+    cr_assert(exec_launched_by_mpi());
+    cr_expect_eq(exec_launch_rank(-1), 7);
+    cr_expect_eq(exec_launch_size(-1), -1);
+    cr_expect_eq(exec_launch_local_size(-1), -1);
+}
+
+Test(launch, a_process_started_by_hand_should_run_alone_even_inside_a_slurm_job)
+{
+    launched_with(NULL);
+    setenv("SLURM_PROCID", "0", 1);
+    cr_expect_not(exec_launched_by_mpi());
+    cr_expect_null(exec_launcher());
+    cr_expect_eq(exec_launch_rank(-1), -1);
+    cr_expect_eq(exec_launch_local_size(1), 1);
+    cr_expect_eq(comm_launch_kind(), COMM_SELF);
+}
+
+Test(launch, values_that_are_not_counts_should_read_as_the_default)
+{
+    launched_with((const char *const[]){"OMPI_COMM_WORLD_RANK", "x1", "OMPI_COMM_WORLD_SIZE", "-2",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE", "", NULL});
+    cr_expect(exec_launched_by_mpi(), "a launcher set its variables, whatever their values");
+    cr_expect_eq(exec_launch_rank(-1), -1);
+    cr_expect_eq(exec_launch_size(-1), -1);
+    cr_expect_eq(exec_launch_local_size(-1), -1);
 }

@@ -24,6 +24,7 @@
 
 #include "exec_comm.h"
 #include "exec_device.h"
+#include "exec_launch.h"
 #include "prof_comm.h"
 #include "prof_mem.h"
 
@@ -396,9 +397,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--left") == 0) g_expect_left = 1;
         else if (strcmp(argv[i], "--fake-hosts") == 0) {
             /* NCCL tells hosts apart by a hash that NCCL_HOSTID overrides. */
-            const char *rank = getenv("OMPI_COMM_WORLD_RANK");
             char id[64];
-            snprintf(id, sizeof id, "memplan-fake-host-%s", rank ? rank : "0");
+            snprintf(id, sizeof id, "memplan-fake-host-%d", exec_launch_rank(0));
             setenv("NCCL_HOSTID", id, 0);
         }
     }
