@@ -27,7 +27,6 @@
 #include "exec_comm.h"
 #include "exec_launch.h"
 #include "prof_check.h"
-#include "exec_device.h"
 #include "prof_cupti.h"
 
 #include <dirent.h>
@@ -107,7 +106,6 @@ struct Comm {
     MPI_Comm mpi;            /* duplicate of MPI_COMM_WORLD (MPI and NCCL) */
     CommCounters *counters;
     CommReq *outstanding;
-    Device *dev;             /* SELF copies through it when set */
     /* the MPI progress thread (started at the first collective it runs) */
     int bg_off;              /* comm_set_mpi_progress(c, 0) */
     int bg_started;
@@ -486,7 +484,6 @@ int comm_pinned_from(const Comm *c) { return c->pinned_from; }
 double comm_timeout(const Comm *c) { return c->timeout_s; }
 void comm_set_timeout(Comm *c, double timeout_s) { c->timeout_s = timeout_s > 0 ? timeout_s : 300.0; }
 void comm_set_counters(Comm *c, CommCounters *counters) { c->counters = counters; }
-void comm_set_device(Comm *c, Device *dev) { c->dev = dev; }
 int comm_outstanding(const Comm *c)
 {
     int n = 0;
@@ -922,8 +919,7 @@ static int check_int_count(const Comm *c, const char *what, size_t count)
 static void self_copy(Comm *c, void *dst, const void *src, size_t bytes)
 {
     if (dst == src || bytes == 0) return;
-    if (c->dev) exec_device_copy(c->dev, dst, src, bytes);
-    else memcpy(dst, src, bytes);
+    memcpy(dst, src, bytes);
 }
 
 static int nchunks(size_t count)
@@ -1203,7 +1199,6 @@ Comm *comm_split(Comm *parent, int color, char *err, size_t errlen)
     c->mpi = MPI_COMM_NULL;
     c->bg_mpi = MPI_COMM_NULL;
     c->timeout_s = parent->timeout_s;
-    c->dev = parent->dev;
     if (parent->kind == COMM_SELF) {
         if (color >= 0) return c;
         free(c);

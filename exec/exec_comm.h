@@ -89,10 +89,9 @@ int comm_pinned_from(const Comm *c);           /* the CPUs of the shared set; 0 
 double comm_timeout(const Comm *c);            /* seconds */
 void comm_set_timeout(Comm *c, double timeout_s);
 int comm_outstanding(const Comm *c);           /* non-blocking requests not yet waited for */
-/* SELF on a GPU: its "collectives" are copies, done with exec_device_copy when a device is
- * set (NULL: memcpy, host buffers). */
-typedef struct Device Device;
-void comm_set_device(Comm *c, Device *dev);
+/* SELF's "collectives" are host copies (memcpy): on one rank the strategies train the plain
+ * replica and SyncBN skips its collectives, so device buffers never reach it (a GPU job of
+ * several ranks runs its collectives over NCCL). */
 
 /* A communicator of the ranks of parent that pass the same color >= 0 (ordered as in parent);
  * every rank of parent calls it. A rank passing color < 0 gets NULL with err "" (not a member).

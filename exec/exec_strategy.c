@@ -125,8 +125,6 @@ static int fail(ExecStrategy *s, const char *fmt, ...)
 }
 
 const char *exec_strategy_error(const ExecStrategy *s) { return s->err; }
-ExecStrategyKind exec_strategy_kind(const ExecStrategy *s) { return s->kind; }
-int exec_strategy_plain(const ExecStrategy *s) { return s->plain; }
 
 int exec_strategy_buckets(const ExecStrategy *s)
 {
