@@ -42,7 +42,8 @@ int exec_cnn_config_preset(CnnConfig *cfg, const char *name)
     return -1;
 }
 
-int exec_cnn_config_check(const CnnConfig *cfg, char *msg, size_t msglen)
+/* 0 if the shapes are usable; -1 with a sentence in msg otherwise. */
+static int exec_cnn_config_check(const CnnConfig *cfg, char *msg, size_t msglen)
 {
     const char *why = NULL;
     if (!cfg) why = "no configuration given";

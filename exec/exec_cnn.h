@@ -60,8 +60,6 @@ typedef struct {
 int exec_cnn_config_preset(CnnConfig *cfg, const char *name);
 int exec_cnn_preset_count(void);
 const char *exec_cnn_preset_name(int i);   /* NULL when out of range */
-/* 0 if the shapes are usable; -1 with a sentence in msg otherwise. */
-int exec_cnn_config_check(const CnnConfig *cfg, char *msg, size_t msglen);
 int exec_cnn_cfg_units(const CnnConfig *cfg);
 size_t exec_cnn_cfg_unit_numel(const CnnConfig *cfg, int unit);   /* 0 if out of range */
 int64_t exec_cnn_cfg_num_params(const CnnConfig *cfg);

@@ -45,7 +45,9 @@ static void h_bytes(unsigned long long *h, const void *p, size_t n)
     }
 }
 
-unsigned long long exec_run_config_hash(const ExecRunConfig *c)
+/* Hash of everything that must agree between ranks (model, strategy, shapes, steps, buckets,
+ * limit, seed, optimizer, device, cupti); not the output paths, the fault or data_comm. */
+static unsigned long long exec_run_config_hash(const ExecRunConfig *c)
 {
     unsigned long long h = 14695981039346656037ull;
     const Gpt2Config *m = &c->model;

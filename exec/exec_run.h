@@ -82,9 +82,6 @@ typedef struct {
 /* B 4, T = max_seq, accum 1, 10 steps, DDP, 25 MiB buckets, seed 1337, AdamW lr 1e-3,
  * betas (0.9, 0.999), eps 1e-8, weight decay 0, the host (model fields zeroed: set a preset). */
 void exec_run_config_defaults(ExecRunConfig *c);
-/* Hash of everything that must agree between ranks (model, strategy, shapes, steps, buckets,
- * limit, seed, optimizer, device, cupti); not the output paths, the fault or data_comm. */
-unsigned long long exec_run_config_hash(const ExecRunConfig *c);
 
 typedef enum {
     EXEC_RUN_OK = 0,
