@@ -366,8 +366,6 @@ static int report_failure(Ctx *x, ExecRunResult *r)
 
 /* ---- run: the profiler summary ---- */
 
-static const char *const PHASES3[3] = {"forward", "backward", "step"};
-
 static void print_summary(FILE *f, const Ctx *x, const ExecRunResult *r)
 {
     char a[32], b[32], c3[32], d[32];
@@ -464,7 +462,8 @@ static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
         cJSON_AddNumberToObject(o, "at_peak_bytes", r->at_peak[k]);
     }
     cJSON *pp = cJSON_AddObjectToObject(mem, "phase_peak_bytes");
-    for (int ph = 0; ph < 3; ph++) cJSON_AddNumberToObject(pp, PHASES3[ph], r->phase_peak[ph]);
+    for (int ph = 0; ph < EXEC_PHASE_PARTS; ph++)
+        cJSON_AddNumberToObject(pp, exec_phase_planner_name((ExecPhase)ph), r->phase_peak[ph]);
     cJSON *coll = cJSON_AddObjectToObject(j, "collectives");
     for (int op = 0; op < COLL_OP_COUNT; op++) {
         if (r->coll_total[op].count == 0) continue;
@@ -628,7 +627,8 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
             ms_ok ? "ok (exact)" : "FAIL (must be exact)");
     for (int op = 0; op < PCOLL_COUNT; op++)
         for (int ph = 0; ph < CPHASE_COUNT; ph++) {
-            const CollStats *m = &r->coll_step_phase[op][ph];   /* PCOLL_* and COLL_* share the first four */
+            /* PCOLL_* and COLL_* share the first four; CPHASE_* are the ExecPhase parts, in order */
+            const CollStats *m = &r->coll_step_phase[op][ph];
             const CollSum *p = &pred[op][ph];
             if (p->count == 0 && m->count == 0) continue;
             char q1[48], q2[48];
