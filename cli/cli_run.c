@@ -544,6 +544,11 @@ typedef struct {
     double count, payload, wire;
 } CollSum;
 
+/* the planner's comm phases are the step's parts, in order (coll_step_phase's second index) */
+_Static_assert((int)CPHASE_COUNT == EXEC_PHASE_PARTS && (int)CPHASE_FORWARD == (int)EXEC_PHASE_FORWARD &&
+                   (int)CPHASE_STEP == (int)EXEC_PHASE_OPTIMIZER,
+               "CommPhase and the ExecPhase parts differ");
+
 /* One strategy: rows on f (rank 0) and a JSON record; returns 1 if it passes. */
 static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResult *r, cJSON *arr, int *row_header,
                    const DeviceDesc *desc)
