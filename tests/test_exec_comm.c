@@ -53,6 +53,30 @@ Test(comm, every_collective_should_be_exact_without_the_progress_thread_too, .ti
     expect_all_ok(2, "collectives --no-thread");
 }
 
+/* each backend's table on one rank: SELF's copies, MPI with and without the progress thread */
+Test(comm, every_collective_through_each_backend_should_be_exact_on_1_rank, .timeout = 90)
+{
+    static const char *const ARGS[] = {"collectives --self", "collectives", "collectives --no-thread"};
+    static const char *const WHICH[] = {"1 ranks, self)", "1 ranks, mpi with the progress thread)", "1 ranks, mpi)"};
+    for (int i = 0; i < 3; i++) {
+        Run r = mpirun(1, ARGS[i]);
+        cr_expect_eq(r.status, 0, "comm_check %s exited %d:\n%s", ARGS[i], r.status, r.out);
+        cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
+        cr_expect(strstr(r.out, WHICH[i]) != NULL, "%s ran another backend:\n%s", ARGS[i], r.out);
+        free(r.out);
+    }
+}
+
+Test(comm, the_progress_thread_should_run_the_reductions_on_2_ranks, .timeout = 90)
+{
+    Run r = mpirun(2, "collectives");
+    cr_expect_eq(test_count(r.out, "mpi with the progress thread)"), 2, "%s", r.out);
+    free(r.out);
+    r = mpirun(2, "collectives --no-thread");
+    cr_expect_eq(test_count(r.out, "mpi)"), 2, "%s", r.out);
+    free(r.out);
+}
+
 Test(comm, mpi_waits_should_yield_the_core_on_2_ranks, .timeout = 90)
 {
     expect_all_ok(2, "yield");
