@@ -23,17 +23,26 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+/* What a launcher says about the job, each in a variable of its own. */
+typedef enum {
+    EXEC_LAUNCH_RANK = 0,
+    EXEC_LAUNCH_SIZE,
+    EXEC_LAUNCH_LOCAL_RANK,
+    EXEC_LAUNCH_LOCAL_SIZE,
+    EXEC_LAUNCH_VALUES
+} ExecLaunchValue;
+
 typedef struct {
-    const char *name;                          /* for messages */
-    const char *rank, *size;                   /* MPI_COMM_WORLD; NULL: not set by it */
-    const char *local_rank, *local_size;       /* this node's ranks of the job; NULL: not set */
+    const char *name;                       /* for messages */
+    const char *var[EXEC_LAUNCH_VALUES];    /* the variable of each value; NULL: not set by it.
+                                               RANK, SIZE: of MPI_COMM_WORLD; LOCAL_*: this node's */
 } ExecLauncher;
 
 static const ExecLauncher EXEC_LAUNCHERS[] = {
-    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE"},
-    {"PMI (MPICH's Hydra, Intel MPI)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    {"PMIx", "PMIX_RANK", NULL, NULL, NULL},
+    {"Open MPI",
+     {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}},
+    {"PMI (MPICH's Hydra, Intel MPI)", {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}},
+    {"PMIx", {"PMIX_RANK", NULL, NULL, NULL}},
 };
 #define EXEC_LAUNCHER_COUNT (sizeof EXEC_LAUNCHERS / sizeof EXEC_LAUNCHERS[0])
 
@@ -48,47 +57,29 @@ static inline int exec_launch_env_set_(const char *var)
 static inline const ExecLauncher *exec_launcher(void)
 {
     for (size_t i = 0; i < EXEC_LAUNCHER_COUNT; i++)
-        if (exec_launch_env_set_(EXEC_LAUNCHERS[i].rank) || exec_launch_env_set_(EXEC_LAUNCHERS[i].size))
+        if (exec_launch_env_set_(EXEC_LAUNCHERS[i].var[EXEC_LAUNCH_RANK]) ||
+            exec_launch_env_set_(EXEC_LAUNCHERS[i].var[EXEC_LAUNCH_SIZE]))
             return &EXEC_LAUNCHERS[i];
     return NULL;
 }
 
 static inline int exec_launched_by_mpi(void) { return exec_launcher() != NULL; }
 
-/* var's value as an integer in [0, INT_MAX], or def when unset or not such an integer */
-static inline int exec_launch_env_int_(const char *var, int def)
+/* What the launcher says, an integer in [0, INT_MAX]; def when nothing launched this process,
+ * the launcher does not set that value (PMIx: the sizes) or it is not such an integer. */
+static inline int exec_launch_value(ExecLaunchValue which, int def)
 {
-    const char *v = var ? getenv(var) : NULL;
+    const ExecLauncher *l = exec_launcher();
+    const char *v = l && (unsigned)which < EXEC_LAUNCH_VALUES && l->var[which] ? getenv(l->var[which]) : NULL;
     if (!v || !*v) return def;
     char *end;
     long x = strtol(v, &end, 10);
     return *end || x < 0 || x > INT_MAX ? def : (int)x;
 }
 
-/* What the launcher says, or def when nothing launched this process or the launcher does not
- * set that value (PMIx: the sizes). */
-static inline int exec_launch_rank(int def)
-{
-    const ExecLauncher *l = exec_launcher();
-    return l ? exec_launch_env_int_(l->rank, def) : def;
-}
-
-static inline int exec_launch_size(int def)
-{
-    const ExecLauncher *l = exec_launcher();
-    return l ? exec_launch_env_int_(l->size, def) : def;
-}
-
-static inline int exec_launch_local_rank(int def)
-{
-    const ExecLauncher *l = exec_launcher();
-    return l ? exec_launch_env_int_(l->local_rank, def) : def;
-}
-
-static inline int exec_launch_local_size(int def)
-{
-    const ExecLauncher *l = exec_launcher();
-    return l ? exec_launch_env_int_(l->local_size, def) : def;
-}
+static inline int exec_launch_rank(int def) { return exec_launch_value(EXEC_LAUNCH_RANK, def); }
+static inline int exec_launch_size(int def) { return exec_launch_value(EXEC_LAUNCH_SIZE, def); }
+static inline int exec_launch_local_rank(int def) { return exec_launch_value(EXEC_LAUNCH_LOCAL_RANK, def); }
+static inline int exec_launch_local_size(int def) { return exec_launch_value(EXEC_LAUNCH_LOCAL_SIZE, def); }
 
 #endif

@@ -282,12 +282,9 @@ Test(comm, dtypes_should_have_their_sizes_and_names)
 /* No launcher variable left, then the given NAME=VALUE pairs set. */
 static void launched_with(const char *const *vars)
 {
-    for (size_t i = 0; i < EXEC_LAUNCHER_COUNT; i++) {
-        const ExecLauncher *l = &EXEC_LAUNCHERS[i];
-        const char *names[] = {l->rank, l->size, l->local_rank, l->local_size};
-        for (int k = 0; k < 4; k++)
-            if (names[k]) unsetenv(names[k]);
-    }
+    for (size_t i = 0; i < EXEC_LAUNCHER_COUNT; i++)
+        for (int k = 0; k < EXEC_LAUNCH_VALUES; k++)
+            if (EXEC_LAUNCHERS[i].var[k]) unsetenv(EXEC_LAUNCHERS[i].var[k]);
     for (; vars && vars[0]; vars += 2) setenv(vars[0], vars[1], 1);
 }
 
