@@ -543,7 +543,8 @@ static void collect_comm_and_phases(Run *x)
     const PhaseStat *ps = prof_phase_stats(x->pt, &res->nphases);
     if (res->nphases > EXEC_RUN_PHASES) res->nphases = EXEC_RUN_PHASES;
     memcpy(res->phases, ps, (size_t)res->nphases * sizeof *ps);
-    for (int p = 0; p < EXEC_PHASE_COUNT; p++) res->phase_count[p] = prof_phase_count(x->pt, exec_phase_name((ExecPhase)p));
+    for (int p = 0; p < EXEC_PHASE_COUNT; p++)
+        res->phase_count[p] = prof_phase_count(x->pt, exec_phase_name((ExecPhase)p));
 }
 
 /* 4. Every rank's memory, one control exchange: each value the maximum over ranks, the split

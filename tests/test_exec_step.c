@@ -162,7 +162,8 @@ Test(exec_step, phases_should_reach_the_tracker_the_counters_and_the_timer)
     double parts = sr.ms[EXEC_PHASE_FORWARD] + sr.ms[EXEC_PHASE_BACKWARD] + sr.ms[EXEC_PHASE_OPTIMIZER];
     for (int p = 0; p <= EXEC_PHASE_STEP; p++) cr_expect_gt(sr.ms[p], 0, "phase %s", exec_phase_name((ExecPhase)p));
     cr_expect_geq(sr.ms[EXEC_PHASE_STEP], parts, "the step holds its parts: %g < %g ms", sr.ms[EXEC_PHASE_STEP], parts);
-    cr_expect_leq(fabs(sr.ms[EXEC_PHASE_STEP] - 1e3 * prof_phase_seconds(pt, "step")), 1.0, "the timer saw the same step");
+    cr_expect_leq(fabs(sr.ms[EXEC_PHASE_STEP] - 1e3 * prof_phase_seconds(pt, "step")), 1.0,
+                  "the timer saw the same step");
     prof_phase_destroy(pt);
     prof_comm_destroy(cc);
     one_free(&o);
@@ -247,8 +248,8 @@ Test(exec_step, cnn_device_should_give_the_losses_it_gave_before_the_step_was_sh
     char bin[PATH_MAX], json[64], args[256];
     test_sibling_path(bin, sizeof bin, "../bench/cnn_device");
     snprintf(json, sizeof json, "/tmp/memplan-step-cnn-%d.json", (int)getpid());
-    snprintf(args, sizeof args, "--device cpu --model resnet-tiny --image 64 --batches 2,4 --steps 2 --seed 5 --check --json %s",
-             json);
+    snprintf(args, sizeof args,
+             "--device cpu --model resnet-tiny --image 64 --batches 2,4 --steps 2 --seed 5 --check --json %s", json);
     Run r = test_launch(bin, 2, 60, args);
     cr_assert_eq(r.status, 0, "%s", r.out);
     /* the CPU reference is the same step on one process over the global batch */
