@@ -25,6 +25,7 @@
 
 #include "exec_comm.h"
 #include "exec_launch.h"
+#include "plan_util.h"
 
 static double now(void)
 {
@@ -49,18 +50,6 @@ typedef struct {
     double overlap;
     int exact;
 } Row;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* fills the inputs: send[count·n] for reduce-scatter, send[count] otherwise */
 static void fill(float *buf, size_t n, int rank)
@@ -178,7 +167,7 @@ int main(int argc, char **argv)
             }
             double fac = COLLS[k].bus * (n - 1) / n;
             for (int v = 0; v < NVAR && !bad; v++) {
-                double med = (v == V_THREAD && !thread_ok) ? 0 : median(t[v], rounds);
+                double med = (v == V_THREAD && !thread_ok) ? 0 : plan_median(t[v], rounds);
                 comm_all_gather(c, &med, all, 1, DT_F64, NULL);
                 double worst = 0;
                 for (int r = 0; r < n; r++) worst = all[r] > worst ? all[r] : worst;
@@ -186,7 +175,7 @@ int main(int argc, char **argv)
                 w->busbw[v] = worst > 0 ? (double)w->bytes / worst / 1e9 * fac : 0;
             }
             if (thread_ok && !bad) {
-                double both = median(tov, rounds), comm_t = w->us[V_THREAD] * 1e-6, comp = w->us[V_MPI] * 1e-6;
+                double both = plan_median(tov, rounds), comm_t = w->us[V_THREAD] * 1e-6, comp = w->us[V_MPI] * 1e-6;
                 comm_all_gather(c, &both, all, 1, DT_F64, NULL);
                 for (int r = 0; r < n; r++) both = all[r] > both ? all[r] : both;
                 double lo = comm_t < comp ? comm_t : comp;

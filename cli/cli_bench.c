@@ -32,6 +32,7 @@
 #include "prof_comm.h"
 
 #define MAX_LIST 16
+#define CPU_IMAGE_MAX 64   /* the default input side's cap, pixels */
 
 typedef struct {
     const char *model;
@@ -69,8 +70,8 @@ static void help(FILE *f)
         "  what SyncBatchNorm costs: the CNN under DDP with BatchNorm and with SyncBN, per-GPU batch by\n"
         "  rank count, measured per phase next to the planner's prediction; table, JSON, plot\n"
         "  --model NAME          resnet50 (default), resnet-mini or resnet-tiny (the executor's CNN presets)\n"
-        "  --image-size S        input side in pixels, >= 32 (default 64 for resnet50 on CPUs, the model's otherwise;\n"
-        "                        resnet50's own is 224)\n"
+        "  --image-size S        input side in pixels, >= 32 (default: the model's, at most 64 on CPUs: 64 for resnet50,\n"
+        "                        whose own is 224)\n"
         "  --batches LIST        per-GPU batches, comma-separated (default 2,4,8)\n"
         "  --ranks LIST          rank counts, each in [2, N] (default 2, 4, 8, ... up to N, and N): the first n ranks\n"
         "                        run, the others wait asleep\n"
@@ -510,7 +511,9 @@ static int resolve(Opts *o, Setup *su, int N, char *err, size_t len)
     for (int i = 0; i < o->nr; i++)
         if (o->ranks[i] > N) return bad(err, len, "--ranks %d exceeds the %d ranks this job was started with", o->ranks[i], N);
     /* BatchNorm trains on more than one value per channel: the last stage's maps are the smallest */
-    su->cfg.image_size = o->image ? o->image : strcmp(su->cfg.name, "resnet50") == 0 ? 64 : su->cfg.image_size;
+    /* the model's own images, at most 64 pixels (resnet50's 224 would take minutes a step on CPUs) */
+    if (o->image) su->cfg.image_size = o->image;
+    else if (su->cfg.image_size > CPU_IMAGE_MAX) su->cfg.image_size = CPU_IMAGE_MAX;
     int img = su->cfg.image_size;
     int h = kern_conv2d_out_size(kern_conv2d_out_size(img, 7, 2, 3), 3, 2, 1);   /* stem conv, max-pool */
     for (int st = 1; st < 4; st++) h = kern_conv2d_out_size(h, 3, 2, 1);        /* stages 2..4 halve */

@@ -189,14 +189,16 @@ static void finish_ctx(Ctx *x)
 }
 
 /* Planning flags the engine does not honour (it trains fp32 AdamW, no checkpointing, no
- * dropout, eager attention, on mpirun's ranks), with the one value each may still take. The
- * overhead figures (--gpu, --cuda-context, --nccl-mem) are printed next to --cupti's only. */
-static const struct { const char *flag, *same; int cupti; } NOT_HONOURED[] = {
-    {"params", NULL, 0}, {"units", NULL, 0}, {"precision", "fp32", 0}, {"optimizer", "adamw", 0},
-    {"act-ckpt", "none", 0}, {"attn", "eager", 0}, {"dropout", "0", 0}, {"gpus", NULL, 0}, {"gpus-per-node", NULL, 0},
-    {"gpu-mem", NULL, 0}, {"grad-as-bucket-view", NULL, 0}, {"alloc-margin", NULL, 0}, {"mfu", NULL, 0},
-    {"intra-bw", NULL, 0}, {"inter-bw", NULL, 0}, {"latency", NULL, 0}, {"syncbn", NULL, 0}, {"impl", "engine", 0},
-    {"gpu", NULL, 1}, {"cuda-context", NULL, 1}, {"nccl-mem", NULL, 1},
+ * dropout, eager attention, on mpirun's ranks), with the one value each may still take (same, or
+ * the job's rank count: ranks). The overhead figures (--gpu, --cuda-context, --nccl-mem) are
+ * printed next to --cupti's only (cupti). */
+static const struct { const char *flag, *same; int cupti, ranks; } NOT_HONOURED[] = {
+    {"params", NULL, 0, 0}, {"units", NULL, 0, 0}, {"precision", "fp32", 0, 0}, {"optimizer", "adamw", 0, 0},
+    {"act-ckpt", "none", 0, 0}, {"attn", "eager", 0, 0}, {"dropout", "0", 0, 0}, {"gpus", NULL, 0, 1},
+    {"gpus-per-node", NULL, 0, 0}, {"gpu-mem", NULL, 0, 0}, {"grad-as-bucket-view", NULL, 0, 0},
+    {"alloc-margin", NULL, 0, 0}, {"mfu", NULL, 0, 0}, {"intra-bw", NULL, 0, 0}, {"inter-bw", NULL, 0, 0},
+    {"latency", NULL, 0, 0}, {"syncbn", NULL, 0, 0}, {"impl", "engine", 0, 0},
+    {"gpu", NULL, 1, 0}, {"cuda-context", NULL, 1, 0}, {"nccl-mem", NULL, 1, 0},
 };
 
 /* Parses and checks this rank's arguments and output paths, with cli_usage_error captured.
@@ -215,7 +217,8 @@ static int check_args(int argc, char **argv, const char *cmd, Ctx *x)
         const char *v = cli_setup_given(&x->s, NOT_HONOURED[i].flag);
         if (!v || (NOT_HONOURED[i].cupti && x->f.cupti)) continue;
         if (NOT_HONOURED[i].same && strcmp(v, NOT_HONOURED[i].same) == 0) continue;
-        if (strcmp(NOT_HONOURED[i].flag, "gpus") == 0 && atoll(v) == x->N) continue;
+        long long n;
+        if (NOT_HONOURED[i].ranks && plan_parse_int(v, 1, INT_MAX, &n) == 0 && n == x->N) continue;
         if (NOT_HONOURED[i].cupti)
             return cli_usage_error("%s does not use --%s without --cupti (it sets the planner's overheads printed next "
                                    "to --cupti's measurement): drop it", cmd, NOT_HONOURED[i].flag);
