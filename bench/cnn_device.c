@@ -189,6 +189,28 @@ typedef struct {
     int pass;
 } Row;
 
+/* The unit of m whose parameters got (units concatenated) differ most from want's, relative
+ * (||got - want|| / ||want||), into row->worst_rel and row->worst_unit; NaN counts as worst. */
+static void worst_unit(ExecModel *m, const float *got, const float *want, Row *row)
+{
+    size_t off = 0;
+    for (int u = 0; u < exec_model_units(m); u++) {
+        size_t n = exec_model_unit_numel(m, u);
+        double d = 0, ref = 0;
+        for (size_t i = 0; i < n; i++) {
+            double e = (double)got[off + i] - want[off + i];
+            d += e * e;
+            ref += (double)want[off + i] * want[off + i];
+        }
+        double rel = ref > 0 ? sqrt(d / ref) : sqrt(d);
+        if (!(rel <= row->worst_rel)) {
+            row->worst_rel = isnan(rel) ? INFINITY : rel;
+            row->worst_unit = u;
+        }
+        off += n;
+    }
+}
+
 /* One batch size: set up, warm up, measure, check. Runs on every rank; rows land on rank 0.
  * Errors inside a step abort the job (peers may be inside a collective). */
 static int run_batch(Comm *c, Comm *dc, Device *dev, const CnnConfig *cfg, const Opts *o, int B, Row *row, char *err,
@@ -281,22 +303,7 @@ static int run_batch(Comm *c, Comm *dc, Device *dev, const CnnConfig *cfg, const
                 rc = -1;
             } else {
                 row->checked = 1;
-                size_t off = 0;
-                for (int u = 0; u < exec_model_units(m); u++) {
-                    size_t n = exec_model_unit_numel(m, u);
-                    double d = 0, ref = 0;
-                    for (size_t i = 0; i < n; i++) {
-                        double e = (double)got[off + i] - want[off + i];
-                        d += e * e;
-                        ref += (double)want[off + i] * want[off + i];
-                    }
-                    double rel = ref > 0 ? sqrt(d / ref) : sqrt(d);
-                    if (!(rel <= row->worst_rel)) {   /* NaN counts as worst */
-                        row->worst_rel = isnan(rel) ? INFINITY : rel;
-                        row->worst_unit = u;
-                    }
-                    off += n;
-                }
+                worst_unit(m, got, want, row);
                 /* the GPU kernels' own tolerances reach 1e-4 (docs/gpu-cnn-kernels.md); on the
                    CPU the same kernels run, only the batch is split: 1e-5 (test_exec_cnn) */
                 row->pass = row->worst_rel < (gpu ? 1e-4 : 1e-5);
