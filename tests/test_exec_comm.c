@@ -6,6 +6,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,15 +267,22 @@ Test(comm, self_should_copy_count_and_put_nothing_on_the_wire)
     prof_comm_destroy(cc);
 }
 
-Test(comm, dtypes_should_have_their_sizes_and_names)
+Test(comm, dtypes_should_have_the_sizes_of_their_c_types_and_distinct_names)
 {
-    cr_expect_eq(exec_dtype_size(DT_F32), 4);
-    cr_expect_eq(exec_dtype_size(DT_BF16), 2);
-    cr_expect_eq(exec_dtype_size(DT_F16), 2);
-    cr_expect_eq(exec_dtype_size(DT_I32), 4);
-    cr_expect_eq(exec_dtype_size(DT_F64), 8);
-    cr_expect_eq(exec_dtype_size(DT_U8), 1);
+    cr_expect_eq(exec_dtype_size(DT_F32), sizeof(float));
+    cr_expect_eq(exec_dtype_size(DT_F64), sizeof(double));
+    cr_expect_eq(exec_dtype_size(DT_I32), sizeof(int32_t));
+    cr_expect_eq(exec_dtype_size(DT_U8), sizeof(uint8_t));
+    cr_expect_eq(exec_dtype_size(DT_BF16), sizeof(uint16_t), "bf16 moves as 2-byte units");
+    cr_expect_eq(exec_dtype_size(DT_F16), sizeof(uint16_t));
     cr_expect_str_eq(exec_dtype_name(DT_BF16), "bf16");
+    for (int a = 0; a < DT_COUNT; a++) {
+        cr_expect_str_neq(exec_dtype_name((DType)a), "unknown", "type %d has no name", a);
+        for (int b = 0; b < a; b++)
+            cr_expect_str_neq(exec_dtype_name((DType)a), exec_dtype_name((DType)b), "types %d and %d", a, b);
+    }
+    cr_expect_eq(exec_dtype_size(DT_COUNT), 0, "out of range: no size");
+    cr_expect_str_eq(exec_dtype_name(DT_COUNT), "unknown");
 }
 
 /* ---- launcher detection (exec_launch.h) ---- */
