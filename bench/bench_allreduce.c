@@ -24,6 +24,8 @@
 #include <time.h>
 
 #include "exec_comm.h"
+#include "exec_launch.h"
+#include "plan_util.h"
 
 static double now(void)
 {
@@ -48,18 +50,6 @@ typedef struct {
     double overlap;
     int exact;
 } Row;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* fills the inputs: send[count·n] for reduce-scatter, send[count] otherwise */
 static void fill(float *buf, size_t n, int rank)
@@ -100,6 +90,144 @@ static void compute_for(double sec)
     g_sink = x;
 }
 
+/* What the rows share: the buffers, the per-round times, the job. */
+typedef struct {
+    Comm *c;
+    int rank, n, rounds, thread_ok;   /* thread_ok: exec_comm's progress thread is available */
+    float *send, *recv;
+    double *t[NVAR], *tov, *all;      /* per round: each variant's time, the overlapped call's (s) */
+} Bench;
+
+/* The slowest rank's value of v */
+static double slowest(Bench *b, double v)
+{
+    comm_all_gather(b->c, &v, b->all, 1, DT_F64, NULL);
+    for (int r = 0; r < b->n; r++) v = b->all[r] > v ? b->all[r] : v;
+    return v;
+}
+
+/* One round of collective k (rd -1: the warm-up, not timed): each variant, then the thread
+ * variant behind a compute loop as long as the MPI call. 0 or 1 (a call failed). */
+static int round_of(Bench *b, Coll k, size_t count, int rd, Row *w)
+{
+    size_t nsend = k == RS ? count * (size_t)b->n : count;
+    int bad = 0;
+    for (int v = 0; v < NVAR && !bad; v++) {
+        if (v == V_THREAD && !b->thread_ok) continue;
+        comm_set_mpi_progress(b->c, v == V_THREAD);
+        fill(b->send, nsend, b->rank);
+        comm_barrier(b->c);
+        double t0 = now();
+        bad |= one_call(b->c, v, k, b->send, b->recv, count, NULL) != 0;
+        double dt = now() - t0;
+        if (rd >= 0) b->t[v][rd] = dt;
+        if (!check(k, b->recv, count, b->n)) w->exact = 0;
+    }
+    if (!b->thread_ok || bad) return bad;
+    comm_set_mpi_progress(b->c, 1);
+    fill(b->send, nsend, b->rank);
+    double tc = rd >= 0 ? b->t[V_MPI][rd] : 1e-3;
+    comm_barrier(b->c);
+    double t0 = now();
+    CommReq *req = NULL;
+    bad |= one_call(b->c, V_THREAD, k, b->send, b->recv, count, &req) != 0;
+    compute_for(tc);
+    bad |= comm_wait(b->c, req) != 0;
+    if (rd >= 0) b->tov[rd] = now() - t0;
+    if (!check(k, b->recv, count, b->n)) w->exact = 0;
+    return bad;
+}
+
+/* One row: collective k of count elements per rank block, every variant alternating over the
+ * rounds, then the medians of the slowest rank. 0 or 1. */
+static int measure(Bench *b, Coll k, size_t count, Row *w)
+{
+    int n = b->n, bad = 0;
+    memset(w, 0, sizeof *w);
+    w->coll = k;
+    w->bytes = k == AR ? count * sizeof(float) : count * (size_t)n * sizeof(float);
+    w->exact = 1;
+    for (int rd = -1; rd < b->rounds && !bad; rd++) bad = round_of(b, k, count, rd, w);   /* round -1: warm-up */
+    double fac = COLLS[k].bus * (n - 1) / n;
+    for (int v = 0; v < NVAR && !bad; v++) {
+        double worst = slowest(b, (v == V_THREAD && !b->thread_ok) ? 0 : plan_median(b->t[v], b->rounds));
+        w->us[v] = worst * 1e6;
+        w->busbw[v] = worst > 0 ? (double)w->bytes / worst / 1e9 * fac : 0;
+    }
+    if (b->thread_ok && !bad) {
+        double both = slowest(b, plan_median(b->tov, b->rounds));
+        double comm_t = w->us[V_THREAD] * 1e-6, comp = w->us[V_MPI] * 1e-6;
+        double lo = comm_t < comp ? comm_t : comp;
+        w->overlap = lo > 0 ? (comm_t + comp - both) / lo : 0;
+    }
+    return bad || !w->exact;
+}
+
+/* memcpy bandwidth of one core over bytes, best of 5, GB/s (0 if out of memory) */
+static double memcpy_gbps(size_t bytes)
+{
+    char *a = malloc(bytes), *b = malloc(bytes);
+    double best = 1e9, gbps = 0;
+    if (a && b) {
+        memset(a, 1, bytes);
+        memset(b, 2, bytes);
+        for (int r = 0; r < 5; r++) {
+            double t0 = now();
+            memcpy(b, a, bytes);
+            double dt = now() - t0;
+            if (dt < best) best = dt;
+            a[r] ^= b[bytes - 1 - r];   /* keep the copies observable */
+        }
+        gbps = (double)bytes / best / 1e9;
+    }
+    free(a);
+    free(b);
+    return gbps;
+}
+
+static void print_rows(const Bench *b, const Row *rows, int nrows, size_t max_bytes, double memcpy_rate)
+{
+    printf("# fp32 collectives over %d ranks (MPI), median of %d alternating rounds, slowest rank; busbw = algbw x "
+           "2(n-1)/n (all_reduce) or (n-1)/n; exec_comm's progress thread %s\n",
+           b->n, b->rounds, b->thread_ok ? "in use" : "unavailable (no MPI_THREAD_MULTIPLE)");
+    printf("%-15s %10s %10s %10s %10s %8s %8s %10s %8s %6s\n", "collective", "size", "mpi", "thread", "test",
+           "thr/mpi", "test/mpi", "mpi", "overlap", "exact");
+    printf("%-15s %10s %10s %10s %10s %8s %8s %10s %8s %6s\n", "-", "bytes", "busbw GB/s", "busbw GB/s",
+           "busbw GB/s", "ratio", "ratio", "us", "-", "-");
+    for (int i = 0; i < nrows; i++) {
+        const Row *w = &rows[i];
+        double m = w->busbw[V_MPI] > 0 ? w->busbw[V_MPI] : 1e300;
+        printf("%-15s %10zu %10.3f %10.3f %10.3f %8.2f %8.2f %10.1f %8.2f %6s\n", COLLS[w->coll].name, w->bytes,
+               w->busbw[V_MPI], w->busbw[V_THREAD], w->busbw[V_TEST], w->busbw[V_THREAD] / m, w->busbw[V_TEST] / m,
+               w->us[V_MPI], w->overlap, w->exact ? "yes" : "NO");
+    }
+    printf("# ratio: exec_comm (progress thread) / blocking MPI bus bandwidth; 'test' is the MPI_I* + MPI_Test path\n");
+    printf("# memcpy bandwidth (one core, %zu MiB, best of 5): %.3f GB/s\n", max_bytes >> 20, memcpy_rate);
+}
+
+/* 0, or 1 when the file cannot be written */
+static int write_json(const char *json, const Bench *b, const Row *rows, int nrows, double memcpy_rate)
+{
+    FILE *f = fopen(json, "w");
+    if (!f) {
+        fprintf(stderr, "bench_allreduce: cannot write %s\n", json);
+        return 1;
+    }
+    fprintf(f, "{\"ranks\": %d, \"rounds\": %d, \"memcpy_gbps\": %.6g, \"progress_thread\": %s, \"rows\": [", b->n,
+            b->rounds, memcpy_rate, b->thread_ok ? "true" : "false");
+    for (int i = 0; i < nrows; i++) {
+        const Row *w = &rows[i];
+        fprintf(f, "%s{\"collective\": \"%s\", \"bytes\": %zu", i ? ", " : "", COLLS[w->coll].name, w->bytes);
+        for (int v = 0; v < NVAR; v++)
+            fprintf(f, ", \"%s_us\": %.6g, \"%s_busbw_gbps\": %.6g", VARS[v], w->us[v], VARS[v], w->busbw[v]);
+        fprintf(f, ", \"ratio_thread_over_mpi\": %.6g, \"overlap\": %.4g, \"exact\": %s}",
+                w->busbw[V_MPI] > 0 ? w->busbw[V_THREAD] / w->busbw[V_MPI] : 0, w->overlap, w->exact ? "true" : "false");
+    }
+    fprintf(f, "]}\n");
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *json = NULL;
@@ -122,8 +250,7 @@ int main(int argc, char **argv)
         }
     }
     char err[256];
-    int under_mpirun = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK");
-    if (!under_mpirun) {
+    if (!exec_launched_by_mpi()) {
         fprintf(stderr, "bench_allreduce: run it under mpirun with 2 or more ranks\n");
         return 2;
     }
@@ -132,135 +259,33 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_allreduce: %s\n", err);
         return 1;
     }
-    int rank = comm_rank(c), n = comm_size(c);
+    Bench b = {.c = c, .rank = comm_rank(c), .n = comm_size(c), .rounds = rounds, .thread_ok = comm_mpi_progress(c)};
     size_t max_bytes = (size_t)(max_mib * 1024 * 1024);
-    float *send = malloc(max_bytes), *recv = malloc(max_bytes);
-    double *t[NVAR], *tov = calloc((size_t)rounds, sizeof *tov), *all = calloc((size_t)n, sizeof *all);
-    for (int v = 0; v < NVAR; v++) t[v] = calloc((size_t)rounds, sizeof(double));
+    b.send = malloc(max_bytes);
+    b.recv = malloc(max_bytes);
+    b.tov = calloc((size_t)rounds, sizeof *b.tov);
+    b.all = calloc((size_t)b.n, sizeof *b.all);
+    for (int v = 0; v < NVAR; v++) b.t[v] = calloc((size_t)rounds, sizeof(double));
     Row rows[64];
-    int nrows = 0, bad = !send || !recv || !tov || !all || !t[0] || !t[1] || !t[2];
-    int thread_ok = comm_mpi_progress(c);
-    for (int k = 0; k < NCOLL && !bad; k++) {
+    int nrows = 0, bad = !b.send || !b.recv || !b.tov || !b.all || !b.t[0] || !b.t[1] || !b.t[2];
+    for (int k = 0; k < NCOLL && !bad; k++)
         for (size_t bytes = (size_t)(min_kib * 1024); bytes <= max_bytes && !bad && nrows < 64; bytes *= 4) {
-            size_t count = k == AR ? bytes / sizeof(float) : bytes / sizeof(float) / (size_t)n;
-            if (count == 0) continue;
-            Row *w = &rows[nrows++];
-            memset(w, 0, sizeof *w);
-            w->coll = (Coll)k;
-            w->bytes = k == AR ? count * sizeof(float) : count * (size_t)n * sizeof(float);
-            w->exact = 1;
-            size_t nsend = k == RS ? count * (size_t)n : count;
-            for (int rd = -1; rd < rounds && !bad; rd++) {   /* round -1: warm-up, not timed */
-                for (int v = 0; v < NVAR && !bad; v++) {
-                    if (v == V_THREAD && !thread_ok) continue;
-                    comm_set_mpi_progress(c, v == V_THREAD);
-                    fill(send, nsend, rank);
-                    comm_barrier(c);
-                    double t0 = now();
-                    bad |= one_call(c, v, (Coll)k, send, recv, count, NULL) != 0;
-                    double dt = now() - t0;
-                    if (rd >= 0) t[v][rd] = dt;
-                    if (!check((Coll)k, recv, count, n)) w->exact = 0;
-                }
-                if (!thread_ok || bad) continue;
-                /* overlap: the thread variant behind a compute loop as long as the MPI call */
-                comm_set_mpi_progress(c, 1);
-                fill(send, nsend, rank);
-                double tc = rd >= 0 ? t[V_MPI][rd] : 1e-3;
-                comm_barrier(c);
-                double t0 = now();
-                CommReq *req = NULL;
-                bad |= one_call(c, V_THREAD, (Coll)k, send, recv, count, &req) != 0;
-                compute_for(tc);
-                bad |= comm_wait(c, req) != 0;
-                if (rd >= 0) tov[rd] = now() - t0;
-                if (!check((Coll)k, recv, count, n)) w->exact = 0;
-            }
-            double fac = COLLS[k].bus * (n - 1) / n;
-            for (int v = 0; v < NVAR && !bad; v++) {
-                double med = (v == V_THREAD && !thread_ok) ? 0 : median(t[v], rounds);
-                comm_all_gather(c, &med, all, 1, DT_F64, NULL);
-                double worst = 0;
-                for (int r = 0; r < n; r++) worst = all[r] > worst ? all[r] : worst;
-                w->us[v] = worst * 1e6;
-                w->busbw[v] = worst > 0 ? (double)w->bytes / worst / 1e9 * fac : 0;
-            }
-            if (thread_ok && !bad) {
-                double both = median(tov, rounds), comm_t = w->us[V_THREAD] * 1e-6, comp = w->us[V_MPI] * 1e-6;
-                comm_all_gather(c, &both, all, 1, DT_F64, NULL);
-                for (int r = 0; r < n; r++) both = all[r] > both ? all[r] : both;
-                double lo = comm_t < comp ? comm_t : comp;
-                w->overlap = lo > 0 ? (comm_t + comp - both) / lo : 0;
-            }
-            bad |= !w->exact;
+            size_t count = k == AR ? bytes / sizeof(float) : bytes / sizeof(float) / (size_t)b.n;
+            if (count > 0) bad = measure(&b, (Coll)k, count, &rows[nrows++]);
         }
-    }
     comm_set_mpi_progress(c, 1);
     comm_barrier(c);
-    double memcpy_gbps = 0;
-    if (rank == 0 && !bad) {
-        char *a = malloc(max_bytes), *b = malloc(max_bytes);
-        if (a && b) {
-            memset(a, 1, max_bytes);
-            memset(b, 2, max_bytes);
-            double best = 1e9;
-            for (int r = 0; r < 5; r++) {
-                double t0 = now();
-                memcpy(b, a, max_bytes);
-                double dt = now() - t0;
-                if (dt < best) best = dt;
-                a[r] ^= b[max_bytes - 1 - r];   /* keep the copies observable */
-            }
-            memcpy_gbps = (double)max_bytes / best / 1e9;
-        }
-        free(a);
-        free(b);
-    }
+    double memcpy_rate = b.rank == 0 && !bad ? memcpy_gbps(max_bytes) : 0;
     comm_barrier(c);
-    if (rank == 0) {
-        printf("# fp32 collectives over %d ranks (MPI), median of %d alternating rounds, slowest rank; busbw = algbw x "
-               "2(n-1)/n (all_reduce) or (n-1)/n; exec_comm's progress thread %s\n",
-               n, rounds, thread_ok ? "in use" : "unavailable (no MPI_THREAD_MULTIPLE)");
-        printf("%-15s %10s %10s %10s %10s %8s %8s %10s %8s %6s\n", "collective", "size", "mpi", "thread", "test",
-               "thr/mpi", "test/mpi", "mpi", "overlap", "exact");
-        printf("%-15s %10s %10s %10s %10s %8s %8s %10s %8s %6s\n", "-", "bytes", "busbw GB/s", "busbw GB/s",
-               "busbw GB/s", "ratio", "ratio", "us", "-", "-");
-        for (int i = 0; i < nrows; i++) {
-            Row *w = &rows[i];
-            double m = w->busbw[V_MPI] > 0 ? w->busbw[V_MPI] : 1e300;
-            printf("%-15s %10zu %10.3f %10.3f %10.3f %8.2f %8.2f %10.1f %8.2f %6s\n", COLLS[w->coll].name, w->bytes,
-                   w->busbw[V_MPI], w->busbw[V_THREAD], w->busbw[V_TEST], w->busbw[V_THREAD] / m, w->busbw[V_TEST] / m,
-                   w->us[V_MPI], w->overlap, w->exact ? "yes" : "NO");
-        }
-        printf("# ratio: exec_comm (progress thread) / blocking MPI bus bandwidth; 'test' is the MPI_I* + MPI_Test path\n");
-        printf("# memcpy bandwidth (one core, %zu MiB, best of 5): %.3f GB/s\n", max_bytes >> 20, memcpy_gbps);
-        if (json) {
-            FILE *f = fopen(json, "w");
-            if (f) {
-                fprintf(f, "{\"ranks\": %d, \"rounds\": %d, \"memcpy_gbps\": %.6g, \"progress_thread\": %s, \"rows\": [", n,
-                        rounds, memcpy_gbps, thread_ok ? "true" : "false");
-                for (int i = 0; i < nrows; i++) {
-                    Row *w = &rows[i];
-                    fprintf(f, "%s{\"collective\": \"%s\", \"bytes\": %zu", i ? ", " : "", COLLS[w->coll].name, w->bytes);
-                    for (int v = 0; v < NVAR; v++)
-                        fprintf(f, ", \"%s_us\": %.6g, \"%s_busbw_gbps\": %.6g", VARS[v], w->us[v], VARS[v], w->busbw[v]);
-                    fprintf(f, ", \"ratio_thread_over_mpi\": %.6g, \"overlap\": %.4g, \"exact\": %s}",
-                            w->busbw[V_MPI] > 0 ? w->busbw[V_THREAD] / w->busbw[V_MPI] : 0, w->overlap,
-                            w->exact ? "true" : "false");
-                }
-                fprintf(f, "]}\n");
-                fclose(f);
-            } else {
-                fprintf(stderr, "bench_allreduce: cannot write %s\n", json);
-                bad = 1;
-            }
-        }
+    if (b.rank == 0) {
+        print_rows(&b, rows, nrows, max_bytes, memcpy_rate);
+        if (json && write_json(json, &b, rows, nrows, memcpy_rate)) bad = 1;
     }
-    free(send);
-    free(recv);
-    free(tov);
-    free(all);
-    for (int v = 0; v < NVAR; v++) free(t[v]);
+    free(b.send);
+    free(b.recv);
+    free(b.tov);
+    free(b.all);
+    for (int v = 0; v < NVAR; v++) free(b.t[v]);
     comm_destroy(c);
     return bad ? 1 : 0;
 }

@@ -30,6 +30,7 @@
 
 #include "exec_comm.h"
 #include "exec_device.h"
+#include "exec_launch.h"
 #include "plan_util.h"
 #include "prof_comm.h"
 #include "prof_mem.h"
@@ -148,19 +149,6 @@ static int parse(int argc, char **argv, Options *o)
     return 0;
 }
 
-static int under_mpirun(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
-}
-
-static int env_rank(void)
-{
-    const char *r = getenv("OMPI_COMM_WORLD_RANK");
-    if (!r) r = getenv("PMIX_RANK");
-    if (!r) r = getenv("PMI_RANK");
-    return r ? atoi(r) : 0;
-}
-
 /* ---- one collective ---- */
 
 /* Elements per rank of op on a full buffer of S bytes (0: too small for n ranks). */
@@ -271,6 +259,128 @@ static cJSON *doc(const Options *opt, int n, const char *gpu, int nccl_version, 
     return root;
 }
 
+/* What the checks and the sweep share */
+typedef struct {
+    const Options *opt;
+    Comm *c, *ctl;             /* the collectives (NCCL); host control (MPI, or one process) */
+    Device *d;
+    int n, rank, nccl_version;
+    const char *hostid;        /* NCCL_HOSTID: ranks as fake hosts */
+    float *send, *recv;        /* device buffers of the largest full buffer */
+    CommReq **reqs;            /* opt->iters */
+    long wrong[NOPS];          /* per op: wrong elements of the exactness check */
+} Bench;
+
+/* Exactness first, every op asked for; prints the line and the table's header on rank 0.
+ * Returns 1 when a check could not run on some rank (every rank stops), else 0; *inexact: this
+ * rank saw wrong results (reported; the timing goes on). */
+static int check_all(Bench *b, int *inexact)
+{
+    int bad = 0, any_bad = 0;
+    *inexact = 0;
+    for (int k = 0; k < NOPS; k++) {
+        if (!(b->opt->ops & (1u << k))) continue;
+        b->wrong[k] = check(b->c, b->d, OPS[k], b->send, b->recv);
+        if (b->wrong[k] < 0) bad = 1;
+        if (b->wrong[k] > 0) {
+            fprintf(stderr, "bench_nccl: rank %d: %s check: %ld wrong elements\n", b->rank, prof_coll_name(OPS[k]),
+                    b->wrong[k]);
+            *inexact = 1;
+        }
+    }
+    /* a rank that stops alone would leave the others waiting */
+    if (comm_all_reduce(b->ctl, &bad, &any_bad, 1, DT_I32, NULL)) any_bad = 1;
+    if (b->rank == 0) {
+        printf("# exactness (rank r contributes r+1, %zu elements per rank):", CHECK_ELEMS);
+        for (int k = 0; k < NOPS; k++)
+            if (b->opt->ops & (1u << k)) printf(" %s %s", prof_coll_name(OPS[k]), b->wrong[k] ? "WRONG" : "ok");
+        printf("\n%-15s %14s %12s %6s %6s %12s %10s %10s\n", "op", "size", "count", "type", "iters", "time", "algbw", "busbw");
+        printf("%-15s %14s %12s %6s %6s %12s %10s %10s\n", "-", "bytes", "elements", "-", "-", "us", "GB/s", "GB/s");
+        fflush(stdout);
+    }
+    return any_bad;
+}
+
+/* One row: op on a full buffer of about S0 bytes. 0 measured, 1 skipped (fewer elements than
+ * ranks), -1 a collective failed. */
+static int one_row(Bench *b, CollOp op, double S0, Row *w)
+{
+    const Options *opt = b->opt;
+    size_t count = count_of(op, S0, b->n);
+    if (count == 0) return 1;
+    double S = op == COLL_ALL_REDUCE ? (double)count * sizeof(float) : (double)count * sizeof(float) * b->n;
+    /* warm-up, then a calibration call, then enough calls for the target time */
+    double t1 = timed(b->c, op, b->send, b->recv, count, 1, b->reqs);
+    if (t1 >= 0) t1 = timed(b->c, op, b->send, b->recv, count, 1, b->reqs);
+    int iters = t1 > 0 ? (int)fmin(opt->iters, fmax(1, ceil(opt->target / t1))) : 1;
+    /* every rank must run the same number of calls: rank 0's choice */
+    double it = iters;
+    if (t1 < 0 || comm_broadcast(b->ctl, &it, 1, DT_F64, 0)) return -1;
+    iters = (int)it;
+    double t = timed(b->c, op, b->send, b->recv, count, iters, b->reqs);
+    if (t < 0) return -1;
+    *w = (Row){op, S, (double)count, iters, t * 1e6, S / t / 1e9, prof_coll_wire_bytes(op, S, b->n) / t / 1e9};
+    return 0;
+}
+
+/* The sweep: every op asked for, sizes min_bytes .. max_bytes by factor; rank 0 prints each row
+ * and rewrites the JSON after it. 0, or 1 when a collective failed. */
+static int sweep(Bench *b, Row *rows, int *nrows)
+{
+    const Options *opt = b->opt;
+    for (int k = 0; k < NOPS; k++) {
+        if (!(opt->ops & (1u << k))) continue;
+        for (double S0 = opt->min_bytes; S0 <= opt->max_bytes * (1 + 1e-9); S0 *= opt->factor) {
+            Row *w = &rows[*nrows];
+            int rc = one_row(b, OPS[k], S0, w);
+            if (rc < 0) return 1;
+            if (rc > 0) continue;
+            (*nrows)++;
+            if (b->rank != 0) continue;
+            printf("%-15s %14.0f %12.0f %6s %6d %12.2f %10.3f %10.3f\n", prof_coll_name(w->op), w->bytes, w->count, "fp32",
+                   w->iters, w->us, w->algbw, w->busbw);
+            fflush(stdout);
+            if (opt->json)
+                write_json(opt->json, doc(opt, b->n, exec_device_name(b->d), b->nccl_version, b->hostid, b->wrong, rows,
+                                          *nrows, NULL, 0));
+        }
+    }
+    return 0;
+}
+
+/* Rank 0: the peak bus bandwidth per op, and the final JSON. 0, or 1 when it cannot be written. */
+static int report_peaks(const Bench *b, const Row *rows, int nrows)
+{
+    const Options *opt = b->opt;
+    double peak[NOPS] = {0};
+    for (int i = 0; i < nrows; i++)
+        for (int k = 0; k < NOPS; k++)
+            if (rows[i].op == OPS[k] && rows[i].busbw > peak[k]) peak[k] = rows[i].busbw;
+    printf("# peak busbw:");
+    for (int k = 0; k < NOPS; k++)
+        if (opt->ops & (1u << k)) printf(" %s %.3f GB/s", prof_coll_name(OPS[k]), peak[k]);
+    printf("\n");
+    return opt->json &&
+           write_json(opt->json, doc(opt, b->n, exec_device_name(b->d), b->nccl_version, b->hostid, b->wrong, rows, nrows,
+                                     peak, 1));
+}
+
+/* Rank 0's header lines */
+static void print_header(const Bench *b)
+{
+    int v = b->nccl_version;
+    printf("# bench_nccl: %d rank%s%s, %s, NCCL %d.%d.%d%s; fp32, out of place; t = wall clock of back-to-back "
+           "non-blocking calls / iters\n",
+           b->n, b->n == 1 ? "" : "s", comm_kind(b->ctl) == COMM_MPI ? " (NCCL bootstrapped over MPI)" : " (one process)",
+           exec_device_name(b->d), v / 10000, v / 100 % 100, v % 100,
+           b->hostid ? "; NCCL_HOSTID set per rank (fake hosts: sockets, not NVLink)" : "");
+    if (b->hostid)
+        printf("# NOT A REAL MEASUREMENT: ranks as fake hosts share the GPU over loopback sockets and time-slice "
+               "it; these times and bandwidths are not NCCL's per-GPU figures\n");
+    printf("# algbw = S/t; busbw = algbw x (all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n); "
+           "GB/s = 1e9 B/s\n");
+}
+
 int main(int argc, char **argv)
 {
     Options opt;
@@ -278,7 +388,7 @@ int main(int argc, char **argv)
     char why[256];
     if (exec_device_cuda_count(why, sizeof why) == 0) {
         /* every rank of a job on a machine without a GPU says nothing but rank 0 */
-        if (env_rank() == 0) {
+        if (exec_launch_rank(0) == 0) {
             printf("skipped: %s\n", why);
             if (opt.json) {
                 cJSON *root = cJSON_CreateObject();
@@ -290,127 +400,49 @@ int main(int argc, char **argv)
         return 0;
     }
     char err[256];
-    int mpi = under_mpirun();
+    Bench b = {.opt = &opt, .hostid = getenv("NCCL_HOSTID")};
     /* host control (the ranks agree on iteration counts) over MPI; the collectives over NCCL */
-    Comm *ctl = comm_create(mpi ? COMM_MPI : COMM_SELF, &argc, &argv, 120, err, sizeof err);
-    Comm *c = ctl ? comm_create(COMM_NCCL, &argc, &argv, 120, err, sizeof err) : NULL;
-    if (!c) {
-        fprintf(stderr, "bench_nccl: rank %d: %s\n", env_rank(), err);
-        comm_destroy(ctl);
+    b.ctl = comm_create(comm_launch_kind(), &argc, &argv, 120, err, sizeof err);
+    b.c = b.ctl ? comm_create(COMM_NCCL, &argc, &argv, 120, err, sizeof err) : NULL;
+    if (!b.c) {
+        fprintf(stderr, "bench_nccl: rank %d: %s\n", exec_launch_rank(0), err);
+        comm_destroy(b.ctl);
         return 1;
     }
-    int n = comm_size(c), rank = comm_rank(c);
-    Device *d = exec_device_create(DEVICE_CUDA, comm_local_rank(c), err, sizeof err);
-    if (!d) {
-        fprintf(stderr, "bench_nccl: rank %d: %s\n", rank, err);
-        comm_abort(c, "no device");
+    b.n = comm_size(b.c), b.rank = comm_rank(b.c);
+    if (!(b.d = exec_device_create(DEVICE_CUDA, comm_local_rank(b.c), err, sizeof err))) {
+        fprintf(stderr, "bench_nccl: rank %d: %s\n", b.rank, err);
+        comm_abort(b.c, "no device");
     }
-    comm_set_stream(c, exec_device_stream(d));
-    MemTracker *mt = exec_device_tracker_create(d, 0);
+    comm_set_stream(b.c, exec_device_stream(b.d));
+    MemTracker *mt = exec_device_tracker_create(b.d, 0);
     /* send and recv of the largest full buffer (and at least the check's) */
-    double big = fmax(opt.max_bytes, (double)CHECK_ELEMS * sizeof(float) * n);
-    float *send = mt ? prof_mem_calloc(mt, MEM_COMM, (size_t)big, "send") : NULL;
-    float *recv = mt ? prof_mem_calloc(mt, MEM_COMM, (size_t)big, "recv") : NULL;
-    CommReq **reqs = calloc((size_t)opt.iters, sizeof *reqs);
-    if (!send || !recv || !reqs) {
-        fprintf(stderr, "bench_nccl: rank %d: cannot allocate 2 x %.0f bytes on the GPU\n", rank, big);
-        comm_abort(c, "out of memory");
+    double big = fmax(opt.max_bytes, (double)CHECK_ELEMS * sizeof(float) * b.n);
+    b.send = mt ? prof_mem_calloc(mt, MEM_COMM, (size_t)big, "send") : NULL;
+    b.recv = mt ? prof_mem_calloc(mt, MEM_COMM, (size_t)big, "recv") : NULL;
+    b.reqs = calloc((size_t)opt.iters, sizeof *b.reqs);
+    if (!b.send || !b.recv || !b.reqs) {
+        fprintf(stderr, "bench_nccl: rank %d: cannot allocate 2 x %.0f bytes on the GPU\n", b.rank, big);
+        comm_abort(b.c, "out of memory");
     }
-    exec_device_synchronize(d);
-
-    int nccl_version = 0;
+    exec_device_synchronize(b.d);
 #if MEMPLAN_NCCL
-    ncclGetVersion(&nccl_version);
+    ncclGetVersion(&b.nccl_version);
 #endif
-    const char *hostid = getenv("NCCL_HOSTID");
-    if (rank == 0) {
-        printf("# bench_nccl: %d rank%s%s, %s, NCCL %d.%d.%d%s; fp32, out of place; t = wall clock of back-to-back "
-               "non-blocking calls / iters\n",
-               n, n == 1 ? "" : "s", mpi ? " (NCCL bootstrapped over MPI)" : " (one process)", exec_device_name(d),
-               nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100,
-               hostid ? "; NCCL_HOSTID set per rank (fake hosts: sockets, not NVLink)" : "");
-        if (hostid)
-            printf("# NOT A REAL MEASUREMENT: ranks as fake hosts share the GPU over loopback sockets and time-slice "
-                   "it; these times and bandwidths are not NCCL's per-GPU figures\n");
-        printf("# algbw = S/t; busbw = algbw x (all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n); "
-               "GB/s = 1e9 B/s\n");
-    }
-
-    /* exactness first */
-    long wrong[NOPS] = {0};
-    int bad = 0, inexact = 0;
-    for (int k = 0; k < NOPS; k++) {
-        if (!(opt.ops & (1u << k))) continue;
-        wrong[k] = check(c, d, OPS[k], send, recv);
-        if (wrong[k] < 0) bad = 1;   /* could not run: stop (every rank, below) */
-        if (wrong[k] > 0) {          /* wrong results are reported; the timing goes on */
-            fprintf(stderr, "bench_nccl: rank %d: %s check: %ld wrong elements\n", rank, prof_coll_name(OPS[k]), wrong[k]);
-            inexact = 1;
-        }
-    }
-    int any_bad = 0;   /* a rank that stops alone would leave the others waiting */
-    if (comm_all_reduce(ctl, &bad, &any_bad, 1, DT_I32, NULL)) any_bad = 1;
-    bad = any_bad;
-    if (rank == 0) {
-        printf("# exactness (rank r contributes r+1, %zu elements per rank):", CHECK_ELEMS);
-        for (int k = 0; k < NOPS; k++)
-            if (opt.ops & (1u << k)) printf(" %s %s", prof_coll_name(OPS[k]), wrong[k] ? "WRONG" : "ok");
-        printf("\n%-15s %14s %12s %6s %6s %12s %10s %10s\n", "op", "size", "count", "type", "iters", "time", "algbw", "busbw");
-        printf("%-15s %14s %12s %6s %6s %12s %10s %10s\n", "-", "bytes", "elements", "-", "-", "us", "GB/s", "GB/s");
-        fflush(stdout);
-    }
-
-    int cap = 0, nrows = 0;
+    if (b.rank == 0) print_header(&b);
+    int inexact = 0, bad = check_all(&b, &inexact), cap = 0, nrows = 0;
     for (double S = opt.min_bytes; S <= opt.max_bytes * (1 + 1e-9); S *= opt.factor) cap++;
     Row *rows = calloc((size_t)(cap * NOPS) + 1, sizeof *rows);
-    for (int k = 0; k < NOPS && rows && !bad; k++) {
-        if (!(opt.ops & (1u << k))) continue;
-        for (double S0 = opt.min_bytes; S0 <= opt.max_bytes * (1 + 1e-9) && !bad; S0 *= opt.factor) {
-            CollOp op = OPS[k];
-            size_t count = count_of(op, S0, n);
-            if (count == 0) continue;   /* fewer elements than ranks */
-            double S = op == COLL_ALL_REDUCE ? (double)count * sizeof(float) : (double)count * sizeof(float) * n;
-            /* warm-up, then a calibration call, then enough calls for the target time */
-            double t1 = timed(c, op, send, recv, count, 1, reqs);
-            if (t1 >= 0) t1 = timed(c, op, send, recv, count, 1, reqs);
-            int iters = t1 > 0 ? (int)fmin(opt.iters, fmax(1, ceil(opt.target / t1))) : 1;
-            /* every rank must run the same number of calls: rank 0's choice */
-            double it = iters;
-            if (t1 < 0 || comm_broadcast(ctl, &it, 1, DT_F64, 0)) { bad = 1; break; }
-            iters = (int)it;
-            double t = timed(c, op, send, recv, count, iters, reqs);
-            if (t < 0) { bad = 1; break; }
-            Row *w = &rows[nrows++];
-            *w = (Row){op, S, (double)count, iters, t * 1e6, S / t / 1e9, prof_coll_wire_bytes(op, S, n) / t / 1e9};
-            if (rank == 0) {
-                printf("%-15s %14.0f %12.0f %6s %6d %12.2f %10.3f %10.3f\n", prof_coll_name(op), w->bytes, w->count, "fp32",
-                       w->iters, w->us, w->algbw, w->busbw);
-                fflush(stdout);
-                if (opt.json)
-                    write_json(opt.json, doc(&opt, n, exec_device_name(d), nccl_version, hostid, wrong, rows, nrows, NULL, 0));
-            }
-        }
-    }
-    if (bad) fprintf(stderr, "bench_nccl: rank %d: a collective failed (see above)\n", rank);
-    if (rank == 0 && !bad && nrows) {
-        double peak[NOPS] = {0};
-        for (int i = 0; i < nrows; i++)
-            for (int k = 0; k < NOPS; k++)
-                if (rows[i].op == OPS[k] && rows[i].busbw > peak[k]) peak[k] = rows[i].busbw;
-        printf("# peak busbw:");
-        for (int k = 0; k < NOPS; k++)
-            if (opt.ops & (1u << k)) printf(" %s %.3f GB/s", prof_coll_name(OPS[k]), peak[k]);
-        printf("\n");
-        if (opt.json && write_json(opt.json, doc(&opt, n, exec_device_name(d), nccl_version, hostid, wrong, rows, nrows, peak, 1)))
-            bad = 1;
-    }
+    if (rows && !bad) bad = sweep(&b, rows, &nrows);
+    if (bad) fprintf(stderr, "bench_nccl: rank %d: a collective failed (see above)\n", b.rank);
+    if (b.rank == 0 && !bad && nrows && report_peaks(&b, rows, nrows)) bad = 1;
     free(rows);
-    free(reqs);
-    prof_mem_free(mt, send);
-    prof_mem_free(mt, recv);
+    free(b.reqs);
+    prof_mem_free(mt, b.send);
+    prof_mem_free(mt, b.recv);
     prof_mem_destroy(mt);
-    exec_device_destroy(d);
-    comm_destroy(c);
-    comm_destroy(ctl);
+    exec_device_destroy(b.d);
+    comm_destroy(b.c);
+    comm_destroy(b.ctl);
     return bad || inexact ? 1 : 0;
 }

@@ -27,13 +27,14 @@
 #include "exec_comm.h"
 #include "exec_device.h"
 #include "exec_model.h"
+#include "exec_step.h"
 #include "exec_strategy.h"
+#include "plan_util.h"
 #include "prof_comm.h"
 #include "prof_mem.h"
 #include "prof_phase.h"
 
 #define MAX_BATCHES 8
-#define MAX_STEPS 100
 
 typedef struct {
     DeviceKind device;
@@ -101,7 +102,7 @@ static int parse(int argc, char **argv, Opts *o)
             break;
         case 's':
             o->steps = (int)strtol(optarg, &end, 10);
-            if (*end || o->steps < 1 || o->steps > MAX_STEPS) return usage("--steps takes 1..100");
+            if (*end || o->steps < 1 || o->steps > 1000000) return usage("--steps takes 1..1000000");
             break;
         case 'w':
             o->warmup = (int)strtol(optarg, &end, 10);
@@ -129,57 +130,53 @@ static int parse(int argc, char **argv, Opts *o)
 
 static const ExecAdamW OPT = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f};
 
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* The reference: one CPU process, plain BatchNorm, the global batch (every rank's rows), the
- * same seed, steps and optimizer. Its parameters (Ψ floats) in out. 0 or -1. */
+ * same seed, steps and optimizer, through the same training step (the strategy on one rank
+ * trains the plain replica). Its parameters (Ψ floats) in out. 0 or -1. */
 static int cpu_reference(const CnnConfig *cfg, const Opts *o, int N, int B, float *out, char *err, size_t len)
 {
     Device *dev = exec_device_create(DEVICE_HOST, 0, err, len);
     MemTracker *mt = dev ? exec_device_tracker_create(dev, 0) : NULL;
+    Comm *self = mt ? comm_create(COMM_SELF, NULL, NULL, 0, err, len) : NULL;
+    ExecStrategy *s = NULL;
     Cnn *cnn = NULL;
-    int G = N * B, rc = -1;
+    int G = N * B;
     size_t img = (size_t)cfg->in_channels * cfg->image_size * cfg->image_size;
     float *images = malloc((size_t)G * img * sizeof *images);
     int *labels = malloc((size_t)G * sizeof *labels);
-    if (!mt || !images || !labels || exec_cnn_create(&cnn, cfg, mt, NULL, NULL) || exec_cnn_init_params(cnn, (uint64_t)o->seed)) {
-        snprintf(err, len, "cannot set up the CPU reference (out of memory?)");
-        goto done;
+    ExecStrategyOptions so = {EXEC_DDP, 0, 0, 0};
+    ExecHooks hooks;
+    int ok = self && images && labels && exec_strategy_create(&s, &so, self, mt, NULL, NULL, err, len) == 0;
+    if (ok) {
+        exec_strategy_hooks(s, &hooks);
+        ok = exec_cnn_create(&cnn, cfg, mt, &hooks, s) == 0 &&
+             exec_strategy_bind(s, exec_cnn_model(cnn), (uint64_t)o->seed, 1) == 0;
     }
-    ExecModel *m = exec_cnn_model(cnn);
-    for (int step = 0; step < o->warmup + o->steps; step++) {
-        float loss;
-        exec_model_zero_grad(m);
-        if (exec_cnn_synthetic_batch(cfg, (uint64_t)o->seed, step, 0, G, images, labels) ||
-            exec_model_forward(m, &(ExecBatch){images, labels, G, 0}, &loss) || exec_model_backward(m) ||
-            exec_model_adamw_step(m, &OPT, step + 1)) {
-            snprintf(err, len, "the CPU reference failed at step %d: %s", step + 1, exec_model_error(m));
-            goto done;
+    if (!ok) snprintf(err, len, "cannot set up the CPU reference (out of memory?)");
+    ExecModel *m = ok ? exec_cnn_model(cnn) : NULL;
+    ExecBatch batch = {images, labels, G, 0};
+    ExecStep st = {.m = m, .s = s, .opt = OPT, .accum = 1, .batch = exec_step_fixed_batch, .batch_ctx = &batch};
+    for (int step = 0; ok && step < o->warmup + o->steps; step++) {
+        ExecStepResult sr = {0};
+        if (exec_cnn_synthetic_batch(cfg, (uint64_t)o->seed, step, 0, G, images, labels) || exec_step(&st, step + 1, &sr)) {
+            snprintf(err, len, "the CPU reference failed at step %d: %s", step + 1, sr.why ? sr.why : "no synthetic batch");
+            ok = 0;
         }
     }
     size_t off = 0;
-    for (int u = 0; u < exec_model_units(m); u++) {
+    for (int u = 0; ok && u < exec_model_units(m); u++) {
         size_t n = exec_model_unit_numel(m, u);
         memcpy(out + off, exec_model_unit_params(m, u), n * sizeof *out);
         off += n;
     }
-    rc = 0;
-done:
     exec_cnn_destroy(cnn);
+    exec_strategy_destroy(s);
+    comm_destroy(self);
     free(images);
     free(labels);
     prof_mem_destroy(mt);
     exec_device_destroy(dev);
-    return rc;
+    return ok ? 0 : -1;
 }
 
 typedef struct {
@@ -191,6 +188,28 @@ typedef struct {
     int worst_unit;
     int pass;
 } Row;
+
+/* The unit of m whose parameters got (units concatenated) differ most from want's, relative
+ * (||got - want|| / ||want||), into row->worst_rel and row->worst_unit; NaN counts as worst. */
+static void worst_unit(ExecModel *m, const float *got, const float *want, Row *row)
+{
+    size_t off = 0;
+    for (int u = 0; u < exec_model_units(m); u++) {
+        size_t n = exec_model_unit_numel(m, u);
+        double d = 0, ref = 0;
+        for (size_t i = 0; i < n; i++) {
+            double e = (double)got[off + i] - want[off + i];
+            d += e * e;
+            ref += (double)want[off + i] * want[off + i];
+        }
+        double rel = ref > 0 ? sqrt(d / ref) : sqrt(d);
+        if (!(rel <= row->worst_rel)) {
+            row->worst_rel = isnan(rel) ? INFINITY : rel;
+            row->worst_unit = u;
+        }
+        off += n;
+    }
+}
 
 /* One batch size: set up, warm up, measure, check. Runs on every rank; rows land on rank 0.
  * Errors inside a step abort the job (peers may be inside a collective). */
@@ -232,8 +251,12 @@ static int run_batch(Comm *c, Comm *dc, Device *dev, const CnnConfig *cfg, const
         if (ok) snprintf(err, len, "another rank could not set up (its message is on its stderr)");
         rc = -1;
     }
-    double ms[MAX_STEPS], cs[MAX_STEPS];
+    double *ms = calloc(2 * (size_t)o->steps, sizeof *ms), *cs = ms ? ms + o->steps : NULL;
+    if (rc == 0 && !ms) comm_abort(c, "cnn_device: out of host memory");
     ExecModel *m = rc == 0 ? exec_cnn_model(cnn) : NULL;
+    ExecBatch batch = {images, labels, B, 0};
+    ExecStep st = {.m = m, .s = s, .opt = OPT, .accum = 1, .batch = exec_step_fixed_batch, .batch_ctx = &batch, .mt = mt,
+                   .dev = dev};
     for (int step = 0; rc == 0 && step < o->warmup + o->steps; step++) {
         int k = step - o->warmup;
         if (k == 0) prof_mem_reset_peaks(mt);
@@ -242,44 +265,30 @@ static int run_batch(Comm *c, Comm *dc, Device *dev, const CnnConfig *cfg, const
         if (comm_barrier(c)) comm_abort(c, "cnn_device: the step barrier failed");
         double sb0[2], sb1[2];
         exec_cnn_syncbn_seconds(cnn, sb0);
-        double t0 = prof_clock_us();
-        const char *why = NULL;
-        float loss = 0;
-        if (exec_strategy_zero_grad(s)) why = exec_strategy_error(s);
-        exec_strategy_begin_micro(s, 1);
-        prof_mem_set_phase(mt, "forward");
-        if (!why && exec_model_forward(m, &(ExecBatch){images, labels, B, 0}, &loss)) why = exec_model_error(m);
-        prof_mem_set_phase(mt, "backward");
-        if (!why && exec_model_backward(m)) why = exec_model_error(m);
-        if (!why && exec_strategy_end_backward(s)) why = exec_strategy_error(s);
-        prof_mem_set_phase(mt, "step");
-        if (!why && exec_strategy_step(s, &OPT, step + 1)) why = exec_strategy_error(s);
-        if (!why && gpu && (exec_device_sync_compute(dev) || exec_device_failed(dev)))
-            why = "a CUDA call failed (see the message above)";
-        double t1 = prof_clock_us();
-        if (why) {
+        ExecStepResult sr;
+        if (exec_step(&st, step + 1, &sr)) {
             char msg[400];
-            snprintf(msg, sizeof msg, "cnn_device: step %d at batch %d failed: %s", step + 1, B, why);
+            snprintf(msg, sizeof msg, "cnn_device: step %d at batch %d failed: %s", step + 1, B, sr.why);
             comm_abort(c, msg);
         }
         exec_cnn_syncbn_seconds(cnn, sb1);
         /* the slowest rank's step; rank 0's time inside SyncBN's collectives */
-        double step_ms = (t1 - t0) / 1e3, mx = 0, *allv = calloc((size_t)N, sizeof *allv);
+        double step_ms = sr.ms[EXEC_PHASE_STEP], mx = 0, *allv = calloc((size_t)N, sizeof *allv);
         if (!allv || comm_all_gather(c, &step_ms, allv, 1, DT_F64, NULL)) comm_abort(c, "cnn_device: gathering times failed");
         for (int q = 0; q < N; q++) mx = fmax(mx, allv[q]);
         free(allv);
         if (k >= 0) {
             ms[k] = mx;
             cs[k] = (sb1[0] - sb0[0] + sb1[1] - sb0[1]) * 1e3;
-            row->loss = loss;
+            row->loss = sr.loss_sum;
         }
     }
     if (rc == 0) {
         row->batch = B;
-        row->ms = median(ms, o->steps);
+        row->ms = plan_median(ms, o->steps);   /* sorts ms: ms[0] is the fastest step */
         row->ms_min = ms[0];
         row->images_s = row->ms > 0 ? 1e3 * N * B / row->ms : 0;
-        row->syncbn_ms = median(cs, o->steps);
+        row->syncbn_ms = plan_median(cs, o->steps);
         row->peak = prof_mem_peak_total(mt);
         prof_mem_peak_breakdown(mt, row->peak_cat);
         row->pass = 1;
@@ -294,22 +303,7 @@ static int run_batch(Comm *c, Comm *dc, Device *dev, const CnnConfig *cfg, const
                 rc = -1;
             } else {
                 row->checked = 1;
-                size_t off = 0;
-                for (int u = 0; u < exec_model_units(m); u++) {
-                    size_t n = exec_model_unit_numel(m, u);
-                    double d = 0, ref = 0;
-                    for (size_t i = 0; i < n; i++) {
-                        double e = (double)got[off + i] - want[off + i];
-                        d += e * e;
-                        ref += (double)want[off + i] * want[off + i];
-                    }
-                    double rel = ref > 0 ? sqrt(d / ref) : sqrt(d);
-                    if (!(rel <= row->worst_rel)) {   /* NaN counts as worst */
-                        row->worst_rel = isnan(rel) ? INFINITY : rel;
-                        row->worst_unit = u;
-                    }
-                    off += n;
-                }
+                worst_unit(m, got, want, row);
                 /* the GPU kernels' own tolerances reach 1e-4 (docs/gpu-cnn-kernels.md); on the
                    CPU the same kernels run, only the batch is split: 1e-5 (test_exec_cnn) */
                 row->pass = row->worst_rel < (gpu ? 1e-4 : 1e-5);
@@ -321,6 +315,7 @@ static int run_batch(Comm *c, Comm *dc, Device *dev, const CnnConfig *cfg, const
         if (comm_all_reduce(c, &ok2, &all2, 1, DT_F64, NULL)) comm_abort(c, "cnn_device: the check's agreement failed");
         if (all2 != N) rc = -1;
     }
+    free(ms);
     exec_cnn_destroy(cnn);
     exec_strategy_destroy(s);
     prof_comm_destroy(cc);
@@ -458,6 +453,10 @@ int main(int argc, char **argv)
             if (o.json) write_json(o.json, &o, &cfg, N, exec_device_name(dev), shared, rows, nrows, i == o.nb - 1);
             if (!x->pass) rc = 1;
         }
+        /* rank 0 judged the check: every rank stops with it (else the others wait for it in the
+           next batch's barrier until the timeout) */
+        double v = rc, w = 0;
+        if (comm_all_reduce(c, &v, &w, 1, DT_F64, NULL) == 0) rc = w > 0;
     }
     /* every rank exits with rank 0's verdict */
     double v = rc, w = 0;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "exec_comm.h"
+#include "exec_launch.h"
 #include "prof_overhead.h"
 
 #ifndef MEMPLAN_CUDA
@@ -85,14 +86,6 @@ static int parse(int argc, char **argv, Options *o)
         usage(stderr);
         return -1;
     }
-    return 0;
-}
-
-static int under_mpirun(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i])) return 1;
     return 0;
 }
 
@@ -191,7 +184,7 @@ int main(int argc, char **argv)
 {
     Options opt;
     if (parse(argc, argv, &opt)) return 2;
-    int mpi = under_mpirun();
+    int mpi = exec_launched_by_mpi();
     char err[512] = "";
     Comm *world = NULL;
     int rank = 0, size = 1, local_rank = 0, local_size = 1;

@@ -1,24 +1,12 @@
 /* cli_bench.c — `memplan bench syncbn`: the price of SyncBatchNorm, measured and predicted.
- *
- * For each rank count n (sub-communicators of the first n ranks of the job; the other ranks
- * wait asleep, so they leave the cores to the working ones) and each per-GPU batch b, two copies
- * of the CNN are trained under DDP on the same seeded images, one with BatchNorm and one
- * converted to SyncBatchNorm before wrapping; their steps alternate (BN, SyncBN, BN, ...) so that
- * both see the same machine. Each step is timed per phase (forward; backward with the end of
- * DDP's gradient reduction; the optimizer step) on every rank, the slowest rank counts, and the
- * median over the measured steps is reported. The extra collectives are the SyncBN run's counted
- * collectives minus the BN run's, per step.
- *
- * The prediction: before the steps, each sub-communicator measures MPI all-reduce and
- * all-gather at SyncBN's message sizes and at 4 MiB; the planner's alpha-beta model (a latency
- * per ring step and a bandwidth: plan_coll_seconds) is fitted to them, and the planner then
- * predicts the step of the same model shape (plan_model_resnet) under DDP in fp32, with and
- * without SyncBN: plan_comm's SyncBN collective time, and plan_sim's step-time difference (the
- * compute rate set from the measured BN step, so the simulation's buckets overlap as here).
- * Everything is printed by rank 0: lines that are not data start with '#'. */
+ * This file is the command: its flags (parse, validate, echo the resolved setup), the table, the
+ * JSON records and the plot. The measurements and the planner's predictions are the engine's
+ * (exec/exec_syncbn_bench.h: for each rank count and per-GPU batch, the CNN under DDP with
+ * BatchNorm and with SyncBN, steps alternating, medians of the slowest rank, the link fitted to
+ * the planner's alpha-beta model). Everything is printed by rank 0: lines that are not data start
+ * with '#'. */
 #include "cli_bench.h"
 
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <limits.h>
@@ -32,26 +20,19 @@
 #include <unistd.h>
 
 #include "cli_io.h"
+#include "cli_plot.h"
 #include "cli_ranks.h"
 #include "cli_setup.h"
 #include "exec_cnn.h"
-#include "kern_cnn.h"
 #include "exec_comm.h"
-#include "exec_device.h"
-#include "exec_strategy.h"
-#include "plan_comm.h"
-#include "plan_gpu.h"
-#include "plan_model.h"
-#include "plan_sim.h"
-#include "plan_strategy.h"
-#include "plan_train.h"
+#include "exec_syncbn_bench.h"
+#include "kern_blas.h"
+#include "kern_cnn.h"
 #include "plan_util.h"
-#include "plan_zoo.h"
 #include "prof_comm.h"
-#include "prof_phase.h"
 
 #define MAX_LIST 16
-#define IDLE_POLL_S 0.005
+#define CPU_IMAGE_MAX 64   /* the default input side's cap, pixels */
 
 typedef struct {
     const char *model;
@@ -66,31 +47,6 @@ typedef struct {
     const char *json, *plot;      /* json: the file of --json=FILE */
     int json_stdout;              /* --json: the records to standard output (the table to stderr) */
 } Opts;
-
-typedef struct { double fwd, bwd, opt, step; } Phases;   /* ms */
-
-typedef struct {
-    int ranks;
-    double ar_small_b, ag_small_b, ar_large_b, ag_large_b;   /* payload bytes (the planner's) */
-    double ar_small_s, ag_small_s, ar_large_s, ag_large_s;   /* median seconds, slowest rank */
-    double alpha_s, bw_gbps;                                 /* fitted */
-} Link;
-
-typedef struct {
-    int ranks, batch;
-    Phases bn, sync;                       /* medians over the measured steps, slowest rank */
-    Phases diff;                           /* medians of the paired differences SyncBN - BN (the
-                                              steps alternate, so pairs share the machine's state) */
-    double diff_se;                        /* standard error of the step difference, ms */
-    double coll_min_ms[2], coll_mean_ms[2];  /* SyncBN run: time inside SyncBN's collectives per
-                                                step (forward, backward), the rank that waited
-                                                least and the mean over ranks; medians */
-    double extra_count[COLL_OP_COUNT];     /* per step, the SyncBN run minus the BN run */
-    double extra_bytes[COLL_OP_COUNT];
-    double pred_count, pred_bytes;         /* plan_comm's SyncBN collectives per step */
-    double pred_comm_ms;                   /* plan_comm's SyncBN time per step */
-    double pred_bn_ms, pred_sync_ms;       /* plan_sim's steps */
-} Record;
 
 /* ---- options ---- */
 
@@ -114,8 +70,8 @@ static void help(FILE *f)
         "  what SyncBatchNorm costs: the CNN under DDP with BatchNorm and with SyncBN, per-GPU batch by\n"
         "  rank count, measured per phase next to the planner's prediction; table, JSON, plot\n"
         "  --model NAME          resnet50 (default), resnet-mini or resnet-tiny (the executor's CNN presets)\n"
-        "  --image-size S        input side in pixels, >= 32 (default 64 for resnet50 on CPUs, the model's otherwise;\n"
-        "                        resnet50's own is 224)\n"
+        "  --image-size S        input side in pixels, >= 32 (default: the model's, at most 64 on CPUs: 64 for resnet50,\n"
+        "                        whose own is 224)\n"
         "  --batches LIST        per-GPU batches, comma-separated (default 2,4,8)\n"
         "  --ranks LIST          rank counts, each in [2, N] (default 2, 4, 8, ... up to N, and N): the first n ranks\n"
         "                        run, the others wait asleep\n"
@@ -210,7 +166,7 @@ static int parse(int argc, char **argv, Opts *o, char *err, size_t len)
             if ((lrc = parse_list(a, 2, 1 << 20, o->ranks, &o->nr))) return bad_list(err, len, "--ranks", a, lrc, 2);
             break;
         case O_STEPS:
-            if (plan_parse_int(a, 1, 1000, &v)) return bad(err, len, "--steps '%s' is not an integer in [1, 1000]", a);
+            if (plan_parse_int(a, 1, 1000000, &v)) return bad(err, len, "--steps '%s' is not an integer in [1, 1000000]", a);
             o->steps = (int)v;
             break;
         case O_WARMUP:
@@ -272,310 +228,6 @@ static int parse(int argc, char **argv, Opts *o, char *err, size_t len)
     return 0;
 }
 
-/* ---- measuring ---- */
-
-/* The slowest rank's values (element-wise max), uncounted. */
-static int max_over_ranks(Comm *c, double *v, int n)
-{
-    int N = comm_size(c);
-    double *all = malloc((size_t)N * n * sizeof *all);
-    if (!all) return -1;
-    int rc = comm_all_gather(c, v, all, (size_t)n, DT_F64, NULL);
-    for (int r = 0; rc == 0 && r < N; r++)
-        for (int i = 0; i < n; i++)
-            if (all[(size_t)r * n + i] > v[i]) v[i] = all[(size_t)r * n + i];
-    free(all);
-    return rc;
-}
-
-/* Median seconds of one blocking collective of `count` fp32 (per rank for the all-gather),
- * slowest rank. */
-static double time_coll(Comm *c, int all_gather, size_t count, int reps)
-{
-    int N = comm_size(c);
-    float *buf = calloc(count * (all_gather ? (size_t)N : 1), sizeof *buf);
-    double *t = calloc((size_t)reps, sizeof *t), med = -1;
-    if (!buf || !t) goto out;
-    for (int i = -3; i < reps; i++) {
-        if (comm_barrier(c)) goto out;
-        double t0 = prof_clock_us();
-        int rc = all_gather ? comm_all_gather(c, buf + (size_t)comm_rank(c) * count, buf, count, DT_F32, NULL)
-                            : comm_all_reduce(c, buf, buf, count, DT_F32, NULL);
-        if (rc) goto out;
-        if (i >= 0) t[i] = (prof_clock_us() - t0) * 1e-6;
-    }
-    med = plan_median(t, reps);
-    if (max_over_ranks(c, &med, 1)) med = -1;
-out:
-    free(buf);
-    free(t);
-    return med;
-}
-
-/* Measures the link at SyncBN's mean message and at 4 MiB, and fits the planner's model:
- * t = alpha · steps + payload · factor / bw (plan_coll_seconds; ring steps: 2(n-1) for an
- * all-reduce, n-1 for an all-gather). bw from the 4 MiB transfers, then alpha by least squares
- * over the two small ones. */
-static int measure_link(Comm *c, int cmean, Link *k)
-{
-    int n = comm_size(c);
-    memset(k, 0, sizeof *k);
-    k->ranks = n;
-    size_t ar_s = 2 * (size_t)cmean, ag_s = 2 * (size_t)cmean + 1, large = (size_t)1 << 20;   /* floats */
-    k->ar_small_s = time_coll(c, 0, ar_s, 50);
-    k->ag_small_s = time_coll(c, 1, ag_s, 50);
-    k->ar_large_s = time_coll(c, 0, large, 6);
-    k->ag_large_s = time_coll(c, 1, large / (size_t)n, 6);
-    if (k->ar_small_s < 0 || k->ag_small_s < 0 || k->ar_large_s < 0 || k->ag_large_s < 0) return -1;
-    k->ar_small_b = 4.0 * ar_s;
-    k->ag_small_b = 4.0 * ag_s * n;
-    k->ar_large_b = 4.0 * large;
-    k->ag_large_b = 4.0 * (double)(large / (size_t)n) * n;
-    double war_l = k->ar_large_b * plan_coll_factor(PCOLL_ALL_REDUCE, n);
-    double wag_l = k->ag_large_b * plan_coll_factor(PCOLL_ALL_GATHER, n);
-    double bw = 0.5 * (war_l / k->ar_large_s + wag_l / k->ag_large_s);   /* B/s */
-    double s_ar = 2.0 * (n - 1), s_ag = (double)(n - 1);
-    double r_ar = k->ar_small_s - k->ar_small_b * plan_coll_factor(PCOLL_ALL_REDUCE, n) / bw;
-    double r_ag = k->ag_small_s - k->ag_small_b * plan_coll_factor(PCOLL_ALL_GATHER, n) / bw;
-    k->alpha_s = fmax(0.0, (s_ar * r_ar + s_ag * r_ag) / (s_ar * s_ar + s_ag * s_ag));
-    k->bw_gbps = bw / 1e9;
-    return 0;
-}
-
-/* One copy of the model under DDP, BN or SyncBN, with its own collective counters. */
-typedef struct {
-    ExecStrategy *s;
-    Cnn *cnn;
-    ExecModel *m;
-    CommCounters *cc;
-    double ms[4][1000];        /* fwd, bwd, opt, step per measured step (slowest rank) */
-    double coll_min[2][1000], coll_mean[2][1000];   /* SyncBN collectives, forward and backward */
-    CollStats last[COLL_OP_COUNT];   /* counted in the last measured step */
-} Runner;
-
-static void runner_free(Runner *r)
-{
-    exec_cnn_destroy(r->cnn);
-    exec_strategy_destroy(r->s);
-    prof_comm_destroy(r->cc);
-    memset(r, 0, sizeof *r);
-}
-
-static int runner_create(Runner *r, Comm *c, MemTracker *mt, const CnnConfig *cfg, int syncbn, uint64_t seed,
-                         double bucket_bytes, char *err, size_t len)
-{
-    memset(r, 0, sizeof *r);
-    ExecStrategyOptions so = {EXEC_DDP, bucket_bytes, 0, 0};
-    ExecHooks hooks;
-    r->cc = prof_comm_create(comm_size(c));
-    if (!r->cc || exec_strategy_create(&r->s, &so, c, mt, r->cc, NULL, err, len)) return -1;
-    exec_strategy_hooks(r->s, &hooks);
-    if (exec_cnn_create(&r->cnn, cfg, mt, &hooks, r->s)) {
-        snprintf(err, len, "cannot create the CNN (out of memory?)");
-        return -1;
-    }
-    r->m = exec_cnn_model(r->cnn);
-    if (syncbn && exec_cnn_convert_sync_batchnorm(r->cnn, c) < 0) {   /* before DDP wraps it */
-        snprintf(err, len, "%s", exec_cnn_error(r->cnn));
-        return -1;
-    }
-    if (exec_strategy_bind(r->s, r->m, seed, 1)) {
-        snprintf(err, len, "%s", exec_strategy_error(r->s));
-        return -1;
-    }
-    return 0;
-}
-
-/* One DDP step; k >= 0 records it as measured step k. Errors abort the job: peers may be
- * inside a collective. */
-static void runner_step(Runner *r, Comm *c, const ExecBatch *b, int t, int k)
-{
-    static const char *const PH[3] = {"forward", "backward", "step"};
-    static const ExecAdamW opt = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f};
-    const char *why = NULL;
-    comm_set_counters(c, NULL);
-    if (comm_barrier(c)) comm_abort(c, "the step barrier failed");
-    comm_set_counters(c, r->cc);
-    CollStats before[COLL_OP_COUNT];
-    for (int op = 0; op < COLL_OP_COUNT; op++) before[op] = prof_comm_total(r->cc, (CollOp)op);
-    double cs0[2], cs1[2];
-    exec_cnn_syncbn_seconds(r->cnn, cs0);
-    double t0 = prof_clock_us(), t1, t2, t3;
-    float loss;
-    exec_strategy_zero_grad(r->s);
-    exec_strategy_begin_micro(r->s, 1);
-    prof_comm_set_phase(r->cc, PH[0]);
-    if (exec_model_forward(r->m, b, &loss)) why = exec_model_error(r->m);
-    t1 = prof_clock_us();
-    prof_comm_set_phase(r->cc, PH[1]);
-    if (!why && exec_model_backward(r->m)) why = exec_model_error(r->m);
-    if (!why && exec_strategy_end_backward(r->s)) why = exec_strategy_error(r->s);
-    t2 = prof_clock_us();
-    prof_comm_set_phase(r->cc, PH[2]);
-    if (!why && exec_strategy_step(r->s, &opt, t)) why = exec_strategy_error(r->s);
-    t3 = prof_clock_us();
-    comm_set_counters(c, NULL);
-    if (why) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "bench syncbn: a training step failed: %s", why);
-        comm_abort(c, msg);
-    }
-    exec_cnn_syncbn_seconds(r->cnn, cs1);
-    double v[6] = {(t1 - t0) / 1e3, (t2 - t1) / 1e3, (t3 - t2) / 1e3, (t3 - t0) / 1e3, (cs1[0] - cs0[0]) * 1e3,
-                   (cs1[1] - cs0[1]) * 1e3};
-    int N = comm_size(c);
-    double *all = malloc((size_t)N * 6 * sizeof *all);
-    if (!all || comm_all_gather(c, v, all, 6, DT_F64, NULL)) comm_abort(c, "gathering the step times failed");
-    if (k >= 0) {
-        for (int i = 0; i < 4; i++) r->ms[i][k] = 0;
-        for (int j = 0; j < 2; j++) r->coll_min[j][k] = r->coll_mean[j][k] = 0;
-        for (int q = 0; q < N; q++) {
-            const double *w = all + (size_t)q * 6;
-            for (int i = 0; i < 4; i++) r->ms[i][k] = fmax(r->ms[i][k], w[i]);
-            for (int j = 0; j < 2; j++) {
-                r->coll_min[j][k] = q ? fmin(r->coll_min[j][k], w[4 + j]) : w[4 + j];
-                r->coll_mean[j][k] += w[4 + j] / N;
-            }
-        }
-    }
-    free(all);
-    if (k < 0) return;
-    for (int op = 0; op < COLL_OP_COUNT; op++) {
-        CollStats now = prof_comm_total(r->cc, (CollOp)op);
-        r->last[op].count = now.count - before[op].count;
-        r->last[op].payload_bytes = now.payload_bytes - before[op].payload_bytes;
-    }
-}
-
-static Phases medians(Runner *r, int K)
-{
-    Phases p;
-    p.fwd = plan_median(r->ms[0], K);
-    p.bwd = plan_median(r->ms[1], K);
-    p.opt = plan_median(r->ms[2], K);
-    p.step = plan_median(r->ms[3], K);
-    return p;
-}
-
-/* The planner's view of the same step, on a cluster fitted to this link and compute rate. */
-static void predict(const CnnConfig *cfg, const Link *k, const Record *rec, Record *out)
-{
-    ModelSpec m;
-    char msg[256];
-    if (plan_model_resnet(&m, cfg->name, cfg->depths, 1, cfg->width, cfg->image_size, cfg->classes, msg, sizeof msg))
-        return;
-    TrainSpec t;
-    plan_train_defaults(&t);
-    t.precision = PREC_FP32;
-    t.optimizer = OPT_ADAMW;
-    t.micro_batch = rec->batch;
-    ClusterSpec c;
-    plan_cluster_defaults(&c);
-    c.gpus = c.gpus_per_node = rec->ranks;
-    c.gpu.intra_bw = c.gpu.inter_bw = k->bw_gbps;
-    c.gpu.intra_lat = c.gpu.inter_lat = k->alpha_s;
-    c.coll_base_lat = 0;        /* the fit has one latency per ring step and no base */
-    /* compute as measured: 3 x forward FLOPs over the BN run's forward + backward */
-    double flops = 3.0 * exec_cnn_cfg_fwd_flops(cfg) * rec->batch, secs = (rec->bn.fwd + rec->bn.bwd) / 1e3;
-    for (int i = 0; i < 3; i++) c.gpu.peak_tflops[i] = secs > 0 ? flops / secs / 1e12 : 1;
-    c.mfu = 1.0;
-    t.syncbn = 1;
-    CommPlan cp;
-    plan_comm(&m, &t, &c, STRAT_DDP, &cp);
-    for (int i = 0; i < cp.n; i++)
-        if (plan_coll_purpose_is_syncbn(cp.c[i].purpose)) {
-            out->pred_count += cp.c[i].count;
-            out->pred_bytes += cp.c[i].payload_bytes;
-            out->pred_comm_ms += cp.c[i].seconds * 1e3;
-        }
-    SimResult s;
-    if (plan_sim(&m, &t, &c, STRAT_DDP, 0, &s) == 0) out->pred_sync_ms = s.step_s * 1e3;
-    t.syncbn = 0;
-    if (plan_sim(&m, &t, &c, STRAT_DDP, 0, &s) == 0) out->pred_bn_ms = s.step_s * 1e3;
-    plan_model_free(&m);
-}
-
-/* Every batch on one sub-communicator; records land on its rank 0. */
-static int run_ranks(Comm *c, const CnnConfig *cfg, const Opts *o, Link *link, Record *recs, char *err, size_t len)
-{
-    int n = comm_size(c), r = comm_rank(c), nbn;
-    int64_t sum_c = 0;
-    nbn = exec_cnn_cfg_bn_layers(cfg, &sum_c);
-    if (measure_link(c, (int)llround((double)sum_c / nbn), link)) {
-        snprintf(err, len, "measuring the collectives failed");
-        return -1;
-    }
-    char derr[256];
-    Device *dev = exec_device_create(DEVICE_HOST, comm_local_rank(c), derr, sizeof derr);
-    MemTracker *mt = dev ? exec_device_tracker_create(dev, 0) : NULL;
-    size_t img = (size_t)cfg->in_channels * cfg->image_size * cfg->image_size;
-    int rc = 0;
-    for (int bi = 0; bi < o->nb && rc == 0; bi++) {
-        int B = o->batches[bi];
-        Runner *run = calloc(2, sizeof *run);
-        float *images = malloc((size_t)B * img * sizeof *images);
-        int *labels = malloc((size_t)B * sizeof *labels);
-        int ok = run && images && labels && mt;
-        for (int mode = 0; ok && mode < 2; mode++) ok = runner_create(&run[mode], c, mt, cfg, mode, (uint64_t)o->seed,
-                                                                             o->bucket_mb * MIB, err, len) == 0;
-        double mine = ok, all = ok;   /* every rank must have set up (nothing is in flight yet) */
-        if (comm_all_reduce(c, &mine, &all, 1, DT_F64, NULL) || all != n) {
-            if (ok) snprintf(err, len, "another rank could not set up (its message is on its stderr)");
-            else if (r > 0 || !*err) fprintf(stderr, "rank %d: bench syncbn: %s\n", r, *err ? err : "out of host memory");
-            rc = -1;
-        }
-        for (int step = 0; rc == 0 && step < o->warmup + o->steps; step++) {
-            int k = step - o->warmup;
-            if (exec_cnn_synthetic_batch(cfg, (uint64_t)o->seed, step, r * B, B, images, labels))
-                comm_abort(c, "bench syncbn: cannot make the synthetic batch");
-            ExecBatch batch = {images, labels, B, 0};
-            for (int mode = 0; mode < 2; mode++) runner_step(&run[mode], c, &batch, step + 1, k);
-        }
-        if (rc == 0) {
-            Record *x = &recs[bi];
-            memset(x, 0, sizeof *x);
-            x->ranks = n;
-            x->batch = B;
-            x->bn = medians(&run[0], o->steps);
-            x->sync = medians(&run[1], o->steps);
-            double d[4][1000];
-            for (int k = 0; k < o->steps; k++)
-                for (int i = 0; i < 4; i++) d[i][k] = run[1].ms[i][k] - run[0].ms[i][k];
-            double mean = 0, var = 0;
-            for (int k = 0; k < o->steps; k++) mean += d[3][k] / o->steps;
-            for (int k = 0; k < o->steps; k++) var += (d[3][k] - mean) * (d[3][k] - mean);
-            x->diff_se = o->steps > 1 ? sqrt(var / (o->steps - 1) / o->steps) : 0;
-            x->diff.fwd = plan_median(d[0], o->steps);
-            x->diff.bwd = plan_median(d[1], o->steps);
-            x->diff.opt = plan_median(d[2], o->steps);
-            x->diff.step = plan_median(d[3], o->steps);
-            for (int j = 0; j < 2; j++) {
-                x->coll_min_ms[j] = plan_median(run[1].coll_min[j], o->steps);
-                x->coll_mean_ms[j] = plan_median(run[1].coll_mean[j], o->steps);
-            }
-            for (int op = 0; op < COLL_OP_COUNT; op++) {
-                x->extra_count[op] = (double)(run[1].last[op].count - run[0].last[op].count);
-                x->extra_bytes[op] = run[1].last[op].payload_bytes - run[0].last[op].payload_bytes;
-            }
-            predict(cfg, link, x, x);
-            if (r == 0) {
-                fprintf(stderr, "# measured %d ranks, batch %d: BN %.1f ms, SyncBN %.1f ms per step\n", n, B, x->bn.step, x->sync.step);
-                fflush(stderr);
-            }
-        }
-        if (run) {
-            runner_free(&run[0]);
-            runner_free(&run[1]);
-        }
-        free(run);
-        free(images);
-        free(labels);
-    }
-    prof_mem_destroy(mt);
-    exec_device_destroy(dev);
-    return rc;
-}
-
 /* ---- output ---- */
 
 typedef struct {
@@ -586,35 +238,35 @@ typedef struct {
     char date[64];
 } Setup;
 
-static double overhead(const Record *x) { return x->diff.step; }
-static double overhead_pct(const Record *x) { return x->bn.step > 0 ? 100.0 * overhead(x) / x->bn.step : 0; }
-static double pred_ms(const Record *x) { return x->pred_sync_ms - x->pred_bn_ms; }
-static double pct(const Record *x, double ms) { return x->bn.step > 0 ? 100.0 * ms / x->bn.step : 0; }
-static double extra_count(const Record *x)
+static double overhead(const SyncbnRecord *x) { return x->diff.step; }
+static double overhead_pct(const SyncbnRecord *x) { return x->bn.step > 0 ? 100.0 * overhead(x) / x->bn.step : 0; }
+static double pred_ms(const SyncbnRecord *x) { return x->pred_sync_ms - x->pred_bn_ms; }
+static double pct(const SyncbnRecord *x, double ms) { return x->bn.step > 0 ? 100.0 * ms / x->bn.step : 0; }
+static double extra_count(const SyncbnRecord *x)
 {
     return x->extra_count[COLL_ALL_GATHER] + x->extra_count[COLL_ALL_REDUCE];
 }
-static double extra_bytes(const Record *x)
+static double extra_bytes(const SyncbnRecord *x)
 {
     return x->extra_bytes[COLL_ALL_GATHER] + x->extra_bytes[COLL_ALL_REDUCE];
 }
 
 /* The measured batch below the rule, on the most ranks, the largest such batch: "what it costs
  * there". NULL when no measured batch is below the rule. */
-static const Record *conclusion_record(const Record *recs, int n, int bn_min)
+static const SyncbnRecord *conclusion_record(const SyncbnRecord *recs, int n, int bn_min)
 {
-    const Record *best = NULL;
+    const SyncbnRecord *best = NULL;
     for (int i = 0; i < n; i++) {
-        const Record *x = &recs[i];
+        const SyncbnRecord *x = &recs[i];
         if (x->batch >= bn_min) continue;
         if (!best || x->ranks > best->ranks || (x->ranks == best->ranks && x->batch > best->batch)) best = x;
     }
     return best;
 }
 
-static void conclusion(char *buf, size_t len, const Record *recs, int n, const Opts *o, int nbn)
+static void conclusion(char *buf, size_t len, const SyncbnRecord *recs, int n, const Opts *o, int nbn)
 {
-    const Record *x = conclusion_record(recs, n, o->bn_min);
+    const SyncbnRecord *x = conclusion_record(recs, n, o->bn_min);
     if (!x) {
         snprintf(buf, len, "every measured per-GPU batch is >= %d (--bn-min-batch): BatchNorm's statistics are steady "
                  "there, plain BatchNorm; SyncBN would only add its collectives", o->bn_min);
@@ -628,7 +280,8 @@ static void conclusion(char *buf, size_t len, const Record *recs, int n, const O
              x->pred_comm_ms, pred_ms(x), o->bn_min);
 }
 
-static void print_table(FILE *out, const Setup *su, const Opts *o, const Link *links, int nl, const Record *recs, int n)
+static void print_table(FILE *out, const Setup *su, const Opts *o, const SyncbnLink *links, int nl,
+                        const SyncbnRecord *recs, int n)
 {
     char pc[32], cc[32];
     fprintf(out, "# memplan bench syncbn: %s (%s parameters, %d BN layers, sum C %s) at %dx%d, DDP, fp32, AdamW\n", su->model,
@@ -637,7 +290,7 @@ static void print_table(FILE *out, const Setup *su, const Opts *o, const Link *l
     fprintf(out, "# %s; MPI on %d ranks, %d cores; %d measured steps per mode after %d warm-up, BN and SyncBN steps "
            "alternating; times: median over steps of the slowest rank\n", su->date, su->world, su->cores, o->steps, o->warmup);
     for (int i = 0; i < nl; i++) {
-        const Link *k = &links[i];
+        const SyncbnLink *k = &links[i];
         fprintf(out, "# link on %d ranks: all-reduce %.0f B %.1f us, all-gather %.0f B %.1f us, all-reduce 4 MiB %.2f ms, "
                "all-gather 4 MiB %.2f ms -> planner alpha %.2f us per ring step, bandwidth %.2f GB/s (decimal)\n",
                k->ranks, k->ar_small_b, k->ar_small_s * 1e6, k->ag_small_b, k->ag_small_s * 1e6, k->ar_large_s * 1e3,
@@ -649,7 +302,7 @@ static void print_table(FILE *out, const Setup *su, const Opts *o, const Link *l
     fprintf(out, "%5s %7s %8s %8s %8s %8s %8s %8s %8s %6s %6s %9s %7s %7s %6s %9s %9s %9s\n", "-", "per_gpu", "ms", "ms", "ms",
            "ms", "ms", "ms", "ms", "ms", "%", "us", "ms", "ms", "count", "B", "ms", "ms");
     for (int i = 0; i < n; i++) {
-        const Record *x = &recs[i];
+        const SyncbnRecord *x = &recs[i];
         fprintf(out, "%5d %7d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.2f %6.2f %6.2f %9.1f %7.2f %7.2f %6.0f %9.0f %9.2f %9.2f\n",
                x->ranks, x->batch, x->bn.fwd, x->bn.bwd, x->bn.step, x->sync.fwd, x->sync.bwd, x->sync.step, overhead(x),
                x->diff_se, overhead_pct(x), 1e3 * overhead(x) / su->nbn, x->coll_min_ms[0], x->coll_min_ms[1],
@@ -671,7 +324,7 @@ static void print_table(FILE *out, const Setup *su, const Opts *o, const Link *l
     fprintf(out, "# conclusion: %s\n", buf);
 }
 
-static cJSON *phases_json(const Phases *p)
+static cJSON *phases_json(const SyncbnPhases *p)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "forward_ms", p->fwd);
@@ -681,7 +334,8 @@ static cJSON *phases_json(const Phases *p)
     return j;
 }
 
-static int write_json(const char *path, const Setup *su, const Opts *o, const Link *links, int nl, const Record *recs, int n)
+static int write_json(const char *path, const Setup *su, const Opts *o, const SyncbnLink *links, int nl,
+                      const SyncbnRecord *recs, int n)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "bench", "syncbn");
@@ -702,7 +356,7 @@ static int write_json(const char *path, const Setup *su, const Opts *o, const Li
     cJSON_AddNumberToObject(j, "ddp_bucket_bytes", o->bucket_mb > 0 ? o->bucket_mb * MIB : 25 * MIB);
     cJSON *ls = cJSON_AddArrayToObject(j, "links");
     for (int i = 0; i < nl; i++) {
-        const Link *k = &links[i];
+        const SyncbnLink *k = &links[i];
         cJSON *x = cJSON_CreateObject();
         cJSON_AddNumberToObject(x, "ranks", k->ranks);
         cJSON_AddNumberToObject(x, "all_reduce_small_bytes", k->ar_small_b);
@@ -719,7 +373,7 @@ static int write_json(const char *path, const Setup *su, const Opts *o, const Li
     }
     cJSON *rs = cJSON_AddArrayToObject(j, "records");
     for (int i = 0; i < n; i++) {
-        const Record *x = &recs[i];
+        const SyncbnRecord *x = &recs[i];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "ranks", x->ranks);
         cJSON_AddNumberToObject(e, "batch_per_gpu", x->batch);
@@ -764,207 +418,189 @@ static int write_json(const char *path, const Setup *su, const Opts *o, const Li
 }
 
 #define DAT_COLUMNS "x overhead_pct se_pct pred_comm_pct pred_sim_pct overhead_ms se_ms pred_comm_ms pred_sim_ms"
-static void dat_row(FILE *f, int xval, const Record *x)
+static void dat_row(FILE *f, int xval, const SyncbnRecord *x)
 {
     fprintf(f, "%d %.5f %.5f %.5f %.5f %.5f %.5f %.5f %.5f\n", xval, overhead_pct(x), pct(x, x->diff_se),
             pct(x, x->pred_comm_ms), pct(x, pred_ms(x)), overhead(x), x->diff_se, x->pred_comm_ms, pred_ms(x));
 }
 
-/* Two data files (blocks per rank count, blocks per batch) and a gnuplot script beside path. */
-static int write_plot(const char *path, const Setup *su, const Opts *o, const Record *recs, int n)
+/* A data file of one block per value of the key (rank count or batch), x the other. 0 or -1. */
+static int write_blocks(const char *file, const int *keys, int nkeys, int by_ranks, const SyncbnRecord *recs, int n)
 {
-    char by_b[1100], by_n[1100], gp[1100];
+    FILE *f = fopen(file, "w");
+    if (!f) return -1;
+    for (int k = 0; k < nkeys; k++) {
+        fprintf(f, "# %s %d: %s\n", by_ranks ? "ranks" : "batch", keys[k], DAT_COLUMNS);
+        for (int i = 0; i < n; i++)
+            if ((by_ranks ? recs[i].ranks : recs[i].batch) == keys[k])
+                dat_row(f, by_ranks ? recs[i].batch : recs[i].ranks, &recs[i]);
+        fprintf(f, "\n\n");
+    }
+    return fclose(f) ? -1 : 0;
+}
+
+/* One panel: per block of dat, the measured cost with its error bars (solid), the planner's
+ * collective time (dashed) and its simulated step difference (dotted). */
+static void plot_blocks(FILE *f, const char *dat, const int *keys, int nkeys, int by_ranks)
+{
+    fprintf(f, "plot ");
+    for (int i = 0; i < nkeys; i++) {
+        char title[32];
+        snprintf(title, sizeof title, by_ranks ? "%d ranks" : "batch %d", keys[i]);
+        fprintf(f, "%s'%s' index %d using 1:2:3 with yerrorlines lw 2 lc %d title '%s', '' index %d using 1:4 with "
+                   "lines dt 2 lc %d notitle, '' index %d using 1:5 with lines dt 3 lc %d notitle",
+                i ? ", " : "", dat, i, i + 1, title, i, i + 1, i, i + 1);
+    }
+}
+
+/* Two data files (blocks per rank count, blocks per batch) and a gnuplot script beside path. */
+static int write_plot(const char *path, const Setup *su, const Opts *o, const SyncbnRecord *recs, int n)
+{
+    char by_b[1100], by_n[1100], gp[1100], data[2300];
     snprintf(by_b, sizeof by_b, "%s.by_batch.dat", path);
     snprintf(by_n, sizeof by_n, "%s.by_ranks.dat", path);
     snprintf(gp, sizeof gp, "%s.gp", path);
-    FILE *f = fopen(by_b, "w");
+    if (write_blocks(by_b, o->ranks, o->nr, 1, recs, n) || write_blocks(by_n, o->batches, o->nb, 0, recs, n)) return -1;
+    FILE *f = fopen(gp, "w");
     if (!f) return -1;
-    int nblocks_b = 0, nblocks_n = 0;
-    for (int ri = 0; ri < o->nr; ri++) {   /* one block per rank count: x = batch */
-        fprintf(f, "# ranks %d: %s\n", o->ranks[ri], DAT_COLUMNS);
-        for (int i = 0; i < n; i++)
-            if (recs[i].ranks == o->ranks[ri]) dat_row(f, recs[i].batch, &recs[i]);
-        fprintf(f, "\n\n");
-        nblocks_b++;
-    }
-    if (fclose(f)) return -1;
-    if (!(f = fopen(by_n, "w"))) return -1;
-    for (int bi = 0; bi < o->nb; bi++) {   /* one block per batch: x = ranks */
-        fprintf(f, "# batch %d: %s\n", o->batches[bi], DAT_COLUMNS);
-        for (int i = 0; i < n; i++)
-            if (recs[i].batch == o->batches[bi]) dat_row(f, recs[i].ranks, &recs[i]);
-        fprintf(f, "\n\n");
-        nblocks_n++;
-    }
-    if (fclose(f)) return -1;
-    if (!(f = fopen(gp, "w"))) return -1;
-    size_t len = strlen(path);
-    int svg = len > 4 && strcasecmp(path + len - 4, ".svg") == 0;
-    fprintf(f, "set terminal %s size 1300,520 font ',10'\nset output '%s'\n", svg ? "svg" : "pngcairo", path);
+    cli_plot_terminal(f, path, 1300, 520);
     fprintf(f, "set multiplot layout 1,2 title \"SyncBatchNorm cost per step: %s at %dx%d, DDP over MPI, %s\\n"
                "solid: measured step difference (bars: standard error), dashed: the planner's time of the collectives, "
-               "dotted: the planner's simulated step difference\"\n", su->model, su->cfg.image_size, su->cfg.image_size, su->date);
+               "dotted: the planner's simulated step difference\"\n", su->model, su->cfg.image_size, su->cfg.image_size,
+            su->date);
     fprintf(f, "set grid\nset key top right\nset ylabel 'cost (%% of the BatchNorm step)'\nset logscale x 2\n"
                "set xlabel 'per-GPU batch'\nset title 'versus per-GPU batch'\nset arrow from %d, graph 0 to %d, graph 1 "
                "nohead dt 3 lc rgb 'gray'\n", o->bn_min, o->bn_min);
     /* one value on an axis: gnuplot cannot autoscale it ("empty x range"), so the range is given */
     if (o->nb == 1) fprintf(f, "set xrange [%g:%g]\n", o->batches[0] / 2.0, o->batches[0] * 2.0);
-    fprintf(f, "plot ");
-    for (int i = 0; i < nblocks_b; i++)
-        fprintf(f, "%s'%s' index %d using 1:2:3 with yerrorlines lw 2 lc %d title '%d ranks', '' index %d using 1:4 with "
-                   "lines dt 2 lc %d notitle, '' index %d using 1:5 with lines dt 3 lc %d notitle",
-                i ? ", " : "", by_b, i, i + 1, o->ranks[i], i, i + 1, i, i + 1);
+    plot_blocks(f, by_b, o->ranks, o->nr, 1);
     fprintf(f, "\nunset arrow\nset autoscale x\nset xlabel 'ranks'\nset title 'versus ranks'\n");
     if (o->nr == 1) fprintf(f, "set xrange [%g:%g]\n", o->ranks[0] / 2.0, o->ranks[0] * 2.0);
-    fprintf(f, "plot ");
-    for (int i = 0; i < nblocks_n; i++)
-        fprintf(f, "%s'%s' index %d using 1:2:3 with yerrorlines lw 2 lc %d title 'batch %d', '' index %d using 1:4 with "
-                   "lines dt 2 lc %d notitle, '' index %d using 1:5 with lines dt 3 lc %d notitle",
-                i ? ", " : "", by_n, i, i + 1, o->batches[i], i, i + 1, i, i + 1);
+    plot_blocks(f, by_n, o->batches, o->nb, 0);
     fprintf(f, "\nunset multiplot\n");
     if (fclose(f)) return -1;
-    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "memplan: gnuplot not found: wrote the data (%s, %s) and the script (%s); install gnuplot-nox "
-                        "and run 'gnuplot %s'\n", by_b, by_n, gp, gp);
-        return 0;
-    }
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "memplan: gnuplot failed on %s\n", gp);
-        return -1;
-    }
-    return 0;
+    snprintf(data, sizeof data, "%s, %s", by_b, by_n);
+    return cli_plot_run(gp, data);
 }
 
 /* ---- the command ---- */
 
-static CommKind launch_kind(void)
+static int cmp_int(const void *a, const void *b)
 {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ? COMM_MPI : COMM_SELF;
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The checks that need the model and the job's size, after parse; the setup they resolve (the
+ * default rank counts, the lists sorted so tables and plots read in order). 0 or 2 (err). */
+static int resolve(Opts *o, Setup *su, int N, char *err, size_t len)
+{
+    if (exec_cnn_config_preset(&su->cfg, o->model)) {
+        char names[256] = "";
+        for (int i = 0; i < exec_cnn_preset_count(); i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", exec_cnn_preset_name(i));
+        return bad(err, len, "bench syncbn runs the executor's CNN presets (%s); '%s' is not one", names, o->model);
+    }
+    if (N < 2)
+        return bad(err, len, "bench syncbn measures SyncBN's collectives: start it on 2 or more ranks "
+                             "(mpirun -np 4 memplan bench syncbn)");
+    if (o->nr == 0) {   /* 2, 4, 8, ... up to the job, and the job */
+        for (int n = 2; n <= N && o->nr < MAX_LIST - 1; n *= 2) o->ranks[o->nr++] = n;
+        if (o->ranks[o->nr - 1] != N) o->ranks[o->nr++] = N;
+    }
+    for (int i = 0; i < o->nr; i++)
+        if (o->ranks[i] > N) return bad(err, len, "--ranks %d exceeds the %d ranks this job was started with", o->ranks[i], N);
+    /* BatchNorm trains on more than one value per channel: the last stage's maps are the smallest */
+    /* the model's own images, at most 64 pixels (resnet50's 224 would take minutes a step on CPUs) */
+    if (o->image) su->cfg.image_size = o->image;
+    else if (su->cfg.image_size > CPU_IMAGE_MAX) su->cfg.image_size = CPU_IMAGE_MAX;
+    int img = su->cfg.image_size;
+    int h = kern_conv2d_out_size(kern_conv2d_out_size(img, 7, 2, 3), 3, 2, 1);   /* stem conv, max-pool */
+    for (int st = 1; st < 4; st++) h = kern_conv2d_out_size(h, 3, 2, 1);        /* stages 2..4 halve */
+    for (int i = 0; i < o->nb; i++)
+        if ((long long)o->batches[i] * h * h < 2)
+            return bad(err, len, "--batches: a per-GPU batch of %d gives BatchNorm one value per channel in %s's "
+                       "last stage (%dx%d maps at --image-size %d), and BatchNorm cannot train on one: give batches of "
+                       "2 or more, or a larger --image-size", o->batches[i], su->cfg.name, h, h, img);
+    qsort(o->batches, (size_t)o->nb, sizeof *o->batches, cmp_int);
+    qsort(o->ranks, (size_t)o->nr, sizeof *o->ranks, cmp_int);
+    su->model = su->cfg.name;
+    su->params = exec_cnn_cfg_num_params(&su->cfg);
+    su->nbn = exec_cnn_cfg_bn_layers(&su->cfg, &su->sum_c);
+    su->world = N;
+    su->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    time_t now = time(NULL);
+    strftime(su->date, sizeof su->date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    return 0;
+}
+
+static void echo_setup(FILE *f, const Setup *su, const Opts *o, int blas)
+{
+    fprintf(f, "# bench syncbn: %s at %dx%d, per-GPU batches", su->model, su->cfg.image_size, su->cfg.image_size);
+    for (int i = 0; i < o->nb; i++) fprintf(f, "%s%d", i ? "," : " ", o->batches[i]);
+    fprintf(f, ", ranks");
+    for (int i = 0; i < o->nr; i++) fprintf(f, "%s%d", i ? "," : " ", o->ranks[i]);
+    fprintf(f, " of %d, %d steps after %d warm-up per mode (the first n ranks run, the others wait asleep), "
+            "%d BLAS thread%s per rank\n", su->world, o->steps, o->warmup, blas, blas > 1 ? "s" : "");
+    fflush(f);
+}
+
+/* Rank 0's outputs: the table, the JSON, the plot. 0 or 1. */
+static int report(const Setup *su, const Opts *o, const SyncbnLink *links, const SyncbnRecord *recs)
+{
+    int n = o->nr * o->nb, rc = 0;
+    print_table(o->json_stdout ? stderr : stdout, su, o, links, o->nr, recs, n);   /* stdout carries the JSON */
+    fflush(stdout);
+    if ((o->json || o->json_stdout) && write_json(o->json, su, o, links, o->nr, recs, n)) rc = 1;
+    if (o->plot && write_plot(o->plot, su, o, recs, n)) {
+        fprintf(stderr, "memplan: cannot write --plot file '%s'\n", o->plot);
+        rc = 1;
+    }
+    if (o->json && !rc) fprintf(stderr, "# wrote %s\n", o->json);
+    if (o->plot && !rc) fprintf(stderr, "# wrote the plot to %s\n", o->plot);
+    return rc;
 }
 
 static int bench_syncbn(int argc, char **argv)
 {
     char err[512] = "";
-    Comm *world = comm_create(launch_kind(), &argc, &argv, 300, err, sizeof err);
+    Comm *world = comm_create(comm_launch_kind(), &argc, &argv, 300, err, sizeof err);
     if (!world) {
         fprintf(stderr, "memplan: cannot start the communicator: %s\n", err);
         return 1;
     }
-    int rank = comm_rank(world), N = comm_size(world), rc = 0;
+    int rank = comm_rank(world), rc = 0;
     Opts o;
     Setup su;
     memset(&su, 0, sizeof su);
     int prc = parse(argc, argv, &o, err, sizeof err);
-    if (prc == 0 && exec_cnn_config_preset(&su.cfg, o.model)) {
-        char names[256] = "";
-        for (int i = 0; i < exec_cnn_preset_count(); i++)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", exec_cnn_preset_name(i));
-        prc = bad(err, sizeof err, "bench syncbn runs the executor's CNN presets (%s); '%s' is not one", names, o.model);
-    }
-    if (prc == 0 && N < 2)
-        prc = bad(err, sizeof err, "bench syncbn measures SyncBN's collectives: start it on 2 or more ranks "
-                                   "(mpirun -np 4 memplan bench syncbn)");
-    if (prc == 0 && o.nr == 0) {   /* 2, 4, 8, ... up to the job, and the job */
-        for (int n = 2; n <= N && o.nr < MAX_LIST - 1; n *= 2) o.ranks[o.nr++] = n;
-        if (o.ranks[o.nr - 1] != N) o.ranks[o.nr++] = N;
-    }
-    for (int i = 0; prc == 0 && i < o.nr; i++)
-        if (o.ranks[i] > N) prc = bad(err, sizeof err, "--ranks %d exceeds the %d ranks this job was started with", o.ranks[i], N);
-    if (prc == 0 && o.steps > 1000) prc = bad(err, sizeof err, "--steps is too large");
-    if (prc == 0) {   /* BatchNorm trains on more than one value per channel: the last stage's maps are the smallest */
-        int img = o.image ? o.image : strcmp(su.cfg.name, "resnet50") == 0 ? 64 : su.cfg.image_size;
-        int h = kern_conv2d_out_size(kern_conv2d_out_size(img, 7, 2, 3), 3, 2, 1);   /* stem conv, max-pool */
-        for (int st = 1; st < 4; st++) h = kern_conv2d_out_size(h, 3, 2, 1);        /* stages 2..4 halve */
-        for (int i = 0; prc == 0 && i < o.nb; i++)
-            if ((long long)o.batches[i] * h * h < 2)
-                prc = bad(err, sizeof err, "--batches: a per-GPU batch of %d gives BatchNorm one value per channel in %s's "
-                          "last stage (%dx%d maps at --image-size %d), and BatchNorm cannot train on one: give batches of "
-                          "2 or more, or a larger --image-size", o.batches[i], su.cfg.name, h, h, img);
-    }
+    if (prc == 0) prc = resolve(&o, &su, comm_size(world), err, sizeof err);
     /* every rank checked its own arguments and paths: all learn at once if one failed */
     int st = cli_ranks_agree(world, argc, argv, prc == 1 ? CLI_RANKS_HELP : prc, prc ? err : "");
-    if (st == CLI_RANKS_HELP) {
-        if (rank == 0) help(stdout);
-        comm_destroy(world);
-        return 0;
-    }
+    if (st == CLI_RANKS_HELP && rank == 0) help(stdout);
     if (st) {
         comm_destroy(world);
-        return st;
+        return st == CLI_RANKS_HELP ? 0 : st;
     }
     if (o.timeout > 0) comm_set_timeout(world, o.timeout);
     /* BLAS threads: the cores shared by this node's ranks (OpenBLAS would start one per core in
        every rank), unless OPENBLAS_NUM_THREADS says otherwise */
-    int blas = getenv("OPENBLAS_NUM_THREADS") ? openblas_get_num_threads() : 0;
-    if (!blas) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        blas = cores / comm_local_size(world) > 1 ? (int)(cores / comm_local_size(world)) : 1;
-        openblas_set_num_threads(blas);
-    }
-    su.cfg.image_size = o.image ? o.image : strcmp(su.cfg.name, "resnet50") == 0 ? 64 : su.cfg.image_size;
-    su.model = su.cfg.name;
-    su.params = exec_cnn_cfg_num_params(&su.cfg);
-    su.nbn = exec_cnn_cfg_bn_layers(&su.cfg, &su.sum_c);
-    su.world = N;
-    su.cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    time_t now = time(NULL);
-    strftime(su.date, sizeof su.date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    /* sort the lists so tables and plots read in order */
-    for (int i = 1; i < o.nb; i++)
-        for (int j = i; j > 0 && o.batches[j] < o.batches[j - 1]; j--) {
-            int t = o.batches[j];
-            o.batches[j] = o.batches[j - 1];
-            o.batches[j - 1] = t;
-        }
-    for (int i = 1; i < o.nr; i++)
-        for (int j = i; j > 0 && o.ranks[j] < o.ranks[j - 1]; j--) {
-            int t = o.ranks[j];
-            o.ranks[j] = o.ranks[j - 1];
-            o.ranks[j - 1] = t;
-        }
-    if (rank == 0) {
-        fprintf(stderr, "# bench syncbn: %s at %dx%d, per-GPU batches", su.model, su.cfg.image_size, su.cfg.image_size);
-        for (int i = 0; i < o.nb; i++) fprintf(stderr, "%s%d", i ? "," : " ", o.batches[i]);
-        fprintf(stderr, ", ranks");
-        for (int i = 0; i < o.nr; i++) fprintf(stderr, "%s%d", i ? "," : " ", o.ranks[i]);
-        fprintf(stderr, " of %d, %d steps after %d warm-up per mode (the first n ranks run, the others wait asleep), "
-                "%d BLAS thread%s per rank\n", N, o.steps, o.warmup, blas, blas > 1 ? "s" : "");
-        fflush(stderr);
-    }
-    Link *links = calloc((size_t)o.nr, sizeof *links);
-    Record *recs = calloc((size_t)o.nr * o.nb, sizeof *recs);
+    int blas = kern_blas_set_threads(comm_local_size(world));
+    if (rank == 0) echo_setup(stderr, &su, &o, blas);
+    SyncbnLink *links = calloc((size_t)o.nr, sizeof *links);
+    SyncbnRecord *recs = calloc((size_t)o.nr * o.nb, sizeof *recs);
     if (!links || !recs) {
         free(links);
         free(recs);
         comm_abort(world, "out of host memory");
     }
-    for (int ri = 0; ri < o.nr && rc == 0; ri++) {
-        int n = o.ranks[ri];
-        Comm *sub = comm_split(world, rank < n ? 0 : -1, err, sizeof err);
-        if (rank < n && !sub) comm_abort(world, err);
-        if (sub) {
-            if (run_ranks(sub, &su.cfg, &o, &links[ri], recs + (size_t)ri * o.nb, err, sizeof err)) rc = 1;
-            comm_destroy(sub);
-        }
-        double mine = rc, worst = rc;
-        if (comm_barrier_idle(world, IDLE_POLL_S) || comm_all_reduce(world, &mine, &worst, 1, DT_F64, NULL)) rc = 1;
-        if (worst != 0) rc = 1;
-    }
-    if (rc) {
+    SyncbnBench b = {su.cfg, o.batches, o.nb, o.ranks, o.nr, o.steps, o.warmup, o.bucket_mb * MIB, (uint64_t)o.seed,
+                     rank == 0 ? stderr : NULL};
+    if (exec_syncbn_bench(world, &b, links, recs, err, sizeof err)) {
         if (rank == 0) fprintf(stderr, "memplan: bench syncbn failed%s%s\n", *err ? ": " : "", err);
+        rc = 1;
     } else if (rank == 0) {
-        int n = o.nr * o.nb;
-        print_table(o.json_stdout ? stderr : stdout, &su, &o, links, o.nr, recs, n);   /* stdout carries the JSON */
-        fflush(stdout);
-        if ((o.json || o.json_stdout) && write_json(o.json, &su, &o, links, o.nr, recs, n)) rc = 1;
-        if (o.plot && write_plot(o.plot, &su, &o, recs, n)) {
-            fprintf(stderr, "memplan: cannot write --plot file '%s'\n", o.plot);
-            rc = 1;
-        }
-        if (o.json && !rc) fprintf(stderr, "# wrote %s\n", o.json);
-        if (o.plot && !rc) fprintf(stderr, "# wrote the plot to %s\n", o.plot);
+        rc = report(&su, &o, links, recs);
     }
     free(links);
     free(recs);

@@ -168,12 +168,6 @@ static void print_help(FILE *f, const char *cmd)
                "Memory is printed in bytes and binary units (KiB, MiB, GiB); the engine runs in fp32 (CPU or GPU).\n");
 }
 
-/* Under mpirun (OpenMPI, or a PMI/PMIx launcher) the job is MPI; alone, one rank without MPI. */
-static CommKind launch_kind(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ? COMM_MPI : COMM_SELF;
-}
-
 typedef struct {
     CliSetup s;
     int have_setup;
@@ -195,14 +189,16 @@ static void finish_ctx(Ctx *x)
 }
 
 /* Planning flags the engine does not honour (it trains fp32 AdamW, no checkpointing, no
- * dropout, eager attention, on mpirun's ranks), with the one value each may still take. The
- * overhead figures (--gpu, --cuda-context, --nccl-mem) are printed next to --cupti's only. */
-static const struct { const char *flag, *same; int cupti; } NOT_HONOURED[] = {
-    {"params", NULL, 0}, {"units", NULL, 0}, {"precision", "fp32", 0}, {"optimizer", "adamw", 0},
-    {"act-ckpt", "none", 0}, {"attn", "eager", 0}, {"dropout", "0", 0}, {"gpus", NULL, 0}, {"gpus-per-node", NULL, 0},
-    {"gpu-mem", NULL, 0}, {"grad-as-bucket-view", NULL, 0}, {"alloc-margin", NULL, 0}, {"mfu", NULL, 0},
-    {"intra-bw", NULL, 0}, {"inter-bw", NULL, 0}, {"latency", NULL, 0}, {"syncbn", NULL, 0}, {"impl", "engine", 0},
-    {"gpu", NULL, 1}, {"cuda-context", NULL, 1}, {"nccl-mem", NULL, 1},
+ * dropout, eager attention, on mpirun's ranks), with the one value each may still take (same, or
+ * the job's rank count: ranks). The overhead figures (--gpu, --cuda-context, --nccl-mem) are
+ * printed next to --cupti's only (cupti). */
+static const struct { const char *flag, *same; int cupti, ranks; } NOT_HONOURED[] = {
+    {"params", NULL, 0, 0}, {"units", NULL, 0, 0}, {"precision", "fp32", 0, 0}, {"optimizer", "adamw", 0, 0},
+    {"act-ckpt", "none", 0, 0}, {"attn", "eager", 0, 0}, {"dropout", "0", 0, 0}, {"gpus", NULL, 0, 1},
+    {"gpus-per-node", NULL, 0, 0}, {"gpu-mem", NULL, 0, 0}, {"grad-as-bucket-view", NULL, 0, 0},
+    {"alloc-margin", NULL, 0, 0}, {"mfu", NULL, 0, 0}, {"intra-bw", NULL, 0, 0}, {"inter-bw", NULL, 0, 0},
+    {"latency", NULL, 0, 0}, {"syncbn", NULL, 0, 0}, {"impl", "engine", 0, 0},
+    {"gpu", NULL, 1, 0}, {"cuda-context", NULL, 1, 0}, {"nccl-mem", NULL, 1, 0},
 };
 
 /* Parses and checks this rank's arguments and output paths, with cli_usage_error captured.
@@ -221,7 +217,8 @@ static int check_args(int argc, char **argv, const char *cmd, Ctx *x)
         const char *v = cli_setup_given(&x->s, NOT_HONOURED[i].flag);
         if (!v || (NOT_HONOURED[i].cupti && x->f.cupti)) continue;
         if (NOT_HONOURED[i].same && strcmp(v, NOT_HONOURED[i].same) == 0) continue;
-        if (strcmp(NOT_HONOURED[i].flag, "gpus") == 0 && atoll(v) == x->N) continue;
+        long long n;
+        if (NOT_HONOURED[i].ranks && plan_parse_int(v, 1, INT_MAX, &n) == 0 && n == x->N) continue;
         if (NOT_HONOURED[i].cupti)
             return cli_usage_error("%s does not use --%s without --cupti (it sets the planner's overheads printed next "
                                    "to --cupti's measurement): drop it", cmd, NOT_HONOURED[i].flag);
@@ -291,7 +288,7 @@ static int start(int argc, char **argv, const char *cmd, Ctx *x)
 {
     memset(x, 0, sizeof *x);
     char err[512];
-    x->comm = comm_create(launch_kind(), &argc, &argv, 300, err, sizeof err);
+    x->comm = comm_create(comm_launch_kind(), &argc, &argv, 300, err, sizeof err);
     if (!x->comm) {
         fprintf(stderr, "memplan: cannot start the communicator: %s\n", err);
         return 1;
@@ -371,8 +368,6 @@ static int report_failure(Ctx *x, ExecRunResult *r)
 }
 
 /* ---- run: the profiler summary ---- */
-
-static const char *const PHASES3[3] = {"forward", "backward", "step"};
 
 static void print_summary(FILE *f, const Ctx *x, const ExecRunResult *r)
 {
@@ -470,7 +465,8 @@ static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
         cJSON_AddNumberToObject(o, "at_peak_bytes", r->at_peak[k]);
     }
     cJSON *pp = cJSON_AddObjectToObject(mem, "phase_peak_bytes");
-    for (int ph = 0; ph < 3; ph++) cJSON_AddNumberToObject(pp, PHASES3[ph], r->phase_peak[ph]);
+    for (int ph = 0; ph < EXEC_PHASE_PARTS; ph++)
+        cJSON_AddNumberToObject(pp, exec_phase_planner_name((ExecPhase)ph), r->phase_peak[ph]);
     cJSON *coll = cJSON_AddObjectToObject(j, "collectives");
     for (int op = 0; op < COLL_OP_COUNT; op++) {
         if (r->coll_total[op].count == 0) continue;
@@ -550,6 +546,11 @@ int cli_cmd_run(int argc, char **argv)
 typedef struct {
     double count, payload, wire;
 } CollSum;
+
+/* the planner's comm phases are the step's parts, in order (coll_step_phase's second index) */
+_Static_assert((int)CPHASE_COUNT == EXEC_PHASE_PARTS && (int)CPHASE_FORWARD == (int)EXEC_PHASE_FORWARD &&
+                   (int)CPHASE_STEP == (int)EXEC_PHASE_OPTIMIZER,
+               "CommPhase and the ExecPhase parts differ");
 
 /* One strategy: rows on f (rank 0) and a JSON record; returns 1 if it passes. */
 static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResult *r, cJSON *arr, int *row_header,
@@ -634,7 +635,8 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
             ms_ok ? "ok (exact)" : "FAIL (must be exact)");
     for (int op = 0; op < PCOLL_COUNT; op++)
         for (int ph = 0; ph < CPHASE_COUNT; ph++) {
-            const CollStats *m = &r->coll_step_phase[op][ph];   /* PCOLL_* and COLL_* share the first four */
+            /* PCOLL_* and COLL_* share the first four; CPHASE_* are the ExecPhase parts, in order */
+            const CollStats *m = &r->coll_step_phase[op][ph];
             const CollSum *p = &pred[op][ph];
             if (p->count == 0 && m->count == 0) continue;
             char q1[48], q2[48];

@@ -63,20 +63,20 @@ cJSON *cli_time_desc_json(const DeviceDesc *d)
     return j;
 }
 
-/* The steady steps' (2..K; 1 when K = 1) seconds of a phase, less another's (minus, or NULL),
- * or of the step's wall (name NULL), into v; returns how many. */
-static int steady_steps(const ExecRunResult *r, int K, const char *name, const char *minus, double *v)
+/* NO_PHASE: the step's wall (as a phase) or nothing to subtract (as minus) */
+#define NO_PHASE (-1)
+
+/* The steady steps' (2..K; 1 when K = 1) seconds of a phase, less another's (minus), or of the
+ * step's wall (NO_PHASE), into v; returns how many (none for a phase that never ran). */
+static int steady_steps(const ExecRunResult *r, int K, int phase, int minus, double *v)
 {
-    int a = -1, b = -1, n = 0;
-    for (int j = 0; name && j < r->nphases; j++) {
-        if (strcmp(r->phases[j].name, name) == 0) a = j;
-        if (minus && strcmp(r->phases[j].name, minus) == 0) b = j;
+    int n = 0;
+    if (phase != NO_PHASE && (r->phase_count[phase] == 0 || !r->step_phase_s)) return 0;
+    if (minus != NO_PHASE && r->phase_count[minus] == 0) minus = NO_PHASE;
+    for (int i = K > 1 ? 1 : 0; i < K && i < r->steps_done; i++) {
+        const double *s = phase == NO_PHASE ? NULL : r->step_phase_s + (size_t)i * EXEC_PHASE_COUNT;
+        v[n++] = !s ? r->step_ms[i] / 1e3 : s[phase] - (minus != NO_PHASE ? s[minus] : 0);
     }
-    if (name && (a < 0 || !r->step_phase_s)) return 0;
-    for (int i = K > 1 ? 1 : 0; i < K && i < r->steps_done; i++)
-        v[n++] = !name ? r->step_ms[i] / 1e3
-                       : r->step_phase_s[(size_t)i * EXEC_RUN_PHASES + a] -
-                             (b >= 0 ? r->step_phase_s[(size_t)i * EXEC_RUN_PHASES + b] : 0);
     return n;
 }
 
@@ -94,15 +94,16 @@ int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *
        steps: a step that the allocator still grows (the second on gpt2's ZeRO-1/2) or that a
        burst of other work hits does not set it. */
     struct {
-        const char *name, *note, *phase, *minus;
+        const char *name, *note;
+        int phase, minus;   /* ExecPhase or NO_PHASE */
         double pred;
     } rows[] = {
-        {"step", "wall, median of steps 2..K", NULL, NULL, s.step_s},
-        {"forward", "wall: compute + waits", "forward", NULL, s.fwd_s},
-        {"backward", "wall: compute + waits", "backward", NULL, s.bwd_s},
-        {"optimizer", "wall: compute + waits", "optimizer", NULL, s.opt_s},
-        {"compute", "step phase - waits", "step", "comm_wait", s.compute_s},
-        {"exposed_comm", "waits (comm_wait)", "comm_wait", NULL, s.exposed_comm_s},
+        {"step", "wall, median of steps 2..K", NO_PHASE, NO_PHASE, s.step_s},
+        {"forward", "wall: compute + waits", EXEC_PHASE_FORWARD, NO_PHASE, s.fwd_s},
+        {"backward", "wall: compute + waits", EXEC_PHASE_BACKWARD, NO_PHASE, s.bwd_s},
+        {"optimizer", "wall: compute + waits", EXEC_PHASE_OPTIMIZER, NO_PHASE, s.opt_s},
+        {"compute", "step phase - waits", EXEC_PHASE_STEP, EXEC_PHASE_COMM_WAIT, s.compute_s},
+        {"exposed_comm", "waits (comm_wait)", EXEC_PHASE_COMM_WAIT, NO_PHASE, s.exposed_comm_s},
     };
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "strategy", "time", "predicted", "measured", "rel_err", "check");
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "-", "-", "ms/step", "ms/step", "%", "-");

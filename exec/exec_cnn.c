@@ -42,7 +42,8 @@ int exec_cnn_config_preset(CnnConfig *cfg, const char *name)
     return -1;
 }
 
-int exec_cnn_config_check(const CnnConfig *cfg, char *msg, size_t msglen)
+/* 0 if the shapes are usable; -1 with a sentence in msg otherwise. */
+static int exec_cnn_config_check(const CnnConfig *cfg, char *msg, size_t msglen)
 {
     const char *why = NULL;
     if (!cfg) why = "no configuration given";
@@ -322,16 +323,6 @@ static int init_range(const Graph *g, const CnnConfig *cfg, int unit, uint64_t s
     return 0;
 }
 
-int exec_cnn_init_unit_range(const CnnConfig *cfg, int unit, uint64_t seed, size_t offset,
-                             size_t length, float *dst)
-{
-    Graph g;
-    if (build_graph(&g, cfg)) return -1;
-    int rc = init_range(&g, cfg, unit, seed, offset, length, dst);
-    graph_free(&g);
-    return rc;
-}
-
 /* ---- the model ---- */
 
 struct Cnn {
@@ -559,8 +550,6 @@ int exec_cnn_init_params(Cnn *c, uint64_t seed)
 Device *exec_cnn_device(const Cnn *c) { return c->dev; }
 
 ExecModel *exec_cnn_model(Cnn *c) { return &c->iface; }
-Cnn *exec_cnn_from_model(ExecModel *m) { return m && m->ops == &CNN_OPS ? m->impl : NULL; }
-const CnnConfig *exec_cnn_config(const Cnn *c) { return &c->cfg; }
 const char *exec_cnn_error(const Cnn *c) { return c->err; }
 int exec_cnn_synced(const Cnn *c) { return c->sync != NULL; }
 void exec_cnn_syncbn_seconds(const Cnn *c, double out[2]) { out[0] = c->syncbn_s[0], out[1] = c->syncbn_s[1]; }
@@ -944,7 +933,7 @@ static int m_adamw(void *p, int u, float *params, const float *grads, size_t len
 }
 
 static const ExecModelOps CNN_OPS = {
-    "cnn", m_units, m_numel, m_params, m_grads, m_set_params, m_set_grads, m_init_range, m_root,
+    m_units, m_numel, m_params, m_grads, m_set_params, m_set_grads, m_init_range, m_root,
     m_divisor, m_forward, m_backward, m_zero_grad, m_adamw, m_buffers, m_error, m_destroy,
 };
 

@@ -60,8 +60,6 @@ typedef struct {
 int exec_cnn_config_preset(CnnConfig *cfg, const char *name);
 int exec_cnn_preset_count(void);
 const char *exec_cnn_preset_name(int i);   /* NULL when out of range */
-/* 0 if the shapes are usable; -1 with a sentence in msg otherwise. */
-int exec_cnn_config_check(const CnnConfig *cfg, char *msg, size_t msglen);
 int exec_cnn_cfg_units(const CnnConfig *cfg);
 size_t exec_cnn_cfg_unit_numel(const CnnConfig *cfg, int unit);   /* 0 if out of range */
 int64_t exec_cnn_cfg_num_params(const CnnConfig *cfg);
@@ -72,11 +70,10 @@ int exec_cnn_cfg_bn_layers(const CnnConfig *cfg, int64_t *sum_channels);
 const char *exec_cnn_cfg_unit_name(const CnnConfig *cfg, int unit, char *buf, size_t len);
 /* Forward FLOPs per image (convs and fc, 2 per multiply-add), for rates and predictions. */
 double exec_cnn_cfg_fwd_flops(const CnnConfig *cfg);
-/* Seeded initial parameters, as torchvision: conv kaiming_normal (fan_out, ReLU gain):
+/* Seeded initial parameters (the model interface's init_unit_range: exec_cnn_init_params, a
+ * strategy's bind), as torchvision: conv kaiming_normal (fan_out, ReLU gain):
  * std = sqrt(2 / (OC·K·K)); BN weight 1, bias 0; fc weight and bias uniform(±1/sqrt(C)).
- * Each value depends only on (seed, unit, element index). -1 if the range is invalid. */
-int exec_cnn_init_unit_range(const CnnConfig *cfg, int unit, uint64_t seed, size_t offset,
-                             size_t length, float *dst);
+ * Each value depends only on (seed, unit, element index). */
 
 /* ---- the model ---- */
 typedef struct Cnn Cnn;   /* opaque */
@@ -102,8 +99,6 @@ int exec_cnn_init_params(Cnn *c, uint64_t seed);
 Device *exec_cnn_device(const Cnn *c);    /* NULL on the host */
 void exec_cnn_destroy(Cnn *c);            /* NULL is ignored; = exec_model_destroy(exec_cnn_model(c)) */
 ExecModel *exec_cnn_model(Cnn *c);        /* the model interface of c */
-Cnn *exec_cnn_from_model(ExecModel *m);   /* NULL if m is not a CNN */
-const CnnConfig *exec_cnn_config(const Cnn *c);
 const char *exec_cnn_error(const Cnn *c);
 
 /* Converts every BatchNorm layer to SyncBatchNorm over comm, in one call, reusing its parameters

@@ -1,6 +1,8 @@
 /* exec_comm.h — the communication interface of the executor: MPI (CPU) or NCCL (GPU), with a
- * single-process "self" backend when one rank runs alone. Every call is counted in the
- * profiler's CommCounters. Reductions are SUM. Non-blocking calls return a request that must
+ * single-process "self" backend when one rank runs alone, whose collectives are host copies (on
+ * one rank the strategies train the plain replica and SyncBN skips its collectives, so device
+ * buffers never reach it; a GPU job of several ranks collects over NCCL). Every call is counted
+ * in the profiler's CommCounters. Reductions are SUM. Non-blocking calls return a request that must
  * be completed with comm_wait (which polls with a timeout). Under MPI, all-reduce, reduce-scatter
  * and all-gather progress on a thread of their own (comm_set_mpi_progress); the other calls are
  * MPI_I* requests that OpenMPI 4.1 progresses only inside MPI calls, so long compute loops call
@@ -29,6 +31,9 @@ typedef struct CommReq CommReq;     /* opaque; completed and freed by comm_wait 
  * (glibc: one arena, no mmapped blocks, no trimming), so that freed step buffers and MPI's
  * collective scratch are reused, not faulted in again every step. */
 Comm *comm_create(CommKind kind, int *argc, char ***argv, double timeout_s, char *err, size_t errlen);
+/* COMM_MPI when a launcher started this process (exec_launch.h), else COMM_SELF: what a command
+ * that runs under mpirun or alone passes to comm_create. */
+CommKind comm_launch_kind(void);
 void comm_destroy(Comm *c);          /* finalizes MPI if comm_create initialized it */
 CommKind comm_kind(const Comm *c);
 int comm_rank(const Comm *c);
@@ -86,10 +91,6 @@ int comm_pinned_from(const Comm *c);           /* the CPUs of the shared set; 0 
 double comm_timeout(const Comm *c);            /* seconds */
 void comm_set_timeout(Comm *c, double timeout_s);
 int comm_outstanding(const Comm *c);           /* non-blocking requests not yet waited for */
-/* SELF on a GPU: its "collectives" are copies, done with exec_device_copy when a device is
- * set (NULL: memcpy, host buffers). */
-typedef struct Device Device;
-void comm_set_device(Comm *c, Device *dev);
 
 /* A communicator of the ranks of parent that pass the same color >= 0 (ordered as in parent);
  * every rank of parent calls it. A rank passing color < 0 gets NULL with err "" (not a member).

@@ -411,7 +411,6 @@ void gpt2_destroy(Gpt2 *m)
 }
 
 const Gpt2Config *gpt2_config(const Gpt2 *m) { return &m->cfg; }
-MemTracker *gpt2_tracker(const Gpt2 *m) { return m->mt; }
 const char *gpt2_error(const Gpt2 *m) { return m->err; }
 
 static int valid_unit(const Gpt2 *m, int u) { return u >= 0 && u < m->nunits; }

@@ -112,7 +112,6 @@ int gpt2_create_on(Gpt2 **out, const Gpt2Config *cfg, MemTracker *mt, Device *de
                    void *ctx);
 void gpt2_destroy(Gpt2 *m);   /* frees everything the model allocated; NULL is ignored */
 const Gpt2Config *gpt2_config(const Gpt2 *m);
-MemTracker *gpt2_tracker(const Gpt2 *m);
 const char *gpt2_error(const Gpt2 *m);   /* the last error, as a sentence ("" if none) */
 
 /* Units: the model never frees a pointer it did not allocate. Setting a pointer frees the

@@ -83,15 +83,9 @@ static void g_destroy(void *p)
 }
 
 static const ExecModelOps GPT2_OPS = {
-    "gpt2", g_units, g_numel, g_params, g_grads, g_set_params, g_set_grads, g_init_range, g_root,
+    g_units, g_numel, g_params, g_grads, g_set_params, g_set_grads, g_init_range, g_root,
     g_divisor, g_forward, g_backward, g_zero, g_adamw, g_buffers, g_error, g_destroy,
 };
-
-int exec_gpt2_model_create(ExecModel **out, const Gpt2Config *cfg, MemTracker *mt,
-                           const ExecHooks *hooks, void *ctx)
-{
-    return exec_gpt2_model_create_on(out, cfg, mt, NULL, hooks, ctx);
-}
 
 int exec_gpt2_model_create_on(ExecModel **out, const Gpt2Config *cfg, MemTracker *mt, Device *dev,
                               const ExecHooks *hooks, void *ctx)
@@ -114,9 +108,4 @@ int exec_gpt2_model_create_on(ExecModel **out, const Gpt2Config *cfg, MemTracker
     }
     *out = &gm->base;
     return 0;
-}
-
-Gpt2 *exec_gpt2_model_gpt2(ExecModel *m)
-{
-    return m && m->ops == &GPT2_OPS ? ((Gpt2Model *)m->impl)->g : NULL;
 }

@@ -9,15 +9,10 @@
 #include "exec_gpt2.h"
 #include "exec_model.h"
 
-/* As gpt2_create (hooks may be NULL; ctx goes to every hook). Returns 0, or -1 with *out NULL:
- * an invalid config (gpt2_config_check gives the sentence) or out of memory (in the tracker). */
-int exec_gpt2_model_create(ExecModel **out, const Gpt2Config *cfg, MemTracker *mt,
-                           const ExecHooks *hooks, void *ctx);
-/* As exec_gpt2_model_create on a device (gpt2_create_on: NULL or host = the CPU engine; a CUDA
- * device = device memory and the CUDA kernels). */
+/* As gpt2_create_on (dev NULL or host = the CPU engine; a CUDA device = device memory and the
+ * CUDA kernels; hooks may be NULL; ctx goes to every hook). Returns 0, or -1 with *out NULL: an
+ * invalid config (gpt2_config_check gives the sentence) or out of memory (in the tracker). */
 int exec_gpt2_model_create_on(ExecModel **out, const Gpt2Config *cfg, MemTracker *mt, Device *dev,
                               const ExecHooks *hooks, void *ctx);
-/* The runtime inside (for its config and layout); NULL if m is not a GPT-2 model. */
-Gpt2 *exec_gpt2_model_gpt2(ExecModel *m);
 
 #endif

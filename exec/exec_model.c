@@ -29,7 +29,6 @@ int exec_model_call_hook(ExecModel *m, ExecHookKind k, int unit)
     return h[k](m->hook_ctx, m, unit) != 0 ? -1 : 0;
 }
 
-const char *exec_model_family(const ExecModel *m) { return m->ops->family; }
 int exec_model_units(const ExecModel *m) { return m->ops->units(m->impl); }
 size_t exec_model_unit_numel(const ExecModel *m, int u) { return m->ops->unit_numel(m->impl, u); }
 float *exec_model_unit_params(const ExecModel *m, int u) { return m->ops->unit_params(m->impl, u); }

@@ -57,7 +57,6 @@ typedef struct {
 
 /* What a runtime implements. impl is the runtime's own object. Every entry is required. */
 typedef struct {
-    const char *family;    /* "gpt2", "cnn" */
     int (*units)(const void *impl);
     size_t (*unit_numel)(const void *impl, int unit);
     float *(*unit_params)(const void *impl, int unit);
@@ -108,7 +107,6 @@ int exec_model_call_hook(ExecModel *m, ExecHookKind k, int unit);
 const char *exec_model_hook_name(ExecHookKind k);   /* "before_unit_forward", ... */
 
 /* For callers. */
-const char *exec_model_family(const ExecModel *m);
 int exec_model_units(const ExecModel *m);
 size_t exec_model_unit_numel(const ExecModel *m, int unit);
 int64_t exec_model_num_params(const ExecModel *m);                 /* Σ units, elements */

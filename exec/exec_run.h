@@ -5,15 +5,13 @@
  * never exits; the caller decides (an out-of-memory failure inside a step leaves peers inside
  * collectives, so the caller then aborts the communicator: comm_abort).
  *
- * Per step: zero_grad; for each of accum micro-batches (each rank its DistributedSampler shard
- * of the step's seeded synthetic global batch of B·N·accum rows: micro-batch a of rank r reads
- * chunk a·N + r, so a step sees the same rows whatever N and accum are): forward, backward (the
- * strategy reduces in its hooks), end of backward; the optimizer step; then one control
- * exchange (an all-gather, not counted as traffic: it is not part of the training step) of the
- * loss and a non-finite flag, so every rank agrees to stop on NaN/inf and rank 0 can print the
- * global mean loss. Phases are named
- * "forward", "backward" and "step" in the tracker and the comm counters (the planner's phase
- * names); the phase timer adds "comm_wait" inside them and "optimizer" for the step.
+ * Per step: the one training step (exec_step.h: zero_grad; for each of accum micro-batches,
+ * each rank its DistributedSampler shard of the step's seeded synthetic global batch of B·N·accum
+ * rows, micro-batch a of rank r reading chunk a·N + r so a step sees the same rows whatever N and
+ * accum are: forward, backward with the strategy's hooks, end of backward; the optimizer step);
+ * then one control exchange (an all-gather, not counted as traffic: it is not part of the
+ * training step) of the loss and a non-finite flag, so every rank agrees to stop on NaN/inf and
+ * rank 0 can print the global mean loss. Phases are exec_step.h's (ExecPhase).
  *
  * The first step creates the lazily allocated state (gradients, AdamW m and v); peaks are then
  * reset, so the reported peaks are the steady state of steps 2..K (what the planner plans)
@@ -38,6 +36,7 @@
 #include "exec_comm.h"
 #include "exec_device.h"
 #include "exec_gpt2.h"
+#include "exec_step.h"
 #include "exec_strategy.h"
 #include "prof_comm.h"
 #include "prof_cupti.h"
@@ -82,9 +81,6 @@ typedef struct {
 /* B 4, T = max_seq, accum 1, 10 steps, DDP, 25 MiB buckets, seed 1337, AdamW lr 1e-3,
  * betas (0.9, 0.999), eps 1e-8, weight decay 0, the host (model fields zeroed: set a preset). */
 void exec_run_config_defaults(ExecRunConfig *c);
-/* Hash of everything that must agree between ranks (model, strategy, shapes, steps, buckets,
- * limit, seed, optimizer, device, cupti); not the output paths, the fault or data_comm. */
-unsigned long long exec_run_config_hash(const ExecRunConfig *c);
 
 typedef enum {
     EXEC_RUN_OK = 0,
@@ -96,7 +92,7 @@ typedef enum {
 
 typedef enum { EXEC_STATE_PARAMS = 0, EXEC_STATE_GRADS, EXEC_STATE_OPTIMIZER, EXEC_STATE_COUNT } ExecStateKind;
 
-#define EXEC_RUN_PHASES 16   /* phases kept: phases[], and step_phase_s's stride */
+#define EXEC_RUN_PHASES 16   /* the phase timer's phases kept in phases[] */
 
 typedef struct {
     ExecRunStatus status;
@@ -117,8 +113,8 @@ typedef struct {
     double peak[MEM_CATEGORY_COUNT];
     double at_peak[MEM_CATEGORY_COUNT];
     int peak_rank;
-    char peak_phase[32];
-    double phase_peak[3];     /* forward, backward, step */
+    char peak_phase[32];      /* the tracker's name of the phase of the peak on peak_rank */
+    double phase_peak[EXEC_PHASE_PARTS];   /* by ExecPhase: forward, backward, optimizer */
     double states[EXEC_STATE_COUNT];   /* params, grads, optimizer allocated at the end of the run */
     double model_states;      /* Σ states */
     size_t mem_limit;
@@ -126,15 +122,16 @@ typedef struct {
     /* collectives, rank 0 (every rank does the same): the whole run and the last step */
     CollStats coll_total[COLL_OP_COUNT];
     CollStats coll_step[COLL_OP_COUNT];
-    CollStats coll_step_phase[COLL_OP_COUNT][3];   /* last step by phase: forward, backward, step */
+    CollStats coll_step_phase[COLL_OP_COUNT][EXEC_PHASE_PARTS];   /* last step by part (ExecPhase) */
 
-    /* time, rank 0 (phase timer stats over the whole run) */
+    /* time, rank 0 (phase timer stats over the whole run, in order of first use, for tables) */
     PhaseStat phases[EXEC_RUN_PHASES];
     int nphases;
+    int64_t phase_count[EXEC_PHASE_COUNT];   /* how often each ExecPhase ran (0: never) */
     double seconds;           /* all steps */
     double steady_ms;         /* mean step time over steps 2..K (step 1 when K = 1) */
-    double *step_phase_s;     /* per step, each of phases[]'s seconds in that step:
-                                 [(step - 1) * EXEC_RUN_PHASES + j] for phases[j] */
+    double *step_phase_s;     /* per step, each phase's seconds in that step:
+                                 [(step - 1) * EXEC_PHASE_COUNT + p] for ExecPhase p */
     double steady_cpu_ms;     /* the same steps' CPU time of this process (all its threads), per
                                  step: what the step costs whatever else shares the cores */
 

@@ -16,6 +16,7 @@
 #include "exec_strategy.h"
 #include "exec_device.h"
 #include "exec_kern.h"
+#include "exec_step.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -125,8 +126,6 @@ static int fail(ExecStrategy *s, const char *fmt, ...)
 }
 
 const char *exec_strategy_error(const ExecStrategy *s) { return s->err; }
-ExecStrategyKind exec_strategy_kind(const ExecStrategy *s) { return s->kind; }
-int exec_strategy_plain(const ExecStrategy *s) { return s->plain; }
 
 int exec_strategy_buckets(const ExecStrategy *s)
 {
@@ -234,10 +233,10 @@ static void poll_comm(ExecStrategy *s)
 static int wait_req(ExecStrategy *s, CommReq **r)
 {
     if (!*r) return 0;
-    if (s->pt) prof_phase_begin(s->pt, "comm_wait");
+    if (s->pt) prof_phase_begin(s->pt, exec_phase_name(EXEC_PHASE_COMM_WAIT));
     int rc = comm_wait(s->comm, *r);
     *r = NULL;
-    if (s->pt) prof_phase_end(s->pt, "comm_wait");
+    if (s->pt) prof_phase_end(s->pt, exec_phase_name(EXEC_PHASE_COMM_WAIT));
     span_sync(s);
     return rc ? fail(s, "a collective failed on rank %d (see the message above)", s->rank) : 0;
 }

@@ -111,8 +111,6 @@ int exec_strategy_step(ExecStrategy *s, const ExecAdamW *opt, int t);
 int exec_strategy_gather_params(ExecStrategy *s, float *out);
 
 const char *exec_strategy_error(const ExecStrategy *s);   /* "" if none */
-ExecStrategyKind exec_strategy_kind(const ExecStrategy *s);
-int exec_strategy_plain(const ExecStrategy *s);           /* 1 on one rank */
 /* Collective buffers, for the echo line: DDP buckets, ZeRO-1/2 reduce buckets, ZeRO-3 shard
  * units; and elements per rank of the sharded state (Σ⌈P_u/N⌉; Ψ when nothing is sharded). */
 int exec_strategy_buckets(const ExecStrategy *s);

@@ -32,12 +32,6 @@ void kern_blas_select_core(char **argv)
 #endif
 }
 
-const char *kern_blas_core(void)
-{
-    const char *core = openblas_get_corename();
-    return core ? core : "unknown";
-}
-
 int kern_blas_set_threads(int local_ranks)
 {
     if (getenv("OPENBLAS_NUM_THREADS")) return openblas_get_num_threads();

@@ -16,9 +16,6 @@
  * re-exec fails (the program then runs with the slower kernel). Call first thing in main. */
 void kern_blas_select_core(char **argv);
 
-/* The core OpenBLAS runs with ("SkylakeX", "Haswell", ...), static storage. */
-const char *kern_blas_core(void);
-
 /* BLAS threads for one rank of local_ranks sharing this node's cores: OPENBLAS_NUM_THREADS when
  * set, else cores / local_ranks (at least 1), so that ranks do not oversubscribe the cores
  * (OpenBLAS alone would start one thread per core in every rank). Sets it and returns it. */

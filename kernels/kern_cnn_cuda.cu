@@ -136,7 +136,7 @@ static cublasHandle_t cublas(void) { return (cublasHandle_t)kern_cuda_cublas(); 
 static int cublas_ready(const char *who)
 {
     if (cublas()) return 0;
-    fprintf(stderr, "rank %s: %s: kern_cuda_init() was not called (no cuBLAS handle)\n", kern_log_rank(), who);
+    fprintf(stderr, "rank %d: %s: kern_cuda_init() was not called (no cuBLAS handle)\n", kern_log_rank(), who);
     return -1;
 }
 

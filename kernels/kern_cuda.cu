@@ -93,7 +93,7 @@ extern "C" int kern_cuda_device_count(void)
      * anything else, so GPU tests that skip on a machine with a GPU leave a trace (an ASan
      * build, for one, makes CUDA fail to initialize unless ASAN_OPTIONS=protect_shadow_gap=0). */
     if (err != cudaErrorNoDevice && err != cudaErrorInsufficientDriver)
-        fprintf(stderr, "rank %s: kern_cuda_device_count: CUDA is unusable, counting 0 devices: %s (%s)\n",
+        fprintf(stderr, "rank %d: kern_cuda_device_count: CUDA is unusable, counting 0 devices: %s (%s)\n",
                 kern_log_rank(), cudaGetErrorString(err), cudaGetErrorName(err));
     return 0;
 }
@@ -339,7 +339,7 @@ static __global__ void bias_fill_kernel(float *out, const float *bias, int OC, s
 static int cublas_ready(const char *who)
 {
     if (g_cublas) return 0;
-    fprintf(stderr, "rank %s: %s: kern_cuda_init() was not called (no cuBLAS handle)\n", kern_log_rank(), who);
+    fprintf(stderr, "rank %d: %s: kern_cuda_init() was not called (no cuBLAS handle)\n", kern_log_rank(), who);
     return -1;
 }
 
@@ -511,7 +511,7 @@ static __global__ void attention_backward_dinp_kernel(float *dinp, const float *
 static int attention_shape_ok(const char *who, int C, int NH)
 {
     if (NH > 0 && C % NH == 0) return 1;
-    fprintf(stderr, "rank %s: %s: C = %d is not divisible by NH = %d\n", kern_log_rank(), who, C, NH);
+    fprintf(stderr, "rank %d: %s: C = %d is not divisible by NH = %d\n", kern_log_rank(), who, C, NH);
     return 0;
 }
 
@@ -659,7 +659,7 @@ extern "C" int kern_crossentropy_softmax_forward_cuda(float *probs, float *losse
     size_t rows = (size_t)B * T;
     if (rows == 0 || V <= 0) return 0;
     if (rows > 0x7fffffffu) {
-        fprintf(stderr, "rank %s: kern_crossentropy_softmax_forward_cuda: B*T = %zu rows is too many\n",
+        fprintf(stderr, "rank %d: kern_crossentropy_softmax_forward_cuda: B*T = %zu rows is too many\n",
                 kern_log_rank(), rows);
         return -1;
     }
@@ -718,7 +718,7 @@ extern "C" int kern_lmhead_ce_forward_cuda(float *logits, float *lse, float *los
     size_t rows = (size_t)B * T;
     if (rows == 0 || V <= 0) return 0;
     if (rows > 0x7fffffffu) {
-        fprintf(stderr, "rank %s: kern_lmhead_ce_forward_cuda: B*T = %zu rows is too many\n", kern_log_rank(), rows);
+        fprintf(stderr, "rank %d: kern_lmhead_ce_forward_cuda: B*T = %zu rows is too many\n", kern_log_rank(), rows);
         return -1;
     }
     if (kern_matmul_forward_cuda(logits, inp, weight, NULL, B, T, C, V, stream)) return -1;

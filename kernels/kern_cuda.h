@@ -17,7 +17,7 @@
  * threads at once.
  *
  * Return values: 0 on success, -1 on failure, after printing "rank R: file:line: call failed:
- * message" to stderr (R from OMPI_COMM_WORLD_RANK / PMI_RANK, else 0). A failure reported by a
+ * message" to stderr (R: the launcher's rank, exec_launch.h, else 0). A failure reported by a
  * launcher is a launch or configuration error; faults inside a kernel surface at the caller's
  * next synchronization, as usual with CUDA.
  *

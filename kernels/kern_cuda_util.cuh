@@ -9,23 +9,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "exec_launch.h"
+
 #define MAX_BLOCKS 65536u       /* grid-stride loops cover the rest */
 
-/* The launcher's rank for messages: kernels/ does not depend on MPI, so read what mpirun sets. */
-static inline const char *kern_log_rank(void)
-{
-    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *r = getenv(vars[i]);
-        if (r && *r) return r;
-    }
-    return "0";
-}
+/* The launcher's rank for messages (exec_launch.h: the one launcher table; kernels/ does not
+ * depend on MPI, so it reads what the launcher set), 0 when started by hand. */
+static inline int kern_log_rank(void) { return exec_launch_rank(0); }
 
 static inline int kern_cuda_check_(cudaError_t err, const char *call, const char *file, int line)
 {
     if (err == cudaSuccess) return 0;
-    fprintf(stderr, "rank %s: %s:%d: %s failed: %s (%s)\n", kern_log_rank(), file, line, call,
+    fprintf(stderr, "rank %d: %s:%d: %s failed: %s (%s)\n", kern_log_rank(), file, line, call,
             cudaGetErrorString(err), cudaGetErrorName(err));
     return -1;
 }
@@ -33,7 +28,7 @@ static inline int kern_cuda_check_(cudaError_t err, const char *call, const char
 static inline int kern_cublas_check_(cublasStatus_t st, const char *call, const char *file, int line)
 {
     if (st == CUBLAS_STATUS_SUCCESS) return 0;
-    fprintf(stderr, "rank %s: %s:%d: %s failed: %s (%s)\n", kern_log_rank(), file, line, call,
+    fprintf(stderr, "rank %d: %s:%d: %s failed: %s (%s)\n", kern_log_rank(), file, line, call,
             cublasGetStatusString(st), cublasGetStatusName(st));
     return -1;
 }

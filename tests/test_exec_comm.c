@@ -6,6 +6,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 
 #include "exec_comm.h"
 #include "exec_device.h"
+#include "exec_launch.h"
 #include "prof_comm.h"
 
 #include "test_run.h"
@@ -50,6 +52,30 @@ Test(comm, every_collective_should_be_exact_and_counted_with_4_ranks, .timeout =
 Test(comm, every_collective_should_be_exact_without_the_progress_thread_too, .timeout = 90)
 {
     expect_all_ok(2, "collectives --no-thread");
+}
+
+/* each backend's table on one rank: SELF's copies, MPI with and without the progress thread */
+Test(comm, every_collective_through_each_backend_should_be_exact_on_1_rank, .timeout = 90)
+{
+    static const char *const ARGS[] = {"collectives --self", "collectives", "collectives --no-thread"};
+    static const char *const WHICH[] = {"1 ranks, self)", "1 ranks, mpi with the progress thread)", "1 ranks, mpi)"};
+    for (int i = 0; i < 3; i++) {
+        Run r = mpirun(1, ARGS[i]);
+        cr_expect_eq(r.status, 0, "comm_check %s exited %d:\n%s", ARGS[i], r.status, r.out);
+        cr_expect_eq(test_count(r.out, "FAIL"), 0, "%s", r.out);
+        cr_expect(strstr(r.out, WHICH[i]) != NULL, "%s ran another backend:\n%s", ARGS[i], r.out);
+        free(r.out);
+    }
+}
+
+Test(comm, the_progress_thread_should_run_the_reductions_on_2_ranks, .timeout = 90)
+{
+    Run r = mpirun(2, "collectives");
+    cr_expect_eq(test_count(r.out, "mpi with the progress thread)"), 2, "%s", r.out);
+    free(r.out);
+    r = mpirun(2, "collectives --no-thread");
+    cr_expect_eq(test_count(r.out, "mpi)"), 2, "%s", r.out);
+    free(r.out);
 }
 
 Test(comm, mpi_waits_should_yield_the_core_on_2_ranks, .timeout = 90)
@@ -241,13 +267,87 @@ Test(comm, self_should_copy_count_and_put_nothing_on_the_wire)
     prof_comm_destroy(cc);
 }
 
-Test(comm, dtypes_should_have_their_sizes_and_names)
+Test(comm, dtypes_should_have_the_sizes_of_their_c_types_and_distinct_names)
 {
-    cr_expect_eq(exec_dtype_size(DT_F32), 4);
-    cr_expect_eq(exec_dtype_size(DT_BF16), 2);
-    cr_expect_eq(exec_dtype_size(DT_F16), 2);
-    cr_expect_eq(exec_dtype_size(DT_I32), 4);
-    cr_expect_eq(exec_dtype_size(DT_F64), 8);
-    cr_expect_eq(exec_dtype_size(DT_U8), 1);
+    cr_expect_eq(exec_dtype_size(DT_F32), sizeof(float));
+    cr_expect_eq(exec_dtype_size(DT_F64), sizeof(double));
+    cr_expect_eq(exec_dtype_size(DT_I32), sizeof(int32_t));
+    cr_expect_eq(exec_dtype_size(DT_U8), sizeof(uint8_t));
+    cr_expect_eq(exec_dtype_size(DT_BF16), sizeof(uint16_t), "bf16 moves as 2-byte units");
+    cr_expect_eq(exec_dtype_size(DT_F16), sizeof(uint16_t));
     cr_expect_str_eq(exec_dtype_name(DT_BF16), "bf16");
+    for (int a = 0; a < DT_COUNT; a++) {
+        cr_expect_str_neq(exec_dtype_name((DType)a), "unknown", "type %d has no name", a);
+        for (int b = 0; b < a; b++)
+            cr_expect_str_neq(exec_dtype_name((DType)a), exec_dtype_name((DType)b), "types %d and %d", a, b);
+    }
+    cr_expect_eq(exec_dtype_size(DT_COUNT), 0, "out of range: no size");
+    cr_expect_str_eq(exec_dtype_name(DT_COUNT), "unknown");
+}
+
+/* ---- launcher detection (exec_launch.h) ---- */
+
+/* No launcher variable left, then the given NAME=VALUE pairs set. */
+static void launched_with(const char *const *vars)
+{
+    for (size_t i = 0; i < EXEC_LAUNCHER_COUNT; i++)
+        for (int k = 0; k < EXEC_LAUNCH_VALUES; k++)
+            if (EXEC_LAUNCHERS[i].var[k]) unsetenv(EXEC_LAUNCHERS[i].var[k]);
+    for (; vars && vars[0]; vars += 2) setenv(vars[0], vars[1], 1);
+}
+
+Test(launch, launcher_detection_should_see_open_mpi_variables)
+{
+    launched_with((const char *const[]){"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "8",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK", "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "2",
+                                         "PMIX_RANK", "3", NULL});
+    cr_assert(exec_launched_by_mpi());
+    cr_expect_str_eq(exec_launcher()->name, "Open MPI");
+    cr_expect_eq(exec_launch_rank(-1), 3);
+    cr_expect_eq(exec_launch_size(-1), 8);
+    cr_expect_eq(exec_launch_local_rank(-1), 1);
+    cr_expect_eq(exec_launch_local_size(-1), 2);
+    cr_expect_eq(comm_launch_kind(), COMM_MPI);
+}
+
+Test(launch, launcher_detection_should_see_hydras_pmi_variables)
+{
+    launched_with((const char *const[]){"PMI_RANK", "5", "PMI_SIZE", "6", "MPI_LOCALRANKID", "2",
+                                         "MPI_LOCALNRANKS", "3", NULL});
+    cr_assert(exec_launched_by_mpi());
+    cr_expect_eq(exec_launch_rank(-1), 5);
+    cr_expect_eq(exec_launch_size(-1), 6);
+    cr_expect_eq(exec_launch_local_rank(-1), 2);
+    cr_expect_eq(exec_launch_local_size(-1), 3);
+    cr_expect_eq(comm_launch_kind(), COMM_MPI);
+}
+
+Test(launch, a_pmix_launcher_should_give_its_rank_and_leave_the_sizes_to_the_default)
+{
+    launched_with((const char *const[]){"PMIX_RANK", "7", NULL});
+    cr_assert(exec_launched_by_mpi());
+    cr_expect_eq(exec_launch_rank(-1), 7);
+    cr_expect_eq(exec_launch_size(-1), -1);
+    cr_expect_eq(exec_launch_local_size(-1), -1);
+}
+
+Test(launch, a_process_started_by_hand_should_run_alone_even_inside_a_slurm_job)
+{
+    launched_with(NULL);
+    setenv("SLURM_PROCID", "0", 1);
+    cr_expect_not(exec_launched_by_mpi());
+    cr_expect_null(exec_launcher());
+    cr_expect_eq(exec_launch_rank(-1), -1);
+    cr_expect_eq(exec_launch_local_size(1), 1);
+    cr_expect_eq(comm_launch_kind(), COMM_SELF);
+}
+
+Test(launch, values_that_are_not_counts_should_read_as_the_default)
+{
+    launched_with((const char *const[]){"OMPI_COMM_WORLD_RANK", "x1", "OMPI_COMM_WORLD_SIZE", "-2",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE", "", NULL});
+    cr_expect(exec_launched_by_mpi(), "a launcher set its variables, whatever their values");
+    cr_expect_eq(exec_launch_rank(-1), -1);
+    cr_expect_eq(exec_launch_size(-1), -1);
+    cr_expect_eq(exec_launch_local_size(-1), -1);
 }

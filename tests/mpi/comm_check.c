@@ -1,5 +1,5 @@
 /* comm_check.c — multi-rank check of the comm backends, launched by tests/test_exec_comm.c:
- *   mpirun -np N comm_check MODE [--nccl] [--fake-hosts]
+ *   mpirun -np N comm_check MODE [--nccl | --self] [--no-thread] [--fake-hosts]
  * MODE collectives: every collective, blocking and non-blocking, with exact inputs (rank r
  *        contributes r+1), in place and not, and the counters' payload and wire bytes;
  *      same: comm_check_same finds the one rank that differs;
@@ -8,7 +8,8 @@
  *      bind: ranks the launcher left unbound are pinned in blocks of its CPUs (the parent's,
  *            mpirun's, set), every thread; bound ones are left; prints "rank R pinned" or
  *            "rank R left" (--left: every rank must be left).
- * --nccl runs on the GPU (buffers in device memory through the tracked allocator);
+ * --nccl runs on the GPU (buffers in device memory through the tracked allocator); --self runs
+ * one process alone (COMM_SELF, no MPI: its copies are the collectives of one rank);
  * --no-thread completes MPI collectives by MPI_Test polling instead of the progress thread;
  * --fake-hosts sets NCCL_HOSTID per rank so several ranks may share one GPU (unverified).
  * Prints "comm_check: rank R ok" and exits 0, or names each failure and exits 1. */
@@ -24,6 +25,7 @@
 
 #include "exec_comm.h"
 #include "exec_device.h"
+#include "exec_launch.h"
 #include "prof_comm.h"
 #include "prof_mem.h"
 
@@ -223,8 +225,9 @@ static void check_counters(Comm *c, CommCounters *cc, const Expect *e)
         const char *name = prof_coll_name((CollOp)op);
         CHECK(s.count == e->count[op], "%s count %lld, want %lld", name, (long long)s.count, (long long)e->count[op]);
         CHECK(s.payload_bytes == e->payload[op], "%s payload %.0f, want %.0f", name, s.payload_bytes, e->payload[op]);
-        /* nccl-tests factors, written out here independently of prof_comm.c */
-        double f = op == COLL_ALL_REDUCE ? 2.0 * (p - 1) / p
+        /* nccl-tests factors, written out here independently of prof_comm.c; one rank sends nothing */
+        double f = p == 1 ? 0.0
+                 : op == COLL_ALL_REDUCE ? 2.0 * (p - 1) / p
                  : op == COLL_BROADCAST ? 1.0
                  : op == COLL_BARRIER ? 0.0 : (double)(p - 1) / p;
         CHECK(fabs(s.wire_bytes - f * e->payload[op]) <= 1e-9 * e->payload[op] + 1e-9, "%s wire %.1f, want %.1f",
@@ -389,21 +392,21 @@ static int run_bind(Comm *c)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "collectives";
-    int nccl = 0, no_thread = 0;
+    int nccl = 0, self = 0, no_thread = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--nccl") == 0) nccl = 1;
+        else if (strcmp(argv[i], "--self") == 0) self = 1;
         else if (strcmp(argv[i], "--no-thread") == 0) no_thread = 1;
         else if (strcmp(argv[i], "--left") == 0) g_expect_left = 1;
         else if (strcmp(argv[i], "--fake-hosts") == 0) {
             /* NCCL tells hosts apart by a hash that NCCL_HOSTID overrides. */
-            const char *rank = getenv("OMPI_COMM_WORLD_RANK");
             char id[64];
-            snprintf(id, sizeof id, "memplan-fake-host-%s", rank ? rank : "0");
+            snprintf(id, sizeof id, "memplan-fake-host-%d", exec_launch_rank(0));
             setenv("NCCL_HOSTID", id, 0);
         }
     }
     char err[256];
-    Comm *c = comm_create(nccl ? COMM_NCCL : COMM_MPI, &argc, &argv, 30.0, err, sizeof err);
+    Comm *c = comm_create(nccl ? COMM_NCCL : self ? COMM_SELF : COMM_MPI, &argc, &argv, 30.0, err, sizeof err);
     if (!c) {
         fprintf(stderr, "comm_check: %s\n", err);
         return 2;
@@ -429,7 +432,10 @@ int main(int argc, char **argv)
         rc = 2;
     }
     CHECK(prof_mem_current_total(g_mem) == 0, "%zu bytes still tracked", prof_mem_current_total(g_mem));
-    if (rc == 0 && g_fail == 0) printf("comm_check: rank %d ok (%s, %d ranks)\n", g_rank, mode, comm_size(c));
+    if (rc == 0 && g_fail == 0)
+        printf("comm_check: rank %d ok (%s, %d ranks, %s%s)\n", g_rank, mode, comm_size(c),
+               comm_kind(c) == COMM_NCCL ? "nccl" : comm_kind(c) == COMM_SELF ? "self" : "mpi",
+               comm_mpi_progress(c) ? " with the progress thread" : "");
     fflush(stdout);
     prof_mem_destroy(g_mem);
     exec_device_destroy(g_dev);
