@@ -173,6 +173,8 @@ static void issue(Ds3Sim *z, double limit) {
     Ds3Group *g = &z->g[z->ng];
     memset(g, 0, sizeof(*g));
     g->k0 = z->issued;
+    g->at = z->cur;
+    g->at_bwd = z->in_bwd;
     double nn = (double)z->n;
     int64_t e;
     while ((e = cursor_peek(z)) > 0 && (g->elems < limit || g->k0 == z->issued)) {
@@ -211,12 +213,19 @@ static void use(Ds3Sim *z) {
         z->ag_count[z->in_bwd]++;
         z->ag_elems[z->in_bwd] += nn * ceil(e / nn);
         z->used++;
+        if (z->on_group) {
+            Ds3Group one = {0, 0, nn * ceil(e / nn), e, z->cur, z->in_bwd};
+            z->on_group(z->on_group_ctx, &one, z->cur, z->in_bwd);
+        }
         return;
     }
     /* uses go in trace order and a group is dropped after its last tensor, so the oldest live
        group holds this one: copied out at its first tensor, freed after its last */
     Ds3Group *g = &z->g[0];
-    if (z->used == g->k0) z->mat += g->elems;
+    if (z->used == g->k0) {
+        z->mat += g->elems;
+        if (z->on_group) z->on_group(z->on_group_ctx, g, z->cur, z->in_bwd);
+    }
     if (z->used + 1 >= g->k1) memmove(g, g + 1, sizeof(*g) * (size_t)--z->ng);
     z->used++;
     fill(z);
@@ -257,6 +266,7 @@ void plan_ds3_sim_release(Ds3Sim *z, int i) {
 double plan_ds3_sim_forward(Ds3Sim *z, int i) {
     if (z->n <= 1) return 0;
     z->in_bwd = 0;
+    z->cur = i;
     fill(z);                                  /* the layer's (and its parents') module fetch */
     for (int t = 0; t < n_tensors(z->m, i); t++)
         if (gathered_tensor(z, tensor_at(z->m, i, t))) use(z);
@@ -269,6 +279,7 @@ double plan_ds3_sim_forward(Ds3Sim *z, int i) {
 double plan_ds3_sim_backward(Ds3Sim *z, int i) {
     if (z->n <= 1) return 0;
     z->in_bwd = 1;
+    z->cur = i;
     z->seen -= layer_elems(z->m, i);          /* elements before layer i */
     fill(z);
     if (!kept_at(z, i, z->seen))              /* released after its forward: gathered again */

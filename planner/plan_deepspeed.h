@@ -57,7 +57,12 @@ typedef struct {
     double k0, k1;           /* trace positions [k0, k1) */
     double flat;             /* elements of the flat all-gather buffer */
     double elems;            /* elements of its tensors, unpadded */
+    int at, at_bwd;          /* issued during layer `at`'s fetch, in backward (1) or forward (0) */
 } Ds3Group;
+
+/* Called once per all-gather when its first tensor is used: where it was issued, where it is
+   first needed (layer, backward), its flat elements. */
+typedef void (*Ds3GroupFn)(void *ctx, const Ds3Group *g, int use_layer, int use_bwd);
 
 typedef struct {
     const ModelSpec *m;
@@ -71,6 +76,9 @@ typedef struct {
     int ql, qt, qbwd;        /* queue cursor: layer, tensor index, in backward */
     double qbefore;          /* elements of the layers before the cursor's */
     int in_bwd;              /* the step is in backward (the phase a gather is issued in) */
+    int cur;                 /* the layer being fetched */
+    Ds3GroupFn on_group;     /* optional: each group at its first use (plan_step's collectives) */
+    void *on_group_ctx;
     double seen;             /* elements of the layers before the walk's current one */
     double avail;            /* issued and not released (DeepSpeed's __n_available_params) */
     double mat;              /* copied out of their flat buffer and not released */

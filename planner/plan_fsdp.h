@@ -9,7 +9,7 @@
 #ifndef PLAN_FSDP_H
 #define PLAN_FSDP_H
 
-#include "plan_memory.h"
+#include "plan_sizes.h"
 
 typedef struct {
     int on;          /* 1: the FSDP2 timeline applies (else the walk's FSDP1 / engine terms) */

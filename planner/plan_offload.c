@@ -3,30 +3,6 @@
 
 #include <string.h>
 
-/* The offload that applies: t->offload when strategy s offers it, else none. */
-static OffloadKind effective(const TrainSpec *t, StrategyKind s) {
-    return plan_strategy_offloads(s, t->offload) ? t->offload : OFFLOAD_NONE;
-}
-
-void plan_offload_gpu_sizes(const TrainSpec *t, StrategyKind sk, MemSizes *z) {
-    OffloadKind o = effective(t, sk);
-    if (o == OFFLOAD_NONE) return;
-    /* fp32 master weights and the optimizer state live on the host; so does the gradient
-       partition where gradients are sharded (ZeRO-2/3 copy each reduced partition into a host
-       buffer; ZeRO-1 keeps the full low-precision gradients until the step) */
-    z->optimizer = 0;
-    if (plan_strategy(sk)->shard & SHARD_GRAD) z->grads = 0;
-    if (o == OFFLOAD_PARAM) z->params = 0;   /* the parameter shards too: gathered units stay */
-}
-
-int plan_offload_cpu_step(const TrainSpec *t, StrategyKind s) { return effective(t, s) != OFFLOAD_NONE; }
-
-int plan_offload_params_on_host(const TrainSpec *t, StrategyKind s) { return effective(t, s) == OFFLOAD_PARAM; }
-
-int plan_offload_grads_to_host(const TrainSpec *t, StrategyKind s) {
-    return effective(t, s) != OFFLOAD_NONE && (plan_strategy(s)->shard & SHARD_GRAD);
-}
-
 void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                        OffloadHost *h) {
     memset(h, 0, sizeof(*h));
@@ -35,7 +11,7 @@ void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     const OptimizerSpec *o = plan_optimizer(t->optimizer);
     MemSizes z;
     plan_memory_sizes(m, t, c, sk, &z);
-    OffloadKind off = effective(t, sk);
+    OffloadKind off = plan_offload_cpu_step(t, sk) ? t->offload : OFFLOAD_NONE;
     int ds = plan_strategy_is_deepspeed(sk);
     double gpn = (double)c->gpus_per_node, K = (double)t->grad_accum, local = z.psi_shard;
     if (!(s->shard & SHARD_OPT)) local = z.psi;

@@ -7,7 +7,7 @@
 #define PLAN_OFFLOAD_H
 
 #include "plan_gpu.h"
-#include "plan_memory.h"
+#include "plan_sizes.h"
 #include "plan_model.h"
 #include "plan_strategy.h"
 #include "plan_train.h"
@@ -37,14 +37,6 @@ typedef struct {
     double cpu_step_s;             /* the optimizer step on the CPU, per rank (0 when on the GPU) */
 } OffloadHost;
 
-/* Moves the offloaded parts of MemSizes (GPU bytes) to zero; called by plan_memory_sizes. */
-void plan_offload_gpu_sizes(const TrainSpec *t, StrategyKind s, MemSizes *z);
-/* 1 when the optimizer step of strategy s runs on the CPU (no GPU optimizer transient). */
-int plan_offload_cpu_step(const TrainSpec *t, StrategyKind s);
-/* 1 when the parameter shards live in host memory (units come up to the GPU for compute). */
-int plan_offload_params_on_host(const TrainSpec *t, StrategyKind s);
-/* 1 when each rank's gradient shard leaves the GPU as soon as it is reduced. */
-int plan_offload_grads_to_host(const TrainSpec *t, StrategyKind s);
 /* Host memory, host traffic and the CPU step for one setup. */
 void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                        OffloadHost *out);

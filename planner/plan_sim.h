@@ -13,6 +13,7 @@
 #include "plan_model.h"
 #include "plan_strategy.h"
 #include "plan_train.h"
+#include "plan_cost.h"
 
 typedef enum { LANE_COMPUTE = 0, LANE_COMM = 1 } SimLane;
 
@@ -59,16 +60,5 @@ void plan_sim_prep_free(SimPrep *p);
 int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
              int record, SimResult *out);
 void plan_sim_free(SimResult *r);
-/* Forward FLOPs of layer i for the micro-batch (per GPU). */
-double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t);
-/* Bytes read + written by layer i's elementwise passes (norms, softmax, activation, residual
- * adds, embedding lookup, cross-entropy; under --impl engine also its bias copies, zeroed
- * scratch and in-place accumulation) in forward and in backward, for the micro-batch. */
-void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double *fwd, double *bwd);
-/* Keys each query's scores are computed for, on average over a sequence of s: s (PyTorch's eager
- * attention computes every score and masks after), or under --impl engine the engine's causal
- * blocks of PLAN_ENGINE_ATT_BLOCK query rows, each stopping at its last row's key. */
-double plan_attn_keys_per_query(const TrainSpec *t, double s);
-#define PLAN_ENGINE_ATT_BLOCK 64   /* kernels/kern_fast.h KERN_FAST_ATT_BLOCK */
 
 #endif

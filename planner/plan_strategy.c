@@ -40,3 +40,16 @@ int plan_strategy_offloads(StrategyKind k, int o) {
 int plan_strategy_is_deepspeed(StrategyKind k) {
     return STRATEGIES[k].buffers == BUF_DS_REDUCE || STRATEGIES[k].buffers == BUF_DS_STAGE3;
 }
+
+/* The offload that applies: t->offload when strategy s offers it, else none. */
+static OffloadKind effective(const TrainSpec *t, StrategyKind s) {
+    return plan_strategy_offloads(s, t->offload) ? t->offload : OFFLOAD_NONE;
+}
+
+int plan_offload_cpu_step(const TrainSpec *t, StrategyKind s) { return effective(t, s) != OFFLOAD_NONE; }
+
+int plan_offload_params_on_host(const TrainSpec *t, StrategyKind s) { return effective(t, s) == OFFLOAD_PARAM; }
+
+int plan_offload_grads_to_host(const TrainSpec *t, StrategyKind s) {
+    return effective(t, s) != OFFLOAD_NONE && (STRATEGIES[s].shard & SHARD_GRAD);
+}

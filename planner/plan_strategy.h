@@ -4,6 +4,8 @@
 #ifndef PLAN_STRATEGY_H
 #define PLAN_STRATEGY_H
 
+#include "plan_train.h"
+
 enum {
     SHARD_OPT = 1,      /* optimizer state (and fp32 master weights) */
     SHARD_GRAD = 2,     /* gradients */
@@ -41,5 +43,14 @@ const char *plan_strategy_names(void);         /* "ddp, zero1, ..." */
 int plan_strategy_offloads(StrategyKind k, int o);
 /* 1 for the DeepSpeed rows (ZeRO), 0 for PyTorch's (DDP, FSDP). */
 int plan_strategy_is_deepspeed(StrategyKind k);
+
+/* CPU offload as strategy s applies t->offload (none where it does not offer it);
+   docs/formulas.md "Offload and host memory". */
+/* 1 when the optimizer step runs on the CPU (no GPU optimizer transient). */
+int plan_offload_cpu_step(const TrainSpec *t, StrategyKind s);
+/* 1 when the parameter shards live in host memory (units come up to the GPU for compute). */
+int plan_offload_params_on_host(const TrainSpec *t, StrategyKind s);
+/* 1 when each rank's gradient shard leaves the GPU as soon as it is reduced. */
+int plan_offload_grads_to_host(const TrainSpec *t, StrategyKind s);
 
 #endif

@@ -80,8 +80,16 @@ def case_name(*parts):
 def run_one(memplan, args, out):
     r = subprocess.run([memplan] + args, capture_output=True, text=True, cwd=ROOT)
     where = os.path.dirname(out)   # the output folder's name is not part of the result
+    def clean(text):   # where the tree or the outputs live is not part of the result
+        return text.replace(where, "DIR").replace(ROOT, "ROOT")
     with open(out, "w") as f:
-        f.write(f"# exit {r.returncode}\n# stderr: {r.stderr.strip().replace(where, 'DIR')}\n{r.stdout}")
+        f.write(f"# exit {r.returncode}\n# stderr: {clean(r.stderr.strip())}\n{clean(r.stdout)}")
+    for a in args:   # an output file memplan wrote (--json=FILE)
+        if a.startswith("--json=") and os.path.exists(a[7:]):
+            with open(a[7:]) as f:
+                text = f.read()
+            with open(a[7:], "w") as f:
+                f.write(clean(text))
 
 
 def run(a):

@@ -1,0 +1,142 @@
+/* plan_rules_activ.c — rules for activations and transients: what forward saves for backward,
+ * autocast's cast cache, the loss, the working sets of backward and the optimizer step's
+ * temporaries. Per-layer sizes come from plan_activ.c; each rule says when they live.
+ * Sources: docs/formulas.md "Activations", "Transients", "A block's backward". */
+#include <math.h>
+
+#include "plan_step_internal.h"
+
+static int last_of_kind(const ModelSpec *m, LayerKind k) {
+    int f = -1;
+    for (int i = 0; i < m->n_layers; i++) if (m->layers[i].kind == k) f = i;
+    return f;
+}
+
+/* A layer's saved tensors live from its forward to its backward; a PyTorch block's are freed by
+   the end of its backward (its MLP moment sees them all, its "backward of" moment none). The
+   common loop's `outputs` holds the logits from one forward until the next forward returns:
+   through the previous step's tail and this step's forward, then again once the head's backward
+   has freed its saved copy. */
+void rule_saved_activations(const StepCtx *x, Step *st) {
+    for (int i = 0; i < x->L; i++) {
+        double a = plan_act_ckpt_bytes(x->m, i, x->t, &x->in);
+        StepWhen w = step_mlp_ws(x, i) > 0 ? AT_BEFORE : AT_AFTER;
+        step_hold(st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, pt(x, PT_FWD, i), AT_BEFORE, pt(x, PT_BWD, i), w, a);
+    }
+    double held = plan_act_loop_held(x->m, x->t, &x->in);
+    int h = last_of_kind(x->m, LAYER_HEAD);
+    step_hold(st, RULE_LOOP_LOGITS, TERM_ACTIVATIONS, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_LOSS_FWD, 0), AT_AFTER, held);
+    if (h >= 0)
+        step_hold(st, RULE_LOOP_LOGITS, TERM_ACTIVATIONS, pt(x, PT_BWD, h), AT_AFTER, pt(x, PT_END, 0), AT_AFTER, held);
+}
+
+/* Autocast's low-precision weight copies (plan_step_ctx.c step_ckpt_casts_cached): cached from
+   each layer's forward, saved for its backward and freed with it (fc2's with its backward, at the
+   MLP moment: measured, block_probe.py); under full checkpointing the blocks' copies go when the
+   autocast region exits after forward, and a recomputed block holds its own while it runs;
+   FSDP1's flat-parameter views are never cached. */
+void rule_autocast_cache(const StepCtx *x, Step *st) {
+    double ccb = x->p->cast_copy_bytes;
+    if (ccb <= 0) return;
+    int cached = step_ckpt_casts_cached(x), leave = step_casts_leave_with_block(x);
+    double mlp_out = plan_act_block_mlp_out_elems(x->m) * ccb;
+    for (int i = 0; i < x->L; i++) {
+        double cast = step_cast_elems(x, i) * ccb;
+        if (cast <= 0) continue;
+        int block = x->m->layers[i].kind == LAYER_BLOCK, mlp = step_mlp_ws(x, i) > 0;
+        int mp = pt(x, PT_BWD_MLP, i), bp = pt(x, PT_BWD, i);
+        double fc2 = fmin(cast, mlp_out);
+        if (!(leave && block)) step_mem(st, RULE_AUTOCAST_CACHE, TERM_TRANSIENT, pt(x, PT_FWD, i), AT_BEFORE, cast);
+        if (cached && block) {
+            if (!leave) step_mem(st, RULE_AUTOCAST_CACHE, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), AT_AFTER, -cast);
+            if (mlp) {   /* recomputed: its copies while its MLP runs, fc2's gone with fc2's backward */
+                step_mem(st, RULE_RECAST, TERM_TRANSIENT, mp, AT_BEFORE, cast - fc2);
+                step_mem(st, RULE_RECAST, TERM_TRANSIENT, mp, AT_AFTER, -(cast - fc2));
+            } else {
+                step_at(st, RULE_RECAST, TERM_TRANSIENT, bp, cast);
+            }
+        } else if (mlp) {
+            step_mem(st, RULE_AUTOCAST_CACHE, TERM_TRANSIENT, mp, AT_BEFORE, -fc2);
+            step_mem(st, RULE_AUTOCAST_CACHE, TERM_TRANSIENT, bp, AT_BEFORE, -(cast - fc2));
+        } else {
+            step_mem(st, RULE_AUTOCAST_CACHE, TERM_TRANSIENT, bp, AT_AFTER, -cast);
+        }
+    }
+}
+
+/* Working sets while a layer's backward runs: a block's MLP backward (its two f-wide gradients,
+   the residual stream's, recomputed activations under checkpointing: plan_act_block_backward_bytes),
+   the gradient a block's backward leaves (plan_act_backward_workspace), and on CPU ranks
+   oneDNN's weight-gradient buffer for a convolution (docs/formulas.md "CPU convolution
+   backward"). */
+static double cpu_conv_backward_bytes(const StepCtx *x, int i) {
+    const ModelSpec *m = x->m;
+    const TrainSpec *t = x->t;
+    const LayerSpec *l = &m->layers[i];
+    if (!t->autocast_cpu || !x->torch || l->kind != LAYER_CONV || l->conv_kernel <= 0 || l->params <= 0) return 0;
+    /* ATen runs a float convolution through oneDNN unless it is pointwise (1x1, stride 1) with a
+       batch below 16, or a batch of 1 with a kernel of at most 3 and at most 20480 input
+       elements (aten/src/ATen/native/Convolution.cpp ConvParams::use_mkldnn) */
+    int64_t b = t->micro_batch, k = l->conv_kernel, s = l->conv_stride > 0 ? l->conv_stride : 1;
+    double in = 1e18;   /* unknown out channels: large (batch 1 then takes oneDNN) */
+    if (l->n_tensors > 0 && l->tensor_dim0[0] > 0 && l->fwd_flops > 0) {
+        double cin = (double)l->params / ((double)l->tensor_dim0[0] * (double)(k * k));
+        double area = l->fwd_flops / (2.0 * (double)l->params) * plan_cnn_area_scale(m, t->seq);
+        in = cin * area * (double)(s * s);
+    }
+    int onednn = (!(k == 1 && s == 1) || b >= 16) && (k > 3 || b > 1 || (double)b * in > 20480);
+    return onednn ? (double)l->params * x->p->act_bytes : 0;
+}
+
+void rule_backward_transients(const StepCtx *x, Step *st) {
+    for (int i = 0; i < x->L; i++) {
+        double ws = step_mlp_ws(x, i);
+        if (ws > 0) {
+            step_sample(st, pt(x, PT_BWD_MLP, i));
+            step_at(st, RULE_MLP_BACKWARD, TERM_TRANSIENT, pt(x, PT_BWD_MLP, i), ws);
+        }
+        step_at(st, RULE_BWD_WORKSPACE, TERM_TRANSIENT, pt(x, PT_BWD, i), plan_act_backward_workspace(x->m, i, x->t, &x->in));
+        step_at(st, RULE_CPU_CONV_BWD, TERM_TRANSIENT, pt(x, PT_BWD, i), cpu_conv_backward_bytes(x, i));
+    }
+}
+
+/* The loss: its forward holds the logits and their fp32 upcast (transformers' ForCausalLMLoss);
+   its backward allocates a zeroed logits-sized gradient and log_softmax's backward a second one
+   while the first is alive (measured: 2 x 4 b s V), and the head's backward then holds one. */
+void rule_loss(const StepCtx *x, Step *st) {
+    if (x->L == 0) return;
+    double fwd = plan_act_loss_forward_transient(x->m, x->t, &x->in);
+    double tr = plan_act_loss_transient(x->m, x->t, &x->in);
+    if (fwd > 0) {
+        step_sample(st, pt(x, PT_LOSS_FWD, 0));
+        step_at(st, RULE_LOSS_FORWARD, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), fwd);
+    }
+    if (x->torch && tr > 0) {
+        step_sample(st, pt(x, PT_LOSS_BWD, 0));
+        step_at(st, RULE_LOSS_BACKWARD, TERM_TRANSIENT, pt(x, PT_LOSS_BWD, 0), 2 * tr);
+    }
+    step_at(st, RULE_LOSS_BACKWARD, TERM_TRANSIENT, pt(x, PT_BWD, x->L - 1), tr);
+}
+
+/* The optimizer step's temporaries: torch's foreach Adam allocates one state-sized temporary
+   (DeepSpeed's fused optimizers, the engine and a CPU step do not); DeepSpeed ZeRO-1/2 first
+   computes the gradient norm through an fp64 copy (the largest tensor's slice for fp32
+   parameters, the whole partition in the mixed regimes), then, mixed, converts the partition's
+   gradient to fp32 for the master weights while the 16-bit one is freed. docs/formulas.md
+   "DeepSpeed ZeRO-1/2 step". */
+void rule_optimizer_transients(const StepCtx *x, Step *st) {
+    const PrecisionSpec *p = x->p;
+    double o_local = x->ds_py ? x->o_part : (x->s->shard & SHARD_OPT) ? x->z.psi_shard : x->z.psi;
+    int torch_opt = p->master_bytes == 0 || plan_fsdp2_fp32_shards(x->t, x->sk);
+    int s = pt(x, PT_STEP, 0);
+    if (x->o->foreach_temp && torch_opt && !x->engine && !x->ds_py && x->opt_on_gpu)
+        step_at(st, RULE_FOREACH_TEMP, TERM_TRANSIENT, s, o_local * p->state_bytes);
+    if (!x->ds12 || !x->opt_on_gpu) return;
+    double largest = 0;
+    for (int i = 0; i < x->L; i++)
+        if ((double)x->m->layers[i].largest_tensor > largest) largest = (double)x->m->layers[i].largest_tensor;
+    double norm_elems = p->master_bytes > 0 ? o_local : fmin(o_local, largest);
+    step_sample(st, pt(x, PT_NORM, 0));
+    step_at(st, RULE_DS_NORM_COPY, TERM_TRANSIENT, pt(x, PT_NORM, 0), norm_elems * 8);
+    step_at(st, RULE_DS_FP32_STEP_GRAD, TERM_GRADS, s, o_local * (p->master_bytes > 0 ? 4.0 - p->grad_bytes : 0));
+}

@@ -1,0 +1,386 @@
+/* plan_rules_buffers.c — rules for what the data-parallel mechanisms allocate and communicate:
+ * DDP's reducer, DeepSpeed's reduce buckets and ZeRO-3 fetch coordinator, FSDP's and the
+ * engine's sharded units, SyncBatchNorm, and CPU offload's host copies. Each rule emits both the
+ * buffers its mechanism holds and the collectives it issues. Sources: docs/formulas.md
+ * (sections named in the rule table, plan_rules.c). */
+#include <math.h>
+
+#include "plan_step_internal.h"
+
+static int multi_node(const StepCtx *x) { return plan_cluster_nodes(x->c) > 1; }
+
+/* One collective: what, when the table and the simulated step count it, how big. */
+static StepXfer *coll(Step *st, RuleId r, int point, PlanCollOp op, CollPurpose what, CommPhase ph,
+                      StepSched sched, StepMicro micro, double payload, int64_t group, int crosses) {
+    if (payload <= 0) return NULL;
+    StepXfer *e = step_xfer(st, r, XFER_COLL, point);
+    if (!e) return NULL;
+    e->op = (uint8_t)op;
+    e->purpose = (uint8_t)what;
+    e->phase = (uint8_t)ph;
+    e->sched = (uint8_t)sched;
+    e->micro = (uint8_t)micro;
+    e->payload = payload;
+    e->group = group;
+    e->crosses = crosses;
+    e->charge = sched == SCHED_PREFETCH || sched == SCHED_ASYNC_AFTER || sched == SCHED_ASYNC_BEFORE;
+    return e;
+}
+
+/* Reduce buckets of cap_elems parameters: count of them split total bytes (each cap_elems x
+   bytes per element, the last the rest), each issued after the backward of the layer at which
+   the running count of parameters (in gradient-ready order) reaches the bucket's end, the last at
+   the end of backward; at_end: all at the end (reduced there). */
+static void buckets(const StepCtx *x, Step *st, RuleId r, PlanCollOp op, StepMicro micro, double count,
+                    double total, double cap_bytes, double cap_elems, int at_end, int64_t group) {
+    double seen = 0, done = 0;
+    int k = 0;
+    for (int i = x->L - 1; i >= 0 && k < count - 1; i--) {
+        seen += (double)x->m->layers[i].params;
+        while (!at_end && k < count - 1 && seen >= (k + 1) * cap_elems) {
+            coll(st, r, pt(x, PT_BWD, i), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, cap_bytes,
+                 group, multi_node(x));
+            done += cap_bytes;
+            k++;
+        }
+    }
+    for (; k < count; k++) {   /* the rest at the end of backward: the last bucket its remainder */
+        double b = k < count - 1 ? cap_bytes : total - done;
+        coll(st, r, pt(x, PT_BWD, 0), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, b, group,
+             multi_node(x));
+        done += b;
+    }
+}
+
+/* ---- DDP (torch/nn/parallel/distributed.py, reducer.cpp) ---- */
+
+/* The reducer's flat bucket copy of every gradient (gradient_as_bucket_view=False), allocated
+   at construction; one all-reduce per bucket in the micro-step that syncs. Buckets: whole
+   tensors in gradient-ready order, the first closing at 1 MiB, the others at 25 MiB
+   (compute_bucket_assignment_by_size, after the first iteration's rebuild); memplan's engine
+   splits its flat fp32 run freely at the caps (exec/exec_strategy.c ddp_setup). */
+void rule_ddp_reducer(const StepCtx *x, Step *st) {
+    if (x->s->buffers != BUF_DDP_BUCKETS) return;
+    const ModelSpec *m = x->m;
+    double gb = x->p->grad_bytes, total = x->z.psi * gb;
+    if (!x->t->grad_as_bucket_view && x->N > 1)
+        step_hold(st, RULE_DDP_BUCKETS, TERM_COMM, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER, total);
+    if (x->N <= 1) return;
+    double fill = 0, lim = PLAN_DDP_FIRST_BUCKET;
+    if (x->torch && plan_model_tensors_known(m)) {
+        for (int i = x->L - 1; i >= 0; i--)
+            for (int k = m->layers[i].n_tensors - 1; k >= 0; k--) {
+                fill += (double)m->layers[i].tensor_elems[k] * gb;
+                if (fill < lim) continue;
+                coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD,
+                     SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, multi_node(x));
+                fill = 0;
+                lim = PLAN_DDP_BUCKET;
+            }
+        coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, 0), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD,
+             SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, multi_node(x));
+        return;
+    }
+    double start = 0, edge = fmin(total, PLAN_DDP_FIRST_BUCKET);
+    for (int i = x->L - 1; i >= 0; i--) {
+        fill += (double)m->layers[i].params * gb;
+        while (fill >= edge && start < total) {
+            coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD,
+                 SCHED_ASYNC_AFTER, MICRO_LAST, edge - start, x->N, multi_node(x));
+            start = edge;
+            edge = fmin(total, edge + PLAN_DDP_BUCKET);
+        }
+    }
+}
+
+/* broadcast_buffers: module buffers (BN statistics, rotary tables) from rank 0 before every
+   forward, one coalesced broadcast per dtype. docs/formulas.md "DDP buffer broadcast". */
+void rule_ddp_broadcast(const StepCtx *x, Step *st) {
+    if (x->s->buffers != BUF_DDP_BUCKETS || plan_model_buffers(x->m) <= 0) return;
+    int dtypes = 1;
+    double bytes = x->engine ? (double)plan_model_buffers(x->m) * 4   /* the engine: one fp32 buffer */
+                             : plan_model_buffer_bytes(x->m, &dtypes);
+    StepXfer *e = coll(st, RULE_DDP_BROADCAST, pt(x, PT_FWD, 0), PCOLL_BROADCAST, PURPOSE_BUFFERS, CPHASE_FORWARD,
+                       SCHED_SYNC_BEFORE, MICRO_EVERY, bytes, x->N, multi_node(x));
+    if (e) e->count = dtypes;
+}
+
+/* ---- DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py) ---- */
+
+/* The IPG reduce bucket (reduce_bucket_size elements of the 16-bit gradients, whatever the
+   model's size, on one GPU too) lives from the first gradient hook of a backward
+   (process_gradients -> setup_buckets) to that backward's epilogue (_release_ipg_buffers).
+   Each reduction flattens the bucket's slices into a new tensor (allreduce_bucket:
+   self.flatten(bucket)) and all-reduces it (use_multi_rank_bucket_allreduce): ZeRO-2 as buckets
+   fill, every micro-step; ZeRO-1 at the end of the boundary's backward (reduce_gradients). The
+   step all-gathers the updated partitions. docs/formulas.md "DeepSpeed's reduce bucket",
+   "DeepSpeed collectives". */
+void rule_ds12_reducer(const StepCtx *x, Step *st) {
+    if (!x->ds12) return;
+    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;
+    double n_buckets = ceil(psi / bkt);
+    int hooked = -1;
+    for (int i = x->L - 1; i >= 0 && hooked < 0; i--)
+        if (x->m->layers[i].params > 0) hooked = i;
+    if (hooked >= 0)
+        step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_BWD_MLP, hooked), AT_BEFORE, pt(x, PT_NORM, 0), AT_BEFORE,
+                  bkt * gb);
+    if (x->N <= 1) return;
+    int r1 = pt(x, PT_REDUCE1, 0), r2 = pt(x, PT_REDUCE2, 0);
+    if (x->ds12_stage1) {
+        step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, fmin(bkt, psi) * gb);
+        if (n_buckets > 1) step_at(st, RULE_DS_FLATTEN, TERM_COMM, r2, fmin(bkt, psi - bkt) * gb);
+    } else {
+        step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, (psi - (n_buckets - 1) * bkt) * gb);
+    }
+    buckets(x, st, RULE_DS_BUCKET, PCOLL_ALL_REDUCE, x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, n_buckets, psi * gb,
+            bkt * gb, bkt, x->ds12_stage1, x->N);
+    StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, CPHASE_STEP,
+                       SCHED_SYNC_AFTER, MICRO_ONCE, (double)x->n * x->ds.part * x->p->param_bytes, x->N, multi_node(x));
+    if (e) e->count = n_buckets;
+}
+
+/* The global gradient norm (fp32 for ZeRO-1/2, fp64 for ZeRO-3) and, under fp16/bf16, the
+   uint8 overflow flag, all-reduced before the step (engine.py check_grad_overflow). */
+void rule_ds_step_collectives(const StepCtx *x, Step *st) {
+    if (!x->ds_py || x->N <= 1) return;
+    int s = pt(x, PT_STEP, 0);
+    coll(st, RULE_DS_NORM_ALLREDUCE, s, PCOLL_ALL_REDUCE, PURPOSE_GRAD_NORM, CPHASE_STEP, SCHED_SYNC_BEFORE, MICRO_ONCE,
+         plan_ds_norm_bytes(x->ds3_py), x->N, multi_node(x));
+    coll(st, RULE_DS_NORM_ALLREDUCE, s, PCOLL_ALL_REDUCE, PURPOSE_OVERFLOW_FLAG, CPHASE_STEP, SCHED_SYNC_BEFORE, MICRO_ONCE,
+         plan_ds_overflow_bytes(x->ds3_py, x->p), x->N, multi_node(x));
+}
+
+/* ---- DeepSpeed ZeRO-3 as it runs (stage3.py, partitioned_param_coordinator.py) ---- */
+
+typedef struct {
+    const StepCtx *x;
+    Step *st;
+} Ds3Emit;
+
+/* One coalesced all-gather (plan_deepspeed.h Ds3Sim): issued during the fetch of layer g->at,
+   waited for by the first layer that uses one of its tensors. */
+static void ds3_group(void *ctx, const Ds3Group *g, int use_layer, int use_bwd) {
+    Ds3Emit *d = ctx;
+    const StepCtx *x = d->x;
+    int at = pt(x, g->at_bwd ? PT_BWD : PT_FWD, g->at);
+    StepXfer *e = coll(d->st, RULE_DS3_GATHER, at, PCOLL_ALL_GATHER, PURPOSE_MODULE_PARAMS,
+                       g->at_bwd ? CPHASE_BACKWARD : CPHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY,
+                       g->flat * x->p->param_bytes, x->n, multi_node(x));
+    if (e) e->wait = pt(x, use_bwd ? PT_BWD : PT_FWD, use_layer);
+}
+
+/* The reduce bucket allocated once at init; the fetch coordinator's gathered parameters (copied
+   out of their flat buffers at first use, released after the layer unless reused within
+   stage3_max_reuse_distance); at the end of backward the epilogue copies the last bucket's
+   gradients, padded, into one flat tensor beside the bucket (reduce_scatter_coalesced) while the
+   first layer is still gathered. Gathers per coalesced group; reduce-scatters per bucket; the
+   step all-gathers each persistent tensor's partition. docs/formulas.md "DeepSpeed ZeRO-3". */
+void rule_ds3_coordinator(const StepCtx *x, Step *st) {
+    if (!x->ds3_py) return;
+    double pb = x->p->param_bytes, gb = x->p->grad_bytes, bkt = PLAN_DS_REDUCE_BUCKET;
+    step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER, bkt * gb);
+    if (!x->ds3) return;   /* one rank gathers nothing */
+    Ds3Sim d;
+    Ds3Emit em = {x, st};
+    plan_ds3_sim_init(&d, x->m, x->n);
+    d.on_group = ds3_group;
+    d.on_group_ctx = &em;
+    StepLevel lv = {st, RULE_DS3_GATHER, TERM_COMM, 0};
+    for (int i = 0; i < x->L; i++) step_level(&lv, pt(x, PT_FWD, i), plan_ds3_sim_forward(&d, i) * pb);
+    for (int i = x->L - 1; i >= 0; i--) {
+        step_level(&lv, pt(x, PT_BWD_MLP, i), plan_ds3_sim_backward(&d, i) * pb);
+        if (i > 0) plan_ds3_sim_release(&d, i);   /* layer 0: after the reduction */
+    }
+    double n_buckets = ceil(x->z.psi / bkt);
+    int r1 = pt(x, PT_REDUCE1, 0);
+    step_sample(st, r1);
+    step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, fmax(0, x->ds.padded - (n_buckets - 1) * bkt) * gb);
+    step_level(&lv, pt(x, PT_NORM, 0), 0);
+    buckets(x, st, RULE_DS3_REDUCE_SCATTER, PCOLL_REDUCE_SCATTER, MICRO_EVERY, n_buckets, x->ds.padded * gb, bkt * gb,
+            bkt, 0, x->n);
+    StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_PERSISTENT_PARAMS,
+                       CPHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE, x->ds.persist_padded * pb, x->n, multi_node(x));
+    if (e) e->count = x->ds.persist_count;
+}
+
+/* ---- sharded units: FSDP1, FSDP2, memplan's engine ZeRO-3 ---- */
+
+/* FSDP1 (--fsdp 1) and memplan's engine ZeRO-3 as fixed buffers: FULL_SHARD holds the root
+   unit and two units in flight (the rate limiter), and in backward two reduce-scatter buffers
+   and the root's gradients; SHARD_GRAD_OP every unit from forward through backward; ZeRO-3 the
+   gathered layer and the prefetched one (the engine: its root and two blocks). One GPU shards
+   nothing, unless the parameters live on the host. docs/formulas.md "Strategies". */
+void rule_unit_static_buffers(const StepCtx *x, Step *st) {
+    if (x->f2.on || x->ds3 || x->L == 0) return;
+    const MemSizes *z = &x->z;
+    double pb = x->p->param_bytes, gb = x->p->grad_bytes, fwd = 0, bwd = 0;
+    switch (x->s->buffers) {
+    case BUF_FSDP_FULL:
+        fwd = (z->root_unit + 2 * z->largest_unit) * pb;
+        bwd = fwd + 2 * z->largest_unit * gb + z->root_unit * gb;
+        break;
+    case BUF_FSDP_GRAD_OP:
+        fwd = z->psi * pb;
+        bwd = fwd + 2 * z->largest_unit * gb + z->root_unit * gb;
+        break;
+    case BUF_DS_STAGE3:
+        fwd = x->engine ? (z->root_unit + 2 * z->largest_unit) * pb : 2 * z->largest_any * pb;
+        bwd = fwd;
+        break;
+    default: return;
+    }
+    if (x->N == 1 && !plan_offload_params_on_host(x->t, x->sk)) return;
+    step_hold(st, RULE_UNIT_GATHER, TERM_COMM, pt(x, PT_FWD, 0), AT_BEFORE, pt(x, PT_LOSS_BWD, 0), AT_AFTER, fwd);
+    step_hold(st, RULE_UNIT_GATHER, TERM_COMM, pt(x, PT_BWD_MLP, x->L - 1), AT_BEFORE, pt(x, PT_BWD, 0), AT_AFTER, bwd);
+}
+
+/* FSDP2's unsharded parameters, flat all-gather outputs, prefetches and reduce-scatter inputs,
+   point by point as plan_fsdp.c computes them. docs/formulas.md "FSDP2 buffers". */
+void rule_fsdp2_buffers(const StepCtx *x, Step *st) {
+    if (!x->f2.on) return;
+    const Fsdp2 *f = &x->f2;
+    const ModelSpec *m = x->m;
+    StepLevel lv = {st, RULE_FSDP2_BUFFERS, TERM_COMM, 0};
+    for (int i = 0; i < x->L; i++) step_level(&lv, pt(x, PT_FWD, i), plan_fsdp2_fwd_comm(f, m, i));
+    step_level(&lv, pt(x, PT_LOSS_BWD, 0), plan_fsdp2_bwd_comm(f, m, x->L - 1));
+    for (int i = x->L - 1; i >= 0; i--) {
+        step_level(&lv, pt(x, PT_BWD_MLP, i), plan_fsdp2_bwd_comm(f, m, i));
+        if (plan_fsdp2_unit_starts(m, i)) step_level(&lv, pt(x, PT_BWD_UNIT, i), plan_fsdp2_rs_comm(f, m, i));
+    }
+    step_level(&lv, pt(x, PT_ROOT_RS, 0), f->root * f->rb);
+    step_level(&lv, pt(x, PT_NORM, 0), 0);
+}
+
+/* The units' collectives, each moving the unit padded (n x its shard): the root gathered before
+   forward (and for the engine's ZeRO-3 again before backward), each unit one ahead of its
+   forward and (FULL_SHARD, ZeRO-3) of its backward, its reduce-scatter after its backward
+   (HYBRID_SHARD: then its shard all-reduced across the replicas); under --fsdp-grad-sync last
+   the reductions run in the last micro-step only. docs/formulas.md "Communication per optimizer
+   step". */
+void rule_unit_collectives(const StepCtx *x, Step *st) {
+    int engine_z3 = x->s->buffers == BUF_DS_STAGE3 && !x->ds_py;
+    if (!(x->fsdp || engine_z3) || x->L == 0) return;
+    int64_t n = x->n, replicas = (x->N + n - 1) / n;
+    int crosses = x->s->group_node ? 0 : multi_node(x), hsdp = x->s->group_node && x->N > n;
+    double pb = x->p->param_bytes, gb = plan_fsdp2_fp32_shards(x->t, x->sk) ? 4 : x->p->grad_bytes;
+    StepMicro rmicro = plan_fsdp_reduce_last_only(x->t, x->sk) ? MICRO_LAST : MICRO_EVERY;
+    const StepUnit *root = NULL;
+    for (int k = 0; k < x->n_units; k++)
+        if (x->units[k].root && x->z.root_unit > 0) root = &x->units[k];
+    StepXfer *g = root ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, 0), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
+                              CPHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY, (double)n * root->shard * pb, n, crosses)
+                         : NULL;
+    if (g) {   /* gathered first, as forward starts (no prefetch ahead of it) */
+        g->charge = 0;
+        g->wait = g->point;
+        g->root = 1;
+    }
+    for (int k = 0; k < x->n_units; k++) {
+        const StepUnit *u = &x->units[k];
+        if (u->root || u->elems <= 0) continue;
+        StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, u->first), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
+                           CPHASE_FORWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * u->shard * pb, n, crosses);
+        if (e) e->wait = e->point;
+    }
+    if (x->s->buffers != BUF_FSDP_GRAD_OP) {
+        StepXfer *r = root && engine_z3 ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, x->L - 1), PCOLL_ALL_GATHER,
+                                               PURPOSE_UNIT_PARAMS, CPHASE_BACKWARD, SCHED_SYNC_BEFORE, MICRO_EVERY,
+                                               (double)n * root->shard * pb, n, crosses) : NULL;
+        if (r) r->root = 1;   /* the engine releases its root after forward: gathered again */
+        for (int k = x->n_units - 1; k >= 0; k--) {
+            const StepUnit *u = &x->units[k];
+            if (u->root || u->elems <= 0) continue;
+            StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, u->last), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
+                               CPHASE_BACKWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * u->shard * pb, n, crosses);
+            if (e) e->wait = e->point;
+        }
+    }
+    for (int k = x->n_units - 1; k >= 0; k--) {
+        const StepUnit *u = &x->units[k];
+        if (u->root ? !root : u->elems <= 0) continue;
+        int at = pt(x, PT_BWD, u->root ? 0 : u->first);
+        StepXfer *s = coll(st, RULE_UNIT_COLLECTIVES, at, PCOLL_REDUCE_SCATTER, PURPOSE_UNIT_GRADS, CPHASE_BACKWARD,
+                           SCHED_ASYNC_AFTER, rmicro, (double)n * u->shard * gb, n, crosses);
+        if (s) s->root = (uint8_t)u->root;
+        StepXfer *a = hsdp ? coll(st, RULE_UNIT_COLLECTIVES, at, PCOLL_ALL_REDUCE, PURPOSE_REPLICA_GRADS, CPHASE_BACKWARD,
+                                  SCHED_ASYNC_AFTER, rmicro, u->shard * gb, replicas, 1) : NULL;
+        if (a) {
+            a->charge = 0;   /* issued with the reduce-scatter */
+            a->root = (uint8_t)u->root;
+        }
+    }
+}
+
+/* memplan's engine under ZeRO-1/2/3: its reduce bucket sized to the model (at most
+   reduce_bucket_size), and for ZeRO-1/2 the bucket reduce-scatters (every micro-step for ZeRO-2,
+   at the boundary for ZeRO-1) and the step's all-gathers of the updated shards through it
+   (exec/exec_strategy.c; validate checks them). */
+void rule_engine_buckets(const StepCtx *x, Step *st) {
+    if (!plan_strategy_is_deepspeed(x->sk) || x->ds_py) return;
+    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;
+    if (x->N > 1)
+        step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER,
+                  fmin(bkt, psi) * gb);
+    if (x->s->buffers != BUF_DS_REDUCE || x->N <= 1) return;
+    double n_buckets = ceil(psi / bkt), padded = (double)x->n * x->z.psi_shard;
+    StepMicro micro = (x->s->shard & SHARD_GRAD) ? MICRO_EVERY : MICRO_LAST;
+    buckets(x, st, RULE_ENGINE_BUCKETS, PCOLL_REDUCE_SCATTER, micro, n_buckets, padded * gb, bkt * gb, bkt, 0, x->N);
+    StepXfer *e = coll(st, RULE_ENGINE_BUCKETS, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, CPHASE_STEP,
+                       SCHED_SYNC_AFTER, MICRO_ONCE, padded * x->p->param_bytes, x->N, multi_node(x));
+    if (e) e->count = n_buckets;
+}
+
+/* SyncBatchNorm (torch/nn/modules/_functions.py): per BN layer, forward all-gathers
+   [mean, invstd, count] (2C+1 fp32 per rank), backward all-reduces [sum_dy, sum_dy_xmu] (2C
+   fp32); both synchronous. */
+void rule_syncbn(const StepCtx *x, Step *st) {
+    if (!x->t->syncbn) return;
+    for (int i = 0; i < x->L; i++) {
+        double C = (double)x->m->layers[i].bn_channels;
+        if (C > 0)
+            coll(st, RULE_SYNCBN, pt(x, PT_FWD, i), PCOLL_ALL_GATHER, PURPOSE_SYNCBN_STATS, CPHASE_FORWARD,
+                 SCHED_SYNC_AFTER, MICRO_EVERY, (2.0 * C + 1) * 4 * (double)x->N, x->N, multi_node(x));
+    }
+    for (int i = x->L - 1; i >= 0; i--) {
+        double C = (double)x->m->layers[i].bn_channels;
+        if (C > 0)
+            coll(st, RULE_SYNCBN, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_SYNCBN_GRADS, CPHASE_BACKWARD,
+                 SCHED_SYNC_AFTER, MICRO_EVERY, 2.0 * C * 4, x->N, multi_node(x));
+    }
+}
+
+/* CPU offload's host traffic (plan_offload.h): under param offload each layer's shard comes up
+   before its gathers and its gradient shard goes down after its reduction; under optimizer
+   offload the gradient copy overlaps backward and the updated parameters come up after the CPU
+   step. docs/formulas.md "Offload and host memory". */
+void rule_host_copies(const StepCtx *x, Step *st) {
+    OffloadHost h;
+    plan_offload_host(x->m, x->t, x->c, x->sk, &h);
+    int param = x->t->offload == OFFLOAD_PARAM;
+    double K = (double)(x->t->grad_accum > 0 ? x->t->grad_accum : 1);
+    double fetches = x->s->buffers == BUF_FSDP_GRAD_OP ? 1 : 2;   /* GRAD_OP keeps units after forward */
+    if (h.d2h_bytes > 0) {
+        StepXfer *e = step_xfer(st, RULE_HOST_COPIES, XFER_D2H, pt(x, PT_BWD, 0));
+        if (e) {
+            e->purpose = PURPOSE_HOST_GRADS;
+            e->phase = CPHASE_BACKWARD;
+            e->sched = param ? SCHED_HOST_SPREAD : SCHED_HOST_OVERLAP;
+            e->payload = h.d2h_bytes;
+            e->seconds = h.d2h_s;
+            e->count = param ? K : h.d2h_per_micro ? K : 1;   /* pieces the time is split in */
+        }
+    }
+    if (h.h2d_bytes > 0) {
+        StepXfer *e = step_xfer(st, RULE_HOST_COPIES, XFER_H2D, pt(x, param ? PT_FWD : PT_STEP, 0));
+        if (e) {
+            e->purpose = param ? PURPOSE_HOST_PARAMS : PURPOSE_HOST_UPDATED;
+            e->phase = param ? CPHASE_FORWARD : CPHASE_STEP;
+            e->sched = param ? SCHED_HOST_SPREAD : SCHED_HOST_AFTER_STEP;
+            e->payload = h.h2d_bytes;
+            e->seconds = h.h2d_s;
+            e->count = param ? fetches * K : 1;
+            e->wait = (int)fetches;   /* spread: gathered before forward (1) and backward (2) */
+        }
+    }
+}

@@ -1,0 +1,79 @@
+/* plan_sizes.c — see plan_sizes.h. */
+#include "plan_sizes.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "plan_fsdp.h"
+
+/* CPU offload (plan_strategy.h): the fp32 master weights and the optimizer state live on the
+   host; so does the gradient partition where gradients are sharded (ZeRO-2/3 copy each reduced
+   partition into a host buffer; ZeRO-1 keeps the full low-precision gradients until the step);
+   under param offload the parameter shards too (the gathered units stay). */
+static void offload_gpu_sizes(const TrainSpec *t, StrategyKind sk, MemSizes *z) {
+    if (!plan_offload_cpu_step(t, sk)) return;
+    z->optimizer = 0;
+    if (plan_strategy(sk)->shard & SHARD_GRAD) z->grads = 0;
+    if (plan_offload_params_on_host(t, sk)) z->params = 0;
+}
+
+void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                       StrategyKind sk, MemSizes *z) {
+    const Strategy *s = plan_strategy(sk);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    const OptimizerSpec *o = plan_optimizer(t->optimizer);
+    memset(z, 0, sizeof(*z));
+    z->n = s->group_node ? (c->gpus_per_node < c->gpus ? c->gpus_per_node : c->gpus) : c->gpus;
+    /* Parameter-sharding strategies wrap like FSDP: one root unit holding every layer outside
+       the model's repeated blocks (LayerSpec.unit 0), one unit per block; the others, and
+       models without units, shard each layer on its own. A flat unit (FSDP1, ZeRO) is padded
+       to a multiple of n; FSDP2 pads each tensor's dim 0 instead (plan_fsdp2_dim0_rows), where
+       every dim 0 is known. Both paddings are summed in one pass; the per-tensor one is taken
+       when no layer's dim 0 turned out unknown. */
+    int units = plan_model_units(m);
+    int root_flat = (s->shard & SHARD_PARAM) && units > 0;
+    int64_t n = z->n;
+    int dim0 = plan_fsdp2_dim0_rows(t, sk);
+    double flat = 0, d0 = 0;                     /* local shard: per unit, per tensor */
+    double u_elems = 0, u_d0 = 0, root_d0 = 0;   /* the unit being summed; the root's */
+    for (int i = 0; i < m->n_layers; i++) {
+        const LayerSpec *l = &m->layers[i];
+        double pu = (double)l->params, lf = ceil(pu / (double)n);
+        double ld = 0;
+        if (dim0 && (ld = (double)plan_layer_shard_dim0(l, n)) < 0) dim0 = 0;   /* unknown: per unit */
+        z->psi += pu;
+        if (pu > z->largest_any) z->largest_any = pu;
+        if (!root_flat) { flat += lf; d0 += ld; }   /* each layer on its own (ZeRO-1/2, no units) */
+        if (units == 0) {                        /* every layer its own unit */
+            if (pu > z->largest_unit) z->largest_unit = pu;
+            continue;
+        }
+        if (l->unit == 0) {                      /* the root */
+            z->root_unit += pu;
+            root_d0 += ld;
+            continue;
+        }
+        u_elems += pu;
+        u_d0 += ld;
+        if (i + 1 == m->n_layers || m->layers[i + 1].unit != l->unit) {   /* the unit's last layer */
+            if (u_elems > z->largest_unit) z->largest_unit = u_elems;
+            if (root_flat) { flat += ceil(u_elems / (double)n); d0 += u_d0; }
+            u_elems = u_d0 = 0;
+        }
+    }
+    z->dim0 = dim0 && m->n_layers > 0;
+    z->root_shard = z->dim0 ? root_d0 : ceil(z->root_unit / (double)n);
+    z->psi_shard = (z->dim0 ? d0 : flat) + (root_flat ? z->root_shard : 0);
+    double p_local = (s->shard & SHARD_PARAM) ? z->psi_shard : z->psi;
+    double g_local = (s->shard & SHARD_GRAD) ? z->psi_shard : z->psi;
+    double o_local = (s->shard & SHARD_OPT) ? z->psi_shard : z->psi;
+    z->params = p_local * p->param_bytes;
+    z->grads = g_local * p->grad_bytes;
+    z->optimizer = o_local * (p->master_bytes + o->states * p->state_bytes);
+    if (plan_fsdp2_fp32_shards(t, sk)) {   /* FSDP2 MixedPrecisionPolicy: fp32 shards, no master */
+        z->params = p_local * p->master_bytes;
+        z->grads = g_local * 4.0;
+        z->optimizer = o_local * o->states * p->state_bytes;
+    }
+    offload_gpu_sizes(t, sk, z);   /* CPU offload: what leaves the GPU */
+}

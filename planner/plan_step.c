@@ -1,0 +1,322 @@
+/* plan_step.c — the step account (plan_step.h): its points, the builder the rules write through,
+ * the rule table, and the memory replay that every memory figure comes from. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_step_internal.h"
+
+/* ---- points: START, FWD x L, LOSS_FWD, LOSS_BWD, (BWD_MLP, BWD, BWD_UNIT) x L from the last
+   layer, ROOT_RS, REDUCE1, REDUCE2, NORM, STEP, END ---- */
+
+int plan_step_n_points(int L) { return 9 + 4 * L; }
+
+int plan_step_point(int L, PointKind k, int i) {
+    switch (k) {
+    case PT_START: return 0;
+    case PT_FWD: return 1 + i;
+    case PT_LOSS_FWD: return 1 + L;
+    case PT_LOSS_BWD: return 2 + L;
+    case PT_BWD_MLP: return 3 + L + 3 * (L - 1 - i);
+    case PT_BWD: return 4 + L + 3 * (L - 1 - i);
+    case PT_BWD_UNIT: return 5 + L + 3 * (L - 1 - i);
+    case PT_ROOT_RS: return 3 + 4 * L;
+    case PT_REDUCE1: return 4 + 4 * L;
+    case PT_REDUCE2: return 5 + 4 * L;
+    case PT_NORM: return 6 + 4 * L;
+    case PT_STEP: return 7 + 4 * L;
+    default: return 8 + 4 * L;
+    }
+}
+
+PointKind plan_step_point_kind(int L, int p, int *layer) {
+    *layer = -1;
+    if (p == 0) return PT_START;
+    if (p <= L) { *layer = p - 1; return PT_FWD; }
+    if (p == 1 + L) { *layer = L - 1; return PT_LOSS_FWD; }
+    if (p == 2 + L) { *layer = L - 1; return PT_LOSS_BWD; }
+    if (p < 3 + 4 * L) {
+        int q = p - (3 + L);
+        *layer = L - 1 - q / 3;
+        return (PointKind)(PT_BWD_MLP + q % 3);
+    }
+    static const PointKind TAIL[] = {PT_ROOT_RS, PT_REDUCE1, PT_REDUCE2, PT_NORM, PT_STEP, PT_END};
+    PointKind k = TAIL[p - (3 + 4 * L) < 6 ? p - (3 + 4 * L) : 5];
+    if (k == PT_ROOT_RS || k == PT_REDUCE1 || k == PT_REDUCE2) *layer = 0;
+    return k;
+}
+
+/* What a moment at each kind of point is called (the peak_at column): its phase and label;
+   with_layer: the label is followed by the layer's name. */
+static const struct { PhaseKind phase; const char *label; int with_layer; } MOMENTS[PT_KIND_COUNT] = {
+    [PT_START] = {PHASE_FORWARD, "start", 0},
+    [PT_FWD] = {PHASE_FORWARD, "forward", 0},
+    [PT_LOSS_FWD] = {PHASE_FORWARD, "loss forward", 0},
+    [PT_LOSS_BWD] = {PHASE_BACKWARD, "loss backward", 0},
+    [PT_BWD_MLP] = {PHASE_BACKWARD, "MLP backward of", 1},
+    [PT_BWD] = {PHASE_BACKWARD, "backward of", 1},
+    [PT_BWD_UNIT] = {PHASE_BACKWARD, "reduce-scatter of", 1},
+    [PT_ROOT_RS] = {PHASE_BACKWARD, "reduce-scatter of the root unit", 0},
+    [PT_REDUCE1] = {PHASE_BACKWARD, "gradient reduction", 0},
+    [PT_REDUCE2] = {PHASE_BACKWARD, "gradient reduction", 0},
+    [PT_NORM] = {PHASE_STEP, "gradient norm", 0},
+    [PT_STEP] = {PHASE_STEP, "optimizer step", 0},
+    [PT_END] = {PHASE_STEP, "end", 0},
+};
+
+/* ---- the builder ---- */
+
+static void *grow(void *p, int *cap, size_t elem, Step *st) {
+    int c = *cap ? 2 * *cap : 256;
+    void *q = realloc(p, (size_t)c * elem);
+    if (!q) { st->failed = 1; return NULL; }
+    *cap = c;
+    return q;
+}
+
+void step_mem(Step *st, RuleId r, TermKind term, int point, StepWhen w, double bytes) {
+    if (bytes == 0 || st->failed) return;
+    if (st->n_mem == st->cap_mem) {
+        StepMem *q = grow(st->mem, &st->cap_mem, sizeof(*q), st);
+        if (!q) return;
+        st->mem = q;
+    }
+    st->mem[st->n_mem++] = (StepMem){point, (uint8_t)w, (uint8_t)term, (uint16_t)r, bytes};
+}
+
+void step_hold(Step *st, RuleId r, TermKind term, int p0, StepWhen w0, int p1, StepWhen w1, double bytes) {
+    if (bytes == 0) return;
+    step_mem(st, r, term, p0, w0, bytes);
+    step_mem(st, r, term, p1, w1, -bytes);
+}
+
+void step_at(Step *st, RuleId r, TermKind term, int point, double bytes) {
+    step_hold(st, r, term, point, AT_BEFORE, point, AT_AFTER, bytes);
+}
+
+void step_sample(Step *st, int point) { st->sampled[point] = 1; }
+
+StepXfer *step_xfer(Step *st, RuleId r, XferKind kind, int point) {
+    if (st->failed) return NULL;
+    if (st->n_xfer == st->cap_xfer) {
+        StepXfer *q = grow(st->xfer, &st->cap_xfer, sizeof(*q), st);
+        if (!q) return NULL;
+        st->xfer = q;
+    }
+    StepXfer *x = &st->xfer[st->n_xfer++];
+    memset(x, 0, sizeof(*x));
+    x->kind = (uint8_t)kind;
+    x->rule = (uint16_t)r;
+    x->point = point;
+    x->wait = -1;
+    x->count = 1;
+    return x;
+}
+
+void step_work(Step *st, RuleId r, int point, WorkScale scale, StepMicro micro, double seconds, double flops) {
+    if ((seconds <= 0 && flops <= 0) || st->failed) return;
+    if (st->n_work == st->cap_work) {
+        StepWork *q = grow(st->work, &st->cap_work, sizeof(*q), st);
+        if (!q) return;
+        st->work = q;
+    }
+    st->work[st->n_work++] = (StepWork){point, (uint8_t)scale, (uint8_t)micro, (uint16_t)r, seconds, flops};
+}
+
+/* The rules in the order they run: each reads the resolved setup and writes its events. */
+static const StepRuleFn RULES[] = {
+    rule_model_states, rule_grads_kept, rule_accum_grads, rule_autograd_grads, rule_tied_head,
+    rule_engine_grad_flight, rule_ds12_gradients, rule_fsdp2_gradients, rule_mlp_pending_grads,
+    rule_step_grads, rule_ddp_reducer, rule_ds12_reducer, rule_ds3_coordinator,
+    rule_unit_static_buffers, rule_fsdp2_buffers, rule_unit_collectives, rule_engine_buckets,
+    rule_ds_step_collectives, rule_ddp_broadcast, rule_syncbn, rule_host_copies,
+    rule_saved_activations, rule_autocast_cache, rule_backward_transients, rule_loss,
+    rule_optimizer_transients, rule_compute,
+};
+
+int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk) {
+    memset(st, 0, sizeof(*st));
+    st->n_layers = m->n_layers;
+    st->n_points = plan_step_n_points(m->n_layers);
+    st->sampled = calloc((size_t)st->n_points, 1);
+    StepCtx x;
+    if (!st->sampled || plan_step_ctx_init(&x, m, t, c, sk)) {
+        plan_step_ctx_free(&x);
+        st->failed = 1;
+        st->fail_where = "out of host memory planning it";
+        return -1;
+    }
+    /* fixed overheads: CUDA context, cuBLAS workspace, NCCL communicators (docs/formulas.md
+       "Fixed overheads"); HYBRID_SHARD has an intra-node and an inter-node communicator */
+    st->cuda_context = c->cuda_context;
+    st->cublas_ws = c->gpu.cublas_ws_bytes;
+    st->nccl_comms = c->gpus > 1 ? 1 : 0;
+    if (x.s->group_node && c->gpus > x.n) st->nccl_comms = 2;
+    st->nccl = st->nccl_comms * c->nccl_per_comm;
+    st->fixed = st->cuda_context + st->cublas_ws + st->nccl;
+    st->shard_group = x.n;
+    st->acts_known = plan_model_acts_known(m);
+    /* the moments every step has: each layer's forward and backward, and the optimizer step */
+    for (int i = 0; i < m->n_layers; i++) {
+        step_sample(st, pt(&x, PT_FWD, i));
+        step_sample(st, pt(&x, PT_BWD, i));
+    }
+    step_sample(st, pt(&x, PT_STEP, 0));
+    for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]); k++) RULES[k](&x, st);
+    plan_step_ctx_free(&x);
+    if (st->failed) { st->fail_where = "out of host memory planning it"; return -1; }
+    return 0;
+}
+
+void plan_step_free(Step *st) {
+    free(st->mem);
+    free(st->xfer);
+    free(st->work);
+    free(st->sampled);
+    memset(st, 0, sizeof(*st));
+}
+
+/* ---- the replay ---- */
+
+/* Events in step order (point, then before/after its moment), stable: a counting sort. Returns
+   a malloc'd index array, or NULL when out of memory (the caller then walks unsorted). */
+static int *order_events(const Step *st) {
+    int keys = 2 * st->n_points;
+    int *start = calloc((size_t)keys + 1, sizeof(int));
+    int *idx = malloc(sizeof(int) * (size_t)(st->n_mem > 0 ? st->n_mem : 1));
+    if (!start || !idx) { free(start); free(idx); return NULL; }
+    for (int e = 0; e < st->n_mem; e++) start[2 * st->mem[e].point + st->mem[e].when + 1]++;
+    for (int k = 0; k < keys; k++) start[k + 1] += start[k];
+    for (int e = 0; e < st->n_mem; e++) idx[start[2 * st->mem[e].point + st->mem[e].when]++] = e;
+    free(start);
+    return idx;
+}
+
+/* Live bytes per term. Whole bytes (every size but a few products with fractions) add exactly in
+   any order; the rules with fractional sizes (the MLP moment's pending gradients, a CNN's
+   activations at a rescaled image) are summed apart, in step order, so each figure is the same
+   sum whatever order the rules wrote their events in, and returns to exactly zero when none of
+   their bytes are live. */
+typedef struct {
+    double whole[TERM_COUNT], frac[TERM_COUNT];
+    int nfrac[TERM_COUNT];
+    uint8_t frac_rule[RULE_COUNT];   /* the rule wrote a fractional size */
+    double (*by_rule)[TERM_COUNT];   /* optional: per rule (explain) */
+} Live;
+
+static void live_init(Live *lv, const Step *st, double (*by_rule)[TERM_COUNT]) {
+    memset(lv, 0, sizeof(*lv));
+    lv->by_rule = by_rule;
+    for (int e = 0; e < st->n_mem; e++)
+        if (floor(st->mem[e].bytes) != st->mem[e].bytes) lv->frac_rule[st->mem[e].rule] = 1;
+}
+
+static void apply(Live *lv, const StepMem *e) {
+    int k = e->term;
+    if (!lv->frac_rule[e->rule]) lv->whole[k] += e->bytes;
+    else {
+        lv->frac[k] += e->bytes;
+        lv->nfrac[k] += e->bytes > 0 ? 1 : -1;
+        if (lv->nfrac[k] == 0) lv->frac[k] = 0;
+    }
+    if (lv->by_rule) lv->by_rule[e->rule][k] += e->bytes;
+}
+
+typedef struct {
+    const Step *st;
+    const ModelSpec *m;
+    const ClusterSpec *c;
+    MemResult *r;
+    MemMomentFn fn;
+    void *ctx;
+    int peak_point;
+    double (*snap)[TERM_COUNT];      /* explain: per-rule bytes at the peak */
+} Replay;
+
+/* One moment at point p: the terms, the allocator margin on the managed bytes, the total. */
+static void moment(Replay *R, const Live *lv, int p) {
+    int layer;
+    PointKind k = plan_step_point_kind(R->st->n_layers, p, &layer);
+    double t[TERM_COUNT];
+    double managed = 0;
+    for (int j = 0; j < TERM_COUNT; j++) {
+        t[j] = lv->frac[j] != 0 ? lv->whole[j] + lv->frac[j] : lv->whole[j];
+        if (j != TERM_OVERHEAD) managed += t[j];
+    }
+    double margin = R->c->margin_is_frac ? managed * R->c->alloc_margin : R->c->alloc_margin;
+    double total = managed + R->st->fixed + margin;
+    t[TERM_OVERHEAD] = R->st->fixed + margin;
+    PhaseKind ph = MOMENTS[k].phase;
+    if (R->fn) R->fn(R->ctx, ph, layer, t, total);
+    MemResult *r = R->r;
+    if (total > r->phase_peak[ph]) r->phase_peak[ph] = total;
+    if (total > r->peak) {
+        r->peak = total;
+        r->peak_phase = ph;
+        memcpy(r->term, t, sizeof(r->term));
+        r->margin = margin;
+        R->peak_point = p;
+        if (R->snap) memcpy(R->snap, lv->by_rule, sizeof(double) * RULE_COUNT * TERM_COUNT);
+    }
+}
+
+static void replay(Replay *R, Live *lv) {
+    const Step *st = R->st;
+    int *idx = order_events(st);
+    int e = 0;
+    for (int p = 0; p < st->n_points; p++) {
+        for (int w = 0; w < 2; w++) {
+            if (idx) {
+                while (e < st->n_mem && st->mem[idx[e]].point == p && st->mem[idx[e]].when == w) apply(lv, &st->mem[idx[e++]]);
+            } else {   /* out of memory for the index: scan (same result, quadratic) */
+                for (int q = 0; q < st->n_mem; q++)
+                    if (st->mem[q].point == p && st->mem[q].when == w) apply(lv, &st->mem[q]);
+            }
+            if (w == AT_BEFORE && st->sampled[p]) moment(R, lv, p);
+        }
+    }
+    free(idx);
+}
+
+void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
+                      MemMomentFn fn, void *ctx) {
+    Replay R = {st, m, c, r, fn, ctx, -1, NULL};
+    Live lv;
+    live_init(&lv, st, NULL);
+    replay(&R, &lv);
+    r->cuda_context = st->cuda_context;
+    r->cublas_ws = st->cublas_ws;
+    r->nccl = st->nccl;
+    r->nccl_comms = st->nccl_comms;
+    r->shard_group = st->shard_group;
+    r->acts_known = st->acts_known;
+    r->ms_params = st->ms_params;
+    r->ms_grads = st->ms_grads;
+    r->ms_optimizer = st->ms_optimizer;
+    r->model_states = r->ms_params + r->ms_grads + r->ms_optimizer;
+    r->opt_host_bytes = st->opt_host_bytes;
+    if (R.peak_point < 0) return;
+    int layer;
+    PointKind k = plan_step_point_kind(st->n_layers, R.peak_point, &layer);
+    if (MOMENTS[k].with_layer && layer >= 0 && r->peak_phase == PHASE_BACKWARD)
+        snprintf(r->peak_where, sizeof(r->peak_where), "%s %s", MOMENTS[k].label, m->layers[layer].name);
+    else if (k == PT_FWD && layer == st->n_layers - 1)
+        snprintf(r->peak_where, sizeof(r->peak_where), "end of forward");
+    else
+        snprintf(r->peak_where, sizeof(r->peak_where), "%s", MOMENTS[k].label);
+}
+
+void plan_step_live_at_peak(const Step *st, const ModelSpec *m, const ClusterSpec *c,
+                            double out[RULE_COUNT][TERM_COUNT]) {
+    MemResult r;
+    memset(&r, 0, sizeof(r));
+    double (*live)[TERM_COUNT] = calloc(RULE_COUNT, sizeof(*live));
+    memset(out, 0, sizeof(double) * RULE_COUNT * TERM_COUNT);
+    if (!live) return;
+    Replay R = {st, m, c, &r, NULL, NULL, -1, out};
+    Live lv;
+    live_init(&lv, st, live);
+    replay(&R, &lv);
+    free(live);
+}
