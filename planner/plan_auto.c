@@ -20,7 +20,7 @@ void plan_auto_defaults(AutoSpec *a) {
     a->near_frac = PLAN_AUTO_NEAR;
 }
 
-double plan_auto_margin(const AutoSpec *a, double cap) {
+static double plan_auto_margin(const AutoSpec *a, double cap) {
     double m = a->min_headroom_frac * cap;
     return m > a->min_headroom_floor ? m : a->min_headroom_floor;
 }
@@ -33,7 +33,7 @@ unsigned plan_auto_precisions(PrecisionKind p) {
     }
 }
 
-const char *plan_auto_setup_name(StrategyKind k, const TrainSpec *t, char *buf, size_t len) {
+static const char *plan_auto_setup_name(StrategyKind k, const TrainSpec *t, char *buf, size_t len) {
     snprintf(buf, len, "%s%s%s, %s", plan_strategy(k)->name, t->offload ? " + offload " : "",
              t->offload ? plan_offload_name(t->offload) : "", plan_precision(t->precision)->name);
     return buf;

@@ -48,13 +48,9 @@ typedef struct {
 } AutoResult;
 
 void plan_auto_defaults(AutoSpec *a);
-/* The safety margin for GPU capacity cap (bytes). */
-double plan_auto_margin(const AutoSpec *a, double cap);
 /* The precision regimes auto searches for precision p on a GPU: p's autocast and its
    fp32-master mixed twin (amp-bf16 <-> mixed-bf16, amp-fp16 <-> mixed-fp16). Bit mask. */
 unsigned plan_auto_precisions(PrecisionKind p);
-/* "zero3 + offload params, mixed-bf16" into buf. */
-const char *plan_auto_setup_name(StrategyKind k, const TrainSpec *t, char *buf, size_t len);
 int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
               AutoResult *out);
 /* DeepSpeed config JSON for the choice (caller frees): only keys DeepSpeed's config parser

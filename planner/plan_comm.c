@@ -19,7 +19,7 @@ static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
     "updated parameters from host"};
 
 const char *plan_coll_name(PlanCollOp op) { return COLL_NAMES[op]; }
-const char *plan_coll_purpose_label(CollPurpose p) { return PURPOSE_LABELS[p]; }
+static const char *plan_coll_purpose_label(CollPurpose p) { return PURPOSE_LABELS[p]; }
 int plan_coll_purpose_is_syncbn(CollPurpose p) { return p == PURPOSE_SYNCBN_STATS || p == PURPOSE_SYNCBN_GRADS; }
 const char *plan_comm_phase_name(CommPhase p) { return CPHASE_NAMES[p]; }
 

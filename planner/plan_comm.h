@@ -76,7 +76,6 @@ typedef struct {
 
 const char *plan_coll_name(PlanCollOp op);
 const char *plan_comm_phase_name(CommPhase p);
-const char *plan_coll_purpose_label(CollPurpose p);   /* "gradient buckets", "SyncBN statistics" */
 /* 1 for the SyncBatchNorm collectives */
 int plan_coll_purpose_is_syncbn(CollPurpose p);
 double plan_coll_factor(PlanCollOp op, int64_t n);   /* wire bytes per payload byte per GPU */

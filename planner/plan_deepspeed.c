@@ -13,17 +13,6 @@ static int layer_tensors(const LayerSpec *l, const int64_t **t, int64_t *one) {
     return l->params > 0;
 }
 
-double plan_ds3_gathered_elems(const LayerSpec *l, int64_t n) {
-    if (n <= 1) return 0;
-    const int64_t *t;
-    int64_t one;
-    int k = layer_tensors(l, &t, &one);
-    double g = 0;
-    for (int j = 0; j < k; j++)
-        if ((double)t[j] >= PLAN_DS3_PERSIST) g += (double)n * ceil((double)t[j] / (double)n);
-    return g;
-}
-
 /* ZeRO-1/2 (stage_1_and_2.py): the rank's partition is [rP, (r+1)P) of the flattened tensors;
    params_in_partition (get_partition_info) are the tensors that overlap it, and
    copy_grads_in_partition allocates grads_in_partition for their whole numel. Two pointers
@@ -87,8 +76,6 @@ void plan_ds_sizes(const ModelSpec *m, int64_t n, DsSizes *z) {
     z->part = ceil(psi / align) * align / nn;
     z->grad_part = n > 1 ? grad_part(m, n, z->part) : psi;
 }
-
-int plan_ds3_kept(double later_elems) { return 2 * later_elems < PLAN_DS3_REUSE; }
 
 int plan_ds_norm_bytes(int stage3) { return stage3 ? 8 : 4; }
 
@@ -286,15 +273,4 @@ double plan_ds3_sim_backward(Ds3Sim *z, int i) {
         for (int t = n_tensors(z->m, i) - 1; t >= 0; t--)
             if (gathered_tensor(z, tensor_at(z->m, i, t))) use(z);
     return gathered_now(z);
-}
-
-void plan_ds3_sim_gathers(const ModelSpec *m, int64_t n, double count[2], double elems[2]) {
-    Ds3Sim z;
-    plan_ds3_sim_init(&z, m, n);
-    for (int i = 0; i < m->n_layers; i++) plan_ds3_sim_forward(&z, i);
-    for (int i = m->n_layers - 1; i >= 0; i--) {
-        plan_ds3_sim_backward(&z, i);
-        plan_ds3_sim_release(&z, i);
-    }
-    for (int k = 0; k < 2; k++) { count[k] = z.ag_count[k]; elems[k] = z.ag_elems[k]; }
 }

@@ -33,7 +33,6 @@ typedef struct {
 /* stage3_max_reuse_distance (elements): a layer stays gathered from its forward to its backward
    when the trace between them, 2 x Σ later layers' elements, is shorter */
 #define PLAN_DS3_REUSE 1e9
-int plan_ds3_kept(double later_elems);
 
 /* ZeRO-3's parameter fetching over one step (partitioned_param_coordinator.py, defaults from
    zero/config.py): the step's trace of non-persistent tensors (forward in order, then backward,
@@ -97,8 +96,6 @@ double plan_ds3_sim_forward(Ds3Sim *z, int i);
    runs; the layer is released after it (see plan_ds3_sim_release). */
 double plan_ds3_sim_backward(Ds3Sim *z, int i);
 void plan_ds3_sim_release(Ds3Sim *z, int i);
-/* Every forward and backward of one step: collectives and padded elements per phase. */
-void plan_ds3_sim_gathers(const ModelSpec *m, int64_t n, double count[2], double elems[2]);
 
 /* The scalars DeepSpeed keeps and all-reduces at the step: the global gradient norm (ZeRO-1/2:
    fp32, get_grad_norm_direct's .float(); ZeRO-3: fp64, get_norm_dtype()), kept in
@@ -109,8 +106,5 @@ int plan_ds_overflow_bytes(int stage3, const PrecisionSpec *p);
 
 /* n: data-parallel ranks. Layers whose tensors are unknown count as one tensor each. */
 void plan_ds_sizes(const ModelSpec *m, int64_t n, DsSizes *out);
-/* ZeRO-3: elements of layer l that are gathered (non-persistent tensors, each padded to
-   n x ceil(numel / n)); 0 on one rank. */
-double plan_ds3_gathered_elems(const LayerSpec *l, int64_t n);
 
 #endif

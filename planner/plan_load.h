@@ -34,7 +34,5 @@ int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const
  * NUL-terminated string the caller frees. -1 only when out of memory. */
 int plan_model_export_json(const ModelSpec *m, char **out_json);
 
-/* The Hugging Face model types plan_load_model understands, comma-separated. */
-const char *plan_load_hf_types(void);
 
 #endif

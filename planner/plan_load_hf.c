@@ -64,7 +64,7 @@ static int hf_headless(const char *cls) {
     return 0;
 }
 
-const char *plan_load_hf_types(void) {
+static const char *plan_load_hf_types(void) {
     static char buf[256];
     if (!buf[0]) {
         size_t n = 0;

@@ -72,13 +72,6 @@ int64_t plan_model_buffers(const ModelSpec *m) {
     return s;
 }
 
-int64_t plan_model_largest_layer(const ModelSpec *m) {
-    int64_t mx = 0;
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].params > mx) mx = m->layers[i].params;
-    return mx;
-}
-
 int plan_layer_add_tensor_dim0(LayerSpec *l, int64_t elems, int64_t dim0) {
     if (l->n_tensors < 0 || l->n_tensors >= PLAN_LAYER_MAX_TENSORS) {
         l->n_tensors = -1;

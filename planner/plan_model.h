@@ -134,7 +134,6 @@ double plan_model_buffer_bytes(const ModelSpec *m, int *dtypes);
  * side for a CNN. (seq / image_size)^2, exact for sides that are multiples of 32 (every
  * stride-2 stage halves them exactly); 1 for other models or seq <= 1 (the model's own size). */
 double plan_cnn_area_scale(const ModelSpec *m, int64_t seq);
-int64_t plan_model_largest_layer(const ModelSpec *m);   /* max layers.params */
 /* Appends a parameter tensor of elems elements to l; -1 when l already has
  * PLAN_LAYER_MAX_TENSORS (the layer's tensors are then unknown). Its dim 0 is unknown. */
 int plan_layer_add_tensor(LayerSpec *l, int64_t elems);

@@ -8,11 +8,11 @@
 #include "plan_offload.h"
 #include "plan_util.h"
 
-int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
+static int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
     return t->seq > 0 ? t->seq : m->max_seq;
 }
 
-double plan_report_dropout(const ModelSpec *m, const TrainSpec *t) {
+static double plan_report_dropout(const ModelSpec *m, const TrainSpec *t) {
     return t->dropout >= 0 ? t->dropout : m->dropout;
 }
 

@@ -14,7 +14,5 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
 /* The whole plan as a JSON object (caller deletes it). NULL when out of memory. */
 cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p);
 /* The resolved sequence length (t->seq, or the model's context). */
-int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t);
-double plan_report_dropout(const ModelSpec *m, const TrainSpec *t);
 
 #endif

@@ -10,7 +10,7 @@
 /* ---- points: START, FWD x L, LOSS_FWD, LOSS_BWD, (BWD_MLP, BWD, BWD_UNIT) x L from the last
    layer, ROOT_RS, REDUCE1, REDUCE2, NORM, STEP, END ---- */
 
-int plan_step_n_points(int L) { return 9 + 4 * L; }
+static int plan_step_n_points(int L) { return 9 + 4 * L; }
 
 int plan_step_point(int L, PointKind k, int i) {
     switch (k) {

@@ -41,7 +41,6 @@ typedef enum {
 
 /* Point index of kind k at layer i (i ignored for the kinds without a layer). */
 int plan_step_point(int n_layers, PointKind k, int i);
-int plan_step_n_points(int n_layers);
 /* The kind and layer of point index p. */
 PointKind plan_step_point_kind(int n_layers, int p, int *layer);
 

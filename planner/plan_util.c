@@ -93,12 +93,6 @@ const char *plan_fmt_count(long long n, char *buf, size_t len) {
     return buf;
 }
 
-int plan_lookup(const char *name, const char *const *names, int n) {
-    for (int i = 0; i < n && names[i]; i++)
-        if (strcmp(name, names[i]) == 0) return i;
-    return -1;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;

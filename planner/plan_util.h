@@ -31,7 +31,5 @@ double plan_median(double *v, int n);
 /* A relative error in percent for tables: "+1.23", "+4.0e-03" when too small for two decimals
  * (visible, not +0.00), "new" for INFINITY. Returns buf. */
 const char *plan_fmt_rel_err(double e, char *buf, size_t len);
-/* Index of name in a NULL-terminated or counted array of names, or -1. */
-int plan_lookup(const char *name, const char *const *names, int n);
 
 #endif

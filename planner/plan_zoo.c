@@ -73,7 +73,7 @@ const char *plan_zoo_names(void) {
     return buf;
 }
 
-const TransformerConfig *plan_zoo_transformer_config(const char *name) {
+static const TransformerConfig *plan_zoo_transformer_config(const char *name) {
     for (int i = 0; i < N_TRANSFORMERS; i++)
         if (strcmp(TRANSFORMERS[i].name, name) == 0) return &TRANSFORMERS[i];
     return NULL;

@@ -18,8 +18,6 @@ int plan_zoo_has(const char *name);   /* 1 if name is a zoo model */
 int plan_zoo_build(ModelSpec *m, const char *name, char *msg, size_t msglen);
 /* Comma-separated names, for error messages and --help. */
 const char *plan_zoo_names(void);
-/* The transformer config of a zoo entry (NULL for non-transformers), for exporting. */
-const TransformerConfig *plan_zoo_transformer_config(const char *name);
 
 /* ResNet (torchvision) from stage depths; bottleneck = 1 for ResNet-50/101/152. Each conv and
  * each BatchNorm is one layer with its saved activations per sample at image_size. */

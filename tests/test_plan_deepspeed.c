@@ -62,7 +62,6 @@ Test(plan_deepspeed, boundary_tensors_should_be_held_whole_in_the_gradient_parti
     /* ZeRO-3: every tensor is below 1e5 elements: persistent, never gathered */
     cr_expect_eq(d.persist, 16);
     cr_expect_eq(d.persist_count, 3);
-    cr_expect_eq(plan_ds3_gathered_elems(l, 16), 0);
     plan_model_free(&m);
 }
 
@@ -74,7 +73,8 @@ Test(plan_deepspeed, unknown_tensors_should_count_each_layer_as_one) {
     plan_ds_sizes(&m, 2, &d);
     cr_expect_eq(d.part, 500000);
     cr_expect_eq(d.grad_part, 500000);          /* the boundary falls between two layers */
-    cr_expect_eq(plan_ds3_gathered_elems(&m.layers[0], 2), 250000);
+    cr_expect_eq(d.shard, 500000);              /* ZeRO-3: each 250,000-element layer one tensor, halved */
+    cr_expect_eq(d.persist_count, 0);           /* none below stage3_param_persistence_threshold */
     plan_model_free(&m);
 }
 
@@ -202,10 +202,23 @@ Test(plan_deepspeed, the_simulated_step_should_send_what_plan_comm_lists) {
    10 holds the second group twice (its flat buffer until block 11's query is used). */
 Test(plan_deepspeed, zero3_should_gather_in_coalesced_groups_whose_flat_buffers_live_to_their_last_tensor) {
     ModelSpec m = zoo("bert-base");
-    double cnt[2], el[2];
-    plan_ds3_sim_gathers(&m, 2, cnt, el);
+    /* the collective table (plan_comm: the step account's transfers) */
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    ClusterSpec c;
+    plan_cluster_defaults(&c);
+    c.gpus = c.gpus_per_node = 2;
+    CommPlan cp;
+    plan_comm(&m, &t, &c, STRAT_ZERO3, &cp);
+    double cnt[2] = {0}, bytes[2] = {0};
+    for (int i = 0; i < cp.n; i++)
+        if (cp.c[i].purpose == PURPOSE_MODULE_PARAMS) {
+            cnt[cp.c[i].phase == CPHASE_BACKWARD] += cp.c[i].count;
+            bytes[cp.c[i].phase == CPHASE_BACKWARD] += cp.c[i].payload_bytes;
+        }
     cr_expect_eq(cnt[0], 3);
-    cr_expect_eq(el[0] * 4, 437434368);
+    cr_expect_eq(bytes[0], 437434368);
     cr_expect_eq(cnt[1], 0, "every layer kept from its forward to its backward");
     Ds3Sim z;
     plan_ds3_sim_init(&z, &m, 2);
