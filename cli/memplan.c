@@ -54,7 +54,9 @@ static void usage(FILE *f) {
         "      (bench options: memplan bench syncbn --help)\n"
         "  memplan help                                  this text\n\n");
     cli_print_setup_help(f);
-    fprintf(f, "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
+    fprintf(f, "  --explain              after the tables, each strategy's peak split by the rule behind every byte\n"
+               "                         (the mechanism and its source; the JSON always has it: peak_by_rule)\n"
+               "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
                "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
     cli_auto_help(f);
     fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 1 when an output could not be\n"
@@ -84,15 +86,17 @@ static const struct {
 /* Options of plan and auto beyond the shared ones. */
 typedef struct {
     const char *trace, *plot;
+    int explain;             /* --explain: each peak split by rule */
     EmitKind emit;
     int auto_mode;
     AutoSpec auto_spec;
     CliAutoOpts offload;     /* --offload, --host-mem, --host-bw, --min-headroom */
 } PlanOpts;
 
-enum { OPT_TRACE = 2000, OPT_PLOT, OPT_EMIT, OPT_GLOBAL_BATCH, OPT_BN_MIN };
+enum { OPT_TRACE = 2000, OPT_PLOT, OPT_EMIT, OPT_GLOBAL_BATCH, OPT_BN_MIN, OPT_EXPLAIN };
 static const struct option PLAN_OPTIONS[] = {
     {"trace", required_argument, 0, OPT_TRACE},
+    {"explain", no_argument, 0, OPT_EXPLAIN},
     {"plot", required_argument, 0, OPT_PLOT},
     {"emit", required_argument, 0, OPT_EMIT},
     {"global-batch", required_argument, 0, OPT_GLOBAL_BATCH},
@@ -107,6 +111,9 @@ static int plan_opt(void *ctx, int opt, const char *arg, char *err, size_t errle
     PlanOpts *o = ctx;
     long long v;
     switch (opt) {
+    case OPT_EXPLAIN:
+        o->explain = 1;
+        return 0;
     case OPT_TRACE:
     case OPT_PLOT:
         if (!safe_path(arg)) { snprintf(err, errlen, "--%s '%s': give a file name without quotes or $", opt == OPT_TRACE ? "trace" : "plot", arg); return -1; }
@@ -325,6 +332,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cJSON_Delete(j);
     } else {
         plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
+        if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
     }
     if (!rc) rc = write_files(&o, &s, &p);
     cli_setup_free(&s);

@@ -2,10 +2,12 @@
 #include "plan_report.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <string.h>
 
 #include "plan_fsdp.h"
 #include "plan_offload.h"
+#include "plan_step.h"
 #include "plan_util.h"
 
 static int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
@@ -169,7 +171,37 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
         fprintf(f, "recommendation: none — %s\n", p->reason);
 }
 
+/* The bytes each rule holds at strategy k's peak, per term (rule x term); 0 when the account
+   cannot be built. */
+static int peak_by_rule(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
+                        double out[RULE_COUNT][TERM_COUNT]) {
+    Step st;
+    int rc = plan_step_build(&st, m, t, c, k);
+    if (!rc) plan_step_live_at_peak(&st, m, c, out);
+    plan_step_free(&st);
+    return rc;
+}
+
+/* "peak_by_rule": the bytes each rule holds at the peak, per term (they add up to the term). */
+static void add_peak_by_rule(cJSON *o, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
+                             unsigned char used[RULE_COUNT]) {
+    static double by[RULE_COUNT][TERM_COUNT];
+    if (peak_by_rule(m, t, c, k, by)) return;
+    cJSON *arr = cJSON_AddArrayToObject(o, "peak_by_rule");
+    for (int j = 0; j < TERM_COUNT; j++)
+        for (int q = 0; q < RULE_COUNT; q++) {
+            if (j == TERM_OVERHEAD || fabs(by[q][j]) < 0.5) continue;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "term", plan_term_name((TermKind)j));
+            cJSON_AddStringToObject(e, "rule", plan_rule_info((RuleId)q)->name);
+            cJSON_AddNumberToObject(e, "bytes", by[q][j]);
+            cJSON_AddItemToArray(arr, e);
+            used[q] = 1;
+        }
+}
+
 cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
+    unsigned char used[RULE_COUNT] = {0};
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     cJSON *jm = cJSON_AddObjectToObject(root, "model");
@@ -279,10 +311,55 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
         cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
         for (int k = 0; k < PHASE_COUNT; k++)
             cJSON_AddNumberToObject(ph, plan_phase_name((PhaseKind)k), r->mem.phase_peak[k]);
+        add_peak_by_rule(o, m, t, c, r->kind, used);
+    }
+    cJSON *rules = cJSON_AddObjectToObject(root, "rules");
+    for (int q = 0; q < RULE_COUNT; q++) {
+        if (!used[q]) continue;
+        const RuleInfo *ri = plan_rule_info((RuleId)q);
+        cJSON *e = cJSON_AddObjectToObject(rules, ri->name);
+        cJSON_AddStringToObject(e, "mechanism", ri->mechanism);
+        cJSON_AddStringToObject(e, "source", ri->source);
     }
     cJSON *rec = cJSON_AddObjectToObject(root, "recommendation");
     if (p->recommended >= 0) cJSON_AddStringToObject(rec, "strategy", plan_strategy(p->rows[p->recommended].kind)->name);
     else cJSON_AddNullToObject(rec, "strategy");
     cJSON_AddStringToObject(rec, "reason", p->reason);
     return root;
+}
+
+/* "0.464 GiB", "18.0 MiB", "4 B": what a rule holds, small ones readable too. */
+static const char *fmt_size(double b, char *buf, size_t len) {
+    double a = fabs(b);
+    if (a >= GIB) snprintf(buf, len, "%.3f GiB", b / GIB);
+    else if (a >= MIB) snprintf(buf, len, "%.1f MiB", b / MIB);
+    else if (a >= KIB) snprintf(buf, len, "%.1f KiB", b / KIB);
+    else snprintf(buf, len, "%.0f B", b);
+    return buf;
+}
+
+void plan_report_explain(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
+    static double by[RULE_COUNT][TERM_COUNT];
+    char a[32];
+    fprintf(f, "# explain: each strategy's peak, term by term, split by the rule that holds the bytes "
+               "(rules: docs/architecture.md; sources: docs/formulas.md)\n");
+    fprintf(f, "%-13s %-12s %-26s %12s  %s\n", "strategy", "term", "rule", "bytes", "mechanism (source)");
+    for (int i = 0; i < p->n_rows; i++) {
+        const StrategyPlan *r = &p->rows[i];
+        if (peak_by_rule(m, t, c, r->kind, by)) continue;
+        fprintf(f, "%-13s peak %s at %s\n", plan_strategy(r->kind)->name, plan_fmt_bytes(r->mem.peak, a, sizeof(a)),
+                r->mem.peak_where);
+        for (int k = 0; k < TERM_COUNT; k++) {
+            if (k == TERM_OVERHEAD) continue;
+            for (int q = 0; q < RULE_COUNT; q++) {
+                if (fabs(by[q][k]) < 0.5) continue;
+                const RuleInfo *ri = plan_rule_info((RuleId)q);
+                fprintf(f, "%-13s %-12s %-26s %12s  %s (%s)\n", plan_strategy(r->kind)->name, plan_term_name((TermKind)k),
+                        ri->name, fmt_size(by[q][k], a, sizeof(a)), ri->mechanism, ri->source);
+            }
+        }
+        fprintf(f, "%-13s %-12s %-26s %12s  CUDA context, cuBLAS workspace, NCCL, allocator margin (docs/formulas.md "
+                   "\"Fixed overheads\")\n", plan_strategy(r->kind)->name, "overhead", "fixed_overheads",
+                fmt_size(r->mem.term[TERM_OVERHEAD], a, sizeof(a)));
+    }
 }

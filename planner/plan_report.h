@@ -15,4 +15,8 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
 cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p);
 /* The resolved sequence length (t->seq, or the model's context). */
 
+/* Each strategy's peak term by term, split by the rule that holds each byte (the mechanism and
+   its source): --explain. docs/architecture.md. */
+void plan_report_explain(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p);
+
 #endif

@@ -1,0 +1,222 @@
+/* test_plan_step.c — the step account (planner/plan_step.h): the invariants every rule must keep
+ * (allocations balanced, the peak's terms made of the rules' bytes, the simulated step issuing
+ * exactly the table's collectives) over a matrix of models, strategies and setups, and rules read
+ * on their own. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "plan_activ.h"
+#include "plan_comm.h"
+#include "plan_memory.h"
+#include "plan_sim.h"
+#include "plan_step.h"
+#include "test_plan.h"
+
+/* The setups every invariant is checked over: the layouts each rule has a branch for. */
+typedef struct {
+    const char *name;
+    PrecisionKind prec;
+    CkptKind ckpt;
+    int64_t accum;
+    ImplKind impl;
+    FsdpSyncKind sync;
+    int fsdp_impl;
+    OffloadKind off;
+    int autocast_cpu;
+} Setup;
+
+static const Setup SETUPS[] = {
+    {"amp-bf16", PREC_AMP_BF16, CKPT_NONE, 1, IMPL_PYTORCH, FSDP_SYNC_EVERY, 2, OFFLOAD_NONE, 0},
+    {"fp32 cpu ckpt", PREC_FP32, CKPT_FULL, 1, IMPL_PYTORCH, FSDP_SYNC_EVERY, 2, OFFLOAD_NONE, 1},
+    {"mixed accum last", PREC_MIXED_BF16, CKPT_NONE, 3, IMPL_PYTORCH, FSDP_SYNC_LAST, 2, OFFLOAD_NONE, 0},
+    {"amp ckpt accum fsdp1", PREC_AMP_FP16, CKPT_FULL, 2, IMPL_PYTORCH, FSDP_SYNC_EVERY, 1, OFFLOAD_NONE, 0},
+    {"offload params", PREC_MIXED_BF16, CKPT_NONE, 1, IMPL_PYTORCH, FSDP_SYNC_EVERY, 2, OFFLOAD_PARAM, 0},
+    {"offload optimizer", PREC_AMP_BF16, CKPT_NONE, 2, IMPL_PYTORCH, FSDP_SYNC_EVERY, 2, OFFLOAD_OPT, 0},
+    {"engine", PREC_FP32, CKPT_NONE, 2, IMPL_ENGINE, FSDP_SYNC_EVERY, 2, OFFLOAD_NONE, 0},
+};
+static const char *const MODELS[] = {"gpt2-mini", "bert-base", "resnet50", "llama2-7b"};
+
+static TrainSpec train_of(const Setup *s, int64_t b) {
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.micro_batch = b;
+    t.seq = 128;
+    t.precision = s->prec;
+    t.act_ckpt = s->ckpt;
+    t.grad_accum = s->accum;
+    t.impl = s->impl;
+    t.fsdp_grad_sync = s->sync;
+    t.fsdp_impl = s->fsdp_impl;
+    t.offload = s->off;
+    t.autocast_cpu = s->autocast_cpu;
+    return t;
+}
+
+static int applies(const ModelSpec *m, const Setup *s) {
+    return s->impl != IMPL_ENGINE || strncmp(m->name, "gpt2", 4) == 0;
+}
+
+/* Live bytes per term once the step is over, by summing the events before the end point's
+   frees: what lives across steps (freed "after the end"). */
+static void live_at_end(const Step *st, double live[TERM_COUNT]) {
+    int end = plan_step_point(st->n_layers, PT_END, 0);
+    memset(live, 0, sizeof(double) * TERM_COUNT);
+    for (int e = 0; e < st->n_mem; e++)
+        if (st->mem[e].point < end || st->mem[e].when == AT_BEFORE) live[st->mem[e].term] += st->mem[e].bytes;
+}
+
+Test(step, every_allocation_should_be_freed_by_the_end_but_what_lives_across_steps) {
+    for (size_t mi = 0; mi < sizeof(MODELS) / sizeof(MODELS[0]); mi++) {
+        ModelSpec m = zoo(MODELS[mi]);
+        for (size_t si = 0; si < sizeof(SETUPS) / sizeof(SETUPS[0]); si++) {
+            if (!applies(&m, &SETUPS[si])) continue;
+            TrainSpec t = train_of(&SETUPS[si], 2);
+            ClusterSpec c;
+            cluster(&c, 4, 4);
+            for (int k = 0; k < STRAT_COUNT; k++) {
+                Step st;
+                cr_assert_eq(plan_step_build(&st, &m, &t, &c, (StrategyKind)k), 0);
+                double live[TERM_COUNT];
+                live_at_end(&st, live);
+                const char *n = plan_strategy((StrategyKind)k)->name;
+                /* the model states, declared by their rules, are all that is left of them */
+                cr_expect(fabs(live[TERM_PARAMS] - st.ms_params) < 0.5, "%s %s %s: params", m.name, SETUPS[si].name, n);
+                cr_expect(fabs(live[TERM_OPTIMIZER] - st.ms_optimizer) < 0.5, "%s %s %s: optimizer", m.name,
+                          SETUPS[si].name, n);
+                cr_expect(fabs(live[TERM_GRADS] - st.ms_grads) < 0.5, "%s %s %s: grads %.0f vs %.0f", m.name,
+                          SETUPS[si].name, n, live[TERM_GRADS], st.ms_grads);
+                cr_expect(fabs(live[TERM_TRANSIENT]) < 0.5, "%s %s %s: transients %.0f left", m.name, SETUPS[si].name, n,
+                          live[TERM_TRANSIENT]);
+                /* the activations left: the loop's logits, held into the next forward */
+                ActInputs in = {t.micro_batch, t.seq, m.dropout};
+                cr_expect(fabs(live[TERM_ACTIVATIONS] - plan_act_loop_held(&m, &t, &in)) < 1e-3, "%s %s %s: activations",
+                          m.name, SETUPS[si].name, n);
+                plan_step_free(&st);
+            }
+        }
+        plan_model_free(&m);
+    }
+}
+
+Test(step, each_term_at_the_peak_should_be_the_bytes_its_rules_hold) {
+    static double by[RULE_COUNT][TERM_COUNT];
+    for (size_t mi = 0; mi < sizeof(MODELS) / sizeof(MODELS[0]); mi++) {
+        ModelSpec m = zoo(MODELS[mi]);
+        for (size_t si = 0; si < sizeof(SETUPS) / sizeof(SETUPS[0]); si++) {
+            if (!applies(&m, &SETUPS[si])) continue;
+            TrainSpec t = train_of(&SETUPS[si], 3);
+            ClusterSpec c;
+            cluster(&c, 16, 8);
+            for (int k = 0; k < STRAT_COUNT; k++) {
+                MemResult r;
+                Step st;
+                plan_memory(&m, &t, &c, (StrategyKind)k, &r);
+                cr_assert_eq(plan_step_build(&st, &m, &t, &c, (StrategyKind)k), 0);
+                plan_step_live_at_peak(&st, &m, &c, by);
+                for (int j = 0; j < TERM_COUNT; j++) {
+                    if (j == TERM_OVERHEAD) continue;
+                    double sum = 0;
+                    for (int q = 0; q < RULE_COUNT; q++) sum += by[q][j];
+                    cr_expect(fabs(sum - r.term[j]) <= 1e-9 * r.peak + 1e-6, "%s %s %s %s: rules %.3f, term %.3f", m.name,
+                              SETUPS[si].name, plan_strategy((StrategyKind)k)->name, plan_term_name((TermKind)j), sum,
+                              r.term[j]);
+                }
+                plan_step_free(&st);
+            }
+        }
+        plan_model_free(&m);
+    }
+}
+
+/* One table, one schedule: every collective the table counts is one the simulated step runs
+   (K = 1, so each runs once), op by op. */
+Test(step, the_simulated_step_should_run_exactly_the_collectives_of_the_table) {
+    static const char *const OPS[PCOLL_COUNT] = {"all_reduce ", "reduce_scatter ", "all_gather ", "broadcast "};
+    for (size_t mi = 0; mi < sizeof(MODELS) / sizeof(MODELS[0]); mi++) {
+        ModelSpec m = zoo(MODELS[mi]);
+        for (size_t si = 0; si < sizeof(SETUPS) / sizeof(SETUPS[0]); si++) {
+            Setup s1 = SETUPS[si];
+            s1.accum = 1;
+            if (!applies(&m, &s1) || s1.off != OFFLOAD_NONE) continue;
+            TrainSpec t = train_of(&s1, 1);
+            t.syncbn = plan_model_bn_layers(&m, NULL) > 0;
+            ClusterSpec c;
+            cluster(&c, 16, 8);
+            for (int k = 0; k < STRAT_COUNT; k++) {
+                CommPlan cp;
+                SimResult sim;
+                plan_comm(&m, &t, &c, (StrategyKind)k, &cp);
+                cr_assert_eq(plan_sim(&m, &t, &c, (StrategyKind)k, 1, &sim), 0);
+                for (int op = 0; op < PCOLL_COUNT; op++) {
+                    double table = 0, ran = 0;
+                    for (int i = 0; i < cp.n; i++) if ((int)cp.c[i].op == op) table += cp.c[i].count;
+                    for (int i = 0; i < sim.n_ops; i++)
+                        if (sim.ops[i].lane == LANE_COMM && strncmp(sim.ops[i].name, OPS[op], strlen(OPS[op])) == 0) ran++;
+                    /* a collective of count c runs as one op of c collectives' time */
+                    double grouped = 0;
+                    for (int i = 0; i < cp.n; i++)
+                        if ((int)cp.c[i].op == op && (cp.c[i].purpose == PURPOSE_BUFFERS || cp.c[i].purpose == PURPOSE_UPDATED_PARAMS ||
+                                                 cp.c[i].purpose == PURPOSE_PERSISTENT_PARAMS))
+                            grouped += cp.c[i].count - (cp.c[i].count > 0);
+                    cr_expect_eq(ran + grouped, table, "%s %s %s %s: ran %.0f (+%.0f grouped), the table has %.0f", m.name,
+                                 s1.name, plan_strategy((StrategyKind)k)->name, OPS[op], ran, grouped, table);
+                }
+                plan_sim_free(&sim);
+            }
+        }
+        plan_model_free(&m);
+    }
+}
+
+/* A rule read on its own: DDP's reducer holds one flat copy of every gradient and all-reduces
+   it in torch's buckets (reducer.cpp: whole tensors, 1 MiB then 25 MiB). */
+Test(step, ddp_reducer_rule_should_hold_the_bucket_copy_and_reduce_every_gradient_once) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    double held = 0, peak_held = 0, reduced = 0, n = 0;
+    for (int e = 0; e < st.n_mem; e++)
+        if (st.mem[e].rule == RULE_DDP_BUCKETS) {
+            held += st.mem[e].bytes;
+            if (held > peak_held) peak_held = held;
+        }
+    for (int e = 0; e < st.n_xfer; e++)
+        if (st.xfer[e].rule == RULE_DDP_BUCKETS) {
+            reduced += st.xfer[e].payload;
+            n += st.xfer[e].count;
+            cr_expect_eq(st.xfer[e].micro, MICRO_LAST, "no_sync: only the last micro-step reduces");
+        }
+    double psi = (double)plan_model_params(&m);
+    cr_expect_eq(peak_held, psi * 4, "fp32 gradients (autocast), one flat copy");
+    cr_expect_eq(held, 0, "freed only at the end of the account");
+    cr_expect_eq(reduced, psi * 4);
+    cr_expect_eq(n, plan_ddp_buckets_tensors(&m, 4, PLAN_DDP_FIRST_BUCKET, PLAN_DDP_BUCKET));
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+Test(step, points_should_map_back_to_their_kind_and_layer_in_step_order) {
+    for (int L = 1; L < 7; L++) {
+        int prev_kind = -1, prev_layer = -1;
+        for (int p = 0; p < 9 + 4 * L; p++) {
+            int layer;
+            PointKind k = plan_step_point_kind(L, p, &layer);
+            int ki = (int)k;
+            cr_expect_eq(plan_step_point(L, k, layer < 0 ? 0 : layer), p, "L %d point %d round trip", L, p);
+            /* forward in layer order, backward from the last layer, its three points together */
+            if (k == PT_FWD && prev_kind == (int)PT_FWD) cr_expect_eq(layer, prev_layer + 1);
+            if (k == PT_BWD_MLP && prev_kind == (int)PT_BWD_UNIT) cr_expect_eq(layer, prev_layer - 1);
+            if (k == PT_BWD || k == PT_BWD_UNIT) cr_expect_eq(layer, prev_layer);
+            cr_expect((int)k >= prev_kind || (k == PT_BWD_MLP && prev_kind == (int)PT_BWD_UNIT), "L %d point %d kind %d after %d", L, p,
+                      k, prev_kind);
+            prev_kind = ki;
+            prev_layer = layer;
+        }
+        cr_expect_eq(prev_kind, (int)PT_END);
+    }
+}
