@@ -258,22 +258,12 @@ static void why_lost(const ModelSpec *m, const TrainSpec *base, const ClusterSpe
             plan_fmt_bytes(low.peak - c->gpu.mem_bytes, a2, sizeof(a2)));
 }
 
-int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
-              AutoResult *out) {
-    memset(out, 0, sizeof(*out));
-    TrainSpec base = *t;
-    if (a->global_batch > 0) base.grad_accum = 1;
-    out->margin = plan_auto_margin(a, c->gpu.mem_bytes);
-    ClusterSpec cm = *c;             /* capacity less the safety margin */
-    cm.gpu.mem_bytes -= out->margin;
-    const char *unit = m->arch == ARCH_CNN ? "samples" : "tokens";
-
-    /* 1. every option: strategy x offload x precision, each searched over checkpointing,
-       micro-batch and accumulation */
-    Option opts[STRAT_COUNT * OFFLOAD_COUNT * PREC_COUNT];
+/* 1. Every option (strategy x offload x precision), each searched over checkpointing,
+   micro-batch and accumulation on cm (the capacity less the margin). Returns how many. */
+static int search_options(const ModelSpec *m, const TrainSpec *t, const TrainSpec *base, const ClusterSpec *c,
+                          const ClusterSpec *cm, const AutoSpec *a, Option *opts, AutoResult *out) {
     int n_opts = 0;
-    int divides = !(a->global_batch > 0 && a->global_batch % c->gpus);
-    for (int k = 0; k < STRAT_COUNT && divides; k++) {
+    for (int k = 0; k < STRAT_COUNT; k++) {
         if (!(a->strategies & (1u << k))) continue;
         for (int o = 0; o < OFFLOAD_COUNT; o++) {
             if (!(a->offloads & (1u << o)) || !plan_strategy_offloads((StrategyKind)k, o)) continue;
@@ -295,14 +285,18 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
                     out->candidates += (long)(CKPT_COUNT * a->max_micro_batch);
                     continue;
                 }
-                TrainSpec tb = base;
+                TrainSpec tb = *base;
                 tb.offload = op->off;
                 tb.precision = op->prec;
-                op->best = search(m, &tb, &cm, op->k, a, &out->candidates, &out->evaluated);
+                op->best = search(m, &tb, cm, op->k, a, &out->candidates, &out->evaluated);
             }
         }
     }
-    /* 2. the fastest, then the simplest within near_frac of it */
+    return n_opts;
+}
+
+/* 2. The fastest, then the simplest within near_frac of it; -1 when nothing fits. */
+static int pick(const Option *opts, int n_opts, const AutoSpec *a, double *top_out) {
     double top = 0;
     for (int i = 0; i < n_opts; i++) if (opts[i].best.ok && opts[i].best.tps > top) top = opts[i].best.tps;
     int win = -1;
@@ -312,86 +306,65 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
         int ci = complexity(opts[i].k, opts[i].off), cw = complexity(opts[win].k, opts[win].off);
         if (ci < cw || (ci == cw && opts[i].best.tps > opts[win].best.tps)) win = i;
     }
-    char a1[32], a2[32], a3[32], nm[96];
-    if (win < 0) {
-        out->found = 0;
-        if (!divides)
-            say(out, "nothing fits: --global-batch %lld is not a multiple of %lld GPUs\n",
-                (long long)a->global_batch, (long long)c->gpus);
-        else {
-            int any_raw = 0;
-            for (int i = 0; i < n_opts; i++) {
-                TrainSpec tt = base;
-                tt.offload = opts[i].off;
-                tt.precision = opts[i].prec;
-                tt.micro_batch = 1;
-                tt.act_ckpt = m->arch == ARCH_GENERIC ? CKPT_NONE : CKPT_FULL;
-                if (a->global_batch > 0) tt.grad_accum = a->global_batch / c->gpus;
-                if (fits(m, &tt, &cm, opts[i].k, NULL)) any_raw = 1;
-            }
-            if (any_raw && a->global_batch > 0)
-                say(out, "nothing fits: no micro-batch up to %lld that fits divides the per-GPU batch %lld\n",
-                    (long long)a->max_micro_batch, (long long)(a->global_batch / c->gpus));
-            else {
-                say(out, "nothing fits on %lld x %s (%s each, %s host memory per node) with a %s margin, "
-                    "even sharded, offloaded and checkpointed at micro-batch 1\n", (long long)c->gpus, c->gpu.name,
-                    plan_fmt_bytes(c->gpu.mem_bytes, a1, sizeof(a1)),
-                    plan_fmt_bytes(plan_cluster_host_mem(c), a2, sizeof(a2)), plan_fmt_bytes(out->margin, a3, sizeof(a3)));
-                nothing_fits(m, &base, c, a, out);
-                say(out, "would fit with: %s\n", out->fix);
-            }
-        }
-        say(out, "why each strategy fails:\n");
-        for (int k = 0; k < STRAT_COUNT; k++)
-            for (int o = 0; o < OFFLOAD_COUNT; o++)
-                if ((a->strategies & (1u << k)) && (a->offloads & (1u << o)) && plan_strategy_offloads((StrategyKind)k, o))
-                    why_lost(m, &base, c, a, opts, n_opts, (StrategyKind)k, (OffloadKind)o, 1, out);
-        return 0;
-    }
-    const Option *w = &opts[win];
-    out->found = 1;
-    out->top_tps = top;
-    out->strategy = w->k;
-    out->train = w->best.t;
-    plan_memory(m, &out->train, c, out->strategy, &out->mem);
-    plan_comm(m, &out->train, c, out->strategy, &out->comm);
-    plan_sim(m, &out->train, c, out->strategy, 0, &out->time);
-    /* runner-up: the best setup of another strategy/offload group */
-    int ru = -1;
-    for (int i = 0; i < n_opts; i++)
-        if (opts[i].best.ok && (opts[i].k != w->k || opts[i].off != w->off) &&
-            (ru < 0 || opts[i].best.tps > opts[ru].best.tps)) ru = i;
-    if (ru >= 0) {
-        out->runner_found = 1;
-        out->runner = opts[ru].k;
-        out->runner_train = opts[ru].best.t;
-        out->runner_tps = opts[ru].best.tps;
-    }
+    *top_out = top;
+    return win;
+}
 
-    const Strategy *s = plan_strategy(w->k);
-    plan_auto_setup_name(w->k, &out->train, nm, sizeof(nm));
-    if (w->best.tps >= top * (1 - 1e-9))
-        say(out, "picked %s (%s): the highest simulated throughput, %.0f %s/s, among setups that leave the "
-            "%s safety margin\n", nm, s->label, w->best.tps, unit, plan_fmt_bytes(out->margin, a1, sizeof(a1)));
-    else
-        say(out, "picked %s (%s): %.0f %s/s, within %.0f%% of the fastest (%.0f %s/s) and simpler "
-            "(DDP before ZeRO/FSDP before offload); every setup leaves the %s safety margin\n", nm, s->label,
-            w->best.tps, unit, a->near_frac * 100, top, unit, plan_fmt_bytes(out->margin, a1, sizeof(a1)));
+/* Nothing fits: why (the global batch, the micro-batches, or memory), the cheapest changes that
+   would, and why each strategy fails. */
+static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, const ClusterSpec *cm,
+                            const AutoSpec *a, const Option *opts, int n_opts, int divides, AutoResult *out) {
+    char a1[32], a2[32], a3[32];
+    out->found = 0;
+    if (!divides) {
+        say(out, "nothing fits: --global-batch %lld is not a multiple of %lld GPUs\n", (long long)a->global_batch,
+            (long long)c->gpus);
+    } else {
+        int any_raw = 0;
+        for (int i = 0; i < n_opts; i++) {
+            TrainSpec tt = *base;
+            tt.offload = opts[i].off;
+            tt.precision = opts[i].prec;
+            tt.micro_batch = 1;
+            tt.act_ckpt = m->arch == ARCH_GENERIC ? CKPT_NONE : CKPT_FULL;
+            if (a->global_batch > 0) tt.grad_accum = a->global_batch / c->gpus;
+            if (fits(m, &tt, cm, opts[i].k, NULL)) any_raw = 1;
+        }
+        if (any_raw && a->global_batch > 0)
+            say(out, "nothing fits: no micro-batch up to %lld that fits divides the per-GPU batch %lld\n",
+                (long long)a->max_micro_batch, (long long)(a->global_batch / c->gpus));
+        else {
+            say(out, "nothing fits on %lld x %s (%s each, %s host memory per node) with a %s margin, "
+                "even sharded, offloaded and checkpointed at micro-batch 1\n", (long long)c->gpus, c->gpu.name,
+                plan_fmt_bytes(c->gpu.mem_bytes, a1, sizeof(a1)), plan_fmt_bytes(plan_cluster_host_mem(c), a2, sizeof(a2)),
+                plan_fmt_bytes(out->margin, a3, sizeof(a3)));
+            nothing_fits(m, base, c, a, out);
+            say(out, "would fit with: %s\n", out->fix);
+        }
+    }
+    say(out, "why each strategy fails:\n");
+    for (int k = 0; k < STRAT_COUNT; k++)
+        for (int o = 0; o < OFFLOAD_COUNT; o++)
+            if ((a->strategies & (1u << k)) && (a->offloads & (1u << o)) && plan_strategy_offloads((StrategyKind)k, o))
+                why_lost(m, base, c, a, opts, n_opts, (StrategyKind)k, (OffloadKind)o, 1, out);
+}
+
+/* The pick's setup, host memory and traffic lines. */
+static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, AutoResult *out) {
+    char a1[32], a2[32];
     say(out, "setup: micro-batch %lld x grad-accum %lld x %lld GPUs = global batch %lld, act-ckpt %s, %s; "
         "peak %s, headroom %s\n", (long long)out->train.micro_batch, (long long)out->train.grad_accum,
         (long long)c->gpus, (long long)(out->train.micro_batch * out->train.grad_accum * c->gpus),
         plan_ckpt_name(out->train.act_ckpt), plan_precision(out->train.precision)->name,
         plan_fmt_bytes(out->mem.peak, a1, sizeof(a1)), plan_fmt_bytes(out->mem.headroom, a2, sizeof(a2)));
-    say(out, "host: %s per node of %s%s\n", plan_fmt_bytes(out->mem.host_per_node, a1, sizeof(a1)),
+    char traffic[96] = "";
+    if (out->train.offload)   /* the host traffic inside the parenthesis */
+        snprintf(traffic, sizeof(traffic), "; %.3f GiB per GPU per step over the host link, %.1f ms",
+                 out->comm.host_bytes / GIB, out->comm.host_seconds * 1e3);
+    say(out, "host: %s per node of %s%s%s)\n", plan_fmt_bytes(out->mem.host_per_node, a1, sizeof(a1)),
         plan_fmt_bytes(out->mem.host_capacity, a2, sizeof(a2)),
         out->train.offload == OFFLOAD_PARAM ? " (offloaded parameter shards and optimizer state"
-        : out->train.offload ? " (offloaded optimizer state" : " (load-time copies)");
-    if (out->train.offload) {   /* close the parenthesis with the host traffic */
-        size_t n = strlen(out->explain);
-        if (n > 1) out->explain[n - 1] = '\0';
-        say(out, "; %.3f GiB per GPU per step over the host link, %.1f ms)\n", out->comm.host_bytes / GIB,
-            out->comm.host_seconds * 1e3);
-    }
+        : out->train.offload ? " (offloaded optimizer state" : " (load-time copies", traffic);
     CommPlan dc;
     TrainSpec tddp = out->train;
     tddp.offload = OFFLOAD_NONE;
@@ -402,6 +375,46 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
             dc.wire_bytes > 0 ? out->comm.wire_bytes / dc.wire_bytes : 0, dc.wire_bytes / GIB);
     else
         say(out, "traffic: none between GPUs (one GPU)\n");
+}
+
+/* SyncBatchNorm's advice for a model with BatchNorm: worth it below bn_min_batch per GPU. */
+static void explain_batchnorm(const ModelSpec *m, const ClusterSpec *c, const AutoSpec *a, AutoResult *out) {
+    int64_t sum_c = 0;
+    int nbn = plan_model_bn_layers(m, &sum_c);
+    if (nbn <= 0) return;
+    int64_t b = out->train.micro_batch;
+    TrainSpec ts = out->train;
+    ts.syncbn = 1;
+    CommPlan sc;
+    plan_comm(m, &ts, c, out->strategy, &sc);
+    double bn_s = 0;
+    for (int i = 0; i < sc.n; i++) if (plan_coll_purpose_is_syncbn(sc.c[i].purpose)) bn_s += sc.c[i].seconds;
+    double step = out->time.step_s;
+    if (c->gpus > 1 && b < a->bn_min_batch)
+        say(out, "BatchNorm: per-GPU batch %lld < %lld, statistics get noisy: SyncBN is worth it; it adds "
+            "%d all-gathers + %d all-reduces per micro-step, about %.2f ms per step (%.1f%%) by the model — "
+            "convert before wrapping (nn.SyncBatchNorm.convert_sync_batchnorm), not enabled by default\n",
+            (long long)b, (long long)a->bn_min_batch, nbn, nbn, bn_s * 1e3, step > 0 ? 100 * bn_s / step : 0);
+    else
+        say(out, "BatchNorm: per-GPU batch %lld >= %lld (or one GPU): plain BatchNorm is fine, SyncBN not needed\n",
+            (long long)b, (long long)a->bn_min_batch);
+}
+
+/* The pick, its time, the runner-up and why the simpler setups lost. */
+static void explain_pick(const ModelSpec *m, const TrainSpec *t, const TrainSpec *base, const ClusterSpec *c,
+                         const AutoSpec *a, const Option *opts, int n_opts, const Option *w, AutoResult *out) {
+    char a1[32], nm[96];
+    const char *unit = m->arch == ARCH_CNN ? "samples" : "tokens";
+    double top = out->top_tps;
+    plan_auto_setup_name(w->k, &out->train, nm, sizeof(nm));
+    if (w->best.tps >= top * (1 - 1e-9))
+        say(out, "picked %s (%s): the highest simulated throughput, %.0f %s/s, among setups that leave the "
+            "%s safety margin\n", nm, plan_strategy(w->k)->label, w->best.tps, unit, plan_fmt_bytes(out->margin, a1, sizeof(a1)));
+    else
+        say(out, "picked %s (%s): %.0f %s/s, within %.0f%% of the fastest (%.0f %s/s) and simpler "
+            "(DDP before ZeRO/FSDP before offload); every setup leaves the %s safety margin\n", nm, plan_strategy(w->k)->label,
+            w->best.tps, unit, a->near_frac * 100, top, unit, plan_fmt_bytes(out->margin, a1, sizeof(a1)));
+    explain_setup(m, t, c, out);
     if (!plan_model_acts_known(m))   /* no FLOPs per sample without the architecture: only communication is known */
         say(out, "time: not known (no architecture: compute and tokens per step are not modelled); communication "
             "%.1f ms per step\n", out->time.comm_s * 1e3);
@@ -415,8 +428,7 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
             out->runner_tps, unit, 100 * (out->runner_tps / w->best.tps - 1), (long long)out->runner_train.micro_batch,
             (long long)out->runner_train.grad_accum, plan_ckpt_name(out->runner_train.act_ckpt));
     }
-    /* why the simpler ones lost */
-    int cw = complexity(w->k, w->off), header = 0;
+    int cw = complexity(w->k, w->off), header = 0;   /* why the simpler ones lost */
     for (int cx = 0; cx < cw; cx++)
         for (int k = 0; k < STRAT_COUNT; k++)
             for (int o = 0; o < OFFLOAD_COUNT; o++) {
@@ -424,29 +436,47 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
                 if (!(a->strategies & (1u << k)) || !(a->offloads & (1u << o)) ||
                     !plan_strategy_offloads((StrategyKind)k, o)) continue;
                 if (!header++) say(out, "simpler setups:\n");
-                why_lost(m, &base, c, a, opts, n_opts, (StrategyKind)k, (OffloadKind)o, w->best.tps, out);
+                why_lost(m, base, c, a, opts, n_opts, (StrategyKind)k, (OffloadKind)o, w->best.tps, out);
             }
-    int64_t sum_c = 0;
-    int nbn = plan_model_bn_layers(m, &sum_c);
-    if (nbn > 0) {
-        int64_t b = out->train.micro_batch;
-        TrainSpec ts = out->train;
-        ts.syncbn = 1;
-        CommPlan sc;
-        plan_comm(m, &ts, c, out->strategy, &sc);
-        double bn_s = 0;
-        for (int i = 0; i < sc.n; i++) if (plan_coll_purpose_is_syncbn(sc.c[i].purpose)) bn_s += sc.c[i].seconds;
-        double step = out->time.step_s;
-        if (c->gpus > 1 && b < a->bn_min_batch)
-            say(out, "BatchNorm: per-GPU batch %lld < %lld, statistics get noisy: SyncBN is worth it; it adds "
-                "%d all-gathers + %d all-reduces per micro-step, about %.2f ms per step (%.1f%%) by the model — "
-                "convert before wrapping (nn.SyncBatchNorm.convert_sync_batchnorm), not enabled by default\n",
-                (long long)b, (long long)a->bn_min_batch, nbn, nbn, bn_s * 1e3,
-                step > 0 ? 100 * bn_s / step : 0);
-        else
-            say(out, "BatchNorm: per-GPU batch %lld >= %lld (or one GPU): plain BatchNorm is fine, SyncBN not needed\n",
-                (long long)b, (long long)a->bn_min_batch);
+    explain_batchnorm(m, c, a, out);
+}
+
+int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+              AutoResult *out) {
+    memset(out, 0, sizeof(*out));
+    TrainSpec base = *t;
+    if (a->global_batch > 0) base.grad_accum = 1;
+    out->margin = plan_auto_margin(a, c->gpu.mem_bytes);
+    ClusterSpec cm = *c;             /* capacity less the safety margin */
+    cm.gpu.mem_bytes -= out->margin;
+    Option opts[STRAT_COUNT * OFFLOAD_COUNT * PREC_COUNT];
+    int divides = !(a->global_batch > 0 && a->global_batch % c->gpus);
+    int n_opts = divides ? search_options(m, t, &base, c, &cm, a, opts, out) : 0;
+    double top;
+    int win = pick(opts, n_opts, a, &top);
+    if (win < 0) {
+        explain_nothing(m, &base, c, &cm, a, opts, n_opts, divides, out);
+        return 0;
     }
+    const Option *w = &opts[win];
+    out->found = 1;
+    out->top_tps = top;
+    out->strategy = w->k;
+    out->train = w->best.t;
+    plan_memory(m, &out->train, c, out->strategy, &out->mem);
+    plan_comm(m, &out->train, c, out->strategy, &out->comm);
+    plan_sim(m, &out->train, c, out->strategy, 0, &out->time);
+    int ru = -1;   /* runner-up: the best setup of another strategy/offload group */
+    for (int i = 0; i < n_opts; i++)
+        if (opts[i].best.ok && (opts[i].k != w->k || opts[i].off != w->off) &&
+            (ru < 0 || opts[i].best.tps > opts[ru].best.tps)) ru = i;
+    if (ru >= 0) {
+        out->runner_found = 1;
+        out->runner = opts[ru].k;
+        out->runner_train = opts[ru].best.t;
+        out->runner_tps = opts[ru].best.tps;
+    }
+    explain_pick(m, t, &base, c, a, opts, n_opts, w, out);
     return 0;
 }
 

@@ -294,7 +294,9 @@ static void t_check(LayerSpec *l) {
  * (one block is at most ~2^47 elements under the shape limits below). */
 #define MAX_MODEL_PARAMS 1000000000000000LL
 
-int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen) {
+/* The shape limits a config must keep (each below 2^16..2^24, heads dividing the hidden size and
+   KV heads dividing the heads); 0, or -1 with msg naming the values. */
+static int check_shape(const TransformerConfig *c, char *msg, size_t msglen) {
     if (c->n_layer <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->vocab <= 0 ||
         c->d_ff <= 0 || c->max_seq <= 0 || c->n_layer > 100000 || c->d_model > (1 << 20) ||
         c->d_ff > (1 << 22) || c->vocab > (1 << 24) || c->max_seq > (1 << 24) ||
@@ -338,6 +340,100 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
                  c->n_head, (long long)d_head);
         return -1;
     }
+    return 0;
+}
+
+/* The embeddings layer: token (+ position, token-type) embeddings, BERT's LayerNorm, OPT's
+   project_in; and the module buffers DDP broadcasts. */
+static void embed_layer(LayerSpec *l, const TransformerConfig *c, int64_t d_head) {
+    int64_t h = c->d_model;
+    /* token embedding width: OPT-350m embeds in 512 and projects in/out of its 1024 hidden */
+    int64_t e = c->embed_dim > 0 ? c->embed_dim : h;
+    memset(l, 0, sizeof(*l));
+    l->kind = LAYER_EMBED;
+    snprintf(l->name, sizeof(l->name), "embeddings");
+    l->params = c->vocab * e;
+    l->largest_tensor = c->vocab * e;
+    if (e != h) l->params += e * h;                                /* project_in, no bias */
+    if (c->learned_pos) l->params += (c->max_seq + c->pos_offset) * h;
+    l->params += (int64_t)c->type_vocab * h;
+    if (c->arch == ARCH_ENCODER) l->params += norm_params(c);   /* BERT embeddings.LayerNorm */
+    /* nn.Embedding (rows, width); OPT's project_in = nn.Linear(e, h, bias=False): (h, e) */
+    t_add(l, c->vocab * e, c->vocab);
+    if (c->learned_pos) t_add(l, (c->max_seq + c->pos_offset) * h, c->max_seq + c->pos_offset);
+    if (c->type_vocab) t_add(l, (int64_t)c->type_vocab * h, c->type_vocab);
+    if (c->arch == ARCH_ENCODER) t_norm(l, c);
+    if (e != h) t_add(l, e * h, h);
+    /* the rotary embedding (one module per model in transformers 5: LlamaRotaryEmbedding,
+       GPTNeoXRotaryEmbedding) holds inv_freq and original_inv_freq, nn.Buffer(persistent=False),
+       arange(0, dims, 2) fp32 elements each. Not parameters, but module buffers, which DDP
+       broadcasts every forward (measured: 128 B per forward for llama-mini, head dim 32;
+       docs/formulas.md "DDP buffer broadcast") */
+    double rot = c->rotary_frac > 0 ? c->rotary_frac : c->rotary_frac < 0 ? 0.0 : c->layout == LAYOUT_LLAMA ? 1.0
+               : c->layout == LAYOUT_NEOX ? 0.25 : 0.0;
+    if (rot > 0 && !c->learned_pos) {
+        int64_t dims = (int64_t)((double)d_head * rot);
+        l->buffers += 2 * ((dims + 1) / 2);
+    }
+    /* BERT's embeddings hold position_ids and token_type_ids, nn.Buffer(persistent=False) of
+       (1, max_position_embeddings) int64 each (models/bert/modeling_bert.py BertEmbeddings),
+       broadcast by DDP every forward (measured: 8,192 B per forward for bert-base) */
+    if (c->layout == LAYOUT_BERT) {
+        l->buffers += 2 * (c->max_seq + c->pos_offset);
+        l->buffers_i64 += 2 * (c->max_seq + c->pos_offset);
+    }
+    t_check(l);
+}
+
+/* Block i of n_enc encoder blocks and the decoder blocks after them (an encoder-decoder), or of
+   one stack. */
+static void block_layer(LayerSpec *l, const TransformerConfig *c, int i, int n_enc, int64_t d_head, int kv) {
+    int is_dec_of_encdec = c->arch == ARCH_ENC_DEC && i >= n_enc;
+    int first_of_stack = i == 0 || (c->arch == ARCH_ENC_DEC && i == n_enc);
+    int64_t largest = 0;
+    memset(l, 0, sizeof(*l));
+    l->kind = LAYER_BLOCK;
+    if (c->arch == ARCH_ENC_DEC)
+        snprintf(l->name, sizeof(l->name), "%s.%d", is_dec_of_encdec ? "decoder" : "encoder",
+                 is_dec_of_encdec ? i - n_enc : i);
+    else
+        snprintf(l->name, sizeof(l->name), "block.%d", i);
+    l->params = attn_params(c, d_head, kv, 0, &largest) + mlp_params(c, &largest) + 2 * norm_params(c);
+    if (is_dec_of_encdec) l->params += attn_params(c, d_head, kv, 1, &largest) + norm_params(c);
+    if (c->rel_pos_buckets && first_of_stack) l->params += (int64_t)c->rel_pos_buckets * c->n_head;
+    l->largest_tensor = largest;
+    /* T5: each stack ends with its own final norm, kept in the stack's last block */
+    if (c->arch == ARCH_ENC_DEC && c->final_norm && i == n_enc - 1) l->params += norm_params(c);
+    t_block(l, c, d_head, kv, is_dec_of_encdec, c->rel_pos_buckets && first_of_stack);
+    if (c->arch == ARCH_ENC_DEC && c->final_norm && i == n_enc - 1) t_norm(l, c);
+    t_check(l);
+}
+
+/* The output head: an untied LM head, OPT's project_out, BERT's MLM transform and decoder bias,
+   a classifier. */
+static void head_layer(LayerSpec *l, const TransformerConfig *c) {
+    int64_t h = c->d_model, e = c->embed_dim > 0 ? c->embed_dim : h;
+    memset(l, 0, sizeof(*l));
+    l->kind = LAYER_HEAD;
+    snprintf(l->name, sizeof(l->name), "lm_head");
+    if (!c->tied) l->params += c->vocab * e;
+    if (e != h) l->params += h * e;                                /* project_out, no bias */
+    if (c->mlm_head) l->params += h * h + h + norm_params(c) + c->vocab;  /* transform + decoder bias */
+    l->params += c->cls_outputs * h + c->cls_outputs;              /* NSP / classifier */
+    l->largest_tensor = !c->tied ? c->vocab * e : c->mlm_head ? h * h : e != h ? h * e : 0;
+    if (c->cls_outputs * h > l->largest_tensor) l->largest_tensor = c->cls_outputs * h;
+    /* BERT's prediction head registers its decoder bias before the transform */
+    if (c->mlm_head) { t_add(l, c->vocab, c->vocab); t_linear(l, h, h, 1); t_norm(l, c); }
+    if (!c->tied) t_add(l, c->vocab * e, c->vocab);           /* nn.Linear(e, V): (V, e) */
+    if (e != h) t_add(l, h * e, e);                            /* project_out: (e, h) */
+    if (c->cls_outputs) t_linear(l, h, c->cls_outputs, 1);
+    t_check(l);
+}
+
+int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen) {
+    if (check_shape(c, msg, msglen)) return -1;
+    int64_t d_head = c->d_head > 0 ? c->d_head : c->d_model / c->n_head;
+    int kv = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
     plan_model_init(m, c->name, c->arch);
     m->n_layer = c->n_layer;
     m->n_enc_layer = c->arch == ARCH_ENC_DEC ? c->n_enc_layer : 0;
@@ -355,72 +451,14 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     m->dropout = c->dropout;
     snprintf(m->act_fn, sizeof(m->act_fn), "%s", c->act_fn ? c->act_fn : "");
     snprintf(m->source, sizeof(m->source), "zoo");
-
-    int64_t h = c->d_model;
-    /* token embedding width: OPT-350m embeds in 512 and projects in/out of its 1024 hidden */
-    int64_t e = c->embed_dim > 0 ? c->embed_dim : h;
-    int64_t total = 0;
+    int64_t h = c->d_model, total = 0;
     LayerSpec l;
-    memset(&l, 0, sizeof(l));
-    l.kind = LAYER_EMBED;
-    snprintf(l.name, sizeof(l.name), "embeddings");
-    l.params = c->vocab * e;
-    l.largest_tensor = c->vocab * e;
-    if (e != h) l.params += e * h;                                /* project_in, no bias */
-    if (c->learned_pos) l.params += (c->max_seq + c->pos_offset) * h;
-    l.params += (int64_t)c->type_vocab * h;
-    if (c->arch == ARCH_ENCODER) l.params += norm_params(c);   /* BERT embeddings.LayerNorm */
-    /* nn.Embedding (rows, width); OPT's project_in = nn.Linear(e, h, bias=False): (h, e) */
-    t_add(&l, c->vocab * e, c->vocab);
-    if (c->learned_pos) t_add(&l, (c->max_seq + c->pos_offset) * h, c->max_seq + c->pos_offset);
-    if (c->type_vocab) t_add(&l, (int64_t)c->type_vocab * h, c->type_vocab);
-    if (c->arch == ARCH_ENCODER) t_norm(&l, c);
-    if (e != h) t_add(&l, e * h, h);
-    /* the rotary embedding (one module per model in transformers 5: LlamaRotaryEmbedding,
-       GPTNeoXRotaryEmbedding) holds inv_freq and original_inv_freq, nn.Buffer(persistent=False),
-       arange(0, dims, 2) fp32 elements each. Not parameters, but module buffers, which DDP
-       broadcasts every forward (measured: 128 B per forward for llama-mini, head dim 32;
-       docs/formulas.md "DDP buffer broadcast") */
-    double rot = c->rotary_frac > 0 ? c->rotary_frac : c->rotary_frac < 0 ? 0.0 : c->layout == LAYOUT_LLAMA ? 1.0
-               : c->layout == LAYOUT_NEOX ? 0.25 : 0.0;
-    if (rot > 0 && !c->learned_pos) {
-        int64_t dims = (int64_t)((double)d_head * rot);
-        l.buffers += 2 * ((dims + 1) / 2);
-    }
-    /* BERT's embeddings hold position_ids and token_type_ids, nn.Buffer(persistent=False) of
-       (1, max_position_embeddings) int64 each (models/bert/modeling_bert.py BertEmbeddings),
-       broadcast by DDP every forward (measured: 8,192 B per forward for bert-base) */
-    if (c->layout == LAYOUT_BERT) {
-        l.buffers += 2 * (c->max_seq + c->pos_offset);
-        l.buffers_i64 += 2 * (c->max_seq + c->pos_offset);
-    }
-    t_check(&l);
+    embed_layer(&l, c, d_head);
     total += l.params;
     if (!plan_model_add_layer(m, &l)) goto oom;
-
     int n_blocks = c->n_layer + m->n_enc_layer;
     for (int i = 0; i < n_blocks; i++) {
-        int is_dec_of_encdec = c->arch == ARCH_ENC_DEC && i >= m->n_enc_layer;
-        int first_of_stack = i == 0 || (c->arch == ARCH_ENC_DEC && i == m->n_enc_layer);
-        int64_t largest = 0;
-        memset(&l, 0, sizeof(l));
-        l.kind = LAYER_BLOCK;
-        if (c->arch == ARCH_ENC_DEC)
-            snprintf(l.name, sizeof(l.name), "%s.%d", is_dec_of_encdec ? "decoder" : "encoder",
-                     is_dec_of_encdec ? i - m->n_enc_layer : i);
-        else
-            snprintf(l.name, sizeof(l.name), "block.%d", i);
-        l.params = attn_params(c, d_head, kv, 0, &largest) + mlp_params(c, &largest) +
-                   2 * norm_params(c);
-        if (is_dec_of_encdec) l.params += attn_params(c, d_head, kv, 1, &largest) + norm_params(c);
-        if (c->rel_pos_buckets && first_of_stack) l.params += (int64_t)c->rel_pos_buckets * c->n_head;
-        l.largest_tensor = largest;
-        /* T5: each stack ends with its own final norm, kept in the stack's last block */
-        if (c->arch == ARCH_ENC_DEC && c->final_norm && i == m->n_enc_layer - 1)
-            l.params += norm_params(c);
-        t_block(&l, c, d_head, kv, is_dec_of_encdec, c->rel_pos_buckets && first_of_stack);
-        if (c->arch == ARCH_ENC_DEC && c->final_norm && i == m->n_enc_layer - 1) t_norm(&l, c);
-        t_check(&l);
+        block_layer(&l, c, i, m->n_enc_layer, d_head, kv);
         total += l.params;
         if (total > MAX_MODEL_PARAMS) goto too_big;
         if (!plan_model_add_layer(m, &l)) goto oom;
@@ -439,22 +477,7 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
        neither a tied nor an untied head adds parameters (transformers: GPT2Model of gpt2-xl has
        1,557,611,200 parameters whatever tie_word_embeddings says) */
     if (c->headless) return 0;
-
-    memset(&l, 0, sizeof(l));
-    l.kind = LAYER_HEAD;
-    snprintf(l.name, sizeof(l.name), "lm_head");
-    if (!c->tied) l.params += c->vocab * e;
-    if (e != h) l.params += h * e;                                /* project_out, no bias */
-    if (c->mlm_head) l.params += h * h + h + norm_params(c) + c->vocab;  /* transform + decoder bias */
-    l.params += c->cls_outputs * h + c->cls_outputs;              /* NSP / classifier */
-    l.largest_tensor = !c->tied ? c->vocab * e : c->mlm_head ? h * h : e != h ? h * e : 0;
-    if (c->cls_outputs * h > l.largest_tensor) l.largest_tensor = c->cls_outputs * h;
-    /* BERT's prediction head registers its decoder bias before the transform */
-    if (c->mlm_head) { t_add(&l, c->vocab, c->vocab); t_linear(&l, h, h, 1); t_norm(&l, c); }
-    if (!c->tied) t_add(&l, c->vocab * e, c->vocab);           /* nn.Linear(e, V): (V, e) */
-    if (e != h) t_add(&l, h * e, e);                            /* project_out: (e, h) */
-    if (c->cls_outputs) t_linear(&l, h, c->cls_outputs, 1);
-    t_check(&l);
+    head_layer(&l, c);
     total += l.params;
     if (total > MAX_MODEL_PARAMS) goto too_big;
     if (!plan_model_add_layer(m, &l)) goto oom;

@@ -50,6 +50,51 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
                 PLAN_CPU_ADAM_BW_FRAC * 100, c->gpu.host_mem_bw, PLAN_TORCH_CPU_ADAM_SLOWDOWN);
 }
 
+/* The collective table (and, under accumulation, what FSDP's other style would change). */
+static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
+    fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
+               "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
+    fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "strategy", "collective", "phase",
+            "count", "payload", "wire", "ranks", "time", "what");
+    fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "-", "-", "-", "calls", "GiB", "GiB",
+            "-", "ms", "-");
+    for (int i = 0; i < p->n_rows; i++) {
+        const StrategyPlan *r = &p->rows[i];
+        if (r->comm.n == 0)
+            fprintf(f, "%-13s %-14s\n", plan_strategy(r->kind)->name, "none (one rank)");
+        for (int k = 0; k < r->comm.n; k++) {
+            const PlanColl *x = &r->comm.c[k];
+            fprintf(f, "%-13s %-14s %-9s %8.0f %10.3f %10.3f %6lld %9.2f  %s\n",
+                    plan_strategy(r->kind)->name, plan_coll_name(x->op), plan_comm_phase_name(x->phase),
+                    x->count, x->payload_bytes / GIB, x->wire_bytes / GIB, (long long)x->group,
+                    x->seconds * 1e3, x->what);
+        }
+        for (int k = 0; k < r->comm.n_host; k++) {   /* CPU offload: PCIe, not the network */
+            const PlanHostCopy *x = &r->comm.host[k];
+            fprintf(f, "%-13s %-14s %-9s %8s %10.3f %10s %6s %9.2f  %s\n", plan_strategy(r->kind)->name,
+                    x->name, plan_comm_phase_name(x->phase), "-", x->bytes / GIB, "-", "host",
+                    x->seconds * 1e3, x->what);
+        }
+    }
+    if (t->grad_accum > 1) {   /* FSDP's other style under accumulation (--fsdp-grad-sync) */
+        int last = t->fsdp_grad_sync == FSDP_SYNC_LAST;
+        for (int i = 0; i < p->n_rows; i++) {
+            StrategyKind k = p->rows[i].kind;
+            if (k != STRAT_FSDP_FULL && k != STRAT_FSDP_GRAD_OP && k != STRAT_FSDP_HYBRID) continue;
+            double extra, saved;
+            plan_fsdp_no_sync(m, t, c, k, &extra, &saved);
+            if (last)
+                fprintf(f, "# %s reduces in the last micro-step only (--fsdp-grad-sync last): %.3f GiB more unsharded "
+                        "gradients per GPU than every micro-step (every), %.3f GiB less reduce-scatter traffic per step\n",
+                        plan_strategy(k)->name, extra / GIB, saved / GIB);
+            else
+                fprintf(f, "# %s with no_sync on the %lld accumulation micro-steps (--fsdp-grad-sync last): +%.3f GiB of "
+                        "unsharded gradients per GPU, %.3f GiB less reduce-scatter traffic per step\n",
+                        plan_strategy(k)->name, (long long)t->grad_accum - 1, extra / GIB, saved / GIB);
+        }
+    }
+}
+
 void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                        const Plan *p) {
     char buf[TERM_COUNT + 4][24];
@@ -104,47 +149,7 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
                     "unknown: its shards are padded per unit instead (exact where the shard group divides "
                     "every dim 0)\n");
     }
-    fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
-               "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
-    fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "strategy", "collective", "phase",
-            "count", "payload", "wire", "ranks", "time", "what");
-    fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "-", "-", "-", "calls", "GiB", "GiB",
-            "-", "ms", "-");
-    for (int i = 0; i < p->n_rows; i++) {
-        const StrategyPlan *r = &p->rows[i];
-        if (r->comm.n == 0)
-            fprintf(f, "%-13s %-14s\n", plan_strategy(r->kind)->name, "none (one rank)");
-        for (int k = 0; k < r->comm.n; k++) {
-            const PlanColl *x = &r->comm.c[k];
-            fprintf(f, "%-13s %-14s %-9s %8.0f %10.3f %10.3f %6lld %9.2f  %s\n",
-                    plan_strategy(r->kind)->name, plan_coll_name(x->op), plan_comm_phase_name(x->phase),
-                    x->count, x->payload_bytes / GIB, x->wire_bytes / GIB, (long long)x->group,
-                    x->seconds * 1e3, x->what);
-        }
-        for (int k = 0; k < r->comm.n_host; k++) {   /* CPU offload: PCIe, not the network */
-            const PlanHostCopy *x = &r->comm.host[k];
-            fprintf(f, "%-13s %-14s %-9s %8s %10.3f %10s %6s %9.2f  %s\n", plan_strategy(r->kind)->name,
-                    x->name, plan_comm_phase_name(x->phase), "-", x->bytes / GIB, "-", "host",
-                    x->seconds * 1e3, x->what);
-        }
-    }
-    if (t->grad_accum > 1) {   /* FSDP's other style under accumulation (--fsdp-grad-sync) */
-        int last = t->fsdp_grad_sync == FSDP_SYNC_LAST;
-        for (int i = 0; i < p->n_rows; i++) {
-            StrategyKind k = p->rows[i].kind;
-            if (k != STRAT_FSDP_FULL && k != STRAT_FSDP_GRAD_OP && k != STRAT_FSDP_HYBRID) continue;
-            double extra, saved;
-            plan_fsdp_no_sync(m, t, c, k, &extra, &saved);
-            if (last)
-                fprintf(f, "# %s reduces in the last micro-step only (--fsdp-grad-sync last): %.3f GiB more unsharded "
-                        "gradients per GPU than every micro-step (every), %.3f GiB less reduce-scatter traffic per step\n",
-                        plan_strategy(k)->name, extra / GIB, saved / GIB);
-            else
-                fprintf(f, "# %s with no_sync on the %lld accumulation micro-steps (--fsdp-grad-sync last): +%.3f GiB of "
-                        "unsharded gradients per GPU, %.3f GiB less reduce-scatter traffic per step\n",
-                        plan_strategy(k)->name, (long long)t->grad_accum - 1, extra / GIB, saved / GIB);
-        }
-    }
+    comm_table(f, m, t, c, p);
     const char *unit = m->arch == ARCH_CNN ? "samples/s" : "tokens/s";
     fprintf(f, "# simulated step: every GPU runs the same step, so times and comm are per GPU; throughput per GPU "
                "and for all %lld GPUs (compute at %.0f%% of the preset's peak FLOP/s; DDP buckets overlap backward, "
@@ -200,6 +205,86 @@ static void add_peak_by_rule(cJSON *o, const ModelSpec *m, const TrainSpec *t, c
         }
 }
 
+/* One strategy's record (docs/json.md "strategies"). */
+static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const StrategyPlan *r,
+                          unsigned char used[RULE_COUNT]) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToArray(js, o);
+    cJSON_AddStringToObject(o, "name", plan_strategy(r->kind)->name);
+    cJSON_AddStringToObject(o, "label", plan_strategy(r->kind)->label);
+    cJSON_AddBoolToObject(o, "fits", r->mem.fits);
+    cJSON_AddBoolToObject(o, "gpu_fits", r->mem.gpu_fits);
+    cJSON_AddBoolToObject(o, "host_fits", r->mem.host_fits);
+    cJSON_AddNumberToObject(o, "host_bytes_per_node", r->mem.host_per_node);
+    if (r->mem.acts_known || r->max_micro_batch == 0) cJSON_AddNumberToObject(o, "max_micro_batch", (double)r->max_micro_batch);
+    else cJSON_AddNullToObject(o, "max_micro_batch");   /* fits, but how many samples is unknown */
+    cJSON_AddNumberToObject(o, "model_states_bytes", r->mem.model_states);
+    cJSON_AddNumberToObject(o, "headroom_bytes", r->mem.headroom);
+    cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(r->mem.peak_phase));
+    cJSON_AddStringToObject(o, "peak_at", r->mem.peak_where);
+    cJSON_AddBoolToObject(o, "activations_known", r->mem.acts_known);
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+    for (int k = 0; k < TERM_COUNT; k++)
+        cJSON_AddNumberToObject(mem, plan_term_name((TermKind)k), r->mem.term[k]);
+    cJSON_AddNumberToObject(mem, "peak", r->mem.peak);
+    cJSON *ov = cJSON_AddObjectToObject(o, "overhead_detail");
+    cJSON_AddNumberToObject(ov, "cuda_context", r->mem.cuda_context);
+    cJSON_AddNumberToObject(ov, "cublas_workspace", r->mem.cublas_ws);
+    cJSON_AddNumberToObject(ov, "nccl", r->mem.nccl);
+    cJSON_AddNumberToObject(ov, "allocator_margin", r->mem.margin);
+    cJSON *cm = cJSON_AddObjectToObject(o, "comm");
+    cJSON_AddNumberToObject(cm, "bytes_per_gpu", r->comm.wire_bytes);
+    cJSON_AddNumberToObject(cm, "seconds", r->comm.seconds);
+    cJSON *cl = cJSON_AddArrayToObject(cm, "collectives");
+    for (int k = 0; k < r->comm.n; k++) {
+        const PlanColl *x = &r->comm.c[k];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "op", plan_coll_name(x->op));
+        cJSON_AddStringToObject(e, "phase", plan_comm_phase_name(x->phase));
+        cJSON_AddStringToObject(e, "what", x->what);
+        cJSON_AddNumberToObject(e, "count", x->count);
+        cJSON_AddNumberToObject(e, "payload_bytes", x->payload_bytes);
+        cJSON_AddNumberToObject(e, "wire_bytes_per_gpu", x->wire_bytes);
+        cJSON_AddNumberToObject(e, "ranks", (double)x->group);
+        cJSON_AddNumberToObject(e, "seconds", x->seconds);
+        cJSON_AddItemToArray(cl, e);
+    }
+    cJSON_AddNumberToObject(cm, "host_bytes_per_gpu", r->comm.host_bytes);
+    cJSON_AddNumberToObject(cm, "host_seconds", r->comm.host_seconds);
+    cJSON *hc = cJSON_AddArrayToObject(cm, "host_copies");
+    for (int k = 0; k < r->comm.n_host; k++) {
+        const PlanHostCopy *x = &r->comm.host[k];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "op", x->name);
+        cJSON_AddStringToObject(e, "phase", plan_comm_phase_name(x->phase));
+        cJSON_AddStringToObject(e, "what", x->what);
+        cJSON_AddNumberToObject(e, "bytes_per_gpu", x->bytes);
+        cJSON_AddNumberToObject(e, "seconds", x->seconds);
+        cJSON_AddItemToArray(hc, e);
+    }
+    if (t->grad_accum > 1 && (r->kind == STRAT_FSDP_FULL || r->kind == STRAT_FSDP_GRAD_OP ||
+                              r->kind == STRAT_FSDP_HYBRID)) {
+        double extra, saved;
+        plan_fsdp_no_sync(m, t, c, r->kind, &extra, &saved);
+        cJSON *ns = cJSON_AddObjectToObject(o, "no_sync");
+        cJSON_AddNumberToObject(ns, "extra_memory_bytes", extra);
+        cJSON_AddNumberToObject(ns, "wire_bytes_saved_per_gpu", saved);
+    }
+    cJSON *tm = cJSON_AddObjectToObject(o, "time");
+    cJSON_AddStringToObject(tm, "basis", "estimate");   /* the simulated step, not a measurement */
+    cJSON_AddNumberToObject(tm, "compute_s", r->time.compute_s);
+    cJSON_AddNumberToObject(tm, "comm_s", r->time.comm_s);
+    cJSON_AddNumberToObject(tm, "exposed_comm_s", r->time.exposed_comm_s);
+    cJSON_AddNumberToObject(tm, "step_s", r->time.step_s);
+    cJSON_AddNumberToObject(tm, "tokens_per_s", r->time.tokens_per_s);   /* all GPUs */
+    cJSON_AddNumberToObject(tm, "tokens_per_s_per_gpu", r->time.tokens_per_s / (double)c->gpus);
+    cJSON_AddNumberToObject(tm, "flops_per_gpu", r->time.flops_per_step);
+    cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
+    for (int k = 0; k < PHASE_COUNT; k++)
+        cJSON_AddNumberToObject(ph, plan_phase_name((PhaseKind)k), r->mem.phase_peak[k]);
+    add_peak_by_rule(o, m, t, c, r->kind, used);
+}
+
 cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     unsigned char used[RULE_COUNT] = {0};
     cJSON *root = cJSON_CreateObject();
@@ -235,84 +320,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
     cJSON_AddStringToObject(jt, "zero_grad", t->zero_grad_keep ? "zeros" : "none");
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
-    for (int i = 0; i < p->n_rows; i++) {
-        const StrategyPlan *r = &p->rows[i];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(js, o);
-        cJSON_AddStringToObject(o, "name", plan_strategy(r->kind)->name);
-        cJSON_AddStringToObject(o, "label", plan_strategy(r->kind)->label);
-        cJSON_AddBoolToObject(o, "fits", r->mem.fits);
-        cJSON_AddBoolToObject(o, "gpu_fits", r->mem.gpu_fits);
-        cJSON_AddBoolToObject(o, "host_fits", r->mem.host_fits);
-        cJSON_AddNumberToObject(o, "host_bytes_per_node", r->mem.host_per_node);
-        if (r->mem.acts_known || r->max_micro_batch == 0) cJSON_AddNumberToObject(o, "max_micro_batch", (double)r->max_micro_batch);
-        else cJSON_AddNullToObject(o, "max_micro_batch");   /* fits, but how many samples is unknown */
-        cJSON_AddNumberToObject(o, "model_states_bytes", r->mem.model_states);
-        cJSON_AddNumberToObject(o, "headroom_bytes", r->mem.headroom);
-        cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(r->mem.peak_phase));
-        cJSON_AddStringToObject(o, "peak_at", r->mem.peak_where);
-        cJSON_AddBoolToObject(o, "activations_known", r->mem.acts_known);
-        cJSON *mem = cJSON_AddObjectToObject(o, "memory");
-        for (int k = 0; k < TERM_COUNT; k++)
-            cJSON_AddNumberToObject(mem, plan_term_name((TermKind)k), r->mem.term[k]);
-        cJSON_AddNumberToObject(mem, "peak", r->mem.peak);
-        cJSON *ov = cJSON_AddObjectToObject(o, "overhead_detail");
-        cJSON_AddNumberToObject(ov, "cuda_context", r->mem.cuda_context);
-        cJSON_AddNumberToObject(ov, "cublas_workspace", r->mem.cublas_ws);
-        cJSON_AddNumberToObject(ov, "nccl", r->mem.nccl);
-        cJSON_AddNumberToObject(ov, "allocator_margin", r->mem.margin);
-        cJSON *cm = cJSON_AddObjectToObject(o, "comm");
-        cJSON_AddNumberToObject(cm, "bytes_per_gpu", r->comm.wire_bytes);
-        cJSON_AddNumberToObject(cm, "seconds", r->comm.seconds);
-        cJSON *cl = cJSON_AddArrayToObject(cm, "collectives");
-        for (int k = 0; k < r->comm.n; k++) {
-            const PlanColl *x = &r->comm.c[k];
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "op", plan_coll_name(x->op));
-            cJSON_AddStringToObject(e, "phase", plan_comm_phase_name(x->phase));
-            cJSON_AddStringToObject(e, "what", x->what);
-            cJSON_AddNumberToObject(e, "count", x->count);
-            cJSON_AddNumberToObject(e, "payload_bytes", x->payload_bytes);
-            cJSON_AddNumberToObject(e, "wire_bytes_per_gpu", x->wire_bytes);
-            cJSON_AddNumberToObject(e, "ranks", (double)x->group);
-            cJSON_AddNumberToObject(e, "seconds", x->seconds);
-            cJSON_AddItemToArray(cl, e);
-        }
-        cJSON_AddNumberToObject(cm, "host_bytes_per_gpu", r->comm.host_bytes);
-        cJSON_AddNumberToObject(cm, "host_seconds", r->comm.host_seconds);
-        cJSON *hc = cJSON_AddArrayToObject(cm, "host_copies");
-        for (int k = 0; k < r->comm.n_host; k++) {
-            const PlanHostCopy *x = &r->comm.host[k];
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "op", x->name);
-            cJSON_AddStringToObject(e, "phase", plan_comm_phase_name(x->phase));
-            cJSON_AddStringToObject(e, "what", x->what);
-            cJSON_AddNumberToObject(e, "bytes_per_gpu", x->bytes);
-            cJSON_AddNumberToObject(e, "seconds", x->seconds);
-            cJSON_AddItemToArray(hc, e);
-        }
-        if (t->grad_accum > 1 && (r->kind == STRAT_FSDP_FULL || r->kind == STRAT_FSDP_GRAD_OP ||
-                                  r->kind == STRAT_FSDP_HYBRID)) {
-            double extra, saved;
-            plan_fsdp_no_sync(m, t, c, r->kind, &extra, &saved);
-            cJSON *ns = cJSON_AddObjectToObject(o, "no_sync");
-            cJSON_AddNumberToObject(ns, "extra_memory_bytes", extra);
-            cJSON_AddNumberToObject(ns, "wire_bytes_saved_per_gpu", saved);
-        }
-        cJSON *tm = cJSON_AddObjectToObject(o, "time");
-        cJSON_AddStringToObject(tm, "basis", "estimate");   /* the simulated step, not a measurement */
-        cJSON_AddNumberToObject(tm, "compute_s", r->time.compute_s);
-        cJSON_AddNumberToObject(tm, "comm_s", r->time.comm_s);
-        cJSON_AddNumberToObject(tm, "exposed_comm_s", r->time.exposed_comm_s);
-        cJSON_AddNumberToObject(tm, "step_s", r->time.step_s);
-        cJSON_AddNumberToObject(tm, "tokens_per_s", r->time.tokens_per_s);   /* all GPUs */
-        cJSON_AddNumberToObject(tm, "tokens_per_s_per_gpu", r->time.tokens_per_s / (double)c->gpus);
-        cJSON_AddNumberToObject(tm, "flops_per_gpu", r->time.flops_per_step);
-        cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
-        for (int k = 0; k < PHASE_COUNT; k++)
-            cJSON_AddNumberToObject(ph, plan_phase_name((PhaseKind)k), r->mem.phase_peak[k]);
-        add_peak_by_rule(o, m, t, c, r->kind, used);
-    }
+    for (int i = 0; i < p->n_rows; i++) strategy_json(js, m, t, c, &p->rows[i], used);
     cJSON *rules = cJSON_AddObjectToObject(root, "rules");
     for (int q = 0; q < RULE_COUNT; q++) {
         if (!used[q]) continue;

@@ -1,6 +1,7 @@
 /* plan_zoo.c — the built-in model table (architecture configs from the Hugging Face hub's
- * config.json files and torchvision) and the ResNet builder. docs/models.md lists each entry
- * with its reference count. */
+ * config.json files and torchvision) and the ResNet builder. `memplan models` lists each entry
+ * with its parameter count; docs/model-formats.md ("Published counts the tests check") gives the
+ * published counts they match and how each is derived. */
 #include "plan_zoo.h"
 
 #include <stdio.h>
