@@ -184,6 +184,10 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
     }
 }
 
+int plan_act_checkpointed(const ModelSpec *m, const TrainSpec *t, int i) {
+    return t->act_ckpt == CKPT_FULL && m->layers[i].kind == LAYER_BLOCK && is_transformer(m);
+}
+
 /* Eager attention's causal mask: transformers' create_causal_mask → eager_mask makes one
    (b, 1, s, s) additive float mask at the embeddings' dtype (R) per forward and hands it to
    every block (masking_utils.py; SDPA without padding passes is_causal and no mask). Under
@@ -191,18 +195,17 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
    recomputation (torch/utils/checkpoint.py), the mask among them, so it lives from forward to
    the end of the first block's backward. Measured: docs/formulas.md "A block's backward". */
 static double ckpt_causal_mask_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
-    int first_block = m->layers[i].kind == LAYER_BLOCK && (i == 0 || m->layers[i - 1].kind != LAYER_BLOCK);
-    if (!first_block || m->arch != ARCH_DECODER || t->attn != ATTN_EAGER || t->impl != IMPL_PYTORCH) return 0;
+    int first = plan_act_checkpointed(m, t, i);   /* the first checkpointed block: freed last */
+    for (int j = 0; j < i && first; j++) first = !plan_act_checkpointed(m, t, j);
+    if (!first || m->arch != ARCH_DECODER || t->attn != ATTN_EAGER || t->impl != IMPL_PYTORCH) return 0;
     double s = (double)in->s;
     return (double)in->b * s * s * plan_precision(t->precision)->param_bytes;
 }
 
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
-    const LayerSpec *l = &m->layers[i];
-    if (t->act_ckpt != CKPT_FULL || l->kind != LAYER_BLOCK || !is_transformer(m))
-        return plan_act_layer_bytes(m, i, t, in);
-    /* checkpoint(block) keeps only the block input (the residual stream), and the first block
-       the causal mask all of them were handed */
+    if (!plan_act_checkpointed(m, t, i)) return plan_act_layer_bytes(m, i, t, in);
+    /* checkpoint(block) keeps only the block input (the residual stream), and the first
+       checkpointed block the causal mask all of them were handed */
     return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model +
            ckpt_causal_mask_bytes(m, i, t, in);
 }
@@ -242,8 +245,7 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
        exist again while it runs */
     if (t->impl == IMPL_ENGINE) {
         double ws = 4.0 * bs * 10.0 * (double)m->d_model + 8.0 * (double)in->b * m->n_head * (double)in->s * (double)in->s;
-        if (t->act_ckpt == CKPT_FULL && l->kind == LAYER_BLOCK && is_transformer(m))
-            ws += plan_act_layer_bytes(m, i, t, in);
+        if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in);
         return ws;
     }
     /* PyTorch, the end of a block's backward: its saved (and recomputed) activations are freed,
@@ -270,7 +272,7 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     double M = hidden_dropout_bytes(m, t, in->dropout, X);
     double bs = (double)in->b * (double)in->s;
     double ws = bs * (2 * f * X + R * h - M * h);
-    if (t->act_ckpt == CKPT_FULL) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
+    if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
     return ws;
 }
 

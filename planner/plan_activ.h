@@ -14,6 +14,10 @@ typedef struct {
     double dropout;          /* resolved */
 } ActInputs;
 
+/* The recompute policy: 1 when layer i is a transformer block that --act-ckpt checkpoints (it
+   keeps its input in forward and recomputes its activations in backward). Every rule that
+   depends on checkpointing asks this, so a policy is one definition here. */
+int plan_act_checkpointed(const ModelSpec *m, const TrainSpec *t, int i);
 /* Bytes layer i saves in forward (kept until its backward), for b samples of length s. */
 double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Bytes layer i keeps under full activation checkpointing (its input). */

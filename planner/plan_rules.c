@@ -3,6 +3,7 @@
  * mechanism it models and where that was read or measured (docs/architecture.md). */
 #include <math.h>
 
+#include "plan_activ.h"
 #include "plan_sim.h"
 #include "plan_step_internal.h"
 
@@ -157,7 +158,7 @@ void rule_compute(const StepCtx *x, Step *st) {
     for (int i = 0; i < x->L; i++) {
         double fl = plan_layer_fwd_flops(m, i, &t1), fb, bb;
         plan_layer_mem_bytes(m, i, &t1, &fb, &bb);
-        int rc = x->t->act_ckpt == CKPT_FULL && m->layers[i].kind == LAYER_BLOCK;
+        int rc = plan_act_checkpointed(m, x->t, i);
         /* the FLOPs of the step count forward + backward (3x forward) once, on the forward */
         step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_FWD, i), WORK_SAMPLE, MICRO_EVERY, fl / rate + fb / mem_bw, 3 * fl);
         step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_BWD, i), WORK_SAMPLE, MICRO_EVERY,

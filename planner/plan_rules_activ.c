@@ -38,16 +38,16 @@ void rule_saved_activations(const StepCtx *x, Step *st) {
 void rule_autocast_cache(const StepCtx *x, Step *st) {
     double ccb = x->p->cast_copy_bytes;
     if (ccb <= 0) return;
-    int cached = step_ckpt_casts_cached(x), leave = step_casts_leave_with_block(x);
     double mlp_out = plan_act_block_mlp_out_elems(x->m) * ccb;
     for (int i = 0; i < x->L; i++) {
         double cast = step_cast_elems(x, i) * ccb;
         if (cast <= 0) continue;
-        int block = x->m->layers[i].kind == LAYER_BLOCK, mlp = step_mlp_ws(x, i) > 0;
+        int cached = step_casts_cached(x, i), leave = step_casts_leave_with_block(x, i);
+        int mlp = step_mlp_ws(x, i) > 0;
         int mp = pt(x, PT_BWD_MLP, i), bp = pt(x, PT_BWD, i);
         double fc2 = fmin(cast, mlp_out);
-        if (!(leave && block)) step_mem(st, RULE_AUTOCAST_CACHE, TERM_TRANSIENT, pt(x, PT_FWD, i), AT_BEFORE, cast);
-        if (cached && block) {
+        if (!leave) step_mem(st, RULE_AUTOCAST_CACHE, TERM_TRANSIENT, pt(x, PT_FWD, i), AT_BEFORE, cast);
+        if (cached) {
             if (!leave) step_mem(st, RULE_AUTOCAST_CACHE, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), AT_AFTER, -cast);
             if (mlp) {   /* recomputed: its copies while its MLP runs, fc2's gone with fc2's backward */
                 step_mem(st, RULE_RECAST, TERM_TRANSIENT, mp, AT_BEFORE, cast - fc2);

@@ -221,16 +221,16 @@ double step_cast_elems(const StepCtx *x, int i) {
 
 /* Autocast caches the low-precision copy of every leaf tensor that requires grad until the
    autocast region exits (aten/src/ATen/autocast_mode.cpp cached_cast; torch.amp.autocast.__exit__
-   clears the cache). Under full checkpointing a block saves nothing, so its copies live as long
-   as the cache; a recomputed block re-enters autocast and holds its own while it runs.
+   clears the cache). A checkpointed block saves nothing, so its copies live as long as the
+   cache; a recomputed block re-enters autocast and holds its own while it runs.
    docs/formulas.md "Autocast's cast cache". */
-int step_ckpt_casts_cached(const StepCtx *x) {
-    return x->t->act_ckpt == CKPT_FULL && x->p->cast_copy_bytes > 0 && x->torch;
+int step_casts_cached(const StepCtx *x, int i) {
+    return plan_act_checkpointed(x->m, x->t, i) && x->p->cast_copy_bytes > 0 && x->torch;
 }
 
 /* FSDP1 (--fsdp 1) hands the module views of its flat parameter: not leaves, never cached, so a
    checkpointed block's casts are freed with its forward (torch/distributed/fsdp/_flat_param.py
    _use_unsharded_views(as_params=False)). */
-int step_casts_leave_with_block(const StepCtx *x) {
-    return step_ckpt_casts_cached(x) && x->fsdp && x->t->fsdp_impl == 1;
+int step_casts_leave_with_block(const StepCtx *x, int i) {
+    return step_casts_cached(x, i) && x->fsdp && x->t->fsdp_impl == 1;
 }

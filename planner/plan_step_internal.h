@@ -93,10 +93,12 @@ static inline void step_level(StepLevel *lv, int point, double value) {
 double step_mlp_ws(const StepCtx *x, int i);
 /* Elements of layer i that autocast casts (its matmul weights; a tied head: the embedding's). */
 double step_cast_elems(const StepCtx *x, int i);
-/* 1 when the block casts live only while the block runs (FSDP1 flat-parameter views). */
-int step_casts_leave_with_block(const StepCtx *x);
-/* 1 when full checkpointing's cast cache is cleared at the end of forward. */
-int step_ckpt_casts_cached(const StepCtx *x);
+/* 1 when layer i is checkpointed and its casts live only in autocast's cache: cleared when the
+   region exits after forward, made again when it is recomputed. */
+int step_casts_cached(const StepCtx *x, int i);
+/* 1 when layer i's casts live only while it runs (checkpointed under FSDP1's flat-parameter
+   views, never cached). */
+int step_casts_leave_with_block(const StepCtx *x, int i);
 
 /* The rules, in the order the builder runs them (the collective table's row order follows it). */
 typedef void (*StepRuleFn)(const StepCtx *x, Step *st);
