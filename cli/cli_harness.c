@@ -252,11 +252,17 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
     snprintf(bucket, sizeof bucket, "%.17g", s->bucket_mb);
     snprintf(gabv, sizeof gabv, "%d", s->gabv);
     snprintf(group, sizeof group, "%lld", s->shard_group);
+    TrainSpec tc;   /* the checkpointing as the flag spells it (every:N) */
+    plan_train_defaults(&tc);
+    tc.act_ckpt = s->ckpt;
+    tc.ckpt_every = s->ckpt_every;
+    char ckpt[24];
+    plan_ckpt_label(&tc, ckpt, sizeof ckpt);
     const char *argv[] = {
         env->python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc, env->harness,
         "--model", s->model, "--strategy", plan_strategy(s->strategy)->name, "--batch", batch, "--seq", seq,
         "--grad-accum", accum, "--steps", steps, "--precision", plan_precision(s->precision)->name,
-        "--act-ckpt", plan_ckpt_name(s->ckpt), "--attn", plan_attn_name(s->attn), "--dropout", drop,
+        "--act-ckpt", ckpt, "--attn", plan_attn_name(s->attn), "--dropout", drop,
         "--grad-as-bucket-view", gabv, "--zero-grad", cli_harness_zero_grad_name(s->zero_grad_keep),
         "--loop", cli_harness_loop_name(s->loop_trainer), "--shard-group", group,
         "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--json", out_json, "--bucket-mb", bucket, NULL,
@@ -346,11 +352,10 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
     s->bucket_mb = ddp_default_buckets(j, su) ? 0 : cli_harness_num(su, "bucket_mb", 0);
     s->gabv = (int)cli_harness_num(su, "grad_as_bucket_view", 0);
     int p = plan_precision_by_name(cli_harness_str(su, "precision", "fp32"));
-    int c = plan_ckpt_by_name(cli_harness_str(su, "act_ckpt", "none"));
+    int c = plan_ckpt_parse(cli_harness_str(su, "act_ckpt", "none"), &s->ckpt, &s->ckpt_every);
     int a = plan_attn_by_name(cli_harness_str(su, "attn", "eager"));
     if (p < 0 || c < 0 || a < 0 || s->ranks < 1) { snprintf(err, errlen, "unreadable setup (precision/act_ckpt/attn/ranks)"); return -1; }
     s->precision = (PrecisionKind)p;
-    s->ckpt = (CkptKind)c;
     s->attn = (AttnKind)a;
     const char *zg = cli_harness_str(su, "zero_grad", "none"), *loop = cli_harness_str(su, "loop", "hf");
     s->zero_grad_keep = name_index(ZERO_GRAD_NAMES, zg);

@@ -28,6 +28,7 @@ typedef struct {
     long long ranks, batch, seq, accum, steps, shard_group;
     PrecisionKind precision;
     CkptKind ckpt;
+    int ckpt_every;          /* every:N's N (full: 1) */
     AttnKind attn;
     double dropout;
     double bucket_mb;        /* DDP bucket_cap_mb, MiB; 0: not passed (DDP's own 25 MiB, 1 MiB first) */

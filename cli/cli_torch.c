@@ -252,6 +252,7 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->precision = s->precision;
     t->optimizer = OPT_ADAMW;
     t->act_ckpt = s->ckpt;
+    t->ckpt_every = s->ckpt_every;
     t->attn = s->attn;
     t->dropout = s->dropout;
     t->impl = IMPL_PYTORCH;
@@ -636,6 +637,7 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->steps = o->steps;
     base->precision = cs->train.precision;
     base->ckpt = cs->train.act_ckpt;
+    base->ckpt_every = cs->train.ckpt_every;
     base->attn = cs->train.attn;
     base->dropout = cs->train.dropout >= 0 ? cs->train.dropout : cs->model.dropout;
     base->bucket_mb = o->bucket_mb;
@@ -679,6 +681,16 @@ static int prepare_runs(const TorchOpts *o, HarnessEnv *env, char *dir, size_t l
     return 0;
 }
 
+/* The setup's checkpointing as --act-ckpt spells it ("every:2"). */
+static const char *ckpt_label(const HarnessSetup *s, char *buf, size_t len)
+{
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.act_ckpt = s->ckpt;
+    t.ckpt_every = s->ckpt_every;
+    return plan_ckpt_label(&t, buf, len);
+}
+
 static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
 {
     char strategies[128] = "";
@@ -688,7 +700,7 @@ static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
     fprintf(out, "# validate --against torch: model %s, %lld CPU ranks (gloo), strategies %s\n", b->model, b->ranks, strategies);
     fprintf(out, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, adamw, act-ckpt %s, attn %s, dropout %g, "
                  "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s\n",
-            b->batch, b->seq, b->accum, plan_precision(b->precision)->name, plan_ckpt_name(b->ckpt),
+            b->batch, b->seq, b->accum, plan_precision(b->precision)->name, ckpt_label(b, (char[24]){0}, 24),
             plan_attn_name(b->attn), b->dropout, b->steps, b->steps, cli_harness_loop_name(b->loop_trainer),
             cli_harness_zero_grad_name(b->zero_grad_keep), plan_fsdp_sync_name(b->fsdp_sync));
 }
@@ -719,7 +731,7 @@ static void check_measured(FILE *out, const TorchOpts *o, cJSON *arr, Tally *t)
         if (s.accum > 1) snprintf(sync, sizeof sync, " (fsdp-grad-sync %s)", plan_fsdp_sync_name(s.fsdp_sync));
         fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g\n",
                 o->measured[i], s.model, s.ranks, s.batch, s.seq, s.accum, sync,
-                plan_precision(s.precision)->name, plan_ckpt_name(s.ckpt), plan_attn_name(s.attn), s.dropout);
+                plan_precision(s.precision)->name, ckpt_label(&s, (char[24]){0}, 24), plan_attn_name(s.attn), s.dropout);
         int p = compare(out, &s, h, o->tol, arr, &t->header);
         if (p < 0) t->failed_runs++;
         t->all_pass &= p == 1;

@@ -185,7 +185,12 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
 }
 
 int plan_act_checkpointed(const ModelSpec *m, const TrainSpec *t, int i) {
-    return t->act_ckpt == CKPT_FULL && m->layers[i].kind == LAYER_BLOCK && is_transformer(m);
+    if (t->act_ckpt == CKPT_NONE || m->layers[i].kind != LAYER_BLOCK || !is_transformer(m)) return 0;
+    if (t->act_ckpt == CKPT_FULL) return 1;
+    int k = 0;   /* every:N: the block's ordinal, 1-based (torchtitan's counter is incremented
+                    before `_count % ac_freq == 0` is tested) */
+    for (int j = 0; j <= i; j++) k += m->layers[j].kind == LAYER_BLOCK;
+    return t->ckpt_every > 0 && k % t->ckpt_every == 0;
 }
 
 /* Eager attention's causal mask: transformers' create_causal_mask → eager_mask makes one

@@ -69,9 +69,10 @@ typedef struct {
 static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, StrategyKind k,
                    const AutoSpec *a, long *cand, long *evaluated) {
     Best best = {0};
-    for (int ck = 0; ck < CKPT_COUNT; ck++) {
+    for (int ck = 0; ck <= CKPT_FULL; ck++) {   /* none, full (every:N is not searched yet) */
         TrainSpec t = *base;
         t.act_ckpt = (CkptKind)ck;
+        t.ckpt_every = ck == CKPT_FULL;
         if (ck == CKPT_FULL && m->arch == ARCH_GENERIC) continue;   /* nothing to recompute */
         int64_t maxb = plan_max_micro_batch(m, &t, c, k, a->max_micro_batch);
         if (ck == CKPT_NONE) best.maxb_plain = maxb;
@@ -282,7 +283,7 @@ static int search_options(const ModelSpec *m, const TrainSpec *t, const TrainSpe
                         opts[q].best.maxb_plain >= a->max_micro_batch) pruned = 1;
                 if (pruned) {
                     memset(&op->best, 0, sizeof(op->best));
-                    out->candidates += (long)(CKPT_COUNT * a->max_micro_batch);
+                    out->candidates += (long)((CKPT_FULL + 1) * a->max_micro_batch);
                     continue;
                 }
                 TrainSpec tb = *base;

@@ -35,7 +35,7 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s%s%s\n", (long long)t->micro_batch,
             (long long)plan_report_seq(m, t), (long long)t->grad_accum,
             plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
-            plan_ckpt_name(t->act_ckpt), plan_attn_name(t->attn), plan_report_dropout(m, t),
+            plan_ckpt_label(t, (char[24]){0}, 24), plan_attn_name(t->attn), plan_report_dropout(m, t),
             t->fsdp_impl == 1 ? "FSDP1 (flat parameter)" : "FSDP2 (fully_shard)",
             t->grad_accum > 1 ? " reducing gradients " : "",
             t->grad_accum > 1 ? (t->fsdp_grad_sync == FSDP_SYNC_LAST ? "in the last micro-step only (--fsdp-grad-sync last)"
@@ -309,7 +309,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddNumberToObject(jt, "grad_accum", (double)t->grad_accum);
     cJSON_AddStringToObject(jt, "precision", plan_precision(t->precision)->name);
     cJSON_AddStringToObject(jt, "optimizer", plan_optimizer(t->optimizer)->name);
-    cJSON_AddStringToObject(jt, "act_ckpt", plan_ckpt_name(t->act_ckpt));
+    cJSON_AddStringToObject(jt, "act_ckpt", plan_ckpt_label(t, (char[24]){0}, 24));
     cJSON_AddStringToObject(jt, "attn", plan_attn_name(t->attn));
     cJSON_AddNumberToObject(jt, "dropout", plan_report_dropout(m, t));
     cJSON_AddStringToObject(jt, "activation_layout", plan_impl_name(t->impl));

@@ -6,6 +6,9 @@
  *   bf16          2     2     0     2      2   pure bf16, torch AdamW keeps bf16 states */
 #include "plan_train.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const PrecisionSpec PRECISIONS[PREC_COUNT] = {
@@ -25,7 +28,7 @@ static const OptimizerSpec OPTIMIZERS[OPT_COUNT] = {
 };
 
 static const char *const ATTN_NAMES[ATTN_COUNT] = {"eager", "sdpa"};
-static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full"};
+static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full", "every"};
 static const char *const IMPL_NAMES[IMPL_COUNT] = {"pytorch", "engine"};
 static const char *const OFFLOAD_NAMES[OFFLOAD_COUNT] = {"none", "optimizer", "params"};
 static const char *const FSDP_SYNC_NAMES[FSDP_SYNC_COUNT] = {"every", "last"};
@@ -60,7 +63,30 @@ static int by_name(const char *s, const char *const *names, int n) {
     return -1;
 }
 int plan_attn_by_name(const char *s) { return by_name(s, ATTN_NAMES, ATTN_COUNT); }
-int plan_ckpt_by_name(const char *s) { return by_name(s, CKPT_NAMES, CKPT_COUNT); }
+int plan_ckpt_by_name(const char *s) { return by_name(s, CKPT_NAMES, CKPT_EVERY); }
+
+int plan_ckpt_parse(const char *s, CkptKind *k, int *every) {
+    int v = plan_ckpt_by_name(s);
+    if (v >= 0) {
+        *k = (CkptKind)v;
+        *every = v == CKPT_FULL ? 1 : 0;
+        return 0;
+    }
+    if (strncmp(s, "every:", 6) != 0) return -1;
+    char *end;
+    errno = 0;
+    long n = strtol(s + 6, &end, 10);
+    if (errno || end == s + 6 || *end || n < 1 || n > 100000) return -1;
+    *k = n == 1 ? CKPT_FULL : CKPT_EVERY;   /* every block is full checkpointing */
+    *every = (int)n;
+    return 0;
+}
+
+const char *plan_ckpt_label(const TrainSpec *t, char *buf, size_t len) {
+    if (t->act_ckpt == CKPT_EVERY) snprintf(buf, len, "every:%d", t->ckpt_every);
+    else snprintf(buf, len, "%s", CKPT_NAMES[t->act_ckpt]);
+    return buf;
+}
 int plan_impl_by_name(const char *s) { return by_name(s, IMPL_NAMES, IMPL_COUNT); }
 int plan_offload_by_name(const char *s) { return by_name(s, OFFLOAD_NAMES, OFFLOAD_COUNT); }
 const char *plan_offload_name(OffloadKind o) { return OFFLOAD_NAMES[o]; }

@@ -4,6 +4,7 @@
 #ifndef PLAN_TRAIN_H
 #define PLAN_TRAIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { PREC_FP32 = 0, PREC_AMP_FP16, PREC_AMP_BF16, PREC_MIXED_FP16, PREC_MIXED_BF16,
@@ -34,7 +35,11 @@ typedef struct {
 } OptimizerSpec;
 
 typedef enum { ATTN_EAGER = 0, ATTN_SDPA, ATTN_COUNT } AttnKind;
-typedef enum { CKPT_NONE = 0, CKPT_FULL, CKPT_COUNT } CkptKind;
+/* Activation checkpointing (docs/formulas.md "Activations", "Selective checkpointing"): none;
+   full, every transformer block (HF gradient_checkpointing_enable, torchtitan FullAC); every:N,
+   every N-th block counted from the first (blocks N, 2N, ...: torchtitan's layer-frequency
+   selective AC before 0.3, Megatron's uniform recompute with recompute_num_layers = 1 per N). */
+typedef enum { CKPT_NONE = 0, CKPT_FULL, CKPT_EVERY, CKPT_COUNT } CkptKind;
 /* CPU offload (docs/formulas.md "Offload"): OFFLOAD_OPT moves the optimizer state, the fp32
  * master weights and the fp32 gradient partition to host memory and runs the optimizer step on
  * the CPU (DeepSpeed offload_optimizer: cpu, ZeRO-1/2/3); OFFLOAD_PARAM also keeps the parameter
@@ -57,6 +62,7 @@ typedef struct {
     PrecisionKind precision;
     OptimizerKind optimizer;
     CkptKind act_ckpt;
+    int ckpt_every;          /* CKPT_EVERY: N, checkpoint blocks N, 2N, ... (1-based) */
     AttnKind attn;
     double dropout;          /* < 0 = the model's default */
     ImplKind impl;
@@ -87,7 +93,11 @@ const OptimizerSpec *plan_optimizer(OptimizerKind k);
 int plan_precision_by_name(const char *s);
 int plan_optimizer_by_name(const char *s);
 int plan_attn_by_name(const char *s);
-int plan_ckpt_by_name(const char *s);
+int plan_ckpt_by_name(const char *s);        /* none, full; -1 otherwise (every:N: plan_ckpt_parse) */
+/* "none", "full" or "every:N" (N in 1..100000) into *k and *every; 0, or -1 if not valid. */
+int plan_ckpt_parse(const char *s, CkptKind *k, int *every);
+/* t's checkpointing as --act-ckpt takes it ("every:2"), in buf. */
+const char *plan_ckpt_label(const TrainSpec *t, char *buf, size_t len);
 int plan_impl_by_name(const char *s);
 int plan_offload_by_name(const char *s);      /* none, optimizer, params; -1 if unknown */
 int plan_fsdp_sync_by_name(const char *s);    /* every, last; -1 if unknown */

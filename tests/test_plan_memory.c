@@ -296,3 +296,61 @@ Test(memory, absurd_sizes_should_plan_without_overflow) {
     cr_expect(!p.rows[0].mem.fits, "DDP cannot hold 1e15 parameters");
     plan_model_free(&m);
 }
+
+/* --act-ckpt every:N (docs/formulas.md "Selective checkpointing"): blocks N, 2N, ... counted
+   from 1 are checkpointed, as torchtitan's layer-frequency selective AC chose them; every:1 is
+   full; anything else is refused. */
+Test(memory, every_n_checkpointing_should_checkpoint_blocks_n_2n_counted_from_one) {
+    CkptKind k;
+    int n;
+    cr_expect_eq(plan_ckpt_parse("every:2", &k, &n), 0);
+    cr_expect(k == CKPT_EVERY && n == 2);
+    cr_expect_eq(plan_ckpt_parse("every:1", &k, &n), 0);
+    cr_expect(k == CKPT_FULL, "every block is full checkpointing");
+    cr_expect_eq(plan_ckpt_parse("full", &k, &n), 0);
+    cr_expect(k == CKPT_FULL && n == 1);
+    const char *bad[] = {"every:0", "every:", "every:x", "every:2x", "every:-1", "every:1000000", "sometimes"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) cr_expect_eq(plan_ckpt_parse(bad[i], &k, &n), -1, "%s", bad[i]);
+    ModelSpec m = zoo("gpt2-mini");   /* embeddings, 4 blocks, final norm, head */
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.act_ckpt = CKPT_EVERY;
+    t.ckpt_every = 2;
+    int got[8] = {0}, k1 = 0;
+    for (int i = 0; i < m.n_layers; i++)
+        if (m.layers[i].kind == LAYER_BLOCK) got[++k1] = plan_act_checkpointed(&m, &t, i);
+    cr_expect(!got[1] && got[2] && !got[3] && got[4], "blocks 2 and 4 of 4");
+    t.ckpt_every = 3;
+    k1 = 0;
+    for (int i = 0; i < m.n_layers; i++)
+        if (m.layers[i].kind == LAYER_BLOCK) got[++k1] = plan_act_checkpointed(&m, &t, i);
+    cr_expect(!got[1] && !got[2] && got[3] && !got[4], "block 3 of 4");
+    char buf[24];
+    cr_expect_str_eq(plan_ckpt_label(&t, buf, sizeof buf), "every:3");
+    plan_model_free(&m);
+}
+
+Test(memory, every_n_checkpointing_should_save_between_none_and_full) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.micro_batch = 4;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    double fwd[3];
+    const struct { CkptKind k; int n; } POL[3] = {{CKPT_NONE, 0}, {CKPT_EVERY, 2}, {CKPT_FULL, 1}};
+    for (int i = 0; i < 3; i++) {
+        t.act_ckpt = POL[i].k;
+        t.ckpt_every = POL[i].n;
+        MemResult r;
+        plan_memory(&m, &t, &c, STRAT_DDP, &r);
+        fwd[i] = r.phase_peak[PHASE_FORWARD];
+    }
+    cr_expect_gt(fwd[0], fwd[1]);
+    cr_expect_gt(fwd[1], fwd[2]);
+    /* half of the 12 blocks keep everything, half only their input: the saved activations at
+       the end of forward are halfway */
+    double mid = (fwd[0] + fwd[2]) / 2;
+    cr_expect(fabs(fwd[1] - mid) < 0.02 * mid, "%.0f vs halfway %.0f", fwd[1], mid);
+    plan_model_free(&m);
+}

@@ -88,7 +88,11 @@ def parse_args(argv):
 
     check("strategy", a.strategy, STRATEGIES)
     check("precision", a.precision, PRECISIONS)
-    check("act-ckpt", a.act_ckpt, ("none", "full"))
+    every = a.act_ckpt.split(":", 1)[1] if a.act_ckpt.startswith("every:") else None
+    if every is not None and (not every.isdigit() or int(every) < 1):
+        raise SetupError(f"--act-ckpt {a.act_ckpt}: every:N needs a whole number N >= 1")
+    if every is None:
+        check("act-ckpt", a.act_ckpt, ("none", "full", "every:N"))
     check("attn", a.attn, ("eager", "sdpa"))
     check("zero-grad", a.zero_grad, ("none", "zeros"))
     check("loop", a.loop, ("hf", "common"))
@@ -154,6 +158,29 @@ def wrap_in_range(obj, attr, label):
 
 # ----------------------------------------------------------------------------------------
 # storages of model states
+
+
+def apply_checkpointing(model, spec, mode):
+    """--act-ckpt full: every repeated block recomputed in backward (non-reentrant
+    torch.utils.checkpoint: HF's gradient_checkpointing_enable, or checkpoint_wrapper for the
+    torchvision blocks); every:N: blocks N, 2N, ... counted from 1, as torchtitan's layer
+    selective AC chose them (its counter incremented before `count % ac_freq == 0`)."""
+    n = int(mode.split(":", 1)[1]) if mode.startswith("every:") else 1
+    blocks = spec.block_modules()
+    chosen = {id(b) for k, b in enumerate(blocks, start=1) if k % n == 0}
+    if spec.kind == "image":
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            apply_activation_checkpointing, checkpoint_wrapper, CheckpointImpl)
+        import functools
+        apply_activation_checkpointing(
+            model, checkpoint_wrapper_fn=functools.partial(
+                checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: id(m) in chosen)
+        return
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for b in blocks:   # transformers' GradientCheckpointingLayer checks its own flag
+        if id(b) not in chosen:
+            b.gradient_checkpointing = False
 
 
 def _storage_ptr(t):
@@ -464,19 +491,8 @@ def run(a, rank, world):
     n_params = models.param_count(model)
     seq = a.seq if a.seq is not None else spec.context
     model.train()
-    if a.act_ckpt == "full":
-        if spec.kind == "image":
-            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-                apply_activation_checkpointing, checkpoint_wrapper, CheckpointImpl)
-            import functools
-            blk = {type(b) for b in spec.block_modules()}
-            apply_activation_checkpointing(
-                model, checkpoint_wrapper_fn=functools.partial(
-                    checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
-                check_fn=lambda m: type(m) in blk)
-        else:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+    if a.act_ckpt != "none":
+        apply_checkpointing(model, spec, a.act_ckpt)
     add_module_markers(model)
 
     with rf("memplan::wrap"):
