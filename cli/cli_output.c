@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cli_plot.h"
 #include "plan_util.h"
 #include "prof_trace.h"
 
@@ -40,15 +41,9 @@ int cli_write_sim_trace(const char *path, const ModelSpec *m, const TrainSpec *t
     return rc;
 }
 
-static int has_gnuplot(void) {
-    return system("command -v gnuplot >/dev/null 2>&1") == 0;
-}
-
 int cli_write_plot(const char *path, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                    const Plan *p) {
-    size_t n = strlen(path);
-    int svg = n > 4 && strcasecmp(path + n - 4, ".svg") == 0;
-    char dat[1024], curve[1024], gp[1024];
+    char dat[1024], curve[1024], gp[1024], data[2100];
     snprintf(dat, sizeof(dat), "%s.terms.dat", path);
     snprintf(curve, sizeof(curve), "%s.curve.dat", path);
     snprintf(gp, sizeof(gp), "%s.gp", path);
@@ -77,7 +72,7 @@ int cli_write_plot(const char *path, const ModelSpec *m, const TrainSpec *t, con
     double top = c->gpu.mem_bytes;
     for (int i = 0; i < p->n_rows; i++) if (p->rows[i].mem.peak > top) top = p->rows[i].mem.peak;
     top = 1.08 * top / GIB;
-    fprintf(f, "set terminal %s size 1400,560 font ',10'\nset output '%s'\n", svg ? "svg" : "pngcairo", path);
+    cli_plot_terminal(f, path, 1400, 560);
     fprintf(f, "set multiplot layout 1,2 title '%s on %lld x %s (%.1f GiB): memory per GPU'\n", m->name,
             (long long)c->gpus, c->gpu.name, c->gpu.mem_bytes / GIB);
     fprintf(f, "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
@@ -97,17 +92,6 @@ int cli_write_plot(const char *path, const ModelSpec *m, const TrainSpec *t, con
                 plan_strategy(p->rows[i].kind)->name);
     fprintf(f, ", %.6f with lines dt 2 lc rgb 'red' title 'capacity'\nunset multiplot\n", c->gpu.mem_bytes / GIB);
     if (fclose(f)) return -1;
-    (void)t;
-    if (!has_gnuplot()) {
-        fprintf(stderr, "memplan: gnuplot not found: wrote the data (%s, %s) and script (%s); "
-                "install gnuplot-nox and run 'gnuplot %s'\n", dat, curve, gp, gp);
-        return 0;
-    }
-    char cmd[1200];
-    snprintf(cmd, sizeof(cmd), "gnuplot '%s'", gp);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "memplan: gnuplot failed on %s\n", gp);
-        return -1;
-    }
-    return 0;
+    snprintf(data, sizeof(data), "%s, %s", dat, curve);
+    return cli_plot_run(gp, data);
 }

@@ -1,8 +1,7 @@
 /* cli_plot.h — what memplan's plots share: the gnuplot terminal for a .png or .svg file, and
  * running gnuplot on the written script, or, where gnuplot is missing, saying what was written
  * and how to draw it (the data and the script stay beside the plot either way). Used by `memplan
- * bench syncbn --plot`; the planner's --plot (cli/cli_output.c) writes the same lines and could
- * call these (memplan would then link cli/cli_plot.c too). */
+ * bench syncbn --plot` and the planner's --plot (cli/cli_output.c; linked into both programs). */
 #ifndef CLI_PLOT_H
 #define CLI_PLOT_H
 

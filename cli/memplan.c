@@ -27,6 +27,7 @@
 #include "plan_report.h"
 #include "plan_strategy.h"
 #include "plan_util.h"
+#include "exec_launch.h"
 #include "plan_zoo.h"
 
 static void usage(FILE *f) {
@@ -488,8 +489,7 @@ static int exec_backend(char **argv) {
         return 1;
     }
     if (!getenv("OPENBLAS_NUM_THREADS")) {
-        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        long cores = sysconf(_SC_NPROCESSORS_ONLN), local = ls ? strtol(ls, NULL, 10) : 1;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN), local = exec_launch_local_size(1);   /* this node's ranks */
         long th = local > 0 && cores / local > 1 ? cores / local : 1;
         struct rlimit rl;   /* under an address-space limit every BLAS thread's 128 MiB buffer counts */
         if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) th = 1;
