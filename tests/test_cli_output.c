@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../cli/cli_output.c"
+#include "../cli/cli_plot.c"
 #include "plan_zoo.h"
 
 static char *slurp(const char *path) {
