@@ -273,6 +273,27 @@ static int duplicate_key(const cJSON *o, LoadCtx *c, const char *where) {
     return 0;
 }
 
+/* The offset of the first \u0000 escape in a JSON text, or -1. cJSON decodes it into a NUL that
+ * ends the C string early ("llama\u0000x" would read as "llama"); transformers refuses such a
+ * name. Backslashes occur only inside strings, so a scan of escapes is exact. */
+static long escaped_nul(const char *text, size_t len) {
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (text[i] != '\\') continue;
+        if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0) return (long)i;
+        i++;   /* the escaped character (a second backslash included) */
+    }
+    return -1;
+}
+
+/* cJSON reports a failed allocation as a parse error (NULL): its allocations go through this
+ * while a file is parsed, so that running out of memory is said as such. */
+static int parse_oom;
+static void *parse_malloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) parse_oom = 1;
+    return p;
+}
+
 int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const char *label,
                                 char *msg, size_t msglen) {
     LoadCtx c = {label && label[0] ? label : "(input)", msg, msglen, 0};
@@ -292,10 +313,26 @@ int plan_load_model_from_buffer(ModelSpec *m, const char *buf, size_t len, const
     if (!text) return ld_fail(&c, "out of host memory parsing the file");
     memcpy(text, buf, len);
     text[len] = '\0';
+    long esc = escaped_nul(text, len);
+    if (esc >= 0) {
+        int line, col;
+        line_col(text, (size_t)esc, &line, &col);
+        free(text);
+        return ld_fail(&c, "a string holds \\u0000 (a NUL character) at line %d, column %d: no name or value "
+                       "contains one (transformers refuses it too)", line, col);
+    }
     const char *end = NULL;
+    cJSON_Hooks hooks = {parse_malloc, free};
+    parse_oom = 0;
+    cJSON_InitHooks(&hooks);
     cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 0);
+    cJSON_InitHooks(NULL);
     if (!root) {
-        syntax_error(&c, text, len, end ? end : cJSON_GetErrorPtr());
+        if (parse_oom)
+            ld_fail(&c, "out of memory parsing the file (%zu bytes; the JSON itself may be valid): free memory "
+                    "or raise the limit (ulimit -v)", len);
+        else
+            syntax_error(&c, text, len, end ? end : cJSON_GetErrorPtr());
         free(text);
         return -1;
     }

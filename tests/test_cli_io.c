@@ -397,6 +397,33 @@ Test(cli_io, the_planner_should_finish_under_an_address_space_limit)
     free(r.out);
 }
 
+Test(cli_io, a_valid_config_too_large_for_the_memory_limit_should_say_out_of_memory)
+{
+#ifdef __SANITIZE_ADDRESS__
+    cr_skip_test("ASan reserves terabytes of address space: ulimit -v cannot apply");
+#endif
+    if (!*bin) test_sibling_path(bin, sizeof bin, "../memplan");
+    /* a valid Hugging Face config with an 8-million-entry list (24 MB): cJSON needs about 500 MB
+       to hold it, more than the 400 MB limit; the failure is memory, not the JSON */
+    char path[] = "/tmp/memplan_big_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"model_type\": \"llama\", \"hidden_size\": 512, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
+          "\"intermediate_size\": 1024, \"vocab_size\": 1000, \"pad\": [0", f);
+    for (int i = 1; i < 8000000; i++) fputs(",0", f);
+    fputs("]}\n", f);
+    fclose(f);
+    char cmd[PATH_MAX + 256];
+    snprintf(cmd, sizeof cmd, "ulimit -v 400000; timeout 60 %s --model %s 2>&1", bin, path);
+    Run r = test_run_cmd(cmd);
+    unlink(path);
+    cr_expect_eq(r.status, 2, "%s", r.out);
+    cr_expect(strstr(r.out, "out of memory parsing the file") != NULL, "%s", r.out);
+    cr_expect(strstr(r.out, "invalid JSON") == NULL, "%s", r.out);
+    free(r.out);
+}
+
 Test(cli_io, a_missing_executor_should_be_one_line_naming_it)
 {
     if (!*bin) test_sibling_path(bin, sizeof bin, "../memplan");

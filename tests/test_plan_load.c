@@ -576,6 +576,7 @@ static const struct { const char *file, *fragment; } BAD[] = {
     {"not-an-object.json", "expected a JSON object at the top level (got an array)"},
     {"unknown-format.json", "not a model description"},
     {"hf-unsupported-type.json", "unsupported architecture 'mamba'"},
+    {"hf-escaped-nul.json", "a string holds \\u0000 (a NUL character) at line 1, column 22"},
     {"hf-no-type.json", "missing field 'model_type' (and no class in 'architectures')"},
     {"hf-missing-field.json", "missing field 'hidden_size'"},
     {"hf-null-required-field.json", "missing field 'hidden_size'"},
