@@ -60,40 +60,104 @@ static int fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, St
 typedef struct {
     int ok;
     TrainSpec t;
-    double tps;
-    int64_t maxb_plain;      /* the largest micro-batch that fits without checkpointing */
+    double score;            /* higher is better: tokens/s, or 1 / communication seconds */
+    double tps;              /* simulated tokens/s (samples/s for CNNs) */
+    double comm_s;           /* communication per step (collectives + host copies; time unknown only) */
+    int fits_all;            /* every micro-batch searched fits with the least recomputation */
 } Best;
+
+/* The micro-batches auto tries for base: the fixed one (kept, or the global batch over the
+   GPUs and the kept accumulation), else 1 .. the search bound. */
+static void batch_range(const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a, int64_t *lo, int64_t *hi) {
+    *lo = 1;
+    *hi = a->max_micro_batch;
+    if (a->keep_batch) *lo = *hi = base->micro_batch;
+    else if (a->keep_accum && a->global_batch > 0) {
+        int64_t b = a->global_batch / c->gpus / base->grad_accum;
+        *lo = *hi = b > 0 ? b : 1;
+    }
+}
+
+/* The checkpointing policies auto tries: the kept one, else none and full (every:N is not
+   searched; nothing to recompute for a model of parameter counts alone). */
+static int ckpt_options(const ModelSpec *m, const TrainSpec *base, const AutoSpec *a, CkptKind ck[2], int64_t every[2]) {
+    if (a->keep_ckpt) { ck[0] = base->act_ckpt; every[0] = base->ckpt_every; return 1; }
+    ck[0] = CKPT_NONE; every[0] = 0;
+    ck[1] = CKPT_FULL; every[1] = 1;
+    return m->arch == ARCH_GENERIC ? 1 : 2;
+}
+
+/* Setups one search considers (strategy, offload and precision fixed). */
+static long search_size(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a) {
+    CkptKind ck[2];
+    int64_t every[2], lo, hi;
+    batch_range(base, c, a, &lo, &hi);
+    return (long)ckpt_options(m, base, a, ck, every) * (long)(hi - lo + 1);
+}
+
+/* The setup with the least memory auto may try for base: the smallest micro-batch it searches
+   and full checkpointing (or what is kept). */
+static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a) {
+    TrainSpec t = *base;
+    CkptKind ck[2];
+    int64_t every[2], hi;
+    int n = ckpt_options(m, base, a, ck, every);
+    t.act_ckpt = ck[n - 1];
+    t.ckpt_every = every[n - 1];
+    batch_range(base, c, a, &t.micro_batch, &hi);
+    if (a->global_batch > 0 && !a->keep_accum) {
+        int64_t per = a->global_batch / c->gpus;
+        t.grad_accum = per >= t.micro_batch ? per / t.micro_batch : 1;
+    }
+    return t;
+}
+
+/* Without the model's compute, setups rank by what is known: communication per step. */
+static double comm_seconds(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k) {
+    CommPlan cp;
+    plan_comm(m, t, c, k, &cp);
+    return cp.seconds + cp.host_seconds;
+}
 
 /* Searches micro-batch, accumulation and checkpointing for strategy k at base's precision and
    offload. c is the cluster with the safety margin taken off the GPU's capacity. */
 static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, StrategyKind k,
                    const AutoSpec *a, long *cand, long *evaluated) {
     Best best = {0};
-    for (int ck = 0; ck <= CKPT_FULL; ck++) {   /* none, full (every:N is not searched yet) */
+    CkptKind cks[2];
+    int64_t every[2], lo, hi;
+    int n_ck = ckpt_options(m, base, a, cks, every);
+    batch_range(base, c, a, &lo, &hi);
+    int known = plan_model_acts_known(m);
+    for (int ci = 0; ci < n_ck; ci++) {
         TrainSpec t = *base;
-        t.act_ckpt = (CkptKind)ck;
-        t.ckpt_every = ck == CKPT_FULL;
-        if (ck == CKPT_FULL && m->arch == ARCH_GENERIC) continue;   /* nothing to recompute */
-        int64_t maxb = plan_max_micro_batch(m, &t, c, k, a->max_micro_batch);
-        if (ck == CKPT_NONE) best.maxb_plain = maxb;
-        SimPrep *prep = maxb > 0 ? plan_sim_prepare(m, &t, c, k) : NULL;
-        if (maxb > 0 && !prep) maxb = 0;       /* out of memory: skip, counted as considered */
-        for (int64_t b = 1; b <= a->max_micro_batch; b++) {
+        t.act_ckpt = cks[ci];
+        t.ckpt_every = every[ci];
+        int64_t maxb = plan_max_micro_batch(m, &t, c, k, hi);
+        if (ci == 0) best.fits_all = maxb >= hi;
+        SimPrep *prep = maxb >= lo ? plan_sim_prepare(m, &t, c, k) : NULL;
+        if (maxb >= lo && !prep) maxb = 0;     /* out of memory: skip, counted as considered */
+        for (int64_t b = lo; b <= hi; b++) {
             (*cand)++;
             if (b > maxb) continue;            /* known not to fit: the peak grows with b */
             t.micro_batch = b;
             if (a->global_batch > 0) {
                 int64_t per = a->global_batch / c->gpus;
                 if (a->global_batch % c->gpus || per % b) continue;
+                if (a->keep_accum && per / b != t.grad_accum) continue;
                 t.grad_accum = per / b;
             }
             SimResult s;
             plan_sim_run(prep, b, t.grad_accum, 0, &s);
             (*evaluated)++;
-            if (!best.ok || s.tokens_per_s > best.tps * (1 + 1e-9)) {
+            double comm = known ? 0 : comm_seconds(m, &t, c, k);
+            double score = known ? s.tokens_per_s : 1 / (comm > 1e-9 ? comm : 1e-9);
+            if (!best.ok || score > best.score * (1 + 1e-9)) {
                 best.ok = 1;
                 best.t = t;
+                best.score = score;
                 best.tps = s.tokens_per_s;
+                best.comm_s = comm;
             }
         }
         plan_sim_prep_free(prep);
@@ -123,8 +187,7 @@ static int regime_ok(const AutoSpec *a, const TrainSpec *t, const ClusterSpec *c
     return 1;
 }
 
-/* Does any searched option fit (with the margin) at micro-batch 1 and full checkpointing on
-   cluster c? Used to find the cheapest change when nothing fits. */
+/* Does any searched option fit (with the margin) in its cheapest setup on cluster c? Used to find the cheapest change when nothing fits. */
 static int anything_fits(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a) {
     ClusterSpec cm = *c;
     cm.gpu.mem_bytes -= plan_auto_margin(a, c->gpu.mem_bytes);
@@ -134,11 +197,9 @@ static int anything_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
             if (!(a->offloads & (1u << o)) || !plan_strategy_offloads((StrategyKind)k, o)) continue;
             for (int p = 0; p < PREC_COUNT; p++) {
                 if (!regime_ok(a, base, c, (StrategyKind)k, p)) continue;
-                TrainSpec t = *base;
-                t.micro_batch = 1;
+                TrainSpec t = cheapest(m, base, c, a);
                 t.offload = (OffloadKind)o;
                 t.precision = (PrecisionKind)p;
-                t.act_ckpt = m->arch == ARCH_GENERIC ? CKPT_NONE : CKPT_FULL;
                 if (fits(m, &t, &cm, (StrategyKind)k, NULL)) return 1;
             }
         }
@@ -162,11 +223,9 @@ static void nothing_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
                     !plan_strategy_offloads((StrategyKind)k, o)) continue;
                 for (int p = 0; p < PREC_COUNT; p++) {
                     if (!regime_ok(a, base, c0, (StrategyKind)k, p)) continue;
-                    TrainSpec t = *base;
-                    t.micro_batch = 1;
+                    TrainSpec t = cheapest(m, base, &c, a);
                     t.offload = (OffloadKind)o;
                     t.precision = (PrecisionKind)p;
-                    t.act_ckpt = m->arch == ARCH_GENERIC ? CKPT_NONE : CKPT_FULL;
                     ClusterSpec cm = c;
                     cm.gpu.mem_bytes -= plan_auto_margin(a, c.gpu.mem_bytes);
                     MemResult r;
@@ -214,33 +273,37 @@ static void nothing_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
     if (!n) snprintf(out->fix, sizeof(out->fix), "none of more GPUs (up to 65536), a larger GPU preset or a shorter sequence");
 }
 
-/* Why group (k, off) lost: its peak at micro-batch 1 with full checkpointing (its best
-   regime), or how much slower its best setup is. */
+/* Why group (k, off) lost to the winner w: how much slower its best setup is, or its peak in
+   its cheapest setup (its best regime). */
 static void why_lost(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a,
-                     const Option *opts, int n_opts, StrategyKind k, OffloadKind off, double win_tps,
+                     const Option *opts, int n_opts, StrategyKind k, OffloadKind off, const Best *w,
                      AutoResult *out) {
-    char a1[32], a2[32], nm[96];
+    char a1[32], a2[32], nm[96], ck[32];
     const Option *best = NULL;
     for (int i = 0; i < n_opts; i++)
-        if (opts[i].k == k && opts[i].off == off && opts[i].best.ok && (!best || opts[i].best.tps > best->best.tps))
+        if (opts[i].k == k && opts[i].off == off && opts[i].best.ok && (!best || opts[i].best.score > best->best.score))
             best = &opts[i];
-    TrainSpec t = *base;
+    TrainSpec t = cheapest(m, base, c, a);
     t.offload = off;
     snprintf(nm, sizeof(nm), "%s%s%s", plan_strategy(k)->name, off ? " + offload " : "", off ? plan_offload_name(off) : "");
-    if (best) {
-        say(out, "  %s is slower by %.1f%% (best %.0f tokens/s at micro-batch %lld, %s, act-ckpt %s)\n", nm,
-            100 * (1 - best->best.tps / win_tps), best->best.tps, (long long)best->best.t.micro_batch,
-            plan_precision(best->best.t.precision)->name, plan_ckpt_name(best->best.t.act_ckpt));
+    if (best && w) {
+        const Best *b = &best->best;
+        if (out->time_known)
+            say(out, "  %s is slower by %.1f%% (best %.0f tokens/s at micro-batch %lld, %s, act-ckpt %s)\n", nm,
+                100 * (1 - b->tps / w->tps), b->tps, (long long)b->t.micro_batch,
+                plan_precision(b->t.precision)->name, plan_ckpt_label(&b->t, ck, sizeof ck));
+        else
+            say(out, "  %s communicates %.1f%% longer (%.1f ms per step at micro-batch %lld, %s, act-ckpt %s)\n", nm,
+                100 * (b->comm_s / w->comm_s - 1), b->comm_s * 1e3, (long long)b->t.micro_batch,
+                plan_precision(b->t.precision)->name, plan_ckpt_label(&b->t, ck, sizeof ck));
         return;
     }
-    /* the smallest peak over its regimes at micro-batch 1 with full checkpointing */
+    /* the smallest peak over its regimes in its cheapest setup */
     MemResult low = {0};
     int have = 0;
     for (int p = 0; p < PREC_COUNT; p++) {
         if (!regime_ok(a, base, c, k, p)) continue;
         t.precision = (PrecisionKind)p;
-        t.micro_batch = 1;
-        t.act_ckpt = m->arch == ARCH_GENERIC ? CKPT_NONE : CKPT_FULL;
         MemResult r;
         plan_memory(m, &t, c, k, &r);
         if (!have || (r.gpu_fits && !low.gpu_fits) || r.peak < low.peak) { low = r; have = 1; }
@@ -250,12 +313,12 @@ static void why_lost(const ModelSpec *m, const TrainSpec *base, const ClusterSpe
         say(out, "  %s does not fit in host memory: needs %s per node, %s available\n", nm,
             plan_fmt_bytes(low.host_per_node, a1, sizeof(a1)), plan_fmt_bytes(low.host_capacity, a2, sizeof(a2)));
     else if (low.peak <= c->gpu.mem_bytes)
-        say(out, "  %s fits only without the margin: peak %s at micro-batch 1, headroom %s < %s\n", nm,
-            plan_fmt_bytes(low.peak, a1, sizeof(a1)), plan_fmt_bytes(low.headroom, a2, sizeof(a2)),
-            plan_fmt_bytes(out->margin, (char[32]){0}, 32));
+        say(out, "  %s fits only without the margin: peak %s at micro-batch %lld, headroom %s < %s\n", nm,
+            plan_fmt_bytes(low.peak, a1, sizeof(a1)), (long long)t.micro_batch,
+            plan_fmt_bytes(low.headroom, a2, sizeof(a2)), plan_fmt_bytes(out->margin, (char[32]){0}, 32));
     else
-        say(out, "  %s does not fit: needs %s per GPU at micro-batch 1 with act-ckpt %s (%s short)\n", nm,
-            plan_fmt_bytes(low.peak, a1, sizeof(a1)), m->arch == ARCH_GENERIC ? "none" : "full",
+        say(out, "  %s does not fit: needs %s per GPU at micro-batch %lld with act-ckpt %s (%s short)\n", nm,
+            plan_fmt_bytes(low.peak, a1, sizeof(a1)), (long long)t.micro_batch, plan_ckpt_label(&t, ck, sizeof ck),
             plan_fmt_bytes(low.peak - c->gpu.mem_bytes, a2, sizeof(a2)));
 }
 
@@ -275,20 +338,20 @@ static int search_options(const ModelSpec *m, const TrainSpec *t, const TrainSpe
                 op->off = (OffloadKind)o;
                 op->prec = (PrecisionKind)p;
                 /* offload only frees GPU memory and adds host copies and a slower CPU step:
-                   when the same setup without offload already fits every micro-batch up to the
-                   search bound, offload cannot be faster (pruned, counted as considered) */
+                   when the same setup without offload already fits every micro-batch searched
+                   without recomputation, offload cannot be faster (pruned, counted as considered) */
                 int pruned = 0;
                 for (int q = 0; q < n_opts - 1 && o != OFFLOAD_NONE; q++)
                     if (opts[q].k == op->k && opts[q].prec == op->prec && opts[q].off == OFFLOAD_NONE &&
-                        opts[q].best.maxb_plain >= a->max_micro_batch) pruned = 1;
-                if (pruned) {
-                    memset(&op->best, 0, sizeof(op->best));
-                    out->candidates += (long)((CKPT_FULL + 1) * a->max_micro_batch);
-                    continue;
-                }
+                        opts[q].best.fits_all) pruned = 1;
                 TrainSpec tb = *base;
                 tb.offload = op->off;
                 tb.precision = op->prec;
+                if (pruned) {
+                    memset(&op->best, 0, sizeof(op->best));
+                    out->candidates += search_size(m, &tb, cm, a);
+                    continue;
+                }
                 op->best = search(m, &tb, cm, op->k, a, &out->candidates, &out->evaluated);
             }
         }
@@ -296,16 +359,17 @@ static int search_options(const ModelSpec *m, const TrainSpec *t, const TrainSpe
     return n_opts;
 }
 
-/* 2. The fastest, then the simplest within near_frac of it; -1 when nothing fits. */
+/* 2. The best score (fastest, or least communication), then the simplest within near_frac of
+   it; -1 when nothing fits. */
 static int pick(const Option *opts, int n_opts, const AutoSpec *a, double *top_out) {
     double top = 0;
-    for (int i = 0; i < n_opts; i++) if (opts[i].best.ok && opts[i].best.tps > top) top = opts[i].best.tps;
+    for (int i = 0; i < n_opts; i++) if (opts[i].best.ok && opts[i].best.score > top) top = opts[i].best.score;
     int win = -1;
     for (int i = 0; i < n_opts; i++) {
-        if (!opts[i].best.ok || opts[i].best.tps < top * (1 - a->near_frac)) continue;
+        if (!opts[i].best.ok || opts[i].best.score < top * (1 - a->near_frac)) continue;
         if (win < 0) { win = i; continue; }
         int ci = complexity(opts[i].k, opts[i].off), cw = complexity(opts[win].k, opts[win].off);
-        if (ci < cw || (ci == cw && opts[i].best.tps > opts[win].best.tps)) win = i;
+        if (ci < cw || (ci == cw && opts[i].best.score > opts[win].best.score)) win = i;
     }
     *top_out = top;
     return win;
@@ -315,20 +379,18 @@ static int pick(const Option *opts, int n_opts, const AutoSpec *a, double *top_o
    would, and why each strategy fails. */
 static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, const ClusterSpec *cm,
                             const AutoSpec *a, const Option *opts, int n_opts, int divides, AutoResult *out) {
-    char a1[32], a2[32], a3[32];
+    char a1[32], a2[32], a3[32], ck[32];
     out->found = 0;
+    TrainSpec low = cheapest(m, base, c, a);
     if (!divides) {
         say(out, "nothing fits: --global-batch %lld is not a multiple of %lld GPUs\n", (long long)a->global_batch,
             (long long)c->gpus);
     } else {
         int any_raw = 0;
         for (int i = 0; i < n_opts; i++) {
-            TrainSpec tt = *base;
+            TrainSpec tt = low;
             tt.offload = opts[i].off;
             tt.precision = opts[i].prec;
-            tt.micro_batch = 1;
-            tt.act_ckpt = m->arch == ARCH_GENERIC ? CKPT_NONE : CKPT_FULL;
-            if (a->global_batch > 0) tt.grad_accum = a->global_batch / c->gpus;
             if (fits(m, &tt, cm, opts[i].k, NULL)) any_raw = 1;
         }
         if (any_raw && a->global_batch > 0)
@@ -336,9 +398,9 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
                 (long long)a->max_micro_batch, (long long)(a->global_batch / c->gpus));
         else {
             say(out, "nothing fits on %lld x %s (%s each, %s host memory per node) with a %s margin, "
-                "even sharded, offloaded and checkpointed at micro-batch 1\n", (long long)c->gpus, c->gpu.name,
+                "in every searched setup down to micro-batch %lld with act-ckpt %s\n", (long long)c->gpus, c->gpu.name,
                 plan_fmt_bytes(c->gpu.mem_bytes, a1, sizeof(a1)), plan_fmt_bytes(plan_cluster_host_mem(c), a2, sizeof(a2)),
-                plan_fmt_bytes(out->margin, a3, sizeof(a3)));
+                plan_fmt_bytes(out->margin, a3, sizeof(a3)), (long long)low.micro_batch, plan_ckpt_label(&low, ck, sizeof ck));
             nothing_fits(m, base, c, a, out);
             say(out, "would fit with: %s\n", out->fix);
         }
@@ -347,7 +409,7 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
     for (int k = 0; k < STRAT_COUNT; k++)
         for (int o = 0; o < OFFLOAD_COUNT; o++)
             if ((a->strategies & (1u << k)) && (a->offloads & (1u << o)) && plan_strategy_offloads((StrategyKind)k, o))
-                why_lost(m, base, c, a, opts, n_opts, (StrategyKind)k, (OffloadKind)o, 1, out);
+                why_lost(m, base, c, a, opts, n_opts, (StrategyKind)k, (OffloadKind)o, NULL, out);
 }
 
 /* The pick's setup, host memory and traffic lines. */
@@ -404,30 +466,49 @@ static void explain_batchnorm(const ModelSpec *m, const ClusterSpec *c, const Au
 /* The pick, its time, the runner-up and why the simpler setups lost. */
 static void explain_pick(const ModelSpec *m, const TrainSpec *t, const TrainSpec *base, const ClusterSpec *c,
                          const AutoSpec *a, const Option *opts, int n_opts, const Option *w, AutoResult *out) {
-    char a1[32], nm[96];
+    char a1[32], nm[96], ck[32];
     const char *unit = m->arch == ARCH_CNN ? "samples" : "tokens";
     double top = out->top_tps;
     plan_auto_setup_name(w->k, &out->train, nm, sizeof(nm));
-    if (w->best.tps >= top * (1 - 1e-9))
+    plan_fmt_bytes(out->margin, a1, sizeof(a1));
+    if (!out->time_known) {   /* ranked by communication: the least is 1 / the top score */
+        double least = 1 / out->top_score;
+        if (w->best.score >= out->top_score * (1 - 1e-9))
+            say(out, "picked %s (%s): the least communication per step, %.1f ms (collectives and host copies; compute "
+                "time is not known, so setups rank by communication), among setups that leave the %s safety margin\n",
+                nm, plan_strategy(w->k)->label, w->best.comm_s * 1e3, a1);
+        else
+            say(out, "picked %s (%s): %.1f ms of communication per step, within %.0f%% of the least (%.1f ms) and "
+                "simpler (DDP before ZeRO/FSDP before offload); compute time is not known, so setups rank by "
+                "communication; every setup leaves the %s safety margin\n", nm, plan_strategy(w->k)->label,
+                w->best.comm_s * 1e3, a->near_frac * 100, least * 1e3, a1);
+    } else if (w->best.tps >= top * (1 - 1e-9))
         say(out, "picked %s (%s): the highest simulated throughput, %.0f %s/s, among setups that leave the "
-            "%s safety margin\n", nm, plan_strategy(w->k)->label, w->best.tps, unit, plan_fmt_bytes(out->margin, a1, sizeof(a1)));
+            "%s safety margin\n", nm, plan_strategy(w->k)->label, w->best.tps, unit, a1);
     else
         say(out, "picked %s (%s): %.0f %s/s, within %.0f%% of the fastest (%.0f %s/s) and simpler "
             "(DDP before ZeRO/FSDP before offload); every setup leaves the %s safety margin\n", nm, plan_strategy(w->k)->label,
-            w->best.tps, unit, a->near_frac * 100, top, unit, plan_fmt_bytes(out->margin, a1, sizeof(a1)));
+            w->best.tps, unit, a->near_frac * 100, top, unit, a1);
     explain_setup(m, t, c, out);
-    if (!plan_model_acts_known(m))   /* no FLOPs per sample without the architecture: only communication is known */
+    if (!out->time_known)   /* no FLOPs per sample without the architecture: only communication is known */
         say(out, "time: not known (no architecture: compute and tokens per step are not modelled); communication "
-            "%.1f ms per step\n", out->time.comm_s * 1e3);
+            "%.1f ms per step (collectives %.1f ms, host copies %.1f ms)\n", out->comm_s * 1e3,
+            out->comm.seconds * 1e3, out->comm.host_seconds * 1e3);
     else
         say(out, "time (an estimate): step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
             "%.0f %s/s at %.0f%% MFU\n", out->time.step_s * 1e3, out->time.compute_s * 1e3,
             out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3, out->time.tokens_per_s, unit, c->mfu * 100);
     if (out->runner_found) {
         plan_auto_setup_name(out->runner, &out->runner_train, nm, sizeof(nm));
-        say(out, "runner-up: %s, %.0f %s/s (%+.1f%%) at micro-batch %lld, grad-accum %lld, act-ckpt %s\n", nm,
-            out->runner_tps, unit, 100 * (out->runner_tps / w->best.tps - 1), (long long)out->runner_train.micro_batch,
-            (long long)out->runner_train.grad_accum, plan_ckpt_name(out->runner_train.act_ckpt));
+        if (out->time_known)
+            say(out, "runner-up: %s, %.0f %s/s (%+.1f%%) at micro-batch %lld, grad-accum %lld, act-ckpt %s\n", nm,
+                out->runner_tps, unit, 100 * (out->runner_tps / w->best.tps - 1), (long long)out->runner_train.micro_batch,
+                (long long)out->runner_train.grad_accum, plan_ckpt_label(&out->runner_train, ck, sizeof ck));
+        else
+            say(out, "runner-up: %s, %.1f ms of communication per step (%+.1f%%) at micro-batch %lld, grad-accum %lld, "
+                "act-ckpt %s\n", nm, out->runner_comm_s * 1e3, 100 * (out->runner_comm_s / w->best.comm_s - 1),
+                (long long)out->runner_train.micro_batch, (long long)out->runner_train.grad_accum,
+                plan_ckpt_label(&out->runner_train, ck, sizeof ck));
     }
     int cw = complexity(w->k, w->off), header = 0;   /* why the simpler ones lost */
     for (int cx = 0; cx < cw; cx++)
@@ -437,7 +518,7 @@ static void explain_pick(const ModelSpec *m, const TrainSpec *t, const TrainSpec
                 if (!(a->strategies & (1u << k)) || !(a->offloads & (1u << o)) ||
                     !plan_strategy_offloads((StrategyKind)k, o)) continue;
                 if (!header++) say(out, "simpler setups:\n");
-                why_lost(m, base, c, a, opts, n_opts, (StrategyKind)k, (OffloadKind)o, w->best.tps, out);
+                why_lost(m, base, c, a, opts, n_opts, (StrategyKind)k, (OffloadKind)o, &w->best, out);
             }
     explain_batchnorm(m, c, a, out);
 }
@@ -445,8 +526,9 @@ static void explain_pick(const ModelSpec *m, const TrainSpec *t, const TrainSpec
 int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
               AutoResult *out) {
     memset(out, 0, sizeof(*out));
+    out->time_known = plan_model_acts_known(m);
     TrainSpec base = *t;
-    if (a->global_batch > 0) base.grad_accum = 1;
+    if (a->global_batch > 0 && !a->keep_accum) base.grad_accum = 1;
     out->margin = plan_auto_margin(a, c->gpu.mem_bytes);
     ClusterSpec cm = *c;             /* capacity less the safety margin */
     cm.gpu.mem_bytes -= out->margin;
@@ -461,21 +543,24 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
     }
     const Option *w = &opts[win];
     out->found = 1;
-    out->top_tps = top;
+    out->top_score = top;
+    out->top_tps = out->time_known ? top : 0;
     out->strategy = w->k;
     out->train = w->best.t;
     plan_memory(m, &out->train, c, out->strategy, &out->mem);
     plan_comm(m, &out->train, c, out->strategy, &out->comm);
+    out->comm_s = out->comm.seconds + out->comm.host_seconds;
     plan_sim(m, &out->train, c, out->strategy, 0, &out->time);
     int ru = -1;   /* runner-up: the best setup of another strategy/offload group */
     for (int i = 0; i < n_opts; i++)
         if (opts[i].best.ok && (opts[i].k != w->k || opts[i].off != w->off) &&
-            (ru < 0 || opts[i].best.tps > opts[ru].best.tps)) ru = i;
+            (ru < 0 || opts[i].best.score > opts[ru].best.score)) ru = i;
     if (ru >= 0) {
         out->runner_found = 1;
         out->runner = opts[ru].k;
         out->runner_train = opts[ru].best.t;
         out->runner_tps = opts[ru].best.tps;
+        out->runner_comm_s = opts[ru].best.comm_s;
     }
     explain_pick(m, t, &base, c, a, opts, n_opts, w, out);
     return 0;
@@ -523,6 +608,12 @@ char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const A
     } else if (p->peak != PEAK_FP32) {
         cJSON *d = cJSON_AddObjectToObject(j, p->peak == PEAK_FP16 ? "fp16" : "bf16");
         cJSON_AddBoolToObject(d, "enabled", 1);
+        if (p->master_bytes == 0 && p->peak == PEAK_BF16 && stage > 0) {
+            /* pure bf16: no fp32 master, bf16 Adam moments (precision_config.py; ZeRO 1-3 only,
+               config.py); without these keys "bf16" alone is mixed-bf16 with an fp32 master */
+            cJSON_AddBoolToObject(d, "bf16_master_weights_and_grads", 1);
+            cJSON_AddBoolToObject(d, "bf16_optimizer_states", 1);
+        }
     }
     const OptimizerSpec *o = plan_optimizer(r->train.optimizer);
     cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
@@ -543,12 +634,13 @@ char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const A
 void plan_auto_prediction(FILE *f, const ClusterSpec *c, const AutoResult *r) {
     if (!r->found) return;
     char a1[32], a2[32], a3[32], nm[96];
-    fprintf(f, "# memplan prediction for %s: peak %s per GPU (headroom %s), host %s per node; "
-            "step %.1f ms, %.0f tokens/s on %lld x %s\n",
+    char tm[96];
+    if (r->time_known) snprintf(tm, sizeof tm, "step %.1f ms, %.0f tokens/s", r->time.step_s * 1e3, r->time.tokens_per_s);
+    else snprintf(tm, sizeof tm, "communication %.1f ms per step (step time not known)", r->comm_s * 1e3);
+    fprintf(f, "# memplan prediction for %s: peak %s per GPU (headroom %s), host %s per node; %s on %lld x %s\n",
             plan_auto_setup_name(r->strategy, &r->train, nm, sizeof(nm)),
             plan_fmt_bytes(r->mem.peak, a1, sizeof(a1)), plan_fmt_bytes(r->mem.headroom, a2, sizeof(a2)),
-            plan_fmt_bytes(r->mem.host_per_node, a3, sizeof(a3)), r->time.step_s * 1e3, r->time.tokens_per_s,
-            (long long)c->gpus, c->gpu.name);
+            plan_fmt_bytes(r->mem.host_per_node, a3, sizeof(a3)), tm, (long long)c->gpus, c->gpu.name);
     if (!plan_strategy_is_deepspeed(r->strategy))
         fprintf(f, "# the pick is %s (PyTorch); this config is the ZeRO stage that shards the same state, "
                 "and memplan's figures above are for %s (--emit torch for its snippet)\n",
@@ -569,6 +661,75 @@ static const struct { const char *prefix, *module, *cls; } BLOCKS[] = {
     {"t5", "transformers.models.t5.modeling_t5", "T5Block"},
 };
 
+/* Activation checkpointing before wrapping: a Hugging Face model's own switch for full
+   checkpointing, else checkpoint_wrapper on the blocks it covers (every block, or blocks N, 2N,
+   ...; plan_act_checkpointed). */
+static void torch_ckpt(FILE *f, const TrainSpec *t, const char *blk, int hf) {
+    if (t->act_ckpt == CKPT_NONE) return;
+    if (t->act_ckpt == CKPT_FULL && hf) {
+        fprintf(f, "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})  # act-ckpt full\n");
+        return;
+    }
+    fprintf(f, "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
+               "    apply_activation_checkpointing, checkpoint_wrapper, CheckpointImpl)\n");
+    int every = t->act_ckpt == CKPT_EVERY && t->ckpt_every > 1;
+    if (every)
+        fprintf(f, "ckpt = {id(b) for i, b in enumerate(m for m in model.modules() if isinstance(m, %s)) if (i + 1) %% %d == 0}\n",
+                blk, t->ckpt_every);
+    fprintf(f, "apply_activation_checkpointing(model, checkpoint_wrapper_fn=functools.partial(\n"
+               "    checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),\n"
+               "    check_fn=lambda m: %s%s%s)  # act-ckpt %s\n",
+            every ? "id(m) in ckpt" : "isinstance(m, ", every ? "" : blk, every ? "" : ")",
+            every ? "every:N (blocks N, 2N, ...)" : "full");
+}
+
+/* FSDP2 (fully_shard), what memplan plans by default (--fsdp 2): each block, then the root (at
+   its default reshard_after_forward, as plan_fsdp.c models it); the mesh is 2-D for
+   HYBRID_SHARD (replicate across nodes, shard inside one); MixedPrecisionPolicy(param bf16/fp16,
+   reduce fp32) over fp32 shards for the fp32-master regimes; CPUOffloadPolicy for param offload. */
+static void torch_fsdp2(FILE *f, const ClusterSpec *c, const AutoResult *r, const char *blk, const char *dt) {
+    const PrecisionSpec *p = plan_precision(r->train.precision);
+    int64_t nodes = plan_cluster_nodes(c);
+    fprintf(f, "from torch.distributed.fsdp import fully_shard%s%s\n"
+               "from torch.distributed.device_mesh import init_device_mesh\n",
+            p->master_bytes > 0 ? ", MixedPrecisionPolicy" : "", r->train.offload == OFFLOAD_PARAM ? ", CPUOffloadPolicy" : "");
+    if (r->strategy == STRAT_FSDP_HYBRID && nodes > 1)
+        fprintf(f, "mesh = init_device_mesh(\"cuda\", (%lld, %lld), mesh_dim_names=(\"replicate\", \"shard\"))  # HYBRID_SHARD\n",
+                (long long)nodes, (long long)c->gpus_per_node);
+    else
+        fprintf(f, "mesh = init_device_mesh(\"cuda\", (%lld,))\n", (long long)c->gpus);
+    fprintf(f, "kw = dict(mesh=mesh");
+    if (p->master_bytes > 0)   /* fp32 shards as the master weights, 16-bit gathers, fp32 reductions */
+        fprintf(f, ", mp_policy=MixedPrecisionPolicy(param_dtype=%s, reduce_dtype=torch.float32)", dt);
+    if (r->train.offload == OFFLOAD_PARAM) fprintf(f, ", offload_policy=CPUOffloadPolicy()");
+    fprintf(f, ")\n");
+    fprintf(f, "for block in [m for m in model.modules() if isinstance(m, %s)]:\n"
+               "    fully_shard(block, reshard_after_forward=%s, **kw)%s\n"
+               "fully_shard(model, **kw)  # the root: kept unsharded from forward to backward\n",
+            blk, r->strategy == STRAT_FSDP_GRAD_OP ? "False" : "True",
+            r->strategy == STRAT_FSDP_GRAD_OP ? "  # SHARD_GRAD_OP" : "");
+    if (r->train.grad_accum > 1 && r->train.fsdp_grad_sync == FSDP_SYNC_LAST)
+        fprintf(f, "# each micro-step: model.set_requires_gradient_sync(is_last_micro_step)  # --fsdp-grad-sync last\n");
+}
+
+/* FSDP1 (FullyShardedDataParallel, --fsdp 1): the flat-parameter wrapper with auto-wrap. */
+static void torch_fsdp1(FILE *f, const AutoResult *r, const char *blk, const char *dt) {
+    const PrecisionSpec *p = plan_precision(r->train.precision);
+    const char *ss = r->strategy == STRAT_FSDP_FULL ? "FULL_SHARD" : r->strategy == STRAT_FSDP_GRAD_OP ? "SHARD_GRAD_OP" : "HYBRID_SHARD";
+    fprintf(f, "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, MixedPrecision, CPUOffload\n"
+               "from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy\n");
+    fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
+               "             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={%s}),\n",
+            ss, blk);
+    if (p->master_bytes > 0)
+        fprintf(f, "             mixed_precision=MixedPrecision(param_dtype=%s, reduce_dtype=%s, buffer_dtype=%s),\n", dt, dt, dt);
+    if (r->train.offload == OFFLOAD_PARAM) fprintf(f, "             cpu_offload=CPUOffload(offload_params=True),\n");
+    fprintf(f, "             device_id=local_rank, limit_all_gathers=True, sync_module_states=True)"
+               "  # load weights on rank 0 only\n");
+    if (r->train.grad_accum > 1 && r->train.fsdp_grad_sync == FSDP_SYNC_LAST)
+        fprintf(f, "# non-final micro-steps under `with model.no_sync():`  # --fsdp-grad-sync last\n");
+}
+
 void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
     if (!r->found) { fprintf(f, "# nothing fits: no launch configuration\n"); return; }
     int64_t nodes = plan_cluster_nodes(c);
@@ -578,50 +739,35 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
             (long long)r->train.micro_batch, (long long)r->train.grad_accum);
     const PrecisionSpec *p = plan_precision(r->train.precision);
     const char *dt = p->peak == PEAK_BF16 ? "torch.bfloat16" : p->peak == PEAK_FP16 ? "torch.float16" : "torch.float32";
-    const char *blk = "Block  # your transformer block class", *mod = NULL;
+    const char *blk = "BLOCK", *mod = NULL;
     for (size_t i = 0; i < sizeof(BLOCKS) / sizeof(BLOCKS[0]); i++)
         if (strncmp(m->name, BLOCKS[i].prefix, strlen(BLOCKS[i].prefix)) == 0) { blk = BLOCKS[i].cls; mod = BLOCKS[i].module; break; }
     int transformer = m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
     int bn = plan_model_bn_layers(m, NULL) > 0 && c->gpus > 1 && r->train.micro_batch < 16;
     int fsdp = r->strategy == STRAT_FSDP_FULL || r->strategy == STRAT_FSDP_GRAD_OP || r->strategy == STRAT_FSDP_HYBRID;
+    int fsdp1 = fsdp && r->train.fsdp_impl == 1;
     fprintf(f, "# in train.py, after dist.init_process_group(\"nccl\") and torch.cuda.set_device(local_rank):\n");
     fprintf(f, "import functools, torch\n");
     if (mod && transformer) fprintf(f, "from %s import %s\n", mod, blk);
+    else if (!strcmp(blk, "BLOCK")) fprintf(f, "BLOCK = ...  # your model's repeated block class (the unit of sharding and checkpointing)\n");
     if (bn) fprintf(f, "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before wrapping\n");
-    if (r->train.act_ckpt == CKPT_FULL && !fsdp) {
-        if (transformer && mod)
-            fprintf(f, "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})  # act-ckpt full\n");
-        else
-            fprintf(f, "# act-ckpt full: wrap each block's forward in torch.utils.checkpoint.checkpoint(..., use_reentrant=False)\n");
-    }
+    if (p->master_bytes == 0 && p->param_bytes == 2)   /* pure 16-bit: params, grads and Adam states */
+        fprintf(f, "model = model.to(%s)  # --precision %s\n", dt, p->name);
+    if (!fsdp1) torch_ckpt(f, &r->train, blk, mod && transformer);   /* before sharding */
     switch (r->strategy) {
     case STRAT_DDP:
         fprintf(f, "from torch.nn.parallel import DistributedDataParallel as DDP\n");
         fprintf(f, "model = DDP(model.cuda(), device_ids=[local_rank], bucket_cap_mb=25%s)\n",
                 r->train.grad_as_bucket_view ? ", gradient_as_bucket_view=True" : "");
         break;
-    case STRAT_FSDP_FULL: case STRAT_FSDP_GRAD_OP: case STRAT_FSDP_HYBRID: {
-        const char *ss = r->strategy == STRAT_FSDP_FULL ? "FULL_SHARD" : r->strategy == STRAT_FSDP_GRAD_OP ? "SHARD_GRAD_OP" : "HYBRID_SHARD";
-        fprintf(f, "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, MixedPrecision, CPUOffload\n"
-                   "from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy\n");
-        fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
-                   "             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={%s}),\n",
-                ss, blk);
-        if (p->master_bytes > 0)   /* fp32 shards as the master weights, 16-bit gathers and reductions */
-            fprintf(f, "             mixed_precision=MixedPrecision(param_dtype=%s, reduce_dtype=%s, buffer_dtype=%s),\n", dt, dt, dt);
-        if (r->train.offload == OFFLOAD_PARAM)
-            fprintf(f, "             cpu_offload=CPUOffload(offload_params=True),\n");
-        fprintf(f, "             device_id=local_rank, limit_all_gathers=True, sync_module_states=True)"
-                   "  # load weights on rank 0 only\n");
-        if (r->train.act_ckpt == CKPT_FULL) {
-            fprintf(f, "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
-                       "    apply_activation_checkpointing, checkpoint_wrapper, CheckpointImpl)\n");
-            fprintf(f, "apply_activation_checkpointing(model, checkpoint_wrapper_fn=functools.partial(\n"
-                       "    checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),\n"
-                       "    check_fn=lambda submodule: isinstance(submodule, %s))  # act-ckpt full\n", blk);
+    case STRAT_FSDP_FULL: case STRAT_FSDP_GRAD_OP: case STRAT_FSDP_HYBRID:
+        if (fsdp1) {
+            torch_fsdp1(f, r, blk, dt);
+            torch_ckpt(f, &r->train, blk, 0);   /* FSDP1's recipe: on the wrapped model */
+        } else {
+            torch_fsdp2(f, c, r, blk, dt);
         }
         break;
-    }
     default:
         fprintf(f, "# ZeRO stage %d%s: use DeepSpeed (memplan auto ... --emit deepspeed > ds_config.json)\n"
                    "import deepspeed\n"

@@ -1,8 +1,9 @@
 /* plan_auto.h — auto mode: search strategy x CPU offload x precision regime x activation
  * checkpointing x micro-batch (x accumulation for a global batch), keep the setups whose peak
  * leaves the safety margin (and whose host memory fits), and pick the highest simulated
- * throughput, preferring the simpler setup (DDP, then ZeRO/FSDP by sharding, then offload)
- * when it is within a few percent. Explains the winner, the runner-up and why the simpler ones
+ * throughput (the least communication time when the model's compute is not known), preferring
+ * the simpler setup (DDP, then ZeRO/FSDP by sharding, then offload) within a few percent. What the AutoSpec marks as kept (micro-batch, checkpointing,
+ * accumulation) is not searched. Explains the winner, the runner-up and why the simpler ones
  * lost; when nothing fits, the cheapest change that would. Emits a DeepSpeed config or a
  * torchrun command with the wrapping snippet. docs/formulas.md "Auto". */
 #ifndef PLAN_AUTO_H
@@ -21,6 +22,10 @@ typedef struct {
     double min_headroom_frac;   /* safety margin: max(frac x GPU memory, floor) ... */
     double min_headroom_floor;  /* ... bytes (defaults 5% and 512 MiB) */
     double near_frac;        /* throughputs within this fraction count as equal (0.03) */
+    int keep_batch;          /* the TrainSpec's micro-batch is fixed (given, or nothing to size it from) */
+    int keep_ckpt;           /* its act_ckpt / ckpt_every are fixed (given) */
+    int keep_accum;          /* its grad_accum is fixed (given); with global_batch the micro-batch
+                                follows: global_batch / gpus / grad_accum, a whole number */
 } AutoSpec;
 
 #define PLAN_AUTO_HEADROOM_FRAC 0.05
@@ -38,11 +43,15 @@ typedef struct {
     long evaluated;          /* of those, simulated (the rest were pruned: larger than the largest
                                 micro-batch that fits, or not dividing the global batch) */
     double margin;           /* the safety margin applied (bytes) */
-    double top_tps;          /* the fastest setup's throughput (the pick is within near_frac) */
+    int time_known;          /* the model's compute is known: setups rank by simulated tokens/s;
+                                otherwise by their communication time (collectives + host copies) */
+    double top_score;        /* the best score: tokens/s, or 1 / the least communication seconds */
+    double top_tps;          /* the fastest setup's throughput (time known; the pick is within near_frac) */
+    double comm_s;           /* the pick's communication per step (plan_comm: collectives + host) */
     int runner_found;        /* the best setup of another strategy/offload */
     StrategyKind runner;
     TrainSpec runner_train;
-    double runner_tps;
+    double runner_tps, runner_comm_s;
     char fix[512];           /* nothing fits: the cheapest changes that would ("" otherwise) */
     char explain[6144];      /* lines, each ending in '\n' */
 } AutoResult;

@@ -2,6 +2,7 @@
  * traffic); otherwise the simplest sharded strategy that fits (strategy table's order). */
 #include "plan_plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,10 +32,26 @@ int plan_run(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsig
     int ddp = -1;
     for (int i = 0; i < out->n_rows; i++) if (out->rows[i].kind == STRAT_DDP) ddp = i;
     if (best < 0) {
-        double least = out->n_rows ? out->rows[0].mem.peak : 0;
-        int li = 0;
+        double least = out->n_rows ? out->rows[0].mem.peak : 0, host = 0;
+        int li = 0, hi = -1;   /* the smallest GPU peak; the least host memory among GPU fits */
         for (int i = 1; i < out->n_rows; i++)
             if (out->rows[i].mem.peak < least) { least = out->rows[i].mem.peak; li = i; }
+        for (int i = 0; i < out->n_rows; i++)
+            if (out->rows[i].mem.gpu_fits && (hi < 0 || out->rows[i].mem.host_per_node < host)) {
+                host = out->rows[i].mem.host_per_node;
+                hi = i;
+            }
+        if (hi >= 0) {   /* the GPUs fit: host memory is the cause */
+            snprintf(out->reason, sizeof(out->reason),
+                     "nothing fits in host memory: %s fits the GPU (peak %s) but needs %s per node, %s available "
+                     "(%s); give --host-mem %.0fGiB or more, %s, or more GPUs to shard over",
+                     plan_strategy(out->rows[hi].kind)->name, plan_fmt_bytes(out->rows[hi].mem.peak, a, sizeof(a)),
+                     plan_fmt_bytes(host, b, sizeof(b)), plan_fmt_bytes(out->rows[hi].mem.host_capacity, (char[32]){0}, 32),
+                     t->offload ? "CPU offload keeps its state in host memory" : "the load-time copies of the model",
+                     ceil(host / GIB),
+                     t->offload ? "less offload (--offload none, if the GPU then fits)" : "a smaller model");
+            return 0;
+        }
         snprintf(out->reason, sizeof(out->reason),
                  "nothing fits: the smallest peak is %s (%s) against %s per GPU; use more GPUs, "
                  "--act-ckpt full, CPU offload (--offload), a smaller --batch/--seq, or a larger GPU "

@@ -100,10 +100,13 @@ static void model_states(StepCtx *x) {
         if (!plan_offload_grads_to_host(t, x->sk)) x->grads_steady = x->ds.shard * p->grad_bytes;
         if (x->opt_on_gpu) x->opt_steady = x->o_part * state_b;
     }
-    /* DeepSpeed keeps its own fp32 copy of the local partition even for fp32 parameters
-       (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py fp32_partitioned_groups_flat) */
+    /* DeepSpeed keeps its own copy of the local partition at the master dtype even when that is
+       the parameters' own (stage_1_and_2.py single_partition_of_fp32_groups: .clone().to(
+       master_weights_and_grads_dtype), stage3.py fp32_partitioned_groups_flat): fp32 for fp32
+       parameters, bf16 for pure bf16 (bf16_master_weights_and_grads, as auto --emit writes it;
+       an estimate, not yet measured) */
     x->ds_fp32 = (s->buffers == BUF_DS_REDUCE || s->buffers == BUF_DS_STAGE3) && x->torch && p->master_bytes == 0 &&
-                 x->opt_on_gpu ? x->o_part * 4 : 0;
+                 x->opt_on_gpu ? x->o_part * p->param_bytes : 0;
     /* the global gradient norm DeepSpeed keeps between steps (_global_grad_norm) */
     x->ds_norm = x->ds_py && x->N > 1 && x->opt_on_gpu ? plan_ds_norm_bytes(x->ds3_py) : 0;
 }

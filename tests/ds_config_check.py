@@ -5,7 +5,7 @@ planned.
 usage: python ds_config_check.py CASES.json
 CASES.json: {"configs": [{"path": ..., "world_size": N, "expect": {"stage": 3,
                           "offload_optimizer": "cpu"|"none", "offload_param": "cpu"|"none",
-                          "dtype": "bf16"|"fp16"|"autocast-bfloat16"|"fp32", "micro_batch": b,
+                          "dtype": "bf16"|"bf16-pure"|"fp16"|"autocast-bfloat16"|"fp32", "micro_batch": b,
                           "grad_accum": k}}],
              "estimates": [{"stage": 2|3, "total_params", "largest_layer_params", "gpn", "nodes",
                             "cpu_offload", "offload_params", "host_per_node", "gpu_states"}]}
@@ -72,11 +72,14 @@ def main():
         cfg = DeepSpeedConfig(case["path"])
         e = case["expect"]
         z = cfg.zero_config
+        bf = cfg.bfloat16_config
         got = {
             "stage": int(z.stage),
             "offload_optimizer": device(z.offload_optimizer),
             "offload_param": device(z.offload_param),
-            "dtype": "bf16" if cfg.bfloat16_config.enabled else "fp16" if cfg.float16_config.enabled
+            # pure bf16: no fp32 master, bf16 Adam moments (precision_config.py)
+            "dtype": ("bf16-pure" if bf.bf16_master_weights_and_grads and bf.bf16_optimizer_states else "bf16")
+                     if bf.enabled else "fp16" if cfg.float16_config.enabled
                      else "autocast-" + str(cfg.torch_autocast_dtype).replace("torch.", "") if cfg.torch_autocast_enabled
                      else "fp32",
             "micro_batch": cfg.train_micro_batch_size_per_gpu,
