@@ -23,6 +23,10 @@ int cli_auto_opt(CliAutoOpts *o, int opt, const char *arg, char *err, size_t err
         }
         return 0;
     case CLI_OPT_HOST_MEM:
+        if (cli_bare_number(arg)) {
+            snprintf(err, errlen, "--host-mem '%s' needs a unit (e.g. 1TiB; a bare number would be bytes)", arg);
+            return -1;
+        }
         if (plan_parse_size(arg, &d) || d < 1 * GIB || d > 1024.0 * 1024 * GIB) {
             snprintf(err, errlen, "--host-mem '%s' is not a size between 1GiB and 1PiB per node (e.g. 1TiB, 512GiB)", arg);
             return -1;
@@ -37,6 +41,10 @@ int cli_auto_opt(CliAutoOpts *o, int opt, const char *arg, char *err, size_t err
         o->host_bw = d;
         return 0;
     case CLI_OPT_MIN_HEADROOM:
+        if (cli_bare_number(arg)) {
+            snprintf(err, errlen, "--min-headroom '%s' needs a unit: a percentage (5%%) or a size (1GiB)", arg);
+            return -1;
+        }
         if (plan_parse_size_or_percent(arg, &d, &frac) || (frac && d > 0.5) || (!frac && d > 256 * GIB)) {
             snprintf(err, errlen, "--min-headroom '%s' is not a percentage up to 50%% or a size up to 256GiB (e.g. 5%%, 1GiB)", arg);
             return -1;
@@ -48,7 +56,40 @@ int cli_auto_opt(CliAutoOpts *o, int opt, const char *arg, char *err, size_t err
     }
 }
 
-int cli_auto_apply(const CliAutoOpts *o, CliSetup *s, AutoSpec *a, int auto_mode, int argc, char **argv) {
+/* The divisors of n, up to a few, as "1, 2 or 4" (for messages). */
+static const char *divisors(long long n, char *buf, size_t len) {
+    long long d[6];
+    int k = 0;
+    for (long long i = 1; i <= n && k < 6; i++)
+        if (n % i == 0) d[k++] = i;
+    size_t o = 0;
+    for (int i = 0; i < k && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i == 0 ? "" : i == k - 1 ? " or " : ", ", d[i]);
+    if (k == 6 && d[5] != n && o < len) snprintf(buf + o, len - o, " (or another divisor of %lld)", n);
+    return buf;
+}
+
+/* --global-batch G with a kept --batch or --grad-accum: G / GPUs = micro-batch x accumulation in
+ * whole numbers, or a one-line refusal (2). */
+static int check_global_batch(const CliSetup *s, const AutoSpec *a) {
+    long long g = a->global_batch, n = s->cluster.gpus, b = s->train.micro_batch, k = s->train.grad_accum;
+    if (g % n) return 0;   /* refused with the multiples by the caller */
+    long long per = g / n;
+    char dv[96];
+    if (a->keep_batch && a->keep_accum && b * k != per)
+        return cli_usage_error("--batch %lld x --grad-accum %lld x %lld GPUs = %lld samples per step, not --global-batch "
+                               "%lld: drop one of the three", b, k, n, b * k * n, g);
+    if (a->keep_batch && per % b)
+        return cli_usage_error("--global-batch %lld over %lld GPUs is %lld samples per GPU, which micro-batch %lld "
+                               "(--batch) does not divide: give --batch %s", g, n, per, b, divisors(per, dv, sizeof dv));
+    if (a->keep_accum && per % k)
+        return cli_usage_error("--global-batch %lld over %lld GPUs is %lld samples per GPU, which --grad-accum %lld "
+                               "does not divide into whole micro-batches: give --grad-accum %s", g, n, per, k,
+                               divisors(per, dv, sizeof dv));
+    return 0;
+}
+
+int cli_auto_apply(const CliAutoOpts *o, CliSetup *s, AutoSpec *a, int auto_mode) {
     if (o->host_mem > 0) s->cluster.host_mem = o->host_mem;
     if (o->host_bw > 0) s->cluster.gpu.host_bw = o->host_bw;
     if (o->headroom >= 0) {   /* the given rule replaces the default one */
@@ -67,13 +108,13 @@ int cli_auto_apply(const CliAutoOpts *o, CliSetup *s, AutoSpec *a, int auto_mode
                                    plan_offload_name((OffloadKind)o->offload));
         s->strategies = ok;
     }
-    if (auto_mode) {
-        int fixed = 0;
-        for (int i = 1; i < argc; i++)
-            if (strcmp(argv[i], "--precision") == 0 || strncmp(argv[i], "--precision=", 12) == 0) fixed = 1;
-        a->precisions = fixed ? 0 : plan_auto_precisions(s->train.precision);
-    }
-    return 0;
+    if (!auto_mode) return 0;
+    /* what the user fixed, auto keeps: precision, micro-batch, checkpointing, accumulation */
+    a->precisions = cli_setup_given(s, "precision") ? 0 : plan_auto_precisions(s->train.precision);
+    a->keep_batch = cli_setup_given(s, "batch") != NULL;
+    a->keep_ckpt = cli_setup_given(s, "act-ckpt") != NULL;
+    a->keep_accum = cli_setup_given(s, "grad-accum") != NULL;
+    return a->global_batch > 0 ? check_global_batch(s, a) : 0;
 }
 
 void cli_auto_help(FILE *f) {

@@ -28,9 +28,10 @@ void cli_auto_opts_init(CliAutoOpts *o);
 /* 0 consumed, 1 not ours, -1 error (message in err). */
 int cli_auto_opt(CliAutoOpts *o, int opt, const char *arg, char *err, size_t errlen);
 /* Applies the flags to the setup (and auto's spec). plan: --offload keeps the strategies that
- * offer it. auto: searches offload unless --offload is given, and precision regimes unless
- * --precision is in argv. Returns 0, or 2 after a one-line error. */
-int cli_auto_apply(const CliAutoOpts *o, CliSetup *s, AutoSpec *a, int auto_mode, int argc, char **argv);
+ * offer it. auto: searches offload unless --offload is given, precision regimes unless
+ * --precision is, and keeps --batch, --act-ckpt and --grad-accum when given (a --global-batch
+ * must then split into whole micro-batches). Returns 0, or 2 after a one-line error. */
+int cli_auto_apply(const CliAutoOpts *o, CliSetup *s, AutoSpec *a, int auto_mode);
 void cli_auto_help(FILE *f);
 
 #endif

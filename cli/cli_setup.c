@@ -80,12 +80,11 @@ int cli_usage_error(const char *fmt, ...) {
 
 const char *cli_setup_given(const CliSetup *s, const char *name) {
     for (int i = 0; BASE_OPTIONS[i].name; i++)
-        if (strcmp(BASE_OPTIONS[i].name, name) == 0) return i < 32 ? s->given[i] : NULL;
+        if (strcmp(BASE_OPTIONS[i].name, name) == 0) return i < CLI_GIVEN_MAX ? s->given[i] : NULL;
     return NULL;
 }
 
-/* A size flag whose value has no unit: '5' would be 5 bytes, never what was meant. 0 passes. */
-static int bare_number(const char *a) {
+int cli_bare_number(const char *a) {
     size_t n = strlen(a);
     if (!n) return 0;
     char last = a[n - 1];
@@ -106,7 +105,7 @@ void cli_print_setup_help(FILE *f) {
         "  --batch B              micro-batch per GPU (default 1)\n"
         "  --seq S                sequence length (default: the model's context)\n"
         "  --grad-accum K         gradient accumulation steps (default 1)\n"
-        "  --precision P          %s (default amp-bf16)\n"
+        "  --precision P          %s (default amp-bf16; amp-fp16 on a GPU without bf16)\n"
         "  --optimizer O          %s (default adamw)\n"
         "  --act-ckpt none|full|every:N\n"
         "                         activation checkpointing: none (default), every block, or every N-th\n"
@@ -123,7 +122,7 @@ void cli_print_setup_help(FILE *f) {
         "  --gpus N               total GPUs (default 1)\n"
         "  --gpus-per-node G      default min(N, 8)\n"
         "  --gpu PRESET           %s (default %s)\n"
-        "  --gpu-mem SIZE         override capacity; binary units: 24GiB, 24G (= GiB), 512MiB\n"
+        "  --gpu-mem SIZE         override capacity: 24GiB, 24G (= GiB), 512MiB binary; 80GB decimal (10^9)\n"
         "  --intra-bw GBPS        override bandwidth per GPU inside a node (GB/s, decimal)\n"
         "  --inter-bw GBPS        override bandwidth per GPU across nodes (GB/s)\n"
         "  --latency US           override the per-step collective latency (microseconds)\n"
@@ -193,8 +192,26 @@ typedef struct {
 } Flags;
 
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
+/* The precision regime on this GPU: the default (amp-bf16) falls back to amp-fp16, then fp32, on
+ * a GPU without bf16; a --precision the GPU lacks is refused with the ones it has. 0 or 2. */
+static int resolve_precision(CliSetup *s) {
+    const GpuPreset *g = &s->cluster.gpu;
+    if (!cli_setup_given(s, "precision") && g->peak_tflops[plan_precision(s->train.precision)->peak] <= 0)
+        s->train.precision = g->peak_tflops[PEAK_FP16] > 0 ? PREC_AMP_FP16 : PREC_FP32;
+    const PrecisionSpec *p = plan_precision(s->train.precision);
+    if (g->peak_tflops[p->peak] > 0) return 0;
+    char ok[128] = "";
+    size_t n = 0;
+    for (int k = 0; k < PREC_COUNT && n < sizeof ok; k++)
+        if (g->peak_tflops[plan_precision((PrecisionKind)k)->peak] > 0)
+            n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%s", n ? ", " : "", plan_precision((PrecisionKind)k)->name);
+    return cli_usage_error("--precision %s needs %s, which %s does not support (valid there: %s)", p->name,
+                           p->peak == PEAK_BF16 ? "bf16" : "fp16", g->name, ok);
+}
+
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[512];
+    int rc;
     const char *model_arg = f->model_arg;
     double params = f->params;
     long long units = f->units, gpn = f->gpn;
@@ -218,8 +235,11 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (f->intra_bw > 0) s->cluster.gpu.intra_bw = f->intra_bw;
     if (f->inter_bw > 0) s->cluster.gpu.inter_bw = f->inter_bw;
     if (f->latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = f->latency_us * 1e-6;
+    if (gpn > s->cluster.gpus)
+        return cli_usage_error("--gpus-per-node %lld is more than the %lld GPUs (--gpus): give --gpus-per-node %lld "
+                               "or less, or --gpus %lld or more", gpn, (long long)s->cluster.gpus,
+                               (long long)s->cluster.gpus, gpn);
     s->cluster.gpus_per_node = gpn ? gpn : (s->cluster.gpus < 8 ? s->cluster.gpus : 8);
-    if (s->cluster.gpus_per_node > s->cluster.gpus) s->cluster.gpus_per_node = s->cluster.gpus;
     if (s->cluster.gpus % s->cluster.gpus_per_node)
         return cli_usage_error("--gpus %lld does not fill nodes of %lld GPUs (%sthe planner's nodes are equal): give a "
                                "multiple of %lld, or --gpus-per-node dividing %lld", (long long)s->cluster.gpus,
@@ -229,16 +249,16 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
                                (long long)s->model.max_seq, (long long)s->model.max_seq);
-    const PrecisionSpec *p = plan_precision(s->train.precision);
-    if (s->cluster.gpu.peak_tflops[p->peak] <= 0)
-        return cli_usage_error("--precision %s needs %s, which %s does not support (use fp32 or amp-fp16)",
-                               p->name, p->peak == PEAK_BF16 ? "bf16" : "fp16", s->cluster.gpu.name);
+    if ((rc = resolve_precision(s))) return rc;
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
     if (s->have_model && s->model.arch == ARCH_CNN && s->train.seq > 0 && s->train.seq < 32)
         return cli_usage_error("--seq %lld: for a CNN --seq is the image side, at least 32 (default %d)",
                                (long long)s->train.seq, s->model.image_size);
+    if (s->train.grad_as_bucket_view && !(s->strategies & (1u << STRAT_DDP)))
+        return cli_usage_error("--grad-as-bucket-view is DDP's gradient_as_bucket_view: add ddp to --strategy "
+                               "(ZeRO and FSDP have no such option)");
     if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
         return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
     return 0;
@@ -349,7 +369,7 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
     }
     case OPT_GPU_MEM:
         if (plan_parse_size(a, &f->gpu_mem) || f->gpu_mem < 64 * MIB || f->gpu_mem > 1024 * GIB)
-            return cli_usage_error("--gpu-mem '%s' is not a size between 64MiB and 1TiB (e.g. 24GiB; a bare G means GiB)", a);
+            return cli_usage_error("--gpu-mem '%s' is not a size between 64MiB and 1TiB (e.g. 24GiB; G and GiB are 2^30 bytes, GB 10^9)", a);
         break;
     case OPT_STRATEGY:
         if (set_strategies(s, a)) return 2;
@@ -357,21 +377,21 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
     case OPT_BUCKET_VIEW: s->train.grad_as_bucket_view = 1; break;
     case OPT_SYNCBN: s->train.syncbn = 1; break;
     case OPT_CTX:
-        if (bare_number(a)) return cli_usage_error("--cuda-context '%s' needs a unit (e.g. 512MiB; a bare number would be bytes)", a);
+        if (cli_bare_number(a)) return cli_usage_error("--cuda-context '%s' needs a unit (e.g. 512MiB; a bare number would be bytes)", a);
         if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--cuda-context '%s' is not a size up to 64GiB (e.g. 600MiB)", a);
         s->cluster.cuda_context = d;
         break;
     case OPT_CUBLAS:
-        if (bare_number(a)) return cli_usage_error("--cublas-ws '%s' needs a unit (e.g. 32MiB; a bare number would be bytes)", a);
+        if (cli_bare_number(a)) return cli_usage_error("--cublas-ws '%s' needs a unit (e.g. 32MiB; a bare number would be bytes)", a);
         if (plan_parse_size(a, &f->cublas_ws) || f->cublas_ws > 64 * GIB) return cli_usage_error("--cublas-ws '%s' is not a size up to 64GiB (e.g. 32MiB)", a);
         break;
     case OPT_NCCL:
-        if (bare_number(a)) return cli_usage_error("--nccl-mem '%s' needs a unit (e.g. 1GiB; a bare number would be bytes)", a);
+        if (cli_bare_number(a)) return cli_usage_error("--nccl-mem '%s' needs a unit (e.g. 1GiB; a bare number would be bytes)", a);
         if (plan_parse_size(a, &d) || d > 64 * GIB) return cli_usage_error("--nccl-mem '%s' is not a size up to 64GiB (e.g. 1GiB)", a);
         s->cluster.nccl_per_comm = d;
         break;
     case OPT_MARGIN:
-        if (bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB)", a);
+        if (cli_bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB)", a);
         if (plan_parse_size_or_percent(a, &d, &isfrac) || (!isfrac && d > 64 * GIB) || (isfrac && d > 0.9))
             return cli_usage_error("--alloc-margin '%s' is not a percentage up to 90%% or a size up to 64GiB", a);
         s->cluster.alloc_margin = d;
@@ -426,7 +446,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
                 return cli_usage_error("--%s given twice ('%s' and '%s'): give it once", opts[li].name,
                                        *seen[li] ? seen[li] : "on", a ? a : "on");
             seen[li] = a ? a : "";
-            if (li < 32 && li < (int)(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0]) - 1) s->given[li] = seen[li];
+            if (li < CLI_GIVEN_MAX && li < (int)(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0]) - 1) s->given[li] = seen[li];
             if (opts[li].has_arg == required_argument && a[0] == '-' && a[1] == '-')
                 return cli_usage_error("--%s needs a value (got the option '%s')", opts[li].name, a);
         }

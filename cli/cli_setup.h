@@ -11,6 +11,8 @@
 #include "plan_model.h"
 #include "plan_train.h"
 
+#define CLI_GIVEN_MAX 48   /* >= the shared options (cli_setup.c BASE_OPTIONS) */
+
 typedef struct {
     ModelSpec model;
     int have_model;
@@ -20,7 +22,7 @@ typedef struct {
     int json;
     const char *json_path;   /* --json[=FILE]: NULL = stdout */
     const char *model_arg;   /* --model as given (a zoo name or a path), NULL if none */
-    const char *given[32];   /* per shared option (cli_setup_given): its value, "" for a switch */
+    const char *given[CLI_GIVEN_MAX];   /* per shared option (cli_setup_given): its value, "" for a switch */
 } CliSetup;
 
 /* Handler for subcommand options: returns 0 if consumed, 1 if not its option, -1 on error
@@ -42,6 +44,8 @@ void cli_setup_free(CliSetup *s);
  * else NULL: for commands that must refuse the planning flags they do not honour. */
 const char *cli_setup_given(const CliSetup *s, const char *name);
 void cli_print_setup_help(FILE *f);
+/* A size flag's value without a unit ('5' would be 5 bytes, never what was meant); 0 passes. */
+int cli_bare_number(const char *a);
 /* Prints "memplan: <msg>" and returns 2 (usage error). While a capture buffer is set, the first
  * message goes there instead (without "memplan: "), so that ranks of an MPI job can agree on
  * who failed before anything is printed (cli_ranks.h). */

@@ -61,7 +61,8 @@ static void usage(FILE *f) {
                "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
     cli_auto_help(f);
     fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 1 when an output could not be\n"
-               "written (one line names it), 2 on a usage error (one line names the bad value).\n"
+               "written (one line names it) or when auto --emit has nothing that fits to emit (nothing on standard\n"
+               "output), 2 on a usage error (one line names the bad value).\n"
                "Memory is in binary GiB (2^30 bytes). Formulas and sources: docs/formulas.md.\n");
 }
 
@@ -90,6 +91,7 @@ typedef struct {
     int explain;             /* --explain: each peak split by rule */
     EmitKind emit;
     int auto_mode;
+    int bn_given;            /* --bn-min-batch was given (auto only) */
     AutoSpec auto_spec;
     CliAutoOpts offload;     /* --offload, --host-mem, --host-bw, --min-headroom */
 } PlanOpts;
@@ -142,6 +144,7 @@ static int plan_opt(void *ctx, int opt, const char *arg, char *err, size_t errle
     case OPT_BN_MIN:
         if (plan_parse_int(arg, 1, 1000000, &v)) { snprintf(err, errlen, "--bn-min-batch '%s' is not an integer in [1, 1000000]", arg); return -1; }
         o->auto_spec.bn_min_batch = v;
+        o->bn_given = 1;
         return 0;
     default: return cli_auto_opt(&o->offload, opt, arg, err, errlen);
     }
@@ -185,6 +188,29 @@ static int write_files(const PlanOpts *o, const CliSetup *s, const Plan *p) {
     return 0;
 }
 
+/* What auto searched ("strategy x offload x ...") and what it kept as given ("--batch 4, ..."). */
+static void auto_dims(const CliSetup *s, const AutoSpec *a, int offload_given, char *dims, size_t dlen, char *kept,
+                      size_t klen) {
+    int batch_follows = a->keep_accum && a->global_batch > 0 && !a->keep_batch;
+    snprintf(dims, dlen, "strategy%s%s%s%s%s", offload_given ? "" : " x offload", a->precisions ? " x precision" : "",
+             a->keep_ckpt || s->model.arch == ARCH_GENERIC ? "" : " x checkpointing", a->keep_batch || batch_follows ? "" : " x micro-batch",
+             a->global_batch > 0 && !a->keep_accum && !a->keep_batch ? " x accumulation for the global batch" : "");
+    char ck[32], mb[24], ga[24];
+    snprintf(mb, sizeof mb, "%lld", (long long)s->train.micro_batch);
+    snprintf(ga, sizeof ga, "%lld", (long long)s->train.grad_accum);
+    size_t n = 0;
+    kept[0] = 0;
+    const char *given[][2] = {
+        {"offload", offload_given ? plan_offload_name(s->train.offload) : NULL},
+        {"precision", a->precisions ? NULL : plan_precision(s->train.precision)->name},
+        {"batch", a->keep_batch ? mb : NULL},
+        {"act-ckpt", a->keep_ckpt ? plan_ckpt_label(&s->train, ck, sizeof ck) : NULL},
+        {"grad-accum", a->keep_accum ? ga : NULL},
+    };
+    for (size_t i = 0; i < sizeof given / sizeof given[0] && n < klen; i++)
+        if (given[i][1]) n += (size_t)snprintf(kept + n, klen - n, "%s--%s %s", n ? ", " : "", given[i][0], given[i][1]);
+}
+
 static int run_auto(CliSetup *s, PlanOpts *o) {
     AutoResult r;
     o->auto_spec.strategies = s->strategies;
@@ -196,9 +222,13 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
     }
     plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
     int rc = 0;
+    if (o->emit && !r.found) {   /* no config to launch: a failure, and nothing on stdout for a > redirect */
+        fprintf(stderr, "memplan: nothing fits, so no %s:\n%s", EMITS[o->emit].prints, r.explain);
+        return 1;
+    }
     if (o->emit == EMIT_DEEPSPEED) {
         char *txt = plan_auto_deepspeed_json(&s->model, &s->cluster, &r);
-        if (!txt) { fprintf(stderr, "memplan: nothing fits, no DeepSpeed config:\n%s", r.explain); return 0; }
+        if (!txt) { fprintf(stderr, "memplan: out of memory writing the DeepSpeed config\n"); return 1; }
         printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
         fflush(stdout);            /* the config first, then the prediction on stderr */
         plan_auto_prediction(stderr, &s->cluster, &r);
@@ -223,6 +253,8 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         cJSON_AddNumberToObject(a, "simulated", (double)r.evaluated);
         cJSON_AddStringToObject(a, "explain", r.explain);
         cJSON_AddNumberToObject(a, "min_headroom_bytes", r.margin);
+        cJSON_AddStringToObject(a, "ranked_by", r.time_known ? "tokens_per_s" : "comm_s");
+        if (r.found && !r.time_known) cJSON_AddNumberToObject(a, "comm_s", r.comm_s);
         if (r.found) {
             cJSON_AddStringToObject(a, "offload", plan_offload_name(r.train.offload));
             cJSON_AddStringToObject(a, "precision", plan_precision(r.train.precision)->name);
@@ -234,7 +266,8 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             cJSON_AddStringToObject(ru, "precision", plan_precision(r.runner_train.precision)->name);
             cJSON_AddNumberToObject(ru, "micro_batch", (double)r.runner_train.micro_batch);
             cJSON_AddStringToObject(ru, "act_ckpt", plan_ckpt_name(r.runner_train.act_ckpt));
-            cJSON_AddNumberToObject(ru, "tokens_per_s", r.runner_tps);
+            if (r.time_known) cJSON_AddNumberToObject(ru, "tokens_per_s", r.runner_tps);
+            else cJSON_AddNumberToObject(ru, "comm_s", r.runner_comm_s);
         }
         if (!r.found && r.fix[0]) cJSON_AddStringToObject(a, "would_fit_with", r.fix);
         cJSON *rec = cJSON_GetObjectItem(j, "recommendation");
@@ -250,9 +283,10 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         cJSON_Delete(j);
     } else {
         plan_report_header(stdout, &s->model, &s->train, &s->cluster);
-        printf("# auto: searched %ld setups (strategy x offload x precision x checkpointing x micro-batch%s), "
-               "simulated %ld that fit with the margin\n",
-               r.candidates, o->auto_spec.global_batch ? " x accumulation for the global batch" : "", r.evaluated);
+        char dims[160], kept[160];
+        auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
+        printf("# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
+               r.evaluated, kept[0] ? "; kept as given: " : "", kept);
         fputs(r.explain, stdout);
         if (r.found)
             printf("recommendation: %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s\n",
@@ -285,11 +319,14 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     int rc = cli_parse_setup(argc, argv, auto_mode ? "auto" : "plan", &s, &extra, 1);
     if (rc == 1) { usage(stdout); return 0; }
     if (rc) return rc;
-    if (!auto_mode && (o.emit || o.auto_spec.global_batch)) {
+    const char *auto_only = o.emit ? "--emit" : o.auto_spec.global_batch ? "--global-batch"
+                          : o.offload.headroom >= 0 ? "--min-headroom" : o.bn_given ? "--bn-min-batch" : NULL;
+    if (!auto_mode && auto_only) {
         cli_setup_free(&s);
-        return cli_usage_error("--emit and --global-batch belong to 'memplan auto' (or --strategy auto)");
+        return cli_usage_error("%s belongs to 'memplan auto' (or --strategy auto): plan prints every strategy "
+                               "and picks none", auto_only);
     }
-    if ((rc = cli_auto_apply(&o.offload, &s, &o.auto_spec, auto_mode, argc, argv))) {
+    if ((rc = cli_auto_apply(&o.offload, &s, &o.auto_spec, auto_mode))) {
         cli_setup_free(&s);
         return rc;
     }
@@ -314,9 +351,10 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     }
     if (auto_mode && !plan_model_acts_known(&s.model)) {
         /* nothing to size a micro-batch from: keep the given one instead of "the largest" */
-        o.auto_spec.max_micro_batch = s.train.micro_batch;
+        o.auto_spec.keep_batch = 1;
         fprintf(s.json ? stderr : stdout, "# auto: %s has no activation model (%s): the micro-batch is not searched "
-                "(kept at --batch %lld); peaks leave activations out, and step time and tokens/s are not known\n",
+                "(kept at --batch %lld); peaks leave activations out, step time and tokens/s are not known, and "
+                "setups rank by their communication time\n",
                 s.model.name, s.model.arch == ARCH_GENERIC ? "only parameter counts are known" : "activations unknown",
                 (long long)s.train.micro_batch);
     }

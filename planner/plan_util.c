@@ -34,10 +34,13 @@ int plan_parse_size(const char *s, double *bytes) {
     double v = strtod(s, &end);
     if (errno || end == s || !isfinite(v) || v < 0) return -1;
     while (*end == ' ') end++;
+    /* SI prefixes are decimal (KB = 1e3 ... TB = 1e12, as disks and the GPU
+     * vendors' "80GB" count); the IEC ones and the bare letters are binary
+     * (KiB, K = 1024 ... TiB, T = 2^40), as nvidia-smi's MiB and ls -h count. */
     static const struct { const char *suffix; double mult; } UNITS[] = {
-        {"", 1}, {"B", 1}, {"K", KIB}, {"KB", KIB}, {"KiB", KIB}, {"M", MIB}, {"MB", MIB},
-        {"MiB", MIB}, {"G", GIB}, {"GB", GIB}, {"GiB", GIB}, {"T", GIB * 1024}, {"TB", GIB * 1024},
-        {"TiB", GIB * 1024},
+        {"", 1}, {"B", 1}, {"K", KIB}, {"KiB", KIB}, {"KB", 1e3}, {"M", MIB}, {"MiB", MIB},
+        {"MB", 1e6}, {"G", GIB}, {"GiB", GIB}, {"GB", 1e9}, {"T", GIB * 1024},
+        {"TiB", GIB * 1024}, {"TB", 1e12},
     };
     for (size_t i = 0; i < sizeof(UNITS) / sizeof(UNITS[0]); i++) {
         if (strcasecmp(end, UNITS[i].suffix) == 0) {

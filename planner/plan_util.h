@@ -12,7 +12,9 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 /* All return 0 on success, -1 if the text is not a valid value in [lo, hi]. */
-int plan_parse_size(const char *s, double *bytes);            /* "24GiB", "512M", "1e9" */
+/* "24GiB", "512M" (binary: K M G T and KiB..TiB are powers of 1024), "80GB"
+ * (decimal: KB MB GB TB are powers of 1000), "1e9" (bytes). */
+int plan_parse_size(const char *s, double *bytes);
 int plan_parse_int(const char *s, long long lo, long long hi, long long *out);  /* "8", "1e6" */
 int plan_parse_double(const char *s, double lo, double hi, double *out);
 /* "5%" -> fraction 0.05 (*is_frac = 1) or a size (*is_frac = 0). */

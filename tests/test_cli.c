@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "plan_util.h"
+
 static char out[1 << 20];
 
 /* Runs memplan with args; returns the exit status, output (stdout+stderr) in out. */
@@ -159,7 +161,19 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("--model gpt2 --plot mem.gif", "--plot 'mem.gif'");
     expect_usage_error("--model gpt2 --trace \"a'b.json\"", "--trace");
     expect_usage_error("auto --model gpt2 --emit yaml", "unknown --emit 'yaml'");
-    expect_usage_error("--model gpt2 --emit torch", "belong to 'memplan auto'");
+    expect_usage_error("--model gpt2 --emit torch", "--emit belongs to 'memplan auto'");
+    /* auto-only flags in plan mode would do nothing: refused, not ignored */
+    expect_usage_error("--model gpt2 --min-headroom 1GiB", "--min-headroom belongs to 'memplan auto'");
+    expect_usage_error("--model gpt2 --bn-min-batch 8", "--bn-min-batch belongs to 'memplan auto'");
+    /* a size without a unit is refused the same way everywhere (5 would be 5 bytes) */
+    expect_usage_error("auto --model gpt2 --min-headroom 5", "--min-headroom '5' needs a unit");
+    expect_usage_error("--model gpt2 --host-mem 512", "--host-mem '512' needs a unit");
+    expect_usage_error("--model gpt2 --alloc-margin 5", "--alloc-margin '5' needs a unit");
+    /* a flag that cannot apply to the chosen strategies, and nodes larger than the job */
+    expect_usage_error("--model gpt2 --strategy zero3 --grad-as-bucket-view", "add ddp to --strategy");
+    expect_usage_error("--model gpt2 --gpus 8 --gpus-per-node 16", "--gpus-per-node 16 is more than the 8 GPUs");
+    /* a regime the GPU lacks: the hint lists every regime it has */
+    expect_usage_error("--model gpt2 --gpu v100-32gb --precision bf16", "valid there: fp32, amp-fp16, mixed-fp16");
     expect_usage_error("auto --model gpt2 --global-batch 0", "--global-batch '0'");
     expect_usage_error("auto --model gpt2 --bn-min-batch -1", "--bn-min-batch '-1'");
     expect_usage_error("--model gpt2 --intra-bw 0", "--intra-bw '0'");
@@ -169,6 +183,29 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("--model gpt2 --grad-accum 2 --fsdp-grad-sync often",
                        "unknown --fsdp-grad-sync 'often' (valid: every, last)");
     expect_usage_error("--model gpt2 --fsdp-grad-sync", "--fsdp-grad-sync needs a value");
+}
+
+/* KB, MB, GB, TB are decimal (as the SI prefixes and the GPU vendors' "80GB" say); KiB..TiB
+   and the bare K, M, G, T binary. */
+Test(cli, decimal_and_binary_size_units_should_mean_what_they_say) {
+    static const struct { const char *text; double bytes; } SIZES[] = {
+        {"24GB", 24e9}, {"24gb", 24e9}, {"24GiB", 24.0 * (1 << 30)}, {"24G", 24.0 * (1 << 30)},
+        {"1TB", 1e12}, {"1TiB", 1024.0 * (1 << 30)}, {"512MB", 512e6}, {"512MiB", 512.0 * (1 << 20)},
+        {"3KB", 3e3}, {"3K", 3072}, {"1e9", 1e9}, {"7B", 7},
+    };
+    for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++) {
+        double b = -1;
+        cr_expect_eq(plan_parse_size(SIZES[i].text, &b), 0, "%s", SIZES[i].text);
+        cr_expect_eq(b, SIZES[i].bytes, "%s read as %.0f bytes", SIZES[i].text, b);
+    }
+    double b;
+    cr_expect_neq(plan_parse_size("24XB", &b), 0);
+    cr_expect_neq(plan_parse_size("24 GiBs", &b), 0);
+    cr_assert_eq(run("--model gpt2 --gpu-mem 24GB --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "cluster"), "gpu_mem_bytes")->valuedouble, 24e9);
+    cJSON_Delete(j);
 }
 
 /* The fsdp-* rows' style under accumulation: echoed in the header and the JSON, and the

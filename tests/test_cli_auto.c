@@ -16,6 +16,7 @@
 #include "plan_zoo.h"
 
 static char out[1 << 20];
+static void expect_usage_error(const char *args, const char *needle);
 
 /* Runs memplan with args (stdout only unless the args redirect); returns the exit status. */
 static int run(const char *args) {
@@ -46,6 +47,8 @@ static const DsCase CASES[] = {
     {"auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero2 --offload optimizer --precision mixed-bf16",
      8, 2, "cpu", "none", "bf16"},
     {"auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero1 --precision mixed-fp16", 8, 1, "none", "none", "fp16"},
+    /* pure bf16 is not mixed-bf16: no fp32 master and bf16 moments, as the planner predicts */
+    {"auto --model gpt2-xl --gpus 8 --strategy zero1 --precision bf16", 8, 1, "none", "none", "bf16-pure"},
     {"auto --model llama2-70b --gpus 64 --gpus-per-node 8 --gpu h100-80gb --seq 4096 --strategy zero3 --offload params",
      64, 3, "cpu", "cpu", NULL},
 };
@@ -184,17 +187,39 @@ Test(cli_auto, deepspeed_should_load_the_emitted_configs_and_its_estimators_shou
     cr_expect_eq(oks, (int)N_CASES + 7, "DeepSpeed's estimators and DeepSpeedConfig on every emitted config:\n%s", out);
 }
 
-Test(cli_auto, emit_torch_should_wrap_with_mixed_precision_offload_and_checkpointing) {
+Test(cli_auto, emit_torch_should_write_fsdp2_as_planned_by_default) {
+    /* FSDP2 is what the fsdp rows mean by default (--fsdp 2): fully_shard per block and the root,
+       MixedPrecisionPolicy with fp32 reductions over fp32 shards, CPUOffloadPolicy, checkpointing
+       before sharding */
     cr_assert_eq(run("auto --model llama2-7b --gpus 8 --gpu-mem 24GiB --strategy fsdp-full --offload params "
                      "--precision mixed-bf16 --emit torch"), 0, "%s", out);
     cr_expect(strstr(out, "torchrun --nnodes 1 --nproc-per-node 8"), "%s", out);
+    cr_expect(strstr(out, "from transformers.models.llama.modeling_llama import LlamaDecoderLayer"), "%s", out);
+    cr_expect(strstr(out, "mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)"), "%s", out);
+    cr_expect(strstr(out, "offload_policy=CPUOffloadPolicy()"), "%s", out);
+    cr_expect(strstr(out, "fully_shard(block, reshard_after_forward=True, **kw)") && strstr(out, "fully_shard(model, **kw)"),
+              "%s", out);
+    cr_expect(!strstr(out, "FullyShardedDataParallel"), "no FSDP1 code for an FSDP2 plan: %s", out);
+    /* llama2-7b at seq 4096 on 24 GiB needs checkpointing, applied before sharding */
+    const char *ck = strstr(out, "gradient_checkpointing_enable"), *fs = strstr(out, "fully_shard(block");
+    cr_expect(ck && fs && ck < fs, "checkpointing before fully_shard: %s", out);
+    cr_assert_eq(run("auto --model llama2-7b --gpus 16 --strategy fsdp-grad-op,fsdp-hybrid --precision amp-bf16 "
+                     "--act-ckpt every:2 --emit torch"), 0, "%s", out);
+    cr_expect(strstr(out, "(i + 1) % 2 == 0") && strstr(out, "check_fn=lambda m: id(m) in ckpt"), "every:2 kept: %s", out);
+    cr_expect(strstr(out, "init_device_mesh(\"cuda\", (2, 8), mesh_dim_names=(\"replicate\", \"shard\"))") ||
+              strstr(out, "reshard_after_forward=False, **kw)  # SHARD_GRAD_OP"), "%s", out);
+    cr_expect(!strstr(out, "mp_policy") && strstr(out, "torch.autocast(\"cuda\", dtype=torch.bfloat16)"), "%s", out);
+}
+
+Test(cli_auto, emit_torch_should_write_fsdp1_and_ddp_when_planned) {
+    /* --fsdp 1: the flat-parameter wrapper, its micro-batch planned by the FSDP1 model */
+    cr_assert_eq(run("auto --model llama2-7b --gpus 8 --gpu-mem 24GiB --strategy fsdp-full --offload params "
+                     "--precision mixed-bf16 --fsdp 1 --emit torch"), 0, "%s", out);
     cr_expect(strstr(out, "MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16"), "%s", out);
     cr_expect(strstr(out, "cpu_offload=CPUOffload(offload_params=True)"), "%s", out);
     cr_expect(strstr(out, "transformer_layer_cls={LlamaDecoderLayer}"), "%s", out);
-    cr_expect(strstr(out, "from transformers.models.llama.modeling_llama import LlamaDecoderLayer"), "%s", out);
-    /* llama2-7b at seq 4096 on 24 GiB needs full checkpointing: the line for its block class */
-    cr_expect(strstr(out, "apply_activation_checkpointing(") && strstr(out, "isinstance(submodule, LlamaDecoderLayer)"),
-              "%s", out);
+    cr_expect(strstr(out, "apply_activation_checkpointing(") && strstr(out, "isinstance(m, LlamaDecoderLayer)"), "%s", out);
+    cr_expect(!strstr(out, "fully_shard"), "%s", out);
     cr_assert_eq(run("auto --model gpt2 --gpus 8 --emit torch"), 0);
     cr_expect(strstr(out, "DDP(model.cuda()") && strstr(out, "torch.autocast(\"cuda\", dtype=torch.bfloat16)"), "%s", out);
 }
@@ -219,11 +244,75 @@ Test(cli_auto, auto_should_explain_the_pick_the_runner_up_and_the_simpler_setups
     cJSON_Delete(j);
 }
 
+/* What the user fixes, auto keeps (or refuses when it cannot be kept). */
+Test(cli_auto, auto_should_keep_the_given_batch_checkpointing_and_accumulation) {
+    cr_assert_eq(run("auto --model gpt2 --batch 4"), 0, "%s", out);
+    cr_expect(strstr(out, "kept as given: --batch 4") && strstr(out, "--batch 4 --grad-accum 1"), "%s", out);
+    cr_assert_eq(run("auto --model gpt2 --act-ckpt full"), 0, "%s", out);
+    cr_expect(strstr(out, "kept as given: --act-ckpt full") && strstr(out, "--act-ckpt full\n"), "%s", out);
+    cr_assert_eq(run("auto --model gpt2 --act-ckpt every:2"), 0, "%s", out);
+    cr_expect(strstr(out, "--act-ckpt every:2\n"), "%s", out);
+    cr_assert_eq(run("auto --model gpt2 --global-batch 24 --grad-accum 3"), 0, "%s", out);
+    cr_expect(strstr(out, "--batch 8 --grad-accum 3 "), "the micro-batch follows: 24 / 3: %s", out);
+    cr_assert_eq(run("auto --model gpt2 --gpus 8 --global-batch 64 --batch 2"), 0, "%s", out);
+    cr_expect(strstr(out, "--batch 2 --grad-accum 4 "), "the accumulation follows: 64 / 8 / 2: %s", out);
+    cr_assert_eq(run("auto --model gpt2 --batch 4 --precision amp-bf16 --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cJSON *rec = cJSON_GetObjectItem(j, "recommendation");
+    cr_expect_eq(cJSON_GetObjectItem(rec, "micro_batch")->valuedouble, 4);
+    cr_expect_str_eq(cJSON_GetObjectItem(rec, "precision")->valuestring, "amp-bf16");
+    cJSON_Delete(j);
+    expect_usage_error("auto --model gpt2 --gpus 8 --global-batch 24 --grad-accum 2",
+                       "--global-batch 24 over 8 GPUs is 3 samples per GPU, which --grad-accum 2 does not divide");
+    expect_usage_error("auto --model gpt2 --gpus 8 --global-batch 24 --batch 2", "give --batch 1 or 3");
+    expect_usage_error("auto --model gpt2 --gpus 8 --global-batch 24 --batch 1 --grad-accum 2", "not --global-batch 24");
+}
+
+/* Without an activation model compute is unknown: auto ranks by communication, not tokens/s. */
+Test(cli_auto, auto_without_activations_should_rank_by_communication_time) {
+    cr_assert_eq(run("auto --params 7.5e9 --gpus 8"), 0, "%s", out);
+    cr_expect(strstr(out, "ms of communication per step") || strstr(out, "the least communication per step"), "%s", out);
+    cr_expect(!strstr(out, "tokens/s, within") && !strstr(out, "highest simulated throughput"), "%s", out);
+    const char *ru = strstr(out, "runner-up: ");
+    cr_expect(ru && strstr(ru, "ms of communication per step"), "%s", out);
+    cr_assert_eq(run("auto --params 7.5e9 --gpus 8 --json 2>/dev/null"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cJSON *a = cJSON_GetObjectItem(j, "auto");
+    cr_expect_str_eq(cJSON_GetObjectItem(a, "ranked_by")->valuestring, "comm_s");
+    cr_expect(cJSON_GetObjectItem(a, "comm_s")->valuedouble > 0);
+    cr_expect_null(cJSON_GetObjectItem(cJSON_GetObjectItem(a, "runner_up"), "tokens_per_s"));
+    cJSON_Delete(j);
+}
+
+/* --emit when nothing fits is a failure: exit 1 and nothing on stdout for `> ds.json`. */
+Test(cli_auto, emit_should_fail_with_nothing_on_stdout_when_nothing_fits) {
+    cr_expect_eq(run("auto --model llama2-70b --gpus 1 --emit deepspeed 2>/dev/null"), 1);
+    cr_expect_str_eq(out, "");
+    cr_expect_eq(run("auto --model llama2-70b --gpus 1 --emit torch 2>/dev/null"), 1);
+    cr_expect_str_eq(out, "");
+    cr_expect_eq(run("auto --model llama2-70b --gpus 1 --emit torch 2>&1"), 1);
+    cr_expect(strstr(out, "memplan: nothing fits, so no torchrun command") && strstr(out, "would fit with: "), "%s", out);
+}
+
+/* No --precision: the default follows the GPU (amp-fp16 where bf16 is missing), never an error. */
+Test(cli_auto, the_default_precision_should_be_one_the_gpu_runs) {
+    cr_assert_eq(run("auto --model gpt2 --gpu v100-32gb"), 0, "%s", out);
+    cr_expect(strstr(out, "--precision amp-fp16") || strstr(out, "--precision mixed-fp16"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpu v100-32gb"), 0, "%s", out);
+    cr_expect(strstr(out, "precision amp-fp16"), "%s", out);
+}
+
 Test(cli_auto, plan_should_show_host_memory_and_its_verdict) {
     cr_assert_eq(run("--model llama2-7b --gpus 8 --strategy zero3 --offload optimizer --act-ckpt full --host-mem 64GiB"), 0, "%s", out);
     cr_expect(strstr(out, " host ") && strstr(out, "GiB/node"), "%s", out);
     cr_expect(strstr(out, "# zero3 does not fit in host memory: needs "), "%s", out);
     cr_expect(strstr(out, "copy_d2h") && strstr(out, "copy_h2d"), "host copies in the collective table: %s", out);
+    /* the GPUs fit, host memory does not: the advice names host memory, not GPU peaks */
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --offload optimizer --host-mem 1GiB"), 0, "%s", out);
+    cr_expect(strstr(out, "recommendation: none — nothing fits in host memory: ") && strstr(out, "--host-mem 35GiB"),
+              "%s", out);
     cr_assert_eq(run("--model llama2-7b --gpus 8 --strategy zero3 --offload params --json"), 0);
     cJSON *j = cJSON_Parse(out);
     cr_assert_not_null(j);
@@ -243,7 +332,11 @@ Test(cli_auto, emit_torch_snippets_should_be_valid_python) {
     const char *cases[] = {
         "--model llama2-7b --gpus 8 --gpu-mem 24GiB --strategy fsdp-full --offload params --precision mixed-bf16",
         "--model gpt2 --gpus 8", "--model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy zero3",
-        "--model resnet50 --gpus 8 --gpu-mem 8GiB", "--model llama2-70b --gpus 64 --gpu h100-80gb --seq 4096"};
+        "--model resnet50 --gpus 8 --gpu-mem 8GiB", "--model llama2-70b --gpus 64 --gpu h100-80gb --seq 4096",
+        "--model llama2-7b --gpus 8 --gpu-mem 24GiB --strategy fsdp-full --offload params --precision mixed-bf16 --fsdp 1",
+        "--model llama2-7b --gpus 16 --strategy fsdp-hybrid --act-ckpt every:2",
+        "--model gpt2-xl --gpus 8 --strategy fsdp-grad-op --offload params --act-ckpt full",
+        "--model gpt2-xl --gpus 8 --strategy ddp --precision bf16"};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char args[700];
         /* everything after the torchrun line is Python */
