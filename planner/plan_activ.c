@@ -50,6 +50,8 @@ static double hidden_dropout_bytes(const ModelSpec *m, const TrainSpec *t, doubl
     return llama_style(m) ? 0 : plan_act_dropout_bytes(t, dropout, in_bytes);
 }
 
+static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
+
 /* Eager PyTorch transformer block, per token: bytes = lin + s*quad. */
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin_out, double *quad_out) {
@@ -98,6 +100,17 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
             lin += F * a;                                  /* SDPA log-sum-exp, fp32 */
         }
     }
+    lin += mlp_bytes(m, t, f, mlp_in);
+    lin += M * h;                                          /* MLP dropout mask */
+    *lin_out = lin;
+    *quad_out = quad;
+}
+
+/* A dense MLP of width f per token: what its linears and activation save. */
+static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, F = 4, h = (double)m->d_model, lin = 0;
+    int amp = p->autocast;
     switch (m->mlp) {
     case MLP_GELU: lin += X * (h + 2 * f); break;          /* fc1 input, GELU input, fc2 input */
     case MLP_GELU_NEW:                                     /* 0.5x(1+tanh(c(x+0.044715x^3))) */
@@ -109,9 +122,29 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
     case MLP_RELU: lin += X * (h + f); break;
     case MLP_SWIGLU: lin += X * (mlp_in * h + 4 * f); break;   /* gate, silu, up, product */
     }
-    lin += M * h;                                          /* MLP dropout mask */
-    *lin_out = lin;
-    *quad_out = quad;
+    return lin;
+}
+
+double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l) {
+    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return (double)m->d_ff;
+    return (double)m->moe.top_k * (double)m->moe.d_ff_expert + (double)m->moe.d_ff_shared;
+}
+
+/* transformers 5's eager experts loop (Qwen3MoeExperts.forward and its kin): the router's
+   linear saves its input (X·h) and softmax(dtype=float32) its fp32 output (4·E), topk its
+   indices (8·k) and weights (X·k); every routed token is gathered (hidden_states[token_idx]:
+   the gate_up linear saves it, X·h), its gate_up output split into gate and up (the activation
+   saves gate, the product saves act(gate) and up: 3·X·f_e), down saves the product (X·f_e), the
+   routing-weight product saves the expert output (X·h); the shared expert is a dense gated MLP.
+   An estimate from the source until measured. */
+double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t) {
+    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return 0;
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, h = (double)m->d_model, k = m->moe.top_k, fe = (double)m->moe.d_ff_expert;
+    double mlp_in = llama_style(m) && p->autocast ? 2 : 1;
+    double moe = X * h + 4.0 * m->moe.n_experts + 8 * k + X * k + k * X * (2 * h + 4 * fe);
+    if (m->moe.d_ff_shared > 0) moe += mlp_bytes(m, t, (double)m->moe.d_ff_shared, mlp_in);
+    return moe - mlp_bytes(m, t, (double)m->d_ff, mlp_in);
 }
 
 static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
@@ -166,7 +199,7 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
         int cross = m->arch == ARCH_ENC_DEC && i > m->n_enc_layer;  /* layer 0 is embeddings */
         double lin, quad;
         plan_act_block_coeffs(m, t, in->dropout, cross, &lin, &quad);
-        return bs * (lin + s * quad);
+        return bs * (lin + plan_act_moe_delta(m, l, t) + s * quad);
     }
     case LAYER_NORM: return bs * norm_bytes(m, R, h);
     case LAYER_LINEAR: return b * X * h;                             /* pooler: first token */
@@ -273,7 +306,7 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     const LayerSpec *l = &m->layers[i];
     if (t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK || !is_transformer(m)) return 0;
     const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, f = (double)m->d_ff;
+    double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
     double M = hidden_dropout_bytes(m, t, in->dropout, X);
     double bs = (double)in->b * (double)in->s;
     double ws = bs * (2 * f * X + R * h - M * h);
@@ -283,6 +316,9 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
 
 /* Elements of a block's MLP output projection (fc2 / c_proj / down_proj), whose gradients
    exist during the MLP's backward; the block's others come after it. */
-double plan_act_block_mlp_out_elems(const ModelSpec *m) {
+double plan_act_block_mlp_out_elems(const ModelSpec *m, int i) {
+    const LayerSpec *l = &m->layers[i];
+    if (l->expert_params > 0 && m->moe.n_experts > 0)
+        return (double)l->expert_params + (double)m->moe.d_ff_shared * (double)m->d_model;
     return (double)m->d_ff * (double)m->d_model;
 }

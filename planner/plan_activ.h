@@ -36,15 +36,26 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
    activations, which are all still held: the MLP's two f-wide gradients, the residual stream's
    gradient, and under checkpointing the recomputed activations. 0 for other layers. */
 double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
-/* Elements of a block's MLP output projection (its gradients exist during the MLP backward). */
-double plan_act_block_mlp_out_elems(const ModelSpec *m);
+/* Elements of block i's MLP parameters whose gradients exist during its MLP backward: the
+   output projection (fc2 / down_proj); in a MoE block the routed experts' (their gradients
+   accumulate into whole 3-D tensors from the first expert's backward) and the shared expert's
+   down_proj. */
+double plan_act_block_mlp_out_elems(const ModelSpec *m, int i);
+/* The MLP width one token passes through in layer l: d_ff, or in a MoE block top_k routed
+   experts of d_ff_expert plus the shared experts' d_ff_shared. */
+double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l);
 /* Bytes per element a dropout keeps for backward, for an input of in_bytes per element:
    1 (CUDA's fused kernel, a bool mask) or in_bytes (CPU: a noise tensor, --autocast cpu). */
 double plan_act_dropout_bytes(const TrainSpec *t, double dropout, double in_bytes);
 /* 1 when SDPA runs its fp32 math kernel: CPU kernels (--autocast cpu) with dropout > 0. */
 int plan_act_sdpa_math(const TrainSpec *t, double dropout);
-/* Per-token block coefficients (bytes = s*lin + s*s*quad per sample), for docs and tests. */
+/* Per-token block coefficients (bytes = s*lin + s*s*quad per sample) of a dense block, for
+   docs and tests. */
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin, double *quad);
+/* Per token, what a MoE block's MLP saves instead of a dense MLP of d_ff (+, or −): the router
+   and the routed and shared experts (transformers 5's eager experts loop; an estimate from its
+   source, docs/formulas.md "Mixture of experts"). 0 for a dense block. */
+double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t);
 
 #endif

@@ -647,18 +647,20 @@ void plan_auto_prediction(FILE *f, const ClusterSpec *c, const AutoResult *r) {
                 plan_strategy(r->strategy)->name, plan_strategy(r->strategy)->name);
 }
 
-/* The Hugging Face transformer block class of a model, by the family its name starts with. */
-static const struct { const char *prefix, *module, *cls; } BLOCKS[] = {
-    {"gpt2", "transformers.models.gpt2.modeling_gpt2", "GPT2Block"},
-    {"llama", "transformers.models.llama.modeling_llama", "LlamaDecoderLayer"},
-    {"mistral", "transformers.models.mistral.modeling_mistral", "MistralDecoderLayer"},
-    {"qwen2", "transformers.models.qwen2.modeling_qwen2", "Qwen2DecoderLayer"},
-    {"gemma", "transformers.models.gemma.modeling_gemma", "GemmaDecoderLayer"},
-    {"gpt-neox", "transformers.models.gpt_neox.modeling_gpt_neox", "GPTNeoXLayer"},
-    {"pythia", "transformers.models.gpt_neox.modeling_gpt_neox", "GPTNeoXLayer"},
-    {"opt", "transformers.models.opt.modeling_opt", "OPTDecoderLayer"},
-    {"bert", "transformers.models.bert.modeling_bert", "BertLayer"},
-    {"t5", "transformers.models.t5.modeling_t5", "T5Block"},
+/* The Hugging Face transformer block class of each family (ModelSpec.family, the config's
+   model_type; the zoo's by their family too). */
+static const struct { const char *family, *module, *cls; } BLOCKS[] = {
+    {"gpt2", "gpt2", "GPT2Block"}, {"llama", "llama", "LlamaDecoderLayer"},
+    {"mistral", "mistral", "MistralDecoderLayer"}, {"qwen2", "qwen2", "Qwen2DecoderLayer"},
+    {"gemma", "gemma", "GemmaDecoderLayer"}, {"gpt_neox", "gpt_neox", "GPTNeoXLayer"},
+    {"opt", "opt", "OPTDecoderLayer"}, {"bert", "bert", "BertLayer"}, {"t5", "t5", "T5Block"},
+    {"qwen3", "qwen3", "Qwen3DecoderLayer"}, {"gemma2", "gemma2", "Gemma2DecoderLayer"},
+    {"gemma3_text", "gemma3", "Gemma3DecoderLayer"}, {"phi3", "phi3", "Phi3DecoderLayer"},
+    {"olmo2", "olmo2", "Olmo2DecoderLayer"}, {"granite", "granite", "GraniteDecoderLayer"},
+    {"smollm3", "smollm3", "SmolLM3DecoderLayer"}, {"starcoder2", "starcoder2", "Starcoder2DecoderLayer"},
+    {"mixtral", "mixtral", "MixtralDecoderLayer"}, {"qwen2_moe", "qwen2_moe", "Qwen2MoeDecoderLayer"},
+    {"qwen3_moe", "qwen3_moe", "Qwen3MoeDecoderLayer"}, {"deepseek_v3", "deepseek_v3", "DeepseekV3DecoderLayer"},
+    {"gpt_oss", "gpt_oss", "GptOssDecoderLayer"}, {"llama4_text", "llama4", "Llama4TextDecoderLayer"},
 };
 
 /* Activation checkpointing before wrapping: a Hugging Face model's own switch for full
@@ -741,14 +743,14 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     const char *dt = p->peak == PEAK_BF16 ? "torch.bfloat16" : p->peak == PEAK_FP16 ? "torch.float16" : "torch.float32";
     const char *blk = "BLOCK", *mod = NULL;
     for (size_t i = 0; i < sizeof(BLOCKS) / sizeof(BLOCKS[0]); i++)
-        if (strncmp(m->name, BLOCKS[i].prefix, strlen(BLOCKS[i].prefix)) == 0) { blk = BLOCKS[i].cls; mod = BLOCKS[i].module; break; }
+        if (strcmp(m->family, BLOCKS[i].family) == 0) { blk = BLOCKS[i].cls; mod = BLOCKS[i].module; break; }
     int transformer = m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
     int bn = plan_model_bn_layers(m, NULL) > 0 && c->gpus > 1 && r->train.micro_batch < 16;
     int fsdp = r->strategy == STRAT_FSDP_FULL || r->strategy == STRAT_FSDP_GRAD_OP || r->strategy == STRAT_FSDP_HYBRID;
     int fsdp1 = fsdp && r->train.fsdp_impl == 1;
     fprintf(f, "# in train.py, after dist.init_process_group(\"nccl\") and torch.cuda.set_device(local_rank):\n");
     fprintf(f, "import functools, torch\n");
-    if (mod && transformer) fprintf(f, "from %s import %s\n", mod, blk);
+    if (mod && transformer) fprintf(f, "from transformers.models.%s.modeling_%s import %s\n", mod, mod, blk);
     else if (!strcmp(blk, "BLOCK")) fprintf(f, "BLOCK = ...  # your model's repeated block class (the unit of sharding and checkpointing)\n");
     if (bn) fprintf(f, "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before wrapping\n");
     if (p->master_bytes == 0 && p->param_bytes == 2)   /* pure 16-bit: params, grads and Adam states */

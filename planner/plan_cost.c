@@ -3,6 +3,8 @@
  * docs/formulas.md "Time". */
 #include "plan_cost.h"
 
+#include "plan_activ.h"
+
 #include <math.h>
 
 static int is_transformer(const ModelSpec *m) {
@@ -33,7 +35,8 @@ double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t) {
     switch (l->kind) {
     /* 2 FLOPs per weight per token, + QK^T and AV: 2 x 2 x keys x d per token (PyTorch: every
        key, the mask applied after; the engine: the keys its causal blocks compute) */
-    case LAYER_BLOCK: return b * s * (2.0 * (double)l->params + 4.0 * plan_attn_keys_per_query(t, s) * attn);
+    /* a MoE block: the parameters a token uses (top_k of the routed experts, plan_layer_active_params) */
+    case LAYER_BLOCK: return b * s * (2.0 * plan_layer_active_params(m, l) + 4.0 * plan_attn_keys_per_query(t, s) * attn);
     case LAYER_HEAD: return b * s * 2.0 * h * (double)m->vocab + 2.0 * (double)l->params * b * s;
     case LAYER_LINEAR: return 2.0 * (double)l->params * b;
     default: return 0;                                         /* lookups, norms: memory-bound */
@@ -43,6 +46,7 @@ double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t) {
 /* Elements of a transformer block's weight matrices and norms; the rest of its parameters are
    the linear layers' biases, one element per output feature of a biased linear. */
 static double block_bias_elems(const ModelSpec *m, const LayerSpec *l) {
+    if (l->expert_params > 0) return 0;   /* MoE blocks: not counted (< 0.1 % of their passes) */
     double h = (double)m->d_model, dh = (double)m->d_head, f = (double)m->d_ff;
     double q = (double)m->n_head * dh, kv = (double)(m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * dh;
     double mats = h * (q + 2 * kv) + q * h + (m->mlp == MLP_SWIGLU ? 3 : 2) * h * f;
@@ -59,7 +63,7 @@ void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double 
     int eng = t->impl == IMPL_ENGINE;
     double X = eng ? 4 : p->act_bytes;   /* the engine runs in fp32 */
     double b = (double)t->micro_batch, s = seq_of(m, t), n = b * s;   /* tokens */
-    double h = (double)m->d_model, dh = (double)m->d_head, f = (double)m->d_ff, V = (double)m->vocab;
+    double h = (double)m->d_model, dh = (double)m->d_head, f = plan_act_mlp_width(m, l), V = (double)m->vocab;
     double q = (double)m->n_head * dh, kv = (double)(m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * dh;
     double fe = 0, be = 0;   /* elements per token */
     switch (l->kind) {

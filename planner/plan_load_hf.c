@@ -4,6 +4,7 @@
  * config may omit) onto the shared transformer builder. docs/model-formats.md gives each
  * architecture's parameter formula and the published count it is tested against. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan_load.h"
@@ -21,6 +22,7 @@ typedef struct {
     char name[64];
     char act[32];
     TransformerConfig t;
+    unsigned char *dense;      /* per block, 1 = dense in a MoE model (freed by ld_hf_config) */
 } HfBuild;
 
 #define HF_MAX_CLASSES 5
@@ -46,6 +48,20 @@ static const HfType HF_TYPES[] = {
     {"mistral", {"MistralForCausalLM", "MistralModel"}, read_llama_like},
     {"qwen2", {"Qwen2ForCausalLM", "Qwen2Model"}, read_llama_like},
     {"gemma", {"GemmaForCausalLM", "GemmaModel"}, read_llama_like},
+    {"qwen3", {"Qwen3ForCausalLM", "Qwen3Model"}, read_llama_like},
+    {"gemma2", {"Gemma2ForCausalLM", "Gemma2Model"}, read_llama_like},
+    {"gemma3_text", {"Gemma3ForCausalLM", "Gemma3TextModel"}, read_llama_like},
+    {"phi3", {"Phi3ForCausalLM", "Phi3Model"}, read_llama_like},
+    {"olmo2", {"Olmo2ForCausalLM", "Olmo2Model"}, read_llama_like},
+    {"granite", {"GraniteForCausalLM", "GraniteModel"}, read_llama_like},
+    {"smollm3", {"SmolLM3ForCausalLM", "SmolLM3Model"}, read_llama_like},
+    {"starcoder2", {"Starcoder2ForCausalLM", "Starcoder2Model"}, read_llama_like},
+    {"mixtral", {"MixtralForCausalLM", "MixtralModel"}, read_llama_like},
+    {"qwen2_moe", {"Qwen2MoeForCausalLM", "Qwen2MoeModel"}, read_llama_like},
+    {"qwen3_moe", {"Qwen3MoeForCausalLM", "Qwen3MoeModel"}, read_llama_like},
+    {"deepseek_v3", {"DeepseekV3ForCausalLM", "DeepseekV3Model"}, read_llama_like},
+    {"gpt_oss", {"GptOssForCausalLM", "GptOssModel"}, read_llama_like},
+    {"llama4_text", {"Llama4ForCausalLM", "Llama4TextModel"}, read_llama_like},
     {"gpt_neox", {"GPTNeoXForCausalLM"}, read_gpt_neox},
     {"opt", {"OPTForCausalLM"}, read_opt},
     {"bert", {"BertForMaskedLM", "BertLMHeadModel", "BertForPreTraining", "BertModel"}, read_bert},
@@ -56,7 +72,10 @@ static const HfType HF_TYPES[] = {
 /* Base classes: the transformer without an output head. They return hidden states, so they
  * have no logits and no loss (transformers: GPT2Model, LlamaModel, ... T5Model). */
 static const char *const HF_HEADLESS[] = {"GPT2Model", "LlamaModel", "MistralModel", "Qwen2Model",
-                                          "GemmaModel", "BertModel", "T5Model"};
+                                          "GemmaModel", "BertModel", "T5Model", "Qwen3Model", "Gemma2Model",
+                                          "Gemma3TextModel", "Phi3Model", "Olmo2Model", "GraniteModel",
+                                          "SmolLM3Model", "Starcoder2Model", "MixtralModel", "Qwen2MoeModel",
+                                          "Qwen3MoeModel", "DeepseekV3Model", "GptOssModel", "Llama4TextModel"};
 
 static int hf_headless(const char *cls) {
     for (size_t i = 0; i < sizeof(HF_HEADLESS) / sizeof(HF_HEADLESS[0]); i++)
@@ -74,25 +93,93 @@ static const char *plan_load_hf_types(void) {
     return buf;
 }
 
-/* LLaMA-family variants: what differs between the four model types that share one layout
- * (RMSNorm, gated MLP, RoPE, no positions table). Defaults are transformers' config classes. */
+/* The LLaMA-layout families, as data: what each one's config keys mean and which parts its
+ * blocks have (transformers 5.24's configuration_*.py defaults for omitted keys; the parameter
+ * registration order in plan_model.c). One row per model_type; a new family of the same
+ * layout is a new row. */
+enum {
+    F_QKV_BIAS = 1 << 0,      /* q, k, v biases always (Qwen2, Qwen2-MoE) */
+    F_ATTN_BIAS = 1 << 1,     /* reads attention_bias (q, k, v and o biases) */
+    F_MLP_BIAS = 1 << 2,      /* reads mlp_bias */
+    F_USE_BIAS = 1 << 3,      /* reads use_bias for every linear (StarCoder2) */
+    F_QK_NORM_HEAD = 1 << 4,  /* RMSNorm on each head's q and k (Qwen3, Gemma 3) */
+    F_QK_NORM_FULL = 1 << 5,  /* RMSNorm on all of q and of k (OLMo 2) */
+    F_SANDWICH = 1 << 6,      /* four norms per block (Gemma 2, Gemma 3) */
+    F_FUSED = 1 << 7,         /* fused qkv_proj and gate_up_proj (Phi-3) */
+    F_SINKS = 1 << 8,         /* attention sinks (GPT-OSS) */
+    F_LAYERNORM = 1 << 9,     /* LayerNorm with bias and a plain c_fc/c_proj MLP (StarCoder2) */
+    F_MLA = 1 << 10,          /* multi-head latent attention (DeepSeek-V3) */
+    F_HIDDEN_ACTIVATION = 1 << 11,  /* the activation is hidden_activation (Gemma 2/3; Gemma too when given) */
+};
+
 typedef struct {
     const char *type;
+    unsigned feat;
     int tied;                  /* tie_word_embeddings default */
-    int qkv_bias;              /* q/k/v biases always present (Qwen2) */
-    int has_attention_bias;    /* reads attention_bias (q, k, v and o) */
-    int has_mlp_bias;          /* reads mlp_bias (gate, up, down) */
     int64_t head_dim;          /* head_dim default (0 = hidden / heads) */
     const char *act;           /* hidden_act default */
     int64_t max_pos;           /* max_position_embeddings default (no parameters depend on it) */
-} LlamaVariant;
+    int attn_bias;             /* attention_bias default (GPT-OSS: true) */
+    /* mixture of experts (NULL experts key: dense) */
+    const char *k_experts;     /* num_local_experts, num_experts, n_routed_experts; "a|b": the
+                                  config class's attribute_map alias b read when a is absent */
+    int experts, top_k;        /* their defaults */
+    const char *k_expert_ff;   /* each expert's width: moe_intermediate_size, or intermediate_size */
+    int64_t expert_ff;
+    const char *k_shared;      /* shared expert width (Qwen2-MoE), or how many of expert width
+                                  (DeepSeek n_shared_experts), or NULL */
+    int64_t shared;            /* its default */
+    int shared_experts;        /* k_shared counts experts of expert width (DeepSeek) */
+    int shared_of_ff;          /* one shared expert of intermediate_size (Llama 4) */
+    int router_first;          /* router registered before the experts */
+    int shared_gate, moe_bias; /* Qwen2-MoE's shared-expert gate; GPT-OSS's biases */
+    const char *k_dense_ff;    /* the dense blocks' width key when not intermediate_size (Llama 4) */
+    int64_t dense_ff;
+    /* which blocks are MoE: the first k dense (DeepSeek), every step-th (Qwen-MoE, Llama 4), a
+       list of dense ones (Qwen-MoE mlp_only_layers) or of MoE ones (Llama 4 moe_layers) */
+    const char *k_first_dense;
+    int first_dense;
+    const char *k_step;
+    const char *k_dense_list, *k_moe_list;
+} Family;
 
-static const LlamaVariant LLAMA_VARIANTS[] = {
-    {"llama", 0, 0, 1, 1, 0, "silu", 2048},
-    {"mistral", 0, 0, 0, 0, 0, "silu", 4096 * 32},
-    {"qwen2", 0, 1, 0, 0, 0, "silu", 32768},
-    {"gemma", 1, 0, 1, 0, 256, "gelu_pytorch_tanh", 8192},
+static const Family FAMILIES[] = {
+    {.type = "llama", .feat = F_ATTN_BIAS | F_MLP_BIAS, .act = "silu", .max_pos = 2048},
+    {.type = "mistral", .act = "silu", .max_pos = 131072},
+    {.type = "qwen2", .feat = F_QKV_BIAS, .act = "silu", .max_pos = 32768},
+    {.type = "gemma", .feat = F_ATTN_BIAS, .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 8192},
+    {.type = "qwen3", .feat = F_ATTN_BIAS | F_QK_NORM_HEAD, .head_dim = 128, .act = "silu", .max_pos = 32768},
+    {.type = "gemma2", .feat = F_ATTN_BIAS | F_SANDWICH | F_HIDDEN_ACTIVATION, .tied = 1, .head_dim = 256,
+     .act = "gelu_pytorch_tanh", .max_pos = 8192},
+    {.type = "gemma3_text", .feat = F_ATTN_BIAS | F_SANDWICH | F_QK_NORM_HEAD | F_HIDDEN_ACTIVATION, .tied = 1,
+     .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 131072},
+    {.type = "phi3", .feat = F_FUSED, .act = "silu", .max_pos = 4096},
+    {.type = "olmo2", .feat = F_ATTN_BIAS | F_QK_NORM_FULL, .act = "silu", .max_pos = 2048},
+    {.type = "granite", .feat = F_ATTN_BIAS | F_MLP_BIAS, .act = "silu", .max_pos = 2048},
+    {.type = "smollm3", .feat = F_ATTN_BIAS | F_MLP_BIAS, .tied = 1, .act = "silu", .max_pos = 32768},
+    {.type = "starcoder2", .feat = F_USE_BIAS | F_LAYERNORM, .tied = 1, .act = "gelu_pytorch_tanh", .max_pos = 4096},
+    {.type = "mixtral", .act = "silu", .max_pos = 131072, .k_experts = "num_local_experts|num_experts", .experts = 8, .top_k = 2,
+     .k_expert_ff = "intermediate_size", .expert_ff = 14336, .router_first = 1},
+    {.type = "qwen2_moe", .feat = F_QKV_BIAS, .act = "silu", .max_pos = 32768, .k_experts = "num_experts",
+     .experts = 60, .top_k = 4, .k_expert_ff = "moe_intermediate_size", .expert_ff = 1408,
+     .k_shared = "shared_expert_intermediate_size", .shared = 5632, .router_first = 1, .shared_gate = 1,
+     .k_step = "decoder_sparse_step", .k_dense_list = "mlp_only_layers"},
+    {.type = "qwen3_moe", .feat = F_ATTN_BIAS | F_QK_NORM_HEAD, .act = "silu", .max_pos = 32768,
+     .k_experts = "num_experts|num_local_experts", .experts = 128, .top_k = 8, .k_expert_ff = "moe_intermediate_size", .expert_ff = 768,
+     .k_step = "decoder_sparse_step", .k_dense_list = "mlp_only_layers"},
+    {.type = "deepseek_v3", .feat = F_ATTN_BIAS | F_MLA, .act = "silu", .max_pos = 4096, .k_experts = "n_routed_experts|num_local_experts",
+     .experts = 256, .top_k = 8, .k_expert_ff = "moe_intermediate_size", .expert_ff = 2048,
+     .k_shared = "n_shared_experts", .shared = 1, .shared_experts = 1, .k_first_dense = "first_k_dense_replace",
+     .first_dense = 3},
+    {.type = "gpt_oss", .feat = F_ATTN_BIAS | F_SINKS, .attn_bias = 1, .head_dim = 64, .act = "silu", .max_pos = 131072,
+     .k_experts = "num_local_experts|num_experts", .experts = 128, .top_k = 4, .k_expert_ff = "intermediate_size",
+     .expert_ff = 2880, .router_first = 1, .moe_bias = 1},
+    {.type = "llama4_text", .feat = F_ATTN_BIAS, .head_dim = 128, .act = "silu", .max_pos = 131072,
+     .k_experts = "num_local_experts", .experts = 16, .top_k = 1, .k_expert_ff = "intermediate_size",
+     .expert_ff = 8192, .shared_of_ff = 1, .k_dense_ff = "intermediate_size_mlp", .dense_ff = 16384,
+     .k_step = "interleave_moe_layer_step", .k_moe_list = "moe_layers"},
 };
+#define N_FAMILIES ((int)(sizeof(FAMILIES) / sizeof(FAMILIES[0])))
 
 /* The MLP kind that an activation name implies (non-gated MLPs). */
 static MlpKind mlp_of_act(const char *act) {
@@ -147,26 +234,99 @@ static int read_gpt2(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b)
     return 0;
 }
 
-/* LlamaForCausalLM and its relatives: embed_tokens V*h; per block q (h x A*d), k and v
- * (h x KV*d), o (A*d x h), gate/up (h x f), down (f x h), two RMSNorms (h); norm (h); lm_head
- * V*h unless tied. Qwen2 adds q/k/v biases; attention_bias adds q/k/v/o biases, mlp_bias
- * gate/up/down biases. */
+/* A list of block indices (Qwen-MoE mlp_only_layers, Llama 4 moe_layers) into flags: each
+   listed block gets `set`, the others `1 - set`. Absent: 0 and *flags untouched. */
+static int block_list(LoadCtx *c, const cJSON *root, const char *key, int n, int set, HfBuild *b) {
+    const cJSON *a = key ? cJSON_GetObjectItemCaseSensitive(root, key) : NULL;
+    if (!a || cJSON_IsNull(a)) return 0;
+    if (!cJSON_IsArray(a)) return ld_fail(c, "field '%s' must be a list of layer indices", key);
+    if (!b->dense && !(b->dense = calloc((size_t)n, 1))) return ld_fail(c, "out of host memory");
+    for (int i = 0; i < n; i++) b->dense[i] = (unsigned char)(1 - set);
+    int k = 0;
+    for (const cJSON *e = a->child; e; e = e->next, k++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int)e->valuedouble || e->valuedouble < 0 ||
+            e->valuedouble >= n)
+            return ld_fail(c, "field '%s[%d]' must be a layer index from 0 to %d", key, k, n - 1);
+        b->dense[(int)e->valuedouble] = (unsigned char)set;
+    }
+    return 0;
+}
+
+/* A MoE family's experts, shared experts and which blocks route (Family); dense families
+   and configs with no experts leave t->moe zero. */
+static int read_moe(LoadCtx *c, const cJSON *root, const Family *v, HfBuild *b) {
+    TransformerConfig *t = &b->t;
+    if (!v->k_experts) return 0;
+    MoeSpec *e = &t->moe;
+    int64_t shared = 0;
+    char key[64];   /* the first of the alias keys the config gives (else the first) */
+    snprintf(key, sizeof key, "%s", v->k_experts);
+    char *alt = strchr(key, '|');
+    if (alt) {
+        *alt++ = 0;
+        const cJSON *k0 = cJSON_GetObjectItemCaseSensitive(root, key);
+        if ((!k0 || cJSON_IsNull(k0)) && cJSON_GetObjectItemCaseSensitive(root, alt)) memmove(key, alt, strlen(alt) + 1);
+    }
+    if (ld_int32(c, root, "", key, 0, v->experts, 0, 65536, &e->n_experts) ||
+        ld_int32(c, root, "", "num_experts_per_tok", 0, v->top_k, 1, 65536, &e->top_k) ||
+        ld_int(c, root, "", v->k_expert_ff, 0, v->expert_ff, 1, MAX_FFN, &e->d_ff_expert) ||
+        (v->k_shared && ld_int(c, root, "", v->k_shared, 0, v->shared, 0, MAX_FFN, &shared)) ||
+        (v->k_dense_ff && ld_int(c, root, "", v->k_dense_ff, 0, v->dense_ff, 1, MAX_FFN, &t->d_ff)) ||
+        (v->k_first_dense && ld_int32(c, root, "", v->k_first_dense, 0, v->first_dense, 0, MAX_LAYERS,
+                                      &t->moe_first_dense)) ||
+        (v->k_step && ld_int32(c, root, "", v->k_step, 0, 1, 1, MAX_LAYERS, &t->moe_step)))
+        return -1;
+    if (e->n_experts == 0) { memset(e, 0, sizeof(*e)); return 0; }
+    if (e->top_k > e->n_experts)
+        return ld_fail(c, "num_experts_per_tok %d exceeds the %d experts of '%s'", e->top_k, e->n_experts, key);
+    e->d_ff_shared = v->shared_experts ? shared * e->d_ff_expert : shared;
+    if (v->shared_of_ff) e->d_ff_shared = e->d_ff_expert;   /* Llama 4: one shared expert of intermediate_size */
+    t->moe_router_first = v->router_first;
+    t->moe_shared_gate = v->shared_gate && e->d_ff_shared > 0;
+    t->moe_bias = v->moe_bias;
+    if (block_list(c, root, v->k_dense_list, t->n_layer, 1, b) || block_list(c, root, v->k_moe_list, t->n_layer, 0, b))
+        return -1;
+    if (v->k_moe_list && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(root, v->k_moe_list)))
+        t->moe_step = 1;   /* the list names every MoE block (Llama4TextConfig: moe_layers wins) */
+    t->dense_blocks = b->dense;
+    return 0;
+}
+
+/* DeepSeek's multi-head latent attention dimensions; an explicit null q_lora_rank means a plain
+   q_proj (DeepseekV3Attention), which null_is_absent would otherwise read as the default. */
+static int read_mla(LoadCtx *c, const cJSON *root, HfBuild *b) {
+    TransformerConfig *t = &b->t;
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "q_lora_rank");
+    if (ld_int(c, root, "", "q_lora_rank", 0, 1536, 1, 65536, &t->q_lora_rank) ||
+        ld_int(c, root, "", "kv_lora_rank", 0, 512, 1, 65536, &t->kv_lora_rank) ||
+        ld_int(c, root, "", "qk_rope_head_dim", 0, 64, 1, 65536, &t->qk_rope_dim) ||
+        ld_int(c, root, "", "qk_nope_head_dim", 0, 128, 0, 65536, &t->qk_nope_dim) ||
+        ld_int(c, root, "", "v_head_dim", 0, 128, 1, 65536, &t->v_head_dim))
+        return -1;
+    if (q && cJSON_IsNull(q)) t->q_lora_rank = 0;
+    return 0;
+}
+
+/* The LLaMA-layout families (FAMILIES): embed_tokens V*h; per block the attention (q, k, v,
+ * o, or Phi-3's fused qkv, or DeepSeek's latent attention; q/k norms; GPT-OSS sinks), the MLP
+ * (gate/up/down, Phi-3's fused gate_up, StarCoder2's c_fc/c_proj, or the experts), 2 or 4
+ * norms; norm (h); lm_head V*h unless tied. */
 static int read_llama_like(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b) {
-    const LlamaVariant *v = NULL;
+    const Family *v = NULL;
     char type[32];
     if (ld_str(c, root, "", "model_type", 0, "", type, sizeof(type))) return -1;
-    for (size_t i = 0; i < sizeof(LLAMA_VARIANTS) / sizeof(LLAMA_VARIANTS[0]); i++)
-        if (strcmp(LLAMA_VARIANTS[i].type, type) == 0) v = &LLAMA_VARIANTS[i];
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (strcmp(FAMILIES[i].type, type) == 0) v = &FAMILIES[i];
     if (!v) {   /* known only from its class name */
-        for (size_t i = 0; i < sizeof(LLAMA_VARIANTS) / sizeof(LLAMA_VARIANTS[0]); i++)
+        for (int i = 0; i < N_FAMILIES; i++)
             for (int k = 0; k < N_HF_TYPES; k++)
-                if (strcmp(HF_TYPES[k].type, LLAMA_VARIANTS[i].type) == 0 &&
-                    strcmp(HF_TYPES[k].classes[0], cls) == 0)
-                    v = &LLAMA_VARIANTS[i];
+                if (strcmp(HF_TYPES[k].type, FAMILIES[i].type) == 0 && strcmp(HF_TYPES[k].classes[0], cls) == 0)
+                    v = &FAMILIES[i];
     }
-    if (!v) return ld_fail(c, "internal error: no LLaMA variant for '%s'", cls);
+    if (!v) return ld_fail(c, "internal error: no family row for '%s'", cls);
     TransformerConfig *t = &b->t;
-    int attn_bias = 0, mlp_bias = 0;
+    int attn_bias = 0, mlp_bias = 0, use_bias = 1;
+    const char *act_key = v->feat & F_HIDDEN_ACTIVATION ? "hidden_activation" : "hidden_act";
     if (ld_int(c, root, "", "vocab_size", 1, 0, 1, MAX_VOCAB, &t->vocab) ||
         ld_int(c, root, "", "hidden_size", 1, 0, 1, MAX_HIDDEN, &t->d_model) ||
         ld_int(c, root, "", "intermediate_size", 1, 0, 1, MAX_FFN, &t->d_ff) ||
@@ -175,23 +335,30 @@ static int read_llama_like(LoadCtx *c, const cJSON *root, const char *cls, HfBui
         ld_int32(c, root, "", "num_key_value_heads", 0, t->n_head, 1, MAX_HEADS, &t->n_kv_head) ||
         ld_int(c, root, "", "head_dim", 0, v->head_dim, 1, MAX_HEADS, &t->d_head) ||
         ld_int(c, root, "", "max_position_embeddings", 0, v->max_pos, 1, MAX_CTX, &t->max_seq) ||
-        tied(c, root, v->tied, b) || act(c, root, "hidden_act", v->act, b) ||
+        tied(c, root, v->tied, b) || act(c, root, act_key, v->act, b) ||
         dropout(c, root, "attention_dropout", 0.0, b))
         return -1;
-    if (v->has_attention_bias && ld_bool(c, root, "", "attention_bias", 0, 0, 0, &attn_bias))
-        return -1;
-    if (v->has_mlp_bias && ld_bool(c, root, "", "mlp_bias", 0, 0, 0, &mlp_bias)) return -1;
+    if ((v->feat & F_ATTN_BIAS) && ld_bool(c, root, "", "attention_bias", 0, v->attn_bias, 0, &attn_bias)) return -1;
+    if ((v->feat & F_MLP_BIAS) && ld_bool(c, root, "", "mlp_bias", 0, 0, 0, &mlp_bias)) return -1;
+    if ((v->feat & F_USE_BIAS) && ld_bool(c, root, "", "use_bias", 0, 1, 0, &use_bias)) return -1;
     /* Gemma names its activation hidden_activation in later configs; it wins when present */
     if (strcmp(v->type, "gemma") == 0 && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(
                                              root, "hidden_activation")) &&
         act(c, root, "hidden_activation", v->act, b))
         return -1;
+    if ((v->feat & F_MLA) && read_mla(c, root, b)) return -1;
+    if (read_moe(c, root, v, b)) return -1;
     t->arch = ARCH_DECODER;
-    t->norm = NORM_RMSNORM;
-    t->mlp = MLP_SWIGLU;       /* gated: SwiGLU, or GeGLU for Gemma (same shapes) */
-    t->qkv_bias = v->qkv_bias || attn_bias;
-    t->out_bias = attn_bias;
-    t->mlp_bias = mlp_bias;
+    t->norm = v->feat & F_LAYERNORM ? NORM_LAYERNORM : NORM_RMSNORM;
+    t->mlp = v->feat & F_LAYERNORM ? mlp_of_act(b->act) : MLP_SWIGLU;   /* gated: SwiGLU, or GeGLU (same shapes) */
+    t->norm_bias = (v->feat & F_LAYERNORM) != 0;
+    t->qkv_bias = (v->feat & F_QKV_BIAS) || attn_bias || ((v->feat & F_USE_BIAS) && use_bias);
+    t->out_bias = attn_bias || ((v->feat & F_USE_BIAS) && use_bias);
+    t->mlp_bias = mlp_bias || ((v->feat & F_USE_BIAS) && use_bias);
+    t->qk_norm = v->feat & F_QK_NORM_HEAD ? 1 : v->feat & F_QK_NORM_FULL ? 2 : 0;
+    t->block_norms = v->feat & F_SANDWICH ? 4 : 2;
+    t->fused_qkv = t->fused_gate_up = (v->feat & F_FUSED) != 0;
+    t->sinks = (v->feat & F_SINKS) != 0;
     t->final_norm = 1;
     return 0;
 }
@@ -347,6 +514,40 @@ static int read_t5(LoadCtx *c, const cJSON *root, const char *cls, HfBuild *b) {
     return 0;
 }
 
+/* Edit distance of two short strings (model_type names), capped at 64 characters. */
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b), d[65];
+    if (la > 64 || lb > 64) return 99;
+    for (int j = 0; j <= lb; j++) d[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int prev = d[0];
+        d[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int cur = d[j], sub = prev + (a[i - 1] != b[j - 1]);
+            d[j] = sub < d[j] + 1 ? sub : d[j] + 1;
+            if (d[j - 1] + 1 < d[j]) d[j] = d[j - 1] + 1;
+            prev = cur;
+        }
+    }
+    return d[lb];
+}
+
+/* The supported model_type closest to an unknown one ("qwen3_next" -> qwen3, "gemma4" ->
+   gemma), or NULL when none is within half its length. */
+static const char *nearest_type(const char *type) {
+    const char *best = NULL;
+    int bd = 99;
+    for (int i = 0; i < N_HF_TYPES; i++) {
+        const char *k = HF_TYPES[i].type;
+        size_t n = strlen(k);
+        /* a known name followed by a suffix ("qwen3_next", "llama4") counts as its distance from
+           the prefix alone, so variants find their family */
+        int d = strncmp(type, k, n) == 0 ? 1 : edit_distance(type, k);
+        if (d < bd) { bd = d; best = k; }
+    }
+    return bd <= (int)strlen(type) / 2 ? best : NULL;
+}
+
 int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
     char type[64] = "", cls[96] = "";
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
@@ -373,8 +574,20 @@ int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
     if (!ht && !type[0] && !cls[0])
         return ld_fail(c, "missing field 'model_type' (and no class in 'architectures')");
     if (!ht) {
-        snprintf(c->msg, c->msglen, "unsupported architecture '%s' in %s (supported: %s)",
-                 type[0] ? type : cls, c->label, plan_load_hf_types());
+        const char *got = type[0] ? type : cls, *near = type[0] ? nearest_type(type) : NULL;
+        char hint[96] = "";
+        if (near) snprintf(hint, sizeof hint, "; nearest: '%s', if it is a variant of it", near);
+        /* a multimodal wrapper (Llama 4, Gemma 3 4B+): its language model is a family memplan knows */
+        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+        const cJSON *tt = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, "model_type") : NULL;
+        for (int i = 0; cJSON_IsString(tt) && i < N_HF_TYPES; i++)
+            if (strcmp(HF_TYPES[i].type, tt->valuestring) == 0)
+                return ld_fail(c, "'%s' is a multimodal model: memplan plans language models; its text model is "
+                               "model_type '%s' (save its text_config as a config.json of its own to plan that part; "
+                               "the vision tower is not planned)", got, tt->valuestring);
+        snprintf(c->msg, c->msglen, "unsupported architecture '%s' in %s (supported: %s%s); plan it from its "
+                 "parameter list instead: a params.json of {name: shape} from model.named_parameters(), or "
+                 "--params N (docs/model-formats.md)", got, c->label, plan_load_hf_types(), hint);
         return -1;
     }
     if (cls[0]) {
@@ -404,9 +617,15 @@ int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
         ld_name_from_label(c->label, b.name, sizeof(b.name));
     }
     b.t.name = b.name;
-    if (ht->read(c, root, cls, &b)) return -1;
+    b.t.family = ht->type;
+    if (ht->read(c, root, cls, &b)) {
+        free(b.dense);
+        return -1;
+    }
     b.t.headless = hf_headless(cls);
     char err[256];
-    if (plan_model_transformer(m, &b.t, err, sizeof(err))) return ld_fail(c, "%s", err);
+    int rc = plan_model_transformer(m, &b.t, err, sizeof(err));
+    free(b.dense);
+    if (rc) return ld_fail(c, "%s", err);
     return 0;
 }

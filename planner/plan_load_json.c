@@ -20,13 +20,14 @@ static const char *const MLP_NAMES[] = {"gelu", "gelu_new", "relu", "swiglu"};
 #define N_MLPS ((int)(sizeof(MLP_NAMES) / sizeof(MLP_NAMES[0])))
 
 static const char *const TOP_KEYS[] = {
-    "memplan_model", "name", "description", "arch", "n_layer", "n_enc_layer", "d_model",
+    "memplan_model", "name", "family", "description", "arch", "n_layer", "n_enc_layer", "d_model",
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
-    "mlp", "act_fn", "dropout", "image_size", "in_channels", "layers", NULL};
+    "mlp", "act_fn", "dropout", "image_size", "in_channels", "moe", "layers", NULL};
+static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", NULL};
 static const char *const LAYER_KEYS[] = {
     "name", "kind", "params", "buffers", "buffers_i64", "bn_channels", "largest_tensor", "fwd_flops",
     "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors",
-    "tensor_dim0", "unit", "conv_kernel", "conv_stride", NULL};
+    "tensor_dim0", "unit", "conv_kernel", "conv_stride", "expert_params", NULL};
 
 /* ---- export ---- */
 
@@ -84,6 +85,10 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
     int mlp = (m->mlp >= 0 && (int)m->mlp < N_MLPS) ? (int)m->mlp : 0;
     put(&o, "{\n  \"memplan_model\": %d,\n  \"name\": ", MEMPLAN_MODEL_VERSION);
     put_str(&o, m->name);
+    if (m->family[0]) {   /* optional */
+        put(&o, ",\n  \"family\": ");
+        put_str(&o, m->family);
+    }
     put(&o, ",\n  \"arch\": ");
     put_str(&o, plan_arch_name(m->arch));
     put(&o, ",\n  \"n_layer\": %d,\n  \"n_enc_layer\": %d,\n  \"d_model\": %lld,\n"
@@ -97,8 +102,11 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
     put_str(&o, m->act_fn);
     put(&o, ",\n  \"dropout\": ");
     put_double(&o, m->dropout);
-    put(&o, ",\n  \"image_size\": %d,\n  \"in_channels\": %d,\n  \"layers\": [\n",
-        m->image_size, m->in_channels);
+    put(&o, ",\n  \"image_size\": %d,\n  \"in_channels\": %d,\n", m->image_size, m->in_channels);
+    if (m->moe.n_experts > 0)   /* optional: absent = a dense model */
+        put(&o, "  \"moe\": {\"n_experts\": %d, \"top_k\": %d, \"d_ff_expert\": %lld, \"d_ff_shared\": %lld},\n",
+            m->moe.n_experts, m->moe.top_k, (long long)m->moe.d_ff_expert, (long long)m->moe.d_ff_shared);
+    put(&o, "  \"layers\": [\n");
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
         put(&o, "    {\"name\": ");
@@ -130,6 +138,7 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
         if (l->unit > 0) put(&o, ", \"unit\": %d", l->unit);
         if (l->conv_kernel > 0 || l->conv_stride > 0)
             put(&o, ", \"conv_kernel\": %d, \"conv_stride\": %d", l->conv_kernel, l->conv_stride);
+        if (l->expert_params > 0) put(&o, ", \"expert_params\": %lld", (long long)l->expert_params);
         put(&o, "}%s\n", i + 1 < m->n_layers ? "," : "");
     }
     put(&o, "  ]\n}\n");
@@ -242,8 +251,12 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
         ld_bool(c, j, prefix, "act_known", 0, 0, 1, &l->act_known) ||
         ld_int32(c, j, prefix, "unit", 0, 0, 0, 100000, &l->unit) ||
         ld_int32(c, j, prefix, "conv_kernel", 0, 0, 0, 65536, &l->conv_kernel) ||
-        ld_int32(c, j, prefix, "conv_stride", 0, 0, 0, 65536, &l->conv_stride))
+        ld_int32(c, j, prefix, "conv_stride", 0, 0, 0, 65536, &l->conv_stride) ||
+        ld_int(c, j, prefix, "expert_params", 0, 0, 0, LD_MAX_PARAMS, &l->expert_params))
         return -1;
+    if (l->expert_params > l->params)
+        return ld_fail(c, "field '%sexpert_params' (%lld) exceeds the layer's params (%lld)", prefix,
+                       (long long)l->expert_params, (long long)l->params);
     l->kind = (LayerKind)kind;
     if (!l->name[0]) return ld_fail(c, "field '%sname' is empty", prefix);
     if (l->buffers_i64 > l->buffers)
@@ -277,6 +290,7 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
         ld_enum(c, root, "", "norm", 0, 0, norm_name, N_NORMS, &norm) ||
         ld_enum(c, root, "", "mlp", 0, 0, mlp_name, N_MLPS, &mlp) ||
         ld_str(c, root, "", "act_fn", 0, "", m->act_fn, sizeof(m->act_fn)) ||
+        ld_str(c, root, "", "family", 0, "", m->family, sizeof(m->family)) ||
         ld_num(c, root, "", "dropout", 0, 0.0, 0.0, 1.0, &m->dropout) ||
         ld_int32(c, root, "", "image_size", m->arch == ARCH_CNN, 0,
                  m->arch == ARCH_CNN ? 1 : 0, 1 << 16, &m->image_size) ||
@@ -285,6 +299,19 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
         return -1;
     m->norm = (NormKind)norm;
     m->mlp = (MlpKind)mlp;
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(root, "moe");
+    if (moe) {   /* {n_experts, top_k, d_ff_expert, d_ff_shared}: a mixture of experts */
+        if (!cJSON_IsObject(moe)) return ld_fail(c, "field 'moe' must be an object");
+        MoeSpec *e = &m->moe;
+        if (ld_known_keys(c, moe, "moe.", MOE_KEYS) ||
+            ld_int32(c, moe, "moe.", "n_experts", 1, 0, 1, 65536, &e->n_experts) ||
+            ld_int32(c, moe, "moe.", "top_k", 1, 0, 1, 65536, &e->top_k) ||
+            ld_int(c, moe, "moe.", "d_ff_expert", 1, 0, 1, 1 << 22, &e->d_ff_expert) ||
+            ld_int(c, moe, "moe.", "d_ff_shared", 0, 0, 0, 1 << 24, &e->d_ff_shared))
+            return -1;
+        if (e->top_k > e->n_experts)
+            return ld_fail(c, "field 'moe.top_k' (%d) exceeds 'moe.n_experts' (%d)", e->top_k, e->n_experts);
+    }
     if (tf) {
         if (!cJSON_GetObjectItemCaseSensitive(root, "d_head") && m->d_model % m->n_head != 0)
             return ld_fail(c, "d_model %lld is not divisible by n_head %d: give d_head",

@@ -49,6 +49,17 @@ int64_t plan_model_params(const ModelSpec *m) {
     return s;
 }
 
+double plan_layer_active_params(const ModelSpec *m, const LayerSpec *l) {
+    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return (double)l->params;
+    return (double)l->params - (double)l->expert_params * (1.0 - (double)m->moe.top_k / m->moe.n_experts);
+}
+
+int64_t plan_model_active_params(const ModelSpec *m) {
+    double s = 0;
+    for (int i = 0; i < m->n_layers; i++) s += plan_layer_active_params(m, &m->layers[i]);
+    return (int64_t)(s + 0.5);
+}
+
 double plan_model_buffer_bytes(const ModelSpec *m, int *dtypes) {
     int64_t i64 = 0, all = 0;
     for (int i = 0; i < m->n_layers; i++) {
@@ -259,6 +270,96 @@ static void t_mlp(LayerSpec *l, const TransformerConfig *c) {
     t_proj(l, c, f, h, c->mlp_bias);
 }
 
+/* 1 when decoder block i is a mixture-of-experts block (the family's pattern). */
+static int moe_block(const TransformerConfig *c, int i) {
+    if (c->moe.n_experts <= 0 || i < c->moe_first_dense) return 0;
+    if (c->dense_blocks && c->dense_blocks[i]) return 0;
+    return c->moe_step <= 1 || (i + 1) % c->moe_step == 0;
+}
+
+/* Multi-head latent attention (DeepSeek-V3 modeling_deepseek_v3.py DeepseekV3Attention):
+   q_a_proj (+ bias), q_a_layernorm, q_b_proj, or a plain q_proj; kv_a_proj_with_mqa (+ bias),
+   kv_a_layernorm, kv_b_proj; o_proj (+ bias). */
+static void t_mla(LayerSpec *l, const TransformerConfig *c) {
+    int64_t h = c->d_model, A = c->n_head, qk = c->qk_nope_dim + c->qk_rope_dim;
+    if (c->q_lora_rank > 0) {
+        t_linear(l, h, c->q_lora_rank, c->qkv_bias);
+        t_add(l, c->q_lora_rank, c->q_lora_rank);
+        t_linear(l, c->q_lora_rank, A * qk, 0);
+    } else {
+        t_linear(l, h, A * qk, 0);
+    }
+    t_linear(l, h, c->kv_lora_rank + c->qk_rope_dim, c->qkv_bias);
+    t_add(l, c->kv_lora_rank, c->kv_lora_rank);
+    t_linear(l, c->kv_lora_rank, A * (c->qk_nope_dim + c->v_head_dim), 0);
+    t_linear(l, A * c->v_head_dim, h, c->out_bias);
+}
+
+/* A LLaMA-layout attention: GPT-OSS's sinks (the module's own parameter, listed before its
+   children), q, k, v, o (Phi-3: o_proj, then the fused qkv_proj), then Qwen3 / Gemma 3 /
+   OLMo 2 q and k norms. */
+static void t_attn_llama(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int kv_heads) {
+    int64_t h = c->d_model, q = (int64_t)c->n_head * d_head, kv = (int64_t)kv_heads * d_head;
+    if (c->kv_lora_rank > 0) { t_mla(l, c); return; }
+    if (c->sinks) t_add(l, c->n_head, c->n_head);
+    if (c->fused_qkv) {
+        t_linear(l, q, h, c->out_bias);
+        t_linear(l, h, q + 2 * kv, c->qkv_bias);
+    } else {
+        t_linear(l, h, q, c->qkv_bias);
+        t_linear(l, h, kv, c->qkv_bias);
+        t_linear(l, h, kv, c->qkv_bias);
+        t_linear(l, q, h, c->out_bias);
+    }
+    if (c->qk_norm == 1) { t_add(l, d_head, d_head); t_add(l, d_head, d_head); }
+    if (c->qk_norm == 2) { t_add(l, q, q); t_add(l, kv, kv); }
+}
+
+/* An MLP of width f: gated, gate, up, down (Phi-3: gate_up_proj, down); else c_fc, c_proj
+   (StarCoder2). */
+static void t_gated(LayerSpec *l, const TransformerConfig *c, int64_t f, int fused) {
+    int64_t h = c->d_model;
+    if (c->mlp != MLP_SWIGLU) t_linear(l, h, f, c->mlp_bias);
+    else if (fused) t_linear(l, h, 2 * f, c->mlp_bias);
+    else { t_linear(l, h, f, c->mlp_bias); t_linear(l, h, f, c->mlp_bias); }
+    t_linear(l, f, h, c->mlp_bias);
+}
+
+/* A MoE block's MLP: the router (h x E, GPT-OSS + bias), the routed experts as two 3-D tensors
+   (transformers 5's fused Experts modules: gate|up and down, dim 0 = E; GPT-OSS + biases), the
+   shared expert(s) and Qwen2-MoE's shared-expert gate, in the family's order. Returns the
+   routed experts' elements. */
+static int64_t t_moe(LayerSpec *l, const TransformerConfig *c) {
+    int64_t h = c->d_model, E = c->moe.n_experts, f = c->moe.d_ff_expert;
+    int n0 = l->n_tensors;
+    if (c->moe_router_first) t_linear(l, h, E, c->moe_bias);
+    t_add(l, E * 2 * f * h, E);
+    if (c->moe_bias) t_add(l, E * 2 * f, E);
+    t_add(l, E * f * h, E);
+    if (c->moe_bias) t_add(l, E * h, E);
+    int64_t experts = 0;
+    for (int k = n0 + (c->moe_router_first ? 1 + c->moe_bias : 0); k < l->n_tensors; k++) experts += l->tensor_elems[k];
+    if (!c->moe_router_first) t_linear(l, h, E, c->moe_bias);
+    if (c->moe.d_ff_shared > 0) t_gated(l, c, c->moe.d_ff_shared, 0);
+    if (c->moe_shared_gate) t_linear(l, h, 1, 0);
+    return experts;
+}
+
+/* A LLaMA-layout block: attention, the MLP (dense or MoE), then its norms (input and
+   post-attention; Gemma 2/3 also pre- and post-feedforward; OLMo 2's two are post-norms).
+   Its params are the sum of its tensors. */
+static void llama_block(LayerSpec *l, const TransformerConfig *c, int i, int64_t d_head, int kv) {
+    t_attn_llama(l, c, d_head, kv);
+    if (moe_block(c, i)) l->expert_params = t_moe(l, c);
+    else t_gated(l, c, c->d_ff, c->fused_gate_up);
+    for (int k = 0; k < (c->block_norms > 0 ? c->block_norms : 2); k++) t_norm(l, c);
+    l->params = 0;
+    for (int k = 0; k < l->n_tensors; k++) l->params += l->tensor_elems[k];
+    l->largest_tensor = 0;
+    for (int k = 0; k < l->n_tensors; k++)
+        if (l->tensor_elems[k] > l->largest_tensor) l->largest_tensor = l->tensor_elems[k];
+}
+
 /* One block's tensors; T5's stack-final norm is added by the caller. */
 static void t_block(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int kv, int cross,
                     int rel_bias) {
@@ -322,6 +423,24 @@ static int check_shape(const TransformerConfig *c, char *msg, size_t msglen) {
                  (long long)c->d_head, c->n_kv_head, (long long)c->embed_dim,
                  (long long)c->pos_offset, c->type_vocab, c->rel_pos_buckets,
                  (long long)c->cls_outputs);
+        return -1;
+    }
+    const MoeSpec *e = &c->moe;
+    if (e->n_experts < 0 || e->n_experts > 65536 || (e->n_experts > 0 && (e->top_k < 1 || e->top_k > e->n_experts ||
+        e->d_ff_expert < 1 || e->d_ff_expert > (1 << 22))) || e->d_ff_shared < 0 || e->d_ff_shared > (1 << 24)) {
+        snprintf(msg, msglen, "invalid mixture of experts: %d experts, top-%d, expert width %lld, shared width %lld "
+                 "(1..65536 experts, top-k from 1 to the experts, widths up to 2^22)", e->n_experts, e->top_k,
+                 (long long)e->d_ff_expert, (long long)e->d_ff_shared);
+        return -1;
+    }
+    if (c->kv_lora_rank < 0 || c->kv_lora_rank > 65536 || c->q_lora_rank < 0 || c->q_lora_rank > 65536 ||
+        c->qk_rope_dim < 0 || c->qk_rope_dim > 65536 || c->qk_nope_dim < 0 || c->qk_nope_dim > 65536 ||
+        c->v_head_dim < 0 || c->v_head_dim > 65536 ||
+        (c->kv_lora_rank > 0 && (c->qk_nope_dim + c->qk_rope_dim < 1 || c->v_head_dim < 1))) {
+        snprintf(msg, msglen, "invalid latent attention: q rank %lld, kv rank %lld, rope %lld, nope %lld, v %lld "
+                 "(each 0..65536; heads need qk and v dimensions)", (long long)c->q_lora_rank,
+                 (long long)c->kv_lora_rank, (long long)c->qk_rope_dim, (long long)c->qk_nope_dim,
+                 (long long)c->v_head_dim);
         return -1;
     }
     int64_t d_head = c->d_head > 0 ? c->d_head : c->d_model / c->n_head;
@@ -398,6 +517,10 @@ static void block_layer(LayerSpec *l, const TransformerConfig *c, int i, int n_e
                  is_dec_of_encdec ? i - n_enc : i);
     else
         snprintf(l->name, sizeof(l->name), "block.%d", i);
+    if (c->layout == LAYOUT_LLAMA && c->arch == ARCH_DECODER) {
+        llama_block(l, c, i, d_head, kv);
+        return;
+    }
     l->params = attn_params(c, d_head, kv, 0, &largest) + mlp_params(c, &largest) + 2 * norm_params(c);
     if (is_dec_of_encdec) l->params += attn_params(c, d_head, kv, 1, &largest) + norm_params(c);
     if (c->rel_pos_buckets && first_of_stack) l->params += (int64_t)c->rel_pos_buckets * c->n_head;
@@ -448,8 +571,14 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     m->headless = c->headless;
     m->norm = c->norm;
     m->mlp = c->mlp;
+    m->moe = c->moe;
+    if (c->kv_lora_rank > 0) {   /* latent attention: per-head q/k of nope + rope dims, k and v per head */
+        m->d_head = c->qk_nope_dim + c->qk_rope_dim;
+        m->n_kv_head = c->n_head;
+    }
     m->dropout = c->dropout;
     snprintf(m->act_fn, sizeof(m->act_fn), "%s", c->act_fn ? c->act_fn : "");
+    snprintf(m->family, sizeof(m->family), "%s", c->family ? c->family : "");
     snprintf(m->source, sizeof(m->source), "zoo");
     int64_t h = c->d_model, total = 0;
     LayerSpec l;

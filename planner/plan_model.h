@@ -42,6 +42,14 @@ typedef enum { MLP_GELU = 0, MLP_GELU_NEW, MLP_RELU, MLP_SWIGLU } MlpKind;
 
 #define PLAN_LAYER_MAX_TENSORS 32
 
+/* The mixture-of-experts MLP of a model's MoE blocks (LayerSpec.expert_params > 0). */
+typedef struct {
+    int n_experts;           /* routed experts per MoE block (0 = a dense model) */
+    int top_k;               /* experts each token is routed to */
+    int64_t d_ff_expert;     /* each routed expert's MLP width */
+    int64_t d_ff_shared;     /* the always-on shared expert(s)' total width (0 = none) */
+} MoeSpec;
+
 typedef struct {
     char name[48];
     LayerKind kind;
@@ -85,10 +93,15 @@ typedef struct {
      * the convolution kernel by them, and its oneDNN backward holds a weight-sized buffer
      * (docs/formulas.md "CPU convolution backward"). */
     int conv_kernel, conv_stride;
+    /* LAYER_BLOCK of a mixture-of-experts model: the elements of its routed experts (all E of
+     * them; ModelSpec.moe says how many each token uses); 0 = a dense block */
+    int64_t expert_params;
 } LayerSpec;
 
 typedef struct {
     char name[64];
+    char family[24];         /* the Hugging Face model_type of its family ("llama", "qwen3_moe"), "" unknown:
+                                names its block class in emitted code */
     char source[256];        /* where it came from: "zoo", a file path, "--params" */
     ArchKind arch;
     LayerSpec *layers;
@@ -115,6 +128,10 @@ typedef struct {
 
     /* CNN input: image side and channels (ARCH_CNN); classes in vocab */
     int image_size, in_channels;
+
+    /* mixture of experts (0 = dense): each MoE block routes every token to top_k of n_experts
+     * experts of width d_ff_expert, beside shared experts of total width d_ff_shared */
+    MoeSpec moe;
 } ModelSpec;
 
 void plan_model_init(ModelSpec *m, const char *name, ArchKind arch);
@@ -125,6 +142,11 @@ LayerSpec *plan_model_add_layer(ModelSpec *m, const LayerSpec *l);
 LayerSpec *plan_model_add(ModelSpec *m, LayerKind kind, const char *name, int64_t params);
 
 int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params */
+/* The parameters one token uses: all but the routed experts it is not sent to, Σ params −
+ * Σ expert_params × (1 − top_k / n_experts); = plan_model_params for a dense model. */
+int64_t plan_model_active_params(const ModelSpec *m);
+/* Layer l's parameters that one token uses (its active share of the routed experts). */
+double plan_layer_active_params(const ModelSpec *m, const LayerSpec *l);
 int64_t plan_model_buffers(const ModelSpec *m);         /* Σ layers.buffers */
 /* Module buffers by dtype, as DDP broadcasts them (one coalesced broadcast per dtype): BatchNorm's
  * num_batches_tracked and the layers' buffers_i64 are int64, everything else fp32. Returns the
@@ -194,8 +216,32 @@ typedef struct {
     const char *act_fn;      /* activation name noted in ModelSpec.act_fn (NULL = "") */
     int headless;            /* base model class: no head layer (and no mlm_head/cls_outputs) */
     TensorLayout layout;     /* how the family registers its parameter tensors */
+    const char *family;      /* ModelSpec.family (NULL = "") */
     double rotary_frac;      /* rotary dims / head dim: 0 = the family's default (LLAMA layout 1,
                                 NEOX 0.25, others no rotary embedding) */
+    /* The 2024-26 decoders (LAYOUT_LLAMA; plan_load_hf.c FAMILIES describes each family): */
+    int qk_norm;             /* 1: an RMSNorm over each head's q and k (d_head weights each: Qwen3,
+                                Gemma 3); 2: over all of q and of k (A·d and KV·d weights: OLMo 2) */
+    int block_norms;         /* norms per block (0 = 2): 4 for Gemma 2/3's pre- and post-norms */
+    int fused_qkv;           /* Phi-3: one qkv_proj (h x (A + 2 KV)·d), registered after o_proj */
+    int fused_gate_up;       /* Phi-3: one gate_up_proj (h x 2f) */
+    int sinks;               /* GPT-OSS: a learned attention-sink logit per head */
+    /* multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank > 0): q through a q_lora_rank
+       bottleneck (0 = a plain q_proj) to heads of qk_nope + qk_rope dims, k and v from a
+       kv_lora_rank latent (+ a shared qk_rope key), v heads of v_head_dim */
+    int64_t q_lora_rank, kv_lora_rank, qk_rope_dim, qk_nope_dim, v_head_dim;
+    /* mixture of experts (n_experts > 0): the MoE blocks' router (h x E), routed experts (gated:
+       gate|up E x 2f x h and down E x h x f), shared expert(s) of total width d_ff_shared */
+    MoeSpec moe;
+    int moe_router_first;    /* the router registers before the experts (Mixtral, Qwen2-MoE,
+                                GPT-OSS), else after them (Qwen3-MoE, DeepSeek-V3, Llama 4) */
+    int moe_shared_gate;     /* Qwen2-MoE: a sigmoid gate (1 x h) on the shared expert */
+    int moe_bias;            /* GPT-OSS: biases on the router and on the experts */
+    int moe_first_dense;     /* DeepSeek first_k_dense_replace: blocks 0 .. k-1 are dense */
+    int moe_step;            /* Qwen-MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step:
+                                block i is MoE when (i + 1) % step == 0 (0 or 1: every block) */
+    const unsigned char *dense_blocks;   /* Qwen-MoE mlp_only_layers: per block, 1 = dense (NULL: none);
+                                a MoE model's dense blocks have MLPs of width d_ff */
 } TransformerConfig;
 
 int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen);

@@ -23,6 +23,16 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
     fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
             plan_fmt_count(plan_model_params(m), a, sizeof(a)), plan_arch_name(m->arch),
             m->n_layers, m->source);
+    if (m->moe.n_experts > 0) {
+        int moe_blocks = 0;
+        for (int i = 0; i < m->n_layers; i++) moe_blocks += m->layers[i].expert_params > 0;
+        fprintf(f, "# mixture of experts: %s parameters active per token (top-%d of %d experts of width %lld%s, "
+                "in %d of %d blocks); memory holds all of them, compute uses the active ones; the routed "
+                "activations are an estimate (docs/formulas.md \"Mixture of experts\")\n",
+                plan_fmt_count(plan_model_active_params(m), b, sizeof(b)), m->moe.top_k, m->moe.n_experts,
+                (long long)m->moe.d_ff_expert, m->moe.d_ff_shared > 0 ? ", + shared experts" : "", moe_blocks,
+                m->n_layer);
+    }
     if (m->headless)
         fprintf(f, "# %s is a base model (no LM head): no logits and no loss are planned; training "
                 "it needs a loss on its last hidden state, which the caller holds through backward\n",
@@ -292,6 +302,14 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON *jm = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(jm, "name", m->name);
     cJSON_AddNumberToObject(jm, "params", (double)plan_model_params(m));
+    cJSON_AddNumberToObject(jm, "active_params", (double)plan_model_active_params(m));
+    if (m->moe.n_experts > 0) {
+        cJSON *je = cJSON_AddObjectToObject(jm, "moe");
+        cJSON_AddNumberToObject(je, "experts", m->moe.n_experts);
+        cJSON_AddNumberToObject(je, "top_k", m->moe.top_k);
+        cJSON_AddNumberToObject(je, "expert_ffn", (double)m->moe.d_ff_expert);
+        cJSON_AddNumberToObject(je, "shared_ffn", (double)m->moe.d_ff_shared);
+    }
     cJSON_AddStringToObject(jm, "arch", plan_arch_name(m->arch));
     cJSON_AddNumberToObject(jm, "layers", m->n_layers);
     cJSON_AddStringToObject(jm, "source", m->source);

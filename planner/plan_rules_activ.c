@@ -38,8 +38,8 @@ void rule_saved_activations(const StepCtx *x, Step *st) {
 void rule_autocast_cache(const StepCtx *x, Step *st) {
     double ccb = x->p->cast_copy_bytes;
     if (ccb <= 0) return;
-    double mlp_out = plan_act_block_mlp_out_elems(x->m) * ccb;
     for (int i = 0; i < x->L; i++) {
+        double mlp_out = plan_act_block_mlp_out_elems(x->m, i) * ccb;
         double cast = step_cast_elems(x, i) * ccb;
         if (cast <= 0) continue;
         int cached = step_casts_cached(x, i), leave = step_casts_leave_with_block(x, i);

@@ -253,9 +253,10 @@ void rule_fsdp2_gradients(const StepCtx *x, Step *st) {
    docs/formulas.md "A block's backward". */
 void rule_mlp_pending_grads(const StepCtx *x, Step *st) {
     const ModelSpec *m = x->m;
-    double mlp_out = plan_act_block_mlp_out_elems(m), gb = x->p->grad_bytes;
+    double gb = x->p->grad_bytes;
     for (int i = 0; i < x->L; i++) {
         if (step_mlp_ws(x, i) <= 0) continue;
+        double mlp_out = plan_act_block_mlp_out_elems(m, i);
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
         double own = x->f2.on ? (l->unit > 0 && !x->acc.unit_unsharded ? pu * gb : 0)

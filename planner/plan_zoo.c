@@ -12,27 +12,27 @@
 #define GPT2(nm, L, H, A) {.name = nm, .arch = ARCH_DECODER, .n_layer = L, .d_model = H, \
     .d_ff = 4 * (H), .vocab = 50257, .max_seq = 1024, .n_head = A, .norm = NORM_LAYERNORM, \
     .mlp = MLP_GELU_NEW, .tied = 1, .learned_pos = 1, .qkv_bias = 1, .out_bias = 1, \
-    .mlp_bias = 1, .norm_bias = 1, .final_norm = 1, .dropout = 0.1, .layout = LAYOUT_GPT2}
+    .mlp_bias = 1, .norm_bias = 1, .final_norm = 1, .dropout = 0.1, .layout = LAYOUT_GPT2, .family = "gpt2"}
 /* LLaMA-2 (LlamaForCausalLM): RoPE, RMSNorm, SwiGLU, no biases, untied head, no dropout. */
 #define LLAMA2(nm, L, H, A, KV, F) {.name = nm, .arch = ARCH_DECODER, .n_layer = L, \
     .d_model = H, .d_ff = F, .vocab = 32000, .max_seq = 4096, .n_head = A, .n_kv_head = KV, \
-    .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU, .final_norm = 1, .dropout = 0.0}
+    .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU, .final_norm = 1, .dropout = 0.0, .family = "llama"}
 /* BERT (BertForMaskedLM: no pooler; MLM transform + decoder bias, decoder weight tied). */
 #define BERT(nm, L, H, A) {.name = nm, .arch = ARCH_ENCODER, .n_layer = L, .d_model = H, \
     .d_ff = 4 * (H), .vocab = 30522, .max_seq = 512, .n_head = A, .norm = NORM_LAYERNORM, \
     .mlp = MLP_GELU, .tied = 1, .learned_pos = 1, .type_vocab = 2, .qkv_bias = 1, \
-    .out_bias = 1, .mlp_bias = 1, .norm_bias = 1, .mlm_head = 1, .dropout = 0.1, .layout = LAYOUT_BERT}
+    .out_bias = 1, .mlp_bias = 1, .norm_bias = 1, .mlm_head = 1, .dropout = 0.1, .layout = LAYOUT_BERT, .family = "bert"}
 
 static const TransformerConfig TRANSFORMERS[] = {
     /* small shapes for the executor's tests (not Hugging Face models) */
     {.name = "gpt2-tiny", .arch = ARCH_DECODER, .n_layer = 2, .d_model = 64, .d_ff = 256,
      .vocab = 256, .max_seq = 64, .n_head = 4, .norm = NORM_LAYERNORM, .mlp = MLP_GELU_NEW,
      .tied = 1, .learned_pos = 1, .qkv_bias = 1, .out_bias = 1, .mlp_bias = 1, .norm_bias = 1,
-     .final_norm = 1, .dropout = 0.0, .layout = LAYOUT_GPT2},
+     .final_norm = 1, .dropout = 0.0, .layout = LAYOUT_GPT2, .family = "gpt2"},
     {.name = "gpt2-mini", .arch = ARCH_DECODER, .n_layer = 4, .d_model = 128, .d_ff = 512,
      .vocab = 1024, .max_seq = 128, .n_head = 4, .norm = NORM_LAYERNORM, .mlp = MLP_GELU_NEW,
      .tied = 1, .learned_pos = 1, .qkv_bias = 1, .out_bias = 1, .mlp_bias = 1, .norm_bias = 1,
-     .final_norm = 1, .dropout = 0.0, .layout = LAYOUT_GPT2},
+     .final_norm = 1, .dropout = 0.0, .layout = LAYOUT_GPT2, .family = "gpt2"},
     GPT2("gpt2", 12, 768, 12),
     GPT2("gpt2-medium", 24, 1024, 16),
     GPT2("gpt2-large", 36, 1280, 20),

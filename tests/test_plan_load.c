@@ -211,8 +211,63 @@ Test(plan_load_hf, an_unsupported_architecture_should_be_named_with_the_supporte
     cr_expect_neq(plan_load_model(&m, "tests/data/bad/hf-unsupported-type.json", msg, sizeof(msg)), 0);
     cr_expect(strstr(msg, "unsupported architecture 'mamba' in tests/data/bad/hf-unsupported-type.json"),
               "%s", msg);
-    cr_expect(strstr(msg, "supported: gpt2, llama, mistral, qwen2, gemma, gpt_neox, opt, bert, t5"),
-              "%s", msg);
+    cr_expect(strstr(msg, "supported: gpt2, llama, mistral, qwen2, gemma, qwen3, gemma2, gemma3_text, phi3, "
+                          "olmo2, granite, smollm3, starcoder2, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, "
+                          "gpt_oss, llama4_text, gpt_neox, opt, bert, t5"), "%s", msg);
+    cr_expect(strstr(msg, "a params.json of {name: shape}") && !strstr(msg, "nearest"), "%s", msg);
+    /* a variant of a known family is named with it */
+    const char *v = "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64}";
+    cr_expect_neq(plan_load_model_from_buffer(&m, v, strlen(v), "qn.json", msg, sizeof(msg)), 0);
+    cr_expect(strstr(msg, "unsupported architecture 'qwen3_next'") && strstr(msg, "nearest: 'qwen3'"), "%s", msg);
+}
+
+/* The 2024-26 families and their features, from minimal configs (only the keys given; the rest
+   must be the configuration classes' defaults, plan_load_hf.c FAMILIES): counts from
+   transformers 5.24 on the meta device (model.parameters(), tied tensors once). */
+static const struct { const char *file; int64_t params; } VARIANTS[] = {
+    {"qwen3.json", 362304}, {"gemma2.json", 126016}, {"gemma3_text.json", 126080}, {"phi3.json", 189760},
+    {"phi3-gqa.json", 185664}, {"olmo2.json", 189952}, {"granite.json", 189760}, {"smollm3.json", 125760},
+    {"starcoder2.json", 114496}, {"starcoder2-nobias.json", 113792}, {"mixtral.json", 300864},
+    {"qwen2-moe.json", 221376}, {"qwen2-moe-sparse.json", 267648}, {"qwen3-moe.json", 202624},
+    {"deepseek-v3.json", 200848}, {"deepseek-v3-noq.json", 211552}, {"gpt-oss.json", 303312},
+    {"gpt-oss-nobias.json", 302928}, {"llama4-text.json", 269888}, {"llama4-text-list.json", 411712},
+};
+
+Test(plan_load_hf, every_family_variant_should_count_what_transformers_builds) {
+    for (size_t i = 0; i < sizeof(VARIANTS) / sizeof(VARIANTS[0]); i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/hf/variants/%s", VARIANTS[i].file);
+        ModelSpec m;
+        cr_assert_eq(plan_load_model(&m, path, msg, sizeof(msg)), 0, "%s", msg);
+        cr_expect_eq(plan_model_params(&m), VARIANTS[i].params, "%s: %lld, transformers %lld", path,
+                     (long long)plan_model_params(&m), (long long)VARIANTS[i].params);
+        cr_expect(plan_model_tensors_known(&m) && plan_model_dim0_known(&m), "%s: tensors and their dim 0", path);
+        plan_model_free(&m);
+    }
+}
+
+Test(plan_load_hf, a_mixture_of_experts_should_know_its_active_parameters_and_moe_blocks) {
+    ModelSpec m;
+    /* Mixtral: 4 experts of 3 x 96 x 64 in each of 2 blocks, top-2: half of them are not used */
+    cr_assert_eq(plan_load_model(&m, "tests/data/hf/variants/mixtral.json", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(m.moe.n_experts, 4);
+    cr_expect_eq(m.moe.top_k, 2);
+    cr_expect_eq(plan_model_active_params(&m), 300864 - 2 * 4 * 3 * 96 * 64 / 2);
+    plan_model_free(&m);
+    /* Qwen2-MoE with decoder_sparse_step 2 and mlp_only_layers [3]: of blocks 0-3 only block 1 routes */
+    cr_assert_eq(plan_load_model(&m, "tests/data/hf/variants/qwen2-moe-sparse.json", msg, sizeof(msg)), 0, "%s", msg);
+    int moe[4] = {0};
+    for (int i = 0, b = 0; i < m.n_layers; i++)
+        if (m.layers[i].kind == LAYER_BLOCK) moe[b++] = m.layers[i].expert_params > 0;
+    cr_expect(!moe[0] && moe[1] && !moe[2] && !moe[3], "%d %d %d %d", moe[0], moe[1], moe[2], moe[3]);
+    cr_expect_eq(m.moe.d_ff_shared, 48);
+    plan_model_free(&m);
+    /* DeepSeek-V3: first_k_dense_replace 1; the experts are dim-0 = E tensors (FSDP2 shards by expert) */
+    cr_assert_eq(plan_load_model(&m, "tests/data/hf/variants/deepseek-v3.json", msg, sizeof(msg)), 0, "%s", msg);
+    cr_expect_eq(m.layers[1].expert_params, 0);
+    cr_expect_eq(m.layers[2].expert_params, 4 * 3 * 32 * 64);
+    cr_expect_eq(m.moe.d_ff_shared, 32);
+    plan_model_free(&m);
 }
 
 /* ---- the zoo stays exact ---- */
@@ -346,8 +401,13 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->mlp, b->mlp, "%s", what);
     cr_expect(a->dropout == b->dropout, "%s: dropout %.17g vs %.17g", what, a->dropout, b->dropout);
     cr_expect_str_eq(a->act_fn, b->act_fn, "%s", what);
+    cr_expect_str_eq(a->family, b->family, "%s", what);
     cr_expect_eq(a->image_size, b->image_size, "%s", what);
     cr_expect_eq(a->in_channels, b->in_channels, "%s", what);
+    cr_expect_eq(a->moe.n_experts, b->moe.n_experts, "%s", what);
+    cr_expect_eq(a->moe.top_k, b->moe.top_k, "%s", what);
+    cr_expect_eq(a->moe.d_ff_expert, b->moe.d_ff_expert, "%s", what);
+    cr_expect_eq(a->moe.d_ff_shared, b->moe.d_ff_shared, "%s", what);
     cr_assert_eq(a->n_layers, b->n_layers, "%s", what);
     for (int i = 0; i < a->n_layers; i++) {
         const LayerSpec *x = &a->layers[i], *y = &b->layers[i];
@@ -365,6 +425,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
         cr_expect_eq(x->act_mask_elems, y->act_mask_elems, "%s layer %d", what, i);
         cr_expect_eq(x->act_bytes, y->act_bytes, "%s layer %d", what, i);
         cr_expect_eq(x->act_known, y->act_known, "%s layer %d", what, i);
+        cr_expect_eq(x->expert_params, y->expert_params, "%s layer %d", what, i);
         cr_expect_eq(x->n_tensors, y->n_tensors, "%s layer %d tensors", what, i);
         for (int k = 0; k < x->n_tensors && k < y->n_tensors; k++) {
             cr_expect_eq(x->tensor_elems[k], y->tensor_elems[k], "%s layer %d tensor %d", what, i, k);
@@ -513,8 +574,8 @@ Test(plan_load_memplan, an_empty_tensor_should_survive_export_and_import) {
 Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
-    cr_expect_eq(sizeof(LayerSpec), 664, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 464, "ModelSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(LayerSpec), 672, "LayerSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 512, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {
