@@ -9,14 +9,21 @@ named in `architectures[0]` is looked up in transformers (AutoModelForCausalLM.f
 the name is absent or unknown) and built under `with torch.device("meta"):`. The output is JSON:
 
   {"transformers": VERSION, "torch": VERSION,
-   "configs": {FILE: {"hub_id", "model_type", "class", "total",
-                      "groups": [{"group", "count", "tensors": [[NAME, SHAPE], ...]}, ...]}}}
+   "configs": {FILE: {"hub_id", "model_type", "class", "total", "tied", "buffers",
+                      "groups": [{"group", "repeat", "count", "tensors": [[NAME, SHAPE], ...]}, ...]}}}
 
 `total` is the sum over model.named_parameters(), which yields a tied tensor once (under its first
-name), as model.parameters() and model.num_parameters() count it. A group is a parameter name's
+name), as model.parameters() and model.num_parameters() count it. `tied` maps each alias to the
+name it is counted under ({"lm_head.weight": "model.embed_tokens.weight"}); `buffers` lists the
+persistent buffers (state-dict entries that are not parameters, such as DeepSeek-V3's
+e_score_correction_bias), which `total` does not include. A group is a parameter name's
 prefix up to its first numeric index (`model.layers.3`) or, for parameters outside a ModuleList,
 the first two components of its module path (`model.embed_tokens`, `lm_head`); groups and the
 tensors in them keep registration order, and tensor names are relative to their group.
+
+Consecutive layers of one ModuleList with the same tensors (names and shapes) are written as one
+entry: `"group": "model.layers.3-60", "repeat": 58`; `count` is the parameters of ONE instance,
+so total = sum(count * repeat). --per-layer writes every layer as its own entry (repeat 1).
 
 Needs torch and transformers (the project's venv: ~/.cache/memplan/torch-venv/bin/python).
 """
@@ -26,6 +33,7 @@ import json
 import os
 import sys
 import warnings
+from math import prod
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -64,7 +72,26 @@ def build(path):
     return raw, config, model
 
 
-def count(path):
+def merge_runs(groups):
+    """Fold runs of consecutive same-structure layers `P.i`, `P.i+1`, ... into `P.i-j`."""
+    out = []
+    for g in groups:
+        head, _, idx = g["group"].rpartition(".")
+        if out and idx.isdigit():
+            last = out[-1]
+            lhead, _, lidx = last["group"].rpartition(".")
+            lo, _, hi = lidx.partition("-")
+            hi = hi or lo
+            if (lhead == head and hi.isdigit() and int(idx) == int(hi) + 1
+                    and last["tensors"] == g["tensors"]):
+                last["group"] = f"{head}.{lo}-{idx}"
+                last["repeat"] += 1
+                continue
+        out.append(dict(g))
+    return out
+
+
+def count(path, merge=True):
     raw, config, model = build(path)
     groups = []
     index = {}
@@ -81,11 +108,31 @@ def count(path):
     check = sum(p.numel() for p in model.parameters())
     if check != total:
         raise SystemExit(f"{path}: named_parameters {total} != parameters {check}")
+    for g in groups:
+        g["repeat"] = 1
+    if merge:
+        groups = merge_runs(groups)
+    if sum(g["count"] * g["repeat"] for g in groups) != total:
+        raise SystemExit(f"{path}: groups do not add up to {total}")
+    groups = [{"group": g["group"], "repeat": g["repeat"], "count": g["count"], "tensors": g["tensors"]} for g in groups]
+    # names that share a tensor counted under another name (tied embeddings), and persistent
+    # buffers (in the state dict and in checkpoints, but not parameters)
+    first = {}
+    tied = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            tied[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    pnames = set(first.values()) | set(tied)
+    buffers = [[n, list(t.shape)] for n, t in model.state_dict().items() if n not in pnames]
     return {
         "hub_id": raw.get("_name_or_path"),
         "model_type": getattr(config, "model_type", raw.get("model_type")),
         "class": type(model).__name__,
         "total": total,
+        "tied": tied,
+        "buffers": {"count": sum(prod(s) for _, s in buffers), "tensors": buffers},
         "groups": groups,
     }
 
@@ -101,8 +148,9 @@ def dump(result, out):
     for i, (fname, c) in enumerate(items):
         w("\n" if i == 0 else ",\n")
         w(f"    {json.dumps(fname)}: {{\n")
-        for key in ("hub_id", "model_type", "class", "total"):
+        for key in ("hub_id", "model_type", "class", "total", "tied"):
             w(f'      "{key}": {json.dumps(c[key])},\n')
+        w(f'      "buffers": {json.dumps(c["buffers"], separators=(", ", ": "))},\n')
         w('      "groups": [\n')
         for j, g in enumerate(c["groups"]):
             w("        " + json.dumps(g, separators=(", ", ": ")))
@@ -115,6 +163,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("configs", nargs="*", help="config.json files (default: tests/data/hf/*.json)")
     ap.add_argument("-o", "--output", help="write the JSON here instead of stdout")
+    ap.add_argument("--per-layer", action="store_true", help="one entry per layer, no folded runs")
     args = ap.parse_args()
     files = args.configs or sorted(
         f for f in glob.glob(os.path.join(DEFAULT_DIR, "*.json")) if os.path.basename(f) != "counts.json"
@@ -127,7 +176,7 @@ def main():
 
     result = {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0], "configs": {}}
     for f in files:
-        result["configs"][os.path.basename(f)] = count(f)
+        result["configs"][os.path.basename(f)] = count(f, merge=not args.per_layer)
         print(f"{os.path.basename(f)}: {result['configs'][os.path.basename(f)]['total']:,}", file=sys.stderr)
     if args.output:
         with open(args.output, "w") as out:
