@@ -2,6 +2,7 @@
  * counts, params.json exact totals and BatchNorm detection, memplan's own format round trips
  * for every zoo model, and every file of tests/data/bad rejected with a message that names the
  * file and the problem. Run from the repository root (paths are relative to it). */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -268,6 +269,100 @@ Test(plan_load_hf, a_mixture_of_experts_should_know_its_active_parameters_and_mo
     cr_expect_eq(m.layers[2].expert_params, 4 * 3 * 32 * 64);
     cr_expect_eq(m.moe.d_ff_shared, 32);
     plan_model_free(&m);
+}
+
+static int cmp_pair(const void *a, const void *b) {
+    const double *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : x[1] != y[1] ? (x[1] < y[1] ? -1 : 1) : 0;
+}
+
+/* memplan's tensors and counts.json's entry e as multisets of (elements, dim 0). */
+static void expect_same_tensors_any_order(const ModelSpec *m, cJSON *e, const char *path) {
+    static double a[4096][2], b[4096][2];
+    int na = 0, nb = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_tensors && na < 4096; k++, na++) {
+            a[na][0] = (double)m->layers[i].tensor_elems[k];
+            a[na][1] = (double)m->layers[i].tensor_dim0[k];
+        }
+    cJSON *g, *t, *d;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItem(e, "groups"))
+        for (int r = 0; r < cJSON_GetObjectItem(g, "repeat")->valueint; r++)
+            cJSON_ArrayForEach(t, cJSON_GetObjectItem(g, "tensors")) {
+                if (nb >= 4096) break;
+                cJSON *shape = cJSON_GetArrayItem(t, 1);
+                b[nb][0] = 1;
+                cJSON_ArrayForEach(d, shape) b[nb][0] *= d->valuedouble;
+                b[nb++][1] = cJSON_GetArrayItem(shape, 0)->valuedouble;
+            }
+    cr_assert_eq(na, nb, "%s: %d tensors, transformers %d", path, na, nb);
+    qsort(a, (size_t)na, sizeof a[0], cmp_pair);
+    qsort(b, (size_t)nb, sizeof b[0], cmp_pair);
+    for (int i = 0; i < na; i++)
+        cr_expect(a[i][0] == b[i][0] && a[i][1] == b[i][1], "%s: tensor %.0f x dim0 %.0f vs %.0f x %.0f", path,
+                  a[i][0], a[i][1], b[i][0], b[i][1]);
+}
+
+/* The published configs in tests/data/hf against transformers' own classes (counts.json, made by
+   scripts/hf_counts.py on the meta device): the total, and every parameter tensor in
+   model.parameters() order with its element count and dim 0 (which FSDP2 shards and pads and
+   DeepSpeed's ZeRO-3 partitions and keeps whole below its threshold). */
+Test(plan_load_hf, every_published_config_should_match_transformers_tensor_for_tensor, .timeout = 60) {
+    FILE *f = fopen("tests/data/hf/counts.json", "rb");
+    cr_assert_not_null(f, "run from the repository root");
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *root = cJSON_Parse(buf), *e;
+    cr_assert_not_null(root);
+    int seen = 0, moe = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "configs")) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/hf/%s", e->string);
+        ModelSpec m;
+        cr_assert_eq(plan_load_model(&m, path, msg, sizeof(msg)), 0, "%s", msg);
+        cr_expect_eq((double)plan_model_params(&m), cJSON_GetObjectItem(e, "total")->valuedouble, "%s total", path);
+        /* OPT registers final_layer_norm, project_out and project_in in its decoder before the
+           layers (OPTDecoder.__init__); memplan keeps them where they run: the same tensors, in
+           another order, so OPT is compared as a multiset */
+        int any_order = strcmp(m.family, "opt") == 0;
+        if (any_order) {
+            expect_same_tensors_any_order(&m, e, path);
+            seen++;
+            plan_model_free(&m);
+            continue;
+        }
+        int li = 0, ti = 0, mismatch = 0;   /* walk memplan's tensors beside transformers' */
+        cJSON *g, *t;
+        cJSON_ArrayForEach(g, cJSON_GetObjectItem(e, "groups")) {
+            int rep = cJSON_GetObjectItem(g, "repeat")->valueint;
+            for (int r = 0; r < rep; r++)
+                cJSON_ArrayForEach(t, cJSON_GetObjectItem(g, "tensors")) {
+                    while (li < m.n_layers && ti >= m.layers[li].n_tensors) { li++; ti = 0; }
+                    cJSON *shape = cJSON_GetArrayItem(t, 1), *d;
+                    double elems = 1;
+                    cJSON_ArrayForEach(d, shape) elems *= d->valuedouble;
+                    double dim0 = cJSON_GetArrayItem(shape, 0)->valuedouble;
+                    if (li >= m.n_layers || (double)m.layers[li].tensor_elems[ti] != elems ||
+                        (double)m.layers[li].tensor_dim0[ti] != dim0) {
+                        if (!mismatch++)
+                            cr_expect(0, "%s: %s.%s (%.0f elements, dim 0 %.0f) is memplan's layer %d tensor %d (%lld, %lld)",
+                                      path, g->string ? g->string : cJSON_GetObjectItem(g, "group")->valuestring,
+                                      cJSON_GetArrayItem(t, 0)->valuestring, elems, dim0, li, ti,
+                                      li < m.n_layers ? (long long)m.layers[li].tensor_elems[ti] : -1LL,
+                                      li < m.n_layers ? (long long)m.layers[li].tensor_dim0[ti] : -1LL);
+                    }
+                    ti++;
+                }
+        }
+        moe += m.moe.n_experts > 0;
+        seen++;
+        plan_model_free(&m);
+    }
+    cJSON_Delete(root);
+    cr_expect_geq(seen, 49, "configs checked: %d", seen);
+    cr_expect_geq(moe, 12, "MoE configs checked: %d", moe);
 }
 
 /* ---- the zoo stays exact ---- */
