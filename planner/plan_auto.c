@@ -585,7 +585,7 @@ char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const A
     cJSON *z = cJSON_AddObjectToObject(j, "zero_optimization");
     cJSON_AddNumberToObject(z, "stage", stage);
     if (stage > 0) {
-        cJSON_AddNumberToObject(z, "reduce_bucket_size", (double)(int64_t)PLAN_DS_REDUCE_BUCKET);
+        cJSON_AddNumberToObject(z, "reduce_bucket_size", (double)(int64_t)plan_ds_knobs(&r->train).reduce_bucket);
         cJSON_AddBoolToObject(z, "overlap_comm", stage == 3);
         cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
     }

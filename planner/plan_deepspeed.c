@@ -52,7 +52,7 @@ static double grad_part(const ModelSpec *m, int64_t n, double P) {
     return best;
 }
 
-void plan_ds_sizes(const ModelSpec *m, int64_t n, DsSizes *z) {
+void plan_ds_sizes(const ModelSpec *m, int64_t n, double persist, DsSizes *z) {
     memset(z, 0, sizeof(*z));
     if (n < 1) n = 1;
     double psi = 0, nn = (double)n;
@@ -65,7 +65,7 @@ void plan_ds_sizes(const ModelSpec *m, int64_t n, DsSizes *z) {
             psi += e;
             z->shard += sh;
             z->padded += nn * sh;
-            if (e < PLAN_DS3_PERSIST) {
+            if (e < persist) {
                 z->persist += e;
                 z->persist_padded += nn * sh;
                 z->persist_count += 1;
@@ -233,14 +233,14 @@ static double layer_gathered(const Ds3Sim *z, const ModelSpec *m, int l) {
     return s;
 }
 
-void plan_ds3_sim_init(Ds3Sim *z, const ModelSpec *m, int64_t n) {
+void plan_ds3_sim_init(Ds3Sim *z, const ModelSpec *m, int64_t n, const DsKnobs *k) {
     memset(z, 0, sizeof(*z));
     z->m = m;
     z->n = n < 1 ? 1 : n;
-    z->prefetch = PLAN_DS3_PREFETCH;
-    z->max_live = PLAN_DS3_MAX_LIVE;
-    z->persist = PLAN_DS3_PERSIST;
-    z->reuse = PLAN_DS3_REUSE;
+    z->prefetch = k->prefetch;
+    z->max_live = k->max_live;
+    z->persist = k->persist;
+    z->reuse = k->max_reuse;
     for (int i = 0; i < m->n_layers; i++) z->psi += layer_elems(m, i);
 }
 

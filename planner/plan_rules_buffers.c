@@ -117,7 +117,7 @@ void rule_ddp_broadcast(const StepCtx *x, Step *st) {
    "DeepSpeed collectives". */
 void rule_ds12_reducer(const StepCtx *x, Step *st) {
     if (!x->ds12) return;
-    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;
+    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = x->dsk.reduce_bucket;
     double n_buckets = ceil(psi / bkt);
     int hooked = -1;
     for (int i = x->L - 1; i >= 0 && hooked < 0; i--)
@@ -178,12 +178,12 @@ static void ds3_group(void *ctx, const Ds3Group *g, int use_layer, int use_bwd) 
    step all-gathers each persistent tensor's partition. docs/formulas.md "DeepSpeed ZeRO-3". */
 void rule_ds3_coordinator(const StepCtx *x, Step *st) {
     if (!x->ds3_py) return;
-    double pb = x->p->param_bytes, gb = x->p->grad_bytes, bkt = PLAN_DS_REDUCE_BUCKET;
+    double pb = x->p->param_bytes, gb = x->p->grad_bytes, bkt = x->dsk.reduce_bucket;
     step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER, bkt * gb);
     if (!x->ds3) return;   /* one rank gathers nothing */
     Ds3Sim d;
     Ds3Emit em = {x, st};
-    plan_ds3_sim_init(&d, x->m, x->n);
+    plan_ds3_sim_init(&d, x->m, x->n, &x->dsk);
     d.on_group = ds3_group;
     d.on_group_ctx = &em;
     StepLevel lv = {st, RULE_DS3_GATHER, TERM_COMM, 0};
@@ -318,7 +318,7 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
    (exec/exec_strategy.c; validate checks them). */
 void rule_engine_buckets(const StepCtx *x, Step *st) {
     if (!plan_strategy_is_deepspeed(x->sk) || x->ds_py) return;
-    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;
+    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;   /* the engine's own */
     if (x->N > 1)
         step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER,
                   fmin(bkt, psi) * gb);

@@ -174,7 +174,7 @@ void rule_engine_grad_flight(const StepCtx *x, Step *st) {
 void rule_ds12_gradients(const StepCtx *x, Step *st) {
     if (!x->ds12) return;
     const ModelSpec *m = x->m;
-    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;
+    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = x->dsk.reduce_bucket;
     int end = pt(x, PT_END, 0), reduce = x->N > 1;
     if (!x->ds12_stage1) {
         int at = pt(x, PT_NORM, 0);   /* the partition: the bucket full, else the norm */

@@ -184,7 +184,8 @@ int plan_step_ctx_init(StepCtx *x, const ModelSpec *m, const TrainSpec *t, const
     x->fsdp = x->s->buffers == BUF_FSDP_FULL || x->s->buffers == BUF_FSDP_GRAD_OP;
     x->opt_on_gpu = !plan_offload_cpu_step(t, sk);
     if (plan_fsdp2_setup(&x->f2, m, t, c, sk, &x->z)) return -1;
-    if (x->ds_py) plan_ds_sizes(m, x->n, &x->ds);
+    x->dsk = plan_ds_knobs(t);
+    if (x->ds_py) plan_ds_sizes(m, x->n, x->dsk.persist, &x->ds);
     model_states(x);
     accum_setup(x, x->ds12 && x->opt_on_gpu ? x->ds.grad_part * x->p->grad_bytes : 0);
     if (x->acc.persistent) x->grads_persistent = 1;

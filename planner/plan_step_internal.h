@@ -54,6 +54,7 @@ typedef struct {
     int fsdp;                /* the fsdp-* rows */
     Fsdp2 f2;                /* FSDP2's timeline (f2.on) */
     DsSizes ds;              /* DeepSpeed's per-tensor sizes (ds_py) */
+    DsKnobs dsk;             /* DeepSpeed's bucket and stage-3 sizes (plan_ds_knobs) */
     Accum acc;
     int opt_on_gpu;          /* the optimizer step runs on the GPU (no CPU offload) */
     int grads_persistent;    /* gradients live across steps */

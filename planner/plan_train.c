@@ -47,6 +47,19 @@ void plan_train_defaults(TrainSpec *t) {
     t->fsdp_grad_sync = FSDP_SYNC_EVERY;
 }
 
+DsKnobs plan_ds_knobs(const TrainSpec *t) {
+    static const DsKnobs DEF = {PLAN_DS_REDUCE_BUCKET, PLAN_DS_ALLGATHER_BUCKET, PLAN_DS3_PREFETCH,
+                                PLAN_DS3_MAX_LIVE, PLAN_DS3_REUSE, PLAN_DS3_PERSIST};
+    DsKnobs k = t->ds;
+    if (k.reduce_bucket <= 0) k.reduce_bucket = DEF.reduce_bucket;
+    if (k.allgather_bucket <= 0) k.allgather_bucket = DEF.allgather_bucket;
+    if (k.prefetch <= 0) k.prefetch = DEF.prefetch;
+    if (k.max_live <= 0) k.max_live = DEF.max_live;
+    if (k.max_reuse <= 0) k.max_reuse = DEF.max_reuse;
+    if (k.persist <= 0) k.persist = DEF.persist;
+    return k;
+}
+
 const PrecisionSpec *plan_precision(PrecisionKind k) { return &PRECISIONS[k]; }
 const OptimizerSpec *plan_optimizer(OptimizerKind k) { return &OPTIMIZERS[k]; }
 

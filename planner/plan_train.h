@@ -55,6 +55,24 @@ typedef enum { FSDP_SYNC_EVERY = 0, FSDP_SYNC_LAST, FSDP_SYNC_COUNT } FsdpSyncKi
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
 
+/* DeepSpeed's zero_optimization sizes (elements; deepspeed/runtime/zero/config.py 0.19.8
+ * defaults below) as a user's config or flags set them; 0 = the default (plan_ds_knobs). */
+#define PLAN_DS_REDUCE_BUCKET 5e8      /* reduce_bucket_size */
+#define PLAN_DS_ALLGATHER_BUCKET 5e8   /* allgather_bucket_size */
+#define PLAN_DS3_PREFETCH 5e7          /* stage3_prefetch_bucket_size */
+#define PLAN_DS3_MAX_LIVE 1e9          /* stage3_max_live_parameters */
+#define PLAN_DS3_REUSE 1e9             /* stage3_max_reuse_distance */
+#define PLAN_DS3_PERSIST 1e5           /* stage3_param_persistence_threshold */
+typedef struct {
+    double reduce_bucket;    /* reduce_bucket_size (5e8) */
+    double allgather_bucket; /* allgather_bucket_size (5e8) */
+    double prefetch;         /* stage3_prefetch_bucket_size (5e7) */
+    double max_live;         /* stage3_max_live_parameters (1e9) */
+    double max_reuse;        /* stage3_max_reuse_distance (1e9) */
+    double persist;          /* stage3_param_persistence_threshold (1e5; a user's 0 is kept as 1:
+                                no tensor of at least one element stays whole either way) */
+} DsKnobs;
+
 typedef struct {
     int64_t micro_batch;     /* per GPU */
     int64_t seq;             /* 0 = the model's context */
@@ -83,9 +101,12 @@ typedef struct {
                                 0 reads as 2); docs/formulas.md "Autocast's cast cache" */
     FsdpSyncKind fsdp_grad_sync; /* fsdp-* under grad_accum > 1: reduce-scatter every micro-step
                                     (default) or only the last */
+    DsKnobs ds;              /* DeepSpeed's sizes beyond its defaults (zero* rows) */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */
+/* t's DeepSpeed sizes with DeepSpeed's defaults where t leaves them 0. */
+DsKnobs plan_ds_knobs(const TrainSpec *t);
 
 const PrecisionSpec *plan_precision(PrecisionKind k);
 const OptimizerSpec *plan_optimizer(OptimizerKind k);

@@ -257,7 +257,7 @@ Test(plan_torch_deepspeed, zero3_should_keep_a_small_model_gathered_from_forward
     cr_expect_eq(k.bwd[2], bucket + all * 2);
     /* the persistent tensors are parameters, whole on each rank, beside every ds_tensor */
     DsSizes ds;
-    plan_ds_sizes(&m, 2, &ds);
+    plan_ds_sizes(&m, 2, PLAN_DS3_PERSIST, &ds);
     cr_expect_eq(r.ms_params, (ds.persist_padded + ds.shard) * 2);
     plan_model_free(&m);
 }
