@@ -135,9 +135,11 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
     }
     buckets(x, st, RULE_DS_BUCKET, PCOLL_ALL_REDUCE, x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, n_buckets, psi * gb,
             bkt * gb, bkt, x->ds12_stage1, x->N);
-    StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, CPHASE_STEP,
-                       SCHED_SYNC_AFTER, MICRO_ONCE, (double)x->n * x->ds.part * x->p->param_bytes, x->N, multi_node(x));
-    if (e) e->count = n_buckets;
+    /* one all_gather_into_tensor of the flat group per parameter group (runtime/utils.py
+       all_gather_dp_groups: torch has all_gather_into_tensor, so allgather_bucket_size's
+       sequential shards are never used) */
+    coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, CPHASE_STEP,
+         SCHED_SYNC_AFTER, MICRO_ONCE, (double)x->n * x->ds.part * x->p->param_bytes, x->N, multi_node(x));
 }
 
 /* The global gradient norm (fp32 for ZeRO-1/2, fp64 for ZeRO-3) and, under fp16/bf16, the
