@@ -3,6 +3,8 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "plan_load.h"
@@ -15,6 +17,7 @@ enum {
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC,
+    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -51,6 +54,11 @@ static const struct option BASE_OPTIONS[] = {
     {"loop", required_argument, 0, OPT_LOOP},
     {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"fsdp-grad-sync", required_argument, 0, OPT_FSDP_SYNC},
+    {"ds-reduce-bucket", required_argument, 0, OPT_DS_BUCKET},
+    {"ds3-prefetch", required_argument, 0, OPT_DS3_PREFETCH},
+    {"ds3-max-live", required_argument, 0, OPT_DS3_LIVE},
+    {"ds3-max-reuse", required_argument, 0, OPT_DS3_REUSE},
+    {"ds3-persist", required_argument, 0, OPT_DS3_PERSIST},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -138,6 +146,12 @@ void cli_print_setup_help(FILE *f) {
         "                         last skips it on the non-final micro-steps (no_sync /\n"
         "                         set_requires_gradient_sync(False), HF Accelerate): every unit's unsharded\n"
         "                         gradient accumulates, one reduce-scatter per optimizer step\n"
+        "DeepSpeed sizes (zero* rows, elements, DeepSpeed's zero_optimization keys; a DeepSpeed --config sets them):\n"
+        "  --ds-reduce-bucket N   reduce_bucket_size (default 5e8)\n"
+        "  --ds3-prefetch N       stage3_prefetch_bucket_size (default 5e7)\n"
+        "  --ds3-max-live N       stage3_max_live_parameters (default 1e9)\n"
+        "  --ds3-max-reuse N      stage3_max_reuse_distance (default 1e9)\n"
+        "  --ds3-persist N        stage3_param_persistence_threshold (default 1e5)\n"
         "Overheads (per GPU; defaults in docs/formulas.md):\n"
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
@@ -256,12 +270,41 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (s->have_model && s->model.arch == ARCH_CNN && s->train.seq > 0 && s->train.seq < 32)
         return cli_usage_error("--seq %lld: for a CNN --seq is the image side, at least 32 (default %d)",
                                (long long)s->train.seq, s->model.image_size);
+    unsigned ds_rows = 0;
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds_rows = 1;
+    static const char *const DS_FLAGS[] = {"ds-reduce-bucket", "ds3-prefetch", "ds3-max-live", "ds3-max-reuse", "ds3-persist"};
+    for (size_t i = 0; i < sizeof DS_FLAGS / sizeof DS_FLAGS[0] && !ds_rows; i++)
+        if (cli_setup_given(s, DS_FLAGS[i]))
+            return cli_usage_error("--%s is a DeepSpeed setting: add zero1, zero2 or zero3 to --strategy", DS_FLAGS[i]);
     if (s->train.grad_as_bucket_view && !(s->strategies & (1u << STRAT_DDP)))
         return cli_usage_error("--grad-as-bucket-view is DDP's gradient_as_bucket_view: add ddp to --strategy "
                                "(ZeRO and FSDP have no such option)");
     if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
         return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
     return 0;
+}
+
+/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number; the stage-3 limits
+ * may be 0 (kept as 1: the same behaviour for tensors of at least one element). 0 or 2. */
+static int ds_size_option(CliSetup *s, int c, const char *a) {
+    static const struct { int opt; const char *flag; double lo; size_t off; } K[] = {
+        {OPT_DS_BUCKET, "ds-reduce-bucket", 1, offsetof(DsKnobs, reduce_bucket)},
+        {OPT_DS3_PREFETCH, "ds3-prefetch", 1, offsetof(DsKnobs, prefetch)},
+        {OPT_DS3_LIVE, "ds3-max-live", 0, offsetof(DsKnobs, max_live)},
+        {OPT_DS3_REUSE, "ds3-max-reuse", 0, offsetof(DsKnobs, max_reuse)},
+        {OPT_DS3_PERSIST, "ds3-persist", 0, offsetof(DsKnobs, persist)},
+    };
+    for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
+        if (K[i].opt != c) continue;
+        double d;
+        if (plan_parse_double(a, K[i].lo, 1e13, &d) || d != floor(d))
+            return cli_usage_error("--%s '%s' is not a whole number of elements in [%.0f, 1e13] (e.g. 5e8)",
+                                   K[i].flag, a, K[i].lo);
+        *(double *)((char *)&s->train.ds + K[i].off) = d < 1 ? 1 : d;
+        return 0;
+    }
+    return -1;
 }
 
 /* A model or training flag: 0 if it was one (applied to s or f), -1 if not, 2 after a usage error. */
@@ -333,6 +376,8 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
             return cli_usage_error("unknown --fsdp-grad-sync '%s' (valid: every, last)", a);
         s->train.fsdp_grad_sync = (FsdpSyncKind)v;
         break;
+    case OPT_DS_BUCKET: case OPT_DS3_PREFETCH: case OPT_DS3_LIVE: case OPT_DS3_REUSE: case OPT_DS3_PERSIST:
+        return ds_size_option(s, c, a);
     case OPT_FSDP:
         if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
             return cli_usage_error("unknown --fsdp '%s' (valid: 1, 2)", a);

@@ -174,6 +174,10 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("--model gpt2 --gpus 8 --gpus-per-node 16", "--gpus-per-node 16 is more than the 8 GPUs");
     /* a regime the GPU lacks: the hint lists every regime it has */
     expect_usage_error("--model gpt2 --gpu v100-32gb --precision bf16", "valid there: fp32, amp-fp16, mixed-fp16");
+    /* DeepSpeed's sizes: whole element counts, only beside a ZeRO row */
+    expect_usage_error("--model gpt2 --strategy zero2 --ds-reduce-bucket 0", "--ds-reduce-bucket '0' is not a whole number");
+    expect_usage_error("--model gpt2 --strategy zero3 --ds3-persist 1.5", "--ds3-persist '1.5'");
+    expect_usage_error("--model gpt2 --strategy ddp --ds3-prefetch 1e6", "--ds3-prefetch is a DeepSpeed setting");
     expect_usage_error("auto --model gpt2 --global-batch 0", "--global-batch '0'");
     expect_usage_error("auto --model gpt2 --bn-min-batch -1", "--bn-min-batch '-1'");
     expect_usage_error("--model gpt2 --intra-bw 0", "--intra-bw '0'");
@@ -183,6 +187,24 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("--model gpt2 --grad-accum 2 --fsdp-grad-sync often",
                        "unknown --fsdp-grad-sync 'often' (valid: every, last)");
     expect_usage_error("--model gpt2 --fsdp-grad-sync", "--fsdp-grad-sync needs a value");
+}
+
+/* DeepSpeed's reduce_bucket_size sizes its bucket: gpt2-mini's ZeRO rows hold 5e8 elements of
+   fp32 bucket by default and 1e6 with --ds-reduce-bucket 1e6 (a DeepSpeed config's key). */
+Test(cli, ds_reduce_bucket_should_size_the_zero_bucket) {
+    double comm[2];
+    const char *args[2] = {"--model gpt2-mini --gpus 2 --strategy zero2 --precision fp32 --json",
+                           "--model gpt2-mini --gpus 2 --strategy zero2 --precision fp32 --ds-reduce-bucket 1e6 --json"};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(run(args[i]), 0, "%s", out);
+        cJSON *j = cJSON_Parse(out);
+        cr_assert_not_null(j);
+        cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+        comm[i] = cJSON_GetObjectItem(cJSON_GetObjectItem(row, "memory"), "comm_buffers")->valuedouble;
+        cJSON_Delete(j);
+    }
+    cr_expect_eq(comm[0], 5e8 * 4, "default bucket: %.0f", comm[0]);
+    cr_expect_eq(comm[1], 1e6 * 4, "1e6 bucket: %.0f", comm[1]);
 }
 
 /* KB, MB, GB, TB are decimal (as the SI prefixes and the GPU vendors' "80GB" say); KiB..TiB
