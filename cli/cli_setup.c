@@ -17,7 +17,7 @@ enum {
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC,
-    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST,
+    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -59,6 +59,7 @@ static const struct option BASE_OPTIONS[] = {
     {"ds3-max-live", required_argument, 0, OPT_DS3_LIVE},
     {"ds3-max-reuse", required_argument, 0, OPT_DS3_REUSE},
     {"ds3-persist", required_argument, 0, OPT_DS3_PERSIST},
+    {"ds-overlap-comm", required_argument, 0, OPT_DS_OVERLAP},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -152,6 +153,8 @@ void cli_print_setup_help(FILE *f) {
         "  --ds3-max-live N       stage3_max_live_parameters (default 1e9)\n"
         "  --ds3-max-reuse N      stage3_max_reuse_distance (default 1e9)\n"
         "  --ds3-persist N        stage3_param_persistence_threshold (default 1e5)\n"
+        "  --ds-overlap-comm on|off  overlap_comm (default: on for zero3, off for zero1/2; on: zero1/2\n"
+        "                         keep a second reduce bucket)\n"
         "Overheads (per GPU; defaults in docs/formulas.md):\n"
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
@@ -273,7 +276,8 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     unsigned ds_rows = 0;
     for (int k = 0; k < STRAT_COUNT; k++)
         if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds_rows = 1;
-    static const char *const DS_FLAGS[] = {"ds-reduce-bucket", "ds3-prefetch", "ds3-max-live", "ds3-max-reuse", "ds3-persist"};
+    static const char *const DS_FLAGS[] = {"ds-reduce-bucket", "ds3-prefetch", "ds3-max-live", "ds3-max-reuse",
+                                           "ds3-persist", "ds-overlap-comm"};
     for (size_t i = 0; i < sizeof DS_FLAGS / sizeof DS_FLAGS[0] && !ds_rows; i++)
         if (cli_setup_given(s, DS_FLAGS[i]))
             return cli_usage_error("--%s is a DeepSpeed setting: add zero1, zero2 or zero3 to --strategy", DS_FLAGS[i]);
@@ -378,6 +382,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         break;
     case OPT_DS_BUCKET: case OPT_DS3_PREFETCH: case OPT_DS3_LIVE: case OPT_DS3_REUSE: case OPT_DS3_PERSIST:
         return ds_size_option(s, c, a);
+    case OPT_DS_OVERLAP:
+        if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0)
+            return cli_usage_error("unknown --ds-overlap-comm '%s' (valid: on, off)", a);
+        s->train.ds.overlap_comm = strcmp(a, "on") == 0 ? 1 : 2;
+        break;
     case OPT_FSDP:
         if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
             return cli_usage_error("unknown --fsdp '%s' (valid: 1, 2)", a);

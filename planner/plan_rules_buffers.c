@@ -108,7 +108,7 @@ void rule_ddp_broadcast(const StepCtx *x, Step *st) {
 /* ---- DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py) ---- */
 
 /* The IPG reduce bucket (reduce_bucket_size elements of the 16-bit gradients, whatever the
-   model's size, on one GPU too) lives from the first gradient hook of a backward
+   model's size, on one GPU too; two with overlap_comm) lives from the first gradient hook of a backward
    (process_gradients -> setup_buckets) to that backward's epilogue (_release_ipg_buffers).
    Each reduction flattens the bucket's slices into a new tensor (allreduce_bucket:
    self.flatten(bucket)) and all-reduces it (use_multi_rank_bucket_allreduce): ZeRO-2 as buckets
@@ -122,9 +122,12 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
     int hooked = -1;
     for (int i = x->L - 1; i >= 0 && hooked < 0; i--)
         if (x->m->layers[i].params > 0) hooked = i;
+    /* overlap_comm: a second bucket buffer, so that one fills while the other reduces
+       (setup_buckets: "Use double buffers ... when overlap_comm is enabled") */
+    double bufs = x->dsk.overlap_comm == 1 ? 2 : 1;
     if (hooked >= 0)
         step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_BWD_MLP, hooked), AT_BEFORE, pt(x, PT_NORM, 0), AT_BEFORE,
-                  bkt * gb);
+                  bufs * bkt * gb);
     if (x->N <= 1) return;
     int r1 = pt(x, PT_REDUCE1, 0), r2 = pt(x, PT_REDUCE2, 0);
     if (x->ds12_stage1) {

@@ -71,6 +71,7 @@ typedef struct {
     double max_reuse;        /* stage3_max_reuse_distance (1e9) */
     double persist;          /* stage3_param_persistence_threshold (1e5; a user's 0 is kept as 1:
                                 no tensor of at least one element stays whole either way) */
+    int overlap_comm;        /* 0 = DeepSpeed's default (true for stage 3, else false), 1 on, 2 off */
 } DsKnobs;
 
 typedef struct {
