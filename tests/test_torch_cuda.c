@@ -93,49 +93,40 @@ static void is_dry_cuda_row(const cJSON *j, const char *out)
     cr_expect(strstr(out, "# cuda (dry-cpu): the CUDA path ran on CPU tensors"), "%s", out);
 }
 
-Test(torch_cuda, the_cuda_mode_should_run_on_cpu_tensors_with_every_cuda_call_skipped_and_named)
+/* One dry run of gpt2-tiny (batch 1, 64 tokens) under `strategy` on `ranks` CPU processes: a dry
+   CUDA row; with `saved`, it trains as that saved CPU row. */
+static void dry_run(int ranks, const char *strategy, const char *saved)
 {
-    char py[PATH_MAX], dir[96], jpath[160];
+    char py[PATH_MAX], dir[96], jpath[160], args[256];
     venv_python(py, sizeof py);
     test_tmpdir(dir, sizeof dir, "torchcuda");
     snprintf(jpath, sizeof jpath, "%s/r.json", dir);
-    Run r = harness(py, 1, "--device cuda --dry-cpu --model gpt2-tiny --strategy ddp --batch 1 --seq 64", jpath);
+    snprintf(args, sizeof args, "--device cuda --dry-cpu --model gpt2-tiny --strategy %s --batch 1 --seq 64", strategy);
+    Run r = harness(py, ranks, args, jpath);
     cr_assert_eq(r.status, 0, "%s", r.out);
     cJSON *j = test_read_json(jpath);
     is_dry_cuda_row(j, r.out);
     cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "setup"), "measure")->valuestring, "cuda");
+    if (saved) trains_as_saved_row(j, saved);
     cJSON_Delete(j);
     free(r.out);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    cr_expect_eq(system(args), 0);
+}
+
+Test(torch_cuda, the_cuda_mode_should_run_on_cpu_tensors_with_every_cuda_call_skipped_and_named)
+{
+    dry_run(1, "ddp", NULL);
 }
 
 Test(torch_cuda, two_dry_ddp_ranks_should_train_as_the_saved_cpu_row)
 {
-    char py[PATH_MAX], dir[96], jpath[160];
-    venv_python(py, sizeof py);
-    test_tmpdir(dir, sizeof dir, "torchcuda");
-    snprintf(jpath, sizeof jpath, "%s/r.json", dir);
-    Run r = harness(py, 2, "--device cuda --dry-cpu --model gpt2-tiny --strategy ddp --batch 1 --seq 64", jpath);
-    cr_assert_eq(r.status, 0, "%s", r.out);
-    cJSON *j = test_read_json(jpath);
-    is_dry_cuda_row(j, r.out);
-    trains_as_saved_row(j, "gpt2-tiny_ddp_fp32_none_eager_r2_b1_s64");
-    cJSON_Delete(j);
-    free(r.out);
+    dry_run(2, "ddp", "gpt2-tiny_ddp_fp32_none_eager_r2_b1_s64");
 }
 
 Test(torch_cuda, two_dry_fsdp_ranks_should_train_as_the_saved_cpu_row)
 {
-    char py[PATH_MAX], dir[96], jpath[160];
-    venv_python(py, sizeof py);
-    test_tmpdir(dir, sizeof dir, "torchcuda");
-    snprintf(jpath, sizeof jpath, "%s/r.json", dir);
-    Run r = harness(py, 2, "--device cuda --dry-cpu --model gpt2-tiny --strategy fsdp-full --batch 1 --seq 64", jpath);
-    cr_assert_eq(r.status, 0, "%s", r.out);
-    cJSON *j = test_read_json(jpath);
-    is_dry_cuda_row(j, r.out);
-    trains_as_saved_row(j, "gpt2-tiny_fsdp-full_fp32_none_eager_r2_b1_s64");
-    cJSON_Delete(j);
-    free(r.out);
+    dry_run(2, "fsdp-full", "gpt2-tiny_fsdp-full_fp32_none_eager_r2_b1_s64");
 }
 
 Test(torch_cuda, settings_the_cuda_mode_cannot_take_should_be_refused_with_a_sentence)
