@@ -110,7 +110,7 @@ image_probe() {  # image_probe PYTHON "CUDA SONAMES"
   local py=$1 needed=$2 smi_ok=0 nvcc pyout site search
   command -v nvidia-smi >/dev/null 2>&1 && smi_ok=1
   t() { timeout 20 "$@" 2>/dev/null; }
-  echo "date: $(date -u '+%Y-%m-%dT%H:%M:%SZ'); host $(hostname); commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "date: $(date -u '+%Y-%m-%dT%H:%M:%SZ'); host $(cat /proc/sys/kernel/hostname 2>/dev/null); commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"
   echo "os: $(sed -n 's/^PRETTY_NAME="*\([^"]*\)"*/\1/p' /etc/os-release 2>/dev/null); kernel $(uname -sr); $(nproc) CPUs; $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
   echo "glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null || ldd --version 2>&1 | head -n 1)"
   if [ "$smi_ok" = 1 ]; then
@@ -306,9 +306,15 @@ note_last() {  # a step walked dry keeps its planning note: there is no result t
 # Ends, by PID, what a step left behind: the processes of its session, and GPU processes that
 # appeared while it ran. Prints how many.
 reap() {  # reap SESSION_ID
-  local sid=$1 n=0 pid
-  for pid in $(ps -eo pid=,sid= 2>/dev/null | awk -v s="$sid" '$2 == s { print $1 }'); do
-    kill -KILL "$pid" 2>/dev/null && n=$((n + 1))
+  local sid=$1 n=0 pid f line
+  # the session's processes from /proc (a minimal image may have no ps): the fields after the
+  # command's ")" are state, ppid, pgrp, session
+  for f in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null < "$f" || continue
+    read -r _ _ _ pid _ <<<"${line##*) }"
+    [ "$pid" = "$sid" ] || continue
+    pid=${f#/proc/}
+    kill -KILL "${pid%/stat}" 2>/dev/null && n=$((n + 1))
   done
   # nvidia-smi's PIDs may be another PID namespace's: only a process of this checkout qualifies
   for pid in $(smi --query-compute-apps=pid --format=csv,noheader | grep -E '^[0-9]+$'); do
