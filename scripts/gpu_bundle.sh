@@ -179,14 +179,16 @@ ENV
   chmod +x "$1"
 }
 
-# The archive, the working tree that travels with it (tracked files and untracked ones git does not
-# ignore: what the device tool sends), and their sum against the limit.
+# The archive, the working tree that travels with it (tracked files, untracked ones git does not
+# ignore, a shared/ folder: what the device tool sends), and their sum against the limit.
 report_size() {
   local dest=$1 unpacked archive tree total
   unpacked=$(du -sb "$dest" | cut -f1)
   archive=$(stat -c %s "$dest.tar.xz")
   tree=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard 2>/dev/null \
          | xargs -0 -r stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+  # a shared/ folder inside the checkout travels too, ignored or not
+  [ -d "$ROOT/shared" ] && tree=$((tree + $(du -sb "$ROOT/shared" | cut -f1)))
   total=$((archive + tree))
   echo "gpu_bundle: $dest: $(find "$dest/bin" -type f | wc -l) programs, $(find "$dest/lib" -type f | wc -l) libraries," \
        "$(mib "$unpacked") MiB unpacked; archive $dest.tar.xz $(mib "$archive") MiB;" \
