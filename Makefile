@@ -1,5 +1,6 @@
 # memplan build. `make` builds build/memplan; `make test` builds and runs every test;
-# `make run` plans gpt2-xl on 8 GPUs. Everything builds on a CPU-only machine.
+# `make run` plans gpt2-xl on 8 GPUs; `make gpu-bundle` packs what bench/gpu_check.sh runs on a
+# lent GPU machine (docs/gpu.md). Everything builds on a CPU-only machine.
 #
 # Two programs: build/memplan, the planning front end (plan, auto, models, gpus), linked with
 # the planner, cJSON and libm only so that it starts in a millisecond or two; and
@@ -111,7 +112,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config torch-env
+.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC)
 
 config:
@@ -175,7 +176,9 @@ $(BUILD)/bench/bench_startup $(BUILD)/bench/bench_empty: $(BUILD)/bench/%: bench
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS)
 
-test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device   # test_exec_cnn runs the bench on the CPU
+# test_exec_cnn runs cnn_device on the CPU; test_gpu_bundle packs the benches bench/gpu_check.sh runs
+test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device $(BUILD)/bench/gpu_overheads \
+          $(BUILD)/bench/bench_nccl
 
 # the tests include a few rows against real PyTorch (tests/test_torch.c): the venv first
 test: $(DEPS) config test-bin torch-env
@@ -185,6 +188,21 @@ run: all
 	$(MEMPLAN) --model gpt2-xl --gpus 8
 
 bench: $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES)
+
+# The GPU bundle (scripts/gpu_bundle.sh; docs/gpu.md "The bundle"): the programs bench/gpu_check.sh
+# runs, stripped, with every library but glibc and CUDA and a relocatable Open MPI, for a GPU
+# machine that has none of our Debian packages; $(BUILD)/gpu-bundle.tar.xz is what the device tool
+# carries. It needs the plain build with CUDA, NCCL and CUPTI on (a sanitizer build would carry
+# libasan, and a bundle without them has nothing to run there).
+GPU_BUNDLE := $(BUILD)/gpu-bundle.tar.xz
+ifeq ($(SAN)$(USE_CUDA)$(USE_NCCL)$(USE_CUPTI),0111)
+gpu-bundle: $(GPU_BUNDLE)
+$(GPU_BUNDLE): $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES) $(TESTS) $(MPIBINS) scripts/gpu_bundle.sh
+	scripts/gpu_bundle.sh pack $(BUILD) $(BUILD)/gpu-bundle
+else
+gpu-bundle:
+	@echo "make gpu-bundle: needs the plain build (not SAN=1) with CUDA, NCCL and CUPTI on; now: sanitizers $(if $(filter 1,$(SAN)),on,off), cuda $(USE_CUDA), nccl $(USE_NCCL), cupti $(USE_CUPTI) (make config)" >&2; exit 1
+endif
 
 clean:
 	rm -rf build build-san

@@ -29,6 +29,14 @@ How it measures (details in measure.py and docs/validation-torch.md):
 
 `--measure memtracker` runs the same loop under torch.distributed._tools.mem_tracker.MemTracker
 instead (Python-visible tensors only), for cross-checking the total.
+
+`--device cuda` runs the same loop on GPUs under the machine's own torch (cuda_mode.py): one rank
+per GPU over NCCL, or several ranks on one GPU (gloo on CUDA tensors, or NCCL as fake hosts:
+--backend); the figures are torch.cuda's (max_memory_allocated / max_memory_reserved per phase,
+memory_stats and segments, the CUDA context, cuBLAS's workspace) instead of the profiler's, and
+the result says device "cuda" and keeps them under per_rank[].cuda (no "peak_bytes": a CPU
+comparison cannot mistake it for one). `--device cuda --dry-cpu` runs that path on CPU tensors,
+every CUDA call skipped and named.
 """
 import argparse
 import collections
@@ -77,7 +85,18 @@ def parse_args(argv):
                         "per optimizer step)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
-    p.add_argument("--measure", default="profiler")
+    p.add_argument("--measure", default=None,
+                   help="cpu: profiler (default) or memtracker; cuda: cuda (torch.cuda's figures)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (gloo CPU ranks) or cuda (a GPU per rank, or ranks sharing one)")
+    p.add_argument("--dry-cpu", action="store_true",
+                   help="with --device cuda: run the CUDA path on CPU tensors over gloo, skipping "
+                        "and naming every CUDA call (a check on a machine without a GPU)")
+    p.add_argument("--backend", default="auto",
+                   help="with --device cuda: nccl, gloo (on CUDA tensors) or auto (nccl when every "
+                        "rank has a GPU of its own, else gloo: NCCL refuses two ranks of one "
+                        "communicator on one GPU); nccl on a shared GPU runs as fake hosts "
+                        "(NCCL_HOSTID per rank)")
     p.add_argument("--params-only", action="store_true",
                    help="build on the meta device and print the parameter count (no ranks)")
     a = p.parse_args(argv)
@@ -98,7 +117,15 @@ def parse_args(argv):
     check("loop", a.loop, ("hf", "common"))
     check("fsdp-grad-sync", a.fsdp_grad_sync, ("every", "last"))
     check("grad-as-bucket-view", a.grad_as_bucket_view, (0, 1))
-    check("measure", a.measure, ("profiler", "memtracker"))
+    check("device", a.device, ("cpu", "cuda"))
+    check("backend", a.backend, ("auto", "nccl", "gloo"))
+    if a.device == "cpu" and a.dry_cpu:
+        raise SetupError("--dry-cpu: needs --device cuda (it runs the CUDA path on CPU tensors)")
+    if a.device == "cpu" and a.backend == "nccl":
+        raise SetupError("--backend nccl: needs --device cuda (CPU ranks talk over gloo)")
+    if a.measure is None:
+        a.measure = "cuda" if a.device == "cuda" else "profiler"
+    check("measure", a.measure, ("cuda",) if a.device == "cuda" else ("profiler", "memtracker"))
     for name, val, lo in (("batch", a.batch, 1), ("grad-accum", a.grad_accum, 1),
                           ("steps", a.steps, 2)):
         if val < lo:
@@ -242,15 +269,16 @@ class States:
     """Collects the storages that hold params, grads, optimizer state (and, for DeepSpeed,
     its named communication buffers)."""
 
-    def __init__(self, model, opt, strategy, ds_opt=None):
+    def __init__(self, model, opt, strategy, ds_opt=None, device_type="cpu"):
         self.model, self.opt, self.strategy, self.ds_opt = model, opt, strategy, ds_opt
+        self.device_type = device_type   # the run's tensors: cpu, or cuda
 
     def collect(self):
         import torch
         out = {"params": {}, "grads": {}, "optimizer": {}, "comm_buffers": {}}
 
         def add(cat, t):
-            if t is None or t.device.type != "cpu":
+            if t is None or t.device.type != self.device_type:
                 return
             ptr, nb = _storage_ptr(t)
             if ptr:
@@ -307,8 +335,9 @@ class States:
 # strategies
 
 
-def build_strategy(a, spec, world, rank):
-    """Wrap the model; returns (model_to_call, optimizer, ds_engine or None, implementation)."""
+def build_strategy(a, spec, world, rank, target):
+    """Wrap the model (already on target.device); returns (model_to_call, optimizer, ds_engine or
+    None, implementation)."""
     import torch
     import torch.distributed as dist
     model = spec.model
@@ -320,6 +349,8 @@ def build_strategy(a, spec, world, rank):
     if a.strategy in ("ddp", "torch-zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
         kw = {"gradient_as_bucket_view": bool(a.grad_as_bucket_view)}
+        if target.type == "cuda":
+            kw["device_ids"] = [target.index]
         if a.bucket_mb is not None:
             kw["bucket_cap_mb"] = a.bucket_mb
         ddp = DDP(model, **kw)
@@ -343,9 +374,9 @@ def build_strategy(a, spec, world, rank):
         from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
         if a.strategy == "fsdp-hybrid":
             g = a.shard_group
-            mesh = init_device_mesh("cpu", (world // g, g), mesh_dim_names=("replicate", "shard"))
+            mesh = init_device_mesh(target.type, (world // g, g), mesh_dim_names=("replicate", "shard"))
         else:
-            mesh = init_device_mesh("cpu", (world,))
+            mesh = init_device_mesh(target.type, (world,))
         raf = a.strategy != "fsdp-grad-op"
         kw = {"mesh": mesh, "reshard_after_forward": raf}
         mp = ""
@@ -367,7 +398,8 @@ def build_strategy(a, spec, world, rank):
         impl = (f"FSDP2 fully_shard per block ({len(blocks)} x {type(blocks[0]).__name__}) + "
                 f"root, reshard_after_forward={raf} on every block (the root at fully_shard's default: "
                 f"kept unsharded after forward), {mesh_s}{mp}, "
-                "torch.optim.AdamW(foreach=True) (flat-parameter FSDP refuses CPU in torch 2.15)")
+                "torch.optim.AdamW(foreach=True)"
+                + (" (flat-parameter FSDP refuses CPU in torch 2.15)" if target.type == "cpu" else ""))
         if a.grad_accum > 1:
             impl += (", gradients reduce-scattered every micro-step (accumulated sharded)"
                      if a.fsdp_grad_sync == "every" else
@@ -469,8 +501,11 @@ def run(a, rank, world):
     import torch.distributed as dist
     import models
     import measure
+    import cuda_mode
 
     torch.set_num_threads(1)
+    target = cuda_mode.Target(a, rank, world)
+    meter = cuda_mode.Meter(target) if a.measure == "cuda" else None
     prof = None
     if a.measure == "profiler":
         from torch.profiler import profile, ProfilerActivity
@@ -480,14 +515,23 @@ def run(a, rank, world):
         prof.start()
     is_ds = a.strategy.startswith("zero")
     if is_ds:
+        if target.dry:
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")   # a GPU run's DeepSpeed picks cuda
         import deepspeed
-        deepspeed.init_distributed(dist_backend="gloo")
+        deepspeed.init_distributed(dist_backend=target.backend)
     elif not dist.is_initialized():
-        dist.init_process_group("gloo")
+        dist.init_process_group(target.backend)
+    # control traffic (turns, results) on CPU tensors: never through NCCL, never a CUDA context
+    ctrl = dist.new_group(backend="gloo") if target.backend != "gloo" else None
+    if meter is not None:
+        meter.init_device(lambda: dist.barrier(group=ctrl))
+        meter.probe_cublas()
 
     torch.manual_seed(a.seed)
+    # built on the CPU from the seed, then moved: the same initial weights as the CPU rows
     spec = models.build(a.model, a.attn, a.dropout)
-    model = spec.model
+    model = spec.model.to(target.device)
+    spec.model = model
     n_params = models.param_count(model)
     seq = a.seq if a.seq is not None else spec.context
     model.train()
@@ -496,12 +540,13 @@ def run(a, rank, world):
     add_module_markers(model)
 
     with rf("memplan::wrap"):
-        runner, opt, engine, impl = build_strategy(a, spec, world, rank)
+        runner, opt, engine, impl = build_strategy(a, spec, world, rank, target)
     ds_opt = opt if engine is not None else None
-    states = States(model, opt, a.strategy, ds_opt)
+    states = States(model, opt, a.strategy, ds_opt, target.type)
 
-    base = models.make_batch(spec, a.batch, seq, a.seed + 1 + rank)
-    amp = (torch.autocast("cpu", dtype=torch.bfloat16) if a.precision == "amp-bf16"
+    base = {k: v.to(target.device)
+            for k, v in models.make_batch(spec, a.batch, seq, a.seed + 1 + rank).items()}
+    amp = (torch.autocast(target.type, dtype=torch.bfloat16) if a.precision == "amp-bf16"
            else contextlib.nullcontext())
     snaps = []
     model_states = None
@@ -517,13 +562,22 @@ def run(a, rank, world):
             pass
         snaps.append((name, {k: set(v) for k, v in states.collect().items()}))
 
+    def phase(name):
+        """One phase: the profiler's marker, and in CUDA mode the meter's window around it."""
+        marker = rf("memplan::phase::" + name)
+        return meter.phase(name, marker) if meter is not None else marker
+
     losses, times = [], []
     out = loss = None
     mt_best = None
+    if meter is not None:
+        meter.start_run()
     for step in range(1, a.steps + 1):
         mctx = mt if (mt is not None and step >= 2) else contextlib.nullcontext()
         if mt is not None and step >= 2:
             mt.reset_mod_stats()    # MemTracker refuses a second iteration otherwise
+        if meter is not None:
+            meter.begin_step(step)
         with mctx, rf(f"memplan::step{step}"):
             t0 = time.perf_counter()
             step_loss = 0.0
@@ -543,9 +597,9 @@ def run(a, rank, world):
                       and a.fsdp_grad_sync == "last" and a.grad_accum > 1):
                     runner.set_requires_gradient_sync(last)
                 with sync:
-                    with rf("memplan::phase::data"):
+                    with phase("data"):
                         batch = {k: v.clone() for k, v in base.items()}
-                    with rf("memplan::phase::forward"), amp:
+                    with phase("forward"), amp:
                         out = models.forward(spec, runner, batch)
                         loss = out.loss
                         if engine is None and a.grad_accum > 1:
@@ -553,7 +607,7 @@ def run(a, rank, world):
                     if a.loop == "hf":
                         out = None
                         del batch
-                    with rf("memplan::phase::backward"):
+                    with phase("backward"):
                         if engine is not None:
                             engine.backward(loss)
                         else:
@@ -568,13 +622,13 @@ def run(a, rank, world):
                         # steps the optimizer only at the accumulation boundary
                         # (is_gradient_accumulation_boundary: (micro_steps + 1) % K == 0), so it
                         # is called after every micro-batch; off the boundary it only counts
-                        with rf("memplan::phase::backward"):
+                        with phase("backward"):
                             engine.step()
                     snapshot("after_micro_step")   # what the micro-step leaves accumulated
             snapshot("after_backward")
             if step == 2:
                 ms_bwd = {k: sum(v.values()) for k, v in states.collect().items()}
-            with rf("memplan::phase::optimizer"):
+            with phase("optimizer"):
                 if engine is not None:
                     engine.step()
                 else:
@@ -588,9 +642,11 @@ def run(a, rank, world):
                                 "grads": max(ms_bwd["grads"], ms_opt["grads"]),
                                 "optimizer": max(ms_bwd["optimizer"], ms_opt["optimizer"])}
             if engine is None:
-                with rf("memplan::phase::zero_grad"):
+                with phase("zero_grad"):
                     opt.zero_grad(set_to_none=(a.zero_grad == "none"))
             snapshot("after_zero_grad")
+            if meter is not None:
+                meter.sync()   # the step's kernels have run: its time is the GPU's
             times.append((time.perf_counter() - t0) * 1e3)
             losses.append(step_loss)
         if mt is not None and step >= 2:
@@ -668,6 +724,10 @@ def run(a, rank, world):
             "at_peak_top": measure.top_rows(detail_j, 16),
         }
         coll = measure.collectives(tr, a.steps)
+    elif meter is not None:
+        per_rank["device_index"] = target.index
+        per_rank["cuda"] = meter.result(first_steady_step=2)
+        coll = []
     else:
         dev = mt_best or {}
         per_rank.update({"peak_bytes": int(dev.get("Total", 0)),
@@ -679,8 +739,9 @@ def run(a, rank, world):
     per_rank["step_ms_all"] = [round(x, 3) for x in times]
 
     gathered = [None] * world
-    dist.all_gather_object(gathered, per_rank)
+    dist.all_gather_object(gathered, per_rank, group=ctrl)
     versions = _versions()
+    versions.update(cuda_mode.versions(target))
     doc = {
         "harness": "memplan bench/torch/harness.py",
         "versions": versions,
@@ -691,6 +752,13 @@ def run(a, rank, world):
             "categories: storage addresses of params/grads/optimizer state recorded at "
             "snapshots, the rest by the phase / module / comm range the allocation was made in"
             if prof is not None else
+            "per_rank[].cuda: torch.cuda.max_memory_allocated / max_memory_reserved / "
+            "memory_stats' requested_bytes peak per phase (peak statistics reset at each phase), "
+            "steady peak over steps 2..K; memory_stats and memory_snapshot's segments at the end; "
+            "context: device memory used (NVML, else nvidia-smi) before and cudaMemGetInfo after "
+            "CUDA's init in this process, ranks in turn, less the allocator's reserved bytes; "
+            "cuBLAS: allocated bytes the first SGEMM leaves held (its workspace)"
+            if meter is not None else
             "total: torch.distributed._tools.mem_tracker.MemTracker (Python-visible tensors: "
             "dispatch-mode allocations + tracked parameters/gradients/optimizer state), peak "
             "over steps 2..K"),
@@ -705,13 +773,31 @@ def run(a, rank, world):
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
                   "fsdp_grad_sync": a.fsdp_grad_sync,
-                  "measure": a.measure},
+                  "measure": a.measure, "device": a.device, "backend": target.backend},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
         "collectives_step": a.steps,
         "loss": [round(x, 6) for x in losses],
+        # "cuda" rows are GPU rows: bench/torch/results/cuda/, never compared as CPU rows
+        "device": a.device,
         "status": "ok",
     }
+    if meter is not None:
+        _cuda_fields(doc, target, meter)
+        if rank == 0:
+            print(cuda_mode.summary_line(doc), file=sys.stderr, flush=True)
+    return doc
+
+
+def _cuda_fields(doc, target, meter):
+    """What a CUDA row adds at the top: the backend and why, what --dry-cpu skipped."""
+    doc["dry_cpu"] = target.dry
+    doc["backend"] = target.describe()
+    doc["collectives_note"] = ("not recorded in CUDA mode (no torch.profiler there: its CUDA "
+                               "activity would add buffers of its own); the CPU row of the same "
+                               "setup has them")
+    if target.dry:
+        doc["cuda_skipped"] = meter.skipped
     return doc
 
 
@@ -821,6 +907,7 @@ def main(argv):
         if rank == 0:
             try:
                 write_json(a.json, {"harness": "memplan bench/torch/harness.py",
+                                    "versions": _versions(), "device": a.device,
                                     "status": "error", "error": msg})
             except OSError:
                 pass
