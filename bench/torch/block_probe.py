@@ -55,7 +55,8 @@ _ALLOC_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::z
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="block_probe.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="gpt2-mini", help="zoo name or config.json (as the harness)")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "amp-bf16"))
+    p.add_argument("--precision", default="fp32", choices=("fp32", "amp-bf16", "bf16"),
+                   help="bf16: the model cast to bfloat16 (pure bf16, no autocast)")
     p.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--act-ckpt", default="none", choices=("none", "full"))
@@ -107,6 +108,8 @@ def run_once(a, batch):
 
     torch.manual_seed(1234)
     spec = models.build(a.model, a.attn, a.dropout)
+    if a.precision == "bf16":
+        spec.model = spec.model.to(torch.bfloat16)
     model = spec.model
     model.train()
     seq = a.seq if a.seq is not None else spec.context

@@ -50,7 +50,7 @@ import traceback
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid",
               "torch-zero1", "none")   # none: no data parallelism (each rank alone; cross-checks)
-PRECISIONS = ("fp32", "amp-bf16", "mixed-bf16")
+PRECISIONS = ("fp32", "amp-bf16", "mixed-bf16", "bf16")
 LR = 1e-4
 
 
@@ -83,6 +83,10 @@ def parse_args(argv):
                         "(set_requires_gradient_sync(False) on the non-final micro-steps, as HF "
                         "Accelerate's no_sync: unsharded gradients accumulate, one reduce-scatter "
                         "per optimizer step)")
+    p.add_argument("--ds-zero", default=None,
+                   help="a JSON object merged into DeepSpeed's zero_optimization (its sizes and "
+                        "switches: reduce_bucket_size, overlap_comm, stage3_prefetch_bucket_size, "
+                        "stage3_max_live_parameters, stage3_param_persistence_threshold, ...)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
     p.add_argument("--measure", default=None,
@@ -136,6 +140,16 @@ def parse_args(argv):
         raise SetupError(f"--dropout {a.dropout}: must be in [0, 1)")
     if a.bucket_mb is not None and a.bucket_mb <= 0:
         raise SetupError(f"--bucket-mb {a.bucket_mb}: must be > 0")
+    if a.ds_zero is not None:
+        try:
+            a.ds_zero = json.loads(a.ds_zero)
+        except ValueError as e:
+            raise SetupError(f"--ds-zero: not a JSON object ({e})")
+        if not isinstance(a.ds_zero, dict) or "stage" in a.ds_zero:
+            raise SetupError("--ds-zero: a JSON object of zero_optimization keys other than 'stage' "
+                             "(the stage is --strategy)")
+        if not a.strategy.startswith("zero"):
+            raise SetupError(f"--ds-zero with --strategy {a.strategy}: DeepSpeed's settings need zero1/2/3")
     if a.precision == "mixed-bf16" and a.strategy in ("ddp", "torch-zero1", "none"):
         raise SetupError(f"--precision mixed-bf16 with --strategy {a.strategy}: DDP has no "
                          "mixed-precision parameters; valid: fp32, amp-bf16 (or mixed-bf16 "
@@ -413,8 +427,11 @@ def build_strategy(a, spec, world, rank, target):
         "train_micro_batch_size_per_gpu": a.batch,
         "gradient_accumulation_steps": a.grad_accum,
         "optimizer": {"type": "AdamW", "params": {"lr": LR}},
-        "zero_optimization": {"stage": stage},
-        "bf16": {"enabled": a.precision == "mixed-bf16"},
+        "zero_optimization": dict({"stage": stage}, **(a.ds_zero or {})),
+        # mixed-bf16: DeepSpeed's bf16 (16-bit model, fp32 master and moments); bf16: pure, the
+        # master and the moments in bf16 too (precision_config.py), as memplan auto emits it
+        "bf16": ({"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}
+                 if a.precision == "bf16" else {"enabled": a.precision == "mixed-bf16"}),
         "steps_per_print": 10 ** 9,
         "wall_clock_breakdown": False,
     }
@@ -426,7 +443,8 @@ def build_strategy(a, spec, world, rank, target):
     engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                              config=cfg)
     impl = (f"DeepSpeed {deepspeed.__version__} ZeRO stage {stage} "
-            f"(defaults; bf16={a.precision == 'mixed-bf16'}), {opt_name}, "
+            f"({'zero_optimization ' + json.dumps(a.ds_zero) if a.ds_zero else 'defaults'}; "
+            f"bf16={a.precision in ('mixed-bf16', 'bf16')}{' pure' if a.precision == 'bf16' else ''}), {opt_name}, "
             f"optimizer wrapper {type(opt).__name__}")
     if a.grad_accum > 1:
         impl += f", engine.step() after each of the {a.grad_accum} micro-batches"
@@ -531,6 +549,8 @@ def run(a, rank, world):
     # built on the CPU from the seed, then moved: the same initial weights as the CPU rows
     spec = models.build(a.model, a.attn, a.dropout)
     model = spec.model.to(target.device)
+    if a.precision == "bf16" and not a.strategy.startswith("zero"):
+        model = model.to(torch.bfloat16)   # pure bf16: parameters, gradients and AdamW states
     spec.model = model
     n_params = models.param_count(model)
     seq = a.seq if a.seq is not None else spec.context
@@ -772,7 +792,7 @@ def run(a, rank, world):
                   "bucket_mb_default": a.bucket_mb is None,
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
-                  "fsdp_grad_sync": a.fsdp_grad_sync,
+                  "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
                   "measure": a.measure, "device": a.device, "backend": target.backend},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
