@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -585,9 +586,22 @@ char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const A
     cJSON *z = cJSON_AddObjectToObject(j, "zero_optimization");
     cJSON_AddNumberToObject(z, "stage", stage);
     if (stage > 0) {
-        cJSON_AddNumberToObject(z, "reduce_bucket_size", (double)(int64_t)plan_ds_knobs(&r->train).reduce_bucket);
-        cJSON_AddBoolToObject(z, "overlap_comm", stage == 3);
+        const DsKnobs *u = &r->train.ds;   /* what the user set, beside DeepSpeed's defaults */
+        DsKnobs k = plan_ds_knobs(&r->train);
+        cJSON_AddNumberToObject(z, "reduce_bucket_size", (double)(int64_t)k.reduce_bucket);
+        cJSON_AddBoolToObject(z, "overlap_comm", u->overlap_comm ? u->overlap_comm == 1 : stage == 3);
         cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
+        if (stage == 3) {
+            static const struct { const char *key; size_t off; } S3[] = {
+                {"stage3_prefetch_bucket_size", offsetof(DsKnobs, prefetch)},
+                {"stage3_max_live_parameters", offsetof(DsKnobs, max_live)},
+                {"stage3_max_reuse_distance", offsetof(DsKnobs, max_reuse)},
+                {"stage3_param_persistence_threshold", offsetof(DsKnobs, persist)},
+            };
+            for (size_t i = 0; i < sizeof S3 / sizeof S3[0]; i++)
+                if (*(const double *)((const char *)u + S3[i].off) > 0)
+                    cJSON_AddNumberToObject(z, S3[i].key, (double)(int64_t) * (const double *)((const char *)&k + S3[i].off));
+        }
     }
     if (r->train.offload != OFFLOAD_NONE) {   /* offload_config.py: device, pin_memory */
         cJSON *oo = cJSON_AddObjectToObject(z, "offload_optimizer");
