@@ -190,16 +190,61 @@ static void finish_ctx(Ctx *x)
 
 /* Planning flags the engine does not honour (it trains fp32 AdamW, no checkpointing, no
  * dropout, eager attention, on mpirun's ranks), with the one value each may still take (same, or
- * the job's rank count: ranks). The overhead figures (--gpu, --cuda-context, --nccl-mem) are
- * printed next to --cupti's only (cupti). */
-static const struct { const char *flag, *same; int cupti, ranks; } NOT_HONOURED[] = {
-    {"params", NULL, 0, 0}, {"units", NULL, 0, 0}, {"precision", "fp32", 0, 0}, {"optimizer", "adamw", 0, 0},
-    {"act-ckpt", "none", 0, 0}, {"attn", "eager", 0, 0}, {"dropout", "0", 0, 0}, {"gpus", NULL, 0, 1},
-    {"gpus-per-node", NULL, 0, 0}, {"gpu-mem", NULL, 0, 0}, {"grad-as-bucket-view", NULL, 0, 0},
-    {"alloc-margin", NULL, 0, 0}, {"mfu", NULL, 0, 0}, {"intra-bw", NULL, 0, 0}, {"inter-bw", NULL, 0, 0},
-    {"latency", NULL, 0, 0}, {"syncbn", NULL, 0, 0}, {"impl", "engine", 0, 0},
-    {"gpu", NULL, 1, 0}, {"cuda-context", NULL, 1, 0}, {"nccl-mem", NULL, 1, 0},
+ * the job's rank count: ranks) and why, where the general sentence does not say it (why). The
+ * overhead figures (--gpu, --cuda-context, --nccl-mem) are printed next to --cupti's only (cupti). */
+#define NO_FSDP "the engine implements ddp and zero1-zero3, no FSDP"
+static const struct { const char *flag, *same; int cupti, ranks; const char *why; } NOT_HONOURED[] = {
+    {"params", NULL, 0, 0, NULL}, {"units", NULL, 0, 0, NULL}, {"precision", "fp32", 0, 0, NULL},
+    {"optimizer", "adamw", 0, 0, NULL}, {"act-ckpt", "none", 0, 0, NULL}, {"attn", "eager", 0, 0, NULL},
+    {"dropout", "0", 0, 0, NULL}, {"gpus", NULL, 0, 1, NULL}, {"gpus-per-node", NULL, 0, 0, NULL},
+    {"gpu-mem", NULL, 0, 0, NULL}, {"grad-as-bucket-view", NULL, 0, 0, NULL}, {"alloc-margin", NULL, 0, 0, NULL},
+    {"mfu", NULL, 0, 0, NULL}, {"intra-bw", NULL, 0, 0, NULL}, {"inter-bw", NULL, 0, 0, NULL},
+    {"latency", NULL, 0, 0, NULL}, {"syncbn", NULL, 0, 0, NULL}, {"impl", "engine", 0, 0, NULL},
+    {"zero-grad", NULL, 0, 0, "the engine keeps its gradient buffers and zeroes them in place before each step"},
+    {"loop", NULL, 0, 0, "the engine's fused LM head turns the logits into their gradient in place: there is no "
+                         "training loop to choose"},
+    {"fsdp", NULL, 0, 0, NO_FSDP}, {"fsdp-grad-sync", NULL, 0, 0, NO_FSDP},
+    {"autocast", NULL, 0, 0, "the engine trains in fp32, without autocast"},
+    {"gpu", NULL, 1, 0, NULL}, {"cuda-context", NULL, 1, 0, NULL}, {"nccl-mem", NULL, 1, 0, NULL},
 };
+
+/* The value of the shared flag `name` if it was given ("" for a switch), else NULL.
+ * cli_setup_given records the parser's first 32 options only, and --fsdp-grad-sync is the 33rd:
+ * it is found in argv. After a successful parse a token that starts "--fsdp-" can only be it
+ * (no other option's name starts so, and a value that starts "--" is refused). */
+static const char *flag_given(const CliSetup *s, int argc, char **argv, const char *name)
+{
+    const char *v = cli_setup_given(s, name);
+    if (v || strcmp(name, "fsdp-grad-sync") != 0) return v;
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strncmp(argv[i], "--fsdp-", 7) == 0) {
+            const char *eq = strchr(argv[i], '=');
+            return eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : "";
+        }
+    return NULL;
+}
+
+/* 0, or 2 after naming the first flag the engine does not honour. */
+static int honoured_flags_only(int argc, char **argv, const char *cmd, const Ctx *x)
+{
+    for (size_t i = 0; i < sizeof NOT_HONOURED / sizeof NOT_HONOURED[0]; i++) {
+        const char *v = flag_given(&x->s, argc, argv, NOT_HONOURED[i].flag);
+        if (!v || (NOT_HONOURED[i].cupti && x->f.cupti)) continue;
+        if (NOT_HONOURED[i].same && strcmp(v, NOT_HONOURED[i].same) == 0) continue;
+        long long n;
+        if (NOT_HONOURED[i].ranks && plan_parse_int(v, 1, INT_MAX, &n) == 0 && n == x->N) continue;
+        if (NOT_HONOURED[i].cupti)
+            return cli_usage_error("%s does not use --%s without --cupti (it sets the planner's overheads printed next "
+                                   "to --cupti's measurement): drop it", cmd, NOT_HONOURED[i].flag);
+        if (NOT_HONOURED[i].why)
+            return cli_usage_error("%s does not honour --%s%s%s%s: %s; drop it", cmd, NOT_HONOURED[i].flag, *v ? " '" : "",
+                                   v, *v ? "'" : "", NOT_HONOURED[i].why);
+        return cli_usage_error("%s does not honour --%s%s%s%s: the engine trains fp32 AdamW without checkpointing or dropout "
+                               "on mpirun's %d rank%s; drop it (plan it with 'memplan plan')", cmd, NOT_HONOURED[i].flag,
+                               *v ? " '" : "", v, *v ? "'" : "", x->N, x->N == 1 ? "" : "s");
+    }
+    return 0;
+}
 
 /* Parses and checks this rank's arguments and output paths, with cli_usage_error captured.
  * Returns 0 to go on, CLI_RANKS_HELP, or an exit status (message in the capture). */
@@ -213,19 +258,7 @@ static int check_args(int argc, char **argv, const char *cmd, Ctx *x)
     if (rc) return rc;
     x->have_setup = 1;
     if (!x->s.have_model) return cli_usage_error("no model: give --model gpt2-tiny (or another GPT-2 preset)");
-    for (size_t i = 0; i < sizeof NOT_HONOURED / sizeof NOT_HONOURED[0]; i++) {
-        const char *v = cli_setup_given(&x->s, NOT_HONOURED[i].flag);
-        if (!v || (NOT_HONOURED[i].cupti && x->f.cupti)) continue;
-        if (NOT_HONOURED[i].same && strcmp(v, NOT_HONOURED[i].same) == 0) continue;
-        long long n;
-        if (NOT_HONOURED[i].ranks && plan_parse_int(v, 1, INT_MAX, &n) == 0 && n == x->N) continue;
-        if (NOT_HONOURED[i].cupti)
-            return cli_usage_error("%s does not use --%s without --cupti (it sets the planner's overheads printed next "
-                                   "to --cupti's measurement): drop it", cmd, NOT_HONOURED[i].flag);
-        return cli_usage_error("%s does not honour --%s%s%s%s: the engine trains fp32 AdamW without checkpointing or dropout "
-                               "on mpirun's %d rank%s; drop it (plan it with 'memplan plan')", cmd, NOT_HONOURED[i].flag,
-                               *v ? " '" : "", v, *v ? "'" : "", x->N, x->N == 1 ? "" : "s");
-    }
+    if ((rc = honoured_flags_only(argc, argv, cmd, x))) return rc;
     ExecRunConfig *c = &x->cfg;
     exec_run_config_defaults(c);
     /* the engine builds its GPT-2 from the preset's name: a model file is not what would train */
