@@ -149,7 +149,8 @@ static void print_help(FILE *f, const char *cmd)
                "  --batch B              micro-batch per rank (default 1)\n"
                "  --seq T                sequence length (default: the model's context)\n"
                "  --grad-accum A         micro-batches per optimizer step (default 1)\n"
-               "  --steps K              optimizer steps (default: run 10, validate 3)\n"
+               "  --steps K              optimizer steps (default: run 10, validate 6: steps 2..K are the steady state;\n"
+               "                         validate judges a step time from 5 or more steady steps of 30 ms or more)\n"
                "  --bucket-mb X          DDP bucket cap in MiB (default 25; the first bucket is 1 MiB)\n"
                "  --mem-limit SIZE       emulate a device of SIZE (binary units: 64MiB, 2G = 2 GiB); an allocation\n"
                "                         that crosses it fails the step with an out-of-memory report\n"
@@ -288,7 +289,8 @@ static int check_args(int argc, char **argv, const char *cmd, Ctx *x)
     c->micro_batch = (int)x->s.train.micro_batch;
     c->seq = (int)(x->s.train.seq > 0 ? x->s.train.seq : c->model.max_seq);
     c->grad_accum = (int)x->s.train.grad_accum;
-    c->steps = (int)(x->f.steps ? x->f.steps : is_run ? 10 : 3);
+    /* validate: 5 steady steps (2..6), the fewest whose median judges a step time (cli_time.h) */
+    c->steps = (int)(x->f.steps ? x->f.steps : is_run ? 10 : CLI_TIME_MIN_STEADY + 1);
     c->bucket_bytes = x->f.bucket_mb > 0 ? x->f.bucket_mb * MIB : 0;
     c->mem_limit = (size_t)x->f.mem_limit;
     c->seed = (uint64_t)x->f.seed;
@@ -708,8 +710,9 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
         ClusterSpec tc = cl;
         cli_time_cluster(desc, &tc);
         cJSON_AddItemToObject(o, "device_description", cli_time_desc_json(desc));
-        cJSON_AddBoolToObject(o, "time_within_15pct",
-                              cli_time_rows(f, sn, &x->s.model, &t, &tc, MAP[k], r, c->steps, o));
+        int within = cli_time_rows(f, sn, &x->s.model, &t, &tc, MAP[k], r, c->steps, o);
+        if (within == CLI_TIME_NOT_JUDGED) cJSON_AddNullToObject(o, "time_within_15pct");   /* too short to say */
+        else cJSON_AddBoolToObject(o, "time_within_15pct", within);
         *row_header = 0;   /* the next strategy's memory rows get their header again */
     }
     cJSON_AddBoolToObject(o, "pass", pass);

@@ -755,6 +755,7 @@ Test(validate_torch, keep_should_be_a_writable_folder_checked_before_any_run)
         {"%s/res.json", "is not a folder"},                       /* a file */
         {"%s/res.json/sub", "cannot create the folder"},          /* below a file */
         {"%s/no/such/folder", "cannot create the folder"},
+        {"/proc/self", "cannot write in the folder"},             /* read-only, also to root */
         {"%s --json=%s/ddp.json", "would write"},                 /* the --json output */
     };
     for (size_t i = 0; i < sizeof KEEP / sizeof KEEP[0]; i++) {
