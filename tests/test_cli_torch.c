@@ -311,75 +311,75 @@ static void fake_python(const char *dir, char *py, size_t len)
     chmod(py, 0755);
 }
 
+/* The fake harness in dir, memplan pointed at it: result (deleted; NULL: the caller writes res)
+ * is what every run writes, in res (room: PATH_MAX + 16). The harness script itself can be any
+ * readable file: the fake ignores it. */
+static void use_fake_harness(const char *dir, cJSON *result, char *res)
+{
+    char py[PATH_MAX + 16];
+    fake_python(dir, py, sizeof py);
+    snprintf(res, PATH_MAX + 16, "%s/res.json", dir);
+    if (result) write_json(res, result);
+    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
+    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
+    setenv("FAKE_RESULT", res, 1);
+    unsetenv("FAKE_RC");
+}
+
+/* What the fake harness was started with, one line per run (the caller frees). */
+static char *fake_args(const char *dir)
+{
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "cat %s/args", dir);
+    return test_run_cmd(cmd).out;
+}
+
 Test(validate_torch, should_launch_torchrun_with_the_planned_setup_for_each_strategy)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
-    write_json(res, exact_result("ddp", 1.0, 0, NULL));
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);   /* any readable file: the fake ignores it */
-    setenv("FAKE_RESULT", res, 1);
+    use_fake_harness(dir, exact_result("ddp", 1.0, 0, NULL), res);
     Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy ddp,fsdp-hybrid "
                                           "--ranks 4 --batch 2 --seq 64 --precision fp32 --attn eager --dropout 0");
     /* fsdp-hybrid's row is compared against a ddp result: it must fail, ddp must pass */
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.out, "# ddp: fake harness"), "%s", r.out);
-    snprintf(argsf, sizeof argsf, "%s/args", dir);
-    char *cmd = malloc(PATH_MAX + 64);
-    snprintf(cmd, PATH_MAX + 64, "cat %s", argsf);
-    Run a = test_run_cmd(cmd);
-    free(cmd);
-    cr_assert_eq(test_count(a.out, "-m torch.distributed.run --standalone --nproc-per-node 4"), 2, "%s", a.out);
-    cr_assert(strstr(a.out, "--strategy ddp "), "%s", a.out);
-    cr_assert(strstr(a.out, "--strategy fsdp-hybrid "), "%s", a.out);
-    cr_assert(strstr(a.out, "--shard-group 2 "), "%s", a.out);
-    cr_assert(strstr(a.out, "--precision fp32 --act-ckpt none --attn eager --dropout 0 "), "%s", a.out);
-    cr_assert(strstr(a.out, "--fsdp-grad-sync every "), "the default: %s", a.out);
-    free(a.out);
+    char *ran = fake_args(dir);
+    cr_assert_eq(test_count(ran, "-m torch.distributed.run --standalone --nproc-per-node 4"), 2, "%s", ran);
+    cr_assert(strstr(ran, "--strategy ddp "), "%s", ran);
+    cr_assert(strstr(ran, "--strategy fsdp-hybrid "), "%s", ran);
+    cr_assert(strstr(ran, "--shard-group 2 "), "%s", ran);
+    cr_assert(strstr(ran, "--precision fp32 --act-ckpt none --attn eager --dropout 0 "), "%s", ran);
+    cr_assert(strstr(ran, "--fsdp-grad-sync every "), "the default: %s", ran);
+    free(ran);
     free(r.out);
 }
 
 Test(validate_torch, should_pass_the_accumulation_setup_to_the_harness)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
-    write_json(res, exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 1));
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
-    setenv("FAKE_RESULT", res, 1);
-    unsetenv("FAKE_RC");
+    use_fake_harness(dir, exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 1), res);
     Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy fsdp-full --batch 2 "
                                           "--seq 64 --precision fp32 --attn eager --dropout 0 --loop trainer "
                                           "--grad-accum 2 --fsdp-grad-sync last");
     cr_assert_eq(r.status, 0, "%s", r.out);
     cr_assert(strstr(r.out, "grad-accum 2") && strstr(r.out, "fsdp-grad-sync last"), "%s", r.out);
-    snprintf(argsf, sizeof argsf, "%s/args", dir);
-    char *cmd = malloc(PATH_MAX + 64);
-    snprintf(cmd, PATH_MAX + 64, "cat %s", argsf);
-    Run a = test_run_cmd(cmd);
-    free(cmd);
-    cr_assert(strstr(a.out, "--grad-accum 2 "), "%s", a.out);
-    cr_assert(strstr(a.out, "--fsdp-grad-sync last "), "%s", a.out);
-    free(a.out);
+    char *ran = fake_args(dir);
+    cr_assert(strstr(ran, "--grad-accum 2 "), "%s", ran);
+    cr_assert(strstr(ran, "--fsdp-grad-sync last "), "%s", ran);
+    free(ran);
     free(r.out);
 }
 
 Test(validate_torch, should_report_a_failed_run_with_the_harness_message)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
+    use_fake_harness(dir, NULL, res);
     FILE *f = fopen(res, "w");
     fputs("{\"status\": \"error\", \"error\": \"rank 1: boom in backward\"}", f);
     fclose(f);
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
-    setenv("FAKE_RESULT", res, 1);
     setenv("FAKE_RC", "1", 1);
     Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy zero1 --precision fp32");
     cr_assert_eq(r.status, 1, "%s", r.out);
@@ -389,14 +389,9 @@ Test(validate_torch, should_report_a_failed_run_with_the_harness_message)
 
 Test(validate_torch, should_keep_torchruns_output_out_of_sight_unless_the_run_fails)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
-    write_json(res, exact_result("ddp", 1.0, 0, NULL));
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
-    setenv("FAKE_RESULT", res, 1);
+    use_fake_harness(dir, exact_result("ddp", 1.0, 0, NULL), res);
     setenv("FAKE_NOISE", "ERROR: gpuGetDeviceCount failed with code 35", 1);
     setenv("TMPDIR", dir, 1);
     unsetenv("FAKE_RC");
@@ -500,15 +495,35 @@ static char *read_file(const char *path)
     return buf;
 }
 
+/* bench/torch/results/<name>, beside the build folder */
+static void saved_result(char *buf, size_t len, const char *name)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    cr_assert(n > 0);
+    exe[n] = 0;
+    snprintf(buf, len, "%s/../../bench/torch/results/%s", dirname(exe), name);
+}
+
+/* The JSON of a saved result, for a test to edit. */
+static cJSON *saved_json(const char *name)
+{
+    char path[PATH_MAX + 64];
+    saved_result(path, sizeof path, name);
+    char *text = read_file(path);
+    cr_assert(text, "cannot read %s", path);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    cr_assert(j, "%s is not JSON", path);
+    return j;
+}
+
 Test(validate_torch, saved_measurements_of_real_runs_should_keep_passing)
 {
     /* every saved harness result (bench/torch/results/, docs/validation-torch.md's matrix) that
        has a planner row: the strategies memplan plans, runs that finished */
-    char exe[PATH_MAX], dir[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    cr_assert(n > 0);
-    exe[n] = 0;
-    snprintf(dir, sizeof dir, "%s/../../bench/torch/results", dirname(exe));
+    char dir[1024];
+    saved_result(dir, sizeof dir, "");
     DIR *d = opendir(dir);
     cr_assert(d, "cannot open %s", dir);
     struct dirent *e;
@@ -564,29 +579,6 @@ Test(validate_torch, json_output_should_never_be_a_measured_input_and_is_checked
 }
 
 /* ---- the contract of issue 23: nothing passed that was not checked, usage errors first ---- */
-
-/* bench/torch/results/<name>, beside the build folder */
-static void saved_result(char *buf, size_t len, const char *name)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    cr_assert(n > 0);
-    exe[n] = 0;
-    snprintf(buf, len, "%s/../../bench/torch/results/%s", dirname(exe), name);
-}
-
-/* The JSON of a saved result, for a test to edit. */
-static cJSON *saved_json(const char *name)
-{
-    char path[PATH_MAX + 64];
-    saved_result(path, sizeof path, name);
-    char *text = read_file(path);
-    cr_assert(text, "cannot read %s", path);
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    cr_assert(j, "%s is not JSON", path);
-    return j;
-}
 
 /* Standard error alone of `memplan args` (standard output dropped), and the exit status. */
 static Run stderr_of(const char *args)
@@ -742,15 +734,9 @@ Test(validate_torch, a_measured_file_that_cannot_be_compared_should_be_a_usage_e
 
 Test(validate_torch, keep_should_be_a_writable_folder_checked_before_any_run)
 {
-    char dir[256], py[300], res[300], args[1024], argsf[300];
+    char dir[256], res[PATH_MAX + 16], args[1024], argsf[300];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
-    write_json(res, exact_result("ddp", 1.0, 0, NULL));
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
-    setenv("FAKE_RESULT", res, 1);
-    unsetenv("FAKE_RC");
+    use_fake_harness(dir, exact_result("ddp", 1.0, 0, NULL), res);
     static const char *const KEEP[][2] = {
         {"%s/res.json", "is not a folder"},                       /* a file */
         {"%s/res.json/sub", "cannot create the folder"},          /* below a file */
@@ -805,14 +791,9 @@ Test(validate_torch, a_failed_comparison_should_say_which_rows_on_stderr)
 
 Test(validate_torch, a_run_the_host_cannot_hold_should_be_refused_before_launching)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
-    write_json(res, exact_result("ddp", 1.0, 0, NULL));
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
-    setenv("FAKE_RESULT", res, 1);
+    use_fake_harness(dir, exact_result("ddp", 1.0, 0, NULL), res);
     /* 2 ranks of llama2-70b: each builds the whole fp32 model, 257 GiB, before it shards it */
     Run r = test_launch(g_memplan, 0, 30, "validate --against torch --model llama2-70b --precision fp32");
     cr_expect_eq(r.status, 2, "%s", r.out);

@@ -303,33 +303,24 @@ static void expect_time_judged_iff_long_enough(const char *out, cJSON *st, int s
 
 Test(exec_run, validate_should_judge_a_step_time_only_from_a_run_long_enough_to_say, .timeout = 120)
 {
+    /* the defaults (gpt2-mini at micro-batch 1 steps in about 14 ms here: too short); two steady
+       steps, never enough; micro-batch 3 (about 35 ms here: judged) */
+    static const struct { const char *flags; int steps; } RUNS[] = {{"", 6}, {"--batch 3 --steps 3", 3}, {"--batch 3", 6}};
     char dir[64], path[128];
     test_tmpdir(dir, sizeof dir, "memplan-exec");
     snprintf(path, sizeof path, "%s/validate.json", dir);
-    /* the defaults: gpt2-mini at micro-batch 1 steps in about 14 ms here, too short */
-    Run r = launch(2, "validate --model gpt2-mini --strategy zero2 --json=%s", path);
-    cr_expect_eq(r.status, 0, "%s", r.out);
-    cJSON *j = test_read_json(path);
-    cr_expect_eq(cJSON_GetObjectItem(j, "steps")->valuedouble, 6, "validate's default: 5 steady steps");
-    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
-    expect_time_judged_iff_long_enough(r.out, st, 6);
-    if (cJSON_IsNull(cJSON_GetObjectItem(st, "time_within_15pct"))) {
-        cr_expect(strstr(r.out, "not judged (run too short)"), "%s", r.out);
-        cr_expect_eq(test_count(r.out, "# zero2: step time not judged: 5 steady steps of "), 1, "%s", r.out);
+    for (size_t i = 0; i < sizeof RUNS / sizeof RUNS[0]; i++) {
+        Run r = launch(2, "validate --model gpt2-mini --strategy zero2 %s --json=%s", RUNS[i].flags, path);
+        cr_expect_eq(r.status, 0, "%s", r.out);
+        cJSON *j = test_read_json(path), *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+        cr_expect_eq(cJSON_GetObjectItem(j, "steps")->valuedouble, RUNS[i].steps, "validate's default: 5 steady steps");
+        expect_time_judged_iff_long_enough(r.out, st, RUNS[i].steps);
+        if (cJSON_IsNull(cJSON_GetObjectItem(st, "time_within_15pct")))
+            cr_expect(strstr(r.out, "not judged (run too short)") && test_count(r.out, "# zero2: step time not judged: ") == 1,
+                      "%s", r.out);
+        cJSON_Delete(j);
+        free(r.out);
     }
-    cJSON_Delete(j);
-    free(r.out);
-    /* two steady steps are never enough; micro-batch 3 steps in about 35 ms here: judged */
-    r = launch(2, "validate --model gpt2-mini --strategy zero2 --batch 3 --steps 3 --json=%s", path);
-    j = test_read_json(path);
-    expect_time_judged_iff_long_enough(r.out, cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0), 3);
-    cJSON_Delete(j);
-    free(r.out);
-    r = launch(2, "validate --model gpt2-mini --strategy zero2 --batch 3 --json=%s", path);
-    j = test_read_json(path);
-    expect_time_judged_iff_long_enough(r.out, cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0), 6);
-    cJSON_Delete(j);
-    free(r.out);
     unlink(path);
     rmdir(dir);
 }
