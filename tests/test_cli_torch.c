@@ -362,7 +362,7 @@ Test(validate_torch, should_pass_the_accumulation_setup_to_the_harness)
     use_fake_harness(dir, exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 1), res);
     Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy fsdp-full --batch 2 "
                                           "--seq 64 --precision fp32 --attn eager --dropout 0 --loop trainer "
-                                          "--grad-accum 2 --fsdp-grad-sync last");
+                                          "--grad-accum 2 --fsdp-grad-sync last --autocast cpu");   /* what runs */
     cr_assert_eq(r.status, 0, "%s", r.out);
     cr_assert(strstr(r.out, "grad-accum 2") && strstr(r.out, "fsdp-grad-sync last"), "%s", r.out);
     char *ran = fake_args(dir);
