@@ -587,6 +587,35 @@ _Static_assert((int)CPHASE_COUNT == EXEC_PHASE_PARTS && (int)CPHASE_FORWARD == (
                    (int)CPHASE_STEP == (int)EXEC_PHASE_OPTIMIZER,
                "CommPhase and the ExecPhase parts differ");
 
+/* The planner's inputs for the engine's run: its activation layout (--impl engine), fp32 AdamW,
+ * no checkpointing or dropout, eager attention, mpirun's ranks on one node, the GPU overheads
+ * zeroed (a CPU has none), memory bounded by --mem-limit only. */
+static void engine_inputs(const Ctx *x, TrainSpec *t, ClusterSpec *cl)
+{
+    const ExecRunConfig *c = &x->cfg;
+    *t = x->s.train;
+    t->micro_batch = c->micro_batch;
+    t->seq = c->seq;
+    t->grad_accum = c->grad_accum;
+    t->precision = PREC_FP32;
+    t->optimizer = OPT_ADAMW;
+    t->act_ckpt = CKPT_NONE;
+    t->attn = ATTN_EAGER;
+    t->dropout = 0;
+    t->impl = IMPL_ENGINE;
+    t->grad_as_bucket_view = 0;
+    t->syncbn = 0;
+    *cl = x->s.cluster;
+    cl->gpus = x->N;
+    cl->gpus_per_node = x->N;
+    cl->cuda_context = 0;
+    cl->nccl_per_comm = 0;
+    cl->alloc_margin = 0;
+    cl->margin_is_frac = 1;
+    cl->gpu.cublas_ws_bytes = 0;
+    cl->gpu.mem_bytes = c->mem_limit ? (double)c->mem_limit : 1e18;
+}
+
 /* One strategy: rows on f (rank 0) and a JSON record; returns 1 if it passes. */
 static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResult *r, cJSON *arr, int *row_header,
                    const DeviceDesc *desc)
@@ -598,27 +627,9 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
         {TERM_ACTIVATIONS, MEM_ACTIVATIONS, "activations"}, {TERM_TRANSIENT, MEM_WORKSPACE, "workspace"},
     };
     const ExecRunConfig *c = &x->cfg;
-    TrainSpec t = x->s.train;
-    t.micro_batch = c->micro_batch;
-    t.seq = c->seq;
-    t.grad_accum = c->grad_accum;
-    t.precision = PREC_FP32;
-    t.optimizer = OPT_ADAMW;
-    t.act_ckpt = CKPT_NONE;
-    t.attn = ATTN_EAGER;
-    t.dropout = 0;
-    t.impl = IMPL_ENGINE;
-    t.grad_as_bucket_view = 0;
-    t.syncbn = 0;
-    ClusterSpec cl = x->s.cluster;
-    cl.gpus = x->N;
-    cl.gpus_per_node = x->N;
-    cl.cuda_context = 0;
-    cl.nccl_per_comm = 0;
-    cl.alloc_margin = 0;
-    cl.margin_is_frac = 1;
-    cl.gpu.cublas_ws_bytes = 0;
-    cl.gpu.mem_bytes = c->mem_limit ? (double)c->mem_limit : 1e18;
+    TrainSpec t;
+    ClusterSpec cl;
+    engine_inputs(x, &t, &cl);
     MemResult mr;
     CommPlan cp;
     plan_memory(&x->s.model, &t, &cl, MAP[k], &mr);
