@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +289,8 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
     tc.ckpt_every = s->ckpt_every;
     char ckpt[24];
     plan_ckpt_label(&tc, ckpt, sizeof ckpt);
+    char dsz[512];
+    cli_harness_ds_zero(&s->ds, dsz, sizeof dsz);
     const char *argv[] = {
         env->python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc, env->harness,
         "--model", s->model, "--strategy", plan_strategy(s->strategy)->name, "--batch", batch, "--seq", seq,
@@ -295,9 +298,16 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         "--act-ckpt", ckpt, "--attn", plan_attn_name(s->attn), "--dropout", drop,
         "--grad-as-bucket-view", gabv, "--zero-grad", cli_harness_zero_grad_name(s->zero_grad_keep),
         "--loop", cli_harness_loop_name(s->loop_trainer), "--shard-group", group,
-        "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--json", out_json, "--bucket-mb", bucket, NULL,
+        "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--json", out_json, "--ds-zero", dsz,
+        "--bucket-mb", bucket, NULL,
     };
-    if (s->bucket_mb <= 0) argv[sizeof argv / sizeof argv[0] - 3] = NULL;   /* DDP's own buckets */
+    size_t n_argv = sizeof argv / sizeof argv[0];
+    if (s->bucket_mb <= 0) argv[n_argv - 3] = NULL;   /* DDP's own buckets */
+    if (!dsz[0]) {                                    /* DeepSpeed's defaults: no --ds-zero */
+        argv[n_argv - 5] = argv[n_argv - 3];
+        argv[n_argv - 4] = argv[n_argv - 2];
+        argv[n_argv - 3] = NULL;
+    }
     unlink(out_json);
     char why[PATH_MAX + 128] = "";
     double t0 = now_s();
@@ -398,6 +408,53 @@ static void model_of(const cJSON *mo, const char *model, HarnessSetup *s)
     }
 }
 
+/* DeepSpeed's zero_optimization keys memplan models, with the DsKnobs field each sets. */
+static const struct { const char *key; size_t off; } DS_ZERO_KEYS[] = {
+    {"reduce_bucket_size", offsetof(DsKnobs, reduce_bucket)},
+    {"stage3_prefetch_bucket_size", offsetof(DsKnobs, prefetch)},
+    {"stage3_max_live_parameters", offsetof(DsKnobs, max_live)},
+    {"stage3_max_reuse_distance", offsetof(DsKnobs, max_reuse)},
+    {"stage3_param_persistence_threshold", offsetof(DsKnobs, persist)},
+};
+
+const char *cli_harness_ds_zero(const DsKnobs *k, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof DS_ZERO_KEYS / sizeof DS_ZERO_KEYS[0] && n < len; i++) {
+        double v = *(const double *)((const char *)k + DS_ZERO_KEYS[i].off);
+        if (v > 0) n += (size_t)snprintf(buf + n, len - n, "%s\"%s\": %.0f", n ? ", " : "{", DS_ZERO_KEYS[i].key, v);
+    }
+    if (k->overlap_comm && n < len)
+        n += (size_t)snprintf(buf + n, len - n, "%s\"overlap_comm\": %s", n ? ", " : "{", k->overlap_comm == 1 ? "true" : "false");
+    if (n && n < len) snprintf(buf + n, len - n, "}");
+    return buf;
+}
+
+/* setup.ds_zero (the harness's --ds-zero) into s->ds. 0, or -1 naming a key memplan does not model. */
+static int ds_zero_of(const cJSON *su, HarnessSetup *s, char *err, size_t errlen)
+{
+    const cJSON *d = cJSON_GetObjectItem(su, "ds_zero"), *e;
+    if (!d) return 0;
+    if (!cJSON_IsObject(d)) { snprintf(err, errlen, "setup.ds_zero is not an object"); return -1; }
+    cJSON_ArrayForEach(e, d) {
+        size_t i = 0;
+        while (i < sizeof DS_ZERO_KEYS / sizeof DS_ZERO_KEYS[0] && strcmp(e->string, DS_ZERO_KEYS[i].key)) i++;
+        if (i < sizeof DS_ZERO_KEYS / sizeof DS_ZERO_KEYS[0] && cJSON_IsNumber(e) && e->valuedouble >= 0 &&
+            e->valuedouble <= 1e13 && e->valuedouble == floor(e->valuedouble))
+            *(double *)((char *)&s->ds + DS_ZERO_KEYS[i].off) = e->valuedouble < 1 ? 1 : e->valuedouble;
+        else if (strcmp(e->string, "overlap_comm") == 0 && cJSON_IsBool(e))
+            s->ds.overlap_comm = cJSON_IsTrue(e) ? 1 : 2;
+        else {
+            snprintf(err, errlen, "setup.ds_zero.%s: not a DeepSpeed setting memplan models (valid: reduce_bucket_size, "
+                     "overlap_comm, stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_max_reuse_distance, "
+                     "stage3_param_persistence_threshold, as whole element counts)", e->string);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errlen)
 {
     const cJSON *su = cJSON_GetObjectItem(j, "setup"), *mo = cJSON_GetObjectItem(j, "model");
@@ -441,7 +498,7 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
     int fs = plan_fsdp_sync_by_name(cli_harness_str(su, "fsdp_grad_sync", s->accum > 1 ? "last" : "every"));
     if (fs < 0) { snprintf(err, errlen, "setup.fsdp_grad_sync '%s' (valid: every, last)", cli_harness_str(su, "fsdp_grad_sync", "?")); return -1; }
     s->fsdp_sync = (FsdpSyncKind)fs;
-    return 0;
+    return ds_zero_of(su, s, err, errlen);
 }
 
 /* ---- the values of a result, checked ---- */

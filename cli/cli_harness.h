@@ -37,7 +37,12 @@ typedef struct {
     int zero_grad_keep;      /* 1: zero_grad(set_to_none=False) ("zeros"), 0: "none" */
     int loop_trainer;        /* 1: HF Trainer's loop ("hf"), 0: the common loop ("common") */
     FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
+    DsKnobs ds;              /* DeepSpeed's sizes (zero*: the harness's --ds-zero); 0 = its default */
 } HarnessSetup;
+
+/* The harness's --ds-zero object for k (only what k sets), as JSON text into buf; "" when k
+   sets nothing. */
+const char *cli_harness_ds_zero(const DsKnobs *k, char *buf, size_t len);
 
 /* The harness's names for --loop and --zero-grad. */
 const char *cli_harness_loop_name(int loop_trainer);    /* "hf", "common" */

@@ -194,6 +194,7 @@ static void finish_ctx(Ctx *x)
  * the job's rank count: ranks) and why, where the general sentence does not say it (why). The
  * overhead figures (--gpu, --cuda-context, --nccl-mem) are printed next to --cupti's only (cupti). */
 #define NO_FSDP "the engine implements ddp and zero1-zero3, no FSDP"
+#define NO_DS "DeepSpeed's settings describe DeepSpeed; the engine's ZeRO has buckets of its own"
 static const struct { const char *flag, *same; int cupti, ranks; const char *why; } NOT_HONOURED[] = {
     {"params", NULL, 0, 0, NULL}, {"units", NULL, 0, 0, NULL}, {"precision", "fp32", 0, 0, NULL},
     {"optimizer", "adamw", 0, 0, NULL}, {"act-ckpt", "none", 0, 0, NULL}, {"attn", "eager", 0, 0, NULL},
@@ -206,30 +207,17 @@ static const struct { const char *flag, *same; int cupti, ranks; const char *why
                          "training loop to choose"},
     {"fsdp", NULL, 0, 0, NO_FSDP}, {"fsdp-grad-sync", NULL, 0, 0, NO_FSDP},
     {"autocast", NULL, 0, 0, "the engine trains in fp32, without autocast"},
+    {"ds-reduce-bucket", NULL, 0, 0, NO_DS}, {"ds3-prefetch", NULL, 0, 0, NO_DS}, {"ds3-max-live", NULL, 0, 0, NO_DS},
+    {"ds3-max-reuse", NULL, 0, 0, NO_DS}, {"ds3-persist", NULL, 0, 0, NO_DS}, {"ds-overlap-comm", NULL, 0, 0, NO_DS},
     {"gpu", NULL, 1, 0, NULL}, {"cuda-context", NULL, 1, 0, NULL}, {"nccl-mem", NULL, 1, 0, NULL},
 };
 
-/* The value of the shared flag `name` if it was given ("" for a switch), else NULL.
- * cli_setup_given records the parser's first 32 options only, and --fsdp-grad-sync is the 33rd:
- * it is found in argv. After a successful parse a token that starts "--fsdp-" can only be it
- * (no other option's name starts so, and a value that starts "--" is refused). */
-static const char *flag_given(const CliSetup *s, int argc, char **argv, const char *name)
-{
-    const char *v = cli_setup_given(s, name);
-    if (v || strcmp(name, "fsdp-grad-sync") != 0) return v;
-    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (strncmp(argv[i], "--fsdp-", 7) == 0) {
-            const char *eq = strchr(argv[i], '=');
-            return eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : "";
-        }
-    return NULL;
-}
 
 /* 0, or 2 after naming the first flag the engine does not honour. */
 static int honoured_flags_only(int argc, char **argv, const char *cmd, const Ctx *x)
 {
     for (size_t i = 0; i < sizeof NOT_HONOURED / sizeof NOT_HONOURED[0]; i++) {
-        const char *v = flag_given(&x->s, argc, argv, NOT_HONOURED[i].flag);
+        const char *v = cli_setup_given(&x->s, NOT_HONOURED[i].flag);
         if (!v || (NOT_HONOURED[i].cupti && x->f.cupti)) continue;
         if (NOT_HONOURED[i].same && strcmp(v, NOT_HONOURED[i].same) == 0) continue;
         long long n;

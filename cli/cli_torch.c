@@ -60,8 +60,8 @@ static const struct option TORCH_OPTIONS[] = {
 };
 
 /* Precisions the harness runs on CPU ranks (a subset of the planner's). */
-static const PrecisionKind HARNESS_PRECISIONS[] = {PREC_FP32, PREC_AMP_BF16, PREC_MIXED_BF16};
-#define HARNESS_PRECISION_NAMES "fp32, amp-bf16, mixed-bf16"
+static const PrecisionKind HARNESS_PRECISIONS[] = {PREC_FP32, PREC_AMP_BF16, PREC_MIXED_BF16, PREC_BF16};
+#define HARNESS_PRECISION_NAMES "fp32, amp-bf16, mixed-bf16, bf16"
 
 int cli_wants_against(int argc, char **argv)
 {
@@ -270,6 +270,7 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->zero_grad_keep = s->zero_grad_keep;
     t->grad_as_bucket_view = s->gabv;
     t->fsdp_grad_sync = s->fsdp_sync;
+    t->ds = s->ds;
     t->syncbn = 0;
     plan_cluster_defaults(c);
     c->gpus = s->ranks;
@@ -770,6 +771,7 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->zero_grad_keep = cs->train.zero_grad_keep;
     base->loop_trainer = cs->train.loop_trainer;
     base->fsdp_sync = cs->train.fsdp_grad_sync;
+    base->ds = cs->train.ds;
     return 0;
 }
 
