@@ -583,7 +583,7 @@ static int torch_args(int argc, char **argv, CliSetup *cs, TorchOpts *o, int *me
     *measured_mode = 0;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--measured") == 0 || strncmp(argv[i], "--measured=", 11) == 0) *measured_mode = 1;
-    CliExtra extra = {TORCH_OPTIONS, torch_opt, o};
+    CliExtra extra = {TORCH_OPTIONS, torch_opt, o, 0};
     int rc = cli_parse_setup(argc, argv, "validate", cs, &extra, !*measured_mode);
     if (rc == 1) { print_help(stdout); return 1; }
     if (rc) return rc;
