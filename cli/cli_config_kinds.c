@@ -65,7 +65,7 @@ static const CfgKey DS_KEYS[] = {
     {"activation_checkpointing.contiguous_memory_optimization", D, "false"},
     {"activation_checkpointing.number_checkpoints", NE, 0}, {"activation_checkpointing.synchronize_checkpoint_boundary", NE, 0},
     {"activation_checkpointing.profile", NE, 0},
-    {"gradient_allreduce_op", D, "mean"}, {"disable_allgather", D, "false"}, {"sparse_gradients", D, "false"},
+    {"gradient_allreduce_op", D, "mean"}, {"disable_allgather", D, "false"},
     {"scheduler", NE, 0}, {"steps_per_print", NE, 0}, {"wall_clock_breakdown", NE, 0}, {"memory_breakdown", NE, 0},
     {"dump_state", NE, 0}, {"log_level", NE, 0}, {"tensorboard", NE, 0}, {"wandb", NE, 0}, {"csv_monitor", NE, 0},
     {"comet", NE, 0}, {"flops_profiler", NE, 0}, {"comms_logger", NE, 0}, {"timers", NE, 0}, {"checkpoint", NE, 0},
@@ -808,6 +808,14 @@ static const CfgKey HF_KEYS[] = {
     {"label_names", NE, 0}, {"train_sampling_strategy", NE, 0}, {"length_column_name", NE, 0},
     {"group_by_length", NE, 0}, {"skip_memory_metrics", NE, 0}, {"do_train", NE, 0}, {"do_eval", NE, 0},
     {"do_predict", NE, 0}, {"resume_from_checkpoint", NE, 0}, {"local_rank", NE, 0}, {"past_index", NE, 0},
+    /* names transformers 4.x still wrote, at the values that change nothing memplan plans */
+    {"evaluation_strategy", NE, 0}, {"per_gpu_eval_batch_size", NE, 0}, {"fp16_opt_level", NE, 0},
+    {"fp16_backend", D, "auto"}, {"half_precision_backend", D, "auto"}, {"mp_parameters", NE, 0}, {"ray_scope", NE, 0},
+    {"jit_mode_eval", NE, 0}, {"use_ipex", D, "false"}, {"use_mps_device", D, "false"}, {"tpu_num_cores", NE, 0},
+    {"tpu_metrics_debug", NE, 0}, {"use_legacy_prediction_loop", NE, 0}, {"push_to_hub_model_id", NE, 0},
+    {"push_to_hub_organization", NE, 0}, {"push_to_hub_token", NE, 0}, {"include_inputs_for_metrics", NE, 0},
+    {"xpu_backend", NE, 0}, {"split_batches", D, "false"}, {"dispatch_batches", NE, 0}, {"fsdp_min_num_params", D, "0"},
+    {"fsdp_transformer_layer_cls_to_wrap", NE, 0}, {"torchdynamo", D, "false"}, {"include_tokens_per_second", NE, 0},
     {0, 0, 0},
 };
 
