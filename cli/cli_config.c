@@ -89,11 +89,13 @@ int cli_config_hidden(CliConfig *c, long long h, const char *(*given)(const char
         }
         values[i] = (double)(long long)(CFG_HIDDEN[i].h2 * (double)h * (double)h + CFG_HIDDEN[i].h1 * (double)h);
         if (c->n < CFG_MAX_SETTINGS) {
+            char key[sizeof c->hidden_key[0]];   /* a copy: the setting is written into the same object */
+            memcpy(key, c->hidden_key[i], sizeof key);
             CfgSetting *t = &c->set[c->n++];
             t->flag = CFG_HIDDEN[i].flag;
             t->cmdline = NULL;
             snprintf(t->value, sizeof t->value, "%.0f", values[i]);
-            snprintf(t->key, sizeof t->key, "%s \"auto\": %s from hidden size %lld", c->hidden_key[i],
+            cfg_fmt(t->key, sizeof t->key, "%s \"auto\": %s from hidden size %lld", key,
                      i == 0 ? "h^2" : i == 1 ? "int(0.9 h^2)" : "10 h", h);
         }
     }
