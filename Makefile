@@ -67,8 +67,9 @@ CUDA_LIBS := $(if $(filter 1,$(USE_CUDA)),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath
 NVCCFLAGS := -O2 -std=c++17 -MMD -MP -arch=sm_90 -Xcompiler -Wall,-Werror -Ikernels $(GPU_DEFS)
 
 LIBS_PLAN := -lcjson -lm
+LIBS_FRONT := $(LIBS_PLAN) -lyaml   # --config reads accelerate's YAML (libyaml) besides JSON and TOML
 LIBS_KERN := -lopenblas -lm
-LIBS_ALL  := -lcjson -lopenblas -lm $(CUDA_LIBS) -lpthread
+LIBS_ALL  := -lcjson -lyaml -lopenblas -lm $(CUDA_LIBS) -lpthread
 
 # ---- sources ----
 PLANNER_SRC  := $(sort $(wildcard planner/*.c))
@@ -77,8 +78,9 @@ KERNELS_CU   := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard kernels/*.cu)))
 PROFILER_SRC := $(sort $(wildcard profiler/*.c))
 EXEC_SRC     := $(sort $(wildcard exec/*.c))
 EXEC_CU      := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard exec/*.cu)))
-FRONT_SRC    := cli/memplan.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c
-EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c)))
+CONFIG_SRC   := cli/cli_config.c cli/cli_config_doc.c cli/cli_config_kinds.c third_party/tomlc17/tomlc17.c
+FRONT_SRC    := cli/memplan.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
+EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
 TEST_SRC     := $(sort $(wildcard tests/test_*.c))
 MPI_SRC      := $(sort $(wildcard tests/mpi/*.c))
 BENCH_SRC    := $(sort $(wildcard bench/*.c))
@@ -132,6 +134,10 @@ $(BUILD)/obj/planner/%.o: planner/%.c $(FLAGS_STAMP) | $(DEPS)
 $(BUILD)/obj/kernels/%.o: kernels/%.c $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(if $(filter kernels/kern_fast.c,$<),$(FAST_CFLAGS)) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
+# vendored code (third_party/*/README.md): its own warnings are not held to the project's -Werror set
+$(BUILD)/obj/third_party/%.o: third_party/%.c $(FLAGS_STAMP) | $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -w -MMD -MP -c $< -o $@
 $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
@@ -149,7 +155,7 @@ $(LIB_EXEC): $(call obj,$(EXEC_SRC)) $(call cuobj,$(EXEC_CU))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 
 $(MEMPLAN): $(call obj,$(FRONT_SRC)) $(LIB_PLAN)
-	$(CC) $(LDFLAGS) $(call obj,$(FRONT_SRC)) -o $@ $(LIB_PLAN) $(LIBS_PLAN)
+	$(CC) $(LDFLAGS) $(call obj,$(FRONT_SRC)) -o $@ $(LIB_PLAN) $(LIBS_FRONT)
 $(MEMPLAN_EXEC): $(call obj,$(EXEC_CLI_SRC)) $(ALL_LIBS)
 	$(MPICC) $(LDFLAGS) $(call obj,$(EXEC_CLI_SRC)) -o $@ $(ALL_LIBS) $(LIBS_ALL)
 

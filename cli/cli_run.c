@@ -241,7 +241,7 @@ static int check_args(int argc, char **argv, const char *cmd, Ctx *x)
 {
     x->f.seed = 1337;
     x->f.lr = 1e-3;
-    CliExtra extra = {RUN_OPTIONS, run_flag, &x->f};
+    CliExtra extra = {RUN_OPTIONS, run_flag, &x->f, 0};
     int rc = cli_parse_setup(argc, argv, cmd, &x->s, &extra, 0);
     if (rc == 1) return CLI_RANKS_HELP;
     if (rc) return rc;

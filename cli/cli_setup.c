@@ -18,6 +18,7 @@ enum {
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP,
+    OPT_CONFIG, OPT_CONFIG_KIND,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -60,12 +61,15 @@ static const struct option BASE_OPTIONS[] = {
     {"ds3-max-reuse", required_argument, 0, OPT_DS3_REUSE},
     {"ds3-persist", required_argument, 0, OPT_DS3_PERSIST},
     {"ds-overlap-comm", required_argument, 0, OPT_DS_OVERLAP},
+    {"config", required_argument, 0, OPT_CONFIG},
+    {"config-kind", required_argument, 0, OPT_CONFIG_KIND},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
 
 static char *capture;
 static size_t capture_len;
+static const CliConfig *active_config;   /* --config while its flags are checked: errors name its keys */
 
 void cli_usage_capture(char *buf, size_t len) {
     capture = buf;
@@ -74,16 +78,17 @@ void cli_usage_capture(char *buf, size_t len) {
 }
 
 int cli_usage_error(const char *fmt, ...) {
+    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
-    if (capture) {
-        if (!capture[0]) vsnprintf(capture, capture_len, fmt, ap);
-    } else {
-        fputs("memplan: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-    }
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (active_config) cli_config_annotate(active_config, msg, sizeof msg);
+    if (capture) {
+        if (!capture[0]) snprintf(capture, capture_len, "%s", msg);
+    } else {
+        fprintf(stderr, "memplan: %s\n", msg);
+    }
     return 2;
 }
 
@@ -160,6 +165,12 @@ void cli_print_setup_help(FILE *f) {
         "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
         "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
         "  --alloc-margin P%%|SIZE caching-allocator margin (default 5%% of allocated bytes)\n"
+        "Your own config (plan and auto; every key per kind: docs/configs.md):\n"
+        "  --config FILE          a DeepSpeed JSON, an accelerate config YAML, a torchtitan TOML or HF\n"
+        "                         TrainingArguments JSON (args.to_json_string()): its settings become the flags\n"
+        "                         above (the command line's win; the header names each one's key); keys memplan\n"
+        "                         does not model are named in one warning on standard error\n"
+        "  --config-kind K        deepspeed|accelerate|torchtitan|hf-trainer (default: read from the content)\n"
         "Output:\n"
         "  --json[=FILE]          JSON instead of the table (docs/json.md): --json to standard output, --json=FILE to a file\n",
         plan_zoo_names(), plan_precision_names(), plan_optimizer_names(), plan_gpu_names(),
@@ -317,6 +328,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     double d;
     switch (c) {
     case OPT_MODEL: f->model_arg = a; s->model_arg = a; break;
+    case OPT_CONFIG: case OPT_CONFIG_KIND: break;   /* read from given[] after the parse */
     case OPT_PARAMS:
         if (plan_parse_double(a, 1, 1e16, &f->params) || f->params != (double)(long long)f->params)
             return cli_usage_error("--params '%s' is not a whole number of parameters in [1, 1e16]", a);
@@ -474,38 +486,45 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
     return 0;
 }
 
-int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
-                    int need_model) {
+/* The options getopt sees (the shared ones, then the command's) and which were given. */
+typedef struct {
+    struct option opts[80];
+    const char *seen[80];    /* per option: its value ("" for a switch), NULL if not given */
+} OptSet;
+
+static void option_set(OptSet *o, const CliExtra *extra) {
+    int n = 0;
+    memset(o, 0, sizeof *o);
+    for (const struct option *p = BASE_OPTIONS; p->name; p++) o->opts[n++] = *p;
+    if (extra && extra->options)
+        for (const struct option *p = extra->options; p->name && n < 79; p++) o->opts[n++] = *p;
+}
+
+/* One getopt pass over argv into s and f, from their defaults. 0, 1 (--help) or 2. */
+static int parse_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flags *f, const CliExtra *extra, OptSet *o) {
     memset(s, 0, sizeof(*s));
+    memset(o->seen, 0, sizeof o->seen);
     plan_train_defaults(&s->train);
     plan_cluster_defaults(&s->cluster);
     s->strategies = (1u << STRAT_COUNT) - 1;
-    struct option opts[80];
-    int n = 0;
-    for (const struct option *o = BASE_OPTIONS; o->name; o++) opts[n++] = *o;
-    if (extra && extra->options)
-        for (const struct option *o = extra->options; o->name && n < 79; o++) opts[n++] = *o;
-    memset(&opts[n], 0, sizeof(opts[n]));
-
-    Flags f = {.gpu_mem = -1, .cublas_ws = -1, .latency_us = -1, .units = 32};
+    *f = (Flags){.gpu_mem = -1, .cublas_ws = -1, .latency_us = -1, .units = 32};
     char err[512];
     optind = 1;
     opterr = 0;
     int c, li;
-    const char *seen[80] = {0};
-    while ((li = -1, c = getopt_long(argc, argv, ":", opts, &li)) != -1) {
+    while ((li = -1, c = getopt_long(argc, argv, ":", o->opts, &li)) != -1) {
         const char *a = optarg;
         if (li >= 0) {   /* a flag given twice would win silently; a value that is a flag was forgotten */
-            if (seen[li])
-                return cli_usage_error("--%s given twice ('%s' and '%s'): give it once", opts[li].name,
-                                       *seen[li] ? seen[li] : "on", a ? a : "on");
-            seen[li] = a ? a : "";
-            if (li < CLI_GIVEN_MAX && li < (int)(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0]) - 1) s->given[li] = seen[li];
-            if (opts[li].has_arg == required_argument && a[0] == '-' && a[1] == '-')
-                return cli_usage_error("--%s needs a value (got the option '%s')", opts[li].name, a);
+            if (o->seen[li])
+                return cli_usage_error("--%s given twice ('%s' and '%s'): give it once", o->opts[li].name,
+                                       *o->seen[li] ? o->seen[li] : "on", a ? a : "on");
+            o->seen[li] = a ? a : "";
+            if (li < CLI_GIVEN_MAX && li < (int)(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0]) - 1) s->given[li] = o->seen[li];
+            if (o->opts[li].has_arg == required_argument && a[0] == '-' && a[1] == '-')
+                return cli_usage_error("--%s needs a value (got the option '%s')", o->opts[li].name, a);
         }
-        int done = train_option(s, &f, c, a);
-        if (done < 0) done = cluster_option(s, &f, c, a);
+        int done = train_option(s, f, c, a);
+        if (done < 0) done = cluster_option(s, f, c, a);
         if (done >= 0) {
             if (done) return done;
             continue;
@@ -529,8 +548,81 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         return cli_usage_error("unexpected argument '%s' (see 'memplan %s --help')%s", argv[optind], cmd,
                                bare_json ? ": --json writes to standard output, --json=FILE to a file" : "");
     }
+    return 0;
+}
 
-    int rc = resolve(s, &f, need_model);
+/* The command line's value of option `flag` (cli_config_merge's lookup), NULL if not given. */
+static const char *seen_value(const char *flag, const void *ctx) {
+    const OptSet *o = ctx;
+    for (int i = 0; o->opts[i].name; i++)
+        if (strcmp(o->opts[i].name, flag) == 0) return o->seen[i];
+    return NULL;
+}
+
+/* --config: reads the file with what the command line fixed (o: its options), then parses the
+ * file's flags the command line does not give, followed by the command line. 0 or 2. */
+static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flags *f, const CliExtra *extra, OptSet *o) {
+    const char *path = cli_setup_given(s, "config"), *kind = cli_setup_given(s, "config-kind");
+    int k = -1;
+    if (!extra || !extra->config_ok)
+        return cli_usage_error("--config is read by plan and auto: %s takes memplan's own flags (see what %s amounts "
+                               "to with 'memplan plan --config %s --model ...')", cmd, path, path);
+    if (kind && (k = cli_config_kind_by_name(kind)) < 0)
+        return cli_usage_error("unknown --config-kind '%s' (valid: deepspeed, accelerate, torchtitan, hf-trainer)", kind);
+    CfgKnown known = {cli_setup_given(s, "gpus") ? s->cluster.gpus : 0, cli_setup_given(s, "batch") ? s->train.micro_batch : 0,
+                      cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0};
+    CliConfig *c = calloc(1, sizeof *c);
+    char err[1024];
+    if (!c) return cli_usage_error("out of memory reading --config %s", path);
+    if (cli_config_read(c, path, k, &known, err, sizeof err)) {
+        cli_config_free(c);
+        free(c);
+        return cli_usage_error("%s", err);
+    }
+    cli_config_merge(c, seen_value, o);
+    cli_config_warn(stderr, c);
+    char **av = malloc(((size_t)argc + (size_t)c->argc + 1) * sizeof *av);
+    if (!av) { cli_config_free(c); free(c); return cli_usage_error("out of memory reading --config %s", path); }
+    av[0] = argv[0];
+    memcpy(av + 1, c->argv, (size_t)c->argc * sizeof *av);
+    memcpy(av + 1 + c->argc, argv + 1, (size_t)(argc - 1) * sizeof *av);
+    av[argc + c->argc] = NULL;
+    active_config = c;
+    int rc = parse_pass(argc + c->argc, av, cmd, s, f, extra, o);
+    free(av);   /* the values given[] keeps point into argv's and c's strings, not into av */
+    s->config = c;
+    return rc;
+}
+
+int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
+                    int need_model) {
+    OptSet o;
+    Flags f;
+    option_set(&o, extra);
+    int rc = parse_pass(argc, argv, cmd, s, &f, extra, &o);
+    if (rc) return rc;
+    if (cli_setup_given(s, "config-kind") && !cli_setup_given(s, "config"))
+        return cli_usage_error("--config-kind %s needs --config FILE", cli_setup_given(s, "config-kind"));
+    OptSet cmdline = o;   /* what the command line gave, for the messages after the file's flags join it */
+    if (cli_setup_given(s, "config") && (rc = config_pass(argc, argv, cmd, s, &f, extra, &o))) {
+        cli_setup_free(s);
+        return rc;
+    }
+    rc = resolve(s, &f, need_model);
+    char err[1024];
+    double hs[3];
+    if (!rc && s->config && s->config->hidden_auto) {   /* DeepSpeed sizes "auto": from the model's hidden size */
+        if (cli_config_hidden(s->config, s->have_model ? s->model.d_model : 0, seen_value, &cmdline, hs, err, sizeof err))
+            rc = cli_usage_error("%s", err);
+        double *to[3] = {&s->train.ds.reduce_bucket, &s->train.ds.prefetch, &s->train.ds.persist};
+        for (int i = 0; i < 3 && !rc; i++)
+            if (hs[i] >= 0) *to[i] = hs[i] < 1 ? 1 : hs[i];
+    }
+    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.grad_accum, s->cluster.gpus,
+                                             seen_value, &cmdline, err, sizeof err)) {
+        active_config = NULL;   /* the message names its sources itself */
+        rc = cli_usage_error("%s", err);
+    }
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }
@@ -538,4 +630,10 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
 void cli_setup_free(CliSetup *s) {
     if (s->have_model) plan_model_free(&s->model);
     s->have_model = 0;
+    if (s->config) {
+        cli_config_free(s->config);
+        free(s->config);
+    }
+    s->config = NULL;
+    active_config = NULL;
 }

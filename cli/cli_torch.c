@@ -710,7 +710,7 @@ static int torch_args(int argc, char **argv, CliSetup *cs, TorchOpts *o, int *me
     *measured_mode = 0;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--measured") == 0 || strncmp(argv[i], "--measured=", 11) == 0) *measured_mode = 1;
-    CliExtra extra = {TORCH_OPTIONS, torch_opt, o};
+    CliExtra extra = {TORCH_OPTIONS, torch_opt, o, 0};
     int rc = cli_parse_setup(argc, argv, "validate", cs, &extra, !*measured_mode);
     if (rc == 1) { print_help(stdout); return 1; }
     if (rc) return rc;
@@ -933,7 +933,7 @@ static void free_measured(Measured *m, int n)
 static Measured *load_measured(const TorchOpts *o, int *rc)
 {
     TorchOpts scratch;   /* the flags' parsers, to range-check the setups' values */
-    CliExtra flags = {TORCH_OPTIONS, torch_opt, &scratch};
+    CliExtra flags = {TORCH_OPTIONS, torch_opt, &scratch, 0};
     Measured *m = calloc((size_t)o->n_measured, sizeof *m);
     if (!m) {
         fprintf(stderr, "memplan: out of memory reading the --measured files\n");

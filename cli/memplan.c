@@ -226,6 +226,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         fprintf(stderr, "memplan: nothing fits, so no %s:\n%s", EMITS[o->emit].prints, r.explain);
         return 1;
     }
+    if (o->emit && s->config) cli_config_header(stderr, s->config);   /* stdout holds the emitted text alone */
     if (o->emit == EMIT_DEEPSPEED) {
         char *txt = plan_auto_deepspeed_json(&s->model, &s->cluster, &r);
         if (!txt) { fprintf(stderr, "memplan: out of memory writing the DeepSpeed config\n"); return 1; }
@@ -246,6 +247,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
     }
     if (s->json) {
         cJSON *j = plan_report_json(&s->model, &s->train, &s->cluster, &p);
+        if (s->config) cJSON_AddItemToObject(j, "config", cli_config_json(s->config));
         cJSON *a = cJSON_AddObjectToObject(j, "auto");
         cJSON_AddBoolToObject(a, "found", r.found);
         if (r.found) cJSON_AddStringToObject(a, "strategy", plan_strategy(r.strategy)->name);
@@ -282,6 +284,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         rc = emit_json(j, s->json_path);
         cJSON_Delete(j);
     } else {
+        if (s->config) cli_config_header(stdout, s->config);
         plan_report_header(stdout, &s->model, &s->train, &s->cluster);
         char dims[160], kept[160];
         auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
@@ -315,7 +318,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
             else argv[i + 1] = "all";
         }
     }
-    CliExtra extra = {PLAN_OPTIONS, plan_opt, &o};
+    CliExtra extra = {PLAN_OPTIONS, plan_opt, &o, 1};
     int rc = cli_parse_setup(argc, argv, auto_mode ? "auto" : "plan", &s, &extra, 1);
     if (rc == 1) { usage(stdout); return 0; }
     if (rc) return rc;
@@ -367,9 +370,11 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     plan_run(&s.model, &s.train, &s.cluster, s.strategies, &p);
     if (s.json) {
         cJSON *j = plan_report_json(&s.model, &s.train, &s.cluster, &p);
+        if (s.config) cJSON_AddItemToObject(j, "config", cli_config_json(s.config));
         rc = emit_json(j, s.json_path);
         cJSON_Delete(j);
     } else {
+        if (s.config) cli_config_header(stdout, s.config);
         plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
         if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
     }
