@@ -51,8 +51,11 @@ def load_tables(folder):
 
 
 def model_config(spec, seq):
-    """A Hugging Face config.json for the row's model: a file in the repository, or the GPT-2
-    layout from its dimensions (learned positions as long as the sequence)."""
+    """--model for the row's model: a zoo name, a Hugging Face config.json in the repository, or
+    the GPT-2 layout from its dimensions (learned positions as long as the sequence) in a
+    temporary config.json."""
+    if "zoo" in spec:
+        return spec["zoo"], False
     if "hf_config" in spec:
         return os.path.join(ROOT, spec["hf_config"]), False
     cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "activation_function": "gelu",
@@ -126,7 +129,7 @@ def main():
             e = 100.0 * (p["tokens_per_s_per_gpu"] - pub) / pub
             rec.update(predicted=p["tokens_per_s_per_gpu"], error_pct=e, basis=p["basis"])
             errs[r["use"]].append(abs(e))
-            line = f"{r['id']:<44} {r['use']:<8} {pub:>10.0f} {p['tokens_per_s_per_gpu']:>10.0f} {e:>+8.1f}  {r['file']}:{r.get('line', '')}"
+            line = f"{r['id']:<44} {r['use']:<8} {pub:>10.0f} {p['tokens_per_s_per_gpu']:>10.0f} {e:>+8.1f}  {doc['source']['file']}:{r.get('line', '')}"
         if not a.quiet:
             print(line)
         out.append(rec)
@@ -135,6 +138,11 @@ def main():
             print(f"{r['id']:<44} {'unusable':<8} {r['tokens_per_s_per_gpu']:>10.0f} {'-':>10} {'-':>8}  {r.get('why', '')}")
         out.append({"id": r["id"], "use": "unusable", "why": r.get("why", ""), "file": r["file"]})
     failed = sum(1 for o in out if "failed" in o)
+    for doc in tables:   # per source, held-out rows
+        ids = {r["id"] for r in doc["rows"]}
+        v = [abs(o["error_pct"]) for o in out if o["id"] in ids and o["use"] == "held-out" and "error_pct" in o]
+        if v:
+            print(f"# {doc['source']['title']}: {len(v)} held-out rows, median |error| {median(v):.1f} %  ({doc['source']['url']})")
     ms, mh = median(errs["set"]), median(errs["held-out"])
     print(f"# rows: {len(errs['set'])} set the fitted figures, {len(errs['held-out'])} held out, "
           f"{len(unusable)} unusable, {failed} failed")
