@@ -104,8 +104,8 @@ static double nccl_seconds(const ClusterSpec *c, PlanCollOp op, double payload, 
     double link = nodes > 1 ? fmin(c->gpu.intra_bw, n / nodes * c->gpu.inter_bw) : c->gpu.intra_bw;
     double bus = link * NCCL_LINK_EFF * 1e9;
     int hw = c->gpu.nvlink ? 0 : 1;
-    double lat_intra = c->gpu.intra_lat / NCCL_HW_LAT[hw][ALG_RING][PROTO_LL];
-    double lat_net = c->gpu.inter_lat / NCCL_HW_LAT[2][ALG_RING][PROTO_LL];
+    double lat_intra = c->gpu.intra_lat * 1e6 / NCCL_HW_LAT[hw][ALG_RING][PROTO_LL];   /* s -> us */
+    double lat_net = c->gpu.inter_lat * 1e6 / NCCL_HW_LAT[2][ALG_RING][PROTO_LL];
     double best = INFINITY;
     for (int a = ALG_TREE; a <= ALG_RING; a++)
         for (int p = PROTO_LL; p <= PROTO_SIMPLE; p++) {
