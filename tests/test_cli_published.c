@@ -14,19 +14,6 @@
 
 #include "test_run.h"
 
-static cJSON *read_json(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "no JSON file %s", path);
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    cr_assert_not_null(j, "%s is not JSON", path);
-    return j;
-}
-
 Test(cli_published, the_table_should_parse_and_two_rows_should_be_predicted, .timeout = 60)
 {
     char bin[PATH_MAX], root[PATH_MAX], cmd[3 * PATH_MAX], out[] = "/tmp/memplan-published-XXXXXX";
@@ -41,7 +28,7 @@ Test(cli_published, the_table_should_parse_and_two_rows_should_be_predicted, .ti
     Run run = test_run_cmd(cmd);
     cr_expect_eq(run.status, 0, "%s", run.out);
     cr_expect(strstr(run.out, "# median |error|") != NULL, "%s", run.out);
-    cJSON *j = read_json(out);
+    cJSON *j = test_read_json(out);
     const cJSON *rows = cJSON_GetObjectItem(j, "rows"), *row;
     int predicted = 0, unusable = 0;
     cJSON_ArrayForEach(row, rows) {
