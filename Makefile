@@ -114,7 +114,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle
+.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC)
 
 config:
@@ -192,6 +192,10 @@ test: $(DEPS) config test-bin torch-env
 
 run: all
 	$(MEMPLAN) --model gpt2-xl --gpus 8
+
+# the time model against every published GPU run in bench/published (not part of `make test`)
+published-check: $(MEMPLAN)
+	python3 bench/published_check.py --memplan $(MEMPLAN)
 
 bench: $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES)
 

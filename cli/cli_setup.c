@@ -140,7 +140,7 @@ void cli_print_setup_help(FILE *f) {
         "  --intra-bw GBPS        override bandwidth per GPU inside a node (GB/s, decimal)\n"
         "  --inter-bw GBPS        override bandwidth per GPU across nodes (GB/s)\n"
         "  --latency US           override the per-step collective latency (microseconds)\n"
-        "  --mfu F                achieved fraction of peak FLOP/s for compute time (default 0.4)\n"
+        "  --mfu F                the flat time model: compute at F x the peak FLOP/s (default: time from the operations)\n"
         "Strategies:\n"
         "  --strategy S[,S...]    all (default), or %s\n"
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plan_time.h"
 #include "plan_util.h"
 
 void plan_auto_defaults(AutoSpec *a) {
@@ -414,6 +415,16 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
 }
 
 /* The pick's setup, host memory and traffic lines. */
+/* The winner's simulated step, its achieved MFU, and what backs the time (plan_time.h). */
+static void auto_time_line(const ModelSpec *m, const ClusterSpec *c, AutoResult *out, const char *unit) {
+    TimeBasis b = plan_time_basis(m, &out->train, c, out->strategy);
+    double mfu = plan_time_mfu(c, &out->train, out->time.flops_per_step, out->time.step_s);
+    say(out, "time (%s): step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
+        "%.0f %s/s at %.0f%% MFU\n", b.published ? "backed by published runs of this setup" : "an estimate",
+        out->time.step_s * 1e3, out->time.compute_s * 1e3, out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3,
+        out->time.tokens_per_s, unit, mfu * 100);
+}
+
 static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, AutoResult *out) {
     char a1[32], a2[32];
     say(out, "setup: micro-batch %lld x grad-accum %lld x %lld GPUs = global batch %lld, act-ckpt %s, %s; "
@@ -496,9 +507,7 @@ static void explain_pick(const ModelSpec *m, const TrainSpec *t, const TrainSpec
             "%.1f ms per step (collectives %.1f ms, host copies %.1f ms)\n", out->comm_s * 1e3,
             out->comm.seconds * 1e3, out->comm.host_seconds * 1e3);
     else
-        say(out, "time (an estimate): step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
-            "%.0f %s/s at %.0f%% MFU\n", out->time.step_s * 1e3, out->time.compute_s * 1e3,
-            out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3, out->time.tokens_per_s, unit, c->mfu * 100);
+        auto_time_line(m, c, out, unit);
     if (out->runner_found) {
         plan_auto_setup_name(out->runner, &out->runner_train, nm, sizeof(nm));
         if (out->time_known)

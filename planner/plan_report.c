@@ -8,6 +8,7 @@
 #include "plan_fsdp.h"
 #include "plan_offload.h"
 #include "plan_step.h"
+#include "plan_time.h"
 #include "plan_util.h"
 
 static int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
@@ -61,6 +62,33 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
 }
 
 /* The collective table (and, under accumulation, what FSDP's other style would change). */
+/* How the times were made and what backs them: the flat model or per operation, and per strategy
+   "published" (published GPU runs of that setup, bench/published) or an estimate. */
+static void time_basis_lines(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
+    if (plan_time_flat(c))
+        fprintf(f, "# compute at %.0f%% of the preset's peak FLOP/s (--mfu: the flat model), collectives at the links' "
+                   "alpha-beta\n", c->mfu * 100);
+    else
+        fprintf(f, "# compute from the operations: GEMMs at the GPU's measured GEMM rate less tile and wave quantization, "
+                   "attention by its kernel, elementwise passes at HBM bandwidth; collectives by NCCL's ring/tree model "
+                   "(docs/formulas.md \"Time\"; --mfu F for the flat model)\n");
+    char backed[128] = "", est[128] = "";
+    const char *why = NULL;
+    for (int i = 0; i < p->n_rows; i++) {
+        TimeBasis b = plan_time_basis(m, t, c, p->rows[i].kind);
+        char *dst = b.published ? backed : est;
+        size_t n = strlen(dst);
+        snprintf(dst + n, 128 - n, "%s%s", n ? ", " : "", plan_strategy(p->rows[i].kind)->name);
+        if (!b.published && !why) why = b.why;
+    }
+    if (backed[0])
+        fprintf(f, "# times of %s: backed by published GPU runs of this setup (bench/published_check.py: %d held-out "
+                   "runs, median error %.1f %%)\n", backed, PLAN_PUBLISHED_HELDOUT_ROWS, PLAN_PUBLISHED_HELDOUT_ERR);
+    if (est[0])
+        fprintf(f, "# times of %s: estimates (%s; the model is checked against published runs of FSDP on A100/H100 "
+                   "and against memplan's own engine on CPU ranks)\n", est, why);
+}
+
 static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
                "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
@@ -162,11 +190,8 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
     comm_table(f, m, t, c, p);
     const char *unit = m->arch == ARCH_CNN ? "samples/s" : "tokens/s";
     fprintf(f, "# simulated step: every GPU runs the same step, so times and comm are per GPU; throughput per GPU "
-               "and for all %lld GPUs (compute at %.0f%% of the preset's peak FLOP/s; DDP buckets overlap backward, "
-               "FSDP/ZeRO-3 prefetch one unit)\n", (long long)c->gpus, c->mfu * 100);
-    fprintf(f, "# these times are estimates: the model (docs/formulas.md, \"Time\") is checked against memplan's own "
-               "engine on CPU ranks (memplan validate: each step within 15 %%), not yet against a PyTorch or "
-               "DeepSpeed step\n");
+               "and for all %lld GPUs (DDP buckets overlap backward, FSDP/ZeRO-3 prefetch one unit)\n", (long long)c->gpus);
+    time_basis_lines(f, m, t, c, p);
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "strategy", "compute", "comm", "exposed",
             "step", "per_gpu", "all_gpus", "comm/GPU");
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "-", "ms", "ms", "ms", "ms", unit, unit, "GiB");
@@ -281,7 +306,10 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
         cJSON_AddNumberToObject(ns, "wire_bytes_saved_per_gpu", saved);
     }
     cJSON *tm = cJSON_AddObjectToObject(o, "time");
-    cJSON_AddStringToObject(tm, "basis", "estimate");   /* the simulated step, not a measurement */
+    TimeBasis tb = plan_time_basis(m, t, c, r->kind);   /* the simulated step, not a measurement */
+    cJSON_AddStringToObject(tm, "basis", plan_time_basis_name(&tb));
+    cJSON_AddStringToObject(tm, "basis_why", tb.why);
+    cJSON_AddNumberToObject(tm, "mfu", plan_time_mfu(c, t, r->time.flops_per_step, r->time.step_s));
     cJSON_AddNumberToObject(tm, "compute_s", r->time.compute_s);
     cJSON_AddNumberToObject(tm, "comm_s", r->time.comm_s);
     cJSON_AddNumberToObject(tm, "exposed_comm_s", r->time.exposed_comm_s);
