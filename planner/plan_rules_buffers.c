@@ -27,29 +27,41 @@ static StepXfer *coll(Step *st, RuleId r, int point, PlanCollOp op, CollPurpose 
     return e;
 }
 
+/* n buckets of `each` bytes issued at one point: one entry each, or, beyond 1024 (absurd sizes:
+   1e15 parameters make 1e6-1e8 buckets), one entry with their count — the table's count and
+   payload are the same, and the account stays small. */
+static void bucket_run(const StepCtx *x, Step *st, RuleId r, int point, PlanCollOp op, StepMicro micro, double n,
+                       double each, int64_t group) {
+    if (n > 1024) {
+        StepXfer *e = coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, n * each,
+                           group, multi_node(x));
+        if (e) e->count = n;
+        return;
+    }
+    for (double j = 0; j < n; j++)
+        coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, each, group,
+             multi_node(x));
+}
+
 /* Reduce buckets of cap_elems parameters: count of them split total bytes (each cap_elems x
    bytes per element, the last the rest), each issued after the backward of the layer at which
    the running count of parameters (in gradient-ready order) reaches the bucket's end, the last at
    the end of backward; at_end: all at the end (reduced there). */
 static void buckets(const StepCtx *x, Step *st, RuleId r, PlanCollOp op, StepMicro micro, double count,
                     double total, double cap_bytes, double cap_elems, int at_end, int64_t group) {
-    double seen = 0, done = 0;
-    int k = 0;
+    double seen = 0, done = 0, k = 0;
     for (int i = x->L - 1; i >= 0 && k < count - 1; i--) {
         seen += (double)x->m->layers[i].params;
-        while (!at_end && k < count - 1 && seen >= (k + 1) * cap_elems) {
-            coll(st, r, pt(x, PT_BWD, i), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, cap_bytes,
-                 group, multi_node(x));
-            done += cap_bytes;
-            k++;
-        }
+        if (at_end) continue;
+        double n = fmin(count - 1, floor(seen / cap_elems)) - k;   /* buckets that close in layer i */
+        if (n > 0) bucket_run(x, st, r, pt(x, PT_BWD, i), op, micro, n, cap_bytes, group);
+        if (n > 0) done += n * cap_bytes, k += n;
     }
-    for (; k < count; k++) {   /* the rest at the end of backward: the last bucket its remainder */
-        double b = k < count - 1 ? cap_bytes : total - done;
-        coll(st, r, pt(x, PT_BWD, 0), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, b, group,
-             multi_node(x));
-        done += b;
-    }
+    /* the rest at the end of backward: the last bucket its remainder */
+    bucket_run(x, st, r, pt(x, PT_BWD, 0), op, micro, count - 1 - k, cap_bytes, group);
+    if (count - k >= 1)
+        coll(st, r, pt(x, PT_BWD, 0), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro,
+             total - done - (count - 1 - k) * cap_bytes, group, multi_node(x));
 }
 
 /* ---- DDP (torch/nn/parallel/distributed.py, reducer.cpp) ---- */
@@ -84,6 +96,18 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
     double start = 0, edge = fmin(total, PLAN_DDP_FIRST_BUCKET);
     for (int i = x->L - 1; i >= 0; i--) {
         fill += (double)m->layers[i].params * gb;
+        /* More than 1024 buckets closing in one layer (a layer of more than 25 GB of gradients):
+           one entry with their count, so that absurd sizes (1e15 parameters: 1.5e8 buckets) do not
+           take gigabytes of the account; the table's count and payload are the same */
+        double full = floor((fmin(fill, total) - edge) / PLAN_DDP_BUCKET);
+        if (start < total && fill >= edge && full > 1024) {
+            double last = fmin(total, edge + full * PLAN_DDP_BUCKET);
+            StepXfer *e = coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS,
+                               CPHASE_BACKWARD, SCHED_ASYNC_AFTER, MICRO_LAST, last - start, x->N, multi_node(x));
+            if (e) e->count = full + 1;
+            start = last;
+            edge = fmin(total, last + PLAN_DDP_BUCKET);
+        }
         while (fill >= edge && start < total) {
             coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD,
                  SCHED_ASYNC_AFTER, MICRO_LAST, edge - start, x->N, multi_node(x));
