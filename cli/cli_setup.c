@@ -209,6 +209,19 @@ static int resolve_precision(CliSetup *s) {
                            p->peak == PEAK_BF16 ? "bf16" : "fp16", g->name, ok);
 }
 
+/* GPT-OSS's attention sinks have no SDPA path in transformers 5.24 (GptOssPreTrainedModel
+ * _supports_sdpa = False): left unset, its attention falls back to eager
+ * (modeling_utils.py get_correct_attn_implementation), so the default follows; an explicit
+ * --attn sdpa is what transformers refuses. 0 or 2. */
+static int resolve_attn(CliSetup *s) {
+    if (!s->have_model || !s->model.attn_sinks || s->train.attn == ATTN_EAGER) return 0;
+    if (cli_setup_given(s, "attn"))
+        return cli_usage_error("--attn sdpa: %s has attention sinks, which transformers runs only in eager "
+                               "attention (no SDPA path): give --attn eager", s->model.name);
+    s->train.attn = ATTN_EAGER;
+    return 0;
+}
+
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[512];
     int rc;
@@ -249,7 +262,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
                                (long long)s->model.max_seq, (long long)s->model.max_seq);
-    if ((rc = resolve_precision(s))) return rc;
+    if ((rc = resolve_precision(s)) || (rc = resolve_attn(s))) return rc;
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");

@@ -110,6 +110,8 @@ enum {
     F_LAYERNORM = 1 << 9,     /* LayerNorm with bias and a plain c_fc/c_proj MLP (StarCoder2) */
     F_MLA = 1 << 10,          /* multi-head latent attention (DeepSeek-V3) */
     F_HIDDEN_ACTIVATION = 1 << 11,  /* the activation is hidden_activation (Gemma 2/3; Gemma too when given) */
+    F_QK_L2 = 1 << 12,        /* reads use_qk_norm: an L2 norm per head on q and k, no weights, and
+                                 no_rope_layer_interval: every N-th block has neither rope nor it (Llama 4) */
 };
 
 typedef struct {
@@ -186,7 +188,7 @@ static const Family FAMILIES[] = {
      .k_experts = "num_local_experts|num_experts", .experts = 128, .top_k = 4, .k_expert_ff = "intermediate_size",
      .expert_ff = 2880, .router_first = 1, .moe_bias = 1, .router = MOE_ROUTER_TOPK_SOFTMAX, .clamped_glu = 1,
      .aux_loss = 1},
-    {.type = "llama4_text", .feat = F_ATTN_BIAS, .head_dim = 128, .act = "silu", .max_pos = 131072,
+    {.type = "llama4_text", .feat = F_ATTN_BIAS | F_QK_L2, .head_dim = 128, .act = "silu", .max_pos = 131072,
      .k_experts = "num_local_experts", .experts = 16, .top_k = 1, .k_expert_ff = "intermediate_size",
      .expert_ff = 8192, .shared_of_ff = 1, .k_dense_ff = "intermediate_size_mlp", .dense_ff = 16384,
      .k_step = "interleave_moe_layer_step", .k_moe_list = "moe_layers", .router = MOE_ROUTER_ALL_EXPERTS,
@@ -319,6 +321,24 @@ static int read_moe(LoadCtx *c, const cJSON *root, const Family *v, HfBuild *b) 
     return 0;
 }
 
+/* Llama 4's q/k L2 norm (Llama4TextL2Norm, no parameters) when use_qk_norm, on the blocks with
+   rope: no_rope_layers defaults to a NoPE block every no_rope_layer_interval blocks
+   (configuration_llama4.py); an explicit list is read as that pattern only when it is one. */
+static int read_qk_l2(LoadCtx *c, const cJSON *root, TransformerConfig *t) {
+    int on = 1;
+    if (ld_bool(c, root, "", "use_qk_norm", 0, 1, 0, &on) ||
+        ld_int32(c, root, "", "no_rope_layer_interval", 0, 4, 1, MAX_LAYERS, &t->nope_every))
+        return -1;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "no_rope_layers");
+    int i = 0;
+    for (const cJSON *e = list && cJSON_IsArray(list) ? list->child : NULL; e; e = e->next, i++)
+        if (!cJSON_IsNumber(e) || (e->valueint != 0) != ((i + 1) % t->nope_every != 0))
+            return ld_fail(c, "no_rope_layers: memplan reads the pattern of no_rope_layer_interval %d only "
+                           "(a NoPE block every %d); entry %d differs", t->nope_every, t->nope_every, i);
+    if (on) t->qk_norm = 3;
+    return 0;
+}
+
 /* DeepSeek's multi-head latent attention dimensions; an explicit null q_lora_rank means a plain
    q_proj (DeepseekV3Attention), which null_is_absent would otherwise read as the default. */
 static int read_mla(LoadCtx *c, const cJSON *root, HfBuild *b) {
@@ -384,6 +404,7 @@ static int read_llama_like(LoadCtx *c, const cJSON *root, const char *cls, HfBui
     t->out_bias = attn_bias || ((v->feat & F_USE_BIAS) && use_bias);
     t->mlp_bias = mlp_bias || ((v->feat & F_USE_BIAS) && use_bias);
     t->qk_norm = v->feat & F_QK_NORM_HEAD ? 1 : v->feat & F_QK_NORM_FULL ? 2 : 0;
+    if ((v->feat & F_QK_L2) && read_qk_l2(c, root, t)) return -1;
     t->block_norms = v->feat & F_SANDWICH ? 4 : 2;
     t->fused_qkv = t->fused_gate_up = (v->feat & F_FUSED) != 0;
     t->sinks = (v->feat & F_SINKS) != 0;

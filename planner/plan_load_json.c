@@ -23,7 +23,7 @@ static const char *const TOP_KEYS[] = {
     "memplan_model", "name", "family", "description", "arch", "n_layer", "n_enc_layer", "d_model",
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
     "mlp", "act_fn", "dropout", "image_size", "in_channels", "moe", "mla", "attn_sinks", "qk_norm",
-    "layers", NULL};
+    "nope_every", "layers", NULL};
 static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", "router", "norm_topk",
                                        "fp32_weights", "shared_gate", "shared_last", "bias", "clamped_glu",
                                        "router_logits", NULL};
@@ -126,6 +126,7 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
             (long long)m->mla.nope_dim, (long long)m->mla.v_dim);
     if (m->attn_sinks) put(&o, "  \"attn_sinks\": true,\n");
     if (m->qk_norm) put(&o, "  \"qk_norm\": %d,\n", m->qk_norm);
+    if (m->nope_every) put(&o, "  \"nope_every\": %d,\n", m->nope_every);
     put(&o, "  \"layers\": [\n");
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
@@ -361,7 +362,8 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
     m->mlp = (MlpKind)mlp;
     if (read_moe(c, root, &m->moe) || read_mla(c, root, &m->mla) ||
         ld_bool(c, root, "", "attn_sinks", 0, 0, 1, &m->attn_sinks) ||
-        ld_int32(c, root, "", "qk_norm", 0, 0, 0, 2, &m->qk_norm))
+        ld_int32(c, root, "", "qk_norm", 0, 0, 0, 3, &m->qk_norm) ||
+        ld_int32(c, root, "", "nope_every", 0, 0, 0, 100000, &m->nope_every))
         return -1;
     if (tf) {
         if (!cJSON_GetObjectItemCaseSensitive(root, "d_head") && m->d_model % m->n_head != 0)

@@ -584,6 +584,7 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     }
     m->attn_sinks = c->sinks;
     m->qk_norm = c->qk_norm;
+    m->nope_every = c->nope_every;
     m->dropout = c->dropout;
     snprintf(m->act_fn, sizeof(m->act_fn), "%s", c->act_fn ? c->act_fn : "");
     snprintf(m->family, sizeof(m->family), "%s", c->family ? c->family : "");

@@ -162,7 +162,9 @@ typedef struct {
     MoeSpec moe;
     MlaSpec mla;             /* latent attention (mla.kv_rank > 0), else zero */
     int attn_sinks;          /* GPT-OSS: a learned sink logit per head joins each softmax */
-    int qk_norm;             /* TransformerConfig.qk_norm: 1 an RMSNorm per head on q and k (Qwen3) */
+    int qk_norm;             /* TransformerConfig.qk_norm: 1 an RMSNorm per head on q and k (Qwen3),
+                                3 an L2 norm per head (Llama 4) */
+    int nope_every;          /* TransformerConfig.nope_every: blocks N, 2N, ... have no q/k norm */
 } ModelSpec;
 
 void plan_model_init(ModelSpec *m, const char *name, ArchKind arch);
@@ -252,7 +254,9 @@ typedef struct {
                                 NEOX 0.25, others no rotary embedding) */
     /* The 2024-26 decoders (LAYOUT_LLAMA; plan_load_hf.c FAMILIES describes each family): */
     int qk_norm;             /* 1: an RMSNorm over each head's q and k (d_head weights each: Qwen3,
-                                Gemma 3); 2: over all of q and of k (A·d and KV·d weights: OLMo 2) */
+                                Gemma 3); 2: over all of q and of k (A·d and KV·d weights: OLMo 2);
+                                3: an L2 norm per head, no weights (Llama 4) */
+    int nope_every;          /* Llama 4: every N-th block has no rope and no q/k norm (0 = none) */
     int block_norms;         /* norms per block (0 = 2): 4 for Gemma 2/3's pre- and post-norms */
     int fused_qkv;           /* Phi-3: one qkv_proj (h x (A + 2 KV)·d), registered after o_proj */
     int fused_gate_up;       /* Phi-3: one gate_up_proj (h x 2f) */

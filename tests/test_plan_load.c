@@ -419,6 +419,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect(memcmp(&a->mla, &b->mla, sizeof a->mla) == 0, "%s: latent attention", what);
     cr_expect_eq(a->attn_sinks, b->attn_sinks, "%s", what);
     cr_expect_eq(a->qk_norm, b->qk_norm, "%s", what);
+    cr_expect_eq(a->nope_every, b->nope_every, "%s", what);
     cr_assert_eq(a->n_layers, b->n_layers, "%s", what);
     for (int i = 0; i < a->n_layers; i++) {
         const LayerSpec *x = &a->layers[i], *y = &b->layers[i];
@@ -586,7 +587,7 @@ Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries)
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
     cr_expect_eq(sizeof(LayerSpec), 672, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 592, "ModelSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 600, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {
