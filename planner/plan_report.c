@@ -26,12 +26,15 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
     if (m->moe.n_experts > 0) {
         int moe_blocks = 0;
         for (int i = 0; i < m->n_layers; i++) moe_blocks += m->layers[i].expert_params > 0;
+        int all = m->moe.router == MOE_ROUTER_ALL_EXPERTS;
         fprintf(f, "# mixture of experts: %s parameters active per token (top-%d of %d experts of width %lld%s, "
-                "in %d of %d blocks); memory holds all of them, compute uses the active ones; the routed "
-                "activations are an estimate (docs/formulas.md \"Mixture of experts\")\n",
+                "in %d of %d blocks); memory holds all of them, %s; routing does not change the memory (%s: "
+                "docs/formulas.md \"Mixture of experts\")\n",
                 plan_fmt_count(plan_model_active_params(m), b, sizeof(b)), m->moe.top_k, m->moe.n_experts,
                 (long long)m->moe.d_ff_expert, m->moe.d_ff_shared > 0 ? ", + shared experts" : "", moe_blocks,
-                m->n_layer);
+                m->n_layer, all ? "transformers computes every expert on every token" : "compute uses the active ones",
+                all ? "every token passes every expert" : "transformers' grouped_mm holds all routed rows at once, "
+                "even when every token picks the same experts");
     }
     if (m->headless)
         fprintf(f, "# %s is a base model (no LM head): no logits and no loss are planned; training "

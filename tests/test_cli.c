@@ -135,6 +135,16 @@ Test(cli, bad_input_should_get_one_line_and_exit_2) {
     expect_usage_error("frobnicate", "unknown command 'frobnicate'");
 }
 
+/* GPT-OSS's attention sinks have no SDPA path in transformers 5.24: the default --attn follows it
+   to eager (echoed), an explicit --attn sdpa is refused as transformers refuses it */
+Test(cli, a_model_with_attention_sinks_should_plan_eager_attention) {
+    cr_assert_eq(run("--model tests/data/hf/variants/gpt-oss.json --gpus 2"), 0, "%s", out);
+    cr_expect(strstr(out, "attn eager,"), "%.300s", out);
+    expect_usage_error("--model tests/data/hf/variants/gpt-oss.json --gpus 2 --attn sdpa", "attention sinks");
+    cr_assert_eq(run("--model tests/data/hf/variants/mixtral.json --gpus 2"), 0, "%s", out);
+    cr_expect(strstr(out, "attn sdpa,"), "%.300s", out);
+}
+
 /* --units splits a generic --params model into layers; a named model has its own, so the flag
    would be ignored: refused instead, also without any model */
 Test(cli, units_without_params_should_be_refused_in_one_line) {
