@@ -227,14 +227,23 @@ static double moe_router_bytes(const ModelSpec *m, const PrecisionSpec *p) {
    (Llama4TextMoe) runs every expert on every token: hidden_states.repeat(E, 1) (its dtype, R·E·h)
    and the (E·T, 1) scores saved by their product, bmm's input (X·E·h), then gate_up, act(gate)
    and the product (X·E·4·f_e). */
-static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p) {
+static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p, double F) {
     const MoeSpec *e = &m->moe;
     double Eb = moe_expert_bytes(m, p), h = (double)m->d_model, fe = (double)e->d_ff_expert;
     double E = e->n_experts, k = e->top_k;
     if (e->router == MOE_ROUTER_ALL_EXPERTS)
         return p->param_bytes * E * h + Eb * E * (h + 4 * fe);
     double idx = 8 * k * (e->bias ? 4 : 3);
-    return idx + Eb * k * (2 * h + 2 * fe + (e->clamped_glu ? 5 : 2) * fe) + moe_weight_bytes(e, p->act_bytes) * k;
+    return idx + F * Eb * k * (2 * h + 2 * fe + (e->clamped_glu ? 5 : 2) * fe) + moe_weight_bytes(e, p->act_bytes) * k;
+}
+
+/* --moe-imbalance F (TrainSpec.moe_imbalance; 0 reads as 1): the factor on the routed experts'
+   rows, an estimate for implementations that size every expert's rows for the busiest one
+   (docs/formulas.md "Routing imbalance"). Llama 4 runs every expert on every token: no routed
+   rows to scale (moe_routed_bytes, moe_backward). */
+static double moe_rows_factor(const ModelSpec *m, const TrainSpec *t) {
+    if (m->moe.router == MOE_ROUTER_ALL_EXPERTS) return 1;
+    return t->moe_imbalance > 1 ? t->moe_imbalance : 1;
 }
 
 /* The shared expert(s), a dense gated MLP of width f_s on every token (its input is the block's
@@ -255,12 +264,13 @@ static double moe_shared_bytes(const ModelSpec *m, const TrainSpec *t) {
    experts"); with output_router_logits, the logits the output keeps (X·E) and the softmax the
    load-balancing loss saves (X·E), both counted with the block. The routed terms do not depend
    on how tokens are routed: grouped_mm holds all T·k routed rows at once (measured: every token
-   sent to the same k experts peaks at the same byte). */
+   sent to the same k experts peaks at the same byte); --moe-imbalance scales the routed rows for
+   other implementations (moe_rows_factor). */
 double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t) {
     if (!moe_block(m, l)) return 0;
     const PrecisionSpec *p = plan_precision(t->precision);
     double mlp_in = llama_style(m) && p->autocast ? 2 : 1;
-    double moe = moe_router_bytes(m, p) + moe_routed_bytes(m, p) + moe_shared_bytes(m, t);
+    double moe = moe_router_bytes(m, p) + moe_routed_bytes(m, p, moe_rows_factor(m, t)) + moe_shared_bytes(m, t);
     if (m->moe.router_logits) moe += 2 * p->act_bytes * m->moe.n_experts;
     return moe - mlp_bytes(m, t, (double)m->d_ff, mlp_in);
 }
@@ -479,6 +489,9 @@ static double moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSp
         c_ws = 2 * Eb * k * fe - Eb * k * h - moe_weight_bytes(e, X) * k;
         down += e->bias ? E * h : 0;
     }
+    double F = moe_rows_factor(m, t);   /* per routed row: both moments scale with the rows */
+    a_ws *= F;
+    c_ws *= F;
     int at_c = bs * c_ws + down * p->grad_bytes >= bs * a_ws;
     if (grads) *grads = pre_g + (at_c ? down : 0);
     if (casts) *casts = pre_g + (at_c && e->router == MOE_ROUTER_ALL_EXPERTS ? down : 0);

@@ -180,3 +180,32 @@ Test(plan_moe, router_logits_should_add_the_kept_logits_and_the_aux_losss_softma
     cr_expect_eq(saved_per_token(&m, 0, &t), 7288 + 2 * 4 * 4);
     plan_model_free(&m);
 }
+
+/* --moe-imbalance F (an estimate; docs/formulas.md "Routing imbalance"): every expert's rows sized
+   for the busiest, F times the mean, so the routed rows grouped_mm would hold, E_b·k·(2h + 4f_e)
+   per token, are planned F times, and so is the MLP backward's working set per routed row; the
+   router, the permutation indices, the attention and Llama 4's all-expert bmm stay as measured */
+Test(plan_moe, a_routing_imbalance_should_scale_only_the_routed_experts_rows) {
+    ModelSpec m = load("tests/data/hf/variants/mixtral.json");
+    TrainSpec t1 = cpu_train("fp32", ATTN_EAGER), t2 = t1, unset = t1;
+    t1.moe_imbalance = 1;
+    t2.moe_imbalance = 2;
+    unset.moe_imbalance = 0;
+    ActInputs in = {4, 128, 0};
+    int i = block(&m, 0);
+    double h = (double)m.d_model, fe = (double)m.moe.d_ff_expert, k = m.moe.top_k, bs = 4.0 * 128;
+    cr_expect_eq(plan_act_layer_bytes(&m, i, &unset, &in), plan_act_layer_bytes(&m, i, &t1, &in), "0 reads as 1");
+    double rows = 4 * k * (2 * h + 4 * fe);   /* fp32 rows per token: 4,096 B */
+    cr_expect_eq(plan_act_layer_bytes(&m, i, &t2, &in) - plan_act_layer_bytes(&m, i, &t1, &in), bs * rows,
+                 "F = 2 adds one more set of routed rows");
+    /* the weighted sum's moment (3·h per row, 1,536 B/token) doubles; the residual gradient R·h stays */
+    cr_expect_eq(plan_act_block_backward_bytes(&m, i, &t2, &in) - plan_act_block_backward_bytes(&m, i, &t1, &in),
+                 bs * 3 * 4 * k * h);
+    plan_model_free(&m);
+
+    m = load("tests/data/hf/variants/llama4-text.json");   /* every expert on every token */
+    i = block(&m, 1);
+    cr_expect_eq(plan_act_layer_bytes(&m, i, &t2, &in), plan_act_layer_bytes(&m, i, &t1, &in));
+    cr_expect_eq(plan_act_block_backward_bytes(&m, i, &t2, &in), plan_act_block_backward_bytes(&m, i, &t1, &in));
+    plan_model_free(&m);
+}
