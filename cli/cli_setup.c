@@ -16,7 +16,7 @@ enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
-    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC,
+    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP,
     OPT_CONFIG, OPT_CONFIG_KIND,
 };
@@ -33,6 +33,7 @@ static const struct option BASE_OPTIONS[] = {
     {"act-ckpt", required_argument, 0, OPT_CKPT},
     {"attn", required_argument, 0, OPT_ATTN},
     {"dropout", required_argument, 0, OPT_DROPOUT},
+    {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},
     {"gpus", required_argument, 0, OPT_GPUS},
     {"gpus-per-node", required_argument, 0, OPT_GPN},
     {"gpu", required_argument, 0, OPT_GPU},
@@ -126,6 +127,10 @@ void cli_print_setup_help(FILE *f) {
         "                         block (blocks N, 2N, ...)\n"
         "  --attn eager|sdpa      attention implementation (default sdpa)\n"
         "  --dropout P            dropout probability (default: the model's config)\n"
+        "  --moe-imbalance F      MoE models: the busiest expert receives F times the mean tokens and\n"
+        "                         every expert's rows are sized for it (a capacity factor), F in\n"
+        "                         [1, experts/top-k]; default 1: transformers' grouped_mm, whose memory\n"
+        "                         does not depend on routing (measured); above 1 an estimate\n"
         "  --loop common|trainer  common: the loop holds the logits through backward (default);\n"
         "                         trainer: HF Trainer's, which drops them before backward\n"
         "  --zero-grad none|zeros zero_grad(set_to_none=True), PyTorch >= 2.0's default (none), or\n"
@@ -237,6 +242,36 @@ static int resolve_precision(CliSetup *s) {
                            p->peak == PEAK_BF16 ? "bf16" : "fp16", g->name, ok);
 }
 
+/* GPT-OSS's attention sinks have no SDPA path in transformers 5.24 (GptOssPreTrainedModel
+ * _supports_sdpa = False): left unset, its attention falls back to eager
+ * (modeling_utils.py get_correct_attn_implementation), so the default follows; an explicit
+ * --attn sdpa is what transformers refuses. 0 or 2. */
+static int resolve_attn(CliSetup *s) {
+    if (!s->have_model || !s->model.attn_sinks || s->train.attn == ATTN_EAGER) return 0;
+    if (cli_setup_given(s, "attn"))
+        return cli_usage_error("--attn sdpa: %s has attention sinks, which transformers runs only in eager "
+                               "attention (no SDPA path): give --attn eager", s->model.name);
+    s->train.attn = ATTN_EAGER;
+    return 0;
+}
+
+/* --moe-imbalance F: the busiest expert receives F times the mean tokens, T·k/E; it can receive
+ * at most every token once, so F <= E/k. Only MoE models have experts. 0 or 2. */
+static int resolve_moe(CliSetup *s) {
+    const char *given = cli_setup_given(s, "moe-imbalance");
+    if (!given || !s->have_model) return 0;
+    const MoeSpec *e = &s->model.moe;
+    if (e->n_experts <= 0)
+        return cli_usage_error("--moe-imbalance: model %s has no experts (it applies to mixture-of-experts models)",
+                               s->model.name);
+    double most = (double)e->n_experts / (double)e->top_k;
+    if (s->train.moe_imbalance > most)
+        return cli_usage_error("--moe-imbalance %s: with top-%d of %d experts the busiest expert receives at most "
+                               "every token, %g times the mean (valid: 1 to %g)", given, e->top_k, e->n_experts,
+                               most, most);
+    return 0;
+}
+
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[512];
     int rc;
@@ -277,7 +312,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
                                (long long)s->model.max_seq, (long long)s->model.max_seq);
-    if ((rc = resolve_precision(s))) return rc;
+    if ((rc = resolve_precision(s)) || (rc = resolve_attn(s)) || (rc = resolve_moe(s))) return rc;
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
@@ -407,6 +442,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     case OPT_DROPOUT:
         if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);
         s->train.dropout = d;
+        break;
+    case OPT_MOE_IMBALANCE:   /* the model's bound, experts / top-k, is checked in resolve_moe */
+        if (plan_parse_double(a, 1, 1e6, &d))
+            return cli_usage_error("--moe-imbalance '%s' is not a factor in [1, experts/top-k] (1: balanced routing)", a);
+        s->train.moe_imbalance = d;
         break;
     default: return -1;
     }

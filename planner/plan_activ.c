@@ -51,6 +51,7 @@ static double hidden_dropout_bytes(const ModelSpec *m, const TrainSpec *t, doubl
 }
 
 static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
+static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double *lin, double *quad);
 
 /* Eager PyTorch transformer block, per token: bytes = lin + s*quad. */
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
@@ -69,7 +70,8 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
     double lin = 0, quad = 0;
 
     lin += (cross ? 3 : 2) * norm_bytes(m, R, h);          /* norm inputs + statistics */
-    for (int k = 0; k < (cross ? 2 : 1); k++) {
+    if (m->mla.kv_rank > 0) mla_attention_bytes(m, t, dropout, &lin, &quad);   /* DeepSeek */
+    else for (int k = 0; k < (cross ? 2 : 1); k++) {
         lin += qkv_in * X * h;                             /* q/k/v projection input */
         lin += X * qd;                                     /* attention output = out-proj input */
         lin += M * h;                                      /* residual dropout mask / noise */
@@ -106,6 +108,41 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
     *quad_out = quad;
 }
 
+/* DeepSeek's multi-head latent attention (modeling_deepseek_v3.py DeepseekV3Attention), per token,
+   measured with block_probe.py (docs/formulas.md "Multi-head latent attention"): the input of
+   q_a_proj (or q_proj) and kv_a_proj_with_mqa (X·h, autocast casts it for each); each latent's
+   RMSNorm, (4 + 2X)·rank + 4 — its fp32 input (a copy, or in fp32 the projection's output
+   itself, of which the kv norm's split view keeps the rope part too: + 4·r), the rsqrt, the
+   normalised tensor the weight multiplies and the next projection's input; the rotary products
+   save nothing per token (cos and sin need no gradient). Eager: the matmuls save q and k (a·(n +
+   r) each) and v copied contiguous (a·v), the probabilities as LLaMA's; SDPA on CPU ranks runs
+   the fp32 math kernel when q/k and v head dims differ (sdp_utils_cpp.cpp: flash needs equal
+   head dims): q, k, v upcast to fp32 and the fp32 probabilities. o_proj's input (X·a·v). */
+static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double *lin, double *quad) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    const MlaSpec *a = &m->mla;
+    double X = p->act_bytes, F = 4, h = (double)m->d_model, A = m->n_head;
+    double qk = (double)(a->nope_dim + a->rope_dim), v = (double)a->v_dim, c = (double)a->kv_rank;
+    *lin += (p->autocast ? 2 : 1) * X * h;
+    if (a->q_rank > 0) *lin += (4 + 2 * X) * (double)a->q_rank + 4;
+    *lin += (4 + 2 * X) * c + 4 + (X >= 4 ? 4 * (double)a->rope_dim : 0);
+    /* v is a view of kv_b_proj's (n + v)-wide output; the AV matmul folds (b, heads) without a copy
+       when b = 1 (its batch stride then does not matter), saving the view and with it all of the
+       output (measured: +X·a·n per token at micro-batch 1) */
+    double vw = t->micro_batch == 1 ? (double)a->nope_dim + v : v;
+    *lin += X * A * v;                                     /* o_proj input */
+    if (t->attn == ATTN_SDPA && ((t->autocast_cpu && qk != v) || plan_act_sdpa_math(t, dropout))) {
+        *lin += F * A * 2 * qk + (X < F ? F * A * v : F * A * vw);   /* v upcast: a copy of v alone */
+        *quad += A * F * (dropout > 0 ? 3 : 1);            /* probabilities (+ dropout noise, output) */
+    } else if (t->attn == ATTN_SDPA) {
+        *lin += X * A * (2 * qk + v) + F * A;              /* q, k, v, log-sum-exp */
+    } else {
+        double Mq = plan_act_dropout_bytes(t, dropout, p->autocast ? F : X);
+        *lin += X * A * (2 * qk + vw);
+        *quad += A * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
+    }
+}
+
 /* A dense MLP of width f per token: what its linears and activation save. */
 static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in) {
     const PrecisionSpec *p = plan_precision(t->precision);
@@ -125,30 +162,145 @@ static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double
     return lin;
 }
 
-double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l) {
-    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return (double)m->d_ff;
-    return (double)m->moe.top_k * (double)m->moe.d_ff_expert + (double)m->moe.d_ff_shared;
+static int moe_block(const ModelSpec *m, const LayerSpec *l) {
+    return l->expert_params > 0 && m->moe.n_experts > 0;
 }
 
-/* transformers 5's eager experts loop (Qwen3MoeExperts.forward and its kin): the router's
-   linear saves its input (X·h) and softmax(dtype=float32) its fp32 output (4·E), topk its
-   indices (8·k) and weights (X·k); every routed token is gathered (hidden_states[token_idx]:
-   the gate_up linear saves it, X·h), its gate_up output split into gate and up (the activation
-   saves gate, the product saves act(gate) and up: 3·X·f_e), down saves the product (X·f_e), the
-   routing-weight product saves the expert output (X·h); the shared expert is a dense gated MLP.
-   An estimate from the source until measured. */
-double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t) {
-    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return 0;
+double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l) {
+    if (!moe_block(m, l)) return (double)m->d_ff;
+    const MoeSpec *e = &m->moe;   /* Llama 4's experts run on every token (moe_routed_bytes) */
+    double k = e->router == MOE_ROUTER_ALL_EXPERTS ? e->n_experts : e->top_k;
+    return k * (double)e->d_ff_expert + (double)e->d_ff_shared;
+}
+
+/* Bytes per element of the routed experts' tensors. transformers 5.24 runs them through
+   grouped_mm_experts_forward (integrations/moe.py; the default experts_implementation,
+   modeling_utils.py get_correct_experts_implementation), whose torch.nn.functional.grouped_mm is
+   not autocast-enabled and gets its input cast to the weights' dtype: they run in the parameter
+   dtype, fp32 under autocast. Llama 4's experts are torch.bmm, which autocast casts. */
+static double moe_expert_bytes(const ModelSpec *m, const PrecisionSpec *p) {
+    return m->moe.router == MOE_ROUTER_ALL_EXPERTS ? p->act_bytes : p->param_bytes;
+}
+
+double plan_act_uncast_params(const ModelSpec *m, const LayerSpec *l) {
+    return moe_block(m, l) && m->moe.router != MOE_ROUTER_ALL_EXPERTS ? (double)l->expert_params : 0;
+}
+
+/* The routing weights' bytes per element: the top-k softmax values stay fp32 (Mixtral), else
+   they are cast to the logits' dtype, the compute dtype (Qwen-MoE .to(router_logits.dtype),
+   GPT-OSS and DeepSeek compute them there). */
+static double moe_weight_bytes(const MoeSpec *e, double X) {
+    return e->fp32_weights ? 4 : X;
+}
+
+/* What a MoE block's router saves per token (the modeling_*.py *TopKRouter / Llama4Router
+   forward): the router linear's input (X·h: autocast's copy, else the norm's output, which the
+   experts read without saving it), the top-k indices (int64, 8·k), and per router kind: the fp32
+   softmax over E (4·E); GPT-OSS's softmax over the k logits (X·k); DeepSeek's sigmoid scores
+   (X·E: its group top-k and masked_fill tensors feed only top-k nodes whose outputs are dropped,
+   so they are freed with them, measured); Llama 4's fp32 sigmoid over E (4·E) and the scores as a
+   (E·T, 1) column (X·E). An in-place renormalisation (router_top_value /= sum) saves a clone of
+   the values and the sum (fp32 after a softmax, else X). The weights the experts multiply by are
+   saved once more by that product (moe_routed_bytes). */
+static double moe_router_bytes(const ModelSpec *m, const PrecisionSpec *p) {
+    const MoeSpec *e = &m->moe;
+    double X = p->act_bytes, h = (double)m->d_model, E = e->n_experts, k = e->top_k;
+    double b = X * h + 8 * k, norm_dtype = X;
+    switch (e->router) {
+    case MOE_ROUTER_SOFTMAX: b += 4 * E; norm_dtype = 4; break;
+    case MOE_ROUTER_TOPK_SOFTMAX: b += X * k; break;
+    case MOE_ROUTER_GROUPED: b += X * E; break;
+    case MOE_ROUTER_ALL_EXPERTS: b += 4 * E + X * E; break;
+    default: break;
+    }
+    if (e->norm_topk) b += norm_dtype * (k + 1);
+    return b;
+}
+
+/* What the routed experts save per token. grouped_mm_experts_forward: the sort's permutation,
+   its token index (perm // k) and the inverse permutation, int64 per routed row (24·k; GPT-OSS's
+   bias gathers keep the sorted expert ids, 8·k more); per routed row, in the experts' dtype E_b:
+   the gathered input (h), the gate_up output (2·f_e: the activation saves the gate, the product
+   the up half), act(gate) and the product (2·f_e; GPT-OSS's clamped SwiGLU: the clamped gate,
+   sigmoid(alpha·gate), their product, up + 1 and the gated output, 5·f_e), the down output (h)
+   and the routing weight (moe_weight_bytes) that the weighted sum multiplies it by. Llama 4
+   (Llama4TextMoe) runs every expert on every token: hidden_states.repeat(E, 1) (its dtype, R·E·h)
+   and the (E·T, 1) scores saved by their product, bmm's input (X·E·h), then gate_up, act(gate)
+   and the product (X·E·4·f_e). */
+static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p, double F) {
+    const MoeSpec *e = &m->moe;
+    double Eb = moe_expert_bytes(m, p), h = (double)m->d_model, fe = (double)e->d_ff_expert;
+    double E = e->n_experts, k = e->top_k;
+    if (e->router == MOE_ROUTER_ALL_EXPERTS)
+        return p->param_bytes * E * h + Eb * E * (h + 4 * fe);
+    double idx = 8 * k * (e->bias ? 4 : 3);
+    return idx + F * Eb * k * (2 * h + 2 * fe + (e->clamped_glu ? 5 : 2) * fe) + moe_weight_bytes(e, p->act_bytes) * k;
+}
+
+/* --moe-imbalance F (TrainSpec.moe_imbalance; 0 reads as 1): the factor on the routed experts'
+   rows, an estimate for implementations that size every expert's rows for the busiest one
+   (docs/formulas.md "Routing imbalance"). Llama 4 runs every expert on every token: no routed
+   rows to scale (moe_routed_bytes, moe_backward). */
+static double moe_rows_factor(const ModelSpec *m, const TrainSpec *t) {
+    if (m->moe.router == MOE_ROUTER_ALL_EXPERTS) return 1;
+    return t->moe_imbalance > 1 ? t->moe_imbalance : 1;
+}
+
+/* The shared expert(s), a dense gated MLP of width f_s on every token (its input is the block's
+   norm output, which the router already holds, or under autocast two more casts), and
+   Qwen2-MoE's gate: sigmoid(shared_expert_gate(x)) * shared_output saves the gate's output (X)
+   and the shared output (X·h), and its linear's input cast under autocast (X·h). */
+static double moe_shared_bytes(const ModelSpec *m, const TrainSpec *t) {
+    const MoeSpec *e = &m->moe;
     const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, h = (double)m->d_model, k = m->moe.top_k, fe = (double)m->moe.d_ff_expert;
+    double X = p->act_bytes, h = (double)m->d_model, casts = p->autocast ? X * h : 0, b = 0;
+    if (e->d_ff_shared > 0) b += mlp_bytes(m, t, (double)e->d_ff_shared, 0) + 2 * casts;
+    if (e->shared_gate) b += casts + X * h + X;
+    return b;
+}
+
+/* transformers 5.24's MoE blocks, per token: the router, the routed experts and the shared
+   experts as they save them (measured per family, block_probe.py: docs/formulas.md "Mixture of
+   experts"); with output_router_logits, the logits the output keeps (X·E) and the softmax the
+   load-balancing loss saves (X·E), both counted with the block. The routed terms do not depend
+   on how tokens are routed: grouped_mm holds all T·k routed rows at once (measured: every token
+   sent to the same k experts peaks at the same byte); --moe-imbalance scales the routed rows for
+   other implementations (moe_rows_factor). */
+double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t) {
+    if (!moe_block(m, l)) return 0;
+    const PrecisionSpec *p = plan_precision(t->precision);
     double mlp_in = llama_style(m) && p->autocast ? 2 : 1;
-    double moe = X * h + 4.0 * m->moe.n_experts + 8 * k + X * k + k * X * (2 * h + 4 * fe);
-    if (m->moe.d_ff_shared > 0) moe += mlp_bytes(m, t, (double)m->moe.d_ff_shared, mlp_in);
+    double moe = moe_router_bytes(m, p) + moe_routed_bytes(m, p, moe_rows_factor(m, t)) + moe_shared_bytes(m, t);
+    if (m->moe.router_logits) moe += 2 * p->act_bytes * m->moe.n_experts;
     return moe - mlp_bytes(m, t, (double)m->d_ff, mlp_in);
 }
 
 static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
                                       const ActInputs *in);
+
+/* GPT-OSS's attention sinks (modeling_gpt_oss.py eager_attention_forward): the sink logit joins
+   each row, combined_logits.max(dim=-1) saves its int64 indices (8·a per token) and the fp32
+   softmax runs over s + 1 columns (4·a more than LLaMA's s), measured. Eager only: the family has
+   no SDPA path (GptOssPreTrainedModel._supports_sdpa = False; cli_setup.c resolves --attn). */
+static double sinks_bytes(const ModelSpec *m, const TrainSpec *t) {
+    return m->attn_sinks && t->attn == ATTN_EAGER ? 12.0 * m->n_head : 0;
+}
+
+/* q/k norms per head, measured with block_probe.py (fp32 and autocast): Qwen3's (and
+   Qwen3-MoE's) RMSNorm (modeling_qwen3_moe.py q_norm, k_norm, the LlamaRMSNorm of norm_bytes over
+   d_head) saves the fp32 input (a copy below fp32), the normalised tensor the weight multiplies
+   (X) and one fp32 rsqrt per head; Llama 4's L2 norm (Llama4TextL2Norm: x.float() * rsqrt(...),
+   no weight) the fp32 input and the rsqrt, on blocks with rope only (Llama4TextAttention: every
+   nope_every-th block has neither). Block i (layer index). */
+static double qk_norm_bytes(const ModelSpec *m, int i, const TrainSpec *t) {
+    if ((m->qk_norm != 1 && m->qk_norm != 3) || m->arch != ARCH_DECODER) return 0;
+    int k = 0;   /* the block's ordinal, 1-based */
+    for (int j = 0; j <= i; j++) k += m->layers[j].kind == LAYER_BLOCK;
+    if (m->qk_norm == 3 && m->nope_every > 0 && k % m->nope_every == 0) return 0;
+    double X = plan_precision(t->precision)->act_bytes, d = (double)m->d_head;
+    double rows = m->n_head + m->n_kv_head;
+    return (4 + (m->qk_norm == 1 ? X : 0)) * rows * d + 4 * rows;
+}
 
 /* memplan engine (fp32, exec/exec_gpt2.c): per block per token 18h + 4 floats and 2a*s
  * floats (preatt, att); see docs/formulas.md "engine layout". */
@@ -199,7 +351,7 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
         int cross = m->arch == ARCH_ENC_DEC && i > m->n_enc_layer;  /* layer 0 is embeddings */
         double lin, quad;
         plan_act_block_coeffs(m, t, in->dropout, cross, &lin, &quad);
-        return bs * (lin + plan_act_moe_delta(m, l, t) + s * quad);
+        return bs * (lin + plan_act_moe_delta(m, l, t) + sinks_bytes(m, t) + qk_norm_bytes(m, i, t) + s * quad);
     }
     case LAYER_NORM: return bs * norm_bytes(m, R, h);
     case LAYER_LINEAR: return b * X * h;                             /* pooler: first token */
@@ -302,6 +454,50 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
    throughout (the residual add hands the same tensor to both branches). Under checkpointing
    the block's activations are recomputed first, all but its input, which the checkpoint holds.
    Measured per token with bench/torch/block_probe.py: docs/formulas.md "A block's backward". */
+/* A MoE block's MLP backward at its largest moment (block_probe.py, docs/formulas.md "A MoE
+   block's backward"), beyond its saved activations, for bs tokens. Before the routed experts:
+   a shared expert that ran after them (DeepSeek, Llama 4) has done its backward, freeing its
+   saved tensors and leaving the norm output's gradient (R·h) and its three weight gradients;
+   Qwen2-MoE's gate has left the shared output's gradient (X·h, measured) and its own. Then, in
+   the experts' dtype E_b per routed row: (A) the weighted sum's backward (grouped_mm): the
+   gradient of the unpermuted rows, of the down output and the product for the weights' gradient,
+   3·h; (C) the activation's backward: down's input gradient and the gate's and up's, less the
+   saved product, down output and weights now freed, 2·f_e − h (down's weight gradient exists);
+   Llama 4's bmm over every expert: C = 2·X·E·f_e, and its down weights' autocast copies go with
+   down's backward. The moment that holds more, counting gradients at the precision's grad bytes,
+   is the one planned: *grads and *casts are the parameter elements whose gradients exist and
+   whose autocast copies are freed by then. */
+static double moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in,
+                           double *grads, double *casts) {
+    const MoeSpec *e = &m->moe;
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, R = p->param_bytes, Eb = moe_expert_bytes(m, p), h = (double)m->d_model;
+    double fe = (double)e->d_ff_expert, fs = (double)e->d_ff_shared, E = e->n_experts, k = e->top_k;
+    double bs = (double)in->b * (double)in->s, pre = 0, pre_g = 0;
+    if (e->shared_last) {
+        pre = R * h - moe_shared_bytes(m, t);
+        pre_g = 3 * h * fs;
+    } else if (e->shared_gate) {
+        pre = X * h;
+        pre_g = h;
+    }
+    double down = E * h * fe, a_ws = 3 * Eb * k * h, c_ws;
+    if (e->router == MOE_ROUTER_ALL_EXPERTS) {
+        a_ws = 0;
+        c_ws = 2 * X * E * fe;
+    } else {
+        c_ws = 2 * Eb * k * fe - Eb * k * h - moe_weight_bytes(e, X) * k;
+        down += e->bias ? E * h : 0;
+    }
+    double F = moe_rows_factor(m, t);   /* per routed row: both moments scale with the rows */
+    a_ws *= F;
+    c_ws *= F;
+    int at_c = bs * c_ws + down * p->grad_bytes >= bs * a_ws;
+    if (grads) *grads = pre_g + (at_c ? down : 0);
+    if (casts) *casts = pre_g + (at_c && e->router == MOE_ROUTER_ALL_EXPERTS ? down : 0);
+    return bs * (pre + (at_c ? c_ws : a_ws));
+}
+
 double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     if (t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK || !is_transformer(m)) return 0;
@@ -309,16 +505,23 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
     double M = hidden_dropout_bytes(m, t, in->dropout, X);
     double bs = (double)in->b * (double)in->s;
-    double ws = bs * (2 * f * X + R * h - M * h);
+    double ws = moe_block(m, l) ? bs * R * h + moe_backward(m, l, t, in, NULL, NULL) : bs * (2 * f * X + R * h - M * h);
     if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
     return ws;
 }
 
 /* Elements of a block's MLP output projection (fc2 / c_proj / down_proj), whose gradients
-   exist during the MLP's backward; the block's others come after it. */
-double plan_act_block_mlp_out_elems(const ModelSpec *m, int i) {
+   exist during the MLP's backward; the block's others come after it. A MoE block: moe_backward. */
+double plan_act_block_mlp_out_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
-    if (l->expert_params > 0 && m->moe.n_experts > 0)
-        return (double)l->expert_params + (double)m->moe.d_ff_shared * (double)m->d_model;
-    return (double)m->d_ff * (double)m->d_model;
+    double g = (double)m->d_ff * (double)m->d_model;
+    if (moe_block(m, l)) moe_backward(m, l, t, in, &g, NULL);
+    return g;
+}
+
+double plan_act_block_mlp_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    double c = (double)m->d_ff * (double)m->d_model;
+    if (moe_block(m, l)) moe_backward(m, l, t, in, NULL, &c);
+    return c;
 }

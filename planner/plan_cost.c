@@ -47,8 +47,12 @@ double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t) {
     switch (l->kind) {
     /* 2 FLOPs per weight per token, + QK^T and AV: 2 x 2 x keys x d per token (PyTorch: every
        key, the mask applied after; the engine: the keys its causal blocks compute) */
-    /* a MoE block: the parameters a token uses (top_k of the routed experts, plan_layer_active_params) */
-    case LAYER_BLOCK: return b * s * (2.0 * plan_layer_active_params(m, l) + 4.0 * plan_attn_keys_per_query(t, s) * attn);
+    /* a MoE block: the parameters a token uses (top_k of the routed experts, plan_layer_active_params);
+       Llama 4 in transformers runs every expert on every token (docs/formulas.md "Mixture of experts") */
+    case LAYER_BLOCK: {
+        double used = m->moe.router == MOE_ROUTER_ALL_EXPERTS ? (double)l->params : plan_layer_active_params(m, l);
+        return b * s * (2.0 * used + 4.0 * plan_attn_keys_per_query(t, s) * attn);
+    }
     case LAYER_HEAD: return b * s * 2.0 * (logits_elems(m) + head_other_params(m, l));
     case LAYER_LINEAR: return 2.0 * (double)l->params * b;
     default: return 0;                                         /* lookups, norms: memory-bound */

@@ -281,18 +281,19 @@ static int moe_block(const TransformerConfig *c, int i) {
    q_a_proj (+ bias), q_a_layernorm, q_b_proj, or a plain q_proj; kv_a_proj_with_mqa (+ bias),
    kv_a_layernorm, kv_b_proj; o_proj (+ bias). */
 static void t_mla(LayerSpec *l, const TransformerConfig *c) {
-    int64_t h = c->d_model, A = c->n_head, qk = c->qk_nope_dim + c->qk_rope_dim;
-    if (c->q_lora_rank > 0) {
-        t_linear(l, h, c->q_lora_rank, c->qkv_bias);
-        t_add(l, c->q_lora_rank, c->q_lora_rank);
-        t_linear(l, c->q_lora_rank, A * qk, 0);
+    const MlaSpec *a = &c->mla;
+    int64_t h = c->d_model, A = c->n_head, qk = a->nope_dim + a->rope_dim;
+    if (a->q_rank > 0) {
+        t_linear(l, h, a->q_rank, c->qkv_bias);
+        t_add(l, a->q_rank, a->q_rank);
+        t_linear(l, a->q_rank, A * qk, 0);
     } else {
         t_linear(l, h, A * qk, 0);
     }
-    t_linear(l, h, c->kv_lora_rank + c->qk_rope_dim, c->qkv_bias);
-    t_add(l, c->kv_lora_rank, c->kv_lora_rank);
-    t_linear(l, c->kv_lora_rank, A * (c->qk_nope_dim + c->v_head_dim), 0);
-    t_linear(l, A * c->v_head_dim, h, c->out_bias);
+    t_linear(l, h, a->kv_rank + a->rope_dim, c->qkv_bias);
+    t_add(l, a->kv_rank, a->kv_rank);
+    t_linear(l, a->kv_rank, A * (a->nope_dim + a->v_dim), 0);
+    t_linear(l, A * a->v_dim, h, c->out_bias);
 }
 
 /* A LLaMA-layout attention: GPT-OSS's sinks (the module's own parameter, listed before its
@@ -300,7 +301,7 @@ static void t_mla(LayerSpec *l, const TransformerConfig *c) {
    OLMo 2 q and k norms. */
 static void t_attn_llama(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int kv_heads) {
     int64_t h = c->d_model, q = (int64_t)c->n_head * d_head, kv = (int64_t)kv_heads * d_head;
-    if (c->kv_lora_rank > 0) { t_mla(l, c); return; }
+    if (c->mla.kv_rank > 0) { t_mla(l, c); return; }
     if (c->sinks) t_add(l, c->n_head, c->n_head);
     if (c->fused_qkv) {
         t_linear(l, q, h, c->out_bias);
@@ -332,16 +333,20 @@ static void t_gated(LayerSpec *l, const TransformerConfig *c, int64_t f, int fus
 static int64_t t_moe(LayerSpec *l, const TransformerConfig *c) {
     int64_t h = c->d_model, E = c->moe.n_experts, f = c->moe.d_ff_expert;
     int n0 = l->n_tensors;
-    if (c->moe_router_first) t_linear(l, h, E, c->moe_bias);
+    int bias = c->moe.bias;
+    if (c->moe_router_first) t_linear(l, h, E, bias);
     t_add(l, E * 2 * f * h, E);
-    if (c->moe_bias) t_add(l, E * 2 * f, E);
+    if (bias) t_add(l, E * 2 * f, E);
     t_add(l, E * f * h, E);
-    if (c->moe_bias) t_add(l, E * h, E);
+    if (bias) t_add(l, E * h, E);
     int64_t experts = 0;
-    for (int k = n0 + (c->moe_router_first ? 1 + c->moe_bias : 0); k < l->n_tensors; k++) experts += l->tensor_elems[k];
-    if (!c->moe_router_first) t_linear(l, h, E, c->moe_bias);
+    for (int k = n0 + (c->moe_router_first ? 1 + bias : 0); k < l->n_tensors; k++) experts += l->tensor_elems[k];
+    if (!c->moe_router_first) t_linear(l, h, E, bias);
     if (c->moe.d_ff_shared > 0) t_gated(l, c, c->moe.d_ff_shared, 0);
-    if (c->moe_shared_gate) t_linear(l, h, 1, 0);
+    if (c->moe.shared_gate) t_linear(l, h, 1, 0);
+    /* DeepSeek's router holds e_score_correction_bias, nn.Buffer of E fp32 (modeling_deepseek_v3.py
+       DeepseekV3TopkRouter): no parameter, but a buffer DDP broadcasts every forward (measured) */
+    if (c->moe.router == MOE_ROUTER_GROUPED) l->buffers += E;
     return experts;
 }
 
@@ -433,14 +438,14 @@ static int check_shape(const TransformerConfig *c, char *msg, size_t msglen) {
                  (long long)e->d_ff_expert, (long long)e->d_ff_shared);
         return -1;
     }
-    if (c->kv_lora_rank < 0 || c->kv_lora_rank > 65536 || c->q_lora_rank < 0 || c->q_lora_rank > 65536 ||
-        c->qk_rope_dim < 0 || c->qk_rope_dim > 65536 || c->qk_nope_dim < 0 || c->qk_nope_dim > 65536 ||
-        c->v_head_dim < 0 || c->v_head_dim > 65536 ||
-        (c->kv_lora_rank > 0 && (c->qk_nope_dim + c->qk_rope_dim < 1 || c->v_head_dim < 1))) {
+    const MlaSpec *a = &c->mla;
+    if (a->kv_rank < 0 || a->kv_rank > 65536 || a->q_rank < 0 || a->q_rank > 65536 ||
+        a->rope_dim < 0 || a->rope_dim > 65536 || a->nope_dim < 0 || a->nope_dim > 65536 ||
+        a->v_dim < 0 || a->v_dim > 65536 || (a->kv_rank > 0 && (a->nope_dim + a->rope_dim < 1 || a->v_dim < 1))) {
         snprintf(msg, msglen, "invalid latent attention: q rank %lld, kv rank %lld, rope %lld, nope %lld, v %lld "
-                 "(each 0..65536; heads need qk and v dimensions)", (long long)c->q_lora_rank,
-                 (long long)c->kv_lora_rank, (long long)c->qk_rope_dim, (long long)c->qk_nope_dim,
-                 (long long)c->v_head_dim);
+                 "(each 0..65536; heads need qk and v dimensions)", (long long)a->q_rank,
+                 (long long)a->kv_rank, (long long)a->rope_dim, (long long)a->nope_dim,
+                 (long long)a->v_dim);
         return -1;
     }
     int64_t d_head = c->d_head > 0 ? c->d_head : c->d_model / c->n_head;
@@ -490,8 +495,8 @@ static void embed_layer(LayerSpec *l, const TransformerConfig *c, int64_t d_head
        docs/formulas.md "DDP buffer broadcast") */
     double rot = c->rotary_frac > 0 ? c->rotary_frac : c->rotary_frac < 0 ? 0.0 : c->layout == LAYOUT_LLAMA ? 1.0
                : c->layout == LAYOUT_NEOX ? 0.25 : 0.0;
-    if (rot > 0 && !c->learned_pos) {
-        int64_t dims = (int64_t)((double)d_head * rot);
+    if (rot > 0 && !c->learned_pos) {   /* latent attention rotates qk_rope_head_dim dims */
+        int64_t dims = c->mla.kv_rank > 0 ? c->mla.rope_dim : (int64_t)((double)d_head * rot);
         l->buffers += 2 * ((dims + 1) / 2);
     }
     /* BERT's embeddings hold position_ids and token_type_ids, nn.Buffer(persistent=False) of
@@ -572,10 +577,14 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     m->norm = c->norm;
     m->mlp = c->mlp;
     m->moe = c->moe;
-    if (c->kv_lora_rank > 0) {   /* latent attention: per-head q/k of nope + rope dims, k and v per head */
-        m->d_head = c->qk_nope_dim + c->qk_rope_dim;
+    if (c->mla.kv_rank > 0) {   /* latent attention: per-head q/k of nope + rope dims, k and v per head */
+        m->mla = c->mla;
+        m->d_head = c->mla.nope_dim + c->mla.rope_dim;
         m->n_kv_head = c->n_head;
     }
+    m->attn_sinks = c->sinks;
+    m->qk_norm = c->qk_norm;
+    m->nope_every = c->nope_every;
     m->dropout = c->dropout;
     snprintf(m->act_fn, sizeof(m->act_fn), "%s", c->act_fn ? c->act_fn : "");
     snprintf(m->family, sizeof(m->family), "%s", c->family ? c->family : "");

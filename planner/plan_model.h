@@ -42,13 +42,41 @@ typedef enum { MLP_GELU = 0, MLP_GELU_NEW, MLP_RELU, MLP_SWIGLU } MlpKind;
 
 #define PLAN_LAYER_MAX_TENSORS 32
 
+/* How a MoE block's router picks and weighs its experts, as transformers 5.24 runs it; each saves
+ * different tensors for backward (plan_activ.c, docs/formulas.md "Mixture of experts"). */
+typedef enum {
+    MOE_ROUTER_SOFTMAX = 0,  /* fp32 softmax over the E logits, then top-k (Mixtral, Qwen-MoE) */
+    MOE_ROUTER_TOPK_SOFTMAX, /* top-k of the logits, softmax over those k (GPT-OSS) */
+    MOE_ROUTER_GROUPED,      /* sigmoid scores, top-k within the best groups (DeepSeek-V3) */
+    MOE_ROUTER_ALL_EXPERTS,  /* the top-k logits scattered into -inf, sigmoid: every expert runs on
+                                every token, weighted 0 where not chosen (Llama 4) */
+    MOE_ROUTER_COUNT
+} MoeRouter;
+
 /* The mixture-of-experts MLP of a model's MoE blocks (LayerSpec.expert_params > 0). */
 typedef struct {
     int n_experts;           /* routed experts per MoE block (0 = a dense model) */
     int top_k;               /* experts each token is routed to */
     int64_t d_ff_expert;     /* each routed expert's MLP width */
     int64_t d_ff_shared;     /* the always-on shared expert(s)' total width (0 = none) */
+    MoeRouter router;
+    int norm_topk;           /* the top-k weights renormalised in place (Mixtral always; Qwen-MoE and
+                                DeepSeek with norm_topk_prob) */
+    int fp32_weights;        /* the routing weights stay fp32 (Mixtral); else the logits' dtype */
+    int shared_gate;         /* Qwen2-MoE: a sigmoid gate (1 x h) on the shared expert */
+    int shared_last;         /* the shared expert runs after the routed ones (DeepSeek, Llama 4) */
+    int bias;                /* GPT-OSS: biases on the router and on the experts */
+    int clamped_glu;         /* GPT-OSS: clamp, sigmoid(alpha x) and (up + 1) in the experts' SwiGLU */
+    int router_logits;       /* output_router_logits: the logits kept in the output for the
+                                load-balancing loss */
 } MoeSpec;
+
+/* Multi-head latent attention (DeepSeek-V2/V3; kv_rank > 0): q through a q_rank bottleneck (0 = a
+ * plain q_proj) to heads of nope + rope dims, k and v from a kv_rank latent (+ a shared rope key),
+ * v heads of v_dim. */
+typedef struct {
+    int64_t q_rank, kv_rank, rope_dim, nope_dim, v_dim;
+} MlaSpec;
 
 typedef struct {
     char name[48];
@@ -132,6 +160,11 @@ typedef struct {
     /* mixture of experts (0 = dense): each MoE block routes every token to top_k of n_experts
      * experts of width d_ff_expert, beside shared experts of total width d_ff_shared */
     MoeSpec moe;
+    MlaSpec mla;             /* latent attention (mla.kv_rank > 0), else zero */
+    int attn_sinks;          /* GPT-OSS: a learned sink logit per head joins each softmax */
+    int qk_norm;             /* TransformerConfig.qk_norm: 1 an RMSNorm per head on q and k (Qwen3),
+                                3 an L2 norm per head (Llama 4) */
+    int nope_every;          /* TransformerConfig.nope_every: blocks N, 2N, ... have no q/k norm */
 } ModelSpec;
 
 void plan_model_init(ModelSpec *m, const char *name, ArchKind arch);
@@ -221,22 +254,20 @@ typedef struct {
                                 NEOX 0.25, others no rotary embedding) */
     /* The 2024-26 decoders (LAYOUT_LLAMA; plan_load_hf.c FAMILIES describes each family): */
     int qk_norm;             /* 1: an RMSNorm over each head's q and k (d_head weights each: Qwen3,
-                                Gemma 3); 2: over all of q and of k (A·d and KV·d weights: OLMo 2) */
+                                Gemma 3); 2: over all of q and of k (A·d and KV·d weights: OLMo 2);
+                                3: an L2 norm per head, no weights (Llama 4) */
+    int nope_every;          /* Llama 4: every N-th block has no rope and no q/k norm (0 = none) */
     int block_norms;         /* norms per block (0 = 2): 4 for Gemma 2/3's pre- and post-norms */
     int fused_qkv;           /* Phi-3: one qkv_proj (h x (A + 2 KV)·d), registered after o_proj */
     int fused_gate_up;       /* Phi-3: one gate_up_proj (h x 2f) */
     int sinks;               /* GPT-OSS: a learned attention-sink logit per head */
-    /* multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank > 0): q through a q_lora_rank
-       bottleneck (0 = a plain q_proj) to heads of qk_nope + qk_rope dims, k and v from a
-       kv_lora_rank latent (+ a shared qk_rope key), v heads of v_head_dim */
-    int64_t q_lora_rank, kv_lora_rank, qk_rope_dim, qk_nope_dim, v_head_dim;
+    MlaSpec mla;             /* multi-head latent attention (DeepSeek-V2/V3; mla.kv_rank > 0) */
     /* mixture of experts (n_experts > 0): the MoE blocks' router (h x E), routed experts (gated:
-       gate|up E x 2f x h and down E x h x f), shared expert(s) of total width d_ff_shared */
+       gate|up E x 2f x h and down E x h x f), shared expert(s) of total width d_ff_shared,
+       Qwen2-MoE's shared-expert gate (moe.shared_gate), GPT-OSS's biases (moe.bias) */
     MoeSpec moe;
     int moe_router_first;    /* the router registers before the experts (Mixtral, Qwen2-MoE,
                                 GPT-OSS), else after them (Qwen3-MoE, DeepSeek-V3, Llama 4) */
-    int moe_shared_gate;     /* Qwen2-MoE: a sigmoid gate (1 x h) on the shared expert */
-    int moe_bias;            /* GPT-OSS: biases on the router and on the experts */
     int moe_first_dense;     /* DeepSeek first_k_dense_replace: blocks 0 .. k-1 are dense */
     int moe_step;            /* Qwen-MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step:
                                 block i is MoE when (i + 1) % step == 0 (0 or 1: every block) */

@@ -19,6 +19,10 @@ static double plan_report_dropout(const ModelSpec *m, const TrainSpec *t) {
     return t->dropout >= 0 ? t->dropout : m->dropout;
 }
 
+static double plan_report_moe_imbalance(const TrainSpec *t) {   /* 0 reads as 1 */
+    return t->moe_imbalance > 1 ? t->moe_imbalance : 1;
+}
+
 void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
     char a[32], b[32];
     fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
@@ -27,12 +31,23 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
     if (m->moe.n_experts > 0) {
         int moe_blocks = 0;
         for (int i = 0; i < m->n_layers; i++) moe_blocks += m->layers[i].expert_params > 0;
+        int all = m->moe.router == MOE_ROUTER_ALL_EXPERTS;
+        double F = all ? 1 : plan_report_moe_imbalance(t);   /* Llama 4: no routed rows to scale */
+        char routing[320];
+        if (F > 1)
+            snprintf(routing, sizeof routing, "the routed experts' rows planned %g times (--moe-imbalance %g, an estimate "
+                     "for experts sized for the busiest one; transformers' grouped_mm holds the same rows whatever the "
+                     "routing: docs/formulas.md \"Routing imbalance\")", F, F);
+        else
+            snprintf(routing, sizeof routing, "routing does not change the memory (%s: docs/formulas.md \"Mixture of "
+                     "experts\")", all ? "every token passes every expert" : "transformers' grouped_mm holds all "
+                     "routed rows at once, even when every token picks the same experts");
         fprintf(f, "# mixture of experts: %s parameters active per token (top-%d of %d experts of width %lld%s, "
-                "in %d of %d blocks); memory holds all of them, compute uses the active ones; the routed "
-                "activations are an estimate (docs/formulas.md \"Mixture of experts\")\n",
+                "in %d of %d blocks); memory holds all of them, %s; %s\n",
                 plan_fmt_count(plan_model_active_params(m), b, sizeof(b)), m->moe.top_k, m->moe.n_experts,
                 (long long)m->moe.d_ff_expert, m->moe.d_ff_shared > 0 ? ", + shared experts" : "", moe_blocks,
-                m->n_layer);
+                m->n_layer, all ? "transformers computes every expert on every token" : "compute uses the active ones",
+                routing);
     }
     if (m->headless)
         fprintf(f, "# %s is a base model (no LM head): no logits and no loss are planned; training "
@@ -365,6 +380,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "autocast", t->autocast_cpu ? "cpu" : "cuda");
     cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
     cJSON_AddStringToObject(jt, "zero_grad", t->zero_grad_keep ? "zeros" : "none");
+    if (m->moe.n_experts > 0) cJSON_AddNumberToObject(jt, "moe_imbalance", plan_report_moe_imbalance(t));
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) strategy_json(js, m, t, c, &p->rows[i], used);
     cJSON *rules = cJSON_AddObjectToObject(root, "rules");

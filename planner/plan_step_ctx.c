@@ -219,7 +219,7 @@ double step_cast_elems(const StepCtx *x, int i) {
             if (m->layers[k].kind == LAYER_EMBED) e = (double)m->layers[k].largest_tensor;
         return (double)l->params + e;
     }
-    default: return (double)l->params;
+    default: return (double)l->params - plan_act_uncast_params(m, l);   /* grouped_mm experts: uncast */
     }
 }
 

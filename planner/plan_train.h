@@ -103,6 +103,12 @@ typedef struct {
     FsdpSyncKind fsdp_grad_sync; /* fsdp-* under grad_accum > 1: reduce-scatter every micro-step
                                     (default) or only the last */
     DsKnobs ds;              /* DeepSpeed's sizes beyond its defaults (zero* rows) */
+    double moe_imbalance;    /* --moe-imbalance F >= 1: the busiest expert receives F times the mean
+                                tokens and every expert's rows are sized for it (a capacity factor):
+                                the routed experts' saved rows and their MLP backward's working set
+                                per routed row are planned F times; 0 reads as 1, transformers'
+                                grouped_mm, whose memory does not depend on routing (measured).
+                                An estimate above 1: docs/formulas.md "Routing imbalance" */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */

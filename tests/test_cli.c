@@ -135,6 +135,46 @@ Test(cli, bad_input_should_get_one_line_and_exit_2) {
     expect_usage_error("frobnicate", "unknown command 'frobnicate'");
 }
 
+/* GPT-OSS's attention sinks have no SDPA path in transformers 5.24: the default --attn follows it
+   to eager (echoed), an explicit --attn sdpa is refused as transformers refuses it */
+Test(cli, a_model_with_attention_sinks_should_plan_eager_attention) {
+    cr_assert_eq(run("--model tests/data/hf/variants/gpt-oss.json --gpus 2"), 0, "%s", out);
+    cr_expect(strstr(out, "attn eager,"), "%.300s", out);
+    expect_usage_error("--model tests/data/hf/variants/gpt-oss.json --gpus 2 --attn sdpa", "attention sinks");
+    cr_assert_eq(run("--model tests/data/hf/variants/mixtral.json --gpus 2"), 0, "%s", out);
+    cr_expect(strstr(out, "attn sdpa,"), "%.300s", out);
+}
+
+/* --moe-imbalance F: shown in --help, F in [1, experts/top-k] on a MoE model (the busiest expert
+   gets at most every token), refused on a dense one; above 1 the header calls it an estimate and
+   the JSON carries it */
+Test(cli, moe_imbalance_should_take_one_to_experts_per_top_k_on_moe_models_only) {
+    cr_assert_eq(run("--help"), 0);
+    cr_expect(strstr(out, "--moe-imbalance F"), "%.200s", out);
+    const char *mix = "--model tests/data/hf/variants/mixtral.json --gpus 2";   /* top-2 of 4 experts */
+    char a[256];
+    snprintf(a, sizeof a, "%s --moe-imbalance 0.5", mix);
+    expect_usage_error(a, "--moe-imbalance '0.5' is not a factor in [1, experts/top-k]");
+    snprintf(a, sizeof a, "%s --moe-imbalance 2.5", mix);
+    expect_usage_error(a, "valid: 1 to 2");
+    expect_usage_error("--model gpt2 --moe-imbalance 1.5", "gpt2 has no experts");
+    snprintf(a, sizeof a, "%s --moe-imbalance 2 --strategy ddp", mix);
+    cr_assert_eq(run(a), 0, "%s", out);
+    cr_expect(strstr(out, "planned 2 times (--moe-imbalance 2, an estimate"), "%.600s", out);
+    double peak[2];
+    for (int f = 1; f <= 2; f++) {
+        snprintf(a, sizeof a, "%s --moe-imbalance %d --strategy ddp --json", mix, f);
+        cr_assert_eq(run(a), 0, "%s", out);
+        cJSON *j = cJSON_Parse(out);
+        cr_assert_not_null(j, "%.200s", out);
+        cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "train"), "moe_imbalance")->valuedouble, f);
+        cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+        peak[f - 1] = cJSON_GetObjectItem(cJSON_GetObjectItem(s, "memory"), "peak")->valuedouble;
+        cJSON_Delete(j);
+    }
+    cr_expect_gt(peak[1], peak[0], "more routed rows, a higher peak");
+}
+
 /* --units splits a generic --params model into layers; a named model has its own, so the flag
    would be ignored: refused instead, also without any model */
 Test(cli, units_without_params_should_be_refused_in_one_line) {

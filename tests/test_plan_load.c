@@ -503,6 +503,18 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->moe.top_k, b->moe.top_k, "%s", what);
     cr_expect_eq(a->moe.d_ff_expert, b->moe.d_ff_expert, "%s", what);
     cr_expect_eq(a->moe.d_ff_shared, b->moe.d_ff_shared, "%s", what);
+    cr_expect_eq(a->moe.router, b->moe.router, "%s", what);
+    cr_expect_eq(a->moe.norm_topk, b->moe.norm_topk, "%s", what);
+    cr_expect_eq(a->moe.fp32_weights, b->moe.fp32_weights, "%s", what);
+    cr_expect_eq(a->moe.shared_gate, b->moe.shared_gate, "%s", what);
+    cr_expect_eq(a->moe.shared_last, b->moe.shared_last, "%s", what);
+    cr_expect_eq(a->moe.bias, b->moe.bias, "%s", what);
+    cr_expect_eq(a->moe.clamped_glu, b->moe.clamped_glu, "%s", what);
+    cr_expect_eq(a->moe.router_logits, b->moe.router_logits, "%s", what);
+    cr_expect(memcmp(&a->mla, &b->mla, sizeof a->mla) == 0, "%s: latent attention", what);
+    cr_expect_eq(a->attn_sinks, b->attn_sinks, "%s", what);
+    cr_expect_eq(a->qk_norm, b->qk_norm, "%s", what);
+    cr_expect_eq(a->nope_every, b->nope_every, "%s", what);
     cr_assert_eq(a->n_layers, b->n_layers, "%s", what);
     for (int i = 0; i < a->n_layers; i++) {
         const LayerSpec *x = &a->layers[i], *y = &b->layers[i];
@@ -670,7 +682,7 @@ Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries)
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
     cr_expect_eq(sizeof(LayerSpec), 672, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 512, "ModelSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 600, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {
@@ -688,6 +700,10 @@ Test(plan_load_memplan, loaded_configs_and_parameter_lists_should_survive_export
         "tests/data/hf/t5-v1_1-base.json", "tests/data/hf/opt-350m.json",
         "tests/data/hf/gemma-2b.json",     "tests/data/params/resnet50.json",
         "tests/data/params/gpt2.json",     "tests/data/memplan/custom-mlp.json",
+        /* every MoE router kind, shared experts (gated, last), biases, latent attention, sinks, q/k norms */
+        "tests/data/hf/variants/mixtral.json", "tests/data/hf/variants/qwen2-moe.json",
+        "tests/data/hf/variants/qwen3-moe.json", "tests/data/hf/variants/deepseek-v3.json",
+        "tests/data/hf/variants/gpt-oss.json", "tests/data/hf/variants/llama4-text.json",
     };
     for (size_t i = 0; i < sizeof(FILES) / sizeof(FILES[0]); i++) {
         ModelSpec a;
