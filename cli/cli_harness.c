@@ -498,6 +498,11 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
     int fs = plan_fsdp_sync_by_name(cli_harness_str(su, "fsdp_grad_sync", s->accum > 1 ? "last" : "every"));
     if (fs < 0) { snprintf(err, errlen, "setup.fsdp_grad_sync '%s' (valid: every, last)", cli_harness_str(su, "fsdp_grad_sync", "?")); return -1; }
     s->fsdp_sync = (FsdpSyncKind)fs;
+    /* tensor parallel (results before the harness had --tp: none) */
+    s->tp = (int)cli_harness_num(su, "tp", 1);
+    const cJSON *sp = cJSON_GetObjectItem(su, "sp");
+    s->sp = cJSON_IsTrue(sp);
+    if (s->tp < 1 || s->ranks % s->tp) { snprintf(err, errlen, "setup.tp %d must divide setup.ranks %lld", s->tp, s->ranks); return -1; }
     return ds_zero_of(su, s, err, errlen);
 }
 

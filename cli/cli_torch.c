@@ -272,6 +272,8 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->fsdp_grad_sync = s->fsdp_sync;
     t->ds = s->ds;
     t->syncbn = 0;
+    t->tp = s->tp > 1 ? s->tp : 1;
+    t->sp = s->sp;
     plan_cluster_defaults(c);
     c->gpus = s->ranks;
     c->gpus_per_node = s->strategy == STRAT_FSDP_HYBRID && s->shard_group > 0 ? s->shard_group : s->ranks;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "plan_step.h"
+#include "plan_tp.h"
 
 typedef struct {
     SimResult *r;
@@ -416,7 +417,8 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     out->compute_s = P->zero_s + mo.fwd_c + mo.bwd_c + P->opt_s;
     out->comm_s = cs.busy;
     out->exposed_comm_s = t_end > out->compute_s ? t_end - out->compute_s : 0;
-    double samples = b * K * (double)P->c->gpus;
+    /* the tp ranks of a group train the same samples: gpus / tp data-parallel replicas */
+    double samples = b * K * (double)P->c->gpus / plan_tp_degree(&P->t);
     out->tokens_per_s = t_end > 0 ? samples * P->tokens_per_sample / t_end : 0;
     out->flops_per_step = P->flops_per_sample * b * K;
     if (cs.oom) rc.oom = 1;

@@ -103,6 +103,11 @@ typedef struct {
     FsdpSyncKind fsdp_grad_sync; /* fsdp-* under grad_accum > 1: reduce-scatter every micro-step
                                     (default) or only the last */
     DsKnobs ds;              /* DeepSpeed's sizes beyond its defaults (zero* rows) */
+    int tp;                  /* tensor-parallel degree (0 or 1: none): PyTorch's parallelize_module
+                                plan on a tp group inside a node, the strategy on the remaining
+                                data-parallel degree gpus / tp (planner/plan_tp.h) */
+    int sp;                  /* 1: sequence parallel (SequenceParallel norms, sequence-sharded
+                                residual stream); only with tp > 1 */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */
