@@ -248,7 +248,8 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
     if (!plan_act_checkpointed(m, t, i)) return plan_act_layer_bytes(m, i, t, in);
     /* checkpoint(block) keeps only the block input (the residual stream), and the first
        checkpointed block the causal mask all of them were handed */
-    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model +
+    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model *
+               sp_share(t) +   /* SP: the block input is the sequence shard */
            ckpt_causal_mask_bytes(m, i, t, in);
 }
 

@@ -55,7 +55,7 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
     if (plan_tp_degree(t) > 1)
         fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s), sequence parallel %s; "
                 "the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and collectives are one "
-                "rank's (docs/formulas.md \"Tensor parallel\")\n", t->tp,
+                "rank's (docs/formulas.md \"Tensor and sequence parallel\")\n", t->tp,
                 plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
                                         : "column/row-parallel blocks, replicated tied embedding and head",
                 t->sp ? "on" : "off", (long long)(c->gpus / t->tp));

@@ -2,7 +2,7 @@
  * PyTorch's parallelize_module plan issues on the tp group, and the one memory effect the
  * rank's share of the model does not show (a vocab-sharded embedding's replicated gradient).
  * Counts, payloads and placements as measured on gloo CPU ranks with torch 2.15
- * (bench/torch/harness.py --tp; docs/formulas.md "Tensor parallel"). */
+ * (bench/torch/harness.py --tp; docs/formulas.md "Tensor and sequence parallel"). */
 #include "plan_step_internal.h"
 
 static StepXfer *tp_coll(const StepCtx *x, Step *st, int point, PlanCollOp op, CollPurpose what,

@@ -1,4 +1,4 @@
-/* plan_tp.c — see plan_tp.h and docs/formulas.md "Tensor parallel". */
+/* plan_tp.c — see plan_tp.h and docs/formulas.md "Tensor and sequence parallel". */
 #include "plan_tp.h"
 
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * the MLP width by tp, so the memory rules, the activation model and the FLOPs read the local
  * model, and plan_tp_cluster gives the data-parallel cluster the strategy's rules see. The TP
  * collectives and the effects the split model does not show are rule_tp_* (plan_rules_tp.c).
- * docs/formulas.md "Tensor parallel". */
+ * docs/formulas.md "Tensor and sequence parallel". */
 #ifndef PLAN_TP_H
 #define PLAN_TP_H
 

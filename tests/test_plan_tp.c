@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
+#include "plan_auto.h"
 #include "plan_comm.h"
 #include "plan_memory.h"
 #include "plan_sim.h"
@@ -180,5 +181,43 @@ Test(tp, tp_collectives_should_sit_on_the_critical_path) {
     cr_expect(fabs((slow.step_s - fast.step_s) - (slow.comm_s - fast.comm_s)) < 1e-6 * slow.step_s,
               "every second added to the TP collectives adds to the step");
     cr_expect_eq(fast.tokens_per_s * fast.step_s, 1024.0, "2 tp ranks train one sample of 1024 tokens");
+    plan_model_free(&m);
+}
+
+Test(tp, checkpointed_blocks_under_sp_should_keep_their_sequence_shard) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.gpu.mem_bytes = 1e15;
+    MemResult off, on;
+    train(&t, 8, 0);
+    t.act_ckpt = CKPT_FULL;
+    t.micro_batch = 16;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &off);
+    t.sp = 1;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &on);
+    cr_expect_lt(on.peak, off.peak, "checkpoint(block) keeps a Shard(1) input under SP");
+    plan_model_free(&m);
+}
+
+Test(tp, auto_should_size_the_global_batch_by_data_parallel_replicas) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 4, 1);
+    t.precision = PREC_AMP_BF16;
+    cluster(&c, 8, 8);
+    AutoSpec a;
+    plan_auto_defaults(&a);
+    a.strategies = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    a.global_batch = 16;     /* 2 replicas of 4 tp ranks: 8 samples each per step */
+    AutoResult r;
+    cr_assert_eq(plan_auto(&m, &t, &c, &a, &r), 0);
+    cr_assert(r.found, "%s", r.explain);
+    cr_expect_eq(r.train.tp, 4);
+    cr_expect_eq(r.train.offload, OFFLOAD_NONE);
+    cr_expect_eq(r.train.micro_batch * r.train.grad_accum * 2, 16, "%s", r.explain);
+    cr_expect(strstr(r.explain, "data-parallel replicas") != NULL, "%s", r.explain);
     plan_model_free(&m);
 }
