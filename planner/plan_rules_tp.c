@@ -50,10 +50,18 @@ void rule_tp(const StepCtx *x, Step *st) {
        output back to sequence shards) and an all-gather (the input from them) each way. */
     for (int i = 0; i < x->L; i++) {
         if (m->layers[i].kind != LAYER_BLOCK) continue;
+        /* a checkpointed block runs its forward again in backward, its collectives with it
+           (Korthikanti et al. 2022 §4), up to the last tensor backward needs: non-reentrant
+           checkpointing stops the recomputation there (torch/utils/checkpoint.py early stop), so
+           the MLP output's reduction is not repeated (measured: SP + 2 all-gathers, + 1
+           reduce-scatter per block) */
+        int again = plan_act_checkpointed(m, x->t, i);
         if (!sp) {
             tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsh);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsh);
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2 + again, bsh);
         } else {
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2 * again, bsh);
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, again, bsh);
             tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsh);
             tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsh);
             tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsh);
