@@ -221,3 +221,32 @@ Test(tp, auto_should_size_the_global_batch_by_data_parallel_replicas) {
     cr_expect(strstr(r.explain, "data-parallel replicas") != NULL, "%s", r.explain);
     plan_model_free(&m);
 }
+
+/* Non-reentrant checkpointing recomputes a block up to the last tensor backward needs: its
+   gathers and the attention's reduction again, not the MLP output's (measured on llama-mini). */
+Test(tp, recomputed_blocks_should_repeat_their_collectives_but_the_last) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    double L = m.n_layer;
+    CommPlan none, full;
+    train(&t, 2, 1);
+    plan_comm(&m, &t, &c, STRAT_DDP, &none);
+    t.act_ckpt = CKPT_FULL;
+    plan_comm(&m, &t, &c, STRAT_DDP, &full);
+    const PlanColl *ag0 = row(&none, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ag1 = row(&full, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rs0 = row(&none, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rs1 = row(&full, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    cr_assert(ag0 && ag1 && rs0 && rs1);
+    cr_expect_eq(ag1->count - ag0->count, 2 * L);
+    cr_expect_eq(rs1->count - rs0->count, L);
+    train(&t, 2, 0);
+    t.act_ckpt = CKPT_FULL;
+    plan_comm(&m, &t, &c, STRAT_DDP, &full);
+    const PlanColl *ar = row(&full, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    cr_assert(ar);
+    cr_expect_eq(ar->count, 3 * L + 1);
+    plan_model_free(&m);
+}
