@@ -37,7 +37,10 @@ void rule_tp(const StepCtx *x, Step *st) {
     if (x->tp <= 1) return;
     const ModelSpec *m = x->m;
     double X = x->p->act_bytes, b = (double)x->in.b, s = (double)x->in.s;
-    double bsh = b * s * (double)m->d_model * X;      /* one activation of the residual stream */
+    /* one activation of the residual stream, at its dtype (the parameters': the embeddings' and
+       the norms' outputs, the gradients of the column-parallel inputs), and at the compute
+       dtype (a row-parallel linear's output under autocast, its gradient) */
+    double bsR = b * s * (double)m->d_model * x->p->param_bytes, bsX = b * s * (double)m->d_model * X;
     int sp = x->t->sp != 0, root = plan_tp_root_sharded(m);
     int emb = -1, head = -1;
     for (int i = 0; i < x->L; i++) {
@@ -57,15 +60,18 @@ void rule_tp(const StepCtx *x, Step *st) {
            reduce-scatter per block) */
         int again = plan_act_checkpointed(m, x->t, i);
         if (!sp) {
-            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsh);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2 + again, bsh);
+            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsX);
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsR);
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_BACKWARD, again, bsX);
         } else {
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2 * again, bsh);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, again, bsh);
-            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsh);
-            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsh);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsh);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsh);
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2 * again, bsR);
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, again, bsX);
+            /* forward: gather the norms' outputs, scatter the row-parallel outputs; backward the
+               mirror: gather the outputs' gradients, scatter the inputs' */
+            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsR);
+            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsX);
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsX);
+            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsR);
         }
     }
     /* The root. torchtitan's plan (vocab-sharded): the embedding's partial rows are reduced
@@ -77,18 +83,18 @@ void rule_tp(const StepCtx *x, Step *st) {
        the final norm's output gathered for the head (backward: a slice). */
     if (root && emb >= 0) {
         tp_coll(x, st, pt(x, PT_FWD, emb), sp ? PCOLL_REDUCE_SCATTER : PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS,
-                CPHASE_FORWARD, 1, bsh);
-        if (sp) tp_coll(x, st, pt(x, PT_BWD, emb), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 1, bsh);
+                CPHASE_FORWARD, 1, bsR);
+        if (sp) tp_coll(x, st, pt(x, PT_BWD, emb), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 1, bsR);
     } else if (sp && emb >= 0) {
-        tp_coll(x, st, pt(x, PT_BWD, emb), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 1, bsh);
+        tp_coll(x, st, pt(x, PT_BWD, emb), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 1, bsR);
     }
     if (head >= 0) {
-        if (sp) tp_coll(x, st, pt(x, PT_FWD, head), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 1, bsh);
+        if (sp) tp_coll(x, st, pt(x, PT_FWD, head), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 1, bsR);
         if (root) {
             tp_coll(x, st, pt(x, PT_FWD, head), PCOLL_ALL_GATHER, PURPOSE_TP_LOGITS, CPHASE_FORWARD, 1,
                     b * s * (double)m->vocab * X);
             tp_coll(x, st, pt(x, PT_BWD, head), sp ? PCOLL_REDUCE_SCATTER : PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS,
-                    CPHASE_BACKWARD, 1, bsh);
+                    CPHASE_BACKWARD, 1, bsR);
         }
     }
     /* SP: replicated parameters used on sequence shards get partial gradients (DTensor Partial).

@@ -250,3 +250,23 @@ Test(tp, recomputed_blocks_should_repeat_their_collectives_but_the_last) {
     cr_expect_eq(ar->count, 3 * L + 1);
     plan_model_free(&m);
 }
+
+/* Under autocast the residual stream stays fp32 (the embeddings', the norms' outputs and the
+   gradients of the column inputs) while a row-parallel output is bf16. */
+Test(tp, payloads_should_follow_each_tensors_dtype_under_autocast) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    train(&t, 2, 0);
+    t.precision = PREC_AMP_BF16;
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    double bs_h = 1.0 * 1024 * 4096, L = m.n_layer;
+    const PlanColl *f = row(&p, PCOLL_ALL_REDUCE, CPHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *b = row(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    cr_assert(f && b);
+    cr_expect_eq(f->payload_bytes, 2 * L * bs_h * 2 + bs_h * 4, "bf16 row outputs, the fp32 embedding");
+    cr_expect_eq(b->payload_bytes, (2 * L + 1) * bs_h * 4, "fp32 input gradients");
+    plan_model_free(&m);
+}

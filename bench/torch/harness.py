@@ -133,8 +133,9 @@ def parse_args(argv):
     if a.tp > 1 and a.strategy not in ("ddp", "fsdp-full"):
         raise SetupError(f"--tp with --strategy {a.strategy}: tensor parallel runs with ddp "
                          "(pure TP on one data-parallel rank) or fsdp-full")
-    if a.tp > 1 and (a.grad_accum > 1 or a.act_ckpt not in ("none", "full") or a.precision != "fp32"):
-        raise SetupError("--tp: checked with fp32, act-ckpt none or full, no accumulation")
+    if a.tp > 1 and (a.grad_accum > 1 or a.act_ckpt not in ("none", "full")
+                     or a.precision not in ("fp32", "amp-bf16")):
+        raise SetupError("--tp: checked with fp32 or amp-bf16, act-ckpt none or full, no accumulation")
     check("backend", a.backend, ("auto", "nccl", "gloo"))
     if a.device == "cpu" and a.dry_cpu:
         raise SetupError("--dry-cpu: needs --device cuda (it runs the CUDA path on CPU tensors)")
