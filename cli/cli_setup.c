@@ -152,7 +152,9 @@ void cli_print_setup_help(FILE *f) {
         "                         set_requires_gradient_sync(False), HF Accelerate): every unit's unsharded\n"
         "                         gradient accumulates, one reduce-scatter per optimizer step\n"
         "Tensor parallel (PyTorch parallelize_module; with ddp and fsdp-full on gpus / tp data-parallel ranks):\n"
-        "  --tp N                 tensor-parallel degree inside a node (default 1): torchtitan's Llama plan\n"
+        "  --tp N|auto            tensor-parallel degree inside a node (default 1; auto: memplan auto tries\n"
+        "                         every degree dividing the GPUs per node, data parallel alone kept within 3%%):\n"
+        "                         torchtitan's Llama plan\n"
         "                         (q/k/v, gate/up column-, o/down row-parallel; embedding and head vocab-sharded),\n"
         "                         GPT-2's c_attn/c_fc column-, c_proj row-parallel; N divides the GPUs per node,\n"
         "                         the heads and the KV heads\n"
@@ -307,6 +309,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
  * fsdp-full; a --strategy naming another is refused), and each against the model and cluster
  * (plan_tp_check). 0 or 2. */
 static int resolve_tp(CliSetup *s) {
+    if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_tp) */
     if (s->train.tp <= 1 && !s->train.sp) return 0;
     const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
     if (s->train.tp > 1 && (s->strategies & ~ok)) {
@@ -414,7 +417,8 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.autocast_cpu = strcmp(a, "cpu") == 0;
         break;
     case OPT_TP:
-        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--tp '%s' is not an integer in [1, 1024]", a);
+        if (strcmp(a, "auto") == 0) { s->train.tp = -1; break; }   /* memplan auto searches it */
+        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--tp '%s' is not an integer in [1, 1024] or auto", a);
         s->train.tp = (int)v;
         break;
     case OPT_SP:

@@ -221,7 +221,10 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
         if (ds) o->auto_spec.strategies = ds;
     }
-    plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
+    if (s->train.tp < 0)   /* --tp auto */
+        plan_auto_tp(&s->model, &s->train, &s->cluster, &o->auto_spec, cli_setup_given(s, "sp") != NULL, &r);
+    else
+        plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
     int rc = 0;
     if (o->emit && !r.found) {   /* no config to launch: a failure, and nothing on stdout for a > redirect */
         fprintf(stderr, "memplan: nothing fits, so no %s:\n%s", EMITS[o->emit].prints, r.explain);
@@ -324,6 +327,10 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (rc) return rc;
     const char *auto_only = o.emit ? "--emit" : o.auto_spec.global_batch ? "--global-batch"
                           : o.offload.headroom >= 0 ? "--min-headroom" : o.bn_given ? "--bn-min-batch" : NULL;
+    if (!auto_mode && s.train.tp < 0) {
+        cli_setup_free(&s);
+        return cli_usage_error("--tp auto belongs to 'memplan auto': plan takes a degree (--tp 8)");
+    }
     if (!auto_mode && auto_only) {
         cli_setup_free(&s);
         return cli_usage_error("%s belongs to 'memplan auto' (or --strategy auto): plan prints every strategy "

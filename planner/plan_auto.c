@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan_tp.h"
@@ -871,4 +872,67 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     }
     if (p->autocast && (r->strategy == STRAT_DDP || fsdp))
         fprintf(f, "with torch.autocast(\"cuda\", dtype=%s): loss = model(batch)\n", dt);
+}
+
+/* --tp auto: auto once per tensor-parallel candidate (1; each divisor of the GPUs per node that
+   plan_tp_check takes for ddp or fsdp-full, sequence parallel off and on unless t fixes it), the
+   simpler first: a larger tp (and SP over no SP) is picked only when it is faster than the pick
+   so far by more than near_frac, or the pick so far does not fit. docs/formulas.md "Auto mode". */
+int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                 int sp_fixed, AutoResult *out) {
+    AutoResult *cur = malloc(sizeof *cur);
+    if (!cur) return -1;
+    char lines[2048] = "";
+    size_t n = 0;
+    int have = 0;
+    long cand = 0, eval = 0;
+    const unsigned tp_ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    for (int64_t d = 1; d <= c->gpus_per_node; d++) {
+        if (c->gpus_per_node % d) continue;
+        for (int sp = 0; sp <= 1; sp++) {
+            if (d == 1 && sp) continue;
+            if (d > 1 && sp_fixed && sp != t->sp) continue;
+            TrainSpec tt = *t;
+            AutoSpec aa = *a;
+            tt.tp = (int)d;
+            tt.sp = d > 1 ? sp : 0;
+            if (d > 1) {
+                aa.strategies &= tp_ok;
+                char msg[320];
+                int any = 0;
+                for (int k = 0; k < STRAT_COUNT; k++)
+                    if ((aa.strategies & (1u << k)) && !plan_tp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
+                if (!any) continue;
+            }
+            plan_auto(m, &tt, c, &aa, cur);
+            cand += cur->candidates;
+            eval += cur->evaluated;
+            char label[32];
+            snprintf(label, sizeof label, d > 1 ? "tp %lld sp %s" : "tp 1 (data parallel alone)", (long long)d,
+                     tt.sp ? "on" : "off");
+            if (!cur->found) {
+                if (n < sizeof lines) n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: nothing fits\n", label);
+                continue;
+            }
+            /* the pick's own score (plan_auto may keep a simpler setup just below its best) */
+            double score = cur->time_known ? cur->time.tokens_per_s : 1 / cur->comm_s;
+            double held = !have ? 0 : out->time_known ? out->time.tokens_per_s : 1 / out->comm_s;
+            int better = !have || score > held * (1 + a->near_frac);
+            if (n < sizeof lines)
+                n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: %s, %.0f %s%s\n", label,
+                                      plan_strategy(cur->strategy)->name, cur->time_known ? cur->time.tokens_per_s : cur->comm_s * 1e3,
+                                      cur->time_known ? "tokens/s" : "ms of communication",
+                                      !have ? "" : better ? " (faster by more than the margin: taken)"
+                                      : score <= held ? " (slower: the simpler stays)"
+                                                      : " (faster within the margin: the simpler stays)");
+            if (better) { *out = *cur; have = 1; }
+        }
+    }
+    if (!have) *out = *cur;   /* nothing fits anywhere: the last explanation (with its fixes) */
+    out->candidates = cand;
+    out->evaluated = eval;
+    say(out, "tensor parallel searched (a larger tp or SP is taken only when faster by more than %.0f%%):\n%s",
+        a->near_frac * 100, lines);
+    free(cur);
+    return 0;
 }

@@ -3,6 +3,8 @@
  * rank's share of the model does not show (a vocab-sharded embedding's replicated gradient).
  * Counts, payloads and placements as measured on gloo CPU ranks with torch 2.15
  * (bench/torch/harness.py --tp; docs/formulas.md "Tensor and sequence parallel"). */
+#include <math.h>
+
 #include "plan_step_internal.h"
 
 static StepXfer *tp_coll(const StepCtx *x, Step *st, int point, PlanCollOp op, CollPurpose what,
@@ -121,6 +123,24 @@ void rule_tp(const StepCtx *x, Step *st) {
     if (root && head >= 0) {
         double bsv = b * s * (double)m->vocab * X;
         step_at(st, RULE_TP_LOGITS_GATHER, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), bsv / x->tp);
+    }
+    /* torch's foreach AdamW refuses a list mixing DTensors and plain tensors, so the parameters
+       parallelize_module leaves plain (the norms without SP; GPT-2's replicated embeddings) are a
+       parameter group of their own (the harness, memplan auto --emit torch); foreach runs per
+       group, so its state-sized temporary is the larger group's, not all of them (measured:
+       gpt2-mini tp2 SP, aten::sqrt 1,593,344 B = the DTensor group). Under FSDP2 every parameter
+       is a DTensor: one group. */
+    if (!(x->fsdp && x->N > 1) && x->o->foreach_temp && x->p->master_bytes == 0 && x->opt_on_gpu) {
+        double plain = 0, all = x->z.psi;
+        for (int i = 0; i < x->L; i++) {
+            const LayerSpec *l = &m->layers[i];
+            if (l->kind == LAYER_BLOCK && !sp) plain += sp_norm_tensors(m, l) * (double)m->d_model;
+            else if (l->kind == LAYER_NORM && !sp) plain += (double)l->params;
+            else if (l->kind == LAYER_EMBED && !root) plain += (double)l->params;
+        }
+        if (plain > 0)
+            step_at(st, RULE_FOREACH_TEMP, TERM_TRANSIENT, pt(x, PT_STEP, 0),
+                    (fmax(plain, all - plain) - all) * x->p->state_bytes);
     }
     /* A RowwiseParallel embedding's weight gradient comes back Replicate: the full V x h on
        every rank (measured, torch 2.15: embedding_dense_backward over the replicated output

@@ -270,3 +270,24 @@ Test(tp, payloads_should_follow_each_tensors_dtype_under_autocast) {
     cr_expect_eq(b->payload_bytes, (2 * L + 1) * bs_h * 4, "fp32 input gradients");
     plan_model_free(&m);
 }
+
+/* --tp auto: data parallel alone stays unless a tensor-parallel degree is faster by more than
+   the margin; every degree tried is listed. */
+Test(tp, auto_should_keep_data_parallel_alone_when_tp_does_not_pay) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    ClusterSpec c;
+    plan_train_defaults(&t);
+    t.seq = 1024;
+    cluster(&c, 8, 8);
+    AutoSpec a;
+    plan_auto_defaults(&a);
+    a.strategies = (1u << STRAT_COUNT) - 1;
+    AutoResult r;
+    cr_assert_eq(plan_auto_tp(&m, &t, &c, &a, 0, &r), 0);
+    cr_assert(r.found, "%s", r.explain);
+    cr_expect_eq(plan_tp_degree(&r.train), 1, "%s", r.explain);
+    cr_expect(strstr(r.explain, "tp 4 sp on:") != NULL, "%s", r.explain);
+    cr_expect(strstr(r.explain, "tp 8") == NULL, "12 heads: tp 8 does not apply\n%s", r.explain);
+    plan_model_free(&m);
+}
