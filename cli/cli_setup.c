@@ -224,7 +224,7 @@ typedef struct {
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
 /* The precision regime on this GPU: the default (amp-bf16) falls back to amp-fp16, then fp32, on
  * a GPU without bf16; a --precision the GPU lacks is refused with the ones it has. 0 or 2. */
-static int resolve_tp(CliSetup *s);
+static int resolve_tp(CliSetup *s, int cluster_known);
 
 static int resolve_precision(CliSetup *s) {
     const GpuPreset *g = &s->cluster.gpu;
@@ -282,7 +282,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
                                (long long)s->model.max_seq, (long long)s->model.max_seq);
     if ((rc = resolve_precision(s))) return rc;
-    if ((rc = resolve_tp(s))) return rc;
+
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
@@ -307,8 +307,8 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
 
 /* --tp / --sp: the strategies that run with tensor parallel (all of them by default: ddp and
  * fsdp-full; a --strategy naming another is refused), and each against the model and cluster
- * (plan_tp_check). 0 or 2. */
-static int resolve_tp(CliSetup *s) {
+ * (plan_tp_check) where the cluster is known (validate's is its --ranks, checked there). 0 or 2. */
+static int resolve_tp(CliSetup *s, int cluster_known) {
     if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_tp) */
     if (s->train.tp <= 1 && !s->train.sp) return 0;
     const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
@@ -322,7 +322,7 @@ static int resolve_tp(CliSetup *s) {
         }
         s->strategies &= ok;
     }
-    if (!s->have_model) return 0;
+    if (!s->have_model || !cluster_known) return 0;
     char msg[320];
     for (int k = 0; k < STRAT_COUNT; k++)
         if ((s->strategies & (1u << k)) && plan_tp_check(&s->model, &s->train, &s->cluster, (StrategyKind)k, msg, sizeof msg))
@@ -581,6 +581,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     }
 
     int rc = resolve(s, &f, need_model);
+    if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }
