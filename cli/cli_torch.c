@@ -768,6 +768,9 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
             if ((cs->strategies & (1u << k)) && plan_tp_check(&cs->model, &cs->train, &rc, (StrategyKind)k, tpmsg, sizeof tpmsg))
                 return cli_usage_error("%s", tpmsg);
     }
+    if (tp > 1 && (cs->strategies & (1u << STRAT_FSDP_FULL)) && o->ranks == tp)
+        return cli_usage_error("--tp %d with fsdp-full shards on the data-parallel dimension: give --ranks %d or more "
+                               "(ranks / tp > 1), or --strategy ddp for pure tensor parallel", tp, 2 * tp);
     if (tp > 1 && (cs->strategies & (1u << STRAT_DDP)) && o->ranks != tp)
         return cli_usage_error("--tp %d with ddp runs pure tensor parallel in the harness: give --ranks %d, or "
                                "--strategy fsdp-full for tp x fsdp on %lld ranks", tp, tp, o->ranks);
@@ -1072,6 +1075,10 @@ int cli_cmd_validate_torch(int argc, char **argv)
     Measured *measured = NULL;
     memset(&base, 0, sizeof base);
     /* everything a user can get wrong is found here, before any output: exit 2, one line */
+    /* --tp without --strategy: the one the harness runs on these ranks (tp = ranks: pure TP, ddp;
+       more ranks: tp x fsdp-full) */
+    if (!measured_mode && plan_tp_degree(&cs.train) > 1 && !cli_setup_given(&cs, "strategy"))
+        cs.strategies = 1u << (o.ranks == cs.train.tp ? STRAT_DDP : STRAT_FSDP_FULL);
     if (!measured_mode) rc = base_setup(&cs, &o, from_file, &base);
     if (!rc) rc = check_json_path(&cs, &o, from_file);
     if (!rc && measured_mode) measured = load_measured(&o, &rc);

@@ -1055,10 +1055,11 @@ def main(argv):
                       "(make torch-env); valid without it: ddp, torch-zero1, fsdp-full, "
                       "fsdp-grad-op, fsdp-hybrid", file=sys.stderr)
             return 2
-    if a.tp > 1 and (world % a.tp or (a.strategy == "ddp" and world != a.tp)):
+    if a.tp > 1 and (world % a.tp or (a.strategy == "ddp" and world != a.tp)
+                     or (a.strategy == "fsdp-full" and world == a.tp)):
         if rank == 0:
             print(f"harness: --tp {a.tp} on {world} ranks: tp must divide the ranks (ddp: tp = ranks, "
-                  "pure TP)", file=sys.stderr)
+                  "pure TP; fsdp-full: ranks / tp > 1)", file=sys.stderr)
         return 2
     if a.strategy == "fsdp-hybrid":
         if a.shard_group is None:
