@@ -235,8 +235,16 @@ static const char *xfer_where(const SimPrep *P, const StepXfer *x) {
     return layer >= 0 && layer < P->L ? P->m->layers[layer].name : "step";
 }
 
+/* The trace's name of a collective: tensor parallel's are told apart from the data-parallel ones. */
+static const char *xfer_op_name(const StepXfer *x) {
+    static const char *const TP_NAMES[PCOLL_COUNT] = {"tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+                                                      "tp_broadcast"};
+    int tp = x->purpose == PURPOSE_TP_ACTS || x->purpose == PURPOSE_TP_LOGITS || x->purpose == PURPOSE_TP_REPLICA_GRADS;
+    return tp ? TP_NAMES[x->op] : plan_coll_name((PlanCollOp)x->op);
+}
+
 static double issue(Run *R, Stream *cs, const StepXfer *x, int e, double at) {
-    return comm_issue(cs, R->rc, at, R->P->xdur[e], plan_coll_name((PlanCollOp)x->op), xfer_where(R->P, x), x->payload);
+    return comm_issue(cs, R->rc, at, R->P->xdur[e], xfer_op_name(x), xfer_where(R->P, x), x->payload);
 }
 
 /* Before point p's compute: blocking transfers, then the ones issued now (prefetches at the start
