@@ -747,7 +747,9 @@ static void torch_fsdp2(FILE *f, const ClusterSpec *c, const AutoResult *r, cons
    (docs/formulas.md "Tensor and sequence parallel"), on Hugging Face's module names: LLaMA-style
    models (torchtitan's plan) or GPT-2 (its Conv1D as nn.Linear first). */
 static void torch_tp(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
-    int tp = plan_tp_degree(&r->train), sp = r->train.sp != 0, gpt2 = m->tied_embeddings;
+    static const char *const LLAMA_NAMES[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "granite", "smollm3"};
+    int tp = plan_tp_degree(&r->train), sp = r->train.sp != 0, gpt2 = strcmp(m->family, "gpt2") == 0, llama = 0;
+    for (size_t i = 0; i < sizeof LLAMA_NAMES / sizeof LLAMA_NAMES[0]; i++) llama |= strcmp(m->family, LLAMA_NAMES[i]) == 0;
     const char *stream = sp ? "Shard(1)" : "Replicate()", *local = sp ? ", use_local_output=False" : "";
     fprintf(f, "# tensor parallel %d x data parallel %lld on a 2-D mesh; sequence parallel %s\n", tp,
             (long long)(c->gpus / tp), sp ? "on" : "off");
@@ -757,7 +759,12 @@ static void torch_tp(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
                "    RowwiseParallel, SequenceParallel, parallelize_module)\n");
     fprintf(f, "mesh2d = init_device_mesh(\"cuda\", (%lld, %d), mesh_dim_names=(\"dp\", \"tp\"))\n",
             (long long)(c->gpus / tp), tp);
-    if (gpt2) {
+    if (!gpt2 && !llama) {
+        fprintf(f, "# %s: apply the same split to its modules (q, k, v and the MLP's first linear(s) ColwiseParallel,\n"
+                   "# the attention output and the MLP's last linear RowwiseParallel%s); memplan emits module names for\n"
+                   "# GPT-2 and LLaMA-style families only\n", m->family[0] ? m->family : m->name,
+                sp ? ", the norms SequenceParallel" : "");
+    } else if (gpt2) {
         fprintf(f, "# GPT-2: convert every block's Conv1D to nn.Linear (weight transposed), reorder c_attn's rows so each\n"
                    "# rank's shard holds its heads' q, k, v, and set attn.split_size = n_embd // %d\n"
                    "#   (bench/torch/harness.py _gpt2_conv1d_to_linear); the tied embedding and head stay replicated\n", tp);
@@ -776,10 +783,16 @@ static void torch_tp(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
                 stream, stream, stream, local, stream, local,
                 sp ? "\n        \"ln_1\": SequenceParallel(), \"ln_2\": SequenceParallel()," : "");
     } else {
-        fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\n"
-                   "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=%s%s),\n"
-                   "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=Replicate()),%s})\n",
-                stream, local, stream, sp ? "\n    \"model.norm\": SequenceParallel()," : "");
+        if (plan_tp_root_sharded(m))
+            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\n"
+                       "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=%s%s),\n"
+                       "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=Replicate()),%s})\n",
+                    stream, local, stream, sp ? "\n    \"model.norm\": SequenceParallel()," : "");
+        else if (sp)   /* a tied embedding and head stay replicated: slice to and gather from the shards */
+            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"model.embed_tokens\": PrepareModuleOutput("
+                       "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"
+                       "    \"model.norm\": SequenceParallel(), \"lm_head\": PrepareModuleInput("
+                       "input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True)})\n");
         fprintf(f, "for block in model.model.layers:\n"
                    "    parallelize_module(block, mesh2d[\"tp\"], {\n"
                    "        \"self_attn\": PrepareModuleInput(input_kwarg_layouts={\"hidden_states\": %s},\n"
