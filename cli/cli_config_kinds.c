@@ -625,7 +625,19 @@ static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
     for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
         long long *v = (long long *)((char *)g + K[i].off);
         if (cfg_int(c, p, "parallelism", K[i].name, 1, 100000, v) < 0) return -1;
-        if (*v > 1 && i < 5) cfg_unmodelled(c, cfg_key(c, "parallelism", K[i].name, key, sizeof key), cfg_item(p, K[i].name));
+        if (*v > 1 && i == 0) {   /* tensor parallel: torchtitan's plan shards the norms too (SequenceParallel) */
+            cfg_key(c, "parallelism", K[i].name, key, sizeof key);
+            if (cfg_setf(c, "tp", *v, key) || cfg_set(c, "sp", "on", "torchtitan's TP plan (SequenceParallel norms)")) return -1;
+            int off = 0, r = cfg_bool(c, p, "parallelism", "disable_loss_parallel", &off);
+            if (r < 0) return -1;
+            if (!off) {   /* loss parallel (its default) is not planned: memplan gathers the logits */
+                char k2[200];
+                cfg_key(c, "parallelism", "disable_loss_parallel", k2, sizeof k2);
+                cfg_unmodelled(c, strncat(k2, r ? "" : " (absent: loss parallel on)", sizeof k2 - strlen(k2) - 1),
+                               cfg_item(p, "disable_loss_parallel"));
+            }
+        } else if (*v > 1 && i < 5)
+            cfg_unmodelled(c, cfg_key(c, "parallelism", K[i].name, key, sizeof key), cfg_item(p, K[i].name));
     }
     const cJSON *sv = cfg_item(p, "data_parallel_shard_degree");
     if (sv && cJSON_IsNumber(sv) && sv->valuedouble == -1) g->shard = -1;

@@ -273,7 +273,8 @@ static void print_tail(const char *path, int n)
 cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char *out_json, const char *log,
                        long long timeout_s, double *seconds, char *err, size_t errlen)
 {
-    char nproc[24], batch[24], seq[24], accum[24], steps[24], drop[32], bucket[32], gabv[4], group[24];
+    char nproc[24], batch[24], seq[24], accum[24], steps[24], drop[32], bucket[32], gabv[4], group[24], tp[16];
+    snprintf(tp, sizeof tp, "%d", s->tp > 1 ? s->tp : 1);
     snprintf(nproc, sizeof nproc, "%lld", s->ranks);
     snprintf(batch, sizeof batch, "%lld", s->batch);
     snprintf(seq, sizeof seq, "%lld", s->seq);
@@ -298,7 +299,8 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         "--act-ckpt", ckpt, "--attn", plan_attn_name(s->attn), "--dropout", drop,
         "--grad-as-bucket-view", gabv, "--zero-grad", cli_harness_zero_grad_name(s->zero_grad_keep),
         "--loop", cli_harness_loop_name(s->loop_trainer), "--shard-group", group,
-        "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--json", out_json, "--ds-zero", dsz,
+        "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--tp", tp, "--sp", s->sp ? "on" : "off",
+        "--json", out_json, "--ds-zero", dsz,
         "--bucket-mb", bucket, NULL,
     };
     size_t n_argv = sizeof argv / sizeof argv[0];
@@ -498,6 +500,11 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
     int fs = plan_fsdp_sync_by_name(cli_harness_str(su, "fsdp_grad_sync", s->accum > 1 ? "last" : "every"));
     if (fs < 0) { snprintf(err, errlen, "setup.fsdp_grad_sync '%s' (valid: every, last)", cli_harness_str(su, "fsdp_grad_sync", "?")); return -1; }
     s->fsdp_sync = (FsdpSyncKind)fs;
+    /* tensor parallel (results before the harness had --tp: none) */
+    s->tp = (int)cli_harness_num(su, "tp", 1);
+    const cJSON *sp = cJSON_GetObjectItem(su, "sp");
+    s->sp = cJSON_IsTrue(sp);
+    if (s->tp < 1 || s->ranks % s->tp) { snprintf(err, errlen, "setup.tp %d must divide setup.ranks %lld", s->tp, s->ranks); return -1; }
     return ds_zero_of(su, s, err, errlen);
 }
 

@@ -10,6 +10,7 @@
 #include "plan_load.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 
 enum {
@@ -19,6 +20,7 @@ enum {
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP,
     OPT_CONFIG, OPT_CONFIG_KIND,
+    OPT_TP, OPT_SP,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -64,6 +66,8 @@ static const struct option BASE_OPTIONS[] = {
     {"ds-overlap-comm", required_argument, 0, OPT_DS_OVERLAP},
     {"config", required_argument, 0, OPT_CONFIG},
     {"config-kind", required_argument, 0, OPT_CONFIG_KIND},
+    {"tp", required_argument, 0, OPT_TP},
+    {"sp", required_argument, 0, OPT_SP},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -157,6 +161,15 @@ void cli_print_setup_help(FILE *f) {
         "                         last skips it on the non-final micro-steps (no_sync /\n"
         "                         set_requires_gradient_sync(False), HF Accelerate): every unit's unsharded\n"
         "                         gradient accumulates, one reduce-scatter per optimizer step\n"
+        "Tensor parallel (PyTorch parallelize_module; with ddp and fsdp-full on gpus / tp data-parallel ranks):\n"
+        "  --tp N|auto            tensor-parallel degree inside a node (default 1; auto: memplan auto tries\n"
+        "                         every degree dividing the GPUs per node, data parallel alone kept within 3%%):\n"
+        "                         torchtitan's Llama plan\n"
+        "                         (q/k/v, gate/up column-, o/down row-parallel; embedding and head vocab-sharded),\n"
+        "                         GPT-2's c_attn/c_fc column-, c_proj row-parallel; N divides the GPUs per node,\n"
+        "                         the heads and the KV heads\n"
+        "  --sp on|off            sequence parallel: SequenceParallel norms, sequence-sharded residual stream\n"
+        "                         (default off; needs --tp 2 or more)\n"
         "DeepSpeed sizes (zero* rows, elements, DeepSpeed's zero_optimization keys; a DeepSpeed --config sets them):\n"
         "  --ds-reduce-bucket N   reduce_bucket_size (default 5e8)\n"
         "  --ds3-prefetch N       stage3_prefetch_bucket_size (default 5e7)\n"
@@ -227,6 +240,8 @@ typedef struct {
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
 /* The precision regime on this GPU: the default (amp-bf16) falls back to amp-fp16, then fp32, on
  * a GPU without bf16; a --precision the GPU lacks is refused with the ones it has. 0 or 2. */
+static int resolve_tp(CliSetup *s, int cluster_known);
+
 static int resolve_precision(CliSetup *s) {
     const GpuPreset *g = &s->cluster.gpu;
     if (!cli_setup_given(s, "precision") && g->peak_tflops[plan_precision(s->train.precision)->peak] <= 0)
@@ -335,6 +350,31 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     return 0;
 }
 
+/* --tp / --sp: the strategies that run with tensor parallel (all of them by default: ddp and
+ * fsdp-full; a --strategy naming another is refused), and each against the model and cluster
+ * (plan_tp_check) where the cluster is known (validate's is its --ranks, checked there). 0 or 2. */
+static int resolve_tp(CliSetup *s, int cluster_known) {
+    if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_tp) */
+    if (s->train.tp <= 1 && !s->train.sp) return 0;
+    const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    if (s->train.tp > 1 && (s->strategies & ~ok)) {
+        if (cli_setup_given(s, "strategy")) {
+            for (int k = 0; k < STRAT_COUNT; k++)
+                if ((s->strategies & (1u << k)) && !(ok & (1u << k)))
+                    return cli_usage_error("--tp %d with --strategy %s: tensor parallel is planned with ddp and fsdp-full "
+                                           "(FSDP2 on the data-parallel dimension of a 2-D mesh)", s->train.tp,
+                                           plan_strategy((StrategyKind)k)->name);
+        }
+        s->strategies &= ok;
+    }
+    if (!s->have_model || !cluster_known) return 0;
+    char msg[320];
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((s->strategies & (1u << k)) && plan_tp_check(&s->model, &s->train, &s->cluster, (StrategyKind)k, msg, sizeof msg))
+            return cli_usage_error("%s", msg);
+    return 0;
+}
+
 /* A DeepSpeed size flag (elements, as its JSON takes them): a whole number; the stage-3 limits
  * may be 0 (kept as 1: the same behaviour for tensors of at least one element). 0 or 2. */
 static int ds_size_option(CliSetup *s, int c, const char *a) {
@@ -421,6 +461,15 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (strcmp(a, "cuda") != 0 && strcmp(a, "cpu") != 0)
             return cli_usage_error("unknown --autocast '%s' (valid: cuda, cpu)", a);
         s->train.autocast_cpu = strcmp(a, "cpu") == 0;
+        break;
+    case OPT_TP:
+        if (strcmp(a, "auto") == 0) { s->train.tp = -1; break; }   /* memplan auto searches it */
+        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--tp '%s' is not an integer in [1, 1024] or auto", a);
+        s->train.tp = (int)v;
+        break;
+    case OPT_SP:
+        if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0) return cli_usage_error("unknown --sp '%s' (valid: on, off)", a);
+        s->train.sp = strcmp(a, "on") == 0;
         break;
     case OPT_FSDP_SYNC:
         if ((v = plan_fsdp_sync_by_name(a)) < 0)
@@ -663,6 +712,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         active_config = NULL;   /* the message names its sources itself */
         rc = cli_usage_error("%s", err);
     }
+    if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }

@@ -30,6 +30,7 @@
 #include "plan_load.h"
 #include "plan_memory.h"
 #include "plan_strategy.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 #include "plan_zoo.h"
 
@@ -272,6 +273,8 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->fsdp_grad_sync = s->fsdp_sync;
     t->ds = s->ds;
     t->syncbn = 0;
+    t->tp = s->tp > 1 ? s->tp : 1;
+    t->sp = s->sp;
     plan_cluster_defaults(c);
     c->gpus = s->ranks;
     c->gpus_per_node = s->strategy == STRAT_FSDP_HYBRID && s->shard_group > 0 ? s->shard_group : s->ranks;
@@ -753,6 +756,24 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     long long group = o->shard_group ? o->shard_group : (o->ranks >= 2 ? o->ranks / 2 : 1);
     if ((cs->strategies & (1u << STRAT_FSDP_HYBRID)) && o->ranks % group)
         return cli_usage_error("--shard-group %lld does not divide --ranks %lld", group, o->ranks);
+    int tp = plan_tp_degree(&cs->train);
+    if (tp > 1 && o->ranks % tp)
+        return cli_usage_error("--tp %d does not divide --ranks %lld (the harness's 2-D mesh is ranks / tp x tp)", tp, o->ranks);
+    if (tp > 1 && cs->have_model) {   /* the harness's ranks are the cluster: one node of --ranks */
+        ClusterSpec rc;
+        plan_cluster_defaults(&rc);
+        rc.gpus = rc.gpus_per_node = o->ranks;
+        char tpmsg[320];
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if ((cs->strategies & (1u << k)) && plan_tp_check(&cs->model, &cs->train, &rc, (StrategyKind)k, tpmsg, sizeof tpmsg))
+                return cli_usage_error("%s", tpmsg);
+    }
+    if (tp > 1 && (cs->strategies & (1u << STRAT_FSDP_FULL)) && o->ranks == tp)
+        return cli_usage_error("--tp %d with fsdp-full shards on the data-parallel dimension: give --ranks %d or more "
+                               "(ranks / tp > 1), or --strategy ddp for pure tensor parallel", tp, 2 * tp);
+    if (tp > 1 && (cs->strategies & (1u << STRAT_DDP)) && o->ranks != tp)
+        return cli_usage_error("--tp %d with ddp runs pure tensor parallel in the harness: give --ranks %d, or "
+                               "--strategy fsdp-full for tp x fsdp on %lld ranks", tp, tp, o->ranks);
     memset(base, 0, sizeof *base);
     snprintf(base->model, sizeof base->model, "%s", from_file ? cs->model.source : cs->model.name);
     base->ranks = o->ranks;
@@ -772,6 +793,8 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->loop_trainer = cs->train.loop_trainer;
     base->fsdp_sync = cs->train.fsdp_grad_sync;
     base->ds = cs->train.ds;
+    base->tp = tp;
+    base->sp = cs->train.sp;
     return 0;
 }
 
@@ -1052,6 +1075,10 @@ int cli_cmd_validate_torch(int argc, char **argv)
     Measured *measured = NULL;
     memset(&base, 0, sizeof base);
     /* everything a user can get wrong is found here, before any output: exit 2, one line */
+    /* --tp without --strategy: the one the harness runs on these ranks (tp = ranks: pure TP, ddp;
+       more ranks: tp x fsdp-full) */
+    if (!measured_mode && plan_tp_degree(&cs.train) > 1 && !cli_setup_given(&cs, "strategy"))
+        cs.strategies = 1u << (o.ranks == cs.train.tp ? STRAT_DDP : STRAT_FSDP_FULL);
     if (!measured_mode) rc = base_setup(&cs, &o, from_file, &base);
     if (!rc) rc = check_json_path(&cs, &o, from_file);
     if (!rc && measured_mode) measured = load_measured(&o, &rc);

@@ -26,6 +26,7 @@
 #include "plan_plan.h"
 #include "plan_report.h"
 #include "plan_strategy.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 #include "exec_launch.h"
 #include "plan_zoo.h"
@@ -220,7 +221,10 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
         if (ds) o->auto_spec.strategies = ds;
     }
-    plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
+    if (s->train.tp < 0)   /* --tp auto */
+        plan_auto_tp(&s->model, &s->train, &s->cluster, &o->auto_spec, cli_setup_given(s, "sp") != NULL, &r);
+    else
+        plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
     int rc = 0;
     if (o->emit && !r.found) {   /* no config to launch: a failure, and nothing on stdout for a > redirect */
         fprintf(stderr, "memplan: nothing fits, so no %s:\n%s", EMITS[o->emit].prints, r.explain);
@@ -291,12 +295,14 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         printf("# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
                r.evaluated, kept[0] ? "; kept as given: " : "", kept);
         fputs(r.explain, stdout);
-        if (r.found)
-            printf("recommendation: %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s\n",
+        if (r.found) {
+            char tp[48] = "";
+            if (r.train.tp > 1) snprintf(tp, sizeof tp, " --tp %d --sp %s", r.train.tp, r.train.sp ? "on" : "off");
+            printf("recommendation: %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s%s\n",
                    plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
                    plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
-                   (long long)r.train.grad_accum, plan_ckpt_name(r.train.act_ckpt));
-        else
+                   (long long)r.train.grad_accum, plan_ckpt_name(r.train.act_ckpt), tp);
+        } else
             printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
     }
     if (!rc) rc = write_files(o, s, &p);
@@ -324,6 +330,10 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (rc) return rc;
     const char *auto_only = o.emit ? "--emit" : o.auto_spec.global_batch ? "--global-batch"
                           : o.offload.headroom >= 0 ? "--min-headroom" : o.bn_given ? "--bn-min-batch" : NULL;
+    if (!auto_mode && s.train.tp < 0) {
+        cli_setup_free(&s);
+        return cli_usage_error("--tp auto belongs to 'memplan auto': plan takes a degree (--tp 8)");
+    }
     if (!auto_mode && auto_only) {
         cli_setup_free(&s);
         return cli_usage_error("%s belongs to 'memplan auto' (or --strategy auto): plan prints every strategy "
@@ -333,14 +343,19 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cli_setup_free(&s);
         return rc;
     }
+    if (o.emit == EMIT_DEEPSPEED && plan_tp_degree(&s.train) > 1) {
+        cli_setup_free(&s);
+        return cli_usage_error("--emit deepspeed with --tp: tensor parallel is planned with ddp and fsdp-full, not "
+                               "DeepSpeed's ZeRO; --emit torch prints the mesh and the parallelize_module plan");
+    }
     if (o.emit && (s.json || o.trace || o.plot)) {
         cli_setup_free(&s);
         return cli_usage_error("--emit %s prints only the %s on standard output: drop %s, or run it without --emit",
                                EMITS[o.emit].name, EMITS[o.emit].prints,
                                s.json ? "--json" : o.trace ? "--trace" : "--plot");
     }
-    if (o.auto_spec.global_batch && o.auto_spec.global_batch % s.cluster.gpus) {
-        long long g = o.auto_spec.global_batch, n = s.cluster.gpus, lo = g / n * n;
+    if (o.auto_spec.global_batch && o.auto_spec.global_batch % (s.cluster.gpus / plan_tp_degree(&s.train))) {
+        long long g = o.auto_spec.global_batch, n = s.cluster.gpus / plan_tp_degree(&s.train), lo = g / n * n;
         cli_setup_free(&s);
         if (lo == 0)
             return cli_usage_error("--global-batch %lld is smaller than the %lld GPUs (global batch = micro-batch x "

@@ -39,6 +39,10 @@ static int llama_style(const ModelSpec *m) {
    fp32 rsqrt, and weight * normed.to(input_dtype) saves the normalised tensor (R·h); measured
    8h + 4 per norm in fp32 and under autocast (block_probe.py, llama-mini). Other RMSNorms keep
    the earlier input + rsqrt. */
+/* Sequence parallel (plan_tp.h): a SequenceParallel norm runs on this rank's 1/tp of the
+   sequence, so what it saves is 1/tp of the replicated norm's. */
+static double sp_share(const TrainSpec *t) { return t->sp && t->tp > 1 ? 1.0 / t->tp : 1.0; }
+
 static double norm_bytes(const ModelSpec *m, double R, double h) {
     if (llama_style(m)) return (4 + R) * h + 4;
     return R * h + (m->norm == NORM_LAYERNORM ? 8 : 4);
@@ -69,7 +73,7 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
     double qkv_in = llama && amp ? 3 : 1, mlp_in = llama && amp && m->mlp == MLP_SWIGLU ? 2 : 1;
     double lin = 0, quad = 0;
 
-    lin += (cross ? 3 : 2) * norm_bytes(m, R, h);          /* norm inputs + statistics */
+    lin += (cross ? 3 : 2) * norm_bytes(m, R, h) * sp_share(t);   /* norm inputs + statistics */
     if (m->mla.kv_rank > 0) mla_attention_bytes(m, t, dropout, &lin, &quad);   /* DeepSeek */
     else for (int k = 0; k < (cross ? 2 : 1); k++) {
         lin += qkv_in * X * h;                             /* q/k/v projection input */
@@ -353,7 +357,7 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
         plan_act_block_coeffs(m, t, in->dropout, cross, &lin, &quad);
         return bs * (lin + plan_act_moe_delta(m, l, t) + sinks_bytes(m, t) + qk_norm_bytes(m, i, t) + s * quad);
     }
-    case LAYER_NORM: return bs * norm_bytes(m, R, h);
+    case LAYER_NORM: return bs * norm_bytes(m, R, h) * sp_share(t);
     case LAYER_LINEAR: return b * X * h;                             /* pooler: first token */
     case LAYER_HEAD: {
         double per_tok = X * h;                                      /* head input */
@@ -396,7 +400,8 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
     if (!plan_act_checkpointed(m, t, i)) return plan_act_layer_bytes(m, i, t, in);
     /* checkpoint(block) keeps only the block input (the residual stream), and the first
        checkpointed block the causal mask all of them were handed */
-    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model +
+    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model *
+               sp_share(t) +   /* SP: the block input is the sequence shard */
            ckpt_causal_mask_bytes(m, i, t, in);
 }
 

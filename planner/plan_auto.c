@@ -6,9 +6,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan_time.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 
 void plan_auto_defaults(AutoSpec *a) {
@@ -70,12 +72,16 @@ typedef struct {
 
 /* The micro-batches auto tries for base: the fixed one (kept, or the global batch over the
    GPUs and the kept accumulation), else 1 .. the search bound. */
+/* Data-parallel replicas: the GPUs over the tensor-parallel degree (the tp ranks of a group
+   train the same samples). */
+static int64_t replicas(const ClusterSpec *c, const TrainSpec *t) { return c->gpus / plan_tp_degree(t); }
+
 static void batch_range(const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a, int64_t *lo, int64_t *hi) {
     *lo = 1;
     *hi = a->max_micro_batch;
     if (a->keep_batch) *lo = *hi = base->micro_batch;
     else if (a->keep_accum && a->global_batch > 0) {
-        int64_t b = a->global_batch / c->gpus / base->grad_accum;
+        int64_t b = a->global_batch / replicas(c, base) / base->grad_accum;
         *lo = *hi = b > 0 ? b : 1;
     }
 }
@@ -108,7 +114,7 @@ static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const Clust
     t.ckpt_every = every[n - 1];
     batch_range(base, c, a, &t.micro_batch, &hi);
     if (a->global_batch > 0 && !a->keep_accum) {
-        int64_t per = a->global_batch / c->gpus;
+        int64_t per = a->global_batch / replicas(c, base);
         t.grad_accum = per >= t.micro_batch ? per / t.micro_batch : 1;
     }
     return t;
@@ -144,8 +150,8 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
             if (b > maxb) continue;            /* known not to fit: the peak grows with b */
             t.micro_batch = b;
             if (a->global_batch > 0) {
-                int64_t per = a->global_batch / c->gpus;
-                if (a->global_batch % c->gpus || per % b) continue;
+                int64_t per = a->global_batch / replicas(c, &t);
+                if (a->global_batch % replicas(c, &t) || per % b) continue;
                 if (a->keep_accum && per / b != t.grad_accum) continue;
                 t.grad_accum = per / b;
             }
@@ -385,8 +391,8 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
     out->found = 0;
     TrainSpec low = cheapest(m, base, c, a);
     if (!divides) {
-        say(out, "nothing fits: --global-batch %lld is not a multiple of %lld GPUs\n", (long long)a->global_batch,
-            (long long)c->gpus);
+        say(out, "nothing fits: --global-batch %lld is not a multiple of %lld data-parallel GPUs\n",
+            (long long)a->global_batch, (long long)replicas(c, base));
     } else {
         int any_raw = 0;
         for (int i = 0; i < n_opts; i++) {
@@ -397,7 +403,7 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
         }
         if (any_raw && a->global_batch > 0)
             say(out, "nothing fits: no micro-batch up to %lld that fits divides the per-GPU batch %lld\n",
-                (long long)a->max_micro_batch, (long long)(a->global_batch / c->gpus));
+                (long long)a->max_micro_batch, (long long)(a->global_batch / replicas(c, base)));
         else {
             say(out, "nothing fits on %lld x %s (%s each, %s host memory per node) with a %s margin, "
                 "in every searched setup down to micro-batch %lld with act-ckpt %s\n", (long long)c->gpus, c->gpu.name,
@@ -427,9 +433,10 @@ static void auto_time_line(const ModelSpec *m, const ClusterSpec *c, AutoResult 
 
 static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, AutoResult *out) {
     char a1[32], a2[32];
-    say(out, "setup: micro-batch %lld x grad-accum %lld x %lld GPUs = global batch %lld, act-ckpt %s, %s; "
+    say(out, "setup: micro-batch %lld x grad-accum %lld x %lld %s = global batch %lld, act-ckpt %s, %s; "
         "peak %s, headroom %s\n", (long long)out->train.micro_batch, (long long)out->train.grad_accum,
-        (long long)c->gpus, (long long)(out->train.micro_batch * out->train.grad_accum * c->gpus),
+        (long long)replicas(c, &out->train), plan_tp_degree(&out->train) > 1 ? "data-parallel replicas (gpus / tp)" : "GPUs",
+        (long long)(out->train.micro_batch * out->train.grad_accum * replicas(c, &out->train)),
         plan_ckpt_name(out->train.act_ckpt), plan_precision(out->train.precision)->name,
         plan_fmt_bytes(out->mem.peak, a1, sizeof(a1)), plan_fmt_bytes(out->mem.headroom, a2, sizeof(a2)));
     char traffic[96] = "";
@@ -536,6 +543,12 @@ static void explain_pick(const ModelSpec *m, const TrainSpec *t, const TrainSpec
 int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
               AutoResult *out) {
     memset(out, 0, sizeof(*out));
+    AutoSpec a_tp;
+    if (plan_tp_degree(t) > 1) {   /* tensor parallel is planned without offload (plan_tp_check) */
+        a_tp = *a;
+        a_tp.offloads &= 1u << OFFLOAD_NONE;
+        a = &a_tp;
+    }
     out->time_known = plan_model_acts_known(m);
     TrainSpec base = *t;
     if (a->global_batch > 0 && !a->keep_accum) base.grad_accum = 1;
@@ -543,7 +556,7 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
     ClusterSpec cm = *c;             /* capacity less the safety margin */
     cm.gpu.mem_bytes -= out->margin;
     Option opts[STRAT_COUNT * OFFLOAD_COUNT * PREC_COUNT];
-    int divides = !(a->global_batch > 0 && a->global_batch % c->gpus);
+    int divides = !(a->global_batch > 0 && a->global_batch % replicas(c, t));
     int n_opts = divides ? search_options(m, t, &base, c, &cm, a, opts, out) : 0;
     double top;
     int win = pick(opts, n_opts, a, &top);
@@ -721,6 +734,8 @@ static void torch_fsdp2(FILE *f, const ClusterSpec *c, const AutoResult *r, cons
     if (r->strategy == STRAT_FSDP_HYBRID && nodes > 1)
         fprintf(f, "mesh = init_device_mesh(\"cuda\", (%lld, %lld), mesh_dim_names=(\"replicate\", \"shard\"))  # HYBRID_SHARD\n",
                 (long long)nodes, (long long)c->gpus_per_node);
+    else if (plan_tp_degree(&r->train) > 1)   /* the dp dimension of torch_tp's 2-D mesh */
+        fprintf(f, "mesh = mesh2d[\"dp\"]\n");
     else
         fprintf(f, "mesh = init_device_mesh(\"cuda\", (%lld,))\n", (long long)c->gpus);
     fprintf(f, "kw = dict(mesh=mesh");
@@ -735,6 +750,73 @@ static void torch_fsdp2(FILE *f, const ClusterSpec *c, const AutoResult *r, cons
             r->strategy == STRAT_FSDP_GRAD_OP ? "  # SHARD_GRAD_OP" : "");
     if (r->train.grad_accum > 1 && r->train.fsdp_grad_sync == FSDP_SYNC_LAST)
         fprintf(f, "# each micro-step: model.set_requires_gradient_sync(is_last_micro_step)  # --fsdp-grad-sync last\n");
+}
+
+/* Tensor parallel (--tp): the 2-D mesh and the parallelize_module plan memplan plans
+   (docs/formulas.md "Tensor and sequence parallel"), on Hugging Face's module names: LLaMA-style
+   models (torchtitan's plan) or GPT-2 (its Conv1D as nn.Linear first). */
+static void torch_tp(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
+    static const char *const LLAMA_NAMES[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "granite", "smollm3"};
+    int tp = plan_tp_degree(&r->train), sp = r->train.sp != 0, gpt2 = strcmp(m->family, "gpt2") == 0, llama = 0;
+    for (size_t i = 0; i < sizeof LLAMA_NAMES / sizeof LLAMA_NAMES[0]; i++) llama |= strcmp(m->family, LLAMA_NAMES[i]) == 0;
+    const char *stream = sp ? "Shard(1)" : "Replicate()", *local = sp ? ", use_local_output=False" : "";
+    fprintf(f, "# tensor parallel %d x data parallel %lld on a 2-D mesh; sequence parallel %s\n", tp,
+            (long long)(c->gpus / tp), sp ? "on" : "off");
+    fprintf(f, "from torch.distributed.device_mesh import init_device_mesh\n"
+               "from torch.distributed.tensor import Replicate, Shard\n"
+               "from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,\n"
+               "    RowwiseParallel, SequenceParallel, parallelize_module)\n");
+    fprintf(f, "mesh2d = init_device_mesh(\"cuda\", (%lld, %d), mesh_dim_names=(\"dp\", \"tp\"))\n",
+            (long long)(c->gpus / tp), tp);
+    if (!gpt2 && !llama) {
+        fprintf(f, "# %s: apply the same split to its modules (q, k, v and the MLP's first linear(s) ColwiseParallel,\n"
+                   "# the attention output and the MLP's last linear RowwiseParallel%s); memplan emits module names for\n"
+                   "# GPT-2 and LLaMA-style families only\n", m->family[0] ? m->family : m->name,
+                sp ? ", the norms SequenceParallel" : "");
+    } else if (gpt2) {
+        fprintf(f, "# GPT-2: convert every block's Conv1D to nn.Linear (weight transposed), reorder c_attn's rows so each\n"
+                   "# rank's shard holds its heads' q, k, v, and set attn.split_size = n_embd // %d\n"
+                   "#   (bench/torch/harness.py _gpt2_conv1d_to_linear); the tied embedding and head stay replicated\n", tp);
+        if (sp)
+            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"transformer.drop\": PrepareModuleOutput("
+                       "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"
+                       "    \"transformer.ln_f\": SequenceParallel(), \"lm_head\": PrepareModuleInput("
+                       "input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True)})\n");
+        fprintf(f, "for block in model.transformer.h:\n"
+                   "    parallelize_module(block, mesh2d[\"tp\"], {\n"
+                   "        \"attn\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
+                   "        \"mlp\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
+                   "        \"attn.c_attn\": ColwiseParallel(), \"mlp.c_fc\": ColwiseParallel(),\n"
+                   "        \"attn.c_proj\": RowwiseParallel(output_layouts=%s%s),\n"
+                   "        \"mlp.c_proj\": RowwiseParallel(output_layouts=%s%s),%s})\n",
+                stream, stream, stream, local, stream, local,
+                sp ? "\n        \"ln_1\": SequenceParallel(), \"ln_2\": SequenceParallel()," : "");
+    } else {
+        if (plan_tp_root_sharded(m))
+            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\n"
+                       "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=%s%s),\n"
+                       "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=Replicate()),%s})\n",
+                    stream, local, stream, sp ? "\n    \"model.norm\": SequenceParallel()," : "");
+        else if (sp)   /* a tied embedding and head stay replicated: slice to and gather from the shards */
+            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"model.embed_tokens\": PrepareModuleOutput("
+                       "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"
+                       "    \"model.norm\": SequenceParallel(), \"lm_head\": PrepareModuleInput("
+                       "input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True)})\n");
+        fprintf(f, "for block in model.model.layers:\n"
+                   "    parallelize_module(block, mesh2d[\"tp\"], {\n"
+                   "        \"self_attn\": PrepareModuleInput(input_kwarg_layouts={\"hidden_states\": %s},\n"
+                   "                                        desired_input_kwarg_layouts={\"hidden_states\": Replicate()}),\n"
+                   "        \"mlp\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
+                   "        \"self_attn.q_proj\": ColwiseParallel(), \"self_attn.k_proj\": ColwiseParallel(),\n"
+                   "        \"self_attn.v_proj\": ColwiseParallel(), \"mlp.gate_proj\": ColwiseParallel(),\n"
+                   "        \"mlp.up_proj\": ColwiseParallel(),\n"
+                   "        \"self_attn.o_proj\": RowwiseParallel(output_layouts=%s%s),\n"
+                   "        \"mlp.down_proj\": RowwiseParallel(output_layouts=%s%s),%s})\n",
+                stream, stream, stream, local, stream, local,
+                sp ? "\n        \"input_layernorm\": SequenceParallel(), \"post_attention_layernorm\": SequenceParallel()," : "");
+    }
+    fprintf(f, "# torch.optim.AdamW(foreach=True) refuses lists that mix DTensors and plain tensors: give the\n"
+               "# replicated plain parameters a parameter group of their own (or fully_shard them, below)\n");
 }
 
 /* FSDP1 (FullyShardedDataParallel, --fsdp 1): the flat-parameter wrapper with auto-wrap. */
@@ -779,8 +861,17 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     if (p->master_bytes == 0 && p->param_bytes == 2)   /* pure 16-bit: params, grads and Adam states */
         fprintf(f, "model = model.to(%s)  # --precision %s\n", dt, p->name);
     if (!fsdp1) torch_ckpt(f, &r->train, blk, mod && transformer);   /* before sharding */
+    if (plan_tp_degree(&r->train) > 1) torch_tp(f, m, c, r);
     switch (r->strategy) {
     case STRAT_DDP:
+        if (plan_tp_degree(&r->train) > 1) {
+            if (c->gpus > r->train.tp)
+                fprintf(f, "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                           "model = DDP(model, device_mesh=mesh2d[\"dp\"])  # DDP on the dp dimension (not checked on CPU ranks)\n");
+            else
+                fprintf(f, "# tp = GPUs: no data parallelism, no DDP wrapper\n");
+            break;
+        }
         fprintf(f, "from torch.nn.parallel import DistributedDataParallel as DDP\n");
         fprintf(f, "model = DDP(model.cuda(), device_ids=[local_rank], bucket_cap_mb=25%s)\n",
                 r->train.grad_as_bucket_view ? ", gradient_as_bucket_view=True" : "");
@@ -803,4 +894,67 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     }
     if (p->autocast && (r->strategy == STRAT_DDP || fsdp))
         fprintf(f, "with torch.autocast(\"cuda\", dtype=%s): loss = model(batch)\n", dt);
+}
+
+/* --tp auto: auto once per tensor-parallel candidate (1; each divisor of the GPUs per node that
+   plan_tp_check takes for ddp or fsdp-full, sequence parallel off and on unless t fixes it), the
+   simpler first: a larger tp (and SP over no SP) is picked only when it is faster than the pick
+   so far by more than near_frac, or the pick so far does not fit. docs/formulas.md "Auto mode". */
+int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                 int sp_fixed, AutoResult *out) {
+    AutoResult *cur = malloc(sizeof *cur);
+    if (!cur) return -1;
+    char lines[2048] = "";
+    size_t n = 0;
+    int have = 0;
+    long cand = 0, eval = 0;
+    const unsigned tp_ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    for (int64_t d = 1; d <= c->gpus_per_node; d++) {
+        if (c->gpus_per_node % d) continue;
+        for (int sp = 0; sp <= 1; sp++) {
+            if (d == 1 && sp) continue;
+            if (d > 1 && sp_fixed && sp != t->sp) continue;
+            TrainSpec tt = *t;
+            AutoSpec aa = *a;
+            tt.tp = (int)d;
+            tt.sp = d > 1 ? sp : 0;
+            if (d > 1) {
+                aa.strategies &= tp_ok;
+                char msg[320];
+                int any = 0;
+                for (int k = 0; k < STRAT_COUNT; k++)
+                    if ((aa.strategies & (1u << k)) && !plan_tp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
+                if (!any) continue;
+            }
+            plan_auto(m, &tt, c, &aa, cur);
+            cand += cur->candidates;
+            eval += cur->evaluated;
+            char label[32];
+            snprintf(label, sizeof label, d > 1 ? "tp %lld sp %s" : "tp 1 (data parallel alone)", (long long)d,
+                     tt.sp ? "on" : "off");
+            if (!cur->found) {
+                if (n < sizeof lines) n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: nothing fits\n", label);
+                continue;
+            }
+            /* the pick's own score (plan_auto may keep a simpler setup just below its best) */
+            double score = cur->time_known ? cur->time.tokens_per_s : 1 / cur->comm_s;
+            double held = !have ? 0 : out->time_known ? out->time.tokens_per_s : 1 / out->comm_s;
+            int better = !have || score > held * (1 + a->near_frac);
+            if (n < sizeof lines)
+                n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: %s, %.0f %s%s\n", label,
+                                      plan_strategy(cur->strategy)->name, cur->time_known ? cur->time.tokens_per_s : cur->comm_s * 1e3,
+                                      cur->time_known ? "tokens/s" : "ms of communication",
+                                      !have ? "" : better ? " (faster by more than the margin: taken)"
+                                      : score <= held ? " (slower: the simpler stays)"
+                                                      : " (faster within the margin: the simpler stays)");
+            if (better) { *out = *cur; have = 1; }
+        }
+    }
+    if (!have) *out = *cur;   /* nothing fits anywhere: the last explanation (with its fixes) */
+    out->candidates = cand;
+    out->evaluated = eval;
+    say(out, "tensor parallel searched (a larger tp or SP is taken only when faster by more than %.0f%%):\n%s",
+        a->near_frac * 100, lines);
+    free(cur);
+    return 0;
 }

@@ -62,6 +62,11 @@ void plan_auto_defaults(AutoSpec *a);
 unsigned plan_auto_precisions(PrecisionKind p);
 int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
               AutoResult *out);
+/* --tp auto: plan_auto for tp 1 and every tensor-parallel degree (and SP unless sp_fixed) that
+   applies, the simpler kept unless a larger one is faster by more than a->near_frac; the
+   explanation lists each. 0, or -1 out of memory. */
+int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                 int sp_fixed, AutoResult *out);
 /* DeepSpeed config JSON for the choice (caller frees): only keys DeepSpeed's config parser
    knows, integer byte counts; memplan's prediction goes through plan_auto_prediction. */
 char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);

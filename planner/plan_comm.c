@@ -16,7 +16,8 @@ static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
     "gradient norm", "overflow flag", "unit parameters", "unit gradients",
     "gradient shards across nodes", "module buffers (BN stats, rotary)", "SyncBN statistics",
     "SyncBN gradient sums", "gradient shards to host", "parameter shards from host (fwd + bwd)",
-    "updated parameters from host"};
+    "updated parameters from host", "TP block activations", "TP logits",
+    "SP replicated-parameter gradients"};
 
 const char *plan_coll_name(PlanCollOp op) { return COLL_NAMES[op]; }
 static const char *plan_coll_purpose_label(CollPurpose p) { return PURPOSE_LABELS[p]; }

@@ -9,6 +9,7 @@
 #include "plan_offload.h"
 #include "plan_step.h"
 #include "plan_time.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 
 static int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
@@ -67,6 +68,13 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             t->grad_accum > 1 ? (t->fsdp_grad_sync == FSDP_SYNC_LAST ? "in the last micro-step only (--fsdp-grad-sync last)"
                                                                      : "every micro-step (--fsdp-grad-sync every)") : "",
             t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
+    if (plan_tp_degree(t) > 1)
+        fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s), sequence parallel %s; "
+                "the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and collectives are one "
+                "rank's (docs/formulas.md \"Tensor and sequence parallel\")\n", t->tp,
+                plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
+                                        : "column/row-parallel blocks, replicated tied embedding and head",
+                t->sp ? "on" : "off", (long long)(c->gpus / t->tp));
     if (t->offload != OFFLOAD_NONE)
         fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
                 "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM; PyTorch's CPU step %.0fx slower)\n",
@@ -381,6 +389,11 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
     cJSON_AddStringToObject(jt, "zero_grad", t->zero_grad_keep ? "zeros" : "none");
     if (m->moe.n_experts > 0) cJSON_AddNumberToObject(jt, "moe_imbalance", plan_report_moe_imbalance(t));
+    if (plan_tp_degree(t) > 1) {   /* only then: the records of other plans stay as they were */
+        cJSON_AddNumberToObject(jt, "tp", t->tp);
+        cJSON_AddBoolToObject(jt, "sp", t->sp != 0);
+        cJSON_AddNumberToObject(jt, "data_parallel", (double)(c->gpus / t->tp));
+    }
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) strategy_json(js, m, t, c, &p->rows[i], used);
     cJSON *rules = cJSON_AddObjectToObject(root, "rules");

@@ -11,6 +11,7 @@
 
 #include "plan_cost.h"
 #include "plan_step.h"
+#include "plan_tp.h"
 
 typedef struct {
     SimResult *r;
@@ -236,8 +237,16 @@ static const char *xfer_where(const SimPrep *P, const StepXfer *x) {
     return layer >= 0 && layer < P->L ? P->m->layers[layer].name : "step";
 }
 
+/* The trace's name of a collective: tensor parallel's are told apart from the data-parallel ones. */
+static const char *xfer_op_name(const StepXfer *x) {
+    static const char *const TP_NAMES[PCOLL_COUNT] = {"tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+                                                      "tp_broadcast"};
+    int tp = x->purpose == PURPOSE_TP_ACTS || x->purpose == PURPOSE_TP_LOGITS || x->purpose == PURPOSE_TP_REPLICA_GRADS;
+    return tp ? TP_NAMES[x->op] : plan_coll_name((PlanCollOp)x->op);
+}
+
 static double issue(Run *R, Stream *cs, const StepXfer *x, int e, double at) {
-    return comm_issue(cs, R->rc, at, R->P->xdur[e], plan_coll_name((PlanCollOp)x->op), xfer_where(R->P, x), x->payload);
+    return comm_issue(cs, R->rc, at, R->P->xdur[e], xfer_op_name(x), xfer_where(R->P, x), x->payload);
 }
 
 /* Before point p's compute: blocking transfers, then the ones issued now (prefetches at the start
@@ -440,7 +449,8 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     out->compute_s = P->zero_s + mo.fwd_c + mo.bwd_c + P->opt_s;
     out->comm_s = cs.busy;
     out->exposed_comm_s = t_end > out->compute_s ? t_end - out->compute_s : 0;
-    double samples = b * K * (double)P->c->gpus;
+    /* the tp ranks of a group train the same samples: gpus / tp data-parallel replicas */
+    double samples = b * K * (double)P->c->gpus / plan_tp_degree(&P->t);
     out->tokens_per_s = t_end > 0 ? samples * P->tokens_per_sample / t_end : 0;
     out->flops_per_step = P->flops_per_sample * b * K;
     if (cs.oom) rc.oom = 1;

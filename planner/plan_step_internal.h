@@ -8,6 +8,7 @@
 #include "plan_fsdp.h"
 #include "plan_offload.h"
 #include "plan_step.h"
+#include "plan_tp.h"
 
 /* Gradient accumulation (--grad-accum K > 1; docs/formulas.md "Gradient accumulation"): what
    the K-1 earlier micro-steps leave for the last one, whose backward holds the peak. */
@@ -67,6 +68,10 @@ typedef struct {
     StepUnit *units;         /* the sharded units (n_units), root last */
     int n_units;
     int *unit_of;            /* [L]: index into units of layer i's unit, -1 none */
+    /* tensor parallel (plan_tp.h): m is one rank's share and c the data-parallel cluster;
+       full is the whole cluster (the tp group's bandwidth) */
+    int tp;                  /* 1: none */
+    const ClusterSpec *full;
 } StepCtx;
 
 /* Resolves the setup; 0, or -1 out of memory (FSDP2's or the units' tables). */
@@ -130,5 +135,6 @@ void rule_backward_transients(const StepCtx *x, Step *st);
 void rule_loss(const StepCtx *x, Step *st);
 void rule_optimizer_transients(const StepCtx *x, Step *st);
 void rule_compute(const StepCtx *x, Step *st);
+void rule_tp(const StepCtx *x, Step *st);
 
 #endif

@@ -109,6 +109,11 @@ typedef struct {
                                 per routed row are planned F times; 0 reads as 1, transformers'
                                 grouped_mm, whose memory does not depend on routing (measured).
                                 An estimate above 1: docs/formulas.md "Routing imbalance" */
+    int tp;                  /* tensor-parallel degree (0 or 1: none): PyTorch's parallelize_module
+                                plan on a tp group inside a node, the strategy on the remaining
+                                data-parallel degree gpus / tp (planner/plan_tp.h) */
+    int sp;                  /* 1: sequence parallel (SequenceParallel norms, sequence-sharded
+                                residual stream); only with tp > 1 */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */

@@ -175,6 +175,25 @@ Test(cli, moe_imbalance_should_take_one_to_experts_per_top_k_on_moe_models_only)
     cr_expect_gt(peak[1], peak[0], "more routed rows, a higher peak");
 }
 
+/* --tp / --sp: what tensor parallel does not plan is refused before any work, in one line */
+Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
+    expect_usage_error("--model gpt2 --gpus 8 --tp 8", "heads (12)");
+    expect_usage_error("--model gpt2 --gpus 8 --tp 2 --strategy zero2", "ddp and fsdp-full");
+    expect_usage_error("--model gpt2 --gpus 8 --sp on", "--tp 2 or more");
+    expect_usage_error("--model gpt2 --gpus 8 --tp 0", "--tp '0'");
+    expect_usage_error("--model gpt2 --gpus 16 --gpus-per-node 8 --tp 16", "GPUs per node");
+    expect_usage_error("--model gpt2 --gpus 8 --tp 2 --sp maybe", "unknown --sp 'maybe'");
+    expect_usage_error("auto --model gpt2 --gpus 8 --tp 2 --emit deepspeed", "--emit deepspeed with --tp");
+    cr_assert_eq(run("--model llama2-7b --gpus 8 --tp 2 --sp on --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%.200s", out);
+    cJSON *tr = cJSON_GetObjectItem(j, "train");
+    cr_expect_eq(cJSON_GetObjectItem(tr, "tp")->valuedouble, 2);
+    cr_expect_eq(cJSON_GetObjectItem(tr, "data_parallel")->valuedouble, 4);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 2, "ddp and fsdp-full only");
+    cJSON_Delete(j);
+}
+
 /* --units splits a generic --params model into layers; a named model has its own, so the flag
    would be ignored: refused instead, also without any model */
 Test(cli, units_without_params_should_be_refused_in_one_line) {

@@ -239,6 +239,12 @@ Test(cli_config, a_torchtitan_toml_should_map_onto_fsdp2_flags) {
     snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 16", f);
     cJSON_Delete(expect_settings(args, (const Want[]){
         {"strategy", "fsdp-hybrid"}, {"gpus-per-node", "8"}, {"act-ckpt", "full"}, {0, 0}}));
+    /* tensor parallel: --tp with torchtitan's SequenceParallel norms; loss parallel (its default) named */
+    const char *tp = put("tp.toml", "[training]\nlocal_batch_size = 1\nseq_len = 4096\n[parallelism]\n"
+                                    "tensor_parallel_degree = 2\n");
+    snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 8", tp);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "2"}, {"sp", "on"}, {"strategy", "fsdp-full"}, {0, 0}}));
+    cr_expect(strstr(err, "parallelism.disable_loss_parallel (absent: loss parallel on)"), "%s", err);
     cr_expect_eq(runf("--config %s --model llama2-7b", f), 2, "shard degree -1 without --gpus");
     cr_expect_eq(lines(err), 1, "%s", err);
     cr_expect(strstr(err, "--gpus"), "%s", err);

@@ -423,6 +423,23 @@ Test(validate_torch, should_keep_torchruns_output_out_of_sight_unless_the_run_fa
     free(r.out);
 }
 
+/* --tp: the harness runs pure TP under ddp (ranks = tp) and tp x fsdp-full on more ranks */
+Test(validate_torch, tp_should_be_refused_where_the_harness_cannot_run_it)
+{
+    static const struct { const char *args, *says; } C[] = {
+        {"validate --against torch --model gpt2-mini --ranks 2 --tp 2 --strategy fsdp-full", "give --ranks 4 or more"},
+        {"validate --against torch --model gpt2-mini --ranks 4 --tp 2 --strategy ddp", "give --ranks 2"},
+        {"validate --against torch --model gpt2-mini --ranks 4 --tp 3", "--tp 3 does not divide --ranks 4"},
+        {"validate --against torch --model gpt2-mini --ranks 2 --tp 2 --strategy zero2", "ddp and fsdp-full"},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        Run r = test_launch(g_memplan, 0, 30, C[i].args);
+        cr_expect_eq(r.status, 2, "%s: %s", C[i].args, r.out);
+        cr_expect(strstr(r.out, C[i].says), "%s: %s", C[i].args, r.out);
+        free(r.out);
+    }
+}
+
 Test(validate_torch, should_refuse_setups_the_harness_cannot_run)
 {
     Run r = test_launch(g_memplan, 0, 30, "validate --against torch --params 1e9");

@@ -87,6 +87,11 @@ def parse_args(argv):
                    help="a JSON object merged into DeepSpeed's zero_optimization (its sizes and "
                         "switches: reduce_bucket_size, overlap_comm, stage3_prefetch_bucket_size, "
                         "stage3_max_live_parameters, stage3_param_persistence_threshold, ...)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel degree: a 2-D mesh (dp = ranks / tp, tp) and "
+                        "parallelize_module with torchtitan's plan (llama) or its GPT-2 twin; "
+                        "ddp (pure TP when dp = 1) or fsdp-full on the dp dimension")
+    p.add_argument("--sp", default="off", help="sequence parallel on the norms (on, off)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
     p.add_argument("--measure", default=None,
@@ -122,6 +127,15 @@ def parse_args(argv):
     check("fsdp-grad-sync", a.fsdp_grad_sync, ("every", "last"))
     check("grad-as-bucket-view", a.grad_as_bucket_view, (0, 1))
     check("device", a.device, ("cpu", "cuda"))
+    check("sp", a.sp, ("on", "off"))
+    if a.tp < 1:
+        raise SetupError(f"--tp {a.tp}: must be an integer >= 1")
+    if a.tp > 1 and a.strategy not in ("ddp", "fsdp-full"):
+        raise SetupError(f"--tp with --strategy {a.strategy}: tensor parallel runs with ddp "
+                         "(pure TP on one data-parallel rank) or fsdp-full")
+    if a.tp > 1 and (a.grad_accum > 1 or a.act_ckpt not in ("none", "full")
+                     or a.precision not in ("fp32", "amp-bf16")):
+        raise SetupError("--tp: checked with fp32 or amp-bf16, act-ckpt none or full, no accumulation")
     check("backend", a.backend, ("auto", "nccl", "gloo"))
     if a.device == "cpu" and a.dry_cpu:
         raise SetupError("--dry-cpu: needs --device cuda (it runs the CUDA path on CPU tensors)")
@@ -349,11 +363,141 @@ class States:
 # strategies
 
 
+# ----------------------------------------------------------------------------------------
+# tensor parallel (--tp): torchtitan's Llama plan (torchtitan/models/llama3/infra/parallelize.py
+# apply_tp) on Hugging Face's module names, and its GPT-2 twin (blocks only)
+
+
+def _gpt2_conv1d_to_linear(model, tp):
+    """GPT-2's Conv1D (weight (in, out)) as nn.Linear (weight (out, in)): ColwiseParallel and
+    RowwiseParallel take nn.Linear only. The fused c_attn rows are reordered so that tp rank r's
+    contiguous shard holds its own heads' q, k and v, and the attention splits its local output
+    into h/tp-wide q, k, v (split_size)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+    for blk in model.transformer.h:
+        h = blk.attn.embed_dim
+        for parent, name in ((blk.attn, "c_attn"), (blk.attn, "c_proj"), (blk.mlp, "c_fc"),
+                             (blk.mlp, "c_proj")):
+            c = getattr(parent, name)
+            assert isinstance(c, Conv1D)
+            lin = torch.nn.Linear(c.weight.shape[0], c.weight.shape[1], bias=c.bias is not None)
+            with torch.no_grad():
+                w, b = c.weight.t().contiguous(), c.bias
+                if name == "c_attn" and parent is blk.attn:
+                    idx = torch.arange(3 * h).view(3, tp, h // tp).transpose(0, 1).reshape(-1)
+                    w, b = w[idx].contiguous(), b[idx]
+                lin.weight.copy_(w)
+                lin.bias.copy_(b)
+            setattr(parent, name, lin)
+        blk.attn.split_size = h // tp
+
+
+def apply_tp(spec, mesh, sp):
+    """parallelize_module over the tp mesh. Llama (torchtitan's plan): embeddings RowwiseParallel
+    (vocab-sharded), q/k/v and gate/up ColwiseParallel, o and down RowwiseParallel, the LM head
+    ColwiseParallel with its logits gathered (no loss parallel); with sp the norms are
+    SequenceParallel and the residual stream is sharded on the sequence (Shard(1)), else it is
+    replicated. One PrepareModuleInput per attention and MLP makes the block's input one DTensor,
+    so each sublayer issues one collective each way (Megatron's f/g). GPT-2: the blocks only (the
+    tied embedding and head stay replicated)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                                                   RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+    model = spec.model
+    tp = mesh.size()
+    stream = Shard(1) if sp else Replicate()
+    if spec.cls_name.startswith("GPT2"):
+        _gpt2_conv1d_to_linear(model, tp)
+        blocks, attn, o, mlp, cols, down, norms = (model.transformer.h, "attn", "attn.c_proj", "mlp",
+                                                   ("attn.c_attn", "mlp.c_fc"), "mlp.c_proj",
+                                                   ("ln_1", "ln_2"))
+        attn_in = dict(input_layouts=(stream,), desired_input_layouts=(Replicate(),))
+        root = {}
+        if sp:
+            # the replicated embeddings' output becomes the sequence shard after their dropout (a local
+            # slice; backward all-gathers), ln_f's sharded output is gathered for the tied head
+            root = {"transformer.drop": PrepareModuleOutput(output_layouts=Replicate(),
+                                                            desired_output_layouts=Shard(1),
+                                                            use_local_output=False),
+                    "transformer.ln_f": SequenceParallel(),
+                    "lm_head": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                  desired_input_layouts=(Replicate(),),
+                                                  use_local_output=True)}
+    else:
+        blocks = model.model.layers
+        attn, o, mlp, down = "self_attn", "self_attn.o_proj", "mlp", "mlp.down_proj"
+        cols = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
+                "mlp.up_proj")
+        norms = ("input_layernorm", "post_attention_layernorm")
+        attn_in = dict(input_kwarg_layouts={"hidden_states": stream},
+                       desired_input_kwarg_layouts={"hidden_states": Replicate()})
+        root = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=stream,
+                                                      use_local_output=not sp),
+                "lm_head": ColwiseParallel(input_layouts=stream, output_layouts=Replicate())}
+        if sp:
+            root["model.norm"] = SequenceParallel()
+    if root:
+        parallelize_module(model, mesh, root)
+    for blk in blocks:
+        plan = {attn: PrepareModuleInput(**attn_in),
+                mlp: PrepareModuleInput(input_layouts=(stream,), desired_input_layouts=(Replicate(),)),
+                o: RowwiseParallel(output_layouts=stream, use_local_output=not sp),
+                down: RowwiseParallel(output_layouts=stream, use_local_output=not sp)}
+        for c in cols:
+            plan[c] = ColwiseParallel()
+        if sp:
+            for n in norms:
+                plan[n] = SequenceParallel()
+        parallelize_module(blk, mesh, plan)
+    return (f"parallelize_module on a tp mesh of {tp}: "
+            + ("torchtitan's Llama plan (embeddings RowwiseParallel, q/k/v gate/up ColwiseParallel, "
+               "o/down RowwiseParallel, lm_head ColwiseParallel gathering the logits)"
+               if not spec.cls_name.startswith("GPT2") else
+               "GPT-2 blocks as Linear (c_attn, c_fc ColwiseParallel; c_proj RowwiseParallel), "
+               "embeddings and tied head replicated")
+            + (", SequenceParallel norms (sequence-sharded residual stream)" if sp else
+               ", replicated norms (no sequence parallel)"))
+
+
+def build_tp(a, spec, world, target):
+    """--tp: the 2-D mesh (dp, tp); the plan on tp; ddp (dp = 1: pure TP) or fully_shard on dp."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    dp = world // a.tp
+    mesh = init_device_mesh(target.type, (dp, a.tp), mesh_dim_names=("dp", "tp"))
+    impl = apply_tp(spec, mesh["tp"], a.sp == "on")
+    model = spec.model
+    opt_kw = dict(lr=LR, foreach=True)
+    if a.strategy == "fsdp-full":
+        from torch.distributed.fsdp import fully_shard
+        blocks = spec.block_modules()
+        for b in blocks:
+            fully_shard(b, mesh=mesh["dp"], reshard_after_forward=True)
+        fully_shard(model, mesh=mesh["dp"])
+        impl = (f"2-D mesh (dp {dp} x tp {a.tp}); {impl}; FSDP2 fully_shard on dp per block "
+                f"({len(blocks)}) + root")
+    else:
+        impl = f"2-D mesh (dp {dp} x tp {a.tp}); {impl}; no data parallelism (dp 1)"
+    # foreach refuses a list mixing DTensors and plain tensors (the replicated norms without sp,
+    # GPT-2's replicated root): one parameter group each, so each foreach call is homogeneous
+    from torch.distributed.tensor import DTensor
+    ps = list(model.parameters())
+    groups = [g for g in ([p for p in ps if isinstance(p, DTensor)],
+                          [p for p in ps if not isinstance(p, DTensor)]) if g]
+    opt = torch.optim.AdamW([{"params": g} for g in groups], **opt_kw)
+    return model, opt, None, (impl + ", torch.optim.AdamW(foreach=True)"
+                              + (" over 2 parameter groups (DTensor, plain)" if len(groups) > 1 else ""))
+
+
 def build_strategy(a, spec, world, rank, target):
     """Wrap the model (already on target.device); returns (model_to_call, optimizer, ds_engine or
     None, implementation)."""
     import torch
     import torch.distributed as dist
+    if a.tp > 1:
+        return build_tp(a, spec, world, target)
     model = spec.model
     opt_kw = dict(lr=LR, foreach=True)
     if a.strategy == "none":
@@ -793,6 +937,7 @@ def run(a, rank, world):
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
                   "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
+                  "tp": a.tp, "sp": a.sp == "on",
                   "measure": a.measure, "device": a.device, "backend": target.backend},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
@@ -826,7 +971,7 @@ def _shard_group(a, world):
         return a.shard_group
     if a.strategy.startswith("fsdp-") or a.strategy in ("zero1", "zero2", "zero3",
                                                         "torch-zero1"):
-        return world
+        return world // a.tp
     return 1
 
 
@@ -910,6 +1055,12 @@ def main(argv):
                       "(make torch-env); valid without it: ddp, torch-zero1, fsdp-full, "
                       "fsdp-grad-op, fsdp-hybrid", file=sys.stderr)
             return 2
+    if a.tp > 1 and (world % a.tp or (a.strategy == "ddp" and world != a.tp)
+                     or (a.strategy == "fsdp-full" and world == a.tp)):
+        if rank == 0:
+            print(f"harness: --tp {a.tp} on {world} ranks: tp must divide the ranks (ddp: tp = ranks, "
+                  "pure TP; fsdp-full: ranks / tp > 1)", file=sys.stderr)
+        return 2
     if a.strategy == "fsdp-hybrid":
         if a.shard_group is None:
             a.shard_group = max(1, world // 2)
