@@ -38,6 +38,7 @@ typedef struct {
     int loop_trainer;        /* 1: HF Trainer's loop ("hf"), 0: the common loop ("common") */
     FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
     DsKnobs ds;              /* DeepSpeed's sizes (zero*: the harness's --ds-zero); 0 = its default */
+    FinetuneSpec ft;         /* PEFT LoRA (the harness's --lora*, setup.lora); rank 0 = none */
 } HarnessSetup;
 
 /* The harness's --ds-zero object for k (only what k sets), as JSON text into buf; "" when k

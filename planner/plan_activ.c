@@ -163,6 +163,33 @@ static double engine_layer_bytes(const ModelSpec *m, const LayerSpec *l, double 
     }
 }
 
+/* What a trainable subset changes in layer i's saved tensors (planner/plan_lora.c sets the
+   counts): a layer before the first trainable parameter records nothing for autograd, so it
+   saves nothing; the first LoRA block's input norm neither; inputs of frozen projections are
+   not saved; each LoRA adapter saves A's output (r) for B, and under lora_dropout the dropout's
+   output for A with its mask or noise. docs/formulas.md "LoRA and frozen parameters". */
+static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    if (l->grad_frontier == 1) return -transformer_layer_bytes(m, i, t, in);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, bs = (double)in->b * (double)in->s;
+    double d = -X * (double)l->act_unsaved_tok + X * (double)l->lora_r_tok +
+               (X + plan_act_dropout_bytes(t, t->ft.dropout, X)) * (double)l->lora_drop_tok;
+    double h = (double)m->d_model;
+    if (l->grad_frontier == 2) d -= norm_bytes(m, p->param_bytes, h);
+    /* LlamaRMSNorm's last product, weight * normed: with the weight frozen it saves the weight
+       only (derivatives.yaml mul: self is saved when other requires grad), not the normalised
+       tensor (R·h per token per norm; measured with saved-tensor hooks on llama-mini + LoRA) */
+    if (llama_style(m)) {
+        int norms = 0;
+        for (int k = 0; k < l->n_frozen; k++)
+            norms += l->frozen_mod[k] == PLAN_MOD_NONE && l->frozen_elems[k] == m->d_model && l->frozen_dim0[k] == m->d_model;
+        if (l->grad_frontier == 2 && norms > 0) norms--;   /* the first norm: dropped whole above */
+        d -= norms * p->param_bytes * h;
+    }
+    return bs * d;
+}
+
 double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     const PrecisionSpec *p = plan_precision(t->precision);
@@ -176,7 +203,7 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
        through backward (the training loop's `outputs`); it has no head to hold logits */
     double out = m->headless && i == m->n_layers - 1
                      ? bs * p->param_bytes * (double)m->d_model : 0;
-    return out + transformer_layer_bytes(m, i, t, in);
+    return out + transformer_layer_bytes(m, i, t, in) + finetune_delta(m, i, t, in);
 }
 
 /* Eager PyTorch saved tensors of transformer layer i (docs/formulas.md "Activations"). */

@@ -1,5 +1,6 @@
 /* plan_report.c — see plan_report.h. */
 #include "plan_report.h"
+#include "plan_lora.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -21,8 +22,23 @@ static double plan_report_dropout(const ModelSpec *m, const TrainSpec *t) {
 void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
     char a[32], b[32];
     fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
-            plan_fmt_count(plan_model_params(m), a, sizeof(a)), plan_arch_name(m->arch),
+            plan_fmt_count(plan_model_params(m) + plan_model_frozen(m), a, sizeof(a)), plan_arch_name(m->arch),
             m->n_layers, m->source);
+    if (plan_finetune_on(&t->ft)) {
+        int64_t tr = plan_model_params(m), tot = tr + plan_model_frozen(m);
+        char what[256], tg[160], fz[32];
+        if (t->ft.rank > 0)
+            snprintf(what, sizeof what, "LoRA r=%d, alpha %g, dropout %g on %s (PEFT get_peft_model)%s%s%s", t->ft.rank,
+                     t->ft.alpha, t->ft.dropout, plan_lora_targets(m, &t->ft, tg, sizeof tg),
+                     t->ft.quant != QUANT_NONE ? "; frozen base projections stored " : "",
+                     t->ft.quant != QUANT_NONE ? plan_quant_name(t->ft.quant) : "",
+                     t->ft.quant == QUANT_NF4 || t->ft.quant == QUANT_INT8 ? " (an estimate from bitsandbytes' source, not measured)" : "");
+        else
+            snprintf(what, sizeof what, "--freeze %s", plan_freeze_label(&t->ft, fz, sizeof fz));
+        fprintf(f, "# trainable: %s of %s parameters (%.4f%%), %s; frozen parameters get no gradients, no optimizer "
+                "state and no reductions\n", plan_fmt_count(tr, a, sizeof a), plan_fmt_count(tot, b, sizeof b),
+                tot > 0 ? 100.0 * (double)tr / (double)tot : 0.0, what);
+    }
     if (m->moe.n_experts > 0) {
         int moe_blocks = 0;
         for (int i = 0; i < m->n_layers; i++) moe_blocks += m->layers[i].expert_params > 0;
@@ -301,7 +317,22 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     if (!root) return NULL;
     cJSON *jm = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(jm, "name", m->name);
-    cJSON_AddNumberToObject(jm, "params", (double)plan_model_params(m));
+    cJSON_AddNumberToObject(jm, "params", (double)(plan_model_params(m) + plan_model_frozen(m)));
+    cJSON_AddNumberToObject(jm, "trainable_params", (double)plan_model_params(m));
+    if (plan_finetune_on(&t->ft)) {
+        cJSON *jf = cJSON_AddObjectToObject(jm, "finetune");
+        char tg[160], fz[32];
+        cJSON_AddNumberToObject(jf, "lora_rank", t->ft.rank);
+        if (t->ft.rank > 0) {
+            cJSON_AddNumberToObject(jf, "lora_alpha", t->ft.alpha);
+            cJSON_AddNumberToObject(jf, "lora_dropout", t->ft.dropout);
+            cJSON_AddStringToObject(jf, "lora_targets", plan_lora_targets(m, &t->ft, tg, sizeof tg));
+        }
+        cJSON_AddStringToObject(jf, "freeze", plan_freeze_label(&t->ft, fz, sizeof fz));
+        cJSON_AddStringToObject(jf, "quant_base", plan_quant_name(t->ft.quant));
+        cJSON_AddBoolToObject(jf, "quant_estimate", t->ft.quant == QUANT_NF4 || t->ft.quant == QUANT_INT8);
+        cJSON_AddNumberToObject(jf, "frozen_params", (double)plan_model_frozen(m));
+    }
     cJSON_AddNumberToObject(jm, "active_params", (double)plan_model_active_params(m));
     if (m->moe.n_experts > 0) {
         cJSON *je = cJSON_AddObjectToObject(jm, "moe");

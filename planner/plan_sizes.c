@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "plan_fsdp.h"
+#include "plan_lora.h"
 
 /* CPU offload (plan_strategy.h): the fp32 master weights and the optimizer state live on the
    host; so does the gradient partition where gradients are sharded (ZeRO-2/3 copy each reduced
@@ -75,5 +76,9 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         z->grads = g_local * 4.0;
         z->optimizer = o_local * o->states * p->state_bytes;
     }
+    /* frozen parameters: no gradient, no optimizer state, and (DDP, ZeRO-1/2, which partition
+       only what the optimizer steps: stage_1_and_2.py keeps the requires_grad ones) whole */
+    if (!(s->shard & SHARD_PARAM)) z->frozen = plan_model_frozen_bytes(m, t);
+    z->params += z->frozen;
     offload_gpu_sizes(t, sk, z);   /* CPU offload: what leaves the GPU */
 }

@@ -87,7 +87,7 @@ static void model_states(StepCtx *x) {
            (docs/formulas.md "DeepSpeed ZeRO-2 gradients"); offload_optimizer sends them to the
            host instead */
         x->o_part = x->ds.part;
-        x->params_steady = (double)x->n * x->ds.part * p->param_bytes;
+        x->params_steady = (double)x->n * x->ds.part * p->param_bytes + x->z.frozen;
         if (x->opt_on_gpu) x->opt_steady = x->o_part * state_b;
         x->grads_persistent = 0;
         x->grads_steady = x->opt_on_gpu ? x->ds.grad_part * p->grad_bytes : x->z.grads;

@@ -87,6 +87,12 @@ def parse_args(argv):
                    help="a JSON object merged into DeepSpeed's zero_optimization (its sizes and "
                         "switches: reduce_bucket_size, overlap_comm, stage3_prefetch_bucket_size, "
                         "stage3_max_live_parameters, stage3_param_persistence_threshold, ...)")
+    p.add_argument("--lora", type=int, default=0,
+                   help="PEFT LoRA of this rank (get_peft_model; the base frozen); 0 = full fine-tuning")
+    p.add_argument("--lora-alpha", type=float, default=None, help="lora_alpha (default 2 x rank)")
+    p.add_argument("--lora-targets", default="",
+                   help="comma list of module names or all-linear; default PEFT's for the model type")
+    p.add_argument("--lora-dropout", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
     p.add_argument("--measure", default=None,
@@ -551,8 +557,24 @@ def run(a, rank, world):
     model = spec.model.to(target.device)
     if a.precision == "bf16" and not a.strategy.startswith("zero"):
         model = model.to(torch.bfloat16)   # pure bf16: parameters, gradients and AdamW states
+    lora = None
+    if a.lora:
+        # PEFT as users write it: LoraConfig + get_peft_model on the built model (every base
+        # parameter frozen, bias="none"); the PeftModel is what is wrapped and called
+        from peft import LoraConfig, get_peft_model
+        import peft
+        kw = {"r": a.lora, "lora_alpha": a.lora_alpha if a.lora_alpha is not None else 2 * a.lora,
+              "lora_dropout": a.lora_dropout}
+        if a.lora_targets:
+            kw["target_modules"] = (a.lora_targets if a.lora_targets == "all-linear"
+                                    else a.lora_targets.split(","))
+        model = get_peft_model(model, LoraConfig(**kw))
+        lora = {"rank": a.lora, "alpha": kw["lora_alpha"], "dropout": a.lora_dropout,
+                "targets": a.lora_targets, "peft": peft.__version__,
+                "target_modules": sorted(model.peft_config["default"].target_modules)}
     spec.model = model
     n_params = models.param_count(model)
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     seq = a.seq if a.seq is not None else spec.context
     model.train()
     if a.act_ckpt != "none":
@@ -782,7 +804,8 @@ def run(a, rank, world):
             "total: torch.distributed._tools.mem_tracker.MemTracker (Python-visible tensors: "
             "dispatch-mode allocations + tracked parameters/gradients/optimizer state), peak "
             "over steps 2..K"),
-        "model": {"name": spec.name, "source": a.model, "class": spec.cls_name, "params": n_params},
+        "model": {"name": spec.name, "source": a.model, "class": spec.cls_name, "params": n_params,
+                  "trainable_params": n_trainable},
         "setup": {"ranks": world, "strategy": a.strategy, "batch": a.batch, "seq": seq,
                   "grad_accum": a.grad_accum, "steps": a.steps, "precision": a.precision,
                   "act_ckpt": a.act_ckpt, "attn": a.attn, "dropout": a.dropout,
@@ -793,6 +816,7 @@ def run(a, rank, world):
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
                   "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
+                  "lora": lora,
                   "measure": a.measure, "device": a.device, "backend": target.backend},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
