@@ -26,13 +26,15 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             m->n_layers, m->source);
     if (plan_finetune_on(&t->ft)) {
         int64_t tr = plan_model_params(m), tot = tr + plan_model_frozen(m);
-        char what[256], tg[160], fz[32];
+        char what[512], tg[160], fz[32];
         if (t->ft.rank > 0)
             snprintf(what, sizeof what, "LoRA r=%d, alpha %g, dropout %g on %s (PEFT get_peft_model)%s%s%s", t->ft.rank,
                      t->ft.alpha, t->ft.dropout, plan_lora_targets(m, &t->ft, tg, sizeof tg),
                      t->ft.quant != QUANT_NONE ? "; frozen base projections stored " : "",
                      t->ft.quant != QUANT_NONE ? plan_quant_name(t->ft.quant) : "",
-                     t->ft.quant == QUANT_NF4 || t->ft.quant == QUANT_INT8 ? " (an estimate from bitsandbytes' source, not measured)" : "");
+                     t->ft.quant == QUANT_NF4 ? " (as bitsandbytes' quantize_4bit stores it: 0.5 B + a double-quantized absmax per "
+                     "64 weights; its dequantization transients are an estimate, no QLoRA step is measured)" :
+                     t->ft.quant == QUANT_INT8 ? " (1 B per weight: an estimate, not measured)" : "");
         else
             snprintf(what, sizeof what, "--freeze %s", plan_freeze_label(&t->ft, fz, sizeof fz));
         fprintf(f, "# trainable: %s of %s parameters (%.4f%%), %s; frozen parameters get no gradients, no optimizer "
@@ -318,8 +320,8 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON *jm = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(jm, "name", m->name);
     cJSON_AddNumberToObject(jm, "params", (double)(plan_model_params(m) + plan_model_frozen(m)));
-    cJSON_AddNumberToObject(jm, "trainable_params", (double)plan_model_params(m));
     if (plan_finetune_on(&t->ft)) {
+        cJSON_AddNumberToObject(jm, "trainable_params", (double)plan_model_params(m));
         cJSON *jf = cJSON_AddObjectToObject(jm, "finetune");
         char tg[160], fz[32];
         cJSON_AddNumberToObject(jf, "lora_rank", t->ft.rank);

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include "plan_activ.h"
@@ -147,4 +148,28 @@ Test(plan_lora, nf4_should_store_about_half_a_byte_per_frozen_projection_weight)
     lora_spec(&t, 16, "", "");
     t.ft.quant = QUANT_NF4;
     cr_expect_float_eq(plan_quant_bytes_per_param(&t), 0.5 + 1.0 / 64 + 4.0 / 16384, 1e-12);
+}
+
+/* QLoRA on one GPU: the frozen projections at NF4, the embeddings, norms and head at the
+   regime's parameter bytes (amp-bf16: fp32, as prepare_model_for_kbit_training leaves them),
+   the adapters at fp32 with their gradients and AdamW state. */
+Test(plan_lora, qlora_params_should_be_nf4_projections_plus_the_rest_whole) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    lora_spec(&t, 16, "", "");
+    t.precision = PREC_AMP_BF16;
+    t.ft.quant = QUANT_NF4;
+    t.seq = 512;
+    cr_assert_eq(plan_finetune_apply(&m, &t, msg, sizeof msg), 0, "%s", msg);
+    ClusterSpec c;
+    cluster(&c, 1, 1);
+    MemResult r;
+    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &r), 0);
+    /* 32 blocks x (4 x 4096^2 + 3 x 4096 x 11008) projection weights */
+    double proj = 32.0 * (4.0 * 4096 * 4096 + 3.0 * 4096 * 11008);
+    double rest = (double)plan_model_frozen(&m) - proj;
+    double want = proj * plan_quant_bytes_per_param(&t) + rest * 4 + (double)plan_model_params(&m) * 4;
+    cr_expect(fabs(r.ms_params - want) < 1, "params %.0f, want %.0f", r.ms_params, want);
+    cr_expect_eq(rest, 2.0 * 32000 * 4096 + 65.0 * 4096, "embeddings, head and 65 RMSNorm weights stay whole");
+    plan_model_free(&m);
 }
