@@ -104,6 +104,18 @@ int plan_model_units(const ModelSpec *m) {
     return 0;
 }
 
+int64_t plan_layer_frozen_shard_dim0(const LayerSpec *l, int64_t n) {
+    int64_t s = 0;
+    if (n < 1) return -1;
+    for (int k = 0; k < l->n_frozen; k++) {
+        int64_t d = l->frozen_dim0[k], e = l->frozen_elems[k];
+        if (e == 0) continue;
+        if (d <= 0) return -1;
+        s += (d + n - 1) / n * (e / d);
+    }
+    return s;
+}
+
 int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n) {
     if (l->params == 0) return 0;
     if (l->n_tensors <= 0 || n < 1) return -1;

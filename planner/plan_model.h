@@ -212,6 +212,9 @@ int plan_model_dim0_known(const ModelSpec *m);
  * ceil(dim0 / n) × (elems / dim0) elements (torch.chunk along dim 0, every rank padded to the
  * first chunk); -1 when a dim 0 is unknown. */
 int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n);
+/* The same over layer l's frozen tensors (FSDP2 shards frozen parameters too); -1 when a frozen
+ * tensor's dim 0 is unknown. */
+int64_t plan_layer_frozen_shard_dim0(const LayerSpec *l, int64_t n);
 /* Units: the largest LayerSpec.unit (0 = the model has no units: every layer its own). */
 int plan_model_units(const ModelSpec *m);
 /* 1 when every layer with parameters lists tensors that add up to its params. */

@@ -122,15 +122,16 @@ static int units_setup(StepCtx *x) {
     if (!x->units || !x->unit_of) return -1;
     double nn = (double)x->n;
     int dim0 = x->z.dim0;
-    StepUnit root = {-1, -1, 0, 0, 1};
+    StepUnit root = {-1, -1, 0, 0, 0, 0, 1};
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
         double sh = dim0 ? (double)plan_layer_shard_dim0(l, x->n) : ceil((double)l->params / nn);
+        double fsh = l->frozen <= 0 ? 0 : dim0 ? (double)plan_layer_frozen_shard_dim0(l, x->n) : ceil((double)l->frozen / nn);
         x->unit_of[i] = -1;
         if (K == 0) {                          /* every layer its own unit */
             if (l->params <= 0) continue;
             x->unit_of[i] = x->n_units;
-            x->units[x->n_units++] = (StepUnit){i, i, (double)l->params, sh, 0};
+            x->units[x->n_units++] = (StepUnit){i, i, (double)l->params, sh, 0, 0, 0};
             continue;
         }
         if (l->unit == 0) {
@@ -138,21 +139,29 @@ static int units_setup(StepCtx *x) {
             root.last = i;
             root.elems += (double)l->params;
             root.shard += dim0 ? sh : 0;
+            root.felems += (double)l->frozen;
+            root.fshard += dim0 ? fsh : 0;
             x->unit_of[i] = K;                 /* the root's slot, filled below */
             continue;
         }
         StepUnit *u = x->n_units > 0 && x->units[x->n_units - 1].last == i - 1 &&
                       m->layers[i - 1].unit == l->unit ? &x->units[x->n_units - 1] : NULL;
-        if (!u) { u = &x->units[x->n_units++]; *u = (StepUnit){i, i, 0, 0, 0}; }
+        if (!u) { u = &x->units[x->n_units++]; *u = (StepUnit){i, i, 0, 0, 0, 0, 0}; }
         u->last = i;
         u->elems += (double)l->params;
         u->shard += dim0 ? sh : 0;
+        u->felems += (double)l->frozen;
+        u->fshard += dim0 ? fsh : 0;
         x->unit_of[i] = (int)(u - x->units);
     }
     if (K == 0) return 0;
     for (int k = 0; k < x->n_units; k++)
-        if (!dim0) x->units[k].shard = ceil(x->units[k].elems / nn);
+        if (!dim0) {
+            x->units[k].shard = ceil(x->units[k].elems / nn);
+            x->units[k].fshard = ceil(x->units[k].felems / nn);
+        }
     root.shard = x->z.root_shard;
+    root.fshard = x->z.root_frozen_shard;
     int slot = x->n_units;
     x->units[x->n_units++] = root;
     for (int i = 0; i < m->n_layers; i++) if (x->unit_of[i] == K) x->unit_of[i] = slot;

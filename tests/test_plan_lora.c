@@ -173,3 +173,35 @@ Test(plan_lora, qlora_params_should_be_nf4_projections_plus_the_rest_whole) {
     cr_expect_eq(rest, 2.0 * 32000 * 4096 + 65.0 * 4096, "embeddings, head and 65 RMSNorm weights stay whole");
     plan_model_free(&m);
 }
+
+/* FSDP2 with mixed requires_grad: fully_shard shards and all-gathers every parameter, frozen ones
+   too, and reduce-scatters only the gradients that exist: gpt2-mini r=8 on 2 ranks gathers the
+   whole model (3,828,736 B in forward, as measured) and reduce-scatters 4 x the adapters of one
+   block (65,536 B in all); the root (embeddings, final norm, tied head) has no trainable
+   parameter and no reduce-scatter. */
+Test(plan_lora, fsdp2_should_gather_frozen_parameters_and_reduce_only_the_adapters) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    lora_spec(&t, 8, "", "");
+    t.seq = 128;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    cr_assert_eq(plan_finetune_apply(&m, &t, msg, sizeof msg), 0, "%s", msg);
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    CommPlan cp;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
+    double ag_fwd = 0, rs = 0, rs_n = 0;
+    for (int i = 0; i < cp.n; i++) {
+        if (cp.c[i].op == PCOLL_ALL_GATHER && cp.c[i].phase == CPHASE_FORWARD) ag_fwd += cp.c[i].payload_bytes;
+        if (cp.c[i].op == PCOLL_REDUCE_SCATTER) { rs += cp.c[i].payload_bytes; rs_n += cp.c[i].count; }
+    }
+    cr_expect_eq(ag_fwd, 3828736.0, "all-gathers in forward %.0f", ag_fwd);
+    cr_expect_eq(rs, 65536.0, "reduce-scatters %.0f", rs);
+    cr_expect_eq(rs_n, 4, "one per block, none for the all-frozen root: %.0f", rs_n);
+    MemResult r;
+    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &r), 0);
+    cr_expect_eq(r.ms_params, 1914368.0, "every parameter's shard: %.0f", r.ms_params);
+    cr_expect_eq(r.ms_grads, 32768.0, "the adapters' gradient shards: %.0f", r.ms_grads);
+    plan_model_free(&m);
+}
