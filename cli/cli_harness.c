@@ -1,5 +1,6 @@
 /* cli_harness.c — running bench/torch/harness.py and reading its results (see cli_harness.h). */
 #include "cli_harness.h"
+#include "plan_lora.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -309,7 +310,7 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         argv[n_argv - 3] = NULL;
     }
     /* PEFT LoRA: --lora R --lora-alpha A --lora-dropout P [--lora-targets LIST] after the rest */
-    const char *full[sizeof argv / sizeof argv[0] + 8];
+    const char *full[sizeof argv / sizeof argv[0] + 10];
     size_t k = 0;
     for (; k < n_argv && argv[k]; k++) full[k] = argv[k];
     char rank[24], alpha[32], ldrop[32];
@@ -321,6 +322,8 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         full[k++] = "--lora-dropout"; full[k++] = ldrop;
         if (s->ft.targets[0]) { full[k++] = "--lora-targets"; full[k++] = s->ft.targets; }
     }
+    char fzl[32];
+    if (s->ft.freeze != FREEZE_NONE) { full[k++] = "--freeze"; full[k++] = plan_freeze_label(&s->ft, fzl, sizeof fzl); }
     full[k] = NULL;
     unlink(out_json);
     char why[PATH_MAX + 128] = "";
@@ -519,6 +522,11 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
         s->ft.dropout = cli_harness_num(lo, "dropout", 0);
         snprintf(s->ft.targets, sizeof s->ft.targets, "%s", cli_harness_str(lo, "targets", ""));
         if (s->ft.rank < 1) { snprintf(err, errlen, "setup.lora.rank %d is not a rank >= 1", s->ft.rank); return -1; }
+    }
+    const char *fz = cli_harness_str(su, "freeze", "none");   /* absent: nothing frozen */
+    if (plan_freeze_parse(fz, &s->ft)) {
+        snprintf(err, errlen, "setup.freeze '%s' (valid: none, embeddings, all-but-last:N)", fz);
+        return -1;
     }
     return ds_zero_of(su, s, err, errlen);
 }

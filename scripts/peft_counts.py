@@ -45,32 +45,6 @@ CASES = [
 ]
 
 
-def freeze(model, spec, blocks):
-    """memplan --freeze: embeddings = the input embeddings (a tied head with them); all-but-last:N
-    = every parameter outside the last N blocks and the layers after them (final norm, head; a
-    head tied to the embeddings stays frozen with them)."""
-    if spec == "embeddings":
-        for p in model.get_input_embeddings().parameters():
-            p.requires_grad_(False)
-        return
-    n = int(spec.split(":")[1])
-    keep = set()
-    for b in blocks[len(blocks) - n:]:
-        keep.update(id(p) for p in b.parameters())
-    after = False
-    names = [nm for nm, _ in model.named_parameters()]
-    last_block_params = {id(p) for p in blocks[-1].parameters()}
-    for nm, p in model.named_parameters():
-        if id(p) in last_block_params:
-            after = True
-        elif after:
-            keep.add(id(p))
-    emb = {id(p) for p in model.get_input_embeddings().parameters()}
-    for p in model.parameters():
-        p.requires_grad_(id(p) in keep and id(p) not in emb)
-    del names
-
-
 def count(name, rank, targets, frz):
     import torch
     import models
@@ -86,7 +60,7 @@ def count(name, rank, targets, frz):
             kw["target_modules"] = targets.split(",")
         model = get_peft_model(model, LoraConfig(**kw))
     else:
-        freeze(model, frz, spec.block_modules())
+        models.freeze(model, frz, spec.block_modules())
     if rank:   # PeftModel's own count (print_trainable_parameters)
         trainable, total = model.get_nb_trainable_parameters()
     else:      # the same sums over model.parameters() (a tied tensor once)

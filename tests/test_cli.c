@@ -295,3 +295,24 @@ Test(cli, plan_json_should_carry_comm_and_time_per_strategy) {
     }
     cJSON_Delete(j);
 }
+
+/* Fine-tuning flags: bad values in one line naming them and the valid ones; the strategies whose
+   frozen-parameter rules are not written are refused by name; the header prints PEFT's counts. */
+Test(cli, lora_and_freeze_flags_should_refuse_bad_values_and_print_trainable_counts) {
+    expect_usage_error("--model gpt2 --lora 0", "--lora '0' is not a rank in [1, 65536]");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets q_proj", "'q_proj' is not a module of gpt2 (valid: all-linear, or a comma list of c_attn, c_proj, c_fc)");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets c_attn,,c_fc", "--lora-targets 'c_attn,,c_fc'");
+    expect_usage_error("--model gpt2 --lora-alpha 16", "--lora-alpha sets LoRA: add --lora R");
+    expect_usage_error("--model gpt2 --quant-base nf4", "--quant-base nf4 stores a frozen LoRA base: add --lora R");
+    expect_usage_error("--model gpt2 --lora 8 --quant-base fp4", "unknown --quant-base 'fp4' (valid: none, bf16, int8, nf4)");
+    expect_usage_error("--model gpt2 --freeze head", "unknown --freeze 'head' (valid: none, embeddings, all-but-last:N");
+    expect_usage_error("--model gpt2 --freeze all-but-last:13", "all-but-last:13: gpt2 has 12 blocks");
+    expect_usage_error("--model gpt2 --lora 8 --freeze embeddings", "give one of them");
+    expect_usage_error("--model gpt2 --lora 8 --strategy zero3", "--strategy zero3 with --lora/--freeze");
+    expect_usage_error("--params 7e9 --lora 8", "its parameter tensors are not known");
+    cr_expect_eq(run("--model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"), 0, "%s", out);
+    cr_expect(strstr(out, "# trainable: 8,388,608 of 6,746,804,224 parameters") != NULL, "%s", out);
+    cr_expect(strstr(out, "zero3") == NULL && strstr(out, "fsdp-full") != NULL, "ZeRO-3 left out, FSDP2 planned: %s", out);
+    cr_expect_eq(run("--model gpt2-mini --gpus 2 --lora 8 --json"), 0, "%s", out);
+    cr_expect(strstr(out, "\"trainable_params\":\t16384") != NULL, "%s", out);
+}

@@ -205,3 +205,24 @@ Test(plan_lora, fsdp2_should_gather_frozen_parameters_and_reduce_only_the_adapte
     cr_expect_eq(r.ms_grads, 32768.0, "the adapters' gradient shards: %.0f", r.ms_grads);
     plan_model_free(&m);
 }
+
+/* --freeze all-but-last:1: autograd records nothing before the first trainable parameter, so the
+   embeddings and the frozen blocks save no activations; the last block saves as in full
+   fine-tuning; the tied head, frozen with the embeddings, saves no input. */
+Test(plan_lora, blocks_frozen_before_the_trainable_ones_should_save_nothing) {
+    ModelSpec full = zoo("gpt2-mini"), fz = zoo("gpt2-mini");
+    TrainSpec t0, t;
+    lora_spec(&t0, 0, "", "");
+    lora_spec(&t, 0, "", "all-but-last:1");
+    cr_assert_eq(plan_finetune_apply(&fz, &t, msg, sizeof msg), 0, "%s", msg);
+    ActInputs in = {2, 128, 0};
+    for (int i = 0; i < 4; i++)   /* embeddings, blocks 0..2 */
+        cr_expect_eq(plan_act_layer_bytes(&fz, i, &t, &in), 0, "layer %d", i);
+    cr_expect_eq(plan_act_layer_bytes(&fz, 4, &t, &in), plan_act_layer_bytes(&full, 4, &t0, &in), "the last block");
+    int head = fz.n_layers - 1;
+    cr_expect_eq(plan_act_layer_bytes(&full, head, &t0, &in) - plan_act_layer_bytes(&fz, head, &t, &in), 2 * 128 * 4 * 128.0,
+                 "the frozen tied head saves no input");
+    cr_expect_eq((double)plan_model_params(&fz), 198528.0, "PEFT-side count (peft_counts.json)");
+    plan_model_free(&full);
+    plan_model_free(&fz);
+}

@@ -93,6 +93,8 @@ def parse_args(argv):
     p.add_argument("--lora-targets", default="",
                    help="comma list of module names or all-linear; default PEFT's for the model type")
     p.add_argument("--lora-dropout", type=float, default=0.0)
+    p.add_argument("--freeze", default="none",
+                   help="without --lora: none, embeddings or all-but-last:N (models.freeze)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
     p.add_argument("--measure", default=None,
@@ -124,6 +126,12 @@ def parse_args(argv):
         check("act-ckpt", a.act_ckpt, ("none", "full", "every:N"))
     check("attn", a.attn, ("eager", "sdpa"))
     check("zero-grad", a.zero_grad, ("none", "zeros"))
+    fz = a.freeze.split(":", 1)
+    if not (a.freeze in ("none", "embeddings") or (fz[0] == "all-but-last" and len(fz) == 2 and fz[1].isdigit()
+                                                  and int(fz[1]) >= 1)):
+        raise SetupError(f"--freeze {a.freeze}: valid values are none, embeddings, all-but-last:N (N >= 1)")
+    if a.freeze != "none" and a.lora:
+        raise SetupError("--freeze and --lora: a LoRA model's base is frozen already; give one of them")
     check("loop", a.loop, ("hf", "common"))
     check("fsdp-grad-sync", a.fsdp_grad_sync, ("every", "last"))
     check("grad-as-bucket-view", a.grad_as_bucket_view, (0, 1))
@@ -572,6 +580,8 @@ def run(a, rank, world):
         lora = {"rank": a.lora, "alpha": kw["lora_alpha"], "dropout": a.lora_dropout,
                 "targets": a.lora_targets, "peft": peft.__version__,
                 "target_modules": sorted(model.peft_config["default"].target_modules)}
+    if a.freeze != "none":
+        models.freeze(model, a.freeze, spec.block_modules())
     spec.model = model
     n_params = models.param_count(model)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -816,7 +826,7 @@ def run(a, rank, world):
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
                   "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
-                  "lora": lora,
+                  "lora": lora, "freeze": a.freeze,
                   "measure": a.measure, "device": a.device, "backend": target.backend},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
