@@ -262,20 +262,20 @@ static int resolve_finetune(CliSetup *s) {
     if (!plan_finetune_on(ft) || !s->have_model) return 0;
     if (s->train.impl == IMPL_ENGINE)
         return cli_usage_error("--lora / --freeze: memplan's engine trains every parameter; use --impl pytorch");
-    unsigned unplanned = 0;   /* ZeRO-3 (and FSDP1's flat parameters) with frozen parameters */
+    unsigned unplanned = 0;   /* FSDP1's flat parameters with frozen parameters */
     for (int k = 0; k < STRAT_COUNT; k++)
-        if ((plan_strategy((StrategyKind)k)->shard & SHARD_PARAM) &&
-            (plan_strategy_is_deepspeed((StrategyKind)k) || s->train.fsdp_impl == 1))
+        if ((plan_strategy((StrategyKind)k)->shard & SHARD_PARAM) && !plan_strategy_is_deepspeed((StrategyKind)k) &&
+            s->train.fsdp_impl == 1)
             unplanned |= 1u << k;
     if (cli_setup_given(s, "strategy") && (s->strategies & unplanned)) {
         for (int k = 0; k < STRAT_COUNT; k++)
             if (s->strategies & unplanned & (1u << k))
-                return cli_usage_error("--strategy %s with --lora/--freeze: frozen parameters under ZeRO-3 and FSDP1 "
-                                       "(--fsdp 1) are not planned yet (valid: ddp, zero1, zero2, and with --fsdp 2 "
-                                       "fsdp-full, fsdp-grad-op, fsdp-hybrid)", plan_strategy((StrategyKind)k)->name);
+                return cli_usage_error("--strategy %s with --lora/--freeze under --fsdp 1: FSDP1's flat parameters with "
+                                       "frozen ones are not planned (valid: --fsdp 2, or ddp, zero1, zero2, zero3)",
+                                       plan_strategy((StrategyKind)k)->name);
     }
     s->strategies &= ~unplanned;
-    if (!s->strategies) return cli_usage_error("--lora/--freeze: no strategy left to plan (valid: ddp, zero1, zero2, fsdp-full, fsdp-grad-op, fsdp-hybrid)");
+    if (!s->strategies) return cli_usage_error("--lora/--freeze: no strategy left to plan (valid: ddp, zero1, zero2, zero3, fsdp-* with --fsdp 2)");
     char err[512];
     if (plan_finetune_apply(&s->model, &s->train, err, sizeof err)) return cli_usage_error("%s", err);
     return 0;

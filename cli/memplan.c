@@ -21,6 +21,7 @@
 #include "cli_output.h"
 #include "cli_setup.h"
 #include "cli_torch.h"
+#include "plan_lora.h"
 #include "plan_auto.h"
 #include "plan_load.h"
 #include "plan_plan.h"
@@ -329,6 +330,12 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if ((rc = cli_auto_apply(&o.offload, &s, &o.auto_spec, auto_mode))) {
         cli_setup_free(&s);
         return rc;
+    }
+    if (o.emit && plan_finetune_on(&s.train.ft)) {   /* a config without the PEFT wrapping would train everything */
+        cli_setup_free(&s);
+        return cli_usage_error("--emit %s with --lora/--freeze: the PEFT wrapping and frozen parameters are not emitted "
+                               "yet (the %s would train every parameter); run auto without --emit",
+                               EMITS[o.emit].name, EMITS[o.emit].prints);
     }
     if (o.emit && (s.json || o.trace || o.plot)) {
         cli_setup_free(&s);

@@ -177,6 +177,21 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
                (X + plan_act_dropout_bytes(t, t->ft.dropout, X)) * (double)l->lora_drop_tok;
     double h = (double)m->d_model;
     if (l->grad_frontier == 2) d -= norm_bytes(m, p->param_bytes, h);
+    /* autocast casts a frozen weight at every call and caches none (autocast_mode.cpp
+       cached_cast caches leaves that require grad only); the matmul saves the copy for its
+       input's gradient until the layer's backward: X per frozen projection element (not the
+       first block's attention inputs, whose matmuls need no gradient). Measured with saved-
+       tensor hooks on llama-mini + LoRA under CPU autocast. Per micro-batch, not per token. */
+    double casts = 0;
+    if (p->autocast)
+        for (int k = 0; k < l->n_frozen; k++) {
+            int mod = l->frozen_mod[k];
+            if (PLAN_MOD_ID(mod) == PLAN_MOD_NONE || (l->grad_frontier == 2 && plan_module_group(mod) == 1)) continue;
+            casts += (double)l->frozen_elems[k];
+        }
+    /* a head tied to frozen embeddings: F.linear(x, wte) casts the shared weight the same way */
+    if (p->autocast && l->kind == LAYER_HEAD && m->tied_embeddings && l->params == 0 && l->act_unsaved_tok > 0)
+        casts += (double)m->vocab * h;
     /* LlamaRMSNorm's last product, weight * normed: with the weight frozen it saves the weight
        only (derivatives.yaml mul: self is saved when other requires grad), not the normalised
        tensor (R·h per token per norm; measured with saved-tensor hooks on llama-mini + LoRA) */
@@ -187,7 +202,7 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
         if (l->grad_frontier == 2 && norms > 0) norms--;   /* the first norm: dropped whole above */
         d -= norms * p->param_bytes * h;
     }
-    return bs * d;
+    return bs * d + X * casts;
 }
 
 double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {

@@ -96,7 +96,9 @@ static void model_states(StepCtx *x) {
         /* every tensor's ds_tensor, and the persistent ones whole in their padded all-gather
            buffer (docs/formulas.md "DeepSpeed ZeRO-3 persistent tensors") */
         x->o_part = x->ds.shard;
-        if (!plan_offload_params_on_host(t, x->sk)) x->params_steady = (x->ds.shard + x->ds.persist_padded) * p->param_bytes;
+        if (!plan_offload_params_on_host(t, x->sk))
+            x->params_steady = (x->ds.shard + x->ds.persist_padded + x->ds.frozen_shard + x->ds.frozen_persist_padded) *
+                               p->param_bytes;
         if (!plan_offload_grads_to_host(t, x->sk)) x->grads_steady = x->ds.shard * p->grad_bytes;
         if (x->opt_on_gpu) x->opt_steady = x->o_part * state_b;
     }

@@ -308,11 +308,12 @@ Test(cli, lora_and_freeze_flags_should_refuse_bad_values_and_print_trainable_cou
     expect_usage_error("--model gpt2 --freeze head", "unknown --freeze 'head' (valid: none, embeddings, all-but-last:N");
     expect_usage_error("--model gpt2 --freeze all-but-last:13", "all-but-last:13: gpt2 has 12 blocks");
     expect_usage_error("--model gpt2 --lora 8 --freeze embeddings", "give one of them");
-    expect_usage_error("--model gpt2 --lora 8 --strategy zero3", "--strategy zero3 with --lora/--freeze");
+    expect_usage_error("--model gpt2 --lora 8 --fsdp 1 --strategy fsdp-full", "--strategy fsdp-full with --lora/--freeze under --fsdp 1");
     expect_usage_error("--params 7e9 --lora 8", "its parameter tensors are not known");
+    expect_usage_error("auto --model gpt2 --lora 8 --emit deepspeed", "--emit deepspeed with --lora/--freeze");
     cr_expect_eq(run("--model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"), 0, "%s", out);
     cr_expect(strstr(out, "# trainable: 8,388,608 of 6,746,804,224 parameters") != NULL, "%s", out);
-    cr_expect(strstr(out, "zero3") == NULL && strstr(out, "fsdp-full") != NULL, "ZeRO-3 left out, FSDP2 planned: %s", out);
+    cr_expect(strstr(out, "zero3 ") != NULL && strstr(out, "fsdp-full") != NULL, "ZeRO-3 and FSDP2 planned: %s", out);
     cr_expect_eq(run("--model gpt2-mini --gpus 2 --lora 8 --json"), 0, "%s", out);
     cr_expect(strstr(out, "\"trainable_params\":\t16384") != NULL, "%s", out);
 }

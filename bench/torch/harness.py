@@ -317,6 +317,11 @@ class States:
         for p in self.model.parameters():
             if hasattr(p, "ds_tensor"):
                 add("params", p.ds_tensor)
+                # ZeRO-3 keeps a persistent parameter (numel below stage3_param_persistence_
+                # threshold) whole besides its partition; the optimizer's groups name the
+                # trainable ones' full tensors, a frozen one's is named only here
+                if getattr(p, "ds_persist", False) and p.data.numel() > 0:
+                    add("params", p.data)
                 if p.ds_tensor.grad is not None:
                     add("grads", p.ds_tensor.grad)
             else:
