@@ -95,7 +95,7 @@ static void model_modules(const ModelSpec *m, char *buf, size_t len) {
     for (int i = 0; i < m->n_layers; i++)
         for (int k = 0; k < m->layers[i].n_tensors; k++) {
             int id = PLAN_MOD_ID(m->layers[i].tensor_mod[k]);
-            if (id == PLAN_MOD_NONE || seen[id]) continue;
+            if (id == PLAN_MOD_NONE || id == PLAN_MOD_LM_HEAD || seen[id]) continue;   /* the head: named, never a default */
             const char *nm = plan_module_name(id);
             int dup = 0;
             for (int j = 1; j < PLAN_MOD_COUNT; j++) dup |= seen[j] && strcmp(plan_module_name(j), nm) == 0;
@@ -120,6 +120,7 @@ static int check_targets(const ModelSpec *m, const char *targets, char *msg, siz
         return -1;
     }
     if (strcmp(targets, "all-linear") == 0) return 0;
+    strncat(have, ", lm_head", sizeof have - strlen(have) - 1);   /* PEFT adapts a head named outright */
     for (const char *p = targets; *p;) {
         const char *e = strchr(p, ',');
         size_t k = e ? (size_t)(e - p) : strlen(p);
@@ -238,12 +239,30 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
             }
             lora_activations(l, &g, autocast, f->rank);
         }
+        if (plan_model_params(m) == 0) {   /* PEFT: "Target modules ... not found in the base model" */
+            snprintf(msg, len, "--lora-targets %s matches no module of %s", g.targets, m->name);
+            return -1;
+        }
     } else if (f->freeze == FREEZE_EMBEDDINGS) {
         /* model.get_input_embeddings().requires_grad_(False): the token table (a head tied to
            it with it); position tables stay trainable */
-        for (int i = 0; i < m->n_layers; i++)
-            if (m->layers[i].kind == LAYER_EMBED && m->layers[i].n_tensors > 0) { freeze_tensor(&m->layers[i], 0); break; }
+        int done = 0;
+        for (int i = 0; i < m->n_layers && !done; i++)
+            if (m->layers[i].kind == LAYER_EMBED && m->layers[i].n_tensors > 0) { freeze_tensor(&m->layers[i], 0); done = 1; }
+        if (!done) {
+            if (blocks > 0)
+                snprintf(msg, len, "--freeze embeddings: %s has no token embeddings (valid there: none, or all-but-last:N "
+                         "with N from 1 to %d)", m->name, blocks);
+            else
+                snprintf(msg, len, "--freeze embeddings: %s has no token embeddings (valid there: none)", m->name);
+            return -1;
+        }
     } else {
+        if (blocks == 0) {
+            snprintf(msg, len, "--freeze all-but-last:%d: %s has no transformer blocks to keep (valid: none, or "
+                     "embeddings for a model with token embeddings)", f->freeze_n, m->name);
+            return -1;
+        }
         if (f->freeze_n > blocks) {
             snprintf(msg, len, "--freeze all-but-last:%d: %s has %d blocks (valid: all-but-last:1 .. all-but-last:%d)",
                      f->freeze_n, m->name, blocks, blocks);

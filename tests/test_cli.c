@@ -310,6 +310,10 @@ Test(cli, lora_and_freeze_flags_should_refuse_bad_values_and_print_trainable_cou
     expect_usage_error("--model gpt2 --lora 8 --freeze embeddings", "give one of them");
     expect_usage_error("--model gpt2 --lora 8 --fsdp 1 --strategy fsdp-full", "--strategy fsdp-full with --lora/--freeze under --fsdp 1");
     expect_usage_error("--params 7e9 --lora 8", "its parameter tensors are not known");
+    expect_usage_error("--model resnet50 --freeze embeddings", "resnet50 has no token embeddings (valid there: none)");
+    expect_usage_error("--model tests/data/hf/pythia-160m.json --lora 8 --lora-targets all-linear",
+                       "does not know the projection names of pythia-160m");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets lm_head", "--lora-targets lm_head matches no module of gpt2");
     expect_usage_error("auto --model gpt2 --lora 8 --emit deepspeed", "--emit deepspeed with --lora/--freeze");
     cr_expect_eq(run("--model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"), 0, "%s", out);
     cr_expect(strstr(out, "# trainable: 8,388,608 of 6,746,804,224 parameters") != NULL, "%s", out);
