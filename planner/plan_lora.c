@@ -120,7 +120,10 @@ static int check_targets(const ModelSpec *m, const char *targets, char *msg, siz
         return -1;
     }
     if (strcmp(targets, "all-linear") == 0) return 0;
-    strncat(have, ", lm_head", sizeof have - strlen(have) - 1);   /* PEFT adapts a head named outright */
+    int head = 0;   /* an untied head: PEFT adapts it when named outright */
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_tensors; k++) head |= PLAN_MOD_ID(m->layers[i].tensor_mod[k]) == PLAN_MOD_LM_HEAD;
+    if (head) strncat(have, ", lm_head", sizeof have - strlen(have) - 1);
     for (const char *p = targets; *p;) {
         const char *e = strchr(p, ',');
         size_t k = e ? (size_t)(e - p) : strlen(p);
