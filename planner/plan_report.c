@@ -82,6 +82,12 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
 static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
                "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
+    if (plan_model_frozen(m) > 0) {
+        char a[32], b[32];
+        fprintf(f, "# gradient reductions (and ZeRO-1/2's step all-gather) carry the %s trainable parameters only: the %s "
+                "frozen ones are never reduced; FSDP's and ZeRO-3's parameter all-gathers move every parameter\n",
+                plan_fmt_count(plan_model_params(m), a, sizeof a), plan_fmt_count(plan_model_frozen(m), b, sizeof b));
+    }
     fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "strategy", "collective", "phase",
             "count", "payload", "wire", "ranks", "time", "what");
     fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "-", "-", "-", "calls", "GiB", "GiB",
