@@ -4,6 +4,7 @@
  * when dropout is on (plan_act_dropout_bytes). h hidden, f MLP width, a heads, s sequence.
  * Derivations: docs/formulas.md. */
 #include "plan_activ.h"
+#include "plan_lora.h"
 
 static int is_transformer(const ModelSpec *m) {
     return m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
@@ -176,7 +177,19 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
     double d = -X * (double)l->act_unsaved_tok + X * (double)l->lora_r_tok +
                (X + plan_act_dropout_bytes(t, t->ft.dropout, X)) * (double)l->lora_drop_tok;
     double h = (double)m->d_model;
-    if (l->grad_frontier == 2) d -= norm_bytes(m, p->param_bytes, h);
+    if (l->grad_frontier == 2) {
+        d -= norm_bytes(m, p->param_bytes, h);
+        /* the adapters on its attention input: their dropout's input needs no gradient, so the
+           dropout keeps no mask or noise (A still saves its output) */
+        double M = plan_act_dropout_bytes(t, t->ft.dropout, X);
+        for (int k = 0; k < l->n_frozen && M > 0; k++) {
+            int mod = l->frozen_mod[k];
+            if (plan_module_group(mod) != 1 || !plan_lora_adapts(m, &t->ft, mod)) continue;
+            int64_t fin, fout;
+            plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &fin, &fout);
+            d -= M * (double)fin;
+        }
+    }
     /* autocast casts a frozen weight at every call and caches none (autocast_mode.cpp
        cached_cast caches leaves that require grad only); the matmul saves the copy for its
        input's gradient until the layer's backward: X per frozen projection element (not the

@@ -87,6 +87,10 @@ static int targeted(const char *targets, int mod) {
     return 0;
 }
 
+int plan_lora_adapts(const ModelSpec *m, const FinetuneSpec *f, int mod) {
+    return f->rank > 0 && targeted(f->targets[0] ? f->targets : plan_lora_default_targets(m->family), mod);
+}
+
 /* The names of the projections m has, for messages. */
 static void model_modules(const ModelSpec *m, char *buf, size_t len) {
     int seen[PLAN_MOD_COUNT] = {0};

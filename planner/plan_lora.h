@@ -24,6 +24,9 @@ const char *plan_lora_default_targets(const char *family);
 /* The targets t's LoRA resolves to for m (its --lora-targets or the default), in buf. */
 const char *plan_lora_targets(const ModelSpec *m, const FinetuneSpec *f, char *buf, size_t len);
 
+/* 1 when f's LoRA (its targets, or PEFT's default for m) adapts module mod (a PlanModule). */
+int plan_lora_adapts(const ModelSpec *m, const FinetuneSpec *f, int mod);
+
 /* Applies t->ft to m (LoRA adapters added as trainable tensors, the base frozen; or --freeze),
    with the activation changes for t's precision. 0, or -1 with msg naming the bad value and
    the valid ones (a target no module has, a model without named projections). m unchanged
