@@ -6,8 +6,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "plan_lora.h"
 #include "plan_util.h"
 
 void plan_auto_defaults(AutoSpec *a) {
@@ -208,8 +210,51 @@ static int anything_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
     return 0;
 }
 
+/* A full fine-tune that fits nowhere: would QLoRA (PEFT LoRA r=16 on PEFT's default targets over
+   an NF4 base, plan_lora.c) fit this cluster as it is? Then it is named with its smallest peak, as
+   a different training (the base frozen), after the changes that keep the full fine-tune. */
+static void qlora_fix(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c0, const AutoSpec *a,
+                      AutoResult *out, size_t *n) {
+    if (plan_finetune_on(&base->ft) || *n >= sizeof(out->fix) - 96 || m->n_layers == 0) return;
+    ModelSpec q = *m;
+    q.layers = malloc(sizeof(LayerSpec) * (size_t)m->n_layers);
+    if (!q.layers) return;
+    memcpy(q.layers, m->layers, sizeof(LayerSpec) * (size_t)m->n_layers);
+    q.cap_layers = m->n_layers;
+    TrainSpec tq = *base;
+    tq.ft.rank = 16;
+    tq.ft.alpha = 16;
+    tq.ft.quant = QUANT_NF4;
+    char err[256];
+    double best = -1;
+    if (plan_finetune_apply(&q, &tq, err, sizeof err) == 0) {
+        ClusterSpec cm = *c0;
+        cm.gpu.mem_bytes -= plan_auto_margin(a, c0->gpu.mem_bytes);
+        for (int k = 0; k < STRAT_COUNT; k++)
+            for (int o = 0; o < OFFLOAD_COUNT; o++) {
+                if (!(a->strategies & (1u << k)) || !(a->offloads & (1u << o)) ||
+                    !plan_strategy_offloads((StrategyKind)k, o) || plan_strategy((StrategyKind)k)->shard & SHARD_PARAM)
+                    continue;   /* the strategies --lora plans on every --fsdp (ddp, zero1/2) */
+                for (int p = 0; p < PREC_COUNT; p++) {
+                    if (!regime_ok(a, base, c0, (StrategyKind)k, p)) continue;
+                    TrainSpec t = cheapest(&q, &tq, c0, a);
+                    t.offload = (OffloadKind)o;
+                    t.precision = (PrecisionKind)p;
+                    MemResult r;
+                    if (plan_memory(&q, &t, &cm, (StrategyKind)k, &r) == 0 && r.fits && (best < 0 || r.peak < best))
+                        best = r.peak;
+                }
+            }
+    }
+    free(q.layers);
+    if (best < 0) return;
+    char b[32];
+    *n += (size_t)snprintf(out->fix + *n, sizeof(out->fix) - *n, "%sQLoRA instead of a full fine-tune "
+                           "(--lora 16 --quant-base nf4: peak %s)", *n ? "; " : "", plan_fmt_bytes(best, b, sizeof b));
+}
+
 /* Nothing fits: the changes that would, cheapest first (host memory, more GPUs, a larger GPU,
-   a shorter sequence). */
+   a shorter sequence), then QLoRA. */
 static void nothing_fits(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c0,
                          const AutoSpec *a, AutoResult *out) {
     char a1[32];
@@ -271,6 +316,7 @@ static void nothing_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
             }
         }
     }
+    qlora_fix(m, base, c0, a, out, &n);
     if (!n) snprintf(out->fix, sizeof(out->fix), "none of more GPUs (up to 65536), a larger GPU preset or a shorter sequence");
 }
 

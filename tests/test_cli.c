@@ -318,6 +318,9 @@ Test(cli, lora_and_freeze_flags_should_refuse_bad_values_and_print_trainable_cou
     cr_expect_eq(run("--model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"), 0, "%s", out);
     cr_expect(strstr(out, "# trainable: 8,388,608 of 6,746,804,224 parameters") != NULL, "%s", out);
     cr_expect(strstr(out, "zero3 ") != NULL && strstr(out, "fsdp-full") != NULL, "ZeRO-3 and FSDP2 planned: %s", out);
+    /* auto: a full fine-tune that fits nowhere names QLoRA as a change, with its peak */
+    cr_expect_eq(run("auto --model llama2-13b --gpus 1 --gpu-mem 24GiB"), 0, "%s", out);
+    cr_expect(strstr(out, "QLoRA instead of a full fine-tune (--lora 16 --quant-base nf4: peak ") != NULL, "%s", out);
     cr_expect_eq(run("--model gpt2-mini --gpus 2 --lora 8 --json"), 0, "%s", out);
     cr_expect(strstr(out, "\"trainable_params\":\t16384") != NULL, "%s", out);
 }
