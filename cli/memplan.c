@@ -233,6 +233,10 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
         fflush(stdout);            /* the config first, then the prediction on stderr */
         plan_auto_prediction(stderr, &s->cluster, &r);
+        if (plan_finetune_on(&s->train.ft)) {   /* the config has no trainable subset: the model code sets it */
+            fprintf(stderr, "# the trainable subset is the model's: in train.py, before deepspeed.initialize:\n");
+            plan_auto_finetune_code(stderr, &s->model, &s->train);
+        }
         free(txt);
         return 0;
     }
@@ -330,12 +334,6 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if ((rc = cli_auto_apply(&o.offload, &s, &o.auto_spec, auto_mode))) {
         cli_setup_free(&s);
         return rc;
-    }
-    if (o.emit && plan_finetune_on(&s.train.ft)) {   /* a config without the PEFT wrapping would train everything */
-        cli_setup_free(&s);
-        return cli_usage_error("--emit %s with --lora/--freeze: the PEFT wrapping and frozen parameters are not emitted "
-                               "yet (the %s would train every parameter); run auto without --emit",
-                               EMITS[o.emit].name, EMITS[o.emit].prints);
     }
     if (o.emit && (s.json || o.trace || o.plot)) {
         cli_setup_free(&s);

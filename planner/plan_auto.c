@@ -792,6 +792,52 @@ static void torch_fsdp1(FILE *f, const AutoResult *r, const char *blk, const cha
         fprintf(f, "# non-final micro-steps under `with model.no_sync():`  # --fsdp-grad-sync last\n");
 }
 
+void plan_auto_finetune_code(FILE *f, const ModelSpec *m, const TrainSpec *t) {
+    const FinetuneSpec *ft = &t->ft;
+    if (ft->rank > 0) {
+        char tg[160];
+        plan_lora_targets(m, ft, tg, sizeof tg);
+        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8)
+            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s)) "
+                    "and call peft.prepare_model_for_kbit_training(model) first\n", plan_quant_name(ft->quant),
+                    ft->quant == QUANT_NF4 ? "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, "
+                                             "bnb_4bit_compute_dtype=torch.bfloat16" : "load_in_8bit=True");
+        else if (ft->quant == QUANT_BF16)
+            fprintf(f, "# --quant-base bf16: load the base with torch_dtype=torch.bfloat16\n");
+        fprintf(f, "from peft import LoraConfig, get_peft_model\n");
+        fprintf(f, "model = get_peft_model(model, LoraConfig(r=%d, lora_alpha=%g, lora_dropout=%g, target_modules=",
+                ft->rank, ft->alpha, ft->dropout);
+        if (strcmp(tg, "all-linear") == 0) fprintf(f, "\"all-linear\"");
+        else {
+            fputc('[', f);
+            for (const char *p = tg; *p;) {
+                const char *e = strchr(p, ',');
+                int k = e ? (int)(e - p) : (int)strlen(p);
+                fprintf(f, "%s\"%.*s\"", p == tg ? "" : ", ", k, p);
+                p += k + (e ? 1 : 0);
+            }
+            fputc(']', f);
+        }
+        fprintf(f, "))  # --lora %d\n", ft->rank);
+    } else if (ft->freeze == FREEZE_EMBEDDINGS) {
+        fprintf(f, "model.get_input_embeddings().requires_grad_(False)  # --freeze embeddings\n");
+    } else if (ft->freeze == FREEZE_ALL_BUT_LAST) {
+        const char *blk = "BLOCK";
+        for (size_t i = 0; i < sizeof(BLOCKS) / sizeof(BLOCKS[0]); i++)
+            if (strcmp(m->family, BLOCKS[i].family) == 0) blk = BLOCKS[i].cls;
+        fprintf(f, "# --freeze all-but-last:%d: train the last %d blocks and what follows them\n"
+                   "blocks = [m for m in model.modules() if isinstance(m, %s)]\n"
+                   "keep = {id(p) for b in blocks[-%d:] for p in b.parameters()}\n"
+                   "last = {id(p) for p in blocks[-1].parameters()}; after = False\n"
+                   "for _, p in model.named_parameters():\n"
+                   "    after = after or id(p) in last\n"
+                   "    if after and id(p) not in last: keep.add(id(p))\n"
+                   "emb = {id(p) for p in model.get_input_embeddings().parameters()}\n"
+                   "for p in model.parameters(): p.requires_grad_(id(p) in keep and id(p) not in emb)\n",
+                ft->freeze_n, ft->freeze_n, blk, ft->freeze_n);
+    }
+}
+
 void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
     if (!r->found) { fprintf(f, "# nothing fits: no launch configuration\n"); return; }
     int64_t nodes = plan_cluster_nodes(c);
@@ -815,6 +861,7 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     if (bn) fprintf(f, "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before wrapping\n");
     if (p->master_bytes == 0 && p->param_bytes == 2)   /* pure 16-bit: params, grads and Adam states */
         fprintf(f, "model = model.to(%s)  # --precision %s\n", dt, p->name);
+    plan_auto_finetune_code(f, m, &r->train);   /* the trainable subset, before wrapping */
     if (!fsdp1) torch_ckpt(f, &r->train, blk, mod && transformer);   /* before sharding */
     switch (r->strategy) {
     case STRAT_DDP:

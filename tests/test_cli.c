@@ -314,7 +314,9 @@ Test(cli, lora_and_freeze_flags_should_refuse_bad_values_and_print_trainable_cou
     expect_usage_error("--model tests/data/hf/pythia-160m.json --lora 8 --lora-targets all-linear",
                        "does not know the projection names of pythia-160m");
     expect_usage_error("--model gpt2 --lora 8 --lora-targets lm_head", "'lm_head' is not a module of gpt2 (valid: all-linear, or a comma list of c_attn, c_proj, c_fc)");
-    expect_usage_error("auto --model gpt2 --lora 8 --emit deepspeed", "--emit deepspeed with --lora/--freeze");
+    cr_expect_eq(run("auto --model gpt2 --gpus 2 --lora 8 --lora-targets c_attn,c_fc --emit torch"), 0, "%s", out);
+    cr_expect(strstr(out, "model = get_peft_model(model, LoraConfig(r=8, lora_alpha=8, lora_dropout=0, "
+                          "target_modules=[\"c_attn\", \"c_fc\"]))") != NULL, "%s", out);
     cr_expect_eq(run("--model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"), 0, "%s", out);
     cr_expect(strstr(out, "# trainable: 8,388,608 of 6,746,804,224 parameters") != NULL, "%s", out);
     cr_expect(strstr(out, "zero3 ") != NULL && strstr(out, "fsdp-full") != NULL, "ZeRO-3 and FSDP2 planned: %s", out);
