@@ -365,6 +365,15 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     double M = hidden_dropout_bytes(m, t, in->dropout, X);
     double bs = (double)in->b * (double)in->s;
     double ws = bs * (2 * f * X + R * h - M * h);
+    /* a frozen output projection saved no input (plan_lora.c), so its backward's f-wide input
+       gradient replaces nothing: + f·X (unless an adapter reads that input undropped) */
+    int out_frozen = 0, out_saved = 0;
+    for (int k = 0; k < l->n_frozen; k++)
+        if (plan_module_group(l->frozen_mod[k]) == 4) {
+            out_frozen = 1;
+            out_saved |= plan_lora_adapts(m, &t->ft, l->frozen_mod[k]) && t->ft.dropout <= 0;
+        }
+    if (out_frozen && !out_saved) ws += bs * f * X;
     if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
     return ws;
 }
