@@ -1,5 +1,6 @@
 /* cli_harness.c — running bench/torch/harness.py and reading its results (see cli_harness.h). */
 #include "cli_harness.h"
+#include "plan_lora.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -310,10 +311,26 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         argv[n_argv - 4] = argv[n_argv - 2];
         argv[n_argv - 3] = NULL;
     }
+    /* PEFT LoRA: --lora R --lora-alpha A --lora-dropout P [--lora-targets LIST] after the rest */
+    const char *full[sizeof argv / sizeof argv[0] + 10];
+    size_t k = 0;
+    for (; k < n_argv && argv[k]; k++) full[k] = argv[k];
+    char rank[24], alpha[32], ldrop[32];
+    if (s->ft.rank > 0) {
+        snprintf(rank, sizeof rank, "%d", s->ft.rank);
+        snprintf(alpha, sizeof alpha, "%.17g", s->ft.alpha);
+        snprintf(ldrop, sizeof ldrop, "%.17g", s->ft.dropout);
+        full[k++] = "--lora"; full[k++] = rank; full[k++] = "--lora-alpha"; full[k++] = alpha;
+        full[k++] = "--lora-dropout"; full[k++] = ldrop;
+        if (s->ft.targets[0]) { full[k++] = "--lora-targets"; full[k++] = s->ft.targets; }
+    }
+    char fzl[32];
+    if (s->ft.freeze != FREEZE_NONE) { full[k++] = "--freeze"; full[k++] = plan_freeze_label(&s->ft, fzl, sizeof fzl); }
+    full[k] = NULL;
     unlink(out_json);
     char why[PATH_MAX + 128] = "";
     double t0 = now_s();
-    int rc = run_child((char *const *)argv, log, timeout_s, why, sizeof why);
+    int rc = run_child((char *const *)full, log, timeout_s, why, sizeof why);
     *seconds = now_s() - t0;
     char jerr[PATH_MAX + 128];
     cJSON *j = cli_harness_read(out_json, jerr, sizeof jerr);
@@ -505,6 +522,19 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
     const cJSON *sp = cJSON_GetObjectItem(su, "sp");
     s->sp = cJSON_IsTrue(sp);
     if (s->tp < 1 || s->ranks % s->tp) { snprintf(err, errlen, "setup.tp %d must divide setup.ranks %lld", s->tp, s->ranks); return -1; }
+    const cJSON *lo = cJSON_GetObjectItem(su, "lora");   /* null or absent: full fine-tuning */
+    if (cJSON_IsObject(lo)) {
+        s->ft.rank = (int)cli_harness_num(lo, "rank", 0);
+        s->ft.alpha = cli_harness_num(lo, "alpha", 8);
+        s->ft.dropout = cli_harness_num(lo, "dropout", 0);
+        snprintf(s->ft.targets, sizeof s->ft.targets, "%s", cli_harness_str(lo, "targets", ""));
+        if (s->ft.rank < 1) { snprintf(err, errlen, "setup.lora.rank %d is not a rank >= 1", s->ft.rank); return -1; }
+    }
+    const char *fz = cli_harness_str(su, "freeze", "none");   /* absent: nothing frozen */
+    if (plan_freeze_parse(fz, &s->ft)) {
+        snprintf(err, errlen, "setup.freeze '%s' (valid: none, embeddings, all-but-last:N)", fz);
+        return -1;
+    }
     return ds_zero_of(su, s, err, errlen);
 }
 

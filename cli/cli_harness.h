@@ -39,6 +39,7 @@ typedef struct {
     FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
     DsKnobs ds;              /* DeepSpeed's sizes (zero*: the harness's --ds-zero); 0 = its default */
     int tp, sp;              /* the harness's --tp (1: none) and --sp on (setup.tp, setup.sp) */
+    FinetuneSpec ft;         /* PEFT LoRA (the harness's --lora*, setup.lora); rank 0 = none */
 } HarnessSetup;
 
 /* The harness's --ds-zero object for k (only what k sets), as JSON text into buf; "" when k

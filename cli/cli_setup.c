@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "plan_load.h"
+#include "plan_lora.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
 #include "plan_tp.h"
@@ -21,6 +22,7 @@ enum {
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP,
     OPT_CONFIG, OPT_CONFIG_KIND,
     OPT_TP, OPT_SP,
+    OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -68,9 +70,17 @@ static const struct option BASE_OPTIONS[] = {
     {"config-kind", required_argument, 0, OPT_CONFIG_KIND},
     {"tp", required_argument, 0, OPT_TP},
     {"sp", required_argument, 0, OPT_SP},
+    {"lora", required_argument, 0, OPT_LORA},
+    {"lora-alpha", required_argument, 0, OPT_LORA_ALPHA},
+    {"lora-targets", required_argument, 0, OPT_LORA_TARGETS},
+    {"lora-dropout", required_argument, 0, OPT_LORA_DROPOUT},
+    {"freeze", required_argument, 0, OPT_FREEZE},
+    {"quant-base", required_argument, 0, OPT_QUANT},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
+_Static_assert(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0] - 1 <= CLI_GIVEN_MAX, "CLI_GIVEN_MAX: every shared option has a given[] slot");
+
 
 static char *capture;
 static size_t capture_len;
@@ -141,6 +151,19 @@ void cli_print_setup_help(FILE *f) {
         "                         set_to_none=False (zeros: gradients stay allocated across steps)\n"
         "  --autocast cuda|cpu    whose autocast op lists amp-* follows (default cuda; cpu for\n"
         "                         runs on CPU tensors, e.g. checks against PyTorch on CPU ranks)\n"
+        "Fine-tuning (docs/formulas.md \"LoRA and frozen parameters\"):\n"
+        "  --lora R               PEFT LoRA of rank R (1..65536): the base frozen, adapters A (R x in) and\n"
+        "                         B (out x R) trainable on each target module\n"
+        "  --lora-alpha A         lora_alpha (default 8; scales the adapters, no memory)\n"
+        "  --lora-targets LIST    module names (q_proj,v_proj,... c_attn,c_proj,c_fc) or all-linear (every\n"
+        "                         projection but the head); default PEFT's for the model type (llama:\n"
+        "                         q_proj,v_proj; gpt2: c_attn)\n"
+        "  --lora-dropout P       lora_dropout (default 0: A reads the module's input itself)\n"
+        "  --freeze WHAT          without LoRA: embeddings (the input embeddings, a tied head with them)\n"
+        "                         or all-but-last:N (all but the last N blocks and the layers after them)\n"
+        "  --quant-base Q         the frozen projections' storage: nf4 (QLoRA, double-quantized), int8,\n"
+        "                         bf16, none (default: the precision's); NF4 as bitsandbytes stores it,\n"
+        "                         int8 and the dequantization transients are estimates\n"
         "Cluster:\n"
         "  --gpus N               total GPUs (default 1)\n"
         "  --gpus-per-node G      default min(N, 8)\n"
@@ -287,6 +310,41 @@ static int resolve_moe(CliSetup *s) {
     return 0;
 }
 
+/* The trainable subset: the LoRA flags need --lora, --quant-base a frozen base; the strategies
+ * whose frozen-parameter rules are not written yet (FSDP, ZeRO-3, memplan's engine) are left out
+ * of the default set and refused when named. Applies it to the model. 0 or 2. */
+static int resolve_finetune(CliSetup *s) {
+    FinetuneSpec *ft = &s->train.ft;
+    static const char *const LORA_FLAGS[] = {"lora-alpha", "lora-targets", "lora-dropout"};
+    for (size_t i = 0; i < sizeof LORA_FLAGS / sizeof LORA_FLAGS[0]; i++)
+        if (cli_setup_given(s, LORA_FLAGS[i]) && ft->rank == 0)
+            return cli_usage_error("--%s sets LoRA: add --lora R (e.g. --lora 16)", LORA_FLAGS[i]);
+    if (ft->quant != QUANT_NONE && ft->rank == 0)
+        return cli_usage_error("--quant-base %s stores a frozen LoRA base: add --lora R (e.g. --lora 16)",
+                               plan_quant_name(ft->quant));
+    if (ft->alpha == 0) ft->alpha = 8;   /* LoraConfig's lora_alpha default */
+    if (!plan_finetune_on(ft) || !s->have_model) return 0;
+    if (s->train.impl == IMPL_ENGINE)
+        return cli_usage_error("--lora / --freeze: memplan's engine trains every parameter; use --impl pytorch");
+    unsigned unplanned = 0;   /* FSDP1's flat parameters with frozen parameters */
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((plan_strategy((StrategyKind)k)->shard & SHARD_PARAM) && !plan_strategy_is_deepspeed((StrategyKind)k) &&
+            s->train.fsdp_impl == 1)
+            unplanned |= 1u << k;
+    if (cli_setup_given(s, "strategy") && (s->strategies & unplanned)) {
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if (s->strategies & unplanned & (1u << k))
+                return cli_usage_error("--strategy %s with --lora/--freeze under --fsdp 1: FSDP1's flat parameters with "
+                                       "frozen ones are not planned (valid: --fsdp 2, or ddp, zero1, zero2, zero3)",
+                                       plan_strategy((StrategyKind)k)->name);
+    }
+    s->strategies &= ~unplanned;
+    if (!s->strategies) return cli_usage_error("--lora/--freeze: no strategy left to plan (valid: ddp, zero1, zero2, zero3, fsdp-* with --fsdp 2)");
+    char err[512];
+    if (plan_finetune_apply(&s->model, &s->train, err, sizeof err)) return cli_usage_error("%s", err);
+    return 0;
+}
+
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[512];
     int rc;
@@ -347,7 +405,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
                                "(ZeRO and FSDP have no such option)");
     if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
         return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
-    return 0;
+    return resolve_finetune(s);
 }
 
 /* --tp / --sp: the strategies that run with tensor parallel (all of them by default: ddp and
@@ -497,6 +555,31 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
             return cli_usage_error("--moe-imbalance '%s' is not a factor in [1, experts/top-k] (1: balanced routing)", a);
         s->train.moe_imbalance = d;
         break;
+    case OPT_LORA:
+        if (plan_parse_int(a, 1, 65536, &v)) return cli_usage_error("--lora '%s' is not a rank in [1, 65536] (e.g. 16)", a);
+        s->train.ft.rank = (int)v;
+        break;
+    case OPT_LORA_ALPHA:
+        if (plan_parse_double(a, 1e-6, 1e6, &d)) return cli_usage_error("--lora-alpha '%s' is not a number in (0, 1e6] (e.g. 32)", a);
+        s->train.ft.alpha = d;
+        break;
+    case OPT_LORA_DROPOUT:
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--lora-dropout '%s' is not a probability in [0, 1)", a);
+        s->train.ft.dropout = d;
+        break;
+    case OPT_LORA_TARGETS:
+        if (!a[0] || strlen(a) >= sizeof s->train.ft.targets || strstr(a, ",,") || a[0] == ',' || a[strlen(a) - 1] == ',')
+            return cli_usage_error("--lora-targets '%s' is not a comma list of module names (e.g. q_proj,v_proj) or all-linear", a);
+        snprintf(s->train.ft.targets, sizeof s->train.ft.targets, "%s", a);
+        break;
+    case OPT_FREEZE:
+        if (plan_freeze_parse(a, &s->train.ft))
+            return cli_usage_error("unknown --freeze '%s' (valid: none, embeddings, all-but-last:N with N >= 1)", a);
+        break;
+    case OPT_QUANT:
+        if ((v = plan_quant_by_name(a)) < 0) return cli_usage_error("unknown --quant-base '%s' (valid: none, bf16, int8, nf4)", a);
+        s->train.ft.quant = (QuantKind)v;
+        break;
     default: return -1;
     }
     return 0;
@@ -577,8 +660,8 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
 
 /* The options getopt sees (the shared ones, then the command's) and which were given. */
 typedef struct {
-    struct option opts[80];
-    const char *seen[80];    /* per option: its value ("" for a switch), NULL if not given */
+    struct option opts[128];
+    const char *seen[128];    /* per option: its value ("" for a switch), NULL if not given */
 } OptSet;
 
 static void option_set(OptSet *o, const CliExtra *extra) {
@@ -586,7 +669,7 @@ static void option_set(OptSet *o, const CliExtra *extra) {
     memset(o, 0, sizeof *o);
     for (const struct option *p = BASE_OPTIONS; p->name; p++) o->opts[n++] = *p;
     if (extra && extra->options)
-        for (const struct option *p = extra->options; p->name && n < 79; p++) o->opts[n++] = *p;
+        for (const struct option *p = extra->options; p->name && n < 127; p++) o->opts[n++] = *p;
 }
 
 /* One getopt pass over argv into s and f, from their defaults. 0, 1 (--help) or 2. */

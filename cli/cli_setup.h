@@ -12,7 +12,7 @@
 #include "plan_model.h"
 #include "plan_train.h"
 
-#define CLI_GIVEN_MAX 48   /* >= the shared options (cli_setup.c BASE_OPTIONS) */
+#define CLI_GIVEN_MAX 96   /* >= the shared options (cli_setup.c BASE_OPTIONS) */
 
 typedef struct {
     ModelSpec model;

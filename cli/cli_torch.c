@@ -12,6 +12,7 @@
  * (torch_check fills a TorchCheck: every quantity predicted, measured and its verdict), then
  * printed (torch_print) and written as a JSON record (torch_json) from that one result. */
 #include "cli_torch.h"
+#include "plan_lora.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -272,6 +273,7 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->grad_as_bucket_view = s->gabv;
     t->fsdp_grad_sync = s->fsdp_sync;
     t->ds = s->ds;
+    t->ft = s->ft;
     t->syncbn = 0;
     t->tp = s->tp > 1 ? s->tp : 1;
     t->sp = s->sp;
@@ -413,6 +415,11 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
     TrainSpec t;
     ClusterSpec cl;
     plan_inputs(s, &t, &cl);
+    if (plan_finetune_apply(&m, &t, err, sizeof err)) {   /* the harness's PEFT LoRA */
+        fprintf(stderr, "memplan: %s\n", err);
+        plan_model_free(&m);
+        return CHECK_NO_MODEL;
+    }
     MemResult mr;
     MemSizes ms;
     CommPlan cp;
@@ -431,8 +438,16 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
         plan_model_free(&m);
         return CHECK_NO_RANKS;
     }
-    c->params = exact((double)plan_model_params(&m), cli_harness_num(cJSON_GetObjectItem(h, "model"), "params", -1));
+    /* every parameter; under LoRA the trainable ones must match too (PEFT's count) */
+    c->params = exact((double)(plan_model_params(&m) + plan_model_frozen(&m)),
+                      cli_harness_num(cJSON_GetObjectItem(h, "model"), "params", -1));
     c->params.ok = c->params.predicted == c->params.measured;
+    double mtrain = cli_harness_num(cJSON_GetObjectItem(h, "model"), "trainable_params", -1);
+    if (mtrain >= 0 && (double)plan_model_params(&m) != mtrain) {
+        fprintf(stderr, "memplan: %s: trainable parameters %.0f planned, %.0f measured\n", c->strategy,
+                (double)plan_model_params(&m), mtrain);
+        c->params.ok = 0;
+    }
     /* the split the walk charges (DeepSpeed's fp32 copy, gradient buffers and norm scalar,
        ZeRO-3's persistent tensors); torch Adam's step scalars live in host memory, which on
        CPU ranks is where everything is */
@@ -795,6 +810,7 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->ds = cs->train.ds;
     base->tp = tp;
     base->sp = cs->train.sp;
+    base->ft = cs->train.ft;
     return 0;
 }
 

@@ -21,6 +21,7 @@
 #include "cli_output.h"
 #include "cli_setup.h"
 #include "cli_torch.h"
+#include "plan_lora.h"
 #include "plan_auto.h"
 #include "plan_load.h"
 #include "plan_plan.h"
@@ -237,6 +238,10 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
         fflush(stdout);            /* the config first, then the prediction on stderr */
         plan_auto_prediction(stderr, &s->cluster, &r);
+        if (plan_finetune_on(&s->train.ft)) {   /* the config has no trainable subset: the model code sets it */
+            fprintf(stderr, "# the trainable subset is the model's: in train.py, before deepspeed.initialize:\n");
+            plan_auto_finetune_code(stderr, &s->model, &s->train);
+        }
         free(txt);
         return 0;
     }

@@ -4,6 +4,7 @@
  * when dropout is on (plan_act_dropout_bytes). h hidden, f MLP width, a heads, s sequence.
  * Derivations: docs/formulas.md. */
 #include "plan_activ.h"
+#include "plan_lora.h"
 
 static int is_transformer(const ModelSpec *m) {
     return m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
@@ -319,6 +320,60 @@ static double engine_layer_bytes(const ModelSpec *m, const LayerSpec *l, double 
     }
 }
 
+/* What a trainable subset changes in layer i's saved tensors (planner/plan_lora.c sets the
+   counts): a layer before the first trainable parameter records nothing for autograd, so it
+   saves nothing; the first LoRA block's input norm neither; inputs of frozen projections are
+   not saved; each LoRA adapter saves A's output (r) for B, and under lora_dropout the dropout's
+   output for A with its mask or noise. docs/formulas.md "LoRA and frozen parameters". */
+static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    if (l->grad_frontier == 1) return -transformer_layer_bytes(m, i, t, in);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, bs = (double)in->b * (double)in->s;
+    double d = -X * (double)l->act_unsaved_tok + X * (double)l->lora_r_tok +
+               (X + plan_act_dropout_bytes(t, t->ft.dropout, X)) * (double)l->lora_drop_tok;
+    double h = (double)m->d_model;
+    if (l->grad_frontier == 2) {
+        d -= norm_bytes(m, p->param_bytes, h);
+        /* the adapters on its attention input: their dropout's input needs no gradient, so the
+           dropout keeps no mask or noise (A still saves its output) */
+        double M = plan_act_dropout_bytes(t, t->ft.dropout, X);
+        for (int k = 0; k < l->n_frozen && M > 0; k++) {
+            int mod = l->frozen_mod[k];
+            if (plan_module_group(mod) != 1 || !plan_lora_adapts(m, &t->ft, mod)) continue;
+            int64_t fin, fout;
+            plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &fin, &fout);
+            d -= M * (double)fin;
+        }
+    }
+    /* autocast casts a frozen weight at every call and caches none (autocast_mode.cpp
+       cached_cast caches leaves that require grad only); the matmul saves the copy for its
+       input's gradient until the layer's backward: X per frozen projection element (not the
+       first block's attention inputs, whose matmuls need no gradient). Measured with saved-
+       tensor hooks on llama-mini + LoRA under CPU autocast. Per micro-batch, not per token. */
+    double casts = 0;
+    if (p->autocast)
+        for (int k = 0; k < l->n_frozen; k++) {
+            int mod = l->frozen_mod[k];
+            if (PLAN_MOD_ID(mod) == PLAN_MOD_NONE || (l->grad_frontier == 2 && plan_module_group(mod) == 1)) continue;
+            casts += (double)l->frozen_elems[k];
+        }
+    /* a head tied to frozen embeddings: F.linear(x, wte) casts the shared weight the same way */
+    if (p->autocast && l->kind == LAYER_HEAD && m->tied_embeddings && l->params == 0 && l->act_unsaved_tok > 0)
+        casts += (double)m->vocab * h;
+    /* LlamaRMSNorm's last product, weight * normed: with the weight frozen it saves the weight
+       only (derivatives.yaml mul: self is saved when other requires grad), not the normalised
+       tensor (R·h per token per norm; measured with saved-tensor hooks on llama-mini + LoRA) */
+    if (llama_style(m)) {
+        int norms = 0;
+        for (int k = 0; k < l->n_frozen; k++)
+            norms += l->frozen_mod[k] == PLAN_MOD_NONE && l->frozen_elems[k] == m->d_model && l->frozen_dim0[k] == m->d_model;
+        if (l->grad_frontier == 2 && norms > 0) norms--;   /* the first norm: dropped whole above */
+        d -= norms * p->param_bytes * h;
+    }
+    return bs * d + X * casts;
+}
+
 double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     const PrecisionSpec *p = plan_precision(t->precision);
@@ -332,7 +387,7 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
        through backward (the training loop's `outputs`); it has no head to hold logits */
     double out = m->headless && i == m->n_layers - 1
                      ? bs * p->param_bytes * (double)m->d_model : 0;
-    return out + transformer_layer_bytes(m, i, t, in);
+    return out + transformer_layer_bytes(m, i, t, in) + finetune_delta(m, i, t, in);
 }
 
 /* Eager PyTorch saved tensors of transformer layer i (docs/formulas.md "Activations"). */
@@ -511,6 +566,15 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     double M = hidden_dropout_bytes(m, t, in->dropout, X);
     double bs = (double)in->b * (double)in->s;
     double ws = moe_block(m, l) ? bs * R * h + moe_backward(m, l, t, in, NULL, NULL) : bs * (2 * f * X + R * h - M * h);
+    /* a frozen output projection saved no input (plan_lora.c), so its backward's f-wide input
+       gradient replaces nothing: + f·X (unless an adapter reads that input undropped) */
+    int out_frozen = 0, out_saved = 0;
+    for (int k = 0; k < l->n_frozen; k++)
+        if (plan_module_group(l->frozen_mod[k]) == 4) {
+            out_frozen = 1;
+            out_saved |= plan_lora_adapts(m, &t->ft, l->frozen_mod[k]) && t->ft.dropout <= 0;
+        }
+    if (out_frozen && !out_saved) ws += bs * f * X;
     if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
     return ws;
 }

@@ -11,6 +11,7 @@
 
 #include "plan_time.h"
 #include "plan_tp.h"
+#include "plan_lora.h"
 #include "plan_util.h"
 
 void plan_auto_defaults(AutoSpec *a) {
@@ -215,8 +216,51 @@ static int anything_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
     return 0;
 }
 
+/* A full fine-tune that fits nowhere: would QLoRA (PEFT LoRA r=16 on PEFT's default targets over
+   an NF4 base, plan_lora.c) fit this cluster as it is? Then it is named with its smallest peak, as
+   a different training (the base frozen), after the changes that keep the full fine-tune. */
+static void qlora_fix(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c0, const AutoSpec *a,
+                      AutoResult *out, size_t *n) {
+    if (plan_finetune_on(&base->ft) || *n >= sizeof(out->fix) - 96 || m->n_layers == 0) return;
+    ModelSpec q = *m;
+    q.layers = malloc(sizeof(LayerSpec) * (size_t)m->n_layers);
+    if (!q.layers) return;
+    memcpy(q.layers, m->layers, sizeof(LayerSpec) * (size_t)m->n_layers);
+    q.cap_layers = m->n_layers;
+    TrainSpec tq = *base;
+    tq.ft.rank = 16;
+    tq.ft.alpha = 16;
+    tq.ft.quant = QUANT_NF4;
+    char err[256];
+    double best = -1;
+    if (plan_finetune_apply(&q, &tq, err, sizeof err) == 0) {
+        ClusterSpec cm = *c0;
+        cm.gpu.mem_bytes -= plan_auto_margin(a, c0->gpu.mem_bytes);
+        for (int k = 0; k < STRAT_COUNT; k++)
+            for (int o = 0; o < OFFLOAD_COUNT; o++) {
+                if (!(a->strategies & (1u << k)) || !(a->offloads & (1u << o)) ||
+                    !plan_strategy_offloads((StrategyKind)k, o) || plan_strategy((StrategyKind)k)->shard & SHARD_PARAM)
+                    continue;   /* the strategies --lora plans on every --fsdp (ddp, zero1/2) */
+                for (int p = 0; p < PREC_COUNT; p++) {
+                    if (!regime_ok(a, base, c0, (StrategyKind)k, p)) continue;
+                    TrainSpec t = cheapest(&q, &tq, c0, a);
+                    t.offload = (OffloadKind)o;
+                    t.precision = (PrecisionKind)p;
+                    MemResult r;
+                    if (plan_memory(&q, &t, &cm, (StrategyKind)k, &r) == 0 && r.fits && (best < 0 || r.peak < best))
+                        best = r.peak;
+                }
+            }
+    }
+    free(q.layers);
+    if (best < 0) return;
+    char b[32];
+    *n += (size_t)snprintf(out->fix + *n, sizeof(out->fix) - *n, "%sQLoRA instead of a full fine-tune "
+                           "(--lora 16 --quant-base nf4: peak %s)", *n ? "; " : "", plan_fmt_bytes(best, b, sizeof b));
+}
+
 /* Nothing fits: the changes that would, cheapest first (host memory, more GPUs, a larger GPU,
-   a shorter sequence). */
+   a shorter sequence), then QLoRA. */
 static void nothing_fits(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c0,
                          const AutoSpec *a, AutoResult *out) {
     char a1[32];
@@ -278,6 +322,7 @@ static void nothing_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
             }
         }
     }
+    qlora_fix(m, base, c0, a, out, &n);
     if (!n) snprintf(out->fix, sizeof(out->fix), "none of more GPUs (up to 65536), a larger GPU preset or a shorter sequence");
 }
 
@@ -837,6 +882,52 @@ static void torch_fsdp1(FILE *f, const AutoResult *r, const char *blk, const cha
         fprintf(f, "# non-final micro-steps under `with model.no_sync():`  # --fsdp-grad-sync last\n");
 }
 
+void plan_auto_finetune_code(FILE *f, const ModelSpec *m, const TrainSpec *t) {
+    const FinetuneSpec *ft = &t->ft;
+    if (ft->rank > 0) {
+        char tg[160];
+        plan_lora_targets(m, ft, tg, sizeof tg);
+        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8)
+            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s)) "
+                    "and call peft.prepare_model_for_kbit_training(model) first\n", plan_quant_name(ft->quant),
+                    ft->quant == QUANT_NF4 ? "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, "
+                                             "bnb_4bit_compute_dtype=torch.bfloat16" : "load_in_8bit=True");
+        else if (ft->quant == QUANT_BF16)
+            fprintf(f, "# --quant-base bf16: load the base with torch_dtype=torch.bfloat16\n");
+        fprintf(f, "from peft import LoraConfig, get_peft_model\n");
+        fprintf(f, "model = get_peft_model(model, LoraConfig(r=%d, lora_alpha=%g, lora_dropout=%g, target_modules=",
+                ft->rank, ft->alpha, ft->dropout);
+        if (strcmp(tg, "all-linear") == 0) fprintf(f, "\"all-linear\"");
+        else {
+            fputc('[', f);
+            for (const char *p = tg; *p;) {
+                const char *e = strchr(p, ',');
+                int k = e ? (int)(e - p) : (int)strlen(p);
+                fprintf(f, "%s\"%.*s\"", p == tg ? "" : ", ", k, p);
+                p += k + (e ? 1 : 0);
+            }
+            fputc(']', f);
+        }
+        fprintf(f, "))  # --lora %d\n", ft->rank);
+    } else if (ft->freeze == FREEZE_EMBEDDINGS) {
+        fprintf(f, "model.get_input_embeddings().requires_grad_(False)  # --freeze embeddings\n");
+    } else if (ft->freeze == FREEZE_ALL_BUT_LAST) {
+        const char *blk = "BLOCK";
+        for (size_t i = 0; i < sizeof(BLOCKS) / sizeof(BLOCKS[0]); i++)
+            if (strcmp(m->family, BLOCKS[i].family) == 0) blk = BLOCKS[i].cls;
+        fprintf(f, "# --freeze all-but-last:%d: train the last %d blocks and what follows them\n"
+                   "blocks = [m for m in model.modules() if isinstance(m, %s)]\n"
+                   "keep = {id(p) for b in blocks[-%d:] for p in b.parameters()}\n"
+                   "last = {id(p) for p in blocks[-1].parameters()}; after = False\n"
+                   "for _, p in model.named_parameters():\n"
+                   "    after = after or id(p) in last\n"
+                   "    if after and id(p) not in last: keep.add(id(p))\n"
+                   "emb = {id(p) for p in model.get_input_embeddings().parameters()}\n"
+                   "for p in model.parameters(): p.requires_grad_(id(p) in keep and id(p) not in emb)\n",
+                ft->freeze_n, ft->freeze_n, blk, ft->freeze_n);
+    }
+}
+
 void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
     if (!r->found) { fprintf(f, "# nothing fits: no launch configuration\n"); return; }
     int64_t nodes = plan_cluster_nodes(c);
@@ -860,6 +951,7 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     if (bn) fprintf(f, "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before wrapping\n");
     if (p->master_bytes == 0 && p->param_bytes == 2)   /* pure 16-bit: params, grads and Adam states */
         fprintf(f, "model = model.to(%s)  # --precision %s\n", dt, p->name);
+    plan_auto_finetune_code(f, m, &r->train);   /* the trainable subset, before wrapping */
     if (!fsdp1) torch_ckpt(f, &r->train, blk, mod && transformer);   /* before sharding */
     if (plan_tp_degree(&r->train) > 1) torch_tp(f, m, c, r);
     switch (r->strategy) {

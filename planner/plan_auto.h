@@ -75,4 +75,9 @@ void plan_auto_prediction(FILE *f, const ClusterSpec *c, const AutoResult *r);
 /* torchrun command line and the DDP/FSDP wrapping snippet. */
 void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);
 
+/* The Python lines that make t's trainable subset (PEFT's get_peft_model with t's LoRA, QLoRA's
+   4-bit loading as a comment, or --freeze's requires_grad_(False)), as train.py would run them
+   before wrapping the model; nothing without one. */
+void plan_auto_finetune_code(FILE *f, const ModelSpec *m, const TrainSpec *t);
+
 #endif

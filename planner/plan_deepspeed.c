@@ -71,6 +71,18 @@ void plan_ds_sizes(const ModelSpec *m, int64_t n, double persist, DsSizes *z) {
                 z->persist_count += 1;
             }
         }
+        /* frozen parameters: partitioned and (below the threshold) kept whole like the others,
+           neither stepped nor reduced */
+        const LayerSpec *l = &m->layers[i];
+        for (int j = 0; j < l->n_frozen; j++) {
+            double e = (double)l->frozen_elems[j], sh = ceil(e / nn);
+            z->frozen_shard += sh;
+            if (e < persist) {
+                z->frozen_persist += e;
+                z->frozen_persist_padded += nn * sh;
+                z->frozen_persist_count += 1;
+            }
+        }
     }
     double align = PLAN_DS12_ALIGN * nn;
     z->part = ceil(psi / align) * align / nn;
@@ -89,19 +101,25 @@ int plan_ds_overflow_bytes(int stage3, const PrecisionSpec *p) {
 
 /* ---- ZeRO-3's fetching over a step (plan_deepspeed.h) ---- */
 
-static double layer_elems(const ModelSpec *m, int l) { return (double)m->layers[l].params; }
+/* ZeRO-3 partitions and gathers every parameter, frozen ones too (partition_parameters.py: Init
+   and the engine's _convert_to_zero_parameters touch all module parameters): a layer's gathered
+   tensors are its frozen ones, then its trainable ones. */
+static double layer_elems(const ModelSpec *m, int l) { return (double)(m->layers[l].params + m->layers[l].frozen); }
 
 static int64_t tensor_at(const ModelSpec *m, int l, int t) {
+    const LayerSpec *ly = &m->layers[l];
+    if (t < ly->n_frozen) return ly->frozen_elems[t];
+    t -= ly->n_frozen;
     const int64_t *x;
     int64_t one;
-    int k = layer_tensors(&m->layers[l], &x, &one);
+    int k = layer_tensors(ly, &x, &one);
     return t < k ? x[t] : 0;
 }
 
 static int n_tensors(const ModelSpec *m, int l) {
     const int64_t *x;
     int64_t one;
-    return layer_tensors(&m->layers[l], &x, &one);
+    return m->layers[l].n_frozen + layer_tensors(&m->layers[l], &x, &one);
 }
 
 static int gathered_tensor(const Ds3Sim *z, int64_t e) { return (double)e >= z->persist; }

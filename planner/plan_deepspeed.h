@@ -26,6 +26,10 @@ typedef struct {
     double persist_padded;  /* ZeRO-3: Σ n x ceil(numel / n) over them: their step all-gathers,
                                and their full data (a view of that padded buffer) */
     double persist_count;   /* ZeRO-3: how many */
+    /* ZeRO-3's frozen parameters (partitioned and gathered, never reduced or stepped): Σ
+       ceil(numel / n), and the persistent ones as above. The fields above are the trainable
+       parameters' only. */
+    double frozen_shard, frozen_persist, frozen_persist_padded, frozen_persist_count;
 } DsSizes;
 
 /* stage3_max_reuse_distance (elements, PLAN_DS3_REUSE): a layer stays gathered from its forward

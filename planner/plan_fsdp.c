@@ -38,41 +38,50 @@ int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Clu
        gradients into an fp32 reduce-scatter input, whose fp32 output are the sharded gradients
        of the fp32 parameters (_fsdp_param_group.py _get_reduce_dtype, _fsdp_collectives.py) */
     f->rb = f->sb = plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
-    f->root = (double)z->n * z->root_shard;
+    f->root = (double)z->n * (z->root_shard + z->root_frozen_shard);
+    f->rroot = (double)z->n * z->root_shard;
     if (!(fsdp2_rows(t, sk) && c->gpus > 1 && f->units > 0 && m->n_layers > 0)) return 0;
     int K = f->units;
-    f->ug = malloc(sizeof(double) * (size_t)(2 * K + 3) + sizeof(int) * (size_t)m->n_layers);
+    f->ug = malloc(sizeof(double) * (size_t)(3 * K + 4) + sizeof(int) * (size_t)m->n_layers);
     if (!f->ug) return -1;
     f->pre = f->ug + K + 1;
-    f->at = (int *)(f->pre + K + 2);
+    f->ur = f->pre + K + 2;
+    f->at = (int *)(f->ur + K + 1);
     memset(f->ug, 0, sizeof(double) * (size_t)(K + 1));
+    memset(f->ur, 0, sizeof(double) * (size_t)(K + 1));
+    double *uf = f->pre;   /* scratch until pre is filled: each unit's frozen elements */
+    memset(uf, 0, sizeof(double) * (size_t)(K + 2));
     /* each unit's local shard: per tensor's dim 0 (z->dim0), else its flat elements padded */
     double n = (double)z->n;
     for (int i = 0, last = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
         if (l->unit > 0) last = l->unit;
         f->at[i] = last;
-        if (l->unit > 0)
+        if (l->unit > 0) {
             f->ug[l->unit] += z->dim0 ? (double)plan_layer_shard_dim0(l, z->n) : (double)l->params;
+            uf[l->unit] += z->dim0 ? (double)plan_layer_frozen_shard_dim0(l, z->n) : (double)l->frozen;
+        }
     }
     f->ug[0] = f->root;
-    f->pre[0] = f->pre[1] = 0;
-    for (int k = 1; k <= K; k++) {
-        f->ug[k] = n * (z->dim0 ? f->ug[k] : ceil(f->ug[k] / n));
-        f->pre[k + 1] = f->pre[k] + f->ug[k];
+    f->ur[0] = f->rroot;
+    for (int k = 1; k <= K; k++) {   /* trainable and frozen parameters: separate tensors, each padded */
+        f->ur[k] = n * (z->dim0 ? f->ug[k] : ceil(f->ug[k] / n));
+        f->ug[k] = f->ur[k] + n * (z->dim0 ? uf[k] : ceil(uf[k] / n));
     }
+    f->pre[0] = f->pre[1] = 0;
+    for (int k = 1; k <= K; k++) f->pre[k + 1] = f->pre[k] + f->ug[k];
     f->on = 1;
     return 0;
 }
 
 void plan_fsdp2_free(Fsdp2 *f) {
     free(f->ug);
-    f->ug = f->pre = NULL;
+    f->ug = f->pre = f->ur = NULL;
     f->at = NULL;
     f->on = 0;
 }
 
-double plan_fsdp2_shard(const Fsdp2 *f, int k) { return f->ug[k] / (double)f->n; }
+double plan_fsdp2_shard(const Fsdp2 *f, int k) { return f->ur[k] / (double)f->n; }
 
 int plan_fsdp2_unit_starts(const ModelSpec *m, int i) {
     int k = m->layers[i].unit;
@@ -111,7 +120,7 @@ double plan_fsdp2_bwd_comm(const Fsdp2 *f, const ModelSpec *m, int i) {
     int prev = k > 0 ? k - 1 : a, next = k > 0 ? k + 1 : a + 1;
     double params = k > 0 ? (f->keep ? f->pre[k + 1] : f->ug[k]) : (f->keep ? f->pre[a + 1] : 0);
     double prefetch = f->gather && !f->keep && prev > 0 ? f->ug[prev] : 0;
-    double rs_in = next <= f->units ? f->ug[next] * f->rb : 0;
+    double rs_in = next <= f->units ? f->ur[next] * f->rb : 0;
     return (f->root + params + prefetch) * f->pb + rs_in;
 }
 
@@ -124,5 +133,5 @@ double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i) {
     if (k <= 0) return f->root * f->pb;
     double params = f->keep ? f->pre[k] : 0;
     double prefetch = f->gather && !f->keep && k > 1 ? f->ug[k - 1] : 0;
-    return (f->root + params + prefetch) * f->pb + f->ug[k] * f->rb;
+    return (f->root + params + prefetch) * f->pb + f->ur[k] * f->rb;
 }

@@ -24,7 +24,11 @@ typedef struct {
     int units;       /* K, the units besides the root (numbered 1..K) */
     /* Resolved once by plan_fsdp2_setup (one allocation, plan_fsdp2_free), so every question
        below is O(1): */
-    double *ug;      /* [K + 1] unit k's elements as gathered, n x its local shard; ug[0] = root */
+    double *ug;      /* [K + 1] unit k's elements as gathered, n x its local shard (frozen
+                        parameters included); ug[0] = root */
+    double *ur;      /* [K + 1] the same reduced: its trainable parameters only (fully_shard
+                        reduce-scatters the gradients that exist) */
+    double rroot;    /* the root's reduced elements (n x its trainable shard) */
     double *pre;     /* [K + 2] pre[k] = Σ ug[j] for 1 <= j < k (the units before k) */
     int *at;         /* [layers] layer i's unit, or for a root layer the last unit before it (0 none) */
 } Fsdp2;

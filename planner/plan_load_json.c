@@ -33,7 +33,7 @@ static const char *const ROUTER_NAMES[] = {"softmax", "topk_softmax", "grouped",
 static const char *const LAYER_KEYS[] = {
     "name", "kind", "params", "buffers", "buffers_i64", "bn_channels", "largest_tensor", "fwd_flops",
     "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors",
-    "tensor_dim0", "unit", "conv_kernel", "conv_stride", "expert_params", NULL};
+    "tensor_dim0", "tensor_modules", "unit", "conv_kernel", "conv_stride", "expert_params", NULL};
 
 /* ---- export ---- */
 
@@ -155,6 +155,15 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
                     put(&o, "%s%lld", k ? ", " : "", (long long)l->tensor_dim0[k]);
                 put(&o, "]");
             }
+            int mods = 0;
+            for (int k = 0; k < l->n_tensors; k++) mods += l->tensor_mod[k] != 0;
+            if (mods) {   /* optional: absent = no named projections (no --lora targets) */
+                char key[32];
+                put(&o, ", \"tensor_modules\": [");
+                for (int k = 0; k < l->n_tensors; k++)
+                    put(&o, "%s\"%s\"", k ? ", " : "", plan_module_key(l->tensor_mod[k], key, sizeof key));
+                put(&o, "]");
+            }
         }
         if (l->unit > 0) put(&o, ", \"unit\": %d", l->unit);
         if (l->conv_kernel > 0 || l->conv_stride > 0)
@@ -221,6 +230,28 @@ static int read_dim0(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *
     return 0;
 }
 
+/* Optional "tensor_modules" (with "tensors"): the projection each tensor is the weight of, as
+ * plan_module_key names it ("q_proj", "mlp.c_proj:conv1d"), "" for none; absent = none. */
+static int read_modules(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensor_modules");
+    if (!a) return 0;
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n != l->n_tensors)
+        return ld_fail(c, "field '%stensor_modules' must be a list of %d module names, one per entry of "
+                       "'tensors' (got %s%d)", prefix, l->n_tensors, n < 0 ? "no list, " : "", n < 0 ? 0 : n);
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        int mod = cJSON_IsString(e) ? plan_module_by_key(e->valuestring) : -1;
+        if (mod < 0)
+            return ld_fail(c, "field '%stensor_modules' entry %d must be \"\" or one of q_proj, k_proj, v_proj, o_proj, "
+                           "gate_proj, up_proj, down_proj, c_attn, attn.c_proj, mlp.c_proj, c_fc, lm_head (\":conv1d\" "
+                           "appended for a Conv1D)", prefix, k);
+        l->tensor_mod[k++] = (uint8_t)mod;
+    }
+    return 0;
+}
+
 /* Optional "tensors": the layer's parameter tensors (elements, model.parameters() order), 1 to
  * PLAN_LAYER_MAX_TENSORS whole numbers (0: an empty tensor, as a params.json may list) adding up
  * to params; absent = unknown. */
@@ -244,7 +275,8 @@ static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpe
     if (sum != l->params)
         return ld_fail(c, "field '%stensors' adds up to %lld elements, not the layer's params (%lld)",
                        prefix, (long long)sum, (long long)l->params);
-    return read_dim0(c, j, prefix, l);
+    if (read_dim0(c, j, prefix, l)) return -1;
+    return read_modules(c, j, prefix, l);
 }
 
 static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {

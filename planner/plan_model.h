@@ -124,7 +124,50 @@ typedef struct {
     /* LAYER_BLOCK of a mixture-of-experts model: the elements of its routed experts (all E of
      * them; ModelSpec.moe says how many each token uses); 0 = a dense block */
     int64_t expert_params;
+    /* The named module each tensor is the weight of (a PlanModule, | PLAN_MOD_CONV1D for GPT-2's
+     * Conv1D, whose weight is (in, out)); 0 = not a projection's weight (a bias, a norm, an
+     * embedding, or a family whose names are not recorded). --lora-targets matches these. */
+    uint8_t tensor_mod[PLAN_LAYER_MAX_TENSORS];
+    /* Frozen parameters (requires_grad=False: a LoRA model's base, --freeze), beside the trainable
+     * ones above, which alone get gradients, optimizer state and reductions: their elements, and
+     * their tensors in registration order with each one's dim 0 and module (as above). 0 = none. */
+    int64_t frozen;
+    int n_frozen;
+    int64_t frozen_elems[PLAN_LAYER_MAX_TENSORS];
+    int64_t frozen_dim0[PLAN_LAYER_MAX_TENSORS];
+    uint8_t frozen_mod[PLAN_LAYER_MAX_TENSORS];
+    /* Saved activations the trainable subset changes, elements per token (planner/plan_lora.c):
+     * inputs of projections no longer saved (autograd saves a matmul's input only for its weight's
+     * gradient), LoRA A outputs (rank r each, saved by B), LoRA dropout outputs (saved by A, with
+     * as many 1-byte dropout masks). */
+    int64_t act_unsaved_tok, lora_r_tok, lora_drop_tok;
+    /* Where backward starts (autograd records nothing before the first trainable parameter):
+     * 1 = the layer runs before it and saves nothing; 2 = its first norm does (the block whose
+     * attention input projections carry the first trainable parameters); 0 otherwise. */
+    uint8_t grad_frontier;
 } LayerSpec;
+
+/* The projections a transformer block registers, by the module names PEFT's target_modules
+ * match (peft/tuners/lora/model.py; GPT-2's c_proj is both attention's output and the MLP's
+ * down projection: two ids, one name). Each belongs to an input group (modules reading the same
+ * tensor: q, k, v read the attention norm's output). */
+typedef enum {
+    PLAN_MOD_NONE = 0, PLAN_MOD_Q, PLAN_MOD_K, PLAN_MOD_V, PLAN_MOD_O, PLAN_MOD_GATE, PLAN_MOD_UP,
+    PLAN_MOD_DOWN, PLAN_MOD_C_ATTN, PLAN_MOD_C_PROJ_ATTN, PLAN_MOD_C_PROJ_MLP, PLAN_MOD_C_FC,
+    PLAN_MOD_LM_HEAD, PLAN_MOD_COUNT
+} PlanModule;
+#define PLAN_MOD_CONV1D 0x80
+#define PLAN_MOD_ID(x) ((x) & 0x7f)
+const char *plan_module_name(int mod);   /* PEFT's name ("q_proj", "c_proj"); "" for none */
+/* The module's key in memplan's model JSON ("tensor_modules"): its name, GPT-2's two c_proj as
+   "attn.c_proj" and "mlp.c_proj", ":conv1d" appended for a Conv1D; "" for none. Returns buf. */
+const char *plan_module_key(int mod, char *buf, size_t len);
+/* The tensor_mod value of such a key; -1 when it names no module. */
+int plan_module_by_key(const char *key);
+int plan_module_group(int mod);          /* input group: 1 attention in, 2 attention out, 3 MLP in,
+                                            4 MLP out, 5 the head; 0 none */
+/* A projection's in and out features from its weight tensor's elements, dim 0 and module. */
+void plan_module_features(int mod, int64_t elems, int64_t dim0, int64_t *in, int64_t *out);
 
 typedef struct {
     char name[64];
@@ -174,7 +217,9 @@ LayerSpec *plan_model_add_layer(ModelSpec *m, const LayerSpec *l);
 /* Convenience: a layer of kind with name and params (other fields zero). */
 LayerSpec *plan_model_add(ModelSpec *m, LayerKind kind, const char *name, int64_t params);
 
-int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params */
+int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params (trainable) */
+/* Σ frozen elements (0 without a trainable subset); total = plan_model_params + this. */
+int64_t plan_model_frozen(const ModelSpec *m);
 /* The parameters one token uses: all but the routed experts it is not sent to, Σ params −
  * Σ expert_params × (1 − top_k / n_experts); = plan_model_params for a dense model. */
 int64_t plan_model_active_params(const ModelSpec *m);
@@ -200,6 +245,9 @@ int plan_model_dim0_known(const ModelSpec *m);
  * ceil(dim0 / n) × (elems / dim0) elements (torch.chunk along dim 0, every rank padded to the
  * first chunk); -1 when a dim 0 is unknown. */
 int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n);
+/* The same over layer l's frozen tensors (FSDP2 shards frozen parameters too); -1 when a frozen
+ * tensor's dim 0 is unknown. */
+int64_t plan_layer_frozen_shard_dim0(const LayerSpec *l, int64_t n);
 /* Units: the largest LayerSpec.unit (0 = the model has no units: every layer its own). */
 int plan_model_units(const ModelSpec *m);
 /* 1 when every layer with parameters lists tensors that add up to its params. */

@@ -1,5 +1,6 @@
 /* plan_report.c — see plan_report.h. */
 #include "plan_report.h"
+#include "plan_lora.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -27,8 +28,25 @@ static double plan_report_moe_imbalance(const TrainSpec *t) {   /* 0 reads as 1 
 void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
     char a[32], b[32];
     fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
-            plan_fmt_count(plan_model_params(m), a, sizeof(a)), plan_arch_name(m->arch),
+            plan_fmt_count(plan_model_params(m) + plan_model_frozen(m), a, sizeof(a)), plan_arch_name(m->arch),
             m->n_layers, m->source);
+    if (plan_finetune_on(&t->ft)) {
+        int64_t tr = plan_model_params(m), tot = tr + plan_model_frozen(m);
+        char what[512], tg[160], fz[32];
+        if (t->ft.rank > 0)
+            snprintf(what, sizeof what, "LoRA r=%d, alpha %g, dropout %g on %s (PEFT get_peft_model)%s%s%s", t->ft.rank,
+                     t->ft.alpha, t->ft.dropout, plan_lora_targets(m, &t->ft, tg, sizeof tg),
+                     t->ft.quant != QUANT_NONE ? "; frozen base projections stored " : "",
+                     t->ft.quant != QUANT_NONE ? plan_quant_name(t->ft.quant) : "",
+                     t->ft.quant == QUANT_NF4 ? " (as bitsandbytes' quantize_4bit stores it: 0.5 B + a double-quantized absmax per "
+                     "64 weights; its dequantization transients are an estimate, no QLoRA step is measured)" :
+                     t->ft.quant == QUANT_INT8 ? " (1 B per weight: an estimate, not measured)" : "");
+        else
+            snprintf(what, sizeof what, "--freeze %s", plan_freeze_label(&t->ft, fz, sizeof fz));
+        fprintf(f, "# trainable: %s of %s parameters (%.4f%%), %s; frozen parameters get no gradients, no optimizer "
+                "state and no reductions\n", plan_fmt_count(tr, a, sizeof a), plan_fmt_count(tot, b, sizeof b),
+                tot > 0 ? 100.0 * (double)tr / (double)tot : 0.0, what);
+    }
     if (m->moe.n_experts > 0) {
         int moe_blocks = 0;
         for (int i = 0; i < m->n_layers; i++) moe_blocks += m->layers[i].expert_params > 0;
@@ -115,6 +133,12 @@ static void time_basis_lines(FILE *f, const ModelSpec *m, const TrainSpec *t, co
 static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
                "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
+    if (plan_model_frozen(m) > 0) {
+        char a[32], b[32];
+        fprintf(f, "# gradient reductions (and ZeRO-1/2's step all-gather) carry the %s trainable parameters only: the %s "
+                "frozen ones are never reduced; FSDP's and ZeRO-3's parameter all-gathers move every parameter\n",
+                plan_fmt_count(plan_model_params(m), a, sizeof a), plan_fmt_count(plan_model_frozen(m), b, sizeof b));
+    }
     fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "strategy", "collective", "phase",
             "count", "payload", "wire", "ranks", "time", "what");
     fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "-", "-", "-", "calls", "GiB", "GiB",
@@ -352,7 +376,22 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     if (!root) return NULL;
     cJSON *jm = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(jm, "name", m->name);
-    cJSON_AddNumberToObject(jm, "params", (double)plan_model_params(m));
+    cJSON_AddNumberToObject(jm, "params", (double)(plan_model_params(m) + plan_model_frozen(m)));
+    if (plan_finetune_on(&t->ft)) {
+        cJSON_AddNumberToObject(jm, "trainable_params", (double)plan_model_params(m));
+        cJSON *jf = cJSON_AddObjectToObject(jm, "finetune");
+        char tg[160], fz[32];
+        cJSON_AddNumberToObject(jf, "lora_rank", t->ft.rank);
+        if (t->ft.rank > 0) {
+            cJSON_AddNumberToObject(jf, "lora_alpha", t->ft.alpha);
+            cJSON_AddNumberToObject(jf, "lora_dropout", t->ft.dropout);
+            cJSON_AddStringToObject(jf, "lora_targets", plan_lora_targets(m, &t->ft, tg, sizeof tg));
+        }
+        cJSON_AddStringToObject(jf, "freeze", plan_freeze_label(&t->ft, fz, sizeof fz));
+        cJSON_AddStringToObject(jf, "quant_base", plan_quant_name(t->ft.quant));
+        cJSON_AddBoolToObject(jf, "quant_estimate", t->ft.quant == QUANT_NF4 || t->ft.quant == QUANT_INT8);
+        cJSON_AddNumberToObject(jf, "frozen_params", (double)plan_model_frozen(m));
+    }
     cJSON_AddNumberToObject(jm, "active_params", (double)plan_model_active_params(m));
     if (m->moe.n_experts > 0) {
         cJSON *je = cJSON_AddObjectToObject(jm, "moe");

@@ -94,6 +94,8 @@ static const RuleInfo RULE_INFO[RULE_COUNT] = {
                            F "\"CPU convolution backward\"; aten/src/ATen/native/Convolution.cpp"},
     [RULE_FOREACH_TEMP] = {"foreach_temp", "torch foreach Adam's state-sized temporary at the step",
                            F "\"Transients\"; torch/optim/adam.py _multi_tensor_adam"},
+    [RULE_QUANT_DEQUANT] = {"quant_dequant", "a quantized frozen projection dequantized to the compute dtype while it runs",
+                            F "\"LoRA and frozen parameters\"; bitsandbytes nn/modules.py Linear4bit, autograd/_functions.py MatMul4Bit"},
     [RULE_SYNCBN] = {"syncbn", "SyncBatchNorm's statistics all-gathers and gradient all-reduces",
                      "docs/syncbn.md; torch/nn/modules/_functions.py"},
     [RULE_HOST_COPIES] = {"offload_host_copies", "CPU offload's host<->device copies",

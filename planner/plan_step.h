@@ -66,6 +66,7 @@ typedef enum {
     /* activations and transients */
     RULE_SAVED_ACTS, RULE_LOOP_LOGITS, RULE_AUTOCAST_CACHE, RULE_RECAST, RULE_MLP_BACKWARD,
     RULE_BWD_WORKSPACE, RULE_LOSS_FORWARD, RULE_LOSS_BACKWARD, RULE_CPU_CONV_BWD, RULE_FOREACH_TEMP,
+    RULE_QUANT_DEQUANT,
     /* other collectives and host traffic */
     RULE_SYNCBN, RULE_HOST_COPIES, RULE_TP_COLLECTIVES,
     /* tensor parallel */

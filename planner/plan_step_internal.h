@@ -31,6 +31,7 @@ typedef struct {
     int first, last;     /* layers [first, last] (the root: every unit-0 layer, first..last span) */
     double elems;        /* parameters */
     double shard;        /* this rank's shard (elements) */
+    double felems, fshard;   /* frozen parameters: gathered, never reduced (0 without them) */
     int root;
 } StepUnit;
 

@@ -1,5 +1,6 @@
 /* plan_tp.c — see plan_tp.h and docs/formulas.md "Tensor and sequence parallel". */
 #include "plan_tp.h"
+#include "plan_lora.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +28,22 @@ int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
     }
     if (t->offload != OFFLOAD_NONE) {
         snprintf(msg, len, "--tp %d with CPU offload: not planned (tensor parallel runs with the model states on the GPU)", tp);
+        return -1;
+    }
+    if (plan_finetune_on(&t->ft)) {
+        snprintf(msg, len, "--tp %d with --lora/--freeze: tensor parallel of a partly frozen model (PEFT adapters on "
+                 "sharded projections) is not planned; plan it without --tp", tp);
+        return -1;
+    }
+    /* the blocks the TP rules were written and measured for: GPT-2's and LLaMA's (the zoo's, and
+       Hugging Face configs of these families); the newer families' extra norms, soft-caps and
+       fused projections are not split by them yet */
+    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++) known |= strcmp(m->family, FAMILIES[i]) == 0;
+    if (!known) {
+        snprintf(msg, len, "--tp %d: %s (model_type %s): tensor parallel is planned for GPT-2 and LLaMA/Mistral blocks "
+                 "(gpt2, llama, mistral configs and the zoo's)", tp, m->name, m->family);
         return -1;
     }
     if (t->impl != IMPL_PYTORCH) {

@@ -74,6 +74,25 @@ typedef struct {
     int overlap_comm;        /* 0 = DeepSpeed's default (true for stage 3, else false), 1 on, 2 off */
 } DsKnobs;
 
+/* The trainable subset (docs/formulas.md "LoRA and frozen parameters"): what --freeze freezes
+ * without LoRA: the input embeddings (a head tied to them with them), or every parameter but
+ * those of the last N blocks and the layers after them. */
+typedef enum { FREEZE_NONE = 0, FREEZE_EMBEDDINGS, FREEZE_ALL_BUT_LAST, FREEZE_COUNT } FreezeKind;
+/* How the frozen base is stored (--quant-base; QLoRA): as the precision regime has it, bf16,
+ * int8 (bitsandbytes LLM.int8 Linear8bitLt) or NF4 (Linear4bit, double-quantized constants). */
+typedef enum { QUANT_NONE = 0, QUANT_BF16, QUANT_INT8, QUANT_NF4, QUANT_COUNT } QuantKind;
+
+typedef struct {
+    int rank;                /* --lora R: 0 = no LoRA */
+    double alpha;            /* --lora-alpha (PEFT's default 8); scales, changes no memory */
+    double dropout;          /* --lora-dropout (PEFT's default 0.0) */
+    char targets[160];       /* --lora-targets, comma list of module names or "all-linear";
+                                "" = PEFT's default for the model type */
+    FreezeKind freeze;
+    int freeze_n;            /* FREEZE_ALL_BUT_LAST: N */
+    QuantKind quant;
+} FinetuneSpec;
+
 typedef struct {
     int64_t micro_batch;     /* per GPU */
     int64_t seq;             /* 0 = the model's context */
@@ -114,6 +133,7 @@ typedef struct {
                                 data-parallel degree gpus / tp (planner/plan_tp.h) */
     int sp;                  /* 1: sequence parallel (SequenceParallel norms, sequence-sharded
                                 residual stream); only with tp > 1 */
+    FinetuneSpec ft;         /* LoRA / frozen parameters (applied to the ModelSpec: plan_lora.h) */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */

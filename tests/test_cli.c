@@ -184,6 +184,8 @@ Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
     expect_usage_error("--model gpt2 --gpus 16 --gpus-per-node 8 --tp 16", "GPUs per node");
     expect_usage_error("--model gpt2 --gpus 8 --tp 2 --sp maybe", "unknown --sp 'maybe'");
     expect_usage_error("auto --model gpt2 --gpus 8 --tp 2 --emit deepspeed", "--emit deepspeed with --tp");
+    expect_usage_error("--model llama2-7b --gpus 8 --tp 2 --lora 8", "--tp 2 with --lora/--freeze");
+    expect_usage_error("--model tests/data/hf/variants/qwen3.json --gpus 2 --tp 2", "model_type qwen3");
     cr_assert_eq(run("--model llama2-7b --gpus 8 --tp 2 --sp on --json"), 0, "%s", out);
     cJSON *j = cJSON_Parse(out);
     cr_assert_not_null(j, "%.200s", out);
@@ -353,4 +355,35 @@ Test(cli, plan_json_should_carry_comm_and_time_per_strategy) {
         for (int i = 0; i < 5; i++) cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(tm, k[i])), "time.%s", k[i]);
     }
     cJSON_Delete(j);
+}
+
+/* Fine-tuning flags: bad values in one line naming them and the valid ones; the strategies whose
+   frozen-parameter rules are not written are refused by name; the header prints PEFT's counts. */
+Test(cli, lora_and_freeze_flags_should_refuse_bad_values_and_print_trainable_counts) {
+    expect_usage_error("--model gpt2 --lora 0", "--lora '0' is not a rank in [1, 65536]");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets q_proj", "'q_proj' is not a module of gpt2 (valid: all-linear, or a comma list of c_attn, c_proj, c_fc)");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets c_attn,,c_fc", "--lora-targets 'c_attn,,c_fc'");
+    expect_usage_error("--model gpt2 --lora-alpha 16", "--lora-alpha sets LoRA: add --lora R");
+    expect_usage_error("--model gpt2 --quant-base nf4", "--quant-base nf4 stores a frozen LoRA base: add --lora R");
+    expect_usage_error("--model gpt2 --lora 8 --quant-base fp4", "unknown --quant-base 'fp4' (valid: none, bf16, int8, nf4)");
+    expect_usage_error("--model gpt2 --freeze head", "unknown --freeze 'head' (valid: none, embeddings, all-but-last:N");
+    expect_usage_error("--model gpt2 --freeze all-but-last:13", "all-but-last:13: gpt2 has 12 blocks");
+    expect_usage_error("--model gpt2 --lora 8 --freeze embeddings", "give one of them");
+    expect_usage_error("--model gpt2 --lora 8 --fsdp 1 --strategy fsdp-full", "--strategy fsdp-full with --lora/--freeze under --fsdp 1");
+    expect_usage_error("--params 7e9 --lora 8", "its parameter tensors are not known");
+    expect_usage_error("--model resnet50 --freeze embeddings", "resnet50 has no token embeddings (valid there: none)");
+    expect_usage_error("--model tests/data/hf/pythia-160m.json --lora 8 --lora-targets all-linear",
+                       "does not know the projection names of pythia-160m");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets lm_head", "'lm_head' is not a module of gpt2 (valid: all-linear, or a comma list of c_attn, c_proj, c_fc)");
+    cr_expect_eq(run("auto --model gpt2 --gpus 2 --lora 8 --lora-targets c_attn,c_fc --emit torch"), 0, "%s", out);
+    cr_expect(strstr(out, "model = get_peft_model(model, LoraConfig(r=8, lora_alpha=8, lora_dropout=0, "
+                          "target_modules=[\"c_attn\", \"c_fc\"]))") != NULL, "%s", out);
+    cr_expect_eq(run("--model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"), 0, "%s", out);
+    cr_expect(strstr(out, "# trainable: 8,388,608 of 6,746,804,224 parameters") != NULL, "%s", out);
+    cr_expect(strstr(out, "zero3 ") != NULL && strstr(out, "fsdp-full") != NULL, "ZeRO-3 and FSDP2 planned: %s", out);
+    /* auto: a full fine-tune that fits nowhere names QLoRA as a change, with its peak */
+    cr_expect_eq(run("auto --model llama2-13b --gpus 1 --gpu-mem 24GiB"), 0, "%s", out);
+    cr_expect(strstr(out, "QLoRA instead of a full fine-tune (--lora 16 --quant-base nf4: peak ") != NULL, "%s", out);
+    cr_expect_eq(run("--model gpt2-mini --gpus 2 --lora 8 --json"), 0, "%s", out);
+    cr_expect(strstr(out, "\"trainable_params\":\t16384") != NULL, "%s", out);
 }

@@ -537,6 +537,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
         for (int k = 0; k < x->n_tensors && k < y->n_tensors; k++) {
             cr_expect_eq(x->tensor_elems[k], y->tensor_elems[k], "%s layer %d tensor %d", what, i, k);
             cr_expect_eq(x->tensor_dim0[k], y->tensor_dim0[k], "%s layer %d tensor %d dim 0", what, i, k);
+            cr_expect_eq(x->tensor_mod[k], y->tensor_mod[k], "%s layer %d tensor %d module", what, i, k);
         }
         cr_expect_eq(x->unit, y->unit, "%s layer %d unit", what, i);
         cr_expect_eq(x->conv_kernel, y->conv_kernel, "%s layer %d conv kernel", what, i);
@@ -680,8 +681,10 @@ Test(plan_load_memplan, an_empty_tensor_should_survive_export_and_import) {
 
 Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
-     * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
-    cr_expect_eq(sizeof(LayerSpec), 672, "LayerSpec changed: carry the new field in the format");
+     * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). The
+     * trainable-subset fields (frozen*, act_unsaved_tok, lora_*_tok, grad_frontier) are not the
+     * model's: plan_finetune_apply sets them from the training setup (--lora, --freeze). */
+    cr_expect_eq(sizeof(LayerSpec), 672 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8, "LayerSpec changed: carry the new field in the format");
     cr_expect_eq(sizeof(ModelSpec), 600, "ModelSpec changed: carry the new field in the format");
 }
 

@@ -92,6 +92,14 @@ def parse_args(argv):
                         "parallelize_module with torchtitan's plan (llama) or its GPT-2 twin; "
                         "ddp (pure TP when dp = 1) or fsdp-full on the dp dimension")
     p.add_argument("--sp", default="off", help="sequence parallel on the norms (on, off)")
+    p.add_argument("--lora", type=int, default=0,
+                   help="PEFT LoRA of this rank (get_peft_model; the base frozen); 0 = full fine-tuning")
+    p.add_argument("--lora-alpha", type=float, default=None, help="lora_alpha (default 2 x rank)")
+    p.add_argument("--lora-targets", default="",
+                   help="comma list of module names or all-linear; default PEFT's for the model type")
+    p.add_argument("--lora-dropout", type=float, default=0.0)
+    p.add_argument("--freeze", default="none",
+                   help="without --lora: none, embeddings or all-but-last:N (models.freeze)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
     p.add_argument("--measure", default=None,
@@ -123,6 +131,12 @@ def parse_args(argv):
         check("act-ckpt", a.act_ckpt, ("none", "full", "every:N"))
     check("attn", a.attn, ("eager", "sdpa"))
     check("zero-grad", a.zero_grad, ("none", "zeros"))
+    fz = a.freeze.split(":", 1)
+    if not (a.freeze in ("none", "embeddings") or (fz[0] == "all-but-last" and len(fz) == 2 and fz[1].isdigit()
+                                                  and int(fz[1]) >= 1)):
+        raise SetupError(f"--freeze {a.freeze}: valid values are none, embeddings, all-but-last:N (N >= 1)")
+    if a.freeze != "none" and a.lora:
+        raise SetupError("--freeze and --lora: a LoRA model's base is frozen already; give one of them")
     check("loop", a.loop, ("hf", "common"))
     check("fsdp-grad-sync", a.fsdp_grad_sync, ("every", "last"))
     check("grad-as-bucket-view", a.grad_as_bucket_view, (0, 1))
@@ -317,6 +331,11 @@ class States:
         for p in self.model.parameters():
             if hasattr(p, "ds_tensor"):
                 add("params", p.ds_tensor)
+                # ZeRO-3 keeps a persistent parameter (numel below stage3_param_persistence_
+                # threshold) whole besides its partition; the optimizer's groups name the
+                # trainable ones' full tensors, a frozen one's is named only here
+                if getattr(p, "ds_persist", False) and p.data.numel() > 0:
+                    add("params", p.data)
                 if p.ds_tensor.grad is not None:
                     add("grads", p.ds_tensor.grad)
             else:
@@ -695,8 +714,26 @@ def run(a, rank, world):
     model = spec.model.to(target.device)
     if a.precision == "bf16" and not a.strategy.startswith("zero"):
         model = model.to(torch.bfloat16)   # pure bf16: parameters, gradients and AdamW states
+    lora = None
+    if a.lora:
+        # PEFT as users write it: LoraConfig + get_peft_model on the built model (every base
+        # parameter frozen, bias="none"); the PeftModel is what is wrapped and called
+        from peft import LoraConfig, get_peft_model
+        import peft
+        kw = {"r": a.lora, "lora_alpha": a.lora_alpha if a.lora_alpha is not None else 2 * a.lora,
+              "lora_dropout": a.lora_dropout}
+        if a.lora_targets:
+            kw["target_modules"] = (a.lora_targets if a.lora_targets == "all-linear"
+                                    else a.lora_targets.split(","))
+        model = get_peft_model(model, LoraConfig(**kw))
+        lora = {"rank": a.lora, "alpha": kw["lora_alpha"], "dropout": a.lora_dropout,
+                "targets": a.lora_targets, "peft": peft.__version__,
+                "target_modules": sorted(model.peft_config["default"].target_modules)}
+    if a.freeze != "none":
+        models.freeze(model, a.freeze, spec.block_modules())
     spec.model = model
     n_params = models.param_count(model)
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     seq = a.seq if a.seq is not None else spec.context
     model.train()
     if a.act_ckpt != "none":
@@ -926,7 +963,8 @@ def run(a, rank, world):
             "total: torch.distributed._tools.mem_tracker.MemTracker (Python-visible tensors: "
             "dispatch-mode allocations + tracked parameters/gradients/optimizer state), peak "
             "over steps 2..K"),
-        "model": {"name": spec.name, "source": a.model, "class": spec.cls_name, "params": n_params},
+        "model": {"name": spec.name, "source": a.model, "class": spec.cls_name, "params": n_params,
+                  "trainable_params": n_trainable},
         "setup": {"ranks": world, "strategy": a.strategy, "batch": a.batch, "seq": seq,
                   "grad_accum": a.grad_accum, "steps": a.steps, "precision": a.precision,
                   "act_ckpt": a.act_ckpt, "attn": a.attn, "dropout": a.dropout,
@@ -938,6 +976,7 @@ def run(a, rank, world):
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
                   "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
                   "tp": a.tp, "sp": a.sp == "on",
+                  "lora": lora, "freeze": a.freeze,
                   "measure": a.measure, "device": a.device, "backend": target.backend},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
