@@ -38,6 +38,8 @@ typedef struct {
     int loop_trainer;        /* 1: HF Trainer's loop ("hf"), 0: the common loop ("common") */
     FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
     DsKnobs ds;              /* DeepSpeed's sizes (zero*: the harness's --ds-zero); 0 = its default */
+    int fsdp_impl;           /* fsdp-*: 1 FullyShardedDataParallel, 2 fully_shard (0 reads as 2) */
+    FsdpKnobs fsdp1;         /* --fsdp 1's knobs (the harness's --fsdp-min-params, ...) */
 } HarnessSetup;
 
 /* The harness's --ds-zero object for k (only what k sets), as JSON text into buf; "" when k

@@ -26,6 +26,7 @@
 #include "cli_harness.h"
 #include "cli_io.h"
 #include "cli_setup.h"
+#include "plan_fsdp.h"
 #include "plan_comm.h"
 #include "plan_load.h"
 #include "plan_memory.h"
@@ -265,7 +266,8 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->dropout = s->dropout;
     t->impl = IMPL_PYTORCH;
     t->autocast_cpu = 1;                     /* CPU autocast's op lists (docs/formulas.md) */
-    t->fsdp_impl = 2;                        /* FSDP2 fully_shard: FSDP1 refuses CPU ranks */
+    t->fsdp_impl = s->fsdp_impl == 1 ? 1 : 2;   /* the harness's --fsdp (older results: 2) */
+    t->fsdp1 = s->fsdp1;
     t->loop_trainer = s->loop_trainer;
     t->zero_grad_keep = s->zero_grad_keep;
     t->grad_as_bucket_view = s->gabv;
@@ -407,6 +409,11 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
     char err[512];
     ModelSpec m;
     if (plan_load_model(&m, s->model, err, sizeof err)) { fprintf(stderr, "memplan: %s\n", err); return CHECK_NO_MODEL; }
+    if (s->fsdp_impl == 1 && s->fsdp1.min_params > 0 && plan_fsdp_size_wrap(&m, s->fsdp1.min_params, err, sizeof err)) {
+        fprintf(stderr, "memplan: %s\n", err);
+        plan_model_free(&m);
+        return CHECK_NO_MODEL;
+    }
     TrainSpec t;
     ClusterSpec cl;
     plan_inputs(s, &t, &cl);
@@ -733,8 +740,6 @@ static const char *refusal(const CliSetup *cs, int from_file, char *msg, size_t 
     }
     if (cs->train.optimizer != OPT_ADAMW) return "--against torch trains with AdamW (valid --optimizer: adamw)";
     if (cs->train.impl != IMPL_PYTORCH) return "--against torch checks the PyTorch layout (valid --impl: pytorch)";
-    if (cs->train.fsdp_impl == 1)
-        return "--fsdp 1: flat-parameter FullyShardedDataParallel refuses CPU ranks in torch 2.15 (valid with --against torch: --fsdp 2)";
     if (cs->train.syncbn) return "--syncbn is not run by the torch harness yet (use memplan bench syncbn)";
     if (from_file && strchr(cs->model.source, '\'')) return "the model path contains a quote";
     if (cs->model.arch == ARCH_GENERIC)
@@ -772,6 +777,8 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->loop_trainer = cs->train.loop_trainer;
     base->fsdp_sync = cs->train.fsdp_grad_sync;
     base->ds = cs->train.ds;
+    base->fsdp_impl = cs->train.fsdp_impl;
+    base->fsdp1 = cs->train.fsdp1;
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "plan_fsdp.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,4 +126,62 @@ double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i) {
     double params = f->keep ? f->pre[k] : 0;
     double prefetch = f->gather && !f->keep && k > 1 ? f->ug[k - 1] : 0;
     return (f->root + params + prefetch) * f->pb + f->ug[k] * f->rb;
+}
+
+/* ---- FSDP1's size-based wrapping (wrap.py) ---- */
+
+/* 1 when embedding layer l is one module that reaches min_params alone (LLaMA's embed_tokens). */
+static int embed_alone(const LayerSpec *l, double min_params) {
+    return l->kind == LAYER_EMBED && (l->n_tensors == 1 ? (double)l->tensor_elems[0] >= min_params
+                                      : l->n_tensors == 0 && (double)l->params >= min_params);
+}
+
+int plan_fsdp_size_wrap(ModelSpec *m, double min_params, char *msg, size_t len) {
+    int K = plan_model_units(m);
+    if (m->arch != ARCH_DECODER || K == 0)
+        return snprintf(msg, len, "--fsdp-min-params: memplan knows the module tree of decoders (embeddings, "
+                        "blocks, final norm, head); %s is not one (valid: 0, one unit per block)", m->name), -1;
+    double block = 0, body = 0, u = 0, wrapped = 0;
+    int head = m->n_layers;   /* the head layers: those after the last non-head layer, in the root */
+    while (head > 0 && m->layers[head - 1].kind == LAYER_HEAD) head--;
+    for (int i = 0; i < m->n_layers; i++) {
+        const LayerSpec *l = &m->layers[i];
+        u = l->unit > 0 && i > 0 && m->layers[i - 1].unit == l->unit ? u + (double)l->params : (double)l->params;
+        if (l->unit > 0 && u > block) block = u;
+        if (i < head) body += (double)l->params;
+    }
+    if (min_params <= block)
+        return snprintf(msg, len, "--fsdp-min-params %.0f wraps each block (or modules inside one, which memplan does "
+                        "not know) of %s's %.0f parameters (valid: above %.0f, where the blocks' parent or the root "
+                        "becomes the unit, or 0 for one unit per block)", min_params, m->name, block, block), -1;
+    /* children first: the body's embedding modules that reach min_params alone */
+    for (int i = 0; i < head; i++) {
+        const LayerSpec *l = &m->layers[i];
+        if (l->kind != LAYER_EMBED) continue;
+        for (int t = 0; t < l->n_tensors && l->n_tensors > 1; t++)
+            if ((double)l->tensor_elems[t] >= min_params)
+                return snprintf(msg, len, "--fsdp-min-params %.0f wraps one embedding of %s's layer '%s' alone, a "
+                                "part of a memplan layer (valid: above %.0f, or 0)", min_params, m->name, l->name,
+                                (double)l->largest_tensor), -1;
+        if (embed_alone(l, min_params)) wrapped += (double)l->params;
+    }
+    /* then the body, if what its children left reaches min_params, and the root's children after
+       it (an untied head that reaches it alone; a tied one has no parameters of its own here);
+       units numbered in layer order, the rest the root (0) */
+    int body_wrapped = body - wrapped >= min_params, next = 0, in_body = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        LayerSpec *l = &m->layers[i];
+        if (i < head && embed_alone(l, min_params)) {
+            l->unit = ++next;
+            in_body = 0;
+        } else if (i < head) {
+            if (body_wrapped && !in_body) ++next;
+            in_body = body_wrapped;
+            l->unit = body_wrapped ? next : 0;
+        } else {
+            l->unit = (double)l->params >= min_params ? ++next : 0;
+            in_body = 0;
+        }
+    }
+    return 0;
 }

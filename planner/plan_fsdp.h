@@ -69,4 +69,16 @@ double plan_fsdp2_fwd_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 double plan_fsdp2_bwd_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 
+/* FSDP1's size_based_auto_wrap_policy(min_num_params) (torch/distributed/fsdp/wrap.py
+ * _recursive_wrap, size_based_auto_wrap_policy) on a decoder's module tree as memplan knows it:
+ * the root (…ForCausalLM) holds the body (…Model: its embeddings, one module per tensor of the
+ * embedding layer, the blocks in a ModuleList, the final norm) and the head. Children first, a
+ * module is wrapped once its parameters not already wrapped reach min_params, a ModuleList never
+ * (exclude_wrap_modules); what nothing wraps stays in the root. Renumbers m's LayerSpec.unit
+ * accordingly. Only min_params above every block's parameters is modelled (a block is then never
+ * wrapped, nor any module inside it, whose sizes memplan does not know). 0, or -1 with a
+ * sentence in msg (a model that is not a decoder, a min_params that wraps blocks or a part of a
+ * layer). */
+int plan_fsdp_size_wrap(ModelSpec *m, double min_params, char *msg, size_t len);
+
 #endif

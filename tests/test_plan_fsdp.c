@@ -494,3 +494,61 @@ Test(plan_fsdp2, a_cpu_onednn_convolution_should_hold_a_weight_sized_buffer_in_i
     cr_expect_eq(cpu.term[a][TERM_TRANSIENT] - gpu.term[b][TERM_TRANSIENT], 1024.0 * 512 * 4);
     plan_model_free(&m);
 }
+
+/* ---- FSDP1's size_based_auto_wrap_policy (wrap.py), plan_fsdp_size_wrap ---- */
+
+static void load(ModelSpec *m, const char *name) {
+    char err[256];
+    cr_assert_eq(plan_load_model(m, name, err, sizeof err), 0, "%s", err);
+}
+
+Test(plan_fsdp_wrap, a_min_params_above_a_block_should_wrap_the_blocks_parent_with_everything_it_holds) {
+    ModelSpec m;
+    load(&m, "gpt2-mini");
+    char msg[512];
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 300000, msg, sizeof msg), 0, "%s", msg);
+    /* GPT2Model (wte, wpe, the 4 blocks, ln_f: 940800 >= 3e5) is one unit; the tied lm_head has
+       nothing left of its own: the root is empty */
+    cr_assert_eq(plan_model_units(&m), 1);
+    for (int i = 0; i < m.n_layers; i++)
+        cr_assert_eq(m.layers[i].unit, m.layers[i].kind == LAYER_HEAD ? 0 : 1, "layer %d (%s)", i, m.layers[i].name);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, a_min_params_above_the_model_should_leave_everything_in_the_root) {
+    ModelSpec m;
+    load(&m, "gpt2-mini");
+    char msg[512];
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 2e6, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(plan_model_units(&m), 0);
+    for (int i = 0; i < m.n_layers; i++) cr_assert_eq(m.layers[i].unit, 0);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, a_min_params_at_or_below_a_block_should_be_refused_with_the_valid_range) {
+    ModelSpec m;
+    load(&m, "gpt2-mini");
+    char msg[512] = "";
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 198272, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "198272") && strstr(msg, "valid: above 198272"), "%s", msg);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, a_large_token_embedding_should_be_its_own_unit_and_an_untied_head_too) {
+    /* gpt2 (124M): wte 50257 x 768 = 38.6M alone beside wpe in memplan's one embedding layer */
+    ModelSpec m;
+    load(&m, "gpt2");
+    char msg[512] = "";
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 3e7, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "alone"), "%s", msg);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, an_encoder_should_be_refused) {
+    ModelSpec m;
+    load(&m, "bert-base");
+    char msg[512] = "";
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 1e9, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "decoder"), "%s", msg);
+    plan_model_free(&m);
+}
