@@ -213,13 +213,13 @@ Test(cli_config, an_accelerate_fsdp2_yaml_should_map_onto_fsdp_flags) {
 Test(cli_config, fsdp1_wrapping_and_prefetch_keys_should_map_onto_the_fsdp1_flags) {
     /* accelerate FSDP1: SIZE_BASED_WRAP with min_num_params, the prefetch knobs, limit_all_gathers */
     const char *y = put("sz.yaml", "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 1\n"
-                                   "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 300000\n"
+                                   "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 200000\n"
                                    "  fsdp_backward_prefetch: BACKWARD_POST\n  fsdp_forward_prefetch: true\n"
                                    "  fsdp_limit_all_gathers: false\n");
     char args[512];
-    snprintf(args, sizeof args, "--config %s --model gpt2-mini", y);
+    snprintf(args, sizeof args, "--config %s --model bench/torch/configs/llama-mini.json", y);
     cJSON_Delete(expect_settings(args, (const Want[]){
-        {"strategy", "fsdp-full"}, {"fsdp", "1"}, {"fsdp-min-params", "300000"}, {"fsdp-backward-prefetch", "post"},
+        {"strategy", "fsdp-full"}, {"fsdp", "1"}, {"fsdp-min-params", "200000"}, {"fsdp-backward-prefetch", "post"},
         {"fsdp-forward-prefetch", "on"}, {"fsdp-limit-all-gathers", "off"}, {0, 0}}));
     /* limit_all_gathers false is honoured as the flag but named: its GPU effect is not modelled */
     cr_expect(strstr(err, "limit_all_gathers=false"), "%s", err);

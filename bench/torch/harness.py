@@ -818,7 +818,8 @@ def run(a, rank, world):
             # profiler did not see (closed at the reuse of their address, or never)
             "at_peak_top": measure.top_rows(detail_j, 16),
         }
-        coll = measure.collectives(tr, a.steps)
+        coll = measure.collectives(tr, a.steps, _shard_group(a, world)
+                                   if a.fsdp == 1 and a.strategy.startswith("fsdp-") else None)
     elif meter is not None:
         per_rank["device_index"] = target.index
         per_rank["cuda"] = meter.result(first_steady_step=2)
