@@ -22,6 +22,10 @@ typedef struct {
     double rb, sb;   /* reduce-scatter input (the reduce dtype) and sharded gradients */
     double root;     /* root unit elements as gathered (n x its local shard) */
     int units;       /* K, the units besides the root (numbered 1..K) */
+    int v1;          /* FSDP1 (--fsdp 1): gathers into the flat parameter (no output buffer kept),
+                        frees each reduce-scatter input with its reduction; bwd, fwd: its
+                        backward_prefetch and forward_prefetch */
+    int bwd, fwd;
     /* Resolved once by plan_fsdp2_setup (one allocation, plan_fsdp2_free), so every question
        below is O(1): */
     double *ug;      /* [K + 1] unit k's elements as gathered, n x its local shard; ug[0] = root */
@@ -80,5 +84,13 @@ double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i);
  * sentence in msg (a model that is not a decoder, a min_params that wraps blocks or a part of a
  * layer). */
 int plan_fsdp_size_wrap(ModelSpec *m, double min_params, char *msg, size_t len);
+
+/* FSDP1 with use_orig_params=True (accelerate's and the Trainer's default): the optimizer sees the
+ * original parameters as views into each unit's local flat shard, and a tensor with no element in
+ * a rank's shard has no gradient there, hence no optimizer state (no Adam `step` scalar). The
+ * parameter tensors with elements on the rank that holds the most: each unit's tensors laid end
+ * to end (the root's: the unit-0 layers in order) and cut into n chunks of ceil(U / n)
+ * (_flat_param.py FlatParamHandle._get_shard). -1 when the tensors are unknown or n is absurd. */
+int64_t plan_fsdp1_rank_tensors(const ModelSpec *m, int64_t n);
 
 #endif

@@ -132,6 +132,10 @@ typedef struct {
     /* mixture of experts (0 = dense): each MoE block routes every token to top_k of n_experts
      * experts of width d_ff_expert, beside shared experts of total width d_ff_shared */
     MoeSpec moe;
+    /* 1: a wrap policy left every layer in the root unit (LayerSpec.unit 0 throughout: FSDP1's
+     * size-based wrapping with nothing large enough, plan_fsdp_size_wrap), one unit of the whole
+     * model; 0: a model without units shards each layer on its own */
+    int root_only;
 } ModelSpec;
 
 void plan_model_init(ModelSpec *m, const char *name, ArchKind arch);

@@ -224,16 +224,67 @@ Test(plan_fsdp2, fsdp1_engine_and_one_rank_should_keep_their_models) {
     c.gpus = c.gpus_per_node = 1;
     plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
     cr_expect(!f.on);
-    /* FSDP1: root + 2 units in flight, + 2 reduce-scatter buffers and the root's gradient in
-       backward (docs/formulas.md) */
-    c.gpus = c.gpus_per_node = 2;
+    plan_model_free(&m);
+}
+
+/* FSDP1 (--fsdp 1) on gpt2-mini, 2 ranks, fp32: layers embed (0), blocks 1..4 (units 1..4),
+   ln_f (5), tied head (6). Measured: the _fsdp1 rows of bench/torch/results/ (docs/validation-torch.md). */
+Test(plan_fsdp1, should_gather_into_its_flat_parameter_and_prefetch_as_its_knobs_say) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 2, 2);
     t.fsdp_impl = 1;
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    Fsdp2 f;
+    cr_assert_eq(plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z), 0);
+    cr_assert(f.on && f.v1);
+    /* forward: the root and the unit, no flat output buffer beside it (FSDP2 keeps one) */
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 2), (ROOT + UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 0), ROOT * 4);
+    /* backward, BACKWARD_PRE: the unit and the previous one prefetched; no reduce-scatter input
+       kept from the unit after it */
+    cr_expect_eq(plan_fsdp2_bwd_comm(&f, &m, 3), (ROOT + 2 * UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_bwd_comm(&f, &m, 6), (ROOT + UNIT) * 4);   /* the root's pre-backward prefetches block 4 */
+    plan_fsdp2_free(&f);
+    /* BACKWARD_POST: nothing ahead during a unit's backward; the previous one at its post-backward */
+    t.fsdp1.bwd = FSDP_BWD_POST;
     plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
-    cr_expect(!f.on);
-    Moments k;
-    walk(&m, &t, &c, STRAT_FSDP_FULL, &k);
-    cr_expect_eq(k.term[find(&k, PHASE_FORWARD, 0, 0)][TERM_COMM], (ROOT + 2 * UNIT) * 4);
-    cr_expect_eq(k.term[find(&k, PHASE_BACKWARD, 3, 0)][TERM_COMM], (ROOT + 2 * UNIT) * 4 + (2 * UNIT + ROOT) * 4);
+    cr_expect_eq(plan_fsdp2_bwd_comm(&f, &m, 3), (ROOT + UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_rs_comm(&f, &m, 3), (ROOT + UNIT) * 4 + UNIT * 4);
+    plan_fsdp2_free(&f);
+    /* None: never ahead */
+    t.fsdp1.bwd = FSDP_BWD_NONE;
+    plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(plan_fsdp2_bwd_comm(&f, &m, 3), (ROOT + UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_rs_comm(&f, &m, 3), ROOT * 4 + UNIT * 4);
+    plan_fsdp2_free(&f);
+    /* forward_prefetch: the next unit gathered as a unit's (or the root's) pre-forward ends */
+    t.fsdp1.bwd = FSDP_BWD_PRE;
+    t.fsdp1.fwd = 1;
+    plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 2), (ROOT + 2 * UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 0), (ROOT + UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 4), (ROOT + UNIT) * 4);   /* the last block: none after it */
+    plan_fsdp2_free(&f);
+    /* limit_all_gathers off: planned as on */
+    t.fsdp1.fwd = 0;
+    MemResult on, off;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &on);
+    t.fsdp1.no_limit = 1;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &off);
+    cr_expect_eq(on.peak, off.peak);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp1, use_orig_params_should_step_only_the_tensors_with_elements_on_the_rank) {
+    /* gpt2-mini's block (198272: ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj, w and b
+       each) cut at 99136: rank 0 has 9 tensors, rank 1 4; the root (wte, wpe, ln_f) cut at
+       73856: 1 and 4. Rank 0: 4 x 9 + 1 = 37 (measured: 148 B of step scalars) */
+    ModelSpec m = zoo("gpt2-mini");
+    cr_expect_eq(plan_fsdp1_rank_tensors(&m, 2), 37);
+    cr_expect_eq(plan_fsdp1_rank_tensors(&m, 1), 52);
     plan_model_free(&m);
 }
 
