@@ -1,5 +1,6 @@
 /* plan_fsdp.h — FSDP2 (torch.distributed.fsdp.fully_shard, torch 2.15) buffer timeline, what the
- * fsdp-* rows hold with --fsdp 2 on more than one rank: the unsharded parameters of each unit,
+ * fsdp-* rows hold on more than one rank (with --fsdp 1, FullyShardedDataParallel's variant of it,
+ * Fsdp2.v1, and its size-based wrapping: docs/formulas.md "FSDP1 and its knobs"): the unsharded parameters of each unit,
  * the flat all-gather output kept for copy-out overlap, the backward prefetch, the reduce-scatter
  * input kept until the next unit's reduction, the root unit left unsharded after forward
  * (fully_shard's default for the root). Units: the model's repeated blocks (LayerSpec.unit: a
@@ -53,8 +54,8 @@ int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk);
  * the last micro-step only (set_requires_gradient_sync(False) / no_sync() on the others). */
 int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk);
 
-/* Fills f; f->on = 0 where the FSDP2 timeline does not apply (other strategies, --fsdp 1,
-   --impl engine, one rank, models without repeated blocks). With CPUOffloadPolicy the shards
+/* Fills f; f->on = 0 where the timeline does not apply (other strategies, --impl engine, one
+   rank, models without repeated blocks unless a size wrap left everything in the root). With CPUOffloadPolicy the shards
    live on the host and are copied up before each all-gather: the GPU holds the same unsharded
    parameters and buffers, and the sharded gradients leave for the host (the caller's part).
    Returns 0, or -1 out of memory (f->on = 0). Free with plan_fsdp2_free. */

@@ -235,7 +235,7 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
 
 /* ---- sharded units: FSDP1, FSDP2, memplan's engine ZeRO-3 ---- */
 
-/* FSDP1 (--fsdp 1) and memplan's engine ZeRO-3 as fixed buffers: FULL_SHARD holds the root
+/* memplan's engine ZeRO-3 (and FSDP1 where plan_fsdp2_setup leaves the timeline off) as fixed buffers: FULL_SHARD holds the root
    unit and two units in flight (the rate limiter), and in backward two reduce-scatter buffers
    and the root's gradients; SHARD_GRAD_OP every unit from forward through backward; ZeRO-3 the
    gathered layer and the prefetched one (the engine: its root and two blocks). One GPU shards

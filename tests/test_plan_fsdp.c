@@ -2,8 +2,9 @@
  * docs/formulas.md "FSDP2 buffers"): the flat all-gather output kept to the next copy-out, the
  * backward prefetch, the reduce-scatter input kept to the next reduction, the root left unsharded
  * after forward, a shard group of 1 (HSDP replicating across every rank), and the measured peaks
- * of gpt2-mini on 2 CPU ranks (torch 2.15, fp32, batch 1, seq 128, eager, dropout 0). FSDP1
- * (--fsdp 1) keeps its flat-parameter model. */
+ * of gpt2-mini on 2 CPU ranks (torch 2.15, fp32, batch 1, seq 128, eager, dropout 0); FSDP1
+ * (--fsdp 1) on the same timeline with its differences and knobs, and its size-based wrapping
+ * (plan_fsdp_size_wrap). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
