@@ -432,3 +432,25 @@ Test(cli_config, auto_emit_deepspeed_should_read_back_to_the_plan_auto_picked) {
     round_trip("--model gpt2 --gpus 2 --precision amp-bf16", "");                           /* torch_autocast */
     round_trip("--model gpt2 --gpus 4 --precision bf16", "");                               /* DeepSpeed's pure bf16 */
 }
+
+Test(cli_config, fsdp1_flags_should_refuse_bad_values_and_setups_in_one_line) {
+    static const struct { const char *args, *want; } B[] = {
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp-min-params 2e6", "give --fsdp 1"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 2 --fsdp-forward-prefetch on", "give --fsdp 1"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-backward-prefetch sideways",
+         "valid: pre, post, none"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-limit-all-gathers maybe", "valid: on, off"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-min-params 1.5", "whole number"},
+        {"--model gpt2-mini --gpus 2 --strategy ddp,fsdp-full --fsdp 1 --fsdp-min-params 2e6", "give only fsdp-full"},
+        {"--model gpt2-mini --gpus 2 --strategy ddp --fsdp 1 --fsdp-backward-prefetch post", "add fsdp-full"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-min-params 1000", "valid: above 198272"},
+    };
+    for (size_t i = 0; i < sizeof B / sizeof B[0]; i++) {
+        cr_expect_eq(run(B[i].args), 2, "%s: %s", B[i].args, err);
+        cr_expect_eq(lines(err), 1, "%s: %s", B[i].args, err);
+        cr_expect(strstr(err, B[i].want), "%s: no '%s' in %s", B[i].args, B[i].want, err);
+    }
+    /* above the model: everything in the root, planned */
+    cr_expect_eq(run("--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-min-params 2e6 "
+                     "--fsdp-backward-prefetch none"), 0, "%s", err);
+}
