@@ -22,7 +22,7 @@ static const char *const MLP_NAMES[] = {"gelu", "gelu_new", "relu", "swiglu"};
 static const char *const TOP_KEYS[] = {
     "memplan_model", "name", "family", "description", "arch", "n_layer", "n_enc_layer", "d_model",
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
-    "mlp", "act_fn", "dropout", "image_size", "in_channels", "moe", "layers", NULL};
+    "mlp", "act_fn", "dropout", "image_size", "in_channels", "moe", "root_only", "layers", NULL};
 static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", NULL};
 static const char *const LAYER_KEYS[] = {
     "name", "kind", "params", "buffers", "buffers_i64", "bn_channels", "largest_tensor", "fwd_flops",
@@ -106,6 +106,7 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
     if (m->moe.n_experts > 0)   /* optional: absent = a dense model */
         put(&o, "  \"moe\": {\"n_experts\": %d, \"top_k\": %d, \"d_ff_expert\": %lld, \"d_ff_shared\": %lld},\n",
             m->moe.n_experts, m->moe.top_k, (long long)m->moe.d_ff_expert, (long long)m->moe.d_ff_shared);
+    if (m->root_only) put(&o, "  \"root_only\": true,\n");   /* optional: a wrap left every layer in the root */
     put(&o, "  \"layers\": [\n");
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
@@ -287,6 +288,7 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
         ld_int(c, root, "", "vocab", tf, 0, lo, 1 << 24, &m->vocab) ||
         ld_int(c, root, "", "max_seq", tf, 0, lo, 1 << 24, &m->max_seq) ||
         ld_bool(c, root, "", "tied_embeddings", 0, 0, 1, &m->tied_embeddings) ||
+        ld_bool(c, root, "", "root_only", 0, 0, 0, &m->root_only) ||
         ld_enum(c, root, "", "norm", 0, 0, norm_name, N_NORMS, &norm) ||
         ld_enum(c, root, "", "mlp", 0, 0, mlp_name, N_MLPS, &mlp) ||
         ld_str(c, root, "", "act_fn", 0, "", m->act_fn, sizeof(m->act_fn)) ||
@@ -385,6 +387,8 @@ int ld_memplan_json(ModelSpec *m, const cJSON *root, LoadCtx *c) {
                 "'block'", m->n_layer, m->n_enc_layer, blocks);
         goto fail;
     }
+    if (m->root_only)   /* every layer in the root: blocks too (plan_model_add_layer numbered them) */
+        for (int k = 0; k < m->n_layers; k++) m->layers[k].unit = 0;
     return 0;
 fail:
     plan_model_free(m);
