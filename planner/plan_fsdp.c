@@ -194,12 +194,13 @@ int plan_fsdp_size_wrap(ModelSpec *m, double min_params, char *msg, size_t len) 
        it (an untied head that reaches it alone; a tied one has no parameters of its own here);
        units numbered in layer order, the rest the root (0) */
     int body_wrapped = body - wrapped >= min_params, next = 0, in_body = 0;
-    /* A tied head in the root reads the embedding's weight after the body unit has resharded it:
+    /* A tied head in the root reads the embedding's weight after the unit that holds it (the body,
+       or the embedding alone) has resharded it:
        FSDP1 fails there (measured on gpt2-mini, torch 2.15: "size mismatch, got input (128),
        mat (128x128), vec (0)" in lm_head) */
-    if (body_wrapped && m->tied_embeddings && head < m->n_layers)
-        return snprintf(msg, len, "--fsdp-min-params %.0f wraps %s's body, which holds the embedding its tied head "
-                        "uses in the root after the body's unit is resharded: FSDP1 fails there (valid: above %.0f, "
+    if ((body_wrapped || wrapped > 0) && m->tied_embeddings && head < m->n_layers)
+        return snprintf(msg, len, "--fsdp-min-params %.0f wraps %s's body or embedding, which holds the weight its tied head "
+                        "uses in the root after that unit is resharded: FSDP1 fails there (valid: above %.0f, "
                         "where everything stays in the root, or 0)", min_params, m->name, body), -1;
     for (int i = 0; i < m->n_layers; i++) {
         LayerSpec *l = &m->layers[i];
