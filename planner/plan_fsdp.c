@@ -50,6 +50,10 @@ int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Clu
     f->bwd = t->fsdp1.bwd;
     f->fwd = t->fsdp1.fwd;
     if (!(fsdp_torch_rows(t, sk) && c->gpus > 1 && (f->units > 0 || m->root_only) && m->n_layers > 0)) return 0;
+    /* FSDP1 on a shard group of one rank (HYBRID_SHARD replicating across every rank) switches
+       to NO_SHARD (_init_utils.py: "FSDP is switching to use `NO_SHARD` instead of ... since the
+       world size is 1"): the flat parameters are whole, nothing is gathered; not this timeline */
+    if (f->v1 && z->n <= 1) return 0;
     int K = f->units;
     f->ug = malloc(sizeof(double) * (size_t)(2 * K + 3) + sizeof(int) * (size_t)m->n_layers);
     if (!f->ug) return -1;

@@ -242,6 +242,7 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
    nothing, unless the parameters live on the host. docs/formulas.md "Strategies". */
 void rule_unit_static_buffers(const StepCtx *x, Step *st) {
     if (x->f2.on || x->ds3 || x->L == 0) return;
+    if (x->fsdp && x->torch && x->t->fsdp_impl == 1 && x->n <= 1 && x->N > 1) return;   /* FSDP1 NO_SHARD (plan_fsdp.c) */
     const MemSizes *z = &x->z;
     double pb = x->p->param_bytes, gb = x->p->grad_bytes, fwd = 0, bwd = 0;
     switch (x->s->buffers) {
