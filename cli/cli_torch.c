@@ -908,6 +908,18 @@ static const char *ckpt_label(const HarnessSetup *s, char *buf, size_t len)
     return plan_ckpt_label(&t, buf, len);
 }
 
+/* ", fsdp 1 (...)" naming FSDP1's knobs, or "" for FSDP2 (the lines stay as they were). */
+static const char *fsdp1_label(const HarnessSetup *s, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (s->fsdp_impl != 1) return buf;
+    char wrap[48] = "blocks";
+    if (s->fsdp1.min_params > 0) snprintf(wrap, sizeof wrap, "min-params %.0f", s->fsdp1.min_params);
+    snprintf(buf, len, ", fsdp 1 (%s, backward-prefetch %s, forward-prefetch %s, limit-all-gathers %s)", wrap,
+             plan_fsdp_bwd_name(s->fsdp1.bwd), s->fsdp1.fwd ? "on" : "off", s->fsdp1.no_limit ? "off" : "on");
+    return buf;
+}
+
 static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
 {
     char strategies[128] = "";
@@ -916,10 +928,11 @@ static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
             snprintf(strategies + strlen(strategies), sizeof strategies - strlen(strategies), "%s%s", *strategies ? "," : "", plan_strategy((StrategyKind)k)->name);
     fprintf(out, "# validate --against torch: model %s, %lld CPU ranks (gloo), strategies %s\n", b->model, b->ranks, strategies);
     fprintf(out, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, adamw, act-ckpt %s, attn %s, dropout %g, "
-                 "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s\n",
+                 "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s%s\n",
             b->batch, b->seq, b->accum, plan_precision(b->precision)->name, ckpt_label(b, (char[24]){0}, 24),
             plan_attn_name(b->attn), b->dropout, b->steps, b->steps, cli_harness_loop_name(b->loop_trainer),
-            cli_harness_zero_grad_name(b->zero_grad_keep), plan_fsdp_sync_name(b->fsdp_sync));
+            cli_harness_zero_grad_name(b->zero_grad_keep), plan_fsdp_sync_name(b->fsdp_sync),
+            fsdp1_label(b, (char[160]){0}, 160));
 }
 
 /* A --measured file, read and checked before any work. */
@@ -980,9 +993,10 @@ static void check_measured(FILE *out, const TorchOpts *o, const Measured *m, cJS
         echo_versions(out, m[i].h, &t->versions);
         char sync[48] = "";
         if (s->accum > 1) snprintf(sync, sizeof sync, " (fsdp-grad-sync %s)", plan_fsdp_sync_name(s->fsdp_sync));
-        fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g\n",
+        fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g%s\n",
                 m[i].path, s->model, s->ranks, s->batch, s->seq, s->accum, sync,
-                plan_precision(s->precision)->name, ckpt_label(s, (char[24]){0}, 24), plan_attn_name(s->attn), s->dropout);
+                plan_precision(s->precision)->name, ckpt_label(s, (char[24]){0}, 24), plan_attn_name(s->attn), s->dropout,
+                fsdp1_label(s, (char[160]){0}, 160));
         compare(out, s, m[i].h, o->tol, arr, t, m[i].path);
     }
 }
