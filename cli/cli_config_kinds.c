@@ -372,41 +372,87 @@ static int fsdp_strategy(Cfg *c, const cJSON *fc, long long version, const FsdpD
     return cfg_set(c, "strategy", SHARDED_AS[idx], key);
 }
 
-/* The FSDP1 knobs memplan models at one value (limit_all_gathers on, prefetch of the next unit
- * in backward, none in forward, original parameters); FSDP2 has none of them. */
+/* 1 when the config's strategy is an fsdp-* row (not NO_SHARD planned as ddp): FSDP1's knobs
+ * apply only there. */
+static int fsdp_rows(const Cfg *c) {
+    const CfgSetting *st = cfg_setting(c, "strategy");
+    return st && strncmp(st->value, "fsdp-", 5) == 0;
+}
+
+/* FSDP1's knobs onto --fsdp-backward-prefetch / --fsdp-forward-prefetch / --fsdp-limit-all-gathers
+ * (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin: backward_prefetch defaults to
+ * NO_PREFETCH, i.e. None, in accelerate and in the Trainer, training_args.py; forward_prefetch
+ * false, limit_all_gathers true); use_orig_params false is not modelled. FSDP2 has none of them. */
 static int fsdp1_knobs(Cfg *c, const cJSON *fc, long long version) {
-    static const struct { const char *name, *ok; } K[] = {
-        {"backward_prefetch", "BACKWARD_PRE|1"}, {"forward_prefetch", "false"},
-        {"use_orig_params", "true"}, {"limit_all_gathers", "true"},
+    static const char *const BWD[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
+    static const char *const BWD_FLAG[] = {"pre", "post", "none"};
+    char n[64], key[200], t[64];
+    int on = version == 1 && fsdp_rows(c), idx = 2, r, b;
+    const char *name = fsdp_name(fc, "backward_prefetch", n, sizeof n);
+    if (version == 2 || !on) {
+        if (cfg_item(fc, name)) cfg_no_effect(c, cfg_key(c, "fsdp_config", name, key, sizeof key));
+    } else {
+        if ((r = cfg_choice(c, fc, "fsdp_config", name, BWD, 3, 1, &idx)) < 0) return -1;
+        if (r) cfg_key(c, "fsdp_config", name, key, sizeof key);
+        else snprintf(key, sizeof key, "fsdp_config (accelerate's and the Trainer's default: NO_PREFETCH)");
+        if (cfg_set(c, "fsdp-backward-prefetch", BWD_FLAG[idx], key)) return -1;
+    }
+    static const struct { const char *name, *flag; } B[] = {
+        {"forward_prefetch", "fsdp-forward-prefetch"}, {"limit_all_gathers", "fsdp-limit-all-gathers"},
     };
-    for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
-        char n[64], key[200], t[64];
-        const char *name = fsdp_name(fc, K[i].name, n, sizeof n);
-        const cJSON *v = cfg_item(fc, name);
-        if (!v) continue;
+    for (size_t i = 0; i < sizeof B / sizeof B[0]; i++) {
+        name = fsdp_name(fc, B[i].name, n, sizeof n);
+        if (!cfg_item(fc, name)) continue;
         cfg_key(c, "fsdp_config", name, key, sizeof key);
-        if (version == 2 || cfg_ok_value(K[i].ok, cfg_text(v, t, sizeof t))) cfg_no_effect(c, key);
-        else cfg_unmodelled(c, key, v);
+        if (version == 2 || !on) { cfg_no_effect(c, key); continue; }
+        if ((r = cfg_bool(c, fc, "fsdp_config", name, &b)) < 0) return -1;
+        if (r && cfg_set(c, B[i].flag, b ? "on" : "off", key)) return -1;
+        /* limit_all_gathers false: the rate limiter moves no memory on CPU ranks (measured, gloo
+           is synchronous); on GPUs the CPU thread may run ahead and hold more gathered units,
+           which memplan does not model (planned as true) */
+        if (r && i == 1 && !b) cfg_unmodelled(c, key, cfg_item(fc, name));
+    }
+    name = fsdp_name(fc, "use_orig_params", n, sizeof n);
+    if (cfg_item(fc, name)) {
+        cfg_key(c, "fsdp_config", name, key, sizeof key);
+        if (version == 2 || cfg_ok_value("true", cfg_text(cfg_item(fc, name), t, sizeof t))) cfg_no_effect(c, key);
+        else cfg_unmodelled(c, key, cfg_item(fc, name));
     }
     return 0;
 }
 
-/* Wrapping: memplan shards each transformer block (TRANSFORMER_BASED_WRAP); size-based wrapping
- * and none are not modelled yet; min_num_params counts only with SIZE_BASED_WRAP. */
-static int fsdp_wrap(Cfg *c, const cJSON *fc) {
+/* Wrapping (accelerate dataclasses.py set_auto_wrap_policy): TRANSFORMER_BASED_WRAP is memplan's
+ * units (each block); FSDP1's SIZE_BASED_WRAP with min_num_params N > 0 is --fsdp-min-params N,
+ * with 0 (accelerate then wraps nothing: auto_wrap_policy None) and NO_WRAP everything stays in
+ * the root: --fsdp-min-params 1e16, which no module reaches. FSDP2's size-based wrapping
+ * (fully_shard on the modules the policy picks) is not modelled. The Trainer's default is
+ * min_num_params 0 (training_args.py). */
+static int fsdp_wrap(Cfg *c, const cJSON *fc, long long version) {
     static const char *const POLICY[] = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
-    char n1[64], n2[64], key[200];
+    char n1[64], n2[64], key[200], k2[200];
     const char *ap = fsdp_name(fc, "auto_wrap_policy", n1, sizeof n1), *mn = fsdp_name(fc, "min_num_params", n2, sizeof n2);
     int policy = 0, r = cfg_choice(c, fc, "fsdp_config", ap, POLICY, 3, 0, &policy);
+    double minp = 0;
     if (r < 0) return -1;
-    if (r && policy == 0) cfg_no_effect(c, cfg_key(c, "fsdp_config", ap, key, sizeof key));
-    if (r && policy > 0) cfg_unmodelled(c, cfg_key(c, "fsdp_config", ap, key, sizeof key), cfg_item(fc, ap));
+    if (r) cfg_key(c, "fsdp_config", ap, key, sizeof key);
+    if (r && policy == 0) cfg_no_effect(c, key);
+    int sized = r && policy > 0 && version == 1 && fsdp_rows(c);
+    if (r && policy > 0 && !sized) cfg_unmodelled(c, key, cfg_item(fc, ap));
+    int rm = 0;
     if (cfg_item(fc, mn)) {
-        cfg_key(c, "fsdp_config", mn, key, sizeof key);
-        if (policy == 1) cfg_unmodelled(c, key, cfg_item(fc, mn));
-        else cfg_no_effect(c, key);
+        cfg_key(c, "fsdp_config", mn, k2, sizeof k2);
+        if (policy == 1 && sized) {
+            if ((rm = cfg_num(c, fc, "fsdp_config", mn, 0, 1e16, &minp)) < 0) return -1;
+        } else {
+            cfg_no_effect(c, k2);
+        }
     }
-    return 0;
+    if (!sized) return 0;
+    char v[32];
+    snprintf(v, sizeof v, "%.0f", policy == 1 && minp > 0 ? minp : 1e16);
+    if (policy == 1 && minp > 0) return cfg_set(c, "fsdp-min-params", v, k2);
+    if (policy == 1 && rm) strncat(k2, " 0 (accelerate then wraps nothing)", sizeof k2 - strlen(k2) - 1);
+    return cfg_set(c, "fsdp-min-params", v, policy == 1 && rm ? k2 : key);
 }
 
 static int fsdp_read(Cfg *c, const cJSON *fc, const FsdpDefaults *df) {
@@ -418,7 +464,7 @@ static int fsdp_read(Cfg *c, const cJSON *fc, const FsdpDefaults *df) {
     if ((r = cfg_int(c, fc, "fsdp_config", vn, 1, 2, &version)) < 0) return -1;
     if (r) cfg_key(c, "fsdp_config", vn, key, sizeof key);
     else snprintf(key, sizeof key, "fsdp_config (%s's default FSDP%d)", df->who, df->version);
-    if (cfg_setf(c, "fsdp", version, key) || fsdp_strategy(c, fc, version, df) || fsdp1_knobs(c, fc, version) || fsdp_wrap(c, fc))
+    if (cfg_setf(c, "fsdp", version, key) || fsdp_strategy(c, fc, version, df) || fsdp1_knobs(c, fc, version) || fsdp_wrap(c, fc, version))
         return -1;
     const char *on = fsdp_name(fc, "offload_params", n, sizeof n);
     if (!cfg_item(fc, on)) on = fsdp_name(fc, "cpu_offload", n, sizeof n);

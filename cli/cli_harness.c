@@ -291,8 +291,11 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
     tc.ckpt_every = s->ckpt_every;
     char ckpt[24];
     plan_ckpt_label(&tc, ckpt, sizeof ckpt);
-    char dsz[512];
+    char dsz[512], fsdp[4], minp[32];
     cli_harness_ds_zero(&s->ds, dsz, sizeof dsz);
+    int fsdp1 = s->fsdp_impl == 1 && strncmp(plan_strategy(s->strategy)->name, "fsdp-", 5) == 0;
+    snprintf(fsdp, sizeof fsdp, "%d", fsdp1 ? 1 : 2);
+    snprintf(minp, sizeof minp, "%.0f", s->fsdp1.min_params);
     const char *argv[] = {
         env->python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc, env->harness,
         "--model", s->model, "--strategy", plan_strategy(s->strategy)->name, "--batch", batch, "--seq", seq,
@@ -300,9 +303,11 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         "--act-ckpt", ckpt, "--attn", plan_attn_name(s->attn), "--dropout", drop,
         "--grad-as-bucket-view", gabv, "--zero-grad", cli_harness_zero_grad_name(s->zero_grad_keep),
         "--loop", cli_harness_loop_name(s->loop_trainer), "--shard-group", group,
-        "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--tp", tp, "--sp", s->sp ? "on" : "off",
-        "--json", out_json, "--ds-zero", dsz,
-        "--bucket-mb", bucket, NULL,
+        "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--tp", tp, "--sp", s->sp ? "on" : "off", "--fsdp", fsdp,
+        "--fsdp-min-params", fsdp1 ? minp : "0", "--fsdp-limit-all-gathers", fsdp1 && s->fsdp1.no_limit ? "off" : "on",
+        "--fsdp-backward-prefetch", fsdp1 ? plan_fsdp_bwd_name(s->fsdp1.bwd) : "pre",
+        "--fsdp-forward-prefetch", fsdp1 && s->fsdp1.fwd ? "on" : "off",
+        "--json", out_json, "--ds-zero", dsz, "--bucket-mb", bucket, NULL,
     };
     size_t n_argv = sizeof argv / sizeof argv[0];
     if (s->bucket_mb <= 0) argv[n_argv - 3] = NULL;   /* DDP's own buckets */
@@ -474,6 +479,28 @@ static int ds_zero_of(const cJSON *su, HarnessSetup *s, char *err, size_t errlen
     return 0;
 }
 
+/* setup.fsdp (results before it: 2, fully_shard) and FSDP1's knobs (before them: the defaults). 0, or -1
+   naming a value that is not one. */
+static int fsdp_of(const cJSON *su, HarnessSetup *s, char *err, size_t errlen)
+{
+    s->fsdp_impl = (int)cli_harness_num(su, "fsdp", 2);
+    s->fsdp1.min_params = cli_harness_num(su, "fsdp_min_params", 0);
+    const char *lim = cli_harness_str(su, "fsdp_limit_all_gathers", "on"), *fwd = cli_harness_str(su, "fsdp_forward_prefetch", "off");
+    const char *bwd = cli_harness_str(su, "fsdp_backward_prefetch", "pre");
+    int b = plan_fsdp_bwd_by_name(bwd);
+    if ((s->fsdp_impl != 1 && s->fsdp_impl != 2) || s->fsdp1.min_params < 0 || b < 0 ||
+        (strcmp(lim, "on") && strcmp(lim, "off")) || (strcmp(fwd, "on") && strcmp(fwd, "off"))) {
+        snprintf(err, errlen, "setup.fsdp %d / fsdp_min_params %.0f / fsdp_limit_all_gathers '%s' / fsdp_backward_prefetch '%s' / "
+                 "fsdp_forward_prefetch '%s' (valid: 1|2, >= 0, on|off, pre|post|none, on|off)", s->fsdp_impl,
+                 s->fsdp1.min_params, lim, bwd, fwd);
+        return -1;
+    }
+    s->fsdp1.no_limit = strcmp(lim, "off") == 0;
+    s->fsdp1.bwd = (FsdpBwdPrefetch)b;
+    s->fsdp1.fwd = strcmp(fwd, "on") == 0;
+    return 0;
+}
+
 int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errlen)
 {
     const cJSON *su = cJSON_GetObjectItem(j, "setup"), *mo = cJSON_GetObjectItem(j, "model");
@@ -535,7 +562,7 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
         snprintf(err, errlen, "setup.freeze '%s' (valid: none, embeddings, all-but-last:N)", fz);
         return -1;
     }
-    return ds_zero_of(su, s, err, errlen);
+    return fsdp_of(su, s, err, errlen) ? -1 : ds_zero_of(su, s, err, errlen);
 }
 
 /* ---- the values of a result, checked ---- */

@@ -40,6 +40,8 @@ typedef struct {
     DsKnobs ds;              /* DeepSpeed's sizes (zero*: the harness's --ds-zero); 0 = its default */
     int tp, sp;              /* the harness's --tp (1: none) and --sp on (setup.tp, setup.sp) */
     FinetuneSpec ft;         /* PEFT LoRA (the harness's --lora*, setup.lora); rank 0 = none */
+    int fsdp_impl;           /* fsdp-*: 1 FullyShardedDataParallel, 2 fully_shard (0 reads as 2) */
+    FsdpKnobs fsdp1;         /* --fsdp 1's knobs (the harness's --fsdp-min-params, ...) */
 } HarnessSetup;
 
 /* The harness's --ds-zero object for k (only what k sets), as JSON text into buf; "" when k

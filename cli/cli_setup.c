@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "plan_fsdp.h"
 #include "plan_load.h"
 #include "plan_lora.h"
 #include "plan_zoo.h"
@@ -23,6 +24,7 @@ enum {
     OPT_CONFIG, OPT_CONFIG_KIND,
     OPT_TP, OPT_SP,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
+    OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -60,6 +62,10 @@ static const struct option BASE_OPTIONS[] = {
     {"loop", required_argument, 0, OPT_LOOP},
     {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"fsdp-grad-sync", required_argument, 0, OPT_FSDP_SYNC},
+    {"fsdp-min-params", required_argument, 0, OPT_FSDP_MIN},
+    {"fsdp-limit-all-gathers", required_argument, 0, OPT_FSDP_LIMIT},
+    {"fsdp-backward-prefetch", required_argument, 0, OPT_FSDP_BWD},
+    {"fsdp-forward-prefetch", required_argument, 0, OPT_FSDP_FWD},
     {"ds-reduce-bucket", required_argument, 0, OPT_DS_BUCKET},
     {"ds3-prefetch", required_argument, 0, OPT_DS3_PREFETCH},
     {"ds3-max-live", required_argument, 0, OPT_DS3_LIVE},
@@ -193,6 +199,14 @@ void cli_print_setup_help(FILE *f) {
         "                         the heads and the KV heads\n"
         "  --sp on|off            sequence parallel: SequenceParallel norms, sequence-sharded residual stream\n"
         "                         (default off; needs --tp 2 or more)\n"
+        "FSDP1's knobs (--fsdp 1: FullyShardedDataParallel's arguments; docs/formulas.md \"FSDP1 and its knobs\"):\n"
+        "  --fsdp-min-params N    size_based_auto_wrap_policy(min_num_params=N) over a decoder's modules\n"
+        "                         (N above a block's parameters; default: one unit per block)\n"
+        "  --fsdp-backward-prefetch pre|post|none\n"
+        "                         backward_prefetch BACKWARD_PRE (default), BACKWARD_POST or None\n"
+        "  --fsdp-forward-prefetch on|off  forward_prefetch (default off)\n"
+        "  --fsdp-limit-all-gathers on|off  limit_all_gathers (default on); off is planned as on: the\n"
+        "                         rate limiter moves no memory on CPU ranks, its GPU effect is not modelled\n"
         "DeepSpeed sizes (zero* rows, elements, DeepSpeed's zero_optimization keys; a DeepSpeed --config sets them):\n"
         "  --ds-reduce-bucket N   reduce_bucket_size (default 5e8)\n"
         "  --ds3-prefetch N       stage3_prefetch_bucket_size (default 5e7)\n"
@@ -345,6 +359,34 @@ static int resolve_finetune(CliSetup *s) {
     return 0;
 }
 
+/* FSDP1's knobs: only with --fsdp 1 and fsdp-* rows; --fsdp-min-params rewraps the model's units
+   (plan_fsdp_size_wrap), so every row must be an fsdp-* one. 0 or 2. */
+static int fsdp1_knobs(CliSetup *s) {
+    static const char *const FLAGS[] = {"fsdp-min-params", "fsdp-limit-all-gathers", "fsdp-backward-prefetch",
+                                        "fsdp-forward-prefetch"};
+    unsigned fsdp = (1u << STRAT_FSDP_FULL) | (1u << STRAT_FSDP_GRAD_OP) | (1u << STRAT_FSDP_HYBRID);
+    for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++) {
+        if (!cli_setup_given(s, FLAGS[i])) continue;
+        if (i == 0 && s->train.fsdp_impl != 1)
+            return cli_usage_error("--fsdp-min-params is FSDP1's size_based_auto_wrap_policy: give --fsdp 1 (FSDP2's "
+                                   "fully_shard has no size policy: the caller chooses the modules)");
+        if (s->train.fsdp_impl != 1)
+            return cli_usage_error("--%s is an argument of FSDP1's FullyShardedDataParallel: give --fsdp 1 (FSDP2's "
+                                   "fully_shard has no such argument)", FLAGS[i]);
+        if (!(s->strategies & fsdp))
+            return cli_usage_error("--%s is an FSDP1 setting: add fsdp-full, fsdp-grad-op or fsdp-hybrid to --strategy",
+                                   FLAGS[i]);
+        if (i == 0 && (s->strategies & ~fsdp))
+            return cli_usage_error("--fsdp-min-params rewraps the model's units: give only fsdp-full, fsdp-grad-op or "
+                                   "fsdp-hybrid in --strategy");
+    }
+    char err[512];
+    if (s->have_model && s->train.fsdp1.min_params > 0 &&
+        plan_fsdp_size_wrap(&s->model, s->train.fsdp1.min_params, err, sizeof err))
+        return cli_usage_error("%s", err);
+    return 0;
+}
+
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[512];
     int rc;
@@ -400,6 +442,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     for (size_t i = 0; i < sizeof DS_FLAGS / sizeof DS_FLAGS[0] && !ds_rows; i++)
         if (cli_setup_given(s, DS_FLAGS[i]))
             return cli_usage_error("--%s is a DeepSpeed setting: add zero1, zero2 or zero3 to --strategy", DS_FLAGS[i]);
+    if ((rc = fsdp1_knobs(s))) return rc;
     if (s->train.grad_as_bucket_view && !(s->strategies & (1u << STRAT_DDP)))
         return cli_usage_error("--grad-as-bucket-view is DDP's gradient_as_bucket_view: add ddp to --strategy "
                                "(ZeRO and FSDP have no such option)");
@@ -540,6 +583,23 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0)
             return cli_usage_error("unknown --ds-overlap-comm '%s' (valid: on, off)", a);
         s->train.ds.overlap_comm = strcmp(a, "on") == 0 ? 1 : 2;
+        break;
+    case OPT_FSDP_MIN:
+        if (plan_parse_double(a, 1, 1e16, &d) || d != floor(d))
+            return cli_usage_error("--fsdp-min-params '%s' is not a whole number of parameters in [1, 1e16] (e.g. 1e8)", a);
+        s->train.fsdp1.min_params = d;
+        break;
+    case OPT_FSDP_LIMIT: case OPT_FSDP_FWD:
+        if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0)
+            return cli_usage_error("unknown --fsdp-%s '%s' (valid: on, off)",
+                                   c == OPT_FSDP_LIMIT ? "limit-all-gathers" : "forward-prefetch", a);
+        if (c == OPT_FSDP_LIMIT) s->train.fsdp1.no_limit = strcmp(a, "off") == 0;
+        else s->train.fsdp1.fwd = strcmp(a, "on") == 0;
+        break;
+    case OPT_FSDP_BWD:
+        if ((v = plan_fsdp_bwd_by_name(a)) < 0)
+            return cli_usage_error("unknown --fsdp-backward-prefetch '%s' (valid: pre, post, none)", a);
+        s->train.fsdp1.bwd = (FsdpBwdPrefetch)v;
         break;
     case OPT_FSDP:
         if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)

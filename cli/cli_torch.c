@@ -27,6 +27,7 @@
 #include "cli_harness.h"
 #include "cli_io.h"
 #include "cli_setup.h"
+#include "plan_fsdp.h"
 #include "plan_comm.h"
 #include "plan_load.h"
 #include "plan_memory.h"
@@ -138,7 +139,8 @@ static void print_help(FILE *f)
         "tensor peak is within the tolerance and in the same phase. A run this host's memory cannot hold (the\n"
         "ranks times the larger of the predicted peak and the fp32 model, plus the processes) is refused first.\n"
         "What runs: ddp = torch DDP; zero1/zero2/zero3 = DeepSpeed; fsdp-full/fsdp-grad-op/fsdp-hybrid =\n"
-        "FSDP2 fully_shard (flat-parameter FSDP refuses CPU ranks in torch 2.15).\n\n"
+        "FSDP2 fully_shard, or with --fsdp 1 FullyShardedDataParallel (and its --fsdp-min-params,\n"
+        "--fsdp-backward-prefetch, --fsdp-forward-prefetch, --fsdp-limit-all-gathers).\n\n"
         "Options (besides the plan flags --model, --strategy, --batch, --seq, --grad-accum, --precision,\n"
         "--act-ckpt, --attn, --dropout, --grad-as-bucket-view, --loop, --fsdp-grad-sync, --json[=FILE]; the prediction uses\n"
         "--autocast cpu and --fsdp 2, as the CPU ranks run; the GPU and time flags, --gpus, --gpu, --gpu-mem, --autocast\n"
@@ -267,7 +269,8 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->dropout = s->dropout;
     t->impl = IMPL_PYTORCH;
     t->autocast_cpu = 1;                     /* CPU autocast's op lists (docs/formulas.md) */
-    t->fsdp_impl = 2;                        /* FSDP2 fully_shard: FSDP1 refuses CPU ranks */
+    t->fsdp_impl = s->fsdp_impl == 1 ? 1 : 2;   /* the harness's --fsdp (older results: 2) */
+    t->fsdp1 = s->fsdp1;
     t->loop_trainer = s->loop_trainer;
     t->zero_grad_keep = s->zero_grad_keep;
     t->grad_as_bucket_view = s->gabv;
@@ -412,6 +415,11 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
     char err[512];
     ModelSpec m;
     if (plan_load_model(&m, s->model, err, sizeof err)) { fprintf(stderr, "memplan: %s\n", err); return CHECK_NO_MODEL; }
+    if (s->fsdp_impl == 1 && s->fsdp1.min_params > 0 && plan_fsdp_size_wrap(&m, s->fsdp1.min_params, err, sizeof err)) {
+        fprintf(stderr, "memplan: %s\n", err);
+        plan_model_free(&m);
+        return CHECK_NO_MODEL;
+    }
     TrainSpec t;
     ClusterSpec cl;
     plan_inputs(s, &t, &cl);
@@ -751,8 +759,6 @@ static const char *refusal(const CliSetup *cs, int from_file, char *msg, size_t 
     }
     if (cs->train.optimizer != OPT_ADAMW) return "--against torch trains with AdamW (valid --optimizer: adamw)";
     if (cs->train.impl != IMPL_PYTORCH) return "--against torch checks the PyTorch layout (valid --impl: pytorch)";
-    if (cs->train.fsdp_impl == 1)
-        return "--fsdp 1: flat-parameter FullyShardedDataParallel refuses CPU ranks in torch 2.15 (valid with --against torch: --fsdp 2)";
     if (cs->train.syncbn) return "--syncbn is not run by the torch harness yet (use memplan bench syncbn)";
     if (from_file && strchr(cs->model.source, '\'')) return "the model path contains a quote";
     if (cs->model.arch == ARCH_GENERIC)
@@ -811,6 +817,8 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->tp = tp;
     base->sp = cs->train.sp;
     base->ft = cs->train.ft;
+    base->fsdp_impl = cs->train.fsdp_impl;
+    base->fsdp1 = cs->train.fsdp1;
     return 0;
 }
 
@@ -939,6 +947,18 @@ static const char *ckpt_label(const HarnessSetup *s, char *buf, size_t len)
     return plan_ckpt_label(&t, buf, len);
 }
 
+/* ", fsdp 1 (...)" naming FSDP1's knobs, or "" for FSDP2 (the lines stay as they were). */
+static const char *fsdp1_label(const HarnessSetup *s, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (s->fsdp_impl != 1) return buf;
+    char wrap[48] = "blocks";
+    if (s->fsdp1.min_params > 0) snprintf(wrap, sizeof wrap, "min-params %.0f", s->fsdp1.min_params);
+    snprintf(buf, len, ", fsdp 1 (%s, backward-prefetch %s, forward-prefetch %s, limit-all-gathers %s)", wrap,
+             plan_fsdp_bwd_name(s->fsdp1.bwd), s->fsdp1.fwd ? "on" : "off", s->fsdp1.no_limit ? "off" : "on");
+    return buf;
+}
+
 static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
 {
     char strategies[128] = "";
@@ -947,10 +967,11 @@ static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
             snprintf(strategies + strlen(strategies), sizeof strategies - strlen(strategies), "%s%s", *strategies ? "," : "", plan_strategy((StrategyKind)k)->name);
     fprintf(out, "# validate --against torch: model %s, %lld CPU ranks (gloo), strategies %s\n", b->model, b->ranks, strategies);
     fprintf(out, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, adamw, act-ckpt %s, attn %s, dropout %g, "
-                 "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s\n",
+                 "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s%s\n",
             b->batch, b->seq, b->accum, plan_precision(b->precision)->name, ckpt_label(b, (char[24]){0}, 24),
             plan_attn_name(b->attn), b->dropout, b->steps, b->steps, cli_harness_loop_name(b->loop_trainer),
-            cli_harness_zero_grad_name(b->zero_grad_keep), plan_fsdp_sync_name(b->fsdp_sync));
+            cli_harness_zero_grad_name(b->zero_grad_keep), plan_fsdp_sync_name(b->fsdp_sync),
+            fsdp1_label(b, (char[160]){0}, 160));
 }
 
 /* A --measured file, read and checked before any work. */
@@ -1011,9 +1032,10 @@ static void check_measured(FILE *out, const TorchOpts *o, const Measured *m, cJS
         echo_versions(out, m[i].h, &t->versions);
         char sync[48] = "";
         if (s->accum > 1) snprintf(sync, sizeof sync, " (fsdp-grad-sync %s)", plan_fsdp_sync_name(s->fsdp_sync));
-        fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g\n",
+        fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g%s\n",
                 m[i].path, s->model, s->ranks, s->batch, s->seq, s->accum, sync,
-                plan_precision(s->precision)->name, ckpt_label(s, (char[24]){0}, 24), plan_attn_name(s->attn), s->dropout);
+                plan_precision(s->precision)->name, ckpt_label(s, (char[24]){0}, 24), plan_attn_name(s->attn), s->dropout,
+                fsdp1_label(s, (char[160]){0}, 160));
         compare(out, s, m[i].h, o->tol, arr, t, m[i].path);
     }
 }

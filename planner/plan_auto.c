@@ -868,16 +868,27 @@ static void torch_tp(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
 static void torch_fsdp1(FILE *f, const AutoResult *r, const char *blk, const char *dt) {
     const PrecisionSpec *p = plan_precision(r->train.precision);
     const char *ss = r->strategy == STRAT_FSDP_FULL ? "FULL_SHARD" : r->strategy == STRAT_FSDP_GRAD_OP ? "SHARD_GRAD_OP" : "HYBRID_SHARD";
-    fprintf(f, "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, MixedPrecision, CPUOffload\n"
-               "from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy\n");
-    fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
-               "             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={%s}),\n",
-            ss, blk);
+    const FsdpKnobs *k = &r->train.fsdp1;
+    static const char *const BWD[] = {"BackwardPrefetch.BACKWARD_PRE", "BackwardPrefetch.BACKWARD_POST", "None"};
+    fprintf(f, "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, MixedPrecision, CPUOffload%s\n"
+               "from torch.distributed.fsdp.wrap import %s\n",
+            k->bwd == FSDP_BWD_POST ? ", BackwardPrefetch" : "",
+            k->min_params > 0 ? "size_based_auto_wrap_policy" : "transformer_auto_wrap_policy");
+    if (k->min_params > 0)
+        fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
+                   "             auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=%.0f),\n",
+                ss, k->min_params);
+    else
+        fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
+                   "             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={%s}),\n",
+                ss, blk);
+    if (k->bwd != FSDP_BWD_PRE) fprintf(f, "             backward_prefetch=%s,\n", BWD[k->bwd]);
+    if (k->fwd) fprintf(f, "             forward_prefetch=True,\n");
     if (p->master_bytes > 0)
         fprintf(f, "             mixed_precision=MixedPrecision(param_dtype=%s, reduce_dtype=%s, buffer_dtype=%s),\n", dt, dt, dt);
     if (r->train.offload == OFFLOAD_PARAM) fprintf(f, "             cpu_offload=CPUOffload(offload_params=True),\n");
-    fprintf(f, "             device_id=local_rank, limit_all_gathers=True, sync_module_states=True)"
-               "  # load weights on rank 0 only\n");
+    fprintf(f, "             device_id=local_rank, limit_all_gathers=%s, sync_module_states=True)"
+               "  # load weights on rank 0 only\n", k->no_limit ? "False" : "True");
     if (r->train.grad_accum > 1 && r->train.fsdp_grad_sync == FSDP_SYNC_LAST)
         fprintf(f, "# non-final micro-steps under `with model.no_sync():`  # --fsdp-grad-sync last\n");
 }

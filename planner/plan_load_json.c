@@ -23,7 +23,7 @@ static const char *const TOP_KEYS[] = {
     "memplan_model", "name", "family", "description", "arch", "n_layer", "n_enc_layer", "d_model",
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
     "mlp", "act_fn", "dropout", "image_size", "in_channels", "moe", "mla", "attn_sinks", "qk_norm",
-    "nope_every", "layers", NULL};
+    "nope_every", "root_only", "layers", NULL};
 static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", "router", "norm_topk",
                                        "fp32_weights", "shared_gate", "shared_last", "bias", "clamped_glu",
                                        "router_logits", NULL};
@@ -127,6 +127,7 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
     if (m->attn_sinks) put(&o, "  \"attn_sinks\": true,\n");
     if (m->qk_norm) put(&o, "  \"qk_norm\": %d,\n", m->qk_norm);
     if (m->nope_every) put(&o, "  \"nope_every\": %d,\n", m->nope_every);
+    if (m->root_only) put(&o, "  \"root_only\": true,\n");   /* optional: a wrap left every layer in the root */
     put(&o, "  \"layers\": [\n");
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
@@ -380,6 +381,7 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
         ld_int(c, root, "", "vocab", tf, 0, lo, 1 << 24, &m->vocab) ||
         ld_int(c, root, "", "max_seq", tf, 0, lo, 1 << 24, &m->max_seq) ||
         ld_bool(c, root, "", "tied_embeddings", 0, 0, 1, &m->tied_embeddings) ||
+        ld_bool(c, root, "", "root_only", 0, 0, 0, &m->root_only) ||
         ld_enum(c, root, "", "norm", 0, 0, norm_name, N_NORMS, &norm) ||
         ld_enum(c, root, "", "mlp", 0, 0, mlp_name, N_MLPS, &mlp) ||
         ld_str(c, root, "", "act_fn", 0, "", m->act_fn, sizeof(m->act_fn)) ||
@@ -470,6 +472,8 @@ int ld_memplan_json(ModelSpec *m, const cJSON *root, LoadCtx *c) {
                 "'block'", m->n_layer, m->n_enc_layer, blocks);
         goto fail;
     }
+    if (m->root_only)   /* every layer in the root: blocks too (plan_model_add_layer numbered them) */
+        for (int k = 0; k < m->n_layers; k++) m->layers[k].unit = 0;
     return 0;
 fail:
     plan_model_free(m);

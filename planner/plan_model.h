@@ -208,6 +208,10 @@ typedef struct {
     int qk_norm;             /* TransformerConfig.qk_norm: 1 an RMSNorm per head on q and k (Qwen3),
                                 3 an L2 norm per head (Llama 4) */
     int nope_every;          /* TransformerConfig.nope_every: blocks N, 2N, ... have no q/k norm */
+    /* 1: a wrap policy left every layer in the root unit (LayerSpec.unit 0 throughout: FSDP1's
+     * size-based wrapping with nothing large enough, plan_fsdp_size_wrap), one unit of the whole
+     * model; 0: a model without units shards each layer on its own */
+    int root_only;
 } ModelSpec;
 
 void plan_model_init(ModelSpec *m, const char *name, ArchKind arch);

@@ -93,6 +93,12 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
                 plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
                                         : "column/row-parallel blocks, replicated tied embedding and head",
                 t->sp ? "on" : "off", (long long)(c->gpus / t->tp));
+    if (t->fsdp_impl == 1)   /* FSDP1's knobs (docs/formulas.md "FSDP1 and its knobs") */
+        fprintf(f, "# fsdp1: units %s, backward_prefetch %s, forward_prefetch %s, limit_all_gathers %s\n",
+                t->fsdp1.min_params > 0 ? (m->root_only ? "everything in the root (size-based wrapping)"
+                                                        : "from size-based wrapping (--fsdp-min-params)")
+                                        : "the blocks", plan_fsdp_bwd_name(t->fsdp1.bwd), t->fsdp1.fwd ? "on" : "off",
+                t->fsdp1.no_limit ? "off (planned as on)" : "on");
     if (t->offload != OFFLOAD_NONE)
         fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
                 "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM; PyTorch's CPU step %.0fx slower)\n",
@@ -424,6 +430,14 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "offload", plan_offload_name(t->offload));
     cJSON_AddNumberToObject(jt, "fsdp", t->fsdp_impl == 1 ? 1 : 2);   /* what fsdp-* rows mean */
     cJSON_AddStringToObject(jt, "fsdp_grad_sync", plan_fsdp_sync_name(t->fsdp_grad_sync));
+    if (t->fsdp_impl == 1) {   /* FSDP1's knobs, only where they mean something */
+        cJSON *k = cJSON_AddObjectToObject(jt, "fsdp1");
+        cJSON_AddNumberToObject(k, "min_params", t->fsdp1.min_params);
+        cJSON_AddBoolToObject(k, "root_only", m->root_only);
+        cJSON_AddStringToObject(k, "backward_prefetch", plan_fsdp_bwd_name(t->fsdp1.bwd));
+        cJSON_AddBoolToObject(k, "forward_prefetch", t->fsdp1.fwd);
+        cJSON_AddBoolToObject(k, "limit_all_gathers", !t->fsdp1.no_limit);
+    }
     cJSON_AddStringToObject(jt, "autocast", t->autocast_cpu ? "cpu" : "cuda");
     cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
     cJSON_AddStringToObject(jt, "zero_grad", t->zero_grad_keep ? "zeros" : "none");

@@ -237,13 +237,14 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
 
 /* ---- sharded units: FSDP1, FSDP2, memplan's engine ZeRO-3 ---- */
 
-/* FSDP1 (--fsdp 1) and memplan's engine ZeRO-3 as fixed buffers: FULL_SHARD holds the root
+/* memplan's engine ZeRO-3 (and FSDP1 where plan_fsdp2_setup leaves the timeline off) as fixed buffers: FULL_SHARD holds the root
    unit and two units in flight (the rate limiter), and in backward two reduce-scatter buffers
    and the root's gradients; SHARD_GRAD_OP every unit from forward through backward; ZeRO-3 the
    gathered layer and the prefetched one (the engine: its root and two blocks). One GPU shards
    nothing, unless the parameters live on the host. docs/formulas.md "Strategies". */
 void rule_unit_static_buffers(const StepCtx *x, Step *st) {
     if (x->f2.on || x->ds3 || x->L == 0) return;
+    if (x->fsdp && x->torch && x->t->fsdp_impl == 1 && x->n <= 1 && x->N > 1) return;   /* FSDP1 NO_SHARD (plan_fsdp.c) */
     const MemSizes *z = &x->z;
     double pb = x->p->param_bytes, gb = x->p->grad_bytes, fwd = 0, bwd = 0;
     switch (x->s->buffers) {

@@ -32,7 +32,7 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
        every dim 0 is known. Both paddings are summed in one pass; the per-tensor one is taken
        when no layer's dim 0 turned out unknown. */
     int units = plan_model_units(m);
-    int root_flat = (s->shard & SHARD_PARAM) && units > 0;
+    int root_flat = (s->shard & SHARD_PARAM) && (units > 0 || m->root_only);
     int64_t n = z->n;
     int dim0 = plan_fsdp2_dim0_rows(t, sk);
     double flat = 0, d0 = 0;                     /* local shard: per unit, per tensor */
@@ -57,7 +57,7 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         z->psi += pu;
         if (pu > z->largest_any) z->largest_any = pu;
         if (!root_flat) { flat += lf; d0 += ld; }   /* each layer on its own (ZeRO-1/2, no units) */
-        if (units == 0) {                        /* every layer its own unit */
+        if (units == 0 && !m->root_only) {       /* every layer its own unit */
             if (pu > z->largest_unit) z->largest_unit = pu;
             continue;
         }

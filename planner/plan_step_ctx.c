@@ -118,7 +118,8 @@ static void model_states(StepCtx *x) {
 static int units_setup(StepCtx *x) {
     const ModelSpec *m = x->m;
     int K = plan_model_units(m);
-    int cap = K > 0 ? K + 1 : m->n_layers;
+    int own = K == 0 && !m->root_only;   /* every layer its own unit */
+    int cap = own ? m->n_layers : K + 1;
     x->units = calloc((size_t)(cap > 0 ? cap : 1), sizeof(StepUnit));
     x->unit_of = malloc(sizeof(int) * (size_t)(m->n_layers > 0 ? m->n_layers : 1));
     if (!x->units || !x->unit_of) return -1;
@@ -130,7 +131,7 @@ static int units_setup(StepCtx *x) {
         double sh = dim0 ? (double)plan_layer_shard_dim0(l, x->n) : ceil((double)l->params / nn);
         double fsh = l->frozen <= 0 ? 0 : dim0 ? (double)plan_layer_frozen_shard_dim0(l, x->n) : ceil((double)l->frozen / nn);
         x->unit_of[i] = -1;
-        if (K == 0) {                          /* every layer its own unit */
+        if (own) {
             if (l->params <= 0) continue;
             x->unit_of[i] = x->n_units;
             x->units[x->n_units++] = (StepUnit){i, i, (double)l->params, sh, 0, 0, 0};
@@ -156,7 +157,7 @@ static int units_setup(StepCtx *x) {
         u->fshard += dim0 ? fsh : 0;
         x->unit_of[i] = (int)(u - x->units);
     }
-    if (K == 0) return 0;
+    if (own) return 0;
     for (int k = 0; k < x->n_units; k++)
         if (!dim0) {
             x->units[k].shard = ceil(x->units[k].elems / nn);

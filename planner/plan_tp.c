@@ -30,6 +30,11 @@ int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
         snprintf(msg, len, "--tp %d with CPU offload: not planned (tensor parallel runs with the model states on the GPU)", tp);
         return -1;
     }
+    if (s == STRAT_FSDP_FULL && t->fsdp_impl == 1) {
+        snprintf(msg, len, "--tp %d with --fsdp 1: tensor parallel is planned with FSDP2 (fully_shard on the 2-D "
+                 "mesh's data-parallel dimension), as torchtitan runs it; give --fsdp 2", tp);
+        return -1;
+    }
     if (plan_finetune_on(&t->ft)) {
         snprintf(msg, len, "--tp %d with --lora/--freeze: tensor parallel of a partly frozen model (PEFT adapters on "
                  "sharded projections) is not planned; plan it without --tp", tp);

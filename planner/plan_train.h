@@ -52,6 +52,16 @@ typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPT, OFFLOAD_PARAM, OFFLOAD_COUNT } Off
  * (set_requires_gradient_sync(False) / FSDP1's no_sync(), as HF Accelerate does): every unit keeps
  * its unsharded gradient until the last micro-step reduce-scatters it. */
 typedef enum { FSDP_SYNC_EVERY = 0, FSDP_SYNC_LAST, FSDP_SYNC_COUNT } FsdpSyncKind;
+/* FSDP1's knobs (--fsdp 1: FullyShardedDataParallel's arguments; docs/formulas.md "FSDP1 knobs").
+ * All zero = FSDP1's defaults: the blocks as units (transformer auto-wrap), limit_all_gathers=True,
+ * backward_prefetch=BACKWARD_PRE, forward_prefetch=False. */
+typedef enum { FSDP_BWD_PRE = 0, FSDP_BWD_POST, FSDP_BWD_NONE, FSDP_BWD_COUNT } FsdpBwdPrefetch;
+typedef struct {
+    double min_params;       /* size_based_auto_wrap_policy(min_num_params); 0 = one unit per block */
+    int no_limit;            /* 1: limit_all_gathers=False (planned as True: see formulas.md) */
+    FsdpBwdPrefetch bwd;     /* backward_prefetch */
+    int fwd;                 /* 1: forward_prefetch=True */
+} FsdpKnobs;
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
 
@@ -134,6 +144,7 @@ typedef struct {
     int sp;                  /* 1: sequence parallel (SequenceParallel norms, sequence-sharded
                                 residual stream); only with tp > 1 */
     FinetuneSpec ft;         /* LoRA / frozen parameters (applied to the ModelSpec: plan_lora.h) */
+    FsdpKnobs fsdp1;         /* FSDP1's wrapping and prefetch knobs (fsdp-* rows with fsdp_impl 1) */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */
@@ -155,6 +166,8 @@ int plan_impl_by_name(const char *s);
 int plan_offload_by_name(const char *s);      /* none, optimizer, params; -1 if unknown */
 int plan_fsdp_sync_by_name(const char *s);    /* every, last; -1 if unknown */
 const char *plan_fsdp_sync_name(FsdpSyncKind k);
+int plan_fsdp_bwd_by_name(const char *s);     /* pre, post, none; -1 if unknown */
+const char *plan_fsdp_bwd_name(FsdpBwdPrefetch k);
 const char *plan_offload_name(OffloadKind o);
 const char *plan_attn_name(AttnKind a);
 const char *plan_ckpt_name(CkptKind c);

@@ -185,6 +185,7 @@ Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
     expect_usage_error("--model gpt2 --gpus 8 --tp 2 --sp maybe", "unknown --sp 'maybe'");
     expect_usage_error("auto --model gpt2 --gpus 8 --tp 2 --emit deepspeed", "--emit deepspeed with --tp");
     expect_usage_error("--model llama2-7b --gpus 8 --tp 2 --lora 8", "--tp 2 with --lora/--freeze");
+    expect_usage_error("--model llama2-7b --gpus 8 --tp 2 --fsdp 1", "--tp 2 with --fsdp 1");
     expect_usage_error("--model tests/data/hf/variants/qwen3.json --gpus 2 --tp 2", "model_type qwen3");
     cr_assert_eq(run("--model llama2-7b --gpus 8 --tp 2 --sp on --json"), 0, "%s", out);
     cJSON *j = cJSON_Parse(out);

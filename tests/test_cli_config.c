@@ -210,6 +210,42 @@ Test(cli_config, an_accelerate_fsdp2_yaml_should_map_onto_fsdp_flags) {
     cJSON_Delete(expect_settings(args, (const Want[]){{"strategy", "ddp"}, {"precision", "amp-bf16"}, {0, 0}}));
 }
 
+Test(cli_config, fsdp1_wrapping_and_prefetch_keys_should_map_onto_the_fsdp1_flags) {
+    /* accelerate FSDP1: SIZE_BASED_WRAP with min_num_params, the prefetch knobs, limit_all_gathers */
+    const char *y = put("sz.yaml", "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 1\n"
+                                   "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 200000\n"
+                                   "  fsdp_backward_prefetch: BACKWARD_POST\n  fsdp_forward_prefetch: true\n"
+                                   "  fsdp_limit_all_gathers: false\n");
+    char args[512];
+    snprintf(args, sizeof args, "--config %s --model bench/torch/configs/llama-mini.json", y);
+    cJSON_Delete(expect_settings(args, (const Want[]){
+        {"strategy", "fsdp-full"}, {"fsdp", "1"}, {"fsdp-min-params", "200000"}, {"fsdp-backward-prefetch", "post"},
+        {"fsdp-forward-prefetch", "on"}, {"fsdp-limit-all-gathers", "off"}, {0, 0}}));
+    /* limit_all_gathers false is honoured as the flag but named: its GPU effect is not modelled */
+    cr_expect(strstr(err, "limit_all_gathers=false"), "%s", err);
+    /* absent backward_prefetch: accelerate's NO_PREFETCH; NO_WRAP: everything in the root */
+    const char *n = put("nw.yaml", "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 1\n"
+                                   "  fsdp_auto_wrap_policy: NO_WRAP\n");
+    snprintf(args, sizeof args, "--config %s --model gpt2-mini", n);
+    cJSON_Delete(expect_settings(args, (const Want[]){
+        {"fsdp-min-params", "10000000000000000"}, {"fsdp-backward-prefetch", "none"}, {0, 0}}));
+    /* the Trainer's fsdp_config (no prefix), FSDP1 */
+    const char *h = put("hsz.json", "{\"output_dir\": \"o\", \"fsdp\": \"full_shard\", \"fsdp_config\": {\"version\": 1,"
+                                    " \"auto_wrap_policy\": \"SIZE_BASED_WRAP\", \"min_num_params\": 2000000,"
+                                    " \"backward_prefetch\": \"BACKWARD_PRE\"}}");
+    snprintf(args, sizeof args, "--config %s --model gpt2-mini --gpus 2", h);
+    cJSON_Delete(expect_settings(args, (const Want[]){
+        {"fsdp", "1"}, {"fsdp-min-params", "2000000"}, {"fsdp-backward-prefetch", "pre"}, {0, 0}}));
+    /* FSDP2: none of them apply (no effect), size-based wrapping is not modelled */
+    const char *y2 = put("sz2.yaml", "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n"
+                                     "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 300000\n"
+                                     "  fsdp_backward_prefetch: BACKWARD_POST\n");
+    snprintf(args, sizeof args, "--config %s --model gpt2-mini", y2);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"fsdp", "2"}, {"fsdp-min-params", "(none)"},
+                                                      {"fsdp-backward-prefetch", "(none)"}, {0, 0}}));
+    cr_expect(strstr(err, "auto_wrap_policy=SIZE_BASED_WRAP"), "%s", err);
+}
+
 Test(cli_config, an_accelerate_deepspeed_yaml_should_read_the_json_it_names) {
     put("ds.json", "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": {\"stage\": 1, \"reduce_bucket_size\": 2e6},"
                    " \"bf16\": {\"enabled\": \"auto\"}}");
@@ -401,4 +437,26 @@ Test(cli_config, auto_emit_deepspeed_should_read_back_to_the_plan_auto_picked) {
     round_trip("--model llama2-7b --gpus 8 --gpu v100-32gb --seq 2048", "");               /* fp16 */
     round_trip("--model gpt2 --gpus 2 --precision amp-bf16", "");                           /* torch_autocast */
     round_trip("--model gpt2 --gpus 4 --precision bf16", "");                               /* DeepSpeed's pure bf16 */
+}
+
+Test(cli_config, fsdp1_flags_should_refuse_bad_values_and_setups_in_one_line) {
+    static const struct { const char *args, *want; } B[] = {
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp-min-params 2e6", "give --fsdp 1"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 2 --fsdp-forward-prefetch on", "give --fsdp 1"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-backward-prefetch sideways",
+         "valid: pre, post, none"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-limit-all-gathers maybe", "valid: on, off"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-min-params 1.5", "whole number"},
+        {"--model gpt2-mini --gpus 2 --strategy ddp,fsdp-full --fsdp 1 --fsdp-min-params 2e6", "give only fsdp-full"},
+        {"--model gpt2-mini --gpus 2 --strategy ddp --fsdp 1 --fsdp-backward-prefetch post", "add fsdp-full"},
+        {"--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-min-params 1000", "valid: above 198272"},
+    };
+    for (size_t i = 0; i < sizeof B / sizeof B[0]; i++) {
+        cr_expect_eq(run(B[i].args), 2, "%s: %s", B[i].args, err);
+        cr_expect_eq(lines(err), 1, "%s: %s", B[i].args, err);
+        cr_expect(strstr(err, B[i].want), "%s: no '%s' in %s", B[i].args, B[i].want, err);
+    }
+    /* above the model: everything in the root, planned */
+    cr_expect_eq(run("--model gpt2-mini --gpus 2 --strategy fsdp-full --fsdp 1 --fsdp-min-params 2e6 "
+                     "--fsdp-backward-prefetch none"), 0, "%s", err);
 }

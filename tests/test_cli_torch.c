@@ -821,3 +821,28 @@ Test(validate_torch, a_run_the_host_cannot_hold_should_be_refused_before_launchi
     cr_expect_neq(access(argsf, F_OK), 0, "nothing launched");
     free(r.out);
 }
+
+Test(validate_torch, should_pass_the_fsdp1_knobs_to_the_harness)
+{
+    char dir[PATH_MAX], res[PATH_MAX + 16];
+    test_tmpdir(dir, sizeof dir, "vt");
+    use_fake_harness(dir, exact_result("fsdp-full", 1.0, 0, NULL), res);
+    Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-mini --strategy fsdp-full --fsdp 1 "
+                                          "--fsdp-min-params 2e6 --fsdp-backward-prefetch post --fsdp-forward-prefetch on "
+                                          "--fsdp-limit-all-gathers off --precision fp32 --attn eager --dropout 0");
+    char *ran = fake_args(dir);
+    cr_assert(strstr(ran, "--fsdp 1 --fsdp-min-params 2000000 --fsdp-limit-all-gathers off "
+                          "--fsdp-backward-prefetch post --fsdp-forward-prefetch on "), "%s", ran);
+    free(ran);
+    free(r.out);
+    /* without --fsdp 1: FSDP2, its defaults */
+    test_tmpdir(dir, sizeof dir, "vt");
+    use_fake_harness(dir, exact_result("fsdp-full", 1.0, 0, NULL), res);
+    r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy fsdp-full --precision fp32 "
+                                      "--attn eager --dropout 0");
+    ran = fake_args(dir);
+    cr_assert(strstr(ran, "--fsdp 2 --fsdp-min-params 0 --fsdp-limit-all-gathers on --fsdp-backward-prefetch pre "
+                          "--fsdp-forward-prefetch off "), "%s", ran);
+    free(ran);
+    free(r.out);
+}

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "plan_fsdp.h"
 #include "plan_load.h"
 #include "plan_zoo.h"
 
@@ -492,6 +493,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->vocab, b->vocab, "%s", what);
     cr_expect_eq(a->max_seq, b->max_seq, "%s", what);
     cr_expect_eq(a->tied_embeddings, b->tied_embeddings, "%s", what);
+    cr_expect_eq(a->root_only, b->root_only, "%s", what);
     cr_expect_eq(a->norm, b->norm, "%s", what);
     cr_expect_eq(a->mlp, b->mlp, "%s", what);
     cr_expect(a->dropout == b->dropout, "%s: dropout %.17g vs %.17g", what, a->dropout, b->dropout);
@@ -676,6 +678,16 @@ Test(plan_load_memplan, an_empty_tensor_should_survive_export_and_import) {
     ModelSpec m;
     cr_assert_eq(plan_load_model_from_buffer(&m, p, strlen(p), "p.json", msg, sizeof(msg)), 0, "%s", msg);
     round_trip(&m, "p.json");
+    plan_model_free(&m);
+}
+
+Test(plan_load_memplan, a_model_wrapped_into_its_root_should_survive_export_and_import) {
+    ModelSpec m;
+    char err[512];
+    cr_assert_eq(plan_zoo_build(&m, "gpt2-mini", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 2e6, err, sizeof err), 0, "%s", err);
+    cr_assert(m.root_only);
+    round_trip(&m, "wrapped.json");
     plan_model_free(&m);
 }
 

@@ -83,6 +83,20 @@ def parse_args(argv):
                         "(set_requires_gradient_sync(False) on the non-final micro-steps, as HF "
                         "Accelerate's no_sync: unsharded gradients accumulate, one reduce-scatter "
                         "per optimizer step)")
+    p.add_argument("--fsdp", type=int, default=2,
+                   help="what fsdp-* runs: 2 = fully_shard per block + root (FSDP2, the default), "
+                        "1 = FullyShardedDataParallel (flat parameters, use_orig_params=True as "
+                        "accelerate and the Trainer set it)")
+    p.add_argument("--fsdp-min-params", type=int, default=0,
+                   help="--fsdp 1: size_based_auto_wrap_policy(min_num_params=N) instead of one "
+                        "unit per block (ModuleWrapPolicy of the block class); 0 = the blocks")
+    p.add_argument("--fsdp-limit-all-gathers", default="on",
+                   help="--fsdp 1: limit_all_gathers (the rate limiter), on (FSDP1's default) or off")
+    p.add_argument("--fsdp-backward-prefetch", default="pre",
+                   help="--fsdp 1: backward_prefetch BACKWARD_PRE (pre, the default), "
+                        "BACKWARD_POST (post) or None (none)")
+    p.add_argument("--fsdp-forward-prefetch", default="off",
+                   help="--fsdp 1: forward_prefetch, off (the default) or on")
     p.add_argument("--ds-zero", default=None,
                    help="a JSON object merged into DeepSpeed's zero_optimization (its sizes and "
                         "switches: reduce_bucket_size, overlap_comm, stage3_prefetch_bucket_size, "
@@ -140,6 +154,21 @@ def parse_args(argv):
     check("loop", a.loop, ("hf", "common"))
     check("fsdp-grad-sync", a.fsdp_grad_sync, ("every", "last"))
     check("grad-as-bucket-view", a.grad_as_bucket_view, (0, 1))
+    check("fsdp", a.fsdp, (1, 2))
+    check("fsdp-limit-all-gathers", a.fsdp_limit_all_gathers, ("on", "off"))
+    check("fsdp-backward-prefetch", a.fsdp_backward_prefetch, ("pre", "post", "none"))
+    check("fsdp-forward-prefetch", a.fsdp_forward_prefetch, ("on", "off"))
+    fsdp1_knobs = (a.fsdp_min_params != 0 or a.fsdp_limit_all_gathers != "on"
+                   or a.fsdp_backward_prefetch != "pre" or a.fsdp_forward_prefetch != "off")
+    if a.fsdp_min_params < 0:
+        raise SetupError(f"--fsdp-min-params {a.fsdp_min_params}: valid values are 0 (one unit per "
+                         "block) or a positive parameter count")
+    if fsdp1_knobs and not (a.fsdp == 1 and a.strategy.startswith("fsdp-")):
+        raise SetupError("--fsdp-min-params/-limit-all-gathers/-backward-prefetch/-forward-prefetch: "
+                         "FSDP1's knobs need --fsdp 1 and an fsdp-* strategy")
+    if a.fsdp == 1 and a.strategy.startswith("fsdp-") and a.precision == "mixed-bf16":
+        raise SetupError("--fsdp 1 --precision mixed-bf16: FSDP1's MixedPrecision is not wired in "
+                         "the harness (valid with --fsdp 1: fp32, amp-bf16)")
     check("device", a.device, ("cpu", "cuda"))
     check("sp", a.sp, ("on", "off"))
     if a.tp < 1:
@@ -546,6 +575,8 @@ def build_strategy(a, spec, world, rank, target):
         if a.grad_accum > 1:
             impl += ", no_sync() on the non-final micro-steps"
         return ddp, opt, None, impl
+    if a.strategy.startswith("fsdp-") and a.fsdp == 1:
+        return _build_fsdp1(a, spec, world, target, opt_kw)
     if a.strategy.startswith("fsdp-"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
@@ -575,8 +606,7 @@ def build_strategy(a, spec, world, rank, target):
         impl = (f"FSDP2 fully_shard per block ({len(blocks)} x {type(blocks[0]).__name__}) + "
                 f"root, reshard_after_forward={raf} on every block (the root at fully_shard's default: "
                 f"kept unsharded after forward), {mesh_s}{mp}, "
-                "torch.optim.AdamW(foreach=True)"
-                + (" (flat-parameter FSDP refuses CPU in torch 2.15)" if target.type == "cpu" else ""))
+                "torch.optim.AdamW(foreach=True)")
         if a.grad_accum > 1:
             impl += (", gradients reduce-scattered every micro-step (accumulated sharded)"
                      if a.fsdp_grad_sync == "every" else
@@ -612,6 +642,50 @@ def build_strategy(a, spec, world, rank, target):
     if a.grad_accum > 1:
         impl += f", engine.step() after each of the {a.grad_accum} micro-batches"
     return engine, opt, engine, impl
+
+
+def _build_fsdp1(a, spec, world, target, opt_kw):
+    """--fsdp 1: FullyShardedDataParallel with flat parameters (torch/distributed/fsdp/
+    fully_sharded_data_parallel.py), units from ModuleWrapPolicy(block class) or, with
+    --fsdp-min-params N, size_based_auto_wrap_policy(min_num_params=N) (wrap.py); its
+    limit_all_gathers, backward_prefetch and forward_prefetch from the flags."""
+    import functools
+    import torch
+    from torch.distributed.fsdp import (BackwardPrefetch, FullyShardedDataParallel as FSDP,
+                                        ShardingStrategy)
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+    model = spec.model
+    blocks = spec.block_modules()
+    if a.fsdp_min_params:
+        policy = functools.partial(size_based_auto_wrap_policy, min_num_params=a.fsdp_min_params)
+        wrap = f"size_based_auto_wrap_policy(min_num_params={a.fsdp_min_params})"
+    else:
+        policy = ModuleWrapPolicy({type(blocks[0])})
+        wrap = f"ModuleWrapPolicy({{{type(blocks[0]).__name__}}}) ({len(blocks)} blocks)"
+    kw = {}
+    if a.strategy == "fsdp-hybrid":
+        from torch.distributed.device_mesh import init_device_mesh
+        g = a.shard_group
+        kw["device_mesh"] = init_device_mesh(target.type, (world // g, g),
+                                             mesh_dim_names=("replicate", "shard"))
+    strat = {"fsdp-full": ShardingStrategy.FULL_SHARD, "fsdp-grad-op": ShardingStrategy.SHARD_GRAD_OP,
+             "fsdp-hybrid": ShardingStrategy.HYBRID_SHARD}[a.strategy]
+    bp = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST,
+          "none": None}[a.fsdp_backward_prefetch]
+    fsdp = FSDP(model, auto_wrap_policy=policy, sharding_strategy=strat,
+                device_id=torch.device(target.device),
+                limit_all_gathers=a.fsdp_limit_all_gathers == "on", backward_prefetch=bp,
+                forward_prefetch=a.fsdp_forward_prefetch == "on", use_orig_params=True, **kw)
+    units = sum(1 for m in fsdp.modules() if isinstance(m, FSDP))
+    opt = torch.optim.AdamW(fsdp.parameters(), **opt_kw)
+    impl = (f"FSDP1 FullyShardedDataParallel({strat.name}, {wrap}: {units} FSDP instances with the "
+            f"root, limit_all_gathers={a.fsdp_limit_all_gathers == 'on'}, backward_prefetch="
+            f"{bp.name if bp else None}, forward_prefetch={a.fsdp_forward_prefetch == 'on'}, "
+            "use_orig_params=True), torch.optim.AdamW(foreach=True)")
+    if a.grad_accum > 1:
+        impl += (", no_sync() on the non-final micro-steps" if a.fsdp_grad_sync == "last" else
+                 ", gradients reduce-scattered every micro-step")
+    return fsdp, opt, None, impl
 
 
 # DeepSpeed functions whose allocations are communication buffers (gradient buckets, gathered
@@ -791,8 +865,9 @@ def run(a, rank, world):
                 # unsharded gradient until the last one (last); DeepSpeed decides itself from
                 # its micro-step counter (engine.step() after every micro-batch, below)
                 sync = contextlib.nullcontext()
+                fsdp1_every = a.fsdp == 1 and a.strategy.startswith("fsdp-") and a.fsdp_grad_sync == "every"
                 if engine is None and hasattr(runner, "no_sync"):
-                    if not last:
+                    if not last and not fsdp1_every:
                         sync = runner.no_sync()
                 elif (engine is None and hasattr(runner, "set_requires_gradient_sync")
                       and a.fsdp_grad_sync == "last" and a.grad_accum > 1):
@@ -924,7 +999,8 @@ def run(a, rank, world):
             # profiler did not see (closed at the reuse of their address, or never)
             "at_peak_top": measure.top_rows(detail_j, 16),
         }
-        coll = measure.collectives(tr, a.steps)
+        coll = measure.collectives(tr, a.steps, _shard_group(a, world)
+                                   if a.fsdp == 1 and a.strategy.startswith("fsdp-") else None)
     elif meter is not None:
         per_rank["device_index"] = target.index
         per_rank["cuda"] = meter.result(first_steady_step=2)
@@ -977,6 +1053,11 @@ def run(a, rank, world):
                   "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
                   "tp": a.tp, "sp": a.sp == "on",
                   "lora": lora, "freeze": a.freeze,
+                  "fsdp": a.fsdp if a.strategy.startswith("fsdp-") else 2,
+                  "fsdp_min_params": a.fsdp_min_params,
+                  "fsdp_limit_all_gathers": a.fsdp_limit_all_gathers,
+                  "fsdp_backward_prefetch": a.fsdp_backward_prefetch,
+                  "fsdp_forward_prefetch": a.fsdp_forward_prefetch,
                   "measure": a.measure, "device": a.device, "backend": target.backend},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
