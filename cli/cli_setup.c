@@ -121,9 +121,11 @@ void cli_print_setup_help(FILE *f) {
         "  --grad-accum K         gradient accumulation steps (default 1)\n"
         "  --precision P          %s (default amp-bf16; amp-fp16 on a GPU without bf16)\n"
         "  --optimizer O          %s (default adamw)\n"
-        "  --act-ckpt none|full|every:N\n"
+        "  --act-ckpt none|full|every:N|op|selective\n"
         "                         activation checkpointing: none (default), every block, or every N-th\n"
-        "                         block (blocks N, 2N, ...)\n"
+        "                         block (blocks N, 2N, ...); op: torchtitan's op-level selective AC\n"
+        "                         (matmul and attention outputs saved, every second mm recomputed);\n"
+        "                         selective: Megatron-LM's selective recompute of the core attention\n"
         "  --attn eager|sdpa      attention implementation (default sdpa)\n"
         "  --dropout P            dropout probability (default: the model's config)\n"
         "  --loop common|trainer  common: the loop holds the logits through backward (default);\n"
@@ -362,7 +364,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         break;
     case OPT_CKPT:
         if (plan_ckpt_parse(a, &s->train.act_ckpt, &s->train.ckpt_every))
-            return cli_usage_error("unknown --act-ckpt '%s' (valid: none, full, every:N with N in 1..100000)", a);
+            return cli_usage_error("unknown --act-ckpt '%s' (valid: " PLAN_CKPT_VALUES ")", a);
         break;
     case OPT_ATTN:
         if ((v = plan_attn_by_name(a)) < 0) return cli_usage_error("unknown --attn '%s' (valid: eager, sdpa)", a);

@@ -98,6 +98,8 @@ typedef struct {
     int64_t expert_params;
 } LayerSpec;
 
+enum { PLAN_PROJ_QKV = 1, PLAN_PROJ_OUT = 2, PLAN_PROJ_MLP = 4 };
+
 typedef struct {
     char name[64];
     char family[24];         /* the Hugging Face model_type of its family ("llama", "qwen3_moe"), "" unknown:
@@ -122,6 +124,10 @@ typedef struct {
                                 head, no logits, no loss; the caller holds the last hidden state */
     NormKind norm;
     MlpKind mlp;
+    int fused_qkv;           /* one q|k|v projection (GPT-2's c_attn, NeoX's query_key_value) */
+    int addmm_proj;          /* PLAN_PROJ_QKV | _OUT | _MLP: projections whose bias is added in the
+                                GEMM (aten.addmm: nn.Linear with a bias, GPT-2's Conv1D); the
+                                others run aten.mm (op-level checkpointing tells them apart) */
     double dropout;          /* default dropout probability from the config */
     char act_fn[32];         /* MLP activation as the config names it ("gelu_pytorch_tanh");
                                 "" = the usual one for mlp */
