@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "plan_activ.h"
 #include "plan_load.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
@@ -283,6 +284,10 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
+    const char *why = s->have_model ? plan_act_ckpt_unsupported(&s->model, &s->train) : NULL;
+    if (why)
+        return cli_usage_error("--act-ckpt %s with model %s: %s (valid here: none, full, every:N)",
+                               plan_ckpt_name(s->train.act_ckpt), s->model.name, why);
     if (s->have_model && s->model.arch == ARCH_CNN && s->train.seq > 0 && s->train.seq < 32)
         return cli_usage_error("--seq %lld: for a CNN --seq is the image side, at least 32 (default %d)",
                                (long long)s->train.seq, s->model.image_size);

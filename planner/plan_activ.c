@@ -263,6 +263,14 @@ static double ckpt_causal_mask_bytes(const ModelSpec *m, int i, const TrainSpec 
     return (double)in->b * s * s * plan_precision(t->precision)->param_bytes;
 }
 
+const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t) {
+    if (t->act_ckpt != CKPT_OP && t->act_ckpt != CKPT_SELECTIVE) return NULL;
+    if (t->impl != IMPL_PYTORCH) return "a PyTorch policy; memplan's engine recomputes whole blocks only";
+    if (m->arch != ARCH_DECODER) return "modelled for decoder-only transformers (GPT-2, LLaMA and their kin) only";
+    if (m->moe.n_experts > 0) return "not modelled for mixture-of-experts blocks yet";
+    return NULL;
+}
+
 int plan_act_core_recomputed(const ModelSpec *m, const TrainSpec *t, int i) {
     return t->act_ckpt == CKPT_SELECTIVE && m->layers[i].kind == LAYER_BLOCK && is_transformer(m);
 }

@@ -18,6 +18,9 @@ typedef struct {
    keeps its input in forward and recomputes its activations in backward). Every rule that
    depends on checkpointing asks this, so a policy is one definition here. */
 int plan_act_checkpointed(const ModelSpec *m, const TrainSpec *t, int i);
+/* NULL when t's checkpointing applies to m, else why not (a clause): op and
+   selective are modelled for dense decoders in PyTorch's layout. */
+const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t);
 /* 1 when layer i is a transformer block whose core attention alone is checkpointed (--act-ckpt
    selective). */
 int plan_act_core_recomputed(const ModelSpec *m, const TrainSpec *t, int i);
