@@ -6,6 +6,7 @@
 
 #include "plan_activ.h"
 #include "plan_cost.h"
+#include "plan_time.h"
 #include "plan_memory.h"
 #include "plan_plan.h"
 #include "plan_zoo.h"
@@ -458,5 +459,25 @@ Test(memory, partial_policies_should_recompute_less_than_full) {
     cr_expect_gt(b[2], b[0]);
     cr_expect_gt(b[3], b[0]);
     cr_expect_gt(b[2], b[3], "op recomputes every elementwise op and three GEMMs");
+    plan_model_free(&m);
+}
+
+/* torchtitan's published op-level SAC runs (bench/published/torchtitan.json) back --act-ckpt
+   op's times on FSDP on A100; selective has no published run and stays an estimate. */
+Test(memory, op_times_should_be_backed_by_the_published_runs_and_selective_should_not) {
+    ModelSpec m = zoo("llama2-13b");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    t.seq = 4096;
+    ClusterSpec c;
+    cluster(&c, 64, 8);
+    c.gpu = *plan_gpu_by_name("a100-80gb");
+    t.act_ckpt = CKPT_OP;
+    TimeBasis b = plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL);
+    cr_expect(b.published, "%s", b.why);
+    t.act_ckpt = CKPT_SELECTIVE;
+    b = plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL);
+    cr_expect(!b.published);
     plan_model_free(&m);
 }
