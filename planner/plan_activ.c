@@ -426,6 +426,27 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
    throughout (the residual add hands the same tensor to both branches). Under checkpointing
    the block's activations are recomputed first, all but its input, which the checkpoint holds.
    Measured per token with bench/torch/block_probe.py: docs/formulas.md "A block's backward". */
+/* Per token, beyond a block's saved tensors, at the softmax's backward in a core attention that
+   selective recompute has just run again (eager attention, or the math kernel): the core's own
+   saved tensors back (core_attn_coeffs: q, k, v copies and the probabilities), the gradients of
+   the probabilities and of the scores (a·s·X each) and of the expanded v (X·qd), the residual
+   stream's gradient R·h; the MLP's saved tensors, the second norm's, the output projection's
+   input and the dropouts' are freed by then. Measured (block_probe.py, llama-mini fp32 eager,
+   s512): 18,940 B/token above the block backward's start, where the incoming R·h already is, at
+   SoftmaxBackward0, six times the MLP moment; at s128 the MLP moment is still the larger. */
+static double selective_attn_backward_per_token(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t,
+                                                double dropout, double s) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, a = m->n_head;
+    double qd = (double)m->n_head * (double)m->d_head;
+    double M = hidden_dropout_bytes(m, t, dropout, X);
+    double mlp_in = llama_style(m) && p->autocast && m->mlp == MLP_SWIGLU ? 2 : 1;
+    double cl, cq;
+    core_attn_coeffs(m, t, dropout, &cl, &cq);
+    double freed = X * qd + 2 * M * h + norm_bytes(m, R, h) + mlp_bytes(m, t, plan_act_mlp_width(m, l), mlp_in);
+    return cl + s * cq + 2 * a * s * X + X * qd + R * h - freed;
+}
+
 double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     if (t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK || !is_transformer(m)) return 0;
@@ -439,6 +460,10 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     if (t->act_ckpt == CKPT_OP && plan_act_checkpointed(m, t, i))
         ws += plan_act_layer_bytes(m, i, t, in) - op_block_bytes(m, i, t, in);
     else if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
+    if (plan_act_core_recomputed(m, t, i) && (t->attn == ATTN_EAGER || plan_act_sdpa_math(t, in->dropout))) {
+        double att = bs * selective_attn_backward_per_token(m, l, t, in->dropout, (double)in->s);
+        if (att > ws) ws = att;   /* the block's larger moment, taken at its MLP point */
+    }
     return ws;
 }
 

@@ -6,6 +6,7 @@
 
 #include "plan_activ.h"
 #include "plan_cost.h"
+#include "plan_load.h"
 #include "plan_time.h"
 #include "plan_memory.h"
 #include "plan_plan.h"
@@ -479,5 +480,25 @@ Test(memory, op_times_should_be_backed_by_the_published_runs_and_selective_shoul
     t.act_ckpt = CKPT_SELECTIVE;
     b = plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL);
     cr_expect(!b.published);
+    plan_model_free(&m);
+}
+
+/* Selective recompute with eager attention at s512: the recomputed core's softmax backward is
+   the block's largest moment (block_probe.py, llama-mini fp32: 18,940 B/token above the block
+   backward's start, + the incoming R·h = 512); at s128 the MLP moment stays (2,816 + 512). */
+Test(memory, selective_should_take_the_recomputed_attentions_backward_when_it_is_larger) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_load_model(&m, "bench/torch/configs/llama-mini.json", msg, sizeof msg), 0, "%s", msg);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    t.act_ckpt = CKPT_SELECTIVE;
+    ActInputs in = {1, 512, 0};
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 512, 18940 + 512, 1e-9);
+    in.s = 128;
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 128, 2816 + 512, 1e-9);
     plan_model_free(&m);
 }
