@@ -426,25 +426,26 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
    throughout (the residual add hands the same tensor to both branches). Under checkpointing
    the block's activations are recomputed first, all but its input, which the checkpoint holds.
    Measured per token with bench/torch/block_probe.py: docs/formulas.md "A block's backward". */
-/* Per token, beyond a block's saved tensors, at the softmax's backward in a core attention that
-   selective recompute has just run again (eager attention, or the math kernel): the core's own
-   saved tensors back (core_attn_coeffs: q, k, v copies and the probabilities), the gradients of
-   the probabilities and of the scores (a·s·X each) and of the expanded v (X·qd), the residual
-   stream's gradient R·h; the MLP's saved tensors, the second norm's, the output projection's
-   input and the dropouts' are freed by then. Measured (block_probe.py, llama-mini fp32 eager,
-   s512): 18,940 B/token above the block backward's start, where the incoming R·h already is, at
-   SoftmaxBackward0, six times the MLP moment; at s128 the MLP moment is still the larger. */
-static double selective_attn_backward_per_token(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t,
-                                                double dropout, double s) {
+/* Per token, beyond a block's saved tensors, at the softmax's backward in an eager core
+   attention (or the math kernel) whose block or core was recomputed: what the recomputation put
+   back (`recomputed`: selective, the core's own saved tensors, core_attn_coeffs' q, k, v copies
+   and probabilities; op, all the block saves without checkpointing less what it kept), the
+   gradients of the probabilities and of the scores (a·s·X each) and of the expanded v (X·qd),
+   the residual stream's gradient R·h; the MLP's saved tensors, the second norm's, the output
+   projection's input and the dropouts' are freed by then. Measured (block_probe.py, llama-mini
+   fp32 eager, s512, at SoftmaxBackward0, above the block backward's start, where the incoming
+   R·h already is): selective 18,940 B/token (six times its MLP moment), op 15,748 (predicted
+   16,260: 512 over, not traced); at s128 the MLP moment is the larger for both. Without
+   checkpointing and under full the same moment exists and is not modelled (docs/formulas.md). */
+static double attn_backward_per_token(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t,
+                                      double dropout, double s, double recomputed) {
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, a = m->n_head;
     double qd = (double)m->n_head * (double)m->d_head;
     double M = hidden_dropout_bytes(m, t, dropout, X);
     double mlp_in = llama_style(m) && p->autocast && m->mlp == MLP_SWIGLU ? 2 : 1;
-    double cl, cq;
-    core_attn_coeffs(m, t, dropout, &cl, &cq);
     double freed = X * qd + 2 * M * h + norm_bytes(m, R, h) + mlp_bytes(m, t, plan_act_mlp_width(m, l), mlp_in);
-    return cl + s * cq + 2 * a * s * X + X * qd + R * h - freed;
+    return recomputed + 2 * a * s * X + X * qd + R * h - freed;
 }
 
 double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
@@ -460,8 +461,13 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     if (t->act_ckpt == CKPT_OP && plan_act_checkpointed(m, t, i))
         ws += plan_act_layer_bytes(m, i, t, in) - op_block_bytes(m, i, t, in);
     else if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
-    if (plan_act_core_recomputed(m, t, i) && (t->attn == ATTN_EAGER || plan_act_sdpa_math(t, in->dropout))) {
-        double att = bs * selective_attn_backward_per_token(m, l, t, in->dropout, (double)in->s);
+    int partial = plan_act_core_recomputed(m, t, i) || (t->act_ckpt == CKPT_OP && plan_act_checkpointed(m, t, i));
+    if (partial && (t->attn == ATTN_EAGER || plan_act_sdpa_math(t, in->dropout))) {
+        double rec, cl, cq, s = (double)in->s;
+        core_attn_coeffs(m, t, in->dropout, &cl, &cq);
+        if (t->act_ckpt == CKPT_OP) rec = (plan_act_layer_bytes(m, i, t, in) - op_block_bytes(m, i, t, in)) / bs;
+        else rec = cl + s * cq;
+        double att = bs * attn_backward_per_token(m, l, t, in->dropout, s, rec);
         if (att > ws) ws = att;   /* the block's larger moment, taken at its MLP point */
     }
     return ws;

@@ -502,3 +502,22 @@ Test(memory, selective_should_take_the_recomputed_attentions_backward_when_it_is
     cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 128, 2816 + 512, 1e-9);
     plan_model_free(&m);
 }
+
+/* The same moment under op (block_probe.py, llama-mini fp32 eager, s512: 15,748 B/token measured,
+   the model 512 over), and not at s128, where the recomputed MLP moment is measured (9,864). */
+Test(memory, op_should_take_the_attention_backward_at_long_eager_sequences) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_load_model(&m, "bench/torch/configs/llama-mini.json", msg, sizeof msg), 0, "%s", msg);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    t.act_ckpt = CKPT_OP;
+    ActInputs in = {1, 512, 0};
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 512, 15748 + 512 + 512, 1e-9);
+    in.s = 128;
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 128, 9864 + 512, 1e-9);
+    plan_model_free(&m);
+}
