@@ -492,6 +492,8 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->vocab, b->vocab, "%s", what);
     cr_expect_eq(a->max_seq, b->max_seq, "%s", what);
     cr_expect_eq(a->tied_embeddings, b->tied_embeddings, "%s", what);
+    cr_expect_eq(a->fused_qkv, b->fused_qkv, "%s", what);
+    cr_expect_eq(a->addmm_proj, b->addmm_proj, "%s", what);
     cr_expect_eq(a->norm, b->norm, "%s", what);
     cr_expect_eq(a->mlp, b->mlp, "%s", what);
     cr_expect(a->dropout == b->dropout, "%s: dropout %.17g vs %.17g", what, a->dropout, b->dropout);
@@ -670,7 +672,7 @@ Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries)
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
     cr_expect_eq(sizeof(LayerSpec), 672, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 512, "ModelSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 520, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {
