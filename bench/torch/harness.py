@@ -67,7 +67,9 @@ def parse_args(argv):
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--precision", default="fp32")
-    p.add_argument("--act-ckpt", default="none")
+    p.add_argument("--act-ckpt", default="none",
+                   help="none, full, every:N (blocks N, 2N, ...), op (torchtitan's op-level SAC "
+                        "policy), selective (Megatron's core-attention recompute)")
     p.add_argument("--attn", default="eager")
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--bucket-mb", type=float, default=None,
