@@ -746,7 +746,7 @@ static int tt_precision(Cfg *c, const cJSON *t, const Degrees *g, int fsdp) {
 }
 
 /* [activation_checkpoint]: none, full, selective with an integer N (every N-th block; 0 all of
-   them) or "op" (per-op, not modelled), memory_budget (not modelled). Default: selective "2". */
+   them) or "op" (per-op SAC: --act-ckpt op), memory_budget (not modelled). Default: selective "2". */
 static int tt_ckpt(Cfg *c, const cJSON *a) {
     static const char *const MODE[] = {"selective", "full", "memory_budget", "none"};
     int mode = 0, rm = cfg_choice(c, a, "activation_checkpoint", "mode", MODE, 4, 0, &mode);
@@ -759,7 +759,8 @@ static int tt_ckpt(Cfg *c, const cJSON *a) {
     if (mode == 2) { cfg_unmodelled(c, key, cfg_item(a, "mode")); return 0; }
     cfg_text(opt, text, sizeof text);
     const char *o = opt ? text : "2";
-    if (strcmp(o, "op") == 0) { cfg_unmodelled(c, cfg_key(c, "activation_checkpoint", "selective_ac_option", key, sizeof key), opt); return 0; }
+    if (strcmp(o, "op") == 0)
+        return cfg_set(c, "act-ckpt", "op", cfg_key(c, "activation_checkpoint", "selective_ac_option", key, sizeof key));
     char *end;
     long n = strtol(o, &end, 10);
     if (*end || n < 0 || n > 100000 || !*o)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "plan_fsdp.h"
+#include "plan_activ.h"
 #include "plan_load.h"
 #include "plan_lora.h"
 #include "plan_zoo.h"
@@ -142,9 +143,11 @@ void cli_print_setup_help(FILE *f) {
         "  --grad-accum K         gradient accumulation steps (default 1)\n"
         "  --precision P          %s (default amp-bf16; amp-fp16 on a GPU without bf16)\n"
         "  --optimizer O          %s (default adamw)\n"
-        "  --act-ckpt none|full|every:N\n"
+        "  --act-ckpt none|full|every:N|op|selective\n"
         "                         activation checkpointing: none (default), every block, or every N-th\n"
-        "                         block (blocks N, 2N, ...)\n"
+        "                         block (blocks N, 2N, ...); op: torchtitan's op-level selective AC\n"
+        "                         (matmul and attention outputs saved, every second mm recomputed);\n"
+        "                         selective: Megatron-LM's selective recompute of the core attention\n"
         "  --attn eager|sdpa      attention implementation (default sdpa)\n"
         "  --dropout P            dropout probability (default: the model's config)\n"
         "  --moe-imbalance F      MoE models: the busiest expert receives F times the mean tokens and\n"
@@ -431,6 +434,10 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
+    const char *why = s->have_model ? plan_act_ckpt_unsupported(&s->model, &s->train) : NULL;
+    if (why)
+        return cli_usage_error("--act-ckpt %s with model %s: %s (valid here: none, full, every:N)",
+                               plan_ckpt_name(s->train.act_ckpt), s->model.name, why);
     if (s->have_model && s->model.arch == ARCH_CNN && s->train.seq > 0 && s->train.seq < 32)
         return cli_usage_error("--seq %lld: for a CNN --seq is the image side, at least 32 (default %d)",
                                (long long)s->train.seq, s->model.image_size);
@@ -538,7 +545,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         break;
     case OPT_CKPT:
         if (plan_ckpt_parse(a, &s->train.act_ckpt, &s->train.ckpt_every))
-            return cli_usage_error("unknown --act-ckpt '%s' (valid: none, full, every:N with N in 1..100000)", a);
+            return cli_usage_error("unknown --act-ckpt '%s' (valid: " PLAN_CKPT_VALUES ")", a);
         break;
     case OPT_ATTN:
         if ((v = plan_attn_by_name(a)) < 0) return cli_usage_error("unknown --attn '%s' (valid: eager, sdpa)", a);

@@ -4,6 +4,8 @@
  * when dropout is on (plan_act_dropout_bytes). h hidden, f MLP width, a heads, s sequence.
  * Derivations: docs/formulas.md. */
 #include "plan_activ.h"
+
+#include <string.h>
 #include "plan_lora.h"
 
 static int is_transformer(const ModelSpec *m) {
@@ -58,14 +60,53 @@ static double hidden_dropout_bytes(const ModelSpec *m, const TrainSpec *t, doubl
 static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
 static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double *lin, double *quad);
 
+/* What the core attention (scores, softmax, dropout, the context product: the part Megatron's
+   selective recompute recomputes) saves per token: lin + s*quad bytes. */
+static void core_attn_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, double *lin_out,
+                             double *quad_out) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, F = 4, a = m->n_head;
+    double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
+    int amp = p->autocast;
+    double lin = 0, quad = 0;
+    if (t->attn == ATTN_EAGER) {
+        /* q, k, v as the two matmuls save them: k and v expanded to a heads (repeat_kv) */
+        lin += X * 3 * qd;
+        if (llama_style(m)) {
+            /* softmax(dtype=float32).to(query.dtype): fp32 probabilities; q is fp32 after
+               the rotary product with fp32 cos/sin under autocast, so the dropout runs in
+               fp32 there, and the AV matmul saves its X copy (autocast) or its input */
+            double Mq = plan_act_dropout_bytes(t, dropout, amp ? F : X);
+            quad += a * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
+        } else {
+            double S = amp ? F : X;                    /* softmax output (fp32 under autocast) */
+            double Mq = plan_act_dropout_bytes(t, dropout, X);
+            quad += a * (S + Mq + ((Mq > 0 || amp) ? X : 0)); /* + mask, + dropout out / cast */
+        }
+    } else if (plan_act_sdpa_math(t, dropout)) {
+        /* the math kernel in fp32 (attention.cpp _scaled_dot_product_attention_math: half
+           and bf16 q, k, v are upcast, "Keep query, key, value in high precision"): the
+           two matmuls save q and k scaled by sqrt(scale) and v, fp32 and expanded to a
+           heads (GQA: enable_gqa repeat_interleaves them); then per head and key position
+           the fp32 probabilities (_safe_softmax), the dropout noise and the dropout output */
+        lin += 4 * 3 * qd;
+        quad += a * (4 + 4 + 4);
+    } else {
+        lin += X * (qd + 2 * kvd);                     /* q, k, v (GQA: enable_gqa) */
+        lin += F * a;                                  /* SDPA log-sum-exp, fp32 */
+    }
+    *lin_out = lin;
+    *quad_out = quad;
+}
+
 /* Eager PyTorch transformer block, per token: bytes = lin + s*quad. */
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin_out, double *quad_out) {
     const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, R = p->param_bytes, F = 4;
+    double X = p->act_bytes, R = p->param_bytes;
     double M = hidden_dropout_bytes(m, t, dropout, X);     /* dropouts on compute-dtype tensors */
-    double h = (double)m->d_model, f = (double)m->d_ff, a = m->n_head;
-    double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
+    double h = (double)m->d_model, f = (double)m->d_ff;
+    double qd = (double)m->n_head * (double)m->d_head;
     int amp = p->autocast;
     int llama = llama_style(m);
     /* autocast casts a linear's fp32 input for each call: one copy per projection where they
@@ -80,32 +121,10 @@ void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropou
         lin += qkv_in * X * h;                             /* q/k/v projection input */
         lin += X * qd;                                     /* attention output = out-proj input */
         lin += M * h;                                      /* residual dropout mask / noise */
-        if (t->attn == ATTN_EAGER) {
-            /* q, k, v as the two matmuls save them: k and v expanded to a heads (repeat_kv) */
-            lin += X * 3 * qd;
-            if (llama) {
-                /* softmax(dtype=float32).to(query.dtype): fp32 probabilities; q is fp32 after
-                   the rotary product with fp32 cos/sin under autocast, so the dropout runs in
-                   fp32 there, and the AV matmul saves its X copy (autocast) or its input */
-                double Mq = plan_act_dropout_bytes(t, dropout, amp ? F : X);
-                quad += a * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
-            } else {
-                double S = amp ? F : X;                    /* softmax output (fp32 under autocast) */
-                double Mq = plan_act_dropout_bytes(t, dropout, X);
-                quad += a * (S + Mq + ((Mq > 0 || amp) ? X : 0)); /* + mask, + dropout out / cast */
-            }
-        } else if (plan_act_sdpa_math(t, dropout)) {
-            /* the math kernel in fp32 (attention.cpp _scaled_dot_product_attention_math: half
-               and bf16 q, k, v are upcast, "Keep query, key, value in high precision"): the
-               two matmuls save q and k scaled by sqrt(scale) and v, fp32 and expanded to a
-               heads (GQA: enable_gqa repeat_interleaves them); then per head and key position
-               the fp32 probabilities (_safe_softmax), the dropout noise and the dropout output */
-            lin += 4 * 3 * qd;
-            quad += a * (4 + 4 + 4);
-        } else {
-            lin += X * (qd + 2 * kvd);                     /* q, k, v (GQA: enable_gqa) */
-            lin += F * a;                                  /* SDPA log-sum-exp, fp32 */
-        }
+        double cl, cq;
+        core_attn_coeffs(m, t, dropout, &cl, &cq);
+        lin += cl;
+        quad += cq;
     }
     lin += mlp_bytes(m, t, f, mlp_in);
     lin += M * h;                                          /* MLP dropout mask */
@@ -429,8 +448,10 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
 }
 
 int plan_act_checkpointed(const ModelSpec *m, const TrainSpec *t, int i) {
-    if (t->act_ckpt == CKPT_NONE || m->layers[i].kind != LAYER_BLOCK || !is_transformer(m)) return 0;
-    if (t->act_ckpt == CKPT_FULL) return 1;
+    if (t->act_ckpt == CKPT_NONE || t->act_ckpt == CKPT_SELECTIVE || m->layers[i].kind != LAYER_BLOCK ||
+        !is_transformer(m))
+        return 0;
+    if (t->act_ckpt == CKPT_FULL || t->act_ckpt == CKPT_OP) return 1;
     int k = 0;   /* every:N: the block's ordinal, 1-based (torchtitan's counter is incremented
                     before `_count % ac_freq == 0` is tested) */
     for (int j = 0; j <= i; j++) k += m->layers[j].kind == LAYER_BLOCK;
@@ -443,16 +464,128 @@ int plan_act_checkpointed(const ModelSpec *m, const TrainSpec *t, int i) {
    non-reentrant checkpointing each checkpointed block keeps its arguments for the
    recomputation (torch/utils/checkpoint.py), the mask among them, so it lives from forward to
    the end of the first block's backward. Measured: docs/formulas.md "A block's backward". */
+static int holds_mask(const ModelSpec *m, const TrainSpec *t, int i) {
+    return plan_act_checkpointed(m, t, i) || plan_act_core_recomputed(m, t, i);
+}
+
 static double ckpt_causal_mask_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
-    int first = plan_act_checkpointed(m, t, i);   /* the first checkpointed block: freed last */
-    for (int j = 0; j < i && first; j++) first = !plan_act_checkpointed(m, t, j);
+    int first = holds_mask(m, t, i);   /* the first checkpointed block (or core): freed last */
+    for (int j = 0; j < i && first; j++) first = !holds_mask(m, t, j);
     if (!first || m->arch != ARCH_DECODER || t->attn != ATTN_EAGER || t->impl != IMPL_PYTORCH) return 0;
     double s = (double)in->s;
     return (double)in->b * s * s * plan_precision(t->precision)->param_bytes;
 }
 
+const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t) {
+    if (t->act_ckpt != CKPT_OP && t->act_ckpt != CKPT_SELECTIVE) return NULL;
+    if (t->impl != IMPL_PYTORCH) return "a PyTorch policy; memplan's engine recomputes whole blocks only";
+    if (m->arch != ARCH_DECODER) return "modelled for decoder-only transformers (GPT-2, LLaMA and their kin) only";
+    if (m->moe.n_experts > 0) return "not modelled for mixture-of-experts blocks yet";
+    if (plan_finetune_on(&t->ft)) return "not modelled with --lora/--freeze yet (the frozen projections save other tensors)";
+    if (t->tp > 1) return "not modelled with --tp yet (the policy's saved outputs are split by the TP plan)";
+    /* the blocks whose op lists were read and measured: GPT-2's and LLaMA's (and the same blocks
+       under Mistral's and Qwen2's model types); the newer families' extra norms are not listed */
+    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", "qwen2"};
+    for (size_t k = 0; k < sizeof FAMILIES / sizeof FAMILIES[0]; k++)
+        if (strcmp(m->family, FAMILIES[k]) == 0) return NULL;
+    return "modelled for GPT-2, LLaMA, Mistral and Qwen2 blocks only (their op lists were measured)";
+}
+
+int plan_act_core_recomputed(const ModelSpec *m, const TrainSpec *t, int i) {
+    return t->act_ckpt == CKPT_SELECTIVE && m->layers[i].kind == LAYER_BLOCK && is_transformer(m);
+}
+
+int plan_act_block_projs(const ModelSpec *m, const LayerSpec *l, PlanProj p[PLAN_MAX_PROJ]) {
+    double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
+    double h = (double)m->d_model, f = plan_act_mlp_width(m, l);
+    int n = 0, b = m->addmm_proj;
+    if (m->fused_qkv) {
+        p[n++] = (PlanProj){h, qd + 2 * kvd, b & PLAN_PROJ_QKV};
+    } else {
+        p[n++] = (PlanProj){h, qd, b & PLAN_PROJ_QKV};
+        p[n++] = (PlanProj){h, kvd, b & PLAN_PROJ_QKV};
+        p[n++] = (PlanProj){h, kvd, b & PLAN_PROJ_QKV};
+    }
+    p[n++] = (PlanProj){qd, h, b & PLAN_PROJ_OUT};
+    for (int k = 0; k < (m->mlp == MLP_SWIGLU ? 2 : 1); k++) p[n++] = (PlanProj){h, f, b & PLAN_PROJ_MLP};
+    p[n++] = (PlanProj){f, h, b & PLAN_PROJ_MLP};
+    return n;
+}
+
+/* torchtitan's SelectiveAC policy (torchtitan/distributed/activation_checkpoint.py, commit
+   b5bcd76c66d0acb1a08b176d9639425bc55e0b2a): an op in its save list is MUST_SAVE, except every
+   second aten.mm / aten.linear (a counter per forward of the block), which is PREFER_RECOMPUTE
+   with every op off the list. A projection with a bias runs aten.addmm (in the list, never
+   counted); one without runs aten.mm (at::linear -> matmul folds the tokens into one mm). */
+int plan_act_proj_saved(const ModelSpec *m, const LayerSpec *l, int k) {
+    PlanProj p[PLAN_MAX_PROJ];
+    int n = plan_act_block_projs(m, l, p), mm = 0, saved = 0;
+    for (int j = 0; j <= k && j < n; j++) {
+        if (p[j].addmm) { saved = 1; continue; }
+        saved = ++mm % 2 == 1;
+    }
+    return saved;
+}
+
+/* 1 when op-level checkpointing saves the core attention's output: the save list holds bmm
+   (eager attention's two matmuls, and the math kernel's, which is composite: the policy sees
+   its bmms) and the CUDA SDPA kernels (_scaled_dot_product_flash_attention and
+   _efficient_attention), not _scaled_dot_product_flash_attention_for_cpu, which CPU kernels
+   (--autocast cpu) run without dropout: recomputed there. */
+int plan_act_op_core_saved(const TrainSpec *t, double dropout) {
+    return t->attn == ATTN_EAGER || plan_act_sdpa_math(t, dropout) || !t->autocast_cpu;
+}
+
+/* Per token, what op-level checkpointing keeps of a block beyond its input: the outputs of the
+   saved projections and of the attention ops in the save list (torch/utils/checkpoint.py
+   _CachingTorchDispatchMode stores each MUST_SAVE op's outputs, detached, until the
+   recomputation consumes them). Eager attention: its two bmms, the scores (a·s per token, X)
+   and the context (X·qd); the math kernel's the same in fp32; the CUDA kernels their output
+   (X·qd) and fp32 log-sum-exp (4·a). */
+static double op_saved_per_token(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, double dropout,
+                                 double s) {
+    double X = plan_precision(t->precision)->act_bytes, a = m->n_head;
+    double qd = (double)m->n_head * (double)m->d_head;
+    PlanProj p[PLAN_MAX_PROJ];
+    int n = plan_act_block_projs(m, l, p);
+    double saved = 0;
+    for (int k = 0; k < n; k++)
+        if (plan_act_proj_saved(m, l, k)) saved += X * p[k].out;
+    if (plan_act_op_core_saved(t, dropout)) {
+        if (t->attn == ATTN_EAGER) saved += X * a * s + X * qd;
+        else if (plan_act_sdpa_math(t, dropout)) saved += 4 * a * s + 4 * qd;
+        else saved += X * qd + 4 * a;
+    }
+    return saved;
+}
+
+/* Per token, what a block keeps under Megatron's selective recompute: all it saves without
+   checkpointing, but for the core attention's own saved tensors (core_attn_coeffs), which
+   its checkpoint replaces by its inputs q, k and v (unexpanded: n_kv_head heads for k and v;
+   LLaMA-style q and k are fp32 after the rotary product with fp32 cos and sin under autocast). */
+static double selective_delta(const ModelSpec *m, const TrainSpec *t, double dropout, double s) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, qk = llama_style(m) && p->autocast ? 4 : X;
+    double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
+    double cl, cq;
+    core_attn_coeffs(m, t, dropout, &cl, &cq);
+    return qk * (qd + kvd) + X * kvd - cl - s * cq;
+}
+
+/* Bytes of block i's saved tensors under --act-ckpt op, without the causal mask. */
+static double op_block_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    double bs = (double)in->b * (double)in->s;
+    return bs * (plan_precision(t->precision)->param_bytes * (double)m->d_model +
+                 op_saved_per_token(m, &m->layers[i], t, in->dropout, (double)in->s));
+}
+
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    if (plan_act_core_recomputed(m, t, i))
+        return plan_act_layer_bytes(m, i, t, in) +
+               (double)in->b * (double)in->s * selective_delta(m, t, in->dropout, (double)in->s) +
+               ckpt_causal_mask_bytes(m, i, t, in);
     if (!plan_act_checkpointed(m, t, i)) return plan_act_layer_bytes(m, i, t, in);
+    if (t->act_ckpt == CKPT_OP) return op_block_bytes(m, i, t, in) + ckpt_causal_mask_bytes(m, i, t, in);
     /* checkpoint(block) keeps only the block input (the residual stream), and the first
        checkpointed block the causal mask all of them were handed */
     return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model *
@@ -558,6 +691,28 @@ static double moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSp
     return bs * (pre + (at_c ? c_ws : a_ws));
 }
 
+/* Per token, beyond a block's saved tensors, at the softmax's backward in an eager core
+   attention (or the math kernel) whose block or core was recomputed: what the recomputation put
+   back (`recomputed`: selective, the core's own saved tensors, core_attn_coeffs' q, k, v copies
+   and probabilities; op, all the block saves without checkpointing less what it kept), the
+   gradients of the probabilities and of the scores (a·s·X each) and of the expanded v (X·qd),
+   the residual stream's gradient R·h; the MLP's saved tensors, the second norm's, the output
+   projection's input and the dropouts' are freed by then. Measured (block_probe.py, llama-mini
+   fp32 eager, s512, at SoftmaxBackward0, above the block backward's start, where the incoming
+   R·h already is): selective 18,940 B/token (six times its MLP moment), op 15,748 (predicted
+   16,260: 512 over, not traced); at s128 the MLP moment is the larger for both. Without
+   checkpointing and under full the same moment exists and is not modelled (docs/formulas.md). */
+static double attn_backward_per_token(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t,
+                                      double dropout, double s, double recomputed) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, a = m->n_head;
+    double qd = (double)m->n_head * (double)m->d_head;
+    double M = hidden_dropout_bytes(m, t, dropout, X);
+    double mlp_in = llama_style(m) && p->autocast && m->mlp == MLP_SWIGLU ? 2 : 1;
+    double freed = X * qd + 2 * M * h + norm_bytes(m, R, h) + mlp_bytes(m, t, plan_act_mlp_width(m, l), mlp_in);
+    return recomputed + 2 * a * s * X + X * qd + R * h - freed;
+}
+
 double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     if (t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK || !is_transformer(m)) return 0;
@@ -575,7 +730,20 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
             out_saved |= plan_lora_adapts(m, &t->ft, l->frozen_mod[k]) && t->ft.dropout <= 0;
         }
     if (out_frozen && !out_saved) ws += bs * f * X;
-    if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
+    /* op-level: the recomputation (early_stop=False: the whole forward) has consumed the saved
+       outputs into the block's graph, which then holds what it holds without checkpointing */
+    if (t->act_ckpt == CKPT_OP && plan_act_checkpointed(m, t, i))
+        ws += plan_act_layer_bytes(m, i, t, in) - op_block_bytes(m, i, t, in);
+    else if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
+    int partial = plan_act_core_recomputed(m, t, i) || (t->act_ckpt == CKPT_OP && plan_act_checkpointed(m, t, i));
+    if (partial && (t->attn == ATTN_EAGER || plan_act_sdpa_math(t, in->dropout))) {
+        double rec, cl, cq, s = (double)in->s;
+        core_attn_coeffs(m, t, in->dropout, &cl, &cq);
+        if (t->act_ckpt == CKPT_OP) rec = (plan_act_layer_bytes(m, i, t, in) - op_block_bytes(m, i, t, in)) / bs;
+        else rec = cl + s * cq;
+        double att = bs * attn_backward_per_token(m, l, t, in->dropout, s, rec);
+        if (att > ws) ws = att;   /* the block's larger moment, taken at its MLP point */
+    }
     return ws;
 }
 

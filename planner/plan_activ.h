@@ -18,9 +18,29 @@ typedef struct {
    keeps its input in forward and recomputes its activations in backward). Every rule that
    depends on checkpointing asks this, so a policy is one definition here. */
 int plan_act_checkpointed(const ModelSpec *m, const TrainSpec *t, int i);
+/* NULL when t's checkpointing applies to m, else why not (a clause): op and
+   selective are modelled for dense decoders in PyTorch's layout. */
+const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t);
+/* 1 when layer i is a transformer block whose core attention alone is checkpointed (--act-ckpt
+   selective). */
+int plan_act_core_recomputed(const ModelSpec *m, const TrainSpec *t, int i);
+/* A block's projections in forward order: in and out features per token, and whether a bias
+   is added in the GEMM (aten.addmm) rather than aten.mm. */
+#define PLAN_MAX_PROJ 8
+typedef struct {
+    double in, out;
+    int addmm;
+} PlanProj;
+int plan_act_block_projs(const ModelSpec *m, const LayerSpec *l, PlanProj p[PLAN_MAX_PROJ]);
+/* 1 when --act-ckpt op saves the output of block projection k (torchtitan's policy). */
+int plan_act_proj_saved(const ModelSpec *m, const LayerSpec *l, int k);
+/* 1 when --act-ckpt op saves the core attention's output (its kernel is on the save list). */
+int plan_act_op_core_saved(const TrainSpec *t, double dropout);
 /* Bytes layer i saves in forward (kept until its backward), for b samples of length s. */
 double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
-/* Bytes layer i keeps under full activation checkpointing (its input). */
+/* Bytes layer i keeps from forward to backward under t's checkpointing: all it saves (none, a
+   block every:N leaves alone), its input (full), its input and the saved ops' outputs (op), or
+   all but the core attention's tensors, its inputs instead (selective). */
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Extra bytes alive at the start of backward (loss gradient buffers). */
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_activ.h"
 #include "plan_time.h"
 #include "plan_tp.h"
 #include "plan_lora.h"
@@ -87,19 +88,29 @@ static void batch_range(const TrainSpec *base, const ClusterSpec *c, const AutoS
     }
 }
 
-/* The checkpointing policies auto tries: the kept one, else none and full (every:N is not
-   searched; nothing to recompute for a model of parameter counts alone). */
-static int ckpt_options(const ModelSpec *m, const TrainSpec *base, const AutoSpec *a, CkptKind ck[2], int64_t every[2]) {
+/* The checkpointing policies auto tries, from the most memory to the least: the kept one, else
+   none, op (torchtitan's op-level policy, where it is modelled: dense decoders) and full.
+   every:N is not searched, nor selective: with SDPA, the default attention, Megatron's core
+   recompute keeps about what none keeps (its inputs for the kernel's saved q, k, v); nothing to
+   recompute for a model of parameter counts alone. */
+#define AUTO_CKPTS 3
+static int ckpt_options(const ModelSpec *m, const TrainSpec *base, const AutoSpec *a, CkptKind ck[AUTO_CKPTS],
+                        int64_t every[AUTO_CKPTS]) {
     if (a->keep_ckpt) { ck[0] = base->act_ckpt; every[0] = base->ckpt_every; return 1; }
-    ck[0] = CKPT_NONE; every[0] = 0;
-    ck[1] = CKPT_FULL; every[1] = 1;
-    return m->arch == ARCH_GENERIC ? 1 : 2;
+    int n = 0;
+    ck[n] = CKPT_NONE; every[n++] = 0;
+    if (m->arch == ARCH_GENERIC) return n;
+    TrainSpec op = *base;
+    op.act_ckpt = CKPT_OP;
+    if (!plan_act_ckpt_unsupported(m, &op)) { ck[n] = CKPT_OP; every[n++] = 0; }
+    ck[n] = CKPT_FULL; every[n++] = 1;
+    return n;
 }
 
 /* Setups one search considers (strategy, offload and precision fixed). */
 static long search_size(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a) {
-    CkptKind ck[2];
-    int64_t every[2], lo, hi;
+    CkptKind ck[AUTO_CKPTS];
+    int64_t every[AUTO_CKPTS], lo, hi;
     batch_range(base, c, a, &lo, &hi);
     return (long)ckpt_options(m, base, a, ck, every) * (long)(hi - lo + 1);
 }
@@ -108,8 +119,8 @@ static long search_size(const ModelSpec *m, const TrainSpec *base, const Cluster
    and full checkpointing (or what is kept). */
 static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a) {
     TrainSpec t = *base;
-    CkptKind ck[2];
-    int64_t every[2], hi;
+    CkptKind ck[AUTO_CKPTS];
+    int64_t every[AUTO_CKPTS], hi;
     int n = ckpt_options(m, base, a, ck, every);
     t.act_ckpt = ck[n - 1];
     t.ckpt_every = every[n - 1];
@@ -133,8 +144,8 @@ static double comm_seconds(const ModelSpec *m, const TrainSpec *t, const Cluster
 static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, StrategyKind k,
                    const AutoSpec *a, long *cand, long *evaluated) {
     Best best = {0};
-    CkptKind cks[2];
-    int64_t every[2], lo, hi;
+    CkptKind cks[AUTO_CKPTS];
+    int64_t every[AUTO_CKPTS], lo, hi;
     int n_ck = ckpt_options(m, base, a, cks, every);
     batch_range(base, c, a, &lo, &hi);
     int known = plan_model_acts_known(m);
@@ -749,6 +760,44 @@ static const struct { const char *family, *module, *cls; } BLOCKS[] = {
    ...; plan_act_checkpointed). */
 static void torch_ckpt(FILE *f, const TrainSpec *t, const char *blk, int hf) {
     if (t->act_ckpt == CKPT_NONE) return;
+    if (t->act_ckpt == CKPT_SELECTIVE) {   /* the attention function transformers calls, checkpointed */
+        fprintf(f, "import importlib\n"
+                   "from torch.utils.checkpoint import checkpoint\n"
+                   "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS\n"
+                   "def _core(orig):  # act-ckpt selective: Megatron's core-attention recompute\n"
+                   "    def f(module, q, k, v, mask, **kw):\n"
+                   "        return checkpoint(lambda q, k, v, mask: orig(module, q, k, v, mask, **kw)[0], q, k, v, mask,\n"
+                   "                          use_reentrant=False), None\n"
+                   "    return f\n"
+                   "_mod = importlib.import_module(%s.__module__)\n"
+                   "_mod.eager_attention_forward = _core(_mod.eager_attention_forward)\n"
+                   "ALL_ATTENTION_FUNCTIONS[\"sdpa\"] = _core(ALL_ATTENTION_FUNCTIONS[\"sdpa\"])\n", blk);
+        return;
+    }
+    if (t->act_ckpt == CKPT_OP) {   /* torchtitan's SelectiveAC policy (plan_act_proj_saved) */
+        fprintf(f, "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
+                   "    apply_activation_checkpointing, checkpoint_wrapper, CheckpointImpl)\n"
+                   "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts\n"
+                   "from torch._functorch.partitioners import get_default_op_list\n"
+                   "def _op_policy():  # torchtitan/distributed/activation_checkpoint.py SelectiveAC\n"
+                   "    aten = torch.ops.aten\n"
+                   "    save = {o.default for o in get_default_op_list().compute_intensive_ops} | {\n"
+                   "        aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_attention_math.default,\n"
+                   "        aten._scaled_dot_product_fused_attention_overrideable.default, aten.max.default,\n"
+                   "        aten.linear.default, aten.topk.default}\n"
+                   "    mm, n = (aten.mm.default, aten.linear.default), {False: 0, True: 0}\n"
+                   "    def policy(ctx, func, *args, **kwargs):  # every second mm recomputed\n"
+                   "        n[ctx.is_recompute] += func in mm\n"
+                   "        if func in save and not (func in mm and n[ctx.is_recompute] %% 2 == 0):\n"
+                   "            return CheckpointPolicy.MUST_SAVE\n"
+                   "        return CheckpointPolicy.PREFER_RECOMPUTE\n"
+                   "    return policy\n"
+                   "apply_activation_checkpointing(model, checkpoint_wrapper_fn=functools.partial(\n"
+                   "    checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT,\n"
+                   "    context_fn=lambda: create_selective_checkpoint_contexts(_op_policy())),\n"
+                   "    check_fn=lambda m: isinstance(m, %s))  # act-ckpt op\n", blk);
+        return;
+    }
     if (t->act_ckpt == CKPT_FULL && hf) {
         fprintf(f, "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})  # act-ckpt full\n");
         return;

@@ -246,9 +246,71 @@ static void layer_ops(const ModelSpec *m, int i, const TrainSpec *t, const Clust
     *b += PLAN_ELEMENTWISE_PASSES * bb / hbm_of(c);
 }
 
+/* What a block recomputes in backward under a partial policy, beyond what full recompute
+   would: *saved_s the forward seconds (per-op model) and *saved_fl the FLOPs (flat model) it
+   does not run again. op (torchtitan's policy, plan_act_proj_saved): the saved projections'
+   GEMMs and a saved core attention; everything elementwise is recomputed. selective
+   (Megatron): all but the core attention (its two GEMMs or kernel and the softmax's pass over
+   the scores) is kept. */
+static void recompute_saved(const ModelSpec *m, int i, const TrainSpec *t, const ClusterSpec *c, double fwd_s,
+                            double *saved_s, double *saved_fl, double *saved_bytes) {
+    const LayerSpec *l = &m->layers[i];
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double peak = peak_of(c, p), e = p->act_bytes;
+    double T = (double)t->micro_batch * seq_of(m, t), s = seq_of(m, t);
+    double qd = (double)m->n_head * (double)m->d_head;
+    double core_fl = T * 4.0 * plan_attn_keys_per_query(t, s) * qd, core_f = 0, core_b = 0, fb, bb;
+    double scores = t->attn == ATTN_SDPA ? 0 : 2.0 * (double)m->n_head * s * T * e;   /* softmax r+w */
+    attn_core(m, t, c, peak, e, &core_f, &core_b);
+    plan_layer_mem_bytes(m, i, t, &fb, &bb);
+    *saved_s = *saved_fl = *saved_bytes = 0;
+    if (t->act_ckpt == CKPT_OP) {
+        PlanProj pr[PLAN_MAX_PROJ];
+        int n = plan_act_block_projs(m, l, pr);
+        for (int k = 0; k < n; k++) {
+            if (!plan_act_proj_saved(m, l, k)) continue;
+            double gb = 0;
+            gemm_fb(c, peak, T, pr[k].out, pr[k].in, 1, e, saved_s, &gb);
+            *saved_fl += 2 * T * pr[k].in * pr[k].out;
+        }
+        if (plan_act_op_core_saved(t, t->dropout >= 0 ? t->dropout : m->dropout)) {
+            *saved_s += core_f;
+            *saved_fl += core_fl;
+        }
+    } else if (t->act_ckpt == CKPT_SELECTIVE) {
+        double core_pass = PLAN_ELEMENTWISE_PASSES * scores / hbm_of(c);
+        *saved_s = fwd_s - core_f - core_pass;
+        *saved_fl = plan_layer_fwd_flops(m, i, t) - core_fl;
+        *saved_bytes = fb - scores;
+    }
+    if (*saved_s < 0) *saved_s = 0;
+    if (*saved_fl < 0) *saved_fl = 0;
+    if (*saved_bytes < 0) *saved_bytes = 0;
+}
+
 void plan_layer_seconds(const ModelSpec *m, int i, const TrainSpec *t, const ClusterSpec *c, double *fwd,
                         double *bwd) {
-    int rc = plan_act_checkpointed(m, t, i);
+    int rc = plan_act_checkpointed(m, t, i) || plan_act_core_recomputed(m, t, i);
+    int part = rc && (t->act_ckpt == CKPT_OP || t->act_ckpt == CKPT_SELECTIVE) && is_transformer(m);
+    if (part) {   /* the partial policies: full recompute's, less what they keep */
+        double f0, b0, saved_s, saved_fl, saved_bytes;
+        TrainSpec full = *t;
+        full.act_ckpt = CKPT_FULL;
+        full.ckpt_every = 1;
+        plan_layer_seconds(m, i, &full, c, &f0, &b0);
+        double f_none, b_none;
+        full.act_ckpt = CKPT_NONE;
+        plan_layer_seconds(m, i, &full, c, &f_none, &b_none);
+        recompute_saved(m, i, t, c, f_none, &saved_s, &saved_fl, &saved_bytes);
+        *fwd = f0;
+        if (plan_time_flat(c)) {
+            const PrecisionSpec *p = plan_precision(t->precision);
+            saved_s = saved_fl / (peak_of(c, p) * c->mfu) + saved_bytes / hbm_of(c);
+        }
+        double rec = (b0 - b_none) - saved_s;   /* full recompute's extra seconds, less the kept */
+        *bwd = b_none + (rec > 0 ? rec : 0);
+        return;
+    }
     if (plan_time_flat(c)) {   /* FLOPs at --mfu x the peak, elementwise bytes at the memory bandwidth */
         const PrecisionSpec *p = plan_precision(t->precision);
         double rate = peak_of(c, p) * c->mfu, fl = plan_layer_fwd_flops(m, i, t), fb, bb;

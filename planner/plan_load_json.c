@@ -22,7 +22,7 @@ static const char *const MLP_NAMES[] = {"gelu", "gelu_new", "relu", "swiglu"};
 static const char *const TOP_KEYS[] = {
     "memplan_model", "name", "family", "description", "arch", "n_layer", "n_enc_layer", "d_model",
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
-    "mlp", "act_fn", "dropout", "image_size", "in_channels", "moe", "mla", "attn_sinks", "qk_norm",
+    "mlp", "fused_qkv", "addmm_proj", "act_fn", "dropout", "image_size", "in_channels", "moe", "mla", "attn_sinks", "qk_norm",
     "nope_every", "root_only", "layers", NULL};
 static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", "router", "norm_topk",
                                        "fp32_weights", "shared_gate", "shared_last", "bias", "clamped_glu",
@@ -108,6 +108,8 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
     put(&o, "  \"norm\": \"%s\",\n  \"mlp\": \"%s\",\n  \"act_fn\": ", NORM_NAMES[norm],
         MLP_NAMES[mlp]);
     put_str(&o, m->act_fn);
+    if (m->fused_qkv) put(&o, ",\n  \"fused_qkv\": true");        /* optional: absent = false */
+    if (m->addmm_proj) put(&o, ",\n  \"addmm_proj\": %d", m->addmm_proj);   /* optional: absent = 0 */
     put(&o, ",\n  \"dropout\": ");
     put_double(&o, m->dropout);
     put(&o, ",\n  \"image_size\": %d,\n  \"in_channels\": %d,\n", m->image_size, m->in_channels);
@@ -382,6 +384,8 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
         ld_int(c, root, "", "max_seq", tf, 0, lo, 1 << 24, &m->max_seq) ||
         ld_bool(c, root, "", "tied_embeddings", 0, 0, 1, &m->tied_embeddings) ||
         ld_bool(c, root, "", "root_only", 0, 0, 0, &m->root_only) ||
+        ld_bool(c, root, "", "fused_qkv", 0, 0, 1, &m->fused_qkv) ||
+        ld_int32(c, root, "", "addmm_proj", 0, 0, 0, PLAN_PROJ_QKV | PLAN_PROJ_OUT | PLAN_PROJ_MLP, &m->addmm_proj) ||
         ld_enum(c, root, "", "norm", 0, 0, norm_name, N_NORMS, &norm) ||
         ld_enum(c, root, "", "mlp", 0, 0, mlp_name, N_MLPS, &mlp) ||
         ld_str(c, root, "", "act_fn", 0, "", m->act_fn, sizeof(m->act_fn)) ||

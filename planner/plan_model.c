@@ -663,6 +663,12 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     m->headless = c->headless;
     m->norm = c->norm;
     m->mlp = c->mlp;
+    m->fused_qkv = c->layout == LAYOUT_GPT2 || c->layout == LAYOUT_NEOX;
+    if (c->layout == LAYOUT_GPT2)   /* Conv1D: torch.addmm(bias, x, weight) */
+        m->addmm_proj = PLAN_PROJ_QKV | PLAN_PROJ_OUT | PLAN_PROJ_MLP;
+    else
+        m->addmm_proj = (c->qkv_bias ? PLAN_PROJ_QKV : 0) | (c->out_bias ? PLAN_PROJ_OUT : 0) |
+                        (c->mlp_bias ? PLAN_PROJ_MLP : 0);
     m->moe = c->moe;
     if (c->mla.kv_rank > 0) {   /* latent attention: per-head q/k of nope + rope dims, k and v per head */
         m->mla = c->mla;

@@ -168,6 +168,7 @@ int plan_module_group(int mod);          /* input group: 1 attention in, 2 atten
                                             4 MLP out, 5 the head; 0 none */
 /* A projection's in and out features from its weight tensor's elements, dim 0 and module. */
 void plan_module_features(int mod, int64_t elems, int64_t dim0, int64_t *in, int64_t *out);
+enum { PLAN_PROJ_QKV = 1, PLAN_PROJ_OUT = 2, PLAN_PROJ_MLP = 4 };
 
 typedef struct {
     char name[64];
@@ -193,6 +194,10 @@ typedef struct {
                                 head, no logits, no loss; the caller holds the last hidden state */
     NormKind norm;
     MlpKind mlp;
+    int fused_qkv;           /* one q|k|v projection (GPT-2's c_attn, NeoX's query_key_value) */
+    int addmm_proj;          /* PLAN_PROJ_QKV | _OUT | _MLP: projections whose bias is added in the
+                                GEMM (aten.addmm: nn.Linear with a bias, GPT-2's Conv1D); the
+                                others run aten.mm (op-level checkpointing tells them apart) */
     double dropout;          /* default dropout probability from the config */
     char act_fn[32];         /* MLP activation as the config names it ("gelu_pytorch_tanh");
                                 "" = the usual one for mlp */

@@ -14,7 +14,7 @@ static int backed_gpu(const ClusterSpec *c) {
 
 TimeBasis plan_time_basis(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k) {
     int64_t s = t->seq > 0 ? t->seq : m->max_seq;
-    int ckpt_ok = t->act_ckpt == CKPT_NONE || t->act_ckpt == CKPT_FULL ||
+    int ckpt_ok = t->act_ckpt == CKPT_NONE || t->act_ckpt == CKPT_FULL || t->act_ckpt == CKPT_OP ||
                   (t->act_ckpt == CKPT_EVERY && t->ckpt_every == 2);
     const char *why = NULL;
     if (plan_time_flat(c)) why = "the flat model (--mfu or a measured description)";

@@ -28,7 +28,7 @@ static const OptimizerSpec OPTIMIZERS[OPT_COUNT] = {
 };
 
 static const char *const ATTN_NAMES[ATTN_COUNT] = {"eager", "sdpa"};
-static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full", "every"};
+static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full", "every", "op", "selective"};
 static const char *const IMPL_NAMES[IMPL_COUNT] = {"pytorch", "engine"};
 static const char *const OFFLOAD_NAMES[OFFLOAD_COUNT] = {"none", "optimizer", "params"};
 static const char *const FSDP_SYNC_NAMES[FSDP_SYNC_COUNT] = {"every", "last"};
@@ -78,13 +78,16 @@ static int by_name(const char *s, const char *const *names, int n) {
     return -1;
 }
 int plan_attn_by_name(const char *s) { return by_name(s, ATTN_NAMES, ATTN_COUNT); }
-int plan_ckpt_by_name(const char *s) { return by_name(s, CKPT_NAMES, CKPT_EVERY); }
+int plan_ckpt_by_name(const char *s) {
+    int v = by_name(s, CKPT_NAMES, CKPT_COUNT);
+    return v == CKPT_EVERY ? -1 : v;   /* "every" alone names no policy: every:N does */
+}
 
 int plan_ckpt_parse(const char *s, CkptKind *k, int *every) {
     int v = plan_ckpt_by_name(s);
     if (v >= 0) {
         *k = (CkptKind)v;
-        *every = v == CKPT_FULL ? 1 : 0;
+        *every = v == CKPT_FULL ? 1 : 0;   /* op, selective: every block, each in part */
         return 0;
     }
     if (strncmp(s, "every:", 6) != 0) return -1;

@@ -38,8 +38,12 @@ typedef enum { ATTN_EAGER = 0, ATTN_SDPA, ATTN_COUNT } AttnKind;
 /* Activation checkpointing (docs/formulas.md "Activations", "Selective checkpointing"): none;
    full, every transformer block (HF gradient_checkpointing_enable, torchtitan FullAC); every:N,
    every N-th block counted from the first (blocks N, 2N, ...: torchtitan's layer-frequency
-   selective AC before 0.3, Megatron's uniform recompute with recompute_num_layers = 1 per N). */
-typedef enum { CKPT_NONE = 0, CKPT_FULL, CKPT_EVERY, CKPT_COUNT } CkptKind;
+   selective AC before 0.3, Megatron's uniform recompute with recompute_num_layers = 1 per N);
+   op, torchtitan's op-level selective AC (every block under torch.utils.checkpoint with a policy:
+   the outputs of matmuls and attention kernels are saved, every second mm recomputed with all
+   the rest); selective, Megatron-LM's selective recompute (recompute_granularity=selective:
+   only the core attention, scores, softmax, dropout and the context product, is recomputed). */
+typedef enum { CKPT_NONE = 0, CKPT_FULL, CKPT_EVERY, CKPT_OP, CKPT_SELECTIVE, CKPT_COUNT } CkptKind;
 /* CPU offload (docs/formulas.md "Offload"): OFFLOAD_OPT moves the optimizer state, the fp32
  * master weights and the fp32 gradient partition to host memory and runs the optimizer step on
  * the CPU (DeepSpeed offload_optimizer: cpu, ZeRO-1/2/3); OFFLOAD_PARAM also keeps the parameter
@@ -157,8 +161,10 @@ const OptimizerSpec *plan_optimizer(OptimizerKind k);
 int plan_precision_by_name(const char *s);
 int plan_optimizer_by_name(const char *s);
 int plan_attn_by_name(const char *s);
-int plan_ckpt_by_name(const char *s);        /* none, full; -1 otherwise (every:N: plan_ckpt_parse) */
-/* "none", "full" or "every:N" (N in 1..100000) into *k and *every; 0, or -1 if not valid. */
+int plan_ckpt_by_name(const char *s);        /* none, full, op, selective; -1 otherwise (every:N:
+                                                plan_ckpt_parse) */
+/* "none", "full", "op", "selective" or "every:N" (N in 1..100000) into *k and *every; 0, or -1
+   if not valid. */
 int plan_ckpt_parse(const char *s, CkptKind *k, int *every);
 /* t's checkpointing as --act-ckpt takes it ("every:2"), in buf. */
 const char *plan_ckpt_label(const TrainSpec *t, char *buf, size_t len);
@@ -174,6 +180,8 @@ const char *plan_ckpt_name(CkptKind c);
 const char *plan_impl_name(ImplKind i);
 /* "fp32, amp-fp16, ..." for messages and --help. */
 const char *plan_precision_names(void);
+/* --act-ckpt's valid values, for messages and --help. */
+#define PLAN_CKPT_VALUES "none, full, every:N (N in 1..100000), op, selective"
 const char *plan_optimizer_names(void);
 
 #endif

@@ -336,7 +336,9 @@ Test(cli_auto, emit_torch_snippets_should_be_valid_python) {
         "--model llama2-7b --gpus 8 --gpu-mem 24GiB --strategy fsdp-full --offload params --precision mixed-bf16 --fsdp 1",
         "--model llama2-7b --gpus 16 --strategy fsdp-hybrid --act-ckpt every:2",
         "--model gpt2-xl --gpus 8 --strategy fsdp-grad-op --offload params --act-ckpt full",
-        "--model gpt2-xl --gpus 8 --strategy ddp --precision bf16"};
+        "--model gpt2-xl --gpus 8 --strategy ddp --precision bf16",
+        "--model llama2-7b --gpus 8 --strategy fsdp-full --act-ckpt op",
+        "--model llama2-7b --gpus 8 --strategy fsdp-full --act-ckpt selective --attn eager"};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char args[700];
         /* everything after the torchrun line is Python */
@@ -355,6 +357,12 @@ static void expect_usage_error(const char *args, const char *needle) {
     int lines = 0;
     for (const char *s = out; *s; s++) lines += *s == '\n';
     cr_expect_eq(lines, 1, "one line: %s", out);
+}
+
+Test(cli_auto, act_ckpt_should_refuse_bad_values_and_unmodelled_models_in_one_line) {
+    expect_usage_error("plan --model gpt2 --act-ckpt sometimes", "valid: none, full, every:N (N in 1..100000), op, selective");
+    expect_usage_error("plan --model bert-base --act-ckpt op", "decoder-only");
+    expect_usage_error("plan --model gpt2 --impl engine --precision fp32 --act-ckpt selective", "engine");
 }
 
 Test(cli_auto, offload_flags_should_refuse_bad_values_in_one_line) {

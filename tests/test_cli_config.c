@@ -284,6 +284,10 @@ Test(cli_config, a_torchtitan_toml_should_map_onto_fsdp2_flags) {
     cr_expect_eq(runf("--config %s --model llama2-7b", f), 2, "shard degree -1 without --gpus");
     cr_expect_eq(lines(err), 1, "%s", err);
     cr_expect(strstr(err, "--gpus"), "%s", err);
+    /* selective_ac_option "op": torchtitan's op-level SAC */
+    const char *op = put("op.toml", "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n");
+    snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 8", op);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"act-ckpt", "op"}, {0, 0}}));
 }
 
 Test(cli_config, hf_training_arguments_should_map_onto_the_trainers_flags) {

@@ -494,6 +494,8 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->max_seq, b->max_seq, "%s", what);
     cr_expect_eq(a->tied_embeddings, b->tied_embeddings, "%s", what);
     cr_expect_eq(a->root_only, b->root_only, "%s", what);
+    cr_expect_eq(a->fused_qkv, b->fused_qkv, "%s", what);
+    cr_expect_eq(a->addmm_proj, b->addmm_proj, "%s", what);
     cr_expect_eq(a->norm, b->norm, "%s", what);
     cr_expect_eq(a->mlp, b->mlp, "%s", what);
     cr_expect(a->dropout == b->dropout, "%s: dropout %.17g vs %.17g", what, a->dropout, b->dropout);
@@ -697,7 +699,7 @@ Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries)
      * trainable-subset fields (frozen*, act_unsaved_tok, lora_*_tok, grad_frontier) are not the
      * model's: plan_finetune_apply sets them from the training setup (--lora, --freeze). */
     cr_expect_eq(sizeof(LayerSpec), 672 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 600, "ModelSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 608, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {

@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "plan_activ.h"
+#include "plan_cost.h"
+#include "plan_load.h"
+#include "plan_time.h"
 #include "plan_memory.h"
 #include "plan_plan.h"
 #include "plan_zoo.h"
@@ -352,5 +355,169 @@ Test(memory, every_n_checkpointing_should_save_between_none_and_full) {
        the end of forward are halfway */
     double mid = (fwd[0] + fwd[2]) / 2;
     cr_expect(fabs(fwd[1] - mid) < 0.02 * mid, "%.0f vs halfway %.0f", fwd[1], mid);
+    plan_model_free(&m);
+}
+
+/* --act-ckpt op and selective parse; "every" alone is no policy. */
+Test(memory, op_and_selective_should_parse_and_every_alone_should_not) {
+    CkptKind k;
+    int n;
+    cr_expect_eq(plan_ckpt_parse("op", &k, &n), 0);
+    cr_expect(k == CKPT_OP);
+    cr_expect_eq(plan_ckpt_parse("selective", &k, &n), 0);
+    cr_expect(k == CKPT_SELECTIVE);
+    cr_expect_eq(plan_ckpt_parse("every", &k, &n), -1);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.act_ckpt = CKPT_OP;
+    char buf[24];
+    cr_expect_str_eq(plan_ckpt_label(&t, buf, sizeof buf), "op");
+}
+
+/* torchtitan's SelectiveAC: a projection without a bias runs aten.mm, counted, every second
+   recomputed (LLaMA: q, v, gate, down saved; k, o, up recomputed); a projection with one runs
+   aten.addmm, always saved (GPT-2's Conv1D). */
+Test(memory, op_checkpointing_should_recompute_every_second_mm_and_save_every_addmm) {
+    ModelSpec l = zoo("llama2-7b"), g = zoo("gpt2");
+    int blk = 1;   /* layer 0 is the embeddings */
+    cr_assert_eq(l.layers[blk].kind, LAYER_BLOCK);
+    PlanProj p[PLAN_MAX_PROJ];
+    cr_assert_eq(plan_act_block_projs(&l, &l.layers[blk], p), 7);
+    const int want[7] = {1, 0, 1, 0, 1, 0, 1};
+    for (int k = 0; k < 7; k++) cr_expect_eq(plan_act_proj_saved(&l, &l.layers[blk], k), want[k], "projection %d", k);
+    int ng = plan_act_block_projs(&g, &g.layers[blk], p);
+    cr_assert_eq(ng, 4, "c_attn, c_proj, c_fc, c_proj");
+    for (int k = 0; k < ng; k++) cr_expect(plan_act_proj_saved(&g, &g.layers[blk], k), "Conv1D %d is an addmm", k);
+    plan_model_free(&l);
+    plan_model_free(&g);
+}
+
+/* gpt2-mini, fp32, eager, CPU kernels, s 128: block_probe.py --act-ckpt op measured 7,168 B per
+   token retained by a block's forward beyond its output, and a backward working set of 12,816
+   B/token above the start (the incoming gradient, R·h = 512, already counted there): the input
+   (512) plus c_attn (1,536), c_proj (512), c_fc (2,048), c_proj (512), the scores bmm
+   (4·4·128 = 2,048) and the context bmm (512). */
+Test(memory, op_checkpointing_should_keep_the_saved_ops_outputs_as_measured) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    t.act_ckpt = CKPT_OP;
+    ActInputs in = {2, 128, 0};
+    double tok = 2.0 * 128;
+    cr_expect_float_eq(plan_act_ckpt_bytes(&m, 2, &t, &in) / tok, 512 + 7168, 1e-9);
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 2, &t, &in) / tok, 12816 + 512, 1e-9);
+    /* under full checkpointing the same block keeps its input only */
+    t.act_ckpt = CKPT_FULL;
+    cr_expect_float_eq(plan_act_ckpt_bytes(&m, 2, &t, &in) / tok, 512, 1e-9);
+    plan_model_free(&m);
+}
+
+/* Megatron's selective recompute: a block keeps all but its core attention's saved tensors,
+   its q, k, v inputs instead: eager attention loses its s-proportional terms (the
+   probabilities), SDPA only its log-sum-exp (4 B per head and token). */
+Test(memory, selective_should_drop_the_core_attentions_saved_tensors) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    ActInputs in = {1, 128, 0};
+    double none = plan_act_ckpt_bytes(&m, 2, &t, &in);
+    t.act_ckpt = CKPT_SELECTIVE;
+    double sel = plan_act_ckpt_bytes(&m, 2, &t, &in);
+    cr_expect_float_eq(none - sel, 128.0 * 4 * 4 * 128, 1e-9, "the fp32 probabilities, a·s per token");
+    cr_expect(!plan_act_checkpointed(&m, &t, 2) && plan_act_core_recomputed(&m, &t, 2));
+    t.attn = ATTN_SDPA;
+    t.act_ckpt = CKPT_NONE;
+    none = plan_act_ckpt_bytes(&m, 2, &t, &in);
+    t.act_ckpt = CKPT_SELECTIVE;
+    cr_expect_float_eq(none - plan_act_ckpt_bytes(&m, 2, &t, &in), 128.0 * 4 * 4, 1e-9, "the log-sum-exp");
+    plan_model_free(&m);
+}
+
+/* Recompute in time: op recomputes less than full (its saved GEMMs are not run again),
+   selective only the core attention. */
+Test(memory, partial_policies_should_recompute_less_than_full) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.seq = 4096;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    double f[5], b[5];
+    const CkptKind K[5] = {CKPT_NONE, CKPT_FULL, CKPT_OP, CKPT_SELECTIVE, CKPT_NONE};
+    for (int i = 0; i < 4; i++) {
+        t.act_ckpt = K[i];
+        t.ckpt_every = K[i] == CKPT_FULL;
+        plan_layer_seconds(&m, 1, &t, &c, &f[i], &b[i]);
+    }
+    cr_expect_float_eq(f[2], f[0], 1e-12, "forward is the same");
+    cr_expect_gt(b[1], b[2]);
+    cr_expect_gt(b[2], b[0]);
+    cr_expect_gt(b[3], b[0]);
+    cr_expect_gt(b[2], b[3], "op recomputes every elementwise op and three GEMMs");
+    plan_model_free(&m);
+}
+
+/* torchtitan's published op-level SAC runs (bench/published/torchtitan.json) back --act-ckpt
+   op's times on FSDP on A100; selective has no published run and stays an estimate. */
+Test(memory, op_times_should_be_backed_by_the_published_runs_and_selective_should_not) {
+    ModelSpec m = zoo("llama2-13b");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    t.seq = 4096;
+    ClusterSpec c;
+    cluster(&c, 64, 8);
+    c.gpu = *plan_gpu_by_name("a100-80gb");
+    t.act_ckpt = CKPT_OP;
+    TimeBasis b = plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL);
+    cr_expect(b.published, "%s", b.why);
+    t.act_ckpt = CKPT_SELECTIVE;
+    b = plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL);
+    cr_expect(!b.published);
+    plan_model_free(&m);
+}
+
+/* Selective recompute with eager attention at s512: the recomputed core's softmax backward is
+   the block's largest moment (block_probe.py, llama-mini fp32: 18,940 B/token above the block
+   backward's start, + the incoming R·h = 512); at s128 the MLP moment stays (2,816 + 512). */
+Test(memory, selective_should_take_the_recomputed_attentions_backward_when_it_is_larger) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_load_model(&m, "bench/torch/configs/llama-mini.json", msg, sizeof msg), 0, "%s", msg);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    t.act_ckpt = CKPT_SELECTIVE;
+    ActInputs in = {1, 512, 0};
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 512, 18940 + 512, 1e-9);
+    in.s = 128;
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 128, 2816 + 512, 1e-9);
+    plan_model_free(&m);
+}
+
+/* The same moment under op (block_probe.py, llama-mini fp32 eager, s512: 15,748 B/token measured,
+   the model 512 over), and not at s128, where the recomputed MLP moment is measured (9,864). */
+Test(memory, op_should_take_the_attention_backward_at_long_eager_sequences) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_load_model(&m, "bench/torch/configs/llama-mini.json", msg, sizeof msg), 0, "%s", msg);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    t.act_ckpt = CKPT_OP;
+    ActInputs in = {1, 512, 0};
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 512, 15748 + 512 + 512, 1e-9);
+    in.s = 128;
+    cr_expect_float_eq(plan_act_block_backward_bytes(&m, 1, &t, &in) / 128, 9864 + 512, 1e-9);
     plan_model_free(&m);
 }

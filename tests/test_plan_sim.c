@@ -145,6 +145,33 @@ Test(auto_mode, should_meet_the_global_batch_exactly) {
     plan_model_free(&m);
 }
 
+/* auto searches torchtitan's op-level policy between none and full: LLaMA-2 7B at 4k on 8 x
+   40 GB does not fit without checkpointing, and op keeps enough to run a step faster than full
+   at the same micro-batch; an encoder is offered none and full only. */
+Test(auto_mode, should_search_op_level_checkpointing_for_decoders) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.seq = 4096;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    AutoSpec a;
+    plan_auto_defaults(&a);
+    AutoResult r;
+    plan_auto(&m, &t, &c, &a, &r);
+    cr_assert(r.found);
+    cr_expect_eq(r.train.act_ckpt, CKPT_OP, "picked %s", plan_ckpt_name(r.train.act_ckpt));
+    plan_model_free(&m);
+    m = zoo("bert-large");
+    plan_train_defaults(&t);
+    t.micro_batch = 64;
+    a.keep_batch = 1;
+    plan_auto(&m, &t, &c, &a, &r);
+    cr_assert(r.found);
+    cr_expect_neq(r.train.act_ckpt, CKPT_OP);
+    plan_model_free(&m);
+}
+
 Test(auto_mode, should_advise_syncbn_only_for_small_per_gpu_batches) {
     ModelSpec m = zoo("resnet50");
     TrainSpec t;

@@ -59,7 +59,8 @@ def parse_args(argv):
                    help="bf16: the model cast to bfloat16 (pure bf16, no autocast)")
     p.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
     p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--act-ckpt", default="none", choices=("none", "full"))
+    p.add_argument("--act-ckpt", default="none", choices=("none", "full", "op", "selective"),
+                   help="as the harness applies it (harness.apply_checkpointing)")
     p.add_argument("--seq", type=int, default=None)
     p.add_argument("--batches", default="2,4", help="two micro-batches for the slope")
     p.add_argument("--blocks", default="all", help="block indices (comma list) or all")
@@ -136,8 +137,8 @@ def run_once(a, batch):
     model = spec.model
     model.train()
     seq = a.seq if a.seq is not None else spec.context
-    if a.act_ckpt == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if a.act_ckpt != "none":
+        harness.apply_checkpointing(model, spec, a.act_ckpt)
     blocks = spec.block_modules()
     want = range(len(blocks)) if a.blocks == "all" else [int(x) for x in a.blocks.split(",")]
     harness.add_module_markers(model)

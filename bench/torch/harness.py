@@ -67,7 +67,9 @@ def parse_args(argv):
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--precision", default="fp32")
-    p.add_argument("--act-ckpt", default="none")
+    p.add_argument("--act-ckpt", default="none",
+                   help="none, full, every:N (blocks N, 2N, ...), op (torchtitan's op-level SAC "
+                        "policy), selective (Megatron's core-attention recompute)")
     p.add_argument("--attn", default="eager")
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--bucket-mb", type=float, default=None,
@@ -142,7 +144,7 @@ def parse_args(argv):
     if every is not None and (not every.isdigit() or int(every) < 1):
         raise SetupError(f"--act-ckpt {a.act_ckpt}: every:N needs a whole number N >= 1")
     if every is None:
-        check("act-ckpt", a.act_ckpt, ("none", "full", "every:N"))
+        check("act-ckpt", a.act_ckpt, ("none", "full", "every:N", "op", "selective"))
     check("attn", a.attn, ("eager", "sdpa"))
     check("zero-grad", a.zero_grad, ("none", "zeros"))
     fz = a.freeze.split(":", 1)
@@ -258,11 +260,88 @@ def wrap_in_range(obj, attr, label):
 # storages of model states
 
 
+def torchtitan_op_policy():
+    """torchtitan's op-level selective AC policy (torchtitan/distributed/activation_checkpoint.py,
+    SelectiveAC._wrap_block at commit b5bcd76c66d0acb1a08b176d9639425bc55e0b2a): the outputs of
+    torch._functorch.partitioners.get_default_op_list().compute_intensive_ops (mm, bmm, addmm,
+    convolution, the CUDA SDPA kernels, ...), the other SDPA variants torchtitan lists (cudnn,
+    math, fused_overrideable), max, linear and topk are saved, except every second mm/linear
+    (counted per forward and per recompute of one block), which is recomputed with everything
+    else. A fresh counter per checkpoint call, as torchtitan's context_fn makes one per call.
+    torchtitan's force_recompute_mm_shapes_by_fqns (moe.router.gate) matches nothing here."""
+    import torch
+    from torch._functorch.partitioners import get_default_op_list
+    from torch.utils.checkpoint import CheckpointPolicy
+    aten = torch.ops.aten
+    save_ops = {op.default for op in get_default_op_list().compute_intensive_ops}
+    save_ops.update({aten._scaled_dot_product_cudnn_attention.default,
+                     aten._scaled_dot_product_attention_math.default,
+                     aten._scaled_dot_product_fused_attention_overrideable.default,
+                     aten.max.default, aten.linear.default, aten.topk.default})
+    mm_ops = (aten.mm.default, aten.linear.default)
+    meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+        if func in mm_ops:
+            meta[key] += 1
+        if func in save_ops:
+            if func in mm_ops and meta[key] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
+
+
+def op_context_fn():
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    return create_selective_checkpoint_contexts(torchtitan_op_policy())
+
+
+def apply_selective_attention(model, spec):
+    """--act-ckpt selective: Megatron-LM's selective recompute (recompute_granularity=selective,
+    megatron/core/transformer/attention.py _checkpointed_attention_forward): only the core
+    attention (scores, softmax, dropout, the context product) runs under a non-reentrant
+    checkpoint; it keeps its inputs (q, k, v, the mask) and recomputes the rest in backward.
+    Here the attention function transformers calls with (q, k, v, mask) is wrapped: the
+    module's eager_attention_forward and ALL_ATTENTION_FUNCTIONS["sdpa"]; it returns the context
+    only (Megatron's CoreAttention returns no probabilities)."""
+    import importlib
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    def wrap(orig):
+        def core(module, query, key, value, attention_mask, **kw):
+            def run(q, k, v, m):
+                return orig(module, q, k, v, m, **kw)[0]
+            return checkpoint(run, query, key, value, attention_mask, use_reentrant=False), None
+        return core
+
+    mod = importlib.import_module(type(spec.model).__module__)
+    if not hasattr(mod, "eager_attention_forward"):
+        raise SetupError(f"--act-ckpt selective: {type(spec.model).__name__} has no "
+                         "eager_attention_forward to wrap")
+    mod.eager_attention_forward = wrap(mod.eager_attention_forward)
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = wrap(ALL_ATTENTION_FUNCTIONS["sdpa"])
+
+
 def apply_checkpointing(model, spec, mode):
     """--act-ckpt full: every repeated block recomputed in backward (non-reentrant
     torch.utils.checkpoint: HF's gradient_checkpointing_enable, or checkpoint_wrapper for the
     torchvision blocks); every:N: blocks N, 2N, ... counted from 1, as torchtitan's layer
     selective AC chose them (its counter incremented before `count % ac_freq == 0`)."""
+    if mode == "selective":
+        if spec.kind == "image":
+            raise SetupError("--act-ckpt selective: needs a transformer (it recomputes attention)")
+        apply_selective_attention(model, spec)
+        return
+    if mode == "op":
+        if spec.kind == "image":
+            raise SetupError("--act-ckpt op: transformer blocks only here")
+        # torchtitan wraps each block with checkpoint_wrapper(..., early_stop=False)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={
+            "use_reentrant": False, "context_fn": op_context_fn, "early_stop": False})
+        return
     n = int(mode.split(":", 1)[1]) if mode.startswith("every:") else 1
     blocks = spec.block_modules()
     chosen = {id(b) for k, b in enumerate(blocks, start=1) if k % n == 0}

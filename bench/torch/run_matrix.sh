@@ -2,7 +2,7 @@
 # Run the harness over a matrix of setups and save one JSON per setup under bench/torch/results/
 # (existing files are kept; delete one to rerun it).  Usage:
 #   bench/torch/run_matrix.sh [-r RANKS] [-m "MODELS"] [-s "STRATEGIES"] [-p PRECISION]
-#                             [-c none|full] [-a eager|sdpa] [-b BATCH] [-q SEQ]
+#                             [-c none|full|every:N|op|selective] [-a eager|sdpa] [-b BATCH] [-q SEQ]
 #                             [-e "EXTRA HARNESS FLAGS"] [-n NAME_SUFFIX] [-l LOCKFILE] [-f]
 # -f reruns setups whose JSON exists (the old file stays until the new one is written).
 # -e passes more flags to every harness run and -n names those rows: e.g.
