@@ -519,6 +519,8 @@ static void block_layer(LayerSpec *l, const TransformerConfig *c, int i, int n_e
         snprintf(l->name, sizeof(l->name), "block.%d", i);
     if (c->layout == LAYOUT_LLAMA && c->arch == ARCH_DECODER) {
         llama_block(l, c, i, d_head, kv);
+        if (c->sliding_blocks && c->sliding_blocks[i]) l->attn_window = c->window;
+        l->no_rope = c->no_rope_blocks && c->no_rope_blocks[i];
         return;
     }
     l->params = attn_params(c, d_head, kv, 0, &largest) + mlp_params(c, &largest) + 2 * norm_params(c);
@@ -553,6 +555,25 @@ static void head_layer(LayerSpec *l, const TransformerConfig *c) {
     t_check(l);
 }
 
+/* What the block saves beyond the classic block of its norm (BlockSpec): only what differs from
+   what the norm implies is set, so the classic families keep an all-zero BlockSpec. A LayerNorm
+   LLaMA-layout block (StarCoder2) has separate q, k, v and the rotary attention of the RMSNorm
+   decoders. */
+static void block_spec(BlockSpec *b, const TransformerConfig *c) {
+    memset(b, 0, sizeof(*b));
+    if (c->layout != LAYOUT_LLAMA || c->arch != ARCH_DECODER || c->kv_lora_rank > 0) return;
+    b->qk_norm = c->qk_norm;
+    b->norm_place = c->post_norms ? NORM_PLACE_POST : c->block_norms == 4 ? NORM_PLACE_SANDWICH : NORM_PLACE_PRE;
+    b->norm_fp32 = c->norm_fp32;
+    b->qkv = c->fused_qkv ? QKV_FUSED : c->norm == NORM_LAYERNORM ? QKV_SEPARATE : QKV_CLASSIC;
+    b->fused_gate_up = c->fused_gate_up;
+    b->rotary = c->norm == NORM_LAYERNORM;
+    b->rotary_cat = c->rotary_cat;
+    b->resid_dropout = c->resid_dropout;
+    b->attn_softcap = c->attn_softcap;
+    b->logit_softcap = c->logit_softcap;
+}
+
 int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, size_t msglen) {
     if (check_shape(c, msg, msglen)) return -1;
     int64_t d_head = c->d_head > 0 ? c->d_head : c->d_model / c->n_head;
@@ -576,6 +597,7 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
         m->d_head = c->qk_nope_dim + c->qk_rope_dim;
         m->n_kv_head = c->n_head;
     }
+    block_spec(&m->block, c);
     m->dropout = c->dropout;
     snprintf(m->act_fn, sizeof(m->act_fn), "%s", c->act_fn ? c->act_fn : "");
     snprintf(m->family, sizeof(m->family), "%s", c->family ? c->family : "");
