@@ -28,82 +28,158 @@ int plan_act_sdpa_math(const TrainSpec *t, double dropout) {
     return t->attn == ATTN_SDPA && t->autocast_cpu && dropout > 0;
 }
 
-/* LLaMA-style decoders (Llama, Mistral, Qwen2, Gemma: RMSNorm, rotary, separate q/k/v and
-   gate/up projections, no hidden dropout), as transformers 5's modeling_llama.py runs them. */
+/* LLaMA-style decoders (Llama, Mistral, Qwen2, Gemma and the 2024-26 RMSNorm families: RMSNorm,
+   rotary, separate q/k/v and gate/up projections unless fused, no hidden dropout), as
+   transformers 5's modeling_llama.py and its kin run them. */
 static int llama_style(const ModelSpec *m) {
     return m->arch == ARCH_DECODER && m->norm == NORM_RMSNORM;
 }
 
-/* What a norm saves per token. LayerNorm: its input and fp32 mean + rstd. LlamaRMSNorm
-   (modeling_llama.py): hidden_states.to(float32) (pow and the rsqrt product save it: 4·h), the
-   fp32 rsqrt, and weight * normed.to(input_dtype) saves the normalised tensor (R·h); measured
-   8h + 4 per norm in fp32 and under autocast (block_probe.py, llama-mini). Other RMSNorms keep
-   the earlier input + rsqrt. */
-static double norm_bytes(const ModelSpec *m, double R, double h) {
-    if (llama_style(m)) return (4 + R) * h + 4;
-    return R * h + (m->norm == NORM_LAYERNORM ? 8 : 4);
+/* transformers' shared eager_attention_forward after a rotary embedding (modeling_llama.py):
+   softmax(dtype=float32).to(query.dtype), q in fp32 under autocast after the product with the
+   fp32 cos/sin. The RMSNorm decoders and StarCoder2. */
+static int rotary_attn(const ModelSpec *m) {
+    return llama_style(m) || m->block.rotary;
 }
 
-/* The block's residual and MLP dropouts and the embeddings' (LLaMA-style models have only the
-   attention probabilities' dropout). */
-static double hidden_dropout_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double in_bytes) {
+/* q, k and v from three projections: autocast casts their fp32 input once per projection. */
+static int separate_qkv(const ModelSpec *m) {
+    return m->block.qkv == QKV_SEPARATE || (m->block.qkv == QKV_CLASSIC && llama_style(m));
+}
+
+/* What a norm of width w saves per token, in `rows` groups (a per-head norm: one per head), for
+   an input of in_bytes per element. LayerNorm: its input and fp32 mean + rstd per row.
+   LlamaRMSNorm (modeling_llama.py): hidden_states.to(float32) (pow and the rsqrt product save it:
+   4·w), the fp32 rsqrt per row, and weight * normed.to(input_dtype) saves the normalised tensor
+   at the input's dtype; measured 8h + 4 per norm in fp32 and under autocast (block_probe.py,
+   llama-mini). Gemma's and OLMo 2's RMSNorm scale first and cast after ((x * w).to(dtype):
+   modeling_gemma2.py Gemma2RMSNorm.forward, modeling_olmo2.py Olmo2RMSNorm.forward), so the
+   normalised tensor is saved in fp32. Other RMSNorms (T5) keep the earlier input + rsqrt. */
+static double norm_saves(const ModelSpec *m, double in_bytes, double w, double rows) {
+    if (m->norm == NORM_LAYERNORM) return in_bytes * w + 8 * rows;
+    if (!llama_style(m)) return in_bytes * w + 4 * rows;
+    return (4 + (m->block.norm_fp32 ? 4 : in_bytes)) * w + 4 * rows;
+}
+
+/* A block's norms per token: those on the residual stream (R; none in OLMo 2), those on the
+   sublayers' outputs (X: Gemma 2/3's post_attention_layernorm and post_feedforward_layernorm
+   beside their input norms, OLMo 2's instead of them), and the q and k norms on the
+   projections' outputs (X): per head (Qwen3Attention, Gemma3Attention: q_norm over head_dim,
+   a and kv rows per token) or over all of q and of k (Olmo2Attention). */
+static double block_norm_bytes(const ModelSpec *m, double X, double R, int cross) {
+    const BlockSpec *b = &m->block;
+    double h = (double)m->d_model, qd = (double)m->n_head * (double)m->d_head;
+    double kvd = (double)m->n_kv_head * (double)m->d_head;
+    int pre = b->norm_place == NORM_PLACE_POST ? 0 : (cross ? 3 : 2);
+    int post = b->norm_place == NORM_PLACE_PRE ? 0 : 2;
+    double bytes = pre * norm_saves(m, R, h, 1) + post * norm_saves(m, X, h, 1);
+    if (b->qk_norm == 1) bytes += norm_saves(m, X, qd, m->n_head) + norm_saves(m, X, kvd, m->n_kv_head);
+    if (b->qk_norm == 2) bytes += norm_saves(m, X, qd, 1) + norm_saves(m, X, kvd, 1);
+    return bytes;
+}
+
+/* The embeddings' dropout (LLaMA-style models have none). */
+static double embed_dropout_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double in_bytes) {
     return llama_style(m) ? 0 : plan_act_dropout_bytes(t, dropout, in_bytes);
+}
+
+/* The dropouts on a block's sublayer outputs: GPT-2's, BERT's, StarCoder2's residual_dropout;
+   Phi-3's resid_attn_dropout and resid_mlp_dropout (modeling_phi3.py Phi3DecoderLayer); other
+   LLaMA-style blocks have only the attention probabilities'. */
+static double resid_dropout_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double in_bytes) {
+    return llama_style(m) && !m->block.resid_dropout ? 0 : plan_act_dropout_bytes(t, dropout, in_bytes);
 }
 
 static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
 
-/* Eager PyTorch transformer block, per token: bytes = lin + s*quad. */
-void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
-                           double *lin_out, double *quad_out) {
+/* Eager attention's core per token per key position (a·s per token): q·kᵀ, softmax, dropout and
+   the AV matmul's saved input. l: the layer (NULL: a rotary one). */
+static double eager_core_quad(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, double dropout) {
     const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, R = p->param_bytes, F = 4;
-    double M = hidden_dropout_bytes(m, t, dropout, X);     /* dropouts on compute-dtype tensors */
-    double h = (double)m->d_model, f = (double)m->d_ff, a = m->n_head;
-    double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
+    double X = p->act_bytes, F = 4, a = m->n_head, quad;
     int amp = p->autocast;
-    int llama = llama_style(m);
-    /* autocast casts a linear's fp32 input for each call: one copy per projection where they
-       are separate (LLaMA-style q, k, v and gate, up: measured 3 and 2 X·h copies); fp32 and
-       16-bit models share one input tensor */
-    double qkv_in = llama && amp ? 3 : 1, mlp_in = llama && amp && m->mlp == MLP_SWIGLU ? 2 : 1;
-    double lin = 0, quad = 0;
-
-    lin += (cross ? 3 : 2) * norm_bytes(m, R, h);          /* norm inputs + statistics */
-    for (int k = 0; k < (cross ? 2 : 1); k++) {
-        lin += qkv_in * X * h;                             /* q/k/v projection input */
-        lin += X * qd;                                     /* attention output = out-proj input */
-        lin += M * h;                                      /* residual dropout mask / noise */
-        if (t->attn == ATTN_EAGER) {
-            /* q, k, v as the two matmuls save them: k and v expanded to a heads (repeat_kv) */
-            lin += X * 3 * qd;
-            if (llama) {
-                /* softmax(dtype=float32).to(query.dtype): fp32 probabilities; q is fp32 after
-                   the rotary product with fp32 cos/sin under autocast, so the dropout runs in
-                   fp32 there, and the AV matmul saves its X copy (autocast) or its input */
-                double Mq = plan_act_dropout_bytes(t, dropout, amp ? F : X);
-                quad += a * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
-            } else {
-                double S = amp ? F : X;                    /* softmax output (fp32 under autocast) */
-                double Mq = plan_act_dropout_bytes(t, dropout, X);
-                quad += a * (S + Mq + ((Mq > 0 || amp) ? X : 0)); /* + mask, + dropout out / cast */
-            }
-        } else if (plan_act_sdpa_math(t, dropout)) {
-            /* the math kernel in fp32 (attention.cpp _scaled_dot_product_attention_math: half
-               and bf16 q, k, v are upcast, "Keep query, key, value in high precision"): the
-               two matmuls save q and k scaled by sqrt(scale) and v, fp32 and expanded to a
-               heads (GQA: enable_gqa repeat_interleaves them); then per head and key position
-               the fp32 probabilities (_safe_softmax), the dropout noise and the dropout output */
-            lin += 4 * 3 * qd;
-            quad += a * (4 + 4 + 4);
-        } else {
-            lin += X * (qd + 2 * kvd);                     /* q, k, v (GQA: enable_gqa) */
-            lin += F * a;                                  /* SDPA log-sum-exp, fp32 */
-        }
+    if (rotary_attn(m)) {
+        /* softmax(dtype=float32).to(query.dtype): fp32 probabilities; q is fp32 after the rotary
+           product with fp32 cos/sin under autocast (not in SmolLM3's NoPE layers), so the
+           dropout runs in fp32 there, and the AV matmul saves its X copy (autocast) or its input */
+        int rope = !(l && l->no_rope);
+        double Mq = plan_act_dropout_bytes(t, dropout, amp && rope ? F : X);
+        quad = a * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
+    } else {
+        double S = amp ? F : X;                            /* softmax output (fp32 under autocast) */
+        double Mq = plan_act_dropout_bytes(t, dropout, X);
+        quad = a * (S + Mq + ((Mq > 0 || amp) ? X : 0));   /* + mask, + dropout out / cast */
     }
-    lin += mlp_bytes(m, t, f, mlp_in);
-    lin += M * h;                                          /* MLP dropout mask */
+    /* Gemma 2's soft-capping: tanh(scores / cap) saves its output at the scores' dtype
+       (modeling_gemma2.py eager_attention_forward: / softcap, tanh, * softcap) */
+    if (m->block.attn_softcap > 0) quad += a * X;
+    return quad;
+}
+
+/* One attention sublayer per token: bytes = *lin + s·*quad. l: the layer (NULL: a full-attention
+   one), s: the sequence (a sliding window shorter than it materialises a mask). */
+static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, double dropout, double s,
+                        double *lin, double *quad) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, F = 4, h = (double)m->d_model, a = m->n_head;
+    double qd = a * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
+    double M = resid_dropout_bytes(m, t, dropout, X);     /* dropouts on compute-dtype tensors */
+    /* autocast casts a linear's fp32 input for each call: one copy per projection where they
+       are separate (LLaMA-style q, k, v: measured 3 X·h copies); fp32 and 16-bit models, and
+       a fused projection (GPT-2's c_attn, Phi-3's qkv_proj), share one input tensor */
+    *lin += (p->autocast && separate_qkv(m) ? 3 : 1) * X * h;   /* q/k/v projection input */
+    *lin += X * qd;                                         /* attention output = out-proj input */
+    *lin += M * h;                                          /* residual dropout mask / noise */
+    if (t->attn == ATTN_EAGER) {
+        *lin += X * 3 * qd;            /* q, k, v as the two matmuls save them: k and v expanded (repeat_kv) */
+        *quad += eager_core_quad(m, l, t, dropout);
+    } else if (plan_act_sdpa_math(t, dropout)) {
+        /* the math kernel in fp32 (attention.cpp _scaled_dot_product_attention_math: half
+           and bf16 q, k, v are upcast, "Keep query, key, value in high precision"): the
+           two matmuls save q and k scaled by sqrt(scale) and v, fp32 and expanded to a
+           heads (GQA: enable_gqa repeat_interleaves them); then per head and key position
+           the fp32 probabilities (_safe_softmax), the dropout noise and the dropout output */
+        *lin += 4 * 3 * qd;
+        *quad += a * (4 + 4 + 4);
+    } else {
+        /* a sliding window shorter than the sequence: transformers hands SDPA a boolean mask
+           (masking_utils.py _ignore_causal_mask_sdpa), which SDPA converts to q's dtype and the
+           kernel saves, one per layer (measured: X·s per token), and then GQA k and v are
+           expanded (sdpa_attention.py use_gqa_in_sdpa needs no mask and head_dim <= 256) */
+        int masked = l && l->attn_window > 0 && s > (double)l->attn_window;
+        int expand = kvd < qd && (masked || m->d_head > 256);
+        *lin += X * (qd + 2 * (expand ? qd : kvd));         /* q, k, v (GQA: enable_gqa) */
+        *lin += F * a;                                     /* SDPA log-sum-exp, fp32 */
+        if (masked) *quad += X;
+        /* Phi-3: v is a view of the fused q|k|v output, and the kernel's saved v keeps all of it;
+           q leaves its torch.cat rotary contiguous per head and the CPU flash kernel lays its
+           output out like q, so the output it saves is not the out-projection's input (measured) */
+        if (m->block.qkv == QKV_FUSED && !expand) *lin += X * (qd + kvd);
+        if (m->block.rotary_cat && t->autocast_cpu) *lin += X * qd;
+    }
+}
+
+/* Eager PyTorch transformer block (layer l; NULL: a full-attention rotary block), per token:
+   bytes = lin + s*quad. */
+static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, double dropout, int cross,
+                         double s, double *lin_out, double *quad_out) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, R = p->param_bytes;
+    double M = resid_dropout_bytes(m, t, dropout, X);
+    int amp = p->autocast;
+    /* SwiGLU's gate and up: two casts of the norm output under autocast (Phi-3's fused gate_up: one) */
+    double mlp_in = llama_style(m) && amp && m->mlp == MLP_SWIGLU && !m->block.fused_gate_up ? 2 : 1;
+    double lin = block_norm_bytes(m, X, R, cross), quad = 0;   /* norm inputs + statistics */
+    for (int k = 0; k < (cross ? 2 : 1); k++) attn_coeffs(m, l, t, dropout, s, &lin, &quad);
+    lin += mlp_bytes(m, t, (double)m->d_ff, mlp_in);
+    lin += M * (double)m->d_model;                         /* MLP dropout mask */
     *lin_out = lin;
     *quad_out = quad;
+}
+
+void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
+                           double *lin_out, double *quad_out) {
+    block_coeffs(m, NULL, t, dropout, cross, 0, lin_out, quad_out);
 }
 
 /* A dense MLP of width f per token: what its linears and activation save. */
@@ -150,6 +226,15 @@ double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpe
 static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
                                       const ActInputs *in);
 
+/* Phi-3 eager attention at micro-batch 1 without GQA: repeat_kv returns v itself, a view of the
+   fused q|k|v output, and the AV matmul's reshape of a (1, a, s, d) view is a view too, so the
+   saved v keeps the whole fused output (at larger batches the reshape copies). Per token. */
+static double eager_batch1_view_bytes(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
+    if (t->attn != ATTN_EAGER || m->block.qkv != QKV_FUSED || m->n_kv_head != m->n_head || in->b != 1) return 0;
+    double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
+    return plan_precision(t->precision)->act_bytes * (qd + kvd);
+}
+
 /* memplan engine (fp32, exec/exec_gpt2.c): per block per token 18h + 4 floats and 2a*s
  * floats (preatt, att); see docs/formulas.md "engine layout". */
 static double engine_layer_bytes(const ModelSpec *m, const LayerSpec *l, double bs, double s) {
@@ -186,7 +271,7 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
     const PrecisionSpec *p = plan_precision(t->precision);
     double b = (double)in->b, s = (double)in->s, bs = b * s;
     double X = p->act_bytes, R = p->param_bytes;
-    double M = hidden_dropout_bytes(m, t, in->dropout, R);  /* the embeddings' dropout: R input */
+    double M = embed_dropout_bytes(m, t, in->dropout, R);   /* the embeddings' dropout: R input */
     double h = (double)m->d_model, V = (double)m->vocab;
     double stats = m->norm == NORM_LAYERNORM ? 8 : 4;
     switch (l->kind) {
@@ -198,10 +283,10 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
     case LAYER_BLOCK: {
         int cross = m->arch == ARCH_ENC_DEC && i > m->n_enc_layer;  /* layer 0 is embeddings */
         double lin, quad;
-        plan_act_block_coeffs(m, t, in->dropout, cross, &lin, &quad);
-        return bs * (lin + plan_act_moe_delta(m, l, t) + s * quad);
+        block_coeffs(m, l, t, in->dropout, cross, s, &lin, &quad);
+        return bs * (lin + eager_batch1_view_bytes(m, t, in) + plan_act_moe_delta(m, l, t) + s * quad);
     }
-    case LAYER_NORM: return bs * norm_bytes(m, R, h);
+    case LAYER_NORM: return bs * norm_saves(m, R, h, 1);
     case LAYER_LINEAR: return b * X * h;                             /* pooler: first token */
     case LAYER_HEAD: {
         double per_tok = X * h;                                      /* head input */
@@ -211,6 +296,9 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
            (logits.float()) only inside the loss function: log_softmax saves its output, not its
            input, so the upcast is freed with the forward (measured, docs/formulas.md) */
         per_tok += V * ((t->loop_trainer ? 0 : X) + 4);
+        /* Gemma 2's final soft-capping: tanh(logits / cap) saves its output (modeling_gemma2.py
+           Gemma2ForCausalLM.forward), the logits' dtype */
+        if (m->block.logit_softcap > 0) per_tok += V * X;
         return bs * per_tok;
     }
     default: return 0;
@@ -226,18 +314,34 @@ int plan_act_checkpointed(const ModelSpec *m, const TrainSpec *t, int i) {
     return t->ckpt_every > 0 && k % t->ckpt_every == 0;
 }
 
-/* Eager attention's causal mask: transformers' create_causal_mask → eager_mask makes one
-   (b, 1, s, s) additive float mask at the embeddings' dtype (R) per forward and hands it to
-   every block (masking_utils.py; SDPA without padding passes is_causal and no mask). Under
-   non-reentrant checkpointing each checkpointed block keeps its arguments for the
-   recomputation (torch/utils/checkpoint.py), the mask among them, so it lives from forward to
-   the end of the first block's backward. Measured: docs/formulas.md "A block's backward". */
+/* The attention mask a decoder block is handed (transformers' masking_utils.py): eager attention
+   gets a (b, 1, s, s) additive float mask at the embeddings' dtype (R), one per kind and forward,
+   shared by the blocks of that kind (create_causal_mask; create_sliding_window_causal_mask for
+   sliding-window blocks); SDPA gets none (is_causal) unless a sliding window shorter than the
+   sequence makes sdpa_mask materialise a (b, 1, s, s) boolean one. Returns its kind (0: none,
+   1: causal, 2: sliding) and *bytes its size. */
+static int block_mask(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in, double *bytes) {
+    double b = (double)in->b, s = (double)in->s;
+    if (m->arch != ARCH_DECODER || t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK) return 0;
+    if (t->attn == ATTN_EAGER) {
+        *bytes = b * s * s * plan_precision(t->precision)->param_bytes;
+        return l->attn_window > 0 ? 2 : 1;
+    }
+    if (l->attn_window <= 0 || s <= (double)l->attn_window) return 0;
+    *bytes = b * s * s;
+    return 2;
+}
+
+/* Under non-reentrant checkpointing each checkpointed block keeps its arguments for the
+   recomputation (torch/utils/checkpoint.py), its mask among them, so a mask lives from forward to
+   the end of the backward of the first checkpointed block it was handed to: charged there.
+   Measured: docs/formulas.md "A block's backward". */
 static double ckpt_causal_mask_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
-    int first = plan_act_checkpointed(m, t, i);   /* the first checkpointed block: freed last */
-    for (int j = 0; j < i && first; j++) first = !plan_act_checkpointed(m, t, j);
-    if (!first || m->arch != ARCH_DECODER || t->attn != ATTN_EAGER || t->impl != IMPL_PYTORCH) return 0;
-    double s = (double)in->s;
-    return (double)in->b * s * s * plan_precision(t->precision)->param_bytes;
+    double bytes = 0, other;
+    int kind = plan_act_checkpointed(m, t, i) ? block_mask(m, &m->layers[i], t, in, &bytes) : 0;
+    for (int j = 0; j < i && kind; j++)
+        if (plan_act_checkpointed(m, t, j) && block_mask(m, &m->layers[j], t, in, &other) == kind) kind = 0;
+    return kind ? bytes : 0;
 }
 
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
@@ -307,9 +411,18 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     if (t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK || !is_transformer(m)) return 0;
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
-    double M = hidden_dropout_bytes(m, t, in->dropout, X);
+    double M = resid_dropout_bytes(m, t, in->dropout, X);
     double bs = (double)in->b * (double)in->s;
-    double ws = bs * (2 * f * X + R * h - M * h);
+    double ws = 2 * f * X - M * h;
+    if (m->block.norm_place != NORM_PLACE_PRE) {
+        /* a norm on the MLP's output (Gemma 2/3's post_feedforward_layernorm, OLMo 2's) runs its
+           backward first: its saved tensors are freed by the MLP's; its own backward, (x * w) in
+           fp32, holds five fp32 h-wide tensors less its normalised one and rsqrt (measured
+           16h − 4 B/token above the block's start, fp32 and autocast, h 128 and 256) */
+        ws -= norm_saves(m, X, h, 1);
+        if (m->block.norm_fp32 && 16 * h - 4 > ws) ws = 16 * h - 4;
+    }
+    ws = bs * (ws + R * h);
     if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
     return ws;
 }

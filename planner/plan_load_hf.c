@@ -165,7 +165,8 @@ typedef struct {
     int first_dense;
     const char *k_step;
     const char *k_dense_list, *k_moe_list;
-    /* attention: soft-capping defaults (F_SOFTCAP), the sliding window's default and its rule */
+    /* attention: soft-capping defaults (F_SOFTCAP; attn_cap < 0: read by the config class, not
+       applied), the sliding window's default and its rule */
     double attn_cap, logit_cap;
     int64_t window;
     WindowRule win;
@@ -182,8 +183,8 @@ static const Family FAMILIES[] = {
      .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 8192, .attn_cap = 50, .logit_cap = 30, .window = 4096,
      .win = WIN_ALTERNATE},
     {.type = "gemma3_text", .feat = F_ATTN_BIAS | F_SANDWICH | F_QK_NORM_HEAD | F_HIDDEN_ACTIVATION | F_NORM_FP32 |
-     F_SOFTCAP, .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 131072, .window = 4096,
-     .win = WIN_PATTERN},
+     F_SOFTCAP, .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 131072, .attn_cap = -1,
+     .window = 4096, .win = WIN_PATTERN},
     {.type = "phi3", .feat = F_FUSED | F_RESID_DROPOUT | F_ROTARY_CAT, .act = "silu", .max_pos = 4096, .win = WIN_ALL},
     {.type = "olmo2", .feat = F_ATTN_BIAS | F_QK_NORM_FULL | F_POST_NORMS | F_NORM_FP32, .act = "silu", .max_pos = 2048},
     {.type = "granite", .feat = F_ATTN_BIAS | F_MLP_BIAS, .act = "silu", .max_pos = 2048},
@@ -415,8 +416,10 @@ static int read_windows(LoadCtx *c, const cJSON *root, const Family *v, HfBuild 
    concatenating rotary. */
 static int read_attention(LoadCtx *c, const cJSON *root, const Family *v, HfBuild *b) {
     TransformerConfig *t = &b->t;
+    /* Gemma 3 reads attn_logit_softcapping but its attention never applies it (modeling_gemma3.py
+       Gemma3Attention.forward passes no softcap): attn_cap < 0 */
     if ((v->feat & F_SOFTCAP) &&
-        (num_or_off(c, root, "attn_logit_softcapping", v->attn_cap, &t->attn_softcap) ||
+        ((v->attn_cap >= 0 && num_or_off(c, root, "attn_logit_softcapping", v->attn_cap, &t->attn_softcap)) ||
          num_or_off(c, root, "final_logit_softcapping", v->logit_cap, &t->logit_softcap)))
         return -1;
     if (v->win == WIN_NO_ROPE && read_no_rope(c, root, b)) return -1;

@@ -344,6 +344,12 @@ Test(plan_load_hf, sliding_windows_and_nope_layers_should_follow_each_config_cla
     windows_of(&m, w, nr);
     cr_expect(w[0] == 512 && w[1] == 0 && w[2] == 512 && w[3] == 0);
     plan_model_free(&m);
+    /* Gemma 3's attention never applies attn_logit_softcapping (its final soft-cap it does) */
+    cr_assert_eq(from_text(&m, "{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100, \"head_dim\": 16, "
+                               "\"attn_logit_softcapping\": 50, \"final_logit_softcapping\": 30}"), 0, "%s", msg);
+    cr_expect(m.block.attn_softcap == 0 && m.block.logit_softcap == 30);
+    plan_model_free(&m);
     /* an explicit layer_types list wins; Qwen3 slides only with use_sliding_window, from max_window_layers */
     load(&m, "bench/torch/configs/gemma3-mini.json");
     windows_of(&m, w, nr);

@@ -1,0 +1,166 @@
+/* test_plan_families.c — the 2024-26 dense families' activations (ModelSpec.block, the blocks'
+ * sliding windows and NoPE layers) against bench/torch/block_probe.py: the step's peak above its
+ * start per token (the slope between micro-batch 2 and 4 at seq 128, one CPU process, HF loop,
+ * the allocator's exact running total), which holds every block's saved tensors, the head's and
+ * the loss's backward. docs/formulas.md "Activations" derives each term. Run from the repository
+ * root (the configs are bench/torch/configs/<family>-mini.json). */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "plan_activ.h"
+#include "plan_load.h"
+#include "plan_memory.h"
+#include "test_plan.h"
+
+static char msg[1024];
+
+static ModelSpec load(const char *what) {
+    ModelSpec m;
+    int rc = what[0] == '{' ? plan_load_model_from_buffer(&m, what, strlen(what), "config.json", msg, sizeof(msg))
+                            : plan_load_model(&m, what, msg, sizeof(msg));
+    cr_assert_eq(rc, 0, "%s", msg);
+    return m;
+}
+
+/* The planned peak per token, as the probe measures it: one rank, overheads zeroed, CPU kernels,
+   the HF loop, (peak at micro-batch 4 − peak at 2) / (2 · 128). */
+static double peak_per_token(const ModelSpec *m, PrecisionKind prec, AttnKind attn, double dropout) {
+    ClusterSpec c;
+    cluster(&c, 1, 1);
+    c.cuda_context = c.nccl_per_comm = c.alloc_margin = 0;
+    c.margin_is_frac = 0;
+    double peak[2];
+    for (int k = 0; k < 2; k++) {
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.precision = prec;
+        t.attn = attn;
+        t.dropout = dropout;
+        t.micro_batch = 2 + 2 * k;
+        t.seq = 128;
+        t.loop_trainer = 1;
+        t.autocast_cpu = 1;
+        MemResult r;
+        plan_memory(m, &t, &c, STRAT_DDP, &r);
+        peak[k] = r.peak;
+    }
+    return (peak[1] - peak[0]) / (2.0 * 128);
+}
+
+#define C(f) "bench/torch/configs/" f "-mini.json"
+
+/* llama-mini with a 64-key sliding window (Mistral: every block; Qwen2: from block 2 on) */
+#define WIN_BASE "\"hidden_size\":128,\"intermediate_size\":352,\"num_hidden_layers\":4,\"num_attention_heads\":4," \
+                 "\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":1024,\"tie_word_embeddings\":false,\"sliding_window\":64"
+
+static const struct { const char *model; PrecisionKind prec; AttnKind attn; double dropout; double measured; } PROBED[] = {
+    /* Qwen3: per-head q/k RMSNorms on the X-dtype projections, (4 + X)·(a·d + kv·d) + 4·(a + kv) */
+    {C("qwen3"), PREC_FP32, ATTN_EAGER, 0, 85644}, {C("qwen3"), PREC_FP32, ATTN_SDPA, 0, 73420},
+    {C("qwen3"), PREC_AMP_BF16, ATTN_EAGER, 0, 67980}, {C("qwen3"), PREC_AMP_BF16, ATTN_SDPA, 0, 53708},
+    /* Gemma 2: post-norms scaled in fp32, tanh soft-caps on the scores and on the logits */
+    {C("gemma2"), PREC_FP32, ATTN_EAGER, 0, 85580}, {C("gemma2"), PREC_AMP_BF16, ATTN_EAGER, 0, 68940},
+    /* Gemma 3: post-norms, per-head q/k norms in fp32, SDPA masks in its three sliding blocks */
+    {C("gemma3"), PREC_FP32, ATTN_EAGER, 0, 79532}, {C("gemma3"), PREC_FP32, ATTN_SDPA, 0, 72428},
+    {C("gemma3"), PREC_AMP_BF16, ATTN_EAGER, 0, 69036}, {C("gemma3"), PREC_AMP_BF16, ATTN_SDPA, 0, 57324},
+    {C("gemma3"), PREC_AMP_BF16, ATTN_EAGER, 0.1, 77228}, {C("gemma3"), PREC_AMP_BF16, ATTN_SDPA, 0.1, 84396},
+    /* Phi-3: fused qkv and gate_up (one autocast cast each), SDPA keeping the fused output and its
+       own output, residual dropouts */
+    {C("phi3"), PREC_FP32, ATTN_EAGER, 0, 65068}, {C("phi3"), PREC_FP32, ATTN_SDPA, 0, 63084},
+    {C("phi3"), PREC_AMP_BF16, ATTN_EAGER, 0, 51500}, {C("phi3"), PREC_AMP_BF16, ATTN_SDPA, 0, 42348},
+    {C("phi3"), PREC_FP32, ATTN_EAGER, 0.1, 85548}, {C("phi3"), PREC_AMP_BF16, ATTN_EAGER, 0.1, 61740},
+    {C("phi3"), PREC_AMP_BF16, ATTN_SDPA, 0.1, 68908},
+    /* OLMo 2: post-norms only, full-width q/k norms scaled in fp32 */
+    {C("olmo2"), PREC_FP32, ATTN_EAGER, 0, 71244}, {C("olmo2"), PREC_FP32, ATTN_SDPA, 0, 61068},
+    {C("olmo2"), PREC_AMP_BF16, ATTN_EAGER, 0, 60748}, {C("olmo2"), PREC_AMP_BF16, ATTN_SDPA, 0, 47500},
+    /* StarCoder2: LayerNorm and GELU with separate q, k, v and rotary attention, residual dropouts */
+    {C("starcoder2"), PREC_FP32, ATTN_EAGER, 0, 54352}, {C("starcoder2"), PREC_FP32, ATTN_SDPA, 0, 44176},
+    {C("starcoder2"), PREC_AMP_BF16, ATTN_EAGER, 0, 45904}, {C("starcoder2"), PREC_AMP_BF16, ATTN_SDPA, 0, 32656},
+    {C("starcoder2"), PREC_FP32, ATTN_EAGER, 0.1, 75344}, {C("starcoder2"), PREC_AMP_BF16, ATTN_EAGER, 0.1, 56656},
+    {C("starcoder2"), PREC_AMP_BF16, ATTN_SDPA, 0.1, 63824},
+    /* Granite's multipliers and SmolLM3's NoPE block save what llama-mini saves, except the NoPE
+       block's attention dropout under autocast (q stays bf16: 2 bytes of noise, not 4) */
+    {C("granite"), PREC_FP32, ATTN_EAGER, 0, 65068}, {C("granite"), PREC_AMP_BF16, ATTN_SDPA, 0, 41324},
+    {C("smollm3"), PREC_AMP_BF16, ATTN_EAGER, 0, 54572}, {C("smollm3"), PREC_AMP_BF16, ATTN_EAGER, 0.1, 61740},
+    {C("smollm3"), PREC_AMP_BF16, ATTN_SDPA, 0.1, 69932},
+    /* sliding windows shorter than the sequence under SDPA: a mask per block, k and v expanded */
+    {"{\"model_type\":\"mistral\"," WIN_BASE "}", PREC_FP32, ATTN_SDPA, 0, 58988},
+    {"{\"model_type\":\"mistral\"," WIN_BASE "}", PREC_AMP_BF16, ATTN_SDPA, 0, 43372},
+    {"{\"model_type\":\"qwen2\",\"use_sliding_window\":true,\"max_window_layers\":2," WIN_BASE "}", PREC_FP32,
+     ATTN_SDPA, 0, 56940},
+    {"{\"model_type\":\"qwen2\",\"use_sliding_window\":true,\"max_window_layers\":2," WIN_BASE "}", PREC_AMP_BF16,
+     ATTN_SDPA, 0, 42348},
+};
+
+Test(plan_families, each_familys_peak_should_grow_per_token_as_block_probe_measured) {
+    for (size_t i = 0; i < sizeof(PROBED) / sizeof(PROBED[0]); i++) {
+        ModelSpec m = load(PROBED[i].model);
+        double got = peak_per_token(&m, PROBED[i].prec, PROBED[i].attn, PROBED[i].dropout);
+        cr_expect_eq(got, PROBED[i].measured, "row %zu (%s %s %s dropout %g): planned %.1f, measured %.1f B/token", i,
+                     m.name, plan_precision(PROBED[i].prec)->name, plan_attn_name(PROBED[i].attn), PROBED[i].dropout,
+                     got, PROBED[i].measured);
+        plan_model_free(&m);
+    }
+}
+
+/* Qwen3's q/k norms per block per token, from modeling_qwen3.py: the fp32 view of each head's q
+   and k (4 B), rsqrt per head (4 B) and the normalised tensor at the projection's dtype */
+Test(plan_families, qwen3s_qk_norms_should_save_their_inputs_in_fp32_and_the_normalised_heads) {
+    ModelSpec q = load(C("qwen3")), l = load(C("qwen3"));
+    memset(&l.block, 0, sizeof(l.block));               /* the same block without q/k norms */
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.autocast_cpu = 1;
+    t.attn = ATTN_SDPA;
+    double lq, ll, quad;
+    for (int k = 0; k < 2; k++) {
+        t.precision = k ? PREC_AMP_BF16 : PREC_FP32;
+        double X = k ? 2 : 4;
+        plan_act_block_coeffs(&q, &t, 0, 0, &lq, &quad);
+        plan_act_block_coeffs(&l, &t, 0, 0, &ll, &quad);
+        cr_expect_eq(lq - ll, (4 + X) * (256 + 128) + 4 * (4 + 2), "%s", plan_precision(t.precision)->name);
+    }
+    plan_model_free(&q);
+    plan_model_free(&l);
+}
+
+/* Phi-3 eager at micro-batch 1 without GQA: the AV matmul saves a view of the fused q|k|v output
+   (X·(a·d + kv·d) per token more than at larger batches, where the reshape copies) */
+Test(plan_families, phi3_eager_at_batch_one_should_keep_the_fused_projection_alive) {
+    ModelSpec m = load(C("phi3"));
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.autocast_cpu = 1;
+    t.attn = ATTN_EAGER;
+    t.precision = PREC_FP32;
+    ActInputs one = {1, 128, 0}, two = {2, 128, 0};
+    double b1 = plan_act_layer_bytes(&m, 1, &t, &one), b2 = plan_act_layer_bytes(&m, 1, &t, &two);
+    cr_expect_eq(b1 - b2 / 2, 128.0 * 4 * (128 + 128));
+    t.attn = ATTN_SDPA;                                  /* SDPA keeps it at every batch */
+    b1 = plan_act_layer_bytes(&m, 1, &t, &one), b2 = plan_act_layer_bytes(&m, 1, &t, &two);
+    cr_expect_eq(b1, b2 / 2);
+    plan_model_free(&m);
+}
+
+/* Under checkpointing each checkpoint keeps its block's mask: eager gets one per kind (Gemma 2:
+   full and sliding, each (b, 1, s, s) at the embeddings' dtype), SDPA only a sliding window's
+   boolean one when the sequence is longer (b·s² bytes) */
+Test(plan_families, checkpointed_blocks_should_keep_one_mask_of_each_kind) {
+    ModelSpec m = load(C("gemma2"));                     /* blocks 0, 2 sliding (64), 1, 3 full */
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.autocast_cpu = 1;
+    t.precision = PREC_FP32;
+    t.act_ckpt = CKPT_FULL;
+    t.attn = ATTN_EAGER;
+    ActInputs in = {2, 128, 0};
+    double input = 2.0 * 128 * 4 * 128, mask = 2.0 * 128 * 128 * 4;
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 1, &t, &in), input + mask);   /* block.0: the sliding mask */
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 2, &t, &in), input + mask);   /* block.1: the causal one */
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 3, &t, &in), input);
+    t.attn = ATTN_SDPA;
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 1, &t, &in), input + 2.0 * 128 * 128);
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 2, &t, &in), input);
+    in.s = 64;                                           /* within the window: is_causal, no mask */
+    cr_expect_eq(plan_act_ckpt_bytes(&m, 1, &t, &in), 2.0 * 64 * 4 * 128);
+    plan_model_free(&m);
+}
