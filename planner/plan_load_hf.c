@@ -123,6 +123,8 @@ enum {
     F_RESID_DROPOUT = 1 << 14,  /* resid_pdrop dropouts on the sublayers' outputs (Phi-3) */
     F_ROTARY_CAT = 1 << 15,   /* partial rotary through torch.cat (Phi-3) */
     F_SOFTCAP = 1 << 16,      /* reads attn_logit_softcapping, final_logit_softcapping (Gemma 2/3) */
+    F_EMBED_SCALE = 1 << 17,  /* the scaled token embedding's 0-d embed_scale buffer (Gemma, Gemma 2/3) */
+    F_ROPE_PER_KIND = 1 << 18,  /* one rotary inv_freq pair per attention kind in layer_types (Gemma 3) */
 };
 
 /* Which blocks attend through a sliding window of sliding_window keys (transformers 5.24's
@@ -176,15 +178,16 @@ static const Family FAMILIES[] = {
     {.type = "llama", .feat = F_ATTN_BIAS | F_MLP_BIAS, .act = "silu", .max_pos = 2048},
     {.type = "mistral", .act = "silu", .max_pos = 131072, .window = 4096, .win = WIN_ALL},
     {.type = "qwen2", .feat = F_QKV_BIAS, .act = "silu", .max_pos = 32768, .window = 4096, .win = WIN_FROM_LAYER},
-    {.type = "gemma", .feat = F_ATTN_BIAS | F_NORM_FP32, .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 8192},
+    {.type = "gemma", .feat = F_ATTN_BIAS | F_NORM_FP32 | F_EMBED_SCALE, .tied = 1, .head_dim = 256,
+     .act = "gelu_pytorch_tanh", .max_pos = 8192},
     {.type = "qwen3", .feat = F_ATTN_BIAS | F_QK_NORM_HEAD, .head_dim = 128, .act = "silu", .max_pos = 32768,
      .window = 4096, .win = WIN_FROM_LAYER},
-    {.type = "gemma2", .feat = F_ATTN_BIAS | F_SANDWICH | F_HIDDEN_ACTIVATION | F_NORM_FP32 | F_SOFTCAP, .tied = 1,
-     .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 8192, .attn_cap = 50, .logit_cap = 30, .window = 4096,
-     .win = WIN_ALTERNATE},
+    {.type = "gemma2", .feat = F_ATTN_BIAS | F_SANDWICH | F_HIDDEN_ACTIVATION | F_NORM_FP32 | F_SOFTCAP | F_EMBED_SCALE,
+     .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 8192, .attn_cap = 50, .logit_cap = 30,
+     .window = 4096, .win = WIN_ALTERNATE},
     {.type = "gemma3_text", .feat = F_ATTN_BIAS | F_SANDWICH | F_QK_NORM_HEAD | F_HIDDEN_ACTIVATION | F_NORM_FP32 |
-     F_SOFTCAP, .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 131072, .attn_cap = -1,
-     .window = 4096, .win = WIN_PATTERN},
+     F_SOFTCAP | F_EMBED_SCALE | F_ROPE_PER_KIND, .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh",
+     .max_pos = 131072, .attn_cap = -1, .window = 4096, .win = WIN_PATTERN},
     {.type = "phi3", .feat = F_FUSED | F_RESID_DROPOUT | F_ROTARY_CAT, .act = "silu", .max_pos = 4096, .win = WIN_ALL},
     {.type = "olmo2", .feat = F_ATTN_BIAS | F_QK_NORM_FULL | F_POST_NORMS | F_NORM_FP32, .act = "silu", .max_pos = 2048},
     {.type = "granite", .feat = F_ATTN_BIAS | F_MLP_BIAS, .act = "silu", .max_pos = 2048},
@@ -411,6 +414,34 @@ static int read_windows(LoadCtx *c, const cJSON *root, const Family *v, HfBuild 
     return 0;
 }
 
+/* Gemma 3's rotary embedding keeps an inv_freq pair for each distinct entry of layer_types
+   (modeling_gemma3.py Gemma3RotaryEmbedding.__init__: sorted(set(config.layer_types))), which
+   its config class fills from sliding_window_pattern when absent (configuration_gemma3.py),
+   whether or not sliding_window is set. */
+static int read_rope_kinds(LoadCtx *c, const cJSON *root, HfBuild *b) {
+    int n = b->t.n_layer, pattern = 6, kinds = 0;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && cJSON_IsArray(lt)) {
+        for (const cJSON *e = lt->child; e; e = e->next) {
+            if (!cJSON_IsString(e)) continue;
+            int seen = 0;
+            for (const cJSON *f = lt->child; f != e && !seen; f = f->next)
+                seen = cJSON_IsString(f) && strcmp(f->valuestring, e->valuestring) == 0;
+            kinds += !seen;
+        }
+    } else {
+        int sliding = 0, full = 0;
+        if (ld_int32(c, root, "", "sliding_window_pattern", 0, 6, 1, MAX_LAYERS, &pattern)) return -1;
+        for (int i = 0; i < n; i++) {
+            if ((i + 1) % pattern) sliding = 1;
+            else full = 1;
+        }
+        kinds = sliding + full;
+    }
+    b->t.rope_kinds = kinds;
+    return 0;
+}
+
 /* The attention parts of a family (Family): soft-capping (Gemma 2/3), NoPE blocks and sliding
    windows; OLMo 2's post-norms, the Gemma-style RMSNorm, Phi-3's residual dropouts and
    concatenating rotary. */
@@ -424,6 +455,8 @@ static int read_attention(LoadCtx *c, const cJSON *root, const Family *v, HfBuil
         return -1;
     if (v->win == WIN_NO_ROPE && read_no_rope(c, root, b)) return -1;
     if (read_windows(c, root, v, b)) return -1;
+    if ((v->feat & F_ROPE_PER_KIND) && read_rope_kinds(c, root, b)) return -1;
+    t->embed_scale_buffer = (v->feat & F_EMBED_SCALE) != 0;
     t->post_norms = (v->feat & F_POST_NORMS) != 0;
     t->norm_fp32 = (v->feat & F_NORM_FP32) != 0;
     t->resid_dropout = (v->feat & F_RESID_DROPOUT) != 0;

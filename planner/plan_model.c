@@ -492,8 +492,12 @@ static void embed_layer(LayerSpec *l, const TransformerConfig *c, int64_t d_head
                : c->layout == LAYOUT_NEOX ? 0.25 : 0.0;
     if (rot > 0 && !c->learned_pos) {
         int64_t dims = (int64_t)((double)d_head * rot);
-        l->buffers += 2 * ((dims + 1) / 2);
+        l->buffers += (c->rope_kinds > 1 ? c->rope_kinds : 1) * 2 * ((dims + 1) / 2);
     }
+    /* Gemma's scaled token embedding (Gemma*TextScaledWordEmbedding) holds embed_scale =
+       sqrt(hidden_size) as a 0-d fp32 nn.Buffer(persistent=False): 4 B more in DDP's broadcast
+       (measured: 132 B per forward for gemma2-mini, 260 for gemma3-mini with its two rotary pairs) */
+    if (c->embed_scale_buffer) l->buffers += 1;
     /* BERT's embeddings hold position_ids and token_type_ids, nn.Buffer(persistent=False) of
        (1, max_position_embeddings) int64 each (models/bert/modeling_bert.py BertEmbeddings),
        broadcast by DDP every forward (measured: 8,192 B per forward for bert-base) */

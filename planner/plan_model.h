@@ -265,6 +265,8 @@ typedef struct {
     int norm_fp32;           /* Gemma, OLMo 2: the RMSNorm scales before casting back (BlockSpec) */
     int resid_dropout;       /* Phi-3: resid_pdrop dropouts on the sublayers' outputs */
     int rotary_cat;          /* Phi-3: partial rotary through torch.cat */
+    int embed_scale_buffer;  /* Gemma, Gemma 2/3: the scaled embedding's 0-d fp32 embed_scale buffer */
+    int rope_kinds;          /* Gemma 3: rotary inv_freq pairs, one per attention kind (0 = 1) */
     double attn_softcap, logit_softcap;   /* Gemma 2 (BlockSpec) */
     int64_t window;          /* sliding-window attention: the keys a query sees in the blocks sliding_blocks marks */
     const unsigned char *sliding_blocks; /* per block, 1 = sliding-window attention of `window` (NULL: none) */

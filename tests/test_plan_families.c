@@ -164,3 +164,31 @@ Test(plan_families, checkpointed_blocks_should_keep_one_mask_of_each_kind) {
     cr_expect_eq(plan_act_ckpt_bytes(&m, 1, &t, &in), 2.0 * 64 * 4 * 128);
     plan_model_free(&m);
 }
+
+/* The buffers DDP broadcasts every forward (fp32 bytes), as transformers 5.24 registers them:
+   every rotary model an inv_freq and original_inv_freq of head_dim/2 (llama-mini: 2 x 16 x 4);
+   Gemma's scaled embedding a 0-d embed_scale (gemma2-mini: 132, measured in its DDP row's
+   broadcast); Gemma 3 one rotary pair per attention kind in layer_types (gemma3-mini, three
+   sliding blocks and one full: 260, measured). */
+Test(plan_families, ddp_should_broadcast_gemmas_embed_scale_and_a_rotary_pair_per_attention_kind) {
+    static const struct { const char *model; double bytes; } CASES[] = {
+        {C("llama"), 128}, {C("gemma2"), 132}, {C("gemma3"), 260},
+        /* Gemma 3 without layer_types: its config class derives them from sliding_window_pattern */
+        {"{\"model_type\":\"gemma3_text\",\"hidden_size\":128,\"intermediate_size\":352,\"num_hidden_layers\":4,"
+         "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":1024}", 132},
+        {"{\"model_type\":\"gemma3_text\",\"hidden_size\":128,\"intermediate_size\":352,\"num_hidden_layers\":4,"
+         "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":1024,"
+         "\"sliding_window_pattern\":2}", 260},
+        {"{\"model_type\":\"gemma3_text\",\"hidden_size\":128,\"intermediate_size\":352,\"num_hidden_layers\":2,"
+         "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":1024,"
+         "\"layer_types\":[\"full_attention\",\"full_attention\"]}", 132},
+    };
+    for (size_t i = 0; i < sizeof(CASES) / sizeof(CASES[0]); i++) {
+        ModelSpec m = load(CASES[i].model);
+        int dtypes = 0;
+        cr_expect_eq(plan_model_buffer_bytes(&m, &dtypes), CASES[i].bytes, "case %zu (%s): %.0f B", i, m.name,
+                     plan_model_buffer_bytes(&m, &dtypes));
+        cr_expect_eq(dtypes, 1);
+        plan_model_free(&m);
+    }
+}
