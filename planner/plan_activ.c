@@ -3,6 +3,8 @@
  * kept by autocast: softmax, pow, LayerNorm statistics), M = what a dropout keeps per element
  * when dropout is on (plan_act_dropout_bytes). h hidden, f MLP width, a heads, s sequence.
  * Derivations: docs/formulas.md. */
+#include <math.h>
+
 #include "plan_activ.h"
 
 static int is_transformer(const ModelSpec *m) {
@@ -397,7 +399,36 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
     return 0;
 }
 
-/* A block's MLP backward (PyTorch layout), beyond the saved activations, which are all still
+/* Which part of a block's backward holds the most, per token above its start (which holds all
+   the block's saved tensors and its output's gradient). */
+typedef enum { BWD_MLP = 0, BWD_POST_NORM, BWD_ATTN } BlockBwdPart;
+
+/* Eager attention's backward at its softmax's backward (decoders): the probabilities' gradient
+   and the softmax input's (a·s each at the softmax output's dtype: fp32 after a rotary q, or
+   autocast's) and v's (X·qd) are alive, while what the block saved after the softmax is freed:
+   the MLP, the norms after the attention, the out-projection's input, the dropouts, the AV
+   matmul's v and probabilities input (its cast, the dropout's noise and output); the input
+   norm, the q/k norms, the projections' input, q and the expanded k, the softmax output and a
+   soft-cap's tanh remain. Measured (block_probe.py, llama-mini, s 512): 8,700 B/token fp32,
+   7,676 under autocast, at SoftmaxBackward0, as this gives. */
+static double eager_attn_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, R = p->param_bytes, F = 4, s = (double)in->s, a = m->n_head, h = (double)m->d_model;
+    double qd = a * (double)m->d_head;
+    double S = rotary_attn(m) || p->autocast ? F : X;        /* the softmax output's dtype */
+    double lin, quad;
+    block_coeffs(m, l, t, in->dropout, 0, s, &lin, &quad);
+    double all = lin + s * quad + plan_act_moe_delta(m, l, t) + eager_batch1_view_bytes(m, t, in);
+    int pre = m->block.norm_place != NORM_PLACE_POST, post = m->block.norm_place != NORM_PLACE_PRE;
+    double in_norm = pre ? norm_saves(m, R, h, 1) : 0;
+    double qk_norms = block_norm_bytes(m, X, R, 0) - 2 * in_norm - (post ? 2 * norm_saves(m, X, h, 1) : 0);
+    double qkv_in = (p->autocast && separate_qkv(m) ? 3 : 1) * X * h;
+    double stays = in_norm + qk_norms + qkv_in + 2 * X * qd + s * a * (S + (m->block.attn_softcap > 0 ? X : 0));
+    return s * 2 * a * S + X * qd - (all - stays);
+}
+
+/* The largest working set of block i's backward per token above its start, and which part.
+   The MLP's (PyTorch layout), beyond the saved activations, which are all still
    alive (the MLP runs last in forward, so its backward runs first). At its largest, in the
    activation's backward: fc2's backward has made the f-wide gradient of its input and freed its
    saved input (the same size), and the activation's backward (GELU's products, SwiGLU's
@@ -405,26 +436,60 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
    mask or noise (M·h) is freed by then. The residual stream's gradient (R·h) is alive
    throughout (the residual add hands the same tensor to both branches). Under checkpointing
    the block's activations are recomputed first, all but its input, which the checkpoint holds.
-   Measured per token with bench/torch/block_probe.py: docs/formulas.md "A block's backward". */
-double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+   A post-norm's backward and eager attention's may hold more (below). Measured per token with
+   bench/torch/block_probe.py: docs/formulas.md "A block's backward". */
+static double block_backward_ws(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, BlockBwdPart *part) {
     const LayerSpec *l = &m->layers[i];
-    if (t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK || !is_transformer(m)) return 0;
     const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
+    double X = p->act_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
     double M = resid_dropout_bytes(m, t, in->dropout, X);
-    double bs = (double)in->b * (double)in->s;
+    /* the MLP's: fc2's input gradient and the activation's two products (f-wide each) */
     double ws = 2 * f * X - M * h;
+    *part = BWD_MLP;
     if (m->block.norm_place != NORM_PLACE_PRE) {
         /* a norm on the MLP's output (Gemma 2/3's post_feedforward_layernorm, OLMo 2's) runs its
            backward first: its saved tensors are freed by the MLP's; its own backward, (x * w) in
            fp32, holds five fp32 h-wide tensors less its normalised one and rsqrt (measured
            16h − 4 B/token above the block's start, fp32 and autocast, h 128 and 256) */
         ws -= norm_saves(m, X, h, 1);
-        if (m->block.norm_fp32 && 16 * h - 4 > ws) ws = 16 * h - 4;
+        if (m->block.norm_fp32 && 16 * h - 4 > ws) { ws = 16 * h - 4; *part = BWD_POST_NORM; }
     }
-    ws = bs * (ws + R * h);
+    if (t->attn == ATTN_EAGER && m->arch == ARCH_DECODER) {
+        double at = eager_attn_backward(m, l, t, in);
+        if (at > ws) { ws = at; *part = BWD_ATTN; }
+    }
+    return ws;
+}
+
+/* That working set for the whole micro-batch, with the residual stream's gradient (R·h per token)
+   and, under checkpointing, the recomputed activations. */
+double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    if (t->impl != IMPL_PYTORCH || l->kind != LAYER_BLOCK || !is_transformer(m)) return 0;
+    double R = plan_precision(t->precision)->param_bytes, h = (double)m->d_model;
+    double bs = (double)in->b * (double)in->s;
+    BlockBwdPart part;
+    double ws = bs * (block_backward_ws(m, i, t, in, &part) + R * h);
     if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
     return ws;
+}
+
+double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    BlockBwdPart part = BWD_MLP;
+    if (t->impl == IMPL_PYTORCH && l->kind == LAYER_BLOCK && is_transformer(m)) block_backward_ws(m, i, t, in, &part);
+    double h = (double)m->d_model, qd = (double)m->n_head * (double)m->d_head;
+    double kvd = (double)m->n_kv_head * (double)m->d_head;
+    if (part == BWD_POST_NORM) return h;                  /* the post-feedforward norm's weight */
+    if (part == BWD_ATTN) {
+        /* all but q, k, v (their biases, where a family has them, counted as done: qd + 2 kvd
+           elements at most), the q/k norms and the input norm (none before OLMo 2's post-norm
+           block; a LayerNorm's weight and bias) */
+        double in_norm = m->block.norm_place == NORM_PLACE_POST ? 0 : m->norm == NORM_LAYERNORM ? 2 * h : h;
+        double qk = m->block.qk_norm == 1 ? 2.0 * (double)m->d_head : m->block.qk_norm == 2 ? qd + kvd : 0;
+        return fmax(0, (double)l->params - h * (qd + 2 * kvd) - in_norm - qk);
+    }
+    return plan_act_block_mlp_out_elems(m, i);
 }
 
 /* Elements of a block's MLP output projection (fc2 / c_proj / down_proj), whose gradients

@@ -32,10 +32,18 @@ double plan_act_loss_forward_transient(const ModelSpec *m, const TrainSpec *t, c
    (activation gradients; memplan's engine: its scratch). A PyTorch block's own saved
    activations are freed by then. */
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
-/* Extra bytes alive during a PyTorch block's MLP backward (its first part), beyond its saved
-   activations, which are all still held: the MLP's two f-wide gradients, the residual stream's
-   gradient, and under checkpointing the recomputed activations. 0 for other layers. */
+/* Extra bytes alive at the largest moment of a PyTorch block's backward (its MLP's; Gemma's and
+   OLMo 2's post-feedforward norm's; eager attention's softmax backward at long sequences),
+   beyond its saved activations, all counted as still held: that part's working set (the MLP's
+   two f-wide gradients, ...), the residual stream's gradient, and under checkpointing the
+   recomputed activations. 0 for other layers. */
 double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Elements of block i's parameters whose backward has run at the moment
+   plan_act_block_backward_bytes describes (their gradients exist, their autocast casts are
+   freed): the MLP's output projection (plan_act_block_mlp_out_elems) when the MLP's backward
+   holds the most, a post-norm's weight when that norm's does, all but q, k, v and the input
+   norm when eager attention's does. */
+double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Elements of block i's MLP parameters whose gradients exist during its MLP backward: the
    output projection (fc2 / down_proj); in a MoE block the routed experts' (their gradients
    accumulate into whole 3-D tensors from the first expert's backward) and the shared expert's

@@ -192,3 +192,57 @@ Test(plan_families, ddp_should_broadcast_gemmas_embed_scale_and_a_rotary_pair_pe
         plan_model_free(&m);
     }
 }
+
+/* Eager attention's backward at long sequences: at s 512 every block's backward peaks at its
+   softmax's backward (SoftmaxBackward0), not in its MLP: the probabilities' gradient and the
+   softmax input's (a·s each at the softmax output's dtype) and v's, while what the block saved
+   after the softmax is freed. block_probe.py --seq 512, eager, each block's working set above
+   its start (the residual gradient R·h is there at the start) per token, and the part that does
+   not grow with the batch: the gradients of all the block's weights but q, k, v and the input
+   norm (fp32: 4 B each; llama-mini 606,720 B). */
+static const struct { const char *model; PrecisionKind prec; double measured; } ATTN_BWD[] = {
+    {C("llama"), PREC_FP32, 8700}, {C("llama"), PREC_AMP_BF16, 7676},
+    {C("qwen3"), PREC_FP32, 8188}, {C("qwen3"), PREC_AMP_BF16, 7420},
+    {C("gemma2"), PREC_FP32, 6644}, {C("gemma2"), PREC_AMP_BF16, 5620},
+    {C("gemma3"), PREC_FP32, 6644},
+    {C("phi3"), PREC_FP32, 8700}, {C("phi3"), PREC_AMP_BF16, 7932},
+    {C("olmo2"), PREC_FP32, 7672}, {C("olmo2"), PREC_AMP_BF16, 6648},
+};
+
+Test(plan_families, eager_attentions_backward_should_hold_the_most_at_long_sequences_as_block_probe_measured) {
+    for (size_t i = 0; i < sizeof(ATTN_BWD) / sizeof(ATTN_BWD[0]); i++) {
+        ModelSpec m = load(ATTN_BWD[i].model);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.autocast_cpu = 1;
+        t.loop_trainer = 1;
+        t.attn = ATTN_EAGER;
+        t.precision = ATTN_BWD[i].prec;
+        t.seq = 512;
+        double R = plan_precision(t.precision)->param_bytes, h = (double)m.d_model;
+        ActInputs two = {2, 512, 0}, four = {4, 512, 0};
+        for (int l = 0; l < m.n_layers; l++) {
+            if (m.layers[l].kind != LAYER_BLOCK) continue;
+            double got = (plan_act_block_backward_bytes(&m, l, &t, &four) - plan_act_block_backward_bytes(&m, l, &t, &two)) /
+                         (2.0 * 512) - R * h;
+            cr_expect_eq(got, ATTN_BWD[i].measured, "row %zu (%s %s) layer %d: planned %.1f, measured %.1f B/token", i,
+                         m.name, plan_precision(t.precision)->name, l, got, ATTN_BWD[i].measured);
+        }
+        plan_model_free(&m);
+    }
+    /* llama-mini fp32: the gradients that exist at that moment, all but q, k, v and input_layernorm */
+    ModelSpec m = load(C("llama"));
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.autocast_cpu = 1;
+    t.attn = ATTN_EAGER;
+    t.precision = PREC_FP32;
+    ActInputs four = {4, 512, 0}, short_seq = {4, 128, 0};
+    cr_expect_eq(plan_act_block_bwd_done_elems(&m, 1, &t, &four) * 4, 606720);
+    ModelSpec o = load(C("olmo2"));                      /* no input norm: post-norms only */
+    cr_expect_eq(plan_act_block_bwd_done_elems(&o, 1, &t, &four) * 4, 607232);
+    plan_model_free(&o);
+    /* at s 128 the MLP's backward holds more: only down_proj's gradient exists */
+    cr_expect_eq(plan_act_block_bwd_done_elems(&m, 1, &t, &short_seq), plan_act_block_mlp_out_elems(&m, 1));
+    plan_model_free(&m);
+}
