@@ -214,6 +214,7 @@ static const struct { const char *model; PrecisionKind prec; double measured; } 
     {C("phi3"), PREC_FP32, 8700}, {C("phi3"), PREC_AMP_BF16, 7932},
     {C("olmo2"), PREC_FP32, 7672}, {C("olmo2"), PREC_AMP_BF16, 6648},
     {C("qwen2"), PREC_FP32, 25084},                      /* 8 heads of 16 */
+    {C("starcoder2"), PREC_FP32, 10744},                 /* LayerNorm, GELU MLP, rotary */
     /* GPT-2 (no rotary: the fp32 softmax output is X in fp32; fused c_attn, LayerNorm) */
     {"{\"model_type\":\"gpt2\",\"n_embd\":128,\"n_layer\":4,\"n_head\":4,\"vocab_size\":1024,\"n_positions\":512,"
      "\"resid_pdrop\":0,\"embd_pdrop\":0,\"attn_pdrop\":0}", PREC_FP32, 4600},
