@@ -1,5 +1,6 @@
 # memplan build. `make` builds build/memplan; `make test` builds and runs every test;
-# `make run` plans gpt2-xl on 8 GPUs. Everything builds on a CPU-only machine.
+# `make run` plans gpt2-xl on 8 GPUs; `make gpu-bundle` packs what bench/gpu_check.sh runs on a
+# lent GPU machine (docs/gpu.md). Everything builds on a CPU-only machine.
 #
 # Two programs: build/memplan, the planning front end (plan, auto, models, gpus), linked with
 # the planner, cJSON and libm only so that it starts in a millisecond or two; and
@@ -66,8 +67,9 @@ CUDA_LIBS := $(if $(filter 1,$(USE_CUDA)),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath
 NVCCFLAGS := -O2 -std=c++17 -MMD -MP -arch=sm_90 -Xcompiler -Wall,-Werror -Ikernels $(GPU_DEFS)
 
 LIBS_PLAN := -lcjson -lm
+LIBS_FRONT := $(LIBS_PLAN) -lyaml   # --config reads accelerate's YAML (libyaml) besides JSON and TOML
 LIBS_KERN := -lopenblas -lm
-LIBS_ALL  := -lcjson -lopenblas -lm $(CUDA_LIBS) -lpthread
+LIBS_ALL  := -lcjson -lyaml -lopenblas -lm $(CUDA_LIBS) -lpthread
 
 # ---- sources ----
 PLANNER_SRC  := $(sort $(wildcard planner/*.c))
@@ -76,8 +78,9 @@ KERNELS_CU   := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard kernels/*.cu)))
 PROFILER_SRC := $(sort $(wildcard profiler/*.c))
 EXEC_SRC     := $(sort $(wildcard exec/*.c))
 EXEC_CU      := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard exec/*.cu)))
-FRONT_SRC    := cli/memplan.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c
-EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c)))
+CONFIG_SRC   := cli/cli_config.c cli/cli_config_doc.c cli/cli_config_kinds.c third_party/tomlc17/tomlc17.c
+FRONT_SRC    := cli/memplan.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
+EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
 TEST_SRC     := $(sort $(wildcard tests/test_*.c))
 MPI_SRC      := $(sort $(wildcard tests/mpi/*.c))
 BENCH_SRC    := $(sort $(wildcard bench/*.c))
@@ -111,7 +114,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config torch-env
+.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC)
 
 config:
@@ -131,6 +134,10 @@ $(BUILD)/obj/planner/%.o: planner/%.c $(FLAGS_STAMP) | $(DEPS)
 $(BUILD)/obj/kernels/%.o: kernels/%.c $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(if $(filter kernels/kern_fast.c,$<),$(FAST_CFLAGS)) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
+# vendored code (third_party/*/README.md): its own warnings are not held to the project's -Werror set
+$(BUILD)/obj/third_party/%.o: third_party/%.c $(FLAGS_STAMP) | $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPTFLAGS) -w -MMD -MP -c $< -o $@
 $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) -c $< -o $@
@@ -148,7 +155,7 @@ $(LIB_EXEC): $(call obj,$(EXEC_SRC)) $(call cuobj,$(EXEC_CU))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 
 $(MEMPLAN): $(call obj,$(FRONT_SRC)) $(LIB_PLAN)
-	$(CC) $(LDFLAGS) $(call obj,$(FRONT_SRC)) -o $@ $(LIB_PLAN) $(LIBS_PLAN)
+	$(CC) $(LDFLAGS) $(call obj,$(FRONT_SRC)) -o $@ $(LIB_PLAN) $(LIBS_FRONT)
 $(MEMPLAN_EXEC): $(call obj,$(EXEC_CLI_SRC)) $(ALL_LIBS)
 	$(MPICC) $(LDFLAGS) $(call obj,$(EXEC_CLI_SRC)) -o $@ $(ALL_LIBS) $(LIBS_ALL)
 
@@ -175,7 +182,9 @@ $(BUILD)/bench/bench_startup $(BUILD)/bench/bench_empty: $(BUILD)/bench/%: bench
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS)
 
-test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device   # test_exec_cnn runs the bench on the CPU
+# test_exec_cnn runs cnn_device on the CPU; test_gpu_bundle packs the benches bench/gpu_check.sh runs
+test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device $(BUILD)/bench/gpu_overheads \
+          $(BUILD)/bench/bench_nccl
 
 # the tests include a few rows against real PyTorch (tests/test_torch.c): the venv first
 test: $(DEPS) config test-bin torch-env
@@ -184,7 +193,26 @@ test: $(DEPS) config test-bin torch-env
 run: all
 	$(MEMPLAN) --model gpt2-xl --gpus 8
 
+# the time model against every published GPU run in bench/published (not part of `make test`)
+published-check: $(MEMPLAN)
+	python3 bench/published_check.py --memplan $(MEMPLAN)
+
 bench: $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES)
+
+# The GPU bundle (scripts/gpu_bundle.sh; docs/gpu.md "The bundle"): the programs bench/gpu_check.sh
+# runs, stripped, with every library but glibc and CUDA and a relocatable Open MPI, for a GPU
+# machine that has none of our Debian packages; $(BUILD)/gpu-bundle.tar.xz is what the device tool
+# carries. It needs the plain build with CUDA, NCCL and CUPTI on (a sanitizer build would carry
+# libasan, and a bundle without them has nothing to run there).
+GPU_BUNDLE := $(BUILD)/gpu-bundle.tar.xz
+ifeq ($(SAN)$(USE_CUDA)$(USE_NCCL)$(USE_CUPTI),0111)
+gpu-bundle: $(GPU_BUNDLE)
+$(GPU_BUNDLE): $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES) $(TESTS) $(MPIBINS) scripts/gpu_bundle.sh
+	scripts/gpu_bundle.sh pack $(BUILD) $(BUILD)/gpu-bundle
+else
+gpu-bundle:
+	@echo "make gpu-bundle: needs the plain build (not SAN=1) with CUDA, NCCL and CUPTI on; now: sanitizers $(if $(filter 1,$(SAN)),on,off), cuda $(USE_CUDA), nccl $(USE_NCCL), cupti $(USE_CUPTI) (make config)" >&2; exit 1
+endif
 
 clean:
 	rm -rf build build-san

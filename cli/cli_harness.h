@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <stddef.h>
 
+#include "cli_setup.h"
 #include "plan_comm.h"
 #include "plan_memory.h"
 #include "plan_strategy.h"
@@ -36,7 +37,16 @@ typedef struct {
     int zero_grad_keep;      /* 1: zero_grad(set_to_none=False) ("zeros"), 0: "none" */
     int loop_trainer;        /* 1: HF Trainer's loop ("hf"), 0: the common loop ("common") */
     FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
+    DsKnobs ds;              /* DeepSpeed's sizes (zero*: the harness's --ds-zero); 0 = its default */
+    int tp, sp;              /* the harness's --tp (1: none) and --sp on (setup.tp, setup.sp) */
+    FinetuneSpec ft;         /* PEFT LoRA (the harness's --lora*, setup.lora); rank 0 = none */
+    int fsdp_impl;           /* fsdp-*: 1 FullyShardedDataParallel, 2 fully_shard (0 reads as 2) */
+    FsdpKnobs fsdp1;         /* --fsdp 1's knobs (the harness's --fsdp-min-params, ...) */
 } HarnessSetup;
+
+/* The harness's --ds-zero object for k (only what k sets), as JSON text into buf; "" when k
+   sets nothing. */
+const char *cli_harness_ds_zero(const DsKnobs *k, char *buf, size_t len);
 
 /* The harness's names for --loop and --zero-grad. */
 const char *cli_harness_loop_name(int loop_trainer);    /* "hf", "common" */
@@ -65,9 +75,20 @@ int cli_harness_interrupted(void);   /* 1 once SIGINT or SIGTERM stopped a run *
 
 /* ---- reading a result ---- */
 
-/* The JSON of a result file; NULL with err set if unreadable or not JSON. */
+/* The JSON of a result file; NULL with the reason in err, a phrase to follow the file's name:
+ * "not found", "is a directory, not a result file", "is empty", "is not JSON (at line L, column
+ * C)", "cannot be read: <why>". */
 cJSON *cli_harness_read(const char *path, char *err, size_t errlen);
+/* 0 if result has what a harness result has (status; a finished run also model, setup.strategy
+ * and per_rank; a failed one error), else -1 with "is not a harness result (<what is missing>)". */
+int cli_harness_check_shape(const cJSON *result, char *err, size_t errlen);
 int cli_harness_ok(const cJSON *result);   /* 1 if the run succeeded ("status": "ok") */
+/* 0 if every value of a finished run's result that memplan reads is one it can use, else -1
+ * with "<key> <value>: <why>" in err. The setup's values go through the parser of the flag each
+ * was run with (cli_parse_setup with `flags`, the command's own options), so a file and the
+ * command line take the same ranges; the measured figures (bytes, counts, ranks) must be whole
+ * numbers in [0, 2^53], so that nothing printed from them can overflow. */
+int cli_harness_check_values(const cJSON *result, const CliExtra *flags, char *err, size_t errlen);
 /* The setup a result was measured with. 0, or -1 with err. */
 int cli_harness_setup_of(const cJSON *result, HarnessSetup *s, char *err, size_t errlen);
 /* A number or string field of o (o may be NULL): dflt when absent or of another type. */

@@ -3,18 +3,28 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <math.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "plan_fsdp.h"
 #include "plan_load.h"
+#include "plan_lora.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 
 enum {
     OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
-    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC,
+    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
+    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP,
+    OPT_CONFIG, OPT_CONFIG_KIND,
+    OPT_TP, OPT_SP,
+    OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
+    OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -29,6 +39,7 @@ static const struct option BASE_OPTIONS[] = {
     {"act-ckpt", required_argument, 0, OPT_CKPT},
     {"attn", required_argument, 0, OPT_ATTN},
     {"dropout", required_argument, 0, OPT_DROPOUT},
+    {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},
     {"gpus", required_argument, 0, OPT_GPUS},
     {"gpus-per-node", required_argument, 0, OPT_GPN},
     {"gpu", required_argument, 0, OPT_GPU},
@@ -51,12 +62,35 @@ static const struct option BASE_OPTIONS[] = {
     {"loop", required_argument, 0, OPT_LOOP},
     {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"fsdp-grad-sync", required_argument, 0, OPT_FSDP_SYNC},
+    {"fsdp-min-params", required_argument, 0, OPT_FSDP_MIN},
+    {"fsdp-limit-all-gathers", required_argument, 0, OPT_FSDP_LIMIT},
+    {"fsdp-backward-prefetch", required_argument, 0, OPT_FSDP_BWD},
+    {"fsdp-forward-prefetch", required_argument, 0, OPT_FSDP_FWD},
+    {"ds-reduce-bucket", required_argument, 0, OPT_DS_BUCKET},
+    {"ds3-prefetch", required_argument, 0, OPT_DS3_PREFETCH},
+    {"ds3-max-live", required_argument, 0, OPT_DS3_LIVE},
+    {"ds3-max-reuse", required_argument, 0, OPT_DS3_REUSE},
+    {"ds3-persist", required_argument, 0, OPT_DS3_PERSIST},
+    {"ds-overlap-comm", required_argument, 0, OPT_DS_OVERLAP},
+    {"config", required_argument, 0, OPT_CONFIG},
+    {"config-kind", required_argument, 0, OPT_CONFIG_KIND},
+    {"tp", required_argument, 0, OPT_TP},
+    {"sp", required_argument, 0, OPT_SP},
+    {"lora", required_argument, 0, OPT_LORA},
+    {"lora-alpha", required_argument, 0, OPT_LORA_ALPHA},
+    {"lora-targets", required_argument, 0, OPT_LORA_TARGETS},
+    {"lora-dropout", required_argument, 0, OPT_LORA_DROPOUT},
+    {"freeze", required_argument, 0, OPT_FREEZE},
+    {"quant-base", required_argument, 0, OPT_QUANT},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
+_Static_assert(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0] - 1 <= CLI_GIVEN_MAX, "CLI_GIVEN_MAX: every shared option has a given[] slot");
+
 
 static char *capture;
 static size_t capture_len;
+static const CliConfig *active_config;   /* --config while its flags are checked: errors name its keys */
 
 void cli_usage_capture(char *buf, size_t len) {
     capture = buf;
@@ -65,16 +99,17 @@ void cli_usage_capture(char *buf, size_t len) {
 }
 
 int cli_usage_error(const char *fmt, ...) {
+    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
-    if (capture) {
-        if (!capture[0]) vsnprintf(capture, capture_len, fmt, ap);
-    } else {
-        fputs("memplan: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-    }
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (active_config) cli_config_annotate(active_config, msg, sizeof msg);
+    if (capture) {
+        if (!capture[0]) snprintf(capture, capture_len, "%s", msg);
+    } else {
+        fprintf(stderr, "memplan: %s\n", msg);
+    }
     return 2;
 }
 
@@ -112,12 +147,29 @@ void cli_print_setup_help(FILE *f) {
         "                         block (blocks N, 2N, ...)\n"
         "  --attn eager|sdpa      attention implementation (default sdpa)\n"
         "  --dropout P            dropout probability (default: the model's config)\n"
+        "  --moe-imbalance F      MoE models: the busiest expert receives F times the mean tokens and\n"
+        "                         every expert's rows are sized for it (a capacity factor), F in\n"
+        "                         [1, experts/top-k]; default 1: transformers' grouped_mm, whose memory\n"
+        "                         does not depend on routing (measured); above 1 an estimate\n"
         "  --loop common|trainer  common: the loop holds the logits through backward (default);\n"
         "                         trainer: HF Trainer's, which drops them before backward\n"
         "  --zero-grad none|zeros zero_grad(set_to_none=True), PyTorch >= 2.0's default (none), or\n"
         "                         set_to_none=False (zeros: gradients stay allocated across steps)\n"
         "  --autocast cuda|cpu    whose autocast op lists amp-* follows (default cuda; cpu for\n"
         "                         runs on CPU tensors, e.g. checks against PyTorch on CPU ranks)\n"
+        "Fine-tuning (docs/formulas.md \"LoRA and frozen parameters\"):\n"
+        "  --lora R               PEFT LoRA of rank R (1..65536): the base frozen, adapters A (R x in) and\n"
+        "                         B (out x R) trainable on each target module\n"
+        "  --lora-alpha A         lora_alpha (default 8; scales the adapters, no memory)\n"
+        "  --lora-targets LIST    module names (q_proj,v_proj,... c_attn,c_proj,c_fc) or all-linear (every\n"
+        "                         projection but the head); default PEFT's for the model type (llama:\n"
+        "                         q_proj,v_proj; gpt2: c_attn)\n"
+        "  --lora-dropout P       lora_dropout (default 0: A reads the module's input itself)\n"
+        "  --freeze WHAT          without LoRA: embeddings (the input embeddings, a tied head with them)\n"
+        "                         or all-but-last:N (all but the last N blocks and the layers after them)\n"
+        "  --quant-base Q         the frozen projections' storage: nf4 (QLoRA, double-quantized), int8,\n"
+        "                         bf16, none (default: the precision's); NF4 as bitsandbytes stores it,\n"
+        "                         int8 and the dequantization transients are estimates\n"
         "Cluster:\n"
         "  --gpus N               total GPUs (default 1)\n"
         "  --gpus-per-node G      default min(N, 8)\n"
@@ -126,7 +178,7 @@ void cli_print_setup_help(FILE *f) {
         "  --intra-bw GBPS        override bandwidth per GPU inside a node (GB/s, decimal)\n"
         "  --inter-bw GBPS        override bandwidth per GPU across nodes (GB/s)\n"
         "  --latency US           override the per-step collective latency (microseconds)\n"
-        "  --mfu F                achieved fraction of peak FLOP/s for compute time (default 0.4)\n"
+        "  --mfu F                the flat time model: compute at F x the peak FLOP/s (default: time from the operations)\n"
         "Strategies:\n"
         "  --strategy S[,S...]    all (default), or %s\n"
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
@@ -138,11 +190,42 @@ void cli_print_setup_help(FILE *f) {
         "                         last skips it on the non-final micro-steps (no_sync /\n"
         "                         set_requires_gradient_sync(False), HF Accelerate): every unit's unsharded\n"
         "                         gradient accumulates, one reduce-scatter per optimizer step\n"
+        "Tensor parallel (PyTorch parallelize_module; with ddp and fsdp-full on gpus / tp data-parallel ranks):\n"
+        "  --tp N|auto            tensor-parallel degree inside a node (default 1; auto: memplan auto tries\n"
+        "                         every degree dividing the GPUs per node, data parallel alone kept within 3%%):\n"
+        "                         torchtitan's Llama plan\n"
+        "                         (q/k/v, gate/up column-, o/down row-parallel; embedding and head vocab-sharded),\n"
+        "                         GPT-2's c_attn/c_fc column-, c_proj row-parallel; N divides the GPUs per node,\n"
+        "                         the heads and the KV heads\n"
+        "  --sp on|off            sequence parallel: SequenceParallel norms, sequence-sharded residual stream\n"
+        "                         (default off; needs --tp 2 or more)\n"
+        "FSDP1's knobs (--fsdp 1: FullyShardedDataParallel's arguments; docs/formulas.md \"FSDP1 and its knobs\"):\n"
+        "  --fsdp-min-params N    size_based_auto_wrap_policy(min_num_params=N) over a decoder's modules\n"
+        "                         (N above a block's parameters; default: one unit per block)\n"
+        "  --fsdp-backward-prefetch pre|post|none\n"
+        "                         backward_prefetch BACKWARD_PRE (default), BACKWARD_POST or None\n"
+        "  --fsdp-forward-prefetch on|off  forward_prefetch (default off)\n"
+        "  --fsdp-limit-all-gathers on|off  limit_all_gathers (default on); off is planned as on: the\n"
+        "                         rate limiter moves no memory on CPU ranks, its GPU effect is not modelled\n"
+        "DeepSpeed sizes (zero* rows, elements, DeepSpeed's zero_optimization keys; a DeepSpeed --config sets them):\n"
+        "  --ds-reduce-bucket N   reduce_bucket_size (default 5e8)\n"
+        "  --ds3-prefetch N       stage3_prefetch_bucket_size (default 5e7)\n"
+        "  --ds3-max-live N       stage3_max_live_parameters (default 1e9)\n"
+        "  --ds3-max-reuse N      stage3_max_reuse_distance (default 1e9)\n"
+        "  --ds3-persist N        stage3_param_persistence_threshold (default 1e5)\n"
+        "  --ds-overlap-comm on|off  overlap_comm (default: on for zero3, off for zero1/2; on: zero1/2\n"
+        "                         keep a second reduce bucket)\n"
         "Overheads (per GPU; defaults in docs/formulas.md):\n"
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
         "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
         "  --alloc-margin P%%|SIZE caching-allocator margin (default 5%% of allocated bytes)\n"
+        "Your own config (plan and auto; every key per kind: docs/configs.md):\n"
+        "  --config FILE          a DeepSpeed JSON, an accelerate config YAML, a torchtitan TOML or HF\n"
+        "                         TrainingArguments JSON (args.to_json_string()): its settings become the flags\n"
+        "                         above (the command line's win; the header names each one's key); keys memplan\n"
+        "                         does not model are named in one warning on standard error\n"
+        "  --config-kind K        deepspeed|accelerate|torchtitan|hf-trainer (default: read from the content)\n"
         "Output:\n"
         "  --json[=FILE]          JSON instead of the table (docs/json.md): --json to standard output, --json=FILE to a file\n",
         plan_zoo_names(), plan_precision_names(), plan_optimizer_names(), plan_gpu_names(),
@@ -194,6 +277,8 @@ typedef struct {
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
 /* The precision regime on this GPU: the default (amp-bf16) falls back to amp-fp16, then fp32, on
  * a GPU without bf16; a --precision the GPU lacks is refused with the ones it has. 0 or 2. */
+static int resolve_tp(CliSetup *s, int cluster_known);
+
 static int resolve_precision(CliSetup *s) {
     const GpuPreset *g = &s->cluster.gpu;
     if (!cli_setup_given(s, "precision") && g->peak_tflops[plan_precision(s->train.precision)->peak] <= 0)
@@ -207,6 +292,99 @@ static int resolve_precision(CliSetup *s) {
             n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%s", n ? ", " : "", plan_precision((PrecisionKind)k)->name);
     return cli_usage_error("--precision %s needs %s, which %s does not support (valid there: %s)", p->name,
                            p->peak == PEAK_BF16 ? "bf16" : "fp16", g->name, ok);
+}
+
+/* GPT-OSS's attention sinks have no SDPA path in transformers 5.24 (GptOssPreTrainedModel
+ * _supports_sdpa = False): left unset, its attention falls back to eager
+ * (modeling_utils.py get_correct_attn_implementation), so the default follows; an explicit
+ * --attn sdpa is what transformers refuses. 0 or 2. */
+static int resolve_attn(CliSetup *s) {
+    if (!s->have_model || !s->model.attn_sinks || s->train.attn == ATTN_EAGER) return 0;
+    if (cli_setup_given(s, "attn"))
+        return cli_usage_error("--attn sdpa: %s has attention sinks, which transformers runs only in eager "
+                               "attention (no SDPA path): give --attn eager", s->model.name);
+    s->train.attn = ATTN_EAGER;
+    return 0;
+}
+
+/* --moe-imbalance F: the busiest expert receives F times the mean tokens, T·k/E; it can receive
+ * at most every token once, so F <= E/k. Only MoE models have experts. 0 or 2. */
+static int resolve_moe(CliSetup *s) {
+    const char *given = cli_setup_given(s, "moe-imbalance");
+    if (!given || !s->have_model) return 0;
+    const MoeSpec *e = &s->model.moe;
+    if (e->n_experts <= 0)
+        return cli_usage_error("--moe-imbalance: model %s has no experts (it applies to mixture-of-experts models)",
+                               s->model.name);
+    double most = (double)e->n_experts / (double)e->top_k;
+    if (s->train.moe_imbalance > most)
+        return cli_usage_error("--moe-imbalance %s: with top-%d of %d experts the busiest expert receives at most "
+                               "every token, %g times the mean (valid: 1 to %g)", given, e->top_k, e->n_experts,
+                               most, most);
+    return 0;
+}
+
+/* The trainable subset: the LoRA flags need --lora, --quant-base a frozen base; the strategies
+ * whose frozen-parameter rules are not written yet (FSDP, ZeRO-3, memplan's engine) are left out
+ * of the default set and refused when named. Applies it to the model. 0 or 2. */
+static int resolve_finetune(CliSetup *s) {
+    FinetuneSpec *ft = &s->train.ft;
+    static const char *const LORA_FLAGS[] = {"lora-alpha", "lora-targets", "lora-dropout"};
+    for (size_t i = 0; i < sizeof LORA_FLAGS / sizeof LORA_FLAGS[0]; i++)
+        if (cli_setup_given(s, LORA_FLAGS[i]) && ft->rank == 0)
+            return cli_usage_error("--%s sets LoRA: add --lora R (e.g. --lora 16)", LORA_FLAGS[i]);
+    if (ft->quant != QUANT_NONE && ft->rank == 0)
+        return cli_usage_error("--quant-base %s stores a frozen LoRA base: add --lora R (e.g. --lora 16)",
+                               plan_quant_name(ft->quant));
+    if (ft->alpha == 0) ft->alpha = 8;   /* LoraConfig's lora_alpha default */
+    if (!plan_finetune_on(ft) || !s->have_model) return 0;
+    if (s->train.impl == IMPL_ENGINE)
+        return cli_usage_error("--lora / --freeze: memplan's engine trains every parameter; use --impl pytorch");
+    unsigned unplanned = 0;   /* FSDP1's flat parameters with frozen parameters */
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((plan_strategy((StrategyKind)k)->shard & SHARD_PARAM) && !plan_strategy_is_deepspeed((StrategyKind)k) &&
+            s->train.fsdp_impl == 1)
+            unplanned |= 1u << k;
+    if (cli_setup_given(s, "strategy") && (s->strategies & unplanned)) {
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if (s->strategies & unplanned & (1u << k))
+                return cli_usage_error("--strategy %s with --lora/--freeze under --fsdp 1: FSDP1's flat parameters with "
+                                       "frozen ones are not planned (valid: --fsdp 2, or ddp, zero1, zero2, zero3)",
+                                       plan_strategy((StrategyKind)k)->name);
+    }
+    s->strategies &= ~unplanned;
+    if (!s->strategies) return cli_usage_error("--lora/--freeze: no strategy left to plan (valid: ddp, zero1, zero2, zero3, fsdp-* with --fsdp 2)");
+    char err[512];
+    if (plan_finetune_apply(&s->model, &s->train, err, sizeof err)) return cli_usage_error("%s", err);
+    return 0;
+}
+
+/* FSDP1's knobs: only with --fsdp 1 and fsdp-* rows; --fsdp-min-params rewraps the model's units
+   (plan_fsdp_size_wrap), so every row must be an fsdp-* one. 0 or 2. */
+static int fsdp1_knobs(CliSetup *s) {
+    static const char *const FLAGS[] = {"fsdp-min-params", "fsdp-limit-all-gathers", "fsdp-backward-prefetch",
+                                        "fsdp-forward-prefetch"};
+    unsigned fsdp = (1u << STRAT_FSDP_FULL) | (1u << STRAT_FSDP_GRAD_OP) | (1u << STRAT_FSDP_HYBRID);
+    for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++) {
+        if (!cli_setup_given(s, FLAGS[i])) continue;
+        if (i == 0 && s->train.fsdp_impl != 1)
+            return cli_usage_error("--fsdp-min-params is FSDP1's size_based_auto_wrap_policy: give --fsdp 1 (FSDP2's "
+                                   "fully_shard has no size policy: the caller chooses the modules)");
+        if (s->train.fsdp_impl != 1)
+            return cli_usage_error("--%s is an argument of FSDP1's FullyShardedDataParallel: give --fsdp 1 (FSDP2's "
+                                   "fully_shard has no such argument)", FLAGS[i]);
+        if (!(s->strategies & fsdp))
+            return cli_usage_error("--%s is an FSDP1 setting: add fsdp-full, fsdp-grad-op or fsdp-hybrid to --strategy",
+                                   FLAGS[i]);
+        if (i == 0 && (s->strategies & ~fsdp))
+            return cli_usage_error("--fsdp-min-params rewraps the model's units: give only fsdp-full, fsdp-grad-op or "
+                                   "fsdp-hybrid in --strategy");
+    }
+    char err[512];
+    if (s->have_model && s->train.fsdp1.min_params > 0 &&
+        plan_fsdp_size_wrap(&s->model, s->train.fsdp1.min_params, err, sizeof err))
+        return cli_usage_error("%s", err);
+    return 0;
 }
 
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
@@ -249,19 +427,75 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
                                (long long)s->model.max_seq, (long long)s->model.max_seq);
-    if ((rc = resolve_precision(s))) return rc;
+    if ((rc = resolve_precision(s)) || (rc = resolve_attn(s)) || (rc = resolve_moe(s))) return rc;
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
     if (s->have_model && s->model.arch == ARCH_CNN && s->train.seq > 0 && s->train.seq < 32)
         return cli_usage_error("--seq %lld: for a CNN --seq is the image side, at least 32 (default %d)",
                                (long long)s->train.seq, s->model.image_size);
+    unsigned ds_rows = 0;
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds_rows = 1;
+    static const char *const DS_FLAGS[] = {"ds-reduce-bucket", "ds3-prefetch", "ds3-max-live", "ds3-max-reuse",
+                                           "ds3-persist", "ds-overlap-comm"};
+    for (size_t i = 0; i < sizeof DS_FLAGS / sizeof DS_FLAGS[0] && !ds_rows; i++)
+        if (cli_setup_given(s, DS_FLAGS[i]))
+            return cli_usage_error("--%s is a DeepSpeed setting: add zero1, zero2 or zero3 to --strategy", DS_FLAGS[i]);
+    if ((rc = fsdp1_knobs(s))) return rc;
     if (s->train.grad_as_bucket_view && !(s->strategies & (1u << STRAT_DDP)))
         return cli_usage_error("--grad-as-bucket-view is DDP's gradient_as_bucket_view: add ddp to --strategy "
                                "(ZeRO and FSDP have no such option)");
     if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
         return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
+    return resolve_finetune(s);
+}
+
+/* --tp / --sp: the strategies that run with tensor parallel (all of them by default: ddp and
+ * fsdp-full; a --strategy naming another is refused), and each against the model and cluster
+ * (plan_tp_check) where the cluster is known (validate's is its --ranks, checked there). 0 or 2. */
+static int resolve_tp(CliSetup *s, int cluster_known) {
+    if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_tp) */
+    if (s->train.tp <= 1 && !s->train.sp) return 0;
+    const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    if (s->train.tp > 1 && (s->strategies & ~ok)) {
+        if (cli_setup_given(s, "strategy")) {
+            for (int k = 0; k < STRAT_COUNT; k++)
+                if ((s->strategies & (1u << k)) && !(ok & (1u << k)))
+                    return cli_usage_error("--tp %d with --strategy %s: tensor parallel is planned with ddp and fsdp-full "
+                                           "(FSDP2 on the data-parallel dimension of a 2-D mesh)", s->train.tp,
+                                           plan_strategy((StrategyKind)k)->name);
+        }
+        s->strategies &= ok;
+    }
+    if (!s->have_model || !cluster_known) return 0;
+    char msg[320];
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((s->strategies & (1u << k)) && plan_tp_check(&s->model, &s->train, &s->cluster, (StrategyKind)k, msg, sizeof msg))
+            return cli_usage_error("%s", msg);
     return 0;
+}
+
+/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number; the stage-3 limits
+ * may be 0 (kept as 1: the same behaviour for tensors of at least one element). 0 or 2. */
+static int ds_size_option(CliSetup *s, int c, const char *a) {
+    static const struct { int opt; const char *flag; double lo; size_t off; } K[] = {
+        {OPT_DS_BUCKET, "ds-reduce-bucket", 1, offsetof(DsKnobs, reduce_bucket)},
+        {OPT_DS3_PREFETCH, "ds3-prefetch", 1, offsetof(DsKnobs, prefetch)},
+        {OPT_DS3_LIVE, "ds3-max-live", 0, offsetof(DsKnobs, max_live)},
+        {OPT_DS3_REUSE, "ds3-max-reuse", 0, offsetof(DsKnobs, max_reuse)},
+        {OPT_DS3_PERSIST, "ds3-persist", 0, offsetof(DsKnobs, persist)},
+    };
+    for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
+        if (K[i].opt != c) continue;
+        double d;
+        if (plan_parse_double(a, K[i].lo, 1e13, &d) || d != floor(d))
+            return cli_usage_error("--%s '%s' is not a whole number of elements in [%.0f, 1e13] (e.g. 5e8)",
+                                   K[i].flag, a, K[i].lo);
+        *(double *)((char *)&s->train.ds + K[i].off) = d < 1 ? 1 : d;
+        return 0;
+    }
+    return -1;
 }
 
 /* A model or training flag: 0 if it was one (applied to s or f), -1 if not, 2 after a usage error. */
@@ -270,6 +504,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     double d;
     switch (c) {
     case OPT_MODEL: f->model_arg = a; s->model_arg = a; break;
+    case OPT_CONFIG: case OPT_CONFIG_KIND: break;   /* read from given[] after the parse */
     case OPT_PARAMS:
         if (plan_parse_double(a, 1, 1e16, &f->params) || f->params != (double)(long long)f->params)
             return cli_usage_error("--params '%s' is not a whole number of parameters in [1, 1e16]", a);
@@ -328,10 +563,43 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
             return cli_usage_error("unknown --autocast '%s' (valid: cuda, cpu)", a);
         s->train.autocast_cpu = strcmp(a, "cpu") == 0;
         break;
+    case OPT_TP:
+        if (strcmp(a, "auto") == 0) { s->train.tp = -1; break; }   /* memplan auto searches it */
+        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--tp '%s' is not an integer in [1, 1024] or auto", a);
+        s->train.tp = (int)v;
+        break;
+    case OPT_SP:
+        if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0) return cli_usage_error("unknown --sp '%s' (valid: on, off)", a);
+        s->train.sp = strcmp(a, "on") == 0;
+        break;
     case OPT_FSDP_SYNC:
         if ((v = plan_fsdp_sync_by_name(a)) < 0)
             return cli_usage_error("unknown --fsdp-grad-sync '%s' (valid: every, last)", a);
         s->train.fsdp_grad_sync = (FsdpSyncKind)v;
+        break;
+    case OPT_DS_BUCKET: case OPT_DS3_PREFETCH: case OPT_DS3_LIVE: case OPT_DS3_REUSE: case OPT_DS3_PERSIST:
+        return ds_size_option(s, c, a);
+    case OPT_DS_OVERLAP:
+        if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0)
+            return cli_usage_error("unknown --ds-overlap-comm '%s' (valid: on, off)", a);
+        s->train.ds.overlap_comm = strcmp(a, "on") == 0 ? 1 : 2;
+        break;
+    case OPT_FSDP_MIN:
+        if (plan_parse_double(a, 1, 1e16, &d) || d != floor(d))
+            return cli_usage_error("--fsdp-min-params '%s' is not a whole number of parameters in [1, 1e16] (e.g. 1e8)", a);
+        s->train.fsdp1.min_params = d;
+        break;
+    case OPT_FSDP_LIMIT: case OPT_FSDP_FWD:
+        if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0)
+            return cli_usage_error("unknown --fsdp-%s '%s' (valid: on, off)",
+                                   c == OPT_FSDP_LIMIT ? "limit-all-gathers" : "forward-prefetch", a);
+        if (c == OPT_FSDP_LIMIT) s->train.fsdp1.no_limit = strcmp(a, "off") == 0;
+        else s->train.fsdp1.fwd = strcmp(a, "on") == 0;
+        break;
+    case OPT_FSDP_BWD:
+        if ((v = plan_fsdp_bwd_by_name(a)) < 0)
+            return cli_usage_error("unknown --fsdp-backward-prefetch '%s' (valid: pre, post, none)", a);
+        s->train.fsdp1.bwd = (FsdpBwdPrefetch)v;
         break;
     case OPT_FSDP:
         if (strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
@@ -341,6 +609,36 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     case OPT_DROPOUT:
         if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);
         s->train.dropout = d;
+        break;
+    case OPT_MOE_IMBALANCE:   /* the model's bound, experts / top-k, is checked in resolve_moe */
+        if (plan_parse_double(a, 1, 1e6, &d))
+            return cli_usage_error("--moe-imbalance '%s' is not a factor in [1, experts/top-k] (1: balanced routing)", a);
+        s->train.moe_imbalance = d;
+        break;
+    case OPT_LORA:
+        if (plan_parse_int(a, 1, 65536, &v)) return cli_usage_error("--lora '%s' is not a rank in [1, 65536] (e.g. 16)", a);
+        s->train.ft.rank = (int)v;
+        break;
+    case OPT_LORA_ALPHA:
+        if (plan_parse_double(a, 1e-6, 1e6, &d)) return cli_usage_error("--lora-alpha '%s' is not a number in (0, 1e6] (e.g. 32)", a);
+        s->train.ft.alpha = d;
+        break;
+    case OPT_LORA_DROPOUT:
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--lora-dropout '%s' is not a probability in [0, 1)", a);
+        s->train.ft.dropout = d;
+        break;
+    case OPT_LORA_TARGETS:
+        if (!a[0] || strlen(a) >= sizeof s->train.ft.targets || strstr(a, ",,") || a[0] == ',' || a[strlen(a) - 1] == ',')
+            return cli_usage_error("--lora-targets '%s' is not a comma list of module names (e.g. q_proj,v_proj) or all-linear", a);
+        snprintf(s->train.ft.targets, sizeof s->train.ft.targets, "%s", a);
+        break;
+    case OPT_FREEZE:
+        if (plan_freeze_parse(a, &s->train.ft))
+            return cli_usage_error("unknown --freeze '%s' (valid: none, embeddings, all-but-last:N with N >= 1)", a);
+        break;
+    case OPT_QUANT:
+        if ((v = plan_quant_by_name(a)) < 0) return cli_usage_error("unknown --quant-base '%s' (valid: none, bf16, int8, nf4)", a);
+        s->train.ft.quant = (QuantKind)v;
         break;
     default: return -1;
     }
@@ -420,38 +718,45 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
     return 0;
 }
 
-int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
-                    int need_model) {
+/* The options getopt sees (the shared ones, then the command's) and which were given. */
+typedef struct {
+    struct option opts[128];
+    const char *seen[128];    /* per option: its value ("" for a switch), NULL if not given */
+} OptSet;
+
+static void option_set(OptSet *o, const CliExtra *extra) {
+    int n = 0;
+    memset(o, 0, sizeof *o);
+    for (const struct option *p = BASE_OPTIONS; p->name; p++) o->opts[n++] = *p;
+    if (extra && extra->options)
+        for (const struct option *p = extra->options; p->name && n < 127; p++) o->opts[n++] = *p;
+}
+
+/* One getopt pass over argv into s and f, from their defaults. 0, 1 (--help) or 2. */
+static int parse_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flags *f, const CliExtra *extra, OptSet *o) {
     memset(s, 0, sizeof(*s));
+    memset(o->seen, 0, sizeof o->seen);
     plan_train_defaults(&s->train);
     plan_cluster_defaults(&s->cluster);
     s->strategies = (1u << STRAT_COUNT) - 1;
-    struct option opts[80];
-    int n = 0;
-    for (const struct option *o = BASE_OPTIONS; o->name; o++) opts[n++] = *o;
-    if (extra && extra->options)
-        for (const struct option *o = extra->options; o->name && n < 79; o++) opts[n++] = *o;
-    memset(&opts[n], 0, sizeof(opts[n]));
-
-    Flags f = {.gpu_mem = -1, .cublas_ws = -1, .latency_us = -1, .units = 32};
+    *f = (Flags){.gpu_mem = -1, .cublas_ws = -1, .latency_us = -1, .units = 32};
     char err[512];
     optind = 1;
     opterr = 0;
     int c, li;
-    const char *seen[80] = {0};
-    while ((li = -1, c = getopt_long(argc, argv, ":", opts, &li)) != -1) {
+    while ((li = -1, c = getopt_long(argc, argv, ":", o->opts, &li)) != -1) {
         const char *a = optarg;
         if (li >= 0) {   /* a flag given twice would win silently; a value that is a flag was forgotten */
-            if (seen[li])
-                return cli_usage_error("--%s given twice ('%s' and '%s'): give it once", opts[li].name,
-                                       *seen[li] ? seen[li] : "on", a ? a : "on");
-            seen[li] = a ? a : "";
-            if (li < CLI_GIVEN_MAX && li < (int)(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0]) - 1) s->given[li] = seen[li];
-            if (opts[li].has_arg == required_argument && a[0] == '-' && a[1] == '-')
-                return cli_usage_error("--%s needs a value (got the option '%s')", opts[li].name, a);
+            if (o->seen[li])
+                return cli_usage_error("--%s given twice ('%s' and '%s'): give it once", o->opts[li].name,
+                                       *o->seen[li] ? o->seen[li] : "on", a ? a : "on");
+            o->seen[li] = a ? a : "";
+            if (li < CLI_GIVEN_MAX && li < (int)(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0]) - 1) s->given[li] = o->seen[li];
+            if (o->opts[li].has_arg == required_argument && a[0] == '-' && a[1] == '-')
+                return cli_usage_error("--%s needs a value (got the option '%s')", o->opts[li].name, a);
         }
-        int done = train_option(s, &f, c, a);
-        if (done < 0) done = cluster_option(s, &f, c, a);
+        int done = train_option(s, f, c, a);
+        if (done < 0) done = cluster_option(s, f, c, a);
         if (done >= 0) {
             if (done) return done;
             continue;
@@ -475,8 +780,82 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         return cli_usage_error("unexpected argument '%s' (see 'memplan %s --help')%s", argv[optind], cmd,
                                bare_json ? ": --json writes to standard output, --json=FILE to a file" : "");
     }
+    return 0;
+}
 
-    int rc = resolve(s, &f, need_model);
+/* The command line's value of option `flag` (cli_config_merge's lookup), NULL if not given. */
+static const char *seen_value(const char *flag, const void *ctx) {
+    const OptSet *o = ctx;
+    for (int i = 0; o->opts[i].name; i++)
+        if (strcmp(o->opts[i].name, flag) == 0) return o->seen[i];
+    return NULL;
+}
+
+/* --config: reads the file with what the command line fixed (o: its options), then parses the
+ * file's flags the command line does not give, followed by the command line. 0 or 2. */
+static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flags *f, const CliExtra *extra, OptSet *o) {
+    const char *path = cli_setup_given(s, "config"), *kind = cli_setup_given(s, "config-kind");
+    int k = -1;
+    if (!extra || !extra->config_ok)
+        return cli_usage_error("--config is read by plan and auto: %s takes memplan's own flags (see what %s amounts "
+                               "to with 'memplan plan --config %s --model ...')", cmd, path, path);
+    if (kind && (k = cli_config_kind_by_name(kind)) < 0)
+        return cli_usage_error("unknown --config-kind '%s' (valid: deepspeed, accelerate, torchtitan, hf-trainer)", kind);
+    CfgKnown known = {cli_setup_given(s, "gpus") ? s->cluster.gpus : 0, cli_setup_given(s, "batch") ? s->train.micro_batch : 0,
+                      cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0};
+    CliConfig *c = calloc(1, sizeof *c);
+    char err[1024];
+    if (!c) return cli_usage_error("out of memory reading --config %s", path);
+    if (cli_config_read(c, path, k, &known, err, sizeof err)) {
+        cli_config_free(c);
+        free(c);
+        return cli_usage_error("%s", err);
+    }
+    cli_config_merge(c, seen_value, o);
+    cli_config_warn(stderr, c);
+    char **av = malloc(((size_t)argc + (size_t)c->argc + 1) * sizeof *av);
+    if (!av) { cli_config_free(c); free(c); return cli_usage_error("out of memory reading --config %s", path); }
+    av[0] = argv[0];
+    memcpy(av + 1, c->argv, (size_t)c->argc * sizeof *av);
+    memcpy(av + 1 + c->argc, argv + 1, (size_t)(argc - 1) * sizeof *av);
+    av[argc + c->argc] = NULL;
+    active_config = c;
+    int rc = parse_pass(argc + c->argc, av, cmd, s, f, extra, o);
+    free(av);   /* the values given[] keeps point into argv's and c's strings, not into av */
+    s->config = c;
+    return rc;
+}
+
+int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
+                    int need_model) {
+    OptSet o;
+    Flags f;
+    option_set(&o, extra);
+    int rc = parse_pass(argc, argv, cmd, s, &f, extra, &o);
+    if (rc) return rc;
+    if (cli_setup_given(s, "config-kind") && !cli_setup_given(s, "config"))
+        return cli_usage_error("--config-kind %s needs --config FILE", cli_setup_given(s, "config-kind"));
+    OptSet cmdline = o;   /* what the command line gave, for the messages after the file's flags join it */
+    if (cli_setup_given(s, "config") && (rc = config_pass(argc, argv, cmd, s, &f, extra, &o))) {
+        cli_setup_free(s);
+        return rc;
+    }
+    rc = resolve(s, &f, need_model);
+    char err[1024];
+    double hs[3];
+    if (!rc && s->config && s->config->hidden_auto) {   /* DeepSpeed sizes "auto": from the model's hidden size */
+        if (cli_config_hidden(s->config, s->have_model ? s->model.d_model : 0, seen_value, &cmdline, hs, err, sizeof err))
+            rc = cli_usage_error("%s", err);
+        double *to[3] = {&s->train.ds.reduce_bucket, &s->train.ds.prefetch, &s->train.ds.persist};
+        for (int i = 0; i < 3 && !rc; i++)
+            if (hs[i] >= 0) *to[i] = hs[i] < 1 ? 1 : hs[i];
+    }
+    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.grad_accum, s->cluster.gpus,
+                                             seen_value, &cmdline, err, sizeof err)) {
+        active_config = NULL;   /* the message names its sources itself */
+        rc = cli_usage_error("%s", err);
+    }
+    if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }
@@ -484,4 +863,10 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
 void cli_setup_free(CliSetup *s) {
     if (s->have_model) plan_model_free(&s->model);
     s->have_model = 0;
+    if (s->config) {
+        cli_config_free(s->config);
+        free(s->config);
+    }
+    s->config = NULL;
+    active_config = NULL;
 }

@@ -7,11 +7,12 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#include "cli_config.h"
 #include "plan_gpu.h"
 #include "plan_model.h"
 #include "plan_train.h"
 
-#define CLI_GIVEN_MAX 48   /* >= the shared options (cli_setup.c BASE_OPTIONS) */
+#define CLI_GIVEN_MAX 96   /* >= the shared options (cli_setup.c BASE_OPTIONS) */
 
 typedef struct {
     ModelSpec model;
@@ -23,6 +24,7 @@ typedef struct {
     const char *json_path;   /* --json[=FILE]: NULL = stdout */
     const char *model_arg;   /* --model as given (a zoo name or a path), NULL if none */
     const char *given[CLI_GIVEN_MAX];   /* per shared option (cli_setup_given): its value, "" for a switch */
+    CliConfig *config;       /* --config: what the file amounts to, NULL if none */
 } CliSetup;
 
 /* Handler for subcommand options: returns 0 if consumed, 1 if not its option, -1 on error
@@ -33,10 +35,14 @@ typedef struct {
     const struct option *options;  /* terminated by {0} */
     CliExtraFn handle;
     void *ctx;
+    int config_ok;                 /* the command reads --config (plan, auto); others refuse it */
 } CliExtra;
 
 /* Parses argv (after the subcommand). Returns 0, or 2 after printing a one-line error, or 1
- * when --help was printed. need_model: a model is required. */
+ * when --help was printed. need_model: a model is required. With --config FILE the flags the file
+ * amounts to (cli_config.h) are inserted before argv's, those argv gives excepted, so the same
+ * checks apply to both; its warning line goes to stderr; an error about a flag the file gave
+ * names the file's key. The handlers of `extra` see the command line's options twice then. */
 int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
                     int need_model);
 void cli_setup_free(CliSetup *s);

@@ -108,7 +108,8 @@ int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "strategy", "time", "predicted", "measured", "rel_err", "check");
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", "-", "-", "ms/step", "ms/step", "%", "-");
     cJSON *arr = cJSON_AddArrayToObject(o, "time");
-    int ok = 1;
+    int ok = 1, steady = 0;
+    double step_ms = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         double per[K > 0 ? K : 1], sorted[K > 0 ? K : 1];
         int n = steady_steps(r, K, rows[i].phase, rows[i].minus, per);
@@ -116,9 +117,13 @@ int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *
         double meas = n ? plan_median(sorted, n) : 0;
         double e = rows[i].pred > 0 ? (meas - rows[i].pred) / rows[i].pred : (meas > 0 ? INFINITY : 0);
         char check[64];
-        if (i == 0) {
-            ok = fabs(e) <= CLI_TIME_TOLERANCE;
-            snprintf(check, sizeof check, "%s", ok ? "ok (within 15%)" : "over 15% (reported)");
+        if (i == 0) {   /* the step: judged when the run was long enough to say */
+            steady = n;
+            step_ms = meas * 1e3;
+            ok = n < CLI_TIME_MIN_STEADY || step_ms < CLI_TIME_MIN_STEP_MS ? CLI_TIME_NOT_JUDGED
+                                                                           : fabs(e) <= CLI_TIME_TOLERANCE;
+            snprintf(check, sizeof check, "%s", ok == CLI_TIME_NOT_JUDGED ? "not judged (run too short)"
+                                                : ok ? "ok (within 15%)" : "over 15% (reported)");
         } else {
             snprintf(check, sizeof check, "%s", rows[i].note);
         }
@@ -136,6 +141,12 @@ int cli_time_rows(FILE *f, const char *sn, const ModelSpec *m, const TrainSpec *
         for (int j = 0; j < n; j++) cJSON_AddItemToArray(ps, cJSON_CreateNumber(per[j] * 1e3));
         cJSON_AddItemToArray(arr, q);
     }
+    if (ok == CLI_TIME_NOT_JUDGED)
+        fprintf(f, "# %s: step time not judged: %d steady step%s of %.1f ms (median); it takes %d or more of %.0f ms or "
+                   "more to judge it here (give --steps %d or more, and a larger --batch or --seq for longer steps; "
+                   "docs/validation.md \"Time rows\")\n",
+                sn, steady, steady == 1 ? "" : "s", step_ms, CLI_TIME_MIN_STEADY, CLI_TIME_MIN_STEP_MS,
+                CLI_TIME_MIN_STEADY + 1);
     plan_sim_free(&s);
     return ok;
 }

@@ -12,6 +12,7 @@
  * (torch_check fills a TorchCheck: every quantity predicted, measured and its verdict), then
  * printed (torch_print) and written as a JSON record (torch_json) from that one result. */
 #include "cli_torch.h"
+#include "plan_lora.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -26,10 +27,12 @@
 #include "cli_harness.h"
 #include "cli_io.h"
 #include "cli_setup.h"
+#include "plan_fsdp.h"
 #include "plan_comm.h"
 #include "plan_load.h"
 #include "plan_memory.h"
 #include "plan_strategy.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 #include "plan_zoo.h"
 
@@ -60,8 +63,8 @@ static const struct option TORCH_OPTIONS[] = {
 };
 
 /* Precisions the harness runs on CPU ranks (a subset of the planner's). */
-static const PrecisionKind HARNESS_PRECISIONS[] = {PREC_FP32, PREC_AMP_BF16, PREC_MIXED_BF16};
-#define HARNESS_PRECISION_NAMES "fp32, amp-bf16, mixed-bf16"
+static const PrecisionKind HARNESS_PRECISIONS[] = {PREC_FP32, PREC_AMP_BF16, PREC_MIXED_BF16, PREC_BF16};
+#define HARNESS_PRECISION_NAMES "fp32, amp-bf16, mixed-bf16, bf16"
 
 int cli_wants_against(int argc, char **argv)
 {
@@ -133,16 +136,19 @@ static void print_help(FILE *f)
         "Plans each strategy with CPU overheads zeroed, runs the same setup in PyTorch / DeepSpeed on CPU\n"
         "ranks (bench/torch/harness.py under torchrun, gloo), and prints predicted vs measured. A row fails\n"
         "(exit 1) unless parameters, model states and collective payload bytes are exact and the per-rank\n"
-        "tensor peak is within the tolerance and in the same phase.\n"
+        "tensor peak is within the tolerance and in the same phase. A run this host's memory cannot hold (the\n"
+        "ranks times the larger of the predicted peak and the fp32 model, plus the processes) is refused first.\n"
         "What runs: ddp = torch DDP; zero1/zero2/zero3 = DeepSpeed; fsdp-full/fsdp-grad-op/fsdp-hybrid =\n"
-        "FSDP2 fully_shard (flat-parameter FSDP refuses CPU ranks in torch 2.15).\n\n"
+        "FSDP2 fully_shard, or with --fsdp 1 FullyShardedDataParallel (and its --fsdp-min-params,\n"
+        "--fsdp-backward-prefetch, --fsdp-forward-prefetch, --fsdp-limit-all-gathers).\n\n"
         "Options (besides the plan flags --model, --strategy, --batch, --seq, --grad-accum, --precision,\n"
         "--act-ckpt, --attn, --dropout, --grad-as-bucket-view, --loop, --fsdp-grad-sync, --json[=FILE]; the prediction uses\n"
-        "--autocast cpu and --fsdp 2, as the CPU ranks run):\n"
+        "--autocast cpu and --fsdp 2, as the CPU ranks run; the GPU and time flags, --gpus, --gpu, --gpu-mem, --autocast\n"
+        "cuda, ..., do not apply to CPU ranks and are refused):\n"
         "  --against torch       required: check against PyTorch (without it, validate checks memplan's engine)\n"
         "  --ranks N             CPU ranks torchrun starts (default 2)\n"
         "  --steps K             optimizer steps, K >= 2; steps 2..K are the steady state (default 3)\n"
-        "  --tol PCT             peak tolerance in percent (default 3)\n"
+        "  --tol PCT             peak tolerance in percent, 0..100 (default 3; 0: the peak exact to the byte)\n"
         "  --loop common|trainer the training loop (a plan flag): common keeps `outputs` (the logits) alive\n"
         "                        through backward and the step (default), trainer (HF Trainer's) drops them\n"
         "  --zero-grad none|zeros zero_grad(set_to_none=True|False) (a plan flag; default none, PyTorch >= 2.0)\n"
@@ -150,13 +156,17 @@ static void print_help(FILE *f)
         "                        with a 1 MiB first bucket; passing it makes the first bucket X MiB too)\n"
         "  --shard-group G       fsdp-hybrid: shard inside groups of G ranks (default N/2)\n"
         "  --timeout S           seconds one strategy may run (default 1800)\n"
-        "  --keep DIR            keep the harness's JSON and torchrun's output (.log) per strategy in DIR\n"
-        "                        (without it a temporary directory; a failed run's output is kept and named)\n"
-        "  --measured FILE       compare a saved harness result (repeatable); the setup comes from the file\n\n"
+        "  --keep DIR            keep the harness's JSON and torchrun's output (.log) per strategy in the folder\n"
+        "                        DIR (made if missing, checked before any run); without it a temporary directory\n"
+        "                        (a failed run's output is kept and named)\n"
+        "  --measured FILE       compare a saved harness result (repeatable); the model and setup come from the\n"
+        "                        file, so only --tol and --json apply; a file that is missing, empty, not JSON, not\n"
+        "                        a harness result, or holds a value the flags would refuse is a usage error (exit 2)\n\n"
         "Precisions on CPU ranks: " HARNESS_PRECISION_NAMES "; optimizer: adamw.\n"
         "Needs PyTorch 2.15, transformers and DeepSpeed in a virtual environment: `make torch-env` installs them\n"
         "(about 5 GB) in ${MEMPLAN_TORCH_ENV:-~/.cache/memplan/torch-venv}; MEMPLAN_TORCH_ENV chooses another place.\n"
-        "Exit status: 0 every row passes, 1 a row fails or a run failed, 2 usage error or no environment.\n");
+        "Exit status: 0 every row passes; 1 a row fails (one line on stderr names the rows) or a run failed;\n"
+        "2 usage error or no environment.\n");
 }
 
 /* ---- checking one strategy ---- */
@@ -239,7 +249,9 @@ typedef struct {
 
 enum { CHECKED = 0, CHECK_NO_MODEL = -1, CHECK_NO_RANKS = -2 };
 
-static Quantity exact(double p, double m) { return (Quantity){p, m, RULE_EXACT, llround(p) == llround(m)}; }
+/* Whole bytes or counts; round(), not llround(): a prediction can exceed a long long (seq 1e7 x
+ * batch 1e6 of a large model) */
+static Quantity exact(double p, double m) { return (Quantity){p, m, RULE_EXACT, round(p) == round(m)}; }
 static Quantity reported(double p, double m) { return (Quantity){p, m, RULE_REPORTED, 1}; }
 
 /* The planner's inputs for a harness setup: CPU ranks, overheads zeroed, unbounded memory. */
@@ -257,12 +269,17 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->dropout = s->dropout;
     t->impl = IMPL_PYTORCH;
     t->autocast_cpu = 1;                     /* CPU autocast's op lists (docs/formulas.md) */
-    t->fsdp_impl = 2;                        /* FSDP2 fully_shard: FSDP1 refuses CPU ranks */
+    t->fsdp_impl = s->fsdp_impl == 1 ? 1 : 2;   /* the harness's --fsdp (older results: 2) */
+    t->fsdp1 = s->fsdp1;
     t->loop_trainer = s->loop_trainer;
     t->zero_grad_keep = s->zero_grad_keep;
     t->grad_as_bucket_view = s->gabv;
     t->fsdp_grad_sync = s->fsdp_sync;
+    t->ds = s->ds;
+    t->ft = s->ft;
     t->syncbn = 0;
+    t->tp = s->tp > 1 ? s->tp : 1;
+    t->sp = s->sp;
     plan_cluster_defaults(c);
     c->gpus = s->ranks;
     c->gpus_per_node = s->strategy == STRAT_FSDP_HYBRID && s->shard_group > 0 ? s->shard_group : s->ranks;
@@ -293,7 +310,8 @@ static const cJSON *peak_view(const cJSON *r)
 }
 
 /* The measured figures over the ranks: the rank with the largest peak, the smallest upper bound
- * of the peak, and the model states of the rank holding the most. NULL if there are no ranks. */
+ * of the peak that a rank gave (INFINITY: none did; results written before the harness measured
+ * it have none), and the model states of the rank holding the most. NULL if there are no ranks. */
 static const cJSON *measured_ranks(const cJSON *h, double *peak, double *upper, double states[STATE_COUNT])
 {
     const cJSON *r, *top = NULL;
@@ -322,8 +340,9 @@ static void check_peak(TorchCheck *c, const MemResult *mr, const cJSON *top, dou
     double pe = plan_rel_err(mr->peak, mpeak);
     int peak_ok = fabs(pe) <= c->tol;
     /* a prediction between the known peak and the upper bound (or within the tolerance of the
-       bound) is as close as the run can say */
-    int bounded = !peak_ok && mupper >= mpeak && mr->peak >= mpeak &&
+       bound) is as close as the run can say; without a bound the run knows the peak, and the
+       tolerance is the rule (a missing bound is no licence to over-predict) */
+    int bounded = !peak_ok && isfinite(mupper) && mupper >= mpeak && mr->peak >= mpeak &&
                   (mr->peak <= mupper || fabs(plan_rel_err(mr->peak, mupper)) <= c->tol);
     c->peak = (Quantity){mr->peak, mpeak, bounded ? RULE_BOUNDED : RULE_TOLERANCE, peak_ok | bounded};
     c->show_upper = isfinite(mupper) && mupper > mpeak;
@@ -382,7 +401,7 @@ static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *
             if (p[0] == 0 && q[0] == 0) continue;
             CollCheck *x = &c->colls[c->ncolls++];
             *x = (CollCheck){plan_coll_name((PlanCollOp)op), cli_harness_comm_phase_name((CommPhase)ph), 1,
-                             {p[0], q[0], RULE_COUNT, llround(p[0]) == llround(q[0])}, exact(p[1], q[1])};
+                             {p[0], q[0], RULE_COUNT, round(p[0]) == round(q[0])}, exact(p[1], q[1])};
             c->pass &= x->payload.ok;
         }
     return 0;
@@ -396,9 +415,19 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
     char err[512];
     ModelSpec m;
     if (plan_load_model(&m, s->model, err, sizeof err)) { fprintf(stderr, "memplan: %s\n", err); return CHECK_NO_MODEL; }
+    if (s->fsdp_impl == 1 && s->fsdp1.min_params > 0 && plan_fsdp_size_wrap(&m, s->fsdp1.min_params, err, sizeof err)) {
+        fprintf(stderr, "memplan: %s\n", err);
+        plan_model_free(&m);
+        return CHECK_NO_MODEL;
+    }
     TrainSpec t;
     ClusterSpec cl;
     plan_inputs(s, &t, &cl);
+    if (plan_finetune_apply(&m, &t, err, sizeof err)) {   /* the harness's PEFT LoRA */
+        fprintf(stderr, "memplan: %s\n", err);
+        plan_model_free(&m);
+        return CHECK_NO_MODEL;
+    }
     MemResult mr;
     MemSizes ms;
     CommPlan cp;
@@ -417,8 +446,16 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
         plan_model_free(&m);
         return CHECK_NO_RANKS;
     }
-    c->params = exact((double)plan_model_params(&m), cli_harness_num(cJSON_GetObjectItem(h, "model"), "params", -1));
+    /* every parameter; under LoRA the trainable ones must match too (PEFT's count) */
+    c->params = exact((double)(plan_model_params(&m) + plan_model_frozen(&m)),
+                      cli_harness_num(cJSON_GetObjectItem(h, "model"), "params", -1));
     c->params.ok = c->params.predicted == c->params.measured;
+    double mtrain = cli_harness_num(cJSON_GetObjectItem(h, "model"), "trainable_params", -1);
+    if (mtrain >= 0 && (double)plan_model_params(&m) != mtrain) {
+        fprintf(stderr, "memplan: %s: trainable parameters %.0f planned, %.0f measured\n", c->strategy,
+                (double)plan_model_params(&m), mtrain);
+        c->params.ok = 0;
+    }
     /* the split the walk charges (DeepSpeed's fp32 copy, gradient buffers and norm scalar,
        ZeRO-3's persistent tensors); torch Adam's step scalars live in host memory, which on
        CPU ranks is where everything is */
@@ -447,16 +484,55 @@ static void torch_check_free(TorchCheck *c)
 
 /* ---- the table and the JSON record of one check ---- */
 
-static void print_row(FILE *f, const TorchCheck *c, const char *label, const Quantity *q)
+/* A figure with thousands separators; beyond what a long long holds (a prediction can be), in
+ * e-notation. */
+static const char *fmt_figure(double v, char *buf, size_t len)
 {
+    if (fabs(v) < 9e18) return plan_fmt_count(llround(v), buf, len);
+    snprintf(buf, len, "%.6g", v);
+    return buf;
+}
+
+/* Calls fn for every row of a check, in the table's order, with its label and quantity (NULL
+ * for the peak phase row, which compares names): the table and the closing failure line walk
+ * the same rows. */
+typedef void (*RowFn)(void *ctx, const TorchCheck *c, const char *label, const Quantity *q);
+static void each_row(const TorchCheck *c, RowFn fn, void *ctx)
+{
+    fn(ctx, c, "parameters (count)", &c->params);
+    for (int i = 0; i < STATE_COUNT; i++) fn(ctx, c, STATE_ROWS[i].label, &c->states[i]);
+    for (int i = 0; i < N_AT_PEAK; i++) fn(ctx, c, AT_PEAK[i].label, &c->at_peak[i]);
+    fn(ctx, c, "peak (max over ranks)", &c->peak);
+    if (c->show_upper) fn(ctx, c, "peak upper bound (gloo frees)", &c->upper);
+    fn(ctx, c, "peak phase", NULL);
+    for (int i = 0; i < c->ncolls; i++) {
+        const CollCheck *x = &c->colls[i];
+        char q[64];
+        if (x->planned) {
+            snprintf(q, sizeof q, "%s %s count", x->op, x->phase);
+            fn(ctx, c, q, &x->count);
+        }
+        snprintf(q, sizeof q, "%s %s bytes", x->op, x->phase);
+        fn(ctx, c, q, &x->payload);
+    }
+}
+
+static void print_row(void *ctx, const TorchCheck *c, const char *label, const Quantity *q)
+{
+    FILE *f = ctx;
     char a[32], b[32], e[32], chk[96];
+    if (!q) {
+        fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", c->strategy, label, plan_phase_name(c->predicted_phase),
+                c->measured_phase, "", c->phase_ok ? "ok (same phase)" : "FAIL (different phase)");
+        return;
+    }
     const char *v = q->ok ? VERDICTS[q->rule].ok : VERDICTS[q->rule].fail;
     if (q->rule == RULE_TOLERANCE) {
         snprintf(chk, sizeof chk, "%s (within %.3g%%)", v, 100 * c->tol);
         v = chk;
     }
-    fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", c->strategy, label, plan_fmt_count(llround(q->predicted), a, sizeof a),
-            plan_fmt_count(llround(q->measured), b, sizeof b),
+    fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", c->strategy, label, fmt_figure(q->predicted, a, sizeof a),
+            fmt_figure(q->measured, b, sizeof b),
             plan_fmt_rel_err(plan_rel_err(q->predicted, q->measured), e, sizeof e), v);
 }
 
@@ -468,26 +544,37 @@ static void torch_print(FILE *f, const TorchCheck *c, int *header)
         fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", "-", "-", "bytes", "bytes", "%", "-");
         *header = 1;
     }
-    print_row(f, c, "parameters (count)", &c->params);
-    for (int i = 0; i < STATE_COUNT; i++) print_row(f, c, STATE_ROWS[i].label, &c->states[i]);
-    for (int i = 0; i < N_AT_PEAK; i++) print_row(f, c, AT_PEAK[i].label, &c->at_peak[i]);
-    print_row(f, c, "peak (max over ranks)", &c->peak);
-    if (c->show_upper) print_row(f, c, "peak upper bound (gloo frees)", &c->upper);
-    fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", c->strategy, "peak phase", plan_phase_name(c->predicted_phase),
-            c->measured_phase, "", c->phase_ok ? "ok (same phase)" : "FAIL (different phase)");
-    for (int i = 0; i < c->ncolls; i++) {
-        const CollCheck *x = &c->colls[i];
-        char q[64];
-        if (x->planned) {
-            snprintf(q, sizeof q, "%s %s count", x->op, x->phase);
-            print_row(f, c, q, &x->count);
-        }
-        snprintf(q, sizeof q, "%s %s bytes", x->op, x->phase);
-        print_row(f, c, q, &x->payload);
-    }
+    each_row(c, print_row, f);
     fprintf(f, "# %s: %s; predicted peak at %s, measured in %s of %s on rank %.0f; %s\n", c->strategy,
             c->implementation, c->predicted_at, c->measured_phase, c->measured_module, c->measured_rank,
             c->pass ? "pass" : "FAIL");
+}
+
+/* Room for the failed rows' labels, ", "-separated (a full buffer ends in "..."). */
+typedef struct {
+    char *buf;
+    size_t len;
+} RowList;
+
+static void list_append(RowList *l, const char *sep, const char *text)
+{
+    size_t used = strlen(l->buf);
+    if (used + 4 >= l->len) return;   /* already cut */
+    int n = snprintf(l->buf + used, l->len - used, "%s%s", used ? sep : "", text);
+    if (n < 0 || (size_t)n >= l->len - used) snprintf(l->buf + l->len - 4, 4, "...");
+}
+
+/* A row that fails the check (counts and the split at the peak are reported, never failed). */
+static void add_failed_row(void *ctx, const TorchCheck *c, const char *label, const Quantity *q)
+{
+    char item[128];
+    if (q ? q->ok || q->rule == RULE_COUNT || q->rule == RULE_REPORTED : c->phase_ok) return;
+    if (q && q->rule == RULE_TOLERANCE)
+        snprintf(item, sizeof item, "%s %+.2f%% (tolerance %.3g%%)", label, 100 * plan_rel_err(q->predicted, q->measured),
+                 100 * c->tol);
+    else
+        snprintf(item, sizeof item, "%s", label);
+    list_append(ctx, ", ", item);
 }
 
 static cJSON *pm_json(const Quantity *q)
@@ -538,25 +625,37 @@ static cJSON *torch_json(const TorchCheck *c)
     return o;
 }
 
-/* One strategy: prints its rows, appends its JSON record to arr; 1 if it passes, 0 if not, -1
- * if the planner could not read the model. */
-static int compare(FILE *f, const HarnessSetup *s, const cJSON *h, double tol, cJSON *arr, int *header)
-{
-    TorchCheck c;
-    int rc = torch_check(s, h, tol, &c);
-    if (rc != CHECKED) return rc == CHECK_NO_RANKS ? 0 : -1;
-    torch_print(f, &c, header);
-    cJSON_AddItemToArray(arr, torch_json(&c));
-    torch_check_free(&c);
-    return c.pass;
-}
-
 /* ---- the command ---- */
 
-/* How the strategies went, over the command. */
+/* How the strategies went, over the command; failed: the comparisons that failed and their
+ * rows, for the closing line on standard error. */
 typedef struct {
     int all_pass, header, versions, runs, failed_runs;
+    char failed[1024];
 } Tally;
+
+/* One strategy: prints its rows, appends its JSON record to arr and counts it in t (source: the
+ * --measured file it came from, or NULL). */
+static void compare(FILE *f, const HarnessSetup *s, const cJSON *h, double tol, cJSON *arr, Tally *t, const char *source)
+{
+    TorchCheck c;
+    t->runs++;
+    if (torch_check(s, h, tol, &c) != CHECKED) {   /* said on stderr */
+        t->all_pass = 0;
+        t->failed_runs++;
+        return;
+    }
+    torch_print(f, &c, &t->header);
+    cJSON_AddItemToArray(arr, torch_json(&c));
+    if (!c.pass) {
+        char rows[512] = "", item[PATH_MAX + 640];
+        each_row(&c, add_failed_row, &(RowList){rows, sizeof rows});
+        snprintf(item, sizeof item, "%s%s%s (%s)", source ? source : "", source ? " " : "", c.strategy, rows);
+        list_append(&(RowList){t->failed, sizeof t->failed}, "; ", item);
+    }
+    t->all_pass &= c.pass;
+    torch_check_free(&c);
+}
 
 static void echo_versions(FILE *f, const cJSON *h, int *shown)
 {
@@ -566,6 +665,60 @@ static void echo_versions(FILE *f, const cJSON *h, int *shown)
             cli_harness_str(v, "transformers", "?"), cli_harness_str(v, "deepspeed", "-"),
             cli_harness_str(h, "measured_by", "?"));
     *shown = 1;
+}
+
+/* With --measured the setup comes from each file: only these flags apply. A token is taken as
+ * the flag it abbreviates (getopt_long takes unambiguous prefixes, and no other option's name is
+ * a prefix of one of these, so a token that parsed and is a prefix of one of them is that one). */
+static const char *const MEASURED_FLAGS[] = {"against", "measured", "tol", "json", "help"};
+
+/* 0, or 2 after naming the first flag given besides MEASURED_FLAGS. Called after a successful
+ * parse: every token that starts with "--" (before a "--") is then an option, since the parser
+ * refuses values that start with "--". */
+static int measured_flags_only(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strncmp(argv[i], "--", 2) != 0) continue;
+        const char *name = argv[i] + 2;
+        int n = (int)strcspn(name, "="), ok = 0;
+        for (size_t k = 0; k < sizeof MEASURED_FLAGS / sizeof MEASURED_FLAGS[0]; k++)
+            ok |= n > 0 && strncmp(MEASURED_FLAGS[k], name, (size_t)n) == 0;
+        if (!ok)
+            return cli_usage_error("--%.*s does not apply with --measured: the model and setup come from the result file "
+                                   "(valid with --measured: --tol, --json[=FILE])", n, name);
+    }
+    return 0;
+}
+
+/* Shared planning flags that do not apply to a run on CPU ranks, with the one value each may
+ * still take (NULL: none) and why: torchrun starts --ranks N processes on this host, the
+ * prediction zeroes the GPU overheads (CPU ranks have none) and no time is compared. */
+static const struct {
+    const char *flag, *same, *why;
+} NOT_ON_CPU_RANKS[] = {
+    {"gpus", NULL, "torchrun starts --ranks N CPU ranks (default 2)"},
+    {"gpus-per-node", NULL, "the CPU ranks run on this one host"},
+    {"gpu", NULL, "there is no GPU preset to a CPU rank"},
+    {"gpu-mem", NULL, "a CPU rank has no device memory"},
+    {"cuda-context", NULL, "the prediction zeroes the GPU overheads (CPU ranks have none)"},
+    {"cublas-ws", NULL, "the prediction zeroes the GPU overheads (CPU ranks have none)"},
+    {"nccl-mem", NULL, "the prediction zeroes the GPU overheads (gloo on CPU ranks)"},
+    {"alloc-margin", NULL, "the prediction zeroes the caching allocator's margin (CPU ranks have none)"},
+    {"mfu", NULL, "no time is compared"}, {"intra-bw", NULL, "no time is compared"},
+    {"inter-bw", NULL, "no time is compared"}, {"latency", NULL, "no time is compared"},
+    {"autocast", "cpu", "the CPU ranks run CPU autocast's op lists (valid: cpu)"},
+};
+
+/* 0, or 2 after naming the first shared flag given that does not apply to CPU ranks. */
+static int cpu_rank_flags_only(const CliSetup *cs)
+{
+    for (size_t i = 0; i < sizeof NOT_ON_CPU_RANKS / sizeof NOT_ON_CPU_RANKS[0]; i++) {
+        const char *v = cli_setup_given(cs, NOT_ON_CPU_RANKS[i].flag);
+        if (!v || (NOT_ON_CPU_RANKS[i].same && strcmp(v, NOT_ON_CPU_RANKS[i].same) == 0)) continue;
+        return cli_usage_error("--%s%s%s%s does not apply to validate --against torch, which runs on CPU ranks: %s; drop it",
+                               NOT_ON_CPU_RANKS[i].flag, *v ? " '" : "", v, *v ? "'" : "", NOT_ON_CPU_RANKS[i].why);
+    }
+    return 0;
 }
 
 /* Parses argv into cs and o. 0 to go on; 1 after --help (exit 0); else the exit status of a
@@ -583,16 +736,14 @@ static int torch_args(int argc, char **argv, CliSetup *cs, TorchOpts *o, int *me
     *measured_mode = 0;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--measured") == 0 || strncmp(argv[i], "--measured=", 11) == 0) *measured_mode = 1;
-    CliExtra extra = {TORCH_OPTIONS, torch_opt, o};
+    CliExtra extra = {TORCH_OPTIONS, torch_opt, o, 0};
     int rc = cli_parse_setup(argc, argv, "validate", cs, &extra, !*measured_mode);
     if (rc == 1) { print_help(stdout); return 1; }
     if (rc) return rc;
-    if (!o->against) { cli_setup_free(cs); return cli_usage_error("validate: this path needs --against torch"); }
-    if (*measured_mode && cs->have_model) {
-        cli_setup_free(cs);
-        return cli_usage_error("--measured takes the model and setup from the result file: drop --model/--params");
-    }
-    return 0;
+    if (!o->against) rc = cli_usage_error("validate: this path needs --against torch");
+    else rc = *measured_mode ? measured_flags_only(argc, argv) : cpu_rank_flags_only(cs);
+    if (rc) cli_setup_free(cs);
+    return rc;
 }
 
 /* Why the harness cannot run this setup, or NULL (msg: room for the sentence). */
@@ -608,8 +759,6 @@ static const char *refusal(const CliSetup *cs, int from_file, char *msg, size_t 
     }
     if (cs->train.optimizer != OPT_ADAMW) return "--against torch trains with AdamW (valid --optimizer: adamw)";
     if (cs->train.impl != IMPL_PYTORCH) return "--against torch checks the PyTorch layout (valid --impl: pytorch)";
-    if (cs->train.fsdp_impl == 1)
-        return "--fsdp 1: flat-parameter FullyShardedDataParallel refuses CPU ranks in torch 2.15 (valid with --against torch: --fsdp 2)";
     if (cs->train.syncbn) return "--syncbn is not run by the torch harness yet (use memplan bench syncbn)";
     if (from_file && strchr(cs->model.source, '\'')) return "the model path contains a quote";
     if (cs->model.arch == ARCH_GENERIC)
@@ -628,6 +777,24 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     long long group = o->shard_group ? o->shard_group : (o->ranks >= 2 ? o->ranks / 2 : 1);
     if ((cs->strategies & (1u << STRAT_FSDP_HYBRID)) && o->ranks % group)
         return cli_usage_error("--shard-group %lld does not divide --ranks %lld", group, o->ranks);
+    int tp = plan_tp_degree(&cs->train);
+    if (tp > 1 && o->ranks % tp)
+        return cli_usage_error("--tp %d does not divide --ranks %lld (the harness's 2-D mesh is ranks / tp x tp)", tp, o->ranks);
+    if (tp > 1 && cs->have_model) {   /* the harness's ranks are the cluster: one node of --ranks */
+        ClusterSpec rc;
+        plan_cluster_defaults(&rc);
+        rc.gpus = rc.gpus_per_node = o->ranks;
+        char tpmsg[320];
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if ((cs->strategies & (1u << k)) && plan_tp_check(&cs->model, &cs->train, &rc, (StrategyKind)k, tpmsg, sizeof tpmsg))
+                return cli_usage_error("%s", tpmsg);
+    }
+    if (tp > 1 && (cs->strategies & (1u << STRAT_FSDP_FULL)) && o->ranks == tp)
+        return cli_usage_error("--tp %d with fsdp-full shards on the data-parallel dimension: give --ranks %d or more "
+                               "(ranks / tp > 1), or --strategy ddp for pure tensor parallel", tp, 2 * tp);
+    if (tp > 1 && (cs->strategies & (1u << STRAT_DDP)) && o->ranks != tp)
+        return cli_usage_error("--tp %d with ddp runs pure tensor parallel in the harness: give --ranks %d, or "
+                               "--strategy fsdp-full for tp x fsdp on %lld ranks", tp, tp, o->ranks);
     memset(base, 0, sizeof *base);
     snprintf(base->model, sizeof base->model, "%s", from_file ? cs->model.source : cs->model.name);
     base->ranks = o->ranks;
@@ -646,7 +813,71 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->zero_grad_keep = cs->train.zero_grad_keep;
     base->loop_trainer = cs->train.loop_trainer;
     base->fsdp_sync = cs->train.fsdp_grad_sync;
+    base->ds = cs->train.ds;
+    base->tp = tp;
+    base->sp = cs->train.sp;
+    base->ft = cs->train.ft;
+    base->fsdp_impl = cs->train.fsdp_impl;
+    base->fsdp1 = cs->train.fsdp1;
     return 0;
+}
+
+/* ---- host memory, before a run ---- */
+
+/* What a rank holds besides its tensors, and torchrun's agent process once per run (proportional
+ * set sizes measured on gpt2-tiny, whose tensors are a few MiB: ranks 611-738 MiB, the agent 371
+ * MiB; docs/validation-torch.md "Host memory"). Lower bounds: a refused run could not have fit. */
+#define RANK_PROCESS_BYTES (600 * MIB)
+#define AGENT_BYTES (350 * MIB)
+
+/* The memory this process may still use, bytes: MemAvailable, or less under a cgroup v2 limit;
+ * -1 when /proc/meminfo cannot say. */
+static double host_available(void)
+{
+    double avail = -1, kib, lim, cur;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) avail = kib * 1024;
+    if (f) fclose(f);
+    f = fopen("/sys/fs/cgroup/memory.max", "r");   /* "max" when unlimited */
+    int limited = f && fscanf(f, "%lf", &lim) == 1;
+    if (f) fclose(f);
+    f = fopen("/sys/fs/cgroup/memory.current", "r");
+    if (limited && f && fscanf(f, "%lf", &cur) == 1 && avail >= 0 && lim - cur < avail) avail = lim - cur;
+    if (f) fclose(f);
+    return avail;
+}
+
+/* Refuses, before launching anything, a run this host cannot hold: each rank needs at least the
+ * larger of its predicted peak and the fp32 model, which the harness builds whole on every rank
+ * before it shards it (bench/torch/models.py), plus the process (RANK_PROCESS_BYTES); the
+ * strategies run one after another. 0, or 2 after one line with the figures. */
+static int check_host_memory(const CliSetup *cs, const HarnessSetup *base)
+{
+    double avail = host_available(), model = 4.0 * (double)plan_model_params(&cs->model), need = 0, peak = 0;
+    const char *worst = NULL;
+    for (int k = 0; k < STRAT_COUNT && avail >= 0; k++) {
+        if (!(cs->strategies & (1u << k))) continue;
+        HarnessSetup s = *base;
+        s.strategy = (StrategyKind)k;
+        TrainSpec t;
+        ClusterSpec c;
+        MemResult mr;
+        plan_inputs(&s, &t, &c);
+        plan_memory(&cs->model, &t, &c, s.strategy, &mr);
+        double n = (double)s.ranks * (fmax(mr.peak, model) + RANK_PROCESS_BYTES) + AGENT_BYTES;
+        if (n > need) need = n, peak = mr.peak, worst = plan_strategy(s.strategy)->name;
+    }
+    if (!worst || need <= avail) return 0;
+    char a[32], b[32], m[32], p[32];
+    return cli_usage_error("validate --against torch: %s on %lld CPU ranks needs at least %s of host memory, and %s is "
+                           "available (MemAvailable): per rank the larger of the predicted peak, %s, and the fp32 model "
+                           "the harness builds on every rank, %s, + %.0f MiB for Python and torch, + %.0f MiB for torchrun; "
+                           "give fewer --ranks, a smaller --batch or --seq, or a smaller model",
+                           worst, base->ranks, plan_fmt_bytes(need, a, sizeof a), plan_fmt_bytes(avail, b, sizeof b),
+                           plan_fmt_bytes(peak, p, sizeof p), plan_fmt_bytes(model, m, sizeof m),
+                           RANK_PROCESS_BYTES / MIB, AGENT_BYTES / MIB);
 }
 
 /* --json=FILE checked before any work, without touching it: never a model or a measured input.
@@ -663,17 +894,42 @@ static int check_json_path(const CliSetup *cs, const TorchOpts *o, int from_file
     return 0;
 }
 
+/* --keep DIR checked before any work: a folder that exists or can be made, that memplan can
+ * write in, and where no strategy's result or log (DIR/<strategy>.json, .log) would land on the
+ * model file or the --json output. The folder is made here. 0, or 2 after a usage error. */
+static int check_keep(const CliSetup *cs, const TorchOpts *o, int from_file)
+{
+    struct stat st;
+    if (mkdir(o->keep, 0755) && errno != EEXIST)
+        return cli_usage_error("--keep '%s': cannot create the folder: %s", o->keep, strerror(errno));
+    if (stat(o->keep, &st) || !S_ISDIR(st.st_mode))
+        return cli_usage_error("--keep '%s' is not a folder: give a folder for each strategy's result and log", o->keep);
+    if (access(o->keep, W_OK | X_OK))
+        return cli_usage_error("--keep '%s': cannot write in the folder: %s", o->keep, strerror(errno));
+    for (int k = 0; k < STRAT_COUNT; k++) {
+        if (!(cs->strategies & (1u << k))) continue;
+        for (int log = 0; log < 2; log++) {
+            char path[PATH_MAX + 64];
+            snprintf(path, sizeof path, "%s/%s.%s", o->keep, plan_strategy((StrategyKind)k)->name, log ? "log" : "json");
+            const char *clash = from_file && cli_same_file(path, cs->model.source) ? "the model file"
+                              : cli_same_file(path, cs->json_path)                 ? "the --json output" : NULL;
+            if (clash)
+                return cli_usage_error("--keep '%s' would write '%s' over %s: give another folder", o->keep, path, clash);
+        }
+    }
+    return 0;
+}
+
 /* The harness's environment and the directory its files go to (--keep, else a temporary one).
  * 0; 2 after a usage error; 1 after another error. */
-static int prepare_runs(const TorchOpts *o, HarnessEnv *env, char *dir, size_t len)
+static int prepare_runs(const CliSetup *cs, const TorchOpts *o, int from_file, HarnessEnv *env, char *dir, size_t len)
 {
     char err[2 * PATH_MAX + 256];
     if (cli_harness_locate(env, err, sizeof err)) return cli_usage_error("%s", err);
     if (o->keep) {
-        if (mkdir(o->keep, 0755) && errno != EEXIST)
-            return cli_usage_error("--keep '%s': cannot create the directory: %s", o->keep, strerror(errno));
-        snprintf(dir, len, "%s", o->keep);
-        return 0;
+        int rc = check_keep(cs, o, from_file);
+        if (!rc) snprintf(dir, len, "%s", o->keep);
+        return rc;
     }
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, len, "%s/memplan-torch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -691,6 +947,18 @@ static const char *ckpt_label(const HarnessSetup *s, char *buf, size_t len)
     return plan_ckpt_label(&t, buf, len);
 }
 
+/* ", fsdp 1 (...)" naming FSDP1's knobs, or "" for FSDP2 (the lines stay as they were). */
+static const char *fsdp1_label(const HarnessSetup *s, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (s->fsdp_impl != 1) return buf;
+    char wrap[48] = "blocks";
+    if (s->fsdp1.min_params > 0) snprintf(wrap, sizeof wrap, "min-params %.0f", s->fsdp1.min_params);
+    snprintf(buf, len, ", fsdp 1 (%s, backward-prefetch %s, forward-prefetch %s, limit-all-gathers %s)", wrap,
+             plan_fsdp_bwd_name(s->fsdp1.bwd), s->fsdp1.fwd ? "on" : "off", s->fsdp1.no_limit ? "off" : "on");
+    return buf;
+}
+
 static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
 {
     char strategies[128] = "";
@@ -699,44 +967,76 @@ static void echo_run(FILE *out, const CliSetup *cs, const HarnessSetup *b)
             snprintf(strategies + strlen(strategies), sizeof strategies - strlen(strategies), "%s%s", *strategies ? "," : "", plan_strategy((StrategyKind)k)->name);
     fprintf(out, "# validate --against torch: model %s, %lld CPU ranks (gloo), strategies %s\n", b->model, b->ranks, strategies);
     fprintf(out, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, adamw, act-ckpt %s, attn %s, dropout %g, "
-                 "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s\n",
+                 "steps %lld (steady state 2..%lld), loop %s, zero_grad %s, fsdp-grad-sync %s%s\n",
             b->batch, b->seq, b->accum, plan_precision(b->precision)->name, ckpt_label(b, (char[24]){0}, 24),
             plan_attn_name(b->attn), b->dropout, b->steps, b->steps, cli_harness_loop_name(b->loop_trainer),
-            cli_harness_zero_grad_name(b->zero_grad_keep), plan_fsdp_sync_name(b->fsdp_sync));
+            cli_harness_zero_grad_name(b->zero_grad_keep), plan_fsdp_sync_name(b->fsdp_sync),
+            fsdp1_label(b, (char[160]){0}, 160));
+}
+
+/* A --measured file, read and checked before any work. */
+typedef struct {
+    const char *path;
+    cJSON *h;
+    HarnessSetup s;   /* the setup it was measured with, when the run finished */
+} Measured;
+
+static void free_measured(Measured *m, int n)
+{
+    for (int i = 0; m && i < n; i++) cJSON_Delete(m[i].h);
+    free(m);
+}
+
+/* Every --measured file read and checked before any work: one that is missing, a folder, empty,
+ * not JSON, not a harness result, or holds a value the command line would refuse is a usage
+ * error. The files (free_measured), or NULL after one line with *rc the exit status. */
+static Measured *load_measured(const TorchOpts *o, int *rc)
+{
+    TorchOpts scratch;   /* the flags' parsers, to range-check the setups' values */
+    CliExtra flags = {TORCH_OPTIONS, torch_opt, &scratch, 0};
+    Measured *m = calloc((size_t)o->n_measured, sizeof *m);
+    if (!m) {
+        fprintf(stderr, "memplan: out of memory reading the --measured files\n");
+        *rc = 1;
+        return NULL;
+    }
+    for (int i = 0; i < o->n_measured; i++) {
+        char err[PATH_MAX + 768] = "";
+        Measured *x = &m[i];
+        x->path = o->measured[i];
+        x->h = cli_harness_read(x->path, err, sizeof err);
+        int unreadable = !x->h || cli_harness_check_shape(x->h, err, sizeof err);
+        int bad_value = !unreadable && cli_harness_ok(x->h) &&
+                        (cli_harness_check_values(x->h, &flags, err, sizeof err) ||
+                         cli_harness_setup_of(x->h, &x->s, err, sizeof err));
+        if (unreadable || bad_value) {   /* "'F' is empty", "'F': setup.seq 1e+09: ..." */
+            *rc = cli_usage_error("--measured '%s'%s %s", x->path, bad_value ? ":" : "", err);
+            free_measured(m, i + 1);
+            return NULL;
+        }
+    }
+    return m;
 }
 
 /* --measured: each saved result against the plan of its own setup. */
-static void check_measured(FILE *out, const TorchOpts *o, cJSON *arr, Tally *t)
+static void check_measured(FILE *out, const TorchOpts *o, const Measured *m, cJSON *arr, Tally *t)
 {
     for (int i = 0; i < o->n_measured; i++) {
-        char err[PATH_MAX + 128] = "";   /* the setup's reason is appended to the reading's */
-        HarnessSetup s;
-        cJSON *h = cli_harness_read(o->measured[i], err, sizeof err);
-        if (!h || cli_harness_setup_of(h, &s, err + strlen(err), sizeof err - strlen(err))) {
-            fprintf(stderr, "memplan: --measured %s: %s\n", o->measured[i], err);
-            cJSON_Delete(h);
+        const HarnessSetup *s = &m[i].s;
+        if (!cli_harness_ok(m[i].h)) {
+            fprintf(stderr, "memplan: --measured '%s': the run failed: %s\n", m[i].path, cli_harness_str(m[i].h, "error", "?"));
             t->all_pass = 0;
             t->failed_runs++;
             continue;
         }
-        if (!cli_harness_ok(h)) {
-            fprintf(stderr, "memplan: --measured %s: the run failed: %s\n", o->measured[i], cli_harness_str(h, "error", "?"));
-            cJSON_Delete(h);
-            t->all_pass = 0;
-            t->failed_runs++;
-            continue;
-        }
-        echo_versions(out, h, &t->versions);
+        echo_versions(out, m[i].h, &t->versions);
         char sync[48] = "";
-        if (s.accum > 1) snprintf(sync, sizeof sync, " (fsdp-grad-sync %s)", plan_fsdp_sync_name(s.fsdp_sync));
-        fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g\n",
-                o->measured[i], s.model, s.ranks, s.batch, s.seq, s.accum, sync,
-                plan_precision(s.precision)->name, ckpt_label(&s, (char[24]){0}, 24), plan_attn_name(s.attn), s.dropout);
-        int p = compare(out, &s, h, o->tol, arr, &t->header);
-        if (p < 0) t->failed_runs++;
-        t->all_pass &= p == 1;
-        t->runs++;
-        cJSON_Delete(h);
+        if (s->accum > 1) snprintf(sync, sizeof sync, " (fsdp-grad-sync %s)", plan_fsdp_sync_name(s->fsdp_sync));
+        fprintf(out, "# %s: model %s, %lld ranks, micro-batch %lld, seq %lld, accum %lld%s, %s, act-ckpt %s, attn %s, dropout %g%s\n",
+                m[i].path, s->model, s->ranks, s->batch, s->seq, s->accum, sync,
+                plan_precision(s->precision)->name, ckpt_label(s, (char[24]){0}, 24), plan_attn_name(s->attn), s->dropout,
+                fsdp1_label(s, (char[160]){0}, 160));
+        compare(out, s, m[i].h, o->tol, arr, t, m[i].path);
     }
 }
 
@@ -771,9 +1071,7 @@ static void check_runs(FILE *out, const CliSetup *cs, const TorchOpts *o, const 
         }
         fprintf(stderr, "# %s ran in %.0f s\n", sn, ran_s);
         echo_versions(out, h, &t->versions);
-        int p = compare(out, &s, h, o->tol, arr, &t->header);
-        t->all_pass &= p == 1;
-        t->runs++;
+        compare(out, &s, h, o->tol, arr, t, NULL);
         cJSON_Delete(h);
         if (!o->keep) {
             unlink(path);
@@ -812,10 +1110,18 @@ int cli_cmd_validate_torch(int argc, char **argv)
     HarnessSetup base;
     HarnessEnv env;
     char dir[PATH_MAX];
+    Measured *measured = NULL;
     memset(&base, 0, sizeof base);
+    /* everything a user can get wrong is found here, before any output: exit 2, one line */
+    /* --tp without --strategy: the one the harness runs on these ranks (tp = ranks: pure TP, ddp;
+       more ranks: tp x fsdp-full) */
+    if (!measured_mode && plan_tp_degree(&cs.train) > 1 && !cli_setup_given(&cs, "strategy"))
+        cs.strategies = 1u << (o.ranks == cs.train.tp ? STRAT_DDP : STRAT_FSDP_FULL);
     if (!measured_mode) rc = base_setup(&cs, &o, from_file, &base);
     if (!rc) rc = check_json_path(&cs, &o, from_file);
-    if (!rc && !measured_mode) rc = prepare_runs(&o, &env, dir, sizeof dir);
+    if (!rc && measured_mode) measured = load_measured(&o, &rc);
+    if (!rc && !measured_mode) rc = check_host_memory(&cs, &base);
+    if (!rc && !measured_mode) rc = prepare_runs(&cs, &o, from_file, &env, dir, sizeof dir);
     if (rc) {
         cli_setup_free(&cs);
         return rc;
@@ -828,10 +1134,12 @@ int cli_cmd_validate_torch(int argc, char **argv)
 
     cJSON *arr = cJSON_CreateArray();
     Tally t = {.all_pass = 1};
-    if (measured_mode) check_measured(out, &o, arr, &t);
+    if (measured_mode) check_measured(out, &o, measured, arr, &t);
     else check_runs(out, &cs, &o, &base, &env, dir, arr, &t);
+    free_measured(measured, o.n_measured);
     fprintf(out, "# validate --against torch: %s (%d compared%s)\n", t.all_pass ? "pass" : "FAIL", t.runs,
             t.failed_runs ? ", some did not run" : "");
+    if (t.failed[0]) fprintf(stderr, "memplan: validate --against torch: FAIL: %s\n", t.failed);
     rc = t.all_pass ? 0 : 1;
     if (cs.json) {
         if (write_json(&cs, &o, arr, t.all_pass)) rc = 1;

@@ -21,11 +21,13 @@
 #include "cli_output.h"
 #include "cli_setup.h"
 #include "cli_torch.h"
+#include "plan_lora.h"
 #include "plan_auto.h"
 #include "plan_load.h"
 #include "plan_plan.h"
 #include "plan_report.h"
 #include "plan_strategy.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 #include "exec_launch.h"
 #include "plan_zoo.h"
@@ -220,18 +222,26 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
         if (ds) o->auto_spec.strategies = ds;
     }
-    plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
+    if (s->train.tp < 0)   /* --tp auto */
+        plan_auto_tp(&s->model, &s->train, &s->cluster, &o->auto_spec, cli_setup_given(s, "sp") != NULL, &r);
+    else
+        plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
     int rc = 0;
     if (o->emit && !r.found) {   /* no config to launch: a failure, and nothing on stdout for a > redirect */
         fprintf(stderr, "memplan: nothing fits, so no %s:\n%s", EMITS[o->emit].prints, r.explain);
         return 1;
     }
+    if (o->emit && s->config) cli_config_header(stderr, s->config);   /* stdout holds the emitted text alone */
     if (o->emit == EMIT_DEEPSPEED) {
         char *txt = plan_auto_deepspeed_json(&s->model, &s->cluster, &r);
         if (!txt) { fprintf(stderr, "memplan: out of memory writing the DeepSpeed config\n"); return 1; }
         printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
         fflush(stdout);            /* the config first, then the prediction on stderr */
         plan_auto_prediction(stderr, &s->cluster, &r);
+        if (plan_finetune_on(&s->train.ft)) {   /* the config has no trainable subset: the model code sets it */
+            fprintf(stderr, "# the trainable subset is the model's: in train.py, before deepspeed.initialize:\n");
+            plan_auto_finetune_code(stderr, &s->model, &s->train);
+        }
         free(txt);
         return 0;
     }
@@ -246,6 +256,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
     }
     if (s->json) {
         cJSON *j = plan_report_json(&s->model, &s->train, &s->cluster, &p);
+        if (s->config) cJSON_AddItemToObject(j, "config", cli_config_json(s->config));
         cJSON *a = cJSON_AddObjectToObject(j, "auto");
         cJSON_AddBoolToObject(a, "found", r.found);
         if (r.found) cJSON_AddStringToObject(a, "strategy", plan_strategy(r.strategy)->name);
@@ -282,18 +293,21 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         rc = emit_json(j, s->json_path);
         cJSON_Delete(j);
     } else {
+        if (s->config) cli_config_header(stdout, s->config);
         plan_report_header(stdout, &s->model, &s->train, &s->cluster);
         char dims[160], kept[160];
         auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
         printf("# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
                r.evaluated, kept[0] ? "; kept as given: " : "", kept);
         fputs(r.explain, stdout);
-        if (r.found)
-            printf("recommendation: %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s\n",
+        if (r.found) {
+            char tp[48] = "";
+            if (r.train.tp > 1) snprintf(tp, sizeof tp, " --tp %d --sp %s", r.train.tp, r.train.sp ? "on" : "off");
+            printf("recommendation: %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s%s\n",
                    plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
                    plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
-                   (long long)r.train.grad_accum, plan_ckpt_name(r.train.act_ckpt));
-        else
+                   (long long)r.train.grad_accum, plan_ckpt_name(r.train.act_ckpt), tp);
+        } else
             printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
     }
     if (!rc) rc = write_files(o, s, &p);
@@ -315,12 +329,16 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
             else argv[i + 1] = "all";
         }
     }
-    CliExtra extra = {PLAN_OPTIONS, plan_opt, &o};
+    CliExtra extra = {PLAN_OPTIONS, plan_opt, &o, 1};
     int rc = cli_parse_setup(argc, argv, auto_mode ? "auto" : "plan", &s, &extra, 1);
     if (rc == 1) { usage(stdout); return 0; }
     if (rc) return rc;
     const char *auto_only = o.emit ? "--emit" : o.auto_spec.global_batch ? "--global-batch"
                           : o.offload.headroom >= 0 ? "--min-headroom" : o.bn_given ? "--bn-min-batch" : NULL;
+    if (!auto_mode && s.train.tp < 0) {
+        cli_setup_free(&s);
+        return cli_usage_error("--tp auto belongs to 'memplan auto': plan takes a degree (--tp 8)");
+    }
     if (!auto_mode && auto_only) {
         cli_setup_free(&s);
         return cli_usage_error("%s belongs to 'memplan auto' (or --strategy auto): plan prints every strategy "
@@ -330,14 +348,19 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cli_setup_free(&s);
         return rc;
     }
+    if (o.emit == EMIT_DEEPSPEED && plan_tp_degree(&s.train) > 1) {
+        cli_setup_free(&s);
+        return cli_usage_error("--emit deepspeed with --tp: tensor parallel is planned with ddp and fsdp-full, not "
+                               "DeepSpeed's ZeRO; --emit torch prints the mesh and the parallelize_module plan");
+    }
     if (o.emit && (s.json || o.trace || o.plot)) {
         cli_setup_free(&s);
         return cli_usage_error("--emit %s prints only the %s on standard output: drop %s, or run it without --emit",
                                EMITS[o.emit].name, EMITS[o.emit].prints,
                                s.json ? "--json" : o.trace ? "--trace" : "--plot");
     }
-    if (o.auto_spec.global_batch && o.auto_spec.global_batch % s.cluster.gpus) {
-        long long g = o.auto_spec.global_batch, n = s.cluster.gpus, lo = g / n * n;
+    if (o.auto_spec.global_batch && o.auto_spec.global_batch % (s.cluster.gpus / plan_tp_degree(&s.train))) {
+        long long g = o.auto_spec.global_batch, n = s.cluster.gpus / plan_tp_degree(&s.train), lo = g / n * n;
         cli_setup_free(&s);
         if (lo == 0)
             return cli_usage_error("--global-batch %lld is smaller than the %lld GPUs (global batch = micro-batch x "
@@ -367,9 +390,11 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     plan_run(&s.model, &s.train, &s.cluster, s.strategies, &p);
     if (s.json) {
         cJSON *j = plan_report_json(&s.model, &s.train, &s.cluster, &p);
+        if (s.config) cJSON_AddItemToObject(j, "config", cli_config_json(s.config));
         rc = emit_json(j, s.json_path);
         cJSON_Delete(j);
     } else {
+        if (s.config) cli_config_header(stdout, s.config);
         plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
         if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
     }

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "plan_activ.h"
+#include "plan_lora.h"
 
 static int is_transformer(const ModelSpec *m) {
     return m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
@@ -37,6 +38,10 @@ static int llama_style(const ModelSpec *m) {
     return m->arch == ARCH_DECODER && m->norm == NORM_RMSNORM;
 }
 
+/* Sequence parallel (plan_tp.h): a SequenceParallel norm runs on this rank's 1/tp of the
+   sequence, so what it saves is 1/tp of the replicated norm's. */
+static double sp_share(const TrainSpec *t) { return t->sp && t->tp > 1 ? 1.0 / t->tp : 1.0; }
+
 /* transformers' shared eager_attention_forward after a rotary embedding (modeling_llama.py):
    softmax(dtype=float32).to(query.dtype), q in fp32 under autocast after the product with the
    fp32 cos/sin. The RMSNorm decoders and StarCoder2. */
@@ -67,14 +72,15 @@ static double norm_saves(const ModelSpec *m, double in_bytes, double w, double r
    sublayers' outputs (X: Gemma 2/3's post_attention_layernorm and post_feedforward_layernorm
    beside their input norms, OLMo 2's instead of them), and the q and k norms on the
    projections' outputs (X): per head (Qwen3Attention, Gemma3Attention: q_norm over head_dim,
-   a and kv rows per token) or over all of q and of k (Olmo2Attention). */
-static double block_norm_bytes(const ModelSpec *m, double X, double R, int cross) {
+   a and kv rows per token) or over all of q and of k (Olmo2Attention). Under sequence parallel
+   only the norms on the residual stream run on the rank's sequence shard (sp: sp_share). */
+static double block_norm_bytes(const ModelSpec *m, double X, double R, int cross, double sp) {
     const BlockSpec *b = &m->block;
     double h = (double)m->d_model, qd = (double)m->n_head * (double)m->d_head;
     double kvd = (double)m->n_kv_head * (double)m->d_head;
     int pre = b->norm_place == NORM_PLACE_POST ? 0 : (cross ? 3 : 2);
     int post = b->norm_place == NORM_PLACE_PRE ? 0 : 2;
-    double bytes = pre * norm_saves(m, R, h, 1) + post * norm_saves(m, X, h, 1);
+    double bytes = pre * norm_saves(m, R, h, 1) * sp + post * norm_saves(m, X, h, 1);
     if (b->qk_norm == 1) bytes += norm_saves(m, X, qd, m->n_head) + norm_saves(m, X, kvd, m->n_kv_head);
     if (b->qk_norm == 2) bytes += norm_saves(m, X, qd, 1) + norm_saves(m, X, kvd, 1);
     return bytes;
@@ -93,6 +99,7 @@ static double resid_dropout_bytes(const ModelSpec *m, const TrainSpec *t, double
 }
 
 static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
+static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double *lin, double *quad);
 
 /* Eager attention's core per token per key position (a·s per token): q·kᵀ, softmax, dropout and
    the AV matmul's saved input. l: the layer (NULL: a rotary one). */
@@ -171,8 +178,9 @@ static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec
     int amp = p->autocast;
     /* SwiGLU's gate and up: two casts of the norm output under autocast (Phi-3's fused gate_up: one) */
     double mlp_in = llama_style(m) && amp && m->mlp == MLP_SWIGLU && !m->block.fused_gate_up ? 2 : 1;
-    double lin = block_norm_bytes(m, X, R, cross), quad = 0;   /* norm inputs + statistics */
-    for (int k = 0; k < (cross ? 2 : 1); k++) attn_coeffs(m, l, t, dropout, s, &lin, &quad);
+    double lin = block_norm_bytes(m, X, R, cross, sp_share(t)), quad = 0;   /* norm inputs + statistics */
+    if (m->mla.kv_rank > 0) mla_attention_bytes(m, t, dropout, &lin, &quad);   /* DeepSeek */
+    else for (int k = 0; k < (cross ? 2 : 1); k++) attn_coeffs(m, l, t, dropout, s, &lin, &quad);
     lin += mlp_bytes(m, t, (double)m->d_ff, mlp_in);
     lin += M * (double)m->d_model;                         /* MLP dropout mask */
     *lin_out = lin;
@@ -182,6 +190,41 @@ static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin_out, double *quad_out) {
     block_coeffs(m, NULL, t, dropout, cross, 0, lin_out, quad_out);
+}
+
+/* DeepSeek's multi-head latent attention (modeling_deepseek_v3.py DeepseekV3Attention), per token,
+   measured with block_probe.py (docs/formulas.md "Multi-head latent attention"): the input of
+   q_a_proj (or q_proj) and kv_a_proj_with_mqa (X·h, autocast casts it for each); each latent's
+   RMSNorm, (4 + 2X)·rank + 4 — its fp32 input (a copy, or in fp32 the projection's output
+   itself, of which the kv norm's split view keeps the rope part too: + 4·r), the rsqrt, the
+   normalised tensor the weight multiplies and the next projection's input; the rotary products
+   save nothing per token (cos and sin need no gradient). Eager: the matmuls save q and k (a·(n +
+   r) each) and v copied contiguous (a·v), the probabilities as LLaMA's; SDPA on CPU ranks runs
+   the fp32 math kernel when q/k and v head dims differ (sdp_utils_cpp.cpp: flash needs equal
+   head dims): q, k, v upcast to fp32 and the fp32 probabilities. o_proj's input (X·a·v). */
+static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double *lin, double *quad) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    const MlaSpec *a = &m->mla;
+    double X = p->act_bytes, F = 4, h = (double)m->d_model, A = m->n_head;
+    double qk = (double)(a->nope_dim + a->rope_dim), v = (double)a->v_dim, c = (double)a->kv_rank;
+    *lin += (p->autocast ? 2 : 1) * X * h;
+    if (a->q_rank > 0) *lin += (4 + 2 * X) * (double)a->q_rank + 4;
+    *lin += (4 + 2 * X) * c + 4 + (X >= 4 ? 4 * (double)a->rope_dim : 0);
+    /* v is a view of kv_b_proj's (n + v)-wide output; the AV matmul folds (b, heads) without a copy
+       when b = 1 (its batch stride then does not matter), saving the view and with it all of the
+       output (measured: +X·a·n per token at micro-batch 1) */
+    double vw = t->micro_batch == 1 ? (double)a->nope_dim + v : v;
+    *lin += X * A * v;                                     /* o_proj input */
+    if (t->attn == ATTN_SDPA && ((t->autocast_cpu && qk != v) || plan_act_sdpa_math(t, dropout))) {
+        *lin += F * A * 2 * qk + (X < F ? F * A * v : F * A * vw);   /* v upcast: a copy of v alone */
+        *quad += A * F * (dropout > 0 ? 3 : 1);            /* probabilities (+ dropout noise, output) */
+    } else if (t->attn == ATTN_SDPA) {
+        *lin += X * A * (2 * qk + v) + F * A;              /* q, k, v, log-sum-exp */
+    } else {
+        double Mq = plan_act_dropout_bytes(t, dropout, p->autocast ? F : X);
+        *lin += X * A * (2 * qk + vw);
+        *quad += A * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
+    }
 }
 
 /* A dense MLP of width f per token: what its linears and activation save. */
@@ -203,30 +246,147 @@ static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double
     return lin;
 }
 
-double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l) {
-    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return (double)m->d_ff;
-    return (double)m->moe.top_k * (double)m->moe.d_ff_expert + (double)m->moe.d_ff_shared;
+static int moe_block(const ModelSpec *m, const LayerSpec *l) {
+    return l->expert_params > 0 && m->moe.n_experts > 0;
 }
 
-/* transformers 5's eager experts loop (Qwen3MoeExperts.forward and its kin): the router's
-   linear saves its input (X·h) and softmax(dtype=float32) its fp32 output (4·E), topk its
-   indices (8·k) and weights (X·k); every routed token is gathered (hidden_states[token_idx]:
-   the gate_up linear saves it, X·h), its gate_up output split into gate and up (the activation
-   saves gate, the product saves act(gate) and up: 3·X·f_e), down saves the product (X·f_e), the
-   routing-weight product saves the expert output (X·h); the shared expert is a dense gated MLP.
-   An estimate from the source until measured. */
-double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t) {
-    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return 0;
+double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l) {
+    if (!moe_block(m, l)) return (double)m->d_ff;
+    const MoeSpec *e = &m->moe;   /* Llama 4's experts run on every token (moe_routed_bytes) */
+    double k = e->router == MOE_ROUTER_ALL_EXPERTS ? e->n_experts : e->top_k;
+    return k * (double)e->d_ff_expert + (double)e->d_ff_shared;
+}
+
+/* Bytes per element of the routed experts' tensors. transformers 5.24 runs them through
+   grouped_mm_experts_forward (integrations/moe.py; the default experts_implementation,
+   modeling_utils.py get_correct_experts_implementation), whose torch.nn.functional.grouped_mm is
+   not autocast-enabled and gets its input cast to the weights' dtype: they run in the parameter
+   dtype, fp32 under autocast. Llama 4's experts are torch.bmm, which autocast casts. */
+static double moe_expert_bytes(const ModelSpec *m, const PrecisionSpec *p) {
+    return m->moe.router == MOE_ROUTER_ALL_EXPERTS ? p->act_bytes : p->param_bytes;
+}
+
+double plan_act_uncast_params(const ModelSpec *m, const LayerSpec *l) {
+    return moe_block(m, l) && m->moe.router != MOE_ROUTER_ALL_EXPERTS ? (double)l->expert_params : 0;
+}
+
+/* The routing weights' bytes per element: the top-k softmax values stay fp32 (Mixtral), else
+   they are cast to the logits' dtype, the compute dtype (Qwen-MoE .to(router_logits.dtype),
+   GPT-OSS and DeepSeek compute them there). */
+static double moe_weight_bytes(const MoeSpec *e, double X) {
+    return e->fp32_weights ? 4 : X;
+}
+
+/* What a MoE block's router saves per token (the modeling_*.py *TopKRouter / Llama4Router
+   forward): the router linear's input (X·h: autocast's copy, else the norm's output, which the
+   experts read without saving it), the top-k indices (int64, 8·k), and per router kind: the fp32
+   softmax over E (4·E); GPT-OSS's softmax over the k logits (X·k); DeepSeek's sigmoid scores
+   (X·E: its group top-k and masked_fill tensors feed only top-k nodes whose outputs are dropped,
+   so they are freed with them, measured); Llama 4's fp32 sigmoid over E (4·E) and the scores as a
+   (E·T, 1) column (X·E). An in-place renormalisation (router_top_value /= sum) saves a clone of
+   the values and the sum (fp32 after a softmax, else X). The weights the experts multiply by are
+   saved once more by that product (moe_routed_bytes). */
+static double moe_router_bytes(const ModelSpec *m, const PrecisionSpec *p) {
+    const MoeSpec *e = &m->moe;
+    double X = p->act_bytes, h = (double)m->d_model, E = e->n_experts, k = e->top_k;
+    double b = X * h + 8 * k, norm_dtype = X;
+    switch (e->router) {
+    case MOE_ROUTER_SOFTMAX: b += 4 * E; norm_dtype = 4; break;
+    case MOE_ROUTER_TOPK_SOFTMAX: b += X * k; break;
+    case MOE_ROUTER_GROUPED: b += X * E; break;
+    case MOE_ROUTER_ALL_EXPERTS: b += 4 * E + X * E; break;
+    default: break;
+    }
+    if (e->norm_topk) b += norm_dtype * (k + 1);
+    return b;
+}
+
+/* What the routed experts save per token. grouped_mm_experts_forward: the sort's permutation,
+   its token index (perm // k) and the inverse permutation, int64 per routed row (24·k; GPT-OSS's
+   bias gathers keep the sorted expert ids, 8·k more); per routed row, in the experts' dtype E_b:
+   the gathered input (h), the gate_up output (2·f_e: the activation saves the gate, the product
+   the up half), act(gate) and the product (2·f_e; GPT-OSS's clamped SwiGLU: the clamped gate,
+   sigmoid(alpha·gate), their product, up + 1 and the gated output, 5·f_e), the down output (h)
+   and the routing weight (moe_weight_bytes) that the weighted sum multiplies it by. Llama 4
+   (Llama4TextMoe) runs every expert on every token: hidden_states.repeat(E, 1) (its dtype, R·E·h)
+   and the (E·T, 1) scores saved by their product, bmm's input (X·E·h), then gate_up, act(gate)
+   and the product (X·E·4·f_e). */
+static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p, double F) {
+    const MoeSpec *e = &m->moe;
+    double Eb = moe_expert_bytes(m, p), h = (double)m->d_model, fe = (double)e->d_ff_expert;
+    double E = e->n_experts, k = e->top_k;
+    if (e->router == MOE_ROUTER_ALL_EXPERTS)
+        return p->param_bytes * E * h + Eb * E * (h + 4 * fe);
+    double idx = 8 * k * (e->bias ? 4 : 3);
+    return idx + F * Eb * k * (2 * h + 2 * fe + (e->clamped_glu ? 5 : 2) * fe) + moe_weight_bytes(e, p->act_bytes) * k;
+}
+
+/* --moe-imbalance F (TrainSpec.moe_imbalance; 0 reads as 1): the factor on the routed experts'
+   rows, an estimate for implementations that size every expert's rows for the busiest one
+   (docs/formulas.md "Routing imbalance"). Llama 4 runs every expert on every token: no routed
+   rows to scale (moe_routed_bytes, moe_backward). */
+static double moe_rows_factor(const ModelSpec *m, const TrainSpec *t) {
+    if (m->moe.router == MOE_ROUTER_ALL_EXPERTS) return 1;
+    return t->moe_imbalance > 1 ? t->moe_imbalance : 1;
+}
+
+/* The shared expert(s), a dense gated MLP of width f_s on every token (its input is the block's
+   norm output, which the router already holds, or under autocast two more casts), and
+   Qwen2-MoE's gate: sigmoid(shared_expert_gate(x)) * shared_output saves the gate's output (X)
+   and the shared output (X·h), and its linear's input cast under autocast (X·h). */
+static double moe_shared_bytes(const ModelSpec *m, const TrainSpec *t) {
+    const MoeSpec *e = &m->moe;
     const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, h = (double)m->d_model, k = m->moe.top_k, fe = (double)m->moe.d_ff_expert;
+    double X = p->act_bytes, h = (double)m->d_model, casts = p->autocast ? X * h : 0, b = 0;
+    if (e->d_ff_shared > 0) b += mlp_bytes(m, t, (double)e->d_ff_shared, 0) + 2 * casts;
+    if (e->shared_gate) b += casts + X * h + X;
+    return b;
+}
+
+/* transformers 5.24's MoE blocks, per token: the router, the routed experts and the shared
+   experts as they save them (measured per family, block_probe.py: docs/formulas.md "Mixture of
+   experts"); with output_router_logits, the logits the output keeps (X·E) and the softmax the
+   load-balancing loss saves (X·E), both counted with the block. The routed terms do not depend
+   on how tokens are routed: grouped_mm holds all T·k routed rows at once (measured: every token
+   sent to the same k experts peaks at the same byte); --moe-imbalance scales the routed rows for
+   other implementations (moe_rows_factor). */
+double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t) {
+    if (!moe_block(m, l)) return 0;
+    const PrecisionSpec *p = plan_precision(t->precision);
     double mlp_in = llama_style(m) && p->autocast ? 2 : 1;
-    double moe = X * h + 4.0 * m->moe.n_experts + 8 * k + X * k + k * X * (2 * h + 4 * fe);
-    if (m->moe.d_ff_shared > 0) moe += mlp_bytes(m, t, (double)m->moe.d_ff_shared, mlp_in);
+    double moe = moe_router_bytes(m, p) + moe_routed_bytes(m, p, moe_rows_factor(m, t)) + moe_shared_bytes(m, t);
+    if (m->moe.router_logits) moe += 2 * p->act_bytes * m->moe.n_experts;
     return moe - mlp_bytes(m, t, (double)m->d_ff, mlp_in);
 }
 
 static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
                                       const ActInputs *in);
+
+/* GPT-OSS's attention sinks (modeling_gpt_oss.py eager_attention_forward): the sink logit joins
+   each row, combined_logits.max(dim=-1) saves its int64 indices (8·a per token) and the fp32
+   softmax runs over s + 1 columns (4·a more than LLaMA's s), measured. Eager only: the family has
+   no SDPA path (GptOssPreTrainedModel._supports_sdpa = False; cli_setup.c resolves --attn). */
+static double sinks_bytes(const ModelSpec *m, const TrainSpec *t) {
+    return m->attn_sinks && t->attn == ATTN_EAGER ? 12.0 * m->n_head : 0;
+}
+
+/* q/k norms per head, measured with block_probe.py (fp32 and autocast): Qwen3's (and
+   Qwen3-MoE's) RMSNorm (modeling_qwen3_moe.py q_norm, k_norm, the LlamaRMSNorm of norm_bytes over
+   d_head) saves the fp32 input (a copy below fp32), the normalised tensor the weight multiplies
+   (X) and one fp32 rsqrt per head; Llama 4's L2 norm (Llama4TextL2Norm: x.float() * rsqrt(...),
+   no weight) the fp32 input and the rsqrt, on blocks with rope only (Llama4TextAttention: every
+   nope_every-th block has neither). Block i (layer index). A model whose BlockSpec carries its
+   q/k norms (Qwen3, Qwen3-MoE, Gemma 3, OLMo 2: block.qk_norm, set from the same config) has them
+   counted once, in block_norm_bytes; Llama 4's L2 norm (3) is counted here only. */
+static double qk_norm_bytes(const ModelSpec *m, int i, const TrainSpec *t) {
+    if ((m->qk_norm != 1 && m->qk_norm != 3) || m->arch != ARCH_DECODER || m->block.qk_norm != 0) return 0;
+    int k = 0;   /* the block's ordinal, 1-based */
+    for (int j = 0; j <= i; j++) k += m->layers[j].kind == LAYER_BLOCK;
+    if (m->qk_norm == 3 && m->nope_every > 0 && k % m->nope_every == 0) return 0;
+    double X = plan_precision(t->precision)->act_bytes, d = (double)m->d_head;
+    double rows = m->n_head + m->n_kv_head;
+    return (4 + (m->qk_norm == 1 ? X : 0)) * rows * d + 4 * rows;
+}
 
 /* Phi-3 eager attention at micro-batch 1 without GQA: repeat_kv returns v itself, a view of the
    fused q|k|v output, and the AV matmul's reshape of a (1, a, s, d) view is a view too, so the
@@ -250,6 +410,60 @@ static double engine_layer_bytes(const ModelSpec *m, const LayerSpec *l, double 
     }
 }
 
+/* What a trainable subset changes in layer i's saved tensors (planner/plan_lora.c sets the
+   counts): a layer before the first trainable parameter records nothing for autograd, so it
+   saves nothing; the first LoRA block's input norm neither; inputs of frozen projections are
+   not saved; each LoRA adapter saves A's output (r) for B, and under lora_dropout the dropout's
+   output for A with its mask or noise. docs/formulas.md "LoRA and frozen parameters". */
+static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    if (l->grad_frontier == 1) return -transformer_layer_bytes(m, i, t, in);
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, bs = (double)in->b * (double)in->s;
+    double d = -X * (double)l->act_unsaved_tok + X * (double)l->lora_r_tok +
+               (X + plan_act_dropout_bytes(t, t->ft.dropout, X)) * (double)l->lora_drop_tok;
+    double h = (double)m->d_model;
+    if (l->grad_frontier == 2) {
+        d -= norm_saves(m, p->param_bytes, h, 1);
+        /* the adapters on its attention input: their dropout's input needs no gradient, so the
+           dropout keeps no mask or noise (A still saves its output) */
+        double M = plan_act_dropout_bytes(t, t->ft.dropout, X);
+        for (int k = 0; k < l->n_frozen && M > 0; k++) {
+            int mod = l->frozen_mod[k];
+            if (plan_module_group(mod) != 1 || !plan_lora_adapts(m, &t->ft, mod)) continue;
+            int64_t fin, fout;
+            plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &fin, &fout);
+            d -= M * (double)fin;
+        }
+    }
+    /* autocast casts a frozen weight at every call and caches none (autocast_mode.cpp
+       cached_cast caches leaves that require grad only); the matmul saves the copy for its
+       input's gradient until the layer's backward: X per frozen projection element (not the
+       first block's attention inputs, whose matmuls need no gradient). Measured with saved-
+       tensor hooks on llama-mini + LoRA under CPU autocast. Per micro-batch, not per token. */
+    double casts = 0;
+    if (p->autocast)
+        for (int k = 0; k < l->n_frozen; k++) {
+            int mod = l->frozen_mod[k];
+            if (PLAN_MOD_ID(mod) == PLAN_MOD_NONE || (l->grad_frontier == 2 && plan_module_group(mod) == 1)) continue;
+            casts += (double)l->frozen_elems[k];
+        }
+    /* a head tied to frozen embeddings: F.linear(x, wte) casts the shared weight the same way */
+    if (p->autocast && l->kind == LAYER_HEAD && m->tied_embeddings && l->params == 0 && l->act_unsaved_tok > 0)
+        casts += (double)m->vocab * h;
+    /* LlamaRMSNorm's last product, weight * normed: with the weight frozen it saves the weight
+       only (derivatives.yaml mul: self is saved when other requires grad), not the normalised
+       tensor (R·h per token per norm; measured with saved-tensor hooks on llama-mini + LoRA) */
+    if (llama_style(m)) {
+        int norms = 0;
+        for (int k = 0; k < l->n_frozen; k++)
+            norms += l->frozen_mod[k] == PLAN_MOD_NONE && l->frozen_elems[k] == m->d_model && l->frozen_dim0[k] == m->d_model;
+        if (l->grad_frontier == 2 && norms > 0) norms--;   /* the first norm: dropped whole above */
+        d -= norms * p->param_bytes * h;
+    }
+    return bs * d + X * casts;
+}
+
 double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     const PrecisionSpec *p = plan_precision(t->precision);
@@ -263,7 +477,7 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
        through backward (the training loop's `outputs`); it has no head to hold logits */
     double out = m->headless && i == m->n_layers - 1
                      ? bs * p->param_bytes * (double)m->d_model : 0;
-    return out + transformer_layer_bytes(m, i, t, in);
+    return out + transformer_layer_bytes(m, i, t, in) + finetune_delta(m, i, t, in);
 }
 
 /* Eager PyTorch saved tensors of transformer layer i (docs/formulas.md "Activations"). */
@@ -286,9 +500,10 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
         int cross = m->arch == ARCH_ENC_DEC && i > m->n_enc_layer;  /* layer 0 is embeddings */
         double lin, quad;
         block_coeffs(m, l, t, in->dropout, cross, s, &lin, &quad);
-        return bs * (lin + eager_batch1_view_bytes(m, t, in) + plan_act_moe_delta(m, l, t) + s * quad);
+        return bs * (lin + eager_batch1_view_bytes(m, t, in) + plan_act_moe_delta(m, l, t) + sinks_bytes(m, t) +
+                     qk_norm_bytes(m, i, t) + s * quad);
     }
-    case LAYER_NORM: return bs * norm_saves(m, R, h, 1);
+    case LAYER_NORM: return bs * norm_saves(m, R, h, 1) * sp_share(t);
     case LAYER_LINEAR: return b * X * h;                             /* pooler: first token */
     case LAYER_HEAD: {
         double per_tok = X * h;                                      /* head input */
@@ -350,7 +565,8 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
     if (!plan_act_checkpointed(m, t, i)) return plan_act_layer_bytes(m, i, t, in);
     /* checkpoint(block) keeps only the block input (the residual stream), and the first
        checkpointed block the causal mask all of them were handed */
-    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model +
+    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model *
+               sp_share(t) +   /* SP: the block input is the sequence shard */
            ckpt_causal_mask_bytes(m, i, t, in);
 }
 
@@ -399,6 +615,50 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
     return 0;
 }
 
+/* A MoE block's MLP backward at its largest moment (block_probe.py, docs/formulas.md "A MoE
+   block's backward"), beyond its saved activations, for bs tokens. Before the routed experts:
+   a shared expert that ran after them (DeepSeek, Llama 4) has done its backward, freeing its
+   saved tensors and leaving the norm output's gradient (R·h) and its three weight gradients;
+   Qwen2-MoE's gate has left the shared output's gradient (X·h, measured) and its own. Then, in
+   the experts' dtype E_b per routed row: (A) the weighted sum's backward (grouped_mm): the
+   gradient of the unpermuted rows, of the down output and the product for the weights' gradient,
+   3·h; (C) the activation's backward: down's input gradient and the gate's and up's, less the
+   saved product, down output and weights now freed, 2·f_e − h (down's weight gradient exists);
+   Llama 4's bmm over every expert: C = 2·X·E·f_e, and its down weights' autocast copies go with
+   down's backward. The moment that holds more, counting gradients at the precision's grad bytes,
+   is the one planned: *grads and *casts are the parameter elements whose gradients exist and
+   whose autocast copies are freed by then. */
+static double moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in,
+                           double *grads, double *casts) {
+    const MoeSpec *e = &m->moe;
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, R = p->param_bytes, Eb = moe_expert_bytes(m, p), h = (double)m->d_model;
+    double fe = (double)e->d_ff_expert, fs = (double)e->d_ff_shared, E = e->n_experts, k = e->top_k;
+    double bs = (double)in->b * (double)in->s, pre = 0, pre_g = 0;
+    if (e->shared_last) {
+        pre = R * h - moe_shared_bytes(m, t);
+        pre_g = 3 * h * fs;
+    } else if (e->shared_gate) {
+        pre = X * h;
+        pre_g = h;
+    }
+    double down = E * h * fe, a_ws = 3 * Eb * k * h, c_ws;
+    if (e->router == MOE_ROUTER_ALL_EXPERTS) {
+        a_ws = 0;
+        c_ws = 2 * X * E * fe;
+    } else {
+        c_ws = 2 * Eb * k * fe - Eb * k * h - moe_weight_bytes(e, X) * k;
+        down += e->bias ? E * h : 0;
+    }
+    double F = moe_rows_factor(m, t);   /* per routed row: both moments scale with the rows */
+    a_ws *= F;
+    c_ws *= F;
+    int at_c = bs * c_ws + down * p->grad_bytes >= bs * a_ws;
+    if (grads) *grads = pre_g + (at_c ? down : 0);
+    if (casts) *casts = pre_g + (at_c && e->router == MOE_ROUTER_ALL_EXPERTS ? down : 0);
+    return bs * (pre + (at_c ? c_ws : a_ws));
+}
+
 /* Which part of a block's backward holds the most, per token above its start (which holds all
    the block's saved tensors and its output's gradient). */
 typedef enum { BWD_MLP = 0, BWD_POST_NORM, BWD_ATTN } BlockBwdPart;
@@ -420,8 +680,8 @@ static double eager_attn_backward(const ModelSpec *m, const LayerSpec *l, const 
     block_coeffs(m, l, t, in->dropout, 0, s, &lin, &quad);
     double all = lin + s * quad + plan_act_moe_delta(m, l, t) + eager_batch1_view_bytes(m, t, in);
     int pre = m->block.norm_place != NORM_PLACE_POST, post = m->block.norm_place != NORM_PLACE_PRE;
-    double in_norm = pre ? norm_saves(m, R, h, 1) : 0;
-    double qk_norms = block_norm_bytes(m, X, R, 0) - 2 * in_norm - (post ? 2 * norm_saves(m, X, h, 1) : 0);
+    double in_norm = pre ? norm_saves(m, R, h, 1) * sp_share(t) : 0;
+    double qk_norms = block_norm_bytes(m, X, R, 0, sp_share(t)) - 2 * in_norm - (post ? 2 * norm_saves(m, X, h, 1) : 0);
     double qkv_in = (p->autocast && separate_qkv(m) ? 3 : 1) * X * h;
     double stays = in_norm + qk_norms + qkv_in + 2 * X * qd + s * a * (S + (m->block.attn_softcap > 0 ? X : 0));
     return s * 2 * a * S + X * qd - (all - stays);
@@ -445,6 +705,15 @@ static double block_backward_ws(const ModelSpec *m, int i, const TrainSpec *t, c
     double M = resid_dropout_bytes(m, t, in->dropout, X);
     /* the MLP's: fc2's input gradient and the activation's two products (f-wide each) */
     double ws = 2 * f * X - M * h;
+    /* a frozen output projection saved no input (plan_lora.c), so its backward's f-wide input
+       gradient replaces nothing: + f·X (unless an adapter reads that input undropped) */
+    int out_frozen = 0, out_saved = 0;
+    for (int k = 0; k < l->n_frozen; k++)
+        if (plan_module_group(l->frozen_mod[k]) == 4) {
+            out_frozen = 1;
+            out_saved |= plan_lora_adapts(m, &t->ft, l->frozen_mod[k]) && t->ft.dropout <= 0;
+        }
+    if (out_frozen && !out_saved) ws += f * X;
     *part = BWD_MLP;
     if (m->block.norm_place != NORM_PLACE_PRE) {
         /* a norm on the MLP's output (Gemma 2/3's post_feedforward_layernorm, OLMo 2's) runs its
@@ -454,7 +723,8 @@ static double block_backward_ws(const ModelSpec *m, int i, const TrainSpec *t, c
         ws -= norm_saves(m, X, h, 1);
         if (m->block.norm_fp32 && 16 * h - 4 > ws) { ws = 16 * h - 4; *part = BWD_POST_NORM; }
     }
-    if (t->attn == ATTN_EAGER && m->arch == ARCH_DECODER) {
+    /* (not latent attention's: mla_attention_bytes saves other tensors; its blocks keep the MLP's) */
+    if (t->attn == ATTN_EAGER && m->arch == ARCH_DECODER && m->mla.kv_rank <= 0) {
         double at = eager_attn_backward(m, l, t, in);
         if (at > ws) { ws = at; *part = BWD_ATTN; }
     }
@@ -469,7 +739,9 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     double R = plan_precision(t->precision)->param_bytes, h = (double)m->d_model;
     double bs = (double)in->b * (double)in->s;
     BlockBwdPart part;
-    double ws = bs * (block_backward_ws(m, i, t, in, &part) + R * h);
+    /* a MoE block: its routed experts' backward (moe_backward); a dense one: block_backward_ws */
+    double ws = moe_block(m, l) ? bs * R * h + moe_backward(m, l, t, in, NULL, NULL)
+                                : bs * (block_backward_ws(m, i, t, in, &part) + R * h);
     if (plan_act_checkpointed(m, t, i)) ws += plan_act_layer_bytes(m, i, t, in) - bs * R * h;
     return ws;
 }
@@ -477,6 +749,7 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
 double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     BlockBwdPart part = BWD_MLP;
+    if (moe_block(m, l)) return plan_act_block_mlp_out_elems(m, i, t, in);   /* moe_backward's moment */
     if (t->impl == IMPL_PYTORCH && l->kind == LAYER_BLOCK && is_transformer(m)) block_backward_ws(m, i, t, in, &part);
     double h = (double)m->d_model, qd = (double)m->n_head * (double)m->d_head;
     double kvd = (double)m->n_kv_head * (double)m->d_head;
@@ -489,14 +762,22 @@ double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec 
         double qk = m->block.qk_norm == 1 ? 2.0 * (double)m->d_head : m->block.qk_norm == 2 ? qd + kvd : 0;
         return fmax(0, (double)l->params - h * (qd + 2 * kvd) - in_norm - qk);
     }
-    return plan_act_block_mlp_out_elems(m, i);
+    return plan_act_block_mlp_out_elems(m, i, t, in);
 }
 
 /* Elements of a block's MLP output projection (fc2 / c_proj / down_proj), whose gradients
-   exist during the MLP's backward; the block's others come after it. */
-double plan_act_block_mlp_out_elems(const ModelSpec *m, int i) {
+   exist during the MLP's backward; the block's others come after it. A MoE block: moe_backward. */
+double plan_act_block_mlp_out_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
-    if (l->expert_params > 0 && m->moe.n_experts > 0)
-        return (double)l->expert_params + (double)m->moe.d_ff_shared * (double)m->d_model;
-    return (double)m->d_ff * (double)m->d_model;
+    double g = (double)m->d_ff * (double)m->d_model;
+    if (moe_block(m, l)) moe_backward(m, l, t, in, &g, NULL);
+    return g;
+}
+
+double plan_act_block_bwd_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    const LayerSpec *l = &m->layers[i];
+    if (!moe_block(m, l)) return plan_act_block_bwd_done_elems(m, i, t, in);
+    double c = 0;
+    moe_backward(m, l, t, in, NULL, &c);
+    return c;
 }

@@ -45,13 +45,21 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
    norm when eager attention's does. */
 double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Elements of block i's MLP parameters whose gradients exist during its MLP backward: the
-   output projection (fc2 / down_proj); in a MoE block the routed experts' (their gradients
-   accumulate into whole 3-D tensors from the first expert's backward) and the shared expert's
-   down_proj. */
-double plan_act_block_mlp_out_elems(const ModelSpec *m, int i);
+   output projection (fc2 / down_proj); in a MoE block, at the moment planned, the routed experts'
+   down_proj (a whole 3-D tensor from grouped_mm's backward) once it has run, and the shared
+   expert's three or Qwen2-MoE's gate where their backward comes first. */
+double plan_act_block_mlp_out_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Elements of block i's parameters whose autocast copies are freed by the moment
+   plan_act_block_backward_bytes describes: a dense block's plan_act_block_bwd_done_elems; a MoE
+   block's at moe_backward's moment (its routed experts run uncast under grouped_mm:
+   plan_act_uncast_params). */
+double plan_act_block_bwd_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* The MLP width one token passes through in layer l: d_ff, or in a MoE block top_k routed
-   experts of d_ff_expert plus the shared experts' d_ff_shared. */
+   experts of d_ff_expert (Llama 4: all of them) plus the shared experts' d_ff_shared. */
 double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l);
+/* Parameter elements of layer l that autocast never casts: a MoE block's routed experts under
+   transformers' grouped_mm, which runs them in the weights' dtype. */
+double plan_act_uncast_params(const ModelSpec *m, const LayerSpec *l);
 /* Bytes per element a dropout keeps for backward, for an input of in_bytes per element:
    1 (CUDA's fused kernel, a bool mask) or in_bytes (CPU: a noise tensor, --autocast cpu). */
 double plan_act_dropout_bytes(const TrainSpec *t, double dropout, double in_bytes);
@@ -62,8 +70,9 @@ int plan_act_sdpa_math(const TrainSpec *t, double dropout);
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin, double *quad);
 /* Per token, what a MoE block's MLP saves instead of a dense MLP of d_ff (+, or −): the router
-   and the routed and shared experts (transformers 5's eager experts loop; an estimate from its
-   source, docs/formulas.md "Mixture of experts"). 0 for a dense block. */
+   and the routed and shared experts as transformers 5.24 runs them (grouped_mm experts; Llama 4's
+   bmm over every expert), measured per family (docs/formulas.md "Mixture of experts"). 0 for a
+   dense block. */
 double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t);
 
 #endif

@@ -4,9 +4,14 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "plan_time.h"
+#include "plan_tp.h"
+#include "plan_lora.h"
 #include "plan_util.h"
 
 void plan_auto_defaults(AutoSpec *a) {
@@ -68,12 +73,16 @@ typedef struct {
 
 /* The micro-batches auto tries for base: the fixed one (kept, or the global batch over the
    GPUs and the kept accumulation), else 1 .. the search bound. */
+/* Data-parallel replicas: the GPUs over the tensor-parallel degree (the tp ranks of a group
+   train the same samples). */
+static int64_t replicas(const ClusterSpec *c, const TrainSpec *t) { return c->gpus / plan_tp_degree(t); }
+
 static void batch_range(const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a, int64_t *lo, int64_t *hi) {
     *lo = 1;
     *hi = a->max_micro_batch;
     if (a->keep_batch) *lo = *hi = base->micro_batch;
     else if (a->keep_accum && a->global_batch > 0) {
-        int64_t b = a->global_batch / c->gpus / base->grad_accum;
+        int64_t b = a->global_batch / replicas(c, base) / base->grad_accum;
         *lo = *hi = b > 0 ? b : 1;
     }
 }
@@ -106,7 +115,7 @@ static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const Clust
     t.ckpt_every = every[n - 1];
     batch_range(base, c, a, &t.micro_batch, &hi);
     if (a->global_batch > 0 && !a->keep_accum) {
-        int64_t per = a->global_batch / c->gpus;
+        int64_t per = a->global_batch / replicas(c, base);
         t.grad_accum = per >= t.micro_batch ? per / t.micro_batch : 1;
     }
     return t;
@@ -142,8 +151,8 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
             if (b > maxb) continue;            /* known not to fit: the peak grows with b */
             t.micro_batch = b;
             if (a->global_batch > 0) {
-                int64_t per = a->global_batch / c->gpus;
-                if (a->global_batch % c->gpus || per % b) continue;
+                int64_t per = a->global_batch / replicas(c, &t);
+                if (a->global_batch % replicas(c, &t) || per % b) continue;
                 if (a->keep_accum && per / b != t.grad_accum) continue;
                 t.grad_accum = per / b;
             }
@@ -207,8 +216,51 @@ static int anything_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
     return 0;
 }
 
+/* A full fine-tune that fits nowhere: would QLoRA (PEFT LoRA r=16 on PEFT's default targets over
+   an NF4 base, plan_lora.c) fit this cluster as it is? Then it is named with its smallest peak, as
+   a different training (the base frozen), after the changes that keep the full fine-tune. */
+static void qlora_fix(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c0, const AutoSpec *a,
+                      AutoResult *out, size_t *n) {
+    if (plan_finetune_on(&base->ft) || *n >= sizeof(out->fix) - 96 || m->n_layers == 0) return;
+    ModelSpec q = *m;
+    q.layers = malloc(sizeof(LayerSpec) * (size_t)m->n_layers);
+    if (!q.layers) return;
+    memcpy(q.layers, m->layers, sizeof(LayerSpec) * (size_t)m->n_layers);
+    q.cap_layers = m->n_layers;
+    TrainSpec tq = *base;
+    tq.ft.rank = 16;
+    tq.ft.alpha = 16;
+    tq.ft.quant = QUANT_NF4;
+    char err[256];
+    double best = -1;
+    if (plan_finetune_apply(&q, &tq, err, sizeof err) == 0) {
+        ClusterSpec cm = *c0;
+        cm.gpu.mem_bytes -= plan_auto_margin(a, c0->gpu.mem_bytes);
+        for (int k = 0; k < STRAT_COUNT; k++)
+            for (int o = 0; o < OFFLOAD_COUNT; o++) {
+                if (!(a->strategies & (1u << k)) || !(a->offloads & (1u << o)) ||
+                    !plan_strategy_offloads((StrategyKind)k, o) || plan_strategy((StrategyKind)k)->shard & SHARD_PARAM)
+                    continue;   /* the strategies --lora plans on every --fsdp (ddp, zero1/2) */
+                for (int p = 0; p < PREC_COUNT; p++) {
+                    if (!regime_ok(a, base, c0, (StrategyKind)k, p)) continue;
+                    TrainSpec t = cheapest(&q, &tq, c0, a);
+                    t.offload = (OffloadKind)o;
+                    t.precision = (PrecisionKind)p;
+                    MemResult r;
+                    if (plan_memory(&q, &t, &cm, (StrategyKind)k, &r) == 0 && r.fits && (best < 0 || r.peak < best))
+                        best = r.peak;
+                }
+            }
+    }
+    free(q.layers);
+    if (best < 0) return;
+    char b[32];
+    *n += (size_t)snprintf(out->fix + *n, sizeof(out->fix) - *n, "%sQLoRA instead of a full fine-tune "
+                           "(--lora 16 --quant-base nf4: peak %s)", *n ? "; " : "", plan_fmt_bytes(best, b, sizeof b));
+}
+
 /* Nothing fits: the changes that would, cheapest first (host memory, more GPUs, a larger GPU,
-   a shorter sequence). */
+   a shorter sequence), then QLoRA. */
 static void nothing_fits(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c0,
                          const AutoSpec *a, AutoResult *out) {
     char a1[32];
@@ -270,6 +322,7 @@ static void nothing_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
             }
         }
     }
+    qlora_fix(m, base, c0, a, out, &n);
     if (!n) snprintf(out->fix, sizeof(out->fix), "none of more GPUs (up to 65536), a larger GPU preset or a shorter sequence");
 }
 
@@ -383,8 +436,8 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
     out->found = 0;
     TrainSpec low = cheapest(m, base, c, a);
     if (!divides) {
-        say(out, "nothing fits: --global-batch %lld is not a multiple of %lld GPUs\n", (long long)a->global_batch,
-            (long long)c->gpus);
+        say(out, "nothing fits: --global-batch %lld is not a multiple of %lld data-parallel GPUs\n",
+            (long long)a->global_batch, (long long)replicas(c, base));
     } else {
         int any_raw = 0;
         for (int i = 0; i < n_opts; i++) {
@@ -395,7 +448,7 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
         }
         if (any_raw && a->global_batch > 0)
             say(out, "nothing fits: no micro-batch up to %lld that fits divides the per-GPU batch %lld\n",
-                (long long)a->max_micro_batch, (long long)(a->global_batch / c->gpus));
+                (long long)a->max_micro_batch, (long long)(a->global_batch / replicas(c, base)));
         else {
             say(out, "nothing fits on %lld x %s (%s each, %s host memory per node) with a %s margin, "
                 "in every searched setup down to micro-batch %lld with act-ckpt %s\n", (long long)c->gpus, c->gpu.name,
@@ -413,11 +466,22 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
 }
 
 /* The pick's setup, host memory and traffic lines. */
+/* The winner's simulated step, its achieved MFU, and what backs the time (plan_time.h). */
+static void auto_time_line(const ModelSpec *m, const ClusterSpec *c, AutoResult *out, const char *unit) {
+    TimeBasis b = plan_time_basis(m, &out->train, c, out->strategy);
+    double mfu = plan_time_mfu(c, &out->train, out->time.flops_per_step, out->time.step_s);
+    say(out, "time (%s): step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
+        "%.0f %s/s at %.0f%% MFU\n", b.published ? "backed by published runs of this setup" : "an estimate",
+        out->time.step_s * 1e3, out->time.compute_s * 1e3, out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3,
+        out->time.tokens_per_s, unit, mfu * 100);
+}
+
 static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, AutoResult *out) {
     char a1[32], a2[32];
-    say(out, "setup: micro-batch %lld x grad-accum %lld x %lld GPUs = global batch %lld, act-ckpt %s, %s; "
+    say(out, "setup: micro-batch %lld x grad-accum %lld x %lld %s = global batch %lld, act-ckpt %s, %s; "
         "peak %s, headroom %s\n", (long long)out->train.micro_batch, (long long)out->train.grad_accum,
-        (long long)c->gpus, (long long)(out->train.micro_batch * out->train.grad_accum * c->gpus),
+        (long long)replicas(c, &out->train), plan_tp_degree(&out->train) > 1 ? "data-parallel replicas (gpus / tp)" : "GPUs",
+        (long long)(out->train.micro_batch * out->train.grad_accum * replicas(c, &out->train)),
         plan_ckpt_name(out->train.act_ckpt), plan_precision(out->train.precision)->name,
         plan_fmt_bytes(out->mem.peak, a1, sizeof(a1)), plan_fmt_bytes(out->mem.headroom, a2, sizeof(a2)));
     char traffic[96] = "";
@@ -495,9 +559,7 @@ static void explain_pick(const ModelSpec *m, const TrainSpec *t, const TrainSpec
             "%.1f ms per step (collectives %.1f ms, host copies %.1f ms)\n", out->comm_s * 1e3,
             out->comm.seconds * 1e3, out->comm.host_seconds * 1e3);
     else
-        say(out, "time (an estimate): step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed), "
-            "%.0f %s/s at %.0f%% MFU\n", out->time.step_s * 1e3, out->time.compute_s * 1e3,
-            out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3, out->time.tokens_per_s, unit, c->mfu * 100);
+        auto_time_line(m, c, out, unit);
     if (out->runner_found) {
         plan_auto_setup_name(out->runner, &out->runner_train, nm, sizeof(nm));
         if (out->time_known)
@@ -526,6 +588,12 @@ static void explain_pick(const ModelSpec *m, const TrainSpec *t, const TrainSpec
 int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
               AutoResult *out) {
     memset(out, 0, sizeof(*out));
+    AutoSpec a_tp;
+    if (plan_tp_degree(t) > 1) {   /* tensor parallel is planned without offload (plan_tp_check) */
+        a_tp = *a;
+        a_tp.offloads &= 1u << OFFLOAD_NONE;
+        a = &a_tp;
+    }
     out->time_known = plan_model_acts_known(m);
     TrainSpec base = *t;
     if (a->global_batch > 0 && !a->keep_accum) base.grad_accum = 1;
@@ -533,7 +601,7 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
     ClusterSpec cm = *c;             /* capacity less the safety margin */
     cm.gpu.mem_bytes -= out->margin;
     Option opts[STRAT_COUNT * OFFLOAD_COUNT * PREC_COUNT];
-    int divides = !(a->global_batch > 0 && a->global_batch % c->gpus);
+    int divides = !(a->global_batch > 0 && a->global_batch % replicas(c, t));
     int n_opts = divides ? search_options(m, t, &base, c, &cm, a, opts, out) : 0;
     double top;
     int win = pick(opts, n_opts, a, &top);
@@ -585,9 +653,22 @@ char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const A
     cJSON *z = cJSON_AddObjectToObject(j, "zero_optimization");
     cJSON_AddNumberToObject(z, "stage", stage);
     if (stage > 0) {
-        cJSON_AddNumberToObject(z, "reduce_bucket_size", (double)(int64_t)PLAN_DS_REDUCE_BUCKET);
-        cJSON_AddBoolToObject(z, "overlap_comm", stage == 3);
+        const DsKnobs *u = &r->train.ds;   /* what the user set, beside DeepSpeed's defaults */
+        DsKnobs k = plan_ds_knobs(&r->train);
+        cJSON_AddNumberToObject(z, "reduce_bucket_size", (double)(int64_t)k.reduce_bucket);
+        cJSON_AddBoolToObject(z, "overlap_comm", u->overlap_comm ? u->overlap_comm == 1 : stage == 3);
         cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
+        if (stage == 3) {
+            static const struct { const char *key; size_t off; } S3[] = {
+                {"stage3_prefetch_bucket_size", offsetof(DsKnobs, prefetch)},
+                {"stage3_max_live_parameters", offsetof(DsKnobs, max_live)},
+                {"stage3_max_reuse_distance", offsetof(DsKnobs, max_reuse)},
+                {"stage3_param_persistence_threshold", offsetof(DsKnobs, persist)},
+            };
+            for (size_t i = 0; i < sizeof S3 / sizeof S3[0]; i++)
+                if (*(const double *)((const char *)u + S3[i].off) > 0)
+                    cJSON_AddNumberToObject(z, S3[i].key, (double)(int64_t) * (const double *)((const char *)&k + S3[i].off));
+        }
     }
     if (r->train.offload != OFFLOAD_NONE) {   /* offload_config.py: device, pin_memory */
         cJSON *oo = cJSON_AddObjectToObject(z, "offload_optimizer");
@@ -698,6 +779,8 @@ static void torch_fsdp2(FILE *f, const ClusterSpec *c, const AutoResult *r, cons
     if (r->strategy == STRAT_FSDP_HYBRID && nodes > 1)
         fprintf(f, "mesh = init_device_mesh(\"cuda\", (%lld, %lld), mesh_dim_names=(\"replicate\", \"shard\"))  # HYBRID_SHARD\n",
                 (long long)nodes, (long long)c->gpus_per_node);
+    else if (plan_tp_degree(&r->train) > 1)   /* the dp dimension of torch_tp's 2-D mesh */
+        fprintf(f, "mesh = mesh2d[\"dp\"]\n");
     else
         fprintf(f, "mesh = init_device_mesh(\"cuda\", (%lld,))\n", (long long)c->gpus);
     fprintf(f, "kw = dict(mesh=mesh");
@@ -714,22 +797,146 @@ static void torch_fsdp2(FILE *f, const ClusterSpec *c, const AutoResult *r, cons
         fprintf(f, "# each micro-step: model.set_requires_gradient_sync(is_last_micro_step)  # --fsdp-grad-sync last\n");
 }
 
+/* Tensor parallel (--tp): the 2-D mesh and the parallelize_module plan memplan plans
+   (docs/formulas.md "Tensor and sequence parallel"), on Hugging Face's module names: LLaMA-style
+   models (torchtitan's plan) or GPT-2 (its Conv1D as nn.Linear first). */
+static void torch_tp(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
+    static const char *const LLAMA_NAMES[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "granite", "smollm3"};
+    int tp = plan_tp_degree(&r->train), sp = r->train.sp != 0, gpt2 = strcmp(m->family, "gpt2") == 0, llama = 0;
+    for (size_t i = 0; i < sizeof LLAMA_NAMES / sizeof LLAMA_NAMES[0]; i++) llama |= strcmp(m->family, LLAMA_NAMES[i]) == 0;
+    const char *stream = sp ? "Shard(1)" : "Replicate()", *local = sp ? ", use_local_output=False" : "";
+    fprintf(f, "# tensor parallel %d x data parallel %lld on a 2-D mesh; sequence parallel %s\n", tp,
+            (long long)(c->gpus / tp), sp ? "on" : "off");
+    fprintf(f, "from torch.distributed.device_mesh import init_device_mesh\n"
+               "from torch.distributed.tensor import Replicate, Shard\n"
+               "from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,\n"
+               "    RowwiseParallel, SequenceParallel, parallelize_module)\n");
+    fprintf(f, "mesh2d = init_device_mesh(\"cuda\", (%lld, %d), mesh_dim_names=(\"dp\", \"tp\"))\n",
+            (long long)(c->gpus / tp), tp);
+    if (!gpt2 && !llama) {
+        fprintf(f, "# %s: apply the same split to its modules (q, k, v and the MLP's first linear(s) ColwiseParallel,\n"
+                   "# the attention output and the MLP's last linear RowwiseParallel%s); memplan emits module names for\n"
+                   "# GPT-2 and LLaMA-style families only\n", m->family[0] ? m->family : m->name,
+                sp ? ", the norms SequenceParallel" : "");
+    } else if (gpt2) {
+        fprintf(f, "# GPT-2: convert every block's Conv1D to nn.Linear (weight transposed), reorder c_attn's rows so each\n"
+                   "# rank's shard holds its heads' q, k, v, and set attn.split_size = n_embd // %d\n"
+                   "#   (bench/torch/harness.py _gpt2_conv1d_to_linear); the tied embedding and head stay replicated\n", tp);
+        if (sp)
+            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"transformer.drop\": PrepareModuleOutput("
+                       "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"
+                       "    \"transformer.ln_f\": SequenceParallel(), \"lm_head\": PrepareModuleInput("
+                       "input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True)})\n");
+        fprintf(f, "for block in model.transformer.h:\n"
+                   "    parallelize_module(block, mesh2d[\"tp\"], {\n"
+                   "        \"attn\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
+                   "        \"mlp\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
+                   "        \"attn.c_attn\": ColwiseParallel(), \"mlp.c_fc\": ColwiseParallel(),\n"
+                   "        \"attn.c_proj\": RowwiseParallel(output_layouts=%s%s),\n"
+                   "        \"mlp.c_proj\": RowwiseParallel(output_layouts=%s%s),%s})\n",
+                stream, stream, stream, local, stream, local,
+                sp ? "\n        \"ln_1\": SequenceParallel(), \"ln_2\": SequenceParallel()," : "");
+    } else {
+        if (plan_tp_root_sharded(m))
+            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\n"
+                       "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=%s%s),\n"
+                       "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=Replicate()),%s})\n",
+                    stream, local, stream, sp ? "\n    \"model.norm\": SequenceParallel()," : "");
+        else if (sp)   /* a tied embedding and head stay replicated: slice to and gather from the shards */
+            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"model.embed_tokens\": PrepareModuleOutput("
+                       "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"
+                       "    \"model.norm\": SequenceParallel(), \"lm_head\": PrepareModuleInput("
+                       "input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True)})\n");
+        fprintf(f, "for block in model.model.layers:\n"
+                   "    parallelize_module(block, mesh2d[\"tp\"], {\n"
+                   "        \"self_attn\": PrepareModuleInput(input_kwarg_layouts={\"hidden_states\": %s},\n"
+                   "                                        desired_input_kwarg_layouts={\"hidden_states\": Replicate()}),\n"
+                   "        \"mlp\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
+                   "        \"self_attn.q_proj\": ColwiseParallel(), \"self_attn.k_proj\": ColwiseParallel(),\n"
+                   "        \"self_attn.v_proj\": ColwiseParallel(), \"mlp.gate_proj\": ColwiseParallel(),\n"
+                   "        \"mlp.up_proj\": ColwiseParallel(),\n"
+                   "        \"self_attn.o_proj\": RowwiseParallel(output_layouts=%s%s),\n"
+                   "        \"mlp.down_proj\": RowwiseParallel(output_layouts=%s%s),%s})\n",
+                stream, stream, stream, local, stream, local,
+                sp ? "\n        \"input_layernorm\": SequenceParallel(), \"post_attention_layernorm\": SequenceParallel()," : "");
+    }
+    fprintf(f, "# torch.optim.AdamW(foreach=True) refuses lists that mix DTensors and plain tensors: give the\n"
+               "# replicated plain parameters a parameter group of their own (or fully_shard them, below)\n");
+}
+
 /* FSDP1 (FullyShardedDataParallel, --fsdp 1): the flat-parameter wrapper with auto-wrap. */
 static void torch_fsdp1(FILE *f, const AutoResult *r, const char *blk, const char *dt) {
     const PrecisionSpec *p = plan_precision(r->train.precision);
     const char *ss = r->strategy == STRAT_FSDP_FULL ? "FULL_SHARD" : r->strategy == STRAT_FSDP_GRAD_OP ? "SHARD_GRAD_OP" : "HYBRID_SHARD";
-    fprintf(f, "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, MixedPrecision, CPUOffload\n"
-               "from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy\n");
-    fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
-               "             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={%s}),\n",
-            ss, blk);
+    const FsdpKnobs *k = &r->train.fsdp1;
+    static const char *const BWD[] = {"BackwardPrefetch.BACKWARD_PRE", "BackwardPrefetch.BACKWARD_POST", "None"};
+    fprintf(f, "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, MixedPrecision, CPUOffload%s\n"
+               "from torch.distributed.fsdp.wrap import %s\n",
+            k->bwd == FSDP_BWD_POST ? ", BackwardPrefetch" : "",
+            k->min_params > 0 ? "size_based_auto_wrap_policy" : "transformer_auto_wrap_policy");
+    if (k->min_params > 0)
+        fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
+                   "             auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=%.0f),\n",
+                ss, k->min_params);
+    else
+        fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
+                   "             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={%s}),\n",
+                ss, blk);
+    if (k->bwd != FSDP_BWD_PRE) fprintf(f, "             backward_prefetch=%s,\n", BWD[k->bwd]);
+    if (k->fwd) fprintf(f, "             forward_prefetch=True,\n");
     if (p->master_bytes > 0)
         fprintf(f, "             mixed_precision=MixedPrecision(param_dtype=%s, reduce_dtype=%s, buffer_dtype=%s),\n", dt, dt, dt);
     if (r->train.offload == OFFLOAD_PARAM) fprintf(f, "             cpu_offload=CPUOffload(offload_params=True),\n");
-    fprintf(f, "             device_id=local_rank, limit_all_gathers=True, sync_module_states=True)"
-               "  # load weights on rank 0 only\n");
+    fprintf(f, "             device_id=local_rank, limit_all_gathers=%s, sync_module_states=True)"
+               "  # load weights on rank 0 only\n", k->no_limit ? "False" : "True");
     if (r->train.grad_accum > 1 && r->train.fsdp_grad_sync == FSDP_SYNC_LAST)
         fprintf(f, "# non-final micro-steps under `with model.no_sync():`  # --fsdp-grad-sync last\n");
+}
+
+void plan_auto_finetune_code(FILE *f, const ModelSpec *m, const TrainSpec *t) {
+    const FinetuneSpec *ft = &t->ft;
+    if (ft->rank > 0) {
+        char tg[160];
+        plan_lora_targets(m, ft, tg, sizeof tg);
+        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8)
+            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s)) "
+                    "and call peft.prepare_model_for_kbit_training(model) first\n", plan_quant_name(ft->quant),
+                    ft->quant == QUANT_NF4 ? "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, "
+                                             "bnb_4bit_compute_dtype=torch.bfloat16" : "load_in_8bit=True");
+        else if (ft->quant == QUANT_BF16)
+            fprintf(f, "# --quant-base bf16: load the base with torch_dtype=torch.bfloat16\n");
+        fprintf(f, "from peft import LoraConfig, get_peft_model\n");
+        fprintf(f, "model = get_peft_model(model, LoraConfig(r=%d, lora_alpha=%g, lora_dropout=%g, target_modules=",
+                ft->rank, ft->alpha, ft->dropout);
+        if (strcmp(tg, "all-linear") == 0) fprintf(f, "\"all-linear\"");
+        else {
+            fputc('[', f);
+            for (const char *p = tg; *p;) {
+                const char *e = strchr(p, ',');
+                int k = e ? (int)(e - p) : (int)strlen(p);
+                fprintf(f, "%s\"%.*s\"", p == tg ? "" : ", ", k, p);
+                p += k + (e ? 1 : 0);
+            }
+            fputc(']', f);
+        }
+        fprintf(f, "))  # --lora %d\n", ft->rank);
+    } else if (ft->freeze == FREEZE_EMBEDDINGS) {
+        fprintf(f, "model.get_input_embeddings().requires_grad_(False)  # --freeze embeddings\n");
+    } else if (ft->freeze == FREEZE_ALL_BUT_LAST) {
+        const char *blk = "BLOCK";
+        for (size_t i = 0; i < sizeof(BLOCKS) / sizeof(BLOCKS[0]); i++)
+            if (strcmp(m->family, BLOCKS[i].family) == 0) blk = BLOCKS[i].cls;
+        fprintf(f, "# --freeze all-but-last:%d: train the last %d blocks and what follows them\n"
+                   "blocks = [m for m in model.modules() if isinstance(m, %s)]\n"
+                   "keep = {id(p) for b in blocks[-%d:] for p in b.parameters()}\n"
+                   "last = {id(p) for p in blocks[-1].parameters()}; after = False\n"
+                   "for _, p in model.named_parameters():\n"
+                   "    after = after or id(p) in last\n"
+                   "    if after and id(p) not in last: keep.add(id(p))\n"
+                   "emb = {id(p) for p in model.get_input_embeddings().parameters()}\n"
+                   "for p in model.parameters(): p.requires_grad_(id(p) in keep and id(p) not in emb)\n",
+                ft->freeze_n, ft->freeze_n, blk, ft->freeze_n);
+    }
 }
 
 void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
@@ -755,9 +962,19 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     if (bn) fprintf(f, "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before wrapping\n");
     if (p->master_bytes == 0 && p->param_bytes == 2)   /* pure 16-bit: params, grads and Adam states */
         fprintf(f, "model = model.to(%s)  # --precision %s\n", dt, p->name);
+    plan_auto_finetune_code(f, m, &r->train);   /* the trainable subset, before wrapping */
     if (!fsdp1) torch_ckpt(f, &r->train, blk, mod && transformer);   /* before sharding */
+    if (plan_tp_degree(&r->train) > 1) torch_tp(f, m, c, r);
     switch (r->strategy) {
     case STRAT_DDP:
+        if (plan_tp_degree(&r->train) > 1) {
+            if (c->gpus > r->train.tp)
+                fprintf(f, "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                           "model = DDP(model, device_mesh=mesh2d[\"dp\"])  # DDP on the dp dimension (not checked on CPU ranks)\n");
+            else
+                fprintf(f, "# tp = GPUs: no data parallelism, no DDP wrapper\n");
+            break;
+        }
         fprintf(f, "from torch.nn.parallel import DistributedDataParallel as DDP\n");
         fprintf(f, "model = DDP(model.cuda(), device_ids=[local_rank], bucket_cap_mb=25%s)\n",
                 r->train.grad_as_bucket_view ? ", gradient_as_bucket_view=True" : "");
@@ -780,4 +997,67 @@ void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     }
     if (p->autocast && (r->strategy == STRAT_DDP || fsdp))
         fprintf(f, "with torch.autocast(\"cuda\", dtype=%s): loss = model(batch)\n", dt);
+}
+
+/* --tp auto: auto once per tensor-parallel candidate (1; each divisor of the GPUs per node that
+   plan_tp_check takes for ddp or fsdp-full, sequence parallel off and on unless t fixes it), the
+   simpler first: a larger tp (and SP over no SP) is picked only when it is faster than the pick
+   so far by more than near_frac, or the pick so far does not fit. docs/formulas.md "Auto mode". */
+int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                 int sp_fixed, AutoResult *out) {
+    AutoResult *cur = malloc(sizeof *cur);
+    if (!cur) return -1;
+    char lines[2048] = "";
+    size_t n = 0;
+    int have = 0;
+    long cand = 0, eval = 0;
+    const unsigned tp_ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    for (int64_t d = 1; d <= c->gpus_per_node; d++) {
+        if (c->gpus_per_node % d) continue;
+        for (int sp = 0; sp <= 1; sp++) {
+            if (d == 1 && sp) continue;
+            if (d > 1 && sp_fixed && sp != t->sp) continue;
+            TrainSpec tt = *t;
+            AutoSpec aa = *a;
+            tt.tp = (int)d;
+            tt.sp = d > 1 ? sp : 0;
+            if (d > 1) {
+                aa.strategies &= tp_ok;
+                char msg[320];
+                int any = 0;
+                for (int k = 0; k < STRAT_COUNT; k++)
+                    if ((aa.strategies & (1u << k)) && !plan_tp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
+                if (!any) continue;
+            }
+            plan_auto(m, &tt, c, &aa, cur);
+            cand += cur->candidates;
+            eval += cur->evaluated;
+            char label[32];
+            snprintf(label, sizeof label, d > 1 ? "tp %lld sp %s" : "tp 1 (data parallel alone)", (long long)d,
+                     tt.sp ? "on" : "off");
+            if (!cur->found) {
+                if (n < sizeof lines) n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: nothing fits\n", label);
+                continue;
+            }
+            /* the pick's own score (plan_auto may keep a simpler setup just below its best) */
+            double score = cur->time_known ? cur->time.tokens_per_s : 1 / cur->comm_s;
+            double held = !have ? 0 : out->time_known ? out->time.tokens_per_s : 1 / out->comm_s;
+            int better = !have || score > held * (1 + a->near_frac);
+            if (n < sizeof lines)
+                n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: %s, %.0f %s%s\n", label,
+                                      plan_strategy(cur->strategy)->name, cur->time_known ? cur->time.tokens_per_s : cur->comm_s * 1e3,
+                                      cur->time_known ? "tokens/s" : "ms of communication",
+                                      !have ? "" : better ? " (faster by more than the margin: taken)"
+                                      : score <= held ? " (slower: the simpler stays)"
+                                                      : " (faster within the margin: the simpler stays)");
+            if (better) { *out = *cur; have = 1; }
+        }
+    }
+    if (!have) *out = *cur;   /* nothing fits anywhere: the last explanation (with its fixes) */
+    out->candidates = cand;
+    out->evaluated = eval;
+    say(out, "tensor parallel searched (a larger tp or SP is taken only when faster by more than %.0f%%):\n%s",
+        a->near_frac * 100, lines);
+    free(cur);
+    return 0;
 }

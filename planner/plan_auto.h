@@ -62,6 +62,11 @@ void plan_auto_defaults(AutoSpec *a);
 unsigned plan_auto_precisions(PrecisionKind p);
 int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
               AutoResult *out);
+/* --tp auto: plan_auto for tp 1 and every tensor-parallel degree (and SP unless sp_fixed) that
+   applies, the simpler kept unless a larger one is faster by more than a->near_frac; the
+   explanation lists each. 0, or -1 out of memory. */
+int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                 int sp_fixed, AutoResult *out);
 /* DeepSpeed config JSON for the choice (caller frees): only keys DeepSpeed's config parser
    knows, integer byte counts; memplan's prediction goes through plan_auto_prediction. */
 char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);
@@ -69,5 +74,10 @@ char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const A
 void plan_auto_prediction(FILE *f, const ClusterSpec *c, const AutoResult *r);
 /* torchrun command line and the DDP/FSDP wrapping snippet. */
 void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);
+
+/* The Python lines that make t's trainable subset (PEFT's get_peft_model with t's LoRA, QLoRA's
+   4-bit loading as a comment, or --freeze's requires_grad_(False)), as train.py would run them
+   before wrapping the model; nothing without one. */
+void plan_auto_finetune_code(FILE *f, const ModelSpec *m, const TrainSpec *t);
 
 #endif

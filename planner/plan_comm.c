@@ -16,7 +16,8 @@ static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
     "gradient norm", "overflow flag", "unit parameters", "unit gradients",
     "gradient shards across nodes", "module buffers (BN stats, rotary)", "SyncBN statistics",
     "SyncBN gradient sums", "gradient shards to host", "parameter shards from host (fwd + bwd)",
-    "updated parameters from host"};
+    "updated parameters from host", "TP block activations", "TP logits",
+    "SP replicated-parameter gradients"};
 
 const char *plan_coll_name(PlanCollOp op) { return COLL_NAMES[op]; }
 static const char *plan_coll_purpose_label(CollPurpose p) { return PURPOSE_LABELS[p]; }
@@ -61,12 +62,69 @@ double plan_ddp_buckets_tensors(const ModelSpec *m, int grad_bytes, double first
     return n + (fill > 0);
 }
 
+/* NCCL's cost model (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime,
+   the release at commit 01afd20): per algorithm (tree: all-reduce only) and protocol, a base
+   latency plus per-hop latencies by link, and a bus bandwidth cut per protocol; NCCL runs the
+   pair with the least time. Latencies in microseconds: [tree, ring][LL, LL128, Simple]. */
+enum { ALG_TREE = 0, ALG_RING, PROTO_LL = 0, PROTO_LL128, PROTO_SIMPLE };
+static const double NCCL_BASE_LAT[2][3] = {{4.4, 4.4, 0}, {3.6, 10.0, 8.4}};
+static const double NCCL_HW_LAT[3][2][3] = {                  /* NVLink, PCIe, network */
+    {{.52, 1.2, 28}, {.47, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 50}, {2.7, 4.0, 9.6}}};
+/* The ring's Simple bus bandwidth as a share of the link's: NCCL's model caps an A100 node's
+   bus bandwidth at 235 GB/s (tuning.cc, compCap80) of NVLink 3's 300 GB/s per direction; taken
+   for every link. */
+#define NCCL_LINK_EFF (235.0 / 300.0)
+
+/* One algorithm x protocol: seconds for payload bytes over n ranks on `nodes` nodes. bus is the
+   ring's Simple bus bandwidth (B/s); hw the intra-node link row; lat_scale the preset's hop
+   latency over NCCL's ring/LL figure (1 unless --latency). */
+static double nccl_time(PlanCollOp op, int a, int p, double payload, double n, double nodes, double bus, int hw,
+                        double lat_intra, double lat_net) {
+    double nsteps = op == PCOLL_ALL_REDUCE ? 2 * (n - 1) : op == PCOLL_BROADCAST ? n : n - 1;
+    double inter = nodes <= 1 ? 0 : op == PCOLL_ALL_REDUCE ? 2 * (nodes - 1) : op == PCOLL_BROADCAST ? nodes : nodes - 1;
+    double bw = bus;
+    if (a == ALG_RING && p == PROTO_LL) bw *= (nodes > 1 || op == PCOLL_ALL_REDUCE) ? 1.0 / 4.0 : 1.0 / 3.0;
+    if (a == ALG_RING && p == PROTO_LL128) bw *= 0.92;
+    if (a == ALG_TREE) bw = fmin(bw * 0.9, (nodes > 2 ? 80.0 : 110.0) * 1e9);
+    if (a == ALG_TREE && p == PROTO_LL) bw *= 1.0 / 3.8;
+    if (a == ALG_TREE && p == PROTO_LL128) bw *= nodes <= 1 ? 7.0 / 9.0 : 0.915;
+    double algbw = bw * (a == ALG_RING ? n / nsteps : 0.5);
+    double li = NCCL_HW_LAT[hw][a][p] * lat_intra * (nodes > 1 && p == PROTO_LL ? 1.8 : 1);
+    double ln = NCCL_HW_LAT[2][a][p] * lat_net;
+    double lat = NCCL_BASE_LAT[a][p] + (a == ALG_RING ? (nsteps - inter) * li + inter * ln
+                                                      : 2 * ((n / nodes - 1) * li + floor(log2(nodes)) * ln));
+    return lat * 1e-6 + payload / algbw;
+}
+
+/* The per-operation model's collective: NCCL's ring (and tree, for all-reduce) over every
+   protocol, the fastest. A ring across nodes runs one channel per NIC, so its bus bandwidth is
+   the node's NICs (GPUs per node x the per-GPU share) or the intra-node link, the lower. */
+static double nccl_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group, int crosses) {
+    double n = (double)group, gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
+    double nodes = crosses ? ceil(n / gpn) : 1;
+    double link = nodes > 1 ? fmin(c->gpu.intra_bw, n / nodes * c->gpu.inter_bw) : c->gpu.intra_bw;
+    double bus = link * NCCL_LINK_EFF * 1e9;
+    int hw = c->gpu.nvlink ? 0 : 1;
+    double lat_intra = c->gpu.intra_lat * 1e6 / NCCL_HW_LAT[hw][ALG_RING][PROTO_LL];   /* s -> us */
+    double lat_net = c->gpu.inter_lat * 1e6 / NCCL_HW_LAT[2][ALG_RING][PROTO_LL];
+    double best = INFINITY;
+    for (int a = ALG_TREE; a <= ALG_RING; a++)
+        for (int p = PROTO_LL; p <= PROTO_SIMPLE; p++) {
+            if (a == ALG_TREE && op != PCOLL_ALL_REDUCE) continue;
+            if (p == PROTO_LL128 && !c->gpu.nvlink) continue;   /* LL128 only on NVLink (tuning.cc) */
+            best = fmin(best, nccl_time(op, a, p, payload, n, nodes, bus, hw, lat_intra, lat_net));
+        }
+    return best;
+}
+
 double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
                          int crosses_nodes) {
     if (group <= 1) return 0;
+    int measured = op >= 0 && op < 4 && c->coll_bw[op] > 0;
+    if (!plan_time_flat(c) && !measured) return nccl_seconds(c, op, payload, group, crosses_nodes);
     double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
     double hop = c->gpu.intra_lat;
-    if (op >= 0 && op < 4 && c->coll_bw[op] > 0) bw = c->coll_bw[op] * 1e9;   /* a measured description */
+    if (measured) bw = c->coll_bw[op] * 1e9;   /* a measured description */
     if (op >= 0 && op < 4 && c->coll_lat[op] > 0) hop = c->coll_lat[op];
     /* NCCL's latency model (tuning.cc): base + intra-node hops + inter-node hops, where a ring
        over `nodes` nodes crosses the network 2(nodes-1) times for an all-reduce, nodes-1 times

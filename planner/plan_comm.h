@@ -33,6 +33,10 @@ typedef enum {
     PURPOSE_HOST_GRADS,         /* offload: gradient shards to host memory */
     PURPOSE_HOST_PARAMS,        /* offload: parameter shards from host memory before gathers */
     PURPOSE_HOST_UPDATED,       /* offload: updated parameters from host memory after the step */
+    PURPOSE_TP_ACTS,            /* tensor parallel: a block's activations (row-parallel outputs,
+                                   column-parallel input gradients; SP: gathers and scatters) */
+    PURPOSE_TP_LOGITS,          /* tensor parallel: the vocab-sharded logits gathered for the loss */
+    PURPOSE_TP_REPLICA_GRADS,   /* sequence parallel: replicated parameters' partial gradients */
     PURPOSE_COUNT
 } CollPurpose;
 
@@ -59,7 +63,7 @@ typedef struct {
     double seconds;          /* at the preset's host link bandwidth */
 } PlanHostCopy;
 
-#define PLAN_MAX_COLLS 16
+#define PLAN_MAX_COLLS 24
 typedef struct {
     PlanColl c[PLAN_MAX_COLLS];
     int n;

@@ -1,5 +1,7 @@
 /* plan_cost.c — the per-layer cost model the compute rule prices (plan_rules.c rule_compute):
- * forward FLOPs and the bytes of each layer's elementwise passes, per micro-batch.
+ * forward FLOPs, the bytes of each layer's elementwise passes, and their seconds on a cluster:
+ * the flat model (FLOPs at --mfu x peak) or per operation (GEMMs at a shape-dependent share of
+ * the GPU's measured GEMM rate, attention by its kernel, elementwise passes at HBM bandwidth).
  * docs/formulas.md "Time". */
 #include "plan_cost.h"
 
@@ -21,6 +23,16 @@ double plan_attn_keys_per_query(const TrainSpec *t, double s) {
     return sum / s;
 }
 
+/* The head's logits GEMM weight elements (V x h; 0 headless) and its other parameters (an
+   untied head's matrix is the logits GEMM's weight, counted once). */
+static double logits_elems(const ModelSpec *m) {
+    return m->headless ? 0 : (double)m->d_model * (double)m->vocab;
+}
+static double head_other_params(const ModelSpec *m, const LayerSpec *l) {
+    double o = (double)l->params - (m->tied_embeddings ? 0 : logits_elems(m));
+    return o > 0 ? o : 0;
+}
+
 static double seq_of(const ModelSpec *m, const TrainSpec *t) {
     return (double)(t->seq > 0 ? t->seq : (m->max_seq > 0 ? m->max_seq : 1));
 }
@@ -31,13 +43,17 @@ double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t) {
     double s = seq_of(m, t);
     if (l->fwd_flops > 0) return l->fwd_flops * b * plan_cnn_area_scale(m, t->seq);   /* CNN, per sample */
     if (!is_transformer(m)) return 2.0 * (double)l->params * b * s;
-    double h = (double)m->d_model, attn = (double)m->n_head * (double)m->d_head;
+    double attn = (double)m->n_head * (double)m->d_head;
     switch (l->kind) {
     /* 2 FLOPs per weight per token, + QK^T and AV: 2 x 2 x keys x d per token (PyTorch: every
        key, the mask applied after; the engine: the keys its causal blocks compute) */
-    /* a MoE block: the parameters a token uses (top_k of the routed experts, plan_layer_active_params) */
-    case LAYER_BLOCK: return b * s * (2.0 * plan_layer_active_params(m, l) + 4.0 * plan_attn_keys_per_query(t, s) * attn);
-    case LAYER_HEAD: return b * s * 2.0 * h * (double)m->vocab + 2.0 * (double)l->params * b * s;
+    /* a MoE block: the parameters a token uses (top_k of the routed experts, plan_layer_active_params);
+       Llama 4 in transformers runs every expert on every token (docs/formulas.md "Mixture of experts") */
+    case LAYER_BLOCK: {
+        double used = m->moe.router == MOE_ROUTER_ALL_EXPERTS ? (double)l->params : plan_layer_active_params(m, l);
+        return b * s * (2.0 * used + 4.0 * plan_attn_keys_per_query(t, s) * attn);
+    }
+    case LAYER_HEAD: return b * s * 2.0 * (logits_elems(m) + head_other_params(m, l));
     case LAYER_LINEAR: return 2.0 * (double)l->params * b;
     default: return 0;                                         /* lookups, norms: memory-bound */
     }
@@ -120,4 +136,146 @@ void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double 
     }
     *fwd = fe * n * X;
     *bwd = be * n * X;
+}
+
+/* ---- seconds: the flat model and the per-operation model (docs/formulas.md "Time") ---- */
+
+static double peak_of(const ClusterSpec *c, const PrecisionSpec *p) {
+    double r = c->gpu.peak_tflops[p->peak] * 1e12;
+    return r > 0 ? r : c->gpu.peak_tflops[PEAK_FP32] * 1e12;
+}
+
+static double hbm_of(const ClusterSpec *c) {
+    return c->gpu.mem_bw > 0 ? c->gpu.mem_bw * 1e9 : INFINITY;
+}
+
+/* The fraction of the dense peak a large GEMM sustains in training: the generation's measured
+   best (MAMF) x the share of it training runs sustain (GpuEff.gemm_train, set from published
+   runs: docs/gpus.md "Achieved rates"). */
+static double gemm_frac(const ClusterSpec *c) {
+    return c->gpu.eff ? c->gpu.eff->gemm_eff * c->gpu.eff->gemm_train : 1;
+}
+
+/* The share of the GPU's SMs a GEMM's output tiles keep busy: cuBLAS covers the M x N output
+   (batch times) with tiles, one tile per SM per wave; a partial tile or a last wave that fills
+   only some SMs leaves the rest idle (NVIDIA, "Matrix Multiplication Background User's Guide":
+   tile and wave quantization). The best of the large tiles cuBLAS chooses among. */
+static double wave_util(double M, double N, double batch, int sms) {
+    static const double TILE[][2] = {{256, 128}, {128, 256}, {128, 128}};
+    if (sms <= 0) return 1;
+    double best = 0;
+    for (size_t k = 0; k < sizeof TILE / sizeof TILE[0]; k++) {
+        double tiles = ceil(M / TILE[k][0]) * ceil(N / TILE[k][1]) * batch;
+        double waves = ceil(tiles / sms);
+        double u = M * N * batch / (waves * sms * TILE[k][0] * TILE[k][1]);
+        if (u > best) best = u;
+    }
+    return best;
+}
+
+double plan_gemm_seconds(const ClusterSpec *c, double peak, double M, double N, double K, double batch,
+                         double elem_bytes) {
+    if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return 0;
+    double compute = 2 * M * N * K * batch / (peak * gemm_frac(c) * wave_util(M, N, batch, c->gpu.sms));
+    double traffic = (M * K + K * N + M * N) * batch * elem_bytes / hbm_of(c);   /* roofline */
+    return compute > traffic ? compute : traffic;
+}
+
+/* A GEMM's forward and its backward (the input gradient M x K from N, the weight gradient
+   K x N over M). */
+static void gemm_fb(const ClusterSpec *c, double peak, double M, double N, double K, double batch, double e,
+                    double *f, double *b) {
+    *f += plan_gemm_seconds(c, peak, M, N, K, batch, e);
+    *b += plan_gemm_seconds(c, peak, M, K, N, batch, e) + plan_gemm_seconds(c, peak, K, N, M, batch, e);
+}
+
+/* The generation's flash-attention fraction of the peak at sequence s: the published points at
+   512 ... 16k, interpolated in log2(s), held beyond them. */
+static double attn_eff(const double pts[PLAN_ATTN_POINTS], double s) {
+    double x = log2(s > 1 ? s : 1) - 9;   /* 0 at 512 */
+    if (x <= 0) return pts[0];
+    if (x >= PLAN_ATTN_POINTS - 1) return pts[PLAN_ATTN_POINTS - 1];
+    int i = (int)x;
+    return pts[i] + (pts[i + 1] - pts[i]) * (x - i);
+}
+
+/* The attention core (scores and values) of one block for b sequences of s tokens. SDPA's flash
+   kernel: forward 4·b·s·s'·d_attn FLOPs (s' = s/2 causal: it skips masked tiles), backward 2.5x
+   (FlashAttention-2's benchmark counts), each at the generation's measured fraction. Eager (and
+   the engine): batched GEMMs over b x heads, QK^T and AV forward, four in backward (dP, dV, dQ,
+   dK); its softmax is an elementwise pass (plan_layer_mem_bytes). */
+static void attn_core(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, double peak, double e,
+                      double *f, double *b) {
+    double s = seq_of(m, t), bh = (double)t->micro_batch * (double)m->n_head, dh = (double)m->d_head;
+    if (t->attn == ATTN_SDPA && t->impl != IMPL_ENGINE && c->gpu.eff) {
+        double keys = m->arch == ARCH_DECODER ? s / 2 : s;
+        double fl = 4 * bh * s * keys * dh;
+        double train = c->gpu.eff->attn_train;
+        *f += fl / (peak * attn_eff(c->gpu.eff->attn_fwd, s) * train);
+        *b += 2.5 * fl / (peak * attn_eff(c->gpu.eff->attn_bwd, s) * train);
+        return;
+    }
+    double keys = plan_attn_keys_per_query(t, s);
+    *f += plan_gemm_seconds(c, peak, s, keys, dh, bh, e) + plan_gemm_seconds(c, peak, s, dh, keys, bh, e);
+    *b += plan_gemm_seconds(c, peak, s, keys, dh, bh, e) + plan_gemm_seconds(c, peak, keys, dh, s, bh, e) +
+          plan_gemm_seconds(c, peak, s, dh, keys, bh, e) + plan_gemm_seconds(c, peak, keys, dh, s, bh, e);
+}
+
+/* A transformer block's GEMMs for T tokens: QKV, the output projection, the MLP (SwiGLU: gate
+   and up), down; a MoE block's MLP as the dense GEMMs of its active width. FLOPs the list does
+   not hold (cross-attention, biases' share of the count) run at an (T, h, h) GEMM's rate. */
+static void block_gemms(const ModelSpec *m, const LayerSpec *l, double T, const ClusterSpec *c, double peak,
+                        double e, double *f, double *b) {
+    double h = (double)m->d_model, dh = (double)m->d_head;
+    double q = (double)m->n_head * dh, kv = (double)(m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * dh;
+    double attn_w = h * (q + 2 * kv) + q * h;
+    int gated = m->mlp == MLP_SWIGLU;
+    double fw = l->expert_params > 0 ? (plan_layer_active_params(m, l) - attn_w) / ((gated ? 3 : 2) * h)
+                                     : plan_act_mlp_width(m, l);
+    if (fw < 0) fw = 0;
+    gemm_fb(c, peak, T, q + 2 * kv, h, 1, e, f, b);
+    gemm_fb(c, peak, T, h, q, 1, e, f, b);
+    for (int k = 0; k < (gated ? 2 : 1); k++) gemm_fb(c, peak, T, fw, h, 1, e, f, b);
+    gemm_fb(c, peak, T, h, fw, 1, e, f, b);
+    double rest = plan_layer_active_params(m, l) - attn_w - (gated ? 3 : 2) * h * fw - 4 * h;
+    if (rest > h * h / 8) gemm_fb(c, peak, T, h, rest / h, 1, e, f, b);
+}
+
+/* Layer i's forward and backward seconds, per operation, for t's micro-batch (no recompute). */
+static void layer_ops(const ModelSpec *m, int i, const TrainSpec *t, const ClusterSpec *c, double *f, double *b) {
+    const LayerSpec *l = &m->layers[i];
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double peak = peak_of(c, p), e = t->impl == IMPL_ENGINE ? 4 : p->act_bytes;
+    double T = (double)t->micro_batch * seq_of(m, t), fb, bb;
+    double gemm_rate = peak * gemm_frac(c);
+    *f = *b = 0;
+    if (is_transformer(m) && l->kind == LAYER_BLOCK) {
+        block_gemms(m, l, T, c, peak, e, f, b);
+        attn_core(m, t, c, peak, e, f, b);
+    } else if (is_transformer(m) && l->kind == LAYER_HEAD) {
+        if (!m->headless) gemm_fb(c, peak, T, (double)m->vocab, (double)m->d_model, 1, e, f, b);
+        double o = 2 * T * head_other_params(m, l) / gemm_rate;
+        *f += o; *b += 2 * o;
+    } else {   /* CNN layers, generic linears, lookups: their FLOPs at the GEMM rate */
+        double fl = plan_layer_fwd_flops(m, i, t);
+        *f += fl / gemm_rate; *b += 2 * fl / gemm_rate;
+    }
+    plan_layer_mem_bytes(m, i, t, &fb, &bb);
+    *f += PLAN_ELEMENTWISE_PASSES * fb / hbm_of(c);
+    *b += PLAN_ELEMENTWISE_PASSES * bb / hbm_of(c);
+}
+
+void plan_layer_seconds(const ModelSpec *m, int i, const TrainSpec *t, const ClusterSpec *c, double *fwd,
+                        double *bwd) {
+    int rc = plan_act_checkpointed(m, t, i);
+    if (plan_time_flat(c)) {   /* FLOPs at --mfu x the peak, elementwise bytes at the memory bandwidth */
+        const PrecisionSpec *p = plan_precision(t->precision);
+        double rate = peak_of(c, p) * c->mfu, fl = plan_layer_fwd_flops(m, i, t), fb, bb;
+        plan_layer_mem_bytes(m, i, t, &fb, &bb);
+        *fwd = fl / rate + fb / hbm_of(c);
+        *bwd = (2 + rc) * fl / rate + (bb + (rc ? fb : 0)) / hbm_of(c);
+        return;
+    }
+    layer_ops(m, i, t, c, fwd, bwd);
+    if (rc) *bwd += *fwd;   /* a checkpointed layer runs its forward again in backward */
 }

@@ -52,7 +52,7 @@ static double grad_part(const ModelSpec *m, int64_t n, double P) {
     return best;
 }
 
-void plan_ds_sizes(const ModelSpec *m, int64_t n, DsSizes *z) {
+void plan_ds_sizes(const ModelSpec *m, int64_t n, double persist, DsSizes *z) {
     memset(z, 0, sizeof(*z));
     if (n < 1) n = 1;
     double psi = 0, nn = (double)n;
@@ -65,10 +65,22 @@ void plan_ds_sizes(const ModelSpec *m, int64_t n, DsSizes *z) {
             psi += e;
             z->shard += sh;
             z->padded += nn * sh;
-            if (e < PLAN_DS3_PERSIST) {
+            if (e < persist) {
                 z->persist += e;
                 z->persist_padded += nn * sh;
                 z->persist_count += 1;
+            }
+        }
+        /* frozen parameters: partitioned and (below the threshold) kept whole like the others,
+           neither stepped nor reduced */
+        const LayerSpec *l = &m->layers[i];
+        for (int j = 0; j < l->n_frozen; j++) {
+            double e = (double)l->frozen_elems[j], sh = ceil(e / nn);
+            z->frozen_shard += sh;
+            if (e < persist) {
+                z->frozen_persist += e;
+                z->frozen_persist_padded += nn * sh;
+                z->frozen_persist_count += 1;
             }
         }
     }
@@ -80,26 +92,34 @@ void plan_ds_sizes(const ModelSpec *m, int64_t n, DsSizes *z) {
 int plan_ds_norm_bytes(int stage3) { return stage3 ? 8 : 4; }
 
 int plan_ds_overflow_bytes(int stage3, const PrecisionSpec *p) {
-    if (p->master_bytes == 0) return 0;      /* DeepSpeed's fp16/bf16 off: no check */
+    /* DeepSpeed's fp16/bf16 off (fp32, autocast): no check; on for mixed-* and pure bf16 (its
+       "bf16" block with the master flags; measured: 2 all-reduces, 5 B, gpt2-mini zero1) */
+    if (p->master_bytes == 0 && !(p->peak == PEAK_BF16 && !p->autocast)) return 0;
     if (stage3) return p->peak == PEAK_FP16; /* stage3.py: only when self.dtype is fp16 */
     return 1;
 }
 
 /* ---- ZeRO-3's fetching over a step (plan_deepspeed.h) ---- */
 
-static double layer_elems(const ModelSpec *m, int l) { return (double)m->layers[l].params; }
+/* ZeRO-3 partitions and gathers every parameter, frozen ones too (partition_parameters.py: Init
+   and the engine's _convert_to_zero_parameters touch all module parameters): a layer's gathered
+   tensors are its frozen ones, then its trainable ones. */
+static double layer_elems(const ModelSpec *m, int l) { return (double)(m->layers[l].params + m->layers[l].frozen); }
 
 static int64_t tensor_at(const ModelSpec *m, int l, int t) {
+    const LayerSpec *ly = &m->layers[l];
+    if (t < ly->n_frozen) return ly->frozen_elems[t];
+    t -= ly->n_frozen;
     const int64_t *x;
     int64_t one;
-    int k = layer_tensors(&m->layers[l], &x, &one);
+    int k = layer_tensors(ly, &x, &one);
     return t < k ? x[t] : 0;
 }
 
 static int n_tensors(const ModelSpec *m, int l) {
     const int64_t *x;
     int64_t one;
-    return layer_tensors(&m->layers[l], &x, &one);
+    return m->layers[l].n_frozen + layer_tensors(&m->layers[l], &x, &one);
 }
 
 static int gathered_tensor(const Ds3Sim *z, int64_t e) { return (double)e >= z->persist; }
@@ -233,14 +253,14 @@ static double layer_gathered(const Ds3Sim *z, const ModelSpec *m, int l) {
     return s;
 }
 
-void plan_ds3_sim_init(Ds3Sim *z, const ModelSpec *m, int64_t n) {
+void plan_ds3_sim_init(Ds3Sim *z, const ModelSpec *m, int64_t n, const DsKnobs *k) {
     memset(z, 0, sizeof(*z));
     z->m = m;
     z->n = n < 1 ? 1 : n;
-    z->prefetch = PLAN_DS3_PREFETCH;
-    z->max_live = PLAN_DS3_MAX_LIVE;
-    z->persist = PLAN_DS3_PERSIST;
-    z->reuse = PLAN_DS3_REUSE;
+    z->prefetch = k->prefetch;
+    z->max_live = k->max_live;
+    z->persist = k->persist;
+    z->reuse = k->max_reuse;
     for (int i = 0; i < m->n_layers; i++) z->psi += layer_elems(m, i);
 }
 

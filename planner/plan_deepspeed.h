@@ -11,8 +11,6 @@
 #include "plan_model.h"
 #include "plan_train.h"
 
-/* deepspeed/runtime/zero/config.py: stage3_param_persistence_threshold (elements) */
-#define PLAN_DS3_PERSIST 1e5
 /* stage_1_and_2.py: nccl_start_alignment_factor; the flat group is padded to a multiple of
    this x the data-parallel size */
 #define PLAN_DS12_ALIGN 2
@@ -28,11 +26,14 @@ typedef struct {
     double persist_padded;  /* ZeRO-3: Σ n x ceil(numel / n) over them: their step all-gathers,
                                and their full data (a view of that padded buffer) */
     double persist_count;   /* ZeRO-3: how many */
+    /* ZeRO-3's frozen parameters (partitioned and gathered, never reduced or stepped): Σ
+       ceil(numel / n), and the persistent ones as above. The fields above are the trainable
+       parameters' only. */
+    double frozen_shard, frozen_persist, frozen_persist_padded, frozen_persist_count;
 } DsSizes;
 
-/* stage3_max_reuse_distance (elements): a layer stays gathered from its forward to its backward
-   when the trace between them, 2 x Σ later layers' elements, is shorter */
-#define PLAN_DS3_REUSE 1e9
+/* stage3_max_reuse_distance (elements, PLAN_DS3_REUSE): a layer stays gathered from its forward
+   to its backward when the trace between them, 2 x Σ later layers' elements, is shorter */
 
 /* ZeRO-3's parameter fetching over one step (partitioned_param_coordinator.py, defaults from
    zero/config.py): the step's trace of non-persistent tensors (forward in order, then backward,
@@ -48,9 +49,8 @@ typedef struct {
    inflight registry still holds the handle for one of the group's tensors, i.e. until the
    group's last tensor is used. A layer's tensors are released after its forward unless it is
    kept (plan_ds3_kept), and after its backward. */
-#define PLAN_DS3_PREFETCH 5e7      /* stage3_prefetch_bucket_size (elements) */
-#define PLAN_DS3_MAX_LIVE 1e9      /* stage3_max_live_parameters (elements) */
-#define PLAN_DS3_MAX_GROUPS 64     /* live groups: each but the last holds >= 5e7 of <= 1e9 */
+#define PLAN_DS3_MAX_GROUPS 64     /* live groups: with the default knobs each but the last holds
+                                      >= 5e7 of <= 1e9; smaller prefetch buckets stop at 64 */
 
 typedef struct {
     double k0, k1;           /* trace positions [k0, k1) */
@@ -88,7 +88,8 @@ typedef struct {
                                           count, padded elements */
 } Ds3Sim;
 
-void plan_ds3_sim_init(Ds3Sim *z, const ModelSpec *m, int64_t n);
+/* k: DeepSpeed's sizes (plan_ds_knobs). */
+void plan_ds3_sim_init(Ds3Sim *z, const ModelSpec *m, int64_t n, const DsKnobs *k);
 /* Layer i's forward (layers in order, 0 first): returns the gathered elements while it runs
    (copied-out tensors + live flat buffers), then releases the layer if it is not kept. */
 double plan_ds3_sim_forward(Ds3Sim *z, int i);
@@ -104,7 +105,8 @@ void plan_ds3_sim_release(Ds3Sim *z, int i);
 int plan_ds_norm_bytes(int stage3);
 int plan_ds_overflow_bytes(int stage3, const PrecisionSpec *p);
 
-/* n: data-parallel ranks. Layers whose tensors are unknown count as one tensor each. */
-void plan_ds_sizes(const ModelSpec *m, int64_t n, DsSizes *out);
+/* n: data-parallel ranks; persist: stage3_param_persistence_threshold (elements). Layers whose
+   tensors are unknown count as one tensor each. */
+void plan_ds_sizes(const ModelSpec *m, int64_t n, double persist, DsSizes *out);
 
 #endif

@@ -1,5 +1,6 @@
 /* plan_fsdp.h — FSDP2 (torch.distributed.fsdp.fully_shard, torch 2.15) buffer timeline, what the
- * fsdp-* rows hold with --fsdp 2 on more than one rank: the unsharded parameters of each unit,
+ * fsdp-* rows hold on more than one rank (with --fsdp 1, FullyShardedDataParallel's variant of it,
+ * Fsdp2.v1, and its size-based wrapping: docs/formulas.md "FSDP1 and its knobs"): the unsharded parameters of each unit,
  * the flat all-gather output kept for copy-out overlap, the backward prefetch, the reduce-scatter
  * input kept until the next unit's reduction, the root unit left unsharded after forward
  * (fully_shard's default for the root). Units: the model's repeated blocks (LayerSpec.unit: a
@@ -22,9 +23,17 @@ typedef struct {
     double rb, sb;   /* reduce-scatter input (the reduce dtype) and sharded gradients */
     double root;     /* root unit elements as gathered (n x its local shard) */
     int units;       /* K, the units besides the root (numbered 1..K) */
+    int v1;          /* FSDP1 (--fsdp 1): gathers into the flat parameter (no output buffer kept),
+                        frees each reduce-scatter input with its reduction; bwd, fwd: its
+                        backward_prefetch and forward_prefetch */
+    int bwd, fwd;
     /* Resolved once by plan_fsdp2_setup (one allocation, plan_fsdp2_free), so every question
        below is O(1): */
-    double *ug;      /* [K + 1] unit k's elements as gathered, n x its local shard; ug[0] = root */
+    double *ug;      /* [K + 1] unit k's elements as gathered, n x its local shard (frozen
+                        parameters included); ug[0] = root */
+    double *ur;      /* [K + 1] the same reduced: its trainable parameters only (fully_shard
+                        reduce-scatters the gradients that exist) */
+    double rroot;    /* the root's reduced elements (n x its trainable shard) */
     double *pre;     /* [K + 2] pre[k] = Σ ug[j] for 1 <= j < k (the units before k) */
     int *at;         /* [layers] layer i's unit, or for a root layer the last unit before it (0 none) */
 } Fsdp2;
@@ -49,8 +58,8 @@ int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk);
  * the last micro-step only (set_requires_gradient_sync(False) / no_sync() on the others). */
 int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk);
 
-/* Fills f; f->on = 0 where the FSDP2 timeline does not apply (other strategies, --fsdp 1,
-   --impl engine, one rank, models without repeated blocks). With CPUOffloadPolicy the shards
+/* Fills f; f->on = 0 where the timeline does not apply (other strategies, --impl engine, one
+   rank, models without repeated blocks unless a size wrap left everything in the root). With CPUOffloadPolicy the shards
    live on the host and are copied up before each all-gather: the GPU holds the same unsharded
    parameters and buffers, and the sharded gradients leave for the host (the caller's part).
    Returns 0, or -1 out of memory (f->on = 0). Free with plan_fsdp2_free. */
@@ -68,5 +77,25 @@ int plan_fsdp2_unit_starts(const ModelSpec *m, int i);
 double plan_fsdp2_fwd_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 double plan_fsdp2_bwd_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i);
+
+/* FSDP1's size_based_auto_wrap_policy(min_num_params) (torch/distributed/fsdp/wrap.py
+ * _recursive_wrap, size_based_auto_wrap_policy) on a decoder's module tree as memplan knows it:
+ * the root (…ForCausalLM) holds the body (…Model: its embeddings, one module per tensor of the
+ * embedding layer, the blocks in a ModuleList, the final norm) and the head. Children first, a
+ * module is wrapped once its parameters not already wrapped reach min_params, a ModuleList never
+ * (exclude_wrap_modules); what nothing wraps stays in the root. Renumbers m's LayerSpec.unit
+ * accordingly. Only min_params above every block's parameters is modelled (a block is then never
+ * wrapped, nor any module inside it, whose sizes memplan does not know). 0, or -1 with a
+ * sentence in msg (a model that is not a decoder, a min_params that wraps blocks or a part of a
+ * layer). */
+int plan_fsdp_size_wrap(ModelSpec *m, double min_params, char *msg, size_t len);
+
+/* FSDP1 with use_orig_params=True (accelerate's and the Trainer's default): the optimizer sees the
+ * original parameters as views into each unit's local flat shard, and a tensor with no element in
+ * a rank's shard has no gradient there, hence no optimizer state (no Adam `step` scalar). The
+ * parameter tensors with elements on the rank that holds the most: each unit's tensors laid end
+ * to end (the root's: the unit-0 layers in order) and cut into n chunks of ceil(U / n)
+ * (_flat_param.py FlatParamHandle._get_shard). -1 when the tensors are unknown or n is absurd. */
+int64_t plan_fsdp1_rank_tensors(const ModelSpec *m, int64_t n);
 
 #endif

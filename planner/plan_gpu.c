@@ -22,19 +22,45 @@
 #define PCIE5 50.0
 #define GIB_ (1024.0 * MIB_)
 
+/* Achieved rates per generation (docs/gpus.md "Achieved rates"). GEMMs: the Maximum Achievable
+   Matmul FLOPS table (stas00/ml-engineering compute/accelerator/README.md, bf16, mean of 100
+   iterations): A100 SXM 271.2 of 312, H100 SXM 794.5 of 989 ("H200 is the same"). Flash
+   attention: FlashAttention-2 on H100 SXM5, head dim 128 (Shah et al. 2024, FlashAttention-3,
+   arXiv 2407.08608, Fig. 5 causal forward and Fig. 6 backward, TFLOP/s at 512 ... 16k); on A100
+   the FlashAttention-2 paper's maxima (Dao 2023, arXiv 2307.08691: forward up to 73 %, backward
+   up to 63 % of the peak) shaped by the H100 curve. Other GPUs: no published figures, the A100's
+   attention and the lower GEMM figure (H100's) are assumed. The training shares (gemm_train,
+   attn_train) are set from the published runs bench/published_check.py marks "set": A100 0.9
+   and 0.5, H100 0.85 and 0.5; assumed 0.9 and 0.5 elsewhere. */
+#define H_F(x) ((x) / 989.0)
+static const GpuEff EFF_HOPPER = {"Hopper (H100/H200 SXM)", 794.5 / 989.0,
+    {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, 0.85, 0.5, 1};
+#define A_F(x) (0.73 * (x) / 335.0)
+#define A_B(x) (0.63 * (x) / 322.0)
+static const GpuEff EFF_AMPERE = {"Ampere (A100 SXM)", 271.2 / 312.0,
+    {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, 0.9, 0.5, 1};
+static const GpuEff EFF_ASSUMED = {"not measured (A100 attention, H100 GEMM fraction assumed)", 794.5 / 989.0,
+    {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, 0.9, 0.5, 0};
+#undef H_F
+#undef A_F
+#undef A_B
+
 static const GpuPreset GPUS[] = {
-    {"v100-16gb", "NVIDIA Tesla V100-SXM2-16GB", 16160 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)", 64 * GIB_, PCIE3, 136.5, "DGX-1 (8 GPUs, 512 GiB, 2 x Xeon E5-2698 v4, 4 ch DDR4-2133 each)"},
-    {"v100-32gb", "NVIDIA Tesla V100-SXM2-32GB", 32510 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)", 96 * GIB_, PCIE3, 256.0, "DGX-2 (16 GPUs, 1.5 TiB, 2 x Xeon 8168, 6 ch DDR4-2666 each)"},
-    {"t4", "NVIDIA T4", 15360 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {8.1, 65, 0}, WS_OLD, 320, "PCIe 3.0 x16", 48 * GIB_, PCIE3, 140.8, "AWS g4dn.12xlarge (4 GPUs, 192 GiB, Xeon 8259CL, 6 ch DDR4-2933)"},
-    {"titan-rtx", "NVIDIA TITAN RTX", 24220 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {16.3, 130, 0}, WS_OLD, 672, "PCIe 3.0 x16", 64 * GIB_, PCIE3, 93.9, "workstation (2 GPUs, 128 GiB, 4 ch DDR4-2933)"},
-    {"rtx3090", "NVIDIA GeForce RTX 3090", 24576 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {35.6, 71, 71}, WS_OLD, 936, "PCIe 4.0 x16", 64 * GIB_, PCIE4, 102.4, "workstation (2 GPUs, 128 GiB, 4 ch DDR4-3200)"},
-    {"rtx4090", "NVIDIA GeForce RTX 4090", 24564 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {82.6, 165.2, 165.2}, WS_OLD, 1008, "PCIe 4.0 x16", 64 * GIB_, PCIE4, 153.6, "workstation (2 GPUs, 128 GiB, 4 ch DDR5-4800)"},
-    {"a10g", "NVIDIA A10G", 23028 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {31.2, 125, 125}, WS_OLD, 600, "PCIe 4.0 x16", 96 * GIB_, PCIE4, 409.6, "AWS g5.48xlarge (8 GPUs, 768 GiB, 2 x EPYC 7R32, 8 ch DDR4-3200 each)"},
-    {"l4", "NVIDIA L4", 23034 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {30.3, 121, 121}, WS_OLD, 300, "PCIe 4.0 x16", 96 * GIB_, PCIE4, 409.6, "AWS g6.48xlarge (8 GPUs, 768 GiB, 2 x EPYC 7R13, 8 ch DDR4-3200 each)"},
-    {"a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 1555, "NVLink 3 (600 GB/s bidirectional)", 128 * GIB_, PCIE4, 409.6, "DGX A100 320GB (8 GPUs, 1 TiB, 2 x EPYC 7742, 8 ch DDR4-3200 each)"},
-    {"a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (600 GB/s bidirectional)", 256 * GIB_, PCIE4, 409.6, "DGX A100 640GB (8 GPUs, 2 TiB, 2 x EPYC 7742, 8 ch DDR4-3200 each)"},
-    {"h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H100 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)"},
-    {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 4800, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H200 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)"},
+    {"v100-16gb", "NVIDIA Tesla V100-SXM2-16GB", 16160 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)", 64 * GIB_, PCIE3, 136.5, "DGX-1 (8 GPUs, 512 GiB, 2 x Xeon E5-2698 v4, 4 ch DDR4-2133 each)", 80, 1, &EFF_ASSUMED},
+    {"v100-32gb", "NVIDIA Tesla V100-SXM2-32GB", 32510 * MIB_, 150, 12.5, HOP_NVLINK, HOP_NET, {15.7, 125, 0}, WS_OLD, 900, "NVLink 2 (300 GB/s bidirectional)", 96 * GIB_, PCIE3, 256.0, "DGX-2 (16 GPUs, 1.5 TiB, 2 x Xeon 8168, 6 ch DDR4-2666 each)", 80, 1, &EFF_ASSUMED},
+    {"t4", "NVIDIA T4", 15360 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {8.1, 65, 0}, WS_OLD, 320, "PCIe 3.0 x16", 48 * GIB_, PCIE3, 140.8, "AWS g4dn.12xlarge (4 GPUs, 192 GiB, Xeon 8259CL, 6 ch DDR4-2933)", 40, 0, &EFF_ASSUMED},
+    {"titan-rtx", "NVIDIA TITAN RTX", 24220 * MIB_, 16, 3.125, HOP_PCIE, HOP_NET, {16.3, 130, 0}, WS_OLD, 672, "PCIe 3.0 x16", 64 * GIB_, PCIE3, 93.9, "workstation (2 GPUs, 128 GiB, 4 ch DDR4-2933)", 72, 0, &EFF_ASSUMED},
+    {"rtx3090", "NVIDIA GeForce RTX 3090", 24576 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {35.6, 71, 71}, WS_OLD, 936, "PCIe 4.0 x16", 64 * GIB_, PCIE4, 102.4, "workstation (2 GPUs, 128 GiB, 4 ch DDR4-3200)", 82, 0, &EFF_ASSUMED},
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 24564 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {82.6, 165.2, 165.2}, WS_OLD, 1008, "PCIe 4.0 x16", 64 * GIB_, PCIE4, 153.6, "workstation (2 GPUs, 128 GiB, 4 ch DDR5-4800)", 128, 0, &EFF_ASSUMED},
+    {"a10g", "NVIDIA A10G", 23028 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {31.2, 125, 125}, WS_OLD, 600, "PCIe 4.0 x16", 96 * GIB_, PCIE4, 409.6, "AWS g5.48xlarge (8 GPUs, 768 GiB, 2 x EPYC 7R32, 8 ch DDR4-3200 each)", 80, 0, &EFF_ASSUMED},
+    {"l4", "NVIDIA L4", 23034 * MIB_, 32, 3.125, HOP_PCIE, HOP_NET, {30.3, 121, 121}, WS_OLD, 300, "PCIe 4.0 x16", 96 * GIB_, PCIE4, 409.6, "AWS g6.48xlarge (8 GPUs, 768 GiB, 2 x EPYC 7R13, 8 ch DDR4-3200 each)", 58, 0, &EFF_ASSUMED},
+    {"a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 1555, "NVLink 3 (600 GB/s bidirectional)", 128 * GIB_, PCIE4, 409.6, "DGX A100 320GB (8 GPUs, 1 TiB, 2 x EPYC 7742, 8 ch DDR4-3200 each)", 108, 1, &EFF_AMPERE},
+    {"a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (600 GB/s bidirectional)", 256 * GIB_, PCIE4, 409.6, "DGX A100 640GB (8 GPUs, 2 TiB, 2 x EPYC 7742, 8 ch DDR4-3200 each)", 108, 1, &EFF_AMPERE},
+    {"h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H100 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)", 132, 1, &EFF_HOPPER},
+    {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 4800, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H200 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)", 132, 1, &EFF_HOPPER},
 };
 #define N_GPUS ((int)(sizeof(GPUS) / sizeof(GPUS[0])))
 
@@ -66,7 +92,7 @@ void plan_cluster_defaults(ClusterSpec *c) {
     c->nccl_per_comm = PLAN_NCCL_COMM_BYTES;
     c->alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
     c->margin_is_frac = 1;
-    c->mfu = PLAN_DEFAULT_MFU;
+    c->mfu = 0;   /* time from the operations; --mfu F restores the flat model */
     c->coll_base_lat = PLAN_COLL_BASE_LAT;
 }
 

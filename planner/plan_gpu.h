@@ -7,6 +7,24 @@
 #include <stdint.h>
 #include "plan_train.h"
 
+/* What a GPU generation achieves of its datasheet rates, per kind of operation (docs/gpus.md
+ * "Achieved rates": each figure's published source). The time model (plan_cost.c) prices GEMMs
+ * at gemm_eff x the dense peak, less tile and wave quantization over the GPU's SMs, and flash
+ * attention at the measured fraction for its sequence length. */
+#define PLAN_ATTN_POINTS 6   /* sequence lengths 512, 1k, 2k, 4k, 8k, 16k */
+typedef struct {
+    const char *name;                    /* "Hopper (H100 SXM)" */
+    double gemm_eff;                     /* the best large bf16/fp16 GEMM's fraction of the dense peak (MAMF) */
+    double attn_fwd[PLAN_ATTN_POINTS];   /* flash attention forward (causal), fraction of the dense peak */
+    double attn_bwd[PLAN_ATTN_POINTS];   /* flash attention backward, fraction of the dense peak */
+    /* The shares of those kernel benchmarks that training runs sustain (clocks under sustained
+       load, NCCL's kernels sharing the SMs, the frameworks' attention kernels and layout copies):
+       set from the published runs bench/published_check.py marks "set" */
+    double gemm_train, attn_train;
+    int measured;                        /* 1: these figures were measured on this generation; 0: assumed
+                                            from another's (docs/gpus.md says whose) */
+} GpuEff;
+
 typedef struct {
     const char *name;        /* --gpu value */
     const char *label;       /* "NVIDIA A100-SXM4-40GB" */
@@ -25,6 +43,10 @@ typedef struct {
     double host_bw;          /* GB/s per GPU per direction, pinned copies over PCIe */
     double host_mem_bw;      /* GB/s, the node's DRAM (CPU Adam is bound by it) */
     const char *node;        /* "DGX A100 (1 TiB, 2 x EPYC 7742)" */
+    int sms;                 /* streaming multiprocessors: one GEMM tile each per wave */
+    int nvlink;              /* 1: GPUs in a node talk over NVLink (NCCL's NVLink latencies, LL128);
+                                0: over PCIe */
+    const GpuEff *eff;       /* what the generation achieves (plan_cost.c) */
 } GpuPreset;
 
 int plan_gpu_count(void);
@@ -42,7 +64,9 @@ typedef struct {
     double nccl_per_comm;
     double alloc_margin;     /* fraction of allocator-managed bytes, or bytes if !margin_is_frac */
     int margin_is_frac;
-    double mfu;              /* achieved fraction of peak FLOP/s */
+    double mfu;              /* > 0: the flat time model, compute at this fraction of the peak FLOP/s
+                                and collectives at the links' alpha-beta (--mfu; validate's measured
+                                descriptions); 0: time from the operations (plan_cost.c, plan_comm.c) */
     double coll_base_lat;    /* seconds every collective costs before its hops (launch, sync) */
     double host_mem;         /* bytes of host memory per node; 0 = preset per GPU x GPUs per node */
     /* A measured device description (memplan validate on CPU ranks: exec/exec_describe.h) where
@@ -57,6 +81,10 @@ typedef struct {
                                 behind compute (CPU ranks: the hand-over to a progress thread) */
 } ClusterSpec;
 
+/* 1 when c prices time with the flat model (--mfu, a measured description), 0 when from the
+ * operations. */
+static inline int plan_time_flat(const ClusterSpec *c) { return c->mfu > 0; }
+
 /* Defaults: PLAN_DEFAULT_GPU, 1 GPU, the documented overheads. */
 void plan_cluster_defaults(ClusterSpec *c);
 int64_t plan_cluster_nodes(const ClusterSpec *c);
@@ -67,7 +95,7 @@ double plan_cluster_host_mem(const ClusterSpec *c);
 #define PLAN_CUDA_CONTEXT_BYTES (512.0 * 1024 * 1024)   /* 0.3-0.6 GiB with lazy loading */
 #define PLAN_NCCL_COMM_BYTES (512.0 * 1024 * 1024)      /* 0.5-1 GiB per communicator, 8 GPUs */
 #define PLAN_ALLOC_MARGIN_FRAC 0.05                     /* caching-allocator rounding/fragmentation */
-#define PLAN_DEFAULT_MFU 0.4
+#define PLAN_FLAT_MFU 0.4   /* the flat model's fraction before the per-operation model (docs/formulas.md "Time") */
 #define PLAN_COLL_BASE_LAT 3.6e-6                       /* NCCL baseLat, ring/LL (tuning.cc) */
 
 #endif

@@ -125,6 +125,8 @@ enum {
     F_SOFTCAP = 1 << 16,      /* reads attn_logit_softcapping, final_logit_softcapping (Gemma 2/3) */
     F_EMBED_SCALE = 1 << 17,  /* the scaled token embedding's 0-d embed_scale buffer (Gemma, Gemma 2/3) */
     F_ROPE_PER_KIND = 1 << 18,  /* one rotary inv_freq pair per attention kind in layer_types (Gemma 3) */
+    F_QK_L2 = 1 << 19,        /* reads use_qk_norm: an L2 norm per head on q and k, no weights, and
+                                 no_rope_layer_interval: every N-th block has neither rope nor it (Llama 4) */
 };
 
 /* Which blocks attend through a sliding window of sliding_window keys (transformers 5.24's
@@ -159,6 +161,14 @@ typedef struct {
     int shared_of_ff;          /* one shared expert of intermediate_size (Llama 4) */
     int router_first;          /* router registered before the experts */
     int shared_gate, moe_bias; /* Qwen2-MoE's shared-expert gate; GPT-OSS's biases */
+    /* how its MoE block runs (MoeSpec; each row from the family's modeling_*.py): the router,
+       whether it renormalises the top-k weights (norm_topk 1: always; k_norm_topk: the config key
+       and its default), the weights stay fp32, the shared expert runs after the routed ones,
+       GPT-OSS's clamped SwiGLU, a load-balancing loss on output_router_logits */
+    MoeRouter router;
+    int norm_topk;
+    const char *k_norm_topk;
+    int fp32_weights, shared_last, clamped_glu, aux_loss;
     const char *k_dense_ff;    /* the dense blocks' width key when not intermediate_size (Llama 4) */
     int64_t dense_ff;
     /* which blocks are MoE: the first k dense (DeepSeek), every step-th (Qwen-MoE, Llama 4), a
@@ -195,25 +205,30 @@ static const Family FAMILIES[] = {
     {.type = "starcoder2", .feat = F_USE_BIAS | F_LAYERNORM, .tied = 1, .act = "gelu_pytorch_tanh", .max_pos = 4096,
      .win = WIN_ALL},
     {.type = "mixtral", .act = "silu", .max_pos = 131072, .k_experts = "num_local_experts|num_experts", .experts = 8, .top_k = 2,
-     .k_expert_ff = "intermediate_size", .expert_ff = 14336, .router_first = 1},
+     .k_expert_ff = "intermediate_size", .expert_ff = 14336, .router_first = 1, .norm_topk = 1, .fp32_weights = 1,
+     .aux_loss = 1},
     {.type = "qwen2_moe", .feat = F_QKV_BIAS, .act = "silu", .max_pos = 32768, .k_experts = "num_experts",
      .experts = 60, .top_k = 4, .k_expert_ff = "moe_intermediate_size", .expert_ff = 1408,
      .k_shared = "shared_expert_intermediate_size", .shared = 5632, .router_first = 1, .shared_gate = 1,
+     .k_norm_topk = "norm_topk_prob", .aux_loss = 1,
      .k_step = "decoder_sparse_step", .k_dense_list = "mlp_only_layers"},
     {.type = "qwen3_moe", .feat = F_ATTN_BIAS | F_QK_NORM_HEAD, .act = "silu", .max_pos = 32768,
      .k_experts = "num_experts|num_local_experts", .experts = 128, .top_k = 8, .k_expert_ff = "moe_intermediate_size", .expert_ff = 768,
+     .k_norm_topk = "norm_topk_prob", .aux_loss = 1,
      .k_step = "decoder_sparse_step", .k_dense_list = "mlp_only_layers"},
     {.type = "deepseek_v3", .feat = F_ATTN_BIAS | F_MLA, .act = "silu", .max_pos = 4096, .k_experts = "n_routed_experts|num_local_experts",
      .experts = 256, .top_k = 8, .k_expert_ff = "moe_intermediate_size", .expert_ff = 2048,
      .k_shared = "n_shared_experts", .shared = 1, .shared_experts = 1, .k_first_dense = "first_k_dense_replace",
-     .first_dense = 3},
+     .first_dense = 3, .router = MOE_ROUTER_GROUPED, .k_norm_topk = "norm_topk_prob", .norm_topk = 1, .shared_last = 1},
     {.type = "gpt_oss", .feat = F_ATTN_BIAS | F_SINKS, .attn_bias = 1, .head_dim = 64, .act = "silu", .max_pos = 131072,
      .k_experts = "num_local_experts|num_experts", .experts = 128, .top_k = 4, .k_expert_ff = "intermediate_size",
-     .expert_ff = 2880, .router_first = 1, .moe_bias = 1},
-    {.type = "llama4_text", .feat = F_ATTN_BIAS, .head_dim = 128, .act = "silu", .max_pos = 131072,
+     .expert_ff = 2880, .router_first = 1, .moe_bias = 1, .router = MOE_ROUTER_TOPK_SOFTMAX, .clamped_glu = 1,
+     .aux_loss = 1},
+    {.type = "llama4_text", .feat = F_ATTN_BIAS | F_QK_L2, .head_dim = 128, .act = "silu", .max_pos = 131072,
      .k_experts = "num_local_experts", .experts = 16, .top_k = 1, .k_expert_ff = "intermediate_size",
      .expert_ff = 8192, .shared_of_ff = 1, .k_dense_ff = "intermediate_size_mlp", .dense_ff = 16384,
-     .k_step = "interleave_moe_layer_step", .k_moe_list = "moe_layers"},
+     .k_step = "interleave_moe_layer_step", .k_moe_list = "moe_layers", .router = MOE_ROUTER_ALL_EXPERTS,
+     .shared_last = 1},
 };
 #define N_FAMILIES ((int)(sizeof(FAMILIES) / sizeof(FAMILIES[0])))
 
@@ -288,6 +303,19 @@ static int block_list(LoadCtx *c, const cJSON *root, const char *key, int n, int
     return 0;
 }
 
+/* How the family's MoE block runs (Family: router, top-k renormalisation, dtypes, order), with
+   the config's norm_topk_prob and output_router_logits where the family reads them. */
+static int read_moe_layout(LoadCtx *c, const cJSON *root, const Family *v, MoeSpec *e) {
+    e->router = v->router;
+    e->norm_topk = v->norm_topk;
+    e->fp32_weights = v->fp32_weights;
+    e->shared_last = v->shared_last && e->d_ff_shared > 0;
+    e->clamped_glu = v->clamped_glu;
+    if (v->k_norm_topk && ld_bool(c, root, "", v->k_norm_topk, 0, v->norm_topk, 0, &e->norm_topk)) return -1;
+    if (v->aux_loss && ld_bool(c, root, "", "output_router_logits", 0, 0, 0, &e->router_logits)) return -1;
+    return 0;
+}
+
 /* A MoE family's experts, shared experts and which blocks route (Family); dense families
    and configs with no experts leave t->moe zero. */
 static int read_moe(LoadCtx *c, const cJSON *root, const Family *v, HfBuild *b) {
@@ -318,8 +346,9 @@ static int read_moe(LoadCtx *c, const cJSON *root, const Family *v, HfBuild *b) 
     e->d_ff_shared = v->shared_experts ? shared * e->d_ff_expert : shared;
     if (v->shared_of_ff) e->d_ff_shared = e->d_ff_expert;   /* Llama 4: one shared expert of intermediate_size */
     t->moe_router_first = v->router_first;
-    t->moe_shared_gate = v->shared_gate && e->d_ff_shared > 0;
-    t->moe_bias = v->moe_bias;
+    e->shared_gate = v->shared_gate && e->d_ff_shared > 0;
+    e->bias = v->moe_bias;
+    if (read_moe_layout(c, root, v, e)) return -1;
     if (block_list(c, root, v->k_dense_list, t->n_layer, 1, b) || block_list(c, root, v->k_moe_list, t->n_layer, 0, b))
         return -1;
     if (v->k_moe_list && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(root, v->k_moe_list)))
@@ -328,18 +357,37 @@ static int read_moe(LoadCtx *c, const cJSON *root, const Family *v, HfBuild *b) 
     return 0;
 }
 
+/* Llama 4's q/k L2 norm (Llama4TextL2Norm, no parameters) when use_qk_norm, on the blocks with
+   rope: no_rope_layers defaults to a NoPE block every no_rope_layer_interval blocks
+   (configuration_llama4.py); an explicit list is read as that pattern only when it is one. */
+static int read_qk_l2(LoadCtx *c, const cJSON *root, TransformerConfig *t) {
+    int on = 1;
+    if (ld_bool(c, root, "", "use_qk_norm", 0, 1, 0, &on) ||
+        ld_int32(c, root, "", "no_rope_layer_interval", 0, 4, 1, MAX_LAYERS, &t->nope_every))
+        return -1;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "no_rope_layers");
+    int i = 0;
+    for (const cJSON *e = list && cJSON_IsArray(list) ? list->child : NULL; e; e = e->next, i++)
+        if (!cJSON_IsNumber(e) || (e->valueint != 0) != ((i + 1) % t->nope_every != 0))
+            return ld_fail(c, "no_rope_layers: memplan reads the pattern of no_rope_layer_interval %d only "
+                           "(a NoPE block every %d); entry %d differs", t->nope_every, t->nope_every, i);
+    if (on) t->qk_norm = 3;
+    return 0;
+}
+
 /* DeepSeek's multi-head latent attention dimensions; an explicit null q_lora_rank means a plain
    q_proj (DeepseekV3Attention), which null_is_absent would otherwise read as the default. */
 static int read_mla(LoadCtx *c, const cJSON *root, HfBuild *b) {
     TransformerConfig *t = &b->t;
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "q_lora_rank");
-    if (ld_int(c, root, "", "q_lora_rank", 0, 1536, 1, 65536, &t->q_lora_rank) ||
-        ld_int(c, root, "", "kv_lora_rank", 0, 512, 1, 65536, &t->kv_lora_rank) ||
-        ld_int(c, root, "", "qk_rope_head_dim", 0, 64, 1, 65536, &t->qk_rope_dim) ||
-        ld_int(c, root, "", "qk_nope_head_dim", 0, 128, 0, 65536, &t->qk_nope_dim) ||
-        ld_int(c, root, "", "v_head_dim", 0, 128, 1, 65536, &t->v_head_dim))
+    MlaSpec *a = &t->mla;
+    if (ld_int(c, root, "", "q_lora_rank", 0, 1536, 1, 65536, &a->q_rank) ||
+        ld_int(c, root, "", "kv_lora_rank", 0, 512, 1, 65536, &a->kv_rank) ||
+        ld_int(c, root, "", "qk_rope_head_dim", 0, 64, 1, 65536, &a->rope_dim) ||
+        ld_int(c, root, "", "qk_nope_head_dim", 0, 128, 0, 65536, &a->nope_dim) ||
+        ld_int(c, root, "", "v_head_dim", 0, 128, 1, 65536, &a->v_dim))
         return -1;
-    if (q && cJSON_IsNull(q)) t->q_lora_rank = 0;
+    if (q && cJSON_IsNull(q)) a->q_rank = 0;
     return 0;
 }
 
@@ -513,6 +561,7 @@ static int read_llama_like(LoadCtx *c, const cJSON *root, const char *cls, HfBui
     t->out_bias = attn_bias || ((v->feat & F_USE_BIAS) && use_bias);
     t->mlp_bias = mlp_bias || ((v->feat & F_USE_BIAS) && use_bias);
     t->qk_norm = v->feat & F_QK_NORM_HEAD ? 1 : v->feat & F_QK_NORM_FULL ? 2 : 0;
+    if ((v->feat & F_QK_L2) && read_qk_l2(c, root, t)) return -1;
     t->block_norms = v->feat & F_SANDWICH ? 4 : 2;
     t->fused_qkv = t->fused_gate_up = (v->feat & F_FUSED) != 0;
     t->sinks = (v->feat & F_SINKS) != 0;

@@ -26,16 +26,25 @@ static const char *const QKV_NAMES[QKV_COUNT] = {"classic", "separate", "fused"}
 static const char *const TOP_KEYS[] = {
     "memplan_model", "name", "family", "description", "arch", "n_layer", "n_enc_layer", "d_model",
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
-    "mlp", "act_fn", "dropout", "image_size", "in_channels", "moe", "block", "layers", NULL};
-static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", NULL};
+    "mlp", "act_fn", "dropout", "image_size", "in_channels", "moe", "block", "mla", "attn_sinks", "qk_norm",
+    "nope_every", "root_only", "layers", NULL};
+static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", "router", "norm_topk",
+                                       "fp32_weights", "shared_gate", "shared_last", "bias", "clamped_glu",
+                                       "router_logits", NULL};
 static const char *const BLOCK_KEYS[] = {"qk_norm", "norm_place", "norm_fp32", "qkv", "fused_gate_up", "rotary",
                                          "rotary_cat", "resid_dropout", "attn_softcap", "logit_softcap", NULL};
+static const char *const MLA_KEYS[] = {"q_rank", "kv_rank", "rope_dim", "nope_dim", "v_dim", NULL};
+/* MoeRouter, in order */
+static const char *const ROUTER_NAMES[] = {"softmax", "topk_softmax", "grouped", "all_experts"};
 static const char *const LAYER_KEYS[] = {
     "name", "kind", "params", "buffers", "buffers_i64", "bn_channels", "largest_tensor", "fwd_flops",
     "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors",
-    "tensor_dim0", "unit", "conv_kernel", "conv_stride", "expert_params", "attn_window", "no_rope", NULL};
+    "tensor_dim0", "tensor_modules", "unit", "conv_kernel", "conv_stride", "expert_params", "attn_window",
+    "no_rope", NULL};
 
 /* ---- export ---- */
+
+#define TF(x) ((x) ? "true" : "false")
 
 typedef struct {
     char *buf;
@@ -129,10 +138,24 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
     put(&o, ",\n  \"dropout\": ");
     put_double(&o, m->dropout);
     put(&o, ",\n  \"image_size\": %d,\n  \"in_channels\": %d,\n", m->image_size, m->in_channels);
-    if (m->moe.n_experts > 0)   /* optional: absent = a dense model */
-        put(&o, "  \"moe\": {\"n_experts\": %d, \"top_k\": %d, \"d_ff_expert\": %lld, \"d_ff_shared\": %lld},\n",
-            m->moe.n_experts, m->moe.top_k, (long long)m->moe.d_ff_expert, (long long)m->moe.d_ff_shared);
+    const MoeSpec *e = &m->moe;
+    if (e->n_experts > 0)   /* optional: absent = a dense model */
+        put(&o, "  \"moe\": {\"n_experts\": %d, \"top_k\": %d, \"d_ff_expert\": %lld, \"d_ff_shared\": %lld, "
+            "\"router\": \"%s\", \"norm_topk\": %s, \"fp32_weights\": %s, \"shared_gate\": %s, \"shared_last\": %s, "
+            "\"bias\": %s, \"clamped_glu\": %s, \"router_logits\": %s},\n", e->n_experts, e->top_k,
+            (long long)e->d_ff_expert, (long long)e->d_ff_shared,
+            ROUTER_NAMES[e->router >= 0 && e->router < MOE_ROUTER_COUNT ? e->router : 0], TF(e->norm_topk),
+            TF(e->fp32_weights), TF(e->shared_gate), TF(e->shared_last), TF(e->bias), TF(e->clamped_glu),
+            TF(e->router_logits));
     put_block(&o, &m->block);
+    if (m->mla.kv_rank > 0)   /* optional: absent = no latent attention */
+        put(&o, "  \"mla\": {\"q_rank\": %lld, \"kv_rank\": %lld, \"rope_dim\": %lld, \"nope_dim\": %lld, "
+            "\"v_dim\": %lld},\n", (long long)m->mla.q_rank, (long long)m->mla.kv_rank, (long long)m->mla.rope_dim,
+            (long long)m->mla.nope_dim, (long long)m->mla.v_dim);
+    if (m->attn_sinks) put(&o, "  \"attn_sinks\": true,\n");
+    if (m->qk_norm) put(&o, "  \"qk_norm\": %d,\n", m->qk_norm);
+    if (m->nope_every) put(&o, "  \"nope_every\": %d,\n", m->nope_every);
+    if (m->root_only) put(&o, "  \"root_only\": true,\n");   /* optional: a wrap left every layer in the root */
     put(&o, "  \"layers\": [\n");
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
@@ -159,6 +182,15 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
                 put(&o, ", \"tensor_dim0\": [");
                 for (int k = 0; k < l->n_tensors; k++)
                     put(&o, "%s%lld", k ? ", " : "", (long long)l->tensor_dim0[k]);
+                put(&o, "]");
+            }
+            int mods = 0;
+            for (int k = 0; k < l->n_tensors; k++) mods += l->tensor_mod[k] != 0;
+            if (mods) {   /* optional: absent = no named projections (no --lora targets) */
+                char key[32];
+                put(&o, ", \"tensor_modules\": [");
+                for (int k = 0; k < l->n_tensors; k++)
+                    put(&o, "%s\"%s\"", k ? ", " : "", plan_module_key(l->tensor_mod[k], key, sizeof key));
                 put(&o, "]");
             }
         }
@@ -203,6 +235,7 @@ static const char *arch_name(int i) { return plan_arch_name((ArchKind)i); }
 static const char *kind_name(int i) { return plan_layer_kind_name((LayerKind)i); }
 static const char *norm_name(int i) { return NORM_NAMES[i]; }
 static const char *mlp_name(int i) { return MLP_NAMES[i]; }
+static const char *router_name(int i) { return ROUTER_NAMES[i]; }
 static const char *qk_norm_name(int i) { return QK_NORM_NAMES[i]; }
 static const char *norm_place_name(int i) { return NORM_PLACE_NAMES[i]; }
 static const char *qkv_name(int i) { return QKV_NAMES[i]; }
@@ -254,6 +287,28 @@ static int read_dim0(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *
     return 0;
 }
 
+/* Optional "tensor_modules" (with "tensors"): the projection each tensor is the weight of, as
+ * plan_module_key names it ("q_proj", "mlp.c_proj:conv1d"), "" for none; absent = none. */
+static int read_modules(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensor_modules");
+    if (!a) return 0;
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n != l->n_tensors)
+        return ld_fail(c, "field '%stensor_modules' must be a list of %d module names, one per entry of "
+                       "'tensors' (got %s%d)", prefix, l->n_tensors, n < 0 ? "no list, " : "", n < 0 ? 0 : n);
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        int mod = cJSON_IsString(e) ? plan_module_by_key(e->valuestring) : -1;
+        if (mod < 0)
+            return ld_fail(c, "field '%stensor_modules' entry %d must be \"\" or one of q_proj, k_proj, v_proj, o_proj, "
+                           "gate_proj, up_proj, down_proj, c_attn, attn.c_proj, mlp.c_proj, c_fc, lm_head (\":conv1d\" "
+                           "appended for a Conv1D)", prefix, k);
+        l->tensor_mod[k++] = (uint8_t)mod;
+    }
+    return 0;
+}
+
 /* Optional "tensors": the layer's parameter tensors (elements, model.parameters() order), 1 to
  * PLAN_LAYER_MAX_TENSORS whole numbers (0: an empty tensor, as a params.json may list) adding up
  * to params; absent = unknown. */
@@ -277,7 +332,8 @@ static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpe
     if (sum != l->params)
         return ld_fail(c, "field '%stensors' adds up to %lld elements, not the layer's params (%lld)",
                        prefix, (long long)sum, (long long)l->params);
-    return read_dim0(c, j, prefix, l);
+    if (read_dim0(c, j, prefix, l)) return -1;
+    return read_modules(c, j, prefix, l);
 }
 
 static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
@@ -327,6 +383,45 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
     return read_tensors(c, j, prefix, l);
 }
 
+/* Optional "moe": {n_experts, top_k, d_ff_expert, d_ff_shared, router, norm_topk, fp32_weights,
+ * shared_gate, shared_last, bias, clamped_glu, router_logits}: a mixture of experts (MoeSpec). */
+static int read_moe(LoadCtx *c, const cJSON *root, MoeSpec *e) {
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(root, "moe");
+    int router = 0;
+    if (!moe) return 0;
+    if (!cJSON_IsObject(moe)) return ld_fail(c, "field 'moe' must be an object");
+    if (ld_known_keys(c, moe, "moe.", MOE_KEYS) ||
+        ld_int32(c, moe, "moe.", "n_experts", 1, 0, 1, 65536, &e->n_experts) ||
+        ld_int32(c, moe, "moe.", "top_k", 1, 0, 1, 65536, &e->top_k) ||
+        ld_int(c, moe, "moe.", "d_ff_expert", 1, 0, 1, 1 << 22, &e->d_ff_expert) ||
+        ld_int(c, moe, "moe.", "d_ff_shared", 0, 0, 0, 1 << 24, &e->d_ff_shared) ||
+        ld_enum(c, moe, "moe.", "router", 0, 0, router_name, MOE_ROUTER_COUNT, &router) ||
+        ld_bool(c, moe, "moe.", "norm_topk", 0, 0, 1, &e->norm_topk) ||
+        ld_bool(c, moe, "moe.", "fp32_weights", 0, 0, 1, &e->fp32_weights) ||
+        ld_bool(c, moe, "moe.", "shared_gate", 0, 0, 1, &e->shared_gate) ||
+        ld_bool(c, moe, "moe.", "shared_last", 0, 0, 1, &e->shared_last) ||
+        ld_bool(c, moe, "moe.", "bias", 0, 0, 1, &e->bias) ||
+        ld_bool(c, moe, "moe.", "clamped_glu", 0, 0, 1, &e->clamped_glu) ||
+        ld_bool(c, moe, "moe.", "router_logits", 0, 0, 1, &e->router_logits))
+        return -1;
+    e->router = (MoeRouter)router;
+    if (e->top_k > e->n_experts)
+        return ld_fail(c, "field 'moe.top_k' (%d) exceeds 'moe.n_experts' (%d)", e->top_k, e->n_experts);
+    return 0;
+}
+
+/* Optional "mla": {q_rank, kv_rank, rope_dim, nope_dim, v_dim}: latent attention (MlaSpec). */
+static int read_mla(LoadCtx *c, const cJSON *root, MlaSpec *a) {
+    const cJSON *mla = cJSON_GetObjectItemCaseSensitive(root, "mla");
+    if (!mla) return 0;
+    if (!cJSON_IsObject(mla)) return ld_fail(c, "field 'mla' must be an object");
+    return ld_known_keys(c, mla, "mla.", MLA_KEYS) || ld_int(c, mla, "mla.", "q_rank", 0, 0, 0, 65536, &a->q_rank) ||
+           ld_int(c, mla, "mla.", "kv_rank", 1, 0, 1, 65536, &a->kv_rank) ||
+           ld_int(c, mla, "mla.", "rope_dim", 1, 0, 0, 65536, &a->rope_dim) ||
+           ld_int(c, mla, "mla.", "nope_dim", 1, 0, 0, 65536, &a->nope_dim) ||
+           ld_int(c, mla, "mla.", "v_dim", 1, 0, 1, 65536, &a->v_dim) ? -1 : 0;
+}
+
 /* Hyper-parameters: required (and range-checked like plan_model_transformer) for the
  * transformer families, optional elsewhere. */
 static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
@@ -344,6 +439,7 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
         ld_int(c, root, "", "vocab", tf, 0, lo, 1 << 24, &m->vocab) ||
         ld_int(c, root, "", "max_seq", tf, 0, lo, 1 << 24, &m->max_seq) ||
         ld_bool(c, root, "", "tied_embeddings", 0, 0, 1, &m->tied_embeddings) ||
+        ld_bool(c, root, "", "root_only", 0, 0, 0, &m->root_only) ||
         ld_enum(c, root, "", "norm", 0, 0, norm_name, N_NORMS, &norm) ||
         ld_enum(c, root, "", "mlp", 0, 0, mlp_name, N_MLPS, &mlp) ||
         ld_str(c, root, "", "act_fn", 0, "", m->act_fn, sizeof(m->act_fn)) ||
@@ -356,19 +452,11 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
         return -1;
     m->norm = (NormKind)norm;
     m->mlp = (MlpKind)mlp;
-    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(root, "moe");
-    if (moe) {   /* {n_experts, top_k, d_ff_expert, d_ff_shared}: a mixture of experts */
-        if (!cJSON_IsObject(moe)) return ld_fail(c, "field 'moe' must be an object");
-        MoeSpec *e = &m->moe;
-        if (ld_known_keys(c, moe, "moe.", MOE_KEYS) ||
-            ld_int32(c, moe, "moe.", "n_experts", 1, 0, 1, 65536, &e->n_experts) ||
-            ld_int32(c, moe, "moe.", "top_k", 1, 0, 1, 65536, &e->top_k) ||
-            ld_int(c, moe, "moe.", "d_ff_expert", 1, 0, 1, 1 << 22, &e->d_ff_expert) ||
-            ld_int(c, moe, "moe.", "d_ff_shared", 0, 0, 0, 1 << 24, &e->d_ff_shared))
-            return -1;
-        if (e->top_k > e->n_experts)
-            return ld_fail(c, "field 'moe.top_k' (%d) exceeds 'moe.n_experts' (%d)", e->top_k, e->n_experts);
-    }
+    if (read_moe(c, root, &m->moe) || read_mla(c, root, &m->mla) ||
+        ld_bool(c, root, "", "attn_sinks", 0, 0, 1, &m->attn_sinks) ||
+        ld_int32(c, root, "", "qk_norm", 0, 0, 0, 3, &m->qk_norm) ||
+        ld_int32(c, root, "", "nope_every", 0, 0, 0, 100000, &m->nope_every))
+        return -1;
     if (tf) {
         if (!cJSON_GetObjectItemCaseSensitive(root, "d_head") && m->d_model % m->n_head != 0)
             return ld_fail(c, "d_model %lld is not divisible by n_head %d: give d_head",
@@ -442,6 +530,8 @@ int ld_memplan_json(ModelSpec *m, const cJSON *root, LoadCtx *c) {
                 "'block'", m->n_layer, m->n_enc_layer, blocks);
         goto fail;
     }
+    if (m->root_only)   /* every layer in the root: blocks too (plan_model_add_layer numbered them) */
+        for (int k = 0; k < m->n_layers; k++) m->layers[k].unit = 0;
     return 0;
 fail:
     plan_model_free(m);

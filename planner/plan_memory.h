@@ -65,6 +65,6 @@ int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const Clust
                              StrategyKind s, int64_t max_b);
 
 /* DeepSpeed's defaults for its buffers (elements), docs/formulas.md. */
-#define PLAN_DS_REDUCE_BUCKET 5e8
+
 
 #endif

@@ -50,8 +50,9 @@ int64_t plan_model_params(const ModelSpec *m) {
 }
 
 double plan_layer_active_params(const ModelSpec *m, const LayerSpec *l) {
-    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return (double)l->params;
-    return (double)l->params - (double)l->expert_params * (1.0 - (double)m->moe.top_k / m->moe.n_experts);
+    double all = (double)l->params + (double)l->frozen;   /* a frozen weight computes as much */
+    if (l->expert_params <= 0 || m->moe.n_experts <= 0) return all;
+    return all - (double)l->expert_params * (1.0 - (double)m->moe.top_k / m->moe.n_experts);
 }
 
 int64_t plan_model_active_params(const ModelSpec *m) {
@@ -101,6 +102,18 @@ int plan_model_units(const ModelSpec *m) {
     for (int i = m->n_layers - 1; i >= 0; i--)
         if (m->layers[i].unit > 0) return m->layers[i].unit;
     return 0;
+}
+
+int64_t plan_layer_frozen_shard_dim0(const LayerSpec *l, int64_t n) {
+    int64_t s = 0;
+    if (n < 1) return -1;
+    for (int k = 0; k < l->n_frozen; k++) {
+        int64_t d = l->frozen_dim0[k], e = l->frozen_elems[k];
+        if (e == 0) continue;
+        if (d <= 0) return -1;
+        s += (d + n - 1) / n * (e / d);
+    }
+    return s;
 }
 
 int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n) {
@@ -182,6 +195,59 @@ const char *plan_layer_kind_name(LayerKind k) {
     return (k >= 0 && k < LAYER_KIND_COUNT) ? LAYER_NAMES[k] : "?";
 }
 
+static const struct { const char *name; int group; } MODULES[PLAN_MOD_COUNT] = {
+    {"", 0}, {"q_proj", 1}, {"k_proj", 1}, {"v_proj", 1}, {"o_proj", 2}, {"gate_proj", 3},
+    {"up_proj", 3}, {"down_proj", 4}, {"c_attn", 1}, {"c_proj", 2}, {"c_proj", 4}, {"c_fc", 3},
+    {"lm_head", 5},
+};
+
+const char *plan_module_name(int mod) {
+    int id = PLAN_MOD_ID(mod);
+    return id > 0 && id < PLAN_MOD_COUNT ? MODULES[id].name : "";
+}
+
+static const char *const MODULE_KEYS[PLAN_MOD_COUNT] = {
+    "", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "c_attn",
+    "attn.c_proj", "mlp.c_proj", "c_fc", "lm_head",
+};
+
+const char *plan_module_key(int mod, char *buf, size_t len) {
+    int id = PLAN_MOD_ID(mod);
+    snprintf(buf, len, "%s%s", id > 0 && id < PLAN_MOD_COUNT ? MODULE_KEYS[id] : "",
+             id > 0 && (mod & PLAN_MOD_CONV1D) ? ":conv1d" : "");
+    return buf;
+}
+
+int plan_module_by_key(const char *key) {
+    const char *colon = strchr(key, ':');
+    size_t n = colon ? (size_t)(colon - key) : strlen(key);
+    int conv = 0;
+    if (colon) {
+        if (strcmp(colon, ":conv1d") != 0 || n == 0) return -1;
+        conv = PLAN_MOD_CONV1D;
+    }
+    for (int id = 0; id < PLAN_MOD_COUNT; id++)
+        if (strlen(MODULE_KEYS[id]) == n && strncmp(MODULE_KEYS[id], key, n) == 0) return id | conv;
+    return -1;
+}
+
+int plan_module_group(int mod) {
+    int id = PLAN_MOD_ID(mod);
+    return id > 0 && id < PLAN_MOD_COUNT ? MODULES[id].group : 0;
+}
+
+void plan_module_features(int mod, int64_t elems, int64_t dim0, int64_t *in, int64_t *out) {
+    int64_t other = dim0 > 0 ? elems / dim0 : 0;
+    if (mod & PLAN_MOD_CONV1D) { *in = dim0; *out = other; }   /* Conv1D (in, out) */
+    else { *out = dim0; *in = other; }                          /* nn.Linear (out, in) */
+}
+
+int64_t plan_model_frozen(const ModelSpec *m) {
+    int64_t s = 0;
+    for (int i = 0; i < m->n_layers; i++) s += m->layers[i].frozen;
+    return s;
+}
+
 /* ---- transformer builder ---- */
 
 static int64_t norm_params(const TransformerConfig *c) {
@@ -237,6 +303,14 @@ static void t_proj(LayerSpec *l, const TransformerConfig *c, int64_t in, int64_t
     else t_linear(l, in, out, bias);
 }
 
+/* The same, naming the module (PlanModule) whose weight it adds, for --lora-targets. */
+static void t_named(LayerSpec *l, const TransformerConfig *c, int64_t in, int64_t out, int bias, int mod) {
+    int k = l->n_tensors;
+    t_proj(l, c, in, out, bias);
+    if (l->n_tensors > k && k < PLAN_LAYER_MAX_TENSORS)
+        l->tensor_mod[k] = (uint8_t)(mod | (c->layout == LAYOUT_GPT2 ? PLAN_MOD_CONV1D : 0));
+}
+
 /* q, k, v, o (fused q|k|v for GPT-2 and NeoX, k, v, q for OPT); T5's relative attention bias
    follows o in the first block of each stack */
 static void t_attn(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int kv_heads, int cross,
@@ -244,7 +318,11 @@ static void t_attn(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int
     int64_t h = c->d_model, q = (int64_t)c->n_head * d_head;
     int64_t kv = cross ? q : (int64_t)kv_heads * d_head;
     switch (c->layout) {
-    case LAYOUT_GPT2: case LAYOUT_NEOX:
+    case LAYOUT_GPT2:
+        t_named(l, c, h, q + 2 * kv, c->qkv_bias, PLAN_MOD_C_ATTN);
+        t_named(l, c, q, h, c->out_bias, PLAN_MOD_C_PROJ_ATTN);
+        return;
+    case LAYOUT_NEOX:
         t_proj(l, c, h, q + 2 * kv, c->qkv_bias);
         break;
     case LAYOUT_OPT:
@@ -265,6 +343,11 @@ static void t_attn(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int
 
 static void t_mlp(LayerSpec *l, const TransformerConfig *c) {
     int64_t h = c->d_model, f = c->d_ff;
+    if (c->layout == LAYOUT_GPT2 && c->mlp != MLP_SWIGLU) {
+        t_named(l, c, h, f, c->mlp_bias, PLAN_MOD_C_FC);
+        t_named(l, c, f, h, c->mlp_bias, PLAN_MOD_C_PROJ_MLP);
+        return;
+    }
     if (c->mlp == MLP_SWIGLU) t_proj(l, c, h, f, c->mlp_bias);   /* gate (T5: wi_0) */
     t_proj(l, c, h, f, c->mlp_bias);
     t_proj(l, c, f, h, c->mlp_bias);
@@ -281,18 +364,19 @@ static int moe_block(const TransformerConfig *c, int i) {
    q_a_proj (+ bias), q_a_layernorm, q_b_proj, or a plain q_proj; kv_a_proj_with_mqa (+ bias),
    kv_a_layernorm, kv_b_proj; o_proj (+ bias). */
 static void t_mla(LayerSpec *l, const TransformerConfig *c) {
-    int64_t h = c->d_model, A = c->n_head, qk = c->qk_nope_dim + c->qk_rope_dim;
-    if (c->q_lora_rank > 0) {
-        t_linear(l, h, c->q_lora_rank, c->qkv_bias);
-        t_add(l, c->q_lora_rank, c->q_lora_rank);
-        t_linear(l, c->q_lora_rank, A * qk, 0);
+    const MlaSpec *a = &c->mla;
+    int64_t h = c->d_model, A = c->n_head, qk = a->nope_dim + a->rope_dim;
+    if (a->q_rank > 0) {
+        t_linear(l, h, a->q_rank, c->qkv_bias);
+        t_add(l, a->q_rank, a->q_rank);
+        t_linear(l, a->q_rank, A * qk, 0);
     } else {
         t_linear(l, h, A * qk, 0);
     }
-    t_linear(l, h, c->kv_lora_rank + c->qk_rope_dim, c->qkv_bias);
-    t_add(l, c->kv_lora_rank, c->kv_lora_rank);
-    t_linear(l, c->kv_lora_rank, A * (c->qk_nope_dim + c->v_head_dim), 0);
-    t_linear(l, A * c->v_head_dim, h, c->out_bias);
+    t_linear(l, h, a->kv_rank + a->rope_dim, c->qkv_bias);
+    t_add(l, a->kv_rank, a->kv_rank);
+    t_linear(l, a->kv_rank, A * (a->nope_dim + a->v_dim), 0);
+    t_linear(l, A * a->v_dim, h, c->out_bias);
 }
 
 /* A LLaMA-layout attention: GPT-OSS's sinks (the module's own parameter, listed before its
@@ -300,16 +384,16 @@ static void t_mla(LayerSpec *l, const TransformerConfig *c) {
    OLMo 2 q and k norms. */
 static void t_attn_llama(LayerSpec *l, const TransformerConfig *c, int64_t d_head, int kv_heads) {
     int64_t h = c->d_model, q = (int64_t)c->n_head * d_head, kv = (int64_t)kv_heads * d_head;
-    if (c->kv_lora_rank > 0) { t_mla(l, c); return; }
+    if (c->mla.kv_rank > 0) { t_mla(l, c); return; }
     if (c->sinks) t_add(l, c->n_head, c->n_head);
     if (c->fused_qkv) {
         t_linear(l, q, h, c->out_bias);
         t_linear(l, h, q + 2 * kv, c->qkv_bias);
     } else {
-        t_linear(l, h, q, c->qkv_bias);
-        t_linear(l, h, kv, c->qkv_bias);
-        t_linear(l, h, kv, c->qkv_bias);
-        t_linear(l, q, h, c->out_bias);
+        t_named(l, c, h, q, c->qkv_bias, PLAN_MOD_Q);
+        t_named(l, c, h, kv, c->qkv_bias, PLAN_MOD_K);
+        t_named(l, c, h, kv, c->qkv_bias, PLAN_MOD_V);
+        t_named(l, c, q, h, c->out_bias, PLAN_MOD_O);
     }
     if (c->qk_norm == 1) { t_add(l, d_head, d_head); t_add(l, d_head, d_head); }
     if (c->qk_norm == 2) { t_add(l, q, q); t_add(l, kv, kv); }
@@ -321,8 +405,9 @@ static void t_gated(LayerSpec *l, const TransformerConfig *c, int64_t f, int fus
     int64_t h = c->d_model;
     if (c->mlp != MLP_SWIGLU) t_linear(l, h, f, c->mlp_bias);
     else if (fused) t_linear(l, h, 2 * f, c->mlp_bias);
-    else { t_linear(l, h, f, c->mlp_bias); t_linear(l, h, f, c->mlp_bias); }
-    t_linear(l, f, h, c->mlp_bias);
+    else { t_named(l, c, h, f, c->mlp_bias, PLAN_MOD_GATE); t_named(l, c, h, f, c->mlp_bias, PLAN_MOD_UP); }
+    if (c->mlp == MLP_SWIGLU && !fused) t_named(l, c, f, h, c->mlp_bias, PLAN_MOD_DOWN);
+    else t_linear(l, f, h, c->mlp_bias);
 }
 
 /* A MoE block's MLP: the router (h x E, GPT-OSS + bias), the routed experts as two 3-D tensors
@@ -332,16 +417,20 @@ static void t_gated(LayerSpec *l, const TransformerConfig *c, int64_t f, int fus
 static int64_t t_moe(LayerSpec *l, const TransformerConfig *c) {
     int64_t h = c->d_model, E = c->moe.n_experts, f = c->moe.d_ff_expert;
     int n0 = l->n_tensors;
-    if (c->moe_router_first) t_linear(l, h, E, c->moe_bias);
+    int bias = c->moe.bias;
+    if (c->moe_router_first) t_linear(l, h, E, bias);
     t_add(l, E * 2 * f * h, E);
-    if (c->moe_bias) t_add(l, E * 2 * f, E);
+    if (bias) t_add(l, E * 2 * f, E);
     t_add(l, E * f * h, E);
-    if (c->moe_bias) t_add(l, E * h, E);
+    if (bias) t_add(l, E * h, E);
     int64_t experts = 0;
-    for (int k = n0 + (c->moe_router_first ? 1 + c->moe_bias : 0); k < l->n_tensors; k++) experts += l->tensor_elems[k];
-    if (!c->moe_router_first) t_linear(l, h, E, c->moe_bias);
+    for (int k = n0 + (c->moe_router_first ? 1 + bias : 0); k < l->n_tensors; k++) experts += l->tensor_elems[k];
+    if (!c->moe_router_first) t_linear(l, h, E, bias);
     if (c->moe.d_ff_shared > 0) t_gated(l, c, c->moe.d_ff_shared, 0);
-    if (c->moe_shared_gate) t_linear(l, h, 1, 0);
+    if (c->moe.shared_gate) t_linear(l, h, 1, 0);
+    /* DeepSeek's router holds e_score_correction_bias, nn.Buffer of E fp32 (modeling_deepseek_v3.py
+       DeepseekV3TopkRouter): no parameter, but a buffer DDP broadcasts every forward (measured) */
+    if (c->moe.router == MOE_ROUTER_GROUPED) l->buffers += E;
     return experts;
 }
 
@@ -433,14 +522,14 @@ static int check_shape(const TransformerConfig *c, char *msg, size_t msglen) {
                  (long long)e->d_ff_expert, (long long)e->d_ff_shared);
         return -1;
     }
-    if (c->kv_lora_rank < 0 || c->kv_lora_rank > 65536 || c->q_lora_rank < 0 || c->q_lora_rank > 65536 ||
-        c->qk_rope_dim < 0 || c->qk_rope_dim > 65536 || c->qk_nope_dim < 0 || c->qk_nope_dim > 65536 ||
-        c->v_head_dim < 0 || c->v_head_dim > 65536 ||
-        (c->kv_lora_rank > 0 && (c->qk_nope_dim + c->qk_rope_dim < 1 || c->v_head_dim < 1))) {
+    const MlaSpec *a = &c->mla;
+    if (a->kv_rank < 0 || a->kv_rank > 65536 || a->q_rank < 0 || a->q_rank > 65536 ||
+        a->rope_dim < 0 || a->rope_dim > 65536 || a->nope_dim < 0 || a->nope_dim > 65536 ||
+        a->v_dim < 0 || a->v_dim > 65536 || (a->kv_rank > 0 && (a->nope_dim + a->rope_dim < 1 || a->v_dim < 1))) {
         snprintf(msg, msglen, "invalid latent attention: q rank %lld, kv rank %lld, rope %lld, nope %lld, v %lld "
-                 "(each 0..65536; heads need qk and v dimensions)", (long long)c->q_lora_rank,
-                 (long long)c->kv_lora_rank, (long long)c->qk_rope_dim, (long long)c->qk_nope_dim,
-                 (long long)c->v_head_dim);
+                 "(each 0..65536; heads need qk and v dimensions)", (long long)a->q_rank,
+                 (long long)a->kv_rank, (long long)a->rope_dim, (long long)a->nope_dim,
+                 (long long)a->v_dim);
         return -1;
     }
     int64_t d_head = c->d_head > 0 ? c->d_head : c->d_model / c->n_head;
@@ -490,8 +579,8 @@ static void embed_layer(LayerSpec *l, const TransformerConfig *c, int64_t d_head
        docs/formulas.md "DDP buffer broadcast") */
     double rot = c->rotary_frac > 0 ? c->rotary_frac : c->rotary_frac < 0 ? 0.0 : c->layout == LAYOUT_LLAMA ? 1.0
                : c->layout == LAYOUT_NEOX ? 0.25 : 0.0;
-    if (rot > 0 && !c->learned_pos) {
-        int64_t dims = (int64_t)((double)d_head * rot);
+    if (rot > 0 && !c->learned_pos) {   /* latent attention rotates qk_rope_head_dim dims */
+        int64_t dims = c->mla.kv_rank > 0 ? c->mla.rope_dim : (int64_t)((double)d_head * rot);
         l->buffers += (c->rope_kinds > 1 ? c->rope_kinds : 1) * 2 * ((dims + 1) / 2);
     }
     /* Gemma's scaled token embedding (Gemma*TextScaledWordEmbedding) holds embed_scale =
@@ -553,7 +642,10 @@ static void head_layer(LayerSpec *l, const TransformerConfig *c) {
     if (c->cls_outputs * h > l->largest_tensor) l->largest_tensor = c->cls_outputs * h;
     /* BERT's prediction head registers its decoder bias before the transform */
     if (c->mlm_head) { t_add(l, c->vocab, c->vocab); t_linear(l, h, h, 1); t_norm(l, c); }
-    if (!c->tied) t_add(l, c->vocab * e, c->vocab);           /* nn.Linear(e, V): (V, e) */
+    if (!c->tied) {                                            /* nn.Linear(e, V): (V, e) */
+        if (l->n_tensors < PLAN_LAYER_MAX_TENSORS) l->tensor_mod[l->n_tensors] = PLAN_MOD_LM_HEAD;
+        t_add(l, c->vocab * e, c->vocab);
+    }
     if (e != h) t_add(l, h * e, e);                            /* project_out: (e, h) */
     if (c->cls_outputs) t_linear(l, h, c->cls_outputs, 1);
     t_check(l);
@@ -565,8 +657,8 @@ static void head_layer(LayerSpec *l, const TransformerConfig *c) {
    decoders. */
 static void block_spec(BlockSpec *b, const TransformerConfig *c) {
     memset(b, 0, sizeof(*b));
-    if (c->layout != LAYOUT_LLAMA || c->arch != ARCH_DECODER || c->kv_lora_rank > 0) return;
-    b->qk_norm = c->qk_norm;
+    if (c->layout != LAYOUT_LLAMA || c->arch != ARCH_DECODER || c->mla.kv_rank > 0) return;
+    b->qk_norm = c->qk_norm == 1 || c->qk_norm == 2 ? c->qk_norm : 0;   /* Llama 4's L2 (3): ModelSpec.qk_norm alone */
     b->norm_place = c->post_norms ? NORM_PLACE_POST : c->block_norms == 4 ? NORM_PLACE_SANDWICH : NORM_PLACE_PRE;
     b->norm_fp32 = c->norm_fp32;
     b->qkv = c->fused_qkv ? QKV_FUSED : c->norm == NORM_LAYERNORM ? QKV_SEPARATE : QKV_CLASSIC;
@@ -597,11 +689,15 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     m->norm = c->norm;
     m->mlp = c->mlp;
     m->moe = c->moe;
-    if (c->kv_lora_rank > 0) {   /* latent attention: per-head q/k of nope + rope dims, k and v per head */
-        m->d_head = c->qk_nope_dim + c->qk_rope_dim;
+    if (c->mla.kv_rank > 0) {   /* latent attention: per-head q/k of nope + rope dims, k and v per head */
+        m->mla = c->mla;
+        m->d_head = c->mla.nope_dim + c->mla.rope_dim;
         m->n_kv_head = c->n_head;
     }
     block_spec(&m->block, c);
+    m->attn_sinks = c->sinks;
+    m->qk_norm = c->qk_norm;
+    m->nope_every = c->nope_every;
     m->dropout = c->dropout;
     snprintf(m->act_fn, sizeof(m->act_fn), "%s", c->act_fn ? c->act_fn : "");
     snprintf(m->family, sizeof(m->family), "%s", c->family ? c->family : "");

@@ -49,12 +49,33 @@ typedef enum { MLP_GELU = 0, MLP_GELU_NEW, MLP_RELU, MLP_SWIGLU } MlpKind;
 
 #define PLAN_LAYER_MAX_TENSORS 32
 
+/* How a MoE block's router picks and weighs its experts, as transformers 5.24 runs it; each saves
+ * different tensors for backward (plan_activ.c, docs/formulas.md "Mixture of experts"). */
+typedef enum {
+    MOE_ROUTER_SOFTMAX = 0,  /* fp32 softmax over the E logits, then top-k (Mixtral, Qwen-MoE) */
+    MOE_ROUTER_TOPK_SOFTMAX, /* top-k of the logits, softmax over those k (GPT-OSS) */
+    MOE_ROUTER_GROUPED,      /* sigmoid scores, top-k within the best groups (DeepSeek-V3) */
+    MOE_ROUTER_ALL_EXPERTS,  /* the top-k logits scattered into -inf, sigmoid: every expert runs on
+                                every token, weighted 0 where not chosen (Llama 4) */
+    MOE_ROUTER_COUNT
+} MoeRouter;
+
 /* The mixture-of-experts MLP of a model's MoE blocks (LayerSpec.expert_params > 0). */
 typedef struct {
     int n_experts;           /* routed experts per MoE block (0 = a dense model) */
     int top_k;               /* experts each token is routed to */
     int64_t d_ff_expert;     /* each routed expert's MLP width */
     int64_t d_ff_shared;     /* the always-on shared expert(s)' total width (0 = none) */
+    MoeRouter router;
+    int norm_topk;           /* the top-k weights renormalised in place (Mixtral always; Qwen-MoE and
+                                DeepSeek with norm_topk_prob) */
+    int fp32_weights;        /* the routing weights stay fp32 (Mixtral); else the logits' dtype */
+    int shared_gate;         /* Qwen2-MoE: a sigmoid gate (1 x h) on the shared expert */
+    int shared_last;         /* the shared expert runs after the routed ones (DeepSeek, Llama 4) */
+    int bias;                /* GPT-OSS: biases on the router and on the experts */
+    int clamped_glu;         /* GPT-OSS: clamp, sigmoid(alpha x) and (up + 1) in the experts' SwiGLU */
+    int router_logits;       /* output_router_logits: the logits kept in the output for the
+                                load-balancing loss */
 } MoeSpec;
 
 /* What a decoder block of the 2024-26 families saves beyond the classic block of its norm and MLP
@@ -75,6 +96,13 @@ typedef struct {
     double attn_softcap;     /* tanh soft-capping of the attention scores (Gemma 2), 0 = none */
     double logit_softcap;    /* tanh soft-capping of the logits (Gemma 2), 0 = none */
 } BlockSpec;
+
+/* Multi-head latent attention (DeepSeek-V2/V3; kv_rank > 0): q through a q_rank bottleneck (0 = a
+ * plain q_proj) to heads of nope + rope dims, k and v from a kv_rank latent (+ a shared rope key),
+ * v heads of v_dim. */
+typedef struct {
+    int64_t q_rank, kv_rank, rope_dim, nope_dim, v_dim;
+} MlaSpec;
 
 typedef struct {
     char name[48];
@@ -129,7 +157,50 @@ typedef struct {
     /* LAYER_BLOCK: 1 = its q and k skip the rotary embedding (SmolLM3's NoPE layers), so under
      * autocast q stays in the compute dtype */
     int no_rope;
+    /* The named module each tensor is the weight of (a PlanModule, | PLAN_MOD_CONV1D for GPT-2's
+     * Conv1D, whose weight is (in, out)); 0 = not a projection's weight (a bias, a norm, an
+     * embedding, or a family whose names are not recorded). --lora-targets matches these. */
+    uint8_t tensor_mod[PLAN_LAYER_MAX_TENSORS];
+    /* Frozen parameters (requires_grad=False: a LoRA model's base, --freeze), beside the trainable
+     * ones above, which alone get gradients, optimizer state and reductions: their elements, and
+     * their tensors in registration order with each one's dim 0 and module (as above). 0 = none. */
+    int64_t frozen;
+    int n_frozen;
+    int64_t frozen_elems[PLAN_LAYER_MAX_TENSORS];
+    int64_t frozen_dim0[PLAN_LAYER_MAX_TENSORS];
+    uint8_t frozen_mod[PLAN_LAYER_MAX_TENSORS];
+    /* Saved activations the trainable subset changes, elements per token (planner/plan_lora.c):
+     * inputs of projections no longer saved (autograd saves a matmul's input only for its weight's
+     * gradient), LoRA A outputs (rank r each, saved by B), LoRA dropout outputs (saved by A, with
+     * as many 1-byte dropout masks). */
+    int64_t act_unsaved_tok, lora_r_tok, lora_drop_tok;
+    /* Where backward starts (autograd records nothing before the first trainable parameter):
+     * 1 = the layer runs before it and saves nothing; 2 = its first norm does (the block whose
+     * attention input projections carry the first trainable parameters); 0 otherwise. */
+    uint8_t grad_frontier;
 } LayerSpec;
+
+/* The projections a transformer block registers, by the module names PEFT's target_modules
+ * match (peft/tuners/lora/model.py; GPT-2's c_proj is both attention's output and the MLP's
+ * down projection: two ids, one name). Each belongs to an input group (modules reading the same
+ * tensor: q, k, v read the attention norm's output). */
+typedef enum {
+    PLAN_MOD_NONE = 0, PLAN_MOD_Q, PLAN_MOD_K, PLAN_MOD_V, PLAN_MOD_O, PLAN_MOD_GATE, PLAN_MOD_UP,
+    PLAN_MOD_DOWN, PLAN_MOD_C_ATTN, PLAN_MOD_C_PROJ_ATTN, PLAN_MOD_C_PROJ_MLP, PLAN_MOD_C_FC,
+    PLAN_MOD_LM_HEAD, PLAN_MOD_COUNT
+} PlanModule;
+#define PLAN_MOD_CONV1D 0x80
+#define PLAN_MOD_ID(x) ((x) & 0x7f)
+const char *plan_module_name(int mod);   /* PEFT's name ("q_proj", "c_proj"); "" for none */
+/* The module's key in memplan's model JSON ("tensor_modules"): its name, GPT-2's two c_proj as
+   "attn.c_proj" and "mlp.c_proj", ":conv1d" appended for a Conv1D; "" for none. Returns buf. */
+const char *plan_module_key(int mod, char *buf, size_t len);
+/* The tensor_mod value of such a key; -1 when it names no module. */
+int plan_module_by_key(const char *key);
+int plan_module_group(int mod);          /* input group: 1 attention in, 2 attention out, 3 MLP in,
+                                            4 MLP out, 5 the head; 0 none */
+/* A projection's in and out features from its weight tensor's elements, dim 0 and module. */
+void plan_module_features(int mod, int64_t elems, int64_t dim0, int64_t *in, int64_t *out);
 
 typedef struct {
     char name[64];
@@ -167,6 +238,15 @@ typedef struct {
     MoeSpec moe;
     /* the parts of a 2024-26 decoder block that change what it saves (zero: the classic block) */
     BlockSpec block;
+    MlaSpec mla;             /* latent attention (mla.kv_rank > 0), else zero */
+    int attn_sinks;          /* GPT-OSS: a learned sink logit per head joins each softmax */
+    int qk_norm;             /* TransformerConfig.qk_norm: 1 an RMSNorm per head on q and k (Qwen3),
+                                3 an L2 norm per head (Llama 4) */
+    int nope_every;          /* TransformerConfig.nope_every: blocks N, 2N, ... have no q/k norm */
+    /* 1: a wrap policy left every layer in the root unit (LayerSpec.unit 0 throughout: FSDP1's
+     * size-based wrapping with nothing large enough, plan_fsdp_size_wrap), one unit of the whole
+     * model; 0: a model without units shards each layer on its own */
+    int root_only;
 } ModelSpec;
 
 void plan_model_init(ModelSpec *m, const char *name, ArchKind arch);
@@ -176,7 +256,9 @@ LayerSpec *plan_model_add_layer(ModelSpec *m, const LayerSpec *l);
 /* Convenience: a layer of kind with name and params (other fields zero). */
 LayerSpec *plan_model_add(ModelSpec *m, LayerKind kind, const char *name, int64_t params);
 
-int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params */
+int64_t plan_model_params(const ModelSpec *m);          /* Σ layers.params (trainable) */
+/* Σ frozen elements (0 without a trainable subset); total = plan_model_params + this. */
+int64_t plan_model_frozen(const ModelSpec *m);
 /* The parameters one token uses: all but the routed experts it is not sent to, Σ params −
  * Σ expert_params × (1 − top_k / n_experts); = plan_model_params for a dense model. */
 int64_t plan_model_active_params(const ModelSpec *m);
@@ -202,6 +284,9 @@ int plan_model_dim0_known(const ModelSpec *m);
  * ceil(dim0 / n) × (elems / dim0) elements (torch.chunk along dim 0, every rank padded to the
  * first chunk); -1 when a dim 0 is unknown. */
 int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n);
+/* The same over layer l's frozen tensors (FSDP2 shards frozen parameters too); -1 when a frozen
+ * tensor's dim 0 is unknown. */
+int64_t plan_layer_frozen_shard_dim0(const LayerSpec *l, int64_t n);
 /* Units: the largest LayerSpec.unit (0 = the model has no units: every layer its own). */
 int plan_model_units(const ModelSpec *m);
 /* 1 when every layer with parameters lists tensors that add up to its params. */
@@ -256,7 +341,9 @@ typedef struct {
                                 NEOX 0.25, others no rotary embedding) */
     /* The 2024-26 decoders (LAYOUT_LLAMA; plan_load_hf.c FAMILIES describes each family): */
     int qk_norm;             /* 1: an RMSNorm over each head's q and k (d_head weights each: Qwen3,
-                                Gemma 3); 2: over all of q and of k (A·d and KV·d weights: OLMo 2) */
+                                Gemma 3); 2: over all of q and of k (A·d and KV·d weights: OLMo 2);
+                                3: an L2 norm per head, no weights (Llama 4) */
+    int nope_every;          /* Llama 4: every N-th block has no rope and no q/k norm (0 = none) */
     int block_norms;         /* norms per block (0 = 2): 4 for Gemma 2/3's pre- and post-norms */
     int fused_qkv;           /* Phi-3: one qkv_proj (h x (A + 2 KV)·d), registered after o_proj */
     int fused_gate_up;       /* Phi-3: one gate_up_proj (h x 2f) */
@@ -271,17 +358,13 @@ typedef struct {
     int64_t window;          /* sliding-window attention: the keys a query sees in the blocks sliding_blocks marks */
     const unsigned char *sliding_blocks; /* per block, 1 = sliding-window attention of `window` (NULL: none) */
     const unsigned char *no_rope_blocks; /* per block, 1 = no rotary embedding (SmolLM3; NULL: none) */
-    /* multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank > 0): q through a q_lora_rank
-       bottleneck (0 = a plain q_proj) to heads of qk_nope + qk_rope dims, k and v from a
-       kv_lora_rank latent (+ a shared qk_rope key), v heads of v_head_dim */
-    int64_t q_lora_rank, kv_lora_rank, qk_rope_dim, qk_nope_dim, v_head_dim;
+    MlaSpec mla;             /* multi-head latent attention (DeepSeek-V2/V3; mla.kv_rank > 0) */
     /* mixture of experts (n_experts > 0): the MoE blocks' router (h x E), routed experts (gated:
-       gate|up E x 2f x h and down E x h x f), shared expert(s) of total width d_ff_shared */
+       gate|up E x 2f x h and down E x h x f), shared expert(s) of total width d_ff_shared,
+       Qwen2-MoE's shared-expert gate (moe.shared_gate), GPT-OSS's biases (moe.bias) */
     MoeSpec moe;
     int moe_router_first;    /* the router registers before the experts (Mixtral, Qwen2-MoE,
                                 GPT-OSS), else after them (Qwen3-MoE, DeepSeek-V3, Llama 4) */
-    int moe_shared_gate;     /* Qwen2-MoE: a sigmoid gate (1 x h) on the shared expert */
-    int moe_bias;            /* GPT-OSS: biases on the router and on the experts */
     int moe_first_dense;     /* DeepSeek first_k_dense_replace: blocks 0 .. k-1 are dense */
     int moe_step;            /* Qwen-MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step:
                                 block i is MoE when (i + 1) % step == 0 (0 or 1: every block) */

@@ -1,5 +1,6 @@
 /* plan_report.c — see plan_report.h. */
 #include "plan_report.h"
+#include "plan_lora.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -8,6 +9,8 @@
 #include "plan_fsdp.h"
 #include "plan_offload.h"
 #include "plan_step.h"
+#include "plan_time.h"
+#include "plan_tp.h"
 #include "plan_util.h"
 
 static int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
@@ -18,20 +21,52 @@ static double plan_report_dropout(const ModelSpec *m, const TrainSpec *t) {
     return t->dropout >= 0 ? t->dropout : m->dropout;
 }
 
+static double plan_report_moe_imbalance(const TrainSpec *t) {   /* 0 reads as 1 */
+    return t->moe_imbalance > 1 ? t->moe_imbalance : 1;
+}
+
 void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
     char a[32], b[32];
     fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
-            plan_fmt_count(plan_model_params(m), a, sizeof(a)), plan_arch_name(m->arch),
+            plan_fmt_count(plan_model_params(m) + plan_model_frozen(m), a, sizeof(a)), plan_arch_name(m->arch),
             m->n_layers, m->source);
+    if (plan_finetune_on(&t->ft)) {
+        int64_t tr = plan_model_params(m), tot = tr + plan_model_frozen(m);
+        char what[512], tg[160], fz[32];
+        if (t->ft.rank > 0)
+            snprintf(what, sizeof what, "LoRA r=%d, alpha %g, dropout %g on %s (PEFT get_peft_model)%s%s%s", t->ft.rank,
+                     t->ft.alpha, t->ft.dropout, plan_lora_targets(m, &t->ft, tg, sizeof tg),
+                     t->ft.quant != QUANT_NONE ? "; frozen base projections stored " : "",
+                     t->ft.quant != QUANT_NONE ? plan_quant_name(t->ft.quant) : "",
+                     t->ft.quant == QUANT_NF4 ? " (as bitsandbytes' quantize_4bit stores it: 0.5 B + a double-quantized absmax per "
+                     "64 weights; its dequantization transients are an estimate, no QLoRA step is measured)" :
+                     t->ft.quant == QUANT_INT8 ? " (1 B per weight: an estimate, not measured)" : "");
+        else
+            snprintf(what, sizeof what, "--freeze %s", plan_freeze_label(&t->ft, fz, sizeof fz));
+        fprintf(f, "# trainable: %s of %s parameters (%.4f%%), %s; frozen parameters get no gradients, no optimizer "
+                "state and no reductions\n", plan_fmt_count(tr, a, sizeof a), plan_fmt_count(tot, b, sizeof b),
+                tot > 0 ? 100.0 * (double)tr / (double)tot : 0.0, what);
+    }
     if (m->moe.n_experts > 0) {
         int moe_blocks = 0;
         for (int i = 0; i < m->n_layers; i++) moe_blocks += m->layers[i].expert_params > 0;
+        int all = m->moe.router == MOE_ROUTER_ALL_EXPERTS;
+        double F = all ? 1 : plan_report_moe_imbalance(t);   /* Llama 4: no routed rows to scale */
+        char routing[320];
+        if (F > 1)
+            snprintf(routing, sizeof routing, "the routed experts' rows planned %g times (--moe-imbalance %g, an estimate "
+                     "for experts sized for the busiest one; transformers' grouped_mm holds the same rows whatever the "
+                     "routing: docs/formulas.md \"Routing imbalance\")", F, F);
+        else
+            snprintf(routing, sizeof routing, "routing does not change the memory (%s: docs/formulas.md \"Mixture of "
+                     "experts\")", all ? "every token passes every expert" : "transformers' grouped_mm holds all "
+                     "routed rows at once, even when every token picks the same experts");
         fprintf(f, "# mixture of experts: %s parameters active per token (top-%d of %d experts of width %lld%s, "
-                "in %d of %d blocks); memory holds all of them, compute uses the active ones; the routed "
-                "activations are an estimate (docs/formulas.md \"Mixture of experts\")\n",
+                "in %d of %d blocks); memory holds all of them, %s; %s\n",
                 plan_fmt_count(plan_model_active_params(m), b, sizeof(b)), m->moe.top_k, m->moe.n_experts,
                 (long long)m->moe.d_ff_expert, m->moe.d_ff_shared > 0 ? ", + shared experts" : "", moe_blocks,
-                m->n_layer);
+                m->n_layer, all ? "transformers computes every expert on every token" : "compute uses the active ones",
+                routing);
     }
     if (m->headless)
         fprintf(f, "# %s is a base model (no LM head): no logits and no loss are planned; training "
@@ -51,6 +86,19 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             t->grad_accum > 1 ? (t->fsdp_grad_sync == FSDP_SYNC_LAST ? "in the last micro-step only (--fsdp-grad-sync last)"
                                                                      : "every micro-step (--fsdp-grad-sync every)") : "",
             t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
+    if (plan_tp_degree(t) > 1)
+        fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s), sequence parallel %s; "
+                "the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and collectives are one "
+                "rank's (docs/formulas.md \"Tensor and sequence parallel\")\n", t->tp,
+                plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
+                                        : "column/row-parallel blocks, replicated tied embedding and head",
+                t->sp ? "on" : "off", (long long)(c->gpus / t->tp));
+    if (t->fsdp_impl == 1)   /* FSDP1's knobs (docs/formulas.md "FSDP1 and its knobs") */
+        fprintf(f, "# fsdp1: units %s, backward_prefetch %s, forward_prefetch %s, limit_all_gathers %s\n",
+                t->fsdp1.min_params > 0 ? (m->root_only ? "everything in the root (size-based wrapping)"
+                                                        : "from size-based wrapping (--fsdp-min-params)")
+                                        : "the blocks", plan_fsdp_bwd_name(t->fsdp1.bwd), t->fsdp1.fwd ? "on" : "off",
+                t->fsdp1.no_limit ? "off (planned as on)" : "on");
     if (t->offload != OFFLOAD_NONE)
         fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
                 "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM; PyTorch's CPU step %.0fx slower)\n",
@@ -61,9 +109,42 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
 }
 
 /* The collective table (and, under accumulation, what FSDP's other style would change). */
+/* How the times were made and what backs them: the flat model or per operation, and per strategy
+   "published" (published GPU runs of that setup, bench/published) or an estimate. */
+static void time_basis_lines(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
+    if (plan_time_flat(c))
+        fprintf(f, "# compute at %.0f%% of the preset's peak FLOP/s (--mfu: the flat model), collectives at the links' "
+                   "alpha-beta\n", c->mfu * 100);
+    else
+        fprintf(f, "# compute from the operations: GEMMs at the GPU's measured GEMM rate less tile and wave quantization, "
+                   "attention by its kernel, elementwise passes at HBM bandwidth; collectives by NCCL's ring/tree model "
+                   "(docs/formulas.md \"Time\"; --mfu F for the flat model)\n");
+    char backed[128] = "", est[128] = "";
+    const char *why = NULL;
+    for (int i = 0; i < p->n_rows; i++) {
+        TimeBasis b = plan_time_basis(m, t, c, p->rows[i].kind);
+        char *dst = b.published ? backed : est;
+        size_t n = strlen(dst);
+        snprintf(dst + n, 128 - n, "%s%s", n ? ", " : "", plan_strategy(p->rows[i].kind)->name);
+        if (!b.published && !why) why = b.why;
+    }
+    if (backed[0])
+        fprintf(f, "# times of %s: backed by published GPU runs of this setup (bench/published_check.py: %d held-out "
+                   "runs, median error %.1f %%)\n", backed, PLAN_PUBLISHED_HELDOUT_ROWS, PLAN_PUBLISHED_HELDOUT_ERR);
+    if (est[0])
+        fprintf(f, "# times of %s: estimates (%s; the model is checked against published runs of FSDP on A100/H100 "
+                   "and against memplan's own engine on CPU ranks)\n", est, why);
+}
+
 static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
                "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
+    if (plan_model_frozen(m) > 0) {
+        char a[32], b[32];
+        fprintf(f, "# gradient reductions (and ZeRO-1/2's step all-gather) carry the %s trainable parameters only: the %s "
+                "frozen ones are never reduced; FSDP's and ZeRO-3's parameter all-gathers move every parameter\n",
+                plan_fmt_count(plan_model_params(m), a, sizeof a), plan_fmt_count(plan_model_frozen(m), b, sizeof b));
+    }
     fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "strategy", "collective", "phase",
             "count", "payload", "wire", "ranks", "time", "what");
     fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "-", "-", "-", "calls", "GiB", "GiB",
@@ -162,11 +243,8 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
     comm_table(f, m, t, c, p);
     const char *unit = m->arch == ARCH_CNN ? "samples/s" : "tokens/s";
     fprintf(f, "# simulated step: every GPU runs the same step, so times and comm are per GPU; throughput per GPU "
-               "and for all %lld GPUs (compute at %.0f%% of the preset's peak FLOP/s; DDP buckets overlap backward, "
-               "FSDP/ZeRO-3 prefetch one unit)\n", (long long)c->gpus, c->mfu * 100);
-    fprintf(f, "# these times are estimates: the model (docs/formulas.md, \"Time\") is checked against memplan's own "
-               "engine on CPU ranks (memplan validate: each step within 15 %%), not yet against a PyTorch or "
-               "DeepSpeed step\n");
+               "and for all %lld GPUs (DDP buckets overlap backward, FSDP/ZeRO-3 prefetch one unit)\n", (long long)c->gpus);
+    time_basis_lines(f, m, t, c, p);
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "strategy", "compute", "comm", "exposed",
             "step", "per_gpu", "all_gpus", "comm/GPU");
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "-", "ms", "ms", "ms", "ms", unit, unit, "GiB");
@@ -281,7 +359,10 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
         cJSON_AddNumberToObject(ns, "wire_bytes_saved_per_gpu", saved);
     }
     cJSON *tm = cJSON_AddObjectToObject(o, "time");
-    cJSON_AddStringToObject(tm, "basis", "estimate");   /* the simulated step, not a measurement */
+    TimeBasis tb = plan_time_basis(m, t, c, r->kind);   /* the simulated step, not a measurement */
+    cJSON_AddStringToObject(tm, "basis", plan_time_basis_name(&tb));
+    cJSON_AddStringToObject(tm, "basis_why", tb.why);
+    cJSON_AddNumberToObject(tm, "mfu", plan_time_mfu(c, t, r->time.flops_per_step, r->time.step_s));
     cJSON_AddNumberToObject(tm, "compute_s", r->time.compute_s);
     cJSON_AddNumberToObject(tm, "comm_s", r->time.comm_s);
     cJSON_AddNumberToObject(tm, "exposed_comm_s", r->time.exposed_comm_s);
@@ -301,7 +382,22 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     if (!root) return NULL;
     cJSON *jm = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(jm, "name", m->name);
-    cJSON_AddNumberToObject(jm, "params", (double)plan_model_params(m));
+    cJSON_AddNumberToObject(jm, "params", (double)(plan_model_params(m) + plan_model_frozen(m)));
+    if (plan_finetune_on(&t->ft)) {
+        cJSON_AddNumberToObject(jm, "trainable_params", (double)plan_model_params(m));
+        cJSON *jf = cJSON_AddObjectToObject(jm, "finetune");
+        char tg[160], fz[32];
+        cJSON_AddNumberToObject(jf, "lora_rank", t->ft.rank);
+        if (t->ft.rank > 0) {
+            cJSON_AddNumberToObject(jf, "lora_alpha", t->ft.alpha);
+            cJSON_AddNumberToObject(jf, "lora_dropout", t->ft.dropout);
+            cJSON_AddStringToObject(jf, "lora_targets", plan_lora_targets(m, &t->ft, tg, sizeof tg));
+        }
+        cJSON_AddStringToObject(jf, "freeze", plan_freeze_label(&t->ft, fz, sizeof fz));
+        cJSON_AddStringToObject(jf, "quant_base", plan_quant_name(t->ft.quant));
+        cJSON_AddBoolToObject(jf, "quant_estimate", t->ft.quant == QUANT_NF4 || t->ft.quant == QUANT_INT8);
+        cJSON_AddNumberToObject(jf, "frozen_params", (double)plan_model_frozen(m));
+    }
     cJSON_AddNumberToObject(jm, "active_params", (double)plan_model_active_params(m));
     if (m->moe.n_experts > 0) {
         cJSON *je = cJSON_AddObjectToObject(jm, "moe");
@@ -334,9 +430,23 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "offload", plan_offload_name(t->offload));
     cJSON_AddNumberToObject(jt, "fsdp", t->fsdp_impl == 1 ? 1 : 2);   /* what fsdp-* rows mean */
     cJSON_AddStringToObject(jt, "fsdp_grad_sync", plan_fsdp_sync_name(t->fsdp_grad_sync));
+    if (t->fsdp_impl == 1) {   /* FSDP1's knobs, only where they mean something */
+        cJSON *k = cJSON_AddObjectToObject(jt, "fsdp1");
+        cJSON_AddNumberToObject(k, "min_params", t->fsdp1.min_params);
+        cJSON_AddBoolToObject(k, "root_only", m->root_only);
+        cJSON_AddStringToObject(k, "backward_prefetch", plan_fsdp_bwd_name(t->fsdp1.bwd));
+        cJSON_AddBoolToObject(k, "forward_prefetch", t->fsdp1.fwd);
+        cJSON_AddBoolToObject(k, "limit_all_gathers", !t->fsdp1.no_limit);
+    }
     cJSON_AddStringToObject(jt, "autocast", t->autocast_cpu ? "cpu" : "cuda");
     cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
     cJSON_AddStringToObject(jt, "zero_grad", t->zero_grad_keep ? "zeros" : "none");
+    if (m->moe.n_experts > 0) cJSON_AddNumberToObject(jt, "moe_imbalance", plan_report_moe_imbalance(t));
+    if (plan_tp_degree(t) > 1) {   /* only then: the records of other plans stay as they were */
+        cJSON_AddNumberToObject(jt, "tp", t->tp);
+        cJSON_AddBoolToObject(jt, "sp", t->sp != 0);
+        cJSON_AddNumberToObject(jt, "data_parallel", (double)(c->gpus / t->tp));
+    }
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) strategy_json(js, m, t, c, &p->rows[i], used);
     cJSON *rules = cJSON_AddObjectToObject(root, "rules");

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "plan_activ.h"
+#include "plan_cost.h"
 #include "plan_sim.h"
 #include "plan_step_internal.h"
 
@@ -93,11 +94,19 @@ static const RuleInfo RULE_INFO[RULE_COUNT] = {
                            F "\"CPU convolution backward\"; aten/src/ATen/native/Convolution.cpp"},
     [RULE_FOREACH_TEMP] = {"foreach_temp", "torch foreach Adam's state-sized temporary at the step",
                            F "\"Transients\"; torch/optim/adam.py _multi_tensor_adam"},
+    [RULE_QUANT_DEQUANT] = {"quant_dequant", "a quantized frozen projection dequantized to the compute dtype while it runs",
+                            F "\"LoRA and frozen parameters\"; bitsandbytes nn/modules.py Linear4bit, autograd/_functions.py MatMul4Bit"},
     [RULE_SYNCBN] = {"syncbn", "SyncBatchNorm's statistics all-gathers and gradient all-reduces",
                      "docs/syncbn.md; torch/nn/modules/_functions.py"},
     [RULE_HOST_COPIES] = {"offload_host_copies", "CPU offload's host<->device copies",
                           F "\"Offload and host memory\""},
-    [RULE_LAYER_COMPUTE] = {"layer_compute", "a layer's FLOPs at the MFU and its elementwise bytes at HBM bandwidth",
+    [RULE_TP_COLLECTIVES] = {"tp_collectives", "tensor parallel's per-block all-reduces (SP: all-gather + reduce-scatter pairs) on the tp group",
+                             F "\"Tensor and sequence parallel\"; torch/distributed/tensor/parallel/style.py"},
+    [RULE_TP_LOGITS_GATHER] = {"tp_logits_gather", "the vocab-sharded head's local logits and the all-gather's buffer beside the gathered logits",
+                                F "\"Tensor and sequence parallel\"; torch/distributed/tensor/_redistribute.py (Shard(-1) -> Replicate)"},
+    [RULE_TP_EMBED_GRAD] = {"tp_embedding_grad", "a vocab-sharded embedding's gradient comes back replicated (V x h)",
+                            F "\"Tensor and sequence parallel\" (measured, torch 2.15)"},
+    [RULE_LAYER_COMPUTE] = {"layer_compute", "a layer's GEMMs, attention and elementwise passes at the GPU's measured rates (--mfu: FLOPs at a flat fraction)",
                             F "\"Time\""},
     [RULE_ENGINE_PASSES] = {"engine_buffer_passes", "memplan's engine copying and zeroing its flat buffers",
                             F "\"Time\" (the engine's buffer passes)"},
@@ -143,26 +152,22 @@ static void engine_passes(const StepCtx *x, Step *st, double mem_bw) {
         step_work(st, RULE_ENGINE_PASSES, pt(x, PT_STEP, 0), WORK_FIXED, MICRO_ONCE, (8 * S + 8 * psi) / mem_bw, 0);
 }
 
-/* Each layer's forward (its FLOPs at the preset's peak x MFU, its elementwise bytes at the
-   memory bandwidth) and backward (2x the FLOPs, 3x with recomputation); the optimizer step,
-   memory-bound over the local elements, or on the CPU under offload. docs/formulas.md "Time". */
+/* Each layer's forward and backward (plan_cost.c plan_layer_seconds: the flat model, or per
+   operation; backward with recomputation); the optimizer step, memory-bound over the local
+   elements, or on the CPU under offload. docs/formulas.md "Time". */
 void rule_compute(const StepCtx *x, Step *st) {
     const ModelSpec *m = x->m;
     const ClusterSpec *c = x->c;
     const PrecisionSpec *p = x->p;
     TrainSpec t1 = *x->t;
     t1.micro_batch = 1;
-    double rate = c->gpu.peak_tflops[p->peak] * 1e12 * c->mfu;
-    if (rate <= 0) rate = c->gpu.peak_tflops[PEAK_FP32] * 1e12 * c->mfu;
     double mem_bw = c->gpu.mem_bw > 0 ? c->gpu.mem_bw * 1e9 : INFINITY;
     for (int i = 0; i < x->L; i++) {
-        double fl = plan_layer_fwd_flops(m, i, &t1), fb, bb;
-        plan_layer_mem_bytes(m, i, &t1, &fb, &bb);
-        int rc = plan_act_checkpointed(m, x->t, i);
+        double fl = plan_layer_fwd_flops(m, i, &t1), fs, bs;
+        plan_layer_seconds(m, i, &t1, c, &fs, &bs);
         /* the FLOPs of the step count forward + backward (3x forward) once, on the forward */
-        step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_FWD, i), WORK_SAMPLE, MICRO_EVERY, fl / rate + fb / mem_bw, 3 * fl);
-        step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_BWD, i), WORK_SAMPLE, MICRO_EVERY,
-                  (2 + rc) * fl / rate + (bb + (rc ? fb : 0)) / mem_bw, 0);
+        step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_FWD, i), WORK_SAMPLE, MICRO_EVERY, fs, 3 * fl);
+        step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_BWD, i), WORK_SAMPLE, MICRO_EVERY, bs, 0);
     }
     double o_local = (x->s->shard & SHARD_OPT) ? x->z.psi_shard : x->z.psi;
     double bytes = o_local * (2.0 * (p->param_bytes + p->master_bytes) + p->grad_bytes +

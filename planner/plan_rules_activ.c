@@ -39,7 +39,7 @@ void rule_autocast_cache(const StepCtx *x, Step *st) {
     double ccb = x->p->cast_copy_bytes;
     if (ccb <= 0) return;
     for (int i = 0; i < x->L; i++) {
-        double mlp_out = plan_act_block_bwd_done_elems(x->m, i, x->t, &x->in) * ccb;
+        double mlp_out = plan_act_block_bwd_cast_elems(x->m, i, x->t, &x->in) * ccb;
         double cast = step_cast_elems(x, i) * ccb;
         if (cast <= 0) continue;
         int cached = step_casts_cached(x, i), leave = step_casts_leave_with_block(x, i);
@@ -88,8 +88,30 @@ static double cpu_conv_backward_bytes(const StepCtx *x, int i) {
     return onednn ? (double)l->params * x->p->act_bytes : 0;
 }
 
+/* --quant-base nf4|int8: bitsandbytes' Linear4bit / Linear8bitLt dequantize the frozen weight
+   to the compute dtype for each matmul (MatMul4Bit.forward: F.dequantize_4bit(B).to(A.dtype)),
+   and again in backward for the input's gradient; the copy lives while the projection runs: the
+   layer's largest frozen projection at the activations' dtype, in forward and in backward. An
+   estimate from the source (no QLoRA step is measured). */
+static double dequant_bytes(const StepCtx *x, int i) {
+    QuantKind q = x->t->ft.quant;
+    if (q != QUANT_NF4 && q != QUANT_INT8) return 0;
+    const LayerSpec *l = &x->m->layers[i];
+    double big = 0;
+    for (int k = 0; k < l->n_frozen; k++) {
+        int id = PLAN_MOD_ID(l->frozen_mod[k]);
+        if (id != PLAN_MOD_NONE && id != PLAN_MOD_LM_HEAD && (double)l->frozen_elems[k] > big) big = (double)l->frozen_elems[k];
+    }
+    return big * x->p->act_bytes;
+}
+
 void rule_backward_transients(const StepCtx *x, Step *st) {
     for (int i = 0; i < x->L; i++) {
+        double dq = dequant_bytes(x, i);
+        if (dq > 0) {
+            step_at(st, RULE_QUANT_DEQUANT, TERM_TRANSIENT, pt(x, PT_FWD, i), dq);
+            step_at(st, RULE_QUANT_DEQUANT, TERM_TRANSIENT, pt(x, PT_BWD, i), dq);
+        }
         double ws = step_mlp_ws(x, i);
         if (ws > 0) {
             step_sample(st, pt(x, PT_BWD_MLP, i));

@@ -27,29 +27,41 @@ static StepXfer *coll(Step *st, RuleId r, int point, PlanCollOp op, CollPurpose 
     return e;
 }
 
+/* n buckets of `each` bytes issued at one point: one entry each, or, beyond 1024 (absurd sizes:
+   1e15 parameters make 1e6-1e8 buckets), one entry with their count — the table's count and
+   payload are the same, and the account stays small. */
+static void bucket_run(const StepCtx *x, Step *st, RuleId r, int point, PlanCollOp op, StepMicro micro, double n,
+                       double each, int64_t group) {
+    if (n > 1024) {
+        StepXfer *e = coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, n * each,
+                           group, multi_node(x));
+        if (e) e->count = n;
+        return;
+    }
+    for (double j = 0; j < n; j++)
+        coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, each, group,
+             multi_node(x));
+}
+
 /* Reduce buckets of cap_elems parameters: count of them split total bytes (each cap_elems x
    bytes per element, the last the rest), each issued after the backward of the layer at which
    the running count of parameters (in gradient-ready order) reaches the bucket's end, the last at
    the end of backward; at_end: all at the end (reduced there). */
 static void buckets(const StepCtx *x, Step *st, RuleId r, PlanCollOp op, StepMicro micro, double count,
                     double total, double cap_bytes, double cap_elems, int at_end, int64_t group) {
-    double seen = 0, done = 0;
-    int k = 0;
+    double seen = 0, done = 0, k = 0;
     for (int i = x->L - 1; i >= 0 && k < count - 1; i--) {
         seen += (double)x->m->layers[i].params;
-        while (!at_end && k < count - 1 && seen >= (k + 1) * cap_elems) {
-            coll(st, r, pt(x, PT_BWD, i), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, cap_bytes,
-                 group, multi_node(x));
-            done += cap_bytes;
-            k++;
-        }
+        if (at_end) continue;
+        double n = fmin(count - 1, floor(seen / cap_elems)) - k;   /* buckets that close in layer i */
+        if (n > 0) bucket_run(x, st, r, pt(x, PT_BWD, i), op, micro, n, cap_bytes, group);
+        if (n > 0) done += n * cap_bytes, k += n;
     }
-    for (; k < count; k++) {   /* the rest at the end of backward: the last bucket its remainder */
-        double b = k < count - 1 ? cap_bytes : total - done;
-        coll(st, r, pt(x, PT_BWD, 0), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, b, group,
-             multi_node(x));
-        done += b;
-    }
+    /* the rest at the end of backward: the last bucket its remainder */
+    bucket_run(x, st, r, pt(x, PT_BWD, 0), op, micro, count - 1 - k, cap_bytes, group);
+    if (count - k >= 1)
+        coll(st, r, pt(x, PT_BWD, 0), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro,
+             total - done - (count - 1 - k) * cap_bytes, group, multi_node(x));
 }
 
 /* ---- DDP (torch/nn/parallel/distributed.py, reducer.cpp) ---- */
@@ -84,6 +96,18 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
     double start = 0, edge = fmin(total, PLAN_DDP_FIRST_BUCKET);
     for (int i = x->L - 1; i >= 0; i--) {
         fill += (double)m->layers[i].params * gb;
+        /* More than 1024 buckets closing in one layer (a layer of more than 25 GB of gradients):
+           one entry with their count, so that absurd sizes (1e15 parameters: 1.5e8 buckets) do not
+           take gigabytes of the account; the table's count and payload are the same */
+        double full = floor((fmin(fill, total) - edge) / PLAN_DDP_BUCKET);
+        if (start < total && fill >= edge && full > 1024) {
+            double last = fmin(total, edge + full * PLAN_DDP_BUCKET);
+            StepXfer *e = coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS,
+                               CPHASE_BACKWARD, SCHED_ASYNC_AFTER, MICRO_LAST, last - start, x->N, multi_node(x));
+            if (e) e->count = full + 1;
+            start = last;
+            edge = fmin(total, last + PLAN_DDP_BUCKET);
+        }
         while (fill >= edge && start < total) {
             coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD,
                  SCHED_ASYNC_AFTER, MICRO_LAST, edge - start, x->N, multi_node(x));
@@ -108,7 +132,7 @@ void rule_ddp_broadcast(const StepCtx *x, Step *st) {
 /* ---- DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py) ---- */
 
 /* The IPG reduce bucket (reduce_bucket_size elements of the 16-bit gradients, whatever the
-   model's size, on one GPU too) lives from the first gradient hook of a backward
+   model's size, on one GPU too; two with overlap_comm) lives from the first gradient hook of a backward
    (process_gradients -> setup_buckets) to that backward's epilogue (_release_ipg_buffers).
    Each reduction flattens the bucket's slices into a new tensor (allreduce_bucket:
    self.flatten(bucket)) and all-reduces it (use_multi_rank_bucket_allreduce): ZeRO-2 as buckets
@@ -117,14 +141,17 @@ void rule_ddp_broadcast(const StepCtx *x, Step *st) {
    "DeepSpeed collectives". */
 void rule_ds12_reducer(const StepCtx *x, Step *st) {
     if (!x->ds12) return;
-    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;
+    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = x->dsk.reduce_bucket;
     double n_buckets = ceil(psi / bkt);
     int hooked = -1;
     for (int i = x->L - 1; i >= 0 && hooked < 0; i--)
         if (x->m->layers[i].params > 0) hooked = i;
+    /* overlap_comm: a second bucket buffer, so that one fills while the other reduces
+       (setup_buckets: "Use double buffers ... when overlap_comm is enabled") */
+    double bufs = x->dsk.overlap_comm == 1 ? 2 : 1;
     if (hooked >= 0)
         step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_BWD_MLP, hooked), AT_BEFORE, pt(x, PT_NORM, 0), AT_BEFORE,
-                  bkt * gb);
+                  bufs * bkt * gb);
     if (x->N <= 1) return;
     int r1 = pt(x, PT_REDUCE1, 0), r2 = pt(x, PT_REDUCE2, 0);
     if (x->ds12_stage1) {
@@ -135,9 +162,11 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
     }
     buckets(x, st, RULE_DS_BUCKET, PCOLL_ALL_REDUCE, x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, n_buckets, psi * gb,
             bkt * gb, bkt, x->ds12_stage1, x->N);
-    StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, CPHASE_STEP,
-                       SCHED_SYNC_AFTER, MICRO_ONCE, (double)x->n * x->ds.part * x->p->param_bytes, x->N, multi_node(x));
-    if (e) e->count = n_buckets;
+    /* one all_gather_into_tensor of the flat group per parameter group (runtime/utils.py
+       all_gather_dp_groups: torch has all_gather_into_tensor, so allgather_bucket_size's
+       sequential shards are never used) */
+    coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, CPHASE_STEP,
+         SCHED_SYNC_AFTER, MICRO_ONCE, (double)x->n * x->ds.part * x->p->param_bytes, x->N, multi_node(x));
 }
 
 /* The global gradient norm (fp32 for ZeRO-1/2, fp64 for ZeRO-3) and, under fp16/bf16, the
@@ -178,12 +207,12 @@ static void ds3_group(void *ctx, const Ds3Group *g, int use_layer, int use_bwd) 
    step all-gathers each persistent tensor's partition. docs/formulas.md "DeepSpeed ZeRO-3". */
 void rule_ds3_coordinator(const StepCtx *x, Step *st) {
     if (!x->ds3_py) return;
-    double pb = x->p->param_bytes, gb = x->p->grad_bytes, bkt = PLAN_DS_REDUCE_BUCKET;
+    double pb = x->p->param_bytes, gb = x->p->grad_bytes, bkt = x->dsk.reduce_bucket;
     step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER, bkt * gb);
     if (!x->ds3) return;   /* one rank gathers nothing */
     Ds3Sim d;
     Ds3Emit em = {x, st};
-    plan_ds3_sim_init(&d, x->m, x->n);
+    plan_ds3_sim_init(&d, x->m, x->n, &x->dsk);
     d.on_group = ds3_group;
     d.on_group_ctx = &em;
     StepLevel lv = {st, RULE_DS3_GATHER, TERM_COMM, 0};
@@ -200,19 +229,22 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
     buckets(x, st, RULE_DS3_REDUCE_SCATTER, PCOLL_REDUCE_SCATTER, MICRO_EVERY, n_buckets, x->ds.padded * gb, bkt * gb,
             bkt, 0, x->n);
     StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_PERSISTENT_PARAMS,
-                       CPHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE, x->ds.persist_padded * pb, x->n, multi_node(x));
-    if (e) e->count = x->ds.persist_count;
+                       CPHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE,
+                       (x->ds.persist_padded + x->ds.frozen_persist_padded) * pb, x->n, multi_node(x));
+    /* every persistent tensor, frozen ones too (measured: gpt2-mini LoRA r=8, 59 all-gathers) */
+    if (e) e->count = x->ds.persist_count + x->ds.frozen_persist_count;
 }
 
 /* ---- sharded units: FSDP1, FSDP2, memplan's engine ZeRO-3 ---- */
 
-/* FSDP1 (--fsdp 1) and memplan's engine ZeRO-3 as fixed buffers: FULL_SHARD holds the root
+/* memplan's engine ZeRO-3 (and FSDP1 where plan_fsdp2_setup leaves the timeline off) as fixed buffers: FULL_SHARD holds the root
    unit and two units in flight (the rate limiter), and in backward two reduce-scatter buffers
    and the root's gradients; SHARD_GRAD_OP every unit from forward through backward; ZeRO-3 the
    gathered layer and the prefetched one (the engine: its root and two blocks). One GPU shards
    nothing, unless the parameters live on the host. docs/formulas.md "Strategies". */
 void rule_unit_static_buffers(const StepCtx *x, Step *st) {
     if (x->f2.on || x->ds3 || x->L == 0) return;
+    if (x->fsdp && x->torch && x->t->fsdp_impl == 1 && x->n <= 1 && x->N > 1) return;   /* FSDP1 NO_SHARD (plan_fsdp.c) */
     const MemSizes *z = &x->z;
     double pb = x->p->param_bytes, gb = x->p->grad_bytes, fwd = 0, bwd = 0;
     switch (x->s->buffers) {
@@ -248,7 +280,7 @@ void rule_fsdp2_buffers(const StepCtx *x, Step *st) {
         step_level(&lv, pt(x, PT_BWD_MLP, i), plan_fsdp2_bwd_comm(f, m, i));
         if (plan_fsdp2_unit_starts(m, i)) step_level(&lv, pt(x, PT_BWD_UNIT, i), plan_fsdp2_rs_comm(f, m, i));
     }
-    step_level(&lv, pt(x, PT_ROOT_RS, 0), f->root * f->rb);
+    step_level(&lv, pt(x, PT_ROOT_RS, 0), f->rroot * f->rb);
     step_level(&lv, pt(x, PT_NORM, 0), 0);
 }
 
@@ -267,9 +299,9 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
     StepMicro rmicro = plan_fsdp_reduce_last_only(x->t, x->sk) ? MICRO_LAST : MICRO_EVERY;
     const StepUnit *root = NULL;
     for (int k = 0; k < x->n_units; k++)
-        if (x->units[k].root && x->z.root_unit > 0) root = &x->units[k];
+        if (x->units[k].root && x->z.root_unit + x->z.root_frozen > 0) root = &x->units[k];
     StepXfer *g = root ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, 0), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
-                              CPHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY, (double)n * root->shard * pb, n, crosses)
+                              CPHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY, (double)n * (root->shard + root->fshard) * pb, n, crosses)
                          : NULL;
     if (g) {   /* gathered first, as forward starts (no prefetch ahead of it) */
         g->charge = 0;
@@ -278,27 +310,27 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
     }
     for (int k = 0; k < x->n_units; k++) {
         const StepUnit *u = &x->units[k];
-        if (u->root || u->elems <= 0) continue;
+        if (u->root || u->elems + u->felems <= 0) continue;
         StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, u->first), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
-                           CPHASE_FORWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * u->shard * pb, n, crosses);
+                           CPHASE_FORWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * (u->shard + u->fshard) * pb, n, crosses);
         if (e) e->wait = e->point;
     }
     if (x->s->buffers != BUF_FSDP_GRAD_OP) {
         StepXfer *r = root && engine_z3 ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, x->L - 1), PCOLL_ALL_GATHER,
                                                PURPOSE_UNIT_PARAMS, CPHASE_BACKWARD, SCHED_SYNC_BEFORE, MICRO_EVERY,
-                                               (double)n * root->shard * pb, n, crosses) : NULL;
+                                               (double)n * (root->shard + root->fshard) * pb, n, crosses) : NULL;
         if (r) r->root = 1;   /* the engine releases its root after forward: gathered again */
         for (int k = x->n_units - 1; k >= 0; k--) {
             const StepUnit *u = &x->units[k];
-            if (u->root || u->elems <= 0) continue;
+            if (u->root || u->elems + u->felems <= 0) continue;
             StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, u->last), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
-                               CPHASE_BACKWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * u->shard * pb, n, crosses);
+                               CPHASE_BACKWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * (u->shard + u->fshard) * pb, n, crosses);
             if (e) e->wait = e->point;
         }
     }
     for (int k = x->n_units - 1; k >= 0; k--) {
         const StepUnit *u = &x->units[k];
-        if (u->root ? !root : u->elems <= 0) continue;
+        if (u->root ? !root || x->z.root_unit <= 0 : u->elems <= 0) continue;   /* gradients only */
         int at = pt(x, PT_BWD, u->root ? 0 : u->first);
         StepXfer *s = coll(st, RULE_UNIT_COLLECTIVES, at, PCOLL_REDUCE_SCATTER, PURPOSE_UNIT_GRADS, CPHASE_BACKWARD,
                            SCHED_ASYNC_AFTER, rmicro, (double)n * u->shard * gb, n, crosses);
@@ -318,7 +350,7 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
    (exec/exec_strategy.c; validate checks them). */
 void rule_engine_buckets(const StepCtx *x, Step *st) {
     if (!plan_strategy_is_deepspeed(x->sk) || x->ds_py) return;
-    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;
+    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;   /* the engine's own */
     if (x->N > 1)
         step_hold(st, RULE_DS_BUCKET, TERM_COMM, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER,
                   fmin(bkt, psi) * gb);

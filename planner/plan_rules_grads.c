@@ -25,6 +25,10 @@ void rule_model_states(const StepCtx *x, Step *st) {
     /* torch Adam/AdamW's per-tensor `step` scalars: fp32, kept on the host even for GPU
        parameters (torch/optim/adam.py: device="cpu" unless capturable or fused) */
     int64_t n_tensors = plan_model_n_tensors(x->m);
+    if (x->fsdp && x->t->fsdp_impl == 1 && x->torch && x->n > 1) {   /* FSDP1's original parameters */
+        int64_t r = plan_fsdp1_rank_tensors(x->m, x->n);
+        if (r >= 0) n_tensors = r;
+    }
     if (!x->ds_py && x->torch && x->o->step_scalar && n_tensors > 0 && x->opt_on_gpu)
         st->opt_host_bytes = 4.0 * (double)n_tensors;
 }
@@ -174,7 +178,7 @@ void rule_engine_grad_flight(const StepCtx *x, Step *st) {
 void rule_ds12_gradients(const StepCtx *x, Step *st) {
     if (!x->ds12) return;
     const ModelSpec *m = x->m;
-    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = PLAN_DS_REDUCE_BUCKET;
+    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = x->dsk.reduce_bucket;
     int end = pt(x, PT_END, 0), reduce = x->N > 1;
     if (!x->ds12_stage1) {
         int at = pt(x, PT_NORM, 0);   /* the partition: the bucket full, else the norm */

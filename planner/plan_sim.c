@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_cost.h"
 #include "plan_step.h"
+#include "plan_tp.h"
 
 typedef struct {
     SimResult *r;
@@ -190,6 +192,7 @@ typedef struct {
     Rec *rc;
     double *fwd_end, *bwd_end;
     double *ready;       /* [n_points] when the transfers a point waits for are done */
+    const double *fwd1, *bwd1;   /* [L] compute seconds per sample at this run's micro-batch */
 } Run;
 
 /* What one micro-step took: phase walls (compute and the waits inside) and their compute. */
@@ -234,8 +237,16 @@ static const char *xfer_where(const SimPrep *P, const StepXfer *x) {
     return layer >= 0 && layer < P->L ? P->m->layers[layer].name : "step";
 }
 
+/* The trace's name of a collective: tensor parallel's are told apart from the data-parallel ones. */
+static const char *xfer_op_name(const StepXfer *x) {
+    static const char *const TP_NAMES[PCOLL_COUNT] = {"tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+                                                      "tp_broadcast"};
+    int tp = x->purpose == PURPOSE_TP_ACTS || x->purpose == PURPOSE_TP_LOGITS || x->purpose == PURPOSE_TP_REPLICA_GRADS;
+    return tp ? TP_NAMES[x->op] : plan_coll_name((PlanCollOp)x->op);
+}
+
 static double issue(Run *R, Stream *cs, const StepXfer *x, int e, double at) {
-    return comm_issue(cs, R->rc, at, R->P->xdur[e], plan_coll_name((PlanCollOp)x->op), xfer_where(R->P, x), x->payload);
+    return comm_issue(cs, R->rc, at, R->P->xdur[e], xfer_op_name(x), xfer_where(R->P, x), x->payload);
 }
 
 /* Before point p's compute: blocking transfers, then the ones issued now (prefetches at the start
@@ -292,7 +303,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
         int p = plan_step_point(L, PT_FWD, i);
         t = before(R, cs, p, i, t, prev, sync, &mo->fwd_c);
         prev = t;
-        t = compute(R, cs, "fwd", m->layers[i].name, t, b * P->fwd1[i], &mo->fwd_c);
+        t = compute(R, cs, "fwd", m->layers[i].name, t, b * R->fwd1[i], &mo->fwd_c);
         t = after(R, cs, p, i, t, sync, 0, &mo->fwd_c);
         if (R->fwd_end) R->fwd_end[i] = t;
         t = after(R, cs, p, i, t, sync, 1, &mo->fwd_c);
@@ -304,7 +315,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
         int p = plan_step_point(L, PT_BWD, i);
         t = before(R, cs, p, i, t, prev, sync, &mo->bwd_c);
         prev = t;
-        t = compute(R, cs, "bwd", m->layers[i].name, t, b * P->bwd1[i], &mo->bwd_c);
+        t = compute(R, cs, "bwd", m->layers[i].name, t, b * R->bwd1[i], &mo->bwd_c);
         double fix = P->fix_every[i] + (sync ? P->fix_last[i] : 0);
         if (fix > 0) t = compute(R, cs, "copy", m->layers[i].name, t, fix, &mo->bwd_c);
         t = after(R, cs, p, i, t, sync, 0, &mo->bwd_c);
@@ -349,7 +360,7 @@ static double step_tail(Run *R, Stream *cs, double t_end, double b, Micro *mo, S
     const SimPrep *P = R->P;
     if (P->overlap_s > 0) {   /* gradient copies to the host: what backward does not hide */
         double bwd = 0;
-        for (int i = 0; i < P->L; i++) bwd += b * P->bwd1[i];
+        for (int i = 0; i < P->L; i++) bwd += b * R->bwd1[i];
         double exposed = P->overlap_s > bwd ? P->overlap_s - bwd : 0;
         rec_op(R->rc, "copy_d2h", "grads", LANE_COMM, t_end, exposed, 0);
         t_end += exposed * P->overlap_n;
@@ -373,16 +384,38 @@ static double step_tail(Run *R, Stream *cs, double t_end, double b, Micro *mo, S
     return t_end;
 }
 
+/* Per-sample layer seconds at micro-batch b: the step account's (per sample, linear in b) under
+   the flat model; per operation the GEMMs' efficiency depends on b, so each layer is priced at b
+   (plan_cost.c plan_layer_seconds). NULL when the account's serve, or out of memory (*oom). */
+static double *layer_rates(const SimPrep *P, int64_t b, int *oom) {
+    if (plan_time_flat(P->c) || b <= 1) return NULL;
+    double *r = malloc(sizeof(double) * 2 * (size_t)(P->L > 0 ? P->L : 1));
+    if (!r) { *oom = 1; return NULL; }
+    TrainSpec t = P->t;
+    t.micro_batch = b;
+    for (int i = 0; i < P->L; i++) {
+        plan_layer_seconds(P->m, i, &t, P->c, &r[i], &r[P->L + i]);
+        r[i] /= (double)b;
+        r[P->L + i] /= (double)b;
+    }
+    return r;
+}
+
 int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int record, SimResult *out) {
     memset(out, 0, sizeof(*out));
     Rec rc = {out, record, 0};
     double *ready = calloc((size_t)P->st.n_points, sizeof(double));
-    Run R = {P, &rc, NULL, NULL, ready};
+    int oom = 0;
+    double *rates = layer_rates(P, micro_batch, &oom);
+    Run R = {P, &rc, NULL, NULL, ready, rates ? rates : P->fwd1, rates ? rates + P->L : P->bwd1};
     if (record) {
         R.fwd_end = calloc((size_t)(P->L > 0 ? P->L : 1), sizeof(double));
         R.bwd_end = calloc((size_t)(P->L > 0 ? P->L : 1), sizeof(double));
     }
-    if (!ready || (record && (!R.fwd_end || !R.bwd_end))) { free(R.fwd_end); free(R.bwd_end); free(ready); return -1; }
+    if (oom || !ready || (record && (!R.fwd_end || !R.bwd_end))) {
+        free(R.fwd_end); free(R.bwd_end); free(ready); free(rates);
+        return -1;
+    }
     double b = (double)micro_batch, K = (double)grad_accum;
     Stream cs = {0};
     cs.keep = P->steal > 0;
@@ -391,7 +424,7 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     rec_op(&rc, "zero", "grads", LANE_COMPUTE, 0, P->zero_s, 0);
     if (grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
         Rec quiet = {out, 0, 0};
-        Run Q = {P, &quiet, NULL, NULL, ready};
+        Run Q = {P, &quiet, NULL, NULL, ready, R.fwd1, R.bwd1};
         Stream cs1 = {0};
         cs1.keep = cs.keep;
         Micro m1 = {0};
@@ -416,7 +449,8 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     out->compute_s = P->zero_s + mo.fwd_c + mo.bwd_c + P->opt_s;
     out->comm_s = cs.busy;
     out->exposed_comm_s = t_end > out->compute_s ? t_end - out->compute_s : 0;
-    double samples = b * K * (double)P->c->gpus;
+    /* the tp ranks of a group train the same samples: gpus / tp data-parallel replicas */
+    double samples = b * K * (double)P->c->gpus / plan_tp_degree(&P->t);
     out->tokens_per_s = t_end > 0 ? samples * P->tokens_per_sample / t_end : 0;
     out->flops_per_step = P->flops_per_sample * b * K;
     if (cs.oom) rc.oom = 1;
@@ -432,6 +466,7 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     free(R.fwd_end);
     free(R.bwd_end);
     free(ready);
+    free(rates);
     return rc.oom ? -1 : 0;
 }
 

@@ -21,6 +21,11 @@ typedef struct {
     double largest_any;          /* elements of the largest layer, root layers included */
     double root_unit;            /* elements of the FSDP root unit (outside blocks) */
     double root_shard;           /* the root's local shard: ceil(root_unit / n), FSDP2 per tensor */
+    double frozen;               /* bytes of frozen parameters (LoRA's base, --freeze) held whole by
+                                    each rank, in params (strategies that shard no parameters) */
+    /* frozen parameters under parameter sharding (FSDP2 shards and gathers them, reduces none):
+       their local shard in all (elements), the root unit's elements and local shard */
+    double frozen_shard, root_frozen, root_frozen_shard;
     int dim0;                    /* 1: FSDP2 shards padded per tensor's dim 0 (plan_fsdp2_dim0_rows);
                                     0: per flat unit (FSDP1, ZeRO, dim 0 unknown) */
 } MemSizes;

@@ -132,15 +132,46 @@ static const StepRuleFn RULES[] = {
     rule_unit_static_buffers, rule_fsdp2_buffers, rule_unit_collectives, rule_engine_buckets,
     rule_ds_step_collectives, rule_ddp_broadcast, rule_syncbn, rule_host_copies,
     rule_saved_activations, rule_autocast_cache, rule_backward_transients, rule_loss,
-    rule_optimizer_transients, rule_compute,
+    rule_optimizer_transients, rule_compute, rule_tp,
 };
 
+static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                      StrategyKind sk, const ClusterSpec *full);
+
+/* Tensor parallel (plan_tp.h): the step of one rank is the step of its share of the model on the
+   data-parallel cluster, plus the TP rules (which read the whole cluster for the tp group). */
 int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk) {
+    int tp = plan_tp_degree(t);
+    if (tp == 1) return step_build(st, m, t, c, sk, c);
+    char msg[256];
+    ModelSpec v;
+    ClusterSpec d;
+    if (plan_tp_check(m, t, c, sk, msg, sizeof msg)) {
+        memset(st, 0, sizeof(*st));
+        st->failed = 1;
+        st->fail_where = "tensor parallel does not apply to this setup";
+        return -1;
+    }
+    if (plan_tp_view(m, tp, &v)) {
+        memset(st, 0, sizeof(*st));
+        st->failed = 1;
+        st->fail_where = "out of host memory planning it";
+        return -1;
+    }
+    plan_tp_cluster(c, tp, &d);
+    int rc = step_build(st, &v, t, &d, sk, c);
+    plan_model_free(&v);
+    return rc;
+}
+
+static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                      StrategyKind sk, const ClusterSpec *full) {
     memset(st, 0, sizeof(*st));
     st->n_layers = m->n_layers;
     st->n_points = plan_step_n_points(m->n_layers);
     st->sampled = calloc((size_t)st->n_points, 1);
     StepCtx x;
+    memset(&x, 0, sizeof x);
     if (!st->sampled || plan_step_ctx_init(&x, m, t, c, sk)) {
         plan_step_ctx_free(&x);
         st->failed = 1;
@@ -153,6 +184,9 @@ int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
     st->cublas_ws = c->gpu.cublas_ws_bytes;
     st->nccl_comms = c->gpus > 1 ? 1 : 0;
     if (x.s->group_node && c->gpus > x.n) st->nccl_comms = 2;
+    x.full = full;
+    x.tp = plan_tp_degree(t);
+    if (x.tp > 1) st->nccl_comms++;   /* the tp group's communicator */
     st->nccl = st->nccl_comms * c->nccl_per_comm;
     st->fixed = st->cuda_context + st->cublas_ws + st->nccl;
     st->shard_group = x.n;

@@ -87,7 +87,7 @@ static void model_states(StepCtx *x) {
            (docs/formulas.md "DeepSpeed ZeRO-2 gradients"); offload_optimizer sends them to the
            host instead */
         x->o_part = x->ds.part;
-        x->params_steady = (double)x->n * x->ds.part * p->param_bytes;
+        x->params_steady = (double)x->n * x->ds.part * p->param_bytes + x->z.frozen;
         if (x->opt_on_gpu) x->opt_steady = x->o_part * state_b;
         x->grads_persistent = 0;
         x->grads_steady = x->opt_on_gpu ? x->ds.grad_part * p->grad_bytes : x->z.grads;
@@ -96,7 +96,9 @@ static void model_states(StepCtx *x) {
         /* every tensor's ds_tensor, and the persistent ones whole in their padded all-gather
            buffer (docs/formulas.md "DeepSpeed ZeRO-3 persistent tensors") */
         x->o_part = x->ds.shard;
-        if (!plan_offload_params_on_host(t, x->sk)) x->params_steady = (x->ds.shard + x->ds.persist_padded) * p->param_bytes;
+        if (!plan_offload_params_on_host(t, x->sk))
+            x->params_steady = (x->ds.shard + x->ds.persist_padded + x->ds.frozen_shard + x->ds.frozen_persist_padded) *
+                               p->param_bytes;
         if (!plan_offload_grads_to_host(t, x->sk)) x->grads_steady = x->ds.shard * p->grad_bytes;
         if (x->opt_on_gpu) x->opt_steady = x->o_part * state_b;
     }
@@ -116,21 +118,23 @@ static void model_states(StepCtx *x) {
 static int units_setup(StepCtx *x) {
     const ModelSpec *m = x->m;
     int K = plan_model_units(m);
-    int cap = K > 0 ? K + 1 : m->n_layers;
+    int own = K == 0 && !m->root_only;   /* every layer its own unit */
+    int cap = own ? m->n_layers : K + 1;
     x->units = calloc((size_t)(cap > 0 ? cap : 1), sizeof(StepUnit));
     x->unit_of = malloc(sizeof(int) * (size_t)(m->n_layers > 0 ? m->n_layers : 1));
     if (!x->units || !x->unit_of) return -1;
     double nn = (double)x->n;
     int dim0 = x->z.dim0;
-    StepUnit root = {-1, -1, 0, 0, 1};
+    StepUnit root = {-1, -1, 0, 0, 0, 0, 1};
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
         double sh = dim0 ? (double)plan_layer_shard_dim0(l, x->n) : ceil((double)l->params / nn);
+        double fsh = l->frozen <= 0 ? 0 : dim0 ? (double)plan_layer_frozen_shard_dim0(l, x->n) : ceil((double)l->frozen / nn);
         x->unit_of[i] = -1;
-        if (K == 0) {                          /* every layer its own unit */
+        if (own) {
             if (l->params <= 0) continue;
             x->unit_of[i] = x->n_units;
-            x->units[x->n_units++] = (StepUnit){i, i, (double)l->params, sh, 0};
+            x->units[x->n_units++] = (StepUnit){i, i, (double)l->params, sh, 0, 0, 0};
             continue;
         }
         if (l->unit == 0) {
@@ -138,21 +142,29 @@ static int units_setup(StepCtx *x) {
             root.last = i;
             root.elems += (double)l->params;
             root.shard += dim0 ? sh : 0;
+            root.felems += (double)l->frozen;
+            root.fshard += dim0 ? fsh : 0;
             x->unit_of[i] = K;                 /* the root's slot, filled below */
             continue;
         }
         StepUnit *u = x->n_units > 0 && x->units[x->n_units - 1].last == i - 1 &&
                       m->layers[i - 1].unit == l->unit ? &x->units[x->n_units - 1] : NULL;
-        if (!u) { u = &x->units[x->n_units++]; *u = (StepUnit){i, i, 0, 0, 0}; }
+        if (!u) { u = &x->units[x->n_units++]; *u = (StepUnit){i, i, 0, 0, 0, 0, 0}; }
         u->last = i;
         u->elems += (double)l->params;
         u->shard += dim0 ? sh : 0;
+        u->felems += (double)l->frozen;
+        u->fshard += dim0 ? fsh : 0;
         x->unit_of[i] = (int)(u - x->units);
     }
-    if (K == 0) return 0;
+    if (own) return 0;
     for (int k = 0; k < x->n_units; k++)
-        if (!dim0) x->units[k].shard = ceil(x->units[k].elems / nn);
+        if (!dim0) {
+            x->units[k].shard = ceil(x->units[k].elems / nn);
+            x->units[k].fshard = ceil(x->units[k].felems / nn);
+        }
     root.shard = x->z.root_shard;
+    root.fshard = x->z.root_frozen_shard;
     int slot = x->n_units;
     x->units[x->n_units++] = root;
     for (int i = 0; i < m->n_layers; i++) if (x->unit_of[i] == K) x->unit_of[i] = slot;
@@ -184,7 +196,8 @@ int plan_step_ctx_init(StepCtx *x, const ModelSpec *m, const TrainSpec *t, const
     x->fsdp = x->s->buffers == BUF_FSDP_FULL || x->s->buffers == BUF_FSDP_GRAD_OP;
     x->opt_on_gpu = !plan_offload_cpu_step(t, sk);
     if (plan_fsdp2_setup(&x->f2, m, t, c, sk, &x->z)) return -1;
-    if (x->ds_py) plan_ds_sizes(m, x->n, &x->ds);
+    x->dsk = plan_ds_knobs(t);
+    if (x->ds_py) plan_ds_sizes(m, x->n, x->dsk.persist, &x->ds);
     model_states(x);
     accum_setup(x, x->ds12 && x->opt_on_gpu ? x->ds.grad_part * x->p->grad_bytes : 0);
     if (x->acc.persistent) x->grads_persistent = 1;
@@ -218,7 +231,7 @@ double step_cast_elems(const StepCtx *x, int i) {
             if (m->layers[k].kind == LAYER_EMBED) e = (double)m->layers[k].largest_tensor;
         return (double)l->params + e;
     }
-    default: return (double)l->params;
+    default: return (double)l->params - plan_act_uncast_params(m, l);   /* grouped_mm experts: uncast */
     }
 }
 

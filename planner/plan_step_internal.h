@@ -8,6 +8,7 @@
 #include "plan_fsdp.h"
 #include "plan_offload.h"
 #include "plan_step.h"
+#include "plan_tp.h"
 
 /* Gradient accumulation (--grad-accum K > 1; docs/formulas.md "Gradient accumulation"): what
    the K-1 earlier micro-steps leave for the last one, whose backward holds the peak. */
@@ -30,6 +31,7 @@ typedef struct {
     int first, last;     /* layers [first, last] (the root: every unit-0 layer, first..last span) */
     double elems;        /* parameters */
     double shard;        /* this rank's shard (elements) */
+    double felems, fshard;   /* frozen parameters: gathered, never reduced (0 without them) */
     int root;
 } StepUnit;
 
@@ -54,6 +56,7 @@ typedef struct {
     int fsdp;                /* the fsdp-* rows */
     Fsdp2 f2;                /* FSDP2's timeline (f2.on) */
     DsSizes ds;              /* DeepSpeed's per-tensor sizes (ds_py) */
+    DsKnobs dsk;             /* DeepSpeed's bucket and stage-3 sizes (plan_ds_knobs) */
     Accum acc;
     int opt_on_gpu;          /* the optimizer step runs on the GPU (no CPU offload) */
     int grads_persistent;    /* gradients live across steps */
@@ -66,6 +69,10 @@ typedef struct {
     StepUnit *units;         /* the sharded units (n_units), root last */
     int n_units;
     int *unit_of;            /* [L]: index into units of layer i's unit, -1 none */
+    /* tensor parallel (plan_tp.h): m is one rank's share and c the data-parallel cluster;
+       full is the whole cluster (the tp group's bandwidth) */
+    int tp;                  /* 1: none */
+    const ClusterSpec *full;
 } StepCtx;
 
 /* Resolves the setup; 0, or -1 out of memory (FSDP2's or the units' tables). */
@@ -129,5 +136,6 @@ void rule_backward_transients(const StepCtx *x, Step *st);
 void rule_loss(const StepCtx *x, Step *st);
 void rule_optimizer_transients(const StepCtx *x, Step *st);
 void rule_compute(const StepCtx *x, Step *st);
+void rule_tp(const StepCtx *x, Step *st);
 
 #endif

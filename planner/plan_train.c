@@ -32,6 +32,7 @@ static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full", "every"};
 static const char *const IMPL_NAMES[IMPL_COUNT] = {"pytorch", "engine"};
 static const char *const OFFLOAD_NAMES[OFFLOAD_COUNT] = {"none", "optimizer", "params"};
 static const char *const FSDP_SYNC_NAMES[FSDP_SYNC_COUNT] = {"every", "last"};
+static const char *const FSDP_BWD_NAMES[FSDP_BWD_COUNT] = {"pre", "post", "none"};
 
 void plan_train_defaults(TrainSpec *t) {
     memset(t, 0, sizeof(*t));
@@ -45,6 +46,20 @@ void plan_train_defaults(TrainSpec *t) {
     t->impl = IMPL_PYTORCH;
     t->fsdp_impl = 2;
     t->fsdp_grad_sync = FSDP_SYNC_EVERY;
+    t->tp = 1;
+}
+
+DsKnobs plan_ds_knobs(const TrainSpec *t) {
+    static const DsKnobs DEF = {PLAN_DS_REDUCE_BUCKET, PLAN_DS_ALLGATHER_BUCKET, PLAN_DS3_PREFETCH,
+                                PLAN_DS3_MAX_LIVE, PLAN_DS3_REUSE, PLAN_DS3_PERSIST, 0};
+    DsKnobs k = t->ds;
+    if (k.reduce_bucket <= 0) k.reduce_bucket = DEF.reduce_bucket;
+    if (k.allgather_bucket <= 0) k.allgather_bucket = DEF.allgather_bucket;
+    if (k.prefetch <= 0) k.prefetch = DEF.prefetch;
+    if (k.max_live <= 0) k.max_live = DEF.max_live;
+    if (k.max_reuse <= 0) k.max_reuse = DEF.max_reuse;
+    if (k.persist <= 0) k.persist = DEF.persist;
+    return k;
 }
 
 const PrecisionSpec *plan_precision(PrecisionKind k) { return &PRECISIONS[k]; }
@@ -92,6 +107,8 @@ int plan_offload_by_name(const char *s) { return by_name(s, OFFLOAD_NAMES, OFFLO
 const char *plan_offload_name(OffloadKind o) { return OFFLOAD_NAMES[o]; }
 int plan_fsdp_sync_by_name(const char *s) { return by_name(s, FSDP_SYNC_NAMES, FSDP_SYNC_COUNT); }
 const char *plan_fsdp_sync_name(FsdpSyncKind k) { return FSDP_SYNC_NAMES[k]; }
+int plan_fsdp_bwd_by_name(const char *s) { return by_name(s, FSDP_BWD_NAMES, FSDP_BWD_COUNT); }
+const char *plan_fsdp_bwd_name(FsdpBwdPrefetch k) { return FSDP_BWD_NAMES[k]; }
 const char *plan_attn_name(AttnKind a) { return ATTN_NAMES[a]; }
 const char *plan_ckpt_name(CkptKind c) { return CKPT_NAMES[c]; }
 const char *plan_impl_name(ImplKind i) { return IMPL_NAMES[i]; }

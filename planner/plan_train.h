@@ -52,8 +52,56 @@ typedef enum { OFFLOAD_NONE = 0, OFFLOAD_OPT, OFFLOAD_PARAM, OFFLOAD_COUNT } Off
  * (set_requires_gradient_sync(False) / FSDP1's no_sync(), as HF Accelerate does): every unit keeps
  * its unsharded gradient until the last micro-step reduce-scatters it. */
 typedef enum { FSDP_SYNC_EVERY = 0, FSDP_SYNC_LAST, FSDP_SYNC_COUNT } FsdpSyncKind;
+/* FSDP1's knobs (--fsdp 1: FullyShardedDataParallel's arguments; docs/formulas.md "FSDP1 knobs").
+ * All zero = FSDP1's defaults: the blocks as units (transformer auto-wrap), limit_all_gathers=True,
+ * backward_prefetch=BACKWARD_PRE, forward_prefetch=False. */
+typedef enum { FSDP_BWD_PRE = 0, FSDP_BWD_POST, FSDP_BWD_NONE, FSDP_BWD_COUNT } FsdpBwdPrefetch;
+typedef struct {
+    double min_params;       /* size_based_auto_wrap_policy(min_num_params); 0 = one unit per block */
+    int no_limit;            /* 1: limit_all_gathers=False (planned as True: see formulas.md) */
+    FsdpBwdPrefetch bwd;     /* backward_prefetch */
+    int fwd;                 /* 1: forward_prefetch=True */
+} FsdpKnobs;
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
+
+/* DeepSpeed's zero_optimization sizes (elements; deepspeed/runtime/zero/config.py 0.19.8
+ * defaults below) as a user's config or flags set them; 0 = the default (plan_ds_knobs). */
+#define PLAN_DS_REDUCE_BUCKET 5e8      /* reduce_bucket_size */
+#define PLAN_DS_ALLGATHER_BUCKET 5e8   /* allgather_bucket_size */
+#define PLAN_DS3_PREFETCH 5e7          /* stage3_prefetch_bucket_size */
+#define PLAN_DS3_MAX_LIVE 1e9          /* stage3_max_live_parameters */
+#define PLAN_DS3_REUSE 1e9             /* stage3_max_reuse_distance */
+#define PLAN_DS3_PERSIST 1e5           /* stage3_param_persistence_threshold */
+typedef struct {
+    double reduce_bucket;    /* reduce_bucket_size (5e8) */
+    double allgather_bucket; /* allgather_bucket_size (5e8) */
+    double prefetch;         /* stage3_prefetch_bucket_size (5e7) */
+    double max_live;         /* stage3_max_live_parameters (1e9) */
+    double max_reuse;        /* stage3_max_reuse_distance (1e9) */
+    double persist;          /* stage3_param_persistence_threshold (1e5; a user's 0 is kept as 1:
+                                no tensor of at least one element stays whole either way) */
+    int overlap_comm;        /* 0 = DeepSpeed's default (true for stage 3, else false), 1 on, 2 off */
+} DsKnobs;
+
+/* The trainable subset (docs/formulas.md "LoRA and frozen parameters"): what --freeze freezes
+ * without LoRA: the input embeddings (a head tied to them with them), or every parameter but
+ * those of the last N blocks and the layers after them. */
+typedef enum { FREEZE_NONE = 0, FREEZE_EMBEDDINGS, FREEZE_ALL_BUT_LAST, FREEZE_COUNT } FreezeKind;
+/* How the frozen base is stored (--quant-base; QLoRA): as the precision regime has it, bf16,
+ * int8 (bitsandbytes LLM.int8 Linear8bitLt) or NF4 (Linear4bit, double-quantized constants). */
+typedef enum { QUANT_NONE = 0, QUANT_BF16, QUANT_INT8, QUANT_NF4, QUANT_COUNT } QuantKind;
+
+typedef struct {
+    int rank;                /* --lora R: 0 = no LoRA */
+    double alpha;            /* --lora-alpha (PEFT's default 8); scales, changes no memory */
+    double dropout;          /* --lora-dropout (PEFT's default 0.0) */
+    char targets[160];       /* --lora-targets, comma list of module names or "all-linear";
+                                "" = PEFT's default for the model type */
+    FreezeKind freeze;
+    int freeze_n;            /* FREEZE_ALL_BUT_LAST: N */
+    QuantKind quant;
+} FinetuneSpec;
 
 typedef struct {
     int64_t micro_batch;     /* per GPU */
@@ -83,9 +131,25 @@ typedef struct {
                                 0 reads as 2); docs/formulas.md "Autocast's cast cache" */
     FsdpSyncKind fsdp_grad_sync; /* fsdp-* under grad_accum > 1: reduce-scatter every micro-step
                                     (default) or only the last */
+    DsKnobs ds;              /* DeepSpeed's sizes beyond its defaults (zero* rows) */
+    double moe_imbalance;    /* --moe-imbalance F >= 1: the busiest expert receives F times the mean
+                                tokens and every expert's rows are sized for it (a capacity factor):
+                                the routed experts' saved rows and their MLP backward's working set
+                                per routed row are planned F times; 0 reads as 1, transformers'
+                                grouped_mm, whose memory does not depend on routing (measured).
+                                An estimate above 1: docs/formulas.md "Routing imbalance" */
+    int tp;                  /* tensor-parallel degree (0 or 1: none): PyTorch's parallelize_module
+                                plan on a tp group inside a node, the strategy on the remaining
+                                data-parallel degree gpus / tp (planner/plan_tp.h) */
+    int sp;                  /* 1: sequence parallel (SequenceParallel norms, sequence-sharded
+                                residual stream); only with tp > 1 */
+    FinetuneSpec ft;         /* LoRA / frozen parameters (applied to the ModelSpec: plan_lora.h) */
+    FsdpKnobs fsdp1;         /* FSDP1's wrapping and prefetch knobs (fsdp-* rows with fsdp_impl 1) */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */
+/* t's DeepSpeed sizes with DeepSpeed's defaults where t leaves them 0. */
+DsKnobs plan_ds_knobs(const TrainSpec *t);
 
 const PrecisionSpec *plan_precision(PrecisionKind k);
 const OptimizerSpec *plan_optimizer(OptimizerKind k);
@@ -102,6 +166,8 @@ int plan_impl_by_name(const char *s);
 int plan_offload_by_name(const char *s);      /* none, optimizer, params; -1 if unknown */
 int plan_fsdp_sync_by_name(const char *s);    /* every, last; -1 if unknown */
 const char *plan_fsdp_sync_name(FsdpSyncKind k);
+int plan_fsdp_bwd_by_name(const char *s);     /* pre, post, none; -1 if unknown */
+const char *plan_fsdp_bwd_name(FsdpBwdPrefetch k);
 const char *plan_offload_name(OffloadKind o);
 const char *plan_attn_name(AttnKind a);
 const char *plan_ckpt_name(CkptKind c);

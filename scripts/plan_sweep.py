@@ -62,6 +62,11 @@ SETUPS = [
     ("syncbn", "--gpus 4 --syncbn --batch 8 --seq 224"),
     ("cnn-cpu", "--gpus 2 --precision fp32 --autocast cpu --batch 2 --seq 32"),
     ("cnn-cpu-b1", "--gpus 2 --precision fp32 --autocast cpu --batch 1 --seq 64"),
+    # fine-tuning (--lora, --freeze, --quant-base): models without named projections are refused
+    ("lora16", "--gpus 8 --lora 16 --seq 512"),
+    ("lora-all-cpu", "--gpus 2 --lora 8 --lora-targets all-linear --lora-dropout 0.1 --precision amp-bf16 --autocast cpu --seq 128"),
+    ("qlora-ckpt", "--gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4 --act-ckpt full"),
+    ("freeze-last2", "--gpus 4 --freeze all-but-last:2 --precision fp32 --seq 256"),
 ]
 
 GENERIC = [("params", "--params 7.5e9 --gpus 64"), ("params-units", "--params 1.3e9 --units 12 --gpus 8"),
@@ -69,7 +74,8 @@ GENERIC = [("params", "--params 7.5e9 --gpus 64"), ("params-units", "--params 1.
 
 AUTO = [("gpt2-xl", "--gpus 8 --gpu-mem 24GiB"), ("gpt2", "--gpus 8"), ("llama2-70b", "--gpus 64 --gpu h100-80gb --seq 4096"),
         ("llama2-7b", "--gpus 8 --global-batch 64"), ("resnet50", "--gpus 4"), ("llama2-70b", "--gpus 1"),
-        ("gpt2-xl", "--gpus 2 --gpu-mem 24GiB --offload optimizer"), ("llama2-13b", "--gpus 16 --precision fp32")]
+        ("gpt2-xl", "--gpus 2 --gpu-mem 24GiB --offload optimizer"), ("llama2-13b", "--gpus 16 --precision fp32"),
+        ("llama2-7b", "--gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4")]
 
 TRACES = [("gpt2", "--gpus 8"), ("llama2-7b", "--gpus 8 --grad-accum 2"), ("gpt2", "--gpus 2 --impl engine --precision fp32 --seq 128"),
           ("resnet50", "--gpus 4 --syncbn --batch 4"), ("gpt2-xl", "--gpus 8 --offload params --precision mixed-bf16")]

@@ -135,6 +135,68 @@ Test(cli, bad_input_should_get_one_line_and_exit_2) {
     expect_usage_error("frobnicate", "unknown command 'frobnicate'");
 }
 
+/* GPT-OSS's attention sinks have no SDPA path in transformers 5.24: the default --attn follows it
+   to eager (echoed), an explicit --attn sdpa is refused as transformers refuses it */
+Test(cli, a_model_with_attention_sinks_should_plan_eager_attention) {
+    cr_assert_eq(run("--model tests/data/hf/variants/gpt-oss.json --gpus 2"), 0, "%s", out);
+    cr_expect(strstr(out, "attn eager,"), "%.300s", out);
+    expect_usage_error("--model tests/data/hf/variants/gpt-oss.json --gpus 2 --attn sdpa", "attention sinks");
+    cr_assert_eq(run("--model tests/data/hf/variants/mixtral.json --gpus 2"), 0, "%s", out);
+    cr_expect(strstr(out, "attn sdpa,"), "%.300s", out);
+}
+
+/* --moe-imbalance F: shown in --help, F in [1, experts/top-k] on a MoE model (the busiest expert
+   gets at most every token), refused on a dense one; above 1 the header calls it an estimate and
+   the JSON carries it */
+Test(cli, moe_imbalance_should_take_one_to_experts_per_top_k_on_moe_models_only) {
+    cr_assert_eq(run("--help"), 0);
+    cr_expect(strstr(out, "--moe-imbalance F"), "%.200s", out);
+    const char *mix = "--model tests/data/hf/variants/mixtral.json --gpus 2";   /* top-2 of 4 experts */
+    char a[256];
+    snprintf(a, sizeof a, "%s --moe-imbalance 0.5", mix);
+    expect_usage_error(a, "--moe-imbalance '0.5' is not a factor in [1, experts/top-k]");
+    snprintf(a, sizeof a, "%s --moe-imbalance 2.5", mix);
+    expect_usage_error(a, "valid: 1 to 2");
+    expect_usage_error("--model gpt2 --moe-imbalance 1.5", "gpt2 has no experts");
+    snprintf(a, sizeof a, "%s --moe-imbalance 2 --strategy ddp", mix);
+    cr_assert_eq(run(a), 0, "%s", out);
+    cr_expect(strstr(out, "planned 2 times (--moe-imbalance 2, an estimate"), "%.600s", out);
+    double peak[2];
+    for (int f = 1; f <= 2; f++) {
+        snprintf(a, sizeof a, "%s --moe-imbalance %d --strategy ddp --json", mix, f);
+        cr_assert_eq(run(a), 0, "%s", out);
+        cJSON *j = cJSON_Parse(out);
+        cr_assert_not_null(j, "%.200s", out);
+        cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "train"), "moe_imbalance")->valuedouble, f);
+        cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+        peak[f - 1] = cJSON_GetObjectItem(cJSON_GetObjectItem(s, "memory"), "peak")->valuedouble;
+        cJSON_Delete(j);
+    }
+    cr_expect_gt(peak[1], peak[0], "more routed rows, a higher peak");
+}
+
+/* --tp / --sp: what tensor parallel does not plan is refused before any work, in one line */
+Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
+    expect_usage_error("--model gpt2 --gpus 8 --tp 8", "heads (12)");
+    expect_usage_error("--model gpt2 --gpus 8 --tp 2 --strategy zero2", "ddp and fsdp-full");
+    expect_usage_error("--model gpt2 --gpus 8 --sp on", "--tp 2 or more");
+    expect_usage_error("--model gpt2 --gpus 8 --tp 0", "--tp '0'");
+    expect_usage_error("--model gpt2 --gpus 16 --gpus-per-node 8 --tp 16", "GPUs per node");
+    expect_usage_error("--model gpt2 --gpus 8 --tp 2 --sp maybe", "unknown --sp 'maybe'");
+    expect_usage_error("auto --model gpt2 --gpus 8 --tp 2 --emit deepspeed", "--emit deepspeed with --tp");
+    expect_usage_error("--model llama2-7b --gpus 8 --tp 2 --lora 8", "--tp 2 with --lora/--freeze");
+    expect_usage_error("--model llama2-7b --gpus 8 --tp 2 --fsdp 1", "--tp 2 with --fsdp 1");
+    expect_usage_error("--model tests/data/hf/variants/qwen3.json --gpus 2 --tp 2", "model_type qwen3");
+    cr_assert_eq(run("--model llama2-7b --gpus 8 --tp 2 --sp on --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%.200s", out);
+    cJSON *tr = cJSON_GetObjectItem(j, "train");
+    cr_expect_eq(cJSON_GetObjectItem(tr, "tp")->valuedouble, 2);
+    cr_expect_eq(cJSON_GetObjectItem(tr, "data_parallel")->valuedouble, 4);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 2, "ddp and fsdp-full only");
+    cJSON_Delete(j);
+}
+
 /* --units splits a generic --params model into layers; a named model has its own, so the flag
    would be ignored: refused instead, also without any model */
 Test(cli, units_without_params_should_be_refused_in_one_line) {
@@ -174,6 +236,10 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("--model gpt2 --gpus 8 --gpus-per-node 16", "--gpus-per-node 16 is more than the 8 GPUs");
     /* a regime the GPU lacks: the hint lists every regime it has */
     expect_usage_error("--model gpt2 --gpu v100-32gb --precision bf16", "valid there: fp32, amp-fp16, mixed-fp16");
+    /* DeepSpeed's sizes: whole element counts, only beside a ZeRO row */
+    expect_usage_error("--model gpt2 --strategy zero2 --ds-reduce-bucket 0", "--ds-reduce-bucket '0' is not a whole number");
+    expect_usage_error("--model gpt2 --strategy zero3 --ds3-persist 1.5", "--ds3-persist '1.5'");
+    expect_usage_error("--model gpt2 --strategy ddp --ds3-prefetch 1e6", "--ds3-prefetch is a DeepSpeed setting");
     expect_usage_error("auto --model gpt2 --global-batch 0", "--global-batch '0'");
     expect_usage_error("auto --model gpt2 --bn-min-batch -1", "--bn-min-batch '-1'");
     expect_usage_error("--model gpt2 --intra-bw 0", "--intra-bw '0'");
@@ -183,6 +249,24 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("--model gpt2 --grad-accum 2 --fsdp-grad-sync often",
                        "unknown --fsdp-grad-sync 'often' (valid: every, last)");
     expect_usage_error("--model gpt2 --fsdp-grad-sync", "--fsdp-grad-sync needs a value");
+}
+
+/* DeepSpeed's reduce_bucket_size sizes its bucket: gpt2-mini's ZeRO rows hold 5e8 elements of
+   fp32 bucket by default and 1e6 with --ds-reduce-bucket 1e6 (a DeepSpeed config's key). */
+Test(cli, ds_reduce_bucket_should_size_the_zero_bucket) {
+    double comm[2];
+    const char *args[2] = {"--model gpt2-mini --gpus 2 --strategy zero2 --precision fp32 --json",
+                           "--model gpt2-mini --gpus 2 --strategy zero2 --precision fp32 --ds-reduce-bucket 1e6 --json"};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(run(args[i]), 0, "%s", out);
+        cJSON *j = cJSON_Parse(out);
+        cr_assert_not_null(j);
+        cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+        comm[i] = cJSON_GetObjectItem(cJSON_GetObjectItem(row, "memory"), "comm_buffers")->valuedouble;
+        cJSON_Delete(j);
+    }
+    cr_expect_eq(comm[0], 5e8 * 4, "default bucket: %.0f", comm[0]);
+    cr_expect_eq(comm[1], 1e6 * 4, "1e6 bucket: %.0f", comm[1]);
 }
 
 /* KB, MB, GB, TB are decimal (as the SI prefixes and the GPU vendors' "80GB" say); KiB..TiB
@@ -272,4 +356,35 @@ Test(cli, plan_json_should_carry_comm_and_time_per_strategy) {
         for (int i = 0; i < 5; i++) cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(tm, k[i])), "time.%s", k[i]);
     }
     cJSON_Delete(j);
+}
+
+/* Fine-tuning flags: bad values in one line naming them and the valid ones; the strategies whose
+   frozen-parameter rules are not written are refused by name; the header prints PEFT's counts. */
+Test(cli, lora_and_freeze_flags_should_refuse_bad_values_and_print_trainable_counts) {
+    expect_usage_error("--model gpt2 --lora 0", "--lora '0' is not a rank in [1, 65536]");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets q_proj", "'q_proj' is not a module of gpt2 (valid: all-linear, or a comma list of c_attn, c_proj, c_fc)");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets c_attn,,c_fc", "--lora-targets 'c_attn,,c_fc'");
+    expect_usage_error("--model gpt2 --lora-alpha 16", "--lora-alpha sets LoRA: add --lora R");
+    expect_usage_error("--model gpt2 --quant-base nf4", "--quant-base nf4 stores a frozen LoRA base: add --lora R");
+    expect_usage_error("--model gpt2 --lora 8 --quant-base fp4", "unknown --quant-base 'fp4' (valid: none, bf16, int8, nf4)");
+    expect_usage_error("--model gpt2 --freeze head", "unknown --freeze 'head' (valid: none, embeddings, all-but-last:N");
+    expect_usage_error("--model gpt2 --freeze all-but-last:13", "all-but-last:13: gpt2 has 12 blocks");
+    expect_usage_error("--model gpt2 --lora 8 --freeze embeddings", "give one of them");
+    expect_usage_error("--model gpt2 --lora 8 --fsdp 1 --strategy fsdp-full", "--strategy fsdp-full with --lora/--freeze under --fsdp 1");
+    expect_usage_error("--params 7e9 --lora 8", "its parameter tensors are not known");
+    expect_usage_error("--model resnet50 --freeze embeddings", "resnet50 has no token embeddings (valid there: none)");
+    expect_usage_error("--model tests/data/hf/pythia-160m.json --lora 8 --lora-targets all-linear",
+                       "does not know the projection names of pythia-160m");
+    expect_usage_error("--model gpt2 --lora 8 --lora-targets lm_head", "'lm_head' is not a module of gpt2 (valid: all-linear, or a comma list of c_attn, c_proj, c_fc)");
+    cr_expect_eq(run("auto --model gpt2 --gpus 2 --lora 8 --lora-targets c_attn,c_fc --emit torch"), 0, "%s", out);
+    cr_expect(strstr(out, "model = get_peft_model(model, LoraConfig(r=8, lora_alpha=8, lora_dropout=0, "
+                          "target_modules=[\"c_attn\", \"c_fc\"]))") != NULL, "%s", out);
+    cr_expect_eq(run("--model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"), 0, "%s", out);
+    cr_expect(strstr(out, "# trainable: 8,388,608 of 6,746,804,224 parameters") != NULL, "%s", out);
+    cr_expect(strstr(out, "zero3 ") != NULL && strstr(out, "fsdp-full") != NULL, "ZeRO-3 and FSDP2 planned: %s", out);
+    /* auto: a full fine-tune that fits nowhere names QLoRA as a change, with its peak */
+    cr_expect_eq(run("auto --model llama2-13b --gpus 1 --gpu-mem 24GiB"), 0, "%s", out);
+    cr_expect(strstr(out, "QLoRA instead of a full fine-tune (--lora 16 --quant-base nf4: peak ") != NULL, "%s", out);
+    cr_expect_eq(run("--model gpt2-mini --gpus 2 --lora 8 --json"), 0, "%s", out);
+    cr_expect(strstr(out, "\"trainable_params\":\t16384") != NULL, "%s", out);
 }

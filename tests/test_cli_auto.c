@@ -99,7 +99,7 @@ static cJSON *estimates(void) {
         double persist = 0;
         if (E[i].k == STRAT_ZERO3 && E[i].off != OFFLOAD_PARAM) {
             DsSizes ds;
-            plan_ds_sizes(&m, c.gpus, &ds);
+            plan_ds_sizes(&m, c.gpus, PLAN_DS3_PERSIST, &ds);
             persist = ds.persist_padded * plan_precision(t.precision)->param_bytes;
         }
         if (E[i].off != OFFLOAD_NONE) cJSON_AddNumberToObject(o, "gpu_states", r.model_states - persist);

@@ -189,6 +189,24 @@ Test(cli_ranks, planning_flags_the_engine_does_not_honour_should_be_refused, .ti
     free(r.out);
 }
 
+/* issue 23 item 11: PyTorch's loop, zero_grad, autocast and FSDP choices mean nothing to the
+   engine (its summary was byte-identical with them): refused, each with why */
+Test(cli_ranks, pytorch_loop_autocast_and_fsdp_flags_should_be_refused_with_why, .timeout = 90)
+{
+    const char *flags[][2] = {
+        {"--zero-grad zeros", "run does not honour --zero-grad 'zeros': the engine keeps its gradient buffers"},
+        {"--loop trainer", "run does not honour --loop 'trainer': the engine's fused LM head"},
+        {"--fsdp 1", "run does not honour --fsdp '1': the engine implements ddp and zero1-zero3, no FSDP"},
+        {"--autocast cpu", "run does not honour --autocast 'cpu': the engine trains in fp32, without autocast"},
+        {"--fsdp-grad-sync every", "run does not honour --fsdp-grad-sync 'every': the engine implements ddp"},
+        {"--fsdp-grad=last", "run does not honour --fsdp-grad-sync 'last'"},   /* abbreviated: still it */
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        expect_refused(launch(0, "run --model gpt2-tiny --steps 2 %s", flags[i][0]), flags[i][1]);
+    expect_refused(launch(2, "validate --model gpt2-tiny --steps 2 --zero-grad none"),
+                   "validate does not honour --zero-grad 'none'");
+}
+
 Test(cli_ranks, a_model_file_should_not_be_trained_as_the_preset_it_names, .timeout = 60)
 {
     /* tests/data/memplan/gpt2-tiny.json says "name": "gpt2-tiny" */

@@ -238,8 +238,8 @@ Test(validate_torch, should_plan_the_results_fsdp_grad_sync_and_read_old_results
     j = exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 0);
     cJSON_AddStringToObject(cJSON_GetObjectItem(j, "setup"), "fsdp_grad_sync", "often");
     r = measured(dir, j, "");
-    cr_assert_eq(r.status, 1, "%s", r.out);
-    cr_assert(strstr(r.out, "fsdp_grad_sync 'often'"), "%s", r.out);
+    cr_assert_eq(r.status, 2, "a value the flag would refuse: %s", r.out);
+    cr_assert(strstr(r.out, "setup.fsdp_grad_sync 'often': unknown --fsdp-grad-sync 'often' (valid: every, last)"), "%s", r.out);
     free(r.out);
 }
 
@@ -311,75 +311,75 @@ static void fake_python(const char *dir, char *py, size_t len)
     chmod(py, 0755);
 }
 
+/* The fake harness in dir, memplan pointed at it: result (deleted; NULL: the caller writes res)
+ * is what every run writes, in res (room: PATH_MAX + 16). The harness script itself can be any
+ * readable file: the fake ignores it. */
+static void use_fake_harness(const char *dir, cJSON *result, char *res)
+{
+    char py[PATH_MAX + 16];
+    fake_python(dir, py, sizeof py);
+    snprintf(res, PATH_MAX + 16, "%s/res.json", dir);
+    if (result) write_json(res, result);
+    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
+    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
+    setenv("FAKE_RESULT", res, 1);
+    unsetenv("FAKE_RC");
+}
+
+/* What the fake harness was started with, one line per run (the caller frees). */
+static char *fake_args(const char *dir)
+{
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "cat %s/args", dir);
+    return test_run_cmd(cmd).out;
+}
+
 Test(validate_torch, should_launch_torchrun_with_the_planned_setup_for_each_strategy)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
-    write_json(res, exact_result("ddp", 1.0, 0, NULL));
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);   /* any readable file: the fake ignores it */
-    setenv("FAKE_RESULT", res, 1);
+    use_fake_harness(dir, exact_result("ddp", 1.0, 0, NULL), res);
     Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy ddp,fsdp-hybrid "
                                           "--ranks 4 --batch 2 --seq 64 --precision fp32 --attn eager --dropout 0");
     /* fsdp-hybrid's row is compared against a ddp result: it must fail, ddp must pass */
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.out, "# ddp: fake harness"), "%s", r.out);
-    snprintf(argsf, sizeof argsf, "%s/args", dir);
-    char *cmd = malloc(PATH_MAX + 64);
-    snprintf(cmd, PATH_MAX + 64, "cat %s", argsf);
-    Run a = test_run_cmd(cmd);
-    free(cmd);
-    cr_assert_eq(test_count(a.out, "-m torch.distributed.run --standalone --nproc-per-node 4"), 2, "%s", a.out);
-    cr_assert(strstr(a.out, "--strategy ddp "), "%s", a.out);
-    cr_assert(strstr(a.out, "--strategy fsdp-hybrid "), "%s", a.out);
-    cr_assert(strstr(a.out, "--shard-group 2 "), "%s", a.out);
-    cr_assert(strstr(a.out, "--precision fp32 --act-ckpt none --attn eager --dropout 0 "), "%s", a.out);
-    cr_assert(strstr(a.out, "--fsdp-grad-sync every "), "the default: %s", a.out);
-    free(a.out);
+    char *ran = fake_args(dir);
+    cr_assert_eq(test_count(ran, "-m torch.distributed.run --standalone --nproc-per-node 4"), 2, "%s", ran);
+    cr_assert(strstr(ran, "--strategy ddp "), "%s", ran);
+    cr_assert(strstr(ran, "--strategy fsdp-hybrid "), "%s", ran);
+    cr_assert(strstr(ran, "--shard-group 2 "), "%s", ran);
+    cr_assert(strstr(ran, "--precision fp32 --act-ckpt none --attn eager --dropout 0 "), "%s", ran);
+    cr_assert(strstr(ran, "--fsdp-grad-sync every "), "the default: %s", ran);
+    free(ran);
     free(r.out);
 }
 
 Test(validate_torch, should_pass_the_accumulation_setup_to_the_harness)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
-    write_json(res, exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 1));
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
-    setenv("FAKE_RESULT", res, 1);
-    unsetenv("FAKE_RC");
+    use_fake_harness(dir, exact_result_accum("fsdp-full", 1.0, 0, NULL, 2, FSDP_SYNC_LAST, 1), res);
     Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy fsdp-full --batch 2 "
                                           "--seq 64 --precision fp32 --attn eager --dropout 0 --loop trainer "
-                                          "--grad-accum 2 --fsdp-grad-sync last");
+                                          "--grad-accum 2 --fsdp-grad-sync last --autocast cpu");   /* what runs */
     cr_assert_eq(r.status, 0, "%s", r.out);
     cr_assert(strstr(r.out, "grad-accum 2") && strstr(r.out, "fsdp-grad-sync last"), "%s", r.out);
-    snprintf(argsf, sizeof argsf, "%s/args", dir);
-    char *cmd = malloc(PATH_MAX + 64);
-    snprintf(cmd, PATH_MAX + 64, "cat %s", argsf);
-    Run a = test_run_cmd(cmd);
-    free(cmd);
-    cr_assert(strstr(a.out, "--grad-accum 2 "), "%s", a.out);
-    cr_assert(strstr(a.out, "--fsdp-grad-sync last "), "%s", a.out);
-    free(a.out);
+    char *ran = fake_args(dir);
+    cr_assert(strstr(ran, "--grad-accum 2 "), "%s", ran);
+    cr_assert(strstr(ran, "--fsdp-grad-sync last "), "%s", ran);
+    free(ran);
     free(r.out);
 }
 
 Test(validate_torch, should_report_a_failed_run_with_the_harness_message)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
+    use_fake_harness(dir, NULL, res);
     FILE *f = fopen(res, "w");
     fputs("{\"status\": \"error\", \"error\": \"rank 1: boom in backward\"}", f);
     fclose(f);
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
-    setenv("FAKE_RESULT", res, 1);
     setenv("FAKE_RC", "1", 1);
     Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy zero1 --precision fp32");
     cr_assert_eq(r.status, 1, "%s", r.out);
@@ -389,14 +389,9 @@ Test(validate_torch, should_report_a_failed_run_with_the_harness_message)
 
 Test(validate_torch, should_keep_torchruns_output_out_of_sight_unless_the_run_fails)
 {
-    char dir[PATH_MAX], py[PATH_MAX + 16], res[PATH_MAX + 16];
+    char dir[PATH_MAX], res[PATH_MAX + 16];
     test_tmpdir(dir, sizeof dir, "vt");
-    fake_python(dir, py, sizeof py);
-    snprintf(res, sizeof res, "%s/res.json", dir);
-    write_json(res, exact_result("ddp", 1.0, 0, NULL));
-    setenv("MEMPLAN_TORCH_PYTHON", py, 1);
-    setenv("MEMPLAN_TORCH_HARNESS", res, 1);
-    setenv("FAKE_RESULT", res, 1);
+    use_fake_harness(dir, exact_result("ddp", 1.0, 0, NULL), res);
     setenv("FAKE_NOISE", "ERROR: gpuGetDeviceCount failed with code 35", 1);
     setenv("TMPDIR", dir, 1);
     unsetenv("FAKE_RC");
@@ -426,6 +421,23 @@ Test(validate_torch, should_keep_torchruns_output_out_of_sight_unless_the_run_fa
     unsetenv("FAKE_RC");
     unsetenv("TMPDIR");
     free(r.out);
+}
+
+/* --tp: the harness runs pure TP under ddp (ranks = tp) and tp x fsdp-full on more ranks */
+Test(validate_torch, tp_should_be_refused_where_the_harness_cannot_run_it)
+{
+    static const struct { const char *args, *says; } C[] = {
+        {"validate --against torch --model gpt2-mini --ranks 2 --tp 2 --strategy fsdp-full", "give --ranks 4 or more"},
+        {"validate --against torch --model gpt2-mini --ranks 4 --tp 2 --strategy ddp", "give --ranks 2"},
+        {"validate --against torch --model gpt2-mini --ranks 4 --tp 3", "--tp 3 does not divide --ranks 4"},
+        {"validate --against torch --model gpt2-mini --ranks 2 --tp 2 --strategy zero2", "ddp and fsdp-full"},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        Run r = test_launch(g_memplan, 0, 30, C[i].args);
+        cr_expect_eq(r.status, 2, "%s: %s", C[i].args, r.out);
+        cr_expect(strstr(r.out, C[i].says), "%s: %s", C[i].args, r.out);
+        free(r.out);
+    }
 }
 
 Test(validate_torch, should_refuse_setups_the_harness_cannot_run)
@@ -500,15 +512,35 @@ static char *read_file(const char *path)
     return buf;
 }
 
+/* bench/torch/results/<name>, beside the build folder */
+static void saved_result(char *buf, size_t len, const char *name)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    cr_assert(n > 0);
+    exe[n] = 0;
+    snprintf(buf, len, "%s/../../bench/torch/results/%s", dirname(exe), name);
+}
+
+/* The JSON of a saved result, for a test to edit. */
+static cJSON *saved_json(const char *name)
+{
+    char path[PATH_MAX + 64];
+    saved_result(path, sizeof path, name);
+    char *text = read_file(path);
+    cr_assert(text, "cannot read %s", path);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    cr_assert(j, "%s is not JSON", path);
+    return j;
+}
+
 Test(validate_torch, saved_measurements_of_real_runs_should_keep_passing)
 {
     /* every saved harness result (bench/torch/results/, docs/validation-torch.md's matrix) that
        has a planner row: the strategies memplan plans, runs that finished */
-    char exe[PATH_MAX], dir[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    cr_assert(n > 0);
-    exe[n] = 0;
-    snprintf(dir, sizeof dir, "%s/../../bench/torch/results", dirname(exe));
+    char dir[1024];
+    saved_result(dir, sizeof dir, "");
     DIR *d = opendir(dir);
     cr_assert(d, "cannot open %s", dir);
     struct dirent *e;
@@ -560,5 +592,257 @@ Test(validate_torch, json_output_should_never_be_a_measured_input_and_is_checked
     r = test_launch(g_memplan, 0, 30, args);
     cr_assert_eq(r.status, 2, "%s", r.out);
     cr_assert(strstr(r.out, "does not exist"), "%s", r.out);
+    free(r.out);
+}
+
+/* ---- the contract of issue 23: nothing passed that was not checked, usage errors first ---- */
+
+/* Standard error alone of `memplan args` (standard output dropped), and the exit status. */
+static Run stderr_of(const char *args)
+{
+    char cmd[PATH_MAX + 4096];
+    snprintf(cmd, sizeof cmd, "timeout 60 %s %s 2>&1 >/dev/null", g_memplan, args);
+    return test_run_cmd(cmd);
+}
+
+Test(validate_torch, a_missing_upper_bound_should_not_let_an_over_prediction_pass)
+{
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    /* an older harness's result (no peak_excl_backend, so no bytes_upper), its batch edited to 8:
+       the plan of batch 8 is far above what batch 1 measured */
+    cJSON *j = saved_json("gpt2-mini_ddp_fp32_none_eager_r2_b1_s128.json");
+    cr_assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_rank"), 0), "peak_excl_backend"));
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "setup"), "batch", cJSON_CreateNumber(8));
+    Run r = measured(dir, j, "");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "FAIL (within 3%)"), "%s", r.out);
+    cr_assert_null(strstr(r.out, "between the bounds"), "%s", r.out);
+    free(r.out);
+    /* the fake's own: measured half the plan, no bound */
+    r = measured(dir, exact_result("fsdp-full", 0.5, 0, NULL), "");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert_null(strstr(r.out, "between the bounds"), "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, values_read_from_a_result_should_be_refused_where_the_flag_would_be)
+{
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    static const struct { const char *parent, *key; double value; const char *said; } BAD[] = {
+        {"setup", "seq", 1e9, "setup.seq 1000000000: --seq '1000000000' is not an integer in [1, 10000000]"},
+        {"setup", "ranks", 1e12, "setup.ranks 1000000000000: --ranks '1000000000000' is not an integer in [1, 64]"},
+        {"setup", "dropout", 2, "setup.dropout 2: --dropout '2' is not a probability in [0, 1)"},
+        {"setup", "batch", 2.5, "setup.batch 2.5: --batch '2.5' is not an integer"},
+        {"setup", "grad_as_bucket_view", 2, "setup.grad_as_bucket_view 2 is not a whole number in [0, 1]"},
+        {"model", "params", -1, "model.params -1 is not a whole number in [0, 9007199254740992]"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        cJSON *j = exact_result("ddp", 1.0, 0, NULL), *in = cJSON_GetObjectItem(j, BAD[i].parent);
+        cJSON_DeleteItemFromObject(in, BAD[i].key);
+        cJSON_AddNumberToObject(in, BAD[i].key, BAD[i].value);
+        Run r = measured(dir, j, "");
+        cr_expect_eq(r.status, 2, "%s: %s", BAD[i].key, r.out);
+        cr_expect(strstr(r.out, BAD[i].said) && strstr(r.out, "result.json"), "%s", r.out);
+        cr_expect_eq(test_count(r.out, "\n"), 1, "one line: %s", r.out);
+        free(r.out);
+    }
+    /* a measured figure: the peak on rank 1, and 1e30 bytes */
+    cJSON *j = exact_result("ddp", 1.0, 0, NULL);
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_rank"), 1), "peak_bytes", cJSON_CreateNumber(1e30));
+    Run r = measured(dir, j, "");
+    cr_expect_eq(r.status, 2, "%s", r.out);
+    cr_expect(strstr(r.out, "per_rank[1].peak_bytes 1e+30 is not a number in [0, 9007199254740992]"), "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, no_printed_figure_should_overflow)
+{
+    /* the largest setup the flags allow: the prediction is beyond a long long, printed as such */
+    char dir[PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "vt");
+    cJSON *j = exact_result("ddp", 1.0, 0, NULL);
+    cJSON *su = cJSON_GetObjectItem(j, "setup");
+    cJSON_ReplaceItemInObject(su, "seq", cJSON_CreateNumber(10000000));
+    cJSON_ReplaceItemInObject(su, "batch", cJSON_CreateNumber(1000000));
+    Run r = measured(dir, j, "");
+    cr_expect_eq(r.status, 1, "%s", r.out);
+    cr_expect_null(strstr(r.out, "-9,223,372,036,854,775,808"), "%s", r.out);
+    cr_expect(strstr(r.out, "e+"), "a figure beyond a long long in e-notation: %s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, measured_should_refuse_the_flags_the_file_decides)
+{
+    char dir[256], path[300], args[512];
+    test_tmpdir(dir, sizeof dir, "vt");
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    write_json(path, exact_result("ddp", 1.0, 0, NULL));
+    static const char *const FLAGS[] = {"--strategy zero3", "--ranks 4", "--precision fp32", "--batch 8", "--keep /tmp",
+                                        "--model gpt2", "--steps 5", "--strat zero3"};
+    for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++) {
+        snprintf(args, sizeof args, "validate --against torch --measured %s %s", path, FLAGS[i]);
+        Run r = test_launch(g_memplan, 0, 30, args);
+        char said[64];
+        snprintf(said, sizeof said, "memplan: --%.*s does not apply with --measured", (int)strcspn(FLAGS[i] + 2, " "),
+                 FLAGS[i] + 2);
+        cr_expect_eq(r.status, 2, "%s: %s", FLAGS[i], r.out);
+        cr_expect(strstr(r.out, said), "%s: %s", FLAGS[i], r.out);
+        free(r.out);
+    }
+    /* what applies: --tol, --json (abbreviated too) */
+    snprintf(args, sizeof args, "validate --against torch --measured %s --tol 5 --js", path);
+    Run r = test_launch(g_memplan, 0, 30, args);
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, a_run_on_cpu_ranks_should_refuse_gpu_flags)
+{
+    static const char *const FLAGS[][2] = {
+        {"--gpus 8", "--gpus '8' does not apply to validate --against torch, which runs on CPU ranks"},
+        {"--gpu h100-80gb", "--gpu 'h100-80gb' does not apply"},
+        {"--autocast cuda", "--autocast 'cuda' does not apply"},
+        {"--gpu-mem 80GiB", "--gpu-mem '80GiB' does not apply"},
+        {"--mfu 0.5", "--mfu '0.5' does not apply"},
+    };
+    char args[512];
+    setenv("MEMPLAN_TORCH_ENV", "/nonexistent/memplan-venv", 1);   /* refused before the environment matters */
+    unsetenv("MEMPLAN_TORCH_PYTHON");
+    for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++) {
+        snprintf(args, sizeof args, "validate --against torch --model gpt2-tiny %s", FLAGS[i][0]);
+        Run r = test_launch(g_memplan, 0, 30, args);
+        cr_expect_eq(r.status, 2, "%s", r.out);
+        cr_expect(strstr(r.out, FLAGS[i][1]), "%s", r.out);
+        free(r.out);
+    }
+    unsetenv("MEMPLAN_TORCH_ENV");
+}
+
+Test(validate_torch, a_measured_file_that_cannot_be_compared_should_be_a_usage_error)
+{
+    char dir[256], path[300], args[512];
+    test_tmpdir(dir, sizeof dir, "vt");
+    static const struct { const char *name, *text, *said; } FILES[] = {
+        {"missing.json", NULL, "missing.json' not found"},
+        {"empty.json", "", "empty.json' is empty"},
+        {"bad.json", "{\n  \"status\": \"ok\",\n  \"setup\": }\n", "bad.json' is not JSON (at line 3, column 12)"},
+        {"other.json", "{\"name\": \"gpt2\"}", "other.json' is not a harness result (no \"status\""},
+        {"nosetup.json", "{\"status\": \"ok\", \"model\": {\"name\": \"gpt2\"}}", "nosetup.json' is not a harness result (no \"setup\""},
+        {"", NULL, "' is a directory, not a result file"},
+    };
+    for (size_t i = 0; i < sizeof FILES / sizeof FILES[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, FILES[i].name);
+        if (FILES[i].text) {
+            FILE *f = fopen(path, "w");
+            cr_assert_not_null(f);
+            fputs(FILES[i].text, f);
+            fclose(f);
+        }
+        snprintf(args, sizeof args, "validate --against torch --measured %s", path);
+        Run r = test_launch(g_memplan, 0, 30, args);
+        cr_expect_eq(r.status, 2, "%s: %s", FILES[i].name, r.out);
+        cr_expect(strstr(r.out, FILES[i].said), "%s", r.out);
+        cr_expect_eq(test_count(r.out, "\n"), 1, "one line, before any output: %s", r.out);
+        free(r.out);
+    }
+}
+
+Test(validate_torch, keep_should_be_a_writable_folder_checked_before_any_run)
+{
+    char dir[256], res[PATH_MAX + 16], args[1024], argsf[300];
+    test_tmpdir(dir, sizeof dir, "vt");
+    use_fake_harness(dir, exact_result("ddp", 1.0, 0, NULL), res);
+    static const char *const KEEP[][2] = {
+        {"%s/res.json", "is not a folder"},                       /* a file */
+        {"%s/res.json/sub", "cannot create the folder"},          /* below a file */
+        {"%s/no/such/folder", "cannot create the folder"},
+        {"/proc/self", "cannot write in the folder"},             /* read-only, also to root */
+        {"%s --json=%s/ddp.json", "would write"},                 /* the --json output */
+    };
+    for (size_t i = 0; i < sizeof KEEP / sizeof KEEP[0]; i++) {
+        char keep[640];
+        snprintf(keep, sizeof keep, KEEP[i][0], dir, dir);
+        snprintf(args, sizeof args, "validate --against torch --model gpt2-tiny --strategy ddp --precision fp32 --keep %s", keep);
+        Run r = test_launch(g_memplan, 0, 30, args);
+        cr_expect_eq(r.status, 2, "%s: %s", keep, r.out);
+        cr_expect(strstr(r.out, KEEP[i][1]), "%s", r.out);
+        cr_expect_eq(test_count(r.out, "\n"), 1, "one line: %s", r.out);
+        free(r.out);
+    }
+    snprintf(argsf, sizeof argsf, "%s/args", dir);
+    cr_expect_neq(access(argsf, F_OK), 0, "the harness must not have started");
+}
+
+Test(validate_torch, a_failed_comparison_should_say_which_rows_on_stderr)
+{
+    char dir[256], path[300], args[512];
+    test_tmpdir(dir, sizeof dir, "vt");
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    /* --tol 0: the peak must be exact to the byte; the fake's is */
+    write_json(path, exact_result("ddp", 1.0, 0, NULL));
+    snprintf(args, sizeof args, "validate --against torch --measured %s --tol 0", path);
+    Run r = stderr_of(args);
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    cr_expect_eq(r.out[0], 0, "nothing on stderr when it passes: %s", r.out);
+    free(r.out);
+    /* one byte more measured, and a collective's payload off by one: one line names both */
+    cJSON *j = exact_result("zero2", 1.0, 1, NULL);
+    cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_rank"), 0);
+    cJSON_ReplaceItemInObject(r0, "peak_bytes", cJSON_CreateNumber(cJSON_GetObjectItem(r0, "peak_bytes")->valuedouble + 1));
+    write_json(path, j);
+    r = stderr_of(args);
+    cr_expect_eq(r.status, 1, "%s", r.out);
+    cr_expect_eq(test_count(r.out, "\n"), 1, "one line: %s", r.out);
+    cr_expect(strstr(r.out, "memplan: validate --against torch: FAIL: ") && strstr(r.out, "r.json zero2 (peak (max over ranks) "),
+              "%s", r.out);
+    cr_expect(strstr(r.out, "(tolerance 0%)") && strstr(r.out, " bytes)"), "%s", r.out);
+    free(r.out);
+    /* the range --tol takes, stated */
+    r = test_launch(g_memplan, 0, 30, "validate --against torch --model gpt2-tiny --tol -1");
+    cr_expect_eq(r.status, 2, "%s", r.out);
+    cr_expect(strstr(r.out, "--tol '-1' is not a percentage in [0, 100]"), "%s", r.out);
+    free(r.out);
+}
+
+Test(validate_torch, a_run_the_host_cannot_hold_should_be_refused_before_launching)
+{
+    char dir[PATH_MAX], res[PATH_MAX + 16], argsf[PATH_MAX + 16];
+    test_tmpdir(dir, sizeof dir, "vt");
+    use_fake_harness(dir, exact_result("ddp", 1.0, 0, NULL), res);
+    /* 2 ranks of llama2-70b: each builds the whole fp32 model, 257 GiB, before it shards it */
+    Run r = test_launch(g_memplan, 0, 30, "validate --against torch --model llama2-70b --precision fp32");
+    cr_expect_eq(r.status, 2, "%s", r.out);
+    cr_expect(strstr(r.out, "on 2 CPU ranks needs at least") && strstr(r.out, "is available (MemAvailable)") &&
+              strstr(r.out, "256.96 GiB"), "%s", r.out);
+    cr_expect_eq(test_count(r.out, "\n"), 1, "one line: %s", r.out);
+    snprintf(argsf, sizeof argsf, "%s/args", dir);
+    cr_expect_neq(access(argsf, F_OK), 0, "nothing launched");
+    free(r.out);
+}
+
+Test(validate_torch, should_pass_the_fsdp1_knobs_to_the_harness)
+{
+    char dir[PATH_MAX], res[PATH_MAX + 16];
+    test_tmpdir(dir, sizeof dir, "vt");
+    use_fake_harness(dir, exact_result("fsdp-full", 1.0, 0, NULL), res);
+    Run r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-mini --strategy fsdp-full --fsdp 1 "
+                                          "--fsdp-min-params 2e6 --fsdp-backward-prefetch post --fsdp-forward-prefetch on "
+                                          "--fsdp-limit-all-gathers off --precision fp32 --attn eager --dropout 0");
+    char *ran = fake_args(dir);
+    cr_assert(strstr(ran, "--fsdp 1 --fsdp-min-params 2000000 --fsdp-limit-all-gathers off "
+                          "--fsdp-backward-prefetch post --fsdp-forward-prefetch on "), "%s", ran);
+    free(ran);
+    free(r.out);
+    /* without --fsdp 1: FSDP2, its defaults */
+    test_tmpdir(dir, sizeof dir, "vt");
+    use_fake_harness(dir, exact_result("fsdp-full", 1.0, 0, NULL), res);
+    r = test_launch(g_memplan, 0, 60, "validate --against torch --model gpt2-tiny --strategy fsdp-full --precision fp32 "
+                                      "--attn eager --dropout 0");
+    ran = fake_args(dir);
+    cr_assert(strstr(ran, "--fsdp 2 --fsdp-min-params 0 --fsdp-limit-all-gathers on --fsdp-backward-prefetch pre "
+                          "--fsdp-forward-prefetch off "), "%s", ran);
+    free(ran);
     free(r.out);
 }

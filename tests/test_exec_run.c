@@ -286,6 +286,45 @@ Test(exec_run, validate_should_pass_with_several_ddp_buckets_and_gradient_accumu
     free(r.out);
 }
 
+/* issue 23 item 23: a step time is judged only from CLI_TIME_MIN_STEADY (5) steady steps of
+   CLI_TIME_MIN_STEP_MS (30 ms) or more, validate's default is 6 steps, and a shorter run says so:
+   the step row reads "not judged (run too short)", one line says what to give, the JSON has null */
+static void expect_time_judged_iff_long_enough(const char *out, cJSON *st, int steps)
+{
+    cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "time"), 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(row, "quantity")->valuestring, "step");
+    int steady = cJSON_GetArraySize(cJSON_GetObjectItem(row, "measured_ms_per_step"));
+    cr_expect_eq(steady, steps - 1, "%s", out);
+    double ms = cJSON_GetObjectItem(row, "measured_ms")->valuedouble;
+    cJSON *within = cJSON_GetObjectItem(st, "time_within_15pct");
+    if (steady >= 5 && ms >= 30) cr_expect(cJSON_IsBool(within), "a %.1f ms step over %d steady steps is judged:\n%s", ms, steady, out);
+    else cr_expect(cJSON_IsNull(within), "a %.1f ms step over %d steady steps is not judged:\n%s", ms, steady, out);
+}
+
+Test(exec_run, validate_should_judge_a_step_time_only_from_a_run_long_enough_to_say, .timeout = 120)
+{
+    /* the defaults (gpt2-mini at micro-batch 1 steps in about 14 ms here: too short); two steady
+       steps, never enough; micro-batch 3 (about 35 ms here: judged) */
+    static const struct { const char *flags; int steps; } RUNS[] = {{"", 6}, {"--batch 3 --steps 3", 3}, {"--batch 3", 6}};
+    char dir[64], path[128];
+    test_tmpdir(dir, sizeof dir, "memplan-exec");
+    snprintf(path, sizeof path, "%s/validate.json", dir);
+    for (size_t i = 0; i < sizeof RUNS / sizeof RUNS[0]; i++) {
+        Run r = launch(2, "validate --model gpt2-mini --strategy zero2 %s --json=%s", RUNS[i].flags, path);
+        cr_expect_eq(r.status, 0, "%s", r.out);
+        cJSON *j = test_read_json(path), *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+        cr_expect_eq(cJSON_GetObjectItem(j, "steps")->valuedouble, RUNS[i].steps, "validate's default: 5 steady steps");
+        expect_time_judged_iff_long_enough(r.out, st, RUNS[i].steps);
+        if (cJSON_IsNull(cJSON_GetObjectItem(st, "time_within_15pct")))
+            cr_expect(strstr(r.out, "not judged (run too short)") && test_count(r.out, "# zero2: step time not judged: ") == 1,
+                      "%s", r.out);
+        cJSON_Delete(j);
+        free(r.out);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 Test(exec_run, validate_json_should_be_written_per_strategy_and_name_the_one_that_failed, .timeout = 90)
 {
     /* --lr 1e30: the first strategy's loss turns non-finite at step 2; the file already says so */

@@ -186,7 +186,13 @@ Test(plan_comm, a_measured_bandwidth_and_latency_per_collective_should_replace_t
     c.coll_lat[PCOLL_REDUCE_SCATTER] = 5e-6;  /* s per ring step */
     double pay = 8e6;
     cr_expect(fabs(plan_coll_seconds(&c, PCOLL_REDUCE_SCATTER, pay, 4, 0) - (1e-3 + 3 * 5e-6 + pay * 0.75 / 2e9)) < 1e-15);
-    /* the others keep the preset's link */
-    double link = 1e-3 + 6 * c.gpu.intra_lat + pay * 1.5 / (c.gpu.intra_bw * 1e9);
+    /* the others keep the preset's link: a measured reduce-scatter moves no other collective */
+    ClusterSpec plain = c;
+    plain.coll_bw[PCOLL_REDUCE_SCATTER] = 0;
+    plain.coll_lat[PCOLL_REDUCE_SCATTER] = 0;
+    double link = plan_coll_seconds(&plain, PCOLL_ALL_REDUCE, pay, 4, 0);
+    cr_expect(link > 0);
     cr_expect(fabs(plan_coll_seconds(&c, PCOLL_ALL_REDUCE, pay, 4, 0) - link) < 1e-15);
+    cr_expect(fabs(plan_coll_seconds(&plain, PCOLL_REDUCE_SCATTER, pay, 4, 0) -
+                   plan_coll_seconds(&c, PCOLL_REDUCE_SCATTER, pay, 4, 0)) > 1e-6);
 }

@@ -12,6 +12,10 @@
 #include "plan_sim.h"
 #include "test_plan.h"
 
+/* DeepSpeed's default sizes, as a TrainSpec that sets none gets them */
+static const DsKnobs DEF_KNOBS = {PLAN_DS_REDUCE_BUCKET, PLAN_DS_ALLGATHER_BUCKET, PLAN_DS3_PREFETCH,
+                                  PLAN_DS3_MAX_LIVE, PLAN_DS3_REUSE, PLAN_DS3_PERSIST, 0};
+
 static void setup(TrainSpec *t, ClusterSpec *c, const char *model, int64_t ranks) {
     plan_train_defaults(t);
     t->precision = PREC_FP32;
@@ -48,15 +52,15 @@ Test(plan_deepspeed, boundary_tensors_should_be_held_whole_in_the_gradient_parti
     plan_layer_add_tensor(l, 4);
     plan_layer_add_tensor(l, 6);
     DsSizes d;
-    plan_ds_sizes(&m, 2, &d);
+    plan_ds_sizes(&m, 2, PLAN_DS3_PERSIST, &d);
     cr_expect_eq(d.part, 8);
     cr_expect_eq(d.grad_part, 10);
     /* 4 ranks: partition 4; rank 1 [4, 8) overlaps 6 and 4, rank 2 [8, 12) 4 and 6 */
-    plan_ds_sizes(&m, 4, &d);
+    plan_ds_sizes(&m, 4, PLAN_DS3_PERSIST, &d);
     cr_expect_eq(d.part, 4);
     cr_expect_eq(d.grad_part, 10);
     /* one tensor spanning every rank: each holds it whole */
-    plan_ds_sizes(&m, 16, &d);
+    plan_ds_sizes(&m, 16, PLAN_DS3_PERSIST, &d);
     cr_expect_eq(d.part, 2);       /* 16 padded to 32, / 16 */
     cr_expect_eq(d.grad_part, 6);
     /* ZeRO-3: every tensor is below 1e5 elements: persistent, never gathered */
@@ -70,7 +74,7 @@ Test(plan_deepspeed, unknown_tensors_should_count_each_layer_as_one) {
     char msg[256];
     cr_assert_eq(plan_model_generic(&m, "g", 1000000, 4, msg, sizeof(msg)), 0);
     DsSizes d;
-    plan_ds_sizes(&m, 2, &d);
+    plan_ds_sizes(&m, 2, PLAN_DS3_PERSIST, &d);
     cr_expect_eq(d.part, 500000);
     cr_expect_eq(d.grad_part, 500000);          /* the boundary falls between two layers */
     cr_expect_eq(d.shard, 500000);              /* ZeRO-3: each 250,000-element layer one tensor, halved */
@@ -221,7 +225,7 @@ Test(plan_deepspeed, zero3_should_gather_in_coalesced_groups_whose_flat_buffers_
     cr_expect_eq(bytes[0], 437434368);
     cr_expect_eq(cnt[1], 0, "every layer kept from its forward to its backward");
     Ds3Sim z;
-    plan_ds3_sim_init(&z, &m, 2);
+    plan_ds3_sim_init(&z, &m, 2, &DEF_KNOBS);
     double g1 = 208582656 / 4, g2 = 200540160 / 4, g3 = 28311552 / 4;
     double at[16];
     for (int i = 0; i < m.n_layers && i < 16; i++) at[i] = plan_ds3_sim_forward(&z, i);
@@ -247,7 +251,7 @@ Test(plan_deepspeed, zero3_should_gather_in_coalesced_groups_whose_flat_buffers_
 Test(plan_deepspeed, zero3_should_prefetch_until_max_live_parameters_are_gathered) {
     ModelSpec m = zoo("gpt2-mini");
     Ds3Sim z;
-    plan_ds3_sim_init(&z, &m, 2);
+    plan_ds3_sim_init(&z, &m, 2, &DEF_KNOBS);
     z.prefetch = 1e5;
     z.max_live = 4e5;
     z.persist = 1e3;
@@ -282,7 +286,7 @@ Test(plan_deepspeed, zero3_groups_beyond_the_tracked_ones_should_still_balance) 
         for (int k = 0; k < 30; k++) plan_layer_add_tensor(l, 200000);
     }
     Ds3Sim z;
-    plan_ds3_sim_init(&z, &m, 2);
+    plan_ds3_sim_init(&z, &m, 2, &DEF_KNOBS);
     z.prefetch = 1;
     for (int i = 0; i < m.n_layers; i++) cr_expect_gt(plan_ds3_sim_forward(&z, i), 0);
     cr_expect_eq(z.ag_count[0], 300, "one all-gather per tensor");

@@ -256,7 +256,7 @@ Test(plan_families, eager_attentions_backward_should_hold_the_most_at_long_seque
     cr_expect_eq(plan_act_block_bwd_done_elems(&o, 1, &t, &four) * 4, 607232);
     plan_model_free(&o);
     /* at s 128 the MLP's backward holds more: only down_proj's gradient exists */
-    cr_expect_eq(plan_act_block_bwd_done_elems(&m, 1, &t, &short_seq), plan_act_block_mlp_out_elems(&m, 1));
+    cr_expect_eq(plan_act_block_bwd_done_elems(&m, 1, &t, &short_seq), plan_act_block_mlp_out_elems(&m, 1, &t, &short_seq));
     plan_model_free(&m);
 }
 

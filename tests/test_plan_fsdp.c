@@ -2,8 +2,9 @@
  * docs/formulas.md "FSDP2 buffers"): the flat all-gather output kept to the next copy-out, the
  * backward prefetch, the reduce-scatter input kept to the next reduction, the root left unsharded
  * after forward, a shard group of 1 (HSDP replicating across every rank), and the measured peaks
- * of gpt2-mini on 2 CPU ranks (torch 2.15, fp32, batch 1, seq 128, eager, dropout 0). FSDP1
- * (--fsdp 1) keeps its flat-parameter model. */
+ * of gpt2-mini on 2 CPU ranks (torch 2.15, fp32, batch 1, seq 128, eager, dropout 0); FSDP1
+ * (--fsdp 1) on the same timeline with its differences and knobs, and its size-based wrapping
+ * (plan_fsdp_size_wrap). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -224,16 +225,67 @@ Test(plan_fsdp2, fsdp1_engine_and_one_rank_should_keep_their_models) {
     c.gpus = c.gpus_per_node = 1;
     plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
     cr_expect(!f.on);
-    /* FSDP1: root + 2 units in flight, + 2 reduce-scatter buffers and the root's gradient in
-       backward (docs/formulas.md) */
-    c.gpus = c.gpus_per_node = 2;
+    plan_model_free(&m);
+}
+
+/* FSDP1 (--fsdp 1) on gpt2-mini, 2 ranks, fp32: layers embed (0), blocks 1..4 (units 1..4),
+   ln_f (5), tied head (6). Measured: the _fsdp1 rows of bench/torch/results/ (docs/validation-torch.md). */
+Test(plan_fsdp1, should_gather_into_its_flat_parameter_and_prefetch_as_its_knobs_say) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 2, 2);
     t.fsdp_impl = 1;
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
+    Fsdp2 f;
+    cr_assert_eq(plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z), 0);
+    cr_assert(f.on && f.v1);
+    /* forward: the root and the unit, no flat output buffer beside it (FSDP2 keeps one) */
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 2), (ROOT + UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 0), ROOT * 4);
+    /* backward, BACKWARD_PRE: the unit and the previous one prefetched; no reduce-scatter input
+       kept from the unit after it */
+    cr_expect_eq(plan_fsdp2_bwd_comm(&f, &m, 3), (ROOT + 2 * UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_bwd_comm(&f, &m, 6), (ROOT + UNIT) * 4);   /* the root's pre-backward prefetches block 4 */
+    plan_fsdp2_free(&f);
+    /* BACKWARD_POST: nothing ahead during a unit's backward; the previous one at its post-backward */
+    t.fsdp1.bwd = FSDP_BWD_POST;
     plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
-    cr_expect(!f.on);
-    Moments k;
-    walk(&m, &t, &c, STRAT_FSDP_FULL, &k);
-    cr_expect_eq(k.term[find(&k, PHASE_FORWARD, 0, 0)][TERM_COMM], (ROOT + 2 * UNIT) * 4);
-    cr_expect_eq(k.term[find(&k, PHASE_BACKWARD, 3, 0)][TERM_COMM], (ROOT + 2 * UNIT) * 4 + (2 * UNIT + ROOT) * 4);
+    cr_expect_eq(plan_fsdp2_bwd_comm(&f, &m, 3), (ROOT + UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_rs_comm(&f, &m, 3), (ROOT + UNIT) * 4 + UNIT * 4);
+    plan_fsdp2_free(&f);
+    /* None: never ahead */
+    t.fsdp1.bwd = FSDP_BWD_NONE;
+    plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(plan_fsdp2_bwd_comm(&f, &m, 3), (ROOT + UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_rs_comm(&f, &m, 3), ROOT * 4 + UNIT * 4);
+    plan_fsdp2_free(&f);
+    /* forward_prefetch: the next unit gathered as a unit's (or the root's) pre-forward ends */
+    t.fsdp1.bwd = FSDP_BWD_PRE;
+    t.fsdp1.fwd = 1;
+    plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_FULL, &z);
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 2), (ROOT + 2 * UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 0), (ROOT + UNIT) * 4);
+    cr_expect_eq(plan_fsdp2_fwd_comm(&f, &m, 4), (ROOT + UNIT) * 4);   /* the last block: none after it */
+    plan_fsdp2_free(&f);
+    /* limit_all_gathers off: planned as on */
+    t.fsdp1.fwd = 0;
+    MemResult on, off;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &on);
+    t.fsdp1.no_limit = 1;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &off);
+    cr_expect_eq(on.peak, off.peak);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp1, use_orig_params_should_step_only_the_tensors_with_elements_on_the_rank) {
+    /* gpt2-mini's block (198272: ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj, w and b
+       each) cut at 99136: rank 0 has 9 tensors, rank 1 4; the root (wte, wpe, ln_f) cut at
+       73856: 1 and 4. Rank 0: 4 x 9 + 1 = 37 (measured: 148 B of step scalars) */
+    ModelSpec m = zoo("gpt2-mini");
+    cr_expect_eq(plan_fsdp1_rank_tensors(&m, 2), 37);
+    cr_expect_eq(plan_fsdp1_rank_tensors(&m, 1), 52);
     plan_model_free(&m);
 }
 
@@ -492,5 +544,100 @@ Test(plan_fsdp2, a_cpu_onednn_convolution_should_hold_a_weight_sized_buffer_in_i
     walk(&m, &t, &c, STRAT_DDP, &gpu);
     a = find(&cpu, PHASE_BACKWARD, conv1, 0), b = find(&gpu, PHASE_BACKWARD, conv1, 0);
     cr_expect_eq(cpu.term[a][TERM_TRANSIENT] - gpu.term[b][TERM_TRANSIENT], 1024.0 * 512 * 4);
+    plan_model_free(&m);
+}
+
+/* ---- FSDP1's size_based_auto_wrap_policy (wrap.py), plan_fsdp_size_wrap ---- */
+
+static void load(ModelSpec *m, const char *name) {
+    char err[256];
+    cr_assert_eq(plan_load_model(m, name, err, sizeof err), 0, "%s", err);
+}
+
+Test(plan_fsdp_wrap, a_min_params_above_a_block_should_wrap_the_blocks_parent_with_everything_it_holds) {
+    /* llama-mini (untied): LlamaModel (embed_tokens 131072, 4 blocks, norm: 869504 >= 2e5) is one
+       unit; lm_head (131072 < 2e5) stays in the root */
+    ModelSpec m;
+    load(&m, "bench/torch/configs/llama-mini.json");
+    char msg[512];
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 200000, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(plan_model_units(&m), 1);
+    for (int i = 0; i < m.n_layers; i++)
+        cr_assert_eq(m.layers[i].unit, m.layers[i].kind == LAYER_HEAD ? 0 : 1, "layer %d (%s)", i, m.layers[i].name);
+    plan_model_free(&m);
+    /* with 1e5 the embedding (131072) and the head reach it alone: units 1 (embedding), 2 (the
+       blocks and the norm), 3 (the head) -- but 1e5 is below a block: refused */
+    load(&m, "bench/torch/configs/llama-mini.json");
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 100000, msg, sizeof msg), -1);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, a_wrapped_body_with_a_tied_head_in_the_root_should_be_refused) {
+    /* gpt2-mini: GPT2Model (940800 >= 3e5) would be a unit and lm_head, tied to wte, in the root:
+       torch 2.15's FSDP1 fails in lm_head (measured) */
+    ModelSpec m;
+    load(&m, "gpt2-mini");
+    char msg[512] = "";
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 300000, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "tied") && strstr(msg, "valid: above 940800"), "%s", msg);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, a_min_params_above_the_model_should_leave_everything_in_the_root) {
+    ModelSpec m;
+    load(&m, "gpt2-mini");
+    char msg[512];
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 2e6, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(plan_model_units(&m), 0);
+    for (int i = 0; i < m.n_layers; i++) cr_assert_eq(m.layers[i].unit, 0);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, a_min_params_at_or_below_a_block_should_be_refused_with_the_valid_range) {
+    ModelSpec m;
+    load(&m, "gpt2-mini");
+    char msg[512] = "";
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 198272, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "198272") && strstr(msg, "valid: above 198272"), "%s", msg);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, a_large_token_embedding_should_be_its_own_unit_and_an_untied_head_too) {
+    /* gpt2 (124M): wte 50257 x 768 = 38.6M alone beside wpe in memplan's one embedding layer */
+    ModelSpec m;
+    load(&m, "gpt2");
+    char msg[512] = "";
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 3e7, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "alone"), "%s", msg);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp_wrap, an_encoder_should_be_refused) {
+    ModelSpec m;
+    load(&m, "bert-base");
+    char msg[512] = "";
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 1e9, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "decoder"), "%s", msg);
+    plan_model_free(&m);
+}
+
+Test(plan_fsdp1, a_shard_group_of_one_should_run_as_no_shard_without_gathered_copies) {
+    /* HYBRID_SHARD on 2 ranks with a shard group of 1: torch's FSDP1 switches to NO_SHARD (the
+       flat parameters whole, gradients all-reduced); measured +0.02 % (gpt2-mini, the _fsdp1
+       hybrid row) where the unit timeline gave -4.69 % */
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, 2, 1);
+    t.fsdp_impl = 1;
+    MemSizes z;
+    plan_memory_sizes(&m, &t, &c, STRAT_FSDP_HYBRID, &z);
+    Fsdp2 f;
+    plan_fsdp2_setup(&f, &m, &t, &c, STRAT_FSDP_HYBRID, &z);
+    cr_expect(!f.on);
+    Moments k;
+    walk(&m, &t, &c, STRAT_FSDP_HYBRID, &k);
+    cr_assert_gt(k.n, 0);
+    for (int i = 0; i < k.n; i++) cr_expect_eq(k.term[i][TERM_COMM], 0, "moment %d", i);
     plan_model_free(&m);
 }

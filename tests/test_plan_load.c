@@ -2,6 +2,7 @@
  * counts, params.json exact totals and BatchNorm detection, memplan's own format round trips
  * for every zoo model, and every file of tests/data/bad rejected with a message that names the
  * file and the problem. Run from the repository root (paths are relative to it). */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "plan_fsdp.h"
 #include "plan_load.h"
 #include "plan_zoo.h"
 
@@ -383,6 +385,100 @@ Test(plan_load_hf, sliding_windows_and_nope_layers_should_follow_each_config_cla
     cr_expect(strstr(msg, "no_rope_layers[1]"), "%s", msg);
 }
 
+static int cmp_pair(const void *a, const void *b) {
+    const double *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : x[1] != y[1] ? (x[1] < y[1] ? -1 : 1) : 0;
+}
+
+/* memplan's tensors and counts.json's entry e as multisets of (elements, dim 0). */
+static void expect_same_tensors_any_order(const ModelSpec *m, cJSON *e, const char *path) {
+    static double a[4096][2], b[4096][2];
+    int na = 0, nb = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_tensors && na < 4096; k++, na++) {
+            a[na][0] = (double)m->layers[i].tensor_elems[k];
+            a[na][1] = (double)m->layers[i].tensor_dim0[k];
+        }
+    cJSON *g, *t, *d;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItem(e, "groups"))
+        for (int r = 0; r < cJSON_GetObjectItem(g, "repeat")->valueint; r++)
+            cJSON_ArrayForEach(t, cJSON_GetObjectItem(g, "tensors")) {
+                if (nb >= 4096) break;
+                cJSON *shape = cJSON_GetArrayItem(t, 1);
+                b[nb][0] = 1;
+                cJSON_ArrayForEach(d, shape) b[nb][0] *= d->valuedouble;
+                b[nb++][1] = cJSON_GetArrayItem(shape, 0)->valuedouble;
+            }
+    cr_assert_eq(na, nb, "%s: %d tensors, transformers %d", path, na, nb);
+    qsort(a, (size_t)na, sizeof a[0], cmp_pair);
+    qsort(b, (size_t)nb, sizeof b[0], cmp_pair);
+    for (int i = 0; i < na; i++)
+        cr_expect(a[i][0] == b[i][0] && a[i][1] == b[i][1], "%s: tensor %.0f x dim0 %.0f vs %.0f x %.0f", path,
+                  a[i][0], a[i][1], b[i][0], b[i][1]);
+}
+
+/* The published configs in tests/data/hf against transformers' own classes (counts.json, made by
+   scripts/hf_counts.py on the meta device): the total, and every parameter tensor in
+   model.parameters() order with its element count and dim 0 (which FSDP2 shards and pads and
+   DeepSpeed's ZeRO-3 partitions and keeps whole below its threshold). */
+Test(plan_load_hf, every_published_config_should_match_transformers_tensor_for_tensor, .timeout = 60) {
+    FILE *f = fopen("tests/data/hf/counts.json", "rb");
+    cr_assert_not_null(f, "run from the repository root");
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *root = cJSON_Parse(buf), *e;
+    cr_assert_not_null(root);
+    int seen = 0, moe = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "configs")) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/hf/%s", e->string);
+        ModelSpec m;
+        cr_assert_eq(plan_load_model(&m, path, msg, sizeof(msg)), 0, "%s", msg);
+        cr_expect_eq((double)plan_model_params(&m), cJSON_GetObjectItem(e, "total")->valuedouble, "%s total", path);
+        /* OPT registers final_layer_norm, project_out and project_in in its decoder before the
+           layers (OPTDecoder.__init__); memplan keeps them where they run: the same tensors, in
+           another order, so OPT is compared as a multiset */
+        int any_order = strcmp(m.family, "opt") == 0;
+        if (any_order) {
+            expect_same_tensors_any_order(&m, e, path);
+            seen++;
+            plan_model_free(&m);
+            continue;
+        }
+        int li = 0, ti = 0, mismatch = 0;   /* walk memplan's tensors beside transformers' */
+        cJSON *g, *t;
+        cJSON_ArrayForEach(g, cJSON_GetObjectItem(e, "groups")) {
+            int rep = cJSON_GetObjectItem(g, "repeat")->valueint;
+            for (int r = 0; r < rep; r++)
+                cJSON_ArrayForEach(t, cJSON_GetObjectItem(g, "tensors")) {
+                    while (li < m.n_layers && ti >= m.layers[li].n_tensors) { li++; ti = 0; }
+                    cJSON *shape = cJSON_GetArrayItem(t, 1), *d;
+                    double elems = 1;
+                    cJSON_ArrayForEach(d, shape) elems *= d->valuedouble;
+                    double dim0 = cJSON_GetArrayItem(shape, 0)->valuedouble;
+                    if (li >= m.n_layers || (double)m.layers[li].tensor_elems[ti] != elems ||
+                        (double)m.layers[li].tensor_dim0[ti] != dim0) {
+                        if (!mismatch++)
+                            cr_expect(0, "%s: %s.%s (%.0f elements, dim 0 %.0f) is memplan's layer %d tensor %d (%lld, %lld)",
+                                      path, g->string ? g->string : cJSON_GetObjectItem(g, "group")->valuestring,
+                                      cJSON_GetArrayItem(t, 0)->valuestring, elems, dim0, li, ti,
+                                      li < m.n_layers ? (long long)m.layers[li].tensor_elems[ti] : -1LL,
+                                      li < m.n_layers ? (long long)m.layers[li].tensor_dim0[ti] : -1LL);
+                    }
+                    ti++;
+                }
+        }
+        moe += m.moe.n_experts > 0;
+        seen++;
+        plan_model_free(&m);
+    }
+    cJSON_Delete(root);
+    cr_expect_geq(seen, 49, "configs checked: %d", seen);
+    cr_expect_geq(moe, 12, "MoE configs checked: %d", moe);
+}
+
 /* ---- the zoo stays exact ---- */
 
 Test(plan_load_zoo, zoo_names_should_build_with_their_published_counts) {
@@ -510,6 +606,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->vocab, b->vocab, "%s", what);
     cr_expect_eq(a->max_seq, b->max_seq, "%s", what);
     cr_expect_eq(a->tied_embeddings, b->tied_embeddings, "%s", what);
+    cr_expect_eq(a->root_only, b->root_only, "%s", what);
     cr_expect_eq(a->norm, b->norm, "%s", what);
     cr_expect_eq(a->mlp, b->mlp, "%s", what);
     cr_expect(a->dropout == b->dropout, "%s: dropout %.17g vs %.17g", what, a->dropout, b->dropout);
@@ -522,6 +619,18 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->moe.d_ff_expert, b->moe.d_ff_expert, "%s", what);
     cr_expect_eq(a->moe.d_ff_shared, b->moe.d_ff_shared, "%s", what);
     cr_expect_eq(memcmp(&a->block, &b->block, sizeof(a->block)), 0, "%s: block", what);
+    cr_expect_eq(a->moe.router, b->moe.router, "%s", what);
+    cr_expect_eq(a->moe.norm_topk, b->moe.norm_topk, "%s", what);
+    cr_expect_eq(a->moe.fp32_weights, b->moe.fp32_weights, "%s", what);
+    cr_expect_eq(a->moe.shared_gate, b->moe.shared_gate, "%s", what);
+    cr_expect_eq(a->moe.shared_last, b->moe.shared_last, "%s", what);
+    cr_expect_eq(a->moe.bias, b->moe.bias, "%s", what);
+    cr_expect_eq(a->moe.clamped_glu, b->moe.clamped_glu, "%s", what);
+    cr_expect_eq(a->moe.router_logits, b->moe.router_logits, "%s", what);
+    cr_expect(memcmp(&a->mla, &b->mla, sizeof a->mla) == 0, "%s: latent attention", what);
+    cr_expect_eq(a->attn_sinks, b->attn_sinks, "%s", what);
+    cr_expect_eq(a->qk_norm, b->qk_norm, "%s", what);
+    cr_expect_eq(a->nope_every, b->nope_every, "%s", what);
     cr_assert_eq(a->n_layers, b->n_layers, "%s", what);
     for (int i = 0; i < a->n_layers; i++) {
         const LayerSpec *x = &a->layers[i], *y = &b->layers[i];
@@ -544,6 +653,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
         for (int k = 0; k < x->n_tensors && k < y->n_tensors; k++) {
             cr_expect_eq(x->tensor_elems[k], y->tensor_elems[k], "%s layer %d tensor %d", what, i, k);
             cr_expect_eq(x->tensor_dim0[k], y->tensor_dim0[k], "%s layer %d tensor %d dim 0", what, i, k);
+            cr_expect_eq(x->tensor_mod[k], y->tensor_mod[k], "%s layer %d tensor %d module", what, i, k);
         }
         cr_expect_eq(x->unit, y->unit, "%s layer %d unit", what, i);
         cr_expect_eq(x->conv_kernel, y->conv_kernel, "%s layer %d conv kernel", what, i);
@@ -687,11 +797,23 @@ Test(plan_load_memplan, an_empty_tensor_should_survive_export_and_import) {
     plan_model_free(&m);
 }
 
+Test(plan_load_memplan, a_model_wrapped_into_its_root_should_survive_export_and_import) {
+    ModelSpec m;
+    char err[512];
+    cr_assert_eq(plan_zoo_build(&m, "gpt2-mini", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(plan_fsdp_size_wrap(&m, 2e6, err, sizeof err), 0, "%s", err);
+    cr_assert(m.root_only);
+    round_trip(&m, "wrapped.json");
+    plan_model_free(&m);
+}
+
 Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
-     * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). */
-    cr_expect_eq(sizeof(LayerSpec), 688, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 560, "ModelSpec changed: carry the new field in the format");
+     * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). The
+     * trainable-subset fields (frozen*, act_unsaved_tok, lora_*_tok, grad_frontier) are not the
+     * model's: plan_finetune_apply sets them from the training setup (--lora, --freeze). */
+    cr_expect_eq(sizeof(LayerSpec), 672 + 16 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8, "LayerSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 648, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {
@@ -711,6 +833,10 @@ Test(plan_load_memplan, loaded_configs_and_parameter_lists_should_survive_export
         "tests/data/params/gpt2.json",     "tests/data/memplan/custom-mlp.json",
         "bench/torch/configs/gemma2-mini.json", "bench/torch/configs/phi3-mini.json",
         "bench/torch/configs/smollm3-mini.json", "bench/torch/configs/olmo2-mini.json",
+        /* every MoE router kind, shared experts (gated, last), biases, latent attention, sinks, q/k norms */
+        "tests/data/hf/variants/mixtral.json", "tests/data/hf/variants/qwen2-moe.json",
+        "tests/data/hf/variants/qwen3-moe.json", "tests/data/hf/variants/deepseek-v3.json",
+        "tests/data/hf/variants/gpt-oss.json", "tests/data/hf/variants/llama4-text.json",
     };
     for (size_t i = 0; i < sizeof(FILES) / sizeof(FILES[0]); i++) {
         ModelSpec a;

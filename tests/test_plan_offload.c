@@ -94,7 +94,7 @@ Test(offload, zero3_should_reproduce_deepspeeds_estimator_with_zero_init) {
         /* + the tensors below stage3_param_persistence_threshold, whole on every rank, which
            DeepSpeed's estimator leaves out (docs/formulas.md "DeepSpeed ZeRO-3 persistent tensors") */
         DsSizes ds;
-        plan_ds_sizes(&m, c.gpus, &ds);
+        plan_ds_sizes(&m, c.gpus, PLAN_DS3_PERSIST, &ds);
         cr_expect_lt(REL(r.model_states - ds.persist_padded * 2, gpu - 4 * ll), 1e-4, "GPU keeps its 16-bit partition");
         t.offload = OFFLOAD_NONE;
         plan_memory(&m, &t, &c, STRAT_ZERO3, &r);

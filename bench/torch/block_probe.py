@@ -55,7 +55,8 @@ _ALLOC_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::z
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="block_probe.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="gpt2-mini", help="zoo name or config.json (as the harness)")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "amp-bf16"))
+    p.add_argument("--precision", default="fp32", choices=("fp32", "amp-bf16", "bf16"),
+                   help="bf16: the model cast to bfloat16 (pure bf16, no autocast)")
     p.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--act-ckpt", default="none", choices=("none", "full"))
@@ -65,6 +66,9 @@ def parse_args(argv):
     p.add_argument("--top", type=int, default=8, help="allocations listed at each backward peak")
     p.add_argument("--no-saved", action="store_true",
                    help="skip the saved-tensor hooks (fwd saved is then 0; checks they change nothing)")
+    p.add_argument("--route-first", action="store_true",
+                   help="MoE: every token routed to experts 0..k-1 (the routers' top-k indices replaced by "
+                        "a forward hook): the most unbalanced routing, against the model's own")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     try:
@@ -99,6 +103,26 @@ def _op_chain(ev):
     return (f"{node} / {what}" if node else what), module or ""
 
 
+def _route_first(model):
+    """Every MoE router (transformers 5.24's *TopKRouter: forward returns (logits, top-k weights,
+    top-k indices)) made to send each token to experts 0..k-1; the weights are kept, so only the
+    assignment changes.  Raises if the model has no such router."""
+    import torch
+
+    def hook(mod, args, out):
+        logits, weights, idx = out
+        forced = torch.arange(idx.shape[-1], dtype=idx.dtype).expand_as(idx).contiguous()
+        return logits, weights, forced
+
+    n = 0
+    for mod in model.modules():
+        if type(mod).__name__.endswith("TopKRouter"):
+            mod.register_forward_hook(hook)
+            n += 1
+    if not n:
+        raise SystemExit("block_probe.py: --route-first: the model has no *TopKRouter module")
+
+
 def run_once(a, batch):
     import torch
     import models
@@ -107,6 +131,8 @@ def run_once(a, batch):
 
     torch.manual_seed(1234)
     spec = models.build(a.model, a.attn, a.dropout)
+    if a.precision == "bf16":
+        spec.model = spec.model.to(torch.bfloat16)
     model = spec.model
     model.train()
     seq = a.seq if a.seq is not None else spec.context
@@ -115,6 +141,8 @@ def run_once(a, batch):
     blocks = spec.block_modules()
     want = range(len(blocks)) if a.blocks == "all" else [int(x) for x in a.blocks.split(",")]
     harness.add_module_markers(model)
+    if a.route_first:
+        _route_first(model)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
 
     state = {"iter": 0, "saved": collections.defaultdict(dict), "active": None, "out": {}}
@@ -262,13 +290,13 @@ def main(argv):
     seq = runs[0]["seq"]
     per_tok = lambda x, y: (y - x) / (b2 - b1) / seq   # noqa: E731
     print(f"# block_probe: {a.model}, {a.precision}, attn {a.attn}, dropout {a.dropout:g}, "
-          f"act-ckpt {a.act_ckpt}, seq {seq}, slope over micro-batch {b1} and {b2}; "
+          f"act-ckpt {a.act_ckpt}{', every token routed to experts 0..k-1' if a.route_first else ''}, seq {seq}, slope over micro-batch {b1} and {b2}; "
           f"bytes per token (per sample / seq)")
     print(f"# allocator totals exact: {runs[0]['exact_total']}; step peak above its start {runs[0]['step_peak']:,} / "
           f"{runs[1]['step_peak']:,} B -> {per_tok(runs[0]['step_peak'], runs[1]['step_peak']):,.1f} B/token, "
           f"at {runs[1]['step_peak_at']}")
     out = {"setup": {"model": a.model, "precision": a.precision, "attn": a.attn, "dropout": a.dropout,
-                     "act_ckpt": a.act_ckpt, "seq": seq, "batches": [b1, b2]},
+                     "act_ckpt": a.act_ckpt, "route_first": a.route_first, "seq": seq, "batches": [b1, b2]},
            "step_peak_per_token": per_tok(runs[0]["step_peak"], runs[1]["step_peak"]), "blocks": {}}
     print("block | fwd saved | fwd retained | bwd working set (peak above start) | at that moment, "
           "not growing with the batch | left at end | peak at")

@@ -4,8 +4,10 @@ re-checked against the current planner with `memplan validate --against torch --
 Markdown table (docs/validation-torch.md carries its output) and a closing count.
 
 Usage: python3 bench/torch/check_saved.py [--memplan build/memplan] [RESULT.json ...]
-Rows whose strategy has no planner row (torch-zero1, none) are listed apart. Exit status 0 when
-every comparable row passes, 1 otherwise. Needs only the Python standard library.
+Rows whose strategy has no planner row (torch-zero1, none) are listed apart, and so are GPU rows
+(harness.py --device cuda: "device": "cuda", kept in results/cuda/): their figures are the CUDA
+allocator's, not the CPU tensor peak these rows compare. Exit status 0 when every comparable row
+passes, 1 otherwise. Needs only the Python standard library.
 """
 import argparse
 import glob
@@ -18,6 +20,11 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 NO_ROW = {"torch-zero1", "none"}
+
+
+def is_gpu_row(h):
+    """A result of harness.py --device cuda (older CPU rows carry no device: CPU)."""
+    return h.get("device", "cpu") != "cpu" or h.get("setup", {}).get("device", "cpu") != "cpu"
 
 
 def check(memplan, path):
@@ -60,10 +67,13 @@ def main():
           "| err % | peak phase | model states | payloads | row |")
     print("|---|---:|---:|---:|---|---|---|---|")
     n = ok = 0
-    skipped, broken = [], []
+    skipped, broken, gpu = [], [], []
     for p in files:
         with open(p) as f:
             h = json.load(f)
+        if is_gpu_row(h):
+            gpu.append(os.path.basename(p))
+            continue
         strat = h.get("setup", {}).get("strategy", "?")
         if strat in NO_ROW or h.get("status") != "ok":
             skipped.append(os.path.basename(p))
@@ -82,7 +92,8 @@ def main():
         n += 1
         ok += passed
     print()
-    print(f"{ok} of {n} rows pass; {len(skipped)} results have no planner row (torch-zero1, none, failed runs)")
+    print(f"{ok} of {n} rows pass; {len(skipped)} results have no planner row (torch-zero1, none, failed runs)"
+          + (f"; {len(gpu)} GPU rows not compared (device cuda: {', '.join(gpu)})" if gpu else ""))
     for b in broken:
         print(f"- could not compare {b}")
     return 0 if ok == n else 1

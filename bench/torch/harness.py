@@ -29,6 +29,14 @@ How it measures (details in measure.py and docs/validation-torch.md):
 
 `--measure memtracker` runs the same loop under torch.distributed._tools.mem_tracker.MemTracker
 instead (Python-visible tensors only), for cross-checking the total.
+
+`--device cuda` runs the same loop on GPUs under the machine's own torch (cuda_mode.py): one rank
+per GPU over NCCL, or several ranks on one GPU (gloo on CUDA tensors, or NCCL as fake hosts:
+--backend); the figures are torch.cuda's (max_memory_allocated / max_memory_reserved per phase,
+memory_stats and segments, the CUDA context, cuBLAS's workspace) instead of the profiler's, and
+the result says device "cuda" and keeps them under per_rank[].cuda (no "peak_bytes": a CPU
+comparison cannot mistake it for one). `--device cuda --dry-cpu` runs that path on CPU tensors,
+every CUDA call skipped and named.
 """
 import argparse
 import collections
@@ -42,7 +50,7 @@ import traceback
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid",
               "torch-zero1", "none")   # none: no data parallelism (each rank alone; cross-checks)
-PRECISIONS = ("fp32", "amp-bf16", "mixed-bf16")
+PRECISIONS = ("fp32", "amp-bf16", "mixed-bf16", "bf16")
 LR = 1e-4
 
 
@@ -75,9 +83,51 @@ def parse_args(argv):
                         "(set_requires_gradient_sync(False) on the non-final micro-steps, as HF "
                         "Accelerate's no_sync: unsharded gradients accumulate, one reduce-scatter "
                         "per optimizer step)")
+    p.add_argument("--fsdp", type=int, default=2,
+                   help="what fsdp-* runs: 2 = fully_shard per block + root (FSDP2, the default), "
+                        "1 = FullyShardedDataParallel (flat parameters, use_orig_params=True as "
+                        "accelerate and the Trainer set it)")
+    p.add_argument("--fsdp-min-params", type=int, default=0,
+                   help="--fsdp 1: size_based_auto_wrap_policy(min_num_params=N) instead of one "
+                        "unit per block (ModuleWrapPolicy of the block class); 0 = the blocks")
+    p.add_argument("--fsdp-limit-all-gathers", default="on",
+                   help="--fsdp 1: limit_all_gathers (the rate limiter), on (FSDP1's default) or off")
+    p.add_argument("--fsdp-backward-prefetch", default="pre",
+                   help="--fsdp 1: backward_prefetch BACKWARD_PRE (pre, the default), "
+                        "BACKWARD_POST (post) or None (none)")
+    p.add_argument("--fsdp-forward-prefetch", default="off",
+                   help="--fsdp 1: forward_prefetch, off (the default) or on")
+    p.add_argument("--ds-zero", default=None,
+                   help="a JSON object merged into DeepSpeed's zero_optimization (its sizes and "
+                        "switches: reduce_bucket_size, overlap_comm, stage3_prefetch_bucket_size, "
+                        "stage3_max_live_parameters, stage3_param_persistence_threshold, ...)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel degree: a 2-D mesh (dp = ranks / tp, tp) and "
+                        "parallelize_module with torchtitan's plan (llama) or its GPT-2 twin; "
+                        "ddp (pure TP when dp = 1) or fsdp-full on the dp dimension")
+    p.add_argument("--sp", default="off", help="sequence parallel on the norms (on, off)")
+    p.add_argument("--lora", type=int, default=0,
+                   help="PEFT LoRA of this rank (get_peft_model; the base frozen); 0 = full fine-tuning")
+    p.add_argument("--lora-alpha", type=float, default=None, help="lora_alpha (default 2 x rank)")
+    p.add_argument("--lora-targets", default="",
+                   help="comma list of module names or all-linear; default PEFT's for the model type")
+    p.add_argument("--lora-dropout", type=float, default=0.0)
+    p.add_argument("--freeze", default="none",
+                   help="without --lora: none, embeddings or all-but-last:N (models.freeze)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
-    p.add_argument("--measure", default="profiler")
+    p.add_argument("--measure", default=None,
+                   help="cpu: profiler (default) or memtracker; cuda: cuda (torch.cuda's figures)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (gloo CPU ranks) or cuda (a GPU per rank, or ranks sharing one)")
+    p.add_argument("--dry-cpu", action="store_true",
+                   help="with --device cuda: run the CUDA path on CPU tensors over gloo, skipping "
+                        "and naming every CUDA call (a check on a machine without a GPU)")
+    p.add_argument("--backend", default="auto",
+                   help="with --device cuda: nccl, gloo (on CUDA tensors) or auto (nccl when every "
+                        "rank has a GPU of its own, else gloo: NCCL refuses two ranks of one "
+                        "communicator on one GPU); nccl on a shared GPU runs as fake hosts "
+                        "(NCCL_HOSTID per rank)")
     p.add_argument("--params-only", action="store_true",
                    help="build on the meta device and print the parameter count (no ranks)")
     a = p.parse_args(argv)
@@ -95,10 +145,48 @@ def parse_args(argv):
         check("act-ckpt", a.act_ckpt, ("none", "full", "every:N"))
     check("attn", a.attn, ("eager", "sdpa"))
     check("zero-grad", a.zero_grad, ("none", "zeros"))
+    fz = a.freeze.split(":", 1)
+    if not (a.freeze in ("none", "embeddings") or (fz[0] == "all-but-last" and len(fz) == 2 and fz[1].isdigit()
+                                                  and int(fz[1]) >= 1)):
+        raise SetupError(f"--freeze {a.freeze}: valid values are none, embeddings, all-but-last:N (N >= 1)")
+    if a.freeze != "none" and a.lora:
+        raise SetupError("--freeze and --lora: a LoRA model's base is frozen already; give one of them")
     check("loop", a.loop, ("hf", "common"))
     check("fsdp-grad-sync", a.fsdp_grad_sync, ("every", "last"))
     check("grad-as-bucket-view", a.grad_as_bucket_view, (0, 1))
-    check("measure", a.measure, ("profiler", "memtracker"))
+    check("fsdp", a.fsdp, (1, 2))
+    check("fsdp-limit-all-gathers", a.fsdp_limit_all_gathers, ("on", "off"))
+    check("fsdp-backward-prefetch", a.fsdp_backward_prefetch, ("pre", "post", "none"))
+    check("fsdp-forward-prefetch", a.fsdp_forward_prefetch, ("on", "off"))
+    fsdp1_knobs = (a.fsdp_min_params != 0 or a.fsdp_limit_all_gathers != "on"
+                   or a.fsdp_backward_prefetch != "pre" or a.fsdp_forward_prefetch != "off")
+    if a.fsdp_min_params < 0:
+        raise SetupError(f"--fsdp-min-params {a.fsdp_min_params}: valid values are 0 (one unit per "
+                         "block) or a positive parameter count")
+    if fsdp1_knobs and not (a.fsdp == 1 and a.strategy.startswith("fsdp-")):
+        raise SetupError("--fsdp-min-params/-limit-all-gathers/-backward-prefetch/-forward-prefetch: "
+                         "FSDP1's knobs need --fsdp 1 and an fsdp-* strategy")
+    if a.fsdp == 1 and a.strategy.startswith("fsdp-") and a.precision == "mixed-bf16":
+        raise SetupError("--fsdp 1 --precision mixed-bf16: FSDP1's MixedPrecision is not wired in "
+                         "the harness (valid with --fsdp 1: fp32, amp-bf16)")
+    check("device", a.device, ("cpu", "cuda"))
+    check("sp", a.sp, ("on", "off"))
+    if a.tp < 1:
+        raise SetupError(f"--tp {a.tp}: must be an integer >= 1")
+    if a.tp > 1 and a.strategy not in ("ddp", "fsdp-full"):
+        raise SetupError(f"--tp with --strategy {a.strategy}: tensor parallel runs with ddp "
+                         "(pure TP on one data-parallel rank) or fsdp-full")
+    if a.tp > 1 and (a.grad_accum > 1 or a.act_ckpt not in ("none", "full")
+                     or a.precision not in ("fp32", "amp-bf16")):
+        raise SetupError("--tp: checked with fp32 or amp-bf16, act-ckpt none or full, no accumulation")
+    check("backend", a.backend, ("auto", "nccl", "gloo"))
+    if a.device == "cpu" and a.dry_cpu:
+        raise SetupError("--dry-cpu: needs --device cuda (it runs the CUDA path on CPU tensors)")
+    if a.device == "cpu" and a.backend == "nccl":
+        raise SetupError("--backend nccl: needs --device cuda (CPU ranks talk over gloo)")
+    if a.measure is None:
+        a.measure = "cuda" if a.device == "cuda" else "profiler"
+    check("measure", a.measure, ("cuda",) if a.device == "cuda" else ("profiler", "memtracker"))
     for name, val, lo in (("batch", a.batch, 1), ("grad-accum", a.grad_accum, 1),
                           ("steps", a.steps, 2)):
         if val < lo:
@@ -109,6 +197,16 @@ def parse_args(argv):
         raise SetupError(f"--dropout {a.dropout}: must be in [0, 1)")
     if a.bucket_mb is not None and a.bucket_mb <= 0:
         raise SetupError(f"--bucket-mb {a.bucket_mb}: must be > 0")
+    if a.ds_zero is not None:
+        try:
+            a.ds_zero = json.loads(a.ds_zero)
+        except ValueError as e:
+            raise SetupError(f"--ds-zero: not a JSON object ({e})")
+        if not isinstance(a.ds_zero, dict) or "stage" in a.ds_zero:
+            raise SetupError("--ds-zero: a JSON object of zero_optimization keys other than 'stage' "
+                             "(the stage is --strategy)")
+        if not a.strategy.startswith("zero"):
+            raise SetupError(f"--ds-zero with --strategy {a.strategy}: DeepSpeed's settings need zero1/2/3")
     if a.precision == "mixed-bf16" and a.strategy in ("ddp", "torch-zero1", "none"):
         raise SetupError(f"--precision mixed-bf16 with --strategy {a.strategy}: DDP has no "
                          "mixed-precision parameters; valid: fp32, amp-bf16 (or mixed-bf16 "
@@ -242,15 +340,16 @@ class States:
     """Collects the storages that hold params, grads, optimizer state (and, for DeepSpeed,
     its named communication buffers)."""
 
-    def __init__(self, model, opt, strategy, ds_opt=None):
+    def __init__(self, model, opt, strategy, ds_opt=None, device_type="cpu"):
         self.model, self.opt, self.strategy, self.ds_opt = model, opt, strategy, ds_opt
+        self.device_type = device_type   # the run's tensors: cpu, or cuda
 
     def collect(self):
         import torch
         out = {"params": {}, "grads": {}, "optimizer": {}, "comm_buffers": {}}
 
         def add(cat, t):
-            if t is None or t.device.type != "cpu":
+            if t is None or t.device.type != self.device_type:
                 return
             ptr, nb = _storage_ptr(t)
             if ptr:
@@ -261,6 +360,11 @@ class States:
         for p in self.model.parameters():
             if hasattr(p, "ds_tensor"):
                 add("params", p.ds_tensor)
+                # ZeRO-3 keeps a persistent parameter (numel below stage3_param_persistence_
+                # threshold) whole besides its partition; the optimizer's groups name the
+                # trainable ones' full tensors, a frozen one's is named only here
+                if getattr(p, "ds_persist", False) and p.data.numel() > 0:
+                    add("params", p.data)
                 if p.ds_tensor.grad is not None:
                     add("grads", p.ds_tensor.grad)
             else:
@@ -307,10 +411,141 @@ class States:
 # strategies
 
 
-def build_strategy(a, spec, world, rank):
-    """Wrap the model; returns (model_to_call, optimizer, ds_engine or None, implementation)."""
+# ----------------------------------------------------------------------------------------
+# tensor parallel (--tp): torchtitan's Llama plan (torchtitan/models/llama3/infra/parallelize.py
+# apply_tp) on Hugging Face's module names, and its GPT-2 twin (blocks only)
+
+
+def _gpt2_conv1d_to_linear(model, tp):
+    """GPT-2's Conv1D (weight (in, out)) as nn.Linear (weight (out, in)): ColwiseParallel and
+    RowwiseParallel take nn.Linear only. The fused c_attn rows are reordered so that tp rank r's
+    contiguous shard holds its own heads' q, k and v, and the attention splits its local output
+    into h/tp-wide q, k, v (split_size)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+    for blk in model.transformer.h:
+        h = blk.attn.embed_dim
+        for parent, name in ((blk.attn, "c_attn"), (blk.attn, "c_proj"), (blk.mlp, "c_fc"),
+                             (blk.mlp, "c_proj")):
+            c = getattr(parent, name)
+            assert isinstance(c, Conv1D)
+            lin = torch.nn.Linear(c.weight.shape[0], c.weight.shape[1], bias=c.bias is not None)
+            with torch.no_grad():
+                w, b = c.weight.t().contiguous(), c.bias
+                if name == "c_attn" and parent is blk.attn:
+                    idx = torch.arange(3 * h).view(3, tp, h // tp).transpose(0, 1).reshape(-1)
+                    w, b = w[idx].contiguous(), b[idx]
+                lin.weight.copy_(w)
+                lin.bias.copy_(b)
+            setattr(parent, name, lin)
+        blk.attn.split_size = h // tp
+
+
+def apply_tp(spec, mesh, sp):
+    """parallelize_module over the tp mesh. Llama (torchtitan's plan): embeddings RowwiseParallel
+    (vocab-sharded), q/k/v and gate/up ColwiseParallel, o and down RowwiseParallel, the LM head
+    ColwiseParallel with its logits gathered (no loss parallel); with sp the norms are
+    SequenceParallel and the residual stream is sharded on the sequence (Shard(1)), else it is
+    replicated. One PrepareModuleInput per attention and MLP makes the block's input one DTensor,
+    so each sublayer issues one collective each way (Megatron's f/g). GPT-2: the blocks only (the
+    tied embedding and head stay replicated)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                                                   RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+    model = spec.model
+    tp = mesh.size()
+    stream = Shard(1) if sp else Replicate()
+    if spec.cls_name.startswith("GPT2"):
+        _gpt2_conv1d_to_linear(model, tp)
+        blocks, attn, o, mlp, cols, down, norms = (model.transformer.h, "attn", "attn.c_proj", "mlp",
+                                                   ("attn.c_attn", "mlp.c_fc"), "mlp.c_proj",
+                                                   ("ln_1", "ln_2"))
+        attn_in = dict(input_layouts=(stream,), desired_input_layouts=(Replicate(),))
+        root = {}
+        if sp:
+            # the replicated embeddings' output becomes the sequence shard after their dropout (a local
+            # slice; backward all-gathers), ln_f's sharded output is gathered for the tied head
+            root = {"transformer.drop": PrepareModuleOutput(output_layouts=Replicate(),
+                                                            desired_output_layouts=Shard(1),
+                                                            use_local_output=False),
+                    "transformer.ln_f": SequenceParallel(),
+                    "lm_head": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                  desired_input_layouts=(Replicate(),),
+                                                  use_local_output=True)}
+    else:
+        blocks = model.model.layers
+        attn, o, mlp, down = "self_attn", "self_attn.o_proj", "mlp", "mlp.down_proj"
+        cols = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
+                "mlp.up_proj")
+        norms = ("input_layernorm", "post_attention_layernorm")
+        attn_in = dict(input_kwarg_layouts={"hidden_states": stream},
+                       desired_input_kwarg_layouts={"hidden_states": Replicate()})
+        root = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=stream,
+                                                      use_local_output=not sp),
+                "lm_head": ColwiseParallel(input_layouts=stream, output_layouts=Replicate())}
+        if sp:
+            root["model.norm"] = SequenceParallel()
+    if root:
+        parallelize_module(model, mesh, root)
+    for blk in blocks:
+        plan = {attn: PrepareModuleInput(**attn_in),
+                mlp: PrepareModuleInput(input_layouts=(stream,), desired_input_layouts=(Replicate(),)),
+                o: RowwiseParallel(output_layouts=stream, use_local_output=not sp),
+                down: RowwiseParallel(output_layouts=stream, use_local_output=not sp)}
+        for c in cols:
+            plan[c] = ColwiseParallel()
+        if sp:
+            for n in norms:
+                plan[n] = SequenceParallel()
+        parallelize_module(blk, mesh, plan)
+    return (f"parallelize_module on a tp mesh of {tp}: "
+            + ("torchtitan's Llama plan (embeddings RowwiseParallel, q/k/v gate/up ColwiseParallel, "
+               "o/down RowwiseParallel, lm_head ColwiseParallel gathering the logits)"
+               if not spec.cls_name.startswith("GPT2") else
+               "GPT-2 blocks as Linear (c_attn, c_fc ColwiseParallel; c_proj RowwiseParallel), "
+               "embeddings and tied head replicated")
+            + (", SequenceParallel norms (sequence-sharded residual stream)" if sp else
+               ", replicated norms (no sequence parallel)"))
+
+
+def build_tp(a, spec, world, target):
+    """--tp: the 2-D mesh (dp, tp); the plan on tp; ddp (dp = 1: pure TP) or fully_shard on dp."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    dp = world // a.tp
+    mesh = init_device_mesh(target.type, (dp, a.tp), mesh_dim_names=("dp", "tp"))
+    impl = apply_tp(spec, mesh["tp"], a.sp == "on")
+    model = spec.model
+    opt_kw = dict(lr=LR, foreach=True)
+    if a.strategy == "fsdp-full":
+        from torch.distributed.fsdp import fully_shard
+        blocks = spec.block_modules()
+        for b in blocks:
+            fully_shard(b, mesh=mesh["dp"], reshard_after_forward=True)
+        fully_shard(model, mesh=mesh["dp"])
+        impl = (f"2-D mesh (dp {dp} x tp {a.tp}); {impl}; FSDP2 fully_shard on dp per block "
+                f"({len(blocks)}) + root")
+    else:
+        impl = f"2-D mesh (dp {dp} x tp {a.tp}); {impl}; no data parallelism (dp 1)"
+    # foreach refuses a list mixing DTensors and plain tensors (the replicated norms without sp,
+    # GPT-2's replicated root): one parameter group each, so each foreach call is homogeneous
+    from torch.distributed.tensor import DTensor
+    ps = list(model.parameters())
+    groups = [g for g in ([p for p in ps if isinstance(p, DTensor)],
+                          [p for p in ps if not isinstance(p, DTensor)]) if g]
+    opt = torch.optim.AdamW([{"params": g} for g in groups], **opt_kw)
+    return model, opt, None, (impl + ", torch.optim.AdamW(foreach=True)"
+                              + (" over 2 parameter groups (DTensor, plain)" if len(groups) > 1 else ""))
+
+
+def build_strategy(a, spec, world, rank, target):
+    """Wrap the model (already on target.device); returns (model_to_call, optimizer, ds_engine or
+    None, implementation)."""
     import torch
     import torch.distributed as dist
+    if a.tp > 1:
+        return build_tp(a, spec, world, target)
     model = spec.model
     opt_kw = dict(lr=LR, foreach=True)
     if a.strategy == "none":
@@ -320,6 +555,8 @@ def build_strategy(a, spec, world, rank):
     if a.strategy in ("ddp", "torch-zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
         kw = {"gradient_as_bucket_view": bool(a.grad_as_bucket_view)}
+        if target.type == "cuda":
+            kw["device_ids"] = [target.index]
         if a.bucket_mb is not None:
             kw["bucket_cap_mb"] = a.bucket_mb
         ddp = DDP(model, **kw)
@@ -338,14 +575,16 @@ def build_strategy(a, spec, world, rank):
         if a.grad_accum > 1:
             impl += ", no_sync() on the non-final micro-steps"
         return ddp, opt, None, impl
+    if a.strategy.startswith("fsdp-") and a.fsdp == 1:
+        return _build_fsdp1(a, spec, world, target, opt_kw)
     if a.strategy.startswith("fsdp-"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
         if a.strategy == "fsdp-hybrid":
             g = a.shard_group
-            mesh = init_device_mesh("cpu", (world // g, g), mesh_dim_names=("replicate", "shard"))
+            mesh = init_device_mesh(target.type, (world // g, g), mesh_dim_names=("replicate", "shard"))
         else:
-            mesh = init_device_mesh("cpu", (world,))
+            mesh = init_device_mesh(target.type, (world,))
         raf = a.strategy != "fsdp-grad-op"
         kw = {"mesh": mesh, "reshard_after_forward": raf}
         mp = ""
@@ -367,7 +606,7 @@ def build_strategy(a, spec, world, rank):
         impl = (f"FSDP2 fully_shard per block ({len(blocks)} x {type(blocks[0]).__name__}) + "
                 f"root, reshard_after_forward={raf} on every block (the root at fully_shard's default: "
                 f"kept unsharded after forward), {mesh_s}{mp}, "
-                "torch.optim.AdamW(foreach=True) (flat-parameter FSDP refuses CPU in torch 2.15)")
+                "torch.optim.AdamW(foreach=True)")
         if a.grad_accum > 1:
             impl += (", gradients reduce-scattered every micro-step (accumulated sharded)"
                      if a.fsdp_grad_sync == "every" else
@@ -381,8 +620,11 @@ def build_strategy(a, spec, world, rank):
         "train_micro_batch_size_per_gpu": a.batch,
         "gradient_accumulation_steps": a.grad_accum,
         "optimizer": {"type": "AdamW", "params": {"lr": LR}},
-        "zero_optimization": {"stage": stage},
-        "bf16": {"enabled": a.precision == "mixed-bf16"},
+        "zero_optimization": dict({"stage": stage}, **(a.ds_zero or {})),
+        # mixed-bf16: DeepSpeed's bf16 (16-bit model, fp32 master and moments); bf16: pure, the
+        # master and the moments in bf16 too (precision_config.py), as memplan auto emits it
+        "bf16": ({"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}
+                 if a.precision == "bf16" else {"enabled": a.precision == "mixed-bf16"}),
         "steps_per_print": 10 ** 9,
         "wall_clock_breakdown": False,
     }
@@ -394,11 +636,56 @@ def build_strategy(a, spec, world, rank):
     engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                              config=cfg)
     impl = (f"DeepSpeed {deepspeed.__version__} ZeRO stage {stage} "
-            f"(defaults; bf16={a.precision == 'mixed-bf16'}), {opt_name}, "
+            f"({'zero_optimization ' + json.dumps(a.ds_zero) if a.ds_zero else 'defaults'}; "
+            f"bf16={a.precision in ('mixed-bf16', 'bf16')}{' pure' if a.precision == 'bf16' else ''}), {opt_name}, "
             f"optimizer wrapper {type(opt).__name__}")
     if a.grad_accum > 1:
         impl += f", engine.step() after each of the {a.grad_accum} micro-batches"
     return engine, opt, engine, impl
+
+
+def _build_fsdp1(a, spec, world, target, opt_kw):
+    """--fsdp 1: FullyShardedDataParallel with flat parameters (torch/distributed/fsdp/
+    fully_sharded_data_parallel.py), units from ModuleWrapPolicy(block class) or, with
+    --fsdp-min-params N, size_based_auto_wrap_policy(min_num_params=N) (wrap.py); its
+    limit_all_gathers, backward_prefetch and forward_prefetch from the flags."""
+    import functools
+    import torch
+    from torch.distributed.fsdp import (BackwardPrefetch, FullyShardedDataParallel as FSDP,
+                                        ShardingStrategy)
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+    model = spec.model
+    blocks = spec.block_modules()
+    if a.fsdp_min_params:
+        policy = functools.partial(size_based_auto_wrap_policy, min_num_params=a.fsdp_min_params)
+        wrap = f"size_based_auto_wrap_policy(min_num_params={a.fsdp_min_params})"
+    else:
+        policy = ModuleWrapPolicy({type(blocks[0])})
+        wrap = f"ModuleWrapPolicy({{{type(blocks[0]).__name__}}}) ({len(blocks)} blocks)"
+    kw = {}
+    if a.strategy == "fsdp-hybrid":
+        from torch.distributed.device_mesh import init_device_mesh
+        g = a.shard_group
+        kw["device_mesh"] = init_device_mesh(target.type, (world // g, g),
+                                             mesh_dim_names=("replicate", "shard"))
+    strat = {"fsdp-full": ShardingStrategy.FULL_SHARD, "fsdp-grad-op": ShardingStrategy.SHARD_GRAD_OP,
+             "fsdp-hybrid": ShardingStrategy.HYBRID_SHARD}[a.strategy]
+    bp = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST,
+          "none": None}[a.fsdp_backward_prefetch]
+    fsdp = FSDP(model, auto_wrap_policy=policy, sharding_strategy=strat,
+                device_id=torch.device(target.device),
+                limit_all_gathers=a.fsdp_limit_all_gathers == "on", backward_prefetch=bp,
+                forward_prefetch=a.fsdp_forward_prefetch == "on", use_orig_params=True, **kw)
+    units = sum(1 for m in fsdp.modules() if isinstance(m, FSDP))
+    opt = torch.optim.AdamW(fsdp.parameters(), **opt_kw)
+    impl = (f"FSDP1 FullyShardedDataParallel({strat.name}, {wrap}: {units} FSDP instances with the "
+            f"root, limit_all_gathers={a.fsdp_limit_all_gathers == 'on'}, backward_prefetch="
+            f"{bp.name if bp else None}, forward_prefetch={a.fsdp_forward_prefetch == 'on'}, "
+            "use_orig_params=True), torch.optim.AdamW(foreach=True)")
+    if a.grad_accum > 1:
+        impl += (", no_sync() on the non-final micro-steps" if a.fsdp_grad_sync == "last" else
+                 ", gradients reduce-scattered every micro-step")
+    return fsdp, opt, None, impl
 
 
 # DeepSpeed functions whose allocations are communication buffers (gradient buckets, gathered
@@ -469,8 +756,11 @@ def run(a, rank, world):
     import torch.distributed as dist
     import models
     import measure
+    import cuda_mode
 
     torch.set_num_threads(1)
+    target = cuda_mode.Target(a, rank, world)
+    meter = cuda_mode.Meter(target) if a.measure == "cuda" else None
     prof = None
     if a.measure == "profiler":
         from torch.profiler import profile, ProfilerActivity
@@ -480,15 +770,44 @@ def run(a, rank, world):
         prof.start()
     is_ds = a.strategy.startswith("zero")
     if is_ds:
+        if target.dry:
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")   # a GPU run's DeepSpeed picks cuda
         import deepspeed
-        deepspeed.init_distributed(dist_backend="gloo")
+        deepspeed.init_distributed(dist_backend=target.backend)
     elif not dist.is_initialized():
-        dist.init_process_group("gloo")
+        dist.init_process_group(target.backend)
+    # control traffic (turns, results) on CPU tensors: never through NCCL, never a CUDA context
+    ctrl = dist.new_group(backend="gloo") if target.backend != "gloo" else None
+    if meter is not None:
+        meter.init_device(lambda: dist.barrier(group=ctrl))
+        meter.probe_cublas()
 
     torch.manual_seed(a.seed)
+    # built on the CPU from the seed, then moved: the same initial weights as the CPU rows
     spec = models.build(a.model, a.attn, a.dropout)
-    model = spec.model
+    model = spec.model.to(target.device)
+    if a.precision == "bf16" and not a.strategy.startswith("zero"):
+        model = model.to(torch.bfloat16)   # pure bf16: parameters, gradients and AdamW states
+    lora = None
+    if a.lora:
+        # PEFT as users write it: LoraConfig + get_peft_model on the built model (every base
+        # parameter frozen, bias="none"); the PeftModel is what is wrapped and called
+        from peft import LoraConfig, get_peft_model
+        import peft
+        kw = {"r": a.lora, "lora_alpha": a.lora_alpha if a.lora_alpha is not None else 2 * a.lora,
+              "lora_dropout": a.lora_dropout}
+        if a.lora_targets:
+            kw["target_modules"] = (a.lora_targets if a.lora_targets == "all-linear"
+                                    else a.lora_targets.split(","))
+        model = get_peft_model(model, LoraConfig(**kw))
+        lora = {"rank": a.lora, "alpha": kw["lora_alpha"], "dropout": a.lora_dropout,
+                "targets": a.lora_targets, "peft": peft.__version__,
+                "target_modules": sorted(model.peft_config["default"].target_modules)}
+    if a.freeze != "none":
+        models.freeze(model, a.freeze, spec.block_modules())
+    spec.model = model
     n_params = models.param_count(model)
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     seq = a.seq if a.seq is not None else spec.context
     model.train()
     if a.act_ckpt != "none":
@@ -496,12 +815,13 @@ def run(a, rank, world):
     add_module_markers(model)
 
     with rf("memplan::wrap"):
-        runner, opt, engine, impl = build_strategy(a, spec, world, rank)
+        runner, opt, engine, impl = build_strategy(a, spec, world, rank, target)
     ds_opt = opt if engine is not None else None
-    states = States(model, opt, a.strategy, ds_opt)
+    states = States(model, opt, a.strategy, ds_opt, target.type)
 
-    base = models.make_batch(spec, a.batch, seq, a.seed + 1 + rank)
-    amp = (torch.autocast("cpu", dtype=torch.bfloat16) if a.precision == "amp-bf16"
+    base = {k: v.to(target.device)
+            for k, v in models.make_batch(spec, a.batch, seq, a.seed + 1 + rank).items()}
+    amp = (torch.autocast(target.type, dtype=torch.bfloat16) if a.precision == "amp-bf16"
            else contextlib.nullcontext())
     snaps = []
     model_states = None
@@ -517,13 +837,22 @@ def run(a, rank, world):
             pass
         snaps.append((name, {k: set(v) for k, v in states.collect().items()}))
 
+    def phase(name):
+        """One phase: the profiler's marker, and in CUDA mode the meter's window around it."""
+        marker = rf("memplan::phase::" + name)
+        return meter.phase(name, marker) if meter is not None else marker
+
     losses, times = [], []
     out = loss = None
     mt_best = None
+    if meter is not None:
+        meter.start_run()
     for step in range(1, a.steps + 1):
         mctx = mt if (mt is not None and step >= 2) else contextlib.nullcontext()
         if mt is not None and step >= 2:
             mt.reset_mod_stats()    # MemTracker refuses a second iteration otherwise
+        if meter is not None:
+            meter.begin_step(step)
         with mctx, rf(f"memplan::step{step}"):
             t0 = time.perf_counter()
             step_loss = 0.0
@@ -536,16 +865,17 @@ def run(a, rank, world):
                 # unsharded gradient until the last one (last); DeepSpeed decides itself from
                 # its micro-step counter (engine.step() after every micro-batch, below)
                 sync = contextlib.nullcontext()
+                fsdp1_every = a.fsdp == 1 and a.strategy.startswith("fsdp-") and a.fsdp_grad_sync == "every"
                 if engine is None and hasattr(runner, "no_sync"):
-                    if not last:
+                    if not last and not fsdp1_every:
                         sync = runner.no_sync()
                 elif (engine is None and hasattr(runner, "set_requires_gradient_sync")
                       and a.fsdp_grad_sync == "last" and a.grad_accum > 1):
                     runner.set_requires_gradient_sync(last)
                 with sync:
-                    with rf("memplan::phase::data"):
+                    with phase("data"):
                         batch = {k: v.clone() for k, v in base.items()}
-                    with rf("memplan::phase::forward"), amp:
+                    with phase("forward"), amp:
                         out = models.forward(spec, runner, batch)
                         loss = out.loss
                         if engine is None and a.grad_accum > 1:
@@ -553,7 +883,7 @@ def run(a, rank, world):
                     if a.loop == "hf":
                         out = None
                         del batch
-                    with rf("memplan::phase::backward"):
+                    with phase("backward"):
                         if engine is not None:
                             engine.backward(loss)
                         else:
@@ -568,13 +898,13 @@ def run(a, rank, world):
                         # steps the optimizer only at the accumulation boundary
                         # (is_gradient_accumulation_boundary: (micro_steps + 1) % K == 0), so it
                         # is called after every micro-batch; off the boundary it only counts
-                        with rf("memplan::phase::backward"):
+                        with phase("backward"):
                             engine.step()
                     snapshot("after_micro_step")   # what the micro-step leaves accumulated
             snapshot("after_backward")
             if step == 2:
                 ms_bwd = {k: sum(v.values()) for k, v in states.collect().items()}
-            with rf("memplan::phase::optimizer"):
+            with phase("optimizer"):
                 if engine is not None:
                     engine.step()
                 else:
@@ -588,9 +918,11 @@ def run(a, rank, world):
                                 "grads": max(ms_bwd["grads"], ms_opt["grads"]),
                                 "optimizer": max(ms_bwd["optimizer"], ms_opt["optimizer"])}
             if engine is None:
-                with rf("memplan::phase::zero_grad"):
+                with phase("zero_grad"):
                     opt.zero_grad(set_to_none=(a.zero_grad == "none"))
             snapshot("after_zero_grad")
+            if meter is not None:
+                meter.sync()   # the step's kernels have run: its time is the GPU's
             times.append((time.perf_counter() - t0) * 1e3)
             losses.append(step_loss)
         if mt is not None and step >= 2:
@@ -667,7 +999,12 @@ def run(a, rank, world):
             # profiler did not see (closed at the reuse of their address, or never)
             "at_peak_top": measure.top_rows(detail_j, 16),
         }
-        coll = measure.collectives(tr, a.steps)
+        coll = measure.collectives(tr, a.steps, _shard_group(a, world)
+                                   if a.fsdp == 1 and a.strategy.startswith("fsdp-") else None)
+    elif meter is not None:
+        per_rank["device_index"] = target.index
+        per_rank["cuda"] = meter.result(first_steady_step=2)
+        coll = []
     else:
         dev = mt_best or {}
         per_rank.update({"peak_bytes": int(dev.get("Total", 0)),
@@ -679,8 +1016,9 @@ def run(a, rank, world):
     per_rank["step_ms_all"] = [round(x, 3) for x in times]
 
     gathered = [None] * world
-    dist.all_gather_object(gathered, per_rank)
+    dist.all_gather_object(gathered, per_rank, group=ctrl)
     versions = _versions()
+    versions.update(cuda_mode.versions(target))
     doc = {
         "harness": "memplan bench/torch/harness.py",
         "versions": versions,
@@ -691,10 +1029,18 @@ def run(a, rank, world):
             "categories: storage addresses of params/grads/optimizer state recorded at "
             "snapshots, the rest by the phase / module / comm range the allocation was made in"
             if prof is not None else
+            "per_rank[].cuda: torch.cuda.max_memory_allocated / max_memory_reserved / "
+            "memory_stats' requested_bytes peak per phase (peak statistics reset at each phase), "
+            "steady peak over steps 2..K; memory_stats and memory_snapshot's segments at the end; "
+            "context: device memory used (NVML, else nvidia-smi) before and cudaMemGetInfo after "
+            "CUDA's init in this process, ranks in turn, less the allocator's reserved bytes; "
+            "cuBLAS: allocated bytes the first SGEMM leaves held (its workspace)"
+            if meter is not None else
             "total: torch.distributed._tools.mem_tracker.MemTracker (Python-visible tensors: "
             "dispatch-mode allocations + tracked parameters/gradients/optimizer state), peak "
             "over steps 2..K"),
-        "model": {"name": spec.name, "source": a.model, "class": spec.cls_name, "params": n_params},
+        "model": {"name": spec.name, "source": a.model, "class": spec.cls_name, "params": n_params,
+                  "trainable_params": n_trainable},
         "setup": {"ranks": world, "strategy": a.strategy, "batch": a.batch, "seq": seq,
                   "grad_accum": a.grad_accum, "steps": a.steps, "precision": a.precision,
                   "act_ckpt": a.act_ckpt, "attn": a.attn, "dropout": a.dropout,
@@ -704,14 +1050,39 @@ def run(a, rank, world):
                   "bucket_mb_default": a.bucket_mb is None,
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
-                  "fsdp_grad_sync": a.fsdp_grad_sync,
-                  "measure": a.measure},
+                  "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
+                  "tp": a.tp, "sp": a.sp == "on",
+                  "lora": lora, "freeze": a.freeze,
+                  "fsdp": a.fsdp if a.strategy.startswith("fsdp-") else 2,
+                  "fsdp_min_params": a.fsdp_min_params,
+                  "fsdp_limit_all_gathers": a.fsdp_limit_all_gathers,
+                  "fsdp_backward_prefetch": a.fsdp_backward_prefetch,
+                  "fsdp_forward_prefetch": a.fsdp_forward_prefetch,
+                  "measure": a.measure, "device": a.device, "backend": target.backend},
         "per_rank": sorted(gathered, key=lambda r: r["rank"]),
         "collectives": coll,
         "collectives_step": a.steps,
         "loss": [round(x, 6) for x in losses],
+        # "cuda" rows are GPU rows: bench/torch/results/cuda/, never compared as CPU rows
+        "device": a.device,
         "status": "ok",
     }
+    if meter is not None:
+        _cuda_fields(doc, target, meter)
+        if rank == 0:
+            print(cuda_mode.summary_line(doc), file=sys.stderr, flush=True)
+    return doc
+
+
+def _cuda_fields(doc, target, meter):
+    """What a CUDA row adds at the top: the backend and why, what --dry-cpu skipped."""
+    doc["dry_cpu"] = target.dry
+    doc["backend"] = target.describe()
+    doc["collectives_note"] = ("not recorded in CUDA mode (no torch.profiler there: its CUDA "
+                               "activity would add buffers of its own); the CPU row of the same "
+                               "setup has them")
+    if target.dry:
+        doc["cuda_skipped"] = meter.skipped
     return doc
 
 
@@ -720,7 +1091,7 @@ def _shard_group(a, world):
         return a.shard_group
     if a.strategy.startswith("fsdp-") or a.strategy in ("zero1", "zero2", "zero3",
                                                         "torch-zero1"):
-        return world
+        return world // a.tp
     return 1
 
 
@@ -804,6 +1175,12 @@ def main(argv):
                       "(make torch-env); valid without it: ddp, torch-zero1, fsdp-full, "
                       "fsdp-grad-op, fsdp-hybrid", file=sys.stderr)
             return 2
+    if a.tp > 1 and (world % a.tp or (a.strategy == "ddp" and world != a.tp)
+                     or (a.strategy == "fsdp-full" and world == a.tp)):
+        if rank == 0:
+            print(f"harness: --tp {a.tp} on {world} ranks: tp must divide the ranks (ddp: tp = ranks, "
+                  "pure TP; fsdp-full: ranks / tp > 1)", file=sys.stderr)
+        return 2
     if a.strategy == "fsdp-hybrid":
         if a.shard_group is None:
             a.shard_group = max(1, world // 2)
@@ -821,6 +1198,7 @@ def main(argv):
         if rank == 0:
             try:
                 write_json(a.json, {"harness": "memplan bench/torch/harness.py",
+                                    "versions": _versions(), "device": a.device,
                                     "status": "error", "error": msg})
             except OSError:
                 pass

@@ -386,8 +386,11 @@ def split_at(trace, t, total):
     return out, detail, backend, dict(casts), dropped_bytes, unattributed
 
 
-def collectives(trace, step):
-    """Collectives issued during optimizer step number `step` (outermost c10d ops)."""
+def collectives(trace, step, group=None):
+    """Collectives issued during optimizer step number `step` (outermost c10d ops). group: the
+    ranks of an all-gather whose output is recorded without sizes (FSDP1's padded unsharded flat
+    parameter, whose storage it resizes between uses: _flat_param.py _alloc_storage /
+    _free_storage): its payload is then the input shard times the group."""
     m = trace.marker(f"memplan::step{step}")
     if m is None:
         return []
@@ -401,6 +404,8 @@ def collectives(trace, step):
         op, arg = _C10D[e.name]
         inputs = e.extra_fields.inputs
         nbytes = _tensor_bytes(inputs[arg]) if arg is not None and len(inputs) > arg else 0
+        if nbytes == 0 and op == "all_gather" and group and len(inputs) > 1:
+            nbytes = _tensor_bytes(inputs[1]) * group
         phase = None
         for p in Trace.ancestors(e):
             if p.name.startswith("memplan::phase::"):

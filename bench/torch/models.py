@@ -139,6 +139,32 @@ def build(name, attn, dropout, device="cpu"):
     return ModelSpec(label, m, cls_name, _kind_of(cls_name), int(ctx), int(cfg.vocab_size))
 
 
+def freeze(model, spec, blocks):
+    """memplan --freeze: "embeddings" = the input embeddings (a head tied to them with them);
+    "all-but-last:N" = every parameter outside the last N blocks and the layers registered after
+    them (final norm, an untied head; a head tied to the embeddings stays frozen with them)."""
+    if spec in (None, "", "none"):
+        return
+    if spec == "embeddings":
+        for p in model.get_input_embeddings().parameters():
+            p.requires_grad_(False)
+        return
+    n = int(spec.split(":")[1])
+    keep = set()
+    for b in blocks[len(blocks) - n:]:
+        keep.update(id(p) for p in b.parameters())
+    last_block = {id(p) for p in blocks[-1].parameters()}
+    after = False
+    for _, p in model.named_parameters():
+        if id(p) in last_block:
+            after = True
+        elif after:
+            keep.add(id(p))
+    emb = {id(p) for p in model.get_input_embeddings().parameters()}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in keep and id(p) not in emb)
+
+
 def param_count(model):
     """Unique parameters (a tied weight counts once), as memplan counts them."""
     return sum(p.numel() for p in model.parameters())

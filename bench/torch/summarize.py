@@ -36,7 +36,10 @@ def row(path):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     res = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "results")
-    files = sorted(glob.glob(os.path.join(res, "*.json")))
+    sys.path.insert(0, here)
+    from check_saved import is_gpu_row   # GPU rows (results/cuda/) have no CPU split: not here
+    files = [f for f in sorted(glob.glob(os.path.join(res, "*.json")))
+             if not is_gpu_row(json.load(open(f)))]
     lines = [
         "# Ground truth measured by bench/torch/harness.py",
         "",

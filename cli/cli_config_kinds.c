@@ -1,0 +1,1039 @@
+/* cli_config_kinds.c — see cli_config_kinds.h. Versions read: DeepSpeed 0.19.8, accelerate 1.15.0,
+ * torchtitan 0.2.2 (its last TOML job config), transformers 5.24.0. */
+#include "cli_config_kinds.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define H KEY_HONOURED
+#define NE KEY_NO_EFFECT
+#define D KEY_DEFAULT_ONLY
+#define ZO "zero_optimization."
+
+/* ==== DeepSpeed (deepspeed/runtime/config.py, zero/config.py, zero/offload_config.py,
+ *      precision_config.py, activation_checkpointing/config.py) ==== */
+
+static const CfgKey DS_KEYS[] = {
+    {"train_batch_size", H, 0}, {"train_micro_batch_size_per_gpu", H, 0}, {"gradient_accumulation_steps", H, 0},
+    {ZO "stage", H, 0}, {ZO "reduce_bucket_size", H, 0},
+    {ZO "stage3_prefetch_bucket_size", H, 0}, {ZO "prefetch_bucket_size", H, 0},
+    {ZO "stage3_max_live_parameters", H, 0}, {ZO "max_live_parameters", H, 0},
+    {ZO "stage3_max_reuse_distance", H, 0}, {ZO "max_reuse_distance", H, 0},
+    {ZO "stage3_param_persistence_threshold", H, 0}, {ZO "param_persistence_threshold", H, 0},
+    {ZO "overlap_comm", H, 0}, {ZO "offload_optimizer.device", H, 0}, {ZO "offload_param.device", H, 0},
+    {ZO "cpu_offload", H, 0}, {ZO "cpu_offload_param", H, 0},
+    {ZO "contiguous_gradients", D, "true"}, {ZO "reduce_scatter", D, "true"}, {ZO "allgather_partitions", D, "true"},
+    {ZO "use_multi_rank_bucket_allreduce", D, "true"}, {ZO "round_robin_gradients", D, "false"},
+    {ZO "sub_group_size", D, "1000000000"}, {ZO "compute_grad_norm", D, "true"}, {ZO "legacy_stage1", D, "false"},
+    {ZO "memory_efficient_linear", D, "true"}, {ZO "override_module_apply", D, "true"},
+    {ZO "enable_sanity_checks", D, "false"}, {ZO "parameter_alignment", D, "false"},
+    {ZO "zero_hpz_partition_size", D, "1"}, {ZO "zero_quantized_weights", D, "false"},
+    {ZO "zero_quantized_nontrainable_weights", D, "false"}, {ZO "zero_quantized_gradients", D, "false"},
+    {ZO "stage3_module_granularity_threshold", D, "0"}, {ZO "module_granularity_threshold", D, "0"},
+    {ZO "stage3_use_all_reduce_for_fetch_params", D, "false"}, {ZO "use_all_reduce_for_fetch_params", D, "false"},
+    {ZO "stage3_allgather_sequential", D, "false"}, {ZO "allgather_sequential", D, "false"},
+    {ZO "offload_optimizer.ratio", D, "1"}, {ZO "offload_optimizer.super_offload", D, "false"},
+    {ZO "allgather_bucket_size", NE, 0}, {ZO "load_from_fp32_weights", NE, 0}, {ZO "elastic_checkpoint", NE, 0},
+    {ZO "stage3_gather_16bit_weights_on_model_save", NE, 0}, {ZO "gather_16bit_weights_on_model_save", NE, 0},
+    {ZO "stage3_gather_fp16_weights_on_model_save", NE, 0}, {ZO "ignore_unused_parameters", NE, 0},
+    {ZO "log_trace_cache_warnings", NE, 0}, {ZO "pipeline_loading_checkpoint", NE, 0},
+    {ZO "cpu_offload_use_pin_memory", NE, 0}, {ZO "offload_optimizer.pin_memory", NE, 0},
+    {ZO "offload_optimizer.nvme_path", NE, 0}, {ZO "offload_optimizer.buffer_count", NE, 0},
+    {ZO "offload_optimizer.pipeline_read", NE, 0}, {ZO "offload_optimizer.pipeline_write", NE, 0},
+    {ZO "offload_optimizer.fast_init", NE, 0}, {ZO "offload_optimizer.cpuadam_cores_perc", NE, 0},
+    {ZO "offload_param.pin_memory", NE, 0}, {ZO "offload_param.nvme_path", NE, 0},
+    {ZO "offload_param.buffer_count", NE, 0}, {ZO "offload_param.buffer_size", NE, 0},
+    {ZO "offload_param.max_in_cpu", NE, 0},
+    {"fp16.enabled", H, 0}, {"fp16.fp16_master_weights_and_grads", H, 0}, {"fp16.auto_cast", NE, 0},
+    {"fp16.loss_scale", NE, 0}, {"fp16.initial_scale_power", NE, 0}, {"fp16.loss_scale_window", NE, 0},
+    {"fp16.hysteresis", NE, 0}, {"fp16.consecutive_hysteresis", NE, 0}, {"fp16.min_loss_scale", NE, 0},
+    {"bf16.enabled", H, 0}, {"bf16.bf16_master_weights_and_grads", H, 0}, {"bf16.bf16_optimizer_states", H, 0},
+    {"bf16.immediate_grad_update", D, "false"}, {"bf16.check_grad_overflow", NE, 0},
+    {"bfloat16.enabled", H, 0}, {"bfloat16.bf16_master_weights_and_grads", H, 0},
+    {"bfloat16.bf16_optimizer_states", H, 0}, {"bfloat16.immediate_grad_update", D, "false"},
+    {"bfloat16.check_grad_overflow", NE, 0},
+    {"torch_autocast.enabled", H, 0}, {"torch_autocast.dtype", H, 0},
+    {"optimizer.type", H, 0}, {"optimizer.params.adam_w_mode", H, 0}, {"optimizer.params.momentum", H, 0},
+    {"optimizer.params.lr", NE, 0}, {"optimizer.params.betas", NE, 0}, {"optimizer.params.eps", NE, 0},
+    {"optimizer.params.weight_decay", NE, 0}, {"optimizer.params.bias_correction", NE, 0},
+    {"optimizer.params.dampening", NE, 0}, {"optimizer.params.nesterov", NE, 0},
+    {"optimizer.params.amsgrad", D, "false"}, {"optimizer.params.torch_adam", D, "false"}, {"optimizer.legacy_fusion", NE, 0},
+    {"activation_checkpointing.partition_activations", D, "false"}, {"activation_checkpointing.cpu_checkpointing", D, "false"},
+    {"activation_checkpointing.contiguous_memory_optimization", D, "false"},
+    {"activation_checkpointing.number_checkpoints", NE, 0}, {"activation_checkpointing.synchronize_checkpoint_boundary", NE, 0},
+    {"activation_checkpointing.profile", NE, 0},
+    {"gradient_allreduce_op", D, "mean"}, {"disable_allgather", D, "false"},
+    {"scheduler", NE, 0}, {"steps_per_print", NE, 0}, {"wall_clock_breakdown", NE, 0}, {"memory_breakdown", NE, 0},
+    {"dump_state", NE, 0}, {"log_level", NE, 0}, {"tensorboard", NE, 0}, {"wandb", NE, 0}, {"csv_monitor", NE, 0},
+    {"comet", NE, 0}, {"flops_profiler", NE, 0}, {"comms_logger", NE, 0}, {"timers", NE, 0}, {"checkpoint", NE, 0},
+    {"gradient_clipping", NE, 0}, {"prescale_gradients", NE, 0}, {"gradient_predivide_factor", NE, 0},
+    {"zero_allow_untested_optimizer", NE, 0}, {"zero_force_ds_cpu_optimizer", NE, 0}, {"dataloader_drop_last", NE, 0},
+    {"aio", NE, 0}, {"autotuning", NE, 0}, {"disable_python_gc", NE, 0},
+    {0, 0, 0},
+};
+
+/* The effective value of a batch flag and where it came from: the command line, the settings so far. */
+static long long effective(const Cfg *c, const char *flag, long long cmdline, char *src, size_t len) {
+    const CfgSetting *s = cfg_setting(c, flag);
+    if (cmdline) snprintf(src, len, "the command line's --%s %lld", flag, cmdline);
+    else if (s) cfg_fmt(src, len, "%s %s", s->key, s->value);
+    else src[0] = 0;
+    return cmdline ? cmdline : s ? atoll(s->value) : 0;
+}
+
+/* train_batch_size with one of micro-batch and accumulation missing: DeepSpeed derives it
+ * (config.py _set_batch_related_parameters) from the GPU count; a remainder fails its assertion. */
+static int ds_derive(Cfg *c, long long tb, const char *tbkey) {
+    char ms[240], as[240], gs[240], key[200];
+    long long m = effective(c, "batch", c->known->batch, ms, sizeof ms);
+    long long a = effective(c, "grad-accum", c->known->grad_accum, as, sizeof as);
+    long long g = effective(c, "gpus", c->known->gpus, gs, sizeof gs);
+    if (!g) { g = 1; snprintf(gs, sizeof gs, "memplan's default --gpus 1"); }
+    if (m && a) return 0;   /* all three known: cli_config_check compares them */
+    if (!m && !a) {
+        if (cfg_set(c, "grad-accum", "1", "gradient_accumulation_steps (DeepSpeed's 1 beside train_batch_size alone)")) return -1;
+        a = 1;
+        snprintf(as, sizeof as, "1");
+    }
+    long long known = m ? m : a, per = g * known;
+    if (tb % per)
+        return cfg_fail(c, "%s %lld is not a multiple of %s x %s (DeepSpeed derives %s from them and refuses a remainder)",
+                        tbkey, tb, m ? ms : as, gs, m ? "gradient_accumulation_steps" : "train_micro_batch_size_per_gpu");
+    cfg_fmt(key, sizeof key, "%s / (%s x %s)", tbkey, m ? ms : as, gs);
+    return cfg_setf(c, m ? "grad-accum" : "batch", tb / per, key);
+}
+
+static int ds_batch(Cfg *c, const cJSON *d) {
+    long long tb = 0, mb = 0, ga = 0;
+    char key[200];
+    int rt = cfg_int(c, d, NULL, "train_batch_size", 1, 1000000000, &tb);
+    int rm = cfg_int(c, d, NULL, "train_micro_batch_size_per_gpu", 1, 1000000, &mb);
+    int ra = cfg_int(c, d, NULL, "gradient_accumulation_steps", 1, 1000000, &ga);
+    if (rt < 0 || rm < 0 || ra < 0) return -1;
+    if (rm && cfg_setf(c, "batch", mb, cfg_key(c, NULL, "train_micro_batch_size_per_gpu", key, sizeof key))) return -1;
+    if (ra && cfg_setf(c, "grad-accum", ga, cfg_key(c, NULL, "gradient_accumulation_steps", key, sizeof key))) return -1;
+    if (!rt) return 0;
+    cfg_key(c, NULL, "train_batch_size", key, sizeof key);
+    c->out->global_batch = tb;
+    snprintf(c->out->global_key, sizeof c->out->global_key, "%s", key);
+    return ds_derive(c, tb, key);
+}
+
+/* ZeRO stage -> strategy (key: where it came from, absent: the default's note or ""); stage 0 is
+   DeepSpeed's own data parallelism, planned as DDP and named. */
+static int ds_stage_strategy(Cfg *c, long long stage, const char *key, const char *absent) {
+    char s[16], k[320];
+    snprintf(k, sizeof k, "%s%s", key, absent);
+    if (stage > 0) {
+        cfg_fmt(s, sizeof s, "zero%lld", stage);
+        return cfg_set(c, "strategy", s, k);
+    }
+    cJSON *zero = cJSON_CreateNumber(0);
+    cfg_unmodelled(c, key, zero);
+    cJSON_Delete(zero);
+    snprintf(k, sizeof k, "%s 0%s (not modelled: planned as ddp)", key, absent);
+    return cfg_set(c, "strategy", "ddp", k);
+}
+
+/* DeepSpeed's sizes (elements) onto the --ds-* flags; the stage-3 ones only under stage 3, and
+ * none under stage 0: elsewhere DeepSpeed does not read them. */
+static int ds_sizes(Cfg *c, const cJSON *zo, long long stage) {
+    static const struct { const char *name, *flag; int stage3, lo, hidden; } S[] = {   /* hidden: CFG_HIDDEN's */
+        {"reduce_bucket_size", "ds-reduce-bucket", 0, 1, 0},
+        {"stage3_prefetch_bucket_size", "ds3-prefetch", 1, 0, 1}, {"prefetch_bucket_size", "ds3-prefetch", 1, 0, -1},
+        {"stage3_max_live_parameters", "ds3-max-live", 1, 0, -1}, {"max_live_parameters", "ds3-max-live", 1, 0, -1},
+        {"stage3_max_reuse_distance", "ds3-max-reuse", 1, 0, -1}, {"max_reuse_distance", "ds3-max-reuse", 1, 0, -1},
+        {"stage3_param_persistence_threshold", "ds3-persist", 1, 0, 2}, {"param_persistence_threshold", "ds3-persist", 1, 0, -1},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        long long v;
+        char key[200];
+        const cJSON *raw = cJSON_GetObjectItemCaseSensitive(zo, S[i].name);
+        cfg_key(c, "zero_optimization", S[i].name, key, sizeof key);
+        if (S[i].hidden >= 0 && stage > 0 && (!S[i].stage3 || stage == 3) && cJSON_IsString(raw) &&
+            strcmp(raw->valuestring, "auto") == 0) {   /* the Trainer / accelerate fill it from the hidden size */
+            c->out->hidden_auto |= 1u << S[i].hidden;
+            snprintf(c->out->hidden_key[S[i].hidden], sizeof c->out->hidden_key[0], "%s", key);
+            continue;
+        }
+        int r = cfg_int(c, zo, "zero_optimization", S[i].name, S[i].lo, 10000000000000LL, &v);
+        if (r < 0) return -1;
+        if (!r) continue;
+        if (stage == 0 || (S[i].stage3 && stage != 3)) cfg_no_effect(c, key);
+        else if (cfg_setf(c, S[i].flag, v, key)) return -1;
+    }
+    return 0;
+}
+
+/* An offload device: 0 none, 1 cpu, 2 nvme (not modelled); -1 absent. */
+typedef struct { int dev; char key[200]; const cJSON *v; } Offload;
+
+static int offload_device(Cfg *c, const cJSON *obj, const char *parent, const char *name, Offload *o) {
+    static const char *const DEV[] = {"none", "cpu", "nvme"};
+    o->dev = -1;
+    o->v = cfg_item(obj, name);
+    cfg_key(c, parent, name, o->key, sizeof o->key);
+    int r = cfg_choice(c, obj, parent, name, DEV, 3, 0, &o->dev);
+    if (r <= 0) o->dev = -1;
+    return r < 0 ? -1 : 0;
+}
+
+/* --offload from DeepSpeed's two devices: offload_param (stage 3 only; DeepSpeed ignores it
+ * below) moves the optimizer too in memplan's --offload params, so it needs offload_optimizer. */
+static int offload_flag(Cfg *c, long long stage, const Offload *opt, const Offload *par) {
+    if (opt->dev == 2) cfg_unmodelled(c, opt->key, opt->v);
+    if (par->dev == 2) cfg_unmodelled(c, par->key, par->v);
+    if (stage == 0) {   /* planned as ddp, which offloads nothing */
+        if (opt->dev > 0) cfg_unmodelled(c, opt->key, opt->v);
+        if (par->dev > 0) cfg_unmodelled(c, par->key, par->v);
+        return 0;
+    }
+    if (par->dev >= 0 && stage < 3) cfg_no_effect(c, par->key);
+    int param = stage == 3 && par->dev == 1;
+    if (param && opt->dev != 1) {
+        cfg_unmodelled(c, par->key, par->v);   /* parameters offloaded, the optimizer kept on the GPU */
+        param = 0;
+    }
+    if (param) {
+        char key[420];
+        snprintf(key, sizeof key, "%s + %s", par->key, opt->key);
+        return cfg_set(c, "offload", "params", key);
+    }
+    if (opt->dev == 1) return cfg_set(c, "offload", "optimizer", opt->key);
+    if (opt->dev == 0 && par->dev <= 0) return cfg_set(c, "offload", "none", opt->key);
+    return 0;
+}
+
+static int ds_offload(Cfg *c, const cJSON *zo, long long stage) {
+    Offload opt, par;
+    int legacy_opt = 0, legacy_par = 0;
+    if (offload_device(c, cfg_item(zo, "offload_optimizer"), "zero_optimization.offload_optimizer", "device", &opt) ||
+        offload_device(c, cfg_item(zo, "offload_param"), "zero_optimization.offload_param", "device", &par) ||
+        cfg_bool(c, zo, "zero_optimization", "cpu_offload", &legacy_opt) < 0 ||
+        cfg_bool(c, zo, "zero_optimization", "cpu_offload_param", &legacy_par) < 0)
+        return -1;
+    if (legacy_opt && opt.dev < 0) {   /* deprecated spellings of offload_*: device cpu */
+        opt.dev = 1;
+        opt.v = cfg_item(zo, "cpu_offload");
+        cfg_key(c, "zero_optimization", "cpu_offload", opt.key, sizeof opt.key);
+    }
+    if (legacy_par && par.dev < 0) {
+        par.dev = 1;
+        par.v = cfg_item(zo, "cpu_offload_param");
+        cfg_key(c, "zero_optimization", "cpu_offload_param", par.key, sizeof par.key);
+    }
+    return offload_flag(c, stage, &opt, &par);
+}
+
+/* fp16 -> mixed-fp16, bf16 -> mixed-bf16 (pure bf16 with both bf16_* keys), torch_autocast -> amp-*. */
+static int ds_precision(Cfg *c, const cJSON *d) {
+    const char *bn = cfg_item(d, "bf16") || !cfg_item(d, "bfloat16") ? "bf16" : "bfloat16";
+    const cJSON *fp = cfg_item(d, "fp16"), *bf = cfg_item(d, bn), *ac = cfg_item(d, "torch_autocast");
+    int f16 = 0, b16 = 0, amp = 0, fm = 0, bm = 0, bs = 0;
+    char key[200], k2[200], both[420];
+    if (cfg_bool(c, fp, "fp16", "enabled", &f16) < 0 || cfg_bool(c, bf, bn, "enabled", &b16) < 0 ||
+        cfg_bool(c, ac, "torch_autocast", "enabled", &amp) < 0 || cfg_bool(c, fp, "fp16", "fp16_master_weights_and_grads", &fm) < 0 ||
+        cfg_bool(c, bf, bn, "bf16_master_weights_and_grads", &bm) < 0 || cfg_bool(c, bf, bn, "bf16_optimizer_states", &bs) < 0)
+        return -1;
+    if (f16 && b16) return cfg_fail(c, "fp16.enabled and %s.enabled are both true: DeepSpeed refuses it (config.py)", bn);
+    if (fm) cfg_unmodelled(c, cfg_key(c, "fp16", "fp16_master_weights_and_grads", key, sizeof key), cfg_item(fp, "fp16_master_weights_and_grads"));
+    if (f16) return cfg_set(c, "precision", "mixed-fp16", cfg_key(c, "fp16", "enabled", key, sizeof key));
+    if (bs && !bm)
+        return cfg_fail(c, "%s.bf16_optimizer_states needs %s.bf16_master_weights_and_grads: DeepSpeed refuses it (config.py)", bn, bn);
+    if (b16 && bm && bs) {
+        snprintf(both, sizeof both, "%s + %s", cfg_key(c, bn, "bf16_master_weights_and_grads", key, sizeof key),
+                 cfg_key(c, bn, "bf16_optimizer_states", k2, sizeof k2));
+        return cfg_set(c, "precision", "bf16", both);
+    }
+    if (bm) cfg_unmodelled(c, cfg_key(c, bn, "bf16_master_weights_and_grads", key, sizeof key), cfg_item(bf, "bf16_master_weights_and_grads"));
+    if (b16) return cfg_set(c, "precision", "mixed-bf16", cfg_key(c, bn, "enabled", key, sizeof key));
+    if (!amp) return 0;
+    /* DtypeEnum's spellings (config.py); no dtype: torch.autocast's own on CUDA, float16 */
+    static const char *const DT[] = {"torch.bfloat16", "bf16", "bfloat16", "torch.float16", "fp16", "float16", "half"};
+    int i = 3;
+    if (cfg_choice(c, ac, "torch_autocast", "dtype", DT, 7, 0, &i) < 0) return -1;
+    return cfg_set(c, "precision", i < 3 ? "amp-bf16" : "amp-fp16", cfg_key(c, "torch_autocast", "enabled", key, sizeof key));
+}
+
+/* optimizer.type: Adam (AdamW unless params.adam_w_mode is false, engine.py), AdamW, SGD
+ * (torch.optim.SGD; with momentum > 0 it keeps a buffer); others are named. */
+static int ds_optimizer(Cfg *c, const cJSON *d) {
+    static const char *const T[] = {"Adam", "AdamW", "SGD"};
+    const cJSON *o = cfg_item(d, "optimizer"), *p = cfg_item(o, "params"), *t = cfg_item(o, "type");
+    char key[200];
+    int i = -1, aw = 1;
+    double mom = 0;
+    if (!t) return 0;
+    cfg_key(c, "optimizer", "type", key, sizeof key);
+    for (int k = 0; k < 3 && cJSON_IsString(t); k++)
+        if (strcasecmp(t->valuestring, T[k]) == 0) i = k;
+    if (i < 0) { cfg_unmodelled(c, key, t); return 0; }
+    if (cfg_bool(c, p, "optimizer.params", "adam_w_mode", &aw) < 0 || cfg_num(c, p, "optimizer.params", "momentum", 0, 1, &mom) < 0)
+        return -1;
+    const char *name = i == 1 || (i == 0 && aw) ? "adamw" : i == 0 ? "adam" : mom > 0 ? "sgd-momentum" : "sgd";
+    return cfg_set(c, "optimizer", name, key);
+}
+
+/* A DeepSpeed config: the file itself, accelerate's deepspeed_config_file or the HF Trainer's
+ * deepspeed. hf: run by the Trainer, whose arguments fill "auto" and whose own checkpointing
+ * (activation_checkpointing) decides, not deepspeed.checkpointing's section. */
+static int ds_read(Cfg *c, const cJSON *d, int hf) {
+    const cJSON *zo = cfg_item(d, "zero_optimization");
+    long long stage = 0;
+    char key[200];
+    int oc = 0, r;
+    cfg_walk(c, d, NULL, DS_KEYS);
+    if ((r = cfg_int(c, zo, "zero_optimization", "stage", 0, 3, &stage)) < 0) return -1;
+    cfg_key(c, "zero_optimization", "stage", key, sizeof key);
+    if (ds_stage_strategy(c, stage, key, r ? "" : " (absent: DeepSpeed's default)") || ds_batch(c, d) || ds_sizes(c, zo, stage) || ds_offload(c, zo, stage) || ds_precision(c, d) || ds_optimizer(c, d))
+        return -1;
+    if ((r = cfg_bool(c, zo, "zero_optimization", "overlap_comm", &oc)) < 0) return -1;
+    cfg_key(c, "zero_optimization", "overlap_comm", key, sizeof key);
+    if (r && (stage == 1 || stage == 2)) {   /* zero1/2: a second reduce bucket when on (--ds-overlap-comm) */
+        if (cfg_set(c, "ds-overlap-comm", oc ? "on" : "off", key)) return -1;
+    } else if (r && stage == 3 && !oc) cfg_unmodelled(c, key, cfg_item(zo, "overlap_comm"));   /* default: on */
+    else if (r) cfg_no_effect(c, key);
+    if (cfg_item(d, "activation_checkpointing")) {
+        cfg_key(c, NULL, "activation_checkpointing", key, sizeof key);
+        if (hf) cfg_no_effect(c, key);
+        else if (cfg_set(c, "act-ckpt", "full", strncat(key, " (present: the model checkpoints every block through "
+                                                              "deepspeed.checkpointing)", sizeof key - strlen(key) - 1)))
+            return -1;
+    }
+    return 0;
+}
+
+/* The flags a DeepSpeed run has whatever its file says: no fp16/bf16/torch_autocast is fp32, no
+ * offload section is none. */
+static void ds_defaults(Cfg *c) {
+    cfg_default(c, "precision", "fp32", "DeepSpeed's default: no fp16, bf16 or torch_autocast");
+    cfg_default(c, "offload", "none", "DeepSpeed's default: no offload_optimizer or offload_param");
+}
+
+/* ==== FSDP as accelerate's plugin and the HF Trainer configure it (accelerate utils/dataclasses.py
+ *      FullyShardedDataParallelPlugin, transformers training_args.py _process_fsdp_args) ==== */
+
+static const CfgKey FSDP_KEYS[] = {
+    {"fsdp_config.version", H, 0}, {"fsdp_config.reshard_after_forward", H, 0}, {"fsdp_config.sharding_strategy", H, 0},
+    {"fsdp_config.offload_params", H, 0}, {"fsdp_config.cpu_offload", H, 0}, {"fsdp_config.activation_checkpointing", H, 0},
+    {"fsdp_config.auto_wrap_policy", H, 0}, {"fsdp_config.min_num_params", H, 0}, {"fsdp_config.backward_prefetch", H, 0},
+    {"fsdp_config.forward_prefetch", H, 0}, {"fsdp_config.use_orig_params", H, 0}, {"fsdp_config.limit_all_gathers", H, 0},
+    {"fsdp_config.transformer_layer_cls_to_wrap", NE, 0}, {"fsdp_config.state_dict_type", NE, 0},
+    {"fsdp_config.sync_module_states", NE, 0}, {"fsdp_config.cpu_ram_efficient_loading", NE, 0},
+    {"fsdp_config.activation_checkpointing_offload", D, "false"}, {"fsdp_config.xla", D, "false"},
+    {"fsdp_config.xla_fsdp_v2", D, "false"}, {"fsdp_config.xla_fsdp_grad_ckpt", D, "false"},
+    {0, 0, 0},
+};
+
+/* What the framework assumes where fsdp_config is silent. */
+typedef struct {
+    int version;             /* accelerate: 1 (launch.py --fsdp_version), the Trainer: 2 */
+    const char *who;         /* "accelerate" / "the HF Trainer" */
+    int strategy;            /* the Trainer's legacy `fsdp` words: a SHARDING index, -1 none */
+    int offload;             /* ... "offload" */
+    const char *legacy;      /* the key those came from */
+} FsdpDefaults;
+
+static const char *const SHARDING[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
+static const char *const SHARDED_AS[] = {"fsdp-full", "fsdp-grad-op", "ddp", "fsdp-hybrid", "fsdp-hybrid"};
+
+/* fsdp_config's key `name` as the file spells it: "fsdp_" + name (accelerate) or name (the Trainer). */
+static const char *fsdp_name(const cJSON *fc, const char *name, char *buf, size_t len) {
+    snprintf(buf, len, "fsdp_%s", name);
+    return cJSON_GetObjectItemCaseSensitive(fc, buf) ? buf : name;
+}
+
+/* The sharding strategy: FSDP1 reads sharding_strategy, else reshard_after_forward as a strategy
+ * name (FULL_SHARD or 1..5); FSDP2 reshard_after_forward as a bool (default true). NO_SHARD and
+ * HYBRID_SHARD_ZERO2 are not modelled (planned as ddp / fsdp-hybrid). */
+static int fsdp_strategy(Cfg *c, const cJSON *fc, long long version, const FsdpDefaults *df) {
+    char n1[64], n2[64], key[200];
+    const char *ss = fsdp_name(fc, "sharding_strategy", n1, sizeof n1), *ra = fsdp_name(fc, "reshard_after_forward", n2, sizeof n2);
+    int idx = df->strategy >= 0 ? df->strategy : 0, r, keep = 1;
+    snprintf(key, sizeof key, "%s", df->strategy >= 0 ? df->legacy : "");
+    if (version == 2) {
+        if (cfg_item(fc, ss)) cfg_no_effect(c, cfg_key(c, "fsdp_config", ss, key, sizeof key));   /* FSDP1's */
+        if ((r = cfg_bool(c, fc, "fsdp_config", ra, &keep)) < 0) return -1;
+        if (r) { idx = keep ? 0 : 1; cfg_key(c, "fsdp_config", ra, key, sizeof key); }
+    } else {
+        const char *name = cfg_item(fc, ss) ? ss : ra;
+        if ((r = cfg_choice(c, fc, "fsdp_config", name, SHARDING, 5, 1, &idx)) < 0) return -1;
+        if (r) cfg_key(c, "fsdp_config", name, key, sizeof key);
+        if (r && name == ss && cfg_item(fc, ra)) cfg_no_effect(c, cfg_key(c, "fsdp_config", ra, n1, sizeof n1));
+    }
+    if (version == 2 && df->strategy > 1)
+        return cfg_fail(c, "%s %s is FSDP1's only (the HF Trainer refuses it with FSDP2): set fsdp_config.version 1",
+                        df->legacy, SHARDING[df->strategy]);
+    if (!key[0]) snprintf(key, sizeof key, "fsdp_config (%s's default: %s)", df->who, version == 2 ? "reshard_after_forward true" : "FULL_SHARD");
+    if (idx == 2 || idx == 4) cfg_unmodelled(c, key, NULL);
+    return cfg_set(c, "strategy", SHARDED_AS[idx], key);
+}
+
+/* 1 when the config's strategy is an fsdp-* row (not NO_SHARD planned as ddp): FSDP1's knobs
+ * apply only there. */
+static int fsdp_rows(const Cfg *c) {
+    const CfgSetting *st = cfg_setting(c, "strategy");
+    return st && strncmp(st->value, "fsdp-", 5) == 0;
+}
+
+/* FSDP1's knobs onto --fsdp-backward-prefetch / --fsdp-forward-prefetch / --fsdp-limit-all-gathers
+ * (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin: backward_prefetch defaults to
+ * NO_PREFETCH, i.e. None, in accelerate and in the Trainer, training_args.py; forward_prefetch
+ * false, limit_all_gathers true); use_orig_params false is not modelled. FSDP2 has none of them. */
+static int fsdp1_knobs(Cfg *c, const cJSON *fc, long long version) {
+    static const char *const BWD[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
+    static const char *const BWD_FLAG[] = {"pre", "post", "none"};
+    char n[64], key[200], t[64];
+    int on = version == 1 && fsdp_rows(c), idx = 2, r, b;
+    const char *name = fsdp_name(fc, "backward_prefetch", n, sizeof n);
+    if (version == 2 || !on) {
+        if (cfg_item(fc, name)) cfg_no_effect(c, cfg_key(c, "fsdp_config", name, key, sizeof key));
+    } else {
+        if ((r = cfg_choice(c, fc, "fsdp_config", name, BWD, 3, 1, &idx)) < 0) return -1;
+        if (r) cfg_key(c, "fsdp_config", name, key, sizeof key);
+        else snprintf(key, sizeof key, "fsdp_config (accelerate's and the Trainer's default: NO_PREFETCH)");
+        if (cfg_set(c, "fsdp-backward-prefetch", BWD_FLAG[idx], key)) return -1;
+    }
+    static const struct { const char *name, *flag; } B[] = {
+        {"forward_prefetch", "fsdp-forward-prefetch"}, {"limit_all_gathers", "fsdp-limit-all-gathers"},
+    };
+    for (size_t i = 0; i < sizeof B / sizeof B[0]; i++) {
+        name = fsdp_name(fc, B[i].name, n, sizeof n);
+        if (!cfg_item(fc, name)) continue;
+        cfg_key(c, "fsdp_config", name, key, sizeof key);
+        if (version == 2 || !on) { cfg_no_effect(c, key); continue; }
+        if ((r = cfg_bool(c, fc, "fsdp_config", name, &b)) < 0) return -1;
+        if (r && cfg_set(c, B[i].flag, b ? "on" : "off", key)) return -1;
+        /* limit_all_gathers false: the rate limiter moves no memory on CPU ranks (measured, gloo
+           is synchronous); on GPUs the CPU thread may run ahead and hold more gathered units,
+           which memplan does not model (planned as true) */
+        if (r && i == 1 && !b) cfg_unmodelled(c, key, cfg_item(fc, name));
+    }
+    name = fsdp_name(fc, "use_orig_params", n, sizeof n);
+    if (cfg_item(fc, name)) {
+        cfg_key(c, "fsdp_config", name, key, sizeof key);
+        if (version == 2 || cfg_ok_value("true", cfg_text(cfg_item(fc, name), t, sizeof t))) cfg_no_effect(c, key);
+        else cfg_unmodelled(c, key, cfg_item(fc, name));
+    }
+    return 0;
+}
+
+/* Wrapping (accelerate dataclasses.py set_auto_wrap_policy): TRANSFORMER_BASED_WRAP is memplan's
+ * units (each block); FSDP1's SIZE_BASED_WRAP with min_num_params N > 0 is --fsdp-min-params N,
+ * with 0 (accelerate then wraps nothing: auto_wrap_policy None) and NO_WRAP everything stays in
+ * the root: --fsdp-min-params 1e16, which no module reaches. FSDP2's size-based wrapping
+ * (fully_shard on the modules the policy picks) is not modelled. The Trainer's default is
+ * min_num_params 0 (training_args.py). */
+static int fsdp_wrap(Cfg *c, const cJSON *fc, long long version) {
+    static const char *const POLICY[] = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
+    char n1[64], n2[64], key[200], k2[200];
+    const char *ap = fsdp_name(fc, "auto_wrap_policy", n1, sizeof n1), *mn = fsdp_name(fc, "min_num_params", n2, sizeof n2);
+    int policy = 0, r = cfg_choice(c, fc, "fsdp_config", ap, POLICY, 3, 0, &policy);
+    double minp = 0;
+    if (r < 0) return -1;
+    if (r) cfg_key(c, "fsdp_config", ap, key, sizeof key);
+    if (r && policy == 0) cfg_no_effect(c, key);
+    int sized = r && policy > 0 && version == 1 && fsdp_rows(c);
+    if (r && policy > 0 && !sized) cfg_unmodelled(c, key, cfg_item(fc, ap));
+    int rm = 0;
+    if (cfg_item(fc, mn)) {
+        cfg_key(c, "fsdp_config", mn, k2, sizeof k2);
+        if (policy == 1 && sized) {
+            if ((rm = cfg_num(c, fc, "fsdp_config", mn, 0, 1e16, &minp)) < 0) return -1;
+        } else {
+            cfg_no_effect(c, k2);
+        }
+    }
+    if (!sized) return 0;
+    char v[32];
+    snprintf(v, sizeof v, "%.0f", policy == 1 && minp > 0 ? minp : 1e16);
+    if (policy == 1 && minp > 0) return cfg_set(c, "fsdp-min-params", v, k2);
+    if (policy == 1 && rm) strncat(k2, " 0 (accelerate then wraps nothing)", sizeof k2 - strlen(k2) - 1);
+    return cfg_set(c, "fsdp-min-params", v, policy == 1 && rm ? k2 : key);
+}
+
+static int fsdp_read(Cfg *c, const cJSON *fc, const FsdpDefaults *df) {
+    char n[64], key[200], k2[200];
+    long long version = df->version;
+    int off = 0, ckpt = 0, r;
+    cfg_walk(c, fc, "fsdp_config", FSDP_KEYS);
+    const char *vn = fsdp_name(fc, "version", n, sizeof n);
+    if ((r = cfg_int(c, fc, "fsdp_config", vn, 1, 2, &version)) < 0) return -1;
+    if (r) cfg_key(c, "fsdp_config", vn, key, sizeof key);
+    else snprintf(key, sizeof key, "fsdp_config (%s's default FSDP%d)", df->who, df->version);
+    if (cfg_setf(c, "fsdp", version, key) || fsdp_strategy(c, fc, version, df) || fsdp1_knobs(c, fc, version) || fsdp_wrap(c, fc, version))
+        return -1;
+    const char *on = fsdp_name(fc, "offload_params", n, sizeof n);
+    if (!cfg_item(fc, on)) on = fsdp_name(fc, "cpu_offload", n, sizeof n);
+    if ((r = cfg_bool(c, fc, "fsdp_config", on, &off)) < 0) return -1;
+    if (r) cfg_key(c, "fsdp_config", on, k2, sizeof k2);
+    else if (df->offload) { snprintf(k2, sizeof k2, "%s", df->legacy); off = 1; }
+    if ((r || df->offload) && cfg_set(c, "offload", off ? "params" : "none", k2)) return -1;
+    const char *an = fsdp_name(fc, "activation_checkpointing", n, sizeof n);
+    if ((r = cfg_bool(c, fc, "fsdp_config", an, &ckpt)) < 0) return -1;
+    if (r && ckpt && cfg_set(c, "act-ckpt", "full", cfg_key(c, "fsdp_config", an, key, sizeof key))) return -1;
+    return 0;
+}
+
+/* ==== accelerate's config YAML (commands/config/config_args.py ClusterConfig, cluster.py) ==== */
+
+static const CfgKey ACC_KEYS[] = {
+    {"distributed_type", H, 0}, {"mixed_precision", H, 0}, {"num_processes", H, 0}, {"num_machines", H, 0},
+    {"fsdp_config", H, 0}, {"deepspeed_config", H, 0},
+    {"use_cpu", D, "false"}, {"compute_environment", D, "LOCAL_MACHINE"}, {"dynamo_config.dynamo_backend", D, "NO"},
+    {"dynamo_config.*", NE, 0},
+    {"debug", NE, 0}, {"machine_rank", NE, 0}, {"main_process_ip", NE, 0}, {"main_process_port", NE, 0},
+    {"main_training_function", NE, 0}, {"rdzv_backend", NE, 0}, {"same_network", NE, 0}, {"gpu_ids", NE, 0},
+    {"enable_cpu_affinity", NE, 0}, {"downcast_bf16", NE, 0}, {"tpu_env", NE, 0}, {"tpu_use_cluster", NE, 0},
+    {"tpu_use_sudo", NE, 0}, {"tpu_name", NE, 0}, {"tpu_zone", NE, 0}, {"tpu_vm", NE, 0}, {"commands", NE, 0},
+    {"command_file", NE, 0}, {"mpirun_config", NE, 0},
+    {0, 0, 0},
+};
+
+/* deepspeed_config of the YAML (accelerate launch's DeepSpeed arguments, utils/dataclasses.py
+   DeepSpeedPlugin); with deepspeed_config_file the others are refused by accelerate */
+static const CfgKey ACC_DS_KEYS[] = {
+    {"deepspeed_config.deepspeed_config_file", H, 0}, {"deepspeed_config.zero_stage", H, 0},
+    {"deepspeed_config.offload_optimizer_device", H, 0}, {"deepspeed_config.offload_param_device", H, 0},
+    {"deepspeed_config.gradient_accumulation_steps", H, 0},
+    {"deepspeed_config.gradient_clipping", NE, 0}, {"deepspeed_config.zero3_init_flag", NE, 0},
+    {"deepspeed_config.zero3_save_16bit_model", NE, 0}, {"deepspeed_config.offload_optimizer_nvme_path", NE, 0},
+    {"deepspeed_config.offload_param_nvme_path", NE, 0}, {"deepspeed_config.deepspeed_multinode_launcher", NE, 0},
+    {"deepspeed_config.deepspeed_hostfile", NE, 0}, {"deepspeed_config.deepspeed_exclusion_filter", NE, 0},
+    {"deepspeed_config.deepspeed_inclusion_filter", NE, 0},
+    {0, 0, 0},
+};
+
+/* Reads a DeepSpeed JSON another file names, its keys named "FILE:key". */
+static int ds_named(Cfg *c, const cJSON *path, const char *key, int hf) {
+    if (!cJSON_IsString(path)) return cfg_bad(c, key, path, "a path to a DeepSpeed JSON");
+    cJSON *d = cfg_load_named(c, path->valuestring, key);
+    if (!d) return -1;
+    char saved[sizeof c->prefix];
+    snprintf(saved, sizeof saved, "%s", c->prefix);
+    const char *base = strrchr(path->valuestring, '/');
+    snprintf(c->prefix, sizeof c->prefix, "%s:", base ? base + 1 : path->valuestring);
+    int rc = ds_read(c, d, hf);
+    snprintf(c->prefix, sizeof c->prefix, "%s", saved);
+    cJSON_Delete(d);
+    return rc;
+}
+
+/* accelerate's DeepSpeed: deepspeed_config_file (refusing the keys accelerate refuses beside it),
+   else zero_stage (default 2), the offload devices and gradient_accumulation_steps. */
+static int acc_deepspeed(Cfg *c, const cJSON *dc) {
+    static const char *const BESIDE[] = {"zero_stage", "offload_optimizer_device", "offload_param_device",
+        "gradient_accumulation_steps", "gradient_clipping", "zero3_save_16bit_model", "offload_optimizer_nvme_path",
+        "offload_param_nvme_path"};
+    const cJSON *file = cfg_item(dc, "deepspeed_config_file");
+    char key[200];
+    cfg_walk(c, dc, "deepspeed_config", ACC_DS_KEYS);
+    if (file) {
+        for (size_t i = 0; i < sizeof BESIDE / sizeof BESIDE[0]; i++)
+            if (cfg_item(dc, BESIDE[i]))
+                return cfg_fail(c, "deepspeed_config.%s beside deepspeed_config_file: accelerate refuses it "
+                                "(DeepSpeedPlugin._deepspeed_config_checks); set it in the DeepSpeed JSON", BESIDE[i]);
+        return ds_named(c, file, cfg_key(c, "deepspeed_config", "deepspeed_config_file", key, sizeof key), 0);
+    }
+    long long stage = 2, ga;
+    int r = cfg_int(c, dc, "deepspeed_config", "zero_stage", 0, 3, &stage);
+    if (r < 0) return -1;
+    cfg_key(c, "deepspeed_config", "zero_stage", key, sizeof key);
+    Offload opt, par;
+    if (ds_stage_strategy(c, stage, key, r ? "" : " (absent: accelerate's default 2)") || offload_device(c, dc, "deepspeed_config", "offload_optimizer_device", &opt) ||
+        offload_device(c, dc, "deepspeed_config", "offload_param_device", &par) || offload_flag(c, stage, &opt, &par))
+        return -1;
+    if ((r = cfg_int(c, dc, "deepspeed_config", "gradient_accumulation_steps", 1, 1000000, &ga)) < 0) return -1;
+    return r ? cfg_setf(c, "grad-accum", ga, cfg_key(c, "deepspeed_config", "gradient_accumulation_steps", key, sizeof key)) : 0;
+}
+
+/* num_processes -> --gpus, num_processes / num_machines -> --gpus-per-node. */
+static int acc_gpus(Cfg *c, const cJSON *d) {
+    long long np = 0, nm = 1;
+    int rp = cfg_int(c, d, NULL, "num_processes", -1, 1000000, &np), rm = cfg_int(c, d, NULL, "num_machines", 1, 100000, &nm);
+    char key[200];
+    if (rp < 0 || rm < 0) return -1;
+    if (rp && np > 0 && cfg_setf(c, "gpus", np, cfg_key(c, NULL, "num_processes", key, sizeof key))) return -1;
+    if (!rm || np <= 0) return 0;
+    if (np % nm) return cfg_fail(c, "num_processes %lld does not split over num_machines %lld (memplan's nodes are equal)", np, nm);
+    snprintf(key, sizeof key, "%snum_processes / num_machines", c->prefix);
+    return cfg_setf(c, "gpus-per-node", np / nm, key);
+}
+
+/* mixed_precision: DDP autocasts (amp-*), FSDP's MixedPrecision keeps fp32 shards (mixed-*),
+   DeepSpeed's own fp16/bf16 (mixed-*; the JSON's explicit fp16/bf16 must agree); no: fp32. */
+static int acc_precision(Cfg *c, const cJSON *d, int amp) {
+    static const char *const MP[] = {"no", "fp16", "bf16", "fp8"};
+    static const char *const AS[2][4] = {{"fp32", "mixed-fp16", "mixed-bf16", ""}, {"fp32", "amp-fp16", "amp-bf16", ""}};
+    int mp = 0, r = cfg_choice(c, d, NULL, "mixed_precision", MP, 4, 0, &mp);
+    char key[200];
+    if (r < 0) return -1;
+    cfg_key(c, NULL, "mixed_precision", key, sizeof key);
+    if (mp == 3) { cfg_unmodelled(c, key, cfg_item(d, "mixed_precision")); return 0; }
+    const CfgSetting *s = cfg_setting(c, "precision");   /* a DeepSpeed JSON's own fp16/bf16 stand */
+    if (s && mp > 0 && !strstr(s->value, MP[mp]))
+        return cfg_fail(c, "%s %s but %s says --precision %s: accelerate refuses the two "
+                        "(DeepSpeedPlugin.set_mixed_precision)", key, MP[mp], s->key, s->value);
+    if (s && mp > 0) { cfg_no_effect(c, key); return 0; }
+    if (mp > 0) return cfg_set(c, "precision", AS[amp][mp], key);
+    cfg_default(c, "precision", "fp32", r ? key : "mixed_precision (absent: accelerate's default no)");
+    return 0;
+}
+
+static int acc_read(Cfg *c, const cJSON *d) {
+    static const char *const DT[] = {"NO", "MULTI_GPU", "FSDP", "DEEPSPEED"};
+    const cJSON *dt = cfg_item(d, "distributed_type");
+    char key[200];
+    int t = 0;
+    cfg_walk(c, d, NULL, ACC_KEYS);
+    cfg_key(c, NULL, "distributed_type", key, sizeof key);
+    if (dt && !cJSON_IsString(dt)) return cfg_bad(c, key, dt, "NO, MULTI_GPU, FSDP, DEEPSPEED, or another of accelerate's");
+    for (int i = 0; dt && i < 4; i++)
+        if (strcmp(dt->valuestring, DT[i]) == 0) t = i;
+    if (dt && strcmp(dt->valuestring, DT[t]) != 0) cfg_unmodelled(c, key, dt);   /* MULTI_CPU, XLA, MEGATRON_LM, ... */
+    if (acc_gpus(c, d)) return -1;
+    if (t != 2 && cfg_item(d, "fsdp_config")) cfg_no_effect(c, cfg_key(c, NULL, "fsdp_config", key, sizeof key));
+    if (t != 3 && cfg_item(d, "deepspeed_config")) cfg_no_effect(c, cfg_key(c, NULL, "deepspeed_config", key, sizeof key));
+    if (t == 3) {
+        if (acc_deepspeed(c, cfg_item(d, "deepspeed_config")) || acc_precision(c, d, 0)) return -1;
+        ds_defaults(c);
+        return 0;
+    }
+    if (t == 2) {
+        FsdpDefaults df = {1, "accelerate", -1, 0, ""};
+        if (fsdp_read(c, cfg_item(d, "fsdp_config"), &df) || acc_precision(c, d, 0)) return -1;
+        cfg_default(c, "offload", "none", "fsdp_config (accelerate's default: fsdp_offload_params false)");
+        return cfg_set(c, "fsdp-grad-sync", "last", "distributed_type FSDP (Accelerator.accumulate skips the "
+                                                    "reduce-scatter of non-final micro-steps: no_sync)");
+    }
+    if (dt && strcmp(dt->valuestring, DT[t]) == 0 && cfg_set(c, "strategy", "ddp", key)) return -1;
+    return acc_precision(c, d, 1);
+}
+
+/* ==== torchtitan's job TOML (torchtitan 0.2.2 config/job_config.py; train.py, parallel_dims.py,
+ *      models/llama3/infra/parallelize.py, distributed/activation_checkpoint.py) ==== */
+
+static const CfgKey TT_KEYS[] = {
+    {"training.local_batch_size", H, 0}, {"training.batch_size", H, 0}, {"training.seq_len", H, 0},
+    {"training.global_batch_size", H, 0}, {"training.mixed_precision_param", H, 0}, {"training.dtype", H, 0},
+    {"training.enable_cpu_offload", H, 0}, {"training.mixed_precision_reduce", D, "float32"},
+    {"training.dataset", NE, 0}, {"training.dataset_path", NE, 0}, {"training.max_norm", NE, 0}, {"training.steps", NE, 0},
+    {"training.gc_freq", NE, 0}, {"training.gc_debug", NE, 0}, {"training.dataloader", NE, 0}, {"training.seed", NE, 0},
+    {"training.deterministic", NE, 0},
+    {"parallelism.data_parallel_replicate_degree", H, 0}, {"parallelism.data_parallel_shard_degree", H, 0},
+    {"parallelism.fsdp_reshard_after_forward", H, 0}, {"parallelism.tensor_parallel_degree", H, 0},
+    {"parallelism.pipeline_parallel_degree", H, 0}, {"parallelism.context_parallel_degree", H, 0},
+    {"parallelism.expert_parallel_degree", H, 0}, {"parallelism.expert_tensor_parallel_degree", H, 0},
+    {"parallelism.disable_loss_parallel", NE, 0}, {"parallelism.enable_async_tensor_parallel", NE, 0},
+    {"parallelism.enable_compiled_autograd", D, "false"}, {"parallelism.module_fqns_per_model_part", NE, 0},
+    {"parallelism.pipeline_parallel_first_stage_less_layers", NE, 0}, {"parallelism.pipeline_parallel_last_stage_less_layers", NE, 0},
+    {"parallelism.pipeline_parallel_layers_per_stage", NE, 0}, {"parallelism.pipeline_parallel_schedule", NE, 0},
+    {"parallelism.pipeline_parallel_schedule_csv", NE, 0}, {"parallelism.pipeline_parallel_microbatch_size", NE, 0},
+    {"parallelism.pipeline_parallel_expert_parallel_overlap", NE, 0}, {"parallelism.context_parallel_load_balancer", NE, 0},
+    {"parallelism.context_parallel_rotate_method", NE, 0}, {"parallelism.expert_parallel_comm_backend", NE, 0},
+    {"activation_checkpoint.mode", H, 0}, {"activation_checkpoint.selective_ac_option", H, 0},
+    {"activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", NE, 0}, {"activation_checkpoint.early_stop", D, "false"},
+    {"activation_checkpoint.memory_budget", NE, 0}, {"activation_checkpoint.visualize_memory_budget_pareto", NE, 0},
+    {"activation_checkpoint.preserve_rng_state", NE, 0}, {"activation_checkpoint.determinism_check", NE, 0},
+    {"activation_checkpoint.debug", NE, 0},
+    {"optimizer.name", H, 0}, {"optimizer.implementation", D, "foreach"}, {"optimizer.early_step_in_backward", D, "false"},
+    {"optimizer.lr", NE, 0}, {"optimizer.beta1", NE, 0}, {"optimizer.beta2", NE, 0}, {"optimizer.eps", NE, 0},
+    {"optimizer.weight_decay", NE, 0},
+    {"compile.enable", D, "false"}, {"compile.components", NE, 0}, {"compile.backend", NE, 0},
+    {"fault_tolerance.enable", D, "false"}, {"fault_tolerance.process_group", NE, 0},
+    {"fault_tolerance.process_group_timeout_ms", NE, 0}, {"fault_tolerance.replica_id", NE, 0},
+    {"fault_tolerance.group_size", NE, 0}, {"fault_tolerance.min_replica_size", NE, 0},
+    {"fault_tolerance.semi_sync_method", NE, 0},
+    {"model.name", NE, 0}, {"model.flavor", NE, 0}, {"model.hf_assets_path", NE, 0}, {"model.tokenizer_path", NE, 0},
+    {"model.print_after_conversion", NE, 0},
+    {"job", NE, 0}, {"profiling", NE, 0}, {"metrics", NE, 0}, {"lr_scheduler", NE, 0}, {"checkpoint", NE, 0},
+    {"comm", NE, 0}, {"memory_estimation", NE, 0}, {"experimental", NE, 0}, {"validation", NE, 0}, {"debug", NE, 0},
+    {0, 0, 0},
+};
+
+typedef struct {
+    long long rep, shard, tp, pp, cp, ep, etp;
+} Degrees;
+
+/* [parallelism]: the degrees (data_parallel_shard_degree -1 takes the GPUs the others leave,
+   parallel_dims.py _validate); tensor, pipeline, context and expert parallelism are named. */
+static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
+    static const struct { const char *name; size_t off; } K[] = {
+        {"tensor_parallel_degree", offsetof(Degrees, tp)}, {"pipeline_parallel_degree", offsetof(Degrees, pp)},
+        {"context_parallel_degree", offsetof(Degrees, cp)}, {"expert_parallel_degree", offsetof(Degrees, ep)},
+        {"expert_tensor_parallel_degree", offsetof(Degrees, etp)}, {"data_parallel_replicate_degree", offsetof(Degrees, rep)},
+    };
+    *g = (Degrees){1, -1, 1, 1, 1, 1, 1};
+    char key[200];
+    for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
+        long long *v = (long long *)((char *)g + K[i].off);
+        if (cfg_int(c, p, "parallelism", K[i].name, 1, 100000, v) < 0) return -1;
+        if (*v > 1 && i == 0) {   /* tensor parallel: torchtitan's plan shards the norms too (SequenceParallel) */
+            cfg_key(c, "parallelism", K[i].name, key, sizeof key);
+            if (cfg_setf(c, "tp", *v, key) || cfg_set(c, "sp", "on", "torchtitan's TP plan (SequenceParallel norms)")) return -1;
+            int off = 0, r = cfg_bool(c, p, "parallelism", "disable_loss_parallel", &off);
+            if (r < 0) return -1;
+            if (!off) {   /* loss parallel (its default) is not planned: memplan gathers the logits */
+                char k2[200];
+                cfg_key(c, "parallelism", "disable_loss_parallel", k2, sizeof k2);
+                cfg_unmodelled(c, strncat(k2, r ? "" : " (absent: loss parallel on)", sizeof k2 - strlen(k2) - 1),
+                               cfg_item(p, "disable_loss_parallel"));
+            }
+        } else if (*v > 1 && i < 5)
+            cfg_unmodelled(c, cfg_key(c, "parallelism", K[i].name, key, sizeof key), cfg_item(p, K[i].name));
+    }
+    const cJSON *sv = cfg_item(p, "data_parallel_shard_degree");
+    if (sv && cJSON_IsNumber(sv) && sv->valuedouble == -1) g->shard = -1;
+    else if (cfg_int(c, p, "parallelism", "data_parallel_shard_degree", 1, 100000, &g->shard) < 0) return -1;
+    long long rest = g->rep * g->tp * g->pp * g->cp;
+    if (g->shard > 0) {
+        snprintf(key, sizeof key, "%sparallelism: the product of the degrees", c->prefix);
+        return cfg_setf(c, "gpus", rest * g->shard, key);
+    }
+    long long n = c->known->gpus;
+    if (!n)
+        return cfg_fail(c, "parallelism.data_parallel_shard_degree %s takes the GPUs the other degrees leave, and the "
+                        "file does not say how many there are (torchrun's --nproc_per_node x nodes): give --gpus",
+                        sv ? "-1" : "(absent: torchtitan's default -1)");
+    if (n % rest)
+        return cfg_fail(c, "--gpus %lld is not a multiple of the other degrees' product %lld (replicate x tensor x pipeline "
+                        "x context): torchtitan refuses it (parallel_dims.py)", n, rest);
+    g->shard = n / rest;
+    return 0;
+}
+
+/* FSDP2 (fully_shard) when the shard (or context) degree is above 1: HSDP with replicas, FULL_SHARD
+   or SHARD_GRAD_OP by fsdp_reshard_after_forward ("default": reshard unless pipelining); else
+   DDP (torch's replicate) or one GPU. */
+static int tt_strategy(Cfg *c, const cJSON *p, const Degrees *g, int *fsdp) {
+    static const char *const POL[] = {"default", "always", "never"};
+    int pol = 0, r = cfg_choice(c, p, "parallelism", "fsdp_reshard_after_forward", POL, 3, 0, &pol);
+    char key[200], k2[200];
+    if (r < 0) return -1;
+    *fsdp = g->shard > 1 || g->cp > 1;
+    cfg_key(c, "parallelism", "data_parallel_shard_degree", key, sizeof key);
+    if (!*fsdp) {
+        if (r) cfg_no_effect(c, cfg_key(c, "parallelism", "fsdp_reshard_after_forward", k2, sizeof k2));
+        return cfg_set(c, "strategy", "ddp", g->rep > 1 ? "parallelism.data_parallel_replicate_degree (DDP)" : "one data-parallel rank");
+    }
+    int reshard = pol == 1 || (pol == 0 && g->pp == 1);
+    if (cfg_set(c, "fsdp", "2", "torchtitan shards with FSDP2 (fully_shard)")) return -1;
+    if (g->rep > 1) {
+        if (!reshard) cfg_unmodelled(c, cfg_key(c, "parallelism", "fsdp_reshard_after_forward", k2, sizeof k2), cfg_item(p, "fsdp_reshard_after_forward"));
+        cfg_fmt(k2, sizeof k2, "%s (HSDP: memplan shards inside a node)", key);
+        return cfg_setf(c, "gpus-per-node", g->shard, k2) ? -1 : cfg_set(c, "strategy", "fsdp-hybrid", "parallelism: data_parallel_replicate_degree > 1 and data_parallel_shard_degree > 1 (HSDP)");
+    }
+    if (r) cfg_key(c, "parallelism", "fsdp_reshard_after_forward", key, sizeof key);
+    return cfg_set(c, "strategy", reshard ? "fsdp-full" : "fsdp-grad-op", key);
+}
+
+/* training.dtype bfloat16 is pure bf16; else mixed_precision_param: FSDP's MixedPrecisionPolicy
+   (mixed-bf16) or, under DDP or one GPU, torch.autocast (amp-bf16; utils.py maybe_enable_amp). */
+static int tt_precision(Cfg *c, const cJSON *t, const Degrees *g, int fsdp) {
+    static const char *const DT[] = {"float32", "bfloat16"};
+    int dt = 0, mp = 1, rd = cfg_choice(c, t, "training", "dtype", DT, 2, 0, &dt);
+    int rm = cfg_choice(c, t, "training", "mixed_precision_param", DT, 2, 0, &mp);
+    char key[200];
+    if (rd < 0 || rm < 0) return -1;
+    if (dt == 1) return cfg_set(c, "precision", "bf16", cfg_key(c, "training", "dtype", key, sizeof key));
+    if (rm) cfg_key(c, "training", "mixed_precision_param", key, sizeof key);
+    else snprintf(key, sizeof key, "training.mixed_precision_param (torchtitan's default bfloat16)");
+    const char *p = mp == 0 || (!fsdp && (g->tp > 1 || g->pp > 1)) ? "fp32" : fsdp ? "mixed-bf16" : "amp-bf16";
+    return cfg_set(c, "precision", p, key);
+}
+
+/* [activation_checkpoint]: none, full, selective with an integer N (every N-th block; 0 all of
+   them) or "op" (per-op, not modelled), memory_budget (not modelled). Default: selective "2". */
+static int tt_ckpt(Cfg *c, const cJSON *a) {
+    static const char *const MODE[] = {"selective", "full", "memory_budget", "none"};
+    int mode = 0, rm = cfg_choice(c, a, "activation_checkpoint", "mode", MODE, 4, 0, &mode);
+    const cJSON *opt = cfg_item(a, "selective_ac_option");
+    char key[200], v[32], text[32];
+    if (rm < 0) return -1;
+    if (rm) cfg_key(c, "activation_checkpoint", "mode", key, sizeof key);
+    else snprintf(key, sizeof key, "activation_checkpoint.mode (torchtitan's default selective, option \"2\")");
+    if (mode == 3 || mode == 1) return cfg_set(c, "act-ckpt", MODE[mode], key);
+    if (mode == 2) { cfg_unmodelled(c, key, cfg_item(a, "mode")); return 0; }
+    cfg_text(opt, text, sizeof text);
+    const char *o = opt ? text : "2";
+    if (strcmp(o, "op") == 0) { cfg_unmodelled(c, cfg_key(c, "activation_checkpoint", "selective_ac_option", key, sizeof key), opt); return 0; }
+    char *end;
+    long n = strtol(o, &end, 10);
+    if (*end || n < 0 || n > 100000 || !*o)
+        return cfg_bad(c, cfg_key(c, "activation_checkpoint", "selective_ac_option", key, sizeof key), opt, "\"op\" or a whole number");
+    if (opt) cfg_key(c, "activation_checkpoint", "selective_ac_option", key, sizeof key);
+    snprintf(v, sizeof v, "every:%ld", n);
+    return cfg_set(c, "act-ckpt", n == 0 ? "full" : v, key);
+}
+
+/* training.global_batch_size -> accumulation = global / (local x data-parallel degree) (train.py). */
+static int tt_accum(Cfg *c, const cJSON *t, const Degrees *g) {
+    long long gb = -1, dp = g->rep * g->shard;
+    char ms[240], key[200];
+    const cJSON *v = cfg_item(t, "global_batch_size");
+    if (v && !(cJSON_IsNumber(v) && v->valuedouble < 0) && cfg_int(c, t, "training", "global_batch_size", 1, 1000000000, &gb) < 0)
+        return -1;
+    if (gb <= 0) return cfg_set(c, "grad-accum", "1", "training.global_batch_size -1 (torchtitan: local batch x data-parallel degree)");
+    long long m = effective(c, "batch", c->known->batch, ms, sizeof ms);
+    cfg_key(c, "training", "global_batch_size", key, sizeof key);
+    if (gb % (m * dp))
+        return cfg_fail(c, "%s %lld is not a multiple of %s x data-parallel degree %lld: torchtitan refuses it (train.py)",
+                        key, gb, ms, dp);
+    if (g->tp == 1 && g->pp == 1 && g->cp == 1) {
+        c->out->global_batch = gb;
+        snprintf(c->out->global_key, sizeof c->out->global_key, "%s", key);
+    }
+    char k2[480];
+    snprintf(k2, sizeof k2, "%s / (%s x data-parallel degree %lld)", key, ms, dp);
+    return cfg_setf(c, "grad-accum", gb / (m * dp), k2);
+}
+
+static int tt_read(Cfg *c, const cJSON *d) {
+    const cJSON *t = cfg_item(d, "training"), *p = cfg_item(d, "parallelism");
+    long long b = 8, seq = 2048;
+    char key[200];
+    int fsdp, off = 0, r;
+    Degrees g;
+    cfg_walk(c, d, NULL, TT_KEYS);
+    const char *bn = cfg_item(t, "local_batch_size") || !cfg_item(t, "batch_size") ? "local_batch_size" : "batch_size";
+    if ((r = cfg_int(c, t, "training", bn, 1, 1000000, &b)) < 0) return -1;
+    if (cfg_setf(c, "batch", b, r ? cfg_key(c, "training", bn, key, sizeof key) : "training.local_batch_size (torchtitan's default 8)"))
+        return -1;
+    if ((r = cfg_int(c, t, "training", "seq_len", 1, 10000000, &seq)) < 0) return -1;
+    if (cfg_setf(c, "seq", seq, r ? cfg_key(c, "training", "seq_len", key, sizeof key) : "training.seq_len (torchtitan's default 2048)"))
+        return -1;
+    if (tt_degrees(c, p, &g) || tt_strategy(c, p, &g, &fsdp) || tt_precision(c, t, &g, fsdp) ||
+        tt_ckpt(c, cfg_item(d, "activation_checkpoint")) || tt_accum(c, t, &g))
+        return -1;
+    if ((r = cfg_bool(c, t, "training", "enable_cpu_offload", &off)) < 0) return -1;
+    cfg_key(c, "training", "enable_cpu_offload", key, sizeof key);
+    if (r && off && !fsdp) cfg_no_effect(c, key);   /* CPUOffloadPolicy is fully_shard's */
+    else if (r && cfg_set(c, "offload", off ? "params" : "none", key)) return -1;
+    cfg_default(c, "offload", "none", "training.enable_cpu_offload (torchtitan's default false)");
+    const cJSON *on = cfg_item(cfg_item(d, "optimizer"), "name");
+    cfg_key(c, "optimizer", "name", key, sizeof key);
+    if (on && cJSON_IsString(on) && strcmp(on->valuestring, "AdamW") == 0) return cfg_set(c, "optimizer", "adamw", key);
+    if (on && cJSON_IsString(on) && strcmp(on->valuestring, "Adam") == 0) return cfg_set(c, "optimizer", "adam", key);
+    if (on) cfg_unmodelled(c, key, on);
+    cfg_default(c, "optimizer", "adamw", "optimizer.name (torchtitan's default AdamW)");
+    return 0;
+}
+
+/* ==== Hugging Face TrainingArguments as args.to_json_string() writes them (transformers 5.24
+ *      training_args.py; trainer.py, trainer_optimizer.py) ==== */
+
+static const CfgKey HF_KEYS[] = {
+    {"per_device_train_batch_size", H, 0}, {"gradient_accumulation_steps", H, 0}, {"bf16", H, 0}, {"fp16", H, 0},
+    {"activation_checkpointing", H, 0}, {"gradient_checkpointing", H, 0},
+    {"activation_checkpointing_kwargs.every_n_layers", H, 0}, {"gradient_checkpointing_kwargs.every_n_layers", H, 0},
+    {"activation_checkpointing_kwargs.offload", D, "false"}, {"gradient_checkpointing_kwargs.offload", D, "false"},
+    {"activation_checkpointing_kwargs.use_reentrant", NE, 0}, {"gradient_checkpointing_kwargs.use_reentrant", NE, 0},
+    {"activation_checkpointing_kwargs.preserve_rng_state", NE, 0}, {"gradient_checkpointing_kwargs.preserve_rng_state", NE, 0},
+    {"optim", H, 0}, {"optim_args", H, 0}, {"deepspeed", H, 0}, {"fsdp", H, 0}, {"fsdp_config", H, 0},
+    {"accelerator_config.gradient_accumulation_kwargs.sync_each_batch", H, 0},
+    {"accelerator_config.split_batches", D, "false"}, {"accelerator_config.dispatch_batches", NE, 0},
+    {"accelerator_config.even_batches", NE, 0}, {"accelerator_config.use_seedable_sampler", NE, 0},
+    {"accelerator_config.non_blocking", NE, 0}, {"accelerator_config.gradient_accumulation_kwargs.num_steps", NE, 0},
+    {"accelerator_config.gradient_accumulation_kwargs.adjust_scheduler", NE, 0},
+    {"accelerator_config.gradient_accumulation_kwargs.sync_with_dataloader", NE, 0},
+    {"use_cpu", D, "false"}, {"tf32", D, "false"}, {"torch_compile", D, "false"}, {"torch_compile_backend", NE, 0},
+    {"torch_compile_mode", NE, 0}, {"use_liger_kernel", D, "false"}, {"use_cache", D, "false"},
+    {"auto_find_batch_size", D, "false"}, {"full_determinism", D, "false"}, {"ddp_static_graph", D, "false"},
+    {"label_smoothing_factor", NE, 0}, {"neftune_noise_alpha", NE, 0}, {"torch_empty_cache_steps", NE, 0},
+    {"average_tokens_across_devices", NE, 0}, {"include_num_input_tokens_seen", NE, 0},
+    {"ddp_find_unused_parameters", NE, 0}, {"ddp_broadcast_buffers", NE, 0}, {"ddp_backend", NE, 0}, {"ddp_timeout", NE, 0},
+    {"output_dir", NE, 0}, {"overwrite_output_dir", NE, 0}, {"num_train_epochs", NE, 0}, {"max_steps", NE, 0},
+    {"learning_rate", NE, 0}, {"lr_scheduler_type", NE, 0}, {"lr_scheduler_kwargs", NE, 0}, {"warmup_steps", NE, 0},
+    {"warmup_ratio", NE, 0}, {"weight_decay", NE, 0}, {"adam_beta1", NE, 0}, {"adam_beta2", NE, 0},
+    {"adam_epsilon", NE, 0}, {"max_grad_norm", NE, 0}, {"logging_dir", NE, 0}, {"logging_strategy", NE, 0},
+    {"logging_steps", NE, 0}, {"logging_first_step", NE, 0}, {"logging_nan_inf_filter", NE, 0},
+    {"log_on_each_node", NE, 0}, {"log_level", NE, 0}, {"log_level_replica", NE, 0}, {"disable_tqdm", NE, 0},
+    {"report_to", NE, 0}, {"run_name", NE, 0}, {"project", NE, 0}, {"trackio_space_id", NE, 0},
+    {"trackio_bucket_id", NE, 0}, {"trackio_static_space_id", NE, 0}, {"eval_strategy", NE, 0}, {"eval_steps", NE, 0},
+    {"eval_delay", NE, 0}, {"per_device_eval_batch_size", NE, 0}, {"prediction_loss_only", NE, 0},
+    {"eval_on_start", NE, 0}, {"eval_do_concat_batches", NE, 0}, {"eval_use_gather_object", NE, 0},
+    {"eval_accumulation_steps", NE, 0}, {"include_for_metrics", NE, 0}, {"batch_eval_metrics", NE, 0},
+    {"bf16_full_eval", NE, 0}, {"fp16_full_eval", NE, 0}, {"save_only_model", NE, 0}, {"save_strategy", NE, 0},
+    {"save_steps", NE, 0}, {"save_on_each_node", NE, 0}, {"save_total_limit", NE, 0}, {"save_safetensors", NE, 0},
+    {"enable_jit_checkpoint", NE, 0}, {"push_to_hub", NE, 0}, {"hub_token", NE, 0}, {"hub_private_repo", NE, 0},
+    {"hub_model_id", NE, 0}, {"hub_strategy", NE, 0}, {"hub_always_push", NE, 0}, {"hub_revision", NE, 0},
+    {"load_best_model_at_end", NE, 0}, {"metric_for_best_model", NE, 0}, {"greater_is_better", NE, 0},
+    {"ignore_data_skip", NE, 0}, {"restore_callback_states_from_checkpoint", NE, 0}, {"seed", NE, 0},
+    {"data_seed", NE, 0}, {"dataloader_drop_last", NE, 0}, {"dataloader_num_workers", NE, 0},
+    {"dataloader_pin_memory", NE, 0}, {"dataloader_persistent_workers", NE, 0}, {"dataloader_prefetch_factor", NE, 0},
+    {"dataloader_multiprocessing_context", NE, 0}, {"dataloader_in_order", NE, 0}, {"remove_unused_columns", NE, 0},
+    {"label_names", NE, 0}, {"train_sampling_strategy", NE, 0}, {"length_column_name", NE, 0},
+    {"group_by_length", NE, 0}, {"skip_memory_metrics", NE, 0}, {"do_train", NE, 0}, {"do_eval", NE, 0},
+    {"do_predict", NE, 0}, {"resume_from_checkpoint", NE, 0}, {"local_rank", NE, 0}, {"past_index", NE, 0},
+    /* names transformers 4.x still wrote, at the values that change nothing memplan plans */
+    {"evaluation_strategy", NE, 0}, {"per_gpu_eval_batch_size", NE, 0}, {"fp16_opt_level", NE, 0},
+    {"fp16_backend", D, "auto"}, {"half_precision_backend", D, "auto"}, {"mp_parameters", NE, 0}, {"ray_scope", NE, 0},
+    {"jit_mode_eval", NE, 0}, {"use_ipex", D, "false"}, {"use_mps_device", D, "false"}, {"tpu_num_cores", NE, 0},
+    {"tpu_metrics_debug", NE, 0}, {"use_legacy_prediction_loop", NE, 0}, {"push_to_hub_model_id", NE, 0},
+    {"push_to_hub_organization", NE, 0}, {"push_to_hub_token", NE, 0}, {"include_inputs_for_metrics", NE, 0},
+    {"xpu_backend", NE, 0}, {"split_batches", D, "false"}, {"dispatch_batches", NE, 0}, {"fsdp_min_num_params", D, "0"},
+    {"fsdp_transformer_layer_cls_to_wrap", NE, 0}, {"torchdynamo", D, "false"}, {"include_tokens_per_second", NE, 0},
+    {0, 0, 0},
+};
+
+/* The Trainer's legacy `fsdp` words ("full_shard auto_wrap", a list): the strategy and offload
+   they stand for where fsdp_config does not say (training_args.py _apply_legacy_fsdp_to_config). */
+static int hf_fsdp_words(Cfg *c, const cJSON *f, FsdpDefaults *df) {
+    const cJSON *w = cJSON_IsArray(f) ? f->child : f;
+    char key[200];
+    cfg_key(c, NULL, "fsdp", key, sizeof key);
+    for (; w; w = cJSON_IsArray(f) ? w->next : NULL) {
+        char buf[256];
+        if (!cJSON_IsString(w)) return cJSON_IsBool(w) && !cJSON_IsArray(f) ? 0 : cfg_bad(c, key, w, "true, or words among full_shard, shard_grad_op, hybrid_shard, offload, auto_wrap");
+        snprintf(buf, sizeof buf, "%s", w->valuestring);
+        for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+            int k = -1;
+            for (int i = 0; i < 5; i++)
+                if (strcasecmp(t, SHARDING[i]) == 0) k = i;
+            if (k >= 0) df->strategy = k;
+            else if (strcmp(t, "offload") == 0) df->offload = 1;
+            else if (strcmp(t, "auto_wrap") != 0)
+                return cfg_bad(c, key, w, "full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap");
+        }
+    }
+    df->legacy = "fsdp";
+    return 0;
+}
+
+/* activation_checkpointing (or its deprecated alias) with every_n_layers -> --act-ckpt. */
+static int hf_ckpt(Cfg *c, const cJSON *d) {
+    const char *on = cfg_item(d, "activation_checkpointing") ? "activation_checkpointing" : "gradient_checkpointing";
+    const char *kw = cfg_item(d, "activation_checkpointing_kwargs") ? "activation_checkpointing_kwargs" : "gradient_checkpointing_kwargs";
+    int ck = 0, r = cfg_bool(c, d, NULL, on, &ck);
+    long long n = 1;
+    char key[200], k2[200], v[32];
+    if (r < 0 || cfg_int(c, cfg_item(d, kw), kw, "every_n_layers", 1, 100000, &n) < 0) return -1;
+    if (!r || !ck) return 0;   /* false: FSDP's own activation_checkpointing may still apply (hf_read's default) */
+    cfg_key(c, NULL, on, key, sizeof key);
+    snprintf(v, sizeof v, "every:%lld", n);
+    if (n > 1) snprintf(key + strlen(key), sizeof key - strlen(key), " + %s", cfg_key(c, kw, "every_n_layers", k2, sizeof k2));
+    return cfg_set(c, "act-ckpt", n > 1 ? v : "full", key);
+}
+
+/* optim: torch's AdamW (adamw_torch, adamw_torch_fused) or SGD (momentum from optim_args);
+   under DeepSpeed with its own optimizer section the Trainer builds none. */
+static int hf_optim(Cfg *c, const cJSON *d, int ds) {
+    static const char *const ADAMW[] = {"adamw_torch", "adamw_torch_fused"};
+    const cJSON *o = cfg_item(d, "optim"), *oa = cfg_item(d, "optim_args");
+    char key[200], ka[200];
+    cfg_key(c, NULL, "optim", key, sizeof key);
+    cfg_key(c, NULL, "optim_args", ka, sizeof ka);
+    if (ds && cfg_setting(c, "optimizer")) {
+        if (o) cfg_no_effect(c, key);
+        if (oa) cfg_no_effect(c, ka);
+        return 0;
+    }
+    const char *name = o && cJSON_IsString(o) ? o->valuestring : "adamw_torch_fused";
+    for (int i = 0; i < 2; i++)
+        if (strcmp(name, ADAMW[i]) == 0) {
+            if (oa) cfg_no_effect(c, ka);
+            return cfg_set(c, "optimizer", "adamw", o ? key : "optim (the Trainer's default adamw_torch_fused)");
+        }
+    if (strcmp(name, "sgd") != 0) {   /* its optim_args go with it */
+        cfg_unmodelled(c, key, o);
+        if (oa) cfg_no_effect(c, ka);
+        return 0;
+    }
+    const char *m = oa && cJSON_IsString(oa) ? strstr(oa->valuestring, "momentum=") : NULL;
+    double mom = m ? strtod(m + 9, NULL) : 0;
+    return cfg_set(c, "optimizer", mom > 0 ? "sgd-momentum" : "sgd", key);
+}
+
+/* Under DeepSpeed the Trainer fills the JSON's "auto" from its arguments (bf16/fp16 -> its own
+   mixed precision); an explicit value that disagrees is refused by it, as here. */
+static int hf_deepspeed(Cfg *c, const cJSON *d, const cJSON *ds, const char *mixed, const char *pkey) {
+    snprintf(c->prefix, sizeof c->prefix, "deepspeed.");
+    int r = cJSON_IsObject(ds) ? ds_read(c, ds, 1) : ds_named(c, ds, "deepspeed", 1);
+    c->prefix[0] = 0;
+    if (r || (strcmp(mixed, "fp32") != 0 && cfg_set(c, "precision", mixed, pkey)) || hf_optim(c, d, 1)) return -1;
+    cfg_default(c, "precision", "fp32", pkey);
+    ds_defaults(c);
+    return 0;
+}
+
+/* FSDP through accelerate's plugin: MixedPrecision for bf16/fp16, no_sync on non-final
+   micro-steps unless accelerator_config's sync_each_batch. */
+static int hf_fsdp(Cfg *c, const cJSON *d, const cJSON *f, const char *mixed, const char *pkey) {
+    FsdpDefaults df = {2, "the HF Trainer", -1, 0, ""};
+    const char *gk = "accelerator_config.gradient_accumulation_kwargs";
+    int sync = 0;
+    if (hf_fsdp_words(c, f, &df) || fsdp_read(c, cfg_item(d, "fsdp_config"), &df) || cfg_set(c, "precision", mixed, pkey) ||
+        hf_optim(c, d, 0) || cfg_bool(c, cfg_item(cfg_item(d, "accelerator_config"), "gradient_accumulation_kwargs"), gk,
+                                      "sync_each_batch", &sync) < 0)
+        return -1;
+    cfg_default(c, "offload", "none", "fsdp_config (the Trainer's default: cpu_offload false)");
+    return cfg_set(c, "fsdp-grad-sync", sync ? "every" : "last", sync ? "accelerator_config.gradient_accumulation_kwargs.sync_each_batch"
+                   : "fsdp (the Trainer skips the reduce-scatter of non-final micro-steps: no_sync)");
+}
+
+static int hf_read(Cfg *c, const cJSON *d) {
+    const cJSON *ds = cfg_item(d, "deepspeed"), *f = cfg_item(d, "fsdp");
+    long long b = 8, ga = 1;
+    int bf = 0, fp = 0, r;
+    char key[200], pkey[200];
+    cfg_walk(c, d, NULL, HF_KEYS);
+    if (cfg_set(c, "loop", "trainer", "the HF Trainer's loop (compute_loss keeps the loss only, not the logits)")) return -1;
+    if ((r = cfg_int(c, d, NULL, "per_device_train_batch_size", 1, 1000000, &b)) < 0 ||
+        cfg_setf(c, "batch", b, r ? cfg_key(c, NULL, "per_device_train_batch_size", key, sizeof key) : "per_device_train_batch_size (the Trainer's default 8)") ||
+        (r = cfg_int(c, d, NULL, "gradient_accumulation_steps", 1, 1000000, &ga)) < 0 ||
+        cfg_setf(c, "grad-accum", ga, r ? cfg_key(c, NULL, "gradient_accumulation_steps", key, sizeof key) : "gradient_accumulation_steps (the Trainer's default 1)") ||
+        cfg_bool(c, d, NULL, "bf16", &bf) < 0 || cfg_bool(c, d, NULL, "fp16", &fp) < 0 || hf_ckpt(c, d))
+        return -1;
+    int fsdp = f && !(cJSON_IsFalse(f) || (cJSON_IsString(f) && !*f->valuestring));
+    if (f && !fsdp) cfg_no_effect(c, cfg_key(c, NULL, "fsdp", key, sizeof key));
+    if (ds && fsdp) return cfg_fail(c, "deepspeed and fsdp are both set: the Trainer runs one of them");
+    if (!fsdp && cfg_item(d, "fsdp_config")) cfg_no_effect(c, cfg_key(c, NULL, "fsdp_config", key, sizeof key));
+    const char *mixed = bf ? "mixed-bf16" : fp ? "mixed-fp16" : "fp32", *amp = bf ? "amp-bf16" : fp ? "amp-fp16" : "fp32";
+    cfg_fmt(pkey, sizeof pkey, "%s%s", c->prefix, bf ? "bf16" : fp ? "fp16" : "bf16 and fp16 false (fp32)");
+    if (ds) r = hf_deepspeed(c, d, ds, mixed, pkey);
+    else if (fsdp) r = hf_fsdp(c, d, f, mixed, pkey);
+    else r = cfg_set(c, "strategy", "ddp", "no deepspeed or fsdp (the Trainer's DDP)") || cfg_set(c, "precision", amp, pkey) ||
+             hf_optim(c, d, 0);
+    cfg_default(c, "act-ckpt", "none", "activation_checkpointing false");
+    return r ? -1 : 0;
+}
+
+/* ==== recognising a kind ==== */
+
+static int has_any(const cJSON *d, const char *const *keys) {
+    for (; *keys; keys++)
+        if (cJSON_GetObjectItemCaseSensitive(d, *keys)) return 1;
+    return 0;
+}
+
+int cfg_kind_detect(const cJSON *doc, DocFormat fmt) {
+    static const char *const HF[] = {"per_device_train_batch_size", "output_dir", "per_device_eval_batch_size", NULL};
+    static const char *const ACC[] = {"distributed_type", "compute_environment", NULL};
+    static const char *const DS[] = {"train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization", "fp16",
+                                     "bf16", "torch_autocast", "optimizer", "gradient_accumulation_steps", NULL};
+    static const char *const TT[] = {"training", "parallelism", "activation_checkpoint", "job", NULL};
+    if (fmt == DOC_TOML) return has_any(doc, TT) ? CFG_TORCHTITAN : -1;
+    if (has_any(doc, ACC)) return CFG_ACCELERATE;
+    if (fmt == DOC_YAML) return -1;
+    return has_any(doc, HF) ? CFG_HF_TRAINER : has_any(doc, DS) ? CFG_DEEPSPEED : -1;
+}
+
+DocFormat cfg_kind_format(CfgKind k) {
+    return k == CFG_ACCELERATE ? DOC_YAML : k == CFG_TORCHTITAN ? DOC_TOML : DOC_JSON;
+}
+
+int cfg_kind_read(Cfg *c, CfgKind k, const cJSON *doc) {
+    switch (k) {
+    case CFG_DEEPSPEED:
+        if (ds_read(c, doc, 0)) return -1;
+        ds_defaults(c);
+        return 0;
+    case CFG_ACCELERATE: return acc_read(c, doc);
+    case CFG_TORCHTITAN: return tt_read(c, doc);
+    case CFG_HF_TRAINER: return hf_read(c, doc);
+    default: return cfg_fail(c, "unknown kind");
+    }
+}

@@ -1,0 +1,339 @@
+/* plan_lora.c — see plan_lora.h. Sources: peft/tuners/lora/layer.py (LoraLayer.update_layer:
+ * lora_A = nn.Linear(in_features, r, bias=False), lora_B = nn.Linear(r, out_features,
+ * bias=False), lora_dropout = nn.Dropout(p) or nn.Identity(); Linear.forward: result =
+ * base_layer(x) + lora_B(lora_A(dropout(x))) * scaling), peft/tuners/lora/model.py (every
+ * parameter whose name lacks "lora_" gets requires_grad=False under bias="none"),
+ * peft/tuners/tuners_utils.py (_maybe_include_all_linear_layers: every nn.Linear / Conv1D but
+ * the output embeddings), peft/utils/constants.py (default targets per model type). */
+#include "plan_lora.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_util.h"
+
+int plan_finetune_on(const FinetuneSpec *f) {
+    return f->rank > 0 || f->freeze != FREEZE_NONE;
+}
+
+int plan_freeze_parse(const char *s, FinetuneSpec *f) {
+    if (strcmp(s, "none") == 0) { f->freeze = FREEZE_NONE; f->freeze_n = 0; return 0; }
+    if (strcmp(s, "embeddings") == 0) { f->freeze = FREEZE_EMBEDDINGS; f->freeze_n = 0; return 0; }
+    const char *pre = "all-but-last:";
+    size_t k = strlen(pre);
+    long long n;
+    if (strncmp(s, pre, k) == 0 && plan_parse_int(s + k, 1, 100000, &n) == 0) {
+        f->freeze = FREEZE_ALL_BUT_LAST;
+        f->freeze_n = (int)n;
+        return 0;
+    }
+    return -1;
+}
+
+const char *plan_freeze_label(const FinetuneSpec *f, char *buf, size_t len) {
+    if (f->freeze == FREEZE_ALL_BUT_LAST) snprintf(buf, len, "all-but-last:%d", f->freeze_n);
+    else snprintf(buf, len, "%s", f->freeze == FREEZE_EMBEDDINGS ? "embeddings" : "none");
+    return buf;
+}
+
+static const char *const QUANT_NAMES[QUANT_COUNT] = {"none", "bf16", "int8", "nf4"};
+
+int plan_quant_by_name(const char *s) {
+    for (int k = 0; k < QUANT_COUNT; k++)
+        if (strcmp(s, QUANT_NAMES[k]) == 0) return k;
+    return -1;
+}
+
+const char *plan_quant_name(QuantKind q) {
+    return q >= 0 && q < QUANT_COUNT ? QUANT_NAMES[q] : "?";
+}
+
+/* peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft 0.21.2), the
+   families whose projections memplan names (plan_model.c t_named) */
+static const struct { const char *family, *targets; } DEFAULTS[] = {
+    {"gpt2", "c_attn"}, {"llama", "q_proj,v_proj"}, {"mistral", "q_proj,v_proj"},
+    {"qwen2", "q_proj,v_proj"}, {"qwen3", "q_proj,v_proj"}, {"gemma", "q_proj,v_proj"},
+    {"gemma2", "q_proj,v_proj"}, {"gemma3_text", "q_proj,v_proj"}, {"olmo2", "q_proj,v_proj"},
+    {"granite", "q_proj,v_proj"},
+};
+
+const char *plan_lora_default_targets(const char *family) {
+    for (size_t i = 0; i < sizeof DEFAULTS / sizeof DEFAULTS[0]; i++)
+        if (strcmp(DEFAULTS[i].family, family) == 0) return DEFAULTS[i].targets;
+    return "";
+}
+
+const char *plan_lora_targets(const ModelSpec *m, const FinetuneSpec *f, char *buf, size_t len) {
+    snprintf(buf, len, "%s", f->targets[0] ? f->targets : plan_lora_default_targets(m->family));
+    return buf;
+}
+
+/* 1 when module mod is one of the targets (a comma list; all-linear: every projection but the
+   output head). PEFT matches a name against the end of the module's path, so "c_proj" is both
+   of GPT-2's. */
+static int targeted(const char *targets, int mod) {
+    int id = PLAN_MOD_ID(mod);
+    if (id == PLAN_MOD_NONE) return 0;
+    if (strcmp(targets, "all-linear") == 0) return id != PLAN_MOD_LM_HEAD;
+    const char *name = plan_module_name(mod);
+    size_t n = strlen(name);
+    for (const char *p = targets; *p;) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && strncmp(p, name, n) == 0) return 1;
+        p += k + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+int plan_lora_adapts(const ModelSpec *m, const FinetuneSpec *f, int mod) {
+    return f->rank > 0 && targeted(f->targets[0] ? f->targets : plan_lora_default_targets(m->family), mod);
+}
+
+/* The names of the projections m has, for messages. */
+static void model_modules(const ModelSpec *m, char *buf, size_t len) {
+    int seen[PLAN_MOD_COUNT] = {0};
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_tensors; k++) {
+            int id = PLAN_MOD_ID(m->layers[i].tensor_mod[k]);
+            if (id == PLAN_MOD_NONE || id == PLAN_MOD_LM_HEAD || seen[id]) continue;   /* the head: named, never a default */
+            const char *nm = plan_module_name(id);
+            int dup = 0;
+            for (int j = 1; j < PLAN_MOD_COUNT; j++) dup |= seen[j] && strcmp(plan_module_name(j), nm) == 0;
+            seen[id] = 1;
+            if (!dup && n < len) n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", nm);
+        }
+}
+
+/* Checks each comma-separated target against the model's module names; 0, or -1 with msg. */
+static int check_targets(const ModelSpec *m, const char *targets, char *msg, size_t len) {
+    char have[256];
+    model_modules(m, have, sizeof have);
+    if (!have[0]) {
+        snprintf(msg, len, "--lora: memplan does not know the projection names of %s (family '%s'): LoRA is planned for "
+                 "GPT-2 and LLaMA-layout models (llama, mistral, qwen2, qwen3, gemma, ...)", m->name,
+                 m->family[0] ? m->family : "unknown");
+        return -1;
+    }
+    if (!targets[0]) {
+        snprintf(msg, len, "--lora: PEFT has no default target modules for model type '%s': give --lora-targets "
+                 "(valid: all-linear or some of %s)", m->family[0] ? m->family : "unknown", have);
+        return -1;
+    }
+    if (strcmp(targets, "all-linear") == 0) return 0;
+    int head = 0;   /* an untied head: PEFT adapts it when named outright */
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_tensors; k++) head |= PLAN_MOD_ID(m->layers[i].tensor_mod[k]) == PLAN_MOD_LM_HEAD;
+    if (head) strncat(have, ", lm_head", sizeof have - strlen(have) - 1);
+    for (const char *p = targets; *p;) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        int ok = 0;
+        for (int id = 1; id < PLAN_MOD_COUNT && k; id++) {
+            const char *nm = plan_module_name(id);
+            if (strlen(nm) == k && strncmp(p, nm, k) == 0 && strstr(have, nm)) ok = 1;
+        }
+        if (!ok) {
+            snprintf(msg, len, "--lora-targets: '%.*s' is not a module of %s (valid: all-linear, or a comma list of %s)",
+                     (int)k, p, m->name, have);
+            return -1;
+        }
+        p += k + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Moves every tensor of l to its frozen list. */
+static void freeze_layer(LayerSpec *l) {
+    for (int k = 0; k < l->n_tensors && l->n_frozen < PLAN_LAYER_MAX_TENSORS; k++) {
+        l->frozen_elems[l->n_frozen] = l->tensor_elems[k];
+        l->frozen_dim0[l->n_frozen] = l->tensor_dim0[k];
+        l->frozen_mod[l->n_frozen++] = l->tensor_mod[k];
+    }
+    l->frozen += l->params;
+    l->params = 0;
+    l->n_tensors = 0;
+    l->largest_tensor = 0;
+}
+
+/* Moves tensor k of l to its frozen list (a layer whose tensors are known). */
+static void freeze_tensor(LayerSpec *l, int k) {
+    if (l->n_frozen >= PLAN_LAYER_MAX_TENSORS) return;
+    l->frozen_elems[l->n_frozen] = l->tensor_elems[k];
+    l->frozen_dim0[l->n_frozen] = l->tensor_dim0[k];
+    l->frozen_mod[l->n_frozen++] = l->tensor_mod[k];
+    l->frozen += l->tensor_elems[k];
+    l->params -= l->tensor_elems[k];
+    for (int j = k; j + 1 < l->n_tensors; j++) {
+        l->tensor_elems[j] = l->tensor_elems[j + 1];
+        l->tensor_dim0[j] = l->tensor_dim0[j + 1];
+        l->tensor_mod[j] = l->tensor_mod[j + 1];
+    }
+    l->n_tensors--;
+    l->largest_tensor = 0;
+    for (int j = 0; j < l->n_tensors; j++)
+        if (l->tensor_elems[j] > l->largest_tensor) l->largest_tensor = l->tensor_elems[j];
+}
+
+/* Which inputs of layer l's projections autograd still saves once its base is frozen: a matmul
+   saves its input for its weight's gradient only (derivatives.yaml mm/addmm: self is saved when
+   mat2 requires grad), so a group of frozen projections reading one tensor saves it only where a
+   LoRA A reads it undropped (lora_dropout = 0: nn.Identity hands A the same tensor). Under
+   autocast each projection saves its own cast copy (LLaMA's q, k, v: three). */
+static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int autocast, int r) {
+    int64_t in_of[6] = {0};
+    int copies[6] = {0}, lora_a[6] = {0};
+    for (int k = 0; k < l->n_frozen; k++) {
+        int mod = l->frozen_mod[k], g = plan_module_group(mod);
+        if (!g) continue;
+        int64_t in, out;
+        plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &in, &out);
+        in_of[g] = in;
+        copies[g]++;
+        if (r > 0 && targeted(f->targets, mod)) {
+            lora_a[g]++;
+            l->lora_r_tok += r;
+            if (f->dropout > 0) l->lora_drop_tok += in;
+        }
+    }
+    for (int g = 1; g < 6; g++) {
+        if (!copies[g]) continue;
+        int before = autocast ? copies[g] : 1;
+        int after = f->dropout > 0 ? 0 : autocast ? lora_a[g] : (lora_a[g] > 0);
+        l->act_unsaved_tok += (int64_t)(before - after) * in_of[g];
+    }
+}
+
+int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len) {
+    const FinetuneSpec *f = &t->ft;
+    if (!plan_finetune_on(f)) return 0;
+    if (f->rank > 0 && f->freeze != FREEZE_NONE) {
+        snprintf(msg, len, "--freeze and --lora: a LoRA model's base is frozen already; give one of them");
+        return -1;
+    }
+    if (!plan_model_tensors_known(m)) {
+        snprintf(msg, len, "%s: its parameter tensors are not known (a --params or params.json model), so no subset of "
+                 "them can be frozen: use a zoo model or a config.json", m->name);
+        return -1;
+    }
+    int autocast = plan_precision(t->precision)->autocast;
+    int blocks = 0;
+    for (int i = 0; i < m->n_layers; i++) blocks += m->layers[i].kind == LAYER_BLOCK;
+    if (f->rank > 0) {
+        FinetuneSpec g = *f;
+        plan_lora_targets(m, f, g.targets, sizeof g.targets);
+        if (check_targets(m, g.targets, msg, len)) return -1;
+        for (int i = 0; i < m->n_layers; i++) {
+            LayerSpec *l = &m->layers[i];
+            freeze_layer(l);
+            /* the adapters, in registration order: each targeted module's lora_A (r, in) and
+               lora_B (out, r) after its base layer's weight and bias */
+            for (int k = 0; k < l->n_frozen; k++) {
+                int mod = l->frozen_mod[k];
+                if (!targeted(g.targets, mod)) continue;
+                int64_t in, out, r = f->rank;
+                plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &in, &out);
+                if (plan_layer_add_tensor_dim0(l, r * in, r) || plan_layer_add_tensor_dim0(l, out * r, out)) {
+                    snprintf(msg, len, "--lora: layer %s has more than %d adapter tensors", l->name, PLAN_LAYER_MAX_TENSORS);
+                    return -1;
+                }
+                l->params += r * in + out * r;
+                if (r * in > l->largest_tensor) l->largest_tensor = r * in;
+                if (out * r > l->largest_tensor) l->largest_tensor = out * r;
+            }
+            lora_activations(l, &g, autocast, f->rank);
+        }
+        if (plan_model_params(m) == 0) {   /* PEFT: "Target modules ... not found in the base model" */
+            snprintf(msg, len, "--lora-targets %s matches no module of %s", g.targets, m->name);
+            return -1;
+        }
+    } else if (f->freeze == FREEZE_EMBEDDINGS) {
+        /* model.get_input_embeddings().requires_grad_(False): the token table (a head tied to
+           it with it); position tables stay trainable */
+        int done = 0;
+        for (int i = 0; i < m->n_layers && !done; i++)
+            if (m->layers[i].kind == LAYER_EMBED && m->layers[i].n_tensors > 0) { freeze_tensor(&m->layers[i], 0); done = 1; }
+        if (!done) {
+            if (blocks > 0)
+                snprintf(msg, len, "--freeze embeddings: %s has no token embeddings (valid there: none, or all-but-last:N "
+                         "with N from 1 to %d)", m->name, blocks);
+            else
+                snprintf(msg, len, "--freeze embeddings: %s has no token embeddings (valid there: none)", m->name);
+            return -1;
+        }
+    } else {
+        if (blocks == 0) {
+            snprintf(msg, len, "--freeze all-but-last:%d: %s has no transformer blocks to keep (valid: none, or "
+                     "embeddings for a model with token embeddings)", f->freeze_n, m->name);
+            return -1;
+        }
+        if (f->freeze_n > blocks) {
+            snprintf(msg, len, "--freeze all-but-last:%d: %s has %d blocks (valid: all-but-last:1 .. all-but-last:%d)",
+                     f->freeze_n, m->name, blocks, blocks);
+            return -1;
+        }
+        int seen = 0;
+        for (int i = 0; i < m->n_layers; i++) {
+            LayerSpec *l = &m->layers[i];
+            seen += l->kind == LAYER_BLOCK;
+            int trainable = seen > blocks - f->freeze_n;   /* the last N blocks and what follows */
+            if (!trainable) { freeze_layer(l); l->grad_frontier = 1; continue; }
+            if (l->kind == LAYER_EMBED && l->n_tensors > 0) freeze_tensor(l, 0);
+        }
+    }
+    /* where backward starts: layers before the first trainable parameter save nothing; the
+       first LoRA block's input norm neither (it runs before the adapters) */
+    for (int i = 0; i < m->n_layers; i++) {
+        LayerSpec *l = &m->layers[i];
+        if (l->params > 0) {
+            if (f->rank > 0 && l->kind == LAYER_BLOCK) {
+                int first_group = 0;
+                for (int k = 0; k < l->n_frozen && !first_group; k++)
+                    if (targeted(f->targets[0] ? f->targets : plan_lora_default_targets(m->family), l->frozen_mod[k]))
+                        first_group = plan_module_group(l->frozen_mod[k]);
+                if (first_group == 1) l->grad_frontier = 2;
+            }
+            break;
+        }
+        if (l->kind == LAYER_EMBED || l->kind == LAYER_BLOCK) l->grad_frontier = 1;
+    }
+    /* a frozen head (an untied lm_head, or one tied to frozen embeddings) saves no input for
+       its weight's gradient */
+    int embed_frozen = 0;
+    for (int j = 0; j < m->n_layers; j++)
+        if (m->layers[j].kind == LAYER_EMBED) embed_frozen = m->layers[j].n_frozen > 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        LayerSpec *l = &m->layers[i];
+        if (l->kind == LAYER_HEAD && l->params == 0 && (l->frozen > 0 || (m->tied_embeddings && embed_frozen)))
+            l->act_unsaved_tok = m->d_model;
+    }
+    return 0;
+}
+
+double plan_quant_bytes_per_param(const TrainSpec *t) {
+    switch (t->ft.quant) {
+    case QUANT_BF16: return 2;
+    case QUANT_INT8: return 1;
+    /* NF4: 4 bits per weight; one absmax per 64 weights, itself quantized to 8 bits (double
+       quantization) with one fp32 constant per 256 absmax values */
+    case QUANT_NF4: return 0.5 + 1.0 / 64 + 4.0 / (64.0 * 256.0);
+    default: return plan_precision(t->precision)->param_bytes;
+    }
+}
+
+double plan_model_frozen_bytes(const ModelSpec *m, const TrainSpec *t) {
+    double pb = plan_precision(t->precision)->param_bytes, qb = plan_quant_bytes_per_param(t), sum = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const LayerSpec *l = &m->layers[i];
+        double quant = 0;
+        for (int k = 0; k < l->n_frozen; k++) {
+            int id = PLAN_MOD_ID(l->frozen_mod[k]);
+            if (id != PLAN_MOD_NONE && id != PLAN_MOD_LM_HEAD) quant += (double)l->frozen_elems[k];
+        }
+        sum += quant * qb + ((double)l->frozen - quant) * pb;
+    }
+    return sum;
+}

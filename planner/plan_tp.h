@@ -1,0 +1,39 @@
+/* plan_tp.h — tensor parallelism (--tp N) and sequence parallelism (--sp) as PyTorch's
+ * parallelize_module applies them: torchtitan's Llama plan (torchtitan/models/llama3/infra/
+ * parallelize.py apply_tp: q/k/v and gate/up ColwiseParallel, o and down RowwiseParallel, the
+ * token embedding RowwiseParallel and the LM head ColwiseParallel, both vocab-sharded; with SP the
+ * norms SequenceParallel) and its GPT-2 twin (c_attn, c_fc column, the two c_proj row; the tied
+ * embedding and head replicated). The data-parallel strategy (ddp, fsdp-full: FSDP2 on the dp
+ * dimension of a 2-D mesh) runs on the remaining gpus / tp ranks.
+ *
+ * One rank's share is a model of its own: plan_tp_view divides the split tensors, the heads and
+ * the MLP width by tp, so the memory rules, the activation model and the FLOPs read the local
+ * model, and plan_tp_cluster gives the data-parallel cluster the strategy's rules see. The TP
+ * collectives and the effects the split model does not show are rule_tp_* (plan_rules_tp.c).
+ * docs/formulas.md "Tensor and sequence parallel". */
+#ifndef PLAN_TP_H
+#define PLAN_TP_H
+
+#include <stddef.h>
+
+#include "plan_gpu.h"
+#include "plan_model.h"
+#include "plan_strategy.h"
+#include "plan_train.h"
+
+/* t's tensor-parallel degree (1: none). */
+int plan_tp_degree(const TrainSpec *t);
+/* 0 when tp (and sp) apply to m on c under strategy s, else -1 with one sentence in msg. */
+int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                  char *msg, size_t len);
+/* 1 when the token embedding and the LM head are vocab-sharded (an untied decoder: torchtitan's
+   plan); a tied GPT-2 keeps them replicated. */
+int plan_tp_root_sharded(const ModelSpec *m);
+/* v = what one of tp ranks holds of m: split tensors (2-D weights, column-parallel biases) / tp,
+   replicated 1-D tensors of h or d_head elements (norms, row-parallel biases), heads, KV heads and
+   the MLP width / tp. 0, or -1 out of memory. Free with plan_model_free. */
+int plan_tp_view(const ModelSpec *m, int tp, ModelSpec *v);
+/* d = c as the data-parallel strategy sees it: gpus / tp ranks, gpus_per_node / tp per node. */
+void plan_tp_cluster(const ClusterSpec *c, int tp, ClusterSpec *d);
+
+#endif

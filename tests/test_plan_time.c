@@ -1,0 +1,125 @@
+/* test_plan_time.c — the per-operation time model (docs/formulas.md "Time"): tile and wave
+ * quantization of a GEMM, recomputation, the attention kernels, NCCL's ring and tree, and the
+ * label on a plan's times. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "plan_comm.h"
+#include "plan_cost.h"
+#include "plan_time.h"
+#include "test_plan.h"
+
+#define REL(a, b) (fabs((a) - (b)) / fabs(b))
+
+static ClusterSpec a100(int64_t gpus, int64_t gpn) {
+    ClusterSpec c;
+    cluster(&c, gpus, gpn);
+    c.gpu = *plan_gpu_by_name("a100-80gb");
+    return c;
+}
+
+/* 108 tiles of 256 x 128 fill the A100's 108 SMs once; one tile more needs a second wave (or
+   128 x 128 tiles: 218 in 3 waves), so the GEMM takes 1.5x as long for 1 % more work */
+Test(plan_time, a_gemm_one_tile_over_a_full_wave_should_pay_the_extra_wave) {
+    ClusterSpec c = a100(1, 1);
+    double peak = 312e12, K = 16384;
+    double full = plan_gemm_seconds(&c, peak, 256 * 108, 128, K, 1, 2);
+    double over = plan_gemm_seconds(&c, peak, 256 * 109, 128, K, 1, 2);
+    cr_expect(REL(full, 2 * 256 * 108 * 128 * K / (peak * c.gpu.eff->gemm_eff * c.gpu.eff->gemm_train)) < 1e-12);
+    cr_expect(REL(over / full, (109.0 / 108) / (218.0 / 324)) < 1e-12, "%.6f", over / full);
+}
+
+/* a GEMM with a short inner dimension is bound by its operands' traffic at HBM bandwidth (the
+   roofline): 8192 x 8192 outputs of 8 products each */
+Test(plan_time, a_gemm_with_a_short_k_should_be_bound_by_its_traffic) {
+    ClusterSpec c = a100(1, 1);
+    double t = plan_gemm_seconds(&c, 312e12, 8192, 8192, 8, 1, 2);
+    cr_expect(REL(t, (8192.0 * 8 + 8.0 * 8192 + 8192.0 * 8192) * 2 / (c.gpu.mem_bw * 1e9)) < 1e-12);
+}
+
+/* a llama2-7b block's forward and backward seconds on 8 A100s at seq 4096, micro-batch 2 */
+static void llama_block(CkptKind ckpt, AttnKind attn, double *f, double *b) {
+    ModelSpec m = zoo("llama2-7b");
+    ClusterSpec c = a100(8, 8);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.seq = 4096;
+    t.micro_batch = 2;
+    t.act_ckpt = ckpt;
+    t.attn = attn;
+    plan_layer_seconds(&m, 3, &t, &c, f, b);
+    plan_model_free(&m);
+}
+
+Test(plan_time, a_checkpointed_block_should_run_its_forward_again_in_backward) {
+    double f0, b0, f1, b1;
+    llama_block(CKPT_NONE, ATTN_SDPA, &f0, &b0);
+    llama_block(CKPT_FULL, ATTN_SDPA, &f1, &b1);
+    cr_expect(REL(f1, f0) < 1e-12);
+    cr_expect(REL(b1, b0 + f0) < 1e-12);
+}
+
+/* flash attention skips the masked half and runs at its measured rate; eager attention computes
+   every score as batched GEMMs and moves the scores through softmax at HBM bandwidth */
+Test(plan_time, sdpa_should_be_faster_than_eager_attention_at_long_sequences) {
+    double fs, bs, fe, be;
+    llama_block(CKPT_NONE, ATTN_SDPA, &fs, &bs);
+    llama_block(CKPT_NONE, ATTN_EAGER, &fe, &be);
+    cr_expect_lt(fs, fe);
+    cr_expect_lt(bs, be);
+}
+
+/* --mfu: the flat model, FLOPs at the fraction of the peak + bytes at the bandwidth */
+Test(plan_time, mfu_should_restore_the_flat_model) {
+    ModelSpec m = zoo("gpt2");
+    ClusterSpec c = a100(8, 8);
+    c.mfu = 0.4;
+    TrainSpec t;
+    plan_train_defaults(&t);
+    double f, b, fb, bb;
+    plan_layer_seconds(&m, 2, &t, &c, &f, &b);
+    plan_layer_mem_bytes(&m, 2, &t, &fb, &bb);
+    double fl = plan_layer_fwd_flops(&m, 2, &t);
+    cr_expect(REL(f, fl / (312e12 * 0.4) + fb / (c.gpu.mem_bw * 1e9)) < 1e-12);
+    cr_expect(REL(b, 2 * fl / (312e12 * 0.4) + bb / (c.gpu.mem_bw * 1e9)) < 1e-12);
+    plan_model_free(&m);
+}
+
+/* NCCL's model (tuning.cc): a 1 GiB all-reduce on one 8-GPU NVLink node runs the ring with the
+   Simple protocol: base 8.4 us + 14 hops x 3.4 us + 2(n-1)/n x S at 235 GB/s */
+Test(plan_time, a_large_all_reduce_in_a_node_should_take_nccls_ring_simple_time) {
+    ClusterSpec c = a100(8, 8);
+    double S = 1024.0 * 1024 * 1024;
+    double t = plan_coll_seconds(&c, PCOLL_ALL_REDUCE, S, 8, 0);
+    cr_expect(REL(t, (8.4 + 14 * 3.4) * 1e-6 + S * 2 * 7 / 8 / 235e9) < 1e-9, "%.9f", t);
+}
+
+/* across 64 nodes a tiny all-reduce takes the tree (log2 of the nodes in network hops, not
+   2(nodes-1)); a large one takes the ring, whose bus bandwidth is the node's NICs */
+Test(plan_time, nccl_should_take_the_tree_for_tiny_and_the_ring_for_large_all_reduces_across_nodes) {
+    ClusterSpec c = a100(512, 8);
+    double tiny = plan_coll_seconds(&c, PCOLL_ALL_REDUCE, 8, 512, 1);
+    double ring_ll = (3.6 + (2 * 511 - 2 * 63) * 0.47 * 1.8 + 2 * 63 * 2.7) * 1e-6;
+    cr_expect_lt(tiny, ring_ll / 2);
+    double S = 4.0 * 1024 * 1024 * 1024;
+    double big = plan_coll_seconds(&c, PCOLL_ALL_GATHER, S, 512, 1);
+    double bus = fmin(300, 8 * 25) * 235.0 / 300 * 1e9;
+    cr_expect(REL(big, (8.4 + (511 - 63) * 3.4 + 63 * 9.6) * 1e-6 + S * 511 / 512 / bus) < 1e-9);
+}
+
+Test(plan_time, fsdp_on_an_a100_should_be_backed_by_the_published_runs_and_ddp_an_estimate) {
+    ModelSpec m = zoo("gpt2-xl");
+    ClusterSpec c = a100(8, 8);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    cr_expect(plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL).published);
+    cr_expect(!plan_time_basis(&m, &t, &c, STRAT_DDP).published);
+    c.mfu = 0.4;
+    cr_expect(!plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL).published, "the flat model is an estimate");
+    c.mfu = 0;
+    c.gpu = *plan_gpu_by_name("t4");
+    t.precision = PREC_AMP_FP16;
+    cr_expect(!plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL).published);
+    plan_model_free(&m);
+}

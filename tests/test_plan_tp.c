@@ -1,0 +1,293 @@
+/* test_plan_tp.c — tensor and sequence parallelism (plan_tp.h, plan_rules_tp.c): one rank's share
+ * of the model, the model states, the TP collectives with their counts and payloads, SP's
+ * activations, the refusals, and the TP collectives on the simulated step's critical path. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "plan_auto.h"
+#include "plan_comm.h"
+#include "plan_memory.h"
+#include "plan_sim.h"
+#include "plan_tp.h"
+#include "test_plan.h"
+
+static void train(TrainSpec *t, int tp, int sp) {
+    plan_train_defaults(t);
+    t->precision = PREC_BF16;     /* 2-byte params, grads and activations */
+    t->seq = 1024;
+    t->tp = tp;
+    t->sp = sp;
+}
+
+/* The collective row of op, phase and purpose (NULL if none). */
+static const PlanColl *row(const CommPlan *p, PlanCollOp op, CommPhase ph, CollPurpose what) {
+    for (int i = 0; i < p->n; i++)
+        if (p->c[i].op == op && p->c[i].phase == ph && p->c[i].purpose == what) return &p->c[i];
+    return NULL;
+}
+
+/* Elements every rank keeps whole: a block's two RMSNorm weights, the final norm. */
+static double llama_replicated(const ModelSpec *m) { return (2.0 * m->n_layer + 1) * (double)m->d_model; }
+
+Test(tp, view_should_split_every_linear_and_the_vocab_but_keep_the_norms) {
+    ModelSpec m = zoo("llama2-70b"), v;
+    cr_assert_eq(plan_tp_view(&m, 8, &v), 0);
+    double total = (double)plan_model_params(&m), rep = llama_replicated(&m);
+    cr_expect_eq((double)plan_model_params(&v), (total - rep) / 8 + rep);
+    cr_expect_eq(v.n_head, 8);
+    cr_expect_eq(v.n_kv_head, 1);
+    cr_expect_eq(v.d_ff, 28672 / 8);
+    cr_expect_eq(v.vocab, m.vocab, "the logits are gathered: the loss sees all of V");
+    plan_model_free(&v);
+    plan_model_free(&m);
+}
+
+Test(tp, gpt2_should_keep_its_tied_embedding_and_biases_of_h_whole) {
+    ModelSpec m = zoo("gpt2"), v;
+    cr_assert_eq(plan_tp_view(&m, 4, &v), 0);
+    double h = 768, L = 12;
+    /* per block replicated: ln_1 (w, b), ln_2 (w, b), the two c_proj biases */
+    double blocks = 0;
+    for (int i = 0; i < m.n_layers; i++)
+        if (m.layers[i].kind == LAYER_BLOCK) blocks += (double)m.layers[i].params;
+    double rep = 6 * h * L, root = (double)plan_model_params(&m) - blocks;
+    cr_expect_eq((double)plan_model_params(&v), root + (blocks - rep) / 4 + rep);
+    plan_model_free(&v);
+    plan_model_free(&m);
+}
+
+Test(tp, ddp_model_states_should_be_the_rank_share_with_the_embedding_gradient_whole) {
+    ModelSpec m = zoo("llama2-7b"), v;
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 2, 0);
+    cluster(&c, 2, 2);
+    MemResult r;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_assert_eq(plan_tp_view(&m, 2, &v), 0);
+    double local = (double)plan_model_params(&v), emb = (double)m.vocab * (double)m.d_model;
+    cr_expect_eq(r.ms_params, 2 * local);
+    cr_expect_eq(r.ms_grads, 2 * local + 2 * emb / 2, "RowwiseParallel's embedding gradient comes back V x h");
+    /* tp 2 x fsdp 2 on 4 GPUs: the dp dimension shards the rank's share */
+    cluster(&c, 4, 4);
+    MemResult f;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &f);
+    cr_expect(fabs(f.ms_params - local) < 1e4 * 2, "half the tp share on each of 2 dp ranks (padding aside)");
+    plan_model_free(&v);
+    plan_model_free(&m);
+}
+
+Test(tp, should_all_reduce_twice_per_block_each_way_without_sp) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 4, 0);
+    cluster(&c, 8, 8);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    double bsh = 1.0 * 1024 * 4096 * 2, L = m.n_layer;
+    const PlanColl *f = row(&p, PCOLL_ALL_REDUCE, CPHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *b = row(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *lg = row(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_TP_LOGITS);
+    cr_assert(f && b && lg);
+    cr_expect_eq(f->count, 2 * L + 1, "o and down per block, the embedding's partial rows");
+    cr_expect_eq(f->payload_bytes, (2 * L + 1) * bsh);
+    cr_expect_eq(b->count, 2 * L + 1, "the column inputs' gradients per block, the head's input");
+    cr_expect_eq(f->group, 4);
+    cr_expect_eq(lg->payload_bytes, 1024.0 * 32000 * 2);
+    cr_expect_null(row(&p, PCOLL_REDUCE_SCATTER, CPHASE_FORWARD, PURPOSE_TP_ACTS));
+    /* the data-parallel all-reduce runs on gpus / tp = 2 ranks */
+    const PlanColl *g = row(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_GRAD_BUCKETS);
+    cr_assert(g);
+    cr_expect_eq(g->group, 2);
+    plan_model_free(&m);
+}
+
+Test(tp, sp_should_trade_each_all_reduce_for_a_gather_and_a_scatter) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 2, 1);
+    cluster(&c, 2, 2);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    double bsh = 1.0 * 1024 * 4096 * 2, L = m.n_layer;
+    const PlanColl *rs = row(&p, PCOLL_REDUCE_SCATTER, CPHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ag = row(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *agb = row(&p, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *norms = row(&p, PCOLL_ALL_REDUCE, CPHASE_STEP, PURPOSE_TP_REPLICA_GRADS);
+    cr_assert(rs && ag && agb && norms);
+    cr_expect_eq(rs->payload_bytes, (2 * L + 1) * bsh);
+    cr_expect_eq(ag->count, 2 * L + 1, "attention and MLP inputs, the head's input");
+    cr_expect_eq(agb->count, 2 * L + 1, "backward's gathers: per block, the embedding's");
+    cr_expect_eq(norms->count, 3 * (2 * L + 1), "pure TP: foreach AdamW reduces each partial norm gradient 3 times");
+    cr_expect_null(row(&p, PCOLL_ALL_REDUCE, CPHASE_FORWARD, PURPOSE_TP_ACTS));
+    plan_model_free(&m);
+}
+
+Test(tp, sp_should_shard_the_norms_activations) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.gpu.mem_bytes = 1e15;
+    MemResult off, on, none;
+    train(&t, 1, 0);
+    t.micro_batch = 16;    /* activations dominate: the peak is in forward/backward */
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &none);
+    train(&t, 8, 0);
+    t.micro_batch = 16;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &off);
+    train(&t, 8, 1);
+    t.micro_batch = 16;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &on);
+    cr_expect_lt(off.term[TERM_ACTIVATIONS], none.term[TERM_ACTIVATIONS], "heads and MLP split");
+    cr_expect_lt(on.term[TERM_ACTIVATIONS], off.term[TERM_ACTIVATIONS], "norms on 1/tp of the sequence");
+    plan_model_free(&m);
+}
+
+Test(tp, should_refuse_what_it_does_not_plan) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    ClusterSpec c;
+    char msg[320];
+    cluster(&c, 16, 8);
+    train(&t, 2, 0);
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_ZERO3, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "ddp and fsdp-full") != NULL, "%s", msg);
+    cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0, "%s", msg);
+    train(&t, 8, 0);   /* 12 heads */
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "heads (12)") != NULL, "%s", msg);
+    train(&t, 3, 0);   /* divides the heads, not the 8 GPUs per node */
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "GPUs per node") != NULL, "%s", msg);
+    train(&t, 1, 1);
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "--sp without --tp");
+    plan_model_free(&m);
+}
+
+Test(tp, tp_collectives_should_sit_on_the_critical_path) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 2, 0);
+    cluster(&c, 2, 2);       /* pure TP: no data-parallel traffic to hide */
+    SimResult fast, slow;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &fast), 0);
+    c.gpu.intra_bw /= 10;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &slow), 0);
+    cr_expect_gt(fast.exposed_comm_s, 0);
+    cr_expect(fabs((slow.step_s - fast.step_s) - (slow.comm_s - fast.comm_s)) < 1e-6 * slow.step_s,
+              "every second added to the TP collectives adds to the step");
+    cr_expect_eq(fast.tokens_per_s * fast.step_s, 1024.0, "2 tp ranks train one sample of 1024 tokens");
+    plan_model_free(&m);
+}
+
+Test(tp, checkpointed_blocks_under_sp_should_keep_their_sequence_shard) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.gpu.mem_bytes = 1e15;
+    MemResult off, on;
+    train(&t, 8, 0);
+    t.act_ckpt = CKPT_FULL;
+    t.micro_batch = 16;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &off);
+    t.sp = 1;
+    plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &on);
+    cr_expect_lt(on.peak, off.peak, "checkpoint(block) keeps a Shard(1) input under SP");
+    plan_model_free(&m);
+}
+
+Test(tp, auto_should_size_the_global_batch_by_data_parallel_replicas) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 4, 1);
+    t.precision = PREC_AMP_BF16;
+    cluster(&c, 8, 8);
+    AutoSpec a;
+    plan_auto_defaults(&a);
+    a.strategies = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    a.global_batch = 16;     /* 2 replicas of 4 tp ranks: 8 samples each per step */
+    AutoResult r;
+    cr_assert_eq(plan_auto(&m, &t, &c, &a, &r), 0);
+    cr_assert(r.found, "%s", r.explain);
+    cr_expect_eq(r.train.tp, 4);
+    cr_expect_eq(r.train.offload, OFFLOAD_NONE);
+    cr_expect_eq(r.train.micro_batch * r.train.grad_accum * 2, 16, "%s", r.explain);
+    cr_expect(strstr(r.explain, "data-parallel replicas") != NULL, "%s", r.explain);
+    plan_model_free(&m);
+}
+
+/* Non-reentrant checkpointing recomputes a block up to the last tensor backward needs: its
+   gathers and the attention's reduction again, not the MLP output's (measured on llama-mini). */
+Test(tp, recomputed_blocks_should_repeat_their_collectives_but_the_last) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    double L = m.n_layer;
+    CommPlan none, full;
+    train(&t, 2, 1);
+    plan_comm(&m, &t, &c, STRAT_DDP, &none);
+    t.act_ckpt = CKPT_FULL;
+    plan_comm(&m, &t, &c, STRAT_DDP, &full);
+    const PlanColl *ag0 = row(&none, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ag1 = row(&full, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rs0 = row(&none, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rs1 = row(&full, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    cr_assert(ag0 && ag1 && rs0 && rs1);
+    cr_expect_eq(ag1->count - ag0->count, 2 * L);
+    cr_expect_eq(rs1->count - rs0->count, L);
+    train(&t, 2, 0);
+    t.act_ckpt = CKPT_FULL;
+    plan_comm(&m, &t, &c, STRAT_DDP, &full);
+    const PlanColl *ar = row(&full, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    cr_assert(ar);
+    cr_expect_eq(ar->count, 3 * L + 1);
+    plan_model_free(&m);
+}
+
+/* Under autocast the residual stream stays fp32 (the embeddings', the norms' outputs and the
+   gradients of the column inputs) while a row-parallel output is bf16. */
+Test(tp, payloads_should_follow_each_tensors_dtype_under_autocast) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    train(&t, 2, 0);
+    t.precision = PREC_AMP_BF16;
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    double bs_h = 1.0 * 1024 * 4096, L = m.n_layer;
+    const PlanColl *f = row(&p, PCOLL_ALL_REDUCE, CPHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *b = row(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    cr_assert(f && b);
+    cr_expect_eq(f->payload_bytes, 2 * L * bs_h * 2 + bs_h * 4, "bf16 row outputs, the fp32 embedding");
+    cr_expect_eq(b->payload_bytes, (2 * L + 1) * bs_h * 4, "fp32 input gradients");
+    plan_model_free(&m);
+}
+
+/* --tp auto: data parallel alone stays unless a tensor-parallel degree is faster by more than
+   the margin; every degree tried is listed. */
+Test(tp, auto_should_keep_data_parallel_alone_when_tp_does_not_pay) {
+    ModelSpec m = zoo("gpt2");
+    TrainSpec t;
+    ClusterSpec c;
+    plan_train_defaults(&t);
+    t.seq = 1024;
+    cluster(&c, 8, 8);
+    AutoSpec a;
+    plan_auto_defaults(&a);
+    a.strategies = (1u << STRAT_COUNT) - 1;
+    AutoResult r;
+    cr_assert_eq(plan_auto_tp(&m, &t, &c, &a, 0, &r), 0);
+    cr_assert(r.found, "%s", r.explain);
+    cr_expect_eq(plan_tp_degree(&r.train), 1, "%s", r.explain);
+    cr_expect(strstr(r.explain, "tp 4 sp on:") != NULL, "%s", r.explain);
+    cr_expect(strstr(r.explain, "tp 8") == NULL, "12 heads: tp 8 does not apply\n%s", r.explain);
+    plan_model_free(&m);
+}
