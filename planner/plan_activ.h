@@ -52,18 +52,28 @@ double plan_act_loss_forward_transient(const ModelSpec *m, const TrainSpec *t, c
    (activation gradients; memplan's engine: its scratch). A PyTorch block's own saved
    activations are freed by then. */
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
-/* Extra bytes alive during a PyTorch block's MLP backward (its first part), beyond its saved
-   activations, which are all still held: the MLP's two f-wide gradients, the residual stream's
-   gradient, and under checkpointing the recomputed activations. 0 for other layers. */
+/* Extra bytes alive at the largest moment of a PyTorch block's backward (its MLP's; Gemma's and
+   OLMo 2's post-feedforward norm's; eager attention's softmax backward at long sequences),
+   beyond its saved activations, all counted as still held: that part's working set (the MLP's
+   two f-wide gradients, ...), the residual stream's gradient, and under checkpointing the
+   recomputed activations. 0 for other layers. */
 double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Elements of block i's parameters whose backward has run at the moment
+   plan_act_block_backward_bytes describes (their gradients exist, their autocast casts are
+   freed): the MLP's output projection (plan_act_block_mlp_out_elems) when the MLP's backward
+   holds the most, a post-norm's weight when that norm's does, all but q, k, v and the input
+   norm when eager attention's does. */
+double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Elements of block i's MLP parameters whose gradients exist during its MLP backward: the
    output projection (fc2 / down_proj); in a MoE block, at the moment planned, the routed experts'
    down_proj (a whole 3-D tensor from grouped_mm's backward) once it has run, and the shared
    expert's three or Qwen2-MoE's gate where their backward comes first. */
 double plan_act_block_mlp_out_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
-/* Elements of block i's MLP parameters whose autocast copies are freed by that moment (fc2's;
-   a MoE block's routed experts run uncast under grouped_mm: plan_act_uncast_params). */
-double plan_act_block_mlp_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* Elements of block i's parameters whose autocast copies are freed by the moment
+   plan_act_block_backward_bytes describes: a dense block's plan_act_block_bwd_done_elems; a MoE
+   block's at moe_backward's moment (its routed experts run uncast under grouped_mm:
+   plan_act_uncast_params). */
+double plan_act_block_bwd_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* The MLP width one token passes through in layer l: d_ff, or in a MoE block top_k routed
    experts of d_ff_expert (Llama 4: all of them) plus the shared experts' d_ff_shared. */
 double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l);

@@ -59,6 +59,18 @@ double plan_layer_fwd_flops(const ModelSpec *m, int i, const TrainSpec *t) {
     }
 }
 
+/* A block's norms: 2 on the residual stream, or 4 with Gemma 2/3's post-norms (OLMo 2: 2, both
+   on the sublayers' outputs). */
+static double block_norms(const ModelSpec *m) {
+    return m->block.norm_place == NORM_PLACE_SANDWICH ? 4 : 2;
+}
+
+/* Elements the q and k norms normalise per token (Qwen3, Gemma 3, OLMo 2: all of q and of k). */
+static double qk_norm_elems(const ModelSpec *m) {
+    if (m->block.qk_norm == 0) return 0;
+    return (double)(m->n_head + (m->n_kv_head > 0 ? m->n_kv_head : m->n_head)) * (double)m->d_head;
+}
+
 /* Elements of a transformer block's weight matrices and norms; the rest of its parameters are
    the linear layers' biases, one element per output feature of a biased linear. */
 static double block_bias_elems(const ModelSpec *m, const LayerSpec *l) {
@@ -66,7 +78,9 @@ static double block_bias_elems(const ModelSpec *m, const LayerSpec *l) {
     double h = (double)m->d_model, dh = (double)m->d_head, f = (double)m->d_ff;
     double q = (double)m->n_head * dh, kv = (double)(m->n_kv_head > 0 ? m->n_kv_head : m->n_head) * dh;
     double mats = h * (q + 2 * kv) + q * h + (m->mlp == MLP_SWIGLU ? 3 : 2) * h * f;
-    double norms = (m->norm == NORM_RMSNORM ? 2 : 4) * h;
+    double norms = (m->norm == NORM_RMSNORM ? 1 : 2) * block_norms(m) * h;
+    if (m->block.qk_norm == 1) norms += 2 * dh;                  /* a d_head weight each */
+    if (m->block.qk_norm == 2) norms += qk_norm_elems(m);
     double rest = (double)l->params - mats - norms;
     return rest > 0 ? rest : 0;
 }
@@ -87,13 +101,17 @@ void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double 
         int gated = m->mlp == MLP_SWIGLU;
         double bias = block_bias_elems(m, l);
         double scores = t->attn == ATTN_SDPA ? 0 : b * (double)m->n_head * s * s / n;   /* per token */
-        /* forward: two norms (read x, write y), softmax over the scores (read, write), the MLP
+        double norms = block_norms(m) * h + qk_norm_elems(m);   /* elements normalised per token */
+        /* Gemma 2's soft-capping of the scores: divide, tanh, multiply (read, write each) */
+        double cap = m->block.attn_softcap > 0 ? 3 : 0;
+        /* forward: the norms (read x, write y), softmax over the scores (read, write), the MLP
            activation (read, write; SwiGLU reads gate and up), two residual adds (read 2, write 1) */
-        fe = 2 * (2 * h) + 2 * scores + (gated ? 3 : 2) * f + 2 * (3 * h);
-        /* backward: norms (read dy, x; write dx), softmax (read p, dp; write ds), activation
-           (read x, dy; write dx; SwiGLU: read gate, up, dy; write both), the bias gradients (read
-           dy of each biased linear) */
-        be = 2 * (3 * h) + 3 * scores + (gated ? 5 : 3) * f + bias;
+        fe = 2 * norms + (2 + 2 * cap) * scores + (gated ? 3 : 2) * f + 2 * (3 * h);
+        /* backward: norms (read dy, x; write dx), softmax (read p, dp; write ds), the soft-cap
+           (read dy, y; write dx, for tanh; read, write for the scalings), activation (read x, dy;
+           write dx; SwiGLU: read gate, up, dy; write both), the bias gradients (read dy of each
+           biased linear) */
+        be = 3 * norms + (3 + 7 * cap / 3) * scores + (gated ? 5 : 3) * f + bias;
         if (eng)   /* the engine's own passes: bias rows copied into each biased output before its GEMM,
                       gradients accumulated in place (norms, GELU: +1 read), scratch zeroed before
                       accumulation (dfch_gelu, dfch, 3 x dbtc, dqkv) */
@@ -112,6 +130,7 @@ void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double 
            (kern_lmhead_ce_*_fast): forward reads each chunk of logits its GEMM just wrote for the
            log-sum-exp; backward rewrites the logits as their gradient in place (read, write) */
         fe = eng ? V : 2 * V; be = 2 * V;
+        if (m->block.logit_softcap > 0) fe += 6 * V, be += 7 * V;   /* Gemma 2: divide, tanh, multiply */
         break;
     default: break;
     }

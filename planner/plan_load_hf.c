@@ -23,7 +23,15 @@ typedef struct {
     char act[32];
     TransformerConfig t;
     unsigned char *dense;      /* per block, 1 = dense in a MoE model (freed by ld_hf_config) */
+    unsigned char *sliding;    /* per block, 1 = sliding-window attention (freed likewise) */
+    unsigned char *no_rope;    /* per block, 1 = no rotary embedding (freed likewise) */
 } HfBuild;
+
+static void hf_build_free(HfBuild *b) {
+    free(b->dense);
+    free(b->sliding);
+    free(b->no_rope);
+}
 
 #define HF_MAX_CLASSES 5
 
@@ -110,9 +118,27 @@ enum {
     F_LAYERNORM = 1 << 9,     /* LayerNorm with bias and a plain c_fc/c_proj MLP (StarCoder2) */
     F_MLA = 1 << 10,          /* multi-head latent attention (DeepSeek-V3) */
     F_HIDDEN_ACTIVATION = 1 << 11,  /* the activation is hidden_activation (Gemma 2/3; Gemma too when given) */
-    F_QK_L2 = 1 << 12,        /* reads use_qk_norm: an L2 norm per head on q and k, no weights, and
+    F_POST_NORMS = 1 << 12,   /* the two norms act on the sublayers' outputs (OLMo 2) */
+    F_NORM_FP32 = 1 << 13,    /* RMSNorm as (x * w).to(dtype) (Gemma, Gemma 2/3, OLMo 2) */
+    F_RESID_DROPOUT = 1 << 14,  /* resid_pdrop dropouts on the sublayers' outputs (Phi-3) */
+    F_ROTARY_CAT = 1 << 15,   /* partial rotary through torch.cat (Phi-3) */
+    F_SOFTCAP = 1 << 16,      /* reads attn_logit_softcapping, final_logit_softcapping (Gemma 2/3) */
+    F_EMBED_SCALE = 1 << 17,  /* the scaled token embedding's 0-d embed_scale buffer (Gemma, Gemma 2/3) */
+    F_ROPE_PER_KIND = 1 << 18,  /* one rotary inv_freq pair per attention kind in layer_types (Gemma 3) */
+    F_QK_L2 = 1 << 19,        /* reads use_qk_norm: an L2 norm per head on q and k, no weights, and
                                  no_rope_layer_interval: every N-th block has neither rope nor it (Llama 4) */
 };
+
+/* Which blocks attend through a sliding window of sliding_window keys (transformers 5.24's
+   configuration classes; a config's explicit layer_types list wins where the class reads one). */
+typedef enum {
+    WIN_NONE = 0,
+    WIN_ALL,           /* every block when sliding_window is set (Mistral, Phi-3, StarCoder2) */
+    WIN_ALTERNATE,     /* blocks 0, 2, 4, ... ((i + 1) % 2: Gemma 2) */
+    WIN_PATTERN,       /* all but every sliding_window_pattern-th (default 6: Gemma 3) */
+    WIN_FROM_LAYER,    /* with use_sliding_window, blocks from max_window_layers on (Qwen2, Qwen3) */
+    WIN_NO_ROPE,       /* with use_sliding_window, the no-rope blocks (SmolLM3) */
+} WindowRule;
 
 typedef struct {
     const char *type;
@@ -151,23 +177,33 @@ typedef struct {
     int first_dense;
     const char *k_step;
     const char *k_dense_list, *k_moe_list;
+    /* attention: soft-capping defaults (F_SOFTCAP; attn_cap < 0: read by the config class, not
+       applied), the sliding window's default and its rule */
+    double attn_cap, logit_cap;
+    int64_t window;
+    WindowRule win;
 } Family;
 
 static const Family FAMILIES[] = {
     {.type = "llama", .feat = F_ATTN_BIAS | F_MLP_BIAS, .act = "silu", .max_pos = 2048},
-    {.type = "mistral", .act = "silu", .max_pos = 131072},
-    {.type = "qwen2", .feat = F_QKV_BIAS, .act = "silu", .max_pos = 32768},
-    {.type = "gemma", .feat = F_ATTN_BIAS, .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 8192},
-    {.type = "qwen3", .feat = F_ATTN_BIAS | F_QK_NORM_HEAD, .head_dim = 128, .act = "silu", .max_pos = 32768},
-    {.type = "gemma2", .feat = F_ATTN_BIAS | F_SANDWICH | F_HIDDEN_ACTIVATION, .tied = 1, .head_dim = 256,
+    {.type = "mistral", .act = "silu", .max_pos = 131072, .window = 4096, .win = WIN_ALL},
+    {.type = "qwen2", .feat = F_QKV_BIAS, .act = "silu", .max_pos = 32768, .window = 4096, .win = WIN_FROM_LAYER},
+    {.type = "gemma", .feat = F_ATTN_BIAS | F_NORM_FP32 | F_EMBED_SCALE, .tied = 1, .head_dim = 256,
      .act = "gelu_pytorch_tanh", .max_pos = 8192},
-    {.type = "gemma3_text", .feat = F_ATTN_BIAS | F_SANDWICH | F_QK_NORM_HEAD | F_HIDDEN_ACTIVATION, .tied = 1,
-     .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 131072},
-    {.type = "phi3", .feat = F_FUSED, .act = "silu", .max_pos = 4096},
-    {.type = "olmo2", .feat = F_ATTN_BIAS | F_QK_NORM_FULL, .act = "silu", .max_pos = 2048},
+    {.type = "qwen3", .feat = F_ATTN_BIAS | F_QK_NORM_HEAD, .head_dim = 128, .act = "silu", .max_pos = 32768,
+     .window = 4096, .win = WIN_FROM_LAYER},
+    {.type = "gemma2", .feat = F_ATTN_BIAS | F_SANDWICH | F_HIDDEN_ACTIVATION | F_NORM_FP32 | F_SOFTCAP | F_EMBED_SCALE,
+     .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh", .max_pos = 8192, .attn_cap = 50, .logit_cap = 30,
+     .window = 4096, .win = WIN_ALTERNATE},
+    {.type = "gemma3_text", .feat = F_ATTN_BIAS | F_SANDWICH | F_QK_NORM_HEAD | F_HIDDEN_ACTIVATION | F_NORM_FP32 |
+     F_SOFTCAP | F_EMBED_SCALE | F_ROPE_PER_KIND, .tied = 1, .head_dim = 256, .act = "gelu_pytorch_tanh",
+     .max_pos = 131072, .attn_cap = -1, .window = 4096, .win = WIN_PATTERN},
+    {.type = "phi3", .feat = F_FUSED | F_RESID_DROPOUT | F_ROTARY_CAT, .act = "silu", .max_pos = 4096, .win = WIN_ALL},
+    {.type = "olmo2", .feat = F_ATTN_BIAS | F_QK_NORM_FULL | F_POST_NORMS | F_NORM_FP32, .act = "silu", .max_pos = 2048},
     {.type = "granite", .feat = F_ATTN_BIAS | F_MLP_BIAS, .act = "silu", .max_pos = 2048},
-    {.type = "smollm3", .feat = F_ATTN_BIAS | F_MLP_BIAS, .tied = 1, .act = "silu", .max_pos = 32768},
-    {.type = "starcoder2", .feat = F_USE_BIAS | F_LAYERNORM, .tied = 1, .act = "gelu_pytorch_tanh", .max_pos = 4096},
+    {.type = "smollm3", .feat = F_ATTN_BIAS | F_MLP_BIAS, .tied = 1, .act = "silu", .max_pos = 32768, .win = WIN_NO_ROPE},
+    {.type = "starcoder2", .feat = F_USE_BIAS | F_LAYERNORM, .tied = 1, .act = "gelu_pytorch_tanh", .max_pos = 4096,
+     .win = WIN_ALL},
     {.type = "mixtral", .act = "silu", .max_pos = 131072, .k_experts = "num_local_experts|num_experts", .experts = 8, .top_k = 2,
      .k_expert_ff = "intermediate_size", .expert_ff = 14336, .router_first = 1, .norm_topk = 1, .fp32_weights = 1,
      .aux_loss = 1},
@@ -355,6 +391,127 @@ static int read_mla(LoadCtx *c, const cJSON *root, HfBuild *b) {
     return 0;
 }
 
+/* A number whose explicit null means "off" (transformers' None: a soft-cap, a window), where
+   null_is_absent would read it as the default. */
+static int num_or_off(LoadCtx *c, const cJSON *root, const char *key, double def, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (v && cJSON_IsNull(v)) { *out = 0; return 0; }
+    return ld_num(c, root, "", key, 0, def, 0.0, 1e9, out);
+}
+
+/* SmolLM3's NoPE blocks: no_rope_layers (per layer, 1 = rotary, 0 = none) or else every
+   no_rope_layer_interval-th block (configuration_smollm3.py). */
+static int read_no_rope(LoadCtx *c, const cJSON *root, HfBuild *b) {
+    int n = b->t.n_layer, every, i = 0;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "no_rope_layers");
+    if (ld_int32(c, root, "", "no_rope_layer_interval", 0, 4, 1, MAX_LAYERS, &every)) return -1;
+    if (!(b->no_rope = calloc((size_t)n, 1))) return ld_fail(c, "out of host memory");
+    b->t.no_rope_blocks = b->no_rope;
+    if (!a || cJSON_IsNull(a)) {
+        for (i = 0; i < n; i++) b->no_rope[i] = (i + 1) % every == 0;
+        return 0;
+    }
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+        return ld_fail(c, "field 'no_rope_layers' must list 0 or 1 for each of the %d layers", n);
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || (e->valuedouble != 0 && e->valuedouble != 1))
+            return ld_fail(c, "field 'no_rope_layers[%d]' must be 0 or 1", i);
+        b->no_rope[i] = e->valuedouble == 0;
+    }
+    return 0;
+}
+
+/* 1 when block i of the family's rule attends through the sliding window. */
+static int rule_sliding(WindowRule w, int i, int from, int pattern, const unsigned char *no_rope) {
+    switch (w) {
+    case WIN_ALL: return 1;
+    case WIN_ALTERNATE: return (i + 1) % 2 != 0;
+    case WIN_PATTERN: return (i + 1) % pattern != 0;
+    case WIN_FROM_LAYER: return i >= from;
+    case WIN_NO_ROPE: return no_rope && no_rope[i];
+    default: return 0;
+    }
+}
+
+/* Which blocks attend through a sliding window of sliding_window keys (Family.win): an explicit
+   layer_types list ("sliding_attention" per block) where the family's class reads one, else its
+   rule; sliding_window null or 0, or use_sliding_window false where it gates, means none. */
+static int read_windows(LoadCtx *c, const cJSON *root, const Family *v, HfBuild *b) {
+    TransformerConfig *t = &b->t;
+    int n = t->n_layer, gate = 1, from = 0, pattern = 6;
+    double w;
+    if (v->win == WIN_NONE) return 0;
+    if (num_or_off(c, root, "sliding_window", (double)v->window, &w)) return -1;
+    if ((v->win == WIN_FROM_LAYER || v->win == WIN_NO_ROPE) &&
+        ld_bool(c, root, "", "use_sliding_window", 0, 0, 0, &gate))
+        return -1;
+    if ((v->win == WIN_FROM_LAYER && ld_int32(c, root, "", "max_window_layers", 0, 28, 0, MAX_LAYERS, &from)) ||
+        (v->win == WIN_PATTERN && ld_int32(c, root, "", "sliding_window_pattern", 0, 6, 1, MAX_LAYERS, &pattern)))
+        return -1;
+    if (w < 1 || !gate) return 0;
+    t->window = (int64_t)w;
+    if (!(b->sliding = calloc((size_t)n, 1))) return ld_fail(c, "out of host memory");
+    t->sliding_blocks = b->sliding;
+    const cJSON *lt = v->win == WIN_ALL ? NULL : cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt) && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n))
+        return ld_fail(c, "field 'layer_types' must list one attention type for each of the %d layers", n);
+    const cJSON *e = lt && cJSON_IsArray(lt) ? lt->child : NULL;
+    for (int i = 0; i < n; i++, e = e ? e->next : NULL)
+        b->sliding[i] = (unsigned char)(e ? cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0
+                                          : rule_sliding(v->win, i, from, pattern, b->no_rope));
+    return 0;
+}
+
+/* Gemma 3's rotary embedding keeps an inv_freq pair for each distinct entry of layer_types
+   (modeling_gemma3.py Gemma3RotaryEmbedding.__init__: sorted(set(config.layer_types))), which
+   its config class fills from sliding_window_pattern when absent (configuration_gemma3.py),
+   whether or not sliding_window is set. */
+static int read_rope_kinds(LoadCtx *c, const cJSON *root, HfBuild *b) {
+    int n = b->t.n_layer, pattern = 6, kinds = 0;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && cJSON_IsArray(lt)) {
+        for (const cJSON *e = lt->child; e; e = e->next) {
+            if (!cJSON_IsString(e)) continue;
+            int seen = 0;
+            for (const cJSON *f = lt->child; f != e && !seen; f = f->next)
+                seen = cJSON_IsString(f) && strcmp(f->valuestring, e->valuestring) == 0;
+            kinds += !seen;
+        }
+    } else {
+        int sliding = 0, full = 0;
+        if (ld_int32(c, root, "", "sliding_window_pattern", 0, 6, 1, MAX_LAYERS, &pattern)) return -1;
+        for (int i = 0; i < n; i++) {
+            if ((i + 1) % pattern) sliding = 1;
+            else full = 1;
+        }
+        kinds = sliding + full;
+    }
+    b->t.rope_kinds = kinds;
+    return 0;
+}
+
+/* The attention parts of a family (Family): soft-capping (Gemma 2/3), NoPE blocks and sliding
+   windows; OLMo 2's post-norms, the Gemma-style RMSNorm, Phi-3's residual dropouts and
+   concatenating rotary. */
+static int read_attention(LoadCtx *c, const cJSON *root, const Family *v, HfBuild *b) {
+    TransformerConfig *t = &b->t;
+    /* Gemma 3 reads attn_logit_softcapping but its attention never applies it (modeling_gemma3.py
+       Gemma3Attention.forward passes no softcap): attn_cap < 0 */
+    if ((v->feat & F_SOFTCAP) &&
+        ((v->attn_cap >= 0 && num_or_off(c, root, "attn_logit_softcapping", v->attn_cap, &t->attn_softcap)) ||
+         num_or_off(c, root, "final_logit_softcapping", v->logit_cap, &t->logit_softcap)))
+        return -1;
+    if (v->win == WIN_NO_ROPE && read_no_rope(c, root, b)) return -1;
+    if (read_windows(c, root, v, b)) return -1;
+    if ((v->feat & F_ROPE_PER_KIND) && read_rope_kinds(c, root, b)) return -1;
+    t->embed_scale_buffer = (v->feat & F_EMBED_SCALE) != 0;
+    t->post_norms = (v->feat & F_POST_NORMS) != 0;
+    t->norm_fp32 = (v->feat & F_NORM_FP32) != 0;
+    t->resid_dropout = (v->feat & F_RESID_DROPOUT) != 0;
+    t->rotary_cat = (v->feat & F_ROTARY_CAT) != 0;
+    return 0;
+}
+
 /* The LLaMA-layout families (FAMILIES): embed_tokens V*h; per block the attention (q, k, v,
  * o, or Phi-3's fused qkv, or DeepSeek's latent attention; q/k norms; GPT-OSS sinks), the MLP
  * (gate/up/down, Phi-3's fused gate_up, StarCoder2's c_fc/c_proj, or the experts), 2 or 4
@@ -395,7 +552,7 @@ static int read_llama_like(LoadCtx *c, const cJSON *root, const char *cls, HfBui
         act(c, root, "hidden_activation", v->act, b))
         return -1;
     if ((v->feat & F_MLA) && read_mla(c, root, b)) return -1;
-    if (read_moe(c, root, v, b)) return -1;
+    if (read_moe(c, root, v, b) || read_attention(c, root, v, b)) return -1;
     t->arch = ARCH_DECODER;
     t->norm = v->feat & F_LAYERNORM ? NORM_LAYERNORM : NORM_RMSNORM;
     t->mlp = v->feat & F_LAYERNORM ? mlp_of_act(b->act) : MLP_SWIGLU;   /* gated: SwiGLU, or GeGLU (same shapes) */
@@ -668,13 +825,13 @@ int ld_hf_config(ModelSpec *m, const cJSON *root, LoadCtx *c) {
     b.t.name = b.name;
     b.t.family = ht->type;
     if (ht->read(c, root, cls, &b)) {
-        free(b.dense);
+        hf_build_free(&b);
         return -1;
     }
     b.t.headless = hf_headless(cls);
     char err[256];
     int rc = plan_model_transformer(m, &b.t, err, sizeof(err));
-    free(b.dense);
+    hf_build_free(&b);
     if (rc) return ld_fail(c, "%s", err);
     return 0;
 }

@@ -16,24 +16,31 @@
 
 static const char *const NORM_NAMES[] = {"layernorm", "rmsnorm"};
 static const char *const MLP_NAMES[] = {"gelu", "gelu_new", "relu", "swiglu"};
+static const char *const QK_NORM_NAMES[] = {"none", "head", "full"};
+static const char *const NORM_PLACE_NAMES[NORM_PLACE_COUNT] = {"pre", "sandwich", "post"};
+static const char *const QKV_NAMES[QKV_COUNT] = {"classic", "separate", "fused"};
 #define N_NORMS ((int)(sizeof(NORM_NAMES) / sizeof(NORM_NAMES[0])))
 #define N_MLPS ((int)(sizeof(MLP_NAMES) / sizeof(MLP_NAMES[0])))
+#define N_QK_NORMS ((int)(sizeof(QK_NORM_NAMES) / sizeof(QK_NORM_NAMES[0])))
 
 static const char *const TOP_KEYS[] = {
     "memplan_model", "name", "family", "description", "arch", "n_layer", "n_enc_layer", "d_model",
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
-    "mlp", "fused_qkv", "addmm_proj", "act_fn", "dropout", "image_size", "in_channels", "moe", "mla", "attn_sinks", "qk_norm",
+    "mlp", "fused_qkv", "addmm_proj", "act_fn", "dropout", "image_size", "in_channels", "moe", "block", "mla", "attn_sinks", "qk_norm",
     "nope_every", "root_only", "layers", NULL};
 static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", "router", "norm_topk",
                                        "fp32_weights", "shared_gate", "shared_last", "bias", "clamped_glu",
                                        "router_logits", NULL};
+static const char *const BLOCK_KEYS[] = {"qk_norm", "norm_place", "norm_fp32", "qkv", "fused_gate_up", "rotary",
+                                         "rotary_cat", "resid_dropout", "attn_softcap", "logit_softcap", NULL};
 static const char *const MLA_KEYS[] = {"q_rank", "kv_rank", "rope_dim", "nope_dim", "v_dim", NULL};
 /* MoeRouter, in order */
 static const char *const ROUTER_NAMES[] = {"softmax", "topk_softmax", "grouped", "all_experts"};
 static const char *const LAYER_KEYS[] = {
     "name", "kind", "params", "buffers", "buffers_i64", "bn_channels", "largest_tensor", "fwd_flops",
     "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors",
-    "tensor_dim0", "tensor_modules", "unit", "conv_kernel", "conv_stride", "expert_params", NULL};
+    "tensor_dim0", "tensor_modules", "unit", "conv_kernel", "conv_stride", "expert_params", "attn_window",
+    "no_rope", NULL};
 
 /* ---- export ---- */
 
@@ -85,6 +92,26 @@ static void put_double(Out *o, double d) {
     put(o, "%s", b);
 }
 
+/* "block": what a 2024-26 decoder block saves beyond the classic one (BlockSpec); written when
+   any of it is set. */
+static void put_block(Out *o, const BlockSpec *b) {
+    BlockSpec zero;
+    memset(&zero, 0, sizeof(zero));
+    if (memcmp(b, &zero, sizeof(zero)) == 0) return;   /* optional: absent = the classic block */
+    int qk = b->qk_norm >= 0 && b->qk_norm < N_QK_NORMS ? b->qk_norm : 0;
+    int place = b->norm_place >= 0 && b->norm_place < NORM_PLACE_COUNT ? (int)b->norm_place : 0;
+    int qkv = b->qkv >= 0 && b->qkv < QKV_COUNT ? (int)b->qkv : 0;
+    put(o, "  \"block\": {\"qk_norm\": \"%s\", \"norm_place\": \"%s\", \"norm_fp32\": %s, \"qkv\": \"%s\", "
+        "\"fused_gate_up\": %s, \"rotary\": %s, \"rotary_cat\": %s, \"resid_dropout\": %s, \"attn_softcap\": ",
+        QK_NORM_NAMES[qk], NORM_PLACE_NAMES[place], b->norm_fp32 ? "true" : "false", QKV_NAMES[qkv],
+        b->fused_gate_up ? "true" : "false", b->rotary ? "true" : "false", b->rotary_cat ? "true" : "false",
+        b->resid_dropout ? "true" : "false");
+    put_double(o, b->attn_softcap);
+    put(o, ", \"logit_softcap\": ");
+    put_double(o, b->logit_softcap);
+    put(o, "},\n");
+}
+
 int plan_model_export_json(const ModelSpec *m, char **out_json) {
     Out o = {malloc(4096), 0, 4096, 0};
     *out_json = NULL;
@@ -122,6 +149,7 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
             ROUTER_NAMES[e->router >= 0 && e->router < MOE_ROUTER_COUNT ? e->router : 0], TF(e->norm_topk),
             TF(e->fp32_weights), TF(e->shared_gate), TF(e->shared_last), TF(e->bias), TF(e->clamped_glu),
             TF(e->router_logits));
+    put_block(&o, &m->block);
     if (m->mla.kv_rank > 0)   /* optional: absent = no latent attention */
         put(&o, "  \"mla\": {\"q_rank\": %lld, \"kv_rank\": %lld, \"rope_dim\": %lld, \"nope_dim\": %lld, "
             "\"v_dim\": %lld},\n", (long long)m->mla.q_rank, (long long)m->mla.kv_rank, (long long)m->mla.rope_dim,
@@ -172,6 +200,8 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
         if (l->conv_kernel > 0 || l->conv_stride > 0)
             put(&o, ", \"conv_kernel\": %d, \"conv_stride\": %d", l->conv_kernel, l->conv_stride);
         if (l->expert_params > 0) put(&o, ", \"expert_params\": %lld", (long long)l->expert_params);
+        if (l->attn_window > 0) put(&o, ", \"attn_window\": %lld", (long long)l->attn_window);
+        if (l->no_rope) put(&o, ", \"no_rope\": true");
         put(&o, "}%s\n", i + 1 < m->n_layers ? "," : "");
     }
     put(&o, "  ]\n}\n");
@@ -208,6 +238,32 @@ static const char *kind_name(int i) { return plan_layer_kind_name((LayerKind)i);
 static const char *norm_name(int i) { return NORM_NAMES[i]; }
 static const char *mlp_name(int i) { return MLP_NAMES[i]; }
 static const char *router_name(int i) { return ROUTER_NAMES[i]; }
+static const char *qk_norm_name(int i) { return QK_NORM_NAMES[i]; }
+static const char *norm_place_name(int i) { return NORM_PLACE_NAMES[i]; }
+static const char *qkv_name(int i) { return QKV_NAMES[i]; }
+
+/* Optional "block" (BlockSpec): every key optional, absent = the classic block's value. */
+static int read_block(LoadCtx *c, const cJSON *root, BlockSpec *b) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "block");
+    int place, qkv;
+    if (!j) return 0;
+    if (!cJSON_IsObject(j)) return ld_fail(c, "field 'block' must be an object");
+    if (ld_known_keys(c, j, "block.", BLOCK_KEYS) ||
+        ld_enum(c, j, "block.", "qk_norm", 0, 0, qk_norm_name, N_QK_NORMS, &b->qk_norm) ||
+        ld_enum(c, j, "block.", "norm_place", 0, 0, norm_place_name, NORM_PLACE_COUNT, &place) ||
+        ld_bool(c, j, "block.", "norm_fp32", 0, 0, 1, &b->norm_fp32) ||
+        ld_enum(c, j, "block.", "qkv", 0, 0, qkv_name, QKV_COUNT, &qkv) ||
+        ld_bool(c, j, "block.", "fused_gate_up", 0, 0, 1, &b->fused_gate_up) ||
+        ld_bool(c, j, "block.", "rotary", 0, 0, 1, &b->rotary) ||
+        ld_bool(c, j, "block.", "rotary_cat", 0, 0, 1, &b->rotary_cat) ||
+        ld_bool(c, j, "block.", "resid_dropout", 0, 0, 1, &b->resid_dropout) ||
+        ld_num(c, j, "block.", "attn_softcap", 0, 0.0, 0.0, 1e9, &b->attn_softcap) ||
+        ld_num(c, j, "block.", "logit_softcap", 0, 0.0, 0.0, 1e9, &b->logit_softcap))
+        return -1;
+    b->norm_place = (NormPlace)place;
+    b->qkv = (QkvLayout)qkv;
+    return 0;
+}
 
 /* Optional "tensor_dim0" (with "tensors"): each tensor's dim 0, one entry per tensor, a whole
  * number dividing the tensor's elements, 0 = unknown; absent = all unknown. */
@@ -309,7 +365,9 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
         ld_int32(c, j, prefix, "unit", 0, 0, 0, 100000, &l->unit) ||
         ld_int32(c, j, prefix, "conv_kernel", 0, 0, 0, 65536, &l->conv_kernel) ||
         ld_int32(c, j, prefix, "conv_stride", 0, 0, 0, 65536, &l->conv_stride) ||
-        ld_int(c, j, prefix, "expert_params", 0, 0, 0, LD_MAX_PARAMS, &l->expert_params))
+        ld_int(c, j, prefix, "expert_params", 0, 0, 0, LD_MAX_PARAMS, &l->expert_params) ||
+        ld_int(c, j, prefix, "attn_window", 0, 0, 0, 1 << 24, &l->attn_window) ||
+        ld_bool(c, j, prefix, "no_rope", 0, 0, 1, &l->no_rope))
         return -1;
     if (l->expert_params > l->params)
         return ld_fail(c, "field '%sexpert_params' (%lld) exceeds the layer's params (%lld)", prefix,
@@ -442,7 +500,7 @@ int ld_memplan_json(ModelSpec *m, const cJSON *root, LoadCtx *c) {
         goto fail;
     }
     m->arch = (ArchKind)arch;
-    if (read_hyper(c, root, m)) goto fail;
+    if (read_hyper(c, root, m) || read_block(c, root, &m->block)) goto fail;
 
     int64_t total = 0;
     int blocks = 0, i = 0;

@@ -36,6 +36,13 @@ typedef enum {
 } ArchKind;
 
 typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } NormKind;
+/* Where a block's norms sit: before each sublayer (the classic pre-norm block), before and after
+ * it (Gemma 2/3's sandwich), or only after it, on the sublayer's output (OLMo 2). */
+typedef enum { NORM_PLACE_PRE = 0, NORM_PLACE_SANDWICH, NORM_PLACE_POST, NORM_PLACE_COUNT } NormPlace;
+/* How q, k and v are projected, where it differs from what the norm implies (RMSNorm decoders:
+ * three projections; the others: GPT-2's fused c_attn): separate (StarCoder2) or one fused
+ * projection (Phi-3's qkv_proj). */
+typedef enum { QKV_CLASSIC = 0, QKV_SEPARATE, QKV_FUSED, QKV_COUNT } QkvLayout;
 /* MLP shapes: GELU as one fused op (saves its input), GPT-2's composite gelu_new (tanh
  * formula written out in eager PyTorch: saves four 4h tensors), ReLU, and gated SwiGLU/GeGLU. */
 typedef enum { MLP_GELU = 0, MLP_GELU_NEW, MLP_RELU, MLP_SWIGLU } MlpKind;
@@ -70,6 +77,25 @@ typedef struct {
     int router_logits;       /* output_router_logits: the logits kept in the output for the
                                 load-balancing loss */
 } MoeSpec;
+
+/* What a decoder block of the 2024-26 families saves beyond the classic block of its norm and MLP
+ * (transformers 5.24's modeling_*.py; docs/formulas.md "Activations"). All zero = the classic block. */
+typedef struct {
+    int qk_norm;             /* 0; 1 = an RMSNorm over each head's q and k (Qwen3, Gemma 3); 2 = over
+                                all of q and of k (OLMo 2) */
+    NormPlace norm_place;
+    int norm_fp32;           /* the RMSNorm scales by its weight before casting back, (x*w).to(dtype)
+                                (Gemma, OLMo 2): it saves the normalised tensor in fp32 */
+    QkvLayout qkv;
+    int fused_gate_up;       /* one gate|up projection (Phi-3): autocast casts its input once */
+    int rotary;              /* q and k pass a rotary embedding and softmax runs in fp32 (transformers'
+                                shared eager attention); implied for RMSNorm decoders (StarCoder2) */
+    int rotary_cat;          /* the rotary embedding concatenates rotated and passed dims (Phi-3's
+                                partial rotary): q leaves it contiguous per head */
+    int resid_dropout;       /* the sublayers' outputs pass a dropout; implied for non-RMSNorm models (Phi-3) */
+    double attn_softcap;     /* tanh soft-capping of the attention scores (Gemma 2), 0 = none */
+    double logit_softcap;    /* tanh soft-capping of the logits (Gemma 2), 0 = none */
+} BlockSpec;
 
 /* Multi-head latent attention (DeepSeek-V2/V3; kv_rank > 0): q through a q_rank bottleneck (0 = a
  * plain q_proj) to heads of nope + rope dims, k and v from a kv_rank latent (+ a shared rope key),
@@ -124,6 +150,13 @@ typedef struct {
     /* LAYER_BLOCK of a mixture-of-experts model: the elements of its routed experts (all E of
      * them; ModelSpec.moe says how many each token uses); 0 = a dense block */
     int64_t expert_params;
+    /* LAYER_BLOCK: sliding-window attention, the keys each query sees (Mistral, Gemma 2/3's
+     * sliding layers, Qwen's above max_window_layers); 0 = every earlier key. Beyond the window
+     * transformers hands SDPA a materialised mask (docs/formulas.md "Activations"). */
+    int64_t attn_window;
+    /* LAYER_BLOCK: 1 = its q and k skip the rotary embedding (SmolLM3's NoPE layers), so under
+     * autocast q stays in the compute dtype */
+    int no_rope;
     /* The named module each tensor is the weight of (a PlanModule, | PLAN_MOD_CONV1D for GPT-2's
      * Conv1D, whose weight is (in, out)); 0 = not a projection's weight (a bias, a norm, an
      * embedding, or a family whose names are not recorded). --lora-targets matches these. */
@@ -208,6 +241,8 @@ typedef struct {
     /* mixture of experts (0 = dense): each MoE block routes every token to top_k of n_experts
      * experts of width d_ff_expert, beside shared experts of total width d_ff_shared */
     MoeSpec moe;
+    /* the parts of a 2024-26 decoder block that change what it saves (zero: the classic block) */
+    BlockSpec block;
     MlaSpec mla;             /* latent attention (mla.kv_rank > 0), else zero */
     int attn_sinks;          /* GPT-OSS: a learned sink logit per head joins each softmax */
     int qk_norm;             /* TransformerConfig.qk_norm: 1 an RMSNorm per head on q and k (Qwen3),
@@ -318,6 +353,16 @@ typedef struct {
     int fused_qkv;           /* Phi-3: one qkv_proj (h x (A + 2 KV)·d), registered after o_proj */
     int fused_gate_up;       /* Phi-3: one gate_up_proj (h x 2f) */
     int sinks;               /* GPT-OSS: a learned attention-sink logit per head */
+    int post_norms;          /* OLMo 2: the block's two norms act on the sublayers' outputs */
+    int norm_fp32;           /* Gemma, OLMo 2: the RMSNorm scales before casting back (BlockSpec) */
+    int resid_dropout;       /* Phi-3: resid_pdrop dropouts on the sublayers' outputs */
+    int rotary_cat;          /* Phi-3: partial rotary through torch.cat */
+    int embed_scale_buffer;  /* Gemma, Gemma 2/3: the scaled embedding's 0-d fp32 embed_scale buffer */
+    int rope_kinds;          /* Gemma 3: rotary inv_freq pairs, one per attention kind (0 = 1) */
+    double attn_softcap, logit_softcap;   /* Gemma 2 (BlockSpec) */
+    int64_t window;          /* sliding-window attention: the keys a query sees in the blocks sliding_blocks marks */
+    const unsigned char *sliding_blocks; /* per block, 1 = sliding-window attention of `window` (NULL: none) */
+    const unsigned char *no_rope_blocks; /* per block, 1 = no rotary embedding (SmolLM3; NULL: none) */
     MlaSpec mla;             /* multi-head latent attention (DeepSeek-V2/V3; mla.kv_rank > 0) */
     /* mixture of experts (n_experts > 0): the MoE blocks' router (h x E), routed experts (gated:
        gate|up E x 2f x h and down E x h x f), shared expert(s) of total width d_ff_shared,

@@ -39,7 +39,7 @@ void rule_autocast_cache(const StepCtx *x, Step *st) {
     double ccb = x->p->cast_copy_bytes;
     if (ccb <= 0) return;
     for (int i = 0; i < x->L; i++) {
-        double mlp_out = plan_act_block_mlp_cast_elems(x->m, i, x->t, &x->in) * ccb;
+        double mlp_out = plan_act_block_bwd_cast_elems(x->m, i, x->t, &x->in) * ccb;
         double cast = step_cast_elems(x, i) * ccb;
         if (cast <= 0) continue;
         int cached = step_casts_cached(x, i), leave = step_casts_leave_with_block(x, i);

@@ -260,7 +260,7 @@ void rule_mlp_pending_grads(const StepCtx *x, Step *st) {
     double gb = x->p->grad_bytes;
     for (int i = 0; i < x->L; i++) {
         if (step_mlp_ws(x, i) <= 0) continue;
-        double mlp_out = plan_act_block_mlp_out_elems(m, i, x->t, &x->in);
+        double mlp_out = plan_act_block_bwd_done_elems(m, i, x->t, &x->in);
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
         double own = x->f2.on ? (l->unit > 0 && !x->acc.unit_unsharded ? pu * gb : 0)

@@ -27,6 +27,9 @@ MODELS = ["gpt2-tiny", "gpt2-mini", "gpt2", "gpt2-xl", "llama2-7b", "llama2-70b"
           "tests/data/hf/opt-125m.json", "tests/data/hf/pythia-160m.json", "tests/data/hf/mistral-7b-v0.1.json",
           "tests/data/hf/llama-3.2-1b.json", "bench/torch/configs/llama-mini.json",
           "tests/data/params/gpt2.json", "tests/data/memplan/custom-mlp.json"]
+# the dense 2024-26 families at the shapes their PyTorch rows were measured at (bench/torch/configs)
+MODELS += [f"bench/torch/configs/{f}-mini.json" for f in ("qwen3", "gemma2", "gemma3", "phi3", "olmo2",
+                                                           "starcoder2", "granite", "smollm3")]
 
 # (name, flags): each setup is planned for every model (the CLI refuses what does not apply)
 SETUPS = [

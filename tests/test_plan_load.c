@@ -272,6 +272,119 @@ Test(plan_load_hf, a_mixture_of_experts_should_know_its_active_parameters_and_mo
     plan_model_free(&m);
 }
 
+static int from_text(ModelSpec *m, const char *js) {
+    return plan_load_model_from_buffer(m, js, strlen(js), "config.json", msg, sizeof(msg));
+}
+
+/* Each block's sliding window (0: full attention) and NoPE flag, block by block. */
+static void windows_of(const ModelSpec *m, int64_t *win, int *no_rope) {
+    for (int i = 0, b = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == LAYER_BLOCK) { win[b] = m->layers[i].attn_window; no_rope[b++] = m->layers[i].no_rope; }
+}
+
+/* ---- what the 2024-26 dense blocks save beyond the classic block (BlockSpec; docs/formulas.md
+ * "Activations") and their sliding windows, from transformers 5.24's configuration classes ---- */
+
+Test(plan_load_hf, the_dense_families_should_describe_their_blocks) {
+    ModelSpec m;
+    load(&m, "bench/torch/configs/qwen3-mini.json");
+    cr_expect_eq(m.block.qk_norm, 1);
+    cr_expect_eq(m.block.norm_place, NORM_PLACE_PRE);
+    cr_expect_eq(m.d_head, 64);
+    plan_model_free(&m);
+    load(&m, "bench/torch/configs/gemma2-mini.json");
+    cr_expect_eq(m.block.norm_place, NORM_PLACE_SANDWICH);
+    cr_expect(m.block.norm_fp32 && m.block.attn_softcap == 50 && m.block.logit_softcap == 30);
+    plan_model_free(&m);
+    load(&m, "bench/torch/configs/olmo2-mini.json");
+    cr_expect_eq(m.block.qk_norm, 2);
+    cr_expect_eq(m.block.norm_place, NORM_PLACE_POST);
+    cr_expect(m.block.norm_fp32);
+    plan_model_free(&m);
+    load(&m, "bench/torch/configs/phi3-mini.json");
+    cr_expect_eq(m.block.qkv, QKV_FUSED);
+    cr_expect(m.block.fused_gate_up && m.block.rotary_cat && m.block.resid_dropout);
+    plan_model_free(&m);
+    load(&m, "bench/torch/configs/starcoder2-mini.json");   /* LayerNorm, but Llama's attention */
+    cr_expect(m.block.qkv == QKV_SEPARATE && m.block.rotary && !m.block.norm_fp32);
+    plan_model_free(&m);
+    /* the classic families keep the classic block; Gemma's RMSNorm scales in fp32 */
+    load(&m, "tests/data/hf/llama-3.2-1b.json");
+    BlockSpec zero;
+    memset(&zero, 0, sizeof(zero));
+    cr_expect_eq(memcmp(&m.block, &zero, sizeof(zero)), 0);
+    plan_model_free(&m);
+    load(&m, "tests/data/hf/gemma-2b.json");
+    cr_expect(m.block.norm_fp32);
+    plan_model_free(&m);
+}
+
+Test(plan_load_hf, sliding_windows_and_nope_layers_should_follow_each_config_class) {
+    ModelSpec m;
+    int64_t w[8];
+    int nr[8];
+    /* Mistral: sliding_window defaults to 4096 on every block; null turns it off */
+    cr_assert_eq(from_text(&m, "{\"model_type\": \"mistral\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}"), 0, "%s", msg);
+    windows_of(&m, w, nr);
+    cr_expect(w[0] == 4096 && w[1] == 4096);
+    plan_model_free(&m);
+    cr_assert_eq(from_text(&m, "{\"model_type\": \"mistral\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100, "
+                               "\"sliding_window\": null}"), 0, "%s", msg);
+    windows_of(&m, w, nr);
+    cr_expect(w[0] == 0 && w[1] == 0);
+    plan_model_free(&m);
+    /* Gemma 2 alternates from block 0; Gemma 3 slides on all but every 6th (here 2nd) */
+    load(&m, "bench/torch/configs/gemma2-mini.json");
+    windows_of(&m, w, nr);
+    cr_expect(w[0] == 64 && w[1] == 0 && w[2] == 64 && w[3] == 0);
+    plan_model_free(&m);
+    cr_assert_eq(from_text(&m, "{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                               "\"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"vocab_size\": 100, "
+                               "\"head_dim\": 16, \"sliding_window\": 512, \"sliding_window_pattern\": 2}"), 0, "%s", msg);
+    windows_of(&m, w, nr);
+    cr_expect(w[0] == 512 && w[1] == 0 && w[2] == 512 && w[3] == 0);
+    plan_model_free(&m);
+    /* Gemma 3's attention never applies attn_logit_softcapping (its final soft-cap it does) */
+    cr_assert_eq(from_text(&m, "{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100, \"head_dim\": 16, "
+                               "\"attn_logit_softcapping\": 50, \"final_logit_softcapping\": 30}"), 0, "%s", msg);
+    cr_expect(m.block.attn_softcap == 0 && m.block.logit_softcap == 30);
+    plan_model_free(&m);
+    /* an explicit layer_types list wins; Qwen3 slides only with use_sliding_window, from max_window_layers */
+    load(&m, "bench/torch/configs/gemma3-mini.json");
+    windows_of(&m, w, nr);
+    cr_expect(w[0] == 64 && w[1] == 64 && w[2] == 64 && w[3] == 0);
+    plan_model_free(&m);
+    cr_assert_eq(from_text(&m, "{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                               "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 100, "
+                               "\"use_sliding_window\": true, \"max_window_layers\": 1}"), 0, "%s", msg);
+    windows_of(&m, w, nr);
+    cr_expect(w[0] == 0 && w[1] == 4096 && w[2] == 4096);
+    plan_model_free(&m);
+    /* SmolLM3: every 4th block has no rotary embedding, or as no_rope_layers lists (0 = none) */
+    load(&m, "bench/torch/configs/smollm3-mini.json");
+    windows_of(&m, w, nr);
+    cr_expect(!nr[0] && !nr[1] && !nr[2] && nr[3] && w[3] == 0);
+    plan_model_free(&m);
+    cr_assert_eq(from_text(&m, "{\"model_type\": \"smollm3\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100, "
+                               "\"no_rope_layers\": [0, 1], \"use_sliding_window\": true, \"sliding_window\": 32}"), 0, "%s", msg);
+    windows_of(&m, w, nr);
+    cr_expect(nr[0] && !nr[1] && w[0] == 32 && w[1] == 0);
+    plan_model_free(&m);
+    /* a list that does not give one entry per layer is refused by name */
+    cr_expect_neq(from_text(&m, "{\"model_type\": \"gemma2\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                                "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100, "
+                                "\"layer_types\": [\"full_attention\"]}"), 0);
+    cr_expect(strstr(msg, "layer_types"), "%s", msg);
+    cr_expect_neq(from_text(&m, "{\"model_type\": \"smollm3\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+                                "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100, "
+                                "\"no_rope_layers\": [1, 2]}"), 0);
+    cr_expect(strstr(msg, "no_rope_layers[1]"), "%s", msg);
+}
+
 static int cmp_pair(const void *a, const void *b) {
     const double *x = a, *y = b;
     return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : x[1] != y[1] ? (x[1] < y[1] ? -1 : 1) : 0;
@@ -507,6 +620,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->moe.top_k, b->moe.top_k, "%s", what);
     cr_expect_eq(a->moe.d_ff_expert, b->moe.d_ff_expert, "%s", what);
     cr_expect_eq(a->moe.d_ff_shared, b->moe.d_ff_shared, "%s", what);
+    cr_expect_eq(memcmp(&a->block, &b->block, sizeof(a->block)), 0, "%s: block", what);
     cr_expect_eq(a->moe.router, b->moe.router, "%s", what);
     cr_expect_eq(a->moe.norm_topk, b->moe.norm_topk, "%s", what);
     cr_expect_eq(a->moe.fp32_weights, b->moe.fp32_weights, "%s", what);
@@ -546,6 +660,8 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
         cr_expect_eq(x->unit, y->unit, "%s layer %d unit", what, i);
         cr_expect_eq(x->conv_kernel, y->conv_kernel, "%s layer %d conv kernel", what, i);
         cr_expect_eq(x->conv_stride, y->conv_stride, "%s layer %d conv stride", what, i);
+        cr_expect_eq(x->attn_window, y->attn_window, "%s layer %d attention window", what, i);
+        cr_expect_eq(x->no_rope, y->no_rope, "%s layer %d no rope", what, i);
     }
 }
 
@@ -698,8 +814,8 @@ Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries)
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). The
      * trainable-subset fields (frozen*, act_unsaved_tok, lora_*_tok, grad_frontier) are not the
      * model's: plan_finetune_apply sets them from the training setup (--lora, --freeze). */
-    cr_expect_eq(sizeof(LayerSpec), 672 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 608, "ModelSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(LayerSpec), 672 + 16 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8, "LayerSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 656, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {
@@ -717,6 +833,8 @@ Test(plan_load_memplan, loaded_configs_and_parameter_lists_should_survive_export
         "tests/data/hf/t5-v1_1-base.json", "tests/data/hf/opt-350m.json",
         "tests/data/hf/gemma-2b.json",     "tests/data/params/resnet50.json",
         "tests/data/params/gpt2.json",     "tests/data/memplan/custom-mlp.json",
+        "bench/torch/configs/gemma2-mini.json", "bench/torch/configs/phi3-mini.json",
+        "bench/torch/configs/smollm3-mini.json", "bench/torch/configs/olmo2-mini.json",
         /* every MoE router kind, shared experts (gated, last), biases, latent attention, sinks, q/k norms */
         "tests/data/hf/variants/mixtral.json", "tests/data/hf/variants/qwen2-moe.json",
         "tests/data/hf/variants/qwen3-moe.json", "tests/data/hf/variants/deepseek-v3.json",

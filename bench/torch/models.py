@@ -22,7 +22,7 @@ ZOO_NAMES = (["gpt2-tiny", "gpt2-mini"] + list(_GPT2) + list(_LLAMA2) + list(_BE
 # Config keys that carry a dropout probability, per family; --dropout sets all of them.
 _DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout",
                  "hidden_dropout_prob", "attention_probs_dropout_prob", "hidden_dropout",
-                 "dropout", "summary_first_dropout")
+                 "dropout", "summary_first_dropout", "residual_dropout", "embedding_dropout")
 
 
 class ModelSpec:
