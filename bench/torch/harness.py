@@ -78,6 +78,9 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json", default="-")
     p.add_argument("--measure", default="profiler")
+    p.add_argument("--alloc-trace", default=None, metavar="PATH",
+                   help="write rank 0's allocation sequence (alloc/free with address and size, "
+                        "phase markers) to PATH for `memplan alloc` (profiler measurement only)")
     p.add_argument("--params-only", action="store_true",
                    help="build on the meta device and print the parameter count (no ranks)")
     a = p.parse_args(argv)
@@ -99,6 +102,9 @@ def parse_args(argv):
     check("fsdp-grad-sync", a.fsdp_grad_sync, ("every", "last"))
     check("grad-as-bucket-view", a.grad_as_bucket_view, (0, 1))
     check("measure", a.measure, ("profiler", "memtracker"))
+    if a.alloc_trace is not None and a.measure != "profiler":
+        raise SetupError("--alloc-trace needs --measure profiler (the allocation events come "
+                         "from its trace)")
     for name, val, lo in (("batch", a.batch, 1), ("grad-accum", a.grad_accum, 1),
                           ("steps", a.steps, 2)):
         if val < lo:
@@ -668,6 +674,15 @@ def run(a, rank, world):
             "at_peak_top": measure.top_rows(detail_j, 16),
         }
         coll = measure.collectives(tr, a.steps)
+        if a.alloc_trace is not None and rank == 0:
+            measure.write_alloc_trace(tr, a.alloc_trace, [
+                "memplan allocation trace v1 (bench/torch/harness.py --alloc-trace), rank 0",
+                f"setup {a.model} {a.strategy} {a.precision} act-ckpt {a.act_ckpt} attn "
+                f"{a.attn} ranks {world} batch {a.batch} seq {seq} grad-accum {a.grad_accum} "
+                f"steps {a.steps}",
+                f"torch {torch.__version__}",
+                f"peak_bytes {total} (steps 2..{a.steps}, gloo's buffers included)",
+                f"peak_excl_backend {lo} (without them)"])
     else:
         dev = mt_best or {}
         per_rank.update({"peak_bytes": int(dev.get("Total", 0)),
