@@ -13,11 +13,14 @@
  * one after another in creation order, which decides only best-fit ties. */
 #include "plan_alloc.h"
 
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "plan_util.h"
 
 /* include/c10/core/AllocatorConfig.h (torch 2.15 wheel), lines 16-24 */
 #define K_SMALL_BUFFER 2097152ull     /* kSmallBuffer: small requests share 2 MiB segments */
@@ -66,26 +69,9 @@ struct PlanAlloc {
 };
 
 static int vec_push(IntVec *v, int x) {
-    if (v->n == v->cap) {
-        int cap = v->cap ? 2 * v->cap : 64;
-        int *p = realloc(v->v, (size_t)cap * sizeof *p);
-        if (!p) return -1;
-        v->v = p;
-        v->cap = cap;
-    }
+    if (plan_grow((void **)&v->v, &v->cap, v->n + 1, sizeof *v->v)) return -1;
     v->v[v->n++] = x;
     return v->n - 1;
-}
-
-static int grow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
 }
 
 /* ---- configuration ---------------------------------------------------------------------- */
@@ -168,7 +154,7 @@ static int new_block(PlanAlloc *a, int seg, uint64_t off, uint64_t size, int map
     int i;
     if (a->spare.n) i = a->spare.v[--a->spare.n];
     else {
-        if (grow((void **)&a->b, &a->capb, a->nb + 1, sizeof *a->b)) return -1;
+        if (plan_grow((void **)&a->b, &a->capb, a->nb + 1, sizeof *a->b)) return -1;
         i = a->nb++;
     }
     Blk *b = &a->b[i];
@@ -190,7 +176,7 @@ static void drop_block(PlanAlloc *a, int i) {
 }
 
 static int new_segment(PlanAlloc *a, int small, int stream, uint64_t size, int expandable, uint64_t page) {
-    if (grow((void **)&a->s, &a->caps, a->ns + 1, sizeof *a->s)) return -1;
+    if (plan_grow((void **)&a->s, &a->caps, a->ns + 1, sizeof *a->s)) return -1;
     Seg *s = &a->s[a->ns];
     s->small = small;
     s->stream = stream;
@@ -740,7 +726,7 @@ int plan_alloc_free(PlanAlloc *a, int id) {
     }
     for (int s = 0; s < PLAN_ALLOC_STREAMS; s++) {
         if (!(a->b[i].uses >> s & 1)) continue;
-        if (grow((void **)&a->ev, &a->capev, a->nev + 1, sizeof *a->ev)) return -1;
+        if (plan_grow((void **)&a->ev, &a->capev, a->nev + 1, sizeof *a->ev)) return -1;
         a->ev[a->nev++] = (PendEv){i, s, ++a->rec_seq[s]};
         a->b[i].events++;
     }

@@ -295,3 +295,22 @@ Test(cli, plan_json_should_carry_comm_and_time_per_strategy) {
     }
     cJSON_Delete(j);
 }
+
+/* memplan alloc: a harness trace replayed to a table row (the tensor peak is the harness's own
+   figure); bad settings and missing traces are one line and exit 2. */
+Test(cli, alloc_should_replay_a_trace_and_refuse_bad_settings) {
+    const char *trace = "tests/data/alloc/gpt2-mini_ddp_fp32_none_eager_r2_b1_s128.txt";
+    char args[512];
+    snprintf(args, sizeof args, "alloc %s", trace);
+    cr_assert_eq(run(args), 0, "%s", out);
+    cr_expect(strstr(out, "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128") && strstr(out, "23.99"), "%s", out);
+    snprintf(args, sizeof args, "alloc --json --alloc-conf expandable_segments:True %s", trace);
+    cr_assert_eq(run(args), 0, "%s", out);
+    cr_expect(strstr(out, "\"tensors_peak_bytes\":\t25159000"), "%s", out);
+    snprintf(args, sizeof args, "alloc --alloc-conf max_split_size_mb:5 %s", trace);
+    expect_usage_error(args, "max_split_size_mb:5");
+    snprintf(args, sizeof args, "alloc --alloc-conf per_process_memory_fraction:0.5 %s", trace);
+    expect_usage_error(args, "--gpu-memory");
+    expect_usage_error("alloc", "needs a trace file");
+    expect_usage_error("alloc /no/such/trace", "cannot open trace '/no/such/trace'");
+}

@@ -9,11 +9,17 @@
 
 #define MiB (1024ull * 1024ull)
 
-static PlanAlloc *with_conf(const char *conf) {
+/* torch's defaults with a PYTORCH_CUDA_ALLOC_CONF string (NULL: none) applied. */
+static PlanAllocConfig conf_of(const char *conf) {
     PlanAllocConfig c;
     char err[200];
     plan_alloc_config_defaults(&c);
     if (conf) cr_assert_eq(plan_alloc_config_parse(&c, conf, err, sizeof err), 0, "%s: %s", conf, err);
+    return c;
+}
+
+static PlanAlloc *with_conf(const char *conf) {
+    PlanAllocConfig c = conf_of(conf);
     PlanAlloc *a = plan_alloc_new(&c);
     cr_assert_not_null(a);
     return a;
@@ -23,6 +29,14 @@ static PlanAlloc *with_config(const PlanAllocConfig *c) {
     PlanAlloc *a = plan_alloc_new(c);
     cr_assert_not_null(a);
     return a;
+}
+
+/* The defaults and a device from which cudaMalloc can get `capacity` bytes. */
+static PlanAlloc *with_capacity(uint64_t capacity) {
+    PlanAllocConfig c;
+    plan_alloc_config_defaults(&c);
+    c.capacity = capacity;
+    return with_config(&c);
 }
 
 static void get(PlanAlloc *a, int id, uint64_t size, int stream) {
@@ -48,17 +62,13 @@ Test(alloc, sizes_should_round_up_to_512_bytes) {
    > 1 and the size exceeds 512 B x divisions: 4 divisions put 5 MiB + 1 B between 4 and 8 MiB
    on the 1 MiB steps -> 6 MiB; a power of two stays; 1200 B is not above 2048 B -> 1536 B. */
 Test(alloc, roundup_power2_divisions_should_round_to_the_next_division) {
-    PlanAllocConfig c;
-    char err[200];
-    plan_alloc_config_defaults(&c);
-    cr_assert_eq(plan_alloc_config_parse(&c, "roundup_power2_divisions:4", err, sizeof err), 0, "%s", err);
+    PlanAllocConfig c = conf_of("roundup_power2_divisions:4");
     cr_expect_eq(plan_alloc_round_size(&c, 5 * MiB + 1), 6 * MiB);
     cr_expect_eq(plan_alloc_round_size(&c, 8 * MiB), 8 * MiB);
     cr_expect_eq(plan_alloc_round_size(&c, 3000), 3072);   /* 2048 + 512: the next quarter */
     cr_expect_eq(plan_alloc_round_size(&c, 1200), 1536);
     /* the list form: "64:8" covers every interval up to [64, 128) MiB, ">:1" those above */
-    plan_alloc_config_defaults(&c);
-    cr_assert_eq(plan_alloc_config_parse(&c, "roundup_power2_divisions:[64:8,>:1]", err, sizeof err), 0, "%s", err);
+    c = conf_of("roundup_power2_divisions:[64:8,>:1]");
     cr_expect_eq(plan_alloc_round_size(&c, 100 * MiB + 1), 104 * MiB);   /* 64 MiB + k x 8 MiB */
     cr_expect_eq(plan_alloc_round_size(&c, 5 * MiB + 1), 5 * MiB + 512 * 1024);   /* 4 + k x 0.5 MiB */
     cr_expect_eq(plan_alloc_round_size(&c, 200 * MiB + 1), 200 * MiB + 512);
@@ -190,10 +200,7 @@ Test(alloc, record_stream_should_delay_reuse_until_the_stream_completes) {
 /* release_cached_blocks first synchronizes every outstanding event: on the OOM path (and in
    empty_cache) a recorded block is cached and released even though no sync was seen. */
 Test(alloc, releasing_cached_blocks_should_wait_for_recorded_streams) {
-    PlanAllocConfig c;
-    plan_alloc_config_defaults(&c);
-    c.capacity = 40 * MiB;
-    PlanAlloc *a = with_config(&c);
+    PlanAlloc *a = with_capacity(40 * MiB);
     get(a, 0, 20 * MiB, 0);
     plan_alloc_record_stream(a, 0, 1);
     put(a, 0);
@@ -235,10 +242,7 @@ Test(alloc, max_split_size_should_keep_oversize_blocks_whole) {
    smallest oversize cached block of at least max(request, max_split_size) and retries, before
    any full release (so no retry is counted). */
 Test(alloc, an_oom_should_first_release_an_oversize_cached_block) {
-    PlanAllocConfig c;
-    char err[200];
-    plan_alloc_config_defaults(&c);
-    cr_assert_eq(plan_alloc_config_parse(&c, "max_split_size_mb:40", err, sizeof err), 0, "%s", err);
+    PlanAllocConfig c = conf_of("max_split_size_mb:40");
     c.capacity = 120 * MiB;
     PlanAlloc *a = with_config(&c);
     get(a, 0, 100 * MiB, 0);
@@ -254,10 +258,7 @@ Test(alloc, an_oom_should_first_release_an_oversize_cached_block) {
 /* malloc: no fit and cudaMalloc fails -> release every cached whole segment, retry once; if
    that fails too, out of memory (the model records the first and leaves the handle unset). */
 Test(alloc, a_failed_cudamalloc_should_free_the_cache_and_retry_then_oom) {
-    PlanAllocConfig c;
-    plan_alloc_config_defaults(&c);
-    c.capacity = 60 * MiB;
-    PlanAlloc *a = with_config(&c);
+    PlanAlloc *a = with_capacity(60 * MiB);
     get(a, 0, 30 * MiB, 0);
     put(a, 0);
     get(a, 1, 40 * MiB, 0);   /* 30 cached + 40 > 60: release the 30, retry */
@@ -319,12 +320,10 @@ Test(alloc, expandable_release_should_keep_pages_that_hold_live_blocks) {
 
 /* garbage_collect_cached_blocks (with a memory fraction): past threshold x allowed, whole
    cached large segments at least as old as the average (in get_free_block calls) are
-   released. A (age 4) goes, B (age 1) stays; without a fraction nothing is collected. */
+   released, all of them in one pass (ages 1 and 1), or only the older (ages 5 and 1, mean 3);
+   without a memory fraction nothing is collected. */
 Test(alloc, garbage_collection_should_release_old_cached_segments) {
-    PlanAllocConfig c;
-    char err[200];
-    plan_alloc_config_defaults(&c);
-    cr_assert_eq(plan_alloc_config_parse(&c, "garbage_collection_threshold:0.5", err, sizeof err), 0, "%s", err);
+    PlanAllocConfig c = conf_of("garbage_collection_threshold:0.5");
     c.device_total = 200 * MiB;
     c.memory_fraction = 0.5;   /* allowed 100 MiB, collect above 50 MiB */
     PlanAlloc *a = with_config(&c);
