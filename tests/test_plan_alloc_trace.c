@@ -112,3 +112,21 @@ Test(alloc_trace, a_harness_trace_should_replay_to_the_harness_peak) {
     cr_expect_eq(r.whole.max_reserved, 42 * MiB);
     plan_alloc_trace_free(&t);
 }
+
+/* ZeRO-2 (gpt2-mini, 2 gloo ranks, fp32): gloo's buffers all seen freed, so the replay's tensor
+   peak is the harness's to the byte (2018923672 B). DeepSpeed's 2e9 B reduce bucket is one
+   large-pool segment rounded to 2 MiB (954 x 2 MiB = 2000683008 B); the reserved figure is
+   the model's prediction for the trace (docs/formulas.md, the replay table: 1938 MiB). */
+Test(alloc_trace, a_zero2_trace_should_replay_to_the_harness_peak) {
+    AllocTrace t;
+    char err[256];
+    FILE *f = fopen("tests/data/alloc/gpt2-mini_zero2_fp32_none_eager_r2_b1_s128.txt", "r");
+    cr_assert_not_null(f, "run from the repository root");
+    cr_assert_eq(plan_alloc_trace_read(f, &t, err, sizeof err), 0, "%s", err);
+    fclose(f);
+    AllocReplay r = replay(&t, "step2");
+    cr_expect_eq(t.harness_peak, 2018923672ull);
+    cr_expect_eq(r.window.max_requested, t.harness_peak);
+    cr_expect_eq(r.whole.max_reserved, 1938 * MiB);
+    plan_alloc_trace_free(&t);
+}
