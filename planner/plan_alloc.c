@@ -84,6 +84,35 @@ void plan_alloc_config_defaults(PlanAllocConfig *c) {
     c->memory_fraction = 1.0;                      /* CUDAAllocatorConfig m_per_process_memory_fraction */
 }
 
+void plan_alloc_config_describe(const PlanAllocConfig *c, char *buf, size_t len) {
+    PlanAllocConfig d;
+    plan_alloc_config_defaults(&d);
+    size_t n = 0;
+    buf[0] = 0;
+#define SAY(...) (n < len ? (n += (size_t)snprintf(buf + n, len - n, __VA_ARGS__)) : n)
+    if (c->max_split_size != d.max_split_size) SAY("%smax_split_size_mb:%llu", n ? "," : "", (unsigned long long)(c->max_split_size >> 20));
+    if (c->max_non_split_rounding != d.max_non_split_rounding)
+        SAY("%smax_non_split_rounding_mb:%llu", n ? "," : "", (unsigned long long)(c->max_non_split_rounding >> 20));
+    if (c->large_segment_size != d.large_segment_size)
+        SAY("%slarge_segment_size_mb:%llu", n ? "," : "", (unsigned long long)(c->large_segment_size >> 20));
+    int divs = 0, same = 1;
+    for (int i = 0; i < PLAN_ALLOC_INTERVALS; i++) {
+        divs |= c->roundup_divisions[i] > 1;
+        same &= c->roundup_divisions[i] == c->roundup_divisions[0];
+    }
+    if (divs && same) SAY("%sroundup_power2_divisions:%u", n ? "," : "", c->roundup_divisions[0]);
+    else if (divs) {   /* the list form parse_divisions reads: interval i starts at 2^i MiB */
+        SAY("%sroundup_power2_divisions:[", n ? "," : "");
+        for (int i = 0; i < PLAN_ALLOC_INTERVALS - 1; i++) SAY("%s%llu:%u", i ? "," : "", 1ull << i, c->roundup_divisions[i]);
+        SAY(",>:%u]", c->roundup_divisions[PLAN_ALLOC_INTERVALS - 1]);
+    }
+    if (c->gc_threshold > 0) SAY("%sgarbage_collection_threshold:%g", n ? "," : "", c->gc_threshold);
+    if (c->expandable_segments) SAY("%sexpandable_segments:True", n ? "," : "");
+    if (c->memory_fraction < 1.0) SAY("%sper_process_memory_fraction:%g", n ? "," : "", c->memory_fraction);
+#undef SAY
+    if (!n) snprintf(buf, len, "torch's defaults");
+}
+
 int plan_alloc_config_check(const PlanAllocConfig *c, char *err, size_t errlen) {
     if (c->memory_fraction < 1.0 && c->device_total == 0) {
         snprintf(err, errlen, "a memory fraction of %g needs the device's total memory", c->memory_fraction);

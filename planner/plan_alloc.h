@@ -40,6 +40,9 @@ void plan_alloc_config_defaults(PlanAllocConfig *c);
  * backend:cudaMallocAsync is refused (a different allocator). Returns 0, or -1 with a sentence
  * in err. */
 int plan_alloc_config_parse(PlanAllocConfig *c, const char *conf, char *err, size_t errlen);
+/* The settings that differ from torch's defaults, as PYTORCH_CUDA_ALLOC_CONF would give them
+ * ("max_split_size_mb:128,expandable_segments:True"), or "torch's defaults". */
+void plan_alloc_config_describe(const PlanAllocConfig *c, char *buf, size_t len);
 /* Says (0) or refuses (-1, err) a configuration: a memory fraction needs device_total. */
 int plan_alloc_config_check(const PlanAllocConfig *c, char *err, size_t errlen);
 

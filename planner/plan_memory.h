@@ -37,6 +37,15 @@ typedef struct {
     double opt_host_bytes;
     /* pieces of TERM_OVERHEAD and context */
     double cuda_context, cublas_ws, nccl, margin;
+    /* the caching allocator model's replay of the step (ClusterSpec.alloc_model; plan_step.h
+       plan_step_alloc): margin = alloc_reserved - alloc_tensor_peak */
+    int alloc_model;
+    double alloc_tensor_peak;    /* the account's live bytes at the peak (bytes) */
+    double alloc_allocated;      /* max_memory_allocated of the replay (bytes) */
+    double alloc_reserved;       /* max_memory_reserved of the replay (bytes) */
+    int alloc_segments;          /* segments held at most */
+    int alloc_oom;               /* the replay ran out of the GPU's memory less the fixed
+                                    overheads; the figures are those without a limit */
     int nccl_comms;
     int64_t shard_group;         /* N for sharding (gpus, or gpus per node for hybrid) */
     int acts_known;              /* 0: activations unknown for this model (reported as such) */

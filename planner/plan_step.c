@@ -157,6 +157,15 @@ int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
     st->fixed = st->cuda_context + st->cublas_ws + st->nccl;
     st->shard_group = x.n;
     st->acts_known = plan_model_acts_known(m);
+    /* which rules hold per-parameter tensors (plan_step_alloc): PyTorch's layouts keep one tensor
+       per parameter (and DDP a bucket per ~25 MiB of them); DeepSpeed flattens its groups into
+       one buffer (stage_1_and_2.py flatten_dense_tensors_aligned; stage3.py
+       fp32_partitioned_groups_flat) but ZeRO-3 partitions each parameter (ds_tensor) */
+    static const RuleId PER_TENSOR[] = {RULE_PARAMS, RULE_OPTIMIZER, RULE_GRADS_KEPT, RULE_STEP_GRADS,
+                                        RULE_FOREACH_TEMP, RULE_DDP_BUCKETS};
+    for (size_t k = 0; k < sizeof PER_TENSOR / sizeof PER_TENSOR[0]; k++)
+        st->split_rule[PER_TENSOR[k]] = x.torch && !x.ds_py;
+    if (x.ds3_py) st->split_rule[RULE_PARAMS] = 1;
     /* the moments every step has: each layer's forward and backward, and the optimizer step */
     for (int i = 0; i < m->n_layers; i++) {
         step_sample(st, pt(&x, PT_FWD, i));
@@ -279,8 +288,8 @@ static void replay(Replay *R, Live *lv) {
     free(idx);
 }
 
-void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
-                      MemMomentFn fn, void *ctx) {
+static void replay_with(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
+                        MemMomentFn fn, void *ctx) {
     Replay R = {st, m, c, r, fn, ctx, -1, NULL};
     Live lv;
     live_init(&lv, st, NULL);
@@ -305,6 +314,212 @@ void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, 
         snprintf(r->peak_where, sizeof(r->peak_where), "end of forward");
     else
         snprintf(r->peak_where, sizeof(r->peak_where), "%s", MOMENTS[k].label);
+}
+
+/* ---- the account as an allocation sequence (plan_step_alloc) ---- */
+
+typedef struct {
+    int id;
+    uint64_t size;
+    uint16_t rule;
+    uint8_t term;
+    uint8_t state;           /* BLK_* */
+} StepBlock;
+
+enum { BLK_FREED = 0, BLK_LIVE, BLK_RELEASED };   /* released: freed in this slot, not yet
+                                                     given back (another rule may take it over) */
+
+typedef struct {
+    PlanAlloc *a;
+    StepBlock *b;
+    int n, cap;
+    int next_id;
+    int failed;
+    /* bytes a rule freed before it had allocated them (a rule that lowers its figure for a
+       moment, e.g. the MLP moment's pending gradients): its next allocations pay them back
+       first, so the replay's live bytes stay at the account's or above */
+    uint64_t debt[RULE_COUNT][TERM_COUNT];
+} StepAllocRun;
+
+static void run_malloc(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
+    if (R->failed || size == 0) return;
+    if (R->n == R->cap) {
+        int c = R->cap ? 2 * R->cap : 256;
+        StepBlock *q = realloc(R->b, sizeof(*q) * (size_t)c);
+        if (!q) { R->failed = 1; return; }
+        R->b = q;
+        R->cap = c;
+    }
+    int id = R->next_id++;
+    /* 1: out of memory (counted in the stats; the handle stays unallocated, its free is a no-op) */
+    if (plan_alloc_malloc(R->a, id, size, 0) < 0) { R->failed = 1; return; }
+    R->b[R->n++] = (StepBlock){id, size, rule, term, BLK_LIVE};
+}
+
+/* An allocation request of the slot: after the rule's debt is paid, it takes over a block of
+   the same term and size released in this slot (the account moving bytes from one rule to
+   another: the gradients of backward becoming the step's, in PyTorch the same tensors), else
+   it is asked of the allocator once the slot's other frees are given back. */
+typedef struct {
+    uint64_t size;
+    uint16_t rule;
+    uint8_t term;
+} StepReq;
+
+static int take_over(StepAllocRun *R, StepReq *q) {
+    uint64_t *d = &R->debt[q->rule][q->term], pay = *d < q->size ? *d : q->size;
+    *d -= pay;
+    q->size -= pay;
+    if (!q->size) return 1;
+    for (int k = R->n - 1; k >= 0; k--) {
+        StepBlock *b = &R->b[k];
+        if (b->state == BLK_RELEASED && b->term == q->term && b->size == q->size) {
+            b->state = BLK_LIVE;
+            b->rule = q->rule;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A free: releases the latest live block of the rule and term of exactly this size, else the
+   latest ones until the bytes are covered (the last one perhaps in part: the remainder is
+   returned, to be allocated again); bytes with no block left become the rule's debt. */
+static uint64_t run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
+    for (int k = R->n - 1; k >= 0; k--) {
+        StepBlock *b = &R->b[k];
+        if (b->state == BLK_LIVE && b->rule == rule && b->term == term && b->size == size) {
+            b->state = BLK_RELEASED;
+            return 0;
+        }
+    }
+    for (int k = R->n - 1; k >= 0 && size > 0; k--) {
+        StepBlock *b = &R->b[k];
+        if (b->state != BLK_LIVE || b->rule != rule || b->term != term) continue;
+        b->state = BLK_RELEASED;
+        if (b->size > size) return b->size - size;
+        size -= b->size;
+    }
+    R->debt[rule][term] += size;
+    return 0;
+}
+
+static void give_back(StepAllocRun *R) {
+    for (int k = 0; k < R->n; k++)
+        if (R->b[k].state == BLK_RELEASED) {
+            plan_alloc_free(R->a, R->b[k].id);   /* -1 for a handle that ran out of memory */
+            R->b[k].state = BLK_FREED;
+        }
+}
+
+/* The pieces an event stands for: one, or for a rule whose bytes are per-parameter tensors
+   (st->split_rule) one per layer with parameters, in proportion to its parameters (rounded up,
+   so the pieces cover the bytes). Returns the count; pieces[] holds m->n_layers at most. */
+static int pieces_of(const Step *st, const ModelSpec *m, const StepMem *x, uint64_t *pieces) {
+    double bytes = fabs(x->bytes), total = m ? (double)plan_model_params(m) : 0;
+    int n = 0;
+    if (st->split_rule[x->rule] && total > 0)
+        for (int i = 0; i < m->n_layers; i++)
+            if (m->layers[i].params > 0) pieces[n++] = (uint64_t)ceil(bytes * (double)m->layers[i].params / total);
+    if (n == 0) pieces[n++] = (uint64_t)ceil(bytes);
+    return n;
+}
+
+static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 64;
+        StepReq *w = realloc(*v, sizeof(*w) * (size_t)c);
+        if (!w) return -1;
+        *v = w;
+        *cap = c;
+    }
+    (*v)[(*n)++] = q;
+    return 0;
+}
+
+int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *conf, PlanAllocStats *out) {
+    memset(out, 0, sizeof(*out));
+    StepAllocRun R;
+    memset(&R, 0, sizeof(R));
+    R.a = plan_alloc_new(conf);
+    int *idx = order_events(st);
+    uint64_t *pc = malloc(sizeof(uint64_t) * (size_t)(m && m->n_layers > 0 ? m->n_layers : 1));
+    StepReq *req = NULL;
+    int nreq = 0, capreq = 0;
+    if (!R.a || !idx || !pc) R.failed = 1;
+    for (int e0 = 0, e1; e0 < st->n_mem && !R.failed; e0 = e1) {
+        const StepMem *first = &st->mem[idx[e0]];
+        for (e1 = e0; e1 < st->n_mem && st->mem[idx[e1]].point == first->point && st->mem[idx[e1]].when == first->when; e1++) {}
+        /* one slot (a point, before or after its moment): its frees, then its allocations */
+        nreq = 0;
+        for (int e = e0; e < e1 && !R.failed; e++) {
+            const StepMem *x = &st->mem[idx[e]];
+            if (x->term == TERM_OVERHEAD) continue;   /* fixed overheads: no tensor */
+            int np = pieces_of(st, m, x, pc);
+            for (int k = 0; k < np && !R.failed; k++) {
+                uint64_t rest = x->bytes < 0 ? run_free(&R, x->rule, x->term, pc[k]) : pc[k];
+                if (rest && add_req(&req, &nreq, &capreq, (StepReq){rest, x->rule, x->term})) R.failed = 1;
+            }
+        }
+        int left = 0;
+        for (int k = 0; k < nreq; k++)
+            if (!take_over(&R, &req[k])) req[left++] = req[k];
+        give_back(&R);
+        for (int k = 0; k < left; k++) run_malloc(&R, req[k].rule, req[k].term, req[k].size);
+    }
+    if (R.a) *out = *plan_alloc_stats(R.a);
+    int failed = R.failed;
+    plan_alloc_free_all(R.a);
+    free(R.b);
+    free(idx);
+    free(pc);
+    free(req);
+    return failed ? -1 : 0;
+}
+
+/* With the allocator model (c->alloc_model), the allocator's share of the overhead is one figure
+   for the step: the replay's max reserved less the account's tensor peak, added at every moment
+   as a fixed margin would be, so the peak moment and the tensors are the account's and the
+   peak's total is max reserved + the fixed overheads. The replay runs against the GPU's memory
+   less the fixed overheads (so free-and-retry acts as it would); if it still runs out, the
+   figures are those without a limit (above the GPU's memory: the plan does not fit). */
+void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
+                      MemMomentFn fn, void *ctx) {
+    if (!c->alloc_model) { replay_with(st, m, c, r, fn, ctx); return; }
+    ClusterSpec flat = *c;
+    flat.alloc_model = 0;
+    flat.alloc_margin = 0;
+    flat.margin_is_frac = 0;
+    MemResult r0;
+    memset(&r0, 0, sizeof(r0));
+    replay_with(st, m, &flat, &r0, NULL, NULL);
+    double tensors = r0.peak > st->fixed ? r0.peak - st->fixed : 0;
+    PlanAllocConfig conf = c->alloc_conf;
+    double cap = c->gpu.mem_bytes - st->fixed;
+    conf.device_total = c->gpu.mem_bytes > 0 && c->gpu.mem_bytes < 0x1p63 ? (uint64_t)c->gpu.mem_bytes : 0;
+    conf.capacity = cap >= 1 && cap < 0x1p63 ? (uint64_t)cap : 0;
+    PlanAllocStats s;
+    int failed = plan_step_alloc(st, m, &conf, &s);
+    int oom = !failed && s.n_ooms > 0;
+    if (oom) {
+        conf.capacity = 0;
+        failed = plan_step_alloc(st, m, &conf, &s);
+    }
+    if (failed) {   /* out of host memory: the flat margin, said so by alloc_model = 0 */
+        flat.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
+        flat.margin_is_frac = 1;
+        replay_with(st, m, &flat, r, fn, ctx);
+        return;
+    }
+    double over = (double)s.max_reserved - tensors;
+    flat.alloc_margin = over > 0 ? over : 0;
+    replay_with(st, m, &flat, r, fn, ctx);
+    r->alloc_model = 1;
+    r->alloc_tensor_peak = tensors;
+    r->alloc_allocated = (double)s.max_allocated;
+    r->alloc_reserved = (double)s.max_reserved;
+    r->alloc_segments = s.max_segments;
+    r->alloc_oom = oom;
 }
 
 void plan_step_live_at_peak(const Step *st, const ModelSpec *m, const ClusterSpec *c,
