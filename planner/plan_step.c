@@ -320,7 +320,9 @@ static void replay_with(const Step *st, const ModelSpec *m, const ClusterSpec *c
 
 typedef struct {
     int id;
-    uint64_t size;
+    uint64_t size;           /* asked of the allocator */
+    uint64_t held;           /* of those, the account's bytes still in it (a level that steps
+                                down frees in place: the block goes when held reaches 0) */
     uint16_t rule;
     uint8_t term;
     uint8_t state;           /* BLK_* */
@@ -334,6 +336,7 @@ typedef struct {
     StepBlock *b;
     int n, cap;
     int next_id;
+    int released;            /* blocks released in this slot */
     int failed;
     /* bytes a rule freed before it had allocated them (a rule that lowers its figure for a
        moment, e.g. the MLP moment's pending gradients): its next allocations pay them back
@@ -353,70 +356,96 @@ static void run_malloc(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t si
     int id = R->next_id++;
     /* 1: out of memory (counted in the stats; the handle stays unallocated, its free is a no-op) */
     if (plan_alloc_malloc(R->a, id, size, 0) < 0) { R->failed = 1; return; }
-    R->b[R->n++] = (StepBlock){id, size, rule, term, BLK_LIVE};
+    R->b[R->n++] = (StepBlock){id, size, size, rule, term, BLK_LIVE};
 }
 
 /* An allocation request of the slot: after the rule's debt is paid, it takes over a block of
-   the same term and size released in this slot (the account moving bytes from one rule to
-   another: the gradients of backward becoming the step's, in PyTorch the same tensors), else
-   it is asked of the allocator once the slot's other frees are given back. */
+   the same term released in this slot whose bytes are exactly its own (the account moving bytes
+   from one rule to another at one point: in PyTorch the same tensors); gradients may take over
+   several (backward's per-layer gradients becoming one rule's lump: DeepSpeed's gradients not yet
+   moved, the step's gradients), the rest allocated. What is left is asked of the allocator once
+   the slot's other frees are given back. */
 typedef struct {
     uint64_t size;
     uint16_t rule;
     uint8_t term;
 } StepReq;
 
+static void adopt(StepAllocRun *R, StepBlock *b, uint16_t rule) {
+    b->state = BLK_LIVE;
+    b->rule = rule;
+    R->released--;
+}
+
 static int take_over(StepAllocRun *R, StepReq *q) {
     uint64_t *d = &R->debt[q->rule][q->term], pay = *d < q->size ? *d : q->size;
     *d -= pay;
     q->size -= pay;
     if (!q->size) return 1;
+    if (!R->released) return 0;
     for (int k = R->n - 1; k >= 0; k--) {
         StepBlock *b = &R->b[k];
-        if (b->state == BLK_RELEASED && b->term == q->term && b->size == q->size) {
-            b->state = BLK_LIVE;
-            b->rule = q->rule;
+        if (b->state == BLK_RELEASED && b->term == q->term && b->held == q->size) {
+            adopt(R, b, q->rule);
             return 1;
         }
     }
-    return 0;
+    if (q->term != TERM_GRADS) return 0;
+    for (int k = R->n - 1; k >= 0 && q->size; k--) {
+        StepBlock *b = &R->b[k];
+        if (b->state == BLK_RELEASED && b->term == q->term && b->held <= q->size) {
+            adopt(R, b, q->rule);
+            q->size -= b->held;
+        }
+    }
+    return q->size == 0;
 }
 
-/* A free: releases the latest live block of the rule and term of exactly this size, else the
-   latest ones until the bytes are covered (the last one perhaps in part: the remainder is
-   returned, to be allocated again); bytes with no block left become the rule's debt. */
-static uint64_t run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
+/* A free: the latest live block of the rule and term holding exactly these bytes is released;
+   else the latest ones until the bytes are covered, the last one perhaps in part (it stays,
+   holding fewer bytes); bytes with no block left become the rule's debt. */
+static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
     for (int k = R->n - 1; k >= 0; k--) {
         StepBlock *b = &R->b[k];
-        if (b->state == BLK_LIVE && b->rule == rule && b->term == term && b->size == size) {
+        if (b->state == BLK_LIVE && b->rule == rule && b->term == term && b->held == size) {
             b->state = BLK_RELEASED;
-            return 0;
+            R->released++;
+            return;
         }
     }
     for (int k = R->n - 1; k >= 0 && size > 0; k--) {
         StepBlock *b = &R->b[k];
         if (b->state != BLK_LIVE || b->rule != rule || b->term != term) continue;
+        if (b->held > size) { b->held -= size; return; }
+        size -= b->held;
         b->state = BLK_RELEASED;
-        if (b->size > size) return b->size - size;
-        size -= b->size;
+        R->released++;
     }
     R->debt[rule][term] += size;
-    return 0;
 }
 
+/* The slot's released blocks go back to the allocator, and the list keeps only the live ones
+   (in order: "latest" stays the latest), so the searches run over what is live. */
 static void give_back(StepAllocRun *R) {
-    for (int k = 0; k < R->n; k++)
+    if (!R->released) return;
+    R->released = 0;
+    int n = 0;
+    for (int k = 0; k < R->n; k++) {
         if (R->b[k].state == BLK_RELEASED) {
             plan_alloc_free(R->a, R->b[k].id);   /* -1 for a handle that ran out of memory */
-            R->b[k].state = BLK_FREED;
+            continue;
         }
+        R->b[n++] = R->b[k];
+    }
+    R->n = n;
 }
 
 /* The pieces an event stands for: one, or for a rule whose bytes are per-parameter tensors
-   (st->split_rule) one per layer with parameters, in proportion to its parameters (rounded up,
-   so the pieces cover the bytes). Returns the count; pieces[] holds m->n_layers at most. */
-static int pieces_of(const Step *st, const ModelSpec *m, const StepMem *x, uint64_t *pieces) {
-    double bytes = fabs(x->bytes), total = m ? (double)plan_model_params(m) : 0;
+   (st->split_rule) one per layer with parameters, in proportion to its parameters (of total, the
+   model's; rounded up, so the pieces cover the bytes). Returns the count; pieces[] holds
+   m->n_layers at most. */
+static int pieces_of(const Step *st, const ModelSpec *m, double total, const StepMem *x, uint64_t *pieces) {
+    double bytes = fabs(x->bytes);
     int n = 0;
     if (st->split_rule[x->rule] && total > 0)
         for (int i = 0; i < m->n_layers; i++)
@@ -446,6 +475,7 @@ int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *c
     uint64_t *pc = malloc(sizeof(uint64_t) * (size_t)(m && m->n_layers > 0 ? m->n_layers : 1));
     StepReq *req = NULL;
     int nreq = 0, capreq = 0;
+    double total = m ? (double)plan_model_params(m) : 0;
     if (!R.a || !idx || !pc) R.failed = 1;
     for (int e0 = 0, e1; e0 < st->n_mem && !R.failed; e0 = e1) {
         const StepMem *first = &st->mem[idx[e0]];
@@ -455,10 +485,10 @@ int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *c
         for (int e = e0; e < e1 && !R.failed; e++) {
             const StepMem *x = &st->mem[idx[e]];
             if (x->term == TERM_OVERHEAD) continue;   /* fixed overheads: no tensor */
-            int np = pieces_of(st, m, x, pc);
+            int np = pieces_of(st, m, total, x, pc);
             for (int k = 0; k < np && !R.failed; k++) {
-                uint64_t rest = x->bytes < 0 ? run_free(&R, x->rule, x->term, pc[k]) : pc[k];
-                if (rest && add_req(&req, &nreq, &capreq, (StepReq){rest, x->rule, x->term})) R.failed = 1;
+                if (x->bytes < 0) run_free(&R, x->rule, x->term, pc[k]);
+                else if (add_req(&req, &nreq, &capreq, (StepReq){pc[k], x->rule, x->term})) R.failed = 1;
             }
         }
         int left = 0;
@@ -482,7 +512,8 @@ int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *c
    as a fixed margin would be, so the peak moment and the tensors are the account's and the
    peak's total is max reserved + the fixed overheads. The replay runs against the GPU's memory
    less the fixed overheads (so free-and-retry acts as it would); if it still runs out, the
-   figures are those without a limit (above the GPU's memory: the plan does not fit). */
+   figures are those of the least capacity with which it does not (above the GPU's memory: the
+   plan does not fit, and says by how much). */
 void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
                       MemMomentFn fn, void *ctx) {
     if (!c->alloc_model) { replay_with(st, m, c, r, fn, ctx); return; }
@@ -502,8 +533,22 @@ void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, 
     int failed = plan_step_alloc(st, m, &conf, &s);
     int oom = !failed && s.n_ooms > 0;
     if (oom) {
+        /* what the step needs: the least capacity with which the allocator, freeing its cache
+           and retrying as it does, does not run out; between the most it holds allocated and
+           what it reserves with no limit (it never frees then), to 1/64 of that range or 2 MiB
+           (six replays at most: a plan that does not fit is searched over often) */
+        PlanAllocStats t;
         conf.capacity = 0;
         failed = plan_step_alloc(st, m, &conf, &s);
+        uint64_t lo = s.max_allocated, hi = s.max_reserved, tol = (hi - lo) / 64;
+        if (tol < (2u << 20)) tol = 2u << 20;
+        while (!failed && hi - lo > tol) {
+            conf.capacity = lo + (hi - lo) / 2;
+            failed = plan_step_alloc(st, m, &conf, &t);
+            if (failed) break;
+            if (t.n_ooms) lo = conf.capacity;
+            else { hi = conf.capacity; s = t; }
+        }
     }
     if (failed) {   /* out of host memory: the flat margin, said so by alloc_model = 0 */
         flat.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;

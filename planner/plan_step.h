@@ -172,11 +172,13 @@ void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, 
 /* The account's memory events replayed as an allocation sequence through the caching allocator
    model (plan_alloc.h) configured by conf, on one stream, from an empty cache: in step order,
    within one point and side of its moment the frees first (so the live bytes never exceed the
-   account's at that moment), each positive event one allocation of its bytes rounded up, each
-   negative one freeing the latest live allocation of its rule and term of that size (else the
-   latest ones until the bytes are covered; a block freed in part is freed and its remainder
-   allocated again). Overhead events are not tensors and are left out. Fills out; 0, or -1 out
-   of host memory. docs/formulas.md "The allocator in the plan". */
+   account's at that moment); each positive event one allocation of its bytes rounded up (split
+   by layer for st->split_rule's rules), unless it takes over a block released at the same point
+   (the same bytes changing rule); each negative one freeing the latest live block of its rule
+   and term holding that many bytes, else the latest ones until covered (a block freed in part
+   stays, holding fewer); bytes freed before they were allocated are owed. Overhead events are
+   not tensors and are left out. Fills out; 0, or -1 out of host memory. docs/formulas.md "The
+   allocator in the plan". */
 int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *conf, PlanAllocStats *out);
 /* Bytes of each rule per term live at moment index k (0 = the first moment; -1 = the peak), for
    explaining a figure: out[rule][term]. */

@@ -90,16 +90,37 @@ Test(step_alloc, a_free_before_any_allocation_should_be_owed_not_made) {
     plan_step_free(&st);
 }
 
-/* A block freed in part (a level that steps down): the block is freed and the rest allocated
-   again, from the same cached block: 30 MiB reserved, 20 MiB allocated at the end. */
-Test(step_alloc, a_partial_free_should_allocate_the_rest_again) {
+/* A block freed in part (a level that steps down) stays, holding fewer bytes: nothing is freed
+   or allocated until the rest goes too. */
+Test(step_alloc, a_partial_free_should_keep_the_block_until_the_rest_goes) {
     Step st = empty_step();
     step_mem(&st, RULE_UNIT_GATHER, TERM_COMM, 1, AT_BEFORE, 30 * MiB);
     step_mem(&st, RULE_UNIT_GATHER, TERM_COMM, 2, AT_BEFORE, -10 * MiB);
+    step_mem(&st, RULE_LOSS_FORWARD, TERM_TRANSIENT, 3, AT_BEFORE, 10 * MiB);   /* not below 10 MiB: its own segment */
+    step_mem(&st, RULE_UNIT_GATHER, TERM_COMM, 4, AT_BEFORE, -20 * MiB);
     PlanAllocStats s = run(&st, NULL);
     cr_expect_eq(s.n_malloc, 2);
-    cr_expect_eq(s.allocated, (uint64_t)(20 * MiB));
-    cr_expect_eq(s.max_reserved, (uint64_t)(30 * MiB));
+    cr_expect_eq(s.n_free, 1);
+    cr_expect_eq(s.max_allocated, (uint64_t)(40 * MiB), "the 30 MiB block whole, and 10 MiB");
+    cr_expect_eq(s.max_reserved, (uint64_t)(40 * MiB));
+    plan_step_free(&st);
+}
+
+/* Gradients that become one rule's lump at one point (DeepSpeed's gradients not yet moved into
+   their partition) keep their per-layer blocks: two 8 MiB blocks taken over by an 18 MiB
+   allocation, which asks the allocator only for the 2 MiB left (from the 20 MiB segment's
+   remainder: 20 MiB reserved, not 20 + 18). */
+Test(step_alloc, gradients_gathered_into_one_rule_should_keep_their_blocks) {
+    Step st = empty_step();
+    step_mem(&st, RULE_AUTOGRAD_GRADS, TERM_GRADS, 1, AT_BEFORE, 8 * MiB);
+    step_mem(&st, RULE_AUTOGRAD_GRADS, TERM_GRADS, 2, AT_BEFORE, 8 * MiB);
+    step_mem(&st, RULE_AUTOGRAD_GRADS, TERM_GRADS, 3, AT_BEFORE, -16 * MiB);
+    step_mem(&st, RULE_DS12_NOT_MOVED, TERM_GRADS, 3, AT_BEFORE, 18 * MiB);
+    PlanAllocStats s = run(&st, NULL);
+    cr_expect_eq(s.n_malloc, 3);
+    cr_expect_eq(s.n_free, 0);
+    cr_expect_eq(s.max_allocated, (uint64_t)(18 * MiB));
+    cr_expect_eq(s.max_reserved, (uint64_t)(20 * MiB));
     plan_step_free(&st);
 }
 
