@@ -63,9 +63,7 @@ static int alloc_opts(int argc, char **argv, AllocOpts *o, int *first) {
     memset(o, 0, sizeof *o);
     plan_alloc_config_defaults(&o->conf);
     o->from = "step2";
-    const char *names[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};
-    for (int i = 0; i < 2 && !o->conf_text; i++)
-        if (getenv(names[i])) o->conf_text = getenv(names[i]), o->conf_from = names[i];
+    o->conf_text = cli_alloc_conf_env(&o->conf_from);
     int c, rc = 0;
     optind = 1;
     opterr = 0;

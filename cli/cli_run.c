@@ -196,7 +196,7 @@ static const struct { const char *flag, *same; int cupti, ranks; } NOT_HONOURED[
     {"params", NULL, 0, 0}, {"units", NULL, 0, 0}, {"precision", "fp32", 0, 0}, {"optimizer", "adamw", 0, 0},
     {"act-ckpt", "none", 0, 0}, {"attn", "eager", 0, 0}, {"dropout", "0", 0, 0}, {"gpus", NULL, 0, 1},
     {"gpus-per-node", NULL, 0, 0}, {"gpu-mem", NULL, 0, 0}, {"grad-as-bucket-view", NULL, 0, 0},
-    {"alloc-margin", NULL, 0, 0}, {"mfu", NULL, 0, 0}, {"intra-bw", NULL, 0, 0}, {"inter-bw", NULL, 0, 0},
+    {"alloc-margin", NULL, 0, 0}, {"alloc-conf", NULL, 0, 0}, {"mfu", NULL, 0, 0}, {"intra-bw", NULL, 0, 0}, {"inter-bw", NULL, 0, 0},
     {"latency", NULL, 0, 0}, {"syncbn", NULL, 0, 0}, {"impl", "engine", 0, 0},
     {"gpu", NULL, 1, 0}, {"cuda-context", NULL, 1, 0}, {"nccl-mem", NULL, 1, 0},
 };
@@ -582,6 +582,7 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
     cl.nccl_per_comm = 0;
     cl.alloc_margin = 0;
     cl.margin_is_frac = 1;
+    cl.alloc_model = 0;      /* tensors only: what the run measures */
     cl.gpu.cublas_ws_bytes = 0;
     cl.gpu.mem_bytes = c->mem_limit ? (double)c->mem_limit : 1e18;
     MemResult mr;

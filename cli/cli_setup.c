@@ -17,7 +17,7 @@ enum {
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC,
-    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST,
+    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_ALLOC_CONF,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -42,6 +42,7 @@ static const struct option BASE_OPTIONS[] = {
     {"cublas-ws", required_argument, 0, OPT_CUBLAS},
     {"nccl-mem", required_argument, 0, OPT_NCCL},
     {"alloc-margin", required_argument, 0, OPT_MARGIN},
+    {"alloc-conf", required_argument, 0, OPT_ALLOC_CONF},
     {"mfu", required_argument, 0, OPT_MFU},
     {"intra-bw", required_argument, 0, OPT_INTRA_BW},
     {"inter-bw", required_argument, 0, OPT_INTER_BW},
@@ -156,7 +157,12 @@ void cli_print_setup_help(FILE *f) {
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
         "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
-        "  --alloc-margin P%%|SIZE caching-allocator margin (default 5%% of allocated bytes)\n"
+        "  --alloc-margin allocator|flat|P%%|SIZE  the caching allocator's share: allocator (default) replays\n"
+        "                         the step's allocations through PyTorch's caching allocator (max reserved -\n"
+        "                         tensor peak); flat = 5%% of allocated bytes (the old margin); or a given\n"
+        "                         percentage or size\n"
+        "  --alloc-conf S         allocator settings as PYTORCH_CUDA_ALLOC_CONF takes them (default: that\n"
+        "                         variable, else PYTORCH_ALLOC_CONF, else torch's defaults)\n"
         "Output:\n"
         "  --json[=FILE]          JSON instead of the table (docs/json.md): --json to standard output, --json=FILE to a file\n",
         plan_zoo_names(), plan_precision_names(), plan_optimizer_names(), plan_gpu_names(),
@@ -203,6 +209,7 @@ typedef struct {
     double gpu_mem, cublas_ws; /* bytes; -1: not given */
     double intra_bw, inter_bw; /* GB/s, 0: not given */
     double latency_us;         /* < 0: not given */
+    const char *alloc_conf;    /* --alloc-conf, NULL if none */
 } Flags;
 
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
@@ -282,7 +289,23 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
                                "(ZeRO and FSDP have no such option)");
     if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
         return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
+    if (f->alloc_conf && !s->cluster.alloc_model)
+        return cli_usage_error("--alloc-conf sets the caching allocator model: drop --alloc-margin %s or give "
+                               "--alloc-margin allocator", cli_setup_given(s, "alloc-margin"));
+    const char *from = "--alloc-conf", *conf = f->alloc_conf;
+    if (!conf) conf = cli_alloc_conf_env(&from);
+    if (conf && s->cluster.alloc_model && plan_alloc_config_parse(&s->cluster.alloc_conf, conf, err, sizeof err))
+        return cli_usage_error("%s '%s': %s%s", from, conf, err, f->alloc_conf ? "" : " (or --alloc-margin flat)");
     return 0;
+}
+
+const char *cli_alloc_conf_env(const char **name) {
+    static const char *const NAMES[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};   /* torch's order */
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
+        const char *v = getenv(NAMES[i]);
+        if (v) { *name = NAMES[i]; return v; }
+    }
+    return NULL;
 }
 
 /* A DeepSpeed size flag (elements, as its JSON takes them): a whole number; the stage-3 limits
@@ -436,12 +459,20 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->cluster.nccl_per_comm = d;
         break;
     case OPT_MARGIN:
-        if (cli_bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB)", a);
+        s->cluster.alloc_model = strcmp(a, "allocator") == 0;
+        if (s->cluster.alloc_model) break;
+        if (strcmp(a, "flat") == 0) {
+            s->cluster.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
+            s->cluster.margin_is_frac = 1;
+            break;
+        }
+        if (cli_bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB); or allocator, flat", a);
         if (plan_parse_size_or_percent(a, &d, &isfrac) || (!isfrac && d > 64 * GIB) || (isfrac && d > 0.9))
-            return cli_usage_error("--alloc-margin '%s' is not a percentage up to 90%% or a size up to 64GiB", a);
+            return cli_usage_error("--alloc-margin '%s' is not allocator, flat, a percentage up to 90%% or a size up to 64GiB", a);
         s->cluster.alloc_margin = d;
         s->cluster.margin_is_frac = isfrac;
         break;
+    case OPT_ALLOC_CONF: f->alloc_conf = a; break;
     case OPT_MFU:
         if (plan_parse_double(a, 0.01, 1, &d)) return cli_usage_error("--mfu '%s' is not a fraction in [0.01, 1]", a);
         s->cluster.mfu = d;
@@ -470,6 +501,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     memset(s, 0, sizeof(*s));
     plan_train_defaults(&s->train);
     plan_cluster_defaults(&s->cluster);
+    s->cluster.alloc_model = 1;   /* the plan's allocator figure: the model's replay of the step */
     s->strategies = (1u << STRAT_COUNT) - 1;
     struct option opts[80];
     int n = 0;

@@ -314,3 +314,61 @@ Test(cli, alloc_should_replay_a_trace_and_refuse_bad_settings) {
     expect_usage_error("alloc", "needs a trace file");
     expect_usage_error("alloc /no/such/trace", "cannot open trace '/no/such/trace'");
 }
+
+static double overhead_of(cJSON *j, int row, const char *key) {
+    cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), row);
+    cr_assert_not_null(r);
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(r, "overhead_detail"), key)->valuedouble;
+}
+
+/* The plan's allocator share: by default the caching allocator model's replay of the step (max
+   reserved - tensor peak, with the figures in JSON); --alloc-margin flat is the old 5 % of the
+   tensor bytes; the settings come from --alloc-conf or PYTORCH_CUDA_ALLOC_CONF, and a bad one is
+   one line naming where it came from. */
+Test(cli, the_overhead_should_show_the_caching_allocators_figure_unless_flat_is_asked) {
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp"), 0, "%s", out);
+    cr_expect(strstr(out, "allocator: the step's allocations replayed through PyTorch's caching allocator (torch's defaults"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cJSON *al = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0),
+                                                        "overhead_detail"), "allocator");
+    cr_assert_not_null(al, "%s", out);
+    double reserved = cJSON_GetObjectItem(al, "max_reserved")->valuedouble;
+    double tensors = cJSON_GetObjectItem(al, "tensor_peak")->valuedouble;
+    double model = overhead_of(j, 0, "allocator_margin");
+    cr_expect(reserved > tensors);
+    cr_expect_float_eq(model, reserved - tensors, 1);
+    cJSON_Delete(j);
+
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat"), 0, "%s", out);
+    cr_expect(strstr(out, "allocator margin (5% of allocated)"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat --json"), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_expect_float_eq(overhead_of(j, 0, "allocator_margin"), 0.05 * tensors, 1);
+    cr_expect_null(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0),
+                                                           "overhead_detail"), "allocator"));
+    cJSON_Delete(j);
+
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-conf expandable_segments:True"), 0, "%s", out);
+    cr_expect(strstr(out, "(expandable_segments:True;"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-conf garbage_collection_threshold:0.8,per_process_memory_fraction:0.9"), 0, "%s", out);
+    cr_expect(strstr(out, "(garbage_collection_threshold:0.8,per_process_memory_fraction:0.9;"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-conf expandable_segments:True --json"), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_expect_neq(overhead_of(j, 0, "allocator_margin"), model, "the settings changed nothing");
+    cJSON_Delete(j);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin allocator"), 0, "%s", out);
+    expect_usage_error("--model gpt2 --alloc-conf max_split_size_mb:5", "--alloc-conf 'max_split_size_mb:5'");
+    expect_usage_error("--model gpt2 --alloc-margin 5% --alloc-conf expandable_segments:True",
+                       "--alloc-conf sets the caching allocator model");
+    expect_usage_error("--model gpt2 --alloc-margin fla", "--alloc-margin 'fla'");
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat --alloc-margin 5%"), 2, "%s", out);
+    setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 1);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp"), 0, "%s", out);
+    cr_expect(strstr(out, "(expandable_segments:True;"), "%s", out);
+    setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:5", 1);
+    expect_usage_error("--model gpt2", "PYTORCH_CUDA_ALLOC_CONF 'max_split_size_mb:5'");
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat"), 0, "flat ignores the variable: %s", out);
+    unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+}
