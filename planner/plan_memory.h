@@ -69,6 +69,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                      MemResult *r, MemMomentFn fn, void *ctx);
 int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                 MemResult *r);
+/* plan_memory_walk for a caller that needs r->fits first (the searches): when the step is known
+ * not to fit the GPU before its allocator replay is done (plan_step_replay_fits), r->fits and
+ * r->gpu_fits are 0, r->peak is a lower bound (tensors and fixed overheads), the rest of r is
+ * zero and fn is never called; otherwise exactly plan_memory_walk. plan_memory_fits: r->fits
+ * alone. */
+int plan_memory_walk_fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                          MemResult *r, MemMomentFn fn, void *ctx);
+int plan_memory_fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
 /* Largest micro-batch whose peak fits the GPU (0 if none), searching up to max_b. */
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b);

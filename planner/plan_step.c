@@ -513,10 +513,17 @@ int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *c
    peak's total is max reserved + the fixed overheads. The replay runs against the GPU's memory
    less the fixed overheads (so free-and-retry acts as it would); if it still runs out, the
    figures are those of the least capacity with which it does not (above the GPU's memory: the
-   plan does not fit, and says by how much). */
-void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
-                      MemMomentFn fn, void *ctx) {
-    if (!c->alloc_model) { replay_with(st, m, c, r, fn, ctx); return; }
+   plan does not fit, and says by how much).
+   fits_only: the caller needs only whether the peak fits c->gpu.mem_bytes. The allocator's share
+   is never negative (max reserved >= max allocated >= the tensors), so a step whose tensors and
+   fixed overheads alone exceed the GPU does not fit, and the replay is skipped; and once the
+   capacity search has seen every capacity up to the GPU's run out, its answer lies above it (a
+   replay that does not run out with reserved <= the GPU's capacity would be the same replay as
+   at that capacity, which ran out), so the search stops. Returns 1 when it stopped early (r
+   holds only the tensor peak), else 0 with r filled as without fits_only. */
+static int replay_alloc(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
+                        MemMomentFn fn, void *ctx, int fits_only) {
+    if (!c->alloc_model) { replay_with(st, m, c, r, fn, ctx); return 0; }
     ClusterSpec flat = *c;
     flat.alloc_model = 0;
     flat.alloc_margin = 0;
@@ -525,6 +532,7 @@ void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, 
     memset(&r0, 0, sizeof(r0));
     replay_with(st, m, &flat, &r0, NULL, NULL);
     double tensors = r0.peak > st->fixed ? r0.peak - st->fixed : 0;
+    if (fits_only && r0.peak > c->gpu.mem_bytes) { r->peak = r0.peak; return 1; }
     PlanAllocConfig conf = c->alloc_conf;
     double cap = c->gpu.mem_bytes - st->fixed;
     conf.device_total = c->gpu.mem_bytes > 0 && c->gpu.mem_bytes < 0x1p63 ? (uint64_t)c->gpu.mem_bytes : 0;
@@ -538,11 +546,15 @@ void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, 
            what it reserves with no limit (it never frees then), to 1/64 of that range or 2 MiB
            (six replays at most: a plan that does not fit is searched over often) */
         PlanAllocStats t;
+        uint64_t gpu = conf.capacity;
         conf.capacity = 0;
         failed = plan_step_alloc(st, m, &conf, &s);
+        /* the early stop needs the unlimited replay not to run out (a memory fraction can) */
+        int stop = fits_only && gpu > 0 && !failed && s.n_ooms == 0;
         uint64_t lo = s.max_allocated, hi = s.max_reserved, tol = (hi - lo) / 64;
         if (tol < (2u << 20)) tol = 2u << 20;
         while (!failed && hi - lo > tol) {
+            if (stop && lo >= gpu) { r->peak = r0.peak; return 1; }
             conf.capacity = lo + (hi - lo) / 2;
             failed = plan_step_alloc(st, m, &conf, &t);
             if (failed) break;
@@ -554,7 +566,7 @@ void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, 
         flat.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
         flat.margin_is_frac = 1;
         replay_with(st, m, &flat, r, fn, ctx);
-        return;
+        return 0;
     }
     double over = (double)s.max_reserved - tensors;
     flat.alloc_margin = over > 0 ? over : 0;
@@ -565,6 +577,17 @@ void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, 
     r->alloc_reserved = (double)s.max_reserved;
     r->alloc_segments = s.max_segments;
     r->alloc_oom = oom;
+    return 0;
+}
+
+void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
+                      MemMomentFn fn, void *ctx) {
+    replay_alloc(st, m, c, r, fn, ctx, 0);
+}
+
+int plan_step_replay_fits(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
+                          MemMomentFn fn, void *ctx) {
+    return replay_alloc(st, m, c, r, fn, ctx, 1);
 }
 
 void plan_step_live_at_peak(const Step *st, const ModelSpec *m, const ClusterSpec *c,

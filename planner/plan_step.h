@@ -169,6 +169,12 @@ void plan_step_free(Step *st);
    at every moment. Host memory and fits are the caller's (plan_memory_walk). */
 void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
                       MemMomentFn fn, void *ctx);
+/* plan_step_replay for a caller that needs only whether the peak fits c->gpu.mem_bytes: returns
+   1, with only r->peak set (a lower bound: the tensors and fixed overheads), when the step is
+   already known not to fit before the allocator replay or its capacity search is done; else 0
+   with r, and the calls to fn, exactly plan_step_replay's. */
+int plan_step_replay_fits(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
+                          MemMomentFn fn, void *ctx);
 /* The account's memory events replayed as an allocation sequence through the caching allocator
    model (plan_alloc.h) configured by conf, on one stream, from an empty cache: in step order,
    within one point and side of its moment the frees first (so the live bytes never exceed the
