@@ -58,6 +58,9 @@ struct PlanAlloc {
     IntVec spare;                  /* reusable block slots */
     Seg *s; int ns, caps;
     IntVec pool[2];                /* free mapped blocks: [0] large_blocks, [1] small_blocks */
+    IntVec fit[2];                 /* the same blocks in best-fit order (fit_less): the searches
+                                      are binary searches; pool[] keeps the order that
+                                      release_blocks and garbage_collect walk */
     IntVec unmapped[2];            /* unmapped blocks of expandable segments, per pool */
     int64_t gc_calls[2];           /* BlockPool::get_free_blocks_call_count */
     int *id_blk; int nid;          /* caller's handle -> block (-1) */
@@ -228,10 +231,53 @@ static IntVec *list_of(PlanAlloc *a, int i) {
     return a->b[i].mapped ? &a->pool[sm] : &a->unmapped[sm];
 }
 
+/* Block order in a pool (BlockComparatorSizeCounterAddress within a stream): size, then the
+   segment's registration counter (creation order), then address; the best-fit index orders by
+   stream first. A block's key does not change while it is in a pool (every resize or move takes
+   it out first), and (seg, off) is unique. */
+typedef struct { int stream; uint64_t size; int seg; uint64_t off; } FitKey;
+
+static FitKey fit_key(const PlanAlloc *a, int i) {
+    const Blk *p = &a->b[i];
+    return (FitKey){p->stream, p->size, p->seg, p->off};
+}
+
+static int fit_less(FitKey x, FitKey y) {
+    if (x.stream != y.stream) return x.stream < y.stream;
+    if (x.size != y.size) return x.size < y.size;
+    if (x.seg != y.seg) return x.seg < y.seg;
+    return x.off < y.off;
+}
+
+/* The first position in the index whose block is not before k (lower bound). */
+static int fit_lower(const PlanAlloc *a, const IntVec *f, FitKey k) {
+    int lo = 0, hi = f->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (fit_less(fit_key(a, f->v[mid]), k)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The first block of this stream at or after k in best-fit order, its position in *pos; -1. */
+static int fit_first(const PlanAlloc *a, int small, FitKey k, int *pos) {
+    const IntVec *f = &a->fit[small];
+    *pos = fit_lower(a, f, k);
+    return *pos < f->n && a->b[f->v[*pos]].stream == k.stream ? f->v[*pos] : -1;
+}
+
 /* BlockPool::insert_into_blocks: the block enters its pool; gc_count_base restarts. */
 static void list_add(PlanAlloc *a, int i) {
     a->b[i].gc_base = a->gc_calls[blk_small(a, i)];
     a->b[i].free_pos = vec_push(list_of(a, i), i);
+    if (!a->b[i].mapped || a->b[i].free_pos < 0) return;
+    IntVec *f = &a->fit[blk_small(a, i)];
+    if (plan_grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v)) return;   /* as vec_push: the block stays out of the searches */
+    int pos = fit_lower(a, f, fit_key(a, i));
+    memmove(f->v + pos + 1, f->v + pos, sizeof *f->v * (size_t)(f->n - pos));
+    f->v[pos] = i;
+    f->n++;
 }
 
 static void list_del(PlanAlloc *a, int i) {
@@ -240,15 +286,12 @@ static void list_del(PlanAlloc *a, int i) {
     v->v[pos] = last;
     a->b[last].free_pos = pos;
     a->b[i].free_pos = -1;
-}
-
-/* Block order in a pool (BlockComparatorSizeCounterAddress within a stream): size, then the
-   segment's registration counter (creation order), then address. */
-static int blk_less(const PlanAlloc *a, int x, int y) {
-    const Blk *p = &a->b[x], *q = &a->b[y];
-    if (p->size != q->size) return p->size < q->size;
-    if (p->seg != q->seg) return p->seg < q->seg;
-    return p->off < q->off;
+    if (!a->b[i].mapped) return;
+    IntVec *f = &a->fit[blk_small(a, i)];
+    pos = fit_lower(a, f, fit_key(a, i));
+    if (pos == f->n || f->v[pos] != i) return;   /* never indexed (out of host memory) */
+    memmove(f->v + pos, f->v + pos + 1, sizeof *f->v * (size_t)(f->n - pos - 1));
+    f->n--;
 }
 
 static uint64_t blk_addr(const PlanAlloc *a, int i) { return a->s[a->b[i].seg].base + a->b[i].off; }
@@ -274,6 +317,7 @@ void plan_alloc_free_all(PlanAlloc *a) {
     free(a->spare.v);
     for (int k = 0; k < 2; k++) {
         free(a->pool[k].v);
+        free(a->fit[k].v);
         free(a->unmapped[k].v);
     }
     free(a->id_blk);
@@ -282,6 +326,38 @@ void plan_alloc_free_all(PlanAlloc *a) {
 }
 
 const PlanAllocStats *plan_alloc_stats(const PlanAlloc *a) { return &a->st; }
+
+/* The best fit by a linear scan of the pool, as get_free_block searched before the index. */
+static int scan_first(const PlanAlloc *a, int small, FitKey k) {
+    const IntVec *p = &a->pool[small];
+    int it = -1;
+    for (int j = 0; j < p->n; j++) {
+        int i = p->v[j];
+        if (fit_less(fit_key(a, i), k) || a->b[i].stream != k.stream) continue;
+        if (it < 0 || fit_less(fit_key(a, i), fit_key(a, it))) it = i;
+    }
+    return it;
+}
+
+int plan_alloc_check_index(const PlanAlloc *a) {
+    for (int sm = 0; sm < 2; sm++) {
+        const IntVec *p = &a->pool[sm], *f = &a->fit[sm];
+        if (f->n != p->n) return -1;
+        for (int j = 0; j < f->n; j++) {
+            int i = f->v[j];
+            if (!a->b[i].live || !a->b[i].mapped || a->b[i].allocated || a->b[i].free_pos < 0 ||
+                p->v[a->b[i].free_pos] != i || blk_small(a, i) != sm) return -1;
+            if (j && !fit_less(fit_key(a, f->v[j - 1]), fit_key(a, i))) return -1;
+        }
+        for (int j = 0; j < p->n; j++)   /* every size a free block has, and one byte more */
+            for (uint64_t d = 0; d < 2; d++) {
+                FitKey k = {a->b[p->v[j]].stream, a->b[p->v[j]].size + d, -1, 0};
+                int pos;
+                if (fit_first(a, sm, k, &pos) != scan_first(a, sm, k)) return -1;
+            }
+    }
+    return 0;
+}
 
 void plan_alloc_reset_peaks(PlanAlloc *a) {
     PlanAllocStats *st = &a->st;
@@ -512,16 +588,6 @@ static int release_cached(PlanAlloc *a) {
     return release_blocks(a, 0) | release_blocks(a, 1);
 }
 
-typedef struct { uint64_t size; int seg; uint64_t off; } Key;
-
-static int key_less(Key x, Key y) {
-    if (x.size != y.size) return x.size < y.size;
-    if (x.seg != y.seg) return x.seg < y.seg;
-    return x.off < y.off;
-}
-
-static Key key_of(const PlanAlloc *a, int i) { return (Key){a->b[i].size, a->b[i].seg, a->b[i].off}; }
-
 /* release_available_cached_blocks (only with max_split_size set): before the full release,
    free the smallest oversize (>= max_split_size) cached block of this stream that covers the
    request (at least max_split_size); failing one, oversize blocks from the largest down until
@@ -530,27 +596,19 @@ static int release_available(PlanAlloc *a, int small, int stream, uint64_t size)
     uint64_t ms = a->c.max_split_size;
     if (ms == UINT64_MAX) return 0;
     uint64_t key = size < ms ? ms : size;
-    IntVec *p = &a->pool[small];
-    int it = -1;
-    for (int k = 0; k < p->n; k++) {
-        int i = p->v[k];
-        if (a->b[i].stream == stream && a->b[i].size >= key && (it < 0 || blk_less(a, i, it))) it = i;
-    }
+    const IntVec *f = &a->fit[small];
+    int pos, it = fit_first(a, small, (FitKey){stream, key, -1, 0}, &pos);
     if (it >= 0 && !blk_exp(a, it)) {
         release_block(a, it);
         return 1;
     }
-    Key bound = {key, -1, 0};   /* the search key: everything before it is smaller than key */
+    FitKey bound = {stream, key, -1, 0};   /* the search key: everything before it is smaller than key */
     uint64_t released = 0;
     while (released < key) {
-        int c = -1;
-        for (int k = 0; k < p->n; k++) {
-            int i = p->v[k];
-            if (a->b[i].stream != stream || !key_less(key_of(a, i), bound)) continue;
-            if (c < 0 || blk_less(a, c, i)) c = i;
-        }
+        pos = fit_lower(a, f, bound) - 1;   /* the largest of this stream's blocks before bound */
+        int c = pos >= 0 && a->b[f->v[pos]].stream == stream ? f->v[pos] : -1;
         if (c < 0 || a->b[c].size < ms) break;
-        bound = key_of(a, c);
+        bound = fit_key(a, c);
         if (!blk_exp(a, c)) {
             released += a->b[c].size;
             release_block(a, c);
@@ -598,18 +656,6 @@ static uint64_t expandable_size(const PlanAlloc *a, int i) {
     return a->b[i].size + (n >= 0 && !a->b[n].mapped ? a->b[n].size : 0);
 }
 
-/* The candidate after `it` in pool order among this stream's blocks of at least size. */
-static int next_fit(const PlanAlloc *a, int small, int stream, uint64_t size, int it) {
-    const IntVec *p = &a->pool[small];
-    int best = -1;
-    for (int k = 0; k < p->n; k++) {
-        int i = p->v[k];
-        if (a->b[i].stream != stream || a->b[i].size < size || !blk_less(a, it, i)) continue;
-        if (best < 0 || blk_less(a, i, best)) best = i;
-    }
-    return best;
-}
-
 /* get_free_block: best fit — the smallest cached block of this stream's pool that holds the
    rounded size (ties: the older segment, then the lower address). In an expandable segment a
    block that could grow into unmapped space counts as that large, so a smaller fixed block
@@ -617,17 +663,14 @@ static int next_fit(const PlanAlloc *a, int small, int stream, uint64_t size, in
    it takes one only within max_non_split_rounding of its size. */
 static int get_free_block(PlanAlloc *a, int small, int stream, uint64_t size) {
     if (a->allowed && a->c.gc_threshold > 0) a->gc_calls[small]++;
-    const IntVec *p = &a->pool[small];
-    int it = -1;
-    for (int k = 0; k < p->n; k++) {
-        int i = p->v[k];
-        if (a->b[i].stream == stream && a->b[i].size >= size && (it < 0 || blk_less(a, i, it))) it = i;
-    }
+    const IntVec *f = &a->fit[small];
+    int pos, it = fit_first(a, small, (FitKey){stream, size, -1, 0}, &pos);
     if (it < 0) return -1;
-    while (blk_exp(a, it)) {
-        int nx = next_fit(a, small, stream, size, it);
+    while (blk_exp(a, it)) {   /* the next candidate in pool order */
+        int nx = pos + 1 < f->n && a->b[f->v[pos + 1]].stream == stream ? f->v[pos + 1] : -1;
         if (nx < 0 || expandable_size(a, nx) >= expandable_size(a, it)) break;
         it = nx;
+        pos++;
     }
     uint64_t ms = a->c.max_split_size, bs = a->b[it].size;
     if (size < ms && bs >= ms) return -1;

@@ -88,6 +88,11 @@ void plan_alloc_reset_peaks(PlanAlloc *a);
 
 const PlanAllocStats *plan_alloc_stats(const PlanAlloc *a);
 
+/* For tests: 0 when the best-fit index holds exactly each pool's free blocks in order and its
+   search finds what a linear scan of the pool finds, for every cached block's size (and one
+   byte more) on its stream; -1 otherwise. */
+int plan_alloc_check_index(const PlanAlloc *a);
+
 /* The rules on their own, for tests and for the step model. */
 uint64_t plan_alloc_round_size(const PlanAllocConfig *c, uint64_t size);      /* round_size */
 uint64_t plan_alloc_segment_size(const PlanAllocConfig *c, uint64_t rounded); /* get_allocation_size */

@@ -390,3 +390,44 @@ Test(alloc, allocator_settings_should_parse_as_torch_does) {
     c.memory_fraction = 0.5;
     cr_expect_eq(plan_alloc_config_check(&c, err, sizeof err), -1, "a fraction needs the device's memory");
 }
+
+/* The best-fit index (a sorted array searched by bisection) against a linear scan of the pool,
+   after every call of random sequences: sizes from 512 B to 64 MiB, frees in random order,
+   record_stream and syncs on three streams, under the settings that change the searches. */
+Test(alloc, the_best_fit_index_should_agree_with_a_linear_scan) {
+    const char *confs[] = {NULL, "max_split_size_mb:40", "expandable_segments:True",
+                           "roundup_power2_divisions:4", "max_split_size_mb:20,max_non_split_rounding_mb:30"};
+    for (size_t ci = 0; ci < sizeof confs / sizeof *confs; ci++)
+        for (int seed = 1; seed <= 4; seed++) {
+            PlanAllocConfig c = conf_of(confs[ci]);
+            c.capacity = seed & 1 ? 0 : 768 * MiB;   /* also free-and-retry and out of memory */
+            c.device_total = 80ull << 30;
+            PlanAlloc *a = with_config(&c);
+            uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ull;
+            int live[400], n = 0, next = 0;
+            for (int step = 0; step < 1500; step++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                int op = (int)(x % 10);
+                if (n > 0 && (op < 4 || n == 400)) {
+                    int k = (int)((x >> 8) % (uint64_t)n);
+                    plan_alloc_free(a, live[k]);
+                    live[k] = live[--n];
+                } else if (op == 4 && n > 0) {
+                    plan_alloc_record_stream(a, live[(x >> 8) % (uint64_t)n], 1 + (int)((x >> 20) % 2));
+                } else if (op == 5) {
+                    plan_alloc_sync(a, 1 + (int)((x >> 8) % 2));
+                } else {
+                    uint64_t size = 512ull << ((x >> 8) % 18);
+                    size += (x >> 32) % size;
+                    int stream = (x >> 28) % 8 == 0 ? 1 : 0;
+                    if (plan_alloc_malloc(a, next, size, stream) == 0) live[n++] = next;
+                    next++;
+                }
+                cr_assert_eq(plan_alloc_check_index(a), 0, "conf %s seed %d step %d", confs[ci] ? confs[ci] : "default",
+                             seed, step);
+            }
+            plan_alloc_empty_cache(a);
+            cr_assert_eq(plan_alloc_check_index(a), 0);
+            plan_alloc_free_all(a);
+        }
+}
