@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "plan_step_internal.h"
+#include "plan_util.h"
 
 /* ---- points: START, FWD x L, LOSS_FWD, LOSS_BWD, (BWD_MLP, BWD, BWD_UNIT) x L from the last
    layer, ROOT_RS, REDUCE1, REDUCE2, NORM, STEP, END ---- */
@@ -331,12 +332,19 @@ typedef struct {
 enum { BLK_FREED = 0, BLK_LIVE, BLK_RELEASED };   /* released: freed in this slot, not yet
                                                      given back (another rule may take it over) */
 
+/* Block indices in ascending order (a block's index is its age: the largest is the latest). */
+typedef struct {
+    int *v;
+    int n, cap;
+} BlockIdx;
+
 typedef struct {
     PlanAlloc *a;
-    StepBlock *b;
+    StepBlock *b;            /* every block of the replay, in the order allocated; never moved */
     int n, cap;
-    int next_id;
-    int released;            /* blocks released in this slot */
+    BlockIdx live[RULE_COUNT][TERM_COUNT];   /* the live blocks of each rule and term: a free
+                                                searches its own rule's, not every live block */
+    BlockIdx released;       /* blocks released in this slot */
     int failed;
     /* bytes a rule freed before it had allocated them (a rule that lowers its figure for a
        moment, e.g. the MLP moment's pending gradients): its next allocations pay them back
@@ -344,19 +352,29 @@ typedef struct {
     uint64_t debt[RULE_COUNT][TERM_COUNT];
 } StepAllocRun;
 
+/* Inserts block i in order (at the end when it is the latest, the usual case). */
+static void idx_insert(StepAllocRun *R, BlockIdx *x, int i) {
+    if (plan_grow((void **)&x->v, &x->cap, x->n + 1, sizeof *x->v)) { R->failed = 1; return; }
+    int k = x->n;
+    while (k > 0 && x->v[k - 1] > i) k--;
+    memmove(x->v + k + 1, x->v + k, sizeof *x->v * (size_t)(x->n - k));
+    x->v[k] = i;
+    x->n++;
+}
+
+static void idx_remove(BlockIdx *x, int k) {
+    memmove(x->v + k, x->v + k + 1, sizeof *x->v * (size_t)(x->n - k - 1));
+    x->n--;
+}
+
 static void run_malloc(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
     if (R->failed || size == 0) return;
-    if (R->n == R->cap) {
-        int c = R->cap ? 2 * R->cap : 256;
-        StepBlock *q = realloc(R->b, sizeof(*q) * (size_t)c);
-        if (!q) { R->failed = 1; return; }
-        R->b = q;
-        R->cap = c;
-    }
-    int id = R->next_id++;
+    if (plan_grow((void **)&R->b, &R->cap, R->n + 1, sizeof *R->b)) { R->failed = 1; return; }
+    int id = R->n;
     /* 1: out of memory (counted in the stats; the handle stays unallocated, its free is a no-op) */
     if (plan_alloc_malloc(R->a, id, size, 0) < 0) { R->failed = 1; return; }
     R->b[R->n++] = (StepBlock){id, size, size, rule, term, BLK_LIVE};
+    idx_insert(R, &R->live[rule][term], id);
 }
 
 /* An allocation request of the slot: after the rule's debt is paid, it takes over a block of
@@ -371,10 +389,21 @@ typedef struct {
     uint8_t term;
 } StepReq;
 
-static void adopt(StepAllocRun *R, StepBlock *b, uint16_t rule) {
+/* The released block at position k of the slot's list becomes rule's, live again. */
+static void adopt(StepAllocRun *R, int k, uint16_t rule) {
+    StepBlock *b = &R->b[R->released.v[k]];
+    idx_remove(&R->released, k);
     b->state = BLK_LIVE;
     b->rule = rule;
-    R->released--;
+    idx_insert(R, &R->live[rule][b->term], b->id);
+}
+
+/* The live block at position k of its rule's list is released in this slot. */
+static void release(StepAllocRun *R, BlockIdx *live, int k) {
+    StepBlock *b = &R->b[live->v[k]];
+    idx_remove(live, k);
+    b->state = BLK_RELEASED;
+    idx_insert(R, &R->released, b->id);
 }
 
 static int take_over(StepAllocRun *R, StepReq *q) {
@@ -382,20 +411,20 @@ static int take_over(StepAllocRun *R, StepReq *q) {
     *d -= pay;
     q->size -= pay;
     if (!q->size) return 1;
-    if (!R->released) return 0;
-    for (int k = R->n - 1; k >= 0; k--) {
-        StepBlock *b = &R->b[k];
-        if (b->state == BLK_RELEASED && b->term == q->term && b->held == q->size) {
-            adopt(R, b, q->rule);
+    BlockIdx *rel = &R->released;
+    for (int k = rel->n - 1; k >= 0; k--) {
+        const StepBlock *b = &R->b[rel->v[k]];
+        if (b->term == q->term && b->held == q->size) {
+            adopt(R, k, q->rule);
             return 1;
         }
     }
     if (q->term != TERM_GRADS) return 0;
-    for (int k = R->n - 1; k >= 0 && q->size; k--) {
-        StepBlock *b = &R->b[k];
-        if (b->state == BLK_RELEASED && b->term == q->term && b->held <= q->size) {
-            adopt(R, b, q->rule);
+    for (int k = rel->n - 1; k >= 0 && q->size; k--) {
+        const StepBlock *b = &R->b[rel->v[k]];
+        if (b->term == q->term && b->held <= q->size) {
             q->size -= b->held;
+            adopt(R, k, q->rule);
         }
     }
     return q->size == 0;
@@ -405,39 +434,29 @@ static int take_over(StepAllocRun *R, StepReq *q) {
    else the latest ones until the bytes are covered, the last one perhaps in part (it stays,
    holding fewer bytes); bytes with no block left become the rule's debt. */
 static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
-    for (int k = R->n - 1; k >= 0; k--) {
-        StepBlock *b = &R->b[k];
-        if (b->state == BLK_LIVE && b->rule == rule && b->term == term && b->held == size) {
-            b->state = BLK_RELEASED;
-            R->released++;
+    BlockIdx *live = &R->live[rule][term];
+    for (int k = live->n - 1; k >= 0; k--)
+        if (R->b[live->v[k]].held == size) {
+            release(R, live, k);
             return;
         }
-    }
-    for (int k = R->n - 1; k >= 0 && size > 0; k--) {
-        StepBlock *b = &R->b[k];
-        if (b->state != BLK_LIVE || b->rule != rule || b->term != term) continue;
+    for (int k = live->n - 1; k >= 0 && size > 0; k--) {
+        StepBlock *b = &R->b[live->v[k]];
         if (b->held > size) { b->held -= size; return; }
         size -= b->held;
-        b->state = BLK_RELEASED;
-        R->released++;
+        release(R, live, k);
     }
     R->debt[rule][term] += size;
 }
 
-/* The slot's released blocks go back to the allocator, and the list keeps only the live ones
-   (in order: "latest" stays the latest), so the searches run over what is live. */
+/* The slot's released blocks go back to the allocator, oldest first. */
 static void give_back(StepAllocRun *R) {
-    if (!R->released) return;
-    R->released = 0;
-    int n = 0;
-    for (int k = 0; k < R->n; k++) {
-        if (R->b[k].state == BLK_RELEASED) {
-            plan_alloc_free(R->a, R->b[k].id);   /* -1 for a handle that ran out of memory */
-            continue;
-        }
-        R->b[n++] = R->b[k];
+    for (int k = 0; k < R->released.n; k++) {
+        StepBlock *b = &R->b[R->released.v[k]];
+        b->state = BLK_FREED;
+        plan_alloc_free(R->a, b->id);   /* -1 for a handle that ran out of memory */
     }
-    R->n = n;
+    R->released.n = 0;
 }
 
 /* The pieces an event stands for: one, or for a rule whose bytes are per-parameter tensors
@@ -501,6 +520,9 @@ int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *c
     int failed = R.failed;
     plan_alloc_free_all(R.a);
     free(R.b);
+    free(R.released.v);
+    for (int r = 0; r < RULE_COUNT; r++)
+        for (int k = 0; k < TERM_COUNT; k++) free(R.live[r][k].v);
     free(idx);
     free(pc);
     free(req);
