@@ -513,7 +513,8 @@ static int try_allocate_expandable(PlanAlloc *a, int small, int stream, uint64_t
     return c;
 }
 
-static int link_new(PlanAlloc *a, int i, uint64_t off, uint64_t size, int before) {
+/* A new block beside i in its segment (before or after it), cached in its pool when `cache`. */
+static int link_new(PlanAlloc *a, int i, uint64_t off, uint64_t size, int before, int cache) {
     int n = new_block(a, a->b[i].seg, off, size, 1);
     if (n < 0) return -1;
     if (before) {
@@ -527,7 +528,7 @@ static int link_new(PlanAlloc *a, int i, uint64_t off, uint64_t size, int before
         if (a->b[n].next >= 0) a->b[a->b[n].next].prev = n;
         a->b[i].next = n;
     }
-    list_add(a, n);
+    if (cache) list_add(a, n);
     return 0;
 }
 
@@ -538,8 +539,8 @@ static int unmap_block(PlanAlloc *a, int i) {
     uint64_t u0 = (off + page - 1) / page * page, u1 = end / page * page;
     if (u0 >= u1) return 0;
     list_del(a, i);
-    if (u0 > off && link_new(a, i, off, u0 - off, 1)) return -1;
-    if (u1 < end && link_new(a, i, u1, end - u1, 0)) return -1;
+    if (u0 > off && link_new(a, i, off, u0 - off, 1, 1)) return -1;
+    if (u1 < end && link_new(a, i, u1, end - u1, 0, 1)) return -1;
     a->b[i].off = u0;
     a->b[i].size = u1 - u0;
     a->b[i].mapped = 0;
@@ -693,9 +694,8 @@ static int should_split(const PlanAlloc *a, int i, uint64_t size) {
    included), requested_bytes what was asked. */
 static int alloc_found(PlanAlloc *a, int i, uint64_t size, uint64_t orig) {
     if (should_split(a, i, size)) {
-        if (link_new(a, i, a->b[i].off, size, 1)) return -1;
+        if (link_new(a, i, a->b[i].off, size, 1, 0)) return -1;   /* the allocation: not cached */
         int n = a->b[i].prev;
-        list_del(a, n);              /* link_new cached it; it is the allocation */
         a->b[i].off += size;
         a->b[i].size -= size;
         list_add(a, i);
