@@ -474,47 +474,72 @@ static int pieces_of(const Step *st, const ModelSpec *m, double total, const Ste
 }
 
 static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
-    if (*n == *cap) {
-        int c = *cap ? 2 * *cap : 64;
-        StepReq *w = realloc(*v, sizeof(*w) * (size_t)c);
-        if (!w) return -1;
-        *v = w;
-        *cap = c;
-    }
+    if (plan_grow((void **)v, cap, *n + 1, sizeof **v)) return -1;
     (*v)[(*n)++] = q;
     return 0;
 }
 
-int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *conf, PlanAllocStats *out) {
-    memset(out, 0, sizeof(*out));
-    StepAllocRun R;
-    memset(&R, 0, sizeof(R));
-    R.a = plan_alloc_new(conf);
+/* The replay's input as a list: each piece freed or asked for, in step order, and the end of
+   each slot. Every byte is a field (no padding), so two lists compare with memcmp. */
+enum { OP_FREE, OP_ALLOC, OP_SLOT };
+typedef struct {
+    uint64_t size;
+    uint16_t rule;
+    uint8_t term, kind;
+    uint32_t zero;
+} StepOp;
+
+typedef struct {
+    StepOp *v;
+    int n, cap;
+} OpList;
+
+static int list_ops(const Step *st, const ModelSpec *m, OpList *ops) {
     int *idx = order_events(st);
     uint64_t *pc = malloc(sizeof(uint64_t) * (size_t)(m && m->n_layers > 0 ? m->n_layers : 1));
-    StepReq *req = NULL;
-    int nreq = 0, capreq = 0;
     double total = m ? (double)plan_model_params(m) : 0;
-    if (!R.a || !idx || !pc) R.failed = 1;
-    for (int e0 = 0, e1; e0 < st->n_mem && !R.failed; e0 = e1) {
+    int rc = !idx || !pc ? -1 : 0;
+    ops->n = 0;
+    for (int e0 = 0, e1; e0 < st->n_mem && !rc; e0 = e1) {
         const StepMem *first = &st->mem[idx[e0]];
         for (e1 = e0; e1 < st->n_mem && st->mem[idx[e1]].point == first->point && st->mem[idx[e1]].when == first->when; e1++) {}
-        /* one slot (a point, before or after its moment): its frees, then its allocations */
-        nreq = 0;
-        for (int e = e0; e < e1 && !R.failed; e++) {
+        for (int e = e0; e < e1 && !rc; e++) {
             const StepMem *x = &st->mem[idx[e]];
             if (x->term == TERM_OVERHEAD) continue;   /* fixed overheads: no tensor */
             int np = pieces_of(st, m, total, x, pc);
-            for (int k = 0; k < np && !R.failed; k++) {
-                if (x->bytes < 0) run_free(&R, x->rule, x->term, pc[k]);
-                else if (add_req(&req, &nreq, &capreq, (StepReq){pc[k], x->rule, x->term})) R.failed = 1;
-            }
+            if (plan_grow((void **)&ops->v, &ops->cap, ops->n + np + 1, sizeof *ops->v)) rc = -1;
+            for (int k = 0; k < np && !rc; k++)
+                ops->v[ops->n++] = (StepOp){pc[k], x->rule, x->term, x->bytes < 0 ? OP_FREE : OP_ALLOC, 0};
         }
-        int left = 0;
-        for (int k = 0; k < nreq; k++)
-            if (!take_over(&R, &req[k])) req[left++] = req[k];
-        give_back(&R);
-        for (int k = 0; k < left; k++) run_malloc(&R, req[k].rule, req[k].term, req[k].size);
+        if (!rc && plan_grow((void **)&ops->v, &ops->cap, ops->n + 1, sizeof *ops->v)) rc = -1;
+        if (!rc) ops->v[ops->n++] = (StepOp){0, 0, 0, OP_SLOT, 0};
+    }
+    free(idx);
+    free(pc);
+    return rc;
+}
+
+/* One slot at a time (a point, before or after its moment): its frees, then its allocations. */
+static int replay_ops(const OpList *ops, const PlanAllocConfig *conf, PlanAllocStats *out) {
+    StepAllocRun R;
+    memset(&R, 0, sizeof(R));
+    R.a = plan_alloc_new(conf);
+    StepReq *req = NULL;
+    int nreq = 0, capreq = 0;
+    if (!R.a) R.failed = 1;
+    for (int o = 0; o < ops->n && !R.failed; o++) {
+        const StepOp *x = &ops->v[o];
+        if (x->kind == OP_FREE) run_free(&R, x->rule, x->term, x->size);
+        else if (x->kind == OP_ALLOC) {
+            if (add_req(&req, &nreq, &capreq, (StepReq){x->size, x->rule, x->term})) R.failed = 1;
+        } else {
+            int left = 0;
+            for (int k = 0; k < nreq; k++)
+                if (!take_over(&R, &req[k])) req[left++] = req[k];
+            give_back(&R);
+            for (int k = 0; k < left; k++) run_malloc(&R, req[k].rule, req[k].term, req[k].size);
+            nreq = 0;
+        }
     }
     if (R.a) *out = *plan_alloc_stats(R.a);
     int failed = R.failed;
@@ -523,10 +548,58 @@ int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *c
     free(R.released.v);
     for (int r = 0; r < RULE_COUNT; r++)
         for (int k = 0; k < TERM_COUNT; k++) free(R.live[r][k].v);
-    free(idx);
-    free(pc);
     free(req);
     return failed ? -1 : 0;
+}
+
+static int conf_equal(const PlanAllocConfig *x, const PlanAllocConfig *y) {
+    for (int i = 0; i < PLAN_ALLOC_INTERVALS; i++)
+        if (x->roundup_divisions[i] != y->roundup_divisions[i]) return 0;
+    return x->max_split_size == y->max_split_size && x->max_non_split_rounding == y->max_non_split_rounding &&
+           x->large_segment_size == y->large_segment_size && x->gc_threshold == y->gc_threshold &&
+           x->expandable_segments == y->expandable_segments && x->memory_fraction == y->memory_fraction &&
+           x->device_total == y->device_total && x->capacity == y->capacity;
+}
+
+/* The last replays, per thread: a replay's figures are a function of its operations and the
+   allocator's settings alone, and the searches repeat some (a plan's row at micro-batch 1 and
+   its max-micro-batch walk at 1; strategies whose steps allocate alike). A hit compares the
+   whole list, not a hash. The lists stay allocated for the thread's life (8 of a few
+   thousand operations). */
+#define STEP_MEMO 8
+typedef struct {
+    OpList ops;
+    PlanAllocConfig conf;
+    PlanAllocStats out;
+    int used;
+} StepMemo;
+static _Thread_local StepMemo memo[STEP_MEMO];
+static _Thread_local int memo_next;
+static _Thread_local OpList memo_ops;   /* the list being looked up */
+
+int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *conf, PlanAllocStats *out) {
+    memset(out, 0, sizeof(*out));
+    OpList *ops = &memo_ops;
+    if (list_ops(st, m, ops)) return -1;
+    for (int k = 0; k < STEP_MEMO; k++) {
+        const StepMemo *h = &memo[k];
+        if (h->used && h->ops.n == ops->n && conf_equal(&h->conf, conf) &&
+            !memcmp(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n)) {
+            *out = h->out;
+            return 0;
+        }
+    }
+    if (replay_ops(ops, conf, out)) return -1;
+    StepMemo *h = &memo[memo_next];
+    if (!plan_grow((void **)&h->ops.v, &h->ops.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
+        memcpy(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n);
+        h->ops.n = ops->n;
+        h->conf = *conf;
+        h->out = *out;
+        h->used = 1;
+        memo_next = (memo_next + 1) % STEP_MEMO;
+    }
+    return 0;
 }
 
 /* With the allocator model (c->alloc_model), the allocator's share of the overhead is one figure
