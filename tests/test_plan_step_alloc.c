@@ -203,3 +203,40 @@ Test(step_alloc, the_allocator_settings_should_reach_the_replay) {
     cr_expect_eq(s.max_reserved, (uint64_t)(40 * MiB));
     plan_step_free(&st);
 }
+
+/* The searches' shortcut (plan_memory_fits: no replay when the tensors alone exceed the GPU, the
+   capacity search stopped once every capacity up to the GPU's has run out) answers as the full
+   plan does, on GPUs around each setup's tensor peak and its allocator peak, with and without a
+   memory fraction (under which even the unlimited replay runs out). */
+Test(step_alloc, the_fit_shortcut_should_answer_as_the_full_plan) {
+    for (size_t mi = 0; mi < 2; mi++) {
+        ModelSpec m = zoo(MODELS[mi]);
+        for (int frac = 0; frac < 2; frac++)
+            for (int k = 0; k < STRAT_COUNT; k++)
+                for (int64_t b = 1; b <= 4; b *= 2) {
+                    const char *n = plan_strategy((StrategyKind)k)->name;
+                    TrainSpec t;
+                    plan_train_defaults(&t);
+                    t.seq = 256;
+                    t.micro_batch = b;
+                    ClusterSpec c;
+                    cluster(&c, 8, 8);
+                    c.alloc_model = 1;
+                    if (frac) c.alloc_conf.memory_fraction = 0.97;
+                    MemResult r;
+                    plan_memory(&m, &t, &c, (StrategyKind)k, &r);
+                    double fixed = r.cuda_context + r.cublas_ws + r.nccl;
+                    double tensors = r.alloc_tensor_peak + fixed, peak = r.peak;
+                    const double scale[] = {0.9, 0.999, 1.0, 1.001, 1.02};
+                    for (int s = 0; s < 10; s++) {
+                        c.gpu.mem_bytes = (s < 5 ? tensors : peak) * scale[s % 5];
+                        MemResult full;
+                        plan_memory(&m, &t, &c, (StrategyKind)k, &full);
+                        cr_expect_eq(plan_memory_fits(&m, &t, &c, (StrategyKind)k), full.fits,
+                                     "%s %s b%lld frac %d: GPU %.0f (tensors %.0f, peak %.0f)", m.name, n,
+                                     (long long)b, frac, c.gpu.mem_bytes, tensors, peak);
+                    }
+                }
+        plan_model_free(&m);
+    }
+}
