@@ -212,6 +212,7 @@ static const struct { const char *flag, *same; int cupti, ranks; const char *why
     {"gpu", NULL, 1, 0, NULL}, {"cuda-context", NULL, 1, 0, NULL}, {"nccl-mem", NULL, 1, 0, NULL},
     {"tp", NULL, 0, 0, "the engine runs data parallelism only: tensor parallel is planned, not run (memplan --tp)"},
     {"sp", NULL, 0, 0, "the engine runs data parallelism only: sequence parallel is planned, not run (memplan --sp)"},
+    {"alloc-conf", NULL, 0, 0, NULL},
 };
 
 
@@ -601,6 +602,7 @@ static void engine_inputs(const Ctx *x, TrainSpec *t, ClusterSpec *cl)
     cl->cuda_context = 0;
     cl->nccl_per_comm = 0;
     cl->alloc_margin = 0;
+    cl->alloc_model = 0;     /* tensors only: what the run measures */
     cl->margin_is_frac = 1;
     cl->gpu.cublas_ws_bytes = 0;
     cl->gpu.mem_bytes = c->mem_limit ? (double)c->mem_limit : 1e18;

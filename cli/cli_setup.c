@@ -21,7 +21,7 @@ enum {
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
-    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP,
+    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
     OPT_TP, OPT_SP,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
@@ -51,6 +51,7 @@ static const struct option BASE_OPTIONS[] = {
     {"cublas-ws", required_argument, 0, OPT_CUBLAS},
     {"nccl-mem", required_argument, 0, OPT_NCCL},
     {"alloc-margin", required_argument, 0, OPT_MARGIN},
+    {"alloc-conf", required_argument, 0, OPT_ALLOC_CONF},
     {"mfu", required_argument, 0, OPT_MFU},
     {"intra-bw", required_argument, 0, OPT_INTRA_BW},
     {"inter-bw", required_argument, 0, OPT_INTER_BW},
@@ -222,7 +223,12 @@ void cli_print_setup_help(FILE *f) {
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
         "  --nccl-mem SIZE        NCCL buffers per communicator (default 512MiB)\n"
-        "  --alloc-margin P%%|SIZE caching-allocator margin (default 5%% of allocated bytes)\n"
+        "  --alloc-margin allocator|flat|P%%|SIZE  the caching allocator's share: allocator (default) replays\n"
+        "                         the step's allocations through PyTorch's caching allocator (max reserved -\n"
+        "                         tensor peak); flat = 5%% of allocated bytes (the old margin); or a given\n"
+        "                         percentage or size\n"
+        "  --alloc-conf S         allocator settings as PYTORCH_CUDA_ALLOC_CONF takes them (default: that\n"
+        "                         variable, else PYTORCH_ALLOC_CONF, else torch's defaults)\n"
         "Your own config (plan and auto; every key per kind: docs/configs.md):\n"
         "  --config FILE          a DeepSpeed JSON, an accelerate config YAML, a torchtitan TOML or HF\n"
         "                         TrainingArguments JSON (args.to_json_string()): its settings become the flags\n"
@@ -275,6 +281,7 @@ typedef struct {
     double gpu_mem, cublas_ws; /* bytes; -1: not given */
     double intra_bw, inter_bw; /* GB/s, 0: not given */
     double latency_us;         /* < 0: not given */
+    const char *alloc_conf;    /* --alloc-conf, NULL if none */
 } Flags;
 
 /* Loads the model and applies the parsed values; 0, or 2 after printing the error. */
@@ -455,6 +462,13 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
                                "(ZeRO and FSDP have no such option)");
     if (s->have_model && s->train.syncbn && !plan_model_bn_layers(&s->model, NULL))
         return cli_usage_error("--syncbn: model %s has no BatchNorm layers", s->model.name);
+    if (f->alloc_conf && !s->cluster.alloc_model)
+        return cli_usage_error("--alloc-conf sets the caching allocator model: drop --alloc-margin %s or give "
+                               "--alloc-margin allocator", cli_setup_given(s, "alloc-margin"));
+    const char *from = "--alloc-conf", *conf = f->alloc_conf;
+    if (!conf) conf = cli_alloc_conf_env(&from);
+    if (conf && s->cluster.alloc_model && plan_alloc_config_parse(&s->cluster.alloc_conf, conf, err, sizeof err))
+        return cli_usage_error("%s '%s': %s%s", from, conf, err, f->alloc_conf ? "" : " (or --alloc-margin flat)");
     return resolve_finetune(s);
 }
 
@@ -481,6 +495,15 @@ static int resolve_tp(CliSetup *s, int cluster_known) {
         if ((s->strategies & (1u << k)) && plan_tp_check(&s->model, &s->train, &s->cluster, (StrategyKind)k, msg, sizeof msg))
             return cli_usage_error("%s", msg);
     return 0;
+}
+
+const char *cli_alloc_conf_env(const char **name) {
+    static const char *const NAMES[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};   /* torch's order */
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
+        const char *v = getenv(NAMES[i]);
+        if (v) { *name = NAMES[i]; return v; }
+    }
+    return NULL;
 }
 
 /* A DeepSpeed size flag (elements, as its JSON takes them): a whole number; the stage-3 limits
@@ -696,12 +719,20 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->cluster.nccl_per_comm = d;
         break;
     case OPT_MARGIN:
-        if (cli_bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB)", a);
+        s->cluster.alloc_model = strcmp(a, "allocator") == 0;
+        if (s->cluster.alloc_model) break;
+        if (strcmp(a, "flat") == 0) {
+            s->cluster.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
+            s->cluster.margin_is_frac = 1;
+            break;
+        }
+        if (cli_bare_number(a)) return cli_usage_error("--alloc-margin '%s' needs a unit: a percentage (5%%) or a size (512MiB); or allocator, flat", a);
         if (plan_parse_size_or_percent(a, &d, &isfrac) || (!isfrac && d > 64 * GIB) || (isfrac && d > 0.9))
-            return cli_usage_error("--alloc-margin '%s' is not a percentage up to 90%% or a size up to 64GiB", a);
+            return cli_usage_error("--alloc-margin '%s' is not allocator, flat, a percentage up to 90%% or a size up to 64GiB", a);
         s->cluster.alloc_margin = d;
         s->cluster.margin_is_frac = isfrac;
         break;
+    case OPT_ALLOC_CONF: f->alloc_conf = a; break;
     case OPT_MFU:
         if (plan_parse_double(a, 0.01, 1, &d)) return cli_usage_error("--mfu '%s' is not a fraction in [0.01, 1]", a);
         s->cluster.mfu = d;
@@ -745,6 +776,7 @@ static int parse_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flags
     memset(o->seen, 0, sizeof o->seen);
     plan_train_defaults(&s->train);
     plan_cluster_defaults(&s->cluster);
+    s->cluster.alloc_model = 1;   /* the plan's allocator figure: the model's replay of the step */
     s->strategies = (1u << STRAT_COUNT) - 1;
     *f = (Flags){.gpu_mem = -1, .cublas_ws = -1, .latency_us = -1, .units = 32};
     char err[512];

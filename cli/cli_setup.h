@@ -50,6 +50,9 @@ void cli_setup_free(CliSetup *s);
  * else NULL: for commands that must refuse the planning flags they do not honour. */
 const char *cli_setup_given(const CliSetup *s, const char *name);
 void cli_print_setup_help(FILE *f);
+/* The allocator settings from the environment as torch reads them (PYTORCH_CUDA_ALLOC_CONF,
+ * else PYTORCH_ALLOC_CONF): the value and *name, or NULL. */
+const char *cli_alloc_conf_env(const char **name);
 /* A size flag's value without a unit ('5' would be 5 bytes, never what was meant); 0 passes. */
 int cli_bare_number(const char *a);
 /* Prints "memplan: <msg>" and returns 2 (usage error). While a capture buffer is set, the first

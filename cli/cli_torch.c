@@ -286,6 +286,7 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     c->cuda_context = 0;
     c->nccl_per_comm = 0;
     c->alloc_margin = 0;
+    c->alloc_model = 0;
     c->margin_is_frac = 1;
     c->gpu.cublas_ws_bytes = 0;
     c->gpu.mem_bytes = 1e18;

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "cli_alloc.h"
 #include "cli_auto.h"
 #include "cli_io.h"
 #include "cli_output.h"
@@ -44,6 +45,8 @@ static void usage(FILE *f) {
         "                           '#' lines on stderr) / a torchrun command and the wrapping snippet\n"
         "  memplan models [--json] [--export NAME]       list the zoo / export a model as JSON\n"
         "  memplan gpus [--json]                         list the GPU presets\n"
+        "  memplan alloc [--alloc-conf S] TRACE...       replay recorded allocations through PyTorch's CUDA\n"
+        "                                                caching allocator: reserved memory (memplan alloc --help)\n"
         "  mpirun -np N memplan run --model gpt2-tiny --strategy ddp|zero1|zero2|zero3 [--steps K]\n"
         "                                                train for real over MPI with a profiler summary\n"
         "  mpirun -np N memplan validate --model gpt2-tiny [--strategy all]\n"
@@ -573,6 +576,7 @@ static int dispatch(int argc, char **argv) {
         if (strcmp(cmd, "auto") == 0) return cmd_plan(argc - 1, argv + 1, 1);
         if (strcmp(cmd, "models") == 0) return cmd_models(argc - 1, argv + 1);
         if (strcmp(cmd, "gpus") == 0) return cmd_gpus(argc - 1, argv + 1);
+        if (strcmp(cmd, "alloc") == 0) return cli_cmd_alloc(argc - 1, argv + 1);
         if (strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
         /* `validate --against torch` plans, then runs the PyTorch harness under torchrun: it needs
            no MPI, BLAS or CUDA in this process, so the front end serves it */
@@ -580,7 +584,7 @@ static int dispatch(int argc, char **argv) {
             return cli_cmd_validate_torch(argc - 1, argv + 1);
         if (strcmp(cmd, "run") == 0 || strcmp(cmd, "validate") == 0 || strcmp(cmd, "bench") == 0)
             return exec_backend(argv);
-        return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, run, validate, bench, help)", cmd);
+        return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, alloc, run, validate, bench, help)", cmd);
     }
     if (argc < 2) { usage(stderr); return 2; }
     return cmd_plan(argc, argv, 0);

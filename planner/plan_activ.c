@@ -481,16 +481,21 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
        cached_cast caches leaves that require grad only); the matmul saves the copy for its
        input's gradient until the layer's backward: X per frozen projection element (not the
        first block's attention inputs, whose matmuls need no gradient). Measured with saved-
-       tensor hooks on llama-mini + LoRA under CPU autocast. Per micro-batch, not per token. */
+       tensor hooks on llama-mini + LoRA under CPU autocast. Per micro-batch, not per token.
+       Only an fp32 base is cast: a --quant-base bf16 weight is already at the compute dtype
+       (autocast hands it through), and bitsandbytes' 4- and 8-bit matmuls save the packed
+       weight, not a 16-bit copy (bitsandbytes autograd/_functions.py MatMul4Bit: ctx.tensors
+       = (A, B) with B the quantized weight; its dequantized copy is a transient). */
     double casts = 0;
-    if (p->autocast)
+    int cast_base = p->autocast && t->ft.quant == QUANT_NONE;
+    if (cast_base)
         for (int k = 0; k < l->n_frozen; k++) {
             int mod = l->frozen_mod[k];
             if (PLAN_MOD_ID(mod) == PLAN_MOD_NONE || (l->grad_frontier == 2 && plan_module_group(mod) == 1)) continue;
             casts += (double)l->frozen_elems[k];
         }
     /* a head tied to frozen embeddings: F.linear(x, wte) casts the shared weight the same way */
-    if (p->autocast && l->kind == LAYER_HEAD && m->tied_embeddings && l->params == 0 && l->act_unsaved_tok > 0)
+    if (cast_base && l->kind == LAYER_HEAD && m->tied_embeddings && l->params == 0 && l->act_unsaved_tok > 0)
         casts += (double)m->vocab * h;
     /* LlamaRMSNorm's last product, weight * normed: with the weight frozen it saves the weight
        only (derivatives.yaml mul: self is saved when other requires grad), not the normalised

@@ -57,8 +57,7 @@ static void say(AutoResult *r, const char *fmt, ...) {
 
 static int fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
                 MemResult *mr) {
-    MemResult tmp;
-    if (!mr) mr = &tmp;
+    if (!mr) return plan_memory_fits(m, t, c, k);
     plan_memory(m, t, c, k, mr);
     return mr->fits;
 }

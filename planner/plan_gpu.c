@@ -92,6 +92,8 @@ void plan_cluster_defaults(ClusterSpec *c) {
     c->nccl_per_comm = PLAN_NCCL_COMM_BYTES;
     c->alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
     c->margin_is_frac = 1;
+    c->alloc_model = 0;
+    plan_alloc_config_defaults(&c->alloc_conf);
     c->mfu = 0;   /* time from the operations; --mfu F restores the flat model */
     c->coll_base_lat = PLAN_COLL_BASE_LAT;
 }

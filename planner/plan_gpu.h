@@ -5,6 +5,8 @@
 #define PLAN_GPU_H
 
 #include <stdint.h>
+
+#include "plan_alloc.h"
 #include "plan_train.h"
 
 /* What a GPU generation achieves of its datasheet rates, per kind of operation (docs/gpus.md
@@ -64,6 +66,13 @@ typedef struct {
     double nccl_per_comm;
     double alloc_margin;     /* fraction of allocator-managed bytes, or bytes if !margin_is_frac */
     int margin_is_frac;
+    /* 1: the allocator's share of the overhead is the caching allocator model's replay of the
+       step (plan_alloc.h: max reserved - the tensor peak; docs/formulas.md "The allocator in the
+       plan"), and alloc_margin is not used; 0: alloc_margin. The CLI's default is 1, a
+       ClusterSpec's (plan_cluster_defaults) 0. */
+    int alloc_model;
+    PlanAllocConfig alloc_conf;   /* its settings (--alloc-conf, PYTORCH_CUDA_ALLOC_CONF); device
+                                     size and capacity are set from gpu and the fixed overheads */
     double mfu;              /* > 0: the flat time model, compute at this fraction of the peak FLOP/s
                                 and collectives at the links' alpha-beta (--mfu; validate's measured
                                 descriptions); 0: time from the operations (plan_cost.c, plan_comm.c) */

@@ -37,6 +37,15 @@ typedef struct {
     double opt_host_bytes;
     /* pieces of TERM_OVERHEAD and context */
     double cuda_context, cublas_ws, nccl, margin;
+    /* the caching allocator model's replay of the step (ClusterSpec.alloc_model; plan_step.h
+       plan_step_alloc): margin = alloc_reserved - alloc_tensor_peak */
+    int alloc_model;
+    double alloc_tensor_peak;    /* the account's live bytes at the peak (bytes) */
+    double alloc_allocated;      /* max_memory_allocated of the replay (bytes) */
+    double alloc_reserved;       /* max_memory_reserved of the replay (bytes) */
+    int alloc_segments;          /* segments held at most */
+    int alloc_oom;               /* the replay ran out of the GPU's memory less the fixed
+                                    overheads; the figures are those without a limit */
     int nccl_comms;
     int64_t shard_group;         /* N for sharding (gpus, or gpus per node for hybrid) */
     int acts_known;              /* 0: activations unknown for this model (reported as such) */
@@ -60,6 +69,14 @@ int plan_memory_walk(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
                      MemResult *r, MemMomentFn fn, void *ctx);
 int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                 MemResult *r);
+/* plan_memory_walk for a caller that needs r->fits first (the searches): when the step is known
+ * not to fit the GPU before its allocator replay is done (plan_step_replay_fits), r->fits and
+ * r->gpu_fits are 0, r->peak is a lower bound (tensors and fixed overheads), the rest of r is
+ * zero and fn is never called; otherwise exactly plan_memory_walk. plan_memory_fits: r->fits
+ * alone. */
+int plan_memory_walk_fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                          MemResult *r, MemMomentFn fn, void *ctx);
+int plan_memory_fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
 /* Largest micro-batch whose peak fits the GPU (0 if none), searching up to max_b. */
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b);

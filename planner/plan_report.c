@@ -224,12 +224,27 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
     if (p->n_rows) {
         const MemResult *r0 = &p->rows[0].mem;
         char a[32], b[32], d[32], e[32];
-        fprintf(f, "# overhead = CUDA context %s + cuBLAS workspace %s + NCCL %s (%d communicator%s) "
-                "+ allocator margin (%g%% of allocated)\n",
+        fprintf(f, "# overhead = CUDA context %s + cuBLAS workspace %s + NCCL %s (%d communicator%s) + ",
                 plan_fmt_bytes(r0->cuda_context, a, sizeof(a)), plan_fmt_bytes(r0->cublas_ws, b, sizeof(b)),
-                plan_fmt_bytes(r0->nccl, d, sizeof(d)), r0->nccl_comms, r0->nccl_comms == 1 ? "" : "s",
-                c->margin_is_frac ? c->alloc_margin * 100 : 0);
-        if (!c->margin_is_frac) fprintf(f, "# allocator margin fixed at %s\n", plan_fmt_bytes(c->alloc_margin, e, sizeof(e)));
+                plan_fmt_bytes(r0->nccl, d, sizeof(d)), r0->nccl_comms, r0->nccl_comms == 1 ? "" : "s");
+        if (c->alloc_model) {
+            char conf[256];
+            plan_alloc_config_describe(&c->alloc_conf, conf, sizeof conf);
+            fprintf(f, "allocator: the step's allocations replayed through PyTorch's caching allocator (%s; "
+                    "docs/formulas.md \"The allocator in the plan\"), max reserved - tensor peak:", conf);
+            for (int i = 0; i < p->n_rows; i++) {
+                const MemResult *m0 = &p->rows[i].mem;
+                if (!m0->alloc_model) { fprintf(f, "%s %s flat 5%%", i ? "," : "", plan_strategy(p->rows[i].kind)->name); continue; }
+                fprintf(f, "%s %s %s (%.1f%%)", i ? "," : "", plan_strategy(p->rows[i].kind)->name,
+                        plan_fmt_bytes(m0->margin, e, sizeof(e)),
+                        m0->alloc_tensor_peak > 0 ? 100 * m0->margin / m0->alloc_tensor_peak : 0.0);
+            }
+            fprintf(f, "\n");
+        } else if (c->margin_is_frac) {
+            fprintf(f, "allocator margin (%g%% of allocated)\n", c->alloc_margin * 100);
+        } else {
+            fprintf(f, "allocator margin (fixed at %s)\n", plan_fmt_bytes(c->alloc_margin, e, sizeof(e)));
+        }
         if (!r0->acts_known)
             fprintf(f, "# activations unknown for this model (no architecture or measurement): "
                     "peaks exclude them; give activation_bytes_per_sample in a params.json\n");
@@ -320,6 +335,19 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     cJSON_AddNumberToObject(ov, "cublas_workspace", r->mem.cublas_ws);
     cJSON_AddNumberToObject(ov, "nccl", r->mem.nccl);
     cJSON_AddNumberToObject(ov, "allocator_margin", r->mem.margin);
+    cJSON_AddStringToObject(ov, "allocator_margin_from", r->mem.alloc_model ? "caching_allocator_model"
+                            : c->margin_is_frac ? "fraction" : "fixed");
+    if (r->mem.alloc_model) {
+        char conf[256];
+        plan_alloc_config_describe(&c->alloc_conf, conf, sizeof conf);
+        cJSON *al = cJSON_AddObjectToObject(ov, "allocator");
+        cJSON_AddStringToObject(al, "settings", conf);
+        cJSON_AddNumberToObject(al, "tensor_peak", r->mem.alloc_tensor_peak);
+        cJSON_AddNumberToObject(al, "max_allocated", r->mem.alloc_allocated);
+        cJSON_AddNumberToObject(al, "max_reserved", r->mem.alloc_reserved);
+        cJSON_AddNumberToObject(al, "segments", r->mem.alloc_segments);
+        cJSON_AddBoolToObject(al, "out_of_memory", r->mem.alloc_oom);
+    }
     cJSON *cm = cJSON_AddObjectToObject(o, "comm");
     cJSON_AddNumberToObject(cm, "bytes_per_gpu", r->comm.wire_bytes);
     cJSON_AddNumberToObject(cm, "seconds", r->comm.seconds);
@@ -476,7 +504,7 @@ static const char *fmt_size(double b, char *buf, size_t len) {
 
 void plan_report_explain(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     static double by[RULE_COUNT][TERM_COUNT];
-    char a[32];
+    char a[32], b[32];
     fprintf(f, "# explain: each strategy's peak, term by term, split by the rule that holds the bytes "
                "(rules: docs/architecture.md; sources: docs/formulas.md)\n");
     fprintf(f, "%-13s %-12s %-26s %12s  %s\n", "strategy", "term", "rule", "bytes", "mechanism (source)");
@@ -494,8 +522,18 @@ void plan_report_explain(FILE *f, const ModelSpec *m, const TrainSpec *t, const 
                         ri->name, fmt_size(by[q][k], a, sizeof(a)), ri->mechanism, ri->source);
             }
         }
-        fprintf(f, "%-13s %-12s %-26s %12s  CUDA context, cuBLAS workspace, NCCL, allocator margin (docs/formulas.md "
-                   "\"Fixed overheads\")\n", plan_strategy(r->kind)->name, "overhead", "fixed_overheads",
-                fmt_size(r->mem.term[TERM_OVERHEAD], a, sizeof(a)));
+        if (!r->mem.alloc_model) {
+            fprintf(f, "%-13s %-12s %-26s %12s  CUDA context, cuBLAS workspace, NCCL, allocator margin (docs/formulas.md "
+                       "\"Fixed overheads\")\n", plan_strategy(r->kind)->name, "overhead", "fixed_overheads",
+                    fmt_size(r->mem.term[TERM_OVERHEAD], a, sizeof(a)));
+            continue;
+        }
+        fprintf(f, "%-13s %-12s %-26s %12s  CUDA context, cuBLAS workspace, NCCL (docs/formulas.md \"Fixed overheads\")\n",
+                plan_strategy(r->kind)->name, "overhead", "fixed_overheads",
+                fmt_size(r->mem.term[TERM_OVERHEAD] - r->mem.margin, a, sizeof(a)));
+        fprintf(f, "%-13s %-12s %-26s %12s  the caching allocator's max reserved %s less the tensor peak: rounding, "
+                   "unsplit blocks, cached segments (docs/formulas.md \"The allocator in the plan\")\n",
+                plan_strategy(r->kind)->name, "overhead", "caching_allocator", fmt_size(r->mem.margin, a, sizeof(a)),
+                fmt_size(r->mem.alloc_reserved, b, sizeof(b)));
     }
 }

@@ -155,6 +155,10 @@ typedef struct Step {
     int64_t shard_group;
     int acts_known;
     double tokens_per_sample;
+    /* 1: the rule's events stand for per-parameter tensors (PyTorch's parameters, gradients,
+       optimizer states, foreach temporaries, DDP's buckets): plan_step_alloc splits them by
+       layer. 0: one allocation (DeepSpeed's flat buffers, memplan's engine). */
+    uint8_t split_rule[RULE_COUNT];
     int failed;              /* out of memory while building */
     const char *fail_where;
 } Step;
@@ -168,6 +172,23 @@ void plan_step_free(Step *st);
    at every moment. Host memory and fits are the caller's (plan_memory_walk). */
 void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
                       MemMomentFn fn, void *ctx);
+/* plan_step_replay for a caller that needs only whether the peak fits c->gpu.mem_bytes: returns
+   1, with only r->peak set (a lower bound: the tensors and fixed overheads), when the step is
+   already known not to fit before the allocator replay or its capacity search is done; else 0
+   with r, and the calls to fn, exactly plan_step_replay's. */
+int plan_step_replay_fits(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
+                          MemMomentFn fn, void *ctx);
+/* The account's memory events replayed as an allocation sequence through the caching allocator
+   model (plan_alloc.h) configured by conf, on one stream, from an empty cache: in step order,
+   within one point and side of its moment the frees first (so the live bytes never exceed the
+   account's at that moment); each positive event one allocation of its bytes rounded up (split
+   by layer for st->split_rule's rules), unless it takes over a block released at the same point
+   (the same bytes changing rule); each negative one freeing the latest live block of its rule
+   and term holding that many bytes, else the latest ones until covered (a block freed in part
+   stays, holding fewer); bytes freed before they were allocated are owed. Overhead events are
+   not tensors and are left out. Fills out; 0, or -1 out of host memory. docs/formulas.md "The
+   allocator in the plan". */
+int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *conf, PlanAllocStats *out);
 /* Bytes of each rule per term live at moment index k (0 = the first moment; -1 = the peak), for
    explaining a figure: out[rule][term]. */
 void plan_step_live_at_peak(const Step *st, const ModelSpec *m, const ClusterSpec *c,

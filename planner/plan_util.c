@@ -117,3 +117,14 @@ const char *plan_fmt_rel_err(double e, char *buf, size_t len) {
     else snprintf(buf, len, "%+.2f", 100 * e);
     return buf;
 }
+
+int plan_grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}

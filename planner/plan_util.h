@@ -34,4 +34,8 @@ double plan_median(double *v, int n);
  * (visible, not +0.00), "new" for INFINITY. Returns buf. */
 const char *plan_fmt_rel_err(double e, char *buf, size_t len);
 
+/* Room for `need` elements of `elem` bytes in the array *p of capacity *cap (grown by doubling,
+ * from 64). 0, or -1 when out of memory (*p and *cap unchanged). */
+int plan_grow(void **p, int *cap, int need, size_t elem);
+
 #endif

@@ -386,9 +386,99 @@ Test(cli, lora_and_freeze_flags_should_refuse_bad_values_and_print_trainable_cou
     cr_expect_eq(run("--model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"), 0, "%s", out);
     cr_expect(strstr(out, "# trainable: 8,388,608 of 6,746,804,224 parameters") != NULL, "%s", out);
     cr_expect(strstr(out, "zero3 ") != NULL && strstr(out, "fsdp-full") != NULL, "ZeRO-3 and FSDP2 planned: %s", out);
+    /* autocast casts an fp32 frozen base at every call and the matmul saves the bf16 copy; a
+       4-bit base saves its packed weight instead (bitsandbytes MatMul4Bit): no copy per element */
+    double act[2];
+    for (int q = 0; q < 2; q++) {
+        cr_assert_eq(run(q ? "--model llama2-7b --gpus 1 --lora 16 --quant-base nf4 --strategy ddp --json"
+                           : "--model llama2-7b --gpus 1 --lora 16 --strategy ddp --json"), 0, "%s", out);
+        cJSON *j = cJSON_Parse(out);
+        cr_assert_not_null(j);
+        act[q] = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0),
+                                                         "memory"), "activations")->valuedouble;
+        cJSON_Delete(j);
+    }
+    cr_expect_gt(act[0] - act[1], 6e9 * 2 * 0.9, "fp32 base: ~2 B per frozen weight of bf16 copies (%g vs %g)", act[0], act[1]);
     /* auto: a full fine-tune that fits nowhere names QLoRA as a change, with its peak */
     cr_expect_eq(run("auto --model llama2-13b --gpus 1 --gpu-mem 24GiB"), 0, "%s", out);
     cr_expect(strstr(out, "QLoRA instead of a full fine-tune (--lora 16 --quant-base nf4: peak ") != NULL, "%s", out);
     cr_expect_eq(run("--model gpt2-mini --gpus 2 --lora 8 --json"), 0, "%s", out);
     cr_expect(strstr(out, "\"trainable_params\":\t16384") != NULL, "%s", out);
+}
+
+/* memplan alloc: a harness trace replayed to a table row (the tensor peak is the harness's own
+   figure); bad settings and missing traces are one line and exit 2. */
+Test(cli, alloc_should_replay_a_trace_and_refuse_bad_settings) {
+    const char *trace = "tests/data/alloc/gpt2-mini_ddp_fp32_none_eager_r2_b1_s128.txt";
+    char args[512];
+    snprintf(args, sizeof args, "alloc %s", trace);
+    cr_assert_eq(run(args), 0, "%s", out);
+    cr_expect(strstr(out, "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128") && strstr(out, "23.99"), "%s", out);
+    snprintf(args, sizeof args, "alloc --json --alloc-conf expandable_segments:True %s", trace);
+    cr_assert_eq(run(args), 0, "%s", out);
+    cr_expect(strstr(out, "\"tensors_peak_bytes\":\t25159000"), "%s", out);
+    snprintf(args, sizeof args, "alloc --alloc-conf max_split_size_mb:5 %s", trace);
+    expect_usage_error(args, "max_split_size_mb:5");
+    snprintf(args, sizeof args, "alloc --alloc-conf per_process_memory_fraction:0.5 %s", trace);
+    expect_usage_error(args, "--gpu-memory");
+    expect_usage_error("alloc", "needs a trace file");
+    expect_usage_error("alloc /no/such/trace", "cannot open trace '/no/such/trace'");
+}
+
+static double overhead_of(cJSON *j, int row, const char *key) {
+    cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), row);
+    cr_assert_not_null(r);
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(r, "overhead_detail"), key)->valuedouble;
+}
+
+/* The plan's allocator share: by default the caching allocator model's replay of the step (max
+   reserved - tensor peak, with the figures in JSON); --alloc-margin flat is the old 5 % of the
+   tensor bytes; the settings come from --alloc-conf or PYTORCH_CUDA_ALLOC_CONF, and a bad one is
+   one line naming where it came from. */
+Test(cli, the_overhead_should_show_the_caching_allocators_figure_unless_flat_is_asked) {
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp"), 0, "%s", out);
+    cr_expect(strstr(out, "allocator: the step's allocations replayed through PyTorch's caching allocator (torch's defaults"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cJSON *al = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0),
+                                                        "overhead_detail"), "allocator");
+    cr_assert_not_null(al, "%s", out);
+    double reserved = cJSON_GetObjectItem(al, "max_reserved")->valuedouble;
+    double tensors = cJSON_GetObjectItem(al, "tensor_peak")->valuedouble;
+    double model = overhead_of(j, 0, "allocator_margin");
+    cr_expect(reserved > tensors);
+    cr_expect_float_eq(model, reserved - tensors, 1);
+    cJSON_Delete(j);
+
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat"), 0, "%s", out);
+    cr_expect(strstr(out, "allocator margin (5% of allocated)"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat --json"), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_expect_float_eq(overhead_of(j, 0, "allocator_margin"), 0.05 * tensors, 1);
+    cr_expect_null(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0),
+                                                           "overhead_detail"), "allocator"));
+    cJSON_Delete(j);
+
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-conf expandable_segments:True"), 0, "%s", out);
+    cr_expect(strstr(out, "(expandable_segments:True;"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-conf garbage_collection_threshold:0.8,per_process_memory_fraction:0.9"), 0, "%s", out);
+    cr_expect(strstr(out, "(garbage_collection_threshold:0.8,per_process_memory_fraction:0.9;"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-conf expandable_segments:True --json"), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_expect_neq(overhead_of(j, 0, "allocator_margin"), model, "the settings changed nothing");
+    cJSON_Delete(j);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin allocator"), 0, "%s", out);
+    expect_usage_error("--model gpt2 --alloc-conf max_split_size_mb:5", "--alloc-conf 'max_split_size_mb:5'");
+    expect_usage_error("--model gpt2 --alloc-margin 5% --alloc-conf expandable_segments:True",
+                       "--alloc-conf sets the caching allocator model");
+    expect_usage_error("--model gpt2 --alloc-margin fla", "--alloc-margin 'fla'");
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat --alloc-margin 5%"), 2, "%s", out);
+    setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 1);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp"), 0, "%s", out);
+    cr_expect(strstr(out, "(expandable_segments:True;"), "%s", out);
+    setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:5", 1);
+    expect_usage_error("--model gpt2", "PYTORCH_CUDA_ALLOC_CONF 'max_split_size_mb:5'");
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat"), 0, "flat ignores the variable: %s", out);
+    unsetenv("PYTORCH_CUDA_ALLOC_CONF");
 }

@@ -180,6 +180,7 @@ Test(cli_ranks, planning_flags_the_engine_does_not_honour_should_be_refused, .ti
         {"--attn sdpa", "run does not honour --attn 'sdpa'"},
         {"--grad-as-bucket-view", "run does not honour --grad-as-bucket-view"},
         {"--gpu h100-80gb", "run does not use --gpu without --cupti"},
+        {"--alloc-conf expandable_segments:True", "run does not honour --alloc-conf"},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)   /* one rank: the same check, quicker */
         expect_refused(launch(0, "run --model gpt2-tiny --steps 2 %s", flags[i][0]), flags[i][1]);

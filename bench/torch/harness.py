@@ -130,6 +130,9 @@ def parse_args(argv):
                         "rank has a GPU of its own, else gloo: NCCL refuses two ranks of one "
                         "communicator on one GPU); nccl on a shared GPU runs as fake hosts "
                         "(NCCL_HOSTID per rank)")
+    p.add_argument("--alloc-trace", default=None, metavar="PATH",
+                   help="write rank 0's allocation sequence (alloc/free with address and size, "
+                        "phase markers) to PATH for `memplan alloc` (profiler measurement only)")
     p.add_argument("--params-only", action="store_true",
                    help="build on the meta device and print the parameter count (no ranks)")
     a = p.parse_args(argv)
@@ -189,6 +192,9 @@ def parse_args(argv):
     if a.measure is None:
         a.measure = "cuda" if a.device == "cuda" else "profiler"
     check("measure", a.measure, ("cuda",) if a.device == "cuda" else ("profiler", "memtracker"))
+    if a.alloc_trace is not None and a.measure != "profiler":
+        raise SetupError("--alloc-trace needs --measure profiler (the allocation events come "
+                         "from its trace)")
     for name, val, lo in (("batch", a.batch, 1), ("grad-accum", a.grad_accum, 1),
                           ("steps", a.steps, 2)):
         if val < lo:
@@ -1080,6 +1086,15 @@ def run(a, rank, world):
         }
         coll = measure.collectives(tr, a.steps, _shard_group(a, world)
                                    if a.fsdp == 1 and a.strategy.startswith("fsdp-") else None)
+        if a.alloc_trace is not None and rank == 0:
+            measure.write_alloc_trace(tr, a.alloc_trace, [
+                "memplan allocation trace v1 (bench/torch/harness.py --alloc-trace), rank 0",
+                f"setup {a.model} {a.strategy} {a.precision} act-ckpt {a.act_ckpt} attn "
+                f"{a.attn} ranks {world} batch {a.batch} seq {seq} grad-accum {a.grad_accum} "
+                f"steps {a.steps}",
+                f"torch {torch.__version__}",
+                f"peak_bytes {total} (steps 2..{a.steps}, gloo's buffers included)",
+                f"peak_excl_backend {lo} (without them)"])
     elif meter is not None:
         per_rank["device_index"] = target.index
         per_rank["cuda"] = meter.result(first_steady_step=2)

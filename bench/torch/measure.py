@@ -125,6 +125,7 @@ class Trace:
         self.true = []             # the allocator's own running total after each event
         self.times = []
         self.event_alloc = []      # the Alloc each event opened (None for frees)
+        self.seq = []              # (time, "a" | "f", Alloc) in order: the allocation sequence
         cur = 0
         self.unmatched_free = 0
         self.unseen_frees = 0
@@ -142,7 +143,9 @@ class Trace:
                     cur -= old.size
                     self.unseen_frees += 1
                     self.unseen_free_bytes += old.size
+                    self.seq.append((t, "f", old))
                 a = Alloc(f.ptr, f.alloc_size, t, e)
+                self.seq.append((t, "a", a))
                 live[f.ptr] = a
                 self.allocs.append(a)
                 cur += f.alloc_size
@@ -158,6 +161,7 @@ class Trace:
                     continue
                 a.t1 = t
                 cur -= a.size
+                self.seq.append((t, "f", a))
                 self.event_alloc.append(None)
             self.times.append(t)
             self.total.append(cur)
@@ -424,6 +428,43 @@ def _is_backend(trace, a):
     """An allocation made inside a collective (c10d op, gloo): NCCL makes no such tensor."""
     _, _, comm, _, _ = trace.context(a.ev)
     return comm is not None and (comm in _C10D or comm.startswith("gloo:"))
+
+
+def write_alloc_trace(trace, path, header):
+    """The allocation sequence as text for `memplan alloc` (docs/formulas.md "The caching
+    allocator"): one event a line, in order; `header` lines are written as `#` comments.
+
+        m NAME          a phase starts: step<N>, data, forward, backward, optimizer, zero_grad
+        a ADDR SIZE     SIZE bytes allocated at ADDR (hex)
+        x ADDR SIZE     allocated inside a gloo collective: NCCL makes no such tensor through
+                        PyTorch's allocator, so a GPU replay leaves it out (and its free)
+        f ADDR          the block at ADDR freed (a free the profiler did not see, on a gloo
+                        worker thread, is written where the address is handed out again)
+
+    All on one stream: a CPU run has none; the sizes are the tensors' storage bytes, what the
+    CUDA allocator would be asked for."""
+    marks = []
+    for name, ranges in trace.markers.items():
+        if name.startswith("memplan::step"):
+            label = name[len("memplan::"):]
+        elif name.startswith("memplan::phase::"):
+            label = name[len("memplan::phase::"):]
+        else:
+            continue
+        marks.extend((t0, label) for t0, _, _ in ranges)
+    marks.sort()
+    k = 0
+    with open(path, "w") as out:
+        for line in header:
+            out.write(f"# {line}\n")
+        for t, op, a in trace.seq:
+            while k < len(marks) and marks[k][0] <= t:
+                out.write(f"m {marks[k][1]}\n")
+                k += 1
+            if op == "f":
+                out.write(f"f {a.ptr:x}\n")
+            else:
+                out.write(f"{'x' if _is_backend(trace, a) else 'a'} {a.ptr:x} {a.size}\n")
 
 
 def peak_excl_backend(trace, t_start, t_end, exact):

@@ -4,6 +4,7 @@
 #   bench/torch/run_matrix.sh [-r RANKS] [-m "MODELS"] [-s "STRATEGIES"] [-p PRECISION]
 #                             [-c none|full|every:N|op|selective] [-a eager|sdpa] [-b BATCH] [-q SEQ]
 #                             [-e "EXTRA HARNESS FLAGS"] [-n NAME_SUFFIX] [-l LOCKFILE] [-f]
+#                             [-t DIR]
 # -f reruns setups whose JSON exists (the old file stays until the new one is written).
 # -e passes more flags to every harness run and -n names those rows: e.g.
 #   -e "--grad-accum 2 --fsdp-grad-sync last" -n _accum2_last
@@ -11,18 +12,20 @@
 #   the setup; a row with extra flags and no -n would overwrite the plain row, so -e needs -n).
 # -l runs each row under `flock LOCKFILE` (one row per lock hold), for machines whose CPUs are
 #   shared (e.g. -l /tmp/memplan-cpu.lock).
+# -t DIR also writes each row's allocation sequence (harness --alloc-trace) as DIR/<row>.txt, for
+#   `memplan alloc DIR/*.txt`; the rows' JSON then go to DIR too, leaving results/ as it is.
 # Model names with a slash are config.json paths (the file name without .json names the row).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 ranks=2 models="gpt2-mini gpt2-tiny" prec=fp32 ckpt=none attn=eager batch=1 seq="" force=0
-extra="" suffix="" lock=""
+extra="" suffix="" lock="" tdir=""
 strategies="ddp torch-zero1 fsdp-full fsdp-grad-op fsdp-hybrid zero1 zero2 zero3"
-while getopts "r:m:s:p:c:a:b:q:e:n:l:f" o; do
+while getopts "r:m:s:p:c:a:b:q:e:n:l:t:f" o; do
     case $o in
     r) ranks=$OPTARG ;; m) models=$OPTARG ;; s) strategies=$OPTARG ;; p) prec=$OPTARG ;;
     c) ckpt=$OPTARG ;; a) attn=$OPTARG ;; b) batch=$OPTARG ;; q) seq=$OPTARG ;; f) force=1 ;;
-    e) extra=$OPTARG ;; n) suffix=$OPTARG ;; l) lock=$OPTARG ;;
+    e) extra=$OPTARG ;; n) suffix=$OPTARG ;; l) lock=$OPTARG ;; t) tdir=$OPTARG ;;
     *) echo "run_matrix.sh: bad option (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -38,7 +41,7 @@ locked=()
 [ -n "$lock" ] && locked=(flock "$lock")
 py=$("$root/scripts/torch_env.sh" --print) || exit 1
 torchrun="$(dirname "$py")/torchrun"
-out="$here/results"
+out=${tdir:-$here/results}
 mkdir -p "$out"
 fails=0
 for m in $models; do
@@ -59,10 +62,12 @@ for m in $models; do
         f="$out/${name}_${s}_${prec}_${ckpt}_${attn}_r${ranks}_b${batch}_s${sq}${suffix}.json"
         [ $force = 0 ] && [ -s "$f" ] && continue
         t0=$(date +%s)
+        trace=()
+        [ -n "$tdir" ] && trace=(--alloc-trace "${f%.json}.txt")
         # shellcheck disable=SC2086  # $extra is a list of flags
         if "${locked[@]}" nice -n 5 "$torchrun" --standalone --nproc-per-node "$ranks" \
             "$here/harness.py" --model "$m" --strategy "$s" --precision "$prec" \
-            --act-ckpt "$ckpt" --attn "$attn" --batch "$batch" --seq "$sq" $extra \
+            --act-ckpt "$ckpt" --attn "$attn" --batch "$batch" --seq "$sq" $extra "${trace[@]}" \
             --json "$f.part" >"$f.log" 2>&1; then
             mv "$f.part" "$f"
             rm -f "$f.log"

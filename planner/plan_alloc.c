@@ -1,0 +1,987 @@
+/* plan_alloc.c — PyTorch's CUDA caching allocator, rule by rule.
+ *
+ * Source read: c10/cuda/CUDACachingAllocator.cpp as of a tree whose headers match torch 2.15's
+ * (the wheel's include/c10/cuda/CUDAAllocatorConfig.h: expandable_segments_reserve,
+ * per_process_memory_fraction; include/c10/core/AllocatorConfig.h: the constants and
+ * large_segment_size_mb), class DeviceCachingAllocator; the function named in each comment is
+ * that class's unless said otherwise. The wheel ships no .cpp; docs/formulas.md "The caching
+ * allocator" says which copy was read.
+ *
+ * What is left out: CUDA-graph private pools and user mempools, IPC, the free-memory callbacks
+ * (none registered by default), throw_on_cudamalloc_oom, and memory other processes take
+ * (capacity stands for what cudaMalloc can get). Addresses are virtual: segments are laid out
+ * one after another in creation order, which decides only best-fit ties. */
+#include "plan_alloc.h"
+
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_util.h"
+
+/* include/c10/core/AllocatorConfig.h (torch 2.15 wheel), lines 16-24 */
+#define K_SMALL_BUFFER 2097152ull     /* kSmallBuffer: small requests share 2 MiB segments */
+#define K_MIN_BLOCK 512ull            /* kMinBlockSize: every size rounds to 512 B */
+#define K_SMALL_SIZE 1048576ull       /* kSmallSize: the small pool takes requests <= 1 MiB */
+#define K_MIN_LARGE_ALLOC 10485760ull /* kMinLargeAlloc: 1-10 MiB requests get a large segment */
+#define K_ROUND_LARGE 2097152ull      /* kRoundLarge: larger requests round to 2 MiB */
+#define K_LARGE_BUFFER 20971520ull    /* kLargeBuffer / large_segment_size default: 20 MiB */
+#define MB 1048576ull
+
+typedef struct {
+    int seg, prev, next;           /* owning segment; neighbours in it (-1 at its ends) */
+    uint64_t off, size, requested; /* bytes from the segment's start; block size; asked for */
+    int stream;
+    unsigned char allocated, mapped, live;
+    int free_pos;                  /* index in its pool's free (mapped) or unmapped list; -1 */
+    int events;                    /* outstanding record_stream events (event_count) */
+    uint32_t uses;                 /* streams recorded by record_stream (stream_uses), a bit each */
+    int64_t gc_base;               /* the pool's get_free_block count when it entered the pool */
+} Blk;
+
+typedef struct {
+    int small, stream, expandable, live;
+    uint64_t base, size;           /* virtual address; bytes (an expandable one: its reserve) */
+    uint64_t page;                 /* expandable: the mapping granularity */
+} Seg;
+
+typedef struct { int *v; int n, cap; } IntVec;
+typedef struct { int blk, stream; uint64_t seq; } PendEv;
+
+struct PlanAlloc {
+    PlanAllocConfig c;
+    uint64_t allowed;              /* allowed_memory_maximum (memory fraction); 0 = none */
+    Blk *b; int nb, capb;
+    IntVec spare;                  /* reusable block slots */
+    Seg *s; int ns, caps;
+    IntVec pool[2];                /* free mapped blocks: [0] large_blocks, [1] small_blocks */
+    IntVec fit[2];                 /* the same blocks in best-fit order (fit_less): the searches
+                                      are binary searches; pool[] keeps the order that
+                                      release_blocks and garbage_collect walk */
+    IntVec unmapped[2];            /* unmapped blocks of expandable segments, per pool */
+    int64_t gc_calls[2];           /* BlockPool::get_free_blocks_call_count */
+    int *id_blk; int nid;          /* caller's handle -> block (-1) */
+    PendEv *ev; int nev, capev;    /* cuda_events, in the order recorded */
+    uint64_t rec_seq[PLAN_ALLOC_STREAMS], done_seq[PLAN_ALLOC_STREAMS];
+    uint64_t next_base;
+    long calls;
+    PlanAllocStats st;
+};
+
+static int vec_push(IntVec *v, int x) {
+    if (plan_grow((void **)&v->v, &v->cap, v->n + 1, sizeof *v->v)) return -1;
+    v->v[v->n++] = x;
+    return v->n - 1;
+}
+
+/* ---- configuration ---------------------------------------------------------------------- */
+
+void plan_alloc_config_defaults(PlanAllocConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->max_split_size = UINT64_MAX;                /* AcceleratorAllocatorConfig::max_split_size_ */
+    c->large_segment_size = K_LARGE_BUFFER;        /* large_segment_size_{20971520} */
+    c->max_non_split_rounding = K_LARGE_BUFFER;    /* constructor: = large_segment_size_ */
+    c->memory_fraction = 1.0;                      /* CUDAAllocatorConfig m_per_process_memory_fraction */
+}
+
+void plan_alloc_config_describe(const PlanAllocConfig *c, char *buf, size_t len) {
+    PlanAllocConfig d;
+    plan_alloc_config_defaults(&d);
+    size_t n = 0;
+    buf[0] = 0;
+#define SAY(...) (n < len ? (n += (size_t)snprintf(buf + n, len - n, __VA_ARGS__)) : n)
+    if (c->max_split_size != d.max_split_size) SAY("%smax_split_size_mb:%llu", n ? "," : "", (unsigned long long)(c->max_split_size >> 20));
+    if (c->max_non_split_rounding != d.max_non_split_rounding)
+        SAY("%smax_non_split_rounding_mb:%llu", n ? "," : "", (unsigned long long)(c->max_non_split_rounding >> 20));
+    if (c->large_segment_size != d.large_segment_size)
+        SAY("%slarge_segment_size_mb:%llu", n ? "," : "", (unsigned long long)(c->large_segment_size >> 20));
+    int divs = 0, same = 1;
+    for (int i = 0; i < PLAN_ALLOC_INTERVALS; i++) {
+        divs |= c->roundup_divisions[i] > 1;
+        same &= c->roundup_divisions[i] == c->roundup_divisions[0];
+    }
+    if (divs && same) SAY("%sroundup_power2_divisions:%u", n ? "," : "", c->roundup_divisions[0]);
+    else if (divs) {   /* the list form parse_divisions reads: interval i starts at 2^i MiB */
+        SAY("%sroundup_power2_divisions:[", n ? "," : "");
+        for (int i = 0; i < PLAN_ALLOC_INTERVALS - 1; i++) SAY("%s%llu:%u", i ? "," : "", 1ull << i, c->roundup_divisions[i]);
+        SAY(",>:%u]", c->roundup_divisions[PLAN_ALLOC_INTERVALS - 1]);
+    }
+    if (c->gc_threshold > 0) SAY("%sgarbage_collection_threshold:%g", n ? "," : "", c->gc_threshold);
+    if (c->expandable_segments) SAY("%sexpandable_segments:True", n ? "," : "");
+    if (c->memory_fraction < 1.0) SAY("%sper_process_memory_fraction:%g", n ? "," : "", c->memory_fraction);
+#undef SAY
+    if (!n) snprintf(buf, len, "torch's defaults");
+}
+
+int plan_alloc_config_check(const PlanAllocConfig *c, char *err, size_t errlen) {
+    if (c->memory_fraction < 1.0 && c->device_total == 0) {
+        snprintf(err, errlen, "a memory fraction of %g needs the device's total memory", c->memory_fraction);
+        return -1;
+    }
+    if (c->memory_fraction <= 0.0 || c->memory_fraction > 1.0) {
+        snprintf(err, errlen, "memory fraction %g: must be in (0, 1]", c->memory_fraction);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the rules on sizes ----------------------------------------------------------------- */
+
+static int log2_floor(uint64_t x) { return 63 - __builtin_clzll(x); }
+
+/* AcceleratorAllocatorConfig::roundup_power2_divisions(size) (c10/core/AllocatorConfig.cpp):
+   interval 0 holds sizes below 2 MiB, interval i the sizes in [2^(20+i), 2^(21+i)), the last
+   everything from 32 GiB up. */
+static uint32_t divisions_for(const PlanAllocConfig *c, uint64_t size) {
+    int lg = log2_floor(size);
+    int i = lg > 20 ? lg - 20 : 0;
+    if (i > PLAN_ALLOC_INTERVALS - 1) i = PLAN_ALLOC_INTERVALS - 1;
+    return c->roundup_divisions[i];
+}
+
+/* roundup_power2_next_division: the next of `div` equal steps between two powers of two
+   (1200 with 4 divisions: 1024, 1280, 1536, 1792 -> 1280); a power of two stays. */
+static uint64_t roundup_power2_next_division(uint64_t size, uint64_t div) {
+    if ((size & (size - 1)) == 0) return size;
+    uint64_t floor2 = 1ull << log2_floor(size);
+    uint64_t step = floor2 >> log2_floor(div);
+    if (step == 0) return floor2 << 1;
+    uint64_t lo = size & ~(step - 1);
+    return lo == size ? size : lo + step;
+}
+
+/* round_size: at least kMinBlockSize, then to a power-of-2 division when configured for the
+   size's interval and the size exceeds 512 B x divisions, else up to a multiple of 512 B. */
+uint64_t plan_alloc_round_size(const PlanAllocConfig *c, uint64_t size) {
+    if (size < K_MIN_BLOCK) return K_MIN_BLOCK;
+    uint64_t div = divisions_for(c, size);
+    if (div > 1 && size > K_MIN_BLOCK * div) return roundup_power2_next_division(size, div);
+    return K_MIN_BLOCK * ((size + K_MIN_BLOCK - 1) / K_MIN_BLOCK);
+}
+
+/* get_allocation_size: the segment cudaMalloc'd when no cached block fits. */
+uint64_t plan_alloc_segment_size(const PlanAllocConfig *c, uint64_t size) {
+    if (size <= K_SMALL_SIZE) return K_SMALL_BUFFER;
+    if (size < K_MIN_LARGE_ALLOC) return c->large_segment_size;
+    return K_ROUND_LARGE * ((size + K_ROUND_LARGE - 1) / K_ROUND_LARGE);
+}
+
+/* ---- bookkeeping -------------------------------------------------------------------------- */
+
+static void note_peaks(PlanAlloc *a) {
+    PlanAllocStats *st = &a->st;
+    if (st->allocated >= st->max_allocated) {
+        st->max_allocated = st->allocated;
+        st->reserved_at_max_allocated = st->reserved;
+    }
+    if (st->reserved > st->max_reserved) st->max_reserved = st->reserved;
+    if (st->requested > st->max_requested) st->max_requested = st->requested;
+    if (st->segments > st->max_segments) st->max_segments = st->segments;
+}
+
+static int new_block(PlanAlloc *a, int seg, uint64_t off, uint64_t size, int mapped) {
+    int i;
+    if (a->spare.n) i = a->spare.v[--a->spare.n];
+    else {
+        if (plan_grow((void **)&a->b, &a->capb, a->nb + 1, sizeof *a->b)) return -1;
+        i = a->nb++;
+    }
+    Blk *b = &a->b[i];
+    memset(b, 0, sizeof *b);
+    b->seg = seg;
+    b->prev = b->next = -1;
+    b->off = off;
+    b->size = size;
+    b->stream = a->s[seg].stream;
+    b->mapped = (unsigned char)mapped;
+    b->live = 1;
+    b->free_pos = -1;
+    return i;
+}
+
+static void drop_block(PlanAlloc *a, int i) {
+    a->b[i].live = 0;
+    vec_push(&a->spare, i);   /* a failed push only leaks the slot */
+}
+
+static int new_segment(PlanAlloc *a, int small, int stream, uint64_t size, int expandable, uint64_t page) {
+    if (plan_grow((void **)&a->s, &a->caps, a->ns + 1, sizeof *a->s)) return -1;
+    Seg *s = &a->s[a->ns];
+    s->small = small;
+    s->stream = stream;
+    s->expandable = expandable;
+    s->live = 1;
+    s->base = a->next_base;
+    s->size = size;
+    s->page = page;
+    a->next_base += size;
+    a->st.segments++;
+    return a->ns++;
+}
+
+static int blk_small(const PlanAlloc *a, int i) { return a->s[a->b[i].seg].small; }
+static int blk_exp(const PlanAlloc *a, int i) { return a->s[a->b[i].seg].expandable; }
+
+/* The free list a block belongs to: the pool's blocks (mapped) or its unmapped set. */
+static IntVec *list_of(PlanAlloc *a, int i) {
+    int sm = blk_small(a, i);
+    return a->b[i].mapped ? &a->pool[sm] : &a->unmapped[sm];
+}
+
+/* Block order in a pool (BlockComparatorSizeCounterAddress within a stream): size, then the
+   segment's registration counter (creation order), then address; the best-fit index orders by
+   stream first. A block's key does not change while it is in a pool (every resize or move takes
+   it out first), and (seg, off) is unique. */
+typedef struct { int stream; uint64_t size; int seg; uint64_t off; } FitKey;
+
+static FitKey fit_key(const PlanAlloc *a, int i) {
+    const Blk *p = &a->b[i];
+    return (FitKey){p->stream, p->size, p->seg, p->off};
+}
+
+static int fit_less(FitKey x, FitKey y) {
+    if (x.stream != y.stream) return x.stream < y.stream;
+    if (x.size != y.size) return x.size < y.size;
+    if (x.seg != y.seg) return x.seg < y.seg;
+    return x.off < y.off;
+}
+
+/* The first position in the index whose block is not before k (lower bound). */
+static int fit_lower(const PlanAlloc *a, const IntVec *f, FitKey k) {
+    int lo = 0, hi = f->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (fit_less(fit_key(a, f->v[mid]), k)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The first block of this stream at or after k in best-fit order, its position in *pos; -1. */
+static int fit_first(const PlanAlloc *a, int small, FitKey k, int *pos) {
+    const IntVec *f = &a->fit[small];
+    *pos = fit_lower(a, f, k);
+    return *pos < f->n && a->b[f->v[*pos]].stream == k.stream ? f->v[*pos] : -1;
+}
+
+/* BlockPool::insert_into_blocks: the block enters its pool; gc_count_base restarts. */
+static void list_add(PlanAlloc *a, int i) {
+    a->b[i].gc_base = a->gc_calls[blk_small(a, i)];
+    a->b[i].free_pos = vec_push(list_of(a, i), i);
+    if (!a->b[i].mapped || a->b[i].free_pos < 0) return;
+    IntVec *f = &a->fit[blk_small(a, i)];
+    if (plan_grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v)) return;   /* as vec_push: the block stays out of the searches */
+    int pos = fit_lower(a, f, fit_key(a, i));
+    memmove(f->v + pos + 1, f->v + pos, sizeof *f->v * (size_t)(f->n - pos));
+    f->v[pos] = i;
+    f->n++;
+}
+
+static void list_del(PlanAlloc *a, int i) {
+    IntVec *v = list_of(a, i);
+    int pos = a->b[i].free_pos, last = v->v[--v->n];
+    v->v[pos] = last;
+    a->b[last].free_pos = pos;
+    a->b[i].free_pos = -1;
+    if (!a->b[i].mapped) return;
+    IntVec *f = &a->fit[blk_small(a, i)];
+    pos = fit_lower(a, f, fit_key(a, i));
+    if (pos == f->n || f->v[pos] != i) return;   /* never indexed (out of host memory) */
+    memmove(f->v + pos, f->v + pos + 1, sizeof *f->v * (size_t)(f->n - pos - 1));
+    f->n--;
+}
+
+static uint64_t blk_addr(const PlanAlloc *a, int i) { return a->s[a->b[i].seg].base + a->b[i].off; }
+
+/* ---- the allocator ---------------------------------------------------------------------- */
+
+PlanAlloc *plan_alloc_new(const PlanAllocConfig *c) {
+    PlanAlloc *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->c = *c;
+    /* setMemoryFraction: allowed_memory_maximum = round(fraction x total) when fraction < 1 */
+    if (c->memory_fraction < 1.0 && c->device_total)
+        a->allowed = (uint64_t)llround(c->memory_fraction * (double)c->device_total);
+    a->st.first_oom_event = -1;
+    a->next_base = 1ull << 32;
+    return a;
+}
+
+void plan_alloc_free_all(PlanAlloc *a) {
+    if (!a) return;
+    free(a->b);
+    free(a->s);
+    free(a->spare.v);
+    for (int k = 0; k < 2; k++) {
+        free(a->pool[k].v);
+        free(a->fit[k].v);
+        free(a->unmapped[k].v);
+    }
+    free(a->id_blk);
+    free(a->ev);
+    free(a);
+}
+
+const PlanAllocStats *plan_alloc_stats(const PlanAlloc *a) { return &a->st; }
+
+/* The best fit by a linear scan of the pool, as get_free_block searched before the index. */
+static int scan_first(const PlanAlloc *a, int small, FitKey k) {
+    const IntVec *p = &a->pool[small];
+    int it = -1;
+    for (int j = 0; j < p->n; j++) {
+        int i = p->v[j];
+        if (fit_less(fit_key(a, i), k) || a->b[i].stream != k.stream) continue;
+        if (it < 0 || fit_less(fit_key(a, i), fit_key(a, it))) it = i;
+    }
+    return it;
+}
+
+int plan_alloc_check_index(const PlanAlloc *a) {
+    for (int sm = 0; sm < 2; sm++) {
+        const IntVec *p = &a->pool[sm], *f = &a->fit[sm];
+        if (f->n != p->n) return -1;
+        for (int j = 0; j < f->n; j++) {
+            int i = f->v[j];
+            if (!a->b[i].live || !a->b[i].mapped || a->b[i].allocated || a->b[i].free_pos < 0 ||
+                p->v[a->b[i].free_pos] != i || blk_small(a, i) != sm) return -1;
+            if (j && !fit_less(fit_key(a, f->v[j - 1]), fit_key(a, i))) return -1;
+        }
+        for (int j = 0; j < p->n; j++)   /* every size a free block has, and one byte more */
+            for (uint64_t d = 0; d < 2; d++) {
+                FitKey k = {a->b[p->v[j]].stream, a->b[p->v[j]].size + d, -1, 0};
+                int pos;
+                if (fit_first(a, sm, k, &pos) != scan_first(a, sm, k)) return -1;
+            }
+    }
+    return 0;
+}
+
+void plan_alloc_reset_peaks(PlanAlloc *a) {
+    PlanAllocStats *st = &a->st;
+    st->max_allocated = st->allocated;
+    st->reserved_at_max_allocated = st->reserved;
+    st->max_reserved = st->reserved;
+    st->max_requested = st->requested;
+    st->max_segments = st->segments;
+}
+
+/* try_merge_blocks: src joins dst when it is free (not allocated, no outstanding event or
+   stream use) and mapped alike. Returns 1 when merged. */
+static int try_merge(PlanAlloc *a, int dst, int src) {
+    if (src < 0) return 0;
+    Blk *d = &a->b[dst], *s = &a->b[src];
+    if (s->allocated || s->events > 0 || s->uses || d->mapped != s->mapped) return 0;
+    list_del(a, src);
+    if (d->prev == src) {          /* [src dst] */
+        d->off = s->off;
+        d->prev = s->prev;
+        if (d->prev >= 0) a->b[d->prev].next = dst;
+    } else {                       /* [dst src] */
+        d->next = s->next;
+        if (d->next >= 0) a->b[d->next].prev = dst;
+    }
+    d->size += s->size;
+    drop_block(a, src);
+    return 1;
+}
+
+/* free_block: a freed block merges with its free neighbours and goes back to its pool. */
+static void free_block(PlanAlloc *a, int i) {
+    try_merge(a, i, a->b[i].prev);
+    try_merge(a, i, a->b[i].next);
+    list_add(a, i);
+}
+
+/* process_events (at the start of every malloc) and synchronize_and_free_events (all of them,
+   when cached blocks are released): an event whose stream has completed decrements its block's
+   count; the last one returns the block to its pool. */
+static void finish_events(PlanAlloc *a, int all) {
+    int k = 0;
+    for (int e = 0; e < a->nev; e++) {
+        PendEv pe = a->ev[e];
+        if (!all && pe.seq > a->done_seq[pe.stream]) {
+            a->ev[k++] = pe;
+            continue;
+        }
+        if (--a->b[pe.blk].events == 0) free_block(a, pe.blk);
+    }
+    a->nev = k;
+}
+
+/* release_block: cudaFree of a whole cached segment. */
+static void release_block(PlanAlloc *a, int i) {
+    Seg *s = &a->s[a->b[i].seg];
+    list_del(a, i);
+    a->st.reserved -= s->size;
+    a->st.segments--;
+    a->st.n_device_free++;
+    s->live = 0;
+    drop_block(a, i);
+}
+
+/* ---- expandable segments (Note [Expandable Segments]) ---------------------------------- */
+
+static int allocatable(const PlanAlloc *a, int i) {
+    return i >= 0 && !a->b[i].allocated && a->b[i].events == 0 && !a->b[i].uses;
+}
+
+/* find_expandable_block: the lowest-address unmapped range of this stream's segments that,
+   with the free block before it and what follows, holds `size`; else a new segment reserving
+   address space for 9/8 of the device (ExpandableSegment's constructor) with nothing mapped.
+   -1 when even a fresh segment is smaller than size. */
+static int find_expandable_block(PlanAlloc *a, int small, int stream, uint64_t size) {
+    IntVec *u = &a->unmapped[small];
+    uint64_t last = 0;
+    for (;;) {
+        int c = -1;
+        for (int k = 0; k < u->n; k++) {
+            int i = u->v[k];
+            if (a->b[i].stream != stream || blk_addr(a, i) < last) continue;
+            if (c < 0 || blk_addr(a, i) < blk_addr(a, c)) c = i;
+        }
+        if (c < 0) break;
+        last = blk_addr(a, c) + 1;
+        int start = allocatable(a, a->b[c].prev) ? a->b[c].prev : c;
+        uint64_t bytes = 0;
+        for (int x = start; bytes < size && allocatable(a, x); x = a->b[x].next) bytes += a->b[x].size;
+        if (bytes >= size) return start;
+    }
+    uint64_t page = small ? K_SMALL_BUFFER : a->c.large_segment_size;
+    uint64_t t = a->c.device_total, want = t ? t + t / 8 : 1ull << 48;
+    uint64_t reserve = page * ((want + page - 1) / page);
+    if (reserve < size) return -1;
+    int seg = new_segment(a, small, stream, reserve, 1, page);
+    int c = seg < 0 ? -1 : new_block(a, seg, 0, reserve, 0);
+    if (c < 0) return -2;
+    list_add(a, c);
+    note_peaks(a);
+    return c;
+}
+
+/* map_block: physical pages (2 MiB in the small pool, large_segment_size in the large one)
+   for [start, start + size) of an unmapped block, rounded out to whole pages
+   (ExpandableSegment::map); the mapped part merges with free neighbours and joins the pool.
+   -1 when the device cannot give the pages (cuMemCreate out of memory: none stay mapped). */
+static int map_block(PlanAlloc *a, int i, uint64_t size) {
+    const Seg *s = &a->s[a->b[i].seg];
+    uint64_t off = a->b[i].off, page = s->page;
+    uint64_t bytes = ((off + size + page - 1) / page - off / page) * page;
+    if (a->c.capacity && a->st.reserved + bytes > a->c.capacity) return -1;
+    list_del(a, i);
+    a->b[i].mapped = 1;
+    if (bytes < a->b[i].size) {
+        int r = new_block(a, a->b[i].seg, off + bytes, a->b[i].size - bytes, 0);
+        if (r < 0) return -2;
+        a->b[r].prev = i;
+        a->b[r].next = a->b[i].next;
+        if (a->b[r].next >= 0) a->b[a->b[r].next].prev = r;
+        a->b[i].next = r;
+        a->b[i].size = bytes;
+        list_add(a, r);
+    }
+    try_merge(a, i, a->b[i].prev);
+    try_merge(a, i, a->b[i].next);
+    list_add(a, i);
+    a->st.reserved += bytes;
+    a->st.n_device_alloc++;
+    note_peaks(a);
+    return 0;
+}
+
+/* try_allocate_expandable_block: map pages from the candidate on until one free block holds
+   size; it leaves the pool for the caller. Growth is by whole pages of what is asked
+   (p.size()), not get_allocation_size. */
+static int try_allocate_expandable(PlanAlloc *a, int small, int stream, uint64_t size) {
+    int c = find_expandable_block(a, small, stream, size);
+    if (c < 0) return c;
+    if (!a->b[c].mapped) {
+        uint64_t m = a->b[c].size < size ? a->b[c].size : size;
+        int rc = map_block(a, c, m);
+        if (rc) return rc;
+    }
+    while (a->b[c].size < size) {
+        int n = a->b[c].next;
+        uint64_t rem = size - a->b[c].size, m = rem < a->b[n].size ? rem : a->b[n].size;
+        int rc = map_block(a, n, m);   /* n absorbs c */
+        if (rc) return rc;
+        c = n;
+    }
+    list_del(a, c);
+    return c;
+}
+
+/* A new block beside i in its segment (before or after it), cached in its pool when `cache`. */
+static int link_new(PlanAlloc *a, int i, uint64_t off, uint64_t size, int before, int cache) {
+    int n = new_block(a, a->b[i].seg, off, size, 1);
+    if (n < 0) return -1;
+    if (before) {
+        a->b[n].prev = a->b[i].prev;
+        a->b[n].next = i;
+        if (a->b[n].prev >= 0) a->b[a->b[n].prev].next = n;
+        a->b[i].prev = n;
+    } else {
+        a->b[n].next = a->b[i].next;
+        a->b[n].prev = i;
+        if (a->b[n].next >= 0) a->b[a->b[n].next].prev = n;
+        a->b[i].next = n;
+    }
+    if (cache) list_add(a, n);
+    return 0;
+}
+
+/* unmap_block: the whole pages inside a free block go back to the device
+   (ExpandableSegment::unmap); what is left at either end stays a free mapped block. */
+static int unmap_block(PlanAlloc *a, int i) {
+    uint64_t page = a->s[a->b[i].seg].page, off = a->b[i].off, end = off + a->b[i].size;
+    uint64_t u0 = (off + page - 1) / page * page, u1 = end / page * page;
+    if (u0 >= u1) return 0;
+    list_del(a, i);
+    if (u0 > off && link_new(a, i, off, u0 - off, 1, 1)) return -1;
+    if (u1 < end && link_new(a, i, u1, end - u1, 0, 1)) return -1;
+    a->b[i].off = u0;
+    a->b[i].size = u1 - u0;
+    a->b[i].mapped = 0;
+    try_merge(a, i, a->b[i].prev);
+    try_merge(a, i, a->b[i].next);
+    list_add(a, i);
+    a->st.reserved -= u1 - u0;
+    a->st.n_device_free++;
+    return 0;
+}
+
+/* ---- releasing cached memory -------------------------------------------------------------- */
+
+static int blk_split(const PlanAlloc *a, int i) { return a->b[i].prev >= 0 || a->b[i].next >= 0; }
+
+/* release_blocks: every free block that is a whole segment is cudaFree'd; the free pages of
+   expandable segments are unmapped, and a segment left wholly unmapped is released
+   (release_expandable_segment). */
+static int release_blocks(PlanAlloc *a, int small) {
+    IntVec *p = &a->pool[small];
+    IntVec todo = {0};
+    int rc = 0;
+    for (int k = p->n - 1; k >= 0; k--) {   /* downward: a removal moves a visited block here */
+        int i = p->v[k];
+        if (blk_exp(a, i)) rc |= vec_push(&todo, i) < 0;
+        else if (!blk_split(a, i)) release_block(a, i);
+    }
+    for (int k = 0; k < todo.n && !rc; k++) {
+        int i = todo.v[k];
+        rc = unmap_block(a, i);
+        if (!rc && !a->b[i].mapped && !blk_split(a, i)) {
+            list_del(a, i);
+            a->s[a->b[i].seg].live = 0;
+            a->st.segments--;
+            drop_block(a, i);
+        }
+    }
+    free(todo.v);
+    return rc ? -1 : 0;
+}
+
+/* release_cached_blocks: wait for every recorded stream (synchronize_and_free_events), then
+   release the large pool's and the small pool's free segments. */
+static int release_cached(PlanAlloc *a) {
+    finish_events(a, 1);
+    return release_blocks(a, 0) | release_blocks(a, 1);
+}
+
+/* release_available_cached_blocks (only with max_split_size set): before the full release,
+   free the smallest oversize (>= max_split_size) cached block of this stream that covers the
+   request (at least max_split_size); failing one, oversize blocks from the largest down until
+   their sum does. Expandable blocks are passed over. */
+static int release_available(PlanAlloc *a, int small, int stream, uint64_t size) {
+    uint64_t ms = a->c.max_split_size;
+    if (ms == UINT64_MAX) return 0;
+    uint64_t key = size < ms ? ms : size;
+    const IntVec *f = &a->fit[small];
+    int pos, it = fit_first(a, small, (FitKey){stream, key, -1, 0}, &pos);
+    if (it >= 0 && !blk_exp(a, it)) {
+        release_block(a, it);
+        return 1;
+    }
+    FitKey bound = {stream, key, -1, 0};   /* the search key: everything before it is smaller than key */
+    uint64_t released = 0;
+    while (released < key) {
+        pos = fit_lower(a, f, bound) - 1;   /* the largest of this stream's blocks before bound */
+        int c = pos >= 0 && a->b[f->v[pos]].stream == stream ? f->v[pos] : -1;
+        if (c < 0 || a->b[c].size < ms) break;
+        bound = fit_key(a, c);
+        if (!blk_exp(a, c)) {
+            released += a->b[c].size;
+            release_block(a, c);
+        }
+    }
+    return released >= key;
+}
+
+/* garbage_collect_cached_blocks (garbage_collection_threshold, with a memory fraction): once
+   the reserved bytes pass threshold x allowed, release whole cached large-pool segments whose
+   age (get_free_block calls on the pool since they were cached) is at least the average, pass
+   after pass, until the excess is reclaimed. */
+static void garbage_collect(PlanAlloc *a) {
+    uint64_t thr = (uint64_t)(a->c.gc_threshold * (double)a->allowed);
+    if (a->st.reserved <= thr) return;
+    uint64_t target = a->st.reserved - thr, reclaimed = 0, total_age = 0;
+    IntVec *p = &a->pool[0];
+    int count = 0;
+    for (int k = 0; k < p->n; k++)
+        if (!blk_split(a, p->v[k])) {
+            total_age += (uint64_t)(a->gc_calls[0] - a->b[p->v[k]].gc_base);
+            count++;
+        }
+    int freed = 1;
+    while (reclaimed < target && freed && count > 0) {
+        double age_thr = (double)total_age / count;
+        freed = 0;
+        for (int k = p->n - 1; k >= 0; k--) {
+            int i = p->v[k];
+            uint64_t age = (uint64_t)(a->gc_calls[0] - a->b[i].gc_base);
+            if (blk_split(a, i) || blk_exp(a, i) || (double)age < age_thr) continue;
+            freed = 1;
+            reclaimed += a->b[i].size;
+            total_age -= age;
+            count--;
+            release_block(a, i);
+        }
+    }
+}
+
+/* ---- allocation ---------------------------------------------------------------------------- */
+
+static uint64_t expandable_size(const PlanAlloc *a, int i) {
+    int n = a->b[i].next;
+    return a->b[i].size + (n >= 0 && !a->b[n].mapped ? a->b[n].size : 0);
+}
+
+/* get_free_block: best fit — the smallest cached block of this stream's pool that holds the
+   rounded size (ties: the older segment, then the lower address). In an expandable segment a
+   block that could grow into unmapped space counts as that large, so a smaller fixed block
+   after it wins. max_split_size: a request below it never takes an oversize block; one above
+   it takes one only within max_non_split_rounding of its size. */
+static int get_free_block(PlanAlloc *a, int small, int stream, uint64_t size) {
+    if (a->allowed && a->c.gc_threshold > 0) a->gc_calls[small]++;
+    const IntVec *f = &a->fit[small];
+    int pos, it = fit_first(a, small, (FitKey){stream, size, -1, 0}, &pos);
+    if (it < 0) return -1;
+    while (blk_exp(a, it)) {   /* the next candidate in pool order */
+        int nx = pos + 1 < f->n && a->b[f->v[pos + 1]].stream == stream ? f->v[pos + 1] : -1;
+        if (nx < 0 || expandable_size(a, nx) >= expandable_size(a, it)) break;
+        it = nx;
+        pos++;
+    }
+    uint64_t ms = a->c.max_split_size, bs = a->b[it].size;
+    if (size < ms && bs >= ms) return -1;
+    if (size >= ms && bs >= size + a->c.max_non_split_rounding) return -1;
+    list_del(a, it);
+    return it;
+}
+
+/* should_split: the small pool and expandable segments split off any remainder of 512 B or
+   more; the large pool only a remainder above 1 MiB (kSmallSize), and never for a request of
+   max_split_size or more. */
+static int should_split(const PlanAlloc *a, int i, uint64_t size) {
+    uint64_t rem = a->b[i].size - size;
+    if (blk_small(a, i) || a->c.expandable_segments) return rem >= K_MIN_BLOCK;
+    return size < a->c.max_split_size && rem > K_SMALL_SIZE;
+}
+
+/* alloc_found_block: the request takes the front of the block; a split remainder goes back to
+   the pool. allocated_bytes counts the block's size (rounding and unsplit remainders
+   included), requested_bytes what was asked. */
+static int alloc_found(PlanAlloc *a, int i, uint64_t size, uint64_t orig) {
+    if (should_split(a, i, size)) {
+        if (link_new(a, i, a->b[i].off, size, 1, 0)) return -1;   /* the allocation: not cached */
+        int n = a->b[i].prev;
+        a->b[i].off += size;
+        a->b[i].size -= size;
+        list_add(a, i);
+        i = n;
+    }
+    a->b[i].allocated = 1;
+    a->b[i].requested = orig;
+    a->st.allocated += a->b[i].size;
+    a->st.requested += orig;
+    note_peaks(a);
+    return i;
+}
+
+/* alloc_block: a new segment of get_allocation_size bytes from cudaMalloc — or, with
+   expandable segments, pages mapped onto this stream's segment. Fails past the memory
+   fraction (allowed_memory_maximum, checked with the segment size in both cases) or the
+   device's capacity. -1: out of memory, -2: out of host memory. */
+static int alloc_block(PlanAlloc *a, int small, int stream, uint64_t size, uint64_t alloc_size, int retry) {
+    if (retry) a->st.n_alloc_retries++;
+    if (a->allowed && a->st.reserved + alloc_size > a->allowed) return -1;
+    if (a->c.expandable_segments) return try_allocate_expandable(a, small, stream, size);
+    if (a->c.capacity && a->st.reserved + alloc_size > a->c.capacity) return -1;
+    int seg = new_segment(a, small, stream, alloc_size, 0, 0);
+    int i = seg < 0 ? -1 : new_block(a, seg, 0, alloc_size, 1);
+    if (i < 0) return -2;
+    a->st.reserved += alloc_size;
+    a->st.n_device_alloc++;
+    note_peaks(a);
+    return i;
+}
+
+/* malloc, when no cached block fits: garbage collection (if on), a new segment, else release
+   oversize cached blocks and retry, else release every cached segment and retry once more. */
+static int grow_pool(PlanAlloc *a, int small, int stream, uint64_t size, uint64_t alloc_size) {
+    if (a->allowed && a->c.gc_threshold > 0) garbage_collect(a);
+    int i = alloc_block(a, small, stream, size, alloc_size, 0);
+    if (i == -1 && release_available(a, small, stream, size)) i = alloc_block(a, small, stream, size, alloc_size, 0);
+    if (i == -1) {
+        if (release_cached(a)) return -2;
+        i = alloc_block(a, small, stream, size, alloc_size, 1);
+    }
+    return i;
+}
+
+static int id_slot(PlanAlloc *a, int id) {
+    if (id < 0) return -1;
+    if (id >= a->nid) {
+        int n = a->nid ? a->nid : 256;
+        while (n <= id) n *= 2;
+        int *p = realloc(a->id_blk, (size_t)n * sizeof *p);
+        if (!p) return -1;
+        for (int k = a->nid; k < n; k++) p[k] = -1;
+        a->id_blk = p;
+        a->nid = n;
+    }
+    return 0;
+}
+
+int plan_alloc_malloc(PlanAlloc *a, int id, uint64_t orig, int stream) {
+    long call = a->calls++;
+    if (stream < 0 || stream >= PLAN_ALLOC_STREAMS || id_slot(a, id) || a->id_blk[id] >= 0) return -1;
+    finish_events(a, 0);             /* prepare_for_malloc -> process_events */
+    uint64_t size = plan_alloc_round_size(&a->c, orig);
+    int small = size <= K_SMALL_SIZE;   /* get_pool */
+    int i = get_free_block(a, small, stream, size);
+    if (i < 0) i = grow_pool(a, small, stream, size, plan_alloc_segment_size(&a->c, size));
+    if (i == -2) return -1;
+    if (i < 0) {
+        PlanAllocStats *st = &a->st;
+        st->n_ooms++;
+        if (st->first_oom_event < 0) {
+            st->first_oom_event = call;
+            st->first_oom_size = plan_alloc_segment_size(&a->c, size);
+            st->first_oom_allocated = st->allocated;
+            st->first_oom_reserved = st->reserved;
+        }
+        return 1;
+    }
+    i = alloc_found(a, i, size, orig);
+    if (i < 0) return -1;
+    a->id_blk[id] = i;
+    a->st.n_malloc++;
+    return 0;
+}
+
+/* free_locked: the bytes stop counting as allocated at once; a block recorded on other
+   streams gets an event on each (insert_events) and is cached only when they complete. */
+int plan_alloc_free(PlanAlloc *a, int id) {
+    a->calls++;
+    if (id < 0 || id >= a->nid || a->id_blk[id] < 0) return -1;
+    int i = a->id_blk[id];
+    a->id_blk[id] = -1;
+    a->b[i].allocated = 0;
+    a->st.allocated -= a->b[i].size;
+    a->st.requested -= a->b[i].requested;
+    a->st.n_free++;
+    if (!a->b[i].uses) {
+        free_block(a, i);
+        return 0;
+    }
+    for (int s = 0; s < PLAN_ALLOC_STREAMS; s++) {
+        if (!(a->b[i].uses >> s & 1)) continue;
+        if (plan_grow((void **)&a->ev, &a->capev, a->nev + 1, sizeof *a->ev)) return -1;
+        a->ev[a->nev++] = (PendEv){i, s, ++a->rec_seq[s]};
+        a->b[i].events++;
+    }
+    a->b[i].uses = 0;
+    return 0;
+}
+
+/* recordStream: a use on the allocation stream needs nothing. */
+int plan_alloc_record_stream(PlanAlloc *a, int id, int stream) {
+    a->calls++;
+    if (id < 0 || id >= a->nid || a->id_blk[id] < 0 || stream < 0 || stream >= PLAN_ALLOC_STREAMS) return -1;
+    int i = a->id_blk[id];
+    if (stream != a->b[i].stream) a->b[i].uses |= 1u << stream;
+    return 0;
+}
+
+int plan_alloc_sync(PlanAlloc *a, int stream) {
+    a->calls++;
+    if (stream < 0 || stream >= PLAN_ALLOC_STREAMS) return -1;
+    a->done_seq[stream] = a->rec_seq[stream];
+    return 0;
+}
+
+/* emptyCache -> release_cached_blocks */
+void plan_alloc_empty_cache(PlanAlloc *a) {
+    a->calls++;
+    release_cached(a);
+}
+
+/* ---- PYTORCH_CUDA_ALLOC_CONF ------------------------------------------------------------- */
+
+typedef struct {
+    char tok[64][48];
+    int n;
+} Tokens;
+
+/* ConfigTokenizer (c10/core/AllocatorConfig.h): ',' ':' '[' ']' are tokens of their own,
+   white space is dropped. */
+static int tokenize(const char *s, Tokens *t, char *err, size_t errlen) {
+    t->n = 0;
+    size_t len = 0;
+    for (;; s++) {
+        int sep = !*s || strchr(",:[]", *s);
+        if (sep && len) t->n++, len = 0;
+        if (!*s) return 0;
+        if (t->n >= 64) break;
+        if (sep) {
+            t->tok[t->n][0] = *s;
+            t->tok[t->n++][1] = 0;
+        } else if (*s != ' ' && *s != '\t' && *s != '\n') {
+            if (len + 1 >= sizeof t->tok[0]) break;
+            t->tok[t->n][len++] = *s;
+            t->tok[t->n][len] = 0;
+        }
+    }
+    snprintf(err, errlen, "allocator settings too long (64 tokens of 47 characters at most)");
+    return -1;
+}
+
+static int tok_u64(const Tokens *t, int i, uint64_t *v) {
+    if (i >= t->n) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(t->tok[i], &end, 10);
+    if (errno || end == t->tok[i] || *end || t->tok[i][0] == '-') return -1;
+    *v = x;
+    return 0;
+}
+
+static int is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+
+/* parseRoundUpPower2Divisions: one value for every interval, or a list "[64:8,256:4,>:1]" of
+   interval starts in MiB (powers of two: the interval from 2^i MiB is index i) with their
+   divisions; the first entry also covers the intervals below it, ">" those above the last. */
+static int parse_divisions(PlanAllocConfig *c, const Tokens *t, int *i, char *err, size_t errlen) {
+    uint64_t v;
+    if (strcmp(t->tok[*i], "[")) {
+        if (tok_u64(t, *i, &v) || !is_pow2(v)) goto bad;
+        for (int k = 0; k < PLAN_ALLOC_INTERVALS; k++) c->roundup_divisions[k] = (uint32_t)v;
+        return 0;
+    }
+    int first = 1, last = 0;
+    for (++*i; *i < t->n && strcmp(t->tok[*i], "]"); ++*i) {
+        int at = *i;
+        if (*i + 2 >= t->n || strcmp(t->tok[*i + 1], ":") || tok_u64(t, *i + 2, &v) || (v && !is_pow2(v))) goto bad;
+        *i += 2;
+        if (!strcmp(t->tok[at], ">")) {
+            for (int k = last + 1; k < PLAN_ALLOC_INTERVALS; k++) c->roundup_divisions[k] = (uint32_t)v;
+        } else {
+            uint64_t mb;
+            if (tok_u64(t, at, &mb) || !is_pow2(mb)) goto bad;
+            int idx = log2_floor(mb) < PLAN_ALLOC_INTERVALS ? log2_floor(mb) : PLAN_ALLOC_INTERVALS - 1;
+            for (int k = 0; first && k < idx; k++) c->roundup_divisions[k] = (uint32_t)v;
+            first = 0;
+            c->roundup_divisions[idx] = (uint32_t)v;
+            last = idx;
+        }
+        if (*i + 1 < t->n && !strcmp(t->tok[*i + 1], ",")) ++*i;
+        else if (*i + 1 < t->n && strcmp(t->tok[*i + 1], "]")) goto bad;
+    }
+    if (*i < t->n) return 0;
+bad:
+    snprintf(err, errlen, "roundup_power2_divisions: a power of two (e.g. 4), or a list such as "
+             "[64:8,256:4,>:1] of power-of-two MiB boundaries and divisions (0 or a power of two)");
+    return -1;
+}
+
+/* A key's "MiB" value (max_split_size_mb, max_non_split_rounding_mb, large_segment_size_mb)
+   with its lower bound, or a fraction in (lo, hi). */
+static int parse_mb(const Tokens *t, int i, uint64_t min_mb, int strict, uint64_t *out) {
+    uint64_t v;
+    if (tok_u64(t, i, &v) || (strict ? v <= min_mb : v < min_mb)) return -1;
+    *out = v > UINT64_MAX / MB ? UINT64_MAX / MB * MB : v * MB;
+    return 0;
+}
+
+static int parse_frac(const Tokens *t, int i, double lo, double hi, int hi_ok, double *out) {
+    char *end;
+    if (i >= t->n) return -1;
+    double v = strtod(t->tok[i], &end);
+    if (end == t->tok[i] || *end || !(v > lo) || (hi_ok ? v > hi : v >= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Keys torch 2.15 accepts that change nothing in device memory placement. */
+static const char *const IGNORED[] = {
+    "release_lock_on_cudamalloc", "pinned_use_cuda_host_register", "pinned_num_register_threads",
+    "pinned_use_background_threads", "pinned_reserve_segment_size_mb", "pinned_free_catch_all",
+    "graph_capture_record_stream_reuse", "throw_on_cudamalloc_oom", "expandable_segments_reserve",
+    "expandable_segments_reserve_by_class", NULL};
+
+static int parse_key(PlanAllocConfig *c, const Tokens *t, int *i, char *err, size_t errlen) {
+    const char *k = t->tok[*i];
+    if (*i + 2 >= t->n || strcmp(t->tok[*i + 1], ":")) {
+        snprintf(err, errlen, "allocator option '%s' needs ':' and a value", k);
+        return -1;
+    }
+    *i += 2;
+    const char *v = t->tok[*i];
+    uint64_t min_large = c->large_segment_size / MB;
+    int bad = 0;
+    if (!strcmp(k, "max_split_size_mb")) bad = parse_mb(t, *i, min_large, 0, &c->max_split_size);
+    else if (!strcmp(k, "max_non_split_rounding_mb")) bad = parse_mb(t, *i, min_large, 0, &c->max_non_split_rounding);
+    else if (!strcmp(k, "large_segment_size_mb")) bad = parse_mb(t, *i, K_MIN_LARGE_ALLOC / MB, 1, &c->large_segment_size);
+    else if (!strcmp(k, "garbage_collection_threshold")) bad = parse_frac(t, *i, 0.0, 1.0, 0, &c->gc_threshold);
+    else if (!strcmp(k, "per_process_memory_fraction")) bad = parse_frac(t, *i, 0.0, 1.0, 1, &c->memory_fraction);
+    else if (!strcmp(k, "roundup_power2_divisions")) return parse_divisions(c, t, i, err, errlen);
+    else if (!strcmp(k, "expandable_segments")) {
+        bad = strcmp(v, "True") && strcmp(v, "False");
+        c->expandable_segments = !strcmp(v, "True");
+    } else if (!strcmp(k, "backend")) {
+        if (strcmp(v, "native")) {
+            snprintf(err, errlen, "backend:%s: only the native caching allocator is modelled", v);
+            return -1;
+        }
+    } else {
+        int known = 0;
+        for (int j = 0; IGNORED[j]; j++) known |= !strcmp(k, IGNORED[j]);
+        if (!known) {
+            snprintf(err, errlen, "unrecognized allocator option '%s'", k);
+            return -1;
+        }
+        if (!strcmp(v, "[")) while (*i + 1 < t->n && strcmp(t->tok[*i], "]")) ++*i;
+    }
+    if (bad) snprintf(err, errlen, "allocator option %s:%s is out of range or not a value torch accepts", k, v);
+    return bad ? -1 : 0;
+}
+
+int plan_alloc_config_parse(PlanAllocConfig *c, const char *conf, char *err, size_t errlen) {
+    Tokens *t = malloc(sizeof *t);
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = tokenize(conf, t, err, errlen);
+    for (int i = 0; !rc && i < t->n; i++) {
+        rc = parse_key(c, t, &i, err, errlen);
+        if (!rc && i + 1 < t->n && strcmp(t->tok[++i], ",")) {
+            snprintf(err, errlen, "allocator settings: expected ',' before '%s'", t->tok[i]);
+            rc = -1;
+        }
+    }
+    free(t);
+    return rc;
+}

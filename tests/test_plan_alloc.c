@@ -1,0 +1,433 @@
+/* test_plan_alloc.c — the caching allocator model against its source's rules, each worked out
+ * by hand (docs/formulas.md "The caching allocator"; functions of DeviceCachingAllocator in
+ * c10/cuda/CUDACachingAllocator.cpp). */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "plan_alloc.h"
+
+#define MiB (1024ull * 1024ull)
+
+/* torch's defaults with a PYTORCH_CUDA_ALLOC_CONF string (NULL: none) applied. */
+static PlanAllocConfig conf_of(const char *conf) {
+    PlanAllocConfig c;
+    char err[200];
+    plan_alloc_config_defaults(&c);
+    if (conf) cr_assert_eq(plan_alloc_config_parse(&c, conf, err, sizeof err), 0, "%s: %s", conf, err);
+    return c;
+}
+
+static PlanAlloc *with_conf(const char *conf) {
+    PlanAllocConfig c = conf_of(conf);
+    PlanAlloc *a = plan_alloc_new(&c);
+    cr_assert_not_null(a);
+    return a;
+}
+
+static PlanAlloc *with_config(const PlanAllocConfig *c) {
+    PlanAlloc *a = plan_alloc_new(c);
+    cr_assert_not_null(a);
+    return a;
+}
+
+/* The defaults and a device from which cudaMalloc can get `capacity` bytes. */
+static PlanAlloc *with_capacity(uint64_t capacity) {
+    PlanAllocConfig c;
+    plan_alloc_config_defaults(&c);
+    c.capacity = capacity;
+    return with_config(&c);
+}
+
+static void get(PlanAlloc *a, int id, uint64_t size, int stream) {
+    cr_assert_eq(plan_alloc_malloc(a, id, size, stream), 0, "allocating %d (%llu B)", id, (unsigned long long)size);
+}
+
+static void put(PlanAlloc *a, int id) { cr_assert_eq(plan_alloc_free(a, id), 0, "freeing %d", id); }
+
+static uint64_t reserved(const PlanAlloc *a) { return plan_alloc_stats(a)->reserved; }
+
+/* round_size: below 512 B -> 512 B; otherwise up to a multiple of 512 B. */
+Test(alloc, sizes_should_round_up_to_512_bytes) {
+    PlanAllocConfig c;
+    plan_alloc_config_defaults(&c);
+    cr_expect_eq(plan_alloc_round_size(&c, 1), 512);
+    cr_expect_eq(plan_alloc_round_size(&c, 512), 512);
+    cr_expect_eq(plan_alloc_round_size(&c, 513), 1024);
+    cr_expect_eq(plan_alloc_round_size(&c, MiB + 1), MiB + 512);
+    cr_expect_eq(plan_alloc_round_size(&c, 3000), 3072);
+}
+
+/* roundup_power2_next_division, applied by round_size when the size's interval has divisions
+   > 1 and the size exceeds 512 B x divisions: 4 divisions put 5 MiB + 1 B between 4 and 8 MiB
+   on the 1 MiB steps -> 6 MiB; a power of two stays; 1200 B is not above 2048 B -> 1536 B. */
+Test(alloc, roundup_power2_divisions_should_round_to_the_next_division) {
+    PlanAllocConfig c = conf_of("roundup_power2_divisions:4");
+    cr_expect_eq(plan_alloc_round_size(&c, 5 * MiB + 1), 6 * MiB);
+    cr_expect_eq(plan_alloc_round_size(&c, 8 * MiB), 8 * MiB);
+    cr_expect_eq(plan_alloc_round_size(&c, 3000), 3072);   /* 2048 + 512: the next quarter */
+    cr_expect_eq(plan_alloc_round_size(&c, 1200), 1536);
+    /* the list form: "64:8" covers every interval up to [64, 128) MiB, ">:1" those above */
+    c = conf_of("roundup_power2_divisions:[64:8,>:1]");
+    cr_expect_eq(plan_alloc_round_size(&c, 100 * MiB + 1), 104 * MiB);   /* 64 MiB + k x 8 MiB */
+    cr_expect_eq(plan_alloc_round_size(&c, 5 * MiB + 1), 5 * MiB + 512 * 1024);   /* 4 + k x 0.5 MiB */
+    cr_expect_eq(plan_alloc_round_size(&c, 200 * MiB + 1), 200 * MiB + 512);
+}
+
+/* get_pool / get_allocation_size: <= 1 MiB -> the small pool and a 2 MiB segment; up to 10 MiB
+   -> a 20 MiB segment; from 10 MiB on -> the size rounded up to 2 MiB. */
+Test(alloc, segment_sizes_should_follow_the_pool_rules) {
+    PlanAllocConfig c;
+    plan_alloc_config_defaults(&c);
+    cr_expect_eq(plan_alloc_segment_size(&c, MiB), 2 * MiB);
+    cr_expect_eq(plan_alloc_segment_size(&c, MiB + 512), 20 * MiB);
+    cr_expect_eq(plan_alloc_segment_size(&c, 10 * MiB - 512), 20 * MiB);
+    cr_expect_eq(plan_alloc_segment_size(&c, 10 * MiB), 10 * MiB);
+    cr_expect_eq(plan_alloc_segment_size(&c, 11 * MiB + 512), 12 * MiB);
+}
+
+/* Small requests pack into one 2 MiB segment (the small pool splits any remainder >= 512 B). */
+Test(alloc, small_requests_should_share_a_2_mib_segment) {
+    PlanAlloc *a = with_conf(NULL);
+    for (int i = 0; i < 4; i++) get(a, i, 512 * 1024, 0);
+    cr_expect_eq(reserved(a), 2 * MiB);
+    cr_expect_eq(plan_alloc_stats(a)->segments, 1);
+    get(a, 4, 1, 0);   /* full: a second small segment */
+    cr_expect_eq(reserved(a), 4 * MiB);
+    cr_expect_eq(plan_alloc_stats(a)->allocated, 2 * MiB + 512);
+    plan_alloc_free_all(a);
+}
+
+/* should_split (large pool): the remainder is split off only when it exceeds 1 MiB, so a
+   19.5 MiB request keeps its whole 20 MiB segment and allocated_bytes counts 20 MiB, while
+   requested_bytes counts 19.5 MiB. */
+Test(alloc, a_large_block_should_not_split_off_a_remainder_of_1_mib_or_less) {
+    PlanAlloc *a = with_conf(NULL);
+    get(a, 0, 19 * MiB + MiB / 2, 0);
+    const PlanAllocStats *s = plan_alloc_stats(a);
+    cr_expect_eq(s->reserved, 20 * MiB);
+    cr_expect_eq(s->allocated, 20 * MiB);
+    cr_expect_eq(s->requested, 19 * MiB + MiB / 2);
+    get(a, 1, 512 * 1024 + 1, 0);   /* small pool: its own 2 MiB segment, no sharing */
+    cr_expect_eq(s->reserved, 22 * MiB);
+    plan_alloc_free_all(a);
+}
+
+/* get_allocation_size + should_split: requests of 1-10 MiB carve one 20 MiB segment; four of
+   5 MiB fill it exactly (the last takes the 5 MiB remainder unsplit), a fifth opens another. */
+Test(alloc, mid_size_requests_should_reuse_one_20_mib_segment) {
+    PlanAlloc *a = with_conf(NULL);
+    for (int i = 0; i < 4; i++) get(a, i, 5 * MiB, 0);
+    cr_expect_eq(reserved(a), 20 * MiB);
+    cr_expect_eq(plan_alloc_stats(a)->segments, 1);
+    get(a, 4, 5 * MiB, 0);
+    cr_expect_eq(reserved(a), 40 * MiB);
+    cr_expect_eq(plan_alloc_stats(a)->segments, 2);
+    plan_alloc_free_all(a);
+}
+
+/* free_block / try_merge_blocks: freed neighbours coalesce, so a 10 MiB request fits where two
+   adjacent 5 MiB blocks were; once all is free the block is the whole segment again and
+   empty_cache (release_cached_blocks) returns it. */
+Test(alloc, freed_neighbours_should_coalesce) {
+    PlanAlloc *a = with_conf(NULL);
+    for (int i = 0; i < 3; i++) get(a, i, 5 * MiB, 0);   /* [0][1][2][5 MiB free] */
+    put(a, 1);
+    put(a, 0);
+    get(a, 3, 10 * MiB, 0);   /* best fit: the merged 10 MiB at the front */
+    cr_expect_eq(reserved(a), 20 * MiB);
+    put(a, 3);
+    plan_alloc_empty_cache(a);
+    cr_expect_eq(reserved(a), 20 * MiB, "block 2 still splits the segment");
+    put(a, 2);
+    plan_alloc_empty_cache(a);
+    cr_expect_eq(reserved(a), 0);
+    cr_expect_eq(plan_alloc_stats(a)->segments, 0);
+    plan_alloc_free_all(a);
+}
+
+/* get_free_block is best fit: of the cached 30 and 12 MiB blocks, an 11 MiB request takes the
+   12 MiB one (no split: 1 MiB left is not above 1 MiB). */
+Test(alloc, the_smallest_cached_block_that_fits_should_be_taken) {
+    PlanAlloc *a = with_conf(NULL);
+    get(a, 0, 30 * MiB, 0);
+    get(a, 1, 12 * MiB, 0);
+    put(a, 0);
+    put(a, 1);
+    get(a, 2, 11 * MiB, 0);
+    cr_expect_eq(plan_alloc_stats(a)->allocated, 12 * MiB);
+    get(a, 3, 25 * MiB, 0);
+    cr_expect_eq(reserved(a), 42 * MiB, "no new segment");
+    plan_alloc_free_all(a);
+}
+
+/* Blocks are cached per stream (BlockComparator orders by stream first): a block freed on
+   stream 0 does not serve stream 1. */
+Test(alloc, a_cached_block_should_serve_only_its_own_stream) {
+    PlanAlloc *a = with_conf(NULL);
+    get(a, 0, 20 * MiB, 0);
+    put(a, 0);
+    get(a, 1, 20 * MiB, 1);
+    cr_expect_eq(reserved(a), 40 * MiB);
+    get(a, 2, 20 * MiB, 0);
+    cr_expect_eq(reserved(a), 40 * MiB);
+    plan_alloc_free_all(a);
+}
+
+/* recordStream + free (insert_events) + process_events: a block used on the communication
+   stream returns to the pool only when that stream's work recorded at the free has completed;
+   a completion seen before the free does not count. */
+Test(alloc, record_stream_should_delay_reuse_until_the_stream_completes) {
+    PlanAlloc *a = with_conf(NULL);
+    get(a, 0, 20 * MiB, 0);
+    cr_assert_eq(plan_alloc_record_stream(a, 0, 1), 0);
+    plan_alloc_sync(a, 1);           /* before the free: the event comes after it */
+    put(a, 0);
+    cr_expect_eq(plan_alloc_stats(a)->allocated, 0, "freed bytes stop counting as allocated at once");
+    get(a, 1, 20 * MiB, 0);
+    cr_expect_eq(reserved(a), 40 * MiB, "the recorded block is not reusable yet");
+    plan_alloc_sync(a, 1);
+    get(a, 2, 20 * MiB, 0);
+    cr_expect_eq(reserved(a), 40 * MiB, "reused once stream 1 completed");
+    /* a use recorded on the allocation stream itself needs no event */
+    cr_assert_eq(plan_alloc_record_stream(a, 2, 0), 0);
+    put(a, 2);
+    get(a, 3, 20 * MiB, 0);
+    cr_expect_eq(reserved(a), 40 * MiB);
+    plan_alloc_free_all(a);
+}
+
+/* release_cached_blocks first synchronizes every outstanding event: on the OOM path (and in
+   empty_cache) a recorded block is cached and released even though no sync was seen. */
+Test(alloc, releasing_cached_blocks_should_wait_for_recorded_streams) {
+    PlanAlloc *a = with_capacity(40 * MiB);
+    get(a, 0, 20 * MiB, 0);
+    plan_alloc_record_stream(a, 0, 1);
+    put(a, 0);
+    get(a, 1, 20 * MiB, 0);
+    get(a, 2, 20 * MiB, 0);   /* 60 > 40: sync, release block 0's segment, retry */
+    cr_expect_eq(reserved(a), 40 * MiB);
+    cr_expect_eq(plan_alloc_stats(a)->n_alloc_retries, 1);
+    cr_expect_eq(plan_alloc_stats(a)->n_ooms, 0);
+    plan_alloc_free_all(a);
+}
+
+/* max_split_size (get_free_block, should_split): a request below it never takes a cached block
+   of max_split_size or more (without the limit it would split the 60 MiB block); one above it
+   takes such a block only if the block is less than max_non_split_rounding (20 MiB) larger,
+   unsplit. */
+Test(alloc, max_split_size_should_keep_oversize_blocks_whole) {
+    PlanAlloc *a = with_conf("max_split_size_mb:40");
+    get(a, 0, 60 * MiB, 0);
+    put(a, 0);
+    get(a, 1, 30 * MiB, 0);
+    cr_expect_eq(reserved(a), 90 * MiB, "30 MiB does not split the 60 MiB block");
+    get(a, 2, 50 * MiB, 0);
+    cr_expect_eq(reserved(a), 90 * MiB, "50 MiB takes the 60 MiB block");
+    cr_expect_eq(plan_alloc_stats(a)->allocated, 90 * MiB, "whole: 30 + 60");
+    put(a, 2);
+    get(a, 3, 40 * MiB, 0);   /* 60 >= 40 + 20: too large to hand out */
+    cr_expect_eq(reserved(a), 130 * MiB);
+    plan_alloc_free_all(a);
+
+    a = with_conf(NULL);
+    get(a, 0, 60 * MiB, 0);
+    put(a, 0);
+    get(a, 1, 30 * MiB, 0);
+    cr_expect_eq(reserved(a), 60 * MiB, "no limit: the 60 MiB block is split");
+    plan_alloc_free_all(a);
+}
+
+/* release_available_cached_blocks: with max_split_size set, a failed cudaMalloc first frees the
+   smallest oversize cached block of at least max(request, max_split_size) and retries, before
+   any full release (so no retry is counted). */
+Test(alloc, an_oom_should_first_release_an_oversize_cached_block) {
+    PlanAllocConfig c = conf_of("max_split_size_mb:40");
+    c.capacity = 120 * MiB;
+    PlanAlloc *a = with_config(&c);
+    get(a, 0, 100 * MiB, 0);
+    put(a, 0);
+    get(a, 1, 30 * MiB, 0);   /* may not use the oversize 100 MiB block; 130 > 120 */
+    const PlanAllocStats *s = plan_alloc_stats(a);
+    cr_expect_eq(s->reserved, 30 * MiB);
+    cr_expect_eq(s->n_alloc_retries, 0);
+    cr_expect_eq(s->n_ooms, 0);
+    plan_alloc_free_all(a);
+}
+
+/* malloc: no fit and cudaMalloc fails -> release every cached whole segment, retry once; if
+   that fails too, out of memory (the model records the first and leaves the handle unset). */
+Test(alloc, a_failed_cudamalloc_should_free_the_cache_and_retry_then_oom) {
+    PlanAlloc *a = with_capacity(60 * MiB);
+    get(a, 0, 30 * MiB, 0);
+    put(a, 0);
+    get(a, 1, 40 * MiB, 0);   /* 30 cached + 40 > 60: release the 30, retry */
+    const PlanAllocStats *s = plan_alloc_stats(a);
+    cr_expect_eq(s->reserved, 40 * MiB);
+    cr_expect_eq(s->n_alloc_retries, 1);
+    cr_expect_eq(plan_alloc_malloc(a, 2, 30 * MiB, 0), 1, "40 + 30 > 60 with nothing to release");
+    cr_expect_eq(s->n_ooms, 1);
+    cr_expect_eq(s->first_oom_event, 3, "the fourth call");
+    cr_expect_eq(s->first_oom_size, 30 * MiB);
+    cr_expect_eq(s->first_oom_allocated, 40 * MiB);
+    cr_expect_eq(plan_alloc_free(a, 2), -1, "the failed handle was never allocated");
+    get(a, 3, 20 * MiB, 0);   /* fits: 60 */
+    plan_alloc_free_all(a);
+}
+
+/* expandable_segments: one segment per stream and pool grows by 20 MiB pages (large pool) and
+   any remainder is split (>= 512 B), so 5 + 5 + 30 MiB reserve 40 MiB (pages mapped onto the
+   free tail) where separate segments reserve 20 + 30 = 50 MiB. */
+Test(alloc, expandable_segments_should_grow_one_segment_by_pages) {
+    PlanAlloc *a = with_conf("expandable_segments:True");
+    get(a, 0, 5 * MiB, 0);
+    cr_expect_eq(reserved(a), 20 * MiB);
+    get(a, 1, 5 * MiB, 0);
+    get(a, 2, 30 * MiB, 0);
+    cr_expect_eq(reserved(a), 40 * MiB);
+    cr_expect_eq(plan_alloc_stats(a)->segments, 1);
+    cr_expect_eq(plan_alloc_stats(a)->allocated, 40 * MiB);
+    get(a, 3, 1000, 0);   /* small pool: its own segment, 2 MiB pages */
+    cr_expect_eq(reserved(a), 42 * MiB);
+    for (int i = 0; i < 4; i++) put(a, i);
+    plan_alloc_empty_cache(a);   /* release_blocks: unmap every free page, drop empty segments */
+    cr_expect_eq(reserved(a), 0);
+    cr_expect_eq(plan_alloc_stats(a)->segments, 0);
+    plan_alloc_free_all(a);
+
+    a = with_conf(NULL);
+    get(a, 0, 5 * MiB, 0);
+    get(a, 1, 5 * MiB, 0);
+    get(a, 2, 30 * MiB, 0);
+    cr_expect_eq(reserved(a), 50 * MiB);
+    plan_alloc_free_all(a);
+}
+
+/* unmap_block under expandable segments: only whole free pages go back; a freed block in the
+   middle of a page stays mapped. */
+Test(alloc, expandable_release_should_keep_pages_that_hold_live_blocks) {
+    PlanAlloc *a = with_conf("expandable_segments:True");
+    get(a, 0, 30 * MiB, 0);   /* pages 0-1 (40 MiB mapped), 10 MiB free tail */
+    get(a, 1, 10 * MiB, 0);   /* the tail */
+    cr_expect_eq(reserved(a), 40 * MiB);
+    put(a, 0);                /* [0, 30) free: page 0 whole, page 1 shared with block 1 */
+    plan_alloc_empty_cache(a);
+    cr_expect_eq(reserved(a), 20 * MiB);
+    get(a, 2, 25 * MiB, 0);   /* the free 10 MiB + a remapped page 0 -> 30 MiB contiguous */
+    cr_expect_eq(reserved(a), 40 * MiB);
+    plan_alloc_free_all(a);
+}
+
+/* garbage_collect_cached_blocks (with a memory fraction): past threshold x allowed, whole
+   cached large segments at least as old as the average (in get_free_block calls) are
+   released, all of them in one pass (ages 1 and 1), or only the older (ages 5 and 1, mean 3);
+   without a memory fraction nothing is collected. */
+Test(alloc, garbage_collection_should_release_old_cached_segments) {
+    PlanAllocConfig c = conf_of("garbage_collection_threshold:0.5");
+    c.device_total = 200 * MiB;
+    c.memory_fraction = 0.5;   /* allowed 100 MiB, collect above 50 MiB */
+    PlanAlloc *a = with_config(&c);
+    get(a, 0, 30 * MiB, 0);    /* call 1 on the large pool */
+    put(a, 0);                 /* A cached at count 1 */
+    get(a, 1, 2 * MiB, 1);     /* call 2: a 20 MiB segment on stream 1 */
+    get(a, 2, 2 * MiB, 1);     /* call 3: splits it */
+    get(a, 3, 30 * MiB, 0);    /* call 4: takes A */
+    get(a, 4, 30 * MiB, 0);    /* call 5: B */
+    put(a, 3);                 /* A again, at count 5 */
+    put(a, 4);                 /* B at count 5 */
+    cr_expect_eq(reserved(a), 80 * MiB);
+    get(a, 5, 40 * MiB, 0);    /* call 6: no fit; ages A = B = 1: both go, then 40 */
+    cr_expect_eq(reserved(a), 60 * MiB);
+    plan_alloc_free_all(a);
+
+    a = with_config(&c);
+    get(a, 0, 30 * MiB, 0);    /* call 1 */
+    put(a, 0);                 /* A at 1 */
+    get(a, 1, 2 * MiB, 1);     /* 2 */
+    get(a, 2, 2 * MiB, 1);     /* 3 */
+    get(a, 3, 2 * MiB, 1);     /* 4 */
+    get(a, 4, 30 * MiB, 2);    /* 5: B on stream 2 */
+    put(a, 4);                 /* B at 5 */
+    get(a, 5, 40 * MiB, 0);    /* 6: ages A 5, B 1, mean 3: A goes (80 - 30 = 50, done) */
+    cr_expect_eq(reserved(a), 90 * MiB);
+    get(a, 6, 30 * MiB, 2);    /* B is still cached */
+    cr_expect_eq(reserved(a), 90 * MiB);
+    plan_alloc_free_all(a);
+
+    c.memory_fraction = 1.0;
+    a = with_config(&c);
+    get(a, 0, 30 * MiB, 0);
+    put(a, 0);
+    get(a, 1, 40 * MiB, 0);
+    cr_expect_eq(reserved(a), 70 * MiB, "no fraction: no collection");
+    plan_alloc_free_all(a);
+}
+
+/* AcceleratorAllocatorConfig / CUDAAllocatorConfig parsing: bounds and spellings as torch
+   2.15 checks them. */
+Test(alloc, allocator_settings_should_parse_as_torch_does) {
+    PlanAllocConfig c;
+    char err[200];
+    const char *bad[] = {"max_split_size_mb:19", "garbage_collection_threshold:1.0", "expandable_segments:true",
+                         "backend:cudaMallocAsync", "no_such_option:1", "large_segment_size_mb:10",
+                         "roundup_power2_divisions:3", "max_split_size_mb", "roundup_power2_divisions:[64:8 256:4]"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        plan_alloc_config_defaults(&c);
+        cr_expect_eq(plan_alloc_config_parse(&c, bad[i], err, sizeof err), -1, "%s accepted", bad[i]);
+    }
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_alloc_config_parse(&c, " max_split_size_mb : 20 , pinned_use_cuda_host_register:True,"
+                                          "expandable_segments:True,garbage_collection_threshold:0.6,"
+                                          "backend:native", err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.max_split_size, 20 * MiB);
+    cr_expect(c.expandable_segments);
+    cr_expect_float_eq(c.gc_threshold, 0.6, 1e-12);
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_alloc_config_parse(&c, "large_segment_size_mb:32", err, sizeof err), 0, "%s", err);
+    cr_expect_eq(plan_alloc_segment_size(&c, 5 * MiB), 32 * MiB);
+    cr_expect_eq(plan_alloc_config_parse(&c, "max_split_size_mb:20", err, sizeof err), -1,
+                 "at least the large segment size");
+    c.memory_fraction = 0.5;
+    cr_expect_eq(plan_alloc_config_check(&c, err, sizeof err), -1, "a fraction needs the device's memory");
+}
+
+/* The best-fit index (a sorted array searched by bisection) against a linear scan of the pool,
+   after every call of random sequences: sizes from 512 B to 64 MiB, frees in random order,
+   record_stream and syncs on three streams, under the settings that change the searches. */
+Test(alloc, the_best_fit_index_should_agree_with_a_linear_scan) {
+    const char *confs[] = {NULL, "max_split_size_mb:40", "expandable_segments:True",
+                           "roundup_power2_divisions:4", "max_split_size_mb:20,max_non_split_rounding_mb:30"};
+    for (size_t ci = 0; ci < sizeof confs / sizeof *confs; ci++)
+        for (int seed = 1; seed <= 4; seed++) {
+            PlanAllocConfig c = conf_of(confs[ci]);
+            c.capacity = seed & 1 ? 0 : 768 * MiB;   /* also free-and-retry and out of memory */
+            c.device_total = 80ull << 30;
+            PlanAlloc *a = with_config(&c);
+            uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ull;
+            int live[400], n = 0, next = 0;
+            for (int step = 0; step < 1500; step++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                int op = (int)(x % 10);
+                if (n > 0 && (op < 4 || n == 400)) {
+                    int k = (int)((x >> 8) % (uint64_t)n);
+                    plan_alloc_free(a, live[k]);
+                    live[k] = live[--n];
+                } else if (op == 4 && n > 0) {
+                    plan_alloc_record_stream(a, live[(x >> 8) % (uint64_t)n], 1 + (int)((x >> 20) % 2));
+                } else if (op == 5) {
+                    plan_alloc_sync(a, 1 + (int)((x >> 8) % 2));
+                } else {
+                    uint64_t size = 512ull << ((x >> 8) % 18);
+                    size += (x >> 32) % size;
+                    int stream = (x >> 28) % 8 == 0 ? 1 : 0;
+                    if (plan_alloc_malloc(a, next, size, stream) == 0) live[n++] = next;
+                    next++;
+                }
+                cr_assert_eq(plan_alloc_check_index(a), 0, "conf %s seed %d step %d", confs[ci] ? confs[ci] : "default",
+                             seed, step);
+            }
+            plan_alloc_empty_cache(a);
+            cr_assert_eq(plan_alloc_check_index(a), 0);
+            plan_alloc_free_all(a);
+        }
+}

@@ -1,0 +1,242 @@
+/* test_plan_step_alloc.c — the step account replayed through the caching allocator model
+ * (plan_step.h plan_step_alloc; docs/formulas.md "The allocator in the plan"): how the account's
+ * events become allocations and frees, worked out by hand from the allocator's rules (sizes
+ * above 1 MiB: the large pool; a request below 10 MiB opens a 20 MiB segment, a larger one a
+ * segment of its size rounded to 2 MiB; a free block is split when more than 1 MiB remains), and
+ * the plan's overhead taken from it over the matrix of models and strategies. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_memory.h"
+#include "plan_step.h"
+#include "test_plan.h"
+
+#define MiB (1024.0 * 1024.0)
+
+/* An empty account of a one-layer step: points 0..12 (plan_step_point). */
+static Step empty_step(void) {
+    Step st;
+    memset(&st, 0, sizeof(st));
+    st.n_layers = 1;
+    st.n_points = 13;
+    st.sampled = calloc(13, 1);
+    cr_assert_not_null(st.sampled);
+    return st;
+}
+
+static PlanAllocStats run(const Step *st, const ModelSpec *m) {
+    PlanAllocConfig c;
+    PlanAllocStats s;
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_step_alloc(st, m, &c, &s), 0);
+    return s;
+}
+
+/* Two 5 MiB events: each below 10 MiB, so the first opens a 20 MiB segment and the second is
+   split from its 15 MiB remainder. */
+Test(step_alloc, each_event_should_be_one_allocation) {
+    Step st = empty_step();
+    step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 1, AT_BEFORE, 5 * MiB);
+    step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 2, AT_BEFORE, 5 * MiB);
+    PlanAllocStats s = run(&st, NULL);
+    cr_expect_eq(s.n_malloc, 2);
+    cr_expect_eq(s.max_allocated, (uint64_t)(10 * MiB));
+    cr_expect_eq(s.max_reserved, (uint64_t)(20 * MiB));
+    plan_step_free(&st);
+}
+
+/* Within one point the frees come first: a 30 MiB block freed and a 20 MiB one allocated at
+   the same point reuse the cached block (split, 10 MiB left), 30 MiB reserved, not 50. */
+Test(step_alloc, a_points_frees_should_come_before_its_allocations) {
+    Step st = empty_step();
+    step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 1, AT_BEFORE, 30 * MiB);
+    step_mem(&st, RULE_LOSS_FORWARD, TERM_TRANSIENT, 2, AT_BEFORE, 20 * MiB);   /* written first */
+    step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 2, AT_BEFORE, -30 * MiB);
+    PlanAllocStats s = run(&st, NULL);
+    cr_expect_eq(s.max_reserved, (uint64_t)(30 * MiB));
+    cr_expect_eq(s.max_allocated, (uint64_t)(30 * MiB));
+    cr_expect_eq(s.n_device_alloc, 1);
+    plan_step_free(&st);
+}
+
+/* Bytes moving from one rule to another of the same term at one point (backward's gradients
+   becoming the step's) keep their block: no free, no new allocation. */
+Test(step_alloc, bytes_moving_between_rules_should_keep_their_block) {
+    Step st = empty_step();
+    step_mem(&st, RULE_AUTOGRAD_GRADS, TERM_GRADS, 1, AT_BEFORE, 30 * MiB);
+    step_mem(&st, RULE_AUTOGRAD_GRADS, TERM_GRADS, 2, AT_BEFORE, -30 * MiB);
+    step_mem(&st, RULE_STEP_GRADS, TERM_GRADS, 2, AT_BEFORE, 30 * MiB);
+    step_mem(&st, RULE_STEP_GRADS, TERM_GRADS, 3, AT_BEFORE, -30 * MiB);   /* its free finds the block */
+    PlanAllocStats s = run(&st, NULL);
+    cr_expect_eq(s.n_malloc, 1);
+    cr_expect_eq(s.n_free, 1);
+    cr_expect_eq(s.allocated, 0);
+    cr_expect_eq(s.max_reserved, (uint64_t)(30 * MiB));
+    plan_step_free(&st);
+}
+
+/* A rule that lowers its figure before raising it again (the MLP moment's pending gradients)
+   frees nothing it has not allocated: the bytes are owed, and its next allocation of them is
+   not made. */
+Test(step_alloc, a_free_before_any_allocation_should_be_owed_not_made) {
+    Step st = empty_step();
+    step_mem(&st, RULE_MLP_PENDING_GRADS, TERM_GRADS, 1, AT_BEFORE, -12 * MiB);
+    step_mem(&st, RULE_MLP_PENDING_GRADS, TERM_GRADS, 1, AT_AFTER, 12 * MiB);
+    PlanAllocStats s = run(&st, NULL);
+    cr_expect_eq(s.n_malloc, 0);
+    cr_expect_eq(s.max_reserved, 0);
+    plan_step_free(&st);
+}
+
+/* A block freed in part (a level that steps down) stays, holding fewer bytes: nothing is freed
+   or allocated until the rest goes too. */
+Test(step_alloc, a_partial_free_should_keep_the_block_until_the_rest_goes) {
+    Step st = empty_step();
+    step_mem(&st, RULE_UNIT_GATHER, TERM_COMM, 1, AT_BEFORE, 30 * MiB);
+    step_mem(&st, RULE_UNIT_GATHER, TERM_COMM, 2, AT_BEFORE, -10 * MiB);
+    step_mem(&st, RULE_LOSS_FORWARD, TERM_TRANSIENT, 3, AT_BEFORE, 10 * MiB);   /* not below 10 MiB: its own segment */
+    step_mem(&st, RULE_UNIT_GATHER, TERM_COMM, 4, AT_BEFORE, -20 * MiB);
+    PlanAllocStats s = run(&st, NULL);
+    cr_expect_eq(s.n_malloc, 2);
+    cr_expect_eq(s.n_free, 1);
+    cr_expect_eq(s.max_allocated, (uint64_t)(40 * MiB), "the 30 MiB block whole, and 10 MiB");
+    cr_expect_eq(s.max_reserved, (uint64_t)(40 * MiB));
+    plan_step_free(&st);
+}
+
+/* Gradients that become one rule's lump at one point (DeepSpeed's gradients not yet moved into
+   their partition) keep their per-layer blocks: two 8 MiB blocks taken over by an 18 MiB
+   allocation, which asks the allocator only for the 2 MiB left (from the 20 MiB segment's
+   remainder: 20 MiB reserved, not 20 + 18). */
+Test(step_alloc, gradients_gathered_into_one_rule_should_keep_their_blocks) {
+    Step st = empty_step();
+    step_mem(&st, RULE_AUTOGRAD_GRADS, TERM_GRADS, 1, AT_BEFORE, 8 * MiB);
+    step_mem(&st, RULE_AUTOGRAD_GRADS, TERM_GRADS, 2, AT_BEFORE, 8 * MiB);
+    step_mem(&st, RULE_AUTOGRAD_GRADS, TERM_GRADS, 3, AT_BEFORE, -16 * MiB);
+    step_mem(&st, RULE_DS12_NOT_MOVED, TERM_GRADS, 3, AT_BEFORE, 18 * MiB);
+    PlanAllocStats s = run(&st, NULL);
+    cr_expect_eq(s.n_malloc, 3);
+    cr_expect_eq(s.n_free, 0);
+    cr_expect_eq(s.max_allocated, (uint64_t)(18 * MiB));
+    cr_expect_eq(s.max_reserved, (uint64_t)(20 * MiB));
+    plan_step_free(&st);
+}
+
+/* A rule of per-parameter tensors (split_rule) is split by layer in proportion to the layers'
+   parameters: 32 MiB over layers of 1 and 3 parameters -> 8 MiB (a 20 MiB segment) and 24 MiB
+   (its own 24 MiB segment): 44 MiB reserved; unsplit, one 32 MiB segment. */
+Test(step_alloc, per_parameter_rules_should_be_split_by_layer) {
+    ModelSpec m;
+    memset(&m, 0, sizeof(m));
+    LayerSpec layers[2];
+    memset(layers, 0, sizeof(layers));
+    layers[0].params = 1;
+    layers[1].params = 3;
+    m.layers = layers;
+    m.n_layers = 2;
+    Step st = empty_step();
+    step_mem(&st, RULE_PARAMS, TERM_PARAMS, 0, AT_BEFORE, 32 * MiB);
+    PlanAllocStats s = run(&st, &m);
+    cr_expect_eq(s.max_reserved, (uint64_t)(32 * MiB), "not split: one 32 MiB segment");
+    st.split_rule[RULE_PARAMS] = 1;
+    s = run(&st, &m);
+    cr_expect_eq(s.n_malloc, 2);
+    cr_expect_eq(s.max_reserved, (uint64_t)(44 * MiB));
+    plan_step_free(&st);
+}
+
+static const char *const MODELS[] = {"gpt2-mini", "gpt2", "llama2-7b"};
+
+/* The allocator model over every strategy: the tensor terms are those of the flat account with
+   no margin (the allocator figure moves no tensor), the margin is max reserved less the tensor
+   peak, and the peak is max reserved plus the fixed overheads. */
+Test(step_alloc, the_plans_allocator_figure_should_be_max_reserved_less_the_tensor_peak) {
+    for (size_t mi = 0; mi < sizeof(MODELS) / sizeof(MODELS[0]); mi++) {
+        ModelSpec m = zoo(MODELS[mi]);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.seq = 256;
+        t.micro_batch = 2;
+        ClusterSpec flat, model;
+        cluster(&flat, 8, 8);
+        flat.alloc_margin = 0;
+        model = flat;
+        model.alloc_model = 1;
+        for (int k = 0; k < STRAT_COUNT; k++) {
+            const char *n = plan_strategy((StrategyKind)k)->name;
+            MemResult a, b;
+            plan_memory(&m, &t, &flat, (StrategyKind)k, &a);
+            plan_memory(&m, &t, &model, (StrategyKind)k, &b);
+            cr_assert(b.alloc_model, "%s %s", m.name, n);
+            for (int j = 0; j < TERM_OVERHEAD; j++)
+                cr_expect_eq(a.term[j], b.term[j], "%s %s: %s moved", m.name, n, plan_term_name((TermKind)j));
+            cr_expect_str_eq(a.peak_where, b.peak_where, "%s %s", m.name, n);
+            double fixed = a.cuda_context + a.cublas_ws + a.nccl;
+            cr_expect(fabs(b.alloc_tensor_peak - (a.peak - fixed)) < 1, "%s %s: tensor peak", m.name, n);
+            cr_expect_geq(b.alloc_allocated + 1, b.alloc_tensor_peak, "%s %s", m.name, n);
+            cr_expect_geq(b.alloc_reserved, b.alloc_allocated, "%s %s", m.name, n);
+            cr_expect(fabs(b.margin - (b.alloc_reserved - b.alloc_tensor_peak)) < 1, "%s %s: margin", m.name, n);
+            cr_expect(fabs(b.peak - (b.alloc_reserved + fixed)) < 1, "%s %s: peak %.0f, reserved %.0f + fixed %.0f",
+                      m.name, n, b.peak, b.alloc_reserved, fixed);
+        }
+        plan_model_free(&m);
+    }
+}
+
+/* Settings reach the replay: expandable segments map 20 MiB pages of one segment, so a 5 MiB
+   and a 30 MiB event reserve 40 MiB (two separate segments without: 20 + 30 = 50 MiB). */
+Test(step_alloc, the_allocator_settings_should_reach_the_replay) {
+    Step st = empty_step();
+    step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 1, AT_BEFORE, 5 * MiB);
+    step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 2, AT_BEFORE, 5 * MiB);
+    step_mem(&st, RULE_LOSS_FORWARD, TERM_TRANSIENT, 3, AT_BEFORE, 30 * MiB);
+    PlanAllocConfig c;
+    PlanAllocStats s;
+    char err[128];
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_step_alloc(&st, NULL, &c, &s), 0);
+    cr_expect_eq(s.max_reserved, (uint64_t)(50 * MiB));
+    cr_assert_eq(plan_alloc_config_parse(&c, "expandable_segments:True", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(plan_step_alloc(&st, NULL, &c, &s), 0);
+    cr_expect_eq(s.max_reserved, (uint64_t)(40 * MiB));
+    plan_step_free(&st);
+}
+
+/* The searches' shortcut (plan_memory_fits: no replay when the tensors alone exceed the GPU, the
+   capacity search stopped once every capacity up to the GPU's has run out) answers as the full
+   plan does, on GPUs around each setup's tensor peak and its allocator peak, with and without a
+   memory fraction (under which even the unlimited replay runs out). */
+Test(step_alloc, the_fit_shortcut_should_answer_as_the_full_plan) {
+    for (size_t mi = 0; mi < 2; mi++) {
+        ModelSpec m = zoo(MODELS[mi]);
+        for (int frac = 0; frac < 2; frac++)
+            for (int k = 0; k < STRAT_COUNT; k++)
+                for (int64_t b = 1; b <= 4; b *= 2) {
+                    const char *n = plan_strategy((StrategyKind)k)->name;
+                    TrainSpec t;
+                    plan_train_defaults(&t);
+                    t.seq = 256;
+                    t.micro_batch = b;
+                    ClusterSpec c;
+                    cluster(&c, 8, 8);
+                    c.alloc_model = 1;
+                    if (frac) c.alloc_conf.memory_fraction = 0.97;
+                    MemResult r;
+                    plan_memory(&m, &t, &c, (StrategyKind)k, &r);
+                    double fixed = r.cuda_context + r.cublas_ws + r.nccl;
+                    double tensors = r.alloc_tensor_peak + fixed, peak = r.peak;
+                    const double scale[] = {0.9, 0.999, 1.0, 1.001, 1.02};
+                    for (int s = 0; s < 10; s++) {
+                        c.gpu.mem_bytes = (s < 5 ? tensors : peak) * scale[s % 5];
+                        MemResult full;
+                        plan_memory(&m, &t, &c, (StrategyKind)k, &full);
+                        cr_expect_eq(plan_memory_fits(&m, &t, &c, (StrategyKind)k), full.fits,
+                                     "%s %s b%lld frac %d: GPU %.0f (tensors %.0f, peak %.0f)", m.name, n,
+                                     (long long)b, frac, c.gpu.mem_bytes, tensors, peak);
+                    }
+                }
+        plan_model_free(&m);
+    }
+}
