@@ -105,7 +105,9 @@ def run(a):
     os.makedirs(a.dir, exist_ok=True)
     n = 0
     for model, (sname, flags) in itertools.product(MODELS, SETUPS):
-        mname = os.path.basename(model).replace(".json", "")
+        # a file's name keeps its folder (tests/data/params/gpt2.json and the zoo's gpt2 would
+        # otherwise write the same case)
+        mname = model.replace(".json", "").replace("tests/data/", "") if model.endswith(".json") else model
         run_one(a.memplan, ["--model", model] + flags.split() + ["--json"],
                 os.path.join(a.dir, case_name("plan", mname, sname) + ".out"))
         n += 1
