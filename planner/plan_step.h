@@ -72,7 +72,7 @@ typedef enum {
     /* tensor parallel */
     RULE_TP_EMBED_GRAD, RULE_TP_LOGITS_GATHER,
     /* pipeline parallel */
-    RULE_PP_IN_FLIGHT,
+    RULE_PP_IN_FLIGHT, RULE_PP_SEND_RECV,
     /* compute */
     RULE_LAYER_COMPUTE, RULE_ENGINE_PASSES, RULE_OPTIMIZER_STEP,
     RULE_COUNT

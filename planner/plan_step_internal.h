@@ -73,7 +73,8 @@ typedef struct {
     /* tensor parallel (plan_tp.h): m is one rank's share and c the data-parallel cluster;
        full is the whole cluster (the tp group's bandwidth) */
     int tp;                  /* 1: none */
-    int pp_in_flight;        /* --pp (plan_pp.h): micro-batches in flight on this stage; 1 none */
+    int pp_stage;            /* --pp (plan_pp.h): the stage this account is; -1 none */
+    int pp_in_flight;        /* micro-batches in flight on this stage; 1 none */
     const ClusterSpec *full;
 } StepCtx;
 

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
+#include "plan_comm.h"
 #include "plan_memory.h"
 #include "plan_pp.h"
 #include "plan_sim.h"
@@ -170,5 +171,30 @@ Test(pp, simulated_step_should_add_the_bubble_pp_minus_1_over_m_plus_pp_minus_1)
     cr_expect(s.pp_bubble_s > 0);
     cr_expect(fabs(s.pp_bubble_s / (pipe + s.pp_bubble_s) - 3.0 / 11.0) < 1e-12, "(pp - 1) / (M + pp - 1)");
     cr_expect(s.step_s >= pipe + s.pp_bubble_s);
+    plan_model_free(&m);
+}
+
+Test(pp, each_boundary_should_send_b_s_h_each_way_per_microbatch) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    train(&t, 4, 8, PP_1F1B);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    int stage = plan_step_pp_stage(&m, &t, &c, STRAT_DDP, NULL);
+    double bounds = stage == 0 || stage == 3 ? 1 : 2;
+    double each = 1.0 * 1024 * 4096 * 2;   /* b s h, bf16 */
+    int seen = 0;
+    for (int i = 0; i < p.n; i++) {
+        if (p.c[i].op != PCOLL_SEND_RECV) continue;
+        seen++;
+        cr_expect_eq(p.c[i].purpose, PURPOSE_PP_ACTS);
+        cr_expect_eq(p.c[i].count, 8 * bounds, "one per micro-batch and boundary");
+        cr_expect_eq(p.c[i].payload_bytes, 8 * bounds * each);
+        cr_expect_eq(p.c[i].wire_bytes, p.c[i].payload_bytes, "the whole payload to one peer");
+        cr_expect(p.c[i].phase == CPHASE_FORWARD || p.c[i].phase == CPHASE_BACKWARD);
+    }
+    cr_expect_eq(seen, 2, "forward and backward");
     plan_model_free(&m);
 }
