@@ -208,7 +208,7 @@ void cli_print_setup_help(FILE *f) {
         "  --sp on|off            sequence parallel: SequenceParallel norms, sequence-sharded residual stream\n"
         "                         (default off; needs --tp 2 or more)\n"
         "Pipeline parallel (torch.distributed.pipelining; with ddp and fsdp-full on gpus / (tp x pp) ranks;\n"
-        "closed forms, not measured: docs/formulas.md \"Pipeline parallel\"):\n"
+        "closed forms; memory checked on CPU ranks for gpt2-mini only: docs/formulas.md \"Pipeline parallel\"):\n"
         "  --pp N                 pipeline stages (default 1): the blocks split evenly (N divides them), stage 0\n"
         "                         also holds the embedding, the last the head and the loss; the plan is the\n"
         "                         most loaded stage's\n"

@@ -100,8 +100,9 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
         fprintf(f, "# pipeline parallel: pp %d, schedule %s, %d micro-batches per step (the grad-accum above), the "
                 "strategies on %lld data-parallel ranks (gpus / (tp x pp)), global batch %lld; memory is the most "
                 "loaded stage's (stage 0: the embedding and %s micro-batches' activations in flight; the last: the "
-                "head and the loss), bubble (pp-1)/(M+pp-1) = %.1f%% of the step; closed form, not measured "
-                "(docs/formulas.md \"Pipeline parallel\")\n", pp, plan_pp_schedule_name(t->pp_schedule), M, dp,
+                "head and the loss), bubble (pp-1)/(M+pp-1) = %.1f%% of the step; memory checked on CPU ranks for "
+                "gpt2-mini in 2 stages only, bubble and send/recv closed forms, not measured (docs/formulas.md "
+                "\"Pipeline parallel\")\n", pp, plan_pp_schedule_name(t->pp_schedule), M, dp,
                 (long long)t->micro_batch * M * dp, t->pp_schedule == PP_GPIPE ? "all M" : "min(M, pp)",
                 100.0 * (pp - 1) / (M + pp - 1));
         fprintf(f, "# pipeline stage planned (the most loaded):");
@@ -505,7 +506,8 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
         cJSON_AddStringToObject(jt, "pp_schedule", plan_pp_schedule_name(t->pp_schedule));
         cJSON_AddNumberToObject(jt, "microbatches", plan_pp_microbatches(t));
         cJSON_AddNumberToObject(jt, "pp_data_parallel", (double)(c->gpus / plan_tp_degree(t) / t->pp));
-        cJSON_AddStringToObject(jt, "pp_memory_source", "closed form, not measured");
+        cJSON_AddStringToObject(jt, "pp_memory_source", "closed form; checked on CPU ranks for gpt2-mini in 2 stages only");
+        cJSON_AddStringToObject(jt, "pp_time_source", "closed form, not measured");
     }
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) strategy_json(js, m, t, c, &p->rows[i], used);

@@ -137,7 +137,7 @@ static const StepRuleFn RULES[] = {
 };
 
 static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                      StrategyKind sk, const ClusterSpec *full, int stage);
+                      StrategyKind sk, const ClusterSpec *full, int stage, int in_flight);
 
 static int build_failed(Step *st, const char *where) {
     memset(st, 0, sizeof(*st));
@@ -163,7 +163,24 @@ static int pp_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
         if (plan_pp_stage_view(m, pp, stages[k], &v)) return build_failed(st, "out of host memory planning it");
         plan_pp_cluster(c, pp, &d);
         int fl = plan_pp_in_flight(t, stages[k]);
-        int rc = step_build(&cand, &v, t, &d, sk, full, stages[k]);
+        int rc = step_build(&cand, &v, t, &d, sk, full, stages[k], fl);
+        if (!rc && fl == plan_pp_microbatches(t) && fl > 1) {
+            /* every micro-batch is in flight before the stage's first backward (GPipe; 1F1B with
+               M <= pp - stage): that backward is the peak's, and no gradient has accumulated yet.
+               The memory is the account of a step without accumulation; the collectives and the
+               compute stay those of M micro-steps. */
+            TrainSpec t1 = *t;
+            t1.grad_accum = 1;
+            Step first;
+            rc = step_build(&first, &v, &t1, &d, sk, full, stages[k], fl);
+            if (!rc) {
+                Step keep = cand;
+                cand.mem = first.mem; cand.n_mem = first.n_mem; cand.cap_mem = first.cap_mem;
+                cand.sampled = first.sampled;
+                first.mem = keep.mem; first.sampled = keep.sampled;
+            }
+            plan_step_free(&first);
+        }
         MemResult r;
         if (!rc) plan_step_replay(&cand, &v, &d, &r, NULL, NULL);
         plan_model_free(&v);
@@ -184,7 +201,7 @@ static int pp_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
    Pipeline parallel then splits that share into stages. */
 int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk) {
     int tp = plan_tp_degree(t), pp = plan_pp_degree(t);
-    if (tp == 1 && pp == 1) return step_build(st, m, t, c, sk, c, -1);
+    if (tp == 1 && pp == 1) return step_build(st, m, t, c, sk, c, -1, 1);
     char msg[256];
     ModelSpec v;
     ClusterSpec d;
@@ -195,7 +212,7 @@ int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
     if (tp == 1) return pp_build(st, m, t, c, sk, c);
     if (plan_tp_view(m, tp, &v)) return build_failed(st, "out of host memory planning it");
     plan_tp_cluster(c, tp, &d);
-    int rc = pp > 1 ? pp_build(st, &v, t, &d, sk, c) : step_build(st, &v, t, &d, sk, c, -1);
+    int rc = pp > 1 ? pp_build(st, &v, t, &d, sk, c) : step_build(st, &v, t, &d, sk, c, -1, 1);
     plan_model_free(&v);
     return rc;
 }
@@ -210,7 +227,7 @@ int plan_step_pp_stage(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
 }
 
 static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                      StrategyKind sk, const ClusterSpec *full, int stage) {
+                      StrategyKind sk, const ClusterSpec *full, int stage, int in_flight) {
     memset(st, 0, sizeof(*st));
     st->n_layers = m->n_layers;
     st->n_points = plan_step_n_points(m->n_layers);
@@ -233,7 +250,7 @@ static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Cl
     x.tp = plan_tp_degree(t);
     if (x.tp > 1) st->nccl_comms++;   /* the tp group's communicator */
     x.pp_stage = stage;
-    x.pp_in_flight = stage >= 0 ? plan_pp_in_flight(t, stage) : 1;
+    x.pp_in_flight = in_flight;
     if (plan_pp_degree(t) > 1) st->nccl_comms++;   /* the pp group's (send/recv) */
     st->nccl = st->nccl_comms * c->nccl_per_comm;
     st->fixed = st->cuda_context + st->cublas_ws + st->nccl;

@@ -1,7 +1,7 @@
 /* test_plan_pp.c — pipeline parallelism (plan_pp.h, plan_rules_pp.c): the stages' layers, the
  * micro-batches each schedule keeps in flight, the refusals, the most loaded stage's model states
- * and in-flight activations, and the bubble in the simulated step. Closed forms, not measured
- * (docs/formulas.md "Pipeline parallel"). */
+ * and in-flight activations, the send/recv and the bubble in the simulated step (closed forms;
+ * the stage memory checked on CPU ranks for gpt2-mini: docs/formulas.md "Pipeline parallel"). */
 #include <criterion/criterion.h>
 #include <math.h>
 
@@ -196,5 +196,28 @@ Test(pp, each_boundary_should_send_b_s_h_each_way_per_microbatch) {
         cr_expect(p.c[i].phase == CPHASE_FORWARD || p.c[i].phase == CPHASE_BACKWARD);
     }
     cr_expect_eq(seen, 2, "forward and backward");
+    plan_model_free(&m);
+}
+
+/* GPipe (and 1F1B with M <= pp - stage) runs every forward before the stage's first backward:
+   the peak holds all M micro-batches and no accumulated gradient (measured on CPU ranks:
+   gpt2-mini, 2 stages, docs/formulas.md "Pipeline parallel"); 1F1B's steady state holds both. */
+Test(pp, the_first_backward_should_hold_every_microbatch_but_no_accumulated_gradient) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    Step st;
+    train(&t, 4, 8, PP_GPIPE);
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    cr_expect_eq(st.pp_in_flight, 8);
+    cr_expect_eq(allocated(&st, RULE_GRADS_KEPT) + allocated(&st, RULE_ACCUM_GRADS), 0);
+    plan_step_free(&st);
+    train(&t, 4, 8, PP_1F1B);
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    cr_expect_eq(st.pp_in_flight, 4);
+    cr_expect(allocated(&st, RULE_GRADS_KEPT) + allocated(&st, RULE_ACCUM_GRADS) > 0,
+              "the earlier micro-batches' gradients beside 4 in flight");
+    plan_step_free(&st);
     plan_model_free(&m);
 }
