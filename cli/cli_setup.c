@@ -302,7 +302,7 @@ typedef struct {
 /* The precision regime on this GPU: the default (amp-bf16) falls back to amp-fp16, then fp32, on
  * a GPU without bf16; a --precision the GPU lacks is refused with the ones it has. 0 or 2. */
 static int resolve_tp(CliSetup *s, int cluster_known);
-static int resolve_pp(CliSetup *s, int cluster_known);
+static int resolve_pp(CliSetup *s, const char *cmd);
 
 static int resolve_precision(CliSetup *s) {
     const GpuPreset *g = &s->cluster.gpu;
@@ -515,13 +515,18 @@ static int resolve_tp(CliSetup *s, int cluster_known) {
 /* --pp / --pp-schedule / --microbatches: the micro-batches are the step's accumulation count
  * (default pp); the strategies narrowed to ddp and fsdp-full as for --tp, each checked against
  * the model and cluster (plan_pp_check) where the cluster is known. 0 or 2. */
-static int resolve_pp(CliSetup *s, int cluster_known) {
+static int resolve_pp(CliSetup *s, const char *cmd) {
+    int cluster_known = strcmp(cmd, "validate") != 0;
     const char *mb = cli_setup_given(s, "microbatches"), *sched = cli_setup_given(s, "pp-schedule");
     if (s->train.pp <= 1) {
         if (mb || sched)
             return cli_usage_error("--%s needs --pp 2 or more (without pipeline stages use --grad-accum)", mb ? "microbatches" : "pp-schedule");
         return 0;
     }
+    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "validate") == 0)
+        return cli_usage_error("--pp %d: %s runs no pipeline stages (memplan's engine and the torch harness have none; "
+                               "bench/torch/pp_probe.py checks the pipeline's memory); plan one with 'memplan plan --pp %d'",
+                               s->train.pp, cmd, s->train.pp);
     if (cli_setup_given(s, "grad-accum"))
         return cli_usage_error("--grad-accum with --pp %d: a pipeline's micro-batches are --microbatches M", s->train.pp);
     if (!mb) s->train.grad_accum = s->train.pp;
@@ -953,7 +958,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         rc = cli_usage_error("%s", err);
     }
     if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
-    if (!rc) rc = resolve_pp(s, strcmp(cmd, "validate") != 0);
+    if (!rc) rc = resolve_pp(s, cmd);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }

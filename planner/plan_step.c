@@ -182,12 +182,13 @@ static int pp_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
             plan_step_free(&first);
         }
         MemResult r;
+        memset(&r, 0, sizeof r);   /* the replay keeps the largest moment it sees in r */
         if (!rc) plan_step_replay(&cand, &v, &d, &r, NULL, NULL);
         plan_model_free(&v);
         if (rc) { plan_step_free(&cand); plan_step_free(st); return build_failed(st, "out of host memory planning it"); }
         cand.pp_stage = stages[k];
         cand.pp_in_flight = fl;
-        if (r.peak > best) {
+        if (k == 0 || r.peak > best) {
             plan_step_free(st);
             *st = cand;
             best = r.peak;

@@ -10,6 +10,7 @@
 #include "plan_pp.h"
 #include "plan_sim.h"
 #include "plan_step.h"
+#include "plan_tp.h"
 #include "test_plan.h"
 
 static void train(TrainSpec *t, int pp, int M, PpSchedule sched) {
@@ -219,5 +220,24 @@ Test(pp, the_first_backward_should_hold_every_microbatch_but_no_accumulated_grad
     cr_expect(allocated(&st, RULE_GRADS_KEPT) + allocated(&st, RULE_ACCUM_GRADS) > 0,
               "the earlier micro-batches' gradients beside 4 in flight");
     plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+Test(pp, tp_times_pp_should_plan_a_stage_of_the_tp_share) {
+    ModelSpec m = zoo("llama2-70b"), tv, sv;
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 16, 8);
+    train(&t, 4, 8, PP_1F1B);
+    t.tp = 2;
+    MemResult r;
+    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &r), 0);
+    cr_expect(isfinite(r.peak) && r.peak > 0, "peak %g", r.peak);
+    cr_expect_eq(plan_step_pp_stage(&m, &t, &c, STRAT_DDP, NULL), 0);
+    cr_assert_eq(plan_tp_view(&m, 2, &tv), 0);
+    cr_assert_eq(plan_pp_stage_view(&tv, 4, 0, &sv), 0);
+    cr_expect_eq(r.ms_params, 2 * (double)plan_model_params(&sv), "stage 0 of the tp share, bf16");
+    plan_model_free(&sv);
+    plan_model_free(&tv);
     plan_model_free(&m);
 }
