@@ -671,7 +671,7 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, "model_states", fmt_b(mr.model_states, a, sizeof a),
             fmt_b(r->model_states, b, sizeof b), plan_fmt_rel_err(plan_rel_err(mr.model_states, r->model_states), e, sizeof e),
             ms_ok ? "ok (exact)" : "FAIL (must be exact)");
-    for (int op = 0; op < PCOLL_COUNT; op++)
+    for (int op = 0; op <= PCOLL_BROADCAST; op++)   /* the engine has no send/recv */
         for (int ph = 0; ph < CPHASE_COUNT; ph++) {
             /* PCOLL_* and COLL_* share the first four; CPHASE_* are the ExecPhase parts, in order */
             const CollStats *m = &r->coll_step_phase[op][ph];

@@ -13,6 +13,7 @@
 #include "plan_lora.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
+#include "plan_pp.h"
 #include "plan_tp.h"
 #include "plan_util.h"
 
@@ -23,7 +24,7 @@ enum {
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
-    OPT_TP, OPT_SP,
+    OPT_TP, OPT_SP, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
     OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD,
 };
@@ -78,6 +79,9 @@ static const struct option BASE_OPTIONS[] = {
     {"config-kind", required_argument, 0, OPT_CONFIG_KIND},
     {"tp", required_argument, 0, OPT_TP},
     {"sp", required_argument, 0, OPT_SP},
+    {"pp", required_argument, 0, OPT_PP},
+    {"pp-schedule", required_argument, 0, OPT_PP_SCHED},
+    {"microbatches", required_argument, 0, OPT_MICROBATCHES},
     {"lora", required_argument, 0, OPT_LORA},
     {"lora-alpha", required_argument, 0, OPT_LORA_ALPHA},
     {"lora-targets", required_argument, 0, OPT_LORA_TARGETS},
@@ -203,6 +207,16 @@ void cli_print_setup_help(FILE *f) {
         "                         the heads and the KV heads\n"
         "  --sp on|off            sequence parallel: SequenceParallel norms, sequence-sharded residual stream\n"
         "                         (default off; needs --tp 2 or more)\n"
+        "Pipeline parallel (torch.distributed.pipelining; with ddp and fsdp-full on gpus / (tp x pp) ranks;\n"
+        "closed forms; memory checked on CPU ranks for gpt2-mini only: docs/formulas.md \"Pipeline parallel\"):\n"
+        "  --pp N                 pipeline stages (default 1): the blocks split evenly (N divides them), stage 0\n"
+        "                         also holds the embedding, the last the head and the loss; the plan is the\n"
+        "                         most loaded stage's\n"
+        "  --pp-schedule 1f1b|gpipe\n"
+        "                         Schedule1F1B (default; stage s holds min(M, N - s) micro-batches'\n"
+        "                         activations) or ScheduleGPipe (all M)\n"
+        "  --microbatches M       micro-batches per step (default N; 1f1b needs M >= N); global batch =\n"
+        "                         --batch x M x gpus / (tp x pp); replaces --grad-accum under --pp\n"
         "FSDP1's knobs (--fsdp 1: FullyShardedDataParallel's arguments; docs/formulas.md \"FSDP1 and its knobs\"):\n"
         "  --fsdp-min-params N    size_based_auto_wrap_policy(min_num_params=N) over a decoder's modules\n"
         "                         (N above a block's parameters; default: one unit per block)\n"
@@ -288,6 +302,7 @@ typedef struct {
 /* The precision regime on this GPU: the default (amp-bf16) falls back to amp-fp16, then fp32, on
  * a GPU without bf16; a --precision the GPU lacks is refused with the ones it has. 0 or 2. */
 static int resolve_tp(CliSetup *s, int cluster_known);
+static int resolve_pp(CliSetup *s, const char *cmd);
 
 static int resolve_precision(CliSetup *s) {
     const GpuPreset *g = &s->cluster.gpu;
@@ -497,6 +512,42 @@ static int resolve_tp(CliSetup *s, int cluster_known) {
     return 0;
 }
 
+/* --pp / --pp-schedule / --microbatches: the micro-batches are the step's accumulation count
+ * (default pp); the strategies narrowed to ddp and fsdp-full as for --tp, each checked against
+ * the model and cluster (plan_pp_check) where the cluster is known. 0 or 2. */
+static int resolve_pp(CliSetup *s, const char *cmd) {
+    int cluster_known = strcmp(cmd, "validate") != 0;
+    const char *mb = cli_setup_given(s, "microbatches"), *sched = cli_setup_given(s, "pp-schedule");
+    if (s->train.pp <= 1) {
+        if (mb || sched)
+            return cli_usage_error("--%s needs --pp 2 or more (without pipeline stages use --grad-accum)", mb ? "microbatches" : "pp-schedule");
+        return 0;
+    }
+    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "validate") == 0)
+        return cli_usage_error("--pp %d: %s runs no pipeline stages (memplan's engine and the torch harness have none; "
+                               "bench/torch/pp_probe.py checks the pipeline's memory); plan one with 'memplan plan --pp %d'",
+                               s->train.pp, cmd, s->train.pp);
+    if (cli_setup_given(s, "grad-accum"))
+        return cli_usage_error("--grad-accum with --pp %d: a pipeline's micro-batches are --microbatches M", s->train.pp);
+    if (!mb) s->train.grad_accum = s->train.pp;
+    const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    if (s->strategies & ~ok) {
+        if (cli_setup_given(s, "strategy")) {
+            for (int k = 0; k < STRAT_COUNT; k++)
+                if ((s->strategies & (1u << k)) && !(ok & (1u << k)))
+                    return cli_usage_error("--pp %d with --strategy %s: pipeline parallel is planned with ddp and fsdp-full "
+                                           "(FSDP2) on the data-parallel ranks", s->train.pp, plan_strategy((StrategyKind)k)->name);
+        }
+        s->strategies &= ok;
+    }
+    if (!s->have_model || !cluster_known) return 0;
+    char msg[320];
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((s->strategies & (1u << k)) && plan_pp_check(&s->model, &s->train, &s->cluster, (StrategyKind)k, msg, sizeof msg))
+            return cli_usage_error("%s", msg);
+    return 0;
+}
+
 const char *cli_alloc_conf_env(const char **name) {
     static const char *const NAMES[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};   /* torch's order */
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
@@ -597,6 +648,18 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (strcmp(a, "auto") == 0) { s->train.tp = -1; break; }   /* memplan auto searches it */
         if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--tp '%s' is not an integer in [1, 1024] or auto", a);
         s->train.tp = (int)v;
+        break;
+    case OPT_PP:
+        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--pp '%s' is not an integer in [1, 1024]", a);
+        s->train.pp = (int)v;
+        break;
+    case OPT_PP_SCHED:
+        if ((v = plan_pp_schedule_by_name(a)) < 0) return cli_usage_error("unknown --pp-schedule '%s' (valid: 1f1b, gpipe)", a);
+        s->train.pp_schedule = (PpSchedule)v;
+        break;
+    case OPT_MICROBATCHES:
+        if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--microbatches '%s' is not an integer in [1, 1000000]", a);
+        s->train.grad_accum = v;
         break;
     case OPT_SP:
         if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0) return cli_usage_error("unknown --sp '%s' (valid: on, off)", a);
@@ -895,6 +958,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         rc = cli_usage_error("%s", err);
     }
     if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
+    if (!rc) rc = resolve_pp(s, cmd);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }

@@ -338,6 +338,11 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (rc) return rc;
     const char *auto_only = o.emit ? "--emit" : o.auto_spec.global_batch ? "--global-batch"
                           : o.offload.headroom >= 0 ? "--min-headroom" : o.bn_given ? "--bn-min-batch" : NULL;
+    if (auto_mode && s.train.pp > 1) {   /* auto would search the accumulation, which is --microbatches here */
+        cli_setup_free(&s);
+        return cli_usage_error("--pp %d: 'memplan auto' does not search pipeline stages yet; plan the pipeline with "
+                               "'memplan plan --pp %d' (its micro-batches with --microbatches)", s.train.pp, s.train.pp);
+    }
     if (!auto_mode && s.train.tp < 0) {
         cli_setup_free(&s);
         return cli_usage_error("--tp auto belongs to 'memplan auto': plan takes a degree (--tp 8)");
@@ -350,6 +355,11 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if ((rc = cli_auto_apply(&o.offload, &s, &o.auto_spec, auto_mode))) {
         cli_setup_free(&s);
         return rc;
+    }
+    if (s.train.pp > 1 && s.train.offload != OFFLOAD_NONE) {   /* --offload is applied just above */
+        cli_setup_free(&s);
+        return cli_usage_error("--pp %d with CPU offload: not planned (pipeline stages keep their model states on the GPU)",
+                               s.train.pp);
     }
     if (o.emit == EMIT_DEEPSPEED && plan_tp_degree(&s.train) > 1) {
         cli_setup_free(&s);

@@ -8,7 +8,7 @@
 #include "plan_step.h"
 
 static const char *const COLL_NAMES[PCOLL_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                    "broadcast"};
+                                                    "broadcast", "send_recv"};
 static const char *const CPHASE_NAMES[CPHASE_COUNT] = {"forward", "backward", "step"};
 
 static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
@@ -17,7 +17,7 @@ static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
     "gradient shards across nodes", "module buffers (BN stats, rotary)", "SyncBN statistics",
     "SyncBN gradient sums", "gradient shards to host", "parameter shards from host (fwd + bwd)",
     "updated parameters from host", "TP block activations", "TP logits",
-    "SP replicated-parameter gradients"};
+    "SP replicated-parameter gradients", "PP stage activations (send/recv)"};
 
 const char *plan_coll_name(PlanCollOp op) { return COLL_NAMES[op]; }
 static const char *plan_coll_purpose_label(CollPurpose p) { return PURPOSE_LABELS[p]; }
@@ -32,6 +32,7 @@ double plan_coll_factor(PlanCollOp op, int64_t n) {
     case PCOLL_REDUCE_SCATTER:
     case PCOLL_ALL_GATHER: return (nn - 1) / nn;
     case PCOLL_BROADCAST: return 1;
+    case PCOLL_SEND_RECV: return 1;   /* the whole payload to one peer */
     default: return 0;
     }
 }
@@ -120,6 +121,11 @@ static double nccl_seconds(const ClusterSpec *c, PlanCollOp op, double payload, 
 double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
                          int crosses_nodes) {
     if (group <= 1) return 0;
+    if (op == PCOLL_SEND_RECV) {   /* one peer, one hop at the link's rate (NCCL's p2p: no ring) */
+        double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
+        if (!plan_time_flat(c)) bw *= NCCL_LINK_EFF;
+        return c->coll_base_lat + (crosses_nodes ? c->gpu.inter_lat : c->gpu.intra_lat) + payload / bw;
+    }
     int measured = op >= 0 && op < 4 && c->coll_bw[op] > 0;
     if (!plan_time_flat(c) && !measured) return nccl_seconds(c, op, payload, group, crosses_nodes);
     double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;

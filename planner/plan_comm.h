@@ -11,8 +11,9 @@
 #include "plan_strategy.h"
 #include "plan_train.h"
 
+/* PCOLL_SEND_RECV: a point-to-point transfer to or from one neighbour (pipeline stages). */
 typedef enum { PCOLL_ALL_REDUCE = 0, PCOLL_REDUCE_SCATTER, PCOLL_ALL_GATHER, PCOLL_BROADCAST,
-               PCOLL_COUNT } PlanCollOp;
+               PCOLL_SEND_RECV, PCOLL_COUNT } PlanCollOp;
 typedef enum { CPHASE_FORWARD = 0, CPHASE_BACKWARD, CPHASE_STEP, CPHASE_COUNT } CommPhase;
 
 /* What a collective or a host copy moves: code tests this, never the label made from it
@@ -37,6 +38,8 @@ typedef enum {
                                    column-parallel input gradients; SP: gathers and scatters) */
     PURPOSE_TP_LOGITS,          /* tensor parallel: the vocab-sharded logits gathered for the loss */
     PURPOSE_TP_REPLICA_GRADS,   /* sequence parallel: replicated parameters' partial gradients */
+    PURPOSE_PP_ACTS,            /* pipeline: a micro-batch's activations to the next stage (forward),
+                                   their gradient to the previous one (backward) */
     PURPOSE_COUNT
 } CollPurpose;
 

@@ -10,6 +10,7 @@
 #include "plan_offload.h"
 #include "plan_step.h"
 #include "plan_time.h"
+#include "plan_pp.h"
 #include "plan_tp.h"
 #include "plan_util.h"
 
@@ -92,7 +93,27 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
                 "rank's (docs/formulas.md \"Tensor and sequence parallel\")\n", t->tp,
                 plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
                                         : "column/row-parallel blocks, replicated tied embedding and head",
-                t->sp ? "on" : "off", (long long)(c->gpus / t->tp));
+                t->sp ? "on" : "off", (long long)(c->gpus / t->tp / plan_pp_degree(t)));
+    if (plan_pp_degree(t) > 1) {
+        int pp = plan_pp_degree(t), tp = plan_tp_degree(t), M = plan_pp_microbatches(t);
+        long long dp = (long long)(c->gpus / tp / pp);
+        fprintf(f, "# pipeline parallel: pp %d, schedule %s, %d micro-batches per step (the grad-accum above), the "
+                "strategies on %lld data-parallel ranks (gpus / (tp x pp)), global batch %lld; memory is the most "
+                "loaded stage's (stage 0: the embedding and %s micro-batches' activations in flight; the last: the "
+                "head and the loss), bubble (pp-1)/(M+pp-1) = %.1f%% of the step; memory checked on CPU ranks for "
+                "gpt2-mini in 2 stages only, bubble and send/recv closed forms, not measured (docs/formulas.md "
+                "\"Pipeline parallel\")\n", pp, plan_pp_schedule_name(t->pp_schedule), M, dp,
+                (long long)t->micro_batch * M * dp, t->pp_schedule == PP_GPIPE ? "all M" : "min(M, pp)",
+                100.0 * (pp - 1) / (M + pp - 1));
+        fprintf(f, "# pipeline stage planned (the most loaded):");
+        static const StrategyKind PP_STRATS[] = {STRAT_DDP, STRAT_FSDP_FULL};
+        for (size_t k = 0; k < 2; k++) {
+            int fl = 0, sg = plan_step_pp_stage(m, t, c, PP_STRATS[k], &fl);
+            if (sg >= 0) fprintf(f, " %s stage %d of %d (%d micro-batch%s in flight);", plan_strategy(PP_STRATS[k])->name,
+                                 sg, pp, fl, fl == 1 ? "" : "es");
+        }
+        fprintf(f, "\n");
+    }
     if (t->fsdp_impl == 1)   /* FSDP1's knobs (docs/formulas.md "FSDP1 and its knobs") */
         fprintf(f, "# fsdp1: units %s, backward_prefetch %s, forward_prefetch %s, limit_all_gathers %s\n",
                 t->fsdp1.min_params > 0 ? (m->root_only ? "everything in the root (size-based wrapping)"
@@ -321,6 +342,11 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     cJSON_AddNumberToObject(o, "host_bytes_per_node", r->mem.host_per_node);
     if (r->mem.acts_known || r->max_micro_batch == 0) cJSON_AddNumberToObject(o, "max_micro_batch", (double)r->max_micro_batch);
     else cJSON_AddNullToObject(o, "max_micro_batch");   /* fits, but how many samples is unknown */
+    if (plan_pp_degree(t) > 1) {   /* the stage the memory is of */
+        int fl = 0, sg = plan_step_pp_stage(m, t, c, r->kind, &fl);
+        cJSON_AddNumberToObject(o, "pp_stage", sg);
+        cJSON_AddNumberToObject(o, "pp_in_flight", fl);
+    }
     cJSON_AddNumberToObject(o, "model_states_bytes", r->mem.model_states);
     cJSON_AddNumberToObject(o, "headroom_bytes", r->mem.headroom);
     cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(r->mem.peak_phase));
@@ -473,7 +499,15 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     if (plan_tp_degree(t) > 1) {   /* only then: the records of other plans stay as they were */
         cJSON_AddNumberToObject(jt, "tp", t->tp);
         cJSON_AddBoolToObject(jt, "sp", t->sp != 0);
-        cJSON_AddNumberToObject(jt, "data_parallel", (double)(c->gpus / t->tp));
+        cJSON_AddNumberToObject(jt, "data_parallel", (double)(c->gpus / t->tp / plan_pp_degree(t)));
+    }
+    if (plan_pp_degree(t) > 1) {   /* only then, as for tp */
+        cJSON_AddNumberToObject(jt, "pp", t->pp);
+        cJSON_AddStringToObject(jt, "pp_schedule", plan_pp_schedule_name(t->pp_schedule));
+        cJSON_AddNumberToObject(jt, "microbatches", plan_pp_microbatches(t));
+        cJSON_AddNumberToObject(jt, "pp_data_parallel", (double)(c->gpus / plan_tp_degree(t) / t->pp));
+        cJSON_AddStringToObject(jt, "pp_memory_source", "closed form; checked on CPU ranks for gpt2-mini in 2 stages only");
+        cJSON_AddStringToObject(jt, "pp_time_source", "closed form, not measured");
     }
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) strategy_json(js, m, t, c, &p->rows[i], used);

@@ -3,6 +3,7 @@
  * Each transfer says when it is issued and who waits for it (StepSched); the scheduler knows
  * nothing of strategies. Times in seconds. docs/formulas.md "Time". */
 #include "plan_sim.h"
+#include "plan_pp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -84,7 +85,10 @@ static double compute_dur(Stream *cs, double steal, double t, double dur) {
 /* The account read once, per point, for a search over micro-batches and accumulation: the work
  * scales with the micro-batch, the transfers do not. */
 struct SimPrep {
-    const ModelSpec *m;
+    const ModelSpec *m;  /* the layers the account walks: the model, or under --pp its stage */
+    const ModelSpec *whole;   /* the model as given (the memory walk re-derives the stage) */
+    ModelSpec stage;     /* --pp: the planned stage's layers (plan_pp_stage_view) */
+    int has_stage;
     TrainSpec t;
     const ClusterSpec *c;
     StrategyKind kind;
@@ -153,10 +157,17 @@ static int prep_alloc(SimPrep *P) {
 SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k) {
     SimPrep *P = calloc(1, sizeof(*P));
     if (!P) return NULL;
-    P->m = m; P->t = *t; P->c = c; P->kind = k; P->L = m->n_layers;
+    P->m = P->whole = m; P->t = *t; P->c = c; P->kind = k; P->L = m->n_layers;
     TrainSpec t1 = *t;
     t1.micro_batch = 1;
-    if (plan_step_build(&P->st, m, &t1, c, k) || prep_alloc(P)) { plan_sim_prep_free(P); return NULL; }
+    if (plan_step_build(&P->st, m, &t1, c, k)) { plan_sim_prep_free(P); return NULL; }
+    if (plan_pp_degree(t) > 1) {   /* the account is one stage's: walk its layers */
+        if (plan_pp_stage_view(m, plan_pp_degree(t), P->st.pp_stage, &P->stage)) { plan_sim_prep_free(P); return NULL; }
+        P->has_stage = 1;
+        P->m = &P->stage;
+        P->L = P->stage.n_layers;
+    }
+    if (prep_alloc(P)) { plan_sim_prep_free(P); return NULL; }
     const Step *st = &P->st;
     P->steal = c->comm_steal > 0 ? c->comm_steal : 0;
     P->issue_s = c->coll_issue_s > 0 ? c->coll_issue_s : 0;
@@ -180,6 +191,7 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
 void plan_sim_prep_free(SimPrep *P) {
     if (!P) return;
     plan_step_free(&P->st);
+    if (P->has_stage) plan_model_free(&P->stage);
     free(P->fwd1);
     free(P->xs);
     free(P->xo);
@@ -240,7 +252,7 @@ static const char *xfer_where(const SimPrep *P, const StepXfer *x) {
 /* The trace's name of a collective: tensor parallel's are told apart from the data-parallel ones. */
 static const char *xfer_op_name(const StepXfer *x) {
     static const char *const TP_NAMES[PCOLL_COUNT] = {"tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
-                                                      "tp_broadcast"};
+                                                      "tp_broadcast", "tp_send_recv"};
     int tp = x->purpose == PURPOSE_TP_ACTS || x->purpose == PURPOSE_TP_LOGITS || x->purpose == PURPOSE_TP_REPLICA_GRADS;
     return tp ? TP_NAMES[x->op] : plan_coll_name((PlanCollOp)x->op);
 }
@@ -439,6 +451,14 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     }
     t_end = micro_step(&R, &cs, t_end, b, 1, &mo);
     t_end = step_tail(&R, &cs, t_end, b, &mo, out);
+    /* --pp: the pipeline's fill and drain. Each stage idles pp - 1 micro-batch slots of a forward
+       and a backward: (pp - 1) (t_f + t_b), a fraction (pp - 1) / (M + pp - 1) of the pipelined
+       part (Narayanan et al. 2021 §2.2; Huang et al. 2019 §2.2: the same for GPipe); closed form */
+    int pp = plan_pp_degree(&P->t);
+    if (pp > 1 && K > 0) {
+        out->pp_bubble_s = (double)(pp - 1) / K * (mo.fwd + mo.bwd);
+        t_end += out->pp_bubble_s;
+    }
     out->step_s = t_end;
     out->fwd_s = mo.fwd;
     out->bwd_s = mo.bwd;
@@ -449,8 +469,9 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     out->compute_s = P->zero_s + mo.fwd_c + mo.bwd_c + P->opt_s;
     out->comm_s = cs.busy;
     out->exposed_comm_s = t_end > out->compute_s ? t_end - out->compute_s : 0;
-    /* the tp ranks of a group train the same samples: gpus / tp data-parallel replicas */
-    double samples = b * K * (double)P->c->gpus / plan_tp_degree(&P->t);
+    /* the tp ranks of a group (and the pp stages of a pipeline) train the same samples:
+       gpus / (tp x pp) data-parallel replicas */
+    double samples = b * K * (double)P->c->gpus / plan_tp_degree(&P->t) / plan_pp_degree(&P->t);
     out->tokens_per_s = t_end > 0 ? samples * P->tokens_per_sample / t_end : 0;
     out->flops_per_step = P->flops_per_sample * b * K;
     if (cs.oom) rc.oom = 1;
@@ -461,7 +482,7 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
         t.grad_accum = grad_accum;
         MemResult mr;
         MemCtx mc = {&R, out, &rc};
-        plan_memory_walk(P->m, &t, P->c, P->kind, &mr, on_moment, &mc);
+        plan_memory_walk(P->whole, &t, P->c, P->kind, &mr, on_moment, &mc);
     }
     free(R.fwd_end);
     free(R.bwd_end);

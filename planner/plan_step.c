@@ -133,40 +133,102 @@ static const StepRuleFn RULES[] = {
     rule_unit_static_buffers, rule_fsdp2_buffers, rule_unit_collectives, rule_engine_buckets,
     rule_ds_step_collectives, rule_ddp_broadcast, rule_syncbn, rule_host_copies,
     rule_saved_activations, rule_autocast_cache, rule_backward_transients, rule_loss,
-    rule_optimizer_transients, rule_compute, rule_tp,
+    rule_optimizer_transients, rule_compute, rule_tp, rule_pp,
 };
 
 static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                      StrategyKind sk, const ClusterSpec *full);
+                      StrategyKind sk, const ClusterSpec *full, int stage, int in_flight);
+
+static int build_failed(Step *st, const char *where) {
+    memset(st, 0, sizeof(*st));
+    st->failed = 1;
+    st->fail_where = where;
+    return -1;
+}
+
+/* Pipeline parallel (plan_pp.h): the account of the most loaded stage, stage 0 (the embedding,
+   the most micro-batches in flight) or the last (the head and the loss), each a model of its
+   own on gpus / pp data-parallel ranks. Middle stages hold stage 0's blocks without the
+   embedding and fewer micro-batches: never more. */
+static int pp_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                    StrategyKind sk, const ClusterSpec *full) {
+    int pp = plan_pp_degree(t);
+    int stages[2] = {0, pp - 1};
+    double best = -1;
+    memset(st, 0, sizeof(*st));
+    for (int k = 0; k < 2; k++) {
+        ModelSpec v;
+        ClusterSpec d;
+        Step cand;
+        if (plan_pp_stage_view(m, pp, stages[k], &v)) return build_failed(st, "out of host memory planning it");
+        plan_pp_cluster(c, pp, &d);
+        int fl = plan_pp_in_flight(t, stages[k]);
+        int rc = step_build(&cand, &v, t, &d, sk, full, stages[k], fl);
+        if (!rc && fl == plan_pp_microbatches(t) && fl > 1) {
+            /* every micro-batch is in flight before the stage's first backward (GPipe; 1F1B with
+               M <= pp - stage): that backward is the peak's, and no gradient has accumulated yet.
+               The memory is the account of a step without accumulation; the collectives and the
+               compute stay those of M micro-steps. */
+            TrainSpec t1 = *t;
+            t1.grad_accum = 1;
+            Step first;
+            rc = step_build(&first, &v, &t1, &d, sk, full, stages[k], fl);
+            if (!rc) {
+                Step keep = cand;
+                cand.mem = first.mem; cand.n_mem = first.n_mem; cand.cap_mem = first.cap_mem;
+                cand.sampled = first.sampled;
+                first.mem = keep.mem; first.sampled = keep.sampled;
+            }
+            plan_step_free(&first);
+        }
+        MemResult r;
+        memset(&r, 0, sizeof r);   /* the replay keeps the largest moment it sees in r */
+        if (!rc) plan_step_replay(&cand, &v, &d, &r, NULL, NULL);
+        plan_model_free(&v);
+        if (rc) { plan_step_free(&cand); plan_step_free(st); return build_failed(st, "out of host memory planning it"); }
+        cand.pp_stage = stages[k];
+        cand.pp_in_flight = fl;
+        if (k == 0 || r.peak > best) {
+            plan_step_free(st);
+            *st = cand;
+            best = r.peak;
+        } else plan_step_free(&cand);
+    }
+    return 0;
+}
 
 /* Tensor parallel (plan_tp.h): the step of one rank is the step of its share of the model on the
-   data-parallel cluster, plus the TP rules (which read the whole cluster for the tp group). */
+   data-parallel cluster, plus the TP rules (which read the whole cluster for the tp group).
+   Pipeline parallel then splits that share into stages. */
 int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk) {
-    int tp = plan_tp_degree(t);
-    if (tp == 1) return step_build(st, m, t, c, sk, c);
+    int tp = plan_tp_degree(t), pp = plan_pp_degree(t);
+    if (tp == 1 && pp == 1) return step_build(st, m, t, c, sk, c, -1, 1);
     char msg[256];
     ModelSpec v;
     ClusterSpec d;
-    if (plan_tp_check(m, t, c, sk, msg, sizeof msg)) {
-        memset(st, 0, sizeof(*st));
-        st->failed = 1;
-        st->fail_where = "tensor parallel does not apply to this setup";
-        return -1;
-    }
-    if (plan_tp_view(m, tp, &v)) {
-        memset(st, 0, sizeof(*st));
-        st->failed = 1;
-        st->fail_where = "out of host memory planning it";
-        return -1;
-    }
+    if (plan_tp_check(m, t, c, sk, msg, sizeof msg))
+        return build_failed(st, "tensor parallel does not apply to this setup");
+    if (plan_pp_check(m, t, c, sk, msg, sizeof msg))
+        return build_failed(st, "pipeline parallel does not apply to this setup");
+    if (tp == 1) return pp_build(st, m, t, c, sk, c);
+    if (plan_tp_view(m, tp, &v)) return build_failed(st, "out of host memory planning it");
     plan_tp_cluster(c, tp, &d);
-    int rc = step_build(st, &v, t, &d, sk, c);
+    int rc = pp > 1 ? pp_build(st, &v, t, &d, sk, c) : step_build(st, &v, t, &d, sk, c, -1, 1);
     plan_model_free(&v);
     return rc;
 }
 
+int plan_step_pp_stage(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk, int *in_flight) {
+    Step st;
+    int rc = plan_step_build(&st, m, t, c, sk);
+    int stage = rc ? -1 : st.pp_stage;
+    if (in_flight) *in_flight = rc ? 0 : st.pp_in_flight;
+    plan_step_free(&st);
+    return stage;
+}
+
 static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                      StrategyKind sk, const ClusterSpec *full) {
+                      StrategyKind sk, const ClusterSpec *full, int stage, int in_flight) {
     memset(st, 0, sizeof(*st));
     st->n_layers = m->n_layers;
     st->n_points = plan_step_n_points(m->n_layers);
@@ -188,6 +250,9 @@ static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Cl
     x.full = full;
     x.tp = plan_tp_degree(t);
     if (x.tp > 1) st->nccl_comms++;   /* the tp group's communicator */
+    x.pp_stage = stage;
+    x.pp_in_flight = in_flight;
+    if (plan_pp_degree(t) > 1) st->nccl_comms++;   /* the pp group's (send/recv) */
     st->nccl = st->nccl_comms * c->nccl_per_comm;
     st->fixed = st->cuda_context + st->cublas_ws + st->nccl;
     st->shard_group = x.n;

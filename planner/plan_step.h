@@ -71,6 +71,8 @@ typedef enum {
     RULE_SYNCBN, RULE_HOST_COPIES, RULE_TP_COLLECTIVES,
     /* tensor parallel */
     RULE_TP_EMBED_GRAD, RULE_TP_LOGITS_GATHER,
+    /* pipeline parallel */
+    RULE_PP_IN_FLIGHT, RULE_PP_SEND_RECV,
     /* compute */
     RULE_LAYER_COMPUTE, RULE_ENGINE_PASSES, RULE_OPTIMIZER_STEP,
     RULE_COUNT
@@ -159,6 +161,8 @@ typedef struct Step {
        optimizer states, foreach temporaries, DDP's buckets): plan_step_alloc splits them by
        layer. 0: one allocation (DeepSpeed's flat buffers, memplan's engine). */
     uint8_t split_rule[RULE_COUNT];
+    int pp_stage;            /* --pp: the pipeline stage this account is (the most loaded); 0 none */
+    int pp_in_flight;        /* --pp: micro-batches whose activations that stage holds at once */
     int failed;              /* out of memory while building */
     const char *fail_where;
 } Step;
@@ -166,6 +170,9 @@ typedef struct Step {
 /* Builds the account of one step of strategy s; 0, or -1 out of memory (with st->fail_where
    saying what the memory model reports). Free with plan_step_free. */
 int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
+/* --pp: the stage whose account plan_step_build keeps for strategy s (the most loaded) and, in
+   *in_flight, the micro-batches whose activations it holds at once; -1 when it cannot be built. */
+int plan_step_pp_stage(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s, int *in_flight);
 void plan_step_free(Step *st);
 
 /* The memory model over the account: fills r (terms, peak, phases, model states) and calls fn

@@ -8,6 +8,7 @@
 #include "plan_fsdp.h"
 #include "plan_offload.h"
 #include "plan_step.h"
+#include "plan_pp.h"
 #include "plan_tp.h"
 
 /* Gradient accumulation (--grad-accum K > 1; docs/formulas.md "Gradient accumulation"): what
@@ -72,6 +73,8 @@ typedef struct {
     /* tensor parallel (plan_tp.h): m is one rank's share and c the data-parallel cluster;
        full is the whole cluster (the tp group's bandwidth) */
     int tp;                  /* 1: none */
+    int pp_stage;            /* --pp (plan_pp.h): the stage this account is; -1 none */
+    int pp_in_flight;        /* micro-batches in flight on this stage; 1 none */
     const ClusterSpec *full;
 } StepCtx;
 
@@ -137,5 +140,6 @@ void rule_loss(const StepCtx *x, Step *st);
 void rule_optimizer_transients(const StepCtx *x, Step *st);
 void rule_compute(const StepCtx *x, Step *st);
 void rule_tp(const StepCtx *x, Step *st);
+void rule_pp(const StepCtx *x, Step *st);
 
 #endif

@@ -19,6 +19,7 @@ TimeBasis plan_time_basis(const ModelSpec *m, const TrainSpec *t, const ClusterS
     const char *why = NULL;
     if (plan_time_flat(c)) why = "the flat model (--mfu or a measured description)";
     else if (!backed_gpu(c)) why = "no published run on this GPU";
+    else if (t->pp > 1) why = "no published run with pipeline stages (the bubble and the send/recv are closed forms)";
     else if (k != STRAT_FSDP_FULL && k != STRAT_FSDP_GRAD_OP) why = "no published run of this strategy";
     else if (m->arch != ARCH_DECODER || m->moe.n_experts > 0) why = "no published run of this kind of model";
     else if (t->precision != PREC_MIXED_BF16 && t->precision != PREC_AMP_BF16) why = "no published run in this precision";

@@ -47,6 +47,7 @@ void plan_train_defaults(TrainSpec *t) {
     t->fsdp_impl = 2;
     t->fsdp_grad_sync = FSDP_SYNC_EVERY;
     t->tp = 1;
+    t->pp = 1;
 }
 
 DsKnobs plan_ds_knobs(const TrainSpec *t) {

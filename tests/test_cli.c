@@ -201,6 +201,33 @@ Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
     cJSON_Delete(j);
 }
 
+/* --pp / --pp-schedule / --microbatches: what pipeline parallel does not plan is refused before
+   any work, in one line; a plan names its stage and says what is closed form */
+Test(cli, pp_should_refuse_what_it_does_not_plan_in_one_line) {
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 3", "--pp 3 x --tp 1 must divide the GPUs");
+    expect_usage_error("--model llama2-7b --gpus 6 --pp 3", "32 blocks");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --strategy zero2", "ddp and fsdp-full");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 4 --microbatches 2", "--microbatches >= 4");
+    expect_usage_error("--model llama2-7b --gpus 8 --microbatches 4", "--microbatches needs --pp 2");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --grad-accum 4", "--microbatches M");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --pp-schedule zb", "unknown --pp-schedule 'zb'");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --lora 8", "--pp 2 with --lora/--freeze");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --offload params", "CPU offload");
+    expect_usage_error("auto --model llama2-7b --gpus 8 --pp 2", "does not search pipeline stages");
+    cr_assert_eq(run("--model llama2-7b --gpus 8 --pp 4 --microbatches 8 --json"), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%.200s", out);
+    cJSON *tr = cJSON_GetObjectItem(j, "train");
+    cr_expect_eq(cJSON_GetObjectItem(tr, "pp")->valuedouble, 4);
+    cr_expect_eq(cJSON_GetObjectItem(tr, "microbatches")->valuedouble, 8);
+    cr_expect_eq(cJSON_GetObjectItem(tr, "pp_data_parallel")->valuedouble, 2);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+    cr_expect_eq(cJSON_GetObjectItem(st, "pp_stage")->valuedouble, 0, "1F1B: stage 0 holds 4 micro-batches");
+    cr_expect_eq(cJSON_GetObjectItem(st, "pp_in_flight")->valuedouble, 4);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 2, "ddp and fsdp-full only");
+    cJSON_Delete(j);
+}
+
 /* --units splits a generic --params model into layers; a named model has its own, so the flag
    would be ignored: refused instead, also without any model */
 Test(cli, units_without_params_should_be_refused_in_one_line) {

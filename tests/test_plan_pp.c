@@ -1,0 +1,243 @@
+/* test_plan_pp.c — pipeline parallelism (plan_pp.h, plan_rules_pp.c): the stages' layers, the
+ * micro-batches each schedule keeps in flight, the refusals, the most loaded stage's model states
+ * and in-flight activations, the send/recv and the bubble in the simulated step (closed forms;
+ * the stage memory checked on CPU ranks for gpt2-mini: docs/formulas.md "Pipeline parallel"). */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "plan_comm.h"
+#include "plan_memory.h"
+#include "plan_pp.h"
+#include "plan_sim.h"
+#include "plan_step.h"
+#include "plan_tp.h"
+#include "test_plan.h"
+
+static void train(TrainSpec *t, int pp, int M, PpSchedule sched) {
+    plan_train_defaults(t);
+    t->precision = PREC_BF16;     /* 2-byte params, grads and activations */
+    t->seq = 1024;
+    t->pp = pp;
+    t->grad_accum = M;
+    t->pp_schedule = sched;
+}
+
+static int count_kind(const ModelSpec *m, LayerKind k) {
+    int n = 0;
+    for (int i = 0; i < m->n_layers; i++) n += m->layers[i].kind == k;
+    return n;
+}
+
+Test(pp, stages_should_split_the_blocks_evenly_with_the_embedding_first_and_the_head_last) {
+    ModelSpec m = zoo("llama2-7b"), v[4];
+    double sum = 0;
+    for (int s = 0; s < 4; s++) {
+        cr_assert_eq(plan_pp_stage_view(&m, 4, s, &v[s]), 0);
+        cr_expect_eq(count_kind(&v[s], LAYER_BLOCK), 8);
+        cr_expect_eq(count_kind(&v[s], LAYER_EMBED), s == 0);
+        cr_expect_eq(count_kind(&v[s], LAYER_HEAD), s == 3);
+        cr_expect_eq(v[s].headless, s != 3, "only the last stage has the loss");
+        sum += (double)plan_model_params(&v[s]);
+        plan_model_free(&v[s]);
+    }
+    cr_expect_eq(sum, (double)plan_model_params(&m), "an untied model's parameters, each on one stage");
+    plan_model_free(&m);
+}
+
+Test(pp, a_tied_models_last_stage_should_hold_its_own_copy_of_the_head_weight) {
+    ModelSpec m = zoo("gpt2"), a, b;
+    cr_assert_eq(plan_pp_stage_view(&m, 2, 0, &a), 0);
+    cr_assert_eq(plan_pp_stage_view(&m, 2, 1, &b), 0);
+    double vh = (double)m.vocab * (double)m.d_model;
+    cr_expect_eq((double)plan_model_params(&a) + (double)plan_model_params(&b), (double)plan_model_params(&m) + vh);
+    plan_model_free(&a);
+    plan_model_free(&b);
+    plan_model_free(&m);
+}
+
+Test(pp, in_flight_should_follow_1f1b_warmup_and_gpipe_all_microbatches) {
+    TrainSpec t;
+    train(&t, 4, 8, PP_1F1B);
+    int want[4] = {4, 3, 2, 1};   /* Schedule1F1B warmup_chunks = min(M, pp - stage) */
+    for (int s = 0; s < 4; s++) cr_expect_eq(plan_pp_in_flight(&t, s), want[s]);
+    t.grad_accum = 2;
+    t.pp = 2;
+    cr_expect_eq(plan_pp_in_flight(&t, 0), 2);
+    train(&t, 4, 8, PP_GPIPE);
+    for (int s = 0; s < 4; s++) cr_expect_eq(plan_pp_in_flight(&t, s), 8);
+}
+
+Test(pp, should_refuse_what_it_does_not_plan_with_one_sentence) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    char msg[320];
+    cluster(&c, 8, 8);
+    train(&t, 4, 4, PP_1F1B);
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_ZERO2, msg, sizeof msg), -1);
+    t.grad_accum = 2;
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), -1, "1F1B needs M >= pp");
+    t.pp_schedule = PP_GPIPE;
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "GPipe runs M < pp: %s", msg);
+    train(&t, 3, 3, PP_1F1B);
+    cluster(&c, 6, 6);
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), -1, "3 does not divide 32 blocks");
+    cr_expect(strstr(msg, "32 blocks") != NULL, "%s", msg);
+    train(&t, 4, 4, PP_1F1B);
+    cluster(&c, 6, 6);
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), -1, "4 does not divide 6 GPUs");
+    cluster(&c, 8, 8);
+    t.offload = OFFLOAD_OPT;
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), -1);
+    t.offload = OFFLOAD_NONE;
+    t.ft.rank = 8;
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), -1);
+    t.ft.rank = 0;
+    t.impl = IMPL_ENGINE;
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), -1);
+    plan_model_free(&m);
+}
+
+/* Bytes rule r allocates in st (its + events). */
+static double allocated(const Step *st, RuleId r) {
+    double b = 0;
+    for (int e = 0; e < st->n_mem; e++)
+        if (st->mem[e].rule == r && st->mem[e].bytes > 0) b += st->mem[e].bytes;
+    return b;
+}
+
+Test(pp, stage_0_under_1f1b_should_hold_min_m_pp_microbatches_of_its_activations) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    train(&t, 4, 8, PP_1F1B);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    cr_expect_eq(st.pp_stage, 0, "the embedding and 4 micro-batches outweigh the head and 1");
+    cr_expect_eq(st.pp_in_flight, 4);
+    double one = allocated(&st, RULE_SAVED_ACTS);
+    cr_expect(one > 0);
+    cr_expect_eq(allocated(&st, RULE_PP_IN_FLIGHT), 3 * one, "3 other micro-batches beside the running one");
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+Test(pp, ddp_model_states_should_be_the_planned_stages_parameters) {
+    ModelSpec m = zoo("llama2-7b"), v;
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    train(&t, 4, 4, PP_1F1B);
+    MemResult r;
+    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &r), 0);
+    int stage = plan_step_pp_stage(&m, &t, &c, STRAT_DDP, NULL);
+    cr_assert(stage == 0 || stage == 3);
+    cr_assert_eq(plan_pp_stage_view(&m, 4, stage, &v), 0);
+    cr_expect_eq(r.ms_params, 2 * (double)plan_model_params(&v), "bf16: 2 bytes per parameter of the stage");
+    MemResult one;
+    TrainSpec t1;
+    train(&t1, 1, 1, PP_1F1B);
+    cr_assert_eq(plan_memory(&m, &t1, &c, STRAT_DDP, &one), 0);
+    cr_expect(r.ms_params < one.ms_params / 3, "a quarter of the blocks");
+    plan_model_free(&v);
+    plan_model_free(&m);
+}
+
+Test(pp, gpipe_should_never_hold_less_than_1f1b) {
+    ModelSpec m = zoo("gpt2-medium");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    MemResult a, b;
+    train(&t, 4, 16, PP_1F1B);
+    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &a), 0);
+    t.pp_schedule = PP_GPIPE;
+    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &b), 0);
+    cr_expect(b.term[TERM_ACTIVATIONS] > 3 * a.term[TERM_ACTIVATIONS], "16 micro-batches in flight against 4");
+    plan_model_free(&m);
+}
+
+Test(pp, simulated_step_should_add_the_bubble_pp_minus_1_over_m_plus_pp_minus_1) {
+    ModelSpec m = zoo("gpt2-medium");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    train(&t, 4, 8, PP_1F1B);
+    SimResult s;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &s), 0);
+    double pipe = s.fwd_s + s.bwd_s;
+    cr_expect(s.pp_bubble_s > 0);
+    cr_expect(fabs(s.pp_bubble_s / (pipe + s.pp_bubble_s) - 3.0 / 11.0) < 1e-12, "(pp - 1) / (M + pp - 1)");
+    cr_expect(s.step_s >= pipe + s.pp_bubble_s);
+    plan_model_free(&m);
+}
+
+Test(pp, each_boundary_should_send_b_s_h_each_way_per_microbatch) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    train(&t, 4, 8, PP_1F1B);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    int stage = plan_step_pp_stage(&m, &t, &c, STRAT_DDP, NULL);
+    double bounds = stage == 0 || stage == 3 ? 1 : 2;
+    double each = 1.0 * 1024 * 4096 * 2;   /* b s h, bf16 */
+    int seen = 0;
+    for (int i = 0; i < p.n; i++) {
+        if (p.c[i].op != PCOLL_SEND_RECV) continue;
+        seen++;
+        cr_expect_eq(p.c[i].purpose, PURPOSE_PP_ACTS);
+        cr_expect_eq(p.c[i].count, 8 * bounds, "one per micro-batch and boundary");
+        cr_expect_eq(p.c[i].payload_bytes, 8 * bounds * each);
+        cr_expect_eq(p.c[i].wire_bytes, p.c[i].payload_bytes, "the whole payload to one peer");
+        cr_expect(p.c[i].phase == CPHASE_FORWARD || p.c[i].phase == CPHASE_BACKWARD);
+    }
+    cr_expect_eq(seen, 2, "forward and backward");
+    plan_model_free(&m);
+}
+
+/* GPipe (and 1F1B with M <= pp - stage) runs every forward before the stage's first backward:
+   the peak holds all M micro-batches and no accumulated gradient (measured on CPU ranks:
+   gpt2-mini, 2 stages, docs/formulas.md "Pipeline parallel"); 1F1B's steady state holds both. */
+Test(pp, the_first_backward_should_hold_every_microbatch_but_no_accumulated_gradient) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    Step st;
+    train(&t, 4, 8, PP_GPIPE);
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    cr_expect_eq(st.pp_in_flight, 8);
+    cr_expect_eq(allocated(&st, RULE_GRADS_KEPT) + allocated(&st, RULE_ACCUM_GRADS), 0);
+    plan_step_free(&st);
+    train(&t, 4, 8, PP_1F1B);
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    cr_expect_eq(st.pp_in_flight, 4);
+    cr_expect(allocated(&st, RULE_GRADS_KEPT) + allocated(&st, RULE_ACCUM_GRADS) > 0,
+              "the earlier micro-batches' gradients beside 4 in flight");
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+Test(pp, tp_times_pp_should_plan_a_stage_of_the_tp_share) {
+    ModelSpec m = zoo("llama2-70b"), tv, sv;
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 16, 8);
+    train(&t, 4, 8, PP_1F1B);
+    t.tp = 2;
+    MemResult r;
+    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &r), 0);
+    cr_expect(isfinite(r.peak) && r.peak > 0, "peak %g", r.peak);
+    cr_expect_eq(plan_step_pp_stage(&m, &t, &c, STRAT_DDP, NULL), 0);
+    cr_assert_eq(plan_tp_view(&m, 2, &tv), 0);
+    cr_assert_eq(plan_pp_stage_view(&tv, 4, 0, &sv), 0);
+    cr_expect_eq(r.ms_params, 2 * (double)plan_model_params(&sv), "stage 0 of the tp share, bf16");
+    plan_model_free(&sv);
+    plan_model_free(&tv);
+    plan_model_free(&m);
+}
