@@ -209,7 +209,8 @@ void cli_print_setup_help(FILE *f) {
         "                         (default off; needs --tp 2 or more)\n"
         "Pipeline parallel (torch.distributed.pipelining; with ddp and fsdp-full on gpus / (tp x pp) ranks;\n"
         "closed forms; memory checked on CPU ranks for gpt2-mini only: docs/formulas.md \"Pipeline parallel\"):\n"
-        "  --pp N                 pipeline stages (default 1): the blocks split evenly (N divides them), stage 0\n"
+        "  --pp N|auto            pipeline stages (default 1; auto: memplan auto tries each degree): the blocks\n"
+        "                         split evenly (N divides them), stage 0\n"
         "                         also holds the embedding, the last the head and the loss; the plan is the\n"
         "                         most loaded stage's\n"
         "  --pp-schedule 1f1b|gpipe\n"
@@ -518,6 +519,12 @@ static int resolve_tp(CliSetup *s, int cluster_known) {
 static int resolve_pp(CliSetup *s, const char *cmd) {
     int cluster_known = strcmp(cmd, "validate") != 0;
     const char *mb = cli_setup_given(s, "microbatches"), *sched = cli_setup_given(s, "pp-schedule");
+    if (s->train.pp < 0) {   /* --pp auto: 1F1B with the fewest micro-batches, each degree */
+        if (mb || sched)
+            return cli_usage_error("--%s with --pp auto: the search runs 1F1B with the fewest micro-batches >= pp; "
+                                   "give a fixed --pp N to plan another", mb ? "microbatches" : "pp-schedule");
+        return 0;
+    }
     if (s->train.pp <= 1) {
         if (mb || sched)
             return cli_usage_error("--%s needs --pp 2 or more (without pipeline stages use --grad-accum)", mb ? "microbatches" : "pp-schedule");
@@ -650,7 +657,8 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.tp = (int)v;
         break;
     case OPT_PP:
-        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--pp '%s' is not an integer in [1, 1024]", a);
+        if (strcmp(a, "auto") == 0) { s->train.pp = -1; break; }   /* memplan auto searches it (plan_auto_pp) */
+        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--pp '%s' is not an integer in [1, 1024] or auto", a);
         s->train.pp = (int)v;
         break;
     case OPT_PP_SCHED:

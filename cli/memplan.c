@@ -24,6 +24,7 @@
 #include "cli_torch.h"
 #include "plan_lora.h"
 #include "plan_auto.h"
+#include "plan_pp.h"
 #include "plan_load.h"
 #include "plan_plan.h"
 #include "plan_report.h"
@@ -225,7 +226,9 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
         if (ds) o->auto_spec.strategies = ds;
     }
-    if (s->train.tp < 0)   /* --tp auto */
+    if (s->train.pp < 0)   /* --pp auto (with --tp auto or a fixed tp) */
+        plan_auto_pp(&s->model, &s->train, &s->cluster, &o->auto_spec, cli_setup_given(s, "sp") != NULL, &r);
+    else if (s->train.tp < 0)   /* --tp auto */
         plan_auto_tp(&s->model, &s->train, &s->cluster, &o->auto_spec, cli_setup_given(s, "sp") != NULL, &r);
     else
         plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
@@ -247,6 +250,14 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         }
         free(txt);
         return 0;
+    }
+    if (o->emit == EMIT_TORCH && plan_pp_degree(&r.train) > 1) {   /* no pipelining code: the split, one line */
+        fprintf(stderr, "memplan: --emit torch writes no pipeline code: the pick is pp %d (1f1b, %lld micro-batches, "
+                "%d blocks per stage; stage 0 also the embedding, the last stage the head), tp %d, %s; plan it with "
+                "'memplan plan --pp %d --microbatches %lld'\n", r.train.pp, (long long)r.train.grad_accum,
+                plan_pp_blocks(&s->model) / r.train.pp, plan_tp_degree(&r.train), plan_strategy(r.strategy)->name,
+                r.train.pp, (long long)r.train.grad_accum);
+        return 1;
     }
     if (o->emit == EMIT_TORCH) { plan_auto_torch(stdout, &s->model, &s->cluster, &r); return 0; }
     Plan p;
@@ -306,10 +317,14 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         if (r.found) {
             char tp[48] = "";
             if (r.train.tp > 1) snprintf(tp, sizeof tp, " --tp %d --sp %s", r.train.tp, r.train.sp ? "on" : "off");
-            printf("recommendation: %s --offload %s --precision %s --batch %lld --grad-accum %lld --act-ckpt %s%s\n",
+            int pp = plan_pp_degree(&r.train);
+            char pps[64] = "";
+            if (pp > 1) snprintf(pps, sizeof pps, " --pp %d --pp-schedule %s", pp, plan_pp_schedule_name(r.train.pp_schedule));
+            printf("recommendation: %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s%s%s\n",
                    plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
                    plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
-                   (long long)r.train.grad_accum, plan_ckpt_name(r.train.act_ckpt), tp);
+                   pp > 1 ? "microbatches" : "grad-accum", (long long)r.train.grad_accum,
+                   plan_ckpt_name(r.train.act_ckpt), tp, pps);
         } else
             printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
     }
@@ -341,7 +356,11 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (auto_mode && s.train.pp > 1) {   /* auto would search the accumulation, which is --microbatches here */
         cli_setup_free(&s);
         return cli_usage_error("--pp %d: 'memplan auto' does not search pipeline stages yet; plan the pipeline with "
-                               "'memplan plan --pp %d' (its micro-batches with --microbatches)", s.train.pp, s.train.pp);
+                               "'memplan plan --pp %d' (its micro-batches with --microbatches), or search with --pp auto", s.train.pp, s.train.pp);
+    }
+    if (!auto_mode && s.train.pp < 0) {
+        cli_setup_free(&s);
+        return cli_usage_error("--pp auto belongs to 'memplan auto': plan takes a degree (--pp 4)");
     }
     if (!auto_mode && s.train.tp < 0) {
         cli_setup_free(&s);

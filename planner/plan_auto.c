@@ -11,6 +11,7 @@
 
 #include "plan_activ.h"
 #include "plan_time.h"
+#include "plan_pp.h"
 #include "plan_tp.h"
 #include "plan_lora.h"
 #include "plan_util.h"
@@ -75,7 +76,9 @@ typedef struct {
    GPUs and the kept accumulation), else 1 .. the search bound. */
 /* Data-parallel replicas: the GPUs over the tensor-parallel degree (the tp ranks of a group
    train the same samples). */
-static int64_t replicas(const ClusterSpec *c, const TrainSpec *t) { return c->gpus / plan_tp_degree(t); }
+static int64_t replicas(const ClusterSpec *c, const TrainSpec *t) {
+    return c->gpus / plan_tp_degree(t) / plan_pp_degree(t);   /* and over the pipeline stages */
+}
 
 static void batch_range(const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a, int64_t *lo, int64_t *hi) {
     *lo = 1;
@@ -488,9 +491,12 @@ static void auto_time_line(const ModelSpec *m, const ClusterSpec *c, AutoResult 
 
 static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, AutoResult *out) {
     char a1[32], a2[32];
-    say(out, "setup: micro-batch %lld x grad-accum %lld x %lld %s = global batch %lld, act-ckpt %s, %s; "
-        "peak %s, headroom %s\n", (long long)out->train.micro_batch, (long long)out->train.grad_accum,
-        (long long)replicas(c, &out->train), plan_tp_degree(&out->train) > 1 ? "data-parallel replicas (gpus / tp)" : "GPUs",
+    int pp = plan_pp_degree(&out->train);
+    say(out, "setup: micro-batch %lld x %s %lld x %lld %s = global batch %lld, act-ckpt %s, %s; "
+        "peak %s, headroom %s\n", (long long)out->train.micro_batch, pp > 1 ? "micro-batches" : "grad-accum",
+        (long long)out->train.grad_accum, (long long)replicas(c, &out->train),
+        pp > 1 ? "data-parallel replicas (gpus / (tp x pp))"
+        : plan_tp_degree(&out->train) > 1 ? "data-parallel replicas (gpus / tp)" : "GPUs",
         (long long)(out->train.micro_batch * out->train.grad_accum * replicas(c, &out->train)),
         plan_ckpt_name(out->train.act_ckpt), plan_precision(out->train.precision)->name,
         plan_fmt_bytes(out->mem.peak, a1, sizeof(a1)), plan_fmt_bytes(out->mem.headroom, a2, sizeof(a2)));
@@ -1074,7 +1080,8 @@ int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, c
                 char msg[320];
                 int any = 0;
                 for (int k = 0; k < STRAT_COUNT; k++)
-                    if ((aa.strategies & (1u << k)) && !plan_tp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
+                    if ((aa.strategies & (1u << k)) && !plan_tp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg) &&
+                        !plan_pp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
                 if (!any) continue;
             }
             plan_auto(m, &tt, c, &aa, cur);
@@ -1106,6 +1113,96 @@ int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, c
     out->evaluated = eval;
     say(out, "tensor parallel searched (a larger tp or SP is taken only when faster by more than %.0f%%):\n%s",
         a->near_frac * 100, lines);
+    free(cur);
+    return 0;
+}
+
+/* --pp auto: auto (or --tp auto's search) once per pipeline degree: pp = 1 and each divisor of
+   the model's blocks with tp x pp dividing the GPUs, 1F1B, the fewest micro-batches M >= pp the
+   global batch allows (M = pp without one), ddp or fsdp-full. The simpler first: a larger pp is
+   taken only when faster than the pick so far by more than near_frac (the bubble is in the
+   simulated step), or the pick so far does not fit. docs/formulas.md "Auto mode". */
+int plan_auto_pp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                 int sp_fixed, AutoResult *out) {
+    AutoResult *cur = malloc(sizeof *cur);
+    if (!cur) return -1;
+    char lines[2048] = "";
+    size_t n = 0;
+    int have = 0, nb = plan_pp_blocks(m), tp_auto = t->tp < 0, pp1_fits = 0;
+    long cand = 0, eval = 0;
+    const unsigned pp_ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    int64_t tp_min = tp_auto ? 1 : plan_tp_degree(t);
+    for (int pp = 1; pp <= (nb > 0 ? nb : 1); pp++) {
+        if (nb > 0 && nb % pp) continue;
+        if (c->gpus % (tp_min * pp)) continue;
+        TrainSpec tt = *t;
+        AutoSpec aa = *a;
+        tt.pp = pp;
+        tt.pp_schedule = PP_1F1B;
+        char label[64];
+        if (pp > 1) {
+            int64_t M = pp, dp = c->gpus / (tp_min * pp);
+            if (a->global_batch > 0) {   /* the fewest micro-batches >= pp that split the replica's share */
+                int64_t per = a->global_batch % dp ? 0 : a->global_batch / dp;
+                if (a->keep_batch) M = per % t->micro_batch ? 0 : per / t->micro_batch;
+                else for (M = pp; M <= per && per % M; M++) {}
+                if (M < pp || M > per) {
+                    if (n < sizeof lines)
+                        n += (size_t)snprintf(lines + n, sizeof lines - n, "  pp %d: --global-batch %lld does not split "
+                                              "into %d or more micro-batches per replica\n", pp, (long long)a->global_batch, pp);
+                    continue;
+                }
+            }
+            tt.grad_accum = M;
+            aa.keep_accum = 1;
+            aa.strategies &= pp_ok;
+            aa.offloads &= 1u << OFFLOAD_NONE;
+            tt.offload = OFFLOAD_NONE;
+            char msg[320] = "";
+            int any = 0;
+            for (int k = 0; k < STRAT_COUNT; k++)
+                if ((aa.strategies & (1u << k)) && !plan_pp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
+            if (!any) {
+                if (n < sizeof lines) n += (size_t)snprintf(lines + n, sizeof lines - n, "  pp %d: %s\n", pp, msg);
+                continue;
+            }
+            snprintf(label, sizeof label, "pp %d (1f1b, %lld micro-batches)", pp, (long long)M);
+        } else {
+            snprintf(label, sizeof label, "pp 1 (no pipeline)");
+        }
+        if (tp_auto) plan_auto_tp(m, &tt, c, &aa, sp_fixed, cur);
+        else plan_auto(m, &tt, c, &aa, cur);
+        cand += cur->candidates;
+        eval += cur->evaluated;
+        if (pp == 1) pp1_fits = cur->found;
+        if (!cur->found) {
+            if (n < sizeof lines) n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: nothing fits\n", label);
+            if (!have) *out = *cur;
+            continue;
+        }
+        double score = cur->time_known ? cur->time.tokens_per_s : 1 / cur->comm_s;
+        double held = !have ? 0 : out->time_known ? out->time.tokens_per_s : 1 / out->comm_s;
+        int better = !have || score > held * (1 + a->near_frac);
+        if (n < sizeof lines)
+            n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: %s tp %d, %.0f %s%s\n", label,
+                                  plan_strategy(cur->strategy)->name, plan_tp_degree(&cur->train),
+                                  cur->time_known ? cur->time.tokens_per_s : cur->comm_s * 1e3,
+                                  cur->time_known ? "tokens/s" : "ms of communication",
+                                  !have ? "" : better ? " (faster by more than the margin: taken)"
+                                  : score <= held ? " (slower: the simpler stays)"
+                                                  : " (faster within the margin: the simpler stays)");
+        if (better) { *out = *cur; have = 1; }
+    }
+    out->candidates = cand;
+    out->evaluated = eval;
+    int picked = have ? plan_pp_degree(&out->train) : 0;
+    say(out, "pipeline stages searched (1F1B; a larger pp is taken only when faster by more than %.0f%%, "
+        "the bubble counted in the simulated step):\n%s", a->near_frac * 100, lines);
+    if (picked > 1)
+        say(out, "pp %d picked: %s\n", picked, pp1_fits ? "faster than every smaller pipeline degree by more than the margin"
+                                                        : "without pipeline stages nothing fits the safety margin");
+    else if (have)
+        say(out, "pp 1 kept: no pipeline degree fits and runs faster by more than the margin\n");
     free(cur);
     return 0;
 }

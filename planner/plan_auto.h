@@ -67,6 +67,12 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
    explanation lists each. 0, or -1 out of memory. */
 int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
                  int sp_fixed, AutoResult *out);
+/* --pp auto (t->pp < 0): plan_auto (or plan_auto_tp when t->tp < 0) for pp 1 and every pipeline
+   degree that divides the model's blocks with tp x pp dividing the GPUs, 1F1B with the fewest
+   micro-batches >= pp, the simpler kept unless a larger pp is faster by more than a->near_frac;
+   the explanation lists each and says why pp was picked or kept. 0, or -1 out of memory. */
+int plan_auto_pp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                 int sp_fixed, AutoResult *out);
 /* DeepSpeed config JSON for the choice (caller frees): only keys DeepSpeed's config parser
    knows, integer byte counts; memplan's prediction goes through plan_auto_prediction. */
 char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);

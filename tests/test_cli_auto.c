@@ -374,3 +374,42 @@ Test(cli_auto, offload_flags_should_refuse_bad_values_in_one_line) {
     cr_assert_eq(run("--help"), 0);
     cr_expect(strstr(out, "--min-headroom") && strstr(out, "default: 5% of GPU") && strstr(out, "at least 512 MiB"), "%s", out);
 }
+
+/* --pp auto: pp 1 and each pipeline degree (divisors of the blocks, tp x pp dividing the GPUs),
+   1F1B with the fewest micro-batches, the simpler kept within 3 %. llama2-13b with ddp alone on
+   4 H100s fits only in 4 stages (13B x 16 bytes of model states); gpt2 on 8 GPUs keeps pp 1. */
+Test(cli_auto, pp_auto_should_pick_stages_only_where_they_fit_or_win_and_say_why) {
+    cr_assert_eq(run("auto --model llama2-13b --gpus 4 --gpu h100-80gb --strategy ddp --pp auto"), 0, "%s", out);
+    cr_expect(strstr(out, "pipeline stages searched"), "%s", out);
+    cr_expect(strstr(out, "  pp 1 (no pipeline): nothing fits"), "%s", out);
+    cr_expect(strstr(out, "  pp 4 (1f1b, 4 micro-batches): ddp tp 1,"), "%s", out);
+    cr_expect(strstr(out, "pp 4 picked: without pipeline stages nothing fits"), "%s", out);
+    cr_expect(strstr(out, "# pipeline parallel: pp 4, schedule 1f1b, 4 micro-batches"), "%s", out);
+    cr_expect(strstr(out, "--microbatches 4 --act-ckpt") && strstr(out, "--pp 4 --pp-schedule 1f1b\n"), "%s", out);
+    cr_assert_eq(run("auto --model gpt2 --gpus 8 --pp auto"), 0, "%s", out);
+    cr_expect(strstr(out, "  pp 1 (no pipeline): ddp tp 1,"), "%s", out);
+    cr_expect(strstr(out, "  pp 2 (1f1b, 2 micro-batches):") && strstr(out, "  pp 4 (1f1b, 4 micro-batches):"), "%s", out);
+    cr_expect(strstr(out, "pp 1 kept: no pipeline degree"), "%s", out);
+    cr_expect(!strstr(out, "# pipeline parallel"), "%s", out);
+    /* the global batch fixes the micro-batches: the fewest >= pp dividing a replica's share */
+    cr_assert_eq(run("auto --model llama2-13b --gpus 4 --gpu h100-80gb --strategy ddp --pp auto --global-batch 24"), 0, "%s", out);
+    cr_expect(strstr(out, "  pp 4 (1f1b, 4 micro-batches)") || strstr(out, "  pp 4 (1f1b, 6 micro-batches)"), "%s", out);
+    /* --emit torch writes no pipeline code: one line with the split */
+    char a[512];
+    snprintf(a, sizeof a, "auto --model llama2-13b --gpus 4 --gpu h100-80gb --strategy ddp --pp auto --emit torch 2>&1");
+    cr_expect_eq(run(a), 1, "%s", out);
+    cr_expect(strstr(out, "--emit torch writes no pipeline code: the pick is pp 4 (1f1b, 4 micro-batches, 10 blocks per stage"), "%s", out);
+    int lines = 0;
+    for (const char *s = out; *s; s++) lines += *s == '\n';
+    cr_expect_eq(lines, 1, "one line: %s", out);
+    /* without a pipeline pick, --emit torch is unchanged */
+    cr_assert_eq(run("auto --model gpt2 --gpus 8 --pp auto --emit torch"), 0, "%s", out);
+    cr_expect(strstr(out, "DistributedDataParallel") || strstr(out, "DDP"), "%s", out);
+}
+
+Test(cli_auto, pp_auto_should_refuse_bad_values_in_one_line) {
+    expect_usage_error("auto --model gpt2 --pp sometimes", "--pp 'sometimes' is not an integer in [1, 1024] or auto");
+    expect_usage_error("plan --model gpt2 --pp auto", "--pp auto belongs to 'memplan auto'");
+    expect_usage_error("auto --model gpt2 --pp auto --microbatches 4", "--microbatches with --pp auto");
+    expect_usage_error("auto --model gpt2 --pp auto --pp-schedule gpipe", "--pp-schedule with --pp auto");
+}
