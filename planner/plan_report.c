@@ -281,6 +281,9 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
     fprintf(f, "# simulated step: every GPU runs the same step, so times and comm are per GPU; throughput per GPU "
                "and for all %lld GPUs (DDP buckets overlap backward, FSDP/ZeRO-3 prefetch one unit)\n", (long long)c->gpus);
     time_basis_lines(f, m, t, c, p);
+    if (plan_pp_degree(t) > 1)
+        fprintf(f, "# step includes the pipeline bubble, (pp - 1) / M of the micro-steps (docs/formulas.md \"Pipeline "
+                "parallel\"); exposed is communication only\n");
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "strategy", "compute", "comm", "exposed",
             "step", "per_gpu", "all_gpus", "comm/GPU");
     fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "-", "ms", "ms", "ms", "ms", unit, unit, "GiB");
@@ -420,6 +423,7 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     cJSON_AddNumberToObject(tm, "compute_s", r->time.compute_s);
     cJSON_AddNumberToObject(tm, "comm_s", r->time.comm_s);
     cJSON_AddNumberToObject(tm, "exposed_comm_s", r->time.exposed_comm_s);
+    if (r->time.pp_bubble_s > 0) cJSON_AddNumberToObject(tm, "pp_bubble_s", r->time.pp_bubble_s);   /* --pp only */
     cJSON_AddNumberToObject(tm, "step_s", r->time.step_s);
     cJSON_AddNumberToObject(tm, "tokens_per_s", r->time.tokens_per_s);   /* all GPUs */
     cJSON_AddNumberToObject(tm, "tokens_per_s_per_gpu", r->time.tokens_per_s / (double)c->gpus);

@@ -468,7 +468,10 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     out->zero_s = P->zero_s;
     out->compute_s = P->zero_s + mo.fwd_c + mo.bwd_c + P->opt_s;
     out->comm_s = cs.busy;
-    out->exposed_comm_s = t_end > out->compute_s ? t_end - out->compute_s : 0;
+    /* exposed communication: the wall beyond compute, less the pipeline bubble (idle, not
+       communication; reported apart as pp_bubble_s) */
+    double busy_end = t_end - out->pp_bubble_s;
+    out->exposed_comm_s = busy_end > out->compute_s ? busy_end - out->compute_s : 0;
     /* the tp ranks of a group (and the pp stages of a pipeline) train the same samples:
        gpus / (tp x pp) data-parallel replicas */
     double samples = b * K * (double)P->c->gpus / plan_tp_degree(&P->t) / plan_pp_degree(&P->t);
