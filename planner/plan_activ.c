@@ -6,8 +6,6 @@
 #include <math.h>
 
 #include "plan_activ.h"
-
-#include <string.h>
 #include "plan_lora.h"
 
 static int is_transformer(const ModelSpec *m) {
@@ -623,9 +621,8 @@ const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t) {
     if (t->tp > 1) return "not modelled with --tp yet (the policy's saved outputs are split by the TP plan)";
     /* the blocks whose op lists were read and measured: GPT-2's and LLaMA's (and the same blocks
        under Mistral's and Qwen2's model types); the newer families' extra norms are not listed */
-    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", "qwen2"};
-    for (size_t k = 0; k < sizeof FAMILIES / sizeof FAMILIES[0]; k++)
-        if (strcmp(m->family, FAMILIES[k]) == 0) return NULL;
+    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", "qwen2", NULL};
+    if (plan_model_family_in(m, FAMILIES)) return NULL;
     return "modelled for GPT-2, LLaMA, Mistral and Qwen2 blocks only (their op lists were measured)";
 }
 

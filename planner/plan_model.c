@@ -144,6 +144,12 @@ static int layer_tensors_known(const LayerSpec *l) {
     return s == l->params;
 }
 
+int plan_model_family_in(const ModelSpec *m, const char *const *names) {
+    for (; *names; names++)
+        if (strcmp(m->family, *names) == 0) return 1;
+    return 0;
+}
+
 int plan_model_tensors_known(const ModelSpec *m) {
     if (m->n_layers == 0) return 0;
     for (int i = 0; i < m->n_layers; i++)

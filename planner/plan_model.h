@@ -296,6 +296,9 @@ int64_t plan_layer_frozen_shard_dim0(const LayerSpec *l, int64_t n);
 int plan_model_units(const ModelSpec *m);
 /* 1 when every layer with parameters lists tensors that add up to its params. */
 int plan_model_tensors_known(const ModelSpec *m);
+/* 1 when m->family is one of the NULL-terminated names ("" names the zoo's and memplan's own
+   models, which carry no Hugging Face model_type): the families a rule was measured for. */
+int plan_model_family_in(const ModelSpec *m, const char *const *names);
 /* Parameter tensors of the model (Σ n_tensors), or -1 when unknown. */
 int64_t plan_model_n_tensors(const ModelSpec *m);
 int plan_model_bn_layers(const ModelSpec *m, int64_t *sum_channels);  /* count, Σ C */

@@ -93,26 +93,25 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
              SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, multi_node(x));
         return;
     }
-    double start = 0, edge = fmin(total, PLAN_DDP_FIRST_BUCKET);
-    for (int i = x->L - 1; i >= 0; i--) {
+    /* the first bucket closes at 1 MiB, then full 25 MiB ones (bucket_run: one entry per bucket,
+       or one with their count at absurd sizes), the last the remainder at the end of the model */
+    double start = 0, first = fmin(total, PLAN_DDP_FIRST_BUCKET);
+    for (int i = x->L - 1; i >= 0 && start < total; i--) {
         fill += (double)m->layers[i].params * gb;
-        /* More than 1024 buckets closing in one layer (a layer of more than 25 GB of gradients):
-           one entry with their count, so that absurd sizes (1e15 parameters: 1.5e8 buckets) do not
-           take gigabytes of the account; the table's count and payload are the same */
-        double full = floor((fmin(fill, total) - edge) / PLAN_DDP_BUCKET);
-        if (start < total && fill >= edge && full > 1024) {
-            double last = fmin(total, edge + full * PLAN_DDP_BUCKET);
-            StepXfer *e = coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS,
-                               CPHASE_BACKWARD, SCHED_ASYNC_AFTER, MICRO_LAST, last - start, x->N, multi_node(x));
-            if (e) e->count = full + 1;
-            start = last;
-            edge = fmin(total, last + PLAN_DDP_BUCKET);
+        int at = pt(x, PT_BWD, i);
+        if (start == 0 && fill >= first) {
+            coll(st, RULE_DDP_BUCKETS, at, PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER,
+                 MICRO_LAST, first, x->N, multi_node(x));
+            start = first;
         }
-        while (fill >= edge && start < total) {
-            coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD,
-                 SCHED_ASYNC_AFTER, MICRO_LAST, edge - start, x->N, multi_node(x));
-            start = edge;
-            edge = fmin(total, edge + PLAN_DDP_BUCKET);
+        if (start == 0) continue;
+        double n = floor((fmin(fill, total) - start) / PLAN_DDP_BUCKET);   /* full buckets closing here */
+        bucket_run(x, st, RULE_DDP_BUCKETS, at, PCOLL_ALL_REDUCE, MICRO_LAST, n, PLAN_DDP_BUCKET, x->N);
+        start += n * PLAN_DDP_BUCKET;
+        if (fill >= total && start < total) {
+            coll(st, RULE_DDP_BUCKETS, at, PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER,
+                 MICRO_LAST, total - start, x->N, multi_node(x));
+            start = total;
         }
     }
 }

@@ -43,10 +43,8 @@ int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
     /* the blocks the TP rules were written and measured for: GPT-2's and LLaMA's (the zoo's, and
        Hugging Face configs of these families); the newer families' extra norms, soft-caps and
        fused projections are not split by them yet */
-    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral"};
-    int known = 0;
-    for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++) known |= strcmp(m->family, FAMILIES[i]) == 0;
-    if (!known) {
+    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", NULL};
+    if (!plan_model_family_in(m, FAMILIES)) {
         snprintf(msg, len, "--tp %d: %s (model_type %s): tensor parallel is planned for GPT-2 and LLaMA/Mistral blocks "
                  "(gpt2, llama, mistral configs and the zoo's)", tp, m->name, m->family);
         return -1;
