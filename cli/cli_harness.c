@@ -1,6 +1,6 @@
 /* cli_harness.c — running bench/torch/harness.py and reading its results (see cli_harness.h). */
 #include "cli_harness.h"
-#include "plan_lora.h"
+#include "plan_dim_ft.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

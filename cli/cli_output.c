@@ -18,8 +18,8 @@ int cli_write_sim_trace(const char *path, const ModelSpec *m, const TrainSpec *t
                                                       "activations", "transient", "overhead"};
     int rc = 0;
     for (int i = 0; i < p->n_rows; i++) {
-        SimResult s;
-        if (plan_sim(m, t, c, p->rows[i].kind, 1, &s)) { rc = -1; break; }
+        SimResult s;   /* the row's own step, simulated with its op list */
+        if (plan_sim_step(&p->rows[i].step, 1, &s)) { rc = -1; break; }
         char pname[64];
         snprintf(pname, sizeof(pname), "%s (simulated)", plan_strategy(p->rows[i].kind)->name);
         prof_trace_process_name(w, i, pname);
@@ -60,7 +60,7 @@ int cli_write_plot(const char *path, const ModelSpec *m, const TrainSpec *t, con
     if (!f) return -1;
     for (int i = 0; i < p->n_rows; i++) {
         SimResult s;
-        if (plan_sim(m, t, c, p->rows[i].kind, 1, &s)) { fclose(f); return -1; }
+        if (plan_sim_step(&p->rows[i].step, 1, &s)) { fclose(f); return -1; }
         fprintf(f, "# %s: time_ms total_GiB\n", plan_strategy(p->rows[i].kind)->name);
         for (int k = 0; k < s.n_mem; k++) fprintf(f, "%.6f %.6f\n", s.mem[k].t * 1e3, s.mem[k].total / GIB);
         fprintf(f, "\n\n");

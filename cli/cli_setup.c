@@ -10,11 +10,11 @@
 #include "plan_fsdp.h"
 #include "plan_activ.h"
 #include "plan_load.h"
-#include "plan_lora.h"
+#include "plan_dim_ft.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
-#include "plan_pp.h"
-#include "plan_tp.h"
+#include "plan_dim_pp.h"
+#include "plan_dim_tp.h"
 #include "plan_util.h"
 
 enum {
@@ -381,7 +381,7 @@ static int resolve_finetune(CliSetup *s) {
     s->strategies &= ~unplanned;
     if (!s->strategies) return cli_usage_error("--lora/--freeze: no strategy left to plan (valid: ddp, zero1, zero2, zero3, fsdp-* with --fsdp 2)");
     char err[512];
-    if (plan_finetune_apply(&s->model, &s->train, err, sizeof err)) return cli_usage_error("%s", err);
+    if (plan_dims_setup(&s->model, &s->train, err, sizeof err)) return cli_usage_error("%s", err);
     return 0;
 }
 

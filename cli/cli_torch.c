@@ -12,7 +12,7 @@
  * (torch_check fills a TorchCheck: every quantity predicted, measured and its verdict), then
  * printed (torch_print) and written as a JSON record (torch_json) from that one result. */
 #include "cli_torch.h"
-#include "plan_lora.h"
+#include "plan_dim_ft.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -32,7 +32,7 @@
 #include "plan_load.h"
 #include "plan_memory.h"
 #include "plan_strategy.h"
-#include "plan_tp.h"
+#include "plan_dim_tp.h"
 #include "plan_util.h"
 #include "plan_zoo.h"
 
@@ -424,7 +424,7 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
     TrainSpec t;
     ClusterSpec cl;
     plan_inputs(s, &t, &cl);
-    if (plan_finetune_apply(&m, &t, err, sizeof err)) {   /* the harness's PEFT LoRA */
+    if (plan_dims_setup(&m, &t, err, sizeof err)) {   /* the harness's PEFT LoRA */
         fprintf(stderr, "memplan: %s\n", err);
         plan_model_free(&m);
         return CHECK_NO_MODEL;

@@ -22,14 +22,15 @@
 #include "cli_output.h"
 #include "cli_setup.h"
 #include "cli_torch.h"
-#include "plan_lora.h"
+#include "plan_dim_ft.h"
 #include "plan_auto.h"
-#include "plan_pp.h"
+#include "plan_emit.h"
+#include "plan_dim_pp.h"
 #include "plan_load.h"
 #include "plan_plan.h"
 #include "plan_report.h"
 #include "plan_strategy.h"
-#include "plan_tp.h"
+#include "plan_dim_tp.h"
 #include "plan_util.h"
 #include "exec_launch.h"
 #include "plan_zoo.h"
@@ -226,12 +227,8 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
         if (ds) o->auto_spec.strategies = ds;
     }
-    if (s->train.pp < 0)   /* --pp auto (with --tp auto or a fixed tp) */
-        plan_auto_pp(&s->model, &s->train, &s->cluster, &o->auto_spec, cli_setup_given(s, "sp") != NULL, &r);
-    else if (s->train.tp < 0)   /* --tp auto */
-        plan_auto_tp(&s->model, &s->train, &s->cluster, &o->auto_spec, cli_setup_given(s, "sp") != NULL, &r);
-    else
-        plan_auto(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);
+    o->auto_spec.sp_fixed = cli_setup_given(s, "sp") != NULL;
+    plan_auto_dims(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);   /* --tp auto, --pp auto: their degrees */
     int rc = 0;
     if (o->emit && !r.found) {   /* no config to launch: a failure, and nothing on stdout for a > redirect */
         fprintf(stderr, "memplan: nothing fits, so no %s:\n%s", EMITS[o->emit].prints, r.explain);
@@ -239,14 +236,14 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
     }
     if (o->emit && s->config) cli_config_header(stderr, s->config);   /* stdout holds the emitted text alone */
     if (o->emit == EMIT_DEEPSPEED) {
-        char *txt = plan_auto_deepspeed_json(&s->model, &s->cluster, &r);
+        char *txt = plan_emit_deepspeed_json(&s->model, &s->cluster, &r);
         if (!txt) { fprintf(stderr, "memplan: out of memory writing the DeepSpeed config\n"); return 1; }
         printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
         fflush(stdout);            /* the config first, then the prediction on stderr */
-        plan_auto_prediction(stderr, &s->cluster, &r);
+        plan_emit_prediction(stderr, &s->cluster, &r);
         if (plan_finetune_on(&s->train.ft)) {   /* the config has no trainable subset: the model code sets it */
             fprintf(stderr, "# the trainable subset is the model's: in train.py, before deepspeed.initialize:\n");
-            plan_auto_finetune_code(stderr, &s->model, &s->train);
+            plan_ft_emit_code(stderr, &s->model, &s->train);
         }
         free(txt);
         return 0;
@@ -259,7 +256,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
                 r.train.pp, (long long)r.train.grad_accum);
         return 1;
     }
-    if (o->emit == EMIT_TORCH) { plan_auto_torch(stdout, &s->model, &s->cluster, &r); return 0; }
+    if (o->emit == EMIT_TORCH) { plan_emit_torch(stdout, &s->model, &s->cluster, &r); return 0; }
     Plan p;
     if (r.found) {
         TrainSpec chosen = r.train;
@@ -308,7 +305,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         cJSON_Delete(j);
     } else {
         if (s->config) cli_config_header(stdout, s->config);
-        plan_report_header(stdout, &s->model, &s->train, &s->cluster);
+        plan_report_header(stdout, &s->model, &s->train, &s->cluster, &p);
         char dims[160], kept[160];
         auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
         printf("# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
@@ -329,6 +326,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
     }
     if (!rc) rc = write_files(o, s, &p);
+    plan_free(&p);
     return rc;
 }
 
@@ -431,6 +429,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
     }
     if (!rc) rc = write_files(&o, &s, &p);
+    plan_free(&p);
     cli_setup_free(&s);
     return rc;
 }

@@ -6,7 +6,8 @@
 #include <math.h>
 
 #include "plan_activ.h"
-#include "plan_lora.h"
+#include "plan_dim_moe.h"
+#include "plan_dim_ft.h"
 
 static int is_transformer(const ModelSpec *m) {
     return m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
@@ -34,7 +35,7 @@ int plan_act_sdpa_math(const TrainSpec *t, double dropout) {
 /* LLaMA-style decoders (Llama, Mistral, Qwen2, Gemma and the 2024-26 RMSNorm families: RMSNorm,
    rotary, separate q/k/v and gate/up projections unless fused, no hidden dropout), as
    transformers 5's modeling_llama.py and its kin run them. */
-static int llama_style(const ModelSpec *m) {
+int plan_act_llama_style(const ModelSpec *m) {
     return m->arch == ARCH_DECODER && m->norm == NORM_RMSNORM;
 }
 
@@ -46,12 +47,12 @@ static double sp_share(const TrainSpec *t) { return t->sp && t->tp > 1 ? 1.0 / t
    softmax(dtype=float32).to(query.dtype), q in fp32 under autocast after the product with the
    fp32 cos/sin. The RMSNorm decoders and StarCoder2. */
 static int rotary_attn(const ModelSpec *m) {
-    return llama_style(m) || m->block.rotary;
+    return plan_act_llama_style(m) || m->block.rotary;
 }
 
 /* q, k and v from three projections: autocast casts their fp32 input once per projection. */
 static int separate_qkv(const ModelSpec *m) {
-    return m->block.qkv == QKV_SEPARATE || (m->block.qkv == QKV_CLASSIC && llama_style(m));
+    return m->block.qkv == QKV_SEPARATE || (m->block.qkv == QKV_CLASSIC && plan_act_llama_style(m));
 }
 
 /* What a norm of width w saves per token, in `rows` groups (a per-head norm: one per head), for
@@ -64,7 +65,7 @@ static int separate_qkv(const ModelSpec *m) {
    normalised tensor is saved in fp32. Other RMSNorms (T5) keep the earlier input + rsqrt. */
 static double norm_saves(const ModelSpec *m, double in_bytes, double w, double rows) {
     if (m->norm == NORM_LAYERNORM) return in_bytes * w + 8 * rows;
-    if (!llama_style(m)) return in_bytes * w + 4 * rows;
+    if (!plan_act_llama_style(m)) return in_bytes * w + 4 * rows;
     return (4 + (m->block.norm_fp32 ? 4 : in_bytes)) * w + 4 * rows;
 }
 
@@ -88,17 +89,16 @@ static double block_norm_bytes(const ModelSpec *m, double X, double R, int cross
 
 /* The embeddings' dropout (LLaMA-style models have none). */
 static double embed_dropout_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double in_bytes) {
-    return llama_style(m) ? 0 : plan_act_dropout_bytes(t, dropout, in_bytes);
+    return plan_act_llama_style(m) ? 0 : plan_act_dropout_bytes(t, dropout, in_bytes);
 }
 
 /* The dropouts on a block's sublayer outputs: GPT-2's, BERT's, StarCoder2's residual_dropout;
    Phi-3's resid_attn_dropout and resid_mlp_dropout (modeling_phi3.py Phi3DecoderLayer); other
    LLaMA-style blocks have only the attention probabilities'. */
 static double resid_dropout_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double in_bytes) {
-    return llama_style(m) && !m->block.resid_dropout ? 0 : plan_act_dropout_bytes(t, dropout, in_bytes);
+    return plan_act_llama_style(m) && !m->block.resid_dropout ? 0 : plan_act_dropout_bytes(t, dropout, in_bytes);
 }
 
-static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
 static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double dropout, double *lin, double *quad);
 
 /* What the core attention (scores, softmax, dropout, the context product: the part Megatron's
@@ -113,7 +113,7 @@ static void core_attn_coeffs(const ModelSpec *m, const TrainSpec *t, double drop
     if (t->attn == ATTN_EAGER) {
         /* q, k, v as the two matmuls save them: k and v expanded to a heads (repeat_kv) */
         lin += X * 3 * qd;
-        if (llama_style(m)) {
+        if (plan_act_llama_style(m)) {
             /* softmax(dtype=float32).to(query.dtype): fp32 probabilities; q is fp32 after
                the rotary product with fp32 cos/sin under autocast, so the dropout runs in
                fp32 there, and the AV matmul saves its X copy (autocast) or its input */
@@ -216,11 +216,11 @@ static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec
     double M = resid_dropout_bytes(m, t, dropout, X);
     int amp = p->autocast;
     /* SwiGLU's gate and up: two casts of the norm output under autocast (Phi-3's fused gate_up: one) */
-    double mlp_in = llama_style(m) && amp && m->mlp == MLP_SWIGLU && !m->block.fused_gate_up ? 2 : 1;
+    double mlp_in = plan_act_llama_style(m) && amp && m->mlp == MLP_SWIGLU && !m->block.fused_gate_up ? 2 : 1;
     double lin = block_norm_bytes(m, X, R, cross, sp_share(t)), quad = 0;   /* norm inputs + statistics */
     if (m->mla.kv_rank > 0) mla_attention_bytes(m, t, dropout, &lin, &quad);   /* DeepSeek */
     else for (int k = 0; k < (cross ? 2 : 1); k++) attn_coeffs(m, l, t, dropout, s, &lin, &quad);
-    lin += mlp_bytes(m, t, (double)m->d_ff, mlp_in);
+    lin += plan_act_mlp_bytes(m, t, (double)m->d_ff, mlp_in);
     lin += M * (double)m->d_model;                         /* MLP dropout mask */
     *lin_out = lin;
     *quad_out = quad;
@@ -267,7 +267,7 @@ static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double d
 }
 
 /* A dense MLP of width f per token: what its linears and activation save. */
-static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in) {
+double plan_act_mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in) {
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, F = 4, h = (double)m->d_model, lin = 0;
     int amp = p->autocast;
@@ -285,118 +285,15 @@ static double mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double
     return lin;
 }
 
-static int moe_block(const ModelSpec *m, const LayerSpec *l) {
-    return l->expert_params > 0 && m->moe.n_experts > 0;
-}
 
-double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l) {
-    if (!moe_block(m, l)) return (double)m->d_ff;
-    const MoeSpec *e = &m->moe;   /* Llama 4's experts run on every token (moe_routed_bytes) */
-    double k = e->router == MOE_ROUTER_ALL_EXPERTS ? e->n_experts : e->top_k;
-    return k * (double)e->d_ff_expert + (double)e->d_ff_shared;
-}
 
-/* Bytes per element of the routed experts' tensors. transformers 5.24 runs them through
-   grouped_mm_experts_forward (integrations/moe.py; the default experts_implementation,
-   modeling_utils.py get_correct_experts_implementation), whose torch.nn.functional.grouped_mm is
-   not autocast-enabled and gets its input cast to the weights' dtype: they run in the parameter
-   dtype, fp32 under autocast. Llama 4's experts are torch.bmm, which autocast casts. */
-static double moe_expert_bytes(const ModelSpec *m, const PrecisionSpec *p) {
-    return m->moe.router == MOE_ROUTER_ALL_EXPERTS ? p->act_bytes : p->param_bytes;
-}
 
-double plan_act_uncast_params(const ModelSpec *m, const LayerSpec *l) {
-    return moe_block(m, l) && m->moe.router != MOE_ROUTER_ALL_EXPERTS ? (double)l->expert_params : 0;
-}
 
-/* The routing weights' bytes per element: the top-k softmax values stay fp32 (Mixtral), else
-   they are cast to the logits' dtype, the compute dtype (Qwen-MoE .to(router_logits.dtype),
-   GPT-OSS and DeepSeek compute them there). */
-static double moe_weight_bytes(const MoeSpec *e, double X) {
-    return e->fp32_weights ? 4 : X;
-}
 
-/* What a MoE block's router saves per token (the modeling_*.py *TopKRouter / Llama4Router
-   forward): the router linear's input (X·h: autocast's copy, else the norm's output, which the
-   experts read without saving it), the top-k indices (int64, 8·k), and per router kind: the fp32
-   softmax over E (4·E); GPT-OSS's softmax over the k logits (X·k); DeepSeek's sigmoid scores
-   (X·E: its group top-k and masked_fill tensors feed only top-k nodes whose outputs are dropped,
-   so they are freed with them, measured); Llama 4's fp32 sigmoid over E (4·E) and the scores as a
-   (E·T, 1) column (X·E). An in-place renormalisation (router_top_value /= sum) saves a clone of
-   the values and the sum (fp32 after a softmax, else X). The weights the experts multiply by are
-   saved once more by that product (moe_routed_bytes). */
-static double moe_router_bytes(const ModelSpec *m, const PrecisionSpec *p) {
-    const MoeSpec *e = &m->moe;
-    double X = p->act_bytes, h = (double)m->d_model, E = e->n_experts, k = e->top_k;
-    double b = X * h + 8 * k, norm_dtype = X;
-    switch (e->router) {
-    case MOE_ROUTER_SOFTMAX: b += 4 * E; norm_dtype = 4; break;
-    case MOE_ROUTER_TOPK_SOFTMAX: b += X * k; break;
-    case MOE_ROUTER_GROUPED: b += X * E; break;
-    case MOE_ROUTER_ALL_EXPERTS: b += 4 * E + X * E; break;
-    default: break;
-    }
-    if (e->norm_topk) b += norm_dtype * (k + 1);
-    return b;
-}
 
-/* What the routed experts save per token. grouped_mm_experts_forward: the sort's permutation,
-   its token index (perm // k) and the inverse permutation, int64 per routed row (24·k; GPT-OSS's
-   bias gathers keep the sorted expert ids, 8·k more); per routed row, in the experts' dtype E_b:
-   the gathered input (h), the gate_up output (2·f_e: the activation saves the gate, the product
-   the up half), act(gate) and the product (2·f_e; GPT-OSS's clamped SwiGLU: the clamped gate,
-   sigmoid(alpha·gate), their product, up + 1 and the gated output, 5·f_e), the down output (h)
-   and the routing weight (moe_weight_bytes) that the weighted sum multiplies it by. Llama 4
-   (Llama4TextMoe) runs every expert on every token: hidden_states.repeat(E, 1) (its dtype, R·E·h)
-   and the (E·T, 1) scores saved by their product, bmm's input (X·E·h), then gate_up, act(gate)
-   and the product (X·E·4·f_e). */
-static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p, double F) {
-    const MoeSpec *e = &m->moe;
-    double Eb = moe_expert_bytes(m, p), h = (double)m->d_model, fe = (double)e->d_ff_expert;
-    double E = e->n_experts, k = e->top_k;
-    if (e->router == MOE_ROUTER_ALL_EXPERTS)
-        return p->param_bytes * E * h + Eb * E * (h + 4 * fe);
-    double idx = 8 * k * (e->bias ? 4 : 3);
-    return idx + F * Eb * k * (2 * h + 2 * fe + (e->clamped_glu ? 5 : 2) * fe) + moe_weight_bytes(e, p->act_bytes) * k;
-}
 
-/* --moe-imbalance F (TrainSpec.moe_imbalance; 0 reads as 1): the factor on the routed experts'
-   rows, an estimate for implementations that size every expert's rows for the busiest one
-   (docs/formulas.md "Routing imbalance"). Llama 4 runs every expert on every token: no routed
-   rows to scale (moe_routed_bytes, moe_backward). */
-static double moe_rows_factor(const ModelSpec *m, const TrainSpec *t) {
-    if (m->moe.router == MOE_ROUTER_ALL_EXPERTS) return 1;
-    return t->moe_imbalance > 1 ? t->moe_imbalance : 1;
-}
 
-/* The shared expert(s), a dense gated MLP of width f_s on every token (its input is the block's
-   norm output, which the router already holds, or under autocast two more casts), and
-   Qwen2-MoE's gate: sigmoid(shared_expert_gate(x)) * shared_output saves the gate's output (X)
-   and the shared output (X·h), and its linear's input cast under autocast (X·h). */
-static double moe_shared_bytes(const ModelSpec *m, const TrainSpec *t) {
-    const MoeSpec *e = &m->moe;
-    const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, h = (double)m->d_model, casts = p->autocast ? X * h : 0, b = 0;
-    if (e->d_ff_shared > 0) b += mlp_bytes(m, t, (double)e->d_ff_shared, 0) + 2 * casts;
-    if (e->shared_gate) b += casts + X * h + X;
-    return b;
-}
 
-/* transformers 5.24's MoE blocks, per token: the router, the routed experts and the shared
-   experts as they save them (measured per family, block_probe.py: docs/formulas.md "Mixture of
-   experts"); with output_router_logits, the logits the output keeps (X·E) and the softmax the
-   load-balancing loss saves (X·E), both counted with the block. The routed terms do not depend
-   on how tokens are routed: grouped_mm holds all T·k routed rows at once (measured: every token
-   sent to the same k experts peaks at the same byte); --moe-imbalance scales the routed rows for
-   other implementations (moe_rows_factor). */
-double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t) {
-    if (!moe_block(m, l)) return 0;
-    const PrecisionSpec *p = plan_precision(t->precision);
-    double mlp_in = llama_style(m) && p->autocast ? 2 : 1;
-    double moe = moe_router_bytes(m, p) + moe_routed_bytes(m, p, moe_rows_factor(m, t)) + moe_shared_bytes(m, t);
-    if (m->moe.router_logits) moe += 2 * p->act_bytes * m->moe.n_experts;
-    return moe - mlp_bytes(m, t, (double)m->d_ff, mlp_in);
-}
 
 static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t,
                                       const ActInputs *in);
@@ -498,7 +395,7 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
     /* LlamaRMSNorm's last product, weight * normed: with the weight frozen it saves the weight
        only (derivatives.yaml mul: self is saved when other requires grad), not the normalised
        tensor (R·h per token per norm; measured with saved-tensor hooks on llama-mini + LoRA) */
-    if (llama_style(m)) {
+    if (plan_act_llama_style(m)) {
         int norms = 0;
         for (int k = 0; k < l->n_frozen; k++)
             norms += l->frozen_mod[k] == PLAN_MOD_NONE && l->frozen_elems[k] == m->d_model && l->frozen_dim0[k] == m->d_model;
@@ -700,7 +597,7 @@ static double op_saved_per_token(const ModelSpec *m, const LayerSpec *l, const T
    LLaMA-style q and k are fp32 after the rotary product with fp32 cos and sin under autocast). */
 static double selective_delta(const ModelSpec *m, const TrainSpec *t, double dropout, double s) {
     const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, qk = llama_style(m) && p->autocast ? 4 : X;
+    double X = p->act_bytes, qk = plan_act_llama_style(m) && p->autocast ? 4 : X;
     double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
     double cl, cq;
     core_attn_coeffs(m, t, dropout, &cl, &cq);
@@ -773,49 +670,6 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
     return 0;
 }
 
-/* A MoE block's MLP backward at its largest moment (block_probe.py, docs/formulas.md "A MoE
-   block's backward"), beyond its saved activations, for bs tokens. Before the routed experts:
-   a shared expert that ran after them (DeepSeek, Llama 4) has done its backward, freeing its
-   saved tensors and leaving the norm output's gradient (R·h) and its three weight gradients;
-   Qwen2-MoE's gate has left the shared output's gradient (X·h, measured) and its own. Then, in
-   the experts' dtype E_b per routed row: (A) the weighted sum's backward (grouped_mm): the
-   gradient of the unpermuted rows, of the down output and the product for the weights' gradient,
-   3·h; (C) the activation's backward: down's input gradient and the gate's and up's, less the
-   saved product, down output and weights now freed, 2·f_e − h (down's weight gradient exists);
-   Llama 4's bmm over every expert: C = 2·X·E·f_e, and its down weights' autocast copies go with
-   down's backward. The moment that holds more, counting gradients at the precision's grad bytes,
-   is the one planned: *grads and *casts are the parameter elements whose gradients exist and
-   whose autocast copies are freed by then. */
-static double moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in,
-                           double *grads, double *casts) {
-    const MoeSpec *e = &m->moe;
-    const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, R = p->param_bytes, Eb = moe_expert_bytes(m, p), h = (double)m->d_model;
-    double fe = (double)e->d_ff_expert, fs = (double)e->d_ff_shared, E = e->n_experts, k = e->top_k;
-    double bs = (double)in->b * (double)in->s, pre = 0, pre_g = 0;
-    if (e->shared_last) {
-        pre = R * h - moe_shared_bytes(m, t);
-        pre_g = 3 * h * fs;
-    } else if (e->shared_gate) {
-        pre = X * h;
-        pre_g = h;
-    }
-    double down = E * h * fe, a_ws = 3 * Eb * k * h, c_ws;
-    if (e->router == MOE_ROUTER_ALL_EXPERTS) {
-        a_ws = 0;
-        c_ws = 2 * X * E * fe;
-    } else {
-        c_ws = 2 * Eb * k * fe - Eb * k * h - moe_weight_bytes(e, X) * k;
-        down += e->bias ? E * h : 0;
-    }
-    double F = moe_rows_factor(m, t);   /* per routed row: both moments scale with the rows */
-    a_ws *= F;
-    c_ws *= F;
-    int at_c = bs * c_ws + down * p->grad_bytes >= bs * a_ws;
-    if (grads) *grads = pre_g + (at_c ? down : 0);
-    if (casts) *casts = pre_g + (at_c && e->router == MOE_ROUTER_ALL_EXPERTS ? down : 0);
-    return bs * (pre + (at_c ? c_ws : a_ws));
-}
 
 /* Per token, beyond a block's saved tensors, at the softmax's backward in an eager core
    attention (or the math kernel) whose block or core was recomputed: what the recomputation put
@@ -834,8 +688,8 @@ static double attn_backward_per_token(const ModelSpec *m, const LayerSpec *l, co
     double X = p->act_bytes, R = p->param_bytes, h = (double)m->d_model, a = m->n_head;
     double qd = (double)m->n_head * (double)m->d_head;
     double M = resid_dropout_bytes(m, t, dropout, X);
-    double mlp_in = llama_style(m) && p->autocast && m->mlp == MLP_SWIGLU ? 2 : 1;
-    double freed = X * qd + 2 * M * h + norm_saves(m, R, h, 1) + mlp_bytes(m, t, plan_act_mlp_width(m, l), mlp_in);
+    double mlp_in = plan_act_llama_style(m) && p->autocast && m->mlp == MLP_SWIGLU ? 2 : 1;
+    double freed = X * qd + 2 * M * h + norm_saves(m, R, h, 1) + plan_act_mlp_bytes(m, t, plan_act_mlp_width(m, l), mlp_in);
     return recomputed + 2 * a * s * X + X * qd + R * h - freed;
 }
 
@@ -920,7 +774,7 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     double bs = (double)in->b * (double)in->s;
     BlockBwdPart part;
     /* a MoE block: its routed experts' backward (moe_backward); a dense one: block_backward_ws */
-    double ws = moe_block(m, l) ? bs * R * h + moe_backward(m, l, t, in, NULL, NULL)
+    double ws = plan_moe_block(m, l) ? bs * R * h + plan_moe_backward(m, l, t, in, NULL, NULL)
                                 : bs * (block_backward_ws(m, i, t, in, &part) + R * h);
     /* op-level: the recomputation (early_stop=False: the whole forward) has consumed the saved
        outputs into the block's graph, which then holds what it holds without checkpointing */
@@ -942,7 +796,7 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
 double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     BlockBwdPart part = BWD_MLP;
-    if (moe_block(m, l)) return plan_act_block_mlp_out_elems(m, i, t, in);   /* moe_backward's moment */
+    if (plan_moe_block(m, l)) return plan_act_block_mlp_out_elems(m, i, t, in);   /* moe_backward's moment */
     if (t->impl == IMPL_PYTORCH && l->kind == LAYER_BLOCK && is_transformer(m)) block_backward_ws(m, i, t, in, &part);
     double h = (double)m->d_model, qd = (double)m->n_head * (double)m->d_head;
     double kvd = (double)m->n_kv_head * (double)m->d_head;
@@ -963,14 +817,14 @@ double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec 
 double plan_act_block_mlp_out_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     double g = (double)m->d_ff * (double)m->d_model;
-    if (moe_block(m, l)) moe_backward(m, l, t, in, &g, NULL);
+    if (plan_moe_block(m, l)) plan_moe_backward(m, l, t, in, &g, NULL);
     return g;
 }
 
 double plan_act_block_bwd_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
-    if (!moe_block(m, l)) return plan_act_block_bwd_done_elems(m, i, t, in);
+    if (!plan_moe_block(m, l)) return plan_act_block_bwd_done_elems(m, i, t, in);
     double c = 0;
-    moe_backward(m, l, t, in, NULL, &c);
+    plan_moe_backward(m, l, t, in, NULL, &c);
     return c;
 }

@@ -74,12 +74,6 @@ double plan_act_block_mlp_out_elems(const ModelSpec *m, int i, const TrainSpec *
    block's at moe_backward's moment (its routed experts run uncast under grouped_mm:
    plan_act_uncast_params). */
 double plan_act_block_bwd_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
-/* The MLP width one token passes through in layer l: d_ff, or in a MoE block top_k routed
-   experts of d_ff_expert (Llama 4: all of them) plus the shared experts' d_ff_shared. */
-double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l);
-/* Parameter elements of layer l that autocast never casts: a MoE block's routed experts under
-   transformers' grouped_mm, which runs them in the weights' dtype. */
-double plan_act_uncast_params(const ModelSpec *m, const LayerSpec *l);
 /* Bytes per element a dropout keeps for backward, for an input of in_bytes per element:
    1 (CUDA's fused kernel, a bool mask) or in_bytes (CPU: a noise tensor, --autocast cpu). */
 double plan_act_dropout_bytes(const TrainSpec *t, double dropout, double in_bytes);
@@ -89,10 +83,11 @@ int plan_act_sdpa_math(const TrainSpec *t, double dropout);
    docs and tests. */
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin, double *quad);
-/* Per token, what a MoE block's MLP saves instead of a dense MLP of d_ff (+, or −): the router
-   and the routed and shared experts as transformers 5.24 runs them (grouped_mm experts; Llama 4's
-   bmm over every expert), measured per family (docs/formulas.md "Mixture of experts"). 0 for a
-   dense block. */
-double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t);
+/* 1 for a LLaMA-style decoder (RMSNorm): its blocks save what transformers' LLaMA family saves. */
+int plan_act_llama_style(const ModelSpec *m);
+/* Per token, a dense gated or plain MLP of width f (its first linear's input counted mlp_in times:
+   2 when autocast casts it for both of LLaMA's gate and up): what it saves (the MoE dimension's
+   shared experts are such MLPs, plan_dim_moe.c). */
+double plan_act_mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
 
 #endif

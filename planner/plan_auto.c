@@ -11,9 +11,9 @@
 
 #include "plan_activ.h"
 #include "plan_time.h"
-#include "plan_pp.h"
-#include "plan_tp.h"
-#include "plan_lora.h"
+#include "plan_dim_pp.h"
+#include "plan_dim_tp.h"
+#include "plan_dim_ft.h"
 #include "plan_util.h"
 
 void plan_auto_defaults(AutoSpec *a) {
@@ -40,7 +40,7 @@ unsigned plan_auto_precisions(PrecisionKind p) {
     }
 }
 
-static const char *plan_auto_setup_name(StrategyKind k, const TrainSpec *t, char *buf, size_t len) {
+const char *plan_auto_setup_name(StrategyKind k, const TrainSpec *t, char *buf, size_t len) {
     snprintf(buf, len, "%s%s%s, %s", plan_strategy(k)->name, t->offload ? " + offload " : "",
              t->offload ? plan_offload_name(t->offload) : "", plan_precision(t->precision)->name);
     return buf;
@@ -134,13 +134,6 @@ static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const Clust
     return t;
 }
 
-/* Without the model's compute, setups rank by what is known: communication per step. */
-static double comm_seconds(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k) {
-    CommPlan cp;
-    plan_comm(m, t, c, k, &cp);
-    return cp.seconds + cp.host_seconds;
-}
-
 /* Searches micro-batch, accumulation and checkpointing for strategy k at base's precision and
    offload. c is the cluster with the safety margin taken off the GPU's capacity. */
 static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, StrategyKind k,
@@ -157,8 +150,6 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
         t.ckpt_every = every[ci];
         int64_t maxb = plan_max_micro_batch(m, &t, c, k, hi);
         if (ci == 0) best.fits_all = maxb >= hi;
-        SimPrep *prep = maxb >= lo ? plan_sim_prepare(m, &t, c, k) : NULL;
-        if (maxb >= lo && !prep) maxb = 0;     /* out of memory: skip, counted as considered */
         for (int64_t b = lo; b <= hi; b++) {
             (*cand)++;
             if (b > maxb) continue;            /* known not to fit: the peak grows with b */
@@ -169,10 +160,19 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
                 if (a->keep_accum && per / b != t.grad_accum) continue;
                 t.grad_accum = per / b;
             }
+            /* the setup's own step: its simulated time, or (compute unknown) its communication */
+            Step st;
+            plan_step_build(&st, m, &t, c, k);
             SimResult s;
-            plan_sim_run(prep, b, t.grad_accum, 0, &s);
+            plan_sim_step(&st, 0, &s);
+            double comm = 0;
+            if (!known) {
+                CommPlan cp;
+                plan_comm_step(&st, &cp);
+                comm = cp.seconds + cp.host_seconds;
+            }
+            plan_step_free(&st);
             (*evaluated)++;
-            double comm = known ? 0 : comm_seconds(m, &t, c, k);
             double score = known ? s.tokens_per_s : 1 / (comm > 1e-9 ? comm : 1e-9);
             if (!best.ok || score > best.score * (1 + 1e-9)) {
                 best.ok = 1;
@@ -182,7 +182,6 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
                 best.comm_s = comm;
             }
         }
-        plan_sim_prep_free(prep);
     }
     return best;
 }
@@ -246,7 +245,7 @@ static void qlora_fix(const ModelSpec *m, const TrainSpec *base, const ClusterSp
     tq.ft.quant = QUANT_NF4;
     char err[256];
     double best = -1;
-    if (plan_finetune_apply(&q, &tq, err, sizeof err) == 0) {
+    if (plan_dims_setup(&q, &tq, err, sizeof err) == 0) {
         ClusterSpec cm = *c0;
         cm.gpu.mem_bytes -= plan_auto_margin(a, c0->gpu.mem_bytes);
         for (int k = 0; k < STRAT_COUNT; k++)
@@ -634,10 +633,13 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
     out->top_tps = out->time_known ? top : 0;
     out->strategy = w->k;
     out->train = w->best.t;
-    plan_memory(m, &out->train, c, out->strategy, &out->mem);
-    plan_comm(m, &out->train, c, out->strategy, &out->comm);
+    Step st;   /* the pick's step, read by its memory, collectives and time */
+    plan_step_build(&st, m, &out->train, c, out->strategy);
+    plan_memory_step(&st, c, &out->mem, NULL, NULL, 0);
+    plan_comm_step(&st, &out->comm);
     out->comm_s = out->comm.seconds + out->comm.host_seconds;
-    plan_sim(m, &out->train, c, out->strategy, 0, &out->time);
+    plan_sim_step(&st, 0, &out->time);
+    plan_step_free(&st);
     int ru = -1;   /* runner-up: the best setup of another strategy/offload group */
     for (int i = 0; i < n_opts; i++)
         if (opts[i].best.ok && (opts[i].k != w->k || opts[i].off != w->off) &&
@@ -653,559 +655,85 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
     return 0;
 }
 
-/* DeepSpeed stage for each strategy (FSDP rows: the stage that shards the same state). */
-static int ds_stage(const AutoResult *r) {
-    static const int STAGE[STRAT_COUNT] = {0, 1, 2, 3, 3, 2, 3};
-    return r->train.offload == OFFLOAD_PARAM ? 3 : STAGE[r->strategy];
-}
-
-char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
-    (void)m;
-    if (!r->found) return NULL;
-    const PrecisionSpec *p = plan_precision(r->train.precision);
-    int stage = ds_stage(r);
-    cJSON *j = cJSON_CreateObject();
-    /* counts are whole numbers: cJSON prints them without a fraction or exponent */
-    cJSON_AddNumberToObject(j, "train_batch_size", (double)(r->train.micro_batch * r->train.grad_accum * c->gpus));
-    cJSON_AddNumberToObject(j, "train_micro_batch_size_per_gpu", (double)r->train.micro_batch);
-    cJSON_AddNumberToObject(j, "gradient_accumulation_steps", (double)r->train.grad_accum);
-    cJSON *z = cJSON_AddObjectToObject(j, "zero_optimization");
-    cJSON_AddNumberToObject(z, "stage", stage);
-    if (stage > 0) {
-        const DsKnobs *u = &r->train.ds;   /* what the user set, beside DeepSpeed's defaults */
-        DsKnobs k = plan_ds_knobs(&r->train);
-        cJSON_AddNumberToObject(z, "reduce_bucket_size", (double)(int64_t)k.reduce_bucket);
-        cJSON_AddBoolToObject(z, "overlap_comm", u->overlap_comm ? u->overlap_comm == 1 : stage == 3);
-        cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
-        if (stage == 3) {
-            static const struct { const char *key; size_t off; } S3[] = {
-                {"stage3_prefetch_bucket_size", offsetof(DsKnobs, prefetch)},
-                {"stage3_max_live_parameters", offsetof(DsKnobs, max_live)},
-                {"stage3_max_reuse_distance", offsetof(DsKnobs, max_reuse)},
-                {"stage3_param_persistence_threshold", offsetof(DsKnobs, persist)},
-            };
-            for (size_t i = 0; i < sizeof S3 / sizeof S3[0]; i++)
-                if (*(const double *)((const char *)u + S3[i].off) > 0)
-                    cJSON_AddNumberToObject(z, S3[i].key, (double)(int64_t) * (const double *)((const char *)&k + S3[i].off));
-        }
-    }
-    if (r->train.offload != OFFLOAD_NONE) {   /* offload_config.py: device, pin_memory */
-        cJSON *oo = cJSON_AddObjectToObject(z, "offload_optimizer");
-        cJSON_AddStringToObject(oo, "device", "cpu");
-        cJSON_AddBoolToObject(oo, "pin_memory", 1);
-    }
-    if (r->train.offload == OFFLOAD_PARAM) {
-        cJSON *op = cJSON_AddObjectToObject(z, "offload_param");
-        cJSON_AddStringToObject(op, "device", "cpu");
-        cJSON_AddBoolToObject(op, "pin_memory", 1);
-    }
-    /* mixed-*: DeepSpeed's own fp16/bf16 (16-bit model, fp32 master in the optimizer); amp-*:
-       DeepSpeed's torch_autocast (fp32 model, autocast compute); bf16: DeepSpeed's bf16 */
-    if (p->autocast) {
-        cJSON *ac = cJSON_AddObjectToObject(j, "torch_autocast");
-        cJSON_AddBoolToObject(ac, "enabled", 1);
-        cJSON_AddStringToObject(ac, "dtype", p->peak == PEAK_FP16 ? "torch.float16" : "torch.bfloat16");
-    } else if (p->peak != PEAK_FP32) {
-        cJSON *d = cJSON_AddObjectToObject(j, p->peak == PEAK_FP16 ? "fp16" : "bf16");
-        cJSON_AddBoolToObject(d, "enabled", 1);
-        if (p->master_bytes == 0 && p->peak == PEAK_BF16 && stage > 0) {
-            /* pure bf16: no fp32 master, bf16 Adam moments (precision_config.py; ZeRO 1-3 only,
-               config.py); without these keys "bf16" alone is mixed-bf16 with an fp32 master */
-            cJSON_AddBoolToObject(d, "bf16_master_weights_and_grads", 1);
-            cJSON_AddBoolToObject(d, "bf16_optimizer_states", 1);
-        }
-    }
-    const OptimizerSpec *o = plan_optimizer(r->train.optimizer);
-    cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
-    cJSON_AddStringToObject(opt, "type", strcmp(o->name, "adamw") == 0 ? "AdamW" : strcmp(o->name, "adam") == 0 ? "Adam" : "SGD");
-    cJSON *pp = cJSON_AddObjectToObject(opt, "params");
-    cJSON_AddNumberToObject(pp, "lr", 1e-4);
-    if (r->train.optimizer == OPT_SGD_MOMENTUM) cJSON_AddNumberToObject(pp, "momentum", 0.9);
-    if (r->train.act_ckpt == CKPT_FULL) {   /* for models that use deepspeed.checkpointing */
-        cJSON *ac = cJSON_AddObjectToObject(j, "activation_checkpointing");
-        cJSON_AddBoolToObject(ac, "partition_activations", 0);
-        cJSON_AddBoolToObject(ac, "contiguous_memory_optimization", 0);
-    }
-    char *txt = cJSON_Print(j);
-    cJSON_Delete(j);
-    return txt;
-}
-
-void plan_auto_prediction(FILE *f, const ClusterSpec *c, const AutoResult *r) {
-    if (!r->found) return;
-    char a1[32], a2[32], a3[32], nm[96];
-    char tm[96];
-    if (r->time_known) snprintf(tm, sizeof tm, "step %.1f ms, %.0f tokens/s", r->time.step_s * 1e3, r->time.tokens_per_s);
-    else snprintf(tm, sizeof tm, "communication %.1f ms per step (step time not known)", r->comm_s * 1e3);
-    fprintf(f, "# memplan prediction for %s: peak %s per GPU (headroom %s), host %s per node; %s on %lld x %s\n",
-            plan_auto_setup_name(r->strategy, &r->train, nm, sizeof(nm)),
-            plan_fmt_bytes(r->mem.peak, a1, sizeof(a1)), plan_fmt_bytes(r->mem.headroom, a2, sizeof(a2)),
-            plan_fmt_bytes(r->mem.host_per_node, a3, sizeof(a3)), tm, (long long)c->gpus, c->gpu.name);
-    if (!plan_strategy_is_deepspeed(r->strategy))
-        fprintf(f, "# the pick is %s (PyTorch); this config is the ZeRO stage that shards the same state, "
-                "and memplan's figures above are for %s (--emit torch for its snippet)\n",
-                plan_strategy(r->strategy)->name, plan_strategy(r->strategy)->name);
-}
-
-/* The Hugging Face transformer block class of each family (ModelSpec.family, the config's
-   model_type; the zoo's by their family too). */
-static const struct { const char *family, *module, *cls; } BLOCKS[] = {
-    {"gpt2", "gpt2", "GPT2Block"}, {"llama", "llama", "LlamaDecoderLayer"},
-    {"mistral", "mistral", "MistralDecoderLayer"}, {"qwen2", "qwen2", "Qwen2DecoderLayer"},
-    {"gemma", "gemma", "GemmaDecoderLayer"}, {"gpt_neox", "gpt_neox", "GPTNeoXLayer"},
-    {"opt", "opt", "OPTDecoderLayer"}, {"bert", "bert", "BertLayer"}, {"t5", "t5", "T5Block"},
-    {"qwen3", "qwen3", "Qwen3DecoderLayer"}, {"gemma2", "gemma2", "Gemma2DecoderLayer"},
-    {"gemma3_text", "gemma3", "Gemma3DecoderLayer"}, {"phi3", "phi3", "Phi3DecoderLayer"},
-    {"olmo2", "olmo2", "Olmo2DecoderLayer"}, {"granite", "granite", "GraniteDecoderLayer"},
-    {"smollm3", "smollm3", "SmolLM3DecoderLayer"}, {"starcoder2", "starcoder2", "Starcoder2DecoderLayer"},
-    {"mixtral", "mixtral", "MixtralDecoderLayer"}, {"qwen2_moe", "qwen2_moe", "Qwen2MoeDecoderLayer"},
-    {"qwen3_moe", "qwen3_moe", "Qwen3MoeDecoderLayer"}, {"deepseek_v3", "deepseek_v3", "DeepseekV3DecoderLayer"},
-    {"gpt_oss", "gpt_oss", "GptOssDecoderLayer"}, {"llama4_text", "llama4", "Llama4TextDecoderLayer"},
-};
-
-/* Activation checkpointing before wrapping: a Hugging Face model's own switch for full
-   checkpointing, else checkpoint_wrapper on the blocks it covers (every block, or blocks N, 2N,
-   ...; plan_act_checkpointed). */
-static void torch_ckpt(FILE *f, const TrainSpec *t, const char *blk, int hf) {
-    if (t->act_ckpt == CKPT_NONE) return;
-    if (t->act_ckpt == CKPT_SELECTIVE) {   /* the attention function transformers calls, checkpointed */
-        fprintf(f, "import importlib\n"
-                   "from torch.utils.checkpoint import checkpoint\n"
-                   "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS\n"
-                   "def _core(orig):  # act-ckpt selective: Megatron's core-attention recompute\n"
-                   "    def f(module, q, k, v, mask, **kw):\n"
-                   "        return checkpoint(lambda q, k, v, mask: orig(module, q, k, v, mask, **kw)[0], q, k, v, mask,\n"
-                   "                          use_reentrant=False), None\n"
-                   "    return f\n"
-                   "_mod = importlib.import_module(%s.__module__)\n"
-                   "_mod.eager_attention_forward = _core(_mod.eager_attention_forward)\n"
-                   "ALL_ATTENTION_FUNCTIONS[\"sdpa\"] = _core(ALL_ATTENTION_FUNCTIONS[\"sdpa\"])\n", blk);
-        return;
-    }
-    if (t->act_ckpt == CKPT_OP) {   /* torchtitan's SelectiveAC policy (plan_act_proj_saved) */
-        fprintf(f, "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
-                   "    apply_activation_checkpointing, checkpoint_wrapper, CheckpointImpl)\n"
-                   "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts\n"
-                   "from torch._functorch.partitioners import get_default_op_list\n"
-                   "def _op_policy():  # torchtitan/distributed/activation_checkpoint.py SelectiveAC\n"
-                   "    aten = torch.ops.aten\n"
-                   "    save = {o.default for o in get_default_op_list().compute_intensive_ops} | {\n"
-                   "        aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_attention_math.default,\n"
-                   "        aten._scaled_dot_product_fused_attention_overrideable.default, aten.max.default,\n"
-                   "        aten.linear.default, aten.topk.default}\n"
-                   "    mm, n = (aten.mm.default, aten.linear.default), {False: 0, True: 0}\n"
-                   "    def policy(ctx, func, *args, **kwargs):  # every second mm recomputed\n"
-                   "        n[ctx.is_recompute] += func in mm\n"
-                   "        if func in save and not (func in mm and n[ctx.is_recompute] %% 2 == 0):\n"
-                   "            return CheckpointPolicy.MUST_SAVE\n"
-                   "        return CheckpointPolicy.PREFER_RECOMPUTE\n"
-                   "    return policy\n"
-                   "apply_activation_checkpointing(model, checkpoint_wrapper_fn=functools.partial(\n"
-                   "    checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT,\n"
-                   "    context_fn=lambda: create_selective_checkpoint_contexts(_op_policy())),\n"
-                   "    check_fn=lambda m: isinstance(m, %s))  # act-ckpt op\n", blk);
-        return;
-    }
-    if (t->act_ckpt == CKPT_FULL && hf) {
-        fprintf(f, "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})  # act-ckpt full\n");
-        return;
-    }
-    fprintf(f, "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (\n"
-               "    apply_activation_checkpointing, checkpoint_wrapper, CheckpointImpl)\n");
-    int every = t->act_ckpt == CKPT_EVERY && t->ckpt_every > 1;
-    if (every)
-        fprintf(f, "ckpt = {id(b) for i, b in enumerate(m for m in model.modules() if isinstance(m, %s)) if (i + 1) %% %d == 0}\n",
-                blk, t->ckpt_every);
-    fprintf(f, "apply_activation_checkpointing(model, checkpoint_wrapper_fn=functools.partial(\n"
-               "    checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),\n"
-               "    check_fn=lambda m: %s%s%s)  # act-ckpt %s\n",
-            every ? "id(m) in ckpt" : "isinstance(m, ", every ? "" : blk, every ? "" : ")",
-            every ? "every:N (blocks N, 2N, ...)" : "full");
-}
-
-/* FSDP2 (fully_shard), what memplan plans by default (--fsdp 2): each block, then the root (at
-   its default reshard_after_forward, as plan_fsdp.c models it); the mesh is 2-D for
-   HYBRID_SHARD (replicate across nodes, shard inside one); MixedPrecisionPolicy(param bf16/fp16,
-   reduce fp32) over fp32 shards for the fp32-master regimes; CPUOffloadPolicy for param offload. */
-static void torch_fsdp2(FILE *f, const ClusterSpec *c, const AutoResult *r, const char *blk, const char *dt) {
-    const PrecisionSpec *p = plan_precision(r->train.precision);
-    int64_t nodes = plan_cluster_nodes(c);
-    fprintf(f, "from torch.distributed.fsdp import fully_shard%s%s\n"
-               "from torch.distributed.device_mesh import init_device_mesh\n",
-            p->master_bytes > 0 ? ", MixedPrecisionPolicy" : "", r->train.offload == OFFLOAD_PARAM ? ", CPUOffloadPolicy" : "");
-    if (r->strategy == STRAT_FSDP_HYBRID && nodes > 1)
-        fprintf(f, "mesh = init_device_mesh(\"cuda\", (%lld, %lld), mesh_dim_names=(\"replicate\", \"shard\"))  # HYBRID_SHARD\n",
-                (long long)nodes, (long long)c->gpus_per_node);
-    else if (plan_tp_degree(&r->train) > 1)   /* the dp dimension of torch_tp's 2-D mesh */
-        fprintf(f, "mesh = mesh2d[\"dp\"]\n");
-    else
-        fprintf(f, "mesh = init_device_mesh(\"cuda\", (%lld,))\n", (long long)c->gpus);
-    fprintf(f, "kw = dict(mesh=mesh");
-    if (p->master_bytes > 0)   /* fp32 shards as the master weights, 16-bit gathers, fp32 reductions */
-        fprintf(f, ", mp_policy=MixedPrecisionPolicy(param_dtype=%s, reduce_dtype=torch.float32)", dt);
-    if (r->train.offload == OFFLOAD_PARAM) fprintf(f, ", offload_policy=CPUOffloadPolicy()");
-    fprintf(f, ")\n");
-    fprintf(f, "for block in [m for m in model.modules() if isinstance(m, %s)]:\n"
-               "    fully_shard(block, reshard_after_forward=%s, **kw)%s\n"
-               "fully_shard(model, **kw)  # the root: kept unsharded from forward to backward\n",
-            blk, r->strategy == STRAT_FSDP_GRAD_OP ? "False" : "True",
-            r->strategy == STRAT_FSDP_GRAD_OP ? "  # SHARD_GRAD_OP" : "");
-    if (r->train.grad_accum > 1 && r->train.fsdp_grad_sync == FSDP_SYNC_LAST)
-        fprintf(f, "# each micro-step: model.set_requires_gradient_sync(is_last_micro_step)  # --fsdp-grad-sync last\n");
-}
-
-/* Tensor parallel (--tp): the 2-D mesh and the parallelize_module plan memplan plans
-   (docs/formulas.md "Tensor and sequence parallel"), on Hugging Face's module names: LLaMA-style
-   models (torchtitan's plan) or GPT-2 (its Conv1D as nn.Linear first). */
-static void torch_tp(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
-    static const char *const LLAMA_NAMES[] = {"llama", "mistral", "qwen2", "qwen3", "gemma", "granite", "smollm3"};
-    int tp = plan_tp_degree(&r->train), sp = r->train.sp != 0, gpt2 = strcmp(m->family, "gpt2") == 0, llama = 0;
-    for (size_t i = 0; i < sizeof LLAMA_NAMES / sizeof LLAMA_NAMES[0]; i++) llama |= strcmp(m->family, LLAMA_NAMES[i]) == 0;
-    const char *stream = sp ? "Shard(1)" : "Replicate()", *local = sp ? ", use_local_output=False" : "";
-    fprintf(f, "# tensor parallel %d x data parallel %lld on a 2-D mesh; sequence parallel %s\n", tp,
-            (long long)(c->gpus / tp), sp ? "on" : "off");
-    fprintf(f, "from torch.distributed.device_mesh import init_device_mesh\n"
-               "from torch.distributed.tensor import Replicate, Shard\n"
-               "from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,\n"
-               "    RowwiseParallel, SequenceParallel, parallelize_module)\n");
-    fprintf(f, "mesh2d = init_device_mesh(\"cuda\", (%lld, %d), mesh_dim_names=(\"dp\", \"tp\"))\n",
-            (long long)(c->gpus / tp), tp);
-    if (!gpt2 && !llama) {
-        fprintf(f, "# %s: apply the same split to its modules (q, k, v and the MLP's first linear(s) ColwiseParallel,\n"
-                   "# the attention output and the MLP's last linear RowwiseParallel%s); memplan emits module names for\n"
-                   "# GPT-2 and LLaMA-style families only\n", m->family[0] ? m->family : m->name,
-                sp ? ", the norms SequenceParallel" : "");
-    } else if (gpt2) {
-        fprintf(f, "# GPT-2: convert every block's Conv1D to nn.Linear (weight transposed), reorder c_attn's rows so each\n"
-                   "# rank's shard holds its heads' q, k, v, and set attn.split_size = n_embd // %d\n"
-                   "#   (bench/torch/harness.py _gpt2_conv1d_to_linear); the tied embedding and head stay replicated\n", tp);
-        if (sp)
-            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"transformer.drop\": PrepareModuleOutput("
-                       "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"
-                       "    \"transformer.ln_f\": SequenceParallel(), \"lm_head\": PrepareModuleInput("
-                       "input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True)})\n");
-        fprintf(f, "for block in model.transformer.h:\n"
-                   "    parallelize_module(block, mesh2d[\"tp\"], {\n"
-                   "        \"attn\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
-                   "        \"mlp\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
-                   "        \"attn.c_attn\": ColwiseParallel(), \"mlp.c_fc\": ColwiseParallel(),\n"
-                   "        \"attn.c_proj\": RowwiseParallel(output_layouts=%s%s),\n"
-                   "        \"mlp.c_proj\": RowwiseParallel(output_layouts=%s%s),%s})\n",
-                stream, stream, stream, local, stream, local,
-                sp ? "\n        \"ln_1\": SequenceParallel(), \"ln_2\": SequenceParallel()," : "");
-    } else {
-        if (plan_tp_root_sharded(m))
-            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\n"
-                       "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=%s%s),\n"
-                       "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=Replicate()),%s})\n",
-                    stream, local, stream, sp ? "\n    \"model.norm\": SequenceParallel()," : "");
-        else if (sp)   /* a tied embedding and head stay replicated: slice to and gather from the shards */
-            fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"model.embed_tokens\": PrepareModuleOutput("
-                       "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"
-                       "    \"model.norm\": SequenceParallel(), \"lm_head\": PrepareModuleInput("
-                       "input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True)})\n");
-        fprintf(f, "for block in model.model.layers:\n"
-                   "    parallelize_module(block, mesh2d[\"tp\"], {\n"
-                   "        \"self_attn\": PrepareModuleInput(input_kwarg_layouts={\"hidden_states\": %s},\n"
-                   "                                        desired_input_kwarg_layouts={\"hidden_states\": Replicate()}),\n"
-                   "        \"mlp\": PrepareModuleInput(input_layouts=(%s,), desired_input_layouts=(Replicate(),)),\n"
-                   "        \"self_attn.q_proj\": ColwiseParallel(), \"self_attn.k_proj\": ColwiseParallel(),\n"
-                   "        \"self_attn.v_proj\": ColwiseParallel(), \"mlp.gate_proj\": ColwiseParallel(),\n"
-                   "        \"mlp.up_proj\": ColwiseParallel(),\n"
-                   "        \"self_attn.o_proj\": RowwiseParallel(output_layouts=%s%s),\n"
-                   "        \"mlp.down_proj\": RowwiseParallel(output_layouts=%s%s),%s})\n",
-                stream, stream, stream, local, stream, local,
-                sp ? "\n        \"input_layernorm\": SequenceParallel(), \"post_attention_layernorm\": SequenceParallel()," : "");
-    }
-    fprintf(f, "# torch.optim.AdamW(foreach=True) refuses lists that mix DTensors and plain tensors: give the\n"
-               "# replicated plain parameters a parameter group of their own (or fully_shard them, below)\n");
-}
-
-/* FSDP1 (FullyShardedDataParallel, --fsdp 1): the flat-parameter wrapper with auto-wrap. */
-static void torch_fsdp1(FILE *f, const AutoResult *r, const char *blk, const char *dt) {
-    const PrecisionSpec *p = plan_precision(r->train.precision);
-    const char *ss = r->strategy == STRAT_FSDP_FULL ? "FULL_SHARD" : r->strategy == STRAT_FSDP_GRAD_OP ? "SHARD_GRAD_OP" : "HYBRID_SHARD";
-    const FsdpKnobs *k = &r->train.fsdp1;
-    static const char *const BWD[] = {"BackwardPrefetch.BACKWARD_PRE", "BackwardPrefetch.BACKWARD_POST", "None"};
-    fprintf(f, "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy, MixedPrecision, CPUOffload%s\n"
-               "from torch.distributed.fsdp.wrap import %s\n",
-            k->bwd == FSDP_BWD_POST ? ", BackwardPrefetch" : "",
-            k->min_params > 0 ? "size_based_auto_wrap_policy" : "transformer_auto_wrap_policy");
-    if (k->min_params > 0)
-        fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
-                   "             auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=%.0f),\n",
-                ss, k->min_params);
-    else
-        fprintf(f, "model = FSDP(model, sharding_strategy=ShardingStrategy.%s,\n"
-                   "             auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={%s}),\n",
-                ss, blk);
-    if (k->bwd != FSDP_BWD_PRE) fprintf(f, "             backward_prefetch=%s,\n", BWD[k->bwd]);
-    if (k->fwd) fprintf(f, "             forward_prefetch=True,\n");
-    if (p->master_bytes > 0)
-        fprintf(f, "             mixed_precision=MixedPrecision(param_dtype=%s, reduce_dtype=%s, buffer_dtype=%s),\n", dt, dt, dt);
-    if (r->train.offload == OFFLOAD_PARAM) fprintf(f, "             cpu_offload=CPUOffload(offload_params=True),\n");
-    fprintf(f, "             device_id=local_rank, limit_all_gathers=%s, sync_module_states=True)"
-               "  # load weights on rank 0 only\n", k->no_limit ? "False" : "True");
-    if (r->train.grad_accum > 1 && r->train.fsdp_grad_sync == FSDP_SYNC_LAST)
-        fprintf(f, "# non-final micro-steps under `with model.no_sync():`  # --fsdp-grad-sync last\n");
-}
-
-void plan_auto_finetune_code(FILE *f, const ModelSpec *m, const TrainSpec *t) {
-    const FinetuneSpec *ft = &t->ft;
-    if (ft->rank > 0) {
-        char tg[160];
-        plan_lora_targets(m, ft, tg, sizeof tg);
-        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8)
-            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s)) "
-                    "and call peft.prepare_model_for_kbit_training(model) first\n", plan_quant_name(ft->quant),
-                    ft->quant == QUANT_NF4 ? "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, "
-                                             "bnb_4bit_compute_dtype=torch.bfloat16" : "load_in_8bit=True");
-        else if (ft->quant == QUANT_BF16)
-            fprintf(f, "# --quant-base bf16: load the base with torch_dtype=torch.bfloat16\n");
-        fprintf(f, "from peft import LoraConfig, get_peft_model\n");
-        fprintf(f, "model = get_peft_model(model, LoraConfig(r=%d, lora_alpha=%g, lora_dropout=%g, target_modules=",
-                ft->rank, ft->alpha, ft->dropout);
-        if (strcmp(tg, "all-linear") == 0) fprintf(f, "\"all-linear\"");
-        else {
-            fputc('[', f);
-            for (const char *p = tg; *p;) {
-                const char *e = strchr(p, ',');
-                int k = e ? (int)(e - p) : (int)strlen(p);
-                fprintf(f, "%s\"%.*s\"", p == tg ? "" : ", ", k, p);
-                p += k + (e ? 1 : 0);
-            }
-            fputc(']', f);
-        }
-        fprintf(f, "))  # --lora %d\n", ft->rank);
-    } else if (ft->freeze == FREEZE_EMBEDDINGS) {
-        fprintf(f, "model.get_input_embeddings().requires_grad_(False)  # --freeze embeddings\n");
-    } else if (ft->freeze == FREEZE_ALL_BUT_LAST) {
-        const char *blk = "BLOCK";
-        for (size_t i = 0; i < sizeof(BLOCKS) / sizeof(BLOCKS[0]); i++)
-            if (strcmp(m->family, BLOCKS[i].family) == 0) blk = BLOCKS[i].cls;
-        fprintf(f, "# --freeze all-but-last:%d: train the last %d blocks and what follows them\n"
-                   "blocks = [m for m in model.modules() if isinstance(m, %s)]\n"
-                   "keep = {id(p) for b in blocks[-%d:] for p in b.parameters()}\n"
-                   "last = {id(p) for p in blocks[-1].parameters()}; after = False\n"
-                   "for _, p in model.named_parameters():\n"
-                   "    after = after or id(p) in last\n"
-                   "    if after and id(p) not in last: keep.add(id(p))\n"
-                   "emb = {id(p) for p in model.get_input_embeddings().parameters()}\n"
-                   "for p in model.parameters(): p.requires_grad_(id(p) in keep and id(p) not in emb)\n",
-                ft->freeze_n, ft->freeze_n, blk, ft->freeze_n);
-    }
-}
-
-void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
-    if (!r->found) { fprintf(f, "# nothing fits: no launch configuration\n"); return; }
-    int64_t nodes = plan_cluster_nodes(c);
-    fprintf(f, "torchrun --nnodes %lld --nproc-per-node %lld%s train.py --micro-batch %lld --grad-accum %lld\n",
-            (long long)nodes, (long long)c->gpus_per_node,
-            nodes > 1 ? " --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500" : "",
-            (long long)r->train.micro_batch, (long long)r->train.grad_accum);
-    const PrecisionSpec *p = plan_precision(r->train.precision);
-    const char *dt = p->peak == PEAK_BF16 ? "torch.bfloat16" : p->peak == PEAK_FP16 ? "torch.float16" : "torch.float32";
-    const char *blk = "BLOCK", *mod = NULL;
-    for (size_t i = 0; i < sizeof(BLOCKS) / sizeof(BLOCKS[0]); i++)
-        if (strcmp(m->family, BLOCKS[i].family) == 0) { blk = BLOCKS[i].cls; mod = BLOCKS[i].module; break; }
-    int transformer = m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
-    int bn = plan_model_bn_layers(m, NULL) > 0 && c->gpus > 1 && r->train.micro_batch < 16;
-    int fsdp = r->strategy == STRAT_FSDP_FULL || r->strategy == STRAT_FSDP_GRAD_OP || r->strategy == STRAT_FSDP_HYBRID;
-    int fsdp1 = fsdp && r->train.fsdp_impl == 1;
-    fprintf(f, "# in train.py, after dist.init_process_group(\"nccl\") and torch.cuda.set_device(local_rank):\n");
-    fprintf(f, "import functools, torch\n");
-    if (mod && transformer) fprintf(f, "from transformers.models.%s.modeling_%s import %s\n", mod, mod, blk);
-    else if (!strcmp(blk, "BLOCK")) fprintf(f, "BLOCK = ...  # your model's repeated block class (the unit of sharding and checkpointing)\n");
-    if (bn) fprintf(f, "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before wrapping\n");
-    if (p->master_bytes == 0 && p->param_bytes == 2)   /* pure 16-bit: params, grads and Adam states */
-        fprintf(f, "model = model.to(%s)  # --precision %s\n", dt, p->name);
-    plan_auto_finetune_code(f, m, &r->train);   /* the trainable subset, before wrapping */
-    if (!fsdp1) torch_ckpt(f, &r->train, blk, mod && transformer);   /* before sharding */
-    if (plan_tp_degree(&r->train) > 1) torch_tp(f, m, c, r);
-    switch (r->strategy) {
-    case STRAT_DDP:
-        if (plan_tp_degree(&r->train) > 1) {
-            if (c->gpus > r->train.tp)
-                fprintf(f, "from torch.nn.parallel import DistributedDataParallel as DDP\n"
-                           "model = DDP(model, device_mesh=mesh2d[\"dp\"])  # DDP on the dp dimension (not checked on CPU ranks)\n");
-            else
-                fprintf(f, "# tp = GPUs: no data parallelism, no DDP wrapper\n");
-            break;
-        }
-        fprintf(f, "from torch.nn.parallel import DistributedDataParallel as DDP\n");
-        fprintf(f, "model = DDP(model.cuda(), device_ids=[local_rank], bucket_cap_mb=25%s)\n",
-                r->train.grad_as_bucket_view ? ", gradient_as_bucket_view=True" : "");
-        break;
-    case STRAT_FSDP_FULL: case STRAT_FSDP_GRAD_OP: case STRAT_FSDP_HYBRID:
-        if (fsdp1) {
-            torch_fsdp1(f, r, blk, dt);
-            torch_ckpt(f, &r->train, blk, 0);   /* FSDP1's recipe: on the wrapped model */
-        } else {
-            torch_fsdp2(f, c, r, blk, dt);
-        }
-        break;
-    default:
-        fprintf(f, "# ZeRO stage %d%s: use DeepSpeed (memplan auto ... --emit deepspeed > ds_config.json)\n"
-                   "import deepspeed\n"
-                   "model, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), "
-                   "config=\"ds_config.json\")\n", ds_stage(r),
-                r->train.offload == OFFLOAD_PARAM ? " with offload_optimizer and offload_param on cpu"
-                : r->train.offload == OFFLOAD_OPT ? " with offload_optimizer on cpu" : "");
-    }
-    if (p->autocast && (r->strategy == STRAT_DDP || fsdp))
-        fprintf(f, "with torch.autocast(\"cuda\", dtype=%s): loss = model(batch)\n", dt);
-}
-
-/* --tp auto: auto once per tensor-parallel candidate (1; each divisor of the GPUs per node that
-   plan_tp_check takes for ddp or fsdp-full, sequence parallel off and on unless t fixes it), the
-   simpler first: a larger tp (and SP over no SP) is picked only when it is faster than the pick
-   so far by more than near_frac, or the pick so far does not fit. docs/formulas.md "Auto mode". */
-int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
-                 int sp_fixed, AutoResult *out) {
-    AutoResult *cur = malloc(sizeof *cur);
-    if (!cur) return -1;
-    char lines[2048] = "";
-    size_t n = 0;
-    int have = 0;
-    long cand = 0, eval = 0;
-    const unsigned tp_ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
-    for (int64_t d = 1; d <= c->gpus_per_node; d++) {
-        if (c->gpus_per_node % d) continue;
-        for (int sp = 0; sp <= 1; sp++) {
-            if (d == 1 && sp) continue;
-            if (d > 1 && sp_fixed && sp != t->sp) continue;
-            TrainSpec tt = *t;
-            AutoSpec aa = *a;
-            tt.tp = (int)d;
-            tt.sp = d > 1 ? sp : 0;
-            if (d > 1) {
-                aa.strategies &= tp_ok;
-                char msg[320];
-                int any = 0;
-                for (int k = 0; k < STRAT_COUNT; k++)
-                    if ((aa.strategies & (1u << k)) && !plan_tp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg) &&
-                        !plan_pp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
-                if (!any) continue;
-            }
-            plan_auto(m, &tt, c, &aa, cur);
-            cand += cur->candidates;
-            eval += cur->evaluated;
-            char label[32];
-            snprintf(label, sizeof label, d > 1 ? "tp %lld sp %s" : "tp 1 (data parallel alone)", (long long)d,
-                     tt.sp ? "on" : "off");
-            if (!cur->found) {
-                if (n < sizeof lines) n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: nothing fits\n", label);
-                continue;
-            }
-            /* the pick's own score (plan_auto may keep a simpler setup just below its best) */
-            double score = cur->time_known ? cur->time.tokens_per_s : 1 / cur->comm_s;
-            double held = !have ? 0 : out->time_known ? out->time.tokens_per_s : 1 / out->comm_s;
-            int better = !have || score > held * (1 + a->near_frac);
-            if (n < sizeof lines)
-                n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: %s, %.0f %s%s\n", label,
-                                      plan_strategy(cur->strategy)->name, cur->time_known ? cur->time.tokens_per_s : cur->comm_s * 1e3,
-                                      cur->time_known ? "tokens/s" : "ms of communication",
-                                      !have ? "" : better ? " (faster by more than the margin: taken)"
-                                      : score <= held ? " (slower: the simpler stays)"
-                                                      : " (faster within the margin: the simpler stays)");
-            if (better) { *out = *cur; have = 1; }
-        }
-    }
-    if (!have) *out = *cur;   /* nothing fits anywhere: the last explanation (with its fixes) */
-    out->candidates = cand;
-    out->evaluated = eval;
-    say(out, "tensor parallel searched (a larger tp or SP is taken only when faster by more than %.0f%%):\n%s",
-        a->near_frac * 100, lines);
-    free(cur);
+int plan_auto_any_strategy(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsigned strategies,
+                           char *msg, size_t len) {
+    char buf[320];
+    if (!msg) { msg = buf; len = sizeof buf; }
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((strategies & (1u << k)) && !plan_dims_check(m, t, c, (StrategyKind)k, msg, len)) return 1;
     return 0;
 }
 
-/* --pp auto: auto (or --tp auto's search) once per pipeline degree: pp = 1 and each divisor of
-   the model's blocks with tp x pp dividing the GPUs, 1F1B, the fewest micro-batches M >= pp the
-   global batch allows (M = pp without one), ddp or fsdp-full. The simpler first: a larger pp is
-   taken only when faster than the pick so far by more than near_frac (the bubble is in the
-   simulated step), or the pick so far does not fit. docs/formulas.md "Auto mode". */
-int plan_auto_pp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
-                 int sp_fixed, AutoResult *out) {
-    AutoResult *cur = malloc(sizeof *cur);
-    if (!cur) return -1;
-    char lines[2048] = "";
-    size_t n = 0;
-    int have = 0, nb = plan_pp_blocks(m), tp_auto = t->tp < 0, pp1_fits = 0;
+/* The setups' score: tokens/s, or 1 / communication seconds when the compute is not known. */
+static double score_of(const AutoResult *r) { return r->time_known ? r->time.tokens_per_s : 1 / r->comm_s; }
+
+/* auto below dimension `from` of the table (the dimensions searched run from the last to the
+   first: pp outside tp): the next dimension whose degree is searched offers its settings, the
+   simplest first; each is searched with the dimensions inside it, and a later one is taken only
+   when it is faster than the pick so far by more than near_frac, or the pick so far does not
+   fit. docs/formulas.md "Auto mode". */
+static int auto_from(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a, int from,
+                     AutoResult *out) {
+    int d = from - 1;
+    while (d >= 0 && !(plan_dim(d)->auto_on && plan_dim(d)->auto_on(t))) d--;
+    if (d < 0) return plan_auto(m, t, c, a, out);
+    const PlanDim *D = plan_dim(d);
+    enum { MAX_SETTINGS = 64 };
+    DimSetting *set = malloc(sizeof *set * MAX_SETTINGS);
+    AutoResult *cur = calloc(1, sizeof *cur);
+    if (!set || !cur) { free(set); free(cur); return -1; }
+    int n = D->settings(m, t, c, a, set, MAX_SETTINGS);
+    char lines[2048] = "", what[96];
+    size_t nl = 0;
+    int have = 0, first_found = 0, rc = 0;
     long cand = 0, eval = 0;
-    const unsigned pp_ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
-    int64_t tp_min = tp_auto ? 1 : plan_tp_degree(t);
-    for (int pp = 1; pp <= (nb > 0 ? nb : 1); pp++) {
-        if (nb > 0 && nb % pp) continue;
-        if (c->gpus % (tp_min * pp)) continue;
-        TrainSpec tt = *t;
-        AutoSpec aa = *a;
-        tt.pp = pp;
-        tt.pp_schedule = PP_1F1B;
-        char label[64];
-        if (pp > 1) {
-            int64_t M = pp, dp = c->gpus / (tp_min * pp);
-            if (a->global_batch > 0) {   /* the fewest micro-batches >= pp that split the replica's share */
-                int64_t per = a->global_batch % dp ? 0 : a->global_batch / dp;
-                if (a->keep_batch) M = per % t->micro_batch ? 0 : per / t->micro_batch;
-                else for (M = pp; M <= per && per % M; M++) {}
-                if (M < pp || M > per) {
-                    if (n < sizeof lines)
-                        n += (size_t)snprintf(lines + n, sizeof lines - n, "  pp %d: --global-batch %lld does not split "
-                                              "into %d or more micro-batches per replica\n", pp, (long long)a->global_batch, pp);
-                    continue;
-                }
-            }
-            tt.grad_accum = M;
-            aa.keep_accum = 1;
-            aa.strategies &= pp_ok;
-            aa.offloads &= 1u << OFFLOAD_NONE;
-            tt.offload = OFFLOAD_NONE;
-            char msg[320] = "";
-            int any = 0;
-            for (int k = 0; k < STRAT_COUNT; k++)
-                if ((aa.strategies & (1u << k)) && !plan_pp_check(m, &tt, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
-            if (!any) {
-                if (n < sizeof lines) n += (size_t)snprintf(lines + n, sizeof lines - n, "  pp %d: %s\n", pp, msg);
-                continue;
-            }
-            snprintf(label, sizeof label, "pp %d (1f1b, %lld micro-batches)", pp, (long long)M);
-        } else {
-            snprintf(label, sizeof label, "pp 1 (no pipeline)");
-        }
-        if (tp_auto) plan_auto_tp(m, &tt, c, &aa, sp_fixed, cur);
-        else plan_auto(m, &tt, c, &aa, cur);
-        cand += cur->candidates;
-        eval += cur->evaluated;
-        if (pp == 1) pp1_fits = cur->found;
-        if (!cur->found) {
-            if (n < sizeof lines) n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: nothing fits\n", label);
-            if (!have) *out = *cur;
+    for (int i = 0; i < n && !rc; i++) {
+        if (set[i].skip[0]) {
+            if (nl < sizeof lines) nl += (size_t)snprintf(lines + nl, sizeof lines - nl, "  %s\n", set[i].skip);
             continue;
         }
-        double score = cur->time_known ? cur->time.tokens_per_s : 1 / cur->comm_s;
-        double held = !have ? 0 : out->time_known ? out->time.tokens_per_s : 1 / out->comm_s;
+        AutoSpec aa = *a;
+        aa.strategies = set[i].strategies;
+        aa.offloads = set[i].offloads;
+        aa.keep_accum = set[i].keep_accum;
+        rc = auto_from(m, &set[i].t, c, &aa, d, cur);
+        cand += cur->candidates;
+        eval += cur->evaluated;
+        if (i == 0) first_found = cur->found;
+        if (!cur->found) {
+            if (nl < sizeof lines) nl += (size_t)snprintf(lines + nl, sizeof lines - nl, "  %s: nothing fits\n", set[i].label);
+            if (!have) *out = *cur;   /* nothing fits anywhere: the last explanation (with its fixes) */
+            continue;
+        }
+        /* the pick's own score (plan_auto may keep a simpler setup just below its best) */
+        double score = score_of(cur), held = have ? score_of(out) : 0;
         int better = !have || score > held * (1 + a->near_frac);
-        if (n < sizeof lines)
-            n += (size_t)snprintf(lines + n, sizeof lines - n, "  %s: %s tp %d, %.0f %s%s\n", label,
-                                  plan_strategy(cur->strategy)->name, plan_tp_degree(&cur->train),
-                                  cur->time_known ? cur->time.tokens_per_s : cur->comm_s * 1e3,
-                                  cur->time_known ? "tokens/s" : "ms of communication",
-                                  !have ? "" : better ? " (faster by more than the margin: taken)"
-                                  : score <= held ? " (slower: the simpler stays)"
-                                                  : " (faster within the margin: the simpler stays)");
+        D->describe(what, sizeof what, cur->strategy, &cur->train);
+        if (nl < sizeof lines)
+            nl += (size_t)snprintf(lines + nl, sizeof lines - nl, "  %s: %s, %.0f %s%s\n", set[i].label, what,
+                                   cur->time_known ? cur->time.tokens_per_s : cur->comm_s * 1e3,
+                                   cur->time_known ? "tokens/s" : "ms of communication",
+                                   !have ? "" : better ? " (faster by more than the margin: taken)"
+                                   : score <= held ? " (slower: the simpler stays)"
+                                                   : " (faster within the margin: the simpler stays)");
         if (better) { *out = *cur; have = 1; }
     }
+    if (n == 0) rc = plan_auto(m, t, c, a, out);   /* no setting to try: as given */
     out->candidates = cand;
     out->evaluated = eval;
-    int picked = have ? plan_pp_degree(&out->train) : 0;
-    say(out, "pipeline stages searched (1F1B; a larger pp is taken only when faster by more than %.0f%%, "
-        "the bubble counted in the simulated step):\n%s", a->near_frac * 100, lines);
-    if (picked > 1)
-        say(out, "pp %d picked: %s\n", picked, pp1_fits ? "faster than every smaller pipeline degree by more than the margin"
-                                                        : "without pipeline stages nothing fits the safety margin");
-    else if (have)
-        say(out, "pp 1 kept: no pipeline degree fits and runs faster by more than the margin\n");
+    say(out, D->search_title, a->near_frac * 100);
+    say(out, "%s", lines);
+    if (D->summary) {
+        char line[256];
+        D->summary(line, sizeof line, have, &out->train, first_found);
+        if (line[0]) say(out, "%s", line);
+    }
+    free(set);
     free(cur);
-    return 0;
+    return rc;
+}
+
+int plan_auto_dims(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                   AutoResult *out) {
+    return auto_from(m, t, c, a, plan_dim_count(), out);
 }

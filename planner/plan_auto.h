@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include "plan_plan.h"
 
-typedef struct {
+typedef struct AutoSpec {
     int64_t global_batch;    /* samples per optimizer step over all GPUs; 0 = keep --grad-accum */
     int64_t bn_min_batch;    /* per-GPU batch below which SyncBN is worth its cost (16) */
     int64_t max_micro_batch; /* search bound (1024) */
@@ -26,6 +26,7 @@ typedef struct {
     int keep_ckpt;           /* its act_ckpt / ckpt_every are fixed (given) */
     int keep_accum;          /* its grad_accum is fixed (given); with global_batch the micro-batch
                                 follows: global_batch / gpus / grad_accum, a whole number */
+    int sp_fixed;            /* --tp auto: --sp was given, so only that setting is tried */
 } AutoSpec;
 
 #define PLAN_AUTO_HEADROOM_FRAC 0.05
@@ -57,33 +58,22 @@ typedef struct {
 } AutoResult;
 
 void plan_auto_defaults(AutoSpec *a);
+/* "fsdp-full + offload opt, amp-bf16": a searched setup's name in explanations, into buf. */
+const char *plan_auto_setup_name(StrategyKind k, const TrainSpec *t, char *buf, size_t len);
 /* The precision regimes auto searches for precision p on a GPU: p's autocast and its
    fp32-master mixed twin (amp-bf16 <-> mixed-bf16, amp-fp16 <-> mixed-fp16). Bit mask. */
 unsigned plan_auto_precisions(PrecisionKind p);
 int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
               AutoResult *out);
-/* --tp auto: plan_auto for tp 1 and every tensor-parallel degree (and SP unless sp_fixed) that
-   applies, the simpler kept unless a larger one is faster by more than a->near_frac; the
-   explanation lists each. 0, or -1 out of memory. */
-int plan_auto_tp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
-                 int sp_fixed, AutoResult *out);
-/* --pp auto (t->pp < 0): plan_auto (or plan_auto_tp when t->tp < 0) for pp 1 and every pipeline
-   degree that divides the model's blocks with tp x pp dividing the GPUs, 1F1B with the fewest
-   micro-batches >= pp, the simpler kept unless a larger pp is faster by more than a->near_frac;
-   the explanation lists each and says why pp was picked or kept. 0, or -1 out of memory. */
-int plan_auto_pp(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
-                 int sp_fixed, AutoResult *out);
-/* DeepSpeed config JSON for the choice (caller frees): only keys DeepSpeed's config parser
-   knows, integer byte counts; memplan's prediction goes through plan_auto_prediction. */
-char *plan_auto_deepspeed_json(const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);
-/* memplan's prediction for the choice as '#' comment lines. */
-void plan_auto_prediction(FILE *f, const ClusterSpec *c, const AutoResult *r);
-/* torchrun command line and the DDP/FSDP wrapping snippet. */
-void plan_auto_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r);
-
-/* The Python lines that make t's trainable subset (PEFT's get_peft_model with t's LoRA, QLoRA's
-   4-bit loading as a comment, or --freeze's requires_grad_(False)), as train.py would run them
-   before wrapping the model; nothing without one. */
-void plan_auto_finetune_code(FILE *f, const ModelSpec *m, const TrainSpec *t);
+/* auto over the dimensions whose degree is searched (--tp auto, --pp auto: PlanDim.auto_on): plan_auto
+   for each setting each offers (pp outermost), the simpler kept unless a larger degree is faster
+   by more than a->near_frac; the explanation lists each. Plain plan_auto when none is searched. 0,
+   or -1 out of memory. */
+int plan_auto_dims(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
+                   AutoResult *out);
+/* 1 when some strategy of the mask passes every dimension's check for t on c; else 0 with the
+   last refusal in msg (may be NULL). */
+int plan_auto_any_strategy(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsigned strategies,
+                           char *msg, size_t len);
 
 #endif

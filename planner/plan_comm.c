@@ -157,16 +157,15 @@ static void finish_row(CommPlan *p, const ClusterSpec *c, PlanColl *x, int cross
 
 /* The collective table reads the step account (plan_step.h): every transfer its rules emit,
    summed per (op, phase, purpose) in the order they first appear, x K for those that run every
-   micro-step; host copies listed apart. */
-void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
-               CommPlan *out) {
+   micro-step; host copies listed apart. Times on the whole cluster's links. */
+void plan_comm_step(const Step *st, CommPlan *out) {
     memset(out, 0, sizeof(*out));
-    Step st;
-    if (plan_step_build(&st, m, t, c, sk)) { plan_step_free(&st); return; }
-    double K = (double)t->grad_accum;
+    if (st->failed) return;
+    const ClusterSpec *c = &st->view.full;
+    double K = (double)st->view.t.grad_accum;
     int crosses[PLAN_MAX_COLLS] = {0};
-    for (int e = 0; e < st.n_xfer; e++) {
-        const StepXfer *x = &st.xfer[e];
+    for (int e = 0; e < st->n_xfer; e++) {
+        const StepXfer *x = &st->xfer[e];
         double mult = x->micro == MICRO_EVERY ? K : 1;
         if (x->kind != XFER_COLL) {
             if (out->n_host >= 2 || x->payload <= 0) continue;
@@ -193,16 +192,25 @@ void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, Str
         out->c[k].payload_bytes += x->payload * mult;
     }
     for (int k = 0; k < out->n; k++) finish_row(out, c, &out->c[k], crosses[k]);
+}
+
+void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+               CommPlan *out) {
+    Step st;
+    plan_step_build(&st, m, t, c, sk);
+    plan_comm_step(&st, out);
     plan_step_free(&st);
 }
 
-void plan_fsdp_no_sync(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
-                       double *extra_bytes, double *saved_wire_bytes) {
-    const PrecisionSpec *p = plan_precision(t->precision);
+void plan_fsdp_no_sync(const Step *st, double *extra_bytes, double *saved_wire_bytes) {
+    *extra_bytes = *saved_wire_bytes = 0;
+    if (st->failed) return;
+    const RankView *v = &st->view;   /* the rank's model and the data-parallel group it shards over */
+    const PrecisionSpec *p = plan_precision(v->t.precision);
     MemSizes z;
-    plan_memory_sizes(m, t, c, sk, &z);
-    double K = (double)t->grad_accum;
-    *extra_bytes = c->gpus > 1 ? (z.psi - z.psi_shard) * p->grad_bytes : 0;
+    plan_memory_sizes(&v->m, &v->t, &v->dp, v->sk, &z);
+    double K = (double)v->t.grad_accum;
+    *extra_bytes = v->dp.gpus > 1 ? (z.psi - z.psi_shard) * p->grad_bytes : 0;
     *saved_wire_bytes = (K - 1) * (double)z.n * z.psi_shard * p->grad_bytes *
                         plan_coll_factor(PCOLL_REDUCE_SCATTER, z.n);
 }

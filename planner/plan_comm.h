@@ -102,9 +102,14 @@ double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, in
                          int crosses_nodes);
 /* FSDP under gradient accumulation: with no_sync() the (K-1) non-final micro-steps skip their
  * reduce-scatters but keep full unsharded gradients. extra = the added gradient bytes per GPU,
- * saved = the reduce-scatter wire bytes per GPU and optimizer step no longer sent. */
-void plan_fsdp_no_sync(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
-                       double *extra_bytes, double *saved_wire_bytes);
+ * saved = the reduce-scatter wire bytes per GPU and optimizer step no longer sent; of the rank's
+ * view of a built step (plan_step.h). */
+struct Step;
+void plan_fsdp_no_sync(const struct Step *st, double *extra_bytes, double *saved_wire_bytes);
+/* The collective table of a built step (plan_step.h); empty when it could not be built. */
+struct Step;
+void plan_comm_step(const struct Step *st, CommPlan *out);
+/* plan_comm_step of the step of (m, t, c, s), built for the purpose. */
 void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                CommPlan *out);
 

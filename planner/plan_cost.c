@@ -6,6 +6,7 @@
 #include "plan_cost.h"
 
 #include "plan_activ.h"
+#include "plan_dim_moe.h"
 
 #include <math.h>
 

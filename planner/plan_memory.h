@@ -77,11 +77,18 @@ int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, St
 int plan_memory_walk_fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                           MemResult *r, MemMomentFn fn, void *ctx);
 int plan_memory_fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
-/* Largest micro-batch whose peak fits the GPU (0 if none), searching up to max_b. */
+struct Step;
+/* The memory model of a built step (plan_step.h): r from its replay on c's GPU, fits and host
+   memory; fits_only as plan_memory_walk_fits. PLAN_OK, or the step's PlanStatus when it could
+   not be built (r->peak is then HUGE_VAL and r->peak_where says why). */
+int plan_memory_step(const struct Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx,
+                     int fits_only);
+/* Largest micro-batch whose peak fits the GPU (0 if none), searching up to max_b: each probe a
+   step built at that batch, so a plan at the answer fits and one at the answer + 1 does not. */
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b);
-
-/* DeepSpeed's defaults for its buffers (elements), docs/formulas.md. */
-
+/* The same, knowing already whether micro-batch b0 fits (fits0: a plan's row at its batch). */
+int64_t plan_max_micro_batch_from(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                                  StrategyKind s, int64_t max_b, int64_t b0, int fits0);
 
 #endif

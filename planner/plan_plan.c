@@ -8,6 +8,15 @@
 
 #include "plan_util.h"
 
+void plan_free(Plan *p) {
+    for (int i = 0; i < p->n_rows; i++) plan_step_free(&p->rows[i].step);
+    p->n_rows = 0;
+}
+
+void plan_steps(const Plan *p, const Step *rows[STRAT_COUNT]) {
+    for (int i = 0; i < p->n_rows; i++) rows[i] = &p->rows[i].step;
+}
+
 int plan_run(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsigned which, Plan *out) {
     memset(out, 0, sizeof(*out));
     out->recommended = -1;
@@ -15,10 +24,12 @@ int plan_run(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsig
         if (!(which & (1u << k))) continue;
         StrategyPlan *row = &out->rows[out->n_rows++];
         row->kind = (StrategyKind)k;
-        plan_memory(m, t, c, (StrategyKind)k, &row->mem);
-        plan_comm(m, t, c, (StrategyKind)k, &row->comm);
-        plan_sim(m, t, c, (StrategyKind)k, 0, &row->time);
-        row->max_micro_batch = plan_max_micro_batch(m, t, c, (StrategyKind)k, PLAN_MAX_BATCH_SEARCH);
+        plan_step_build(&row->step, m, t, c, (StrategyKind)k);
+        plan_memory_step(&row->step, c, &row->mem, NULL, NULL, 0);
+        plan_comm_step(&row->step, &row->comm);
+        plan_sim_step(&row->step, 0, &row->time);
+        row->max_micro_batch = plan_max_micro_batch_from(m, t, c, (StrategyKind)k, PLAN_MAX_BATCH_SEARCH,
+                                                         t->micro_batch, row->mem.fits);
     }
     int best = -1;
     for (int i = 0; i < out->n_rows; i++) {

@@ -1,17 +1,17 @@
 /* plan_report.c — see plan_report.h. */
 #include "plan_report.h"
-#include "plan_lora.h"
+#include "plan_dim_ft.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
 
 #include "plan_fsdp.h"
-#include "plan_offload.h"
+#include "plan_dim_offload.h"
 #include "plan_step.h"
 #include "plan_time.h"
-#include "plan_pp.h"
-#include "plan_tp.h"
+#include "plan_dim_pp.h"
+#include "plan_dim_tp.h"
 #include "plan_util.h"
 
 static int64_t plan_report_seq(const ModelSpec *m, const TrainSpec *t) {
@@ -22,53 +22,15 @@ static double plan_report_dropout(const ModelSpec *m, const TrainSpec *t) {
     return t->dropout >= 0 ? t->dropout : m->dropout;
 }
 
-static double plan_report_moe_imbalance(const TrainSpec *t) {   /* 0 reads as 1 */
-    return t->moe_imbalance > 1 ? t->moe_imbalance : 1;
-}
-
-void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
+void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     char a[32], b[32];
+    const Step *rows[STRAT_COUNT];
+    int n_rows = p ? p->n_rows : 0;
+    if (p) plan_steps(p, rows);
     fprintf(f, "# model: %s (%s parameters, %s, %d layers; from %s)\n", m->name,
             plan_fmt_count(plan_model_params(m) + plan_model_frozen(m), a, sizeof(a)), plan_arch_name(m->arch),
             m->n_layers, m->source);
-    if (plan_finetune_on(&t->ft)) {
-        int64_t tr = plan_model_params(m), tot = tr + plan_model_frozen(m);
-        char what[512], tg[160], fz[32];
-        if (t->ft.rank > 0)
-            snprintf(what, sizeof what, "LoRA r=%d, alpha %g, dropout %g on %s (PEFT get_peft_model)%s%s%s", t->ft.rank,
-                     t->ft.alpha, t->ft.dropout, plan_lora_targets(m, &t->ft, tg, sizeof tg),
-                     t->ft.quant != QUANT_NONE ? "; frozen base projections stored " : "",
-                     t->ft.quant != QUANT_NONE ? plan_quant_name(t->ft.quant) : "",
-                     t->ft.quant == QUANT_NF4 ? " (as bitsandbytes' quantize_4bit stores it: 0.5 B + a double-quantized absmax per "
-                     "64 weights; its dequantization transients are an estimate, no QLoRA step is measured)" :
-                     t->ft.quant == QUANT_INT8 ? " (1 B per weight: an estimate, not measured)" : "");
-        else
-            snprintf(what, sizeof what, "--freeze %s", plan_freeze_label(&t->ft, fz, sizeof fz));
-        fprintf(f, "# trainable: %s of %s parameters (%.4f%%), %s; frozen parameters get no gradients, no optimizer "
-                "state and no reductions\n", plan_fmt_count(tr, a, sizeof a), plan_fmt_count(tot, b, sizeof b),
-                tot > 0 ? 100.0 * (double)tr / (double)tot : 0.0, what);
-    }
-    if (m->moe.n_experts > 0) {
-        int moe_blocks = 0;
-        for (int i = 0; i < m->n_layers; i++) moe_blocks += m->layers[i].expert_params > 0;
-        int all = m->moe.router == MOE_ROUTER_ALL_EXPERTS;
-        double F = all ? 1 : plan_report_moe_imbalance(t);   /* Llama 4: no routed rows to scale */
-        char routing[320];
-        if (F > 1)
-            snprintf(routing, sizeof routing, "the routed experts' rows planned %g times (--moe-imbalance %g, an estimate "
-                     "for experts sized for the busiest one; transformers' grouped_mm holds the same rows whatever the "
-                     "routing: docs/formulas.md \"Routing imbalance\")", F, F);
-        else
-            snprintf(routing, sizeof routing, "routing does not change the memory (%s: docs/formulas.md \"Mixture of "
-                     "experts\")", all ? "every token passes every expert" : "transformers' grouped_mm holds all "
-                     "routed rows at once, even when every token picks the same experts");
-        fprintf(f, "# mixture of experts: %s parameters active per token (top-%d of %d experts of width %lld%s, "
-                "in %d of %d blocks); memory holds all of them, %s; %s\n",
-                plan_fmt_count(plan_model_active_params(m), b, sizeof(b)), m->moe.top_k, m->moe.n_experts,
-                (long long)m->moe.d_ff_expert, m->moe.d_ff_shared > 0 ? ", + shared experts" : "", moe_blocks,
-                m->n_layer, all ? "transformers computes every expert on every token" : "compute uses the active ones",
-                routing);
-    }
+    plan_dims_header(f, HEADER_AFTER_MODEL, m, t, c, rows, n_rows);
     if (m->headless)
         fprintf(f, "# %s is a base model (no LM head): no logits and no loss are planned; training "
                 "it needs a loss on its last hidden state, which the caller holds through backward\n",
@@ -87,46 +49,13 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             t->grad_accum > 1 ? (t->fsdp_grad_sync == FSDP_SYNC_LAST ? "in the last micro-step only (--fsdp-grad-sync last)"
                                                                      : "every micro-step (--fsdp-grad-sync every)") : "",
             t->impl == IMPL_ENGINE ? ", activation layout: memplan engine" : "");
-    if (plan_tp_degree(t) > 1)
-        fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s), sequence parallel %s; "
-                "the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and collectives are one "
-                "rank's (docs/formulas.md \"Tensor and sequence parallel\")\n", t->tp,
-                plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
-                                        : "column/row-parallel blocks, replicated tied embedding and head",
-                t->sp ? "on" : "off", (long long)(c->gpus / t->tp / plan_pp_degree(t)));
-    if (plan_pp_degree(t) > 1) {
-        int pp = plan_pp_degree(t), tp = plan_tp_degree(t), M = plan_pp_microbatches(t);
-        long long dp = (long long)(c->gpus / tp / pp);
-        fprintf(f, "# pipeline parallel: pp %d, schedule %s, %d micro-batches per step (the grad-accum above), the "
-                "strategies on %lld data-parallel ranks (gpus / (tp x pp)), global batch %lld; memory is the most "
-                "loaded stage's (stage 0: the embedding and %s micro-batches' activations in flight; the last: the "
-                "head and the loss), bubble (pp-1)/(M+pp-1) = %.1f%% of the step; memory checked on CPU ranks for "
-                "gpt2-mini in 2 stages only, bubble and send/recv closed forms, not measured (docs/formulas.md "
-                "\"Pipeline parallel\")\n", pp, plan_pp_schedule_name(t->pp_schedule), M, dp,
-                (long long)t->micro_batch * M * dp, t->pp_schedule == PP_GPIPE ? "all M" : "min(M, pp)",
-                100.0 * (pp - 1) / (M + pp - 1));
-        fprintf(f, "# pipeline stage planned (the most loaded):");
-        static const StrategyKind PP_STRATS[] = {STRAT_DDP, STRAT_FSDP_FULL};
-        for (size_t k = 0; k < 2; k++) {
-            int fl = 0, sg = plan_step_pp_stage(m, t, c, PP_STRATS[k], &fl);
-            if (sg >= 0) fprintf(f, " %s stage %d of %d (%d micro-batch%s in flight);", plan_strategy(PP_STRATS[k])->name,
-                                 sg, pp, fl, fl == 1 ? "" : "es");
-        }
-        fprintf(f, "\n");
-    }
     if (t->fsdp_impl == 1)   /* FSDP1's knobs (docs/formulas.md "FSDP1 and its knobs") */
         fprintf(f, "# fsdp1: units %s, backward_prefetch %s, forward_prefetch %s, limit_all_gathers %s\n",
                 t->fsdp1.min_params > 0 ? (m->root_only ? "everything in the root (size-based wrapping)"
                                                         : "from size-based wrapping (--fsdp-min-params)")
                                         : "the blocks", plan_fsdp_bwd_name(t->fsdp1.bwd), t->fsdp1.fwd ? "on" : "off",
                 t->fsdp1.no_limit ? "off (planned as on)" : "on");
-    if (t->offload != OFFLOAD_NONE)
-        fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
-                "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM; PyTorch's CPU step %.0fx slower)\n",
-                t->offload == OFFLOAD_PARAM ? "parameters, gradients and optimizer state" : "optimizer state and master weights",
-                plan_fmt_bytes(plan_cluster_host_mem(c), a, sizeof(a)), c->gpu.host_bw,
-                c->gpu.host_mem_bw * PLAN_CPU_ADAM_BW_FRAC / (12.0 + 8.0 * plan_optimizer(t->optimizer)->states),
-                PLAN_CPU_ADAM_BW_FRAC * 100, c->gpu.host_mem_bw, PLAN_TORCH_CPU_ADAM_SLOWDOWN);
+    plan_dims_header(f, HEADER_AFTER_TRAIN, m, t, c, rows, n_rows);
 }
 
 /* The collective table (and, under accumulation, what FSDP's other style would change). */
@@ -194,7 +123,7 @@ static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
             StrategyKind k = p->rows[i].kind;
             if (k != STRAT_FSDP_FULL && k != STRAT_FSDP_GRAD_OP && k != STRAT_FSDP_HYBRID) continue;
             double extra, saved;
-            plan_fsdp_no_sync(m, t, c, k, &extra, &saved);
+            plan_fsdp_no_sync(&p->rows[i].step, &extra, &saved);
             if (last)
                 fprintf(f, "# %s reduces in the last micro-step only (--fsdp-grad-sync last): %.3f GiB more unsharded "
                         "gradients per GPU than every micro-step (every), %.3f GiB less reduce-scatter traffic per step\n",
@@ -210,7 +139,7 @@ static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
 void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                        const Plan *p) {
     char buf[TERM_COUNT + 4][24];
-    plan_report_header(f, m, t, c);
+    plan_report_header(f, m, t, c, p);
     fprintf(f, "# memory per GPU at each strategy's peak moment; terms add up to the peak\n");
     fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s %8s  %s\n", "strategy", "params",
             "grads", "comm", "optim", "activ", "transnt", "overhead", "peak", "fits", "headroom",
@@ -303,22 +232,18 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
         fprintf(f, "recommendation: none — %s\n", p->reason);
 }
 
-/* The bytes each rule holds at strategy k's peak, per term (rule x term); 0 when the account
-   cannot be built. */
-static int peak_by_rule(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
-                        double out[RULE_COUNT][TERM_COUNT]) {
-    Step st;
-    int rc = plan_step_build(&st, m, t, c, k);
-    if (!rc) plan_step_live_at_peak(&st, m, c, out);
-    plan_step_free(&st);
-    return rc;
+/* The bytes each rule holds at a row's peak, per term (rule x term), from its step; -1 when the
+   step could not be built. */
+static int peak_by_rule(const StrategyPlan *r, const ClusterSpec *c, double out[RULE_COUNT][TERM_COUNT]) {
+    if (r->step.failed) return -1;
+    plan_step_live_at_peak(&r->step, c, out);
+    return 0;
 }
 
 /* "peak_by_rule": the bytes each rule holds at the peak, per term (they add up to the term). */
-static void add_peak_by_rule(cJSON *o, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
-                             unsigned char used[RULE_COUNT]) {
+static void add_peak_by_rule(cJSON *o, const StrategyPlan *r, const ClusterSpec *c, unsigned char used[RULE_COUNT]) {
     static double by[RULE_COUNT][TERM_COUNT];
-    if (peak_by_rule(m, t, c, k, by)) return;
+    if (peak_by_rule(r, c, by)) return;
     cJSON *arr = cJSON_AddArrayToObject(o, "peak_by_rule");
     for (int j = 0; j < TERM_COUNT; j++)
         for (int q = 0; q < RULE_COUNT; q++) {
@@ -345,11 +270,7 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     cJSON_AddNumberToObject(o, "host_bytes_per_node", r->mem.host_per_node);
     if (r->mem.acts_known || r->max_micro_batch == 0) cJSON_AddNumberToObject(o, "max_micro_batch", (double)r->max_micro_batch);
     else cJSON_AddNullToObject(o, "max_micro_batch");   /* fits, but how many samples is unknown */
-    if (plan_pp_degree(t) > 1) {   /* the stage the memory is of */
-        int fl = 0, sg = plan_step_pp_stage(m, t, c, r->kind, &fl);
-        cJSON_AddNumberToObject(o, "pp_stage", sg);
-        cJSON_AddNumberToObject(o, "pp_in_flight", fl);
-    }
+    plan_dims_row_json(o, &r->step);   /* e.g. the pipeline stage the memory is of */
     cJSON_AddNumberToObject(o, "model_states_bytes", r->mem.model_states);
     cJSON_AddNumberToObject(o, "headroom_bytes", r->mem.headroom);
     cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(r->mem.peak_phase));
@@ -410,7 +331,7 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     if (t->grad_accum > 1 && (r->kind == STRAT_FSDP_FULL || r->kind == STRAT_FSDP_GRAD_OP ||
                               r->kind == STRAT_FSDP_HYBRID)) {
         double extra, saved;
-        plan_fsdp_no_sync(m, t, c, r->kind, &extra, &saved);
+        plan_fsdp_no_sync(&r->step, &extra, &saved);
         cJSON *ns = cJSON_AddObjectToObject(o, "no_sync");
         cJSON_AddNumberToObject(ns, "extra_memory_bytes", extra);
         cJSON_AddNumberToObject(ns, "wire_bytes_saved_per_gpu", saved);
@@ -431,7 +352,7 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
     for (int k = 0; k < PHASE_COUNT; k++)
         cJSON_AddNumberToObject(ph, plan_phase_name((PhaseKind)k), r->mem.phase_peak[k]);
-    add_peak_by_rule(o, m, t, c, r->kind, used);
+    add_peak_by_rule(o, r, c, used);
 }
 
 cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
@@ -441,29 +362,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON *jm = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(jm, "name", m->name);
     cJSON_AddNumberToObject(jm, "params", (double)(plan_model_params(m) + plan_model_frozen(m)));
-    if (plan_finetune_on(&t->ft)) {
-        cJSON_AddNumberToObject(jm, "trainable_params", (double)plan_model_params(m));
-        cJSON *jf = cJSON_AddObjectToObject(jm, "finetune");
-        char tg[160], fz[32];
-        cJSON_AddNumberToObject(jf, "lora_rank", t->ft.rank);
-        if (t->ft.rank > 0) {
-            cJSON_AddNumberToObject(jf, "lora_alpha", t->ft.alpha);
-            cJSON_AddNumberToObject(jf, "lora_dropout", t->ft.dropout);
-            cJSON_AddStringToObject(jf, "lora_targets", plan_lora_targets(m, &t->ft, tg, sizeof tg));
-        }
-        cJSON_AddStringToObject(jf, "freeze", plan_freeze_label(&t->ft, fz, sizeof fz));
-        cJSON_AddStringToObject(jf, "quant_base", plan_quant_name(t->ft.quant));
-        cJSON_AddBoolToObject(jf, "quant_estimate", t->ft.quant == QUANT_NF4 || t->ft.quant == QUANT_INT8);
-        cJSON_AddNumberToObject(jf, "frozen_params", (double)plan_model_frozen(m));
-    }
     cJSON_AddNumberToObject(jm, "active_params", (double)plan_model_active_params(m));
-    if (m->moe.n_experts > 0) {
-        cJSON *je = cJSON_AddObjectToObject(jm, "moe");
-        cJSON_AddNumberToObject(je, "experts", m->moe.n_experts);
-        cJSON_AddNumberToObject(je, "top_k", m->moe.top_k);
-        cJSON_AddNumberToObject(je, "expert_ffn", (double)m->moe.d_ff_expert);
-        cJSON_AddNumberToObject(je, "shared_ffn", (double)m->moe.d_ff_shared);
-    }
     cJSON_AddStringToObject(jm, "arch", plan_arch_name(m->arch));
     cJSON_AddNumberToObject(jm, "layers", m->n_layers);
     cJSON_AddStringToObject(jm, "source", m->source);
@@ -499,20 +398,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "autocast", t->autocast_cpu ? "cpu" : "cuda");
     cJSON_AddStringToObject(jt, "loop", t->loop_trainer ? "trainer" : "common");
     cJSON_AddStringToObject(jt, "zero_grad", t->zero_grad_keep ? "zeros" : "none");
-    if (m->moe.n_experts > 0) cJSON_AddNumberToObject(jt, "moe_imbalance", plan_report_moe_imbalance(t));
-    if (plan_tp_degree(t) > 1) {   /* only then: the records of other plans stay as they were */
-        cJSON_AddNumberToObject(jt, "tp", t->tp);
-        cJSON_AddBoolToObject(jt, "sp", t->sp != 0);
-        cJSON_AddNumberToObject(jt, "data_parallel", (double)(c->gpus / t->tp / plan_pp_degree(t)));
-    }
-    if (plan_pp_degree(t) > 1) {   /* only then, as for tp */
-        cJSON_AddNumberToObject(jt, "pp", t->pp);
-        cJSON_AddStringToObject(jt, "pp_schedule", plan_pp_schedule_name(t->pp_schedule));
-        cJSON_AddNumberToObject(jt, "microbatches", plan_pp_microbatches(t));
-        cJSON_AddNumberToObject(jt, "pp_data_parallel", (double)(c->gpus / plan_tp_degree(t) / t->pp));
-        cJSON_AddStringToObject(jt, "pp_memory_source", "closed form; checked on CPU ranks for gpt2-mini in 2 stages only");
-        cJSON_AddStringToObject(jt, "pp_time_source", "closed form, not measured");
-    }
+    plan_dims_json(jm, jt, m, t, c);   /* each dimension's fields (fine-tuning, MoE, tp, pp) */
     cJSON *js = cJSON_AddArrayToObject(root, "strategies");
     for (int i = 0; i < p->n_rows; i++) strategy_json(js, m, t, c, &p->rows[i], used);
     cJSON *rules = cJSON_AddObjectToObject(root, "rules");
@@ -548,7 +434,7 @@ void plan_report_explain(FILE *f, const ModelSpec *m, const TrainSpec *t, const 
     fprintf(f, "%-13s %-12s %-26s %12s  %s\n", "strategy", "term", "rule", "bytes", "mechanism (source)");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];
-        if (peak_by_rule(m, t, c, r->kind, by)) continue;
+        if (peak_by_rule(r, c, by)) continue;
         fprintf(f, "%-13s peak %s at %s\n", plan_strategy(r->kind)->name, plan_fmt_bytes(r->mem.peak, a, sizeof(a)),
                 r->mem.peak_where);
         for (int k = 0; k < TERM_COUNT; k++) {

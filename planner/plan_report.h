@@ -8,13 +8,13 @@
 
 typedef struct cJSON cJSON;
 
-void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c);
+/* The '#' lines that describe the setup: model, cluster, training, each dimension's lines (p: the
+   plan's rows, for what depends on the strategy; NULL before planning). */
+void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p);
 void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                        const Plan *p);
 /* The whole plan as a JSON object (caller deletes it). NULL when out of memory. */
 cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p);
-/* The resolved sequence length (t->seq, or the model's context). */
-
 /* Each strategy's peak term by term, split by the rule that holds each byte (the mechanism and
    its source): --explain. docs/architecture.md. */
 void plan_report_explain(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p);

@@ -5,7 +5,6 @@
 
 #include "plan_activ.h"
 #include "plan_cost.h"
-#include "plan_sim.h"
 #include "plan_step_internal.h"
 
 #define F "docs/formulas.md "
@@ -156,22 +155,21 @@ static void engine_passes(const StepCtx *x, Step *st, double mem_bw) {
         step_work(st, RULE_ENGINE_PASSES, pt(x, PT_STEP, 0), WORK_FIXED, MICRO_ONCE, (8 * S + 8 * psi) / mem_bw, 0);
 }
 
-/* Each layer's forward and backward (plan_cost.c plan_layer_seconds: the flat model, or per
-   operation; backward with recomputation); the optimizer step, memory-bound over the local
-   elements, or on the CPU under offload. docs/formulas.md "Time". */
+/* Each layer's forward and backward over the step's micro-batch, as this rank runs it (its tp
+   share, its pp stage: x->m; plan_cost.c plan_layer_seconds: the flat model, or per operation,
+   whose GEMM efficiency depends on the batch; backward with recomputation); the optimizer step,
+   memory-bound over the local elements, or on the CPU under offload. docs/formulas.md "Time". */
 void rule_compute(const StepCtx *x, Step *st) {
     const ModelSpec *m = x->m;
     const ClusterSpec *c = x->c;
     const PrecisionSpec *p = x->p;
-    TrainSpec t1 = *x->t;
-    t1.micro_batch = 1;
     double mem_bw = c->gpu.mem_bw > 0 ? c->gpu.mem_bw * 1e9 : INFINITY;
     for (int i = 0; i < x->L; i++) {
-        double fl = plan_layer_fwd_flops(m, i, &t1), fs, bs;
-        plan_layer_seconds(m, i, &t1, c, &fs, &bs);
+        double fl = plan_layer_fwd_flops(m, i, x->t), fs, bs;
+        plan_layer_seconds(m, i, x->t, c, &fs, &bs);
         /* the FLOPs of the step count forward + backward (3x forward) once, on the forward */
-        step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_FWD, i), WORK_SAMPLE, MICRO_EVERY, fs, 3 * fl);
-        step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_BWD, i), WORK_SAMPLE, MICRO_EVERY, bs, 0);
+        step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_FWD, i), WORK_BATCH, MICRO_EVERY, fs, 3 * fl);
+        step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_BWD, i), WORK_BATCH, MICRO_EVERY, bs, 0);
     }
     double o_local = (x->s->shard & SHARD_OPT) ? x->z.psi_shard : x->z.psi;
     double bytes = o_local * (2.0 * (p->param_bytes + p->master_bytes) + p->grad_bytes +

@@ -380,38 +380,3 @@ void rule_syncbn(const StepCtx *x, Step *st) {
                  SCHED_SYNC_AFTER, MICRO_EVERY, 2.0 * C * 4, x->N, multi_node(x));
     }
 }
-
-/* CPU offload's host traffic (plan_offload.h): under param offload each layer's shard comes up
-   before its gathers and its gradient shard goes down after its reduction; under optimizer
-   offload the gradient copy overlaps backward and the updated parameters come up after the CPU
-   step. docs/formulas.md "Offload and host memory". */
-void rule_host_copies(const StepCtx *x, Step *st) {
-    OffloadHost h;
-    plan_offload_host(x->m, x->t, x->c, x->sk, &h);
-    int param = x->t->offload == OFFLOAD_PARAM;
-    double K = (double)(x->t->grad_accum > 0 ? x->t->grad_accum : 1);
-    double fetches = x->s->buffers == BUF_FSDP_GRAD_OP ? 1 : 2;   /* GRAD_OP keeps units after forward */
-    if (h.d2h_bytes > 0) {
-        StepXfer *e = step_xfer(st, RULE_HOST_COPIES, XFER_D2H, pt(x, PT_BWD, 0));
-        if (e) {
-            e->purpose = PURPOSE_HOST_GRADS;
-            e->phase = CPHASE_BACKWARD;
-            e->sched = param ? SCHED_HOST_SPREAD : SCHED_HOST_OVERLAP;
-            e->payload = h.d2h_bytes;
-            e->seconds = h.d2h_s;
-            e->count = param ? K : h.d2h_per_micro ? K : 1;   /* pieces the time is split in */
-        }
-    }
-    if (h.h2d_bytes > 0) {
-        StepXfer *e = step_xfer(st, RULE_HOST_COPIES, XFER_H2D, pt(x, param ? PT_FWD : PT_STEP, 0));
-        if (e) {
-            e->purpose = param ? PURPOSE_HOST_PARAMS : PURPOSE_HOST_UPDATED;
-            e->phase = param ? CPHASE_FORWARD : CPHASE_STEP;
-            e->sched = param ? SCHED_HOST_SPREAD : SCHED_HOST_AFTER_STEP;
-            e->payload = h.h2d_bytes;
-            e->seconds = h.h2d_s;
-            e->count = param ? fetches * K : 1;
-            e->wait = (int)fetches;   /* spread: gathered before forward (1) and backward (2) */
-        }
-    }
-}

@@ -3,7 +3,7 @@
  * Each transfer says when it is issued and who waits for it (StepSched); the scheduler knows
  * nothing of strategies. Times in seconds. docs/formulas.md "Time". */
 #include "plan_sim.h"
-#include "plan_pp.h"
+#include "plan_dim_pp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 
 #include "plan_cost.h"
 #include "plan_step.h"
-#include "plan_tp.h"
+#include "plan_dim_tp.h"
 
 typedef struct {
     SimResult *r;
@@ -82,21 +82,15 @@ static double compute_dur(Stream *cs, double steal, double t, double dur) {
     return dur + steal * ov;
 }
 
-/* The account read once, per point, for a search over micro-batches and accumulation: the work
- * scales with the micro-batch, the transfers do not. */
-struct SimPrep {
-    const ModelSpec *m;  /* the layers the account walks: the model, or under --pp its stage */
-    const ModelSpec *whole;   /* the model as given (the memory walk re-derives the stage) */
-    ModelSpec stage;     /* --pp: the planned stage's layers (plan_pp_stage_view) */
-    int has_stage;
-    TrainSpec t;
-    const ClusterSpec *c;
-    StrategyKind kind;
-    Step st;             /* the account at micro-batch 1 */
+/* The account read once, per point: its work (at its micro-batch) and transfers. */
+typedef struct SimPrep {
+    const Step *st;      /* the account (borrowed) */
+    const ModelSpec *m;  /* its layers: the rank's view (its tp share, its pp stage) */
+    const ClusterSpec *c;   /* the whole cluster: the links' rates, the GPUs */
     int L;
     int *xs, *xo;        /* the transfers of point p: xo[xs[p] .. xs[p+1]) */
     double *xdur;        /* [n_xfer] seconds of each transfer (all its collectives) */
-    double *fwd1, *bwd1; /* [L] compute seconds per sample */
+    double *fwd, *bwd;   /* [L] compute seconds of the micro-batch */
     double *fix_every, *fix_last;   /* [L] fixed work after layer i's backward (engine copies) */
     double *h2d, *d2h;   /* [L] host copies beside layer i's gathers / reductions (param offload) */
     int h2d_bwd;         /* the host copies come up before backward too (units released after forward) */
@@ -104,16 +98,16 @@ struct SimPrep {
     double zero_s, opt_s;           /* before the step's first forward; the optimizer (+ its host copy) */
     double overlap_s, overlap_n;    /* optimizer offload: gradient copy per copy, copies per step */
     double steal, issue_s;
-    double tokens_per_sample, flops_per_sample;
-};
+    double tokens_per_sample, flops_per_micro;
+} SimPrep;
 
 static void work_at(SimPrep *P, const StepWork *w) {
     int layer;
     PointKind k = plan_step_point_kind(P->L, w->point, &layer);
-    if (w->scale == WORK_SAMPLE) {
-        if (k == PT_FWD) P->fwd1[layer] += w->seconds;
-        else if (k == PT_BWD) P->bwd1[layer] += w->seconds;
-        P->flops_per_sample += w->flops;
+    if (w->scale == WORK_BATCH) {
+        if (k == PT_FWD) P->fwd[layer] += w->seconds;
+        else if (k == PT_BWD) P->bwd[layer] += w->seconds;
+        P->flops_per_micro += w->flops;
         return;
     }
     if (k == PT_START) P->zero_s += w->seconds;
@@ -143,32 +137,33 @@ static void host_at(SimPrep *P, const StepXfer *x) {
 }
 
 static int prep_alloc(SimPrep *P) {
-    int L = P->L > 0 ? P->L : 1, np = P->st.n_points, nx = P->st.n_xfer > 0 ? P->st.n_xfer : 1;
-    P->fwd1 = calloc((size_t)(6 * L), sizeof(double));
+    int L = P->L > 0 ? P->L : 1, np = P->st->n_points, nx = P->st->n_xfer > 0 ? P->st->n_xfer : 1;
+    P->fwd = calloc((size_t)(6 * L), sizeof(double));
     P->xs = calloc((size_t)np + 1, sizeof(int));
     P->xo = malloc(sizeof(int) * (size_t)nx);
     P->xdur = calloc((size_t)nx, sizeof(double));
-    if (!P->fwd1 || !P->xs || !P->xo || !P->xdur) return -1;
-    P->bwd1 = P->fwd1 + L; P->fix_every = P->fwd1 + 2 * L; P->fix_last = P->fwd1 + 3 * L;
-    P->h2d = P->fwd1 + 4 * L; P->d2h = P->fwd1 + 5 * L;
+    if (!P->fwd || !P->xs || !P->xo || !P->xdur) return -1;
+    P->bwd = P->fwd + L; P->fix_every = P->fwd + 2 * L; P->fix_last = P->fwd + 3 * L;
+    P->h2d = P->fwd + 4 * L; P->d2h = P->fwd + 5 * L;
     return 0;
 }
 
-SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k) {
-    SimPrep *P = calloc(1, sizeof(*P));
-    if (!P) return NULL;
-    P->m = P->whole = m; P->t = *t; P->c = c; P->kind = k; P->L = m->n_layers;
-    TrainSpec t1 = *t;
-    t1.micro_batch = 1;
-    if (plan_step_build(&P->st, m, &t1, c, k)) { plan_sim_prep_free(P); return NULL; }
-    if (plan_pp_degree(t) > 1) {   /* the account is one stage's: walk its layers */
-        if (plan_pp_stage_view(m, plan_pp_degree(t), P->st.pp_stage, &P->stage)) { plan_sim_prep_free(P); return NULL; }
-        P->has_stage = 1;
-        P->m = &P->stage;
-        P->L = P->stage.n_layers;
-    }
-    if (prep_alloc(P)) { plan_sim_prep_free(P); return NULL; }
-    const Step *st = &P->st;
+static void prep_free(SimPrep *P) {
+    free(P->fwd);
+    free(P->xs);
+    free(P->xo);
+    free(P->xdur);
+}
+
+/* Reads st once: work by layer, transfers by point with their seconds on c's links. */
+static int prepare(SimPrep *P, const Step *st) {
+    memset(P, 0, sizeof *P);
+    P->st = st;
+    P->m = &st->view.m;
+    P->c = &st->view.full;
+    P->L = st->view.m.n_layers;
+    if (prep_alloc(P)) { prep_free(P); return -1; }
+    const ClusterSpec *c = P->c;
     P->steal = c->comm_steal > 0 ? c->comm_steal : 0;
     P->issue_s = c->coll_issue_s > 0 ? c->coll_issue_s : 0;
     P->tokens_per_sample = st->tokens_per_sample;
@@ -182,21 +177,10 @@ SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterS
     }
     for (int p = 0; p < st->n_points; p++) P->xs[p + 1] += P->xs[p];
     int *fill = calloc((size_t)st->n_points, sizeof(int));
-    if (!fill) { plan_sim_prep_free(P); return NULL; }
+    if (!fill) { prep_free(P); return -1; }
     for (int e = 0; e < st->n_xfer; e++) P->xo[P->xs[st->xfer[e].point] + fill[st->xfer[e].point]++] = e;
     free(fill);
-    return P;
-}
-
-void plan_sim_prep_free(SimPrep *P) {
-    if (!P) return;
-    plan_step_free(&P->st);
-    if (P->has_stage) plan_model_free(&P->stage);
-    free(P->fwd1);
-    free(P->xs);
-    free(P->xo);
-    free(P->xdur);
-    free(P);
+    return 0;
 }
 
 typedef struct {
@@ -204,7 +188,8 @@ typedef struct {
     Rec *rc;
     double *fwd_end, *bwd_end;
     double *ready;       /* [n_points] when the transfers a point waits for are done */
-    const double *fwd1, *bwd1;   /* [L] compute seconds per sample at this run's micro-batch */
+    double (*ran)[PCOLL_COUNT];      /* collectives issued, per purpose and op (NULL: not counted) */
+    double (*ran_bytes)[PCOLL_COUNT];   /* their payload bytes */
 } Run;
 
 /* What one micro-step took: phase walls (compute and the waits inside) and their compute. */
@@ -258,6 +243,10 @@ static const char *xfer_op_name(const StepXfer *x) {
 }
 
 static double issue(Run *R, Stream *cs, const StepXfer *x, int e, double at) {
+    if (R->ran) {
+        R->ran[x->purpose][x->op] += x->count;
+        R->ran_bytes[x->purpose][x->op] += x->payload;
+    }
     return comm_issue(cs, R->rc, at, R->P->xdur[e], xfer_op_name(x), xfer_where(R->P, x), x->payload);
 }
 
@@ -270,7 +259,7 @@ static double before(Run *R, Stream *cs, int p, int layer, double t, double prev
                                                    P->m->layers[layer].name, 0));
     for (int q = P->xs[p]; q < P->xs[p + 1]; q++) {
         int e = P->xo[q];
-        const StepXfer *x = &P->st.xfer[e];
+        const StepXfer *x = &P->st->xfer[e];
         if (!active(x, sync) || P->xdur[e] <= 0) continue;
         if (x->sched == SCHED_SYNC_BEFORE) t = issue(R, cs, x, e, t);
         else if (x->sched == SCHED_ASYNC_BEFORE || x->sched == SCHED_PREFETCH) {
@@ -290,7 +279,7 @@ static double after(Run *R, Stream *cs, int p, int layer, double t, int sync, in
     const SimPrep *P = R->P;
     for (int q = P->xs[p]; q < P->xs[p + 1]; q++) {
         int e = P->xo[q];
-        const StepXfer *x = &P->st.xfer[e];
+        const StepXfer *x = &P->st->xfer[e];
         if (!active(x, sync) || P->xdur[e] <= 0) continue;
         if (!async && x->sched == SCHED_SYNC_AFTER) t = issue(R, cs, x, e, t);
         else if (async && x->sched == SCHED_ASYNC_AFTER) {
@@ -305,17 +294,17 @@ static double after(Run *R, Stream *cs, int p, int layer, double t, int sync, in
 
 /* One micro-step from t0; sync = gradients are reduced this micro-step. Returns when all its
  * compute and communication are done (backward waits for its transfers at the end). */
-static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micro *mo) {
+static double micro_step(Run *R, Stream *cs, double t0, int sync, Micro *mo) {
     const SimPrep *P = R->P;
     const ModelSpec *m = P->m;
     int L = P->L;
     double t = t0, prev = -1;
-    memset(R->ready, 0, sizeof(double) * (size_t)P->st.n_points);
+    memset(R->ready, 0, sizeof(double) * (size_t)P->st->n_points);
     for (int i = 0; i < L; i++) {
         int p = plan_step_point(L, PT_FWD, i);
         t = before(R, cs, p, i, t, prev, sync, &mo->fwd_c);
         prev = t;
-        t = compute(R, cs, "fwd", m->layers[i].name, t, b * R->fwd1[i], &mo->fwd_c);
+        t = compute(R, cs, "fwd", m->layers[i].name, t, P->fwd[i], &mo->fwd_c);
         t = after(R, cs, p, i, t, sync, 0, &mo->fwd_c);
         if (R->fwd_end) R->fwd_end[i] = t;
         t = after(R, cs, p, i, t, sync, 1, &mo->fwd_c);
@@ -327,7 +316,7 @@ static double micro_step(Run *R, Stream *cs, double t0, double b, int sync, Micr
         int p = plan_step_point(L, PT_BWD, i);
         t = before(R, cs, p, i, t, prev, sync, &mo->bwd_c);
         prev = t;
-        t = compute(R, cs, "bwd", m->layers[i].name, t, b * R->bwd1[i], &mo->bwd_c);
+        t = compute(R, cs, "bwd", m->layers[i].name, t, P->bwd[i], &mo->bwd_c);
         double fix = P->fix_every[i] + (sync ? P->fix_last[i] : 0);
         if (fix > 0) t = compute(R, cs, "copy", m->layers[i].name, t, fix, &mo->bwd_c);
         t = after(R, cs, p, i, t, sync, 0, &mo->bwd_c);
@@ -368,11 +357,11 @@ static void on_moment(void *ctx, PhaseKind ph, int layer, const double term[TERM
 
 /* The optimizer step after the micro-steps: what the gradient copies to the host left exposed,
    the step's blocking collectives (the norm before, the parameter gathers after), its compute. */
-static double step_tail(Run *R, Stream *cs, double t_end, double b, Micro *mo, SimResult *out) {
+static double step_tail(Run *R, Stream *cs, double t_end, Micro *mo, SimResult *out) {
     const SimPrep *P = R->P;
     if (P->overlap_s > 0) {   /* gradient copies to the host: what backward does not hide */
         double bwd = 0;
-        for (int i = 0; i < P->L; i++) bwd += b * R->bwd1[i];
+        for (int i = 0; i < P->L; i++) bwd += P->bwd[i];
         double exposed = P->overlap_s > bwd ? P->overlap_s - bwd : 0;
         rec_op(R->rc, "copy_d2h", "grads", LANE_COMM, t_end, exposed, 0);
         t_end += exposed * P->overlap_n;
@@ -383,7 +372,7 @@ static double step_tail(Run *R, Stream *cs, double t_end, double b, Micro *mo, S
     for (int pass = 0; pass < 2; pass++) {
         for (int q = P->xs[s]; q < P->xs[s + 1]; q++) {
             int e = P->xo[q];
-            const StepXfer *x = &P->st.xfer[e];
+            const StepXfer *x = &P->st->xfer[e];
             if (x->kind == XFER_COLL && P->xdur[e] > 0 && x->sched == (pass ? SCHED_SYNC_AFTER : SCHED_SYNC_BEFORE))
                 t_end = issue(R, cs, x, e, t_end);
         }
@@ -396,51 +385,41 @@ static double step_tail(Run *R, Stream *cs, double t_end, double b, Micro *mo, S
     return t_end;
 }
 
-/* Per-sample layer seconds at micro-batch b: the step account's (per sample, linear in b) under
-   the flat model; per operation the GEMMs' efficiency depends on b, so each layer is priced at b
-   (plan_cost.c plan_layer_seconds). NULL when the account's serve, or out of memory (*oom). */
-static double *layer_rates(const SimPrep *P, int64_t b, int *oom) {
-    if (plan_time_flat(P->c) || b <= 1) return NULL;
-    double *r = malloc(sizeof(double) * 2 * (size_t)(P->L > 0 ? P->L : 1));
-    if (!r) { *oom = 1; return NULL; }
-    TrainSpec t = P->t;
-    t.micro_batch = b;
-    for (int i = 0; i < P->L; i++) {
-        plan_layer_seconds(P->m, i, &t, P->c, &r[i], &r[P->L + i]);
-        r[i] /= (double)b;
-        r[P->L + i] /= (double)b;
-    }
-    return r;
-}
-
-int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int record, SimResult *out) {
+/* The step of P on the two streams: grad_accum micro-steps (the first K - 1 without gradient
+   sync, identical: one simulated and scaled), the optimizer step, the pipeline bubble. */
+static int run(const SimPrep *P, int record, SimResult *out) {
     memset(out, 0, sizeof(*out));
+    const TrainSpec *vt = &P->st->view.t;
     Rec rc = {out, record, 0};
-    double *ready = calloc((size_t)P->st.n_points, sizeof(double));
-    int oom = 0;
-    double *rates = layer_rates(P, micro_batch, &oom);
-    Run R = {P, &rc, NULL, NULL, ready, rates ? rates : P->fwd1, rates ? rates + P->L : P->bwd1};
+    double *ready = calloc((size_t)P->st->n_points, sizeof(double));
+    Run R = {P, &rc, NULL, NULL, ready, out->coll_count, out->coll_payload};
     if (record) {
         R.fwd_end = calloc((size_t)(P->L > 0 ? P->L : 1), sizeof(double));
         R.bwd_end = calloc((size_t)(P->L > 0 ? P->L : 1), sizeof(double));
     }
-    if (oom || !ready || (record && (!R.fwd_end || !R.bwd_end))) {
-        free(R.fwd_end); free(R.bwd_end); free(ready); free(rates);
+    if (!ready || (record && (!R.fwd_end || !R.bwd_end))) {
+        free(R.fwd_end); free(R.bwd_end); free(ready);
         return -1;
     }
-    double b = (double)micro_batch, K = (double)grad_accum;
+    double b = (double)vt->micro_batch, K = (double)vt->grad_accum;
     Stream cs = {0};
     cs.keep = P->steal > 0;
     Micro mo = {0};
     double t_end = P->zero_s;   /* the engine's gradient zeroing (0 otherwise) */
     rec_op(&rc, "zero", "grads", LANE_COMPUTE, 0, P->zero_s, 0);
-    if (grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
+    if (vt->grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
         Rec quiet = {out, 0, 0};
-        Run Q = {P, &quiet, NULL, NULL, ready, R.fwd1, R.bwd1};
+        double q_ran[PURPOSE_COUNT][PCOLL_COUNT] = {{0}}, q_bytes[PURPOSE_COUNT][PCOLL_COUNT] = {{0}};
+        Run Q = {P, &quiet, NULL, NULL, ready, q_ran, q_bytes};
         Stream cs1 = {0};
         cs1.keep = cs.keep;
         Micro m1 = {0};
-        double t1 = micro_step(&Q, &cs1, 0, b, 0, &m1);
+        double t1 = micro_step(&Q, &cs1, 0, 0, &m1);
+        for (int u = 0; u < PURPOSE_COUNT; u++)
+            for (int o = 0; o < PCOLL_COUNT; o++) {
+                out->coll_count[u][o] += q_ran[u][o] * (K - 1);
+                out->coll_payload[u][o] += q_bytes[u][o] * (K - 1);
+            }
         t_end += t1 * (K - 1);
         mo.fwd = m1.fwd * (K - 1); mo.bwd = m1.bwd * (K - 1);
         mo.fwd_c = m1.fwd_c * (K - 1); mo.bwd_c = m1.bwd_c * (K - 1);
@@ -449,12 +428,12 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
         if (cs1.oom) rc.oom = 1;
         free(cs1.iv);
     }
-    t_end = micro_step(&R, &cs, t_end, b, 1, &mo);
-    t_end = step_tail(&R, &cs, t_end, b, &mo, out);
+    t_end = micro_step(&R, &cs, t_end, 1, &mo);
+    t_end = step_tail(&R, &cs, t_end, &mo, out);
     /* --pp: the pipeline's fill and drain. Each stage idles pp - 1 micro-batch slots of a forward
        and a backward: (pp - 1) (t_f + t_b), a fraction (pp - 1) / (M + pp - 1) of the pipelined
        part (Narayanan et al. 2021 §2.2; Huang et al. 2019 §2.2: the same for GPipe); closed form */
-    int pp = plan_pp_degree(&P->t);
+    int pp = P->st->view.pp;
     if (pp > 1 && K > 0) {
         out->pp_bubble_s = (double)(pp - 1) / K * (mo.fwd + mo.bwd);
         t_end += out->pp_bubble_s;
@@ -474,32 +453,39 @@ int plan_sim_run(const SimPrep *P, int64_t micro_batch, int64_t grad_accum, int 
     out->exposed_comm_s = busy_end > out->compute_s ? busy_end - out->compute_s : 0;
     /* the tp ranks of a group (and the pp stages of a pipeline) train the same samples:
        gpus / (tp x pp) data-parallel replicas */
-    double samples = b * K * (double)P->c->gpus / plan_tp_degree(&P->t) / plan_pp_degree(&P->t);
+    double samples = b * K * (double)P->c->gpus / P->st->view.tp / P->st->view.pp;
     out->tokens_per_s = t_end > 0 ? samples * P->tokens_per_sample / t_end : 0;
-    out->flops_per_step = P->flops_per_sample * b * K;
+    out->flops_per_step = P->flops_per_micro * K;
     if (cs.oom) rc.oom = 1;
     free(cs.iv);
-    if (record) {
-        TrainSpec t = P->t;
-        t.micro_batch = micro_batch;
-        t.grad_accum = grad_accum;
+    if (record) {   /* the memory over the step: the same account's moments, at the simulated times */
         MemResult mr;
+        memset(&mr, 0, sizeof mr);
         MemCtx mc = {&R, out, &rc};
-        plan_memory_walk(P->whole, &t, P->c, P->kind, &mr, on_moment, &mc);
+        plan_step_replay(P->st, P->c, &mr, on_moment, &mc);
     }
     free(R.fwd_end);
     free(R.bwd_end);
     free(ready);
-    free(rates);
     return rc.oom ? -1 : 0;
+}
+
+int plan_sim_step(const Step *st, int record, SimResult *out) {
+    memset(out, 0, sizeof(*out));
+    if (st->failed) return st->status ? st->status : -1;
+    SimPrep P;
+    if (prepare(&P, st)) return -1;
+    int rc = run(&P, record, out);
+    prep_free(&P);
+    return rc;
 }
 
 int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
              int record, SimResult *out) {
-    SimPrep *P = plan_sim_prepare(m, t, c, k);
-    if (!P) { memset(out, 0, sizeof(*out)); return -1; }
-    int rc = plan_sim_run(P, t->micro_batch, t->grad_accum, record, out);
-    plan_sim_prep_free(P);
+    Step st;
+    plan_step_build(&st, m, t, c, k);
+    int rc = plan_sim_step(&st, record, out);
+    plan_step_free(&st);
     return rc;
 }
 

@@ -2,12 +2,13 @@
  * symmetric): per-layer compute on a compute stream, collectives on a communication stream in
  * FIFO order, DDP bucket triggers, FSDP/ZeRO-3 just-in-time gathers with one unit of prefetch,
  * reduce-scatters after each unit's backward, synchronous SyncBN collectives, and the optimizer
- * step. It yields the step time, the exposed communication, and — from the memory model's own
- * walk, stamped with the simulated times — a memory-over-time curve whose maximum is the memory
+ * step. It yields the step time, the exposed communication, and — from the same account's memory
+ * replay, stamped with the simulated times — a memory-over-time curve whose maximum is the memory
  * model's peak. docs/formulas.md "Time". */
 #ifndef PLAN_SIM_H
 #define PLAN_SIM_H
 
+#include "plan_comm.h"
 #include "plan_gpu.h"
 #include "plan_memory.h"
 #include "plan_model.h"
@@ -44,20 +45,23 @@ typedef struct {
     double step_s;           /* one optimizer step (grad_accum micro-steps) */
     double tokens_per_s;     /* global tokens (samples for CNNs) per second */
     double flops_per_step;   /* per GPU */
+    /* the collectives the step ran over all its micro-steps, per purpose and op: what the
+       collective table counts (plan_comm_step), call by call and byte by byte */
+    double coll_count[PURPOSE_COUNT][PCOLL_COUNT];
+    double coll_payload[PURPOSE_COUNT][PCOLL_COUNT];
     SimOp *ops; int n_ops, cap_ops;     /* recorded when asked */
     SimMem *mem; int n_mem, cap_mem;
     double mem_peak;
 } SimResult;
 
-/* The micro-batch-independent part of a setup, prepared once for a search over micro-batches
- * and accumulation (t's micro_batch and grad_accum are ignored). NULL when out of memory. */
-typedef struct SimPrep SimPrep;
-SimPrep *plan_sim_prepare(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
-int plan_sim_run(const SimPrep *p, int64_t micro_batch, int64_t grad_accum, int record, SimResult *out);
-void plan_sim_prep_free(SimPrep *p);
-
-/* record = 1 keeps the op list and memory curve (free with plan_sim_free). Returns 0, -1 when
- * out of memory while recording. */
+/* The simulated step of a built step account (plan_step.h) as it is: its micro-batch, its
+ * grad_accum micro-steps, its rank's view (the tp share, the pp stage) on the whole cluster's
+ * links. record = 1 keeps the op list and the memory curve (the same account's moments; free
+ * with plan_sim_free). Returns 0, -1 when out of memory, the step's PlanStatus when it was not
+ * built. */
+struct Step;
+int plan_sim_step(const struct Step *st, int record, SimResult *out);
+/* plan_sim_step of the step of (m, t, c, s), built for the purpose. */
 int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
              int record, SimResult *out);
 void plan_sim_free(SimResult *r);

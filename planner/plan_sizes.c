@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "plan_fsdp.h"
-#include "plan_lora.h"
+#include "plan_dim_ft.h"
 
 /* CPU offload (plan_strategy.h): the fp32 master weights and the optimizer state live on the
    host; so does the gradient partition where gradients are sharded (ZeRO-2/3 copy each reduced

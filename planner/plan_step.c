@@ -125,134 +125,53 @@ void step_work(Step *st, RuleId r, int point, WorkScale scale, StepMicro micro, 
     st->work[st->n_work++] = (StepWork){point, (uint8_t)scale, (uint8_t)micro, (uint16_t)r, seconds, flops};
 }
 
-/* The rules in the order they run: each reads the resolved setup and writes its events. */
+/* The core rules in the order they run: each reads the resolved setup and writes its events;
+   the dimensions' rules (plan_dim.h) run after them, in the table's order. */
 static const StepRuleFn RULES[] = {
     rule_model_states, rule_grads_kept, rule_accum_grads, rule_autograd_grads, rule_tied_head,
     rule_engine_grad_flight, rule_ds12_gradients, rule_fsdp2_gradients, rule_mlp_pending_grads,
     rule_step_grads, rule_ddp_reducer, rule_ds12_reducer, rule_ds3_coordinator,
     rule_unit_static_buffers, rule_fsdp2_buffers, rule_unit_collectives, rule_engine_buckets,
-    rule_ds_step_collectives, rule_ddp_broadcast, rule_syncbn, rule_host_copies,
+    rule_ds_step_collectives, rule_ddp_broadcast, rule_syncbn,
     rule_saved_activations, rule_autocast_cache, rule_backward_transients, rule_loss,
-    rule_optimizer_transients, rule_compute, rule_tp, rule_pp,
+    rule_optimizer_transients, rule_compute,
 };
 
-static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                      StrategyKind sk, const ClusterSpec *full, int stage, int in_flight);
-
-static int build_failed(Step *st, const char *where) {
-    memset(st, 0, sizeof(*st));
+static int build_failed(Step *st, int status, const char *where, const char *why) {
+    plan_step_free(st);
     st->failed = 1;
+    st->status = status;
     st->fail_where = where;
-    return -1;
+    snprintf(st->fail_why, sizeof st->fail_why, "%s", why ? why : where);
+    return status;
 }
 
-/* Pipeline parallel (plan_pp.h): the account of the most loaded stage, stage 0 (the embedding,
-   the most micro-batches in flight) or the last (the head and the loss), each a model of its
-   own on gpus / pp data-parallel ranks. Middle stages hold stage 0's blocks without the
-   embedding and fewer micro-batches: never more. */
-static int pp_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                    StrategyKind sk, const ClusterSpec *full) {
-    int pp = plan_pp_degree(t);
-    int stages[2] = {0, pp - 1};
-    double best = -1;
+/* The account of view v (which the step takes over): the fixed overheads, which rules hold
+   per-parameter tensors, the moments every step has, then the rules. */
+static int build_view(Step *st, RankView *v) {
     memset(st, 0, sizeof(*st));
-    for (int k = 0; k < 2; k++) {
-        ModelSpec v;
-        ClusterSpec d;
-        Step cand;
-        if (plan_pp_stage_view(m, pp, stages[k], &v)) return build_failed(st, "out of host memory planning it");
-        plan_pp_cluster(c, pp, &d);
-        int fl = plan_pp_in_flight(t, stages[k]);
-        int rc = step_build(&cand, &v, t, &d, sk, full, stages[k], fl);
-        if (!rc && fl == plan_pp_microbatches(t) && fl > 1) {
-            /* every micro-batch is in flight before the stage's first backward (GPipe; 1F1B with
-               M <= pp - stage): that backward is the peak's, and no gradient has accumulated yet.
-               The memory is the account of a step without accumulation; the collectives and the
-               compute stay those of M micro-steps. */
-            TrainSpec t1 = *t;
-            t1.grad_accum = 1;
-            Step first;
-            rc = step_build(&first, &v, &t1, &d, sk, full, stages[k], fl);
-            if (!rc) {
-                Step keep = cand;
-                cand.mem = first.mem; cand.n_mem = first.n_mem; cand.cap_mem = first.cap_mem;
-                cand.sampled = first.sampled;
-                first.mem = keep.mem; first.sampled = keep.sampled;
-            }
-            plan_step_free(&first);
-        }
-        MemResult r;
-        memset(&r, 0, sizeof r);   /* the replay keeps the largest moment it sees in r */
-        if (!rc) plan_step_replay(&cand, &v, &d, &r, NULL, NULL);
-        plan_model_free(&v);
-        if (rc) { plan_step_free(&cand); plan_step_free(st); return build_failed(st, "out of host memory planning it"); }
-        cand.pp_stage = stages[k];
-        cand.pp_in_flight = fl;
-        if (k == 0 || r.peak > best) {
-            plan_step_free(st);
-            *st = cand;
-            best = r.peak;
-        } else plan_step_free(&cand);
-    }
-    return 0;
-}
-
-/* Tensor parallel (plan_tp.h): the step of one rank is the step of its share of the model on the
-   data-parallel cluster, plus the TP rules (which read the whole cluster for the tp group).
-   Pipeline parallel then splits that share into stages. */
-int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk) {
-    int tp = plan_tp_degree(t), pp = plan_pp_degree(t);
-    if (tp == 1 && pp == 1) return step_build(st, m, t, c, sk, c, -1, 1);
-    char msg[256];
-    ModelSpec v;
-    ClusterSpec d;
-    if (plan_tp_check(m, t, c, sk, msg, sizeof msg))
-        return build_failed(st, "tensor parallel does not apply to this setup");
-    if (plan_pp_check(m, t, c, sk, msg, sizeof msg))
-        return build_failed(st, "pipeline parallel does not apply to this setup");
-    if (tp == 1) return pp_build(st, m, t, c, sk, c);
-    if (plan_tp_view(m, tp, &v)) return build_failed(st, "out of host memory planning it");
-    plan_tp_cluster(c, tp, &d);
-    int rc = pp > 1 ? pp_build(st, &v, t, &d, sk, c) : step_build(st, &v, t, &d, sk, c, -1, 1);
-    plan_model_free(&v);
-    return rc;
-}
-
-int plan_step_pp_stage(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk, int *in_flight) {
-    Step st;
-    int rc = plan_step_build(&st, m, t, c, sk);
-    int stage = rc ? -1 : st.pp_stage;
-    if (in_flight) *in_flight = rc ? 0 : st.pp_in_flight;
-    plan_step_free(&st);
-    return stage;
-}
-
-static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                      StrategyKind sk, const ClusterSpec *full, int stage, int in_flight) {
-    memset(st, 0, sizeof(*st));
+    st->view = *v;
+    const RankView *w = &st->view;
+    const ModelSpec *m = &w->m;
+    const ClusterSpec *c = &w->dp;
     st->n_layers = m->n_layers;
     st->n_points = plan_step_n_points(m->n_layers);
     st->sampled = calloc((size_t)st->n_points, 1);
     StepCtx x;
     memset(&x, 0, sizeof x);
-    if (!st->sampled || plan_step_ctx_init(&x, m, t, c, sk)) {
+    if (!st->sampled || plan_step_ctx_init(&x, w)) {
         plan_step_ctx_free(&x);
-        st->failed = 1;
-        st->fail_where = "out of host memory planning it";
-        return -1;
+        return build_failed(st, PLAN_ERR_NOMEM, "out of host memory planning it", NULL);
     }
     /* fixed overheads: CUDA context, cuBLAS workspace, NCCL communicators (docs/formulas.md
-       "Fixed overheads"); HYBRID_SHARD has an intra-node and an inter-node communicator */
+       "Fixed overheads"); HYBRID_SHARD has an intra-node and an inter-node communicator, the tp
+       and pp groups one each */
     st->cuda_context = c->cuda_context;
     st->cublas_ws = c->gpu.cublas_ws_bytes;
     st->nccl_comms = c->gpus > 1 ? 1 : 0;
     if (x.s->group_node && c->gpus > x.n) st->nccl_comms = 2;
-    x.full = full;
-    x.tp = plan_tp_degree(t);
-    if (x.tp > 1) st->nccl_comms++;   /* the tp group's communicator */
-    x.pp_stage = stage;
-    x.pp_in_flight = in_flight;
-    if (plan_pp_degree(t) > 1) st->nccl_comms++;   /* the pp group's (send/recv) */
+    if (w->tp > 1) st->nccl_comms++;
+    if (w->pp > 1) st->nccl_comms++;
     st->nccl = st->nccl_comms * c->nccl_per_comm;
     st->fixed = st->cuda_context + st->cublas_ws + st->nccl;
     st->shard_group = x.n;
@@ -273,9 +192,79 @@ static int step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Cl
     }
     step_sample(st, pt(&x, PT_STEP, 0));
     for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]); k++) RULES[k](&x, st);
+    for (int d = 0; d < plan_dim_count(); d++)
+        if (plan_dim(d)->rule) plan_dim(d)->rule(&x, st);
     plan_step_ctx_free(&x);
-    if (st->failed) { st->fail_where = "out of host memory planning it"; return -1; }
-    return 0;
+    if (st->failed) return build_failed(st, PLAN_ERR_NOMEM, "out of host memory planning it", NULL);
+    return PLAN_OK;
+}
+
+/* A view whose memory is the account of one micro-step (plan_dim_pp.c: every micro-batch in
+   flight before the stage's first backward): the memory events of that account, the
+   collectives and compute of all the micro-steps. */
+static int build_candidate(Step *st, RankView *v) {
+    int one = v->mem_one_micro;
+    RankView v1 = *v;
+    int rc = build_view(st, v);
+    if (rc || !one) return rc;
+    v1.own_m = 0;                    /* the same layers, owned by st's view */
+    v1.m = st->view.m;
+    v1.t.grad_accum = 1;
+    Step first;
+    rc = build_view(&first, &v1);
+    if (rc) { plan_step_free(st); return build_failed(st, rc, first.fail_where, first.fail_why); }
+    StepMem *mem = st->mem;
+    uint8_t *sampled = st->sampled;
+    st->mem = first.mem; st->n_mem = first.n_mem; st->cap_mem = first.cap_mem;
+    st->sampled = first.sampled;
+    first.mem = mem; first.sampled = sampled;
+    plan_step_free(&first);
+    return PLAN_OK;
+}
+
+int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk) {
+    memset(st, 0, sizeof(*st));
+    RankView views[PLAN_MAX_VIEWS];
+    char why[320];
+    const char *where;
+    int n = plan_rank_views(m, t, c, sk, views, PLAN_MAX_VIEWS, why, sizeof why, &where);
+    if (n < 0) return build_failed(st, n, where, why);
+    /* host memory is the node's, for the setup as given (plan_dim_offload.h) */
+    OffloadHost h;
+    plan_offload_host(m, t, c, sk, &h);
+    /* several candidates (the pipeline's first and last stage): the most loaded is the plan's,
+       by its peak replayed as the memory model replays it, the first on a tie */
+    double best = 0;
+    int have = 0, rc = PLAN_OK;
+    for (int k = 0; k < n; k++) {
+        if (rc) { plan_rank_view_free(&views[k]); continue; }
+        Step cand;
+        rc = build_candidate(&cand, &views[k]);
+        if (rc) {
+            if (have) plan_step_free(st);
+            have = 0;
+            *st = cand;
+            continue;
+        }
+        double peak = 0;
+        if (n > 1) {
+            MemResult r;
+            memset(&r, 0, sizeof r);   /* the replay keeps the largest moment it sees in r */
+            plan_step_replay(&cand, &cand.view.dp, &r, NULL, NULL);
+            peak = r.peak;
+        }
+        if (!have || peak > best) {
+            if (have) plan_step_free(st);
+            *st = cand;
+            best = peak;
+            have = 1;
+        } else plan_step_free(&cand);
+    }
+    if (rc) return rc;   /* st is the failed candidate, its reason kept */
+    st->host_per_node = h.per_node;
+    st->host_capacity = h.capacity;
+    st->host_fits = h.fits;
+    return PLAN_OK;
 }
 
 void plan_step_free(Step *st) {
@@ -283,6 +272,7 @@ void plan_step_free(Step *st) {
     free(st->xfer);
     free(st->work);
     free(st->sampled);
+    plan_rank_view_free(&st->view);
     memset(st, 0, sizeof(*st));
 }
 
@@ -388,8 +378,8 @@ static void replay(Replay *R, Live *lv) {
     free(idx);
 }
 
-static void replay_with(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
-                        MemMomentFn fn, void *ctx) {
+static void replay_with(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx) {
+    const ModelSpec *m = &st->view.m;
     Replay R = {st, m, c, r, fn, ctx, -1, NULL};
     Live lv;
     live_init(&lv, st, NULL);
@@ -593,7 +583,8 @@ typedef struct {
     int n, cap;
 } OpList;
 
-static int list_ops(const Step *st, const ModelSpec *m, OpList *ops) {
+static int list_ops(const Step *st, OpList *ops) {
+    const ModelSpec *m = &st->view.m;
     int *idx = order_events(st);
     uint64_t *pc = malloc(sizeof(uint64_t) * (size_t)(m && m->n_layers > 0 ? m->n_layers : 1));
     double total = m ? (double)plan_model_params(m) : 0;
@@ -676,10 +667,10 @@ static _Thread_local StepMemo memo[STEP_MEMO];
 static _Thread_local int memo_next;
 static _Thread_local OpList memo_ops;   /* the list being looked up */
 
-int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *conf, PlanAllocStats *out) {
+int plan_step_alloc(const Step *st, const PlanAllocConfig *conf, PlanAllocStats *out) {
     memset(out, 0, sizeof(*out));
     OpList *ops = &memo_ops;
-    if (list_ops(st, m, ops)) return -1;
+    if (list_ops(st, ops)) return -1;
     for (int k = 0; k < STEP_MEMO; k++) {
         const StepMemo *h = &memo[k];
         if (h->used && h->ops.n == ops->n && conf_equal(&h->conf, conf) &&
@@ -715,16 +706,15 @@ int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *c
    replay that does not run out with reserved <= the GPU's capacity would be the same replay as
    at that capacity, which ran out), so the search stops. Returns 1 when it stopped early (r
    holds only the tensor peak), else 0 with r filled as without fits_only. */
-static int replay_alloc(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
-                        MemMomentFn fn, void *ctx, int fits_only) {
-    if (!c->alloc_model) { replay_with(st, m, c, r, fn, ctx); return 0; }
+static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx, int fits_only) {
+    if (!c->alloc_model) { replay_with(st, c, r, fn, ctx); return 0; }
     ClusterSpec flat = *c;
     flat.alloc_model = 0;
     flat.alloc_margin = 0;
     flat.margin_is_frac = 0;
     MemResult r0;
     memset(&r0, 0, sizeof(r0));
-    replay_with(st, m, &flat, &r0, NULL, NULL);
+    replay_with(st, &flat, &r0, NULL, NULL);
     double tensors = r0.peak > st->fixed ? r0.peak - st->fixed : 0;
     if (fits_only && r0.peak > c->gpu.mem_bytes) { r->peak = r0.peak; return 1; }
     PlanAllocConfig conf = c->alloc_conf;
@@ -732,7 +722,7 @@ static int replay_alloc(const Step *st, const ModelSpec *m, const ClusterSpec *c
     conf.device_total = c->gpu.mem_bytes > 0 && c->gpu.mem_bytes < 0x1p63 ? (uint64_t)c->gpu.mem_bytes : 0;
     conf.capacity = cap >= 1 && cap < 0x1p63 ? (uint64_t)cap : 0;
     PlanAllocStats s;
-    int failed = plan_step_alloc(st, m, &conf, &s);
+    int failed = plan_step_alloc(st, &conf, &s);
     int oom = !failed && s.n_ooms > 0;
     if (oom) {
         /* what the step needs: the least capacity with which the allocator, freeing its cache
@@ -742,7 +732,7 @@ static int replay_alloc(const Step *st, const ModelSpec *m, const ClusterSpec *c
         PlanAllocStats t;
         uint64_t gpu = conf.capacity;
         conf.capacity = 0;
-        failed = plan_step_alloc(st, m, &conf, &s);
+        failed = plan_step_alloc(st, &conf, &s);
         /* the early stop needs the unlimited replay not to run out (a memory fraction can) */
         int stop = fits_only && gpu > 0 && !failed && s.n_ooms == 0;
         uint64_t lo = s.max_allocated, hi = s.max_reserved, tol = (hi - lo) / 64;
@@ -750,7 +740,7 @@ static int replay_alloc(const Step *st, const ModelSpec *m, const ClusterSpec *c
         while (!failed && hi - lo > tol) {
             if (stop && lo >= gpu) { r->peak = r0.peak; return 1; }
             conf.capacity = lo + (hi - lo) / 2;
-            failed = plan_step_alloc(st, m, &conf, &t);
+            failed = plan_step_alloc(st, &conf, &t);
             if (failed) break;
             if (t.n_ooms) lo = conf.capacity;
             else { hi = conf.capacity; s = t; }
@@ -759,12 +749,12 @@ static int replay_alloc(const Step *st, const ModelSpec *m, const ClusterSpec *c
     if (failed) {   /* out of host memory: the flat margin, said so by alloc_model = 0 */
         flat.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
         flat.margin_is_frac = 1;
-        replay_with(st, m, &flat, r, fn, ctx);
+        replay_with(st, &flat, r, fn, ctx);
         return 0;
     }
     double over = (double)s.max_reserved - tensors;
     flat.alloc_margin = over > 0 ? over : 0;
-    replay_with(st, m, &flat, r, fn, ctx);
+    replay_with(st, &flat, r, fn, ctx);
     r->alloc_model = 1;
     r->alloc_tensor_peak = tensors;
     r->alloc_allocated = (double)s.max_allocated;
@@ -774,18 +764,16 @@ static int replay_alloc(const Step *st, const ModelSpec *m, const ClusterSpec *c
     return 0;
 }
 
-void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
-                      MemMomentFn fn, void *ctx) {
-    replay_alloc(st, m, c, r, fn, ctx, 0);
+void plan_step_replay(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx) {
+    replay_alloc(st, c, r, fn, ctx, 0);
 }
 
-int plan_step_replay_fits(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
-                          MemMomentFn fn, void *ctx) {
-    return replay_alloc(st, m, c, r, fn, ctx, 1);
+int plan_step_replay_fits(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx) {
+    return replay_alloc(st, c, r, fn, ctx, 1);
 }
 
-void plan_step_live_at_peak(const Step *st, const ModelSpec *m, const ClusterSpec *c,
-                            double out[RULE_COUNT][TERM_COUNT]) {
+void plan_step_live_at_peak(const Step *st, const ClusterSpec *c, double out[RULE_COUNT][TERM_COUNT]) {
+    const ModelSpec *m = &st->view.m;
     MemResult r;
     memset(&r, 0, sizeof(r));
     double (*live)[TERM_COUNT] = calloc(RULE_COUNT, sizeof(*live));

@@ -9,9 +9,12 @@
  *   - moments: the points where the memory is sampled (candidate peaks);
  *   - transfers: collectives and host copies, with when they are issued and who waits for them;
  *   - work: the compute of each point (FLOPs and bytes, priced by the cluster's rates).
- * The memory model replays the events (peak, terms at the peak and the rule behind each byte),
- * the collective table sums the transfers, the simulated step schedules work and transfers on
- * two streams, and the max-micro-batch search replays the moments: one account, four readers.
+ * A step is built once per strategy (and once per micro-batch a search probes), for one rank's
+ * view of the setup (plan_dim.h: the tp share, the pp stage), at the setup's micro-batch. The
+ * memory model replays its events (peak, terms at the peak and the rule behind each byte), the
+ * collective table sums its transfers, the simulated step schedules its work and transfers on
+ * two streams, the max-micro-batch search replays the steps of the batches it probes, and
+ * --explain, --trace, --plot and the JSON read the same object: one account, every reader.
  * docs/architecture.md draws the flow; docs/formulas.md gives every rule's source. */
 #ifndef PLAN_STEP_H
 #define PLAN_STEP_H
@@ -19,7 +22,9 @@
 #include <stdint.h>
 
 #include "plan_comm.h"
+#include "plan_dim.h"
 #include "plan_memory.h"
+#include "plan_util.h"
 
 /* ---- points ---- */
 typedef enum {
@@ -133,18 +138,22 @@ typedef struct {
     double seconds;          /* host copies: their time (collectives: from the cost model) */
 } StepXfer;
 
-typedef enum { WORK_SAMPLE = 0, WORK_FIXED } WorkScale;   /* x micro-batch, or per micro-step */
+/* WORK_BATCH: a layer's forward or backward over the step's micro-batch (its seconds priced at
+   that batch: the GEMMs' efficiency depends on it); WORK_FIXED: per micro-step whatever the batch
+   (the engine's buffer passes, the optimizer). */
+typedef enum { WORK_BATCH = 0, WORK_FIXED } WorkScale;
 
 typedef struct {
     int32_t point;
     uint8_t scale;           /* WorkScale */
     uint8_t micro;           /* StepMicro */
     uint16_t rule;
-    double seconds;          /* at the cluster's rates */
-    double flops;            /* counted in the step's FLOPs (per sample for WORK_SAMPLE) */
+    double seconds;          /* at the cluster's rates, for the step's micro-batch */
+    double flops;            /* counted in the step's FLOPs, for the step's micro-batch */
 } StepWork;
 
 typedef struct Step {
+    RankView view;           /* the rank's view the account is of (owned): its model, clusters, setup */
     int n_layers, n_points;
     StepMem *mem;   int n_mem, cap_mem;
     StepXfer *xfer; int n_xfer, cap_xfer;
@@ -161,30 +170,32 @@ typedef struct Step {
        optimizer states, foreach temporaries, DDP's buckets): plan_step_alloc splits them by
        layer. 0: one allocation (DeepSpeed's flat buffers, memplan's engine). */
     uint8_t split_rule[RULE_COUNT];
-    int pp_stage;            /* --pp: the pipeline stage this account is (the most loaded); 0 none */
-    int pp_in_flight;        /* --pp: micro-batches whose activations that stage holds at once */
-    int failed;              /* out of memory while building */
-    const char *fail_where;
+    /* host memory per node (plan_dim_offload.h), of the setup as given: model states offloaded by
+       the node's ranks, or the load-time copies */
+    double host_per_node, host_capacity;
+    int host_fits;
+    int failed;              /* not built: status below */
+    int status;              /* PlanStatus (plan_util.h): PLAN_ERR_NOMEM, PLAN_ERR_REFUSED */
+    const char *fail_where;  /* short, for the peak_at column ("out of host memory planning it") */
+    char fail_why[320];      /* the whole reason (a dimension's refusal) */
 } Step;
 
-/* Builds the account of one step of strategy s; 0, or -1 out of memory (with st->fail_where
-   saying what the memory model reports). Free with plan_step_free. */
+/* Builds the account of one step of strategy s for setup (m, t, c): the rank's views
+   (plan_rank_views; under --pp the most loaded stage's) at t's micro-batch. PLAN_OK, or a
+   PlanStatus with st->fail_where and st->fail_why saying why (the step is then empty). Free with
+   plan_step_free. */
 int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
-/* --pp: the stage whose account plan_step_build keeps for strategy s (the most loaded) and, in
-   *in_flight, the micro-batches whose activations it holds at once; -1 when it cannot be built. */
-int plan_step_pp_stage(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s, int *in_flight);
 void plan_step_free(Step *st);
 
 /* The memory model over the account: fills r (terms, peak, phases, model states) and calls fn
-   at every moment. Host memory and fits are the caller's (plan_memory_walk). */
-void plan_step_replay(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
-                      MemMomentFn fn, void *ctx);
+   at every moment. Host memory and fits are the caller's (plan_memory_step). c: the GPU's memory
+   and the allocator's settings. */
+void plan_step_replay(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx);
 /* plan_step_replay for a caller that needs only whether the peak fits c->gpu.mem_bytes: returns
    1, with only r->peak set (a lower bound: the tensors and fixed overheads), when the step is
    already known not to fit before the allocator replay or its capacity search is done; else 0
    with r, and the calls to fn, exactly plan_step_replay's. */
-int plan_step_replay_fits(const Step *st, const ModelSpec *m, const ClusterSpec *c, MemResult *r,
-                          MemMomentFn fn, void *ctx);
+int plan_step_replay_fits(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx);
 /* The account's memory events replayed as an allocation sequence through the caching allocator
    model (plan_alloc.h) configured by conf, on one stream, from an empty cache: in step order,
    within one point and side of its moment the frees first (so the live bytes never exceed the
@@ -195,11 +206,10 @@ int plan_step_replay_fits(const Step *st, const ModelSpec *m, const ClusterSpec 
    stays, holding fewer); bytes freed before they were allocated are owed. Overhead events are
    not tensors and are left out. Fills out; 0, or -1 out of host memory. docs/formulas.md "The
    allocator in the plan". */
-int plan_step_alloc(const Step *st, const ModelSpec *m, const PlanAllocConfig *conf, PlanAllocStats *out);
+int plan_step_alloc(const Step *st, const PlanAllocConfig *conf, PlanAllocStats *out);
 /* Bytes of each rule per term live at moment index k (0 = the first moment; -1 = the peak), for
    explaining a figure: out[rule][term]. */
-void plan_step_live_at_peak(const Step *st, const ModelSpec *m, const ClusterSpec *c,
-                            double out[RULE_COUNT][TERM_COUNT]);
+void plan_step_live_at_peak(const Step *st, const ClusterSpec *c, double out[RULE_COUNT][TERM_COUNT]);
 
 /* Builder API for the rules (plan_rules*.c). */
 void step_mem(Step *st, RuleId r, TermKind term, int point, StepWhen w, double bytes);

@@ -171,9 +171,15 @@ static int units_setup(StepCtx *x) {
     return 0;
 }
 
-int plan_step_ctx_init(StepCtx *x, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk) {
+int plan_step_ctx_init(StepCtx *x, const RankView *v) {
     memset(x, 0, sizeof(*x));
+    const ModelSpec *m = &v->m;
+    const TrainSpec *t = &v->t;
+    const ClusterSpec *c = &v->dp;
+    StrategyKind sk = v->sk;
+    x->v = v;
     x->m = m; x->t = t; x->c = c; x->sk = sk;
+    x->full = &v->full;
     x->s = plan_strategy(sk);
     x->p = plan_precision(t->precision);
     x->o = plan_optimizer(t->optimizer);

@@ -5,11 +5,13 @@
 
 #include "plan_activ.h"
 #include "plan_deepspeed.h"
+#include "plan_dim.h"
+#include "plan_dim_moe.h"
+#include "plan_dim_offload.h"
+#include "plan_dim_pp.h"
+#include "plan_dim_tp.h"
 #include "plan_fsdp.h"
-#include "plan_offload.h"
 #include "plan_step.h"
-#include "plan_pp.h"
-#include "plan_tp.h"
 
 /* Gradient accumulation (--grad-accum K > 1; docs/formulas.md "Gradient accumulation"): what
    the K-1 earlier micro-steps leave for the last one, whose backward holds the peak. */
@@ -36,10 +38,12 @@ typedef struct {
     int root;
 } StepUnit;
 
-typedef struct {
-    const ModelSpec *m;
-    const TrainSpec *t;
-    const ClusterSpec *c;
+typedef struct StepCtx {
+    const RankView *v;       /* the rank's view the step is of (plan_dim.h) */
+    const ModelSpec *m;      /* its model (v->m): one rank's share under --tp, one stage under --pp */
+    const TrainSpec *t;      /* v->t */
+    const ClusterSpec *c;    /* v->dp: the data-parallel cluster the strategy's rules see */
+    const ClusterSpec *full; /* v->full: the whole cluster (the tp and pp groups' links) */
     StrategyKind sk;
     const Strategy *s;
     const PrecisionSpec *p;
@@ -70,16 +74,10 @@ typedef struct {
     StepUnit *units;         /* the sharded units (n_units), root last */
     int n_units;
     int *unit_of;            /* [L]: index into units of layer i's unit, -1 none */
-    /* tensor parallel (plan_tp.h): m is one rank's share and c the data-parallel cluster;
-       full is the whole cluster (the tp group's bandwidth) */
-    int tp;                  /* 1: none */
-    int pp_stage;            /* --pp (plan_pp.h): the stage this account is; -1 none */
-    int pp_in_flight;        /* micro-batches in flight on this stage; 1 none */
-    const ClusterSpec *full;
 } StepCtx;
 
-/* Resolves the setup; 0, or -1 out of memory (FSDP2's or the units' tables). */
-int plan_step_ctx_init(StepCtx *x, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk);
+/* Resolves the setup of view v; 0, or -1 out of memory (FSDP2's or the units' tables). */
+int plan_step_ctx_init(StepCtx *x, const RankView *v);
 void plan_step_ctx_free(StepCtx *x);
 
 /* Point shorthands. */
@@ -110,7 +108,8 @@ int step_casts_cached(const StepCtx *x, int i);
    views, never cached). */
 int step_casts_leave_with_block(const StepCtx *x, int i);
 
-/* The rules, in the order the builder runs them (the collective table's row order follows it). */
+/* The core rules, in the order the builder runs them (the collective table's row order follows
+   it); each dimension's rules (PlanDim.rule) run after them, in the table's order. */
 typedef void (*StepRuleFn)(const StepCtx *x, Step *st);
 void rule_model_states(const StepCtx *x, Step *st);
 void rule_grads_kept(const StepCtx *x, Step *st);
@@ -132,14 +131,14 @@ void rule_engine_buckets(const StepCtx *x, Step *st);
 void rule_ds_step_collectives(const StepCtx *x, Step *st);
 void rule_ddp_broadcast(const StepCtx *x, Step *st);
 void rule_syncbn(const StepCtx *x, Step *st);
-void rule_host_copies(const StepCtx *x, Step *st);
+void rule_host_copies(const StepCtx *x, Step *st);   /* plan_dim_offload.c */
 void rule_saved_activations(const StepCtx *x, Step *st);
 void rule_autocast_cache(const StepCtx *x, Step *st);
 void rule_backward_transients(const StepCtx *x, Step *st);
 void rule_loss(const StepCtx *x, Step *st);
 void rule_optimizer_transients(const StepCtx *x, Step *st);
 void rule_compute(const StepCtx *x, Step *st);
-void rule_tp(const StepCtx *x, Step *st);
-void rule_pp(const StepCtx *x, Step *st);
+void rule_tp(const StepCtx *x, Step *st);           /* plan_dim_tp.c */
+void rule_pp(const StepCtx *x, Step *st);           /* plan_dim_pp.c */
 
 #endif

@@ -128,3 +128,12 @@ int plan_grow(void **p, int *cap, int need, size_t elem) {
     *cap = c;
     return 0;
 }
+
+const char *plan_status_name(int status) {
+    switch (status) {
+    case PLAN_OK: return "ok";
+    case PLAN_ERR_NOMEM: return "out of host memory";
+    case PLAN_ERR_REFUSED: return "not planned";
+    default: return "failed";
+    }
+}

@@ -7,6 +7,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What a planner call that can fail returns: PLAN_OK, or why not (the caller reports the reason
+   the call leaves beside it, e.g. Step.fail_why). Out of host memory stays -1, as before. */
+typedef enum {
+    PLAN_OK = 0,
+    PLAN_ERR_NOMEM = -1,     /* out of host memory */
+    PLAN_ERR_REFUSED = -2,   /* the setup cannot be planned (a dimension's check): the reason is given */
+} PlanStatus;
+/* A short name of a status, for messages. */
+const char *plan_status_name(int status);
+
 #define KIB 1024.0
 #define MIB (1024.0 * 1024.0)
 #define GIB (1024.0 * 1024.0 * 1024.0)

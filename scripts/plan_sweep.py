@@ -67,6 +67,12 @@ SETUPS = [
     ("lora-all-cpu", "--gpus 2 --lora 8 --lora-targets all-linear --lora-dropout 0.1 --precision amp-bf16 --autocast cpu --seq 128"),
     ("qlora-ckpt", "--gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4 --act-ckpt full"),
     ("freeze-last2", "--gpus 4 --freeze all-but-last:2 --precision fp32 --seq 256"),
+    # tensor and pipeline parallel (--tp, --pp: GPT-2 and LLaMA-style decoders; the rest are refused)
+    ("tp2", "--gpus 8 --tp 2 --strategy ddp,fsdp-full --seq 512"),
+    ("tp8-sp-b4", "--gpus 16 --tp 8 --sp on --strategy ddp,fsdp-full --batch 4 --seq 1024 --act-ckpt full"),
+    ("pp2-m4-b2", "--gpus 8 --pp 2 --microbatches 4 --strategy ddp,fsdp-full --batch 2 --seq 512"),
+    ("pp4-gpipe", "--gpus 8 --pp 4 --pp-schedule gpipe --microbatches 8 --strategy ddp,fsdp-full --seq 256"),
+    ("tp2-pp2-b2", "--gpus 8 --tp 2 --sp on --pp 2 --microbatches 2 --strategy ddp,fsdp-full --batch 2 --seq 512"),
 ]
 
 GENERIC = [("params", "--params 7.5e9 --gpus 64"), ("params-units", "--params 1.3e9 --units 12 --gpus 8"),
@@ -75,10 +81,14 @@ GENERIC = [("params", "--params 7.5e9 --gpus 64"), ("params-units", "--params 1.
 AUTO = [("gpt2-xl", "--gpus 8 --gpu-mem 24GiB"), ("gpt2", "--gpus 8"), ("llama2-70b", "--gpus 64 --gpu h100-80gb --seq 4096"),
         ("llama2-7b", "--gpus 8 --global-batch 64"), ("resnet50", "--gpus 4"), ("llama2-70b", "--gpus 1"),
         ("gpt2-xl", "--gpus 2 --gpu-mem 24GiB --offload optimizer"), ("llama2-13b", "--gpus 16 --precision fp32"),
-        ("llama2-7b", "--gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4")]
+        ("llama2-7b", "--gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"),
+        ("llama2-13b", "--gpus 16 --gpu h100-80gb --seq 4096 --tp auto"), ("gpt2", "--gpus 8 --pp auto"),
+        ("llama2-13b", "--gpus 4 --gpu h100-80gb --seq 2048 --strategy ddp --pp auto --tp auto")]
 
 TRACES = [("gpt2", "--gpus 8"), ("llama2-7b", "--gpus 8 --grad-accum 2"), ("gpt2", "--gpus 2 --impl engine --precision fp32 --seq 128"),
-          ("resnet50", "--gpus 4 --syncbn --batch 4"), ("gpt2-xl", "--gpus 8 --offload params --precision mixed-bf16")]
+          ("resnet50", "--gpus 4 --syncbn --batch 4"), ("gpt2-xl", "--gpus 8 --offload params --precision mixed-bf16"),
+          ("llama2-7b", "--gpus 8 --tp 2 --strategy ddp,fsdp-full --batch 2 --seq 1024"),
+          ("gpt2-medium", "--gpus 8 --pp 2 --microbatches 4 --strategy ddp,fsdp-full --batch 4 --seq 512")]
 
 
 def case_name(*parts):

@@ -9,7 +9,7 @@
 
 #include "plan_activ.h"
 #include "plan_load.h"
-#include "plan_lora.h"
+#include "plan_dim_ft.h"
 #include "plan_memory.h"
 #include "plan_comm.h"
 #include "test_plan.h"

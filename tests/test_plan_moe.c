@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan_activ.h"
+#include "plan_dim_moe.h"
 #include "plan_comm.h"
 #include "plan_load.h"
 

@@ -8,7 +8,7 @@
 
 #include "plan_auto.h"
 #include "plan_deepspeed.h"
-#include "plan_offload.h"
+#include "plan_dim_offload.h"
 #include "test_plan.h"
 
 /* DeepSpeed 0.19.8, verbatim in C: (cpu_mem per node, gpu_mem per GPU) */

@@ -7,10 +7,10 @@
 
 #include "plan_comm.h"
 #include "plan_memory.h"
-#include "plan_pp.h"
+#include "plan_dim_pp.h"
 #include "plan_sim.h"
 #include "plan_step.h"
-#include "plan_tp.h"
+#include "plan_dim_tp.h"
 #include "test_plan.h"
 
 static void train(TrainSpec *t, int pp, int M, PpSchedule sched) {
@@ -116,8 +116,8 @@ Test(pp, stage_0_under_1f1b_should_hold_min_m_pp_microbatches_of_its_activations
     train(&t, 4, 8, PP_1F1B);
     Step st;
     cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
-    cr_expect_eq(st.pp_stage, 0, "the embedding and 4 micro-batches outweigh the head and 1");
-    cr_expect_eq(st.pp_in_flight, 4);
+    cr_expect_eq(st.view.stage, 0, "the embedding and 4 micro-batches outweigh the head and 1");
+    cr_expect_eq(st.view.in_flight, 4);
     double one = allocated(&st, RULE_SAVED_ACTS);
     cr_expect(one > 0);
     cr_expect_eq(allocated(&st, RULE_PP_IN_FLIGHT), 3 * one, "3 other micro-batches beside the running one");
@@ -133,7 +133,10 @@ Test(pp, ddp_model_states_should_be_the_planned_stages_parameters) {
     train(&t, 4, 4, PP_1F1B);
     MemResult r;
     cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &r), 0);
-    int stage = plan_step_pp_stage(&m, &t, &c, STRAT_DDP, NULL);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    int stage = st.view.stage;
+    plan_step_free(&st);
     cr_assert(stage == 0 || stage == 3);
     cr_assert_eq(plan_pp_stage_view(&m, 4, stage, &v), 0);
     cr_expect_eq(r.ms_params, 2 * (double)plan_model_params(&v), "bf16: 2 bytes per parameter of the stage");
@@ -183,7 +186,10 @@ Test(pp, each_boundary_should_send_b_s_h_each_way_per_microbatch) {
     train(&t, 4, 8, PP_1F1B);
     CommPlan p;
     plan_comm(&m, &t, &c, STRAT_DDP, &p);
-    int stage = plan_step_pp_stage(&m, &t, &c, STRAT_DDP, NULL);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    int stage = st.view.stage;
+    plan_step_free(&st);
     double bounds = stage == 0 || stage == 3 ? 1 : 2;
     double each = 1.0 * 1024 * 4096 * 2;   /* b s h, bf16 */
     int seen = 0;
@@ -211,12 +217,12 @@ Test(pp, the_first_backward_should_hold_every_microbatch_but_no_accumulated_grad
     Step st;
     train(&t, 4, 8, PP_GPIPE);
     cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
-    cr_expect_eq(st.pp_in_flight, 8);
+    cr_expect_eq(st.view.in_flight, 8);
     cr_expect_eq(allocated(&st, RULE_GRADS_KEPT) + allocated(&st, RULE_ACCUM_GRADS), 0);
     plan_step_free(&st);
     train(&t, 4, 8, PP_1F1B);
     cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
-    cr_expect_eq(st.pp_in_flight, 4);
+    cr_expect_eq(st.view.in_flight, 4);
     cr_expect(allocated(&st, RULE_GRADS_KEPT) + allocated(&st, RULE_ACCUM_GRADS) > 0,
               "the earlier micro-batches' gradients beside 4 in flight");
     plan_step_free(&st);
@@ -233,7 +239,11 @@ Test(pp, tp_times_pp_should_plan_a_stage_of_the_tp_share) {
     MemResult r;
     cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &r), 0);
     cr_expect(isfinite(r.peak) && r.peak > 0, "peak %g", r.peak);
-    cr_expect_eq(plan_step_pp_stage(&m, &t, &c, STRAT_DDP, NULL), 0);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    cr_expect_eq(st.view.stage, 0);
+    cr_expect_eq(st.view.tp, 2, "the stage is of the tp share");
+    plan_step_free(&st);
     cr_assert_eq(plan_tp_view(&m, 2, &tv), 0);
     cr_assert_eq(plan_pp_stage_view(&tv, 4, 0, &sv), 0);
     cr_expect_eq(r.ms_params, 2 * (double)plan_model_params(&sv), "stage 0 of the tp share, bf16");

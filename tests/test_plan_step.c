@@ -113,7 +113,7 @@ Test(step, each_term_at_the_peak_should_be_the_bytes_its_rules_hold) {
                 Step st;
                 plan_memory(&m, &t, &c, (StrategyKind)k, &r);
                 cr_assert_eq(plan_step_build(&st, &m, &t, &c, (StrategyKind)k), 0);
-                plan_step_live_at_peak(&st, &m, &c, by);
+                plan_step_live_at_peak(&st, &c, by);
                 for (int j = 0; j < TERM_COUNT; j++) {
                     if (j == TERM_OVERHEAD) continue;
                     double sum = 0;

@@ -8,7 +8,7 @@
 #include "plan_comm.h"
 #include "plan_memory.h"
 #include "plan_sim.h"
-#include "plan_tp.h"
+#include "plan_dim_tp.h"
 #include "test_plan.h"
 
 static void train(TrainSpec *t, int tp, int sp) {
@@ -284,10 +284,50 @@ Test(tp, auto_should_keep_data_parallel_alone_when_tp_does_not_pay) {
     plan_auto_defaults(&a);
     a.strategies = (1u << STRAT_COUNT) - 1;
     AutoResult r;
-    cr_assert_eq(plan_auto_tp(&m, &t, &c, &a, 0, &r), 0);
+    t.tp = -1;   /* --tp auto */
+    cr_assert_eq(plan_auto_dims(&m, &t, &c, &a, &r), 0);
     cr_assert(r.found, "%s", r.explain);
     cr_expect_eq(plan_tp_degree(&r.train), 1, "%s", r.explain);
     cr_expect(strstr(r.explain, "tp 4 sp on:") != NULL, "%s", r.explain);
     cr_expect(strstr(r.explain, "tp 8") == NULL, "12 heads: tp 8 does not apply\n%s", r.explain);
+    plan_model_free(&m);
+}
+
+/* The step is read as it was built, at its micro-batch and with the rank's share (issue "One
+   step, built once"): llama2-70b on 64 H100s, tp 8 with SP, FSDP2, seq 4096, full checkpointing.
+   Compute at b = 2 and 8 is the share's at that batch, not the whole model's (it was 8.7 s at
+   b = 2, the model without tp), and the simulated step runs the table's communication (it ran
+   b = 1's: 0.52 s of 2.12 s at b = 8). */
+Test(tp, the_simulated_step_should_read_the_share_and_the_payloads_at_every_micro_batch) {
+    ModelSpec m = zoo("llama2-70b");
+    ClusterSpec c;
+    cluster(&c, 64, 8);
+    c.gpu = *plan_gpu_by_name("h100-80gb");
+    double comp[3];
+    static const int64_t B[3] = {1, 2, 8};
+    for (int i = 0; i < 3; i++) {
+        TrainSpec t;
+        train(&t, 8, 1);
+        t.precision = PREC_AMP_BF16;
+        t.seq = 4096;
+        t.act_ckpt = CKPT_FULL;
+        t.micro_batch = B[i];
+        CommPlan cp;
+        SimResult s;
+        plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
+        cr_assert_eq(plan_sim(&m, &t, &c, STRAT_FSDP_FULL, 0, &s), 0);
+        comp[i] = s.compute_s;
+        cr_expect(fabs(s.comm_s - cp.seconds) <= 0.01 * cp.seconds, "b%lld: the step runs %.3f s of the table's %.3f s",
+                  (long long)B[i], s.comm_s, cp.seconds);
+        TrainSpec t1 = t;
+        t1.tp = 1;
+        t1.sp = 0;
+        SimResult whole;
+        cr_assert_eq(plan_sim(&m, &t1, &c, STRAT_FSDP_FULL, 0, &whole), 0);
+        cr_expect(s.compute_s < whole.compute_s / 6, "b%lld: tp 8 computes %.3f s, the whole model %.3f s", (long long)B[i],
+                  s.compute_s, whole.compute_s);
+    }
+    cr_expect(comp[1] / comp[0] >= 1.6 && comp[1] / comp[0] <= 2.1, "b2/b1 %.3f", comp[1] / comp[0]);
+    cr_expect(comp[2] / comp[1] >= 3.2 && comp[2] / comp[1] <= 4.2, "b8/b2 %.3f", comp[2] / comp[1]);
     plan_model_free(&m);
 }

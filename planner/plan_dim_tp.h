@@ -1,4 +1,4 @@
-/* plan_tp.h — tensor parallelism (--tp N) and sequence parallelism (--sp) as PyTorch's
+/* plan_dim_tp.h — tensor parallelism (--tp N) and sequence parallelism (--sp) as PyTorch's
  * parallelize_module applies them: torchtitan's Llama plan (torchtitan/models/llama3/infra/
  * parallelize.py apply_tp: q/k/v and gate/up ColwiseParallel, o and down RowwiseParallel, the
  * token embedding RowwiseParallel and the LM head ColwiseParallel, both vocab-sharded; with SP the
@@ -6,15 +6,19 @@
  * embedding and head replicated). The data-parallel strategy (ddp, fsdp-full: FSDP2 on the dp
  * dimension of a 2-D mesh) runs on the remaining gpus / tp ranks.
  *
- * One rank's share is a model of its own: plan_tp_view divides the split tensors, the heads and
- * the MLP width by tp, so the memory rules, the activation model and the FLOPs read the local
- * model, and plan_tp_cluster gives the data-parallel cluster the strategy's rules see. The TP
- * collectives and the effects the split model does not show are rule_tp_* (plan_rules_tp.c).
+ * One dimension (plan_dim.h): its check, one rank's share as a model of its own (plan_tp_view
+ * divides the split tensors, the heads and the MLP width by tp, so the memory rules, the
+ * activation model and the FLOPs read the local model; plan_tp_cluster gives the data-parallel
+ * cluster the strategy's rules see), its rules (the TP collectives and the effects the split
+ * model does not show), its header/JSON lines, the degrees auto tries and the torch snippet.
  * docs/formulas.md "Tensor and sequence parallel". */
-#ifndef PLAN_TP_H
-#define PLAN_TP_H
+#ifndef PLAN_DIM_TP_H
+#define PLAN_DIM_TP_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+#include "plan_dim.h"
 
 #include "plan_gpu.h"
 #include "plan_model.h"
@@ -35,5 +39,10 @@ int plan_tp_root_sharded(const ModelSpec *m);
 int plan_tp_view(const ModelSpec *m, int tp, ModelSpec *v);
 /* d = c as the data-parallel strategy sees it: gpus / tp ranks, gpus_per_node / tp per node. */
 void plan_tp_cluster(const ClusterSpec *c, int tp, ClusterSpec *d);
+/* --emit torch: the 2-D mesh and the parallelize_module plan of t's tp on Hugging Face's module
+   names. */
+void plan_tp_emit_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const TrainSpec *t);
+
+extern const PlanDim plan_dim_tp;
 
 #endif

@@ -1,7 +1,12 @@
-/* plan_offload.c — see plan_offload.h and docs/formulas.md "Offload and host memory". */
-#include "plan_offload.h"
+/* plan_dim_offload.c — CPU offload as one dimension (plan_dim_offload.h): host memory, the host
+ * copies' rule, the header line. docs/formulas.md "Offload and host memory". */
+#include "plan_dim_offload.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "plan_step_internal.h"
+#include "plan_util.h"
 
 void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                        OffloadHost *h) {
@@ -67,3 +72,63 @@ void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         if (!ds) h->cpu_step_s *= PLAN_TORCH_CPU_ADAM_SLOWDOWN;
     }
 }
+
+/* CPU offload's host traffic: under param offload each layer's shard comes up
+   before its gathers and its gradient shard goes down after its reduction; under optimizer
+   offload the gradient copy overlaps backward and the updated parameters come up after the CPU
+   step. docs/formulas.md "Offload and host memory". */
+void rule_host_copies(const StepCtx *x, Step *st) {
+    OffloadHost h;
+    plan_offload_host(x->m, x->t, x->c, x->sk, &h);
+    int param = x->t->offload == OFFLOAD_PARAM;
+    double K = (double)(x->t->grad_accum > 0 ? x->t->grad_accum : 1);
+    double fetches = x->s->buffers == BUF_FSDP_GRAD_OP ? 1 : 2;   /* GRAD_OP keeps units after forward */
+    if (h.d2h_bytes > 0) {
+        StepXfer *e = step_xfer(st, RULE_HOST_COPIES, XFER_D2H, pt(x, PT_BWD, 0));
+        if (e) {
+            e->purpose = PURPOSE_HOST_GRADS;
+            e->phase = CPHASE_BACKWARD;
+            e->sched = param ? SCHED_HOST_SPREAD : SCHED_HOST_OVERLAP;
+            e->payload = h.d2h_bytes;
+            e->seconds = h.d2h_s;
+            e->count = param ? K : h.d2h_per_micro ? K : 1;   /* pieces the time is split in */
+        }
+    }
+    if (h.h2d_bytes > 0) {
+        StepXfer *e = step_xfer(st, RULE_HOST_COPIES, XFER_H2D, pt(x, param ? PT_FWD : PT_STEP, 0));
+        if (e) {
+            e->purpose = param ? PURPOSE_HOST_PARAMS : PURPOSE_HOST_UPDATED;
+            e->phase = param ? CPHASE_FORWARD : CPHASE_STEP;
+            e->sched = param ? SCHED_HOST_SPREAD : SCHED_HOST_AFTER_STEP;
+            e->payload = h.h2d_bytes;
+            e->seconds = h.h2d_s;
+            e->count = param ? fetches * K : 1;
+            e->wait = (int)fetches;   /* spread: gathered before forward (1) and backward (2) */
+        }
+    }
+}
+
+/* ---- the dimension's row ---- */
+
+static int offload_on(const ModelSpec *m, const TrainSpec *t) { (void)m; return t->offload != OFFLOAD_NONE; }
+
+static void offload_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                           const struct Step *const *rows, int n_rows) {
+    (void)m; (void)rows; (void)n_rows;
+    if (slot != HEADER_AFTER_TRAIN || t->offload == OFFLOAD_NONE) return;
+    char a[32];
+    fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
+            "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM; PyTorch's CPU step %.0fx slower)\n",
+            t->offload == OFFLOAD_PARAM ? "parameters, gradients and optimizer state" : "optimizer state and master weights",
+            plan_fmt_bytes(plan_cluster_host_mem(c), a, sizeof(a)), c->gpu.host_bw,
+            c->gpu.host_mem_bw * PLAN_CPU_ADAM_BW_FRAC / (12.0 + 8.0 * plan_optimizer(t->optimizer)->states),
+            PLAN_CPU_ADAM_BW_FRAC * 100, c->gpu.host_mem_bw, PLAN_TORCH_CPU_ADAM_SLOWDOWN);
+}
+
+const PlanDim plan_dim_offload = {
+    .name = "offload",
+    .not_planned = "CPU offload does not apply to this setup",
+    .on = offload_on,
+    .rule = rule_host_copies,
+    .header = offload_header,
+};

@@ -1,16 +1,20 @@
-/* plan_lora.c — see plan_lora.h. Sources: peft/tuners/lora/layer.py (LoraLayer.update_layer:
+/* plan_dim_ft.c — fine-tuning as one dimension (plan_dim_ft.h): LoRA, frozen parameters and a
+ * quantized base; the check, the setup transform, the header and JSON lines and the Python lines
+ * --emit prints. Sources: peft/tuners/lora/layer.py (LoraLayer.update_layer:
  * lora_A = nn.Linear(in_features, r, bias=False), lora_B = nn.Linear(r, out_features,
  * bias=False), lora_dropout = nn.Dropout(p) or nn.Identity(); Linear.forward: result =
  * base_layer(x) + lora_B(lora_A(dropout(x))) * scaling), peft/tuners/lora/model.py (every
  * parameter whose name lacks "lora_" gets requires_grad=False under bias="none"),
  * peft/tuners/tuners_utils.py (_maybe_include_all_linear_layers: every nn.Linear / Conv1D but
  * the output embeddings), peft/utils/constants.py (default targets per model type). */
-#include "plan_lora.h"
+#include "plan_dim_ft.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_emit.h"
 #include "plan_util.h"
 
 int plan_finetune_on(const FinetuneSpec *f) {
@@ -336,4 +340,123 @@ double plan_model_frozen_bytes(const ModelSpec *m, const TrainSpec *t) {
         sum += quant * qb + ((double)l->frozen - quant) * pb;
     }
     return sum;
+}
+
+/* ---- the dimension's row ---- */
+
+static int ft_on(const ModelSpec *m, const TrainSpec *t) { (void)m; return plan_finetune_on(&t->ft); }
+
+/* What the planner has no account of: a trainable subset on memplan's engine, or under FSDP1's
+   flat parameters (frozen and trainable parameters in one flat parameter: not planned). */
+static int ft_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk, char *msg, size_t len) {
+    (void)m; (void)c;
+    if (!plan_finetune_on(&t->ft)) return 0;
+    if (t->impl == IMPL_ENGINE) {
+        snprintf(msg, len, "--lora / --freeze: memplan's engine trains every parameter; use --impl pytorch");
+        return -1;
+    }
+    if ((plan_strategy(sk)->shard & SHARD_PARAM) && !plan_strategy_is_deepspeed(sk) && t->fsdp_impl == 1) {
+        snprintf(msg, len, "--strategy %s with --lora/--freeze under --fsdp 1: FSDP1's flat parameters with frozen ones "
+                 "are not planned (valid: --fsdp 2, or ddp, zero1, zero2, zero3)", plan_strategy(sk)->name);
+        return -1;
+    }
+    return 0;
+}
+
+static void ft_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                      const struct Step *const *rows, int n_rows) {
+    (void)c; (void)rows; (void)n_rows;
+    if (slot != HEADER_AFTER_MODEL || !plan_finetune_on(&t->ft)) return;
+    char a[32], b[32];
+    int64_t tr = plan_model_params(m), tot = tr + plan_model_frozen(m);
+    char what[512], tg[160], fz[32];
+    if (t->ft.rank > 0)
+        snprintf(what, sizeof what, "LoRA r=%d, alpha %g, dropout %g on %s (PEFT get_peft_model)%s%s%s", t->ft.rank,
+                 t->ft.alpha, t->ft.dropout, plan_lora_targets(m, &t->ft, tg, sizeof tg),
+                 t->ft.quant != QUANT_NONE ? "; frozen base projections stored " : "",
+                 t->ft.quant != QUANT_NONE ? plan_quant_name(t->ft.quant) : "",
+                 t->ft.quant == QUANT_NF4 ? " (as bitsandbytes' quantize_4bit stores it: 0.5 B + a double-quantized absmax per "
+                 "64 weights; its dequantization transients are an estimate, no QLoRA step is measured)" :
+                 t->ft.quant == QUANT_INT8 ? " (1 B per weight: an estimate, not measured)" : "");
+    else
+        snprintf(what, sizeof what, "--freeze %s", plan_freeze_label(&t->ft, fz, sizeof fz));
+    fprintf(f, "# trainable: %s of %s parameters (%.4f%%), %s; frozen parameters get no gradients, no optimizer "
+            "state and no reductions\n", plan_fmt_count(tr, a, sizeof a), plan_fmt_count(tot, b, sizeof b),
+            tot > 0 ? 100.0 * (double)tr / (double)tot : 0.0, what);
+}
+
+static void ft_json(cJSON *jm, cJSON *train, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
+    (void)train; (void)c;
+    if (!plan_finetune_on(&t->ft)) return;
+    cJSON_AddNumberToObject(jm, "trainable_params", (double)plan_model_params(m));
+    cJSON *jf = cJSON_AddObjectToObject(jm, "finetune");
+    char tg[160], fz[32];
+    cJSON_AddNumberToObject(jf, "lora_rank", t->ft.rank);
+    if (t->ft.rank > 0) {
+        cJSON_AddNumberToObject(jf, "lora_alpha", t->ft.alpha);
+        cJSON_AddNumberToObject(jf, "lora_dropout", t->ft.dropout);
+        cJSON_AddStringToObject(jf, "lora_targets", plan_lora_targets(m, &t->ft, tg, sizeof tg));
+    }
+    cJSON_AddStringToObject(jf, "freeze", plan_freeze_label(&t->ft, fz, sizeof fz));
+    cJSON_AddStringToObject(jf, "quant_base", plan_quant_name(t->ft.quant));
+    cJSON_AddBoolToObject(jf, "quant_estimate", t->ft.quant == QUANT_NF4 || t->ft.quant == QUANT_INT8);
+    cJSON_AddNumberToObject(jf, "frozen_params", (double)plan_model_frozen(m));
+}
+
+static int ft_setup(ModelSpec *m, const TrainSpec *t, char *msg, size_t len) { return plan_finetune_apply(m, t, msg, len); }
+
+const PlanDim plan_dim_ft = {
+    .name = "finetune",
+    .not_planned = "fine-tuning does not apply to this setup",
+    .on = ft_on,
+    .check = ft_check,
+    .setup = ft_setup,
+    .header = ft_header,
+    .json = ft_json,
+};
+
+/* ---- --emit: the Python lines that make the trainable subset ---- */
+
+void plan_ft_emit_code(FILE *f, const ModelSpec *m, const TrainSpec *t) {
+    const FinetuneSpec *ft = &t->ft;
+    if (ft->rank > 0) {
+        char tg[160];
+        plan_lora_targets(m, ft, tg, sizeof tg);
+        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8)
+            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s)) "
+                    "and call peft.prepare_model_for_kbit_training(model) first\n", plan_quant_name(ft->quant),
+                    ft->quant == QUANT_NF4 ? "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, "
+                                             "bnb_4bit_compute_dtype=torch.bfloat16" : "load_in_8bit=True");
+        else if (ft->quant == QUANT_BF16)
+            fprintf(f, "# --quant-base bf16: load the base with torch_dtype=torch.bfloat16\n");
+        fprintf(f, "from peft import LoraConfig, get_peft_model\n");
+        fprintf(f, "model = get_peft_model(model, LoraConfig(r=%d, lora_alpha=%g, lora_dropout=%g, target_modules=",
+                ft->rank, ft->alpha, ft->dropout);
+        if (strcmp(tg, "all-linear") == 0) fprintf(f, "\"all-linear\"");
+        else {
+            fputc('[', f);
+            for (const char *p = tg; *p;) {
+                const char *e = strchr(p, ',');
+                int k = e ? (int)(e - p) : (int)strlen(p);
+                fprintf(f, "%s\"%.*s\"", p == tg ? "" : ", ", k, p);
+                p += k + (e ? 1 : 0);
+            }
+            fputc(']', f);
+        }
+        fprintf(f, "))  # --lora %d\n", ft->rank);
+    } else if (ft->freeze == FREEZE_EMBEDDINGS) {
+        fprintf(f, "model.get_input_embeddings().requires_grad_(False)  # --freeze embeddings\n");
+    } else if (ft->freeze == FREEZE_ALL_BUT_LAST) {
+        const char *blk = plan_emit_block_class(m->family, NULL);
+        fprintf(f, "# --freeze all-but-last:%d: train the last %d blocks and what follows them\n"
+                   "blocks = [m for m in model.modules() if isinstance(m, %s)]\n"
+                   "keep = {id(p) for b in blocks[-%d:] for p in b.parameters()}\n"
+                   "last = {id(p) for p in blocks[-1].parameters()}; after = False\n"
+                   "for _, p in model.named_parameters():\n"
+                   "    after = after or id(p) in last\n"
+                   "    if after and id(p) not in last: keep.add(id(p))\n"
+                   "emb = {id(p) for p in model.get_input_embeddings().parameters()}\n"
+                   "for p in model.parameters(): p.requires_grad_(id(p) in keep and id(p) not in emb)\n",
+                ft->freeze_n, ft->freeze_n, blk, ft->freeze_n);
+    }
 }

@@ -1,11 +1,12 @@
-/* plan_offload.h — CPU offload and host memory. What leaves the GPU under DeepSpeed's
+/* plan_dim_offload.h — CPU offload as one dimension (plan_dim.h), and host memory. What leaves the GPU under DeepSpeed's
  * offload_optimizer / offload_param and FSDP's CPUOffload(offload_params=True), what a node's
  * host memory must hold (model states of its GPUs, the load-time copies, DeepSpeed's
  * additional_buffer_factor), the host<->device traffic per optimizer step and the CPU's
  * optimizer step. docs/formulas.md "Offload and host memory" gives every term's source. */
-#ifndef PLAN_OFFLOAD_H
-#define PLAN_OFFLOAD_H
+#ifndef PLAN_DIM_OFFLOAD_H
+#define PLAN_DIM_OFFLOAD_H
 
+#include "plan_dim.h"
 #include "plan_gpu.h"
 #include "plan_sizes.h"
 #include "plan_model.h"
@@ -40,5 +41,7 @@ typedef struct {
 /* Host memory, host traffic and the CPU step for one setup. */
 void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                        OffloadHost *out);
+
+extern const PlanDim plan_dim_offload;
 
 #endif

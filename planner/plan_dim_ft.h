@@ -1,12 +1,15 @@
-/* plan_lora.h — the trainable subset of a model: LoRA adapters (PEFT's get_peft_model) and
+/* plan_dim_ft.h — fine-tuning as one dimension (plan_dim.h): the trainable subset of a model: LoRA adapters (PEFT's get_peft_model) and
  * frozen parameters (--freeze), applied to a built ModelSpec. Afterwards each layer's params and
  * tensors are its trainable ones (gradients, optimizer state, reductions read them) and its
  * frozen ones are LayerSpec.frozen and frozen_elems (storage, ZeRO-3 / FSDP shards and gathers
  * read them). docs/formulas.md "LoRA and frozen parameters" gives each rule's source. */
-#ifndef PLAN_LORA_H
-#define PLAN_LORA_H
+#ifndef PLAN_DIM_FT_H
+#define PLAN_DIM_FT_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+#include "plan_dim.h"
 #include "plan_model.h"
 #include "plan_train.h"
 
@@ -41,5 +44,12 @@ double plan_quant_bytes_per_param(const TrainSpec *t);
 /* Bytes of m's frozen parameters held whole: the projections at plan_quant_bytes_per_param, the
    rest (embeddings, norms, the head) at the precision's parameter bytes. */
 double plan_model_frozen_bytes(const ModelSpec *m, const TrainSpec *t);
+
+/* --emit: the Python lines that make t's trainable subset (PEFT's get_peft_model with t's LoRA,
+   QLoRA's 4-bit loading as a comment, or --freeze's requires_grad_(False)), as train.py would run
+   them before wrapping the model; nothing without one. */
+void plan_ft_emit_code(FILE *f, const ModelSpec *m, const TrainSpec *t);
+
+extern const PlanDim plan_dim_ft;
 
 #endif

@@ -1,21 +1,23 @@
-/* plan_pp.h — pipeline parallelism (--pp N, --pp-schedule 1f1b|gpipe, --microbatches M) as
+/* plan_dim_pp.h — pipeline parallelism (--pp N, --pp-schedule 1f1b|gpipe, --microbatches M) as
  * torch.distributed.pipelining runs it: the repeated blocks split evenly over pp stages (stage 0
  * also holds the layers before the first block, the embedding; the last stage the layers after
  * the last block, the final norm, the head and the loss), one stage per rank of a pp group, the
  * data-parallel strategy (ddp, fsdp-full: FSDP2) on the remaining gpus / (tp * pp) ranks. The M
  * micro-batches of one step are the step's accumulation count (TrainSpec.grad_accum).
  *
- * One stage is a model of its own (plan_pp_stage_view), planned like a whole model with M
- * micro-steps, plus the activations of the micro-batches a schedule keeps in flight beside the
- * running one (plan_pp_in_flight; rule_pp, plan_rules_pp.c). The plan is the most loaded stage's:
+ * One dimension (plan_dim.h). One stage is a model of its own (plan_pp_stage_view), planned like a
+ * whole model with M micro-steps, plus the activations of the micro-batches a schedule keeps in
+ * flight beside the running one (plan_pp_in_flight; rule_pp). The plan is the most loaded stage's:
  * stage 0 or the last (a middle stage holds as many blocks as stage 0, no embedding and fewer
  * micro-batches in flight). Closed forms; the memory checked on CPU ranks for gpt2-mini in 2
  * stages (bench/torch/pp_probe.py), the bubble and send/recv not measured: docs/formulas.md
  * "Pipeline parallel". */
-#ifndef PLAN_PP_H
-#define PLAN_PP_H
+#ifndef PLAN_DIM_PP_H
+#define PLAN_DIM_PP_H
 
 #include <stddef.h>
+
+#include "plan_dim.h"
 
 #include "plan_gpu.h"
 #include "plan_model.h"
@@ -46,5 +48,7 @@ int plan_pp_stage_view(const ModelSpec *m, int pp, int stage, ModelSpec *v);
 /* d = c as one stage's data-parallel strategy sees it: gpus / pp ranks, at most that many per
    node. */
 void plan_pp_cluster(const ClusterSpec *c, int pp, ClusterSpec *d);
+
+extern const PlanDim plan_dim_pp;
 
 #endif
