@@ -67,9 +67,10 @@ CUDA_LIBS := $(if $(filter 1,$(USE_CUDA)),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath
 NVCCFLAGS := -O2 -std=c++17 -MMD -MP -arch=sm_90 -Xcompiler -Wall,-Werror -Ikernels $(GPU_DEFS)
 
 LIBS_PLAN := -lcjson -lm
-LIBS_FRONT := $(LIBS_PLAN) -lyaml   # --config reads accelerate's YAML (libyaml) besides JSON and TOML
+LIBS_FRONT := $(LIBS_PLAN) -lyaml -lz   # --config reads accelerate's YAML (libyaml) besides JSON and TOML;
+                                       # recorded allocation traces are gzip (zlib)
 LIBS_KERN := -lopenblas -lm
-LIBS_ALL  := -lcjson -lyaml -lopenblas -lm $(CUDA_LIBS) -lpthread
+LIBS_ALL  := -lcjson -lyaml -lz -lopenblas -lm $(CUDA_LIBS) -lpthread
 
 # ---- sources ----
 PLANNER_SRC  := $(sort $(wildcard planner/*.c))

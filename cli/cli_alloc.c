@@ -29,7 +29,8 @@ typedef struct {
 static void alloc_help(void) {
     printf("memplan alloc [options] TRACE...   replay allocation sequences through PyTorch's CUDA caching\n"
            "                                   allocator (torch 2.15 rules) and print the reserved memory\n"
-           "  TRACE                a file from bench/torch/harness.py --alloc-trace ('-': standard input)\n"
+           "  TRACE                a file from bench/torch/harness.py --alloc-trace, gzip-compressed or not\n"
+           "                       ('-': standard input)\n"
            "  --alloc-conf S       allocator settings as PYTORCH_CUDA_ALLOC_CONF takes them (default: that\n"
            "                       variable, else PYTORCH_ALLOC_CONF, else torch's defaults)\n"
            "  --capacity SIZE      what cudaMalloc can get in all (the GPU less context and NCCL): reports the\n"
@@ -95,7 +96,7 @@ static int alloc_opts(int argc, char **argv, AllocOpts *o, int *first) {
 }
 
 static int replay_file(const char *path, const AllocOpts *o, AllocTrace *t, AllocReplay *r) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    FILE *f = cli_open_maybe_gz(path);
     if (!f) return cli_usage_error("cannot open trace '%s'", path);
     char err[256];
     int rc = plan_alloc_trace_read(f, t, err, sizeof err);
@@ -113,6 +114,8 @@ static const char *trace_name(const char *path, char *buf, size_t len) {
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s", path);
     snprintf(buf, len, "%s", strcmp(path, "-") ? basename(tmp) : "stdin");
+    size_t n = strlen(buf);
+    if (n > 3 && !strcmp(buf + n - 3, ".gz")) buf[n - 3] = 0;   /* row.txt.gz names the row */
     char *dot = strrchr(buf, '.');
     if (dot && dot != buf) *dot = 0;
     return buf;

@@ -317,7 +317,7 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         argv[n_argv - 3] = NULL;
     }
     /* PEFT LoRA: --lora R --lora-alpha A --lora-dropout P [--lora-targets LIST] after the rest */
-    const char *full[sizeof argv / sizeof argv[0] + 10];
+    const char *full[sizeof argv / sizeof argv[0] + 12];
     size_t k = 0;
     for (; k < n_argv && argv[k]; k++) full[k] = argv[k];
     char rank[24], alpha[32], ldrop[32];
@@ -331,6 +331,7 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
     }
     char fzl[32];
     if (s->ft.freeze != FREEZE_NONE) { full[k++] = "--freeze"; full[k++] = plan_freeze_label(&s->ft, fzl, sizeof fzl); }
+    if (s->alloc_trace[0]) { full[k++] = "--alloc-trace"; full[k++] = s->alloc_trace; }
     full[k] = NULL;
     unlink(out_json);
     char why[PATH_MAX + 128] = "";

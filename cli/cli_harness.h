@@ -42,6 +42,7 @@ typedef struct {
     FinetuneSpec ft;         /* PEFT LoRA (the harness's --lora*, setup.lora); rank 0 = none */
     int fsdp_impl;           /* fsdp-*: 1 FullyShardedDataParallel, 2 fully_shard (0 reads as 2) */
     FsdpKnobs fsdp1;         /* --fsdp 1's knobs (the harness's --fsdp-min-params, ...) */
+    char alloc_trace[PATH_MAX + 32];   /* the harness's --alloc-trace (rank 0's allocations); "" none */
 } HarnessSetup;
 
 /* The harness's --ds-zero object for k (only what k sets), as JSON text into buf; "" when k

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 static int stdout_closed, stdout_reported;
 
@@ -115,4 +116,29 @@ int cli_write_text(const char *what, const char *path, const char *text)
         return 1;
     }
     return 0;
+}
+
+/* ---- reading gzip through stdio (fopencookie over a gzFile) ---- */
+
+static ssize_t gz_read(void *cookie, char *buf, size_t size)
+{
+    unsigned n = size > (1u << 30) ? 1u << 30 : (unsigned)size;
+    int r = gzread((gzFile)cookie, buf, n);
+    if (r < 0) { errno = EIO; return -1; }
+    return r;
+}
+
+static int gz_close(void *cookie) { return gzclose((gzFile)cookie) == Z_OK ? 0 : EOF; }
+
+FILE *cli_open_maybe_gz(const char *path)
+{
+    if (!strcmp(path, "-")) return stdin;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    gzFile g = gzdopen(fd, "rb");
+    if (!g) { close(fd); errno = ENOMEM; return NULL; }
+    cookie_io_functions_t io = {gz_read, NULL, NULL, gz_close};
+    FILE *f = fopencookie(g, "r", io);
+    if (!f) gzclose(g);
+    return f;
 }

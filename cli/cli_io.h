@@ -6,6 +6,7 @@
 #define CLI_IO_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* First thing in main: a closed descriptor 0, 1 or 2 is reopened on /dev/null (read-only for
  * 1 and 2, so that a write to a closed standard output fails instead of landing in the first
@@ -27,5 +28,10 @@ int cli_same_file(const char *a, const char *b);
 /* Writes text and a newline to path (NULL: standard output, flushed), checking every step.
  * 0, or 1 after printing "memplan: cannot write <what> '<path>': <reason>". */
 int cli_write_text(const char *what, const char *path, const char *text);
+
+/* Opens path for reading, gzip-compressed or not (zlib's gzopen reads both): the recorded
+ * allocation traces are kept compressed (bench/torch/results/traces/ROW.txt.gz). "-" is standard
+ * input. NULL with errno set when it cannot be opened. Close with fclose. */
+FILE *cli_open_maybe_gz(const char *path);
 
 #endif

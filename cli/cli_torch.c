@@ -30,7 +30,9 @@
 #include "plan_fsdp.h"
 #include "plan_comm.h"
 #include "plan_load.h"
+#include "plan_alloc_trace.h"
 #include "plan_memory.h"
+#include "plan_step_alloc.h"
 #include "plan_strategy.h"
 #include "plan_dim_tp.h"
 #include "plan_util.h"
@@ -43,12 +45,13 @@ typedef struct {
     long long ranks, steps, shard_group, timeout_s;
     double tol, bucket_mb;
     const char *keep;
+    const char *alloc_out;   /* --alloc-out DIR: each planned allocation sequence written there */
     const char *measured[MAX_MEASURED];
     int n_measured;
 } TorchOpts;
 
 enum { OPT_AGAINST = 3000, OPT_RANKS, OPT_STEPS, OPT_TOL, OPT_BUCKET_MB,
-       OPT_SHARD_GROUP, OPT_TIMEOUT, OPT_KEEP, OPT_MEASURED };
+       OPT_SHARD_GROUP, OPT_TIMEOUT, OPT_KEEP, OPT_MEASURED, OPT_ALLOC_OUT };
 static const struct option TORCH_OPTIONS[] = {
     {"against", required_argument, 0, OPT_AGAINST},
     {"ranks", required_argument, 0, OPT_RANKS},
@@ -59,6 +62,7 @@ static const struct option TORCH_OPTIONS[] = {
     {"timeout", required_argument, 0, OPT_TIMEOUT},
     {"keep", required_argument, 0, OPT_KEEP},
     {"measured", required_argument, 0, OPT_MEASURED},
+    {"alloc-out", required_argument, 0, OPT_ALLOC_OUT},
     {0, 0, 0, 0},
 };
 
@@ -119,6 +123,10 @@ static int torch_opt(void *ctx, int opt, const char *a, char *err, size_t errlen
         if (!*a) { snprintf(err, errlen, "--keep needs a directory"); return -1; }
         o->keep = a;
         return 0;
+    case OPT_ALLOC_OUT:
+        if (!*a) { snprintf(err, errlen, "--alloc-out needs a directory"); return -1; }
+        o->alloc_out = a;
+        return 0;
     case OPT_MEASURED:
         if (o->n_measured >= MAX_MEASURED) { snprintf(err, errlen, "more than %d --measured files", MAX_MEASURED); return -1; }
         o->measured[o->n_measured++] = a;
@@ -177,8 +185,10 @@ typedef enum {
     RULE_REPORTED,       /* shown, not judged */
     RULE_TOLERANCE,      /* the peak within the tolerance */
     RULE_BOUNDED,        /* the peak between the known peak and the run's upper bound */
-    RULE_COUNT,          /* a collective's count: reported when it differs */
+    RULE_COLL_COUNT,          /* a collective's count: reported when it differs */
     RULE_NOT_PLANNED,    /* a measured collective the planner has no row for */
+    RULE_RESERVED,       /* reserved memory of the planned against the recorded allocations:
+                            within ALLOC_TOL, reported (not yet a condition of the row) */
     RULE_COUNT_
 } CheckRule;
 
@@ -189,9 +199,14 @@ static const struct {
     [RULE_REPORTED] = {"reported", "reported"},
     [RULE_TOLERANCE] = {"ok", "FAIL"},   /* + " (within T%)" */
     [RULE_BOUNDED] = {"ok (between the bounds)", "ok (between the bounds)"},   /* only when it passes */
-    [RULE_COUNT] = {"ok", "differs (reported)"},
+    [RULE_COLL_COUNT] = {"ok", "differs (reported)"},
     [RULE_NOT_PLANNED] = {"FAIL (not planned)", "FAIL (not planned)"},
+    [RULE_RESERVED] = {"ok (within 3%)", "outside 3% (reported)"},
 };
+
+/* Reserved memory: the planned allocation sequence and the recorded one replayed through the
+   same caching allocator model agree within this (issue 34's target). */
+#define ALLOC_TOL 0.03
 
 typedef struct {
     double predicted, measured;
@@ -245,6 +260,12 @@ typedef struct {
     CollCheck *colls;            /* the unplanned ones first, as the result lists them */
     int ncolls;
     int pass;
+    /* the recorded allocation sequence (bench/torch/results/traces/<row>.txt.gz, or the run's)
+       and the planned one replayed through the caching allocator model */
+    int has_reserved;
+    Quantity reserved;           /* max_memory_reserved: planned, recorded */
+    Quantity reserved_tensors;   /* the replays' peaks of live tensor bytes */
+    int planned_segments, recorded_segments;
 } TorchCheck;
 
 enum { CHECKED = 0, CHECK_NO_MODEL = -1, CHECK_NO_RANKS = -2 };
@@ -402,15 +423,87 @@ static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *
             if (p[0] == 0 && q[0] == 0) continue;
             CollCheck *x = &c->colls[c->ncolls++];
             *x = (CollCheck){plan_coll_name((PlanCollOp)op), cli_harness_comm_phase_name((CommPhase)ph), 1,
-                             {p[0], q[0], RULE_COUNT, round(p[0]) == round(q[0])}, exact(p[1], q[1])};
+                             {p[0], q[0], RULE_COLL_COUNT, round(p[0]) == round(q[0])}, exact(p[1], q[1])};
             c->pass &= x->payload.ok;
         }
     return 0;
 }
 
-/* Plans s and compares it with the harness's result h: fills c (torch_check_free releases it).
- * CHECKED, or CHECK_NO_MODEL / CHECK_NO_RANKS after a message on stderr. */
-static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchCheck *c)
+/* Where a row's recorded allocation sequence is kept: <dir of ROW.json>/traces/ROW.txt.gz. */
+static void trace_of(const char *result, char *out, size_t len)
+{
+    const char *slash = strrchr(result, '/');
+    int dir = slash ? (int)(slash - result) : 0;
+    const char *base = slash ? slash + 1 : result;
+    int n = (int)strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".json")) n -= 5;
+    snprintf(out, len, "%.*s%straces/%.*s.txt.gz", dir, result, slash ? "/" : "", n, base);
+}
+
+/* The planned allocation sequence of the step of (m, t, cl, sk) and the recorded one (trace) replayed
+ * through the caching allocator model at torch's default settings with no capacity limit: the
+ * planned one over two steps from an empty cache on one stream (CPU ranks have none), the
+ * recorded one as it was made (three steps from the model's construction). With out_dir, the
+ * planned sequence is written to <out_dir>/<name>.planned.txt too. 0, or -1 after a line on
+ * stderr. */
+static int check_reserved(TorchCheck *c, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *cl,
+                          StrategyKind sk, const char *trace, const char *out_dir, const char *name)
+{
+    Step st;
+    StepAllocOpts o;
+    StepAllocResult pl;
+    PlanAllocConfig conf;
+    plan_alloc_config_defaults(&conf);
+    plan_step_alloc_opts_default(&o);
+    o.one_stream = 1;
+    if (plan_step_build(&st, m, t, cl, sk) || plan_step_alloc_with(&st, &conf, &o, &pl)) {
+        fprintf(stderr, "memplan: %s: could not list its planned allocations\n", c->strategy);
+        plan_step_free(&st);
+        return -1;
+    }
+    if (out_dir) {
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof path, "%s/%s.planned.txt", out_dir, name);
+        FILE *f = fopen(path, "w");
+        const char *hdr[] = {"memplan planned allocation sequence (validate --against torch --alloc-out)", name, NULL};
+        int bad = !f || plan_step_alloc_write(&st, &o, f, hdr);
+        if (f && fclose(f)) bad = 1;
+        if (bad) fprintf(stderr, "memplan: cannot write '%s': %s\n", path, strerror(errno));
+    }
+    plan_step_free(&st);
+    FILE *f = cli_open_maybe_gz(trace);
+    if (!f) {
+        fprintf(stderr, "memplan: %s: cannot read the recorded allocations '%s': %s\n", c->strategy, trace, strerror(errno));
+        return -1;
+    }
+    AllocTrace tr;
+    AllocReplay rr;
+    char err[256];
+    int rc = plan_alloc_trace_read(f, &tr, err, sizeof err);
+    fclose(f);
+    if (!rc) {
+        rc = plan_alloc_replay(&tr, &conf, NULL, &rr, err, sizeof err);
+        plan_alloc_trace_free(&tr);
+    }
+    if (rc) {
+        fprintf(stderr, "memplan: %s: '%s': %s\n", c->strategy, trace, err);
+        return -1;
+    }
+    double p = (double)pl.whole.max_reserved, r = (double)rr.whole.max_reserved;
+    c->has_reserved = 1;
+    c->reserved = (Quantity){p, r, RULE_RESERVED, fabs(plan_rel_err(p, r)) <= ALLOC_TOL};
+    c->reserved_tensors = reported((double)pl.whole.max_requested, (double)rr.whole.max_requested);
+    c->planned_segments = pl.whole.max_segments;
+    c->recorded_segments = rr.whole.max_segments;
+    return 0;
+}
+
+/* Plans s and compares it with the harness's result h: fills c (torch_check_free releases it);
+ * with trace (a recorded allocation sequence that exists), the reserved memory of the planned
+ * and the recorded allocations too. CHECKED, or CHECK_NO_MODEL / CHECK_NO_RANKS after a message
+ * on stderr. */
+static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, const char *trace, const char *alloc_out,
+                       const char *name, TorchCheck *c)
 {
     memset(c, 0, sizeof *c);
     char err[512];
@@ -468,6 +561,8 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
     }
     check_peak(c, &mr, top, mpeak, mupper);
     c->pass &= c->peak.ok & c->phase_ok;
+    if (trace && access(trace, R_OK) == 0)
+        check_reserved(c, &m, &t, &cl, s->strategy, trace, alloc_out, name);   /* said on stderr if not */
     if (check_collectives(c, s, h, &m, &t, &ms, &cp)) {
         fprintf(stderr, "memplan: out of memory comparing %s\n", c->strategy);
         plan_model_free(&m);
@@ -506,6 +601,10 @@ static void each_row(const TorchCheck *c, RowFn fn, void *ctx)
     fn(ctx, c, "peak (max over ranks)", &c->peak);
     if (c->show_upper) fn(ctx, c, "peak upper bound (gloo frees)", &c->upper);
     fn(ctx, c, "peak phase", NULL);
+    if (c->has_reserved) {
+        fn(ctx, c, "allocator: tensor peak", &c->reserved_tensors);
+        fn(ctx, c, "allocator: max reserved", &c->reserved);
+    }
     for (int i = 0; i < c->ncolls; i++) {
         const CollCheck *x = &c->colls[i];
         char q[64];
@@ -569,7 +668,7 @@ static void list_append(RowList *l, const char *sep, const char *text)
 static void add_failed_row(void *ctx, const TorchCheck *c, const char *label, const Quantity *q)
 {
     char item[128];
-    if (q ? q->ok || q->rule == RULE_COUNT || q->rule == RULE_REPORTED : c->phase_ok) return;
+    if (q ? q->ok || q->rule == RULE_COLL_COUNT || q->rule == RULE_REPORTED || q->rule == RULE_RESERVED : c->phase_ok) return;
     if (q && q->rule == RULE_TOLERANCE)
         snprintf(item, sizeof item, "%s %+.2f%% (tolerance %.3g%%)", label, 100 * plan_rel_err(q->predicted, q->measured),
                  100 * c->tol);
@@ -610,6 +709,17 @@ static cJSON *torch_json(const TorchCheck *c)
     cJSON_AddStringToObject(pk, "predicted_at", c->predicted_at);
     cJSON_AddStringToObject(pk, "measured_module", c->measured_module);
     cJSON_AddNumberToObject(pk, "measured_rank", c->measured_rank);
+    if (c->has_reserved) {
+        cJSON *rv = cJSON_AddObjectToObject(o, "reserved");
+        cJSON_AddNumberToObject(rv, "planned_bytes", c->reserved.predicted);
+        cJSON_AddNumberToObject(rv, "recorded_bytes", c->reserved.measured);
+        cJSON_AddNumberToObject(rv, "planned_tensor_peak_bytes", c->reserved_tensors.predicted);
+        cJSON_AddNumberToObject(rv, "recorded_tensor_peak_bytes", c->reserved_tensors.measured);
+        cJSON_AddNumberToObject(rv, "planned_segments", c->planned_segments);
+        cJSON_AddNumberToObject(rv, "recorded_segments", c->recorded_segments);
+        cJSON_AddNumberToObject(rv, "tolerance", ALLOC_TOL);
+        cJSON_AddBoolToObject(rv, "within_tolerance", c->reserved.ok);
+    }
     cJSON *colls = cJSON_AddArrayToObject(o, "collectives_per_step");
     for (int i = 0; i < c->ncolls; i++) {
         const CollCheck *x = &c->colls[i];
@@ -637,11 +747,17 @@ typedef struct {
 
 /* One strategy: prints its rows, appends its JSON record to arr and counts it in t (source: the
  * --measured file it came from, or NULL). */
-static void compare(FILE *f, const HarnessSetup *s, const cJSON *h, double tol, cJSON *arr, Tally *t, const char *source)
+static void compare(FILE *f, const HarnessSetup *s, const cJSON *h, double tol, cJSON *arr, Tally *t, const char *source,
+                    const char *trace, const char *alloc_out)
 {
     TorchCheck c;
     t->runs++;
-    if (torch_check(s, h, tol, &c) != CHECKED) {   /* said on stderr */
+    char name[PATH_MAX];
+    const char *base = source ? strrchr(source, '/') : NULL;
+    snprintf(name, sizeof name, "%s", source ? (base ? base + 1 : source) : plan_strategy(s->strategy)->name);
+    size_t nl = strlen(name);
+    if (nl > 5 && !strcmp(name + nl - 5, ".json")) name[nl - 5] = 0;
+    if (torch_check(s, h, tol, trace, alloc_out, name, &c) != CHECKED) {   /* said on stderr */
         t->all_pass = 0;
         t->failed_runs++;
         return;
@@ -671,7 +787,7 @@ static void echo_versions(FILE *f, const cJSON *h, int *shown)
 /* With --measured the setup comes from each file: only these flags apply. A token is taken as
  * the flag it abbreviates (getopt_long takes unambiguous prefixes, and no other option's name is
  * a prefix of one of these, so a token that parsed and is a prefix of one of them is that one). */
-static const char *const MEASURED_FLAGS[] = {"against", "measured", "tol", "json", "help"};
+static const char *const MEASURED_FLAGS[] = {"against", "measured", "tol", "json", "alloc-out", "help"};
 
 /* 0, or 2 after naming the first flag given besides MEASURED_FLAGS. Called after a successful
  * parse: every token that starts with "--" (before a "--") is then an option, since the parser
@@ -686,7 +802,7 @@ static int measured_flags_only(int argc, char **argv)
             ok |= n > 0 && strncmp(MEASURED_FLAGS[k], name, (size_t)n) == 0;
         if (!ok)
             return cli_usage_error("--%.*s does not apply with --measured: the model and setup come from the result file "
-                                   "(valid with --measured: --tol, --json[=FILE])", n, name);
+                                   "(valid with --measured: --tol, --json[=FILE], --alloc-out DIR)", n, name);
     }
     return 0;
 }
@@ -1037,7 +1153,9 @@ static void check_measured(FILE *out, const TorchOpts *o, const Measured *m, cJS
                 m[i].path, s->model, s->ranks, s->batch, s->seq, s->accum, sync,
                 plan_precision(s->precision)->name, ckpt_label(s, (char[24]){0}, 24), plan_attn_name(s->attn), s->dropout,
                 fsdp1_label(s, (char[160]){0}, 160));
-        compare(out, s, m[i].h, o->tol, arr, t, m[i].path);
+        char trace[PATH_MAX + 32];
+        trace_of(m[i].path, trace, sizeof trace);
+        compare(out, s, m[i].h, o->tol, arr, t, m[i].path, trace, o->alloc_out);
     }
 }
 
@@ -1054,6 +1172,7 @@ static void check_runs(FILE *out, const CliSetup *cs, const TorchOpts *o, const 
         char path[PATH_MAX + 64], log[PATH_MAX + 64], err[PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/%s.json", dir, sn);
         snprintf(log, sizeof log, "%s/%s.log", dir, sn);
+        snprintf(s.alloc_trace, sizeof s.alloc_trace, "%s/%s.trace.txt", dir, sn);   /* its allocations */
         fprintf(stderr, "# running %s on %lld CPU ranks (torchrun's output: %s) ...\n", sn, s.ranks, log);
         double ran_s = 0;
         cJSON *h = cli_harness_run(env, &s, path, log, o->timeout_s, &ran_s, err, sizeof err);
@@ -1072,11 +1191,12 @@ static void check_runs(FILE *out, const CliSetup *cs, const TorchOpts *o, const 
         }
         fprintf(stderr, "# %s ran in %.0f s\n", sn, ran_s);
         echo_versions(out, h, &t->versions);
-        compare(out, &s, h, o->tol, arr, t, NULL);
+        compare(out, &s, h, o->tol, arr, t, NULL, s.alloc_trace, o->alloc_out);
         cJSON_Delete(h);
         if (!o->keep) {
             unlink(path);
             unlink(log);
+            unlink(s.alloc_trace);
         }
     }
     if (!o->keep && !keep_dir) rmdir(dir);

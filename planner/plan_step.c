@@ -146,8 +146,8 @@ static int build_failed(Step *st, int status, const char *where, const char *why
     return status;
 }
 
-/* The account of view v (which the step takes over): the fixed overheads, which rules hold
-   per-parameter tensors, the moments every step has, then the rules. */
+/* The account of view v (which the step takes over): the fixed overheads, what its events stand
+   for as allocations, the moments every step has, then the rules. */
 static int build_view(Step *st, RankView *v) {
     memset(st, 0, sizeof(*st));
     st->view = *v;
@@ -176,15 +176,7 @@ static int build_view(Step *st, RankView *v) {
     st->fixed = st->cuda_context + st->cublas_ws + st->nccl;
     st->shard_group = x.n;
     st->acts_known = plan_model_acts_known(m);
-    /* which rules hold per-parameter tensors (plan_step_alloc): PyTorch's layouts keep one tensor
-       per parameter (and DDP a bucket per ~25 MiB of them); DeepSpeed flattens its groups into
-       one buffer (stage_1_and_2.py flatten_dense_tensors_aligned; stage3.py
-       fp32_partitioned_groups_flat) but ZeRO-3 partitions each parameter (ds_tensor) */
-    static const RuleId PER_TENSOR[] = {RULE_PARAMS, RULE_OPTIMIZER, RULE_GRADS_KEPT, RULE_STEP_GRADS,
-                                        RULE_FOREACH_TEMP, RULE_DDP_BUCKETS};
-    for (size_t k = 0; k < sizeof PER_TENSOR / sizeof PER_TENSOR[0]; k++)
-        st->split_rule[PER_TENSOR[k]] = x.torch && !x.ds_py;
-    if (x.ds3_py) st->split_rule[RULE_PARAMS] = 1;
+    plan_step_alloc_layout(st, &x);   /* what its events stand for as allocations */
     /* the moments every step has: each layer's forward and backward, and the optimizer step */
     for (int i = 0; i < m->n_layers; i++) {
         step_sample(st, pt(&x, PT_FWD, i));

@@ -166,10 +166,13 @@ typedef struct Step {
     int64_t shard_group;
     int acts_known;
     double tokens_per_sample;
-    /* 1: the rule's events stand for per-parameter tensors (PyTorch's parameters, gradients,
-       optimizer states, foreach temporaries, DDP's buckets): plan_step_alloc splits them by
-       layer. 0: one allocation (DeepSpeed's flat buffers, memplan's engine). */
-    uint8_t split_rule[RULE_COUNT];
+    /* how the allocation listing (plan_step_alloc.c) reads the account, set at build by
+       plan_step_alloc_layout: the tensors each rule's events stand for (StepSplit), the stream
+       its allocations are made on, and whether the optimizer's states appear at the first
+       step() (torch.optim) rather than before it */
+    uint8_t alloc_split[RULE_COUNT];
+    uint8_t alloc_stream[RULE_COUNT];
+    uint8_t alloc_lazy_opt, alloc_opt_copies;
     /* host memory per node (plan_dim_offload.h), of the setup as given: model states offloaded by
        the node's ranks, or the load-time copies */
     double host_per_node, host_capacity;
@@ -196,17 +199,6 @@ void plan_step_replay(const Step *st, const ClusterSpec *c, MemResult *r, MemMom
    already known not to fit before the allocator replay or its capacity search is done; else 0
    with r, and the calls to fn, exactly plan_step_replay's. */
 int plan_step_replay_fits(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx);
-/* The account's memory events replayed as an allocation sequence through the caching allocator
-   model (plan_alloc.h) configured by conf, on one stream, from an empty cache: in step order,
-   within one point and side of its moment the frees first (so the live bytes never exceed the
-   account's at that moment); each positive event one allocation of its bytes rounded up (split
-   by layer for st->split_rule's rules), unless it takes over a block released at the same point
-   (the same bytes changing rule); each negative one freeing the latest live block of its rule
-   and term holding that many bytes, else the latest ones until covered (a block freed in part
-   stays, holding fewer); bytes freed before they were allocated are owed. Overhead events are
-   not tensors and are left out. Fills out; 0, or -1 out of host memory. docs/formulas.md "The
-   allocator in the plan". */
-int plan_step_alloc(const Step *st, const PlanAllocConfig *conf, PlanAllocStats *out);
 /* Bytes of each rule per term live at moment index k (0 = the first moment; -1 = the peak), for
    explaining a figure: out[rule][term]. */
 void plan_step_live_at_peak(const Step *st, const ClusterSpec *c, double out[RULE_COUNT][TERM_COUNT]);

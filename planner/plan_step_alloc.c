@@ -1,16 +1,267 @@
-/* plan_step_alloc.c — the step account as an allocation sequence (plan_step_alloc) and the
- * memory replay that adds the caching allocator's share to it (plan_step_replay): which bytes
- * the account's events stand for as PyTorch's allocations, in which order, and the figures the
- * allocator model (plan_alloc.c) gives for them. docs/formulas.md "The allocator in the plan". */
+/* plan_step_alloc.c — the step account as the allocations PyTorch makes (plan_step_alloc.h) and
+ * the memory replay that adds the caching allocator's share to the account (plan_step_replay):
+ * which tensors the account's events stand for, in which order and on which stream, over one or
+ * more steps from an empty cache, and the figures the allocator model (plan_alloc.c) gives for
+ * them. docs/formulas.md "The allocator in the plan". */
+#include "plan_step_alloc.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_alloc.h"
 #include "plan_step_internal.h"
 #include "plan_util.h"
-/* ---- the account as an allocation sequence (plan_step_alloc) ---- */
+
+/* ---- what each rule's events stand for, set once per build ---- */
+
+/* PyTorch's layouts keep one tensor per parameter (torch.optim's states per parameter, DDP a
+   bucket per ~25 MiB of gradients); DeepSpeed flattens its groups into one buffer
+   (stage_1_and_2.py flatten_dense_tensors_aligned; stage3.py fp32_partitioned_groups_flat) but
+   ZeRO-3 partitions each parameter (ds_tensor); memplan's engine has flat buffers. */
+void plan_step_alloc_layout(Step *st, const StepCtx *x) {
+    memset(st->alloc_split, SPLIT_ONE, sizeof st->alloc_split);
+    memset(st->alloc_stream, STREAM_COMPUTE, sizeof st->alloc_stream);
+    int torch = x->torch && !x->ds_py;
+    if (torch) {
+        static const RuleId PER_TENSOR[] = {RULE_PARAMS, RULE_GRADS_KEPT, RULE_STEP_GRADS, RULE_AUTOGRAD_GRADS,
+                                            RULE_ACCUM_GRADS, RULE_FOREACH_TEMP};
+        for (size_t k = 0; k < sizeof PER_TENSOR / sizeof PER_TENSOR[0]; k++) st->alloc_split[PER_TENSOR[k]] = SPLIT_TENSORS;
+        st->alloc_split[RULE_OPTIMIZER] = SPLIT_STATES;
+        st->alloc_split[RULE_DDP_BUCKETS] = SPLIT_BUCKETS;
+    }
+    if (x->ds3_py) st->alloc_split[RULE_PARAMS] = SPLIT_TENSORS;
+    if (x->torch) {
+        st->alloc_split[RULE_AUTOCAST_CACHE] = SPLIT_CASTS;
+        st->alloc_split[RULE_RECAST] = SPLIT_CASTS;
+        st->alloc_split[RULE_SAVED_ACTS] = SPLIT_ACTS;
+        st->alloc_split[RULE_LOSS_BACKWARD] = SPLIT_LOGITS;
+    }
+    /* torch.optim makes a parameter's states at its first step() (adam.py _init_group:
+       state["exp_avg"] = torch.zeros_like(p, ...)); DeepSpeed makes its flat states at
+       initialisation (stage_1_and_2.py initialize_optimizer_states) */
+    st->alloc_lazy_opt = (uint8_t)torch;
+    st->alloc_opt_copies = (uint8_t)(x->o->states > 0 ? x->o->states : 1);
+}
+
+void plan_step_alloc_opts_default(StepAllocOpts *o) {
+    o->steps = 2;
+    o->one_stream = 0;
+}
+
+/* ---- the account cut into tensors: the listing ---- */
+
+/* The listing: each tensor freed or asked for, in step order, the end of each slot (a point,
+   before or after its moment) and the start of each step. Every byte is a field (no padding), so
+   two lists compare with memcmp. */
+enum { OP_FREE, OP_ALLOC, OP_SLOT, OP_STEP };
+typedef struct {
+    uint64_t size;
+    uint16_t rule;
+    uint8_t term, kind, stream;
+    uint8_t zero[3];
+} StepOp;
+
+typedef struct {
+    StepOp *v;
+    int n, cap;
+} OpList;
+
+static int push_op(OpList *ops, StepOp op) {
+    if (plan_grow((void **)&ops->v, &ops->cap, ops->n + 1, sizeof *ops->v)) return -1;
+    ops->v[ops->n++] = op;
+    return 0;
+}
+
+/* Weights of the tensors an event stands for, in the order they are made. */
+typedef struct {
+    double *w;
+    int n, cap;
+} Weights;
+
+static int add_w(Weights *ws, double w) {
+    if (w <= 0) return 0;
+    if (plan_grow((void **)&ws->w, &ws->cap, ws->n + 1, sizeof *ws->w)) return -1;
+    ws->w[ws->n++] = w;
+    return 0;
+}
+
+/* The layer's parameter tensors (elements), forward order or reversed; a layer whose tensors are
+   unknown counts as one of its parameters. copies: each tensor that many times in a row. */
+static int layer_tensors(Weights *ws, const LayerSpec *l, int reverse, int copies, int casts_only) {
+    if (l->n_tensors <= 0) {
+        for (int c = 0; c < copies; c++)
+            if (!casts_only && add_w(ws, (double)l->params)) return -1;
+        return 0;
+    }
+    for (int k0 = 0; k0 < l->n_tensors; k0++) {
+        int k = reverse ? l->n_tensors - 1 - k0 : k0;
+        double e = (double)l->tensor_elems[k];
+        if (casts_only && (l->tensor_dim0[k] <= 0 || l->tensor_dim0[k] >= l->tensor_elems[k])) continue;   /* 1-D */
+        for (int c = 0; c < copies; c++)
+            if (add_w(ws, e)) return -1;
+    }
+    return 0;
+}
+
+/* DDP's buckets (reducer.cpp compute_bucket_assignment_by_size, after the first iteration's
+   rebuild): whole gradient tensors in reverse order, the first bucket closing at 1 MiB, the
+   others at 25 MiB; the bytes of each. */
+static int ddp_buckets(Weights *ws, const ModelSpec *m, double gb) {
+    double fill = 0, lim = PLAN_DDP_FIRST_BUCKET;
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        const LayerSpec *l = &m->layers[i];
+        int nt = l->n_tensors > 0 ? l->n_tensors : 1;
+        for (int k = nt - 1; k >= 0; k--) {
+            fill += (l->n_tensors > 0 ? (double)l->tensor_elems[k] : (double)l->params) * gb;
+            if (fill < lim) continue;
+            if (add_w(ws, fill)) return -1;
+            fill = 0;
+            lim = PLAN_DDP_BUCKET;
+        }
+    }
+    return add_w(ws, fill);
+}
+
+/* A layer's saved tensors (bytes each), as plan_activ.c counts them; none known: one piece. */
+static int act_weights(const Step *st, int layer, Weights *ws) {
+    (void)st; (void)layer; (void)ws;
+    return 0;
+}
+
+/* The tensors event e stands for (weights, in the order they are made), under the step's
+   layout. An event at a layer's point is that layer's; at START, the step or the reductions,
+   the model's. */
+static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
+    const ModelSpec *m = &st->view.m;
+    int layer;
+    PointKind k = plan_step_point_kind(st->n_layers, e->point, &layer);
+    int at_layer = layer >= 0 && layer < m->n_layers && k != PT_ROOT_RS && k != PT_REDUCE1 && k != PT_REDUCE2 &&
+                   k != PT_LOSS_FWD && k != PT_LOSS_BWD;
+    int backward = k == PT_BWD_MLP || k == PT_BWD || k == PT_BWD_UNIT;
+    ws->n = 0;
+    switch ((StepSplit)st->alloc_split[e->rule]) {
+    case SPLIT_TENSORS:
+    case SPLIT_STATES: {
+        int copies = st->alloc_split[e->rule] == SPLIT_STATES ? st->alloc_opt_copies : 1;
+        if (at_layer) return layer_tensors(ws, &m->layers[layer], backward, copies, 0);
+        for (int i = 0; i < m->n_layers; i++)
+            if (layer_tensors(ws, &m->layers[i], 0, copies, 0)) return -1;
+        return 0;
+    }
+    case SPLIT_CASTS:
+        return at_layer ? layer_tensors(ws, &m->layers[layer], backward, 1, 1) : 0;
+    case SPLIT_BUCKETS:
+        return ddp_buckets(ws, m, plan_precision(st->view.t.precision)->grad_bytes);
+    case SPLIT_ACTS:
+        return at_layer ? act_weights(st, layer, ws) : 0;
+    case SPLIT_LOGITS: {
+        double one = (double)st->view.t.micro_batch * (double)(st->view.t.seq > 0 ? st->view.t.seq : m->max_seq) *
+                     (double)m->vocab * 4.0;
+        double n = one > 0 ? round(fabs(e->bytes) / one) : 0;
+        for (double j = 0; j < n && n <= 64; j++)
+            if (add_w(ws, one)) return -1;
+        return 0;
+    }
+    default: return 0;
+    }
+}
+
+/* Bytes into pieces in proportion to the weights (none: one piece), rounded down but the last,
+   which takes the rest: the pieces add up to the event's bytes rounded up. */
+static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kind, int stream) {
+    uint64_t bytes = (uint64_t)ceil(fabs(e->bytes)), left = bytes;
+    double total = 0;
+    for (int k = 0; k < ws->n; k++) total += ws->w[k];
+    int n = total > 0 ? ws->n : 1;
+    for (int k = 0; k < n; k++) {
+        uint64_t piece = k == n - 1 ? left : (uint64_t)floor((double)bytes * ws->w[k] / total);
+        if (piece > left) piece = left;
+        left -= piece;
+        if (piece && push_op(ops, (StepOp){piece, e->rule, e->term, (uint8_t)kind, (uint8_t)stream, {0}})) return -1;
+    }
+    return 0;
+}
+
+/* An event that lives across steps: allocated at the start, freed at the end, the same bytes of
+   the same rule and term (the model states, the frameworks' buffers). carry[e] = 1 for both. */
+static void mark_carried(const Step *st, const int *idx, uint8_t *carry) {
+    int s0 = plan_step_point(st->n_layers, PT_START, 0), end = plan_step_point(st->n_layers, PT_END, 0);
+    for (int a = 0; a < st->n_mem; a++) {
+        const StepMem *x = &st->mem[idx[a]];
+        if (x->point != s0 || x->when != AT_BEFORE || x->bytes <= 0) continue;
+        for (int b = st->n_mem - 1; b >= 0; b--) {
+            const StepMem *y = &st->mem[idx[b]];
+            if (y->point != end || y->when != AT_AFTER || carry[idx[b]]) continue;
+            if (y->rule == x->rule && y->term == x->term && y->bytes == -x->bytes) {
+                carry[idx[a]] = carry[idx[b]] = 1;
+                break;
+            }
+        }
+    }
+}
+
+/* The listing of o->steps steps: what lives across steps first (torch.optim's states at the
+   first step's optimizer step instead), then each step's events slot by slot, cut into tensors;
+   overhead events are no tensors. */
+static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
+    int *idx = plan_step_order_events(st);
+    uint8_t *carry = calloc((size_t)(st->n_mem > 0 ? st->n_mem : 1), 1);
+    Weights ws = {0};
+    int rc = !idx || !carry ? -1 : 0;
+    int step_pt = plan_step_point(st->n_layers, PT_STEP, 0);
+    ops->n = 0;
+    if (!rc) mark_carried(st, idx, carry);
+    /* what lives across steps, in the order the rules wrote it (parameters first) */
+    for (int e = 0; e < st->n_mem && !rc; e++) {
+        const StepMem *x = &st->mem[idx[e]];
+        if (!carry[idx[e]] || x->bytes <= 0 || x->term == TERM_OVERHEAD) continue;
+        if (x->rule == RULE_OPTIMIZER && st->alloc_lazy_opt) continue;
+        rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
+    }
+    if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+    for (int step = 1; step <= o->steps && !rc; step++) {
+        rc = push_op(ops, (StepOp){(uint64_t)step, 0, 0, OP_STEP, 0, {0}});
+        for (int e0 = 0, e1; e0 < st->n_mem && !rc; e0 = e1) {
+            const StepMem *first = &st->mem[idx[e0]];
+            for (e1 = e0; e1 < st->n_mem && st->mem[idx[e1]].point == first->point &&
+                          st->mem[idx[e1]].when == first->when; e1++) {}
+            /* the first step() makes torch.optim's states before its update (_init_group) */
+            if (step == 1 && first->point == step_pt && first->when == AT_BEFORE && st->alloc_lazy_opt)
+                for (int e = 0; e < st->n_mem && !rc; e++) {
+                    const StepMem *x = &st->mem[idx[e]];
+                    if (carry[idx[e]] && x->bytes > 0 && x->rule == RULE_OPTIMIZER)
+                        rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, OP_ALLOC, 0);
+                }
+            for (int e = e0; e < e1 && !rc; e++) {
+                const StepMem *x = &st->mem[idx[e]];
+                if (carry[idx[e]] || x->term == TERM_OVERHEAD) continue;
+                rc = event_weights(st, x, &ws) ||
+                     push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
+            }
+            if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+        }
+    }
+    free(idx);
+    free(carry);
+    free(ws.w);
+    return rc;
+}
+
+/* ---- the listing resolved into allocations and frees of blocks ---- */
+
+/* What the allocator is asked, in order: handles allocated and freed, step starts. */
+enum { FL_ALLOC, FL_FREE, FL_STEP };
+typedef struct {
+    uint8_t kind, stream;
+    int id;
+    uint64_t size;
+} FlatOp;
+
+typedef struct {
+    FlatOp *v;
+    int n, cap;
+} FlatList;
 
 typedef struct {
     int id;
@@ -32,7 +283,7 @@ typedef struct {
 } BlockIdx;
 
 typedef struct {
-    PlanAlloc *a;
+    FlatList *out;
     StepBlock *b;            /* every block of the replay, in the order allocated; never moved */
     int n, cap;
     BlockIdx live[RULE_COUNT][TERM_COUNT];   /* the live blocks of each rule and term: a free
@@ -44,6 +295,12 @@ typedef struct {
        first, so the replay's live bytes stay at the account's or above */
     uint64_t debt[RULE_COUNT][TERM_COUNT];
 } StepAllocRun;
+
+static void emit(StepAllocRun *R, FlatOp op) {
+    if (R->failed) return;
+    if (plan_grow((void **)&R->out->v, &R->out->cap, R->out->n + 1, sizeof *R->out->v)) { R->failed = 1; return; }
+    R->out->v[R->out->n++] = op;
+}
 
 /* Inserts block i in order (at the end when it is the latest, the usual case). */
 static void idx_insert(StepAllocRun *R, BlockIdx *x, int i) {
@@ -60,12 +317,11 @@ static void idx_remove(BlockIdx *x, int k) {
     x->n--;
 }
 
-static void run_malloc(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
+static void run_malloc(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size, uint8_t stream) {
     if (R->failed || size == 0) return;
     if (plan_grow((void **)&R->b, &R->cap, R->n + 1, sizeof *R->b)) { R->failed = 1; return; }
     int id = R->n;
-    /* 1: out of memory (counted in the stats; the handle stays unallocated, its free is a no-op) */
-    if (plan_alloc_malloc(R->a, id, size, 0) < 0) { R->failed = 1; return; }
+    emit(R, (FlatOp){FL_ALLOC, stream, id, size});
     R->b[R->n++] = (StepBlock){id, size, size, rule, term, BLK_LIVE};
     idx_insert(R, &R->live[rule][term], id);
 }
@@ -79,7 +335,7 @@ static void run_malloc(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t si
 typedef struct {
     uint64_t size;
     uint16_t rule;
-    uint8_t term;
+    uint8_t term, stream;
 } StepReq;
 
 /* The released block at position k of the slot's list becomes rule's, live again. */
@@ -147,23 +403,9 @@ static void give_back(StepAllocRun *R) {
     for (int k = 0; k < R->released.n; k++) {
         StepBlock *b = &R->b[R->released.v[k]];
         b->state = BLK_FREED;
-        plan_alloc_free(R->a, b->id);   /* -1 for a handle that ran out of memory */
+        emit(R, (FlatOp){FL_FREE, 0, b->id, 0});
     }
     R->released.n = 0;
-}
-
-/* The pieces an event stands for: one, or for a rule whose bytes are per-parameter tensors
-   (st->split_rule) one per layer with parameters, in proportion to its parameters (of total, the
-   model's; rounded up, so the pieces cover the bytes). Returns the count; pieces[] holds
-   m->n_layers at most. */
-static int pieces_of(const Step *st, const ModelSpec *m, double total, const StepMem *x, uint64_t *pieces) {
-    double bytes = fabs(x->bytes);
-    int n = 0;
-    if (st->split_rule[x->rule] && total > 0)
-        for (int i = 0; i < m->n_layers; i++)
-            if (m->layers[i].params > 0) pieces[n++] = (uint64_t)ceil(bytes * (double)m->layers[i].params / total);
-    if (n == 0) pieces[n++] = (uint64_t)ceil(bytes);
-    return n;
 }
 
 static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
@@ -172,77 +414,68 @@ static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
     return 0;
 }
 
-/* The replay's input as a list: each piece freed or asked for, in step order, and the end of
-   each slot. Every byte is a field (no padding), so two lists compare with memcmp. */
-enum { OP_FREE, OP_ALLOC, OP_SLOT };
-typedef struct {
-    uint64_t size;
-    uint16_t rule;
-    uint8_t term, kind;
-    uint32_t zero;
-} StepOp;
-
-typedef struct {
-    StepOp *v;
-    int n, cap;
-} OpList;
-
-static int list_ops(const Step *st, OpList *ops) {
-    const ModelSpec *m = &st->view.m;
-    int *idx = plan_step_order_events(st);
-    uint64_t *pc = malloc(sizeof(uint64_t) * (size_t)(m && m->n_layers > 0 ? m->n_layers : 1));
-    double total = m ? (double)plan_model_params(m) : 0;
-    int rc = !idx || !pc ? -1 : 0;
-    ops->n = 0;
-    for (int e0 = 0, e1; e0 < st->n_mem && !rc; e0 = e1) {
-        const StepMem *first = &st->mem[idx[e0]];
-        for (e1 = e0; e1 < st->n_mem && st->mem[idx[e1]].point == first->point && st->mem[idx[e1]].when == first->when; e1++) {}
-        for (int e = e0; e < e1 && !rc; e++) {
-            const StepMem *x = &st->mem[idx[e]];
-            if (x->term == TERM_OVERHEAD) continue;   /* fixed overheads: no tensor */
-            int np = pieces_of(st, m, total, x, pc);
-            if (plan_grow((void **)&ops->v, &ops->cap, ops->n + np + 1, sizeof *ops->v)) rc = -1;
-            for (int k = 0; k < np && !rc; k++)
-                ops->v[ops->n++] = (StepOp){pc[k], x->rule, x->term, x->bytes < 0 ? OP_FREE : OP_ALLOC, 0};
-        }
-        if (!rc && plan_grow((void **)&ops->v, &ops->cap, ops->n + 1, sizeof *ops->v)) rc = -1;
-        if (!rc) ops->v[ops->n++] = (StepOp){0, 0, 0, OP_SLOT, 0};
-    }
-    free(idx);
-    free(pc);
-    return rc;
-}
-
 /* One slot at a time (a point, before or after its moment): its frees, then its allocations. */
-static int replay_ops(const OpList *ops, const PlanAllocConfig *conf, PlanAllocStats *out) {
+static int resolve(const OpList *ops, FlatList *out) {
     StepAllocRun R;
     memset(&R, 0, sizeof(R));
-    R.a = plan_alloc_new(conf);
+    R.out = out;
+    out->n = 0;
     StepReq *req = NULL;
     int nreq = 0, capreq = 0;
-    if (!R.a) R.failed = 1;
     for (int o = 0; o < ops->n && !R.failed; o++) {
         const StepOp *x = &ops->v[o];
         if (x->kind == OP_FREE) run_free(&R, x->rule, x->term, x->size);
         else if (x->kind == OP_ALLOC) {
-            if (add_req(&req, &nreq, &capreq, (StepReq){x->size, x->rule, x->term})) R.failed = 1;
+            if (add_req(&req, &nreq, &capreq, (StepReq){x->size, x->rule, x->term, x->stream})) R.failed = 1;
+        } else if (x->kind == OP_STEP) {
+            emit(&R, (FlatOp){FL_STEP, 0, (int)x->size, 0});
         } else {
             int left = 0;
             for (int k = 0; k < nreq; k++)
                 if (!take_over(&R, &req[k])) req[left++] = req[k];
             give_back(&R);
-            for (int k = 0; k < left; k++) run_malloc(&R, req[k].rule, req[k].term, req[k].size);
+            for (int k = 0; k < left; k++) run_malloc(&R, req[k].rule, req[k].term, req[k].size, req[k].stream);
             nreq = 0;
         }
     }
-    if (R.a) *out = *plan_alloc_stats(R.a);
     int failed = R.failed;
-    plan_alloc_free_all(R.a);
     free(R.b);
     free(R.released.v);
     for (int r = 0; r < RULE_COUNT; r++)
         for (int k = 0; k < TERM_COUNT; k++) free(R.live[r][k].v);
     free(req);
+    return failed ? -1 : 0;
+}
+
+/* The allocations through the allocator model: the whole run's figures, and the last step's
+   with the peaks reset at its start. */
+static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int steps, StepAllocResult *out) {
+    PlanAlloc *a = plan_alloc_new(conf);
+    if (!a) return -1;
+    int failed = 0;
+    PlanAllocStats before;
+    memset(&before, 0, sizeof before);
+    for (int k = 0; k < fl->n && !failed; k++) {
+        const FlatOp *x = &fl->v[k];
+        if (x->kind == FL_ALLOC) failed = plan_alloc_malloc(a, x->id, x->size, x->stream) < 0;
+        else if (x->kind == FL_FREE) plan_alloc_free(a, x->id);   /* -1 for a handle that ran out of memory */
+        else if (x->id == steps) {
+            before = *plan_alloc_stats(a);
+            plan_alloc_reset_peaks(a);
+        }
+    }
+    const PlanAllocStats *s = plan_alloc_stats(a);
+    out->steady = *s;
+    out->whole = *s;
+    PlanAllocStats *w = &out->whole;
+#define KEEP_MAX(f) if (before.f > w->f) w->f = before.f
+    KEEP_MAX(max_allocated);
+    KEEP_MAX(max_requested);
+    KEEP_MAX(max_segments);
+    if (before.max_reserved > w->max_reserved) w->max_reserved = before.max_reserved;
+    if (before.max_allocated >= s->max_allocated) w->reserved_at_max_allocated = before.reserved_at_max_allocated;
+#undef KEEP_MAX
+    plan_alloc_free_all(a);
     return failed ? -1 : 0;
 }
 
@@ -255,45 +488,74 @@ static int conf_equal(const PlanAllocConfig *x, const PlanAllocConfig *y) {
            x->device_total == y->device_total && x->capacity == y->capacity;
 }
 
-/* The last replays, per thread: a replay's figures are a function of its operations and the
+/* The last replays, per thread: a replay's figures are a function of its listing and the
    allocator's settings alone, and the searches repeat some (a plan's row at micro-batch 1 and
    its max-micro-batch walk at 1; strategies whose steps allocate alike). A hit compares the
-   whole list, not a hash. The lists stay allocated for the thread's life (8 of a few
-   thousand operations). */
+   whole list, not a hash. The lists stay allocated for the thread's life (8 of a few thousand
+   operations). */
 #define STEP_MEMO 8
 typedef struct {
     OpList ops;
     PlanAllocConfig conf;
-    PlanAllocStats out;
-    int used;
+    StepAllocResult out;
+    int steps, used;
 } StepMemo;
 static _Thread_local StepMemo memo[STEP_MEMO];
 static _Thread_local int memo_next;
 static _Thread_local OpList memo_ops;   /* the list being looked up */
+static _Thread_local FlatList memo_flat;
 
-int plan_step_alloc(const Step *st, const PlanAllocConfig *conf, PlanAllocStats *out) {
+int plan_step_alloc_with(const Step *st, const PlanAllocConfig *conf, const StepAllocOpts *o, StepAllocResult *out) {
     memset(out, 0, sizeof(*out));
     OpList *ops = &memo_ops;
-    if (list_ops(st, ops)) return -1;
+    if (list_ops(st, o, ops)) return -1;
     for (int k = 0; k < STEP_MEMO; k++) {
         const StepMemo *h = &memo[k];
-        if (h->used && h->ops.n == ops->n && conf_equal(&h->conf, conf) &&
+        if (h->used && h->steps == o->steps && h->ops.n == ops->n && conf_equal(&h->conf, conf) &&
             !memcmp(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n)) {
             *out = h->out;
             return 0;
         }
     }
-    if (replay_ops(ops, conf, out)) return -1;
+    if (resolve(ops, &memo_flat) || replay_flat(&memo_flat, conf, o->steps, out)) return -1;
     StepMemo *h = &memo[memo_next];
     if (!plan_grow((void **)&h->ops.v, &h->ops.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
         memcpy(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n);
         h->ops.n = ops->n;
         h->conf = *conf;
         h->out = *out;
+        h->steps = o->steps;
         h->used = 1;
         memo_next = (memo_next + 1) % STEP_MEMO;
     }
     return 0;
+}
+
+int plan_step_alloc(const Step *st, const PlanAllocConfig *conf, PlanAllocStats *out) {
+    StepAllocOpts o;
+    StepAllocResult r;
+    plan_step_alloc_opts_default(&o);
+    int rc = plan_step_alloc_with(st, conf, &o, &r);
+    *out = r.whole;
+    return rc;
+}
+
+int plan_step_alloc_write(const Step *st, const StepAllocOpts *o, FILE *f, const char *const *header) {
+    OpList ops = {0};
+    FlatList fl = {0};
+    int rc = list_ops(st, o, &ops) || resolve(&ops, &fl) ? -1 : 0;
+    for (int k = 0; header && header[k] && !rc; k++) fprintf(f, "# %s\n", header[k]);
+    for (int k = 0; k < fl.n && !rc; k++) {
+        const FlatOp *x = &fl.v[k];
+        if (x->kind == FL_STEP) fprintf(f, "m step%d\n", x->id);
+        else if (x->kind == FL_FREE) fprintf(f, "f %x\n", (unsigned)x->id);
+        else if (x->stream) fprintf(f, "a %x %llu %d\n", (unsigned)x->id, (unsigned long long)x->size, x->stream);
+        else fprintf(f, "a %x %llu\n", (unsigned)x->id, (unsigned long long)x->size);
+    }
+    if (!rc && ferror(f)) rc = -1;
+    free(ops.v);
+    free(fl.v);
+    return rc;
 }
 
 /* With the allocator model (c->alloc_model), the allocator's share of the overhead is one figure

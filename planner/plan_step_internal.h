@@ -88,6 +88,10 @@ int *plan_step_order_events(const Step *st);
    (plan_step_alloc.c). */
 void plan_step_replay_tensors(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx);
 
+/* The tensors, streams and order the allocation listing gives each rule's events under x's
+   layout (plan_step_alloc.c): fills st->alloc_*. */
+void plan_step_alloc_layout(Step *st, const struct StepCtx *x);
+
 /* Point shorthands. */
 static inline int pt(const StepCtx *x, PointKind k, int i) { return plan_step_point(x->L, k, i); }
 

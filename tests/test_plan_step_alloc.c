@@ -1,5 +1,5 @@
 /* test_plan_step_alloc.c — the step account replayed through the caching allocator model
- * (plan_step.h plan_step_alloc; docs/formulas.md "The allocator in the plan"): how the account's
+ * (plan_step_alloc.h; docs/formulas.md "The allocator in the plan"): how the account's
  * events become allocations and frees, worked out by hand from the allocator's rules (sizes
  * above 1 MiB: the large pool; a request below 10 MiB opens a 20 MiB segment, a larger one a
  * segment of its size rounded to 2 MiB; a free block is split when more than 1 MiB remains), and
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "plan_memory.h"
-#include "plan_step.h"
+#include "plan_step_alloc.h"
 #include "test_plan.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -26,15 +26,24 @@ static Step empty_step(void) {
     return st;
 }
 
-/* The replay of st as the account of model m's layers (NULL: no layers to split by). */
+/* The replay of one step of st from an empty cache, with settings c. */
+static PlanAllocStats run_one(const Step *st, const PlanAllocConfig *c) {
+    StepAllocOpts o;
+    StepAllocResult r;
+    plan_step_alloc_opts_default(&o);
+    o.steps = 1;
+    cr_assert_eq(plan_step_alloc_with(st, c, &o, &r), 0);
+    return r.whole;
+}
+
+/* The replay of one step of st as the account of model m's layers (NULL: no layers to split
+   by), at torch's default settings. */
 static PlanAllocStats run(const Step *st, const ModelSpec *m) {
     PlanAllocConfig c;
-    PlanAllocStats s;
     plan_alloc_config_defaults(&c);
     Step v = *st;
     if (m) { v.view.m = *m; v.view.own_m = 0; }
-    cr_assert_eq(plan_step_alloc(&v, &c, &s), 0);
-    return s;
+    return run_one(&v, &c);
 }
 
 /* Two 5 MiB events: each below 10 MiB, so the first opens a 20 MiB segment and the second is
@@ -127,9 +136,10 @@ Test(step_alloc, gradients_gathered_into_one_rule_should_keep_their_blocks) {
     plan_step_free(&st);
 }
 
-/* A rule of per-parameter tensors (split_rule) is split by layer in proportion to the layers'
-   parameters: 32 MiB over layers of 1 and 3 parameters -> 8 MiB (a 20 MiB segment) and 24 MiB
-   (its own 24 MiB segment): 44 MiB reserved; unsplit, one 32 MiB segment. */
+/* A rule of per-parameter tensors (SPLIT_TENSORS) whose layers' tensors are unknown is split by
+   layer in proportion to the layers' parameters: 32 MiB over layers of 1 and 3 parameters ->
+   8 MiB (a 20 MiB segment) and 24 MiB (its own 24 MiB segment): 44 MiB reserved; unsplit, one
+   32 MiB segment. */
 Test(step_alloc, per_parameter_rules_should_be_split_by_layer) {
     ModelSpec m;
     memset(&m, 0, sizeof(m));
@@ -143,7 +153,7 @@ Test(step_alloc, per_parameter_rules_should_be_split_by_layer) {
     step_mem(&st, RULE_PARAMS, TERM_PARAMS, 0, AT_BEFORE, 32 * MiB);
     PlanAllocStats s = run(&st, &m);
     cr_expect_eq(s.max_reserved, (uint64_t)(32 * MiB), "not split: one 32 MiB segment");
-    st.split_rule[RULE_PARAMS] = 1;
+    st.alloc_split[RULE_PARAMS] = SPLIT_TENSORS;
     s = run(&st, &m);
     cr_expect_eq(s.n_malloc, 2);
     cr_expect_eq(s.max_reserved, (uint64_t)(44 * MiB));
@@ -196,14 +206,11 @@ Test(step_alloc, the_allocator_settings_should_reach_the_replay) {
     step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 2, AT_BEFORE, 5 * MiB);
     step_mem(&st, RULE_LOSS_FORWARD, TERM_TRANSIENT, 3, AT_BEFORE, 30 * MiB);
     PlanAllocConfig c;
-    PlanAllocStats s;
     char err[128];
     plan_alloc_config_defaults(&c);
-    cr_assert_eq(plan_step_alloc(&st, &c, &s), 0);
-    cr_expect_eq(s.max_reserved, (uint64_t)(50 * MiB));
+    cr_expect_eq(run_one(&st, &c).max_reserved, (uint64_t)(50 * MiB));
     cr_assert_eq(plan_alloc_config_parse(&c, "expandable_segments:True", err, sizeof err), 0, "%s", err);
-    cr_assert_eq(plan_step_alloc(&st, &c, &s), 0);
-    cr_expect_eq(s.max_reserved, (uint64_t)(40 * MiB));
+    cr_expect_eq(run_one(&st, &c).max_reserved, (uint64_t)(40 * MiB));
     plan_step_free(&st);
 }
 

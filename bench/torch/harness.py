@@ -58,7 +58,55 @@ class SetupError(Exception):
     """A setup the harness cannot run: exit 2."""
 
 
+def setup_args(doc):
+    """The harness flags that reproduce the setup of a saved result (its "model" and "setup", as
+    run() writes them; keys older results lack take the flags' defaults). torchrun's
+    --nproc-per-node is the caller's: setup.ranks."""
+    s, m = doc["setup"], doc["model"]
+    model = m.get("source") or m["name"]
+    out = ["--model", model, "--strategy", s["strategy"], "--batch", str(s["batch"]),
+           "--seq", str(s["seq"]), "--grad-accum", str(s.get("grad_accum", 1)),
+           "--steps", str(s.get("steps", 3)), "--precision", s["precision"],
+           "--act-ckpt", s.get("act_ckpt", "none"), "--attn", s.get("attn", "eager"),
+           "--dropout", repr(float(s.get("dropout", 0.0))),
+           "--grad-as-bucket-view", str(s.get("grad_as_bucket_view", 0)),
+           "--zero-grad", s.get("zero_grad", "none"), "--loop", s.get("loop", "hf"),
+           "--seed", str(s.get("seed", 1234)), "--fsdp-grad-sync", s.get("fsdp_grad_sync", "every"),
+           "--tp", str(s.get("tp", 1)), "--sp", "on" if s.get("sp") else "off",
+           "--freeze", s.get("freeze", "none")]
+    if not s.get("bucket_mb_default", True):
+        out += ["--bucket-mb", repr(float(s["bucket_mb"]))]
+    if s["strategy"] == "fsdp-hybrid":
+        out += ["--shard-group", str(s["shard_group"])]
+    if s.get("ds_zero"):
+        out += ["--ds-zero", json.dumps(s["ds_zero"])]
+    if s["strategy"].startswith("fsdp-") and s.get("fsdp", 2) == 1:
+        out += ["--fsdp", "1", "--fsdp-min-params", str(s.get("fsdp_min_params", 0)),
+                "--fsdp-limit-all-gathers", s.get("fsdp_limit_all_gathers", "on"),
+                "--fsdp-backward-prefetch", s.get("fsdp_backward_prefetch", "pre"),
+                "--fsdp-forward-prefetch", s.get("fsdp_forward_prefetch", "off")]
+    lora = s.get("lora")
+    if lora:
+        out += ["--lora", str(lora["rank"]), "--lora-alpha", repr(float(lora["alpha"])),
+                "--lora-dropout", repr(float(lora.get("dropout", 0.0)))]
+        if lora.get("targets"):
+            out += ["--lora-targets", lora["targets"]]
+    return out
+
+
 def parse_args(argv):
+    if "--rerun" in argv:
+        # the saved result's setup first; the flags given after it (--json, --alloc-trace) win
+        k = argv.index("--rerun")
+        if k + 1 >= len(argv):
+            raise SetupError("--rerun needs a saved result (bench/torch/results/<row>.json)")
+        try:
+            with open(argv[k + 1]) as f:
+                doc = json.load(f)
+            pre = setup_args(doc)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SetupError(f"--rerun {argv[k + 1]}: not a saved harness result ({type(e).__name__}: {e})")
+        argv = pre + argv[:k] + argv[k + 2:]
     p = argparse.ArgumentParser(prog="harness.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="gpt2-mini")
     p.add_argument("--strategy", default="ddp")
@@ -133,6 +181,9 @@ def parse_args(argv):
     p.add_argument("--alloc-trace", default=None, metavar="PATH",
                    help="write rank 0's allocation sequence (alloc/free with address and size, "
                         "phase markers) to PATH for `memplan alloc` (profiler measurement only)")
+    p.add_argument("--rerun", default=None, metavar="RESULT",
+                   help="take every setup flag from a saved result (its setup and model); flags "
+                        "given on the command line win (run with --nproc-per-node = its ranks)")
     p.add_argument("--params-only", action="store_true",
                    help="build on the meta device and print the parameter count (no ranks)")
     a = p.parse_args(argv)
