@@ -13,6 +13,34 @@ static int is_transformer(const ModelSpec *m) {
     return m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
 }
 
+/* ---- the saved tensors one by one (plan_act_layer_tensors) ----
+   Each contribution to a layer's saved bytes is written as n tensors of `each` bytes per token
+   (T) or per token and key position (Q): they return n x each, which the sums below add as
+   before (whole numbers: exact in any order), and while plan_act_layer_tensors listens they
+   note the tensors, so the allocation listing (plan_step_alloc.c) cuts a layer's saved bytes
+   into the tensors this file counts: one source. mult: how many times the contributions being
+   made count (a norm applied twice, sequence parallel's share). */
+typedef struct {
+    double n, each;
+    int quad;
+} ActNote;
+
+typedef struct {
+    ActNote v[PLAN_ACT_MAX_TENSORS];
+    int n;
+    double mult;
+} ActSink;
+
+static _Thread_local ActSink *act_sink;
+
+static double note(double n, double each, int quad) {
+    ActSink *k = act_sink;
+    if (k && n > 0 && each > 0 && k->n < PLAN_ACT_MAX_TENSORS) k->v[k->n++] = (ActNote){n * k->mult, each, quad};
+    return n * each;
+}
+static double T(double n, double each) { return note(n, each, 0); }
+static double Q(double n, double each) { return note(n, each, 1); }
+
 /* CUDA's dropout is the fused kernel (native_dropout), which saves a 1-byte bool mask. On CPU
    aten/src/ATen/native/Dropout.cpp `dropout` takes the fused path only for CUDA, XPU, lazy and
    privateuse1 tensors (is_fused_kernel_acceptable); _dropout_impl makes a noise tensor
@@ -64,9 +92,19 @@ static int separate_qkv(const ModelSpec *m) {
    modeling_gemma2.py Gemma2RMSNorm.forward, modeling_olmo2.py Olmo2RMSNorm.forward), so the
    normalised tensor is saved in fp32. Other RMSNorms (T5) keep the earlier input + rsqrt. */
 static double norm_saves(const ModelSpec *m, double in_bytes, double w, double rows) {
-    if (m->norm == NORM_LAYERNORM) return in_bytes * w + 8 * rows;
-    if (!plan_act_llama_style(m)) return in_bytes * w + 4 * rows;
-    return (4 + (m->block.norm_fp32 ? 4 : in_bytes)) * w + 4 * rows;
+    if (m->norm == NORM_LAYERNORM) return T(1, in_bytes * w) + T(2, 4 * rows);   /* input; mean, rstd */
+    if (!plan_act_llama_style(m)) return T(1, in_bytes * w) + T(1, 4 * rows);
+    return T(1, 4 * w) + T(1, (m->block.norm_fp32 ? 4 : in_bytes) * w) + T(1, 4 * rows);
+}
+
+/* norm_saves, its tensors noted `times` times (the caller multiplies the bytes). */
+static double norm_saves_x(const ModelSpec *m, double in_bytes, double w, double rows, double times) {
+    ActSink *k = act_sink;
+    double old = k ? k->mult : 1;
+    if (k) k->mult = old * times;
+    double v = norm_saves(m, in_bytes, w, rows);
+    if (k) k->mult = old;
+    return v;
 }
 
 /* A block's norms per token: those on the residual stream (R; none in OLMo 2), those on the
@@ -81,7 +119,7 @@ static double block_norm_bytes(const ModelSpec *m, double X, double R, int cross
     double kvd = (double)m->n_kv_head * (double)m->d_head;
     int pre = b->norm_place == NORM_PLACE_POST ? 0 : (cross ? 3 : 2);
     int post = b->norm_place == NORM_PLACE_PRE ? 0 : 2;
-    double bytes = pre * norm_saves(m, R, h, 1) * sp + post * norm_saves(m, X, h, 1);
+    double bytes = pre * norm_saves_x(m, R, h, 1, pre * sp) * sp + post * norm_saves_x(m, X, h, 1, post);
     if (b->qk_norm == 1) bytes += norm_saves(m, X, qd, m->n_head) + norm_saves(m, X, kvd, m->n_kv_head);
     if (b->qk_norm == 2) bytes += norm_saves(m, X, qd, 1) + norm_saves(m, X, kvd, 1);
     return bytes;
@@ -152,15 +190,15 @@ static double eager_core_quad(const ModelSpec *m, const LayerSpec *l, const Trai
            dropout runs in fp32 there, and the AV matmul saves its X copy (autocast) or its input */
         int rope = !(l && l->no_rope);
         double Mq = plan_act_dropout_bytes(t, dropout, amp && rope ? F : X);
-        quad = a * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
+        quad = Q(1, a * F) + Q(1, a * Mq) + Q(1, a * ((Mq > 0 || X < F) ? X : 0));
     } else {
         double S = amp ? F : X;                            /* softmax output (fp32 under autocast) */
         double Mq = plan_act_dropout_bytes(t, dropout, X);
-        quad = a * (S + Mq + ((Mq > 0 || amp) ? X : 0));   /* + mask, + dropout out / cast */
+        quad = Q(1, a * S) + Q(1, a * Mq) + Q(1, a * ((Mq > 0 || amp) ? X : 0));   /* + mask, + dropout out / cast */
     }
     /* Gemma 2's soft-capping: tanh(scores / cap) saves its output at the scores' dtype
        (modeling_gemma2.py eager_attention_forward: / softcap, tanh, * softcap) */
-    if (m->block.attn_softcap > 0) quad += a * X;
+    if (m->block.attn_softcap > 0) quad += Q(1, a * X);
     return quad;
 }
 
@@ -175,11 +213,11 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
     /* autocast casts a linear's fp32 input for each call: one copy per projection where they
        are separate (LLaMA-style q, k, v: measured 3 X·h copies); fp32 and 16-bit models, and
        a fused projection (GPT-2's c_attn, Phi-3's qkv_proj), share one input tensor */
-    *lin += (p->autocast && separate_qkv(m) ? 3 : 1) * X * h;   /* q/k/v projection input */
-    *lin += X * qd;                                         /* attention output = out-proj input */
-    *lin += M * h;                                          /* residual dropout mask / noise */
+    *lin += T(p->autocast && separate_qkv(m) ? 3 : 1, X * h);   /* q/k/v projection input */
+    *lin += T(1, X * qd);                                   /* attention output = out-proj input */
+    *lin += T(1, M * h);                                    /* residual dropout mask / noise */
     if (t->attn == ATTN_EAGER) {
-        *lin += X * 3 * qd;            /* q, k, v as the two matmuls save them: k and v expanded (repeat_kv) */
+        *lin += T(3, X * qd);          /* q, k, v as the two matmuls save them: k and v expanded (repeat_kv) */
         *quad += eager_core_quad(m, l, t, dropout);
     } else if (plan_act_sdpa_math(t, dropout)) {
         /* the math kernel in fp32 (attention.cpp _scaled_dot_product_attention_math: half
@@ -187,8 +225,8 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
            two matmuls save q and k scaled by sqrt(scale) and v, fp32 and expanded to a
            heads (GQA: enable_gqa repeat_interleaves them); then per head and key position
            the fp32 probabilities (_safe_softmax), the dropout noise and the dropout output */
-        *lin += 4 * 3 * qd;
-        *quad += a * (4 + 4 + 4);
+        *lin += T(3, 4 * qd);
+        *quad += Q(3, a * 4);
     } else {
         /* a sliding window shorter than the sequence: transformers hands SDPA a boolean mask
            (masking_utils.py _ignore_causal_mask_sdpa), which SDPA converts to q's dtype and the
@@ -196,14 +234,14 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
            expanded (sdpa_attention.py use_gqa_in_sdpa needs no mask and head_dim <= 256) */
         int masked = l && l->attn_window > 0 && s > (double)l->attn_window;
         int expand = kvd < qd && (masked || m->d_head > 256);
-        *lin += X * (qd + 2 * (expand ? qd : kvd));         /* q, k, v (GQA: enable_gqa) */
-        *lin += F * a;                                     /* SDPA log-sum-exp, fp32 */
-        if (masked) *quad += X;
+        *lin += T(1, X * qd) + T(2, X * (expand ? qd : kvd));   /* q, k, v (GQA: enable_gqa) */
+        *lin += T(1, F * a);                               /* SDPA log-sum-exp, fp32 */
+        if (masked) *quad += Q(1, X);
         /* Phi-3: v is a view of the fused q|k|v output, and the kernel's saved v keeps all of it;
            q leaves its torch.cat rotary contiguous per head and the CPU flash kernel lays its
            output out like q, so the output it saves is not the out-projection's input (measured) */
-        if (m->block.qkv == QKV_FUSED && !expand) *lin += X * (qd + kvd);
-        if (m->block.rotary_cat && t->autocast_cpu) *lin += X * qd;
+        if (m->block.qkv == QKV_FUSED && !expand) *lin += T(1, X * (qd + kvd));
+        if (m->block.rotary_cat && t->autocast_cpu) *lin += T(1, X * qd);
     }
 }
 
@@ -221,7 +259,7 @@ static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec
     if (m->mla.kv_rank > 0) mla_attention_bytes(m, t, dropout, &lin, &quad);   /* DeepSeek */
     else for (int k = 0; k < (cross ? 2 : 1); k++) attn_coeffs(m, l, t, dropout, s, &lin, &quad);
     lin += plan_act_mlp_bytes(m, t, (double)m->d_ff, mlp_in);
-    lin += M * (double)m->d_model;                         /* MLP dropout mask */
+    lin += T(1, M * (double)m->d_model);                   /* MLP dropout mask */
     *lin_out = lin;
     *quad_out = quad;
 }
@@ -246,23 +284,23 @@ static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double d
     const MlaSpec *a = &m->mla;
     double X = p->act_bytes, F = 4, h = (double)m->d_model, A = m->n_head;
     double qk = (double)(a->nope_dim + a->rope_dim), v = (double)a->v_dim, c = (double)a->kv_rank;
-    *lin += (p->autocast ? 2 : 1) * X * h;
-    if (a->q_rank > 0) *lin += (4 + 2 * X) * (double)a->q_rank + 4;
-    *lin += (4 + 2 * X) * c + 4 + (X >= 4 ? 4 * (double)a->rope_dim : 0);
+    *lin += T(p->autocast ? 2 : 1, X * h);
+    if (a->q_rank > 0) *lin += T(1, 4 * (double)a->q_rank) + T(2, X * (double)a->q_rank) + T(1, 4);
+    *lin += T(1, 4 * c) + T(2, X * c) + T(1, 4) + T(1, X >= 4 ? 4 * (double)a->rope_dim : 0);
     /* v is a view of kv_b_proj's (n + v)-wide output; the AV matmul folds (b, heads) without a copy
        when b = 1 (its batch stride then does not matter), saving the view and with it all of the
        output (measured: +X·a·n per token at micro-batch 1) */
     double vw = t->micro_batch == 1 ? (double)a->nope_dim + v : v;
-    *lin += X * A * v;                                     /* o_proj input */
+    *lin += T(1, X * A * v);                               /* o_proj input */
     if (t->attn == ATTN_SDPA && ((t->autocast_cpu && qk != v) || plan_act_sdpa_math(t, dropout))) {
-        *lin += F * A * 2 * qk + (X < F ? F * A * v : F * A * vw);   /* v upcast: a copy of v alone */
-        *quad += A * F * (dropout > 0 ? 3 : 1);            /* probabilities (+ dropout noise, output) */
+        *lin += T(2, F * A * qk) + T(1, X < F ? F * A * v : F * A * vw);   /* v upcast: a copy of v alone */
+        *quad += Q(dropout > 0 ? 3 : 1, A * F);            /* probabilities (+ dropout noise, output) */
     } else if (t->attn == ATTN_SDPA) {
-        *lin += X * A * (2 * qk + v) + F * A;              /* q, k, v, log-sum-exp */
+        *lin += T(2, X * A * qk) + T(1, X * A * v) + T(1, F * A);   /* q, k, v, log-sum-exp */
     } else {
         double Mq = plan_act_dropout_bytes(t, dropout, p->autocast ? F : X);
-        *lin += X * A * (2 * qk + vw);
-        *quad += A * (F + Mq + ((Mq > 0 || X < F) ? X : 0));
+        *lin += T(2, X * A * qk) + T(1, X * A * vw);
+        *quad += Q(1, A * F) + Q(1, A * Mq) + Q(1, A * ((Mq > 0 || X < F) ? X : 0));
     }
 }
 
@@ -272,15 +310,15 @@ double plan_act_mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, doub
     double X = p->act_bytes, F = 4, h = (double)m->d_model, lin = 0;
     int amp = p->autocast;
     switch (m->mlp) {
-    case MLP_GELU: lin += X * (h + 2 * f); break;          /* fc1 input, GELU input, fc2 input */
+    case MLP_GELU: lin += T(1, X * h) + T(2, X * f); break;   /* fc1 input, GELU input, fc2 input */
     case MLP_GELU_NEW:                                     /* 0.5x(1+tanh(c(x+0.044715x^3))) */
         /* CUDA autocast runs pow in fp32, and tanh and 1+tanh follow it; CPU autocast leaves
            them in the compute dtype (measured, docs/formulas.md "Autocast on CPU") */
-        lin += amp && !t->autocast_cpu ? X * h + F * 3 * f + X * 2 * f   /* pow/tanh/1+tanh fp32 */
-                                       : X * (h + 5 * f);  /* x, tanh, 0.5x, 1+tanh, fc2 input */
+        lin += amp && !t->autocast_cpu ? T(1, X * h) + T(3, F * f) + T(2, X * f)   /* pow/tanh/1+tanh fp32 */
+                                       : T(1, X * h) + T(5, X * f);  /* x, tanh, 0.5x, 1+tanh, fc2 input */
         break;
-    case MLP_RELU: lin += X * (h + f); break;
-    case MLP_SWIGLU: lin += X * (mlp_in * h + 4 * f); break;   /* gate, silu, up, product */
+    case MLP_RELU: lin += T(1, X * h) + T(1, X * f); break;
+    case MLP_SWIGLU: lin += T(mlp_in, X * h) + T(4, X * f); break;   /* gate, silu, up, product */
     }
     return lin;
 }
@@ -433,8 +471,8 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
     double stats = m->norm == NORM_LAYERNORM ? 8 : 4;
     switch (l->kind) {
     case LAYER_EMBED: {
-        double per_tok = 8 + M * h;                                  /* int64 ids, dropout mask/noise */
-        if (m->arch == ARCH_ENCODER) per_tok += 8 + R * h + stats;   /* ids, embeddings LayerNorm */
+        double per_tok = T(1, 8) + T(1, M * h);                      /* int64 ids, dropout mask/noise */
+        if (m->arch == ARCH_ENCODER) per_tok += T(1, 8) + T(1, R * h) + T(stats / 4, 4);   /* ids, embeddings LayerNorm */
         return bs * per_tok;
     }
     case LAYER_BLOCK: {
@@ -444,19 +482,19 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
         return bs * (lin + eager_batch1_view_bytes(m, t, in) + plan_act_moe_delta(m, l, t) + sinks_bytes(m, t) +
                      qk_norm_bytes(m, i, t) + s * quad);
     }
-    case LAYER_NORM: return bs * norm_saves(m, R, h, 1) * sp_share(t);
+    case LAYER_NORM: return bs * norm_saves_x(m, R, h, 1, sp_share(t)) * sp_share(t);
     case LAYER_LINEAR: return b * X * h;                             /* pooler: first token */
     case LAYER_HEAD: {
-        double per_tok = X * h;                                      /* head input */
-        if (m->arch == ARCH_ENCODER) per_tok += 2 * X * h + R * h + stats;  /* MLM transform */
+        double per_tok = T(1, X * h);                                /* head input */
+        if (m->arch == ARCH_ENCODER) per_tok += T(2, X * h) + T(1, R * h) + T(stats / 4, 4);  /* MLM transform */
         /* logits (X, the model's output, held by the caller) and the fp32 log-softmax output
            that cross_entropy saves; transformers' ForCausalLMLoss upcasts the logits to fp32
            (logits.float()) only inside the loss function: log_softmax saves its output, not its
            input, so the upcast is freed with the forward (measured, docs/formulas.md) */
-        per_tok += V * ((t->loop_trainer ? 0 : X) + 4);
+        per_tok += T(1, V * (t->loop_trainer ? 0 : X)) + T(1, V * 4);
         /* Gemma 2's final soft-capping: tanh(logits / cap) saves its output (modeling_gemma2.py
            Gemma2ForCausalLM.forward), the logits' dtype */
-        if (m->block.logit_softcap > 0) per_tok += V * X;
+        if (m->block.logit_softcap > 0) per_tok += T(1, V * X);
         return bs * per_tok;
     }
     default: return 0;
@@ -582,11 +620,11 @@ static double op_saved_per_token(const ModelSpec *m, const LayerSpec *l, const T
     int n = plan_act_block_projs(m, l, p);
     double saved = 0;
     for (int k = 0; k < n; k++)
-        if (plan_act_proj_saved(m, l, k)) saved += X * p[k].out;
+        if (plan_act_proj_saved(m, l, k)) saved += T(1, X * p[k].out);
     if (plan_act_op_core_saved(t, dropout)) {
-        if (t->attn == ATTN_EAGER) saved += X * a * s + X * qd;
-        else if (plan_act_sdpa_math(t, dropout)) saved += 4 * a * s + 4 * qd;
-        else saved += X * qd + 4 * a;
+        if (t->attn == ATTN_EAGER) saved += Q(1, X * a) * s + T(1, X * qd);
+        else if (plan_act_sdpa_math(t, dropout)) saved += Q(1, 4 * a) * s + T(1, 4 * qd);
+        else saved += T(1, X * qd) + T(1, 4 * a);
     }
     return saved;
 }
@@ -600,29 +638,61 @@ static double selective_delta(const ModelSpec *m, const TrainSpec *t, double dro
     double X = p->act_bytes, qk = plan_act_llama_style(m) && p->autocast ? 4 : X;
     double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
     double cl, cq;
+    ActSink *k = act_sink;
+    act_sink = NULL;   /* what it takes away is not noted as saved */
     core_attn_coeffs(m, t, dropout, &cl, &cq);
+    act_sink = k;
     return qk * (qd + kvd) + X * kvd - cl - s * cq;
 }
 
 /* Bytes of block i's saved tensors under --act-ckpt op, without the causal mask. */
 static double op_block_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     double bs = (double)in->b * (double)in->s;
-    return bs * (plan_precision(t->precision)->param_bytes * (double)m->d_model +
+    return bs * (T(1, plan_precision(t->precision)->param_bytes * (double)m->d_model) +
                  op_saved_per_token(m, &m->layers[i], t, in->dropout, (double)in->s));
+}
+
+/* The causal mask a checkpointed block keeps (ckpt_causal_mask_bytes), noted as one tensor. */
+static double ckpt_mask_noted(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    double bytes = ckpt_causal_mask_bytes(m, i, t, in), bss = (double)in->b * (double)in->s * (double)in->s;
+    if (bytes > 0 && bss > 0) Q(1, bytes / bss);
+    return bytes;
 }
 
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     if (plan_act_core_recomputed(m, t, i))
         return plan_act_layer_bytes(m, i, t, in) +
                (double)in->b * (double)in->s * selective_delta(m, t, in->dropout, (double)in->s) +
-               ckpt_causal_mask_bytes(m, i, t, in);
+               ckpt_mask_noted(m, i, t, in);
     if (!plan_act_checkpointed(m, t, i)) return plan_act_layer_bytes(m, i, t, in);
-    if (t->act_ckpt == CKPT_OP) return op_block_bytes(m, i, t, in) + ckpt_causal_mask_bytes(m, i, t, in);
+    if (t->act_ckpt == CKPT_OP) return op_block_bytes(m, i, t, in) + ckpt_mask_noted(m, i, t, in);
     /* checkpoint(block) keeps only the block input (the residual stream), and the first
        checkpointed block the causal mask all of them were handed */
-    return (double)in->b * (double)in->s * plan_precision(t->precision)->param_bytes * (double)m->d_model *
+    double R = plan_precision(t->precision)->param_bytes;
+    T(sp_share(t), R * (double)m->d_model);   /* noted: the input, the sequence shard under SP */
+    return (double)in->b * (double)in->s * R * (double)m->d_model *
                sp_share(t) +   /* SP: the block input is the sequence shard */
-           ckpt_causal_mask_bytes(m, i, t, in);
+           ckpt_mask_noted(m, i, t, in);
+}
+
+int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int max) {
+    ActSink sink = {.mult = 1};
+    ActSink *old = act_sink;
+    act_sink = &sink;
+    plan_act_ckpt_bytes(m, i, t, in);
+    act_sink = old;
+    double b = (double)in->b, s = (double)in->s;
+    int n = 0;
+    for (int k = 0; k < sink.n && n < max; k++) {
+        const ActNote *x = &sink.v[k];
+        double one = b * s * x->each * (x->quad ? s : 1);
+        if (x->n != floor(x->n)) {   /* a share of a tensor (sequence parallel): one of its size */
+            out[n++] = one * x->n;
+            continue;
+        }
+        for (double j = 0; j < x->n && n < max; j++) out[n++] = one;
+    }
+    return n;
 }
 
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {

@@ -42,6 +42,13 @@ double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const
    block every:N leaves alone), its input (full), its input and the saved ops' outputs (op), or
    all but the core attention's tensors, its inputs instead (selective). */
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* The tensors plan_act_ckpt_bytes counts for layer i, each one's bytes in the order forward
+   makes them, into out[0..max); how many (at most PLAN_ACT_MAX_TENSORS). What it counts without
+   listing (a MoE block's routed experts, LoRA's adapters and frozen inputs, a CNN layer, a
+   measured layer, the causal mask a checkpointed block keeps) is the difference to
+   plan_act_ckpt_bytes, for the caller to treat as one more tensor (plan_step_alloc.c). */
+#define PLAN_ACT_MAX_TENSORS 96
+int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int max);
 /* Extra bytes alive at the start of backward (loss gradient buffers). */
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* The logits the common loop's `outputs` keeps between forwards (0 under --loop trainer). */

@@ -173,6 +173,7 @@ typedef struct Step {
     uint8_t alloc_split[RULE_COUNT];
     uint8_t alloc_stream[RULE_COUNT];
     uint8_t alloc_lazy_opt, alloc_opt_copies;
+    uint8_t alloc_init_bcast;   /* DDP's construction broadcasts the module's states in flat chunks */
     /* host memory per node (plan_dim_offload.h), of the setup as given: model states offloaded by
        the node's ranks, or the load-time copies */
     double host_per_node, host_capacity;

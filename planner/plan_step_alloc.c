@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_dim_ft.h"
 #include "plan_step_internal.h"
 #include "plan_util.h"
 
@@ -31,6 +32,12 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_split[RULE_DDP_BUCKETS] = SPLIT_BUCKETS;
     }
     if (x->ds3_py) st->alloc_split[RULE_PARAMS] = SPLIT_TENSORS;
+    /* FSDP2: per-parameter unsharded tensors and gradients around flat collective buffers
+       (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out / foreach_reduce) */
+    if (x->f2.on && !x->f2.v1) {
+        st->alloc_split[RULE_FSDP2_BUFFERS] = SPLIT_UNIT;
+        st->alloc_split[RULE_FSDP2_UNSHARDED_GRADS] = SPLIT_TENSORS;
+    }
     if (x->torch) {
         st->alloc_split[RULE_AUTOCAST_CACHE] = SPLIT_CASTS;
         st->alloc_split[RULE_RECAST] = SPLIT_CASTS;
@@ -42,6 +49,11 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
        initialisation (stage_1_and_2.py initialize_optimizer_states) */
     st->alloc_lazy_opt = (uint8_t)torch;
     st->alloc_opt_copies = (uint8_t)(x->o->states > 0 ? x->o->states : 1);
+    /* DDP's constructor broadcasts rank 0's parameters and buffers (distributed.py
+       _sync_module_states -> dist._broadcast_coalesced, broadcast_bucket_size 250 MiB), which
+       flattens them into one buffer per 250 MiB of whole tensors (c10d comm.cpp
+       broadcast_coalesced: compute_bucket_assignment_by_size, flatten_dense_tensors) */
+    st->alloc_init_bcast = (uint8_t)(torch && x->s->buffers == BUF_DDP_BUCKETS && x->N > 1);
 }
 
 void plan_step_alloc_opts_default(StepAllocOpts *o) {
@@ -87,21 +99,37 @@ static int add_w(Weights *ws, double w) {
 }
 
 /* The layer's parameter tensors (elements), forward order or reversed; a layer whose tensors are
-   unknown counts as one of its parameters. copies: each tensor that many times in a row. */
-static int layer_tensors(Weights *ws, const LayerSpec *l, int reverse, int copies, int casts_only) {
+   unknown counts as one of its parameters. copies: each tensor that many times in a row.
+   frozen > 0: its frozen tensors too (after its trainable ones), each weighted by `frozen`
+   (their bytes per element over the trainable ones'). */
+static int layer_tensors_all(Weights *ws, const LayerSpec *l, int reverse, int copies, int casts_only, double frozen) {
+    for (int k = 0; frozen > 0 && k < l->n_frozen; k++)
+        if (reverse && add_w(ws, (double)l->frozen_elems[l->n_frozen - 1 - k] * frozen)) return -1;
     if (l->n_tensors <= 0) {
         for (int c = 0; c < copies; c++)
             if (!casts_only && add_w(ws, (double)l->params)) return -1;
-        return 0;
     }
-    for (int k0 = 0; k0 < l->n_tensors; k0++) {
+    for (int k0 = 0; k0 < (l->n_tensors > 0 ? l->n_tensors : 0); k0++) {
         int k = reverse ? l->n_tensors - 1 - k0 : k0;
         double e = (double)l->tensor_elems[k];
         if (casts_only && (l->tensor_dim0[k] <= 0 || l->tensor_dim0[k] >= l->tensor_elems[k])) continue;   /* 1-D */
         for (int c = 0; c < copies; c++)
             if (add_w(ws, e)) return -1;
     }
+    for (int k = 0; frozen > 0 && k < l->n_frozen; k++)
+        if (!reverse && add_w(ws, (double)l->frozen_elems[k] * frozen)) return -1;
     return 0;
+}
+
+static int layer_tensors(Weights *ws, const LayerSpec *l, int reverse, int copies, int casts_only) {
+    return layer_tensors_all(ws, l, reverse, copies, casts_only, 0);
+}
+
+/* Bytes per frozen element over bytes per trainable one (the parameters' rule holds both). */
+static double frozen_weight(const Step *st) {
+    const ModelSpec *m = &st->view.m;
+    double fe = (double)plan_model_frozen(m), pb = plan_precision(st->view.t.precision)->param_bytes;
+    return fe > 0 && pb > 0 ? plan_model_frozen_bytes(m, &st->view.t) / fe / pb : 0;
 }
 
 /* DDP's buckets (reducer.cpp compute_bucket_assignment_by_size, after the first iteration's
@@ -123,10 +151,45 @@ static int ddp_buckets(Weights *ws, const ModelSpec *m, double gb) {
     return add_w(ws, fill);
 }
 
-/* A layer's saved tensors (bytes each), as plan_activ.c counts them; none known: one piece. */
-static int act_weights(const Step *st, int layer, Weights *ws) {
-    (void)st; (void)layer; (void)ws;
-    return 0;
+/* A layer's saved tensors (bytes each) as plan_activ.c counts them (plan_act_ckpt_tensors), in
+   the order forward makes them; what it counts without listing them (the event's bytes beyond
+   their sum: a MoE block's experts, LoRA's adapters) one more tensor. */
+static int act_weights(const Step *st, int layer, double bytes, Weights *ws) {
+    const TrainSpec *t = &st->view.t;
+    const ModelSpec *m = &st->view.m;
+    ActInputs in = {t->micro_batch, t->seq > 0 ? t->seq : m->max_seq, t->dropout >= 0 ? t->dropout : m->dropout};
+    double v[PLAN_ACT_MAX_TENSORS], sum = 0;
+    int n = plan_act_ckpt_tensors(m, layer, t, &in, v, PLAN_ACT_MAX_TENSORS);
+    for (int k = 0; k < n; k++) {
+        if (add_w(ws, v[k])) return -1;
+        sum += v[k];
+    }
+    return n > 0 && bytes > sum + 1 ? add_w(ws, bytes - sum) : 0;
+}
+
+/* A change of a sharded unit's gathered bytes at layer `layer`'s point (SPLIT_UNIT). */
+static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
+    const ModelSpec *m = &st->view.m;
+    int u = m->layers[layer].unit;
+    double pb = plan_precision(st->view.t.precision)->param_bytes, unit = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].unit == u) unit += (double)m->layers[i].params * pb;
+    if (unit <= 0) return 0;
+    double left = bytes;
+    if (left >= unit) {
+        for (int i = 0; i < m->n_layers; i++)
+            if (m->layers[i].unit == u) {
+                Weights one = {0};
+                if (layer_tensors(&one, &m->layers[i], 0, 1, 0)) { free(one.w); return -1; }
+                for (int k = 0; k < one.n; k++)
+                    if (add_w(ws, one.w[k] * pb)) { free(one.w); return -1; }
+                free(one.w);
+            }
+        left -= unit;
+    }
+    for (; left >= unit; left -= unit)
+        if (add_w(ws, unit)) return -1;
+    return left > 0 && ws->n > 0 ? add_w(ws, left) : 0;
 }
 
 /* The tensors event e stands for (weights, in the order they are made), under the step's
@@ -144,9 +207,10 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
     case SPLIT_TENSORS:
     case SPLIT_STATES: {
         int copies = st->alloc_split[e->rule] == SPLIT_STATES ? st->alloc_opt_copies : 1;
-        if (at_layer) return layer_tensors(ws, &m->layers[layer], backward, copies, 0);
+        double fz = e->rule == RULE_PARAMS ? frozen_weight(st) : 0;
+        if (at_layer) return layer_tensors_all(ws, &m->layers[layer], backward, copies, 0, fz);
         for (int i = 0; i < m->n_layers; i++)
-            if (layer_tensors(ws, &m->layers[i], 0, copies, 0)) return -1;
+            if (layer_tensors_all(ws, &m->layers[i], 0, copies, 0, fz)) return -1;
         return 0;
     }
     case SPLIT_CASTS:
@@ -154,7 +218,9 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
     case SPLIT_BUCKETS:
         return ddp_buckets(ws, m, plan_precision(st->view.t.precision)->grad_bytes);
     case SPLIT_ACTS:
-        return at_layer ? act_weights(st, layer, ws) : 0;
+        return at_layer ? act_weights(st, layer, fabs(e->bytes), ws) : 0;
+    case SPLIT_UNIT:
+        return at_layer ? unit_weights(st, layer, fabs(e->bytes), ws) : 0;
     case SPLIT_LOGITS: {
         double one = (double)st->view.t.micro_batch * (double)(st->view.t.seq > 0 ? st->view.t.seq : m->max_seq) *
                      (double)m->vocab * 4.0;
@@ -181,6 +247,41 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
         if (piece && push_op(ops, (StepOp){piece, e->rule, e->term, (uint8_t)kind, (uint8_t)stream, {0}})) return -1;
     }
     return 0;
+}
+
+/* DDP's construction broadcast (Step.alloc_init_bcast): its flat chunks, each made and freed
+   in turn, after the parameters are allocated. */
+#define DDP_BCAST_BUCKET (250.0 * 1024 * 1024)
+static int init_broadcast(const Step *st, OpList *ops) {
+    const ModelSpec *m = &st->view.m;
+    double pb = plan_precision(st->view.t.precision)->param_bytes, fill = 0;
+    int dtypes = 1;
+    double buffers = plan_model_buffer_bytes(m, &dtypes);
+    Weights ws = {0};
+    for (int i = 0; i <= m->n_layers; i++) {
+        const LayerSpec *l = i < m->n_layers ? &m->layers[i] : NULL;
+        ws.n = 0;
+        if (l && layer_tensors_all(&ws, l, 0, 1, 0, frozen_weight(st))) { free(ws.w); return -1; }
+        int nt = !l ? 1 : ws.n;
+        for (int k = 0; k < nt; k++) {
+            double b = !l ? buffers : ws.w[k] * pb;
+            int last = !l;
+            if (fill > 0 && (fill + b > DDP_BCAST_BUCKET || last)) {
+                if (last) fill += b, b = 0;
+                uint64_t chunk = (uint64_t)ceil(fill);
+                if (push_op(ops, (StepOp){chunk, RULE_DDP_BROADCAST, TERM_COMM, OP_ALLOC, 0, {0}}) ||
+                    push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}}) ||
+                    push_op(ops, (StepOp){chunk, RULE_DDP_BROADCAST, TERM_COMM, OP_FREE, 0, {0}})) {
+                    free(ws.w);
+                    return -1;
+                }
+                fill = 0;
+            }
+            fill += b;
+        }
+    }
+    free(ws.w);
+    return push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
 }
 
 /* An event that lives across steps: allocated at the start, freed at the end, the same bytes of
@@ -220,6 +321,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
         rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
     }
     if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+    if (!rc && st->alloc_init_bcast) rc = init_broadcast(st, ops);
     for (int step = 1; step <= o->steps && !rc; step++) {
         rc = push_op(ops, (StepOp){(uint64_t)step, 0, 0, OP_STEP, 0, {0}});
         for (int e0 = 0, e1; e0 < st->n_mem && !rc; e0 = e1) {
@@ -254,6 +356,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
 enum { FL_ALLOC, FL_FREE, FL_STEP };
 typedef struct {
     uint8_t kind, stream;
+    uint16_t rule;           /* FL_ALLOC: whose (for the written trace's comments) */
     int id;
     uint64_t size;
 } FlatOp;
@@ -321,7 +424,7 @@ static void run_malloc(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t si
     if (R->failed || size == 0) return;
     if (plan_grow((void **)&R->b, &R->cap, R->n + 1, sizeof *R->b)) { R->failed = 1; return; }
     int id = R->n;
-    emit(R, (FlatOp){FL_ALLOC, stream, id, size});
+    emit(R, (FlatOp){FL_ALLOC, stream, rule, id, size});
     R->b[R->n++] = (StepBlock){id, size, size, rule, term, BLK_LIVE};
     idx_insert(R, &R->live[rule][term], id);
 }
@@ -403,7 +506,7 @@ static void give_back(StepAllocRun *R) {
     for (int k = 0; k < R->released.n; k++) {
         StepBlock *b = &R->b[R->released.v[k]];
         b->state = BLK_FREED;
-        emit(R, (FlatOp){FL_FREE, 0, b->id, 0});
+        emit(R, (FlatOp){FL_FREE, 0, 0, b->id, 0});
     }
     R->released.n = 0;
 }
@@ -428,7 +531,7 @@ static int resolve(const OpList *ops, FlatList *out) {
         else if (x->kind == OP_ALLOC) {
             if (add_req(&req, &nreq, &capreq, (StepReq){x->size, x->rule, x->term, x->stream})) R.failed = 1;
         } else if (x->kind == OP_STEP) {
-            emit(&R, (FlatOp){FL_STEP, 0, (int)x->size, 0});
+            emit(&R, (FlatOp){FL_STEP, 0, 0, (int)x->size, 0});
         } else {
             int left = 0;
             for (int k = 0; k < nreq; k++)
@@ -545,8 +648,13 @@ int plan_step_alloc_write(const Step *st, const StepAllocOpts *o, FILE *f, const
     FlatList fl = {0};
     int rc = list_ops(st, o, &ops) || resolve(&ops, &fl) ? -1 : 0;
     for (int k = 0; header && header[k] && !rc; k++) fprintf(f, "# %s\n", header[k]);
+    int last_rule = -1;
     for (int k = 0; k < fl.n && !rc; k++) {
         const FlatOp *x = &fl.v[k];
+        if (x->kind == FL_ALLOC && x->rule != last_rule) {   /* whose allocations follow */
+            fprintf(f, "# %s\n", plan_rule_info((RuleId)x->rule)->name);
+            last_rule = x->rule;
+        }
         if (x->kind == FL_STEP) fprintf(f, "m step%d\n", x->id);
         else if (x->kind == FL_FREE) fprintf(f, "f %x\n", (unsigned)x->id);
         else if (x->stream) fprintf(f, "a %x %llu %d\n", (unsigned)x->id, (unsigned long long)x->size, x->stream);

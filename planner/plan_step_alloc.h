@@ -24,6 +24,11 @@ typedef enum {
     SPLIT_CASTS,        /* autocast's copies: one per 2-D weight of the event's layer */
     SPLIT_ACTS,         /* a layer's saved tensors (plan_activ.h plan_act_layer_tensors) */
     SPLIT_LOGITS,       /* logits-sized tensors (b x s x V at 4 bytes each) */
+    SPLIT_UNIT,         /* a sharded unit's gathered bytes at one of its layers' points: the first
+                           unit's worth its parameters tensor by tensor (FSDP2 copies the flat
+                           all-gather output out into each parameter), each further one a flat
+                           buffer of the unit (the all-gather output, a prefetch, the
+                           reduce-scatter input), the rest one piece */
     SPLIT_COUNT
 } StepSplit;
 

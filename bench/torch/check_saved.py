@@ -4,6 +4,10 @@ re-checked against the current planner with `memplan validate --against torch --
 Markdown table (docs/validation-torch.md carries its output) and a closing count.
 
 Usage: python3 bench/torch/check_saved.py [--memplan build/memplan] [RESULT.json ...]
+Where a row's allocation sequence was recorded (bench/torch/results/traces/<row>.txt.gz, by
+record_traces.py), the reserved memory of the planned and the recorded allocations replayed
+through the caching allocator model is shown too (MiB, err % = (recorded - planned) / planned),
+with a closing count of the rows within 3 %; it is not (yet) a condition of a row's pass.
 Rows whose strategy has no planner row (torch-zero1, none) are listed apart, and so are GPU rows
 (harness.py --device cuda: "device": "cuda", kept in results/cuda/): their figures are the CUDA
 allocator's, not the CPU tensor peak these rows compare. Exit status 0 when every comparable row
@@ -50,8 +54,15 @@ def row(path, v):
     phase = "same" if pk["predicted_phase"] == {"optimizer": "step", "zero_grad": "step"}.get(
         pk["measured_phase"], pk["measured_phase"]) else f'{pk["predicted_phase"]} / {pk["measured_phase"]}'
     name = os.path.basename(path)[:-5]
+    rv = s.get("reserved")
+    if rv:
+        rp, rr = rv["planned_bytes"], rv["recorded_bytes"]
+        rerr = 100.0 * (rr - rp) / rp if rp else float("inf")
+        res = f"{rp / 2**20:,.2f} | {rr / 2**20:,.2f} | {rerr:+.2f}"
+    else:
+        res = "- | - | -"
     return (f"| {name} | {pred:,.0f} | {meas:,.0f} | {err:+.2f} | {phase} | {'exact' if states else 'differ'} "
-            f"| {'exact' if pay else 'differ'} | {'pass' if s['pass'] else 'FAIL'} |"), bool(s["pass"])
+            f"| {'exact' if pay else 'differ'} | {'pass' if s['pass'] else 'FAIL'} | {res} |"), bool(s["pass"]), rv
 
 
 def main():
@@ -64,9 +75,11 @@ def main():
         print(f"check_saved.py: {a.memplan} is missing: run make first", file=sys.stderr)
         return 2
     print("| setup (model_strategy_precision_ckpt_attn_ranks_batch_seq) | predicted peak B | measured peak B "
-          "| err % | peak phase | model states | payloads | row |")
-    print("|---|---:|---:|---:|---|---|---|---|")
+          "| err % | peak phase | model states | payloads | row | reserved planned MiB | reserved recorded MiB "
+          "| reserved err % |")
+    print("|---|---:|---:|---:|---|---|---|---|---:|---:|---:|")
     n = ok = 0
+    traced = within = 0
     skipped, broken, gpu = [], [], []
     for p in files:
         with open(p) as f:
@@ -87,13 +100,18 @@ def main():
         if not v.get("strategies"):
             broken.append(f"{os.path.basename(p)}: {err or 'memplan could not plan it (see its message)'}")
             continue
-        line, passed = row(p, v)
+        line, passed, rv = row(p, v)
         print(line)
         n += 1
         ok += passed
+        if rv:
+            traced += 1
+            within += bool(rv["within_tolerance"])
     print()
     print(f"{ok} of {n} rows pass; {len(skipped)} results have no planner row (torch-zero1, none, failed runs)"
           + (f"; {len(gpu)} GPU rows not compared (device cuda: {', '.join(gpu)})" if gpu else ""))
+    print(f"reserved (planned against recorded allocations, the allocator model at torch's defaults): "
+          f"{within} of {traced} rows with a recorded trace within 3 %; {n - traced} rows without one")
     for b in broken:
         print(f"- could not compare {b}")
     return 0 if ok == n else 1
