@@ -31,12 +31,18 @@ int plan_memory_step(const Step *st, const ClusterSpec *c, MemResult *r, MemMome
         return st->status ? st->status : PLAN_ERR_NOMEM;
     }
     if (fits_only) {
-        if (plan_step_replay_fits(st, c, r, fn, ctx)) return PLAN_OK;   /* known not to fit */
+        if (plan_step_replay_fits(st, c, r, fn, ctx)) {   /* the verdict alone */
+            r->gpu_fits = r->fits = !r->alloc_oom && r->peak <= c->gpu.mem_bytes && st->host_fits;
+            return PLAN_OK;
+        }
     } else {
         plan_step_replay(st, c, r, fn, ctx);
     }
-    r->gpu_fits = r->peak <= c->gpu.mem_bytes;
-    r->headroom = c->gpu.mem_bytes - r->peak;
+    /* with the allocator model the step fits when its replay at the GPU's limit does not run out
+       (plan_step_alloc.c: the need is then within the limit); the headroom is the limit's */
+    double cap = r->alloc_model ? r->alloc_limit + (r->cuda_context + r->cublas_ws + r->nccl) : c->gpu.mem_bytes;
+    r->gpu_fits = r->peak <= cap && !r->alloc_oom;
+    r->headroom = cap - r->peak;
     r->host_per_node = st->host_per_node;
     r->host_capacity = st->host_capacity;
     r->host_fits = st->host_fits;

@@ -37,15 +37,24 @@ typedef struct {
     double opt_host_bytes;
     /* pieces of TERM_OVERHEAD and context */
     double cuda_context, cublas_ws, nccl, margin;
-    /* the caching allocator model's replay of the step (ClusterSpec.alloc_model; plan_step.h
-       plan_step_alloc): margin = alloc_reserved - alloc_tensor_peak */
+    /* the caching allocator model's replay of the step (ClusterSpec.alloc_model;
+       plan_step_alloc.h): two steps from an empty cache. margin = alloc_need - alloc_tensor_peak,
+       so the peak is what the step needs: docs/formulas.md "The allocator in the plan" */
     int alloc_model;
     double alloc_tensor_peak;    /* the account's live bytes at the peak (bytes) */
     double alloc_allocated;      /* max_memory_allocated of the replay (bytes) */
-    double alloc_reserved;       /* max_memory_reserved of the replay (bytes) */
-    int alloc_segments;          /* segments held at most */
-    int alloc_oom;               /* the replay ran out of the GPU's memory less the fixed
-                                    overheads; the figures are those without a limit */
+    double alloc_need;           /* the least capacity with which the step succeeds, PyTorch
+                                    freeing its cache and retrying as it does (bytes): the same on
+                                    any GPU; the peak is it plus the fixed overheads */
+    double alloc_reserved;       /* max_memory_reserved of the replay at the need (bytes) */
+    double alloc_limit;          /* what the allocator may take on this GPU: its memory less the
+                                    fixed overheads, or per_process_memory_fraction of it (bytes) */
+    double alloc_reserved_at_limit; /* max_memory_reserved of the replay at that limit, the cache
+                                    grown as far as the GPU lets it (0 when it runs out) */
+    double alloc_step_reserved[2];  /* reserved at the end of the first and the second (steady)
+                                    step, without a limit: what the steady step adds */
+    int alloc_segments;          /* segments held at most (at the need) */
+    int alloc_oom;               /* the replay at the limit runs out of memory: does not fit */
     int nccl_comms;
     int64_t shard_group;         /* N for sharding (gpus, or gpus per node for hybrid) */
     int acts_known;              /* 0: activations unknown for this model (reported as such) */

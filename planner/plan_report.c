@@ -181,7 +181,8 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
             char conf[256];
             plan_alloc_config_describe(&c->alloc_conf, conf, sizeof conf);
             fprintf(f, "allocator: the step's allocations replayed through PyTorch's caching allocator (%s; "
-                    "docs/formulas.md \"The allocator in the plan\"), max reserved - tensor peak:", conf);
+                    "docs/formulas.md \"The allocator in the plan\"), what the step needs of it (the least "
+                    "memory with which two steps succeed, the same on any GPU) - tensor peak:", conf);
             for (int i = 0; i < p->n_rows; i++) {
                 const MemResult *m0 = &p->rows[i].mem;
                 if (!m0->alloc_model) { fprintf(f, "%s %s flat 5%%", i ? "," : "", plan_strategy(p->rows[i].kind)->name); continue; }
@@ -294,8 +295,14 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
         cJSON_AddStringToObject(al, "settings", conf);
         cJSON_AddNumberToObject(al, "tensor_peak", r->mem.alloc_tensor_peak);
         cJSON_AddNumberToObject(al, "max_allocated", r->mem.alloc_allocated);
+        cJSON_AddNumberToObject(al, "need", r->mem.alloc_need);
         cJSON_AddNumberToObject(al, "max_reserved", r->mem.alloc_reserved);
         cJSON_AddNumberToObject(al, "segments", r->mem.alloc_segments);
+        cJSON_AddNumberToObject(al, "limit", r->mem.alloc_limit);
+        if (r->mem.alloc_oom) cJSON_AddNullToObject(al, "reserved_at_limit");
+        else cJSON_AddNumberToObject(al, "reserved_at_limit", r->mem.alloc_reserved_at_limit);
+        cJSON *steps = cJSON_AddArrayToObject(al, "reserved_after_step");
+        for (int k = 0; k < 2; k++) cJSON_AddItemToArray(steps, cJSON_CreateNumber(r->mem.alloc_step_reserved[k]));
         cJSON_AddBoolToObject(al, "out_of_memory", r->mem.alloc_oom);
     }
     cJSON *cm = cJSON_AddObjectToObject(o, "comm");
@@ -455,9 +462,12 @@ void plan_report_explain(FILE *f, const ModelSpec *m, const TrainSpec *t, const 
         fprintf(f, "%-13s %-12s %-26s %12s  CUDA context, cuBLAS workspace, NCCL (docs/formulas.md \"Fixed overheads\")\n",
                 plan_strategy(r->kind)->name, "overhead", "fixed_overheads",
                 fmt_size(r->mem.term[TERM_OVERHEAD] - r->mem.margin, a, sizeof(a)));
-        fprintf(f, "%-13s %-12s %-26s %12s  the caching allocator's max reserved %s less the tensor peak: rounding, "
-                   "unsplit blocks, cached segments (docs/formulas.md \"The allocator in the plan\")\n",
+        char d[32];
+        fprintf(f, "%-13s %-12s %-26s %12s  what the caching allocator needs, %s, less the tensor peak: rounding, "
+                   "unsplit blocks, cached segments (at the GPU's limit it reserves %s; docs/formulas.md \"The "
+                   "allocator in the plan\")\n",
                 plan_strategy(r->kind)->name, "overhead", "caching_allocator", fmt_size(r->mem.margin, a, sizeof(a)),
-                fmt_size(r->mem.alloc_reserved, b, sizeof(b)));
+                fmt_size(r->mem.alloc_need, b, sizeof(b)),
+                r->mem.alloc_oom ? "- (it runs out)" : fmt_size(r->mem.alloc_reserved_at_limit, d, sizeof(d)));
     }
 }

@@ -174,6 +174,9 @@ typedef struct Step {
     uint8_t alloc_stream[RULE_COUNT];
     uint8_t alloc_lazy_opt, alloc_opt_copies;
     uint8_t alloc_init_bcast;   /* DDP's construction broadcasts the module's states in flat chunks */
+    uint8_t alloc_unit_keep;    /* FSDP2 keeps the units' unsharded parameters after forward */
+    uint8_t alloc_level[RULE_COUNT];   /* the rule's events change one level (StepLevel): each change
+                                          is its tensors freed and the new level's allocated */
     /* host memory per node (plan_dim_offload.h), of the setup as given: model states offloaded by
        the node's ranks, or the load-time copies */
     double host_per_node, host_capacity;
@@ -195,10 +198,11 @@ void plan_step_free(Step *st);
    at every moment. Host memory and fits are the caller's (plan_memory_step). c: the GPU's memory
    and the allocator's settings. */
 void plan_step_replay(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx);
-/* plan_step_replay for a caller that needs only whether the peak fits c->gpu.mem_bytes: returns
-   1, with only r->peak set (a lower bound: the tensors and fixed overheads), when the step is
-   already known not to fit before the allocator replay or its capacity search is done; else 0
-   with r, and the calls to fn, exactly plan_step_replay's. */
+/* plan_step_replay for a caller that needs only whether the step fits c's GPU: returns 1 with
+   r->peak (the tensors and fixed overheads, a lower bound of the peak) and r->alloc_oom (1: the
+   allocator model's replay at the GPU's limit runs out, or the tensors alone exceed the GPU) when
+   the verdict alone was computed (plan_step_alloc.c); else 0 with r, and the calls to fn, exactly
+   plan_step_replay's. */
 int plan_step_replay_fits(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx);
 /* Bytes of each rule per term live at moment index k (0 = the first moment; -1 = the peak), for
    explaining a figure: out[rule][term]. */

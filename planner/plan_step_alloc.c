@@ -23,6 +23,9 @@
 void plan_step_alloc_layout(Step *st, const StepCtx *x) {
     memset(st->alloc_split, SPLIT_ONE, sizeof st->alloc_split);
     memset(st->alloc_stream, STREAM_COMPUTE, sizeof st->alloc_stream);
+    memset(st->alloc_level, 0, sizeof st->alloc_level);
+    /* the rules that write a level (plan_step_internal.h StepLevel): the gathered parameters */
+    st->alloc_level[RULE_FSDP2_BUFFERS] = st->alloc_level[RULE_DS3_GATHER] = 1;
     int torch = x->torch && !x->ds_py;
     if (torch) {
         static const RuleId PER_TENSOR[] = {RULE_PARAMS, RULE_GRADS_KEPT, RULE_STEP_GRADS, RULE_AUTOGRAD_GRADS,
@@ -36,6 +39,7 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
        (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out / foreach_reduce) */
     if (x->f2.on && !x->f2.v1) {
         st->alloc_split[RULE_FSDP2_BUFFERS] = SPLIT_UNIT;
+        st->alloc_unit_keep = (uint8_t)x->f2.keep;
         st->alloc_split[RULE_FSDP2_UNSHARDED_GRADS] = SPLIT_TENSORS;
     }
     if (x->torch) {
@@ -167,29 +171,53 @@ static int act_weights(const Step *st, int layer, double bytes, Weights *ws) {
     return n > 0 && bytes > sum + 1 ? add_w(ws, bytes - sum) : 0;
 }
 
-/* A change of a sharded unit's gathered bytes at layer `layer`'s point (SPLIT_UNIT). */
+/* Unit u's parameters tensor by tensor, at pb bytes per element; its bytes into *bytes. */
+static int unit_params(const ModelSpec *m, int u, double pb, Weights *ws, double *bytes) {
+    *bytes = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        if (m->layers[i].unit != u) continue;
+        Weights one = {0};
+        if (layer_tensors(&one, &m->layers[i], 0, 1, 0)) { free(one.w); return -1; }
+        for (int k = 0; k < one.n; k++)
+            if (add_w(ws, one.w[k] * pb)) { free(one.w); return -1; }
+        *bytes += (double)m->layers[i].params * pb;
+        free(one.w);
+    }
+    return 0;
+}
+
+/* A sharded unit level's bytes at layer `layer`'s point (SPLIT_UNIT): the unit's parameters
+   tensor by tensor, then the root's (FSDP2 keeps the root unsharded), then while the level
+   holds more, the units kept since their forward (SHARD_GRAD_OP: alloc_unit_keep), else flat
+   buffers of the unit (the all-gather output, a prefetch, the reduce-scatter input); the rest
+   one piece. */
 static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
     const ModelSpec *m = &st->view.m;
-    int u = m->layers[layer].unit;
-    double pb = plan_precision(st->view.t.precision)->param_bytes, unit = 0;
+    int u = m->layers[layer].unit, units = 0;
+    double pb = plan_precision(st->view.t.precision)->param_bytes, b = 0, left = bytes, unit = 0;
     for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].unit == u) unit += (double)m->layers[i].params * pb;
-    if (unit <= 0) return 0;
-    double left = bytes;
-    if (left >= unit) {
-        for (int i = 0; i < m->n_layers; i++)
-            if (m->layers[i].unit == u) {
-                Weights one = {0};
-                if (layer_tensors(&one, &m->layers[i], 0, 1, 0)) { free(one.w); return -1; }
-                for (int k = 0; k < one.n; k++)
-                    if (add_w(ws, one.w[k] * pb)) { free(one.w); return -1; }
-                free(one.w);
-            }
-        left -= unit;
+        if (m->layers[i].unit > units) units = m->layers[i].unit;
+    int order[2 + 2 * 4096], n = 0;
+    order[n++] = u;
+    if (u != 0) order[n++] = 0;
+    for (int d = 1; st->alloc_unit_keep && d <= units && n < (int)(sizeof order / sizeof order[0]); d++) {
+        if (u - d >= 1) order[n++] = u - d;
+        if (u + d <= units && u != 0) order[n++] = u + d;
     }
-    for (; left >= unit; left -= unit)
+    for (int k = 0; k < n && left > 0; k++) {
+        Weights one = {0};
+        if (unit_params(m, order[k], pb, &one, &b)) { free(one.w); return -1; }
+        if (k == 0) unit = b;
+        if (b > 0 && b <= left + 1) {
+            for (int j = 0; j < one.n; j++)
+                if (add_w(ws, one.w[j])) { free(one.w); return -1; }
+            left -= b;
+        }
+        free(one.w);
+    }
+    for (; unit > 0 && left >= unit; left -= unit)
         if (add_w(ws, unit)) return -1;
-    return left > 0 && ws->n > 0 ? add_w(ws, left) : 0;
+    return left > 0.5 && ws->n > 0 ? add_w(ws, left) : 0;
 }
 
 /* The tensors event e stands for (weights, in the order they are made), under the step's
@@ -209,6 +237,10 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
         int copies = st->alloc_split[e->rule] == SPLIT_STATES ? st->alloc_opt_copies : 1;
         double fz = e->rule == RULE_PARAMS ? frozen_weight(st) : 0;
         if (at_layer) return layer_tensors_all(ws, &m->layers[layer], backward, copies, 0, fz);
+        /* a free away from a layer's point: one piece, which releases the rule's latest blocks
+           until its bytes are covered (a layer's gradients freed at the step: all of them go in
+           that slot anyway) */
+        if (e->bytes < 0) return 0;
         for (int i = 0; i < m->n_layers; i++)
             if (layer_tensors_all(ws, &m->layers[i], 0, copies, 0, fz)) return -1;
         return 0;
@@ -219,8 +251,8 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
         return ddp_buckets(ws, m, plan_precision(st->view.t.precision)->grad_bytes);
     case SPLIT_ACTS:
         return at_layer ? act_weights(st, layer, fabs(e->bytes), ws) : 0;
-    case SPLIT_UNIT:
-        return at_layer ? unit_weights(st, layer, fabs(e->bytes), ws) : 0;
+    case SPLIT_UNIT:   /* the loss's points are the head's (the root's) */
+        return layer >= 0 && layer < m->n_layers ? unit_weights(st, layer, fabs(e->bytes), ws) : 0;
     case SPLIT_LOGITS: {
         double one = (double)st->view.t.micro_batch * (double)(st->view.t.seq > 0 ? st->view.t.seq : m->max_seq) *
                      (double)m->vocab * 4.0;
@@ -305,9 +337,24 @@ static void mark_carried(const Step *st, const int *idx, uint8_t *carry) {
 /* The listing of o->steps steps: what lives across steps first (torch.optim's states at the
    first step's optimizer step instead), then each step's events slot by slot, cut into tensors;
    overhead events are no tensors. */
+/* One event of a level rule (Step.alloc_level): the level's tensors freed, the new level's
+   allocated in its own tensors (in one slot: blocks of the same size are taken over). */
+static int push_level(OpList *ops, const Step *st, const StepMem *x, double *level, Weights *ws, int stream) {
+    StepMem was = *x, now = *x;
+    was.bytes = -*level;
+    *level += x->bytes;
+    if (*level < 0.5) *level = 0;
+    now.bytes = *level;
+    Weights none = {0};
+    if (was.bytes < 0 && push_pieces(ops, &was, &none, OP_FREE, stream)) return -1;
+    return now.bytes > 0 ? (event_weights(st, &now, ws) || push_pieces(ops, &now, ws, OP_ALLOC, stream)) : 0;
+}
+
 static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     int *idx = plan_step_order_events(st);
     uint8_t *carry = calloc((size_t)(st->n_mem > 0 ? st->n_mem : 1), 1);
+    double level[RULE_COUNT][TERM_COUNT];
+    memset(level, 0, sizeof level);
     Weights ws = {0};
     int rc = !idx || !carry ? -1 : 0;
     int step_pt = plan_step_point(st->n_layers, PT_STEP, 0);
@@ -337,9 +384,10 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
                 }
             for (int e = e0; e < e1 && !rc; e++) {
                 const StepMem *x = &st->mem[idx[e]];
+                int stream = o->one_stream ? 0 : st->alloc_stream[x->rule];
                 if (carry[idx[e]] || x->term == TERM_OVERHEAD) continue;
-                rc = event_weights(st, x, &ws) ||
-                     push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
+                if (st->alloc_level[x->rule]) rc = push_level(ops, st, x, &level[x->rule][x->term], &ws, stream);
+                else rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, stream);
             }
             if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
         }
@@ -483,8 +531,10 @@ static int take_over(StepAllocRun *R, StepReq *q) {
 }
 
 /* A free: the latest live block of the rule and term holding exactly these bytes is released;
-   else the latest ones until the bytes are covered, the last one perhaps in part (it stays,
-   holding fewer bytes); bytes with no block left become the rule's debt. */
+   else the latest ones the bytes cover whole (an event freeing several tensors at once: a
+   layer's gradients at the step), then the latest ones until the bytes are covered, the last one
+   perhaps in part (it stays, holding fewer bytes: a level that steps down); bytes with no block
+   left become the rule's debt. */
 static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
     BlockIdx *live = &R->live[rule][term];
     for (int k = live->n - 1; k >= 0; k--)
@@ -492,6 +542,13 @@ static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size
             release(R, live, k);
             return;
         }
+    for (int k = live->n - 1; k >= 0 && size > 0; k--) {
+        if (k >= live->n) continue;
+        StepBlock *b = &R->b[live->v[k]];
+        if (b->held > size) continue;
+        size -= b->held;
+        release(R, live, k);
+    }
     for (int k = live->n - 1; k >= 0 && size > 0; k--) {
         StepBlock *b = &R->b[live->v[k]];
         if (b->held > size) { b->held -= size; return; }
@@ -553,6 +610,7 @@ static int resolve(const OpList *ops, FlatList *out) {
 /* The allocations through the allocator model: the whole run's figures, and the last step's
    with the peaks reset at its start. */
 static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int steps, StepAllocResult *out) {
+    memset(out, 0, sizeof *out);
     PlanAlloc *a = plan_alloc_new(conf);
     if (!a) return -1;
     int failed = 0;
@@ -562,12 +620,16 @@ static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int step
         const FlatOp *x = &fl->v[k];
         if (x->kind == FL_ALLOC) failed = plan_alloc_malloc(a, x->id, x->size, x->stream) < 0;
         else if (x->kind == FL_FREE) plan_alloc_free(a, x->id);   /* -1 for a handle that ran out of memory */
-        else if (x->id == steps) {
-            before = *plan_alloc_stats(a);
-            plan_alloc_reset_peaks(a);
+        else {
+            if (x->id == 2) out->step_reserved[0] = plan_alloc_stats(a)->reserved;
+            if (x->id == steps) {
+                before = *plan_alloc_stats(a);
+                plan_alloc_reset_peaks(a);
+            }
         }
     }
     const PlanAllocStats *s = plan_alloc_stats(a);
+    out->step_reserved[steps > 1] = s->reserved;
     out->steady = *s;
     out->whole = *s;
     PlanAllocStats *w = &out->whole;
@@ -606,32 +668,53 @@ typedef struct {
 static _Thread_local StepMemo memo[STEP_MEMO];
 static _Thread_local int memo_next;
 static _Thread_local OpList memo_ops;   /* the list being looked up */
+/* the last listing resolved and its allocations: a capacity search replays one listing at
+   several capacities, resolving it once */
+static _Thread_local OpList flat_of;
 static _Thread_local FlatList memo_flat;
+static _Thread_local int flat_valid;
 
-int plan_step_alloc_with(const Step *st, const PlanAllocConfig *conf, const StepAllocOpts *o, StepAllocResult *out) {
+/* The replay of listing ops (steps of it) at conf: a kept replay's figures, or the listing
+   resolved (once for a run of capacities) and replayed; keep: remember the figures. */
+static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, int keep, StepAllocResult *out) {
     memset(out, 0, sizeof(*out));
-    OpList *ops = &memo_ops;
-    if (list_ops(st, o, ops)) return -1;
     for (int k = 0; k < STEP_MEMO; k++) {
         const StepMemo *h = &memo[k];
-        if (h->used && h->steps == o->steps && h->ops.n == ops->n && conf_equal(&h->conf, conf) &&
+        if (h->used && h->steps == steps && h->ops.n == ops->n && conf_equal(&h->conf, conf) &&
             !memcmp(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n)) {
             *out = h->out;
             return 0;
         }
     }
-    if (resolve(ops, &memo_flat) || replay_flat(&memo_flat, conf, o->steps, out)) return -1;
+    int same = flat_valid && flat_of.n == ops->n && !memcmp(flat_of.v, ops->v, sizeof *ops->v * (size_t)ops->n);
+    if (!same) {
+        flat_valid = 0;
+        if (resolve(ops, &memo_flat)) return -1;
+        if (!plan_grow((void **)&flat_of.v, &flat_of.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
+            memcpy(flat_of.v, ops->v, sizeof *ops->v * (size_t)ops->n);
+            flat_of.n = ops->n;
+            flat_valid = 1;
+        }
+    }
+    if (replay_flat(&memo_flat, conf, steps, out)) return -1;
+    if (!keep) return 0;
     StepMemo *h = &memo[memo_next];
     if (!plan_grow((void **)&h->ops.v, &h->ops.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
         memcpy(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n);
         h->ops.n = ops->n;
         h->conf = *conf;
         h->out = *out;
-        h->steps = o->steps;
+        h->steps = steps;
         h->used = 1;
         memo_next = (memo_next + 1) % STEP_MEMO;
     }
     return 0;
+}
+
+int plan_step_alloc_with(const Step *st, const PlanAllocConfig *conf, const StepAllocOpts *o, StepAllocResult *out) {
+    memset(out, 0, sizeof(*out));
+    if (list_ops(st, o, &memo_ops)) return -1;
+    return run_ops(&memo_ops, conf, o->steps, 1, out);
 }
 
 int plan_step_alloc(const Step *st, const PlanAllocConfig *conf, PlanAllocStats *out) {
@@ -666,20 +749,49 @@ int plan_step_alloc_write(const Step *st, const StepAllocOpts *o, FILE *f, const
     return rc;
 }
 
-/* With the allocator model (c->alloc_model), the allocator's share of the overhead is one figure
-   for the step: the replay's max reserved less the account's tensor peak, added at every moment
-   as a fixed margin would be, so the peak moment and the tensors are the account's and the
-   peak's total is max reserved + the fixed overheads. The replay runs against the GPU's memory
-   less the fixed overheads (so free-and-retry acts as it would); if it still runs out, the
-   figures are those of the least capacity with which it does not (above the GPU's memory: the
-   plan does not fit, and says by how much).
-   fits_only: the caller needs only whether the peak fits c->gpu.mem_bytes. The allocator's share
-   is never negative (max reserved >= max allocated >= the tensors), so a step whose tensors and
-   fixed overheads alone exceed the GPU does not fit, and the replay is skipped; and once the
-   capacity search has seen every capacity up to the GPU's run out, its answer lies above it (a
-   replay that does not run out with reserved <= the GPU's capacity would be the same replay as
-   at that capacity, which ran out), so the search stops. Returns 1 when it stopped early (r
-   holds only the tensor peak), else 0 with r filled as without fits_only. */
+/* What the step needs from the allocator: the least capacity with which the replay does not
+   run out, PyTorch freeing its cache and retrying as it does (no memory fraction: that is a
+   limit of the GPU, not a need). Between the most the unlimited replay holds allocated (below
+   it nothing succeeds) and what it reserves (it never frees then, so that capacity succeeds),
+   bisected on whole 2 MiB (reserved memory comes in them: segments are multiples of
+   kRoundLarge, the small pool's 2 MiB, pages of 2 or 20 MiB) to NEED_TOL of the upper end: the
+   answer is the smallest capacity seen to succeed, at most that much above the least one.
+   Independent of the GPU, so a setup needs the same on any. *at: the replay there. 0, or -1 out
+   of host memory. */
+#define NEED_GRAIN ((uint64_t)2 << 20)
+#define NEED_TOL (1.0 / 512)
+static int step_need(const OpList *ops, int steps, PlanAllocConfig conf, const StepAllocResult *unlimited,
+                     uint64_t *need, StepAllocResult *at) {
+    conf.memory_fraction = 1.0;
+    uint64_t lo = unlimited->whole.max_allocated / NEED_GRAIN * NEED_GRAIN;   /* fails (or is 0) */
+    uint64_t hi = unlimited->whole.max_reserved;                              /* succeeds */
+    uint64_t tol = (uint64_t)((double)hi * NEED_TOL) / NEED_GRAIN * NEED_GRAIN;
+    if (tol < NEED_GRAIN) tol = NEED_GRAIN;
+    *at = *unlimited;
+    StepAllocResult r;
+    while (hi - lo > tol) {
+        conf.capacity = lo + (hi - lo) / NEED_GRAIN / 2 * NEED_GRAIN;
+        if (run_ops(ops, &conf, steps, 0, &r)) return -1;
+        if (r.whole.n_ooms == 0) { hi = conf.capacity; *at = r; }
+        else lo = conf.capacity;
+    }
+    *need = hi;
+    return 0;
+}
+
+/* With the allocator model (c->alloc_model) the allocator's share of the overhead is one figure
+   for the step, what the step needs of it less the account's tensor peak, added at every moment
+   as a fixed margin would be: the peak moment and the tensors are the account's, and the peak's
+   total is the need plus the fixed overheads, the same on any GPU. Whether it fits is the
+   replay at the GPU's limit (its memory less the fixed overheads, or the memory fraction's share
+   of it), which frees its cache and retries as PyTorch does: it fits when that replay does not run
+   out. The need is searched from below that limit when it fits and from above it when not, so a
+   plan that fits never needs more than its limit and one that does not never less.
+   fits_only: the caller needs only the verdict. The allocator's share is never negative (the
+   need >= max allocated >= the tensors), so a step whose tensors and fixed overheads alone
+   exceed the GPU does not fit, and no replay is made; otherwise one replay at the limit answers.
+   Returns 1 when it stopped early (r holds only the tensor peak, and whether it fits in
+   r->alloc_oom), else 0 with r filled as without fits_only. */
 static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx, int fits_only) {
     if (!c->alloc_model) { plan_step_replay_tensors(st, c, r, fn, ctx); return 0; }
     ClusterSpec flat = *c;
@@ -690,50 +802,57 @@ static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemM
     memset(&r0, 0, sizeof(r0));
     plan_step_replay_tensors(st, &flat, &r0, NULL, NULL);
     double tensors = r0.peak > st->fixed ? r0.peak - st->fixed : 0;
-    if (fits_only && r0.peak > c->gpu.mem_bytes) { r->peak = r0.peak; return 1; }
+    if (fits_only && r0.peak > c->gpu.mem_bytes) { r->peak = r0.peak; r->alloc_oom = 1; return 1; }
     PlanAllocConfig conf = c->alloc_conf;
     double cap = c->gpu.mem_bytes - st->fixed;
     conf.device_total = c->gpu.mem_bytes > 0 && c->gpu.mem_bytes < 0x1p63 ? (uint64_t)c->gpu.mem_bytes : 0;
     conf.capacity = cap >= 1 && cap < 0x1p63 ? (uint64_t)cap : 0;
-    PlanAllocStats s;
-    int failed = plan_step_alloc(st, &conf, &s);
-    int oom = !failed && s.n_ooms > 0;
-    if (oom) {
-        /* what the step needs: the least capacity with which the allocator, freeing its cache
-           and retrying as it does, does not run out; between the most it holds allocated and
-           what it reserves with no limit (it never frees then), to 1/64 of that range or 2 MiB
-           (six replays at most: a plan that does not fit is searched over often) */
-        PlanAllocStats t;
-        uint64_t gpu = conf.capacity;
-        conf.capacity = 0;
-        failed = plan_step_alloc(st, &conf, &s);
-        /* the early stop needs the unlimited replay not to run out (a memory fraction can) */
-        int stop = fits_only && gpu > 0 && !failed && s.n_ooms == 0;
-        uint64_t lo = s.max_allocated, hi = s.max_reserved, tol = (hi - lo) / 64;
-        if (tol < (2u << 20)) tol = 2u << 20;
-        while (!failed && hi - lo > tol) {
-            if (stop && lo >= gpu) { r->peak = r0.peak; return 1; }
-            conf.capacity = lo + (hi - lo) / 2;
-            failed = plan_step_alloc(st, &conf, &t);
-            if (failed) break;
-            if (t.n_ooms) lo = conf.capacity;
-            else { hi = conf.capacity; s = t; }
+    double limit = cap;
+    if (conf.memory_fraction < 1.0 && conf.device_total && conf.memory_fraction * (double)conf.device_total < limit)
+        limit = conf.memory_fraction * (double)conf.device_total;
+    StepAllocOpts o;
+    StepAllocResult at_limit, unlimited, at_need;
+    OpList ops = {0};
+    plan_step_alloc_opts_default(&o);
+    int failed = list_ops(st, &o, &ops) || run_ops(&ops, &conf, o.steps, 1, &at_limit);
+    int oom = !failed && at_limit.whole.n_ooms > 0;
+    if (fits_only && !failed) { free(ops.v); r->peak = r0.peak; r->alloc_oom = oom; return 1; }
+    uint64_t need = 0;
+    if (!failed) {
+        PlanAllocConfig free_conf = conf;
+        free_conf.capacity = 0;
+        free_conf.memory_fraction = 1.0;
+        failed = run_ops(&ops, &free_conf, o.steps, 1, &unlimited);
+        if (!failed) failed = step_need(&ops, o.steps, conf, &unlimited, &need, &at_need);
+        /* the need must not contradict the verdict at the limit (the search's tolerance; a
+           memory fraction's garbage collection, which the search leaves out): a step that fits
+           there needs at most the limit, one that runs out more than it */
+        uint64_t lim = limit >= 1 && limit < 0x1p63 ? (uint64_t)limit : 0;
+        if (!failed && lim) {
+            if (!oom && need > lim) { need = lim; at_need = at_limit; }
+            if (oom && need <= lim) need = lim + 1;
         }
     }
+    free(ops.v);
     if (failed) {   /* out of host memory: the flat margin, said so by alloc_model = 0 */
         flat.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
         flat.margin_is_frac = 1;
         plan_step_replay_tensors(st, &flat, r, fn, ctx);
         return 0;
     }
-    double over = (double)s.max_reserved - tensors;
+    double over = (double)need - tensors;
     flat.alloc_margin = over > 0 ? over : 0;
     plan_step_replay_tensors(st, &flat, r, fn, ctx);
     r->alloc_model = 1;
     r->alloc_tensor_peak = tensors;
-    r->alloc_allocated = (double)s.max_allocated;
-    r->alloc_reserved = (double)s.max_reserved;
-    r->alloc_segments = s.max_segments;
+    r->alloc_allocated = (double)unlimited.whole.max_allocated;
+    r->alloc_need = (double)need;
+    r->alloc_reserved = (double)at_need.whole.max_reserved;
+    r->alloc_limit = limit;
+    r->alloc_reserved_at_limit = oom ? 0 : (double)at_limit.whole.max_reserved;
+    r->alloc_step_reserved[0] = (double)unlimited.step_reserved[0];
+    r->alloc_step_reserved[1] = (double)unlimited.step_reserved[1];
+    r->alloc_segments = at_need.whole.max_segments;
     r->alloc_oom = oom;
     return 0;
 }

@@ -47,6 +47,7 @@ typedef struct {
     PlanAllocStats whole;    /* from the empty cache to the end of the last step */
     PlanAllocStats steady;   /* the last step alone: peaks reset at its start
                                 (torch.cuda.reset_peak_memory_stats()) */
+    uint64_t step_reserved[2];  /* reserved at the end of the first and of the last step */
 } StepAllocResult;
 
 /* The account's memory events replayed as an allocation sequence through the caching allocator

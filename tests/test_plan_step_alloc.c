@@ -163,9 +163,9 @@ Test(step_alloc, per_parameter_rules_should_be_split_by_layer) {
 static const char *const MODELS[] = {"gpt2-mini", "gpt2", "llama2-7b"};
 
 /* The allocator model over every strategy: the tensor terms are those of the flat account with
-   no margin (the allocator figure moves no tensor), the margin is max reserved less the tensor
-   peak, and the peak is max reserved plus the fixed overheads. */
-Test(step_alloc, the_plans_allocator_figure_should_be_max_reserved_less_the_tensor_peak) {
+   no margin (the allocator figure moves no tensor), the margin is the step's need less the
+   tensor peak, and the peak is the need plus the fixed overheads. */
+Test(step_alloc, the_plans_allocator_figure_should_be_the_need_less_the_tensor_peak) {
     for (size_t mi = 0; mi < sizeof(MODELS) / sizeof(MODELS[0]); mi++) {
         ModelSpec m = zoo(MODELS[mi]);
         TrainSpec t;
@@ -190,9 +190,10 @@ Test(step_alloc, the_plans_allocator_figure_should_be_max_reserved_less_the_tens
             cr_expect(fabs(b.alloc_tensor_peak - (a.peak - fixed)) < 1, "%s %s: tensor peak", m.name, n);
             cr_expect_geq(b.alloc_allocated + 1, b.alloc_tensor_peak, "%s %s", m.name, n);
             cr_expect_geq(b.alloc_reserved, b.alloc_allocated, "%s %s", m.name, n);
-            cr_expect(fabs(b.margin - (b.alloc_reserved - b.alloc_tensor_peak)) < 1, "%s %s: margin", m.name, n);
-            cr_expect(fabs(b.peak - (b.alloc_reserved + fixed)) < 1, "%s %s: peak %.0f, reserved %.0f + fixed %.0f",
-                      m.name, n, b.peak, b.alloc_reserved, fixed);
+            cr_expect_geq(b.alloc_need, b.alloc_reserved, "%s %s: the replay at the need reserves at most it", m.name, n);
+            cr_expect(fabs(b.margin - (b.alloc_need - b.alloc_tensor_peak)) < 1, "%s %s: margin", m.name, n);
+            cr_expect(fabs(b.peak - (b.alloc_need + fixed)) < 1, "%s %s: peak %.0f, need %.0f + fixed %.0f",
+                      m.name, n, b.peak, b.alloc_need, fixed);
         }
         plan_model_free(&m);
     }
@@ -247,6 +248,103 @@ Test(step_alloc, the_fit_shortcut_should_answer_as_the_full_plan) {
                                      (long long)b, frac, c.gpu.mem_bytes, tensors, peak);
                     }
                 }
+        plan_model_free(&m);
+    }
+}
+
+/* One meaning for "fits" (docs/formulas.md "The allocator in the plan"): the peak is what the
+   step needs of the allocator plus the fixed overheads, the same on a 40 and an 80 GiB GPU where
+   it fits both; the GPU's reserved memory at its limit is shown apart and is never below the
+   need. */
+Test(step_alloc, a_setup_should_need_the_same_on_any_gpu_it_fits) {
+    ModelSpec m = zoo("gpt2-xl");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    for (int k = 0; k < STRAT_COUNT; k++) {
+        const char *n = plan_strategy((StrategyKind)k)->name;
+        MemResult r[2];
+        for (int g = 0; g < 2; g++) {
+            ClusterSpec c;
+            cluster(&c, 8, 8);
+            c.alloc_model = 1;
+            c.gpu.mem_bytes = (g ? 80.0 : 40.0) * 1024 * 1024 * 1024;
+            plan_memory(&m, &t, &c, (StrategyKind)k, &r[g]);
+            if (r[g].fits) cr_expect_geq(r[g].alloc_reserved_at_limit, r[g].alloc_need - 1, "%s: reserved at the limit", n);
+        }
+        if (!r[0].fits || !r[1].fits) continue;
+        cr_expect_eq(r[0].peak, r[1].peak, "%s: peak %.0f on 40 GiB, %.0f on 80 GiB", n, r[0].peak, r[1].peak);
+        cr_expect_eq(r[0].alloc_need, r[1].alloc_need, "%s", n);
+    }
+    plan_model_free(&m);
+}
+
+/* per_process_memory_fraction is a limit the replay runs against: where it runs out the step does
+   not fit, whatever its figures (gpt2-xl on 8 x 24 GiB at fractions 0.8 and 0.9: issue 34 found
+   zero1/2/3 shown as fitting while the replay ran out); where it fits, the need is within the
+   fraction's share of the GPU. */
+Test(step_alloc, a_memory_fraction_that_runs_out_should_not_fit) {
+    ModelSpec m = zoo("gpt2-xl");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < STRAT_COUNT; k++) {
+            const char *n = plan_strategy((StrategyKind)k)->name;
+            ClusterSpec c;
+            cluster(&c, 8, 8);
+            c.alloc_model = 1;
+            c.gpu.mem_bytes = 24.0 * 1024 * 1024 * 1024;
+            c.alloc_conf.memory_fraction = f ? 0.9 : 0.8;
+            MemResult r;
+            plan_memory(&m, &t, &c, (StrategyKind)k, &r);
+            cr_assert(r.alloc_model, "%s", n);
+            cr_expect(fabs(r.alloc_limit - c.alloc_conf.memory_fraction * c.gpu.mem_bytes) < 2, "%s: limit %.0f", n,
+                      r.alloc_limit);
+            if (r.alloc_oom) cr_expect(!r.fits, "%s at %.1f: the replay runs out, yet it fits", n, c.alloc_conf.memory_fraction);
+            if (r.fits) cr_expect_leq(r.alloc_need, r.alloc_limit, "%s at %.1f", n, c.alloc_conf.memory_fraction);
+            cr_expect_gt(r.margin, 0, "%s: the allocator's share is never 0 B", n);
+            cr_expect_eq(plan_memory_fits(&m, &t, &c, (StrategyKind)k), r.fits, "%s: the shortcut's verdict", n);
+        }
+    plan_model_free(&m);
+}
+
+/* The listing allocates what the account holds: the steady step's peak of requested bytes is
+   the account's tensor peak, give or take the pieces' rounding, a block's gradients listed at
+   its MLP moment where the account has only fc2's (the pending ones are owed, not freed) and a
+   level's blocks taken over (gpt2-mini, gpt2, llama2-7b x every strategy x plain, checkpointed
+   and accumulated steps): within 5 % (at most 3.8 % today: gpt2-mini fsdp-full, full
+   checkpointing). */
+Test(step_alloc, the_listing_should_hold_the_accounts_bytes) {
+    for (size_t mi = 0; mi < sizeof(MODELS) / sizeof(MODELS[0]); mi++) {
+        ModelSpec m = zoo(MODELS[mi]);
+        for (int v = 0; v < 3; v++)
+            for (int k = 0; k < STRAT_COUNT; k++) {
+                const char *n = plan_strategy((StrategyKind)k)->name;
+                TrainSpec t;
+                plan_train_defaults(&t);
+                t.seq = 256;
+                t.micro_batch = 2;
+                if (v == 1) t.act_ckpt = CKPT_FULL;
+                if (v == 2) t.grad_accum = 2;
+                ClusterSpec c;
+                cluster(&c, 8, 8);
+                c.alloc_margin = 0;
+                MemResult r;
+                memset(&r, 0, sizeof r);   /* the replay keeps the largest moment it sees in r */
+                Step st;
+                cr_assert_eq(plan_step_build(&st, &m, &t, &c, (StrategyKind)k), 0);
+                plan_step_replay(&st, &c, &r, NULL, NULL);
+                double tensors = r.peak - st.fixed;
+                StepAllocOpts o;
+                StepAllocResult a;
+                PlanAllocConfig conf;
+                plan_alloc_config_defaults(&conf);
+                plan_step_alloc_opts_default(&o);
+                cr_assert_eq(plan_step_alloc_with(&st, &conf, &o, &a), 0);
+                double req = (double)a.steady.max_requested;
+                cr_expect(fabs(req - tensors) <= 0.05 * tensors, "%s %s v%d: requested %.0f, account %.0f (%+.2f%%)",
+                          m.name, n, v, req, tensors, 100 * (req - tensors) / tensors);
+                plan_step_free(&st);
+            }
         plan_model_free(&m);
     }
 }

@@ -64,6 +64,11 @@ def setup_args(doc):
     --nproc-per-node is the caller's: setup.ranks."""
     s, m = doc["setup"], doc["model"]
     model = m.get("source") or m["name"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not m.get("source"):   # older results name a config by its model name only
+        for cand in (os.path.join(here, "configs", model + ".json"),):
+            if os.path.isfile(cand):
+                model = os.path.relpath(cand, os.path.dirname(os.path.dirname(here)))
     out = ["--model", model, "--strategy", s["strategy"], "--batch", str(s["batch"]),
            "--seq", str(s["seq"]), "--grad-accum", str(s.get("grad_accum", 1)),
            "--steps", str(s.get("steps", 3)), "--precision", s["precision"],
