@@ -161,8 +161,11 @@ int cli_cmd_alloc(int argc, char **argv) {
     cJSON *arr = o.json ? cJSON_CreateArray() : NULL;
     if (!o.json) {
         printf("# memplan alloc: PyTorch's CUDA caching allocator (torch 2.15 rules) over recorded allocations\n");
-        printf("# settings: %s (%s); capacity %s; peaks of tensors and allocated from '%s'\n",
+        char quiet[256] = "";
+        if (o.conf_text && plan_alloc_config_no_effect(o.conf_text, quiet, sizeof quiet)) {}
+        printf("# settings: %s (%s)%s%s%s; capacity %s; peaks of tensors and allocated from '%s'\n",
                o.conf_text ? o.conf_text : "torch's defaults", o.conf_from ? o.conf_from : "none given",
+               quiet[0] ? "; changing no device memory, left out: " : "", quiet, "",
                o.conf.capacity ? "given" : "unlimited", o.from ? o.from : "start");
         printf("%-48s %9s %9s %9s %9s %7s %8s %5s %9s %9s\n", "trace", "tensors", "allocated", "reserved", "overhead",
                "overhead", "frag", "segs", "final", "harness");

@@ -485,6 +485,10 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (!conf) conf = cli_alloc_conf_env(&from);
     if (conf && s->cluster.alloc_model && plan_alloc_config_parse(&s->cluster.alloc_conf, conf, err, sizeof err))
         return cli_usage_error("%s '%s': %s%s", from, conf, err, f->alloc_conf ? "" : " (or --alloc-margin flat)");
+    char quiet[256];
+    if (conf && s->cluster.alloc_model && plan_alloc_config_no_effect(conf, quiet, sizeof quiet))
+        fprintf(stderr, "memplan: note: %s: %s accepted as torch accepts them; they change no device memory "
+                        "(pinned host memory, locking, address reserve) and the plan leaves them out\n", from, quiet);
     return resolve_finetune(s);
 }
 

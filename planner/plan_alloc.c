@@ -14,6 +14,7 @@
 #include "plan_alloc.h"
 
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -53,7 +54,8 @@ typedef struct { int blk, stream; uint64_t seq; } PendEv;
 
 struct PlanAlloc {
     PlanAllocConfig c;
-    uint64_t allowed;              /* allowed_memory_maximum (memory fraction); 0 = none */
+    uint64_t allowed;              /* allowed_memory_maximum (memory fraction), when limited */
+    int limited;                   /* a fraction below 1 is set (allowed_memory_maximum has a value) */
     Blk *b; int nb, capb;
     IntVec spare;                  /* reusable block slots */
     Seg *s; int ns, caps;
@@ -121,8 +123,8 @@ int plan_alloc_config_check(const PlanAllocConfig *c, char *err, size_t errlen) 
         snprintf(err, errlen, "a memory fraction of %g needs the device's total memory", c->memory_fraction);
         return -1;
     }
-    if (c->memory_fraction <= 0.0 || c->memory_fraction > 1.0) {
-        snprintf(err, errlen, "memory fraction %g: must be in (0, 1]", c->memory_fraction);
+    if (c->memory_fraction < 0.0 || c->memory_fraction > 1.0) {
+        snprintf(err, errlen, "memory fraction %g: must be in [0, 1]", c->memory_fraction);
         return -1;
     }
     return 0;
@@ -302,9 +304,12 @@ PlanAlloc *plan_alloc_new(const PlanAllocConfig *c) {
     PlanAlloc *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->c = *c;
-    /* setMemoryFraction: allowed_memory_maximum = round(fraction x total) when fraction < 1 */
-    if (c->memory_fraction < 1.0 && c->device_total)
-        a->allowed = (uint64_t)llround(c->memory_fraction * (double)c->device_total);
+    /* setMemoryFraction: allowed_memory_maximum = static_cast<size_t>(fraction x total) when the
+       fraction is below 1 (0 allows nothing) */
+    if (c->memory_fraction < 1.0 && c->device_total) {
+        a->allowed = (uint64_t)(c->memory_fraction * (double)c->device_total);
+        a->limited = 1;
+    }
     a->st.first_oom_event = -1;
     a->next_base = 1ull << 32;
     return a;
@@ -663,7 +668,7 @@ static uint64_t expandable_size(const PlanAlloc *a, int i) {
    after it wins. max_split_size: a request below it never takes an oversize block; one above
    it takes one only within max_non_split_rounding of its size. */
 static int get_free_block(PlanAlloc *a, int small, int stream, uint64_t size) {
-    if (a->allowed && a->c.gc_threshold > 0) a->gc_calls[small]++;
+    if (a->limited && a->c.gc_threshold > 0) a->gc_calls[small]++;
     const IntVec *f = &a->fit[small];
     int pos, it = fit_first(a, small, (FitKey){stream, size, -1, 0}, &pos);
     if (it < 0) return -1;
@@ -715,7 +720,7 @@ static int alloc_found(PlanAlloc *a, int i, uint64_t size, uint64_t orig) {
    device's capacity. -1: out of memory, -2: out of host memory. */
 static int alloc_block(PlanAlloc *a, int small, int stream, uint64_t size, uint64_t alloc_size, int retry) {
     if (retry) a->st.n_alloc_retries++;
-    if (a->allowed && a->st.reserved + alloc_size > a->allowed) return -1;
+    if (a->limited && a->st.reserved + alloc_size > a->allowed) return -1;
     if (a->c.expandable_segments) return try_allocate_expandable(a, small, stream, size);
     if (a->c.capacity && a->st.reserved + alloc_size > a->c.capacity) return -1;
     int seg = new_segment(a, small, stream, alloc_size, 0, 0);
@@ -730,7 +735,7 @@ static int alloc_block(PlanAlloc *a, int small, int stream, uint64_t size, uint6
 /* malloc, when no cached block fits: garbage collection (if on), a new segment, else release
    oversize cached blocks and retry, else release every cached segment and retry once more. */
 static int grow_pool(PlanAlloc *a, int small, int stream, uint64_t size, uint64_t alloc_size) {
-    if (a->allowed && a->c.gc_threshold > 0) garbage_collect(a);
+    if (a->limited && a->c.gc_threshold > 0) garbage_collect(a);
     int i = alloc_block(a, small, stream, size, alloc_size, 0);
     if (i == -1 && release_available(a, small, stream, size)) i = alloc_block(a, small, stream, size, alloc_size, 0);
     if (i == -1) {
@@ -830,158 +835,280 @@ void plan_alloc_empty_cache(PlanAlloc *a) {
 
 /* ---- PYTORCH_CUDA_ALLOC_CONF ------------------------------------------------------------- */
 
+/* torch 2.15 parses the variable twice, with one tokenizer (c10/core/AllocatorConfig.h
+   ConfigTokenizer: ',' ':' '[' ']' are tokens of their own, white space is dropped):
+   AcceleratorAllocatorConfig::parseArgs (c10/core/AllocatorConfig.cpp) takes the device-wide
+   keys, large_segment_size_mb in a pass of its own first (so max_split_size_mb's and
+   max_non_split_rounding_mb's lower bound is the final large segment size, whatever the
+   order), and CUDAAllocatorConfig::parseArgs (c10/cuda/CUDAAllocatorConfig.cpp) the CUDA ones;
+   each refuses a key neither knows ("Unrecognized key"). Neither checks the ':' and ','
+   separators (ConfigTokenizer::checkToken returns a bool that the parsers drop): a value is
+   the token two after its key. Numbers go through std::stoull / std::stod, which read the
+   longest numeric prefix and refuse a token with none. Read at cyyever/pytorch 106319cb
+   (AllocatorConfig.cpp) and 0b2b76de (CUDAAllocatorConfig.cpp), whose key lists match the
+   2.15 wheel's headers (include/c10/core/AllocatorConfig.h, include/c10/cuda/
+   CUDAAllocatorConfig.h getKeys). */
+
 typedef struct {
-    char tok[64][48];
-    int n;
+    char (*tok)[64];
+    int n, cap;
 } Tokens;
 
-/* ConfigTokenizer (c10/core/AllocatorConfig.h): ',' ':' '[' ']' are tokens of their own,
-   white space is dropped. */
 static int tokenize(const char *s, Tokens *t, char *err, size_t errlen) {
-    t->n = 0;
     size_t len = 0;
+    t->n = 0;
     for (;; s++) {
         int sep = !*s || strchr(",:[]", *s);
         if (sep && len) t->n++, len = 0;
         if (!*s) return 0;
-        if (t->n >= 64) break;
+        if (!sep && isspace((unsigned char)*s)) continue;   /* dropped, inside a token too */
+        if (plan_grow((void **)&t->tok, &t->cap, t->n + 1, sizeof *t->tok)) {
+            snprintf(err, errlen, "out of memory reading the allocator settings");
+            return -1;
+        }
         if (sep) {
             t->tok[t->n][0] = *s;
             t->tok[t->n++][1] = 0;
-        } else if (*s != ' ' && *s != '\t' && *s != '\n') {
-            if (len + 1 >= sizeof t->tok[0]) break;
+        } else {
+            if (len + 1 >= sizeof t->tok[0]) {
+                snprintf(err, errlen, "allocator setting '%.20s...' is longer than 63 characters", t->tok[t->n]);
+                return -1;
+            }
             t->tok[t->n][len++] = *s;
             t->tok[t->n][len] = 0;
         }
     }
-    snprintf(err, errlen, "allocator settings too long (64 tokens of 47 characters at most)");
-    return -1;
 }
 
-static int tok_u64(const Tokens *t, int i, uint64_t *v) {
-    if (i >= t->n) return -1;
+static const char *tok(const Tokens *t, int i) { return i >= 0 && i < t->n ? t->tok[i] : ""; }
+
+/* std::stoull: optional white space and sign (a minus wraps around), the longest run of digits;
+   no digits: refused (std::invalid_argument). ULLONG_MAX when out of range (std::out_of_range
+   in torch: refused too). */
+static int stoull_like(const char *s, uint64_t *v) {
     char *end;
     errno = 0;
-    unsigned long long x = strtoull(t->tok[i], &end, 10);
-    if (errno || end == t->tok[i] || *end || t->tok[i][0] == '-') return -1;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (end == s || errno == ERANGE) return -1;
     *v = x;
+    return 0;
+}
+
+static int stod_like(const char *s, double *v) {
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || errno == ERANGE) return -1;
+    *v = x;
+    return 0;
+}
+
+/* ConfigTokenizer::toBool: "True" or "False", nothing else. */
+static int to_bool(const char *s, int *v) {
+    if (!strcmp(s, "True")) *v = 1;
+    else if (!strcmp(s, "False")) *v = 0;
+    else return -1;
     return 0;
 }
 
 static int is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
 
-/* parseRoundUpPower2Divisions: one value for every interval, or a list "[64:8,256:4,>:1]" of
-   interval starts in MiB (powers of two: the interval from 2^i MiB is index i) with their
-   divisions; the first entry also covers the intervals below it, ">" those above the last. */
+/* ConfigTokenizer::skipKey: the value's index, or a list's closing ']'. */
+static int skip_key(const Tokens *t, int i) {
+    i += 2;
+    if (strcmp(tok(t, i), "[")) return i;
+    while (++i < t->n && strcmp(t->tok[i], "]")) {}
+    return i;
+}
+
+#define CONF_ERR(...) (snprintf(err, errlen, __VA_ARGS__), -1)
+
+/* parseRoundUpPower2Divisions: one power of two for every interval, or a list "[64:8,256:4,>:1]"
+   of interval starts in MiB (powers of two: the interval from 2^i MiB is index i, clamped to the
+   16 intervals) with their divisions (0 or a power of two); the first entry also covers the
+   intervals below it, ">" those after the last one set. */
 static int parse_divisions(PlanAllocConfig *c, const Tokens *t, int *i, char *err, size_t errlen) {
     uint64_t v;
-    if (strcmp(t->tok[*i], "[")) {
-        if (tok_u64(t, *i, &v) || !is_pow2(v)) goto bad;
+    *i += 2;
+    if (strcmp(tok(t, *i), "[")) {
+        if (stoull_like(tok(t, *i), &v) || !is_pow2(v))
+            return CONF_ERR("roundup_power2_divisions:%s: the divisions must be a power of two (or a list such as "
+                            "[64:8,256:4,>:1])", tok(t, *i));
         for (int k = 0; k < PLAN_ALLOC_INTERVALS; k++) c->roundup_divisions[k] = (uint32_t)v;
         return 0;
     }
     int first = 1, last = 0;
-    for (++*i; *i < t->n && strcmp(t->tok[*i], "]"); ++*i) {
+    while (++*i < t->n && strcmp(t->tok[*i], "]")) {
         int at = *i;
-        if (*i + 2 >= t->n || strcmp(t->tok[*i + 1], ":") || tok_u64(t, *i + 2, &v) || (v && !is_pow2(v))) goto bad;
         *i += 2;
-        if (!strcmp(t->tok[at], ">")) {
+        if (stoull_like(tok(t, *i), &v) || (v && !is_pow2(v)))
+            return CONF_ERR("roundup_power2_divisions: '%s' is not 0 or a power of two", tok(t, *i));
+        if (!strcmp(tok(t, at), ">")) {
             for (int k = last + 1; k < PLAN_ALLOC_INTERVALS; k++) c->roundup_divisions[k] = (uint32_t)v;
         } else {
             uint64_t mb;
-            if (tok_u64(t, at, &mb) || !is_pow2(mb)) goto bad;
+            if (stoull_like(tok(t, at), &mb) || !is_pow2(mb))
+                return CONF_ERR("roundup_power2_divisions: the interval '%s' is not a power of two (MiB)", tok(t, at));
             int idx = log2_floor(mb) < PLAN_ALLOC_INTERVALS ? log2_floor(mb) : PLAN_ALLOC_INTERVALS - 1;
             for (int k = 0; first && k < idx; k++) c->roundup_divisions[k] = (uint32_t)v;
             first = 0;
             c->roundup_divisions[idx] = (uint32_t)v;
             last = idx;
         }
-        if (*i + 1 < t->n && !strcmp(t->tok[*i + 1], ",")) ++*i;
-        else if (*i + 1 < t->n && strcmp(t->tok[*i + 1], "]")) goto bad;
+        if (strcmp(tok(t, *i + 1), "]")) ++*i;   /* the ',' (not checked, as in torch) */
     }
-    if (*i < t->n) return 0;
-bad:
-    snprintf(err, errlen, "roundup_power2_divisions: a power of two (e.g. 4), or a list such as "
-             "[64:8,256:4,>:1] of power-of-two MiB boundaries and divisions (0 or a power of two)");
-    return -1;
+    if (*i >= t->n) return CONF_ERR("roundup_power2_divisions: the list has no closing ']'");
+    return 0;
 }
 
-/* A key's "MiB" value (max_split_size_mb, max_non_split_rounding_mb, large_segment_size_mb)
-   with its lower bound, or a fraction in (lo, hi). */
+/* A "_mb" value of at least min_mb (strictly above it: strict), clamped to what size_t holds. */
 static int parse_mb(const Tokens *t, int i, uint64_t min_mb, int strict, uint64_t *out) {
     uint64_t v;
-    if (tok_u64(t, i, &v) || (strict ? v <= min_mb : v < min_mb)) return -1;
+    if (stoull_like(tok(t, i), &v) || (strict ? v <= min_mb : v < min_mb)) return -1;
     *out = v > UINT64_MAX / MB ? UINT64_MAX / MB * MB : v * MB;
     return 0;
 }
 
-static int parse_frac(const Tokens *t, int i, double lo, double hi, int hi_ok, double *out) {
-    char *end;
-    if (i >= t->n) return -1;
-    double v = strtod(t->tok[i], &end);
-    if (end == t->tok[i] || *end || !(v > lo) || (hi_ok ? v > hi : v >= hi)) return -1;
-    *out = v;
-    return 0;
+/* The keys of AcceleratorAllocatorConfig::parseArgs (its second pass) and of
+   CUDAAllocatorConfig::parseArgs whose values change no device memory: pinned (host) memory,
+   locking, threads, CUDA-graph capture, the early out-of-memory error, the expandable segments'
+   address reserve (address space, not memory). Their values are checked as torch checks them. */
+typedef enum { V_BOOL, V_SIZE, V_POW2_THREADS, V_POSITIVE, V_RESERVE, V_RESERVE_LIST } ValueKind;
+static const struct {
+    const char *key;
+    ValueKind kind;
+} NO_EFFECT[] = {
+    {"pinned_use_background_threads", V_BOOL},   {"pinned_max_round_threshold_mb", V_SIZE},
+    {"pinned_max_cached_size_mb", V_SIZE},       {"release_lock_on_cudamalloc", V_BOOL},
+    {"release_lock_on_hipmalloc", V_BOOL},       {"pinned_use_cuda_host_register", V_BOOL},
+    {"pinned_use_hip_host_register", V_BOOL},    {"pinned_num_register_threads", V_POW2_THREADS},
+    {"pinned_reserve_segment_size_mb", V_POSITIVE}, {"graph_capture_record_stream_reuse", V_BOOL},
+    {"pinned_free_catch_all", V_BOOL},           {"throw_on_cudamalloc_oom", V_BOOL},
+    {"expandable_segments_reserve", V_RESERVE},  {"expandable_segments_reserve_by_class", V_RESERVE_LIST},
+};
+#define N_NO_EFFECT ((int)(sizeof NO_EFFECT / sizeof NO_EFFECT[0]))
+/* CUDAAllocatorConfig::pinned_max_register_threads() */
+#define PINNED_MAX_REGISTER_THREADS 128
+
+static int no_effect_key(const char *k) {
+    for (int j = 0; j < N_NO_EFFECT; j++)
+        if (!strcmp(k, NO_EFFECT[j].key)) return j;
+    return -1;
 }
 
-/* Keys torch 2.15 accepts that change nothing in device memory placement. */
-static const char *const IGNORED[] = {
-    "release_lock_on_cudamalloc", "pinned_use_cuda_host_register", "pinned_num_register_threads",
-    "pinned_use_background_threads", "pinned_reserve_segment_size_mb", "pinned_free_catch_all",
-    "graph_capture_record_stream_reuse", "throw_on_cudamalloc_oom", "expandable_segments_reserve",
-    "expandable_segments_reserve_by_class", NULL};
+/* A key that changes no device memory: its value checked; the index of its last token. */
+static int parse_no_effect(const Tokens *t, int i, int j, char *err, size_t errlen) {
+    const char *k = NO_EFFECT[j].key, *v = tok(t, i + 2);
+    uint64_t x;
+    int b;
+    switch (NO_EFFECT[j].kind) {
+    case V_BOOL:
+        if (to_bool(v, &b)) return CONF_ERR("%s:%s: expected True or False", k, v);
+        return i + 2;
+    case V_SIZE:
+        if (stoull_like(v, &x)) return CONF_ERR("%s:%s: expected a whole number of MiB", k, v);
+        return i + 2;
+    case V_POW2_THREADS:
+        if (stoull_like(v, &x) || !is_pow2(x) || x > PINNED_MAX_REGISTER_THREADS)
+            return CONF_ERR("%s:%s: expected a power of two up to %d", k, v, PINNED_MAX_REGISTER_THREADS);
+        return i + 2;
+    case V_POSITIVE:
+        if (stoull_like(v, &x) || x == 0) return CONF_ERR("%s:%s: expected a size in MiB above 0", k, v);
+        return i + 2;
+    case V_RESERVE:   /* a bad value is a warning in torch (parseReserveSpec), not an error */
+        return i + 2;
+    case V_RESERVE_LIST:
+        if (strcmp(v, "[")) return CONF_ERR("%s: expected a list [name:value,...]", k);
+        return skip_key(t, i);
+    }
+    return i + 2;
+}
 
-static int parse_key(PlanAllocConfig *c, const Tokens *t, int *i, char *err, size_t errlen) {
-    const char *k = t->tok[*i];
-    if (*i + 2 >= t->n || strcmp(t->tok[*i + 1], ":")) {
-        snprintf(err, errlen, "allocator option '%s' needs ':' and a value", k);
-        return -1;
-    }
-    *i += 2;
-    const char *v = t->tok[*i];
+/* One key of the second pass at token i; the index of its last token, or -1 with err. */
+static int parse_key(PlanAllocConfig *c, const Tokens *t, int i, char *err, size_t errlen) {
+    const char *k = tok(t, i), *v = tok(t, i + 2);
     uint64_t min_large = c->large_segment_size / MB;
-    int bad = 0;
-    if (!strcmp(k, "max_split_size_mb")) bad = parse_mb(t, *i, min_large, 0, &c->max_split_size);
-    else if (!strcmp(k, "max_non_split_rounding_mb")) bad = parse_mb(t, *i, min_large, 0, &c->max_non_split_rounding);
-    else if (!strcmp(k, "large_segment_size_mb")) bad = parse_mb(t, *i, K_MIN_LARGE_ALLOC / MB, 1, &c->large_segment_size);
-    else if (!strcmp(k, "garbage_collection_threshold")) bad = parse_frac(t, *i, 0.0, 1.0, 0, &c->gc_threshold);
-    else if (!strcmp(k, "per_process_memory_fraction")) bad = parse_frac(t, *i, 0.0, 1.0, 1, &c->memory_fraction);
-    else if (!strcmp(k, "roundup_power2_divisions")) return parse_divisions(c, t, i, err, errlen);
-    else if (!strcmp(k, "expandable_segments")) {
-        bad = strcmp(v, "True") && strcmp(v, "False");
-        c->expandable_segments = !strcmp(v, "True");
+    int j = no_effect_key(k), b;
+    double d;
+    if (!strcmp(k, "large_segment_size_mb")) return skip_key(t, i);   /* the first pass's */
+    if (!strcmp(k, "max_split_size_mb")) {
+        if (parse_mb(t, i + 2, min_large, 0, &c->max_split_size))
+            return CONF_ERR("max_split_size_mb:%s: must be a whole number >= %llu (the large segment size)", v,
+                            (unsigned long long)min_large);
+    } else if (!strcmp(k, "max_non_split_rounding_mb")) {
+        if (parse_mb(t, i + 2, min_large, 0, &c->max_non_split_rounding))
+            return CONF_ERR("max_non_split_rounding_mb:%s: must be a whole number >= %llu (the large segment size)", v,
+                            (unsigned long long)min_large);
+    } else if (!strcmp(k, "garbage_collection_threshold")) {
+        if (stod_like(v, &d) || !(d > 0.0 && d < 1.0))
+            return CONF_ERR("garbage_collection_threshold:%s: must be in (0.0, 1.0)", v);
+        c->gc_threshold = d;
+    } else if (!strcmp(k, "roundup_power2_divisions")) {
+        int at = i;
+        if (parse_divisions(c, t, &at, err, errlen)) return -1;
+        return at;
+    } else if (!strcmp(k, "expandable_segments")) {
+        if (to_bool(v, &b)) return CONF_ERR("expandable_segments:%s: expected True or False", v);
+        c->expandable_segments = b;
+    } else if (!strcmp(k, "per_process_memory_fraction")) {
+        if (stod_like(v, &d) || !(d >= 0.0 && d <= 1.0))
+            return CONF_ERR("per_process_memory_fraction:%s: must be in [0.0, 1.0]", v);
+        c->memory_fraction = d;
     } else if (!strcmp(k, "backend")) {
-        if (strcmp(v, "native")) {
-            snprintf(err, errlen, "backend:%s: only the native caching allocator is modelled", v);
-            return -1;
-        }
+        if (!strcmp(v, "cudaMallocAsync"))
+            return CONF_ERR("backend:cudaMallocAsync: CUDA's own pool allocator is not modelled (valid: native)");
+        if (strcmp(v, "native")) return CONF_ERR("backend:%s: unknown allocator backend (options are native and cudaMallocAsync)", v);
+    } else if (j >= 0) {
+        return parse_no_effect(t, i, j, err, errlen);
     } else {
-        int known = 0;
-        for (int j = 0; IGNORED[j]; j++) known |= !strcmp(k, IGNORED[j]);
-        if (!known) {
-            snprintf(err, errlen, "unrecognized allocator option '%s'", k);
-            return -1;
-        }
-        if (!strcmp(v, "[")) while (*i + 1 < t->n && strcmp(t->tok[*i], "]")) ++*i;
+        return CONF_ERR("unrecognized key '%s' in the allocator settings (valid: large_segment_size_mb, "
+                        "max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold, "
+                        "roundup_power2_divisions, expandable_segments, per_process_memory_fraction, backend, "
+                        "and torch's keys for pinned memory and locking)", k);
     }
-    if (bad) snprintf(err, errlen, "allocator option %s:%s is out of range or not a value torch accepts", k, v);
-    return bad ? -1 : 0;
+    return i + 2;
 }
 
 int plan_alloc_config_parse(PlanAllocConfig *c, const char *conf, char *err, size_t errlen) {
-    Tokens *t = malloc(sizeof *t);
-    if (!t) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = tokenize(conf, t, err, errlen);
-    for (int i = 0; !rc && i < t->n; i++) {
-        rc = parse_key(c, t, &i, err, errlen);
-        if (!rc && i + 1 < t->n && strcmp(t->tok[++i], ",")) {
-            snprintf(err, errlen, "allocator settings: expected ',' before '%s'", t->tok[i]);
+    Tokens t = {0};
+    int rc = tokenize(conf, &t, err, errlen);
+    /* parseArgs resets these each time; large_segment_size_mb first, then
+       max_non_split_rounding_size_ = large_segment_size_ */
+    c->max_split_size = UINT64_MAX;
+    memset(c->roundup_divisions, 0, sizeof c->roundup_divisions);
+    c->gc_threshold = 0;
+    for (int i = 0; !rc && i < t.n; i++) {
+        if (strcmp(t.tok[i], "large_segment_size_mb")) continue;
+        if (parse_mb(&t, i + 2, K_MIN_LARGE_ALLOC / MB, 1, &c->large_segment_size)) {
+            snprintf(err, errlen, "large_segment_size_mb:%s: must be a whole number > %d", tok(&t, i + 2),
+                     (int)(K_MIN_LARGE_ALLOC / MB));
             rc = -1;
         }
+        i += 2;
     }
-    free(t);
+    if (!rc) c->max_non_split_rounding = c->large_segment_size;
+    for (int i = 0; !rc && i < t.n; i++) {
+        int last = parse_key(c, &t, i, err, errlen);
+        if (last < 0) rc = -1;
+        else i = last + 1;   /* the ',' after it (not checked, as in torch) */
+    }
+    free(t.tok);
     return rc;
+}
+
+int plan_alloc_config_no_effect(const char *conf, char *buf, size_t len) {
+    Tokens t = {0};
+    char err[128];
+    int n = 0;
+    size_t used = 0;
+    buf[0] = 0;
+    if (tokenize(conf, &t, err, sizeof err)) { free(t.tok); return 0; }
+    for (int i = 0; i < t.n; i++) {
+        if (i > 0 && strcmp(t.tok[i - 1], ",")) continue;   /* keys follow a ',' or start */
+        if (no_effect_key(t.tok[i]) < 0) continue;
+        if (used < len) used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? ", " : "", t.tok[i]);
+        n++;
+    }
+    free(t.tok);
+    return n;
 }

@@ -35,11 +35,16 @@ typedef struct {
 
 void plan_alloc_config_defaults(PlanAllocConfig *c);
 /* Parses a PYTORCH_CUDA_ALLOC_CONF string ("max_split_size_mb:128,expandable_segments:True")
- * onto c as torch 2.15 does (keys, bounds and the roundup list form). Keys that do not change
- * device memory (pinned_*, release_lock_on_cudamalloc, ...) are accepted and ignored;
- * backend:cudaMallocAsync is refused (a different allocator). Returns 0, or -1 with a sentence
- * in err. */
+ * onto c as torch 2.15 does (every key it accepts, large_segment_size_mb read before the keys
+ * whose bounds depend on it, bounds, the roundup list form, numbers read as std::stoull and
+ * std::stod read them). Keys that change no device memory (pinned host memory, locking,
+ * threads, the expandable segments' address reserve; the HIP spellings too) are checked and
+ * otherwise ignored (plan_alloc_config_no_effect names them); backend:cudaMallocAsync is
+ * refused (a different allocator). Returns 0, or -1 with a sentence in err. */
 int plan_alloc_config_parse(PlanAllocConfig *c, const char *conf, char *err, size_t errlen);
+/* The keys of conf that torch accepts but that change no device memory, ", "-separated into
+ * buf; how many. */
+int plan_alloc_config_no_effect(const char *conf, char *buf, size_t len);
 /* The settings that differ from torch's defaults, as PYTORCH_CUDA_ALLOC_CONF would give them
  * ("max_split_size_mb:128,expandable_segments:True"), or "torch's defaults". */
 void plan_alloc_config_describe(const PlanAllocConfig *c, char *buf, size_t len);

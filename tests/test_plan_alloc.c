@@ -431,3 +431,64 @@ Test(alloc, the_best_fit_index_should_agree_with_a_linear_scan) {
             plan_alloc_free_all(a);
         }
 }
+
+/* torch 2.15 reads large_segment_size_mb before every other key (AcceleratorAllocatorConfig::
+   parseArgs' first pass), so max_split_size_mb's lower bound is the final large segment size
+   whatever the order, and max_non_split_rounding_mb starts from it; it accepts every key of
+   AcceleratorAllocatorConfig and CUDAAllocatorConfig (the pinned-memory, locking and HIP ones
+   change no device memory: accepted and named), a fraction of 0, a full 16-entry division list,
+   and numbers as std::stoull reads them (the leading digits). */
+Test(alloc, allocator_settings_should_parse_in_torchs_order_with_all_its_keys) {
+    PlanAllocConfig c;
+    char err[300], quiet[256];
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_alloc_config_parse(&c, "max_split_size_mb:25,large_segment_size_mb:24", err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.max_split_size, 25 * MiB);
+    cr_expect_eq(c.large_segment_size, 24 * MiB);
+    cr_expect_eq(c.max_non_split_rounding, 24 * MiB, "large_segment_size_mb resets max_non_split_rounding");
+    plan_alloc_config_defaults(&c);
+    cr_expect_eq(plan_alloc_config_parse(&c, "max_split_size_mb:22,large_segment_size_mb:24", err, sizeof err), -1,
+                 "22 MiB is below the final large segment size, given before or after it");
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_alloc_config_parse(&c, "max_non_split_rounding_mb:40,large_segment_size_mb:30", err, sizeof err), 0,
+                 "%s", err);
+    cr_expect_eq(c.max_non_split_rounding, 40 * MiB);
+    const char *quiet_keys = "pinned_max_round_threshold_mb:64,pinned_max_cached_size_mb:1024,"
+                             "release_lock_on_hipmalloc:True,pinned_use_hip_host_register:False,"
+                             "release_lock_on_cudamalloc:False,pinned_use_cuda_host_register:True,"
+                             "pinned_num_register_threads:8,pinned_use_background_threads:True,"
+                             "pinned_reserve_segment_size_mb:64,pinned_free_catch_all:False,"
+                             "graph_capture_record_stream_reuse:True,throw_on_cudamalloc_oom:True,"
+                             "expandable_segments_reserve:0.5,expandable_segments_reserve_by_class:[nccl:2G,x:0.25]";
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_alloc_config_parse(&c, quiet_keys, err, sizeof err), 0, "%s", err);
+    PlanAllocConfig d;
+    plan_alloc_config_defaults(&d);
+    cr_expect_eq(memcmp(&c, &d, sizeof c), 0, "they change no device memory");
+    cr_expect_eq(plan_alloc_config_no_effect(quiet_keys, quiet, sizeof quiet), 14, "%s", quiet);
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_alloc_config_parse(&c, "per_process_memory_fraction:0", err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.memory_fraction, 0.0);
+    c.device_total = (uint64_t)(40 * MiB);
+    cr_expect_eq(plan_alloc_config_check(&c, err, sizeof err), 0, "%s", err);
+    PlanAlloc *a = with_config(&c);
+    cr_expect_eq(plan_alloc_malloc(a, 0, 512, 0), 1, "a fraction of 0 allows nothing");
+    plan_alloc_free_all(a);
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_alloc_config_parse(&c, "roundup_power2_divisions:[1:1,2:2,4:4,8:8,16:16,32:16,64:8,128:4,256:2,"
+                                             "512:1,1024:1,2048:1,4096:1,8192:1,16384:1,>:2]", err, sizeof err), 0,
+                 "%s", err);
+    cr_expect_eq(c.roundup_divisions[0], 1);
+    cr_expect_eq(c.roundup_divisions[4], 16);
+    cr_expect_eq(c.roundup_divisions[15], 2);
+    plan_alloc_config_defaults(&c);
+    cr_assert_eq(plan_alloc_config_parse(&c, "max_split_size_mb:128MB", err, sizeof err), 0, "%s", err);
+    cr_expect_eq(c.max_split_size, 128 * MiB, "std::stoull reads the leading digits");
+    const char *bad[] = {"per_process_memory_fraction:1.5", "pinned_num_register_threads:3", "release_lock_on_cudamalloc:1",
+                         "pinned_reserve_segment_size_mb:0", "expandable_segments_reserve_by_class:0.5",
+                         "backend:something"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        plan_alloc_config_defaults(&c);
+        cr_expect_eq(plan_alloc_config_parse(&c, bad[i], err, sizeof err), -1, "%s accepted", bad[i]);
+    }
+}
