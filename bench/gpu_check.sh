@@ -455,6 +455,9 @@ mkdir -p "$BUILD" && ABS_BUILD=$(cd "$BUILD" && pwd)
 # gloo on CUDA tensors (NCCL refuses a shared GPU), fsdp-full over NCCL as fake hosts (FSDP2's
 # all-gather and reduce-scatter on CUDA tensors need NCCL). The rows mirror saved CPU rows
 # (bench/torch/results/<name>.json) and add gpt2 at batch 8 x 1024, where the allocator matters.
+# Each also records the caching allocator's own history (--alloc-trace: every allocation, free
+# and stream) and its segments at the end, which torch_reserved (after the build) compares with
+# memplan's allocator model and plan.
 # Together they get at most GPU_CHECK_TORCH_SHARE seconds (200), so that hangs here cannot starve
 # the engine's one-rank steps after them.
 #   step | result name (the CPU rows' naming, + _cuda) | ranks | backend | timeout s | setup
@@ -490,7 +493,7 @@ for row in "${TORCH_ROWS[@]}"; do
   [ "$ranks" -gt 1 ] && launch=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$ranks" "$HARNESS")
   # shellcheck disable=SC2086 # the setup is one flag per word
   if step "$tname" "$limit" env PYTHONUNBUFFERED=1 "${launch[@]}" --device cuda --backend "$backend" $setup \
-       --json "$WORK/torch/${result}_cuda.json"; then
+       --json "$WORK/torch/${result}_cuda.json" --alloc-trace "$WORK/torch/${result}_cuda.trace.txt"; then
     note_last "$(grep -m1 '^# cuda' "$LAST_LOG" | cut -c3-200)"
   fi
 done
@@ -511,6 +514,18 @@ else
       note_last "${S_NOTE[${#S_NOTE[@]}-1]}; the tests that built still run"
     fi
   fi
+fi
+
+# ---- 4b. PyTorch's GPU rows against the allocator model: each row's max_memory_reserved, the
+# replay of its own recorded allocations and memplan's plan of the setup (CPU work, one call;
+# bench/torch/gpu_alloc_check.py) ----
+set -- "$WORK"/torch/*_cuda.json
+if [ "$DRY" != 1 ] && [ ! -e "$1" ]; then
+  skip torch_reserved "no GPU row finished (see the torch_* steps)"
+elif [ "$DRY" != 1 ] && [ ! -x "$M" ]; then
+  skip torch_reserved "no memplan to plan with (see build)"
+elif step torch_reserved 30 "$PY" "$ROOT/bench/torch/gpu_alloc_check.py" --memplan "$M" "$@"; then
+  note_last "$(grep -c '^| [a-z]' "$LAST_LOG") rows: $(awk -F'|' '/^\| [a-z]/{printf "%s %s/%s%%; ", $2, $5, $7}' "$LAST_LOG" | cut -c1-150)"
 fi
 
 # ---- 5. smoke: does CUDA see the GPU nvidia-smi lists? ----

@@ -227,7 +227,8 @@ static void marking_program(const char *dir, const char *name, const char *mark)
 /* The order a lent machine runs the steps in (docs/gpu.md), each with its timeout in seconds. */
 static const struct { const char *name; int timeout; } ORDER[] = {
     {"image", 0}, {"bundle", 45}, {"torch_mini_ddp_1r", 40}, {"torch_gpt2_b8_1r", 60}, {"torch_mini_ddp_2r", 50},
-    {"torch_mini_fsdp_2r", 50}, {"torch_gpt2_fsdp_2r", 0}, {"build", 0}, {"build_tests", 0}, {"smoke", 45},
+    {"torch_mini_fsdp_2r", 50}, {"torch_gpt2_fsdp_2r", 0}, {"build", 0}, {"build_tests", 0}, {"torch_reserved", 30},
+    {"smoke", 45},
     {"overheads_1rank", 45}, {"run_gpt2_cupti", 90}, {"fake_hosts_probe", 60}, {"validate_gpt2", 120},
     {"test_kern_cuda", 60}, {"test_kern_cnn_cuda", 60}, {"test_prof_cupti", 45}, {"test_prof_overhead", 45},
     {"test_exec_device", 30}, {"test_exec_comm_nccl", 60}, {"cnn_1rank", 100}, {"cnn_check_1rank", 60},

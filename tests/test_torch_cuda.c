@@ -171,3 +171,33 @@ Test(torch_cuda, a_gpu_row_should_be_listed_apart_by_check_saved_and_never_compa
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_expect_eq(system(cmd), 0);
 }
+
+/* bench/torch/gpu_alloc_check.py, what bench/gpu_check.sh runs after PyTorch's GPU rows, on a
+   GPU row made from the saved CPU row gpt2-mini ddp (its recorded allocations standing in for
+   the GPU's history, its replayed reserved as the measured figure): the replay of the row's own
+   allocations equals it, and the plan of the same setup is shown beside it. */
+Test(torch_cuda, the_gpu_reserved_check_should_compare_a_rows_reserved_with_its_replay_and_plan)
+{
+    char dir[96], row[160], cmd[4 * PATH_MAX];
+    test_tmpdir(dir, sizeof dir, "torchcuda");
+    snprintf(row, sizeof row, "%s/gpt2-mini_ddp_fp32_none_eager_r2_b1_s128_cuda.json", dir);
+    snprintf(cmd, sizeof cmd, "zcat '%s/bench/torch/results/traces/gpt2-mini_ddp_fp32_none_eager_r2_b1_s128.txt.gz' "
+             "> '%s/gpt2-mini_ddp_fp32_none_eager_r2_b1_s128_cuda.trace.txt'", g_root, dir);
+    cr_assert_eq(system(cmd), 0);
+    FILE *f = fopen(row, "w");
+    cr_assert_not_null(f);
+    fputs("{\"harness\": \"memplan bench/torch/harness.py\", \"device\": \"cuda\", \"status\": \"ok\",\n"
+          " \"model\": {\"name\": \"gpt2-mini\", \"source\": \"gpt2-mini\"},\n"
+          " \"setup\": {\"ranks\": 2, \"strategy\": \"ddp\", \"batch\": 1, \"seq\": 128, \"precision\": \"fp32\",\n"
+          "           \"act_ckpt\": \"none\", \"attn\": \"eager\", \"dropout\": 0.0, \"device\": \"cuda\"},\n"
+          " \"per_rank\": [{\"rank\": 0, \"cuda\": {\"max_memory_reserved\": 44040192, \"device_total_bytes\": 85899345920,\n"
+          "                \"cublas\": {\"workspace_allocated_bytes\": 0}}}]}\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "python3 '%s/bench/torch/gpu_alloc_check.py' --memplan '%s' '%s' 2>&1", g_root, g_memplan, row);
+    Run r = test_run_cmd(cmd);
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    cr_expect(strstr(r.out, "| gpt2-mini_ddp_fp32_none_eager_r2_b1_s128_cuda | 42.00 | 42.00 | +0.00 | "), "%s", r.out);
+    free(r.out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}

@@ -165,6 +165,31 @@ class Meter:
         if what not in self.skipped:
             self.skipped.append(what)
 
+    # ---- the allocator's own record of each allocation (--alloc-trace) ----
+
+    def record_history(self):
+        """From here on the caching allocator records every allocation, free and segment
+        (torch.cuda.memory._record_memory_history; no stack frames: context None)."""
+        if self.dry:
+            self._skip("torch.cuda.memory._record_memory_history (--alloc-trace)")
+            return
+        import torch
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=4_000_000)
+
+    def write_history(self, path, header):
+        """The recorded history as an allocation trace for `memplan alloc` (history_trace)."""
+        if self.dry:
+            return
+        import torch
+        snap = torch.cuda.memory._snapshot()
+        traces = snap.get("device_traces") or []
+        entries = traces[self.t.index] if self.t.index < len(traces) else []
+        with open(path, "w") as f:
+            for line in header:
+                f.write(f"# {line}\n")
+            f.writelines(history_trace(entries))
+
     # ---- before the model: the context and cuBLAS, one rank at a time ----
 
     def init_device(self, barrier):
@@ -285,8 +310,17 @@ class Meter:
         (pk_step, pk_phase), pk = max(steady.items(), key=lambda kv: kv[1]["allocated"])
         stats = torch.cuda.memory_stats()
         segs = collections.Counter()
-        for seg in torch.cuda.memory_snapshot():
+        snapshot = torch.cuda.memory_snapshot()
+        for seg in snapshot:
             segs[(seg.get("segment_type", "?"), seg["total_size"])] += 1
+        # every segment at the end, with its stream and blocks (size, state): what memplan's
+        # replay of the same allocations should hold (bench/torch/gpu_alloc_check.py)
+        streams = {}
+        segment_snapshot = [
+            {"stream": streams.setdefault(seg.get("stream", 0), len(streams)), "type": seg.get("segment_type", "?"),
+             "total_size": seg["total_size"], "allocated_size": seg.get("allocated_size"),
+             "blocks": [[b["size"], b.get("state", "?")] for b in seg.get("blocks", [])]}
+            for seg in snapshot]
         free, total = torch.cuda.mem_get_info()
         return {
             "max_memory_allocated": pk["allocated"],
@@ -299,10 +333,41 @@ class Meter:
             "cublas": self.cublas,
             "memory_stats": {k: stats.get(k) for k in _STATS if k in stats},
             "segments_end": [{"pool": t, "bytes": b, "count": c} for (t, b), c in sorted(segs.items())],
+            "segment_snapshot": segment_snapshot,
             "device_used_end_bytes": total - free,
             "device_total_bytes": total,
             "process_used_end_bytes": _process_used_bytes(self.t.index),
         }
+
+
+def history_trace(entries):
+    """The caching allocator's recorded history (torch.cuda.memory._snapshot()["device_traces"]
+    of one device) as the lines of an allocation trace (planner/plan_alloc_trace.h): "alloc" ->
+    "a ADDR SIZE [STREAM]"; "free_completed" (the block reusable again: after record_stream's
+    events, when there were any) -> "f ADDR"; a run of "segment_free" that no "oom" preceded
+    (torch.cuda.empty_cache()) -> "e"; "oom" -> a comment. Streams are numbered by first use,
+    the default stream (0) staying 0."""
+    streams, out, freeing = {0: 0}, [], False
+    for e in entries:
+        act = e.get("action")
+        if act == "alloc":
+            s = streams.setdefault(e.get("stream", 0), len(streams))
+            if s >= 32:
+                raise ValueError("more than 31 streams besides the default one")
+            out.append(f"a {e['addr']:x} {e['size']}" + (f" {s}" if s else "") + "\n")
+        elif act == "free_completed":
+            out.append(f"f {e['addr']:x}\n")
+        elif act == "oom":
+            out.append(f"# oom: {e.get('size', 0)} B asked, {e.get('device_free', 0)} B free on the device\n")
+            freeing = True   # the retry's releases are the allocator's own
+            continue
+        elif act == "segment_free" and not freeing:
+            out.append("e\n")
+            freeing = True
+            continue
+        if act not in ("segment_free",):
+            freeing = False
+    return out
 
 
 def versions(target):

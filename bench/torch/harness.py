@@ -248,9 +248,9 @@ def parse_args(argv):
     if a.measure is None:
         a.measure = "cuda" if a.device == "cuda" else "profiler"
     check("measure", a.measure, ("cuda",) if a.device == "cuda" else ("profiler", "memtracker"))
-    if a.alloc_trace is not None and a.measure != "profiler":
-        raise SetupError("--alloc-trace needs --measure profiler (the allocation events come "
-                         "from its trace)")
+    if a.alloc_trace is not None and a.measure not in ("profiler", "cuda"):
+        raise SetupError("--alloc-trace needs --measure profiler (CPU: the profiler's allocation "
+                         "events) or --device cuda (the caching allocator's recorded history)")
     for name, val, lo in (("batch", a.batch, 1), ("grad-accum", a.grad_accum, 1),
                           ("steps", a.steps, 2)):
         if val < lo:
@@ -902,6 +902,8 @@ def run(a, rank, world):
     torch.set_num_threads(1)
     target = cuda_mode.Target(a, rank, world)
     meter = cuda_mode.Meter(target) if a.measure == "cuda" else None
+    if meter is not None and a.alloc_trace is not None and rank == 0:
+        meter.record_history()   # before the context and cuBLAS: their blocks are in it too
     prof = None
     if a.measure == "profiler":
         from torch.profiler import profile, ProfilerActivity
@@ -1154,6 +1156,13 @@ def run(a, rank, world):
     elif meter is not None:
         per_rank["device_index"] = target.index
         per_rank["cuda"] = meter.result(first_steady_step=2)
+        if a.alloc_trace is not None and rank == 0:
+            meter.write_history(a.alloc_trace, [
+                "memplan allocation trace v1 (bench/torch/harness.py --device cuda --alloc-trace), rank 0",
+                f"setup {a.model} {a.strategy} {a.precision} act-ckpt {a.act_ckpt} attn {a.attn} ranks {world} "
+                f"batch {a.batch} seq {seq} grad-accum {a.grad_accum} steps {a.steps}",
+                f"torch {torch.__version__}; the caching allocator's history (free_completed as f)",
+                f"max_memory_reserved {per_rank['cuda'].get('max_memory_reserved')} (steps 2..{a.steps})"])
         coll = []
     else:
         dev = mt_best or {}
