@@ -115,7 +115,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check
+.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check published-memory-check
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC)
 
 config:
@@ -197,6 +197,10 @@ run: all
 # the time model against every published GPU run in bench/published (not part of `make test`)
 published-check: $(MEMPLAN)
 	python3 bench/published_check.py --memplan $(MEMPLAN)
+
+# reserved memory against published GPU runs' max_memory_reserved (bench/published_memory)
+published-memory-check: $(MEMPLAN)
+	python3 bench/published_memory_check.py --memplan $(MEMPLAN)
 
 bench: $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES)
 
