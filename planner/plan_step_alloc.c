@@ -58,6 +58,11 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
        flattens them into one buffer per 250 MiB of whole tensors (c10d comm.cpp
        broadcast_coalesced: compute_bucket_assignment_by_size, flatten_dense_tensors) */
     st->alloc_init_bcast = (uint8_t)(torch && x->s->buffers == BUF_DDP_BUCKETS && x->N > 1);
+    /* DDP buckets nothing in its first iteration (distributed.py _ddp_init_helper: without
+       find_unused_parameters, bucket_size_limits = [sys.maxsize]: one bucket of every gradient),
+       and rebuilds the buckets in the second's forward (reducer.cpp rebuild_buckets ->
+       initialize_buckets: the old bucket freed, the new ones allocated) */
+    st->alloc_ddp_rebuild = st->alloc_init_bcast;
 }
 
 void plan_step_alloc_opts_default(StepAllocOpts *o) {
@@ -281,8 +286,8 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     return 0;
 }
 
-/* DDP's construction broadcast (Step.alloc_init_bcast): its flat chunks, each made and freed
-   in turn, after the parameters are allocated. */
+/* DDP's construction broadcast (Step.alloc_init_bcast): its flat chunks, all made, then all
+   freed, after the parameters are allocated and before DDP's bucket. */
 #define DDP_BCAST_BUCKET (250.0 * 1024 * 1024)
 static int init_broadcast(const Step *st, OpList *ops) {
     const ModelSpec *m = &st->view.m;
@@ -290,30 +295,35 @@ static int init_broadcast(const Step *st, OpList *ops) {
     int dtypes = 1;
     double buffers = plan_model_buffer_bytes(m, &dtypes);
     Weights ws = {0};
+    uint64_t *chunks = NULL;   /* every chunk is flattened before any is freed (comm.cpp) */
+    int n = 0, cap = 0;
     for (int i = 0; i <= m->n_layers; i++) {
         const LayerSpec *l = i < m->n_layers ? &m->layers[i] : NULL;
         ws.n = 0;
         if (l && layer_tensors_all(&ws, l, 0, 1, 0, frozen_weight(st))) { free(ws.w); return -1; }
         int nt = !l ? 1 : ws.n;
         for (int k = 0; k < nt; k++) {
-            double b = !l ? buffers : ws.w[k] * pb;
-            int last = !l;
-            if (fill > 0 && (fill + b > DDP_BCAST_BUCKET || last)) {
-                if (last) fill += b, b = 0;
+            fill += !l ? buffers : ws.w[k] * pb;
+            /* compute_bucket_assignment_by_size: a tensor joins the bucket, which closes once
+               it holds the limit or more */
+            if (fill > 0 && (fill >= DDP_BCAST_BUCKET || !l)) {
                 uint64_t chunk = (uint64_t)ceil(fill);
-                if (push_op(ops, (StepOp){chunk, RULE_DDP_BROADCAST, TERM_COMM, OP_ALLOC, 0, {0}}) ||
-                    push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}}) ||
-                    push_op(ops, (StepOp){chunk, RULE_DDP_BROADCAST, TERM_COMM, OP_FREE, 0, {0}})) {
+                if (plan_grow((void **)&chunks, &cap, n + 1, sizeof *chunks) ||
+                    push_op(ops, (StepOp){chunk, RULE_DDP_BROADCAST, TERM_COMM, OP_ALLOC, 0, {0}})) {
                     free(ws.w);
+                    free(chunks);
                     return -1;
                 }
+                chunks[n++] = chunk;
                 fill = 0;
             }
-            fill += b;
         }
     }
     free(ws.w);
-    return push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+    int rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+    for (int k = 0; k < n && !rc; k++) rc = push_op(ops, (StepOp){chunks[k], RULE_DDP_BROADCAST, TERM_COMM, OP_FREE, 0, {0}});
+    free(chunks);
+    return rc ? rc : push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
 }
 
 /* An event that lives across steps: allocated at the start, freed at the end, the same bytes of
@@ -360,21 +370,39 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     int step_pt = plan_step_point(st->n_layers, PT_STEP, 0);
     ops->n = 0;
     if (!rc) mark_carried(st, idx, carry);
-    /* what lives across steps, in the order the rules wrote it (parameters first) */
+    /* what lives across steps, in the order the rules wrote it: the parameters, DDP's
+       construction broadcast, the rest */
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        if (pass == 1 && st->alloc_init_bcast) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}}) ||
+                                                   init_broadcast(st, ops);
     for (int e = 0; e < st->n_mem && !rc; e++) {
         const StepMem *x = &st->mem[idx[e]];
         if (!carry[idx[e]] || x->bytes <= 0 || x->term == TERM_OVERHEAD) continue;
+        if ((x->rule == RULE_PARAMS) != (pass == 0)) continue;
         if (x->rule == RULE_OPTIMIZER && st->alloc_lazy_opt) continue;
-        rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
+        if (x->rule == RULE_DDP_BUCKETS && st->alloc_ddp_rebuild) ws.n = 0;   /* one bucket at first */
+        else if (event_weights(st, x, &ws)) rc = -1;
+        if (!rc) rc = push_pieces(ops, x, &ws, OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
+    }
     }
     if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
-    if (!rc && st->alloc_init_bcast) rc = init_broadcast(st, ops);
     for (int step = 1; step <= o->steps && !rc; step++) {
         rc = push_op(ops, (StepOp){(uint64_t)step, 0, 0, OP_STEP, 0, {0}});
         for (int e0 = 0, e1; e0 < st->n_mem && !rc; e0 = e1) {
             const StepMem *first = &st->mem[idx[e0]];
             for (e1 = e0; e1 < st->n_mem && st->mem[idx[e1]].point == first->point &&
                           st->mem[idx[e1]].when == first->when; e1++) {}
+            /* the second step's forward rebuilds DDP's buckets: the one bucket freed, the
+               rebuilt ones allocated */
+            if (step == 2 && st->alloc_ddp_rebuild && first->point == plan_step_point(st->n_layers, PT_FWD, 0) &&
+                first->when == AT_BEFORE)
+                for (int e = 0; e < st->n_mem && !rc; e++) {
+                    const StepMem *x = &st->mem[idx[e]];
+                    if (!carry[idx[e]] || x->bytes <= 0 || x->rule != RULE_DDP_BUCKETS) continue;
+                    Weights none = {0};
+                    rc = push_pieces(ops, x, &none, OP_FREE, 0) || event_weights(st, x, &ws) ||
+                         push_pieces(ops, x, &ws, OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
+                }
             /* the first step() makes torch.optim's states before its update (_init_group) */
             if (step == 1 && first->point == step_pt && first->when == AT_BEFORE && st->alloc_lazy_opt)
                 for (int e = 0; e < st->n_mem && !rc; e++) {
