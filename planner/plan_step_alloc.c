@@ -24,8 +24,12 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
     memset(st->alloc_split, SPLIT_ONE, sizeof st->alloc_split);
     memset(st->alloc_stream, STREAM_COMPUTE, sizeof st->alloc_stream);
     memset(st->alloc_level, 0, sizeof st->alloc_level);
-    /* the rules that write a level (plan_step_internal.h StepLevel): the gathered parameters */
-    st->alloc_level[RULE_FSDP2_BUFFERS] = st->alloc_level[RULE_DS3_GATHER] = 1;
+    /* FSDP2's gathered parameters, written as a level (plan_step_internal.h StepLevel) that
+       holds a unit's parameters tensor by tensor and flat buffers. ZeRO-3's fetches stay as
+       written: each rise is one coalesced all-gather's flat buffer (partitioned_param_coordinator
+       .py __all_gather_params: one buffer per group), each fall the release of gathered
+       parameters */
+    st->alloc_level[RULE_FSDP2_BUFFERS] = 1;
     int torch = x->torch && !x->ds_py;
     if (torch) {
         static const RuleId PER_TENSOR[] = {RULE_PARAMS, RULE_GRADS_KEPT, RULE_STEP_GRADS, RULE_AUTOGRAD_GRADS,
@@ -41,6 +45,9 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_split[RULE_FSDP2_BUFFERS] = SPLIT_UNIT;
         st->alloc_unit_keep = (uint8_t)x->f2.keep;
         st->alloc_split[RULE_FSDP2_UNSHARDED_GRADS] = SPLIT_TENSORS;
+        /* the reduce-scatter's output is made on the reduce-scatter stream (foreach_reduce
+           allocates under torch.cuda.stream(reduce_scatter_stream)) */
+        st->alloc_stream[RULE_FSDP2_SHARDED_GRADS] = STREAM_COMM + 1;
     }
     if (x->torch) {
         st->alloc_split[RULE_AUTOCAST_CACHE] = SPLIT_CASTS;
@@ -98,6 +105,9 @@ static int push_op(OpList *ops, StepOp op) {
 typedef struct {
     double *w;
     int n, cap;
+    int flat_from;       /* pieces from here on are flat collective buffers, made on flat_stream
+                            (-1: none) */
+    uint8_t flat_stream;
 } Weights;
 
 static int add_w(Weights *ws, double w) {
@@ -181,7 +191,7 @@ static int unit_params(const ModelSpec *m, int u, double pb, Weights *ws, double
     *bytes = 0;
     for (int i = 0; i < m->n_layers; i++) {
         if (m->layers[i].unit != u) continue;
-        Weights one = {0};
+        Weights one = {.flat_from = -1};
         if (layer_tensors(&one, &m->layers[i], 0, 1, 0)) { free(one.w); return -1; }
         for (int k = 0; k < one.n; k++)
             if (add_w(ws, one.w[k] * pb)) { free(one.w); return -1; }
@@ -210,7 +220,7 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
         if (u + d <= units && u != 0) order[n++] = u + d;
     }
     for (int k = 0; k < n && left > 0; k++) {
-        Weights one = {0};
+        Weights one = {.flat_from = -1};
         if (unit_params(m, order[k], pb, &one, &b)) { free(one.w); return -1; }
         if (k == 0) unit = b;
         if (b > 0 && b <= left + 1) {
@@ -220,6 +230,8 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
         }
         free(one.w);
     }
+    ws->flat_from = ws->n;   /* FSDP2's all-gather output and reduce-scatter input: their streams' */
+    ws->flat_stream = STREAM_COMM;
     for (; unit > 0 && left >= unit; left -= unit)
         if (add_w(ws, unit)) return -1;
     return left > 0.5 && ws->n > 0 ? add_w(ws, left) : 0;
@@ -236,6 +248,7 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
                    k != PT_LOSS_FWD && k != PT_LOSS_BWD;
     int backward = k == PT_BWD_MLP || k == PT_BWD || k == PT_BWD_UNIT;
     ws->n = 0;
+    ws->flat_from = -1;
     switch ((StepSplit)st->alloc_split[e->rule]) {
     case SPLIT_TENSORS:
     case SPLIT_STATES: {
@@ -281,7 +294,8 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
         uint64_t piece = k == n - 1 ? left : (uint64_t)floor((double)bytes * ws->w[k] / total);
         if (piece > left) piece = left;
         left -= piece;
-        if (piece && push_op(ops, (StepOp){piece, e->rule, e->term, (uint8_t)kind, (uint8_t)stream, {0}})) return -1;
+        int s = total > 0 && ws->flat_from >= 0 && k >= ws->flat_from ? ws->flat_stream : stream;
+        if (piece && push_op(ops, (StepOp){piece, e->rule, e->term, (uint8_t)kind, (uint8_t)s, {0}})) return -1;
     }
     return 0;
 }
@@ -294,7 +308,7 @@ static int init_broadcast(const Step *st, OpList *ops) {
     double pb = plan_precision(st->view.t.precision)->param_bytes, fill = 0;
     int dtypes = 1;
     double buffers = plan_model_buffer_bytes(m, &dtypes);
-    Weights ws = {0};
+    Weights ws = {.flat_from = -1};
     uint64_t *chunks = NULL;   /* every chunk is flattened before any is freed (comm.cpp) */
     int n = 0, cap = 0;
     for (int i = 0; i <= m->n_layers; i++) {
@@ -349,15 +363,19 @@ static void mark_carried(const Step *st, const int *idx, uint8_t *carry) {
    overhead events are no tensors. */
 /* One event of a level rule (Step.alloc_level): the level's tensors freed, the new level's
    allocated in its own tensors (in one slot: blocks of the same size are taken over). */
-static int push_level(OpList *ops, const Step *st, const StepMem *x, double *level, Weights *ws, int stream) {
+static int push_level(OpList *ops, const Step *st, const StepMem *x, double *level, Weights *ws, int stream,
+                      int one_stream) {
     StepMem was = *x, now = *x;
     was.bytes = -*level;
     *level += x->bytes;
     if (*level < 0.5) *level = 0;
     now.bytes = *level;
-    Weights none = {0};
+    Weights none = {.flat_from = -1};
     if (was.bytes < 0 && push_pieces(ops, &was, &none, OP_FREE, stream)) return -1;
-    return now.bytes > 0 ? (event_weights(st, &now, ws) || push_pieces(ops, &now, ws, OP_ALLOC, stream)) : 0;
+    if (now.bytes <= 0) return 0;
+    if (event_weights(st, &now, ws)) return -1;
+    if (one_stream) ws->flat_from = -1;
+    return push_pieces(ops, &now, ws, OP_ALLOC, stream);
 }
 
 static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
@@ -365,7 +383,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     uint8_t *carry = calloc((size_t)(st->n_mem > 0 ? st->n_mem : 1), 1);
     double level[RULE_COUNT][TERM_COUNT];
     memset(level, 0, sizeof level);
-    Weights ws = {0};
+    Weights ws = {.flat_from = -1};
     int rc = !idx || !carry ? -1 : 0;
     int step_pt = plan_step_point(st->n_layers, PT_STEP, 0);
     ops->n = 0;
@@ -399,7 +417,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
                 for (int e = 0; e < st->n_mem && !rc; e++) {
                     const StepMem *x = &st->mem[idx[e]];
                     if (!carry[idx[e]] || x->bytes <= 0 || x->rule != RULE_DDP_BUCKETS) continue;
-                    Weights none = {0};
+                    Weights none = {.flat_from = -1};
                     rc = push_pieces(ops, x, &none, OP_FREE, 0) || event_weights(st, x, &ws) ||
                          push_pieces(ops, x, &ws, OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
                 }
@@ -414,7 +432,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
                 const StepMem *x = &st->mem[idx[e]];
                 int stream = o->one_stream ? 0 : st->alloc_stream[x->rule];
                 if (carry[idx[e]] || x->term == TERM_OVERHEAD) continue;
-                if (st->alloc_level[x->rule]) rc = push_level(ops, st, x, &level[x->rule][x->term], &ws, stream);
+                if (st->alloc_level[x->rule]) rc = push_level(ops, st, x, &level[x->rule][x->term], &ws, stream, o->one_stream);
                 else rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, stream);
             }
             if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});

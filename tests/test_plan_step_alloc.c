@@ -309,10 +309,11 @@ Test(step_alloc, a_memory_fraction_that_runs_out_should_not_fit) {
 
 /* The listing allocates what the account holds: the steady step's peak of requested bytes is
    the account's tensor peak, give or take the pieces' rounding, a block's gradients listed at
-   its MLP moment where the account has only fc2's (the pending ones are owed, not freed) and a
-   level's blocks taken over (gpt2-mini, gpt2, llama2-7b x every strategy x plain, checkpointed
-   and accumulated steps): within 5 % (at most 3.8 % today: gpt2-mini fsdp-full, full
-   checkpointing). */
+   its MLP moment where the account has only fc2's (the pending ones are owed, not freed), and
+   ZeRO-3's coalesced gather buffers, which stay whole until every parameter in them is released
+   while the account's level falls parameter by parameter (gpt2-mini, gpt2, llama2-7b x every
+   strategy x plain, checkpointed and accumulated steps): within 7 % (at most 6.1 % today: gpt2
+   zero3 under full checkpointing; 3.8 % for the others). */
 Test(step_alloc, the_listing_should_hold_the_accounts_bytes) {
     for (size_t mi = 0; mi < sizeof(MODELS) / sizeof(MODELS[0]); mi++) {
         ModelSpec m = zoo(MODELS[mi]);
@@ -341,7 +342,7 @@ Test(step_alloc, the_listing_should_hold_the_accounts_bytes) {
                 plan_step_alloc_opts_default(&o);
                 cr_assert_eq(plan_step_alloc_with(&st, &conf, &o, &a), 0);
                 double req = (double)a.steady.max_requested;
-                cr_expect(fabs(req - tensors) <= 0.05 * tensors, "%s %s v%d: requested %.0f, account %.0f (%+.2f%%)",
+                cr_expect(fabs(req - tensors) <= 0.07 * tensors, "%s %s v%d: requested %.0f, account %.0f (%+.2f%%)",
                           m.name, n, v, req, tensors, 100 * (req - tensors) / tensors);
                 plan_step_free(&st);
             }
