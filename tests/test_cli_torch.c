@@ -846,3 +846,49 @@ Test(validate_torch, should_pass_the_fsdp1_knobs_to_the_harness)
     free(ran);
     free(r.out);
 }
+
+/* The recorded allocations of a sample of the measured rows (bench/torch/results/traces/, one
+   per strategy and family that has one: DDP, ZeRO-1/2/3, FSDP2 with tensor parallel, a MoE, a
+   2024-26 family, BERT, GPT-2 at 1024 tokens) replay through the caching allocator model to the
+   reserved memory the planned allocations replay to, within 3 % (docs/validation-torch.md
+   "Reserved memory"); the recorded sequence's tensor peak is the harness's own. */
+Test(validate_torch, recorded_allocations_should_replay_to_the_planned_reserved)
+{
+    static const char *ROWS[] = {
+        "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128", "gpt2_ddp_fp32_none_eager_r2_b1_s128",
+        "bert-base_ddp_fp32_none_eager_r2_b2_s128", "gpt2-mini_zero1_fp32_none_eager_r2_b1_s128",
+        "gpt2_zero2_fp32_none_eager_r2_b1_s1024", "gpt2-mini_zero3_fp32_none_eager_r2_b1_s128",
+        "gpt2-mini_fsdp-full_fp32_none_eager_r4_b1_s128_tp2", "mixtral_fsdp-full_fp32_none_eager_r2_b1_s128",
+        "gemma2-mini_ddp_fp32_none_eager_r2_b1_s128", "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128_accum2",
+    };
+    char res[1536], json[320], args[2400], dir[256];
+    test_tmpdir(dir, sizeof dir, "vtr");
+    snprintf(json, sizeof json, "%s/v.json", dir);
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
+        saved_result(res, sizeof res, ROWS[i]);
+        snprintf(args, sizeof args, "validate --against torch --measured %s.json --json=%s", res, json);
+        Run r = test_launch(g_memplan, 0, 60, args);
+        cr_expect_eq(r.status, 0, "%s:\n%s", ROWS[i], r.out);
+        free(r.out);
+        char *text = read_file(json);
+        cr_assert(text, "%s: no JSON written", ROWS[i]);
+        cJSON *j = cJSON_Parse(text);
+        free(text);
+        cr_assert(j);
+        const cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+        const cJSON *rv = cJSON_GetObjectItem(s, "reserved");
+        cr_expect(rv != NULL, "%s: no recorded allocations found", ROWS[i]);
+        if (rv) {
+            double p = cJSON_GetObjectItem(rv, "planned_bytes")->valuedouble;
+            double m = cJSON_GetObjectItem(rv, "recorded_bytes")->valuedouble;
+            cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(rv, "within_tolerance")), "%s: planned %.0f, recorded %.0f (%+.2f%%)",
+                      ROWS[i], p, m, 100 * (m - p) / p);
+            double tp = cJSON_GetObjectItem(rv, "recorded_tensor_peak_bytes")->valuedouble;
+            double hp = cJSON_GetObjectItem(cJSON_GetObjectItem(s, "peak"), "measured_bytes")->valuedouble;
+            cr_expect_geq(tp, hp, "%s: the recorded sequence holds the harness's peak (%.0f < %.0f)", ROWS[i], tp, hp);
+        }
+        cJSON_Delete(j);
+    }
+    snprintf(json, sizeof json, "rm -rf '%s'", dir);
+    cr_expect_eq(system(json), 0);
+}
