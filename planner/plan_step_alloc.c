@@ -499,11 +499,20 @@ static void emit(StepAllocRun *R, FlatOp op) {
     R->out->v[R->out->n++] = op;
 }
 
-/* Inserts block i in order (at the end when it is the latest, the usual case). */
+/* Inserts block i in order (at the end when it is the latest, the usual case; else found by
+   bisection). */
 static void idx_insert(StepAllocRun *R, BlockIdx *x, int i) {
     if (plan_grow((void **)&x->v, &x->cap, x->n + 1, sizeof *x->v)) { R->failed = 1; return; }
     int k = x->n;
-    while (k > 0 && x->v[k - 1] > i) k--;
+    if (k > 0 && x->v[k - 1] > i) {
+        int lo = 0, hi = k;
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (x->v[mid] > i) hi = mid;
+            else lo = mid + 1;
+        }
+        k = lo;
+    }
     memmove(x->v + k + 1, x->v + k, sizeof *x->v * (size_t)(x->n - k));
     x->v[k] = i;
     x->n++;
