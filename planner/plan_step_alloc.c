@@ -48,6 +48,9 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         /* the reduce-scatter's output is made on the reduce-scatter stream (foreach_reduce
            allocates under torch.cuda.stream(reduce_scatter_stream)) */
         st->alloc_stream[RULE_FSDP2_SHARDED_GRADS] = STREAM_COMM + 1;
+        /* the gradients the optimizer steps are those outputs (the sharded .grad are views of
+           them): one request that takes their blocks over, not new per-tensor ones */
+        st->alloc_split[RULE_STEP_GRADS] = SPLIT_ONE;
     }
     if (x->torch) {
         st->alloc_split[RULE_AUTOCAST_CACHE] = SPLIT_CASTS;
@@ -218,6 +221,7 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
     for (int d = 1; st->alloc_unit_keep && d <= units && n < (int)(sizeof order / sizeof order[0]); d++) {
         if (u - d >= 1) order[n++] = u - d;
         if (u + d <= units && u != 0) order[n++] = u + d;
+        if (u == 0) order[n++] = units + 1 - d;   /* the root's point (the loss, the head): every block */
     }
     for (int k = 0; k < n && left > 0; k++) {
         Weights one = {.flat_from = -1};
