@@ -80,6 +80,14 @@ typedef struct StepCtx {
 int plan_step_ctx_init(StepCtx *x, const RankView *v);
 void plan_step_ctx_free(StepCtx *x);
 
+/* The account's memory events in step order (point, then before/after its moment), stable: a
+   malloc'd index array, or NULL when out of memory. */
+int *plan_step_order_events(const Step *st);
+/* The account's moments replayed with c's flat margin (no allocator replay): fills r and calls
+   fn at every moment (plan_step.c); plan_step_replay adds the allocator's share on top
+   (plan_step_alloc.c). */
+void plan_step_replay_tensors(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx);
+
 /* Point shorthands. */
 static inline int pt(const StepCtx *x, PointKind k, int i) { return plan_step_point(x->L, k, i); }
 
