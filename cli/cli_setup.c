@@ -492,7 +492,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
  * fsdp-full; a --strategy naming another is refused), and each against the model and cluster
  * (plan_tp_check) where the cluster is known (validate's is its --ranks, checked there). 0 or 2. */
 static int resolve_tp(CliSetup *s, int cluster_known) {
-    if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_tp) */
+    if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_dims) */
     if (s->train.tp <= 1 && !s->train.sp) return 0;
     const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
     if (s->train.tp > 1 && (s->strategies & ~ok)) {
@@ -657,7 +657,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.tp = (int)v;
         break;
     case OPT_PP:
-        if (strcmp(a, "auto") == 0) { s->train.pp = -1; break; }   /* memplan auto searches it (plan_auto_pp) */
+        if (strcmp(a, "auto") == 0) { s->train.pp = -1; break; }   /* memplan auto searches it (plan_auto_dims) */
         if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--pp '%s' is not an integer in [1, 1024] or auto", a);
         s->train.pp = (int)v;
         break;

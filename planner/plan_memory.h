@@ -52,7 +52,7 @@ typedef struct {
     int fits;                    /* gpu_fits && host_fits */
     double headroom;             /* capacity - peak (negative = shortfall) */
     int gpu_fits;                /* peak <= GPU capacity */
-    /* host memory per node (plan_offload.h): model states offloaded by the node's ranks, or the
+    /* host memory per node (plan_dim_offload.h): model states offloaded by the node's ranks, or the
        load-time copies, whichever is larger */
     double host_per_node, host_capacity;
     int host_fits;
