@@ -125,6 +125,15 @@ static int probe(Probes *P, int64_t b) {
     return r.fits;
 }
 
+/* The verdict at batch b of a step already built there (cached like a probe). */
+static int probe_step(Probes *P, int64_t b, const Step *st) {
+    for (int i = 0; i < P->n; i++) if (P->b[i] == b) return P->fits[i];
+    MemResult r;
+    plan_memory_step(st, P->c, &r, NULL, NULL, 1);
+    remember(P, b, r.fits);
+    return r.fits;
+}
+
 /* The tensors (no allocator share, no margin; a flat margin kept, being affine too) per moment
    of step st into T. */
 static int tensor_totals(const Probes *P, const Step *st, Totals *T) {
@@ -149,53 +158,55 @@ static int64_t affine_bound(const double *ta, const double *tb, int n, int64_t b
 }
 
 static int64_t search(Probes *P, const Step *row, int64_t max_b) {
-    int64_t lo = 0, hi = max_b + 1;   /* lo fits (0: trivially), hi does not (beyond the search) */
+    /* lo fits (0: trivially), hi does not (beyond the search); the bracket does not start from the
+       row's verdict: with the allocator model fits(b) is not monotone near the boundary (a
+       segment's rounding: gemma2-mini on 4 GPUs fits at 2856 and 2960, not at 2857), and the
+       answer must not depend on the batch the plan was asked at */
+    int64_t lo = 0, hi = max_b + 1;
     int64_t b0 = row ? row->view.t.micro_batch : 0;
-    for (int i = 0; i < P->n; i++) {
-        if (P->fits[i] && P->b[i] > lo) lo = P->b[i];
-        if (!P->fits[i] && P->b[i] < hi) hi = P->b[i];
-    }
-    if (hi <= 1 || lo >= max_b) return hi <= 1 ? 0 : max_b;
-    /* the totals at two batches: the row's and the next (or 1 and 2 without a row) */
+    /* the totals at batches 1 and 2 (the row's step where it is one of them) */
     int cap = 4 * P->m->n_layers + 8;   /* forward per layer; per layer in backward up to 3 (a block's MLP
                                            backward, its end, a reduce-scatter); loss, reductions, norm, step */
     double stack1[512], stack2[512];
     double *t1 = cap <= 512 ? stack1 : malloc(sizeof(double) * (size_t)cap);
     double *t2 = cap <= 512 ? stack2 : malloc(sizeof(double) * (size_t)cap);
     Totals A = {t1, 0, cap}, B = {t2, 0, cap};
-    int64_t ba = b0 >= 1 && b0 < max_b ? b0 : 1, bb = ba + 1, ub = max_b;
+    int64_t ub = max_b;
     int ok = t1 && t2;
     Step first;
     memset(&first, 0, sizeof first);
-    if (ok && !(row && ba == b0)) {
+    const Step *s1 = row && b0 == 1 ? row : NULL, *s2 = row && b0 == 2 ? row : NULL;
+    if (ok && !s1) {
         TrainSpec tt = *P->t;
-        tt.micro_batch = ba;
+        tt.micro_batch = 1;
         ok = plan_step_build_for(&first, P->m, &tt, P->c, P->s, PLAN_STEP_MEMORY) == PLAN_OK;
+        s1 = &first;
     }
-    if (ok) ok = tensor_totals(P, row && ba == b0 ? row : &first, &A) == PLAN_OK;
-    if (ok) {
+    if (ok && !s2 && max_b > 1) {
         TrainSpec tt = *P->t;
-        tt.micro_batch = bb;
+        tt.micro_batch = 2;
         ok = plan_step_build_for(&P->kept, P->m, &tt, P->c, P->s, PLAN_STEP_MEMORY) == PLAN_OK;
-        if (ok) P->kept_b = bb;
-        if (ok) ok = tensor_totals(P, &P->kept, &B) == PLAN_OK;
+        if (ok) P->kept_b = 2;
+        s2 = &P->kept;
     }
-    if (ok) {
+    if (ok) ok = tensor_totals(P, s1, &A) == PLAN_OK;
+    if (ok && max_b > 1) ok = tensor_totals(P, s2, &B) == PLAN_OK;
+    if (ok && max_b > 1) {
         int n = A.n < B.n ? A.n : B.n;
-        ub = affine_bound(t1, t2, n < cap ? n : cap, ba, bb, P->c->gpu.mem_bytes, max_b);
+        ub = affine_bound(t1, t2, n < cap ? n : cap, 1, 2, P->c->gpu.mem_bytes, max_b);
     }
+    if (ok && !probe_step(P, 1, s1)) ub = 0;   /* nothing fits */
     plan_step_free(&first);
     if (t1 != stack1) free(t1);
     if (t2 != stack2) free(t2);
+    if (ub <= 0) return 0;
     /* out of memory for the totals: bisect over the whole range (ub = max_b) */
-    if (ub >= hi) ub = hi - 1;
-    if (ub <= lo) ub = lo + 1 < hi ? lo + 1 : lo;
-    if (ub > lo && probe(P, ub)) {
+    if (probe(P, ub)) {
         lo = ub;
         while (lo + 1 < hi && probe(P, lo + 1)) lo++;   /* above the bound only by rounding */
         return lo;
     }
-    if (ub > lo) hi = ub;
+    hi = ub;
     for (int64_t step = 1; hi - step > lo; step *= 2) {   /* gallop down from the bound */
         if (probe(P, hi - step)) { lo = hi - step; break; }
         hi -= step;
