@@ -139,10 +139,11 @@ int cli_bare_number(const char *a) {
 void cli_print_setup_help(FILE *f) {
     fprintf(f,
         "Model:\n"
-        "  --model NAME|ID|PATH   zoo model, by alias or hub id in any case (%s);\n"
-        "                         a hub id ORG/NAME: its config.json from the local Hugging Face cache, else\n"
-        "                         fetched from the hub into it (docs/models.md); or a Hugging Face config.json /\n"
-        "                         PyTorch params.json / memplan model JSON\n"
+        "  --model NAME|ID|PATH   a zoo model by alias or hub id, in any case\n"
+        "                         (%s);\n"
+        "                         any other hub id ORG/NAME: its config.json from the local Hugging Face\n"
+        "                         cache, else fetched from the hub into it (docs/models.md); or a Hugging\n"
+        "                         Face config.json / PyTorch params.json / memplan model JSON\n"
         "  --revision REV         with a hub id: the branch, tag or commit (default main)\n"
         "  --params N             a generic dense model of N parameters (e.g. 7.5e9); --units U\n"
         "                         splits it into U equal layers for FSDP/ZeRO-3 (default 32)\n"
