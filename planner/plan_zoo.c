@@ -134,7 +134,6 @@ int plan_zoo_count(void) { return N_ZOO; }
 const ZooEntry *plan_zoo_entry(int i) { return (i >= 0 && i < N_ZOO) ? &ZOO[i] : NULL; }
 
 int plan_zoo_config_count(void) { return PLAN_ZOO_N_CONFIGS; }
-const char *plan_zoo_config_name(int i) { return i >= 0 && i < PLAN_ZOO_N_CONFIGS ? PLAN_ZOO_CONFIGS[i].stem : NULL; }
 const char *plan_zoo_config_text(const char *stem) {
     for (int i = 0; stem && i < PLAN_ZOO_N_CONFIGS; i++)
         if (strcmp(PLAN_ZOO_CONFIGS[i].stem, stem) == 0) return PLAN_ZOO_CONFIGS[i].text;

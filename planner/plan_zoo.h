@@ -51,9 +51,8 @@ int plan_zoo_family_known(const char *f);
 const char *plan_zoo_families(char *buf, size_t len);
 
 /* The published configs compiled into the program (every .json file of tests/data/hf but counts.json;
- * build/gen/plan_zoo_configs.c, written by scripts/zoo_embed.sh): their file stems and texts. */
+ * build/gen/plan_zoo_configs.c, written by scripts/zoo_embed.sh): how many, and a file stem's text. */
 int plan_zoo_config_count(void);
-const char *plan_zoo_config_name(int i);
 const char *plan_zoo_config_text(const char *stem);   /* NULL if not compiled in */
 
 /* ResNet (torchvision) from stage depths; bottleneck = 1 for ResNet-50/101/152. Each conv and
