@@ -762,6 +762,11 @@ static const char *refusal(const CliSetup *cs, int from_file, char *msg, size_t 
     if (cs->train.impl != IMPL_PYTORCH) return "--against torch checks the PyTorch layout (valid --impl: pytorch)";
     if (cs->train.syncbn) return "--syncbn is not run by the torch harness yet (use memplan bench syncbn)";
     if (from_file && strchr(cs->model.source, '\'')) return "the model path contains a quote";
+    const ZooEntry *ze = from_file || !cs->model_arg ? NULL : plan_zoo_find(cs->model_arg);
+    if (ze && plan_zoo_from_config(ze)) {   /* the harness knows the shape-table models by name only */
+        snprintf(msg, len, "--against torch takes %s as its config file: --model tests/data/hf/%s.json", ze->name, ze->config);
+        return msg;
+    }
     if (cs->model.arch == ARCH_GENERIC)
         return "--against torch needs a real model (a zoo name or a Hugging Face config.json), not --params or params.json";
     return NULL;
@@ -1107,7 +1112,8 @@ int cli_cmd_validate_torch(int argc, char **argv)
     int rc = torch_args(argc, argv, &cs, &o, &measured_mode);
     if (rc) return rc == 1 ? 0 : rc;
     /* a model from a file (a zoo model goes by its name) */
-    int from_file = cs.have_model && cs.model_arg && !plan_zoo_has(cs.model_arg);
+    /* a model from a file: not a zoo name, or a zoo hub id at another --revision (the cache's file) */
+    int from_file = cs.have_model && cs.model_arg && (!plan_zoo_has(cs.model_arg) || cli_setup_given(&cs, "revision"));
     HarnessSetup base;
     HarnessEnv env;
     char dir[PATH_MAX];
