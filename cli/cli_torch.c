@@ -33,6 +33,7 @@
 #include "plan_memory.h"
 #include "plan_strategy.h"
 #include "plan_dim_tp.h"
+#include "plan_step.h"
 #include "plan_util.h"
 #include "plan_zoo.h"
 
@@ -177,7 +178,7 @@ typedef enum {
     RULE_REPORTED,       /* shown, not judged */
     RULE_TOLERANCE,      /* the peak within the tolerance */
     RULE_BOUNDED,        /* the peak between the known peak and the run's upper bound */
-    RULE_COUNT,          /* a collective's count: reported when it differs */
+    RULE_CALLS,          /* a collective's count: reported when it differs */
     RULE_NOT_PLANNED,    /* a measured collective the planner has no row for */
     RULE_COUNT_
 } CheckRule;
@@ -189,7 +190,7 @@ static const struct {
     [RULE_REPORTED] = {"reported", "reported"},
     [RULE_TOLERANCE] = {"ok", "FAIL"},   /* + " (within T%)" */
     [RULE_BOUNDED] = {"ok (between the bounds)", "ok (between the bounds)"},   /* only when it passes */
-    [RULE_COUNT] = {"ok", "differs (reported)"},
+    [RULE_CALLS] = {"ok", "differs (reported)"},
     [RULE_NOT_PLANNED] = {"FAIL (not planned)", "FAIL (not planned)"},
 };
 
@@ -402,7 +403,7 @@ static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *
             if (p[0] == 0 && q[0] == 0) continue;
             CollCheck *x = &c->colls[c->ncolls++];
             *x = (CollCheck){plan_coll_name((PlanCollOp)op), cli_harness_comm_phase_name((CommPhase)ph), 1,
-                             {p[0], q[0], RULE_COUNT, round(p[0]) == round(q[0])}, exact(p[1], q[1])};
+                             {p[0], q[0], RULE_CALLS, round(p[0]) == round(q[0])}, exact(p[1], q[1])};
             c->pass &= x->payload.ok;
         }
     return 0;
@@ -432,9 +433,12 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, TorchC
     MemResult mr;
     MemSizes ms;
     CommPlan cp;
-    plan_memory(&m, &t, &cl, s->strategy, &mr);
-    plan_memory_sizes(&m, &t, &cl, s->strategy, &ms);
-    plan_comm(&m, &t, &cl, s->strategy, &cp);
+    Step st;   /* the prediction: one step, its memory, its collectives, the rank's sizes */
+    plan_step_build(&st, &m, &t, &cl, s->strategy);
+    plan_memory_step(&st, &cl, &mr, NULL, NULL, 0);
+    plan_comm_step(&st, &cp);
+    plan_memory_sizes(&st.view.m, &st.view.t, &st.view.dp, s->strategy, &ms);
+    plan_step_free(&st);
     c->strategy = plan_strategy(s->strategy)->name;
     c->implementation = cli_harness_str(h, "implementation", "?");
     c->model = s->model;
@@ -569,7 +573,7 @@ static void list_append(RowList *l, const char *sep, const char *text)
 static void add_failed_row(void *ctx, const TorchCheck *c, const char *label, const Quantity *q)
 {
     char item[128];
-    if (q ? q->ok || q->rule == RULE_COUNT || q->rule == RULE_REPORTED : c->phase_ok) return;
+    if (q ? q->ok || q->rule == RULE_CALLS || q->rule == RULE_REPORTED : c->phase_ok) return;
     if (q && q->rule == RULE_TOLERANCE)
         snprintf(item, sizeof item, "%s %+.2f%% (tolerance %.3g%%)", label, 100 * plan_rel_err(q->predicted, q->measured),
                  100 * c->tol);
