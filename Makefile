@@ -2,9 +2,10 @@
 # `make run` plans gpt2-xl on 8 GPUs; `make gpu-bundle` packs what bench/gpu_check.sh runs on a
 # lent GPU machine (docs/gpu.md). Everything builds on a CPU-only machine.
 #
-# Two programs: build/memplan, the planning front end (plan, auto, models, gpus), linked with
-# the planner, cJSON and libm only so that it starts in a millisecond or two; and
-# build/memplan-exec (run, validate, bench: MPI, BLAS, CUDA), which memplan execv()s.
+# Three programs: build/memplan, the planning front end (plan, auto, models, gpus), linked with
+# the planner, cJSON, libyaml and libm only so that it starts in a millisecond or two;
+# build/memplan-exec (run, validate, bench: MPI, BLAS, CUDA), which memplan execv()s; and
+# build/memplan-fetch (libcurl), which memplan runs only to fetch a hub model's config.json.
 #
 # Folders build into one static library each, so a test links only what it needs:
 #   tests/test_plan_*.c -> planner      tests/test_kern_*.c -> kernels (+ BLAS)
@@ -69,6 +70,7 @@ NVCCFLAGS := -O2 -std=c++17 -MMD -MP -arch=sm_90 -Xcompiler -Wall,-Werror -Ikern
 LIBS_PLAN := -lcjson -lm
 LIBS_FRONT := $(LIBS_PLAN) -lyaml -lz   # --config reads accelerate's YAML (libyaml) besides JSON and TOML;
                                        # recorded allocation traces are gzip (zlib)
+LIBS_FETCH := -lcurl   # memplan-fetch only: the hub's config.json over HTTPS (Debian's libcurl4-openssl-dev)
 LIBS_KERN := -lopenblas -lm
 LIBS_ALL  := -lcjson -lyaml -lz -lopenblas -lm $(CUDA_LIBS) -lpthread
 
@@ -80,8 +82,9 @@ PROFILER_SRC := $(sort $(wildcard profiler/*.c))
 EXEC_SRC     := $(sort $(wildcard exec/*.c))
 EXEC_CU      := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard exec/*.cu)))
 CONFIG_SRC   := cli/cli_config.c cli/cli_config_doc.c cli/cli_config_kinds.c third_party/tomlc17/tomlc17.c
-FRONT_SRC    := cli/memplan.c cli/cli_alloc.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
-EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/cli_alloc.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
+FRONT_SRC    := cli/memplan.c cli/cli_alloc.c cli/cli_model.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
+EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/memplan_fetch.c cli/cli_alloc.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
+FETCH_SRC    := cli/memplan_fetch.c
 TEST_SRC     := $(sort $(wildcard tests/test_*.c))
 MPI_SRC      := $(sort $(wildcard tests/mpi/*.c))
 BENCH_SRC    := $(sort $(wildcard bench/*.c))
@@ -107,6 +110,7 @@ ALL_LIBS := $(LIB_EXEC) $(LIB_PROF) $(LIB_KERN) $(LIB_PLAN)
 
 MEMPLAN := $(BUILD)/memplan
 MEMPLAN_EXEC := $(BUILD)/memplan-exec
+MEMPLAN_FETCH := $(BUILD)/memplan-fetch
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 MPIBINS := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(MPI_SRC))
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
@@ -116,7 +120,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
 .PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check published-memory-check
-all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC)
+all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC) $(MEMPLAN_FETCH)
 
 config:
 	@echo "# memplan build: cuda $(if $(filter 1,$(USE_CUDA)),on,off) (nvcc $(if $(filter 1,$(HAVE_NVCC)),found,not found)$(if $(filter 1,$(NO_CUDA)), - disabled by NO_CUDA=1)), nccl $(if $(filter 1,$(USE_NCCL)),on,off), cupti $(if $(filter 1,$(USE_CUPTI)),on,off), sanitizers $(if $(filter 1,$(SAN)),on,off)"
@@ -146,7 +150,21 @@ $(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Iplanner -Iprofiler -Iexec -c $< -o $@
 
-$(LIB_PLAN): $(call obj,$(PLANNER_SRC))
+# The zoo's published configs, compiled in (planner/plan_zoo.c; scripts/zoo_embed.sh): every
+# tests/data/hf/*.json but transformers' counts, which the tests hold them to.
+# A stamp holds the list, so that a file removed (or added with an old date) rewrites it too.
+ZOO_CONFIGS := $(filter-out tests/data/hf/counts.json,$(sort $(wildcard tests/data/hf/*.json)))
+ZOO_GEN := $(BUILD)/gen/plan_zoo_configs.c
+ZOO_STAMP := $(BUILD)/.zoo-configs
+$(shell [ "$$(cat $(ZOO_STAMP) 2>/dev/null)" = '$(ZOO_CONFIGS)' ] || echo '$(ZOO_CONFIGS)' > $(ZOO_STAMP))
+$(ZOO_GEN): $(ZOO_CONFIGS) $(ZOO_STAMP) scripts/zoo_embed.sh
+	@mkdir -p $(dir $@)
+	scripts/zoo_embed.sh $(ZOO_CONFIGS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/gen/plan_zoo_configs.o: $(ZOO_GEN) $(FLAGS_STAMP) | $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB_PLAN): $(call obj,$(PLANNER_SRC)) $(BUILD)/obj/gen/plan_zoo_configs.o
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
 $(LIB_KERN): $(call obj,$(KERNELS_SRC)) $(call cuobj,$(KERNELS_CU))
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
@@ -159,6 +177,12 @@ $(MEMPLAN): $(call obj,$(FRONT_SRC)) $(LIB_PLAN)
 	$(CC) $(LDFLAGS) $(call obj,$(FRONT_SRC)) -o $@ $(LIB_PLAN) $(LIBS_FRONT)
 $(MEMPLAN_EXEC): $(call obj,$(EXEC_CLI_SRC)) $(ALL_LIBS)
 	$(MPICC) $(LDFLAGS) $(call obj,$(EXEC_CLI_SRC)) -o $@ $(ALL_LIBS) $(LIBS_ALL)
+# the hub fetch (cli/memplan_fetch.c): plain gcc, the planner's cache paths and libcurl, nothing else
+$(BUILD)/obj/cli/memplan_fetch.o: cli/memplan_fetch.c $(FLAGS_STAMP) | $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(MEMPLAN_FETCH): $(call obj,$(FETCH_SRC)) $(LIB_PLAN)
+	$(CC) $(LDFLAGS) $(call obj,$(FETCH_SRC)) -o $@ $(LIB_PLAN) $(LIBS_FETCH)
 
 $(BUILD)/tests/test_plan_%: tests/test_plan_%.c $(LIB_PLAN) | $(DEPS)
 	@mkdir -p $(dir $@)
@@ -169,7 +193,7 @@ $(BUILD)/tests/test_kern_%: tests/test_kern_%.c $(LIB_KERN) | $(DEPS)
 $(BUILD)/tests/test_prof_%: tests/test_prof_%.c $(LIB_PROF) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(LIB_PROF) $(LIBS_ALL) -lcriterion
-$(BUILD)/tests/%: tests/%.c $(ALL_LIBS) $(MEMPLAN) $(MEMPLAN_EXEC) $(MPIBINS)
+$(BUILD)/tests/%: tests/%.c $(ALL_LIBS) $(MEMPLAN) $(MEMPLAN_EXEC) $(MEMPLAN_FETCH) $(MPIBINS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(GPU_DEFS) $(CUDA_INC) $< -o $@ $(LDFLAGS) $(ALL_LIBS) $(LIBS_ALL) -lcriterion
 $(BUILD)/tests/mpi/%: tests/mpi/%.c $(ALL_LIBS) | $(DEPS)
@@ -184,7 +208,7 @@ $(BUILD)/bench/bench_startup $(BUILD)/bench/bench_empty: $(BUILD)/bench/%: bench
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS)
 
 # test_exec_cnn runs cnn_device on the CPU; test_gpu_bundle packs the benches bench/gpu_check.sh runs
-test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device $(BUILD)/bench/gpu_overheads \
+test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(MEMPLAN_FETCH) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device $(BUILD)/bench/gpu_overheads \
           $(BUILD)/bench/bench_nccl
 
 # the tests include a few rows against real PyTorch (tests/test_torch.c): the venv first

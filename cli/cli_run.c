@@ -29,6 +29,7 @@
 #include "plan_comm.h"
 #include "plan_memory.h"
 #include "plan_strategy.h"
+#include "plan_step.h"
 #include "plan_util.h"
 
 /* ---- the executor's flags ---- */
@@ -624,8 +625,11 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
     engine_inputs(x, &t, &cl);
     MemResult mr;
     CommPlan cp;
-    plan_memory(&x->s.model, &t, &cl, MAP[k], &mr);
-    plan_comm(&x->s.model, &t, &cl, MAP[k], &cp);
+    Step st;   /* the prediction: one step, its memory and its collectives */
+    plan_step_build(&st, &x->s.model, &t, &cl, MAP[k]);
+    plan_memory_step(&st, &cl, &mr, NULL, NULL, 0);
+    plan_comm_step(&st, &cp);
+    plan_step_free(&st);
     /* plan_comm assumes PyTorch's 25 MiB buckets; the executor's cap is whole fp32 elements */
     double bucket = c->bucket_bytes > 0 ? floor(c->bucket_bytes / 4) * 4 : 0;
     CollSum pred[PCOLL_COUNT][CPHASE_COUNT];

@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "cli_model.h"
 #include "plan_fsdp.h"
 #include "plan_activ.h"
-#include "plan_load.h"
 #include "plan_dim_ft.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
@@ -18,7 +18,7 @@
 #include "plan_util.h"
 
 enum {
-    OPT_MODEL = 1000, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
+    OPT_MODEL = 1000, OPT_REVISION, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
@@ -31,6 +31,7 @@ enum {
 
 static const struct option BASE_OPTIONS[] = {
     {"model", required_argument, 0, OPT_MODEL},
+    {"revision", required_argument, 0, OPT_REVISION},
     {"params", required_argument, 0, OPT_PARAMS},
     {"units", required_argument, 0, OPT_UNITS},
     {"batch", required_argument, 0, OPT_BATCH},
@@ -138,8 +139,12 @@ int cli_bare_number(const char *a) {
 void cli_print_setup_help(FILE *f) {
     fprintf(f,
         "Model:\n"
-        "  --model NAME|PATH      zoo model (%s),\n"
-        "                         or a Hugging Face config.json / PyTorch params.json / memplan model JSON\n"
+        "  --model NAME|ID|PATH   a zoo model by alias or hub id, in any case\n"
+        "                         (%s);\n"
+        "                         any other hub id ORG/NAME: its config.json from the local Hugging Face\n"
+        "                         cache, else fetched from the hub into it (docs/models.md); or a Hugging\n"
+        "                         Face config.json / PyTorch params.json / memplan model JSON\n"
+        "  --revision REV         with a hub id: the branch, tag or commit (default main)\n"
         "  --params N             a generic dense model of N parameters (e.g. 7.5e9); --units U\n"
         "                         splits it into U equal layers for FSDP/ZeRO-3 (default 32)\n"
         "Training (defaults: what a typical user runs today):\n"
@@ -252,7 +257,7 @@ void cli_print_setup_help(FILE *f) {
         "  --config-kind K        deepspeed|accelerate|torchtitan|hf-trainer (default: read from the content)\n"
         "Output:\n"
         "  --json[=FILE]          JSON instead of the table (docs/json.md): --json to standard output, --json=FILE to a file\n",
-        plan_zoo_names(), plan_precision_names(), plan_optimizer_names(), plan_gpu_names(),
+        plan_zoo_hint(), plan_precision_names(), plan_optimizer_names(), plan_gpu_names(),
         PLAN_DEFAULT_GPU, plan_strategy_names());
 }
 
@@ -289,6 +294,7 @@ static int learned_positions(const ModelSpec *m) {
  * after it (--gpu-mem and friends override the --gpu preset whatever the order). */
 typedef struct {
     const char *model_arg;     /* --model, NULL if none */
+    const char *revision;      /* --revision, NULL if none */
     double params;             /* --params, 0 if none */
     long long units;           /* --units (default 32) */
     int units_given;
@@ -414,17 +420,19 @@ static int fsdp1_knobs(CliSetup *s) {
 }
 
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
-    char err[512];
+    char err[1536];
     int rc;
     const char *model_arg = f->model_arg;
     double params = f->params;
     long long units = f->units, gpn = f->gpn;
     if (model_arg && params > 0) return cli_usage_error("give either --model or --params, not both");
+    if (f->revision && !model_arg)
+        return cli_usage_error("--revision '%s' picks a revision of --model ORG/NAME: give the hub id too", f->revision);
     if (f->units_given && params <= 0)   /* a named model has its own layers: --units would be ignored */
         return cli_usage_error("--units applies to --params only: it splits a generic model of --params N parameters "
                                "into layers%s", model_arg ? " (a --model has its own)" : "");
     if (model_arg) {
-        if (plan_load_model(&s->model, model_arg, err, sizeof(err))) return cli_usage_error("%s", err);
+        if (cli_model_load(&s->model, model_arg, f->revision, err, sizeof(err))) return cli_usage_error("%s", err);
         s->have_model = 1;
     } else if (params > 0) {
         if ((double)units > params) units = (long long)params;
@@ -432,7 +440,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
             return cli_usage_error("%s", err);
         s->have_model = 1;
     } else if (need_model) {
-        return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_names());
+        return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_hint());
     }
     if (f->gpu_mem > 0) s->cluster.gpu.mem_bytes = f->gpu_mem;
     if (f->cublas_ws >= 0) s->cluster.gpu.cublas_ws_bytes = f->cublas_ws;   /* after --gpu, whatever the order */
@@ -496,7 +504,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
  * fsdp-full; a --strategy naming another is refused), and each against the model and cluster
  * (plan_tp_check) where the cluster is known (validate's is its --ranks, checked there). 0 or 2. */
 static int resolve_tp(CliSetup *s, int cluster_known) {
-    if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_tp) */
+    if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_dims) */
     if (s->train.tp <= 1 && !s->train.sp) return 0;
     const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
     if (s->train.tp > 1 && (s->strategies & ~ok)) {
@@ -596,6 +604,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     double d;
     switch (c) {
     case OPT_MODEL: f->model_arg = a; s->model_arg = a; break;
+    case OPT_REVISION: f->revision = a; break;
     case OPT_CONFIG: case OPT_CONFIG_KIND: break;   /* read from given[] after the parse */
     case OPT_PARAMS:
         if (plan_parse_double(a, 1, 1e16, &f->params) || f->params != (double)(long long)f->params)
@@ -661,7 +670,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.tp = (int)v;
         break;
     case OPT_PP:
-        if (strcmp(a, "auto") == 0) { s->train.pp = -1; break; }   /* memplan auto searches it (plan_auto_pp) */
+        if (strcmp(a, "auto") == 0) { s->train.pp = -1; break; }   /* memplan auto searches it (plan_auto_dims) */
         if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--pp '%s' is not an integer in [1, 1024] or auto", a);
         s->train.pp = (int)v;
         break;

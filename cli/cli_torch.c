@@ -35,6 +35,7 @@
 #include "plan_step_alloc.h"
 #include "plan_strategy.h"
 #include "plan_dim_tp.h"
+#include "plan_step.h"
 #include "plan_util.h"
 #include "plan_zoo.h"
 
@@ -185,7 +186,7 @@ typedef enum {
     RULE_REPORTED,       /* shown, not judged */
     RULE_TOLERANCE,      /* the peak within the tolerance */
     RULE_BOUNDED,        /* the peak between the known peak and the run's upper bound */
-    RULE_COLL_COUNT,          /* a collective's count: reported when it differs */
+    RULE_CALLS,          /* a collective's count: reported when it differs */
     RULE_NOT_PLANNED,    /* a measured collective the planner has no row for */
     RULE_RESERVED,       /* reserved memory of the planned against the recorded allocations:
                             within ALLOC_TOL, reported (not yet a condition of the row) */
@@ -199,7 +200,7 @@ static const struct {
     [RULE_REPORTED] = {"reported", "reported"},
     [RULE_TOLERANCE] = {"ok", "FAIL"},   /* + " (within T%)" */
     [RULE_BOUNDED] = {"ok (between the bounds)", "ok (between the bounds)"},   /* only when it passes */
-    [RULE_COLL_COUNT] = {"ok", "differs (reported)"},
+    [RULE_CALLS] = {"ok", "differs (reported)"},
     [RULE_NOT_PLANNED] = {"FAIL (not planned)", "FAIL (not planned)"},
     [RULE_RESERVED] = {"ok (within 3%)", "outside 3% (reported)"},
 };
@@ -423,7 +424,7 @@ static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *
             if (p[0] == 0 && q[0] == 0) continue;
             CollCheck *x = &c->colls[c->ncolls++];
             *x = (CollCheck){plan_coll_name((PlanCollOp)op), cli_harness_comm_phase_name((CommPhase)ph), 1,
-                             {p[0], q[0], RULE_COLL_COUNT, round(p[0]) == round(q[0])}, exact(p[1], q[1])};
+                             {p[0], q[0], RULE_CALLS, round(p[0]) == round(q[0])}, exact(p[1], q[1])};
             c->pass &= x->payload.ok;
         }
     return 0;
@@ -440,25 +441,22 @@ static void trace_of(const char *result, char *out, size_t len)
     snprintf(out, len, "%.*s%straces/%.*s.txt.gz", dir, result, slash ? "/" : "", n, base);
 }
 
-/* The planned allocation sequence of the step of (m, t, cl, sk) and the recorded one (trace) replayed
+/* The planned allocation sequence of the prediction's step st and the recorded one (trace) replayed
  * through the caching allocator model at torch's default settings with no capacity limit: the
  * planned one over two steps from an empty cache on one stream (CPU ranks have none), the
  * recorded one as it was made (three steps from the model's construction). With out_dir, the
  * planned sequence is written to <out_dir>/<name>.planned.txt too. 0, or -1 after a line on
  * stderr. */
-static int check_reserved(TorchCheck *c, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *cl,
-                          StrategyKind sk, const char *trace, const char *out_dir, const char *name)
+static int check_reserved(TorchCheck *c, const Step *st, const char *trace, const char *out_dir, const char *name)
 {
-    Step st;
     StepAllocOpts o;
     StepAllocResult pl;
     PlanAllocConfig conf;
     plan_alloc_config_defaults(&conf);
     plan_step_alloc_opts_default(&o);
     o.one_stream = 1;
-    if (plan_step_build(&st, m, t, cl, sk) || plan_step_alloc_with(&st, &conf, &o, &pl)) {
+    if (st->failed || plan_step_alloc_with(st, &conf, &o, &pl)) {
         fprintf(stderr, "memplan: %s: could not list its planned allocations\n", c->strategy);
-        plan_step_free(&st);
         return -1;
     }
     if (out_dir) {
@@ -466,11 +464,10 @@ static int check_reserved(TorchCheck *c, const ModelSpec *m, const TrainSpec *t,
         snprintf(path, sizeof path, "%s/%s.planned.txt", out_dir, name);
         FILE *f = fopen(path, "w");
         const char *hdr[] = {"memplan planned allocation sequence (validate --against torch --alloc-out)", name, NULL};
-        int bad = !f || plan_step_alloc_write(&st, &o, f, hdr);
+        int bad = !f || plan_step_alloc_write(st, &o, f, hdr);
         if (f && fclose(f)) bad = 1;
         if (bad) fprintf(stderr, "memplan: cannot write '%s': %s\n", path, strerror(errno));
     }
-    plan_step_free(&st);
     FILE *f = cli_open_maybe_gz(trace);
     if (!f) {
         fprintf(stderr, "memplan: %s: cannot read the recorded allocations '%s': %s\n", c->strategy, trace, strerror(errno));
@@ -525,9 +522,11 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, const 
     MemResult mr;
     MemSizes ms;
     CommPlan cp;
-    plan_memory(&m, &t, &cl, s->strategy, &mr);
-    plan_memory_sizes(&m, &t, &cl, s->strategy, &ms);
-    plan_comm(&m, &t, &cl, s->strategy, &cp);
+    Step st;   /* the prediction: one step, its memory, its collectives, the rank's sizes */
+    plan_step_build(&st, &m, &t, &cl, s->strategy);
+    plan_memory_step(&st, &cl, &mr, NULL, NULL, 0);
+    plan_comm_step(&st, &cp);
+    plan_memory_sizes(&st.view.m, &st.view.t, &st.view.dp, s->strategy, &ms);
     c->strategy = plan_strategy(s->strategy)->name;
     c->implementation = cli_harness_str(h, "implementation", "?");
     c->model = s->model;
@@ -537,6 +536,7 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, const 
     const cJSON *top = measured_ranks(h, &mpeak, &mupper, mstates);
     if (!top) {
         fprintf(stderr, "memplan: %s: the result has no per_rank figures\n", c->strategy);
+        plan_step_free(&st);
         plan_model_free(&m);
         return CHECK_NO_RANKS;
     }
@@ -562,7 +562,8 @@ static int torch_check(const HarnessSetup *s, const cJSON *h, double tol, const 
     check_peak(c, &mr, top, mpeak, mupper);
     c->pass &= c->peak.ok & c->phase_ok;
     if (trace && access(trace, R_OK) == 0)
-        check_reserved(c, &m, &t, &cl, s->strategy, trace, alloc_out, name);   /* said on stderr if not */
+        check_reserved(c, &st, trace, alloc_out, name);   /* said on stderr if not */
+    plan_step_free(&st);
     if (check_collectives(c, s, h, &m, &t, &ms, &cp)) {
         fprintf(stderr, "memplan: out of memory comparing %s\n", c->strategy);
         plan_model_free(&m);
@@ -668,7 +669,7 @@ static void list_append(RowList *l, const char *sep, const char *text)
 static void add_failed_row(void *ctx, const TorchCheck *c, const char *label, const Quantity *q)
 {
     char item[128];
-    if (q ? q->ok || q->rule == RULE_COLL_COUNT || q->rule == RULE_REPORTED || q->rule == RULE_RESERVED : c->phase_ok) return;
+    if (q ? q->ok || q->rule == RULE_CALLS || q->rule == RULE_REPORTED || q->rule == RULE_RESERVED : c->phase_ok) return;
     if (q && q->rule == RULE_TOLERANCE)
         snprintf(item, sizeof item, "%s %+.2f%% (tolerance %.3g%%)", label, 100 * plan_rel_err(q->predicted, q->measured),
                  100 * c->tol);
@@ -878,6 +879,11 @@ static const char *refusal(const CliSetup *cs, int from_file, char *msg, size_t 
     if (cs->train.impl != IMPL_PYTORCH) return "--against torch checks the PyTorch layout (valid --impl: pytorch)";
     if (cs->train.syncbn) return "--syncbn is not run by the torch harness yet (use memplan bench syncbn)";
     if (from_file && strchr(cs->model.source, '\'')) return "the model path contains a quote";
+    const ZooEntry *ze = from_file || !cs->model_arg ? NULL : plan_zoo_find(cs->model_arg);
+    if (ze && plan_zoo_from_config(ze)) {   /* the harness knows the shape-table models by name only */
+        snprintf(msg, len, "--against torch takes %s as its config file: --model tests/data/hf/%s.json", ze->name, ze->config);
+        return msg;
+    }
     if (cs->model.arch == ARCH_GENERIC)
         return "--against torch needs a real model (a zoo name or a Hugging Face config.json), not --params or params.json";
     return NULL;
@@ -1227,7 +1233,8 @@ int cli_cmd_validate_torch(int argc, char **argv)
     int rc = torch_args(argc, argv, &cs, &o, &measured_mode);
     if (rc) return rc == 1 ? 0 : rc;
     /* a model from a file (a zoo model goes by its name) */
-    int from_file = cs.have_model && cs.model_arg && !plan_zoo_has(cs.model_arg);
+    /* a model from a file: not a zoo name, or a zoo hub id at another --revision (the cache's file) */
+    int from_file = cs.have_model && cs.model_arg && (!plan_zoo_has(cs.model_arg) || cli_setup_given(&cs, "revision"));
     HarnessSetup base;
     HarnessEnv env;
     char dir[PATH_MAX];

@@ -19,6 +19,7 @@
 #include "cli_alloc.h"
 #include "cli_auto.h"
 #include "cli_io.h"
+#include "cli_model.h"
 #include "cli_output.h"
 #include "cli_setup.h"
 #include "cli_torch.h"
@@ -45,7 +46,7 @@ static void usage(FILE *f) {
         "      --bn-min-batch B     per-GPU batch below which SyncBN is advised (default 16)\n"
         "      --emit deepspeed|torch   print a DeepSpeed config (picked among zero1/2/3; the prediction as\n"
         "                           '#' lines on stderr) / a torchrun command and the wrapping snippet\n"
-        "  memplan models [--json] [--export NAME]       list the zoo / export a model as JSON\n"
+        "  memplan models [--family F] [--json] [--export NAME]  list the zoo / export a model as JSON\n"
         "  memplan gpus [--json]                         list the GPU presets\n"
         "  memplan alloc [--alloc-conf S] TRACE...       replay recorded allocations through PyTorch's CUDA\n"
         "                                                caching allocator: reserved memory (memplan alloc --help)\n"
@@ -434,13 +435,14 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     return rc;
 }
 
-/* The options of models and gpus: --json[=FILE], --export NAME (models), --help. Returns 0 to
- * go on, 1 after --help, 2 after a usage error. */
+/* The options of models and gpus: --json[=FILE], --export NAME and --family F (models), --help.
+ * Returns 0 to go on, 1 after --help, 2 after a usage error. */
 static int list_opts(int argc, char **argv, const char *cmd, int *json, const char **json_path,
-                     const char **export_name) {
+                     const char **export_name, const char **family) {
     static const struct option OPTS[] = {
-        {"json", optional_argument, 0, 'j'}, {"export", required_argument, 0, 'e'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *valid = export_name ? "--json[=FILE], --export NAME, --help" : "--json[=FILE], --help";
+        {"json", optional_argument, 0, 'j'}, {"export", required_argument, 0, 'e'}, {"family", required_argument, 0, 'f'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *valid = export_name ? "--family F, --json[=FILE], --export NAME, --help" : "--json[=FILE], --help";
     int seen_json = 0, c;
     optind = 1;
     opterr = 0;
@@ -453,6 +455,14 @@ static int list_opts(int argc, char **argv, const char *cmd, int *json, const ch
             if (a[0] == '-' && a[1] == '-') return cli_usage_error("--export needs a model name (got the option '%s')", a);
             if (*export_name) return cli_usage_error("--export given twice ('%s' and '%s')", *export_name, a);
             *export_name = a;
+            continue;
+        }
+        if (c == 'f' && family) {
+            char fams[1024];
+            if (*family) return cli_usage_error("--family given twice ('%s' and '%s')", *family, a);
+            if (!plan_zoo_family_known(a))
+                return cli_usage_error("--family '%s': no such family (valid: %s)", a, plan_zoo_families(fams, sizeof fams));
+            *family = a;
             continue;
         }
         if (c == ':') return cli_usage_error("%s needs a value (see 'memplan %s --help')", argv[optind - 1], cmd);
@@ -469,21 +479,62 @@ static int list_opts(int argc, char **argv, const char *cmd, int *json, const ch
     return 0;
 }
 
+/* One zoo entry as `memplan models` shows it: the numbers come from building the model. */
+static cJSON *model_json(const ZooEntry *e, const ModelSpec *m) {
+    cJSON *o = cJSON_CreateObject();
+    int blocks = m->n_layer + m->n_enc_layer;
+    cJSON_AddStringToObject(o, "name", e->name);
+    if (e->hub_id) cJSON_AddStringToObject(o, "hub_id", e->hub_id);
+    else cJSON_AddNullToObject(o, "hub_id");
+    cJSON_AddStringToObject(o, "family", e->family);
+    if (m->family[0]) cJSON_AddStringToObject(o, "model_type", m->family);
+    else cJSON_AddNullToObject(o, "model_type");
+    cJSON_AddStringToObject(o, "arch", plan_arch_name(m->arch));
+    cJSON_AddNumberToObject(o, "params", (double)plan_model_params(m));
+    cJSON_AddNumberToObject(o, "active_params", (double)plan_model_active_params(m));
+    cJSON_AddNumberToObject(o, "experts", m->moe.n_experts);
+    cJSON_AddNumberToObject(o, "top_k", m->moe.top_k);
+    if (blocks > 0) cJSON_AddNumberToObject(o, "blocks", blocks);
+    else cJSON_AddNullToObject(o, "blocks");
+    if (m->arch != ARCH_CNN && m->max_seq > 0) cJSON_AddNumberToObject(o, "context", (double)m->max_seq);
+    else cJSON_AddNullToObject(o, "context");
+    cJSON_AddNumberToObject(o, "layers", m->n_layers);
+    if (e->config) cJSON_AddStringToObject(o, "config", e->config);
+    else cJSON_AddNullToObject(o, "config");
+    cJSON_AddStringToObject(o, "source", e->source);
+    return o;
+}
+
+static void model_row(const ZooEntry *e, const ModelSpec *m) {
+    char cnt[32], act[32], blocks[16] = "-", ctx[24] = "-";
+    int nb = m->n_layer + m->n_enc_layer;
+    if (nb > 0) snprintf(blocks, sizeof blocks, "%d", nb);
+    if (m->arch != ARCH_CNN && m->max_seq > 0) snprintf(ctx, sizeof ctx, "%lld", (long long)m->max_seq);
+    if (m->moe.n_experts > 0) plan_fmt_count(plan_model_active_params(m), act, sizeof act);
+    else snprintf(act, sizeof act, "-");
+    printf("%-24s %-36s %-11s %17s %17s %6s %9s\n", e->name, e->hub_id ? e->hub_id : "-", e->family,
+           plan_fmt_count(plan_model_params(m), cnt, sizeof cnt), act, blocks, ctx);
+}
+
 static int cmd_models(int argc, char **argv) {
     int json = 0;
-    const char *export_name = NULL, *json_path = NULL;
-    int rc = list_opts(argc, argv, "models", &json, &json_path, &export_name);
+    const char *export_name = NULL, *json_path = NULL, *family = NULL;
+    int rc = list_opts(argc, argv, "models", &json, &json_path, &export_name, &family);
     if (rc == 1) {
-        printf("memplan models [--json[=FILE]] [--export NAME|PATH]: list the zoo (--json: as JSON, to standard output "
-               "or FILE), or print a model in memplan's JSON model format (docs/model-formats.md)\n");
+        printf("memplan models [--family F] [--json[=FILE]] [--export NAME|ID|PATH]: list the zoo, each model with its hub id,\n"
+               "family, parameters (total, and active per token for mixture-of-experts models), blocks and context\n"
+               "(--family: one family's; --json: as JSON, to standard output or FILE), or print a model in memplan's\n"
+               "JSON model format (docs/model-formats.md). --model takes a zoo model by alias or hub id in any case;\n"
+               "sources and the lookup of other hub ids: docs/models.md\n");
         return 0;
     }
     if (rc) return rc;
     if (export_name && json) return cli_usage_error("--export prints the model as JSON already: drop --json");
-    char msg[512];
+    if (export_name && family) return cli_usage_error("--family filters the list: drop it with --export");
+    char msg[1536];
     if (export_name) {
         ModelSpec m;
-        if (plan_load_model(&m, export_name, msg, sizeof(msg))) return cli_usage_error("%s", msg);
+        if (cli_model_load(&m, export_name, NULL, msg, sizeof(msg))) return cli_usage_error("%s", msg);
         char *txt = NULL;
         rc = plan_model_export_json(&m, &txt);
         plan_model_free(&m);
@@ -494,36 +545,34 @@ static int cmd_models(int argc, char **argv) {
     }
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json) {
-        printf("%-12s %16s %7s %-16s %s\n", "model", "params", "layers", "arch", "reference");
-        printf("%-12s %16s %7s %-16s %s\n", "-", "count", "count", "-", "-");
+        printf("%-24s %-36s %-11s %17s %17s %6s %9s\n", "model", "hub id", "family", "params", "active", "blocks", "context");
+        printf("%-24s %-36s %-11s %17s %17s %6s %9s\n", "-", "-", "-", "count", "count", "count", "tokens");
     }
+    int shown = 0;
     for (int i = 0; i < plan_zoo_count(); i++) {
         const ZooEntry *e = plan_zoo_entry(i);
+        if (family && strcasecmp(e->family, family) != 0) continue;
         ModelSpec m;
-        if (plan_zoo_build(&m, e->name, msg, sizeof(msg))) { fprintf(stderr, "memplan: %s\n", msg); return 1; }
-        char cnt[32];
-        if (json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "name", e->name);
-            cJSON_AddNumberToObject(o, "params", (double)plan_model_params(&m));
-            cJSON_AddNumberToObject(o, "layers", m.n_layers);
-            cJSON_AddStringToObject(o, "arch", plan_arch_name(m.arch));
-            cJSON_AddStringToObject(o, "reference", e->reference);
-            cJSON_AddItemToArray(arr, o);
-        } else {
-            printf("%-12s %16s %7d %-16s %s\n", e->name, plan_fmt_count(plan_model_params(&m), cnt, sizeof(cnt)),
-                   m.n_layers, plan_arch_name(m.arch), e->reference);
+        if (plan_zoo_build_entry(&m, e, msg, sizeof(msg))) {
+            fprintf(stderr, "memplan: %s\n", msg);
+            cJSON_Delete(arr);
+            return 1;
         }
+        if (json) cJSON_AddItemToArray(arr, model_json(e, &m));
+        else model_row(e, &m);
+        shown++;
         plan_model_free(&m);
     }
     if (json) { rc = emit_json(arr, json_path); cJSON_Delete(arr); return rc; }
+    printf("# %d model%s; active = parameters one token uses (mixture of experts); --model takes the alias or the hub id, "
+           "in any case; other hub ids: the Hugging Face cache, else the hub (docs/models.md)\n", shown, shown == 1 ? "" : "s");
     return 0;
 }
 
 static int cmd_gpus(int argc, char **argv) {
     int json = 0;
     const char *json_path = NULL;
-    int rc = list_opts(argc, argv, "gpus", &json, &json_path, NULL);
+    int rc = list_opts(argc, argv, "gpus", &json, &json_path, NULL, NULL);
     if (rc == 1) {
         printf("memplan gpus [--json[=FILE]]: the GPU presets with their memory, bandwidths and peak FLOP/s "
                "(--json: as JSON, to standard output or FILE); sources in docs/gpus.md\n");

@@ -13,6 +13,7 @@
 #include "plan_gpu.h"
 #include "plan_model.h"
 #include "plan_sim.h"
+#include "plan_step.h"
 #include "plan_strategy.h"
 #include "plan_train.h"
 #include "plan_util.h"
@@ -262,7 +263,9 @@ static void predict(const CnnConfig *cfg, const SyncbnLink *k, SyncbnRecord *x)
     c.mfu = 1.0;
     t.syncbn = 1;
     CommPlan cp;
-    plan_comm(&m, &t, &c, STRAT_DDP, &cp);
+    Step st;   /* the step with SyncBN: its collectives and its time from one account */
+    plan_step_build(&st, &m, &t, &c, STRAT_DDP);
+    plan_comm_step(&st, &cp);
     for (int i = 0; i < cp.n; i++)
         if (plan_coll_purpose_is_syncbn(cp.c[i].purpose)) {
             x->pred_count += cp.c[i].count;
@@ -270,7 +273,8 @@ static void predict(const CnnConfig *cfg, const SyncbnLink *k, SyncbnRecord *x)
             x->pred_comm_ms += cp.c[i].seconds * 1e3;
         }
     SimResult s;
-    if (plan_sim(&m, &t, &c, STRAT_DDP, 0, &s) == 0) x->pred_sync_ms = s.step_s * 1e3;
+    if (plan_sim_step(&st, 0, &s) == 0) x->pred_sync_ms = s.step_s * 1e3;
+    plan_step_free(&st);
     t.syncbn = 0;
     if (plan_sim(&m, &t, &c, STRAT_DDP, 0, &s) == 0) x->pred_bn_ms = s.step_s * 1e3;
     plan_model_free(&m);

@@ -67,7 +67,7 @@ int plan_act_llama_style(const ModelSpec *m) {
     return m->arch == ARCH_DECODER && m->norm == NORM_RMSNORM;
 }
 
-/* Sequence parallel (plan_tp.h): a SequenceParallel norm runs on this rank's 1/tp of the
+/* Sequence parallel (plan_dim_tp.h): a SequenceParallel norm runs on this rank's 1/tp of the
    sequence, so what it saves is 1/tp of the replicated norm's. */
 static double sp_share(const TrainSpec *t) { return t->sp && t->tp > 1 ? 1.0 / t->tp : 1.0; }
 
@@ -384,7 +384,7 @@ static double engine_layer_bytes(const ModelSpec *m, const LayerSpec *l, double 
     }
 }
 
-/* What a trainable subset changes in layer i's saved tensors (planner/plan_lora.c sets the
+/* What a trainable subset changes in layer i's saved tensors (planner/plan_dim_ft.c sets the
    counts): a layer before the first trainable parameter records nothing for autograd, so it
    saves nothing; the first LoRA block's input norm neither; inputs of frozen projections are
    not saved; each LoRA adapter saves A's output (r) for B, and under lora_dropout the dropout's
@@ -809,7 +809,7 @@ static double block_backward_ws(const ModelSpec *m, int i, const TrainSpec *t, c
     double M = resid_dropout_bytes(m, t, in->dropout, X);
     /* the MLP's: fc2's input gradient and the activation's two products (f-wide each) */
     double ws = 2 * f * X - M * h;
-    /* a frozen output projection saved no input (plan_lora.c), so its backward's f-wide input
+    /* a frozen output projection saved no input (plan_dim_ft.c), so its backward's f-wide input
        gradient replaces nothing: + f·X (unless an adapter reads that input undropped) */
     int out_frozen = 0, out_saved = 0;
     for (int k = 0; k < l->n_frozen; k++)

@@ -229,7 +229,7 @@ static int anything_fits(const ModelSpec *m, const TrainSpec *base, const Cluste
 }
 
 /* A full fine-tune that fits nowhere: would QLoRA (PEFT LoRA r=16 on PEFT's default targets over
-   an NF4 base, plan_lora.c) fit this cluster as it is? Then it is named with its smallest peak, as
+   an NF4 base, plan_dim_ft.c) fit this cluster as it is? Then it is named with its smallest peak, as
    a different training (the base frozen), after the changes that keep the full fine-tune. */
 static void qlora_fix(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c0, const AutoSpec *a,
                       AutoResult *out, size_t *n) {

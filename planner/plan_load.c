@@ -1,4 +1,4 @@
-/* plan_load.c — `--model ARG`: zoo name or file; reading the file, parsing the JSON (syntax
+/* plan_load.c — `--model ARG`: zoo name, file or cached hub model; reading the file, parsing the JSON (syntax
  * errors with line and column), recognising the format, and the typed field readers the three
  * loaders share (planner/plan_load_hf.c, plan_load_params.c, plan_load_json.c). */
 #include "plan_load.h"
@@ -402,22 +402,71 @@ static int read_file(const char *path, int64_t size, char **out, size_t *out_len
     return 0;
 }
 
-int plan_load_model(ModelSpec *m, const char *arg, char *msg, size_t msglen) {
-    memset(m, 0, sizeof(*m));
-    if (!arg || !arg[0]) {
-        snprintf(msg, msglen, "no model given (valid: %s, or a config.json / params.json / "
-                 "memplan model path)", plan_zoo_names());
+/* The regular file at path (size bytes by stat), loaded with path as its label. */
+static int load_file(ModelSpec *m, const char *path, int64_t size, char *msg, size_t msglen) {
+    LoadCtx c = {path, msg, msglen, 0};
+    char *buf;
+    size_t len;
+    if (read_file(path, size, &buf, &len, &c)) return -1;
+    int rc = plan_load_model_from_buffer(m, buf, len, path, msg, msglen);
+    free(buf);
+    return rc;
+}
+
+/* repo's config.json at revision from the local Hugging Face cache, named by repo. */
+static int load_cached(ModelSpec *m, const char *repo, const char *revision, char *msg, size_t msglen) {
+    char cache[4096], path[4608];
+    struct stat st;
+    if (plan_hub_cache_dir(cache, sizeof cache)) {
+        snprintf(msg, msglen, "%s: the Hugging Face cache folder (HF_HUB_CACHE or HF_HOME) is too long a path", repo);
         return -1;
     }
-    if (plan_zoo_has(arg)) return plan_zoo_build(m, arg, msg, msglen);
+    if (plan_hub_cached_config(cache, repo, revision, path, sizeof path) || stat(path, &st) != 0) {
+        snprintf(msg, msglen, "%s: not in the Hugging Face cache (%s) at revision %s", repo, cache,
+                 revision && revision[0] ? revision : "main");
+        return PLAN_LOAD_NOT_CACHED;
+    }
+    int rc = load_file(m, path, (int64_t)st.st_size, msg, msglen);
+    if (rc == 0) snprintf(m->name, sizeof m->name, "%s", repo);
+    return rc;
+}
+
+int plan_load_model(ModelSpec *m, const char *arg, char *msg, size_t msglen) {
+    return plan_load_model_at(m, arg, NULL, msg, msglen);
+}
+
+int plan_load_model_at(ModelSpec *m, const char *arg, const char *revision, char *msg, size_t msglen) {
+    memset(m, 0, sizeof(*m));
+    if (!arg || !arg[0]) {
+        snprintf(msg, msglen, "no model given (a zoo name: %s; a hub id ORG/NAME; or a config.json / params.json / "
+                 "memplan model path)", plan_zoo_hint());
+        return -1;
+    }
+    if (revision && !plan_hub_revision_valid(revision)) {
+        snprintf(msg, msglen, "--revision '%.64s': not a branch, tag or commit (letters, digits, '-', '_', '.', '/'; no '..')",
+                 revision);
+        return -1;
+    }
+    const ZooEntry *e = plan_zoo_find(arg);
+    if (e && !revision) return plan_zoo_build_entry(m, e, msg, msglen);
+    if (e && !e->hub_id) {
+        snprintf(msg, msglen, "--revision applies to a hub model: %s is not one (%s)", e->name, e->source);
+        return -1;
+    }
+    if (e) return load_cached(m, e->hub_id, revision, msg, msglen);
 
     struct stat st;
     size_t alen = strlen(arg);
     int pathlike = strchr(arg, '/') != NULL || (alen > 5 && strcmp(arg + alen - 5, ".json") == 0);
     if (stat(arg, &st) != 0) {
+        if (plan_hub_id_valid(arg)) return load_cached(m, arg, revision, msg, msglen);
         if (!pathlike) return plan_zoo_build(m, arg, msg, msglen);   /* the zoo's message */
-        snprintf(msg, msglen, "%s: no such file (--model takes a zoo name: %s, or a path to a "
-                 "config.json, params.json or memplan model file)", arg, plan_zoo_names());
+        snprintf(msg, msglen, "%s: no such file (--model takes a zoo name: %s; a hub id ORG/NAME; or a path to a "
+                 "config.json, params.json or memplan model file)", arg, plan_zoo_hint());
+        return -1;
+    }
+    if (revision) {
+        snprintf(msg, msglen, "--revision applies to a hub id ORG/NAME, not to the file %s", arg);
         return -1;
     }
     char path[4096];
@@ -439,11 +488,5 @@ int plan_load_model(ModelSpec *m, const char *arg, char *msg, size_t msglen) {
                  "memplan model file)", arg);
         return -1;
     }
-    LoadCtx c = {path, msg, msglen, 0};
-    char *buf;
-    size_t len;
-    if (read_file(path, (int64_t)st.st_size, &buf, &len, &c)) return -1;
-    int rc = plan_load_model_from_buffer(m, buf, len, path, msg, msglen);
-    free(buf);
-    return rc;
+    return load_file(m, path, (int64_t)st.st_size, msg, msglen);
 }

@@ -76,14 +76,16 @@ int plan_memory_fits(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *
 }
 
 /* The largest micro-batch that fits, by probes: each probe is a step built at that micro-batch
-   and its memory model's verdict (plan_memory_step, fits only), so the answer is exactly what a
-   plan at that batch says. Where to probe comes from the tensors alone: every moment's tensor
-   total is affine in the micro-batch (activations, the loss and scratch scale with b, nothing
-   else does), so two builds (b = 1, 2) give each moment's a + s*b and the largest b that keeps
-   them under the capacity. With a flat margin that is the answer (probed at it and above it, for
-   rounding); with the allocator model, whose share is never negative, it is an upper bound, and
-   the answer lies at or below it: probed there, then galloping down and bisecting. The peak
-   grows with b, so fits(b) falls once. */
+   (its memory only: PLAN_STEP_MEMORY) and its memory model's verdict (plan_memory_step, fits
+   only), so the answer is exactly what a plan at that batch says. Where to probe comes from the
+   tensors alone: every moment's tensor total is affine in the micro-batch (activations, the loss
+   and scratch scale with b, nothing else does), so the steps at two batches give each moment's
+   a + s*b and the largest b that keeps them under the capacity. With a flat margin that is the
+   answer (probed at it and above it, for rounding and for rules that are only piecewise affine);
+   with the allocator model, whose share is never negative, it is an upper bound, and the answer
+   lies at or below it: probed there, then galloping down and bisecting. The peak grows with b,
+   so fits(b) falls once. The plan's own row (a step at its batch, its verdict known) is the
+   first of the two. */
 typedef struct {
     double *tot;
     int n, cap;
@@ -96,96 +98,147 @@ static void collect(void *ctx, PhaseKind ph, int layer, const double term[TERM_C
     T->n++;
 }
 
+#define PROBES 64
 typedef struct {
     const ModelSpec *m;
     const TrainSpec *t;
     const ClusterSpec *c;
     StrategyKind s;
-    int64_t b[32];           /* probes made: batch, verdict */
-    int fits[32], n;
+    int64_t b[PROBES];       /* probes made: batch, verdict */
+    int fits[PROBES], n;
+    Step kept;               /* the second batch's step, built for its totals, kept for its probe */
+    int64_t kept_b;          /* its batch; 0 none */
 } Probes;
+
+static void remember(Probes *P, int64_t b, int fits) {
+    if (P->n < PROBES) { P->b[P->n] = b; P->fits[P->n++] = fits; }
+}
 
 static int probe(Probes *P, int64_t b) {
     for (int i = 0; i < P->n; i++) if (P->b[i] == b) return P->fits[i];
-    TrainSpec tt = *P->t;
-    tt.micro_batch = b;
-    int f = plan_memory_fits(P->m, &tt, P->c, P->s);
-    if (P->n < 32) { P->b[P->n] = b; P->fits[P->n++] = f; }
-    return f;
+    MemResult r;
+    if (b == P->kept_b) {
+        plan_memory_step(&P->kept, P->c, &r, NULL, NULL, 1);
+    } else {
+        TrainSpec tt = *P->t;
+        tt.micro_batch = b;
+        Step st;
+        plan_step_build_for(&st, P->m, &tt, P->c, P->s, PLAN_STEP_MEMORY);
+        plan_memory_step(&st, P->c, &r, NULL, NULL, 1);
+        plan_step_free(&st);
+    }
+    remember(P, b, r.fits);
+    return r.fits;
 }
 
-/* The step at b's tensors per moment (no allocator share, no margin) into T; its verdict in *fits. */
-static int tensor_totals(Probes *P, int64_t b, Totals *T, int *fits) {
-    TrainSpec tt = *P->t;
-    tt.micro_batch = b;
-    Step st;
-    plan_step_build(&st, P->m, &tt, P->c, P->s);
+/* The verdict at batch b of a step already built there (cached like a probe). */
+static int probe_step(Probes *P, int64_t b, const Step *st) {
+    for (int i = 0; i < P->n; i++) if (P->b[i] == b) return P->fits[i];
+    MemResult r;
+    plan_memory_step(st, P->c, &r, NULL, NULL, 1);
+    remember(P, b, r.fits);
+    return r.fits;
+}
+
+/* The tensors (no allocator share, no margin; a flat margin kept, being affine too) per moment
+   of step st into T. */
+static int tensor_totals(const Probes *P, const Step *st, Totals *T) {
     ClusterSpec bare = *P->c;
     bare.alloc_model = 0;
     if (P->c->alloc_model) { bare.alloc_margin = 0; bare.margin_is_frac = 0; }
     MemResult r;
-    int rc = plan_memory_step(&st, &bare, &r, collect, T, 0);
-    if (!rc) {   /* the verdict of this build, the memory model's own */
-        MemResult v;
-        plan_memory_step(&st, P->c, &v, NULL, NULL, 1);
-        *fits = v.fits;
-        if (P->n < 32) { P->b[P->n] = b; P->fits[P->n++] = v.fits; }
+    return plan_memory_step(st, &bare, &r, collect, T, 0);
+}
+
+/* The affine bound from the moments' totals at batches b1 < b2 (ta, tb): the largest b whose
+   every moment stays under the capacity; max_b when none grows. */
+static int64_t affine_bound(const double *ta, const double *tb, int n, int64_t b1, int64_t b2, double cap, int64_t max_b) {
+    int64_t ub = max_b;
+    for (int k = 0; k < n; k++) {
+        double slope = (tb[k] - ta[k]) / (double)(b2 - b1), base = ta[k] - slope * (double)b1;
+        if (slope <= 0) continue;
+        double bk = floor((cap - base) / slope);
+        if (bk < (double)ub) ub = bk < 0 ? 0 : (int64_t)bk;
     }
-    plan_step_free(&st);
-    return rc;
+    return ub;
 }
 
-int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                             StrategyKind s, int64_t max_b) {
-    return plan_max_micro_batch_from(m, t, c, s, max_b, 0, 0);
-}
-
-int64_t plan_max_micro_batch_from(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                                  StrategyKind s, int64_t max_b, int64_t b0, int fits0) {
-    if (max_b < 1) return 0;
-    Probes P = {m, t, c, s, {0}, {0}, 0};
-    if (b0 >= 1) { P.b[0] = b0; P.fits[0] = fits0; P.n = 1; }
-    int cap = 4 * m->n_layers + 8;   /* forward per layer; per layer in backward up to 3 (a block's MLP
-                                        backward, its end, a reduce-scatter); loss, reductions, norm, step */
+static int64_t search(Probes *P, const Step *row, int64_t max_b) {
+    /* lo fits (0: trivially), hi does not (beyond the search); the bracket does not start from the
+       row's verdict: with the allocator model fits(b) is not monotone near the boundary (a
+       segment's rounding: gemma2-mini on 4 GPUs fits at 2856 and 2960, not at 2857), and the
+       answer must not depend on the batch the plan was asked at */
+    int64_t lo = 0, hi = max_b + 1;
+    int64_t b0 = row ? row->view.t.micro_batch : 0;
+    /* the totals at batches 1 and 2 (the row's step where it is one of them) */
+    int cap = 4 * P->m->n_layers + 8;   /* forward per layer; per layer in backward up to 3 (a block's MLP
+                                           backward, its end, a reduce-scatter); loss, reductions, norm, step */
     double stack1[512], stack2[512];
     double *t1 = cap <= 512 ? stack1 : malloc(sizeof(double) * (size_t)cap);
     double *t2 = cap <= 512 ? stack2 : malloc(sizeof(double) * (size_t)cap);
     Totals A = {t1, 0, cap}, B = {t2, 0, cap};
-    int fits1 = 0, fits2 = 0;
     int64_t ub = max_b;
-    if (!t1 || !t2 || tensor_totals(&P, 1, &A, &fits1) || (fits1 && max_b > 1 && tensor_totals(&P, 2, &B, &fits2))) {
-        ub = max_b;          /* out of memory for the totals: bisect over the whole range */
-        fits1 = probe(&P, 1);
-    } else if (fits1 && max_b > 1) {
-        int n = A.n < B.n ? A.n : B.n;
-        if (n > cap) n = cap;
-        for (int k = 0; k < n; k++) {
-            double slope = t2[k] - t1[k], base = t1[k] - slope;
-            if (slope <= 0) continue;
-            double bk = floor((c->gpu.mem_bytes - base) / slope);
-            if (bk < (double)ub) ub = bk < 1 ? 1 : (int64_t)bk;
-        }
+    int ok = t1 && t2;
+    Step first;
+    memset(&first, 0, sizeof first);
+    const Step *s1 = row && b0 == 1 ? row : NULL, *s2 = row && b0 == 2 ? row : NULL;
+    if (ok && !s1) {
+        TrainSpec tt = *P->t;
+        tt.micro_batch = 1;
+        ok = plan_step_build_for(&first, P->m, &tt, P->c, P->s, PLAN_STEP_MEMORY) == PLAN_OK;
+        s1 = &first;
     }
+    if (ok && !s2 && max_b > 1) {
+        TrainSpec tt = *P->t;
+        tt.micro_batch = 2;
+        ok = plan_step_build_for(&P->kept, P->m, &tt, P->c, P->s, PLAN_STEP_MEMORY) == PLAN_OK;
+        if (ok) P->kept_b = 2;
+        s2 = &P->kept;
+    }
+    if (ok) ok = tensor_totals(P, s1, &A) == PLAN_OK;
+    if (ok && max_b > 1) ok = tensor_totals(P, s2, &B) == PLAN_OK;
+    if (ok && max_b > 1) {
+        int n = A.n < B.n ? A.n : B.n;
+        ub = affine_bound(t1, t2, n < cap ? n : cap, 1, 2, P->c->gpu.mem_bytes, max_b);
+    }
+    if (ok && !probe_step(P, 1, s1)) ub = 0;   /* nothing fits */
+    plan_step_free(&first);
     if (t1 != stack1) free(t1);
     if (t2 != stack2) free(t2);
-    if (!fits1) return 0;
-    /* lo fits, hi does not (max_b + 1: beyond the search) */
-    int64_t lo = 1, hi = max_b + 1;
-    if (probe(&P, ub)) {
+    if (ub <= 0) return 0;
+    /* out of memory for the totals: bisect over the whole range (ub = max_b) */
+    if (probe(P, ub)) {
         lo = ub;
-        /* above the bound only by rounding: walk up while it fits */
-        while (lo < max_b && probe(&P, lo + 1)) lo++;
+        while (lo + 1 < hi && probe(P, lo + 1)) lo++;   /* above the bound only by rounding */
         return lo;
     }
     hi = ub;
     for (int64_t step = 1; hi - step > lo; step *= 2) {   /* gallop down from the bound */
-        if (probe(&P, hi - step)) { lo = hi - step; break; }
+        if (probe(P, hi - step)) { lo = hi - step; break; }
         hi -= step;
     }
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (probe(&P, mid)) lo = mid;
+        if (probe(P, mid)) lo = mid;
         else hi = mid;
     }
     return lo;
+}
+
+int64_t plan_max_micro_batch_step(const Step *row, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                                  StrategyKind s, int64_t max_b, int row_fits) {
+    if (max_b < 1) return 0;
+    Probes P;
+    memset(&P, 0, sizeof P);
+    P.m = m; P.t = t; P.c = c; P.s = s;
+    if (row && !row->failed) remember(&P, row->view.t.micro_batch, row_fits);
+    else if (row) return 0;   /* not built: nothing fits */
+    int64_t b = search(&P, row, max_b);
+    plan_step_free(&P.kept);
+    return b;
+}
+
+int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
+                             StrategyKind s, int64_t max_b) {
+    return plan_max_micro_batch_step(NULL, m, t, c, s, max_b, 0);
 }

@@ -61,7 +61,7 @@ typedef struct {
     int fits;                    /* gpu_fits && host_fits */
     double headroom;             /* capacity - peak (negative = shortfall) */
     int gpu_fits;                /* peak <= GPU capacity */
-    /* host memory per node (plan_offload.h): model states offloaded by the node's ranks, or the
+    /* host memory per node (plan_dim_offload.h): model states offloaded by the node's ranks, or the
        load-time copies, whichever is larger */
     double host_per_node, host_capacity;
     int host_fits;
@@ -96,8 +96,9 @@ int plan_memory_step(const struct Step *st, const ClusterSpec *c, MemResult *r, 
    step built at that batch, so a plan at the answer fits and one at the answer + 1 does not. */
 int64_t plan_max_micro_batch(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                              StrategyKind s, int64_t max_b);
-/* The same, knowing already whether micro-batch b0 fits (fits0: a plan's row at its batch). */
-int64_t plan_max_micro_batch_from(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                                  StrategyKind s, int64_t max_b, int64_t b0, int fits0);
+/* The same, from a plan's row: its step (built at its micro-batch) and its verdict, which the
+   search reads instead of building that batch again. */
+int64_t plan_max_micro_batch_step(const struct Step *row, const ModelSpec *m, const TrainSpec *t,
+                                  const ClusterSpec *c, StrategyKind s, int64_t max_b, int row_fits);
 
 #endif

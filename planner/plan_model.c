@@ -777,3 +777,22 @@ int plan_model_generic(ModelSpec *m, const char *name, int64_t params, int n_uni
     }
     return 0;
 }
+
+/* Every field of LayerSpec but name and unit: a field added to the struct must be added here
+   (the size check below stops the build until it is). */
+_Static_assert(sizeof(LayerSpec) == 1312, "LayerSpec changed: compare its new fields in plan_layer_same");
+int plan_layer_same(const LayerSpec *a, const LayerSpec *b) {
+#define SAME(f) (a->f == b->f)
+#define SAME_N(f, n) (memcmp(a->f, b->f, sizeof a->f[0] * (size_t)(n)) == 0)
+    if (!(SAME(kind) && SAME(params) && SAME(buffers) && SAME(buffers_i64) && SAME(bn_channels) && SAME(largest_tensor) &&
+          SAME(fwd_flops) && SAME(act_elems) && SAME(act_fp32_elems) && SAME(act_mask_elems) && SAME(act_bytes) &&
+          SAME(act_known) && SAME(n_tensors) && SAME(conv_kernel) && SAME(conv_stride) && SAME(expert_params) &&
+          SAME(attn_window) && SAME(no_rope) && SAME(frozen) && SAME(n_frozen) && SAME(act_unsaved_tok) &&
+          SAME(lora_r_tok) && SAME(lora_drop_tok) && SAME(grad_frontier)))
+        return 0;
+    int n = a->n_tensors > 0 ? a->n_tensors : 0, nf = a->n_frozen > 0 ? a->n_frozen : 0;
+    return SAME_N(tensor_elems, n) && SAME_N(tensor_dim0, n) && SAME_N(tensor_mod, n) && SAME_N(frozen_elems, nf) &&
+           SAME_N(frozen_dim0, nf) && SAME_N(frozen_mod, nf);
+#undef SAME
+#undef SAME_N
+}

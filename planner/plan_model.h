@@ -169,7 +169,7 @@ typedef struct {
     int64_t frozen_elems[PLAN_LAYER_MAX_TENSORS];
     int64_t frozen_dim0[PLAN_LAYER_MAX_TENSORS];
     uint8_t frozen_mod[PLAN_LAYER_MAX_TENSORS];
-    /* Saved activations the trainable subset changes, elements per token (planner/plan_lora.c):
+    /* Saved activations the trainable subset changes, elements per token (planner/plan_dim_ft.c):
      * inputs of projections no longer saved (autograd saves a matmul's input only for its weight's
      * gradient), LoRA A outputs (rank r each, saved by B), LoRA dropout outputs (saved by A, with
      * as many 1-byte dropout masks). */
@@ -305,6 +305,10 @@ int plan_model_bn_layers(const ModelSpec *m, int64_t *sum_channels);  /* count, 
 int plan_model_acts_known(const ModelSpec *m);          /* 1 if activations can be modelled */
 const char *plan_arch_name(ArchKind a);
 const char *plan_layer_kind_name(LayerKind k);
+/* 1 when a and b describe the same layer but for its name and unit: every shape, tensor and
+   saved-tensor field equal (repeated blocks), so whatever is computed from a layer alone is the
+   same for both (rule_compute prices one of them for all). */
+int plan_layer_same(const LayerSpec *a, const LayerSpec *b);
 
 /* Builders shared by the zoo and the loaders. Each computes the exact parameter count from
  * the shapes. Return 0 on success, -1 (with msg filled) on invalid shapes. */

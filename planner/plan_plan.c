@@ -28,8 +28,8 @@ int plan_run(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsig
         plan_memory_step(&row->step, c, &row->mem, NULL, NULL, 0);
         plan_comm_step(&row->step, &row->comm);
         plan_sim_step(&row->step, 0, &row->time);
-        row->max_micro_batch = plan_max_micro_batch_from(m, t, c, (StrategyKind)k, PLAN_MAX_BATCH_SEARCH,
-                                                         t->micro_batch, row->mem.fits);
+        row->max_micro_batch = plan_max_micro_batch_step(&row->step, m, t, c, (StrategyKind)k, PLAN_MAX_BATCH_SEARCH,
+                                                         row->mem.fits);
     }
     int best = -1;
     for (int i = 0; i < out->n_rows; i++) {

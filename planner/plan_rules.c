@@ -164,9 +164,17 @@ void rule_compute(const StepCtx *x, Step *st) {
     const ClusterSpec *c = x->c;
     const PrecisionSpec *p = x->p;
     double mem_bw = c->gpu.mem_bw > 0 ? c->gpu.mem_bw * 1e9 : INFINITY;
+    double fl = 0, fs = 0, bs = 0;
+    int priced = -1, priced_rc = 0;   /* the last layer priced: a repeated block takes its figures */
     for (int i = 0; i < x->L; i++) {
-        double fl = plan_layer_fwd_flops(m, i, x->t), fs, bs;
-        plan_layer_seconds(m, i, x->t, c, &fs, &bs);
+        /* what plan_layer_seconds reads: the layer, the setup, and whether the layer is recomputed */
+        int rc = plan_act_checkpointed(m, x->t, i) | plan_act_core_recomputed(m, x->t, i) << 1;
+        if (priced < 0 || rc != priced_rc || !plan_layer_same(&m->layers[i], &m->layers[priced])) {
+            fl = plan_layer_fwd_flops(m, i, x->t);
+            plan_layer_seconds(m, i, x->t, c, &fs, &bs);
+            priced = i;
+            priced_rc = rc;
+        }
         /* the FLOPs of the step count forward + backward (3x forward) once, on the forward */
         step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_FWD, i), WORK_BATCH, MICRO_EVERY, fs, 3 * fl);
         step_work(st, RULE_LAYER_COMPUTE, pt(x, PT_BWD, i), WORK_BATCH, MICRO_EVERY, bs, 0);

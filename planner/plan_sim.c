@@ -473,6 +473,7 @@ static int run(const SimPrep *P, int record, SimResult *out) {
 int plan_sim_step(const Step *st, int record, SimResult *out) {
     memset(out, 0, sizeof(*out));
     if (st->failed) return st->status ? st->status : -1;
+    if (st->built_for & PLAN_STEP_MEMORY) return PLAN_ERR_REFUSED;   /* a memory-only probe has no work */
     SimPrep P;
     if (prepare(&P, st)) return -1;
     int rc = run(&P, record, out);

@@ -148,9 +148,10 @@ static int build_failed(Step *st, int status, const char *where, const char *why
 
 /* The account of view v (which the step takes over): the fixed overheads, what its events stand
    for as allocations, the moments every step has, then the rules. */
-static int build_view(Step *st, RankView *v) {
+static int build_view(Step *st, RankView *v, unsigned what) {
     memset(st, 0, sizeof(*st));
     st->view = *v;
+    st->built_for = what;
     const RankView *w = &st->view;
     const ModelSpec *m = &w->m;
     const ClusterSpec *c = &w->dp;
@@ -183,7 +184,8 @@ static int build_view(Step *st, RankView *v) {
         step_sample(st, pt(&x, PT_BWD, i));
     }
     step_sample(st, pt(&x, PT_STEP, 0));
-    for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]); k++) RULES[k](&x, st);
+    for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]); k++)
+        if (!(what & PLAN_STEP_MEMORY) || RULES[k] != rule_compute) RULES[k](&x, st);
     for (int d = 0; d < plan_dim_count(); d++)
         if (plan_dim(d)->rule) plan_dim(d)->rule(&x, st);
     plan_step_ctx_free(&x);
@@ -194,16 +196,16 @@ static int build_view(Step *st, RankView *v) {
 /* A view whose memory is the account of one micro-step (plan_dim_pp.c: every micro-batch in
    flight before the stage's first backward): the memory events of that account, the
    collectives and compute of all the micro-steps. */
-static int build_candidate(Step *st, RankView *v) {
+static int build_candidate(Step *st, RankView *v, unsigned what) {
     int one = v->mem_one_micro;
     RankView v1 = *v;
-    int rc = build_view(st, v);
+    int rc = build_view(st, v, what);
     if (rc || !one) return rc;
     v1.own_m = 0;                    /* the same layers, owned by st's view */
     v1.m = st->view.m;
     v1.t.grad_accum = 1;
     Step first;
-    rc = build_view(&first, &v1);
+    rc = build_view(&first, &v1, PLAN_STEP_MEMORY);
     if (rc) { plan_step_free(st); return build_failed(st, rc, first.fail_where, first.fail_why); }
     StepMem *mem = st->mem;
     uint8_t *sampled = st->sampled;
@@ -215,6 +217,11 @@ static int build_candidate(Step *st, RankView *v) {
 }
 
 int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk) {
+    return plan_step_build_for(st, m, t, c, sk, PLAN_STEP_ALL);
+}
+
+int plan_step_build_for(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                        unsigned what) {
     memset(st, 0, sizeof(*st));
     RankView views[PLAN_MAX_VIEWS];
     char why[320];
@@ -231,7 +238,7 @@ int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
     for (int k = 0; k < n; k++) {
         if (rc) { plan_rank_view_free(&views[k]); continue; }
         Step cand;
-        rc = build_candidate(&cand, &views[k]);
+        rc = build_candidate(&cand, &views[k], what);
         if (rc) {
             if (have) plan_step_free(st);
             have = 0;

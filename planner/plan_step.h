@@ -186,6 +186,7 @@ typedef struct Step {
     int status;              /* PlanStatus (plan_util.h): PLAN_ERR_NOMEM, PLAN_ERR_REFUSED */
     const char *fail_where;  /* short, for the peak_at column ("out of host memory planning it") */
     char fail_why[320];      /* the whole reason (a dimension's refusal) */
+    unsigned built_for;      /* PLAN_STEP_ALL, or PLAN_STEP_MEMORY (no work items) */
 } Step;
 
 /* Builds the account of one step of strategy s for setup (m, t, c): the rank's views
@@ -193,6 +194,11 @@ typedef struct Step {
    PlanStatus with st->fail_where and st->fail_why saying why (the step is then empty). Free with
    plan_step_free. */
 int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
+/* What a build is for: everything (PLAN_STEP_ALL), or the account's memory only (PLAN_STEP_MEMORY:
+   the max-batch search's probes; no work items, so such a step is not simulated). */
+enum { PLAN_STEP_ALL = 0, PLAN_STEP_MEMORY = 1 };
+int plan_step_build_for(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                        unsigned what);
 void plan_step_free(Step *st);
 
 /* The memory model over the account: fills r (terms, peak, phases, model states) and calls fn

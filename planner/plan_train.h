@@ -68,7 +68,7 @@ typedef struct {
 } FsdpKnobs;
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
-/* Pipeline schedule (--pp-schedule; planner/plan_pp.h): torch.distributed.pipelining's
+/* Pipeline schedule (--pp-schedule; planner/plan_dim_pp.h): torch.distributed.pipelining's
    Schedule1F1B (PipeDream-Flush) or ScheduleGPipe. */
 typedef enum { PP_1F1B = 0, PP_GPIPE, PP_SCHED_COUNT } PpSchedule;
 
@@ -147,14 +147,14 @@ typedef struct {
                                 An estimate above 1: docs/formulas.md "Routing imbalance" */
     int tp;                  /* tensor-parallel degree (0 or 1: none): PyTorch's parallelize_module
                                 plan on a tp group inside a node, the strategy on the remaining
-                                data-parallel degree gpus / tp (planner/plan_tp.h) */
+                                data-parallel degree gpus / tp (planner/plan_dim_tp.h) */
     int sp;                  /* 1: sequence parallel (SequenceParallel norms, sequence-sharded
                                 residual stream); only with tp > 1 */
     int pp;                  /* pipeline stages (0 or 1: none): the repeated blocks split evenly over
                                 pp ranks, the strategy on gpus / (tp * pp); the micro-batches of
-                                one step are grad_accum (--microbatches) (planner/plan_pp.h) */
+                                one step are grad_accum (--microbatches) (planner/plan_dim_pp.h) */
     PpSchedule pp_schedule;  /* 1F1B (default) or GPipe */
-    FinetuneSpec ft;         /* LoRA / frozen parameters (applied to the ModelSpec: plan_lora.h) */
+    FinetuneSpec ft;         /* LoRA / frozen parameters (applied to the ModelSpec: plan_dim_ft.h) */
     FsdpKnobs fsdp1;         /* FSDP1's wrapping and prefetch knobs (fsdp-* rows with fsdp_impl 1) */
 } TrainSpec;
 

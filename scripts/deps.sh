@@ -2,8 +2,15 @@
 # Checks the Debian packages memplan builds and tests with; installs the missing ones with
 # apt-get when run as root, otherwise names them and fails. Optional GPU parts are reported.
 set -u
-required="gcc make libcjson-dev libyaml-dev zlib1g-dev libcriterion-dev libopenmpi-dev openmpi-bin libopenblas-dev"
+required="gcc make libcjson-dev libyaml-dev zlib1g-dev libcriterion-dev libopenmpi-dev openmpi-bin libopenblas-dev ca-certificates"
 optional="gnuplot-nox"
+# memplan-fetch (a hub model's config.json) links libcurl: any of Debian's three -dev flavours
+# (they conflict with one another), the OpenSSL one installed when none is.
+curl_dev=libcurl4-openssl-dev
+for p in libcurl4-openssl-dev libcurl4-gnutls-dev libcurl4-nss-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && curl_dev=$p
+done
+required="$required $curl_dev"
 # `make test` builds the PyTorch venv (scripts/torch_env.sh) with `python3 -m venv`, which needs
 # ensurepip. Debian ships it apart, in python3-venv (a fresh Debian 12 may lack python3 too); a
 # python3 from elsewhere, like the build machine's pyenv 3.11, carries its own. So they are
@@ -30,5 +37,5 @@ st() { [ -e "$1" ] && echo found || echo "not found"; }
 [ $venv_ok = 1 ] || python3 -c 'import ensurepip, venv' >/dev/null 2>&1 ||
   echo "deps: python3 -m venv still cannot work: $(command -v python3 || echo 'no python3 on PATH') has no ensurepip" \
        "(make test needs it for scripts/torch_env.sh)" >&2
-echo "# deps: cjson yaml zlib criterion openmpi openblas ok; gnuplot $(command -v gnuplot >/dev/null && echo found || echo 'not found (plots off)');" \
+echo "# deps: cjson yaml zlib criterion openmpi openblas curl ok; gnuplot $(command -v gnuplot >/dev/null && echo found || echo 'not found (plots off)');" \
      "nvcc $(st "$cuda/bin/nvcc"); nccl $(st "$cuda/include/nccl.h"); cupti $(st "$cuda/include/cupti.h")"

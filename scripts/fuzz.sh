@@ -13,10 +13,12 @@ CC=${CLANG:-clang}
 out=build-fuzz
 mkdir -p "$out/corpus"
 command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (set CLANG=...)" >&2; exit 2; }
+# the zoo's compiled-in configs (as the Makefile writes build/gen/plan_zoo_configs.c)
+scripts/zoo_embed.sh $(ls tests/data/hf/*.json | grep -v '/counts.json$') > "$out/plan_zoo_configs.c"
 "$CC" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Iplanner tests/fuzz/fuzz_load.c planner/plan_load*.c planner/plan_model.c planner/plan_zoo.c \
-    -o "$out/fuzz_load" -lcjson -lm
+    "$out/plan_zoo_configs.c" -o "$out/fuzz_load" -lcjson -lm
 # seeds: every model file of the test data (good and bad)
 find tests/data -name '*.json' -exec cp -n {} "$out/corpus/" \; 2>/dev/null || true
 echo "# fuzz_load: ${secs}s on $(ls "$out/corpus" | wc -l) corpus files"

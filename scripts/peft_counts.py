@@ -10,7 +10,7 @@ config.json path; targets a comma list of PEFT module names, "all-linear", or ""
 default for the model type (peft.utils.constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING);
 freeze "embeddings" or "all-but-last:N" without LoRA (memplan --freeze). The output is JSON
 {"peft": VERSION, "transformers": VERSION, "cases": [{"model", "lora", "targets", "freeze",
-"trainable", "total"}, ...]}; tests/data/peft_counts.json keeps it and tests/test_plan_lora.c
+"trainable", "total"}, ...]}; tests/data/peft_counts.json keeps it and tests/test_plan_dim_ft.c
 compares memplan's counts with it.
 
 Needs torch, transformers and peft (the project's venv: ~/.cache/memplan/torch-venv/bin/python).

@@ -498,12 +498,12 @@ Test(plan_load_zoo, zoo_names_should_build_with_their_published_counts) {
     }
 }
 
-Test(plan_load_zoo, an_unknown_name_should_get_the_zoo_message_listing_names_and_paths) {
+Test(plan_load_zoo, an_unknown_name_should_get_the_nearest_zoo_names_and_the_other_forms) {
     ModelSpec m;
     cr_expect_neq(plan_load_model(&m, "gpt5", msg, sizeof(msg)), 0);
-    cr_expect(strstr(msg, "unknown model 'gpt5'"), "%s", msg);
-    cr_expect(strstr(msg, "llama2-70b"), "%s", msg);
-    cr_expect(strstr(msg, "path"), "%s", msg);
+    cr_expect(strstr(msg, "unknown model 'gpt5' (nearest: gpt2;"), "%s", msg);
+    cr_expect(strstr(msg, "`memplan models` lists all"), "%s", msg);
+    cr_expect(strstr(msg, "hub id ORG/NAME") && strstr(msg, "path"), "%s", msg);
     cr_expect_eq(m.layers, NULL);
 }
 

@@ -1,4 +1,4 @@
-/* test_plan_lora.c — the trainable subset (planner/plan_lora.c): parameter counts against PEFT's
+/* test_plan_dim_ft.c — the trainable subset (planner/plan_dim_ft.c): parameter counts against PEFT's
  * get_peft_model (tests/data/peft_counts.json, made by scripts/peft_counts.py), and the memory
  * rules that follow from frozen parameters. */
 #include <criterion/criterion.h>
