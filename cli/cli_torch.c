@@ -169,8 +169,15 @@ static void print_help(FILE *f)
         "                        DIR (made if missing, checked before any run); without it a temporary directory\n"
         "                        (a failed run's output is kept and named)\n"
         "  --measured FILE       compare a saved harness result (repeatable); the model and setup come from the\n"
-        "                        file, so only --tol and --json apply; a file that is missing, empty, not JSON, not\n"
-        "                        a harness result, or holds a value the flags would refuse is a usage error (exit 2)\n\n"
+        "                        file, so only --tol, --json and --alloc-out apply; a file that is missing, empty, not\n"
+        "                        JSON, not a harness result, or holds a value the flags would refuse is a usage error\n"
+        "                        (exit 2)\n"
+        "  --alloc-out DIR       also write each row's planned allocation sequence as DIR/<row>.planned.txt (a trace\n"
+        "                        `memplan alloc` replays)\n"
+        "Reserved memory: where the run's allocations were recorded (a run here records them; a saved result's\n"
+        "are bench/torch/results/traces/<row>.txt.gz, bench/torch/record_traces.py), the recorded and the planned\n"
+        "allocations are replayed through the caching allocator model and both max reserved are shown (target\n"
+        "within 3 %%; reported, not a condition of the row).\n\n"
         "Precisions on CPU ranks: " HARNESS_PRECISION_NAMES "; optimizer: adamw.\n"
         "Needs PyTorch 2.15, transformers and DeepSpeed in a virtual environment: `make torch-env` installs them\n"
         "(about 5 GB) in ${MEMPLAN_TORCH_ENV:-~/.cache/memplan/torch-venv}; MEMPLAN_TORCH_ENV chooses another place.\n"
@@ -1043,6 +1050,18 @@ static int check_keep(const CliSetup *cs, const TorchOpts *o, int from_file)
     return 0;
 }
 
+/* --alloc-out DIR: a folder memplan can write in, checked before any work. 0, or 2 after one line. */
+static int check_alloc_out(const TorchOpts *o)
+{
+    struct stat st;
+    if (!o->alloc_out) return 0;
+    if (stat(o->alloc_out, &st) || !S_ISDIR(st.st_mode))
+        return cli_usage_error("--alloc-out '%s' is not a folder: give one for the planned allocation sequences", o->alloc_out);
+    if (access(o->alloc_out, W_OK | X_OK))
+        return cli_usage_error("--alloc-out '%s': cannot write in the folder: %s", o->alloc_out, strerror(errno));
+    return 0;
+}
+
 /* The harness's environment and the directory its files go to (--keep, else a temporary one).
  * 0; 2 after a usage error; 1 after another error. */
 static int prepare_runs(const CliSetup *cs, const TorchOpts *o, int from_file, HarnessEnv *env, char *dir, size_t len)
@@ -1247,6 +1266,7 @@ int cli_cmd_validate_torch(int argc, char **argv)
         cs.strategies = 1u << (o.ranks == cs.train.tp ? STRAT_DDP : STRAT_FSDP_FULL);
     if (!measured_mode) rc = base_setup(&cs, &o, from_file, &base);
     if (!rc) rc = check_json_path(&cs, &o, from_file);
+    if (!rc) rc = check_alloc_out(&o);
     if (!rc && measured_mode) measured = load_measured(&o, &rc);
     if (!rc && !measured_mode) rc = check_host_memory(&cs, &base);
     if (!rc && !measured_mode) rc = prepare_runs(&cs, &o, from_file, &env, dir, sizeof dir);

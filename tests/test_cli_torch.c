@@ -892,3 +892,31 @@ Test(validate_torch, recorded_allocations_should_replay_to_the_planned_reserved)
     snprintf(json, sizeof json, "rm -rf '%s'", dir);
     cr_expect_eq(system(json), 0);
 }
+
+/* --alloc-out DIR writes each row's planned allocation sequence as a trace memplan alloc replays
+   (to the planned reserved the comparison shows), and a missing folder is refused before any
+   work. */
+Test(validate_torch, alloc_out_should_write_the_planned_allocations_as_a_trace)
+{
+    char res[1536], dir[256], args[2400], planned[400];
+    test_tmpdir(dir, sizeof dir, "vta");
+    saved_result(res, sizeof res, "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128.json");
+    snprintf(args, sizeof args, "validate --against torch --measured %s --alloc-out %s", res, dir);
+    Run r = test_launch(g_memplan, 0, 60, args);
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    cr_expect(strstr(r.out, "allocator: max reserved              44,040,192       44,040,192"), "%s", r.out);
+    free(r.out);
+    snprintf(planned, sizeof planned, "%s/gpt2-mini_ddp_fp32_none_eager_r2_b1_s128.planned.txt", dir);
+    snprintf(args, sizeof args, "alloc --from start %s", planned);
+    r = test_launch(g_memplan, 0, 60, args);
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    cr_expect(strstr(r.out, "    42.00 "), "the planned trace replays to 42 MiB reserved:\n%s", r.out);
+    free(r.out);
+    snprintf(args, sizeof args, "validate --against torch --measured %s --alloc-out %s/missing", res, dir);
+    r = test_launch(g_memplan, 0, 60, args);
+    cr_expect_eq(r.status, 2, "%s", r.out);
+    cr_expect(strstr(r.out, "--alloc-out") && strstr(r.out, "is not a folder"), "%s", r.out);
+    free(r.out);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    cr_expect_eq(system(args), 0);
+}
