@@ -57,6 +57,7 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_split[RULE_RECAST] = SPLIT_CASTS;
         st->alloc_split[RULE_SAVED_ACTS] = SPLIT_ACTS;
         st->alloc_split[RULE_LOSS_BACKWARD] = SPLIT_LOGITS;
+        st->alloc_split[RULE_MLP_BACKWARD] = SPLIT_BWD_WS;
     }
     /* torch.optim makes a parameter's states at its first step() (adam.py _init_group:
        state["exp_avg"] = torch.zeros_like(p, ...)); DeepSpeed makes its flat states at
@@ -189,16 +190,43 @@ static int act_weights(const Step *st, int layer, double bytes, Weights *ws) {
     return n > 0 && bytes > sum + 1 ? add_w(ws, bytes - sum) : 0;
 }
 
-/* Unit u's parameters tensor by tensor, at pb bytes per element; its bytes into *bytes. */
-static int unit_params(const ModelSpec *m, int u, double pb, Weights *ws, double *bytes) {
+/* A block's backward working set (plan_act_block_backward_bytes) at its MLP point: under
+   checkpointing, the recomputed forward's tensors first (what the layer saves unchecked:
+   recomputation rebuilds its graph), then the backward's own: two d_ff-wide gradients, the rest
+   one piece; tensors the event's bytes do not hold (the checkpoint's input, which is not made
+   again) shrink in proportion. */
+static int bwd_ws_weights(const Step *st, int layer, double bytes, Weights *ws) {
+    const ModelSpec *m = &st->view.m;
+    TrainSpec t = st->view.t;
+    ActInputs in = {t.micro_batch, t.seq > 0 ? t.seq : m->max_seq, t.dropout >= 0 ? t.dropout : m->dropout};
+    double sum = 0;
+    if (plan_act_checkpointed(m, &t, layer)) {
+        double v[PLAN_ACT_MAX_TENSORS];
+        t.act_ckpt = CKPT_NONE;
+        int n = plan_act_ckpt_tensors(m, layer, &t, &in, v, PLAN_ACT_MAX_TENSORS);
+        for (int k = 0; k < n; k++) {
+            if (add_w(ws, v[k])) return -1;
+            sum += v[k];
+        }
+    }
+    double f = (double)in.b * (double)in.s * (double)m->d_ff * plan_precision(t.precision)->act_bytes, left = bytes - sum;
+    for (int k = 0; k < 2 && f > 0 && left > f; k++, left -= f)
+        if (add_w(ws, f)) return -1;
+    return left > 0.5 ? add_w(ws, left) : 0;
+}
+
+/* Unit u's parameters tensor by tensor, at pb bytes per trainable element, its frozen ones
+   (fine-tuning's base weights: FSDP2 gathers them too) weighted by fz; its bytes into *bytes. */
+static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights *ws, double *bytes) {
     *bytes = 0;
     for (int i = 0; i < m->n_layers; i++) {
         if (m->layers[i].unit != u) continue;
         Weights one = {.flat_from = -1};
-        if (layer_tensors(&one, &m->layers[i], 0, 1, 0)) { free(one.w); return -1; }
-        for (int k = 0; k < one.n; k++)
+        if (layer_tensors_all(&one, &m->layers[i], 0, 1, 0, fz)) { free(one.w); return -1; }
+        for (int k = 0; k < one.n; k++) {
             if (add_w(ws, one.w[k] * pb)) { free(one.w); return -1; }
-        *bytes += (double)m->layers[i].params * pb;
+            *bytes += one.w[k] * pb;
+        }
         free(one.w);
     }
     return 0;
@@ -209,10 +237,12 @@ static int unit_params(const ModelSpec *m, int u, double pb, Weights *ws, double
    holds more, the units kept since their forward (SHARD_GRAD_OP: alloc_unit_keep), else flat
    buffers of the unit (the all-gather output, a prefetch, the reduce-scatter input); the rest
    one piece. */
+#define PLAN_FSDP2_MAX_FLAT 8
 static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
     const ModelSpec *m = &st->view.m;
     int u = m->layers[layer].unit, units = 0;
-    double pb = plan_precision(st->view.t.precision)->param_bytes, b = 0, left = bytes, unit = 0;
+    double pb = plan_precision(st->view.t.precision)->param_bytes, fz = frozen_weight(st), b = 0, left = bytes,
+           unit = 0;
     for (int i = 0; i < m->n_layers; i++)
         if (m->layers[i].unit > units) units = m->layers[i].unit;
     int order[2 + 2 * 4096], n = 0;
@@ -225,7 +255,7 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
     }
     for (int k = 0; k < n && left > 0; k++) {
         Weights one = {.flat_from = -1};
-        if (unit_params(m, order[k], pb, &one, &b)) { free(one.w); return -1; }
+        if (unit_params(m, order[k], pb, fz, &one, &b)) { free(one.w); return -1; }
         if (k == 0) unit = b;
         if (b > 0 && b <= left + 1) {
             for (int j = 0; j < one.n; j++)
@@ -236,7 +266,10 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
     }
     ws->flat_from = ws->n;   /* FSDP2's all-gather output and reduce-scatter input: their streams' */
     ws->flat_stream = STREAM_COMM;
-    for (; unit > 0 && left >= unit; left -= unit)
+    /* a few at most (what the account holds past the unit's own and the kept ones is its flat
+       buffers: at most one each for the gather in use, its prefetch, the reduce-scatter); more
+       than that is left one piece */
+    for (int f = 0; unit > 0 && left >= unit && f < PLAN_FSDP2_MAX_FLAT; f++, left -= unit)
         if (add_w(ws, unit)) return -1;
     return left > 0.5 && ws->n > 0 ? add_w(ws, left) : 0;
 }
@@ -273,6 +306,8 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
         return ddp_buckets(ws, m, plan_precision(st->view.t.precision)->grad_bytes);
     case SPLIT_ACTS:
         return at_layer ? act_weights(st, layer, fabs(e->bytes), ws) : 0;
+    case SPLIT_BWD_WS:
+        return at_layer ? bwd_ws_weights(st, layer, fabs(e->bytes), ws) : 0;
     case SPLIT_UNIT:   /* the loss's points are the head's (the root's) */
         return layer >= 0 && layer < m->n_layers ? unit_weights(st, layer, fabs(e->bytes), ws) : 0;
     case SPLIT_LOGITS: {
@@ -304,8 +339,9 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     return 0;
 }
 
-/* DDP's construction broadcast (Step.alloc_init_bcast): its flat chunks, all made, then all
-   freed, after the parameters are allocated and before DDP's bucket. */
+/* DDP's construction broadcast (Step.alloc_init_bcast): its flat chunks after the parameters are
+   allocated and before DDP's bucket, at most two in flight (comm.cpp broadcast_coalesced,
+   max_in_flight = 2: the oldest finishes and its flat tensor goes before the next is made). */
 #define DDP_BCAST_BUCKET (250.0 * 1024 * 1024)
 static int init_broadcast(const Step *st, OpList *ops) {
     const ModelSpec *m = &st->view.m;
@@ -313,35 +349,36 @@ static int init_broadcast(const Step *st, OpList *ops) {
     int dtypes = 1;
     double buffers = plan_model_buffer_bytes(m, &dtypes);
     Weights ws = {.flat_from = -1};
-    uint64_t *chunks = NULL;   /* every chunk is flattened before any is freed (comm.cpp) */
-    int n = 0, cap = 0;
-    for (int i = 0; i <= m->n_layers; i++) {
+    uint64_t flight[2];
+    int n = 0, rc = 0;
+    for (int i = 0; i <= m->n_layers && !rc; i++) {
         const LayerSpec *l = i < m->n_layers ? &m->layers[i] : NULL;
         ws.n = 0;
-        if (l && layer_tensors_all(&ws, l, 0, 1, 0, frozen_weight(st))) { free(ws.w); return -1; }
+        if (l && layer_tensors_all(&ws, l, 0, 1, 0, frozen_weight(st))) { rc = -1; break; }
         int nt = !l ? 1 : ws.n;
-        for (int k = 0; k < nt; k++) {
+        for (int k = 0; k < nt && !rc; k++) {
             fill += !l ? buffers : ws.w[k] * pb;
             /* compute_bucket_assignment_by_size: a tensor joins the bucket, which closes once
                it holds the limit or more */
-            if (fill > 0 && (fill >= DDP_BCAST_BUCKET || !l)) {
-                uint64_t chunk = (uint64_t)ceil(fill);
-                if (plan_grow((void **)&chunks, &cap, n + 1, sizeof *chunks) ||
-                    push_op(ops, (StepOp){chunk, RULE_DDP_BROADCAST, TERM_COMM, OP_ALLOC, 0, {0}})) {
-                    free(ws.w);
-                    free(chunks);
-                    return -1;
-                }
-                chunks[n++] = chunk;
-                fill = 0;
+            if (!(fill > 0 && (fill >= DDP_BCAST_BUCKET || !l))) continue;
+            if (n == 2) {
+                rc = push_op(ops, (StepOp){flight[0], RULE_DDP_BROADCAST, TERM_COMM, OP_FREE, 0, {0}}) ||
+                     push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+                flight[0] = flight[1];
+                n = 1;
             }
+            flight[n] = (uint64_t)ceil(fill);
+            rc = rc || push_op(ops, (StepOp){flight[n], RULE_DDP_BROADCAST, TERM_COMM, OP_ALLOC, 0, {0}}) ||
+                 push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+            n++;
+            fill = 0;
         }
     }
     free(ws.w);
-    int rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
-    for (int k = 0; k < n && !rc; k++) rc = push_op(ops, (StepOp){chunks[k], RULE_DDP_BROADCAST, TERM_COMM, OP_FREE, 0, {0}});
-    free(chunks);
-    return rc ? rc : push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+    for (int k = 0; k < n && !rc; k++)
+        rc = push_op(ops, (StepOp){flight[k], RULE_DDP_BROADCAST, TERM_COMM, OP_FREE, 0, {0}}) ||
+             push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+    return rc;
 }
 
 /* An event that lives across steps: allocated at the start, freed at the end, the same bytes of
@@ -477,11 +514,20 @@ typedef struct {
 enum { BLK_FREED = 0, BLK_LIVE, BLK_RELEASED };   /* released: freed in this slot, not yet
                                                      given back (another rule may take it over) */
 
-/* Block indices in ascending order (a block's index is its age: the largest is the latest). */
+/* Block indices, ascending once ordered (a block's index is its age: the largest is the latest).
+   Added at the end; a list whose additions came out of order (a slot releasing a rule's blocks
+   latest first) is sorted once, before the next walk that needs the order. */
 typedef struct {
     int *v;
     int n, cap;
+    int unsorted;
 } BlockIdx;
+
+typedef struct {
+    uint64_t held;
+    int pos;                 /* in the slot's released list */
+    uint8_t term;
+} MatchKey;
 
 typedef struct {
     FlatList *out;
@@ -489,7 +535,14 @@ typedef struct {
     int n, cap;
     BlockIdx live[RULE_COUNT][TERM_COUNT];   /* the live blocks of each rule and term: a free
                                                 searches its own rule's, not every live block */
-    BlockIdx released;       /* blocks released in this slot */
+    BlockIdx released;       /* blocks released in this slot (those taken over stay listed,
+                                live again: give_back skips them) */
+    int released_left[TERM_COUNT];   /* of those, not taken over, by term */
+    MatchKey *match;         /* the slot's released blocks by term, bytes, age: an exact
+                                take-over found by bisection */
+    int nmatch, capmatch;
+    int *top;                /* per group of equal term and bytes (at its last position): the
+                                latest position that may still be free to take */
     int failed;
     /* bytes a rule freed before it had allocated them (a rule that lowers its figure for a
        moment, e.g. the MLP moment's pending gradients): its next allocations pay them back
@@ -503,23 +556,23 @@ static void emit(StepAllocRun *R, FlatOp op) {
     R->out->v[R->out->n++] = op;
 }
 
-/* Inserts block i in order (at the end when it is the latest, the usual case; else found by
-   bisection). */
+/* Adds block i at the end (in order when it is the latest, the usual case). */
 static void idx_insert(StepAllocRun *R, BlockIdx *x, int i) {
     if (plan_grow((void **)&x->v, &x->cap, x->n + 1, sizeof *x->v)) { R->failed = 1; return; }
-    int k = x->n;
-    if (k > 0 && x->v[k - 1] > i) {
-        int lo = 0, hi = k;
-        while (lo < hi) {
-            int mid = lo + (hi - lo) / 2;
-            if (x->v[mid] > i) hi = mid;
-            else lo = mid + 1;
-        }
-        k = lo;
-    }
-    memmove(x->v + k + 1, x->v + k, sizeof *x->v * (size_t)(x->n - k));
-    x->v[k] = i;
-    x->n++;
+    if (x->n > 0 && x->v[x->n - 1] > i) x->unsorted = 1;
+    x->v[x->n++] = i;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Puts the list in ascending order before a walk that needs it (removals keep the order). */
+static void idx_order(BlockIdx *x) {
+    if (!x->unsorted) return;
+    qsort(x->v, (size_t)x->n, sizeof *x->v, cmp_int);
+    x->unsorted = 0;
 }
 
 static void idx_remove(BlockIdx *x, int k) {
@@ -548,12 +601,13 @@ typedef struct {
     uint8_t term, stream;
 } StepReq;
 
-/* The released block at position k of the slot's list becomes rule's, live again. */
+/* The released block at position k of the slot's list becomes rule's, live again (it stays in
+   the list; give_back skips it). */
 static void adopt(StepAllocRun *R, int k, uint16_t rule) {
     StepBlock *b = &R->b[R->released.v[k]];
-    idx_remove(&R->released, k);
     b->state = BLK_LIVE;
     b->rule = rule;
+    R->released_left[b->term]--;
     idx_insert(R, &R->live[rule][b->term], b->id);
 }
 
@@ -562,7 +616,63 @@ static void release(StepAllocRun *R, BlockIdx *live, int k) {
     StepBlock *b = &R->b[live->v[k]];
     idx_remove(live, k);
     b->state = BLK_RELEASED;
+    R->released_left[b->term]++;
     idx_insert(R, &R->released, b->id);
+}
+
+static int cmp_match(const void *a, const void *b) {
+    const MatchKey *x = a, *y = b;
+    if (x->term != y->term) return x->term < y->term ? -1 : 1;
+    if (x->held != y->held) return x->held < y->held ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Once the slot's frees are in (all of them come before its allocations): its released blocks
+   in order of age, and the lookup by term and bytes. */
+static void match_build(StepAllocRun *R) {
+    BlockIdx *rel = &R->released;
+    idx_order(rel);
+    R->nmatch = 0;
+    if (!rel->n) return;
+    int cap = R->capmatch;
+    if (plan_grow((void **)&R->match, &R->capmatch, rel->n, sizeof *R->match)) { R->failed = 1; return; }
+    if (R->capmatch != cap || !R->top) {
+        free(R->top);
+        R->top = malloc(sizeof *R->top * (size_t)R->capmatch);
+        if (!R->top) { R->failed = 1; return; }
+    }
+    for (int k = 0; k < rel->n; k++) {
+        const StepBlock *b = &R->b[rel->v[k]];
+        R->match[k] = (MatchKey){b->held, k, b->term};
+        R->top[k] = k;
+    }
+    R->nmatch = rel->n;
+    qsort(R->match, (size_t)R->nmatch, sizeof *R->match, cmp_match);
+}
+
+/* The latest released block not yet taken of this term holding exactly these bytes: its
+   position in the slot's list, or -1. A group's last entry keeps where its search stopped (taken
+   blocks are not taken again within the slot). */
+static int match_find(StepAllocRun *R, uint8_t term, uint64_t held) {
+    int lo = 0, hi = R->nmatch;   /* the first entry past (term, held) */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        const MatchKey *m = &R->match[mid];
+        if (m->term < term || (m->term == term && m->held <= held)) lo = mid + 1;
+        else hi = mid;
+    }
+    int end = lo - 1;
+    if (end < 0 || R->match[end].term != term || R->match[end].held != held) return -1;
+    int i = R->top[end];
+    while (i >= 0 && R->match[i].term == term && R->match[i].held == held &&
+           R->b[R->released.v[R->match[i].pos]].state != BLK_RELEASED)
+        i--;
+    if (i < 0 || R->match[i].term != term || R->match[i].held != held) {
+        R->top[end] = -1;
+        return -1;
+    }
+    R->top[end] = i;
+    return R->match[i].pos;
 }
 
 static int take_over(StepAllocRun *R, StepReq *q) {
@@ -570,18 +680,17 @@ static int take_over(StepAllocRun *R, StepReq *q) {
     *d -= pay;
     q->size -= pay;
     if (!q->size) return 1;
-    BlockIdx *rel = &R->released;
-    for (int k = rel->n - 1; k >= 0; k--) {
-        const StepBlock *b = &R->b[rel->v[k]];
-        if (b->term == q->term && b->held == q->size) {
-            adopt(R, k, q->rule);
-            return 1;
-        }
+    if (!R->released_left[q->term]) return 0;
+    int k = match_find(R, q->term, q->size);
+    if (k >= 0) {
+        adopt(R, k, q->rule);
+        return 1;
     }
     if (q->term != TERM_GRADS) return 0;
-    for (int k = rel->n - 1; k >= 0 && q->size; k--) {
+    BlockIdx *rel = &R->released;
+    for (k = rel->n - 1; k >= 0 && q->size && R->released_left[q->term]; k--) {
         const StepBlock *b = &R->b[rel->v[k]];
-        if (b->term == q->term && b->held <= q->size) {
+        if (b->state == BLK_RELEASED && b->term == q->term && b->held <= q->size) {
             q->size -= b->held;
             adopt(R, k, q->rule);
         }
@@ -596,6 +705,7 @@ static int take_over(StepAllocRun *R, StepReq *q) {
    left become the rule's debt. */
 static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
     BlockIdx *live = &R->live[rule][term];
+    idx_order(live);
     for (int k = live->n - 1; k >= 0; k--)
         if (R->b[live->v[k]].held == size) {
             release(R, live, k);
@@ -619,12 +729,17 @@ static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size
 
 /* The slot's released blocks go back to the allocator, oldest first. */
 static void give_back(StepAllocRun *R) {
+    idx_order(&R->released);
     for (int k = 0; k < R->released.n; k++) {
         StepBlock *b = &R->b[R->released.v[k]];
+        if (b->state != BLK_RELEASED) continue;   /* taken over */
         b->state = BLK_FREED;
         emit(R, (FlatOp){FL_FREE, 0, 0, b->id, 0});
     }
     R->released.n = 0;
+    R->released.unsorted = 0;
+    memset(R->released_left, 0, sizeof R->released_left);
+    R->nmatch = 0;
 }
 
 static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
@@ -650,6 +765,7 @@ static int resolve(const OpList *ops, FlatList *out) {
             emit(&R, (FlatOp){FL_STEP, 0, 0, (int)x->size, 0});
         } else {
             int left = 0;
+            if (nreq) match_build(&R);
             for (int k = 0; k < nreq; k++)
                 if (!take_over(&R, &req[k])) req[left++] = req[k];
             give_back(&R);
@@ -660,6 +776,8 @@ static int resolve(const OpList *ops, FlatList *out) {
     int failed = R.failed;
     free(R.b);
     free(R.released.v);
+    free(R.match);
+    free(R.top);
     for (int r = 0; r < RULE_COUNT; r++)
         for (int k = 0; k < TERM_COUNT; k++) free(R.live[r][k].v);
     free(req);

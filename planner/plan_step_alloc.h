@@ -29,6 +29,9 @@ typedef enum {
                            all-gather output out into each parameter), each further one a flat
                            buffer of the unit (the all-gather output, a prefetch, the
                            reduce-scatter input), the rest one piece */
+    SPLIT_BWD_WS,       /* a block's backward working set: under checkpointing the recomputed
+                           forward's saved tensors (the layer's as if unchecked), then the
+                           backward's own (two d_ff-wide gradients, the rest one piece) */
     SPLIT_COUNT
 } StepSplit;
 

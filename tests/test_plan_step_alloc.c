@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_dim_ft.h"
 #include "plan_memory.h"
 #include "plan_step_alloc.h"
 #include "test_plan.h"
@@ -348,4 +349,80 @@ Test(step_alloc, the_listing_should_hold_the_accounts_bytes) {
             }
         plan_model_free(&m);
     }
+}
+
+/* The trace plan_step_alloc_write writes for st (two steps): its allocations, and the most
+   bytes the allocations under rule `rule`'s comment lines hold at once. */
+static int written_allocs(const Step *st, const char *rule, double *most) {
+    FILE *f = tmpfile();
+    cr_assert_not_null(f);
+    StepAllocOpts o;
+    plan_step_alloc_opts_default(&o);
+    cr_assert_eq(plan_step_alloc_write(st, &o, f, NULL), 0);
+    rewind(f);
+    static double size[1 << 20];   /* by handle; the rule's only */
+    memset(size, 0, sizeof size);
+    char line[256], cur[128] = "";
+    int n = 0;
+    double live = 0;
+    *most = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned id;
+        double b;
+        if (line[0] == '#') sscanf(line, "# %127s", cur);
+        else if (sscanf(line, "a %x %lf", &id, &b) == 2) {
+            n++;
+            if (strcmp(cur, rule) == 0 && id < (1u << 20)) { size[id] = b; live += b; }
+        } else if (sscanf(line, "f %x", &id) == 1 && id < (1u << 20)) {
+            live -= size[id];
+            size[id] = 0;
+        }
+        if (live > *most) *most = live;
+    }
+    fclose(f);
+    return n;
+}
+
+/* A LoRA model's FSDP2 units gather their frozen weights too: the level's bytes are the unit's
+   tensors (trainable and frozen) and a few flat buffers, not millions of adapter-sized pieces
+   (the listing of llama2-70b at 512 tokens had 27.6 million requests before). */
+Test(step_alloc, a_fine_tuned_fsdp2_unit_should_list_its_frozen_weights) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.ft.rank = 16;
+    t.ft.alpha = 32;
+    snprintf(t.ft.targets, sizeof t.ft.targets, "q_proj,v_proj");
+    char msg[256];
+    cr_assert_eq(plan_finetune_apply(&m, &t, msg, sizeof msg), 0, "%s", msg);
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_FSDP_FULL), 0);
+    double most;
+    int n = written_allocs(&st, "-", &most);
+    cr_expect_lt(n, 200 * m.n_layers, "%d allocations for %d layers", n, m.n_layers);
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+/* DDP's construction broadcast keeps at most two flat chunks of 250 MiB in flight (comm.cpp
+   broadcast_coalesced, max_in_flight = 2): gpt2-xl's 6 GiB of fp32 parameters never have more
+   than two chunks (each a little over 250 MiB) allocated at once. */
+Test(step_alloc, ddps_broadcast_should_hold_two_chunks_at_most) {
+    ModelSpec m = zoo("gpt2-xl");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    double most;
+    written_allocs(&st, "ddp_broadcast_buffers", &most);
+    double largest = (double)m.d_model * (double)m.vocab * 4;   /* the embedding, one tensor */
+    cr_expect_gt(most, 250 * MiB, "a chunk is at least the bucket's limit: %.0f", most);
+    cr_expect_leq(most, 2 * (250 * MiB + largest), "%.0f bytes in flight", most);
+    plan_step_free(&st);
+    plan_model_free(&m);
 }
