@@ -39,6 +39,13 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_split[RULE_DDP_BUCKETS] = SPLIT_BUCKETS;
     }
     if (x->ds3_py) st->alloc_split[RULE_PARAMS] = SPLIT_TENSORS;
+    /* under DeepSpeed autograd still makes each parameter's .grad (its hooks then copy them
+       into the reduce bucket) */
+    if (x->ds_py) {
+        st->alloc_split[RULE_AUTOGRAD_GRADS] = SPLIT_TENSORS;
+        st->alloc_split[RULE_ACCUM_GRADS] = SPLIT_TENSORS;
+        st->alloc_split[RULE_DS12_IN_FLIGHT] = SPLIT_TENSORS;
+    }
     /* FSDP2: per-parameter unsharded tensors and gradients around flat collective buffers
        (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out / foreach_reduce) */
     if (x->f2.on && !x->f2.v1) {
@@ -60,9 +67,18 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_split[RULE_MLP_BACKWARD] = SPLIT_BWD_WS;
     }
     /* torch.optim makes a parameter's states at its first step() (adam.py _init_group:
-       state["exp_avg"] = torch.zeros_like(p, ...)); DeepSpeed makes its flat states at
-       initialisation (stage_1_and_2.py initialize_optimizer_states) */
-    st->alloc_lazy_opt = (uint8_t)torch;
+       state["exp_avg"] = torch.zeros_like(p, ...)); so does DeepSpeed's wrapped optimizer, over
+       the flat fp32 partition (stage_1_and_2.py / stage3.py initialize_optimizer_states make
+       only a zero gradient, and drop it: "other optimizers do lazy initialization of the state
+       at the first call to step"; Adagrad, made at construction, is not planned) */
+    st->alloc_lazy_opt = (uint8_t)(torch || x->ds_py);
+    if (x->ds_py) st->alloc_split[RULE_OPTIMIZER] = SPLIT_COPIES;
+    /* ZeRO-1/2's initialisation: the module's parameters are on the device tensor by tensor,
+       each group is flattened into one buffer and the tensors become views of it (the
+       originals freed: stage_1_and_2.py flatten_dense_tensors_aligned, _update_model_bit16_weights),
+       then the fp32 partition and a zero gradient of its size, dropped at once
+       (initialize_optimizer_states: group.grad = None) */
+    st->alloc_ds_flatten = (uint8_t)x->ds12;
     st->alloc_opt_copies = (uint8_t)(x->o->states > 0 ? x->o->states : 1);
     /* DDP's constructor broadcasts rank 0's parameters and buffers (distributed.py
        _sync_module_states -> dist._broadcast_coalesced, broadcast_bucket_size 250 MiB), which
@@ -306,6 +322,10 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
         return ddp_buckets(ws, m, plan_precision(st->view.t.precision)->grad_bytes);
     case SPLIT_ACTS:
         return at_layer ? act_weights(st, layer, fabs(e->bytes), ws) : 0;
+    case SPLIT_COPIES:
+        for (int c = 0; c < st->alloc_opt_copies; c++)
+            if (add_w(ws, 1)) return -1;
+        return 0;
     case SPLIT_BWD_WS:
         return at_layer ? bwd_ws_weights(st, layer, fabs(e->bytes), ws) : 0;
     case SPLIT_UNIT:   /* the loss's points are the head's (the root's) */
@@ -419,6 +439,20 @@ static int push_level(OpList *ops, const Step *st, const StepMem *x, double *lev
     return push_pieces(ops, &now, ws, OP_ALLOC, stream);
 }
 
+/* ZeRO-1/2's parameters before the flattening (Step.alloc_ds_flatten): the module's tensors,
+   allocated (kind OP_ALLOC, in a slot of their own before the flat buffer) or freed (OP_FREE,
+   once it is made), as transients of the parameters' rule. */
+static int ds_unflattened(const Step *st, const StepMem *x, Weights *ws, OpList *ops, int kind) {
+    StepMem pre = *x;
+    pre.term = TERM_TRANSIENT;
+    ws->n = 0;
+    ws->flat_from = -1;
+    for (int i = 0; kind == OP_ALLOC && i < st->view.m.n_layers; i++)
+        if (layer_tensors_all(ws, &st->view.m.layers[i], 0, 1, 0, frozen_weight(st))) return -1;
+    return push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}}) || push_pieces(ops, &pre, ws, kind, 0) ||
+           push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+}
+
 static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     int *idx = plan_step_order_events(st);
     uint8_t *carry = calloc((size_t)(st->n_mem > 0 ? st->n_mem : 1), 1);
@@ -426,7 +460,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     memset(level, 0, sizeof level);
     Weights ws = {.flat_from = -1};
     int rc = !idx || !carry ? -1 : 0;
-    int step_pt = plan_step_point(st->n_layers, PT_STEP, 0);
+    int step_pt = plan_step_point(st->n_layers, PT_STEP, 0), lazy_done = 0;
     ops->n = 0;
     if (!rc) mark_carried(st, idx, carry);
     /* what lives across steps, in the order the rules wrote it: the parameters, DDP's
@@ -439,9 +473,20 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
         if (!carry[idx[e]] || x->bytes <= 0 || x->term == TERM_OVERHEAD) continue;
         if ((x->rule == RULE_PARAMS) != (pass == 0)) continue;
         if (x->rule == RULE_OPTIMIZER && st->alloc_lazy_opt) continue;
+        if (x->rule == RULE_PARAMS && st->alloc_ds_flatten) rc = ds_unflattened(st, x, &ws, ops, OP_ALLOC);
+        if (rc) break;
         if (x->rule == RULE_DDP_BUCKETS && st->alloc_ddp_rebuild) ws.n = 0;   /* one bucket at first */
         else if (event_weights(st, x, &ws)) rc = -1;
         if (!rc) rc = push_pieces(ops, x, &ws, OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
+        if (!rc && x->rule == RULE_PARAMS && st->alloc_ds_flatten) rc = ds_unflattened(st, x, &ws, ops, OP_FREE);
+        if (!rc && x->rule == RULE_DS_FP32_COPY && st->alloc_ds_flatten) {
+            StepMem z = *x;   /* the zero gradient, made and dropped */
+            Weights none = {.flat_from = -1};
+            z.term = TERM_TRANSIENT;
+            rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}}) || push_pieces(ops, &z, &none, OP_ALLOC, 0) ||
+                 push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}}) || push_pieces(ops, &z, &none, OP_FREE, 0) ||
+                 push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
+        }
     }
     }
     if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
@@ -462,8 +507,9 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
                     rc = push_pieces(ops, x, &none, OP_FREE, 0) || event_weights(st, x, &ws) ||
                          push_pieces(ops, x, &ws, OP_ALLOC, o->one_stream ? 0 : st->alloc_stream[x->rule]);
                 }
-            /* the first step() makes torch.optim's states before its update (_init_group) */
-            if (step == 1 && first->point == step_pt && first->when == AT_BEFORE && st->alloc_lazy_opt)
+            /* the first step() makes the optimizer's states before its update (_init_group): in
+               the step point's first slot (or the first after it, where nothing happens there) */
+            if (step == 1 && !lazy_done && first->point >= step_pt && st->alloc_lazy_opt && (lazy_done = 1))
                 for (int e = 0; e < st->n_mem && !rc; e++) {
                     const StepMem *x = &st->mem[idx[e]];
                     if (carry[idx[e]] && x->bytes > 0 && x->rule == RULE_OPTIMIZER)

@@ -32,6 +32,8 @@ typedef enum {
     SPLIT_BWD_WS,       /* a block's backward working set: under checkpointing the recomputed
                            forward's saved tensors (the layer's as if unchecked), then the
                            backward's own (two d_ff-wide gradients, the rest one piece) */
+    SPLIT_COPIES,       /* alloc_opt_copies equal flat tensors (DeepSpeed's states: exp_avg and
+                           exp_avg_sq of its flat fp32 partition) */
     SPLIT_COUNT
 } StepSplit;
 
