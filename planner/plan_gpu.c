@@ -4,6 +4,8 @@
  * dense (no sparsity). Sources per row in docs/gpus.md. */
 #include "plan_gpu.h"
 
+#include "plan_shares.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -30,20 +32,20 @@
    the FlashAttention-2 paper's maxima (Dao 2023, arXiv 2307.08691: forward up to 73 %, backward
    up to 63 % of the peak) shaped by the H100 curve. Other GPUs: no published figures, the A100's
    attention and the lower GEMM figure (H100's) are assumed. The training shares (gemm_train,
-   attn_train) are set from the published runs bench/published_check.py marks "set": A100 0.9
-   and 0.5, H100 0.85 and 0.5; assumed 0.9 and 0.5 elsewhere. */
+   attn_train) are fitted on the published runs (plan_shares.h, `make fit-time`); other
+   generations take Ampere's. */
 #define H_F(x) ((x) / 989.0)
 static const GpuEff EFF_HOPPER = {"Hopper (H100/H200 SXM)", 794.5 / 989.0,
     {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
-    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, 0.85, 0.5, 1};
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_HOPPER, PLAN_SHARE_ATTN, 1};
 #define A_F(x) (0.73 * (x) / 335.0)
 #define A_B(x) (0.63 * (x) / 322.0)
 static const GpuEff EFF_AMPERE = {"Ampere (A100 SXM)", 271.2 / 312.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
-    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, 0.9, 0.5, 1};
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN, 1};
 static const GpuEff EFF_ASSUMED = {"not measured (A100 attention, H100 GEMM fraction assumed)", 794.5 / 989.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
-    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, 0.9, 0.5, 0};
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN, 0};
 #undef H_F
 #undef A_F
 #undef A_B

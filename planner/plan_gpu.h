@@ -57,6 +57,15 @@ const GpuPreset *plan_gpu_by_name(const char *name);   /* NULL if unknown */
 const char *plan_gpu_names(void);                      /* "v100-16gb, ..." */
 #define PLAN_DEFAULT_GPU "a100-40gb"
 
+/* The time model's fitted shares for one plan (docs/formulas.md "Time"): 0 = the shipped figure
+ * (plan_shares.h, fitted on every published source by `make fit-time`); --time-shares sets them,
+ * which is how bench/fit_time.py fits them and checks them on a source it left out. */
+typedef struct {
+    double gemm;             /* of the generation's MAMF GEMM rate (GpuEff.gemm_train) */
+    double attn;             /* of its flash-attention benchmark rate (GpuEff.attn_train) */
+    double passes;           /* elementwise traffic over one pass per op (PLAN_SHARE_PASSES) */
+} TimeShares;
+
 typedef struct {
     GpuPreset gpu;           /* a copy: flags override fields */
     int64_t gpus;            /* N, total data-parallel ranks */
@@ -77,6 +86,7 @@ typedef struct {
                                 and collectives at the links' alpha-beta (--mfu; validate's measured
                                 descriptions); 0: time from the operations (plan_cost.c, plan_comm.c) */
     double coll_base_lat;    /* seconds every collective costs before its hops (launch, sync) */
+    TimeShares shares;       /* --time-shares; zeros: the shipped shares */
     double host_mem;         /* bytes of host memory per node; 0 = preset per GPU x GPUs per node */
     /* A measured device description (memplan validate on CPU ranks: exec/exec_describe.h) where
        the preset's single figures do not describe the device; 0 = the preset's. docs/formulas.md
