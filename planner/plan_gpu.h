@@ -16,6 +16,8 @@
 #define PLAN_ATTN_POINTS 6   /* sequence lengths 512, 1k, 2k, 4k, 8k, 16k */
 typedef struct {
     const char *name;                    /* "Hopper (H100 SXM)" */
+    const char *key;                     /* "hopper": its GEMM share's name in plan_shares.h and for
+                                            bench/fit_time.py (memplan gpus --json) */
     double gemm_eff;                     /* the best large bf16/fp16 GEMM's fraction of the dense peak (MAMF) */
     double attn_fwd[PLAN_ATTN_POINTS];   /* flash attention forward (causal), fraction of the dense peak */
     double attn_bwd[PLAN_ATTN_POINTS];   /* flash attention backward, fraction of the dense peak */
