@@ -11,10 +11,12 @@ bench/published/*.json, by running `memplan --json --time-shares ...` on every r
   * every source but one, checked on the one left out: its held-out median |error|, written with
     the setups its runs span to planner/plan_time_sources.h (what a plan's time line cites).
 
-The fit minimises, over the sources it fits on, the mean of each source's median |error|
-(sources weigh the same, whatever their number of runs), by coordinate descent on a grid
-(GEMM shares in steps of 0.01, attention 0.05, passes 0.25; a coarse pass at 4x the steps
-first), from a fixed start (GEMM 0.85, attention 0.5, passes 3), so a refit reproduces the last.
+The fit minimises, over the sources it fits on, the mean of each source's median |error|, each
+capped at 25 % (sources weigh the same, whatever their number of runs; a source the model misses
+by more, through a mechanism it lacks, does not set the others' shares), by coordinate descent
+from the best point of a coarse grid (COARSE_GRID: GEMM 0.7-1.0, attention 0.3-1.3, passes 1-8):
+GEMM shares in steps of 0.01, attention 0.05, passes 0.25, a pass at 4x the steps first. Nothing
+depends on the shipped shares, so a refit reproduces them.
 
   python3 bench/fit_time.py [--memplan build/memplan] [--check] [--write]
 
@@ -41,9 +43,14 @@ SOURCES_H = os.path.join(ROOT, "planner", "plan_time_sources.h")
 CACHE = os.path.join(ROOT, "build", "fit-time-cache.json")
 
 # The shares and their grids: (low, high, fine step). GEMM shares are per GPU generation.
-GRID = {"gemm": (0.40, 1.00, 0.01), "attn": (0.20, 1.50, 0.05), "passes": (0.50, 8.00, 0.25)}
-# Where every fit starts (not the shipped shares: a refit must not depend on the last one).
-START = {"gemm": 0.85, "attn": 0.50, "passes": 3.00}
+# The attention share is capped where the fastest flash-attention point of the measured curves
+# (A100 forward: 73 % of the peak) would reach the peak: 1/0.73.
+GRID = {"gemm": (0.40, 1.00, 0.01), "attn": (0.20, 1.35, 0.05), "passes": (0.50, 8.00, 0.25)}
+# Every fit first scores this coarse grid (one GEMM share for all generations) and descends from
+# its best point, so a refit does not depend on the last fit and a left-out source on nothing of
+# its own.
+COARSE_GRID = {"gemm": (0.70, 0.80, 0.90, 1.00), "attn": (0.30, 0.50, 0.75, 1.00, 1.30),
+               "passes": (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)}
 COARSE = 4
 
 # Row keys that become memplan flags when present (the required ones are in plan_args).
@@ -51,7 +58,9 @@ OPTIONAL_FLAGS = (("fsdp", "--fsdp"), ("fsdp_reduce_dtype", "--fsdp-reduce-dtype
                   ("sp", "--sp"), ("pp", "--pp"), ("pp_schedule", "--pp-schedule"),
                   ("microbatches", "--microbatches"), ("inter_bw", "--inter-bw"), ("intra_bw", "--intra-bw"),
                   ("optimizer", "--optimizer"), ("fsdp_backward_prefetch", "--fsdp-backward-prefetch"),
-                  ("fsdp_grad_sync", "--fsdp-grad-sync"), ("dropout", "--dropout"))
+                  ("fsdp_grad_sync", "--fsdp-grad-sync"), ("dropout", "--dropout"), ("offload", "--offload"),
+                  ("ds_reduce_bucket", "--ds-reduce-bucket"), ("ds3_prefetch", "--ds3-prefetch"),
+                  ("ds_overlap_comm", "--ds-overlap-comm"))
 
 
 # ---- the corpus ----
@@ -153,7 +162,13 @@ class Predictor:
             self.dirty = False
 
     def generation(self, r):
-        return self.gpus[r["gpu"]]["achieved"]["generation"]
+        """The row's GPU generation, whose GEMM share prices it; presets without measured figures
+        take Ampere's share (plan_gpu.c EFF_ASSUMED)."""
+        g = self.gpus[r["gpu"]]["achieved"]["generation"]
+        return "ampere" if g == "assumed" else g
+
+    def generations(self):
+        return sorted({g["achieved"]["generation"] for g in self.gpus.values()} - {"assumed"})
 
     def key(self, r, shares):
         g = shares["gemm"].get(self.generation(r)) if shares else None
@@ -202,13 +217,20 @@ def median(v):
 
 # ---- the fit ----
 
+# A source's (and a run's) |error| counts at most this much in the fit: a source the model misses
+# by more, through a mechanism it lacks, then does not set the shares of every other source.
+CAP = 25.0
+
+
 def score(pred, sources, shares):
-    """Mean over the sources of each one's median |error| (a run memplan refuses counts 100 %),
-    and a tie-break of 1/1000 of the mean |error|, which the medians' flat steps leave undecided."""
+    """Mean over the sources of each one's median |error|, capped at CAP (a run memplan refuses
+    counts CAP), and a tie-break of 1/1000 of the mean capped |error|, which the medians' flat steps
+    leave undecided."""
     meds, means = [], []
     for s in sources:
         rows = usable(s["rows"])
-        errs = [abs(error_pct(p, r)) if "error" not in p else 100.0 for p, r in zip(pred.predict(rows, shares), rows)]
+        errs = [min(abs(error_pct(p, r)), CAP) if "error" not in p else CAP
+                for p, r in zip(pred.predict(rows, shares), rows)]
         meds.append(median(errs))
         means.append(statistics.fmean(errs))
     return statistics.fmean(meds) + 1e-3 * statistics.fmean(means)
@@ -221,7 +243,7 @@ def shipped(pred):
     attn = None
     for g in pred.gpus.values():
         a = g.get("achieved")
-        if a and a["measured"]:
+        if a and a["generation"] != "assumed":
             gemm[a["generation"]] = a["gemm_share"]
             attn = a["attn_share"]
     with open(SHARES_H) as f:
@@ -233,11 +255,14 @@ def snap(v, lo, hi, step):
     return round(min(hi, max(lo, round((v - lo) / step) * step + lo)), 6)
 
 
-def fit(pred, sources, start):
-    """Coordinate descent from start over the shares these sources' runs depend on."""
+def fit(pred, sources):
+    """The best point of the coarse grid, then coordinate descent over the shares these sources'
+    runs depend on (a generation none of them ran keeps the coarse GEMM share)."""
     gens = sorted({pred.generation(r) for s in sources for r in usable(s["rows"])})
     names = [("gemm", g) for g in gens] + [("attn", None), ("passes", None)]
-    cur = {"gemm": dict(start["gemm"]), "attn": start["attn"], "passes": start["passes"]}
+    grid = [{"gemm": {g: gv for g in pred.generations()}, "attn": av, "passes": pv}
+            for gv in COARSE_GRID["gemm"] for av in COARSE_GRID["attn"] for pv in COARSE_GRID["passes"]]
+    cur = min(grid, key=lambda x: score(pred, sources, x))
 
     def get(x, n):
         return x[n[0]][n[1]] if n[1] else x[n[0]]
@@ -275,15 +300,18 @@ def fit(pred, sources, start):
     return cur, best
 
 
-def leave_one_out(pred, sources, full):
-    """For each source: the shares fitted on all the others (from the all-source fit) and the
-    predictions for its runs with them."""
+def leave_one_out(pred, sources):
+    """For each source: the shares fitted on all the others (the same fit from the same grid, so
+    nothing of the held-out source reaches its fit) and the predictions for its runs with them."""
     out = {}
     for s in sources:
         others = [o for o in sources if o is not s and usable(o["rows"])]
-        shares, _ = fit(pred, others, full)
-        for g in {pred.generation(r) for r in usable(s["rows"])}:   # a generation only this source has
-            shares["gemm"].setdefault(g, full["gemm"].get(g))
+        shares, _ = fit(pred, others)
+        seen = {pred.generation(r) for o in others for r in usable(o["rows"])}
+        prior = statistics.fmean(v for g, v in shares["gemm"].items() if g in seen)
+        for g in shares["gemm"]:   # a generation only this source has: the others' mean, not its own fit
+            if g not in seen:
+                shares["gemm"][g] = round(prior, 6)
         rows = usable(s["rows"])
         out[s["name"]] = {"shares": shares, "pred": pred.predict(rows, shares), "rows": rows}
     return out
@@ -310,18 +338,20 @@ def shares_header(sh):
     return "\n".join(lines)
 
 
-def coverage(rows):
-    """The setups a source's runs span, as plan_time.c matches them."""
-    def words(vals):
-        return " ".join(sorted({str(v) for v in vals}))
-    dtype = {"fp32": "fp32", "amp-fp16": "fp16", "mixed-fp16": "fp16", "amp-bf16": "bf16", "mixed-bf16": "bf16",
-             "bf16": "bf16"}
-    return {"gpus": words(r["gpu"] for r in rows), "strategies": words(r["strategy"] for r in rows),
-            "ckpts": words(r["act_ckpt"] for r in rows), "dtypes": words(dtype[r["precision"]] for r in rows),
-            "attns": words(r["attn"] for r in rows), "tps": words(r.get("tp", 1) for r in rows),
-            "pps": words(r.get("pp", 1) for r in rows),
-            "seq": (min(r["seq"] for r in rows), max(r["seq"] for r in rows)),
-            "n": (min(r["gpus"] for r in rows), max(r["gpus"] for r in rows))}
+DTYPE = {"fp32": "fp32", "amp-fp16": "fp16", "mixed-fp16": "fp16", "amp-bf16": "bf16", "mixed-bf16": "bf16",
+         "bf16": "bf16"}
+
+
+def setups(rows):
+    """The setups a source's runs had, as plan_time.c matches them: (gpu, strategy, checkpointing,
+    compute dtype, attention, TP, PP, optimizer offload) -> [seq min, max, GPUs min, max]."""
+    out = {}
+    for r in rows:
+        k = (r["gpu"], r["strategy"], r["act_ckpt"], DTYPE[r["precision"]], r["attn"], int(r.get("tp", 1)),
+             int(r.get("pp", 1)), int(r.get("offload") == "optimizer"))
+        v = out.setdefault(k, [r["seq"], r["seq"], r["gpus"], r["gpus"]])
+        v[:] = [min(v[0], r["seq"]), max(v[1], r["seq"]), min(v[2], r["gpus"]), max(v[3], r["gpus"])]
+    return sorted(out.items())
 
 
 def held_out_median(res):
@@ -331,20 +361,20 @@ def held_out_median(res):
 
 def sources_header(sources, loso):
     lines = ["/* plan_time_sources.h — GENERATED by `make fit-time` (bench/fit_time.py): each published source",
-             " * in bench/published, its usable runs, the time model's median |error| on them with the shares",
-             " * fitted on every other source (held out), and the setups its runs span (plan_time.c matches a",
-             " * plan's setup against them). Do not edit by hand. docs/validation-time.md. */",
-             "static const PlanTimeSource PLAN_TIME_SOURCES[] = {",
-             "    /* name, runs, held-out median |error| %, GPUs, strategies, checkpointing, compute dtypes,",
-             "       attention, TP degrees, PP degrees, sequences min-max, GPUs min-max */"]
-    for s in sources:
-        rows = usable(s["rows"])
-        if not rows:
-            continue
-        c = coverage(rows)
-        lines.append(f'    {{"{s["name"]}", {len(rows)}, {held_out_median(loso[s["name"]]):.1f}, "{c["gpus"]}", '
-                     f'"{c["strategies"]}", "{c["ckpts"]}", "{c["dtypes"]}", "{c["attns"]}", "{c["tps"]}", '
-                     f'"{c["pps"]}", {c["seq"][0]}, {c["seq"][1]}, {c["n"][0]}, {c["n"][1]}}},')
+             " * in bench/published with its usable runs and the time model's median |error| on them with the",
+             " * shares fitted on every other source (held out), and the setups its runs had (plan_time.c",
+             " * matches a plan's setup against them). Do not edit by hand. docs/validation-time.md. */",
+             "static const PlanTimeSource PLAN_TIME_SOURCES[] = {"]
+    used = [s for s in sources if usable(s["rows"])]
+    for s in used:
+        lines.append(f'    {{"{s["name"]}", {len(usable(s["rows"]))}, {held_out_median(loso[s["name"]]):.1f}}},')
+    lines += ["};", "static const PlanTimeSetup PLAN_TIME_SETUPS[] = {",
+              "    /* source, GPU, strategy, checkpointing, compute dtype, attention, TP, PP, optimizer offload,",
+              "       sequences min-max, GPUs min-max */"]
+    for i, s in enumerate(used):
+        for k, v in setups(usable(s["rows"])):
+            lines.append(f'    {{{i}, "{k[0]}", "{k[1]}", "{k[2]}", "{k[3]}", "{k[4]}", {k[5]}, {k[6]}, {k[7]}, '
+                         f'{v[0]}, {v[1]}, {v[2]}, {v[3]}}},')
     lines += ["};", ""]
     return "\n".join(lines)
 
@@ -354,11 +384,10 @@ def run_fit(memplan, folder, use_cache=True, log=print):
     pred = Predictor(memplan, use_cache)
     sources = load_corpus(folder)
     fitted = [s for s in sources if usable(s["rows"])]
-    start = {"gemm": {g: START["gemm"] for g in ("ampere", "hopper")}, "attn": START["attn"], "passes": START["passes"]}
     try:
-        full, sc = fit(pred, fitted, start)
+        full, sc = fit(pred, fitted)
         log(f"# all {len(fitted)} sources: {fmt_shares(full)} (objective {sc:.2f} %)")
-        loso = leave_one_out(pred, fitted, full)
+        loso = leave_one_out(pred, fitted)
         for name, res in loso.items():
             log(f"# without {name}: {fmt_shares(res['shares'])}; {name} held out: median |error| "
                 f"{held_out_median(res):.1f} %")

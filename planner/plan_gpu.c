@@ -43,6 +43,12 @@ static const GpuEff EFF_HOPPER = {"Hopper (H100/H200 SXM)", "hopper", 794.5 / 98
 static const GpuEff EFF_AMPERE = {"Ampere (A100 SXM)", "ampere", 271.2 / 312.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
     {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN, 1};
+/* Blackwell: the GEMM figure measured (MAMF table: B200 SXM 1745.0 of 2250, torch 2.7.1+cu128);
+   no published flash-attention curve in this form: Hopper's fractions assumed (measured 0). */
+static const GpuEff EFF_BLACKWELL = {"Blackwell (B200; GEMM measured, attention assumed Hopper's)", "blackwell",
+    1745.0 / 2250.0,
+    {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_BLACKWELL, PLAN_SHARE_ATTN, 0};
 static const GpuEff EFF_ASSUMED = {"not measured (A100 attention, H100 GEMM fraction assumed)", "assumed", 794.5 / 989.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
     {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN, 0};
@@ -65,6 +71,7 @@ static const GpuPreset GPUS[] = {
     {"h100-96gb", "NVIDIA H100 96GB HBM2e (500 W)", 96e9, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 2400, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "Grand Teton (8 GPUs; host as DGX H100 assumed)", 132, 1, &EFF_HOPPER},
     {"h800", "NVIDIA H800 80GB HBM3", 81559 * MIB_, 200, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (400 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H800 (8 GPUs, as DGX H100)", 132, 1, &EFF_HOPPER},
     {"a800-80gb", "NVIDIA A800-SXM4-80GB", 81920 * MIB_, 200, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (400 GB/s bidirectional)", 256 * GIB_, PCIE4, 409.6, "DGX A800 (8 GPUs, as DGX A100 640GB)", 108, 1, &EFF_AMPERE},
+    {"b200", "NVIDIA B200", 180 * GIB_, 900, 50, HOP_NVLINK, HOP_NET, {80, 2250, 2250}, WS_HOPPER, 8000, "NVLink 5 (1.8 TB/s bidirectional)", 256 * GIB_, PCIE5, 716.8, "DGX B200 (8 GPUs, 2 TiB, 2 x Xeon 8570, 8 ch DDR5-5600 each)", 148, 1, &EFF_BLACKWELL},
     {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 4800, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H200 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)", 132, 1, &EFF_HOPPER},
 };
 #define N_GPUS ((int)(sizeof(GPUS) / sizeof(GPUS[0])))

@@ -5,9 +5,10 @@
 #ifndef PLAN_SHARES_H
 #define PLAN_SHARES_H
 
-#define PLAN_SHARE_GEMM_AMPERE 0.90   /* of the MAMF GEMM rate that training sustains: A100/A800 */
-#define PLAN_SHARE_GEMM_HOPPER 0.85   /* H100/H800/H200 */
-#define PLAN_SHARE_ATTN 0.50          /* of the flash-attention benchmark rate */
-#define PLAN_SHARE_PASSES 3.00        /* elementwise traffic over one pass per op */
+#define PLAN_SHARE_GEMM_AMPERE 0.96   /* of the ampere GPUs' MAMF GEMM rate */
+#define PLAN_SHARE_GEMM_BLACKWELL 0.73   /* of the blackwell GPUs' MAMF GEMM rate */
+#define PLAN_SHARE_GEMM_HOPPER 0.99   /* of the hopper GPUs' MAMF GEMM rate */
+#define PLAN_SHARE_ATTN 0.50   /* of the flash-attention benchmark rate */
+#define PLAN_SHARE_PASSES 3.50   /* elementwise traffic over one pass per op */
 
 #endif

@@ -9,52 +9,47 @@
 #include "plan_util.h"
 
 #define N_SOURCES ((int)(sizeof PLAN_TIME_SOURCES / sizeof PLAN_TIME_SOURCES[0]))
+#define N_SETUPS ((int)(sizeof PLAN_TIME_SETUPS / sizeof PLAN_TIME_SETUPS[0]))
 _Static_assert(sizeof PLAN_TIME_SOURCES / sizeof PLAN_TIME_SOURCES[0] <= PLAN_TIME_MAX_SOURCES,
                "PLAN_TIME_MAX_SOURCES holds every source");
 
 int plan_time_source_count(void) { return N_SOURCES; }
 const PlanTimeSource *plan_time_source(int i) { return i >= 0 && i < N_SOURCES ? &PLAN_TIME_SOURCES[i] : NULL; }
 
-/* 1 when v is one of the space-separated words of list. */
-static int in_list(const char *list, const char *v) {
-    size_t n = strlen(v);
-    for (const char *p = list; (p = strstr(p, v)) != NULL; p += n)
-        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return 1;
-    return 0;
-}
-
 static const char *const DTYPES[] = {"fp32", "fp16", "bf16"};   /* PeakKind order */
 
-/* The checks a source's runs make of a setup, in the order the estimate's reason names the first
-   that fails. */
+/* A plan's setup in the terms of PlanTimeSetup. */
 typedef struct {
-    const char *gpu, *strategy, *dtype, *attn, *ckpt;
-    char tp[16], pp[16];
+    const char *gpu, *strategy, *ckpt, *dtype, *attn;
+    int tp, pp;
     int64_t seq, gpus;
 } Setup;
 
-static int covers(const PlanTimeSource *s, const Setup *u, char *why, size_t len) {
+/* How far setup u matches one a source ran: the checks in order, COVERED when all pass; else the
+   first that fails, with its reason in why (the estimate names the closest source's). */
+#define COVERED 8
+static int matches(const PlanTimeSetup *s, const Setup *u, char *why, size_t len) {
     static const char *const WHY[] = {
         "no published run on this GPU", "no published run of this strategy on this GPU",
         "no published run in this precision", "no published run with this attention",
         "no published run with this checkpointing", "no published run at this tensor-parallel degree",
         "no published run with this many pipeline stages"};
-    const char *list[] = {s->gpus, s->strategies, s->dtypes, s->attns, s->ckpts, s->tps, s->pps};
-    const char *value[] = {u->gpu, u->strategy, u->dtype, u->attn, u->ckpt, u->tp, u->pp};
+    int same[] = {!strcmp(s->gpu, u->gpu), !strcmp(s->strategy, u->strategy), !strcmp(s->dtype, u->dtype),
+                  !strcmp(s->attn, u->attn), !strcmp(s->ckpt, u->ckpt), s->tp == u->tp, s->pp == u->pp};
     int k = 0;
-    while (k < 7 && in_list(list[k], value[k])) k++;
+    while (k < 7 && same[k]) k++;
     if (k < 7) {
         snprintf(why, len, "%s", WHY[k]);
         return k;
     }
     if (u->seq < s->seq_min || u->seq > s->seq_max || u->gpus < s->gpus_min || u->gpus > s->gpus_max) {
-        snprintf(why, len, "outside the published runs' sequences (%lld-%lld) or GPU counts (%lld-%lld)",
-                 (long long)s->seq_min, (long long)s->seq_max, (long long)s->gpus_min, (long long)s->gpus_max);
+        snprintf(why, len, "outside the sequences (%lld-%lld) and GPU counts (%lld-%lld) of the published runs of "
+                 "this setup", (long long)s->seq_min, (long long)s->seq_max, (long long)s->gpus_min,
+                 (long long)s->gpus_max);
         return 7;
     }
-    return 8;
+    return COVERED;
 }
-#define COVERED 8
 
 TimeBasis plan_time_basis(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k) {
     TimeBasis b;
@@ -62,33 +57,41 @@ TimeBasis plan_time_basis(const ModelSpec *m, const TrainSpec *t, const ClusterS
     const char *why = NULL;
     if (plan_time_flat(c)) why = "the flat model (--mfu or a measured description)";
     else if (m->arch != ARCH_DECODER || m->moe.n_experts > 0) why = "no published run of this kind of model";
-    else if (t->impl != IMPL_PYTORCH || t->offload != OFFLOAD_NONE) why = "no published run with this layout or offload";
+    else if (t->impl != IMPL_PYTORCH) why = "no published run of memplan's engine";
     else if (t->ft.rank > 0 || t->ft.freeze != FREEZE_NONE) why = "no published run with LoRA or frozen parameters";
     else if (t->pp > 1 && t->pp_schedule != PP_1F1B) why = "no published run with this pipeline schedule";
+    else if (t->offload != OFFLOAD_NONE && t->offload != OFFLOAD_OPT) why = "no published run offloading parameters";
     if (why) {
         snprintf(b.why, sizeof b.why, "%s", why);
         return b;
     }
     char ckpt[32];
-    Setup u = {c->gpu.name, plan_strategy(k)->name, DTYPES[plan_precision(t->precision)->peak],
-               plan_attn_name(t->attn), plan_ckpt_label(t, ckpt, sizeof ckpt), "", "",
-               t->seq > 0 ? t->seq : m->max_seq, c->gpus};
-    snprintf(u.tp, sizeof u.tp, "%d", t->tp > 1 ? t->tp : 1);
-    snprintf(u.pp, sizeof u.pp, "%d", t->pp > 1 ? t->pp : 1);
-    int best = -1;
-    size_t n = 0;
-    for (int i = 0; i < N_SOURCES; i++) {
+    Setup u = {c->gpu.name, plan_strategy(k)->name, plan_ckpt_label(t, ckpt, sizeof ckpt),
+               DTYPES[plan_precision(t->precision)->peak], plan_attn_name(t->attn), t->tp > 1 ? t->tp : 1,
+               t->pp > 1 ? t->pp : 1, t->seq > 0 ? t->seq : m->max_seq, c->gpus};
+    int best = -1, covered[PLAN_TIME_MAX_SOURCES] = {0};
+    for (int i = 0; i < N_SETUPS; i++) {
+        const PlanTimeSetup *s = &PLAN_TIME_SETUPS[i];
         char w[sizeof b.why];
-        int depth = covers(&PLAN_TIME_SOURCES[i], &u, w, sizeof w);
-        if (depth == COVERED) {
-            b.src[b.n++] = &PLAN_TIME_SOURCES[i];
-            n += (size_t)snprintf(b.why + n, n < sizeof b.why ? sizeof b.why - n : 0, "%s%s %.1f %% (%d runs)",
-                                  b.n > 1 ? ", " : "", PLAN_TIME_SOURCES[i].name, PLAN_TIME_SOURCES[i].held_out_pct,
-                                  PLAN_TIME_SOURCES[i].rows);
-        } else if (!b.n && depth > best) {
+        int depth = matches(s, &u, w, sizeof w);
+        /* offloaded runs cover offloaded setups only (and the other way round) */
+        if (depth == COVERED && s->offload != (t->offload == OFFLOAD_OPT)) {
+            snprintf(w, sizeof w, "no published run with this offload");
+            depth = 7;
+        }
+        if (depth == COVERED) covered[s->source] = 1;
+        else if (depth > best) {
             best = depth;
             snprintf(b.why, sizeof b.why, "%s", w);
         }
+    }
+    size_t n = 0;
+    for (int i = 0; i < N_SOURCES; i++) {
+        if (!covered[i]) continue;
+        const PlanTimeSource *s = &PLAN_TIME_SOURCES[i];
+        n += (size_t)snprintf(b.why + n, n < sizeof b.why ? sizeof b.why - n : 0, "%s%s %.1f %% (%d runs)",
+                              b.n ? ", " : "", s->name, s->held_out_pct, s->rows);
+        b.src[b.n++] = s;
     }
     b.published = b.n > 0;
     return b;

@@ -13,16 +13,22 @@
 #include "plan_train.h"
 
 /* One published source as `make fit-time` summarised it (planner/plan_time_sources.h, generated):
- * its name, usable runs, median |error| of the time model on them with the shares fitted on every
- * other source (held out), and the setups its runs span. Lists are space-separated values as the
- * CLI takes them (--gpu, --strategy, --act-ckpt policy, compute dtype, --attn, --tp, --pp). */
+ * its name, usable runs, and the median |error| of the time model on them with the shares fitted
+ * on every other source (held out). */
 typedef struct {
     const char *name;
     int rows;
     double held_out_pct;
-    const char *gpus, *strategies, *ckpts, *dtypes, *attns, *tps, *pps;
-    int64_t seq_min, seq_max, gpus_min, gpus_max;
 } PlanTimeSource;
+/* One setup its runs had: the GPU preset, strategy, checkpointing (--act-ckpt as the CLI takes
+ * it), compute dtype, attention, TP and PP degrees, optimizer offload, and the range of sequences
+ * and GPU counts its runs of that setup span. */
+typedef struct {
+    int source;              /* index into the sources */
+    const char *gpu, *strategy, *ckpt, *dtype, *attn;
+    int tp, pp, offload;     /* offload: 1 = --offload optimizer */
+    int64_t seq_min, seq_max, gpus_min, gpus_max;
+} PlanTimeSetup;
 
 #define PLAN_TIME_MAX_SOURCES 16
 typedef struct {
@@ -34,9 +40,10 @@ typedef struct {
 } TimeBasis;
 
 /* Which sources cover strategy k's setup under the per-operation model: a source covers it when
- * one of its runs has the GPU preset, the strategy, the checkpointing policy, the compute dtype,
- * the attention, the TP and PP degrees, and the sequence and GPU count lie within its runs'. The
- * flat model (--mfu), models other than dense decoders, --impl engine and offload are estimates. */
+ * its runs include one with the GPU preset, strategy, checkpointing, compute dtype, attention and
+ * TP and PP degrees, and the sequence and GPU count lie within those runs'. The flat model
+ * (--mfu), models other than dense decoders, --impl engine, LoRA/frozen parameters and pipeline
+ * schedules other than 1F1B are estimates; so is offload unless a source ran it. */
 TimeBasis plan_time_basis(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k);
 const char *plan_time_basis_name(const TimeBasis *b);   /* "published" or "estimate" */
 /* The basis as the time lines print it: "backed by published runs: llm-foundry (209 runs,
