@@ -83,6 +83,7 @@ def load_corpus(folder):
         for r in doc["rows"]:
             r["file"] = os.path.relpath(path, ROOT)
             r["source"] = name
+            r["_where"] = f'{r.get("file_ref") or doc["source"]["file"]}:{r.get("line", "")}'   # the source's file and line
             use = r.get("use", "fit")
             if use not in ("fit", "unusable"):
                 raise ValueError(f"{path}: row {r.get('id')}: use '{use}' is not fit or unusable")
@@ -236,7 +237,7 @@ def score(pred, sources, shares):
     return statistics.fmean(meds) + 1e-3 * statistics.fmean(means)
 
 
-def shipped(pred):
+def shipped_shares(pred):
     """The shares the planner was built with: GEMM and attention from memplan gpus --json, the
     passes from plan_shares.h."""
     gemm = {}
@@ -379,11 +380,24 @@ def sources_header(sources, loso):
     return "\n".join(lines)
 
 
-def run_fit(memplan, folder, use_cache=True, log=print):
-    """The all-source fit and the leave-one-source-out fits: (pred, sources, full shares, loso)."""
+def run_fit(memplan, folder, use_cache=True, log=print, shipped=False, rows=0):
+    """The all-source fit and the leave-one-source-out fits: (pred, sources, full shares, loso).
+    shipped: no fit, every source predicted with the shipped shares (in loso's shape); rows: the
+    first N usable runs of each source only (0: all)."""
     pred = Predictor(memplan, use_cache)
     sources = load_corpus(folder)
+    if rows > 0:
+        for s in sources:
+            keep = usable(s["rows"])[:rows]
+            s["rows"] = keep + [r for r in s["rows"] if r.get("use") == "unusable"]
     fitted = [s for s in sources if usable(s["rows"])]
+    if shipped:
+        sh = shipped_shares(pred)
+        try:
+            return pred, sources, sh, {s["name"]: {"shares": sh, "rows": usable(s["rows"]),
+                                                   "pred": pred.predict(usable(s["rows"]), None)} for s in fitted}
+        finally:
+            pred.save()
     try:
         full, sc = fit(pred, fitted)
         log(f"# all {len(fitted)} sources: {fmt_shares(full)} (objective {sc:.2f} %)")
@@ -419,7 +433,7 @@ def main():
                 with open(path, "w") as f:
                     f.write(text)
         print(f"# {os.path.relpath(path, ROOT)}: {'reproduced' if old == text else 'rewritten' if a.write else 'DIFFERS'}")
-    print(f"# shipped: {fmt_shares(shipped(pred))}")
+    print(f"# shipped: {fmt_shares(shipped_shares(pred))}")
     print(f"# fitted:  {fmt_shares(full)}")
     if not same and not a.write:
         print("# the fit does not reproduce the shipped shares: run `python3 bench/fit_time.py --write`, rebuild "

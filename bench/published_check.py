@@ -22,6 +22,10 @@ the preset's dense peak. Rows a planner cannot reproduce (fp8, torch.compile, co
 interleaved pipelines, ...) are listed as unusable with the reason.
 
   python3 bench/published_check.py [--memplan build/memplan] [--json=FILE] [--quiet] [--no-cache]
+                                   [--shipped] [--rows N]
+
+--shipped predicts every run with the shipped shares instead (no fit: in-sample, seconds);
+--rows N keeps the first N usable runs of each source (a quick look).
 
 Exit 0 when every source's held-out median is within --target (10 %), 1 otherwise, 2 on bad input.
 Needs only the Python standard library.
@@ -105,10 +109,13 @@ def main():
     ap.add_argument("--json", dest="json_path", default=None, help="also write the table as JSON to FILE")
     ap.add_argument("--quiet", action="store_true", help="the per-source table only")
     ap.add_argument("--no-cache", action="store_true", help="do not read or write build/fit-time-cache.json")
+    ap.add_argument("--shipped", action="store_true", help="the shipped shares for every run: no fit, not held out")
+    ap.add_argument("--rows", type=int, default=0, help="only the first N usable runs of each source (0 = all)")
     a = ap.parse_args()
     log = (lambda s: None) if a.quiet else print
     try:
-        pred, sources, full, loso = fit_time.run_fit(a.memplan, a.tables, not a.no_cache, log)
+        pred, sources, full, loso = fit_time.run_fit(a.memplan, a.tables, not a.no_cache, log, shipped=a.shipped,
+                                                     rows=a.rows)
     except (ValueError, OSError, json.JSONDecodeError, subprocess.CalledProcessError) as e:
         print(f"published_check: {e}", file=sys.stderr)
         return 2
@@ -121,7 +128,7 @@ def main():
         near, gpu = baselines(res["rows"], res["pred"], others, opreds, pred)
         errs, ne, ge, bias, exposed = [], [], [], [], []
         for r, p, n, g in zip(res["rows"], res["pred"], near, gpu):
-            rec = {"id": r["id"], "source": s["name"], "file": r["file"], "line": r.get("line"),
+            rec = {"id": r["id"], "source": s["name"], "file": r["file"], "where": r["_where"],
                    "table": r.get("table"), "published": r["tokens_per_s_per_gpu"]}
             if "error" in p:
                 failed += 1
@@ -145,7 +152,7 @@ def main():
         print(f"{'row':<52} {'published':>10} {'predicted':>10} {'error':>7} {'nearest':>8} {'gpu-mfu':>8}  source")
         print(f"{'-':<52} {'tok/s/GPU':>10} {'tok/s/GPU':>10} {'%':>7} {'%':>8} {'%':>8}  -")
         for rec in records:
-            where = f"{rec['file']}:{rec['line'] or rec['table']}"
+            where = rec["where"]
             if "failed" in rec:
                 print(f"{rec['id']:<52} {rec['published']:>10.0f} {'-':>10} {'-':>7} {'-':>8} {'-':>8}  memplan: {rec['failed']}")
             else:
@@ -155,21 +162,30 @@ def main():
             for r in s["rows"]:
                 if r.get("use") == "unusable":
                     print(f"{r['id']:<52} {r['tokens_per_s_per_gpu']:>10.0f} {'unusable':>10}  {r.get('why', '')}")
-    unusable = sum(1 for s in sources for r in s["rows"] if r.get("use") == "unusable")
-    print("# each source held out of the fit that predicts it; median |error| of tokens/s per GPU, %")
-    print(f"{'source':<14} {'runs':>5} {'held-out':>9} {'nearest':>8} {'gpu-mfu':>8} {'signed':>7} {'exposed':>8}  "
-          "shares fitted without it")
+    unusable = 0
+    for s in sources:
+        for r in s["rows"]:
+            if r.get("use") == "unusable":
+                unusable += 1
+                records.append({"id": r["id"], "source": s["name"], "file": r["file"], "where": r["_where"],
+                                "use": "unusable", "why": r.get("why", ""), "published": r["tokens_per_s_per_gpu"]})
+    print("# the shipped shares for every run (--shipped: in-sample, not held out); median |error| of tokens/s per GPU, %"
+          if a.shipped else "# each source held out of the fit that predicts it; median |error| of tokens/s per GPU, %")
+    print(f"{'source':<14} {'runs':>5} {'in-sample' if a.shipped else 'held-out':>9} {'nearest':>8} {'gpu-mfu':>8} "
+          f"{'signed':>7} {'exposed':>8}  {'shares' if a.shipped else 'shares fitted without it'}")
     print(f"{'-':<14} {'-':>5} {'%':>9} {'%':>8} {'%':>8} {'%':>7} {'of step':>8}  -")
     for t in table:
         print(f"{t['name']:<14} {t['rows']:>5} {t['held_out_median_pct']:>9.1f} {t['nearest_row_baseline_pct']:>8.1f} "
               f"{t['gpu_mfu_baseline_pct']:>8.1f} {t['signed_median_pct']:>+7.1f} {t['exposed_comm_median']:>8.2f}  "
               f"{fit_time.fmt_shares(t['shares'])}")
     om = fit_time.median(overall)
-    print(f"# overall: {len(overall)} runs from {len(table)} sources, held-out median |error| {om:.1f} % "
+    print(f"# overall: {len(overall)} runs from {len(table)} sources, {'in-sample' if a.shipped else 'held-out'} "
+          f"median |error| {om:.1f} % "
           f"(target {a.target:.0f} % per source); {unusable} unusable runs listed, {failed} failed")
-    print(f"# shares fitted on all sources (shipped in planner/plan_shares.h): {fit_time.fmt_shares(full)}")
+    print(f"# shares {'shipped' if a.shipped else 'fitted on all sources (shipped in planner/plan_shares.h)'}: "
+          f"{fit_time.fmt_shares(full)}")
     if a.json_path:
-        doc = {"sources": [{k: t[k] for k in ("name", "rows", "held_out_median_pct", "nearest_row_baseline_pct",
+        doc = {"held_out": not a.shipped, "sources": [{k: t[k] for k in ("name", "rows", "held_out_median_pct", "nearest_row_baseline_pct",
                                                "gpu_mfu_baseline_pct")} for t in table],
                "overall_median_pct": om, "rows": records, "shares": full}
         with open(a.json_path, "w") as f:
