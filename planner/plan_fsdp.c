@@ -29,8 +29,10 @@ int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk) { return fsdp2_row
 
 double plan_fsdp_reduce_bytes(const TrainSpec *t, StrategyKind sk) {
     const PrecisionSpec *p = plan_precision(t->precision);
-    if (t->fsdp_reduce == FSDP_REDUCE_FP32) return 4;
-    if (t->fsdp_reduce == FSDP_REDUCE_LOW) return p->act_bytes;
+    const Strategy *s = plan_strategy(sk);
+    int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;   /* the engine's ZeRO-3: its own */
+    if (fsdp && t->fsdp_reduce == FSDP_REDUCE_FP32) return 4;
+    if (fsdp && t->fsdp_reduce == FSDP_REDUCE_LOW) return p->act_bytes;
     return plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
 }
 

@@ -21,24 +21,26 @@ static const char *const DTYPES[] = {"fp32", "fp16", "bf16"};   /* PeakKind orde
 /* A plan's setup in the terms of PlanTimeSetup. */
 typedef struct {
     const char *gpu, *strategy, *ckpt, *dtype, *attn;
-    int tp, pp;
+    int tp, pp, offload;
     int64_t seq, gpus;
 } Setup;
 
 /* How far setup u matches one a source ran: the checks in order, COVERED when all pass; else the
    first that fails, with its reason in why (the estimate names the closest source's). */
-#define COVERED 8
+#define CHECKS 8
+#define COVERED (CHECKS + 1)
 static int matches(const PlanTimeSetup *s, const Setup *u, char *why, size_t len) {
-    static const char *const WHY[] = {
+    static const char *const WHY[CHECKS] = {
         "no published run on this GPU", "no published run of this strategy on this GPU",
         "no published run in this precision", "no published run with this attention",
         "no published run with this checkpointing", "no published run at this tensor-parallel degree",
-        "no published run with this many pipeline stages"};
-    int same[] = {!strcmp(s->gpu, u->gpu), !strcmp(s->strategy, u->strategy), !strcmp(s->dtype, u->dtype),
-                  !strcmp(s->attn, u->attn), !strcmp(s->ckpt, u->ckpt), s->tp == u->tp, s->pp == u->pp};
+        "no published run with this many pipeline stages", "no published run with this offload"};
+    int same[CHECKS] = {!strcmp(s->gpu, u->gpu), !strcmp(s->strategy, u->strategy), !strcmp(s->dtype, u->dtype),
+                        !strcmp(s->attn, u->attn), !strcmp(s->ckpt, u->ckpt), s->tp == u->tp, s->pp == u->pp,
+                        s->offload == u->offload};
     int k = 0;
-    while (k < 7 && same[k]) k++;
-    if (k < 7) {
+    while (k < CHECKS && same[k]) k++;
+    if (k < CHECKS) {
         snprintf(why, len, "%s", WHY[k]);
         return k;
     }
@@ -46,7 +48,7 @@ static int matches(const PlanTimeSetup *s, const Setup *u, char *why, size_t len
         snprintf(why, len, "outside the sequences (%lld-%lld) and GPU counts (%lld-%lld) of the published runs of "
                  "this setup", (long long)s->seq_min, (long long)s->seq_max, (long long)s->gpus_min,
                  (long long)s->gpus_max);
-        return 7;
+        return CHECKS;
     }
     return COVERED;
 }
@@ -68,17 +70,12 @@ TimeBasis plan_time_basis(const ModelSpec *m, const TrainSpec *t, const ClusterS
     char ckpt[32];
     Setup u = {c->gpu.name, plan_strategy(k)->name, plan_ckpt_label(t, ckpt, sizeof ckpt),
                DTYPES[plan_precision(t->precision)->peak], plan_attn_name(t->attn), t->tp > 1 ? t->tp : 1,
-               t->pp > 1 ? t->pp : 1, t->seq > 0 ? t->seq : m->max_seq, c->gpus};
+               t->pp > 1 ? t->pp : 1, t->offload == OFFLOAD_OPT, t->seq > 0 ? t->seq : m->max_seq, c->gpus};
     int best = -1, covered[PLAN_TIME_MAX_SOURCES] = {0};
     for (int i = 0; i < N_SETUPS; i++) {
         const PlanTimeSetup *s = &PLAN_TIME_SETUPS[i];
         char w[sizeof b.why];
         int depth = matches(s, &u, w, sizeof w);
-        /* offloaded runs cover offloaded setups only (and the other way round) */
-        if (depth == COVERED && s->offload != (t->offload == OFFLOAD_OPT)) {
-            snprintf(w, sizeof w, "no published run with this offload");
-            depth = 7;
-        }
         if (depth == COVERED) covered[s->source] = 1;
         else if (depth > best) {
             best = depth;
@@ -89,8 +86,9 @@ TimeBasis plan_time_basis(const ModelSpec *m, const TrainSpec *t, const ClusterS
     for (int i = 0; i < N_SOURCES; i++) {
         if (!covered[i]) continue;
         const PlanTimeSource *s = &PLAN_TIME_SOURCES[i];
-        n += (size_t)snprintf(b.why + n, n < sizeof b.why ? sizeof b.why - n : 0, "%s%s %.1f %% (%d runs)",
-                              b.n ? ", " : "", s->name, s->held_out_pct, s->rows);
+        if (n < sizeof b.why)   /* the list, as far as it fits */
+            n += (size_t)snprintf(b.why + n, sizeof b.why - n, "%s%s %.1f %% (%d runs)", b.n ? ", " : "", s->name,
+                                  s->held_out_pct, s->rows);
         b.src[b.n++] = s;
     }
     b.published = b.n > 0;
