@@ -118,7 +118,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check
+.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check fit-time
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC) $(MEMPLAN_FETCH)
 
 config:
@@ -217,9 +217,16 @@ test: $(DEPS) config test-bin torch-env
 run: all
 	$(MEMPLAN) --model gpt2-xl --gpus 8
 
-# the time model against every published GPU run in bench/published (not part of `make test`)
+# the time model against every published GPU run in bench/published, each source held out of the
+# fit that predicts it (not part of `make test`; docs/validation-time.md)
 published-check: $(MEMPLAN)
 	python3 bench/published_check.py --memplan $(MEMPLAN)
+
+# fits the time model's shares on every published source (and on all but each one) and checks
+# that they reproduce the shipped planner/plan_shares.h and plan_time_sources.h (exit 1 if not;
+# `python3 bench/fit_time.py --write` rewrites them, then rebuild)
+fit-time: $(MEMPLAN)
+	python3 bench/fit_time.py --memplan $(MEMPLAN)
 
 bench: $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES)
 

@@ -15,6 +15,7 @@
 #include "plan_strategy.h"
 #include "plan_dim_pp.h"
 #include "plan_dim_tp.h"
+#include "plan_time.h"
 #include "plan_util.h"
 
 enum {
@@ -26,7 +27,7 @@ enum {
     OPT_CONFIG, OPT_CONFIG_KIND,
     OPT_TP, OPT_SP, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
-    OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD,
+    OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD, OPT_FSDP_REDUCE, OPT_TIME_SHARES,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -55,6 +56,7 @@ static const struct option BASE_OPTIONS[] = {
     {"alloc-margin", required_argument, 0, OPT_MARGIN},
     {"alloc-conf", required_argument, 0, OPT_ALLOC_CONF},
     {"mfu", required_argument, 0, OPT_MFU},
+    {"time-shares", required_argument, 0, OPT_TIME_SHARES},
     {"intra-bw", required_argument, 0, OPT_INTRA_BW},
     {"inter-bw", required_argument, 0, OPT_INTER_BW},
     {"latency", required_argument, 0, OPT_LATENCY},
@@ -66,6 +68,7 @@ static const struct option BASE_OPTIONS[] = {
     {"loop", required_argument, 0, OPT_LOOP},
     {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"fsdp-grad-sync", required_argument, 0, OPT_FSDP_SYNC},
+    {"fsdp-reduce-dtype", required_argument, 0, OPT_FSDP_REDUCE},
     {"fsdp-min-params", required_argument, 0, OPT_FSDP_MIN},
     {"fsdp-limit-all-gathers", required_argument, 0, OPT_FSDP_LIMIT},
     {"fsdp-backward-prefetch", required_argument, 0, OPT_FSDP_BWD},
@@ -192,6 +195,10 @@ void cli_print_setup_help(FILE *f) {
         "  --inter-bw GBPS        override bandwidth per GPU across nodes (GB/s)\n"
         "  --latency US           override the per-step collective latency (microseconds)\n"
         "  --mfu F                the flat time model: compute at F x the peak FLOP/s (default: time from the operations)\n"
+        "  --time-shares K=F,...  the per-operation model's fitted shares for this plan: gemm (of the GPU's\n"
+        "                         measured GEMM rate), attn (of its flash-attention rate), passes (elementwise\n"
+        "                         passes); default: the shipped ones, fitted on every published source\n"
+        "                         (make fit-time; docs/validation-time.md)\n"
         "Strategies:\n"
         "  --strategy S[,S...]    all (default), or %s\n"
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
@@ -203,6 +210,10 @@ void cli_print_setup_help(FILE *f) {
         "                         last skips it on the non-final micro-steps (no_sync /\n"
         "                         set_requires_gradient_sync(False), HF Accelerate): every unit's unsharded\n"
         "                         gradient accumulates, one reduce-scatter per optimizer step\n"
+        "  --fsdp-reduce-dtype fp32|bf16|fp16\n"
+        "                         fsdp-*: the dtype gradients are reduce-scattered in, MixedPrecision(Policy)'s\n"
+        "                         reduce_dtype (default: fp32 for --fsdp 2 under mixed-*, as torchtitan;\n"
+        "                         else the gradients' own, as FSDP1's MixedPrecision(reduce_dtype=param_dtype))\n"
         "Tensor parallel (PyTorch parallelize_module; with ddp and fsdp-full on gpus / tp data-parallel ranks):\n"
         "  --tp N|auto            tensor-parallel degree inside a node (default 1; auto: memplan auto tries\n"
         "                         every degree dividing the GPUs per node, data parallel alone kept within 3%%):\n"
@@ -419,6 +430,25 @@ static int fsdp1_knobs(CliSetup *s) {
     return 0;
 }
 
+/* --fsdp-reduce-dtype: fsdp-* rows only; a 16-bit reduce dtype is the precision's compute dtype
+   (MixedPrecision casts the gradients from param_dtype). 0 or 2. */
+static int fsdp_reduce(CliSetup *s) {
+    const char *a = cli_setup_given(s, "fsdp-reduce-dtype");
+    if (!a) return 0;
+    unsigned fsdp = (1u << STRAT_FSDP_FULL) | (1u << STRAT_FSDP_GRAD_OP) | (1u << STRAT_FSDP_HYBRID);
+    if (!(s->strategies & fsdp))
+        return cli_usage_error("--fsdp-reduce-dtype is FSDP's MixedPrecision reduce_dtype: add fsdp-full, fsdp-grad-op "
+                               "or fsdp-hybrid to --strategy");
+    const PrecisionSpec *p = plan_precision(s->train.precision);
+    int bf = strcmp(a, "bf16") == 0;
+    if (s->train.fsdp_reduce == FSDP_REDUCE_LOW && (p->act_bytes != 2 || (p->peak == PEAK_BF16) != bf))
+        return cli_usage_error("--fsdp-reduce-dtype %s needs a precision that computes in %s (--precision %s computes "
+                               "in %s; valid here: fp32%s)", a, a, p->name, p->act_bytes == 2 ?
+                               (p->peak == PEAK_BF16 ? "bf16" : "fp16") : "fp32",
+                               p->act_bytes == 2 ? (p->peak == PEAK_BF16 ? ", bf16" : ", fp16") : "");
+    return 0;
+}
+
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[1536];
     int rc;
@@ -481,6 +511,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
         if (cli_setup_given(s, DS_FLAGS[i]))
             return cli_usage_error("--%s is a DeepSpeed setting: add zero1, zero2 or zero3 to --strategy", DS_FLAGS[i]);
     if ((rc = fsdp1_knobs(s))) return rc;
+    if ((rc = fsdp_reduce(s))) return rc;
     if (s->train.grad_as_bucket_view && !(s->strategies & (1u << STRAT_DDP)))
         return cli_usage_error("--grad-as-bucket-view is DDP's gradient_as_bucket_view: add ddp to --strategy "
                                "(ZeRO and FSDP have no such option)");
@@ -682,6 +713,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0) return cli_usage_error("unknown --sp '%s' (valid: on, off)", a);
         s->train.sp = strcmp(a, "on") == 0;
         break;
+    case OPT_FSDP_REDUCE:   /* the 16-bit ones are checked against --precision in fsdp_reduce */
+        if (strcmp(a, "fp32") != 0 && strcmp(a, "bf16") != 0 && strcmp(a, "fp16") != 0)
+            return cli_usage_error("unknown --fsdp-reduce-dtype '%s' (valid: fp32, bf16, fp16)", a);
+        s->train.fsdp_reduce = a[0] == 'f' && a[2] == '3' ? FSDP_REDUCE_FP32 : FSDP_REDUCE_LOW;
+        break;
     case OPT_FSDP_SYNC:
         if ((v = plan_fsdp_sync_by_name(a)) < 0)
             return cli_usage_error("unknown --fsdp-grad-sync '%s' (valid: every, last)", a);
@@ -817,6 +853,11 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (plan_parse_double(a, 0.01, 1, &d)) return cli_usage_error("--mfu '%s' is not a fraction in [0.01, 1]", a);
         s->cluster.mfu = d;
         break;
+    case OPT_TIME_SHARES: {
+        char err[256];
+        if (plan_time_shares_parse(a, &s->cluster.shares, err, sizeof err)) return cli_usage_error("%s", err);
+        break;
+    }
     case OPT_INTRA_BW:
         if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--intra-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
         f->intra_bw = d;

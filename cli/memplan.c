@@ -602,6 +602,14 @@ static int cmd_gpus(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "host_bw_gbps", g->host_bw);
             cJSON_AddNumberToObject(o, "host_dram_bw_gbps", g->host_mem_bw);
             cJSON_AddStringToObject(o, "typical_node", g->node);
+            if (g->eff) {   /* what the per-operation time model prices it at (docs/gpus.md "Achieved rates") */
+                cJSON *e = cJSON_AddObjectToObject(o, "achieved");
+                cJSON_AddStringToObject(e, "generation", g->eff->key);
+                cJSON_AddNumberToObject(e, "gemm_eff", g->eff->gemm_eff);
+                cJSON_AddNumberToObject(e, "gemm_share", g->eff->gemm_train);
+                cJSON_AddNumberToObject(e, "attn_share", g->eff->attn_train);
+                cJSON_AddBoolToObject(e, "measured", g->eff->measured);
+            }
             cJSON_AddItemToArray(arr, o);
         } else {
             printf("%-10s %8.2f %9.1f %9.2f %8.1f %8.1f %8.1f  %s, %s\n", g->name, g->mem_bytes / GIB,

@@ -482,13 +482,13 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
 static void auto_time_line(const ModelSpec *m, const ClusterSpec *c, AutoResult *out, const char *unit) {
     TimeBasis b = plan_time_basis(m, &out->train, c, out->strategy);
     double mfu = plan_time_mfu(c, &out->train, out->time.flops_per_step, out->time.step_s);
-    char bubble[64] = "";
+    char bubble[64] = "", basis[320];
     if (out->time.pp_bubble_s > 0)
         snprintf(bubble, sizeof bubble, ", pipeline bubble %.1f ms", out->time.pp_bubble_s * 1e3);
-    say(out, "time (%s): step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed%s), "
-        "%.0f %s/s at %.0f%% MFU\n", b.published ? "backed by published runs of this setup" : "an estimate",
-        out->time.step_s * 1e3, out->time.compute_s * 1e3, out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3,
-        bubble, out->time.tokens_per_s, unit, mfu * 100);
+    say(out, "time: step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed%s), "
+        "%.0f %s/s at %.0f%% MFU; %s\n", out->time.step_s * 1e3, out->time.compute_s * 1e3, out->time.comm_s * 1e3,
+        out->time.exposed_comm_s * 1e3, bubble, out->time.tokens_per_s, unit, mfu * 100,
+        plan_time_basis_text(&b, basis, sizeof basis));
 }
 
 static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, AutoResult *out) {

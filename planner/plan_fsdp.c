@@ -27,6 +27,15 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk) {
 
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk) { return fsdp2_rows(t, sk); }
 
+double plan_fsdp_reduce_bytes(const TrainSpec *t, StrategyKind sk) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    const Strategy *s = plan_strategy(sk);
+    int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;   /* the engine's ZeRO-3: its own */
+    if (fsdp && t->fsdp_reduce == FSDP_REDUCE_FP32) return 4;
+    if (fsdp && t->fsdp_reduce == FSDP_REDUCE_LOW) return p->act_bytes;
+    return plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
+}
+
 int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk) {
     const Strategy *s = plan_strategy(sk);
     return (s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP) && t->fsdp_grad_sync == FSDP_SYNC_LAST;
@@ -44,7 +53,8 @@ int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Clu
     /* MixedPrecisionPolicy(reduce_dtype=fp32): foreach_reduce copies the 16-bit unsharded
        gradients into an fp32 reduce-scatter input, whose fp32 output are the sharded gradients
        of the fp32 parameters (_fsdp_param_group.py _get_reduce_dtype, _fsdp_collectives.py) */
-    f->rb = f->sb = plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
+    f->sb = plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
+    f->rb = plan_fsdp_reduce_bytes(t, sk);
     f->root = (double)z->n * (z->root_shard + z->root_frozen_shard);
     f->rroot = (double)z->n * z->root_shard;
     f->v1 = t->fsdp_impl == 1;

@@ -54,6 +54,11 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk);
    unknown the rows are padded per unit instead. 0 for the other strategies, FSDP1 (--fsdp 1:
    one flat parameter per unit, padded to a multiple of n) and --impl engine: per-unit padding. */
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk);
+/* Bytes per element fsdp-* rows reduce-scatter (and HSDP all-reduce) gradients in: fp32 where
+   t->fsdp_reduce says so, the precision's 16-bit dtype where it says LOW; by default fully_shard
+   with a MixedPrecisionPolicy reduces in fp32 (plan_fsdp2_fp32_shards) and otherwise in the
+   gradients' dtype, as FSDP1's MixedPrecision(reduce_dtype=param_dtype) does. */
+double plan_fsdp_reduce_bytes(const TrainSpec *t, StrategyKind sk);
 /* fsdp-* rows under --fsdp-grad-sync last: the reduce-scatters (and HSDP's all-reduces) run in
  * the last micro-step only (set_requires_gradient_sync(False) / no_sync() on the others). */
 int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk);

@@ -66,6 +66,11 @@ typedef struct {
     FsdpBwdPrefetch bwd;     /* backward_prefetch */
     int fwd;                 /* 1: forward_prefetch=True */
 } FsdpKnobs;
+/* The dtype fsdp-* rows reduce gradients in (--fsdp-reduce-dtype; MixedPrecision(reduce_dtype=) /
+ * MixedPrecisionPolicy(reduce_dtype=); docs/formulas.md "FSDP's reduce dtype"): the default is
+ * each implementation's with the precision regime (plan_fsdp_reduce_bytes), FP32 reduces in fp32,
+ * LOW in the regime's 16-bit dtype (the gradients' own under mixed-*). */
+typedef enum { FSDP_REDUCE_DEFAULT = 0, FSDP_REDUCE_FP32, FSDP_REDUCE_LOW } FsdpReduce;
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
 /* Pipeline schedule (--pp-schedule; planner/plan_dim_pp.h): torch.distributed.pipelining's
@@ -156,6 +161,7 @@ typedef struct {
     PpSchedule pp_schedule;  /* 1F1B (default) or GPipe */
     FinetuneSpec ft;         /* LoRA / frozen parameters (applied to the ModelSpec: plan_dim_ft.h) */
     FsdpKnobs fsdp1;         /* FSDP1's wrapping and prefetch knobs (fsdp-* rows with fsdp_impl 1) */
+    FsdpReduce fsdp_reduce;  /* fsdp-* rows: the reduce-scatter's dtype */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */

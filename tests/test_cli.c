@@ -115,7 +115,7 @@ static void expect_usage_error(const char *args, const char *fragment) {
 
 Test(cli, bad_input_should_get_one_line_and_exit_2) {
     expect_usage_error("--model gpt5 --gpus 8", "unknown model 'gpt5'");
-    expect_usage_error("--model gpt2 --gpu b200", "unknown --gpu 'b200'");
+    expect_usage_error("--model gpt2 --gpu x100", "unknown --gpu 'x100'");
     expect_usage_error("--model gpt2 --strategy zero4", "unknown --strategy 'zero4'");
     expect_usage_error("--model gpt2 --precision fp8", "unknown --precision 'fp8'");
     expect_usage_error("--model gpt2 --optimizer lion", "unknown --optimizer 'lion'");
