@@ -6,9 +6,9 @@
 #define PLAN_SHARES_H
 
 #define PLAN_SHARE_GEMM_AMPERE 0.96   /* of the ampere GPUs' MAMF GEMM rate */
-#define PLAN_SHARE_GEMM_BLACKWELL 0.73   /* of the blackwell GPUs' MAMF GEMM rate */
-#define PLAN_SHARE_GEMM_HOPPER 0.99   /* of the hopper GPUs' MAMF GEMM rate */
-#define PLAN_SHARE_ATTN 0.50   /* of the flash-attention benchmark rate */
-#define PLAN_SHARE_PASSES 3.50   /* elementwise traffic over one pass per op */
+#define PLAN_SHARE_GEMM_BLACKWELL 0.71   /* of the blackwell GPUs' MAMF GEMM rate */
+#define PLAN_SHARE_GEMM_HOPPER 0.98   /* of the hopper GPUs' MAMF GEMM rate */
+#define PLAN_SHARE_ATTN 0.55   /* of the flash-attention benchmark rate */
+#define PLAN_SHARE_PASSES 4.00   /* elementwise traffic over one pass per op */
 
 #endif

@@ -3,12 +3,12 @@
  * shares fitted on every other source (held out), and the setups its runs had (plan_time.c
  * matches a plan's setup against them). Do not edit by hand. docs/validation-time.md. */
 static const PlanTimeSource PLAN_TIME_SOURCES[] = {
-    {"flagperf", 22, 17.3},
-    {"fms-fsdp", 8, 12.7},
-    {"internlm", 54, 9.9},
-    {"llm-foundry", 209, 7.7},
-    {"ml-engineering", 14, 59.4},
-    {"torchtitan", 10, 4.0},
+    {"flagperf", 22, 16.1},
+    {"fms-fsdp", 8, 12.1},
+    {"internlm", 54, 9.6},
+    {"llm-foundry", 209, 5.4},
+    {"ml-engineering", 14, 56.1},
+    {"torchtitan", 10, 3.9},
 };
 static const PlanTimeSetup PLAN_TIME_SETUPS[] = {
     /* source, GPU, strategy, checkpointing, compute dtype, attention, TP, PP, optimizer offload,
