@@ -44,6 +44,10 @@ typedef struct RankView {
                                 backward, so its memory is the account of one micro-step (no
                                 gradient accumulated yet) while its collectives and compute are
                                 those of all M (plan_dim_pp.c) */
+    double opt_plain_elems;  /* parameters a dimension leaves beside the others in a parameter group
+                                of their own (--tp without FSDP: the plain tensors beside the
+                                DTensors, which torch's foreach refuses to mix): the optimizer's
+                                foreach temporary is the larger group's (0: one group) */
 } RankView;
 
 /* One setting of a dimension auto may try (a degree, and what it implies for the setup). */

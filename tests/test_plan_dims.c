@@ -16,6 +16,7 @@
 #include "plan_plan.h"
 #include "plan_sim.h"
 #include "plan_step.h"
+#include "plan_step_internal.h"
 #include "test_plan.h"
 
 /* One setup of the matrix: a model, a cluster and what the dimensions add. */
@@ -332,4 +333,61 @@ Test(dims, a_refused_setup_should_say_which_dimension_and_why) {
     cr_expect(!r.fits && isinf(r.peak));
     plan_step_free(&st);
     plan_model_free(&m);
+}
+
+/* A rule writes only under its own ids: run alone on each setup's view, no two rules write the
+   same id (the DeepSpeed bucket ids are one mechanism's, written by whichever of ZeRO-1/2's,
+   ZeRO-3's or the engine's reducer runs: never two in one step). Views from the matrix and
+   every strategy, and the layouts the core rules branch on (DeepSpeed, the engine, FSDP1). */
+Test(dims, each_rule_id_should_be_written_by_one_rule_in_a_step) {
+    StepRuleFn fns[64];
+    int nf = plan_step_rule_fns(fns, 64);
+    cr_assert(nf >= 29);
+    unsigned char seen[RULE_COUNT] = {0};
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        const Case *k = &CASES[i];
+        for (int variant = 0; variant < 6; variant++) {
+            TrainSpec t = train_of(k, 2);
+            if (variant == 1) t.fsdp_impl = 1;   /* FSDP1's layout */
+            if (variant == 2) { t.impl = IMPL_ENGINE; t.precision = PREC_FP32; }
+            if (variant == 3) { t.precision = PREC_MIXED_BF16; t.act_ckpt = CKPT_FULL; }   /* DeepSpeed's fp32 step */
+            if (variant == 4) { t.syncbn = 1; t.autocast_cpu = 1; t.precision = PREC_FP32; t.seq = 64; }   /* a CNN on CPU */
+            if (variant == 5) { t.precision = PREC_AMP_BF16; t.act_ckpt = CKPT_FULL; }   /* recomputed casts */
+            if (variant && (k->tp > 1 || k->pp > 1 || k->lora)) continue;   /* refused there */
+            if (variant == 2 && strncmp(k->model, "gpt2", 4) != 0) continue;
+            if (variant == 4 && i > 0) continue;
+            ModelSpec m = variant == 4 ? zoo("resnet50") : setup_model(k, &t);
+            ClusterSpec c;
+            cluster_of(&c, k);
+            for (int s = 0; s < STRAT_COUNT; s++) {
+                if (!(k->strategies & (1u << s))) continue;
+                RankView v[PLAN_MAX_VIEWS];
+                char why[320];
+                const char *where;
+                int n = plan_rank_views(&m, &t, &c, (StrategyKind)s, v, PLAN_MAX_VIEWS, why, sizeof why, &where);
+                if (n < 0) continue;   /* a refusal: nothing built */
+                int writer[RULE_COUNT];
+                for (int r = 0; r < RULE_COUNT; r++) writer[r] = -1;
+                for (int f = 0; f < nf; f++) {
+                    unsigned char w[RULE_COUNT];
+                    cr_assert_eq(plan_step_rule_writes(&v[0], fns[f], w), 0);
+                    for (int r = 0; r < RULE_COUNT; r++) {
+                        if (!w[r]) continue;
+                        seen[r] = 1;
+                        cr_expect(writer[r] < 0, "%s %s variant %d: rule id %s written by rules %d and %d", k->name,
+                                  plan_strategy((StrategyKind)s)->name, variant, plan_rule_info((RuleId)r)->name, writer[r], f);
+                        writer[r] = f;
+                    }
+                }
+                for (int j = 0; j < n; j++) plan_rank_view_free(&v[j]);
+            }
+            plan_model_free(&m);
+        }
+    }
+    int unseen = 0;
+    for (int r = 0; r < RULE_COUNT; r++) unseen += !seen[r];
+    for (int r = 0; r < RULE_COUNT; r++)
+        if (!seen[r]) cr_log_info("rule id %s not written over the matrix", plan_rule_info((RuleId)r)->name);
+    /* pp_in_flight reads the saved activations the account holds: run alone it has none */
+    cr_expect(unseen <= 1 && !seen[RULE_PP_IN_FLIGHT], "%d rule ids never written over the matrix", unseen);
 }
