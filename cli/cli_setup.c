@@ -111,6 +111,17 @@ int cli_usage_error(const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (active_config) cli_config_annotate(active_config, msg, sizeof msg);
+    /* one line whatever a value held: a newline or other control character is written escaped */
+    char clean[sizeof msg];
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && o + 5 < sizeof clean; p++) {
+        if (*p == '\n') { clean[o++] = '\\'; clean[o++] = 'n'; }
+        else if (*p == '\t') { clean[o++] = '\\'; clean[o++] = 't'; }
+        else if (*p < 0x20 || *p == 0x7f) o += (size_t)snprintf(clean + o, sizeof clean - o, "\\x%02x", *p);
+        else clean[o++] = (char)*p;
+    }
+    clean[o] = 0;
+    memcpy(msg, clean, o + 1);
     if (capture) {
         if (!capture[0]) snprintf(capture, capture_len, "%s", msg);
     } else {
@@ -426,11 +437,20 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (model_arg) {
         if (plan_load_model(&s->model, model_arg, err, sizeof(err))) return cli_usage_error("%s", err);
         s->have_model = 1;
+    } else if (params <= 0 && s->config && s->config->model_json) {   /* the model the config names (a torchtitan flavor) */
+        const char *j = s->config->model_json;
+        if (plan_load_model_from_buffer(&s->model, j, strlen(j), s->config->model_label, err, sizeof err))
+            return cli_usage_error("%s: %s", s->config->flavor_key, err);
+        snprintf(s->model.name, sizeof s->model.name, "%s", s->config->model_label);
+        s->have_model = 1;
     } else if (params > 0) {
         if ((double)units > params) units = (long long)params;
         if (plan_model_generic(&s->model, "generic", (int64_t)params, (int)units, err, sizeof(err)))
             return cli_usage_error("%s", err);
         s->have_model = 1;
+    } else if (need_model && s->config && s->config->model_hint[0]) {
+        return cli_usage_error("no model: %s trains %s, which memplan cannot fetch (the hub is not read): give --model with "
+                               "its config.json, or a zoo name (%s)", s->config->path, s->config->model_hint, plan_zoo_names());
     } else if (need_model) {
         return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_names());
     }
@@ -910,9 +930,12 @@ static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flag
         return cli_usage_error("--config is read by plan and auto: %s takes memplan's own flags (see what %s amounts "
                                "to with 'memplan plan --config %s --model ...')", cmd, path, path);
     if (kind && (k = cli_config_kind_by_name(kind)) < 0)
-        return cli_usage_error("unknown --config-kind '%s' (valid: deepspeed, accelerate, torchtitan, hf-trainer)", kind);
+        return cli_usage_error("unknown --config-kind '%s' (valid: %s)", kind, cli_config_kind_names());
     CfgKnown known = {cli_setup_given(s, "gpus") ? s->cluster.gpus : 0, cli_setup_given(s, "batch") ? s->train.micro_batch : 0,
-                      cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0};
+                      cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0, f->gpn,
+                      cli_setup_given(s, "tp") ? s->train.tp : 0, cli_setup_given(s, "pp") ? s->train.pp : 0,
+                      cli_setup_given(s, "precision") != NULL, s->model_arg, 0, 0, s->cluster.gpu.name,
+                      s->cluster.gpu.peak_tflops[PEAK_BF16] > 0};
     CliConfig *c = calloc(1, sizeof *c);
     char err[1024];
     if (!c) return cli_usage_error("out of memory reading --config %s", path);
@@ -921,7 +944,11 @@ static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flag
         free(c);
         return cli_usage_error("%s", err);
     }
-    cli_config_merge(c, seen_value, o);
+    if (cli_config_merge(c, seen_value, o, strcmp(cmd, "auto") == 0, err, sizeof err)) {
+        cli_config_free(c);
+        free(c);
+        return cli_usage_error("%s", err);
+    }
     cli_config_warn(stderr, c);
     char **av = malloc(((size_t)argc + (size_t)c->argc + 1) * sizeof *av);
     if (!av) { cli_config_free(c); free(c); return cli_usage_error("out of memory reading --config %s", path); }
@@ -960,8 +987,14 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         for (int i = 0; i < 3 && !rc; i++)
             if (hs[i] >= 0) *to[i] = hs[i] < 1 ? 1 : hs[i];
     }
-    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.grad_accum, s->cluster.gpus,
-                                             seen_value, &cmdline, err, sizeof err)) {
+    if (!rc && s->config && s->have_model &&
+        cli_config_model_check(s->config, plan_pp_blocks(&s->model), s->model.d_model, s->model.name, err, sizeof err)) {
+        active_config = NULL;
+        rc = cli_usage_error("%s", err);
+    }
+    long long tp_pp = (long long)(s->train.tp > 1 ? s->train.tp : 1) * (s->train.pp > 1 ? s->train.pp : 1);
+    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.pp > 1 ? 1 : s->train.grad_accum,
+                                             s->cluster.gpus, tp_pp, seen_value, &cmdline, err, sizeof err)) {
         active_config = NULL;   /* the message names its sources itself */
         rc = cli_usage_error("%s", err);
     }
