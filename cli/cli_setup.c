@@ -1,6 +1,7 @@
 /* cli_setup.c — parse -> validate -> resolve the shared planning flags. */
 #include "cli_setup.h"
 
+#include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <math.h>
@@ -469,6 +470,11 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
                                "multiple of %lld, or --gpus-per-node dividing %lld", (long long)s->cluster.gpus,
                                (long long)s->cluster.gpus_per_node, gpn ? "" : "the default --gpus-per-node; ",
                                (long long)s->cluster.gpus_per_node, (long long)s->cluster.gpus);
+    if (s->have_model && !cli_setup_given(s, "seq") && s->train.seq <= 0 && s->model.arch != ARCH_CNN &&
+        s->model.max_seq > CLI_DEFAULT_SEQ_MAX) {   /* the default: min(context, 4096), said in the header */
+        s->seq_context = s->model.max_seq;
+        s->train.seq = CLI_DEFAULT_SEQ_MAX;
+    }
     if (s->have_model && s->train.seq > s->model.max_seq && s->model.max_seq > 0 && learned_positions(&s->model))
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
@@ -1002,6 +1008,20 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     if (!rc) rc = resolve_pp(s, cmd);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
+}
+
+void cli_setup_notes(FILE *f, const CliSetup *s) {
+    if (s->seq_context > 0)
+        fprintf(f, "# seq %lld: memplan's default, min(the model's context %lld, %d); give --seq to plan another\n",
+                (long long)s->train.seq, s->seq_context, CLI_DEFAULT_SEQ_MAX);
+}
+
+void cli_setup_notes_json(cJSON *report, const CliSetup *s) {
+    cJSON *t = cJSON_GetObjectItem(report, "train");
+    if (s->seq_context > 0 && t) {
+        cJSON_AddStringToObject(t, "seq_from", "default: min(context, 4096)");
+        cJSON_AddNumberToObject(t, "model_context", (double)s->seq_context);
+    }
 }
 
 void cli_setup_free(CliSetup *s) {

@@ -235,6 +235,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         return 1;
     }
     if (o->emit && s->config) cli_config_header(stderr, s->config);   /* stdout holds the emitted text alone */
+    if (o->emit) cli_setup_notes(stderr, s);
     if (o->emit == EMIT_DEEPSPEED) {
         char *txt = plan_emit_deepspeed_json(&s->model, &s->cluster, &r);
         if (!txt) { fprintf(stderr, "memplan: out of memory writing the DeepSpeed config\n"); return 1; }
@@ -265,9 +266,11 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
     } else {
         plan_run(&s->model, &s->train, &s->cluster, s->strategies, &p);
     }
+    if ((rc = write_files(o, s, &p))) { plan_free(&p); return rc; }   /* first: nothing on stdout if one fails */
     if (s->json) {
         cJSON *j = plan_report_json(&s->model, &s->train, &s->cluster, &p);
         if (s->config) cJSON_AddItemToObject(j, "config", cli_config_json(s->config));
+        cli_setup_notes_json(j, s);
         cJSON *a = cJSON_AddObjectToObject(j, "auto");
         cJSON_AddBoolToObject(a, "found", r.found);
         if (r.found) cJSON_AddStringToObject(a, "strategy", plan_strategy(r.strategy)->name);
@@ -305,6 +308,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         cJSON_Delete(j);
     } else {
         if (s->config) cli_config_header(stdout, s->config);
+        cli_setup_notes(stdout, s);
         plan_report_header(stdout, &s->model, &s->train, &s->cluster, &p);
         char dims[160], kept[160];
         auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
@@ -325,7 +329,6 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         } else
             printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
     }
-    if (!rc) rc = write_files(o, s, &p);
     plan_free(&p);
     return rc;
 }
@@ -405,7 +408,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (auto_mode && !plan_model_acts_known(&s.model)) {
         /* nothing to size a micro-batch from: keep the given one instead of "the largest" */
         o.auto_spec.keep_batch = 1;
-        fprintf(s.json ? stderr : stdout, "# auto: %s has no activation model (%s): the micro-batch is not searched "
+        fprintf(s.json || o.emit ? stderr : stdout, "# auto: %s has no activation model (%s): the micro-batch is not searched "
                 "(kept at --batch %lld); peaks leave activations out, step time and tokens/s are not known, and "
                 "setups rank by their communication time\n",
                 s.model.name, s.model.arch == ARCH_GENERIC ? "only parameter counts are known" : "activations unknown",
@@ -418,17 +421,20 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     }
     Plan p;
     plan_run(&s.model, &s.train, &s.cluster, s.strategies, &p);
+    rc = write_files(&o, &s, &p);   /* first: a file that cannot be written leaves nothing on standard output */
+    if (rc) { plan_free(&p); cli_setup_free(&s); return rc; }
     if (s.json) {
         cJSON *j = plan_report_json(&s.model, &s.train, &s.cluster, &p);
         if (s.config) cJSON_AddItemToObject(j, "config", cli_config_json(s.config));
+        cli_setup_notes_json(j, &s);
         rc = emit_json(j, s.json_path);
         cJSON_Delete(j);
     } else {
         if (s.config) cli_config_header(stdout, s.config);
+        cli_setup_notes(stdout, &s);
         plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
         if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
     }
-    if (!rc) rc = write_files(&o, &s, &p);
     plan_free(&p);
     cli_setup_free(&s);
     return rc;
