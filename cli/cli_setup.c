@@ -425,6 +425,29 @@ static int fsdp1_knobs(CliSetup *s) {
     return 0;
 }
 
+/* Flags given that change nothing for this setup: one note each on standard error ("said so",
+   not silently ignored); the plan is the same with or without them. */
+static void no_effect_notes(const CliSetup *s) {
+    if (capture) return;   /* ranks of an MPI job: the setup is checked, not narrated, on every rank */
+    const char *v;
+    unsigned fsdp_rows = (1u << STRAT_FSDP_FULL) | (1u << STRAT_FSDP_GRAD_OP) | (1u << STRAT_FSDP_HYBRID);
+    if ((v = cli_setup_given(s, "moe-imbalance")) && s->have_model && s->model.moe.n_experts > 0 &&
+        s->model.moe.router == MOE_ROUTER_ALL_EXPERTS && s->train.moe_imbalance > 1)
+        fprintf(stderr, "memplan: note: --moe-imbalance %s changes nothing for %s: transformers runs every expert on every "
+                "token there (Llama4TextMoe: the tokens repeated over the %d experts, weighted 0 where not routed)\n",
+                v, s->model.name, s->model.moe.n_experts);
+    if ((v = cli_setup_given(s, "autocast")) && !plan_precision(s->train.precision)->autocast)
+        fprintf(stderr, "memplan: note: --autocast %s changes nothing with --precision %s, which does not autocast (it "
+                "applies to amp-fp16 and amp-bf16)\n", v, plan_precision(s->train.precision)->name);
+    if ((v = cli_setup_given(s, "fsdp")) && !(s->strategies & fsdp_rows))
+        fprintf(stderr, "memplan: note: --fsdp %s changes nothing without an fsdp-* strategy\n", v);
+    if ((v = cli_setup_given(s, "fsdp-grad-sync")) && (!(s->strategies & fsdp_rows) || s->train.grad_accum <= 1))
+        fprintf(stderr, "memplan: note: --fsdp-grad-sync %s changes nothing %s\n", v,
+                !(s->strategies & fsdp_rows) ? "without an fsdp-* strategy" : "without --grad-accum 2 or more");
+    if ((v = cli_setup_given(s, "attn")) && s->have_model && s->model.arch == ARCH_CNN)
+        fprintf(stderr, "memplan: note: --attn %s changes nothing for %s, which has no attention\n", v, s->model.name);
+}
+
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[512];
     int rc;
@@ -590,12 +613,13 @@ const char *cli_alloc_conf_env(const char **name) {
     return NULL;
 }
 
-/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number; the stage-3 limits
- * may be 0 (kept as 1: the same behaviour for tensors of at least one element). 0 or 2. */
+/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number from 0, as DeepSpeed's
+ * pydantic fields (ge=0, zero/config.py); 0 is kept as 1, the same behaviour for tensors of at least
+ * one element (each tensor its own bucket or gather). 0 or 2. */
 static int ds_size_option(CliSetup *s, int c, const char *a) {
     static const struct { int opt; const char *flag; double lo; size_t off; } K[] = {
-        {OPT_DS_BUCKET, "ds-reduce-bucket", 1, offsetof(DsKnobs, reduce_bucket)},
-        {OPT_DS3_PREFETCH, "ds3-prefetch", 1, offsetof(DsKnobs, prefetch)},
+        {OPT_DS_BUCKET, "ds-reduce-bucket", 0, offsetof(DsKnobs, reduce_bucket)},
+        {OPT_DS3_PREFETCH, "ds3-prefetch", 0, offsetof(DsKnobs, prefetch)},
         {OPT_DS3_LIVE, "ds3-max-live", 0, offsetof(DsKnobs, max_live)},
         {OPT_DS3_REUSE, "ds3-max-reuse", 0, offsetof(DsKnobs, max_reuse)},
         {OPT_DS3_PERSIST, "ds3-persist", 0, offsetof(DsKnobs, persist)},
@@ -734,7 +758,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.fsdp_impl = a[0] - '0';
         break;
     case OPT_DROPOUT:
-        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 0.999]", a);
         s->train.dropout = d;
         break;
     case OPT_MOE_IMBALANCE:   /* the model's bound, experts / top-k, is checked in resolve_moe */
@@ -747,11 +771,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.ft.rank = (int)v;
         break;
     case OPT_LORA_ALPHA:
-        if (plan_parse_double(a, 1e-6, 1e6, &d)) return cli_usage_error("--lora-alpha '%s' is not a number in (0, 1e6] (e.g. 32)", a);
+        if (plan_parse_double(a, 1e-6, 1e6, &d)) return cli_usage_error("--lora-alpha '%s' is not a number in [1e-6, 1e6] (e.g. 32)", a);
         s->train.ft.alpha = d;
         break;
     case OPT_LORA_DROPOUT:
-        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--lora-dropout '%s' is not a probability in [0, 1)", a);
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--lora-dropout '%s' is not a probability in [0, 0.999]", a);
         s->train.ft.dropout = d;
         break;
     case OPT_LORA_TARGETS:
@@ -1006,6 +1030,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     }
     if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
     if (!rc) rc = resolve_pp(s, cmd);
+    if (!rc) no_effect_notes(s);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }

@@ -376,6 +376,12 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cli_setup_free(&s);
         return rc;
     }
+    char why[512];
+    if (s.have_model && s.train.tp >= 0 && s.train.pp >= 0 &&
+        !plan_auto_any_strategy(&s.model, &s.train, &s.cluster, s.strategies, why, sizeof why)) {
+        cli_setup_free(&s);   /* every strategy left is refused by a dimension: nothing to plan, one line */
+        return cli_usage_error("%s (no strategy of --strategy is left that plans this setup)", why);
+    }
     if (s.train.pp > 1 && s.train.offload != OFFLOAD_NONE) {   /* --offload is applied just above */
         cli_setup_free(&s);
         return cli_usage_error("--pp %d with CPU offload: not planned (pipeline stages keep their model states on the GPU)",

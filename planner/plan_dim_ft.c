@@ -230,6 +230,27 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
         FinetuneSpec g = *f;
         plan_lora_targets(m, f, g.targets, sizeof g.targets);
         if (check_targets(m, g.targets, msg, len)) return -1;
+        /* a rank above a target's smaller dimension adds parameters and no capacity: B (out x r)
+           times A (r x in) has rank at most min(in, out), the bound PEFT itself enforces where the
+           rank is bounded (peft/tuners/lora/layer.py: r <= min(in_features, out_features) for its
+           MiCA init; r <= 0 for every LoRA) */
+        int64_t lim = 0, lin = 0, lout = 0;
+        const char *lname = "";
+        for (int i = 0; i < m->n_layers; i++)
+            for (int k = 0; k < m->layers[i].n_tensors; k++) {
+                int mod = m->layers[i].tensor_mod[k];
+                if (!targeted(g.targets, mod)) continue;
+                int64_t in, out;
+                plan_module_features(mod, m->layers[i].tensor_elems[k], m->layers[i].tensor_dim0[k], &in, &out);
+                int64_t mn = in < out ? in : out;
+                if (mn > 0 && (!lim || mn < lim)) { lim = mn; lin = in; lout = out; lname = plan_module_name(mod); }
+            }
+        if (lim > 0 && f->rank > lim) {
+            snprintf(msg, len, "--lora %d is larger than %s's dimensions (in %lld, out %lld): B x A has rank at most %lld, so a "
+                     "larger rank only adds parameters (PEFT bounds r by min(in_features, out_features); valid here: 1 to %lld)",
+                     f->rank, lname, (long long)lin, (long long)lout, (long long)lim, (long long)lim);
+            return -1;
+        }
         for (int i = 0; i < m->n_layers; i++) {
             LayerSpec *l = &m->layers[i];
             freeze_layer(l);
