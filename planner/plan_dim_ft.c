@@ -187,7 +187,7 @@ static void freeze_tensor(LayerSpec *l, int k) {
    mat2 requires grad), so a group of frozen projections reading one tensor saves it only where a
    LoRA A reads it undropped (lora_dropout = 0: nn.Identity hands A the same tensor). Under
    autocast each projection saves its own cast copy (LLaMA's q, k, v: three). */
-static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int autocast, int r) {
+static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int r) {
     int64_t in_of[6] = {0};
     int copies[6] = {0}, lora_a[6] = {0};
     for (int k = 0; k < l->n_frozen; k++) {
@@ -205,9 +205,11 @@ static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int autocast, 
     }
     for (int g = 1; g < 6; g++) {
         if (!copies[g]) continue;
-        int before = autocast ? copies[g] : 1;
-        int after = f->dropout > 0 ? 0 : autocast ? lora_a[g] : (lora_a[g] > 0);
-        l->act_unsaved_tok += (int64_t)(before - after) * in_of[g];
+        for (int autocast = 0; autocast < 2; autocast++) {
+            int before = autocast ? copies[g] : 1;
+            int after = f->dropout > 0 ? 0 : autocast ? lora_a[g] : (lora_a[g] > 0);
+            *(autocast ? &l->act_unsaved_tok_ac : &l->act_unsaved_tok) += (int64_t)(before - after) * in_of[g];
+        }
     }
 }
 
@@ -223,7 +225,6 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
                  "them can be frozen: use a zoo model or a config.json", m->name);
         return -1;
     }
-    int autocast = plan_precision(t->precision)->autocast;
     int blocks = 0;
     for (int i = 0; i < m->n_layers; i++) blocks += m->layers[i].kind == LAYER_BLOCK;
     if (f->rank > 0) {
@@ -269,7 +270,7 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
                 if (r * in > l->largest_tensor) l->largest_tensor = r * in;
                 if (out * r > l->largest_tensor) l->largest_tensor = out * r;
             }
-            lora_activations(l, &g, autocast, f->rank);
+            lora_activations(l, &g, f->rank);
         }
         if (plan_model_params(m) == 0) {   /* PEFT: "Target modules ... not found in the base model" */
             snprintf(msg, len, "--lora-targets %s matches no module of %s", g.targets, m->name);
@@ -333,7 +334,7 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
     for (int i = 0; i < m->n_layers; i++) {
         LayerSpec *l = &m->layers[i];
         if (l->kind == LAYER_HEAD && l->params == 0 && (l->frozen > 0 || (m->tied_embeddings && embed_frozen)))
-            l->act_unsaved_tok = m->d_model;
+            l->act_unsaved_tok = l->act_unsaved_tok_ac = m->d_model;
     }
     return 0;
 }
@@ -438,17 +439,29 @@ const PlanDim plan_dim_ft = {
 
 /* ---- --emit: the Python lines that make the trainable subset ---- */
 
-void plan_ft_emit_code(FILE *f, const ModelSpec *m, const TrainSpec *t) {
+void plan_ft_emit_code(FILE *f, const ModelSpec *m, const TrainSpec *t, StrategyKind sk) {
     const FinetuneSpec *ft = &t->ft;
     if (ft->rank > 0) {
         char tg[160];
+        const PrecisionSpec *ps = plan_precision(t->precision);
+        /* the dequantized weight's dtype is the activations': the plan's compute dtype */
+        const char *cdt = ps->peak == PEAK_BF16 ? "torch.bfloat16" : ps->peak == PEAK_FP16 ? "torch.float16" : "torch.float32";
+        int sharded = (plan_strategy(sk)->shard & SHARD_PARAM) != 0;
         plan_lora_targets(m, ft, tg, sizeof tg);
-        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8)
-            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s)) "
-                    "and call peft.prepare_model_for_kbit_training(model) first\n", plan_quant_name(ft->quant),
+        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8) {
+            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s", plan_quant_name(ft->quant),
                     ft->quant == QUANT_NF4 ? "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, "
-                                             "bnb_4bit_compute_dtype=torch.bfloat16" : "load_in_8bit=True");
-        else if (ft->quant == QUANT_BF16)
+                                             "bnb_4bit_compute_dtype=" : "load_in_8bit=True");
+            if (ft->quant == QUANT_NF4) fprintf(f, "%s", cdt);
+            /* ZeRO-3 and FSDP shard the packed weight only when it is stored in a float dtype (PEFT's
+               QLoRA under FSDP / ZeRO-3; accelerate's FSDP2 leaves a uint8-stored base unsharded) */
+            if (ft->quant == QUANT_NF4 && sharded) fprintf(f, ", bnb_4bit_quant_storage=%s", cdt);
+            fprintf(f, "))\n");
+            if (!sharded)   /* its own checkpointing off: the plan's checkpointing follows below, as planned */
+                fprintf(f, "from peft import prepare_model_for_kbit_training\n"
+                           "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)  # fp32 norms and "
+                           "embeddings, as planned\n");
+        } else if (ft->quant == QUANT_BF16)
             fprintf(f, "# --quant-base bf16: load the base with torch_dtype=torch.bfloat16\n");
         fprintf(f, "from peft import LoraConfig, get_peft_model\n");
         fprintf(f, "model = get_peft_model(model, LoraConfig(r=%d, lora_alpha=%g, lora_dropout=%g, target_modules=",
