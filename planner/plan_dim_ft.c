@@ -10,6 +10,7 @@
 #include "plan_dim_ft.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,7 @@ double plan_quant_bytes_per_param(const TrainSpec *t) {
 
 double plan_model_frozen_bytes(const ModelSpec *m, const TrainSpec *t) {
     double pb = plan_precision(t->precision)->param_bytes, qb = plan_quant_bytes_per_param(t), sum = 0;
+    if (t->ft.packed) return (double)plan_model_frozen(m) * pb;   /* the packed storage: elements at pb */
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
         double quant = 0;
@@ -375,6 +377,12 @@ static int ft_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c
     if (!plan_finetune_on(&t->ft)) return 0;
     if (t->impl == IMPL_ENGINE) {
         snprintf(msg, len, "--lora / --freeze: memplan's engine trains every parameter; use --impl pytorch");
+        return -1;
+    }
+    if (t->ft.quant == QUANT_INT8 && (plan_strategy(sk)->shard & SHARD_PARAM)) {
+        snprintf(msg, len, "--quant-base int8 with --strategy %s: bitsandbytes' 8-bit base is not sharded by ZeRO-3 or FSDP "
+                 "(its Int8Params keep their scales outside the parameter; PEFT's sharded QLoRA is 4-bit with "
+                 "bnb_4bit_quant_storage): not planned (valid there: nf4, bf16, none)", plan_strategy(sk)->name);
         return -1;
     }
     if ((plan_strategy(sk)->shard & SHARD_PARAM) && !plan_strategy_is_deepspeed(sk) && t->fsdp_impl == 1) {
@@ -427,12 +435,58 @@ static void ft_json(cJSON *jm, cJSON *train, const ModelSpec *m, const TrainSpec
 
 static int ft_setup(ModelSpec *m, const TrainSpec *t, char *msg, size_t len) { return plan_finetune_apply(m, t, msg, len); }
 
+/* 1 when strategy sk shards parameters (ZeRO-3, FSDP): a 4-bit base is then held, sharded and
+   gathered as its packed storage. */
+static int shards_params(StrategyKind sk) { return (plan_strategy(sk)->shard & SHARD_PARAM) != 0; }
+
+/* ZeRO-3 and FSDP with a 4-bit base: bitsandbytes' Params4bit is a tensor of the packed weight,
+   stored in bnb_4bit_quant_storage's dtype so that the wrappers can shard and gather it with the
+   other parameters (PEFT's QLoRA under FSDP and DeepSpeed ZeRO-3: bnb_4bit_quant_storage = the
+   compute dtype; accelerate utils/fsdp_utils.py fsdp2_prepare_model shards float-stored
+   Params4bit, and does not upcast them); partition_parameters.py partitions it as any parameter.
+   So each quantized projection of this rank's model becomes its packed storage: elems x the NF4
+   bytes per weight / the parameter bytes elements, which every shard, gather, persistence
+   threshold and padding then counts as the wrapper does; the compute keeps the unpacked count
+   (frozen_flops_extra), the dequantization its size. The absmax constants ride with the packed
+   data here (bitsandbytes keeps them in quant_state, whole on each rank: 0.016 B per weight, an
+   under-count of that much times (N-1)/N, stated in docs/formulas.md). */
+static int ft_view(RankView *v, RankView *out, int max) {
+    (void)out; (void)max;
+    if (v->t.ft.quant != QUANT_NF4 || v->t.ft.packed || !shards_params(v->sk)) return 1;
+    double pb = plan_precision(v->t.precision)->param_bytes, qb = plan_quant_bytes_per_param(&v->t);
+    ModelSpec w;
+    plan_model_init(&w, v->m.name, v->m.arch);
+    LayerSpec *keep = w.layers;
+    w = v->m;
+    w.layers = keep;
+    w.n_layers = w.cap_layers = 0;
+    for (int i = 0; i < v->m.n_layers; i++) {
+        LayerSpec l = v->m.layers[i];
+        for (int k = 0; k < l.n_frozen; k++) {
+            int id = PLAN_MOD_ID(l.frozen_mod[k]);
+            if (id == PLAN_MOD_NONE || id == PLAN_MOD_LM_HEAD) continue;
+            int64_t e = l.frozen_elems[k], pe = (int64_t)ceil((double)e * qb / pb);
+            l.frozen -= e - pe;
+            l.frozen_flops_extra += e - pe;
+            l.frozen_elems[k] = pe;
+            l.frozen_dim0[k] = pe;   /* Params4bit: a (packed, 1) column */
+        }
+        if (!plan_model_add_layer(&w, &l)) { plan_model_free(&w); return -1; }
+    }
+    if (v->own_m) plan_model_free(&v->m);
+    v->m = w;
+    v->own_m = 1;
+    v->t.ft.packed = 1;
+    return 1;
+}
+
 const PlanDim plan_dim_ft = {
     .name = "finetune",
     .not_planned = "fine-tuning does not apply to this setup",
     .on = ft_on,
     .check = ft_check,
     .setup = ft_setup,
+    .view = ft_view,
     .header = ft_header,
     .json = ft_json,
 };

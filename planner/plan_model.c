@@ -50,7 +50,8 @@ int64_t plan_model_params(const ModelSpec *m) {
 }
 
 double plan_layer_active_params(const ModelSpec *m, const LayerSpec *l) {
-    double all = (double)l->params + (double)l->frozen;   /* a frozen weight computes as much */
+    /* a frozen weight computes as much, a packed one as its unpacked weight */
+    double all = (double)l->params + (double)l->frozen + (double)l->frozen_flops_extra;
     if (l->expert_params <= 0 || m->moe.n_experts <= 0) return all;
     return all - (double)l->expert_params * (1.0 - (double)m->moe.top_k / m->moe.n_experts);
 }

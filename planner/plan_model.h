@@ -176,6 +176,9 @@ typedef struct {
      * where each projection saved its own cast copy (both kept, so that one setup serves every
      * precision a search tries). */
     int64_t act_unsaved_tok, act_unsaved_tok_ac, lora_r_tok, lora_drop_tok;
+    /* A quantized base held as its packed storage (a rank's view under ZeRO-3 / FSDP): the
+     * elements the frozen projections compute with beyond the storage elements frozen counts. */
+    int64_t frozen_flops_extra;
     /* Where backward starts (autograd records nothing before the first trainable parameter):
      * 1 = the layer runs before it and saves nothing; 2 = its first norm does (the block whose
      * attention input projections carry the first trainable parameters); 0 otherwise. */
