@@ -51,6 +51,11 @@ static cJSON *parse_any(const char *text, const char *path, int kind, int *found
     }
     if (*found >= 0) return d;
     cJSON_Delete(d);
+    /* a bound (nesting, aliases, size) is the answer whatever the format: said alone */
+    static const char *const BOUNDS[] = {"nests deeper", "values once its YAML aliases", "holds more than"};
+    for (size_t i = 0; i < sizeof BOUNDS / sizeof BOUNDS[0]; i++)
+        for (const char *e = e1; e; e = e == e1 ? e2 : NULL)
+            if (strstr(e, BOUNDS[i])) { snprintf(err, errlen, "%s", e); return NULL; }
     size_t n = strlen(path) + 1;   /* the details after "PATH is not valid TOML:" */
     if (e1[0] && e2[0])
         snprintf(err, errlen, "%s is neither a JSON object, nor valid TOML (%s), nor valid YAML (%s)", path,
@@ -143,6 +148,14 @@ int cli_config_merge(CliConfig *c, const char *(*given)(const char *flag, const 
     for (int i = 0; i < c->n; i++) {
         CfgSetting *s = &c->set[i];
         s->cmdline = given(s->flag, ctx);
+        if (s->cmdline && s->deferred && s->choices && !cfg_ok_value(s->choices, s->cmdline)) {
+            char ok[96];
+            snprintf(ok, sizeof ok, "%s", s->choices);
+            for (char *p = ok; *p; p++) if (*p == '|') *p = ',';
+            snprintf(err, errlen, "%s: %s is \"auto\", which %s fills in as one of %s; --%s %s is none of them", c->path,
+                     s->key, s->filler ? s->filler : "the launcher", ok, s->flag, s->cmdline);
+            return -1;
+        }
         if (s->cmdline) continue;
         if (s->deferred) {
             if (searching) { s->searched = 1; continue; }

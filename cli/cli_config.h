@@ -40,7 +40,7 @@ typedef struct {
     long long gpus, batch, grad_accum;
     long long gpn;           /* --gpus-per-node */
     int tp, pp;              /* --tp, --pp (-1: auto) */
-    int precision;           /* --precision given */
+    const char *precision;   /* --precision as given, NULL if not */
     const char *model;       /* --model as given, NULL if none */
     long long model_layers, model_hidden;   /* the model's, when --model was loaded (0: not known) */
     const char *gpu;         /* the --gpu preset's name */

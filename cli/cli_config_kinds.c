@@ -102,6 +102,13 @@ static int ds_auto(Cfg *c, const DsFill *fill, const char *key, const char *flag
         cfg_note(c, note);
         return 0;
     }
+    if (strcmp(flag, "precision") == 0 && c->known->precision && choices && !cfg_ok_value(choices, c->known->precision)) {
+        char ok[96];
+        snprintf(ok, sizeof ok, "%s", choices);
+        for (char *q = ok; *q; q++) if (*q == '|') *q = ',';
+        return cfg_fail(c, "%s \"auto\" is one of %s once %s fills it (DeepSpeed's fp16 / bf16 sections); --precision %s "
+                        "is none of them", key, ok, fill->who ? fill->who : "the HF Trainer or accelerate", c->known->precision);
+    }
     if (cmdline || (strcmp(flag, "precision") == 0 && c->known->precision)) {
         cfg_fmt(note, sizeof note, "%s \"auto\": the command line's --%s", key, flag);
         cfg_note(c, note);

@@ -964,7 +964,7 @@ static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flag
     CfgKnown known = {cli_setup_given(s, "gpus") ? s->cluster.gpus : 0, cli_setup_given(s, "batch") ? s->train.micro_batch : 0,
                       cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0, f->gpn,
                       cli_setup_given(s, "tp") ? s->train.tp : 0, cli_setup_given(s, "pp") ? s->train.pp : 0,
-                      cli_setup_given(s, "precision") != NULL, s->model_arg, 0, 0, s->cluster.gpu.name,
+                      cli_setup_given(s, "precision"), s->model_arg, 0, 0, s->cluster.gpu.name,
                       s->cluster.gpu.peak_tflops[PEAK_BF16] > 0};
     CliConfig *c = calloc(1, sizeof *c);
     char err[1024];
