@@ -872,6 +872,9 @@ static int tt_strategy(Cfg *c, const cJSON *p, const Degrees *g, int *fsdp) {
         return cfg_setf(c, "gpus-per-node", g->shard, k2) ? -1 : cfg_set(c, "strategy", "fsdp-hybrid", "parallelism: data_parallel_replicate_degree > 1 and data_parallel_shard_degree > 1 (HSDP)");
     }
     if (r) cfg_key(c, "parallelism", "fsdp_reshard_after_forward", key, sizeof key);
+    else if (g->pp > 1)   /* parallelize.py apply_fsdp: "default" does not reshard under pipeline stages */
+        snprintf(key, sizeof key, "%sparallelism.fsdp_reshard_after_forward (torchtitan's default under pipeline stages: never)",
+                 c->prefix);
     return cfg_set(c, "strategy", reshard ? "fsdp-full" : "fsdp-grad-op", key);
 }
 

@@ -427,8 +427,12 @@ static int fsdp1_knobs(CliSetup *s) {
 
 /* Flags given that change nothing for this setup: one note each on standard error ("said so",
    not silently ignored); the plan is the same with or without them. */
-static void no_effect_notes(const CliSetup *s) {
+static const char *seen_value(const char *flag, const void *ctx);
+
+/* Flags the command line gave (not a --config's) that change nothing here: one note each. */
+static void no_effect_notes(const CliSetup *s, const void *cmdline) {
     if (capture) return;   /* ranks of an MPI job: the setup is checked, not narrated, on every rank */
+#define cli_setup_given(s, name) seen_value(name, cmdline)
     const char *v;
     unsigned fsdp_rows = (1u << STRAT_FSDP_FULL) | (1u << STRAT_FSDP_GRAD_OP) | (1u << STRAT_FSDP_HYBRID);
     if ((v = cli_setup_given(s, "moe-imbalance")) && s->have_model && s->model.moe.n_experts > 0 &&
@@ -446,6 +450,7 @@ static void no_effect_notes(const CliSetup *s) {
                 !(s->strategies & fsdp_rows) ? "without an fsdp-* strategy" : "without --grad-accum 2 or more");
     if ((v = cli_setup_given(s, "attn")) && s->have_model && s->model.arch == ARCH_CNN)
         fprintf(stderr, "memplan: note: --attn %s changes nothing for %s, which has no attention\n", v, s->model.name);
+#undef cli_setup_given
 }
 
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
@@ -1030,7 +1035,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     }
     if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
     if (!rc) rc = resolve_pp(s, cmd);
-    if (!rc) no_effect_notes(s);
+    if (!rc) no_effect_notes(s, &cmdline);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
 }

@@ -449,11 +449,13 @@ static int shards_params(StrategyKind sk) { return (plan_strategy(sk)->shard & S
    threshold and padding then counts as the wrapper does; the compute keeps the unpacked count
    (frozen_flops_extra), the dequantization its size. The absmax constants ride with the packed
    data here (bitsandbytes keeps them in quant_state, whole on each rank: 0.016 B per weight, an
-   under-count of that much times (N-1)/N, stated in docs/formulas.md). */
+   under-count of that much times (N-1)/N, stated in docs/formulas.md). A bf16 base below fp32
+   parameters is counted the same way: its elements at 2 bytes. */
 static int ft_view(RankView *v, RankView *out, int max) {
     (void)out; (void)max;
-    if (v->t.ft.quant != QUANT_NF4 || v->t.ft.packed || !shards_params(v->sk)) return 1;
+    if ((v->t.ft.quant != QUANT_NF4 && v->t.ft.quant != QUANT_BF16) || v->t.ft.packed || !shards_params(v->sk)) return 1;
     double pb = plan_precision(v->t.precision)->param_bytes, qb = plan_quant_bytes_per_param(&v->t);
+    if (qb >= pb) return 1;   /* stored at the parameters' own bytes: nothing to count differently */
     ModelSpec w;
     plan_model_init(&w, v->m.name, v->m.arch);
     LayerSpec *keep = w.layers;
