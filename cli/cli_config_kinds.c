@@ -752,7 +752,7 @@ static const CfgKey TT_KEYS[] = {
     {"parallelism.fsdp_reshard_after_forward", H, 0}, {"parallelism.tensor_parallel_degree", H, 0},
     {"parallelism.pipeline_parallel_degree", H, 0}, {"parallelism.context_parallel_degree", H, 0},
     {"parallelism.expert_parallel_degree", H, 0}, {"parallelism.expert_tensor_parallel_degree", H, 0},
-    {"parallelism.disable_loss_parallel", NE, 0}, {"parallelism.enable_async_tensor_parallel", NE, 0},
+    {"parallelism.disable_loss_parallel", H, 0}, {"parallelism.enable_async_tensor_parallel", NE, 0},
     {"parallelism.enable_compiled_autograd", D, "false"}, {"parallelism.module_fqns_per_model_part", NE, 0},
     {"parallelism.pipeline_parallel_first_stage_less_layers", NE, 0}, {"parallelism.pipeline_parallel_last_stage_less_layers", NE, 0},
     {"parallelism.pipeline_parallel_layers_per_stage", D, "null"}, {"parallelism.pipeline_parallel_schedule", H, 0},
