@@ -731,6 +731,11 @@ static int acc_read(Cfg *c, const cJSON *d) {
         FsdpDefaults df = {1, "accelerate", -1, 0, ""};
         if (cfg_fsdp_read(c, cfg_item(d, "fsdp_config"), &df) || acc_precision(c, d, 0)) return -1;
         cfg_default(c, "offload", "none", "fsdp_config (accelerate's default: fsdp_offload_params false)");
+        const CfgSetting *pr = cfg_setting(c, "precision");
+        if (pr && !strncmp(pr->value, "mixed-", 6) &&   /* MixedPrecision(param_dtype, reduce_dtype) both 16-bit */
+            cfg_set(c, "fsdp-reduce", "param", "mixed_precision (accelerate's FSDP MixedPrecision reduces in the same "
+                                               "16-bit dtype: utils/dataclasses.py set_mixed_precision)"))
+            return -1;
         return cfg_set(c, "fsdp-grad-sync", "last", "distributed_type FSDP (Accelerator.accumulate skips the "
                                                     "reduce-scatter of non-final micro-steps: no_sync)");
     }
@@ -744,7 +749,7 @@ static int acc_read(Cfg *c, const cJSON *d) {
 static const CfgKey TT_KEYS[] = {
     {"training.local_batch_size", H, 0}, {"training.batch_size", H, 0}, {"training.seq_len", H, 0},
     {"training.global_batch_size", H, 0}, {"training.mixed_precision_param", H, 0}, {"training.dtype", H, 0},
-    {"training.enable_cpu_offload", H, 0}, {"training.mixed_precision_reduce", D, "float32"},
+    {"training.enable_cpu_offload", H, 0}, {"training.mixed_precision_reduce", H, 0},
     {"training.dataset", NE, 0}, {"training.dataset_path", NE, 0}, {"training.max_norm", NE, 0}, {"training.steps", NE, 0},
     {"training.gc_freq", NE, 0}, {"training.gc_debug", NE, 0}, {"training.dataloader", NE, 0}, {"training.seed", NE, 0},
     {"training.deterministic", NE, 0},
@@ -890,6 +895,13 @@ static int tt_precision(Cfg *c, const cJSON *t, const Degrees *g, int fsdp) {
     if (rm) cfg_key(c, "training", "mixed_precision_param", key, sizeof key);
     else snprintf(key, sizeof key, "training.mixed_precision_param (torchtitan's default bfloat16)");
     const char *p = mp == 0 || (!fsdp && (g->tp > 1 || g->pp > 1)) ? "fp32" : fsdp ? "mixed-bf16" : "amp-bf16";
+    int rr = 0, r2 = cfg_choice(c, t, "training", "mixed_precision_reduce", DT, 2, 0, &rr);
+    char k2[200];
+    if (r2 < 0) return -1;
+    if (r2 && rr == 1 && fsdp && !strcmp(p, "mixed-bf16") &&   /* MixedPrecisionPolicy(reduce_dtype=bfloat16) */
+        cfg_set(c, "fsdp-reduce", "param", cfg_key(c, "training", "mixed_precision_reduce", k2, sizeof k2)))
+        return -1;
+    if (r2 && !(rr == 1 && fsdp && !strcmp(p, "mixed-bf16"))) cfg_no_effect(c, cfg_key(c, "training", "mixed_precision_reduce", k2, sizeof k2));
     return cfg_set(c, "precision", p, key);
 }
 

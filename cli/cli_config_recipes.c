@@ -214,6 +214,10 @@ static int run_apply(Cfg *c, const cJSON *d, Run *r, const char *optim_key) {
             cfg_bool(c, cfg_item(cfg_item(d, "accelerator_config"), "gradient_accumulation_kwargs"), gk, "sync_each_batch", &sync) < 0)
             return -1;
         cfg_default(c, "offload", "none", "fsdp_config (the Trainer's default: cpu_offload false)");
+        if ((r->bf16 || r->fp16) &&   /* accelerate's plugin: MixedPrecision reduce_dtype = param_dtype */
+            cfg_set(c, "fsdp-reduce", "param", "bf16 / fp16 under fsdp (accelerate's MixedPrecision reduces in the same "
+                                               "16-bit dtype: utils/dataclasses.py set_mixed_precision)"))
+            return -1;
         if (r->qbits == 4 && r->quant_storage_float == 0)
             cfg_unmodelled(c, r->quant_key[0] ? r->quant_key : "bnb_4bit_quant_storage (absent: uint8)", NULL);
         if (cfg_set(c, "fsdp-grad-sync", sync ? "every" : "last", sync ? "accelerator_config.gradient_accumulation_kwargs.sync_each_batch"

@@ -27,7 +27,7 @@ enum {
     OPT_CONFIG, OPT_CONFIG_KIND,
     OPT_TP, OPT_SP, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
-    OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD,
+    OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD, OPT_FSDP_REDUCE,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -66,6 +66,7 @@ static const struct option BASE_OPTIONS[] = {
     {"loop", required_argument, 0, OPT_LOOP},
     {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"fsdp-grad-sync", required_argument, 0, OPT_FSDP_SYNC},
+    {"fsdp-reduce", required_argument, 0, OPT_FSDP_REDUCE},
     {"fsdp-min-params", required_argument, 0, OPT_FSDP_MIN},
     {"fsdp-limit-all-gathers", required_argument, 0, OPT_FSDP_LIMIT},
     {"fsdp-backward-prefetch", required_argument, 0, OPT_FSDP_BWD},
@@ -210,6 +211,8 @@ void cli_print_setup_help(FILE *f) {
         "                         last skips it on the non-final micro-steps (no_sync /\n"
         "                         set_requires_gradient_sync(False), HF Accelerate): every unit's unsharded\n"
         "                         gradient accumulates, one reduce-scatter per optimizer step\n"
+        "  --fsdp-reduce fp32|param  FSDP2 under mixed-*: MixedPrecisionPolicy's reduce_dtype, fp32 (default,\n"
+        "                         torchtitan's) or the 16-bit parameter dtype (accelerate's and the HF Trainer's)\n"
         "Tensor parallel (PyTorch parallelize_module; with ddp and fsdp-full on gpus / tp data-parallel ranks):\n"
         "  --tp N|auto            tensor-parallel degree inside a node (default 1; auto: memplan auto tries\n"
         "                         every degree dividing the GPUs per node, data parallel alone kept within 3%%):\n"
@@ -448,6 +451,11 @@ static void no_effect_notes(const CliSetup *s, const void *cmdline) {
     if ((v = cli_setup_given(s, "fsdp-grad-sync")) && (!(s->strategies & fsdp_rows) || s->train.grad_accum <= 1))
         fprintf(stderr, "memplan: note: --fsdp-grad-sync %s changes nothing %s\n", v,
                 !(s->strategies & fsdp_rows) ? "without an fsdp-* strategy" : "without --grad-accum 2 or more");
+    if ((v = cli_setup_given(s, "fsdp-reduce")) &&
+        (!(s->strategies & fsdp_rows) || s->train.fsdp_impl == 1 || plan_precision(s->train.precision)->master_bytes <= 0))
+        fprintf(stderr, "memplan: note: --fsdp-reduce %s changes nothing %s\n", v, !(s->strategies & fsdp_rows) ?
+                "without an fsdp-* strategy" : s->train.fsdp_impl == 1 ? "under --fsdp 1 (its MixedPrecision reduces in "
+                "the 16-bit dtype)" : "without a mixed-* precision (no MixedPrecisionPolicy)");
     if ((v = cli_setup_given(s, "attn")) && s->have_model && s->model.arch == ARCH_CNN)
         fprintf(stderr, "memplan: note: --attn %s changes nothing for %s, which has no attention\n", v, s->model.name);
 #undef cli_setup_given
@@ -727,6 +735,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     case OPT_SP:
         if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0) return cli_usage_error("unknown --sp '%s' (valid: on, off)", a);
         s->train.sp = strcmp(a, "on") == 0;
+        break;
+    case OPT_FSDP_REDUCE:
+        if (strcmp(a, "fp32") != 0 && strcmp(a, "param") != 0)
+            return cli_usage_error("unknown --fsdp-reduce '%s' (valid: fp32, param)", a);
+        s->train.fsdp_reduce_param = strcmp(a, "param") == 0;
         break;
     case OPT_FSDP_SYNC:
         if ((v = plan_fsdp_sync_by_name(a)) < 0)

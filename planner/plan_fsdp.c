@@ -27,6 +27,14 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk) {
 
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk) { return fsdp2_rows(t, sk); }
 
+/* MixedPrecisionPolicy(reduce_dtype): fp32 (torchtitan's default) or the parameters' 16-bit dtype
+   (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision sets both to
+   bf16 / fp16); foreach_reduce casts the unsharded gradients to it before the reduce-scatter and
+   the sharded result back to the fp32 parameters' dtype (_fsdp_collectives.py). */
+double plan_fsdp2_reduce_bytes(const TrainSpec *t, StrategyKind sk) {
+    return plan_fsdp2_fp32_shards(t, sk) && !t->fsdp_reduce_param ? 4 : plan_precision(t->precision)->grad_bytes;
+}
+
 int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk) {
     const Strategy *s = plan_strategy(sk);
     return (s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP) && t->fsdp_grad_sync == FSDP_SYNC_LAST;
@@ -44,7 +52,8 @@ int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Clu
     /* MixedPrecisionPolicy(reduce_dtype=fp32): foreach_reduce copies the 16-bit unsharded
        gradients into an fp32 reduce-scatter input, whose fp32 output are the sharded gradients
        of the fp32 parameters (_fsdp_param_group.py _get_reduce_dtype, _fsdp_collectives.py) */
-    f->rb = f->sb = plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
+    f->sb = plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;   /* the gradient shards: the fp32 parameters' dtype */
+    f->rb = plan_fsdp2_reduce_bytes(t, sk);
     f->root = (double)z->n * (z->root_shard + z->root_frozen_shard);
     f->rroot = (double)z->n * z->root_shard;
     f->v1 = t->fsdp_impl == 1;

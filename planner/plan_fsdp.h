@@ -45,6 +45,9 @@ typedef struct {
    (reduce-scatter output in fp32) and the optimizer's states per local element; gathered
    parameters and unsharded gradients are 16-bit, the reduce-scatter input fp32. */
 int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk);
+/* Bytes per element FSDP2 reduce-scatters gradients in: fp32 under fp32 shards unless
+   --fsdp-reduce param (then, and without a policy, the gradients' own). */
+double plan_fsdp2_reduce_bytes(const TrainSpec *t, StrategyKind sk);
 
 /* 1 when strategy sk's rows are FSDP2's, sharded as FSDP2 pads them, per parameter tensor: each
    rank holds ceil(dim0 / n) rows of every tensor (torch.chunk along dim 0, each shard padded to

@@ -294,7 +294,7 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
     if (!(x->fsdp || engine_z3) || x->L == 0) return;
     int64_t n = x->n, replicas = (x->N + n - 1) / n;
     int crosses = x->s->group_node ? 0 : multi_node(x), hsdp = x->s->group_node && x->N > n;
-    double pb = x->p->param_bytes, gb = plan_fsdp2_fp32_shards(x->t, x->sk) ? 4 : x->p->grad_bytes;
+    double pb = x->p->param_bytes, gb = plan_fsdp2_reduce_bytes(x->t, x->sk);
     StepMicro rmicro = plan_fsdp_reduce_last_only(x->t, x->sk) ? MICRO_LAST : MICRO_EVERY;
     const StepUnit *root = NULL;
     for (int k = 0; k < x->n_units; k++)

@@ -139,6 +139,9 @@ typedef struct {
     int fsdp_impl;           /* what the fsdp-* rows mean where the two differ: 1 = flat-parameter
                                 FullyShardedDataParallel, 2 = fully_shard (FSDP2, the default;
                                 0 reads as 2); docs/formulas.md "Autocast's cast cache" */
+    int fsdp_reduce_param;       /* --fsdp-reduce param: FSDP2's MixedPrecisionPolicy reduces in the 16-bit
+                                    parameter dtype (accelerate's and the HF Trainer's FSDP: reduce_dtype =
+                                    param_dtype); 0: in fp32 (torchtitan's mixed_precision_reduce default) */
     FsdpSyncKind fsdp_grad_sync; /* fsdp-* under grad_accum > 1: reduce-scatter every micro-step
                                     (default) or only the last */
     DsKnobs ds;              /* DeepSpeed's sizes beyond its defaults (zero* rows) */

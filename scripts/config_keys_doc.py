@@ -95,6 +95,7 @@ HONOURED = {
         "parallelism.fsdp_reshard_after_forward": "default/always -> `fsdp-full`, never -> `fsdp-grad-op` (with HSDP not modelled)",
         "parallelism.tensor_parallel_degree": "`--tp N` with `--sp on` (torchtitan's SequenceParallel norms; a `--tp` on the command line re-derives it); loss parallel (its default) named",
         "parallelism.pipeline_parallel_degree": "`--pp N`; the local batch split into micro-batches (`--batch` = pipeline_parallel_microbatch_size, `--microbatches` = local / it x accumulation steps)",
+        "training.mixed_precision_reduce": "float32 (default) is memplan's `--fsdp-reduce fp32`; bfloat16 under FSDP -> `--fsdp-reduce param`",
         "parallelism.pipeline_parallel_schedule": "1F1B (default) -> `--pp-schedule 1f1b`, GPipe -> `gpipe`; others named",
         "parallelism.pipeline_parallel_microbatch_size": "under pipeline stages: `--batch` (default 1)",
         "model.name": "llama3 (absent: llama3) with a known flavor: checked against `--model`, or the model; others noted",

@@ -433,3 +433,24 @@ Test(cli_recipes, bounds_should_mean_something) {
     cr_expect(strstr(err, "[0, 0.999]"), "%s", err);
     cr_expect_eq(run("--model gpt2 --dropout 0.999"), 0);
 }
+
+Test(cli_recipes, accelerates_fsdp_mixed_precision_should_reduce_in_16_bits) {
+    /* the case: planned with an fp32 reduction, accelerate reduces in bf16 (43.5 vs ~32.9 GiB) */
+    cJSON *j = expect("--config " C "huggingface+trl/trl/accelerate_configs/fsdp2.yaml --model llama2-7b --gpus 8",
+                      (const Want[]){{"fsdp-reduce", "param"}, {"precision", "mixed-bf16"}, {0, 0}});
+    cJSON_Delete(j);
+    double wire[2];
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(runf("--model llama2-7b --gpus 8 --strategy fsdp-full --precision mixed-bf16 --fsdp-reduce %s --json",
+                          i ? "param" : "fp32"), 0, "%s", err);
+        j = json_out();
+        const cJSON *col;
+        wire[i] = 0;
+        cJSON_ArrayForEach(col, cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0), "comm"), "collectives"))
+            if (!strcmp(cJSON_GetObjectItem(col, "op")->valuestring, "reduce_scatter"))
+                wire[i] += cJSON_GetObjectItem(col, "wire_bytes_per_gpu")->valuedouble;
+        cJSON_Delete(j);
+    }
+    cr_expect(wire[0] > 0 && fabs(wire[1] / wire[0] - 0.5) < 0.01, "reduce-scatter wire fp32 %g, param %g", wire[0], wire[1]);
+}
+
