@@ -157,6 +157,18 @@ int cli_config_merge(CliConfig *c, const char *(*given)(const char *flag, const 
             return -1;
         }
         if (s->cmdline) continue;
+        const char *pp = given("pp", ctx);
+        if (strcmp(s->flag, "grad-accum") == 0 && pp && atoi(pp) > 1 && !given("microbatches", ctx) && !s->deferred) {
+            /* the command line's pipeline stages: the file's accumulation is their micro-batches
+               (the same global batch), or memplan's default of pp when fewer than the stages */
+            char note[400];
+            int keep = atoll(s->value) >= atoi(pp);
+            snprintf(note, sizeof note, "%s %s under the command line's --pp %s: %s", s->key, s->value, pp,
+                     keep ? "the pipeline's --microbatches" : "fewer than the stages, so the pipeline's default --microbatches (pp)");
+            cJSON_AddItemToArray(c->notes, cJSON_CreateString(note));
+            if (!keep) { s->dropped = 1; continue; }
+            s->flag = "microbatches";
+        }
         if (s->deferred) {
             if (searching) { s->searched = 1; continue; }
             char eg[96] = "";
@@ -221,6 +233,7 @@ void cli_config_header(FILE *f, const CliConfig *c) {
     int n = 0, cmd = 0;
     for (int i = 0; i < c->n; i++) {
         const CfgSetting *s = &c->set[i];
+        if (s->dropped) continue;
         if (s->cmdline && !s->deferred) { cmd++; continue; }
         fprintf(f, "%s --%s ", n++ ? "," : "", s->flag);
         if (s->deferred) fputs(s->cmdline ? s->cmdline : "searched by auto", f);
@@ -262,7 +275,8 @@ cJSON *cli_config_json(const CliConfig *c) {
         cJSON_AddStringToObject(s, "flag", c->set[i].flag);
         cJSON_AddStringToObject(s, "value", c->set[i].value);
         cJSON_AddStringToObject(s, "key", c->set[i].key);
-        cJSON_AddStringToObject(s, "source", c->set[i].cmdline ? "command line" : c->set[i].deferred ? "auto search" : "config");
+        cJSON_AddStringToObject(s, "source", c->set[i].dropped ? "dropped" : c->set[i].cmdline ? "command line"
+                                             : c->set[i].deferred ? "auto search" : "config");
         if (c->set[i].cmdline) cJSON_AddStringToObject(s, "command_line_value", c->set[i].cmdline);
         if (c->set[i].deferred) cJSON_AddBoolToObject(s, "auto_in_file", 1);
         cJSON_AddItemToArray(a, s);

@@ -33,6 +33,7 @@ typedef struct {
     const char *choices;
     const char *filler;      /* who fills it: "the HF Trainer or accelerate" */
     int searched;            /* cli_config_merge: left to auto's search */
+    int dropped;             /* cli_config_merge: re-derived away by a command-line flag (a note says why) */
 } CfgSetting;
 
 /* What the command line gave that the file's derivations depend on (0: not given). */

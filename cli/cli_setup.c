@@ -1041,7 +1041,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         rc = cli_usage_error("%s", err);
     }
     long long tp_pp = (long long)(s->train.tp > 1 ? s->train.tp : 1) * (s->train.pp > 1 ? s->train.pp : 1);
-    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.pp > 1 ? 1 : s->train.grad_accum,
+    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.grad_accum,
                                              s->cluster.gpus, tp_pp, seen_value, &cmdline, err, sizeof err)) {
         active_config = NULL;   /* the message names its sources itself */
         rc = cli_usage_error("%s", err);

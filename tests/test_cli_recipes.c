@@ -271,6 +271,19 @@ Test(cli_recipes, a_command_line_flag_should_re_derive_what_the_file_derived_fro
     cr_expect_str_eq(setting(j, "grad-accum", NULL), "(none)");
     cr_expect_str_neq(setting(j, "microbatches", NULL), "(none)");
     cJSON_Delete(j);
+    /* --pp over a file's gradient_accumulation_steps: its micro-batches (the issue: refused because
+       of the derived --grad-accum), or the pipeline's default when fewer than the stages */
+    char args[600];
+    snprintf(args, sizeof args, "--config %s --model gpt2 --gpus 4 --pp 2",
+             put("ga.json", "{\"output_dir\": \"o\", \"gradient_accumulation_steps\": 4}"));
+    cJSON_Delete(expect(args, (const Want[]){{"microbatches", "4"}, {"grad-accum", "(none)"}, {0, 0}}));
+    snprintf(args, sizeof args, "--config %s --model gpt2 --gpus 4 --pp 2",
+             put("ga1.json", "{\"output_dir\": \"o\", \"gradient_accumulation_steps\": 1}"));
+    cr_assert_eq(runf("%s --json", args), 0, "%s", err);
+    j = json_out();
+    cr_expect(noted(j, "fewer than the stages"));
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "train"), "grad_accum")->valuedouble, 2);
+    cJSON_Delete(j);
 }
 
 Test(cli_recipes, torchtitan_flavor_should_be_checked_against_the_model_or_be_the_model) {
