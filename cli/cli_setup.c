@@ -1,6 +1,7 @@
 /* cli_setup.c — parse -> validate -> resolve the shared planning flags. */
 #include "cli_setup.h"
 
+#include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include "plan_fsdp.h"
 #include "plan_activ.h"
 #include "plan_dim_ft.h"
+#include "plan_load.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
 #include "plan_dim_pp.h"
@@ -115,6 +117,17 @@ int cli_usage_error(const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (active_config) cli_config_annotate(active_config, msg, sizeof msg);
+    /* one line whatever a value held: a newline or other control character is written escaped */
+    char clean[sizeof msg];
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && o + 5 < sizeof clean; p++) {
+        if (*p == '\n') { clean[o++] = '\\'; clean[o++] = 'n'; }
+        else if (*p == '\t') { clean[o++] = '\\'; clean[o++] = 't'; }
+        else if (*p < 0x20 || *p == 0x7f) o += (size_t)snprintf(clean + o, sizeof clean - o, "\\x%02x", *p);
+        else clean[o++] = (char)*p;
+    }
+    clean[o] = 0;
+    memcpy(msg, clean, o + 1);
     if (capture) {
         if (!capture[0]) snprintf(capture, capture_len, "%s", msg);
     } else {
@@ -213,7 +226,8 @@ void cli_print_setup_help(FILE *f) {
         "  --fsdp-reduce-dtype fp32|bf16|fp16\n"
         "                         fsdp-*: the dtype gradients are reduce-scattered in, MixedPrecision(Policy)'s\n"
         "                         reduce_dtype (default: fp32 for --fsdp 2 under mixed-*, as torchtitan;\n"
-        "                         else the gradients' own, as FSDP1's MixedPrecision(reduce_dtype=param_dtype))\n"
+        "                         else the gradients' own, as FSDP1's MixedPrecision(reduce_dtype=param_dtype);\n"
+        "                         accelerate's and the HF Trainer's FSDP reduce in the 16-bit dtype)\n"
         "Tensor parallel (PyTorch parallelize_module; with ddp and fsdp-full on gpus / tp data-parallel ranks):\n"
         "  --tp N|auto            tensor-parallel degree inside a node (default 1; auto: memplan auto tries\n"
         "                         every degree dividing the GPUs per node, data parallel alone kept within 3%%):\n"
@@ -430,15 +444,11 @@ static int fsdp1_knobs(CliSetup *s) {
     return 0;
 }
 
-/* --fsdp-reduce-dtype: fsdp-* rows only; a 16-bit reduce dtype is the precision's compute dtype
-   (MixedPrecision casts the gradients from param_dtype). 0 or 2. */
+/* --fsdp-reduce-dtype: a 16-bit reduce dtype is the precision's compute dtype (MixedPrecision casts
+   the gradients from param_dtype; without fsdp-* rows it changes nothing: no_effect_notes). 0 or 2. */
 static int fsdp_reduce(CliSetup *s) {
     const char *a = cli_setup_given(s, "fsdp-reduce-dtype");
     if (!a) return 0;
-    unsigned fsdp = (1u << STRAT_FSDP_FULL) | (1u << STRAT_FSDP_GRAD_OP) | (1u << STRAT_FSDP_HYBRID);
-    if (!(s->strategies & fsdp))
-        return cli_usage_error("--fsdp-reduce-dtype is FSDP's MixedPrecision reduce_dtype: add fsdp-full, fsdp-grad-op "
-                               "or fsdp-hybrid to --strategy");
     const PrecisionSpec *p = plan_precision(s->train.precision);
     int bf = strcmp(a, "bf16") == 0;
     if (s->train.fsdp_reduce == FSDP_REDUCE_LOW && (p->act_bytes != 2 || (p->peak == PEAK_BF16) != bf))
@@ -447,6 +457,36 @@ static int fsdp_reduce(CliSetup *s) {
                                (p->peak == PEAK_BF16 ? "bf16" : "fp16") : "fp32",
                                p->act_bytes == 2 ? (p->peak == PEAK_BF16 ? ", bf16" : ", fp16") : "");
     return 0;
+}
+
+/* Flags given that change nothing for this setup: one note each on standard error ("said so",
+   not silently ignored); the plan is the same with or without them. */
+static const char *seen_value(const char *flag, const void *ctx);
+
+/* Flags the command line gave (not a --config's) that change nothing here: one note each. */
+static void no_effect_notes(const CliSetup *s, const void *cmdline) {
+    if (capture) return;   /* ranks of an MPI job: the setup is checked, not narrated, on every rank */
+#define cli_setup_given(s, name) seen_value(name, cmdline)
+    const char *v;
+    unsigned fsdp_rows = (1u << STRAT_FSDP_FULL) | (1u << STRAT_FSDP_GRAD_OP) | (1u << STRAT_FSDP_HYBRID);
+    if ((v = cli_setup_given(s, "moe-imbalance")) && s->have_model && s->model.moe.n_experts > 0 &&
+        s->model.moe.router == MOE_ROUTER_ALL_EXPERTS && s->train.moe_imbalance > 1)
+        fprintf(stderr, "memplan: note: --moe-imbalance %s changes nothing for %s: transformers runs every expert on every "
+                "token there (Llama4TextMoe: the tokens repeated over the %d experts, weighted 0 where not routed)\n",
+                v, s->model.name, s->model.moe.n_experts);
+    if ((v = cli_setup_given(s, "autocast")) && !plan_precision(s->train.precision)->autocast)
+        fprintf(stderr, "memplan: note: --autocast %s changes nothing with --precision %s, which does not autocast (it "
+                "applies to amp-fp16 and amp-bf16)\n", v, plan_precision(s->train.precision)->name);
+    if ((v = cli_setup_given(s, "fsdp")) && !(s->strategies & fsdp_rows))
+        fprintf(stderr, "memplan: note: --fsdp %s changes nothing without an fsdp-* strategy\n", v);
+    if ((v = cli_setup_given(s, "fsdp-grad-sync")) && (!(s->strategies & fsdp_rows) || s->train.grad_accum <= 1))
+        fprintf(stderr, "memplan: note: --fsdp-grad-sync %s changes nothing %s\n", v,
+                !(s->strategies & fsdp_rows) ? "without an fsdp-* strategy" : "without --grad-accum 2 or more");
+    if ((v = cli_setup_given(s, "fsdp-reduce-dtype")) && !(s->strategies & fsdp_rows))
+        fprintf(stderr, "memplan: note: --fsdp-reduce-dtype %s changes nothing without an fsdp-* strategy\n", v);
+    if ((v = cli_setup_given(s, "attn")) && s->have_model && s->model.arch == ARCH_CNN)
+        fprintf(stderr, "memplan: note: --attn %s changes nothing for %s, which has no attention\n", v, s->model.name);
+#undef cli_setup_given
 }
 
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
@@ -464,10 +504,22 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (model_arg) {
         if (cli_model_load(&s->model, model_arg, f->revision, err, sizeof(err))) return cli_usage_error("%s", err);
         s->have_model = 1;
+    } else if (params <= 0 && s->config && s->config->model_json) {   /* the model the config names (a torchtitan flavor) */
+        const char *j = s->config->model_json;
+        if (plan_load_model_from_buffer(&s->model, j, strlen(j), s->config->model_label, err, sizeof err))
+            return cli_usage_error("%s: %s", s->config->flavor_key, err);
+        snprintf(s->model.name, sizeof s->model.name, "%s", s->config->model_label);
+        s->have_model = 1;
     } else if (params > 0) {
         if ((double)units > params) units = (long long)params;
         if (plan_model_generic(&s->model, "generic", (int64_t)params, (int)units, err, sizeof(err)))
             return cli_usage_error("%s", err);
+        s->have_model = 1;
+    } else if (need_model && s->config && s->config->model_hint[0]) {
+        /* the model the recipe trains (model_name_or_path): a zoo name, or a hub id from the local
+           Hugging Face cache or the hub (cli_model.c), as --model would take it */
+        if (cli_model_load(&s->model, s->config->model_hint, NULL, err, sizeof(err)))
+            return cli_usage_error("no model: %s trains %s: %s", s->config->path, s->config->model_hint, err);
         s->have_model = 1;
     } else if (need_model) {
         return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_hint());
@@ -487,6 +539,11 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
                                "multiple of %lld, or --gpus-per-node dividing %lld", (long long)s->cluster.gpus,
                                (long long)s->cluster.gpus_per_node, gpn ? "" : "the default --gpus-per-node; ",
                                (long long)s->cluster.gpus_per_node, (long long)s->cluster.gpus);
+    if (s->have_model && !cli_setup_given(s, "seq") && s->train.seq <= 0 && s->model.arch != ARCH_CNN &&
+        s->model.max_seq > CLI_DEFAULT_SEQ_MAX) {   /* the default: min(context, 4096), said in the header */
+        s->seq_context = s->model.max_seq;
+        s->train.seq = CLI_DEFAULT_SEQ_MAX;
+    }
     if (s->have_model && s->train.seq > s->model.max_seq && s->model.max_seq > 0 && learned_positions(&s->model))
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
@@ -603,12 +660,13 @@ const char *cli_alloc_conf_env(const char **name) {
     return NULL;
 }
 
-/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number; the stage-3 limits
- * may be 0 (kept as 1: the same behaviour for tensors of at least one element). 0 or 2. */
+/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number from 0, as DeepSpeed's
+ * pydantic fields (ge=0, zero/config.py); 0 is kept as 1, the same behaviour for tensors of at least
+ * one element (each tensor its own bucket or gather). 0 or 2. */
 static int ds_size_option(CliSetup *s, int c, const char *a) {
     static const struct { int opt; const char *flag; double lo; size_t off; } K[] = {
-        {OPT_DS_BUCKET, "ds-reduce-bucket", 1, offsetof(DsKnobs, reduce_bucket)},
-        {OPT_DS3_PREFETCH, "ds3-prefetch", 1, offsetof(DsKnobs, prefetch)},
+        {OPT_DS_BUCKET, "ds-reduce-bucket", 0, offsetof(DsKnobs, reduce_bucket)},
+        {OPT_DS3_PREFETCH, "ds3-prefetch", 0, offsetof(DsKnobs, prefetch)},
         {OPT_DS3_LIVE, "ds3-max-live", 0, offsetof(DsKnobs, max_live)},
         {OPT_DS3_REUSE, "ds3-max-reuse", 0, offsetof(DsKnobs, max_reuse)},
         {OPT_DS3_PERSIST, "ds3-persist", 0, offsetof(DsKnobs, persist)},
@@ -753,7 +811,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.fsdp_impl = a[0] - '0';
         break;
     case OPT_DROPOUT:
-        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 0.999]", a);
         s->train.dropout = d;
         break;
     case OPT_MOE_IMBALANCE:   /* the model's bound, experts / top-k, is checked in resolve_moe */
@@ -766,11 +824,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.ft.rank = (int)v;
         break;
     case OPT_LORA_ALPHA:
-        if (plan_parse_double(a, 1e-6, 1e6, &d)) return cli_usage_error("--lora-alpha '%s' is not a number in (0, 1e6] (e.g. 32)", a);
+        if (plan_parse_double(a, 1e-6, 1e6, &d)) return cli_usage_error("--lora-alpha '%s' is not a number in [1e-6, 1e6] (e.g. 32)", a);
         s->train.ft.alpha = d;
         break;
     case OPT_LORA_DROPOUT:
-        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--lora-dropout '%s' is not a probability in [0, 1)", a);
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--lora-dropout '%s' is not a probability in [0, 0.999]", a);
         s->train.ft.dropout = d;
         break;
     case OPT_LORA_TARGETS:
@@ -960,9 +1018,12 @@ static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flag
         return cli_usage_error("--config is read by plan and auto: %s takes memplan's own flags (see what %s amounts "
                                "to with 'memplan plan --config %s --model ...')", cmd, path, path);
     if (kind && (k = cli_config_kind_by_name(kind)) < 0)
-        return cli_usage_error("unknown --config-kind '%s' (valid: deepspeed, accelerate, torchtitan, hf-trainer)", kind);
+        return cli_usage_error("unknown --config-kind '%s' (valid: %s)", kind, cli_config_kind_names());
     CfgKnown known = {cli_setup_given(s, "gpus") ? s->cluster.gpus : 0, cli_setup_given(s, "batch") ? s->train.micro_batch : 0,
-                      cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0};
+                      cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0, f->gpn,
+                      cli_setup_given(s, "tp") ? s->train.tp : 0, cli_setup_given(s, "pp") ? s->train.pp : 0,
+                      cli_setup_given(s, "precision"), s->model_arg, 0, 0, s->cluster.gpu.name,
+                      s->cluster.gpu.peak_tflops[PEAK_BF16] > 0};
     CliConfig *c = calloc(1, sizeof *c);
     char err[1024];
     if (!c) return cli_usage_error("out of memory reading --config %s", path);
@@ -971,7 +1032,11 @@ static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flag
         free(c);
         return cli_usage_error("%s", err);
     }
-    cli_config_merge(c, seen_value, o);
+    if (cli_config_merge(c, seen_value, o, strcmp(cmd, "auto") == 0, err, sizeof err)) {
+        cli_config_free(c);
+        free(c);
+        return cli_usage_error("%s", err);
+    }
     cli_config_warn(stderr, c);
     char **av = malloc(((size_t)argc + (size_t)c->argc + 1) * sizeof *av);
     if (!av) { cli_config_free(c); free(c); return cli_usage_error("out of memory reading --config %s", path); }
@@ -1010,15 +1075,36 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         for (int i = 0; i < 3 && !rc; i++)
             if (hs[i] >= 0) *to[i] = hs[i] < 1 ? 1 : hs[i];
     }
-    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.grad_accum, s->cluster.gpus,
-                                             seen_value, &cmdline, err, sizeof err)) {
+    if (!rc && s->config && s->have_model &&
+        cli_config_model_check(s->config, plan_pp_blocks(&s->model), s->model.d_model, s->model.name, err, sizeof err)) {
+        active_config = NULL;
+        rc = cli_usage_error("%s", err);
+    }
+    long long tp_pp = (long long)(s->train.tp > 1 ? s->train.tp : 1) * (s->train.pp > 1 ? s->train.pp : 1);
+    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.grad_accum,
+                                             s->cluster.gpus, tp_pp, seen_value, &cmdline, err, sizeof err)) {
         active_config = NULL;   /* the message names its sources itself */
         rc = cli_usage_error("%s", err);
     }
     if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
     if (!rc) rc = resolve_pp(s, cmd);
+    if (!rc) no_effect_notes(s, &cmdline);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
+}
+
+void cli_setup_notes(FILE *f, const CliSetup *s) {
+    if (s->seq_context > 0)
+        fprintf(f, "# seq %lld: memplan's default, min(the model's context %lld, %d); give --seq to plan another\n",
+                (long long)s->train.seq, s->seq_context, CLI_DEFAULT_SEQ_MAX);
+}
+
+void cli_setup_notes_json(cJSON *report, const CliSetup *s) {
+    cJSON *t = cJSON_GetObjectItem(report, "train");
+    if (s->seq_context > 0 && t) {
+        cJSON_AddStringToObject(t, "seq_from", "default: min(context, 4096)");
+        cJSON_AddNumberToObject(t, "model_context", (double)s->seq_context);
+    }
 }
 
 void cli_setup_free(CliSetup *s) {

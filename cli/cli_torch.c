@@ -712,6 +712,8 @@ static const struct {
     {"mfu", NULL, "no time is compared"}, {"intra-bw", NULL, "no time is compared"},
     {"inter-bw", NULL, "no time is compared"}, {"latency", NULL, "no time is compared"},
     {"autocast", "cpu", "the CPU ranks run CPU autocast's op lists (valid: cpu)"},
+    {"quant-base", "none", "the harness loads no bitsandbytes base (a quantized base is planned, not run)"},
+    {"moe-imbalance", "1", "the harness cannot force a routing imbalance (it is planned, not run)"},
 };
 
 /* 0, or 2 after naming the first shared flag given that does not apply to CPU ranks. */

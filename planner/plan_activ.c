@@ -356,7 +356,7 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
     if (l->grad_frontier == 1) return -transformer_layer_bytes(m, i, t, in);
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, bs = (double)in->b * (double)in->s;
-    double d = -X * (double)l->act_unsaved_tok + X * (double)l->lora_r_tok +
+    double d = -X * (double)(p->autocast ? l->act_unsaved_tok_ac : l->act_unsaved_tok) + X * (double)l->lora_r_tok +
                (X + plan_act_dropout_bytes(t, t->ft.dropout, X)) * (double)l->lora_drop_tok;
     double h = (double)m->d_model;
     if (l->grad_frontier == 2) {

@@ -50,7 +50,8 @@ int64_t plan_model_params(const ModelSpec *m) {
 }
 
 double plan_layer_active_params(const ModelSpec *m, const LayerSpec *l) {
-    double all = (double)l->params + (double)l->frozen;   /* a frozen weight computes as much */
+    /* a frozen weight computes as much, a packed one as its unpacked weight */
+    double all = (double)l->params + (double)l->frozen + (double)l->frozen_flops_extra;
     if (l->expert_params <= 0 || m->moe.n_experts <= 0) return all;
     return all - (double)l->expert_params * (1.0 - (double)m->moe.top_k / m->moe.n_experts);
 }
@@ -780,7 +781,7 @@ int plan_model_generic(ModelSpec *m, const char *name, int64_t params, int n_uni
 
 /* Every field of LayerSpec but name and unit: a field added to the struct must be added here
    (the size check below stops the build until it is). */
-_Static_assert(sizeof(LayerSpec) == 1312, "LayerSpec changed: compare its new fields in plan_layer_same");
+_Static_assert(sizeof(LayerSpec) == 1328, "LayerSpec changed: compare its new fields in plan_layer_same");
 int plan_layer_same(const LayerSpec *a, const LayerSpec *b) {
 #define SAME(f) (a->f == b->f)
 #define SAME_N(f, n) (memcmp(a->f, b->f, sizeof a->f[0] * (size_t)(n)) == 0)
@@ -788,7 +789,8 @@ int plan_layer_same(const LayerSpec *a, const LayerSpec *b) {
           SAME(fwd_flops) && SAME(act_elems) && SAME(act_fp32_elems) && SAME(act_mask_elems) && SAME(act_bytes) &&
           SAME(act_known) && SAME(n_tensors) && SAME(conv_kernel) && SAME(conv_stride) && SAME(expert_params) &&
           SAME(attn_window) && SAME(no_rope) && SAME(frozen) && SAME(n_frozen) && SAME(act_unsaved_tok) &&
-          SAME(lora_r_tok) && SAME(lora_drop_tok) && SAME(grad_frontier)))
+          SAME(act_unsaved_tok_ac) && SAME(lora_r_tok) && SAME(lora_drop_tok) && SAME(frozen_flops_extra) &&
+          SAME(grad_frontier)))
         return 0;
     int n = a->n_tensors > 0 ? a->n_tensors : 0, nf = a->n_frozen > 0 ? a->n_frozen : 0;
     return SAME_N(tensor_elems, n) && SAME_N(tensor_dim0, n) && SAME_N(tensor_mod, n) && SAME_N(frozen_elems, nf) &&

@@ -172,8 +172,13 @@ typedef struct {
     /* Saved activations the trainable subset changes, elements per token (planner/plan_dim_ft.c):
      * inputs of projections no longer saved (autograd saves a matmul's input only for its weight's
      * gradient), LoRA A outputs (rank r each, saved by B), LoRA dropout outputs (saved by A, with
-     * as many 1-byte dropout masks). */
-    int64_t act_unsaved_tok, lora_r_tok, lora_drop_tok;
+     * as many 1-byte dropout masks). act_unsaved_tok_ac: the inputs no longer saved under autocast,
+     * where each projection saved its own cast copy (both kept, so that one setup serves every
+     * precision a search tries). */
+    int64_t act_unsaved_tok, act_unsaved_tok_ac, lora_r_tok, lora_drop_tok;
+    /* A quantized base held as its packed storage (a rank's view under ZeRO-3 / FSDP): the
+     * elements the frozen projections compute with beyond the storage elements frozen counts. */
+    int64_t frozen_flops_extra;
     /* Where backward starts (autograd records nothing before the first trainable parameter):
      * 1 = the layer runs before it and saves nothing; 2 = its first norm does (the block whose
      * attention input projections carry the first trainable parameters); 0 otherwise. */

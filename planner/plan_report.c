@@ -40,11 +40,13 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof(b)), (long long)c->gpus_per_node,
             (long long)plan_cluster_nodes(c), plan_cluster_nodes(c) > 1 ? "s" : "");
     fprintf(f, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, optimizer %s, "
-            "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s%s%s\n", (long long)t->micro_batch,
+            "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s%s%s%s\n", (long long)t->micro_batch,
             (long long)plan_report_seq(m, t), (long long)t->grad_accum,
             plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
             plan_ckpt_label(t, (char[24]){0}, 24), plan_attn_name(t->attn), plan_report_dropout(m, t),
             t->fsdp_impl == 1 ? "FSDP1 (flat parameter)" : "FSDP2 (fully_shard)",
+            t->fsdp_reduce == FSDP_REDUCE_LOW ? " reducing in the 16-bit dtype (--fsdp-reduce-dtype)"
+            : t->fsdp_reduce == FSDP_REDUCE_FP32 ? " reducing in fp32 (--fsdp-reduce-dtype)" : "",
             t->grad_accum > 1 ? " reducing gradients " : "",
             t->grad_accum > 1 ? (t->fsdp_grad_sync == FSDP_SYNC_LAST ? "in the last micro-step only (--fsdp-grad-sync last)"
                                                                      : "every micro-step (--fsdp-grad-sync every)") : "",
@@ -391,6 +393,9 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "offload", plan_offload_name(t->offload));
     cJSON_AddNumberToObject(jt, "fsdp", t->fsdp_impl == 1 ? 1 : 2);   /* what fsdp-* rows mean */
     cJSON_AddStringToObject(jt, "fsdp_grad_sync", plan_fsdp_sync_name(t->fsdp_grad_sync));
+    if (t->fsdp_reduce != FSDP_REDUCE_DEFAULT)   /* given, or a config's: the reduce-scatter's dtype */
+        cJSON_AddStringToObject(jt, "fsdp_reduce_dtype", t->fsdp_reduce == FSDP_REDUCE_FP32 ? "fp32"
+                                : plan_precision(t->precision)->peak == PEAK_FP16 ? "fp16" : "bf16");
     if (t->fsdp_impl == 1) {   /* FSDP1's knobs, only where they mean something */
         cJSON *k = cJSON_AddObjectToObject(jt, "fsdp1");
         cJSON_AddNumberToObject(k, "min_params", t->fsdp1.min_params);

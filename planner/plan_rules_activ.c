@@ -4,6 +4,7 @@
  * Sources: docs/formulas.md "Activations", "Transients", "A block's backward". */
 #include <math.h>
 
+#include "plan_dim_ft.h"
 #include "plan_step_internal.h"
 
 static int last_of_kind(const ModelSpec *m, LayerKind k) {
@@ -102,6 +103,8 @@ static double dequant_bytes(const StepCtx *x, int i) {
         int id = PLAN_MOD_ID(l->frozen_mod[k]);
         if (id != PLAN_MOD_NONE && id != PLAN_MOD_LM_HEAD && (double)l->frozen_elems[k] > big) big = (double)l->frozen_elems[k];
     }
+    if (x->t->ft.packed)   /* the rank's view holds the packed storage: the weight it dequantizes to */
+        big = floor(big * x->p->param_bytes / plan_quant_bytes_per_param(x->t));
     return big * x->p->act_bytes;
 }
 

@@ -96,7 +96,8 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     if (!(s->shard & SHARD_PARAM)) z->frozen = plan_model_frozen_bytes(m, t);
     else if (fz_elems > 0)   /* FSDP2: every rank's shard of them, at the bytes they are stored at (fp32 shards under
                                 a MixedPrecisionPolicy) */
-        z->frozen = z->frozen_shard * (plan_fsdp2_fp32_shards(t, sk) ? p->master_bytes : plan_model_frozen_bytes(m, t) / fz_elems);
+        z->frozen = z->frozen_shard * (plan_fsdp2_fp32_shards(t, sk) && t->ft.quant == QUANT_NONE ? p->master_bytes
+                                       : plan_model_frozen_bytes(m, t) / fz_elems);   /* a base stored lower: as stored */
     z->params += z->frozen;
     offload_gpu_sizes(t, sk, z);   /* CPU offload: what leaves the GPU */
 }

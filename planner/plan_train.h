@@ -113,6 +113,9 @@ typedef struct {
     FreezeKind freeze;
     int freeze_n;            /* FREEZE_ALL_BUT_LAST: N */
     QuantKind quant;
+    /* set by the fine-tuning dimension's view, not by a flag: the rank's model holds a 4-bit base
+       as its packed storage (plan_dim_ft.c ft_view), priced per element at the parameter bytes */
+    int packed;
 } FinetuneSpec;
 
 typedef struct {

@@ -268,7 +268,7 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     /* a regime the GPU lacks: the hint lists every regime it has */
     expect_usage_error("--model gpt2 --gpu v100-32gb --precision bf16", "valid there: fp32, amp-fp16, mixed-fp16");
     /* DeepSpeed's sizes: whole element counts, only beside a ZeRO row */
-    expect_usage_error("--model gpt2 --strategy zero2 --ds-reduce-bucket 0", "--ds-reduce-bucket '0' is not a whole number");
+    expect_usage_error("--model gpt2 --strategy zero2 --ds-reduce-bucket -1", "--ds-reduce-bucket '-1' is not a whole number of elements in [0, 1e13]");
     expect_usage_error("--model gpt2 --strategy zero3 --ds3-persist 1.5", "--ds3-persist '1.5'");
     expect_usage_error("--model gpt2 --strategy ddp --ds3-prefetch 1e6", "--ds3-prefetch is a DeepSpeed setting");
     expect_usage_error("auto --model gpt2 --global-batch 0", "--global-batch '0'");

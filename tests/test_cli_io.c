@@ -442,7 +442,11 @@ Test(cli_io, an_fp32_reduce_dtype_should_double_fsdp1s_reduce_scatter_bytes)
     cr_expect_float_eq(fp, 2 * bf, 1e-9 * fp);
     USAGE("--fsdp-reduce-dtype fp16 needs a precision that computes in fp16 (--precision mixed-bf16 computes in bf16; "
           "valid here: fp32, bf16)", "--model gpt2 --strategy fsdp-full --precision mixed-bf16 --fsdp-reduce-dtype fp16");
-    USAGE("--fsdp-reduce-dtype is FSDP's MixedPrecision reduce_dtype", "--model gpt2 --strategy ddp --fsdp-reduce-dtype fp32");
+    /* without fsdp-* rows the flag changes nothing: said on standard error, the plan made */
+    Run r = mp("--model gpt2 --strategy ddp --fsdp-reduce-dtype fp32 2>&1 >/dev/null");
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    cr_expect(strstr(r.out, "memplan: note: --fsdp-reduce-dtype fp32 changes nothing without an fsdp-* strategy") != NULL, "%s", r.out);
+    free(r.out);
     USAGE("unknown --fsdp-reduce-dtype 'fp8' (valid: fp32, bf16, fp16)", "--model gpt2 --fsdp-reduce-dtype fp8");
 }
 
