@@ -633,7 +633,7 @@ static const CfgKey TT_KEYS[] = {
     {"parallelism.pipeline_parallel_layers_per_stage", NE, 0}, {"parallelism.pipeline_parallel_schedule", NE, 0},
     {"parallelism.pipeline_parallel_schedule_csv", NE, 0}, {"parallelism.pipeline_parallel_microbatch_size", NE, 0},
     {"parallelism.pipeline_parallel_expert_parallel_overlap", NE, 0}, {"parallelism.context_parallel_load_balancer", NE, 0},
-    {"parallelism.context_parallel_rotate_method", NE, 0}, {"parallelism.expert_parallel_comm_backend", NE, 0},
+    {"parallelism.context_parallel_rotate_method", D, "allgather"}, {"parallelism.expert_parallel_comm_backend", D, "standard"},
     {"activation_checkpoint.mode", H, 0}, {"activation_checkpoint.selective_ac_option", H, 0},
     {"activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", NE, 0}, {"activation_checkpoint.early_stop", D, "false"},
     {"activation_checkpoint.memory_budget", NE, 0}, {"activation_checkpoint.visualize_memory_budget_pareto", NE, 0},
@@ -682,6 +682,10 @@ static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
                 cfg_unmodelled(c, strncat(k2, r ? "" : " (absent: loss parallel on)", sizeof k2 - strlen(k2) - 1),
                                cfg_item(p, "disable_loss_parallel"));
             }
+        } else if (*v > 1 && (i == 2 || i == 3)) {
+            /* context and expert parallel: --cp, --ep (torchtitan's dp_shard_cp mesh and its ep mesh
+               borrowed from dp_shard x cp: parallel_dims.py), planned with FSDP2 */
+            if (cfg_setf(c, i == 2 ? "cp" : "ep", *v, cfg_key(c, "parallelism", K[i].name, key, sizeof key))) return -1;
         } else if (*v > 1 && i < 5)
             cfg_unmodelled(c, cfg_key(c, "parallelism", K[i].name, key, sizeof key), cfg_item(p, K[i].name));
     }

@@ -7,6 +7,8 @@
 
 #include "plan_util.h"
 
+#include "plan_dim_cp.h"
+#include "plan_dim_ep.h"
 #include "plan_dim_ft.h"
 #include "plan_dim_moe.h"
 #include "plan_dim_offload.h"
@@ -14,8 +16,10 @@
 #include "plan_dim_tp.h"
 
 /* The order the views apply in: the trainable subset first (it is the model every rank starts
-   from), then the tensor-parallel share, then the pipeline stage of that share. */
-static const PlanDim *const DIMS[] = {&plan_dim_ft, &plan_dim_tp, &plan_dim_pp, &plan_dim_moe, &plan_dim_offload};
+   from), then the tensor-parallel share, then the pipeline stage of that share, then the
+   context-parallel rank's tokens; the experts' share of the expert-parallel ranks after them. */
+static const PlanDim *const DIMS[] = {&plan_dim_ft, &plan_dim_tp, &plan_dim_pp, &plan_dim_cp, &plan_dim_moe,
+                                      &plan_dim_ep, &plan_dim_offload};
 #define N_DIMS ((int)(sizeof DIMS / sizeof DIMS[0]))
 
 int plan_dim_count(void) { return N_DIMS; }
@@ -84,7 +88,7 @@ int plan_rank_views(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c
     v.full = *c;
     v.t = *t;
     v.sk = sk;
-    v.tp = v.pp = 1;
+    v.tp = v.pp = v.ep = v.cp = 1;
     v.stage = -1;
     v.in_flight = 1;
     int n = 0;
