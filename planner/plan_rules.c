@@ -111,8 +111,6 @@ static const RuleInfo RULE_INFO[RULE_COUNT] = {
                            F "\"Pipeline parallel\" (closed form, not measured); torch/distributed/pipelining/stage.py get_fwd_send_ops, get_bwd_send_ops"},
     [RULE_EP_ALL_TO_ALL] = {"ep_all_to_all", "expert parallel's all-to-alls per MoE block: the tokens per expert, the routed rows to their experts' ranks and the outputs back (forward), their gradients back (backward)",
                             F "\"Expert parallel\"; transformers/distributed/expert_parallel.py AllToAllEP, torchtitan distributed/expert_parallel.py ExpertParallel"},
-    [RULE_EP_DISPATCH] = {"ep_dispatch", "what an expert-parallel MoE block holds beyond its saved tensors: the rows sent and received while the experts run",
-                          F "\"Expert parallel\"; transformers/distributed/expert_parallel.py AllToAllEP"},
     [RULE_CP_RING] = {"cp_ring_attention", "context parallel's ring attention per attention layer: the keys and values all-gathered (forward and backward), their fp32 gradients passed round the ring, the gathered and merged buffers, the attention over every key (an estimate: CUDA-only kernels)",
                       F "\"Context parallel\"; torch/distributed/tensor/experimental/_context_parallel/_attention.py _templated_ring_attention(_backward)"},
     [RULE_LAYER_COMPUTE] = {"layer_compute", "a layer's GEMMs, attention and elementwise passes at the GPU's measured rates (--mfu: FLOPs at a flat fraction)",

@@ -79,7 +79,7 @@ typedef enum {
     /* pipeline parallel */
     RULE_PP_IN_FLIGHT, RULE_PP_SEND_RECV,
     /* expert parallel */
-    RULE_EP_ALL_TO_ALL, RULE_EP_DISPATCH,
+    RULE_EP_ALL_TO_ALL,
     /* context parallel */
     RULE_CP_RING,
     /* compute */
