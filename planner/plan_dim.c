@@ -117,3 +117,20 @@ void plan_dims_row_json(struct cJSON *strategy, const struct Step *st) {
     for (int i = 0; i < N_DIMS; i++)
         if (DIMS[i]->row_json) DIMS[i]->row_json(strategy, st);
 }
+
+void plan_dim_summary(char *buf, size_t len, const char *name, const char *degrees, const char *without, int degree,
+                      int found, int first_found) {
+    if (degree > 1)
+        snprintf(buf, len, "%s %d picked: %s %s%s\n", name, degree,
+                 first_found ? "faster than every smaller" : "without", first_found ? degrees : without,
+                 first_found ? " by more than the margin" : " nothing fits the safety margin");
+    else if (found)
+        snprintf(buf, len, "%s 1 kept: no %s fits and runs faster by more than the margin\n", name, degrees);
+    else
+        buf[0] = 0;
+}
+
+void plan_dim_describe_strategy(char *buf, size_t len, StrategyKind sk, const TrainSpec *t) {
+    (void)t;
+    snprintf(buf, len, "%s", plan_strategy(sk)->name);
+}

@@ -127,6 +127,14 @@ void plan_rank_view_free(RankView *v);
 /* The largest number of candidate views a setup can have. */
 #define PLAN_MAX_VIEWS 4
 
+/* What a dimension's search says at its end (PlanDim.summary) when it searches a degree: "pp 4
+   picked: ..." / "pp 1 kept: ..." (name "pp", degrees "pipeline degree", without "pipeline
+   stages"). */
+void plan_dim_summary(char *buf, size_t len, const char *name, const char *degrees, const char *without, int degree,
+                      int found, int first_found);
+/* PlanDim.describe for a dimension whose found setups are named by their strategy alone. */
+void plan_dim_describe_strategy(char *buf, size_t len, StrategyKind sk, const TrainSpec *t);
+
 /* The header lines and JSON fields of every dimension a setup uses. */
 void plan_dims_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                       const struct Step *const *rows, int n_rows);

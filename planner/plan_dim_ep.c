@@ -243,20 +243,9 @@ static int ep_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     return n;
 }
 
-static void ep_describe(char *buf, size_t len, StrategyKind sk, const TrainSpec *t) {
-    (void)t;
-    snprintf(buf, len, "%s", plan_strategy(sk)->name);
-}
-
 static void ep_summary(char *buf, size_t len, int found, const TrainSpec *picked, int first_found) {
-    int ep = found ? plan_ep_degree(picked) : 0;
-    if (ep > 1)
-        snprintf(buf, len, "ep %d picked: %s\n", ep, first_found ? "faster than every smaller expert-parallel degree "
-                 "by more than the margin" : "without expert parallel nothing fits the safety margin");
-    else if (found)
-        snprintf(buf, len, "ep 1 kept: no expert-parallel degree fits and runs faster by more than the margin\n");
-    else
-        buf[0] = 0;
+    plan_dim_summary(buf, len, "ep", "expert-parallel degree", "expert parallel", found ? plan_ep_degree(picked) : 0,
+                     found, first_found);
 }
 
 const PlanDim plan_dim_ep = {
@@ -271,6 +260,6 @@ const PlanDim plan_dim_ep = {
     .auto_on = ep_auto_on,
     .settings = ep_settings,
     .search_title = "expert parallel searched (fsdp-full; a larger ep is taken only when faster by more than %.0f%%):\n",
-    .describe = ep_describe,
+    .describe = plan_dim_describe_strategy,
     .summary = ep_summary,
 };

@@ -17,10 +17,19 @@
 #include "plan_step.h"
 #include "test_plan.h"
 
+static void setup(TrainSpec *t, ClusterSpec *c, int cp);
+
 static const PlanColl *row(const CommPlan *p, PlanCollOp op, CommPhase ph) {
     for (int i = 0; i < p->n; i++)
         if (p->c[i].op == op && p->c[i].phase == ph && p->c[i].purpose == PURPOSE_CP_KV) return &p->c[i];
     return NULL;
+}
+
+/* llama2-7b at seq 8192 in bf16 on 8 H100s at cp. */
+static ModelSpec llama(TrainSpec *t, ClusterSpec *c, int cp) {
+    ModelSpec m = zoo("llama2-7b");
+    setup(t, c, cp);
+    return m;
 }
 
 static void setup(TrainSpec *t, ClusterSpec *c, int cp) {
@@ -33,10 +42,9 @@ static void setup(TrainSpec *t, ClusterSpec *c, int cp) {
 }
 
 Test(cp, a_rank_should_hold_its_share_of_every_sequence) {
-    ModelSpec m = zoo("llama2-7b");
     TrainSpec t;
     ClusterSpec c;
-    setup(&t, &c, 4);
+    ModelSpec m = llama(&t, &c, 4);
     Step st;
     cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_FSDP_FULL), PLAN_OK, "%s", st.fail_why);
     cr_expect_eq(st.view.t.seq, 2048);
@@ -51,10 +59,9 @@ Test(cp, a_rank_should_hold_its_share_of_every_sequence) {
    at the compute dtype; torchtitan repeats the KV heads), backward one more and cp send/recv of
    the rank's fp32 gradients of its keys and values. */
 Test(cp, the_ring_should_gather_the_keys_and_values_and_pass_their_gradients) {
-    ModelSpec m = zoo("llama2-7b");
     TrainSpec t;
     ClusterSpec c;
-    setup(&t, &c, 4);
+    ModelSpec m = llama(&t, &c, 4);
     CommPlan p;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p);
     double L = 32, s = 8192, a = 32, d = 128;
@@ -73,10 +80,9 @@ Test(cp, the_ring_should_gather_the_keys_and_values_and_pass_their_gradients) {
 /* A rank's queries attend to the whole sequence, so its attention is 1/cp of the whole
    sequence's, not (1/cp)^2: the step's compute is about the no-cp step's over cp. */
 Test(cp, a_ranks_compute_should_be_its_share_of_the_whole_sequences) {
-    ModelSpec m = zoo("llama2-7b");
     TrainSpec t;
     ClusterSpec c;
-    setup(&t, &c, 4);
+    ModelSpec m = llama(&t, &c, 4);
     SimResult with, without;
     cr_assert_eq(plan_sim(&m, &t, &c, STRAT_FSDP_FULL, 0, &with), 0);
     t.cp = 1;
@@ -87,10 +93,9 @@ Test(cp, a_ranks_compute_should_be_its_share_of_the_whole_sequences) {
 }
 
 Test(cp, a_setup_it_does_not_apply_to_should_be_refused_with_the_valid_values) {
-    ModelSpec m = zoo("llama2-7b");
     TrainSpec t;
     ClusterSpec c;
-    setup(&t, &c, 4);
+    ModelSpec m = llama(&t, &c, 4);
     char msg[320];
     cr_expect_neq(plan_cp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0);
     cr_expect(strstr(msg, "fsdp-full") != NULL, "%s", msg);

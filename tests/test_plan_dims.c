@@ -300,19 +300,27 @@ Test(dims, every_rule_and_dimension_row_should_be_filled_in) {
     }
 }
 
+/* The rank views of case k under strategy sk at micro-batch 1, into v; how many (m: the model as
+   the setup plans it, for the caller to free). */
+static int views_of(const Case *k, StrategyKind sk, ModelSpec *m, RankView *v) {
+    TrainSpec t = train_of(k, 1);
+    *m = setup_model(k, &t);
+    ClusterSpec c;
+    cluster_of(&c, k);
+    char why[320];
+    const char *where;
+    int n = plan_rank_views(m, &t, &c, sk, v, PLAN_MAX_VIEWS, why, sizeof why, &where);
+    cr_assert(n >= 1, "%s: %s", k->name, why);
+    return n;
+}
+
 /* Views apply once, in the table's order: under tp x pp the stage is of the tp share, and the
    data-parallel group is the GPUs over both degrees. */
 Test(dims, views_should_compose_tp_then_pp) {
-    const Case *k = &CASES[11];   /* tp2 x pp2 on 16 GPUs */
-    TrainSpec t = train_of(k, 1);
-    ModelSpec m = setup_model(k, &t);
-    ClusterSpec c;
-    cluster_of(&c, k);
+    ModelSpec m;
     RankView v[PLAN_MAX_VIEWS];
-    char why[320];
-    const char *where;
-    int n = plan_rank_views(&m, &t, &c, STRAT_DDP, v, PLAN_MAX_VIEWS, why, sizeof why, &where);
-    cr_assert_eq(n, 2, "stage 0 and the last: %s", why);
+    int n = views_of(&CASES[11], STRAT_DDP, &m, v);   /* tp2 x pp2 on 16 GPUs */
+    cr_assert_eq(n, 2, "stage 0 and the last");
     for (int i = 0; i < n; i++) {
         cr_expect_eq(v[i].tp, 2);
         cr_expect_eq(v[i].pp, 2);
@@ -349,26 +357,16 @@ Test(dims, a_refused_setup_should_say_which_dimension_and_why) {
    data-parallel group (FSDP2 shards over dp x cp); expert parallel narrows the experts of the
    rank's model and adds its two groups' communicators. */
 Test(dims, views_should_compose_tp_then_cp_and_narrow_the_experts_under_ep) {
-    const Case *k = &CASES[15];   /* tp2 x cp2 on 8 GPUs */
-    TrainSpec t = train_of(k, 1);
-    ModelSpec m = setup_model(k, &t);
-    ClusterSpec c;
-    cluster_of(&c, k);
+    ModelSpec m;
     RankView v[PLAN_MAX_VIEWS];
-    char why[320];
-    const char *where;
-    cr_assert_eq(plan_rank_views(&m, &t, &c, STRAT_FSDP_FULL, v, PLAN_MAX_VIEWS, why, sizeof why, &where), 1, "%s", why);
+    cr_assert_eq(views_of(&CASES[15], STRAT_FSDP_FULL, &m, v), 1);   /* tp2 x cp2 on 8 GPUs */
     cr_expect_eq(v[0].t.seq, 1024, "2048 tokens over cp 2");
     cr_expect_eq(v[0].m.n_head, m.n_head / 2);
     cr_expect_eq(v[0].dp.gpus, 4, "8 / tp 2: cp stays in the data-parallel group");
     cr_expect_eq(v[0].comms, 1, "the ring's");
     plan_rank_view_free(&v[0]);
     plan_model_free(&m);
-    k = &CASES[12];   /* mixtral-wide ep 2 on 4 GPUs */
-    t = train_of(k, 1);
-    m = setup_model(k, &t);
-    cluster_of(&c, k);
-    cr_assert_eq(plan_rank_views(&m, &t, &c, STRAT_FSDP_FULL, v, PLAN_MAX_VIEWS, why, sizeof why, &where), 1, "%s", why);
+    cr_assert_eq(views_of(&CASES[12], STRAT_FSDP_FULL, &m, v), 1);   /* mixtral-wide ep 2 on 4 GPUs */
     cr_expect_eq(v[0].ep, 2);
     cr_expect_eq(v[0].m.moe.ep, 2);
     cr_expect_eq(v[0].comms, 2, "the ep group and the expert data-parallel group of 2");

@@ -44,6 +44,14 @@ static void harness_setup(TrainSpec *t, ClusterSpec *c, int ep) {
     c->gpu.mem_bytes = 1e18;
 }
 
+/* mixtral-wide in the harness's setup at ep, and its collective table (p may be NULL). */
+static ModelSpec mixtral(TrainSpec *t, ClusterSpec *c, int ep, CommPlan *p) {
+    ModelSpec m = load(MIXTRAL_WIDE);
+    harness_setup(t, c, ep);
+    if (p) plan_comm(&m, t, c, STRAT_FSDP_FULL, p);
+    return m;
+}
+
 static const PlanColl *row(const CommPlan *p, PlanCollOp op, CommPhase ph, CollPurpose what) {
     for (int i = 0; i < p->n; i++)
         if (p->c[i].op == op && p->c[i].phase == ph && p->c[i].purpose == what) return &p->c[i];
@@ -70,10 +78,9 @@ Test(ep, the_view_should_hold_the_ranks_share_of_every_blocks_experts) {
    scalars): the experts' shard over 2 expert data-parallel ranks of 2 experts is a quarter of
    the experts, as FSDP over all 4 ranks would give, the rest a quarter of everything else. */
 Test(ep, model_states_should_be_the_measured_ones_of_the_two_fsdp_groups) {
-    ModelSpec m = load(MIXTRAL_WIDE);
     TrainSpec t;
     ClusterSpec c;
-    harness_setup(&t, &c, 2);
+    ModelSpec m = mixtral(&t, &c, 2, NULL);
     MemResult r;
     cr_assert_eq(plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &r), 0);
     cr_expect_eq(r.ms_params, 1726272);
@@ -87,12 +94,10 @@ Test(ep, model_states_should_be_the_measured_ones_of_the_two_fsdp_groups) {
    4 of 262,144 B; the experts gathered and reduce-scattered over 2 ranks, 1,572,864 B each
    (2 experts of 196,608 fp32). */
 Test(ep, the_all_to_alls_and_the_expert_groups_collectives_should_be_the_measured_ones) {
-    ModelSpec m = load(MIXTRAL_WIDE);
     TrainSpec t;
     ClusterSpec c;
-    harness_setup(&t, &c, 2);
     CommPlan p;
-    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p);
+    ModelSpec m = mixtral(&t, &c, 2, &p);
     const PlanColl *n = row(&p, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_COUNTS);
     const PlanColl *f = row(&p, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_TOKENS);
     const PlanColl *b = row(&p, PCOLL_ALL_TO_ALL, CPHASE_BACKWARD, PURPOSE_EP_TOKENS);
@@ -116,12 +121,10 @@ Test(ep, the_all_to_alls_and_the_expert_groups_collectives_should_be_the_measure
 /* With ep = the data-parallel ranks each expert lives on one rank: nothing is gathered or
    reduced over its group (measured: ep 4 on 4 ranks, no experts' collectives). */
 Test(ep, experts_on_one_rank_each_should_have_no_gathers_or_reductions) {
-    ModelSpec m = load(MIXTRAL_WIDE);
     TrainSpec t;
     ClusterSpec c;
-    harness_setup(&t, &c, 4);
     CommPlan p;
-    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p);
+    ModelSpec m = mixtral(&t, &c, 4, &p);
     cr_expect_null(row(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_EXPERT_PARAMS));
     cr_expect_null(row(&p, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_EXPERT_GRADS));
     cr_expect_not_null(row(&p, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_TOKENS));
@@ -131,10 +134,9 @@ Test(ep, experts_on_one_rank_each_should_have_no_gathers_or_reductions) {
 /* The measured peak (55,819,932 B, in the last block's experts' backward) within 3 %, and below
    the plan without expert parallel (61,099,164 B measured: every rank gathered all 4 experts). */
 Test(ep, the_peak_should_be_the_measured_one_and_below_the_plan_without_it) {
-    ModelSpec m = load(MIXTRAL_WIDE);
     TrainSpec t;
     ClusterSpec c;
-    harness_setup(&t, &c, 2);
+    ModelSpec m = mixtral(&t, &c, 2, NULL);
     MemResult with, without;
     plan_memory(&m, &t, &c, STRAT_FSDP_FULL, &with);
     t.ep = 1;
@@ -148,12 +150,10 @@ Test(ep, the_peak_should_be_the_measured_one_and_below_the_plan_without_it) {
 /* Under --moe-imbalance F the busiest rank receives F times its share of rows (at most every
    rank's, ep times): its combine sends F times the rows back. */
 Test(ep, an_imbalance_should_scale_the_busiest_ranks_rows_up_to_every_ranks) {
-    ModelSpec m = load(MIXTRAL_WIDE);
     TrainSpec t;
     ClusterSpec c;
-    harness_setup(&t, &c, 2);
     CommPlan p1, p2;
-    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p1);
+    ModelSpec m = mixtral(&t, &c, 2, &p1);
     t.moe_imbalance = 2;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p2);
     double a = row(&p1, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_TOKENS)->payload_bytes;
