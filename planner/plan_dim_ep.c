@@ -150,10 +150,13 @@ static void rule_ep(const StepCtx *x, Step *st) {
         a2a(x, st, f, PURPOSE_EP_COUNTS, CPHASE_FORWARD, 1, counts);
         a2a(x, st, f, PURPOSE_EP_TOKENS, CPHASE_FORWARD, 1, sent);
         a2a(x, st, f, PURPOSE_EP_TOKENS, CPHASE_FORWARD, 1, back);
-        if (again) {
+        if (again) {   /* op-level checkpointing saves the functional all-to-alls' outputs (torchtitan's
+                          save list): only the tokens-per-expert exchange, a c10d call, runs again */
             a2a(x, st, b, PURPOSE_EP_COUNTS, CPHASE_BACKWARD, 1, counts);
-            a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, sent);
-            a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, back);
+            if (x->t->act_ckpt != CKPT_OP) {
+                a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, sent);
+                a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, back);
+            }
         }
         a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, sent);   /* the combine's input gradient */
         a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, back);   /* the dispatch's */
@@ -187,13 +190,15 @@ static void ep_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
     if (slot != HEADER_AFTER_TRAIN || ep == 1) return;
     long long dp = (long long)(c->gpus / (t->tp > 1 ? t->tp : 1) / (t->pp > 1 ? t->pp : 1));
     double F = imbalance(t);
+    char shard[96];
+    if (dp / ep > 1) snprintf(shard, sizeof shard, "sharded over the %lld ranks that hold the same ones", dp / ep);
+    else snprintf(shard, sizeof shard, "no other rank holding them (nothing to shard)");
     fprintf(f, "# expert parallel: ep %d (transformers' AllToAllEP, torchtitan's ExpertParallel): each rank holds %d of "
-            "the %d experts of every MoE block, sharded over the %lld ranks that hold the same ones (FSDP2 on the "
-            "experts), the rest of the model over all %lld data-parallel ranks; per MoE block 3 all-to-alls forward "
-            "(tokens per expert, dispatch, combine) and 2 backward; the experts run on %g routed rows per token%s "
-            "(docs/formulas.md \"Expert parallel\")\n", ep, m->moe.n_experts / ep, m->moe.n_experts, dp / ep, dp,
-            plan_ep_rows_per_token(m, t), F > 1 ? " on the busiest rank (--moe-imbalance: its capacity)"
-                                                : " (top-k: the expectation, balanced routing)");
+            "the %d experts of every MoE block, %s (FSDP2 on the experts), the rest of the model over all %lld "
+            "data-parallel ranks; per MoE block 3 all-to-alls forward (tokens per expert, dispatch, combine) and 2 "
+            "backward; the experts run on %g routed rows per token%s (docs/formulas.md \"Expert parallel\")\n", ep,
+            m->moe.n_experts / ep, m->moe.n_experts, shard, dp, plan_ep_rows_per_token(m, t),
+            F > 1 ? " on the busiest rank (--moe-imbalance: its capacity)" : " (top-k: the expectation, balanced routing)");
 }
 
 static void ep_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {

@@ -76,6 +76,8 @@ typedef struct {
     int clamped_glu;         /* GPT-OSS: clamp, sigmoid(alpha x) and (up + 1) in the experts' SwiGLU */
     int router_logits;       /* output_router_logits: the logits kept in the output for the
                                 load-balancing loss */
+    int n_group, topk_group; /* MOE_ROUTER_GROUPED: expert groups and the groups a token's experts
+                                come from (DeepSeek's n_group, topk_group; 0 reads as 1) */
     int ep;                  /* a rank's view under expert parallelism (planner/plan_dim_ep.h): the
                                 blocks' routed-expert tensors hold n_experts / ep of the experts, and
                                 a rank's experts run on the rows the dispatch brings them; 0 or 1 =

@@ -289,10 +289,12 @@ def torchtitan_op_policy():
     SelectiveAC._wrap_block at commit b5bcd76c66d0acb1a08b176d9639425bc55e0b2a): the outputs of
     torch._functorch.partitioners.get_default_op_list().compute_intensive_ops (mm, bmm, addmm,
     convolution, the CUDA SDPA kernels, ...), the other SDPA variants torchtitan lists (cudnn,
-    math, fused_overrideable), max, linear and topk are saved, except every second mm/linear
-    (counted per forward and per recompute of one block), which is recomputed with everything
-    else. A fresh counter per checkpoint call, as torchtitan's context_fn makes one per call.
-    torchtitan's force_recompute_mm_shapes_by_fqns (moe.router.gate) matches nothing here."""
+    math, fused_overrideable), max, linear, topk and the functional collectives it lists
+    (reduce_scatter_tensor, all_to_all_single: expert parallel's token exchange) are saved, except
+    every second mm/linear (counted per forward and per recompute of one block), which is
+    recomputed with everything else. A fresh counter per checkpoint call, as torchtitan's
+    context_fn makes one per call. torchtitan's force_recompute_mm_shapes_by_fqns
+    (moe.router.gate) matches nothing here."""
     import torch
     from torch._functorch.partitioners import get_default_op_list
     from torch.utils.checkpoint import CheckpointPolicy
@@ -301,7 +303,10 @@ def torchtitan_op_policy():
     save_ops.update({aten._scaled_dot_product_cudnn_attention.default,
                      aten._scaled_dot_product_attention_math.default,
                      aten._scaled_dot_product_fused_attention_overrideable.default,
-                     aten.max.default, aten.linear.default, aten.topk.default})
+                     aten.max.default, aten.linear.default, aten.topk.default,
+                     # its communication ops (expert parallel's token exchange under --ep)
+                     torch.ops._c10d_functional.reduce_scatter_tensor.default,
+                     torch.ops._c10d_functional.all_to_all_single.default})
     mm_ops = (aten.mm.default, aten.linear.default)
     meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
 
