@@ -763,7 +763,7 @@ static const CfgKey TT_KEYS[] = {
     {"parallelism.pipeline_parallel_layers_per_stage", D, "null"}, {"parallelism.pipeline_parallel_schedule", H, 0},
     {"parallelism.pipeline_parallel_schedule_csv", D, ""}, {"parallelism.pipeline_parallel_microbatch_size", H, 0},
     {"parallelism.pipeline_parallel_expert_parallel_overlap", NE, 0}, {"parallelism.context_parallel_load_balancer", NE, 0},
-    {"parallelism.context_parallel_rotate_method", NE, 0}, {"parallelism.expert_parallel_comm_backend", NE, 0},
+    {"parallelism.context_parallel_rotate_method", D, "allgather"}, {"parallelism.expert_parallel_comm_backend", D, "standard"},
     {"activation_checkpoint.mode", H, 0}, {"activation_checkpoint.selective_ac_option", H, 0},
     {"activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", NE, 0}, {"activation_checkpoint.early_stop", D, "false"},
     {"activation_checkpoint.memory_budget", NE, 0}, {"activation_checkpoint.visualize_memory_budget_pareto", NE, 0},
@@ -828,6 +828,10 @@ static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
         } else if (i == 1) {   /* pipeline stages: --pp (torch.distributed.pipelining, as memplan plans it) */
             if (*v > 1 && cfg_setf(c, "pp", *v, key)) return -1;
             if (c->known->pp > 0) *v = c->known->pp;
+        } else if (*v > 1 && (i == 2 || i == 3)) {
+            /* context and expert parallel: --cp, --ep (torchtitan's dp_shard_cp mesh and its ep mesh
+               borrowed from dp_shard x cp: parallel_dims.py), planned with FSDP2 */
+            if (cfg_setf(c, i == 2 ? "cp" : "ep", *v, key)) return -1;
         } else if (*v > 1 && i < 5)
             cfg_unmodelled(c, key, cfg_item(p, K[i].name));
     }

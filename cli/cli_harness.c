@@ -329,8 +329,13 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         full[k++] = "--lora-dropout"; full[k++] = ldrop;
         if (s->ft.targets[0]) { full[k++] = "--lora-targets"; full[k++] = s->ft.targets; }
     }
-    char fzl[32];
+    char fzl[32], epn[16];
     if (s->ft.freeze != FREEZE_NONE) { full[k++] = "--freeze"; full[k++] = plan_freeze_label(&s->ft, fzl, sizeof fzl); }
+    if (s->ep > 1) {   /* expert parallel: every rank gets its share of the rows (or the worst case) */
+        snprintf(epn, sizeof epn, "%d", s->ep);
+        full[k++] = "--ep"; full[k++] = epn;
+        full[k++] = "--moe-routing"; full[k++] = s->moe_skewed ? "skewed" : "balanced";
+    }
     full[k] = NULL;
     unlink(out_json);
     char why[PATH_MAX + 128] = "";
@@ -549,6 +554,10 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
     const cJSON *sp = cJSON_GetObjectItem(su, "sp");
     s->sp = cJSON_IsTrue(sp);
     if (s->tp < 1 || s->ranks % s->tp) { snprintf(err, errlen, "setup.tp %d must divide setup.ranks %lld", s->tp, s->ranks); return -1; }
+    /* expert parallel and the routing the harness forced (results before --ep: none, the router's) */
+    s->ep = (int)cli_harness_num(su, "ep", 1);
+    s->moe_skewed = strcmp(cli_harness_str(su, "moe_routing", "natural"), "skewed") == 0;
+    if (s->ep < 1 || s->ranks % s->ep) { snprintf(err, errlen, "setup.ep %d must divide setup.ranks %lld", s->ep, s->ranks); return -1; }
     const cJSON *lo = cJSON_GetObjectItem(su, "lora");   /* null or absent: full fine-tuning */
     if (cJSON_IsObject(lo)) {
         s->ft.rank = (int)cli_harness_num(lo, "rank", 0);

@@ -11,6 +11,8 @@
 #include "cli_model.h"
 #include "plan_fsdp.h"
 #include "plan_activ.h"
+#include "plan_dim_cp.h"
+#include "plan_dim_ep.h"
 #include "plan_dim_ft.h"
 #include "plan_load.h"
 #include "plan_zoo.h"
@@ -27,7 +29,7 @@ enum {
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
-    OPT_TP, OPT_SP, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES,
+    OPT_TP, OPT_SP, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_EP, OPT_CP,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
     OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD, OPT_FSDP_REDUCE, OPT_TIME_SHARES,
 };
@@ -88,6 +90,8 @@ static const struct option BASE_OPTIONS[] = {
     {"pp", required_argument, 0, OPT_PP},
     {"pp-schedule", required_argument, 0, OPT_PP_SCHED},
     {"microbatches", required_argument, 0, OPT_MICROBATCHES},
+    {"ep", required_argument, 0, OPT_EP},
+    {"cp", required_argument, 0, OPT_CP},
     {"lora", required_argument, 0, OPT_LORA},
     {"lora-alpha", required_argument, 0, OPT_LORA_ALPHA},
     {"lora-targets", required_argument, 0, OPT_LORA_TARGETS},
@@ -248,6 +252,17 @@ void cli_print_setup_help(FILE *f) {
         "                         activations) or ScheduleGPipe (all M)\n"
         "  --microbatches M       micro-batches per step (default N; 1f1b needs M >= N); global batch =\n"
         "                         --batch x M x gpus / (tp x pp); replaces --grad-accum under --pp\n"
+        "Expert parallel (MoE models; with fsdp-full; docs/formulas.md \"Expert parallel\"):\n"
+        "  --ep N|auto            expert-parallel degree (default 1; auto: memplan auto tries each degree\n"
+        "                         dividing the experts and the GPUs): each MoE block's experts split over N\n"
+        "                         ranks (transformers' AllToAllEP, torchtitan's ExpertParallel), tokens sent\n"
+        "                         to them and back by all-to-all, the experts sharded over gpus / N ranks;\n"
+        "                         --moe-imbalance F: the busiest rank receives F times its share of rows\n"
+        "Context parallel (ring attention; with fsdp-full; closed forms, estimates: docs/formulas.md\n"
+        "\"Context parallel\"):\n"
+        "  --cp N                 context-parallel degree (default 1): every sequence split over N ranks\n"
+        "                         (torch's context_parallel, torchtitan's context_parallel_degree), keys and\n"
+        "                         values all-gathered per attention layer; seq divisible by 2 N\n"
         "FSDP1's knobs (--fsdp 1: FullyShardedDataParallel's arguments; docs/formulas.md \"FSDP1 and its knobs\"):\n"
         "  --fsdp-min-params N    size_based_auto_wrap_policy(min_num_params=N) over a decoder's modules\n"
         "                         (N above a block's parameters; default: one unit per block)\n"
@@ -335,6 +350,7 @@ typedef struct {
  * a GPU without bf16; a --precision the GPU lacks is refused with the ones it has. 0 or 2. */
 static int resolve_tp(CliSetup *s, int cluster_known);
 static int resolve_pp(CliSetup *s, const char *cmd);
+static int resolve_dims(CliSetup *s, const char *cmd);
 
 static int resolve_precision(CliSetup *s) {
     const GpuPreset *g = &s->cluster.gpu;
@@ -651,6 +667,44 @@ static int resolve_pp(CliSetup *s, const char *cmd) {
     return 0;
 }
 
+/* --ep / --cp: the strategies they are planned with (fsdp-full; a --strategy naming another is
+ * refused), each checked against the model and cluster (plan_ep_check, plan_cp_check) where the
+ * cluster is known. 0 or 2. */
+static int resolve_dims(CliSetup *s, const char *cmd) {
+    static const struct {
+        const char *flag;
+        size_t off;
+        int (*check)(const ModelSpec *, const TrainSpec *, const ClusterSpec *, StrategyKind, char *, size_t);
+        const char *what;
+    } DIMS[] = {
+        {"ep", offsetof(TrainSpec, ep), plan_ep_check, "expert parallel"},
+        {"cp", offsetof(TrainSpec, cp), plan_cp_check, "context parallel"},
+    };
+    const unsigned ok = 1u << STRAT_FSDP_FULL;
+    int cluster_known = strcmp(cmd, "validate") != 0;
+    for (size_t d = 0; d < sizeof DIMS / sizeof DIMS[0]; d++) {
+        int deg = *(const int *)((const char *)&s->train + DIMS[d].off);
+        if (deg <= 1) continue;   /* none, or auto (memplan auto tries each degree) */
+        if (strcmp(cmd, "run") == 0)
+            return cli_usage_error("--%s %d: memplan's engine runs data parallelism only; plan it with 'memplan plan "
+                                   "--%s %d'", DIMS[d].flag, deg, DIMS[d].flag, deg);
+        if (s->strategies & ~ok) {
+            if (cli_setup_given(s, "strategy"))
+                for (int k = 0; k < STRAT_COUNT; k++)
+                    if ((s->strategies & (1u << k)) && !(ok & (1u << k)))
+                        return cli_usage_error("--%s %d with --strategy %s: %s is planned with fsdp-full (FSDP2)",
+                                               DIMS[d].flag, deg, plan_strategy((StrategyKind)k)->name, DIMS[d].what);
+            s->strategies &= ok;
+        }
+        if (!s->have_model || !cluster_known) continue;
+        char msg[320];
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if ((s->strategies & (1u << k)) && DIMS[d].check(&s->model, &s->train, &s->cluster, (StrategyKind)k, msg, sizeof msg))
+                return cli_usage_error("%s", msg);
+    }
+    return 0;
+}
+
 const char *cli_alloc_conf_env(const char **name) {
     static const char *const NAMES[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};   /* torch's order */
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
@@ -758,6 +812,15 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (strcmp(a, "auto") == 0) { s->train.pp = -1; break; }   /* memplan auto searches it (plan_auto_dims) */
         if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--pp '%s' is not an integer in [1, 1024] or auto", a);
         s->train.pp = (int)v;
+        break;
+    case OPT_EP:
+        if (strcmp(a, "auto") == 0) { s->train.ep = -1; break; }   /* memplan auto searches it (plan_auto_dims) */
+        if (plan_parse_int(a, 1, 65536, &v)) return cli_usage_error("--ep '%s' is not an integer in [1, 65536] or auto", a);
+        s->train.ep = (int)v;
+        break;
+    case OPT_CP:
+        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--cp '%s' is not an integer in [1, 1024]", a);
+        s->train.cp = (int)v;
         break;
     case OPT_PP_SCHED:
         if ((v = plan_pp_schedule_by_name(a)) < 0) return cli_usage_error("unknown --pp-schedule '%s' (valid: 1f1b, gpipe)", a);
@@ -1088,6 +1151,7 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
     }
     if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
     if (!rc) rc = resolve_pp(s, cmd);
+    if (!rc) rc = resolve_dims(s, cmd);
     if (!rc) no_effect_notes(s, &cmdline);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;

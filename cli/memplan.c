@@ -316,6 +316,13 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
                 r.train.pp, (long long)r.train.grad_accum);
         return 1;
     }
+    if (o->emit == EMIT_TORCH && (r.train.ep > 1 || r.train.cp > 1)) {   /* no EP/CP code: the pick, one line */
+        fprintf(stderr, "memplan: --emit torch writes no %s code: the pick is %s %d with %s; plan it with "
+                "'memplan plan --%s %d'\n", r.train.ep > 1 ? "expert-parallel" : "context-parallel",
+                r.train.ep > 1 ? "ep" : "cp", r.train.ep > 1 ? r.train.ep : r.train.cp, plan_strategy(r.strategy)->name,
+                r.train.ep > 1 ? "ep" : "cp", r.train.ep > 1 ? r.train.ep : r.train.cp);
+        return 1;
+    }
     if (o->emit == EMIT_TORCH) {
         char env[1024];
         plan_emit_torch(stdout, &s->model, &s->cluster, &r, alloc_env(s, env, sizeof env));
@@ -382,13 +389,16 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             char tp[48] = "";
             if (r.train.tp > 1) snprintf(tp, sizeof tp, " --tp %d --sp %s", r.train.tp, r.train.sp ? "on" : "off");
             int pp = plan_pp_degree(&r.train);
-            char pps[64] = "";
+            char pps[64] = "", eps[48] = "";
             if (pp > 1) snprintf(pps, sizeof pps, " --pp %d --pp-schedule %s", pp, plan_pp_schedule_name(r.train.pp_schedule));
-            printf("recommendation: %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s%s%s\n",
+            if (r.train.ep > 1 || r.train.cp > 1)
+                snprintf(eps, sizeof eps, "%s%.0d%s%.0d", r.train.ep > 1 ? " --ep " : "", r.train.ep > 1 ? r.train.ep : 0,
+                         r.train.cp > 1 ? " --cp " : "", r.train.cp > 1 ? r.train.cp : 0);
+            printf("recommendation: %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s%s%s%s\n",
                    plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
                    plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
                    pp > 1 ? "microbatches" : "grad-accum", (long long)r.train.grad_accum,
-                   plan_ckpt_name(r.train.act_ckpt), tp, pps);
+                   plan_ckpt_name(r.train.act_ckpt), tp, pps, eps);
         } else
             printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
     }
@@ -429,6 +439,10 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (!auto_mode && s.train.tp < 0) {
         cli_setup_free(&s);
         return cli_usage_error("--tp auto belongs to 'memplan auto': plan takes a degree (--tp 8)");
+    }
+    if (!auto_mode && s.train.ep < 0) {
+        cli_setup_free(&s);
+        return cli_usage_error("--ep auto belongs to 'memplan auto': plan takes a degree (--ep 8)");
     }
     if (!auto_mode && auto_only) {
         cli_setup_free(&s);

@@ -11,6 +11,7 @@
 
 #include "plan_activ.h"
 #include "plan_time.h"
+#include "plan_dim_cp.h"
 #include "plan_dim_pp.h"
 #include "plan_dim_tp.h"
 #include "plan_dim_ft.h"
@@ -77,7 +78,8 @@ typedef struct {
 /* Data-parallel replicas: the GPUs over the tensor-parallel degree (the tp ranks of a group
    train the same samples). */
 static int64_t replicas(const ClusterSpec *c, const TrainSpec *t) {
-    return c->gpus / plan_tp_degree(t) / plan_pp_degree(t);   /* and over the pipeline stages */
+    /* and over the pipeline stages, and the context-parallel ranks that share a sequence */
+    return c->gpus / plan_tp_degree(t) / plan_pp_degree(t) / plan_cp_degree(t);
 }
 
 static void batch_range(const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a, int64_t *lo, int64_t *hi) {
@@ -498,6 +500,7 @@ static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterS
         "peak %s, headroom %s\n", (long long)out->train.micro_batch, pp > 1 ? "micro-batches" : "grad-accum",
         (long long)out->train.grad_accum, (long long)replicas(c, &out->train),
         pp > 1 ? "data-parallel replicas (gpus / (tp x pp))"
+        : plan_cp_degree(&out->train) > 1 ? "data-parallel replicas (gpus / (tp x cp))"
         : plan_tp_degree(&out->train) > 1 ? "data-parallel replicas (gpus / tp)" : "GPUs",
         (long long)(out->train.micro_batch * out->train.grad_accum * replicas(c, &out->train)),
         plan_ckpt_name(out->train.act_ckpt), plan_precision(out->train.precision)->name,

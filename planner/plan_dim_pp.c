@@ -314,14 +314,8 @@ static void pp_describe(char *buf, size_t len, StrategyKind sk, const TrainSpec 
 }
 
 static void pp_summary(char *buf, size_t len, int found, const TrainSpec *picked, int first_found) {
-    int pp = found ? plan_pp_degree(picked) : 0;
-    if (pp > 1)
-        snprintf(buf, len, "pp %d picked: %s\n", pp, first_found ? "faster than every smaller pipeline degree by more "
-                 "than the margin" : "without pipeline stages nothing fits the safety margin");
-    else if (found)
-        snprintf(buf, len, "pp 1 kept: no pipeline degree fits and runs faster by more than the margin\n");
-    else
-        buf[0] = 0;
+    plan_dim_summary(buf, len, "pp", "pipeline degree", "pipeline stages", found ? plan_pp_degree(picked) : 0, found,
+                     first_found);
 }
 
 const PlanDim plan_dim_pp = {

@@ -366,11 +366,6 @@ static int tp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     return n;
 }
 
-static void tp_describe(char *buf, size_t len, StrategyKind sk, const TrainSpec *t) {
-    (void)t;
-    snprintf(buf, len, "%s", plan_strategy(sk)->name);
-}
-
 const PlanDim plan_dim_tp = {
     .name = "tp",
     .not_planned = "tensor parallel does not apply to this setup",
@@ -383,7 +378,7 @@ const PlanDim plan_dim_tp = {
     .auto_on = tp_auto_on,
     .settings = tp_settings,
     .search_title = "tensor parallel searched (a larger tp or SP is taken only when faster by more than %.0f%%):\n",
-    .describe = tp_describe,
+    .describe = plan_dim_describe_strategy,
 };
 
 /* ---- --emit torch: the 2-D mesh and the parallelize_module plan memplan plans, on Hugging Face's

@@ -173,6 +173,7 @@ static int build_view(Step *st, RankView *v, unsigned what) {
     if (x.s->group_node && c->gpus > x.n) st->nccl_comms = 2;
     if (w->tp > 1) st->nccl_comms++;
     if (w->pp > 1) st->nccl_comms++;
+    st->nccl_comms += w->comms;   /* the other dimensions' groups (plan_dim.h RankView.comms) */
     st->nccl = st->nccl_comms * c->nccl_per_comm;
     st->fixed = st->cuda_context + st->cublas_ws + st->nccl;
     st->shard_group = x.n;

@@ -36,6 +36,8 @@ typedef struct {
     double shard;        /* this rank's shard (elements) */
     double felems, fshard;   /* frozen parameters: gathered, never reduced (0 without them) */
     int root;
+    double eshard;       /* of shard, the routed experts' part: gathered and reduced over the
+                            expert data-parallel group, not n (plan_dim_ep.h; 0 without --ep) */
 } StepUnit;
 
 typedef struct StepCtx {

@@ -162,6 +162,12 @@ typedef struct {
                                 pp ranks, the strategy on gpus / (tp * pp); the micro-batches of
                                 one step are grad_accum (--microbatches) (planner/plan_dim_pp.h) */
     PpSchedule pp_schedule;  /* 1F1B (default) or GPipe */
+    int ep;                  /* expert-parallel degree (0 or 1: none; < 0: memplan auto searches it): each
+                                MoE block's routed experts split over ep ranks of the data-parallel
+                                group, tokens sent to them and back by all-to-all, the experts sharded
+                                over the remaining gpus / (tp x pp x ep) (planner/plan_dim_ep.h) */
+    int cp;                  /* context-parallel degree (0 or 1: none): ring attention over cp ranks,
+                                each holding seq / cp of every sequence (planner/plan_dim_cp.h) */
     FinetuneSpec ft;         /* LoRA / frozen parameters (applied to the ModelSpec: plan_dim_ft.h) */
     FsdpKnobs fsdp1;         /* FSDP1's wrapping and prefetch knobs (fsdp-* rows with fsdp_impl 1) */
     FsdpReduce fsdp_reduce;  /* fsdp-* rows: the reduce-scatter's dtype */

@@ -290,6 +290,28 @@ Test(cli_config, a_torchtitan_toml_should_map_onto_fsdp2_flags) {
     cJSON_Delete(expect_settings(args, (const Want[]){{"act-ckpt", "op"}, {0, 0}}));
 }
 
+/* torchtitan's own DeepSeek-V3 16B job (v0.2.2, tests/data/torchtitan) plans as written: expert
+   parallel 8 maps to --ep 8, its op-level checkpointing to --act-ckpt op (measured for DeepSeek's
+   MoE blocks), and it fits 8 H100s. Context parallel maps to --cp; a rotate method other than
+   allgather is named not modelled. */
+Test(cli_config, torchtitans_expert_and_context_parallel_degrees_should_map_onto_ep_and_cp) {
+    cJSON *j = expect_settings("--config tests/data/torchtitan/deepseek_v3_16b.toml --model "
+                               "tests/data/hf/deepseek-v3-16b-torchtitan.json --gpus 8 --gpu h100-80gb",
+                               (const Want[]){{"ep", "8"}, {"act-ckpt", "op"}, {"batch", "4"}, {"seq", "4096"},
+                                              {"strategy", "fsdp-full"}, {"precision", "mixed-bf16"}, {0, 0}});
+    cr_expect_eq(num(j, "train", "ep"), 8);
+    cr_expect_eq(num(j, "train", "ep_experts_per_rank"), 8, "64 experts over 8 ranks");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0), "fits")));
+    cJSON_Delete(j);
+    char args[512];
+    const char *cp = put("cp.toml", "[training]\nlocal_batch_size = 1\nseq_len = 131072\n[parallelism]\n"
+                                    "context_parallel_degree = 8\ncontext_parallel_rotate_method = \"alltoall\"\n"
+                                    "[activation_checkpoint]\nmode = \"full\"\n");
+    snprintf(args, sizeof args, "--config %s --model tests/data/hf/llama-3.1-8b.json --gpus 8 --gpu h100-80gb", cp);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"cp", "8"}, {"seq", "131072"}, {"strategy", "fsdp-full"}, {0, 0}}));
+    cr_expect(strstr(err, "context_parallel_rotate_method=alltoall"), "%s", err);
+}
+
 Test(cli_config, hf_training_arguments_should_map_onto_the_trainers_flags) {
     cJSON *j = expect_settings("--config " EX "hf_training_args.json --model gpt2 --gpus 4", (const Want[]){
         {"loop", "trainer"}, {"batch", "4"}, {"grad-accum", "4"}, {"strategy", "ddp"}, {"precision", "amp-bf16"},
