@@ -81,7 +81,7 @@ KERNELS_CU   := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard kernels/*.cu)))
 PROFILER_SRC := $(sort $(wildcard profiler/*.c))
 EXEC_SRC     := $(sort $(wildcard exec/*.c))
 EXEC_CU      := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard exec/*.cu)))
-CONFIG_SRC   := cli/cli_config.c cli/cli_config_doc.c cli/cli_config_kinds.c third_party/tomlc17/tomlc17.c
+CONFIG_SRC   := cli/cli_config.c cli/cli_config_doc.c cli/cli_config_kinds.c cli/cli_config_recipes.c third_party/tomlc17/tomlc17.c
 FRONT_SRC    := cli/memplan.c cli/cli_alloc.c cli/cli_model.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
 EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/memplan_fetch.c cli/cli_alloc.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
 FETCH_SRC    := cli/memplan_fetch.c
@@ -119,7 +119,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check published-memory-check
+.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check published-memory-check fit-time
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC) $(MEMPLAN_FETCH)
 
 config:
@@ -218,13 +218,20 @@ test: $(DEPS) config test-bin torch-env
 run: all
 	$(MEMPLAN) --model gpt2-xl --gpus 8
 
-# the time model against every published GPU run in bench/published (not part of `make test`)
+# the time model against every published GPU run in bench/published, each source held out of the
+# fit that predicts it (not part of `make test`; docs/validation-time.md)
 published-check: $(MEMPLAN)
 	python3 bench/published_check.py --memplan $(MEMPLAN)
 
 # reserved memory against published GPU runs' max_memory_reserved (bench/published_memory)
 published-memory-check: $(MEMPLAN)
 	python3 bench/published_memory_check.py --memplan $(MEMPLAN)
+
+# fits the time model's shares on every published source (and on all but each one) and checks
+# that they reproduce the shipped planner/plan_shares.h and plan_time_sources.h (exit 1 if not;
+# `python3 bench/fit_time.py --write` rewrites them, then rebuild)
+fit-time: $(MEMPLAN)
+	python3 bench/fit_time.py --memplan $(MEMPLAN)
 
 bench: $(MEMPLAN) $(MEMPLAN_EXEC) $(BENCHES)
 

@@ -1,11 +1,12 @@
 /* bench_allreduce.c — the executor's collectives (exec_comm.h over MPI) against the same MPI
  * library's blocking collectives, measured in the same run, nccl-tests style:
- *   algbw = S / t;  busbw = algbw · 2(n-1)/n (all-reduce), · (n-1)/n (reduce-scatter, all-gather)
- * (decimal GB/s; S = the full buffer, count·n elements for reduce-scatter and all-gather; t = one
- * call, the slowest rank's median). For each collective and each fp32 size from --min-kib to
- * --max-mib (x4 steps) it takes, in rounds that alternate the variants so that a busy machine
- * slows all of them alike:
- *   mpi      the blocking MPI_Allreduce / MPI_Reduce_scatter_block / MPI_Allgather;
+ *   algbw = S / t;  busbw = algbw · 2(n-1)/n (all-reduce), · (n-1)/n (reduce-scatter, all-gather,
+ *   all-to-all: nccl-tests alltoall.cu)
+ * (decimal GB/s; S = the full buffer, count·n elements for reduce-scatter and all-gather, a rank's
+ * send buffer of count·n for all-to-all; t = one call, the slowest rank's median). For each
+ * collective and each fp32 size from --min-kib to --max-mib (x4 steps) it takes, in rounds that
+ * alternate the variants so that a busy machine slows all of them alike:
+ *   mpi      the blocking MPI_Allreduce / MPI_Reduce_scatter_block / MPI_Allgather / MPI_Alltoall;
  *   thread   exec_comm with its progress thread (the default: blocking collectives on a thread);
  *   test     exec_comm's non-blocking MPI_I* calls completed by MPI_Test polling (the old way);
  * and prints both busbw columns and the ratio exec_comm / mpi. The overlap column: the thread
@@ -34,11 +35,11 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-typedef enum { AR = 0, RS, AG, NCOLL } Coll;
+typedef enum { AR = 0, RS, AG, A2A, NCOLL } Coll;
 static const struct {
     const char *name;
     double bus;   /* busbw / algbw for n ranks: factor·(n-1)/n */
-} COLLS[NCOLL] = {{"all_reduce", 2.0}, {"reduce_scatter", 1.0}, {"all_gather", 1.0}};
+} COLLS[NCOLL] = {{"all_reduce", 2.0}, {"reduce_scatter", 1.0}, {"all_gather", 1.0}, {"all_to_all", 1.0}};
 enum { V_MPI = 0, V_THREAD, V_TEST, NVAR };
 static const char *const VARS[NVAR] = {"mpi", "thread", "test"};
 
@@ -63,18 +64,21 @@ static int one_call(Comm *c, int v, Coll k, float *send, float *recv, size_t cou
     if (v == V_MPI) {
         if (k == AR) return MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS;
         if (k == RS) return MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS;
+        if (k == A2A) return MPI_Alltoall(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS;
         return MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD) != MPI_SUCCESS;
     }
     if (k == AR) return comm_all_reduce(c, send, recv, count, DT_F32, req);
     if (k == RS) return comm_reduce_scatter(c, send, recv, count, DT_F32, req);
+    if (k == A2A) return comm_all_to_all(c, send, recv, count, DT_F32, req);
     return comm_all_gather(c, send, recv, count, DT_F32, req);
 }
 
 static int check(Coll k, const float *recv, size_t count, int n)
 {
-    size_t m = k == AG ? count * (size_t)n : count;
+    int gathers = k == AG || k == A2A;   /* block r of the result is rank r's (all r + 1) */
+    size_t m = gathers ? count * (size_t)n : count;
     for (size_t i = 0; i < m; i++) {
-        float want = k == AG ? (float)(i / count + 1) : (float)(n * (n + 1) / 2);
+        float want = gathers ? (float)(i / count + 1) : (float)(n * (n + 1) / 2);
         if (recv[i] != want) return 0;
     }
     return 1;
@@ -110,7 +114,7 @@ static double slowest(Bench *b, double v)
  * variant behind a compute loop as long as the MPI call. 0 or 1 (a call failed). */
 static int round_of(Bench *b, Coll k, size_t count, int rd, Row *w)
 {
-    size_t nsend = k == RS ? count * (size_t)b->n : count;
+    size_t nsend = k == RS || k == A2A ? count * (size_t)b->n : count;
     int bad = 0;
     for (int v = 0; v < NVAR && !bad; v++) {
         if (v == V_THREAD && !b->thread_ok) continue;
@@ -188,7 +192,7 @@ static double memcpy_gbps(size_t bytes)
 static void print_rows(const Bench *b, const Row *rows, int nrows, size_t max_bytes, double memcpy_rate)
 {
     printf("# fp32 collectives over %d ranks (MPI), median of %d alternating rounds, slowest rank; busbw = algbw x "
-           "2(n-1)/n (all_reduce) or (n-1)/n; exec_comm's progress thread %s\n",
+           "2(n-1)/n (all_reduce) or (n-1)/n (all_to_all: of the send buffer); exec_comm's progress thread %s\n",
            b->n, b->rounds, b->thread_ok ? "in use" : "unavailable (no MPI_THREAD_MULTIPLE)");
     printf("%-15s %10s %10s %10s %10s %8s %8s %10s %8s %6s\n", "collective", "size", "mpi", "thread", "test",
            "thr/mpi", "test/mpi", "mpi", "overlap", "exact");

@@ -5,13 +5,17 @@
 #include "cli_alloc.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "cli_io.h"
 #include "cli_setup.h"
@@ -95,12 +99,80 @@ static int alloc_opts(int argc, char **argv, AllocOpts *o, int *first) {
     return 0;
 }
 
+#define TRACE_MAX_BYTES (512ull << 20)   /* a step of a 70B model records a few MiB of events */
+
+/* The trace's text, read whole with a bound: a regular file or standard input (a pipe); a FIFO,
+   device or folder named as a trace is refused before it is opened for reading (it may never end,
+   or never start), standard input that is a device too; gzip-compressed or plain (zlib passes plain
+   text through; the bound is on the text); text only (a NUL byte is no trace).
+   NULL after one usage error line (returned in *rc). */
+static char *trace_text(const char *path, size_t *len, int *rc) {
+    int stdin_ = strcmp(path, "-") == 0;
+    int fd = stdin_ ? 0 : open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    const char *name = stdin_ ? "standard input" : path;
+    if (fd < 0) { *rc = cli_usage_error("cannot open trace '%s': %s", path, strerror(errno)); return NULL; }
+    if (fstat(fd, &st) || S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || (!stdin_ && !S_ISREG(st.st_mode))) {
+        *rc = cli_usage_error("trace '%s' is %s: give a trace file (bench/torch/harness.py --alloc-trace), or '-' for a pipe",
+                              name, S_ISDIR(st.st_mode) ? "a folder" : "not a regular file (a FIFO or a device, which may never end)");
+        if (!stdin_) close(fd);
+        return NULL;
+    }
+    if (!stdin_) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    gzFile g = gzdopen(stdin_ ? dup(0) : fd, "rb");   /* closes the descriptor it is given */
+    if (!g) {
+        *rc = cli_usage_error("cannot read trace '%s': out of memory", name);
+        if (!stdin_) close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    for (ssize_t got = 1; buf && got > 0;) {
+        if (n == cap) {
+            char *b = cap >= TRACE_MAX_BYTES ? NULL : realloc(buf, 2 * cap + 1);
+            if (!b) break;
+            buf = b;
+            cap *= 2;
+        }
+        got = gzread(g, buf + n, (unsigned)(cap - n));
+        if (got > 0 && memchr(buf + n, 0, (size_t)got)) {
+            *rc = cli_usage_error("trace '%s' is not text (a NUL byte near byte %zu): not an allocation trace", name, n);
+            free(buf);
+            gzclose(g);
+            return NULL;
+        }
+        if (got < 0) {
+            int zerr = 0;
+            const char *why = gzerror(g, &zerr);
+            *rc = cli_usage_error("cannot read trace '%s': %s", name, zerr == Z_ERRNO ? strerror(errno) : why);
+            free(buf);
+            gzclose(g);
+            return NULL;
+        }
+        n += (size_t)got;
+    }
+    gzclose(g);
+    if (!buf || n == cap) {
+        *rc = cli_usage_error("trace '%s' is %s", name, buf ? "larger than 512 MiB: not one step's allocations" : "too large for memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
 static int replay_file(const char *path, const AllocOpts *o, AllocTrace *t, AllocReplay *r) {
-    FILE *f = cli_open_maybe_gz(path);
-    if (!f) return cli_usage_error("cannot open trace '%s'", path);
+    size_t len = 0;
+    int rc = 0;
+    char *text = trace_text(path, &len, &rc);
+    if (!text) return rc;
+    FILE *f = fmemopen(text, len ? len : 1, "r");
+    if (!f) { free(text); return cli_usage_error("cannot read trace '%s': out of memory", path); }
     char err[256];
-    int rc = plan_alloc_trace_read(f, t, err, sizeof err);
-    if (f != stdin) fclose(f);
+    rc = plan_alloc_trace_read(f, t, err, sizeof err);
+    fclose(f);
+    free(text);
     if (rc) return cli_usage_error("trace '%s': %s", path, err);
     if (plan_alloc_replay(t, &o->conf, o->from, r, err, sizeof err)) {
         plan_alloc_trace_free(t);
@@ -121,13 +193,13 @@ static const char *trace_name(const char *path, char *buf, size_t len) {
     return buf;
 }
 
-static void print_row(const char *name, const AllocTrace *t, const AllocReplay *r) {
+static void print_row(FILE *out, const char *name, const AllocTrace *t, const AllocReplay *r) {
     const PlanAllocStats *w = r->has_window ? &r->window : &r->whole;
     double tens = (double)w->max_requested, res = (double)r->whole.max_reserved;
     char harness[32] = "-", oom[24] = "-";
     if (t->harness_peak) snprintf(harness, sizeof harness, "%.2f", (double)t->harness_peak / MIB);
     if (r->first_oom_line) snprintf(oom, sizeof oom, "%ld", r->first_oom_line);
-    printf("%-48s %9.2f %9.2f %9.2f %9.2f %7.1f %8.2f %5d %9.2f %9s\n", name, tens / MIB, (double)w->max_allocated / MIB,
+    fprintf(out, "%-48s %9.2f %9.2f %9.2f %9.2f %7.1f %8.2f %5d %9.2f %9s\n", name, tens / MIB, (double)w->max_allocated / MIB,
            res / MIB, (res - tens) / MIB, tens > 0 ? 100.0 * (res - tens) / tens : 0.0,
            (double)(w->reserved_at_max_allocated - w->max_allocated) / MIB, r->whole.max_segments,
            (double)r->whole.reserved / MIB, r->first_oom_line ? oom : harness);
@@ -159,18 +231,22 @@ int cli_cmd_alloc(int argc, char **argv) {
     int first = 0, rc = alloc_opts(argc, argv, &o, &first);
     if (rc) return rc == 1 ? 0 : rc;
     cJSON *arr = o.json ? cJSON_CreateArray() : NULL;
-    if (!o.json) {
-        printf("# memplan alloc: PyTorch's CUDA caching allocator (torch 2.15 rules) over recorded allocations\n");
+    char *table = NULL;
+    size_t table_len = 0;
+    FILE *out = o.json ? NULL : open_memstream(&table, &table_len);   /* printed whole once every trace replayed */
+    if (!o.json && !out) { fprintf(stderr, "memplan: out of memory\n"); return 1; }
+    if (out) {
+        fprintf(out, "# memplan alloc: PyTorch's CUDA caching allocator (torch 2.15 rules) over recorded allocations\n");
         char quiet[256] = "";
         if (o.conf_text && plan_alloc_config_no_effect(o.conf_text, quiet, sizeof quiet)) {}
-        printf("# settings: %s (%s)%s%s%s; capacity %s; peaks of tensors and allocated from '%s'\n",
-               o.conf_text ? o.conf_text : "torch's defaults", o.conf_from ? o.conf_from : "none given",
-               quiet[0] ? "; changing no device memory, left out: " : "", quiet, "",
-               o.conf.capacity ? "given" : "unlimited", o.from ? o.from : "start");
-        printf("%-48s %9s %9s %9s %9s %7s %8s %5s %9s %9s\n", "trace", "tensors", "allocated", "reserved", "overhead",
-               "overhead", "frag", "segs", "final", "harness");
-        printf("%-48s %9s %9s %9s %9s %7s %8s %5s %9s %9s\n", "-", "MiB", "MiB", "MiB", "MiB", "%", "MiB", "count",
-               "MiB", "MiB|oom");
+        fprintf(out, "# settings: %s (%s)%s%s; capacity %s; peaks of tensors and allocated from '%s'\n",
+                o.conf_text ? o.conf_text : "torch's defaults", o.conf_from ? o.conf_from : "none given",
+                quiet[0] ? "; changing no device memory, left out: " : "", quiet,
+                o.conf.capacity ? "given" : "unlimited", o.from ? o.from : "start");
+        fprintf(out, "%-48s %9s %9s %9s %9s %7s %8s %5s %9s %9s\n", "trace", "tensors", "allocated", "reserved", "overhead",
+                "overhead", "frag", "segs", "final", "harness");
+        fprintf(out, "%-48s %9s %9s %9s %9s %7s %8s %5s %9s %9s\n", "-", "MiB", "MiB", "MiB", "MiB", "%", "MiB", "count",
+                "MiB", "MiB|oom");
     }
     for (int i = first; i < argc && !rc; i++) {
         AllocTrace t;
@@ -180,10 +256,13 @@ int cli_cmd_alloc(int argc, char **argv) {
         if (rc) break;
         trace_name(argv[i], name, sizeof name);
         if (o.json) cJSON_AddItemToArray(arr, json_row(name, &t, &r));
-        else print_row(name, &t, &r);
+        else print_row(out, name, &t, &r);
         if (o.from && !r.has_window) fprintf(stderr, "memplan: trace '%s' has no marker '%s': its peaks are the whole trace's\n", argv[i], o.from);
         plan_alloc_trace_free(&t);
     }
+    if (out) fclose(out);
+    if (table && !rc) rc = cli_write_text("the table", NULL, table_len && table[table_len - 1] == '\n' ? (table[table_len - 1] = 0, table) : table);
+    free(table);
     if (arr && !rc) {
         char *txt = cJSON_Print(arr);
         rc = txt ? cli_write_text("the --json output", o.json_path, txt) : 1;

@@ -111,6 +111,17 @@ int cli_auto_apply(const CliAutoOpts *o, CliSetup *s, AutoSpec *a, int auto_mode
     if (!auto_mode) return 0;
     /* what the user fixed, auto keeps: precision, micro-batch, checkpointing, accumulation */
     a->precisions = cli_setup_given(s, "precision") ? 0 : plan_auto_precisions(s->train.precision);
+    const CfgSetting *ps = cli_config_searched(s->config, "precision");
+    if (ps && ps->choices) {   /* the config's "auto" precision: what its launcher could make of it, on this GPU */
+        char list[96];
+        unsigned m = 0;
+        snprintf(list, sizeof list, "%s", ps->choices);
+        for (char *save = NULL, *t = strtok_r(list, "|", &save); t; t = strtok_r(NULL, "|", &save)) {
+            int k = plan_precision_by_name(t);
+            if (k >= 0 && s->cluster.gpu.peak_tflops[plan_precision((PrecisionKind)k)->peak] > 0) m |= 1u << k;
+        }
+        if (m) a->precisions = m;
+    }
     a->keep_batch = cli_setup_given(s, "batch") != NULL;
     a->keep_ckpt = cli_setup_given(s, "act-ckpt") != NULL;
     a->keep_accum = cli_setup_given(s, "grad-accum") != NULL;

@@ -14,6 +14,10 @@ typedef enum { DOC_JSON = 0, DOC_YAML, DOC_TOML } DocFormat;
 /* Parses text (NUL-terminated) as fmt into a cJSON tree. NULL with one line in err if it is not
  * valid (name: the file, for the message). */
 cJSON *cfg_doc_parse(const char *text, DocFormat fmt, const char *name, char *err, size_t errlen);
+/* Duplicate keys, which cfg_doc_parse keeps where they stand: their paths appended to found;
+ * refuse: -1 at the first (DeepSpeed's and OmegaConf's rule); else the earlier ones are dropped,
+ * the last read wins (json.load's and PyYAML's), and 0. */
+int cfg_doc_dups(cJSON *doc, int refuse, cJSON *found);
 /* The whole file (at most 4 MiB) in a malloc'd NUL-terminated buffer, or NULL with err. */
 char *cfg_doc_load(const char *path, char *err, size_t errlen);
 
@@ -71,6 +75,14 @@ int cfg_bad(Cfg *c, const char *key, const cJSON *v, const char *valid);
  * error naming both (-1). */
 int cfg_set(Cfg *c, const char *flag, const char *value, const char *key);
 int cfg_setf(Cfg *c, const char *flag, long long value, const char *key);
+/* A setting the file leaves "auto" to its launcher (CfgSetting.deferred): the command line gives
+ * it, or auto searches it among choices ("a|b", NULL: every value); filler: who fills it. 0 or -1. */
+int cfg_defer(Cfg *c, const char *flag, const char *key, const char *choices, const char *filler);
+/* A resolution the header names ("read as the framework reads it: ..."). */
+void cfg_note(Cfg *c, const char *note);
+/* obj's `name`, when present, must be a table (DeepSpeed's sections, a recipe's kwargs): -1 after
+ * a one-line error naming the key and its value otherwise, 0 when it is one or absent. */
+int cfg_section(Cfg *c, const cJSON *obj, const char *parent, const char *name);
 /* Sets --flag value unless the file already set it: the framework's default (key says so). */
 void cfg_default(Cfg *c, const char *flag, const char *value, const char *key);
 /* The setting of flag, or NULL. */
@@ -88,5 +100,8 @@ cJSON *cfg_load_named(Cfg *c, const char *name, const char *key);
  * named "fsdp_config", a leading "fsdp_" of a key is dropped before the lookup, as the HF
  * Trainer does (accelerate writes fsdp_version, the Trainer reads version). */
 void cfg_walk(Cfg *c, const cJSON *obj, const char *parent, const CfgKey *tab);
+/* The same over several tables (NULL-terminated), from the top of obj: a recipe's own keys and
+ * the TrainingArguments it extends. A row "name*" (no dot) covers every top-level key starting so. */
+void cfg_walk_tables(Cfg *c, const cJSON *obj, const CfgKey *const *tabs);
 
 #endif

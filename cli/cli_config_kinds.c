@@ -79,9 +79,44 @@ static const CfgKey DS_KEYS[] = {
 static long long effective(const Cfg *c, const char *flag, long long cmdline, char *src, size_t len) {
     const CfgSetting *s = cfg_setting(c, flag);
     if (cmdline) snprintf(src, len, "the command line's --%s %lld", flag, cmdline);
-    else if (s) cfg_fmt(src, len, "%s %s", s->key, s->value);
+    else if (s && !s->deferred) cfg_fmt(src, len, "%s %s", s->key, s->value);
     else src[0] = 0;
-    return cmdline ? cmdline : s ? atoll(s->value) : 0;
+    return cmdline ? cmdline : s && !s->deferred ? atoll(s->value) : 0;
+}
+
+/* 1 when obj's `name` is the string "auto". */
+static int is_auto(const cJSON *obj, const char *name) {
+    const cJSON *v = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, name) : NULL;
+    return cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0;
+}
+
+/* A key left "auto" for flag: filled by fill's launcher where it knows the value (its own key sets
+   the flag: only named here), else by the command line, else a deferred setting (cli_config_merge
+   refuses it in a plan and leaves it to auto's search). */
+static int ds_auto(Cfg *c, const DsFill *fill, const char *key, const char *flag, long long cmdline, const char *choices) {
+    char note[400];
+    const char *rule = strcmp(flag, "batch") == 0 ? fill->batch_rule : strcmp(flag, "grad-accum") == 0 ? fill->accum_rule
+                     : fill->precision_rule;
+    if (fill->who && rule) {
+        cfg_fmt(note, sizeof note, "%s \"auto\" is filled by %s from %s", key, fill->who, rule);
+        cfg_note(c, note);
+        return 0;
+    }
+    if (strcmp(flag, "precision") == 0 && c->known->precision && choices && !cfg_ok_value(choices, c->known->precision)) {
+        char ok[96];
+        snprintf(ok, sizeof ok, "%s", choices);
+        for (char *q = ok; *q; q++) if (*q == '|') *q = ',';
+        return cfg_fail(c, "%s \"auto\" is one of %s once %s fills it (DeepSpeed's fp16 / bf16 sections); --precision %s "
+                        "is none of them", key, ok, fill->who ? fill->who : "the HF Trainer or accelerate", c->known->precision);
+    }
+    if (cmdline || (strcmp(flag, "precision") == 0 && c->known->precision)) {
+        cfg_fmt(note, sizeof note, "%s \"auto\": the command line's --%s", key, flag);
+        cfg_note(c, note);
+        return 0;
+    }
+    const CfgSetting *s = cfg_setting(c, flag);
+    if (s) return 0;   /* both fp16.enabled and bf16.enabled "auto": one flag */
+    return cfg_defer(c, flag, key, choices, fill->who ? fill->who : "the HF Trainer or accelerate (DeepSpeed alone refuses \"auto\")");
 }
 
 /* train_batch_size with one of micro-batch and accumulation missing: DeepSpeed derives it
@@ -106,7 +141,7 @@ static int ds_derive(Cfg *c, long long tb, const char *tbkey) {
     return cfg_setf(c, m ? "grad-accum" : "batch", tb / per, key);
 }
 
-static int ds_batch(Cfg *c, const cJSON *d) {
+static int ds_batch(Cfg *c, const cJSON *d, const DsFill *fill) {
     long long tb = 0, mb = 0, ga = 0;
     char key[200];
     int rt = cfg_int(c, d, NULL, "train_batch_size", 1, 1000000000, &tb);
@@ -115,10 +150,25 @@ static int ds_batch(Cfg *c, const cJSON *d) {
     if (rt < 0 || rm < 0 || ra < 0) return -1;
     if (rm && cfg_setf(c, "batch", mb, cfg_key(c, NULL, "train_micro_batch_size_per_gpu", key, sizeof key))) return -1;
     if (ra && cfg_setf(c, "grad-accum", ga, cfg_key(c, NULL, "gradient_accumulation_steps", key, sizeof key))) return -1;
+    if (is_auto(d, "train_micro_batch_size_per_gpu") &&
+        ds_auto(c, fill, cfg_key(c, NULL, "train_micro_batch_size_per_gpu", key, sizeof key), "batch", c->known->batch, NULL))
+        return -1;
+    if (is_auto(d, "gradient_accumulation_steps")) {
+        if (fill->accum > 0) {   /* accelerate: its plugin's gradient_accumulation_steps */
+            char k2[400];
+            cfg_fmt(k2, sizeof k2, "%s \"auto\" = %s", cfg_key(c, NULL, "gradient_accumulation_steps", key, sizeof key), fill->accum_key);
+            if (cfg_setf(c, "grad-accum", fill->accum, k2)) return -1;
+        } else if (ds_auto(c, fill, cfg_key(c, NULL, "gradient_accumulation_steps", key, sizeof key), "grad-accum",
+                           c->known->grad_accum, NULL))
+            return -1;
+    }
     if (!rt) return 0;
     cfg_key(c, NULL, "train_batch_size", key, sizeof key);
     c->out->global_batch = tb;
     snprintf(c->out->global_key, sizeof c->out->global_key, "%s", key);
+    if ((is_auto(d, "train_micro_batch_size_per_gpu") && !cfg_setting(c, "batch")) ||
+        (is_auto(d, "gradient_accumulation_steps") && !cfg_setting(c, "grad-accum")))
+        return 0;   /* the filler's values: checked against train_batch_size once known (cli_config_check) */
     return ds_derive(c, tb, key);
 }
 
@@ -139,27 +189,28 @@ static int ds_stage_strategy(Cfg *c, long long stage, const char *key, const cha
 }
 
 /* DeepSpeed's sizes (elements) onto the --ds-* flags; the stage-3 ones only under stage 3, and
- * none under stage 0: elsewhere DeepSpeed does not read them. */
+ * none under stage 0: elsewhere DeepSpeed does not read them. Every size is ge=0 in DeepSpeed's
+ * pydantic models (zero/config.py): 0 is valid, and behaves as 1 (each tensor its own bucket or
+ * gather; the --ds-* flags take 0 likewise). */
 static int ds_sizes(Cfg *c, const cJSON *zo, long long stage) {
-    static const struct { const char *name, *flag; int stage3, lo, hidden; } S[] = {   /* hidden: CFG_HIDDEN's */
-        {"reduce_bucket_size", "ds-reduce-bucket", 0, 1, 0},
-        {"stage3_prefetch_bucket_size", "ds3-prefetch", 1, 0, 1}, {"prefetch_bucket_size", "ds3-prefetch", 1, 0, -1},
-        {"stage3_max_live_parameters", "ds3-max-live", 1, 0, -1}, {"max_live_parameters", "ds3-max-live", 1, 0, -1},
-        {"stage3_max_reuse_distance", "ds3-max-reuse", 1, 0, -1}, {"max_reuse_distance", "ds3-max-reuse", 1, 0, -1},
-        {"stage3_param_persistence_threshold", "ds3-persist", 1, 0, 2}, {"param_persistence_threshold", "ds3-persist", 1, 0, -1},
+    static const struct { const char *name, *flag; int stage3, hidden; } S[] = {   /* hidden: CFG_HIDDEN's */
+        {"reduce_bucket_size", "ds-reduce-bucket", 0, 0},
+        {"stage3_prefetch_bucket_size", "ds3-prefetch", 1, 1}, {"prefetch_bucket_size", "ds3-prefetch", 1, -1},
+        {"stage3_max_live_parameters", "ds3-max-live", 1, -1}, {"max_live_parameters", "ds3-max-live", 1, -1},
+        {"stage3_max_reuse_distance", "ds3-max-reuse", 1, -1}, {"max_reuse_distance", "ds3-max-reuse", 1, -1},
+        {"stage3_param_persistence_threshold", "ds3-persist", 1, 2}, {"param_persistence_threshold", "ds3-persist", 1, -1},
     };
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
         long long v;
         char key[200];
-        const cJSON *raw = cJSON_GetObjectItemCaseSensitive(zo, S[i].name);
         cfg_key(c, "zero_optimization", S[i].name, key, sizeof key);
-        if (S[i].hidden >= 0 && stage > 0 && (!S[i].stage3 || stage == 3) && cJSON_IsString(raw) &&
-            strcmp(raw->valuestring, "auto") == 0) {   /* the Trainer / accelerate fill it from the hidden size */
+        if (S[i].hidden >= 0 && stage > 0 && (!S[i].stage3 || stage == 3) && is_auto(zo, S[i].name)) {
+            /* the Trainer / accelerate fill it from the hidden size */
             c->out->hidden_auto |= 1u << S[i].hidden;
             snprintf(c->out->hidden_key[S[i].hidden], sizeof c->out->hidden_key[0], "%s", key);
             continue;
         }
-        int r = cfg_int(c, zo, "zero_optimization", S[i].name, S[i].lo, 10000000000000LL, &v);
+        int r = cfg_int(c, zo, "zero_optimization", S[i].name, 0, 10000000000000LL, &v);
         if (r < 0) return -1;
         if (!r) continue;
         if (stage == 0 || (S[i].stage3 && stage != 3)) cfg_no_effect(c, key);
@@ -210,7 +261,8 @@ static int offload_flag(Cfg *c, long long stage, const Offload *opt, const Offlo
 static int ds_offload(Cfg *c, const cJSON *zo, long long stage) {
     Offload opt, par;
     int legacy_opt = 0, legacy_par = 0;
-    if (offload_device(c, cfg_item(zo, "offload_optimizer"), "zero_optimization.offload_optimizer", "device", &opt) ||
+    if (cfg_section(c, zo, "zero_optimization", "offload_optimizer") || cfg_section(c, zo, "zero_optimization", "offload_param") ||
+        offload_device(c, cfg_item(zo, "offload_optimizer"), "zero_optimization.offload_optimizer", "device", &opt) ||
         offload_device(c, cfg_item(zo, "offload_param"), "zero_optimization.offload_param", "device", &par) ||
         cfg_bool(c, zo, "zero_optimization", "cpu_offload", &legacy_opt) < 0 ||
         cfg_bool(c, zo, "zero_optimization", "cpu_offload_param", &legacy_par) < 0)
@@ -228,13 +280,15 @@ static int ds_offload(Cfg *c, const cJSON *zo, long long stage) {
     return offload_flag(c, stage, &opt, &par);
 }
 
-/* fp16 -> mixed-fp16, bf16 -> mixed-bf16 (pure bf16 with both bf16_* keys), torch_autocast -> amp-*. */
-static int ds_precision(Cfg *c, const cJSON *d) {
+/* fp16 -> mixed-fp16, bf16 -> mixed-bf16 (pure bf16 with both bf16_* keys), torch_autocast -> amp-*.
+ * "auto" in fp16.enabled / bf16.enabled: the launcher's (fill). */
+static int ds_precision(Cfg *c, const cJSON *d, const DsFill *fill) {
     const char *bn = cfg_item(d, "bf16") || !cfg_item(d, "bfloat16") ? "bf16" : "bfloat16";
     const cJSON *fp = cfg_item(d, "fp16"), *bf = cfg_item(d, bn), *ac = cfg_item(d, "torch_autocast");
     int f16 = 0, b16 = 0, amp = 0, fm = 0, bm = 0, bs = 0;
     char key[200], k2[200], both[420];
-    if (cfg_bool(c, fp, "fp16", "enabled", &f16) < 0 || cfg_bool(c, bf, bn, "enabled", &b16) < 0 ||
+    if (cfg_section(c, d, NULL, "fp16") || cfg_section(c, d, NULL, bn) || cfg_section(c, d, NULL, "torch_autocast") ||
+        cfg_bool(c, fp, "fp16", "enabled", &f16) < 0 || cfg_bool(c, bf, bn, "enabled", &b16) < 0 ||
         cfg_bool(c, ac, "torch_autocast", "enabled", &amp) < 0 || cfg_bool(c, fp, "fp16", "fp16_master_weights_and_grads", &fm) < 0 ||
         cfg_bool(c, bf, bn, "bf16_master_weights_and_grads", &bm) < 0 || cfg_bool(c, bf, bn, "bf16_optimizer_states", &bs) < 0)
         return -1;
@@ -250,6 +304,14 @@ static int ds_precision(Cfg *c, const cJSON *d) {
     }
     if (bm) cfg_unmodelled(c, cfg_key(c, bn, "bf16_master_weights_and_grads", key, sizeof key), cfg_item(bf, "bf16_master_weights_and_grads"));
     if (b16) return cfg_set(c, "precision", "mixed-bf16", cfg_key(c, bn, "enabled", key, sizeof key));
+    int fa = is_auto(fp, "enabled"), ba = is_auto(bf, "enabled");
+    if (fa || ba) {   /* the launcher decides between them (and fp32); an explicit false stays false */
+        snprintf(both, sizeof both, "%s%s%s", fa ? cfg_key(c, "fp16", "enabled", key, sizeof key) : "", fa && ba ? " and " : "",
+                 ba ? cfg_key(c, bn, "enabled", k2, sizeof k2) : "");
+        const char *choices = fa && ba ? "fp32|mixed-bf16|mixed-fp16" : fa ? "fp32|mixed-fp16" : "fp32|mixed-bf16";
+        c->out->precision_auto = 1;
+        return ds_auto(c, fill, both, "precision", 0, choices);
+    }
     if (!amp) return 0;
     /* DtypeEnum's spellings (config.py); no dtype: torch.autocast's own on CUDA, float16 */
     static const char *const DT[] = {"torch.bfloat16", "bf16", "bfloat16", "torch.float16", "fp16", "float16", "half"};
@@ -262,6 +324,7 @@ static int ds_precision(Cfg *c, const cJSON *d) {
  * (torch.optim.SGD; with momentum > 0 it keeps a buffer); others are named. */
 static int ds_optimizer(Cfg *c, const cJSON *d) {
     static const char *const T[] = {"Adam", "AdamW", "SGD"};
+    if (cfg_section(c, d, NULL, "optimizer")) return -1;
     const cJSON *o = cfg_item(d, "optimizer"), *p = cfg_item(o, "params"), *t = cfg_item(o, "type");
     char key[200];
     int i = -1, aw = 1;
@@ -277,18 +340,41 @@ static int ds_optimizer(Cfg *c, const cJSON *d) {
     return cfg_set(c, "optimizer", name, key);
 }
 
+/* zero_optimization: a table; a bool is DeepSpeed's deprecated spelling (zero/config.py
+ * get_zero_config -> read_zero_config_deprecated: true is stage 1); anything else DeepSpeedZeroConfig
+ * refuses. The stage: 0 to 3 (ZeroStageEnum). */
+static int ds_stage(Cfg *c, const cJSON *d, long long *stage, char *key, size_t klen, const char **absent) {
+    const cJSON *zv = cJSON_GetObjectItemCaseSensitive(d, "zero_optimization");
+    cfg_key(c, "zero_optimization", "stage", key, klen);
+    *absent = "";
+    *stage = 0;
+    if (cJSON_IsBool(zv)) {
+        *stage = cJSON_IsTrue(zv);
+        cfg_key(c, NULL, "zero_optimization", key, klen);
+        *absent = cJSON_IsTrue(zv) ? " true (DeepSpeed's deprecated spelling of stage 1)" : " false (stage 0)";
+        return 0;
+    }
+    if (cfg_section(c, d, NULL, "zero_optimization")) return -1;
+    int r = cfg_int(c, cfg_item(d, "zero_optimization"), "zero_optimization", "stage", 0, 3, stage);
+    if (r < 0) return -1;
+    if (!r) *absent = " (absent: DeepSpeed's default)";
+    return 0;
+}
+
 /* A DeepSpeed config: the file itself, accelerate's deepspeed_config_file or the HF Trainer's
- * deepspeed. hf: run by the Trainer, whose arguments fill "auto" and whose own checkpointing
- * (activation_checkpointing) decides, not deepspeed.checkpointing's section. */
-static int ds_read(Cfg *c, const cJSON *d, int hf) {
-    const cJSON *zo = cfg_item(d, "zero_optimization");
+ * deepspeed. fill: who reads it, and fills its "auto"; a Trainer's own checkpointing
+ * (gradient_checkpointing) decides, not deepspeed.checkpointing's section. */
+static int ds_read(Cfg *c, const cJSON *d, const DsFill *fill) {
+    const cJSON *zo;
     long long stage = 0;
     char key[200];
+    const char *absent;
     int oc = 0, r;
     cfg_walk(c, d, NULL, DS_KEYS);
-    if ((r = cfg_int(c, zo, "zero_optimization", "stage", 0, 3, &stage)) < 0) return -1;
-    cfg_key(c, "zero_optimization", "stage", key, sizeof key);
-    if (ds_stage_strategy(c, stage, key, r ? "" : " (absent: DeepSpeed's default)") || ds_batch(c, d) || ds_sizes(c, zo, stage) || ds_offload(c, zo, stage) || ds_precision(c, d) || ds_optimizer(c, d))
+    if (ds_stage(c, d, &stage, key, sizeof key, &absent)) return -1;
+    zo = cfg_item(d, "zero_optimization");
+    if (ds_stage_strategy(c, stage, key, absent) || ds_batch(c, d, fill) || ds_sizes(c, zo, stage) || ds_offload(c, zo, stage) ||
+        ds_precision(c, d, fill) || ds_optimizer(c, d))
         return -1;
     if ((r = cfg_bool(c, zo, "zero_optimization", "overlap_comm", &oc)) < 0) return -1;
     cfg_key(c, "zero_optimization", "overlap_comm", key, sizeof key);
@@ -296,9 +382,10 @@ static int ds_read(Cfg *c, const cJSON *d, int hf) {
         if (cfg_set(c, "ds-overlap-comm", oc ? "on" : "off", key)) return -1;
     } else if (r && stage == 3 && !oc) cfg_unmodelled(c, key, cfg_item(zo, "overlap_comm"));   /* default: on */
     else if (r) cfg_no_effect(c, key);
+    if (cfg_section(c, d, NULL, "activation_checkpointing")) return -1;
     if (cfg_item(d, "activation_checkpointing")) {
         cfg_key(c, NULL, "activation_checkpointing", key, sizeof key);
-        if (hf) cfg_no_effect(c, key);
+        if (fill->trainer) cfg_no_effect(c, key);
         else if (cfg_set(c, "act-ckpt", "full", strncat(key, " (present: the model checkpoints every block through "
                                                               "deepspeed.checkpointing)", sizeof key - strlen(key) - 1)))
             return -1;
@@ -306,11 +393,17 @@ static int ds_read(Cfg *c, const cJSON *d, int hf) {
     return 0;
 }
 
-/* The flags a DeepSpeed run has whatever its file says: no fp16/bf16/torch_autocast is fp32, no
- * offload section is none. */
+/* The flags a DeepSpeed run has whatever its file says: no fp16/bf16/torch_autocast is fp32
+ * (unless they are "auto": the launcher's), no offload section is none. */
 static void ds_defaults(Cfg *c) {
-    cfg_default(c, "precision", "fp32", "DeepSpeed's default: no fp16, bf16 or torch_autocast");
+    if (!c->out->precision_auto) cfg_default(c, "precision", "fp32", "DeepSpeed's default: no fp16, bf16 or torch_autocast");
     cfg_default(c, "offload", "none", "DeepSpeed's default: no offload_optimizer or offload_param");
+}
+
+int cfg_ds_read(Cfg *c, const cJSON *d, const DsFill *fill) {
+    if (ds_read(c, d, fill)) return -1;
+    ds_defaults(c);
+    return 0;
 }
 
 /* ==== FSDP as accelerate's plugin and the HF Trainer configure it (accelerate utils/dataclasses.py
@@ -327,15 +420,6 @@ static const CfgKey FSDP_KEYS[] = {
     {"fsdp_config.xla_fsdp_v2", D, "false"}, {"fsdp_config.xla_fsdp_grad_ckpt", D, "false"},
     {0, 0, 0},
 };
-
-/* What the framework assumes where fsdp_config is silent. */
-typedef struct {
-    int version;             /* accelerate: 1 (launch.py --fsdp_version), the Trainer: 2 */
-    const char *who;         /* "accelerate" / "the HF Trainer" */
-    int strategy;            /* the Trainer's legacy `fsdp` words: a SHARDING index, -1 none */
-    int offload;             /* ... "offload" */
-    const char *legacy;      /* the key those came from */
-} FsdpDefaults;
 
 static const char *const SHARDING[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
 static const char *const SHARDED_AS[] = {"fsdp-full", "fsdp-grad-op", "ddp", "fsdp-hybrid", "fsdp-hybrid"};
@@ -455,7 +539,7 @@ static int fsdp_wrap(Cfg *c, const cJSON *fc, long long version) {
     return cfg_set(c, "fsdp-min-params", v, policy == 1 && rm ? k2 : key);
 }
 
-static int fsdp_read(Cfg *c, const cJSON *fc, const FsdpDefaults *df) {
+int cfg_fsdp_read(Cfg *c, const cJSON *fc, const FsdpDefaults *df) {
     char n[64], key[200], k2[200];
     long long version = df->version;
     int off = 0, ckpt = 0, r;
@@ -475,6 +559,30 @@ static int fsdp_read(Cfg *c, const cJSON *fc, const FsdpDefaults *df) {
     const char *an = fsdp_name(fc, "activation_checkpointing", n, sizeof n);
     if ((r = cfg_bool(c, fc, "fsdp_config", an, &ckpt)) < 0) return -1;
     if (r && ckpt && cfg_set(c, "act-ckpt", "full", cfg_key(c, "fsdp_config", an, key, sizeof key))) return -1;
+    return 0;
+}
+
+/* The Trainer's legacy `fsdp` words ("full_shard auto_wrap", a list): the strategy and offload
+   they stand for where fsdp_config does not say (training_args.py _apply_legacy_fsdp_to_config). */
+int cfg_fsdp_words(Cfg *c, const cJSON *f, FsdpDefaults *df) {
+    const cJSON *w = cJSON_IsArray(f) ? f->child : f;
+    char key[200];
+    cfg_key(c, NULL, "fsdp", key, sizeof key);
+    for (; w; w = cJSON_IsArray(f) ? w->next : NULL) {
+        char buf[256];
+        if (!cJSON_IsString(w)) return cJSON_IsBool(w) && !cJSON_IsArray(f) ? 0 : cfg_bad(c, key, w, "true, or words among full_shard, shard_grad_op, hybrid_shard, offload, auto_wrap");
+        snprintf(buf, sizeof buf, "%s", w->valuestring);
+        for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+            int k = -1;
+            for (int i = 0; i < 5; i++)
+                if (strcasecmp(t, SHARDING[i]) == 0) k = i;
+            if (k >= 0) df->strategy = k;
+            else if (strcmp(t, "offload") == 0) df->offload = 1;
+            else if (strcmp(t, "auto_wrap") != 0)
+                return cfg_bad(c, key, w, "full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap");
+        }
+    }
+    df->legacy = "fsdp";
     return 0;
 }
 
@@ -507,8 +615,7 @@ static const CfgKey ACC_DS_KEYS[] = {
     {0, 0, 0},
 };
 
-/* Reads a DeepSpeed JSON another file names, its keys named "FILE:key". */
-static int ds_named(Cfg *c, const cJSON *path, const char *key, int hf) {
+int cfg_ds_named(Cfg *c, const cJSON *path, const char *key, const DsFill *fill) {
     if (!cJSON_IsString(path)) return cfg_bad(c, key, path, "a path to a DeepSpeed JSON");
     cJSON *d = cfg_load_named(c, path->valuestring, key);
     if (!d) return -1;
@@ -516,7 +623,7 @@ static int ds_named(Cfg *c, const cJSON *path, const char *key, int hf) {
     snprintf(saved, sizeof saved, "%s", c->prefix);
     const char *base = strrchr(path->valuestring, '/');
     snprintf(c->prefix, sizeof c->prefix, "%s:", base ? base + 1 : path->valuestring);
-    int rc = ds_read(c, d, hf);
+    int rc = cfg_ds_read(c, d, fill);
     snprintf(c->prefix, sizeof c->prefix, "%s", saved);
     cJSON_Delete(d);
     return rc;
@@ -536,7 +643,13 @@ static int acc_deepspeed(Cfg *c, const cJSON *dc) {
             if (cfg_item(dc, BESIDE[i]))
                 return cfg_fail(c, "deepspeed_config.%s beside deepspeed_config_file: accelerate refuses it "
                                 "(DeepSpeedPlugin._deepspeed_config_checks); set it in the DeepSpeed JSON", BESIDE[i]);
-        return ds_named(c, file, cfg_key(c, "deepspeed_config", "deepspeed_config_file", key, sizeof key), 0);
+        /* DeepSpeedPlugin (utils/dataclasses.py): "auto" precision from mixed_precision, read next
+           (acc_precision); the micro-batch from the DataLoader the script prepares (not in a file);
+           the accumulation from the Accelerator's (1 unless the script says otherwise) */
+        DsFill fill = {"accelerate", 0, NULL, NULL, "mixed_precision (DeepSpeedPlugin.set_mixed_precision; absent: no, fp32)", 1,
+                       "accelerate's default 1 (the Accelerator's gradient_accumulation_steps)"};
+        c->out->precision_auto = 1;   /* mixed_precision decides (its absence: no, fp32) */
+        return cfg_ds_named(c, file, cfg_key(c, "deepspeed_config", "deepspeed_config_file", key, sizeof key), &fill);
     }
     long long stage = 2, ga;
     int r = cfg_int(c, dc, "deepspeed_config", "zero_stage", 0, 3, &stage);
@@ -550,14 +663,26 @@ static int acc_deepspeed(Cfg *c, const cJSON *dc) {
     return r ? cfg_setf(c, "grad-accum", ga, cfg_key(c, "deepspeed_config", "gradient_accumulation_steps", key, sizeof key)) : 0;
 }
 
-/* num_processes -> --gpus, num_processes / num_machines -> --gpus-per-node. */
+/* num_processes -> --gpus, num_processes / num_machines -> --gpus-per-node; a --gpus on the
+   command line re-derives the GPUs per node from the same num_machines (accelerate launch
+   --num_processes N splits N over the machines). */
 static int acc_gpus(Cfg *c, const cJSON *d) {
     long long np = 0, nm = 1;
     int rp = cfg_int(c, d, NULL, "num_processes", -1, 1000000, &np), rm = cfg_int(c, d, NULL, "num_machines", 1, 100000, &nm);
-    char key[200];
+    char key[200], note[300];
     if (rp < 0 || rm < 0) return -1;
     if (rp && np > 0 && cfg_setf(c, "gpus", np, cfg_key(c, NULL, "num_processes", key, sizeof key))) return -1;
-    if (!rm || np <= 0) return 0;
+    if (!rm) return 0;
+    if (c->known->gpus > 0 && !c->known->gpn && c->known->gpus != np) {
+        if (c->known->gpus % nm)
+            return cfg_fail(c, "--gpus %lld does not split over num_machines %lld (memplan's nodes are equal): give a multiple of "
+                            "%lld, or --gpus-per-node", c->known->gpus, nm, nm);
+        cfg_fmt(key, sizeof key, "the command line's --gpus %lld / %snum_machines %lld", c->known->gpus, c->prefix, nm);
+        cfg_fmt(note, sizeof note, "--gpus-per-node re-derived from the command line's --gpus and num_machines %lld", nm);
+        cfg_note(c, note);
+        return cfg_setf(c, "gpus-per-node", c->known->gpus / nm, key);
+    }
+    if (np <= 0) return 0;
     if (np % nm) return cfg_fail(c, "num_processes %lld does not split over num_machines %lld (memplan's nodes are equal)", np, nm);
     snprintf(key, sizeof key, "%snum_processes / num_machines", c->prefix);
     return cfg_setf(c, "gpus-per-node", np / nm, key);
@@ -604,8 +729,13 @@ static int acc_read(Cfg *c, const cJSON *d) {
     }
     if (t == 2) {
         FsdpDefaults df = {1, "accelerate", -1, 0, ""};
-        if (fsdp_read(c, cfg_item(d, "fsdp_config"), &df) || acc_precision(c, d, 0)) return -1;
+        if (cfg_fsdp_read(c, cfg_item(d, "fsdp_config"), &df) || acc_precision(c, d, 0)) return -1;
         cfg_default(c, "offload", "none", "fsdp_config (accelerate's default: fsdp_offload_params false)");
+        const CfgSetting *pr = cfg_setting(c, "precision");
+        if (pr && !strncmp(pr->value, "mixed-", 6) &&   /* MixedPrecision(param_dtype, reduce_dtype) both 16-bit */
+            cfg_set(c, "fsdp-reduce-dtype", pr->value + 6, "mixed_precision (accelerate's FSDP MixedPrecision reduces in the same "
+                                               "16-bit dtype: utils/dataclasses.py set_mixed_precision)"))
+            return -1;
         return cfg_set(c, "fsdp-grad-sync", "last", "distributed_type FSDP (Accelerator.accumulate skips the "
                                                     "reduce-scatter of non-final micro-steps: no_sync)");
     }
@@ -619,7 +749,7 @@ static int acc_read(Cfg *c, const cJSON *d) {
 static const CfgKey TT_KEYS[] = {
     {"training.local_batch_size", H, 0}, {"training.batch_size", H, 0}, {"training.seq_len", H, 0},
     {"training.global_batch_size", H, 0}, {"training.mixed_precision_param", H, 0}, {"training.dtype", H, 0},
-    {"training.enable_cpu_offload", H, 0}, {"training.mixed_precision_reduce", D, "float32"},
+    {"training.enable_cpu_offload", H, 0}, {"training.mixed_precision_reduce", H, 0},
     {"training.dataset", NE, 0}, {"training.dataset_path", NE, 0}, {"training.max_norm", NE, 0}, {"training.steps", NE, 0},
     {"training.gc_freq", NE, 0}, {"training.gc_debug", NE, 0}, {"training.dataloader", NE, 0}, {"training.seed", NE, 0},
     {"training.deterministic", NE, 0},
@@ -627,13 +757,13 @@ static const CfgKey TT_KEYS[] = {
     {"parallelism.fsdp_reshard_after_forward", H, 0}, {"parallelism.tensor_parallel_degree", H, 0},
     {"parallelism.pipeline_parallel_degree", H, 0}, {"parallelism.context_parallel_degree", H, 0},
     {"parallelism.expert_parallel_degree", H, 0}, {"parallelism.expert_tensor_parallel_degree", H, 0},
-    {"parallelism.disable_loss_parallel", NE, 0}, {"parallelism.enable_async_tensor_parallel", NE, 0},
+    {"parallelism.disable_loss_parallel", H, 0}, {"parallelism.enable_async_tensor_parallel", NE, 0},
     {"parallelism.enable_compiled_autograd", D, "false"}, {"parallelism.module_fqns_per_model_part", NE, 0},
     {"parallelism.pipeline_parallel_first_stage_less_layers", NE, 0}, {"parallelism.pipeline_parallel_last_stage_less_layers", NE, 0},
-    {"parallelism.pipeline_parallel_layers_per_stage", NE, 0}, {"parallelism.pipeline_parallel_schedule", NE, 0},
-    {"parallelism.pipeline_parallel_schedule_csv", NE, 0}, {"parallelism.pipeline_parallel_microbatch_size", NE, 0},
+    {"parallelism.pipeline_parallel_layers_per_stage", D, "null"}, {"parallelism.pipeline_parallel_schedule", H, 0},
+    {"parallelism.pipeline_parallel_schedule_csv", D, ""}, {"parallelism.pipeline_parallel_microbatch_size", H, 0},
     {"parallelism.pipeline_parallel_expert_parallel_overlap", NE, 0}, {"parallelism.context_parallel_load_balancer", NE, 0},
-    {"parallelism.context_parallel_rotate_method", NE, 0}, {"parallelism.expert_parallel_comm_backend", NE, 0},
+    {"parallelism.context_parallel_rotate_method", D, "allgather"}, {"parallelism.expert_parallel_comm_backend", D, "standard"},
     {"activation_checkpoint.mode", H, 0}, {"activation_checkpoint.selective_ac_option", H, 0},
     {"activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", NE, 0}, {"activation_checkpoint.early_stop", D, "false"},
     {"activation_checkpoint.memory_budget", NE, 0}, {"activation_checkpoint.visualize_memory_budget_pareto", NE, 0},
@@ -647,7 +777,7 @@ static const CfgKey TT_KEYS[] = {
     {"fault_tolerance.process_group_timeout_ms", NE, 0}, {"fault_tolerance.replica_id", NE, 0},
     {"fault_tolerance.group_size", NE, 0}, {"fault_tolerance.min_replica_size", NE, 0},
     {"fault_tolerance.semi_sync_method", NE, 0},
-    {"model.name", NE, 0}, {"model.flavor", NE, 0}, {"model.hf_assets_path", NE, 0}, {"model.tokenizer_path", NE, 0},
+    {"model.name", H, 0}, {"model.flavor", H, 0}, {"model.hf_assets_path", NE, 0}, {"model.tokenizer_path", NE, 0},
     {"model.print_after_conversion", NE, 0},
     {"job", NE, 0}, {"profiling", NE, 0}, {"metrics", NE, 0}, {"lr_scheduler", NE, 0}, {"checkpoint", NE, 0},
     {"comm", NE, 0}, {"memory_estimation", NE, 0}, {"experimental", NE, 0}, {"validation", NE, 0}, {"debug", NE, 0},
@@ -659,7 +789,9 @@ typedef struct {
 } Degrees;
 
 /* [parallelism]: the degrees (data_parallel_shard_degree -1 takes the GPUs the others leave,
-   parallel_dims.py _validate); tensor, pipeline, context and expert parallelism are named. */
+   parallel_dims.py _validate); tensor and pipeline parallel onto --tp/--sp and --pp (a --tp or --pp
+   on the command line replaces the file's degree, and what the file derived from it follows:
+   SequenceParallel norms with tp > 1); context and expert parallelism are named. */
 static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
     static const struct { const char *name; size_t off; } K[] = {
         {"tensor_parallel_degree", offsetof(Degrees, tp)}, {"pipeline_parallel_degree", offsetof(Degrees, pp)},
@@ -667,33 +799,55 @@ static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
         {"expert_tensor_parallel_degree", offsetof(Degrees, etp)}, {"data_parallel_replicate_degree", offsetof(Degrees, rep)},
     };
     *g = (Degrees){1, -1, 1, 1, 1, 1, 1};
-    char key[200];
+    char key[200], note[300];
     for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
         long long *v = (long long *)((char *)g + K[i].off);
         if (cfg_int(c, p, "parallelism", K[i].name, 1, 100000, v) < 0) return -1;
-        if (*v > 1 && i == 0) {   /* tensor parallel: torchtitan's plan shards the norms too (SequenceParallel) */
-            cfg_key(c, "parallelism", K[i].name, key, sizeof key);
-            if (cfg_setf(c, "tp", *v, key) || cfg_set(c, "sp", "on", "torchtitan's TP plan (SequenceParallel norms)")) return -1;
-            int off = 0, r = cfg_bool(c, p, "parallelism", "disable_loss_parallel", &off);
-            if (r < 0) return -1;
-            if (!off) {   /* loss parallel (its default) is not planned: memplan gathers the logits */
-                char k2[200];
-                cfg_key(c, "parallelism", "disable_loss_parallel", k2, sizeof k2);
-                cfg_unmodelled(c, strncat(k2, r ? "" : " (absent: loss parallel on)", sizeof k2 - strlen(k2) - 1),
-                               cfg_item(p, "disable_loss_parallel"));
+        cfg_key(c, "parallelism", K[i].name, key, sizeof key);
+        if (i == 0) {   /* tensor parallel: torchtitan's plan shards the norms too (SequenceParallel) */
+            if (*v > 1 && cfg_setf(c, "tp", *v, key)) return -1;
+            if (c->known->tp > 0) {
+                if (*v != c->known->tp) {
+                    cfg_fmt(note, sizeof note, "tensor parallel from the command line's --tp %d%s", c->known->tp,
+                            c->known->tp > 1 ? " with torchtitan's SequenceParallel norms (--sp on)" : ": no --sp");
+                    cfg_note(c, note);
+                }
+                *v = c->known->tp;
             }
+            if (*v > 1) {
+                if (cfg_set(c, "sp", "on", "torchtitan's TP plan (SequenceParallel norms)")) return -1;
+                int off = 0, r = cfg_bool(c, p, "parallelism", "disable_loss_parallel", &off);
+                if (r < 0) return -1;
+                if (!off) {   /* loss parallel (its default) is not planned: memplan gathers the logits */
+                    char k2[200];
+                    cfg_key(c, "parallelism", "disable_loss_parallel", k2, sizeof k2);
+                    cfg_unmodelled(c, strncat(k2, r ? "" : " (absent: loss parallel on)", sizeof k2 - strlen(k2) - 1),
+                                   cfg_item(p, "disable_loss_parallel"));
+                }
+            }
+        } else if (i == 1) {   /* pipeline stages: --pp (torch.distributed.pipelining, as memplan plans it) */
+            if (*v > 1 && cfg_setf(c, "pp", *v, key)) return -1;
+            if (c->known->pp > 0) *v = c->known->pp;
+        } else if (*v > 1 && (i == 2 || i == 3)) {
+            /* context and expert parallel: --cp, --ep (torchtitan's dp_shard_cp mesh and its ep mesh
+               borrowed from dp_shard x cp: parallel_dims.py), planned with FSDP2 */
+            if (cfg_setf(c, i == 2 ? "cp" : "ep", *v, key)) return -1;
         } else if (*v > 1 && i < 5)
-            cfg_unmodelled(c, cfg_key(c, "parallelism", K[i].name, key, sizeof key), cfg_item(p, K[i].name));
+            cfg_unmodelled(c, key, cfg_item(p, K[i].name));
     }
     const cJSON *sv = cfg_item(p, "data_parallel_shard_degree");
     if (sv && cJSON_IsNumber(sv) && sv->valuedouble == -1) g->shard = -1;
     else if (cfg_int(c, p, "parallelism", "data_parallel_shard_degree", 1, 100000, &g->shard) < 0) return -1;
     long long rest = g->rep * g->tp * g->pp * g->cp;
+    long long n = c->known->gpus;
     if (g->shard > 0) {
+        if (n && n != rest * g->shard)
+            return cfg_fail(c, "--gpus %lld is not the product of the degrees, %lld (replicate x shard x tensor x pipeline x context): "
+                            "torchtitan refuses a world size that differs (parallel_dims.py); give --gpus %lld, or set "
+                            "data_parallel_shard_degree -1", n, rest * g->shard, rest * g->shard);
         snprintf(key, sizeof key, "%sparallelism: the product of the degrees", c->prefix);
         return cfg_setf(c, "gpus", rest * g->shard, key);
     }
-    long long n = c->known->gpus;
     if (!n)
         return cfg_fail(c, "parallelism.data_parallel_shard_degree %s takes the GPUs the other degrees leave, and the "
                         "file does not say how many there are (torchrun's --nproc_per_node x nodes): give --gpus",
@@ -727,6 +881,9 @@ static int tt_strategy(Cfg *c, const cJSON *p, const Degrees *g, int *fsdp) {
         return cfg_setf(c, "gpus-per-node", g->shard, k2) ? -1 : cfg_set(c, "strategy", "fsdp-hybrid", "parallelism: data_parallel_replicate_degree > 1 and data_parallel_shard_degree > 1 (HSDP)");
     }
     if (r) cfg_key(c, "parallelism", "fsdp_reshard_after_forward", key, sizeof key);
+    else if (g->pp > 1)   /* parallelize.py apply_fsdp: "default" does not reshard under pipeline stages */
+        snprintf(key, sizeof key, "%sparallelism.fsdp_reshard_after_forward (torchtitan's default under pipeline stages: never)",
+                 c->prefix);
     return cfg_set(c, "strategy", reshard ? "fsdp-full" : "fsdp-grad-op", key);
 }
 
@@ -742,6 +899,13 @@ static int tt_precision(Cfg *c, const cJSON *t, const Degrees *g, int fsdp) {
     if (rm) cfg_key(c, "training", "mixed_precision_param", key, sizeof key);
     else snprintf(key, sizeof key, "training.mixed_precision_param (torchtitan's default bfloat16)");
     const char *p = mp == 0 || (!fsdp && (g->tp > 1 || g->pp > 1)) ? "fp32" : fsdp ? "mixed-bf16" : "amp-bf16";
+    int rr = 0, r2 = cfg_choice(c, t, "training", "mixed_precision_reduce", DT, 2, 0, &rr);
+    char k2[200];
+    if (r2 < 0) return -1;
+    if (r2 && rr == 1 && fsdp && !strcmp(p, "mixed-bf16") &&   /* MixedPrecisionPolicy(reduce_dtype=bfloat16) */
+        cfg_set(c, "fsdp-reduce-dtype", "bf16", cfg_key(c, "training", "mixed_precision_reduce", k2, sizeof k2)))
+        return -1;
+    if (r2 && !(rr == 1 && fsdp && !strcmp(p, "mixed-bf16"))) cfg_no_effect(c, cfg_key(c, "training", "mixed_precision_reduce", k2, sizeof k2));
     return cfg_set(c, "precision", p, key);
 }
 
@@ -770,26 +934,98 @@ static int tt_ckpt(Cfg *c, const cJSON *a) {
     return cfg_set(c, "act-ckpt", n == 0 ? "full" : v, key);
 }
 
-/* training.global_batch_size -> accumulation = global / (local x data-parallel degree) (train.py). */
-static int tt_accum(Cfg *c, const cJSON *t, const Degrees *g) {
-    long long gb = -1, dp = g->rep * g->shard;
-    char ms[240], key[200];
+/* training.global_batch_size -> accumulation = global / (local x data-parallel degree) (train.py);
+   under pipeline stages the local batch is split into micro-batches of
+   pipeline_parallel_microbatch_size (--batch), local / that of them per schedule step
+   (--microbatches), and accumulation steps each run the schedule again: planned as one schedule
+   of all their micro-batches (one bubble instead of one per step, named). */
+static int tt_accum(Cfg *c, const cJSON *t, const cJSON *p, const Degrees *g) {
+    long long gb = -1, dp = g->rep * g->shard, accum = 1;
+    char ms[240], key[200], k2[600], note[400];
     const cJSON *v = cfg_item(t, "global_batch_size");
     if (v && !(cJSON_IsNumber(v) && v->valuedouble < 0) && cfg_int(c, t, "training", "global_batch_size", 1, 1000000000, &gb) < 0)
         return -1;
-    if (gb <= 0) return cfg_set(c, "grad-accum", "1", "training.global_batch_size -1 (torchtitan: local batch x data-parallel degree)");
     long long m = effective(c, "batch", c->known->batch, ms, sizeof ms);
     cfg_key(c, "training", "global_batch_size", key, sizeof key);
-    if (gb % (m * dp))
+    if (gb > 0 && gb % (m * dp))
         return cfg_fail(c, "%s %lld is not a multiple of %s x data-parallel degree %lld: torchtitan refuses it (train.py)",
                         key, gb, ms, dp);
-    if (g->tp == 1 && g->pp == 1 && g->cp == 1) {
+    if (gb > 0) accum = gb / (m * dp);
+    if (g->pp > 1) {
+        long long mbs = 1;
+        if (cfg_int(c, p, "parallelism", "pipeline_parallel_microbatch_size", 1, 1000000, &mbs) < 0) return -1;
+        if (m % mbs)
+            return cfg_fail(c, "%s is not a multiple of parallelism.pipeline_parallel_microbatch_size %lld: torchtitan refuses it", ms, mbs);
+        if (c->known->pp > 0 && !cfg_setting(c, "pp"))
+            cfg_note(c, "pipeline stages from the command line's --pp: the local batch split into micro-batches of "
+                        "parallelism.pipeline_parallel_microbatch_size");
+        CfgSetting *bs = (CfgSetting *)cfg_setting(c, "batch");
+        if (bs && !c->known->batch) {   /* the local batch becomes --microbatches; a pipeline micro-batch is --batch */
+            snprintf(bs->key, sizeof bs->key, "parallelism.pipeline_parallel_microbatch_size (torchtitan's pipeline micro-batch%s)",
+                     cfg_item(p, "pipeline_parallel_microbatch_size") ? "" : ", default 1");
+            snprintf(bs->value, sizeof bs->value, "%lld", mbs);
+        }
+        if (accum > 1) {
+            cfg_fmt(note, sizeof note, "%lld accumulation steps of the pipeline schedule planned as one schedule of all their "
+                    "micro-batches (one bubble, not %lld)", accum, accum);
+            cfg_note(c, note);
+        }
+        snprintf(k2, sizeof k2, "%s / parallelism.pipeline_parallel_microbatch_size %lld%s", ms, mbs,
+                 accum > 1 ? " x the accumulation steps" : "");
+        return cfg_setf(c, "microbatches", m / mbs * accum, k2);
+    }
+    if (gb <= 0) return cfg_set(c, "grad-accum", "1", "training.global_batch_size -1 (torchtitan: local batch x data-parallel degree)");
+    if (g->tp == 1 && g->cp == 1) {
         c->out->global_batch = gb;
         snprintf(c->out->global_key, sizeof c->out->global_key, "%s", key);
     }
-    char k2[480];
     snprintf(k2, sizeof k2, "%s / (%s x data-parallel degree %lld)", key, ms, dp);
-    return cfg_setf(c, "grad-accum", gb / (m * dp), k2);
+    return cfg_setf(c, "grad-accum", accum, k2);
+}
+
+/* torchtitan's Llama 3 flavors (models/llama3/__init__.py llama3_args; FeedForward's hidden size
+   multiple_of x ceil(ffn_dim_multiplier x int(8 dim / 3) / multiple_of); the vocabulary the Llama
+   3.1 tokenizer's 128,256 unless the flavor fixes it). */
+static const struct { const char *flavor; int dim, layers, heads, kv, ffn, vocab; } TT_LLAMA3[] = {
+    {"debugmodel", 256, 6, 16, 16, 768, 2048}, {"debugmodel_flex_attn", 256, 6, 16, 16, 768, 2048},
+    {"debugmodel_varlen_attn", 256, 6, 16, 16, 768, 2048},
+    {"8B", 4096, 32, 32, 8, 14336, 128256}, {"8B_flex", 4096, 32, 32, 8, 14336, 128256},
+    {"8B_varlen", 4096, 32, 32, 8, 14336, 128256},
+    {"70B", 8192, 80, 64, 8, 28672, 128256}, {"405B", 16384, 126, 128, 8, 53248, 128256},
+};
+
+/* [model]: name and flavor. A Llama 3 flavor is checked against --model (blocks and hidden size)
+   once it is loaded, or, without --model, is the model (its shapes as a Llama config.json: the
+   same parameters as torchtitan's Transformer). Other names are noted as not checked. */
+static int tt_model(Cfg *c, const cJSON *d, long long seq) {
+    const cJSON *mo = cfg_item(d, "model"), *name = cfg_item(mo, "name"), *fl = cfg_item(mo, "flavor");
+    char t1[64], t2[64];
+    if (!name && !fl) return 0;
+    cfg_fmt(c->out->model_hint, sizeof c->out->model_hint, "torchtitan's %s flavor %s", name ? cfg_text(name, t1, sizeof t1) : "llama3",
+            fl ? cfg_text(fl, t2, sizeof t2) : "debugmodel");
+    int llama = !name || (cJSON_IsString(name) && strcmp(name->valuestring, "llama3") == 0);
+    for (size_t i = 0; llama && fl && cJSON_IsString(fl) && i < sizeof TT_LLAMA3 / sizeof TT_LLAMA3[0]; i++) {
+        if (strcmp(fl->valuestring, TT_LLAMA3[i].flavor) != 0) continue;
+        c->out->flavor_layers = TT_LLAMA3[i].layers;
+        c->out->flavor_hidden = TT_LLAMA3[i].dim;
+        cfg_fmt(c->out->flavor_key, sizeof c->out->flavor_key, "%smodel.flavor %s (torchtitan's Llama 3 %s: %d blocks, hidden %d)",
+                c->prefix, fl->valuestring, fl->valuestring, TT_LLAMA3[i].layers, TT_LLAMA3[i].dim);
+        free(c->out->model_json);
+        c->out->model_json = malloc(1024);
+        if (!c->out->model_json) return cfg_fail(c, "out of memory");
+        snprintf(c->out->model_json, 1024,
+                 "{\"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": %d, "
+                 "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
+                 "\"intermediate_size\": %d, \"vocab_size\": %d, \"max_position_embeddings\": %lld, \"rms_norm_eps\": 1e-05, "
+                 "\"rope_theta\": 500000.0, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\", "
+                 "\"attention_dropout\": 0.0, \"torch_dtype\": \"bfloat16\"}",
+                 TT_LLAMA3[i].dim, TT_LLAMA3[i].layers, TT_LLAMA3[i].heads, TT_LLAMA3[i].kv, TT_LLAMA3[i].ffn,
+                 TT_LLAMA3[i].vocab, seq > 131072 ? seq : 131072LL);
+        snprintf(c->out->model_label, sizeof c->out->model_label, "llama3-%s", fl->valuestring);
+        return 0;
+    }
+    cfg_note(c, "model.name / model.flavor: not one of torchtitan's Llama 3 flavors memplan knows, so not checked against --model");
+    return 0;
 }
 
 static int tt_read(Cfg *c, const cJSON *d) {
@@ -798,7 +1034,10 @@ static int tt_read(Cfg *c, const cJSON *d) {
     char key[200];
     int fsdp, off = 0, r;
     Degrees g;
+    static const char *const SECTIONS[] = {"training", "parallelism", "activation_checkpoint", "model", "optimizer"};
     cfg_walk(c, d, NULL, TT_KEYS);
+    for (size_t i = 0; i < sizeof SECTIONS / sizeof SECTIONS[0]; i++)
+        if (cfg_section(c, d, NULL, SECTIONS[i])) return -1;
     const char *bn = cfg_item(t, "local_batch_size") || !cfg_item(t, "batch_size") ? "local_batch_size" : "batch_size";
     if ((r = cfg_int(c, t, "training", bn, 1, 1000000, &b)) < 0) return -1;
     if (cfg_setf(c, "batch", b, r ? cfg_key(c, "training", bn, key, sizeof key) : "training.local_batch_size (torchtitan's default 8)"))
@@ -806,9 +1045,19 @@ static int tt_read(Cfg *c, const cJSON *d) {
     if ((r = cfg_int(c, t, "training", "seq_len", 1, 10000000, &seq)) < 0) return -1;
     if (cfg_setf(c, "seq", seq, r ? cfg_key(c, "training", "seq_len", key, sizeof key) : "training.seq_len (torchtitan's default 2048)"))
         return -1;
+    const cJSON *sched = cfg_item(p, "pipeline_parallel_schedule");
     if (tt_degrees(c, p, &g) || tt_strategy(c, p, &g, &fsdp) || tt_precision(c, t, &g, fsdp) ||
-        tt_ckpt(c, cfg_item(d, "activation_checkpoint")) || tt_accum(c, t, &g))
+        tt_ckpt(c, cfg_item(d, "activation_checkpoint")) || tt_accum(c, t, p, &g) || tt_model(c, d, seq))
         return -1;
+    if (g.pp > 1) {   /* 1F1B (torchtitan's default) and GPipe are memplan's; the others are named */
+        cfg_key(c, "parallelism", "pipeline_parallel_schedule", key, sizeof key);
+        const char *sn = sched && cJSON_IsString(sched) ? sched->valuestring : "1F1B";
+        if (strcasecmp(sn, "1F1B") == 0 || strcasecmp(sn, "GPipe") == 0) {
+            if (cfg_set(c, "pp-schedule", strcasecmp(sn, "GPipe") == 0 ? "gpipe" : "1f1b",
+                        sched ? key : "parallelism.pipeline_parallel_schedule (torchtitan's default 1F1B)"))
+                return -1;
+        } else cfg_unmodelled(c, key, sched);
+    } else if (sched) cfg_no_effect(c, cfg_key(c, "parallelism", "pipeline_parallel_schedule", key, sizeof key));
     if ((r = cfg_bool(c, t, "training", "enable_cpu_offload", &off)) < 0) return -1;
     cfg_key(c, "training", "enable_cpu_offload", key, sizeof key);
     if (r && off && !fsdp) cfg_no_effect(c, key);   /* CPUOffloadPolicy is fully_shard's */
@@ -823,185 +1072,6 @@ static int tt_read(Cfg *c, const cJSON *d) {
     return 0;
 }
 
-/* ==== Hugging Face TrainingArguments as args.to_json_string() writes them (transformers 5.24
- *      training_args.py; trainer.py, trainer_optimizer.py) ==== */
-
-static const CfgKey HF_KEYS[] = {
-    {"per_device_train_batch_size", H, 0}, {"gradient_accumulation_steps", H, 0}, {"bf16", H, 0}, {"fp16", H, 0},
-    {"activation_checkpointing", H, 0}, {"gradient_checkpointing", H, 0},
-    {"activation_checkpointing_kwargs.every_n_layers", H, 0}, {"gradient_checkpointing_kwargs.every_n_layers", H, 0},
-    {"activation_checkpointing_kwargs.offload", D, "false"}, {"gradient_checkpointing_kwargs.offload", D, "false"},
-    {"activation_checkpointing_kwargs.use_reentrant", NE, 0}, {"gradient_checkpointing_kwargs.use_reentrant", NE, 0},
-    {"activation_checkpointing_kwargs.preserve_rng_state", NE, 0}, {"gradient_checkpointing_kwargs.preserve_rng_state", NE, 0},
-    {"optim", H, 0}, {"optim_args", H, 0}, {"deepspeed", H, 0}, {"fsdp", H, 0}, {"fsdp_config", H, 0},
-    {"accelerator_config.gradient_accumulation_kwargs.sync_each_batch", H, 0},
-    {"accelerator_config.split_batches", D, "false"}, {"accelerator_config.dispatch_batches", NE, 0},
-    {"accelerator_config.even_batches", NE, 0}, {"accelerator_config.use_seedable_sampler", NE, 0},
-    {"accelerator_config.non_blocking", NE, 0}, {"accelerator_config.gradient_accumulation_kwargs.num_steps", NE, 0},
-    {"accelerator_config.gradient_accumulation_kwargs.adjust_scheduler", NE, 0},
-    {"accelerator_config.gradient_accumulation_kwargs.sync_with_dataloader", NE, 0},
-    {"use_cpu", D, "false"}, {"tf32", D, "false"}, {"torch_compile", D, "false"}, {"torch_compile_backend", NE, 0},
-    {"torch_compile_mode", NE, 0}, {"use_liger_kernel", D, "false"}, {"use_cache", D, "false"},
-    {"auto_find_batch_size", D, "false"}, {"full_determinism", D, "false"}, {"ddp_static_graph", D, "false"},
-    {"label_smoothing_factor", NE, 0}, {"neftune_noise_alpha", NE, 0}, {"torch_empty_cache_steps", NE, 0},
-    {"average_tokens_across_devices", NE, 0}, {"include_num_input_tokens_seen", NE, 0},
-    {"ddp_find_unused_parameters", NE, 0}, {"ddp_broadcast_buffers", NE, 0}, {"ddp_backend", NE, 0}, {"ddp_timeout", NE, 0},
-    {"output_dir", NE, 0}, {"overwrite_output_dir", NE, 0}, {"num_train_epochs", NE, 0}, {"max_steps", NE, 0},
-    {"learning_rate", NE, 0}, {"lr_scheduler_type", NE, 0}, {"lr_scheduler_kwargs", NE, 0}, {"warmup_steps", NE, 0},
-    {"warmup_ratio", NE, 0}, {"weight_decay", NE, 0}, {"adam_beta1", NE, 0}, {"adam_beta2", NE, 0},
-    {"adam_epsilon", NE, 0}, {"max_grad_norm", NE, 0}, {"logging_dir", NE, 0}, {"logging_strategy", NE, 0},
-    {"logging_steps", NE, 0}, {"logging_first_step", NE, 0}, {"logging_nan_inf_filter", NE, 0},
-    {"log_on_each_node", NE, 0}, {"log_level", NE, 0}, {"log_level_replica", NE, 0}, {"disable_tqdm", NE, 0},
-    {"report_to", NE, 0}, {"run_name", NE, 0}, {"project", NE, 0}, {"trackio_space_id", NE, 0},
-    {"trackio_bucket_id", NE, 0}, {"trackio_static_space_id", NE, 0}, {"eval_strategy", NE, 0}, {"eval_steps", NE, 0},
-    {"eval_delay", NE, 0}, {"per_device_eval_batch_size", NE, 0}, {"prediction_loss_only", NE, 0},
-    {"eval_on_start", NE, 0}, {"eval_do_concat_batches", NE, 0}, {"eval_use_gather_object", NE, 0},
-    {"eval_accumulation_steps", NE, 0}, {"include_for_metrics", NE, 0}, {"batch_eval_metrics", NE, 0},
-    {"bf16_full_eval", NE, 0}, {"fp16_full_eval", NE, 0}, {"save_only_model", NE, 0}, {"save_strategy", NE, 0},
-    {"save_steps", NE, 0}, {"save_on_each_node", NE, 0}, {"save_total_limit", NE, 0}, {"save_safetensors", NE, 0},
-    {"enable_jit_checkpoint", NE, 0}, {"push_to_hub", NE, 0}, {"hub_token", NE, 0}, {"hub_private_repo", NE, 0},
-    {"hub_model_id", NE, 0}, {"hub_strategy", NE, 0}, {"hub_always_push", NE, 0}, {"hub_revision", NE, 0},
-    {"load_best_model_at_end", NE, 0}, {"metric_for_best_model", NE, 0}, {"greater_is_better", NE, 0},
-    {"ignore_data_skip", NE, 0}, {"restore_callback_states_from_checkpoint", NE, 0}, {"seed", NE, 0},
-    {"data_seed", NE, 0}, {"dataloader_drop_last", NE, 0}, {"dataloader_num_workers", NE, 0},
-    {"dataloader_pin_memory", NE, 0}, {"dataloader_persistent_workers", NE, 0}, {"dataloader_prefetch_factor", NE, 0},
-    {"dataloader_multiprocessing_context", NE, 0}, {"dataloader_in_order", NE, 0}, {"remove_unused_columns", NE, 0},
-    {"label_names", NE, 0}, {"train_sampling_strategy", NE, 0}, {"length_column_name", NE, 0},
-    {"group_by_length", NE, 0}, {"skip_memory_metrics", NE, 0}, {"do_train", NE, 0}, {"do_eval", NE, 0},
-    {"do_predict", NE, 0}, {"resume_from_checkpoint", NE, 0}, {"local_rank", NE, 0}, {"past_index", NE, 0},
-    /* names transformers 4.x still wrote, at the values that change nothing memplan plans */
-    {"evaluation_strategy", NE, 0}, {"per_gpu_eval_batch_size", NE, 0}, {"fp16_opt_level", NE, 0},
-    {"fp16_backend", D, "auto"}, {"half_precision_backend", D, "auto"}, {"mp_parameters", NE, 0}, {"ray_scope", NE, 0},
-    {"jit_mode_eval", NE, 0}, {"use_ipex", D, "false"}, {"use_mps_device", D, "false"}, {"tpu_num_cores", NE, 0},
-    {"tpu_metrics_debug", NE, 0}, {"use_legacy_prediction_loop", NE, 0}, {"push_to_hub_model_id", NE, 0},
-    {"push_to_hub_organization", NE, 0}, {"push_to_hub_token", NE, 0}, {"include_inputs_for_metrics", NE, 0},
-    {"xpu_backend", NE, 0}, {"split_batches", D, "false"}, {"dispatch_batches", NE, 0}, {"fsdp_min_num_params", D, "0"},
-    {"fsdp_transformer_layer_cls_to_wrap", NE, 0}, {"torchdynamo", D, "false"}, {"include_tokens_per_second", NE, 0},
-    {0, 0, 0},
-};
-
-/* The Trainer's legacy `fsdp` words ("full_shard auto_wrap", a list): the strategy and offload
-   they stand for where fsdp_config does not say (training_args.py _apply_legacy_fsdp_to_config). */
-static int hf_fsdp_words(Cfg *c, const cJSON *f, FsdpDefaults *df) {
-    const cJSON *w = cJSON_IsArray(f) ? f->child : f;
-    char key[200];
-    cfg_key(c, NULL, "fsdp", key, sizeof key);
-    for (; w; w = cJSON_IsArray(f) ? w->next : NULL) {
-        char buf[256];
-        if (!cJSON_IsString(w)) return cJSON_IsBool(w) && !cJSON_IsArray(f) ? 0 : cfg_bad(c, key, w, "true, or words among full_shard, shard_grad_op, hybrid_shard, offload, auto_wrap");
-        snprintf(buf, sizeof buf, "%s", w->valuestring);
-        for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
-            int k = -1;
-            for (int i = 0; i < 5; i++)
-                if (strcasecmp(t, SHARDING[i]) == 0) k = i;
-            if (k >= 0) df->strategy = k;
-            else if (strcmp(t, "offload") == 0) df->offload = 1;
-            else if (strcmp(t, "auto_wrap") != 0)
-                return cfg_bad(c, key, w, "full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap");
-        }
-    }
-    df->legacy = "fsdp";
-    return 0;
-}
-
-/* activation_checkpointing (or its deprecated alias) with every_n_layers -> --act-ckpt. */
-static int hf_ckpt(Cfg *c, const cJSON *d) {
-    const char *on = cfg_item(d, "activation_checkpointing") ? "activation_checkpointing" : "gradient_checkpointing";
-    const char *kw = cfg_item(d, "activation_checkpointing_kwargs") ? "activation_checkpointing_kwargs" : "gradient_checkpointing_kwargs";
-    int ck = 0, r = cfg_bool(c, d, NULL, on, &ck);
-    long long n = 1;
-    char key[200], k2[200], v[32];
-    if (r < 0 || cfg_int(c, cfg_item(d, kw), kw, "every_n_layers", 1, 100000, &n) < 0) return -1;
-    if (!r || !ck) return 0;   /* false: FSDP's own activation_checkpointing may still apply (hf_read's default) */
-    cfg_key(c, NULL, on, key, sizeof key);
-    snprintf(v, sizeof v, "every:%lld", n);
-    if (n > 1) snprintf(key + strlen(key), sizeof key - strlen(key), " + %s", cfg_key(c, kw, "every_n_layers", k2, sizeof k2));
-    return cfg_set(c, "act-ckpt", n > 1 ? v : "full", key);
-}
-
-/* optim: torch's AdamW (adamw_torch, adamw_torch_fused) or SGD (momentum from optim_args);
-   under DeepSpeed with its own optimizer section the Trainer builds none. */
-static int hf_optim(Cfg *c, const cJSON *d, int ds) {
-    static const char *const ADAMW[] = {"adamw_torch", "adamw_torch_fused"};
-    const cJSON *o = cfg_item(d, "optim"), *oa = cfg_item(d, "optim_args");
-    char key[200], ka[200];
-    cfg_key(c, NULL, "optim", key, sizeof key);
-    cfg_key(c, NULL, "optim_args", ka, sizeof ka);
-    if (ds && cfg_setting(c, "optimizer")) {
-        if (o) cfg_no_effect(c, key);
-        if (oa) cfg_no_effect(c, ka);
-        return 0;
-    }
-    const char *name = o && cJSON_IsString(o) ? o->valuestring : "adamw_torch_fused";
-    for (int i = 0; i < 2; i++)
-        if (strcmp(name, ADAMW[i]) == 0) {
-            if (oa) cfg_no_effect(c, ka);
-            return cfg_set(c, "optimizer", "adamw", o ? key : "optim (the Trainer's default adamw_torch_fused)");
-        }
-    if (strcmp(name, "sgd") != 0) {   /* its optim_args go with it */
-        cfg_unmodelled(c, key, o);
-        if (oa) cfg_no_effect(c, ka);
-        return 0;
-    }
-    const char *m = oa && cJSON_IsString(oa) ? strstr(oa->valuestring, "momentum=") : NULL;
-    double mom = m ? strtod(m + 9, NULL) : 0;
-    return cfg_set(c, "optimizer", mom > 0 ? "sgd-momentum" : "sgd", key);
-}
-
-/* Under DeepSpeed the Trainer fills the JSON's "auto" from its arguments (bf16/fp16 -> its own
-   mixed precision); an explicit value that disagrees is refused by it, as here. */
-static int hf_deepspeed(Cfg *c, const cJSON *d, const cJSON *ds, const char *mixed, const char *pkey) {
-    snprintf(c->prefix, sizeof c->prefix, "deepspeed.");
-    int r = cJSON_IsObject(ds) ? ds_read(c, ds, 1) : ds_named(c, ds, "deepspeed", 1);
-    c->prefix[0] = 0;
-    if (r || (strcmp(mixed, "fp32") != 0 && cfg_set(c, "precision", mixed, pkey)) || hf_optim(c, d, 1)) return -1;
-    cfg_default(c, "precision", "fp32", pkey);
-    ds_defaults(c);
-    return 0;
-}
-
-/* FSDP through accelerate's plugin: MixedPrecision for bf16/fp16, no_sync on non-final
-   micro-steps unless accelerator_config's sync_each_batch. */
-static int hf_fsdp(Cfg *c, const cJSON *d, const cJSON *f, const char *mixed, const char *pkey) {
-    FsdpDefaults df = {2, "the HF Trainer", -1, 0, ""};
-    const char *gk = "accelerator_config.gradient_accumulation_kwargs";
-    int sync = 0;
-    if (hf_fsdp_words(c, f, &df) || fsdp_read(c, cfg_item(d, "fsdp_config"), &df) || cfg_set(c, "precision", mixed, pkey) ||
-        hf_optim(c, d, 0) || cfg_bool(c, cfg_item(cfg_item(d, "accelerator_config"), "gradient_accumulation_kwargs"), gk,
-                                      "sync_each_batch", &sync) < 0)
-        return -1;
-    cfg_default(c, "offload", "none", "fsdp_config (the Trainer's default: cpu_offload false)");
-    return cfg_set(c, "fsdp-grad-sync", sync ? "every" : "last", sync ? "accelerator_config.gradient_accumulation_kwargs.sync_each_batch"
-                   : "fsdp (the Trainer skips the reduce-scatter of non-final micro-steps: no_sync)");
-}
-
-static int hf_read(Cfg *c, const cJSON *d) {
-    const cJSON *ds = cfg_item(d, "deepspeed"), *f = cfg_item(d, "fsdp");
-    long long b = 8, ga = 1;
-    int bf = 0, fp = 0, r;
-    char key[200], pkey[200];
-    cfg_walk(c, d, NULL, HF_KEYS);
-    if (cfg_set(c, "loop", "trainer", "the HF Trainer's loop (compute_loss keeps the loss only, not the logits)")) return -1;
-    if ((r = cfg_int(c, d, NULL, "per_device_train_batch_size", 1, 1000000, &b)) < 0 ||
-        cfg_setf(c, "batch", b, r ? cfg_key(c, NULL, "per_device_train_batch_size", key, sizeof key) : "per_device_train_batch_size (the Trainer's default 8)") ||
-        (r = cfg_int(c, d, NULL, "gradient_accumulation_steps", 1, 1000000, &ga)) < 0 ||
-        cfg_setf(c, "grad-accum", ga, r ? cfg_key(c, NULL, "gradient_accumulation_steps", key, sizeof key) : "gradient_accumulation_steps (the Trainer's default 1)") ||
-        cfg_bool(c, d, NULL, "bf16", &bf) < 0 || cfg_bool(c, d, NULL, "fp16", &fp) < 0 || hf_ckpt(c, d))
-        return -1;
-    int fsdp = f && !(cJSON_IsFalse(f) || (cJSON_IsString(f) && !*f->valuestring));
-    if (f && !fsdp) cfg_no_effect(c, cfg_key(c, NULL, "fsdp", key, sizeof key));
-    if (ds && fsdp) return cfg_fail(c, "deepspeed and fsdp are both set: the Trainer runs one of them");
-    if (!fsdp && cfg_item(d, "fsdp_config")) cfg_no_effect(c, cfg_key(c, NULL, "fsdp_config", key, sizeof key));
-    const char *mixed = bf ? "mixed-bf16" : fp ? "mixed-fp16" : "fp32", *amp = bf ? "amp-bf16" : fp ? "amp-fp16" : "fp32";
-    cfg_fmt(pkey, sizeof pkey, "%s%s", c->prefix, bf ? "bf16" : fp ? "fp16" : "bf16 and fp16 false (fp32)");
-    if (ds) r = hf_deepspeed(c, d, ds, mixed, pkey);
-    else if (fsdp) r = hf_fsdp(c, d, f, mixed, pkey);
-    else r = cfg_set(c, "strategy", "ddp", "no deepspeed or fsdp (the Trainer's DDP)") || cfg_set(c, "precision", amp, pkey) ||
-             hf_optim(c, d, 0);
-    cfg_default(c, "act-ckpt", "none", "activation_checkpointing false");
-    return r ? -1 : 0;
-}
-
 /* ==== recognising a kind ==== */
 
 static int has_any(const cJSON *d, const char *const *keys) {
@@ -1011,30 +1081,48 @@ static int has_any(const cJSON *d, const char *const *keys) {
 }
 
 int cfg_kind_detect(const cJSON *doc, DocFormat fmt) {
-    static const char *const HF[] = {"per_device_train_batch_size", "output_dir", "per_device_eval_batch_size", NULL};
     static const char *const ACC[] = {"distributed_type", "compute_environment", NULL};
     static const char *const DS[] = {"train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization", "fp16",
                                      "bf16", "torch_autocast", "optimizer", "gradient_accumulation_steps", NULL};
     static const char *const TT[] = {"training", "parallelism", "activation_checkpoint", "job", NULL};
     if (fmt == DOC_TOML) return has_any(doc, TT) ? CFG_TORCHTITAN : -1;
     if (has_any(doc, ACC)) return CFG_ACCELERATE;
-    if (fmt == DOC_YAML) return -1;
-    return has_any(doc, HF) ? CFG_HF_TRAINER : has_any(doc, DS) ? CFG_DEEPSPEED : -1;
+    int r = cfg_recipe_detect(doc);
+    if (r >= 0) return r;
+    return fmt == DOC_JSON && has_any(doc, DS) ? CFG_DEEPSPEED : -1;
 }
 
 DocFormat cfg_kind_format(CfgKind k) {
-    return k == CFG_ACCELERATE ? DOC_YAML : k == CFG_TORCHTITAN ? DOC_TOML : DOC_JSON;
+    return k == CFG_TORCHTITAN ? DOC_TOML : k == CFG_DEEPSPEED ? DOC_JSON : DOC_YAML;
+}
+
+/* DeepSpeed reads its JSON with hjson and dict_raise_error_on_duplicate_keys (runtime/config.py);
+   LLaMA-Factory loads its YAML with OmegaConf, whose loader refuses a duplicate key; TOML forbids
+   them (tomlc17 refuses); json.load, PyYAML's safe_load (accelerate, TRL, axolotl) and
+   HfArgumentParser keep the last. */
+const char *cfg_kind_dup_rule(CfgKind k) {
+    return k == CFG_TORCHTITAN ? "TOML refuses them" : "as json.load and PyYAML's safe_load keep it";
+}
+
+int cfg_kind_dups(cJSON *doc, CfgKind k, cJSON *found, const char *path, char *err, size_t errlen) {
+    int refuse = k == CFG_DEEPSPEED || k == CFG_LLAMA_FACTORY;
+    if (!cfg_doc_dups(doc, refuse, found)) return 0;
+    snprintf(err, errlen, "%s: key %s appears twice: %s refuses duplicate keys (%s)", path,
+             cJSON_GetArrayItem(found, 0)->valuestring, k == CFG_DEEPSPEED ? "DeepSpeed" : "LLaMA-Factory",
+             k == CFG_DEEPSPEED ? "runtime/config.py dict_raise_error_on_duplicate_keys" : "its OmegaConf.load");
+    return -1;
 }
 
 int cfg_kind_read(Cfg *c, CfgKind k, const cJSON *doc) {
+    static const DsFill ALONE = {0};
     switch (k) {
-    case CFG_DEEPSPEED:
-        if (ds_read(c, doc, 0)) return -1;
-        ds_defaults(c);
-        return 0;
+    case CFG_DEEPSPEED: return cfg_ds_read(c, doc, &ALONE);
     case CFG_ACCELERATE: return acc_read(c, doc);
     case CFG_TORCHTITAN: return tt_read(c, doc);
-    case CFG_HF_TRAINER: return hf_read(c, doc);
+    case CFG_HF_TRAINER: return cfg_hf_read(c, doc);
+    case CFG_TRL: return cfg_trl_read(c, doc);
+    case CFG_LLAMA_FACTORY: return cfg_lf_read(c, doc);
+    case CFG_AXOLOTL: return cfg_axolotl_read(c, doc);
     default: return cfg_fail(c, "unknown kind");
     }
 }

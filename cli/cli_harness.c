@@ -316,8 +316,9 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         argv[n_argv - 4] = argv[n_argv - 2];
         argv[n_argv - 3] = NULL;
     }
-    /* PEFT LoRA: --lora R --lora-alpha A --lora-dropout P [--lora-targets LIST] after the rest */
-    const char *full[sizeof argv / sizeof argv[0] + 12];
+    /* PEFT LoRA: --lora R --lora-alpha A --lora-dropout P [--lora-targets LIST] after the rest;
+       room for LoRA's 8, --freeze's 2, --alloc-trace's 2 and EP's 4 (argv's own NULL ends it) */
+    const char *full[sizeof argv / sizeof argv[0] + 16];
     size_t k = 0;
     for (; k < n_argv && argv[k]; k++) full[k] = argv[k];
     char rank[24], alpha[32], ldrop[32];
@@ -329,9 +330,14 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         full[k++] = "--lora-dropout"; full[k++] = ldrop;
         if (s->ft.targets[0]) { full[k++] = "--lora-targets"; full[k++] = s->ft.targets; }
     }
-    char fzl[32];
+    char fzl[32], epn[16];
     if (s->ft.freeze != FREEZE_NONE) { full[k++] = "--freeze"; full[k++] = plan_freeze_label(&s->ft, fzl, sizeof fzl); }
     if (s->alloc_trace[0]) { full[k++] = "--alloc-trace"; full[k++] = s->alloc_trace; }
+    if (s->ep > 1) {   /* expert parallel: every rank gets its share of the rows (or the worst case) */
+        snprintf(epn, sizeof epn, "%d", s->ep);
+        full[k++] = "--ep"; full[k++] = epn;
+        full[k++] = "--moe-routing"; full[k++] = s->moe_skewed ? "skewed" : "balanced";
+    }
     full[k] = NULL;
     unlink(out_json);
     char why[PATH_MAX + 128] = "";
@@ -550,6 +556,10 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
     const cJSON *sp = cJSON_GetObjectItem(su, "sp");
     s->sp = cJSON_IsTrue(sp);
     if (s->tp < 1 || s->ranks % s->tp) { snprintf(err, errlen, "setup.tp %d must divide setup.ranks %lld", s->tp, s->ranks); return -1; }
+    /* expert parallel and the routing the harness forced (results before --ep: none, the router's) */
+    s->ep = (int)cli_harness_num(su, "ep", 1);
+    s->moe_skewed = strcmp(cli_harness_str(su, "moe_routing", "natural"), "skewed") == 0;
+    if (s->ep < 1 || s->ranks % s->ep) { snprintf(err, errlen, "setup.ep %d must divide setup.ranks %lld", s->ep, s->ranks); return -1; }
     const cJSON *lo = cJSON_GetObjectItem(su, "lora");   /* null or absent: full fine-tuning */
     if (cJSON_IsObject(lo)) {
         s->ft.rank = (int)cli_harness_num(lo, "rank", 0);

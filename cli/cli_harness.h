@@ -39,6 +39,10 @@ typedef struct {
     FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
     DsKnobs ds;              /* DeepSpeed's sizes (zero*: the harness's --ds-zero); 0 = its default */
     int tp, sp;              /* the harness's --tp (1: none) and --sp on (setup.tp, setup.sp) */
+    int ep;                  /* the harness's --ep (1: none; setup.ep) */
+    int moe_skewed;          /* its --moe-routing: 1 skewed (every row to the first experts: under --ep
+                                the busiest rank receives ep times the rows), 0 balanced under --ep
+                                (the router's own choice without it); setup.moe_routing */
     FinetuneSpec ft;         /* PEFT LoRA (the harness's --lora*, setup.lora); rank 0 = none */
     int fsdp_impl;           /* fsdp-*: 1 FullyShardedDataParallel, 2 fully_shard (0 reads as 2) */
     FsdpKnobs fsdp1;         /* --fsdp 1's knobs (the harness's --fsdp-min-params, ...) */

@@ -214,6 +214,15 @@ static const struct { const char *flag, *same; int cupti, ranks; const char *why
     {"tp", NULL, 0, 0, "the engine runs data parallelism only: tensor parallel is planned, not run (memplan --tp)"},
     {"sp", NULL, 0, 0, "the engine runs data parallelism only: sequence parallel is planned, not run (memplan --sp)"},
     {"alloc-conf", NULL, 0, 0, NULL},
+    {"lora", NULL, 0, 0, "the engine trains every parameter: LoRA is planned, not run (memplan --lora; validate --against torch runs PEFT)"},
+    {"lora-alpha", NULL, 0, 0, "the engine trains every parameter (no LoRA)"},
+    {"lora-targets", NULL, 0, 0, "the engine trains every parameter (no LoRA)"},
+    {"lora-dropout", NULL, 0, 0, "the engine trains every parameter (no LoRA)"},
+    {"freeze", NULL, 0, 0, "the engine trains every parameter: --freeze is planned, not run (validate --against torch runs it)"},
+    {"quant-base", NULL, 0, 0, "the engine trains every parameter in fp32: a quantized base is planned, not run"},
+    {"moe-imbalance", NULL, 0, 0, "the engine's GPT-2 has no experts"},
+    {"fsdp-min-params", NULL, 0, 0, NO_FSDP}, {"fsdp-limit-all-gathers", NULL, 0, 0, NO_FSDP},
+    {"fsdp-backward-prefetch", NULL, 0, 0, NO_FSDP}, {"fsdp-forward-prefetch", NULL, 0, 0, NO_FSDP},
 };
 
 

@@ -1,6 +1,7 @@
 /* cli_setup.c — parse -> validate -> resolve the shared planning flags. */
 #include "cli_setup.h"
 
+#include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <math.h>
@@ -10,11 +11,15 @@
 #include "cli_model.h"
 #include "plan_fsdp.h"
 #include "plan_activ.h"
+#include "plan_dim_cp.h"
+#include "plan_dim_ep.h"
 #include "plan_dim_ft.h"
+#include "plan_load.h"
 #include "plan_zoo.h"
 #include "plan_strategy.h"
 #include "plan_dim_pp.h"
 #include "plan_dim_tp.h"
+#include "plan_time.h"
 #include "plan_util.h"
 
 enum {
@@ -24,9 +29,9 @@ enum {
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
-    OPT_TP, OPT_SP, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES,
+    OPT_TP, OPT_SP, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_EP, OPT_CP,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
-    OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD,
+    OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD, OPT_FSDP_REDUCE, OPT_TIME_SHARES,
 };
 
 static const struct option BASE_OPTIONS[] = {
@@ -55,6 +60,7 @@ static const struct option BASE_OPTIONS[] = {
     {"alloc-margin", required_argument, 0, OPT_MARGIN},
     {"alloc-conf", required_argument, 0, OPT_ALLOC_CONF},
     {"mfu", required_argument, 0, OPT_MFU},
+    {"time-shares", required_argument, 0, OPT_TIME_SHARES},
     {"intra-bw", required_argument, 0, OPT_INTRA_BW},
     {"inter-bw", required_argument, 0, OPT_INTER_BW},
     {"latency", required_argument, 0, OPT_LATENCY},
@@ -66,6 +72,7 @@ static const struct option BASE_OPTIONS[] = {
     {"loop", required_argument, 0, OPT_LOOP},
     {"zero-grad", required_argument, 0, OPT_ZERO_GRAD},
     {"fsdp-grad-sync", required_argument, 0, OPT_FSDP_SYNC},
+    {"fsdp-reduce-dtype", required_argument, 0, OPT_FSDP_REDUCE},
     {"fsdp-min-params", required_argument, 0, OPT_FSDP_MIN},
     {"fsdp-limit-all-gathers", required_argument, 0, OPT_FSDP_LIMIT},
     {"fsdp-backward-prefetch", required_argument, 0, OPT_FSDP_BWD},
@@ -83,6 +90,8 @@ static const struct option BASE_OPTIONS[] = {
     {"pp", required_argument, 0, OPT_PP},
     {"pp-schedule", required_argument, 0, OPT_PP_SCHED},
     {"microbatches", required_argument, 0, OPT_MICROBATCHES},
+    {"ep", required_argument, 0, OPT_EP},
+    {"cp", required_argument, 0, OPT_CP},
     {"lora", required_argument, 0, OPT_LORA},
     {"lora-alpha", required_argument, 0, OPT_LORA_ALPHA},
     {"lora-targets", required_argument, 0, OPT_LORA_TARGETS},
@@ -112,6 +121,17 @@ int cli_usage_error(const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (active_config) cli_config_annotate(active_config, msg, sizeof msg);
+    /* one line whatever a value held: a newline or other control character is written escaped */
+    char clean[sizeof msg];
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && o + 5 < sizeof clean; p++) {
+        if (*p == '\n') { clean[o++] = '\\'; clean[o++] = 'n'; }
+        else if (*p == '\t') { clean[o++] = '\\'; clean[o++] = 't'; }
+        else if (*p < 0x20 || *p == 0x7f) o += (size_t)snprintf(clean + o, sizeof clean - o, "\\x%02x", *p);
+        else clean[o++] = (char)*p;
+    }
+    clean[o] = 0;
+    memcpy(msg, clean, o + 1);
     if (capture) {
         if (!capture[0]) snprintf(capture, capture_len, "%s", msg);
     } else {
@@ -192,6 +212,10 @@ void cli_print_setup_help(FILE *f) {
         "  --inter-bw GBPS        override bandwidth per GPU across nodes (GB/s)\n"
         "  --latency US           override the per-step collective latency (microseconds)\n"
         "  --mfu F                the flat time model: compute at F x the peak FLOP/s (default: time from the operations)\n"
+        "  --time-shares K=F,...  the per-operation model's fitted shares for this plan: gemm (of the GPU's\n"
+        "                         measured GEMM rate), attn (of its flash-attention rate), passes (elementwise\n"
+        "                         passes); default: the shipped ones, fitted on every published source\n"
+        "                         (make fit-time; docs/validation-time.md)\n"
         "Strategies:\n"
         "  --strategy S[,S...]    all (default), or %s\n"
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
@@ -203,6 +227,11 @@ void cli_print_setup_help(FILE *f) {
         "                         last skips it on the non-final micro-steps (no_sync /\n"
         "                         set_requires_gradient_sync(False), HF Accelerate): every unit's unsharded\n"
         "                         gradient accumulates, one reduce-scatter per optimizer step\n"
+        "  --fsdp-reduce-dtype fp32|bf16|fp16\n"
+        "                         fsdp-*: the dtype gradients are reduce-scattered in, MixedPrecision(Policy)'s\n"
+        "                         reduce_dtype (default: fp32 for --fsdp 2 under mixed-*, as torchtitan;\n"
+        "                         else the gradients' own, as FSDP1's MixedPrecision(reduce_dtype=param_dtype);\n"
+        "                         accelerate's and the HF Trainer's FSDP reduce in the 16-bit dtype)\n"
         "Tensor parallel (PyTorch parallelize_module; with ddp and fsdp-full on gpus / tp data-parallel ranks):\n"
         "  --tp N|auto            tensor-parallel degree inside a node (default 1; auto: memplan auto tries\n"
         "                         every degree dividing the GPUs per node, data parallel alone kept within 3%%):\n"
@@ -223,6 +252,17 @@ void cli_print_setup_help(FILE *f) {
         "                         activations) or ScheduleGPipe (all M)\n"
         "  --microbatches M       micro-batches per step (default N; 1f1b needs M >= N); global batch =\n"
         "                         --batch x M x gpus / (tp x pp); replaces --grad-accum under --pp\n"
+        "Expert parallel (MoE models; with fsdp-full; docs/formulas.md \"Expert parallel\"):\n"
+        "  --ep N|auto            expert-parallel degree (default 1; auto: memplan auto tries each degree\n"
+        "                         dividing the experts and the GPUs): each MoE block's experts split over N\n"
+        "                         ranks (transformers' AllToAllEP, torchtitan's ExpertParallel), tokens sent\n"
+        "                         to them and back by all-to-all, the experts sharded over gpus / N ranks;\n"
+        "                         --moe-imbalance F: the busiest rank receives F times its share of rows\n"
+        "Context parallel (ring attention; with fsdp-full; closed forms, estimates: docs/formulas.md\n"
+        "\"Context parallel\"):\n"
+        "  --cp N                 context-parallel degree (default 1): every sequence split over N ranks\n"
+        "                         (torch's context_parallel, torchtitan's context_parallel_degree), keys and\n"
+        "                         values all-gathered per attention layer; seq divisible by 2 N\n"
         "FSDP1's knobs (--fsdp 1: FullyShardedDataParallel's arguments; docs/formulas.md \"FSDP1 and its knobs\"):\n"
         "  --fsdp-min-params N    size_based_auto_wrap_policy(min_num_params=N) over a decoder's modules\n"
         "                         (N above a block's parameters; default: one unit per block)\n"
@@ -310,6 +350,7 @@ typedef struct {
  * a GPU without bf16; a --precision the GPU lacks is refused with the ones it has. 0 or 2. */
 static int resolve_tp(CliSetup *s, int cluster_known);
 static int resolve_pp(CliSetup *s, const char *cmd);
+static int resolve_dims(CliSetup *s, const char *cmd);
 
 static int resolve_precision(CliSetup *s) {
     const GpuPreset *g = &s->cluster.gpu;
@@ -419,6 +460,51 @@ static int fsdp1_knobs(CliSetup *s) {
     return 0;
 }
 
+/* --fsdp-reduce-dtype: a 16-bit reduce dtype is the precision's compute dtype (MixedPrecision casts
+   the gradients from param_dtype; without fsdp-* rows it changes nothing: no_effect_notes). 0 or 2. */
+static int fsdp_reduce(CliSetup *s) {
+    const char *a = cli_setup_given(s, "fsdp-reduce-dtype");
+    if (!a) return 0;
+    const PrecisionSpec *p = plan_precision(s->train.precision);
+    int bf = strcmp(a, "bf16") == 0;
+    if (s->train.fsdp_reduce == FSDP_REDUCE_LOW && (p->act_bytes != 2 || (p->peak == PEAK_BF16) != bf))
+        return cli_usage_error("--fsdp-reduce-dtype %s needs a precision that computes in %s (--precision %s computes "
+                               "in %s; valid here: fp32%s)", a, a, p->name, p->act_bytes == 2 ?
+                               (p->peak == PEAK_BF16 ? "bf16" : "fp16") : "fp32",
+                               p->act_bytes == 2 ? (p->peak == PEAK_BF16 ? ", bf16" : ", fp16") : "");
+    return 0;
+}
+
+/* Flags given that change nothing for this setup: one note each on standard error ("said so",
+   not silently ignored); the plan is the same with or without them. */
+static const char *seen_value(const char *flag, const void *ctx);
+
+/* Flags the command line gave (not a --config's) that change nothing here: one note each. */
+static void no_effect_notes(const CliSetup *s, const void *cmdline) {
+    if (capture) return;   /* ranks of an MPI job: the setup is checked, not narrated, on every rank */
+#define cli_setup_given(s, name) seen_value(name, cmdline)
+    const char *v;
+    unsigned fsdp_rows = (1u << STRAT_FSDP_FULL) | (1u << STRAT_FSDP_GRAD_OP) | (1u << STRAT_FSDP_HYBRID);
+    if ((v = cli_setup_given(s, "moe-imbalance")) && s->have_model && s->model.moe.n_experts > 0 &&
+        s->model.moe.router == MOE_ROUTER_ALL_EXPERTS && s->train.moe_imbalance > 1)
+        fprintf(stderr, "memplan: note: --moe-imbalance %s changes nothing for %s: transformers runs every expert on every "
+                "token there (Llama4TextMoe: the tokens repeated over the %d experts, weighted 0 where not routed)\n",
+                v, s->model.name, s->model.moe.n_experts);
+    if ((v = cli_setup_given(s, "autocast")) && !plan_precision(s->train.precision)->autocast)
+        fprintf(stderr, "memplan: note: --autocast %s changes nothing with --precision %s, which does not autocast (it "
+                "applies to amp-fp16 and amp-bf16)\n", v, plan_precision(s->train.precision)->name);
+    if ((v = cli_setup_given(s, "fsdp")) && !(s->strategies & fsdp_rows))
+        fprintf(stderr, "memplan: note: --fsdp %s changes nothing without an fsdp-* strategy\n", v);
+    if ((v = cli_setup_given(s, "fsdp-grad-sync")) && (!(s->strategies & fsdp_rows) || s->train.grad_accum <= 1))
+        fprintf(stderr, "memplan: note: --fsdp-grad-sync %s changes nothing %s\n", v,
+                !(s->strategies & fsdp_rows) ? "without an fsdp-* strategy" : "without --grad-accum 2 or more");
+    if ((v = cli_setup_given(s, "fsdp-reduce-dtype")) && !(s->strategies & fsdp_rows))
+        fprintf(stderr, "memplan: note: --fsdp-reduce-dtype %s changes nothing without an fsdp-* strategy\n", v);
+    if ((v = cli_setup_given(s, "attn")) && s->have_model && s->model.arch == ARCH_CNN)
+        fprintf(stderr, "memplan: note: --attn %s changes nothing for %s, which has no attention\n", v, s->model.name);
+#undef cli_setup_given
+}
+
 static int resolve(CliSetup *s, const Flags *f, int need_model) {
     char err[1536];
     int rc;
@@ -434,10 +520,22 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (model_arg) {
         if (cli_model_load(&s->model, model_arg, f->revision, err, sizeof(err))) return cli_usage_error("%s", err);
         s->have_model = 1;
+    } else if (params <= 0 && s->config && s->config->model_json) {   /* the model the config names (a torchtitan flavor) */
+        const char *j = s->config->model_json;
+        if (plan_load_model_from_buffer(&s->model, j, strlen(j), s->config->model_label, err, sizeof err))
+            return cli_usage_error("%s: %s", s->config->flavor_key, err);
+        snprintf(s->model.name, sizeof s->model.name, "%s", s->config->model_label);
+        s->have_model = 1;
     } else if (params > 0) {
         if ((double)units > params) units = (long long)params;
         if (plan_model_generic(&s->model, "generic", (int64_t)params, (int)units, err, sizeof(err)))
             return cli_usage_error("%s", err);
+        s->have_model = 1;
+    } else if (need_model && s->config && s->config->model_hint[0]) {
+        /* the model the recipe trains (model_name_or_path): a zoo name, or a hub id from the local
+           Hugging Face cache or the hub (cli_model.c), as --model would take it */
+        if (cli_model_load(&s->model, s->config->model_hint, NULL, err, sizeof(err)))
+            return cli_usage_error("no model: %s trains %s: %s", s->config->path, s->config->model_hint, err);
         s->have_model = 1;
     } else if (need_model) {
         return cli_usage_error("no model: give --model NAME|PATH or --params N (zoo: %s)", plan_zoo_hint());
@@ -457,6 +555,11 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
                                "multiple of %lld, or --gpus-per-node dividing %lld", (long long)s->cluster.gpus,
                                (long long)s->cluster.gpus_per_node, gpn ? "" : "the default --gpus-per-node; ",
                                (long long)s->cluster.gpus_per_node, (long long)s->cluster.gpus);
+    if (s->have_model && !cli_setup_given(s, "seq") && s->train.seq <= 0 && s->model.arch != ARCH_CNN &&
+        s->model.max_seq > CLI_DEFAULT_SEQ_MAX) {   /* the default: min(context, 4096), said in the header */
+        s->seq_context = s->model.max_seq;
+        s->train.seq = CLI_DEFAULT_SEQ_MAX;
+    }
     if (s->have_model && s->train.seq > s->model.max_seq && s->model.max_seq > 0 && learned_positions(&s->model))
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
@@ -481,6 +584,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
         if (cli_setup_given(s, DS_FLAGS[i]))
             return cli_usage_error("--%s is a DeepSpeed setting: add zero1, zero2 or zero3 to --strategy", DS_FLAGS[i]);
     if ((rc = fsdp1_knobs(s))) return rc;
+    if ((rc = fsdp_reduce(s))) return rc;
     if (s->train.grad_as_bucket_view && !(s->strategies & (1u << STRAT_DDP)))
         return cli_usage_error("--grad-as-bucket-view is DDP's gradient_as_bucket_view: add ddp to --strategy "
                                "(ZeRO and FSDP have no such option)");
@@ -567,6 +671,44 @@ static int resolve_pp(CliSetup *s, const char *cmd) {
     return 0;
 }
 
+/* --ep / --cp: the strategies they are planned with (fsdp-full; a --strategy naming another is
+ * refused), each checked against the model and cluster (plan_ep_check, plan_cp_check) where the
+ * cluster is known. 0 or 2. */
+static int resolve_dims(CliSetup *s, const char *cmd) {
+    static const struct {
+        const char *flag;
+        size_t off;
+        int (*check)(const ModelSpec *, const TrainSpec *, const ClusterSpec *, StrategyKind, char *, size_t);
+        const char *what;
+    } DIMS[] = {
+        {"ep", offsetof(TrainSpec, ep), plan_ep_check, "expert parallel"},
+        {"cp", offsetof(TrainSpec, cp), plan_cp_check, "context parallel"},
+    };
+    const unsigned ok = 1u << STRAT_FSDP_FULL;
+    int cluster_known = strcmp(cmd, "validate") != 0;
+    for (size_t d = 0; d < sizeof DIMS / sizeof DIMS[0]; d++) {
+        int deg = *(const int *)((const char *)&s->train + DIMS[d].off);
+        if (deg <= 1) continue;   /* none, or auto (memplan auto tries each degree) */
+        if (strcmp(cmd, "run") == 0)
+            return cli_usage_error("--%s %d: memplan's engine runs data parallelism only; plan it with 'memplan plan "
+                                   "--%s %d'", DIMS[d].flag, deg, DIMS[d].flag, deg);
+        if (s->strategies & ~ok) {
+            if (cli_setup_given(s, "strategy"))
+                for (int k = 0; k < STRAT_COUNT; k++)
+                    if ((s->strategies & (1u << k)) && !(ok & (1u << k)))
+                        return cli_usage_error("--%s %d with --strategy %s: %s is planned with fsdp-full (FSDP2)",
+                                               DIMS[d].flag, deg, plan_strategy((StrategyKind)k)->name, DIMS[d].what);
+            s->strategies &= ok;
+        }
+        if (!s->have_model || !cluster_known) continue;
+        char msg[320];
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if ((s->strategies & (1u << k)) && DIMS[d].check(&s->model, &s->train, &s->cluster, (StrategyKind)k, msg, sizeof msg))
+                return cli_usage_error("%s", msg);
+    }
+    return 0;
+}
+
 const char *cli_alloc_conf_env(const char **name) {
     static const char *const NAMES[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};   /* torch's order */
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
@@ -576,12 +718,13 @@ const char *cli_alloc_conf_env(const char **name) {
     return NULL;
 }
 
-/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number; the stage-3 limits
- * may be 0 (kept as 1: the same behaviour for tensors of at least one element). 0 or 2. */
+/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number from 0, as DeepSpeed's
+ * pydantic fields (ge=0, zero/config.py); 0 is kept as 1, the same behaviour for tensors of at least
+ * one element (each tensor its own bucket or gather). 0 or 2. */
 static int ds_size_option(CliSetup *s, int c, const char *a) {
     static const struct { int opt; const char *flag; double lo; size_t off; } K[] = {
-        {OPT_DS_BUCKET, "ds-reduce-bucket", 1, offsetof(DsKnobs, reduce_bucket)},
-        {OPT_DS3_PREFETCH, "ds3-prefetch", 1, offsetof(DsKnobs, prefetch)},
+        {OPT_DS_BUCKET, "ds-reduce-bucket", 0, offsetof(DsKnobs, reduce_bucket)},
+        {OPT_DS3_PREFETCH, "ds3-prefetch", 0, offsetof(DsKnobs, prefetch)},
         {OPT_DS3_LIVE, "ds3-max-live", 0, offsetof(DsKnobs, max_live)},
         {OPT_DS3_REUSE, "ds3-max-reuse", 0, offsetof(DsKnobs, max_reuse)},
         {OPT_DS3_PERSIST, "ds3-persist", 0, offsetof(DsKnobs, persist)},
@@ -674,6 +817,15 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--pp '%s' is not an integer in [1, 1024] or auto", a);
         s->train.pp = (int)v;
         break;
+    case OPT_EP:
+        if (strcmp(a, "auto") == 0) { s->train.ep = -1; break; }   /* memplan auto searches it (plan_auto_dims) */
+        if (plan_parse_int(a, 1, 65536, &v)) return cli_usage_error("--ep '%s' is not an integer in [1, 65536] or auto", a);
+        s->train.ep = (int)v;
+        break;
+    case OPT_CP:
+        if (plan_parse_int(a, 1, 1024, &v)) return cli_usage_error("--cp '%s' is not an integer in [1, 1024]", a);
+        s->train.cp = (int)v;
+        break;
     case OPT_PP_SCHED:
         if ((v = plan_pp_schedule_by_name(a)) < 0) return cli_usage_error("unknown --pp-schedule '%s' (valid: 1f1b, gpipe)", a);
         s->train.pp_schedule = (PpSchedule)v;
@@ -685,6 +837,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     case OPT_SP:
         if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0) return cli_usage_error("unknown --sp '%s' (valid: on, off)", a);
         s->train.sp = strcmp(a, "on") == 0;
+        break;
+    case OPT_FSDP_REDUCE:   /* the 16-bit ones are checked against --precision in fsdp_reduce */
+        if (strcmp(a, "fp32") != 0 && strcmp(a, "bf16") != 0 && strcmp(a, "fp16") != 0)
+            return cli_usage_error("unknown --fsdp-reduce-dtype '%s' (valid: fp32, bf16, fp16)", a);
+        s->train.fsdp_reduce = a[0] == 'f' && a[2] == '3' ? FSDP_REDUCE_FP32 : FSDP_REDUCE_LOW;
         break;
     case OPT_FSDP_SYNC:
         if ((v = plan_fsdp_sync_by_name(a)) < 0)
@@ -721,7 +878,7 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.fsdp_impl = a[0] - '0';
         break;
     case OPT_DROPOUT:
-        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 1)", a);
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--dropout '%s' is not a probability in [0, 0.999]", a);
         s->train.dropout = d;
         break;
     case OPT_MOE_IMBALANCE:   /* the model's bound, experts / top-k, is checked in resolve_moe */
@@ -734,11 +891,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.ft.rank = (int)v;
         break;
     case OPT_LORA_ALPHA:
-        if (plan_parse_double(a, 1e-6, 1e6, &d)) return cli_usage_error("--lora-alpha '%s' is not a number in (0, 1e6] (e.g. 32)", a);
+        if (plan_parse_double(a, 1e-6, 1e6, &d)) return cli_usage_error("--lora-alpha '%s' is not a number in [1e-6, 1e6] (e.g. 32)", a);
         s->train.ft.alpha = d;
         break;
     case OPT_LORA_DROPOUT:
-        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--lora-dropout '%s' is not a probability in [0, 1)", a);
+        if (plan_parse_double(a, 0, 0.999, &d)) return cli_usage_error("--lora-dropout '%s' is not a probability in [0, 0.999]", a);
         s->train.ft.dropout = d;
         break;
     case OPT_LORA_TARGETS:
@@ -821,6 +978,11 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (plan_parse_double(a, 0.01, 1, &d)) return cli_usage_error("--mfu '%s' is not a fraction in [0.01, 1]", a);
         s->cluster.mfu = d;
         break;
+    case OPT_TIME_SHARES: {
+        char err[256];
+        if (plan_time_shares_parse(a, &s->cluster.shares, err, sizeof err)) return cli_usage_error("%s", err);
+        break;
+    }
     case OPT_INTRA_BW:
         if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--intra-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
         f->intra_bw = d;
@@ -923,9 +1085,12 @@ static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flag
         return cli_usage_error("--config is read by plan and auto: %s takes memplan's own flags (see what %s amounts "
                                "to with 'memplan plan --config %s --model ...')", cmd, path, path);
     if (kind && (k = cli_config_kind_by_name(kind)) < 0)
-        return cli_usage_error("unknown --config-kind '%s' (valid: deepspeed, accelerate, torchtitan, hf-trainer)", kind);
+        return cli_usage_error("unknown --config-kind '%s' (valid: %s)", kind, cli_config_kind_names());
     CfgKnown known = {cli_setup_given(s, "gpus") ? s->cluster.gpus : 0, cli_setup_given(s, "batch") ? s->train.micro_batch : 0,
-                      cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0};
+                      cli_setup_given(s, "grad-accum") ? s->train.grad_accum : 0, f->gpn,
+                      cli_setup_given(s, "tp") ? s->train.tp : 0, cli_setup_given(s, "pp") ? s->train.pp : 0,
+                      cli_setup_given(s, "precision"), s->model_arg, 0, 0, s->cluster.gpu.name,
+                      s->cluster.gpu.peak_tflops[PEAK_BF16] > 0};
     CliConfig *c = calloc(1, sizeof *c);
     char err[1024];
     if (!c) return cli_usage_error("out of memory reading --config %s", path);
@@ -934,7 +1099,11 @@ static int config_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flag
         free(c);
         return cli_usage_error("%s", err);
     }
-    cli_config_merge(c, seen_value, o);
+    if (cli_config_merge(c, seen_value, o, strcmp(cmd, "auto") == 0, err, sizeof err)) {
+        cli_config_free(c);
+        free(c);
+        return cli_usage_error("%s", err);
+    }
     cli_config_warn(stderr, c);
     char **av = malloc(((size_t)argc + (size_t)c->argc + 1) * sizeof *av);
     if (!av) { cli_config_free(c); free(c); return cli_usage_error("out of memory reading --config %s", path); }
@@ -973,15 +1142,37 @@ int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const C
         for (int i = 0; i < 3 && !rc; i++)
             if (hs[i] >= 0) *to[i] = hs[i] < 1 ? 1 : hs[i];
     }
-    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.grad_accum, s->cluster.gpus,
-                                             seen_value, &cmdline, err, sizeof err)) {
+    if (!rc && s->config && s->have_model &&
+        cli_config_model_check(s->config, plan_pp_blocks(&s->model), s->model.d_model, s->model.name, err, sizeof err)) {
+        active_config = NULL;
+        rc = cli_usage_error("%s", err);
+    }
+    long long tp_pp = (long long)(s->train.tp > 1 ? s->train.tp : 1) * (s->train.pp > 1 ? s->train.pp : 1);
+    if (!rc && s->config && cli_config_check(s->config, s->train.micro_batch, s->train.grad_accum,
+                                             s->cluster.gpus, tp_pp, seen_value, &cmdline, err, sizeof err)) {
         active_config = NULL;   /* the message names its sources itself */
         rc = cli_usage_error("%s", err);
     }
     if (!rc) rc = resolve_tp(s, strcmp(cmd, "validate") != 0);
     if (!rc) rc = resolve_pp(s, cmd);
+    if (!rc) rc = resolve_dims(s, cmd);
+    if (!rc) no_effect_notes(s, &cmdline);
     if (rc) cli_setup_free(s);    /* a model loaded before a later error is not leaked */
     return rc;
+}
+
+void cli_setup_notes(FILE *f, const CliSetup *s) {
+    if (s->seq_context > 0)
+        fprintf(f, "# seq %lld: memplan's default, min(the model's context %lld, %d); give --seq to plan another\n",
+                (long long)s->train.seq, s->seq_context, CLI_DEFAULT_SEQ_MAX);
+}
+
+void cli_setup_notes_json(cJSON *report, const CliSetup *s) {
+    cJSON *t = cJSON_GetObjectItem(report, "train");
+    if (s->seq_context > 0 && t) {
+        cJSON_AddStringToObject(t, "seq_from", "default: min(context, 4096)");
+        cJSON_AddNumberToObject(t, "model_context", (double)s->seq_context);
+    }
 }
 
 void cli_setup_free(CliSetup *s) {

@@ -25,7 +25,13 @@ typedef struct {
     const char *model_arg;   /* --model as given (a zoo name or a path), NULL if none */
     const char *given[CLI_GIVEN_MAX];   /* per shared option (cli_setup_given): its value, "" for a switch */
     CliConfig *config;       /* --config: what the file amounts to, NULL if none */
+    long long seq_context;   /* > 0: no --seq, and the model's context (this) is longer than the default
+                                sequence memplan planned instead (CLI_DEFAULT_SEQ_MAX) */
 } CliSetup;
+
+/* The sequence planned when --seq is not given: the model's context, at most this many tokens (a
+   context of 128k or 256k tokens is what a model can attend to, not what a job trains at). */
+#define CLI_DEFAULT_SEQ_MAX 4096
 
 /* Handler for subcommand options: returns 0 if consumed, 1 if not its option, -1 on error
  * (message in err). */
@@ -46,6 +52,11 @@ typedef struct {
 int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
                     int need_model);
 void cli_setup_free(CliSetup *s);
+/* The setup's own '#' lines before a plan (the default sequence when it is not the model's
+   context), and the same as fields of the report's "train" object. */
+void cli_setup_notes(FILE *f, const CliSetup *s);
+struct cJSON;
+void cli_setup_notes_json(struct cJSON *report, const CliSetup *s);
 /* The value of the shared option `name` ("gpus", no dashes) if it was given ("" for a switch),
  * else NULL: for commands that must refuse the planning flags they do not honour. */
 const char *cli_setup_given(const CliSetup *s, const char *name);

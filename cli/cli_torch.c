@@ -34,6 +34,7 @@
 #include "plan_memory.h"
 #include "plan_step_alloc.h"
 #include "plan_strategy.h"
+#include "plan_dim_ep.h"
 #include "plan_dim_tp.h"
 #include "plan_step.h"
 #include "plan_util.h"
@@ -309,6 +310,8 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->syncbn = 0;
     t->tp = s->tp > 1 ? s->tp : 1;
     t->sp = s->sp;
+    t->ep = s->ep > 1 ? s->ep : 1;
+    if (t->ep > 1 && s->moe_skewed) t->moe_imbalance = t->ep;   /* every row to the first rank's experts */
     plan_cluster_defaults(c);
     c->gpus = s->ranks;
     c->gpus_per_node = s->strategy == STRAT_FSDP_HYBRID && s->shard_group > 0 ? s->shard_group : s->ranks;
@@ -832,6 +835,8 @@ static const struct {
     {"mfu", NULL, "no time is compared"}, {"intra-bw", NULL, "no time is compared"},
     {"inter-bw", NULL, "no time is compared"}, {"latency", NULL, "no time is compared"},
     {"autocast", "cpu", "the CPU ranks run CPU autocast's op lists (valid: cpu)"},
+    {"quant-base", "none", "the harness loads no bitsandbytes base (a quantized base is planned, not run)"},
+    {"moe-imbalance", "1", "the harness cannot force a routing imbalance (it is planned, not run)"},
 };
 
 /* 0, or 2 after naming the first shared flag given that does not apply to CPU ranks. */
@@ -946,6 +951,8 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->ds = cs->train.ds;
     base->tp = tp;
     base->sp = cs->train.sp;
+    base->ep = plan_ep_degree(&cs->train);
+    base->moe_skewed = base->ep > 1 && cs->train.moe_imbalance >= base->ep;
     base->ft = cs->train.ft;
     base->fsdp_impl = cs->train.fsdp_impl;
     base->fsdp1 = cs->train.fsdp1;

@@ -219,6 +219,63 @@ static void auto_dims(const CliSetup *s, const AutoSpec *a, int offload_given, c
         if (given[i][1]) n += (size_t)snprintf(kept + n, klen - n, "%s--%s %s", n ? ", " : "", given[i][0], given[i][1]);
 }
 
+/* A value as a shell word: bare when it is plain, else single-quoted. */
+static void shell_word(FILE *f, const char *v) {
+    if (*v && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+.,:/%=@") == strlen(v)) {
+        fputs(v, f);
+        return;
+    }
+    fputc('\'', f);
+    for (; *v; v++) {
+        if (*v == '\'') fputs("'\\''", f);
+        else fputc(*v, f);
+    }
+    fputc('\'', f);
+}
+
+/* The allocator settings the plan replayed, as the environment the job needs ("NAME='value'"), in
+   buf; NULL when torch's defaults were planned. */
+static const char *alloc_env(const CliSetup *s, char *buf, size_t len) {
+    const char *name = "PYTORCH_CUDA_ALLOC_CONF", *v = cli_setup_given(s, "alloc-conf");
+    if (!s->cluster.alloc_model) return NULL;
+    if (!v) v = cli_alloc_conf_env(&name);
+    if (!v || !*v) return NULL;
+    char *txt = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&txt, &n);
+    if (!m) return NULL;
+    fprintf(m, "%s=", name);
+    shell_word(m, v);
+    fclose(m);
+    snprintf(buf, len, "%s", txt ? txt : "");
+    free(txt);
+    return buf;
+}
+
+/* The command that reads the emitted DeepSpeed config back to the same plan: the flags the config
+   cannot hold (the model, the cluster, the sequence, the trainable subset, checkpointing other
+   than none and full, the overheads), as given or as resolved. */
+static void emit_readback(FILE *f, const CliSetup *s, const AutoResult *r) {
+    static const char *const KEEP[] = {"params", "units", "gpus", "gpus-per-node", "gpu", "gpu-mem", "cublas-ws", "cuda-context",
+        "nccl-mem", "alloc-margin", "alloc-conf", "mfu", "intra-bw", "inter-bw", "latency", "attn", "dropout", "moe-imbalance",
+        "loop", "zero-grad", "autocast", "lora", "lora-alpha", "lora-targets", "lora-dropout", "freeze", "quant-base", "syncbn"};
+    fputs("# read back: memplan --config FILE", f);
+    if (s->model_arg) { fputs(" --model ", f); shell_word(f, s->model_arg); }
+    for (size_t i = 0; i < sizeof KEEP / sizeof KEEP[0]; i++) {
+        const char *v = cli_setup_given(s, KEEP[i]);
+        if (!v) continue;
+        fprintf(f, " --%s", KEEP[i]);
+        if (*v) { fputc(' ', f); shell_word(f, v); }
+    }
+    long long seq = s->train.seq > 0 ? s->train.seq : s->model.max_seq;
+    if (seq > 0 && s->model.arch != ARCH_CNN && s->model.arch != ARCH_GENERIC) fprintf(f, " --seq %lld", seq);
+    if (r->train.act_ckpt != CKPT_NONE && r->train.act_ckpt != CKPT_FULL) {
+        char ck[32];
+        fprintf(f, " --act-ckpt %s", plan_ckpt_label(&r->train, ck, sizeof ck));
+    }
+    fputc('\n', f);
+}
+
 static int run_auto(CliSetup *s, PlanOpts *o) {
     AutoResult r;
     o->auto_spec.strategies = s->strategies;
@@ -236,16 +293,18 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         return 1;
     }
     if (o->emit && s->config) cli_config_header(stderr, s->config);   /* stdout holds the emitted text alone */
+    if (o->emit) cli_setup_notes(stderr, s);
     if (o->emit == EMIT_DEEPSPEED) {
         char *txt = plan_emit_deepspeed_json(&s->model, &s->cluster, &r);
         if (!txt) { fprintf(stderr, "memplan: out of memory writing the DeepSpeed config\n"); return 1; }
         printf("%s\n", txt);       /* stdout: the config alone, for > ds_config.json */
         fflush(stdout);            /* the config first, then the prediction on stderr */
         plan_emit_prediction(stderr, &s->cluster, &r);
-        if (plan_finetune_on(&s->train.ft)) {   /* the config has no trainable subset: the model code sets it */
-            fprintf(stderr, "# the trainable subset is the model's: in train.py, before deepspeed.initialize:\n");
-            plan_ft_emit_code(stderr, &s->model, &s->train);
-        }
+        plan_emit_deepspeed_code(stderr, &s->model, &r);   /* what the config cannot hold: the model code's */
+        char env[1024];
+        if (alloc_env(s, env, sizeof env))
+            fprintf(stderr, "# launch with %s (the allocator settings the plan replayed)\n", env);
+        emit_readback(stderr, s, &r);
         free(txt);
         return 0;
     }
@@ -257,7 +316,18 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
                 r.train.pp, (long long)r.train.grad_accum);
         return 1;
     }
-    if (o->emit == EMIT_TORCH) { plan_emit_torch(stdout, &s->model, &s->cluster, &r); return 0; }
+    if (o->emit == EMIT_TORCH && (r.train.ep > 1 || r.train.cp > 1)) {   /* no EP/CP code: the pick, one line */
+        fprintf(stderr, "memplan: --emit torch writes no %s code: the pick is %s %d with %s; plan it with "
+                "'memplan plan --%s %d'\n", r.train.ep > 1 ? "expert-parallel" : "context-parallel",
+                r.train.ep > 1 ? "ep" : "cp", r.train.ep > 1 ? r.train.ep : r.train.cp, plan_strategy(r.strategy)->name,
+                r.train.ep > 1 ? "ep" : "cp", r.train.ep > 1 ? r.train.ep : r.train.cp);
+        return 1;
+    }
+    if (o->emit == EMIT_TORCH) {
+        char env[1024];
+        plan_emit_torch(stdout, &s->model, &s->cluster, &r, alloc_env(s, env, sizeof env));
+        return 0;
+    }
     Plan p;
     if (r.found) {
         TrainSpec chosen = r.train;
@@ -266,9 +336,11 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
     } else {
         plan_run(&s->model, &s->train, &s->cluster, s->strategies, &p);
     }
+    if ((rc = write_files(o, s, &p))) { plan_free(&p); return rc; }   /* first: nothing on stdout if one fails */
     if (s->json) {
         cJSON *j = plan_report_json(&s->model, &s->train, &s->cluster, &p);
         if (s->config) cJSON_AddItemToObject(j, "config", cli_config_json(s->config));
+        cli_setup_notes_json(j, s);
         cJSON *a = cJSON_AddObjectToObject(j, "auto");
         cJSON_AddBoolToObject(a, "found", r.found);
         if (r.found) cJSON_AddStringToObject(a, "strategy", plan_strategy(r.strategy)->name);
@@ -306,6 +378,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         cJSON_Delete(j);
     } else {
         if (s->config) cli_config_header(stdout, s->config);
+        cli_setup_notes(stdout, s);
         plan_report_header(stdout, &s->model, &s->train, &s->cluster, &p);
         char dims[160], kept[160];
         auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
@@ -316,17 +389,19 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             char tp[48] = "";
             if (r.train.tp > 1) snprintf(tp, sizeof tp, " --tp %d --sp %s", r.train.tp, r.train.sp ? "on" : "off");
             int pp = plan_pp_degree(&r.train);
-            char pps[64] = "";
+            char pps[64] = "", eps[48] = "";
             if (pp > 1) snprintf(pps, sizeof pps, " --pp %d --pp-schedule %s", pp, plan_pp_schedule_name(r.train.pp_schedule));
-            printf("recommendation: %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s%s%s\n",
+            if (r.train.ep > 1 || r.train.cp > 1)
+                snprintf(eps, sizeof eps, "%s%.0d%s%.0d", r.train.ep > 1 ? " --ep " : "", r.train.ep > 1 ? r.train.ep : 0,
+                         r.train.cp > 1 ? " --cp " : "", r.train.cp > 1 ? r.train.cp : 0);
+            printf("recommendation: %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s%s%s%s\n",
                    plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
                    plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
                    pp > 1 ? "microbatches" : "grad-accum", (long long)r.train.grad_accum,
-                   plan_ckpt_name(r.train.act_ckpt), tp, pps);
+                   plan_ckpt_name(r.train.act_ckpt), tp, pps, eps);
         } else
             printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
     }
-    if (!rc) rc = write_files(o, s, &p);
     plan_free(&p);
     return rc;
 }
@@ -365,6 +440,10 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cli_setup_free(&s);
         return cli_usage_error("--tp auto belongs to 'memplan auto': plan takes a degree (--tp 8)");
     }
+    if (!auto_mode && s.train.ep < 0) {
+        cli_setup_free(&s);
+        return cli_usage_error("--ep auto belongs to 'memplan auto': plan takes a degree (--ep 8)");
+    }
     if (!auto_mode && auto_only) {
         cli_setup_free(&s);
         return cli_usage_error("%s belongs to 'memplan auto' (or --strategy auto): plan prints every strategy "
@@ -374,15 +453,28 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cli_setup_free(&s);
         return rc;
     }
+    char why[512];
+    if (s.have_model && s.train.tp >= 0 && s.train.pp >= 0 &&
+        !plan_auto_any_strategy(&s.model, &s.train, &s.cluster, s.strategies, why, sizeof why)) {
+        cli_setup_free(&s);   /* every strategy left is refused by a dimension: nothing to plan, one line */
+        return cli_usage_error("%s (no strategy of --strategy is left that plans this setup)", why);
+    }
     if (s.train.pp > 1 && s.train.offload != OFFLOAD_NONE) {   /* --offload is applied just above */
         cli_setup_free(&s);
         return cli_usage_error("--pp %d with CPU offload: not planned (pipeline stages keep their model states on the GPU)",
                                s.train.pp);
     }
-    if (o.emit == EMIT_DEEPSPEED && plan_tp_degree(&s.train) > 1) {
-        cli_setup_free(&s);
-        return cli_usage_error("--emit deepspeed with --tp: tensor parallel is planned with ddp and fsdp-full, not "
-                               "DeepSpeed's ZeRO; --emit torch prints the mesh and the parallelize_module plan");
+    if (o.emit == EMIT_DEEPSPEED && (s.train.tp > 1 || s.train.tp < 0 || s.train.pp > 1 || s.train.pp < 0)) {
+        int tp = s.train.tp > 1 || s.train.tp < 0;
+        char v[16];
+        snprintf(v, sizeof v, "%d", tp ? s.train.tp : s.train.pp);
+        cli_setup_free(&s);   /* a config that is not the plan is worse than none */
+        return cli_usage_error("--emit deepspeed with --%s %s: a DeepSpeed config cannot express the %s memplan plans (%s); "
+                               "--emit torch prints %s", tp ? "tp" : "pp", tp ? (s.train.tp < 0 ? "auto" : v) : (s.train.pp < 0 ? "auto" : v),
+                               tp ? "tensor parallel" : "pipeline stages",
+                               tp ? "torch's parallelize_module with ddp or fsdp-full, not DeepSpeed's ZeRO or AutoTP"
+                                  : "torch.distributed.pipelining with ddp or fsdp-full, not DeepSpeed's PipelineModule",
+                               tp ? "the mesh and the parallelize_module plan" : "the pipeline's split");
     }
     if (o.emit && (s.json || o.trace || o.plot)) {
         cli_setup_free(&s);
@@ -406,7 +498,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (auto_mode && !plan_model_acts_known(&s.model)) {
         /* nothing to size a micro-batch from: keep the given one instead of "the largest" */
         o.auto_spec.keep_batch = 1;
-        fprintf(s.json ? stderr : stdout, "# auto: %s has no activation model (%s): the micro-batch is not searched "
+        fprintf(s.json || o.emit ? stderr : stdout, "# auto: %s has no activation model (%s): the micro-batch is not searched "
                 "(kept at --batch %lld); peaks leave activations out, step time and tokens/s are not known, and "
                 "setups rank by their communication time\n",
                 s.model.name, s.model.arch == ARCH_GENERIC ? "only parameter counts are known" : "activations unknown",
@@ -419,17 +511,20 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     }
     Plan p;
     plan_run(&s.model, &s.train, &s.cluster, s.strategies, &p);
+    rc = write_files(&o, &s, &p);   /* first: a file that cannot be written leaves nothing on standard output */
+    if (rc) { plan_free(&p); cli_setup_free(&s); return rc; }
     if (s.json) {
         cJSON *j = plan_report_json(&s.model, &s.train, &s.cluster, &p);
         if (s.config) cJSON_AddItemToObject(j, "config", cli_config_json(s.config));
+        cli_setup_notes_json(j, &s);
         rc = emit_json(j, s.json_path);
         cJSON_Delete(j);
     } else {
         if (s.config) cli_config_header(stdout, s.config);
+        cli_setup_notes(stdout, &s);
         plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
         if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
     }
-    if (!rc) rc = write_files(&o, &s, &p);
     plan_free(&p);
     cli_setup_free(&s);
     return rc;
@@ -602,6 +697,14 @@ static int cmd_gpus(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "host_bw_gbps", g->host_bw);
             cJSON_AddNumberToObject(o, "host_dram_bw_gbps", g->host_mem_bw);
             cJSON_AddStringToObject(o, "typical_node", g->node);
+            if (g->eff) {   /* what the per-operation time model prices it at (docs/gpus.md "Achieved rates") */
+                cJSON *e = cJSON_AddObjectToObject(o, "achieved");
+                cJSON_AddStringToObject(e, "generation", g->eff->key);
+                cJSON_AddNumberToObject(e, "gemm_eff", g->eff->gemm_eff);
+                cJSON_AddNumberToObject(e, "gemm_share", g->eff->gemm_train);
+                cJSON_AddNumberToObject(e, "attn_share", g->eff->attn_train);
+                cJSON_AddBoolToObject(e, "measured", g->eff->measured);
+            }
             cJSON_AddItemToArray(arr, o);
         } else {
             printf("%-10s %8.2f %9.1f %9.2f %8.1f %8.1f %8.1f  %s, %s\n", g->name, g->mem_bytes / GIB,

@@ -6,7 +6,8 @@
  *   SELF        one process, no MPI calls: the collectives are host copies;
  *   MPI         MPI_COMM_WORLD (duplicated): every call issued non-blocking (MPI_I*) and completed
  *               by polling MPI_Test;
- *   MPI_THREAD  the same, except that all-reduce, reduce-scatter and all-gather go to a progress
+ *   MPI_THREAD  the same, except that all-reduce, reduce-scatter, all-gather and all-to-all (of
+ *               equal blocks) go to a progress
  *               thread per communicator, which runs them one after another, in issue order, as
  *               the library's blocking collectives on a communicator of its own
  *               (MPI_THREAD_MULTIPLE): they move data at the blocking collective's bandwidth and
@@ -28,7 +29,7 @@
  *
  * Every collective is counted in the CommCounters when it completes, with the payload = the
  * full buffer in bytes (all-reduce count·size, reduce-scatter and all-gather count·n·size,
- * broadcast count·size), the time from issue to completion as this rank saw it, and the phase
+ * broadcast count·size, all-to-all the rank's send buffer), the time from issue to completion as this rank saw it, and the phase
  * in which it was issued. */
 #include "exec_comm.h"
 #include "exec_launch.h"
@@ -88,7 +89,9 @@ struct CommReq {
     DType dtype;
     int in_place;
     int root;                        /* broadcast */
-    const size_t *counts, *displs;   /* all_gather_v: read during the issue only */
+    const size_t *counts, *displs;   /* all_gather_v: read during the issue only; all_to_all_v:
+                                        the send side */
+    const size_t *rcounts, *rdispls; /* all_to_all_v: the receive side */
     /* MPI: the requests of its non-blocking calls */
     int nmpi;
     MPI_Request *mpi;        /* points at mpi_one or an allocation */
@@ -237,6 +240,15 @@ static int self_all_gather_v(Comm *c, CommReq *r)
 
 static int self_nothing(Comm *c, CommReq *r) { return 0; }   /* broadcast, barrier */
 
+/* all-to-all of one rank: its one block to itself */
+static int self_all_to_all(Comm *c, CommReq *r)
+{
+    size_t es = DTYPES[r->dtype].size;
+    if (!r->counts) host_copy(r->recv, r->send, r->count * es);
+    else host_copy((char *)r->recv + r->rdispls[0] * es, (const char *)r->send + r->displs[0] * es, r->counts[0] * es);
+    return 0;
+}
+
 static int self_test(Comm *c, CommReq *r)
 {
     mark_done(c, r, now_s());
@@ -246,7 +258,8 @@ static int self_test(Comm *c, CommReq *r)
 static const CommBackend SELF_BACKEND = {
     .name = "self",
     .issue = {[COLL_ALL_REDUCE] = self_copy, [COLL_REDUCE_SCATTER] = self_copy, [COLL_ALL_GATHER] = self_copy,
-              [COLL_BROADCAST] = self_nothing, [COLL_ALL_GATHER_V] = self_all_gather_v, [COLL_BARRIER] = self_nothing},
+              [COLL_BROADCAST] = self_nothing, [COLL_ALL_GATHER_V] = self_all_gather_v, [COLL_BARRIER] = self_nothing,
+              [COLL_ALL_TO_ALL] = self_all_to_all},
     .test = self_test,
     .pause = yield_core,
 };
@@ -514,6 +527,28 @@ static int mpi_broadcast(Comm *c, CommReq *r)
     return 0;
 }
 
+/* all-to-all: MPI_Ialltoall of equal blocks, or MPI_Ialltoallv with int counts and displacements
+   (kept in r->scratch until the request completes) */
+static int mpi_all_to_all(Comm *c, CommReq *r)
+{
+    MPI_Datatype t = DTYPES[r->dtype].mpi;
+    if (mpi_reqs(c, r, 1)) return -1;
+    if (!r->counts)
+        return MPI_CHECK(MPI_Ialltoall(r->send, (int)r->count, t, r->recv, (int)r->count, t, c->mpi, &r->mpi[0]));
+    if (!(r->scratch = malloc(4 * (size_t)c->size * sizeof(int)))) {
+        fprintf(stderr, "rank %d: all_to_all_v: out of host memory\n", c->rank);
+        return -1;
+    }
+    int *sc = r->scratch, *sd = sc + c->size, *rc = sd + c->size, *rd = rc + c->size;
+    for (int i = 0; i < c->size; i++) {
+        sc[i] = (int)r->counts[i];
+        sd[i] = (int)r->displs[i];
+        rc[i] = (int)r->rcounts[i];
+        rd[i] = (int)r->rdispls[i];
+    }
+    return MPI_CHECK(MPI_Ialltoallv(r->send, sc, sd, t, r->recv, rc, rd, t, c->mpi, &r->mpi[0]));
+}
+
 static int mpi_barrier(Comm *c, CommReq *r)
 {
     return mpi_reqs(c, r, 1) || MPI_CHECK(MPI_Ibarrier(c->mpi, &r->mpi[0])) ? -1 : 0;
@@ -534,7 +569,8 @@ static const CommBackend MPI_BACKEND = {
     .close = mpi_close,
     .issue = {[COLL_ALL_REDUCE] = mpi_all_reduce, [COLL_REDUCE_SCATTER] = mpi_reduce_scatter,
               [COLL_ALL_GATHER] = mpi_all_gather, [COLL_BROADCAST] = mpi_broadcast,
-              [COLL_ALL_GATHER_V] = mpi_all_gather_v, [COLL_BARRIER] = mpi_barrier},
+              [COLL_ALL_GATHER_V] = mpi_all_gather_v, [COLL_BARRIER] = mpi_barrier,
+              [COLL_ALL_TO_ALL] = mpi_all_to_all},
     .test = mpi_test,
     .pause = yield_core,
     .abort = mpi_abort,
@@ -571,6 +607,10 @@ static int bg_run(Comm *c, CommReq *r)
     case COLL_ALL_REDUCE: return mpi_all_reduce_on(r, c->bg_mpi, NULL);
     case COLL_REDUCE_SCATTER: return mpi_reduce_scatter_on(r, c->bg_mpi, NULL);
     case COLL_ALL_GATHER: return mpi_all_gather_on(r, c->bg_mpi, NULL);
+    case COLL_ALL_TO_ALL: {
+        MPI_Datatype t = DTYPES[r->dtype].mpi;
+        return MPI_CHECK(MPI_Alltoall(r->send, (int)r->count, t, r->recv, (int)r->count, t, c->bg_mpi));
+    }
     default: return -1;
     }
 }
@@ -719,6 +759,13 @@ static int bg_issue(Comm *c, CommReq *r)
     return 0;
 }
 
+/* all-to-all: equal blocks go to the thread as the blocking MPI_Alltoall; the v form stays an
+   MPI_Ialltoallv request */
+static int bg_issue_a2a(Comm *c, CommReq *r)
+{
+    return r->counts ? mpi_all_to_all(c, r) : bg_issue(c, r);
+}
+
 static int bg_test(Comm *c, CommReq *r)
 {
     if (!r->bg) return mpi_test(c, r);   /* broadcast, all-gather-v, barrier: MPI_I* requests */
@@ -747,7 +794,8 @@ static const CommBackend MPI_THREAD_BACKEND = {
     .open = mpi_open,
     .close = mpi_close,
     .issue = {[COLL_ALL_REDUCE] = bg_issue, [COLL_REDUCE_SCATTER] = bg_issue, [COLL_ALL_GATHER] = bg_issue,
-              [COLL_BROADCAST] = mpi_broadcast, [COLL_ALL_GATHER_V] = mpi_all_gather_v, [COLL_BARRIER] = mpi_barrier},
+              [COLL_BROADCAST] = mpi_broadcast, [COLL_ALL_GATHER_V] = mpi_all_gather_v, [COLL_BARRIER] = mpi_barrier,
+              [COLL_ALL_TO_ALL] = bg_issue_a2a},
     .test = bg_test,
     .claim = bg_claim,
     .pause = bg_pause,
@@ -1019,6 +1067,26 @@ static int nccl_all_gather_v(Comm *c, CommReq *r)
     return nccl_leave(c, r, bad);
 }
 
+/* NCCL has no all-to-all call: one ncclSend and one ncclRecv per peer in a group (nccl-tests
+   alltoall.cu, torch's ProcessGroupNCCL alltoall_base) */
+static int nccl_all_to_all(Comm *c, CommReq *r)
+{
+    size_t es = DTYPES[r->dtype].size;
+    cudaStream_t stream = (cudaStream_t)c->stream;
+    int bad = nccl_enter(c, r->op);
+    if (!bad && !(bad = NCCL_CALL(c, ncclGroupStart()))) {
+        for (int i = 0; i < c->size && !bad; i++) {
+            size_t sn = r->counts ? r->counts[i] : r->count, so = r->counts ? r->displs[i] : (size_t)i * r->count;
+            size_t rn = r->counts ? r->rcounts[i] : r->count, ro = r->counts ? r->rdispls[i] : (size_t)i * r->count;
+            bad = NCCL_CALL(c, ncclSend((const char *)r->send + so * es, sn, NCCL_DTYPES[r->dtype], i, c->nccl->comm,
+                                        stream)) ||
+                  NCCL_CALL(c, ncclRecv((char *)r->recv + ro * es, rn, NCCL_DTYPES[r->dtype], i, c->nccl->comm, stream));
+        }
+        bad |= NCCL_CALL(c, ncclGroupEnd());
+    }
+    return nccl_leave(c, r, bad);
+}
+
 static int nccl_broadcast(Comm *c, CommReq *r)
 {
     int bad = nccl_enter(c, r->op) || NCCL_CALL(c, ncclBroadcast(r->recv, r->recv, r->count, NCCL_DTYPES[r->dtype],
@@ -1071,7 +1139,8 @@ static const CommBackend NCCL_BACKEND = {
     .close = nccl_close,
     .issue = {[COLL_ALL_REDUCE] = nccl_all_reduce, [COLL_REDUCE_SCATTER] = nccl_reduce_scatter,
               [COLL_ALL_GATHER] = nccl_all_gather, [COLL_BROADCAST] = nccl_broadcast,
-              [COLL_ALL_GATHER_V] = nccl_all_gather_v, [COLL_BARRIER] = nccl_barrier},
+              [COLL_ALL_GATHER_V] = nccl_all_gather_v, [COLL_BARRIER] = nccl_barrier,
+              [COLL_ALL_TO_ALL] = nccl_all_to_all},
     .test = nccl_test,
     .pause = yield_core,
     .release = nccl_release,
@@ -1286,6 +1355,39 @@ int comm_all_gather_v(Comm *c, const void *send, void *recv, const size_t *count
     if (!r) return -1;
     r->counts = counts;
     r->displs = displs;
+    return start(c, r, NULL);
+}
+
+int comm_all_to_all(Comm *c, const void *send, void *recv, size_t count, DType t, CommReq **out)
+{
+    if (check_dtype(c, "all_to_all", t, 0) || check_int_count(c, "all_to_all", count)) return -1;
+    size_t bytes = count * DTYPES[t].size * (size_t)c->size;
+    uintptr_t s0 = (uintptr_t)send, r0 = (uintptr_t)recv;
+    if (bytes && r0 < s0 + bytes && s0 < r0 + bytes) {
+        fprintf(stderr, "rank %d: all_to_all: send and recv overlap (all-to-all has no in-place form here)\n", c->rank);
+        return -1;
+    }
+    CommReq *r = req_for(c, COLL_ALL_TO_ALL, (double)bytes, send, recv, count, t, 0);
+    return r ? start(c, r, out) : -1;
+}
+
+int comm_all_to_all_v(Comm *c, const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                      const size_t *recv_counts, const size_t *recv_displs, DType t)
+{
+    if (check_dtype(c, "all_to_all_v", t, 0)) return -1;
+    size_t total = 0;
+    for (int i = 0; i < c->size; i++) {
+        if (check_int_count(c, "all_to_all_v", send_counts[i]) || check_int_count(c, "all_to_all_v", send_displs[i]) ||
+            check_int_count(c, "all_to_all_v", recv_counts[i]) || check_int_count(c, "all_to_all_v", recv_displs[i]))
+            return -1;
+        total += send_counts[i];
+    }
+    CommReq *r = req_for(c, COLL_ALL_TO_ALL, (double)(total * DTYPES[t].size), send, recv, 0, t, 0);
+    if (!r) return -1;
+    r->counts = send_counts;
+    r->displs = send_displs;
+    r->rcounts = recv_counts;
+    r->rdispls = recv_displs;
     return start(c, r, NULL);
 }
 

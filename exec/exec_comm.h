@@ -61,6 +61,17 @@ int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t
 int comm_all_gather_v(Comm *c, const void *send, void *recv, const size_t *counts,
                       const size_t *displs, DType t);
 int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root);
+/* All-to-all (expert parallelism's token dispatch and combine), payload = the send buffer:
+ *   all_to_all:   send[count * size] -> recv[count * size]: block i of send goes to rank i, where
+ *                 it lands in block r of recv (r the sender); send and recv must not overlap
+ *                 (MPI_Ialltoall; NCCL: one ncclSend/ncclRecv pair per peer in a group, as torch's
+ *                 all_to_all_single and nccl-tests alltoall.cu run it)
+ *   all_to_all_v: block i is send_counts[i] elements at send_displs[i], arriving from rank i at
+ *                 recv_displs[i] (recv_counts[i] elements); blocking (MPI_Ialltoallv waited for;
+ *                 NCCL: the same grouped pairs) */
+int comm_all_to_all(Comm *c, const void *send, void *recv, size_t count, DType t, CommReq **req);
+int comm_all_to_all_v(Comm *c, const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                      const size_t *recv_counts, const size_t *recv_displs, DType t);
 int comm_barrier(Comm *c);
 /* Polls outstanding requests once (call it inside long compute loops). */
 void comm_progress(Comm *c);

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "plan_activ.h"
+#include "plan_dim_ep.h"
 #include "plan_dim_moe.h"
 #include "plan_dim_ft.h"
 
@@ -394,7 +395,7 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
     if (l->grad_frontier == 1) return -transformer_layer_bytes(m, i, t, in);
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, bs = (double)in->b * (double)in->s;
-    double d = -X * (double)l->act_unsaved_tok + X * (double)l->lora_r_tok +
+    double d = -X * (double)(p->autocast ? l->act_unsaved_tok_ac : l->act_unsaved_tok) + X * (double)l->lora_r_tok +
                (X + plan_act_dropout_bytes(t, t->ft.dropout, X)) * (double)l->lora_drop_tok;
     double h = (double)m->d_model;
     if (l->grad_frontier == 2) {
@@ -551,32 +552,79 @@ const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t) {
     if (t->act_ckpt != CKPT_OP && t->act_ckpt != CKPT_SELECTIVE) return NULL;
     if (t->impl != IMPL_PYTORCH) return "a PyTorch policy; memplan's engine recomputes whole blocks only";
     if (m->arch != ARCH_DECODER) return "modelled for decoder-only transformers (GPT-2, LLaMA and their kin) only";
-    if (m->moe.n_experts > 0) return "not modelled for mixture-of-experts blocks yet";
+    /* op-level checkpointing of MoE blocks: DeepSeek's (measured, with and without expert
+       parallel); the other routers renormalise the saved top-k values in place, which torch's
+       selective checkpointing refuses (measured on Mixtral, torch 2.15: "Tensor cached during
+       selective activation checkpoint has been mutated") */
+    if (m->moe.n_experts > 0 && !(t->act_ckpt == CKPT_OP && m->moe.router == MOE_ROUTER_GROUPED))
+        return t->act_ckpt == CKPT_OP ? "not modelled for this family's mixture-of-experts blocks (measured for DeepSeek's; "
+                                        "Mixtral's in-place top-k renormalisation breaks torch's selective checkpointing)"
+                                      : "not modelled for mixture-of-experts blocks yet";
     if (plan_finetune_on(&t->ft)) return "not modelled with --lora/--freeze yet (the frozen projections save other tensors)";
     if (t->tp > 1) return "not modelled with --tp yet (the policy's saved outputs are split by the TP plan)";
     /* the blocks whose op lists were read and measured: GPT-2's and LLaMA's (and the same blocks
        under Mistral's and Qwen2's model types); the newer families' extra norms are not listed */
     static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", "qwen2", NULL};
-    if (plan_model_family_in(m, FAMILIES)) return NULL;
-    return "modelled for GPT-2, LLaMA, Mistral and Qwen2 blocks only (their op lists were measured)";
+    static const char *const OP_FAMILIES[] = {"deepseek_v3", NULL};   /* latent attention + MoE: op only */
+    if (plan_model_family_in(m, FAMILIES) || (t->act_ckpt == CKPT_OP && plan_model_family_in(m, OP_FAMILIES)))
+        return NULL;
+    return "modelled for GPT-2, LLaMA, Mistral and Qwen2 blocks only (their op lists were measured; op also for "
+           "DeepSeek-V3's)";
 }
 
 int plan_act_core_recomputed(const ModelSpec *m, const TrainSpec *t, int i) {
     return t->act_ckpt == CKPT_SELECTIVE && m->layers[i].kind == LAYER_BLOCK && is_transformer(m);
 }
 
+/* Latent attention's projections (modeling_deepseek_v3.py DeepseekV3Attention.forward, in
+   order): q (q_proj, or q_a_proj then q_b_proj), kv_a_proj_with_mqa, kv_b_proj, then o_proj after
+   the attention; q_a and kv_a carry attention_bias, o_proj too. */
+static int mla_projs(const ModelSpec *m, PlanProj *p) {
+    const MlaSpec *a = &m->mla;
+    double h = (double)m->d_model, A = m->n_head, qk = (double)(a->nope_dim + a->rope_dim);
+    int n = 0, b = m->addmm_proj;
+    if (a->q_rank > 0) {
+        p[n++] = (PlanProj){h, (double)a->q_rank, b & PLAN_PROJ_QKV};
+        p[n++] = (PlanProj){(double)a->q_rank, A * qk, 0};
+    } else {
+        p[n++] = (PlanProj){h, A * qk, 0};
+    }
+    p[n++] = (PlanProj){h, (double)(a->kv_rank + a->rope_dim), b & PLAN_PROJ_QKV};
+    p[n++] = (PlanProj){(double)a->kv_rank, A * (double)(a->nope_dim + a->v_dim), 0};
+    p[n++] = (PlanProj){A * (double)a->v_dim, h, b & PLAN_PROJ_OUT};
+    return n;
+}
+
 int plan_act_block_projs(const ModelSpec *m, const LayerSpec *l, PlanProj p[PLAN_MAX_PROJ]) {
     double qd = (double)m->n_head * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
-    double h = (double)m->d_model, f = plan_act_mlp_width(m, l);
+    double h = (double)m->d_model, f = (double)m->d_ff;
     int n = 0, b = m->addmm_proj;
-    if (m->fused_qkv) {
-        p[n++] = (PlanProj){h, qd + 2 * kvd, b & PLAN_PROJ_QKV};
+    if (m->mla.kv_rank > 0) {
+        n = mla_projs(m, p);
     } else {
-        p[n++] = (PlanProj){h, qd, b & PLAN_PROJ_QKV};
-        p[n++] = (PlanProj){h, kvd, b & PLAN_PROJ_QKV};
-        p[n++] = (PlanProj){h, kvd, b & PLAN_PROJ_QKV};
+        if (m->fused_qkv) {
+            p[n++] = (PlanProj){h, qd + 2 * kvd, b & PLAN_PROJ_QKV};
+        } else {
+            p[n++] = (PlanProj){h, qd, b & PLAN_PROJ_QKV};
+            p[n++] = (PlanProj){h, kvd, b & PLAN_PROJ_QKV};
+            p[n++] = (PlanProj){h, kvd, b & PLAN_PROJ_QKV};
+        }
+        p[n++] = (PlanProj){qd, h, b & PLAN_PROJ_OUT};
     }
-    p[n++] = (PlanProj){qd, h, b & PLAN_PROJ_OUT};
+    if (plan_moe_block(m, l)) {
+        /* the router (h x E; GPT-OSS's with a bias), then after the routed experts the shared
+           experts' gate, up and down (DeepseekV3MoE, Qwen2MoeSparseMoeBlock) and Qwen2-MoE's
+           shared-expert gate (h x 1) */
+        double fs = (double)m->moe.d_ff_shared;
+        p[n++] = (PlanProj){h, (double)m->moe.n_experts, m->moe.bias};
+        if (fs > 0) {
+            p[n++] = (PlanProj){h, fs, 0};
+            p[n++] = (PlanProj){h, fs, 0};
+            p[n++] = (PlanProj){fs, h, 0};
+        }
+        if (m->moe.shared_gate) p[n++] = (PlanProj){h, 1, 0};
+        return n;
+    }
     for (int k = 0; k < (m->mlp == MLP_SWIGLU ? 2 : 1); k++) p[n++] = (PlanProj){h, f, b & PLAN_PROJ_MLP};
     p[n++] = (PlanProj){f, h, b & PLAN_PROJ_MLP};
     return n;
@@ -614,17 +662,37 @@ int plan_act_op_core_saved(const TrainSpec *t, double dropout) {
    (X·qd) and fp32 log-sum-exp (4·a). */
 static double op_saved_per_token(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, double dropout,
                                  double s) {
-    double X = plan_precision(t->precision)->act_bytes, a = m->n_head;
-    double qd = (double)m->n_head * (double)m->d_head;
+    const PrecisionSpec *pr = plan_precision(t->precision);
+    double X = pr->act_bytes, a = m->n_head;
+    /* the context's width: a heads of d_head, or latent attention's v dims */
+    double qd = (double)m->n_head * (double)(m->mla.kv_rank > 0 ? m->mla.v_dim : m->d_head);
+    /* latent attention's q/k and v head dims differ: CPU SDPA runs the math kernel, which the
+       save list holds (sdp_utils_cpp.cpp: flash needs equal head dims) */
+    int mla_math = m->mla.kv_rank > 0 && t->attn == ATTN_SDPA && t->autocast_cpu &&
+                   m->mla.nope_dim + m->mla.rope_dim != m->mla.v_dim;
     PlanProj p[PLAN_MAX_PROJ];
     int n = plan_act_block_projs(m, l, p);
     double saved = 0;
     for (int k = 0; k < n; k++)
         if (plan_act_proj_saved(m, l, k)) saved += T(1, X * p[k].out);
-    if (plan_act_op_core_saved(t, dropout)) {
+    if (plan_act_op_core_saved(t, dropout) || mla_math) {
         if (t->attn == ATTN_EAGER) saved += Q(1, X * a) * s + T(1, X * qd);
-        else if (plan_act_sdpa_math(t, dropout)) saved += Q(1, 4 * a) * s + T(1, 4 * qd);
+        else if (plan_act_sdpa_math(t, dropout) || mla_math) saved += Q(1, 4 * a) * s + T(1, 4 * qd);
         else saved += T(1, X * qd) + T(1, 4 * a);
+    }
+    if (plan_moe_block(m, l)) {
+        /* topk is in the save list: its values and int64 indices; DeepSeek's group-limited
+           routing runs three (the top 2 per group, the best groups, the experts), over fp32
+           scores (the fp32 correction bias promotes them); a softmax router's are fp32 too */
+        const MoeSpec *e = &m->moe;
+        double k = e->top_k, g = e->n_group > 0 ? e->n_group : 1, tg = e->topk_group > 0 ? e->topk_group : 1;
+        if (e->router == MOE_ROUTER_GROUPED) saved += T(1, 4 * 2 * g) + T(1, 8 * 2 * g) + T(1, 4 * tg) + T(1, 8 * tg);
+        saved += T(1, 4 * k) + T(1, 8 * k);   /* each topk's fp32 values and int64 indices */
+        /* expert parallel: the functional all_to_all_single's outputs (the rows received for
+           the experts, the experts' outputs received back) are in the save list too */
+        if (e->ep > 1)
+            saved += T(1, plan_ep_rows_per_token(m, t) * (double)m->d_model * pr->param_bytes) +
+                     T(1, k * (double)m->d_model * pr->param_bytes);
     }
     return saved;
 }

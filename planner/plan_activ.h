@@ -25,8 +25,10 @@ const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t);
    selective). */
 int plan_act_core_recomputed(const ModelSpec *m, const TrainSpec *t, int i);
 /* A block's projections in forward order: in and out features per token, and whether a bias
-   is added in the GEMM (aten.addmm) rather than aten.mm. */
-#define PLAN_MAX_PROJ 8
+   is added in the GEMM (aten.addmm) rather than aten.mm. Latent attention's are q (or q_a, q_b),
+   kv_a, kv_b and o; a MoE block's MLP is its router and its shared experts' (the routed experts
+   run grouped_mm, not a projection). */
+#define PLAN_MAX_PROJ 12
 typedef struct {
     double in, out;
     int addmm;

@@ -69,7 +69,9 @@ static int parse_line(AllocTrace *t, char *line, AllocEv *e, uint64_t *addr, int
     case 'x': *gloo = 1; /* fall through */
     case 'a':
         e->kind = AEV_ALLOC;
-        return parse_u64(p1, 16, addr) || parse_u64(p2, 10, &e->size) || (*gloo && p3) || parse_stream(p3, &e->stream) ? -1 : 0;
+        /* a size above 2^50 bytes (1 PiB) is no allocation a GPU makes: refused, so that sums stay exact */
+        return parse_u64(p1, 16, addr) || parse_u64(p2, 10, &e->size) || e->size > (1ull << 50) || (*gloo && p3) ||
+               parse_stream(p3, &e->stream) ? -1 : 0;
     case 'f':
         e->kind = AEV_FREE;
         return p2 || parse_u64(p1, 16, addr) ? -1 : 0;
@@ -137,7 +139,7 @@ static int read_lines(FILE *f, AllocTrace *t, uint64_t **addr, char **gloo, char
         snprintf(copy, sizeof copy, "%s", line);
         if (parse_line(t, line, &e, &a, &g)) {
             snprintf(err, errlen, "line %ld: '%.80s' is not an allocation event (a ADDR SIZE [STREAM], "
-                     "x ADDR SIZE, f ADDR, r ADDR STREAM, s STREAM, e, m NAME)", no, copy);
+                     "x ADDR SIZE, f ADDR, r ADDR STREAM, s STREAM, e, m NAME; SIZE in bytes up to 2^50)", no, copy);
             return -1;
         }
         if (e.kind == AEV_ALLOC) {

@@ -11,6 +11,7 @@
 
 #include "plan_activ.h"
 #include "plan_time.h"
+#include "plan_dim_cp.h"
 #include "plan_dim_pp.h"
 #include "plan_dim_tp.h"
 #include "plan_dim_ft.h"
@@ -77,7 +78,8 @@ typedef struct {
 /* Data-parallel replicas: the GPUs over the tensor-parallel degree (the tp ranks of a group
    train the same samples). */
 static int64_t replicas(const ClusterSpec *c, const TrainSpec *t) {
-    return c->gpus / plan_tp_degree(t) / plan_pp_degree(t);   /* and over the pipeline stages */
+    /* and over the pipeline stages, and the context-parallel ranks that share a sequence */
+    return c->gpus / plan_tp_degree(t) / plan_pp_degree(t) / plan_cp_degree(t);
 }
 
 static void batch_range(const TrainSpec *base, const ClusterSpec *c, const AutoSpec *a, int64_t *lo, int64_t *hi) {
@@ -482,13 +484,13 @@ static void explain_nothing(const ModelSpec *m, const TrainSpec *base, const Clu
 static void auto_time_line(const ModelSpec *m, const ClusterSpec *c, AutoResult *out, const char *unit) {
     TimeBasis b = plan_time_basis(m, &out->train, c, out->strategy);
     double mfu = plan_time_mfu(c, &out->train, out->time.flops_per_step, out->time.step_s);
-    char bubble[64] = "";
+    char bubble[64] = "", basis[320];
     if (out->time.pp_bubble_s > 0)
         snprintf(bubble, sizeof bubble, ", pipeline bubble %.1f ms", out->time.pp_bubble_s * 1e3);
-    say(out, "time (%s): step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed%s), "
-        "%.0f %s/s at %.0f%% MFU\n", b.published ? "backed by published runs of this setup" : "an estimate",
-        out->time.step_s * 1e3, out->time.compute_s * 1e3, out->time.comm_s * 1e3, out->time.exposed_comm_s * 1e3,
-        bubble, out->time.tokens_per_s, unit, mfu * 100);
+    say(out, "time: step %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed%s), "
+        "%.0f %s/s at %.0f%% MFU; %s\n", out->time.step_s * 1e3, out->time.compute_s * 1e3, out->time.comm_s * 1e3,
+        out->time.exposed_comm_s * 1e3, bubble, out->time.tokens_per_s, unit, mfu * 100,
+        plan_time_basis_text(&b, basis, sizeof basis));
 }
 
 static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, AutoResult *out) {
@@ -498,6 +500,7 @@ static void explain_setup(const ModelSpec *m, const TrainSpec *t, const ClusterS
         "peak %s, headroom %s\n", (long long)out->train.micro_batch, pp > 1 ? "micro-batches" : "grad-accum",
         (long long)out->train.grad_accum, (long long)replicas(c, &out->train),
         pp > 1 ? "data-parallel replicas (gpus / (tp x pp))"
+        : plan_cp_degree(&out->train) > 1 ? "data-parallel replicas (gpus / (tp x cp))"
         : plan_tp_degree(&out->train) > 1 ? "data-parallel replicas (gpus / tp)" : "GPUs",
         (long long)(out->train.micro_batch * out->train.grad_accum * replicas(c, &out->train)),
         plan_ckpt_name(out->train.act_ckpt), plan_precision(out->train.precision)->name,

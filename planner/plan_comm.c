@@ -8,7 +8,7 @@
 #include "plan_step.h"
 
 static const char *const COLL_NAMES[PCOLL_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                    "broadcast", "send_recv"};
+                                                    "broadcast", "send_recv", "all_to_all"};
 static const char *const CPHASE_NAMES[CPHASE_COUNT] = {"forward", "backward", "step"};
 
 static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
@@ -17,7 +17,9 @@ static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
     "gradient shards across nodes", "module buffers (BN stats, rotary)", "SyncBN statistics",
     "SyncBN gradient sums", "gradient shards to host", "parameter shards from host (fwd + bwd)",
     "updated parameters from host", "TP block activations", "TP logits",
-    "SP replicated-parameter gradients", "PP stage activations (send/recv)"};
+    "SP replicated-parameter gradients", "PP stage activations (send/recv)",
+    "EP routed tokens (dispatch/combine)", "EP tokens per expert", "EP expert parameters (expert-dp group)",
+    "EP expert gradients (expert-dp group)", "CP keys/values of the other shards"};
 
 const char *plan_coll_name(PlanCollOp op) { return COLL_NAMES[op]; }
 static const char *plan_coll_purpose_label(CollPurpose p) { return PURPOSE_LABELS[p]; }
@@ -30,7 +32,8 @@ double plan_coll_factor(PlanCollOp op, int64_t n) {
     switch (op) {
     case PCOLL_ALL_REDUCE: return 2 * (nn - 1) / nn;
     case PCOLL_REDUCE_SCATTER:
-    case PCOLL_ALL_GATHER: return (nn - 1) / nn;
+    case PCOLL_ALL_GATHER:
+    case PCOLL_ALL_TO_ALL: return (nn - 1) / nn;
     case PCOLL_BROADCAST: return 1;
     case PCOLL_SEND_RECV: return 1;   /* the whole payload to one peer */
     default: return 0;
@@ -118,9 +121,25 @@ static double nccl_seconds(const ClusterSpec *c, PlanCollOp op, double payload, 
     return best;
 }
 
+/* An all-to-all of a rank's payload bytes over group ranks: NCCL runs it as grouped
+   ncclSend/ncclRecv (nccl-tests alltoall.cu; torch's all_to_all_single on NCCL), no ring: the
+   blocks to every peer move at once, the ones to the node's other ranks over its links and the
+   ones to other nodes over its NIC share, so the slower of the two bounds it, after one hop's
+   latency. The block to itself stays. A measured description (--mfu, validate) gives the links
+   as flat rates. */
+static double a2a_seconds(const ClusterSpec *c, double payload, int64_t group, int crosses_nodes) {
+    double n = (double)group, gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
+    double local = crosses_nodes ? fmin(n, gpn) : n;   /* the group's ranks on this rank's node */
+    double eff = plan_time_flat(c) ? 1 : NCCL_LINK_EFF;
+    double intra = payload * (local - 1) / n / (c->gpu.intra_bw * 1e9 * eff);
+    double inter = local < n ? payload * (n - local) / n / (c->gpu.inter_bw * 1e9 * eff) : 0;
+    return c->coll_base_lat + (crosses_nodes ? c->gpu.inter_lat : c->gpu.intra_lat) + fmax(intra, inter);
+}
+
 double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
                          int crosses_nodes) {
     if (group <= 1) return 0;
+    if (op == PCOLL_ALL_TO_ALL) return a2a_seconds(c, payload, group, crosses_nodes);
     if (op == PCOLL_SEND_RECV) {   /* one peer, one hop at the link's rate (NCCL's p2p: no ring) */
         double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
         if (!plan_time_flat(c)) bw *= NCCL_LINK_EFF;

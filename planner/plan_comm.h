@@ -11,9 +11,12 @@
 #include "plan_strategy.h"
 #include "plan_train.h"
 
-/* PCOLL_SEND_RECV: a point-to-point transfer to or from one neighbour (pipeline stages). */
+/* PCOLL_SEND_RECV: a point-to-point transfer to or from one neighbour (pipeline stages).
+   PCOLL_ALL_TO_ALL: every rank sends a block to every other (expert parallelism's token dispatch
+   and combine: all_to_all_single); its payload is the rank's input buffer, of which (n-1)/n leaves
+   the rank (nccl-tests alltoall.cu: busBw = algBw (n-1)/n). */
 typedef enum { PCOLL_ALL_REDUCE = 0, PCOLL_REDUCE_SCATTER, PCOLL_ALL_GATHER, PCOLL_BROADCAST,
-               PCOLL_SEND_RECV, PCOLL_COUNT } PlanCollOp;
+               PCOLL_SEND_RECV, PCOLL_ALL_TO_ALL, PCOLL_COUNT } PlanCollOp;
 typedef enum { CPHASE_FORWARD = 0, CPHASE_BACKWARD, CPHASE_STEP, CPHASE_COUNT } CommPhase;
 
 /* What a collective or a host copy moves: code tests this, never the label made from it
@@ -40,6 +43,15 @@ typedef enum {
     PURPOSE_TP_REPLICA_GRADS,   /* sequence parallel: replicated parameters' partial gradients */
     PURPOSE_PP_ACTS,            /* pipeline: a micro-batch's activations to the next stage (forward),
                                    their gradient to the previous one (backward) */
+    PURPOSE_EP_TOKENS,          /* expert parallel: routed tokens to their experts' ranks and the
+                                   experts' outputs back (dispatch, combine; backward the mirror) */
+    PURPOSE_EP_COUNTS,          /* expert parallel: the tokens per expert each rank sends (the
+                                   all-to-all that sizes the dispatch) */
+    PURPOSE_EXPERT_PARAMS,      /* expert parallel under FSDP: the local experts' parameters
+                                   gathered over the expert data-parallel group */
+    PURPOSE_EXPERT_GRADS,       /* ... and their gradients reduce-scattered over it */
+    PURPOSE_CP_KV,              /* context parallel: the keys and values of the other sequence
+                                   shards (ring attention), forward and backward */
     PURPOSE_COUNT
 } CollPurpose;
 
@@ -66,7 +78,7 @@ typedef struct {
     double seconds;          /* at the preset's host link bandwidth */
 } PlanHostCopy;
 
-#define PLAN_MAX_COLLS 24
+#define PLAN_MAX_COLLS 32
 typedef struct {
     PlanColl c[PLAN_MAX_COLLS];
     int n;

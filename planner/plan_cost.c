@@ -7,6 +7,7 @@
 
 #include "plan_activ.h"
 #include "plan_dim_moe.h"
+#include "plan_shares.h"
 
 #include <math.h>
 
@@ -150,11 +151,16 @@ static double hbm_of(const ClusterSpec *c) {
     return c->gpu.mem_bw > 0 ? c->gpu.mem_bw * 1e9 : INFINITY;
 }
 
+/* The fitted shares (plan_shares.h, fitted on the published runs by `make fit-time`): the plan's
+   --time-shares where given, else the shipped ones (GEMM and attention per generation, GpuEff). */
+static double share_gemm(const ClusterSpec *c) { return c->shares.gemm > 0 ? c->shares.gemm : c->gpu.eff->gemm_train; }
+static double share_attn(const ClusterSpec *c) { return c->shares.attn > 0 ? c->shares.attn : c->gpu.eff->attn_train; }
+static double share_passes(const ClusterSpec *c) { return c->shares.passes > 0 ? c->shares.passes : PLAN_SHARE_PASSES; }
+
 /* The fraction of the dense peak a large GEMM sustains in training: the generation's measured
-   best (MAMF) x the share of it training runs sustain (GpuEff.gemm_train, set from published
-   runs: docs/gpus.md "Achieved rates"). */
+   best (MAMF) x the share of it training runs sustain (docs/gpus.md "Achieved rates"). */
 static double gemm_frac(const ClusterSpec *c) {
-    return c->gpu.eff ? c->gpu.eff->gemm_eff * c->gpu.eff->gemm_train : 1;
+    return c->gpu.eff ? c->gpu.eff->gemm_eff * share_gemm(c) : 1;
 }
 
 /* The share of the GPU's SMs a GEMM's output tiles keep busy: cuBLAS covers the M x N output
@@ -211,7 +217,7 @@ static void attn_core(const ModelSpec *m, const TrainSpec *t, const ClusterSpec 
     if (t->attn == ATTN_SDPA && t->impl != IMPL_ENGINE && c->gpu.eff) {
         double keys = m->arch == ARCH_DECODER ? s / 2 : s;
         double fl = 4 * bh * s * keys * dh;
-        double train = c->gpu.eff->attn_train;
+        double train = share_attn(c);
         *f += fl / (peak * attn_eff(c->gpu.eff->attn_fwd, s) * train);
         *b += 2.5 * fl / (peak * attn_eff(c->gpu.eff->attn_bwd, s) * train);
         return;
@@ -262,8 +268,8 @@ static void layer_ops(const ModelSpec *m, int i, const TrainSpec *t, const Clust
         *f += fl / gemm_rate; *b += 2 * fl / gemm_rate;
     }
     plan_layer_mem_bytes(m, i, t, &fb, &bb);
-    *f += PLAN_ELEMENTWISE_PASSES * fb / hbm_of(c);
-    *b += PLAN_ELEMENTWISE_PASSES * bb / hbm_of(c);
+    *f += share_passes(c) * fb / hbm_of(c);
+    *b += share_passes(c) * bb / hbm_of(c);
 }
 
 /* What a block recomputes in backward under a partial policy, beyond what full recompute
@@ -298,7 +304,7 @@ static void recompute_saved(const ModelSpec *m, int i, const TrainSpec *t, const
             *saved_fl += core_fl;
         }
     } else if (t->act_ckpt == CKPT_SELECTIVE) {
-        double core_pass = PLAN_ELEMENTWISE_PASSES * scores / hbm_of(c);
+        double core_pass = share_passes(c) * scores / hbm_of(c);
         *saved_s = fwd_s - core_f - core_pass;
         *saved_fl = plan_layer_fwd_flops(m, i, t) - core_fl;
         *saved_bytes = fb - scores;

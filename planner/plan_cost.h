@@ -18,10 +18,6 @@ void plan_layer_mem_bytes(const ModelSpec *m, int i, const TrainSpec *t, double 
  * blocks of PLAN_ENGINE_ATT_BLOCK query rows, each stopping at its last row's key. */
 double plan_attn_keys_per_query(const TrainSpec *t, double s);
 #define PLAN_ENGINE_ATT_BLOCK 64   /* kernels/kern_fast.h KERN_FAST_ATT_BLOCK */
-/* The per-operation model's elementwise traffic over the minimal one-pass-per-op count of
- * plan_layer_mem_bytes: eager PyTorch's unfused kernels, casts and layout copies. Set from the
- * published runs marked "set" (bench/published_check.py; docs/formulas.md "Time"). */
-#define PLAN_ELEMENTWISE_PASSES 3.0
 
 /* Seconds of layer i's forward and backward for t's micro-batch on c (backward with the forward
  * again when the layer is checkpointed). The flat model (plan_time_flat: --mfu, a measured

@@ -7,6 +7,8 @@
 
 #include "plan_util.h"
 
+#include "plan_dim_cp.h"
+#include "plan_dim_ep.h"
 #include "plan_dim_ft.h"
 #include "plan_dim_moe.h"
 #include "plan_dim_offload.h"
@@ -14,8 +16,10 @@
 #include "plan_dim_tp.h"
 
 /* The order the views apply in: the trainable subset first (it is the model every rank starts
-   from), then the tensor-parallel share, then the pipeline stage of that share. */
-static const PlanDim *const DIMS[] = {&plan_dim_ft, &plan_dim_tp, &plan_dim_pp, &plan_dim_moe, &plan_dim_offload};
+   from), then the tensor-parallel share, then the pipeline stage of that share, then the
+   context-parallel rank's tokens; the experts' share of the expert-parallel ranks after them. */
+static const PlanDim *const DIMS[] = {&plan_dim_ft, &plan_dim_tp, &plan_dim_pp, &plan_dim_cp, &plan_dim_moe,
+                                      &plan_dim_ep, &plan_dim_offload};
 #define N_DIMS ((int)(sizeof DIMS / sizeof DIMS[0]))
 
 int plan_dim_count(void) { return N_DIMS; }
@@ -84,7 +88,7 @@ int plan_rank_views(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c
     v.full = *c;
     v.t = *t;
     v.sk = sk;
-    v.tp = v.pp = 1;
+    v.tp = v.pp = v.ep = v.cp = 1;
     v.stage = -1;
     v.in_flight = 1;
     int n = 0;
@@ -112,4 +116,21 @@ void plan_dims_json(struct cJSON *model, struct cJSON *train, const ModelSpec *m
 void plan_dims_row_json(struct cJSON *strategy, const struct Step *st) {
     for (int i = 0; i < N_DIMS; i++)
         if (DIMS[i]->row_json) DIMS[i]->row_json(strategy, st);
+}
+
+void plan_dim_summary(char *buf, size_t len, const char *name, const char *degrees, const char *without, int degree,
+                      int found, int first_found) {
+    if (degree > 1)
+        snprintf(buf, len, "%s %d picked: %s %s%s\n", name, degree,
+                 first_found ? "faster than every smaller" : "without", first_found ? degrees : without,
+                 first_found ? " by more than the margin" : " nothing fits the safety margin");
+    else if (found)
+        snprintf(buf, len, "%s 1 kept: no %s fits and runs faster by more than the margin\n", name, degrees);
+    else
+        buf[0] = 0;
+}
+
+void plan_dim_describe_strategy(char *buf, size_t len, StrategyKind sk, const TrainSpec *t) {
+    (void)t;
+    snprintf(buf, len, "%s", plan_strategy(sk)->name);
 }

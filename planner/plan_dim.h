@@ -3,7 +3,8 @@
  * A dimension is one module, planner/plan_dim_<name>.[ch], and one row of the table below:
  *   fine-tuning (plan_dim_ft: LoRA, frozen parameters, a quantized base),
  *   tensor and sequence parallel (plan_dim_tp), pipeline stages (plan_dim_pp),
- *   mixture of experts (plan_dim_moe), CPU offload (plan_dim_offload).
+ *   context parallel (plan_dim_cp), mixture of experts (plan_dim_moe), expert parallel
+ *   (plan_dim_ep), CPU offload (plan_dim_offload).
  * A row holds everything the planner does for that dimension: its checks and refusals, what it
  * does to the setup (fine-tuning's trainable subset, once, when the setup is resolved) and to one
  * rank's view of it (tp's share of every tensor, pp's stage, at every build of a step), its
@@ -38,12 +39,20 @@ typedef struct RankView {
     TrainSpec t;             /* the training setup, micro-batch included */
     StrategyKind sk;
     int tp, pp;              /* degrees, 1 = none */
+    int ep, cp;              /* expert- and context-parallel degrees, 1 = none */
+    int comms;               /* communicators the dimensions' groups add beyond the data-parallel
+                                one(s) and the tp and pp groups' (--ep: the ep group and the expert
+                                data-parallel group; --cp: the ring's) */
     int stage;               /* --pp: the stage this view is (-1: none) */
     int in_flight;           /* --pp: micro-batches whose activations the stage holds at once (1: none) */
     int mem_one_micro;       /* --pp: every micro-batch is in flight before the stage's first
                                 backward, so its memory is the account of one micro-step (no
                                 gradient accumulated yet) while its collectives and compute are
                                 those of all M (plan_dim_pp.c) */
+    double opt_plain_elems;  /* parameters a dimension leaves beside the others in a parameter group
+                                of their own (--tp without FSDP: the plain tensors beside the
+                                DTensors, which torch's foreach refuses to mix): the optimizer's
+                                foreach temporary is the larger group's (0: one group) */
 } RankView;
 
 /* One setting of a dimension auto may try (a degree, and what it implies for the setup). */
@@ -121,6 +130,14 @@ int plan_rank_views(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c
 void plan_rank_view_free(RankView *v);
 /* The largest number of candidate views a setup can have. */
 #define PLAN_MAX_VIEWS 4
+
+/* What a dimension's search says at its end (PlanDim.summary) when it searches a degree: "pp 4
+   picked: ..." / "pp 1 kept: ..." (name "pp", degrees "pipeline degree", without "pipeline
+   stages"). */
+void plan_dim_summary(char *buf, size_t len, const char *name, const char *degrees, const char *without, int degree,
+                      int found, int first_found);
+/* PlanDim.describe for a dimension whose found setups are named by their strategy alone. */
+void plan_dim_describe_strategy(char *buf, size_t len, StrategyKind sk, const TrainSpec *t);
 
 /* The header lines and JSON fields of every dimension a setup uses. */
 void plan_dims_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,

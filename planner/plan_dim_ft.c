@@ -10,6 +10,7 @@
 #include "plan_dim_ft.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,7 +188,7 @@ static void freeze_tensor(LayerSpec *l, int k) {
    mat2 requires grad), so a group of frozen projections reading one tensor saves it only where a
    LoRA A reads it undropped (lora_dropout = 0: nn.Identity hands A the same tensor). Under
    autocast each projection saves its own cast copy (LLaMA's q, k, v: three). */
-static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int autocast, int r) {
+static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int r) {
     int64_t in_of[6] = {0};
     int copies[6] = {0}, lora_a[6] = {0};
     for (int k = 0; k < l->n_frozen; k++) {
@@ -205,9 +206,11 @@ static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int autocast, 
     }
     for (int g = 1; g < 6; g++) {
         if (!copies[g]) continue;
-        int before = autocast ? copies[g] : 1;
-        int after = f->dropout > 0 ? 0 : autocast ? lora_a[g] : (lora_a[g] > 0);
-        l->act_unsaved_tok += (int64_t)(before - after) * in_of[g];
+        for (int autocast = 0; autocast < 2; autocast++) {
+            int before = autocast ? copies[g] : 1;
+            int after = f->dropout > 0 ? 0 : autocast ? lora_a[g] : (lora_a[g] > 0);
+            *(autocast ? &l->act_unsaved_tok_ac : &l->act_unsaved_tok) += (int64_t)(before - after) * in_of[g];
+        }
     }
 }
 
@@ -223,13 +226,33 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
                  "them can be frozen: use a zoo model or a config.json", m->name);
         return -1;
     }
-    int autocast = plan_precision(t->precision)->autocast;
     int blocks = 0;
     for (int i = 0; i < m->n_layers; i++) blocks += m->layers[i].kind == LAYER_BLOCK;
     if (f->rank > 0) {
         FinetuneSpec g = *f;
         plan_lora_targets(m, f, g.targets, sizeof g.targets);
         if (check_targets(m, g.targets, msg, len)) return -1;
+        /* a rank above a target's smaller dimension adds parameters and no capacity: B (out x r)
+           times A (r x in) has rank at most min(in, out), the bound PEFT itself enforces where the
+           rank is bounded (peft/tuners/lora/layer.py: r <= min(in_features, out_features) for its
+           MiCA init; r <= 0 for every LoRA) */
+        int64_t lim = 0, lin = 0, lout = 0;
+        const char *lname = "";
+        for (int i = 0; i < m->n_layers; i++)
+            for (int k = 0; k < m->layers[i].n_tensors; k++) {
+                int mod = m->layers[i].tensor_mod[k];
+                if (!targeted(g.targets, mod)) continue;
+                int64_t in, out;
+                plan_module_features(mod, m->layers[i].tensor_elems[k], m->layers[i].tensor_dim0[k], &in, &out);
+                int64_t mn = in < out ? in : out;
+                if (mn > 0 && (!lim || mn < lim)) { lim = mn; lin = in; lout = out; lname = plan_module_name(mod); }
+            }
+        if (lim > 0 && f->rank > lim) {
+            snprintf(msg, len, "--lora %d is larger than %s's dimensions (in %lld, out %lld): B x A has rank at most %lld, so a "
+                     "larger rank only adds parameters (PEFT bounds r by min(in_features, out_features); valid here: 1 to %lld)",
+                     f->rank, lname, (long long)lin, (long long)lout, (long long)lim, (long long)lim);
+            return -1;
+        }
         for (int i = 0; i < m->n_layers; i++) {
             LayerSpec *l = &m->layers[i];
             freeze_layer(l);
@@ -248,7 +271,7 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
                 if (r * in > l->largest_tensor) l->largest_tensor = r * in;
                 if (out * r > l->largest_tensor) l->largest_tensor = out * r;
             }
-            lora_activations(l, &g, autocast, f->rank);
+            lora_activations(l, &g, f->rank);
         }
         if (plan_model_params(m) == 0) {   /* PEFT: "Target modules ... not found in the base model" */
             snprintf(msg, len, "--lora-targets %s matches no module of %s", g.targets, m->name);
@@ -312,7 +335,7 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
     for (int i = 0; i < m->n_layers; i++) {
         LayerSpec *l = &m->layers[i];
         if (l->kind == LAYER_HEAD && l->params == 0 && (l->frozen > 0 || (m->tied_embeddings && embed_frozen)))
-            l->act_unsaved_tok = m->d_model;
+            l->act_unsaved_tok = l->act_unsaved_tok_ac = m->d_model;
     }
     return 0;
 }
@@ -330,6 +353,7 @@ double plan_quant_bytes_per_param(const TrainSpec *t) {
 
 double plan_model_frozen_bytes(const ModelSpec *m, const TrainSpec *t) {
     double pb = plan_precision(t->precision)->param_bytes, qb = plan_quant_bytes_per_param(t), sum = 0;
+    if (t->ft.packed) return (double)plan_model_frozen(m) * pb;   /* the packed storage: elements at pb */
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
         double quant = 0;
@@ -353,6 +377,12 @@ static int ft_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c
     if (!plan_finetune_on(&t->ft)) return 0;
     if (t->impl == IMPL_ENGINE) {
         snprintf(msg, len, "--lora / --freeze: memplan's engine trains every parameter; use --impl pytorch");
+        return -1;
+    }
+    if (t->ft.quant == QUANT_INT8 && (plan_strategy(sk)->shard & SHARD_PARAM)) {
+        snprintf(msg, len, "--quant-base int8 with --strategy %s: bitsandbytes' 8-bit base is not sharded by ZeRO-3 or FSDP "
+                 "(its Int8Params keep their scales outside the parameter; PEFT's sharded QLoRA is 4-bit with "
+                 "bnb_4bit_quant_storage): not planned (valid there: nf4, bf16, none)", plan_strategy(sk)->name);
         return -1;
     }
     if ((plan_strategy(sk)->shard & SHARD_PARAM) && !plan_strategy_is_deepspeed(sk) && t->fsdp_impl == 1) {
@@ -405,29 +435,89 @@ static void ft_json(cJSON *jm, cJSON *train, const ModelSpec *m, const TrainSpec
 
 static int ft_setup(ModelSpec *m, const TrainSpec *t, char *msg, size_t len) { return plan_finetune_apply(m, t, msg, len); }
 
+/* 1 when strategy sk shards parameters (ZeRO-3, FSDP): a 4-bit base is then held, sharded and
+   gathered as its packed storage. */
+static int shards_params(StrategyKind sk) { return (plan_strategy(sk)->shard & SHARD_PARAM) != 0; }
+
+/* ZeRO-3 and FSDP with a 4-bit base: bitsandbytes' Params4bit is a tensor of the packed weight,
+   stored in bnb_4bit_quant_storage's dtype so that the wrappers can shard and gather it with the
+   other parameters (PEFT's QLoRA under FSDP and DeepSpeed ZeRO-3: bnb_4bit_quant_storage = the
+   compute dtype; accelerate utils/fsdp_utils.py fsdp2_prepare_model shards float-stored
+   Params4bit, and does not upcast them); partition_parameters.py partitions it as any parameter.
+   So each quantized projection of this rank's model becomes its packed storage: elems x the NF4
+   bytes per weight / the parameter bytes elements, which every shard, gather, persistence
+   threshold and padding then counts as the wrapper does; the compute keeps the unpacked count
+   (frozen_flops_extra), the dequantization its size. The absmax constants ride with the packed
+   data here (bitsandbytes keeps them in quant_state, whole on each rank: 0.016 B per weight, an
+   under-count of that much times (N-1)/N, stated in docs/formulas.md). A bf16 base below fp32
+   parameters is counted the same way: its elements at 2 bytes. */
+static int ft_view(RankView *v, RankView *out, int max) {
+    (void)out; (void)max;
+    if ((v->t.ft.quant != QUANT_NF4 && v->t.ft.quant != QUANT_BF16) || v->t.ft.packed || !shards_params(v->sk)) return 1;
+    double pb = plan_precision(v->t.precision)->param_bytes, qb = plan_quant_bytes_per_param(&v->t);
+    if (qb >= pb) return 1;   /* stored at the parameters' own bytes: nothing to count differently */
+    ModelSpec w;
+    plan_model_init(&w, v->m.name, v->m.arch);
+    LayerSpec *keep = w.layers;
+    w = v->m;
+    w.layers = keep;
+    w.n_layers = w.cap_layers = 0;
+    for (int i = 0; i < v->m.n_layers; i++) {
+        LayerSpec l = v->m.layers[i];
+        for (int k = 0; k < l.n_frozen; k++) {
+            int id = PLAN_MOD_ID(l.frozen_mod[k]);
+            if (id == PLAN_MOD_NONE || id == PLAN_MOD_LM_HEAD) continue;
+            int64_t e = l.frozen_elems[k], pe = (int64_t)ceil((double)e * qb / pb);
+            l.frozen -= e - pe;
+            l.frozen_flops_extra += e - pe;
+            l.frozen_elems[k] = pe;
+            l.frozen_dim0[k] = pe;   /* Params4bit: a (packed, 1) column */
+        }
+        if (!plan_model_add_layer(&w, &l)) { plan_model_free(&w); return -1; }
+    }
+    if (v->own_m) plan_model_free(&v->m);
+    v->m = w;
+    v->own_m = 1;
+    v->t.ft.packed = 1;
+    return 1;
+}
+
 const PlanDim plan_dim_ft = {
     .name = "finetune",
     .not_planned = "fine-tuning does not apply to this setup",
     .on = ft_on,
     .check = ft_check,
     .setup = ft_setup,
+    .view = ft_view,
     .header = ft_header,
     .json = ft_json,
 };
 
 /* ---- --emit: the Python lines that make the trainable subset ---- */
 
-void plan_ft_emit_code(FILE *f, const ModelSpec *m, const TrainSpec *t) {
+void plan_ft_emit_code(FILE *f, const ModelSpec *m, const TrainSpec *t, StrategyKind sk) {
     const FinetuneSpec *ft = &t->ft;
     if (ft->rank > 0) {
         char tg[160];
+        const PrecisionSpec *ps = plan_precision(t->precision);
+        /* the dequantized weight's dtype is the activations': the plan's compute dtype */
+        const char *cdt = ps->peak == PEAK_BF16 ? "torch.bfloat16" : ps->peak == PEAK_FP16 ? "torch.float16" : "torch.float32";
+        int sharded = (plan_strategy(sk)->shard & SHARD_PARAM) != 0;
         plan_lora_targets(m, ft, tg, sizeof tg);
-        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8)
-            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s)) "
-                    "and call peft.prepare_model_for_kbit_training(model) first\n", plan_quant_name(ft->quant),
+        if (ft->quant == QUANT_NF4 || ft->quant == QUANT_INT8) {
+            fprintf(f, "# --quant-base %s: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig(%s", plan_quant_name(ft->quant),
                     ft->quant == QUANT_NF4 ? "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, "
-                                             "bnb_4bit_compute_dtype=torch.bfloat16" : "load_in_8bit=True");
-        else if (ft->quant == QUANT_BF16)
+                                             "bnb_4bit_compute_dtype=" : "load_in_8bit=True");
+            if (ft->quant == QUANT_NF4) fprintf(f, "%s", cdt);
+            /* ZeRO-3 and FSDP shard the packed weight only when it is stored in a float dtype (PEFT's
+               QLoRA under FSDP / ZeRO-3; accelerate's FSDP2 leaves a uint8-stored base unsharded) */
+            if (ft->quant == QUANT_NF4 && sharded) fprintf(f, ", bnb_4bit_quant_storage=%s", cdt);
+            fprintf(f, "))\n");
+            if (!sharded)   /* its own checkpointing off: the plan's checkpointing follows below, as planned */
+                fprintf(f, "from peft import prepare_model_for_kbit_training\n"
+                           "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)  # fp32 norms and "
+                           "embeddings, as planned\n");
+        } else if (ft->quant == QUANT_BF16)
             fprintf(f, "# --quant-base bf16: load the base with torch_dtype=torch.bfloat16\n");
         fprintf(f, "from peft import LoraConfig, get_peft_model\n");
         fprintf(f, "model = get_peft_model(model, LoraConfig(r=%d, lora_alpha=%g, lora_dropout=%g, target_modules=",

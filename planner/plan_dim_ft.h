@@ -47,8 +47,9 @@ double plan_model_frozen_bytes(const ModelSpec *m, const TrainSpec *t);
 
 /* --emit: the Python lines that make t's trainable subset (PEFT's get_peft_model with t's LoRA,
    QLoRA's 4-bit loading as a comment, or --freeze's requires_grad_(False)), as train.py would run
-   them before wrapping the model; nothing without one. */
-void plan_ft_emit_code(FILE *f, const ModelSpec *m, const TrainSpec *t);
+   them before wrapping the model under strategy sk (its compute dtype t's precision's; a sharded
+   strategy stores a 4-bit base in that float dtype so that it shards); nothing without one. */
+void plan_ft_emit_code(FILE *f, const ModelSpec *m, const TrainSpec *t, StrategyKind sk);
 
 extern const PlanDim plan_dim_ft;
 

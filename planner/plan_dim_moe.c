@@ -80,8 +80,21 @@ static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p, doubl
     double E = e->n_experts, k = e->top_k;
     if (e->router == MOE_ROUTER_ALL_EXPERTS)
         return p->param_bytes * E * h + Eb * E * (h + 4 * fe);
+    double act = 2 * fe + (e->clamped_glu ? 5 : 2) * fe;   /* gate_up's output, the activation's saves */
+    if (e->ep > 1) {
+        /* expert parallel (transformers' AllToAllEP, plan_dim_ep.h): the sending rank keeps the
+           argsort of its routed rows and their token index (int64 each, 16 k), the experts' outputs
+           sent back in their routed order (token_outputs, the weighted sum's saved operand, k h)
+           and the weights (k); the receiving rank runs its experts top-1 on F k rows per token:
+           their sort, token index and inverse permutation (24), the sentinel mask (1), the
+           gathered input (h), gate_up and the activation, and the unit weights its weighted sum
+           saves (ones that need no gradient: the down output is not saved) */
+        double rows = F * k, send = 16 * k + Eb * k * h + moe_weight_bytes(e, p->act_bytes) * k;
+        double bias = e->bias ? 8 : 0;
+        return send + rows * (24 + bias + 1 + Eb * (h + act) + Eb);
+    }
     double idx = 8 * k * (e->bias ? 4 : 3);
-    return idx + F * Eb * k * (2 * h + 2 * fe + (e->clamped_glu ? 5 : 2) * fe) + moe_weight_bytes(e, p->act_bytes) * k;
+    return idx + F * Eb * k * (2 * h + act) + moe_weight_bytes(e, p->act_bytes) * k;
 }
 
 /* --moe-imbalance F (TrainSpec.moe_imbalance; 0 reads as 1): the factor on the routed experts'
@@ -90,7 +103,11 @@ static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p, doubl
    rows to scale (moe_routed_bytes, moe_backward). */
 static double moe_rows_factor(const ModelSpec *m, const TrainSpec *t) {
     if (m->moe.router == MOE_ROUTER_ALL_EXPERTS) return 1;
-    return t->moe_imbalance > 1 ? t->moe_imbalance : 1;
+    double F = t->moe_imbalance > 1 ? t->moe_imbalance : 1;
+    /* expert parallel: the rows a rank's experts receive, relative to its tokens' T k (at most
+       every rank's: ep) */
+    if (m->moe.ep > 1 && F > m->moe.ep) F = m->moe.ep;
+    return F;
 }
 
 /* The shared expert(s), a dense gated MLP of width f_s on every token (its input is the block's
@@ -149,13 +166,14 @@ double plan_moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec
         pre = X * h;
         pre_g = h;
     }
-    double down = E * h * fe, a_ws = 3 * Eb * k * h, c_ws;
+    /* the down projection's weight gradient: the rank's experts (n_experts / ep under --ep) */
+    double down = E / (e->ep > 1 ? e->ep : 1) * h * fe, a_ws = 3 * Eb * k * h, c_ws;
     if (e->router == MOE_ROUTER_ALL_EXPERTS) {
         a_ws = 0;
         c_ws = 2 * X * E * fe;
     } else {
         c_ws = 2 * Eb * k * fe - Eb * k * h - moe_weight_bytes(e, X) * k;
-        down += e->bias ? E * h : 0;
+        down += e->bias ? E / (e->ep > 1 ? e->ep : 1) * h : 0;
     }
     double F = moe_rows_factor(m, t);   /* per routed row: both moments scale with the rows */
     a_ws *= F;
@@ -190,6 +208,9 @@ static void moe_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const T
         snprintf(routing, sizeof routing, "routing does not change the memory (%s: docs/formulas.md \"Mixture of "
                  "experts\")", all ? "every token passes every expert" : "transformers' grouped_mm holds all "
                  "routed rows at once, even when every token picks the same experts");
+    if (t->ep > 1)   /* expert parallel: the rank's share and the rows it receives (plan_dim_ep.c) */
+        snprintf(routing, sizeof routing, "under --ep %d each rank holds %d of the experts and runs them on the rows "
+                 "the dispatch brings (expert parallel, below)", t->ep, m->moe.n_experts / t->ep);
     fprintf(f, "# mixture of experts: %s parameters active per token (top-%d of %d experts of width %lld%s, "
             "in %d of %d blocks); memory holds all of them, %s; %s\n",
             plan_fmt_count(plan_model_active_params(m), b, sizeof(b)), m->moe.top_k, m->moe.n_experts,

@@ -178,8 +178,11 @@ void rule_pp(const StepCtx *x, Step *st) {
     if (x->v->stage < 0 || x->L == 0) return;
     pp_send_recv(x, st);
     if (x->v->in_flight <= 1) return;
-    double a = 0;   /* one micro-batch's saved bytes on this stage (rule_saved_activations') */
-    for (int i = 0; i < x->L; i++) a += plan_act_ckpt_bytes(x->m, i, x->t, &x->in);
+    /* one micro-batch's saved bytes on this stage: what the account's saved-activations rule holds
+       (read from the account, not computed again) */
+    double a = 0;
+    for (int e = 0; e < st->n_mem; e++)
+        if (st->mem[e].rule == RULE_SAVED_ACTS && st->mem[e].bytes > 0) a += st->mem[e].bytes;
     step_hold(st, RULE_PP_IN_FLIGHT, TERM_ACTIVATIONS, pt(x, PT_FWD, 0), AT_BEFORE, pt(x, PT_BWD, 0), AT_AFTER,
               (double)(x->v->in_flight - 1) * a);
 }
@@ -311,14 +314,8 @@ static void pp_describe(char *buf, size_t len, StrategyKind sk, const TrainSpec 
 }
 
 static void pp_summary(char *buf, size_t len, int found, const TrainSpec *picked, int first_found) {
-    int pp = found ? plan_pp_degree(picked) : 0;
-    if (pp > 1)
-        snprintf(buf, len, "pp %d picked: %s\n", pp, first_found ? "faster than every smaller pipeline degree by more "
-                 "than the margin" : "without pipeline stages nothing fits the safety margin");
-    else if (found)
-        snprintf(buf, len, "pp 1 kept: no pipeline degree fits and runs faster by more than the margin\n");
-    else
-        buf[0] = 0;
+    plan_dim_summary(buf, len, "pp", "pipeline degree", "pipeline stages", found ? plan_pp_degree(picked) : 0, found,
+                     first_found);
 }
 
 const PlanDim plan_dim_pp = {

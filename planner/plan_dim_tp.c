@@ -262,24 +262,6 @@ void rule_tp(const StepCtx *x, Step *st) {
         double bsv = b * s * (double)m->vocab * X;
         step_at(st, RULE_TP_LOGITS_GATHER, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), bsv / x->v->tp);
     }
-    /* torch's foreach AdamW refuses a list mixing DTensors and plain tensors, so the parameters
-       parallelize_module leaves plain (the norms without SP; GPT-2's replicated embeddings) are a
-       parameter group of their own (the harness, memplan auto --emit torch); foreach runs per
-       group, so its state-sized temporary is the larger group's, not all of them (measured:
-       gpt2-mini tp2 SP, aten::sqrt 1,593,344 B = the DTensor group). Under FSDP2 every parameter
-       is a DTensor: one group. */
-    if (!(x->fsdp && x->N > 1) && x->o->foreach_temp && x->p->master_bytes == 0 && x->opt_on_gpu) {
-        double plain = 0, all = x->z.psi;
-        for (int i = 0; i < x->L; i++) {
-            const LayerSpec *l = &m->layers[i];
-            if (l->kind == LAYER_BLOCK && !sp) plain += sp_norm_tensors(m, l) * (double)m->d_model;
-            else if (l->kind == LAYER_NORM && !sp) plain += (double)l->params;
-            else if (l->kind == LAYER_EMBED && !root) plain += (double)l->params;
-        }
-        if (plain > 0)
-            step_at(st, RULE_FOREACH_TEMP, TERM_TRANSIENT, pt(x, PT_STEP, 0),
-                    (fmax(plain, all - plain) - all) * x->p->state_bytes);
-    }
     /* A RowwiseParallel embedding's weight gradient comes back Replicate: the full V x h on
        every rank (measured, torch 2.15: embedding_dense_backward over the replicated output
        gradient), where the weight is V/tp x h. Kept as the parameter's .grad without FSDP;
@@ -296,7 +278,28 @@ void rule_tp(const StepCtx *x, Step *st) {
 
 static int tp_on(const ModelSpec *m, const TrainSpec *t) { (void)m; return plan_tp_degree(t) > 1 || t->sp; }
 
-/* One rank's share of the model, on the data-parallel cluster of gpus / tp ranks. */
+/* torch's foreach AdamW refuses a list mixing DTensors and plain tensors, so the parameters
+   parallelize_module leaves plain (the norms without SP; GPT-2's replicated embeddings) are a
+   parameter group of their own (the harness, memplan auto --emit torch); foreach runs per group,
+   so its state-sized temporary is the larger group's, not all of them (measured: gpt2-mini tp2
+   SP, aten::sqrt 1,593,344 B = the DTensor group). Under FSDP2 on more than one data-parallel
+   rank every parameter is a DTensor: one group. Elements of the share m. */
+static double plain_elems(const ModelSpec *m, const TrainSpec *t, StrategyKind sk, int64_t dp) {
+    int fsdp = plan_strategy(sk)->buffers == BUF_FSDP_FULL || plan_strategy(sk)->buffers == BUF_FSDP_GRAD_OP;
+    if (fsdp && dp > 1) return 0;
+    int sp = t->sp != 0, root = plan_tp_root_sharded(m);
+    double plain = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const LayerSpec *l = &m->layers[i];
+        if (l->kind == LAYER_BLOCK && !sp) plain += sp_norm_tensors(m, l) * (double)m->d_model;
+        else if (l->kind == LAYER_NORM && !sp) plain += (double)l->params;
+        else if (l->kind == LAYER_EMBED && !root) plain += (double)l->params;
+    }
+    return plain;
+}
+
+/* One rank's share of the model, on the data-parallel cluster of gpus / tp ranks, and how its
+   optimizer groups the parameters. */
 static int tp_view(RankView *v, RankView *out, int max) {
     (void)out; (void)max;
     int tp = plan_tp_degree(&v->t);
@@ -309,6 +312,7 @@ static int tp_view(RankView *v, RankView *out, int max) {
     ClusterSpec dp = v->dp;
     plan_tp_cluster(&dp, tp, &v->dp);
     v->tp = tp;
+    v->opt_plain_elems = plain_elems(&v->m, &v->t, v->sk, v->dp.gpus);
     return 1;
 }
 
@@ -362,11 +366,6 @@ static int tp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     return n;
 }
 
-static void tp_describe(char *buf, size_t len, StrategyKind sk, const TrainSpec *t) {
-    (void)t;
-    snprintf(buf, len, "%s", plan_strategy(sk)->name);
-}
-
 const PlanDim plan_dim_tp = {
     .name = "tp",
     .not_planned = "tensor parallel does not apply to this setup",
@@ -379,7 +378,7 @@ const PlanDim plan_dim_tp = {
     .auto_on = tp_auto_on,
     .settings = tp_settings,
     .search_title = "tensor parallel searched (a larger tp or SP is taken only when faster by more than %.0f%%):\n",
-    .describe = tp_describe,
+    .describe = plan_dim_describe_strategy,
 };
 
 /* ---- --emit torch: the 2-D mesh and the parallelize_module plan memplan plans, on Hugging Face's

@@ -254,11 +254,26 @@ static void torch_fsdp1(FILE *f, const AutoResult *r, const char *blk, const cha
         fprintf(f, "# non-final micro-steps under `with model.no_sync():`  # --fsdp-grad-sync last\n");
 }
 
-void plan_emit_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r) {
+void plan_emit_deepspeed_code(FILE *f, const ModelSpec *m, const AutoResult *r) {
+    const char *mod, *blk = plan_emit_block_class(m->family, &mod);
+    int transformer = m->arch == ARCH_DECODER || m->arch == ARCH_ENCODER || m->arch == ARCH_ENC_DEC;
+    int ck = r->train.act_ckpt != CKPT_NONE && r->train.act_ckpt != CKPT_FULL;
+    if (!plan_finetune_on(&r->train.ft) && !ck) return;
+    fprintf(f, "# the config cannot hold %s: in train.py, before deepspeed.initialize:\n",
+            plan_finetune_on(&r->train.ft) && ck ? "the trainable subset and the checkpointing" : ck ? "the checkpointing"
+            : "the trainable subset");
+    fprintf(f, "import functools, torch\n");
+    if (mod && transformer) fprintf(f, "from transformers.models.%s.modeling_%s import %s\n", mod, mod, blk);
+    plan_ft_emit_code(f, m, &r->train, r->strategy);
+    if (ck) torch_ckpt(f, &r->train, blk, 0);
+}
+
+void plan_emit_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r, const char *alloc_env) {
     if (!r->found) { fprintf(f, "# nothing fits: no launch configuration\n"); return; }
     int64_t nodes = plan_cluster_nodes(c);
-    fprintf(f, "torchrun --nnodes %lld --nproc-per-node %lld%s train.py --micro-batch %lld --grad-accum %lld\n",
-            (long long)nodes, (long long)c->gpus_per_node,
+    /* the allocator settings the plan replayed: the same environment for the job */
+    fprintf(f, "%s%s%storchrun --nnodes %lld --nproc-per-node %lld%s train.py --micro-batch %lld --grad-accum %lld\n",
+            alloc_env ? "" : "", alloc_env ? alloc_env : "", alloc_env ? " " : "", (long long)nodes, (long long)c->gpus_per_node,
             nodes > 1 ? " --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500" : "",
             (long long)r->train.micro_batch, (long long)r->train.grad_accum);
     const PrecisionSpec *p = plan_precision(r->train.precision);
@@ -275,7 +290,7 @@ void plan_emit_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Au
     if (bn) fprintf(f, "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before wrapping\n");
     if (p->master_bytes == 0 && p->param_bytes == 2)   /* pure 16-bit: params, grads and Adam states */
         fprintf(f, "model = model.to(%s)  # --precision %s\n", dt, p->name);
-    plan_ft_emit_code(f, m, &r->train);   /* the trainable subset, before wrapping */
+    plan_ft_emit_code(f, m, &r->train, r->strategy);   /* the trainable subset, before wrapping */
     if (!fsdp1) torch_ckpt(f, &r->train, blk, mod && transformer);   /* before sharding */
     if (plan_tp_degree(&r->train) > 1) plan_tp_emit_torch(f, m, c, &r->train);
     switch (r->strategy) {

@@ -27,6 +27,15 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk) {
 
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk) { return fsdp2_rows(t, sk); }
 
+double plan_fsdp_reduce_bytes(const TrainSpec *t, StrategyKind sk) {
+    const PrecisionSpec *p = plan_precision(t->precision);
+    const Strategy *s = plan_strategy(sk);
+    int fsdp = s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP;   /* the engine's ZeRO-3: its own */
+    if (fsdp && t->fsdp_reduce == FSDP_REDUCE_FP32) return 4;
+    if (fsdp && t->fsdp_reduce == FSDP_REDUCE_LOW) return p->act_bytes;
+    return plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
+}
+
 int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk) {
     const Strategy *s = plan_strategy(sk);
     return (s->buffers == BUF_FSDP_FULL || s->buffers == BUF_FSDP_GRAD_OP) && t->fsdp_grad_sync == FSDP_SYNC_LAST;
@@ -44,7 +53,8 @@ int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Clu
     /* MixedPrecisionPolicy(reduce_dtype=fp32): foreach_reduce copies the 16-bit unsharded
        gradients into an fp32 reduce-scatter input, whose fp32 output are the sharded gradients
        of the fp32 parameters (_fsdp_param_group.py _get_reduce_dtype, _fsdp_collectives.py) */
-    f->rb = f->sb = plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
+    f->sb = plan_fsdp2_fp32_shards(t, sk) ? 4 : p->grad_bytes;
+    f->rb = plan_fsdp_reduce_bytes(t, sk);
     f->root = (double)z->n * (z->root_shard + z->root_frozen_shard);
     f->rroot = (double)z->n * z->root_shard;
     f->v1 = t->fsdp_impl == 1;
@@ -56,32 +66,49 @@ int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Clu
        world size is 1"): the flat parameters are whole, nothing is gathered; not this timeline */
     if (f->v1 && z->n <= 1) return 0;
     int K = f->units;
-    f->ug = malloc(sizeof(double) * (size_t)(3 * K + 4) + sizeof(int) * (size_t)m->n_layers);
+    f->ug = malloc(sizeof(double) * (size_t)(5 * K + 6) + sizeof(int) * (size_t)m->n_layers);
     if (!f->ug) return -1;
     f->pre = f->ug + K + 1;
     f->ur = f->pre + K + 2;
-    f->at = (int *)(f->ur + K + 1);
+    f->us = f->ur + K + 1;
+    double *ue = f->us + K + 1;   /* each unit's experts' shard (expert parallelism), over ne */
+    f->ux = ue;                   /* ... then their gathered elements, ne x that */
+    f->at = (int *)(ue + K + 1);
     memset(f->ug, 0, sizeof(double) * (size_t)(K + 1));
     memset(f->ur, 0, sizeof(double) * (size_t)(K + 1));
+    memset(ue, 0, sizeof(double) * (size_t)(K + 1));
     double *uf = f->pre;   /* scratch until pre is filled: each unit's frozen elements */
     memset(uf, 0, sizeof(double) * (size_t)(K + 2));
-    /* each unit's local shard: per tensor's dim 0 (z->dim0), else its flat elements padded */
+    /* each unit's local shard: per tensor's dim 0 (z->dim0), else its flat elements padded; under
+       expert parallelism the routed experts' tensors shard over ne ranks (plan_dim_ep.h) */
     double n = (double)z->n;
+    int64_t ep = m->moe.ep > 1 && z->n % m->moe.ep == 0 && z->dim0 ? m->moe.ep : 1;
+    f->ne = z->n / ep;
     for (int i = 0, last = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
         if (l->unit > 0) last = l->unit;
         f->at[i] = last;
         if (l->unit > 0) {
-            f->ug[l->unit] += z->dim0 ? (double)plan_layer_shard_dim0(l, z->n) : (double)l->params;
+            int64_t e = 0;
+            if (ep > 1 && l->expert_mask) {
+                f->ug[l->unit] += (double)plan_layer_shard_dim0_ep(l, z->n, f->ne, &e) - (double)e;
+                ue[l->unit] += (double)e;
+            } else {
+                f->ug[l->unit] += z->dim0 ? (double)plan_layer_shard_dim0(l, z->n) : (double)l->params;
+            }
             uf[l->unit] += z->dim0 ? (double)plan_layer_frozen_shard_dim0(l, z->n) : (double)l->frozen;
         }
     }
     f->ug[0] = f->root;
     f->ur[0] = f->rroot;
+    f->us[0] = z->root_shard;
     for (int k = 1; k <= K; k++) {   /* trainable and frozen parameters: separate tensors, each padded */
-        f->ur[k] = n * (z->dim0 ? f->ug[k] : ceil(f->ug[k] / n));
+        f->us[k] = (z->dim0 ? f->ug[k] : ceil(f->ug[k] / n)) + ue[k];
+        f->ur[k] = n * (z->dim0 ? f->ug[k] : ceil(f->ug[k] / n)) + (double)f->ne * ue[k];
         f->ug[k] = f->ur[k] + n * (z->dim0 ? uf[k] : ceil(uf[k] / n));
+        f->ux[k] = (double)f->ne * ue[k];
     }
+    f->ux[0] = 0;
     f->pre[0] = f->pre[1] = 0;
     for (int k = 1; k <= K; k++) f->pre[k + 1] = f->pre[k] + f->ug[k];
     f->on = 1;
@@ -90,12 +117,12 @@ int plan_fsdp2_setup(Fsdp2 *f, const ModelSpec *m, const TrainSpec *t, const Clu
 
 void plan_fsdp2_free(Fsdp2 *f) {
     free(f->ug);
-    f->ug = f->pre = f->ur = NULL;
+    f->ug = f->pre = f->ur = f->us = f->ux = NULL;
     f->at = NULL;
     f->on = 0;
 }
 
-double plan_fsdp2_shard(const Fsdp2 *f, int k) { return f->ur[k] / (double)f->n; }
+double plan_fsdp2_shard(const Fsdp2 *f, int k) { return f->us[k]; }
 
 int plan_fsdp2_unit_starts(const ModelSpec *m, int i) {
     int k = m->layers[i].unit;
@@ -146,9 +173,24 @@ double plan_fsdp2_bwd_comm(const Fsdp2 *f, const ModelSpec *m, int i) {
        only in the post-backward (after the unit's backward), None never; its reduce-scatter
        input (the unsharded flat gradient) is freed with the reduction, not kept to the next */
     int pre = !f->v1 || f->bwd == FSDP_BWD_PRE;
-    double prefetch = pre && f->gather && !f->keep && prev > 0 ? f->ug[prev] : 0;
-    double rs_in = !f->v1 && next <= f->units ? f->ur[next] * f->rb : 0;
+    /* a unit's pre-backward prefetches the group gathered before it in forward: the previous
+       block's own parameters, whose nested experts (--ep) are prefetched only by that block's
+       pre-backward (post-forward order experts_k-1, block_k-1, experts_k, block_k); likewise the
+       last reduce-scatter input is the later block's own, its experts' freed by then */
+    double prefetch = pre && f->gather && !f->keep && prev > 0 ? f->ug[prev] - f->ux[prev] : 0;
+    double rs_in = !f->v1 && next <= f->units ? (f->ur[next] - f->ux[next]) * f->rb : 0;
     return (f->root + params + prefetch) * f->pb + rs_in;
+}
+
+/* After a block's routed experts ran their backward (--ep): their unit resharded (its unsharded
+   parameters freed) and its reduce-scatter issued, whose input (the experts' gradients at the
+   reduce dtype) is kept until the block's own post-backward. */
+double plan_fsdp2_bwd_rest_comm(const Fsdp2 *f, const ModelSpec *m, int i) {
+    int k = m->layers[i].unit;
+    double all = plan_fsdp2_bwd_comm(f, m, i);
+    if (k <= 0 || f->ux[k] <= 0 || f->v1 || f->keep) return all;
+    double rs_in = k + 1 <= f->units ? (f->ur[k + 1] - f->ux[k + 1]) * f->rb : 0;
+    return all - f->ux[k] * f->pb - rs_in + f->ux[k] * f->rb;
 }
 
 /* A unit's post-backward (after its first layer's backward): its unsharded parameters are
@@ -162,8 +204,8 @@ double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i) {
     /* FSDP1 BACKWARD_POST: the previous unit is gathered here (_post_backward_reshard, after
        this unit's reshard, before its reduce-scatter) */
     int ahead = !f->v1 || f->bwd != FSDP_BWD_NONE;
-    double prefetch = ahead && f->gather && !f->keep && k > 1 ? f->ug[k - 1] : 0;
-    return (f->root + params + prefetch) * f->pb + f->ur[k] * f->rb;
+    double prefetch = ahead && f->gather && !f->keep && k > 1 ? f->ug[k - 1] - f->ux[k - 1] : 0;
+    return (f->root + params + prefetch) * f->pb + (f->ur[k] - f->ux[k]) * f->rb;
 }
 
 /* ---- FSDP1's size-based wrapping (wrap.py) ---- */

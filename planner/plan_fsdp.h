@@ -34,6 +34,15 @@ typedef struct {
     double *ur;      /* [K + 1] the same reduced: its trainable parameters only (fully_shard
                         reduce-scatters the gradients that exist) */
     double rroot;    /* the root's reduced elements (n x its trainable shard) */
+    int64_t ne;      /* expert parallelism: the routed experts' shard group (n / ep), whose
+                        tensors each unit gathers and reduces over it instead of n
+                        (planner/plan_dim_ep.h); n without it */
+    double *us;      /* [K + 1] unit k's local shard of its trainable parameters (the output of
+                        its reduce-scatters); us[0] = root */
+    double *ux;      /* [K + 1] of ug[k], the routed experts' gathered elements (ne x their shard):
+                        a unit of their own nested in the block (fully_shard on the experts
+                        module), gathered after the block's own parameters and resharded after
+                        the experts' backward; 0 without --ep */
     double *pre;     /* [K + 2] pre[k] = Σ ug[j] for 1 <= j < k (the units before k) */
     int *at;         /* [layers] layer i's unit, or for a root layer the last unit before it (0 none) */
 } Fsdp2;
@@ -54,6 +63,11 @@ int plan_fsdp2_fp32_shards(const TrainSpec *t, StrategyKind sk);
    unknown the rows are padded per unit instead. 0 for the other strategies, FSDP1 (--fsdp 1:
    one flat parameter per unit, padded to a multiple of n) and --impl engine: per-unit padding. */
 int plan_fsdp2_dim0_rows(const TrainSpec *t, StrategyKind sk);
+/* Bytes per element fsdp-* rows reduce-scatter (and HSDP all-reduce) gradients in: fp32 where
+   t->fsdp_reduce says so, the precision's 16-bit dtype where it says LOW; by default fully_shard
+   with a MixedPrecisionPolicy reduces in fp32 (plan_fsdp2_fp32_shards) and otherwise in the
+   gradients' dtype, as FSDP1's MixedPrecision(reduce_dtype=param_dtype) does. */
+double plan_fsdp_reduce_bytes(const TrainSpec *t, StrategyKind sk);
 /* fsdp-* rows under --fsdp-grad-sync last: the reduce-scatters (and HSDP's all-reduces) run in
  * the last micro-step only (set_requires_gradient_sync(False) / no_sync() on the others). */
 int plan_fsdp_reduce_last_only(const TrainSpec *t, StrategyKind sk);
@@ -77,6 +91,9 @@ int plan_fsdp2_unit_starts(const ModelSpec *m, int i);
 double plan_fsdp2_fwd_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 double plan_fsdp2_bwd_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 double plan_fsdp2_rs_comm(const Fsdp2 *f, const ModelSpec *m, int i);
+/* The same while the rest of layer i's backward runs after its routed experts' (--ep: their unit
+   resharded, its reduce-scatter input kept); plan_fsdp2_bwd_comm where the layer has none. */
+double plan_fsdp2_bwd_rest_comm(const Fsdp2 *f, const ModelSpec *m, int i);
 
 /* FSDP1's size_based_auto_wrap_policy(min_num_params) (torch/distributed/fsdp/wrap.py
  * _recursive_wrap, size_based_auto_wrap_policy) on a decoder's module tree as memplan knows it:

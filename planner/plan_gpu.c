@@ -4,6 +4,8 @@
  * dense (no sparsity). Sources per row in docs/gpus.md. */
 #include "plan_gpu.h"
 
+#include "plan_shares.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -30,20 +32,26 @@
    the FlashAttention-2 paper's maxima (Dao 2023, arXiv 2307.08691: forward up to 73 %, backward
    up to 63 % of the peak) shaped by the H100 curve. Other GPUs: no published figures, the A100's
    attention and the lower GEMM figure (H100's) are assumed. The training shares (gemm_train,
-   attn_train) are set from the published runs bench/published_check.py marks "set": A100 0.9
-   and 0.5, H100 0.85 and 0.5; assumed 0.9 and 0.5 elsewhere. */
+   attn_train) are fitted on the published runs (plan_shares.h, `make fit-time`); other
+   generations take Ampere's. */
 #define H_F(x) ((x) / 989.0)
-static const GpuEff EFF_HOPPER = {"Hopper (H100/H200 SXM)", 794.5 / 989.0,
+static const GpuEff EFF_HOPPER = {"Hopper (H100/H200 SXM)", "hopper", 794.5 / 989.0,
     {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
-    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, 0.85, 0.5, 1};
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_HOPPER, PLAN_SHARE_ATTN, 1};
 #define A_F(x) (0.73 * (x) / 335.0)
 #define A_B(x) (0.63 * (x) / 322.0)
-static const GpuEff EFF_AMPERE = {"Ampere (A100 SXM)", 271.2 / 312.0,
+static const GpuEff EFF_AMPERE = {"Ampere (A100 SXM)", "ampere", 271.2 / 312.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
-    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, 0.9, 0.5, 1};
-static const GpuEff EFF_ASSUMED = {"not measured (A100 attention, H100 GEMM fraction assumed)", 794.5 / 989.0,
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN, 1};
+/* Blackwell: the GEMM figure measured (MAMF table: B200 SXM 1745.0 of 2250, torch 2.7.1+cu128);
+   no published flash-attention curve in this form: Hopper's fractions assumed (measured 0). */
+static const GpuEff EFF_BLACKWELL = {"Blackwell (B200; GEMM measured, attention assumed Hopper's)", "blackwell",
+    1745.0 / 2250.0,
+    {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_BLACKWELL, PLAN_SHARE_ATTN, 0};
+static const GpuEff EFF_ASSUMED = {"not measured (A100 attention, H100 GEMM fraction assumed)", "assumed", 794.5 / 989.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
-    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, 0.9, 0.5, 0};
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN, 0};
 #undef H_F
 #undef A_F
 #undef A_B
@@ -60,6 +68,10 @@ static const GpuPreset GPUS[] = {
     {"a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 1555, "NVLink 3 (600 GB/s bidirectional)", 128 * GIB_, PCIE4, 409.6, "DGX A100 320GB (8 GPUs, 1 TiB, 2 x EPYC 7742, 8 ch DDR4-3200 each)", 108, 1, &EFF_AMPERE},
     {"a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB_, 300, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (600 GB/s bidirectional)", 256 * GIB_, PCIE4, 409.6, "DGX A100 640GB (8 GPUs, 2 TiB, 2 x EPYC 7742, 8 ch DDR4-3200 each)", 108, 1, &EFF_AMPERE},
     {"h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H100 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)", 132, 1, &EFF_HOPPER},
+    {"h100-96gb", "NVIDIA H100 96GB HBM2e (500 W)", 96e9, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 2400, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "Grand Teton (8 GPUs; host as DGX H100 assumed)", 132, 1, &EFF_HOPPER},
+    {"h800", "NVIDIA H800 80GB HBM3", 81559 * MIB_, 200, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 3350, "NVLink 4 (400 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H800 (8 GPUs, as DGX H100)", 132, 1, &EFF_HOPPER},
+    {"a800-80gb", "NVIDIA A800-SXM4-80GB", 81920 * MIB_, 200, 25, HOP_NVLINK, HOP_NET, {19.5, 312, 312}, WS_OLD, 2039, "NVLink 3 (400 GB/s bidirectional)", 256 * GIB_, PCIE4, 409.6, "DGX A800 (8 GPUs, as DGX A100 640GB)", 108, 1, &EFF_AMPERE},
+    {"b200", "NVIDIA B200", 180 * GIB_, 900, 50, HOP_NVLINK, HOP_NET, {80, 2250, 2250}, WS_HOPPER, 8000, "NVLink 5 (1.8 TB/s bidirectional)", 256 * GIB_, PCIE5, 716.8, "DGX B200 (8 GPUs, 2 TiB, 2 x Xeon 8570, 8 ch DDR5-5600 each)", 148, 1, &EFF_BLACKWELL},
     {"h200", "NVIDIA H200", 143771 * MIB_, 450, 50, HOP_NVLINK, HOP_NET, {67, 989.5, 989.5}, WS_HOPPER, 4800, "NVLink 4 (900 GB/s bidirectional)", 256 * GIB_, PCIE5, 614.4, "DGX H200 (8 GPUs, 2 TiB, 2 x Xeon 8480C, 8 ch DDR5-4800 each)", 132, 1, &EFF_HOPPER},
 };
 #define N_GPUS ((int)(sizeof(GPUS) / sizeof(GPUS[0])))

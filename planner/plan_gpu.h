@@ -16,6 +16,8 @@
 #define PLAN_ATTN_POINTS 6   /* sequence lengths 512, 1k, 2k, 4k, 8k, 16k */
 typedef struct {
     const char *name;                    /* "Hopper (H100 SXM)" */
+    const char *key;                     /* "hopper": its GEMM share's name in plan_shares.h and for
+                                            bench/fit_time.py (memplan gpus --json) */
     double gemm_eff;                     /* the best large bf16/fp16 GEMM's fraction of the dense peak (MAMF) */
     double attn_fwd[PLAN_ATTN_POINTS];   /* flash attention forward (causal), fraction of the dense peak */
     double attn_bwd[PLAN_ATTN_POINTS];   /* flash attention backward, fraction of the dense peak */
@@ -57,6 +59,15 @@ const GpuPreset *plan_gpu_by_name(const char *name);   /* NULL if unknown */
 const char *plan_gpu_names(void);                      /* "v100-16gb, ..." */
 #define PLAN_DEFAULT_GPU "a100-40gb"
 
+/* The time model's fitted shares for one plan (docs/formulas.md "Time"): 0 = the shipped figure
+ * (plan_shares.h, fitted on every published source by `make fit-time`); --time-shares sets them,
+ * which is how bench/fit_time.py fits them and checks them on a source it left out. */
+typedef struct {
+    double gemm;             /* of the generation's MAMF GEMM rate (GpuEff.gemm_train) */
+    double attn;             /* of its flash-attention benchmark rate (GpuEff.attn_train) */
+    double passes;           /* elementwise traffic over one pass per op (PLAN_SHARE_PASSES) */
+} TimeShares;
+
 typedef struct {
     GpuPreset gpu;           /* a copy: flags override fields */
     int64_t gpus;            /* N, total data-parallel ranks */
@@ -77,6 +88,7 @@ typedef struct {
                                 and collectives at the links' alpha-beta (--mfu; validate's measured
                                 descriptions); 0: time from the operations (plan_cost.c, plan_comm.c) */
     double coll_base_lat;    /* seconds every collective costs before its hops (launch, sync) */
+    TimeShares shares;       /* --time-shares; zeros: the shipped shares */
     double host_mem;         /* bytes of host memory per node; 0 = preset per GPU x GPUs per node */
     /* A measured device description (memplan validate on CPU ranks: exec/exec_describe.h) where
        the preset's single figures do not describe the device; 0 = the preset's. docs/formulas.md

@@ -313,6 +313,13 @@ static int read_moe_layout(LoadCtx *c, const cJSON *root, const Family *v, MoeSp
     e->clamped_glu = v->clamped_glu;
     if (v->k_norm_topk && ld_bool(c, root, "", v->k_norm_topk, 0, v->norm_topk, 0, &e->norm_topk)) return -1;
     if (v->aux_loss && ld_bool(c, root, "", "output_router_logits", 0, 0, 0, &e->router_logits)) return -1;
+    /* DeepSeek's group-limited routing: the top-2 scores per group, the best groups, then the
+       experts (DeepseekV3MoE.route_tokens_to_experts: three topk, whose outputs op-level
+       checkpointing saves) */
+    if (e->router == MOE_ROUTER_GROUPED &&
+        (ld_int32(c, root, "", "n_group", 0, 1, 1, 65536, &e->n_group) ||
+         ld_int32(c, root, "", "topk_group", 0, 1, 1, 65536, &e->topk_group)))
+        return -1;
     return 0;
 }
 

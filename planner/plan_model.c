@@ -50,9 +50,13 @@ int64_t plan_model_params(const ModelSpec *m) {
 }
 
 double plan_layer_active_params(const ModelSpec *m, const LayerSpec *l) {
-    double all = (double)l->params + (double)l->frozen;   /* a frozen weight computes as much */
+    /* a frozen weight computes as much, a packed one as its unpacked weight */
+    double all = (double)l->params + (double)l->frozen + (double)l->frozen_flops_extra;
     if (l->expert_params <= 0 || m->moe.n_experts <= 0) return all;
-    return all - (double)l->expert_params * (1.0 - (double)m->moe.top_k / m->moe.n_experts);
+    /* under expert parallelism the layer holds E / ep experts and they run on the rows the
+       dispatch brings, top_k per token in expectation: as many as without it */
+    double ep = m->moe.ep > 1 ? m->moe.ep : 1;
+    return all - (double)l->expert_params * (1.0 - ep * m->moe.top_k / m->moe.n_experts);
 }
 
 int64_t plan_model_active_params(const ModelSpec *m) {
@@ -133,6 +137,27 @@ int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n) {
         else s += (d + n - 1) / n * (e / d);   /* torch.chunk: every rank's shard as the first's */
     }
     return sum == l->params ? s : -1;
+}
+
+int64_t plan_layer_shard_dim0_ep(const LayerSpec *l, int64_t n, int64_t ne, int64_t *experts) {
+    if (experts) *experts = 0;
+    if (l->params == 0) return 0;
+    if (l->n_tensors <= 0 || n < 1 || ne < 1) return -1;
+    int64_t s = 0, e = 0, sum = 0;
+    for (int k = 0; k < l->n_tensors; k++) {
+        int64_t d = l->tensor_dim0[k], el = l->tensor_elems[k];
+        int expert = k < 32 && (l->expert_mask >> k & 1u);
+        int64_t g = expert ? ne : n;
+        sum += el;
+        if (el == 0) continue;
+        if (d <= 0) return -1;
+        int64_t rows = (d + g - 1) / g * (el / d);
+        if (expert) e += rows;
+        else s += rows;
+    }
+    if (sum != l->params) return -1;
+    if (experts) *experts = e;
+    return s + e;
 }
 
 /* A layer's tensors are known when they add up to its params. */
@@ -430,7 +455,10 @@ static int64_t t_moe(LayerSpec *l, const TransformerConfig *c) {
     t_add(l, E * f * h, E);
     if (bias) t_add(l, E * h, E);
     int64_t experts = 0;
-    for (int k = n0 + (c->moe_router_first ? 1 + bias : 0); k < l->n_tensors; k++) experts += l->tensor_elems[k];
+    for (int k = n0 + (c->moe_router_first ? 1 + bias : 0); k < l->n_tensors; k++) {
+        experts += l->tensor_elems[k];
+        if (k < 32) l->expert_mask |= 1u << k;   /* the routed experts' tensors (expert parallelism) */
+    }
     if (!c->moe_router_first) t_linear(l, h, E, bias);
     if (c->moe.d_ff_shared > 0) t_gated(l, c, c->moe.d_ff_shared, 0);
     if (c->moe.shared_gate) t_linear(l, h, 1, 0);
@@ -780,15 +808,16 @@ int plan_model_generic(ModelSpec *m, const char *name, int64_t params, int n_uni
 
 /* Every field of LayerSpec but name and unit: a field added to the struct must be added here
    (the size check below stops the build until it is). */
-_Static_assert(sizeof(LayerSpec) == 1312, "LayerSpec changed: compare its new fields in plan_layer_same");
+_Static_assert(sizeof(LayerSpec) == 1336, "LayerSpec changed: compare its new fields in plan_layer_same");
 int plan_layer_same(const LayerSpec *a, const LayerSpec *b) {
 #define SAME(f) (a->f == b->f)
 #define SAME_N(f, n) (memcmp(a->f, b->f, sizeof a->f[0] * (size_t)(n)) == 0)
     if (!(SAME(kind) && SAME(params) && SAME(buffers) && SAME(buffers_i64) && SAME(bn_channels) && SAME(largest_tensor) &&
           SAME(fwd_flops) && SAME(act_elems) && SAME(act_fp32_elems) && SAME(act_mask_elems) && SAME(act_bytes) &&
-          SAME(act_known) && SAME(n_tensors) && SAME(conv_kernel) && SAME(conv_stride) && SAME(expert_params) &&
+          SAME(act_known) && SAME(n_tensors) && SAME(conv_kernel) && SAME(conv_stride) && SAME(expert_params) && SAME(expert_mask) &&
           SAME(attn_window) && SAME(no_rope) && SAME(frozen) && SAME(n_frozen) && SAME(act_unsaved_tok) &&
-          SAME(lora_r_tok) && SAME(lora_drop_tok) && SAME(grad_frontier)))
+          SAME(act_unsaved_tok_ac) && SAME(lora_r_tok) && SAME(lora_drop_tok) && SAME(frozen_flops_extra) &&
+          SAME(grad_frontier)))
         return 0;
     int n = a->n_tensors > 0 ? a->n_tensors : 0, nf = a->n_frozen > 0 ? a->n_frozen : 0;
     return SAME_N(tensor_elems, n) && SAME_N(tensor_dim0, n) && SAME_N(tensor_mod, n) && SAME_N(frozen_elems, nf) &&

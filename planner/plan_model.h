@@ -76,6 +76,12 @@ typedef struct {
     int clamped_glu;         /* GPT-OSS: clamp, sigmoid(alpha x) and (up + 1) in the experts' SwiGLU */
     int router_logits;       /* output_router_logits: the logits kept in the output for the
                                 load-balancing loss */
+    int n_group, topk_group; /* MOE_ROUTER_GROUPED: expert groups and the groups a token's experts
+                                come from (DeepSeek's n_group, topk_group; 0 reads as 1) */
+    int ep;                  /* a rank's view under expert parallelism (planner/plan_dim_ep.h): the
+                                blocks' routed-expert tensors hold n_experts / ep of the experts, and
+                                a rank's experts run on the rows the dispatch brings them; 0 or 1 =
+                                every expert (the model as given) */
 } MoeSpec;
 
 /* What a decoder block of the 2024-26 families saves beyond the classic block of its norm and MLP
@@ -150,6 +156,10 @@ typedef struct {
     /* LAYER_BLOCK of a mixture-of-experts model: the elements of its routed experts (all E of
      * them; ModelSpec.moe says how many each token uses); 0 = a dense block */
     int64_t expert_params;
+    /* Which of tensor_elems[] are the routed experts' (bit k: tensor k; their dim 0 is the expert
+     * index), as the loaders register them; 0 with expert_params > 0 = not known (expert
+     * parallelism needs them: planner/plan_dim_ep.h) */
+    uint32_t expert_mask;
     /* LAYER_BLOCK: sliding-window attention, the keys each query sees (Mistral, Gemma 2/3's
      * sliding layers, Qwen's above max_window_layers); 0 = every earlier key. Beyond the window
      * transformers hands SDPA a materialised mask (docs/formulas.md "Activations"). */
@@ -172,8 +182,13 @@ typedef struct {
     /* Saved activations the trainable subset changes, elements per token (planner/plan_dim_ft.c):
      * inputs of projections no longer saved (autograd saves a matmul's input only for its weight's
      * gradient), LoRA A outputs (rank r each, saved by B), LoRA dropout outputs (saved by A, with
-     * as many 1-byte dropout masks). */
-    int64_t act_unsaved_tok, lora_r_tok, lora_drop_tok;
+     * as many 1-byte dropout masks). act_unsaved_tok_ac: the inputs no longer saved under autocast,
+     * where each projection saved its own cast copy (both kept, so that one setup serves every
+     * precision a search tries). */
+    int64_t act_unsaved_tok, act_unsaved_tok_ac, lora_r_tok, lora_drop_tok;
+    /* A quantized base held as its packed storage (a rank's view under ZeRO-3 / FSDP): the
+     * elements the frozen projections compute with beyond the storage elements frozen counts. */
+    int64_t frozen_flops_extra;
     /* Where backward starts (autograd records nothing before the first trainable parameter):
      * 1 = the layer runs before it and saves nothing; 2 = its first norm does (the block whose
      * attention input projections carry the first trainable parameters); 0 otherwise. */
@@ -289,6 +304,10 @@ int plan_model_dim0_known(const ModelSpec *m);
  * ceil(dim0 / n) × (elems / dim0) elements (torch.chunk along dim 0, every rank padded to the
  * first chunk); -1 when a dim 0 is unknown. */
 int64_t plan_layer_shard_dim0(const LayerSpec *l, int64_t n);
+/* The same for a layer whose routed-expert tensors (LayerSpec.expert_mask) shard over a group
+   of their own, ne (expert parallelism's expert data-parallel group), the others over n; *experts
+   (may be NULL): the experts' part of the shard. -1 when a dim 0 is unknown. */
+int64_t plan_layer_shard_dim0_ep(const LayerSpec *l, int64_t n, int64_t ne, int64_t *experts);
 /* The same over layer l's frozen tensors (FSDP2 shards frozen parameters too); -1 when a frozen
  * tensor's dim 0 is unknown. */
 int64_t plan_layer_frozen_shard_dim0(const LayerSpec *l, int64_t n);

@@ -40,11 +40,13 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof(b)), (long long)c->gpus_per_node,
             (long long)plan_cluster_nodes(c), plan_cluster_nodes(c) > 1 ? "s" : "");
     fprintf(f, "# train: micro-batch %lld, seq %lld, grad-accum %lld, precision %s, optimizer %s, "
-            "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s%s%s\n", (long long)t->micro_batch,
+            "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s%s%s%s\n", (long long)t->micro_batch,
             (long long)plan_report_seq(m, t), (long long)t->grad_accum,
             plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
             plan_ckpt_label(t, (char[24]){0}, 24), plan_attn_name(t->attn), plan_report_dropout(m, t),
             t->fsdp_impl == 1 ? "FSDP1 (flat parameter)" : "FSDP2 (fully_shard)",
+            t->fsdp_reduce == FSDP_REDUCE_LOW ? " reducing in the 16-bit dtype (--fsdp-reduce-dtype)"
+            : t->fsdp_reduce == FSDP_REDUCE_FP32 ? " reducing in fp32 (--fsdp-reduce-dtype)" : "",
             t->grad_accum > 1 ? " reducing gradients " : "",
             t->grad_accum > 1 ? (t->fsdp_grad_sync == FSDP_SYNC_LAST ? "in the last micro-step only (--fsdp-grad-sync last)"
                                                                      : "every micro-step (--fsdp-grad-sync every)") : "",
@@ -58,9 +60,9 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
     plan_dims_header(f, HEADER_AFTER_TRAIN, m, t, c, rows, n_rows);
 }
 
-/* The collective table (and, under accumulation, what FSDP's other style would change). */
 /* How the times were made and what backs them: the flat model or per operation, and per strategy
-   "published" (published GPU runs of that setup, bench/published) or an estimate. */
+   the published sources whose runs cover its setup with their held-out error, or an estimate
+   (plan_time.h); strategies with the same basis share a line. */
 static void time_basis_lines(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     if (plan_time_flat(c))
         fprintf(f, "# compute at %.0f%% of the preset's peak FLOP/s (--mfu: the flat model), collectives at the links' "
@@ -69,23 +71,27 @@ static void time_basis_lines(FILE *f, const ModelSpec *m, const TrainSpec *t, co
         fprintf(f, "# compute from the operations: GEMMs at the GPU's measured GEMM rate less tile and wave quantization, "
                    "attention by its kernel, elementwise passes at HBM bandwidth; collectives by NCCL's ring/tree model "
                    "(docs/formulas.md \"Time\"; --mfu F for the flat model)\n");
-    char backed[128] = "", est[128] = "";
-    const char *why = NULL;
-    for (int i = 0; i < p->n_rows; i++) {
+    char text[STRAT_COUNT][320];
+    int done[STRAT_COUNT] = {0};
+    for (int i = 0; i < p->n_rows && i < STRAT_COUNT; i++) {
         TimeBasis b = plan_time_basis(m, t, c, p->rows[i].kind);
-        char *dst = b.published ? backed : est;
-        size_t n = strlen(dst);
-        snprintf(dst + n, 128 - n, "%s%s", n ? ", " : "", plan_strategy(p->rows[i].kind)->name);
-        if (!b.published && !why) why = b.why;
+        plan_time_basis_text(&b, text[i], sizeof text[i]);
     }
-    if (backed[0])
-        fprintf(f, "# times of %s: backed by published GPU runs of this setup (bench/published_check.py: %d held-out "
-                   "runs, median error %.1f %%)\n", backed, PLAN_PUBLISHED_HELDOUT_ROWS, PLAN_PUBLISHED_HELDOUT_ERR);
-    if (est[0])
-        fprintf(f, "# times of %s: estimates (%s; the model is checked against published runs of FSDP on A100/H100 "
-                   "and against memplan's own engine on CPU ranks)\n", est, why);
+    for (int i = 0; i < p->n_rows && i < STRAT_COUNT; i++) {
+        if (done[i]) continue;
+        char names[128] = "";
+        size_t n = 0;
+        for (int j = i; j < p->n_rows && j < STRAT_COUNT; j++)
+            if (!done[j] && strcmp(text[j], text[i]) == 0) {
+                done[j] = 1;
+                n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, "%s%s", n ? ", " : "",
+                                      plan_strategy(p->rows[j].kind)->name);
+            }
+        fprintf(f, "# times of %s: %s\n", names, text[i]);
+    }
 }
 
+/* The collective table (and, under accumulation, what FSDP's other style would change). */
 static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
     fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
                "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
@@ -394,6 +400,9 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "offload", plan_offload_name(t->offload));
     cJSON_AddNumberToObject(jt, "fsdp", t->fsdp_impl == 1 ? 1 : 2);   /* what fsdp-* rows mean */
     cJSON_AddStringToObject(jt, "fsdp_grad_sync", plan_fsdp_sync_name(t->fsdp_grad_sync));
+    if (t->fsdp_reduce != FSDP_REDUCE_DEFAULT)   /* given, or a config's: the reduce-scatter's dtype */
+        cJSON_AddStringToObject(jt, "fsdp_reduce_dtype", t->fsdp_reduce == FSDP_REDUCE_FP32 ? "fp32"
+                                : plan_precision(t->precision)->peak == PEAK_FP16 ? "fp16" : "bf16");
     if (t->fsdp_impl == 1) {   /* FSDP1's knobs, only where they mean something */
         cJSON *k = cJSON_AddObjectToObject(jt, "fsdp1");
         cJSON_AddNumberToObject(k, "min_params", t->fsdp1.min_params);

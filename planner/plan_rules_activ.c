@@ -4,6 +4,7 @@
  * Sources: docs/formulas.md "Activations", "Transients", "A block's backward". */
 #include <math.h>
 
+#include "plan_dim_ft.h"
 #include "plan_step_internal.h"
 
 static int last_of_kind(const ModelSpec *m, LayerKind k) {
@@ -102,6 +103,8 @@ static double dequant_bytes(const StepCtx *x, int i) {
         int id = PLAN_MOD_ID(l->frozen_mod[k]);
         if (id != PLAN_MOD_NONE && id != PLAN_MOD_LM_HEAD && (double)l->frozen_elems[k] > big) big = (double)l->frozen_elems[k];
     }
+    if (x->t->ft.packed)   /* the rank's view holds the packed storage: the weight it dequantizes to */
+        big = floor(big * x->p->param_bytes / plan_quant_bytes_per_param(x->t));
     return big * x->p->act_bytes;
 }
 
@@ -151,8 +154,11 @@ void rule_optimizer_transients(const StepCtx *x, Step *st) {
     double o_local = x->ds_py ? x->o_part : (x->s->shard & SHARD_OPT) ? x->z.psi_shard : x->z.psi;
     int torch_opt = p->master_bytes == 0 || plan_fsdp2_fp32_shards(x->t, x->sk);
     int s = pt(x, PT_STEP, 0);
+    /* foreach runs per parameter group: its temporary is the larger group's where a dimension
+       splits them (RankView.opt_plain_elems: --tp's plain tensors beside its DTensors) */
+    double plain = x->v->opt_plain_elems, temp = plain > 0 ? fmax(plain, o_local - plain) : o_local;
     if (x->o->foreach_temp && torch_opt && !x->engine && !x->ds_py && x->opt_on_gpu)
-        step_at(st, RULE_FOREACH_TEMP, TERM_TRANSIENT, s, o_local * p->state_bytes);
+        step_at(st, RULE_FOREACH_TEMP, TERM_TRANSIENT, s, temp * p->state_bytes);
     if (!x->ds12 || !x->opt_on_gpu) return;
     double largest = 0;
     for (int i = 0; i < x->L; i++)

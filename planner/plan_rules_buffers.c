@@ -277,10 +277,29 @@ void rule_fsdp2_buffers(const StepCtx *x, Step *st) {
     step_level(&lv, pt(x, PT_LOSS_BWD, 0), plan_fsdp2_bwd_comm(f, m, x->L - 1));
     for (int i = x->L - 1; i >= 0; i--) {
         step_level(&lv, pt(x, PT_BWD_MLP, i), plan_fsdp2_bwd_comm(f, m, i));
+        step_level(&lv, pt(x, PT_BWD, i), plan_fsdp2_bwd_rest_comm(f, m, i));   /* --ep: experts resharded */
         if (plan_fsdp2_unit_starts(m, i)) step_level(&lv, pt(x, PT_BWD_UNIT, i), plan_fsdp2_rs_comm(f, m, i));
     }
     step_level(&lv, pt(x, PT_ROOT_RS, 0), f->rroot * f->rb);
     step_level(&lv, pt(x, PT_NORM, 0), 0);
+}
+
+/* Expert parallelism under FSDP2 (plan_dim_ep.h): a block's routed experts are a unit of their
+   own (fully_shard on the experts module over the expert data-parallel mesh: transformers 5.24
+   distributed/fsdp.py apply_fully_sharded_data_parallelism; torchtitan's dp_mod_ep mesh), so
+   they are gathered and reduced over those ne = n / ep ranks, strided by ep (the expert mesh's
+   inner dimension is ep), beside the block's own collective, when and as often as it is. */
+static void expert_unit_coll(const StepCtx *x, Step *st, const StepUnit *u, PlanCollOp op, CommPhase ph,
+                             StepMicro micro, double bytes) {
+    int64_t ne = x->f2.on ? x->f2.ne : 0;
+    if (u->eshard <= 0 || ne <= 1) return;
+    int gather = op == PCOLL_ALL_GATHER;
+    int at = gather ? pt(x, ph == CPHASE_FORWARD ? PT_FWD : PT_BWD, ph == CPHASE_FORWARD ? u->first : u->last)
+                    : pt(x, PT_BWD, u->first);
+    StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, at, op, gather ? PURPOSE_EXPERT_PARAMS : PURPOSE_EXPERT_GRADS, ph,
+                       gather ? SCHED_PREFETCH : SCHED_ASYNC_AFTER, micro, (double)ne * u->eshard * bytes, ne,
+                       multi_node(x));
+    if (e && gather) e->wait = e->point;
 }
 
 /* The units' collectives, each moving the unit padded (n x its shard): the root gathered before
@@ -294,7 +313,7 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
     if (!(x->fsdp || engine_z3) || x->L == 0) return;
     int64_t n = x->n, replicas = (x->N + n - 1) / n;
     int crosses = x->s->group_node ? 0 : multi_node(x), hsdp = x->s->group_node && x->N > n;
-    double pb = x->p->param_bytes, gb = plan_fsdp2_fp32_shards(x->t, x->sk) ? 4 : x->p->grad_bytes;
+    double pb = x->p->param_bytes, gb = plan_fsdp_reduce_bytes(x->t, x->sk);
     StepMicro rmicro = plan_fsdp_reduce_last_only(x->t, x->sk) ? MICRO_LAST : MICRO_EVERY;
     const StepUnit *root = NULL;
     for (int k = 0; k < x->n_units; k++)
@@ -311,8 +330,10 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
         const StepUnit *u = &x->units[k];
         if (u->root || u->elems + u->felems <= 0) continue;
         StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, u->first), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
-                           CPHASE_FORWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * (u->shard + u->fshard) * pb, n, crosses);
+                           CPHASE_FORWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * (u->shard - u->eshard + u->fshard) * pb,
+                           n, crosses);
         if (e) e->wait = e->point;
+        expert_unit_coll(x, st, u, PCOLL_ALL_GATHER, CPHASE_FORWARD, MICRO_EVERY, pb);
     }
     if (x->s->buffers != BUF_FSDP_GRAD_OP) {
         StepXfer *r = root && engine_z3 ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, x->L - 1), PCOLL_ALL_GATHER,
@@ -323,8 +344,10 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
             const StepUnit *u = &x->units[k];
             if (u->root || u->elems + u->felems <= 0) continue;
             StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, u->last), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
-                               CPHASE_BACKWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * (u->shard + u->fshard) * pb, n, crosses);
+                               CPHASE_BACKWARD, SCHED_PREFETCH, MICRO_EVERY,
+                               (double)n * (u->shard - u->eshard + u->fshard) * pb, n, crosses);
             if (e) e->wait = e->point;
+            expert_unit_coll(x, st, u, PCOLL_ALL_GATHER, CPHASE_BACKWARD, MICRO_EVERY, pb);
         }
     }
     for (int k = x->n_units - 1; k >= 0; k--) {
@@ -332,8 +355,9 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
         if (u->root ? !root || x->z.root_unit <= 0 : u->elems <= 0) continue;   /* gradients only */
         int at = pt(x, PT_BWD, u->root ? 0 : u->first);
         StepXfer *s = coll(st, RULE_UNIT_COLLECTIVES, at, PCOLL_REDUCE_SCATTER, PURPOSE_UNIT_GRADS, CPHASE_BACKWARD,
-                           SCHED_ASYNC_AFTER, rmicro, (double)n * u->shard * gb, n, crosses);
+                           SCHED_ASYNC_AFTER, rmicro, (double)n * (u->shard - u->eshard) * gb, n, crosses);
         if (s) s->root = (uint8_t)u->root;
+        expert_unit_coll(x, st, u, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, rmicro, gb);
         StepXfer *a = hsdp ? coll(st, RULE_UNIT_COLLECTIVES, at, PCOLL_ALL_REDUCE, PURPOSE_REPLICA_GRADS, CPHASE_BACKWARD,
                                   SCHED_ASYNC_AFTER, rmicro, u->shard * gb, replicas, 1) : NULL;
         if (a) {

@@ -237,7 +237,7 @@ static const char *xfer_where(const SimPrep *P, const StepXfer *x) {
 /* The trace's name of a collective: tensor parallel's are told apart from the data-parallel ones. */
 static const char *xfer_op_name(const StepXfer *x) {
     static const char *const TP_NAMES[PCOLL_COUNT] = {"tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
-                                                      "tp_broadcast", "tp_send_recv"};
+                                                      "tp_broadcast", "tp_send_recv", "tp_all_to_all"};
     int tp = x->purpose == PURPOSE_TP_ACTS || x->purpose == PURPOSE_TP_LOGITS || x->purpose == PURPOSE_TP_REPLICA_GRADS;
     return tp ? TP_NAMES[x->op] : plan_coll_name((PlanCollOp)x->op);
 }

@@ -35,6 +35,9 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     int root_flat = (s->shard & SHARD_PARAM) && (units > 0 || m->root_only);
     int64_t n = z->n;
     int dim0 = plan_fsdp2_dim0_rows(t, sk);
+    /* expert parallelism (planner/plan_dim_ep.h): the routed experts' tensors are sharded over the
+       expert data-parallel group, n / ep ranks, each holding the view's n_experts / ep of them */
+    int64_t ep = m->moe.ep > 1 && n % m->moe.ep == 0 ? m->moe.ep : 1;
     double flat = 0, d0 = 0;                     /* local shard: per unit, per tensor */
     double u_elems = 0, u_d0 = 0, root_d0 = 0;   /* the unit being summed; the root's */
     double fz_flat = 0, fz_d0 = 0, fu = 0, fu_d0 = 0, root_fz_d0 = 0;   /* the same for frozen ones */
@@ -42,7 +45,9 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params, lf = ceil(pu / (double)n);
         double ld = 0, pf = (double)l->frozen, lfd = 0;
-        if (dim0 && (ld = (double)plan_layer_shard_dim0(l, n)) < 0) dim0 = 0;   /* unknown: per unit */
+        if (dim0 && (ld = (double)(ep > 1 && l->expert_mask ? plan_layer_shard_dim0_ep(l, n, n / ep, NULL)
+                                                             : plan_layer_shard_dim0(l, n))) < 0)
+            dim0 = 0;   /* unknown: per unit */
         if (dim0 && pf > 0 && (lfd = (double)plan_layer_frozen_shard_dim0(l, n)) < 0) dim0 = 0;
         if (!root_flat) { fz_flat += ceil(pf / (double)n); fz_d0 += lfd; }
         if (units > 0 && l->unit == 0) { z->root_frozen += pf; root_fz_d0 += lfd; }
@@ -96,7 +101,8 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     if (!(s->shard & SHARD_PARAM)) z->frozen = plan_model_frozen_bytes(m, t);
     else if (fz_elems > 0)   /* FSDP2: every rank's shard of them, at the bytes they are stored at (fp32 shards under
                                 a MixedPrecisionPolicy) */
-        z->frozen = z->frozen_shard * (plan_fsdp2_fp32_shards(t, sk) ? p->master_bytes : plan_model_frozen_bytes(m, t) / fz_elems);
+        z->frozen = z->frozen_shard * (plan_fsdp2_fp32_shards(t, sk) && t->ft.quant == QUANT_NONE ? p->master_bytes
+                                       : plan_model_frozen_bytes(m, t) / fz_elems);   /* a base stored lower: as stored */
     z->params += z->frozen;
     offload_gpu_sizes(t, sk, z);   /* CPU offload: what leaves the GPU */
 }

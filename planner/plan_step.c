@@ -173,6 +173,7 @@ static int build_view(Step *st, RankView *v, unsigned what) {
     if (x.s->group_node && c->gpus > x.n) st->nccl_comms = 2;
     if (w->tp > 1) st->nccl_comms++;
     if (w->pp > 1) st->nccl_comms++;
+    st->nccl_comms += w->comms;   /* the other dimensions' groups (plan_dim.h RankView.comms) */
     st->nccl = st->nccl_comms * c->nccl_per_comm;
     st->fixed = st->cuda_context + st->cublas_ws + st->nccl;
     st->shard_group = x.n;
@@ -191,6 +192,37 @@ static int build_view(Step *st, RankView *v, unsigned what) {
     plan_step_ctx_free(&x);
     if (st->failed) return build_failed(st, PLAN_ERR_NOMEM, "out of host memory planning it", NULL);
     return PLAN_OK;
+}
+
+int plan_step_rule_fns(StepRuleFn *fns, int max) {
+    int n = 0;
+    for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]) && n < max; k++) fns[n++] = RULES[k];
+    for (int d = 0; d < plan_dim_count() && n < max; d++)
+        if (plan_dim(d)->rule) fns[n++] = plan_dim(d)->rule;
+    return n;
+}
+
+int plan_step_rule_writes(const RankView *v, StepRuleFn fn, unsigned char written[RULE_COUNT]) {
+    memset(written, 0, RULE_COUNT);
+    Step st;
+    memset(&st, 0, sizeof st);
+    st.n_layers = v->m.n_layers;
+    st.n_points = plan_step_n_points(v->m.n_layers);
+    st.sampled = calloc((size_t)st.n_points, 1);
+    StepCtx x;
+    memset(&x, 0, sizeof x);
+    int rc = !st.sampled || plan_step_ctx_init(&x, v) ? -1 : 0;
+    if (!rc) fn(&x, &st);
+    plan_step_ctx_free(&x);
+    for (int e = 0; e < st.n_mem; e++) written[st.mem[e].rule] = 1;
+    for (int e = 0; e < st.n_xfer; e++) written[st.xfer[e].rule] = 1;
+    for (int e = 0; e < st.n_work; e++) written[st.work[e].rule] = 1;
+    if (st.failed) rc = -1;
+    free(st.mem);
+    free(st.xfer);
+    free(st.work);
+    free(st.sampled);
+    return rc;
 }
 
 /* A view whose memory is the account of one micro-step (plan_dim_pp.c: every micro-batch in

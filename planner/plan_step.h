@@ -78,6 +78,10 @@ typedef enum {
     RULE_TP_EMBED_GRAD, RULE_TP_LOGITS_GATHER,
     /* pipeline parallel */
     RULE_PP_IN_FLIGHT, RULE_PP_SEND_RECV,
+    /* expert parallel */
+    RULE_EP_ALL_TO_ALL,
+    /* context parallel */
+    RULE_CP_RING,
     /* compute */
     RULE_LAYER_COMPUTE, RULE_ENGINE_PASSES, RULE_OPTIMIZER_STEP,
     RULE_COUNT

@@ -125,16 +125,19 @@ static int units_setup(StepCtx *x) {
     if (!x->units || !x->unit_of) return -1;
     double nn = (double)x->n;
     int dim0 = x->z.dim0;
-    StepUnit root = {-1, -1, 0, 0, 0, 0, 1};
+    int64_t ep = m->moe.ep > 1 && x->n % m->moe.ep == 0 && dim0 ? m->moe.ep : 1;   /* plan_dim_ep.h */
+    StepUnit root = {-1, -1, 0, 0, 0, 0, 1, 0};
     for (int i = 0; i < m->n_layers; i++) {
         const LayerSpec *l = &m->layers[i];
-        double sh = dim0 ? (double)plan_layer_shard_dim0(l, x->n) : ceil((double)l->params / nn);
+        int64_t esh = 0;
+        double sh = ep > 1 && l->expert_mask ? (double)plan_layer_shard_dim0_ep(l, x->n, x->n / ep, &esh)
+                  : dim0 ? (double)plan_layer_shard_dim0(l, x->n) : ceil((double)l->params / nn);
         double fsh = l->frozen <= 0 ? 0 : dim0 ? (double)plan_layer_frozen_shard_dim0(l, x->n) : ceil((double)l->frozen / nn);
         x->unit_of[i] = -1;
         if (own) {
             if (l->params <= 0) continue;
             x->unit_of[i] = x->n_units;
-            x->units[x->n_units++] = (StepUnit){i, i, (double)l->params, sh, 0, 0, 0};
+            x->units[x->n_units++] = (StepUnit){i, i, (double)l->params, sh, 0, 0, 0, 0};
             continue;
         }
         if (l->unit == 0) {
@@ -149,10 +152,11 @@ static int units_setup(StepCtx *x) {
         }
         StepUnit *u = x->n_units > 0 && x->units[x->n_units - 1].last == i - 1 &&
                       m->layers[i - 1].unit == l->unit ? &x->units[x->n_units - 1] : NULL;
-        if (!u) { u = &x->units[x->n_units++]; *u = (StepUnit){i, i, 0, 0, 0, 0, 0}; }
+        if (!u) { u = &x->units[x->n_units++]; *u = (StepUnit){i, i, 0, 0, 0, 0, 0, 0}; }
         u->last = i;
         u->elems += (double)l->params;
         u->shard += dim0 ? sh : 0;
+        u->eshard += (double)esh;
         u->felems += (double)l->frozen;
         u->fshard += dim0 ? fsh : 0;
         x->unit_of[i] = (int)(u - x->units);

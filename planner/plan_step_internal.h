@@ -36,6 +36,8 @@ typedef struct {
     double shard;        /* this rank's shard (elements) */
     double felems, fshard;   /* frozen parameters: gathered, never reduced (0 without them) */
     int root;
+    double eshard;       /* of shard, the routed experts' part: gathered and reduced over the
+                            expert data-parallel group, not n (plan_dim_ep.h; 0 without --ep) */
 } StepUnit;
 
 typedef struct StepCtx {
@@ -151,6 +153,12 @@ void rule_loss(const StepCtx *x, Step *st);
 void rule_optimizer_transients(const StepCtx *x, Step *st);
 void rule_compute(const StepCtx *x, Step *st);
 void rule_tp(const StepCtx *x, Step *st);           /* plan_dim_tp.c */
+/* Every rule a step runs, in order (the core rules, then each dimension's): fns[0..max), their
+   count. */
+int plan_step_rule_fns(StepRuleFn *fns, int max);
+/* The rule ids rule fn writes (memory events, transfers, work) when it runs alone on view v:
+   written[id] = 1. 0, or -1 out of memory. For the invariant that a rule writes only its own. */
+int plan_step_rule_writes(const RankView *v, StepRuleFn fn, unsigned char written[RULE_COUNT]);
 void rule_pp(const StepCtx *x, Step *st);           /* plan_dim_pp.c */
 
 #endif

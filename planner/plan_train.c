@@ -48,6 +48,8 @@ void plan_train_defaults(TrainSpec *t) {
     t->fsdp_grad_sync = FSDP_SYNC_EVERY;
     t->tp = 1;
     t->pp = 1;
+    t->ep = 1;
+    t->cp = 1;
 }
 
 DsKnobs plan_ds_knobs(const TrainSpec *t) {

@@ -66,6 +66,11 @@ typedef struct {
     FsdpBwdPrefetch bwd;     /* backward_prefetch */
     int fwd;                 /* 1: forward_prefetch=True */
 } FsdpKnobs;
+/* The dtype fsdp-* rows reduce gradients in (--fsdp-reduce-dtype; MixedPrecision(reduce_dtype=) /
+ * MixedPrecisionPolicy(reduce_dtype=); docs/formulas.md "FSDP's reduce dtype"): the default is
+ * each implementation's with the precision regime (plan_fsdp_reduce_bytes), FP32 reduces in fp32,
+ * LOW in the regime's 16-bit dtype (the gradients' own under mixed-*). */
+typedef enum { FSDP_REDUCE_DEFAULT = 0, FSDP_REDUCE_FP32, FSDP_REDUCE_LOW } FsdpReduce;
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
 /* Pipeline schedule (--pp-schedule; planner/plan_dim_pp.h): torch.distributed.pipelining's
@@ -108,6 +113,9 @@ typedef struct {
     FreezeKind freeze;
     int freeze_n;            /* FREEZE_ALL_BUT_LAST: N */
     QuantKind quant;
+    /* set by the fine-tuning dimension's view, not by a flag: the rank's model holds a 4-bit base
+       as its packed storage (plan_dim_ft.c ft_view), priced per element at the parameter bytes */
+    int packed;
 } FinetuneSpec;
 
 typedef struct {
@@ -154,8 +162,15 @@ typedef struct {
                                 pp ranks, the strategy on gpus / (tp * pp); the micro-batches of
                                 one step are grad_accum (--microbatches) (planner/plan_dim_pp.h) */
     PpSchedule pp_schedule;  /* 1F1B (default) or GPipe */
+    int ep;                  /* expert-parallel degree (0 or 1: none; < 0: memplan auto searches it): each
+                                MoE block's routed experts split over ep ranks of the data-parallel
+                                group, tokens sent to them and back by all-to-all, the experts sharded
+                                over the remaining gpus / (tp x pp x ep) (planner/plan_dim_ep.h) */
+    int cp;                  /* context-parallel degree (0 or 1: none): ring attention over cp ranks,
+                                each holding seq / cp of every sequence (planner/plan_dim_cp.h) */
     FinetuneSpec ft;         /* LoRA / frozen parameters (applied to the ModelSpec: plan_dim_ft.h) */
     FsdpKnobs fsdp1;         /* FSDP1's wrapping and prefetch knobs (fsdp-* rows with fsdp_impl 1) */
+    FsdpReduce fsdp_reduce;  /* fsdp-* rows: the reduce-scatter's dtype */
 } TrainSpec;
 
 void plan_train_defaults(TrainSpec *t);   /* amp-bf16, adamw, sdpa, batch 1, accum 1 */

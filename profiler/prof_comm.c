@@ -29,6 +29,7 @@ static const CollInfo COLL_INFO[COLL_OP_COUNT] = {
     [COLL_BROADCAST] = {"broadcast", f_broadcast},
     [COLL_ALL_GATHER_V] = {"all_gather_v", f_gather_scatter},
     [COLL_BARRIER] = {"barrier", f_zero},
+    [COLL_ALL_TO_ALL] = {"all_to_all", f_gather_scatter},   /* nccl-tests alltoall.cu: (n-1)/n */
 };
 
 const char *prof_coll_name(CollOp op)

@@ -1,7 +1,7 @@
 /* prof_comm.h — collective counters: count, payload bytes, per-rank wire bytes and time per
  * collective type and phase, as the comm backends report each call. Wire bytes use the
  * nccl-tests factors (all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n of the full
- * size, broadcast 1), the same rule the planner's communication model uses. */
+ * size, broadcast 1, all-to-all (n-1)/n of the rank's send buffer), the same rule the planner's communication model uses. */
 #ifndef PROF_COMM_H
 #define PROF_COMM_H
 
@@ -15,6 +15,8 @@ typedef enum {
     COLL_BROADCAST,
     COLL_ALL_GATHER_V,
     COLL_BARRIER,
+    COLL_ALL_TO_ALL,         /* every rank a block to every rank (expert parallelism's dispatch and
+                                combine); wire (n-1)/n of the rank's send buffer */
     COLL_OP_COUNT
 } CollOp;
 

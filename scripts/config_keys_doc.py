@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Writes the key tables of docs/configs.md from cli/cli_config_kinds.c's tables (what memplan does
-with each key of a --config file) and the framework sources installed in the ground-truth venv
-(where each key's meaning is defined, file:line). Run after changing a table:
+"""Writes the key tables of docs/configs.md from cli/cli_config_kinds.c's and cli_config_recipes.c's
+tables (what memplan does with each key of a --config file) and the framework sources (where each
+key's meaning is defined, file:line): the ground-truth venv's for DeepSpeed, accelerate,
+transformers; git snapshots for TRL, LLaMA-Factory and axolotl (not installed there), at the
+commits cli_config_recipes.c names. Run after changing a table:
 
-    python3 scripts/config_keys_doc.py [--site-packages DIR]
+    python3 scripts/config_keys_doc.py [--site-packages DIR] [--mirror DIR]
 
 It rewrites the text between each `<!-- keys:TABLE -->` and `<!-- /keys -->` marker pair of
 docs/configs.md and leaves the prose around them as it is.
@@ -20,9 +22,9 @@ VENV = os.path.expanduser("~/.cache/memplan/torch-venv/lib/python3.11/site-packa
 HONOURED = {
     "DS_KEYS": {
         "train_batch_size": "checked: = micro-batch x accumulation x GPUs once the GPUs are known; with one of the two missing, DeepSpeed's derivation (config.py `_set_batch_related_parameters`) gives it",
-        "train_micro_batch_size_per_gpu": "`--batch`",
-        "gradient_accumulation_steps": "`--grad-accum`",
-        "zero_optimization.stage": "`--strategy zero1|zero2|zero3`; 0 (and absent) is DeepSpeed's own data parallelism: named in the warning, planned as `ddp`",
+        "train_micro_batch_size_per_gpu": "`--batch`; \"auto\": the launcher's (section \"auto\" above): the recipe's, else `--batch` or auto's search",
+        "gradient_accumulation_steps": "`--grad-accum`; \"auto\": the launcher's (accelerate: 1), else `--grad-accum` or auto's search",
+        "zero_optimization.stage": "`--strategy zero1|zero2|zero3`; 0 (and absent) is DeepSpeed's own data parallelism: named in the warning, planned as `ddp`; `zero_optimization: true` is stage 1 (DeepSpeed's deprecated spelling), a string or list refused",
         "zero_optimization.reduce_bucket_size": "`--ds-reduce-bucket` (stage 1-3); `\"auto\"`: hidden size squared (the HF Trainer, accelerate)",
         "zero_optimization.stage3_prefetch_bucket_size": "`--ds3-prefetch` (stage 3; elsewhere no effect); `\"auto\"`: int(0.9 h^2)",
         "zero_optimization.prefetch_bucket_size": "`--ds3-prefetch` (the field's own name)",
@@ -37,9 +39,9 @@ HONOURED = {
         "zero_optimization.offload_param.device": "`cpu` with offload_optimizer `cpu` -> `--offload params` (stage 3; DeepSpeed ignores it below); alone not modelled (memplan's params offload moves the optimizer too); `nvme` not modelled",
         "zero_optimization.cpu_offload": "deprecated spelling of offload_optimizer `cpu`",
         "zero_optimization.cpu_offload_param": "deprecated spelling of offload_param `cpu`",
-        "fp16.enabled": "`--precision mixed-fp16`",
+        "fp16.enabled": "`--precision mixed-fp16`; \"auto\": the launcher's fp16 / mixed_precision, else `--precision` (fp32, mixed-bf16, mixed-fp16) or auto's search",
         "fp16.fp16_master_weights_and_grads": "true not modelled",
-        "bf16.enabled": "`--precision mixed-bf16`",
+        "bf16.enabled": "`--precision mixed-bf16`; \"auto\": as fp16.enabled",
         "bf16.bf16_master_weights_and_grads": "with bf16_optimizer_states: `--precision bf16` (pure); alone not modelled",
         "bf16.bf16_optimizer_states": "with bf16_master_weights_and_grads: `--precision bf16`",
         "bfloat16.enabled": "old name of bf16.enabled",
@@ -91,13 +93,19 @@ HONOURED = {
         "parallelism.data_parallel_replicate_degree": "with shard 1: `ddp`; with shard > 1: `fsdp-hybrid` and `--gpus-per-node` = the shard degree",
         "parallelism.data_parallel_shard_degree": "> 1: FSDP2 (`--fsdp 2`, `fsdp-full`); -1 (default): the GPUs the others leave, from `--gpus`; the product of the degrees -> `--gpus`",
         "parallelism.fsdp_reshard_after_forward": "default/always -> `fsdp-full`, never -> `fsdp-grad-op` (with HSDP not modelled)",
-        "parallelism.tensor_parallel_degree": "> 1 not modelled yet",
-        "parallelism.pipeline_parallel_degree": "> 1 not modelled yet",
-        "parallelism.context_parallel_degree": "> 1 not modelled yet",
-        "parallelism.expert_parallel_degree": "> 1 not modelled yet",
-        "parallelism.expert_tensor_parallel_degree": "> 1 not modelled yet",
+        "parallelism.tensor_parallel_degree": "`--tp N` with `--sp on` (torchtitan's SequenceParallel norms; a `--tp` on the command line re-derives it); loss parallel (its default) named",
+        "parallelism.pipeline_parallel_degree": "`--pp N`; the local batch split into micro-batches (`--batch` = pipeline_parallel_microbatch_size, `--microbatches` = local / it x accumulation steps)",
+        "training.mixed_precision_reduce": "float32 (default) is memplan's `--fsdp-reduce-dtype fp32`; bfloat16 under FSDP -> `--fsdp-reduce-dtype bf16` (or fp16: the 16-bit dtype)",
+        "parallelism.pipeline_parallel_schedule": "1F1B (default) -> `--pp-schedule 1f1b`, GPipe -> `gpipe`; others named",
+        "parallelism.pipeline_parallel_microbatch_size": "under pipeline stages: `--batch` (default 1)",
+        "model.name": "llama3 (absent: llama3) with a known flavor: checked against `--model`, or the model; others noted",
+        "model.flavor": "a Llama 3 flavor (debugmodel, 8B, 70B, 405B, ...): its blocks and hidden size checked against `--model`; without `--model` it is the model",
+        "parallelism.context_parallel_degree": "> 1 -> `--cp N` (ring attention; FSDP2 over dp x cp: torchtitan's dp_shard_cp mesh; estimates, docs/formulas.md \"Context parallel\")",
+        "parallelism.expert_parallel_degree": "> 1 -> `--ep N` (the experts split over N of the dp x cp ranks, all-to-all dispatch/combine, FSDP2 on the experts over the rest: docs/formulas.md \"Expert parallel\")",
+        "parallelism.expert_tensor_parallel_degree": "> 1 not modelled yet (it needs tensor parallel of the MoE blocks, which memplan does not plan)",
         "activation_checkpoint.mode": "none, full -> `--act-ckpt`; selective (default) -> selective_ac_option; memory_budget not modelled",
-        "activation_checkpoint.selective_ac_option": "N -> `--act-ckpt every:N` (blocks N, 2N, ...; 0: full); \"op\" not modelled (default \"2\")",
+        "activation_checkpoint.selective_ac_option": "N -> `--act-ckpt every:N` (blocks N, 2N, ...; 0: full); \"op\" -> `--act-ckpt op` (default \"2\")",
+        "parallelism.disable_loss_parallel": "with tensor parallel: false (loss parallel) is not modelled, true is memplan's gathered logits; without it no effect",
         "optimizer.name": "AdamW -> `adamw`, Adam -> `adam`; others not modelled",
     },
     "HF_KEYS": {
@@ -115,6 +123,79 @@ HONOURED = {
         "fsdp": "FSDP (`--fsdp-grad-sync last`: the Trainer's no_sync); legacy words full_shard, shard_grad_op, hybrid_shard, offload, auto_wrap where fsdp_config is silent",
         "fsdp_config": "read under fsdp (FSDP table below); no effect otherwise",
         "accelerator_config.gradient_accumulation_kwargs.sync_each_batch": "true -> `--fsdp-grad-sync every`",
+    },
+    "TRL_KEYS": {
+        "model_name_or_path": "named in a \"no model\" error (memplan reads no hub): give --model its config.json",
+        "dtype": "the load dtype: bfloat16 with LoRA -> `--quant-base bf16` (the frozen base stays there), trained whole under DDP -> pure `bf16`; absent: ModelConfig's float32",
+        "torch_dtype": "older name of dtype",
+        "attn_implementation": "eager -> `--attn eager`; sdpa, flash_attention_2/3 -> `--attn sdpa` (no s x s scores)",
+        "use_peft": "LoRA on (`--lora`, with lora_r ...); false: the lora_* keys have no effect",
+        "lora_r": "`--lora` (ModelConfig's default 16)",
+        "lora_alpha": "`--lora-alpha` (default 32)",
+        "lora_dropout": "`--lora-dropout` (default 0.05)",
+        "lora_target_modules": "`--lora-targets` (a list, or all-linear; absent: PEFT's default for the model type)",
+        "load_in_4bit": "`--quant-base nf4` (with use_peft; TRL refuses it without, and beside load_in_8bit)",
+        "load_in_8bit": "`--quant-base int8`",
+        "bnb_4bit_quant_type": "nf4 and fp4 store the same bytes: `--quant-base nf4`",
+        "use_bnb_nested_quant": "false (ModelConfig's default): named, memplan's nf4 is double-quantized (0.047 B per weight less)",
+        "bnb_4bit_quant_storage": "a float dtype: what ZeRO-3 / FSDP shard; absent (uint8) under FSDP: named (accelerate's FSDP2 leaves it unsharded)",
+        "max_length": "`--seq` (SFTConfig and DPOConfig default 1024: the longest a sample is padded or packed to)",
+        "max_seq_length": "older name of max_length",
+        "loss_type": "SFT: absent or chunked_nll (SFTConfig's default, the logits in chunks) named as not modelled; DPO: marks a DPOConfig",
+        "precompute_ref_log_probs": "DPO: the reference model named either way",
+        "beta": "marks a DPOConfig: `--batch` is 2 x per_device_train_batch_size (chosen and rejected in one forward), the reference model named (none with PEFT)",
+        "max_prompt_length": "marks a DPOConfig",
+    },
+    "LF_KEYS": {
+        "model_name_or_path": "named in a \"no model\" error",
+        "stage": "sft and pt planned; dpo: `--batch` x 2 (concatenated_forward), the reference model named unless LoRA or orpo/simpo; rm, ppo, kto named as not modelled",
+        "finetuning_type": "lora (LLaMA-Factory's default) -> `--lora`; freeze -> `--freeze all-but-last:N`; full; oft named",
+        "lora_rank": "`--lora` (default 8)",
+        "lora_alpha": "`--lora-alpha` (default 2 x the rank)",
+        "lora_dropout": "`--lora-dropout` (default 0)",
+        "lora_target": "`--lora-targets` (default all -> all-linear)",
+        "quantization_bit": "4 -> `--quant-base nf4`, 8 -> `int8` (bnb; hqq / eetq named); LoRA only (LLaMA-Factory refuses a quantized full fine-tune)",
+        "quantization_method": "bnb honoured; hqq, eetq named",
+        "quantization_type": "nf4 / fp4: the same bytes",
+        "double_quantization": "true (default) is memplan's nf4; false named",
+        "cutoff_len": "`--seq` (default 2048)",
+        "disable_gradient_checkpointing": "false (default): `--act-ckpt full` (LLaMA-Factory checkpoints every block)",
+        "flash_attn": "disabled -> `--attn eager`; auto, sdpa, fa2, fa3 -> `--attn sdpa`",
+        "pure_bf16": "trainable parameters kept in bf16: pure `bf16`",
+        "freeze_trainable_layers": "`--freeze all-but-last:N` (default 2)",
+        "freeze_trainable_modules": "all (default) planned; others named",
+        "pref_loss": "orpo / simpo: no reference model",
+        "ref_model": "named with the reference model",
+    },
+    "AX_KEYS": {
+        "base_model": "named in a \"no model\" error",
+        "load_in_8bit": "`--quant-base int8` (with adapter)",
+        "load_in_4bit": "`--quant-base nf4` (with adapter; axolotl stores it in bf16: what ZeRO-3 / FSDP shard)",
+        "adapter": "lora, qlora -> `--lora`; others named",
+        "lora_r": "`--lora` (default 8)",
+        "lora_alpha": "`--lora-alpha` (default 16)",
+        "lora_dropout": "`--lora-dropout` (default 0)",
+        "lora_target_modules": "`--lora-targets`",
+        "lora_target_linear": "true -> `--lora-targets all-linear`",
+        "sequence_len": "`--seq` (default 512)",
+        "micro_batch_size": "`--batch` (default 1)",
+        "bf16": "auto (default): bf16 where the --gpu has it, else fp16 (normalize_config); the model loads at that dtype",
+        "fp16": "fp16 (and the load dtype)",
+        "bfloat16": "bf16 without autocast: pure `bf16`",
+        "float16": "fp16 without autocast",
+        "gradient_checkpointing": "true -> `--act-ckpt full`; offload / offload_disk named",
+        "optimizer": "as the Trainer's optim",
+        "flash_attention": "`--attn sdpa`",
+        "sdp_attention": "`--attn sdpa`",
+        "xformers_attention": "named",
+        "attn_implementation": "as TRL's",
+        "fsdp_version": "the fsdp_config's version",
+        "rl": "dpo, ipo, orpo, simpo: `--batch` x 2; others named",
+        "bnb_config_kwargs": "bnb_4bit_use_double_quant, bnb_4bit_quant_storage read",
+        "deepspeed": "a DeepSpeed JSON (path), \"auto\" filled from the recipe",
+        "fsdp": "FSDP words, as the Trainer's",
+        "fsdp_config": "read as the Trainer's (alone it turns FSDP on)",
+        "gradient_accumulation_steps": "`--grad-accum`",
     },
 }
 
@@ -134,9 +215,11 @@ def tables(src):
 class Finder:
     """file:line of the line defining a key in the installed sources."""
 
-    def __init__(self, site):
+    def __init__(self, site, mirror=""):
         self.site = site
+        self.mirror = mirror
         self.cache = {}
+        self.snap = {}
 
     def lines(self, rel):
         if rel not in self.cache:
@@ -248,11 +331,57 @@ def tt_source(f, path):
     return f.find("torchtitan/config/job_config.py", field(seg[1]), r"^class %s\b" % cls)
 
 
+MIRROR = {"trl": ("huggingface+trl", "f2cd57710ae345ea6428ae95363267fcf38a3dc8"),
+          "lf": ("hiyouga+LLaMA-Factory", "ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30"),
+          "ax": ("axolotl-ai-cloud+axolotl", "067b021c8b87a9e5e380b9173c704cf7340e30f5")}
+
+
+def git_lines(mirror, key, rel):
+    """A file of a git snapshot (MIRROR), as lines; [] when the snapshot is not here."""
+    import subprocess
+    repo, commit = MIRROR[key]
+    try:
+        t = subprocess.run(["git", "-C", os.path.join(mirror, repo, "repo"), "show", "%s:%s" % (commit, rel)],
+                           capture_output=True, text=True, check=True).stdout
+    except Exception:
+        return []
+    return t.split("\n")
+
+
+def snap_find(f, key, rels, name):
+    for rel in rels:
+        ls = f.snap.setdefault((key, rel), git_lines(f.mirror, key, rel))
+        for i, l in enumerate(ls):
+            if re.match(r"^\s+%s\s*:" % re.escape(name), l):
+                return "%s %s:%d" % (MIRROR[key][0].split("+")[1], rel, i + 1)
+    return None
+
+
+def trl_source(f, path):
+    name = path.split(".")[0]
+    return snap_find(f, "trl", ["trl/trainer/sft_config.py", "trl/trainer/dpo_config.py", "trl/trainer/model_config.py",
+                                "trl/trainer/base_config.py", "trl/scripts/utils.py"], name) or hf_source(f, path)
+
+
+def lf_source(f, path):
+    name = path.split(".")[0].rstrip("*").rstrip("_")
+    return snap_find(f, "lf", ["src/llamafactory/hparams/%s.py" % m for m in
+                               ("model_args", "data_args", "finetuning_args", "training_args", "generating_args")], name) \
+        or hf_source(f, path)
+
+
+def ax_source(f, path):
+    name = path.split(".")[0].rstrip("*").rstrip("_")
+    return snap_find(f, "ax", ["src/axolotl/utils/schemas/%s.py" % m for m in
+                               ("config", "model", "peft", "training", "trl", "integrations")], name) or hf_source(f, path)
+
+
 VERSIONS = {"DS_KEYS": "DeepSpeed 0.19.8", "FSDP_KEYS": "accelerate 1.15.0", "ACC_KEYS": "accelerate 1.15.0",
-            "ACC_DS_KEYS": "accelerate 1.15.0", "TT_KEYS": "torchtitan 0.2.2", "HF_KEYS": "transformers 5.24.0"}
+            "ACC_DS_KEYS": "accelerate 1.15.0", "TT_KEYS": "torchtitan 0.2.2", "HF_KEYS": "transformers 5.24.0",
+            "TRL_KEYS": "TRL f2cd577", "LF_KEYS": "LLaMA-Factory ff6d4d1", "AX_KEYS": "axolotl 067b021"}
 
 SOURCES = {"DS_KEYS": ds_source, "FSDP_KEYS": acc_source, "ACC_KEYS": acc_source, "ACC_DS_KEYS": acc_source,
-           "TT_KEYS": tt_source, "HF_KEYS": hf_source}
+           "TT_KEYS": tt_source, "HF_KEYS": hf_source, "TRL_KEYS": trl_source, "LF_KEYS": lf_source, "AX_KEYS": ax_source}
 
 
 def meaning(table, path, cls, ok):
@@ -263,12 +392,16 @@ def meaning(table, path, cls, ok):
     return NO_EFFECT_WHY
 
 
-def render(name, rows, f):
+def render(name, rows, f, old=None):
     order = {"H": 0, "D": 1, "NE": 2}
     label = {"H": "honoured", "D": "modelled at a value", "NE": "no effect"}
     out = ["| key | class | what memplan does | defined at |", "|---|---|---|---|"]
     for path, cls, ok in sorted(rows, key=lambda r: order[r[1]]):
-        src = SOURCES[name](f, path) or "not in %s (an older name)" % VERSIONS[name]
+        try:
+            src = SOURCES[name](f, path)
+        except OSError:   # the framework is not installed here: keep the column as the doc had it
+            src = (old or {}).get(path)
+        src = src or "not in %s (an older name)" % VERSIONS[name]
         out.append("| `%s` | %s | %s | %s |" % (path, label[cls], meaning(name, path, cls, ok).replace("|", "\\|"), src))
     return "\n".join(out)
 
@@ -276,18 +409,27 @@ def render(name, rows, f):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--site-packages", default=VENV)
+    ap.add_argument("--mirror", default="/work/.mirror", help="git snapshots of TRL, LLaMA-Factory, axolotl (owner+name/repo)")
+    ap.add_argument("--tables", default="", help="only these tables (comma list, e.g. TRL_KEYS,LF_KEYS): the others' sources "
+                                                 "may not be installed at the versions the doc names")
     a = ap.parse_args()
-    with open(os.path.join(ROOT, "cli/cli_config_kinds.c"), encoding="utf-8") as fh:
-        tabs = tables(fh.read())
+    tabs = {}
+    for src in ("cli/cli_config_kinds.c", "cli/cli_config_recipes.c"):
+        with open(os.path.join(ROOT, src), encoding="utf-8") as fh:
+            tabs.update(tables(fh.read()))
     doc_path = os.path.join(ROOT, "docs/configs.md")
     with open(doc_path, encoding="utf-8") as fh:
         doc = fh.read()
-    f = Finder(a.site_packages)
+    f = Finder(a.site_packages, a.mirror)
+    only = set(a.tables.split(",")) if a.tables else None
     for name, rows in tabs.items():
+        if only and name not in only:
+            continue
         pat = re.compile(r"(<!-- keys:%s -->\n).*?(<!-- /keys -->)" % name, re.S)
         if not pat.search(doc):
             sys.exit("docs/configs.md has no <!-- keys:%s --> section" % name)
-        doc = pat.sub(lambda m: m.group(1) + render(name, rows, f) + "\n" + m.group(2), doc)
+        old = dict(re.findall(r"^\| `([^`]+)` \|[^\n]*\| ([^|\n]+) \|$", pat.search(doc).group(0), re.M))
+        doc = pat.sub(lambda m: m.group(1) + render(name, rows, f, old) + "\n" + m.group(2), doc)
     with open(doc_path, "w", encoding="utf-8") as fh:
         fh.write(doc)
     print("docs/configs.md: %s" % ", ".join("%s %d keys" % (n, len(r)) for n, r in tabs.items()))

@@ -634,7 +634,7 @@ Test(validate_torch, values_read_from_a_result_should_be_refused_where_the_flag_
     static const struct { const char *parent, *key; double value; const char *said; } BAD[] = {
         {"setup", "seq", 1e9, "setup.seq 1000000000: --seq '1000000000' is not an integer in [1, 10000000]"},
         {"setup", "ranks", 1e12, "setup.ranks 1000000000000: --ranks '1000000000000' is not an integer in [1, 64]"},
-        {"setup", "dropout", 2, "setup.dropout 2: --dropout '2' is not a probability in [0, 1)"},
+        {"setup", "dropout", 2, "setup.dropout 2: --dropout '2' is not a probability in [0, 0.999]"},
         {"setup", "batch", 2.5, "setup.batch 2.5: --batch '2.5' is not an integer"},
         {"setup", "grad_as_bucket_view", 2, "setup.grad_as_bucket_view 2 is not a whole number in [0, 1]"},
         {"model", "params", -1, "model.params -1 is not a whole number in [0, 9007199254740992]"},

@@ -1,6 +1,6 @@
 /* test_plan_dims.c — one step, built once, read by every part, over the dimensions (plan_dim.h):
- * dense, MoE, LoRA/QLoRA, offload, tp 2/8 with and without SP, pp 2/4, tp x pp, at micro-batch
- * 1, 2 and 8. The invariants: the simulated step runs the collective table's collectives call
+ * dense, MoE, LoRA/QLoRA, offload, tp 2/8 with and without SP, pp 2/4, tp x pp, ep 2/4 (one node
+ * and two), cp 2 and tp x cp, at micro-batch 1, 2 and 8. The invariants: the simulated step runs the collective table's collectives call
  * by call and byte by byte; compute grows with the micro-batch and falls with tp; the plan's
  * verdict at a batch is the max-batch search's; every rule and dimension row is filled in. */
 #include <criterion/criterion.h>
@@ -16,6 +16,7 @@
 #include "plan_plan.h"
 #include "plan_sim.h"
 #include "plan_step.h"
+#include "plan_step_internal.h"
 #include "test_plan.h"
 
 /* One setup of the matrix: a model, a cluster and what the dimensions add. */
@@ -24,6 +25,7 @@ typedef struct {
     const char *model;
     int gpus, gpn;
     int tp, sp, pp, micro;   /* pp: micro-batches per step (grad_accum) */
+    int ep, cp;              /* expert- and context-parallel degrees (0: none) */
     int lora;                /* LoRA rank (0 none), on PEFT's default targets */
     QuantKind quant;
     OffloadKind off;
@@ -36,19 +38,25 @@ typedef struct {
 #define NO_FSDP1_LORA ((1u << STRAT_DDP) | (1u << STRAT_ZERO1) | (1u << STRAT_ZERO2) | (1u << STRAT_ZERO3) | DP_FSDP)
 
 static const Case CASES[] = {
-    {"dense", "gpt2-xl", 8, 8, 1, 0, 1, 1, 0, QUANT_NONE, OFFLOAD_NONE, ALL, NULL},
-    {"moe", "bench/torch/configs/mixtral-wide.json", 4, 4, 1, 0, 1, 1, 0, QUANT_NONE, OFFLOAD_NONE, ALL, NULL},
-    {"lora", "llama2-7b", 8, 8, 1, 0, 1, 1, 16, QUANT_NONE, OFFLOAD_NONE, NO_FSDP1_LORA, NULL},
-    {"qlora", "llama2-7b", 2, 2, 1, 0, 1, 1, 16, QUANT_NF4, OFFLOAD_NONE, (1u << STRAT_DDP) | (1u << STRAT_ZERO2), NULL},
-    {"offload", "gpt2-xl", 8, 8, 1, 0, 1, 1, 0, QUANT_NONE, OFFLOAD_OPT,
+    {"dense", "gpt2-xl", 8, 8, 1, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, ALL, NULL},
+    {"moe", "bench/torch/configs/mixtral-wide.json", 4, 4, 1, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, ALL, NULL},
+    {"lora", "llama2-7b", 8, 8, 1, 0, 1, 1, 0, 0, 16, QUANT_NONE, OFFLOAD_NONE, NO_FSDP1_LORA, NULL},
+    {"qlora", "llama2-7b", 2, 2, 1, 0, 1, 1, 0, 0, 16, QUANT_NF4, OFFLOAD_NONE, (1u << STRAT_DDP) | (1u << STRAT_ZERO2), NULL},
+    {"offload", "gpt2-xl", 8, 8, 1, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_OPT,
      (1u << STRAT_ZERO1) | (1u << STRAT_ZERO2) | (1u << STRAT_ZERO3) | (1u << STRAT_FSDP_FULL), NULL},
-    {"tp2", "llama2-7b", 8, 8, 2, 0, 1, 1, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
-    {"tp2 sp", "llama2-7b", 8, 8, 2, 1, 1, 1, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
-    {"tp8", "llama2-70b", 64, 8, 8, 0, 1, 1, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb"},
-    {"tp8 sp", "llama2-70b", 64, 8, 8, 1, 1, 1, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb"},
-    {"pp2", "gpt2-medium", 8, 8, 1, 0, 2, 4, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
-    {"pp4", "llama2-7b", 8, 8, 1, 0, 4, 8, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
-    {"tp2 x pp2", "llama2-13b", 16, 8, 2, 1, 2, 4, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
+    {"tp2", "llama2-7b", 8, 8, 2, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
+    {"tp2 sp", "llama2-7b", 8, 8, 2, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
+    {"tp8", "llama2-70b", 64, 8, 8, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb"},
+    {"tp8 sp", "llama2-70b", 64, 8, 8, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb"},
+    {"pp2", "gpt2-medium", 8, 8, 1, 0, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
+    {"pp4", "llama2-7b", 8, 8, 1, 0, 4, 8, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
+    {"tp2 x pp2", "llama2-13b", 16, 8, 2, 1, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
+    {"moe ep2", "bench/torch/configs/mixtral-wide.json", 4, 4, 1, 0, 1, 1, 2, 0, 0, QUANT_NONE, OFFLOAD_NONE,
+     1u << STRAT_FSDP_FULL, NULL},
+    {"moe ep4 x 2 nodes", "bench/torch/configs/mixtral-wide.json", 8, 4, 1, 0, 1, 1, 4, 0, 0, QUANT_NONE, OFFLOAD_NONE,
+     1u << STRAT_FSDP_FULL, NULL},
+    {"cp2", "llama2-7b", 8, 8, 1, 0, 1, 1, 0, 2, 0, QUANT_NONE, OFFLOAD_NONE, 1u << STRAT_FSDP_FULL, NULL},
+    {"tp2 x cp2", "llama2-7b", 8, 8, 2, 1, 1, 1, 0, 2, 0, QUANT_NONE, OFFLOAD_NONE, 1u << STRAT_FSDP_FULL, NULL},
 };
 static const int64_t BATCHES[] = {1, 2, 8};
 
@@ -74,6 +82,8 @@ static TrainSpec train_of(const Case *k, int64_t b) {
     t.sp = k->sp;
     t.pp = k->pp;
     t.grad_accum = k->micro;
+    t.ep = k->ep > 1 ? k->ep : 1;
+    t.cp = k->cp > 1 ? k->cp : 1;
     t.offload = k->off;
     if (k->lora) {
         t.ft.rank = k->lora;
@@ -176,11 +186,12 @@ Test(dims, compute_should_grow_with_the_micro_batch_and_fall_with_tp) {
     }
 }
 
-/* The tp and pp collectives move the micro-batch's activations: 8 samples move 8 times 1's. */
-Test(dims, tp_and_pp_payloads_should_scale_with_the_micro_batch_in_the_table_and_the_step) {
+/* The tp, pp, ep and cp collectives move the micro-batch's activations (tokens, keys and values):
+   8 samples move 8 times 1's. */
+Test(dims, tp_pp_ep_and_cp_payloads_should_scale_with_the_micro_batch_in_the_table_and_the_step) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         const Case *k = &CASES[i];
-        if (k->tp == 1 && k->pp == 1) continue;
+        if (k->tp == 1 && k->pp == 1 && k->ep <= 1 && k->cp <= 1) continue;
         double tab[2] = {0}, ran[2] = {0};
         for (int bi = 0; bi < 3; bi += 2) {
             TrainSpec t = train_of(k, BATCHES[bi]);
@@ -193,8 +204,9 @@ Test(dims, tp_and_pp_payloads_should_scale_with_the_micro_batch_in_the_table_and
             SimResult sim;
             plan_comm_step(&st, &cp);
             plan_sim_step(&st, 0, &sim);
-            static const CollPurpose ACTS[] = {PURPOSE_TP_ACTS, PURPOSE_TP_LOGITS, PURPOSE_PP_ACTS};
-            for (size_t a = 0; a < 3; a++) {
+            static const CollPurpose ACTS[] = {PURPOSE_TP_ACTS, PURPOSE_TP_LOGITS, PURPOSE_PP_ACTS, PURPOSE_EP_TOKENS,
+                                               PURPOSE_CP_KV};
+            for (size_t a = 0; a < sizeof ACTS / sizeof ACTS[0]; a++) {
                 for (int r = 0; r < cp.n; r++) if (cp.c[r].purpose == ACTS[a]) tab[bi / 2] += cp.c[r].payload_bytes;
                 for (int o = 0; o < PCOLL_COUNT; o++) ran[bi / 2] += sim.coll_payload[ACTS[a]][o];
             }
@@ -289,19 +301,27 @@ Test(dims, every_rule_and_dimension_row_should_be_filled_in) {
     }
 }
 
+/* The rank views of case k under strategy sk at micro-batch 1, into v; how many (m: the model as
+   the setup plans it, for the caller to free). */
+static int views_of(const Case *k, StrategyKind sk, ModelSpec *m, RankView *v) {
+    TrainSpec t = train_of(k, 1);
+    *m = setup_model(k, &t);
+    ClusterSpec c;
+    cluster_of(&c, k);
+    char why[320];
+    const char *where;
+    int n = plan_rank_views(m, &t, &c, sk, v, PLAN_MAX_VIEWS, why, sizeof why, &where);
+    cr_assert(n >= 1, "%s: %s", k->name, why);
+    return n;
+}
+
 /* Views apply once, in the table's order: under tp x pp the stage is of the tp share, and the
    data-parallel group is the GPUs over both degrees. */
 Test(dims, views_should_compose_tp_then_pp) {
-    const Case *k = &CASES[11];   /* tp2 x pp2 on 16 GPUs */
-    TrainSpec t = train_of(k, 1);
-    ModelSpec m = setup_model(k, &t);
-    ClusterSpec c;
-    cluster_of(&c, k);
+    ModelSpec m;
     RankView v[PLAN_MAX_VIEWS];
-    char why[320];
-    const char *where;
-    int n = plan_rank_views(&m, &t, &c, STRAT_DDP, v, PLAN_MAX_VIEWS, why, sizeof why, &where);
-    cr_assert_eq(n, 2, "stage 0 and the last: %s", why);
+    int n = views_of(&CASES[11], STRAT_DDP, &m, v);   /* tp2 x pp2 on 16 GPUs */
+    cr_assert_eq(n, 2, "stage 0 and the last");
     for (int i = 0; i < n; i++) {
         cr_expect_eq(v[i].tp, 2);
         cr_expect_eq(v[i].pp, 2);
@@ -331,5 +351,84 @@ Test(dims, a_refused_setup_should_say_which_dimension_and_why) {
     cr_expect_eq(plan_memory_step(&st, &c, &r, NULL, NULL, 0), PLAN_ERR_REFUSED);
     cr_expect(!r.fits && isinf(r.peak));
     plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+/* A rule writes only under its own ids: run alone on each setup's view, no two rules write the
+   same id (the DeepSpeed bucket ids are one mechanism's, written by whichever of ZeRO-1/2's,
+   ZeRO-3's or the engine's reducer runs: never two in one step). Views from the matrix and
+   every strategy, and the layouts the core rules branch on (DeepSpeed, the engine, FSDP1). */
+Test(dims, each_rule_id_should_be_written_by_one_rule_in_a_step) {
+    StepRuleFn fns[64];
+    int nf = plan_step_rule_fns(fns, 64);
+    cr_assert(nf >= 29);
+    unsigned char seen[RULE_COUNT] = {0};
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        const Case *k = &CASES[i];
+        for (int variant = 0; variant < 6; variant++) {
+            TrainSpec t = train_of(k, 2);
+            if (variant == 1) t.fsdp_impl = 1;   /* FSDP1's layout */
+            if (variant == 2) { t.impl = IMPL_ENGINE; t.precision = PREC_FP32; }
+            if (variant == 3) { t.precision = PREC_MIXED_BF16; t.act_ckpt = CKPT_FULL; }   /* DeepSpeed's fp32 step */
+            if (variant == 4) { t.syncbn = 1; t.autocast_cpu = 1; t.precision = PREC_FP32; t.seq = 64; }   /* a CNN on CPU */
+            if (variant == 5) { t.precision = PREC_AMP_BF16; t.act_ckpt = CKPT_FULL; }   /* recomputed casts */
+            if (variant && (k->tp > 1 || k->pp > 1 || k->lora)) continue;   /* refused there */
+            if (variant == 2 && strncmp(k->model, "gpt2", 4) != 0) continue;
+            if (variant == 4 && i > 0) continue;
+            ModelSpec m = variant == 4 ? zoo("resnet50") : setup_model(k, &t);
+            ClusterSpec c;
+            cluster_of(&c, k);
+            for (int s = 0; s < STRAT_COUNT; s++) {
+                if (!(k->strategies & (1u << s))) continue;
+                RankView v[PLAN_MAX_VIEWS];
+                char why[320];
+                const char *where;
+                int n = plan_rank_views(&m, &t, &c, (StrategyKind)s, v, PLAN_MAX_VIEWS, why, sizeof why, &where);
+                if (n < 0) continue;   /* a refusal: nothing built */
+                int writer[RULE_COUNT];
+                for (int r = 0; r < RULE_COUNT; r++) writer[r] = -1;
+                for (int f = 0; f < nf; f++) {
+                    unsigned char w[RULE_COUNT];
+                    cr_assert_eq(plan_step_rule_writes(&v[0], fns[f], w), 0);
+                    for (int r = 0; r < RULE_COUNT; r++) {
+                        if (!w[r]) continue;
+                        seen[r] = 1;
+                        cr_expect(writer[r] < 0, "%s %s variant %d: rule id %s written by rules %d and %d", k->name,
+                                  plan_strategy((StrategyKind)s)->name, variant, plan_rule_info((RuleId)r)->name, writer[r], f);
+                        writer[r] = f;
+                    }
+                }
+                for (int j = 0; j < n; j++) plan_rank_view_free(&v[j]);
+            }
+            plan_model_free(&m);
+        }
+    }
+    int unseen = 0;
+    for (int r = 0; r < RULE_COUNT; r++) unseen += !seen[r];
+    for (int r = 0; r < RULE_COUNT; r++)
+        if (!seen[r]) cr_log_info("rule id %s not written over the matrix", plan_rule_info((RuleId)r)->name);
+    /* pp_in_flight reads the saved activations the account holds: run alone it has none */
+    cr_expect(unseen <= 1 && !seen[RULE_PP_IN_FLIGHT], "%d rule ids never written over the matrix", unseen);
+}
+
+/* Context parallel applies after tp (the stage's share of the sequence) and keeps the
+   data-parallel group (FSDP2 shards over dp x cp); expert parallel narrows the experts of the
+   rank's model and adds its two groups' communicators. */
+Test(dims, views_should_compose_tp_then_cp_and_narrow_the_experts_under_ep) {
+    ModelSpec m;
+    RankView v[PLAN_MAX_VIEWS];
+    cr_assert_eq(views_of(&CASES[15], STRAT_FSDP_FULL, &m, v), 1);   /* tp2 x cp2 on 8 GPUs */
+    cr_expect_eq(v[0].t.seq, 1024, "2048 tokens over cp 2");
+    cr_expect_eq(v[0].m.n_head, m.n_head / 2);
+    cr_expect_eq(v[0].dp.gpus, 4, "8 / tp 2: cp stays in the data-parallel group");
+    cr_expect_eq(v[0].comms, 1, "the ring's");
+    plan_rank_view_free(&v[0]);
+    plan_model_free(&m);
+    cr_assert_eq(views_of(&CASES[12], STRAT_FSDP_FULL, &m, v), 1);   /* mixtral-wide ep 2 on 4 GPUs */
+    cr_expect_eq(v[0].ep, 2);
+    cr_expect_eq(v[0].m.moe.ep, 2);
+    cr_expect_eq(v[0].comms, 2, "the ep group and the expert data-parallel group of 2");
+    cr_expect(plan_model_params(&v[0].m) < plan_model_params(&m));
+    plan_rank_view_free(&v[0]);
     plan_model_free(&m);
 }

@@ -641,3 +641,19 @@ Test(plan_fsdp1, a_shard_group_of_one_should_run_as_no_shard_without_gathered_co
     for (int i = 0; i < k.n; i++) cr_expect_eq(k.term[i][TERM_COMM], 0, "moment %d", i);
     plan_model_free(&m);
 }
+
+/* MixedPrecision(Policy)'s reduce_dtype (--fsdp-reduce-dtype): fully_shard under mixed-bf16
+   reduces in fp32 by default (torchtitan), FSDP1 in the gradients' bf16; either way as asked */
+Test(plan_fsdp2, the_reduce_dtype_should_follow_the_policy_and_the_implementation) {
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    cr_expect_eq(plan_fsdp_reduce_bytes(&t, STRAT_FSDP_FULL), 4);
+    t.fsdp_impl = 1;
+    cr_expect_eq(plan_fsdp_reduce_bytes(&t, STRAT_FSDP_FULL), 2);
+    t.fsdp_reduce = FSDP_REDUCE_FP32;
+    cr_expect_eq(plan_fsdp_reduce_bytes(&t, STRAT_FSDP_FULL), 4);
+    t.fsdp_impl = 2;
+    t.fsdp_reduce = FSDP_REDUCE_LOW;
+    cr_expect_eq(plan_fsdp_reduce_bytes(&t, STRAT_FSDP_GRAD_OP), 2);
+}

@@ -812,9 +812,10 @@ Test(plan_load_memplan, a_model_wrapped_into_its_root_should_survive_export_and_
 Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries) {
     /* A field added to LayerSpec or ModelSpec must be added to plan_load_json.c (both ways),
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). The
-     * trainable-subset fields (frozen*, act_unsaved_tok, lora_*_tok, grad_frontier) are not the
-     * model's: plan_finetune_apply sets them from the training setup (--lora, --freeze). */
-    cr_expect_eq(sizeof(LayerSpec), 672 + 16 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8, "LayerSpec changed: carry the new field in the format");
+     * trainable-subset fields (frozen*, act_unsaved_tok(_ac), lora_*_tok, grad_frontier) are not the
+     * model's: plan_finetune_apply sets them from the training setup (--lora, --freeze), and
+     * frozen_flops_extra the fine-tuning dimension's view of a rank (a packed quantized base). */
+    cr_expect_eq(sizeof(LayerSpec), 672 + 16 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8 + 2 * 8, "LayerSpec changed: carry the new field in the format");
     cr_expect_eq(sizeof(ModelSpec), 656, "ModelSpec changed: carry the new field in the format");
 }
 

@@ -133,7 +133,7 @@ Test(step, each_term_at_the_peak_should_be_the_bytes_its_rules_hold) {
    (K = 1, so each runs once), op by op. */
 Test(step, the_simulated_step_should_run_exactly_the_collectives_of_the_table) {
     static const char *const OPS[PCOLL_COUNT] = {"all_reduce ", "reduce_scatter ", "all_gather ", "broadcast ",
-                                                 "send_recv "};
+                                                 "send_recv ", "all_to_all "};
     for (size_t mi = 0; mi < sizeof(MODELS) / sizeof(MODELS[0]); mi++) {
         ModelSpec m = zoo(MODELS[mi]);
         for (size_t si = 0; si < sizeof(SETUPS) / sizeof(SETUPS[0]); si++) {

@@ -1,8 +1,10 @@
 /* test_plan_time.c — the per-operation time model (docs/formulas.md "Time"): tile and wave
- * quantization of a GEMM, recomputation, the attention kernels, NCCL's ring and tree, and the
- * label on a plan's times. */
+ * quantization of a GEMM, recomputation, the attention kernels, NCCL's ring and tree, the fitted
+ * shares' override (--time-shares) and what backs a plan's times (the published sources). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "plan_comm.h"
 #include "plan_cost.h"
@@ -19,13 +21,15 @@ static ClusterSpec a100(int64_t gpus, int64_t gpn) {
 }
 
 /* 108 tiles of 256 x 128 fill the A100's 108 SMs once; one tile more needs a second wave (or
-   128 x 128 tiles: 218 in 3 waves), so the GEMM takes 1.5x as long for 1 % more work */
+   128 x 128 tiles: 218 in 3 waves), so the GEMM takes 1.5x as long for 1 % more work (at a GEMM
+   share of 0.9, --time-shares', where the GEMM stays compute-bound whatever the shipped share) */
 Test(plan_time, a_gemm_one_tile_over_a_full_wave_should_pay_the_extra_wave) {
     ClusterSpec c = a100(1, 1);
+    c.shares.gemm = 0.9;
     double peak = 312e12, K = 16384;
     double full = plan_gemm_seconds(&c, peak, 256 * 108, 128, K, 1, 2);
     double over = plan_gemm_seconds(&c, peak, 256 * 109, 128, K, 1, 2);
-    cr_expect(REL(full, 2 * 256 * 108 * 128 * K / (peak * c.gpu.eff->gemm_eff * c.gpu.eff->gemm_train)) < 1e-12);
+    cr_expect(REL(full, 2 * 256 * 108 * 128 * K / (peak * c.gpu.eff->gemm_eff * 0.9)) < 1e-12);
     cr_expect(REL(over / full, (109.0 / 108) / (218.0 / 324)) < 1e-12, "%.6f", over / full);
 }
 
@@ -121,5 +125,78 @@ Test(plan_time, fsdp_on_an_a100_should_be_backed_by_the_published_runs_and_ddp_a
     c.gpu = *plan_gpu_by_name("t4");
     t.precision = PREC_AMP_FP16;
     cr_expect(!plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL).published);
+    plan_model_free(&m);
+}
+
+/* --time-shares: any subset in any order, the rest left to the shipped shares (0); a key or value
+   out of its range is refused with the valid ones named */
+Test(plan_time, time_shares_should_parse_any_subset_and_refuse_bad_keys_or_values) {
+    TimeShares s;
+    char err[256];
+    cr_assert_eq(plan_time_shares_parse("passes=2.5,gemm=0.8", &s, err, sizeof err), 0, "%s", err);
+    cr_expect_float_eq(s.gemm, 0.8, 1e-12);
+    cr_expect_float_eq(s.passes, 2.5, 1e-12);
+    cr_expect_eq(s.attn, 0);
+    cr_expect_eq(plan_time_shares_parse("gemm=2", &s, err, sizeof err), -1);
+    cr_expect(strstr(err, "'gemm=2'") && strstr(err, PLAN_TIME_SHARES_HELP), "%s", err);
+    cr_expect_eq(plan_time_shares_parse("flops=1", &s, err, sizeof err), -1);
+    cr_expect_eq(plan_time_shares_parse("gemm", &s, err, sizeof err), -1);
+}
+
+/* the override reaches the time model: a larger GEMM share shortens the block (GEMM-bound at this
+   size), more elementwise passes lengthen it, and a share equal to the shipped one changes
+   nothing */
+Test(plan_time, the_fit_override_should_move_the_block_time_the_way_each_share_says) {
+    ModelSpec m = zoo("llama2-7b");
+    ClusterSpec c = a100(8, 8);
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.seq = 4096;
+    double f0, b0, f, b;
+    plan_layer_seconds(&m, 3, &t, &c, &f0, &b0);
+    c.shares.gemm = c.gpu.eff->gemm_train;
+    plan_layer_seconds(&m, 3, &t, &c, &f, &b);
+    cr_expect(REL(f, f0) < 1e-12 && REL(b, b0) < 1e-12);
+    c.shares.gemm = c.gpu.eff->gemm_train * 1.1;
+    plan_layer_seconds(&m, 3, &t, &c, &f, &b);
+    cr_expect_lt(f, f0);
+    c.shares.gemm = 0;
+    c.shares.passes = 8;
+    plan_layer_seconds(&m, 3, &t, &c, &f, &b);
+    cr_expect_gt(f, f0);
+    cr_expect_gt(b, b0);
+    plan_model_free(&m);
+}
+
+/* the basis names the sources whose runs cover the setup, with their held-out error (one of
+   llm-foundry's runs: MPT-125M-like on 8 A100-40GB, FSDP FULL_SHARD, bf16, sdpa, seq 2048), and
+   an estimate says the first way the setup differs from the closest source's runs */
+Test(plan_time, a_setup_a_source_ran_should_be_backed_by_it_with_its_held_out_error) {
+    ModelSpec m = zoo("gpt2");
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.gpu = *plan_gpu_by_name("a100-40gb");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    t.seq = 2048;
+    TimeBasis b = plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL);
+    cr_assert(b.published, "%s", b.why);
+    int found = 0;
+    for (int i = 0; i < b.n; i++) found |= strcmp(b.src[i]->name, "llm-foundry") == 0;
+    cr_expect(found, "%s", b.why);
+    char text[320], want[64];
+    const PlanTimeSource *s = NULL;
+    for (int i = 0; i < plan_time_source_count(); i++)
+        if (strcmp(plan_time_source(i)->name, "llm-foundry") == 0) s = plan_time_source(i);
+    cr_assert_not_null(s);
+    snprintf(want, sizeof want, "llm-foundry %.1f %% (%d runs)", s->held_out_pct, s->rows);
+    plan_time_basis_text(&b, text, sizeof text);
+    cr_expect(strstr(text, "backed by published runs of this setup") == text && strstr(text, want), "%s", text);
+    c.gpu = *plan_gpu_by_name("t4");
+    t.precision = PREC_AMP_FP16;
+    b = plan_time_basis(&m, &t, &c, STRAT_FSDP_FULL);
+    cr_expect(!b.published);
+    cr_expect_str_eq(plan_time_basis_text(&b, text, sizeof text), "an estimate (no published run on this GPU)");
     plan_model_free(&m);
 }

@@ -324,7 +324,7 @@ Test(tp, the_simulated_step_should_read_the_share_and_the_payloads_at_every_micr
         t1.sp = 0;
         SimResult whole;
         cr_assert_eq(plan_sim(&m, &t1, &c, STRAT_FSDP_FULL, 0, &whole), 0);
-        cr_expect(s.compute_s < whole.compute_s / 6, "b%lld: tp 8 computes %.3f s, the whole model %.3f s", (long long)B[i],
+        cr_expect(s.compute_s < whole.compute_s / 5, "b%lld: tp 8 computes %.3f s, the whole model %.3f s", (long long)B[i],
                   s.compute_s, whole.compute_s);
     }
     cr_expect(comp[1] / comp[0] >= 1.6 && comp[1] / comp[0] <= 2.1, "b2/b1 %.3f", comp[1] / comp[0]);

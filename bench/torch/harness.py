@@ -161,6 +161,18 @@ def parse_args(argv):
                         "parallelize_module with torchtitan's plan (llama) or its GPT-2 twin; "
                         "ddp (pure TP when dp = 1) or fsdp-full on the dp dimension")
     p.add_argument("--sp", default="off", help="sequence parallel on the norms (on, off)")
+    p.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel degree (fsdp-full only): transformers' expert-parallel plan "
+                        "(distributed/expert_parallel.py: the experts sharded on dim 0 over ep ranks, "
+                        "AllToAllEP dispatch and combine), FSDP2 on the experts over the expert "
+                        "data-parallel mesh (ranks / ep) and on the blocks and root over all ranks, "
+                        "as transformers' DistributedConfig(fsdp_size=ranks, ep_size=ep) lays them out")
+    p.add_argument("--moe-routing", default="natural",
+                   help="the experts each token goes to: natural (the router's choice), balanced (token "
+                        "t's slot j to expert (t k + j) mod E: every expert, and under --ep every rank, "
+                        "gets the same rows) or skewed (every token to experts 0..k-1: under --ep every "
+                        "row to rank 0, the worst imbalance); the router still runs and its weights "
+                        "still weigh the outputs")
     p.add_argument("--lora", type=int, default=0,
                    help="PEFT LoRA of this rank (get_peft_model; the base frozen); 0 = full fine-tuning")
     p.add_argument("--lora-alpha", type=float, default=None, help="lora_alpha (default 2 x rank)")
@@ -240,6 +252,12 @@ def parse_args(argv):
     if a.tp > 1 and (a.grad_accum > 1 or a.act_ckpt not in ("none", "full")
                      or a.precision not in ("fp32", "amp-bf16")):
         raise SetupError("--tp: checked with fp32 or amp-bf16, act-ckpt none or full, no accumulation")
+    check("moe-routing", a.moe_routing, ("natural", "balanced", "skewed"))
+    if a.ep < 1:
+        raise SetupError(f"--ep {a.ep}: must be an integer >= 1")
+    if a.ep > 1 and (a.strategy != "fsdp-full" or a.fsdp != 2 or a.tp > 1 or a.lora or a.freeze != "none"):
+        raise SetupError("--ep: expert parallel runs with --strategy fsdp-full (FSDP2), without --tp, "
+                         "--lora or --freeze (transformers' DistributedConfig(fsdp_size, ep_size))")
     check("backend", a.backend, ("auto", "nccl", "gloo"))
     if a.device == "cpu" and a.dry_cpu:
         raise SetupError("--dry-cpu: needs --device cuda (it runs the CUDA path on CPU tensors)")
@@ -327,10 +345,12 @@ def torchtitan_op_policy():
     SelectiveAC._wrap_block at commit b5bcd76c66d0acb1a08b176d9639425bc55e0b2a): the outputs of
     torch._functorch.partitioners.get_default_op_list().compute_intensive_ops (mm, bmm, addmm,
     convolution, the CUDA SDPA kernels, ...), the other SDPA variants torchtitan lists (cudnn,
-    math, fused_overrideable), max, linear and topk are saved, except every second mm/linear
-    (counted per forward and per recompute of one block), which is recomputed with everything
-    else. A fresh counter per checkpoint call, as torchtitan's context_fn makes one per call.
-    torchtitan's force_recompute_mm_shapes_by_fqns (moe.router.gate) matches nothing here."""
+    math, fused_overrideable), max, linear, topk and the functional collectives it lists
+    (reduce_scatter_tensor, all_to_all_single: expert parallel's token exchange) are saved, except
+    every second mm/linear (counted per forward and per recompute of one block), which is
+    recomputed with everything else. A fresh counter per checkpoint call, as torchtitan's
+    context_fn makes one per call. torchtitan's force_recompute_mm_shapes_by_fqns
+    (moe.router.gate) matches nothing here."""
     import torch
     from torch._functorch.partitioners import get_default_op_list
     from torch.utils.checkpoint import CheckpointPolicy
@@ -339,7 +359,10 @@ def torchtitan_op_policy():
     save_ops.update({aten._scaled_dot_product_cudnn_attention.default,
                      aten._scaled_dot_product_attention_math.default,
                      aten._scaled_dot_product_fused_attention_overrideable.default,
-                     aten.max.default, aten.linear.default, aten.topk.default})
+                     aten.max.default, aten.linear.default, aten.topk.default,
+                     # its communication ops (expert parallel's token exchange under --ep)
+                     torch.ops._c10d_functional.reduce_scatter_tensor.default,
+                     torch.ops._c10d_functional.all_to_all_single.default})
     mm_ops = (aten.mm.default, aten.linear.default)
     meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
 
@@ -680,6 +703,91 @@ def build_tp(a, spec, world, target):
                               + (" over 2 parameter groups (DTensor, plain)" if len(groups) > 1 else ""))
 
 
+def moe_experts(model):
+    """The MoE blocks' experts modules (transformers 5.24: `mlp.experts`, called with
+    (hidden_states, top_k_index, top_k_weights))."""
+    return [(n, m) for n, m in model.named_modules() if n.endswith("mlp.experts")]
+
+
+def apply_routing(model, mode):
+    """--moe-routing balanced / skewed: a forward pre-hook on every experts module replaces the
+    router's top-k expert indices (the shape, dtype and the weights are kept; the router runs as
+    before). balanced: token t's slot j to expert (t k + j) mod E (k <= E: a token's k experts
+    differ), so with T k a multiple of E every expert gets T k / E rows; skewed: every token to
+    experts 0..k-1. Returns the number of experts modules hooked."""
+    import torch
+    cfg = model.config
+    E = next((getattr(cfg, k) for k in ("num_local_experts", "num_experts", "n_routed_experts")
+              if getattr(cfg, k, None)), None)
+    mods = moe_experts(model)
+    if not mods or not E:
+        raise SetupError(f"--moe-routing {mode}: the model has no experts modules to route")
+
+    def hook(mod, args):
+        hidden, idx, w = args[0], args[1], args[2]
+        T, k = idx.shape
+        if mode == "balanced":
+            new = torch.arange(T * k, device=idx.device, dtype=idx.dtype).view(T, k) % E
+        else:
+            new = torch.arange(k, device=idx.device, dtype=idx.dtype).expand(T, k).contiguous()
+        return (hidden, new, w) + tuple(args[3:])
+
+    for _, m in mods:
+        m.register_forward_pre_hook(hook)
+    return len(mods)
+
+
+def build_ep(a, spec, world, target):
+    """--ep: transformers 5.24's expert parallelism (distributed/expert_parallel.py
+    apply_expert_parallelism with the model's base_model_ep_plan: grouped_gemm Shard(0) on the
+    experts' tensors, ep_dispatch_experts through AllToAllEP) on the expert mesh of
+    DistributedConfig(fsdp_size=ranks, ep_size=ep) (distributed/utils.py
+    initialize_distributed_mesh: (efsdp, ep) with ep inner); then FSDP2 as transformers'
+    apply_fully_sharded_data_parallelism does for the experts (fully_shard on each experts module
+    over the efsdp mesh, reshard_after_forward=True, the gradient divide factor the data-parallel
+    degree, sums forced when efsdp > 1) and as this harness does for the rest (each block, then
+    the root, over all ranks)."""
+    import torch
+    from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+    from transformers.distributed.configuration_utils import DistributedConfig
+    from transformers.distributed.expert_parallel import apply_expert_parallelism
+    from transformers.distributed.utils import initialize_distributed_mesh
+    model = spec.model
+    if world % a.ep:
+        raise SetupError(f"--ep {a.ep} does not divide the {world} ranks")
+    dc = DistributedConfig(fsdp_size=world, ep_size=a.ep)
+    _, mm = initialize_distributed_mesh(dc)
+    _, ep_plan, _ = model._resolve_parallel_plans(dc)
+    if "ep_dispatch_experts" not in ep_plan.values():
+        raise SetupError(f"--ep: {spec.cls_name} has no expert-parallel plan in transformers "
+                         f"{__import__('transformers').__version__}")
+    apply_expert_parallelism(model, mm.get_mesh("ep"), mm.get_mesh("tp"), ep_plan)
+    kw = {"reshard_after_forward": True}
+    mp = ""
+    if a.precision == "mixed-bf16":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        mp = ", MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)"
+    efsdp = world // a.ep
+    experts = [model.get_submodule(n) for n, s in ep_plan.items() if s == "ep_dispatch_experts"]
+    for e in experts:
+        fully_shard(e, mesh=mm.get_mesh("efsdp"), **kw)
+        e.set_gradient_divide_factor(float(world))
+        if efsdp > 1:
+            e.set_force_sum_reduction_for_comms(True)
+    blocks = spec.block_modules()
+    for b in blocks:
+        fully_shard(b, mesh=mm.get_mesh("fsdp"), **kw)
+    fully_shard(model, mesh=mm.get_mesh("fsdp"), **{k: v for k, v in kw.items() if k != "reshard_after_forward"})
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True)
+    impl = (f"transformers {__import__('transformers').__version__} expert parallel ep {a.ep} "
+            f"(apply_expert_parallelism: grouped_gemm Shard(0), AllToAllEP dispatch/combine; "
+            f"{len(experts)} experts modules), FSDP2 fully_shard on each experts module over the "
+            f"expert data-parallel mesh of {efsdp} (reshard_after_forward=True, gradient divide factor "
+            f"{world}{', forced sum' if efsdp > 1 else ''}), on each block ({len(blocks)}) and the root over "
+            f"{world} ranks{mp}, torch.optim.AdamW(foreach=True)")
+    return model, opt, None, impl
+
+
 def build_strategy(a, spec, world, rank, target):
     """Wrap the model (already on target.device); returns (model_to_call, optimizer, ds_engine or
     None, implementation)."""
@@ -687,6 +795,8 @@ def build_strategy(a, spec, world, rank, target):
     import torch.distributed as dist
     if a.tp > 1:
         return build_tp(a, spec, world, target)
+    if a.ep > 1:
+        return build_ep(a, spec, world, target)
     model = spec.model
     opt_kw = dict(lr=LR, foreach=True)
     if a.strategy == "none":
@@ -955,6 +1065,8 @@ def run(a, rank, world):
     model.train()
     if a.act_ckpt != "none":
         apply_checkpointing(model, spec, a.act_ckpt)
+    if a.moe_routing != "natural":
+        apply_routing(model, a.moe_routing)
     add_module_markers(model)
 
     with rf("memplan::wrap"):
@@ -1210,7 +1322,7 @@ def run(a, rank, world):
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
                   "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
-                  "tp": a.tp, "sp": a.sp == "on",
+                  "tp": a.tp, "sp": a.sp == "on", "ep": a.ep, "moe_routing": a.moe_routing,
                   "lora": lora, "freeze": a.freeze,
                   "fsdp": a.fsdp if a.strategy.startswith("fsdp-") else 2,
                   "fsdp_min_params": a.fsdp_min_params,

@@ -9,7 +9,7 @@ import sys
 
 ABBR = {"params": "P", "grads": "G", "optimizer": "O", "activations": "A",
         "comm_buffers": "C", "temporaries": "T", "other": "X"}
-OPS = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS", "broadcast": "BC"}
+OPS = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS", "broadcast": "BC", "all_to_all": "A2A"}
 
 
 def mib(x):

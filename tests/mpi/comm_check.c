@@ -1,7 +1,8 @@
 /* comm_check.c — multi-rank check of the comm backends, launched by tests/test_exec_comm.c:
  *   mpirun -np N comm_check MODE [--nccl | --self] [--no-thread] [--fake-hosts]
  * MODE collectives: every collective, blocking and non-blocking, with exact inputs (rank r
- *        contributes r+1), in place and not, and the counters' payload and wire bytes;
+ *        contributes r+1; all-to-all blocks tagged by sender and receiver), in place and not, and
+ *        the counters' payload and wire bytes;
  *      same: comm_check_same finds the one rank that differs;
  *      timeout: rank 0 sleeps past the 1 s timeout, the others must abort with the message;
  *      yield: Open MPI's mpi_yield_when_idle is on (MPI_T);
@@ -179,6 +180,60 @@ static void check_all_gather_v(Comm *c, Expect *e)
     dfree(s);
 }
 
+/* All-to-all: rank r's block i holds 100 r + i + 1 in each of its n elements, so rank i's block
+   r must arrive holding the same; then the v form with uneven blocks (rank r sends i + r + 1
+   elements to rank i, each 100 r + i + 1). */
+static void check_all_to_all(Comm *c, Expect *e, size_t n, int nonblocking)
+{
+    int p = comm_size(c), r = comm_rank(c);
+    size_t total = n * (size_t)p;
+    float *h = malloc(total * sizeof *h);
+    for (size_t i = 0; i < total; i++) h[i] = (float)(100 * r + (int)(i / n) + 1);
+    void *s = put_f32(h, total), *d = dalloc(total * sizeof(float));
+    CommReq *req = NULL;
+    CHECK(comm_all_to_all(c, s, d, n, DT_F32, nonblocking ? &req : NULL) == 0, "all_to_all issue");
+    if (nonblocking) CHECK(comm_wait(c, req) == 0, "all_to_all wait");
+    float *out = get_f32(d, total);
+    for (size_t i = 0; i < total; i++)
+        if (out[i] != (float)(100 * (int)(i / n) + r + 1)) {
+            CHECK(0, "all_to_all nb=%d: [%zu] = %g", nonblocking, i, out[i]);
+            break;
+        }
+    expect_op(e, COLL_ALL_TO_ALL, (double)(total * sizeof(float)));
+    free(out);
+    free(h);
+    dfree(d);
+    dfree(s);
+}
+
+static void check_all_to_all_v(Comm *c, Expect *e)
+{
+    int p = comm_size(c), r = comm_rank(c);
+    size_t sc[64], sd[64], rc[64], rd[64], st = 0, rt = 0;
+    for (int i = 0; i < p; i++) {
+        sc[i] = (size_t)(i + r + 1);
+        sd[i] = st;
+        st += sc[i];
+        rc[i] = (size_t)(r + i + 1);   /* what rank i sends here */
+        rd[i] = rt;
+        rt += rc[i];
+    }
+    float *h = malloc(st * sizeof *h);
+    for (int i = 0; i < p; i++)
+        for (size_t k = 0; k < sc[i]; k++) h[sd[i] + k] = (float)(100 * r + i + 1);
+    void *s = put_f32(h, st), *d = dalloc(rt * sizeof(float));
+    CHECK(comm_all_to_all_v(c, s, sc, sd, d, rc, rd, DT_F32) == 0, "all_to_all_v");
+    float *out = get_f32(d, rt);
+    for (int i = 0; i < p; i++)
+        for (size_t k = 0; k < rc[i]; k++)
+            CHECK(out[rd[i] + k] == (float)(100 * i + r + 1), "all_to_all_v from %d [%zu] = %g", i, k, out[rd[i] + k]);
+    expect_op(e, COLL_ALL_TO_ALL, (double)(st * sizeof(float)));
+    free(out);
+    free(h);
+    dfree(d);
+    dfree(s);
+}
+
 static void check_broadcast_and_16bit(Comm *c, Expect *e)
 {
     int p = comm_size(c), r = comm_rank(c), root = p - 1;
@@ -250,6 +305,9 @@ static int run_collectives(Comm *c)
         }
     check_all_reduce(c, &e, (size_t)1 << 20, 1, 0);   /* 4 MiB */
     check_all_gather_v(c, &e);
+    check_all_to_all(c, &e, 301, 0);
+    check_all_to_all(c, &e, 301, 1);
+    check_all_to_all_v(c, &e);
     check_broadcast_and_16bit(c, &e);
     CHECK(comm_barrier(c) == 0, "barrier");
     expect_op(&e, COLL_BARRIER, 0);
