@@ -65,6 +65,7 @@ struct PlanAlloc {
                                       release_blocks and garbage_collect walk */
     IntVec unmapped[2];            /* unmapped blocks of expandable segments, per pool */
     int64_t gc_calls[2];           /* BlockPool::get_free_blocks_call_count */
+    int fit_stale;                 /* list_del leaves fit[] to fit_compact (a pool emptied at once) */
     int *id_blk; int nid;          /* caller's handle -> block (-1) */
     PendEv *ev; int nev, capev;    /* cuda_events, in the order recorded */
     uint64_t rec_seq[PLAN_ALLOC_STREAMS], done_seq[PLAN_ALLOC_STREAMS];
@@ -288,7 +289,7 @@ static void list_del(PlanAlloc *a, int i) {
     v->v[pos] = last;
     a->b[last].free_pos = pos;
     a->b[i].free_pos = -1;
-    if (!a->b[i].mapped) return;
+    if (!a->b[i].mapped || a->fit_stale) return;
     IntVec *f = &a->fit[blk_small(a, i)];
     pos = fit_lower(a, f, fit_key(a, i));
     if (pos == f->n || f->v[pos] != i) return;   /* never indexed (out of host memory) */
@@ -474,7 +475,7 @@ static int map_block(PlanAlloc *a, int i, uint64_t size) {
     const Seg *s = &a->s[a->b[i].seg];
     uint64_t off = a->b[i].off, page = s->page;
     uint64_t bytes = ((off + size + page - 1) / page - off / page) * page;
-    if (a->c.capacity && a->st.reserved + bytes > a->c.capacity) return -1;
+    if (a->c.capacity && a->st.reserved + bytes > a->c.capacity) { a->st.n_capacity_refusals++; return -1; }
     list_del(a, i);
     a->b[i].mapped = 1;
     if (bytes < a->b[i].size) {
@@ -564,15 +565,28 @@ static int blk_split(const PlanAlloc *a, int i) { return a->b[i].prev >= 0 || a-
 /* release_blocks: every free block that is a whole segment is cudaFree'd; the free pages of
    expandable segments are unmapped, and a segment left wholly unmapped is released
    (release_expandable_segment). */
+/* The best-fit index without the blocks list_del took out of the pool while a->fit_stale was
+   set (their free_pos is -1): one pass, the order kept. */
+static void fit_compact(PlanAlloc *a, int small) {
+    IntVec *f = &a->fit[small];
+    int n = 0;
+    for (int k = 0; k < f->n; k++)
+        if (a->b[f->v[k]].free_pos >= 0) f->v[n++] = f->v[k];
+    f->n = n;
+    a->fit_stale = 0;
+}
+
 static int release_blocks(PlanAlloc *a, int small) {
     IntVec *p = &a->pool[small];
     IntVec todo = {0};
     int rc = 0;
+    a->fit_stale = 1;   /* no search until fit_compact: each removal would move the index */
     for (int k = p->n - 1; k >= 0; k--) {   /* downward: a removal moves a visited block here */
         int i = p->v[k];
         if (blk_exp(a, i)) rc |= vec_push(&todo, i) < 0;
         else if (!blk_split(a, i)) release_block(a, i);
     }
+    fit_compact(a, small);
     for (int k = 0; k < todo.n && !rc; k++) {
         int i = todo.v[k];
         rc = unmap_block(a, i);
@@ -722,7 +736,7 @@ static int alloc_block(PlanAlloc *a, int small, int stream, uint64_t size, uint6
     if (retry) a->st.n_alloc_retries++;
     if (a->limited && a->st.reserved + alloc_size > a->allowed) return -1;
     if (a->c.expandable_segments) return try_allocate_expandable(a, small, stream, size);
-    if (a->c.capacity && a->st.reserved + alloc_size > a->c.capacity) return -1;
+    if (a->c.capacity && a->st.reserved + alloc_size > a->c.capacity) { a->st.n_capacity_refusals++; return -1; }
     int seg = new_segment(a, small, stream, alloc_size, 0, 0);
     int i = seg < 0 ? -1 : new_block(a, seg, 0, alloc_size, 1);
     if (i < 0) return -2;

@@ -61,6 +61,9 @@ typedef struct {
     long n_malloc, n_free;
     long n_device_alloc, n_device_free;  /* cudaMalloc / page maps; cudaFree / page unmaps */
     long n_alloc_retries;                /* allocations retried after release_cached_blocks */
+    long n_capacity_refusals;            /* device requests the capacity refused (cudaMalloc, page
+                                            maps; a retry may follow): with none, any capacity
+                                            from max_reserved up replays alike */
     long n_ooms;
     long first_oom_event;                /* the call (0-based, every API call counts) of the
                                             first out-of-memory; -1 when none */

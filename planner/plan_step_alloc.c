@@ -586,9 +586,11 @@ typedef struct {
     int released_left[TERM_COUNT];   /* of those, not taken over, by term */
     MatchKey *match;         /* the slot's released blocks by term, bytes, age: an exact
                                 take-over found by bisection */
+    MatchKey *match_tmp;     /* match_sort's merge buffer */
     int nmatch, capmatch;
     int *top;                /* per group of equal term and bytes (at its last position): the
                                 latest position that may still be free to take */
+    int match_ready;         /* the lookup is built for this slot (at its first use) */
     int failed;
     /* bytes a rule freed before it had allocated them (a rule that lowers its figure for a
        moment, e.g. the MLP moment's pending gradients): its next allocations pay them back
@@ -614,10 +616,24 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Puts the list in ascending order before a walk that needs it (removals keep the order). */
+/* Puts the list in ascending order before a walk that needs it (removals keep the order). The
+   usual disorder is cheap: blocks added latest first (a slot releasing a rule's blocks) are
+   reversed, a short list sorted by insertion. */
 static void idx_order(BlockIdx *x) {
     if (!x->unsorted) return;
-    qsort(x->v, (size_t)x->n, sizeof *x->v, cmp_int);
+    int n = x->n, *v = x->v, desc = 1;
+    for (int k = 1; k < n && desc; k++) desc = v[k - 1] > v[k];
+    if (desc) {
+        for (int i = 0, j = n - 1; i < j; i++, j--) { int t = v[i]; v[i] = v[j]; v[j] = t; }
+    } else {
+        if (n <= 32)
+            for (int k = 1; k < n; k++) {
+                int t = v[k], j = k;
+                for (; j > 0 && v[j - 1] > t; j--) v[j] = v[j - 1];
+                v[j] = t;
+            }
+        else qsort(v, (size_t)n, sizeof *v, cmp_int);
+    }
     x->unsorted = 0;
 }
 
@@ -666,11 +682,36 @@ static void release(StepAllocRun *R, BlockIdx *live, int k) {
     idx_insert(R, &R->released, b->id);
 }
 
-static int cmp_match(const void *a, const void *b) {
-    const MatchKey *x = a, *y = b;
-    if (x->term != y->term) return x->term < y->term ? -1 : 1;
-    if (x->held != y->held) return x->held < y->held ? -1 : 1;
-    return (x->pos > y->pos) - (x->pos < y->pos);
+static int match_less(const MatchKey *x, const MatchKey *y) {
+    if (x->term != y->term) return x->term < y->term;
+    if (x->held != y->held) return x->held < y->held;
+    return x->pos < y->pos;
+}
+
+/* v[0..n) in match_less order: runs of 16 by insertion, then merged pairwise through tmp (n
+   entries). The keys are distinct (pos), so any sort gives this order. */
+#define MATCH_RUN 16
+static void match_sort(MatchKey *v, MatchKey *tmp, int n) {
+    for (int lo = 0; lo < n; lo += MATCH_RUN)
+        for (int k = lo + 1; k < n && k < lo + MATCH_RUN; k++) {
+            MatchKey t = v[k];
+            int j = k;
+            for (; j > lo && match_less(&t, &v[j - 1]); j--) v[j] = v[j - 1];
+            v[j] = t;
+        }
+    MatchKey *a = v, *b = tmp;
+    for (int w = MATCH_RUN; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) b[k++] = match_less(&a[j], &a[i]) ? a[j++] : a[i++];
+            while (i < mid) b[k++] = a[i++];
+            while (j < hi) b[k++] = a[j++];
+        }
+        MatchKey *t = a;
+        a = b;
+        b = t;
+    }
+    if (a != v) memcpy(v, a, sizeof *v * (size_t)n);
 }
 
 /* Once the slot's frees are in (all of them come before its allocations): its released blocks
@@ -684,8 +725,10 @@ static void match_build(StepAllocRun *R) {
     if (plan_grow((void **)&R->match, &R->capmatch, rel->n, sizeof *R->match)) { R->failed = 1; return; }
     if (R->capmatch != cap || !R->top) {
         free(R->top);
+        free(R->match_tmp);
         R->top = malloc(sizeof *R->top * (size_t)R->capmatch);
-        if (!R->top) { R->failed = 1; return; }
+        R->match_tmp = malloc(sizeof *R->match_tmp * (size_t)R->capmatch);
+        if (!R->top || !R->match_tmp) { R->failed = 1; return; }
     }
     for (int k = 0; k < rel->n; k++) {
         const StepBlock *b = &R->b[rel->v[k]];
@@ -693,7 +736,7 @@ static void match_build(StepAllocRun *R) {
         R->top[k] = k;
     }
     R->nmatch = rel->n;
-    qsort(R->match, (size_t)R->nmatch, sizeof *R->match, cmp_match);
+    match_sort(R->match, R->match_tmp, R->nmatch);
 }
 
 /* The latest released block not yet taken of this term holding exactly these bytes: its
@@ -727,6 +770,10 @@ static int take_over(StepAllocRun *R, StepReq *q) {
     q->size -= pay;
     if (!q->size) return 1;
     if (!R->released_left[q->term]) return 0;
+    if (!R->match_ready) {
+        match_build(R);
+        R->match_ready = 1;
+    }
     int k = match_find(R, q->term, q->size);
     if (k >= 0) {
         adopt(R, k, q->rule);
@@ -811,7 +858,7 @@ static int resolve(const OpList *ops, FlatList *out) {
             emit(&R, (FlatOp){FL_STEP, 0, 0, (int)x->size, 0});
         } else {
             int left = 0;
-            if (nreq) match_build(&R);
+            R.match_ready = 0;
             for (int k = 0; k < nreq; k++)
                 if (!take_over(&R, &req[k])) req[left++] = req[k];
             give_back(&R);
@@ -823,6 +870,7 @@ static int resolve(const OpList *ops, FlatList *out) {
     free(R.b);
     free(R.released.v);
     free(R.match);
+    free(R.match_tmp);
     free(R.top);
     for (int r = 0; r < RULE_COUNT; r++)
         for (int k = 0; k < TERM_COUNT; k++) free(R.live[r][k].v);
@@ -876,6 +924,19 @@ static int conf_equal(const PlanAllocConfig *x, const PlanAllocConfig *y) {
            x->device_total == y->device_total && x->capacity == y->capacity;
 }
 
+/* The replay at conf is the replay r made at was, capacity aside, when conf's capacity lies in
+   [r's max reserved, was's capacity] (0: none; none either when was's refused nothing): each
+   request the capacity let through left reserved at or below that maximum, so passes at conf's
+   too, and each it refused asked for more than was's, so is refused again (plan_alloc.c checks
+   the capacity nowhere else). The same figures, without replaying. */
+static int replay_covers(const PlanAllocConfig *was, const StepAllocResult *r, const PlanAllocConfig *conf) {
+    PlanAllocConfig x = *was, y = *conf;
+    x.capacity = y.capacity = 0;
+    if (!conf_equal(&x, &y) || (conf->capacity && conf->capacity < r->whole.max_reserved)) return 0;
+    if (!was->capacity || !r->whole.n_capacity_refusals) return 1;
+    return conf->capacity && conf->capacity <= was->capacity;
+}
+
 /* The last replays, per thread: a replay's figures are a function of its listing and the
    allocator's settings alone, and the searches repeat some (a plan's row at micro-batch 1 and
    its max-micro-batch walk at 1; strategies whose steps allocate alike). A hit compares the
@@ -896,6 +957,16 @@ static _Thread_local OpList memo_ops;   /* the list being looked up */
 static _Thread_local OpList flat_of;
 static _Thread_local FlatList memo_flat;
 static _Thread_local int flat_valid;
+/* the replays of that listing so far (a capacity search's probes; the replay at the GPU's limit
+   and the unlimited one) */
+#define FLAT_RUNS 16
+typedef struct {
+    PlanAllocConfig conf;
+    StepAllocResult out;
+    int steps;
+} FlatRun;
+static _Thread_local FlatRun flat_runs[FLAT_RUNS];
+static _Thread_local int n_flat_runs, next_flat_run;
 
 /* The replay of listing ops (steps of it) at conf: a kept replay's figures, or the listing
    resolved (once for a run of capacities) and replayed; keep: remember the figures. */
@@ -903,7 +974,7 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
     memset(out, 0, sizeof(*out));
     for (int k = 0; k < STEP_MEMO; k++) {
         const StepMemo *h = &memo[k];
-        if (h->used && h->steps == steps && h->ops.n == ops->n && conf_equal(&h->conf, conf) &&
+        if (h->used && h->steps == steps && h->ops.n == ops->n && replay_covers(&h->conf, &h->out, conf) &&
             !memcmp(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n)) {
             *out = h->out;
             return 0;
@@ -912,6 +983,7 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
     int same = flat_valid && flat_of.n == ops->n && !memcmp(flat_of.v, ops->v, sizeof *ops->v * (size_t)ops->n);
     if (!same) {
         flat_valid = 0;
+        n_flat_runs = next_flat_run = 0;
         if (resolve(ops, &memo_flat)) return -1;
         if (!plan_grow((void **)&flat_of.v, &flat_of.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
             memcpy(flat_of.v, ops->v, sizeof *ops->v * (size_t)ops->n);
@@ -919,7 +991,16 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
             flat_valid = 1;
         }
     }
-    if (replay_flat(&memo_flat, conf, steps, out)) return -1;
+    int known = -1;
+    for (int k = 0; k < n_flat_runs && known < 0; k++)
+        if (flat_runs[k].steps == steps && replay_covers(&flat_runs[k].conf, &flat_runs[k].out, conf)) known = k;
+    if (known >= 0) *out = flat_runs[known].out;
+    else if (replay_flat(&memo_flat, conf, steps, out)) return -1;
+    else if (flat_valid) {
+        flat_runs[next_flat_run] = (FlatRun){*conf, *out, steps};
+        next_flat_run = (next_flat_run + 1) % FLAT_RUNS;
+        if (n_flat_runs < FLAT_RUNS) n_flat_runs++;
+    }
     if (!keep) return 0;
     StepMemo *h = &memo[memo_next];
     if (!plan_grow((void **)&h->ops.v, &h->ops.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
