@@ -50,6 +50,22 @@ typedef struct {
 } Seg;
 
 typedef struct { int *v; int n, cap; } IntVec;
+
+/* The best-fit index: the free blocks of a pool with their keys, in best-fit order (fit_less),
+   cut into chunks of at most FIT_CHUNK so that an insertion or removal moves one chunk, not the
+   whole index (a pool holds thousands of cached blocks); the last key of each chunk kept apart
+   for the search. A block's key: stream, size, then address (the segment's registration counter,
+   then the offset: segments take ascending addresses in the order they are created, so the two
+   orders agree). */
+typedef struct { uint64_t size, addr; int stream, blk; } FitEnt;
+#define FIT_CHUNK 64
+typedef struct { int n; FitEnt e[FIT_CHUNK]; } FitChunk;
+typedef struct {
+    FitChunk **c;                  /* the chunks in order, none empty */
+    FitEnt *last;                  /* each chunk's last key */
+    int nc, capc, capl, n;         /* chunks; entries in all */
+} FitIdx;
+typedef struct { int c, i; } FitPos;   /* chunk, entry; c == nc: the end */
 typedef struct { int blk, stream; uint64_t seq; } PendEv;
 
 struct PlanAlloc {
@@ -60,7 +76,7 @@ struct PlanAlloc {
     IntVec spare;                  /* reusable block slots */
     Seg *s; int ns, caps;
     IntVec pool[2];                /* free mapped blocks: [0] large_blocks, [1] small_blocks */
-    IntVec fit[2];                 /* the same blocks in best-fit order (fit_less): the searches
+    FitIdx fit[2];                 /* the same blocks in best-fit order (fit_less): the searches
                                       are binary searches; pool[] keeps the order that
                                       release_blocks and garbage_collect walk */
     IntVec unmapped[2];            /* unmapped blocks of expandable segments, per pool */
@@ -234,40 +250,139 @@ static IntVec *list_of(PlanAlloc *a, int i) {
     return a->b[i].mapped ? &a->pool[sm] : &a->unmapped[sm];
 }
 
+static uint64_t blk_addr(const PlanAlloc *a, int i) { return a->s[a->b[i].seg].base + a->b[i].off; }
+
 /* Block order in a pool (BlockComparatorSizeCounterAddress within a stream): size, then the
    segment's registration counter (creation order), then address; the best-fit index orders by
    stream first. A block's key does not change while it is in a pool (every resize or move takes
-   it out first), and (seg, off) is unique. */
-typedef struct { int stream; uint64_t size; int seg; uint64_t off; } FitKey;
-
-static FitKey fit_key(const PlanAlloc *a, int i) {
+   it out first), and its address is unique. A search key with address 0 comes before every
+   block of its stream and size. */
+static FitEnt fit_key(const PlanAlloc *a, int i) {
     const Blk *p = &a->b[i];
-    return (FitKey){p->stream, p->size, p->seg, p->off};
+    return (FitEnt){p->size, blk_addr(a, i), p->stream, i};
 }
 
-static int fit_less(FitKey x, FitKey y) {
-    if (x.stream != y.stream) return x.stream < y.stream;
-    if (x.size != y.size) return x.size < y.size;
-    if (x.seg != y.seg) return x.seg < y.seg;
-    return x.off < y.off;
+static FitEnt fit_bound(int stream, uint64_t size) { return (FitEnt){size, 0, stream, -1}; }
+
+static int fit_less(const FitEnt *x, const FitEnt *y) {   /* without branches: the searches' order is unpredictable */
+    int s_lt = x->stream < y->stream, s_eq = x->stream == y->stream;
+    int z_lt = x->size < y->size, z_eq = x->size == y->size, a_lt = x->addr < y->addr;
+    return s_lt | (s_eq & (z_lt | (z_eq & a_lt)));
 }
 
-/* The first position in the index whose block is not before k (lower bound). */
-static int fit_lower(const PlanAlloc *a, const IntVec *f, FitKey k) {
-    int lo = 0, hi = f->n;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (fit_less(fit_key(a, f->v[mid]), k)) lo = mid + 1;
-        else hi = mid;
+/* The first of v[0..n) (n >= 1) not before k, n when none: halving without branches. */
+static int fit_bisect(const FitEnt *v, int n, const FitEnt *k) {
+    const FitEnt *b = v;
+    for (int len = n; len > 1;) {
+        int half = len / 2;
+        b += fit_less(&b[half - 1], k) ? half : 0;
+        len -= half;
     }
-    return lo;
+    return (int)(b - v) + fit_less(b, k);
+}
+
+/* The first position whose key is not before k (lower bound; the end when none). */
+static FitPos fit_lower(const FitIdx *f, const FitEnt *k) {
+    if (!f->nc) return (FitPos){0, 0};
+    int c = fit_bisect(f->last, f->nc, k);   /* the first chunk whose last key is not before k */
+    if (c == f->nc) return (FitPos){f->nc, 0};
+    return (FitPos){c, fit_bisect(f->c[c]->e, f->c[c]->n, k)};
+}
+
+static const FitEnt *fit_at(const FitIdx *f, FitPos p) {
+    return p.c >= 0 && p.c < f->nc ? &f->c[p.c]->e[p.i] : NULL;
+}
+
+static FitPos fit_next(const FitIdx *f, FitPos p) {
+    return p.i + 1 < f->c[p.c]->n ? (FitPos){p.c, p.i + 1} : (FitPos){p.c + 1, 0};
+}
+
+static FitPos fit_prev(const FitIdx *f, FitPos p) {
+    if (p.i > 0) return (FitPos){p.c, p.i - 1};
+    return p.c > 0 ? (FitPos){p.c - 1, f->c[p.c - 1]->n - 1} : (FitPos){-1, 0};
+}
+
+/* An empty chunk at position at. -1 out of host memory (nothing changed). */
+static int fit_chunk_new(FitIdx *f, int at) {
+    if (plan_grow((void **)&f->c, &f->capc, f->nc + 1, sizeof *f->c) ||
+        plan_grow((void **)&f->last, &f->capl, f->nc + 1, sizeof *f->last)) return -1;
+    FitChunk *ch = malloc(sizeof *ch);
+    if (!ch) return -1;
+    ch->n = 0;
+    memmove(f->c + at + 1, f->c + at, sizeof *f->c * (size_t)(f->nc - at));
+    memmove(f->last + at + 1, f->last + at, sizeof *f->last * (size_t)(f->nc - at));
+    f->c[at] = ch;
+    f->nc++;
+    return 0;
+}
+
+static void fit_chunk_drop(FitIdx *f, int at) {
+    free(f->c[at]);
+    memmove(f->c + at, f->c + at + 1, sizeof *f->c * (size_t)(f->nc - at - 1));
+    memmove(f->last + at, f->last + at + 1, sizeof *f->last * (size_t)(f->nc - at - 1));
+    f->nc--;
+}
+
+/* k enters the index in order; a full chunk splits in two. -1 out of host memory (not indexed). */
+static int fit_insert(FitIdx *f, FitEnt k) {
+    FitPos p = fit_lower(f, &k);
+    if (!f->nc && fit_chunk_new(f, 0)) return -1;
+    if (p.c == f->nc) p = (FitPos){f->nc - 1, f->c[f->nc - 1]->n};   /* after every key */
+    FitChunk *ch = f->c[p.c];
+    if (ch->n == FIT_CHUNK) {
+        int h = FIT_CHUNK / 2;
+        if (fit_chunk_new(f, p.c + 1)) return -1;
+        FitChunk *up = f->c[p.c + 1];
+        memcpy(up->e, ch->e + h, sizeof *ch->e * (size_t)(FIT_CHUNK - h));
+        up->n = FIT_CHUNK - h;
+        ch->n = h;
+        f->last[p.c] = ch->e[h - 1];
+        f->last[p.c + 1] = up->e[up->n - 1];
+        if (p.i > h) {
+            p = (FitPos){p.c + 1, p.i - h};
+            ch = up;
+        }
+    }
+    memmove(ch->e + p.i + 1, ch->e + p.i, sizeof *ch->e * (size_t)(ch->n - p.i));
+    ch->e[p.i] = k;
+    if (p.i == ch->n++) f->last[p.c] = k;
+    f->n++;
+    return 0;
+}
+
+/* The entry at p leaves; an emptied chunk goes, a chunk under a quarter full joins its
+   successor when both fit in one. */
+static void fit_erase(FitIdx *f, FitPos p) {
+    FitChunk *ch = f->c[p.c];
+    memmove(ch->e + p.i, ch->e + p.i + 1, sizeof *ch->e * (size_t)(ch->n - p.i - 1));
+    ch->n--;
+    f->n--;
+    if (!ch->n) {
+        fit_chunk_drop(f, p.c);
+        return;
+    }
+    f->last[p.c] = ch->e[ch->n - 1];
+    if (ch->n < FIT_CHUNK / 4 && p.c + 1 < f->nc && ch->n + f->c[p.c + 1]->n <= FIT_CHUNK) {
+        FitChunk *nx = f->c[p.c + 1];
+        memcpy(ch->e + ch->n, nx->e, sizeof *nx->e * (size_t)nx->n);
+        ch->n += nx->n;
+        f->last[p.c] = f->last[p.c + 1];
+        fit_chunk_drop(f, p.c + 1);
+    }
+}
+
+static void fit_free(FitIdx *f) {
+    for (int k = 0; k < f->nc; k++) free(f->c[k]);
+    free(f->c);
+    free(f->last);
 }
 
 /* The first block of this stream at or after k in best-fit order, its position in *pos; -1. */
-static int fit_first(const PlanAlloc *a, int small, FitKey k, int *pos) {
-    const IntVec *f = &a->fit[small];
-    *pos = fit_lower(a, f, k);
-    return *pos < f->n && a->b[f->v[*pos]].stream == k.stream ? f->v[*pos] : -1;
+static int fit_first(const PlanAlloc *a, int small, FitEnt k, FitPos *pos) {
+    const FitIdx *f = &a->fit[small];
+    *pos = fit_lower(f, &k);
+    const FitEnt *e = fit_at(f, *pos);
+    return e && e->stream == k.stream ? e->blk : -1;
 }
 
 /* BlockPool::insert_into_blocks: the block enters its pool; gc_count_base restarts. */
@@ -275,29 +390,33 @@ static void list_add(PlanAlloc *a, int i) {
     a->b[i].gc_base = a->gc_calls[blk_small(a, i)];
     a->b[i].free_pos = vec_push(list_of(a, i), i);
     if (!a->b[i].mapped || a->b[i].free_pos < 0) return;
-    IntVec *f = &a->fit[blk_small(a, i)];
-    if (plan_grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v)) return;   /* as vec_push: the block stays out of the searches */
-    int pos = fit_lower(a, f, fit_key(a, i));
-    memmove(f->v + pos + 1, f->v + pos, sizeof *f->v * (size_t)(f->n - pos));
-    f->v[pos] = i;
-    f->n++;
+    fit_insert(&a->fit[blk_small(a, i)], fit_key(a, i));   /* as vec_push: a failure leaves it out of the searches */
 }
 
-static void list_del(PlanAlloc *a, int i) {
+/* The block leaves its free list (the last one takes its place). */
+static void pool_remove(PlanAlloc *a, int i) {
     IntVec *v = list_of(a, i);
     int pos = a->b[i].free_pos, last = v->v[--v->n];
     v->v[pos] = last;
     a->b[last].free_pos = pos;
     a->b[i].free_pos = -1;
-    if (!a->b[i].mapped || a->fit_stale) return;
-    IntVec *f = &a->fit[blk_small(a, i)];
-    pos = fit_lower(a, f, fit_key(a, i));
-    if (pos == f->n || f->v[pos] != i) return;   /* never indexed (out of host memory) */
-    memmove(f->v + pos, f->v + pos + 1, sizeof *f->v * (size_t)(f->n - pos - 1));
-    f->n--;
 }
 
-static uint64_t blk_addr(const PlanAlloc *a, int i) { return a->s[a->b[i].seg].base + a->b[i].off; }
+/* list_del of a block found at pos of its pool's index. */
+static void list_del_at(PlanAlloc *a, int i, FitPos pos) {
+    pool_remove(a, i);
+    fit_erase(&a->fit[blk_small(a, i)], pos);
+}
+
+static void list_del(PlanAlloc *a, int i) {
+    pool_remove(a, i);
+    if (!a->b[i].mapped || a->fit_stale) return;
+    FitIdx *f = &a->fit[blk_small(a, i)];
+    FitEnt k = fit_key(a, i);
+    FitPos p = fit_lower(f, &k);
+    const FitEnt *e = fit_at(f, p);
+    if (e && e->blk == i) fit_erase(f, p);   /* else never indexed (out of host memory) */
+}
 
 /* ---- the allocator ---------------------------------------------------------------------- */
 
@@ -323,7 +442,7 @@ void plan_alloc_free_all(PlanAlloc *a) {
     free(a->spare.v);
     for (int k = 0; k < 2; k++) {
         free(a->pool[k].v);
-        free(a->fit[k].v);
+        fit_free(&a->fit[k]);
         free(a->unmapped[k].v);
     }
     free(a->id_blk);
@@ -333,33 +452,52 @@ void plan_alloc_free_all(PlanAlloc *a) {
 
 const PlanAllocStats *plan_alloc_stats(const PlanAlloc *a) { return &a->st; }
 
+/* BlockComparatorSizeCounterAddress within a stream, from the block's own fields (the index's
+   order checked against it): stream, size, segment, offset. */
+static int pool_less(const PlanAlloc *a, int i, int j) {
+    const Blk *x = &a->b[i], *y = &a->b[j];
+    if (x->stream != y->stream) return x->stream < y->stream;
+    if (x->size != y->size) return x->size < y->size;
+    if (x->seg != y->seg) return x->seg < y->seg;
+    return x->off < y->off;
+}
+
 /* The best fit by a linear scan of the pool, as get_free_block searched before the index. */
-static int scan_first(const PlanAlloc *a, int small, FitKey k) {
+static int scan_first(const PlanAlloc *a, int small, int stream, uint64_t size) {
     const IntVec *p = &a->pool[small];
     int it = -1;
     for (int j = 0; j < p->n; j++) {
         int i = p->v[j];
-        if (fit_less(fit_key(a, i), k) || a->b[i].stream != k.stream) continue;
-        if (it < 0 || fit_less(fit_key(a, i), fit_key(a, it))) it = i;
+        if (a->b[i].stream != stream || a->b[i].size < size) continue;
+        if (it < 0 || pool_less(a, i, it)) it = i;
     }
     return it;
 }
 
 int plan_alloc_check_index(const PlanAlloc *a) {
     for (int sm = 0; sm < 2; sm++) {
-        const IntVec *p = &a->pool[sm], *f = &a->fit[sm];
-        if (f->n != p->n) return -1;
-        for (int j = 0; j < f->n; j++) {
-            int i = f->v[j];
-            if (!a->b[i].live || !a->b[i].mapped || a->b[i].allocated || a->b[i].free_pos < 0 ||
-                p->v[a->b[i].free_pos] != i || blk_small(a, i) != sm) return -1;
-            if (j && !fit_less(fit_key(a, f->v[j - 1]), fit_key(a, i))) return -1;
+        const IntVec *p = &a->pool[sm];
+        const FitIdx *f = &a->fit[sm];
+        int n = 0, prev = -1;
+        for (int c = 0; c < f->nc; c++) {
+            const FitChunk *ch = f->c[c];
+            if (ch->n < 1 || ch->n > FIT_CHUNK || memcmp(&f->last[c], &ch->e[ch->n - 1], sizeof *f->last)) return -1;
+            for (int j = 0; j < ch->n; j++, n++) {
+                int i = ch->e[j].blk;
+                FitEnt k = fit_key(a, i);
+                if (!a->b[i].live || !a->b[i].mapped || a->b[i].allocated || a->b[i].free_pos < 0 ||
+                    p->v[a->b[i].free_pos] != i || blk_small(a, i) != sm || memcmp(&k, &ch->e[j], sizeof k)) return -1;
+                if (prev >= 0 && !pool_less(a, prev, i)) return -1;
+                prev = i;
+            }
         }
+        if (n != p->n || n != f->n) return -1;
         for (int j = 0; j < p->n; j++)   /* every size a free block has, and one byte more */
             for (uint64_t d = 0; d < 2; d++) {
-                FitKey k = {a->b[p->v[j]].stream, a->b[p->v[j]].size + d, -1, 0};
-                int pos;
-                if (fit_first(a, sm, k, &pos) != scan_first(a, sm, k)) return -1;
+                int stream = a->b[p->v[j]].stream;
+                uint64_t size = a->b[p->v[j]].size + d;
+                FitPos pos;
+                if (fit_first(a, sm, fit_bound(stream, size), &pos) != scan_first(a, sm, stream, size)) return -1;
             }
     }
     return 0;
@@ -568,11 +706,21 @@ static int blk_split(const PlanAlloc *a, int i) { return a->b[i].prev >= 0 || a-
 /* The best-fit index without the blocks list_del took out of the pool while a->fit_stale was
    set (their free_pos is -1): one pass, the order kept. */
 static void fit_compact(PlanAlloc *a, int small) {
-    IntVec *f = &a->fit[small];
-    int n = 0;
-    for (int k = 0; k < f->n; k++)
-        if (a->b[f->v[k]].free_pos >= 0) f->v[n++] = f->v[k];
-    f->n = n;
+    FitIdx *f = &a->fit[small];
+    f->n = 0;
+    for (int c = 0; c < f->nc;) {
+        FitChunk *ch = f->c[c];
+        int n = 0;
+        for (int k = 0; k < ch->n; k++)
+            if (a->b[ch->e[k].blk].free_pos >= 0) ch->e[n++] = ch->e[k];
+        ch->n = n;
+        f->n += n;
+        if (!n) {
+            fit_chunk_drop(f, c);
+            continue;
+        }
+        f->last[c++] = ch->e[n - 1];
+    }
     a->fit_stale = 0;
 }
 
@@ -616,17 +764,18 @@ static int release_available(PlanAlloc *a, int small, int stream, uint64_t size)
     uint64_t ms = a->c.max_split_size;
     if (ms == UINT64_MAX) return 0;
     uint64_t key = size < ms ? ms : size;
-    const IntVec *f = &a->fit[small];
-    int pos, it = fit_first(a, small, (FitKey){stream, key, -1, 0}, &pos);
+    const FitIdx *f = &a->fit[small];
+    FitPos pos;
+    int it = fit_first(a, small, fit_bound(stream, key), &pos);
     if (it >= 0 && !blk_exp(a, it)) {
         release_block(a, it);
         return 1;
     }
-    FitKey bound = {stream, key, -1, 0};   /* the search key: everything before it is smaller than key */
+    FitEnt bound = fit_bound(stream, key);   /* the search key: everything before it is smaller than key */
     uint64_t released = 0;
     while (released < key) {
-        pos = fit_lower(a, f, bound) - 1;   /* the largest of this stream's blocks before bound */
-        int c = pos >= 0 && a->b[f->v[pos]].stream == stream ? f->v[pos] : -1;
+        const FitEnt *e = fit_at(f, fit_prev(f, fit_lower(f, &bound)));   /* the largest of this stream's blocks before bound */
+        int c = e && e->stream == stream ? e->blk : -1;
         if (c < 0 || a->b[c].size < ms) break;
         bound = fit_key(a, c);
         if (!blk_exp(a, c)) {
@@ -683,19 +832,22 @@ static uint64_t expandable_size(const PlanAlloc *a, int i) {
    it takes one only within max_non_split_rounding of its size. */
 static int get_free_block(PlanAlloc *a, int small, int stream, uint64_t size) {
     if (a->limited && a->c.gc_threshold > 0) a->gc_calls[small]++;
-    const IntVec *f = &a->fit[small];
-    int pos, it = fit_first(a, small, (FitKey){stream, size, -1, 0}, &pos);
+    const FitIdx *f = &a->fit[small];
+    FitPos pos;
+    int it = fit_first(a, small, fit_bound(stream, size), &pos);
     if (it < 0) return -1;
     while (blk_exp(a, it)) {   /* the next candidate in pool order */
-        int nx = pos + 1 < f->n && a->b[f->v[pos + 1]].stream == stream ? f->v[pos + 1] : -1;
+        FitPos np = fit_next(f, pos);
+        const FitEnt *e = fit_at(f, np);
+        int nx = e && e->stream == stream ? e->blk : -1;
         if (nx < 0 || expandable_size(a, nx) >= expandable_size(a, it)) break;
         it = nx;
-        pos++;
+        pos = np;
     }
     uint64_t ms = a->c.max_split_size, bs = a->b[it].size;
     if (size < ms && bs >= ms) return -1;
     if (size >= ms && bs >= size + a->c.max_non_split_rounding) return -1;
-    list_del(a, it);
+    list_del_at(a, it, pos);
     return it;
 }
 

@@ -492,3 +492,72 @@ Test(alloc, allocator_settings_should_parse_in_torchs_order_with_all_its_keys) {
         cr_expect_eq(plan_alloc_config_parse(&c, bad[i], err, sizeof err), -1, "%s accepted", bad[i]);
     }
 }
+
+/* Hundreds of cached blocks in one pool: the best-fit index cuts them into chunks, splitting
+   full ones and dropping or joining emptied ones; it stays the linear scan's order through
+   allocations that split cached blocks, frees in a scattered order and an empty_cache. */
+Test(alloc, the_best_fit_index_should_hold_hundreds_of_cached_blocks_in_order) {
+    PlanAllocConfig c = conf_of(NULL);
+    PlanAlloc *a = with_config(&c);
+    enum { N = 1200 };
+    for (int i = 0; i < N; i++)   /* 12-36 MiB: a segment each, sizes in 2 MiB steps (ties by segment) */
+        cr_assert_eq(plan_alloc_malloc(a, i, (12 + 2 * (uint64_t)(i % 13)) * MiB, 0), 0);
+    for (int i = 0; i < N; i += 2) plan_alloc_free(a, i);   /* 600 cached blocks: ten chunks and more */
+    cr_assert_eq(plan_alloc_check_index(a), 0);
+    for (int i = 0; i < 300; i++) {   /* takes cached blocks (splitting the larger) */
+        cr_assert_eq(plan_alloc_malloc(a, N + i, (11 + (uint64_t)(i % 7)) * MiB, 0), 0);
+        if (i % 50 == 0) cr_assert_eq(plan_alloc_check_index(a), 0, "allocation %d", i);
+    }
+    for (int k = 0; k < N / 2; k++) {   /* the rest freed in a scattered order */
+        plan_alloc_free(a, 2 * ((k * 7919) % (N / 2)) + 1);
+        if (k % 100 == 0) cr_assert_eq(plan_alloc_check_index(a), 0, "free %d", k);
+    }
+    cr_assert_eq(plan_alloc_check_index(a), 0);
+    plan_alloc_empty_cache(a);
+    cr_assert_eq(plan_alloc_check_index(a), 0);
+    plan_alloc_free_all(a);
+}
+
+/* The replay at capacity C that reached M reserved is the replay at any capacity in [M, C]
+   (plan_step_alloc.c reuses it instead of replaying), and at any capacity from M up when C
+   refused nothing: the same figures, out-of-memory included, for random sequences under
+   free-and-retry. */
+static PlanAllocStats replay_random(uint64_t capacity, uint64_t seed) {
+    PlanAllocConfig c = conf_of(NULL);
+    c.capacity = capacity;
+    PlanAlloc *a = with_config(&c);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull;
+    int live[300], n = 0;
+    for (int step = 0; step < 3000; step++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if (n > 0 && ((x % 10) < 4 || n == 300)) {
+            int k = (int)((x >> 8) % (uint64_t)n);
+            plan_alloc_free(a, live[k]);
+            live[k] = live[--n];
+        } else if (plan_alloc_malloc(a, step, (512ull << ((x >> 8) % 17)) + (x >> 40) % MiB, 0) == 0) {
+            live[n++] = step;
+        }
+    }
+    PlanAllocStats st = *plan_alloc_stats(a);
+    plan_alloc_free_all(a);
+    return st;
+}
+
+Test(alloc, a_replay_should_be_the_same_at_any_capacity_between_its_max_reserved_and_its_own) {
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        PlanAllocStats free_run = replay_random(0, seed);
+        cr_assert_eq(free_run.n_capacity_refusals, 0);
+        uint64_t cap = free_run.max_reserved * 3 / 4 / MiB * MiB;   /* refuses: retries, perhaps out of memory */
+        PlanAllocStats at = replay_random(cap, seed);
+        cr_assert_gt(at.n_capacity_refusals, 0, "seed %llu", (unsigned long long)seed);
+        uint64_t mid = at.max_reserved + (cap - at.max_reserved) / 2;
+        PlanAllocStats lo = replay_random(at.max_reserved, seed), in = replay_random(mid, seed);
+        cr_expect_eq(memcmp(&lo, &at, sizeof at), 0, "seed %llu: at its max reserved", (unsigned long long)seed);
+        cr_expect_eq(memcmp(&in, &at, sizeof at), 0, "seed %llu: between", (unsigned long long)seed);
+        PlanAllocStats above = replay_random(free_run.max_reserved, seed);
+        cr_expect_eq(memcmp(&above, &free_run, sizeof above), 0, "seed %llu: unlimited", (unsigned long long)seed);
+        PlanAllocStats below = replay_random(at.max_reserved - 2 * MiB, seed);
+        cr_expect_neq(memcmp(&below, &at, sizeof at), 0, "seed %llu: below its max reserved it differs",
+                      (unsigned long long)seed);
+    }
+}
