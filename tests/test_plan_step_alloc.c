@@ -353,6 +353,15 @@ Test(step_alloc, the_listing_should_hold_the_accounts_bytes) {
 
 /* The trace plan_step_alloc_write writes for st (two steps): its allocations, and the most
    bytes the allocations under rule `rule`'s comment lines hold at once. */
+/* The step of m under t and strategy s on one node of 8 GPUs. */
+static Step built_on_8(const ModelSpec *m, const TrainSpec *t, StrategyKind s) {
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, m, t, &c, s), 0);
+    return st;
+}
+
 static int written_allocs(const Step *st, const char *rule, double *most) {
     FILE *f = tmpfile();
     cr_assert_not_null(f);
@@ -395,10 +404,7 @@ Test(step_alloc, a_fine_tuned_fsdp2_unit_should_list_its_frozen_weights) {
     snprintf(t.ft.targets, sizeof t.ft.targets, "q_proj,v_proj");
     char msg[256];
     cr_assert_eq(plan_finetune_apply(&m, &t, msg, sizeof msg), 0, "%s", msg);
-    ClusterSpec c;
-    cluster(&c, 8, 8);
-    Step st;
-    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_FSDP_FULL), 0);
+    Step st = built_on_8(&m, &t, STRAT_FSDP_FULL);
     double most;
     int n = written_allocs(&st, "-", &most);
     cr_expect_lt(n, 200 * m.n_layers, "%d allocations for %d layers", n, m.n_layers);
@@ -414,10 +420,7 @@ Test(step_alloc, ddps_broadcast_should_hold_two_chunks_at_most) {
     TrainSpec t;
     plan_train_defaults(&t);
     t.precision = PREC_FP32;
-    ClusterSpec c;
-    cluster(&c, 8, 8);
-    Step st;
-    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    Step st = built_on_8(&m, &t, STRAT_DDP);
     double most;
     written_allocs(&st, "ddp_broadcast_buffers", &most);
     double largest = (double)m.d_model * (double)m.vocab * 4;   /* the embedding, one tensor */
