@@ -81,9 +81,14 @@ PROFILER_SRC := $(sort $(wildcard profiler/*.c))
 EXEC_SRC     := $(sort $(wildcard exec/*.c))
 EXEC_CU      := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard exec/*.cu)))
 CONFIG_SRC   := cli/cli_config.c cli/cli_config_doc.c cli/cli_config_kinds.c third_party/tomlc17/tomlc17.c
-FRONT_SRC    := cli/memplan.c cli/cli_alloc.c cli/cli_model.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
-EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/memplan_fetch.c cli/cli_alloc.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
+FRONT_SRC    := cli/memplan_main.c cli/memplan.c cli/cli_alloc.c cli/cli_model.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
+EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/memplan_main.c cli/memplan_api.c cli/memplan_fetch.c cli/cli_alloc.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
 FETCH_SRC    := cli/memplan_fetch.c
+# the front end as a library (cli/memplan_api.h: no main) with the vendored cJSON and libyaml, so
+# that it links no system library: the Python package (setup.py) and the WebAssembly module (make web)
+API_SRC      := $(filter-out cli/memplan_main.c,$(FRONT_SRC)) cli/memplan_api.c
+VENDOR_SRC   := third_party/cjson/cJSON.c $(sort $(wildcard third_party/libyaml/src/*.c))
+VENDOR_FLAGS := -Ithird_party -Ithird_party/libyaml/include -Ithird_party/libyaml -DHAVE_CONFIG_H -DYAML_DECLARE_STATIC
 TEST_SRC     := $(sort $(wildcard tests/test_*.c))
 MPI_SRC      := $(sort $(wildcard tests/mpi/*.c))
 BENCH_SRC    := $(sort $(wildcard bench/*.c))
@@ -118,7 +123,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check fit-time
+.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check fit-time embed-sources
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC) $(MEMPLAN_FETCH)
 
 config:
@@ -126,6 +131,12 @@ config:
 
 deps:
 	@scripts/deps.sh
+
+# What setup.py compiles into the Python extension (after writing the zoo's C file): the sources
+# on one line, the flags on the next (python/README.md)
+embed-sources: $(ZOO_GEN)
+	@echo $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN)
+	@echo -std=c11 -D_GNU_SOURCE -Iplanner -Icli -Iprofiler -Iexec $(VENDOR_FLAGS)
 
 # the cached PyTorch/DeepSpeed venv of the ground-truth harness (bench/torch/, docs/validation-torch.md)
 torch-env:

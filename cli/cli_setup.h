@@ -46,6 +46,9 @@ typedef struct {
 int cli_parse_setup(int argc, char **argv, const char *cmd, CliSetup *s, const CliExtra *extra,
                     int need_model);
 void cli_setup_free(CliSetup *s);
+/* The shared options cli_parse_setup takes (terminated by {0}): for callers that build a command
+ * line from named settings (cli/memplan_api.c). */
+const struct option *cli_setup_options(void);
 /* The value of the shared option `name` ("gpus", no dashes) if it was given ("" for a switch),
  * else NULL: for commands that must refuse the planning flags they do not honour. */
 const char *cli_setup_given(const CliSetup *s, const char *name);
