@@ -114,10 +114,12 @@ class Plan(dict):
 
     def table(self, explain: bool = False) -> str:
         """The table the command line prints for this setup (``explain``: with ``--explain``'s split)."""
-        if explain and self.command == "plan":
-            return _run(self.command, dict(self._options, explain=True), False)
-        if self._table is None:
-            self._table = _run(self.command, self._options, False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlanWarning)   # given with the plan already
+            if explain and self.command == "plan":
+                return _run(self.command, dict(self._options, explain=True), False)
+            if self._table is None:
+                self._table = _run(self.command, self._options, False)
         return self._table
 
     def __str__(self) -> str:
@@ -138,7 +140,8 @@ class Plan(dict):
     def timeline(self) -> Dict[str, List[Tuple[float, Dict[str, float]]]]:
         """The simulated step's memory per strategy, as ``--trace`` writes it: a list of (time in
         seconds, {term: bytes}) per strategy name; the terms add up to the memory in use."""
-        with tempfile.TemporaryDirectory(prefix="memplan-trace-") as folder:
+        with tempfile.TemporaryDirectory(prefix="memplan-trace-") as folder, warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlanWarning)   # the plan's own, given already; "# wrote the trace"
             path = os.path.join(folder, "trace.json")
             _run(self.command, dict(self._options, trace=path), True)
             with open(path, encoding="utf-8") as f:

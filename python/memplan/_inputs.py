@@ -19,8 +19,9 @@ from . import _memplan as _ext
 
 
 def _is_pretrained_config(obj: Any) -> bool:
-    """A transformers.PretrainedConfig, recognised without importing transformers."""
-    return any(c.__name__ == "PretrainedConfig" for c in type(obj).__mro__) and hasattr(obj, "to_json_string")
+    """A transformers.PretrainedConfig (PreTrainedConfig since transformers 5), recognised without
+    importing transformers."""
+    return any(c.__name__.lower() == "pretrainedconfig" for c in type(obj).__mro__) and hasattr(obj, "to_json_string")
 
 
 def _is_training_arguments(obj: Any) -> bool:
