@@ -22,7 +22,8 @@ def version() -> str:
 
 def embed_sources():
     try:
-        out = subprocess.run(["make", "-s", "--no-print-directory", "NO_DEPS=1", "embed-sources"], cwd=ROOT,
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}   # under make test
+        out = subprocess.run(["make", "-s", "--no-print-directory", "NO_DEPS=1", "embed-sources"], cwd=ROOT, env=env,
                              check=True, capture_output=True, text=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError) as e:
         detail = getattr(e, "stderr", "") or str(e)

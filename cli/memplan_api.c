@@ -190,3 +190,5 @@ const char *memplan_api_config_format(const char *config_json) {
     cJSON_Delete(doc);
     return fmt;
 }
+
+const char *memplan_api_version(void) { return MEMPLAN_VERSION; }

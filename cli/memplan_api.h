@@ -35,4 +35,7 @@ int memplan_api_run(const char *command, const char *options_json, int json, cha
  * the text is not a JSON object. */
 const char *memplan_api_config_format(const char *config_json);
 
+/* MEMPLAN_VERSION (memplan_front.h), for callers that cannot read the header (the page). */
+const char *memplan_api_version(void);
+
 #endif
