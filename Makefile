@@ -132,36 +132,6 @@ config:
 deps:
 	@scripts/deps.sh
 
-# What setup.py compiles into the Python extension (after writing the zoo's C file): the sources
-# on one line, the flags on the next (python/README.md)
-embed-sources: $(ZOO_GEN)
-	@echo $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN)
-	@echo -std=c11 -D_GNU_SOURCE -Iplanner -Icli -Iprofiler -Iexec $(VENDOR_FLAGS)
-
-# ---- the web page (web/README.md): the front end compiled to WebAssembly by Debian's emscripten ----
-# build/web/ is the whole site: index.html, its CSS and JavaScript, and memplan.js, the module with
-# the WebAssembly inlined (-sSINGLE_FILE), so that the page works from file:// as from any server.
-# NODE_PATH: emcc's JavaScript optimizer needs Debian's node-acorn, which a nodejs from elsewhere
-# does not look for.
-WEB_DIR   := $(BUILD)/web
-WEB_JS    := $(WEB_DIR)/memplan.js
-WEB_PAGE  := $(patsubst web/%,$(WEB_DIR)/%,$(filter-out web/tests/%,$(wildcard web/*.html web/*.css web/*.js)))
-WEB_FLAGS := -std=c11 -D_GNU_SOURCE -Os -w -Iplanner -Icli -Iprofiler -Iexec $(VENDOR_FLAGS) \
-             -sMODULARIZE=1 -sEXPORT_NAME=MemplanModule -sALLOW_MEMORY_GROWTH=1 -sSINGLE_FILE=1 -sENVIRONMENT=web,node \
-             -sEXPORTED_FUNCTIONS=_memplan_api_run,_memplan_api_version,_malloc,_free -sEXPORTED_RUNTIME_METHODS=ccall,FS,UTF8ToString
-$(WEB_JS): $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN) $(wildcard planner/*.h cli/*.h) | $(DEPS)
-	@command -v emcc >/dev/null || { echo "make web: emcc not found (as root: scripts/deps.sh installs emscripten)" >&2; exit 1; }
-	@mkdir -p $(dir $@)
-	NODE_PATH=/usr/share/nodejs emcc $(WEB_FLAGS) $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN) -o $@
-$(WEB_DIR)/%: web/%
-	@mkdir -p $(dir $@)
-	cp $< $@
-web: $(WEB_JS) $(WEB_PAGE)
-	@echo "# the page: $(WEB_DIR)/index.html ($$(cat $(WEB_JS) $(WEB_PAGE) | gzip -9 | wc -c) bytes gzip-compressed); make web-serve serves it"
-web-serve: web
-	@echo "# serving $(WEB_DIR) on http://localhost:$(or $(PORT),8000)/ (PORT=N for another port; Ctrl-C stops)"
-	python3 -m http.server --directory $(WEB_DIR) $(or $(PORT),8000)
-
 # the cached PyTorch/DeepSpeed venv of the ground-truth harness (bench/torch/, docs/validation-torch.md)
 torch-env:
 	@scripts/torch_env.sh
@@ -197,6 +167,36 @@ $(ZOO_GEN): $(ZOO_CONFIGS) $(ZOO_STAMP) scripts/zoo_embed.sh
 $(BUILD)/obj/gen/plan_zoo_configs.o: $(ZOO_GEN) $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# What setup.py compiles into the Python extension (after writing the zoo's C file): the sources
+# on one line, the flags on the next (python/README.md)
+embed-sources: $(ZOO_GEN)
+	@echo $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN)
+	@echo -std=c11 -D_GNU_SOURCE -Iplanner -Icli -Iprofiler -Iexec $(VENDOR_FLAGS)
+
+# ---- the web page (web/README.md): the front end compiled to WebAssembly by Debian's emscripten ----
+# build/web/ is the whole site: index.html, its CSS and JavaScript, and memplan.js, the module with
+# the WebAssembly inlined (-sSINGLE_FILE), so that the page works from file:// as from any server.
+# NODE_PATH: emcc's JavaScript optimizer needs Debian's node-acorn, which a nodejs from elsewhere
+# does not look for.
+WEB_DIR   := $(BUILD)/web
+WEB_JS    := $(WEB_DIR)/memplan.js
+WEB_PAGE  := $(patsubst web/%,$(WEB_DIR)/%,$(filter-out web/tests/%,$(wildcard web/*.html web/*.css web/*.js)))
+WEB_FLAGS := -std=c11 -D_GNU_SOURCE -Os -w -Iplanner -Icli -Iprofiler -Iexec $(VENDOR_FLAGS) \
+             -sMODULARIZE=1 -sEXPORT_NAME=MemplanModule -sALLOW_MEMORY_GROWTH=1 -sSINGLE_FILE=1 -sENVIRONMENT=web,node \
+             -sEXPORTED_FUNCTIONS=_memplan_api_run,_memplan_api_version,_malloc,_free -sEXPORTED_RUNTIME_METHODS=ccall,FS,UTF8ToString
+$(WEB_JS): $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN) $(wildcard planner/*.h cli/*.h) | $(DEPS)
+	@command -v emcc >/dev/null || { echo "make web: emcc not found (as root: scripts/deps.sh installs emscripten)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	NODE_PATH=/usr/share/nodejs emcc $(WEB_FLAGS) $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN) -o $@
+$(WEB_DIR)/%: web/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+web: $(WEB_JS) $(WEB_PAGE)
+	@echo "# the page: $(WEB_DIR)/index.html ($$(cat $(WEB_JS) $(WEB_PAGE) | gzip -9 | wc -c) bytes gzip-compressed); make web-serve serves it"
+web-serve: web
+	@echo "# serving $(WEB_DIR) on http://localhost:$(or $(PORT),8000)/ (PORT=N for another port; Ctrl-C stops)"
+	python3 -m http.server --directory $(WEB_DIR) $(or $(PORT),8000)
 
 $(LIB_PLAN): $(call obj,$(PLANNER_SRC)) $(BUILD)/obj/gen/plan_zoo_configs.o
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
