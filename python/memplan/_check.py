@@ -101,12 +101,12 @@ def _accelerator_config(acc: Any) -> Tuple[Optional[Dict[str, Any]], Dict[str, A
                            "num_processes": getattr(state, "num_processes", 1)}
     fsdp = getattr(state, "fsdp_plugin", None)
     if fsdp is not None:
-        strategy = getattr(fsdp, "sharding_strategy", None)
+        def named(v: Any) -> Any:   # an enum as accelerate's config file spells it (FULL_SHARD)
+            return getattr(v, "name", v)
         cfg["fsdp_config"] = {k: v for k, v in {
             "fsdp_version": getattr(fsdp, "fsdp_version", None),
-            "fsdp_sharding_strategy": getattr(strategy, "name", strategy),
-            "fsdp_reshard_after_forward": getattr(fsdp, "reshard_after_forward", None)
-            if not hasattr(getattr(fsdp, "reshard_after_forward", None), "name") else fsdp.reshard_after_forward.name,
+            "fsdp_sharding_strategy": named(getattr(fsdp, "sharding_strategy", None)),
+            "fsdp_reshard_after_forward": named(getattr(fsdp, "reshard_after_forward", None)),
             "fsdp_activation_checkpointing": getattr(fsdp, "activation_checkpointing", None),
             "fsdp_offload_params": getattr(getattr(fsdp, "cpu_offload", None), "offload_params", None),
         }.items() if v is not None}
@@ -166,8 +166,8 @@ def _changes(p: Plan, row: Dict[str, Any], pick: Plan) -> str:
     now = dict(p["train"], strategy=row["name"])
     flags = [f"--{flag} {rec[k]}" for k, flag in _CHANGED if k in rec and str(rec[k]) != str(now.get(k))]
     chosen = next(r for r in pick["strategies"] if r["name"] == rec["strategy"])
-    tps = chosen.get("time", {}).get("tokens_per_s_all_gpus") or chosen.get("time", {}).get("tokens_per_s")
-    speed = f", {tps:,.0f} tokens/s" if isinstance(tps, (int, float)) else ""
+    tps = chosen["time"]["tokens_per_s"] if chosen["activations_known"] else None
+    speed = f", {tps:,.0f} tokens/s on all GPUs" if tps else ""
     return (f"the cheapest change auto finds (the fastest setup that fits): {' '.join(flags) or 'none'} "
             f"(peak {chosen['memory']['peak'] / GIB:.2f} GiB{speed})")
 

@@ -171,3 +171,24 @@ def test_a_pasted_deepspeed_config_plans_as_the_file_does(browser, tmp_path):
     assert [r["_name"] for r in cells(browser, "memory")] == ["zero3"]
     peak = cells(browser, "memory")[0]["peak"]
     assert peak == (f"{want['strategies'][0]['memory']['peak'] / GIB:.2f}", str(want["strategies"][0]["memory"]["peak"]))
+
+
+def test_the_page_served_over_http_plans_as_from_a_file(browser):
+    """make web-serve's way: the same page from a local HTTP server."""
+    import functools
+    import http.server
+    import threading
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+    handler = functools.partial(Quiet, directory=os.path.dirname(PAGE))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        doc = {"model": "gpt2", "gpus": 2, "strategy": "ddp,zero3"}
+        browser.get("about:blank")
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/index.html#" + urllib.parse.urlencode(doc))
+        wait_ready(browser)
+        check_figures(browser, doc)
+    finally:
+        server.shutdown()
