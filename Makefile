@@ -82,9 +82,15 @@ PROFILER_SRC := $(sort $(wildcard profiler/*.c))
 EXEC_SRC     := $(sort $(wildcard exec/*.c))
 EXEC_CU      := $(if $(filter 1,$(USE_CUDA)),$(sort $(wildcard exec/*.cu)))
 CONFIG_SRC   := cli/cli_config.c cli/cli_config_doc.c cli/cli_config_kinds.c cli/cli_config_recipes.c third_party/tomlc17/tomlc17.c
-FRONT_SRC    := cli/memplan.c cli/cli_alloc.c cli/cli_model.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
-EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/memplan_fetch.c cli/cli_alloc.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
+FRONT_SRC    := cli/memplan_main.c cli/memplan.c cli/cli_alloc.c cli/cli_model.c cli/cli_setup.c cli/cli_output.c cli/cli_plot.c cli/cli_io.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c profiler/prof_trace.c $(CONFIG_SRC)
+EXEC_CLI_SRC := $(filter-out cli/memplan.c cli/memplan_main.c cli/memplan_api.c cli/memplan_fetch.c cli/cli_alloc.c cli/cli_output.c cli/cli_auto.c cli/cli_torch.c cli/cli_harness.c,$(sort $(wildcard cli/*.c))) third_party/tomlc17/tomlc17.c
 FETCH_SRC    := cli/memplan_fetch.c
+# the front end as a library (cli/memplan_api.h: no main) with the vendored cJSON and libyaml, so
+# that it links no system library: the Python package (setup.py) and the WebAssembly module (make web)
+API_SRC      := $(filter-out cli/memplan_main.c,$(FRONT_SRC)) cli/memplan_api.c
+VENDOR_SRC   := third_party/cjson/cJSON.c $(sort $(wildcard third_party/libyaml/src/*.c))
+VENDOR_FLAGS := -Ithird_party -Ithird_party/libyaml/include -Ithird_party/libyaml -DHAVE_CONFIG_H -DYAML_DECLARE_STATIC \
+                -DMEMPLAN_ZLIB=0   # no zlib either: gzip-compressed allocation traces are the native build's
 TEST_SRC     := $(sort $(wildcard tests/test_*.c))
 MPI_SRC      := $(sort $(wildcard tests/mpi/*.c))
 BENCH_SRC    := $(sort $(wildcard bench/*.c))
@@ -119,7 +125,7 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # must not compile while apt-get is still installing the headers), without forcing rebuilds.
 DEPS := $(if $(filter 1,$(NO_DEPS)),,deps)
 
-.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check published-memory-check fit-time
+.PHONY: all deps run test test-bin bench clean config torch-env gpu-bundle published-check published-memory-check fit-time embed-sources web web-serve py-test-prep
 all: $(DEPS) $(MEMPLAN) $(MEMPLAN_EXEC) $(MEMPLAN_FETCH)
 
 config:
@@ -163,6 +169,36 @@ $(ZOO_GEN): $(ZOO_CONFIGS) $(ZOO_STAMP) scripts/zoo_embed.sh
 $(BUILD)/obj/gen/plan_zoo_configs.o: $(ZOO_GEN) $(FLAGS_STAMP) | $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# What setup.py compiles into the Python extension (after writing the zoo's C file): the sources
+# on one line, the flags on the next (python/README.md)
+embed-sources: $(ZOO_GEN)
+	@echo $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN)
+	@echo -std=c11 -D_GNU_SOURCE -Iplanner -Icli -Iprofiler -Iexec $(VENDOR_FLAGS)
+
+# ---- the web page (web/README.md): the front end compiled to WebAssembly by Debian's emscripten ----
+# build/web/ is the whole site: index.html, its CSS and JavaScript, and memplan.js, the module with
+# the WebAssembly inlined (-sSINGLE_FILE), so that the page works from file:// as from any server.
+# NODE_PATH: emcc's JavaScript optimizer needs Debian's node-acorn, which a nodejs from elsewhere
+# does not look for.
+WEB_DIR   := $(BUILD)/web
+WEB_JS    := $(WEB_DIR)/memplan.js
+WEB_PAGE  := $(patsubst web/%,$(WEB_DIR)/%,$(filter-out web/tests/%,$(wildcard web/*.html web/*.css web/*.js)))
+WEB_FLAGS := -std=c11 -D_GNU_SOURCE -Os -w -Iplanner -Icli -Iprofiler -Iexec $(VENDOR_FLAGS) \
+             -sMODULARIZE=1 -sEXPORT_NAME=MemplanModule -sALLOW_MEMORY_GROWTH=1 -sSINGLE_FILE=1 -sENVIRONMENT=web,node \
+             -sEXPORTED_FUNCTIONS=_memplan_api_run,_memplan_api_version,_malloc,_free -sEXPORTED_RUNTIME_METHODS=ccall,FS,UTF8ToString
+$(WEB_JS): $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN) $(wildcard planner/*.h cli/*.h) | $(DEPS)
+	@command -v emcc >/dev/null || { echo "make web: emcc not found (as root: scripts/deps.sh installs emscripten)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	NODE_PATH=/usr/share/nodejs emcc $(WEB_FLAGS) $(API_SRC) $(PLANNER_SRC) $(VENDOR_SRC) $(ZOO_GEN) -o $@
+$(WEB_DIR)/%: web/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+web: $(WEB_JS) $(WEB_PAGE)
+	@echo "# the page: $(WEB_DIR)/index.html ($$(cat $(WEB_JS) $(WEB_PAGE) | gzip -9 | wc -c) bytes gzip-compressed); make web-serve serves it"
+web-serve: web
+	@echo "# serving $(WEB_DIR) on http://localhost:$(or $(PORT),8000)/ (PORT=N for another port; Ctrl-C stops)"
+	python3 -m http.server --directory $(WEB_DIR) $(or $(PORT),8000)
 
 $(LIB_PLAN): $(call obj,$(PLANNER_SRC)) $(BUILD)/obj/gen/plan_zoo_configs.o
 	@mkdir -p $(dir $@); rm -f $@; ar rcs $@ $^
@@ -211,9 +247,19 @@ $(BUILD)/bench/bench_startup $(BUILD)/bench/bench_empty: $(BUILD)/bench/%: bench
 test-bin: $(MEMPLAN) $(MEMPLAN_EXEC) $(MEMPLAN_FETCH) $(TESTS) $(MPIBINS) $(BUILD)/bench/cnn_device $(BUILD)/bench/gpu_overheads \
           $(BUILD)/bench/bench_nccl
 
+# The Python package and the page in a real browser (python/README.md, web/README.md): pytest in
+# the venv of scripts/py_env.sh, on the extension built in place and on the page (make web, where
+# emcc is installed: the browser test skips, visibly, without it or without chromium). Not under
+# SAN=1: the extension is not a sanitizer build, and the plain run covers it.
+PYTEST_DIRS := python/tests web/tests
+py-test-prep: $(MEMPLAN) torch-env | $(DEPS)
+	@py=$$(scripts/py_env.sh --print) && $$py setup.py -q build_ext --inplace -j2
+	@if command -v emcc >/dev/null; then $(MAKE) --no-print-directory web; else echo "# make web: emcc not found, the browser test will skip"; fi
+
 # the tests include a few rows against real PyTorch (tests/test_torch.c): the venv first
-test: $(DEPS) config test-bin torch-env
-	@BUILD=$(BUILD) scripts/run_tests.sh $(TESTS)
+test: $(DEPS) config test-bin torch-env $(if $(filter 1,$(SAN)),,py-test-prep)
+	@BUILD=$(BUILD) $(if $(filter 1,$(SAN)),,PYTEST="$$(scripts/py_env.sh --print) -m pytest -p no:cacheprovider -q -rs $(PYTEST_DIRS)") \
+	  scripts/run_tests.sh $(TESTS)
 
 run: all
 	$(MEMPLAN) --model gpt2-xl --gpus 8

@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "cli_io.h"
 #include "cli_setup.h"
@@ -103,8 +102,8 @@ static int alloc_opts(int argc, char **argv, AllocOpts *o, int *first) {
 
 /* The trace's text, read whole with a bound: a regular file or standard input (a pipe); a FIFO,
    device or folder named as a trace is refused before it is opened for reading (it may never end,
-   or never start), standard input that is a device too; gzip-compressed or plain (zlib passes plain
-   text through; the bound is on the text); text only (a NUL byte is no trace).
+   or never start), standard input that is a device too; gzip-compressed or plain
+   (cli_fdopen_maybe_gz; the bound is on the text); text only (a NUL byte is no trace).
    NULL after one usage error line (returned in *rc). */
 static char *trace_text(const char *path, size_t *len, int *rc) {
     int stdin_ = strcmp(path, "-") == 0;
@@ -119,39 +118,40 @@ static char *trace_text(const char *path, size_t *len, int *rc) {
         return NULL;
     }
     if (!stdin_) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    gzFile g = gzdopen(stdin_ ? dup(0) : fd, "rb");   /* closes the descriptor it is given */
-    if (!g) {
-        *rc = cli_usage_error("cannot read trace '%s': out of memory", name);
-        if (!stdin_) close(fd);
+    FILE *in = cli_fdopen_maybe_gz(stdin_ ? dup(0) : fd);   /* closes the descriptor it is given */
+    if (!in) {
+        *rc = cli_usage_error("cannot read trace '%s': %s", name, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
-    for (ssize_t got = 1; buf && got > 0;) {
+    for (size_t got = 1; buf && got > 0;) {
         if (n == cap) {
             char *b = cap >= TRACE_MAX_BYTES ? NULL : realloc(buf, 2 * cap + 1);
             if (!b) break;
             buf = b;
             cap *= 2;
         }
-        got = gzread(g, buf + n, (unsigned)(cap - n));
-        if (got > 0 && memchr(buf + n, 0, (size_t)got)) {
+        got = fread(buf + n, 1, cap - n, in);
+        if (n == 0 && got >= 2 && (unsigned char)buf[0] == 0x1f && (unsigned char)buf[1] == 0x8b) {
+            *rc = cli_usage_error("trace '%s' is gzip-compressed and this build reads no gzip (no zlib): gunzip it first", name);
+            break;
+        }
+        if (got > 0 && memchr(buf + n, 0, got)) {
             *rc = cli_usage_error("trace '%s' is not text (a NUL byte near byte %zu): not an allocation trace", name, n);
-            free(buf);
-            gzclose(g);
-            return NULL;
+            break;
         }
-        if (got < 0) {
-            int zerr = 0;
-            const char *why = gzerror(g, &zerr);
-            *rc = cli_usage_error("cannot read trace '%s': %s", name, zerr == Z_ERRNO ? strerror(errno) : why);
-            free(buf);
-            gzclose(g);
-            return NULL;
+        if (!got && ferror(in)) {
+            *rc = cli_usage_error("cannot read trace '%s': %s", name, strerror(errno));
+            break;
         }
-        n += (size_t)got;
+        n += got;
     }
-    gzclose(g);
+    fclose(in);
+    if (*rc) {
+        free(buf);
+        return NULL;
+    }
     if (!buf || n == cap) {
         *rc = cli_usage_error("trace '%s' is %s", name, buf ? "larger than 512 MiB: not one step's allocations" : "too large for memory");
         free(buf);

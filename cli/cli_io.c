@@ -9,7 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifndef MEMPLAN_ZLIB
+#define MEMPLAN_ZLIB 1   /* the builds that link no system library (make embed-sources, make web) set 0 */
+#endif
+#if MEMPLAN_ZLIB
 #include <zlib.h>
+#endif
 
 static int stdout_closed, stdout_reported;
 
@@ -120,6 +125,7 @@ int cli_write_text(const char *what, const char *path, const char *text)
 
 /* ---- reading gzip through stdio (fopencookie over a gzFile) ---- */
 
+#if MEMPLAN_ZLIB
 static ssize_t gz_read(void *cookie, char *buf, size_t size)
 {
     unsigned n = size > (1u << 30) ? 1u << 30 : (unsigned)size;
@@ -130,15 +136,26 @@ static ssize_t gz_read(void *cookie, char *buf, size_t size)
 
 static int gz_close(void *cookie) { return gzclose((gzFile)cookie) == Z_OK ? 0 : EOF; }
 
-FILE *cli_open_maybe_gz(const char *path)
+#endif
+
+FILE *cli_fdopen_maybe_gz(int fd)
 {
-    if (!strcmp(path, "-")) return stdin;
-    int fd = open(path, O_RDONLY);
     if (fd < 0) return NULL;
+#if MEMPLAN_ZLIB
     gzFile g = gzdopen(fd, "rb");
     if (!g) { close(fd); errno = ENOMEM; return NULL; }
     cookie_io_functions_t io = {gz_read, NULL, NULL, gz_close};
     FILE *f = fopencookie(g, "r", io);
     if (!f) gzclose(g);
+#else
+    FILE *f = fdopen(fd, "r");
+    if (!f) close(fd);
+#endif
     return f;
+}
+
+FILE *cli_open_maybe_gz(const char *path)
+{
+    if (!strcmp(path, "-")) return stdin;
+    return cli_fdopen_maybe_gz(open(path, O_RDONLY));
 }

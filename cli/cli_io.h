@@ -33,5 +33,9 @@ int cli_write_text(const char *what, const char *path, const char *text);
  * allocation traces are kept compressed (bench/torch/results/traces/ROW.txt.gz). "-" is standard
  * input. NULL with errno set when it cannot be opened. Close with fclose. */
 FILE *cli_open_maybe_gz(const char *path);
+/* The same over an open descriptor, which the FILE then owns (closed with it, or at once when
+ * NULL is returned, errno set). Without zlib (MEMPLAN_ZLIB=0: the builds that link no system
+ * library) the bytes as they are. */
+FILE *cli_fdopen_maybe_gz(int fd);
 
 #endif

@@ -42,7 +42,7 @@ enum { FETCH_NO_SUCH_MODEL = 3, FETCH_UNREACHABLE = 4 };
    the message names the model once). Its standard output (the path it wrote) is discarded: the
    caller finds the file through the cache, as transformers would. */
 static int run_fetch(const char *repo, const char *revision, const char *cache, char *msg, size_t msglen) {
-    char helper[PATH_MAX + 16];
+    char helper[PATH_MAX + 16] = "memplan-fetch";   /* named so in the message when its folder is unknown */
     if (fetch_path(helper, sizeof helper) || access(helper, X_OK)) {
         snprintf(msg, msglen, "%s: not in the Hugging Face cache (%s), and %s, which fetches its config.json, is missing "
                  "(build it: make); or give --model the path of a config.json", repo, cache, helper);

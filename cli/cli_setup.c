@@ -104,6 +104,8 @@ static const struct option BASE_OPTIONS[] = {
 _Static_assert(sizeof BASE_OPTIONS / sizeof BASE_OPTIONS[0] - 1 <= CLI_GIVEN_MAX, "CLI_GIVEN_MAX: every shared option has a given[] slot");
 
 
+const struct option *cli_setup_options(void) { return BASE_OPTIONS; }
+
 static char *capture;
 static size_t capture_len;
 static const CliConfig *active_config;   /* --config while its flags are checked: errors name its keys */

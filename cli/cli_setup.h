@@ -57,6 +57,9 @@ void cli_setup_free(CliSetup *s);
 void cli_setup_notes(FILE *f, const CliSetup *s);
 struct cJSON;
 void cli_setup_notes_json(struct cJSON *report, const CliSetup *s);
+/* The shared options cli_parse_setup takes (terminated by {0}): for callers that build a command
+ * line from named settings (cli/memplan_api.c). */
+const struct option *cli_setup_options(void);
 /* The value of the shared option `name` ("gpus", no dashes) if it was given ("" for a switch),
  * else NULL: for commands that must refuse the planning flags they do not honour. */
 const char *cli_setup_given(const CliSetup *s, const char *name);

@@ -23,6 +23,7 @@
 #include "cli_output.h"
 #include "cli_setup.h"
 #include "cli_torch.h"
+#include "memplan_front.h"
 #include "plan_dim_ft.h"
 #include "plan_auto.h"
 #include "plan_emit.h"
@@ -61,7 +62,7 @@ static void usage(FILE *f) {
         "  mpirun -np N memplan bench syncbn [--model resnet50] [--batches 2,4,8] [--json[=F]] [--plot F.png]\n"
         "                                                what SyncBatchNorm costs, measured next to the prediction\n"
         "      (bench options: memplan bench syncbn --help)\n"
-        "  memplan help                                  this text\n\n");
+        "  memplan help                                  this text (memplan --version: the version)\n\n");
     cli_print_setup_help(f);
     fprintf(f, "  --explain              after the tables, each strategy's peak split by the rule behind every byte\n"
                "                         (the mechanism and its source; the JSON always has it: peak_by_rule)\n"
@@ -532,16 +533,17 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
 
 /* The options of models and gpus: --json[=FILE], --export NAME and --family F (models), --help.
  * Returns 0 to go on, 1 after --help, 2 after a usage error. */
+static const struct option LIST_OPTIONS[] = {
+    {"json", optional_argument, 0, 'j'}, {"export", required_argument, 0, 'e'}, {"family", required_argument, 0, 'f'},
+    {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+
 static int list_opts(int argc, char **argv, const char *cmd, int *json, const char **json_path,
                      const char **export_name, const char **family) {
-    static const struct option OPTS[] = {
-        {"json", optional_argument, 0, 'j'}, {"export", required_argument, 0, 'e'}, {"family", required_argument, 0, 'f'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *valid = export_name ? "--family F, --json[=FILE], --export NAME, --help" : "--json[=FILE], --help";
     int seen_json = 0, c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":", OPTS, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":", LIST_OPTIONS, NULL)) != -1) {
         const char *a = optarg;
         if (c == 'h') return 1;
         if (c == 'j' && !seen_json++) { *json = 1; *json_path = a; continue; }
@@ -716,6 +718,12 @@ static int cmd_gpus(int argc, char **argv) {
     return 0;
 }
 
+const struct option *memplan_command_options(const char *cmd) {
+    if (strcmp(cmd, "plan") == 0 || strcmp(cmd, "auto") == 0) return PLAN_OPTIONS;
+    if (strcmp(cmd, "models") == 0 || strcmp(cmd, "gpus") == 0) return LIST_OPTIONS;
+    return NULL;
+}
+
 /* run, validate and bench: memplan-exec beside this binary's resolved path, with the same
  * arguments and environment (mpirun's included: every rank execs its own). OpenBLAS starts its
  * threads when it is loaded, before main, so their number is set here: OPENBLAS_NUM_THREADS when
@@ -749,7 +757,8 @@ static int exec_backend(char **argv) {
     return 1;
 }
 
-static int dispatch(int argc, char **argv) {
+int memplan_front(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) { printf("memplan %s\n", MEMPLAN_VERSION); return 0; }
     if (argc >= 2 && argv[1][0] != '-') {
         const char *cmd = argv[1];
         if (strcmp(cmd, "plan") == 0) return cmd_plan(argc - 1, argv + 1, 0);
@@ -768,13 +777,4 @@ static int dispatch(int argc, char **argv) {
     }
     if (argc < 2) { usage(stderr); return 2; }
     return cmd_plan(argc, argv, 0);
-}
-
-int main(int argc, char **argv) {
-    cli_io_start();
-    /* planning output is small: held whole until exit when it goes to a file or pipe, so that a
-       failed write is seen by cli_io_finish with its reason (a terminal stays line-buffered) */
-    static char outbuf[1 << 18];   /* glibc ignores the size when it allocates the buffer itself */
-    if (!isatty(1)) setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
-    return cli_io_finish(dispatch(argc, argv));
 }

@@ -30,7 +30,7 @@ static const char *const TOP_KEYS[] = {
     "nope_every", "root_only", "layers", NULL};
 static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", "router", "norm_topk",
                                        "fp32_weights", "shared_gate", "shared_last", "bias", "clamped_glu",
-                                       "router_logits", NULL};
+                                       "router_logits", "n_group", "topk_group", NULL};
 static const char *const BLOCK_KEYS[] = {"qk_norm", "norm_place", "norm_fp32", "qkv", "fused_gate_up", "rotary",
                                          "rotary_cat", "resid_dropout", "attn_softcap", "logit_softcap", NULL};
 static const char *const MLA_KEYS[] = {"q_rank", "kv_rank", "rope_dim", "nope_dim", "v_dim", NULL};
@@ -39,7 +39,7 @@ static const char *const ROUTER_NAMES[] = {"softmax", "topk_softmax", "grouped",
 static const char *const LAYER_KEYS[] = {
     "name", "kind", "params", "buffers", "buffers_i64", "bn_channels", "largest_tensor", "fwd_flops",
     "act_elems", "act_fp32_elems", "act_mask_elems", "act_bytes", "act_known", "tensors",
-    "tensor_dim0", "tensor_modules", "unit", "conv_kernel", "conv_stride", "expert_params", "attn_window",
+    "tensor_dim0", "tensor_modules", "tensor_experts", "unit", "conv_kernel", "conv_stride", "expert_params", "attn_window",
     "no_rope", NULL};
 
 /* ---- export ---- */
@@ -144,11 +144,12 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
     if (e->n_experts > 0)   /* optional: absent = a dense model */
         put(&o, "  \"moe\": {\"n_experts\": %d, \"top_k\": %d, \"d_ff_expert\": %lld, \"d_ff_shared\": %lld, "
             "\"router\": \"%s\", \"norm_topk\": %s, \"fp32_weights\": %s, \"shared_gate\": %s, \"shared_last\": %s, "
-            "\"bias\": %s, \"clamped_glu\": %s, \"router_logits\": %s},\n", e->n_experts, e->top_k,
+            "\"bias\": %s, \"clamped_glu\": %s, \"router_logits\": %s, \"n_group\": %d, \"topk_group\": %d},\n",
+            e->n_experts, e->top_k,
             (long long)e->d_ff_expert, (long long)e->d_ff_shared,
             ROUTER_NAMES[e->router >= 0 && e->router < MOE_ROUTER_COUNT ? e->router : 0], TF(e->norm_topk),
             TF(e->fp32_weights), TF(e->shared_gate), TF(e->shared_last), TF(e->bias), TF(e->clamped_glu),
-            TF(e->router_logits));
+            TF(e->router_logits), e->n_group, e->topk_group);
     put_block(&o, &m->block);
     if (m->mla.kv_rank > 0)   /* optional: absent = no latent attention */
         put(&o, "  \"mla\": {\"q_rank\": %lld, \"kv_rank\": %lld, \"rope_dim\": %lld, \"nope_dim\": %lld, "
@@ -193,6 +194,12 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
                 put(&o, ", \"tensor_modules\": [");
                 for (int k = 0; k < l->n_tensors; k++)
                     put(&o, "%s\"%s\"", k ? ", " : "", plan_module_key(l->tensor_mod[k], key, sizeof key));
+                put(&o, "]");
+            }
+            if (l->expert_mask) {   /* optional: absent = no routed-expert tensors (what --ep shards) */
+                put(&o, ", \"tensor_experts\": [");
+                for (int k = 0; k < l->n_tensors; k++)
+                    put(&o, "%s%s", k ? ", " : "", TF(k < 32 && (l->expert_mask >> k & 1u)));
                 put(&o, "]");
             }
         }
@@ -311,6 +318,27 @@ static int read_modules(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpe
     return 0;
 }
 
+/* Optional "tensor_experts" (with "tensors"): true for a routed expert's tensor (the ones expert
+ * parallelism splits: LayerSpec.expert_mask), one entry per tensor, among the first 32; absent = none. */
+static int read_experts(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensor_experts");
+    if (!a) return 0;
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n != l->n_tensors)
+        return ld_fail(c, "field '%stensor_experts' must be a list of %d true/false, one per entry of "
+                       "'tensors' (got %s%d)", prefix, l->n_tensors, n < 0 ? "no list, " : "", n < 0 ? 0 : n);
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        if (!cJSON_IsBool(e) || (cJSON_IsTrue(e) && k >= 32))
+            return ld_fail(c, "field '%stensor_experts' entry %d must be %s", prefix, k,
+                           cJSON_IsBool(e) ? "false (an expert tensor is one of the layer's first 32)" : "true or false");
+        if (cJSON_IsTrue(e)) l->expert_mask |= 1u << k;
+        k++;
+    }
+    return 0;
+}
+
 /* Optional "tensors": the layer's parameter tensors (elements, model.parameters() order), 1 to
  * PLAN_LAYER_MAX_TENSORS whole numbers (0: an empty tensor, as a params.json may list) adding up
  * to params; absent = unknown. */
@@ -334,7 +362,7 @@ static int read_tensors(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpe
     if (sum != l->params)
         return ld_fail(c, "field '%stensors' adds up to %lld elements, not the layer's params (%lld)",
                        prefix, (long long)sum, (long long)l->params);
-    if (read_dim0(c, j, prefix, l)) return -1;
+    if (read_dim0(c, j, prefix, l) || read_experts(c, j, prefix, l)) return -1;
     return read_modules(c, j, prefix, l);
 }
 
@@ -386,7 +414,7 @@ static int read_layer(LoadCtx *c, const cJSON *j, int i, LayerSpec *l) {
 }
 
 /* Optional "moe": {n_experts, top_k, d_ff_expert, d_ff_shared, router, norm_topk, fp32_weights,
- * shared_gate, shared_last, bias, clamped_glu, router_logits}: a mixture of experts (MoeSpec). */
+ * shared_gate, shared_last, bias, clamped_glu, router_logits, n_group, topk_group}: a mixture of experts (MoeSpec). */
 static int read_moe(LoadCtx *c, const cJSON *root, MoeSpec *e) {
     const cJSON *moe = cJSON_GetObjectItemCaseSensitive(root, "moe");
     int router = 0;
@@ -404,7 +432,9 @@ static int read_moe(LoadCtx *c, const cJSON *root, MoeSpec *e) {
         ld_bool(c, moe, "moe.", "shared_last", 0, 0, 1, &e->shared_last) ||
         ld_bool(c, moe, "moe.", "bias", 0, 0, 1, &e->bias) ||
         ld_bool(c, moe, "moe.", "clamped_glu", 0, 0, 1, &e->clamped_glu) ||
-        ld_bool(c, moe, "moe.", "router_logits", 0, 0, 1, &e->router_logits))
+        ld_bool(c, moe, "moe.", "router_logits", 0, 0, 1, &e->router_logits) ||
+        ld_int32(c, moe, "moe.", "n_group", 0, 0, 0, 65536, &e->n_group) ||
+        ld_int32(c, moe, "moe.", "topk_group", 0, 0, 0, 65536, &e->topk_group))
         return -1;
     e->router = (MoeRouter)router;
     if (e->top_k > e->n_experts)

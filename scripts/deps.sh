@@ -3,7 +3,8 @@
 # apt-get when run as root, otherwise names them and fails. Optional GPU parts are reported.
 set -u
 required="gcc make libcjson-dev libyaml-dev zlib1g-dev libcriterion-dev libopenmpi-dev openmpi-bin libopenblas-dev ca-certificates"
-optional="gnuplot-nox"
+# make web (emscripten; node-acorn: its JavaScript optimizer) and the browser test (chromium, chromium-driver)
+optional="gnuplot-nox emscripten node-acorn chromium chromium-driver"
 # memplan-fetch (a hub model's config.json) links libcurl: any of Debian's three -dev flavours
 # (they conflict with one another), the OpenSSL one installed when none is.
 curl_dev=libcurl4-openssl-dev
@@ -38,4 +39,5 @@ st() { [ -e "$1" ] && echo found || echo "not found"; }
   echo "deps: python3 -m venv still cannot work: $(command -v python3 || echo 'no python3 on PATH') has no ensurepip" \
        "(make test needs it for scripts/torch_env.sh)" >&2
 echo "# deps: cjson yaml zlib criterion openmpi openblas curl ok; gnuplot $(command -v gnuplot >/dev/null && echo found || echo 'not found (plots off)');" \
+     "emcc $(command -v emcc >/dev/null && echo found || echo 'not found (no make web)'); chromium $(command -v chromedriver >/dev/null && echo found || echo 'not found (no browser test)');" \
      "nvcc $(st "$cuda/bin/nvcc"); nccl $(st "$cuda/include/nccl.h"); cupti $(st "$cuda/include/cupti.h")"

@@ -19,6 +19,20 @@ for t in "$@"; do
   [ "$rc" = 0 ] || { [ $((failing + crashing)) -gt 0 ] || bad=$((bad+1)); echo "$name: exit $rc"; }
   echo "# $name: tested $tested, passing $passing, failing $failing, crashing $crashing, skipped $skipped"
 done
+# PYTEST: a pytest command line (the Python package and the browser test, make test): its own
+# summary line counted with the rest, its skips shown
+if [ -n "${PYTEST:-}" ]; then
+  out=$(sh -c "$PYTEST" 2>&1); rc=$?
+  printf '%s\n' "$out" | grep -E '^(SKIPPED|FAILED|ERROR) '
+  syn=$(printf '%s\n' "$out" | grep -E '^=*[ ]*[0-9]+ (passed|failed|skipped|error)' | tail -n1)
+  count() { printf '%s' "$syn" | sed -n "s/.*\b\([0-9][0-9]*\) $1.*/\1/p"; }
+  p=$(count passed); f=$(count failed); s=$(count skipped); e=$(count error)
+  pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0} + ${e:-0})); skip=$((skip + ${s:-0}))
+  if [ -z "$syn" ] || { [ "$rc" != 0 ] && [ $((${f:-0} + ${e:-0})) = 0 ]; }; then
+    echo "pytest: no summary or exit $rc"; printf '%s\n' "$out" | tail -n 20; bad=$((bad+1))
+  fi
+  echo "# pytest: passing ${p:-0}, failing $((${f:-0} + ${e:-0})), skipped ${s:-0}"
+fi
 fail=$((fail + bad))
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

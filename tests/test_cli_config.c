@@ -298,7 +298,7 @@ Test(cli_config, a_torchtitan_toml_should_map_onto_fsdp2_flags) {
    maps to --cp; a rotate method other than allgather is named not modelled. */
 Test(cli_config, torchtitans_expert_and_context_parallel_degrees_should_map_onto_ep_and_cp) {
     cJSON *j = expect_settings("--config tests/data/torchtitan/deepseek_v3_16b.toml --model "
-                               "tests/data/hf/deepseek-v3-16b-torchtitan.json --gpus 8 --gpu h100-80gb",
+                               "tests/data/torchtitan/deepseek_v3_16b.json --gpus 8 --gpu h100-80gb",
                                (const Want[]){{"ep", "8"}, {"act-ckpt", "op"}, {"batch", "4"}, {"seq", "4096"},
                                               {"strategy", "fsdp-full"}, {"precision", "mixed-bf16"}, {0, 0}});
     cr_expect_eq(num(j, "train", "ep"), 8);

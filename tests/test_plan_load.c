@@ -628,6 +628,8 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->moe.shared_last, b->moe.shared_last, "%s", what);
     cr_expect_eq(a->moe.bias, b->moe.bias, "%s", what);
     cr_expect_eq(a->moe.clamped_glu, b->moe.clamped_glu, "%s", what);
+    cr_expect_eq(a->moe.n_group, b->moe.n_group, "%s", what);
+    cr_expect_eq(a->moe.topk_group, b->moe.topk_group, "%s", what);
     cr_expect_eq(a->moe.router_logits, b->moe.router_logits, "%s", what);
     cr_expect(memcmp(&a->mla, &b->mla, sizeof a->mla) == 0, "%s: latent attention", what);
     cr_expect_eq(a->attn_sinks, b->attn_sinks, "%s", what);
@@ -651,6 +653,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
         cr_expect_eq(x->act_bytes, y->act_bytes, "%s layer %d", what, i);
         cr_expect_eq(x->act_known, y->act_known, "%s layer %d", what, i);
         cr_expect_eq(x->expert_params, y->expert_params, "%s layer %d", what, i);
+        cr_expect_eq(x->expert_mask, y->expert_mask, "%s layer %d expert tensors", what, i);
         cr_expect_eq(x->n_tensors, y->n_tensors, "%s layer %d tensors", what, i);
         for (int k = 0; k < x->n_tensors && k < y->n_tensors; k++) {
             cr_expect_eq(x->tensor_elems[k], y->tensor_elems[k], "%s layer %d tensor %d", what, i, k);
@@ -814,9 +817,10 @@ Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries)
      * docs/model-formats.md and expect_same_model above; then update these sizes (x86-64). The
      * trainable-subset fields (frozen*, act_unsaved_tok(_ac), lora_*_tok, grad_frontier) are not the
      * model's: plan_finetune_apply sets them from the training setup (--lora, --freeze), and
-     * frozen_flops_extra the fine-tuning dimension's view of a rank (a packed quantized base). */
-    cr_expect_eq(sizeof(LayerSpec), 672 + 16 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8 + 2 * 8, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 656, "ModelSpec changed: carry the new field in the format");
+     * frozen_flops_extra the fine-tuning dimension's view of a rank (a packed quantized base);
+     * MoeSpec.ep is expert parallelism's view of a rank (plan_dim_ep), not the model's. */
+    cr_expect_eq(sizeof(LayerSpec), 672 + 16 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8 + 2 * 8 + 8, "LayerSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 672, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {

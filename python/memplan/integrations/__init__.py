@@ -1,0 +1,1 @@
+"""memplan's hooks into training libraries: memplan.integrations.transformers.MemplanCallback."""
