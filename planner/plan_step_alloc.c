@@ -616,24 +616,52 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Puts the list in ascending order before a walk that needs it (removals keep the order). The
-   usual disorder is cheap: blocks added latest first (a slot releasing a rule's blocks) are
-   reversed, a short list sorted by insertion. */
+/* v[0..n) in ascending order by merging its runs (a descending run reversed first) pairwise
+   through tmp (n entries): the usual disorder is a few runs (blocks added latest first by a slot
+   releasing a rule's blocks, blocks taken over by a rule appended after its own), so this is
+   about linear. Block indices are distinct. */
+static void ints_merge_runs(int *v, int *tmp, int n) {
+    int *start = tmp + n;   /* run starts: n + 1 more entries of tmp's second half */
+    int runs = 0;
+    for (int k = 0; k < n;) {
+        int e = k + 1;
+        if (e < n && v[e] < v[k]) {
+            while (e < n && v[e] < v[e - 1]) e++;
+            for (int i = k, j = e - 1; i < j; i++, j--) { int t = v[i]; v[i] = v[j]; v[j] = t; }
+        } else {
+            while (e < n && v[e] > v[e - 1]) e++;
+        }
+        start[runs++] = k;
+        k = e;
+    }
+    start[runs] = n;
+    int *a = v, *b = tmp;
+    while (runs > 1) {
+        int r = 0;
+        for (int k = 0; k < runs; k += 2) {
+            int lo = start[k], mid = start[k + 1 < runs ? k + 1 : runs], hi = start[k + 2 < runs ? k + 2 : runs];
+            int i = lo, j = mid, o = lo;
+            while (i < mid && j < hi) b[o++] = a[j] < a[i] ? a[j++] : a[i++];
+            while (i < mid) b[o++] = a[i++];
+            while (j < hi) b[o++] = a[j++];
+            start[r++] = lo;
+        }
+        start[r] = n;
+        runs = r;
+        int *t = a;
+        a = b;
+        b = t;
+    }
+    if (a != v) memcpy(v, a, sizeof *v * (size_t)n);
+}
+
+/* Puts the list in ascending order before a walk that needs it (removals keep the order). */
 static void idx_order(BlockIdx *x) {
     if (!x->unsorted) return;
-    int n = x->n, *v = x->v, desc = 1;
-    for (int k = 1; k < n && desc; k++) desc = v[k - 1] > v[k];
-    if (desc) {
-        for (int i = 0, j = n - 1; i < j; i++, j--) { int t = v[i]; v[i] = v[j]; v[j] = t; }
-    } else {
-        if (n <= 32)
-            for (int k = 1; k < n; k++) {
-                int t = v[k], j = k;
-                for (; j > 0 && v[j - 1] > t; j--) v[j] = v[j - 1];
-                v[j] = t;
-            }
-        else qsort(v, (size_t)n, sizeof *v, cmp_int);
-    }
+    int *tmp = malloc(sizeof *tmp * (2 * (size_t)x->n + 1));
+    if (tmp) ints_merge_runs(x->v, tmp, x->n);
+    else qsort(x->v, (size_t)x->n, sizeof *x->v, cmp_int);
+    free(tmp);
     x->unsorted = 0;
 }
 
