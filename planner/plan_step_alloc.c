@@ -908,7 +908,7 @@ static int resolve(const OpList *ops, FlatList *out) {
 
 /* The allocations through the allocator model: the whole run's figures, and the last step's
    with the peaks reset at its start. */
-static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int steps, StepAllocResult *out) {
+static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int steps, int verdict, StepAllocResult *out) {
     memset(out, 0, sizeof *out);
     PlanAlloc *a = plan_alloc_new(conf);
     if (!a) return -1;
@@ -917,8 +917,14 @@ static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int step
     memset(&before, 0, sizeof before);
     for (int k = 0; k < fl->n && !failed; k++) {
         const FlatOp *x = &fl->v[k];
-        if (x->kind == FL_ALLOC) failed = plan_alloc_malloc(a, x->id, x->size, x->stream) < 0;
-        else if (x->kind == FL_FREE) plan_alloc_free(a, x->id);   /* -1 for a handle that ran out of memory */
+        if (x->kind == FL_ALLOC) {
+            int rc = plan_alloc_malloc(a, x->id, x->size, x->stream);
+            failed = rc < 0;
+            if (rc == 1 && verdict) {   /* out of memory: the verdict is known */
+                out->stopped = 1;
+                break;
+            }
+        } else if (x->kind == FL_FREE) plan_alloc_free(a, x->id);   /* -1 for a handle that ran out of memory */
         else {
             if (x->id == 2) out->step_reserved[0] = plan_alloc_stats(a)->reserved;
             if (x->id == steps) {
@@ -997,12 +1003,17 @@ static _Thread_local FlatRun flat_runs[FLAT_RUNS];
 static _Thread_local int n_flat_runs, next_flat_run;
 
 /* The replay of listing ops (steps of it) at conf: a kept replay's figures, or the listing
-   resolved (once for a run of capacities) and replayed; keep: remember the figures. */
-static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, int keep, StepAllocResult *out) {
+   resolved (once for a run of capacities) and replayed; keep: remember the figures. verdict: the
+   caller reads only whether it runs out where it does (a search's probe, the replay at the
+   GPU's limit), so a replay may stop at its first out-of-memory (out->stopped); the replays it
+   covers run out there too (replay_covers: the same up to that point), which is all such a
+   result answers. */
+static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, int keep, int verdict, StepAllocResult *out) {
     memset(out, 0, sizeof(*out));
     for (int k = 0; k < STEP_MEMO; k++) {
         const StepMemo *h = &memo[k];
-        if (h->used && h->steps == steps && h->ops.n == ops->n && replay_covers(&h->conf, &h->out, conf) &&
+        if (h->used && h->steps == steps && h->ops.n == ops->n && (verdict || !h->out.stopped) &&
+            replay_covers(&h->conf, &h->out, conf) &&
             !memcmp(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n)) {
             *out = h->out;
             return 0;
@@ -1021,9 +1032,10 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
     }
     int known = -1;
     for (int k = 0; k < n_flat_runs && known < 0; k++)
-        if (flat_runs[k].steps == steps && replay_covers(&flat_runs[k].conf, &flat_runs[k].out, conf)) known = k;
+        if (flat_runs[k].steps == steps && (verdict || !flat_runs[k].out.stopped) &&
+            replay_covers(&flat_runs[k].conf, &flat_runs[k].out, conf)) known = k;
     if (known >= 0) *out = flat_runs[known].out;
-    else if (replay_flat(&memo_flat, conf, steps, out)) return -1;
+    else if (replay_flat(&memo_flat, conf, steps, verdict, out)) return -1;
     else if (flat_valid) {
         flat_runs[next_flat_run] = (FlatRun){*conf, *out, steps};
         next_flat_run = (next_flat_run + 1) % FLAT_RUNS;
@@ -1046,7 +1058,7 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
 int plan_step_alloc_with(const Step *st, const PlanAllocConfig *conf, const StepAllocOpts *o, StepAllocResult *out) {
     memset(out, 0, sizeof(*out));
     if (list_ops(st, o, &memo_ops)) return -1;
-    return run_ops(&memo_ops, conf, o->steps, 1, out);
+    return run_ops(&memo_ops, conf, o->steps, 1, 0, out);
 }
 
 int plan_step_alloc(const Step *st, const PlanAllocConfig *conf, PlanAllocStats *out) {
@@ -1103,7 +1115,7 @@ static int step_need(const OpList *ops, int steps, PlanAllocConfig conf, const S
     StepAllocResult r;
     while (hi - lo > tol) {
         conf.capacity = lo + (hi - lo) / NEED_GRAIN / 2 * NEED_GRAIN;
-        if (run_ops(ops, &conf, steps, 0, &r)) return -1;
+        if (run_ops(ops, &conf, steps, 0, 1, &r)) return -1;   /* a probe that runs out only moves lo */
         if (r.whole.n_ooms == 0) { hi = conf.capacity; *at = r; }
         else lo = conf.capacity;
     }
@@ -1146,7 +1158,7 @@ static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemM
     StepAllocResult at_limit, unlimited, at_need;
     OpList ops = {0};
     plan_step_alloc_opts_default(&o);
-    int failed = list_ops(st, &o, &ops) || run_ops(&ops, &conf, o.steps, 1, &at_limit);
+    int failed = list_ops(st, &o, &ops) || run_ops(&ops, &conf, o.steps, 1, 1, &at_limit);   /* read whole only where it fits */
     int oom = !failed && at_limit.whole.n_ooms > 0;
     if (fits_only && !failed) { free(ops.v); r->peak = r0.peak; r->alloc_oom = oom; return 1; }
     uint64_t need = 0;
@@ -1154,7 +1166,7 @@ static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemM
         PlanAllocConfig free_conf = conf;
         free_conf.capacity = 0;
         free_conf.memory_fraction = 1.0;
-        failed = run_ops(&ops, &free_conf, o.steps, 1, &unlimited);
+        failed = run_ops(&ops, &free_conf, o.steps, 1, 0, &unlimited);
         if (!failed) failed = step_need(&ops, o.steps, conf, &unlimited, &need, &at_need);
         /* the need must not contradict the verdict at the limit (the search's tolerance; a
            memory fraction's garbage collection, which the search leaves out): a step that fits

@@ -53,6 +53,8 @@ typedef struct {
     PlanAllocStats steady;   /* the last step alone: peaks reset at its start
                                 (torch.cuda.reset_peak_memory_stats()) */
     uint64_t step_reserved[2];  /* reserved at the end of the first and of the last step */
+    int stopped;                /* the replay stopped at its first out-of-memory (a search that
+                                   reads only the verdict): the figures are up to there */
 } StepAllocResult;
 
 /* The account's memory events replayed as an allocation sequence through the caching allocator

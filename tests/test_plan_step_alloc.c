@@ -429,3 +429,38 @@ Test(step_alloc, ddps_broadcast_should_hold_two_chunks_at_most) {
     plan_step_free(&st);
     plan_model_free(&m);
 }
+
+/* A replay at the GPU's limit that runs out may stop there (the plan reads only the verdict), and
+   is kept for the searches; a caller of the figures at the same settings gets the whole replay,
+   every out-of-memory counted, not the stopped one (gpt2-xl ddp on 8 x 24 GiB does not fit). */
+Test(step_alloc, a_replay_stopped_at_its_first_out_of_memory_should_serve_only_verdicts) {
+    ModelSpec m = zoo("gpt2-xl");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.alloc_model = 1;
+    c.gpu.mem_bytes = 24.0 * 1024 * 1024 * 1024;
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    MemResult r;
+    plan_memory_step(&st, &c, &r, NULL, NULL, 0);
+    cr_assert(r.alloc_model && r.alloc_oom, "it runs out at 24 GiB");
+    PlanAllocConfig conf = c.alloc_conf;   /* the replay at the limit, as replay_alloc makes it */
+    conf.device_total = (uint64_t)c.gpu.mem_bytes;
+    conf.capacity = (uint64_t)(c.gpu.mem_bytes - st.fixed);
+    StepAllocOpts o;
+    StepAllocResult whole, again;
+    plan_step_alloc_opts_default(&o);
+    cr_assert_eq(plan_step_alloc_with(&st, &conf, &o, &whole), 0);
+    cr_expect_eq(whole.stopped, 0);
+    cr_expect_gt(whole.whole.n_ooms, 0);
+    cr_assert_eq(plan_step_alloc_with(&st, &conf, &o, &again), 0);
+    cr_expect_eq(memcmp(&whole, &again, sizeof whole), 0, "the kept whole replay");
+    MemResult r2;
+    plan_memory_step(&st, &c, &r2, NULL, NULL, 0);
+    cr_expect_eq(r2.peak, r.peak, "the plan's figures do not depend on what was kept");
+    cr_expect_eq(r2.alloc_need, r.alloc_need);
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
