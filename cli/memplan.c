@@ -37,46 +37,112 @@
 #include "exec_launch.h"
 #include "plan_zoo.h"
 
-static void usage(FILE *f) {
+/* The commands, one line each (memplan help, memplan --help). */
+static void usage_commands(FILE *f) {
     fprintf(f,
-        "memplan — per-GPU memory and communication of DDP, ZeRO 1/2/3 and FSDP, before you run\n\n"
+        "memplan %s — per-GPU memory, collectives and step time of DDP, ZeRO 1/2/3 and FSDP, before you run\n\n"
         "Usage:\n"
         "  memplan [plan] --model NAME|PATH [options]   plan every strategy (the default command)\n"
-        "  memplan auto --model NAME|PATH [options]     pick DDP or a sharded strategy and explain why\n"
-        "      --global-batch G     samples per optimizer step over all GPUs (searched: micro-batch x accumulation)\n"
-        "      --bn-min-batch B     per-GPU batch below which SyncBN is advised (default 16)\n"
-        "      --emit deepspeed|torch   print a DeepSpeed config (picked among zero1/2/3; the prediction as\n"
-        "                           '#' lines on stderr) / a torchrun command and the wrapping snippet\n"
+        "  memplan auto --model NAME|PATH [options]     search the setup and pick one (memplan auto --help)\n"
         "  memplan models [--family F] [--json] [--export NAME]  list the zoo / export a model as JSON\n"
-        "  memplan gpus [--json]                         list the GPU presets\n"
-        "  memplan alloc [--alloc-conf S] TRACE...       replay recorded allocations through PyTorch's CUDA\n"
-        "                                                caching allocator: reserved memory (memplan alloc --help)\n"
-        "  mpirun -np N memplan run --model gpt2-tiny --strategy ddp|zero1|zero2|zero3 [--steps K]\n"
-        "                                                train for real over MPI with a profiler summary\n"
-        "  mpirun -np N memplan validate --model gpt2-tiny [--strategy all]\n"
-        "                                                predicted vs measured memory and collectives\n"
-        "      (run/validate options: memplan run --help)\n"
+        "  memplan gpus [--json]                        list the GPU presets\n"
+        "  memplan alloc [--alloc-conf S] TRACE...      replay recorded allocations through PyTorch's caching\n"
+        "                                               allocator (memplan alloc --help)\n"
         "  memplan validate --against torch --model NAME|config.json [--strategy all] [--ranks 2]\n"
-        "                                                the planner vs real PyTorch/DeepSpeed on CPU ranks\n"
-        "      (options and what it needs installed: memplan validate --against torch --help)\n"
-        "  mpirun -np N memplan bench syncbn [--model resnet50] [--batches 2,4,8] [--json[=F]] [--plot F.png]\n"
-        "                                                what SyncBatchNorm costs, measured next to the prediction\n"
-        "      (bench options: memplan bench syncbn --help)\n"
-        "  memplan help                                  this text (memplan --version: the version)\n\n");
-    cli_print_setup_help(f);
-    fprintf(f, "  --explain              after the tables, each strategy's peak split by the rule behind every byte\n"
-               "                         (the mechanism and its source; the JSON always has it: peak_by_rule)\n"
-               "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
-               "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
-    cli_auto_help(f);
+        "                                               the plan against real PyTorch/DeepSpeed on CPU ranks\n"
+        "                                               (memplan validate --against torch --help)\n"
+        "  mpirun -np N memplan run|validate --model gpt2-tiny [--strategy ddp|zero1|zero2|zero3]\n"
+        "                                               memplan's own engine over MPI (memplan run --help)\n"
+        "  mpirun -np N memplan bench syncbn [--model resnet50]   what SyncBatchNorm costs (memplan bench syncbn --help)\n"
+        "  memplan help | -h | --help                   this text;  memplan --version: the version\n\n",
+        MEMPLAN_VERSION);
+}
+
+/* The examples a command's help ends its first screen with. */
+static void usage_examples(FILE *f, int auto_mode) {
+    if (auto_mode)
+        fprintf(f,
+            "Examples:\n"
+            "  memplan auto --model gpt2-xl --gpus 8                      the fastest setup that fits, and why\n"
+            "  memplan auto --model llama3.1-8b --gpus 8 --gpu h100-80gb --global-batch 256\n"
+            "                                                             micro-batch x accumulation for 256 samples\n"
+            "  memplan auto --model gpt2-xl --gpus 8 --emit deepspeed > ds_config.json\n"
+            "  memplan auto --model gpt2-xl --gpus 8 --emit torch         a torchrun command and the wrapping code\n"
+            "  memplan auto --model llama2-70b --gpus 64 --gpu h100-80gb --seq 4096 --tp auto --pp auto\n"
+            "  memplan auto --model gpt2-xl --gpus 8 --batch 4 --act-ckpt none   keep what you fixed, search the rest\n\n");
+    else
+        fprintf(f,
+            "Examples:\n"
+            "  memplan --model gpt2-xl --gpus 8                           every strategy on 8 A100-40GB\n"
+            "  memplan --model meta-llama/Llama-3.1-8B --gpus 8 --gpu h100-80gb --seq 4096 --act-ckpt full\n"
+            "  memplan --model ./config.json --gpus 4 --gpu-mem 24GiB     your own model's config.json\n"
+            "  memplan --model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4   QLoRA\n"
+            "  memplan --config ds_config.json --model gpt2-xl --gpus 8   a DeepSpeed / accelerate / torchtitan config\n"
+            "  memplan --model gpt2-xl --gpus 8 --json | jq .recommendation\n\n");
+}
+
+/* Output flags of plan and auto. */
+static void usage_output(FILE *f) {
+    fprintf(f,
+        "Output (plan and auto):\n"
+        "  --explain              the '#' notes in full, and each strategy's peak split by the rule behind\n"
+        "                         every byte (the mechanism and its source; the JSON always has it: peak_by_rule)\n"
+        "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
+        "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
+}
+
+static void usage_exit(FILE *f) {
     fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 1 when an output could not be\n"
                "written (one line names it) or when auto --emit has nothing that fits to emit (nothing on standard\n"
                "output), 2 on a usage error (one line names the bad value).\n"
                "Memory is in binary GiB (2^30 bytes). Formulas and sources: docs/formulas.md.\n");
 }
 
-/* Writes JSON to --json=FILE or stdout, every write checked. */
+/* The help of `cmd` ("plan", "auto" or "help"): its own flags and examples first, then the
+   flags every planning command shares, grouped by task, each with its default. */
+static void usage(FILE *f, const char *cmd) {
+    int auto_mode = strcmp(cmd, "auto") == 0;
+    if (auto_mode) {
+        fprintf(f,
+            "memplan auto — search the setup (strategy x CPU offload x precision x checkpointing x micro-batch,\n"
+            "and with --tp/--pp/--ep auto their degrees), keep those whose peak leaves the safety margin, pick\n"
+            "the fastest (the simpler within 3%%) and explain the pick, the runner-up and why simpler ones lost.\n"
+            "What you give (--batch, --act-ckpt, --precision, --offload, --grad-accum) is kept, not searched.\n\n"
+            "Usage: memplan auto --model NAME|ID|PATH [options]   (or memplan --strategy auto ...)\n\n");
+        usage_examples(f, 1);
+        fprintf(f,
+            "Auto's search and output:\n"
+            "  --global-batch G       samples per optimizer step over all GPUs (default: not fixed; searched as\n"
+            "                         micro-batch x accumulation)\n"
+            "  --emit deepspeed|torch print a DeepSpeed config (picked among zero1/2/3; the prediction as '#' lines\n"
+            "                         on standard error) / a torchrun command and the wrapping snippet\n"
+            "  --bn-min-batch B       per-GPU batch below which SyncBN is advised (default 16)\n");
+        cli_auto_help(f);
+        usage_output(f);
+        fputc('\n', f);
+        cli_print_setup_help(f);
+        usage_exit(f);
+        return;
+    }
+    if (strcmp(cmd, "plan") == 0)
+        fprintf(f,
+            "memplan plan — every strategy's per-GPU memory (term by term, at its peak moment), collectives and\n"
+            "simulated step for one setup, and the one to use: auto's rule (the safety margin, the fastest among\n"
+            "the simpler) over the strategies, with everything else as you fixed it.\n\n"
+            "Usage: memplan [plan] --model NAME|ID|PATH [options]\n\n");
+    else usage_commands(f);
+    usage_examples(f, 0);
+    usage_output(f);
+    cli_auto_help(f);
+    fputc('\n', f);
+    cli_print_setup_help(f);
+    usage_exit(f);
+}
+
+/* Writes JSON to --json=FILE or stdout, every write checked; a document (an object) carries the
+   version of memplan that wrote it. */
 static int emit_json(cJSON *j, const char *path) {
+    if (cJSON_IsObject(j) && !cJSON_HasObjectItem(j, "version")) cJSON_AddStringToObject(j, "version", MEMPLAN_VERSION);
     char *txt = j ? cJSON_Print(j) : NULL;
     if (!txt) { fprintf(stderr, "memplan: out of memory writing JSON\n"); return 1; }
     int rc = cli_write_text("the --json output", path, txt);
@@ -422,9 +488,10 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
             else argv[i + 1] = "all";
         }
     }
+    const char *cmd_name = strcmp(argv[0], "plan") == 0 ? "plan" : "help";   /* memplan --help: the overview */
     CliExtra extra = {PLAN_OPTIONS, plan_opt, &o, 1};
     int rc = cli_parse_setup(argc, argv, auto_mode ? "auto" : "plan", &s, &extra, 1);
-    if (rc == 1) { usage(stdout); return 0; }
+    if (rc == 1) { usage(stdout, auto_mode ? "auto" : cmd_name); return 0; }
     if (rc) return rc;
     const char *auto_only = o.emit ? "--emit" : o.auto_spec.global_batch ? "--global-batch"
                           : o.offload.headroom >= 0 ? "--min-headroom" : o.bn_given ? "--bn-min-batch" : NULL;
@@ -543,7 +610,7 @@ static int list_opts(int argc, char **argv, const char *cmd, int *json, const ch
     int seen_json = 0, c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":", LIST_OPTIONS, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", LIST_OPTIONS, NULL)) != -1) {
         const char *a = optarg;
         if (c == 'h') return 1;
         if (c == 'j' && !seen_json++) { *json = 1; *json_path = a; continue; }
@@ -766,7 +833,11 @@ int memplan_front(int argc, char **argv) {
         if (strcmp(cmd, "models") == 0) return cmd_models(argc - 1, argv + 1);
         if (strcmp(cmd, "gpus") == 0) return cmd_gpus(argc - 1, argv + 1);
         if (strcmp(cmd, "alloc") == 0) return cli_cmd_alloc(argc - 1, argv + 1);
-        if (strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
+        if (strcmp(cmd, "help") == 0) {   /* memplan help [plan|auto] */
+            const char *of = argc > 2 && (strcmp(argv[2], "plan") == 0 || strcmp(argv[2], "auto") == 0) ? argv[2] : "help";
+            usage(stdout, of);
+            return 0;
+        }
         /* `validate --against torch` plans, then runs the PyTorch harness under torchrun: it needs
            no MPI, BLAS or CUDA in this process, so the front end serves it */
         if (strcmp(cmd, "validate") == 0 && cli_wants_against(argc - 1, argv + 1))
@@ -775,6 +846,6 @@ int memplan_front(int argc, char **argv) {
             return exec_backend(argv);
         return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, alloc, run, validate, bench, help)", cmd);
     }
-    if (argc < 2) { usage(stderr); return 2; }
+    if (argc < 2) { usage(stderr, "help"); return 2; }
     return cmd_plan(argc, argv, 0);
 }

@@ -92,6 +92,60 @@ Test(cli, one_strategy_by_name_should_give_one_row) {
     cJSON_Delete(j);
 }
 
+/* The help by command: auto's own flags before the shared ones, examples in every help, -h as
+   --help, the version on --version and in the JSON. */
+static const char *at(const char *needle) {
+    const char *p = strstr(out, needle);
+    cr_assert_not_null(p, "missing '%s' in: %.400s", needle, out);
+    return p;
+}
+
+Test(cli, auto_help_should_show_autos_flags_before_the_shared_ones) {
+    cr_assert_eq(run("auto --help"), 0, "%s", out);
+    cr_expect(strncmp(out, "memplan auto", 12) == 0, "%.200s", out);
+    cr_expect(at("--global-batch G") < at("--model NAME|ID|PATH   a zoo model"));
+    cr_expect(at("--emit deepspeed|torch") < at("--batch B "));
+    cr_expect(at("--min-headroom") < at("--gpus N "));
+}
+
+Test(cli, every_help_should_carry_examples_and_h_should_be_help) {
+    const char *cmds[] = {"--help", "-h", "help", "plan --help", "plan -h", "auto -h", "help auto"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        cr_assert_eq(run(cmds[i]), 0, "%s: %s", cmds[i], out);
+        cr_expect(strstr(out, "Examples:\n  memplan "), "%s has no examples", cmds[i]);
+        cr_expect(strstr(out, "(default"), "%s shows no defaults", cmds[i]);
+    }
+    cr_assert_eq(run("plan --help"), 0);
+    cr_expect(strncmp(out, "memplan plan", 12) == 0, "%.200s", out);
+    cr_assert_eq(run("models -h"), 0);
+    cr_expect(strncmp(out, "memplan models", 14) == 0, "%.200s", out);
+    cr_assert_eq(run("gpus -h"), 0);
+}
+
+Test(cli, help_should_list_strategy_auto) {
+    cr_assert_eq(run("--help"), 0);
+    cr_expect(strstr(out, "auto: the same as memplan auto"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy auto"), 0, "%s", out);
+    cr_expect(strstr(out, "# auto: searched"), "%s", out);
+}
+
+Test(cli, version_should_print_and_ride_in_the_json) {
+    cr_assert_eq(run("--version"), 0);
+    char want[64];
+    cr_assert(sscanf(out, "memplan %63s", want) == 1, "%s", out);
+    cr_expect_eq(strspn(want, "0123456789."), strlen(want), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 2 --json"), 0);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "version")->valuestring, want);
+    cJSON_Delete(j);
+    cr_assert_eq(run("auto --model gpt2 --gpus 2 --json"), 0);
+    j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "version")->valuestring, want);
+    cJSON_Delete(j);
+}
+
 Test(cli, help_should_show_the_defaults) {
     cr_assert_eq(run("--help"), 0);
     cr_expect(strstr(out, "default amp-bf16") && strstr(out, "default adamw") && strstr(out, "default sdpa"));
