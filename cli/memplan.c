@@ -319,6 +319,85 @@ static const char *alloc_env(const CliSetup *s, char *buf, size_t len) {
     return buf;
 }
 
+/* A flag the --config file gave (not the command line): the command to paste names the file instead. */
+static int from_config(const CliSetup *s, const char *flag) {
+    if (!s->config) return 0;
+    for (int i = 0; i < s->config->n; i++) {
+        const CfgSetting *c = &s->config->set[i];
+        if (strcmp(c->flag, flag) == 0 && !c->cmdline) return 1;
+    }
+    return 0;
+}
+
+/* The command to paste for a pick: "memplan" and the setup's flags as given (the options table's
+   order, --config's own flags as the file), less those in `drop` (the pick sets them) and the
+   output flags, then `tail` (the pick's). malloc'd; NULL out of memory. */
+static char *pick_command(const CliSetup *s, const PlanOpts *o, const char *const *drop, const char *tail) {
+    char *txt = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&txt, &n);
+    if (!m) return NULL;
+    fputs("memplan", m);
+    const struct option *opts = cli_setup_options();
+    for (int i = 0; opts[i].name && i < CLI_GIVEN_MAX; i++) {
+        const char *name = opts[i].name, *v = s->given[i];
+        if (!v || strcmp(name, "json") == 0 || strcmp(name, "help") == 0 || from_config(s, name)) continue;
+        int skip = 0;
+        for (const char *const *d = drop; *d && !skip; d++) skip = strcmp(*d, name) == 0;
+        if (skip) continue;
+        fprintf(m, " --%s", name);
+        if (*v) { fputc(' ', m); shell_word(m, v); }
+    }
+    const struct { const char *name, *v; } own[] = {
+        {"host-mem", o->offload.host_mem_arg}, {"host-bw", o->offload.host_bw_arg}, {"min-headroom", o->offload.headroom_arg},
+        {"offload", o->offload.offload >= 0 ? plan_offload_name((OffloadKind)o->offload.offload) : NULL}};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        int skip = !own[i].v;
+        for (const char *const *d = drop; *d && !skip; d++) skip = strcmp(*d, own[i].name) == 0;
+        if (!skip) { fprintf(m, " --%s ", own[i].name); shell_word(m, own[i].v); }
+    }
+    fputs(tail, m);
+    if (fclose(m)) { free(txt); return NULL; }
+    return txt;
+}
+
+/* recommendation.command: the pick as a command to paste (null when there is none); frees cmd. */
+static void set_command(cJSON *rec, char *cmd) {
+    cJSON *v = cmd ? cJSON_CreateString(cmd) : cJSON_CreateNull();
+    if (cJSON_HasObjectItem(rec, "command")) cJSON_ReplaceItemInObject(rec, "command", v);
+    else cJSON_AddItemToObject(rec, "command", v);
+    free(cmd);
+}
+
+/* plan's pick as a command: the setup as given with --strategy the pick's. NULL when nothing fits. */
+static char *plan_pick_command(const CliSetup *s, const PlanOpts *o, const Plan *p) {
+    if (p->recommended < 0) return NULL;
+    static const char *const DROP[] = {"strategy", NULL};
+    char tail[64];
+    snprintf(tail, sizeof tail, " --strategy %s", plan_strategy(p->rows[p->recommended].kind)->name);
+    return pick_command(s, o, DROP, tail);
+}
+
+/* auto's pick as a command: the setup as given, with what auto chose in place of what it searched. */
+static char *auto_pick_command(const CliSetup *s, const PlanOpts *o, const AutoResult *r) {
+    static const char *const DROP[] = {"strategy", "offload", "precision", "batch", "grad-accum", "act-ckpt", "tp", "sp",
+                                       "pp", "pp-schedule", "microbatches", "ep", "cp", NULL};
+    char tail[320], ck[32];
+    int pp = plan_pp_degree(&r->train);
+    size_t n = (size_t)snprintf(tail, sizeof tail, " --strategy %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s",
+                                plan_strategy(r->strategy)->name, plan_offload_name(r->train.offload),
+                                plan_precision(r->train.precision)->name, (long long)r->train.micro_batch,
+                                pp > 1 ? "microbatches" : "grad-accum", (long long)r->train.grad_accum,
+                                plan_ckpt_label(&r->train, ck, sizeof ck));
+    if (r->train.tp > 1 && n < sizeof tail)
+        n += (size_t)snprintf(tail + n, sizeof tail - n, " --tp %d --sp %s", r->train.tp, r->train.sp ? "on" : "off");
+    if (pp > 1 && n < sizeof tail)
+        n += (size_t)snprintf(tail + n, sizeof tail - n, " --pp %d --pp-schedule %s", pp, plan_pp_schedule_name(r->train.pp_schedule));
+    if (r->train.ep > 1 && n < sizeof tail) n += (size_t)snprintf(tail + n, sizeof tail - n, " --ep %d", r->train.ep);
+    if (r->train.cp > 1 && n < sizeof tail) snprintf(tail + n, sizeof tail - n, " --cp %d", r->train.cp);
+    return pick_command(s, o, DROP, tail);
+}
+
 /* The command that reads the emitted DeepSpeed config back to the same plan: the flags the config
    cannot hold (the model, the cluster, the sequence, the trainable subset, checkpointing other
    than none and full, the overheads), as given or as resolved. */
@@ -440,6 +519,7 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             cJSON_AddStringToObject(rec, "act_ckpt", plan_ckpt_name(r.train.act_ckpt));
             cJSON_AddStringToObject(rec, "offload", plan_offload_name(r.train.offload));
             cJSON_AddStringToObject(rec, "precision", plan_precision(r.train.precision)->name);
+            set_command(rec, auto_pick_command(s, o, &r));
         }
         rc = emit_json(j, s->json_path);
         cJSON_Delete(j);
@@ -452,22 +532,11 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         printf("# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
                r.evaluated, kept[0] ? "; kept as given: " : "", kept);
         fputs(r.explain, stdout);
-        if (r.found) {
-            char tp[48] = "";
-            if (r.train.tp > 1) snprintf(tp, sizeof tp, " --tp %d --sp %s", r.train.tp, r.train.sp ? "on" : "off");
-            int pp = plan_pp_degree(&r.train);
-            char pps[64] = "", eps[48] = "";
-            if (pp > 1) snprintf(pps, sizeof pps, " --pp %d --pp-schedule %s", pp, plan_pp_schedule_name(r.train.pp_schedule));
-            if (r.train.ep > 1 || r.train.cp > 1)
-                snprintf(eps, sizeof eps, "%s%.0d%s%.0d", r.train.ep > 1 ? " --ep " : "", r.train.ep > 1 ? r.train.ep : 0,
-                         r.train.cp > 1 ? " --cp " : "", r.train.cp > 1 ? r.train.cp : 0);
-            printf("recommendation: %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s%s%s%s\n",
-                   plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
-                   plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
-                   pp > 1 ? "microbatches" : "grad-accum", (long long)r.train.grad_accum,
-                   plan_ckpt_name(r.train.act_ckpt), tp, pps, eps);
-        } else
-            printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
+        char *cmd = r.found ? auto_pick_command(s, o, &r) : NULL;
+        if (r.found && cmd) printf("recommendation: %s\n", cmd);
+        else if (r.found) rc = 1, fprintf(stderr, "memplan: out of memory writing the recommendation\n");
+        else printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
+        free(cmd);
     }
     plan_free(&p);
     return rc;
@@ -494,7 +563,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (rc == 1) { usage(stdout, auto_mode ? "auto" : cmd_name); return 0; }
     if (rc) return rc;
     const char *auto_only = o.emit ? "--emit" : o.auto_spec.global_batch ? "--global-batch"
-                          : o.offload.headroom >= 0 ? "--min-headroom" : o.bn_given ? "--bn-min-batch" : NULL;
+                          : o.bn_given ? "--bn-min-batch" : NULL;
     if (auto_mode && s.train.pp > 1) {   /* auto would search the accumulation, which is --microbatches here */
         cli_setup_free(&s);
         return cli_usage_error("--pp %d: 'memplan auto' does not search pipeline stages yet; plan the pipeline with "
@@ -579,12 +648,14 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     }
     Plan p;
     plan_run(&s.model, &s.train, &s.cluster, s.strategies, &p);
+    if (o.offload.headroom >= 0) plan_auto_recommend(&s.model, &s.train, &s.cluster, &o.auto_spec, &p);   /* --min-headroom */
     rc = write_files(&o, &s, &p);   /* first: a file that cannot be written leaves nothing on standard output */
     if (rc) { plan_free(&p); cli_setup_free(&s); return rc; }
     if (s.json) {
         cJSON *j = plan_report_json(&s.model, &s.train, &s.cluster, &p);
         if (s.config) cJSON_AddItemToObject(j, "config", cli_config_json(s.config));
         cli_setup_notes_json(j, &s);
+        set_command(cJSON_GetObjectItem(j, "recommendation"), plan_pick_command(&s, &o, &p));
         rc = emit_json(j, s.json_path);
         cJSON_Delete(j);
     } else {
@@ -592,6 +663,10 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cli_setup_notes(stdout, &s);
         plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
         if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
+        char *cmd = plan_pick_command(&s, &o, &p);
+        if (cmd) printf("recommendation: %s\nwhy: %s\n", cmd, p.reason);
+        else printf("recommendation: none — %s\n", p.reason);
+        free(cmd);
     }
     plan_free(&p);
     cli_setup_free(&s);

@@ -231,11 +231,6 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
                 r->time.compute_s * 1e3, r->time.comm_s * 1e3, r->time.exposed_comm_s * 1e3,
                 r->time.step_s * 1e3, tg, ta, r->comm.wire_bytes / GIB);
     }
-    if (p->recommended >= 0)
-        fprintf(f, "recommendation: %s — %s\n", plan_strategy(p->rows[p->recommended].kind)->name,
-                p->reason);
-    else
-        fprintf(f, "recommendation: none — %s\n", p->reason);
 }
 
 /* The bytes each rule holds at a row's peak, per term (rule x term), from its step; -1 when the

@@ -310,7 +310,7 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("auto --model gpt2 --emit yaml", "unknown --emit 'yaml'");
     expect_usage_error("--model gpt2 --emit torch", "--emit belongs to 'memplan auto'");
     /* auto-only flags in plan mode would do nothing: refused, not ignored */
-    expect_usage_error("--model gpt2 --min-headroom 1GiB", "--min-headroom belongs to 'memplan auto'");
+    expect_usage_error("--model gpt2 --min-headroom 5", "--min-headroom '5' needs a unit");   /* plan's pick keeps it too */
     expect_usage_error("--model gpt2 --bn-min-batch 8", "--bn-min-batch belongs to 'memplan auto'");
     /* a size without a unit is refused the same way everywhere (5 would be 5 bytes) */
     expect_usage_error("auto --model gpt2 --min-headroom 5", "--min-headroom '5' needs a unit");
@@ -414,9 +414,9 @@ Test(cli, fsdp_grad_sync_should_be_echoed_and_change_the_reduce_scatters) {
 
 Test(cli, auto_should_pick_ddp_for_gpt2_and_shard_gpt2_xl_on_24_gib) {
     cr_assert_eq(run("auto --model gpt2 --gpus 8"), 0, "%s", out);
-    cr_expect(strstr(out, "recommendation: ddp"), "%s", out);
+    cr_expect(strstr(out, "recommendation: memplan --model gpt2 --gpus 8 --strategy ddp "), "%s", out);
     cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
-    cr_expect(strstr(out, "recommendation: ") && !strstr(out, "recommendation: ddp"), "%s", out);
+    cr_expect(strstr(out, "recommendation: memplan ") && !strstr(out, "--strategy ddp "), "%s", out);
     cr_expect(strstr(out, "ddp does not fit"), "%s", out);
     cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --emit deepspeed"), 0, "%s", out);
     cJSON *j = cJSON_Parse(out);

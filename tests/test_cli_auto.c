@@ -419,3 +419,87 @@ Test(cli_auto, pp_auto_should_refuse_bad_values_in_one_line) {
     expect_usage_error("auto --model gpt2 --pp auto --microbatches 4", "--microbatches with --pp auto");
     expect_usage_error("auto --model gpt2 --pp auto --pp-schedule gpipe", "--pp-schedule with --pp auto");
 }
+
+/* One recommendation: plan's pick is auto's rule over the strategies with the rest as plan fixed
+   it, so on every setup of the matrix (models x GPU counts x GPU memory) plan and auto kept to
+   plan's micro-batch, accumulation, checkpointing, precision and offload name the same strategy
+   (or both nothing), and plan's command, pasted, plans that strategy with the margin left. */
+static cJSON *run_json(const char *args) {
+    cr_assert_eq(run(args), 0, "%s: %s", args, out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%s: not JSON: %.300s", args, out);
+    return j;
+}
+
+Test(cli_auto, plan_and_auto_should_agree_on_every_setup_of_the_matrix, .timeout = 240) {
+    const char *models[] = {"gpt2", "gpt2-xl", "llama2-7b", "qwen3-0.6b"};
+    const char *gpus[] = {"1", "8", "64"};
+    const char *mems[] = {"16GiB", "24GiB", "40GiB", "80GiB"};
+    int agreed = 0, picked = 0;
+    for (size_t a = 0; a < sizeof models / sizeof *models; a++)
+        for (size_t g = 0; g < sizeof gpus / sizeof *gpus; g++)
+            for (size_t k = 0; k < sizeof mems / sizeof *mems; k++) {
+                char setup[256], args[512];
+                snprintf(setup, sizeof setup, "--model %s --gpus %s --gpu-mem %s --seq 1024", models[a], gpus[g], mems[k]);
+                snprintf(args, sizeof args, "%s --json", setup);
+                cJSON *p = run_json(args);
+                const cJSON *rec = cJSON_GetObjectItem(p, "recommendation");
+                const cJSON *ps = cJSON_GetObjectItem(rec, "strategy"), *cmd = cJSON_GetObjectItem(rec, "command");
+                if (cJSON_IsString(ps))
+                    cr_expect(strstr(cJSON_GetObjectItem(rec, "reason")->valuestring, "safety margin"), "%s", setup);
+                snprintf(args, sizeof args, "auto %s --batch 1 --grad-accum 1 --act-ckpt none --precision amp-bf16 "
+                         "--offload none --json", setup);
+                cJSON *au = run_json(args);
+                const cJSON *found = cJSON_GetObjectItem(cJSON_GetObjectItem(au, "auto"), "found");
+                const cJSON *as = cJSON_GetObjectItem(cJSON_GetObjectItem(au, "auto"), "strategy");
+                if (cJSON_IsString(ps)) {
+                    cr_expect(cJSON_IsTrue(found), "%s: plan picks %s, auto nothing", setup, ps->valuestring);
+                    cr_expect(cJSON_IsString(as) && strcmp(as->valuestring, ps->valuestring) == 0, "%s: plan %s, auto %s",
+                              setup, ps->valuestring, cJSON_IsString(as) ? as->valuestring : "nothing");
+                    cr_assert(cJSON_IsString(cmd), "%s", setup);
+                    char want[96];
+                    snprintf(want, sizeof want, " --strategy %s", ps->valuestring);
+                    cr_expect(strncmp(cmd->valuestring, "memplan ", 8) == 0 && strstr(cmd->valuestring, want), "%s", cmd->valuestring);
+                    picked++;
+                } else {
+                    cr_expect(cJSON_IsFalse(found), "%s: auto picks %s, plan nothing", setup, as ? as->valuestring : "?");
+                    cr_expect(cJSON_IsNull(cmd), "%s", setup);
+                }
+                agreed++;
+                cJSON_Delete(au);
+                cJSON_Delete(p);
+            }
+    cr_expect_eq(agreed, 48);
+    cr_expect_gt(picked, 10);
+    cr_expect_lt(picked, 48, "the matrix should hold setups where nothing leaves the margin");
+}
+
+/* The pasted command plans the pick: one row, fitting with the margin (gpt2-xl on 8 x 40 GiB:
+   ddp fits with 102 MiB, under the 2 GiB margin, so plan no longer picks it). */
+Test(cli_auto, plans_command_should_paste_and_leave_the_margin) {
+    cJSON *p = run_json("--model gpt2-xl --gpus 8 --json");
+    const cJSON *rec = cJSON_GetObjectItem(p, "recommendation");
+    cr_expect_str_neq(cJSON_GetObjectItem(rec, "strategy")->valuestring, "ddp");
+    char args[1024];
+    const char *cmd = cJSON_GetObjectItem(rec, "command")->valuestring;
+    cr_assert(strncmp(cmd, "memplan ", 8) == 0, "%s", cmd);
+    snprintf(args, sizeof args, "%s --json", cmd + 8);
+    cJSON *q = run_json(args);
+    const cJSON *rows = cJSON_GetObjectItem(q, "strategies");
+    cr_assert_eq(cJSON_GetArraySize(rows), 1);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "name")->valuestring,
+                     cJSON_GetObjectItem(rec, "strategy")->valuestring);
+    cr_expect_gt(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "headroom_bytes")->valuedouble, 2.0 * (1 << 30));
+    cJSON_Delete(q);
+    /* auto's recommendation line pastes too */
+    cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
+    const char *line = strstr(out, "recommendation: memplan --model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy ");
+    cr_assert_not_null(line, "%s", out);
+    char pasted[1024];
+    snprintf(pasted, sizeof pasted, "%.*s --json", (int)strcspn(line + 24, "\n"), line + 24);
+    q = run_json(pasted);
+    cr_expect_gt(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(q, "strategies"), 0), "headroom_bytes")->valuedouble,
+                 1.2 * (1 << 30) - 1);
+    cJSON_Delete(q);
+    cJSON_Delete(p);
+}

@@ -118,6 +118,8 @@ static cJSON *expect_settings(const char *args, const Want *want) {
 static char *plan_text(void) {
     cJSON *j = json_out();
     cJSON_DeleteItemFromObject(j, "config");
+    /* the command to paste names the file, or the flags given by hand */
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "recommendation"), "command");
     char *t = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return t;

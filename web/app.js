@@ -133,7 +133,8 @@ function drawMemory(doc) {
                   cell(gib(s.host_bytes_per_node), "host", s.host_bytes_per_node),
                   cell(s.peak_at, "text")]}))); 
   const r = doc.recommendation;
-  $("recommendation").textContent = r && r.strategy ? `recommendation: ${r.strategy} — ${r.reason}` : `recommendation: none — ${r ? r.reason : ""}`;
+  $("recommendation").textContent = r && r.strategy ? `recommendation: ${r.command}` : `recommendation: none — ${r ? r.reason : ""}`;
+  $("recommendation").title = r ? r.reason : "";
   const c = doc.cluster, m = doc.model, t = doc.train;
   $("setup-line").textContent = `${m.name} (${m.params.toLocaleString("en-US")} parameters, ${m.arch}) on ${c.gpus} x ${c.gpu} ` +
     `(${gib(c.gpu_mem_bytes)} GiB each), micro-batch ${t.micro_batch}, seq ${t.seq}, grad-accum ${t.grad_accum}, ${t.precision}, act-ckpt ${t.act_ckpt}`;
