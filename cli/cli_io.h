@@ -28,4 +28,11 @@ int cli_same_file(const char *a, const char *b);
  * 0, or 1 after printing "memplan: cannot write <what> '<path>': <reason>". */
 int cli_write_text(const char *what, const char *path, const char *text);
 
+#include <stdio.h>
+
+/* Prints text to f with every line longer than width wrapped at spaces: a '#' line goes on as
+ * "#   ...", another as "    ...". Lines starting with a prefix of keep (NULL-terminated; a
+ * command to paste) and lines without a space to break at stay whole. width <= 0: as it is. */
+void cli_print_wrapped(FILE *f, const char *text, int width, const char *const *keep);
+
 #endif

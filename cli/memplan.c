@@ -37,6 +37,11 @@
 #include "exec_launch.h"
 #include "plan_zoo.h"
 
+/* The text output's width: tables fit it and longer lines are wrapped (--wide: neither). */
+#define TEXT_WIDTH 100
+/* Lines never wrapped: a command to paste. */
+static const char *const KEEP_WHOLE[] = {"recommendation: memplan ", NULL};
+
 /* The commands, one line each (memplan help, memplan --help). */
 static void usage_commands(FILE *f) {
     fprintf(f,
@@ -78,6 +83,7 @@ static void usage_examples(FILE *f, int auto_mode) {
             "  memplan --model ./config.json --gpus 4 --gpu-mem 24GiB     your own model's config.json\n"
             "  memplan --model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4   QLoRA\n"
             "  memplan --config ds_config.json --model gpt2-xl --gpus 8   a DeepSpeed / accelerate / torchtitan config\n"
+            "  memplan --model gpt2-xl --gpus 8 --quiet                   the verdict line alone\n"
             "  memplan --model gpt2-xl --gpus 8 --json | jq .recommendation\n\n");
 }
 
@@ -85,10 +91,12 @@ static void usage_examples(FILE *f, int auto_mode) {
 static void usage_output(FILE *f) {
     fprintf(f,
         "Output (plan and auto):\n"
+        "  --quiet                the verdict line alone (fits or not, the pick, its peak and headroom)\n"
+        "  --wide                 every column and every line whole (default: tables and notes in %d columns)\n"
         "  --explain              the '#' notes in full, and each strategy's peak split by the rule behind\n"
         "                         every byte (the mechanism and its source; the JSON always has it: peak_by_rule)\n"
         "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
-        "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
+        "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n", TEXT_WIDTH);
 }
 
 static void usage_exit(FILE *f) {
@@ -163,7 +171,9 @@ static const struct {
 /* Options of plan and auto beyond the shared ones. */
 typedef struct {
     const char *trace, *plot;
-    int explain;             /* --explain: each peak split by rule */
+    int explain;             /* --explain: each peak split by rule, the tables' legends */
+    int quiet;               /* --quiet: the verdict line alone */
+    int wide;                /* --wide: every column, lines unwrapped */
     EmitKind emit;
     int auto_mode;
     int bn_given;            /* --bn-min-batch was given (auto only) */
@@ -171,10 +181,12 @@ typedef struct {
     CliAutoOpts offload;     /* --offload, --host-mem, --host-bw, --min-headroom */
 } PlanOpts;
 
-enum { OPT_TRACE = 2000, OPT_PLOT, OPT_EMIT, OPT_GLOBAL_BATCH, OPT_BN_MIN, OPT_EXPLAIN };
+enum { OPT_TRACE = 2000, OPT_PLOT, OPT_EMIT, OPT_GLOBAL_BATCH, OPT_BN_MIN, OPT_EXPLAIN, OPT_QUIET, OPT_WIDE };
 static const struct option PLAN_OPTIONS[] = {
     {"trace", required_argument, 0, OPT_TRACE},
     {"explain", no_argument, 0, OPT_EXPLAIN},
+    {"quiet", no_argument, 0, OPT_QUIET},
+    {"wide", no_argument, 0, OPT_WIDE},
     {"plot", required_argument, 0, OPT_PLOT},
     {"emit", required_argument, 0, OPT_EMIT},
     {"global-batch", required_argument, 0, OPT_GLOBAL_BATCH},
@@ -191,6 +203,12 @@ static int plan_opt(void *ctx, int opt, const char *arg, char *err, size_t errle
     switch (opt) {
     case OPT_EXPLAIN:
         o->explain = 1;
+        return 0;
+    case OPT_QUIET:
+        o->quiet = 1;
+        return 0;
+    case OPT_WIDE:
+        o->wide = 1;
         return 0;
     case OPT_TRACE:
     case OPT_PLOT:
@@ -361,14 +379,6 @@ static char *pick_command(const CliSetup *s, const PlanOpts *o, const char *cons
     return txt;
 }
 
-/* recommendation.command: the pick as a command to paste (null when there is none); frees cmd. */
-static void set_command(cJSON *rec, char *cmd) {
-    cJSON *v = cmd ? cJSON_CreateString(cmd) : cJSON_CreateNull();
-    if (cJSON_HasObjectItem(rec, "command")) cJSON_ReplaceItemInObject(rec, "command", v);
-    else cJSON_AddItemToObject(rec, "command", v);
-    free(cmd);
-}
-
 /* plan's pick as a command: the setup as given with --strategy the pick's. NULL when nothing fits. */
 static char *plan_pick_command(const CliSetup *s, const PlanOpts *o, const Plan *p) {
     if (p->recommended < 0) return NULL;
@@ -419,6 +429,33 @@ static void emit_readback(FILE *f, const CliSetup *s, const AutoResult *r) {
         char ck[32];
         fprintf(f, " --act-ckpt %s", plan_ckpt_label(&r->train, ck, sizeof ck));
     }
+    fputc('\n', f);
+}
+
+/* Prints body (the text output after the verdict) wrapped to TEXT_WIDTH unless --wide; frees it. */
+static void print_body(const PlanOpts *o, char *body) {
+    if (body) cli_print_wrapped(stdout, body, o->wide ? 0 : TEXT_WIDTH, KEEP_WHOLE);
+    free(body);
+}
+
+/* auto's verdict, the first line: the pick with its peak, headroom and rate, or what would fit. */
+static void auto_verdict(FILE *f, const CliSetup *s, const AutoResult *r) {
+    char a[32], b[32], d[32], nm[96], ck[32], deg[64] = "";
+    if (!r->found) {
+        fprintf(f, "does not fit with the %s safety margin in any searched setup%s%s\n", plan_fmt_bytes(r->margin, a, sizeof a),
+                r->fix[0] ? "; would fit with: " : "", r->fix);
+        return;
+    }
+    if (r->train.tp > 1 || plan_pp_degree(&r->train) > 1 || r->train.ep > 1 || r->train.cp > 1)
+        snprintf(deg, sizeof deg, "%s%.0d%s%.0d%s%.0d%s%.0d", r->train.tp > 1 ? ", tp " : "", r->train.tp > 1 ? r->train.tp : 0,
+                 plan_pp_degree(&r->train) > 1 ? ", pp " : "", plan_pp_degree(&r->train) > 1 ? r->train.pp : 0,
+                 r->train.ep > 1 ? ", ep " : "", r->train.ep > 1 ? r->train.ep : 0, r->train.cp > 1 ? ", cp " : "",
+                 r->train.cp > 1 ? r->train.cp : 0);
+    fprintf(f, "fits: %s, micro-batch %lld, act-ckpt %s%s; peak %s of %s per GPU, headroom %s", plan_auto_setup_name(r->strategy,
+            &r->train, nm, sizeof nm), (long long)r->train.micro_batch, plan_ckpt_label(&r->train, ck, sizeof ck), deg,
+            plan_fmt_bytes(r->mem.peak, a, sizeof a), plan_fmt_bytes(s->cluster.gpu.mem_bytes, b, sizeof b),
+            plan_fmt_bytes(r->mem.headroom, d, sizeof d));
+    if (r->time_known) fprintf(f, ", %.0f %s/s", r->time.tokens_per_s, s->model.arch == ARCH_CNN ? "samples" : "tokens");
     fputc('\n', f);
 }
 
@@ -519,24 +556,30 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
             cJSON_AddStringToObject(rec, "act_ckpt", plan_ckpt_name(r.train.act_ckpt));
             cJSON_AddStringToObject(rec, "offload", plan_offload_name(r.train.offload));
             cJSON_AddStringToObject(rec, "precision", plan_precision(r.train.precision)->name);
-            set_command(rec, auto_pick_command(s, o, &r));
         }
         rc = emit_json(j, s->json_path);
         cJSON_Delete(j);
     } else {
-        if (s->config) cli_config_header(stdout, s->config);
-        cli_setup_notes(stdout, s);
-        plan_report_header(stdout, &s->model, &s->train, &s->cluster, &p);
-        char dims[160], kept[160];
-        auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
-        printf("# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
-               r.evaluated, kept[0] ? "; kept as given: " : "", kept);
-        fputs(r.explain, stdout);
-        char *cmd = r.found ? auto_pick_command(s, o, &r) : NULL;
-        if (r.found && cmd) printf("recommendation: %s\n", cmd);
-        else if (r.found) rc = 1, fprintf(stderr, "memplan: out of memory writing the recommendation\n");
-        else printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
-        free(cmd);
+        auto_verdict(stdout, s, &r);   /* the answer first */
+        char *body = NULL;
+        size_t bn = 0;
+        FILE *f = o->quiet ? NULL : open_memstream(&body, &bn);
+        if (f) {
+            if (s->config) cli_config_header(f, s->config);
+            cli_setup_notes(f, s);
+            plan_report_header(f, &s->model, &s->train, &s->cluster, &p);
+            char dims[160], kept[160];
+            auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
+            fprintf(f, "# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
+                    r.evaluated, kept[0] ? "; kept as given: " : "", kept);
+            fputs(r.explain, f);
+            char *cmd = r.found ? auto_pick_command(s, o, &r) : NULL;
+            if (cmd) fprintf(f, "recommendation: %s\n", cmd);
+            else fprintf(f, "recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
+            free(cmd);
+            fclose(f);
+            print_body(o, body);
+        } else if (!o->quiet) rc = 1, fprintf(stderr, "memplan: out of memory writing the output\n");
     }
     plan_free(&p);
     return rc;
@@ -580,6 +623,14 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (!auto_mode && s.train.ep < 0) {
         cli_setup_free(&s);
         return cli_usage_error("--ep auto belongs to 'memplan auto': plan takes a degree (--ep 8)");
+    }
+    if (o.quiet && (s.json || o.emit)) {
+        cli_setup_free(&s);
+        return cli_usage_error("--quiet prints the verdict line of the text output: drop it with %s", s.json ? "--json" : "--emit");
+    }
+    if (o.quiet && o.explain) {
+        cli_setup_free(&s);
+        return cli_usage_error("--quiet prints the verdict line alone, --explain everything: give one of them");
     }
     if (!auto_mode && auto_only) {
         cli_setup_free(&s);
@@ -655,18 +706,26 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         cJSON *j = plan_report_json(&s.model, &s.train, &s.cluster, &p);
         if (s.config) cJSON_AddItemToObject(j, "config", cli_config_json(s.config));
         cli_setup_notes_json(j, &s);
-        set_command(cJSON_GetObjectItem(j, "recommendation"), plan_pick_command(&s, &o, &p));
         rc = emit_json(j, s.json_path);
         cJSON_Delete(j);
     } else {
-        if (s.config) cli_config_header(stdout, s.config);
-        cli_setup_notes(stdout, &s);
-        plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
-        if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
-        char *cmd = plan_pick_command(&s, &o, &p);
-        if (cmd) printf("recommendation: %s\nwhy: %s\n", cmd, p.reason);
-        else printf("recommendation: none — %s\n", p.reason);
-        free(cmd);
+        plan_report_verdict(stdout, &s.model, &s.cluster, &p);   /* the answer first */
+        char *body = NULL;
+        size_t bn = 0;
+        FILE *f = o.quiet ? NULL : open_memstream(&body, &bn);
+        if (f) {
+            PlanReportStyle st = {o.wide, o.explain};
+            if (s.config) cli_config_header(f, s.config);
+            cli_setup_notes(f, &s);
+            plan_report_table(f, &s.model, &s.train, &s.cluster, &p, &st);
+            if (o.explain) plan_report_explain(f, &s.model, &s.train, &s.cluster, &p);
+            char *cmd = plan_pick_command(&s, &o, &p);
+            if (cmd) fprintf(f, "recommendation: %s\nwhy: %s\n", cmd, p.reason);
+            else fprintf(f, "recommendation: none\nwhy: %s\n", p.reason);
+            free(cmd);
+            fclose(f);
+            print_body(&o, body);
+        } else if (!o.quiet) rc = 1, fprintf(stderr, "memplan: out of memory writing the output\n");
     }
     plan_free(&p);
     cli_setup_free(&s);

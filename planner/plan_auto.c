@@ -791,6 +791,7 @@ void plan_auto_recommend(const ModelSpec *m, const TrainSpec *t, const ClusterSp
     a.sp_fixed = 1;
     p->recommended = -1;
     p->reason[0] = 0;
+    p->margin = plan_auto_margin(&a, c->gpu.mem_bytes);
     AutoResult *r = calloc(1, sizeof *r);
     if (!r) { snprintf(p->reason, sizeof p->reason, "out of memory choosing a strategy"); return; }
     if (t->tp < 0 || t->pp < 0 || t->ep < 0 || plan_auto_dims(m, t, c, &a, r) || !r->found) {

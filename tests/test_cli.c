@@ -517,7 +517,7 @@ static double overhead_of(cJSON *j, int row, const char *key) {
    tensor bytes; the settings come from --alloc-conf or PYTORCH_CUDA_ALLOC_CONF, and a bad one is
    one line naming where it came from. */
 Test(cli, the_overhead_should_show_the_caching_allocators_figure_unless_flat_is_asked) {
-    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp"), 0, "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --wide"), 0, "%s", out);
     cr_expect(strstr(out, "allocator: the step's allocations replayed through PyTorch's caching allocator (torch's defaults"), "%s", out);
     cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --json"), 0, "%s", out);
     cJSON *j = cJSON_Parse(out);
@@ -562,4 +562,54 @@ Test(cli, the_overhead_should_show_the_caching_allocators_figure_unless_flat_is_
     expect_usage_error("--model gpt2", "PYTORCH_CUDA_ALLOC_CONF 'max_split_size_mb:5'");
     cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat"), 0, "flat ignores the variable: %s", out);
     unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+}
+
+/* Answer first: the verdict is the first line (fits, the pick, its peak and headroom; or does not
+   fit), --quiet prints it alone, the text fits 100 columns unless --wide (a command to paste stays
+   whole), and --explain holds the legends. */
+static int widest(const char *s) {
+    int w = 0, n = 0;
+    for (; *s; s++) {
+        if (*s == '\n') { if (n > w) w = n; n = 0; }
+        else n++;
+    }
+    return n > w ? n : w;
+}
+
+static int starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+Test(cli, the_verdict_should_be_the_first_line_and_quiet_should_print_it_alone) {
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
+    cr_expect(starts(out, "fits: fsdp-grad-op, peak 20.24 GiB of 24.00 GiB per GPU, headroom 3.76 GiB, "), "%.300s", out);
+    char first[512];
+    snprintf(first, sizeof first, "%.*s\n", (int)strcspn(out, "\n"), out);
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --gpu-mem 24GiB --quiet"), 0);
+    cr_expect_str_eq(out, first);
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --gpu-mem 20GiB --strategy ddp,zero1 --quiet"), 0);
+    cr_expect(starts(out, "does not fit") && lines(out) == 1, "%s", out);
+    cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --quiet"), 0);
+    cr_expect(starts(out, "fits: fsdp-grad-op, mixed-bf16, micro-batch ") && lines(out) == 1, "%s", out);
+    cr_assert_eq(run("--model llama2-70b --gpus 8 --quiet"), 0);
+    cr_expect(starts(out, "does not fit: the smallest peak is "), "%s", out);
+    expect_usage_error("--model gpt2 --quiet --json", "--quiet prints the verdict line");
+}
+
+Test(cli, text_should_fit_100_columns_unless_wide) {
+    const char *cmds[] = {"--model gpt2-xl --gpus 8", "--model llama2-70b --gpus 64 --gpu h100-80gb --seq 8192 --tp 8",
+                          "auto --model gpt2-xl --gpus 8", "--model llama2-7b --gpus 8 --strategy zero3 --offload optimizer"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        cr_assert_eq(run(cmds[i]), 0, "%s", out);
+        char *rec = strstr(out, "recommendation: memplan ");   /* the command to paste is never cut, */
+        if (rec) *rec = 0;
+        const char *body = strchr(out, '\n');                   /* nor the verdict */
+        cr_assert_not_null(body);
+        cr_expect_leq(widest(body), 100, "%s: %s", cmds[i], out);
+    }
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --wide"), 0);
+    cr_expect_gt(widest(out), 100);
+    cr_expect(strstr(out, "max_batch") && strstr(out, "peak_at"), "%s", out);
+    cr_assert_eq(run("--model gpt2-xl --gpus 8"), 0);
+    cr_expect(!strstr(out, "# host = host memory per node") && !strstr(out, "nccl-tests factors"), "%s", out);
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --explain"), 0);
+    cr_expect(strstr(out, "# host = host memory per node") && strstr(out, "nccl-tests"), "%s", out);
 }
