@@ -1,7 +1,7 @@
 /* memplan.c — the command line: subcommands and output. No planning logic lives here.
  *
  * This is the planning front end: plan, auto, models, gpus and help, linked with the planner,
- * cJSON and libm only, so that it starts in a millisecond or two. run, validate and bench need
+ * cJSON, libyaml and libm only, so that it starts in a millisecond or two. run, validate and bench need
  * MPI, BLAS and CUDA: they live in memplan-exec beside this binary (cli/memplan_exec.c), which
  * main() execv()s with the same arguments and environment (mpirun's variables included). */
 #include <cjson/cJSON.h>
