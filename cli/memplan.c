@@ -686,7 +686,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (auto_mode && !plan_model_acts_known(&s.model)) {
         /* nothing to size a micro-batch from: keep the given one instead of "the largest" */
         o.auto_spec.keep_batch = 1;
-        fprintf(s.json || o.emit ? stderr : stdout, "# auto: %s has no activation model (%s): the micro-batch is not searched "
+        fprintf(stderr, "# auto: %s has no activation model (%s): the micro-batch is not searched "
                 "(kept at --batch %lld); peaks leave activations out, step time and tokens/s are not known, and "
                 "setups rank by their communication time\n",
                 s.model.name, s.model.arch == ARCH_GENERIC ? "only parameter counts are known" : "activations unknown",
