@@ -6,7 +6,7 @@
  *       the last completion polled (comm_wait), divided by iters;
  *   algbw = S / t; busbw = per-rank wire bytes / t with the nccl-tests factors
  *       (doc/PERFORMANCE.md: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n),
- *       the same rule as prof_coll_wire_bytes and the planner. GB/s = 1e9 B/s.
+ *       the same rule as coll_wire_bytes and the planner. GB/s = 1e9 B/s.
  * Before timing, each collective is checked once with inputs whose result is exact (rank r
  * contributes r+1). Sizes run from --min-bytes to --max-bytes by --factor (default 8 B .. 1 GiB,
  * x2); iterations adapt so each size takes about --target seconds (at most --iters).
@@ -42,7 +42,7 @@
 #include <nccl.h>
 #endif
 
-static const CollOp OPS[] = {COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER};
+static const CollKind OPS[] = {COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER};
 #define NOPS ((int)(sizeof OPS / sizeof OPS[0]))
 #define CHECK_ELEMS ((size_t)1 << 18)   /* per-rank elements of the exactness check */
 
@@ -54,7 +54,7 @@ typedef struct {
 } Options;
 
 typedef struct {
-    CollOp op;
+    CollKind op;
     double bytes, count;  /* S; elements per rank sent (all-reduce: all) */
     int iters;
     double us, algbw, busbw;
@@ -99,7 +99,7 @@ static int parse(int argc, char **argv, Options *o)
             snprintf(buf, sizeof buf, "%s", optarg);
             for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 int k = 0;
-                while (k < NOPS && strcmp(t, prof_coll_name(OPS[k])) != 0) k++;
+                while (k < NOPS && strcmp(t, coll_name(OPS[k])) != 0) k++;
                 if (k == NOPS) {
                     fprintf(stderr, "bench_nccl: --ops: '%s' is not all_reduce, all_gather or reduce_scatter\n", t);
                     return -1;
@@ -152,13 +152,13 @@ static int parse(int argc, char **argv, Options *o)
 /* ---- one collective ---- */
 
 /* Elements per rank of op on a full buffer of S bytes (0: too small for n ranks). */
-static size_t count_of(CollOp op, double S, int n)
+static size_t count_of(CollKind op, double S, int n)
 {
     size_t elems = (size_t)(S / sizeof(float));
     return op == COLL_ALL_REDUCE ? elems : elems / (size_t)n;
 }
 
-static int issue(Comm *c, CollOp op, const float *send, float *recv, size_t count, CommReq **req)
+static int issue(Comm *c, CollKind op, const float *send, float *recv, size_t count, CommReq **req)
 {
     switch (op) {
     case COLL_ALL_REDUCE: return comm_all_reduce(c, send, recv, count, DT_F32, req);
@@ -169,7 +169,7 @@ static int issue(Comm *c, CollOp op, const float *send, float *recv, size_t coun
 }
 
 /* iters back-to-back calls; seconds per call, or -1 on failure. */
-static double timed(Comm *c, CollOp op, const float *send, float *recv, size_t count, int iters, CommReq **reqs)
+static double timed(Comm *c, CollKind op, const float *send, float *recv, size_t count, int iters, CommReq **reqs)
 {
     if (comm_barrier(c)) return -1;
     double t0 = now_s();
@@ -182,7 +182,7 @@ static double timed(Comm *c, CollOp op, const float *send, float *recv, size_t c
 
 /* Rank r contributes r+1 everywhere: all-reduce and reduce-scatter give n(n+1)/2, all-gather
  * block q gives q+1. Returns the number of wrong elements on this rank (-1: could not run). */
-static long check(Comm *c, Device *d, CollOp op, float *send, float *recv)
+static long check(Comm *c, Device *d, CollKind op, float *send, float *recv)
 {
     int n = comm_size(c), r = comm_rank(c);
     size_t cnt = CHECK_ELEMS, in = op == COLL_REDUCE_SCATTER ? cnt * (size_t)n : cnt,
@@ -237,11 +237,11 @@ static cJSON *doc(const Options *opt, int n, const char *gpu, int nccl_version, 
     cJSON_AddStringToObject(root, "dtype", "fp32");
     cJSON *chk = cJSON_AddObjectToObject(root, "exact");
     for (int k = 0; k < NOPS; k++)
-        if (opt->ops & (1u << k)) cJSON_AddBoolToObject(chk, prof_coll_name(OPS[k]), wrong[k] == 0);
+        if (opt->ops & (1u << k)) cJSON_AddBoolToObject(chk, coll_name(OPS[k]), wrong[k] == 0);
     cJSON *arr = cJSON_AddArrayToObject(root, "results");
     for (int i = 0; i < nrows; i++) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "op", prof_coll_name(rows[i].op));
+        cJSON_AddStringToObject(o, "op", coll_name(rows[i].op));
         cJSON_AddNumberToObject(o, "bytes", rows[i].bytes);
         cJSON_AddNumberToObject(o, "count", rows[i].count);
         cJSON_AddNumberToObject(o, "iters", rows[i].iters);
@@ -253,7 +253,7 @@ static cJSON *doc(const Options *opt, int n, const char *gpu, int nccl_version, 
     if (peak) {
         cJSON *pk = cJSON_AddObjectToObject(root, "peak_busbw_GBps");
         for (int k = 0; k < NOPS; k++)
-            if (opt->ops & (1u << k)) cJSON_AddNumberToObject(pk, prof_coll_name(OPS[k]), peak[k]);
+            if (opt->ops & (1u << k)) cJSON_AddNumberToObject(pk, coll_name(OPS[k]), peak[k]);
     }
     cJSON_AddBoolToObject(root, "complete", complete);
     return root;
@@ -283,7 +283,7 @@ static int check_all(Bench *b, int *inexact)
         b->wrong[k] = check(b->c, b->d, OPS[k], b->send, b->recv);
         if (b->wrong[k] < 0) bad = 1;
         if (b->wrong[k] > 0) {
-            fprintf(stderr, "bench_nccl: rank %d: %s check: %ld wrong elements\n", b->rank, prof_coll_name(OPS[k]),
+            fprintf(stderr, "bench_nccl: rank %d: %s check: %ld wrong elements\n", b->rank, coll_name(OPS[k]),
                     b->wrong[k]);
             *inexact = 1;
         }
@@ -293,7 +293,7 @@ static int check_all(Bench *b, int *inexact)
     if (b->rank == 0) {
         printf("# exactness (rank r contributes r+1, %zu elements per rank):", CHECK_ELEMS);
         for (int k = 0; k < NOPS; k++)
-            if (b->opt->ops & (1u << k)) printf(" %s %s", prof_coll_name(OPS[k]), b->wrong[k] ? "WRONG" : "ok");
+            if (b->opt->ops & (1u << k)) printf(" %s %s", coll_name(OPS[k]), b->wrong[k] ? "WRONG" : "ok");
         printf("\n%-15s %14s %12s %6s %6s %12s %10s %10s\n", "op", "size", "count", "type", "iters", "time", "algbw", "busbw");
         printf("%-15s %14s %12s %6s %6s %12s %10s %10s\n", "-", "bytes", "elements", "-", "-", "us", "GB/s", "GB/s");
         fflush(stdout);
@@ -303,7 +303,7 @@ static int check_all(Bench *b, int *inexact)
 
 /* One row: op on a full buffer of about S0 bytes. 0 measured, 1 skipped (fewer elements than
  * ranks), -1 a collective failed. */
-static int one_row(Bench *b, CollOp op, double S0, Row *w)
+static int one_row(Bench *b, CollKind op, double S0, Row *w)
 {
     const Options *opt = b->opt;
     size_t count = count_of(op, S0, b->n);
@@ -319,7 +319,7 @@ static int one_row(Bench *b, CollOp op, double S0, Row *w)
     iters = (int)it;
     double t = timed(b->c, op, b->send, b->recv, count, iters, b->reqs);
     if (t < 0) return -1;
-    *w = (Row){op, S, (double)count, iters, t * 1e6, S / t / 1e9, prof_coll_wire_bytes(op, S, b->n) / t / 1e9};
+    *w = (Row){op, S, (double)count, iters, t * 1e6, S / t / 1e9, coll_wire_bytes(op, S, b->n) / t / 1e9};
     return 0;
 }
 
@@ -337,7 +337,7 @@ static int sweep(Bench *b, Row *rows, int *nrows)
             if (rc > 0) continue;
             (*nrows)++;
             if (b->rank != 0) continue;
-            printf("%-15s %14.0f %12.0f %6s %6d %12.2f %10.3f %10.3f\n", prof_coll_name(w->op), w->bytes, w->count, "fp32",
+            printf("%-15s %14.0f %12.0f %6s %6d %12.2f %10.3f %10.3f\n", coll_name(w->op), w->bytes, w->count, "fp32",
                    w->iters, w->us, w->algbw, w->busbw);
             fflush(stdout);
             if (opt->json)
@@ -358,7 +358,7 @@ static int report_peaks(const Bench *b, const Row *rows, int nrows)
             if (rows[i].op == OPS[k] && rows[i].busbw > peak[k]) peak[k] = rows[i].busbw;
     printf("# peak busbw:");
     for (int k = 0; k < NOPS; k++)
-        if (opt->ops & (1u << k)) printf(" %s %.3f GB/s", prof_coll_name(OPS[k]), peak[k]);
+        if (opt->ops & (1u << k)) printf(" %s %.3f GB/s", coll_name(OPS[k]), peak[k]);
     printf("\n");
     return opt->json &&
            write_json(opt->json, doc(opt, b->n, exec_device_name(b->d), b->nccl_version, b->hostid, b->wrong, rows, nrows,

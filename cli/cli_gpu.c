@@ -188,7 +188,7 @@ void cli_gpu_print_cupti(FILE *f, const ExecRunResult *r)
     for (int op = 0; op < CUPTI_NCCL_SLOTS; op++) {
         const CuptiKernelStats *k = &t.nccl[op];
         if (k->count == 0) continue;
-        fprintf(f, "%s %s %lld (%.3f ms)", any ? "," : "", op == CUPTI_NCCL_UNATTRIBUTED ? "unattributed" : prof_coll_name((CollOp)op),
+        fprintf(f, "%s %s %lld (%.3f ms)", any ? "," : "", op == CUPTI_NCCL_UNATTRIBUTED ? "unattributed" : coll_name((CollKind)op),
                 (long long)k->count, k->us / 1e3);
         any = 1;
     }

@@ -40,11 +40,11 @@ static int name_index(const char *const names[2], const char *name)
 static const struct {
     const char *name;
     int peak;      /* PhaseKind */
-    int comm;      /* CommPhase; -1: no collectives are counted there */
+    int comm;      /* PhaseKind; -1: no collectives are counted there */
 } PHASES[] = {
-    {"forward", PHASE_FORWARD, CPHASE_FORWARD},
-    {"backward", PHASE_BACKWARD, CPHASE_BACKWARD},
-    {"optimizer", PHASE_STEP, CPHASE_STEP},
+    {"forward", PHASE_FORWARD, PHASE_FORWARD},
+    {"backward", PHASE_BACKWARD, PHASE_BACKWARD},
+    {"optimizer", PHASE_STEP, PHASE_STEP},
     {"zero_grad", PHASE_STEP, -1},
     {"step", PHASE_STEP, -1},
 };
@@ -64,7 +64,7 @@ int cli_harness_comm_phase(const char *name)
     return -1;
 }
 
-const char *cli_harness_comm_phase_name(CommPhase p)
+const char *cli_harness_comm_phase_name(PhaseKind p)
 {
     for (int i = 0; i < NPHASES; i++)
         if (PHASES[i].comm == (int)p) return PHASES[i].name;
@@ -73,8 +73,8 @@ const char *cli_harness_comm_phase_name(CommPhase p)
 
 int cli_harness_coll_op(const char *name)   /* the harness uses the planner's names */
 {
-    for (int k = 0; k < PCOLL_COUNT; k++)
-        if (strcmp(name, plan_coll_name((PlanCollOp)k)) == 0) return k;
+    for (int k = 0; k < COLL_COUNT; k++)
+        if (strcmp(name, coll_name((CollKind)k)) == 0) return k;
     return -1;
 }
 

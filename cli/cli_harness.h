@@ -100,11 +100,11 @@ double cli_harness_num(const cJSON *o, const char *key, double dflt);
 const char *cli_harness_str(const cJSON *o, const char *key, const char *dflt);
 
 /* The harness's phase names: the planner's phase of a memory peak measured there, or -1; the
- * phase of a collective counted there (a CommPhase), or -1; and a CommPhase's harness name. */
+ * phase of a collective counted there (a PhaseKind), or -1; and a PhaseKind's harness name. */
 int cli_harness_peak_phase(const char *name);
 int cli_harness_comm_phase(const char *name);
-const char *cli_harness_comm_phase_name(CommPhase p);
-/* A collective named in a result: a PlanCollOp, or -1 if the planner has none of that name. */
+const char *cli_harness_comm_phase_name(PhaseKind p);
+/* A collective named in a result: a CollKind, or -1 if the planner has none of that name. */
 int cli_harness_coll_op(const char *name);
 
 #endif

@@ -427,11 +427,11 @@ static void print_summary(FILE *f, const Ctx *x, const ExecRunResult *r)
     fprintf(f, "%-16s %8s %14s %14s %8s %16s %10s\n", "collective", "count", "payload", "wire", "count", "payload", "time");
     fprintf(f, "%-16s %8s %14s %14s %8s %16s %10s\n", "-", "per_step", "bytes/step", "bytes/step", "total", "bytes_total", "s_total");
     int any = 0;
-    for (int op = 0; op < COLL_OP_COUNT; op++) {
+    for (int op = 0; op < COLL_COUNT; op++) {
         const CollStats *t = &r->coll_total[op], *s = &r->coll_step[op];
         if (t->count == 0) continue;
         any = 1;
-        fprintf(f, "%-16s %8lld %14s %14s %8lld %16s %10.4f\n", prof_coll_name((CollOp)op), (long long)s->count,
+        fprintf(f, "%-16s %8lld %14s %14s %8lld %16s %10.4f\n", coll_name((CollKind)op), (long long)s->count,
                 fmt_b(s->payload_bytes, a, sizeof a), fmt_b(s->wire_bytes, b, sizeof b), (long long)t->count,
                 fmt_b(t->payload_bytes, c3, sizeof c3), t->seconds);
     }
@@ -504,11 +504,11 @@ static cJSON *run_json(const Ctx *x, const ExecRunResult *r)
     for (int ph = 0; ph < EXEC_PHASE_PARTS; ph++)
         cJSON_AddNumberToObject(pp, exec_phase_planner_name((ExecPhase)ph), r->phase_peak[ph]);
     cJSON *coll = cJSON_AddObjectToObject(j, "collectives");
-    for (int op = 0; op < COLL_OP_COUNT; op++) {
+    for (int op = 0; op < COLL_COUNT; op++) {
         if (r->coll_total[op].count == 0) continue;
         cJSON *o = coll_json(&r->coll_total[op]);
         cJSON_AddItemToObject(o, "last_step", coll_json(&r->coll_step[op]));
-        cJSON_AddItemToObject(coll, prof_coll_name((CollOp)op), o);
+        cJSON_AddItemToObject(coll, coll_name((CollKind)op), o);
     }
     cJSON *ph = cJSON_AddObjectToObject(j, "phases");
     for (int i = 0; i < r->nphases; i++) {
@@ -584,9 +584,9 @@ typedef struct {
 } CollSum;
 
 /* the planner's comm phases are the step's parts, in order (coll_step_phase's second index) */
-_Static_assert((int)CPHASE_COUNT == EXEC_PHASE_PARTS && (int)CPHASE_FORWARD == (int)EXEC_PHASE_FORWARD &&
-                   (int)CPHASE_STEP == (int)EXEC_PHASE_OPTIMIZER,
-               "CommPhase and the ExecPhase parts differ");
+_Static_assert((int)PHASE_COUNT == EXEC_PHASE_PARTS && (int)PHASE_FORWARD == (int)EXEC_PHASE_FORWARD &&
+                   (int)PHASE_STEP == (int)EXEC_PHASE_OPTIMIZER,
+               "PhaseKind and the ExecPhase parts differ");
 
 /* The planner's inputs for the engine's run: its activation layout (--impl engine), fp32 AdamW,
  * no checkpointing or dropout, eager attention, mpirun's ranks on one node, the GPU overheads
@@ -641,13 +641,13 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
     plan_step_free(&st);
     /* plan_comm assumes PyTorch's 25 MiB buckets; the executor's cap is whole fp32 elements */
     double bucket = c->bucket_bytes > 0 ? floor(c->bucket_bytes / 4) * 4 : 0;
-    CollSum pred[PCOLL_COUNT][CPHASE_COUNT];
+    CollSum pred[COLL_COUNT][PHASE_COUNT];
     memset(pred, 0, sizeof pred);
     for (int i = 0; i < cp.n; i++) {
         const PlanColl *pc = &cp.c[i];
         CollSum *s = &pred[pc->op][pc->phase];
         double count = pc->count;
-        if (k == EXEC_DDP && pc->op == PCOLL_ALL_REDUCE && bucket > 0)
+        if (k == EXEC_DDP && pc->op == COLL_ALL_REDUCE && bucket > 0)
             count = plan_ddp_buckets((double)gpt2_cfg_num_params(&c->model), 4, bucket);
         s->count += count;
         s->payload += pc->payload_bytes;
@@ -684,15 +684,15 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
     fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, "model_states", fmt_b(mr.model_states, a, sizeof a),
             fmt_b(r->model_states, b, sizeof b), plan_fmt_rel_err(plan_rel_err(mr.model_states, r->model_states), e, sizeof e),
             ms_ok ? "ok (exact)" : "FAIL (must be exact)");
-    for (int op = 0; op <= PCOLL_BROADCAST; op++)   /* the engine has no send/recv */
-        for (int ph = 0; ph < CPHASE_COUNT; ph++) {
+    for (int op = 0; op <= COLL_BROADCAST; op++)   /* the engine has no send/recv */
+        for (int ph = 0; ph < PHASE_COUNT; ph++) {
             /* PCOLL_* and COLL_* share the first four; CPHASE_* are the ExecPhase parts, in order */
             const CollStats *m = &r->coll_step_phase[op][ph];
             const CollSum *p = &pred[op][ph];
             if (p->count == 0 && m->count == 0) continue;
             char q1[48], q2[48];
-            snprintf(q1, sizeof q1, "%s %s count", plan_coll_name((PlanCollOp)op), plan_comm_phase_name((CommPhase)ph));
-            snprintf(q2, sizeof q2, "%s %s bytes", plan_coll_name((PlanCollOp)op), plan_comm_phase_name((CommPhase)ph));
+            snprintf(q1, sizeof q1, "%s %s count", coll_name((CollKind)op), phase_name((PhaseKind)ph));
+            snprintf(q2, sizeof q2, "%s %s bytes", coll_name((CollKind)op), phase_name((PhaseKind)ph));
             int cnt_ok = p->count == (double)m->count, bytes_ok = p->payload == m->payload_bytes;
             pass &= bytes_ok;
             fprintf(f, "%-8s %-26s %16.0f %16lld %9s %s\n", sn, q1, p->count, (long long)m->count,
@@ -700,8 +700,8 @@ static int compare(FILE *f, const Ctx *x, ExecStrategyKind k, const ExecRunResul
             fprintf(f, "%-8s %-26s %16s %16s %9s %s\n", sn, q2, fmt_b(p->payload, a, sizeof a), fmt_b(m->payload_bytes, b, sizeof b),
                     plan_fmt_rel_err(plan_rel_err(p->payload, m->payload_bytes), e, sizeof e), bytes_ok ? "ok (exact)" : "FAIL (must be exact)");
             cJSON *q = cJSON_CreateObject();
-            cJSON_AddStringToObject(q, "op", plan_coll_name((PlanCollOp)op));
-            cJSON_AddStringToObject(q, "phase", plan_comm_phase_name((CommPhase)ph));
+            cJSON_AddStringToObject(q, "op", coll_name((CollKind)op));
+            cJSON_AddStringToObject(q, "phase", phase_name((PhaseKind)ph));
             cJSON_AddNumberToObject(q, "predicted_count", p->count);
             cJSON_AddNumberToObject(q, "measured_count", (double)m->count);
             cJSON_AddNumberToObject(q, "predicted_payload_bytes", p->payload);

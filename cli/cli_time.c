@@ -16,8 +16,8 @@ void cli_time_cluster(const DeviceDesc *d, ClusterSpec *c)
     c->opt_bw = d->opt_bw / 1e9;
     c->gpu.intra_bw = c->gpu.inter_bw = d->bw / 1e9;
     c->gpu.intra_lat = c->gpu.inter_lat = d->alpha_s;
-    static const int OP[DESC_NCOLL] = {[DESC_AR] = PCOLL_ALL_REDUCE, [DESC_RS] = PCOLL_REDUCE_SCATTER,
-                                       [DESC_AG] = PCOLL_ALL_GATHER};
+    static const int OP[DESC_NCOLL] = {[DESC_AR] = COLL_ALL_REDUCE, [DESC_RS] = COLL_REDUCE_SCATTER,
+                                       [DESC_AG] = COLL_ALL_GATHER};
     for (int k = 0; k < DESC_NCOLL; k++) {
         c->coll_bw[OP[k]] = d->coll_bw[k] / 1e9;
         c->coll_lat[OP[k]] = d->coll_alpha_s[k] > 0 ? d->coll_alpha_s[k] : 1e-12;   /* 0 would mean "the link's" */

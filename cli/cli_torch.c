@@ -370,12 +370,12 @@ static void check_peak(TorchCheck *c, const MemResult *mr, const cJSON *top, dou
 static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *h, const ModelSpec *m,
                              const TrainSpec *t, const MemSizes *ms, const CommPlan *cp)
 {
-    double pred[PCOLL_COUNT][CPHASE_COUNT][2], meas[PCOLL_COUNT][CPHASE_COUNT][2];   /* count, payload */
+    double pred[COLL_COUNT][PHASE_COUNT][2], meas[COLL_COUNT][PHASE_COUNT][2];   /* count, payload */
     memset(pred, 0, sizeof pred);
     memset(meas, 0, sizeof meas);
     for (int i = 0; i < cp->n; i++) {
         double count = cp->c[i].count;
-        if (s->strategy == STRAT_DDP && cp->c[i].op == PCOLL_ALL_REDUCE && s->bucket_mb > 0 &&
+        if (s->strategy == STRAT_DDP && cp->c[i].op == COLL_ALL_REDUCE && s->bucket_mb > 0 &&
             cp->c[i].purpose == PURPOSE_GRAD_BUCKETS) {   /* every bucket at the cap, the first too; whole tensors */
             int gbytes = plan_precision(t->precision)->grad_bytes;
             double cap = s->bucket_mb * 1024 * 1024;
@@ -386,7 +386,7 @@ static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *
         pred[cp->c[i].op][cp->c[i].phase][1] += cp->c[i].payload_bytes;
     }
     const cJSON *hcs = cJSON_GetObjectItem(h, "collectives"), *hc;
-    c->colls = malloc(((size_t)cJSON_GetArraySize(hcs) + PCOLL_COUNT * CPHASE_COUNT) * sizeof *c->colls);
+    c->colls = malloc(((size_t)cJSON_GetArraySize(hcs) + COLL_COUNT * PHASE_COUNT) * sizeof *c->colls);
     if (!c->colls) return -1;
     cJSON_ArrayForEach(hc, hcs) {
         const char *op = cli_harness_str(hc, "op", "?"), *ph = cli_harness_str(hc, "phase", "?");
@@ -400,12 +400,12 @@ static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *
         meas[oi][pi][0] += cnt;
         meas[oi][pi][1] += pay;
     }
-    for (int op = 0; op < PCOLL_COUNT; op++)
-        for (int ph = 0; ph < CPHASE_COUNT; ph++) {
+    for (int op = 0; op < COLL_COUNT; op++)
+        for (int ph = 0; ph < PHASE_COUNT; ph++) {
             const double *p = pred[op][ph], *q = meas[op][ph];
             if (p[0] == 0 && q[0] == 0) continue;
             CollCheck *x = &c->colls[c->ncolls++];
-            *x = (CollCheck){plan_coll_name((PlanCollOp)op), cli_harness_comm_phase_name((CommPhase)ph), 1,
+            *x = (CollCheck){coll_name((CollKind)op), cli_harness_comm_phase_name((PhaseKind)ph), 1,
                              {p[0], q[0], RULE_CALLS, round(p[0]) == round(q[0])}, exact(p[1], q[1])};
             c->pass &= x->payload.ok;
         }
@@ -530,7 +530,7 @@ static void print_row(void *ctx, const TorchCheck *c, const char *label, const Q
     FILE *f = ctx;
     char a[32], b[32], e[32], chk[96];
     if (!q) {
-        fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", c->strategy, label, plan_phase_name(c->predicted_phase),
+        fprintf(f, "%-13s %-30s %16s %16s %9s %s\n", c->strategy, label, phase_name(c->predicted_phase),
                 c->measured_phase, "", c->phase_ok ? "ok (same phase)" : "FAIL (different phase)");
         return;
     }
@@ -612,7 +612,7 @@ static cJSON *torch_json(const TorchCheck *c)
     cJSON *pk = cJSON_AddObjectToObject(o, "peak");
     cJSON_AddNumberToObject(pk, "predicted_bytes", c->peak.predicted);
     cJSON_AddNumberToObject(pk, "measured_bytes", c->peak.measured);
-    cJSON_AddStringToObject(pk, "predicted_phase", plan_phase_name(c->predicted_phase));
+    cJSON_AddStringToObject(pk, "predicted_phase", phase_name(c->predicted_phase));
     cJSON_AddStringToObject(pk, "measured_phase", c->measured_phase);
     cJSON_AddStringToObject(pk, "predicted_at", c->predicted_at);
     cJSON_AddStringToObject(pk, "measured_module", c->measured_module);

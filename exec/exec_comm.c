@@ -74,7 +74,7 @@ struct NcclComm;   /* the NCCL backend's state (its section below) */
 struct CommReq {
     CommReq *prev, *next;    /* the communicator's outstanding list */
     const CommBackend *be;   /* the backend that issued it, which tests it and waits for it */
-    CollOp op;
+    CollKind op;
     int counted;             /* record in the counters (not for comm_check_same) */
     int blocking;            /* the caller waits for it right after the issue */
     double payload;          /* bytes */
@@ -115,7 +115,7 @@ struct CommBackend {
     /* releases what open made; 1: c's memory must stay (a thread left behind still reads it) */
     int (*close)(Comm *c);
     /* starts r's collective, its arguments in r: 0, or -1 (printed) */
-    int (*issue[COLL_OP_COUNT])(Comm *c, CommReq *r);
+    int (*issue[COLL_COUNT])(Comm *c, CommReq *r);
     int (*test)(Comm *c, CommReq *r);                     /* 1 complete (counted), 0 not yet, -1 failed */
     void (*claim)(Comm *c, CommReq *r);                   /* the caller waits for r from now on; NULL: - */
     void (*pause)(Comm *c, CommReq *r, double waited_s);  /* between two tests while the caller waits */
@@ -168,11 +168,11 @@ static double now_s(void)
 
 /* ---- requests ---- */
 
-static CommReq *req_new(Comm *c, CollOp op, double payload)
+static CommReq *req_new(Comm *c, CollKind op, double payload)
 {
     CommReq *r = calloc(1, sizeof *r);
     if (!r) {
-        fprintf(stderr, "rank %d: %s: out of host memory\n", c->rank, prof_coll_name(op));
+        fprintf(stderr, "rank %d: %s: out of host memory\n", c->rank, coll_name(op));
         return NULL;
     }
     r->be = c->be;
@@ -426,7 +426,7 @@ static int mpi_reqs(Comm *c, CommReq *r, int n)
 {
     if (n > 1 && !(r->mpi = malloc((size_t)n * sizeof *r->mpi))) {
         r->mpi = &r->mpi_one;
-        fprintf(stderr, "rank %d: %s: out of host memory\n", c->rank, prof_coll_name(r->op));
+        fprintf(stderr, "rank %d: %s: out of host memory\n", c->rank, coll_name(r->op));
         return -1;
     }
     r->nmpi = n;
@@ -1009,7 +1009,7 @@ static int nccl_event(Comm *c, CommReq *r)
 /* Every NCCL collective is entered ordered after the compute work queued before it and inside
  * CUPTI's bracket (1 when the ordering failed: the call is then skipped), and left with the
  * bracket closed and, when it was enqueued (bad 0), its completion event recorded. */
-static int nccl_enter(Comm *c, CollOp op)
+static int nccl_enter(Comm *c, CollKind op)
 {
     int bad = nccl_order(c);
     prof_cupti_collective_begin(op);
@@ -1121,7 +1121,7 @@ static int nccl_test(Comm *c, CommReq *r)
         return -1;
     }
     if (async != ncclSuccess && async != ncclInProgress) {
-        fprintf(stderr, "rank %d: NCCL error during %s: %s\n", c->rank, prof_coll_name(r->op), nccl_last_error(async));
+        fprintf(stderr, "rank %d: NCCL error during %s: %s\n", c->rank, coll_name(r->op), nccl_last_error(async));
         c->nccl->failed = 1;
         return -1;
     }
@@ -1218,7 +1218,7 @@ void comm_destroy(Comm *c)
     if (!c) return;
     while (c->outstanding) {
         fprintf(stderr, "rank %d: comm_destroy: %s still outstanding; waiting for it\n", c->rank,
-                prof_coll_name(c->outstanding->op));
+                coll_name(c->outstanding->op));
         if (comm_wait(c, c->outstanding) != 0) break;
     }
     if (c->be->close && c->be->close(c)) return;   /* a thread left behind keeps c */
@@ -1297,7 +1297,7 @@ static int start(Comm *c, CommReq *r, CommReq **out)
 }
 
 /* A request for op on buf: the arguments every backend reads. */
-static CommReq *req_for(Comm *c, CollOp op, double payload, const void *send, void *recv, size_t count, DType t,
+static CommReq *req_for(Comm *c, CollKind op, double payload, const void *send, void *recv, size_t count, DType t,
                         int in_place)
 {
     CommReq *r = req_new(c, op, payload);
@@ -1415,7 +1415,7 @@ int comm_barrier(Comm *c)
 static void timeout_abort(Comm *c, CommReq *r)
 {
     fprintf(stderr, "rank %d: collective %s timed out after %.1f s (a peer may have died or stalled)\n",
-            c->rank, prof_coll_name(r->op), c->timeout_s);
+            c->rank, coll_name(r->op), c->timeout_s);
     fflush(stderr);
     if (c->be->abort) c->be->abort(c);
     exit(EXIT_FAILURE);   /* not reached under MPI */

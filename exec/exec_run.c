@@ -271,7 +271,7 @@ typedef struct {
     int step;                     /* the step running (1-based), whose batch gpt2_batch makes */
     double steady_us, steady_cpu_ms;            /* steps 2..K (step 1 when K = 1) */
     double phase_seen[EXEC_PHASE_COUNT];        /* each phase's seconds up to the last step */
-    CollStats before[COLL_OP_COUNT][EXEC_PHASE_PARTS];   /* the counters before the last step */
+    CollStats before[COLL_COUNT][EXEC_PHASE_PARTS];   /* the counters before the last step */
 } Run;
 
 /* 1. Every rank must run the same configuration, with usable shapes. 0 to go on, else the status. */
@@ -498,9 +498,9 @@ static int run_steps(Run *x)
     for (int step = 1; step <= x->K; step++) {
         stall_or_die(&cfg->fault, x->rank, step, comm_timeout(x->c));
         if (step == x->K)
-            for (int op = 0; op < COLL_OP_COUNT; op++)
+            for (int op = 0; op < COLL_COUNT; op++)
                 for (int ph = 0; ph < EXEC_PHASE_PARTS; ph++)
-                    x->before[op][ph] = prof_comm_phase(x->cc, (CollOp)op, exec_phase_planner_name((ExecPhase)ph));
+                    x->before[op][ph] = prof_comm_phase(x->cc, (CollKind)op, exec_phase_planner_name((ExecPhase)ph));
         double t0 = prof_clock_us(), cpu0 = process_cpu_ms();
         x->step = step;
         ExecStepResult sr;
@@ -524,10 +524,10 @@ static int run_steps(Run *x)
 static void collect_comm_and_phases(Run *x)
 {
     ExecRunResult *res = x->res;
-    for (int op = 0; op < COLL_OP_COUNT; op++) {
-        res->coll_total[op] = prof_comm_total(x->cc, (CollOp)op);
+    for (int op = 0; op < COLL_COUNT; op++) {
+        res->coll_total[op] = prof_comm_total(x->cc, (CollKind)op);
         for (int ph = 0; ph < EXEC_PHASE_PARTS; ph++) {
-            CollStats now = prof_comm_phase(x->cc, (CollOp)op, exec_phase_planner_name((ExecPhase)ph));
+            CollStats now = prof_comm_phase(x->cc, (CollKind)op, exec_phase_planner_name((ExecPhase)ph));
             const CollStats *b = &x->before[op][ph];
             CollStats *d = &res->coll_step_phase[op][ph];
             d->count = now.count - b->count;

@@ -120,9 +120,9 @@ typedef struct {
     size_t mem_limit;
 
     /* collectives, rank 0 (every rank does the same): the whole run and the last step */
-    CollStats coll_total[COLL_OP_COUNT];
-    CollStats coll_step[COLL_OP_COUNT];
-    CollStats coll_step_phase[COLL_OP_COUNT][EXEC_PHASE_PARTS];   /* last step by part (ExecPhase) */
+    CollStats coll_total[COLL_COUNT];
+    CollStats coll_step[COLL_COUNT];
+    CollStats coll_step_phase[COLL_COUNT][EXEC_PHASE_PARTS];   /* last step by part (ExecPhase) */
 
     /* time, rank 0 (phase timer stats over the whole run, in order of first use, for tables) */
     PhaseStat phases[EXEC_RUN_PHASES];

@@ -61,7 +61,7 @@ typedef struct {
 } ReduceBucket;
 
 typedef struct {
-    CollOp op;
+    CollKind op;
     double t0_us;
     char label[40];
 } OpenSpan;
@@ -89,7 +89,7 @@ struct ExecStrategy {
     /* collective spans */
     OpenSpan open[MAX_OPEN_SPANS];
     int nopen;
-    int64_t seen[COLL_OP_COUNT];
+    int64_t seen[COLL_COUNT];
     /* DDP */
     int nb;
     float **bucket;
@@ -190,8 +190,8 @@ static int init_range(ExecStrategy *s, int u, uint64_t seed, size_t offset, size
 
 /* ---- collectives: spans, polling, waiting ---- */
 
-static void span_open(ExecStrategy *s, CollOp op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void span_open(ExecStrategy *s, CollOp op, const char *fmt, ...)
+static void span_open(ExecStrategy *s, CollKind op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void span_open(ExecStrategy *s, CollKind op, const char *fmt, ...)
 {
     if (!s->pt || !s->cc || s->nopen >= MAX_OPEN_SPANS) return;
     OpenSpan *o = &s->open[s->nopen++];
@@ -207,11 +207,11 @@ static void span_open(ExecStrategy *s, CollOp op, const char *fmt, ...)
 static void span_sync(ExecStrategy *s)
 {
     if (!s->pt || !s->cc) return;
-    for (int op = 0; op < COLL_OP_COUNT; op++) {
-        int64_t done = prof_comm_total(s->cc, (CollOp)op).count;
+    for (int op = 0; op < COLL_COUNT; op++) {
+        int64_t done = prof_comm_total(s->cc, (CollKind)op).count;
         for (; s->seen[op] < done; s->seen[op]++) {
             for (int i = 0; i < s->nopen; i++) {
-                if (s->open[i].op != (CollOp)op) continue;
+                if (s->open[i].op != (CollKind)op) continue;
                 double now = prof_phase_now_us(s->pt);
                 prof_phase_record_span(s->pt, s->open[i].label, "comm", PHASE_LANE_COMM, s->open[i].t0_us,
                                        now - s->open[i].t0_us);
@@ -738,7 +738,7 @@ int exec_strategy_create(ExecStrategy **out, const ExecStrategyOptions *o, Comm 
     s->plain = s->N == 1;
     s->sync = 1;
     exec_strategy_set_device(s, NULL);
-    for (int op = 0; op < COLL_OP_COUNT && counters; op++) s->seen[op] = prof_comm_total(counters, (CollOp)op).count;
+    for (int op = 0; op < COLL_COUNT && counters; op++) s->seen[op] = prof_comm_total(counters, (CollKind)op).count;
     *out = s;
     return 0;
 }

@@ -81,12 +81,12 @@ static int measure_link(Comm *c, int cmean, SyncbnLink *k)
     k->ag_small_b = 4.0 * ag_s * n;
     k->ar_large_b = 4.0 * large;
     k->ag_large_b = 4.0 * (double)(large / (size_t)n) * n;
-    double war_l = k->ar_large_b * plan_coll_factor(PCOLL_ALL_REDUCE, n);
-    double wag_l = k->ag_large_b * plan_coll_factor(PCOLL_ALL_GATHER, n);
+    double war_l = k->ar_large_b * coll_bus_factor(COLL_ALL_REDUCE, n);
+    double wag_l = k->ag_large_b * coll_bus_factor(COLL_ALL_GATHER, n);
     double bw = 0.5 * (war_l / k->ar_large_s + wag_l / k->ag_large_s);   /* B/s */
     double s_ar = 2.0 * (n - 1), s_ag = (double)(n - 1);
-    double r_ar = k->ar_small_s - k->ar_small_b * plan_coll_factor(PCOLL_ALL_REDUCE, n) / bw;
-    double r_ag = k->ag_small_s - k->ag_small_b * plan_coll_factor(PCOLL_ALL_GATHER, n) / bw;
+    double r_ar = k->ar_small_s - k->ar_small_b * coll_bus_factor(COLL_ALL_REDUCE, n) / bw;
+    double r_ag = k->ag_small_s - k->ag_small_b * coll_bus_factor(COLL_ALL_GATHER, n) / bw;
     k->alpha_s = fmax(0.0, (s_ar * r_ar + s_ag * r_ag) / (s_ar * s_ar + s_ag * s_ag));
     k->bw_gbps = bw / 1e9;
     return 0;
@@ -104,7 +104,7 @@ typedef struct {
     double *buf;                     /* the 8 columns below, K steps each */
     double *ms[4];                   /* forward, backward, optimizer, step, ms (slowest rank) */
     double *coll_min[2], *coll_mean[2];   /* inside SyncBN's collectives, forward and backward, ms */
-    CollStats last[COLL_OP_COUNT];   /* counted in the last measured step */
+    CollStats last[COLL_COUNT];   /* counted in the last measured step */
 } Runner;
 
 static void runner_free(Runner *r)
@@ -158,8 +158,8 @@ static void runner_step(Runner *r, Comm *c, ExecBatch *batch, int t, int k)
     comm_set_counters(c, NULL);
     if (comm_barrier(c)) comm_abort(c, "the step barrier failed");
     comm_set_counters(c, r->cc);
-    CollStats before[COLL_OP_COUNT];
-    for (int op = 0; op < COLL_OP_COUNT; op++) before[op] = prof_comm_total(r->cc, (CollOp)op);
+    CollStats before[COLL_COUNT];
+    for (int op = 0; op < COLL_COUNT; op++) before[op] = prof_comm_total(r->cc, (CollKind)op);
     double cs0[2], cs1[2];
     exec_cnn_syncbn_seconds(r->cnn, cs0);
     ExecStep st = {.m = r->m, .s = r->s, .opt = OPT, .accum = 1, .batch = exec_step_fixed_batch, .batch_ctx = batch,
@@ -194,8 +194,8 @@ static void runner_step(Runner *r, Comm *c, ExecBatch *batch, int t, int k)
     }
     free(all);
     if (k < 0) return;
-    for (int op = 0; op < COLL_OP_COUNT; op++) {
-        CollStats now = prof_comm_total(r->cc, (CollOp)op);
+    for (int op = 0; op < COLL_COUNT; op++) {
+        CollStats now = prof_comm_total(r->cc, (CollKind)op);
         r->last[op].count = now.count - before[op].count;
         r->last[op].payload_bytes = now.payload_bytes - before[op].payload_bytes;
     }
@@ -233,7 +233,7 @@ static void summarize(const Runner run[2], int K, double *scratch, SyncbnRecord 
         x->coll_min_ms[j] = median_kept(run[1].coll_min[j], K, scratch);
         x->coll_mean_ms[j] = median_kept(run[1].coll_mean[j], K, scratch);
     }
-    for (int op = 0; op < COLL_OP_COUNT; op++) {
+    for (int op = 0; op < COLL_COUNT; op++) {
         x->extra_count[op] = (double)(run[1].last[op].count - run[0].last[op].count);
         x->extra_bytes[op] = run[1].last[op].payload_bytes - run[0].last[op].payload_bytes;
     }

@@ -47,8 +47,8 @@ typedef struct {
     double coll_min_ms[2], coll_mean_ms[2];  /* SyncBN run: time inside SyncBN's collectives per
                                                 step (forward, backward), the rank that waited
                                                 least and the mean over ranks; medians */
-    double extra_count[COLL_OP_COUNT];     /* per step, the SyncBN run minus the BN run */
-    double extra_bytes[COLL_OP_COUNT];
+    double extra_count[COLL_COUNT];     /* per step, the SyncBN run minus the BN run */
+    double extra_bytes[COLL_COUNT];
     double pred_count, pred_bytes;         /* plan_comm's SyncBN collectives per step */
     double pred_comm_ms;                   /* plan_comm's SyncBN time per step */
     double pred_bn_ms, pred_sync_ms;       /* plan_sim's steps */

@@ -7,9 +7,6 @@
 #include "plan_memory.h"
 #include "plan_step.h"
 
-static const char *const COLL_NAMES[PCOLL_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                    "broadcast", "send_recv", "all_to_all"};
-static const char *const CPHASE_NAMES[CPHASE_COUNT] = {"forward", "backward", "step"};
 
 static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
     "gradient buckets", "updated parameters", "module parameters", "persistent parameters",
@@ -21,29 +18,14 @@ static const char *const PURPOSE_LABELS[PURPOSE_COUNT] = {
     "EP routed tokens (dispatch/combine)", "EP tokens per expert", "EP expert parameters (expert-dp group)",
     "EP expert gradients (expert-dp group)", "CP keys/values of the other shards"};
 
-const char *plan_coll_name(PlanCollOp op) { return COLL_NAMES[op]; }
 static const char *plan_coll_purpose_label(CollPurpose p) { return PURPOSE_LABELS[p]; }
 int plan_coll_purpose_is_syncbn(CollPurpose p) { return p == PURPOSE_SYNCBN_STATS || p == PURPOSE_SYNCBN_GRADS; }
-const char *plan_comm_phase_name(CommPhase p) { return CPHASE_NAMES[p]; }
 
-double plan_coll_factor(PlanCollOp op, int64_t n) {
-    if (n <= 1) return 0;
-    double nn = (double)n;
-    switch (op) {
-    case PCOLL_ALL_REDUCE: return 2 * (nn - 1) / nn;
-    case PCOLL_REDUCE_SCATTER:
-    case PCOLL_ALL_GATHER:
-    case PCOLL_ALL_TO_ALL: return (nn - 1) / nn;
-    case PCOLL_BROADCAST: return 1;
-    case PCOLL_SEND_RECV: return 1;   /* the whole payload to one peer */
-    default: return 0;
-    }
-}
 
 /* Ring algorithm steps per collective (latency term). */
-static double coll_steps(PlanCollOp op, int64_t n) {
+static double coll_steps(CollKind op, int64_t n) {
     if (n <= 1) return 0;
-    return op == PCOLL_ALL_REDUCE ? 2.0 * (double)(n - 1) : (double)(n - 1);
+    return op == COLL_ALL_REDUCE ? 2.0 * (double)(n - 1) : (double)(n - 1);
 }
 
 double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes) {
@@ -82,12 +64,12 @@ static const double NCCL_HW_LAT[3][2][3] = {                  /* NVLink, PCIe, n
 /* One algorithm x protocol: seconds for payload bytes over n ranks on `nodes` nodes. bus is the
    ring's Simple bus bandwidth (B/s); hw the intra-node link row; lat_scale the preset's hop
    latency over NCCL's ring/LL figure (1 unless --latency). */
-static double nccl_time(PlanCollOp op, int a, int p, double payload, double n, double nodes, double bus, int hw,
+static double nccl_time(CollKind op, int a, int p, double payload, double n, double nodes, double bus, int hw,
                         double lat_intra, double lat_net) {
-    double nsteps = op == PCOLL_ALL_REDUCE ? 2 * (n - 1) : op == PCOLL_BROADCAST ? n : n - 1;
-    double inter = nodes <= 1 ? 0 : op == PCOLL_ALL_REDUCE ? 2 * (nodes - 1) : op == PCOLL_BROADCAST ? nodes : nodes - 1;
+    double nsteps = op == COLL_ALL_REDUCE ? 2 * (n - 1) : op == COLL_BROADCAST ? n : n - 1;
+    double inter = nodes <= 1 ? 0 : op == COLL_ALL_REDUCE ? 2 * (nodes - 1) : op == COLL_BROADCAST ? nodes : nodes - 1;
     double bw = bus;
-    if (a == ALG_RING && p == PROTO_LL) bw *= (nodes > 1 || op == PCOLL_ALL_REDUCE) ? 1.0 / 4.0 : 1.0 / 3.0;
+    if (a == ALG_RING && p == PROTO_LL) bw *= (nodes > 1 || op == COLL_ALL_REDUCE) ? 1.0 / 4.0 : 1.0 / 3.0;
     if (a == ALG_RING && p == PROTO_LL128) bw *= 0.92;
     if (a == ALG_TREE) bw = fmin(bw * 0.9, (nodes > 2 ? 80.0 : 110.0) * 1e9);
     if (a == ALG_TREE && p == PROTO_LL) bw *= 1.0 / 3.8;
@@ -103,7 +85,7 @@ static double nccl_time(PlanCollOp op, int a, int p, double payload, double n, d
 /* The per-operation model's collective: NCCL's ring (and tree, for all-reduce) over every
    protocol, the fastest. A ring across nodes runs one channel per NIC, so its bus bandwidth is
    the node's NICs (GPUs per node x the per-GPU share) or the intra-node link, the lower. */
-static double nccl_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group, int crosses) {
+static double nccl_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group, int crosses) {
     double n = (double)group, gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
     double nodes = crosses ? ceil(n / gpn) : 1;
     double link = nodes > 1 ? fmin(c->gpu.intra_bw, n / nodes * c->gpu.inter_bw) : c->gpu.intra_bw;
@@ -114,7 +96,7 @@ static double nccl_seconds(const ClusterSpec *c, PlanCollOp op, double payload, 
     double best = INFINITY;
     for (int a = ALG_TREE; a <= ALG_RING; a++)
         for (int p = PROTO_LL; p <= PROTO_SIMPLE; p++) {
-            if (a == ALG_TREE && op != PCOLL_ALL_REDUCE) continue;
+            if (a == ALG_TREE && op != COLL_ALL_REDUCE) continue;
             if (p == PROTO_LL128 && !c->gpu.nvlink) continue;   /* LL128 only on NVLink (tuning.cc) */
             best = fmin(best, nccl_time(op, a, p, payload, n, nodes, bus, hw, lat_intra, lat_net));
         }
@@ -136,11 +118,11 @@ static double a2a_seconds(const ClusterSpec *c, double payload, int64_t group, i
     return c->coll_base_lat + (crosses_nodes ? c->gpu.inter_lat : c->gpu.intra_lat) + fmax(intra, inter);
 }
 
-double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
+double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group,
                          int crosses_nodes) {
     if (group <= 1) return 0;
-    if (op == PCOLL_ALL_TO_ALL) return a2a_seconds(c, payload, group, crosses_nodes);
-    if (op == PCOLL_SEND_RECV) {   /* one peer, one hop at the link's rate (NCCL's p2p: no ring) */
+    if (op == COLL_ALL_TO_ALL) return a2a_seconds(c, payload, group, crosses_nodes);
+    if (op == COLL_SEND_RECV) {   /* one peer, one hop at the link's rate (NCCL's p2p: no ring) */
         double bw = (crosses_nodes ? fmin(c->gpu.intra_bw, c->gpu.inter_bw) : c->gpu.intra_bw) * 1e9;
         if (!plan_time_flat(c)) bw *= NCCL_LINK_EFF;
         return c->coll_base_lat + (crosses_nodes ? c->gpu.inter_lat : c->gpu.intra_lat) + payload / bw;
@@ -157,18 +139,18 @@ double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, in
     double steps = coll_steps(op, group), inter = 0;
     if (crosses_nodes) {
         double nodes = ceil((double)group / (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1));
-        inter = op == PCOLL_ALL_REDUCE ? 2 * (nodes - 1) : nodes - 1;
+        inter = op == COLL_ALL_REDUCE ? 2 * (nodes - 1) : nodes - 1;
         if (inter > steps) inter = steps;
     }
     double lat = c->coll_base_lat + (steps - inter) * hop + inter * c->gpu.inter_lat;
-    return lat + payload * plan_coll_factor(op, group) / bw;
+    return lat + payload * coll_bus_factor(op, group) / bw;
 }
 
 /* One row of the table: count collectives moving payload bytes (summed over the step's events of
    the same op, phase and purpose); its time is count x one collective of the mean size, which
    equals the sum over the events (the alpha-beta time is affine in the size). */
 static void finish_row(CommPlan *p, const ClusterSpec *c, PlanColl *x, int crosses) {
-    x->wire_bytes = x->payload_bytes * plan_coll_factor(x->op, x->group);
+    x->wire_bytes = x->payload_bytes * coll_bus_factor(x->op, x->group);
     x->seconds = x->count * plan_coll_seconds(c, x->op, x->payload_bytes / x->count, x->group, crosses);
     p->wire_bytes += x->wire_bytes;
     p->seconds += x->seconds;
@@ -189,7 +171,7 @@ void plan_comm_step(const Step *st, CommPlan *out) {
         if (x->kind != XFER_COLL) {
             if (out->n_host >= 2 || x->payload <= 0) continue;
             PlanHostCopy *h = &out->host[out->n_host++];
-            *h = (PlanHostCopy){x->kind == XFER_D2H ? "copy_d2h" : "copy_h2d", (CommPhase)x->phase,
+            *h = (PlanHostCopy){x->kind == XFER_D2H ? "copy_d2h" : "copy_h2d", (PhaseKind)x->phase,
                                 (CollPurpose)x->purpose, plan_coll_purpose_label((CollPurpose)x->purpose),
                                 x->payload, x->seconds};
             out->host_bytes += h->bytes;
@@ -203,7 +185,7 @@ void plan_comm_step(const Step *st, CommPlan *out) {
             k++;
         if (k == out->n) {
             if (out->n >= PLAN_MAX_COLLS) continue;
-            out->c[out->n++] = (PlanColl){(PlanCollOp)x->op, (CommPhase)x->phase, (CollPurpose)x->purpose,
+            out->c[out->n++] = (PlanColl){(CollKind)x->op, (PhaseKind)x->phase, (CollPurpose)x->purpose,
                                           plan_coll_purpose_label((CollPurpose)x->purpose), 0, 0, 0, x->group, 0};
             crosses[k] = x->crosses;
         }
@@ -231,5 +213,5 @@ void plan_fsdp_no_sync(const Step *st, double *extra_bytes, double *saved_wire_b
     double K = (double)v->t.grad_accum;
     *extra_bytes = v->dp.gpus > 1 ? (z.psi - z.psi_shard) * p->grad_bytes : 0;
     *saved_wire_bytes = (K - 1) * (double)z.n * z.psi_shard * p->grad_bytes *
-                        plan_coll_factor(PCOLL_REDUCE_SCATTER, z.n);
+                        coll_bus_factor(COLL_REDUCE_SCATTER, z.n);
 }

@@ -6,18 +6,12 @@
 #ifndef PLAN_COMM_H
 #define PLAN_COMM_H
 
+#include "plan_coll.h"
 #include "plan_gpu.h"
 #include "plan_model.h"
 #include "plan_strategy.h"
 #include "plan_train.h"
 
-/* PCOLL_SEND_RECV: a point-to-point transfer to or from one neighbour (pipeline stages).
-   PCOLL_ALL_TO_ALL: every rank sends a block to every other (expert parallelism's token dispatch
-   and combine: all_to_all_single); its payload is the rank's input buffer, of which (n-1)/n leaves
-   the rank (nccl-tests alltoall.cu: busBw = algBw (n-1)/n). */
-typedef enum { PCOLL_ALL_REDUCE = 0, PCOLL_REDUCE_SCATTER, PCOLL_ALL_GATHER, PCOLL_BROADCAST,
-               PCOLL_SEND_RECV, PCOLL_ALL_TO_ALL, PCOLL_COUNT } PlanCollOp;
-typedef enum { CPHASE_FORWARD = 0, CPHASE_BACKWARD, CPHASE_STEP, CPHASE_COUNT } CommPhase;
 
 /* What a collective or a host copy moves: code tests this, never the label made from it
    (plan_coll_purpose_label). */
@@ -56,8 +50,8 @@ typedef enum {
 } CollPurpose;
 
 typedef struct {
-    PlanCollOp op;
-    CommPhase phase;
+    CollKind op;
+    PhaseKind phase;
     CollPurpose purpose;
     const char *what;        /* plan_coll_purpose_label(purpose), for people */
     double count;            /* collectives per optimizer step */
@@ -71,7 +65,7 @@ typedef struct {
    collectives, counted apart from wire_bytes. */
 typedef struct {
     const char *name;        /* "copy_d2h", "copy_h2d" */
-    CommPhase phase;
+    PhaseKind phase;
     CollPurpose purpose;
     const char *what;        /* plan_coll_purpose_label(purpose) */
     double bytes;            /* per GPU per optimizer step */
@@ -93,11 +87,8 @@ typedef struct {
 #define PLAN_DDP_FIRST_BUCKET (1024.0 * 1024.0)
 #define PLAN_DDP_BUCKET (25.0 * 1024.0 * 1024.0)
 
-const char *plan_coll_name(PlanCollOp op);
-const char *plan_comm_phase_name(CommPhase p);
 /* 1 for the SyncBatchNorm collectives */
 int plan_coll_purpose_is_syncbn(CollPurpose p);
-double plan_coll_factor(PlanCollOp op, int64_t n);   /* wire bytes per payload byte per GPU */
 /* Number of DDP buckets for Ψ gradients of grad_bytes each, bucket_bytes cap (0 = 25 MiB), as
    if gradients split freely at the caps (memplan's engine, whose buckets are flat fp32 runs). */
 double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes);
@@ -110,7 +101,7 @@ double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes);
 double plan_ddp_buckets_tensors(const ModelSpec *m, int grad_bytes, double first_cap, double cap);
 /* Modelled seconds of one collective: latency x ring steps + wire bytes / bandwidth, where a
  * ring that crosses nodes runs at the per-GPU NIC share. */
-double plan_coll_seconds(const ClusterSpec *c, PlanCollOp op, double payload, int64_t group,
+double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group,
                          int crosses_nodes);
 /* FSDP under gradient accumulation: with no_sync() the (K-1) non-final micro-steps skip their
  * reduce-scatters but keep full unsharded gradients. extra = the added gradient bytes per GPU,

@@ -79,7 +79,7 @@ static double kv_per_token(const ModelSpec *m) {
     return 2 * a * (double)m->d_head;
 }
 
-static void cp_coll(const StepCtx *x, Step *st, int point, PlanCollOp op, CommPhase ph, double count, double each) {
+static void cp_coll(const StepCtx *x, Step *st, int point, CollKind op, PhaseKind ph, double count, double each) {
     if (count <= 0 || each <= 0) return;
     StepXfer *e = step_xfer(st, RULE_CP_RING, XFER_COLL, point);
     if (!e) return;
@@ -121,9 +121,9 @@ static void rule_cp(const StepCtx *x, Step *st) {
         if (m->layers[i].kind != LAYER_BLOCK) continue;
         int again = plan_act_checkpointed(m, x->t, i);
         int f = pt(x, PT_FWD, i), bw = pt(x, PT_BWD, i);
-        cp_coll(x, st, f, PCOLL_ALL_GATHER, CPHASE_FORWARD, 1, whole * X);
-        cp_coll(x, st, bw, PCOLL_ALL_GATHER, CPHASE_BACKWARD, 1 + again, whole * X);
-        cp_coll(x, st, bw, PCOLL_SEND_RECV, CPHASE_BACKWARD, cp, local * 4);
+        cp_coll(x, st, f, COLL_ALL_GATHER, PHASE_FORWARD, 1, whole * X);
+        cp_coll(x, st, bw, COLL_ALL_GATHER, PHASE_BACKWARD, 1 + again, whole * X);
+        cp_coll(x, st, bw, COLL_SEND_RECV, PHASE_BACKWARD, cp, local * 4);
         step_at(st, RULE_CP_RING, TERM_TRANSIENT, f, (local + whole) * X + 2 * b * sl * q * 4);
         step_at(st, RULE_CP_RING, TERM_TRANSIENT, bw, (local + whole) * X + (b * sl * q + 3 * local) * 4);
         if (st->built_for & PLAN_STEP_MEMORY) continue;   /* the max-batch search's probes: no work */

@@ -113,11 +113,11 @@ double plan_ep_rows_per_token(const ModelSpec *m, const TrainSpec *t) {
 /* ---- the rules: the dispatch and the combine, per MoE block, as transformers' AllToAllEP issues
    them (measured on gloo CPU ranks: bench/torch/harness.py --ep, collectives exact) ---- */
 
-static void a2a(const StepCtx *x, Step *st, int point, CollPurpose what, CommPhase ph, double count, double each) {
+static void a2a(const StepCtx *x, Step *st, int point, CollPurpose what, PhaseKind ph, double count, double each) {
     if (count <= 0 || each <= 0) return;
     StepXfer *e = step_xfer(st, RULE_EP_ALL_TO_ALL, XFER_COLL, point);
     if (!e) return;
-    e->op = PCOLL_ALL_TO_ALL;
+    e->op = COLL_ALL_TO_ALL;
     e->purpose = (uint8_t)what;
     e->phase = (uint8_t)ph;
     e->sched = SCHED_SYNC_AFTER;     /* the experts (forward) or the block's input gradient wait for it */
@@ -147,19 +147,19 @@ static void rule_ep(const StepCtx *x, Step *st) {
         if (!plan_moe_block(m, &m->layers[i])) continue;
         int again = plan_act_checkpointed(m, x->t, i);
         int f = pt(x, PT_FWD, i), b = pt(x, PT_BWD, i);
-        a2a(x, st, f, PURPOSE_EP_COUNTS, CPHASE_FORWARD, 1, counts);
-        a2a(x, st, f, PURPOSE_EP_TOKENS, CPHASE_FORWARD, 1, sent);
-        a2a(x, st, f, PURPOSE_EP_TOKENS, CPHASE_FORWARD, 1, back);
+        a2a(x, st, f, PURPOSE_EP_COUNTS, PHASE_FORWARD, 1, counts);
+        a2a(x, st, f, PURPOSE_EP_TOKENS, PHASE_FORWARD, 1, sent);
+        a2a(x, st, f, PURPOSE_EP_TOKENS, PHASE_FORWARD, 1, back);
         if (again) {   /* op-level checkpointing saves the functional all-to-alls' outputs (torchtitan's
                           save list): only the tokens-per-expert exchange, a c10d call, runs again */
-            a2a(x, st, b, PURPOSE_EP_COUNTS, CPHASE_BACKWARD, 1, counts);
+            a2a(x, st, b, PURPOSE_EP_COUNTS, PHASE_BACKWARD, 1, counts);
             if (x->t->act_ckpt != CKPT_OP) {
-                a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, sent);
-                a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, back);
+                a2a(x, st, b, PURPOSE_EP_TOKENS, PHASE_BACKWARD, 1, sent);
+                a2a(x, st, b, PURPOSE_EP_TOKENS, PHASE_BACKWARD, 1, back);
             }
         }
-        a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, sent);   /* the combine's input gradient */
-        a2a(x, st, b, PURPOSE_EP_TOKENS, CPHASE_BACKWARD, 1, back);   /* the dispatch's */
+        a2a(x, st, b, PURPOSE_EP_TOKENS, PHASE_BACKWARD, 1, sent);   /* the combine's input gradient */
+        a2a(x, st, b, PURPOSE_EP_TOKENS, PHASE_BACKWARD, 1, back);   /* the dispatch's */
     }
 }
 

@@ -87,7 +87,7 @@ void rule_host_copies(const StepCtx *x, Step *st) {
         StepXfer *e = step_xfer(st, RULE_HOST_COPIES, XFER_D2H, pt(x, PT_BWD, 0));
         if (e) {
             e->purpose = PURPOSE_HOST_GRADS;
-            e->phase = CPHASE_BACKWARD;
+            e->phase = PHASE_BACKWARD;
             e->sched = param ? SCHED_HOST_SPREAD : SCHED_HOST_OVERLAP;
             e->payload = h.d2h_bytes;
             e->seconds = h.d2h_s;
@@ -98,7 +98,7 @@ void rule_host_copies(const StepCtx *x, Step *st) {
         StepXfer *e = step_xfer(st, RULE_HOST_COPIES, XFER_H2D, pt(x, param ? PT_FWD : PT_STEP, 0));
         if (e) {
             e->purpose = param ? PURPOSE_HOST_PARAMS : PURPOSE_HOST_UPDATED;
-            e->phase = param ? CPHASE_FORWARD : CPHASE_STEP;
+            e->phase = param ? PHASE_FORWARD : PHASE_STEP;
             e->sched = param ? SCHED_HOST_SPREAD : SCHED_HOST_AFTER_STEP;
             e->payload = h.h2d_bytes;
             e->seconds = h.h2d_s;

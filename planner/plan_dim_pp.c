@@ -149,11 +149,11 @@ static void pp_send_recv(const StepCtx *x, Step *st) {
     double each = (double)x->in.b * (double)x->in.s * (double)x->m->d_model * x->p->param_bytes;
     const ClusterSpec *c = x->full;
     int crosses = c->gpus > c->gpus_per_node && c->gpus / pp >= c->gpus_per_node;   /* pp outermost */
-    static const struct { PointKind at; CommPhase ph; } WAYS[2] = {{PT_FWD, CPHASE_FORWARD}, {PT_BWD, CPHASE_BACKWARD}};
+    static const struct { PointKind at; PhaseKind ph; } WAYS[2] = {{PT_FWD, PHASE_FORWARD}, {PT_BWD, PHASE_BACKWARD}};
     for (int w = 0; w < 2; w++) {
         StepXfer *e = step_xfer(st, RULE_PP_SEND_RECV, XFER_COLL, pt(x, WAYS[w].at, w == 0 ? x->L - 1 : 0));
         if (!e) return;
-        e->op = PCOLL_SEND_RECV;
+        e->op = COLL_SEND_RECV;
         e->purpose = PURPOSE_PP_ACTS;
         e->phase = (uint8_t)WAYS[w].ph;
         e->sched = SCHED_ASYNC_AFTER;

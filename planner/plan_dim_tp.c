@@ -140,8 +140,8 @@ void plan_tp_cluster(const ClusterSpec *c, int tp, ClusterSpec *d) {
    memory effect the rank's share does not show; counts, payloads and placements as measured on
    gloo CPU ranks with torch 2.15 (bench/torch/harness.py --tp) ---- */
 
-static StepXfer *tp_coll(const StepCtx *x, Step *st, int point, PlanCollOp op, CollPurpose what,
-                         CommPhase ph, double count, double each) {
+static StepXfer *tp_coll(const StepCtx *x, Step *st, int point, CollKind op, CollPurpose what,
+                         PhaseKind ph, double count, double each) {
     if (count <= 0 || each <= 0) return NULL;
     StepXfer *e = step_xfer(st, RULE_TP_COLLECTIVES, XFER_COLL, point);
     if (!e) return NULL;
@@ -195,18 +195,18 @@ void rule_tp(const StepCtx *x, Step *st) {
            reduce-scatter per block) */
         int again = plan_act_checkpointed(m, x->t, i);
         if (!sp) {
-            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsX);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsR);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS, CPHASE_BACKWARD, again, bsX);
+            tp_coll(x, st, pt(x, PT_FWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsX);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsR);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, again, bsX);
         } else {
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2 * again, bsR);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, again, bsX);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2 * again, bsR);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, again, bsX);
             /* forward: gather the norms' outputs, scatter the row-parallel outputs; backward the
                mirror: gather the outputs' gradients, scatter the inputs' */
-            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsR);
-            tp_coll(x, st, pt(x, PT_FWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 2, bsX);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsX);
-            tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 2, bsR);
+            tp_coll(x, st, pt(x, PT_FWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsR);
+            tp_coll(x, st, pt(x, PT_FWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsX);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsX);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsR);
         }
     }
     /* The root. torchtitan's plan (vocab-sharded): the embedding's partial rows are reduced
@@ -217,19 +217,19 @@ void rule_tp(const StepCtx *x, Step *st) {
        under SP: the embeddings' output is sliced to sequence shards (backward all-gathers) and
        the final norm's output gathered for the head (backward: a slice). */
     if (root && emb >= 0) {
-        tp_coll(x, st, pt(x, PT_FWD, emb), sp ? PCOLL_REDUCE_SCATTER : PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS,
-                CPHASE_FORWARD, 1, bsR);
-        if (sp) tp_coll(x, st, pt(x, PT_BWD, emb), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 1, bsR);
+        tp_coll(x, st, pt(x, PT_FWD, emb), sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, PURPOSE_TP_ACTS,
+                PHASE_FORWARD, 1, bsR);
+        if (sp) tp_coll(x, st, pt(x, PT_BWD, emb), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 1, bsR);
     } else if (sp && emb >= 0) {
-        tp_coll(x, st, pt(x, PT_BWD, emb), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_BACKWARD, 1, bsR);
+        tp_coll(x, st, pt(x, PT_BWD, emb), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 1, bsR);
     }
     if (head >= 0) {
-        if (sp) tp_coll(x, st, pt(x, PT_FWD, head), PCOLL_ALL_GATHER, PURPOSE_TP_ACTS, CPHASE_FORWARD, 1, bsR);
+        if (sp) tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_FORWARD, 1, bsR);
         if (root) {
-            tp_coll(x, st, pt(x, PT_FWD, head), PCOLL_ALL_GATHER, PURPOSE_TP_LOGITS, CPHASE_FORWARD, 1,
+            tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_LOGITS, PHASE_FORWARD, 1,
                     b * s * (double)m->vocab * X);
-            tp_coll(x, st, pt(x, PT_BWD, head), sp ? PCOLL_REDUCE_SCATTER : PCOLL_ALL_REDUCE, PURPOSE_TP_ACTS,
-                    CPHASE_BACKWARD, 1, bsR);
+            tp_coll(x, st, pt(x, PT_BWD, head), sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, PURPOSE_TP_ACTS,
+                    PHASE_BACKWARD, 1, bsR);
         }
     }
     /* SP: replicated parameters used on sequence shards get partial gradients (DTensor Partial).
@@ -243,11 +243,11 @@ void rule_tp(const StepCtx *x, Step *st) {
             if (n <= 0) continue;
             double each = (double)m->d_model * x->p->grad_bytes;
             if (fsdp) {
-                tp_coll(x, st, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_TP_REPLICA_GRADS, CPHASE_BACKWARD, n, each);
+                tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_REPLICA_GRADS, PHASE_BACKWARD, n, each);
             } else {
                 /* in step(): once per optimizer step, not per micro-step (the simulated step ran
                    them once while the table counted them K times under accumulation) */
-                StepXfer *e = tp_coll(x, st, pt(x, PT_STEP, 0), PCOLL_ALL_REDUCE, PURPOSE_TP_REPLICA_GRADS, CPHASE_STEP,
+                StepXfer *e = tp_coll(x, st, pt(x, PT_STEP, 0), COLL_ALL_REDUCE, PURPOSE_TP_REPLICA_GRADS, PHASE_STEP,
                                       3 * n, each);
                 if (e) e->micro = MICRO_ONCE;
             }

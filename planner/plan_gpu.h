@@ -94,7 +94,7 @@ typedef struct {
        the preset's single figures do not describe the device; 0 = the preset's. docs/formulas.md
        "Time". */
     double opt_bw;           /* GB/s the optimizer step achieves, bytes read + written */
-    double coll_bw[4];       /* GB/s bus bandwidth per collective (PlanCollOp order) */
+    double coll_bw[4];       /* GB/s bus bandwidth per collective (CollKind order) */
     double coll_lat[4];      /* seconds per ring step per collective */
     double comm_steal;       /* compute seconds a rank loses per second of collective that runs
                                 while it computes (CPU ranks: the cores do the copies) */

@@ -11,10 +11,8 @@
 
 static const char *const TERM_NAMES[TERM_COUNT] = {"params", "grads", "comm_buffers",
     "optimizer", "activations", "transient", "overhead"};
-static const char *const PHASE_NAMES[PHASE_COUNT] = {"forward", "backward", "step"};
 
 const char *plan_term_name(TermKind k) { return TERM_NAMES[k]; }
-const char *plan_phase_name(PhaseKind p) { return PHASE_NAMES[p]; }
 
 int plan_memory(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                 MemResult *r) {

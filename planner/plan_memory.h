@@ -6,6 +6,7 @@
 #define PLAN_MEMORY_H
 
 #include <stdint.h>
+#include "plan_coll.h"
 #include "plan_gpu.h"
 #include "plan_sizes.h"
 #include "plan_model.h"
@@ -16,8 +17,6 @@ typedef enum { TERM_PARAMS = 0, TERM_GRADS, TERM_COMM, TERM_OPTIMIZER, TERM_ACTI
                TERM_TRANSIENT, TERM_OVERHEAD, TERM_COUNT } TermKind;
 const char *plan_term_name(TermKind k);   /* JSON names: params, grads, comm_buffers, ... */
 
-typedef enum { PHASE_FORWARD = 0, PHASE_BACKWARD, PHASE_STEP, PHASE_COUNT } PhaseKind;
-const char *plan_phase_name(PhaseKind p);
 
 typedef struct {
     double term[TERM_COUNT];     /* bytes at the peak moment; Σ = peak */

@@ -123,14 +123,14 @@ static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
         for (int k = 0; k < r->comm.n; k++) {
             const PlanColl *x = &r->comm.c[k];
             fprintf(f, "%-*s %-14s %-8s %*.0f %*.3f %*.3f %*lld %*.2f  %.*s%s\n", nw,
-                    plan_strategy(r->kind)->name, plan_coll_name(x->op), plan_comm_phase_name(x->phase),
+                    plan_strategy(r->kind)->name, coll_name(x->op), phase_name(x->phase),
                     cw, x->count, bw, x->payload_bytes / GIB, bw, x->wire_bytes / GIB, rw, (long long)x->group,
                     tw, x->seconds * 1e3, cut(x->what, room), x->what, (int)strlen(x->what) > room ? "..." : "");
         }
         for (int k = 0; k < r->comm.n_host; k++) {   /* CPU offload: PCIe, not the network */
             const PlanHostCopy *x = &r->comm.host[k];
             fprintf(f, "%-*s %-14s %-8s %*s %*.3f %*s %*s %*.2f  %.*s%s\n", nw, plan_strategy(r->kind)->name,
-                    x->name, plan_comm_phase_name(x->phase), cw, "-", bw, x->bytes / GIB, bw, "-", rw, "host",
+                    x->name, phase_name(x->phase), cw, "-", bw, x->bytes / GIB, bw, "-", rw, "host",
                     tw, x->seconds * 1e3, cut(x->what, room), x->what, (int)strlen(x->what) > room ? "..." : "");
         }
     }
@@ -331,7 +331,7 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     plan_dims_row_json(o, &r->step);   /* e.g. the pipeline stage the memory is of */
     cJSON_AddNumberToObject(o, "model_states_bytes", r->mem.model_states);
     cJSON_AddNumberToObject(o, "headroom_bytes", r->mem.headroom);
-    cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(r->mem.peak_phase));
+    cJSON_AddStringToObject(o, "peak_phase", phase_name(r->mem.peak_phase));
     cJSON_AddStringToObject(o, "peak_at", r->mem.peak_where);
     cJSON_AddBoolToObject(o, "activations_known", r->mem.acts_known);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
@@ -363,8 +363,8 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     for (int k = 0; k < r->comm.n; k++) {
         const PlanColl *x = &r->comm.c[k];
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "op", plan_coll_name(x->op));
-        cJSON_AddStringToObject(e, "phase", plan_comm_phase_name(x->phase));
+        cJSON_AddStringToObject(e, "op", coll_name(x->op));
+        cJSON_AddStringToObject(e, "phase", phase_name(x->phase));
         cJSON_AddStringToObject(e, "what", x->what);
         cJSON_AddNumberToObject(e, "count", x->count);
         cJSON_AddNumberToObject(e, "payload_bytes", x->payload_bytes);
@@ -380,7 +380,7 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
         const PlanHostCopy *x = &r->comm.host[k];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "op", x->name);
-        cJSON_AddStringToObject(e, "phase", plan_comm_phase_name(x->phase));
+        cJSON_AddStringToObject(e, "phase", phase_name(x->phase));
         cJSON_AddStringToObject(e, "what", x->what);
         cJSON_AddNumberToObject(e, "bytes_per_gpu", x->bytes);
         cJSON_AddNumberToObject(e, "seconds", x->seconds);
@@ -409,7 +409,7 @@ static void strategy_json(cJSON *js, const ModelSpec *m, const TrainSpec *t, con
     cJSON_AddNumberToObject(tm, "flops_per_gpu", r->time.flops_per_step);
     cJSON *ph = cJSON_AddObjectToObject(o, "phase_peaks");
     for (int k = 0; k < PHASE_COUNT; k++)
-        cJSON_AddNumberToObject(ph, plan_phase_name((PhaseKind)k), r->mem.phase_peak[k]);
+        cJSON_AddNumberToObject(ph, phase_name((PhaseKind)k), r->mem.phase_peak[k]);
     add_peak_by_rule(o, r, c, used);
 }
 

@@ -10,7 +10,7 @@
 static int multi_node(const StepCtx *x) { return plan_cluster_nodes(x->c) > 1; }
 
 /* One collective: what, when the table and the simulated step count it, how big. */
-static StepXfer *coll(Step *st, RuleId r, int point, PlanCollOp op, CollPurpose what, CommPhase ph,
+static StepXfer *coll(Step *st, RuleId r, int point, CollKind op, CollPurpose what, PhaseKind ph,
                       StepSched sched, StepMicro micro, double payload, int64_t group, int crosses) {
     if (payload <= 0) return NULL;
     StepXfer *e = step_xfer(st, r, XFER_COLL, point);
@@ -30,16 +30,16 @@ static StepXfer *coll(Step *st, RuleId r, int point, PlanCollOp op, CollPurpose 
 /* n buckets of `each` bytes issued at one point: one entry each, or, beyond 1024 (absurd sizes:
    1e15 parameters make 1e6-1e8 buckets), one entry with their count — the table's count and
    payload are the same, and the account stays small. */
-static void bucket_run(const StepCtx *x, Step *st, RuleId r, int point, PlanCollOp op, StepMicro micro, double n,
+static void bucket_run(const StepCtx *x, Step *st, RuleId r, int point, CollKind op, StepMicro micro, double n,
                        double each, int64_t group) {
     if (n > 1024) {
-        StepXfer *e = coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, n * each,
+        StepXfer *e = coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, n * each,
                            group, multi_node(x));
         if (e) e->count = n;
         return;
     }
     for (double j = 0; j < n; j++)
-        coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, each, group,
+        coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, each, group,
              multi_node(x));
 }
 
@@ -47,7 +47,7 @@ static void bucket_run(const StepCtx *x, Step *st, RuleId r, int point, PlanColl
    bytes per element, the last the rest), each issued after the backward of the layer at which
    the running count of parameters (in gradient-ready order) reaches the bucket's end, the last at
    the end of backward; at_end: all at the end (reduced there). */
-static void buckets(const StepCtx *x, Step *st, RuleId r, PlanCollOp op, StepMicro micro, double count,
+static void buckets(const StepCtx *x, Step *st, RuleId r, CollKind op, StepMicro micro, double count,
                     double total, double cap_bytes, double cap_elems, int at_end, int64_t group) {
     double seen = 0, done = 0, k = 0;
     for (int i = x->L - 1; i >= 0 && k < count - 1; i--) {
@@ -60,7 +60,7 @@ static void buckets(const StepCtx *x, Step *st, RuleId r, PlanCollOp op, StepMic
     /* the rest at the end of backward: the last bucket its remainder */
     bucket_run(x, st, r, pt(x, PT_BWD, 0), op, micro, count - 1 - k, cap_bytes, group);
     if (count - k >= 1)
-        coll(st, r, pt(x, PT_BWD, 0), op, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER, micro,
+        coll(st, r, pt(x, PT_BWD, 0), op, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, micro,
              total - done - (count - 1 - k) * cap_bytes, group, multi_node(x));
 }
 
@@ -84,12 +84,12 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
             for (int k = m->layers[i].n_tensors - 1; k >= 0; k--) {
                 fill += (double)m->layers[i].tensor_elems[k] * gb;
                 if (fill < lim) continue;
-                coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD,
+                coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD,
                      SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, multi_node(x));
                 fill = 0;
                 lim = PLAN_DDP_BUCKET;
             }
-        coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, 0), PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD,
+        coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, 0), COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD,
              SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, multi_node(x));
         return;
     }
@@ -100,16 +100,16 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
         fill += (double)m->layers[i].params * gb;
         int at = pt(x, PT_BWD, i);
         if (start == 0 && fill >= first) {
-            coll(st, RULE_DDP_BUCKETS, at, PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER,
+            coll(st, RULE_DDP_BUCKETS, at, COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER,
                  MICRO_LAST, first, x->N, multi_node(x));
             start = first;
         }
         if (start == 0) continue;
         double n = floor((fmin(fill, total) - start) / PLAN_DDP_BUCKET);   /* full buckets closing here */
-        bucket_run(x, st, RULE_DDP_BUCKETS, at, PCOLL_ALL_REDUCE, MICRO_LAST, n, PLAN_DDP_BUCKET, x->N);
+        bucket_run(x, st, RULE_DDP_BUCKETS, at, COLL_ALL_REDUCE, MICRO_LAST, n, PLAN_DDP_BUCKET, x->N);
         start += n * PLAN_DDP_BUCKET;
         if (fill >= total && start < total) {
-            coll(st, RULE_DDP_BUCKETS, at, PCOLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, CPHASE_BACKWARD, SCHED_ASYNC_AFTER,
+            coll(st, RULE_DDP_BUCKETS, at, COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER,
                  MICRO_LAST, total - start, x->N, multi_node(x));
             start = total;
         }
@@ -123,7 +123,7 @@ void rule_ddp_broadcast(const StepCtx *x, Step *st) {
     int dtypes = 1;
     double bytes = x->engine ? (double)plan_model_buffers(x->m) * 4   /* the engine: one fp32 buffer */
                              : plan_model_buffer_bytes(x->m, &dtypes);
-    StepXfer *e = coll(st, RULE_DDP_BROADCAST, pt(x, PT_FWD, 0), PCOLL_BROADCAST, PURPOSE_BUFFERS, CPHASE_FORWARD,
+    StepXfer *e = coll(st, RULE_DDP_BROADCAST, pt(x, PT_FWD, 0), COLL_BROADCAST, PURPOSE_BUFFERS, PHASE_FORWARD,
                        SCHED_SYNC_BEFORE, MICRO_EVERY, bytes, x->N, multi_node(x));
     if (e) e->count = dtypes;
 }
@@ -159,12 +159,12 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
     } else {
         step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, (psi - (n_buckets - 1) * bkt) * gb);
     }
-    buckets(x, st, RULE_DS_BUCKET, PCOLL_ALL_REDUCE, x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, n_buckets, psi * gb,
+    buckets(x, st, RULE_DS_BUCKET, COLL_ALL_REDUCE, x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, n_buckets, psi * gb,
             bkt * gb, bkt, x->ds12_stage1, x->N);
     /* one all_gather_into_tensor of the flat group per parameter group (runtime/utils.py
        all_gather_dp_groups: torch has all_gather_into_tensor, so allgather_bucket_size's
        sequential shards are never used) */
-    coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, CPHASE_STEP,
+    coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, PHASE_STEP,
          SCHED_SYNC_AFTER, MICRO_ONCE, (double)x->n * x->ds.part * x->p->param_bytes, x->N, multi_node(x));
 }
 
@@ -173,9 +173,9 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
 void rule_ds_step_collectives(const StepCtx *x, Step *st) {
     if (!x->ds_py || x->N <= 1) return;
     int s = pt(x, PT_STEP, 0);
-    coll(st, RULE_DS_NORM_ALLREDUCE, s, PCOLL_ALL_REDUCE, PURPOSE_GRAD_NORM, CPHASE_STEP, SCHED_SYNC_BEFORE, MICRO_ONCE,
+    coll(st, RULE_DS_NORM_ALLREDUCE, s, COLL_ALL_REDUCE, PURPOSE_GRAD_NORM, PHASE_STEP, SCHED_SYNC_BEFORE, MICRO_ONCE,
          plan_ds_norm_bytes(x->ds3_py), x->N, multi_node(x));
-    coll(st, RULE_DS_NORM_ALLREDUCE, s, PCOLL_ALL_REDUCE, PURPOSE_OVERFLOW_FLAG, CPHASE_STEP, SCHED_SYNC_BEFORE, MICRO_ONCE,
+    coll(st, RULE_DS_NORM_ALLREDUCE, s, COLL_ALL_REDUCE, PURPOSE_OVERFLOW_FLAG, PHASE_STEP, SCHED_SYNC_BEFORE, MICRO_ONCE,
          plan_ds_overflow_bytes(x->ds3_py, x->p), x->N, multi_node(x));
 }
 
@@ -192,8 +192,8 @@ static void ds3_group(void *ctx, const Ds3Group *g, int use_layer, int use_bwd) 
     Ds3Emit *d = ctx;
     const StepCtx *x = d->x;
     int at = pt(x, g->at_bwd ? PT_BWD : PT_FWD, g->at);
-    StepXfer *e = coll(d->st, RULE_DS3_GATHER, at, PCOLL_ALL_GATHER, PURPOSE_MODULE_PARAMS,
-                       g->at_bwd ? CPHASE_BACKWARD : CPHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY,
+    StepXfer *e = coll(d->st, RULE_DS3_GATHER, at, COLL_ALL_GATHER, PURPOSE_MODULE_PARAMS,
+                       g->at_bwd ? PHASE_BACKWARD : PHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY,
                        g->flat * x->p->param_bytes, x->n, multi_node(x));
     if (e) e->wait = pt(x, use_bwd ? PT_BWD : PT_FWD, use_layer);
 }
@@ -225,10 +225,10 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
     step_sample(st, r1);
     step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, fmax(0, x->ds.padded - (n_buckets - 1) * bkt) * gb);
     step_level(&lv, pt(x, PT_NORM, 0), 0);
-    buckets(x, st, RULE_DS3_REDUCE_SCATTER, PCOLL_REDUCE_SCATTER, MICRO_EVERY, n_buckets, x->ds.padded * gb, bkt * gb,
+    buckets(x, st, RULE_DS3_REDUCE_SCATTER, COLL_REDUCE_SCATTER, MICRO_EVERY, n_buckets, x->ds.padded * gb, bkt * gb,
             bkt, 0, x->n);
-    StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_PERSISTENT_PARAMS,
-                       CPHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE,
+    StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_PERSISTENT_PARAMS,
+                       PHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE,
                        (x->ds.persist_padded + x->ds.frozen_persist_padded) * pb, x->n, multi_node(x));
     /* every persistent tensor, frozen ones too (measured: gpt2-mini LoRA r=8, 59 all-gathers) */
     if (e) e->count = x->ds.persist_count + x->ds.frozen_persist_count;
@@ -289,12 +289,12 @@ void rule_fsdp2_buffers(const StepCtx *x, Step *st) {
    distributed/fsdp.py apply_fully_sharded_data_parallelism; torchtitan's dp_mod_ep mesh), so
    they are gathered and reduced over those ne = n / ep ranks, strided by ep (the expert mesh's
    inner dimension is ep), beside the block's own collective, when and as often as it is. */
-static void expert_unit_coll(const StepCtx *x, Step *st, const StepUnit *u, PlanCollOp op, CommPhase ph,
+static void expert_unit_coll(const StepCtx *x, Step *st, const StepUnit *u, CollKind op, PhaseKind ph,
                              StepMicro micro, double bytes) {
     int64_t ne = x->f2.on ? x->f2.ne : 0;
     if (u->eshard <= 0 || ne <= 1) return;
-    int gather = op == PCOLL_ALL_GATHER;
-    int at = gather ? pt(x, ph == CPHASE_FORWARD ? PT_FWD : PT_BWD, ph == CPHASE_FORWARD ? u->first : u->last)
+    int gather = op == COLL_ALL_GATHER;
+    int at = gather ? pt(x, ph == PHASE_FORWARD ? PT_FWD : PT_BWD, ph == PHASE_FORWARD ? u->first : u->last)
                     : pt(x, PT_BWD, u->first);
     StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, at, op, gather ? PURPOSE_EXPERT_PARAMS : PURPOSE_EXPERT_GRADS, ph,
                        gather ? SCHED_PREFETCH : SCHED_ASYNC_AFTER, micro, (double)ne * u->eshard * bytes, ne,
@@ -318,8 +318,8 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
     const StepUnit *root = NULL;
     for (int k = 0; k < x->n_units; k++)
         if (x->units[k].root && x->z.root_unit + x->z.root_frozen > 0) root = &x->units[k];
-    StepXfer *g = root ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, 0), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
-                              CPHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY, (double)n * (root->shard + root->fshard) * pb, n, crosses)
+    StepXfer *g = root ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, 0), COLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
+                              PHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY, (double)n * (root->shard + root->fshard) * pb, n, crosses)
                          : NULL;
     if (g) {   /* gathered first, as forward starts (no prefetch ahead of it) */
         g->charge = 0;
@@ -329,36 +329,36 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
     for (int k = 0; k < x->n_units; k++) {
         const StepUnit *u = &x->units[k];
         if (u->root || u->elems + u->felems <= 0) continue;
-        StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, u->first), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
-                           CPHASE_FORWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * (u->shard - u->eshard + u->fshard) * pb,
+        StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_FWD, u->first), COLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
+                           PHASE_FORWARD, SCHED_PREFETCH, MICRO_EVERY, (double)n * (u->shard - u->eshard + u->fshard) * pb,
                            n, crosses);
         if (e) e->wait = e->point;
-        expert_unit_coll(x, st, u, PCOLL_ALL_GATHER, CPHASE_FORWARD, MICRO_EVERY, pb);
+        expert_unit_coll(x, st, u, COLL_ALL_GATHER, PHASE_FORWARD, MICRO_EVERY, pb);
     }
     if (x->s->buffers != BUF_FSDP_GRAD_OP) {
-        StepXfer *r = root && engine_z3 ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, x->L - 1), PCOLL_ALL_GATHER,
-                                               PURPOSE_UNIT_PARAMS, CPHASE_BACKWARD, SCHED_SYNC_BEFORE, MICRO_EVERY,
+        StepXfer *r = root && engine_z3 ? coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, x->L - 1), COLL_ALL_GATHER,
+                                               PURPOSE_UNIT_PARAMS, PHASE_BACKWARD, SCHED_SYNC_BEFORE, MICRO_EVERY,
                                                (double)n * (root->shard + root->fshard) * pb, n, crosses) : NULL;
         if (r) r->root = 1;   /* the engine releases its root after forward: gathered again */
         for (int k = x->n_units - 1; k >= 0; k--) {
             const StepUnit *u = &x->units[k];
             if (u->root || u->elems + u->felems <= 0) continue;
-            StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, u->last), PCOLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
-                               CPHASE_BACKWARD, SCHED_PREFETCH, MICRO_EVERY,
+            StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, pt(x, PT_BWD, u->last), COLL_ALL_GATHER, PURPOSE_UNIT_PARAMS,
+                               PHASE_BACKWARD, SCHED_PREFETCH, MICRO_EVERY,
                                (double)n * (u->shard - u->eshard + u->fshard) * pb, n, crosses);
             if (e) e->wait = e->point;
-            expert_unit_coll(x, st, u, PCOLL_ALL_GATHER, CPHASE_BACKWARD, MICRO_EVERY, pb);
+            expert_unit_coll(x, st, u, COLL_ALL_GATHER, PHASE_BACKWARD, MICRO_EVERY, pb);
         }
     }
     for (int k = x->n_units - 1; k >= 0; k--) {
         const StepUnit *u = &x->units[k];
         if (u->root ? !root || x->z.root_unit <= 0 : u->elems <= 0) continue;   /* gradients only */
         int at = pt(x, PT_BWD, u->root ? 0 : u->first);
-        StepXfer *s = coll(st, RULE_UNIT_COLLECTIVES, at, PCOLL_REDUCE_SCATTER, PURPOSE_UNIT_GRADS, CPHASE_BACKWARD,
+        StepXfer *s = coll(st, RULE_UNIT_COLLECTIVES, at, COLL_REDUCE_SCATTER, PURPOSE_UNIT_GRADS, PHASE_BACKWARD,
                            SCHED_ASYNC_AFTER, rmicro, (double)n * (u->shard - u->eshard) * gb, n, crosses);
         if (s) s->root = (uint8_t)u->root;
-        expert_unit_coll(x, st, u, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, rmicro, gb);
-        StepXfer *a = hsdp ? coll(st, RULE_UNIT_COLLECTIVES, at, PCOLL_ALL_REDUCE, PURPOSE_REPLICA_GRADS, CPHASE_BACKWARD,
+        expert_unit_coll(x, st, u, COLL_REDUCE_SCATTER, PHASE_BACKWARD, rmicro, gb);
+        StepXfer *a = hsdp ? coll(st, RULE_UNIT_COLLECTIVES, at, COLL_ALL_REDUCE, PURPOSE_REPLICA_GRADS, PHASE_BACKWARD,
                                   SCHED_ASYNC_AFTER, rmicro, u->shard * gb, replicas, 1) : NULL;
         if (a) {
             a->charge = 0;   /* issued with the reduce-scatter */
@@ -380,8 +380,8 @@ void rule_engine_buckets(const StepCtx *x, Step *st) {
     if (x->s->buffers != BUF_DS_REDUCE || x->N <= 1) return;
     double n_buckets = ceil(psi / bkt), padded = (double)x->n * x->z.psi_shard;
     StepMicro micro = (x->s->shard & SHARD_GRAD) ? MICRO_EVERY : MICRO_LAST;
-    buckets(x, st, RULE_ENGINE_BUCKETS, PCOLL_REDUCE_SCATTER, micro, n_buckets, padded * gb, bkt * gb, bkt, 0, x->N);
-    StepXfer *e = coll(st, RULE_ENGINE_BUCKETS, pt(x, PT_STEP, 0), PCOLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, CPHASE_STEP,
+    buckets(x, st, RULE_ENGINE_BUCKETS, COLL_REDUCE_SCATTER, micro, n_buckets, padded * gb, bkt * gb, bkt, 0, x->N);
+    StepXfer *e = coll(st, RULE_ENGINE_BUCKETS, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, PHASE_STEP,
                        SCHED_SYNC_AFTER, MICRO_ONCE, padded * x->p->param_bytes, x->N, multi_node(x));
     if (e) e->count = n_buckets;
 }
@@ -394,13 +394,13 @@ void rule_syncbn(const StepCtx *x, Step *st) {
     for (int i = 0; i < x->L; i++) {
         double C = (double)x->m->layers[i].bn_channels;
         if (C > 0)
-            coll(st, RULE_SYNCBN, pt(x, PT_FWD, i), PCOLL_ALL_GATHER, PURPOSE_SYNCBN_STATS, CPHASE_FORWARD,
+            coll(st, RULE_SYNCBN, pt(x, PT_FWD, i), COLL_ALL_GATHER, PURPOSE_SYNCBN_STATS, PHASE_FORWARD,
                  SCHED_SYNC_AFTER, MICRO_EVERY, (2.0 * C + 1) * 4 * (double)x->N, x->N, multi_node(x));
     }
     for (int i = x->L - 1; i >= 0; i--) {
         double C = (double)x->m->layers[i].bn_channels;
         if (C > 0)
-            coll(st, RULE_SYNCBN, pt(x, PT_BWD, i), PCOLL_ALL_REDUCE, PURPOSE_SYNCBN_GRADS, CPHASE_BACKWARD,
+            coll(st, RULE_SYNCBN, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_SYNCBN_GRADS, PHASE_BACKWARD,
                  SCHED_SYNC_AFTER, MICRO_EVERY, 2.0 * C * 4, x->N, multi_node(x));
     }
 }

@@ -173,7 +173,7 @@ static int prepare(SimPrep *P, const Step *st) {
         P->xs[x->point + 1]++;
         if (x->kind != XFER_COLL) host_at(P, x);
         else if (x->group > 1 && x->count > 0)
-            P->xdur[e] = x->count * plan_coll_seconds(c, (PlanCollOp)x->op, x->payload / x->count, x->group, x->crosses);
+            P->xdur[e] = x->count * plan_coll_seconds(c, (CollKind)x->op, x->payload / x->count, x->group, x->crosses);
     }
     for (int p = 0; p < st->n_points; p++) P->xs[p + 1] += P->xs[p];
     int *fill = calloc((size_t)st->n_points, sizeof(int));
@@ -188,8 +188,8 @@ typedef struct {
     Rec *rc;
     double *fwd_end, *bwd_end;
     double *ready;       /* [n_points] when the transfers a point waits for are done */
-    double (*ran)[PCOLL_COUNT];      /* collectives issued, per purpose and op (NULL: not counted) */
-    double (*ran_bytes)[PCOLL_COUNT];   /* their payload bytes */
+    double (*ran)[COLL_COUNT];      /* collectives issued, per purpose and op (NULL: not counted) */
+    double (*ran_bytes)[COLL_COUNT];   /* their payload bytes */
 } Run;
 
 /* What one micro-step took: phase walls (compute and the waits inside) and their compute. */
@@ -236,10 +236,10 @@ static const char *xfer_where(const SimPrep *P, const StepXfer *x) {
 
 /* The trace's name of a collective: tensor parallel's are told apart from the data-parallel ones. */
 static const char *xfer_op_name(const StepXfer *x) {
-    static const char *const TP_NAMES[PCOLL_COUNT] = {"tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
-                                                      "tp_broadcast", "tp_send_recv", "tp_all_to_all"};
+    static const char *const TP_NAMES[COLL_COUNT] = {"tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
+                                                      "tp_broadcast", "tp_send_recv", "tp_all_to_all", "tp_all_gather_v", "tp_barrier"};
     int tp = x->purpose == PURPOSE_TP_ACTS || x->purpose == PURPOSE_TP_LOGITS || x->purpose == PURPOSE_TP_REPLICA_GRADS;
-    return tp ? TP_NAMES[x->op] : plan_coll_name((PlanCollOp)x->op);
+    return tp ? TP_NAMES[x->op] : coll_name((CollKind)x->op);
 }
 
 static double issue(Run *R, Stream *cs, const StepXfer *x, int e, double at) {
@@ -409,14 +409,14 @@ static int run(const SimPrep *P, int record, SimResult *out) {
     rec_op(&rc, "zero", "grads", LANE_COMPUTE, 0, P->zero_s, 0);
     if (vt->grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
         Rec quiet = {out, 0, 0};
-        double q_ran[PURPOSE_COUNT][PCOLL_COUNT] = {{0}}, q_bytes[PURPOSE_COUNT][PCOLL_COUNT] = {{0}};
+        double q_ran[PURPOSE_COUNT][COLL_COUNT] = {{0}}, q_bytes[PURPOSE_COUNT][COLL_COUNT] = {{0}};
         Run Q = {P, &quiet, NULL, NULL, ready, q_ran, q_bytes};
         Stream cs1 = {0};
         cs1.keep = cs.keep;
         Micro m1 = {0};
         double t1 = micro_step(&Q, &cs1, 0, 0, &m1);
         for (int u = 0; u < PURPOSE_COUNT; u++)
-            for (int o = 0; o < PCOLL_COUNT; o++) {
+            for (int o = 0; o < COLL_COUNT; o++) {
                 out->coll_count[u][o] += q_ran[u][o] * (K - 1);
                 out->coll_payload[u][o] += q_bytes[u][o] * (K - 1);
             }

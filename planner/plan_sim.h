@@ -47,8 +47,8 @@ typedef struct {
     double flops_per_step;   /* per GPU */
     /* the collectives the step ran over all its micro-steps, per purpose and op: what the
        collective table counts (plan_comm_step), call by call and byte by byte */
-    double coll_count[PURPOSE_COUNT][PCOLL_COUNT];
-    double coll_payload[PURPOSE_COUNT][PCOLL_COUNT];
+    double coll_count[PURPOSE_COUNT][COLL_COUNT];
+    double coll_payload[PURPOSE_COUNT][COLL_COUNT];
     SimOp *ops; int n_ops, cap_ops;     /* recorded when asked */
     SimMem *mem; int n_mem, cap_mem;
     double mem_peak;

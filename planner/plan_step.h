@@ -125,9 +125,9 @@ typedef enum { XFER_COLL = 0, XFER_D2H, XFER_H2D } XferKind;
 
 typedef struct {
     uint8_t kind;            /* XferKind */
-    uint8_t op;              /* PlanCollOp (XFER_COLL) */
+    uint8_t op;              /* CollKind (XFER_COLL) */
     uint8_t purpose;         /* CollPurpose */
-    uint8_t phase;           /* CommPhase of the collective table */
+    uint8_t phase;           /* PhaseKind of the collective table */
     uint8_t sched;           /* StepSched */
     uint8_t micro;           /* StepMicro */
     uint8_t charge;          /* 1: issuing it costs the issuing rank compute (coll_issue_s) */

@@ -1,56 +1,20 @@
 /* prof_comm.c — collective counters behind prof_comm.h: per collective type and phase, the
- * number of calls, payload bytes (full buffer), per-rank wire bytes and seconds.
- *
- * Wire-byte factors are the nccl-tests bus-bandwidth factors (NVIDIA/nccl-tests,
- * doc/PERFORMANCE.md): a ring all-reduce moves 2(n-1)/n of the buffer through each rank,
- * reduce-scatter and all-gather (n-1)/n of the full buffer, broadcast the buffer once. With a
- * single rank nothing crosses a wire, so every factor is 0 there. */
+ * number of calls, payload bytes (full buffer), per-rank wire bytes and seconds. The wire bytes
+ * are planner/plan_coll.h's (the nccl-tests bus-bandwidth factors), the planner's own. */
 #include "prof_comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Described as data: name and wire factor as a function of n. */
-typedef struct {
-    const char *name;
-    double (*factor)(int n);
-} CollInfo;
-
-static double f_all_reduce(int n) { return 2.0 * (n - 1) / n; }
-static double f_gather_scatter(int n) { return (double)(n - 1) / n; }
-static double f_broadcast(int n) { (void)n; return 1.0; }
-static double f_zero(int n) { (void)n; return 0.0; }
-
-static const CollInfo COLL_INFO[COLL_OP_COUNT] = {
-    [COLL_ALL_REDUCE] = {"all_reduce", f_all_reduce},
-    [COLL_REDUCE_SCATTER] = {"reduce_scatter", f_gather_scatter},
-    [COLL_ALL_GATHER] = {"all_gather", f_gather_scatter},
-    [COLL_BROADCAST] = {"broadcast", f_broadcast},
-    [COLL_ALL_GATHER_V] = {"all_gather_v", f_gather_scatter},
-    [COLL_BARRIER] = {"barrier", f_zero},
-    [COLL_ALL_TO_ALL] = {"all_to_all", f_gather_scatter},   /* nccl-tests alltoall.cu: (n-1)/n */
-};
-
-const char *prof_coll_name(CollOp op)
-{
-    return (unsigned)op < COLL_OP_COUNT ? COLL_INFO[op].name : "unknown";
-}
-
-double prof_coll_wire_bytes(CollOp op, double payload_bytes, int nranks)
-{
-    if ((unsigned)op >= COLL_OP_COUNT || nranks <= 1) return 0.0;
-    return COLL_INFO[op].factor(nranks) * payload_bytes;
-}
-
 typedef struct {
     char name[32];
-    CollStats stats[COLL_OP_COUNT];
-} CommPhase;
+    CollStats stats[COLL_COUNT];
+} CountedPhase;
 
 struct CommCounters {
     int nranks;
-    CommPhase phases[PROF_MAX_PHASES];   /* the last slot collects phases beyond the table */
+    CountedPhase phases[PROF_MAX_PHASES];   /* the last slot collects phases beyond the table */
     int nphases, phase;                  /* phase: index of the current one, -1 before any */
 };
 
@@ -96,27 +60,27 @@ const char *prof_comm_current_phase(const CommCounters *c)
     return (c && c->phase >= 0) ? c->phases[c->phase].name : "none";
 }
 
-void prof_comm_record_in(CommCounters *c, const char *phase, CollOp op, double payload_bytes,
+void prof_comm_record_in(CommCounters *c, const char *phase, CollKind op, double payload_bytes,
                          double seconds)
 {
-    if (!c || (unsigned)op >= COLL_OP_COUNT) return;
+    if (!c || (unsigned)op >= COLL_COUNT) return;
     int i = phase ? get_phase(c, phase) : (c->phase >= 0 ? c->phase : get_phase(c, "none"));
     CollStats *s = &c->phases[i].stats[op];
     s->count++;
     s->payload_bytes += payload_bytes;
-    s->wire_bytes += prof_coll_wire_bytes(op, payload_bytes, c->nranks);
+    s->wire_bytes += coll_wire_bytes(op, payload_bytes, c->nranks);
     s->seconds += seconds;
 }
 
-void prof_comm_record(CommCounters *c, CollOp op, double payload_bytes, double seconds)
+void prof_comm_record(CommCounters *c, CollKind op, double payload_bytes, double seconds)
 {
     prof_comm_record_in(c, NULL, op, payload_bytes, seconds);
 }
 
-CollStats prof_comm_total(const CommCounters *c, CollOp op)
+CollStats prof_comm_total(const CommCounters *c, CollKind op)
 {
     CollStats t = {0};
-    if (!c || (unsigned)op >= COLL_OP_COUNT) return t;
+    if (!c || (unsigned)op >= COLL_COUNT) return t;
     for (int i = 0; i < c->nphases; i++) {
         const CollStats *s = &c->phases[i].stats[op];
         t.count += s->count;
@@ -127,10 +91,10 @@ CollStats prof_comm_total(const CommCounters *c, CollOp op)
     return t;
 }
 
-CollStats prof_comm_phase(const CommCounters *c, CollOp op, const char *phase)
+CollStats prof_comm_phase(const CommCounters *c, CollKind op, const char *phase)
 {
     CollStats none = {0};
-    if (!c || !phase || (unsigned)op >= COLL_OP_COUNT) return none;
+    if (!c || !phase || (unsigned)op >= COLL_COUNT) return none;
     int i = find_phase(c, phase);
     return i < 0 ? none : c->phases[i].stats[op];
 }

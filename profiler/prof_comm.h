@@ -8,21 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-    COLL_ALL_REDUCE = 0,
-    COLL_REDUCE_SCATTER,
-    COLL_ALL_GATHER,
-    COLL_BROADCAST,
-    COLL_ALL_GATHER_V,
-    COLL_BARRIER,
-    COLL_ALL_TO_ALL,         /* every rank a block to every rank (expert parallelism's dispatch and
-                                combine); wire (n-1)/n of the rank's send buffer */
-    COLL_OP_COUNT
-} CollOp;
+#include "plan_coll.h"   /* CollKind, its names and wire factors: the planner's own */
 
-const char *prof_coll_name(CollOp op);   /* "all_reduce", "reduce_scatter", ... (JSON names) */
-/* Per-rank wire bytes of one collective: payload = the full (unsharded) buffer in bytes. */
-double prof_coll_wire_bytes(CollOp op, double payload_bytes, int nranks);
+
 
 typedef struct {
     int64_t count;
@@ -37,9 +25,9 @@ typedef struct CommCounters CommCounters;   /* opaque */
 CommCounters *prof_comm_create(int nranks);
 void prof_comm_destroy(CommCounters *c);
 void prof_comm_set_phase(CommCounters *c, const char *phase);
-void prof_comm_record(CommCounters *c, CollOp op, double payload_bytes, double seconds);
-CollStats prof_comm_total(const CommCounters *c, CollOp op);            /* over phases */
-CollStats prof_comm_phase(const CommCounters *c, CollOp op, const char *phase);
+void prof_comm_record(CommCounters *c, CollKind op, double payload_bytes, double seconds);
+CollStats prof_comm_total(const CommCounters *c, CollKind op);            /* over phases */
+CollStats prof_comm_phase(const CommCounters *c, CollKind op, const char *phase);
 int prof_comm_phases(const CommCounters *c, const char **names, int max); /* phase names seen */
 void prof_comm_reset(CommCounters *c);   /* zero everything; the current phase stays set */
 
@@ -48,7 +36,7 @@ void prof_comm_reset(CommCounters *c);   /* zero everything; the current phase s
 const char *prof_comm_current_phase(const CommCounters *c);
 /* Record into a named phase (NULL: the current one): a non-blocking collective is counted in
  * the phase it was issued in, even when it completes later. */
-void prof_comm_record_in(CommCounters *c, const char *phase, CollOp op, double payload_bytes,
+void prof_comm_record_in(CommCounters *c, const char *phase, CollKind op, double payload_bytes,
                          double seconds);
 
 #endif

@@ -37,7 +37,7 @@ static const char *const NCCL_PREFIXES[] = {"ncclKernel_", "ncclDevKernel_", "nc
 /* The token after the prefix names the collective when NCCL specialized the kernel. */
 static const struct {
     const char *token;
-    CollOp op;
+    CollKind op;
 } NCCL_COLLECTIVES[] = {
     {"AllReduce", COLL_ALL_REDUCE},
     {"ReduceScatter", COLL_REDUCE_SCATTER},
@@ -142,7 +142,7 @@ struct ProfCupti {
     int nspans, maxspans;
     int64_t dropped_spans, dropped_records;
 
-    ProfMap hints;            /* launch correlation id -> CollOp */
+    ProfMap hints;            /* launch correlation id -> CollKind */
 
     MemEvent *mem;
     int64_t nmem, capmem;
@@ -244,9 +244,9 @@ static void hints_keep_from(ProfMap *hints, uint64_t min)
     *hints = kept;
 }
 
-void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollOp op)
+void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollKind op)
 {
-    if (!s || (unsigned)op >= COLL_OP_COUNT) return;
+    if (!s || (unsigned)op >= COLL_COUNT) return;
     pthread_mutex_lock(&s->mu);
     /* A hint waits for its kernel's record; one whose record never comes (dropped, or a launch
      * that failed) would stay for good. Correlation ids grow: past CUPTI_MAX_HINTS waiting,
@@ -564,7 +564,7 @@ static cJSON *phase_json(const ProfCuptiPhase *p)
         cJSON *by = cJSON_AddObjectToObject(nccl, "by_collective");
         for (int c = 0; by && c < CUPTI_NCCL_SLOTS; c++) {
             if (!p->nccl[c].count) continue;
-            cJSON_AddItemToObject(by, c == CUPTI_NCCL_UNATTRIBUTED ? "unattributed" : prof_coll_name((CollOp)c),
+            cJSON_AddItemToObject(by, c == CUPTI_NCCL_UNATTRIBUTED ? "unattributed" : coll_name((CollKind)c),
                                   kernel_json(&p->nccl[c]));
         }
     }
@@ -639,7 +639,7 @@ static ProfCupti *g_session;            /* the running session, under g_lock */
 static int g_callbacks_registered;
 static CUpti_SubscriberHandle g_subscriber;
 static int g_subscribe_failed;
-static _Thread_local int t_collective = -1;   /* CollOp the thread is issuing, -1 none */
+static _Thread_local int t_collective = -1;   /* CollKind the thread is issuing, -1 none */
 
 /* What a session traces. CONCURRENT_KERNEL, not KERNEL: KERNEL serializes kernels. A kind that
  * is not required may be refused (an older driver, a tool holding it): tracing goes on without
@@ -785,11 +785,11 @@ static void CUPTIAPI launch_callback(void *userdata, CUpti_CallbackDomain domain
     const CUpti_CallbackData *d = cbdata;
     if (d->callbackSite != CUPTI_API_ENTER) return;
     pthread_mutex_lock(&g_lock);
-    if (g_session) prof_cupti_feed_launch(g_session, d->correlationId, (CollOp)t_collective);
+    if (g_session) prof_cupti_feed_launch(g_session, d->correlationId, (CollKind)t_collective);
     pthread_mutex_unlock(&g_lock);
 }
 
-void prof_cupti_collective_begin(CollOp op) { t_collective = (unsigned)op < COLL_OP_COUNT ? (int)op : -1; }
+void prof_cupti_collective_begin(CollKind op) { t_collective = (unsigned)op < COLL_COUNT ? (int)op : -1; }
 void prof_cupti_collective_end(void) { t_collective = -1; }
 
 static int set_launch_callbacks(int enable)
@@ -959,7 +959,7 @@ int prof_cupti_stop(ProfCupti *s)
     return 0;
 }
 
-void prof_cupti_collective_begin(CollOp op) { (void)op; }
+void prof_cupti_collective_begin(CollKind op) { (void)op; }
 void prof_cupti_collective_end(void) {}
 
 #endif

@@ -57,8 +57,8 @@ typedef enum {
 } CuptiCopyDir;   /* JSON names: "htod", "dtoh", "dtod", "htoh", "ptop", "other" */
 
 /* Index of NCCL kernels attributed to no collective, in ProfCuptiPhase.nccl[]. */
-#define CUPTI_NCCL_UNATTRIBUTED COLL_OP_COUNT
-#define CUPTI_NCCL_SLOTS (COLL_OP_COUNT + 1)
+#define CUPTI_NCCL_UNATTRIBUTED COLL_COUNT
+#define CUPTI_NCCL_SLOTS (COLL_COUNT + 1)
 
 /* Trace lanes (tid) of the GPU, after the phase timer's compute and comm lanes. */
 enum { CUPTI_LANE_KERNELS = PHASE_LANE_COUNT, CUPTI_LANE_MEMCPY, CUPTI_LANE_END };
@@ -79,7 +79,7 @@ typedef struct {
     char name[32];
     CuptiKernelStats kernels;                 /* every kernel, NCCL's included */
     CuptiKernelStats nccl_total;              /* NCCL kernels */
-    CuptiKernelStats nccl[CUPTI_NCCL_SLOTS];  /* by CollOp; [CUPTI_NCCL_UNATTRIBUTED] */
+    CuptiKernelStats nccl[CUPTI_NCCL_SLOTS];  /* by CollKind; [CUPTI_NCCL_UNATTRIBUTED] */
     CuptiXferStats memcpy[CUPTI_COPY_COUNT];
     CuptiXferStats memset;
     CuptiXferStats alloc, release;            /* device allocations (count, bytes; us unused) */
@@ -120,7 +120,7 @@ void prof_cupti_destroy(ProfCupti *s);   /* stops first if needed; NULL ignored 
 /* The collective the calling thread is issuing (thread-local; a begin replaces an open one):
  * NCCL kernels launched until collective_end are attributed to op. No-ops without a running session or
  * without CUPTI, so comm backends can call them unconditionally. */
-void prof_cupti_collective_begin(CollOp op);
+void prof_cupti_collective_begin(CollKind op);
 void prof_cupti_collective_end(void);
 
 /* ---- results ---- */
@@ -152,7 +152,7 @@ cJSON *prof_cupti_json(const ProfCupti *s, const MemTracker *m, double tolerance
 
 /* ---- names ---- */
 
-/* NCCL kernel -> collective: -1 if not an NCCL kernel, else a CollOp (all_reduce,
+/* NCCL kernel -> collective: -1 if not an NCCL kernel, else a CollKind (all_reduce,
  * reduce_scatter, all_gather, broadcast) or CUPTI_NCCL_UNATTRIBUTED (Generic, SendRecv, Reduce,
  * unknown). Takes mangled (_Z31ncclDevKernel_AllGather_RING_LL24...) or plain names. */
 int prof_cupti_nccl_collective(const char *kernel_name);
@@ -180,7 +180,7 @@ typedef struct {
 ProfCupti *prof_cupti_offline(int max_spans, double clock_offset_us);
 void prof_cupti_mark_phase(ProfCupti *s, const char *name, uint64_t t_ns);
 /* What the driver callback records inside a collective bracket: launch correlation_id -> op. */
-void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollOp op);
+void prof_cupti_feed_launch(ProfCupti *s, uint32_t correlation_id, CollKind op);
 /* Hints still waiting for their kernel record: at most CUPTI_MAX_HINTS (+1), 0 after finish. */
 #define CUPTI_MAX_HINTS 4096
 size_t prof_cupti_pending_hints(ProfCupti *s);

@@ -85,7 +85,7 @@ static cJSON *exact_result_accum(const char *strategy, double peak_scale, double
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "rank", r);
         cJSON_AddNumberToObject(o, "peak_bytes", mr.peak * (r == 0 ? peak_scale : 0.5));
-        cJSON_AddStringToObject(o, "peak_phase", plan_phase_name(mr.peak_phase));
+        cJSON_AddStringToObject(o, "peak_phase", phase_name(mr.peak_phase));
         cJSON_AddStringToObject(o, "peak_module", "lm_head");
         cJSON *at = cJSON_AddObjectToObject(o, "at_peak");
         cJSON_AddNumberToObject(at, "params", mr.term[TERM_PARAMS]);
@@ -100,7 +100,7 @@ static cJSON *exact_result_accum(const char *strategy, double peak_scale, double
     static const char *PH[] = {"forward", "backward", "optimizer"};   /* the harness names the step "optimizer" */
     for (int i = 0; i < cp.n; i++) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "op", plan_coll_name(cp.c[i].op));
+        cJSON_AddStringToObject(o, "op", coll_name(cp.c[i].op));
         cJSON_AddStringToObject(o, "phase", PH[cp.c[i].phase]);
         cJSON_AddNumberToObject(o, "count", cp.c[i].count);
         cJSON_AddNumberToObject(o, "payload_bytes", cp.c[i].payload_bytes + (i == 0 ? payload_delta : 0));

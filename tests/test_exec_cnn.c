@@ -434,7 +434,7 @@ Test(exec_cnn, ddp_with_plain_batchnorm_should_differ_from_one_process_because_s
 }
 
 /* plan_comm for DDP + SyncBN on the tiny model, summed by (collective, phase). */
-static void planned(int np, double cnt[PCOLL_COUNT][CPHASE_COUNT], double pay[PCOLL_COUNT][CPHASE_COUNT])
+static void planned(int np, double cnt[COLL_COUNT][PHASE_COUNT], double pay[COLL_COUNT][PHASE_COUNT])
 {
     CnnConfig cfg;
     exec_cnn_config_preset(&cfg, "resnet-tiny");
@@ -452,8 +452,8 @@ static void planned(int np, double cnt[PCOLL_COUNT][CPHASE_COUNT], double pay[PC
     c.gpus = c.gpus_per_node = np;
     CommPlan cp;
     plan_comm(&m, &t, &c, (StrategyKind)plan_strategy_by_name("ddp"), &cp);
-    memset(cnt, 0, sizeof(double) * PCOLL_COUNT * CPHASE_COUNT);
-    memset(pay, 0, sizeof(double) * PCOLL_COUNT * CPHASE_COUNT);
+    memset(cnt, 0, sizeof(double) * COLL_COUNT * PHASE_COUNT);
+    memset(pay, 0, sizeof(double) * COLL_COUNT * PHASE_COUNT);
     for (int i = 0; i < cp.n; i++) {
         cnt[cp.c[i].op][cp.c[i].phase] += cp.c[i].count;
         pay[cp.c[i].op][cp.c[i].phase] += cp.c[i].payload_bytes;
@@ -468,8 +468,8 @@ static void expect_planned_collectives(int np)
     snprintf(path, sizeof path, "%s/coll.txt", dir);
     Run r = mpirun(np, "train --global-batch 8 --steps 2 --syncbn --coll %s", path);
     cr_assert_eq(r.status, 0, "%s", r.out);
-    double cnt[PCOLL_COUNT][CPHASE_COUNT], pay[PCOLL_COUNT][CPHASE_COUNT], mc[PCOLL_COUNT][CPHASE_COUNT] = {{0}},
-           mp[PCOLL_COUNT][CPHASE_COUNT] = {{0}};
+    double cnt[COLL_COUNT][PHASE_COUNT], pay[COLL_COUNT][PHASE_COUNT], mc[COLL_COUNT][PHASE_COUNT] = {{0}},
+           mp[COLL_COUNT][PHASE_COUNT] = {{0}};
     planned(np, cnt, pay);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f);
@@ -478,25 +478,25 @@ static void expect_planned_collectives(int np)
     double bytes;
     while (fscanf(f, "%31s %31s %lld %lf", op, ph, &n, &bytes) == 4) {
         int o = -1, p = -1;
-        for (int k = 0; k < PCOLL_COUNT; k++)
-            if (strcmp(op, plan_coll_name((PlanCollOp)k)) == 0) o = k;
-        for (int k = 0; k < CPHASE_COUNT; k++)
-            if (strcmp(ph, plan_comm_phase_name((CommPhase)k)) == 0) p = k;
+        for (int k = 0; k < COLL_COUNT; k++)
+            if (strcmp(op, coll_name((CollKind)k)) == 0) o = k;
+        for (int k = 0; k < PHASE_COUNT; k++)
+            if (strcmp(ph, phase_name((PhaseKind)k)) == 0) p = k;
         cr_assert(o >= 0 && p >= 0, "the run issued %s in %s, which the planner has no name for", op, ph);
         mc[o][p] += (double)n;
         mp[o][p] += bytes;
     }
     fclose(f);
-    for (int o = 0; o < PCOLL_COUNT; o++)
-        for (int p = 0; p < CPHASE_COUNT; p++) {
+    for (int o = 0; o < COLL_COUNT; o++)
+        for (int p = 0; p < PHASE_COUNT; p++) {
             cr_expect_eq(mc[o][p], cnt[o][p], "%d ranks, %s in %s: measured %.0f per step, plan_comm %.0f", np,
-                         plan_coll_name((PlanCollOp)o), plan_comm_phase_name((CommPhase)p), mc[o][p], cnt[o][p]);
+                         coll_name((CollKind)o), phase_name((PhaseKind)p), mc[o][p], cnt[o][p]);
             cr_expect_eq(mp[o][p], pay[o][p], "%d ranks, %s in %s: measured %.0f bytes per step, plan_comm %.0f", np,
-                         plan_coll_name((PlanCollOp)o), plan_comm_phase_name((CommPhase)p), mp[o][p], pay[o][p]);
+                         coll_name((CollKind)o), phase_name((PhaseKind)p), mp[o][p], pay[o][p]);
         }
     /* SyncBN alone: 17 BN layers, ΣC = 1208 -> all-gathers of (2·1208 + 17)·4·N bytes in forward */
-    cr_expect_eq(mc[PCOLL_ALL_GATHER][CPHASE_FORWARD], 17);
-    cr_expect_eq(mp[PCOLL_ALL_GATHER][CPHASE_FORWARD], (2.0 * 1208 + 17) * 4 * np);
+    cr_expect_eq(mc[COLL_ALL_GATHER][PHASE_FORWARD], 17);
+    cr_expect_eq(mp[COLL_ALL_GATHER][PHASE_FORWARD], (2.0 * 1208 + 17) * 4 * np);
     free(r.out);
     unlink(path);
     rmdir(dir);

@@ -262,7 +262,7 @@ Test(comm, self_should_copy_count_and_put_nothing_on_the_wire)
     cr_expect_eq(prof_comm_total(cc, COLL_ALL_GATHER_V).payload_bytes, 32);
     cr_expect_eq(prof_comm_total(cc, COLL_BROADCAST).count, 1);
     cr_expect_eq(prof_comm_total(cc, COLL_BARRIER).count, 1);
-    for (int op = 0; op < COLL_OP_COUNT; op++) cr_expect_eq(prof_comm_total(cc, (CollOp)op).wire_bytes, 0);
+    for (int op = 0; op < COLL_COUNT; op++) cr_expect_eq(prof_comm_total(cc, (CollKind)op).wire_bytes, 0);
     comm_destroy(c);
     prof_comm_destroy(cc);
 }

@@ -127,7 +127,7 @@ Test(exec_run, gradient_accumulation_on_2_ranks_should_give_the_parameters_of_on
 }
 
 /* plan_comm's collectives per optimizer step, summed by type: the formula, computed here. */
-static void planned(const char *strategy, int np, double payload[PCOLL_COUNT], double cnt[PCOLL_COUNT])
+static void planned(const char *strategy, int np, double payload[COLL_COUNT], double cnt[COLL_COUNT])
 {
     ModelSpec m;
     char msg[256];
@@ -143,7 +143,7 @@ static void planned(const char *strategy, int np, double payload[PCOLL_COUNT], d
     c.gpus = c.gpus_per_node = np;
     CommPlan cp;
     plan_comm(&m, &t, &c, (StrategyKind)plan_strategy_by_name(strategy), &cp);
-    for (int i = 0; i < PCOLL_COUNT; i++) payload[i] = cnt[i] = 0;
+    for (int i = 0; i < COLL_COUNT; i++) payload[i] = cnt[i] = 0;
     for (int i = 0; i < cp.n; i++) {
         payload[cp.c[i].op] += cp.c[i].payload_bytes;
         cnt[cp.c[i].op] += cp.c[i].count;
@@ -161,18 +161,18 @@ Test(exec_run, measured_collective_bytes_should_equal_the_planners_formula_for_e
         Run r = launch(4, "run --model gpt2-tiny --strategy %s --batch 1 --steps 2 --json=%s", S[k], path);
         cr_assert_eq(r.status, 0, "%s:\n%s", S[k], r.out);
         cJSON *j = test_read_json(path);
-        double pay[PCOLL_COUNT], cnt[PCOLL_COUNT];
+        double pay[COLL_COUNT], cnt[COLL_COUNT];
         planned(S[k], 4, pay, cnt);
         cJSON *coll = cJSON_GetObjectItem(j, "collectives");
-        for (int op = 0; op < PCOLL_COUNT; op++) {
-            cJSON *o = cJSON_GetObjectItem(coll, plan_coll_name((PlanCollOp)op));
+        for (int op = 0; op < COLL_COUNT; op++) {
+            cJSON *o = cJSON_GetObjectItem(coll, coll_name((CollKind)op));
             cJSON *last = o ? cJSON_GetObjectItem(o, "last_step") : NULL;
             double mp = last ? cJSON_GetObjectItem(last, "payload_bytes")->valuedouble : 0;
             double mc = last ? cJSON_GetObjectItem(last, "count")->valuedouble : 0;
             cr_expect_eq(mp, pay[op], "%s %s: measured %.0f bytes per step, the formula %.0f", S[k],
-                         plan_coll_name((PlanCollOp)op), mp, pay[op]);
+                         coll_name((CollKind)op), mp, pay[op]);
             cr_expect_eq(mc, cnt[op], "%s %s: measured %.0f per step, the formula %.0f", S[k],
-                         plan_coll_name((PlanCollOp)op), mc, cnt[op]);
+                         coll_name((CollKind)op), mc, cnt[op]);
         }
         cJSON_Delete(j);
         free(r.out);

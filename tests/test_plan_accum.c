@@ -254,7 +254,7 @@ Test(accum, fsdp1_should_hold_shards_under_every_and_full_gradients_under_last) 
 /* Collectives per optimizer step: DDP and ZeRO-1 reduce once, ZeRO-2/3 and FSDP every
    micro-step; FSDP last reduce-scatters (and HSDP all-reduces) once and still all-gathers
    every micro-step */
-static void sums(const CommPlan *p, PlanCollOp op, double *count, double *payload) {
+static void sums(const CommPlan *p, CollKind op, double *count, double *payload) {
     *count = *payload = 0;
     for (int i = 0; i < p->n; i++)
         if (p->c[i].op == op) { *count += p->c[i].count; *payload += p->c[i].payload_bytes; }
@@ -262,10 +262,10 @@ static void sums(const CommPlan *p, PlanCollOp op, double *count, double *payloa
 
 Test(accum, collectives_per_step_should_follow_each_strategys_accumulation) {
     ModelSpec m = tiny();
-    static const struct { StrategyKind k; PlanCollOp op; int per_micro; } REDUCE[] = {
-        {STRAT_DDP, PCOLL_ALL_REDUCE, 0}, {STRAT_ZERO1, PCOLL_ALL_REDUCE, 0},
-        {STRAT_ZERO2, PCOLL_ALL_REDUCE, 1}, {STRAT_ZERO3, PCOLL_REDUCE_SCATTER, 1},
-        {STRAT_FSDP_FULL, PCOLL_REDUCE_SCATTER, 1}, {STRAT_FSDP_GRAD_OP, PCOLL_REDUCE_SCATTER, 1},
+    static const struct { StrategyKind k; CollKind op; int per_micro; } REDUCE[] = {
+        {STRAT_DDP, COLL_ALL_REDUCE, 0}, {STRAT_ZERO1, COLL_ALL_REDUCE, 0},
+        {STRAT_ZERO2, COLL_ALL_REDUCE, 1}, {STRAT_ZERO3, COLL_REDUCE_SCATTER, 1},
+        {STRAT_FSDP_FULL, COLL_REDUCE_SCATTER, 1}, {STRAT_FSDP_GRAD_OP, COLL_REDUCE_SCATTER, 1},
     };
     for (size_t i = 0; i < sizeof REDUCE / sizeof REDUCE[0]; i++) {
         TrainSpec t1, t3;
@@ -290,11 +290,11 @@ Test(accum, collectives_per_step_should_follow_each_strategys_accumulation) {
         CommPlan pl;
         plan_comm(&m, &tl, &c, REDUCE[i].k, &pl);
         double nl, bl, ag3, agl, x3, xl;
-        sums(&pl, PCOLL_REDUCE_SCATTER, &nl, &bl);
+        sums(&pl, COLL_REDUCE_SCATTER, &nl, &bl);
         cr_expect_eq(bl, b1);
         cr_expect_eq(nl, n1);
-        sums(&p3, PCOLL_ALL_GATHER, &x3, &ag3);
-        sums(&pl, PCOLL_ALL_GATHER, &xl, &agl);
+        sums(&p3, COLL_ALL_GATHER, &x3, &ag3);
+        sums(&pl, COLL_ALL_GATHER, &xl, &agl);
         cr_expect_eq(agl, ag3);
         cr_expect_lt(pl.wire_bytes, p3.wire_bytes);
     }
@@ -312,8 +312,8 @@ Test(accum, hsdp_last_should_all_reduce_the_shards_once_per_step) {
     plan_comm(&m, &te, &c, STRAT_FSDP_HYBRID, &pe);
     plan_comm(&m, &tl, &c, STRAT_FSDP_HYBRID, &pl);
     double ne, be, nl, bl;
-    sums(&pe, PCOLL_ALL_REDUCE, &ne, &be);
-    sums(&pl, PCOLL_ALL_REDUCE, &nl, &bl);
+    sums(&pe, COLL_ALL_REDUCE, &ne, &be);
+    sums(&pl, COLL_ALL_REDUCE, &nl, &bl);
     cr_assert_gt(be, 0);
     cr_expect_eq(be, 2 * bl);
     cr_expect_eq(ne, 2 * nl);

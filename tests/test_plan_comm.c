@@ -105,10 +105,10 @@ Test(comm, deepspeed_zero1_and_zero2_should_all_reduce_the_bucket_and_all_gather
     double step_ar = 0;
     for (int i = 0; i < z1.n; i++) {
         const PlanColl *x = &z1.c[i];
-        if (x->op == PCOLL_ALL_REDUCE && x->phase == CPHASE_BACKWARD) { ar++; cr_expect_eq(x->payload_bytes, psi * 2); }
-        if (x->op == PCOLL_ALL_GATHER && x->phase == CPHASE_STEP) { ag++; cr_expect_geq(x->payload_bytes, psi * 2); }
-        if (x->op == PCOLL_ALL_REDUCE && x->phase == CPHASE_STEP) { norm++; step_ar += x->payload_bytes; }
-        cr_expect_neq(x->op, PCOLL_REDUCE_SCATTER);
+        if (x->op == COLL_ALL_REDUCE && x->phase == PHASE_BACKWARD) { ar++; cr_expect_eq(x->payload_bytes, psi * 2); }
+        if (x->op == COLL_ALL_GATHER && x->phase == PHASE_STEP) { ag++; cr_expect_geq(x->payload_bytes, psi * 2); }
+        if (x->op == COLL_ALL_REDUCE && x->phase == PHASE_STEP) { norm++; step_ar += x->payload_bytes; }
+        cr_expect_neq(x->op, COLL_REDUCE_SCATTER);
     }
     cr_expect(ar == 1 && ag == 1 && norm == 2, "all-reduce %d, all-gather %d, step all-reduces %d", ar, ag, norm);
     cr_expect_eq(step_ar, 4 + 1, "fp32 norm + bf16 overflow flag: %g", step_ar);
@@ -159,7 +159,7 @@ Test(comm, syncbn_should_gather_2c_plus_1_and_reduce_2c_floats_per_bn_layer) {
         if (p.c[i].what[0] != 'S') continue;
         found++;
         cr_expect_eq(p.c[i].count, 53);
-        if (p.c[i].op == PCOLL_ALL_GATHER) cr_expect_eq(p.c[i].payload_bytes, 212692.0 * 4);
+        if (p.c[i].op == COLL_ALL_GATHER) cr_expect_eq(p.c[i].payload_bytes, 212692.0 * 4);
         else cr_expect_eq(p.c[i].payload_bytes, 212480.0);
     }
     cr_expect_eq(found, 2);
@@ -182,17 +182,17 @@ Test(plan_comm, a_measured_bandwidth_and_latency_per_collective_should_replace_t
     plan_cluster_defaults(&c);
     c.gpus = c.gpus_per_node = 4;
     c.coll_base_lat = 1e-3;
-    c.coll_bw[PCOLL_REDUCE_SCATTER] = 2;      /* GB/s bus */
-    c.coll_lat[PCOLL_REDUCE_SCATTER] = 5e-6;  /* s per ring step */
+    c.coll_bw[COLL_REDUCE_SCATTER] = 2;      /* GB/s bus */
+    c.coll_lat[COLL_REDUCE_SCATTER] = 5e-6;  /* s per ring step */
     double pay = 8e6;
-    cr_expect(fabs(plan_coll_seconds(&c, PCOLL_REDUCE_SCATTER, pay, 4, 0) - (1e-3 + 3 * 5e-6 + pay * 0.75 / 2e9)) < 1e-15);
+    cr_expect(fabs(plan_coll_seconds(&c, COLL_REDUCE_SCATTER, pay, 4, 0) - (1e-3 + 3 * 5e-6 + pay * 0.75 / 2e9)) < 1e-15);
     /* the others keep the preset's link: a measured reduce-scatter moves no other collective */
     ClusterSpec plain = c;
-    plain.coll_bw[PCOLL_REDUCE_SCATTER] = 0;
-    plain.coll_lat[PCOLL_REDUCE_SCATTER] = 0;
-    double link = plan_coll_seconds(&plain, PCOLL_ALL_REDUCE, pay, 4, 0);
+    plain.coll_bw[COLL_REDUCE_SCATTER] = 0;
+    plain.coll_lat[COLL_REDUCE_SCATTER] = 0;
+    double link = plan_coll_seconds(&plain, COLL_ALL_REDUCE, pay, 4, 0);
     cr_expect(link > 0);
-    cr_expect(fabs(plan_coll_seconds(&c, PCOLL_ALL_REDUCE, pay, 4, 0) - link) < 1e-15);
-    cr_expect(fabs(plan_coll_seconds(&plain, PCOLL_REDUCE_SCATTER, pay, 4, 0) -
-                   plan_coll_seconds(&c, PCOLL_REDUCE_SCATTER, pay, 4, 0)) > 1e-6);
+    cr_expect(fabs(plan_coll_seconds(&c, COLL_ALL_REDUCE, pay, 4, 0) - link) < 1e-15);
+    cr_expect(fabs(plan_coll_seconds(&plain, COLL_REDUCE_SCATTER, pay, 4, 0) -
+                   plan_coll_seconds(&c, COLL_REDUCE_SCATTER, pay, 4, 0)) > 1e-6);
 }

@@ -19,7 +19,7 @@
 
 static void setup(TrainSpec *t, ClusterSpec *c, int cp);
 
-static const PlanColl *row(const CommPlan *p, PlanCollOp op, CommPhase ph) {
+static const PlanColl *row(const CommPlan *p, CollKind op, PhaseKind ph) {
     for (int i = 0; i < p->n; i++)
         if (p->c[i].op == op && p->c[i].phase == ph && p->c[i].purpose == PURPOSE_CP_KV) return &p->c[i];
     return NULL;
@@ -65,8 +65,8 @@ Test(cp, the_ring_should_gather_the_keys_and_values_and_pass_their_gradients) {
     CommPlan p;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p);
     double L = 32, s = 8192, a = 32, d = 128;
-    const PlanColl *f = row(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD), *b = row(&p, PCOLL_ALL_GATHER, CPHASE_BACKWARD);
-    const PlanColl *r = row(&p, PCOLL_SEND_RECV, CPHASE_BACKWARD);
+    const PlanColl *f = row(&p, COLL_ALL_GATHER, PHASE_FORWARD), *b = row(&p, COLL_ALL_GATHER, PHASE_BACKWARD);
+    const PlanColl *r = row(&p, COLL_SEND_RECV, PHASE_BACKWARD);
     cr_assert(f && b && r);
     cr_expect_eq(f->count, L);
     cr_expect_eq(f->payload_bytes, L * 2 * s * a * d * 2);

@@ -33,7 +33,7 @@ static void setup(TrainSpec *t, ClusterSpec *c, const char *model, int64_t ranks
 }
 
 /* Σ payload and count of (op, phase) */
-static double payload(const CommPlan *p, PlanCollOp op, CommPhase ph, double *count) {
+static double payload(const CommPlan *p, CollKind op, PhaseKind ph, double *count) {
     double b = 0, n = 0;
     for (int i = 0; i < p->n; i++)
         if (p->c[i].op == op && p->c[i].phase == ph) { b += p->c[i].payload_bytes; n += p->c[i].count; }
@@ -125,13 +125,13 @@ Test(plan_deepspeed, zero_rows_should_match_the_harness_exactly) {
         cr_expect_eq(r.ms_optimizer, MEASURED[i].optimizer, "%s %s optimizer %.0f", w, sn, r.ms_optimizer);
         cr_expect_eq(r.opt_host_bytes, 0, "DeepSpeed's FusedAdam keeps no step tensors");
         double n;
-        cr_expect_eq(payload(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, NULL), MEASURED[i].bwd_ar, "%s %s", w, sn);
-        cr_expect_eq(payload(&p, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, NULL), MEASURED[i].bwd_rs, "%s %s", w, sn);
-        cr_expect_eq(payload(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, NULL), MEASURED[i].fwd_ag, "%s %s", w, sn);
-        cr_expect_eq(payload(&p, PCOLL_ALL_GATHER, CPHASE_BACKWARD, NULL), MEASURED[i].bwd_ag, "%s %s", w, sn);
-        cr_expect_eq(payload(&p, PCOLL_ALL_GATHER, CPHASE_STEP, &n), MEASURED[i].step_ag, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, NULL), MEASURED[i].bwd_ar, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, COLL_REDUCE_SCATTER, PHASE_BACKWARD, NULL), MEASURED[i].bwd_rs, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, COLL_ALL_GATHER, PHASE_FORWARD, NULL), MEASURED[i].fwd_ag, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, COLL_ALL_GATHER, PHASE_BACKWARD, NULL), MEASURED[i].bwd_ag, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, COLL_ALL_GATHER, PHASE_STEP, &n), MEASURED[i].step_ag, "%s %s", w, sn);
         cr_expect_eq(n, MEASURED[i].step_ag_count, "%s %s step all-gathers %.0f", w, sn, n);
-        cr_expect_eq(payload(&p, PCOLL_ALL_REDUCE, CPHASE_STEP, NULL), MEASURED[i].step_ar, "%s %s", w, sn);
+        cr_expect_eq(payload(&p, COLL_ALL_REDUCE, PHASE_STEP, NULL), MEASURED[i].step_ar, "%s %s", w, sn);
         plan_model_free(&m);
     }
 }
@@ -144,9 +144,9 @@ Test(plan_deepspeed, the_engine_layout_should_keep_the_zero_papers_schedule) {
     t.impl = IMPL_ENGINE;
     CommPlan p;
     plan_comm(&m, &t, &c, STRAT_ZERO2, &p);
-    cr_expect_eq(payload(&p, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, NULL), 3763200);
-    cr_expect_eq(payload(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, NULL), 0);
-    cr_expect_eq(payload(&p, PCOLL_ALL_REDUCE, CPHASE_STEP, NULL), 0);
+    cr_expect_eq(payload(&p, COLL_REDUCE_SCATTER, PHASE_BACKWARD, NULL), 3763200);
+    cr_expect_eq(payload(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, NULL), 0);
+    cr_expect_eq(payload(&p, COLL_ALL_REDUCE, PHASE_STEP, NULL), 0);
     MemResult r;
     plan_memory(&m, &t, &c, STRAT_ZERO3, &r);
     cr_expect_eq(r.ms_params, 1881600, "the engine partitions every tensor");
@@ -218,8 +218,8 @@ Test(plan_deepspeed, zero3_should_gather_in_coalesced_groups_whose_flat_buffers_
     double cnt[2] = {0}, bytes[2] = {0};
     for (int i = 0; i < cp.n; i++)
         if (cp.c[i].purpose == PURPOSE_MODULE_PARAMS) {
-            cnt[cp.c[i].phase == CPHASE_BACKWARD] += cp.c[i].count;
-            bytes[cp.c[i].phase == CPHASE_BACKWARD] += cp.c[i].payload_bytes;
+            cnt[cp.c[i].phase == PHASE_BACKWARD] += cp.c[i].count;
+            bytes[cp.c[i].phase == PHASE_BACKWARD] += cp.c[i].payload_bytes;
         }
     cr_expect_eq(cnt[0], 3);
     cr_expect_eq(bytes[0], 437434368);

@@ -118,21 +118,21 @@ Test(dims, the_simulated_step_should_run_the_collective_table_call_by_call_and_b
                 SimResult sim;
                 plan_comm_step(&st, &cp);
                 cr_assert_eq(plan_sim_step(&st, 0, &sim), 0);
-                double table[PURPOSE_COUNT][PCOLL_COUNT] = {{0}}, bytes[PURPOSE_COUNT][PCOLL_COUNT] = {{0}};
+                double table[PURPOSE_COUNT][COLL_COUNT] = {{0}}, bytes[PURPOSE_COUNT][COLL_COUNT] = {{0}};
                 for (int r = 0; r < cp.n; r++) {
                     table[cp.c[r].purpose][cp.c[r].op] += cp.c[r].count;
                     bytes[cp.c[r].purpose][cp.c[r].op] += cp.c[r].payload_bytes;
                 }
                 for (int u = 0; u < PURPOSE_COUNT; u++)
-                    for (int o = 0; o < PCOLL_COUNT; o++) {
+                    for (int o = 0; o < COLL_COUNT; o++) {
                         cr_expect(fabs(sim.coll_count[u][o] - table[u][o]) <= 1e-9 * table[u][o],
                                   "%s %s b%lld purpose %d %s: the step ran %.3f calls, the table has %.3f", k->name,
                                   plan_strategy((StrategyKind)s)->name, (long long)t.micro_batch, u,
-                                  plan_coll_name((PlanCollOp)o), sim.coll_count[u][o], table[u][o]);
+                                  coll_name((CollKind)o), sim.coll_count[u][o], table[u][o]);
                         cr_expect(fabs(sim.coll_payload[u][o] - bytes[u][o]) <= 1e-9 * bytes[u][o],
                                   "%s %s b%lld purpose %d %s: the step moved %.0f B, the table %.0f B", k->name,
                                   plan_strategy((StrategyKind)s)->name, (long long)t.micro_batch, u,
-                                  plan_coll_name((PlanCollOp)o), sim.coll_payload[u][o], bytes[u][o]);
+                                  coll_name((CollKind)o), sim.coll_payload[u][o], bytes[u][o]);
                     }
                 plan_step_free(&st);
             }
@@ -208,7 +208,7 @@ Test(dims, tp_pp_ep_and_cp_payloads_should_scale_with_the_micro_batch_in_the_tab
                                                PURPOSE_CP_KV};
             for (size_t a = 0; a < sizeof ACTS / sizeof ACTS[0]; a++) {
                 for (int r = 0; r < cp.n; r++) if (cp.c[r].purpose == ACTS[a]) tab[bi / 2] += cp.c[r].payload_bytes;
-                for (int o = 0; o < PCOLL_COUNT; o++) ran[bi / 2] += sim.coll_payload[ACTS[a]][o];
+                for (int o = 0; o < COLL_COUNT; o++) ran[bi / 2] += sim.coll_payload[ACTS[a]][o];
             }
             plan_step_free(&st);
             plan_model_free(&m);

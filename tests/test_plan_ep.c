@@ -53,7 +53,7 @@ static ModelSpec mixtral(TrainSpec *t, ClusterSpec *c, int ep, CommPlan *p) {
     return m;
 }
 
-static const PlanColl *row(const CommPlan *p, PlanCollOp op, CommPhase ph, CollPurpose what) {
+static const PlanColl *row(const CommPlan *p, CollKind op, PhaseKind ph, CollPurpose what) {
     for (int i = 0; i < p->n; i++)
         if (p->c[i].op == op && p->c[i].phase == ph && p->c[i].purpose == what) return &p->c[i];
     return NULL;
@@ -99,11 +99,11 @@ Test(ep, the_all_to_alls_and_the_expert_groups_collectives_should_be_the_measure
     ClusterSpec c;
     CommPlan p;
     ModelSpec m = mixtral(&t, &c, 2, &p);
-    const PlanColl *n = row(&p, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_COUNTS);
-    const PlanColl *f = row(&p, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_TOKENS);
-    const PlanColl *b = row(&p, PCOLL_ALL_TO_ALL, CPHASE_BACKWARD, PURPOSE_EP_TOKENS);
-    const PlanColl *g = row(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_EXPERT_PARAMS);
-    const PlanColl *rs = row(&p, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_EXPERT_GRADS);
+    const PlanColl *n = row(&p, COLL_ALL_TO_ALL, PHASE_FORWARD, PURPOSE_EP_COUNTS);
+    const PlanColl *f = row(&p, COLL_ALL_TO_ALL, PHASE_FORWARD, PURPOSE_EP_TOKENS);
+    const PlanColl *b = row(&p, COLL_ALL_TO_ALL, PHASE_BACKWARD, PURPOSE_EP_TOKENS);
+    const PlanColl *g = row(&p, COLL_ALL_GATHER, PHASE_FORWARD, PURPOSE_EXPERT_PARAMS);
+    const PlanColl *rs = row(&p, COLL_REDUCE_SCATTER, PHASE_BACKWARD, PURPOSE_EXPERT_GRADS);
     cr_assert(n && f && b && g && rs);
     cr_expect_eq(n->count, 2);
     cr_expect_eq(n->payload_bytes, 64);
@@ -126,9 +126,9 @@ Test(ep, experts_on_one_rank_each_should_have_no_gathers_or_reductions) {
     ClusterSpec c;
     CommPlan p;
     ModelSpec m = mixtral(&t, &c, 4, &p);
-    cr_expect_null(row(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_EXPERT_PARAMS));
-    cr_expect_null(row(&p, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_EXPERT_GRADS));
-    cr_expect_not_null(row(&p, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_TOKENS));
+    cr_expect_null(row(&p, COLL_ALL_GATHER, PHASE_FORWARD, PURPOSE_EXPERT_PARAMS));
+    cr_expect_null(row(&p, COLL_REDUCE_SCATTER, PHASE_BACKWARD, PURPOSE_EXPERT_GRADS));
+    cr_expect_not_null(row(&p, COLL_ALL_TO_ALL, PHASE_FORWARD, PURPOSE_EP_TOKENS));
     plan_model_free(&m);
 }
 
@@ -157,8 +157,8 @@ Test(ep, an_imbalance_should_scale_the_busiest_ranks_rows_up_to_every_ranks) {
     ModelSpec m = mixtral(&t, &c, 2, &p1);
     t.moe_imbalance = 2;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p2);
-    double a = row(&p1, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_TOKENS)->payload_bytes;
-    double b = row(&p2, PCOLL_ALL_TO_ALL, CPHASE_FORWARD, PURPOSE_EP_TOKENS)->payload_bytes;
+    double a = row(&p1, COLL_ALL_TO_ALL, PHASE_FORWARD, PURPOSE_EP_TOKENS)->payload_bytes;
+    double b = row(&p2, COLL_ALL_TO_ALL, PHASE_FORWARD, PURPOSE_EP_TOKENS)->payload_bytes;
     cr_expect_eq(b, a * 1.5, "dispatch T k, combine 2 T k: %.0f vs %.0f", b, a);
     cr_expect_eq(plan_ep_rows_per_token(&m, &t), m.moe.top_k, "the model as given has no ep share");
     MemResult r1, r2;
@@ -187,7 +187,7 @@ Test(ep, the_step_should_wait_for_the_all_to_alls) {
     cr_assert_eq(plan_sim(&q, &t, &c, STRAT_FSDP_FULL, 0, &s8), 0);
     t.ep = 16;
     cr_assert_eq(plan_sim(&q, &t, &c, STRAT_FSDP_FULL, 0, &s16), 0);
-    cr_expect(s8.coll_count[PURPOSE_EP_TOKENS][PCOLL_ALL_TO_ALL] == 48 * 4 + 48 * 2, "48 MoE blocks, recomputed");
+    cr_expect(s8.coll_count[PURPOSE_EP_TOKENS][COLL_ALL_TO_ALL] == 48 * 4 + 48 * 2, "48 MoE blocks, recomputed");
     cr_expect(s16.step_s > s8.step_s, "ep 16 crosses the nodes: %.3f s vs %.3f s", s16.step_s, s8.step_s);
     Step st;
     t.ep = 2;
@@ -226,11 +226,11 @@ Test(ep, an_all_to_all_across_nodes_should_cost_more_than_inside_one) {
     ClusterSpec c;
     cluster(&c, 16, 8);
     c.gpu = *plan_gpu_by_name("h100-80gb");
-    double in = plan_coll_seconds(&c, PCOLL_ALL_TO_ALL, 1e9, 8, 0);
-    double across = plan_coll_seconds(&c, PCOLL_ALL_TO_ALL, 1e9, 16, 1);
+    double in = plan_coll_seconds(&c, COLL_ALL_TO_ALL, 1e9, 8, 0);
+    double across = plan_coll_seconds(&c, COLL_ALL_TO_ALL, 1e9, 16, 1);
     cr_expect(across > 2 * in, "%.4f s vs %.4f s", across, in);
-    cr_expect_eq(plan_coll_factor(PCOLL_ALL_TO_ALL, 8), 7.0 / 8);
-    cr_expect_str_eq(plan_coll_name(PCOLL_ALL_TO_ALL), "all_to_all");
+    cr_expect_eq(coll_bus_factor(COLL_ALL_TO_ALL, 8), 7.0 / 8);
+    cr_expect_str_eq(coll_name(COLL_ALL_TO_ALL), "all_to_all");
 }
 
 Test(ep, auto_should_search_the_degree_and_say_which_it_took) {
@@ -271,9 +271,9 @@ Test(ep, op_checkpointing_of_deepseek_blocks_should_save_the_all_to_alls_outputs
     cr_expect(fabs(r.peak - 12061112.0) / 12061112.0 < 0.03, "peak %.0f", r.peak);
     CommPlan p;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p);
-    cr_expect_eq(row(&p, PCOLL_ALL_TO_ALL, CPHASE_BACKWARD, PURPOSE_EP_TOKENS)->payload_bytes, 2 * 262144.0,
+    cr_expect_eq(row(&p, COLL_ALL_TO_ALL, PHASE_BACKWARD, PURPOSE_EP_TOKENS)->payload_bytes, 2 * 262144.0,
                  "only the two gradients: the tokens were kept");
-    cr_expect_eq(row(&p, PCOLL_ALL_TO_ALL, CPHASE_BACKWARD, PURPOSE_EP_COUNTS)->count, 1, "the counts exchange again");
+    cr_expect_eq(row(&p, COLL_ALL_TO_ALL, PHASE_BACKWARD, PURPOSE_EP_COUNTS)->count, 1, "the counts exchange again");
     ModelSpec x = load(MIXTRAL_WIDE);
     const char *why = plan_act_ckpt_unsupported(&x, &t);
     cr_expect(why && strstr(why, "in-place"), "%s", why ? why : "(allowed)");

@@ -181,7 +181,7 @@ Test(plan_fsdp2, hybrid_with_a_shard_group_of_one_should_copy_without_flat_buffe
     CommPlan cp;
     plan_comm(&m, &t, &c, STRAT_FSDP_HYBRID, &cp);
     cr_expect_eq(cp.n, 1);
-    cr_expect_eq(cp.c[0].op, PCOLL_ALL_REDUCE);
+    cr_expect_eq(cp.c[0].op, COLL_ALL_REDUCE);
     cr_expect_eq(cp.c[0].count, 5);
     cr_expect_eq(cp.c[0].payload_bytes, PSI * 4);
     plan_model_free(&m);
@@ -196,7 +196,7 @@ Test(plan_fsdp2, full_backward_all_gathers_should_skip_the_root_left_unsharded) 
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
     int seen = 0;
     for (int i = 0; i < cp.n; i++)
-        if (cp.c[i].op == PCOLL_ALL_GATHER && cp.c[i].phase == CPHASE_BACKWARD) {
+        if (cp.c[i].op == COLL_ALL_GATHER && cp.c[i].phase == PHASE_BACKWARD) {
             cr_expect_eq(cp.c[i].count, 4);               /* measured: 4 x 793,088 B */
             cr_expect_eq(cp.c[i].payload_bytes, 4 * UNIT * 4);
             seen = 1;
@@ -311,8 +311,8 @@ Test(plan_fsdp2, mixed_precision_policy_should_keep_fp32_shards_and_reduce_in_fp
     CommPlan cp;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
     for (int i = 0; i < cp.n; i++) {
-        if (cp.c[i].op == PCOLL_REDUCE_SCATTER) cr_expect_eq(cp.c[i].payload_bytes, PSI * 4);
-        if (cp.c[i].op == PCOLL_ALL_GATHER && cp.c[i].phase == CPHASE_FORWARD) cr_expect_eq(cp.c[i].payload_bytes, PSI * 2);
+        if (cp.c[i].op == COLL_REDUCE_SCATTER) cr_expect_eq(cp.c[i].payload_bytes, PSI * 4);
+        if (cp.c[i].op == COLL_ALL_GATHER && cp.c[i].phase == PHASE_FORWARD) cr_expect_eq(cp.c[i].payload_bytes, PSI * 2);
     }
     t.fsdp_impl = 1;                                     /* FSDP1: memplan's mixed row as before */
     plan_memory_sizes(&m, &t, &c, STRAT_FSDP_FULL, &z);
@@ -364,7 +364,7 @@ Test(plan_fsdp2, a_tied_embedding_should_hold_three_vocabulary_gradients_at_its_
 /* ---- FSDP2 pads each parameter's dim 0 (_fsdp_param.py _init_sharded_param: torch.chunk along
    dim 0, every rank's shard padded to the first chunk's size), not a flat unit ---- */
 
-static double payload(const CommPlan *cp, PlanCollOp op, CommPhase ph, double *count) {
+static double payload(const CommPlan *cp, CollKind op, PhaseKind ph, double *count) {
     for (int i = 0; i < cp->n; i++)
         if (cp->c[i].op == op && cp->c[i].phase == ph) {
             if (count) *count = cp->c[i].count;
@@ -391,11 +391,11 @@ Test(plan_fsdp2, shards_should_pad_each_tensors_dim0_as_measured_on_three_ranks)
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
     double n;
     /* measured: all-gathers 592,392 (root) + 4 x 797,724 B forward, 4 x 797,724 backward */
-    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_FORWARD, &n), 3783288);
+    cr_expect_eq(payload(&cp, COLL_ALL_GATHER, PHASE_FORWARD, &n), 3783288);
     cr_expect_eq(n, 5);
-    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_BACKWARD, &n), 3190896);
+    cr_expect_eq(payload(&cp, COLL_ALL_GATHER, PHASE_BACKWARD, &n), 3190896);
     cr_expect_eq(n, 4);
-    cr_expect_eq(payload(&cp, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, &n), 3783288);
+    cr_expect_eq(payload(&cp, COLL_REDUCE_SCATTER, PHASE_BACKWARD, &n), 3783288);
     /* the timeline gathers the same units: the root, and a block with its flat output */
     static Moments k;
     walk(&m, &t, &c, STRAT_FSDP_FULL, &k);
@@ -416,8 +416,8 @@ Test(plan_fsdp2, gpt2s_odd_vocabulary_should_pad_the_embedding_by_a_row) {
     cr_expect_eq(z.psi_shard * 2 - z.psi, 768);
     CommPlan cp;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
-    cr_expect_eq(payload(&cp, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, NULL), 497762304);
-    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_FORWARD, NULL), 497762304);
+    cr_expect_eq(payload(&cp, COLL_REDUCE_SCATTER, PHASE_BACKWARD, NULL), 497762304);
+    cr_expect_eq(payload(&cp, COLL_ALL_GATHER, PHASE_FORWARD, NULL), 497762304);
     plan_model_free(&m);
 }
 
@@ -445,7 +445,7 @@ Test(plan_fsdp2, fsdp1_and_an_unknown_dim0_should_keep_per_unit_padding) {
     cr_expect_eq(z.psi_shard, per_unit);
     CommPlan cp;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
-    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_FORWARD, NULL), 3 * per_unit * 4);
+    cr_expect_eq(payload(&cp, COLL_ALL_GATHER, PHASE_FORWARD, NULL), 3 * per_unit * 4);
     plan_model_free(&m);
 }
 
@@ -468,11 +468,11 @@ Test(plan_fsdp2, resnet50_bottlenecks_should_be_the_units_and_the_stem_and_fc_th
     CommPlan cp;
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
     double n;
-    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_FORWARD, &n), 102228128);
+    cr_expect_eq(payload(&cp, COLL_ALL_GATHER, PHASE_FORWARD, &n), 102228128);
     cr_expect_eq(n, 17);
-    cr_expect_eq(payload(&cp, PCOLL_ALL_GATHER, CPHASE_BACKWARD, &n), 93993984);
+    cr_expect_eq(payload(&cp, COLL_ALL_GATHER, PHASE_BACKWARD, &n), 93993984);
     cr_expect_eq(n, 16);
-    cr_expect_eq(payload(&cp, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, &n), 102228128);
+    cr_expect_eq(payload(&cp, COLL_REDUCE_SCATTER, PHASE_BACKWARD, &n), 102228128);
     cr_expect_eq(n, 17);
     /* layer4.0's backward: the root, layer4.0 unsharded, layer3.5 prefetched, layer4.1's
        reduce-scatter input (measured 54,711,464 B of buffers at the peak) */

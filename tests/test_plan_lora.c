@@ -193,8 +193,8 @@ Test(plan_lora, fsdp2_should_gather_frozen_parameters_and_reduce_only_the_adapte
     plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &cp);
     double ag_fwd = 0, rs = 0, rs_n = 0;
     for (int i = 0; i < cp.n; i++) {
-        if (cp.c[i].op == PCOLL_ALL_GATHER && cp.c[i].phase == CPHASE_FORWARD) ag_fwd += cp.c[i].payload_bytes;
-        if (cp.c[i].op == PCOLL_REDUCE_SCATTER) { rs += cp.c[i].payload_bytes; rs_n += cp.c[i].count; }
+        if (cp.c[i].op == COLL_ALL_GATHER && cp.c[i].phase == PHASE_FORWARD) ag_fwd += cp.c[i].payload_bytes;
+        if (cp.c[i].op == COLL_REDUCE_SCATTER) { rs += cp.c[i].payload_bytes; rs_n += cp.c[i].count; }
     }
     cr_expect_eq(ag_fwd, 3828736.0, "all-gathers in forward %.0f", ag_fwd);
     cr_expect_eq(rs, 65536.0, "reduce-scatters %.0f", rs);

@@ -194,13 +194,13 @@ Test(pp, each_boundary_should_send_b_s_h_each_way_per_microbatch) {
     double each = 1.0 * 1024 * 4096 * 2;   /* b s h, bf16 */
     int seen = 0;
     for (int i = 0; i < p.n; i++) {
-        if (p.c[i].op != PCOLL_SEND_RECV) continue;
+        if (p.c[i].op != COLL_SEND_RECV) continue;
         seen++;
         cr_expect_eq(p.c[i].purpose, PURPOSE_PP_ACTS);
         cr_expect_eq(p.c[i].count, 8 * bounds, "one per micro-batch and boundary");
         cr_expect_eq(p.c[i].payload_bytes, 8 * bounds * each);
         cr_expect_eq(p.c[i].wire_bytes, p.c[i].payload_bytes, "the whole payload to one peer");
-        cr_expect(p.c[i].phase == CPHASE_FORWARD || p.c[i].phase == CPHASE_BACKWARD);
+        cr_expect(p.c[i].phase == PHASE_FORWARD || p.c[i].phase == PHASE_BACKWARD);
     }
     cr_expect_eq(seen, 2, "forward and backward");
     plan_model_free(&m);

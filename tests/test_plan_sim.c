@@ -30,7 +30,7 @@ Test(sim, the_memory_curve_should_peak_inside_the_phase_the_memory_model_names) 
             double lo = r.peak_phase == PHASE_FORWARD ? f0 : r.peak_phase == PHASE_BACKWARD ? f1 : b1;
             double hi = r.peak_phase == PHASE_FORWARD ? f1 : r.peak_phase == PHASE_BACKWARD ? b1 : s.step_s;
             cr_expect(at >= lo - eps && at <= hi + eps, "%s %s: peak (%s) at %.6f s, outside [%.6f, %.6f]", models[mi],
-                      plan_strategy((StrategyKind)k)->name, plan_phase_name(r.peak_phase), at, lo, hi);
+                      plan_strategy((StrategyKind)k)->name, phase_name(r.peak_phase), at, lo, hi);
             cr_expect_gt(s.n_ops, 0);
             cr_expect_geq(s.step_s + 1e-12, s.compute_s);
             cr_expect_leq(s.exposed_comm_s, s.comm_s + 1e-12);
@@ -383,8 +383,8 @@ Test(sim_time, the_engine_zero3_should_gather_the_root_once_per_pass_and_each_bl
     plan_comm(&m, &t, &c, STRAT_ZERO3, &cp);
     double ag = 0, rs = 0;
     for (int i = 0; i < cp.n; i++) {
-        if (cp.c[i].op == PCOLL_ALL_GATHER) ag += cp.c[i].count;
-        if (cp.c[i].op == PCOLL_REDUCE_SCATTER) rs += cp.c[i].count;
+        if (cp.c[i].op == COLL_ALL_GATHER) ag += cp.c[i].count;
+        if (cp.c[i].op == COLL_REDUCE_SCATTER) rs += cp.c[i].count;
     }
     cr_expect_eq(root, 2, "gathered for forward, released, gathered again for backward");
     cr_expect_eq(gathers, ag, "the simulation issues what plan_comm counts (%d vs %.0f)", gathers, ag);

@@ -94,7 +94,7 @@ Test(plan_time, mfu_should_restore_the_flat_model) {
 Test(plan_time, a_large_all_reduce_in_a_node_should_take_nccls_ring_simple_time) {
     ClusterSpec c = a100(8, 8);
     double S = 1024.0 * 1024 * 1024;
-    double t = plan_coll_seconds(&c, PCOLL_ALL_REDUCE, S, 8, 0);
+    double t = plan_coll_seconds(&c, COLL_ALL_REDUCE, S, 8, 0);
     cr_expect(REL(t, (8.4 + 14 * 3.4) * 1e-6 + S * 2 * 7 / 8 / 235e9) < 1e-9, "%.9f", t);
 }
 
@@ -102,11 +102,11 @@ Test(plan_time, a_large_all_reduce_in_a_node_should_take_nccls_ring_simple_time)
    2(nodes-1)); a large one takes the ring, whose bus bandwidth is the node's NICs */
 Test(plan_time, nccl_should_take_the_tree_for_tiny_and_the_ring_for_large_all_reduces_across_nodes) {
     ClusterSpec c = a100(512, 8);
-    double tiny = plan_coll_seconds(&c, PCOLL_ALL_REDUCE, 8, 512, 1);
+    double tiny = plan_coll_seconds(&c, COLL_ALL_REDUCE, 8, 512, 1);
     double ring_ll = (3.6 + (2 * 511 - 2 * 63) * 0.47 * 1.8 + 2 * 63 * 2.7) * 1e-6;
     cr_expect_lt(tiny, ring_ll / 2);
     double S = 4.0 * 1024 * 1024 * 1024;
-    double big = plan_coll_seconds(&c, PCOLL_ALL_GATHER, S, 512, 1);
+    double big = plan_coll_seconds(&c, COLL_ALL_GATHER, S, 512, 1);
     double bus = fmin(300, 8 * 25) * 235.0 / 300 * 1e9;
     cr_expect(REL(big, (8.4 + (511 - 63) * 3.4 + 63 * 9.6) * 1e-6 + S * 511 / 512 / bus) < 1e-9);
 }

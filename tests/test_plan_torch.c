@@ -535,7 +535,7 @@ Test(plan_torch_buffers, ddp_should_broadcast_the_rotary_buffers_every_forward) 
     plan_comm(&m, &t, &c, STRAT_DDP, &cp);
     double bcast = 0, count = 0;
     for (int i = 0; i < cp.n; i++)
-        if (cp.c[i].op == PCOLL_BROADCAST) { bcast += cp.c[i].payload_bytes; count += cp.c[i].count; }
+        if (cp.c[i].op == COLL_BROADCAST) { bcast += cp.c[i].payload_bytes; count += cp.c[i].count; }
     cr_expect_eq(count, 2, "one broadcast per forward (micro-step)");
     cr_expect_eq(bcast, 2 * 512, "2 x 64 fp32 per forward");
     plan_model_free(&m);
@@ -564,7 +564,7 @@ Test(plan_torch_buffers, ddp_should_broadcast_berts_int64_position_and_token_typ
         plan_comm(&m, &t, &c, STRAT_DDP, &cp);
         double bcast = 0, count = 0;
         for (int i = 0; i < cp.n; i++)
-            if (cp.c[i].op == PCOLL_BROADCAST) { bcast += cp.c[i].payload_bytes; count += cp.c[i].count; }
+            if (cp.c[i].op == COLL_BROADCAST) { bcast += cp.c[i].payload_bytes; count += cp.c[i].count; }
         cr_expect_eq(count, 1, "round %d", round);
         cr_expect_eq(bcast, 8192, "round %d", round);
         if (round) break;

@@ -20,7 +20,7 @@ static void train(TrainSpec *t, int tp, int sp) {
 }
 
 /* The collective row of op, phase and purpose (NULL if none). */
-static const PlanColl *row(const CommPlan *p, PlanCollOp op, CommPhase ph, CollPurpose what) {
+static const PlanColl *row(const CommPlan *p, CollKind op, PhaseKind ph, CollPurpose what) {
     for (int i = 0; i < p->n; i++)
         if (p->c[i].op == op && p->c[i].phase == ph && p->c[i].purpose == what) return &p->c[i];
     return NULL;
@@ -86,18 +86,18 @@ Test(tp, should_all_reduce_twice_per_block_each_way_without_sp) {
     CommPlan p;
     plan_comm(&m, &t, &c, STRAT_DDP, &p);
     double bsh = 1.0 * 1024 * 4096 * 2, L = m.n_layer;
-    const PlanColl *f = row(&p, PCOLL_ALL_REDUCE, CPHASE_FORWARD, PURPOSE_TP_ACTS);
-    const PlanColl *b = row(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
-    const PlanColl *lg = row(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_TP_LOGITS);
+    const PlanColl *f = row(&p, COLL_ALL_REDUCE, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *b = row(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *lg = row(&p, COLL_ALL_GATHER, PHASE_FORWARD, PURPOSE_TP_LOGITS);
     cr_assert(f && b && lg);
     cr_expect_eq(f->count, 2 * L + 1, "o and down per block, the embedding's partial rows");
     cr_expect_eq(f->payload_bytes, (2 * L + 1) * bsh);
     cr_expect_eq(b->count, 2 * L + 1, "the column inputs' gradients per block, the head's input");
     cr_expect_eq(f->group, 4);
     cr_expect_eq(lg->payload_bytes, 1024.0 * 32000 * 2);
-    cr_expect_null(row(&p, PCOLL_REDUCE_SCATTER, CPHASE_FORWARD, PURPOSE_TP_ACTS));
+    cr_expect_null(row(&p, COLL_REDUCE_SCATTER, PHASE_FORWARD, PURPOSE_TP_ACTS));
     /* the data-parallel all-reduce runs on gpus / tp = 2 ranks */
-    const PlanColl *g = row(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_GRAD_BUCKETS);
+    const PlanColl *g = row(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_GRAD_BUCKETS);
     cr_assert(g);
     cr_expect_eq(g->group, 2);
     plan_model_free(&m);
@@ -112,16 +112,16 @@ Test(tp, sp_should_trade_each_all_reduce_for_a_gather_and_a_scatter) {
     CommPlan p;
     plan_comm(&m, &t, &c, STRAT_DDP, &p);
     double bsh = 1.0 * 1024 * 4096 * 2, L = m.n_layer;
-    const PlanColl *rs = row(&p, PCOLL_REDUCE_SCATTER, CPHASE_FORWARD, PURPOSE_TP_ACTS);
-    const PlanColl *ag = row(&p, PCOLL_ALL_GATHER, CPHASE_FORWARD, PURPOSE_TP_ACTS);
-    const PlanColl *agb = row(&p, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
-    const PlanColl *norms = row(&p, PCOLL_ALL_REDUCE, CPHASE_STEP, PURPOSE_TP_REPLICA_GRADS);
+    const PlanColl *rs = row(&p, COLL_REDUCE_SCATTER, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ag = row(&p, COLL_ALL_GATHER, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *agb = row(&p, COLL_ALL_GATHER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *norms = row(&p, COLL_ALL_REDUCE, PHASE_STEP, PURPOSE_TP_REPLICA_GRADS);
     cr_assert(rs && ag && agb && norms);
     cr_expect_eq(rs->payload_bytes, (2 * L + 1) * bsh);
     cr_expect_eq(ag->count, 2 * L + 1, "attention and MLP inputs, the head's input");
     cr_expect_eq(agb->count, 2 * L + 1, "backward's gathers: per block, the embedding's");
     cr_expect_eq(norms->count, 3 * (2 * L + 1), "pure TP: foreach AdamW reduces each partial norm gradient 3 times");
-    cr_expect_null(row(&p, PCOLL_ALL_REDUCE, CPHASE_FORWARD, PURPOSE_TP_ACTS));
+    cr_expect_null(row(&p, COLL_ALL_REDUCE, PHASE_FORWARD, PURPOSE_TP_ACTS));
     plan_model_free(&m);
 }
 
@@ -235,17 +235,17 @@ Test(tp, recomputed_blocks_should_repeat_their_collectives_but_the_last) {
     plan_comm(&m, &t, &c, STRAT_DDP, &none);
     t.act_ckpt = CKPT_FULL;
     plan_comm(&m, &t, &c, STRAT_DDP, &full);
-    const PlanColl *ag0 = row(&none, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
-    const PlanColl *ag1 = row(&full, PCOLL_ALL_GATHER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
-    const PlanColl *rs0 = row(&none, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
-    const PlanColl *rs1 = row(&full, PCOLL_REDUCE_SCATTER, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ag0 = row(&none, COLL_ALL_GATHER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ag1 = row(&full, COLL_ALL_GATHER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rs0 = row(&none, COLL_REDUCE_SCATTER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rs1 = row(&full, COLL_REDUCE_SCATTER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
     cr_assert(ag0 && ag1 && rs0 && rs1);
     cr_expect_eq(ag1->count - ag0->count, 2 * L);
     cr_expect_eq(rs1->count - rs0->count, L);
     train(&t, 2, 0);
     t.act_ckpt = CKPT_FULL;
     plan_comm(&m, &t, &c, STRAT_DDP, &full);
-    const PlanColl *ar = row(&full, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ar = row(&full, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_TP_ACTS);
     cr_assert(ar);
     cr_expect_eq(ar->count, 3 * L + 1);
     plan_model_free(&m);
@@ -263,8 +263,8 @@ Test(tp, payloads_should_follow_each_tensors_dtype_under_autocast) {
     CommPlan p;
     plan_comm(&m, &t, &c, STRAT_DDP, &p);
     double bs_h = 1.0 * 1024 * 4096, L = m.n_layer;
-    const PlanColl *f = row(&p, PCOLL_ALL_REDUCE, CPHASE_FORWARD, PURPOSE_TP_ACTS);
-    const PlanColl *b = row(&p, PCOLL_ALL_REDUCE, CPHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *f = row(&p, COLL_ALL_REDUCE, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *b = row(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_TP_ACTS);
     cr_assert(f && b);
     cr_expect_eq(f->payload_bytes, 2 * L * bs_h * 2 + bs_h * 4, "bf16 row outputs, the fp32 embedding");
     cr_expect_eq(b->payload_bytes, (2 * L + 1) * bs_h * 4, "fp32 input gradients");

@@ -10,32 +10,32 @@ Test(prof_comm, wire_bytes_should_use_the_nccl_tests_factors)
 {
     /* all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n of the full buffer,
      * broadcast 1, all_gather_v as all-gather, barrier 0. */
-    cr_expect_float_eq(prof_coll_wire_bytes(COLL_ALL_REDUCE, 100 * MB, 4), 150 * MB, 1e-6);
-    cr_expect_float_eq(prof_coll_wire_bytes(COLL_ALL_REDUCE, 100 * MB, 2), 100 * MB, 1e-6);
-    cr_expect_float_eq(prof_coll_wire_bytes(COLL_REDUCE_SCATTER, 100 * MB, 4), 75 * MB, 1e-6);
-    cr_expect_float_eq(prof_coll_wire_bytes(COLL_ALL_GATHER, 100 * MB, 8), 87.5 * MB, 1e-6);
-    cr_expect_float_eq(prof_coll_wire_bytes(COLL_ALL_GATHER_V, 100 * MB, 8), 87.5 * MB, 1e-6);
-    cr_expect_float_eq(prof_coll_wire_bytes(COLL_BROADCAST, 100 * MB, 4), 100 * MB, 1e-6);
-    cr_expect_float_eq(prof_coll_wire_bytes(COLL_BARRIER, 100 * MB, 4), 0, 1e-12);
+    cr_expect_float_eq(coll_wire_bytes(COLL_ALL_REDUCE, 100 * MB, 4), 150 * MB, 1e-6);
+    cr_expect_float_eq(coll_wire_bytes(COLL_ALL_REDUCE, 100 * MB, 2), 100 * MB, 1e-6);
+    cr_expect_float_eq(coll_wire_bytes(COLL_REDUCE_SCATTER, 100 * MB, 4), 75 * MB, 1e-6);
+    cr_expect_float_eq(coll_wire_bytes(COLL_ALL_GATHER, 100 * MB, 8), 87.5 * MB, 1e-6);
+    cr_expect_float_eq(coll_wire_bytes(COLL_ALL_GATHER_V, 100 * MB, 8), 87.5 * MB, 1e-6);
+    cr_expect_float_eq(coll_wire_bytes(COLL_BROADCAST, 100 * MB, 4), 100 * MB, 1e-6);
+    cr_expect_float_eq(coll_wire_bytes(COLL_BARRIER, 100 * MB, 4), 0, 1e-12);
     /* all-to-all: the rank's send buffer, of which its own block stays (nccl-tests alltoall.cu) */
-    cr_expect_float_eq(prof_coll_wire_bytes(COLL_ALL_TO_ALL, 100 * MB, 4), 75 * MB, 1e-6);
+    cr_expect_float_eq(coll_wire_bytes(COLL_ALL_TO_ALL, 100 * MB, 4), 75 * MB, 1e-6);
 }
 
 Test(prof_comm, a_single_rank_should_put_nothing_on_the_wire)
 {
-    for (int op = 0; op < COLL_OP_COUNT; op++)
-        cr_expect_eq(prof_coll_wire_bytes((CollOp)op, 1e9, 1), 0.0, "%s", prof_coll_name((CollOp)op));
+    for (int op = 0; op < COLL_COUNT; op++)
+        cr_expect_eq(coll_wire_bytes((CollKind)op, 1e9, 1), 0.0, "%s", coll_name((CollKind)op));
 }
 
 Test(prof_comm, names_should_be_the_json_names)
 {
-    cr_expect_str_eq(prof_coll_name(COLL_ALL_REDUCE), "all_reduce");
-    cr_expect_str_eq(prof_coll_name(COLL_REDUCE_SCATTER), "reduce_scatter");
-    cr_expect_str_eq(prof_coll_name(COLL_ALL_GATHER), "all_gather");
-    cr_expect_str_eq(prof_coll_name(COLL_BROADCAST), "broadcast");
-    cr_expect_str_eq(prof_coll_name(COLL_ALL_GATHER_V), "all_gather_v");
-    cr_expect_str_eq(prof_coll_name(COLL_BARRIER), "barrier");
-    cr_expect_str_eq(prof_coll_name(COLL_ALL_TO_ALL), "all_to_all");
+    cr_expect_str_eq(coll_name(COLL_ALL_REDUCE), "all_reduce");
+    cr_expect_str_eq(coll_name(COLL_REDUCE_SCATTER), "reduce_scatter");
+    cr_expect_str_eq(coll_name(COLL_ALL_GATHER), "all_gather");
+    cr_expect_str_eq(coll_name(COLL_BROADCAST), "broadcast");
+    cr_expect_str_eq(coll_name(COLL_ALL_GATHER_V), "all_gather_v");
+    cr_expect_str_eq(coll_name(COLL_BARRIER), "barrier");
+    cr_expect_str_eq(coll_name(COLL_ALL_TO_ALL), "all_to_all");
 }
 
 Test(prof_comm, records_should_sum_per_phase_and_over_phases)

@@ -172,7 +172,7 @@ static int mode_syncbn(Comm *c, MemTracker *mt, CommCounters *cc, int unequal)
     CHECK(ar.count == want, "%lld all-reduces in backward, expected %lld", (long long)ar.count, (long long)want);
     CHECK(ar.payload_bytes == (double)want * 2 * C * 4, "all-reduce payload %.0f bytes", ar.payload_bytes);
     int64_t total = 0;
-    for (int op = 0; op < COLL_OP_COUNT; op++) total += prof_comm_total(cc, (CollOp)op).count;
+    for (int op = 0; op < COLL_COUNT; op++) total += prof_comm_total(cc, (CollKind)op).count;
     CHECK(total == 2 * want, "%lld collectives in all, expected %lld", (long long)total, (long long)(2 * want));
 
     /* evaluation mode: the running statistics, no collective */
@@ -182,7 +182,7 @@ static int mode_syncbn(Comm *c, MemTracker *mt, CommCounters *cc, int unequal)
     e = rel_diff(out_s, out_p + (size_t)first * S, (size_t)rows * S);
     CHECK(e < TOL, "evaluation outputs differ by %.3g", e);
     int64_t after = 0;
-    for (int op = 0; op < COLL_OP_COUNT; op++) after += prof_comm_total(cc, (CollOp)op).count;
+    for (int op = 0; op < COLL_COUNT; op++) after += prof_comm_total(cc, (CollKind)op).count;
     CHECK(after == total, "evaluation mode issued %lld collectives", (long long)(after - total));
     CHECK(prof_mem_current(mt, MEM_COMM) == 0, "%zu bytes of comm buffers left", prof_mem_current(mt, MEM_COMM));
 
@@ -279,11 +279,11 @@ static int mode_train(Comm *c, MemTracker *mt, CommCounters *cc, int argc, char 
     ExecModel *em = exec_cnn_model(m);
     if (syncbn) CHECK(exec_cnn_convert_sync_batchnorm(m, c) > 0, "convert: %s", exec_cnn_error(m));
     CHECK(exec_strategy_bind(s, em, 1337, 1) == 0, "bind: %s", exec_strategy_error(s));
-    CollStats before[COLL_OP_COUNT][3];
+    CollStats before[COLL_COUNT][3];
     for (int step = 1; step <= K && !g_fail; step++) {
         if (step == K)
-            for (int op = 0; op < COLL_OP_COUNT; op++)
-                for (int ph = 0; ph < 3; ph++) before[op][ph] = prof_comm_phase(cc, (CollOp)op, PH[ph]);
+            for (int op = 0; op < COLL_COUNT; op++)
+                for (int ph = 0; ph < 3; ph++) before[op][ph] = prof_comm_phase(cc, (CollKind)op, PH[ph]);
         CHECK(exec_cnn_synthetic_batch(&cfg, 7, step - 1, r * B, B, images, labels) == 0, "synthetic batch");
         exec_strategy_zero_grad(s);
         exec_strategy_begin_micro(s, 1);
@@ -331,11 +331,11 @@ static int mode_train(Comm *c, MemTracker *mt, CommCounters *cc, int argc, char 
     if (r == 0 && coll && !g_fail) {
         FILE *f = fopen(coll, "w");
         CHECK(f != NULL, "cannot write %s", coll);
-        for (int op = 0; f && op < COLL_OP_COUNT; op++)
+        for (int op = 0; f && op < COLL_COUNT; op++)
             for (int ph = 0; ph < 3; ph++) {
-                CollStats now = prof_comm_phase(cc, (CollOp)op, PH[ph]);
+                CollStats now = prof_comm_phase(cc, (CollKind)op, PH[ph]);
                 long long n = (long long)(now.count - before[op][ph].count);
-                if (n) fprintf(f, "%s %s %lld %.0f\n", prof_coll_name((CollOp)op), PH[ph], n,
+                if (n) fprintf(f, "%s %s %lld %.0f\n", coll_name((CollKind)op), PH[ph], n,
                                now.payload_bytes - before[op][ph].payload_bytes);
             }
         if (f) fclose(f);

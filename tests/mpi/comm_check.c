@@ -68,11 +68,11 @@ static float *get_f32(const void *d, size_t n)
 static float val(int r, size_t i) { return (float)((r + 1) * (int)(i % 5 + 1)); }
 
 typedef struct {
-    int64_t count[COLL_OP_COUNT];
-    double payload[COLL_OP_COUNT];
+    int64_t count[COLL_COUNT];
+    double payload[COLL_COUNT];
 } Expect;
 
-static void expect_op(Expect *e, CollOp op, double payload)
+static void expect_op(Expect *e, CollKind op, double payload)
 {
     e->count[op]++;
     e->payload[op] += payload;
@@ -275,9 +275,9 @@ static void check_broadcast_and_16bit(Comm *c, Expect *e)
 static void check_counters(Comm *c, CommCounters *cc, const Expect *e)
 {
     int p = comm_size(c);
-    for (int op = 0; op < COLL_OP_COUNT; op++) {
-        CollStats s = prof_comm_total(cc, (CollOp)op);
-        const char *name = prof_coll_name((CollOp)op);
+    for (int op = 0; op < COLL_COUNT; op++) {
+        CollStats s = prof_comm_total(cc, (CollKind)op);
+        const char *name = coll_name((CollKind)op);
         CHECK(s.count == e->count[op], "%s count %lld, want %lld", name, (long long)s.count, (long long)e->count[op]);
         CHECK(s.payload_bytes == e->payload[op], "%s payload %.0f, want %.0f", name, s.payload_bytes, e->payload[op]);
         /* nccl-tests factors, written out here independently of prof_comm.c; one rank sends nothing */
