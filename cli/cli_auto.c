@@ -32,6 +32,7 @@ int cli_auto_opt(CliAutoOpts *o, int opt, const char *arg, char *err, size_t err
             return -1;
         }
         o->host_mem = d;
+        o->host_mem_arg = arg;
         return 0;
     case CLI_OPT_HOST_BW:
         if (plan_parse_double(arg, 0.1, 10000, &d)) {
@@ -39,6 +40,7 @@ int cli_auto_opt(CliAutoOpts *o, int opt, const char *arg, char *err, size_t err
             return -1;
         }
         o->host_bw = d;
+        o->host_bw_arg = arg;
         return 0;
     case CLI_OPT_MIN_HEADROOM:
         if (cli_bare_number(arg)) {
@@ -51,6 +53,7 @@ int cli_auto_opt(CliAutoOpts *o, int opt, const char *arg, char *err, size_t err
         }
         o->headroom = d;
         o->headroom_is_frac = frac;
+        o->headroom_arg = arg;
         return 0;
     default: return 1;
     }

@@ -22,6 +22,7 @@ typedef struct {
     double host_bw;          /* GB/s, 0: preset */
     double headroom;         /* -1: default rule */
     int headroom_is_frac;
+    const char *host_mem_arg, *host_bw_arg, *headroom_arg;   /* as given (for the command to paste), NULL if not */
 } CliAutoOpts;
 
 void cli_auto_opts_init(CliAutoOpts *o);

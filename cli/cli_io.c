@@ -158,4 +158,32 @@ FILE *cli_open_maybe_gz(const char *path)
 {
     if (!strcmp(path, "-")) return stdin;
     return cli_fdopen_maybe_gz(open(path, O_RDONLY));
+void cli_print_wrapped(FILE *f, const char *text, int width, const char *const *keep) {
+    for (const char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        int whole = width <= 0 || (int)len <= width;
+        for (const char *const *k = keep; k && *k && !whole; k++) whole = strncmp(line, *k, strlen(*k)) == 0;
+        if (whole) fprintf(f, "%.*s\n", (int)len, line);
+        else {
+            const char *cont = line[0] == '#' ? "#   " : "    ";
+            const char *p = line, *end = line + len;
+            int first = 1;
+            while (p < end) {
+                int room = width - (first ? 0 : (int)strlen(cont));
+                const char *brk = end;
+                if (end - p > room) {   /* the last space within room, else the first one after */
+                    brk = NULL;
+                    for (const char *q = p + room; q > p; q--) if (*q == ' ') { brk = q; break; }
+                    if (!brk) brk = memchr(p, ' ', (size_t)(end - p));
+                    if (!brk) brk = end;
+                }
+                fprintf(f, "%s%.*s\n", first ? "" : cont, (int)(brk - p), p);
+                p = brk;
+                while (p < end && *p == ' ') p++;
+                first = 0;
+            }
+        }
+        line += len;
+        if (*line == '\n') line++;
+    }
 }

@@ -37,5 +37,11 @@ FILE *cli_open_maybe_gz(const char *path);
  * NULL is returned, errno set). Without zlib (MEMPLAN_ZLIB=0: the builds that link no system
  * library) the bytes as they are. */
 FILE *cli_fdopen_maybe_gz(int fd);
+#include <stdio.h>
+
+/* Prints text to f with every line longer than width wrapped at spaces: a '#' line goes on as
+ * "#   ...", another as "    ...". Lines starting with a prefix of keep (NULL-terminated; a
+ * command to paste) and lines without a space to break at stay whole. width <= 0: as it is. */
+void cli_print_wrapped(FILE *f, const char *text, int width, const char *const *keep);
 
 #endif

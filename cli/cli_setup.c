@@ -219,7 +219,8 @@ void cli_print_setup_help(FILE *f) {
         "                         passes); default: the shipped ones, fitted on every published source\n"
         "                         (make fit-time; docs/validation-time.md)\n"
         "Strategies:\n"
-        "  --strategy S[,S...]    all (default), or %s\n"
+        "  --strategy S[,S...]    all (default), or %s;\n"
+        "                         auto: the same as memplan auto\n"
         "  --grad-as-bucket-view  DDP gradient_as_bucket_view=True (no bucket copy)\n"
         "  --fsdp 1|2             what the fsdp-* rows mean where they differ: 1 flat-parameter\n"
         "                         FullyShardedDataParallel, 2 fully_shard (default 2)\n"
@@ -998,7 +999,7 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
         f->latency_us = d;
         break;
     case OPT_JSON: s->json = 1; s->json_path = a; break;
-    case OPT_HELP: return 1;
+    case OPT_HELP: case 'h': return 1;   /* --help, -h */
     default: return -1;
     }
     return 0;
@@ -1031,7 +1032,7 @@ static int parse_pass(int argc, char **argv, const char *cmd, CliSetup *s, Flags
     optind = 1;
     opterr = 0;
     int c, li;
-    while ((li = -1, c = getopt_long(argc, argv, ":", o->opts, &li)) != -1) {
+    while ((li = -1, c = getopt_long(argc, argv, ":h", o->opts, &li)) != -1) {
         const char *a = optarg;
         if (li >= 0) {   /* a flag given twice would win silently; a value that is a flag was forgotten */
             if (o->seen[li])

@@ -1,7 +1,7 @@
 /* memplan.c — the command line: subcommands and output. No planning logic lives here.
  *
  * This is the planning front end: plan, auto, models, gpus and help, linked with the planner,
- * cJSON and libm only, so that it starts in a millisecond or two. run, validate and bench need
+ * cJSON, libyaml and libm only, so that it starts in a millisecond or two. run, validate and bench need
  * MPI, BLAS and CUDA: they live in memplan-exec beside this binary (cli/memplan_exec.c), which
  * main() execv()s with the same arguments and environment (mpirun's variables included). */
 #include <cjson/cJSON.h>
@@ -37,46 +37,120 @@
 #include "exec_launch.h"
 #include "plan_zoo.h"
 
-static void usage(FILE *f) {
+/* The text output's width: tables fit it and longer lines are wrapped (--wide: neither). */
+#define TEXT_WIDTH 100
+/* Lines never wrapped: a command to paste. */
+static const char *const KEEP_WHOLE[] = {"recommendation: memplan ", NULL};
+
+/* The commands, one line each (memplan help, memplan --help). */
+static void usage_commands(FILE *f) {
     fprintf(f,
-        "memplan — per-GPU memory and communication of DDP, ZeRO 1/2/3 and FSDP, before you run\n\n"
+        "memplan %s — per-GPU memory, collectives and step time of DDP, ZeRO 1/2/3 and FSDP, before you run\n\n"
         "Usage:\n"
         "  memplan [plan] --model NAME|PATH [options]   plan every strategy (the default command)\n"
-        "  memplan auto --model NAME|PATH [options]     pick DDP or a sharded strategy and explain why\n"
-        "      --global-batch G     samples per optimizer step over all GPUs (searched: micro-batch x accumulation)\n"
-        "      --bn-min-batch B     per-GPU batch below which SyncBN is advised (default 16)\n"
-        "      --emit deepspeed|torch   print a DeepSpeed config (picked among zero1/2/3; the prediction as\n"
-        "                           '#' lines on stderr) / a torchrun command and the wrapping snippet\n"
+        "  memplan auto --model NAME|PATH [options]     search the setup and pick one (memplan auto --help)\n"
         "  memplan models [--family F] [--json] [--export NAME]  list the zoo / export a model as JSON\n"
-        "  memplan gpus [--json]                         list the GPU presets\n"
-        "  memplan alloc [--alloc-conf S] TRACE...       replay recorded allocations through PyTorch's CUDA\n"
-        "                                                caching allocator: reserved memory (memplan alloc --help)\n"
-        "  mpirun -np N memplan run --model gpt2-tiny --strategy ddp|zero1|zero2|zero3 [--steps K]\n"
-        "                                                train for real over MPI with a profiler summary\n"
-        "  mpirun -np N memplan validate --model gpt2-tiny [--strategy all]\n"
-        "                                                predicted vs measured memory and collectives\n"
-        "      (run/validate options: memplan run --help)\n"
+        "  memplan gpus [--json]                        list the GPU presets\n"
+        "  memplan alloc [--alloc-conf S] TRACE...      replay recorded allocations through PyTorch's caching\n"
+        "                                               allocator (memplan alloc --help)\n"
         "  memplan validate --against torch --model NAME|config.json [--strategy all] [--ranks 2]\n"
-        "                                                the planner vs real PyTorch/DeepSpeed on CPU ranks\n"
-        "      (options and what it needs installed: memplan validate --against torch --help)\n"
-        "  mpirun -np N memplan bench syncbn [--model resnet50] [--batches 2,4,8] [--json[=F]] [--plot F.png]\n"
-        "                                                what SyncBatchNorm costs, measured next to the prediction\n"
-        "      (bench options: memplan bench syncbn --help)\n"
-        "  memplan help                                  this text (memplan --version: the version)\n\n");
-    cli_print_setup_help(f);
-    fprintf(f, "  --explain              after the tables, each strategy's peak split by the rule behind every byte\n"
-               "                         (the mechanism and its source; the JSON always has it: peak_by_rule)\n"
-               "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
-               "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n");
-    cli_auto_help(f);
+        "                                               the plan against real PyTorch/DeepSpeed on CPU ranks\n"
+        "                                               (memplan validate --against torch --help)\n"
+        "  mpirun -np N memplan run|validate --model gpt2-tiny [--strategy ddp|zero1|zero2|zero3]\n"
+        "                                               memplan's own engine over MPI (memplan run --help)\n"
+        "  mpirun -np N memplan bench syncbn [--model resnet50]   what SyncBatchNorm costs (memplan bench syncbn --help)\n"
+        "  memplan help | -h | --help                   this text;  memplan --version: the version\n\n",
+        MEMPLAN_VERSION);
+}
+
+/* The examples a command's help ends its first screen with. */
+static void usage_examples(FILE *f, int auto_mode) {
+    if (auto_mode)
+        fprintf(f,
+            "Examples:\n"
+            "  memplan auto --model gpt2-xl --gpus 8                      the fastest setup that fits, and why\n"
+            "  memplan auto --model llama3.1-8b --gpus 8 --gpu h100-80gb --global-batch 256\n"
+            "                                                             micro-batch x accumulation for 256 samples\n"
+            "  memplan auto --model gpt2-xl --gpus 8 --emit deepspeed > ds_config.json\n"
+            "  memplan auto --model gpt2-xl --gpus 8 --emit torch         a torchrun command and the wrapping code\n"
+            "  memplan auto --model llama2-70b --gpus 64 --gpu h100-80gb --seq 4096 --tp auto --pp auto\n"
+            "  memplan auto --model gpt2-xl --gpus 8 --batch 4 --act-ckpt none   keep what you fixed, search the rest\n\n");
+    else
+        fprintf(f,
+            "Examples:\n"
+            "  memplan --model gpt2-xl --gpus 8                           every strategy on 8 A100-40GB\n"
+            "  memplan --model meta-llama/Llama-3.1-8B --gpus 8 --gpu h100-80gb --seq 4096 --act-ckpt full\n"
+            "  memplan --model ./config.json --gpus 4 --gpu-mem 24GiB     your own model's config.json\n"
+            "  memplan --model llama2-7b --gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4   QLoRA\n"
+            "  memplan --config ds_config.json --model gpt2-xl --gpus 8   a DeepSpeed / accelerate / torchtitan config\n"
+            "  memplan --model gpt2-xl --gpus 8 --quiet                   the verdict line alone\n"
+            "  memplan --model gpt2-xl --gpus 8 --json | jq .recommendation\n\n");
+}
+
+/* Output flags of plan and auto. */
+static void usage_output(FILE *f) {
+    fprintf(f,
+        "Output (plan and auto):\n"
+        "  --quiet                the verdict line alone (fits or not, the pick, its peak and headroom)\n"
+        "  --wide                 every column and every line whole (default: tables and notes in %d columns)\n"
+        "  --explain              the '#' notes in full, and each strategy's peak split by the rule behind\n"
+        "                         every byte (the mechanism and its source; the JSON always has it: peak_by_rule)\n"
+        "  --trace FILE           the simulated step as a Chrome trace (Perfetto, chrome://tracing)\n"
+        "  --plot FILE.png|.svg   memory breakdown and memory over the step (gnuplot)\n", TEXT_WIDTH);
+}
+
+static void usage_exit(FILE *f) {
     fprintf(f, "\nExit status: 0 when planning succeeded (also when nothing fits), 1 when an output could not be\n"
                "written (one line names it) or when auto --emit has nothing that fits to emit (nothing on standard\n"
                "output), 2 on a usage error (one line names the bad value).\n"
                "Memory is in binary GiB (2^30 bytes). Formulas and sources: docs/formulas.md.\n");
 }
 
-/* Writes JSON to --json=FILE or stdout, every write checked. */
+/* The help of `cmd` ("plan", "auto" or "help"): its own flags and examples first, then the
+   flags every planning command shares, grouped by task, each with its default. */
+static void usage(FILE *f, const char *cmd) {
+    int auto_mode = strcmp(cmd, "auto") == 0;
+    if (auto_mode) {
+        fprintf(f,
+            "memplan auto — search the setup (strategy x CPU offload x precision x checkpointing x micro-batch,\n"
+            "and with --tp/--pp/--ep auto their degrees), keep those whose peak leaves the safety margin, pick\n"
+            "the fastest (the simpler within 3%%) and explain the pick, the runner-up and why simpler ones lost.\n"
+            "What you give (--batch, --act-ckpt, --precision, --offload, --grad-accum) is kept, not searched.\n\n"
+            "Usage: memplan auto --model NAME|ID|PATH [options]   (or memplan --strategy auto ...)\n\n");
+        usage_examples(f, 1);
+        fprintf(f,
+            "Auto's search and output:\n"
+            "  --global-batch G       samples per optimizer step over all GPUs (default: not fixed; searched as\n"
+            "                         micro-batch x accumulation)\n"
+            "  --emit deepspeed|torch print a DeepSpeed config (picked among zero1/2/3; the prediction as '#' lines\n"
+            "                         on standard error) / a torchrun command and the wrapping snippet\n"
+            "  --bn-min-batch B       per-GPU batch below which SyncBN is advised (default 16)\n");
+        cli_auto_help(f);
+        usage_output(f);
+        fputc('\n', f);
+        cli_print_setup_help(f);
+        usage_exit(f);
+        return;
+    }
+    if (strcmp(cmd, "plan") == 0)
+        fprintf(f,
+            "memplan plan — every strategy's per-GPU memory (term by term, at its peak moment), collectives and\n"
+            "simulated step for one setup, and the one to use: auto's rule (the safety margin, the fastest among\n"
+            "the simpler) over the strategies, with everything else as you fixed it.\n\n"
+            "Usage: memplan [plan] --model NAME|ID|PATH [options]\n\n");
+    else usage_commands(f);
+    usage_examples(f, 0);
+    usage_output(f);
+    cli_auto_help(f);
+    fputc('\n', f);
+    cli_print_setup_help(f);
+    usage_exit(f);
+}
+
+/* Writes JSON to --json=FILE or stdout, every write checked; a document (an object) carries the
+   version of memplan that wrote it. */
 static int emit_json(cJSON *j, const char *path) {
+    if (cJSON_IsObject(j) && !cJSON_HasObjectItem(j, "version")) cJSON_AddStringToObject(j, "version", MEMPLAN_VERSION);
     char *txt = j ? cJSON_Print(j) : NULL;
     if (!txt) { fprintf(stderr, "memplan: out of memory writing JSON\n"); return 1; }
     int rc = cli_write_text("the --json output", path, txt);
@@ -97,7 +171,9 @@ static const struct {
 /* Options of plan and auto beyond the shared ones. */
 typedef struct {
     const char *trace, *plot;
-    int explain;             /* --explain: each peak split by rule */
+    int explain;             /* --explain: each peak split by rule, the tables' legends */
+    int quiet;               /* --quiet: the verdict line alone */
+    int wide;                /* --wide: every column, lines unwrapped */
     EmitKind emit;
     int auto_mode;
     int bn_given;            /* --bn-min-batch was given (auto only) */
@@ -105,10 +181,12 @@ typedef struct {
     CliAutoOpts offload;     /* --offload, --host-mem, --host-bw, --min-headroom */
 } PlanOpts;
 
-enum { OPT_TRACE = 2000, OPT_PLOT, OPT_EMIT, OPT_GLOBAL_BATCH, OPT_BN_MIN, OPT_EXPLAIN };
+enum { OPT_TRACE = 2000, OPT_PLOT, OPT_EMIT, OPT_GLOBAL_BATCH, OPT_BN_MIN, OPT_EXPLAIN, OPT_QUIET, OPT_WIDE };
 static const struct option PLAN_OPTIONS[] = {
     {"trace", required_argument, 0, OPT_TRACE},
     {"explain", no_argument, 0, OPT_EXPLAIN},
+    {"quiet", no_argument, 0, OPT_QUIET},
+    {"wide", no_argument, 0, OPT_WIDE},
     {"plot", required_argument, 0, OPT_PLOT},
     {"emit", required_argument, 0, OPT_EMIT},
     {"global-batch", required_argument, 0, OPT_GLOBAL_BATCH},
@@ -125,6 +203,12 @@ static int plan_opt(void *ctx, int opt, const char *arg, char *err, size_t errle
     switch (opt) {
     case OPT_EXPLAIN:
         o->explain = 1;
+        return 0;
+    case OPT_QUIET:
+        o->quiet = 1;
+        return 0;
+    case OPT_WIDE:
+        o->wide = 1;
         return 0;
     case OPT_TRACE:
     case OPT_PLOT:
@@ -253,6 +337,77 @@ static const char *alloc_env(const CliSetup *s, char *buf, size_t len) {
     return buf;
 }
 
+/* A flag the --config file gave (not the command line): the command to paste names the file instead. */
+static int from_config(const CliSetup *s, const char *flag) {
+    if (!s->config) return 0;
+    for (int i = 0; i < s->config->n; i++) {
+        const CfgSetting *c = &s->config->set[i];
+        if (strcmp(c->flag, flag) == 0 && !c->cmdline) return 1;
+    }
+    return 0;
+}
+
+/* The command to paste for a pick: "memplan" and the setup's flags as given (the options table's
+   order, --config's own flags as the file), less those in `drop` (the pick sets them) and the
+   output flags, then `tail` (the pick's). malloc'd; NULL out of memory. */
+static char *pick_command(const CliSetup *s, const PlanOpts *o, const char *const *drop, const char *tail) {
+    char *txt = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&txt, &n);
+    if (!m) return NULL;
+    fputs("memplan", m);
+    const struct option *opts = cli_setup_options();
+    for (int i = 0; opts[i].name && i < CLI_GIVEN_MAX; i++) {
+        const char *name = opts[i].name, *v = s->given[i];
+        if (!v || strcmp(name, "json") == 0 || strcmp(name, "help") == 0 || from_config(s, name)) continue;
+        int skip = 0;
+        for (const char *const *d = drop; *d && !skip; d++) skip = strcmp(*d, name) == 0;
+        if (skip) continue;
+        fprintf(m, " --%s", name);
+        if (*v) { fputc(' ', m); shell_word(m, v); }
+    }
+    const struct { const char *name, *v; } own[] = {
+        {"host-mem", o->offload.host_mem_arg}, {"host-bw", o->offload.host_bw_arg}, {"min-headroom", o->offload.headroom_arg},
+        {"offload", o->offload.offload >= 0 ? plan_offload_name((OffloadKind)o->offload.offload) : NULL}};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        int skip = !own[i].v;
+        for (const char *const *d = drop; *d && !skip; d++) skip = strcmp(*d, own[i].name) == 0;
+        if (!skip) { fprintf(m, " --%s ", own[i].name); shell_word(m, own[i].v); }
+    }
+    fputs(tail, m);
+    if (fclose(m)) { free(txt); return NULL; }
+    return txt;
+}
+
+/* plan's pick as a command: the setup as given with --strategy the pick's. NULL when nothing fits. */
+static char *plan_pick_command(const CliSetup *s, const PlanOpts *o, const Plan *p) {
+    if (p->recommended < 0) return NULL;
+    static const char *const DROP[] = {"strategy", NULL};
+    char tail[64];
+    snprintf(tail, sizeof tail, " --strategy %s", plan_strategy(p->rows[p->recommended].kind)->name);
+    return pick_command(s, o, DROP, tail);
+}
+
+/* auto's pick as a command: the setup as given, with what auto chose in place of what it searched. */
+static char *auto_pick_command(const CliSetup *s, const PlanOpts *o, const AutoResult *r) {
+    static const char *const DROP[] = {"strategy", "offload", "precision", "batch", "grad-accum", "act-ckpt", "tp", "sp",
+                                       "pp", "pp-schedule", "microbatches", "ep", "cp", NULL};
+    char tail[320], ck[32];
+    int pp = plan_pp_degree(&r->train);
+    size_t n = (size_t)snprintf(tail, sizeof tail, " --strategy %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s",
+                                plan_strategy(r->strategy)->name, plan_offload_name(r->train.offload),
+                                plan_precision(r->train.precision)->name, (long long)r->train.micro_batch,
+                                pp > 1 ? "microbatches" : "grad-accum", (long long)r->train.grad_accum,
+                                plan_ckpt_label(&r->train, ck, sizeof ck));
+    if (r->train.tp > 1 && n < sizeof tail)
+        n += (size_t)snprintf(tail + n, sizeof tail - n, " --tp %d --sp %s", r->train.tp, r->train.sp ? "on" : "off");
+    if (pp > 1 && n < sizeof tail)
+        n += (size_t)snprintf(tail + n, sizeof tail - n, " --pp %d --pp-schedule %s", pp, plan_pp_schedule_name(r->train.pp_schedule));
+    if (r->train.ep > 1 && n < sizeof tail) n += (size_t)snprintf(tail + n, sizeof tail - n, " --ep %d", r->train.ep);
+    if (r->train.cp > 1 && n < sizeof tail) snprintf(tail + n, sizeof tail - n, " --cp %d", r->train.cp);
+    return pick_command(s, o, DROP, tail);
+}
+
 /* The command that reads the emitted DeepSpeed config back to the same plan: the flags the config
    cannot hold (the model, the cluster, the sequence, the trainable subset, checkpointing other
    than none and full, the overheads), as given or as resolved. */
@@ -274,6 +429,33 @@ static void emit_readback(FILE *f, const CliSetup *s, const AutoResult *r) {
         char ck[32];
         fprintf(f, " --act-ckpt %s", plan_ckpt_label(&r->train, ck, sizeof ck));
     }
+    fputc('\n', f);
+}
+
+/* Prints body (the text output after the verdict) wrapped to TEXT_WIDTH unless --wide; frees it. */
+static void print_body(const PlanOpts *o, char *body) {
+    if (body) cli_print_wrapped(stdout, body, o->wide ? 0 : TEXT_WIDTH, KEEP_WHOLE);
+    free(body);
+}
+
+/* auto's verdict, the first line: the pick with its peak, headroom and rate, or what would fit. */
+static void auto_verdict(FILE *f, const CliSetup *s, const AutoResult *r) {
+    char a[32], b[32], d[32], nm[96], ck[32], deg[64] = "";
+    if (!r->found) {
+        fprintf(f, "does not fit with the %s safety margin in any searched setup%s%s\n", plan_fmt_bytes(r->margin, a, sizeof a),
+                r->fix[0] ? "; would fit with: " : "", r->fix);
+        return;
+    }
+    if (r->train.tp > 1 || plan_pp_degree(&r->train) > 1 || r->train.ep > 1 || r->train.cp > 1)
+        snprintf(deg, sizeof deg, "%s%.0d%s%.0d%s%.0d%s%.0d", r->train.tp > 1 ? ", tp " : "", r->train.tp > 1 ? r->train.tp : 0,
+                 plan_pp_degree(&r->train) > 1 ? ", pp " : "", plan_pp_degree(&r->train) > 1 ? r->train.pp : 0,
+                 r->train.ep > 1 ? ", ep " : "", r->train.ep > 1 ? r->train.ep : 0, r->train.cp > 1 ? ", cp " : "",
+                 r->train.cp > 1 ? r->train.cp : 0);
+    fprintf(f, "fits: %s, micro-batch %lld, act-ckpt %s%s; peak %s of %s per GPU, headroom %s", plan_auto_setup_name(r->strategy,
+            &r->train, nm, sizeof nm), (long long)r->train.micro_batch, plan_ckpt_label(&r->train, ck, sizeof ck), deg,
+            plan_fmt_bytes(r->mem.peak, a, sizeof a), plan_fmt_bytes(s->cluster.gpu.mem_bytes, b, sizeof b),
+            plan_fmt_bytes(r->mem.headroom, d, sizeof d));
+    if (r->time_known) fprintf(f, ", %.0f %s/s", r->time.tokens_per_s, s->model.arch == ARCH_CNN ? "samples" : "tokens");
     fputc('\n', f);
 }
 
@@ -378,30 +560,26 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
         rc = emit_json(j, s->json_path);
         cJSON_Delete(j);
     } else {
-        if (s->config) cli_config_header(stdout, s->config);
-        cli_setup_notes(stdout, s);
-        plan_report_header(stdout, &s->model, &s->train, &s->cluster, &p);
-        char dims[160], kept[160];
-        auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
-        printf("# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
-               r.evaluated, kept[0] ? "; kept as given: " : "", kept);
-        fputs(r.explain, stdout);
-        if (r.found) {
-            char tp[48] = "";
-            if (r.train.tp > 1) snprintf(tp, sizeof tp, " --tp %d --sp %s", r.train.tp, r.train.sp ? "on" : "off");
-            int pp = plan_pp_degree(&r.train);
-            char pps[64] = "", eps[48] = "";
-            if (pp > 1) snprintf(pps, sizeof pps, " --pp %d --pp-schedule %s", pp, plan_pp_schedule_name(r.train.pp_schedule));
-            if (r.train.ep > 1 || r.train.cp > 1)
-                snprintf(eps, sizeof eps, "%s%.0d%s%.0d", r.train.ep > 1 ? " --ep " : "", r.train.ep > 1 ? r.train.ep : 0,
-                         r.train.cp > 1 ? " --cp " : "", r.train.cp > 1 ? r.train.cp : 0);
-            printf("recommendation: %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s%s%s%s\n",
-                   plan_strategy(r.strategy)->name, plan_offload_name(r.train.offload),
-                   plan_precision(r.train.precision)->name, (long long)r.train.micro_batch,
-                   pp > 1 ? "microbatches" : "grad-accum", (long long)r.train.grad_accum,
-                   plan_ckpt_name(r.train.act_ckpt), tp, pps, eps);
-        } else
-            printf("recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
+        auto_verdict(stdout, s, &r);   /* the answer first */
+        char *body = NULL;
+        size_t bn = 0;
+        FILE *f = o->quiet ? NULL : open_memstream(&body, &bn);
+        if (f) {
+            if (s->config) cli_config_header(f, s->config);
+            cli_setup_notes(f, s);
+            plan_report_header(f, &s->model, &s->train, &s->cluster, &p);
+            char dims[160], kept[160];
+            auto_dims(s, &o->auto_spec, o->offload.offload >= 0, dims, sizeof dims, kept, sizeof kept);
+            fprintf(f, "# auto: searched %ld setups (%s), simulated %ld that fit with the margin%s%s\n", r.candidates, dims,
+                    r.evaluated, kept[0] ? "; kept as given: " : "", kept);
+            fputs(r.explain, f);
+            char *cmd = r.found ? auto_pick_command(s, o, &r) : NULL;
+            if (cmd) fprintf(f, "recommendation: %s\n", cmd);
+            else fprintf(f, "recommendation: change the setup: %s\n", r.fix[0] ? r.fix : "see above");
+            free(cmd);
+            fclose(f);
+            print_body(o, body);
+        } else if (!o->quiet) rc = 1, fprintf(stderr, "memplan: out of memory writing the output\n");
     }
     plan_free(&p);
     return rc;
@@ -422,12 +600,13 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
             else argv[i + 1] = "all";
         }
     }
+    const char *cmd_name = strcmp(argv[0], "plan") == 0 ? "plan" : "help";   /* memplan --help: the overview */
     CliExtra extra = {PLAN_OPTIONS, plan_opt, &o, 1};
     int rc = cli_parse_setup(argc, argv, auto_mode ? "auto" : "plan", &s, &extra, 1);
-    if (rc == 1) { usage(stdout); return 0; }
+    if (rc == 1) { usage(stdout, auto_mode ? "auto" : cmd_name); return 0; }
     if (rc) return rc;
     const char *auto_only = o.emit ? "--emit" : o.auto_spec.global_batch ? "--global-batch"
-                          : o.offload.headroom >= 0 ? "--min-headroom" : o.bn_given ? "--bn-min-batch" : NULL;
+                          : o.bn_given ? "--bn-min-batch" : NULL;
     if (auto_mode && s.train.pp > 1) {   /* auto would search the accumulation, which is --microbatches here */
         cli_setup_free(&s);
         return cli_usage_error("--pp %d: 'memplan auto' does not search pipeline stages yet; plan the pipeline with "
@@ -444,6 +623,14 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (!auto_mode && s.train.ep < 0) {
         cli_setup_free(&s);
         return cli_usage_error("--ep auto belongs to 'memplan auto': plan takes a degree (--ep 8)");
+    }
+    if (o.quiet && (s.json || o.emit)) {
+        cli_setup_free(&s);
+        return cli_usage_error("--quiet prints the verdict line of the text output: drop it with %s", s.json ? "--json" : "--emit");
+    }
+    if (o.quiet && o.explain) {
+        cli_setup_free(&s);
+        return cli_usage_error("--quiet prints the verdict line alone, --explain everything: give one of them");
     }
     if (!auto_mode && auto_only) {
         cli_setup_free(&s);
@@ -499,7 +686,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     if (auto_mode && !plan_model_acts_known(&s.model)) {
         /* nothing to size a micro-batch from: keep the given one instead of "the largest" */
         o.auto_spec.keep_batch = 1;
-        fprintf(s.json || o.emit ? stderr : stdout, "# auto: %s has no activation model (%s): the micro-batch is not searched "
+        fprintf(stderr, "# auto: %s has no activation model (%s): the micro-batch is not searched "
                 "(kept at --batch %lld); peaks leave activations out, step time and tokens/s are not known, and "
                 "setups rank by their communication time\n",
                 s.model.name, s.model.arch == ARCH_GENERIC ? "only parameter counts are known" : "activations unknown",
@@ -512,6 +699,7 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
     }
     Plan p;
     plan_run(&s.model, &s.train, &s.cluster, s.strategies, &p);
+    if (o.offload.headroom >= 0) plan_auto_recommend(&s.model, &s.train, &s.cluster, &o.auto_spec, &p);   /* --min-headroom */
     rc = write_files(&o, &s, &p);   /* first: a file that cannot be written leaves nothing on standard output */
     if (rc) { plan_free(&p); cli_setup_free(&s); return rc; }
     if (s.json) {
@@ -521,10 +709,23 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         rc = emit_json(j, s.json_path);
         cJSON_Delete(j);
     } else {
-        if (s.config) cli_config_header(stdout, s.config);
-        cli_setup_notes(stdout, &s);
-        plan_report_table(stdout, &s.model, &s.train, &s.cluster, &p);
-        if (o.explain) plan_report_explain(stdout, &s.model, &s.train, &s.cluster, &p);
+        plan_report_verdict(stdout, &s.model, &s.cluster, &p);   /* the answer first */
+        char *body = NULL;
+        size_t bn = 0;
+        FILE *f = o.quiet ? NULL : open_memstream(&body, &bn);
+        if (f) {
+            PlanReportStyle st = {o.wide, o.explain};
+            if (s.config) cli_config_header(f, s.config);
+            cli_setup_notes(f, &s);
+            plan_report_table(f, &s.model, &s.train, &s.cluster, &p, &st);
+            if (o.explain) plan_report_explain(f, &s.model, &s.train, &s.cluster, &p);
+            char *cmd = plan_pick_command(&s, &o, &p);
+            if (cmd) fprintf(f, "recommendation: %s\nwhy: %s\n", cmd, p.reason);
+            else fprintf(f, "recommendation: none\nwhy: %s\n", p.reason);
+            free(cmd);
+            fclose(f);
+            print_body(&o, body);
+        } else if (!o.quiet) rc = 1, fprintf(stderr, "memplan: out of memory writing the output\n");
     }
     plan_free(&p);
     cli_setup_free(&s);
@@ -543,7 +744,7 @@ static int list_opts(int argc, char **argv, const char *cmd, int *json, const ch
     int seen_json = 0, c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":", LIST_OPTIONS, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", LIST_OPTIONS, NULL)) != -1) {
         const char *a = optarg;
         if (c == 'h') return 1;
         if (c == 'j' && !seen_json++) { *json = 1; *json_path = a; continue; }
@@ -766,7 +967,11 @@ int memplan_front(int argc, char **argv) {
         if (strcmp(cmd, "models") == 0) return cmd_models(argc - 1, argv + 1);
         if (strcmp(cmd, "gpus") == 0) return cmd_gpus(argc - 1, argv + 1);
         if (strcmp(cmd, "alloc") == 0) return cli_cmd_alloc(argc - 1, argv + 1);
-        if (strcmp(cmd, "help") == 0) { usage(stdout); return 0; }
+        if (strcmp(cmd, "help") == 0) {   /* memplan help [plan|auto] */
+            const char *of = argc > 2 && (strcmp(argv[2], "plan") == 0 || strcmp(argv[2], "auto") == 0) ? argv[2] : "help";
+            usage(stdout, of);
+            return 0;
+        }
         /* `validate --against torch` plans, then runs the PyTorch harness under torchrun: it needs
            no MPI, BLAS or CUDA in this process, so the front end serves it */
         if (strcmp(cmd, "validate") == 0 && cli_wants_against(argc - 1, argv + 1))
@@ -775,6 +980,6 @@ int memplan_front(int argc, char **argv) {
             return exec_backend(argv);
         return cli_usage_error("unknown command '%s' (valid: plan, auto, models, gpus, alloc, run, validate, bench, help)", cmd);
     }
-    if (argc < 2) { usage(stderr); return 2; }
+    if (argc < 2) { usage(stderr, "help"); return 2; }
     return cmd_plan(argc, argv, 0);
 }

@@ -740,3 +740,81 @@ int plan_auto_dims(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                    AutoResult *out) {
     return auto_from(m, t, c, a, plan_dim_count(), out);
 }
+
+/* No row leaves the margin: why, and what would change it. */
+static void recommend_none(const ClusterSpec *c, const TrainSpec *t, const AutoResult *r, Plan *p) {
+    char a[32], b[32], d[32];
+    int fit = -1, li = 0, hi = -1;   /* the most headroom among rows that fit without the margin; the
+                                        smallest GPU peak; the least host memory among GPU fits */
+    for (int i = 0; i < p->n_rows; i++) {
+        const MemResult *x = &p->rows[i].mem;
+        if (x->fits && (fit < 0 || x->headroom > p->rows[fit].mem.headroom)) fit = i;
+        if (x->peak < p->rows[li].mem.peak) li = i;
+        if (x->gpu_fits && (hi < 0 || x->host_per_node < p->rows[hi].mem.host_per_node)) hi = i;
+    }
+    if (fit >= 0) {
+        const StrategyPlan *f = &p->rows[fit];
+        snprintf(p->reason, sizeof p->reason,
+                 "no strategy leaves the %s safety margin: %s fits with only %s headroom (peak %s of %s), too "
+                 "little for the allocator's fragmentation and the framework's extras (--min-headroom to accept "
+                 "less)%s%.400s", plan_fmt_bytes(r->margin, a, sizeof a), plan_strategy(f->kind)->name,
+                 plan_fmt_bytes(f->mem.headroom, b, sizeof b), plan_fmt_bytes(f->mem.peak, d, sizeof d),
+                 plan_fmt_bytes(c->gpu.mem_bytes, (char[32]){0}, 32), r->fix[0] ? "; would fit with: " : "", r->fix);
+    } else if (hi >= 0) {   /* the GPUs fit: host memory is the cause */
+        const StrategyPlan *h = &p->rows[hi];
+        snprintf(p->reason, sizeof p->reason,
+                 "nothing fits in host memory: %s fits the GPU (peak %s) but needs %s per node, %s available "
+                 "(%s); give --host-mem %.0fGiB or more, %s, or more GPUs to shard over",
+                 plan_strategy(h->kind)->name, plan_fmt_bytes(h->mem.peak, a, sizeof a),
+                 plan_fmt_bytes(h->mem.host_per_node, b, sizeof b), plan_fmt_bytes(h->mem.host_capacity, d, sizeof d),
+                 t->offload ? "CPU offload keeps its state in host memory" : "the load-time copies of the model",
+                 ceil(h->mem.host_per_node / GIB), t->offload ? "less offload (--offload none, if the GPU then fits)" : "a smaller model");
+    } else if (p->n_rows) {
+        snprintf(p->reason, sizeof p->reason,
+                 "nothing fits: the smallest peak is %s (%s) against %s per GPU; %s%.400s",
+                 plan_fmt_bytes(p->rows[li].mem.peak, a, sizeof a), plan_strategy(p->rows[li].kind)->name,
+                 plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof b), r->fix[0] ? "would fit with: " : "use more GPUs, "
+                 "--act-ckpt full, CPU offload (--offload), a smaller --batch/--seq, or a larger GPU", r->fix);
+    }
+}
+
+void plan_auto_recommend(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *rule, Plan *p) {
+    AutoSpec a;
+    if (rule) a = *rule;
+    else plan_auto_defaults(&a);
+    a.strategies = 0;
+    for (int i = 0; i < p->n_rows; i++) a.strategies |= 1u << p->rows[i].kind;
+    a.offloads = 1u << t->offload;   /* what the setup fixes is kept: nothing but the strategy is searched */
+    a.precisions = 0;
+    a.global_batch = 0;
+    a.keep_batch = a.keep_ckpt = a.keep_accum = 1;
+    a.sp_fixed = 1;
+    p->recommended = -1;
+    p->reason[0] = 0;
+    p->margin = plan_auto_margin(&a, c->gpu.mem_bytes);
+    AutoResult *r = calloc(1, sizeof *r);
+    if (!r) { snprintf(p->reason, sizeof p->reason, "out of memory choosing a strategy"); return; }
+    if (t->tp < 0 || t->pp < 0 || t->ep < 0 || plan_auto_dims(m, t, c, &a, r) || !r->found) {
+        recommend_none(c, t, r, p);
+        free(r);
+        return;
+    }
+    for (int i = 0; i < p->n_rows; i++) if (p->rows[i].kind == r->strategy) p->recommended = i;
+    const StrategyPlan *w = p->recommended >= 0 ? &p->rows[p->recommended] : NULL;
+    char a1[32], a2[32], a3[32], rate[96];
+    const char *unit = m->arch == ARCH_CNN ? "samples" : "tokens";
+    if (r->time_known) snprintf(rate, sizeof rate, "%.0f %s/s", r->time.tokens_per_s, unit);
+    else snprintf(rate, sizeof rate, "%.1f ms of communication per step", r->comm_s * 1e3);
+    double score = r->time_known ? r->time.tokens_per_s : 1 / r->comm_s;
+    int fastest = score >= r->top_score * (1 - 1e-9);
+    char near[64];
+    snprintf(near, sizeof near, ", within %.0f%% of the fastest and simpler,", a.near_frac * 100);
+    snprintf(p->reason, sizeof p->reason,
+             "auto's rule over the strategies, the rest as given: %s%s%s among those that leave the %s safety "
+             "margin; peak %s, headroom %s (memplan auto also searches micro-batch, checkpointing, precision and "
+             "offload)", fastest ? (r->time_known ? "the fastest (" : "the least communication (") : "", rate,
+             fastest ? ")" : near,
+             plan_fmt_bytes(r->margin, a1, sizeof a1), plan_fmt_bytes(w ? w->mem.peak : r->mem.peak, a2, sizeof a2),
+             plan_fmt_bytes(w ? w->mem.headroom : r->mem.headroom, a3, sizeof a3));
+    free(r);
+}

@@ -71,6 +71,11 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
    or -1 out of memory. */
 int plan_auto_dims(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
                    AutoResult *out);
+/* plan's recommendation: auto's rule (plan_auto_dims: the safety margin of `rule`, NULL for the
+   defaults; the fastest; the simpler within near_frac) over the strategies of p's rows, with
+   everything else as t fixes it (micro-batch, accumulation, checkpointing, precision, offload,
+   the degrees). Sets p->recommended (-1 when no row leaves the margin) and p->reason. */
+void plan_auto_recommend(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *rule, Plan *p);
 /* 1 when some strategy of the mask passes every dimension's check for t on c; else 0 with the
    last refusal in msg (may be NULL). */
 int plan_auto_any_strategy(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, unsigned strategies,

@@ -27,7 +27,8 @@ typedef struct {
     StrategyPlan rows[STRAT_COUNT];
     int n_rows;
     int recommended;         /* index into rows, -1 if nothing fits */
-    char reason[512];
+    char reason[1024];
+    double margin;           /* the safety margin the recommendation kept (bytes) */
 } Plan;
 
 #define PLAN_MAX_BATCH_SEARCH 65536

@@ -63,11 +63,12 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
 /* How the times were made and what backs them: the flat model or per operation, and per strategy
    the published sources whose runs cover its setup with their held-out error, or an estimate
    (plan_time.h); strategies with the same basis share a line. */
-static void time_basis_lines(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
-    if (plan_time_flat(c))
+static void time_basis_lines(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p,
+                             const PlanReportStyle *st) {
+    if (plan_time_flat(c))   /* said always: the times are not the default model's */
         fprintf(f, "# compute at %.0f%% of the preset's peak FLOP/s (--mfu: the flat model), collectives at the links' "
                    "alpha-beta\n", c->mfu * 100);
-    else
+    else if (st->explain)
         fprintf(f, "# compute from the operations: GEMMs at the GPU's measured GEMM rate less tile and wave quantization, "
                    "attention by its kernel, elementwise passes at HBM bandwidth; collectives by NCCL's ring/tree model "
                    "(docs/formulas.md \"Time\"; --mfu F for the flat model)\n");
@@ -91,36 +92,46 @@ static void time_basis_lines(FILE *f, const ModelSpec *m, const TrainSpec *t, co
     }
 }
 
+/* How much of a label fits in room columns: whole, or cut before room - 3 for "...". */
+static int cut(const char *what, int room) {
+    int n = (int)strlen(what);
+    return n <= room ? n : room > 3 ? room - 3 : 0;
+}
+
 /* The collective table (and, under accumulation, what FSDP's other style would change). */
-static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p) {
-    fprintf(f, "# communication per GPU per optimizer step (payload = full buffer; wire = nccl-tests "
-               "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)\n");
+static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const Plan *p,
+                       const PlanReportStyle *st) {
+    fprintf(f, "# communication per GPU per optimizer step%s\n", st->explain ? " (payload = full buffer; wire = nccl-tests "
+               "factors: all-reduce 2(n-1)/n, reduce-scatter/all-gather (n-1)/n)" : "");
     if (plan_model_frozen(m) > 0) {
         char a[32], b[32];
         fprintf(f, "# gradient reductions (and ZeRO-1/2's step all-gather) carry the %s trainable parameters only: the %s "
                 "frozen ones are never reduced; FSDP's and ZeRO-3's parameter all-gathers move every parameter\n",
                 plan_fmt_count(plan_model_params(m), a, sizeof a), plan_fmt_count(plan_model_frozen(m), b, sizeof b));
     }
-    fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "strategy", "collective", "phase",
-            "count", "payload", "wire", "ranks", "time", "what");
-    fprintf(f, "%-13s %-14s %-9s %8s %10s %10s %6s %9s  %s\n", "-", "-", "-", "calls", "GiB", "GiB",
-            "-", "ms", "-");
+    /* 100 columns: 12 + 15 + 9 + 6 + 9 + 9 + 6 + 9 + 2, the label cut to the rest (--wide: whole) */
+    int nw = st->wide ? 13 : 12, cw = st->wide ? 8 : 5, bw = st->wide ? 10 : 8, rw = st->wide ? 6 : 5, tw = st->wide ? 9 : 8;
+    int room = st->wide ? 1 << 20 : 100 - (nw + 15 + 9 + (cw + 1) + 2 * (bw + 1) + (rw + 1) + (tw + 1) + 2);
+    fprintf(f, "%-*s %-14s %-8s %*s %*s %*s %*s %*s  %s\n", nw, "strategy", "collective", "phase",
+            cw, "count", bw, "payload", bw, "wire", rw, "ranks", tw, "time", "what");
+    fprintf(f, "%-*s %-14s %-8s %*s %*s %*s %*s %*s  %s\n", nw, "-", "-", "-", cw, "calls", bw, "GiB", bw, "GiB",
+            rw, "-", tw, "ms", "-");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];
         if (r->comm.n == 0)
-            fprintf(f, "%-13s %-14s\n", plan_strategy(r->kind)->name, "none (one rank)");
+            fprintf(f, "%-*s %-14s\n", nw, plan_strategy(r->kind)->name, "none (one rank)");
         for (int k = 0; k < r->comm.n; k++) {
             const PlanColl *x = &r->comm.c[k];
-            fprintf(f, "%-13s %-14s %-9s %8.0f %10.3f %10.3f %6lld %9.2f  %s\n",
+            fprintf(f, "%-*s %-14s %-8s %*.0f %*.3f %*.3f %*lld %*.2f  %.*s%s\n", nw,
                     plan_strategy(r->kind)->name, coll_name(x->op), phase_name(x->phase),
-                    x->count, x->payload_bytes / GIB, x->wire_bytes / GIB, (long long)x->group,
-                    x->seconds * 1e3, x->what);
+                    cw, x->count, bw, x->payload_bytes / GIB, bw, x->wire_bytes / GIB, rw, (long long)x->group,
+                    tw, x->seconds * 1e3, cut(x->what, room), x->what, (int)strlen(x->what) > room ? "..." : "");
         }
         for (int k = 0; k < r->comm.n_host; k++) {   /* CPU offload: PCIe, not the network */
             const PlanHostCopy *x = &r->comm.host[k];
-            fprintf(f, "%-13s %-14s %-9s %8s %10.3f %10s %6s %9.2f  %s\n", plan_strategy(r->kind)->name,
-                    x->name, phase_name(x->phase), "-", x->bytes / GIB, "-", "host",
-                    x->seconds * 1e3, x->what);
+            fprintf(f, "%-*s %-14s %-8s %*s %*.3f %*s %*s %*.2f  %.*s%s\n", nw, plan_strategy(r->kind)->name,
+                    x->name, phase_name(x->phase), cw, "-", bw, x->bytes / GIB, bw, "-", rw, "host",
+                    tw, x->seconds * 1e3, cut(x->what, room), x->what, (int)strlen(x->what) > room ? "..." : "");
         }
     }
     if (t->grad_accum > 1) {   /* FSDP's other style under accumulation (--fsdp-grad-sync) */
@@ -142,30 +153,74 @@ static void comm_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
     }
 }
 
+void plan_report_verdict(FILE *f, const ModelSpec *m, const ClusterSpec *c, const Plan *p) {
+    char a[32], b[32], d[32];
+    if (p->recommended >= 0) {
+        const StrategyPlan *r = &p->rows[p->recommended];
+        char rate[64] = "";
+        if (r->mem.acts_known)
+            snprintf(rate, sizeof rate, ", %.0f %s/s", r->time.tokens_per_s, m->arch == ARCH_CNN ? "samples" : "tokens");
+        fprintf(f, "fits: %s, peak %s of %s per GPU, headroom %s%s\n", plan_strategy(r->kind)->name,
+                plan_fmt_bytes(r->mem.peak, a, sizeof a), plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof b),
+                plan_fmt_bytes(r->mem.headroom, d, sizeof d), rate);
+        return;
+    }
+    int fit = -1, host = -1, li = 0;
+    for (int i = 0; i < p->n_rows; i++) {
+        const MemResult *x = &p->rows[i].mem;
+        if (x->fits && (fit < 0 || x->headroom > p->rows[fit].mem.headroom)) fit = i;
+        if (x->gpu_fits && !x->host_fits && host < 0) host = i;
+        if (x->peak < p->rows[li].mem.peak) li = i;
+    }
+    if (!p->n_rows) return;
+    if (fit >= 0)
+        fprintf(f, "does not fit with the %s safety margin: %s peaks at %s of %s per GPU, headroom %s\n",
+                plan_fmt_bytes(p->margin, a, sizeof a), plan_strategy(p->rows[fit].kind)->name,
+                plan_fmt_bytes(p->rows[fit].mem.peak, b, sizeof b), plan_fmt_bytes(c->gpu.mem_bytes, d, sizeof d),
+                plan_fmt_bytes(p->rows[fit].mem.headroom, (char[32]){0}, 32));
+    else if (host >= 0)
+        fprintf(f, "does not fit in host memory: %s fits the GPU (peak %s) but needs %s per node, %s available\n",
+                plan_strategy(p->rows[host].kind)->name, plan_fmt_bytes(p->rows[host].mem.peak, a, sizeof a),
+                plan_fmt_bytes(p->rows[host].mem.host_per_node, b, sizeof b),
+                plan_fmt_bytes(p->rows[host].mem.host_capacity, d, sizeof d));
+    else
+        fprintf(f, "does not fit: the smallest peak is %s (%s) of %s per GPU\n", plan_fmt_bytes(p->rows[li].mem.peak, a, sizeof a),
+                plan_strategy(p->rows[li].kind)->name, plan_fmt_bytes(c->gpu.mem_bytes, b, sizeof b));
+}
+
 void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
-                       const Plan *p) {
+                       const Plan *p, const PlanReportStyle *st) {
+    static const PlanReportStyle FULL = {1, 1};
+    if (!st) st = &FULL;
     char buf[TERM_COUNT + 4][24];
+    int w = st->wide ? 8 : 7, nw = st->wide ? 13 : 12;   /* 100 columns: 12 + 9 x 8 + 5 + 9 */
     plan_report_header(f, m, t, c, p);
-    fprintf(f, "# memory per GPU at each strategy's peak moment; terms add up to the peak\n");
-    fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s %8s  %s\n", "strategy", "params",
-            "grads", "comm", "optim", "activ", "transnt", "overhead", "peak", "fits", "headroom",
-            "max_batch", "host", "peak_at");
-    fprintf(f, "%-13s %8s %8s %8s %8s %8s %8s %8s %8s %-4s %9s %9s %8s  %s\n", "-", "GiB", "GiB", "GiB",
-            "GiB", "GiB", "GiB", "GiB", "GiB", "-", "GiB", "samples", "GiB/node", "-");
+    fprintf(f, "# memory per GPU at each strategy's peak moment; terms add up to the peak%s\n",
+            st->wide ? "" : " (--wide: max_batch, host, peak_at)");
+    fprintf(f, "%-*s %*s %*s %*s %*s %*s %*s %*s %*s %-4s %*s", nw, "strategy", w, "params", w, "grads", w, "comm", w,
+            "optim", w, "activ", w, "transnt", w, st->wide ? "overhead" : "overhd", w, "peak", "fits", w + 1, "headroom");
+    if (st->wide) fprintf(f, " %9s %8s  %s", "max_batch", "host", "peak_at");
+    fprintf(f, "\n%-*s %*s %*s %*s %*s %*s %*s %*s %*s %-4s %*s", nw, "-", w, "GiB", w, "GiB", w, "GiB", w, "GiB", w,
+            "GiB", w, "GiB", w, "GiB", w, "GiB", "-", w + 1, "GiB");
+    if (st->wide) fprintf(f, " %9s %8s  %s", "samples", "GiB/node", "-");
+    fputc('\n', f);
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];
-        fprintf(f, "%-13s", plan_strategy(r->kind)->name);
+        fprintf(f, "%-*s", nw, plan_strategy(r->kind)->name);
         for (int k = 0; k < TERM_COUNT; k++) {
-            if (k == TERM_ACTIVATIONS && !r->mem.acts_known) fprintf(f, " %8s", "unknown");
-            else fprintf(f, " %8s", plan_fmt_gib(r->mem.term[k], buf[k], sizeof(buf[k])));
+            if (k == TERM_ACTIVATIONS && !r->mem.acts_known) fprintf(f, " %*s", w, "unknown");
+            else fprintf(f, " %*s", w, plan_fmt_gib(r->mem.term[k], buf[k], sizeof(buf[k])));
         }
-        char mb[24];   /* without activations the batch that fits is not known: no figure */
-        if (r->mem.acts_known) snprintf(mb, sizeof(mb), "%lld", (long long)r->max_micro_batch);
-        else snprintf(mb, sizeof(mb), "%s", r->max_micro_batch > 0 ? "unknown" : "0");
-        fprintf(f, " %8s %-4s %9s %9s %8s  %s\n", plan_fmt_gib(r->mem.peak, buf[TERM_COUNT], 24),
-                r->mem.fits ? "yes" : !r->mem.gpu_fits ? "OOM" : "host",
-                plan_fmt_gib(r->mem.headroom, buf[TERM_COUNT + 1], 24), mb,
-                plan_fmt_gib(r->mem.host_per_node, buf[TERM_COUNT + 2], 24), r->mem.peak_where);
+        fprintf(f, " %*s %-4s %*s", w, plan_fmt_gib(r->mem.peak, buf[TERM_COUNT], 24),
+                r->mem.fits ? "yes" : !r->mem.gpu_fits ? "OOM" : "host", w + 1,
+                plan_fmt_gib(r->mem.headroom, buf[TERM_COUNT + 1], 24));
+        if (st->wide) {
+            char mb[24];   /* without activations the batch that fits is not known: no figure */
+            if (r->mem.acts_known) snprintf(mb, sizeof(mb), "%lld", (long long)r->max_micro_batch);
+            else snprintf(mb, sizeof(mb), "%s", r->max_micro_batch > 0 ? "unknown" : "0");
+            fprintf(f, " %9s %8s  %s", mb, plan_fmt_gib(r->mem.host_per_node, buf[TERM_COUNT + 2], 24), r->mem.peak_where);
+        }
+        fputc('\n', f);
     }
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];
@@ -175,8 +230,9 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
                     plan_strategy(r->kind)->name, plan_fmt_bytes(r->mem.host_per_node, a, sizeof(a)),
                     plan_fmt_bytes(r->mem.host_capacity, b, sizeof(b)));
     }
-    fprintf(f, "# host = host memory per node: offloaded model states of the node's GPUs, or the copies made "
-               "while loading, whichever is larger (x1.5 for DeepSpeed, its estimator's buffer factor)\n");
+    if (st->explain)
+        fprintf(f, "# host = host memory per node: offloaded model states of the node's GPUs, or the copies made "
+                   "while loading, whichever is larger (x1.5 for DeepSpeed, its estimator's buffer factor)\n");
     if (p->n_rows) {
         const MemResult *r0 = &p->rows[0].mem;
         char a[32], b[32], d[32], e[32];
@@ -212,31 +268,27 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
                     "unknown: its shards are padded per unit instead (exact where the shard group divides "
                     "every dim 0)\n");
     }
-    comm_table(f, m, t, c, p);
+    comm_table(f, m, t, c, p, st);
     const char *unit = m->arch == ARCH_CNN ? "samples/s" : "tokens/s";
     fprintf(f, "# simulated step: every GPU runs the same step, so times and comm are per GPU; throughput per GPU "
-               "and for all %lld GPUs (DDP buckets overlap backward, FSDP/ZeRO-3 prefetch one unit)\n", (long long)c->gpus);
-    time_basis_lines(f, m, t, c, p);
+               "and for all %lld GPUs%s\n", (long long)c->gpus,
+            st->explain ? " (DDP buckets overlap backward, FSDP/ZeRO-3 prefetch one unit)" : "");
+    time_basis_lines(f, m, t, c, p, st);
     if (plan_pp_degree(t) > 1)
         fprintf(f, "# step includes the pipeline bubble, (pp - 1) / M of the micro-steps (docs/formulas.md \"Pipeline "
                 "parallel\"); exposed is communication only\n");
-    fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "strategy", "compute", "comm", "exposed",
+    fprintf(f, "%-*s %10s %10s %10s %10s %12s %12s %10s\n", nw, "strategy", "compute", "comm", "exposed",
             "step", "per_gpu", "all_gpus", "comm/GPU");
-    fprintf(f, "%-13s %10s %10s %10s %10s %12s %12s %10s\n", "-", "ms", "ms", "ms", "ms", unit, unit, "GiB");
+    fprintf(f, "%-*s %10s %10s %10s %10s %12s %12s %10s\n", nw, "-", "ms", "ms", "ms", "ms", unit, unit, "GiB");
     for (int i = 0; i < p->n_rows; i++) {
         const StrategyPlan *r = &p->rows[i];
         char tg[24], ta[24];   /* without the architecture, tokens per step are not modelled */
         snprintf(tg, sizeof(tg), r->mem.acts_known ? "%.0f" : "unknown", r->time.tokens_per_s / (double)c->gpus);
         snprintf(ta, sizeof(ta), r->mem.acts_known ? "%.0f" : "unknown", r->time.tokens_per_s);
-        fprintf(f, "%-13s %10.2f %10.2f %10.2f %10.2f %12s %12s %10.3f\n", plan_strategy(r->kind)->name,
+        fprintf(f, "%-*s %10.2f %10.2f %10.2f %10.2f %12s %12s %10.3f\n", nw, plan_strategy(r->kind)->name,
                 r->time.compute_s * 1e3, r->time.comm_s * 1e3, r->time.exposed_comm_s * 1e3,
                 r->time.step_s * 1e3, tg, ta, r->comm.wire_bytes / GIB);
     }
-    if (p->recommended >= 0)
-        fprintf(f, "recommendation: %s — %s\n", plan_strategy(p->rows[p->recommended].kind)->name,
-                p->reason);
-    else
-        fprintf(f, "recommendation: none — %s\n", p->reason);
 }
 
 /* The bytes each rule holds at a row's peak, per term (rule x term), from its step; -1 when the

@@ -92,6 +92,60 @@ Test(cli, one_strategy_by_name_should_give_one_row) {
     cJSON_Delete(j);
 }
 
+/* The help by command: auto's own flags before the shared ones, examples in every help, -h as
+   --help, the version on --version and in the JSON. */
+static const char *at(const char *needle) {
+    const char *p = strstr(out, needle);
+    cr_assert_not_null(p, "missing '%s' in: %.400s", needle, out);
+    return p;
+}
+
+Test(cli, auto_help_should_show_autos_flags_before_the_shared_ones) {
+    cr_assert_eq(run("auto --help"), 0, "%s", out);
+    cr_expect(strncmp(out, "memplan auto", 12) == 0, "%.200s", out);
+    cr_expect(at("--global-batch G") < at("--model NAME|ID|PATH   a zoo model"));
+    cr_expect(at("--emit deepspeed|torch") < at("--batch B "));
+    cr_expect(at("--min-headroom") < at("--gpus N "));
+}
+
+Test(cli, every_help_should_carry_examples_and_h_should_be_help) {
+    const char *cmds[] = {"--help", "-h", "help", "plan --help", "plan -h", "auto -h", "help auto"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        cr_assert_eq(run(cmds[i]), 0, "%s: %s", cmds[i], out);
+        cr_expect(strstr(out, "Examples:\n  memplan "), "%s has no examples", cmds[i]);
+        cr_expect(strstr(out, "(default"), "%s shows no defaults", cmds[i]);
+    }
+    cr_assert_eq(run("plan --help"), 0);
+    cr_expect(strncmp(out, "memplan plan", 12) == 0, "%.200s", out);
+    cr_assert_eq(run("models -h"), 0);
+    cr_expect(strncmp(out, "memplan models", 14) == 0, "%.200s", out);
+    cr_assert_eq(run("gpus -h"), 0);
+}
+
+Test(cli, help_should_list_strategy_auto) {
+    cr_assert_eq(run("--help"), 0);
+    cr_expect(strstr(out, "auto: the same as memplan auto"), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy auto"), 0, "%s", out);
+    cr_expect(strstr(out, "# auto: searched"), "%s", out);
+}
+
+Test(cli, version_should_print_and_ride_in_the_json) {
+    cr_assert_eq(run("--version"), 0);
+    char want[64];
+    cr_assert(sscanf(out, "memplan %63s", want) == 1, "%s", out);
+    cr_expect_eq(strspn(want, "0123456789."), strlen(want), "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 2 --json"), 0);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "version")->valuestring, want);
+    cJSON_Delete(j);
+    cr_assert_eq(run("auto --model gpt2 --gpus 2 --json"), 0);
+    j = cJSON_Parse(out);
+    cr_assert_not_null(j);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "version")->valuestring, want);
+    cJSON_Delete(j);
+}
+
 Test(cli, help_should_show_the_defaults) {
     cr_assert_eq(run("--help"), 0);
     cr_expect(strstr(out, "default amp-bf16") && strstr(out, "default adamw") && strstr(out, "default sdpa"));
@@ -256,7 +310,7 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("auto --model gpt2 --emit yaml", "unknown --emit 'yaml'");
     expect_usage_error("--model gpt2 --emit torch", "--emit belongs to 'memplan auto'");
     /* auto-only flags in plan mode would do nothing: refused, not ignored */
-    expect_usage_error("--model gpt2 --min-headroom 1GiB", "--min-headroom belongs to 'memplan auto'");
+    expect_usage_error("--model gpt2 --min-headroom 5", "--min-headroom '5' needs a unit");   /* plan's pick keeps it too */
     expect_usage_error("--model gpt2 --bn-min-batch 8", "--bn-min-batch belongs to 'memplan auto'");
     /* a size without a unit is refused the same way everywhere (5 would be 5 bytes) */
     expect_usage_error("auto --model gpt2 --min-headroom 5", "--min-headroom '5' needs a unit");
@@ -360,9 +414,9 @@ Test(cli, fsdp_grad_sync_should_be_echoed_and_change_the_reduce_scatters) {
 
 Test(cli, auto_should_pick_ddp_for_gpt2_and_shard_gpt2_xl_on_24_gib) {
     cr_assert_eq(run("auto --model gpt2 --gpus 8"), 0, "%s", out);
-    cr_expect(strstr(out, "recommendation: ddp"), "%s", out);
+    cr_expect(strstr(out, "recommendation: memplan --model gpt2 --gpus 8 --strategy ddp "), "%s", out);
     cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
-    cr_expect(strstr(out, "recommendation: ") && !strstr(out, "recommendation: ddp"), "%s", out);
+    cr_expect(strstr(out, "recommendation: memplan ") && !strstr(out, "--strategy ddp "), "%s", out);
     cr_expect(strstr(out, "ddp does not fit"), "%s", out);
     cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB --emit deepspeed"), 0, "%s", out);
     cJSON *j = cJSON_Parse(out);
@@ -464,7 +518,7 @@ static double overhead_of(cJSON *j, int row, const char *key) {
    PYTORCH_CUDA_ALLOC_CONF, and a bad one is one line naming where it came from; keys torch
    accepts that change no device memory are accepted and named. */
 Test(cli, the_overhead_should_show_the_caching_allocators_figure_unless_flat_is_asked) {
-    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp"), 0, "%s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --wide"), 0, "%s", out);
     cr_expect(strstr(out, "allocator: the step's allocations replayed through PyTorch's caching allocator (torch's defaults"), "%s", out);
     cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --json"), 0, "%s", out);
     cJSON *j = cJSON_Parse(out);
@@ -515,4 +569,54 @@ Test(cli, the_overhead_should_show_the_caching_allocators_figure_unless_flat_is_
     expect_usage_error("--model gpt2", "PYTORCH_CUDA_ALLOC_CONF 'max_split_size_mb:5'");
     cr_assert_eq(run("--model gpt2 --gpus 8 --strategy ddp --alloc-margin flat"), 0, "flat ignores the variable: %s", out);
     unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+}
+
+/* Answer first: the verdict is the first line (fits, the pick, its peak and headroom; or does not
+   fit), --quiet prints it alone, the text fits 100 columns unless --wide (a command to paste stays
+   whole), and --explain holds the legends. */
+static int widest(const char *s) {
+    int w = 0, n = 0;
+    for (; *s; s++) {
+        if (*s == '\n') { if (n > w) w = n; n = 0; }
+        else n++;
+    }
+    return n > w ? n : w;
+}
+
+static int starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+Test(cli, the_verdict_should_be_the_first_line_and_quiet_should_print_it_alone) {
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
+    cr_expect(starts(out, "fits: fsdp-grad-op, peak 20.24 GiB of 24.00 GiB per GPU, headroom 3.76 GiB, "), "%.300s", out);
+    char first[512];
+    snprintf(first, sizeof first, "%.*s\n", (int)strcspn(out, "\n"), out);
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --gpu-mem 24GiB --quiet"), 0);
+    cr_expect_str_eq(out, first);
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --gpu-mem 20GiB --strategy ddp,zero1 --quiet"), 0);
+    cr_expect(starts(out, "does not fit") && lines(out) == 1, "%s", out);
+    cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --quiet"), 0);
+    cr_expect(starts(out, "fits: fsdp-grad-op, mixed-bf16, micro-batch ") && lines(out) == 1, "%s", out);
+    cr_assert_eq(run("--model llama2-70b --gpus 8 --quiet"), 0);
+    cr_expect(starts(out, "does not fit: the smallest peak is "), "%s", out);
+    expect_usage_error("--model gpt2 --quiet --json", "--quiet prints the verdict line");
+}
+
+Test(cli, text_should_fit_100_columns_unless_wide) {
+    const char *cmds[] = {"--model gpt2-xl --gpus 8", "--model llama2-70b --gpus 64 --gpu h100-80gb --seq 8192 --tp 8",
+                          "auto --model gpt2-xl --gpus 8", "--model llama2-7b --gpus 8 --strategy zero3 --offload optimizer"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        cr_assert_eq(run(cmds[i]), 0, "%s", out);
+        char *rec = strstr(out, "recommendation: memplan ");   /* the command to paste is never cut, */
+        if (rec) *rec = 0;
+        const char *body = strchr(out, '\n');                   /* nor the verdict */
+        cr_assert_not_null(body);
+        cr_expect_leq(widest(body), 100, "%s: %s", cmds[i], out);
+    }
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --wide"), 0);
+    cr_expect_gt(widest(out), 100);
+    cr_expect(strstr(out, "max_batch") && strstr(out, "peak_at"), "%s", out);
+    cr_assert_eq(run("--model gpt2-xl --gpus 8"), 0);
+    cr_expect(!strstr(out, "# host = host memory per node") && !strstr(out, "nccl-tests factors"), "%s", out);
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --explain"), 0);
+    cr_expect(strstr(out, "# host = host memory per node") && strstr(out, "nccl-tests"), "%s", out);
 }

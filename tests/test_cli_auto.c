@@ -305,13 +305,13 @@ Test(cli_auto, the_default_precision_should_be_one_the_gpu_runs) {
 }
 
 Test(cli_auto, plan_should_show_host_memory_and_its_verdict) {
-    cr_assert_eq(run("--model llama2-7b --gpus 8 --strategy zero3 --offload optimizer --act-ckpt full --host-mem 64GiB"), 0, "%s", out);
+    cr_assert_eq(run("--model llama2-7b --gpus 8 --strategy zero3 --offload optimizer --act-ckpt full --host-mem 64GiB --wide"), 0, "%s", out);
     cr_expect(strstr(out, " host ") && strstr(out, "GiB/node"), "%s", out);
     cr_expect(strstr(out, "# zero3 does not fit in host memory: needs "), "%s", out);
     cr_expect(strstr(out, "copy_d2h") && strstr(out, "copy_h2d"), "host copies in the collective table: %s", out);
     /* the GPUs fit, host memory does not: the advice names host memory, not GPU peaks */
-    cr_assert_eq(run("--model gpt2-xl --gpus 8 --offload optimizer --host-mem 1GiB"), 0, "%s", out);
-    cr_expect(strstr(out, "recommendation: none — nothing fits in host memory: ") && strstr(out, "--host-mem 35GiB"),
+    cr_assert_eq(run("--model gpt2-xl --gpus 8 --offload optimizer --host-mem 1GiB --wide"), 0, "%s", out);
+    cr_expect(strstr(out, "recommendation: none\nwhy: nothing fits in host memory: ") && strstr(out, "--host-mem 35GiB"),
               "%s", out);
     cr_assert_eq(run("--model llama2-7b --gpus 8 --strategy zero3 --offload params --json"), 0);
     cJSON *j = cJSON_Parse(out);
@@ -379,7 +379,7 @@ Test(cli_auto, offload_flags_should_refuse_bad_values_in_one_line) {
    1F1B with the fewest micro-batches, the simpler kept within 3 %. llama2-13b with ddp alone on
    4 H100s fits only in 4 stages (13B x 16 bytes of model states); gpt2 on 8 GPUs keeps pp 1. */
 Test(cli_auto, pp_auto_should_pick_stages_only_where_they_fit_or_win_and_say_why) {
-    cr_assert_eq(run("auto --model llama2-13b --gpus 4 --gpu h100-80gb --strategy ddp --pp auto"), 0, "%s", out);
+    cr_assert_eq(run("auto --model llama2-13b --gpus 4 --gpu h100-80gb --strategy ddp --pp auto --wide"), 0, "%s", out);
     cr_expect(strstr(out, "pipeline stages searched"), "%s", out);
     cr_expect(strstr(out, "  pp 1 (no pipeline): nothing fits"), "%s", out);
     cr_expect(strstr(out, "  pp 4 (1f1b, 4 micro-batches): ddp tp 1,"), "%s", out);
@@ -418,4 +418,83 @@ Test(cli_auto, pp_auto_should_refuse_bad_values_in_one_line) {
     expect_usage_error("plan --model gpt2 --pp auto", "--pp auto belongs to 'memplan auto'");
     expect_usage_error("auto --model gpt2 --pp auto --microbatches 4", "--microbatches with --pp auto");
     expect_usage_error("auto --model gpt2 --pp auto --pp-schedule gpipe", "--pp-schedule with --pp auto");
+}
+
+/* One recommendation: plan's pick is auto's rule over the strategies with the rest as plan fixed
+   it, so on every setup of the matrix (models x GPU counts x GPU memory) plan and auto kept to
+   plan's micro-batch, accumulation, checkpointing, precision and offload name the same strategy
+   (or both nothing), and plan's command, pasted, plans that strategy with the margin left. */
+static cJSON *run_json(const char *args) {
+    cr_assert_eq(run(args), 0, "%s: %s", args, out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%s: not JSON: %.300s", args, out);
+    return j;
+}
+
+Test(cli_auto, plan_and_auto_should_agree_on_every_setup_of_the_matrix, .timeout = 240) {
+    const char *models[] = {"gpt2", "gpt2-xl", "llama2-7b", "qwen3-0.6b"};
+    const char *gpus[] = {"1", "8", "64"};
+    const char *mems[] = {"16GiB", "24GiB", "40GiB", "80GiB"};
+    int agreed = 0, picked = 0;
+    for (size_t a = 0; a < sizeof models / sizeof *models; a++)
+        for (size_t g = 0; g < sizeof gpus / sizeof *gpus; g++)
+            for (size_t k = 0; k < sizeof mems / sizeof *mems; k++) {
+                char setup[256], args[512];
+                snprintf(setup, sizeof setup, "--model %s --gpus %s --gpu-mem %s --seq 1024", models[a], gpus[g], mems[k]);
+                snprintf(args, sizeof args, "%s --json", setup);
+                cJSON *p = run_json(args);
+                const cJSON *rec = cJSON_GetObjectItem(p, "recommendation");
+                const cJSON *ps = cJSON_GetObjectItem(rec, "strategy");
+                if (cJSON_IsString(ps))
+                    cr_expect(strstr(cJSON_GetObjectItem(rec, "reason")->valuestring, "safety margin"), "%s", setup);
+                snprintf(args, sizeof args, "auto %s --batch 1 --grad-accum 1 --act-ckpt none --precision amp-bf16 "
+                         "--offload none --json", setup);
+                cJSON *au = run_json(args);
+                const cJSON *found = cJSON_GetObjectItem(cJSON_GetObjectItem(au, "auto"), "found");
+                const cJSON *as = cJSON_GetObjectItem(cJSON_GetObjectItem(au, "auto"), "strategy");
+                if (cJSON_IsString(ps)) {
+                    cr_expect(cJSON_IsTrue(found), "%s: plan picks %s, auto nothing", setup, ps->valuestring);
+                    cr_expect(cJSON_IsString(as) && strcmp(as->valuestring, ps->valuestring) == 0, "%s: plan %s, auto %s",
+                              setup, ps->valuestring, cJSON_IsString(as) ? as->valuestring : "nothing");
+                    picked++;
+                } else {
+                    cr_expect(cJSON_IsFalse(found), "%s: auto picks %s, plan nothing", setup, as ? as->valuestring : "?");
+                }
+                agreed++;
+                cJSON_Delete(au);
+                cJSON_Delete(p);
+            }
+    cr_expect_eq(agreed, 48);
+    cr_expect_gt(picked, 10);
+    cr_expect_lt(picked, 48, "the matrix should hold setups where nothing leaves the margin");
+}
+
+/* The pasted command plans the pick: one row, fitting with the margin (gpt2-xl on 8 x 40 GiB:
+   ddp fits with 102 MiB, under the 2 GiB margin, so plan no longer picks it). */
+Test(cli_auto, plans_command_should_paste_and_leave_the_margin) {
+    cJSON *p = run_json("--model gpt2-xl --gpus 8 --json");
+    const char *pick = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "recommendation"), "strategy")->valuestring;
+    cr_expect_str_neq(pick, "ddp");
+    cr_assert_eq(run("--model gpt2-xl --gpus 8"), 0, "%s", out);
+    char want[128], pasted[1024];
+    snprintf(want, sizeof want, "recommendation: memplan --model gpt2-xl --gpus 8 --strategy %s\nwhy: auto's rule", pick);
+    cr_assert_not_null(strstr(out, want), "%s", out);
+    snprintf(pasted, sizeof pasted, "--model gpt2-xl --gpus 8 --strategy %s --json", pick);
+    cJSON *q = run_json(pasted);
+    const cJSON *rows = cJSON_GetObjectItem(q, "strategies");
+    cr_assert_eq(cJSON_GetArraySize(rows), 1);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "name")->valuestring, pick);
+    cr_expect_gt(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "headroom_bytes")->valuedouble, 2.0 * (1 << 30));
+    cJSON_Delete(q);
+    /* auto's recommendation line pastes too: the pick, planned alone, leaves auto's margin */
+    cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
+    const char *line = strstr(out, "recommendation: memplan --model gpt2-xl --gpus 8 --gpu-mem 24GiB --strategy ");
+    cr_assert_not_null(line, "%s", out);
+    snprintf(pasted, sizeof pasted, "%.*s --json", (int)strcspn(line + 24, "\n"), line + 24);
+    q = run_json(pasted);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(q, "strategies")), 1);
+    cr_expect_gt(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(q, "strategies"), 0), "headroom_bytes")->valuedouble,
+                 1.2 * (1 << 30) - 1);
+    cJSON_Delete(q);
+    cJSON_Delete(p);
 }

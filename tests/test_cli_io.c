@@ -346,7 +346,7 @@ Test(cli_io, gpus_that_do_not_fill_equal_nodes_should_be_refused)
 
 Test(cli_io, the_simulated_step_should_give_throughput_per_gpu_and_for_all_gpus)
 {
-    Run r = mp("--model gpt2 --gpus 8");
+    Run r = mp("--model gpt2 --gpus 8 --wide");
     cr_expect_eq(r.status, 0, "%s", r.out);
     cr_expect(strstr(r.out, "throughput per GPU and for all 8 GPUs") != NULL, "%s", r.out);
     cr_expect(strstr(r.out, "per_gpu     all_gpus") != NULL, "%s", r.out);

@@ -153,7 +153,7 @@ Test(cli_model, a_revision_should_be_fetched_and_cached_under_its_branch) {
     Hub h;
     hub_start(&h);
     /* main has 2 blocks (5 layers with the embedding, final norm and head), v1 3 */
-    Run main_rev = memplan("--model acme/tiny --gpus 2 --strategy ddp"), v1 = memplan("--model acme/tiny --revision v1 --gpus 2 --strategy ddp");
+    Run main_rev = memplan("--model acme/tiny --gpus 2 --strategy ddp --wide"), v1 = memplan("--model acme/tiny --revision v1 --gpus 2 --strategy ddp --wide");
     cr_assert_eq(v1.status, 0, "%s", v1.out);
     cr_expect(strstr(main_rev.out, "decoder, 5 layers; from "), "%s", main_rev.out);
     cr_expect(strstr(v1.out, "decoder, 6 layers; from "), "%s", v1.out);

@@ -133,7 +133,7 @@ function drawMemory(doc) {
                   cell(gib(s.host_bytes_per_node), "host", s.host_bytes_per_node),
                   cell(s.peak_at, "text")]}))); 
   const r = doc.recommendation;
-  $("recommendation").textContent = r && r.strategy ? `recommendation: ${r.strategy} — ${r.reason}` : `recommendation: none — ${r ? r.reason : ""}`;
+  $("recommendation").title = r ? r.reason : "";   /* the line itself, a command to paste, is the text's */
   const c = doc.cluster, m = doc.model, t = doc.train;
   $("setup-line").textContent = `${m.name} (${m.params.toLocaleString("en-US")} parameters, ${m.arch}) on ${c.gpus} x ${c.gpu} ` +
     `(${gib(c.gpu_mem_bytes)} GiB each), micro-batch ${t.micro_batch}, seq ${t.seq}, grad-accum ${t.grad_accum}, ${t.precision}, act-ckpt ${t.act_ckpt}`;
@@ -267,7 +267,9 @@ function update() {
   const a = run("auto", doc, true);
   drawAuto(a.rc === 0 ? JSON.parse(a.out) : null);
   if (a.rc !== 0) $("auto-explain").textContent = fail(a);
-  $("table-text").textContent = run("plan", doc, false).out;
+  const text = run("plan", doc, false).out;
+  $("table-text").textContent = text;
+  $("recommendation").textContent = text.split("\n").find((l) => l.startsWith("recommendation: ")) || "";
   $("plan").hidden = false;
   $("status").textContent = r.err.filter((l) => l.trim() && !l.startsWith("# wrote")).join("\n");
   document.body.dataset.state = "ready";

@@ -142,13 +142,13 @@ def _setup(obj: Any, model: Any, config: Any) -> Tuple[Any, Any, Dict[str, Any]]
 
 
 def _short_table(p: Plan) -> str:
-    """The table's header lines and its first table (memory per strategy)."""
+    """The verdict, the table's header lines and its first table (memory per strategy)."""
     out: List[str] = []
     seen_rows = False
-    for line in p.table().splitlines():
+    for i, line in enumerate(p.table().splitlines()):
         if line.startswith("#") and seen_rows:
             break
-        seen_rows |= not line.startswith("#")
+        seen_rows |= i > 0 and not line.startswith("#")   # line 0 is the verdict
         out.append(line)
     return "\n".join(out)
 
