@@ -158,6 +158,8 @@ FILE *cli_open_maybe_gz(const char *path)
 {
     if (!strcmp(path, "-")) return stdin;
     return cli_fdopen_maybe_gz(open(path, O_RDONLY));
+}
+
 void cli_print_wrapped(FILE *f, const char *text, int width, const char *const *keep) {
     for (const char *line = text; *line;) {
         size_t len = strcspn(line, "\n");

@@ -37,7 +37,6 @@ FILE *cli_open_maybe_gz(const char *path);
  * NULL is returned, errno set). Without zlib (MEMPLAN_ZLIB=0: the builds that link no system
  * library) the bytes as they are. */
 FILE *cli_fdopen_maybe_gz(int fd);
-#include <stdio.h>
 
 /* Prints text to f with every line longer than width wrapped at spaces: a '#' line goes on as
  * "#   ...", another as "    ...". Lines starting with a prefix of keep (NULL-terminated; a
