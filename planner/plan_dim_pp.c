@@ -303,7 +303,7 @@ static int pp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         int any = 0;
         for (int k = 0; k < STRAT_COUNT; k++)
             if ((s->strategies & (1u << k)) && !plan_pp_check(m, &s->t, c, (StrategyKind)k, msg, sizeof msg)) any = 1;
-        if (!any) { snprintf(s->skip, sizeof s->skip, "pp %d: %s", pp, msg); continue; }
+        if (!any) { snprintf(s->skip, sizeof s->skip, "pp %d: %.300s", pp, msg); continue; }
         snprintf(s->label, sizeof s->label, "pp %d (1f1b, %lld micro-batches)", pp, (long long)M);
     }
     return n;

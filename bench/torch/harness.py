@@ -78,7 +78,8 @@ def setup_args(doc):
            "--zero-grad", s.get("zero_grad", "none"), "--loop", s.get("loop", "hf"),
            "--seed", str(s.get("seed", 1234)), "--fsdp-grad-sync", s.get("fsdp_grad_sync", "every"),
            "--tp", str(s.get("tp", 1)), "--sp", "on" if s.get("sp") else "off",
-           "--freeze", s.get("freeze", "none")]
+           "--freeze", s.get("freeze", "none"), "--ep", str(s.get("ep", 1)),
+           "--moe-routing", s.get("moe_routing", "natural")]
     if not s.get("bucket_mb_default", True):
         out += ["--bucket-mb", repr(float(s["bucket_mb"]))]
     if s["strategy"] == "fsdp-hybrid":
