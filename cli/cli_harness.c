@@ -71,12 +71,6 @@ const char *cli_harness_comm_phase_name(PhaseKind p)
     return "?";
 }
 
-int cli_harness_coll_op(const char *name)   /* the harness uses the planner's names */
-{
-    for (int k = 0; k < COLL_COUNT; k++)
-        if (strcmp(name, coll_name((CollKind)k)) == 0) return k;
-    return -1;
-}
 
 /* ---- where it runs ---- */
 

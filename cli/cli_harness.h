@@ -105,7 +105,6 @@ const char *cli_harness_str(const cJSON *o, const char *key, const char *dflt);
 int cli_harness_peak_phase(const char *name);
 int cli_harness_comm_phase(const char *name);
 const char *cli_harness_comm_phase_name(PhaseKind p);
-/* A collective named in a result: a CollKind, or -1 if the planner has none of that name. */
-int cli_harness_coll_op(const char *name);
+/* A collective named in a result: planner/plan_coll.h's coll_by_name (the same names). */
 
 #endif

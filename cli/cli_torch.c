@@ -418,7 +418,7 @@ static int check_collectives(TorchCheck *c, const HarnessSetup *s, const cJSON *
     if (!c->colls) return -1;
     cJSON_ArrayForEach(hc, hcs) {
         const char *op = cli_harness_str(hc, "op", "?"), *ph = cli_harness_str(hc, "phase", "?");
-        int oi = cli_harness_coll_op(op), pi = cli_harness_comm_phase(ph);
+        int oi = coll_by_name(op), pi = cli_harness_comm_phase(ph);
         double cnt = cli_harness_num(hc, "count", 0), pay = cli_harness_num(hc, "payload_bytes", 0);
         if (oi < 0 || pi < 0) {   /* a collective the planner has no row for: never exact */
             c->colls[c->ncolls++] = (CollCheck){op, ph, 0, reported(0, cnt), {0, pay, RULE_NOT_PLANNED, 0}};
