@@ -272,15 +272,27 @@ static int read_block(LoadCtx *c, const cJSON *root, BlockSpec *b) {
     return 0;
 }
 
-/* Optional "tensor_dim0" (with "tensors"): each tensor's dim 0, one entry per tensor, a whole
- * number dividing the tensor's elements, 0 = unknown; absent = all unknown. */
-static int read_dim0(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensor_dim0");
+/* The optional per-tensor list `key` of layer j (with "tensors"): *out = the list, one entry per
+ * tensor, or NULL when absent; -1 (reported, naming what an entry is) when it is not such a list. */
+static int per_tensor_list(LoadCtx *c, const cJSON *j, const char *prefix, const char *key, const char *entries,
+                           const LayerSpec *l, const cJSON **out) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, key);
+    *out = NULL;
     if (!a) return 0;
     int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
     if (n != l->n_tensors)
-        return ld_fail(c, "field '%stensor_dim0' must be a list of %d dim-0 sizes, one per entry of "
-                       "'tensors' (got %s%d)", prefix, l->n_tensors, n < 0 ? "no list, " : "", n < 0 ? 0 : n);
+        return ld_fail(c, "field '%s%s' must be a list of %d %s, one per entry of 'tensors' (got %s%d)", prefix, key,
+                       l->n_tensors, entries, n < 0 ? "no list, " : "", n < 0 ? 0 : n);
+    *out = a;
+    return 0;
+}
+
+/* Optional "tensor_dim0" (with "tensors"): each tensor's dim 0, one entry per tensor, a whole
+ * number dividing the tensor's elements, 0 = unknown; absent = all unknown. */
+static int read_dim0(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
+    const cJSON *a;
+    if (per_tensor_list(c, j, prefix, "tensor_dim0", "dim-0 sizes", l, &a)) return -1;
+    if (!a) return 0;
     int k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, a) {
@@ -299,12 +311,9 @@ static int read_dim0(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *
 /* Optional "tensor_modules" (with "tensors"): the projection each tensor is the weight of, as
  * plan_module_key names it ("q_proj", "mlp.c_proj:conv1d"), "" for none; absent = none. */
 static int read_modules(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensor_modules");
+    const cJSON *a;
+    if (per_tensor_list(c, j, prefix, "tensor_modules", "module names", l, &a)) return -1;
     if (!a) return 0;
-    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
-    if (n != l->n_tensors)
-        return ld_fail(c, "field '%stensor_modules' must be a list of %d module names, one per entry of "
-                       "'tensors' (got %s%d)", prefix, l->n_tensors, n < 0 ? "no list, " : "", n < 0 ? 0 : n);
     int k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, a) {
@@ -321,12 +330,9 @@ static int read_modules(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpe
 /* Optional "tensor_experts" (with "tensors"): true for a routed expert's tensor (the ones expert
  * parallelism splits: LayerSpec.expert_mask), one entry per tensor, among the first 32; absent = none. */
 static int read_experts(LoadCtx *c, const cJSON *j, const char *prefix, LayerSpec *l) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "tensor_experts");
+    const cJSON *a;
+    if (per_tensor_list(c, j, prefix, "tensor_experts", "true/false", l, &a)) return -1;
     if (!a) return 0;
-    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
-    if (n != l->n_tensors)
-        return ld_fail(c, "field '%stensor_experts' must be a list of %d true/false, one per entry of "
-                       "'tensors' (got %s%d)", prefix, l->n_tensors, n < 0 ? "no list, " : "", n < 0 ? 0 : n);
     int k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, a) {
