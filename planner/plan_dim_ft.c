@@ -214,70 +214,63 @@ static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int r) {
     }
 }
 
-int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len) {
-    const FinetuneSpec *f = &t->ft;
-    if (!plan_finetune_on(f)) return 0;
-    if (f->rank > 0 && f->freeze != FREEZE_NONE) {
-        snprintf(msg, len, "--freeze and --lora: a LoRA model's base is frozen already; give one of them");
+/* LoRA: the base frozen, each targeted module's adapters added after its weight; the rank
+   bounded as PEFT bounds it */
+static int ft_apply_lora(ModelSpec *m, const FinetuneSpec *f, char *msg, size_t len) {
+    FinetuneSpec g = *f;
+    plan_lora_targets(m, f, g.targets, sizeof g.targets);
+    if (check_targets(m, g.targets, msg, len)) return -1;
+    /* a rank above a target's smaller dimension adds parameters and no capacity: B (out x r)
+       times A (r x in) has rank at most min(in, out), the bound PEFT itself enforces where the
+       rank is bounded (peft/tuners/lora/layer.py: r <= min(in_features, out_features) for its
+       MiCA init; r <= 0 for every LoRA) */
+    int64_t lim = 0, lin = 0, lout = 0;
+    const char *lname = "";
+    for (int i = 0; i < m->n_layers; i++)
+        for (int k = 0; k < m->layers[i].n_tensors; k++) {
+            int mod = m->layers[i].tensor_mod[k];
+            if (!targeted(g.targets, mod)) continue;
+            int64_t in, out;
+            plan_module_features(mod, m->layers[i].tensor_elems[k], m->layers[i].tensor_dim0[k], &in, &out);
+            int64_t mn = in < out ? in : out;
+            if (mn > 0 && (!lim || mn < lim)) { lim = mn; lin = in; lout = out; lname = plan_module_name(mod); }
+        }
+    if (lim > 0 && f->rank > lim) {
+        snprintf(msg, len, "--lora %d is larger than %s's dimensions (in %lld, out %lld): B x A has rank at most %lld, so a "
+                 "larger rank only adds parameters (PEFT bounds r by min(in_features, out_features); valid here: 1 to %lld)",
+                 f->rank, lname, (long long)lin, (long long)lout, (long long)lim, (long long)lim);
         return -1;
     }
-    if (!plan_model_tensors_known(m)) {
-        snprintf(msg, len, "%s: its parameter tensors are not known (a --params or params.json model), so no subset of "
-                 "them can be frozen: use a zoo model or a config.json", m->name);
+    for (int i = 0; i < m->n_layers; i++) {
+        LayerSpec *l = &m->layers[i];
+        freeze_layer(l);
+        /* the adapters, in registration order: each targeted module's lora_A (r, in) and
+           lora_B (out, r) after its base layer's weight and bias */
+        for (int k = 0; k < l->n_frozen; k++) {
+            int mod = l->frozen_mod[k];
+            if (!targeted(g.targets, mod)) continue;
+            int64_t in, out, r = f->rank;
+            plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &in, &out);
+            if (plan_layer_add_tensor_dim0(l, r * in, r) || plan_layer_add_tensor_dim0(l, out * r, out)) {
+                snprintf(msg, len, "--lora: layer %s has more than %d adapter tensors", l->name, PLAN_LAYER_MAX_TENSORS);
+                return -1;
+            }
+            l->params += r * in + out * r;
+            if (r * in > l->largest_tensor) l->largest_tensor = r * in;
+            if (out * r > l->largest_tensor) l->largest_tensor = out * r;
+        }
+        lora_activations(l, &g, f->rank);
+    }
+    if (plan_model_params(m) == 0) {   /* PEFT: "Target modules ... not found in the base model" */
+        snprintf(msg, len, "--lora-targets %s matches no module of %s", g.targets, m->name);
         return -1;
     }
-    int blocks = 0;
-    for (int i = 0; i < m->n_layers; i++) blocks += m->layers[i].kind == LAYER_BLOCK;
-    if (f->rank > 0) {
-        FinetuneSpec g = *f;
-        plan_lora_targets(m, f, g.targets, sizeof g.targets);
-        if (check_targets(m, g.targets, msg, len)) return -1;
-        /* a rank above a target's smaller dimension adds parameters and no capacity: B (out x r)
-           times A (r x in) has rank at most min(in, out), the bound PEFT itself enforces where the
-           rank is bounded (peft/tuners/lora/layer.py: r <= min(in_features, out_features) for its
-           MiCA init; r <= 0 for every LoRA) */
-        int64_t lim = 0, lin = 0, lout = 0;
-        const char *lname = "";
-        for (int i = 0; i < m->n_layers; i++)
-            for (int k = 0; k < m->layers[i].n_tensors; k++) {
-                int mod = m->layers[i].tensor_mod[k];
-                if (!targeted(g.targets, mod)) continue;
-                int64_t in, out;
-                plan_module_features(mod, m->layers[i].tensor_elems[k], m->layers[i].tensor_dim0[k], &in, &out);
-                int64_t mn = in < out ? in : out;
-                if (mn > 0 && (!lim || mn < lim)) { lim = mn; lin = in; lout = out; lname = plan_module_name(mod); }
-            }
-        if (lim > 0 && f->rank > lim) {
-            snprintf(msg, len, "--lora %d is larger than %s's dimensions (in %lld, out %lld): B x A has rank at most %lld, so a "
-                     "larger rank only adds parameters (PEFT bounds r by min(in_features, out_features); valid here: 1 to %lld)",
-                     f->rank, lname, (long long)lin, (long long)lout, (long long)lim, (long long)lim);
-            return -1;
-        }
-        for (int i = 0; i < m->n_layers; i++) {
-            LayerSpec *l = &m->layers[i];
-            freeze_layer(l);
-            /* the adapters, in registration order: each targeted module's lora_A (r, in) and
-               lora_B (out, r) after its base layer's weight and bias */
-            for (int k = 0; k < l->n_frozen; k++) {
-                int mod = l->frozen_mod[k];
-                if (!targeted(g.targets, mod)) continue;
-                int64_t in, out, r = f->rank;
-                plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &in, &out);
-                if (plan_layer_add_tensor_dim0(l, r * in, r) || plan_layer_add_tensor_dim0(l, out * r, out)) {
-                    snprintf(msg, len, "--lora: layer %s has more than %d adapter tensors", l->name, PLAN_LAYER_MAX_TENSORS);
-                    return -1;
-                }
-                l->params += r * in + out * r;
-                if (r * in > l->largest_tensor) l->largest_tensor = r * in;
-                if (out * r > l->largest_tensor) l->largest_tensor = out * r;
-            }
-            lora_activations(l, &g, f->rank);
-        }
-        if (plan_model_params(m) == 0) {   /* PEFT: "Target modules ... not found in the base model" */
-            snprintf(msg, len, "--lora-targets %s matches no module of %s", g.targets, m->name);
-            return -1;
-        }
-    } else if (f->freeze == FREEZE_EMBEDDINGS) {
+    return 0;
+}
+
+/* --freeze embeddings | all-but-last:N on a model with `blocks` transformer blocks */
+static int ft_apply_freeze(ModelSpec *m, const FinetuneSpec *f, int blocks, char *msg, size_t len) {
+    if (f->freeze == FREEZE_EMBEDDINGS) {
         /* model.get_input_embeddings().requires_grad_(False): the token table (a head tied to
            it with it); position tables stay trainable */
         int done = 0;
@@ -311,6 +304,11 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
             if (l->kind == LAYER_EMBED && l->n_tensors > 0) freeze_tensor(l, 0);
         }
     }
+    return 0;
+}
+
+/* where backward starts and what a frozen head saves, once the trainable set is known */
+static void ft_mark_frontier(ModelSpec *m, const FinetuneSpec *f) {
     /* where backward starts: layers before the first trainable parameter save nothing; the
        first LoRA block's input norm neither (it runs before the adapters) */
     for (int i = 0; i < m->n_layers; i++) {
@@ -337,6 +335,24 @@ int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len)
         if (l->kind == LAYER_HEAD && l->params == 0 && (l->frozen > 0 || (m->tied_embeddings && embed_frozen)))
             l->act_unsaved_tok = l->act_unsaved_tok_ac = m->d_model;
     }
+}
+
+int plan_finetune_apply(ModelSpec *m, const TrainSpec *t, char *msg, size_t len) {
+    const FinetuneSpec *f = &t->ft;
+    if (!plan_finetune_on(f)) return 0;
+    if (f->rank > 0 && f->freeze != FREEZE_NONE) {
+        snprintf(msg, len, "--freeze and --lora: a LoRA model's base is frozen already; give one of them");
+        return -1;
+    }
+    if (!plan_model_tensors_known(m)) {
+        snprintf(msg, len, "%s: its parameter tensors are not known (a --params or params.json model), so no subset of "
+                 "them can be frozen: use a zoo model or a config.json", m->name);
+        return -1;
+    }
+    int blocks = 0;
+    for (int i = 0; i < m->n_layers; i++) blocks += m->layers[i].kind == LAYER_BLOCK;
+    if (f->rank > 0 ? ft_apply_lora(m, f, msg, len) : ft_apply_freeze(m, f, blocks, msg, len)) return -1;
+    ft_mark_frontier(m, f);
     return 0;
 }
 
