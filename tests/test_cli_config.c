@@ -3,80 +3,13 @@
  * winning over the file, the one warning line for keys memplan does not model, one-line errors
  * for bad values, and `auto --emit deepspeed` read back to the plan auto picked. Runs build/memplan
  * (or $BUILD/memplan) on the examples in docs/examples/ and on files written here. */
-#include <cjson/cJSON.h>
-#include <criterion/criterion.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-static char out[1 << 20], err[1 << 16];
-static char dir[64];
-
-/* Runs memplan with args: stdout in out, stderr in err; returns the exit status. */
-static int run(const char *args) {
-    const char *b = getenv("BUILD");
-    char cmd[4096], ef[128];
-    snprintf(ef, sizeof ef, "%s/stderr", dir);
-    snprintf(cmd, sizeof cmd, "%s/memplan %s 2>%s", b && *b ? b : "build", args, ef);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    FILE *e = fopen(ef, "r");
-    n = e ? fread(err, 1, sizeof err - 1, e) : 0;
-    err[n] = 0;
-    if (e) fclose(e);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int runf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int runf(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run(args);
-}
-
-/* Writes text to dir/name; returns the path (static buffer per call site is not needed: copied). */
-static const char *put(const char *name, const char *text) {
-    static char path[8][256];
-    static int k;
-    char *p = path[k++ % 8];
-    snprintf(p, 256, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-    return p;
-}
-
-static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/memplan-cfg-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) {}
-}
+#define TEST_CLI_FILES_DIR "/tmp/memplan-cfg-XXXXXX"
+#include "test_cli_files.h"
 
 static int lines(const char *s) {
     int n = 0;
     for (; *s; s++) n += *s == '\n';
     return n;
-}
-
-static cJSON *json_out(void) {
-    cJSON *j = cJSON_Parse(out);
-    cr_assert_not_null(j, "not JSON: %.300s / %.300s", out, err);
-    return j;
 }
 
 static const char *str(const cJSON *o, const char *a, const char *b) {

@@ -6,74 +6,9 @@
  * duplicate and merge keys, types and zeros as the frameworks take them; torchtitan's flavor;
  * emitted DeepSpeed configs read back to the same peak for a matrix of auto's picks; a quantized
  * base under ZeRO-3 and FSDP held as its packed storage. Runs build/memplan ($BUILD/memplan). */
-#include <cjson/cJSON.h>
-#include <criterion/criterion.h>
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-static char out[1 << 20], err[1 << 16];
-static char dir[64];
-
-static int run(const char *args) {
-    const char *b = getenv("BUILD");
-    char cmd[8192], ef[128];
-    snprintf(ef, sizeof ef, "%s/stderr", dir);
-    snprintf(cmd, sizeof cmd, "%s/memplan %s 2>%s", b && *b ? b : "build", args, ef);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    FILE *e = fopen(ef, "r");
-    n = e ? fread(err, 1, sizeof err - 1, e) : 0;
-    err[n] = 0;
-    if (e) fclose(e);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int runf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int runf(const char *fmt, ...) {
-    char args[8000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run(args);
-}
-
-static const char *put(const char *name, const char *text) {
-    static char path[8][256];
-    static int k;
-    char *p = path[k++ % 8];
-    snprintf(p, 256, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-    return p;
-}
-
-static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/memplan-rcp-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) {}
-}
-
-static cJSON *json_out(void) {
-    cJSON *j = cJSON_Parse(out);
-    cr_assert_not_null(j, "not JSON: %.300s / %.300s", out, err);
-    return j;
-}
+#define TEST_CLI_FILES_DIR "/tmp/memplan-rcp-XXXXXX"
+#include "test_cli_files.h"
 
 /* The config's setting of flag: its value, or its source "auto search", or "(none)". */
 static const char *setting(const cJSON *j, const char *flag, const char **key) {
