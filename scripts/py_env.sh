@@ -13,29 +13,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 req="$root/python/requirements-test.txt"
 venv=${MEMPLAN_PY_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/memplan/py-venv}
 stamp="$venv/.memplan-requirements.sha256"
-print=0
-case "${1:-}" in
-"") ;;
---print) print=1 ;;
--h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-*) echo "py_env.sh: unknown option '$1' (valid: --print, --help)" >&2; exit 2 ;;
-esac
-say() { echo "py-env: $*" >&2; }
-die() { echo "py-env: FAILED: $*" >&2; exit 1; }
+tag=py-env help=2,10
+# shellcheck source=scripts/venv_common.sh
+. "$root/scripts/venv_common.sh"
+venv_args "$@"
 
 torch_py=$("$root/scripts/torch_env.sh" --print) || die "the PyTorch venv (scripts/torch_env.sh)"
 torch_site=$("$torch_py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || die "$torch_py: its site-packages"
 want="$(sha256sum "$req" | cut -d' ' -f1) $torch_site"
-up_to_date() { [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; }
-done_() { [ $print = 1 ] && echo "$venv/bin/python"; exit 0; }
-up_to_date && done_
-
-mkdir -p "$(dirname "$venv")" || die "cannot create $(dirname "$venv")"
-exec 9>"$venv.lock" || die "cannot open $venv.lock"
-flock 9 || die "cannot lock $venv.lock"
-up_to_date && done_
-log="$venv.install.log"
-: >"$log" || die "cannot write $log"
+venv_lock_or_done
 # the same interpreter as the PyTorch venv's, so that its packages import here
 base=$("$torch_py" -c 'import sys; print(sys._base_executable)') || die "$torch_py: its base interpreter"
 if ! [ -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
@@ -50,4 +36,4 @@ echo "$torch_site" >"$site/memplan-torch-venv.pth" || die "cannot write $site/me
     die "import pytest/pandas/matplotlib/selenium/transformers in $venv (see $log)"
 echo "$want" >"$stamp" || die "cannot write $stamp"
 say "ready: $venv/bin/python"
-done_
+venv_done

@@ -18,33 +18,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 req="$root/bench/torch/requirements.txt"
 venv=${MEMPLAN_TORCH_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/memplan/torch-venv}
 stamp="$venv/.memplan-requirements.sha256"
-print=0
-case "${1:-}" in
-"") ;;
---print) print=1 ;;
--h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-*) echo "torch_env.sh: unknown option '$1' (valid: --print, --help)" >&2; exit 2 ;;
-esac
-[ $# -le 1 ] || { echo "torch_env.sh: too many arguments (valid: --print, --help)" >&2; exit 2; }
-
-say() { if [ $print = 1 ]; then echo "torch-env: $*" >&2; else echo "torch-env: $*"; fi; }
-die() { echo "torch-env: FAILED: $*" >&2; exit 1; }
+tag=torch-env help=2,15
+# shellcheck source=scripts/venv_common.sh
+. "$root/scripts/venv_common.sh"
+venv_args "$@"
 
 [ -r "$req" ] || die "cannot read $req"
-hash=$(sha256sum "$req" | cut -d' ' -f1) || die "sha256sum of $req"
-up_to_date() { [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; }
-done_() { [ $print = 1 ] && echo "$venv/bin/python"; exit 0; }
-
-up_to_date && done_
-
-mkdir -p "$(dirname "$venv")" || die "cannot create $(dirname "$venv")"
-# one installer at a time (parallel test jobs may call this together)
-exec 9>"$venv.lock" || die "cannot open $venv.lock"
-flock 9 || die "cannot lock $venv.lock"
-up_to_date && done_
-
-log="$venv.install.log"
-: >"$log" || die "cannot write $log"
+want=$(sha256sum "$req" | cut -d' ' -f1) || die "sha256sum of $req"
+venv_lock_or_done
 run() { "$@" >>"$log" 2>&1; }
 
 py=$(command -v python3) || die "python3 not on PATH (Debian: apt-get install python3 python3-venv)"
@@ -84,6 +65,6 @@ run "$venv/bin/python" -c 'import torch, transformers, torchvision, torch.distri
 assert d.is_available() and d.is_gloo_available()
 if "deepspeed" in open("'"$req"'").read():
     import deepspeed' || die "import torch/transformers/torchvision/deepspeed in $venv (see $log)"
-echo "$hash" >"$stamp" || die "cannot write $stamp"
+echo "$want" >"$stamp" || die "cannot write $stamp"
 say "ready: $venv/bin/python"
-done_
+venv_done
