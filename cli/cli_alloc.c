@@ -233,8 +233,15 @@ int cli_cmd_alloc(int argc, char **argv) {
     cJSON *arr = o.json ? cJSON_CreateArray() : NULL;
     char *table = NULL;
     size_t table_len = 0;
-    FILE *out = o.json ? NULL : open_memstream(&table, &table_len);   /* printed whole once every trace replayed */
-    if (!o.json && !out) { fprintf(stderr, "memplan: out of memory\n"); return 1; }
+    /* printed whole once every trace replayed; the '#' lines wrapped to the text width */
+    FILE *mem = o.json ? NULL : open_memstream(&table, &table_len);
+    FILE *out = mem ? cli_wrap_comments(mem, CLI_TEXT_WIDTH) : NULL;
+    if (!o.json && !out) {
+        if (mem) fclose(mem);
+        free(table);
+        fprintf(stderr, "memplan: out of memory\n");
+        return 1;
+    }
     if (out) {
         fprintf(out, "# memplan alloc: PyTorch's CUDA caching allocator (torch 2.15 rules) over recorded allocations\n");
         char quiet[256] = "";
@@ -260,7 +267,8 @@ int cli_cmd_alloc(int argc, char **argv) {
         if (o.from && !r.has_window) fprintf(stderr, "memplan: trace '%s' has no marker '%s': its peaks are the whole trace's\n", argv[i], o.from);
         plan_alloc_trace_free(&t);
     }
-    if (out) fclose(out);
+    if (out) fclose(out);   /* into mem */
+    if (mem) fclose(mem);
     if (table && !rc) rc = cli_write_text("the table", NULL, table_len && table[table_len - 1] == '\n' ? (table[table_len - 1] = 0, table) : table);
     free(table);
     if (arr && !rc) {

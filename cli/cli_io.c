@@ -6,6 +6,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -188,4 +189,61 @@ void cli_print_wrapped(FILE *f, const char *text, int width, const char *const *
         line += len;
         if (*line == '\n') line++;
     }
+}
+
+typedef struct {
+    FILE *dest;
+    int width;
+    char *buf;        /* the line being written, not yet ended */
+    size_t len, cap;
+} WrapCookie;
+
+/* Writes the complete line buf[0..n) (without its '\n') to dest, wrapped if a long '#' line. */
+static void wrap_line(WrapCookie *c, char *line, size_t n) {
+    char end = line[n];
+    line[n] = 0;
+    if (n > 0 && line[0] == '#') cli_print_wrapped(c->dest, line, c->width, NULL);
+    else fprintf(c->dest, "%s\n", line);
+    line[n] = end;
+}
+
+static ssize_t wrap_write(void *cookie, const char *data, size_t size) {
+    WrapCookie *c = cookie;
+    if (c->len + size + 1 > c->cap) {
+        size_t cap = (c->len + size + 1) * 2;
+        char *b = realloc(c->buf, cap);
+        if (!b) return -1;
+        c->buf = b, c->cap = cap;
+    }
+    memcpy(c->buf + c->len, data, size);
+    c->len += size;
+    size_t start = 0;
+    for (size_t i = 0; i < c->len; i++)
+        if (c->buf[i] == '\n') {
+            wrap_line(c, c->buf + start, i - start);
+            start = i + 1;
+        }
+    memmove(c->buf, c->buf + start, c->len - start);
+    c->len -= start;
+    if (start) fflush(c->dest);
+    return (ssize_t)size;
+}
+
+static int wrap_close(void *cookie) {
+    WrapCookie *c = cookie;
+    if (c->len) fwrite(c->buf, 1, c->len, c->dest);
+    int rc = fflush(c->dest) == 0 ? 0 : EOF;
+    free(c->buf);
+    free(c);
+    return rc;
+}
+
+FILE *cli_wrap_comments(FILE *dest, int width) {
+    WrapCookie *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->dest = dest, c->width = width;
+    FILE *f = fopencookie(c, "w", (cookie_io_functions_t){.write = wrap_write, .close = wrap_close});
+    if (!f) free(c);
+    else setvbuf(f, NULL, _IOLBF, 0);
+    return f;
 }

@@ -43,4 +43,13 @@ FILE *cli_fdopen_maybe_gz(int fd);
  * command to paste) and lines without a space to break at stay whole. width <= 0: as it is. */
 void cli_print_wrapped(FILE *f, const char *text, int width, const char *const *keep);
 
+/* The width the text output keeps to (memplan's tables and prose; --wide lifts it). */
+#define CLI_TEXT_WIDTH 100
+
+/* A stream that passes what is written to dest line by line, each '#' line longer than width
+ * wrapped as cli_print_wrapped wraps it (the commentary of run, validate and alloc; their table
+ * rows stay whole). fclose writes what is left and flushes dest, which stays open. NULL when
+ * out of memory (errno set). */
+FILE *cli_wrap_comments(FILE *dest, int width);
+
 #endif

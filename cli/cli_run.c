@@ -549,7 +549,9 @@ int cli_cmd_run(int argc, char **argv)
     }
     for (int k = 0; k < EXEC_STRATEGY_COUNT; k++)
         if (x.which & (1u << k)) x.cfg.strategy = (ExecStrategyKind)k;
-    FILE *out = x.s.json && !x.s.json_path ? stderr : stdout;   /* stdout carries the JSON */
+    /* stdout carries the JSON; the commentary's '#' lines wrapped to the text width */
+    FILE *out = cli_wrap_comments(x.s.json && !x.s.json_path ? stderr : stdout, CLI_TEXT_WIDTH);
+    if (!out) out = x.s.json && !x.s.json_path ? stderr : stdout;
     if (x.rank == 0) echo_setup(out, &x, "run", exec_strategy_name(x.cfg.strategy));
     x.cfg.progress = x.rank == 0 ? out : NULL;
     ExecRunResult r;
@@ -564,14 +566,15 @@ int cli_cmd_run(int argc, char **argv)
             cJSON_Delete(j);
         }
         if (!x.s.json || x.s.json_path) {
-            print_summary(stdout, &x, &r);
+            print_summary(out, &x, &r);
             if (x.cfg.cupti) {
-                cli_gpu_print_cupti(stdout, &r);
-                cli_gpu_print_overheads(stdout, &x.gpu, &x.s.cluster, x.N);
+                cli_gpu_print_cupti(out, &r);
+                cli_gpu_print_overheads(out, &x.gpu, &x.s.cluster, x.N);
             }
         }
         if (x.cfg.trace_path) fprintf(out, "# trace of %d rank%s written to %s\n", x.N, x.N == 1 ? "" : "s", x.cfg.trace_path);
     }
+    if (out != stdout && out != stderr) fclose(out);
     exec_run_result_free(&r);
     finish_ctx(&x);
     return rc;
@@ -792,7 +795,9 @@ int cli_cmd_validate(int argc, char **argv)
         finish_ctx(&x);
         return 2;
     }
-    FILE *out = x.s.json && !x.s.json_path ? stderr : stdout;
+    /* stdout carries the JSON; the commentary's '#' lines wrapped to the text width */
+    FILE *out = cli_wrap_comments(x.s.json && !x.s.json_path ? stderr : stdout, CLI_TEXT_WIDTH);
+    if (!out) out = x.s.json && !x.s.json_path ? stderr : stdout;
     char names[64] = "";
     for (int k = 0; k < EXEC_STRATEGY_COUNT; k++)
         if (x.which & (1u << k)) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? "," : "", exec_strategy_name((ExecStrategyKind)k));
@@ -850,6 +855,7 @@ int cli_cmd_validate(int argc, char **argv)
             rc = report_failure(&x, &r);
             exec_run_result_free(&r);
             cJSON_Delete(arr);
+            if (out != stdout && out != stderr) fclose(out);
             finish_ctx(&x);
             return rc;
         }
@@ -877,6 +883,7 @@ int cli_cmd_validate(int argc, char **argv)
         }
         if (!all_pass) rc = 1;
     }
+    if (out != stdout && out != stderr) fclose(out);
     cJSON_Delete(arr);
     /* every rank exits with rank 0's verdict */
     double v = rc, *all = calloc((size_t)x.N, sizeof *all);

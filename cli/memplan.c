@@ -38,7 +38,7 @@
 #include "plan_zoo.h"
 
 /* The text output's width: tables fit it and longer lines are wrapped (--wide: neither). */
-#define TEXT_WIDTH 100
+#define TEXT_WIDTH CLI_TEXT_WIDTH
 /* Lines never wrapped: a command to paste. */
 static const char *const KEEP_WHOLE[] = {"recommendation: memplan ", NULL};
 

@@ -506,6 +506,27 @@ Test(cli, alloc_should_replay_a_trace_and_refuse_bad_settings) {
     expect_usage_error("alloc /no/such/trace", "cannot open trace '/no/such/trace'");
 }
 
+/* alloc's commentary ('#' lines) wraps at 100 columns as "#   ..." continuations, nothing of it
+   lost; its table rows stay whole (cli_wrap_comments, shared with run and validate). */
+Test(cli, alloc_should_wrap_its_comment_lines_at_100_columns) {
+    const char *conf = "expandable_segments:True,garbage_collection_threshold:0.6,roundup_power2_divisions:4";
+    char args[512];
+    snprintf(args, sizeof args, "alloc --alloc-conf %s tests/data/alloc/gpt2-mini_ddp_fp32_none_eager_r2_b1_s128.txt", conf);
+    cr_assert_eq(run(args), 0, "%s", out);
+    int comments = 0, continued = 0;
+    for (const char *l = out; *l; l += strcspn(l, "\n") + (l[strcspn(l, "\n")] == '\n')) {
+        int n = (int)strcspn(l, "\n");
+        if (*l != '#') continue;
+        comments++;
+        continued += strncmp(l, "#   ", 4) == 0;
+        cr_expect_leq(n, 100, "a %d-column comment line: %.*s", n, n, l);
+    }
+    cr_expect_geq(comments, 3, "%s", out);
+    cr_expect_geq(continued, 1, "the settings line is longer than 100 columns and goes on: %s", out);
+    cr_expect(strstr(out, conf) != NULL, "the settings survive whole (breaks only at spaces): %s", out);
+    cr_expect(strstr(out, "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128") != NULL, "%s", out);
+}
+
 static double overhead_of(cJSON *j, int row, const char *key) {
     cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), row);
     cr_assert_not_null(r);
