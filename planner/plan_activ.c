@@ -561,7 +561,6 @@ const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t) {
                                         "Mixtral's in-place top-k renormalisation breaks torch's selective checkpointing)"
                                       : "not modelled for mixture-of-experts blocks yet";
     if (plan_finetune_on(&t->ft)) return "not modelled with --lora/--freeze yet (the frozen projections save other tensors)";
-    if (t->tp > 1) return "not modelled with --tp yet (the policy's saved outputs are split by the TP plan)";
     /* the blocks whose op lists were read and measured: GPT-2's and LLaMA's (and the same blocks
        under Mistral's and Qwen2's model types); the newer families' extra norms are not listed */
     static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", "qwen2", NULL};
@@ -680,6 +679,10 @@ static double op_saved_per_token(const ModelSpec *m, const LayerSpec *l, const T
         else if (plan_act_sdpa_math(t, dropout) || mla_math) saved += Q(1, 4 * a) * s + T(1, 4 * qd);
         else saved += T(1, X * qd) + T(1, 4 * a);
     }
+    /* sequence parallel: the two row-parallel outputs' reduce-scatters are in the save list
+       (torch.ops._c10d_functional.reduce_scatter_tensor): their sequence shards, at the
+       outputs' dtype */
+    if (t->tp > 1 && t->sp) saved += 2 * T(sp_share(t), X * (double)m->d_model);
     if (plan_moe_block(m, l)) {
         /* topk is in the save list: its values and int64 indices; DeepSeek's group-limited
            routing runs three (the top 2 per group, the best groups, the experts), over fp32

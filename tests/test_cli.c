@@ -240,8 +240,9 @@ Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
     expect_usage_error("auto --model gpt2 --gpus 8 --tp 2 --emit deepspeed", "--emit deepspeed with --tp");
     expect_usage_error("--model llama2-7b --gpus 8 --tp 2 --lora 8", "--tp 2 with --lora/--freeze");
     expect_usage_error("--model llama2-7b --gpus 8 --tp 2 --fsdp 1", "--tp 2 with --fsdp 1");
-    /* op-level and selective checkpointing: measured on GPT-2/LLaMA blocks, full fine-tuning, no TP */
-    expect_usage_error("--model llama2-7b --gpus 8 --tp 2 --act-ckpt op", "not modelled with --tp");
+    /* op-level and selective checkpointing: measured on GPT-2/LLaMA blocks, full fine-tuning (with
+       TP too: llama-mini tp 2 rows) */
+    cr_expect_eq(run("--model llama2-7b --gpus 8 --tp 2 --act-ckpt op --strategy fsdp-full"), 0, "%s", out);
     expect_usage_error("--model llama2-7b --gpus 8 --lora 8 --act-ckpt selective", "not modelled with --lora");
     expect_usage_error("--model tests/data/hf/variants/qwen3.json --gpus 2 --act-ckpt op", "GPT-2, LLaMA, Mistral and Qwen2");
     expect_usage_error("--model tests/data/hf/variants/qwen3.json --gpus 2 --tp 2", "model_type qwen3");

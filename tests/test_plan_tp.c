@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
+#include "plan_activ.h"
 #include "plan_auto.h"
 #include "plan_comm.h"
 #include "plan_memory.h"
@@ -248,6 +249,47 @@ Test(tp, recomputed_blocks_should_repeat_their_collectives_but_the_last) {
     const PlanColl *ar = row(&full, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_TP_ACTS);
     cr_assert(ar);
     cr_expect_eq(ar->count, 3 * L + 1);
+    plan_model_free(&m);
+}
+
+/* Op-level checkpointing runs the whole block again (torchtitan's checkpoint_wrapper with
+   early_stop=False): both all-reductions without SP; under SP both all-gathers but no
+   reduce-scatter, whose outputs its save list keeps (measured on llama-mini, tp 2). Megatron's
+   selective recompute of the core attention repeats none. */
+Test(tp, op_level_checkpointing_should_repeat_the_whole_blocks_collectives_but_its_saved_scatters) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    double L = m.n_layer;
+    CommPlan none, op;
+    for (int sp = 0; sp <= 1; sp++) {
+        train(&t, 2, sp);
+        t.attn = ATTN_SDPA;
+        plan_comm(&m, &t, &c, STRAT_DDP, &none);
+        t.act_ckpt = CKPT_OP;
+        cr_assert_null(plan_act_ckpt_unsupported(&m, &t), "%s", plan_act_ckpt_unsupported(&m, &t));
+        plan_comm(&m, &t, &c, STRAT_DDP, &op);
+        if (!sp) {
+            const PlanColl *a0 = row(&none, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+            const PlanColl *a1 = row(&op, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+            cr_assert(a0 && a1);
+            cr_expect_eq(a1->count - a0->count, 2 * L);
+        } else {
+            const PlanColl *ag0 = row(&none, COLL_ALL_GATHER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+            const PlanColl *ag1 = row(&op, COLL_ALL_GATHER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+            const PlanColl *rs0 = row(&none, COLL_REDUCE_SCATTER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+            const PlanColl *rs1 = row(&op, COLL_REDUCE_SCATTER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+            cr_assert(ag0 && ag1 && rs0 && rs1);
+            cr_expect_eq(ag1->count - ag0->count, 2 * L);
+            cr_expect_eq(rs1->count, rs0->count);
+        }
+        t.act_ckpt = CKPT_SELECTIVE;
+        cr_assert_null(plan_act_ckpt_unsupported(&m, &t));
+        plan_comm(&m, &t, &c, STRAT_DDP, &op);
+        cr_expect_eq(op.n, none.n);
+        for (int i = 0; i < op.n && i < none.n; i++) cr_expect_eq(op.c[i].count, none.c[i].count, "row %d", i);
+    }
     plan_model_free(&m);
 }
 

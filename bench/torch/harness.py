@@ -250,9 +250,9 @@ def parse_args(argv):
     if a.tp > 1 and a.strategy not in ("ddp", "fsdp-full"):
         raise SetupError(f"--tp with --strategy {a.strategy}: tensor parallel runs with ddp "
                          "(pure TP on one data-parallel rank) or fsdp-full")
-    if a.tp > 1 and (a.grad_accum > 1 or a.act_ckpt not in ("none", "full")
+    if a.tp > 1 and (a.grad_accum > 1 or a.act_ckpt not in ("none", "full", "op", "selective")
                      or a.precision not in ("fp32", "amp-bf16")):
-        raise SetupError("--tp: checked with fp32 or amp-bf16, act-ckpt none or full, no accumulation")
+        raise SetupError("--tp: checked with fp32 or amp-bf16, act-ckpt none, full, op or selective, no accumulation")
     check("moe-routing", a.moe_routing, ("natural", "balanced", "skewed"))
     if a.ep < 1:
         raise SetupError(f"--ep {a.ep}: must be an integer >= 1")
