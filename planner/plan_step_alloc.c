@@ -48,9 +48,16 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
     }
     /* FSDP2: per-parameter unsharded tensors and gradients around flat collective buffers
        (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out / foreach_reduce) */
-    if (x->f2.on && !x->f2.v1) {
+    /* FSDP1: each unit's gathered parameters are its one padded FlatParameter, allocated whole
+       on the unshard stream (_flat_param.py _alloc_padded_unsharded_flat_param: _alloc_storage(
+       unsharded_flat_param, _padded_unsharded_size), under _runtime_utils.py _unshard's
+       stream(unshard_stream)) and freed whole (_free_unsharded_flat_param: _free_storage) */
+    if (x->f2.on) {
         st->alloc_split[RULE_FSDP2_BUFFERS] = SPLIT_UNIT;
         st->alloc_unit_keep = (uint8_t)x->f2.keep;
+        st->alloc_unit_flat = (uint8_t)x->f2.v1;
+    }
+    if (x->f2.on && !x->f2.v1) {
         st->alloc_split[RULE_FSDP2_UNSHARDED_GRADS] = SPLIT_TENSORS;
         /* the reduce-scatter's output is made on the reduce-scatter stream (foreach_reduce
            allocates under torch.cuda.stream(reduce_scatter_stream)) */
@@ -249,7 +256,7 @@ static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights 
 }
 
 /* A sharded unit level's bytes at layer `layer`'s point (SPLIT_UNIT): the unit's parameters
-   tensor by tensor, then the root's (FSDP2 keeps the root unsharded), then while the level
+   tensor by tensor (FSDP1's: one flat parameter, Step.alloc_unit_flat), then the root's (FSDP2 keeps the root unsharded), then while the level
    holds more, the units kept since their forward (SHARD_GRAD_OP: alloc_unit_keep), else flat
    buffers of the unit (the all-gather output, a prefetch, the reduce-scatter input); the rest
    one piece. */
@@ -264,7 +271,10 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
     int order[2 + 2 * 4096], n = 0;
     order[n++] = u;
     if (u != 0) order[n++] = 0;
-    for (int d = 1; st->alloc_unit_keep && d <= units && n < (int)(sizeof order / sizeof order[0]); d++) {
+    /* FSDP1 holds no flat buffers besides the units' flat parameters: what the level holds past
+       the unit's own is other units' (prefetched or kept), nearest first */
+    int others = st->alloc_unit_keep || st->alloc_unit_flat;
+    for (int d = 1; others && d <= units && n < (int)(sizeof order / sizeof order[0]); d++) {
         if (u - d >= 1) order[n++] = u - d;
         if (u + d <= units && u != 0) order[n++] = u + d;
         if (u == 0) order[n++] = units + 1 - d;   /* the root's point (the loss, the head): every block */
@@ -274,13 +284,15 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
         if (unit_params(m, order[k], pb, fz, &one, &b)) { free(one.w); return -1; }
         if (k == 0) unit = b;
         if (b > 0 && b <= left + 1) {
-            for (int j = 0; j < one.n; j++)
-                if (add_w(ws, one.w[j])) { free(one.w); return -1; }
+            for (int j = 0; j < (st->alloc_unit_flat ? 1 : one.n); j++)
+                if (add_w(ws, st->alloc_unit_flat ? b : one.w[j])) { free(one.w); return -1; }
             left -= b;
         }
         free(one.w);
     }
-    ws->flat_from = ws->n;   /* FSDP2's all-gather output and reduce-scatter input: their streams' */
+    /* FSDP2's all-gather output and reduce-scatter input: their streams'; FSDP1's flat
+       parameters all the unshard stream's */
+    ws->flat_from = st->alloc_unit_flat ? 0 : ws->n;
     ws->flat_stream = STREAM_COMM;
     /* a few at most (what the account holds past the unit's own and the kept ones is its flat
        buffers: at most one each for the gather in use, its prefetch, the reduce-scatter); more
