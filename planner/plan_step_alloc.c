@@ -256,8 +256,9 @@ static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights 
 }
 
 /* A sharded unit level's bytes at layer `layer`'s point (SPLIT_UNIT): the unit's parameters
-   tensor by tensor (FSDP1's: one flat parameter, Step.alloc_unit_flat), then the root's (FSDP2 keeps the root unsharded), then while the level
-   holds more, the units kept since their forward (SHARD_GRAD_OP: alloc_unit_keep), else flat
+   tensor by tensor (FSDP1's: one flat parameter, Step.alloc_unit_flat), then the root's (FSDP2
+   keeps the root unsharded), then while the level holds more, the units kept since their
+   forward (SHARD_GRAD_OP: alloc_unit_keep; at the head and the loss, every block), else flat
    buffers of the unit (the all-gather output, a prefetch, the reduce-scatter input); the rest
    one piece. */
 #define PLAN_FSDP2_MAX_FLAT 8
@@ -273,11 +274,16 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
     if (u != 0) order[n++] = 0;
     /* FSDP1 holds no flat buffers besides the units' flat parameters: what the level holds past
        the unit's own is other units' (prefetched or kept), nearest first */
-    int others = st->alloc_unit_keep || st->alloc_unit_flat;
+    int others = st->alloc_unit_keep || st->alloc_unit_flat, head = 0;
+    for (int i = 0; i < layer; i++) head |= m->layers[i].unit > 0;   /* a root layer after the blocks */
+    /* at the root's layers before the blocks (the embedding) no block has been gathered since its
+       last reshard (SHARD_GRAD_OP reshards each unit after its backward): FSDP1's forward prefetch
+       of the first blocks at most */
+    if (u == 0 && !head && !st->alloc_unit_flat) others = 0;
     for (int d = 1; others && d <= units && n < (int)(sizeof order / sizeof order[0]); d++) {
         if (u - d >= 1) order[n++] = u - d;
         if (u + d <= units && u != 0) order[n++] = u + d;
-        if (u == 0) order[n++] = units + 1 - d;   /* the root's point (the loss, the head): every block */
+        if (u == 0) order[n++] = head ? units + 1 - d : d;   /* the loss, the head: every block */
     }
     for (int k = 0; k < n && left > 0; k++) {
         Weights one = {.flat_from = -1};
