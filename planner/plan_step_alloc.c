@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "plan_dim_ft.h"
+#include "plan_dim_moe.h"
 #include "plan_step_internal.h"
 #include "plan_util.h"
 
@@ -232,7 +233,11 @@ static int bwd_ws_weights(const Step *st, int layer, double bytes, Weights *ws) 
             sum += v[k];
         }
     }
-    double f = (double)in.b * (double)in.s * (double)m->d_ff * plan_precision(t.precision)->act_bytes, left = bytes - sum;
+    /* a MoE block's working set is its experts' (plan_moe_backward: net of the saved tensors
+       freed while it is made, one piece), not a dense MLP's two gradients */
+    double f = plan_moe_block(m, &m->layers[layer]) ? 0
+             : (double)in.b * (double)in.s * (double)m->d_ff * plan_precision(t.precision)->act_bytes,
+           left = bytes - sum;
     for (int k = 0; k < 2 && f > 0 && left > f; k++, left -= f)
         if (add_w(ws, f)) return -1;
     return left > 0.5 ? add_w(ws, left) : 0;
