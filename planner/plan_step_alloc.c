@@ -267,7 +267,7 @@ static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights 
    buffers of the unit (the all-gather output, a prefetch, the reduce-scatter input); the rest
    one piece. */
 #define PLAN_FSDP2_MAX_FLAT 8
-static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
+static int unit_weights(const Step *st, int layer, int backward, double bytes, Weights *ws) {
     const ModelSpec *m = &st->view.m;
     int u = m->layers[layer].unit, units = 0;
     double pb = plan_precision(st->view.t.precision)->param_bytes, fz = frozen_weight(st), b = 0, left = bytes,
@@ -281,10 +281,10 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
        the unit's own is other units' (prefetched or kept), nearest first */
     int others = st->alloc_unit_keep || st->alloc_unit_flat, head = 0;
     for (int i = 0; i < layer; i++) head |= m->layers[i].unit > 0;   /* a root layer after the blocks */
-    /* at the root's layers before the blocks (the embedding) no block has been gathered since its
-       last reshard (SHARD_GRAD_OP reshards each unit after its backward): FSDP1's forward prefetch
-       of the first blocks at most */
-    if (u == 0 && !head && !st->alloc_unit_flat) others = 0;
+    /* at the root's layers before the blocks (the embedding) in forward no block has been
+       gathered since its last reshard (SHARD_GRAD_OP reshards each unit after its backward):
+       FSDP1's forward prefetch of the first blocks at most; in backward the first blocks' buffers */
+    if (u == 0 && !head && !backward && !st->alloc_unit_flat) others = 0;
     for (int d = 1; others && d <= units && n < (int)(sizeof order / sizeof order[0]); d++) {
         if (u - d >= 1) order[n++] = u - d;
         if (u + d <= units && u != 0) order[n++] = u + d;
@@ -352,7 +352,7 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
     case SPLIT_BWD_WS:
         return at_layer ? bwd_ws_weights(st, layer, fabs(e->bytes), ws) : 0;
     case SPLIT_UNIT:   /* the loss's points are the head's (the root's) */
-        return layer >= 0 && layer < m->n_layers ? unit_weights(st, layer, fabs(e->bytes), ws) : 0;
+        return layer >= 0 && layer < m->n_layers ? unit_weights(st, layer, backward, fabs(e->bytes), ws) : 0;
     case SPLIT_LOGITS: {
         double one = (double)st->view.t.micro_batch * (double)(st->view.t.seq > 0 ? st->view.t.seq : m->max_seq) *
                      (double)m->vocab * 4.0;
