@@ -47,17 +47,18 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_split[RULE_ACCUM_GRADS] = SPLIT_TENSORS;
         st->alloc_split[RULE_DS12_IN_FLIGHT] = SPLIT_TENSORS;
     }
-    /* FSDP2: per-parameter unsharded tensors and gradients around flat collective buffers
-       (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out / foreach_reduce) */
-    /* FSDP1: each unit's gathered parameters are its one padded FlatParameter, allocated whole
-       on the unshard stream (_flat_param.py _alloc_padded_unsharded_flat_param: _alloc_storage(
-       unsharded_flat_param, _padded_unsharded_size), under _runtime_utils.py _unshard's
-       stream(unshard_stream)) and freed whole (_free_unsharded_flat_param: _free_storage) */
+    /* FSDP's gathered parameters, unit by unit. FSDP1: each unit's are its one padded
+       FlatParameter, allocated whole on the unshard stream (_flat_param.py
+       _alloc_padded_unsharded_flat_param: _alloc_storage(unsharded_flat_param,
+       _padded_unsharded_size), under _runtime_utils.py _unshard's stream(unshard_stream)) and
+       freed whole (_free_unsharded_flat_param: _free_storage) */
     if (x->f2.on) {
         st->alloc_split[RULE_FSDP2_BUFFERS] = SPLIT_UNIT;
         st->alloc_unit_keep = (uint8_t)x->f2.keep;
         st->alloc_unit_flat = (uint8_t)x->f2.v1;
     }
+    /* FSDP2: per-parameter unsharded tensors and gradients around flat collective buffers
+       (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out / foreach_reduce) */
     if (x->f2.on && !x->f2.v1) {
         st->alloc_split[RULE_FSDP2_UNSHARDED_GRADS] = SPLIT_TENSORS;
         /* the reduce-scatter's output is made on the reduce-scatter stream (foreach_reduce
