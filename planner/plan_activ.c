@@ -40,6 +40,7 @@ static double note(double n, double each, int quad) {
     return n * each;
 }
 static double T(double n, double each) { return note(n, each, 0); }
+double plan_act_note(double n, double each) { return note(n, each, 0); }
 static double Q(double n, double each) { return note(n, each, 1); }
 
 /* CUDA's dropout is the fused kernel (native_dropout), which saves a 1-byte bool mask. On CPU
@@ -259,7 +260,10 @@ static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec
     double lin = block_norm_bytes(m, X, R, cross, sp_share(t)), quad = 0;   /* norm inputs + statistics */
     if (m->mla.kv_rank > 0) mla_attention_bytes(m, t, dropout, &lin, &quad);   /* DeepSeek */
     else for (int k = 0; k < (cross ? 2 : 1); k++) attn_coeffs(m, l, t, dropout, s, &lin, &quad);
-    lin += plan_act_mlp_bytes(m, t, (double)m->d_ff, mlp_in);
+    /* a MoE block's MLP is its experts (plan_act_moe_delta replaces these bytes and notes the
+       experts' own tensors): the dense MLP's are not noted */
+    lin += l && plan_moe_block(m, l) ? plan_act_mlp_bytes_unnoted(m, t, (double)m->d_ff, mlp_in)
+                                     : plan_act_mlp_bytes(m, t, (double)m->d_ff, mlp_in);
     lin += T(1, M * (double)m->d_model);                   /* MLP dropout mask */
     *lin_out = lin;
     *quad_out = quad;
@@ -303,6 +307,14 @@ static void mla_attention_bytes(const ModelSpec *m, const TrainSpec *t, double d
         *lin += T(2, X * A * qk) + T(1, X * A * vw);
         *quad += Q(1, A * F) + Q(1, A * Mq) + Q(1, A * ((Mq > 0 || X < F) ? X : 0));
     }
+}
+
+double plan_act_mlp_bytes_unnoted(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in) {
+    ActSink *k = act_sink;
+    act_sink = NULL;
+    double v = plan_act_mlp_bytes(m, t, f, mlp_in);
+    act_sink = k;
+    return v;
 }
 
 /* A dense MLP of width f per token: what its linears and activation save. */

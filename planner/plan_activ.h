@@ -98,5 +98,11 @@ int plan_act_llama_style(const ModelSpec *m);
    2 when autocast casts it for both of LLaMA's gate and up): what it saves (the MoE dimension's
    shared experts are such MLPs, plan_dim_moe.c). */
 double plan_act_mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
+/* n saved tensors of `each` bytes per token, noted for the allocation listing when
+   plan_act_ckpt_tensors listens (the dimensions' terms, plan_dim_moe.c); returns n * each. */
+double plan_act_note(double n, double each);
+/* plan_act_mlp_bytes without noting its tensors (a MoE block's dense MLP, which its experts
+   replace: plan_act_moe_delta). */
+double plan_act_mlp_bytes_unnoted(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in);
 
 #endif

@@ -78,9 +78,12 @@ static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p, doubl
     const MoeSpec *e = &m->moe;
     double Eb = moe_expert_bytes(m, p), h = (double)m->d_model, fe = (double)e->d_ff_expert;
     double E = e->n_experts, k = e->top_k;
+    /* each term noted as the tensors it is (plan_act_note), so the allocation listing makes them:
+       the routed rows' gate_up output alone is T·k·2·f_e·E_b, often above 1 MiB where a dense
+       MLP's tensors are not (measured, mixtral-wide b4: 8 MiB and two 4 MiB tensors a block) */
     if (e->router == MOE_ROUTER_ALL_EXPERTS)
-        return p->param_bytes * E * h + Eb * E * (h + 4 * fe);
-    double act = 2 * fe + (e->clamped_glu ? 5 : 2) * fe;   /* gate_up's output, the activation's saves */
+        return plan_act_note(1, p->param_bytes * E * h) + plan_act_note(1, Eb * E * h) +
+               plan_act_note(1, Eb * E * 2 * fe) + plan_act_note(2, Eb * E * fe);
     if (e->ep > 1) {
         /* expert parallel (transformers' AllToAllEP, plan_dim_ep.h): the sending rank keeps the
            argsort of its routed rows and their token index (int64 each, 16 k), the experts' outputs
@@ -89,12 +92,17 @@ static double moe_routed_bytes(const ModelSpec *m, const PrecisionSpec *p, doubl
            their sort, token index and inverse permutation (24), the sentinel mask (1), the
            gathered input (h), gate_up and the activation, and the unit weights its weighted sum
            saves (ones that need no gradient: the down output is not saved) */
-        double rows = F * k, send = 16 * k + Eb * k * h + moe_weight_bytes(e, p->act_bytes) * k;
-        double bias = e->bias ? 8 : 0;
-        return send + rows * (24 + bias + 1 + Eb * (h + act) + Eb);
+        double rows = F * k;
+        double send = plan_act_note(2, 8 * k) + plan_act_note(1, Eb * k * h) +
+                      plan_act_note(1, moe_weight_bytes(e, p->act_bytes) * k);
+        return send + plan_act_note(e->bias ? 4 : 3, 8 * rows) + plan_act_note(1, rows) +
+               plan_act_note(1, rows * Eb * h) + plan_act_note(1, rows * Eb * 2 * fe) +
+               plan_act_note(e->clamped_glu ? 5 : 2, rows * Eb * fe) + plan_act_note(1, rows * Eb);
     }
-    double idx = 8 * k * (e->bias ? 4 : 3);
-    return idx + F * Eb * k * (2 * h + act) + moe_weight_bytes(e, p->act_bytes) * k;
+    double rows = F * k;
+    return plan_act_note(e->bias ? 4 : 3, 8 * k) + plan_act_note(2, rows * Eb * h) +
+           plan_act_note(1, rows * Eb * 2 * fe) + plan_act_note(e->clamped_glu ? 5 : 2, rows * Eb * fe) +
+           plan_act_note(1, moe_weight_bytes(e, p->act_bytes) * k);
 }
 
 /* --moe-imbalance F (TrainSpec.moe_imbalance; 0 reads as 1): the factor on the routed experts'
@@ -136,7 +144,7 @@ double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpe
     double mlp_in = plan_act_llama_style(m) && p->autocast ? 2 : 1;
     double moe = moe_router_bytes(m, p) + moe_routed_bytes(m, p, moe_rows_factor(m, t)) + moe_shared_bytes(m, t);
     if (m->moe.router_logits) moe += 2 * p->act_bytes * m->moe.n_experts;
-    return moe - plan_act_mlp_bytes(m, t, (double)m->d_ff, mlp_in);
+    return moe - plan_act_mlp_bytes_unnoted(m, t, (double)m->d_ff, mlp_in);
 }
 
 /* A MoE block's MLP backward at its largest moment (block_probe.py, docs/formulas.md "A MoE

@@ -179,7 +179,8 @@ typedef struct Step {
     uint8_t alloc_lazy_opt, alloc_opt_copies;
     uint8_t alloc_init_bcast;   /* DDP's construction broadcasts the module's states in flat chunks */
     uint8_t alloc_ddp_rebuild;  /* DDP's first iteration has one bucket, rebuilt in the second */
-    uint8_t alloc_unit_keep;    /* FSDP2 keeps the units' unsharded parameters after forward */
+    uint8_t alloc_unit_keep;    /* FSDP keeps the units' unsharded parameters after forward (SHARD_GRAD_OP) */
+    uint8_t alloc_unit_flat;    /* FSDP1: a unit's gathered parameters are one FlatParameter */
     uint8_t alloc_ds_flatten;   /* DeepSpeed ZeRO-1/2 flattens the parameters at initialisation */
     uint8_t alloc_level[RULE_COUNT];   /* the rule's events change one level (StepLevel): each change
                                           is its tensors freed and the new level's allocated */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "plan_dim_ft.h"
+#include "plan_dim_moe.h"
 #include "plan_step_internal.h"
 #include "plan_util.h"
 
@@ -46,11 +47,19 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_split[RULE_ACCUM_GRADS] = SPLIT_TENSORS;
         st->alloc_split[RULE_DS12_IN_FLIGHT] = SPLIT_TENSORS;
     }
+    /* FSDP's gathered parameters, unit by unit. FSDP1: each unit's are its one padded
+       FlatParameter, allocated whole on the unshard stream (_flat_param.py
+       _alloc_padded_unsharded_flat_param: _alloc_storage(unsharded_flat_param,
+       _padded_unsharded_size), under _runtime_utils.py _unshard's stream(unshard_stream)) and
+       freed whole (_free_unsharded_flat_param: _free_storage) */
+    if (x->f2.on) {
+        st->alloc_split[RULE_FSDP2_BUFFERS] = SPLIT_UNIT;
+        st->alloc_unit_keep = (uint8_t)x->f2.keep;
+        st->alloc_unit_flat = (uint8_t)x->f2.v1;
+    }
     /* FSDP2: per-parameter unsharded tensors and gradients around flat collective buffers
        (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out / foreach_reduce) */
     if (x->f2.on && !x->f2.v1) {
-        st->alloc_split[RULE_FSDP2_BUFFERS] = SPLIT_UNIT;
-        st->alloc_unit_keep = (uint8_t)x->f2.keep;
         st->alloc_split[RULE_FSDP2_UNSHARDED_GRADS] = SPLIT_TENSORS;
         /* the reduce-scatter's output is made on the reduce-scatter stream (foreach_reduce
            allocates under torch.cuda.stream(reduce_scatter_stream)) */
@@ -225,7 +234,11 @@ static int bwd_ws_weights(const Step *st, int layer, double bytes, Weights *ws) 
             sum += v[k];
         }
     }
-    double f = (double)in.b * (double)in.s * (double)m->d_ff * plan_precision(t.precision)->act_bytes, left = bytes - sum;
+    /* a MoE block's working set is its experts' (plan_moe_backward: net of the saved tensors
+       freed while it is made, one piece), not a dense MLP's two gradients */
+    double f = plan_moe_block(m, &m->layers[layer]) ? 0
+             : (double)in.b * (double)in.s * (double)m->d_ff * plan_precision(t.precision)->act_bytes,
+           left = bytes - sum;
     for (int k = 0; k < 2 && f > 0 && left > f; k++, left -= f)
         if (add_w(ws, f)) return -1;
     return left > 0.5 ? add_w(ws, left) : 0;
@@ -249,12 +262,13 @@ static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights 
 }
 
 /* A sharded unit level's bytes at layer `layer`'s point (SPLIT_UNIT): the unit's parameters
-   tensor by tensor, then the root's (FSDP2 keeps the root unsharded), then while the level
-   holds more, the units kept since their forward (SHARD_GRAD_OP: alloc_unit_keep), else flat
+   tensor by tensor (FSDP1's: one flat parameter, Step.alloc_unit_flat), then the root's (FSDP2
+   keeps the root unsharded), then while the level holds more, the units kept since their
+   forward (SHARD_GRAD_OP: alloc_unit_keep; at the head and the loss, every block), else flat
    buffers of the unit (the all-gather output, a prefetch, the reduce-scatter input); the rest
    one piece. */
 #define PLAN_FSDP2_MAX_FLAT 8
-static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
+static int unit_weights(const Step *st, int layer, int backward, double bytes, Weights *ws) {
     const ModelSpec *m = &st->view.m;
     int u = m->layers[layer].unit, units = 0;
     double pb = plan_precision(st->view.t.precision)->param_bytes, fz = frozen_weight(st), b = 0, left = bytes,
@@ -264,23 +278,33 @@ static int unit_weights(const Step *st, int layer, double bytes, Weights *ws) {
     int order[2 + 2 * 4096], n = 0;
     order[n++] = u;
     if (u != 0) order[n++] = 0;
-    for (int d = 1; st->alloc_unit_keep && d <= units && n < (int)(sizeof order / sizeof order[0]); d++) {
+    /* FSDP1 holds no flat buffers besides the units' flat parameters: what the level holds past
+       the unit's own is other units' (prefetched or kept), nearest first */
+    int others = st->alloc_unit_keep || st->alloc_unit_flat, head = 0;
+    for (int i = 0; i < layer; i++) head |= m->layers[i].unit > 0;   /* a root layer after the blocks */
+    /* at the root's layers before the blocks (the embedding) in forward no block has been
+       gathered since its last reshard (SHARD_GRAD_OP reshards each unit after its backward):
+       FSDP1's forward prefetch of the first blocks at most; in backward the first blocks' buffers */
+    if (u == 0 && !head && !backward && !st->alloc_unit_flat) others = 0;
+    for (int d = 1; others && d <= units && n < (int)(sizeof order / sizeof order[0]); d++) {
         if (u - d >= 1) order[n++] = u - d;
         if (u + d <= units && u != 0) order[n++] = u + d;
-        if (u == 0) order[n++] = units + 1 - d;   /* the root's point (the loss, the head): every block */
+        if (u == 0) order[n++] = head ? units + 1 - d : d;   /* the loss, the head: every block */
     }
     for (int k = 0; k < n && left > 0; k++) {
         Weights one = {.flat_from = -1};
         if (unit_params(m, order[k], pb, fz, &one, &b)) { free(one.w); return -1; }
         if (k == 0) unit = b;
         if (b > 0 && b <= left + 1) {
-            for (int j = 0; j < one.n; j++)
-                if (add_w(ws, one.w[j])) { free(one.w); return -1; }
+            for (int j = 0; j < (st->alloc_unit_flat ? 1 : one.n); j++)
+                if (add_w(ws, st->alloc_unit_flat ? b : one.w[j])) { free(one.w); return -1; }
             left -= b;
         }
         free(one.w);
     }
-    ws->flat_from = ws->n;   /* FSDP2's all-gather output and reduce-scatter input: their streams' */
+    /* FSDP2's all-gather output and reduce-scatter input: their streams'; FSDP1's flat
+       parameters all the unshard stream's */
+    ws->flat_from = st->alloc_unit_flat ? 0 : ws->n;
     ws->flat_stream = STREAM_COMM;
     /* a few at most (what the account holds past the unit's own and the kept ones is its flat
        buffers: at most one each for the gather in use, its prefetch, the reduce-scatter); more
@@ -329,7 +353,7 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
     case SPLIT_BWD_WS:
         return at_layer ? bwd_ws_weights(st, layer, fabs(e->bytes), ws) : 0;
     case SPLIT_UNIT:   /* the loss's points are the head's (the root's) */
-        return layer >= 0 && layer < m->n_layers ? unit_weights(st, layer, fabs(e->bytes), ws) : 0;
+        return layer >= 0 && layer < m->n_layers ? unit_weights(st, layer, backward, fabs(e->bytes), ws) : 0;
     case SPLIT_LOGITS: {
         double one = (double)st->view.t.micro_batch * (double)(st->view.t.seq > 0 ? st->view.t.seq : m->max_seq) *
                      (double)m->vocab * 4.0;

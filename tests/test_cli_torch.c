@@ -849,6 +849,44 @@ Test(validate_torch, should_pass_the_fsdp1_knobs_to_the_harness)
     free(r.out);
 }
 
+/* Replays rows[0..n-1]'s recorded and planned allocations (validate --against torch --json) and
+   expects the reserved figures within 3 % (or, with slack, within one 2 MiB small-pool segment)
+   and the recorded sequence to hold the harness's peak. */
+static void expect_reserved_rows(const char *const *rows, size_t n, int slack)
+{
+    char res[1536], json[320], args[2400], dir[256];
+    test_tmpdir(dir, sizeof dir, "vtr");
+    snprintf(json, sizeof json, "%s/v.json", dir);
+    for (size_t i = 0; i < n; i++) {
+        saved_result(res, sizeof res, rows[i]);
+        snprintf(args, sizeof args, "validate --against torch --measured %s.json --json=%s", res, json);
+        Run r = test_launch(g_memplan, 0, 60, args);
+        cr_expect_eq(r.status, 0, "%s:\n%s", rows[i], r.out);
+        free(r.out);
+        char *text = read_file(json);
+        cr_assert(text, "%s: no JSON written", rows[i]);
+        cJSON *j = cJSON_Parse(text);
+        free(text);
+        cr_assert(j);
+        const cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
+        const cJSON *rv = cJSON_GetObjectItem(s, "reserved");
+        cr_expect(rv != NULL, "%s: no recorded allocations found", rows[i]);
+        if (rv) {
+            double p = cJSON_GetObjectItem(rv, "planned_bytes")->valuedouble;
+            double m = cJSON_GetObjectItem(rv, "recorded_bytes")->valuedouble;
+            cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(rv, "within_tolerance")) ||
+                          (slack && fabs(m - p) <= 2.0 * 1024 * 1024),
+                      "%s: planned %.0f, recorded %.0f (%+.2f%%)", rows[i], p, m, 100 * (m - p) / p);
+            double tp = cJSON_GetObjectItem(rv, "recorded_tensor_peak_bytes")->valuedouble;
+            double hp = cJSON_GetObjectItem(cJSON_GetObjectItem(s, "peak"), "measured_bytes")->valuedouble;
+            cr_expect_geq(tp, hp, "%s: the recorded sequence holds the harness's peak (%.0f < %.0f)", rows[i], tp, hp);
+        }
+        cJSON_Delete(j);
+    }
+    snprintf(json, sizeof json, "rm -rf '%s'", dir);
+    cr_expect_eq(system(json), 0);
+}
+
 /* The recorded allocations of a sample of the measured rows (bench/torch/results/traces/, one
    per strategy and family that has one: DDP, ZeRO-1/2/3, FSDP2 with tensor parallel, a MoE, a
    2024-26 family, BERT, GPT-2 at 1024 tokens) replay through the caching allocator model to the
@@ -865,36 +903,23 @@ Test(validate_torch, recorded_allocations_should_replay_to_the_planned_reserved)
         "gpt2-mini_fsdp-full_fp32_none_eager_r4_b1_s128_tp2", "mixtral_fsdp-full_fp32_none_eager_r2_b1_s128",
         "gemma2-mini_ddp_fp32_none_eager_r2_b1_s128", "gpt2-mini_ddp_fp32_none_eager_r2_b1_s128_accum2",
     };
-    char res[1536], json[320], args[2400], dir[256];
-    test_tmpdir(dir, sizeof dir, "vtr");
-    snprintf(json, sizeof json, "%s/v.json", dir);
-    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
-        saved_result(res, sizeof res, ROWS[i]);
-        snprintf(args, sizeof args, "validate --against torch --measured %s.json --json=%s", res, json);
-        Run r = test_launch(g_memplan, 0, 60, args);
-        cr_expect_eq(r.status, 0, "%s:\n%s", ROWS[i], r.out);
-        free(r.out);
-        char *text = read_file(json);
-        cr_assert(text, "%s: no JSON written", ROWS[i]);
-        cJSON *j = cJSON_Parse(text);
-        free(text);
-        cr_assert(j);
-        const cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
-        const cJSON *rv = cJSON_GetObjectItem(s, "reserved");
-        cr_expect(rv != NULL, "%s: no recorded allocations found", ROWS[i]);
-        if (rv) {
-            double p = cJSON_GetObjectItem(rv, "planned_bytes")->valuedouble;
-            double m = cJSON_GetObjectItem(rv, "recorded_bytes")->valuedouble;
-            cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(rv, "within_tolerance")) || fabs(m - p) <= 2.0 * 1024 * 1024,
-                      "%s: planned %.0f, recorded %.0f (%+.2f%%)", ROWS[i], p, m, 100 * (m - p) / p);
-            double tp = cJSON_GetObjectItem(rv, "recorded_tensor_peak_bytes")->valuedouble;
-            double hp = cJSON_GetObjectItem(cJSON_GetObjectItem(s, "peak"), "measured_bytes")->valuedouble;
-            cr_expect_geq(tp, hp, "%s: the recorded sequence holds the harness's peak (%.0f < %.0f)", ROWS[i], tp, hp);
-        }
-        cJSON_Delete(j);
-    }
-    snprintf(json, sizeof json, "rm -rf '%s'", dir);
-    cr_expect_eq(system(json), 0);
+    expect_reserved_rows(ROWS, sizeof ROWS / sizeof ROWS[0], 1);
+}
+
+/* The rows each listing mechanism was found on replay within 3 %, no segment's slack
+   (docs/validation-torch.md "Reserved memory"): FSDP1's one flat parameter per unit (they were
+   -44 to -53 % when the listing lumped a level's units into one >1 MiB piece), the root's
+   all-gather output at the embedding under SHARD_GRAD_OP (llama-mini fsdp-grad-op, +111 %), a
+   MoE block's experts as the tensors grouped_mm saves and its backward working set one piece
+   (mixtral-wide fsdp-full amp, the skewed expert-parallel row at +23.5 %, qwen3-moe ddp). */
+Test(validate_torch, rows_of_the_listing_mechanisms_should_replay_within_3_percent)
+{
+    static const char *ROWS[] = {
+        "gpt2-mini_fsdp-full_fp32_none_eager_r2_b1_s128_fsdp1", "gpt2-mini_fsdp-grad-op_fp32_none_eager_r2_b1_s128_fsdp1",
+        "llama-mini_fsdp-grad-op_fp32_none_eager_r2_b1_s128", "mixtral-wide_fsdp-full_amp-bf16_none_sdpa_r2_b4_s128",
+        "mixtral-wide_fsdp-full_fp32_none_eager_r4_b4_s128_ep2_skewed", "qwen3-moe_ddp_fp32_none_eager_r2_b4_s128",
+    };
+    expect_reserved_rows(ROWS, sizeof ROWS / sizeof ROWS[0], 0);
 }
 
 /* --alloc-out DIR writes each row's planned allocation sequence as a trace memplan alloc replays
