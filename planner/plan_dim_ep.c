@@ -125,8 +125,9 @@ static void a2a(const StepCtx *x, Step *st, int point, CollPurpose what, PhaseKi
     e->count = count;
     e->payload = count * each;
     e->group = x->v->ep;
-    /* the ep group is ep consecutive ranks (the expert mesh's inner dimension) */
-    e->crosses = x->v->ep > x->full->gpus_per_node;
+    /* the ep group is ep ranks of the expert mesh's inner dimension, strided by tp under tensor
+       parallel (torchtitan's sparse mesh [efsdp, ep, etp], etp = tp): it spans ep x tp ranks */
+    e->crosses = (int64_t)x->v->ep * x->v->tp > x->full->gpus_per_node;
 }
 
 /* Per MoE block and micro-step (transformers 5.24 distributed/expert_parallel.py

@@ -11,12 +11,48 @@
 
 #include "plan_auto.h"
 #include "plan_dim_ft.h"
+#include "plan_dim_moe.h"
 #include "plan_dim_pp.h"
 #include "plan_step_internal.h"
 
 int plan_tp_degree(const TrainSpec *t) { return t->tp > 1 ? t->tp : 1; }
 
 int plan_tp_root_sharded(const ModelSpec *m) { return !m->tied_embeddings; }
+
+/* Tensor parallel of MoE blocks, as torchtitan plans it (models/llama4/infra/parallelize.py
+   apply_moe_ep_tp): the block takes the sequence shards and returns them (PrepareModuleInputOutput
+   Shard(1) -> Replicate, Partial -> Shard(1)), so sequence parallel; the routed experts split their
+   hidden width over tp (distributed/expert_parallel.py TensorParallel: w1, w3 Shard(1), w2
+   Shard(2); with --ep, ExpertTensorParallel on the [ep, etp] mesh, etp = tp); the shared expert
+   column/row-parallel; the router replicated (NoParallel). Experts that take every token
+   (transformers' Llama 4) have no such plan. */
+static int moe_tp_check(const ModelSpec *m, const TrainSpec *t, int tp, char *msg, size_t len) {
+    const MoeSpec *e = &m->moe;
+    if (e->router == MOE_ROUTER_ALL_EXPERTS) {
+        snprintf(msg, len, "--tp %d: %s's experts take every token (transformers' Llama 4, which has no tensor-parallel "
+                 "plan memplan models); tensor parallel of MoE blocks is torchtitan's, whose experts take their routed "
+                 "tokens: plan torchtitan's Llama 4 (tests/data/torchtitan/llama4_17bx16e.json)", tp, m->name);
+        return -1;
+    }
+    if (!t->sp) {
+        snprintf(msg, len, "--tp %d of %s's MoE blocks needs --sp on (torchtitan's MoE plan takes and returns sequence "
+                 "shards: PrepareModuleInputOutput Shard(1))", tp, m->name);
+        return -1;
+    }
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].expert_params > 0 && !m->layers[i].expert_mask) {
+            snprintf(msg, len, "--tp %d: %s's routed-expert tensors are not known (a model JSON without "
+                     "tensor_experts); tensor parallel splits them apart from the router", tp, m->name);
+            return -1;
+        }
+    if (e->d_ff_expert % tp || e->d_ff_shared % tp) {
+        snprintf(msg, len, "--tp %d must divide %s's expert width (%lld) and shared-expert width (%lld): tensor "
+                 "parallel splits each expert's hidden width", tp, m->name, (long long)e->d_ff_expert,
+                 (long long)e->d_ff_shared);
+        return -1;
+    }
+    return 0;
+}
 
 int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                   char *msg, size_t len) {
@@ -50,24 +86,25 @@ int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
         return -1;
     }
     /* the blocks the TP rules were written and measured for: GPT-2's and LLaMA's (the zoo's, and
-       Hugging Face configs of these families); the newer families' extra norms, soft-caps and
-       fused projections are not split by them yet */
-    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", NULL};
+       Hugging Face configs of these families), and Llama 4's MoE blocks as torchtitan splits them
+       (moe_tp_check); the newer families' extra norms, soft-caps and fused projections are not
+       split by them yet */
+    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", "llama4_text", NULL};
     if (!plan_model_family_in(m, FAMILIES)) {
         snprintf(msg, len, "--tp %d: %s (model_type %s): tensor parallel is planned for GPT-2 and LLaMA/Mistral blocks "
-                 "(gpt2, llama, mistral configs and the zoo's)", tp, m->name, m->family);
+                 "(gpt2, llama, mistral configs and the zoo's) and torchtitan's Llama 4", tp, m->name, m->family);
         return -1;
     }
     if (t->impl != IMPL_PYTORCH) {
         snprintf(msg, len, "--tp %d: tensor parallel is PyTorch's (--impl pytorch); memplan's engine has none", tp);
         return -1;
     }
-    if (m->arch != ARCH_DECODER || m->n_head <= 0 || m->d_ff <= 0 || m->moe.n_experts > 0 ||
-        !plan_model_tensors_known(m)) {
-        snprintf(msg, len, "--tp %d: %s is not a dense decoder with known parameter tensors; tensor parallel "
+    if (m->arch != ARCH_DECODER || m->n_head <= 0 || m->d_ff <= 0 || !plan_model_tensors_known(m)) {
+        snprintf(msg, len, "--tp %d: %s is not a decoder with known parameter tensors; tensor parallel "
                  "is planned for GPT-2- and LLaMA-style decoders", tp, m->name);
         return -1;
     }
+    if (m->moe.n_experts > 0 && moe_tp_check(m, t, tp, msg, len)) return -1;
     int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     if (m->n_head % tp || kv % tp || m->d_ff % tp) {
         snprintf(msg, len, "--tp %d must divide %s's attention heads (%d), KV heads (%d) and MLP width (%lld)",
@@ -99,31 +136,41 @@ int plan_tp_view(const ModelSpec *m, int tp, ModelSpec *v) {
     v->n_head = m->n_head / tp;
     v->n_kv_head = (m->n_kv_head > 0 ? m->n_kv_head : m->n_head) / tp;
     v->d_ff = m->d_ff / tp;
+    v->moe.d_ff_expert = m->moe.d_ff_expert / tp;   /* every expert's hidden width is split */
+    v->moe.d_ff_shared = m->moe.d_ff_shared / tp;
     int root = plan_tp_root_sharded(m);
     for (int i = 0; i < m->n_layers; i++) {
         LayerSpec l = m->layers[i];
         int split_layer = l.kind == LAYER_BLOCK ||
                           (root && (l.kind == LAYER_EMBED || l.kind == LAYER_HEAD));
         if (split_layer && l.n_tensors > 0) {
-            int64_t sum = 0, largest = 0;
+            int64_t sum = 0, largest = 0, experts = 0;
             for (int k = 0; k < l.n_tensors; k++) {
                 int64_t e = l.tensor_elems[k], d0 = l.tensor_dim0[k];
                 int split = l.kind == LAYER_BLOCK ? !replicated(m, e, d0)
                                                   : (e % m->vocab == 0 && e / m->vocab == m->d_model);
+                /* a MoE block: the routed experts keep dim 0, the expert index, and split their
+                   hidden width (TensorParallel Shard(1)/Shard(2)); the router (E x h) is whole */
+                int expert = k < 32 && (l.expert_mask >> k & 1u);
+                if (l.kind == LAYER_BLOCK && l.expert_params > 0 && !expert && d0 == m->moe.n_experts &&
+                    e == d0 * m->d_model)
+                    split = 0;
                 if (split) {
                     /* column split: Linear (out, in) Shard(0) (dim 0 / tp); row split: Shard(1) */
                     int64_t ne = e / tp;
-                    int64_t nd = d0 > 0 && d0 % tp == 0 && (d0 != m->d_model || d0 == e) ? d0 / tp : d0;
+                    int64_t nd = expert ? d0 : d0 > 0 && d0 % tp == 0 && (d0 != m->d_model || d0 == e) ? d0 / tp : d0;
                     if (nd > 0 && ne % nd) nd = 0;
                     l.tensor_elems[k] = ne;
                     l.tensor_dim0[k] = nd;
                     e = ne;
                 }
                 sum += e;
+                experts += expert ? e : 0;
                 if (e > largest) largest = e;
             }
             l.params = sum;
             l.largest_tensor = largest;
+            if (l.expert_params > 0) l.expert_params = experts;
         }
         if (!plan_model_add_layer(v, &l)) { plan_model_free(v); return -1; }
     }
@@ -199,14 +246,28 @@ void rule_tp(const StepCtx *x, Step *st) {
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsR);
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, again, bsX);
         } else {
+            int moe = plan_moe_block(m, &m->layers[i]);
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2 * again, bsR);
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, again, bsX);
             /* forward: gather the norms' outputs, scatter the row-parallel outputs; backward the
-               mirror: gather the outputs' gradients, scatter the inputs' */
+               mirror: gather the outputs' gradients, scatter the inputs' (a MoE block's input
+               gradient: below) */
             tp_coll(x, st, pt(x, PT_FWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsR);
             tp_coll(x, st, pt(x, PT_FWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsX);
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsX);
-            tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsR);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, moe ? 1 : 2, bsR);
+            /* torchtitan's MoE block hands its gathered input on as a plain tensor (use_local_input):
+               its gradient comes back whole, without a reduce-scatter, because each consumer that
+               splits the work all-reduces its own input's gradient (DTensor.from_local(Replicate)
+               .to_local(grad_placements=Partial)): the routed experts' T k rows (TensorParallel /
+               ExpertTensorParallel._prepare_input), the shared expert's w1 and w3 (ColwiseParallel
+               on a plain input); the router is replicated (NoParallel) */
+            if (moe) {
+                tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 1,
+                        bsX * m->moe.top_k);
+                tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD,
+                        m->moe.d_ff_shared > 0 ? 2 : 0, bsX);
+            }
         }
     }
     /* The root. torchtitan's plan (vocab-sharded): the embedding's partial rows are reduced

@@ -102,7 +102,7 @@ HONOURED = {
         "model.flavor": "a Llama 3 flavor (debugmodel, 8B, 70B, 405B, ...): its blocks and hidden size checked against `--model`; without `--model` it is the model",
         "parallelism.context_parallel_degree": "> 1 -> `--cp N` (ring attention; FSDP2 over dp x cp: torchtitan's dp_shard_cp mesh; estimates, docs/formulas.md \"Context parallel\")",
         "parallelism.expert_parallel_degree": "> 1 -> `--ep N` (the experts split over N of the dp x cp ranks, all-to-all dispatch/combine, FSDP2 on the experts over the rest: docs/formulas.md \"Expert parallel\")",
-        "parallelism.expert_tensor_parallel_degree": "> 1 not modelled yet (it needs tensor parallel of the MoE blocks, which memplan does not plan)",
+        "parallelism.expert_tensor_parallel_degree": "with ep 1: no effect (the experts split over tp: torchtitan's TensorParallel); with ep > 1: = tp plans ExpertTensorParallel (`--ep` with `--tp`), 1 under tp (ep borrowing the tp ranks) is refused, other values refused as torchtitan does",
         "activation_checkpoint.mode": "none, full -> `--act-ckpt`; selective (default) -> selective_ac_option; memory_budget not modelled",
         "activation_checkpoint.selective_ac_option": "N -> `--act-ckpt every:N` (blocks N, 2N, ...; 0: full); \"op\" -> `--act-ckpt op` (default \"2\")",
         "parallelism.disable_loss_parallel": "with tensor parallel: false (loss parallel) is not modelled, true is memplan's gathered logits; without it no effect",
