@@ -319,6 +319,41 @@ Test(cli_config, torchtitans_expert_and_context_parallel_degrees_should_map_onto
     cr_expect(strstr(err, "context_parallel_rotate_method=alltoall"), "%s", err);
 }
 
+/* torchtitan's own Llama 4 Scout job (v0.2.2, tests/data/torchtitan, planned with the 17bx16e
+   flavor's shape: tests/data/torchtitan/llama4_17bx16e.json) plans as written: tensor parallel 8
+   of its MoE blocks (the experts split by hidden width: expert_tensor_parallel_degree has no
+   effect with expert parallel 1), FSDP2 over the 8 data-parallel ranks of 64 GPUs, full
+   checkpointing. Expert tensor parallel other than 1 or tp, or 1 under tp with ep > 1 (ep
+   borrowing the tp ranks), is refused with one line. */
+Test(cli_config, torchtitans_llama4_job_should_plan_tensor_parallel_moe_blocks_as_written) {
+    cJSON *j = expect_settings("--config tests/data/torchtitan/llama4_17bx16e.toml --model "
+                               "tests/data/torchtitan/llama4_17bx16e.json --gpus 64 --gpu h100-80gb",
+                               (const Want[]){{"tp", "8"}, {"sp", "on"}, {"act-ckpt", "full"}, {"batch", "8"},
+                                              {"seq", "8192"}, {"strategy", "fsdp-full"}, {"precision", "mixed-bf16"},
+                                              {0, 0}});
+    cr_expect_eq(num(j, "train", "tp"), 8);
+    cr_expect_eq(num(j, "train", "data_parallel"), 8);
+    cJSON_Delete(j);
+    cr_expect(!strstr(err, "expert_tensor_parallel_degree"), "%s", err);
+    char args[512];
+    const char *bad = put("etp.toml", "[parallelism]\ntensor_parallel_degree = 8\nexpert_parallel_degree = 2\n"
+                                      "expert_tensor_parallel_degree = 4\n");
+    snprintf(args, sizeof args, "--config %s --model tests/data/torchtitan/llama4_17bx16e.json --gpus 64", bad);
+    cr_expect_eq(run(args), 2);
+    cr_expect_eq(lines(err), 1, "%s", err);
+    cr_expect(strstr(err, "expert_tensor_parallel_degree 4") && strstr(err, "1 or the tensor-parallel degree 8"), "%s", err);
+    const char *borrow = put("etp1.toml", "[parallelism]\ntensor_parallel_degree = 8\nexpert_parallel_degree = 2\n"
+                                          "expert_tensor_parallel_degree = 1\n");
+    snprintf(args, sizeof args, "--config %s --model tests/data/torchtitan/llama4_17bx16e.json --gpus 64", borrow);
+    cr_expect_eq(run(args), 2);
+    cr_expect_eq(lines(err), 1, "%s", err);
+    cr_expect(strstr(err, "ReordererSequenceParallel"), "%s", err);
+    const char *etp = put("etp8.toml", "[parallelism]\ntensor_parallel_degree = 8\nexpert_parallel_degree = 2\n"
+                                       "expert_tensor_parallel_degree = 8\n");
+    snprintf(args, sizeof args, "--config %s --model tests/data/torchtitan/llama4_17bx16e.json --gpus 64", etp);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "8"}, {"ep", "2"}, {0, 0}}));
+}
+
 Test(cli_config, hf_training_arguments_should_map_onto_the_trainers_flags) {
     cJSON *j = expect_settings("--config " EX "hf_training_args.json --model gpt2 --gpus 4", (const Want[]){
         {"loop", "trainer"}, {"batch", "4"}, {"grad-accum", "4"}, {"strategy", "ddp"}, {"precision", "amp-bf16"},

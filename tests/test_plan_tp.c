@@ -9,6 +9,7 @@
 #include "plan_memory.h"
 #include "plan_sim.h"
 #include "plan_dim_tp.h"
+#include "plan_load.h"
 #include "test_plan.h"
 
 static void train(TrainSpec *t, int tp, int sp) {
@@ -329,5 +330,93 @@ Test(tp, the_simulated_step_should_read_the_share_and_the_payloads_at_every_micr
     }
     cr_expect(comp[1] / comp[0] >= 1.6 && comp[1] / comp[0] <= 2.1, "b2/b1 %.3f", comp[1] / comp[0]);
     cr_expect(comp[2] / comp[1] >= 3.2 && comp[2] / comp[1] <= 4.2, "b8/b2 %.3f", comp[2] / comp[1]);
+    plan_model_free(&m);
+}
+
+/* ---- MoE blocks as torchtitan splits them (models/llama4/infra/parallelize.py apply_moe_ep_tp;
+   distributed/expert_parallel.py TensorParallel): docs/formulas.md "Tensor parallel of MoE
+   blocks" ---- */
+
+#define TT_LLAMA4 "tests/data/torchtitan/llama4_17bx16e.json"
+
+static ModelSpec load_json(const char *path) {
+    ModelSpec m;
+    char msg[512];
+    cr_assert_eq(plan_load_model(&m, path, msg, sizeof msg), 0, "%s", msg);
+    return m;
+}
+
+Test(tp, moe_blocks_should_split_each_experts_hidden_width_and_keep_the_router_whole) {
+    ModelSpec m = load_json(TT_LLAMA4), v;
+    cr_assert_eq(plan_tp_view(&m, 8, &v), 0);
+    const LayerSpec *b = &m.layers[1], *w = &v.layers[1];
+    cr_assert_eq(b->kind, LAYER_BLOCK);
+    double h = 5120, E = 16, f = 8192;
+    cr_expect_eq((double)b->expert_params, 3 * E * h * f, "w1, w3 and w2 of 16 experts");
+    cr_expect_eq((double)w->expert_params, 3 * E * h * f / 8, "Shard(1) / Shard(2): each expert's hidden width / tp");
+    int router = 0;
+    for (int k = 0; k < b->n_tensors; k++) {
+        if (b->expert_mask >> k & 1u)
+            cr_expect_eq(w->tensor_dim0[k], 16, "dim 0 stays the expert index (FSDP and --ep shard it)");
+        if (b->tensor_elems[k] == E * h && !(b->expert_mask >> k & 1u)) {
+            router++;
+            cr_expect_eq(w->tensor_elems[k], b->tensor_elems[k], "the router is NoParallel: whole on every rank");
+        }
+    }
+    cr_expect_eq(router, 1);
+    /* per block: the router and two norms whole, the rest (attention, experts, shared expert) / 8 */
+    double whole = E * h + 2 * h;
+    cr_expect_eq((double)w->params, ((double)b->params - whole) / 8 + whole);
+    cr_expect_eq(v.moe.d_ff_expert, 1024);
+    cr_expect_eq(v.moe.d_ff_shared, 1024);
+    cr_expect_eq(v.moe.n_experts, 16, "the router still scores every expert");
+    plan_model_free(&v);
+    plan_model_free(&m);
+}
+
+/* Per MoE block under SP: forward as a dense block (the input gathered from sequence shards, the
+   Partial output reduce-scattered to them); backward, the output's gradient gathered, and instead
+   of the input gradient's reduce-scatter, all-reduces by each consumer that splits the work: the
+   routed experts' T k rows and the shared expert's w1 and w3 inputs. */
+Test(tp, a_moe_block_should_all_reduce_its_consumers_input_gradients_instead_of_a_reduce_scatter) {
+    ModelSpec m = load_json(TT_LLAMA4);
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 8, 1);
+    t.micro_batch = 1;
+    cluster(&c, 16, 8);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p);
+    double bsh = 1.0 * 1024 * 5120 * 2, L = m.n_layer;
+    const PlanColl *ar = row(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rs = row(&p, COLL_REDUCE_SCATTER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ag = row(&p, COLL_ALL_GATHER, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rsf = row(&p, COLL_REDUCE_SCATTER, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    cr_assert(ar && rs && ag && rsf);
+    cr_expect_eq(ar->count, 3 * L, "routed rows (top-1), shared w1, shared w3");
+    cr_expect_eq(ar->payload_bytes, 3 * L * bsh);
+    cr_expect_eq(ar->group, 8);
+    cr_expect_eq(rs->count, L + 1, "the attention input's gradient per block, the head's input");
+    cr_expect_eq(ag->count, 2 * L + 1, "forward as a dense block: attention and MoE inputs, the head's");
+    cr_expect_eq(rsf->count, 2 * L + 1);
+    plan_model_free(&m);
+}
+
+Test(tp, moe_blocks_it_does_not_split_should_be_refused_with_the_reason) {
+    TrainSpec t;
+    ClusterSpec c;
+    char msg[512];
+    cluster(&c, 16, 8);
+    ModelSpec hf = load_json("tests/data/hf/llama-4-scout-17b-16e-text.json");
+    train(&t, 8, 1);
+    cr_expect_neq(plan_tp_check(&hf, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "take every token") && strstr(msg, "torchtitan"), "%s", msg);
+    plan_model_free(&hf);
+    ModelSpec m = load_json(TT_LLAMA4);
+    train(&t, 8, 0);
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "--sp on"), "%s", msg);
+    train(&t, 8, 1);
+    cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0, "%s", msg);
     plan_model_free(&m);
 }
