@@ -1,8 +1,11 @@
 /* test_plan_tp.c — tensor and sequence parallelism (plan_tp.h, plan_rules_tp.c): one rank's share
  * of the model, the model states, the TP collectives with their counts and payloads, SP's
  * activations, the refusals, and the TP collectives on the simulated step's critical path. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "plan_auto.h"
 #include "plan_comm.h"
@@ -418,5 +421,49 @@ Test(tp, moe_blocks_it_does_not_split_should_be_refused_with_the_reason) {
     cr_expect(strstr(msg, "--sp on"), "%s", msg);
     train(&t, 8, 1);
     cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0, "%s", msg);
+    plan_model_free(&m);
+}
+
+/* Measured on 4 gloo ranks (bench/torch/moe_tp_probe.py: torchtitan 0.2.2's own Llama 4 model,
+   a tiny flavor of 2 MoE blocks, parallelised by its own apply_non_moe_tp and apply_moe_ep_tp,
+   fp32, micro-batch 2 x 64 tokens, one forward and backward): rank 0's parameter elements and its
+   collectives of forward and backward, count and payload per kind and phase, exact. */
+Test(tp, torchtitans_moe_plan_should_hold_the_measured_shares_and_issue_the_measured_collectives) {
+    FILE *f = fopen("bench/torch/results/probes/llama4-tiny_tp4.json", "r");
+    cr_assert_not_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j);
+    ModelSpec m = load_json("tests/data/torchtitan/llama4_tiny.json"), v;
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 4, 1);
+    t.precision = PREC_FP32;
+    t.micro_batch = 2;
+    t.seq = 64;
+    cluster(&c, 4, 4);
+    cr_assert_eq(plan_tp_view(&m, 4, &v), 0);
+    cr_expect_eq((double)plan_model_params(&v), cJSON_GetObjectItem(j, "params")->valuedouble);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    int rows = 0;
+    for (cJSON *r = cJSON_GetObjectItem(j, "collectives")->child; r; r = r->next, rows++) {
+        const char *op = cJSON_GetObjectItem(r, "op")->valuestring, *ph = cJSON_GetObjectItem(r, "phase")->valuestring;
+        double count = 0, bytes = 0;
+        for (int i = 0; i < p.n; i++)
+            if ((int)p.c[i].op == coll_by_name(op) && !strcmp(phase_name(p.c[i].phase), ph) &&
+                (p.c[i].purpose == PURPOSE_TP_ACTS || p.c[i].purpose == PURPOSE_TP_LOGITS)) {
+                count += p.c[i].count;
+                bytes += p.c[i].payload_bytes;
+            }
+        cr_expect_eq(count, cJSON_GetObjectItem(r, "count")->valuedouble, "%s %s count", op, ph);
+        cr_expect_eq(bytes, cJSON_GetObjectItem(r, "bytes")->valuedouble, "%s %s payload", op, ph);
+    }
+    cr_expect_eq(rows, 5, "gathers and scatters both ways, all-reduces in backward");
+    cJSON_Delete(j);
+    plan_model_free(&v);
     plan_model_free(&m);
 }
