@@ -11,6 +11,7 @@
 #include "plan_comm.h"
 #include "plan_memory.h"
 #include "plan_sim.h"
+#include "plan_dim_ep.h"
 #include "plan_dim_tp.h"
 #include "plan_load.h"
 #include "test_plan.h"
@@ -426,44 +427,59 @@ Test(tp, moe_blocks_it_does_not_split_should_be_refused_with_the_reason) {
 
 /* Measured on 4 gloo ranks (bench/torch/moe_tp_probe.py: torchtitan 0.2.2's own Llama 4 model,
    a tiny flavor of 2 MoE blocks, parallelised by its own apply_non_moe_tp and apply_moe_ep_tp,
-   fp32, micro-batch 2 x 64 tokens, one forward and backward): rank 0's parameter elements and its
-   collectives of forward and backward, count and payload per kind and phase, exact. */
-Test(tp, torchtitans_moe_plan_should_hold_the_measured_shares_and_issue_the_measured_collectives) {
-    FILE *f = fopen("bench/torch/results/probes/llama4-tiny_tp4.json", "r");
-    cr_assert_not_null(f);
+   fp32, micro-batch 2 x 64 tokens, one forward and backward): rank 0's parameter elements before
+   data-parallel sharding and its TP and EP collectives of forward and backward, count and payload
+   per kind and phase, exact. tp 4: TensorParallel on the experts; tp 2 x ep 2:
+   ExpertTensorParallel (etp = tp), balanced routing, under FSDP2 as memplan plans --ep (its
+   gathers and reductions are not in the probe's rows). */
+static void probe_case(const char *result, int tp, int ep, StrategyKind sk) {
+    FILE *f = fopen(result, "r");
+    cr_assert_not_null(f, "%s", result);
     static char text[1 << 16];
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = 0;
     cJSON *j = cJSON_Parse(text);
     cr_assert_not_null(j);
-    ModelSpec m = load_json("tests/data/torchtitan/llama4_tiny.json"), v;
+    ModelSpec m = load_json("tests/data/torchtitan/llama4_tiny.json"), v, w;
     TrainSpec t;
     ClusterSpec c;
-    train(&t, 4, 1);
+    train(&t, tp, 1);
     t.precision = PREC_FP32;
     t.micro_batch = 2;
     t.seq = 64;
+    t.ep = ep;
     cluster(&c, 4, 4);
-    cr_assert_eq(plan_tp_view(&m, 4, &v), 0);
-    cr_expect_eq((double)plan_model_params(&v), cJSON_GetObjectItem(j, "params")->valuedouble);
+    char msg[512];
+    cr_assert_eq(plan_tp_check(&m, &t, &c, sk, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(plan_tp_view(&m, tp, &v), 0);
+    cr_assert_eq(plan_ep_view(&v, ep, &w), 0);
+    cr_expect_eq((double)plan_model_params(&w), cJSON_GetObjectItem(j, "params")->valuedouble, "%s", result);
     CommPlan p;
-    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    plan_comm(&m, &t, &c, sk, &p);
     int rows = 0;
     for (cJSON *r = cJSON_GetObjectItem(j, "collectives")->child; r; r = r->next, rows++) {
         const char *op = cJSON_GetObjectItem(r, "op")->valuestring, *ph = cJSON_GetObjectItem(r, "phase")->valuestring;
         double count = 0, bytes = 0;
-        for (int i = 0; i < p.n; i++)
+        for (int i = 0; i < p.n; i++) {
+            CollPurpose u = p.c[i].purpose;
             if ((int)p.c[i].op == coll_by_name(op) && !strcmp(phase_name(p.c[i].phase), ph) &&
-                (p.c[i].purpose == PURPOSE_TP_ACTS || p.c[i].purpose == PURPOSE_TP_LOGITS)) {
+                (u == PURPOSE_TP_ACTS || u == PURPOSE_TP_LOGITS || u == PURPOSE_EP_COUNTS || u == PURPOSE_EP_TOKENS)) {
                 count += p.c[i].count;
                 bytes += p.c[i].payload_bytes;
             }
-        cr_expect_eq(count, cJSON_GetObjectItem(r, "count")->valuedouble, "%s %s count", op, ph);
-        cr_expect_eq(bytes, cJSON_GetObjectItem(r, "bytes")->valuedouble, "%s %s payload", op, ph);
+        }
+        cr_expect_eq(count, cJSON_GetObjectItem(r, "count")->valuedouble, "%s: %s %s count", result, op, ph);
+        cr_expect_eq(bytes, cJSON_GetObjectItem(r, "bytes")->valuedouble, "%s: %s %s payload", result, op, ph);
     }
-    cr_expect_eq(rows, 5, "gathers and scatters both ways, all-reduces in backward");
+    cr_expect_eq(rows, ep > 1 ? 7 : 5, "gathers and scatters both ways, all-reduces in backward (+ all-to-alls)");
     cJSON_Delete(j);
+    plan_model_free(&w);
     plan_model_free(&v);
     plan_model_free(&m);
+}
+
+Test(tp, torchtitans_moe_plan_should_hold_the_measured_shares_and_issue_the_measured_collectives) {
+    probe_case("bench/torch/results/probes/llama4-tiny_tp4.json", 4, 1, STRAT_DDP);
+    probe_case("bench/torch/results/probes/llama4-tiny_tp2_ep2.json", 2, 2, STRAT_FSDP_FULL);
 }
