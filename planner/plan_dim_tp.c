@@ -39,12 +39,11 @@ static int moe_tp_check(const ModelSpec *m, const TrainSpec *t, int tp, char *ms
                  "shards: PrepareModuleInputOutput Shard(1))", tp, m->name);
         return -1;
     }
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].expert_params > 0 && !m->layers[i].expert_mask) {
-            snprintf(msg, len, "--tp %d: %s's routed-expert tensors are not known (a model JSON without "
-                     "tensor_experts); tensor parallel splits them apart from the router", tp, m->name);
-            return -1;
-        }
+    if (!plan_moe_experts_known(m)) {
+        snprintf(msg, len, "--tp %d: %s's routed-expert tensors are not known (a model JSON without "
+                 "tensor_experts); tensor parallel splits them apart from the router", tp, m->name);
+        return -1;
+    }
     if (e->d_ff_expert % tp || e->d_ff_shared % tp) {
         snprintf(msg, len, "--tp %d must divide %s's expert width (%lld) and shared-expert width (%lld): tensor "
                  "parallel splits each expert's hidden width", tp, m->name, (long long)e->d_ff_expert,
