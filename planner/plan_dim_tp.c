@@ -380,12 +380,15 @@ static void tp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
                       const Step *const *rows, int n_rows) {
     (void)rows; (void)n_rows;
     if (slot != HEADER_AFTER_TRAIN || plan_tp_degree(t) == 1) return;
-    fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s), sequence parallel %s; "
+    fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s%s), sequence parallel %s; "
             "the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and collectives are one "
-            "rank's (docs/formulas.md \"Tensor and sequence parallel\")\n", t->tp,
+            "rank's (docs/formulas.md \"Tensor and sequence parallel\"%s)\n", t->tp,
             plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
                                     : "column/row-parallel blocks, replicated tied embedding and head",
-            t->sp ? "on" : "off", (long long)(c->gpus / t->tp / plan_pp_degree(t)));
+            m->moe.n_experts > 0 ? "; MoE blocks as torchtitan splits them: each expert's hidden width over tp, "
+                                   "the router whole, the shared expert column/row" : "",
+            t->sp ? "on" : "off", (long long)(c->gpus / t->tp / plan_pp_degree(t)),
+            m->moe.n_experts > 0 ? ", \"Tensor parallel of MoE blocks\"" : "");
 }
 
 static void tp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
