@@ -816,14 +816,14 @@ static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
             }
             if (*v > 1) {
                 if (cfg_set(c, "sp", "on", "torchtitan's TP plan (SequenceParallel norms)")) return -1;
+                /* loss parallel, torchtitan's default (apply_tp: the head's output Shard(-1) unless
+                   disable_loss_parallel; train.py's train_context enters loss_parallel()) */
                 int off = 0, r = cfg_bool(c, p, "parallelism", "disable_loss_parallel", &off);
                 if (r < 0) return -1;
-                if (!off) {   /* loss parallel (its default) is not planned: memplan gathers the logits */
-                    char k2[200];
-                    cfg_key(c, "parallelism", "disable_loss_parallel", k2, sizeof k2);
-                    cfg_unmodelled(c, strncat(k2, r ? "" : " (absent: loss parallel on)", sizeof k2 - strlen(k2) - 1),
-                                   cfg_item(p, "disable_loss_parallel"));
-                }
+                char k2[200];
+                cfg_key(c, "parallelism", "disable_loss_parallel", k2, sizeof k2);
+                if (!r) strncat(k2, " (absent: false)", sizeof k2 - strlen(k2) - 1);
+                if (cfg_set(c, "loss-parallel", off ? "off" : "on", k2)) return -1;
             }
         } else if (i == 1) {   /* pipeline stages: --pp (torch.distributed.pipelining, as memplan plans it) */
             if (*v > 1 && cfg_setf(c, "pp", *v, key)) return -1;

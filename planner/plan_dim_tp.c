@@ -58,7 +58,16 @@ int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
     int tp = plan_tp_degree(t);
     if (tp == 1) {
         if (t->sp) { snprintf(msg, len, "--sp on splits the sequence over a tensor-parallel group: it needs --tp 2 or more"); return -1; }
+        if (t->loss_parallel) {
+            snprintf(msg, len, "--loss-parallel on computes the loss on vocab-sharded logits: it needs --tp 2 or more");
+            return -1;
+        }
         return 0;
+    }
+    if (t->loss_parallel && !plan_tp_root_sharded(m)) {
+        snprintf(msg, len, "--loss-parallel on: %s's tied embedding and head stay replicated under --tp (no "
+                 "vocab-sharded logits to compute the loss on); give --loss-parallel off", m->name);
+        return -1;
     }
     if (s != STRAT_DDP && s != STRAT_FSDP_FULL) {
         snprintf(msg, len, "--tp %d with --strategy %s: tensor parallel is planned with ddp and fsdp-full "
@@ -283,11 +292,18 @@ void rule_tp(const StepCtx *x, Step *st) {
     } else if (sp && emb >= 0) {
         tp_coll(x, st, pt(x, PT_BWD, emb), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 1, bsR);
     }
+    int lp = root && x->t->loss_parallel;
     if (head >= 0) {
         if (sp) tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_FORWARD, 1, bsR);
         if (root) {
-            tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_LOGITS, PHASE_FORWARD, 1,
-                    b * s * (double)m->vocab * X);
+            /* loss parallel (torch/distributed/tensor/parallel/loss.py): the logits stay sharded;
+               _log_softmax all-reduces the rows' max (MAX) and their sums of exps (SUM), and
+               _nll_loss_forward the target's logit (_MaskPartial._reduce_value: SUM), one fp32
+               per token each (the log-softmax runs in fp32: HF's loss and torchtitan's upcast the
+               logits first); backward (_nll_loss_and_log_softmax_backward) is local */
+            if (lp) tp_coll(x, st, pt(x, PT_LOSS_FWD, 0), COLL_ALL_REDUCE, PURPOSE_TP_LOGITS, PHASE_FORWARD, 3, b * s * 4.0);
+            else tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_LOGITS, PHASE_FORWARD, 1,
+                         b * s * (double)m->vocab * X);
             tp_coll(x, st, pt(x, PT_BWD, head), sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, PURPOSE_TP_ACTS,
                     PHASE_BACKWARD, 1, bsR);
         }
@@ -318,9 +334,20 @@ void rule_tp(const StepCtx *x, Step *st) {
        logits, which the loss rules count): the local shard is still live beside them at the
        loss's forward (measured: aten::mm's output; the gather's buffer is freed by the cat on
        the moments the runs resolve). */
-    if (root && head >= 0) {
+    if (root && head >= 0 && !lp) {
         double bsv = b * s * (double)m->vocab * X;
         step_at(st, RULE_TP_LOGITS_GATHER, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), bsv / x->v->tp);
+    }
+    /* Loss parallel's own ops on the rank's shard (m->vocab is V/tp here: tp_view), one fp32
+       shard more than aten's at each end of the loss: _log_softmax keeps `shifted` (x - max)
+       while exp(shifted) and then the result are made (aten's log_softmax makes the result
+       only); _nll_loss_and_log_softmax_backward keeps its zeroed grad_input while
+       (grad_input + exp(x)) * grad_output makes two more (aten: nll_loss_backward's zeroed
+       gradient and log_softmax_backward's) */
+    if (lp && head >= 0) {
+        double shard = b * s * (double)m->vocab * 4.0;
+        step_at(st, RULE_TP_LOSS_PARALLEL, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), shard);
+        step_at(st, RULE_TP_LOSS_PARALLEL, TERM_TRANSIENT, pt(x, PT_LOSS_BWD, 0), shard);
     }
     /* A RowwiseParallel embedding's weight gradient comes back Replicate: the full V x h on
        every rank (measured, torch 2.15: embedding_dense_backward over the replicated output
@@ -336,7 +363,7 @@ void rule_tp(const StepCtx *x, Step *st) {
 
 /* ---- the dimension's row ---- */
 
-static int tp_on(const ModelSpec *m, const TrainSpec *t) { (void)m; return plan_tp_degree(t) > 1 || t->sp; }
+static int tp_on(const ModelSpec *m, const TrainSpec *t) { (void)m; return plan_tp_degree(t) > 1 || t->sp || t->loss_parallel; }
 
 /* torch's foreach AdamW refuses a list mixing DTensors and plain tensors, so the parameters
    parallelize_module leaves plain (the norms without SP; GPT-2's replicated embeddings) are a
@@ -369,6 +396,10 @@ static int tp_view(RankView *v, RankView *out, int max) {
     if (v->own_m) plan_model_free(&v->m);
     v->m = share;
     v->own_m = 1;
+    /* loss parallel: the rank's logits, their fp32 upcast, log-softmax output and gradients are
+       its vocab shard's (b x s x V/tp); every rule that sizes them reads the share's vocabulary.
+       The head's weight is split in plan_tp_view either way. */
+    if (v->t.loss_parallel) v->m.vocab /= tp;
     ClusterSpec dp = v->dp;
     plan_tp_cluster(&dp, tp, &v->dp);
     v->tp = tp;
@@ -380,15 +411,20 @@ static void tp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
                       const Step *const *rows, int n_rows) {
     (void)rows; (void)n_rows;
     if (slot != HEADER_AFTER_TRAIN || plan_tp_degree(t) == 1) return;
-    fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s%s), sequence parallel %s; "
-            "the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and collectives are one "
-            "rank's (docs/formulas.md \"Tensor and sequence parallel\"%s)\n", t->tp,
+    fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s%s), sequence parallel %s, "
+            "loss parallel %s; the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and "
+            "collectives are one rank's (docs/formulas.md \"Tensor and sequence parallel\"%s%s)\n", t->tp,
             plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
                                     : "column/row-parallel blocks, replicated tied embedding and head",
             m->moe.n_experts > 0 ? "; MoE blocks as torchtitan splits them: each expert's hidden width over tp, "
                                    "the router whole, the shared expert column/row" : "",
-            t->sp ? "on" : "off", (long long)(c->gpus / t->tp / plan_pp_degree(t)),
-            m->moe.n_experts > 0 ? ", \"Tensor parallel of MoE blocks\"" : "");
+            t->sp ? "on" : "off",
+            t->loss_parallel ? "on (the logits stay vocab-sharded: the loss runs on b x s x V/tp, its row max, sum of "
+                               "exps and target logit all-reduced)"
+                             : plan_tp_root_sharded(m) ? "off (the vocab-sharded logits are all-gathered for the loss)"
+                                                       : "off (the tied head's logits are whole)",
+            (long long)(c->gpus / t->tp / plan_pp_degree(t)),
+            m->moe.n_experts > 0 ? ", \"Tensor parallel of MoE blocks\"" : "", t->loss_parallel ? ", \"Loss parallel\"" : "");
 }
 
 static void tp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
@@ -396,6 +432,7 @@ static void tp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainS
     if (plan_tp_degree(t) == 1) return;   /* only then: the records of other plans stay as they were */
     cJSON_AddNumberToObject(train, "tp", t->tp);
     cJSON_AddBoolToObject(train, "sp", t->sp != 0);
+    cJSON_AddBoolToObject(train, "loss_parallel", t->loss_parallel != 0);
     cJSON_AddNumberToObject(train, "data_parallel", (double)(c->gpus / t->tp / plan_pp_degree(t)));
 }
 
@@ -417,6 +454,7 @@ static int tp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
             s->t = *t;
             s->t.tp = (int)d;
             s->t.sp = d > 1 ? sp : 0;
+            s->t.loss_parallel = d > 1 ? t->loss_parallel : 0;   /* as given: it needs tp > 1 */
             s->strategies = a->strategies & (d > 1 ? tp_ok : ~0u);
             s->offloads = a->offloads & (d > 1 ? 1u << OFFLOAD_NONE : ~0u);
             s->keep_accum = a->keep_accum;

@@ -105,7 +105,7 @@ HONOURED = {
         "parallelism.expert_tensor_parallel_degree": "with ep 1: no effect (the experts split over tp: torchtitan's TensorParallel); with ep > 1: = tp plans ExpertTensorParallel (`--ep` with `--tp`), 1 under tp (ep borrowing the tp ranks) is refused, other values refused as torchtitan does",
         "activation_checkpoint.mode": "none, full -> `--act-ckpt`; selective (default) -> selective_ac_option; memory_budget not modelled",
         "activation_checkpoint.selective_ac_option": "N -> `--act-ckpt every:N` (blocks N, 2N, ...; 0: full); \"op\" -> `--act-ckpt op` (default \"2\")",
-        "parallelism.disable_loss_parallel": "with tensor parallel: false (loss parallel) is not modelled, true is memplan's gathered logits; without it no effect",
+        "parallelism.disable_loss_parallel": "with tensor parallel: --loss-parallel (false, the default: on, the logits stay vocab-sharded; true: off, gathered); without it no effect",
         "optimizer.name": "AdamW -> `adamw`, Adam -> `adam`; others not modelled",
     },
     "HF_KEYS": {

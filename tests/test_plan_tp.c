@@ -172,6 +172,82 @@ Test(tp, should_refuse_what_it_does_not_plan) {
     plan_model_free(&m);
 }
 
+/* Loss parallel (torch's loss_parallel(), torchtitan's default): the logits stay vocab-sharded;
+   the loss all-reduces three fp32 rows of b x s (the rows' max, their sums of exps, the target's
+   logit) where the gathered plan all-gathers b x s x V (measured on gloo ranks:
+   bench/torch/results/llama-mini_*_tp2*_lp.json). */
+Test(tp, loss_parallel_should_all_reduce_three_rows_instead_of_gathering_the_logits) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 4, 1);
+    t.loss_parallel = 1;
+    cluster(&c, 8, 8);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    const PlanColl *lp = row(&p, COLL_ALL_REDUCE, PHASE_FORWARD, PURPOSE_TP_LOGITS);
+    cr_assert(lp);
+    cr_expect_eq(lp->count, 3);
+    cr_expect_eq(lp->payload_bytes, 3 * 1024.0 * 4, "one fp32 per token each, whatever the logits' dtype");
+    cr_expect_eq(lp->group, 4);
+    cr_expect_null(row(&p, COLL_ALL_GATHER, PHASE_FORWARD, PURPOSE_TP_LOGITS), "no logits gathered");
+    plan_model_free(&m);
+}
+
+/* The rank's logits, log-softmax output and loss gradients are its vocab shard's. Measured on 2
+   gloo ranks (bench/torch/results/llama-mini_ddp_fp32_none_eager_r2_b2_s128_tp2_lp.json, torch
+   2.15): the peak is the loss's backward, its temporaries loss parallel's three fp32 shards of
+   b x s x V/tp (the handler's zeroed grad_input, exp(x), their sum: aten::empty_strided,
+   aten::exp, aten::add of 524,288 B each), the step's peak 16,687,184 B. */
+Test(tp, loss_parallel_should_hold_the_ranks_vocab_shard_of_the_loss) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_load_model(&m, "bench/torch/configs/llama-mini.json", msg, sizeof msg), 0, "%s", msg);
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 2, 0);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    t.loop_trainer = 1;
+    t.micro_batch = 2;
+    t.seq = 128;
+    cluster(&c, 2, 2);
+    c.cuda_context = c.nccl_per_comm = 0;
+    c.alloc_margin = 0;
+    c.alloc_model = 0;
+    c.gpu.cublas_ws_bytes = 0;
+    c.gpu.mem_bytes = 1e18;
+    MemResult off, on;
+    plan_memory(&m, &t, &c, STRAT_DDP, &off);
+    t.loss_parallel = 1;
+    plan_memory(&m, &t, &c, STRAT_DDP, &on);
+    double shard = 2.0 * 128 * (1024 / 2) * 4;
+    cr_expect_eq(on.term[TERM_TRANSIENT], 3 * shard, "%.0f", on.term[TERM_TRANSIENT]);
+    cr_expect_lt(fabs(on.peak - 16687184) / on.peak, 0.03, "%.0f", on.peak);
+    cr_expect_lt(on.peak, off.peak, "the whole-vocabulary loss of the gathered logits is larger");
+    plan_model_free(&m);
+}
+
+Test(tp, loss_parallel_should_be_refused_without_vocab_sharded_logits) {
+    ModelSpec g = zoo("gpt2"), m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    char msg[320];
+    cluster(&c, 8, 8);
+    train(&t, 1, 0);
+    t.loss_parallel = 1;
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "needs --tp 2") != NULL, "%s", msg);
+    train(&t, 2, 0);
+    t.loss_parallel = 1;
+    cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_neq(plan_tp_check(&g, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "GPT-2's tied head stays replicated");
+    cr_expect(strstr(msg, "tied embedding") != NULL, "%s", msg);
+    plan_model_free(&g);
+    plan_model_free(&m);
+}
+
 Test(tp, tp_collectives_should_sit_on_the_critical_path) {
     ModelSpec m = zoo("llama2-7b");
     TrainSpec t;
