@@ -524,8 +524,11 @@ void plan_tp_emit_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const
         if (plan_tp_root_sharded(m))
             fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\n"
                        "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=%s%s),\n"
-                       "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=Replicate()),%s})\n",
-                    stream, local, stream, sp ? "\n    \"model.norm\": SequenceParallel()," : "");
+                       "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=%s),%s})\n%s",
+                    stream, local, stream, t->loss_parallel ? "Shard(-1), use_local_output=False" : "Replicate()",
+                    sp ? "\n    \"model.norm\": SequenceParallel()," : "",
+                    t->loss_parallel ? "# loss parallel: run forward and backward (the loss and loss.backward()) inside\n"
+                                       "#   with torch.distributed.tensor.parallel.loss_parallel():\n" : "");
         else if (sp)   /* a tied embedding and head stay replicated: slice to and gather from the shards */
             fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"model.embed_tokens\": PrepareModuleOutput("
                        "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"

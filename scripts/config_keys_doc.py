@@ -93,7 +93,7 @@ HONOURED = {
         "parallelism.data_parallel_replicate_degree": "with shard 1: `ddp`; with shard > 1: `fsdp-hybrid` and `--gpus-per-node` = the shard degree",
         "parallelism.data_parallel_shard_degree": "> 1: FSDP2 (`--fsdp 2`, `fsdp-full`); -1 (default): the GPUs the others leave, from `--gpus`; the product of the degrees -> `--gpus`",
         "parallelism.fsdp_reshard_after_forward": "default/always -> `fsdp-full`, never -> `fsdp-grad-op` (with HSDP not modelled)",
-        "parallelism.tensor_parallel_degree": "`--tp N` with `--sp on` (torchtitan's SequenceParallel norms; a `--tp` on the command line re-derives it); loss parallel (its default) named",
+        "parallelism.tensor_parallel_degree": "`--tp N` with `--sp on` (torchtitan's SequenceParallel norms; a `--tp` on the command line re-derives it) and `--loss-parallel` from `disable_loss_parallel`",
         "parallelism.pipeline_parallel_degree": "`--pp N`; the local batch split into micro-batches (`--batch` = pipeline_parallel_microbatch_size, `--microbatches` = local / it x accumulation steps)",
         "training.mixed_precision_reduce": "float32 (default) is memplan's `--fsdp-reduce-dtype fp32`; bfloat16 under FSDP -> `--fsdp-reduce-dtype bf16` (or fp16: the 16-bit dtype)",
         "parallelism.pipeline_parallel_schedule": "1F1B (default) -> `--pp-schedule 1f1b`, GPipe -> `gpipe`; others named",

@@ -277,12 +277,22 @@ Test(cli_config, a_torchtitan_toml_should_map_onto_fsdp2_flags) {
     snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 16", f);
     cJSON_Delete(expect_settings(args, (const Want[]){
         {"strategy", "fsdp-hybrid"}, {"gpus-per-node", "8"}, {"act-ckpt", "full"}, {0, 0}}));
-    /* tensor parallel: --tp with torchtitan's SequenceParallel norms; loss parallel (its default) named */
+    /* tensor parallel: --tp with torchtitan's SequenceParallel norms and its loss parallel
+       (disable_loss_parallel absent: false; apply_tp's head Shard(-1), train_context's loss_parallel()) */
     const char *tp = put("tp.toml", "[training]\nlocal_batch_size = 1\nseq_len = 4096\n[parallelism]\n"
                                     "tensor_parallel_degree = 2\n");
     snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 8", tp);
-    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "2"}, {"sp", "on"}, {"strategy", "fsdp-full"}, {0, 0}}));
-    cr_expect(strstr(err, "parallelism.disable_loss_parallel (absent: loss parallel on)"), "%s", err);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "2"}, {"sp", "on"}, {"loss-parallel", "on"},
+                                                      {"strategy", "fsdp-full"}, {0, 0}}));
+    cr_expect_null(strstr(err, "disable_loss_parallel"), "loss parallel is planned, not named: %s", err);
+    const char *gathered = put("tpg.toml", "[training]\nlocal_batch_size = 1\nseq_len = 4096\n[parallelism]\n"
+                                           "tensor_parallel_degree = 2\ndisable_loss_parallel = true\n");
+    snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 8", gathered);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "2"}, {"loss-parallel", "off"}, {0, 0}}));
+    /* a tied head under tp: loss parallel refused in one line naming the way out */
+    cr_expect_eq(runf("--config %s --model gpt2 --gpus 8 --seq 1024", tp), 2);
+    cr_expect_eq(lines(err), 1, "%s", err);
+    cr_expect(strstr(err, "--loss-parallel off"), "%s", err);
     cr_expect_eq(runf("--config %s --model llama2-7b", f), 2, "shard degree -1 without --gpus");
     cr_expect_eq(lines(err), 1, "%s", err);
     cr_expect(strstr(err, "--gpus"), "%s", err);
