@@ -300,8 +300,10 @@ void rule_tp(const StepCtx *x, Step *st) {
                _log_softmax all-reduces the rows' max (MAX) and their sums of exps (SUM), and
                _nll_loss_forward the target's logit (_MaskPartial._reduce_value: SUM), one fp32
                per token each (the log-softmax runs in fp32: HF's loss and torchtitan's upcast the
-               logits first); backward (_nll_loss_and_log_softmax_backward) is local */
-            if (lp) tp_coll(x, st, pt(x, PT_LOSS_FWD, 0), COLL_ALL_REDUCE, PURPOSE_TP_LOGITS, PHASE_FORWARD, 3, b * s * 4.0);
+               logits first); backward (_nll_loss_and_log_softmax_backward) is local. Issued with
+               the head's forward, which the loss follows (the simulated step issues a layer's
+               collectives, not the loss point's) */
+            if (lp) tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_REDUCE, PURPOSE_TP_LOGITS, PHASE_FORWARD, 3, b * s * 4.0);
             else tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_LOGITS, PHASE_FORWARD, 1,
                          b * s * (double)m->vocab * X);
             tp_coll(x, st, pt(x, PT_BWD, head), sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, PURPOSE_TP_ACTS,
