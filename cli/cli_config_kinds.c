@@ -816,14 +816,14 @@ static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
             }
             if (*v > 1) {
                 if (cfg_set(c, "sp", "on", "torchtitan's TP plan (SequenceParallel norms)")) return -1;
+                /* loss parallel, torchtitan's default (apply_tp: the head's output Shard(-1) unless
+                   disable_loss_parallel; train.py's train_context enters loss_parallel()) */
                 int off = 0, r = cfg_bool(c, p, "parallelism", "disable_loss_parallel", &off);
                 if (r < 0) return -1;
-                if (!off) {   /* loss parallel (its default) is not planned: memplan gathers the logits */
-                    char k2[200];
-                    cfg_key(c, "parallelism", "disable_loss_parallel", k2, sizeof k2);
-                    cfg_unmodelled(c, strncat(k2, r ? "" : " (absent: loss parallel on)", sizeof k2 - strlen(k2) - 1),
-                                   cfg_item(p, "disable_loss_parallel"));
-                }
+                char k2[200];
+                cfg_key(c, "parallelism", "disable_loss_parallel", k2, sizeof k2);
+                if (!r) strncat(k2, " (absent: false)", sizeof k2 - strlen(k2) - 1);
+                if (cfg_set(c, "loss-parallel", off ? "off" : "on", k2)) return -1;
             }
         } else if (i == 1) {   /* pipeline stages: --pp (torch.distributed.pipelining, as memplan plans it) */
             if (*v > 1 && cfg_setf(c, "pp", *v, key)) return -1;
@@ -832,9 +832,22 @@ static int tt_degrees(Cfg *c, const cJSON *p, Degrees *g) {
             /* context and expert parallel: --cp, --ep (torchtitan's dp_shard_cp mesh and its ep mesh
                borrowed from dp_shard x cp: parallel_dims.py), planned with FSDP2 */
             if (cfg_setf(c, i == 2 ? "cp" : "ep", *v, key)) return -1;
-        } else if (*v > 1 && i < 5)
+        } else if (*v > 1 && i < 4)
             cfg_unmodelled(c, key, cfg_item(p, K[i].name));
     }
+    /* expert tensor parallel (parallel_dims.py _validate: with ep > 1, etp is 1 or tp): with ep 1
+       the experts split over tp whatever etp says (llama4 parallelize.py apply_moe_ep_tp:
+       TensorParallel on the tp mesh); with ep > 1, etp = tp is ExpertTensorParallel (the ep ranks
+       drawn from dp x cp, as --ep with --tp plans it), etp 1 lends the tp ranks to ep
+       (ReordererSequenceParallel), not planned */
+    if (g->ep > 1 && g->etp != 1 && g->etp != g->tp)
+        return cfg_fail(c, "parallelism.expert_tensor_parallel_degree %lld: with expert_parallel_degree %lld torchtitan "
+                        "takes 1 or the tensor-parallel degree %lld (parallel_dims.py)", g->etp, g->ep, g->tp);
+    if (g->ep > 1 && g->tp > 1 && g->etp == 1)
+        return cfg_fail(c, "parallelism.expert_tensor_parallel_degree 1 with tensor_parallel_degree %lld and "
+                        "expert_parallel_degree %lld: the expert-parallel ranks borrow the tensor-parallel ones "
+                        "(torchtitan's ReordererSequenceParallel), which memplan does not plan; valid: %lld (the "
+                        "experts split over tp too)", g->tp, g->ep, g->tp);
     const cJSON *sv = cfg_item(p, "data_parallel_shard_degree");
     if (sv && cJSON_IsNumber(sv) && sv->valuedouble == -1) g->shard = -1;
     else if (cfg_int(c, p, "parallelism", "data_parallel_shard_degree", 1, 100000, &g->shard) < 0) return -1;

@@ -297,7 +297,8 @@ cJSON *cli_harness_run(const HarnessEnv *env, const HarnessSetup *s, const char 
         "--act-ckpt", ckpt, "--attn", plan_attn_name(s->attn), "--dropout", drop,
         "--grad-as-bucket-view", gabv, "--zero-grad", cli_harness_zero_grad_name(s->zero_grad_keep),
         "--loop", cli_harness_loop_name(s->loop_trainer), "--shard-group", group,
-        "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--tp", tp, "--sp", s->sp ? "on" : "off", "--fsdp", fsdp,
+        "--fsdp-grad-sync", plan_fsdp_sync_name(s->fsdp_sync), "--tp", tp, "--sp", s->sp ? "on" : "off",
+        "--loss-parallel", s->loss_parallel ? "on" : "off", "--fsdp", fsdp,
         "--fsdp-min-params", fsdp1 ? minp : "0", "--fsdp-limit-all-gathers", fsdp1 && s->fsdp1.no_limit ? "off" : "on",
         "--fsdp-backward-prefetch", fsdp1 ? plan_fsdp_bwd_name(s->fsdp1.bwd) : "pre",
         "--fsdp-forward-prefetch", fsdp1 && s->fsdp1.fwd ? "on" : "off",
@@ -549,6 +550,7 @@ int cli_harness_setup_of(const cJSON *j, HarnessSetup *s, char *err, size_t errl
     s->tp = (int)cli_harness_num(su, "tp", 1);
     const cJSON *sp = cJSON_GetObjectItem(su, "sp");
     s->sp = cJSON_IsTrue(sp);
+    s->loss_parallel = cJSON_IsTrue(cJSON_GetObjectItem(su, "loss_parallel"));
     if (s->tp < 1 || s->ranks % s->tp) { snprintf(err, errlen, "setup.tp %d must divide setup.ranks %lld", s->tp, s->ranks); return -1; }
     /* expert parallel and the routing the harness forced (results before --ep: none, the router's) */
     s->ep = (int)cli_harness_num(su, "ep", 1);

@@ -39,6 +39,7 @@ typedef struct {
     FsdpSyncKind fsdp_sync;  /* fsdp-* under accumulation: every | last */
     DsKnobs ds;              /* DeepSpeed's sizes (zero*: the harness's --ds-zero); 0 = its default */
     int tp, sp;              /* the harness's --tp (1: none) and --sp on (setup.tp, setup.sp) */
+    int loss_parallel;       /* the harness's --loss-parallel on (setup.loss_parallel; older results: off) */
     int ep;                  /* the harness's --ep (1: none; setup.ep) */
     int moe_skewed;          /* its --moe-routing: 1 skewed (every row to the first experts: under --ep
                                 the busiest rank receives ep times the rows), 0 balanced under --ep

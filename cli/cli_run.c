@@ -213,6 +213,7 @@ static const struct { const char *flag, *same; int cupti, ranks; const char *why
     {"gpu", NULL, 1, 0, NULL}, {"cuda-context", NULL, 1, 0, NULL}, {"nccl-mem", NULL, 1, 0, NULL},
     {"tp", NULL, 0, 0, "the engine runs data parallelism only: tensor parallel is planned, not run (memplan --tp)"},
     {"sp", NULL, 0, 0, "the engine runs data parallelism only: sequence parallel is planned, not run (memplan --sp)"},
+    {"loss-parallel", NULL, 0, 0, "the engine runs data parallelism only: loss parallel is planned, not run (memplan --loss-parallel)"},
     {"alloc-conf", NULL, 0, 0, NULL},
     {"lora", NULL, 0, 0, "the engine trains every parameter: LoRA is planned, not run (memplan --lora; validate --against torch runs PEFT)"},
     {"lora-alpha", NULL, 0, 0, "the engine trains every parameter (no LoRA)"},

@@ -29,7 +29,7 @@ enum {
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
-    OPT_TP, OPT_SP, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_EP, OPT_CP,
+    OPT_TP, OPT_SP, OPT_LOSS_PARALLEL, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_EP, OPT_CP,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
     OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD, OPT_FSDP_REDUCE, OPT_TIME_SHARES,
 };
@@ -87,6 +87,7 @@ static const struct option BASE_OPTIONS[] = {
     {"config-kind", required_argument, 0, OPT_CONFIG_KIND},
     {"tp", required_argument, 0, OPT_TP},
     {"sp", required_argument, 0, OPT_SP},
+    {"loss-parallel", required_argument, 0, OPT_LOSS_PARALLEL},
     {"pp", required_argument, 0, OPT_PP},
     {"pp-schedule", required_argument, 0, OPT_PP_SCHED},
     {"microbatches", required_argument, 0, OPT_MICROBATCHES},
@@ -244,6 +245,9 @@ void cli_print_setup_help(FILE *f) {
         "                         the heads and the KV heads\n"
         "  --sp on|off            sequence parallel: SequenceParallel norms, sequence-sharded residual stream\n"
         "                         (default off; needs --tp 2 or more)\n"
+        "  --loss-parallel on|off loss parallel (torch's loss_parallel(), torchtitan's default): the vocab-sharded\n"
+        "                         logits stay sharded and the cross-entropy all-reduces three b x s rows instead\n"
+        "                         of gathering them (default off: gathered; needs --tp 2 or more and an untied head)\n"
         "Pipeline parallel (torch.distributed.pipelining; with ddp and fsdp-full on gpus / (tp x pp) ranks;\n"
         "closed forms; memory checked on CPU ranks for gpt2-mini only: docs/formulas.md \"Pipeline parallel\"):\n"
         "  --pp N|auto            pipeline stages (default 1; auto: memplan auto tries each degree): the blocks\n"
@@ -840,6 +844,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     case OPT_SP:
         if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0) return cli_usage_error("unknown --sp '%s' (valid: on, off)", a);
         s->train.sp = strcmp(a, "on") == 0;
+        break;
+    case OPT_LOSS_PARALLEL:
+        if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0)
+            return cli_usage_error("unknown --loss-parallel '%s' (valid: on, off)", a);
+        s->train.loss_parallel = strcmp(a, "on") == 0;
         break;
     case OPT_FSDP_REDUCE:   /* the 16-bit ones are checked against --precision in fsdp_reduce */
         if (strcmp(a, "fp32") != 0 && strcmp(a, "bf16") != 0 && strcmp(a, "fp16") != 0)

@@ -310,6 +310,7 @@ static void plan_inputs(const HarnessSetup *s, TrainSpec *t, ClusterSpec *c)
     t->syncbn = 0;
     t->tp = s->tp > 1 ? s->tp : 1;
     t->sp = s->sp;
+    t->loss_parallel = s->loss_parallel;
     t->ep = s->ep > 1 ? s->ep : 1;
     if (t->ep > 1 && s->moe_skewed) t->moe_imbalance = t->ep;   /* every row to the first rank's experts */
     plan_cluster_defaults(c);
@@ -951,6 +952,7 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
     base->ds = cs->train.ds;
     base->tp = tp;
     base->sp = cs->train.sp;
+    base->loss_parallel = cs->train.loss_parallel;
     base->ep = plan_ep_degree(&cs->train);
     base->moe_skewed = base->ep > 1 && cs->train.moe_imbalance >= base->ep;
     base->ft = cs->train.ft;

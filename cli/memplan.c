@@ -391,7 +391,7 @@ static char *plan_pick_command(const CliSetup *s, const PlanOpts *o, const Plan 
 /* auto's pick as a command: the setup as given, with what auto chose in place of what it searched. */
 static char *auto_pick_command(const CliSetup *s, const PlanOpts *o, const AutoResult *r) {
     static const char *const DROP[] = {"strategy", "offload", "precision", "batch", "grad-accum", "act-ckpt", "tp", "sp",
-                                       "pp", "pp-schedule", "microbatches", "ep", "cp", NULL};
+                                       "loss-parallel", "pp", "pp-schedule", "microbatches", "ep", "cp", NULL};
     char tail[320], ck[32];
     int pp = plan_pp_degree(&r->train);
     size_t n = (size_t)snprintf(tail, sizeof tail, " --strategy %s --offload %s --precision %s --batch %lld --%s %lld --act-ckpt %s",
@@ -400,7 +400,8 @@ static char *auto_pick_command(const CliSetup *s, const PlanOpts *o, const AutoR
                                 pp > 1 ? "microbatches" : "grad-accum", (long long)r->train.grad_accum,
                                 plan_ckpt_label(&r->train, ck, sizeof ck));
     if (r->train.tp > 1 && n < sizeof tail)
-        n += (size_t)snprintf(tail + n, sizeof tail - n, " --tp %d --sp %s", r->train.tp, r->train.sp ? "on" : "off");
+        n += (size_t)snprintf(tail + n, sizeof tail - n, " --tp %d --sp %s%s", r->train.tp, r->train.sp ? "on" : "off",
+                              r->train.loss_parallel ? " --loss-parallel on" : "");
     if (pp > 1 && n < sizeof tail)
         n += (size_t)snprintf(tail + n, sizeof tail - n, " --pp %d --pp-schedule %s", pp, plan_pp_schedule_name(r->train.pp_schedule));
     if (r->train.ep > 1 && n < sizeof tail) n += (size_t)snprintf(tail + n, sizeof tail - n, " --ep %d", r->train.ep);

@@ -793,7 +793,13 @@ double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const Act
 double plan_act_loss_forward_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
     if (m->arch == ARCH_GENERIC || m->arch == ARCH_CNN || m->headless || t->impl == IMPL_ENGINE) return 0;
     double X = plan_precision(t->precision)->act_bytes;
-    return (double)in->b * (double)in->s * (double)m->vocab * ((t->loop_trainer ? X : 0) + (X < 4 ? 4 : 0));
+    return (double)in->b * (double)in->s * (double)m->vocab * (t->loop_trainer ? X : 0) + plan_act_loss_upcast(m, t, in);
+}
+
+double plan_act_loss_upcast(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
+    if (m->arch == ARCH_GENERIC || m->arch == ARCH_CNN || m->headless || t->impl == IMPL_ENGINE) return 0;
+    double X = plan_precision(t->precision)->act_bytes;
+    return X < 4 ? (double)in->b * (double)in->s * (double)m->vocab * 4 : 0;
 }
 
 /* The common loop (`outputs = model(**batch); loss = outputs.loss`) keeps `outputs`, and with

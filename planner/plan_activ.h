@@ -57,6 +57,8 @@ double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const Act
 double plan_act_loop_held(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* Bytes alive only during the loss's forward (logits, their fp32 upcast). */
 double plan_act_loss_forward_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
+/* Of it, the fp32 upcast of the logits below fp32 (b·s·V·4; 0 at fp32): a tensor of its own. */
+double plan_act_loss_upcast(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* Extra bytes alive at the end of layer i's backward, beyond the saved activations still held
    (activation gradients; memplan's engine: its scratch). A PyTorch block's own saved
    activations are freed by then. */

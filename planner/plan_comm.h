@@ -33,7 +33,8 @@ typedef enum {
     PURPOSE_HOST_UPDATED,       /* offload: updated parameters from host memory after the step */
     PURPOSE_TP_ACTS,            /* tensor parallel: a block's activations (row-parallel outputs,
                                    column-parallel input gradients; SP: gathers and scatters) */
-    PURPOSE_TP_LOGITS,          /* tensor parallel: the vocab-sharded logits gathered for the loss */
+    PURPOSE_TP_LOGITS,          /* tensor parallel: the vocab-sharded logits gathered for the loss, or
+                                   loss parallel's all-reduces of their rows' max, sum of exps, target */
     PURPOSE_TP_REPLICA_GRADS,   /* sequence parallel: replicated parameters' partial gradients */
     PURPOSE_PP_ACTS,            /* pipeline: a micro-batch's activations to the next stage (forward),
                                    their gradient to the previous one (backward) */

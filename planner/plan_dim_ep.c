@@ -16,13 +16,6 @@
 
 int plan_ep_degree(const TrainSpec *t) { return t->ep > 1 ? t->ep : 1; }
 
-/* Every MoE block's routed-expert tensors are known (plan_model.c t_moe marks them). */
-static int experts_known(const ModelSpec *m) {
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].expert_params > 0 && !m->layers[i].expert_mask) return 0;
-    return 1;
-}
-
 int plan_ep_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s, char *msg,
                   size_t len) {
     int ep = plan_ep_degree(t);
@@ -43,7 +36,7 @@ int plan_ep_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
                  "nothing is dispatched); plan it without --ep", ep, m->name);
         return -1;
     }
-    if (!experts_known(m) || !plan_model_dim0_known(m)) {
+    if (!plan_moe_experts_known(m) || !plan_model_dim0_known(m)) {
         snprintf(msg, len, "--ep %d: %s's routed-expert tensors are not known (a model JSON without them); expert "
                  "parallel needs a Hugging Face config or the zoo's", ep, m->name);
         return -1;
@@ -125,8 +118,9 @@ static void a2a(const StepCtx *x, Step *st, int point, CollPurpose what, PhaseKi
     e->count = count;
     e->payload = count * each;
     e->group = x->v->ep;
-    /* the ep group is ep consecutive ranks (the expert mesh's inner dimension) */
-    e->crosses = x->v->ep > x->full->gpus_per_node;
+    /* the ep group is ep ranks of the expert mesh's inner dimension, strided by tp under tensor
+       parallel (torchtitan's sparse mesh [efsdp, ep, etp], etp = tp): it spans ep x tp ranks */
+    e->crosses = (int64_t)x->v->ep * x->v->tp > x->full->gpus_per_node;
 }
 
 /* Per MoE block and micro-step (transformers 5.24 distributed/expert_parallel.py

@@ -13,6 +13,12 @@ int plan_moe_block(const ModelSpec *m, const LayerSpec *l) {
     return l->expert_params > 0 && m->moe.n_experts > 0;
 }
 
+int plan_moe_experts_known(const ModelSpec *m) {
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].expert_params > 0 && !m->layers[i].expert_mask) return 0;
+    return 1;
+}
+
 double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l) {
     if (!plan_moe_block(m, l)) return (double)m->d_ff;
     const MoeSpec *e = &m->moe;   /* Llama 4's experts run on every token (moe_routed_bytes) */

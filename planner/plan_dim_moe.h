@@ -9,6 +9,9 @@
 
 /* 1 when layer l is a MoE block of m (its routed experts' elements > 0). */
 int plan_moe_block(const ModelSpec *m, const LayerSpec *l);
+/* 1 when every MoE block of m marks its routed-expert tensors (LayerSpec.expert_mask, set where
+   the loaders add them): what --ep and --tp split apart from the router and shared experts. */
+int plan_moe_experts_known(const ModelSpec *m);
 /* The MLP width one token passes through in layer l: d_ff, or in a MoE block top_k routed
    experts of d_ff_expert (Llama 4: all of them) plus the shared experts' d_ff_shared. */
 double plan_act_mlp_width(const ModelSpec *m, const LayerSpec *l);

@@ -11,6 +11,7 @@
 
 #include "plan_auto.h"
 #include "plan_dim_ft.h"
+#include "plan_dim_moe.h"
 #include "plan_dim_pp.h"
 #include "plan_step_internal.h"
 
@@ -18,12 +19,55 @@ int plan_tp_degree(const TrainSpec *t) { return t->tp > 1 ? t->tp : 1; }
 
 int plan_tp_root_sharded(const ModelSpec *m) { return !m->tied_embeddings; }
 
+/* Tensor parallel of MoE blocks, as torchtitan plans it (models/llama4/infra/parallelize.py
+   apply_moe_ep_tp): the block takes the sequence shards and returns them (PrepareModuleInputOutput
+   Shard(1) -> Replicate, Partial -> Shard(1)), so sequence parallel; the routed experts split their
+   hidden width over tp (distributed/expert_parallel.py TensorParallel: w1, w3 Shard(1), w2
+   Shard(2); with --ep, ExpertTensorParallel on the [ep, etp] mesh, etp = tp); the shared expert
+   column/row-parallel; the router replicated (NoParallel). Experts that take every token
+   (transformers' Llama 4) have no such plan. */
+static int moe_tp_check(const ModelSpec *m, const TrainSpec *t, int tp, char *msg, size_t len) {
+    const MoeSpec *e = &m->moe;
+    if (e->router == MOE_ROUTER_ALL_EXPERTS) {
+        snprintf(msg, len, "--tp %d: %s's experts take every token (transformers' Llama 4, which has no tensor-parallel "
+                 "plan memplan models); tensor parallel of MoE blocks is torchtitan's, whose experts take their routed "
+                 "tokens: plan torchtitan's Llama 4 (tests/data/torchtitan/llama4_17bx16e.json)", tp, m->name);
+        return -1;
+    }
+    if (!t->sp) {
+        snprintf(msg, len, "--tp %d of %s's MoE blocks needs --sp on (torchtitan's MoE plan takes and returns sequence "
+                 "shards: PrepareModuleInputOutput Shard(1))", tp, m->name);
+        return -1;
+    }
+    if (!plan_moe_experts_known(m)) {
+        snprintf(msg, len, "--tp %d: %s's routed-expert tensors are not known (a model JSON without "
+                 "tensor_experts); tensor parallel splits them apart from the router", tp, m->name);
+        return -1;
+    }
+    if (e->d_ff_expert % tp || e->d_ff_shared % tp) {
+        snprintf(msg, len, "--tp %d must divide %s's expert width (%lld) and shared-expert width (%lld): tensor "
+                 "parallel splits each expert's hidden width", tp, m->name, (long long)e->d_ff_expert,
+                 (long long)e->d_ff_shared);
+        return -1;
+    }
+    return 0;
+}
+
 int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                   char *msg, size_t len) {
     int tp = plan_tp_degree(t);
     if (tp == 1) {
         if (t->sp) { snprintf(msg, len, "--sp on splits the sequence over a tensor-parallel group: it needs --tp 2 or more"); return -1; }
+        if (t->loss_parallel) {
+            snprintf(msg, len, "--loss-parallel on computes the loss on vocab-sharded logits: it needs --tp 2 or more");
+            return -1;
+        }
         return 0;
+    }
+    if (t->loss_parallel && !plan_tp_root_sharded(m)) {
+        snprintf(msg, len, "--loss-parallel on: %s's tied embedding and head stay replicated under --tp (no "
+                 "vocab-sharded logits to compute the loss on); give --loss-parallel off", m->name);
+        return -1;
     }
     if (s != STRAT_DDP && s != STRAT_FSDP_FULL) {
         snprintf(msg, len, "--tp %d with --strategy %s: tensor parallel is planned with ddp and fsdp-full "
@@ -50,24 +94,25 @@ int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
         return -1;
     }
     /* the blocks the TP rules were written and measured for: GPT-2's and LLaMA's (the zoo's, and
-       Hugging Face configs of these families); the newer families' extra norms, soft-caps and
-       fused projections are not split by them yet */
-    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", NULL};
+       Hugging Face configs of these families), and Llama 4's MoE blocks as torchtitan splits them
+       (moe_tp_check); the newer families' extra norms, soft-caps and fused projections are not
+       split by them yet */
+    static const char *const FAMILIES[] = {"", "gpt2", "llama", "mistral", "llama4_text", NULL};
     if (!plan_model_family_in(m, FAMILIES)) {
         snprintf(msg, len, "--tp %d: %s (model_type %s): tensor parallel is planned for GPT-2 and LLaMA/Mistral blocks "
-                 "(gpt2, llama, mistral configs and the zoo's)", tp, m->name, m->family);
+                 "(gpt2, llama, mistral configs and the zoo's) and torchtitan's Llama 4", tp, m->name, m->family);
         return -1;
     }
     if (t->impl != IMPL_PYTORCH) {
         snprintf(msg, len, "--tp %d: tensor parallel is PyTorch's (--impl pytorch); memplan's engine has none", tp);
         return -1;
     }
-    if (m->arch != ARCH_DECODER || m->n_head <= 0 || m->d_ff <= 0 || m->moe.n_experts > 0 ||
-        !plan_model_tensors_known(m)) {
-        snprintf(msg, len, "--tp %d: %s is not a dense decoder with known parameter tensors; tensor parallel "
+    if (m->arch != ARCH_DECODER || m->n_head <= 0 || m->d_ff <= 0 || !plan_model_tensors_known(m)) {
+        snprintf(msg, len, "--tp %d: %s is not a decoder with known parameter tensors; tensor parallel "
                  "is planned for GPT-2- and LLaMA-style decoders", tp, m->name);
         return -1;
     }
+    if (m->moe.n_experts > 0 && moe_tp_check(m, t, tp, msg, len)) return -1;
     int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     if (m->n_head % tp || kv % tp || m->d_ff % tp) {
         snprintf(msg, len, "--tp %d must divide %s's attention heads (%d), KV heads (%d) and MLP width (%lld)",
@@ -99,31 +144,41 @@ int plan_tp_view(const ModelSpec *m, int tp, ModelSpec *v) {
     v->n_head = m->n_head / tp;
     v->n_kv_head = (m->n_kv_head > 0 ? m->n_kv_head : m->n_head) / tp;
     v->d_ff = m->d_ff / tp;
+    v->moe.d_ff_expert = m->moe.d_ff_expert / tp;   /* every expert's hidden width is split */
+    v->moe.d_ff_shared = m->moe.d_ff_shared / tp;
     int root = plan_tp_root_sharded(m);
     for (int i = 0; i < m->n_layers; i++) {
         LayerSpec l = m->layers[i];
         int split_layer = l.kind == LAYER_BLOCK ||
                           (root && (l.kind == LAYER_EMBED || l.kind == LAYER_HEAD));
         if (split_layer && l.n_tensors > 0) {
-            int64_t sum = 0, largest = 0;
+            int64_t sum = 0, largest = 0, experts = 0;
             for (int k = 0; k < l.n_tensors; k++) {
                 int64_t e = l.tensor_elems[k], d0 = l.tensor_dim0[k];
                 int split = l.kind == LAYER_BLOCK ? !replicated(m, e, d0)
                                                   : (e % m->vocab == 0 && e / m->vocab == m->d_model);
+                /* a MoE block: the routed experts keep dim 0, the expert index, and split their
+                   hidden width (TensorParallel Shard(1)/Shard(2)); the router (E x h) is whole */
+                int expert = k < 32 && (l.expert_mask >> k & 1u);
+                if (l.kind == LAYER_BLOCK && l.expert_params > 0 && !expert && d0 == m->moe.n_experts &&
+                    e == d0 * m->d_model)
+                    split = 0;
                 if (split) {
                     /* column split: Linear (out, in) Shard(0) (dim 0 / tp); row split: Shard(1) */
                     int64_t ne = e / tp;
-                    int64_t nd = d0 > 0 && d0 % tp == 0 && (d0 != m->d_model || d0 == e) ? d0 / tp : d0;
+                    int64_t nd = expert ? d0 : d0 > 0 && d0 % tp == 0 && (d0 != m->d_model || d0 == e) ? d0 / tp : d0;
                     if (nd > 0 && ne % nd) nd = 0;
                     l.tensor_elems[k] = ne;
                     l.tensor_dim0[k] = nd;
                     e = ne;
                 }
                 sum += e;
+                experts += expert ? e : 0;
                 if (e > largest) largest = e;
             }
             l.params = sum;
             l.largest_tensor = largest;
+            if (l.expert_params > 0) l.expert_params = experts;
         }
         if (!plan_model_add_layer(v, &l)) { plan_model_free(v); return -1; }
     }
@@ -206,14 +261,28 @@ void rule_tp(const StepCtx *x, Step *st) {
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsR);
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, again + whole, bsX);
         } else {
+            int moe = plan_moe_block(m, &m->layers[i]);
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2 * again, bsR);
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, again - whole, bsX);
             /* forward: gather the norms' outputs, scatter the row-parallel outputs; backward the
-               mirror: gather the outputs' gradients, scatter the inputs' */
+               mirror: gather the outputs' gradients, scatter the inputs' (a MoE block's input
+               gradient: below) */
             tp_coll(x, st, pt(x, PT_FWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsR);
             tp_coll(x, st, pt(x, PT_FWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsX);
             tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsX);
-            tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsR);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, moe ? 1 : 2, bsR);
+            /* torchtitan's MoE block hands its gathered input on as a plain tensor (use_local_input):
+               its gradient comes back whole, without a reduce-scatter, because each consumer that
+               splits the work all-reduces its own input's gradient (DTensor.from_local(Replicate)
+               .to_local(grad_placements=Partial)): the routed experts' T k rows (TensorParallel /
+               ExpertTensorParallel._prepare_input), the shared expert's w1 and w3 (ColwiseParallel
+               on a plain input); the router is replicated (NoParallel) */
+            if (moe) {
+                tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 1,
+                        bsX * m->moe.top_k);
+                tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD,
+                        m->moe.d_ff_shared > 0 ? 2 : 0, bsX);
+            }
         }
     }
     /* The root. torchtitan's plan (vocab-sharded): the embedding's partial rows are reduced
@@ -230,11 +299,20 @@ void rule_tp(const StepCtx *x, Step *st) {
     } else if (sp && emb >= 0) {
         tp_coll(x, st, pt(x, PT_BWD, emb), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 1, bsR);
     }
+    int lp = root && x->t->loss_parallel;
     if (head >= 0) {
         if (sp) tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_FORWARD, 1, bsR);
         if (root) {
-            tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_LOGITS, PHASE_FORWARD, 1,
-                    b * s * (double)m->vocab * X);
+            /* loss parallel (torch/distributed/tensor/parallel/loss.py): the logits stay sharded;
+               _log_softmax all-reduces the rows' max (MAX) and their sums of exps (SUM), and
+               _nll_loss_forward the target's logit (_MaskPartial._reduce_value: SUM), one fp32
+               per token each (the log-softmax runs in fp32: HF's loss and torchtitan's upcast the
+               logits first); backward (_nll_loss_and_log_softmax_backward) is local. Issued with
+               the head's forward, which the loss follows (the simulated step issues a layer's
+               collectives, not the loss point's) */
+            if (lp) tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_REDUCE, PURPOSE_TP_LOGITS, PHASE_FORWARD, 3, b * s * 4.0);
+            else tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_LOGITS, PHASE_FORWARD, 1,
+                         b * s * (double)m->vocab * X);
             tp_coll(x, st, pt(x, PT_BWD, head), sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, PURPOSE_TP_ACTS,
                     PHASE_BACKWARD, 1, bsR);
         }
@@ -265,9 +343,20 @@ void rule_tp(const StepCtx *x, Step *st) {
        logits, which the loss rules count): the local shard is still live beside them at the
        loss's forward (measured: aten::mm's output; the gather's buffer is freed by the cat on
        the moments the runs resolve). */
-    if (root && head >= 0) {
+    if (root && head >= 0 && !lp) {
         double bsv = b * s * (double)m->vocab * X;
         step_at(st, RULE_TP_LOGITS_GATHER, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), bsv / x->v->tp);
+    }
+    /* Loss parallel's own ops on the rank's shard (m->vocab is V/tp here: tp_view), one fp32
+       shard more than aten's at each end of the loss: _log_softmax keeps `shifted` (x - max)
+       while exp(shifted) and then the result are made (aten's log_softmax makes the result
+       only); _nll_loss_and_log_softmax_backward keeps its zeroed grad_input while
+       (grad_input + exp(x)) * grad_output makes two more (aten: nll_loss_backward's zeroed
+       gradient and log_softmax_backward's) */
+    if (lp && head >= 0) {
+        double shard = b * s * (double)m->vocab * 4.0;
+        step_at(st, RULE_TP_LOSS_PARALLEL, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), shard);
+        step_at(st, RULE_TP_LOSS_PARALLEL, TERM_TRANSIENT, pt(x, PT_LOSS_BWD, 0), shard);
     }
     /* A RowwiseParallel embedding's weight gradient comes back Replicate: the full V x h on
        every rank (measured, torch 2.15: embedding_dense_backward over the replicated output
@@ -283,7 +372,7 @@ void rule_tp(const StepCtx *x, Step *st) {
 
 /* ---- the dimension's row ---- */
 
-static int tp_on(const ModelSpec *m, const TrainSpec *t) { (void)m; return plan_tp_degree(t) > 1 || t->sp; }
+static int tp_on(const ModelSpec *m, const TrainSpec *t) { (void)m; return plan_tp_degree(t) > 1 || t->sp || t->loss_parallel; }
 
 /* torch's foreach AdamW refuses a list mixing DTensors and plain tensors, so the parameters
    parallelize_module leaves plain (the norms without SP; GPT-2's replicated embeddings) are a
@@ -316,6 +405,10 @@ static int tp_view(RankView *v, RankView *out, int max) {
     if (v->own_m) plan_model_free(&v->m);
     v->m = share;
     v->own_m = 1;
+    /* loss parallel: the rank's logits, their fp32 upcast, log-softmax output and gradients are
+       its vocab shard's (b x s x V/tp); every rule that sizes them reads the share's vocabulary.
+       The head's weight is split in plan_tp_view either way. */
+    if (v->t.loss_parallel) v->m.vocab /= tp;
     ClusterSpec dp = v->dp;
     plan_tp_cluster(&dp, tp, &v->dp);
     v->tp = tp;
@@ -327,12 +420,20 @@ static void tp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
                       const Step *const *rows, int n_rows) {
     (void)rows; (void)n_rows;
     if (slot != HEADER_AFTER_TRAIN || plan_tp_degree(t) == 1) return;
-    fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s), sequence parallel %s; "
-            "the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and collectives are one "
-            "rank's (docs/formulas.md \"Tensor and sequence parallel\")\n", t->tp,
+    fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s%s), sequence parallel %s, "
+            "loss parallel %s; the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and "
+            "collectives are one rank's (docs/formulas.md \"Tensor and sequence parallel\"%s%s)\n", t->tp,
             plan_tp_root_sharded(m) ? "torchtitan's Llama plan, vocab-sharded embedding and head"
                                     : "column/row-parallel blocks, replicated tied embedding and head",
-            t->sp ? "on" : "off", (long long)(c->gpus / t->tp / plan_pp_degree(t)));
+            m->moe.n_experts > 0 ? "; MoE blocks as torchtitan splits them: each expert's hidden width over tp, "
+                                   "the router whole, the shared expert column/row" : "",
+            t->sp ? "on" : "off",
+            t->loss_parallel ? "on (the logits stay vocab-sharded: the loss runs on b x s x V/tp, its row max, sum of "
+                               "exps and target logit all-reduced)"
+                             : plan_tp_root_sharded(m) ? "off (the vocab-sharded logits are all-gathered for the loss)"
+                                                       : "off (the tied head's logits are whole)",
+            (long long)(c->gpus / t->tp / plan_pp_degree(t)),
+            m->moe.n_experts > 0 ? ", \"Tensor parallel of MoE blocks\"" : "", t->loss_parallel ? ", \"Loss parallel\"" : "");
     if (t->act_ckpt == CKPT_OP)
         fprintf(f, "# op-level checkpointing under tp: collectives exact on CPU-rank runs, the peak an estimate "
                 "(-2.2 .. +5.5 %% on 6 llama-mini/gpt2-mini runs, 3 within 3 %%; the loss's forward is under-predicted "
@@ -344,6 +445,7 @@ static void tp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainS
     if (plan_tp_degree(t) == 1) return;   /* only then: the records of other plans stay as they were */
     cJSON_AddNumberToObject(train, "tp", t->tp);
     cJSON_AddBoolToObject(train, "sp", t->sp != 0);
+    cJSON_AddBoolToObject(train, "loss_parallel", t->loss_parallel != 0);
     cJSON_AddNumberToObject(train, "data_parallel", (double)(c->gpus / t->tp / plan_pp_degree(t)));
 }
 
@@ -365,6 +467,7 @@ static int tp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
             s->t = *t;
             s->t.tp = (int)d;
             s->t.sp = d > 1 ? sp : 0;
+            s->t.loss_parallel = d > 1 ? t->loss_parallel : 0;   /* as given: it needs tp > 1 */
             s->strategies = a->strategies & (d > 1 ? tp_ok : ~0u);
             s->offloads = a->offloads & (d > 1 ? 1u << OFFLOAD_NONE : ~0u);
             s->keep_accum = a->keep_accum;
@@ -434,8 +537,11 @@ void plan_tp_emit_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const
         if (plan_tp_root_sharded(m))
             fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\n"
                        "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts=%s%s),\n"
-                       "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=Replicate()),%s})\n",
-                    stream, local, stream, sp ? "\n    \"model.norm\": SequenceParallel()," : "");
+                       "    \"lm_head\": ColwiseParallel(input_layouts=%s, output_layouts=%s),%s})\n%s",
+                    stream, local, stream, t->loss_parallel ? "Shard(-1), use_local_output=False" : "Replicate()",
+                    sp ? "\n    \"model.norm\": SequenceParallel()," : "",
+                    t->loss_parallel ? "# loss parallel: run forward and backward (the loss and loss.backward()) inside\n"
+                                       "#   with torch.distributed.tensor.parallel.loss_parallel():\n" : "");
         else if (sp)   /* a tied embedding and head stay replicated: slice to and gather from the shards */
             fprintf(f, "parallelize_module(model, mesh2d[\"tp\"], {\"model.embed_tokens\": PrepareModuleOutput("
                        "output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=False),\n"

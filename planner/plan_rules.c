@@ -103,6 +103,8 @@ static const RuleInfo RULE_INFO[RULE_COUNT] = {
                              F "\"Tensor and sequence parallel\"; torch/distributed/tensor/parallel/style.py"},
     [RULE_TP_LOGITS_GATHER] = {"tp_logits_gather", "the vocab-sharded head's local logits and the all-gather's buffer beside the gathered logits",
                                 F "\"Tensor and sequence parallel\"; torch/distributed/tensor/_redistribute.py (Shard(-1) -> Replicate)"},
+    [RULE_TP_LOSS_PARALLEL] = {"tp_loss_parallel", "loss parallel's extra fp32 vocab shard (b x s x V/tp) at the loss's forward (shifted logits) and backward (the handler's zeroed gradient)",
+                               F "\"Loss parallel\"; torch/distributed/tensor/parallel/loss.py _log_softmax, _nll_loss_and_log_softmax_backward"},
     [RULE_TP_EMBED_GRAD] = {"tp_embedding_grad", "a vocab-sharded embedding's gradient comes back replicated (V x h)",
                             F "\"Tensor and sequence parallel\" (measured, torch 2.15)"},
     [RULE_PP_IN_FLIGHT] = {"pp_in_flight", "a pipeline stage's saved activations of the other micro-batches in flight (1F1B: min(M, pp - stage) in all; GPipe: M)",

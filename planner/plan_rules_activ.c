@@ -133,8 +133,12 @@ void rule_loss(const StepCtx *x, Step *st) {
     double fwd = plan_act_loss_forward_transient(x->m, x->t, &x->in);
     double tr = plan_act_loss_transient(x->m, x->t, &x->in);
     if (fwd > 0) {
+        /* two tensors, two requests to the allocator: the logits the caller holds until the
+           forward returns, and their fp32 upcast */
+        double up = plan_act_loss_upcast(x->m, x->t, &x->in);
         step_sample(st, pt(x, PT_LOSS_FWD, 0));
-        step_at(st, RULE_LOSS_FORWARD, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), fwd);
+        if (fwd > up) step_at(st, RULE_LOSS_FORWARD, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), fwd - up);
+        if (up > 0) step_at(st, RULE_LOSS_FORWARD, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), up);
     }
     if (x->torch && tr > 0) {
         step_sample(st, pt(x, PT_LOSS_BWD, 0));

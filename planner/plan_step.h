@@ -75,7 +75,7 @@ typedef enum {
     /* other collectives and host traffic */
     RULE_SYNCBN, RULE_HOST_COPIES, RULE_TP_COLLECTIVES,
     /* tensor parallel */
-    RULE_TP_EMBED_GRAD, RULE_TP_LOGITS_GATHER,
+    RULE_TP_EMBED_GRAD, RULE_TP_LOGITS_GATHER, RULE_TP_LOSS_PARALLEL,
     /* pipeline parallel */
     RULE_PP_IN_FLIGHT, RULE_PP_SEND_RECV,
     /* expert parallel */

@@ -158,6 +158,9 @@ typedef struct {
                                 data-parallel degree gpus / tp (planner/plan_dim_tp.h) */
     int sp;                  /* 1: sequence parallel (SequenceParallel norms, sequence-sharded
                                 residual stream); only with tp > 1 */
+    int loss_parallel;       /* 1: loss parallel (torch's loss_parallel(): the vocab-sharded logits
+                                stay sharded and the cross-entropy runs on them, torchtitan's
+                                default); only with tp > 1 and a vocab-sharded head */
     int pp;                  /* pipeline stages (0 or 1: none): the repeated blocks split evenly over
                                 pp ranks, the strategy on gpus / (tp * pp); the micro-batches of
                                 one step are grad_accum (--microbatches) (planner/plan_dim_pp.h) */

@@ -210,12 +210,22 @@ Test(cli_config, a_torchtitan_toml_should_map_onto_fsdp2_flags) {
     snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 16", f);
     cJSON_Delete(expect_settings(args, (const Want[]){
         {"strategy", "fsdp-hybrid"}, {"gpus-per-node", "8"}, {"act-ckpt", "full"}, {0, 0}}));
-    /* tensor parallel: --tp with torchtitan's SequenceParallel norms; loss parallel (its default) named */
+    /* tensor parallel: --tp with torchtitan's SequenceParallel norms and its loss parallel
+       (disable_loss_parallel absent: false; apply_tp's head Shard(-1), train_context's loss_parallel()) */
     const char *tp = put("tp.toml", "[training]\nlocal_batch_size = 1\nseq_len = 4096\n[parallelism]\n"
                                     "tensor_parallel_degree = 2\n");
     snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 8", tp);
-    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "2"}, {"sp", "on"}, {"strategy", "fsdp-full"}, {0, 0}}));
-    cr_expect(strstr(err, "parallelism.disable_loss_parallel (absent: loss parallel on)"), "%s", err);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "2"}, {"sp", "on"}, {"loss-parallel", "on"},
+                                                      {"strategy", "fsdp-full"}, {0, 0}}));
+    cr_expect_null(strstr(err, "disable_loss_parallel"), "loss parallel is planned, not named: %s", err);
+    const char *gathered = put("tpg.toml", "[training]\nlocal_batch_size = 1\nseq_len = 4096\n[parallelism]\n"
+                                           "tensor_parallel_degree = 2\ndisable_loss_parallel = true\n");
+    snprintf(args, sizeof args, "--config %s --model llama2-7b --gpus 8", gathered);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "2"}, {"loss-parallel", "off"}, {0, 0}}));
+    /* a tied head under tp: loss parallel refused in one line naming the way out */
+    cr_expect_eq(runf("--config %s --model gpt2 --gpus 8 --seq 1024", tp), 2);
+    cr_expect_eq(lines(err), 1, "%s", err);
+    cr_expect(strstr(err, "--loss-parallel off"), "%s", err);
     cr_expect_eq(runf("--config %s --model llama2-7b", f), 2, "shard degree -1 without --gpus");
     cr_expect_eq(lines(err), 1, "%s", err);
     cr_expect(strstr(err, "--gpus"), "%s", err);
@@ -250,6 +260,41 @@ Test(cli_config, torchtitans_expert_and_context_parallel_degrees_should_map_onto
     snprintf(args, sizeof args, "--config %s --model tests/data/hf/llama-3.1-8b.json --gpus 8 --gpu h100-80gb", cp);
     cJSON_Delete(expect_settings(args, (const Want[]){{"cp", "8"}, {"seq", "131072"}, {"strategy", "fsdp-full"}, {0, 0}}));
     cr_expect(strstr(err, "context_parallel_rotate_method=alltoall"), "%s", err);
+}
+
+/* torchtitan's own Llama 4 Scout job (v0.2.2, tests/data/torchtitan, planned with the 17bx16e
+   flavor's shape: tests/data/torchtitan/llama4_17bx16e.json) plans as written: tensor parallel 8
+   of its MoE blocks (the experts split by hidden width: expert_tensor_parallel_degree has no
+   effect with expert parallel 1), FSDP2 over the 8 data-parallel ranks of 64 GPUs, full
+   checkpointing. Expert tensor parallel other than 1 or tp, or 1 under tp with ep > 1 (ep
+   borrowing the tp ranks), is refused with one line. */
+Test(cli_config, torchtitans_llama4_job_should_plan_tensor_parallel_moe_blocks_as_written) {
+    cJSON *j = expect_settings("--config tests/data/torchtitan/llama4_17bx16e.toml --model "
+                               "tests/data/torchtitan/llama4_17bx16e.json --gpus 64 --gpu h100-80gb",
+                               (const Want[]){{"tp", "8"}, {"sp", "on"}, {"act-ckpt", "full"}, {"batch", "8"},
+                                              {"seq", "8192"}, {"strategy", "fsdp-full"}, {"precision", "mixed-bf16"},
+                                              {0, 0}});
+    cr_expect_eq(num(j, "train", "tp"), 8);
+    cr_expect_eq(num(j, "train", "data_parallel"), 8);
+    cJSON_Delete(j);
+    cr_expect(!strstr(err, "expert_tensor_parallel_degree"), "%s", err);
+    char args[512];
+    const char *bad = put("etp.toml", "[parallelism]\ntensor_parallel_degree = 8\nexpert_parallel_degree = 2\n"
+                                      "expert_tensor_parallel_degree = 4\n");
+    snprintf(args, sizeof args, "--config %s --model tests/data/torchtitan/llama4_17bx16e.json --gpus 64", bad);
+    cr_expect_eq(run(args), 2);
+    cr_expect_eq(lines(err), 1, "%s", err);
+    cr_expect(strstr(err, "expert_tensor_parallel_degree 4") && strstr(err, "1 or the tensor-parallel degree 8"), "%s", err);
+    const char *borrow = put("etp1.toml", "[parallelism]\ntensor_parallel_degree = 8\nexpert_parallel_degree = 2\n"
+                                          "expert_tensor_parallel_degree = 1\n");
+    snprintf(args, sizeof args, "--config %s --model tests/data/torchtitan/llama4_17bx16e.json --gpus 64", borrow);
+    cr_expect_eq(run(args), 2);
+    cr_expect_eq(lines(err), 1, "%s", err);
+    cr_expect(strstr(err, "ReordererSequenceParallel"), "%s", err);
+    const char *etp = put("etp8.toml", "[parallelism]\ntensor_parallel_degree = 8\nexpert_parallel_degree = 2\n"
+                                       "expert_tensor_parallel_degree = 8\n");
+    snprintf(args, sizeof args, "--config %s --model tests/data/torchtitan/llama4_17bx16e.json --gpus 64", etp);
+    cJSON_Delete(expect_settings(args, (const Want[]){{"tp", "8"}, {"ep", "2"}, {0, 0}}));
 }
 
 Test(cli_config, hf_training_arguments_should_map_onto_the_trainers_flags) {

@@ -31,6 +31,7 @@ typedef struct {
     OffloadKind off;
     unsigned strategies;     /* the strategies it is planned with */
     const char *gpu;         /* the GPU preset (NULL: the default) */
+    int loss_parallel;       /* --loss-parallel on (with tp > 1) */
 } Case;
 
 #define DP_FSDP ((1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL))
@@ -38,25 +39,26 @@ typedef struct {
 #define NO_FSDP1_LORA ((1u << STRAT_DDP) | (1u << STRAT_ZERO1) | (1u << STRAT_ZERO2) | (1u << STRAT_ZERO3) | DP_FSDP)
 
 static const Case CASES[] = {
-    {"dense", "gpt2-xl", 8, 8, 1, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, ALL, NULL},
-    {"moe", "bench/torch/configs/mixtral-wide.json", 4, 4, 1, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, ALL, NULL},
-    {"lora", "llama2-7b", 8, 8, 1, 0, 1, 1, 0, 0, 16, QUANT_NONE, OFFLOAD_NONE, NO_FSDP1_LORA, NULL},
-    {"qlora", "llama2-7b", 2, 2, 1, 0, 1, 1, 0, 0, 16, QUANT_NF4, OFFLOAD_NONE, (1u << STRAT_DDP) | (1u << STRAT_ZERO2), NULL},
+    {"dense", "gpt2-xl", 8, 8, 1, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, ALL, NULL, 0},
+    {"moe", "bench/torch/configs/mixtral-wide.json", 4, 4, 1, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, ALL, NULL, 0},
+    {"lora", "llama2-7b", 8, 8, 1, 0, 1, 1, 0, 0, 16, QUANT_NONE, OFFLOAD_NONE, NO_FSDP1_LORA, NULL, 0},
+    {"qlora", "llama2-7b", 2, 2, 1, 0, 1, 1, 0, 0, 16, QUANT_NF4, OFFLOAD_NONE, (1u << STRAT_DDP) | (1u << STRAT_ZERO2), NULL, 0},
     {"offload", "gpt2-xl", 8, 8, 1, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_OPT,
-     (1u << STRAT_ZERO1) | (1u << STRAT_ZERO2) | (1u << STRAT_ZERO3) | (1u << STRAT_FSDP_FULL), NULL},
-    {"tp2", "llama2-7b", 8, 8, 2, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
-    {"tp2 sp", "llama2-7b", 8, 8, 2, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
-    {"tp8", "llama2-70b", 64, 8, 8, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb"},
-    {"tp8 sp", "llama2-70b", 64, 8, 8, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb"},
-    {"pp2", "gpt2-medium", 8, 8, 1, 0, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
-    {"pp4", "llama2-7b", 8, 8, 1, 0, 4, 8, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
-    {"tp2 x pp2", "llama2-13b", 16, 8, 2, 1, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL},
+     (1u << STRAT_ZERO1) | (1u << STRAT_ZERO2) | (1u << STRAT_ZERO3) | (1u << STRAT_FSDP_FULL), NULL, 0},
+    {"tp2", "llama2-7b", 8, 8, 2, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL, 0},
+    {"tp2 sp", "llama2-7b", 8, 8, 2, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL, 0},
+    {"tp8", "llama2-70b", 64, 8, 8, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb", 0},
+    {"tp8 sp", "llama2-70b", 64, 8, 8, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb", 0},
+    {"pp2", "gpt2-medium", 8, 8, 1, 0, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL, 0},
+    {"pp4", "llama2-7b", 8, 8, 1, 0, 4, 8, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL, 0},
+    {"tp2 x pp2", "llama2-13b", 16, 8, 2, 1, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL, 0},
     {"moe ep2", "bench/torch/configs/mixtral-wide.json", 4, 4, 1, 0, 1, 1, 2, 0, 0, QUANT_NONE, OFFLOAD_NONE,
-     1u << STRAT_FSDP_FULL, NULL},
+     1u << STRAT_FSDP_FULL, NULL, 0},
     {"moe ep4 x 2 nodes", "bench/torch/configs/mixtral-wide.json", 8, 4, 1, 0, 1, 1, 4, 0, 0, QUANT_NONE, OFFLOAD_NONE,
-     1u << STRAT_FSDP_FULL, NULL},
-    {"cp2", "llama2-7b", 8, 8, 1, 0, 1, 1, 0, 2, 0, QUANT_NONE, OFFLOAD_NONE, 1u << STRAT_FSDP_FULL, NULL},
-    {"tp2 x cp2", "llama2-7b", 8, 8, 2, 1, 1, 1, 0, 2, 0, QUANT_NONE, OFFLOAD_NONE, 1u << STRAT_FSDP_FULL, NULL},
+     1u << STRAT_FSDP_FULL, NULL, 0},
+    {"cp2", "llama2-7b", 8, 8, 1, 0, 1, 1, 0, 2, 0, QUANT_NONE, OFFLOAD_NONE, 1u << STRAT_FSDP_FULL, NULL, 0},
+    {"tp2 x cp2", "llama2-7b", 8, 8, 2, 1, 1, 1, 0, 2, 0, QUANT_NONE, OFFLOAD_NONE, 1u << STRAT_FSDP_FULL, NULL, 0},
+    {"tp8 sp loss parallel", "llama2-70b", 64, 8, 8, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb", 1},
 };
 static const int64_t BATCHES[] = {1, 2, 8};
 
@@ -80,6 +82,7 @@ static TrainSpec train_of(const Case *k, int64_t b) {
     t.seq = strncmp(k->model, "gpt2", 4) == 0 ? 1024 : 2048;   /* GPT-2: its learned positions */
     t.tp = k->tp;
     t.sp = k->sp;
+    t.loss_parallel = k->loss_parallel;
     t.pp = k->pp;
     t.grad_accum = k->micro;
     t.ep = k->ep > 1 ? k->ep : 1;
@@ -168,7 +171,7 @@ Test(dims, compute_should_grow_with_the_micro_batch_and_fall_with_tp) {
             if (k->tp > 1) {   /* the same setup without tp: each rank computes the whole model */
                 Case k1 = *k;
                 k1.tp = 1;
-                k1.sp = 0;
+                k1.sp = k1.loss_parallel = 0;
                 for (int bi = 0; bi < 3; bi++) {
                     TrainSpec t = train_of(&k1, BATCHES[bi]);
                     ModelSpec m = setup_model(&k1, &t);

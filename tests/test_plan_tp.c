@@ -1,15 +1,20 @@
 /* test_plan_tp.c — tensor and sequence parallelism (plan_tp.h, plan_rules_tp.c): one rank's share
  * of the model, the model states, the TP collectives with their counts and payloads, SP's
  * activations, the refusals, and the TP collectives on the simulated step's critical path. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "plan_activ.h"
 #include "plan_auto.h"
 #include "plan_comm.h"
 #include "plan_memory.h"
 #include "plan_sim.h"
+#include "plan_dim_ep.h"
 #include "plan_dim_tp.h"
+#include "plan_load.h"
 #include "test_plan.h"
 
 static void train(TrainSpec *t, int tp, int sp) {
@@ -165,6 +170,82 @@ Test(tp, should_refuse_what_it_does_not_plan) {
     cr_expect(strstr(msg, "GPUs per node") != NULL, "%s", msg);
     train(&t, 1, 1);
     cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "--sp without --tp");
+    plan_model_free(&m);
+}
+
+/* Loss parallel (torch's loss_parallel(), torchtitan's default): the logits stay vocab-sharded;
+   the loss all-reduces three fp32 rows of b x s (the rows' max, their sums of exps, the target's
+   logit) where the gathered plan all-gathers b x s x V (measured on gloo ranks:
+   bench/torch/results/llama-mini_*_tp2*_lp.json). */
+Test(tp, loss_parallel_should_all_reduce_three_rows_instead_of_gathering_the_logits) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 4, 1);
+    t.loss_parallel = 1;
+    cluster(&c, 8, 8);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_DDP, &p);
+    const PlanColl *lp = row(&p, COLL_ALL_REDUCE, PHASE_FORWARD, PURPOSE_TP_LOGITS);
+    cr_assert(lp);
+    cr_expect_eq(lp->count, 3);
+    cr_expect_eq(lp->payload_bytes, 3 * 1024.0 * 4, "one fp32 per token each, whatever the logits' dtype");
+    cr_expect_eq(lp->group, 4);
+    cr_expect_null(row(&p, COLL_ALL_GATHER, PHASE_FORWARD, PURPOSE_TP_LOGITS), "no logits gathered");
+    plan_model_free(&m);
+}
+
+/* The rank's logits, log-softmax output and loss gradients are its vocab shard's. Measured on 2
+   gloo ranks (bench/torch/results/llama-mini_ddp_fp32_none_eager_r2_b2_s128_tp2_lp.json, torch
+   2.15): the peak is the loss's backward, its temporaries loss parallel's three fp32 shards of
+   b x s x V/tp (the handler's zeroed grad_input, exp(x), their sum: aten::empty_strided,
+   aten::exp, aten::add of 524,288 B each), the step's peak 16,687,184 B. */
+Test(tp, loss_parallel_should_hold_the_ranks_vocab_shard_of_the_loss) {
+    ModelSpec m;
+    char msg[256];
+    cr_assert_eq(plan_load_model(&m, "bench/torch/configs/llama-mini.json", msg, sizeof msg), 0, "%s", msg);
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 2, 0);
+    t.precision = PREC_FP32;
+    t.attn = ATTN_EAGER;
+    t.autocast_cpu = 1;
+    t.loop_trainer = 1;
+    t.micro_batch = 2;
+    t.seq = 128;
+    cluster(&c, 2, 2);
+    c.cuda_context = c.nccl_per_comm = 0;
+    c.alloc_margin = 0;
+    c.alloc_model = 0;
+    c.gpu.cublas_ws_bytes = 0;
+    c.gpu.mem_bytes = 1e18;
+    MemResult off, on;
+    plan_memory(&m, &t, &c, STRAT_DDP, &off);
+    t.loss_parallel = 1;
+    plan_memory(&m, &t, &c, STRAT_DDP, &on);
+    double shard = 2.0 * 128 * (1024 / 2) * 4;
+    cr_expect_eq(on.term[TERM_TRANSIENT], 3 * shard, "%.0f", on.term[TERM_TRANSIENT]);
+    cr_expect_lt(fabs(on.peak - 16687184) / on.peak, 0.03, "%.0f", on.peak);
+    cr_expect_lt(on.peak, off.peak, "the whole-vocabulary loss of the gathered logits is larger");
+    plan_model_free(&m);
+}
+
+Test(tp, loss_parallel_should_be_refused_without_vocab_sharded_logits) {
+    ModelSpec g = zoo("gpt2"), m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    char msg[320];
+    cluster(&c, 8, 8);
+    train(&t, 1, 0);
+    t.loss_parallel = 1;
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "needs --tp 2") != NULL, "%s", msg);
+    train(&t, 2, 0);
+    t.loss_parallel = 1;
+    cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_neq(plan_tp_check(&g, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "GPT-2's tied head stays replicated");
+    cr_expect(strstr(msg, "tied embedding") != NULL, "%s", msg);
+    plan_model_free(&g);
     plan_model_free(&m);
 }
 
@@ -372,4 +453,151 @@ Test(tp, the_simulated_step_should_read_the_share_and_the_payloads_at_every_micr
     cr_expect(comp[1] / comp[0] >= 1.6 && comp[1] / comp[0] <= 2.1, "b2/b1 %.3f", comp[1] / comp[0]);
     cr_expect(comp[2] / comp[1] >= 3.2 && comp[2] / comp[1] <= 4.2, "b8/b2 %.3f", comp[2] / comp[1]);
     plan_model_free(&m);
+}
+
+/* ---- MoE blocks as torchtitan splits them (models/llama4/infra/parallelize.py apply_moe_ep_tp;
+   distributed/expert_parallel.py TensorParallel): docs/formulas.md "Tensor parallel of MoE
+   blocks" ---- */
+
+#define TT_LLAMA4 "tests/data/torchtitan/llama4_17bx16e.json"
+
+static ModelSpec load_json(const char *path) {
+    ModelSpec m;
+    char msg[512];
+    cr_assert_eq(plan_load_model(&m, path, msg, sizeof msg), 0, "%s", msg);
+    return m;
+}
+
+Test(tp, moe_blocks_should_split_each_experts_hidden_width_and_keep_the_router_whole) {
+    ModelSpec m = load_json(TT_LLAMA4), v;
+    cr_assert_eq(plan_tp_view(&m, 8, &v), 0);
+    const LayerSpec *b = &m.layers[1], *w = &v.layers[1];
+    cr_assert_eq(b->kind, LAYER_BLOCK);
+    double h = 5120, E = 16, f = 8192;
+    cr_expect_eq((double)b->expert_params, 3 * E * h * f, "w1, w3 and w2 of 16 experts");
+    cr_expect_eq((double)w->expert_params, 3 * E * h * f / 8, "Shard(1) / Shard(2): each expert's hidden width / tp");
+    int router = 0;
+    for (int k = 0; k < b->n_tensors; k++) {
+        if (b->expert_mask >> k & 1u)
+            cr_expect_eq(w->tensor_dim0[k], 16, "dim 0 stays the expert index (FSDP and --ep shard it)");
+        if (b->tensor_elems[k] == E * h && !(b->expert_mask >> k & 1u)) {
+            router++;
+            cr_expect_eq(w->tensor_elems[k], b->tensor_elems[k], "the router is NoParallel: whole on every rank");
+        }
+    }
+    cr_expect_eq(router, 1);
+    /* per block: the router and two norms whole, the rest (attention, experts, shared expert) / 8 */
+    double whole = E * h + 2 * h;
+    cr_expect_eq((double)w->params, ((double)b->params - whole) / 8 + whole);
+    cr_expect_eq(v.moe.d_ff_expert, 1024);
+    cr_expect_eq(v.moe.d_ff_shared, 1024);
+    cr_expect_eq(v.moe.n_experts, 16, "the router still scores every expert");
+    plan_model_free(&v);
+    plan_model_free(&m);
+}
+
+/* Per MoE block under SP: forward as a dense block (the input gathered from sequence shards, the
+   Partial output reduce-scattered to them); backward, the output's gradient gathered, and instead
+   of the input gradient's reduce-scatter, all-reduces by each consumer that splits the work: the
+   routed experts' T k rows and the shared expert's w1 and w3 inputs. */
+Test(tp, a_moe_block_should_all_reduce_its_consumers_input_gradients_instead_of_a_reduce_scatter) {
+    ModelSpec m = load_json(TT_LLAMA4);
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, 8, 1);
+    t.micro_batch = 1;
+    cluster(&c, 16, 8);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_FSDP_FULL, &p);
+    double bsh = 1.0 * 1024 * 5120 * 2, L = m.n_layer;
+    const PlanColl *ar = row(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rs = row(&p, COLL_REDUCE_SCATTER, PHASE_BACKWARD, PURPOSE_TP_ACTS);
+    const PlanColl *ag = row(&p, COLL_ALL_GATHER, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    const PlanColl *rsf = row(&p, COLL_REDUCE_SCATTER, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    cr_assert(ar && rs && ag && rsf);
+    cr_expect_eq(ar->count, 3 * L, "routed rows (top-1), shared w1, shared w3");
+    cr_expect_eq(ar->payload_bytes, 3 * L * bsh);
+    cr_expect_eq(ar->group, 8);
+    cr_expect_eq(rs->count, L + 1, "the attention input's gradient per block, the head's input");
+    cr_expect_eq(ag->count, 2 * L + 1, "forward as a dense block: attention and MoE inputs, the head's");
+    cr_expect_eq(rsf->count, 2 * L + 1);
+    plan_model_free(&m);
+}
+
+Test(tp, moe_blocks_it_does_not_split_should_be_refused_with_the_reason) {
+    TrainSpec t;
+    ClusterSpec c;
+    char msg[512];
+    cluster(&c, 16, 8);
+    ModelSpec hf = load_json("tests/data/hf/llama-4-scout-17b-16e-text.json");
+    train(&t, 8, 1);
+    cr_expect_neq(plan_tp_check(&hf, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "take every token") && strstr(msg, "torchtitan"), "%s", msg);
+    plan_model_free(&hf);
+    ModelSpec m = load_json(TT_LLAMA4);
+    train(&t, 8, 0);
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "--sp on"), "%s", msg);
+    train(&t, 8, 1);
+    cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0, "%s", msg);
+    plan_model_free(&m);
+}
+
+/* Measured on 4 gloo ranks (bench/torch/moe_tp_probe.py: torchtitan 0.2.2's own Llama 4 model,
+   a tiny flavor of 2 MoE blocks, parallelised by its own apply_non_moe_tp and apply_moe_ep_tp,
+   fp32, micro-batch 2 x 64 tokens, one forward and backward): rank 0's parameter elements before
+   data-parallel sharding and its TP and EP collectives of forward and backward, count and payload
+   per kind and phase, exact. tp 4: TensorParallel on the experts; tp 2 x ep 2:
+   ExpertTensorParallel (etp = tp), balanced routing, under FSDP2 as memplan plans --ep (its
+   gathers and reductions are not in the probe's rows). */
+static void probe_case(const char *result, int tp, int ep, StrategyKind sk) {
+    FILE *f = fopen(result, "r");
+    cr_assert_not_null(f, "%s", result);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j);
+    ModelSpec m = load_json("tests/data/torchtitan/llama4_tiny.json"), v, w;
+    TrainSpec t;
+    ClusterSpec c;
+    train(&t, tp, 1);
+    t.precision = PREC_FP32;
+    t.micro_batch = 2;
+    t.seq = 64;
+    t.ep = ep;
+    cluster(&c, 4, 4);
+    char msg[512];
+    cr_assert_eq(plan_tp_check(&m, &t, &c, sk, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(plan_tp_view(&m, tp, &v), 0);
+    cr_assert_eq(plan_ep_view(&v, ep, &w), 0);
+    cr_expect_eq((double)plan_model_params(&w), cJSON_GetObjectItem(j, "params")->valuedouble, "%s", result);
+    CommPlan p;
+    plan_comm(&m, &t, &c, sk, &p);
+    int rows = 0;
+    for (cJSON *r = cJSON_GetObjectItem(j, "collectives")->child; r; r = r->next, rows++) {
+        const char *op = cJSON_GetObjectItem(r, "op")->valuestring, *ph = cJSON_GetObjectItem(r, "phase")->valuestring;
+        double count = 0, bytes = 0;
+        for (int i = 0; i < p.n; i++) {
+            CollPurpose u = p.c[i].purpose;
+            if ((int)p.c[i].op == coll_by_name(op) && !strcmp(phase_name(p.c[i].phase), ph) &&
+                (u == PURPOSE_TP_ACTS || u == PURPOSE_TP_LOGITS || u == PURPOSE_EP_COUNTS || u == PURPOSE_EP_TOKENS)) {
+                count += p.c[i].count;
+                bytes += p.c[i].payload_bytes;
+            }
+        }
+        cr_expect_eq(count, cJSON_GetObjectItem(r, "count")->valuedouble, "%s: %s %s count", result, op, ph);
+        cr_expect_eq(bytes, cJSON_GetObjectItem(r, "bytes")->valuedouble, "%s: %s %s payload", result, op, ph);
+    }
+    cr_expect_eq(rows, ep > 1 ? 7 : 5, "gathers and scatters both ways, all-reduces in backward (+ all-to-alls)");
+    cJSON_Delete(j);
+    plan_model_free(&w);
+    plan_model_free(&v);
+    plan_model_free(&m);
+}
+
+Test(tp, torchtitans_moe_plan_should_hold_the_measured_shares_and_issue_the_measured_collectives) {
+    probe_case("bench/torch/results/probes/llama4-tiny_tp4.json", 4, 1, STRAT_DDP);
+    probe_case("bench/torch/results/probes/llama4-tiny_tp2_ep2.json", 2, 2, STRAT_FSDP_FULL);
 }

@@ -78,6 +78,7 @@ def setup_args(doc):
            "--zero-grad", s.get("zero_grad", "none"), "--loop", s.get("loop", "hf"),
            "--seed", str(s.get("seed", 1234)), "--fsdp-grad-sync", s.get("fsdp_grad_sync", "every"),
            "--tp", str(s.get("tp", 1)), "--sp", "on" if s.get("sp") else "off",
+           "--loss-parallel", "on" if s.get("loss_parallel") else "off",
            "--freeze", s.get("freeze", "none"), "--ep", str(s.get("ep", 1)),
            "--moe-routing", s.get("moe_routing", "natural")]
     if not s.get("bucket_mb_default", True):
@@ -162,6 +163,11 @@ def parse_args(argv):
                         "parallelize_module with torchtitan's plan (llama) or its GPT-2 twin; "
                         "ddp (pure TP when dp = 1) or fsdp-full on the dp dimension")
     p.add_argument("--sp", default="off", help="sequence parallel on the norms (on, off)")
+    p.add_argument("--loss-parallel", default="off",
+                   help="--tp with a vocab-sharded head: on keeps the logits sharded (lm_head "
+                        "ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)) and runs "
+                        "forward and backward inside torch's loss_parallel(), as torchtitan does "
+                        "unless parallelism.disable_loss_parallel; off gathers them (on, off)")
     p.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree (fsdp-full only): transformers' expert-parallel plan "
                         "(distributed/expert_parallel.py: the experts sharded on dim 0 over ep ranks, "
@@ -245,6 +251,9 @@ def parse_args(argv):
                          "the harness (valid with --fsdp 1: fp32, amp-bf16)")
     check("device", a.device, ("cpu", "cuda"))
     check("sp", a.sp, ("on", "off"))
+    check("loss-parallel", a.loss_parallel, ("on", "off"))
+    if a.loss_parallel == "on" and a.tp < 2:
+        raise SetupError("--loss-parallel on: needs --tp 2 or more (the vocab-sharded LM head)")
     if a.tp < 1:
         raise SetupError(f"--tp {a.tp}: must be an integer >= 1")
     if a.tp > 1 and a.strategy not in ("ddp", "fsdp-full"):
@@ -606,10 +615,11 @@ def _gpt2_conv1d_to_linear(model, tp):
         blk.attn.split_size = h // tp
 
 
-def apply_tp(spec, mesh, sp):
+def apply_tp(spec, mesh, sp, loss_parallel=False):
     """parallelize_module over the tp mesh. Llama (torchtitan's plan): embeddings RowwiseParallel
     (vocab-sharded), q/k/v and gate/up ColwiseParallel, o and down RowwiseParallel, the LM head
-    ColwiseParallel with its logits gathered (no loss parallel); with sp the norms are
+    ColwiseParallel with its logits gathered (loss_parallel: kept vocab-sharded as a DTensor,
+    Shard(-1), for the loss under torch's loss_parallel(): torchtitan's default); with sp the norms are
     SequenceParallel and the residual stream is sharded on the sequence (Shard(1)), else it is
     replicated. One PrepareModuleInput per attention and MLP makes the block's input one DTensor,
     so each sublayer issues one collective each way (Megatron's f/g). GPT-2: the blocks only (the
@@ -622,6 +632,8 @@ def apply_tp(spec, mesh, sp):
     tp = mesh.size()
     stream = Shard(1) if sp else Replicate()
     if spec.cls_name.startswith("GPT2"):
+        if loss_parallel:
+            raise SetupError("--loss-parallel on: GPT-2's tied head stays replicated (no vocab-sharded logits)")
         _gpt2_conv1d_to_linear(model, tp)
         blocks, attn, o, mlp, cols, down, norms = (model.transformer.h, "attn", "attn.c_proj", "mlp",
                                                    ("attn.c_attn", "mlp.c_fc"), "mlp.c_proj",
@@ -648,7 +660,9 @@ def apply_tp(spec, mesh, sp):
                        desired_input_kwarg_layouts={"hidden_states": Replicate()})
         root = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=stream,
                                                       use_local_output=not sp),
-                "lm_head": ColwiseParallel(input_layouts=stream, output_layouts=Replicate())}
+                "lm_head": (ColwiseParallel(input_layouts=stream, output_layouts=Shard(-1),
+                                            use_local_output=False) if loss_parallel else
+                            ColwiseParallel(input_layouts=stream, output_layouts=Replicate()))}
         if sp:
             root["model.norm"] = SequenceParallel()
     if root:
@@ -666,7 +680,9 @@ def apply_tp(spec, mesh, sp):
         parallelize_module(blk, mesh, plan)
     return (f"parallelize_module on a tp mesh of {tp}: "
             + ("torchtitan's Llama plan (embeddings RowwiseParallel, q/k/v gate/up ColwiseParallel, "
-               "o/down RowwiseParallel, lm_head ColwiseParallel gathering the logits)"
+               "o/down RowwiseParallel, lm_head ColwiseParallel "
+               + ("keeping the logits vocab-sharded, the loss under loss_parallel())" if loss_parallel
+                  else "gathering the logits)")
                if not spec.cls_name.startswith("GPT2") else
                "GPT-2 blocks as Linear (c_attn, c_fc ColwiseParallel; c_proj RowwiseParallel), "
                "embeddings and tied head replicated")
@@ -680,7 +696,7 @@ def build_tp(a, spec, world, target):
     from torch.distributed.device_mesh import init_device_mesh
     dp = world // a.tp
     mesh = init_device_mesh(target.type, (dp, a.tp), mesh_dim_names=("dp", "tp"))
-    impl = apply_tp(spec, mesh["tp"], a.sp == "on")
+    impl = apply_tp(spec, mesh["tp"], a.sp == "on", a.loss_parallel == "on")
     model = spec.model
     opt_kw = dict(lr=LR, foreach=True)
     if a.strategy == "fsdp-full":
@@ -1103,6 +1119,14 @@ def run(a, rank, world):
     mt_best = None
     if meter is not None:
         meter.start_run()
+    # --loss-parallel on: forward and backward run inside torch's loss_parallel() (its custom
+    # log_softmax/nll_loss handlers on the vocab-sharded logits; "the corresponding backward() call
+    # also needs to happen under this context manager": torch/distributed/tensor/parallel/loss.py),
+    # as torchtitan's train_context does; the optimizer step is unaffected by it
+    lp_ctx = contextlib.ExitStack()
+    if a.loss_parallel == "on":
+        from torch.distributed.tensor.parallel import loss_parallel
+        lp_ctx.enter_context(loss_parallel())
     for step in range(1, a.steps + 1):
         mctx = mt if (mt is not None and step >= 2) else contextlib.nullcontext()
         if mt is not None and step >= 2:
@@ -1188,6 +1212,7 @@ def run(a, rank, world):
             if mt_best is None or dev.get("Total", 0) > mt_best.get("Total", 0):
                 mt_best = dev
     out = loss = None
+    lp_ctx.close()
 
     per_rank = {"rank": rank}
     if prof is not None:
@@ -1323,7 +1348,7 @@ def run(a, rank, world):
                   "grad_as_bucket_view": a.grad_as_bucket_view, "zero_grad": a.zero_grad,
                   "loop": a.loop, "shard_group": _shard_group(a, world), "seed": a.seed,
                   "fsdp_grad_sync": a.fsdp_grad_sync, "ds_zero": a.ds_zero or {},
-                  "tp": a.tp, "sp": a.sp == "on", "ep": a.ep, "moe_routing": a.moe_routing,
+                  "tp": a.tp, "sp": a.sp == "on", "loss_parallel": a.loss_parallel == "on", "ep": a.ep, "moe_routing": a.moe_routing,
                   "lora": lora, "freeze": a.freeze,
                   "fsdp": a.fsdp if a.strategy.startswith("fsdp-") else 2,
                   "fsdp_min_params": a.fsdp_min_params,
