@@ -759,7 +759,7 @@ static const CfgKey TT_KEYS[] = {
     {"parallelism.expert_parallel_degree", H, 0}, {"parallelism.expert_tensor_parallel_degree", H, 0},
     {"parallelism.disable_loss_parallel", H, 0}, {"parallelism.enable_async_tensor_parallel", NE, 0},
     {"parallelism.enable_compiled_autograd", D, "false"}, {"parallelism.module_fqns_per_model_part", NE, 0},
-    {"parallelism.pipeline_parallel_first_stage_less_layers", NE, 0}, {"parallelism.pipeline_parallel_last_stage_less_layers", NE, 0},
+    {"parallelism.pipeline_parallel_first_stage_less_layers", H, 0}, {"parallelism.pipeline_parallel_last_stage_less_layers", H, 0},
     {"parallelism.pipeline_parallel_layers_per_stage", D, "null"}, {"parallelism.pipeline_parallel_schedule", H, 0},
     {"parallelism.pipeline_parallel_schedule_csv", D, ""}, {"parallelism.pipeline_parallel_microbatch_size", H, 0},
     {"parallelism.pipeline_parallel_expert_parallel_overlap", NE, 0}, {"parallelism.context_parallel_load_balancer", NE, 0},
@@ -1041,6 +1041,39 @@ static int tt_model(Cfg *c, const cJSON *d, long long seq) {
     return 0;
 }
 
+/* The pipeline under pp > 1: 1F1B (torchtitan's default), GPipe and Interleaved1F1B are memplan's
+   (the others are named); the split as torchtitan makes it (distributed/pipeline_parallel.py
+   pipeline_llm, generate_llm_fqn_per_model_part): the embedding counted as
+   pipeline_parallel_first_stage_less_layers blocks, the norm and head as ..._last_stage_less_layers
+   (config/job_config.py: 1 and 1 by default), 2 stages per rank for a multi-stage schedule when
+   pipeline_parallel_layers_per_stage is null (its only modelled value). */
+static int tt_pipeline(Cfg *c, const cJSON *p, const cJSON *sched) {
+    char key[200];
+    cfg_key(c, "parallelism", "pipeline_parallel_schedule", key, sizeof key);
+    const char *sn = sched && cJSON_IsString(sched) ? sched->valuestring : "1F1B";
+    const char *why = sched ? key : "parallelism.pipeline_parallel_schedule (torchtitan's default 1F1B)";
+    if (strcasecmp(sn, "Interleaved1F1B") == 0) {
+        if (cfg_set(c, "pp-schedule", "interleaved", why) ||
+            cfg_setf(c, "pp-virtual", 2, "torchtitan's 2 stages per rank for a multi-stage schedule "
+                                        "(pipeline_parallel_layers_per_stage null)"))
+            return -1;
+    } else if (strcasecmp(sn, "1F1B") == 0 || strcasecmp(sn, "GPipe") == 0) {
+        if (cfg_set(c, "pp-schedule", strcasecmp(sn, "GPipe") == 0 ? "gpipe" : "1f1b", why)) return -1;
+    } else cfg_unmodelled(c, key, sched);
+    static const struct { const char *name, *flag; } LESS[2] = {
+        {"pipeline_parallel_first_stage_less_layers", "pp-less-first"},
+        {"pipeline_parallel_last_stage_less_layers", "pp-less-last"}};
+    for (int k = 0; k < 2; k++) {
+        long long v = 1;
+        int r = cfg_int(c, p, "parallelism", LESS[k].name, 0, 1024, &v);
+        if (r < 0) return -1;
+        char dflt[160];
+        snprintf(dflt, sizeof dflt, "parallelism.%s (torchtitan's default 1)", LESS[k].name);
+        if (cfg_setf(c, LESS[k].flag, v, r ? cfg_key(c, "parallelism", LESS[k].name, key, sizeof key) : dflt)) return -1;
+    }
+    return 0;
+}
+
 static int tt_read(Cfg *c, const cJSON *d) {
     const cJSON *t = cfg_item(d, "training"), *p = cfg_item(d, "parallelism");
     long long b = 8, seq = 2048;
@@ -1062,15 +1095,8 @@ static int tt_read(Cfg *c, const cJSON *d) {
     if (tt_degrees(c, p, &g) || tt_strategy(c, p, &g, &fsdp) || tt_precision(c, t, &g, fsdp) ||
         tt_ckpt(c, cfg_item(d, "activation_checkpoint")) || tt_accum(c, t, p, &g) || tt_model(c, d, seq))
         return -1;
-    if (g.pp > 1) {   /* 1F1B (torchtitan's default) and GPipe are memplan's; the others are named */
-        cfg_key(c, "parallelism", "pipeline_parallel_schedule", key, sizeof key);
-        const char *sn = sched && cJSON_IsString(sched) ? sched->valuestring : "1F1B";
-        if (strcasecmp(sn, "1F1B") == 0 || strcasecmp(sn, "GPipe") == 0) {
-            if (cfg_set(c, "pp-schedule", strcasecmp(sn, "GPipe") == 0 ? "gpipe" : "1f1b",
-                        sched ? key : "parallelism.pipeline_parallel_schedule (torchtitan's default 1F1B)"))
-                return -1;
-        } else cfg_unmodelled(c, key, sched);
-    } else if (sched) cfg_no_effect(c, cfg_key(c, "parallelism", "pipeline_parallel_schedule", key, sizeof key));
+    if (g.pp > 1 && tt_pipeline(c, p, sched)) return -1;
+    if (g.pp <= 1 && sched) cfg_no_effect(c, cfg_key(c, "parallelism", "pipeline_parallel_schedule", key, sizeof key));
     if ((r = cfg_bool(c, t, "training", "enable_cpu_offload", &off)) < 0) return -1;
     cfg_key(c, "training", "enable_cpu_offload", key, sizeof key);
     if (r && off && !fsdp) cfg_no_effect(c, key);   /* CPUOffloadPolicy is fully_shard's */

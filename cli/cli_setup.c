@@ -29,7 +29,7 @@ enum {
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
-    OPT_TP, OPT_SP, OPT_LOSS_PARALLEL, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_EP, OPT_CP,
+    OPT_TP, OPT_SP, OPT_LOSS_PARALLEL, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_PP_VIRTUAL, OPT_PP_LESS_FIRST, OPT_PP_LESS_LAST, OPT_EP, OPT_CP,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
     OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD, OPT_FSDP_REDUCE, OPT_TIME_SHARES,
 };
@@ -91,6 +91,9 @@ static const struct option BASE_OPTIONS[] = {
     {"pp", required_argument, 0, OPT_PP},
     {"pp-schedule", required_argument, 0, OPT_PP_SCHED},
     {"microbatches", required_argument, 0, OPT_MICROBATCHES},
+    {"pp-virtual", required_argument, 0, OPT_PP_VIRTUAL},
+    {"pp-less-first", required_argument, 0, OPT_PP_LESS_FIRST},
+    {"pp-less-last", required_argument, 0, OPT_PP_LESS_LAST},
     {"ep", required_argument, 0, OPT_EP},
     {"cp", required_argument, 0, OPT_CP},
     {"lora", required_argument, 0, OPT_LORA},
@@ -250,13 +253,18 @@ void cli_print_setup_help(FILE *f) {
         "                         of gathering them (default off: gathered; needs --tp 2 or more and an untied head)\n"
         "Pipeline parallel (torch.distributed.pipelining; with ddp and fsdp-full on gpus / (tp x pp) ranks;\n"
         "closed forms; memory checked on CPU ranks for gpt2-mini only: docs/formulas.md \"Pipeline parallel\"):\n"
-        "  --pp N|auto            pipeline stages (default 1; auto: memplan auto tries each degree): the blocks\n"
-        "                         split evenly (N divides them), stage 0\n"
-        "                         also holds the embedding, the last the head and the loss; the plan is the\n"
-        "                         most loaded stage's\n"
-        "  --pp-schedule 1f1b|gpipe\n"
-        "                         Schedule1F1B (default; stage s holds min(M, N - s) micro-batches'\n"
-        "                         activations) or ScheduleGPipe (all M)\n"
+        "  --pp N|auto            pipeline ranks (default 1; auto: memplan auto tries each degree): the blocks\n"
+        "                         split over N stages (x --pp-virtual), stage 0 also holds the embedding, the\n"
+        "                         last the head and the loss; the plan (memory and time) is the most loaded\n"
+        "                         rank's, with the bubble of equal ranks\n"
+        "  --pp-schedule 1f1b|gpipe|interleaved\n"
+        "                         Schedule1F1B (default; rank r holds min(M, N - r) micro-batches'\n"
+        "                         activations), ScheduleGPipe (all M) or ScheduleInterleaved1F1B\n"
+        "  --pp-virtual V         interleaved: stages per rank (default 2; rank r runs stages r, r + N, ...)\n"
+        "  --pp-less-first K, --pp-less-last K\n"
+        "                         torchtitan's uneven split: the embedding (the norm and head) counted as K\n"
+        "                         blocks, so the first (last) stage gets K fewer (default 0 and 0: an even\n"
+        "                         split, N x V dividing the blocks; torchtitan's own default is 1 and 1)\n"
         "  --microbatches M       micro-batches per step (default N; 1f1b needs M >= N); global batch =\n"
         "                         --batch x M x gpus / (tp x pp); replaces --grad-accum under --pp\n"
         "Expert parallel (MoE models; with fsdp-full; docs/formulas.md \"Expert parallel\"):\n"
@@ -642,10 +650,16 @@ static int resolve_tp(CliSetup *s, int cluster_known) {
 static int resolve_pp(CliSetup *s, const char *cmd) {
     int cluster_known = strcmp(cmd, "validate") != 0;
     const char *mb = cli_setup_given(s, "microbatches"), *sched = cli_setup_given(s, "pp-schedule");
+    if (!sched) sched = cli_setup_given(s, "pp-virtual");
+    if (!sched) sched = cli_setup_given(s, "pp-less-first");
+    if (!sched) sched = cli_setup_given(s, "pp-less-last");
+    if (cli_setup_given(s, "pp-virtual") && s->train.pp_schedule != PP_INTERLEAVED)
+        return cli_usage_error("--pp-virtual %d needs --pp-schedule interleaved (the other schedules run one stage per rank)",
+                               s->train.pp_virtual);
     if (s->train.pp < 0) {   /* --pp auto: 1F1B with the fewest micro-batches, each degree */
         if (mb || sched)
-            return cli_usage_error("--%s with --pp auto: the search runs 1F1B with the fewest micro-batches >= pp; "
-                                   "give a fixed --pp N to plan another", mb ? "microbatches" : "pp-schedule");
+            return cli_usage_error("--%s with --pp auto: the search runs 1F1B with the fewest micro-batches >= pp and an "
+                                   "even split; give a fixed --pp N to plan another", mb ? "microbatches" : "pp-schedule");
         return 0;
     }
     if (s->train.pp <= 1) {
@@ -834,8 +848,21 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         s->train.cp = (int)v;
         break;
     case OPT_PP_SCHED:
-        if ((v = plan_pp_schedule_by_name(a)) < 0) return cli_usage_error("unknown --pp-schedule '%s' (valid: 1f1b, gpipe)", a);
+        if ((v = plan_pp_schedule_by_name(a)) < 0)
+            return cli_usage_error("unknown --pp-schedule '%s' (valid: 1f1b, gpipe, interleaved)", a);
         s->train.pp_schedule = (PpSchedule)v;
+        break;
+    case OPT_PP_VIRTUAL:
+        if (plan_parse_int(a, 2, PLAN_PP_MAX_VIRTUAL, &v))
+            return cli_usage_error("--pp-virtual '%s' is not an integer in [2, %d]", a, PLAN_PP_MAX_VIRTUAL);
+        s->train.pp_virtual = (int)v;
+        break;
+    case OPT_PP_LESS_FIRST:
+    case OPT_PP_LESS_LAST:
+        if (plan_parse_int(a, 0, 1024, &v))
+            return cli_usage_error("--%s '%s' is not an integer in [0, 1024]", c == OPT_PP_LESS_FIRST ? "pp-less-first" :
+                                   "pp-less-last", a);
+        *(c == OPT_PP_LESS_FIRST ? &s->train.pp_less_first : &s->train.pp_less_last) = (int)v;
         break;
     case OPT_MICROBATCHES:
         if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--microbatches '%s' is not an integer in [1, 1000000]", a);

@@ -91,6 +91,7 @@ int plan_rank_views(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c
     v.tp = v.pp = v.ep = v.cp = 1;
     v.stage = -1;
     v.in_flight = 1;
+    v.pp_chunks = 1;
     int n = 0;
     if (views_from(0, &v, out, max, &n)) {
         for (int j = 0; j < n; j++) plan_rank_view_free(&out[j]);

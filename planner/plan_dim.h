@@ -29,6 +29,9 @@ struct Step;
 struct StepCtx;
 struct AutoSpec;
 
+/* The most stages one pipeline rank may hold (--pp-virtual). */
+#define PLAN_PP_MAX_VIRTUAL 16
+
 /* What one rank sees of a setup once the dimensions have split it: every rule, the memory
    replay, the collective table and the simulated step read this, never the model as given. */
 typedef struct RankView {
@@ -43,8 +46,13 @@ typedef struct RankView {
     int comms;               /* communicators the dimensions' groups add beyond the data-parallel
                                 one(s) and the tp and pp groups' (--ep: the ep group and the expert
                                 data-parallel group; --cp: the ring's) */
-    int stage;               /* --pp: the stage this view is (-1: none) */
-    int in_flight;           /* --pp: micro-batches whose activations the stage holds at once (1: none) */
+    int stage;               /* --pp: the pipeline rank this view is (-1: none) */
+    int in_flight;           /* --pp: forwards whose activations the rank holds at once (1: none;
+                                interleaved: chunk forwards, pp_chunk_in_flight summed) */
+    int pp_chunks;           /* --pp: the rank's stages (model chunks; interleaved: pp_virtual, else 1) */
+    int pp_chunk_layers[PLAN_PP_MAX_VIRTUAL];      /* the view's layers of each chunk, in order */
+    int pp_chunk_in_flight[PLAN_PP_MAX_VIRTUAL];   /* each chunk's forwards in flight at the rank's
+                                                      first backward */
     int mem_one_micro;       /* --pp: every micro-batch is in flight before the stage's first
                                 backward, so its memory is the account of one micro-step (no
                                 gradient accumulated yet) while its collectives and compute are

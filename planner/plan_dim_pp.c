@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan_auto.h"
@@ -23,7 +24,46 @@ int plan_pp_blocks(const ModelSpec *m) {
     return n;
 }
 
-static const char *const SCHED_NAMES[PP_SCHED_COUNT] = {"1f1b", "gpipe"};
+static const char *const SCHED_NAMES[PP_SCHED_COUNT] = {"1f1b", "gpipe", "interleaved"};
+
+int plan_pp_virtual(const TrainSpec *t) {
+    if (plan_pp_degree(t) == 1 || t->pp_schedule != PP_INTERLEAVED) return 1;
+    return t->pp_virtual > 0 ? t->pp_virtual : 2;
+}
+
+/* torchtitan's split (torchtitan/distributed/pipeline_parallel.py generate_llm_fqn_per_model_part):
+   the embedding counts as w_in blocks and the final norm with the head as w_out, the
+   nb + w_in + w_out "effective layers" go (nb + w_in + w_out) / S to each stage, the first
+   (nb + w_in + w_out) % S stages one more, stage 0 taking w_in fewer blocks and the last w_out
+   fewer. w_in = w_out = 0 with S dividing nb is the even split. */
+int plan_pp_split(int nb, int S, int w_in, int w_out, int *first, int *count, char *msg, size_t len) {
+    if (S == 1) {
+        first[0] = 0;
+        count[0] = nb;
+        return 0;
+    }
+    int eff = nb + w_in + w_out, per = S > 0 ? eff / S : 0, extra = S > 0 ? eff % S : 0;
+    if (S > eff || per == 0) {
+        snprintf(msg, len, "%d pipeline stages over %d blocks (+%d for the embedding, +%d for the head): a stage "
+                 "would be empty", S, nb, w_in, w_out);
+        return -1;
+    }
+    if (w_in > per || w_out > per) {
+        snprintf(msg, len, "--pp-less-first %d / --pp-less-last %d exceed the %d blocks per stage (torchtitan refuses "
+                 "it)", w_in, w_out, per);
+        return -1;
+    }
+    int cur = 0;
+    for (int k = 0; k < S; k++) {
+        int n = per + (k < extra) - (k == 0 ? w_in : 0) - (k == S - 1 ? w_out : 0);
+        if (n > nb - cur) n = nb - cur;
+        if (n < 0) n = 0;
+        first[k] = cur;
+        count[k] = n;
+        cur += n;
+    }
+    return 0;
+}
 
 const char *plan_pp_schedule_name(PpSchedule k) { return k >= 0 && k < PP_SCHED_COUNT ? SCHED_NAMES[k] : "?"; }
 
@@ -35,7 +75,7 @@ int plan_pp_schedule_by_name(const char *s) {
 
 int plan_pp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                   char *msg, size_t len) {
-    int pp = plan_pp_degree(t), tp = t->tp > 1 ? t->tp : 1, M = plan_pp_microbatches(t);
+    int pp = plan_pp_degree(t), tp = t->tp > 1 ? t->tp : 1, M = plan_pp_microbatches(t), V = plan_pp_virtual(t);
     if (pp == 1) return 0;
     if (s != STRAT_DDP && s != STRAT_FSDP_FULL) {
         snprintf(msg, len, "--pp %d with --strategy %s: pipeline parallel is planned with ddp and fsdp-full "
@@ -70,10 +110,35 @@ int plan_pp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
                  "for decoders (the blocks split over the stages)", pp, m->name);
         return -1;
     }
-    if (nb % pp) {
-        snprintf(msg, len, "--pp %d must divide %s's %d blocks (stages of equal blocks; uneven splits are not planned)",
-                 pp, m->name, nb);
+    if (t->pp_schedule == PP_INTERLEAVED && (V < 2 || V > PLAN_PP_MAX_VIRTUAL)) {
+        snprintf(msg, len, "--pp-virtual %d with --pp-schedule interleaved: 2 to %d stages per rank", V, PLAN_PP_MAX_VIRTUAL);
         return -1;
+    }
+    if (t->pp_less_first < 0 || t->pp_less_last < 0) {
+        snprintf(msg, len, "--pp-less-first %d / --pp-less-last %d: blocks, 0 or more", t->pp_less_first, t->pp_less_last);
+        return -1;
+    }
+    if (t->pp_less_first == 0 && t->pp_less_last == 0 && nb % (pp * V)) {
+        snprintf(msg, len, "--pp %d%s must divide %s's %d blocks for stages of equal blocks; give --pp-less-first / "
+                 "--pp-less-last (torchtitan's uneven split) to plan another", pp,
+                 V > 1 ? " x --pp-virtual" : "", m->name, nb);
+        return -1;
+    }
+    int *first = malloc(sizeof(int) * 2 * (size_t)pp * (size_t)V);
+    if (!first) {
+        snprintf(msg, len, "out of host memory planning --pp %d", pp);
+        return -1;
+    }
+    int bad = plan_pp_split(nb, pp * V, t->pp_less_first, t->pp_less_last, first, first + pp * V, msg, len);
+    free(first);
+    if (bad) return -1;
+    if (t->pp_schedule == PP_INTERLEAVED) {   /* ScheduleInterleaved1F1B.__init__ */
+        int rounds = M / pp > 1 ? M / pp : 1;
+        if (M % rounds) {
+            snprintf(msg, len, "--pp-schedule interleaved with --microbatches %d: ScheduleInterleaved1F1B needs a "
+                     "multiple of its %d rounds (max(1, M / pp))", M, rounds);
+            return -1;
+        }
     }
     if (t->pp_schedule == PP_1F1B && M < pp) {
         snprintf(msg, len, "--pp %d with --pp-schedule 1f1b needs --microbatches >= %d (got %d): Schedule1F1B "
@@ -83,47 +148,85 @@ int plan_pp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
     return 0;
 }
 
-int plan_pp_in_flight(const TrainSpec *t, int stage) {
-    int pp = plan_pp_degree(t), M = plan_pp_microbatches(t);
-    if (pp == 1) return 1;
-    if (t->pp_schedule == PP_GPIPE) return M;
-    int k = pp - stage;
-    return k < M ? k : M;
+/* Each of rank r's chunks' forwards done before its first backward. Schedule1F1B:
+   warmup_chunks = min(M, pp - r), then backward first (1B1F); ScheduleGPipe: all M;
+   ScheduleInterleaved1F1B (_calculate_single_rank_operations, _get_warmup_ops):
+   warmup_ops = min((V - 1) mpr + 2 (pp - 1 - r), M V) forwards, mpr = M / max(1, M / pp) a round's
+   micro-batches, forward op j on chunk (j / mpr) mod V, and its 1F1B phase runs a forward before
+   each backward, so warmup_ops + 1 forwards are done at the first (all M V when warmup takes
+   them all). Returns their sum. */
+int plan_pp_chunk_in_flight(const TrainSpec *t, int r, int n[PLAN_PP_MAX_VIRTUAL]) {
+    int pp = plan_pp_degree(t), M = plan_pp_microbatches(t), V = plan_pp_virtual(t);
+    memset(n, 0, sizeof(int) * PLAN_PP_MAX_VIRTUAL);
+    if (pp == 1) { n[0] = 1; return 1; }
+    if (t->pp_schedule == PP_GPIPE) { n[0] = M; return M; }
+    if (t->pp_schedule != PP_INTERLEAVED) { n[0] = pp - r < M ? pp - r : M; return n[0]; }
+    int rounds = M / pp > 1 ? M / pp : 1, mpr = M / rounds;
+    int warm = (V - 1) * mpr + 2 * (pp - 1 - r);
+    if (warm > M * V) warm = M * V;
+    int done = warm < M * V ? warm + 1 : warm;
+    for (int j = 0; j < done; j++) n[(j / mpr) % V]++;
+    return done;
 }
 
-int plan_pp_stage_view(const ModelSpec *m, int pp, int stage, ModelSpec *v) {
+int plan_pp_in_flight(const TrainSpec *t, int stage) {
+    int n[PLAN_PP_MAX_VIRTUAL];
+    return plan_pp_chunk_in_flight(t, stage, n);
+}
+
+int plan_pp_rank_view(const ModelSpec *m, const TrainSpec *t, int r, ModelSpec *v, int chunk_layers[PLAN_PP_MAX_VIRTUAL]) {
+    int pp = plan_pp_degree(t), V = plan_pp_virtual(t), S = pp * V, nb = plan_pp_blocks(m);
     plan_model_init(v, m->name, m->arch);
+    if (chunk_layers) memset(chunk_layers, 0, sizeof(int) * PLAN_PP_MAX_VIRTUAL);
+    int *first = malloc(sizeof(int) * 2 * (size_t)S), *count = first ? first + S : NULL;
+    char msg[320];
+    if (!first || plan_pp_split(nb, S, t->pp_less_first, t->pp_less_last, first, count, msg, sizeof msg)) {
+        free(first);
+        return -1;
+    }
     LayerSpec *keep = v->layers;
     *v = *m;
     v->layers = keep;
     v->n_layers = v->cap_layers = 0;
-    int nb = plan_pp_blocks(m), per = nb / pp, first = stage * per, last = pp - 1;
-    v->n_layer = per;
-    if (stage != last) v->headless = 1;   /* its output is sent on, no head and no loss */
-    int b = 0, unit0 = -1;
-    for (int i = 0; i < m->n_layers; i++) {
+    v->n_layer = 0;
+    int last_rank = (S - 1) % pp;
+    if (r != last_rank) v->headless = 1;   /* its output is sent on, no head and no loss */
+    int b = 0, unit_in = -1, unit_out = 0, rc = 0;
+    for (int i = 0; i < m->n_layers && !rc; i++) {
         LayerSpec l = m->layers[i];
-        int keep_it;
+        int stage;   /* the virtual stage this layer is on */
         if (l.kind == LAYER_BLOCK) {
-            keep_it = b >= first && b < first + per;
+            for (stage = 0; stage < S - 1 && b >= first[stage] + count[stage]; stage++) {}
             b++;
-        } else keep_it = b == 0 ? stage == 0 : b == nb ? stage == last : 0;
-        if (!keep_it) continue;
-        if (l.kind == LAYER_BLOCK) {
-            if (unit0 < 0) unit0 = l.unit;
-            l.unit = l.unit - unit0 + 1;
+        } else stage = b == 0 ? 0 : b == nb ? S - 1 : -1;
+        if (stage < 0 || stage % pp != r) continue;
+        if (l.kind == LAYER_BLOCK) {   /* the rank's units numbered 1, 2, ... in order */
+            if (l.unit != unit_in) unit_out++;
+            unit_in = l.unit;
+            l.unit = unit_out;
+            v->n_layer++;
         }
-        if (l.kind == LAYER_HEAD && m->tied_embeddings && stage != 0 && l.params == 0) {
-            /* the tied weight lives on stage 0: the last stage holds a copy of its own (V x h) */
+        if (l.kind == LAYER_HEAD && m->tied_embeddings && r != 0 && l.params == 0) {
+            /* the tied weight lives on rank 0: the last stage holds a copy of its own (V x h) */
             l.params = l.largest_tensor = (int64_t)m->vocab * m->d_model;
             l.n_tensors = 1;
             l.tensor_elems[0] = l.params;
             l.tensor_dim0[0] = m->vocab;
         }
-        if (!plan_model_add_layer(v, &l)) { plan_model_free(v); return -1; }
+        if (!plan_model_add_layer(v, &l)) rc = -1;
+        else if (chunk_layers) chunk_layers[stage / pp]++;
     }
+    free(first);
     v->tied_embeddings = 0;   /* no stage holds both ends: each has its own weight */
-    return 0;
+    if (rc) plan_model_free(v);
+    return rc;
+}
+
+int plan_pp_stage_view(const ModelSpec *m, int pp, int stage, ModelSpec *v) {
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.pp = pp;
+    return plan_pp_rank_view(m, &t, stage, v, NULL);
 }
 
 void plan_pp_cluster(const ClusterSpec *c, int pp, ClusterSpec *d) {
@@ -139,18 +242,23 @@ void plan_pp_cluster(const ClusterSpec *c, int pp, ClusterSpec *d) {
 /* The stage boundaries' point-to-point traffic: per micro-batch, the residual stream (b, s, h) at
    the parameters' dtype goes to the next stage after the forward and its gradient comes back in
    backward (torch/distributed/pipelining/stage.py get_fwd_send_ops / get_bwd_send_ops: one
-   isend/irecv per boundary; Narayanan et al. 2021 §2.2). Stage 0 and the last stage touch one
-   boundary, a middle stage two; each GPU of a stage sends its own copy (no scatter/gather over
-   the tp ranks). Issued on the side (batched isend/irecv), the end of backward waits for them:
+   isend/irecv per boundary; Narayanan et al. 2021 §2.2). Each of the rank's stages (chunks) but
+   the first stage receives and each but the last sends: stage 0 and the last touch one boundary,
+   the others two; each GPU of a stage sends its own copy (no scatter/gather over the tp ranks).
+   Issued on the side (batched isend/irecv), the end of backward waits for them:
    the fill and drain they imply are the bubble (plan_sim.c). */
 static void pp_send_recv(const StepCtx *x, Step *st) {
-    int pp = plan_pp_degree(x->t), last = pp - 1, s = x->v->stage;
-    double bounds = (s > 0) + (s < last);
+    int pp = plan_pp_degree(x->t), V = plan_pp_virtual(x->t), S = pp * V, r = x->v->stage;
+    double bounds = 0;
+    for (int k = 0; k < V; k++) {
+        int s = r + k * pp;
+        bounds += (s > 0) + (s < S - 1);
+    }
     double each = (double)x->in.b * (double)x->in.s * (double)x->m->d_model * x->p->param_bytes;
     const ClusterSpec *c = x->full;
     int crosses = c->gpus > c->gpus_per_node && c->gpus / pp >= c->gpus_per_node;   /* pp outermost */
     static const struct { PointKind at; PhaseKind ph; } WAYS[2] = {{PT_FWD, PHASE_FORWARD}, {PT_BWD, PHASE_BACKWARD}};
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 2 && bounds > 0; w++) {
         StepXfer *e = step_xfer(st, RULE_PP_SEND_RECV, XFER_COLL, pt(x, WAYS[w].at, w == 0 ? x->L - 1 : 0));
         if (!e) return;
         e->op = COLL_SEND_RECV;
@@ -165,57 +273,80 @@ static void pp_send_recv(const StepCtx *x, Step *st) {
     }
 }
 
-/* A stage keeps every micro-batch's saved tensors from its forward to its backward. Under 1F1B
-   stage s runs min(M, pp - s) forwards before its first backward (torch/distributed/pipelining/
-   schedules.py Schedule1F1B._step_microbatches: warmup_chunks; Narayanan et al. 2021 §2.2,
-   PipeDream-Flush: at most pp micro-batches in flight), under GPipe all M
-   (ScheduleGPipe._step_microbatches; Huang et al. 2019). The account's own micro-batch is the
-   one whose backward the peak is in; the others' saved bytes are held beside it from the first
-   forward to the end of backward. Where every micro-batch is in flight before the first backward
-   (GPipe; 1F1B with M <= pp - stage) that is the first backward, with no accumulated gradient
-   (plan_step.c pp_build); otherwise 1F1B's steady state, with the earlier gradients. */
+/* A rank keeps every micro-batch's saved tensors of each of its stages from that stage's forward
+   to its backward: at its first backward, chunk k's forwards done so far (plan_pp_chunk_in_flight:
+   1F1B min(M, pp - r), GPipe M, interleaved its warmup and one more; Narayanan et al. 2021 §2.2,
+   PipeDream-Flush: at most pp micro-batches in flight under 1F1B). The account's own micro-batch
+   holds one of each chunk; the others' saved bytes (chunk k's, rule_saved_activations' figure
+   over its layers) are held beside it from the first forward to the end of backward. Where every
+   forward runs before the first backward (GPipe; 1F1B with M <= pp - r; interleaved when its
+   warmup takes all M V) that is the first backward, with no accumulated gradient (plan_step.c
+   build_candidate); otherwise the steady state, with the earlier gradients. */
 void rule_pp(const StepCtx *x, Step *st) {
     if (x->v->stage < 0 || x->L == 0) return;
     pp_send_recv(x, st);
     if (x->v->in_flight <= 1) return;
-    /* one micro-batch's saved bytes on this stage: what the account's saved-activations rule holds
-       (read from the account, not computed again) */
-    double a = 0;
-    for (int e = 0; e < st->n_mem; e++)
-        if (st->mem[e].rule == RULE_SAVED_ACTS && st->mem[e].bytes > 0) a += st->mem[e].bytes;
-    step_hold(st, RULE_PP_IN_FLIGHT, TERM_ACTIVATIONS, pt(x, PT_FWD, 0), AT_BEFORE, pt(x, PT_BWD, 0), AT_AFTER,
-              (double)(x->v->in_flight - 1) * a);
+    /* one micro-batch's saved bytes on each chunk: what the account's saved-activations rule holds
+       at the chunk's layers (read from the account, not computed again) */
+    double a[PLAN_PP_MAX_VIRTUAL] = {0}, extra = 0, own = 0;
+    for (int e = 0; e < st->n_mem; e++) {
+        if (st->mem[e].rule != RULE_SAVED_ACTS || st->mem[e].bytes <= 0) continue;
+        int layer = 0, k = 0;
+        plan_step_point_kind(x->L, st->mem[e].point, &layer);
+        for (int end = x->v->pp_chunk_layers[0]; k < x->v->pp_chunks - 1 && layer >= end; end += x->v->pp_chunk_layers[++k]) {}
+        a[k] += st->mem[e].bytes;
+    }
+    for (int k = 0; k < x->v->pp_chunks; k++) {
+        extra += (double)x->v->pp_chunk_in_flight[k] * a[k];
+        own += a[k];
+    }
+    if (extra - own > 0)
+        step_hold(st, RULE_PP_IN_FLIGHT, TERM_ACTIVATIONS, pt(x, PT_FWD, 0), AT_BEFORE, pt(x, PT_BWD, 0), AT_AFTER,
+                  extra - own);
 }
 
 /* ---- the dimension's row ---- */
 
 static int pp_on(const ModelSpec *m, const TrainSpec *t) { (void)m; return plan_pp_degree(t) > 1; }
 
-/* The candidate views: stage 0 (the embedding, the most micro-batches in flight) and the last
-   stage (the head and the loss), each a model of its own on gpus / pp data-parallel ranks; the
-   builder keeps the most loaded. Middle stages hold stage 0's blocks without the embedding and
-   fewer micro-batches: never more. */
+/* The candidate views: rank 0 (the embedding, the most micro-batches in flight), the last rank
+   (the head and the loss) and, with more than two ranks, the middle rank with the most blocks
+   (an uneven split loads the middle ranks), each a model of its own on gpus / pp data-parallel
+   ranks; the builder keeps the most loaded, whose memory and micro-steps the plan is (the
+   simulated step's bubble is that of equal ranks: plan_sim.c). */
 static int pp_view(RankView *v, RankView *out, int max) {
     int pp = plan_pp_degree(&v->t);
     if (pp == 1) return 1;
-    int stages[2] = {0, pp - 1}, n = 0;
-    for (int k = 0; k < 2 && n < max; k++) {
+    int ranks[3] = {0, pp - 1, -1}, n = 0, nr = 2;
+    if (pp > 2) {   /* the middle rank with the most blocks */
+        int best = -1, r_best = 1;
+        for (int r = 1; r < pp - 1; r++) {
+            ModelSpec mv;
+            if (plan_pp_rank_view(&v->m, &v->t, r, &mv, NULL)) return -1;
+            if (mv.n_layer > best) { best = mv.n_layer; r_best = r; }
+            plan_model_free(&mv);
+        }
+        ranks[nr++] = r_best;
+    }
+    for (int k = 0; k < nr && n < max; k++) {
         RankView *o = &out[n];
         *o = *v;
-        if (plan_pp_stage_view(&v->m, pp, stages[k], &o->m)) {
+        if (plan_pp_rank_view(&v->m, &v->t, ranks[k], &o->m, o->pp_chunk_layers)) {
             for (int j = 0; j < n; j++) plan_model_free(&out[j].m);
             return -1;
         }
         o->own_m = 1;
         plan_pp_cluster(&v->dp, pp, &o->dp);
         o->pp = pp;
-        o->stage = stages[k];
-        o->in_flight = plan_pp_in_flight(&v->t, stages[k]);
-        /* every micro-batch is in flight before the stage's first backward (GPipe; 1F1B with
-           M <= pp - stage): that backward is the peak's, and no gradient has accumulated yet. The
-           memory is the account of a step without accumulation; the collectives and the compute
-           stay those of M micro-steps (plan_step.c builds both) */
-        o->mem_one_micro = o->in_flight == plan_pp_microbatches(&v->t) && o->in_flight > 1;
+        o->stage = ranks[k];
+        o->pp_chunks = plan_pp_virtual(&v->t);
+        o->in_flight = plan_pp_chunk_in_flight(&v->t, ranks[k], o->pp_chunk_in_flight);
+        /* every forward runs before the rank's first backward (GPipe; 1F1B with M <= pp - r;
+           interleaved when the warmup takes them all): that backward is the peak's, and no
+           gradient has accumulated yet. The memory is the account of a step without
+           accumulation; the collectives and the compute stay those of M micro-steps (plan_step.c
+           builds both) */
+        o->mem_one_micro = o->in_flight == plan_pp_microbatches(&v->t) * o->pp_chunks && o->in_flight > 1;
         n++;
     }
     return n;
@@ -224,22 +355,29 @@ static int pp_view(RankView *v, RankView *out, int max) {
 static void pp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                       const Step *const *rows, int n_rows) {
     if (slot != HEADER_AFTER_TRAIN || plan_pp_degree(t) == 1) return;
-    int pp = plan_pp_degree(t), tp = plan_tp_degree(t), M = plan_pp_microbatches(t);
+    int pp = plan_pp_degree(t), tp = plan_tp_degree(t), M = plan_pp_microbatches(t), V = plan_pp_virtual(t);
     long long dp = (long long)(c->gpus / tp / pp);
-    fprintf(f, "# pipeline parallel: pp %d, schedule %s, %d micro-batches per step (the grad-accum above), the "
-            "strategies on %lld data-parallel ranks (gpus / (tp x pp)), global batch %lld; memory is the most "
-            "loaded stage's (stage 0: the embedding and %s micro-batches' activations in flight; the last: the "
-            "head and the loss), bubble (pp-1)/(M+pp-1) = %.1f%% of the step; memory checked on CPU ranks for "
-            "gpt2-mini in 2 stages only, bubble and send/recv closed forms, not measured (docs/formulas.md "
-            "\"Pipeline parallel\")\n", pp, plan_pp_schedule_name(t->pp_schedule), M, dp,
-            (long long)t->micro_batch * M * dp, t->pp_schedule == PP_GPIPE ? "all M" : "min(M, pp)",
-            100.0 * (pp - 1) / (M + pp - 1));
+    char split[96] = "split evenly";
+    if (t->pp_less_first || t->pp_less_last)
+        snprintf(split, sizeof split, "split as torchtitan does with the embedding as %d blocks and the head as %d",
+                 t->pp_less_first, t->pp_less_last);
+    char sched[64];
+    if (V > 1) snprintf(sched, sizeof sched, "interleaved, %d stages per rank", V);
+    else snprintf(sched, sizeof sched, "%s", plan_pp_schedule_name(t->pp_schedule));
+    fprintf(f, "# pipeline parallel: pp %d, schedule %s, the blocks %s over %d stages, %d micro-batches per step (the "
+            "grad-accum above), the strategies on %lld data-parallel ranks (gpus / (tp x pp)), global batch %lld; memory "
+            "is the most loaded rank's (rank 0: the embedding and the most micro-batches in flight; the last: the head "
+            "and the loss; the middle rank with the most blocks), time that rank's with the bubble of equal ranks, (pp-1)/(%sM+pp-1) "
+            "= %.1f%% of the step; memory checked on CPU ranks for gpt2-mini (bench/torch/pp_probe.py), "
+            "bubble and send/recv closed forms, not measured (docs/formulas.md \"Pipeline parallel\")\n", pp, sched, split,
+            pp * V, M, dp, (long long)t->micro_batch * M * dp, V > 1 ? "V " : "", 100.0 * (pp - 1) / (V * M + pp - 1));
     (void)m;
-    fprintf(f, "# pipeline stage planned (the most loaded):");
+    fprintf(f, "# pipeline rank planned (the most loaded):");
     for (int i = 0; i < n_rows; i++)
         if (rows[i] && !rows[i]->failed)
-            fprintf(f, " %s stage %d of %d (%d micro-batch%s in flight);", plan_strategy(rows[i]->view.sk)->name,
-                    rows[i]->view.stage, pp, rows[i]->view.in_flight, rows[i]->view.in_flight == 1 ? "" : "es");
+            fprintf(f, " %s rank %d of %d (%d %s in flight);", plan_strategy(rows[i]->view.sk)->name,
+                    rows[i]->view.stage, pp, rows[i]->view.in_flight, V > 1 ? "stage forwards" :
+                    rows[i]->view.in_flight == 1 ? "micro-batch" : "micro-batches");
     fprintf(f, "\n");
 }
 
@@ -248,10 +386,14 @@ static void pp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainS
     if (plan_pp_degree(t) == 1) return;   /* only then, as for tp */
     cJSON_AddNumberToObject(train, "pp", t->pp);
     cJSON_AddStringToObject(train, "pp_schedule", plan_pp_schedule_name(t->pp_schedule));
+    cJSON_AddNumberToObject(train, "pp_virtual", plan_pp_virtual(t));
+    cJSON_AddNumberToObject(train, "pp_less_first", t->pp_less_first);
+    cJSON_AddNumberToObject(train, "pp_less_last", t->pp_less_last);
     cJSON_AddNumberToObject(train, "microbatches", plan_pp_microbatches(t));
     cJSON_AddNumberToObject(train, "pp_data_parallel", (double)(c->gpus / plan_tp_degree(t) / t->pp));
-    cJSON_AddStringToObject(train, "pp_memory_source", "closed form; checked on CPU ranks for gpt2-mini in 2 stages only");
-    cJSON_AddStringToObject(train, "pp_time_source", "closed form, not measured");
+    cJSON_AddStringToObject(train, "pp_memory_source", "closed form; checked on 2 CPU ranks for gpt2-mini (even, uneven "
+                            "and interleaved splits: bench/torch/pp_check.py)");
+    cJSON_AddStringToObject(train, "pp_time_source", "closed form (the most loaded rank's micro-steps, the bubble of equal ranks), not measured");
 }
 
 /* The stage a strategy's memory is of. */

@@ -275,8 +275,8 @@ void plan_report_table(FILE *f, const ModelSpec *m, const TrainSpec *t, const Cl
             st->explain ? " (DDP buckets overlap backward, FSDP/ZeRO-3 prefetch one unit)" : "");
     time_basis_lines(f, m, t, c, p, st);
     if (plan_pp_degree(t) > 1)
-        fprintf(f, "# step includes the pipeline bubble, (pp - 1) / M of the micro-steps (docs/formulas.md \"Pipeline "
-                "parallel\"); exposed is communication only\n");
+        fprintf(f, "# step includes the pipeline bubble, (pp - 1) / (V M) of the micro-steps (V: stages per rank; "
+                "docs/formulas.md \"Pipeline parallel\"); exposed is communication only\n");
     fprintf(f, "%-*s %10s %10s %10s %10s %12s %12s %10s\n", nw, "strategy", "compute", "comm", "exposed",
             "step", "per_gpu", "all_gpus", "comm/GPU");
     fprintf(f, "%-*s %10s %10s %10s %10s %12s %12s %10s\n", nw, "-", "ms", "ms", "ms", "ms", unit, unit, "GiB");

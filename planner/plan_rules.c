@@ -107,7 +107,7 @@ static const RuleInfo RULE_INFO[RULE_COUNT] = {
                                F "\"Loss parallel\"; torch/distributed/tensor/parallel/loss.py _log_softmax, _nll_loss_and_log_softmax_backward"},
     [RULE_TP_EMBED_GRAD] = {"tp_embedding_grad", "a vocab-sharded embedding's gradient comes back replicated (V x h)",
                             F "\"Tensor and sequence parallel\" (measured, torch 2.15)"},
-    [RULE_PP_IN_FLIGHT] = {"pp_in_flight", "a pipeline stage's saved activations of the other micro-batches in flight (1F1B: min(M, pp - stage) in all; GPipe: M)",
+    [RULE_PP_IN_FLIGHT] = {"pp_in_flight", "a pipeline rank's saved activations of the other micro-batches in flight (1F1B: min(M, pp - rank) in all; GPipe: M; interleaved: each stage's warmup forwards)",
                            F "\"Pipeline parallel\" (closed form; checked on CPU ranks, gpt2-mini in 2 stages); torch/distributed/pipelining/schedules.py Schedule1F1B._step_microbatches warmup_chunks; Narayanan et al. 2021 sec. 2.2"},
     [RULE_PP_SEND_RECV] = {"pp_send_recv", "a pipeline stage's point-to-point sends and receives of (b, s, h) activations and their gradients per micro-batch and boundary",
                            F "\"Pipeline parallel\" (closed form, not measured); torch/distributed/pipelining/stage.py get_fwd_send_ops, get_bwd_send_ops"},

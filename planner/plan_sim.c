@@ -430,12 +430,15 @@ static int run(const SimPrep *P, int record, SimResult *out) {
     }
     t_end = micro_step(&R, &cs, t_end, 1, &mo);
     t_end = step_tail(&R, &cs, t_end, &mo, out);
-    /* --pp: the pipeline's fill and drain. Each stage idles pp - 1 micro-batch slots of a forward
-       and a backward: (pp - 1) (t_f + t_b), a fraction (pp - 1) / (M + pp - 1) of the pipelined
-       part (Narayanan et al. 2021 §2.2; Huang et al. 2019 §2.2: the same for GPipe); closed form */
+    /* --pp: the pipeline's fill and drain. Each rank idles pp - 1 slots of a micro-step's forward
+       and backward, of one of its V stages under the interleaved schedule: (pp - 1) (t_f + t_b) / V,
+       a fraction (pp - 1) / (V M + pp - 1) of the pipelined part (Narayanan et al. 2021 §2.2:
+       1F1B as GPipe, Huang et al. 2019 §2.2; §2.2.2: interleaved); closed form, at the walls of the
+       planned rank (the most loaded by memory: plan_dim_pp.c) */
     int pp = P->st->view.pp;
     if (pp > 1 && K > 0) {
-        out->pp_bubble_s = (double)(pp - 1) / K * (mo.fwd + mo.bwd);
+        int V = P->st->view.pp_chunks > 1 ? P->st->view.pp_chunks : 1;
+        out->pp_bubble_s = (double)(pp - 1) / ((double)V * K) * (mo.fwd + mo.bwd);
         t_end += out->pp_bubble_s;
     }
     out->step_s = t_end;

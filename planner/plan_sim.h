@@ -41,7 +41,7 @@ typedef struct {
                                 (--impl engine; 0 otherwise); the phases + zero_s = the step */
     double comm_s;           /* Σ collective time on the communication stream */
     double exposed_comm_s;   /* step_s - compute_s: communication not hidden by compute */
-    double pp_bubble_s;      /* --pp: the pipeline's fill and drain, (pp - 1) / M x the micro-steps' walls (in step_s) */
+    double pp_bubble_s;      /* --pp: the pipeline's fill and drain, (pp - 1) / (V M) x the micro-steps' walls (in step_s) */
     double step_s;           /* one optimizer step (grad_accum micro-steps) */
     double tokens_per_s;     /* global tokens (samples for CNNs) per second */
     double flops_per_step;   /* per GPU */

@@ -74,8 +74,9 @@ typedef enum { FSDP_REDUCE_DEFAULT = 0, FSDP_REDUCE_FP32, FSDP_REDUCE_LOW } Fsdp
 /* Whose saved-tensor layout the activation model follows. */
 typedef enum { IMPL_PYTORCH = 0, IMPL_ENGINE, IMPL_COUNT } ImplKind;
 /* Pipeline schedule (--pp-schedule; planner/plan_dim_pp.h): torch.distributed.pipelining's
-   Schedule1F1B (PipeDream-Flush) or ScheduleGPipe. */
-typedef enum { PP_1F1B = 0, PP_GPIPE, PP_SCHED_COUNT } PpSchedule;
+   Schedule1F1B (PipeDream-Flush), ScheduleGPipe, or ScheduleInterleaved1F1B (Narayanan et al.
+   2021's interleaved schedule: pp_virtual stages per rank). */
+typedef enum { PP_1F1B = 0, PP_GPIPE, PP_INTERLEAVED, PP_SCHED_COUNT } PpSchedule;
 
 /* DeepSpeed's zero_optimization sizes (elements; deepspeed/runtime/zero/config.py 0.19.8
  * defaults below) as a user's config or flags set them; 0 = the default (plan_ds_knobs). */
@@ -161,10 +162,16 @@ typedef struct {
     int loss_parallel;       /* 1: loss parallel (torch's loss_parallel(): the vocab-sharded logits
                                 stay sharded and the cross-entropy runs on them, torchtitan's
                                 default); only with tp > 1 and a vocab-sharded head */
-    int pp;                  /* pipeline stages (0 or 1: none): the repeated blocks split evenly over
-                                pp ranks, the strategy on gpus / (tp * pp); the micro-batches of
-                                one step are grad_accum (--microbatches) (planner/plan_dim_pp.h) */
-    PpSchedule pp_schedule;  /* 1F1B (default) or GPipe */
+    int pp;                  /* pipeline ranks (0 or 1: none): the repeated blocks split over pp x
+                                pp_virtual stages, the strategy on gpus / (tp * pp); the micro-batches
+                                of one step are grad_accum (--microbatches) (planner/plan_dim_pp.h) */
+    PpSchedule pp_schedule;  /* 1F1B (default), GPipe or interleaved 1F1B */
+    int pp_virtual;          /* interleaved: stages per rank (0: 2, torchtitan's default for
+                                multi-stage schedules); the others: 1 */
+    int pp_less_first;       /* the embedding counted as this many blocks in the split (torchtitan
+                                pipeline_parallel_first_stage_less_layers; 0: an even split) */
+    int pp_less_last;        /* the final norm and head counted as this many blocks
+                                (pipeline_parallel_last_stage_less_layers; 0) */
     int ep;                  /* expert-parallel degree (0 or 1: none; < 0: memplan auto searches it): each
                                 MoE block's routed experts split over ep ranks of the data-parallel
                                 group, tokens sent to them and back by all-to-all, the experts sharded

@@ -390,7 +390,7 @@ Test(cli_auto, pp_auto_should_pick_stages_only_where_they_fit_or_win_and_say_why
     cr_assert(tl && sscanf(tl, "communication %lf ms of which %lf ms exposed", &comm, &exposed) == 2, "%s", out);
     cr_expect_leq(exposed, comm + 1e-9, "%s", out);
     cr_expect(strstr(out, ", pipeline bubble "), "%s", out);
-    cr_expect(strstr(out, "# pipeline parallel: pp 4, schedule 1f1b, 4 micro-batches"), "%s", out);
+    cr_expect(strstr(out, "# pipeline parallel: pp 4, schedule 1f1b, the blocks split evenly over 4 stages, 4 micro-batches"), "%s", out);
     cr_expect(strstr(out, "--microbatches 4 --act-ckpt") && strstr(out, "--pp 4 --pp-schedule 1f1b\n"), "%s", out);
     cr_assert_eq(run("auto --model gpt2 --gpus 8 --pp auto"), 0, "%s", out);
     cr_expect(strstr(out, "  pp 1 (no pipeline): ddp tp 1,"), "%s", out);

@@ -234,7 +234,16 @@ Test(cli_recipes, torchtitan_flavor_should_be_checked_against_the_model_or_be_th
                                    "data_parallel_shard_degree = 1\n[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n");
     char args[600];
     snprintf(args, sizeof args, "--config %s --gpus 2", f);
-    cJSON_Delete(expect(args, (const Want[]){{"pp", "2"}, {"pp-schedule", "1f1b"}, {"batch", "1"}, {"microbatches", "8"}, {0, 0}}));
+    cJSON_Delete(expect(args, (const Want[]){{"pp", "2"}, {"pp-schedule", "1f1b"}, {"batch", "1"}, {"microbatches", "8"},
+                                             {"pp-less-first", "1"}, {"pp-less-last", "1"}, {0, 0}}));
+    /* Interleaved1F1B: 2 stages per rank (pipeline_parallel.py), the split's weights as given */
+    f = put("ppi.toml", "[training]\nlocal_batch_size = 8\nseq_len = 512\n[parallelism]\npipeline_parallel_degree = 2\n"
+                        "pipeline_parallel_schedule = \"Interleaved1F1B\"\npipeline_parallel_first_stage_less_layers = 0\n"
+                        "pipeline_parallel_last_stage_less_layers = 2\ndata_parallel_shard_degree = 1\n[model]\nname = \"llama3\"\n"
+                        "flavor = \"debugmodel\"\n");
+    snprintf(args, sizeof args, "--config %s --gpus 2", f);
+    cJSON_Delete(expect(args, (const Want[]){{"pp-schedule", "interleaved"}, {"pp-virtual", "2"}, {"pp-less-first", "0"},
+                                             {"pp-less-last", "2"}, {0, 0}}));
 }
 
 Test(cli_recipes, keys_should_be_read_as_each_framework_reads_them) {

@@ -163,18 +163,99 @@ Test(pp, gpipe_should_never_hold_less_than_1f1b) {
     plan_model_free(&m);
 }
 
-Test(pp, simulated_step_should_add_the_bubble_pp_minus_1_over_m_plus_pp_minus_1) {
+/* The bubble of equal ranks: pp - 1 slots of a micro-step, of one of V stages under the
+   interleaved schedule: (pp - 1) / (V M + pp - 1) of the pipelined part (Narayanan et al. 2021
+   §2.2, §2.2.2). */
+static void expect_bubble(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, double fraction) {
+    SimResult s;
+    cr_assert_eq(plan_sim(m, t, c, STRAT_DDP, 0, &s), 0);
+    double pipe = s.fwd_s + s.bwd_s;
+    cr_expect(s.pp_bubble_s > 0);
+    cr_expect(fabs(s.pp_bubble_s / (pipe + s.pp_bubble_s) - fraction) < 1e-12, "bubble %.6f of the pipelined part, not %.6f",
+              s.pp_bubble_s / (pipe + s.pp_bubble_s), fraction);
+    cr_expect(s.step_s >= pipe + s.pp_bubble_s);
+}
+
+Test(pp, simulated_step_should_add_the_bubble_pp_minus_1_over_v_m_plus_pp_minus_1) {
     ModelSpec m = zoo("gpt2-medium");
     TrainSpec t;
     ClusterSpec c;
     cluster(&c, 4, 4);
     train(&t, 4, 8, PP_1F1B);
-    SimResult s;
-    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &s), 0);
-    double pipe = s.fwd_s + s.bwd_s;
-    cr_expect(s.pp_bubble_s > 0);
-    cr_expect(fabs(s.pp_bubble_s / (pipe + s.pp_bubble_s) - 3.0 / 11.0) < 1e-12, "(pp - 1) / (M + pp - 1)");
-    cr_expect(s.step_s >= pipe + s.pp_bubble_s);
+    expect_bubble(&m, &t, &c, 3.0 / 11.0);
+    t.pp_schedule = PP_GPIPE;
+    expect_bubble(&m, &t, &c, 3.0 / 11.0);
+    t.pp_schedule = PP_INTERLEAVED;   /* 2 stages per rank */
+    expect_bubble(&m, &t, &c, 3.0 / 19.0);
+    plan_model_free(&m);
+}
+
+/* torchtitan's split (generate_llm_fqn_per_model_part): its docstring's example, 3 layers in 2
+   stages with the embedding and the output as 2 layers each, gives 2 and 1; Llama 3 405B's 126
+   layers in 16 stages with 1 and 1 give 7, 8 x 14, 7 (Llama 3 paper: "one fewer layer on the
+   first and the last stage"). */
+Test(pp, the_uneven_split_should_follow_torchtitans_weights) {
+    int first[16], count[16];
+    char msg[320];
+    cr_assert_eq(plan_pp_split(3, 2, 2, 2, first, count, msg, sizeof msg), 0, "%s", msg);
+    cr_expect(count[0] == 2 && count[1] == 1 && first[1] == 2);
+    cr_assert_eq(plan_pp_split(126, 16, 1, 1, first, count, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_eq(count[0], 7);
+    cr_expect_eq(count[15], 7);
+    for (int k = 1; k < 15; k++) cr_expect_eq(count[k], 8);
+    cr_expect_eq(first[15] + count[15], 126);
+    cr_expect_eq(plan_pp_split(32, 4, 0, 0, first, count, msg, sizeof msg), 0);
+    for (int k = 0; k < 4; k++) cr_expect(count[k] == 8 && first[k] == 8 * k, "no weights: the even split");
+    cr_expect_eq(plan_pp_split(8, 4, 3, 0, first, count, msg, sizeof msg), -1, "3 exceeds 2 per stage");
+    cr_expect(strstr(msg, "exceed") != NULL, "%s", msg);
+    /* a rank view: llama2-7b in 4 stages with 2 and 2: 36 / 4 = 9, stage 0 and 3 hold 7 blocks */
+    ModelSpec m = zoo("llama2-7b"), v;
+    TrainSpec t;
+    train(&t, 4, 4, PP_1F1B);
+    t.pp_less_first = t.pp_less_last = 2;
+    int layers[PLAN_PP_MAX_VIRTUAL];
+    static const int blocks[4] = {7, 9, 9, 7};
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(plan_pp_rank_view(&m, &t, r, &v, layers), 0);
+        cr_expect_eq(count_kind(&v, LAYER_BLOCK), blocks[r]);
+        cr_expect_eq(layers[0], v.n_layers, "one stage per rank");
+        plan_model_free(&v);
+    }
+    plan_model_free(&m);
+}
+
+/* ScheduleInterleaved1F1B (torch/distributed/pipelining/schedules.py _get_warmup_ops): pp 4,
+   V 2, M 8 gives 2 rounds of 4 micro-batches; rank r runs (V - 1) 4 + 2 (3 - r) warmup forwards
+   and one more before its first backward, forward op j on its stage (j / 4) mod 2: rank 0 has 11
+   done (7 of its first stage, 4 of its second), rank 3 has 5 (4 and 1). Rank r holds stages r and
+   r + 4. */
+Test(pp, interleaved_ranks_should_hold_their_warmup_forwards_of_each_stage) {
+    TrainSpec t;
+    train(&t, 4, 8, PP_INTERLEAVED);
+    int n[PLAN_PP_MAX_VIRTUAL];
+    cr_expect_eq(plan_pp_chunk_in_flight(&t, 0, n), 11);
+    cr_expect(n[0] == 7 && n[1] == 4, "%d %d", n[0], n[1]);
+    cr_expect_eq(plan_pp_chunk_in_flight(&t, 3, n), 5);
+    cr_expect(n[0] == 4 && n[1] == 1, "%d %d", n[0], n[1]);
+    ModelSpec m = zoo("llama2-7b"), v;
+    int layers[PLAN_PP_MAX_VIRTUAL];
+    cr_assert_eq(plan_pp_rank_view(&m, &t, 0, &v, layers), 0);
+    cr_expect_eq(count_kind(&v, LAYER_BLOCK), 8, "stages 0 and 4, 4 blocks each");
+    cr_expect_eq(layers[0], 5, "the embedding and blocks 0-3");
+    cr_expect_eq(layers[1], 4, "blocks 16-19");
+    cr_expect_eq(v.layers[5].unit - v.layers[4].unit, 1, "units renumbered in order");
+    plan_model_free(&v);
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    double one = allocated(&st, RULE_SAVED_ACTS);
+    cr_expect_eq(st.view.stage, 0);
+    /* 7 forwards of stage 0 (embedding + 4 blocks) and 4 of stage 4 (4 blocks) against one of each */
+    cr_expect(allocated(&st, RULE_PP_IN_FLIGHT) > 4.3 * one && allocated(&st, RULE_PP_IN_FLIGHT) < 4.7 * one,
+              "about (7 + 4) / 2 - 1 = 4.5 micro-batches beside the running one (the embedding's share aside): %.3g of %.3g",
+              allocated(&st, RULE_PP_IN_FLIGHT), one);
+    plan_step_free(&st);
     plan_model_free(&m);
 }
 
