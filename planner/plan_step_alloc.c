@@ -869,14 +869,25 @@ static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
     return 0;
 }
 
+/* resolve's buffers, their room kept for the next listing (a plan resolves dozens). */
+static _Thread_local StepAllocRun resolve_room;
+static _Thread_local StepReq *resolve_req;
+static _Thread_local int resolve_capreq;
+
 /* One slot at a time (a point, before or after its moment): its frees, then its allocations. */
 static int resolve(const OpList *ops, FlatList *out) {
-    StepAllocRun R;
-    memset(&R, 0, sizeof(R));
+    StepAllocRun R = resolve_room;
     R.out = out;
+    R.n = 0;
+    R.released.n = R.released.unsorted = 0;
+    memset(R.released_left, 0, sizeof R.released_left);
+    R.nmatch = R.match_ready = R.failed = 0;
+    for (int r = 0; r < RULE_COUNT; r++)
+        for (int k = 0; k < TERM_COUNT; k++) R.live[r][k].n = R.live[r][k].unsorted = 0;
+    memset(R.debt, 0, sizeof R.debt);
     out->n = 0;
-    StepReq *req = NULL;
-    int nreq = 0, capreq = 0;
+    StepReq *req = resolve_req;
+    int nreq = 0, capreq = resolve_capreq;
     for (int o = 0; o < ops->n && !R.failed; o++) {
         const StepOp *x = &ops->v[o];
         if (x->kind == OP_FREE) run_free(&R, x->rule, x->term, x->size);
@@ -894,16 +905,10 @@ static int resolve(const OpList *ops, FlatList *out) {
             nreq = 0;
         }
     }
-    int failed = R.failed;
-    free(R.b);
-    free(R.released.v);
-    free(R.match);
-    free(R.match_tmp);
-    free(R.top);
-    for (int r = 0; r < RULE_COUNT; r++)
-        for (int k = 0; k < TERM_COUNT; k++) free(R.live[r][k].v);
-    free(req);
-    return failed ? -1 : 0;
+    resolve_room = R;
+    resolve_req = req;
+    resolve_capreq = capreq;
+    return R.failed ? -1 : 0;
 }
 
 /* A replay under way: the allocator, where it is in the list, and what the loop has read. */
@@ -1287,6 +1292,9 @@ static int step_need(const OpList *ops, int steps, PlanAllocConfig conf, const S
     return 0;
 }
 
+/* The listing replay_alloc makes, its room kept for the next one (a plan makes dozens). */
+static _Thread_local OpList replay_ops;
+
 /* With the allocator model (c->alloc_model) the allocator's share of the overhead is one figure
    for the step, what the step needs of it less the account's tensor peak, added at every moment
    as a fixed margin would be: the peak moment and the tensors are the account's, and the peak's
@@ -1320,11 +1328,12 @@ static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemM
         limit = conf.memory_fraction * (double)conf.device_total;
     StepAllocOpts o;
     StepAllocResult at_limit, unlimited, at_need;
-    OpList ops = {0};
+    OpList ops = replay_ops;   /* its room kept from the last listing */
     plan_step_alloc_opts_default(&o);
     int failed = list_ops(st, &o, &ops) || run_ops(&ops, &conf, o.steps, 1, 1, &at_limit);   /* read whole only where it fits */
     int oom = !failed && at_limit.whole.n_ooms > 0;
-    if (fits_only && !failed) { free(ops.v); r->peak = r0.peak; r->alloc_oom = oom; return 1; }
+    replay_ops = ops;
+    if (fits_only && !failed) { r->peak = r0.peak; r->alloc_oom = oom; return 1; }
     uint64_t need = 0;
     if (!failed) {
         PlanAllocConfig free_conf = conf;
@@ -1341,7 +1350,6 @@ static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemM
             if (oom && need <= lim) need = lim + 1;
         }
     }
-    free(ops.v);
     if (failed) {   /* out of host memory: the flat margin, said so by alloc_model = 0 */
         flat.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
         flat.margin_is_frac = 1;
@@ -1371,4 +1379,12 @@ void plan_step_replay(const Step *st, const ClusterSpec *c, MemResult *r, MemMom
 
 int plan_step_replay_fits(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx) {
     return replay_alloc(st, c, r, fn, ctx, 1);
+}
+
+void plan_step_alloc_forget(void) {
+    for (int k = 0; k < STEP_MEMO; k++) memo[k].used = 0;
+    for (int k = 0; k < NEED_MEMO; k++) need_memo[k].used = 0;
+    flat_valid = 0;
+    n_flat_runs = next_flat_run = 0;
+    base_reset();
 }
