@@ -1000,6 +1000,19 @@ static int replay_covers(const PlanAllocConfig *was, const StepAllocResult *r, c
     return conf->capacity && conf->capacity <= was->capacity;
 }
 
+/* Whether two listings are the same, operation by operation. */
+static int ops_same(const OpList *x, const OpList *y) {
+    return x->n == y->n && !memcmp(x->v, y->v, sizeof *x->v * (size_t)x->n);
+}
+
+/* to becomes a copy of from (its room kept); -1 out of host memory (to unchanged). */
+static int ops_copy(OpList *to, const OpList *from) {
+    if (plan_grow((void **)&to->v, &to->cap, from->n > 0 ? from->n : 1, sizeof *from->v)) return -1;
+    memcpy(to->v, from->v, sizeof *from->v * (size_t)from->n);
+    to->n = from->n;
+    return 0;
+}
+
 /* The last replays, per thread: a replay's figures are a function of its listing and the
    allocator's settings alone, and the searches repeat some (a plan's row at micro-batch 1 and
    its max-micro-batch walk at 1; strategies whose steps allocate alike). A hit compares the
@@ -1139,24 +1152,19 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
     memset(out, 0, sizeof(*out));
     for (int k = 0; k < STEP_MEMO; k++) {
         const StepMemo *h = &memo[k];
-        if (h->used && h->steps == steps && h->ops.n == ops->n && (verdict || !h->out.stopped) &&
-            replay_covers(&h->conf, &h->out, conf) &&
-            !memcmp(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n)) {
+        if (h->used && h->steps == steps && (verdict || !h->out.stopped) && replay_covers(&h->conf, &h->out, conf) &&
+            ops_same(&h->ops, ops)) {
             *out = h->out;
             return 0;
         }
     }
-    int same = flat_valid && flat_of.n == ops->n && !memcmp(flat_of.v, ops->v, sizeof *ops->v * (size_t)ops->n);
+    int same = flat_valid && ops_same(&flat_of, ops);
     if (!same) {
         flat_valid = 0;
         base_reset();
         n_flat_runs = next_flat_run = 0;
         if (resolve(ops, &memo_flat)) return -1;
-        if (!plan_grow((void **)&flat_of.v, &flat_of.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
-            memcpy(flat_of.v, ops->v, sizeof *ops->v * (size_t)ops->n);
-            flat_of.n = ops->n;
-            flat_valid = 1;
-        }
+        flat_valid = !ops_copy(&flat_of, ops);
     }
     int known = -1;
     for (int k = 0; k < n_flat_runs && known < 0; k++)
@@ -1171,9 +1179,7 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
     }
     if (!keep) return 0;
     StepMemo *h = &memo[memo_next];
-    if (!plan_grow((void **)&h->ops.v, &h->ops.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
-        memcpy(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n);
-        h->ops.n = ops->n;
+    if (!ops_copy(&h->ops, ops)) {
         h->conf = *conf;
         h->out = *out;
         h->steps = steps;
@@ -1270,8 +1276,7 @@ static int step_need(const OpList *ops, int steps, PlanAllocConfig conf, const S
     conf.memory_fraction = 1.0;
     for (int k = 0; k < NEED_MEMO; k++) {
         const NeedMemo *h = &need_memo[k];
-        if (h->used && h->steps == steps && h->ops.n == ops->n && conf_equal(&h->conf, &conf) &&
-            !memcmp(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n)) {
+        if (h->used && h->steps == steps && conf_equal(&h->conf, &conf) && ops_same(&h->ops, ops)) {
             *need = h->need;
             *at = h->at;
             return 0;
@@ -1279,9 +1284,7 @@ static int step_need(const OpList *ops, int steps, PlanAllocConfig conf, const S
     }
     if (need_search(ops, steps, conf, unlimited, need, at)) return -1;
     NeedMemo *h = &need_memo[need_next];
-    if (!plan_grow((void **)&h->ops.v, &h->ops.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
-        memcpy(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n);
-        h->ops.n = ops->n;
+    if (!ops_copy(&h->ops, ops)) {
         h->conf = conf;
         h->steps = steps;
         h->need = *need;
