@@ -3,19 +3,25 @@
  *   step) must take under 1 ms; an auto search over at least 10,000 candidate setups under
  *   100 ms — with the flat allocator margin (ClusterSpec's default). With the allocator model
  *   (the CLI's default: the step replayed through plan_alloc) the limits are 5 ms and 300 ms
- *   (the CLI's promise of an answer in milliseconds). Prints a table (lines not data start with
- *   '#') and, with --json FILE, the same records. Usage: build/bench/bench_planner [--json FILE] */
+ *   (the CLI's promise of an answer in milliseconds), and issue 33's: the allocator model's plan
+ *   within 2x the flat margin's (the ratio printed per model). Times are the process's CPU time;
+ *   each allocator-model repetition starts without the planner's remembered replays. Prints a
+ *   table (lines not data start with '#') and, with --json FILE, the same records.
+ *   Usage: build/bench/bench_planner [--json FILE] */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "plan_auto.h"
 #include "plan_plan.h"
+#include "plan_step_alloc.h"
 #include "plan_zoo.h"
 
+/* The process's CPU time: steadier than the wall on a machine other jobs share (the planner runs
+   on one thread). */
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -46,11 +52,14 @@ int main(int argc, char **argv) {
         c.gpus_per_node = 8;
         c.alloc_model = alloc;
         Plan p;
-        int reps = alloc ? 20 : 200;
+        int reps = alloc ? 3 : 200;
         double best = 1e9;
         for (int r = 0; r < 5; r++) {        /* best of 5 batches: the machine is shared */
             double t0 = now();
-            for (int i = 0; i < reps; i++) plan_run(&m, &t, &c, (1u << STRAT_COUNT) - 1, &p);
+            for (int i = 0; i < reps; i++) {
+                plan_step_alloc_forget();   /* each plan replays from nothing, as a process does */
+                plan_run(&m, &t, &c, (1u << STRAT_COUNT) - 1, &p);
+            }
             double dt = (now() - t0) / reps;
             if (dt < best) best = dt;
         }
@@ -77,6 +86,7 @@ int main(int argc, char **argv) {
         AutoResult r;
         double best = 1e9;
         for (int k = 0; k < 5; k++) {
+            plan_step_alloc_forget();
             double t0 = now();
             plan_auto(&m, &t, &c, &a, &r);
             double dt = now() - t0;
@@ -86,7 +96,8 @@ int main(int argc, char **argv) {
                           alloc ? 300.0 : 100.0, r.candidates, r.evaluated};
         plan_model_free(&m);
     }
-    printf("# planner speed on this machine (best of 5; limits from issue 3, the allocator's from its own)\n");
+    printf("# planner speed on this machine (CPU time, best of 5; limits from issue 3, the allocator's from its own;\n"
+           "# each allocator-model plan or search replays from nothing: plan_step_alloc_forget)\n");
     printf("%-22s %-11s %-9s %10s %9s %8s %11s %10s\n", "benchmark", "model", "margin", "time", "limit", "ratio",
            "candidates", "simulated");
     printf("%-22s %-11s %-9s %10s %9s %8s %11s %10s\n", "-", "-", "-", "ms", "ms", "t/limit", "count", "count");
@@ -95,6 +106,13 @@ int main(int argc, char **argv) {
         printf("%-22s %-11s %-9s %10.4f %9.1f %8.3f %11ld %10ld\n", rows[i].what, rows[i].model, rows[i].margin, rows[i].ms,
                rows[i].limit_ms, rows[i].ms / rows[i].limit_ms, rows[i].candidates, rows[i].simulated);
         if (rows[i].ms > rows[i].limit_ms) ok = 0;
+    }
+    /* issue 33's target: a plan with the allocator model within 2x the flat margin's */
+    printf("%-34s %10s %9s\n", "plan all 7: allocator / flat", "ratio", "limit");
+    for (int i = 0; i < 3; i++) {
+        double q = rows[i + 3].ms / rows[i].ms;
+        printf("%-34s %10.2f %9.2f %s\n", rows[i].model, q, 2.0, q <= 2.0 ? "met" : "MISSED");
+        if (q > 2.0) ok = 0;
     }
     printf("# %s\n", ok ? "all within their limits" : "SOME ABOVE THEIR LIMITS");
     if (json) {

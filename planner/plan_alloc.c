@@ -87,6 +87,7 @@ struct PlanAlloc {
     uint64_t rec_seq[PLAN_ALLOC_STREAMS], done_seq[PLAN_ALLOC_STREAMS];
     uint64_t next_base;
     long calls;
+    uint64_t max_ask;              /* the most reserved + bytes a capacity check compared */
     PlanAllocStats st;
 };
 
@@ -199,6 +200,12 @@ static void note_peaks(PlanAlloc *a) {
     if (st->reserved > st->max_reserved) st->max_reserved = st->reserved;
     if (st->requested > st->max_requested) st->max_requested = st->requested;
     if (st->segments > st->max_segments) st->max_segments = st->segments;
+}
+
+/* What a capacity check is about to compare: a capacity at or above every ask so far refused
+   nothing so far (plan_alloc_max_ask). */
+static void note_ask(PlanAlloc *a, uint64_t bytes) {
+    if (a->st.reserved + bytes > a->max_ask) a->max_ask = a->st.reserved + bytes;
 }
 
 static int new_block(PlanAlloc *a, int seg, uint64_t off, uint64_t size, int mapped) {
@@ -452,6 +459,61 @@ void plan_alloc_free_all(PlanAlloc *a) {
 
 const PlanAllocStats *plan_alloc_stats(const PlanAlloc *a) { return &a->st; }
 
+uint64_t plan_alloc_max_ask(const PlanAlloc *a) { return a->max_ask; }
+
+void plan_alloc_set_capacity(PlanAlloc *a, uint64_t capacity) { a->c.capacity = capacity; }
+
+/* A copy of v's n elements (NULL for none); *ok cleared when out of host memory. */
+static void *dup_of(const void *v, size_t n, size_t size, int *ok) {
+    if (!v || !n) return NULL;
+    void *p = malloc(n * size);
+    if (!p) *ok = 0;
+    else memcpy(p, v, n * size);
+    return p;
+}
+
+static void vec_dup(IntVec *to, const IntVec *from, int *ok) {
+    to->v = dup_of(from->v, (size_t)from->n, sizeof *from->v, ok);
+    to->cap = to->v ? from->n : 0;
+}
+
+PlanAlloc *plan_alloc_clone(const PlanAlloc *a) {
+    PlanAlloc *x = malloc(sizeof *x);
+    if (!x) return NULL;
+    *x = *a;
+    int ok = 1;
+    x->b = dup_of(a->b, (size_t)a->nb, sizeof *a->b, &ok);
+    x->capb = x->b ? a->nb : 0;
+    x->s = dup_of(a->s, (size_t)a->ns, sizeof *a->s, &ok);
+    x->caps = x->s ? a->ns : 0;
+    x->id_blk = dup_of(a->id_blk, (size_t)a->nid, sizeof *a->id_blk, &ok);
+    if (!x->id_blk) x->nid = 0;
+    x->ev = dup_of(a->ev, (size_t)a->nev, sizeof *a->ev, &ok);
+    x->capev = x->ev ? a->nev : 0;
+    vec_dup(&x->spare, &a->spare, &ok);
+    for (int k = 0; k < 2; k++) {
+        vec_dup(&x->pool[k], &a->pool[k], &ok);
+        vec_dup(&x->unmapped[k], &a->unmapped[k], &ok);
+        const FitIdx *f = &a->fit[k];
+        FitIdx *g = &x->fit[k];
+        g->c = dup_of(f->c, (size_t)f->nc, sizeof *f->c, &ok);
+        g->last = dup_of(f->last, (size_t)f->nc, sizeof *f->last, &ok);
+        g->capc = g->c ? f->nc : 0;
+        g->capl = g->last ? f->nc : 0;
+        if (!g->c) { g->nc = 0; continue; }
+        for (int j = 0; j < f->nc; j++) {
+            int cok = 1;
+            g->c[j] = dup_of(f->c[j], 1, sizeof *f->c[j], &cok);
+            if (!cok) { ok = 0; g->nc = j; break; }
+        }
+    }
+    if (!ok) {
+        plan_alloc_free_all(x);
+        return NULL;
+    }
+    return x;
+}
+
 /* BlockComparatorSizeCounterAddress within a stream, from the block's own fields (the index's
    order checked against it): stream, size, segment, offset. */
 static int pool_less(const PlanAlloc *a, int i, int j) {
@@ -613,6 +675,7 @@ static int map_block(PlanAlloc *a, int i, uint64_t size) {
     const Seg *s = &a->s[a->b[i].seg];
     uint64_t off = a->b[i].off, page = s->page;
     uint64_t bytes = ((off + size + page - 1) / page - off / page) * page;
+    note_ask(a, bytes);
     if (a->c.capacity && a->st.reserved + bytes > a->c.capacity) { a->st.n_capacity_refusals++; return -1; }
     list_del(a, i);
     a->b[i].mapped = 1;
@@ -888,6 +951,7 @@ static int alloc_block(PlanAlloc *a, int small, int stream, uint64_t size, uint6
     if (retry) a->st.n_alloc_retries++;
     if (a->limited && a->st.reserved + alloc_size > a->allowed) return -1;
     if (a->c.expandable_segments) return try_allocate_expandable(a, small, stream, size);
+    note_ask(a, alloc_size);
     if (a->c.capacity && a->st.reserved + alloc_size > a->c.capacity) { a->st.n_capacity_refusals++; return -1; }
     int seg = new_segment(a, small, stream, alloc_size, 0, 0);
     int i = seg < 0 ? -1 : new_block(a, seg, 0, alloc_size, 1);

@@ -96,6 +96,17 @@ void plan_alloc_reset_peaks(PlanAlloc *a);
 
 const PlanAllocStats *plan_alloc_stats(const PlanAlloc *a);
 
+/* A deep copy of the allocator as it stands (NULL when out of host memory): the same calls on
+   both give the same results. */
+PlanAlloc *plan_alloc_clone(const PlanAlloc *a);
+/* The most that reserved plus a device request came to at any capacity check so far (met or
+   refused). A run with a capacity at or above it refused nothing so far, and so took the same
+   path as the run with any other such capacity, or none: the replays of one list at two
+   capacities agree until the first request that either refuses. */
+uint64_t plan_alloc_max_ask(const PlanAlloc *a);
+/* Changes the capacity from here on (a clone resumed at another capacity). */
+void plan_alloc_set_capacity(PlanAlloc *a, uint64_t capacity);
+
 /* For tests: 0 when the best-fit index holds exactly each pool's free blocks in order and its
    search finds what a linear scan of the pool finds, for every cached block's size (and one
    byte more) on its stream; -1 otherwise. */

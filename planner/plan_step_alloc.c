@@ -893,14 +893,25 @@ static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
     return 0;
 }
 
+/* resolve's buffers, their room kept for the next listing (a plan resolves dozens). */
+static _Thread_local StepAllocRun resolve_room;
+static _Thread_local StepReq *resolve_req;
+static _Thread_local int resolve_capreq;
+
 /* One slot at a time (a point, before or after its moment): its frees, then its allocations. */
 static int resolve(const OpList *ops, FlatList *out) {
-    StepAllocRun R;
-    memset(&R, 0, sizeof(R));
+    StepAllocRun R = resolve_room;
     R.out = out;
+    R.n = 0;
+    R.released.n = R.released.unsorted = 0;
+    memset(R.released_left, 0, sizeof R.released_left);
+    R.nmatch = R.match_ready = R.failed = 0;
+    for (int r = 0; r < RULE_COUNT; r++)
+        for (int k = 0; k < TERM_COUNT; k++) R.live[r][k].n = R.live[r][k].unsorted = 0;
+    memset(R.debt, 0, sizeof R.debt);
     out->n = 0;
-    StepReq *req = NULL;
-    int nreq = 0, capreq = 0;
+    StepReq *req = resolve_req;
+    int nreq = 0, capreq = resolve_capreq;
     for (int o = 0; o < ops->n && !R.failed; o++) {
         const StepOp *x = &ops->v[o];
         if (x->kind == OP_FREE) run_free(&R, x->rule, x->term, x->size);
@@ -918,59 +929,77 @@ static int resolve(const OpList *ops, FlatList *out) {
             nreq = 0;
         }
     }
-    int failed = R.failed;
-    free(R.b);
-    free(R.released.v);
-    free(R.match);
-    free(R.match_tmp);
-    free(R.top);
-    for (int r = 0; r < RULE_COUNT; r++)
-        for (int k = 0; k < TERM_COUNT; k++) free(R.live[r][k].v);
-    free(req);
-    return failed ? -1 : 0;
+    resolve_room = R;
+    resolve_req = req;
+    resolve_capreq = capreq;
+    return R.failed ? -1 : 0;
 }
 
-/* The allocations through the allocator model: the whole run's figures, and the last step's
-   with the peaks reset at its start. */
-static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int steps, int verdict, StepAllocResult *out) {
-    memset(out, 0, sizeof *out);
-    PlanAlloc *a = plan_alloc_new(conf);
-    if (!a) return -1;
-    int failed = 0;
-    PlanAllocStats before;
-    memset(&before, 0, sizeof before);
-    for (int k = 0; k < fl->n && !failed; k++) {
-        const FlatOp *x = &fl->v[k];
+/* A replay under way: the allocator, where it is in the list, and what the loop has read. */
+typedef struct {
+    PlanAlloc *a;
+    int at;                    /* the next operation */
+    int failed, stopped;       /* out of host memory; stopped at an out-of-memory (verdict) */
+    uint64_t reserved_step1;   /* reserved at the end of the first step */
+    PlanAllocStats before;     /* the figures when the last step began */
+} Replay;
+
+/* Runs the list's operations from r->at up to `to`; ask (when given): after each operation, the
+   most any capacity check has compared so far (plan_alloc_max_ask). */
+static void replay_run(Replay *r, const FlatList *fl, int to, int steps, int verdict, uint64_t *ask) {
+    for (; r->at < to && !r->failed; r->at++) {
+        const FlatOp *x = &fl->v[r->at];
         if (x->kind == FL_ALLOC) {
-            int rc = plan_alloc_malloc(a, x->id, x->size, x->stream);
-            failed = rc < 0;
+            int rc = plan_alloc_malloc(r->a, x->id, x->size, x->stream);
+            r->failed = rc < 0;
             if (rc == 1 && verdict) {   /* out of memory: the verdict is known */
-                out->stopped = 1;
+                r->stopped = 1;
                 break;
             }
-        } else if (x->kind == FL_FREE) plan_alloc_free(a, x->id);   /* -1 for a handle that ran out of memory */
+        } else if (x->kind == FL_FREE) plan_alloc_free(r->a, x->id);   /* -1 for a handle that ran out of memory */
         else {
-            if (x->id == 2) out->step_reserved[0] = plan_alloc_stats(a)->reserved;
+            if (x->id == 2) r->reserved_step1 = plan_alloc_stats(r->a)->reserved;
             if (x->id == steps) {
-                before = *plan_alloc_stats(a);
-                plan_alloc_reset_peaks(a);
+                r->before = *plan_alloc_stats(r->a);
+                plan_alloc_reset_peaks(r->a);
             }
         }
+        if (ask) ask[r->at] = plan_alloc_max_ask(r->a);
     }
-    const PlanAllocStats *s = plan_alloc_stats(a);
+}
+
+/* The whole run's figures, and the last step's with the peaks reset at its start. */
+static int replay_result(const Replay *r, int steps, StepAllocResult *out) {
+    memset(out, 0, sizeof *out);
+    out->stopped = r->stopped;
+    out->step_reserved[0] = r->reserved_step1;
+    const PlanAllocStats *s = plan_alloc_stats(r->a);
     out->step_reserved[steps > 1] = s->reserved;
     out->steady = *s;
     out->whole = *s;
     PlanAllocStats *w = &out->whole;
-#define KEEP_MAX(f) if (before.f > w->f) w->f = before.f
+    const PlanAllocStats *b = &r->before;
+#define KEEP_MAX(f) if (b->f > w->f) w->f = b->f
     KEEP_MAX(max_allocated);
     KEEP_MAX(max_requested);
     KEEP_MAX(max_segments);
-    if (before.max_reserved > w->max_reserved) w->max_reserved = before.max_reserved;
-    if (before.max_allocated >= s->max_allocated) w->reserved_at_max_allocated = before.reserved_at_max_allocated;
+    KEEP_MAX(max_reserved);
 #undef KEEP_MAX
-    plan_alloc_free_all(a);
-    return failed ? -1 : 0;
+    if (b->max_allocated >= s->max_allocated) w->reserved_at_max_allocated = b->reserved_at_max_allocated;
+    return r->failed ? -1 : 0;
+}
+
+/* The allocations through the allocator model from an empty cache (ask: as replay_run). */
+static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int steps, int verdict, StepAllocResult *out,
+                       uint64_t *ask) {
+    Replay r;
+    memset(&r, 0, sizeof r);
+    r.a = plan_alloc_new(conf);
+    if (!r.a) return -1;
+    replay_run(&r, fl, fl->n, steps, verdict, ask);
+    int rc = replay_result(&r, steps, out);
+    plan_alloc_free_all(r.a);
+    return rc;
 }
 
 static int conf_equal(const PlanAllocConfig *x, const PlanAllocConfig *y) {
@@ -995,12 +1024,26 @@ static int replay_covers(const PlanAllocConfig *was, const StepAllocResult *r, c
     return conf->capacity && conf->capacity <= was->capacity;
 }
 
+/* Whether two listings are the same, operation by operation. */
+static int ops_same(const OpList *x, const OpList *y) {
+    return x->n == y->n && !memcmp(x->v, y->v, sizeof *x->v * (size_t)x->n);
+}
+
+/* to becomes a copy of from (its room kept); -1 out of host memory (to unchanged). */
+static int ops_copy(OpList *to, const OpList *from) {
+    if (plan_grow((void **)&to->v, &to->cap, from->n > 0 ? from->n : 1, sizeof *from->v)) return -1;
+    memcpy(to->v, from->v, sizeof *from->v * (size_t)from->n);
+    to->n = from->n;
+    return 0;
+}
+
 /* The last replays, per thread: a replay's figures are a function of its listing and the
    allocator's settings alone, and the searches repeat some (a plan's row at micro-batch 1 and
    its max-micro-batch walk at 1; strategies whose steps allocate alike). A hit compares the
-   whole list, not a hash. The lists stay allocated for the thread's life (8 of a few thousand
-   operations). */
-#define STEP_MEMO 8
+   whole list, not a hash. The lists stay allocated for the thread's life (32 of a few thousand
+   operations: the simulated steps ask each strategy's again after the rows asked every
+   strategy's). */
+#define STEP_MEMO 32
 typedef struct {
     OpList ops;
     PlanAllocConfig conf;
@@ -1026,6 +1069,103 @@ typedef struct {
 static _Thread_local FlatRun flat_runs[FLAT_RUNS];
 static _Thread_local int n_flat_runs, next_flat_run;
 
+/* The replay of the current listing without a capacity or a memory fraction, kept to resume
+   its replays at a capacity from: that replay and the one at capacity C take the same path until
+   the first operation whose capacity check compares more than C (plan_alloc_max_ask), so the
+   one at C starts from a copy of the allocator taken before that operation, and replays only the
+   rest. The copies: one at the first operation that asks more than the run's most allocated
+   (below which no capacity succeeds; every capacity the need search probes lies above it), the
+   others where earlier probes left the common path. */
+#define RESUME_SNAPS 8
+#define NEED_GRAIN ((uint64_t)2 << 20)   /* step_need's step: reserved memory comes in whole 2 MiB */
+static _Thread_local struct {
+    int valid, steps;
+    PlanAllocConfig conf;          /* capacity 0 */
+    uint64_t *ask;                 /* after each operation, the most a capacity check compared */
+    int cap_ask;
+    int anchor;                    /* the first operation that asks more than max allocated */
+    Replay snap[RESUME_SNAPS];     /* [0]: at the anchor; the others in turn; a NULL: none */
+    int next_snap;
+} base;
+
+static void base_reset(void) {
+    for (int k = 0; k < RESUME_SNAPS; k++) {
+        plan_alloc_free_all(base.snap[k].a);
+        base.snap[k].a = NULL;
+    }
+    base.valid = 0;
+    base.next_snap = 1;
+}
+
+static int conf_limited(const PlanAllocConfig *c) { return c->memory_fraction < 1.0 && c->device_total; }
+
+/* The operations the replay at capacity cap shares with the unlimited one (0: none). */
+static int base_shared(int n, uint64_t cap) {
+    if (!cap) return n;
+    int lo = 0, hi = n;   /* the first whose ask exceeds cap */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (base.ask[mid] > cap) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Runs r on to operation `to` and keeps a copy of it in slot k (out of host memory: none). */
+static void base_keep(Replay *r, const FlatList *fl, int to, int k) {
+    replay_run(r, fl, to, base.steps, 0, NULL);   /* no check refuses before `to` */
+    if (r->failed || r->stopped) return;
+    PlanAlloc *a = plan_alloc_clone(r->a);
+    if (!a) return;
+    plan_alloc_free_all(base.snap[k].a);
+    base.snap[k] = *r;
+    base.snap[k].a = a;
+}
+
+/* The replay at conf (the kept replay's settings at another capacity), resumed from the latest
+   copy it shares: the same figures as replay_flat's. */
+static int replay_resumed(const FlatList *fl, const PlanAllocConfig *conf, int verdict, StepAllocResult *out) {
+    int d = base_shared(fl->n, conf->capacity);
+    const Replay *from = NULL;
+    for (int k = 0; k < RESUME_SNAPS; k++)
+        if (base.snap[k].a && base.snap[k].at <= d && (!from || base.snap[k].at > from->at)) from = &base.snap[k];
+    Replay r;
+    memset(&r, 0, sizeof r);
+    if (from) r = *from;
+    r.a = from ? plan_alloc_clone(from->a) : plan_alloc_new(conf);
+    if (!r.a) return -1;
+    plan_alloc_set_capacity(r.a, conf->capacity);
+    if (!base.snap[0].a && d >= base.anchor) base_keep(&r, fl, base.anchor, 0);
+    if (d - r.at >= fl->n / 16 && d < fl->n) {   /* far enough on to be worth a copy */
+        base_keep(&r, fl, d, base.next_snap);
+        base.next_snap = base.next_snap + 1 < RESUME_SNAPS ? base.next_snap + 1 : 1;
+    }
+    replay_run(&r, fl, fl->n, base.steps, verdict, NULL);
+    int rc = replay_result(&r, base.steps, out);
+    plan_alloc_free_all(r.a);
+    return rc;
+}
+
+/* The replay of the current listing at conf: resumed from the kept unlimited replay where it
+   applies. One that refused nothing, without a memory fraction, is the unlimited one (whatever
+   its capacity) and is kept. */
+static int replay_listing(const FlatList *fl, const PlanAllocConfig *conf, int steps, int verdict, StepAllocResult *out) {
+    PlanAllocConfig x = *conf;
+    x.capacity = 0;
+    if (base.valid && base.steps == steps && !conf_limited(conf) && conf_equal(&x, &base.conf))
+        return replay_resumed(fl, conf, verdict, out);
+    int record = !base.valid && !conf_limited(conf) && flat_valid &&
+                 !plan_grow((void **)&base.ask, &base.cap_ask, fl->n > 0 ? fl->n : 1, sizeof *base.ask);
+    int rc = replay_flat(fl, conf, steps, verdict, out, record ? base.ask : NULL);
+    if (rc || !record || out->stopped || out->whole.n_capacity_refusals) return rc;
+    base_reset();
+    base.valid = 1;
+    base.steps = steps;
+    base.conf = x;
+    base.anchor = base_shared(fl->n, out->whole.max_allocated / NEED_GRAIN * NEED_GRAIN);
+    return 0;
+}
+
 /* The replay of listing ops (steps of it) at conf: a kept replay's figures, or the listing
    resolved (once for a run of capacities) and replayed; keep: remember the figures. verdict: the
    caller reads only whether it runs out where it does (a search's probe, the replay at the
@@ -1036,30 +1176,26 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
     memset(out, 0, sizeof(*out));
     for (int k = 0; k < STEP_MEMO; k++) {
         const StepMemo *h = &memo[k];
-        if (h->used && h->steps == steps && h->ops.n == ops->n && (verdict || !h->out.stopped) &&
-            replay_covers(&h->conf, &h->out, conf) &&
-            !memcmp(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n)) {
+        if (h->used && h->steps == steps && (verdict || !h->out.stopped) && replay_covers(&h->conf, &h->out, conf) &&
+            ops_same(&h->ops, ops)) {
             *out = h->out;
             return 0;
         }
     }
-    int same = flat_valid && flat_of.n == ops->n && !memcmp(flat_of.v, ops->v, sizeof *ops->v * (size_t)ops->n);
+    int same = flat_valid && ops_same(&flat_of, ops);
     if (!same) {
         flat_valid = 0;
+        base_reset();
         n_flat_runs = next_flat_run = 0;
         if (resolve(ops, &memo_flat)) return -1;
-        if (!plan_grow((void **)&flat_of.v, &flat_of.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
-            memcpy(flat_of.v, ops->v, sizeof *ops->v * (size_t)ops->n);
-            flat_of.n = ops->n;
-            flat_valid = 1;
-        }
+        flat_valid = !ops_copy(&flat_of, ops);
     }
     int known = -1;
     for (int k = 0; k < n_flat_runs && known < 0; k++)
         if (flat_runs[k].steps == steps && (verdict || !flat_runs[k].out.stopped) &&
             replay_covers(&flat_runs[k].conf, &flat_runs[k].out, conf)) known = k;
     if (known >= 0) *out = flat_runs[known].out;
-    else if (replay_flat(&memo_flat, conf, steps, verdict, out)) return -1;
+    else if (replay_listing(&memo_flat, conf, steps, verdict, out)) return -1;
     else if (flat_valid) {
         flat_runs[next_flat_run] = (FlatRun){*conf, *out, steps};
         next_flat_run = (next_flat_run + 1) % FLAT_RUNS;
@@ -1067,9 +1203,7 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
     }
     if (!keep) return 0;
     StepMemo *h = &memo[memo_next];
-    if (!plan_grow((void **)&h->ops.v, &h->ops.cap, ops->n > 0 ? ops->n : 1, sizeof *ops->v)) {
-        memcpy(h->ops.v, ops->v, sizeof *ops->v * (size_t)ops->n);
-        h->ops.n = ops->n;
+    if (!ops_copy(&h->ops, ops)) {
         h->conf = *conf;
         h->out = *out;
         h->steps = steps;
@@ -1126,9 +1260,8 @@ int plan_step_alloc_write(const Step *st, const StepAllocOpts *o, FILE *f, const
    answer is the smallest capacity seen to succeed, at most that much above the least one.
    Independent of the GPU, so a setup needs the same on any. *at: the replay there. 0, or -1 out
    of host memory. */
-#define NEED_GRAIN ((uint64_t)2 << 20)
 #define NEED_TOL (1.0 / 512)
-static int step_need(const OpList *ops, int steps, PlanAllocConfig conf, const StepAllocResult *unlimited,
+static int need_search(const OpList *ops, int steps, PlanAllocConfig conf, const StepAllocResult *unlimited,
                      uint64_t *need, StepAllocResult *at) {
     conf.memory_fraction = 1.0;
     uint64_t lo = unlimited->whole.max_allocated / NEED_GRAIN * NEED_GRAIN;   /* fails (or is 0) */
@@ -1146,6 +1279,48 @@ static int step_need(const OpList *ops, int steps, PlanAllocConfig conf, const S
     *need = hi;
     return 0;
 }
+
+/* The last needs found, per thread: a need is a function of the listing, the steps and the
+   allocator's settings less the capacity and memory fraction (which the search sets), and the
+   plan's rows and the max-batch search ask some listings' twice. A hit compares the whole list. */
+#define NEED_MEMO 16
+typedef struct {
+    OpList ops;
+    PlanAllocConfig conf;     /* capacity 0, memory fraction 1 */
+    int steps, used;
+    uint64_t need;
+    StepAllocResult at;
+} NeedMemo;
+static _Thread_local NeedMemo need_memo[NEED_MEMO];
+static _Thread_local int need_next;
+
+static int step_need(const OpList *ops, int steps, PlanAllocConfig conf, const StepAllocResult *unlimited,
+                     uint64_t *need, StepAllocResult *at) {
+    conf.capacity = 0;
+    conf.memory_fraction = 1.0;
+    for (int k = 0; k < NEED_MEMO; k++) {
+        const NeedMemo *h = &need_memo[k];
+        if (h->used && h->steps == steps && conf_equal(&h->conf, &conf) && ops_same(&h->ops, ops)) {
+            *need = h->need;
+            *at = h->at;
+            return 0;
+        }
+    }
+    if (need_search(ops, steps, conf, unlimited, need, at)) return -1;
+    NeedMemo *h = &need_memo[need_next];
+    if (!ops_copy(&h->ops, ops)) {
+        h->conf = conf;
+        h->steps = steps;
+        h->need = *need;
+        h->at = *at;
+        h->used = 1;
+        need_next = (need_next + 1) % NEED_MEMO;
+    }
+    return 0;
+}
+
+/* The listing replay_alloc makes, its room kept for the next one (a plan makes dozens). */
+static _Thread_local OpList replay_ops;
 
 /* With the allocator model (c->alloc_model) the allocator's share of the overhead is one figure
    for the step, what the step needs of it less the account's tensor peak, added at every moment
@@ -1180,11 +1355,12 @@ static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemM
         limit = conf.memory_fraction * (double)conf.device_total;
     StepAllocOpts o;
     StepAllocResult at_limit, unlimited, at_need;
-    OpList ops = {0};
+    OpList ops = replay_ops;   /* its room kept from the last listing */
     plan_step_alloc_opts_default(&o);
     int failed = list_ops(st, &o, &ops) || run_ops(&ops, &conf, o.steps, 1, 1, &at_limit);   /* read whole only where it fits */
     int oom = !failed && at_limit.whole.n_ooms > 0;
-    if (fits_only && !failed) { free(ops.v); r->peak = r0.peak; r->alloc_oom = oom; return 1; }
+    replay_ops = ops;
+    if (fits_only && !failed) { r->peak = r0.peak; r->alloc_oom = oom; return 1; }
     uint64_t need = 0;
     if (!failed) {
         PlanAllocConfig free_conf = conf;
@@ -1201,7 +1377,6 @@ static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemM
             if (oom && need <= lim) need = lim + 1;
         }
     }
-    free(ops.v);
     if (failed) {   /* out of host memory: the flat margin, said so by alloc_model = 0 */
         flat.alloc_margin = PLAN_ALLOC_MARGIN_FRAC;
         flat.margin_is_frac = 1;
@@ -1231,4 +1406,12 @@ void plan_step_replay(const Step *st, const ClusterSpec *c, MemResult *r, MemMom
 
 int plan_step_replay_fits(const Step *st, const ClusterSpec *c, MemResult *r, MemMomentFn fn, void *ctx) {
     return replay_alloc(st, c, r, fn, ctx, 1);
+}
+
+void plan_step_alloc_forget(void) {
+    for (int k = 0; k < STEP_MEMO; k++) memo[k].used = 0;
+    for (int k = 0; k < NEED_MEMO; k++) need_memo[k].used = 0;
+    flat_valid = 0;
+    n_flat_runs = next_flat_run = 0;
+    base_reset();
 }

@@ -74,5 +74,8 @@ int plan_step_alloc(const Step *st, const PlanAllocConfig *conf, PlanAllocStats 
    off the compute stream), after header (a '#' line each, NULL-terminated; may be NULL). 0, or
    -1 out of host memory or on a write error. */
 int plan_step_alloc_write(const Step *st, const StepAllocOpts *o, FILE *f, const char *const *header);
+/* Forgets this thread's remembered replays, needs and resolved listing (they stay allocated), so
+   that the next plan replays from nothing: a benchmark's repetitions, or a test of the memos. */
+void plan_step_alloc_forget(void);
 
 #endif

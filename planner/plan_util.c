@@ -118,7 +118,7 @@ const char *plan_fmt_rel_err(double e, char *buf, size_t len) {
     return buf;
 }
 
-int plan_grow(void **p, int *cap, int need, size_t elem) {
+int plan_grow_to(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
     int c = *cap ? *cap : 64;
     while (c < need) c *= 2;

@@ -45,7 +45,11 @@ double plan_median(double *v, int n);
 const char *plan_fmt_rel_err(double e, char *buf, size_t len);
 
 /* Room for `need` elements of `elem` bytes in the array *p of capacity *cap (grown by doubling,
- * from 64). 0, or -1 when out of memory (*p and *cap unchanged). */
-int plan_grow(void **p, int *cap, int need, size_t elem);
+ * from 64). 0, or -1 when out of memory (*p and *cap unchanged). Inline where there is room
+ * (the allocator replay pushes millions of elements a plan). */
+int plan_grow_to(void **p, int *cap, int need, size_t elem);
+static inline int plan_grow(void **p, int *cap, int need, size_t elem) {
+    return need <= *cap ? 0 : plan_grow_to(p, cap, need, elem);
+}
 
 #endif

@@ -73,12 +73,18 @@ SETUPS = [
     ("pp2-m4-b2", "--gpus 8 --pp 2 --microbatches 4 --strategy ddp,fsdp-full --batch 2 --seq 512"),
     ("pp4-gpipe", "--gpus 8 --pp 4 --pp-schedule gpipe --microbatches 8 --strategy ddp,fsdp-full --seq 256"),
     ("tp2-pp2-b2", "--gpus 8 --tp 2 --sp on --pp 2 --microbatches 2 --strategy ddp,fsdp-full --batch 2 --seq 512"),
+    # the allocator's settings (PYTORCH_CUDA_ALLOC_CONF): each changes the replays the need search makes
+    ("conf-expandable", "--gpus 8 --alloc-conf expandable_segments:True"),
+    ("conf-split-round", "--gpus 4 --alloc-conf max_split_size_mb:128,roundup_power2_divisions:4 --batch 2"),
+    # expert parallel (MoE models; dense ones are refused)
+    ("ep2", "--gpus 8 --ep 2"),
+    ("conf-fraction-gc", "--gpus 8 --alloc-conf per_process_memory_fraction:0.9,garbage_collection_threshold:0.6 --gpu-mem 24GiB"),
 ]
 
 GENERIC = [("params", "--params 7.5e9 --gpus 64"), ("params-units", "--params 1.3e9 --units 12 --gpus 8"),
            ("params-offload", "--params 30e9 --gpus 8 --offload params --units 40")]
 
-AUTO = [("gpt2-xl", "--gpus 8 --gpu-mem 24GiB"), ("gpt2", "--gpus 8"), ("llama2-70b", "--gpus 64 --gpu h100-80gb --seq 4096"),
+AUTO = [("gpt2-xl", "--gpus 8 --gpu-mem 24GiB"), ("gpt2-xl", "--gpus 8"), ("gpt2", "--gpus 8"), ("llama2-70b", "--gpus 64 --gpu h100-80gb --seq 4096"),
         ("llama2-7b", "--gpus 8 --global-batch 64"), ("resnet50", "--gpus 4"), ("llama2-70b", "--gpus 1"),
         ("gpt2-xl", "--gpus 2 --gpu-mem 24GiB --offload optimizer"), ("llama2-13b", "--gpus 16 --precision fp32"),
         ("llama2-7b", "--gpus 1 --gpu-mem 24GiB --lora 16 --quant-base nf4"),

@@ -561,3 +561,87 @@ Test(alloc, a_replay_should_be_the_same_at_any_capacity_between_its_max_reserved
                       (unsigned long long)seed);
     }
 }
+
+/* A random sequence as a list, so that a replay can stop and go on: mallocs of 512 B to 64 MiB
+   on two streams, frees in random order. */
+typedef struct { int free_of, id, stream; uint64_t size; } RandOp;
+#define RAND_OPS 3000
+static int random_ops(uint64_t seed, RandOp *ops) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull;
+    int live[300], n = 0;
+    for (int k = 0; k < RAND_OPS; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if (n > 0 && ((x % 10) < 4 || n == 300)) {
+            int j = (int)((x >> 8) % (uint64_t)n);
+            ops[k] = (RandOp){1, live[j], 0, 0};
+            live[j] = live[--n];
+        } else {
+            ops[k] = (RandOp){0, k, (int)(x >> 60) & 1, (512ull << ((x >> 8) % 17)) + (x >> 40) % MiB};
+            live[n++] = k;
+        }
+    }
+    return RAND_OPS;
+}
+
+static void run_random(PlanAlloc *a, const RandOp *ops, int from, int to, uint64_t *ask) {
+    for (int k = from; k < to; k++) {
+        if (ops[k].free_of) plan_alloc_free(a, ops[k].id);   /* -1 for one that ran out of memory */
+        else cr_assert_geq(plan_alloc_malloc(a, ops[k].id, ops[k].size, ops[k].stream), 0);
+        if (ask) ask[k] = plan_alloc_max_ask(a);
+    }
+}
+
+/* plan_step_alloc.c resumes a replay at capacity C from a copy of the unlimited replay taken
+   before the first operation whose capacity check compared more than C: the same figures as the
+   whole replay at C, for random sequences under each allocator setting, at capacities from below
+   the most allocated (out of memory) to the unlimited replay's max reserved. */
+Test(alloc, a_replay_resumed_from_the_unlimited_ones_copy_should_equal_the_whole_replay) {
+    static const char *const CONFS[] = {NULL, "expandable_segments:True", "max_split_size_mb:64",
+                                        "roundup_power2_divisions:4", "max_split_size_mb:32,roundup_power2_divisions:[256:1,>:8]"};
+    static RandOp ops[RAND_OPS];
+    static uint64_t ask[RAND_OPS];
+    for (size_t ci = 0; ci < sizeof CONFS / sizeof CONFS[0]; ci++)
+        for (uint64_t seed = 1; seed <= 4; seed++) {
+            int n = random_ops(seed, ops);
+            PlanAllocConfig c = conf_of(CONFS[ci]);
+            c.device_total = 80ull << 30;
+            PlanAlloc *base = with_config(&c), *copy[6] = {0};
+            int at[6];
+            for (int s = 0; s < 6; s++) {   /* copies every 500 operations */
+                at[s] = s * 500;
+                run_random(base, ops, s ? at[s - 1] : 0, at[s], ask);
+                copy[s] = plan_alloc_clone(base);
+                cr_assert_not_null(copy[s]);
+            }
+            run_random(base, ops, at[5], n, ask);
+            const PlanAllocStats *free_run = plan_alloc_stats(base);
+            cr_assert_eq(free_run->n_capacity_refusals, 0);
+            cr_assert_eq(ask[n - 1], free_run->max_reserved, "%s seed %llu", CONFS[ci] ? CONFS[ci] : "defaults",
+                         (unsigned long long)seed);
+            int diverged = 0;
+            for (int p = 0; p <= 16; p++) {
+                uint64_t cap = free_run->max_allocated / 2 + (free_run->max_reserved - free_run->max_allocated / 2) / 16 * (uint64_t)p;
+                int d = 0;   /* operations before d asked no more than cap */
+                while (d < n && ask[d] <= cap) d++;
+                int s = 5;
+                while (at[s] > d) s--;
+                PlanAlloc *r = plan_alloc_clone(copy[s]);
+                cr_assert_not_null(r);
+                plan_alloc_set_capacity(r, cap);
+                run_random(r, ops, at[s], n, NULL);
+                c.capacity = cap;
+                PlanAlloc *whole = with_config(&c);
+                run_random(whole, ops, 0, n, NULL);
+                cr_expect_eq(memcmp(plan_alloc_stats(r), plan_alloc_stats(whole), sizeof(PlanAllocStats)), 0,
+                             "%s seed %llu capacity %llu: resumed at %d (diverges at %d)", CONFS[ci] ? CONFS[ci] : "defaults",
+                             (unsigned long long)seed, (unsigned long long)cap, at[s], d);
+                diverged += plan_alloc_stats(whole)->n_capacity_refusals > 0 && at[s] > 0;
+                plan_alloc_free_all(r);
+                plan_alloc_free_all(whole);
+                c.capacity = 0;
+            }
+            cr_expect_gt(diverged, 0, "some probe should resume from a later copy and then be refused");
+            for (int s = 0; s < 6; s++) plan_alloc_free_all(copy[s]);
+            plan_alloc_free_all(base);
+        }
+}
