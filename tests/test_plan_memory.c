@@ -243,6 +243,30 @@ Test(memory, max_micro_batch_should_be_the_largest_batch_that_fits) {
     plan_model_free(&m);
 }
 
+/* Far above the affine bound from batches 1 and 2 (resnet50 at 32 x 32 with --autocast cpu: the
+   bound says 3,708, the answer is above 20,000) the search gallops and bisects instead of walking
+   batch by batch (19,591 probes, 9 s for one strategy), and still lands on a boundary. */
+Test(memory, max_micro_batch_should_find_a_boundary_far_above_the_affine_bound) {
+    ModelSpec m = zoo("resnet50");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.autocast_cpu = 1;
+    t.seq = 32;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    int64_t b = plan_max_micro_batch(&m, &t, &c, STRAT_DDP, 65536);
+    cr_assert_gt(b, 10000, "%lld", (long long)b);
+    MemResult r;
+    t.micro_batch = b;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect(r.fits);
+    t.micro_batch = b + 1;
+    plan_memory(&m, &t, &c, STRAT_DDP, &r);
+    cr_expect(!r.fits);
+    plan_model_free(&m);
+}
+
 Test(memory, more_gpus_should_never_raise_per_gpu_model_states) {
     ModelSpec m = zoo("llama2-7b");
     TrainSpec t;
