@@ -217,26 +217,21 @@ static int64_t search(Probes *P, const Step *row, int64_t max_b) {
             lo++;
         }
         /* far above it (totals not affine in the batch, e.g. rules that switch at a batch size:
-           resnet50 at 32 x 32 with --autocast cpu walked 19,591 batches, 83 s): gallop up, then
-           bisect */
+           resnet50 at 32 x 32 with --autocast cpu walked 19,591 batches, 83 s): gallop up; the
+           bisection below closes either bracket */
         for (int64_t step = 1; lo + 1 < hi; step *= 2) {
             int64_t b = lo + step < hi ? lo + step : hi - 1;
             if (!probe(P, b)) { hi = b; break; }
             lo = b;
         }
-        while (hi - lo > 1) {
-            int64_t mid = lo + (hi - lo) / 2;
-            if (probe(P, mid)) lo = mid;
-            else hi = mid;
+    } else {
+        hi = ub;
+        for (int64_t step = 1; hi - step > lo; step *= 2) {   /* gallop down from the bound */
+            if (probe(P, hi - step)) { lo = hi - step; break; }
+            hi -= step;
         }
-        return lo;
     }
-    hi = ub;
-    for (int64_t step = 1; hi - step > lo; step *= 2) {   /* gallop down from the bound */
-        if (probe(P, hi - step)) { lo = hi - step; break; }
-        hi -= step;
-    }
-    while (hi - lo > 1) {
+    while (hi - lo > 1) {   /* lo fits, hi does not */
         int64_t mid = lo + (hi - lo) / 2;
         if (probe(P, mid)) lo = mid;
         else hi = mid;
