@@ -693,8 +693,9 @@ static double op_saved_per_token(const ModelSpec *m, const LayerSpec *l, const T
     }
     /* sequence parallel: the two row-parallel outputs' reduce-scatters are in the save list
        (torch.ops._c10d_functional.reduce_scatter_tensor): their sequence shards, at the
-       outputs' dtype */
-    if (t->tp > 1 && t->sp) saved += 2 * T(sp_share(t), X * (double)m->d_model);
+       outputs' dtype (each noted: two tensors for the allocation listing) */
+    if (t->tp > 1 && t->sp)
+        for (int k = 0; k < 2; k++) saved += T(sp_share(t), X * (double)m->d_model);
     if (plan_moe_block(m, l)) {
         /* topk is in the save list: its values and int64 indices; DeepSeek's group-limited
            routing runs three (the top 2 per group, the best groups, the experts), over fp32
