@@ -223,6 +223,57 @@ static double sp_norm_tensors(const ModelSpec *m, const LayerSpec *l) {
     return 2.0 * (m->norm == NORM_LAYERNORM ? 2 : 1);
 }
 
+/* Block i's TP collectives (Megatron's f and g, Shoeybi et al. 2019; Korthikanti et al. 2022 for SP):
+   the attention's and the MLP's row-parallel outputs are reduced, and the gradients of their
+   column-parallel inputs in backward; without SP all-reduces, with SP a reduce-scatter (the
+   output back to sequence shards) and an all-gather (the input from them) each way. bsR and bsX:
+   one activation of the residual stream at the parameters' and at the compute dtype. */
+static void tp_block_colls(const StepCtx *x, Step *st, int i, double bsR, double bsX) {
+    const ModelSpec *m = x->m;
+    int sp = x->t->sp != 0;
+    /* a checkpointed block runs its forward again in backward, its collectives with it
+       (Korthikanti et al. 2022 §4), up to the last tensor backward needs: non-reentrant
+       checkpointing stops the recomputation there (torch/utils/checkpoint.py early stop), so
+       the MLP output's reduction is not repeated (measured: SP + 2 all-gathers, + 1
+       reduce-scatter per block) */
+    int again = plan_act_checkpointed(m, x->t, i);
+    /* op-level checkpointing runs the whole block again: torchtitan wraps it with
+       checkpoint_wrapper(..., early_stop=False) (activation_checkpoint.py _apply_op_sac;
+       ACConfig.early_stop defaults to False), so both reductions are repeated; under SP the
+       reduce-scatters' outputs are cached instead (reduce_scatter_tensor is in its save
+       list), the all-gathers run again (measured: llama-mini tp 2, +2 all-reduces per block
+       without SP, +2 all-gathers and no reduce-scatter with it) */
+    int whole = again && x->t->act_ckpt == CKPT_OP;
+    if (!sp) {
+        tp_coll(x, st, pt(x, PT_FWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsX);
+        tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsR);
+        tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, again + whole, bsX);
+    } else {
+        int moe = plan_moe_block(m, &m->layers[i]);
+        tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2 * again, bsR);
+        tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, again - whole, bsX);
+        /* forward: gather the norms' outputs, scatter the row-parallel outputs; backward the
+           mirror: gather the outputs' gradients, scatter the inputs' (a MoE block's input
+           gradient: below) */
+        tp_coll(x, st, pt(x, PT_FWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsR);
+        tp_coll(x, st, pt(x, PT_FWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsX);
+        tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsX);
+        tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, moe ? 1 : 2, bsR);
+        /* torchtitan's MoE block hands its gathered input on as a plain tensor (use_local_input):
+           its gradient comes back whole, without a reduce-scatter, because each consumer that
+           splits the work all-reduces its own input's gradient (DTensor.from_local(Replicate)
+           .to_local(grad_placements=Partial)): the routed experts' T k rows (TensorParallel /
+           ExpertTensorParallel._prepare_input), the shared expert's w1 and w3 (ColwiseParallel
+           on a plain input); the router is replicated (NoParallel) */
+        if (moe) {
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 1,
+                    bsX * m->moe.top_k);
+            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD,
+                    m->moe.d_ff_shared > 0 ? 2 : 0, bsX);
+        }
+    }
+}
+
 void rule_tp(const StepCtx *x, Step *st) {
     if (x->v->tp <= 1) return;
     const ModelSpec *m = x->m;
@@ -237,54 +288,8 @@ void rule_tp(const StepCtx *x, Step *st) {
         if (m->layers[i].kind == LAYER_EMBED && emb < 0) emb = i;
         if (m->layers[i].kind == LAYER_HEAD) head = i;
     }
-    /* Per block (Megatron's f and g, Shoeybi et al. 2019; Korthikanti et al. 2022 for SP): the
-       attention's and the MLP's row-parallel outputs are reduced, and the gradients of their
-       column-parallel inputs in backward; without SP all-reduces, with SP a reduce-scatter (the
-       output back to sequence shards) and an all-gather (the input from them) each way. */
-    for (int i = 0; i < x->L; i++) {
-        if (m->layers[i].kind != LAYER_BLOCK) continue;
-        /* a checkpointed block runs its forward again in backward, its collectives with it
-           (Korthikanti et al. 2022 §4), up to the last tensor backward needs: non-reentrant
-           checkpointing stops the recomputation there (torch/utils/checkpoint.py early stop), so
-           the MLP output's reduction is not repeated (measured: SP + 2 all-gathers, + 1
-           reduce-scatter per block) */
-        int again = plan_act_checkpointed(m, x->t, i);
-        /* op-level checkpointing runs the whole block again: torchtitan wraps it with
-           checkpoint_wrapper(..., early_stop=False) (activation_checkpoint.py _apply_op_sac;
-           ACConfig.early_stop defaults to False), so both reductions are repeated; under SP the
-           reduce-scatters' outputs are cached instead (reduce_scatter_tensor is in its save
-           list), the all-gathers run again (measured: llama-mini tp 2, +2 all-reduces per block
-           without SP, +2 all-gathers and no reduce-scatter with it) */
-        int whole = again && x->t->act_ckpt == CKPT_OP;
-        if (!sp) {
-            tp_coll(x, st, pt(x, PT_FWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsX);
-            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsR);
-            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, again + whole, bsX);
-        } else {
-            int moe = plan_moe_block(m, &m->layers[i]);
-            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2 * again, bsR);
-            tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, again - whole, bsX);
-            /* forward: gather the norms' outputs, scatter the row-parallel outputs; backward the
-               mirror: gather the outputs' gradients, scatter the inputs' (a MoE block's input
-               gradient: below) */
-            tp_coll(x, st, pt(x, PT_FWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsR);
-            tp_coll(x, st, pt(x, PT_FWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_FORWARD, 2, bsX);
-            tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_GATHER, PURPOSE_TP_ACTS, PHASE_BACKWARD, 2, bsX);
-            tp_coll(x, st, pt(x, PT_BWD, i), COLL_REDUCE_SCATTER, PURPOSE_TP_ACTS, PHASE_BACKWARD, moe ? 1 : 2, bsR);
-            /* torchtitan's MoE block hands its gathered input on as a plain tensor (use_local_input):
-               its gradient comes back whole, without a reduce-scatter, because each consumer that
-               splits the work all-reduces its own input's gradient (DTensor.from_local(Replicate)
-               .to_local(grad_placements=Partial)): the routed experts' T k rows (TensorParallel /
-               ExpertTensorParallel._prepare_input), the shared expert's w1 and w3 (ColwiseParallel
-               on a plain input); the router is replicated (NoParallel) */
-            if (moe) {
-                tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD, 1,
-                        bsX * m->moe.top_k);
-                tp_coll(x, st, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_TP_ACTS, PHASE_BACKWARD,
-                        m->moe.d_ff_shared > 0 ? 2 : 0, bsX);
-            }
-        }
-    }
+    for (int i = 0; i < x->L; i++)
+        if (m->layers[i].kind == LAYER_BLOCK) tp_block_colls(x, st, i, bsR, bsX);
     /* The root. torchtitan's plan (vocab-sharded): the embedding's partial rows are reduced
        (all-reduce; SP: reduce-scatter to sequence shards, whose backward all-gathers); the head
        takes a replicated input (SP: all-gathered, its gradient reduce-scattered; else its
