@@ -364,6 +364,19 @@ static const char *comm_kind_name(const Ctx *x)
     return comm_kind(x->comm) == COMM_MPI ? "MPI" : "one process, no MPI";
 }
 
+/* Where run and validate write their text: stdout, or stderr when stdout carries the JSON; the
+   commentary's '#' lines wrapped to the text width (cli_wrap_comments; the stream itself when
+   that cannot be made). close_commentary flushes the wrapper and leaves the stream open. */
+static FILE *open_commentary(const Ctx *x) {
+    FILE *dest = x->s.json && !x->s.json_path ? stderr : stdout;
+    FILE *f = cli_wrap_comments(dest, CLI_TEXT_WIDTH);
+    return f ? f : dest;
+}
+
+static void close_commentary(FILE *out) {
+    if (out != stdout && out != stderr) fclose(out);
+}
+
 static void echo_setup(FILE *f, const Ctx *x, const char *cmd, const char *strategies)
 {
     const ExecRunConfig *c = &x->cfg;
@@ -550,9 +563,7 @@ int cli_cmd_run(int argc, char **argv)
     }
     for (int k = 0; k < EXEC_STRATEGY_COUNT; k++)
         if (x.which & (1u << k)) x.cfg.strategy = (ExecStrategyKind)k;
-    /* stdout carries the JSON; the commentary's '#' lines wrapped to the text width */
-    FILE *out = cli_wrap_comments(x.s.json && !x.s.json_path ? stderr : stdout, CLI_TEXT_WIDTH);
-    if (!out) out = x.s.json && !x.s.json_path ? stderr : stdout;
+    FILE *out = open_commentary(&x);
     if (x.rank == 0) echo_setup(out, &x, "run", exec_strategy_name(x.cfg.strategy));
     x.cfg.progress = x.rank == 0 ? out : NULL;
     ExecRunResult r;
@@ -575,7 +586,7 @@ int cli_cmd_run(int argc, char **argv)
         }
         if (x.cfg.trace_path) fprintf(out, "# trace of %d rank%s written to %s\n", x.N, x.N == 1 ? "" : "s", x.cfg.trace_path);
     }
-    if (out != stdout && out != stderr) fclose(out);
+    close_commentary(out);
     exec_run_result_free(&r);
     finish_ctx(&x);
     return rc;
@@ -796,9 +807,7 @@ int cli_cmd_validate(int argc, char **argv)
         finish_ctx(&x);
         return 2;
     }
-    /* stdout carries the JSON; the commentary's '#' lines wrapped to the text width */
-    FILE *out = cli_wrap_comments(x.s.json && !x.s.json_path ? stderr : stdout, CLI_TEXT_WIDTH);
-    if (!out) out = x.s.json && !x.s.json_path ? stderr : stdout;
+    FILE *out = open_commentary(&x);
     char names[64] = "";
     for (int k = 0; k < EXEC_STRATEGY_COUNT; k++)
         if (x.which & (1u << k)) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? "," : "", exec_strategy_name((ExecStrategyKind)k));
@@ -856,7 +865,7 @@ int cli_cmd_validate(int argc, char **argv)
             rc = report_failure(&x, &r);
             exec_run_result_free(&r);
             cJSON_Delete(arr);
-            if (out != stdout && out != stderr) fclose(out);
+            close_commentary(out);
             finish_ctx(&x);
             return rc;
         }
@@ -884,7 +893,7 @@ int cli_cmd_validate(int argc, char **argv)
         }
         if (!all_pass) rc = 1;
     }
-    if (out != stdout && out != stderr) fclose(out);
+    close_commentary(out);
     cJSON_Delete(arr);
     /* every rank exits with rank 0's verdict */
     double v = rc, *all = calloc((size_t)x.N, sizeof *all);
