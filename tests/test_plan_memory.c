@@ -225,6 +225,18 @@ Test(activations, checkpointing_should_keep_only_block_inputs) {
     plan_model_free(&m);
 }
 
+/* Batch b fits and b + 1 does not. */
+static void expect_boundary(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s, int64_t b) {
+    TrainSpec u = *t;
+    MemResult r;
+    u.micro_batch = b;
+    plan_memory(m, &u, c, s, &r);
+    cr_expect(r.fits, "batch %lld should fit", (long long)b);
+    u.micro_batch = b + 1;
+    plan_memory(m, &u, c, s, &r);
+    cr_expect(!r.fits, "batch %lld should not fit", (long long)b + 1);
+}
+
 Test(memory, max_micro_batch_should_be_the_largest_batch_that_fits) {
     ModelSpec m = zoo("gpt2-medium");
     TrainSpec t;
@@ -233,13 +245,7 @@ Test(memory, max_micro_batch_should_be_the_largest_batch_that_fits) {
     cluster(&c, 8, 8);
     int64_t b = plan_max_micro_batch(&m, &t, &c, STRAT_DDP, 65536);
     cr_assert_gt(b, 0);
-    MemResult r;
-    t.micro_batch = b;
-    plan_memory(&m, &t, &c, STRAT_DDP, &r);
-    cr_expect(r.fits);
-    t.micro_batch = b + 1;
-    plan_memory(&m, &t, &c, STRAT_DDP, &r);
-    cr_expect(!r.fits);
+    expect_boundary(&m, &t, &c, STRAT_DDP, b);
     plan_model_free(&m);
 }
 
@@ -257,13 +263,7 @@ Test(memory, max_micro_batch_should_find_a_boundary_far_above_the_affine_bound) 
     cluster(&c, 2, 2);
     int64_t b = plan_max_micro_batch(&m, &t, &c, STRAT_DDP, 65536);
     cr_assert_gt(b, 10000, "%lld", (long long)b);
-    MemResult r;
-    t.micro_batch = b;
-    plan_memory(&m, &t, &c, STRAT_DDP, &r);
-    cr_expect(r.fits);
-    t.micro_batch = b + 1;
-    plan_memory(&m, &t, &c, STRAT_DDP, &r);
-    cr_expect(!r.fits);
+    expect_boundary(&m, &t, &c, STRAT_DDP, b);
     plan_model_free(&m);
 }
 
