@@ -441,8 +441,8 @@ static void tp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
             m->moe.n_experts > 0 ? ", \"Tensor parallel of MoE blocks\"" : "", t->loss_parallel ? ", \"Loss parallel\"" : "");
     if (t->act_ckpt == CKPT_OP)
         fprintf(f, "# op-level checkpointing under tp: collectives exact on CPU-rank runs, the peak an estimate "
-                "(-2.2 .. +5.5 %% on 6 llama-mini/gpt2-mini runs, 3 within 3 %%; the loss's forward is under-predicted "
-                "where it is the peak: docs/formulas.md \"Tensor and sequence parallel\")\n");
+                "(the loss's forward is under-predicted where it is the peak; the measured runs and their errors: "
+                "docs/formulas.md \"Tensor and sequence parallel\")\n");
 }
 
 static void tp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
