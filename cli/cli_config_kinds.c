@@ -1071,7 +1071,8 @@ static int tt_pipeline(Cfg *c, const cJSON *p, const cJSON *sched) {
         snprintf(dflt, sizeof dflt, "parallelism.%s (torchtitan's default 1)", LESS[k].name);
         if (cfg_setf(c, LESS[k].flag, v, r ? cfg_key(c, "parallelism", LESS[k].name, key, sizeof key) : dflt)) return -1;
     }
-    return 0;
+    /* train.py: pp_schedule.step(..., return_outputs=False): the last stage keeps no outputs */
+    return cfg_set(c, "pp-return-outputs", "off", "torchtitan's train.py calls pp_schedule.step(return_outputs=False)");
 }
 
 static int tt_read(Cfg *c, const cJSON *d) {

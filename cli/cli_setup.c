@@ -29,7 +29,7 @@ enum {
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
-    OPT_TP, OPT_SP, OPT_LOSS_PARALLEL, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_PP_VIRTUAL, OPT_PP_LESS_FIRST, OPT_PP_LESS_LAST, OPT_EP, OPT_CP,
+    OPT_TP, OPT_SP, OPT_LOSS_PARALLEL, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_PP_VIRTUAL, OPT_PP_LESS_FIRST, OPT_PP_LESS_LAST, OPT_PP_RETURN_OUTPUTS, OPT_EP, OPT_CP,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
     OPT_FSDP_MIN, OPT_FSDP_LIMIT, OPT_FSDP_BWD, OPT_FSDP_FWD, OPT_FSDP_REDUCE, OPT_TIME_SHARES,
 };
@@ -94,6 +94,7 @@ static const struct option BASE_OPTIONS[] = {
     {"pp-virtual", required_argument, 0, OPT_PP_VIRTUAL},
     {"pp-less-first", required_argument, 0, OPT_PP_LESS_FIRST},
     {"pp-less-last", required_argument, 0, OPT_PP_LESS_LAST},
+    {"pp-return-outputs", required_argument, 0, OPT_PP_RETURN_OUTPUTS},
     {"ep", required_argument, 0, OPT_EP},
     {"cp", required_argument, 0, OPT_CP},
     {"lora", required_argument, 0, OPT_LORA},
@@ -265,6 +266,10 @@ void cli_print_setup_help(FILE *f) {
         "                         torchtitan's uneven split: the embedding (the norm and head) counted as K\n"
         "                         blocks, so the first (last) stage gets K fewer (default 0 and 0: an even\n"
         "                         split, N x V dividing the blocks; torchtitan's own default is 1 and 1)\n"
+        "  --pp-return-outputs on|off\n"
+        "                         schedule.step(return_outputs=...): on (torch's default) keeps every\n"
+        "                         micro-batch's logits on the last stage until the next step and merges\n"
+        "                         them; off (torchtitan's) keeps none\n"
         "  --microbatches M       micro-batches per step (default N; 1f1b needs M >= N); global batch =\n"
         "                         --batch x M x gpus / (tp x pp); replaces --grad-accum under --pp\n"
         "Expert parallel (MoE models; with fsdp-full; docs/formulas.md \"Expert parallel\"):\n"
@@ -649,22 +654,25 @@ static int resolve_tp(CliSetup *s, int cluster_known) {
  * the model and cluster (plan_pp_check) where the cluster is known. 0 or 2. */
 static int resolve_pp(CliSetup *s, const char *cmd) {
     int cluster_known = strcmp(cmd, "validate") != 0;
-    const char *mb = cli_setup_given(s, "microbatches"), *sched = cli_setup_given(s, "pp-schedule");
-    if (!sched) sched = cli_setup_given(s, "pp-virtual");
-    if (!sched) sched = cli_setup_given(s, "pp-less-first");
-    if (!sched) sched = cli_setup_given(s, "pp-less-last");
+    /* the first pipeline-shape flag given, named in the refusals below */
+    static const char *const SHAPE[] = {"pp-schedule", "pp-virtual", "pp-less-first", "pp-less-last"};
+    const char *mb = cli_setup_given(s, "microbatches"), *sched = NULL;
+    for (size_t k = 0; k < sizeof SHAPE / sizeof SHAPE[0] && !sched; k++)
+        if (cli_setup_given(s, SHAPE[k])) sched = SHAPE[k];
     if (cli_setup_given(s, "pp-virtual") && s->train.pp_schedule != PP_INTERLEAVED)
         return cli_usage_error("--pp-virtual %d needs --pp-schedule interleaved (the other schedules run one stage per rank)",
                                s->train.pp_virtual);
     if (s->train.pp < 0) {   /* --pp auto: 1F1B with the fewest micro-batches, each degree */
         if (mb || sched)
             return cli_usage_error("--%s with --pp auto: the search runs 1F1B with the fewest micro-batches >= pp and an "
-                                   "even split; give a fixed --pp N to plan another", mb ? "microbatches" : "pp-schedule");
+                                   "even split; give a fixed --pp N to plan another", mb ? "microbatches" : sched);
         return 0;
     }
     if (s->train.pp <= 1) {
+        if (!sched && cli_setup_given(s, "pp-return-outputs")) sched = "pp-return-outputs";
         if (mb || sched)
-            return cli_usage_error("--%s needs --pp 2 or more (without pipeline stages use --grad-accum)", mb ? "microbatches" : "pp-schedule");
+            return cli_usage_error("--%s needs --pp 2 or more%s", mb ? "microbatches" : sched,
+                                   mb ? " (without pipeline stages use --grad-accum)" : "");
         return 0;
     }
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "validate") == 0)
@@ -863,6 +871,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
             return cli_usage_error("--%s '%s' is not an integer in [0, 1024]", c == OPT_PP_LESS_FIRST ? "pp-less-first" :
                                    "pp-less-last", a);
         *(c == OPT_PP_LESS_FIRST ? &s->train.pp_less_first : &s->train.pp_less_last) = (int)v;
+        break;
+    case OPT_PP_RETURN_OUTPUTS:
+        if (strcmp(a, "on") && strcmp(a, "off"))
+            return cli_usage_error("unknown --pp-return-outputs '%s' (valid: on, off)", a);
+        s->train.pp_drop_outputs = strcmp(a, "off") == 0;
         break;
     case OPT_MICROBATCHES:
         if (plan_parse_int(a, 1, 1000000, &v)) return cli_usage_error("--microbatches '%s' is not an integer in [1, 1000000]", a);

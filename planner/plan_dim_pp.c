@@ -282,9 +282,34 @@ static void pp_send_recv(const StepCtx *x, Step *st) {
    forward runs before the first backward (GPipe; 1F1B with M <= pp - r; interleaved when its
    warmup takes all M V) that is the first backward, with no accumulated gradient (plan_step.c
    build_candidate); otherwise the steady state, with the earlier gradients. */
+/* The last stage's outputs under torch's default schedule.step(return_outputs=True): each
+   micro-batch's output (the logits, b x s x V in their dtype) is appended to stage.output_chunks
+   in its forward (stage.py forward_one_chunk) and kept until the next step() clears them
+   (clear_runtime_states); step() then returns torch.cat of them (schedules.py _merge_outputs).
+   While a micro-batch is in flight its output is among its saved tensors (the head's logits);
+   after its backward only output_chunks holds it. So beside the account's micro-batch: the
+   outputs of the micro-batches already done (M less the last stage's in flight, held from the
+   start of the rank's forwards), those of the other in-flight ones once backward ends, and the
+   merge's M outputs for a moment at the end of backward (measured, CPU ranks: 1F1B M = 2 and 4,
+   interleaved M = 4, GPipe M = 4 with return_outputs on and off: docs/formulas.md "Pipeline
+   parallel"). torchtitan passes return_outputs=False (--pp-return-outputs off): none. */
+static void pp_outputs(const StepCtx *x, Step *st) {
+    if (x->t->pp_drop_outputs || x->m->headless || x->m->arch == ARCH_GENERIC || x->m->arch == ARCH_CNN) return;
+    int M = plan_pp_microbatches(x->t), last = x->v->pp_chunk_in_flight[x->v->pp_chunks - 1];
+    double O = (double)x->in.b * (double)x->in.s * (double)x->m->vocab * x->p->act_bytes;
+    if (M > last)
+        step_hold(st, RULE_PP_OUTPUTS, TERM_ACTIVATIONS, pt(x, PT_FWD, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER,
+                  (M - last) * O);
+    if (last > 1)
+        step_hold(st, RULE_PP_OUTPUTS, TERM_ACTIVATIONS, pt(x, PT_BWD, 0), AT_AFTER, pt(x, PT_END, 0), AT_AFTER,
+                  (last - 1) * O);
+    step_at(st, RULE_PP_OUTPUTS, TERM_TRANSIENT, pt(x, PT_REDUCE1, 0), M * O);
+}
+
 void rule_pp(const StepCtx *x, Step *st) {
     if (x->v->stage < 0 || x->L == 0) return;
     pp_send_recv(x, st);
+    pp_outputs(x, st);
     if (x->v->in_flight <= 1) return;
     /* one micro-batch's saved bytes on each chunk: what the account's saved-activations rule holds
        at the chunk's layers (read from the account, not computed again) */
@@ -389,6 +414,7 @@ static void pp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainS
     cJSON_AddNumberToObject(train, "pp_virtual", plan_pp_virtual(t));
     cJSON_AddNumberToObject(train, "pp_less_first", t->pp_less_first);
     cJSON_AddNumberToObject(train, "pp_less_last", t->pp_less_last);
+    cJSON_AddBoolToObject(train, "pp_return_outputs", !t->pp_drop_outputs);
     cJSON_AddNumberToObject(train, "microbatches", plan_pp_microbatches(t));
     cJSON_AddNumberToObject(train, "pp_data_parallel", (double)(c->gpus / plan_tp_degree(t) / t->pp));
     cJSON_AddStringToObject(train, "pp_memory_source", "closed form; checked on 2 CPU ranks for gpt2-mini (even, uneven "

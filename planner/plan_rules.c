@@ -111,6 +111,8 @@ static const RuleInfo RULE_INFO[RULE_COUNT] = {
                            F "\"Pipeline parallel\" (closed form; checked on CPU ranks, gpt2-mini in 2 stages); torch/distributed/pipelining/schedules.py Schedule1F1B._step_microbatches warmup_chunks; Narayanan et al. 2021 sec. 2.2"},
     [RULE_PP_SEND_RECV] = {"pp_send_recv", "a pipeline stage's point-to-point sends and receives of (b, s, h) activations and their gradients per micro-batch and boundary",
                            F "\"Pipeline parallel\" (closed form, not measured); torch/distributed/pipelining/stage.py get_fwd_send_ops, get_bwd_send_ops"},
+    [RULE_PP_OUTPUTS] = {"pp_outputs", "the last pipeline stage's outputs (logits) of the micro-batches whose backward is done, kept for step()'s return, and their merge (torch's default return_outputs=True; --pp-return-outputs off: none)",
+                         F "\"Pipeline parallel\" (measured, CPU ranks); torch/distributed/pipelining/stage.py forward_one_chunk output_chunks, schedules.py step _merge_outputs"},
     [RULE_EP_ALL_TO_ALL] = {"ep_all_to_all", "expert parallel's all-to-alls per MoE block: the tokens per expert, the routed rows to their experts' ranks and the outputs back (forward), their gradients back (backward)",
                             F "\"Expert parallel\"; transformers/distributed/expert_parallel.py AllToAllEP, torchtitan distributed/expert_parallel.py ExpertParallel"},
     [RULE_CP_RING] = {"cp_ring_attention", "context parallel's ring attention per attention layer: the keys and values all-gathered (forward and backward), their fp32 gradients passed round the ring, the gathered and merged buffers, the attention over every key (an estimate: CUDA-only kernels)",

@@ -77,7 +77,7 @@ typedef enum {
     /* tensor parallel */
     RULE_TP_EMBED_GRAD, RULE_TP_LOGITS_GATHER, RULE_TP_LOSS_PARALLEL,
     /* pipeline parallel */
-    RULE_PP_IN_FLIGHT, RULE_PP_SEND_RECV,
+    RULE_PP_IN_FLIGHT, RULE_PP_SEND_RECV, RULE_PP_OUTPUTS,
     /* expert parallel */
     RULE_EP_ALL_TO_ALL,
     /* context parallel */

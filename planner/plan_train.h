@@ -172,6 +172,9 @@ typedef struct {
                                 pipeline_parallel_first_stage_less_layers; 0: an even split) */
     int pp_less_last;        /* the final norm and head counted as this many blocks
                                 (pipeline_parallel_last_stage_less_layers; 0) */
+    int pp_drop_outputs;     /* 1: schedule.step(return_outputs=False) (torchtitan): the last stage
+                                keeps no micro-batch's output; 0: torch's default, every output
+                                kept until the next step (stage.output_chunks) and merged */
     int ep;                  /* expert-parallel degree (0 or 1: none; < 0: memplan auto searches it): each
                                 MoE block's routed experts split over ep ranks of the data-parallel
                                 group, tokens sent to them and back by all-to-all, the experts sharded

@@ -266,6 +266,7 @@ Test(cli, pp_should_refuse_what_it_does_not_plan_in_one_line) {
     expect_usage_error("--model llama2-7b --gpus 8 --microbatches 4", "--microbatches needs --pp 2");
     expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --grad-accum 4", "--microbatches M");
     expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --pp-schedule zb", "unknown --pp-schedule 'zb'");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --pp-return-outputs maybe", "unknown --pp-return-outputs 'maybe' (valid: on, off)");
     expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --lora 8", "--pp 2 with --lora/--freeze");
     expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --offload params", "CPU offload");
     expect_usage_error("auto --model llama2-7b --gpus 8 --pp 2", "does not search pipeline stages");

@@ -235,7 +235,8 @@ Test(cli_recipes, torchtitan_flavor_should_be_checked_against_the_model_or_be_th
     char args[600];
     snprintf(args, sizeof args, "--config %s --gpus 2", f);
     cJSON_Delete(expect(args, (const Want[]){{"pp", "2"}, {"pp-schedule", "1f1b"}, {"batch", "1"}, {"microbatches", "8"},
-                                             {"pp-less-first", "1"}, {"pp-less-last", "1"}, {0, 0}}));
+                                             {"pp-less-first", "1"}, {"pp-less-last", "1"}, {"pp-return-outputs", "off"},
+                                             {0, 0}}));
     /* Interleaved1F1B: 2 stages per rank (pipeline_parallel.py), the split's weights as given */
     f = put("ppi.toml", "[training]\nlocal_batch_size = 8\nseq_len = 512\n[parallelism]\npipeline_parallel_degree = 2\n"
                         "pipeline_parallel_schedule = \"Interleaved1F1B\"\npipeline_parallel_first_stage_less_layers = 0\n"

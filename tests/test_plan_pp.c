@@ -332,3 +332,39 @@ Test(pp, tp_times_pp_should_plan_a_stage_of_the_tp_share) {
     plan_model_free(&tv);
     plan_model_free(&m);
 }
+
+/* torch's schedule.step() returns the last stage's outputs (return_outputs=True by default): each
+   micro-batch's logits stay in stage.output_chunks after its backward until the next step, and
+   are merged (torch.cat) at the end. Measured on CPU ranks (gpt2-mini, fp32, 2 stages, 1F1B,
+   M = 4, the last stage with 3 blocks and the head): return_outputs on - off = 1,572,864 B =
+   3 x (128 x 1024 x 4) on the last rank, nothing on rank 0; GPipe (all 4 in flight at the
+   peak): 0 (docs/formulas.md "Pipeline parallel"). */
+static double last_stage_peak(PpSchedule sched, int drop) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    train(&t, 2, 4, sched);
+    t.precision = PREC_FP32;
+    t.seq = 128;
+    t.dropout = 0;
+    t.pp_less_first = 2;
+    t.pp_drop_outputs = drop;
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
+    cr_expect_eq(st.view.stage, 1, "the last stage: 3 blocks and the head");
+    double held = allocated(&st, RULE_PP_OUTPUTS);
+    cr_expect_eq(held > 0, !drop, "return_outputs off keeps no outputs");
+    plan_step_free(&st);
+    MemResult r;
+    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &r), 0);
+    plan_model_free(&m);
+    return r.peak - r.term[TERM_OVERHEAD];   /* the tensors' peak */
+}
+
+Test(pp, the_last_stage_should_keep_the_outputs_of_the_microbatches_done_unless_return_outputs_is_off) {
+    double O = 128.0 * 1024 * 4;   /* gpt2-mini's fp32 logits of one micro-batch (b 1, s 128, V 1024) */
+    double on = last_stage_peak(PP_1F1B, 0), off = last_stage_peak(PP_1F1B, 1);
+    cr_expect_eq(on - off, 3 * O, "1F1B: 3 outputs done at the last backward (%.0f - %.0f)", on, off);
+    cr_expect_eq(last_stage_peak(PP_GPIPE, 0) - last_stage_peak(PP_GPIPE, 1), 0, "GPipe: every output still in flight");
+}

@@ -29,12 +29,12 @@ def main():
                 if line.startswith("{"):
                     r = json.loads(line)
                     key = (r["schedule"], r["microbatches"], r.get("virtual", 1), r.get("less_first", 0),
-                           r.get("less_last", 0), r["batch"], r["seq"])
+                           r.get("less_last", 0), r["batch"], r["seq"], r.get("return_outputs", True))
                     setups.setdefault(key, {})[r["rank"]] = r
-    print("| schedule | M | stages/rank | less first, last | planned rank | memplan tensor peak B | measured B | "
-          "other rank B | error % |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
-    for (sched, M, V, lf, ll, b, s), ranks in sorted(setups.items()):
+    print("| schedule | M | stages/rank | less first, last | return outputs | planned rank | memplan tensor peak B | "
+          "measured B | other rank B | error % |")
+    print("|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    for (sched, M, V, lf, ll, b, s, ret), ranks in sorted(setups.items()):
         args = [a.memplan, "--model", "gpt2-mini", "--gpus", str(len(ranks)), "--pp", str(len(ranks)),
                 "--microbatches", str(M), "--pp-schedule", sched, "--batch", str(b), "--seq", str(s),
                 "--precision", "fp32", "--strategy", "ddp", "--autocast", "cpu", "--cuda-context", "0",
@@ -43,16 +43,18 @@ def main():
             args += ["--pp-virtual", str(V)]
         if lf or ll:
             args += ["--pp-less-first", str(lf), "--pp-less-last", str(ll)]
+        args += ["--pp-return-outputs", "on" if ret else "off"]
+        on = "on" if ret else "off"
         p = subprocess.run(args, capture_output=True, text=True)
         if p.returncode:
-            print(f"| {sched} | {M} | {V} | {lf}, {ll} | memplan refused: {p.stderr.strip()} |||||")
+            print(f"| {sched} | {M} | {V} | {lf}, {ll} | {on} | memplan refused: {p.stderr.strip()} |||||")
             continue
         st = json.loads(p.stdout)["strategies"][0]
         peak = st["memory"]["peak"] - st["memory"]["overhead"]
         k = st["pp_stage"]
         meas = ranks[k]["peak_bytes"]
         other = max((r["peak_bytes"] for j, r in ranks.items() if j != k), default=0)
-        print(f"| {sched} | {M} | {V} | {lf}, {ll} | {k} ({st['pp_in_flight']} in flight) | {peak:,.0f} | {meas:,} | "
+        print(f"| {sched} | {M} | {V} | {lf}, {ll} | {on} | {k} ({st['pp_in_flight']} in flight) | {peak:,.0f} | {meas:,} | "
               f"{other:,} | {100 * (peak - meas) / meas:+.2f} |")
     return 0
 

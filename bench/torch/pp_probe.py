@@ -56,6 +56,9 @@ def main():
     p.add_argument("--batch", type=int, default=1, help="micro-batch size")
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--return-outputs", choices=["on", "off"], default="on",
+                   help="schedule.step(return_outputs=...): torch's default on keeps every micro-batch's output on "
+                        "the last stage (stage.output_chunks) until the next step; torchtitan passes off")
     a = p.parse_args()
 
     import torch
@@ -130,14 +133,16 @@ def main():
     g = torch.Generator().manual_seed(1)
     has_first, has_last = 0 in mine, S - 1 in mine
 
+    ret = a.return_outputs == "on"
+
     def step():
         ids = torch.randint(0, vocab, (b * M, s), generator=g)
         if has_first and has_last:
-            sched.step(ids, target=ids.clone(), losses=[])
+            sched.step(ids, target=ids.clone(), losses=[], return_outputs=ret)
         elif has_first:
-            sched.step(ids)
+            sched.step(ids, return_outputs=ret)
         elif has_last:
-            sched.step(target=ids.clone(), losses=[])
+            sched.step(target=ids.clone(), losses=[], return_outputs=ret)
         else:
             sched.step()
         opt.step()
@@ -155,7 +160,7 @@ def main():
     series = trace.true if exact else trace.total
     peak = max(series) if series else 0
     out = {"rank": rank, "stage": rank, "stages": mine, "blocks": [counts[k] for k in mine], "schedule": a.schedule,
-           "virtual": V, "less_first": a.less_first, "less_last": a.less_last, "microbatches": M, "batch": b, "seq": s,
+           "virtual": V, "less_first": a.less_first, "less_last": a.less_last, "return_outputs": ret, "microbatches": M, "batch": b, "seq": s,
            "params": n_params, "param_bytes": 4 * n_params, "peak_bytes": peak, "exact": bool(exact),
            "torch": torch.__version__}
     print(json.dumps(out), flush=True)

@@ -269,7 +269,8 @@ for a in ["--json=/nonexistent/dir/x.json", "--json=$T", "--trace=/nonexistent/t
 fixture("tt_pp_zb.toml", "[training]\nlocal_batch_size = 8\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"InterleavedZeroBubble\"\ndata_parallel_shard_degree = 1\n[model]\nflavor = \"debugmodel\"\n")
 case(0, "--config $F/tt_pp_zb.toml --gpus 2", "InterleavedZeroBubble", "issue 35: a schedule memplan does not plan is named")
 for a in ["--pp-virtual 2", "--pp 2 --pp-virtual 1 --pp-schedule interleaved", "--pp 2 --pp-virtual 99 --pp-schedule interleaved",
-          "--pp 2 --pp-less-first -1", "--pp 2 --pp-less-first 40", "--pp 4 --pp-schedule interleaved --microbatches 9"]:
+          "--pp 2 --pp-less-first -1", "--pp 2 --pp-less-first 40", "--pp 4 --pp-schedule interleaved --microbatches 9",
+          "--pp 2 --pp-return-outputs maybe", "--pp-return-outputs off"]:
     case(2, f"--model llama2-7b --gpus 4 {a}", "-", f"pp: {a}")
 
 with open(os.path.join(HERE, "cases.tsv"), "w") as f:
