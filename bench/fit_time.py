@@ -55,7 +55,7 @@ COARSE = 4
 
 # Row keys that become memplan flags when present (the required ones are in plan_args).
 OPTIONAL_FLAGS = (("fsdp", "--fsdp"), ("fsdp_reduce_dtype", "--fsdp-reduce-dtype"), ("tp", "--tp"),
-                  ("sp", "--sp"), ("pp", "--pp"), ("pp_schedule", "--pp-schedule"),
+                  ("sp", "--sp"), ("loss_parallel", "--loss-parallel"), ("pp", "--pp"), ("pp_schedule", "--pp-schedule"),
                   ("microbatches", "--microbatches"), ("inter_bw", "--inter-bw"), ("intra_bw", "--intra-bw"),
                   ("optimizer", "--optimizer"), ("fsdp_backward_prefetch", "--fsdp-backward-prefetch"),
                   ("fsdp_grad_sync", "--fsdp-grad-sync"), ("dropout", "--dropout"), ("offload", "--offload"),
@@ -175,7 +175,7 @@ class Predictor:
         g = shares["gemm"].get(self.generation(r)) if shares else None
         a = shares["attn"] if shares else None
         p = shares["passes"] if shares else None
-        return json.dumps([r["id"], g, a, p])
+        return json.dumps([r["id"], r.get("model"), plan_args(r), g, a, p])   # a row's setup edited: run again
 
     def run(self, r, shares):
         cfg, temp = model_config(r["_model"], r["seq"])
