@@ -261,6 +261,51 @@ static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights 
     return 0;
 }
 
+/* Every unit's parameters as unit_params gives them, made once per listing (a listing asks for
+   units at every layer's point, each of them a walk over the model): unit u's weights are
+   w[from[u] .. from[u + 1]), its bytes bytes[u]. Made for step `of` within one list_ops call,
+   which clears it at its start (NULL: none made; another step may later lie at that address). */
+typedef struct {
+    const Step *of;
+    int units;                 /* the highest unit */
+    double *w, *bytes;
+    int *from;
+    int nw, capw, capu, capf;
+} UnitTable;
+static _Thread_local UnitTable unit_tab;
+
+static int unit_table(const Step *st) {
+    UnitTable *T = &unit_tab;
+    if (T->of == st) return 0;
+    T->of = NULL;
+    const ModelSpec *m = &st->view.m;
+    double pb = plan_precision(st->view.t.precision)->param_bytes, fz = frozen_weight(st);
+    int units = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].unit > units) units = m->layers[i].unit;
+    if (plan_grow((void **)&T->bytes, &T->capu, units + 1, sizeof *T->bytes)) return -1;
+    if (plan_grow((void **)&T->from, &T->capf, units + 2, sizeof *T->from)) return -1;
+    T->nw = 0;
+    for (int u = 0; u <= units; u++) {
+        Weights one = {.flat_from = -1};
+        double b = 0;
+        int rc = unit_params(m, u, pb, fz, &one, &b) ||
+                 plan_grow((void **)&T->w, &T->capw, T->nw + one.n + 1, sizeof *T->w);
+        if (!rc) {
+            T->from[u] = T->nw;
+            memcpy(T->w + T->nw, one.w, sizeof *one.w * (size_t)one.n);
+            T->nw += one.n;
+            T->bytes[u] = b;
+        }
+        free(one.w);
+        if (rc) return -1;
+    }
+    T->from[units + 1] = T->nw;
+    T->units = units;
+    T->of = st;
+    return 0;
+}
+
 /* A sharded unit level's bytes at layer `layer`'s point (SPLIT_UNIT): the unit's parameters
    tensor by tensor (FSDP1's: one flat parameter, Step.alloc_unit_flat), then the root's (FSDP2
    keeps the root unsharded), then while the level holds more, the units kept since their
@@ -270,11 +315,10 @@ static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights 
 #define PLAN_FSDP2_MAX_FLAT 8
 static int unit_weights(const Step *st, int layer, int backward, double bytes, Weights *ws) {
     const ModelSpec *m = &st->view.m;
-    int u = m->layers[layer].unit, units = 0;
-    double pb = plan_precision(st->view.t.precision)->param_bytes, fz = frozen_weight(st), b = 0, left = bytes,
-           unit = 0;
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].unit > units) units = m->layers[i].unit;
+    if (unit_table(st)) return -1;
+    const UnitTable *T = &unit_tab;
+    int u = m->layers[layer].unit, units = T->units;
+    double b = 0, left = bytes, unit = 0;
     int order[2 + 2 * 4096], n = 0;
     order[n++] = u;
     if (u != 0) order[n++] = 0;
@@ -292,15 +336,15 @@ static int unit_weights(const Step *st, int layer, int backward, double bytes, W
         if (u == 0) order[n++] = head ? units + 1 - d : d;   /* the loss, the head: every block */
     }
     for (int k = 0; k < n && left > 0; k++) {
-        Weights one = {.flat_from = -1};
-        if (unit_params(m, order[k], pb, fz, &one, &b)) { free(one.w); return -1; }
+        int at = order[k], nw = at >= 0 && at <= units ? T->from[at + 1] - T->from[at] : 0;
+        const double *w = nw ? T->w + T->from[at] : NULL;
+        b = at >= 0 && at <= units ? T->bytes[at] : 0;
         if (k == 0) unit = b;
         if (b > 0 && b <= left + 1) {
-            for (int j = 0; j < (st->alloc_unit_flat ? 1 : one.n); j++)
-                if (add_w(ws, st->alloc_unit_flat ? b : one.w[j])) { free(one.w); return -1; }
+            for (int j = 0; j < (st->alloc_unit_flat ? 1 : nw); j++)
+                if (add_w(ws, st->alloc_unit_flat ? b : w[j])) return -1;
             left -= b;
         }
-        free(one.w);
     }
     /* FSDP2's all-gather output and reduce-scatter input: their streams'; FSDP1's flat
        parameters all the unshard stream's */
@@ -374,7 +418,7 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     for (int k = 0; k < ws->n; k++) total += ws->w[k];
     int n = total > 0 ? ws->n : 1;
     for (int k = 0; k < n; k++) {
-        uint64_t piece = k == n - 1 ? left : (uint64_t)floor((double)bytes * ws->w[k] / total);
+        uint64_t piece = k == n - 1 ? left : (uint64_t)((double)bytes * ws->w[k] / total);   /* >= 0: the cast floors */
         if (piece > left) piece = left;
         left -= piece;
         int s = total > 0 && ws->flat_from >= 0 && k >= ws->flat_from ? ws->flat_stream : stream;
@@ -478,6 +522,7 @@ static int ds_unflattened(const Step *st, const StepMem *x, Weights *ws, OpList 
 }
 
 static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
+    unit_tab.of = NULL;
     int *idx = plan_step_order_events(st);
     uint8_t *carry = calloc((size_t)(st->n_mem > 0 ? st->n_mem : 1), 1);
     double level[RULE_COUNT][TERM_COUNT];

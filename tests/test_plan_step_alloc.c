@@ -464,3 +464,40 @@ Test(step_alloc, a_replay_stopped_at_its_first_out_of_memory_should_serve_only_v
     plan_step_free(&st);
     plan_model_free(&m);
 }
+
+/* The listing of st as plan_step_alloc_write prints it, in a string the caller frees. */
+static char *written(const Step *st) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_not_null(f);
+    StepAllocOpts o;
+    plan_step_alloc_opts_default(&o);
+    cr_assert_eq(plan_step_alloc_write(st, &o, f, NULL), 0);
+    fclose(f);
+    return buf;
+}
+
+/* A listing makes its FSDP units' parameter table once (plan_step_alloc.c UnitTable): a step
+   built where the last listed one lay, of another model, lists its own units, not the table
+   kept from before (gpt2, then gpt2-medium in the same Step), as the same step built elsewhere
+   does. */
+Test(step_alloc, a_listing_should_not_depend_on_the_step_listed_before_it) {
+    const char *names[] = {"gpt2", "gpt2-medium"};
+    char *out[3];
+    Step st, other;
+    for (int k = 0; k < 3; k++) {
+        ModelSpec m = zoo(names[k > 0]);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        Step *s = k < 2 ? &st : &other;
+        *s = built_on_8(&m, &t, STRAT_FSDP_FULL);
+        out[k] = written(s);
+        plan_step_free(s);
+        plan_model_free(&m);
+    }
+    cr_expect_not_null(strstr(out[0], "# fsdp2_buffers\n"), "the units are listed");
+    cr_expect_neq(strcmp(out[0], out[1]), 0, "two models, two listings");
+    cr_expect_eq(strcmp(out[1], out[2]), 0, "the same step, the same listing, wherever it lies");
+    for (int k = 0; k < 3; k++) free(out[k]);
+}
