@@ -501,3 +501,41 @@ Test(step_alloc, a_listing_should_not_depend_on_the_step_listed_before_it) {
     cr_expect_eq(strcmp(out[1], out[2]), 0, "the same step, the same listing, wherever it lies");
     for (int k = 0; k < 3; k++) free(out[k]);
 }
+
+/* A fits-only verdict on a listing not seen before follows the listing as it is resolved and
+   stops resolving at the first out-of-memory (plan_step_alloc.c verdict_following): with every
+   kept replay forgotten before each question, it answers as the whole plan does, on GPUs just
+   below and above the tensors and the plan's peak, both verdicts met. */
+Test(step_alloc, a_fits_only_verdict_on_a_new_listing_should_answer_as_the_full_plan) {
+    ModelSpec m = zoo("gpt2");
+    int seen[2] = {0, 0};
+    for (int k = 0; k < STRAT_COUNT; k++)
+        for (int64_t b = 1; b <= 4; b *= 4) {
+            TrainSpec t;
+            plan_train_defaults(&t);
+            t.seq = 256;
+            t.micro_batch = b;
+            ClusterSpec c;
+            cluster(&c, 8, 8);
+            c.alloc_model = 1;
+            MemResult r;
+            plan_step_alloc_forget();
+            plan_memory(&m, &t, &c, (StrategyKind)k, &r);
+            double tensors = r.alloc_tensor_peak + r.cuda_context + r.cublas_ws + r.nccl, peak = r.peak;
+            const double scale[] = {0.999, 1.001, 1.02};
+            for (int s = 0; s < 6; s++) {
+                c.gpu.mem_bytes = (s < 3 ? tensors : peak) * scale[s % 3];
+                plan_step_alloc_forget();
+                int fits = plan_memory_fits(&m, &t, &c, (StrategyKind)k);
+                plan_step_alloc_forget();
+                MemResult full;
+                plan_memory(&m, &t, &c, (StrategyKind)k, &full);
+                cr_expect_eq(fits, full.fits, "%s b%lld: GPU %.0f (tensors %.0f, peak %.0f)",
+                             plan_strategy((StrategyKind)k)->name, (long long)b, c.gpu.mem_bytes, tensors, peak);
+                seen[full.fits != 0]++;
+            }
+        }
+    cr_expect_gt(seen[0], 0, "some do not fit");
+    cr_expect_gt(seen[1], 0, "some fit");
+    plan_model_free(&m);
+}
