@@ -56,8 +56,12 @@ typedef struct { int *v; int n, cap; } IntVec;
    whole index (a pool holds thousands of cached blocks); the last key of each chunk kept apart
    for the search. A block's key: stream, size, then address (the segment's registration counter,
    then the offset: segments take ascending addresses in the order they are created, so the two
-   orders agree). */
-typedef struct { uint64_t size, addr; int stream, blk; } FitEnt;
+   orders agree). Stream and size share one word, the stream above the size in 512 B units
+   (every block's size is a multiple of kMinBlockSize: round_size, segment sizes, splits and
+   pages all are), so the order is one comparison: key and address as one 128-bit number. */
+typedef struct { uint64_t key, addr; int blk; } FitEnt;
+#define FIT_UNIT_BITS 9            /* log2 kMinBlockSize */
+#define FIT_SIZE_BITS (64 - FIT_UNIT_BITS)   /* the size's units below the stream */
 #define FIT_CHUNK 64
 typedef struct { int n; FitEnt e[FIT_CHUNK]; } FitChunk;
 typedef struct {
@@ -266,15 +270,23 @@ static uint64_t blk_addr(const PlanAlloc *a, int i) { return a->s[a->b[i].seg].b
    block of its stream and size. */
 static FitEnt fit_key(const PlanAlloc *a, int i) {
     const Blk *p = &a->b[i];
-    return (FitEnt){p->size, blk_addr(a, i), p->stream, i};
+    return (FitEnt){(uint64_t)p->stream << FIT_SIZE_BITS | p->size >> FIT_UNIT_BITS, blk_addr(a, i), i};
 }
 
-static FitEnt fit_bound(int stream, uint64_t size) { return (FitEnt){size, 0, stream, -1}; }
+/* The search key before every block of this stream holding at least size bytes: the size in
+   whole units rounded up (blocks hold whole units); past the last unit, the next stream's start. */
+static FitEnt fit_bound(int stream, uint64_t size) {
+    uint64_t units = (size >> FIT_UNIT_BITS) + ((size & ((1ull << FIT_UNIT_BITS) - 1)) != 0);
+    return (FitEnt){((uint64_t)stream << FIT_SIZE_BITS) + units, 0, -1};
+}
+
+static int fit_same(const FitEnt *x, const FitEnt *y) { return x->key == y->key && x->addr == y->addr && x->blk == y->blk; }
+
+static int fit_stream(const FitEnt *e) { return (int)(e->key >> FIT_SIZE_BITS); }
 
 static int fit_less(const FitEnt *x, const FitEnt *y) {   /* without branches: the searches' order is unpredictable */
-    int s_lt = x->stream < y->stream, s_eq = x->stream == y->stream;
-    int z_lt = x->size < y->size, z_eq = x->size == y->size, a_lt = x->addr < y->addr;
-    return s_lt | (s_eq & (z_lt | (z_eq & a_lt)));
+    unsigned __int128 a = (unsigned __int128)x->key << 64 | x->addr, b = (unsigned __int128)y->key << 64 | y->addr;
+    return a < b;
 }
 
 /* The first of v[0..n) (n >= 1) not before k, n when none: halving without branches. */
@@ -385,11 +397,12 @@ static void fit_free(FitIdx *f) {
 }
 
 /* The first block of this stream at or after k in best-fit order, its position in *pos; -1. */
-static int fit_first(const PlanAlloc *a, int small, FitEnt k, FitPos *pos) {
+static int fit_first(const PlanAlloc *a, int small, int stream, uint64_t size, FitPos *pos) {
     const FitIdx *f = &a->fit[small];
+    FitEnt k = fit_bound(stream, size);
     *pos = fit_lower(f, &k);
     const FitEnt *e = fit_at(f, *pos);
-    return e && e->stream == k.stream ? e->blk : -1;
+    return e && fit_stream(e) == stream ? e->blk : -1;
 }
 
 /* BlockPool::insert_into_blocks: the block enters its pool; gc_count_base restarts. */
@@ -543,12 +556,12 @@ int plan_alloc_check_index(const PlanAlloc *a) {
         int n = 0, prev = -1;
         for (int c = 0; c < f->nc; c++) {
             const FitChunk *ch = f->c[c];
-            if (ch->n < 1 || ch->n > FIT_CHUNK || memcmp(&f->last[c], &ch->e[ch->n - 1], sizeof *f->last)) return -1;
+            if (ch->n < 1 || ch->n > FIT_CHUNK || !fit_same(&f->last[c], &ch->e[ch->n - 1])) return -1;
             for (int j = 0; j < ch->n; j++, n++) {
                 int i = ch->e[j].blk;
                 FitEnt k = fit_key(a, i);
                 if (!a->b[i].live || !a->b[i].mapped || a->b[i].allocated || a->b[i].free_pos < 0 ||
-                    p->v[a->b[i].free_pos] != i || blk_small(a, i) != sm || memcmp(&k, &ch->e[j], sizeof k)) return -1;
+                    p->v[a->b[i].free_pos] != i || blk_small(a, i) != sm || !fit_same(&k, &ch->e[j])) return -1;
                 if (prev >= 0 && !pool_less(a, prev, i)) return -1;
                 prev = i;
             }
@@ -559,7 +572,7 @@ int plan_alloc_check_index(const PlanAlloc *a) {
                 int stream = a->b[p->v[j]].stream;
                 uint64_t size = a->b[p->v[j]].size + d;
                 FitPos pos;
-                if (fit_first(a, sm, fit_bound(stream, size), &pos) != scan_first(a, sm, stream, size)) return -1;
+                if (fit_first(a, sm, stream, size, &pos) != scan_first(a, sm, stream, size)) return -1;
             }
     }
     return 0;
@@ -829,7 +842,7 @@ static int release_available(PlanAlloc *a, int small, int stream, uint64_t size)
     uint64_t key = size < ms ? ms : size;
     const FitIdx *f = &a->fit[small];
     FitPos pos;
-    int it = fit_first(a, small, fit_bound(stream, key), &pos);
+    int it = fit_first(a, small, stream, key, &pos);
     if (it >= 0 && !blk_exp(a, it)) {
         release_block(a, it);
         return 1;
@@ -838,7 +851,7 @@ static int release_available(PlanAlloc *a, int small, int stream, uint64_t size)
     uint64_t released = 0;
     while (released < key) {
         const FitEnt *e = fit_at(f, fit_prev(f, fit_lower(f, &bound)));   /* the largest of this stream's blocks before bound */
-        int c = e && e->stream == stream ? e->blk : -1;
+        int c = e && fit_stream(e) == stream ? e->blk : -1;
         if (c < 0 || a->b[c].size < ms) break;
         bound = fit_key(a, c);
         if (!blk_exp(a, c)) {
@@ -897,12 +910,12 @@ static int get_free_block(PlanAlloc *a, int small, int stream, uint64_t size) {
     if (a->limited && a->c.gc_threshold > 0) a->gc_calls[small]++;
     const FitIdx *f = &a->fit[small];
     FitPos pos;
-    int it = fit_first(a, small, fit_bound(stream, size), &pos);
+    int it = fit_first(a, small, stream, size, &pos);
     if (it < 0) return -1;
     while (blk_exp(a, it)) {   /* the next candidate in pool order */
         FitPos np = fit_next(f, pos);
         const FitEnt *e = fit_at(f, np);
-        int nx = e && e->stream == stream ? e->blk : -1;
+        int nx = e && fit_stream(e) == stream ? e->blk : -1;
         if (nx < 0 || expandable_size(a, nx) >= expandable_size(a, it)) break;
         it = nx;
         pos = np;

@@ -261,6 +261,51 @@ static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights 
     return 0;
 }
 
+/* Every unit's parameters as unit_params gives them, made once per listing (a listing asks for
+   units at every layer's point, each of them a walk over the model): unit u's weights are
+   w[from[u] .. from[u + 1]), its bytes bytes[u]. Made for step `of` within one list_ops call,
+   which clears it at its start (NULL: none made; another step may later lie at that address). */
+typedef struct {
+    const Step *of;
+    int units;                 /* the highest unit */
+    double *w, *bytes;
+    int *from;
+    int nw, capw, capu, capf;
+} UnitTable;
+static _Thread_local UnitTable unit_tab;
+
+static int unit_table(const Step *st) {
+    UnitTable *T = &unit_tab;
+    if (T->of == st) return 0;
+    T->of = NULL;
+    const ModelSpec *m = &st->view.m;
+    double pb = plan_precision(st->view.t.precision)->param_bytes, fz = frozen_weight(st);
+    int units = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].unit > units) units = m->layers[i].unit;
+    if (plan_grow((void **)&T->bytes, &T->capu, units + 1, sizeof *T->bytes)) return -1;
+    if (plan_grow((void **)&T->from, &T->capf, units + 2, sizeof *T->from)) return -1;
+    T->nw = 0;
+    for (int u = 0; u <= units; u++) {
+        Weights one = {.flat_from = -1};
+        double b = 0;
+        int rc = unit_params(m, u, pb, fz, &one, &b) ||
+                 plan_grow((void **)&T->w, &T->capw, T->nw + one.n + 1, sizeof *T->w);
+        if (!rc) {
+            T->from[u] = T->nw;
+            memcpy(T->w + T->nw, one.w, sizeof *one.w * (size_t)one.n);
+            T->nw += one.n;
+            T->bytes[u] = b;
+        }
+        free(one.w);
+        if (rc) return -1;
+    }
+    T->from[units + 1] = T->nw;
+    T->units = units;
+    T->of = st;
+    return 0;
+}
+
 /* A sharded unit level's bytes at layer `layer`'s point (SPLIT_UNIT): the unit's parameters
    tensor by tensor (FSDP1's: one flat parameter, Step.alloc_unit_flat), then the root's (FSDP2
    keeps the root unsharded), then while the level holds more, the units kept since their
@@ -270,11 +315,10 @@ static int unit_params(const ModelSpec *m, int u, double pb, double fz, Weights 
 #define PLAN_FSDP2_MAX_FLAT 8
 static int unit_weights(const Step *st, int layer, int backward, double bytes, Weights *ws) {
     const ModelSpec *m = &st->view.m;
-    int u = m->layers[layer].unit, units = 0;
-    double pb = plan_precision(st->view.t.precision)->param_bytes, fz = frozen_weight(st), b = 0, left = bytes,
-           unit = 0;
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].unit > units) units = m->layers[i].unit;
+    if (unit_table(st)) return -1;
+    const UnitTable *T = &unit_tab;
+    int u = m->layers[layer].unit, units = T->units;
+    double b = 0, left = bytes, unit = 0;
     int order[2 + 2 * 4096], n = 0;
     order[n++] = u;
     if (u != 0) order[n++] = 0;
@@ -292,15 +336,15 @@ static int unit_weights(const Step *st, int layer, int backward, double bytes, W
         if (u == 0) order[n++] = head ? units + 1 - d : d;   /* the loss, the head: every block */
     }
     for (int k = 0; k < n && left > 0; k++) {
-        Weights one = {.flat_from = -1};
-        if (unit_params(m, order[k], pb, fz, &one, &b)) { free(one.w); return -1; }
+        int at = order[k], nw = at >= 0 && at <= units ? T->from[at + 1] - T->from[at] : 0;
+        const double *w = nw ? T->w + T->from[at] : NULL;
+        b = at >= 0 && at <= units ? T->bytes[at] : 0;
         if (k == 0) unit = b;
         if (b > 0 && b <= left + 1) {
-            for (int j = 0; j < (st->alloc_unit_flat ? 1 : one.n); j++)
-                if (add_w(ws, st->alloc_unit_flat ? b : one.w[j])) { free(one.w); return -1; }
+            for (int j = 0; j < (st->alloc_unit_flat ? 1 : nw); j++)
+                if (add_w(ws, st->alloc_unit_flat ? b : w[j])) return -1;
             left -= b;
         }
-        free(one.w);
     }
     /* FSDP2's all-gather output and reduce-scatter input: their streams'; FSDP1's flat
        parameters all the unshard stream's */
@@ -374,7 +418,7 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     for (int k = 0; k < ws->n; k++) total += ws->w[k];
     int n = total > 0 ? ws->n : 1;
     for (int k = 0; k < n; k++) {
-        uint64_t piece = k == n - 1 ? left : (uint64_t)floor((double)bytes * ws->w[k] / total);
+        uint64_t piece = k == n - 1 ? left : (uint64_t)((double)bytes * ws->w[k] / total);   /* >= 0: the cast floors */
         if (piece > left) piece = left;
         left -= piece;
         int s = total > 0 && ws->flat_from >= 0 && k >= ws->flat_from ? ws->flat_stream : stream;
@@ -478,6 +522,7 @@ static int ds_unflattened(const Step *st, const StepMem *x, Weights *ws, OpList 
 }
 
 static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
+    unit_tab.of = NULL;
     int *idx = plan_step_order_events(st);
     uint8_t *carry = calloc((size_t)(st->n_mem > 0 ? st->n_mem : 1), 1);
     double level[RULE_COUNT][TERM_COUNT];
@@ -898,8 +943,11 @@ static _Thread_local StepAllocRun resolve_room;
 static _Thread_local StepReq *resolve_req;
 static _Thread_local int resolve_capreq;
 
-/* One slot at a time (a point, before or after its moment): its frees, then its allocations. */
-static int resolve(const OpList *ops, FlatList *out) {
+/* One slot at a time (a point, before or after its moment): its frees, then its allocations.
+   after_slot (when given) reads what the slots so far made; nonzero stops the listing there
+   (out then holds only those slots' operations). */
+typedef int (*SlotFn)(void *ctx, const FlatList *out);
+static int resolve_until(const OpList *ops, FlatList *out, SlotFn after_slot, void *ctx) {
     StepAllocRun R = resolve_room;
     R.out = out;
     R.n = 0;
@@ -927,6 +975,7 @@ static int resolve(const OpList *ops, FlatList *out) {
             give_back(&R);
             for (int k = 0; k < left; k++) run_malloc(&R, req[k].rule, req[k].term, req[k].size, req[k].stream);
             nreq = 0;
+            if (after_slot && !R.failed && after_slot(ctx, out)) break;
         }
     }
     resolve_room = R;
@@ -934,6 +983,8 @@ static int resolve(const OpList *ops, FlatList *out) {
     resolve_capreq = capreq;
     return R.failed ? -1 : 0;
 }
+
+static int resolve(const OpList *ops, FlatList *out) { return resolve_until(ops, out, NULL, NULL); }
 
 /* A replay under way: the allocator, where it is in the list, and what the loop has read. */
 typedef struct {
@@ -1166,12 +1217,70 @@ static int replay_listing(const FlatList *fl, const PlanAllocConfig *conf, int s
     return 0;
 }
 
+/* The replay of the listing resolved (memo_flat) at conf: one of its replays so far where that
+   covers conf, else replayed (and remembered). */
+static int replay_flat_list(const PlanAllocConfig *conf, int steps, int verdict, StepAllocResult *out) {
+    for (int k = 0; k < n_flat_runs; k++)
+        if (flat_runs[k].steps == steps && (verdict || !flat_runs[k].out.stopped) &&
+            replay_covers(&flat_runs[k].conf, &flat_runs[k].out, conf)) {
+            *out = flat_runs[k].out;
+            return 0;
+        }
+    if (replay_listing(&memo_flat, conf, steps, verdict, out)) return -1;
+    if (flat_valid) {
+        flat_runs[next_flat_run] = (FlatRun){*conf, *out, steps};
+        next_flat_run = (next_flat_run + 1) % FLAT_RUNS;
+        if (n_flat_runs < FLAT_RUNS) n_flat_runs++;
+    }
+    return 0;
+}
+
+/* A verdict replay that follows the listing as it is resolved, slot by slot: the replay runs
+   each slot's operations once they are made and stops the listing at its first out-of-memory,
+   so a step that does not fit is resolved only up to there. The same operations replayed in the
+   same order as resolving it whole first: the same figures. */
+#define VERDICT_ONCE 2   /* run_ops' verdict: see there */
+typedef struct {
+    Replay r;
+    int steps;
+} Follow;
+
+static int follow_slot(void *ctx, const FlatList *out) {
+    Follow *f = ctx;
+    replay_run(&f->r, out, out->n, f->steps, 1, NULL);
+    return f->r.stopped || f->r.failed;
+}
+
+/* run_ops' replay of a new listing for a caller that reads only the verdict and not the listing
+   again (a max-batch probe): resolved as far as the replay goes. The listing is kept (as
+   run_ops keeps it) only when it was resolved whole. */
+static int verdict_following(const OpList *ops, const PlanAllocConfig *conf, int steps, StepAllocResult *out) {
+    Follow f;
+    memset(&f, 0, sizeof f);
+    f.steps = steps;
+    f.r.a = plan_alloc_new(conf);
+    if (!f.r.a) return -1;
+    int rc = resolve_until(ops, &memo_flat, follow_slot, &f);
+    if (!rc && !f.r.stopped) follow_slot(&f, &memo_flat);   /* what the last slot left (a step's mark) */
+    if (replay_result(&f.r, steps, out)) rc = -1;
+    plan_alloc_free_all(f.r.a);
+    if (rc || f.r.stopped) return rc;
+    flat_valid = !ops_copy(&flat_of, ops);
+    if (flat_valid) {
+        flat_runs[0] = (FlatRun){*conf, *out, steps};
+        n_flat_runs = 1;
+        next_flat_run = 1 % FLAT_RUNS;
+    }
+    return 0;
+}
+
 /* The replay of listing ops (steps of it) at conf: a kept replay's figures, or the listing
    resolved (once for a run of capacities) and replayed; keep: remember the figures. verdict: the
    caller reads only whether it runs out where it does (a search's probe, the replay at the
    GPU's limit), so a replay may stop at its first out-of-memory (out->stopped); the replays it
    covers run out there too (replay_covers: the same up to that point), which is all such a
-   result answers. */
+   result answers. VERDICT_ONCE: a verdict whose caller does not read this listing again, which
+   a new listing answers by verdict_following */
 static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, int keep, int verdict, StepAllocResult *out) {
     memset(out, 0, sizeof(*out));
     for (int k = 0; k < STEP_MEMO; k++) {
@@ -1187,19 +1296,15 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
         flat_valid = 0;
         base_reset();
         n_flat_runs = next_flat_run = 0;
-        if (resolve(ops, &memo_flat)) return -1;
-        flat_valid = !ops_copy(&flat_of, ops);
     }
-    int known = -1;
-    for (int k = 0; k < n_flat_runs && known < 0; k++)
-        if (flat_runs[k].steps == steps && (verdict || !flat_runs[k].out.stopped) &&
-            replay_covers(&flat_runs[k].conf, &flat_runs[k].out, conf)) known = k;
-    if (known >= 0) *out = flat_runs[known].out;
-    else if (replay_listing(&memo_flat, conf, steps, verdict, out)) return -1;
-    else if (flat_valid) {
-        flat_runs[next_flat_run] = (FlatRun){*conf, *out, steps};
-        next_flat_run = (next_flat_run + 1) % FLAT_RUNS;
-        if (n_flat_runs < FLAT_RUNS) n_flat_runs++;
+    if (!same && verdict == VERDICT_ONCE) {
+        if (verdict_following(ops, conf, steps, out)) return -1;
+    } else {
+        if (!same) {
+            if (resolve(ops, &memo_flat)) return -1;
+            flat_valid = !ops_copy(&flat_of, ops);
+        }
+        if (replay_flat_list(conf, steps, verdict, out)) return -1;
     }
     if (!keep) return 0;
     StepMemo *h = &memo[memo_next];
@@ -1357,7 +1462,8 @@ static int replay_alloc(const Step *st, const ClusterSpec *c, MemResult *r, MemM
     StepAllocResult at_limit, unlimited, at_need;
     OpList ops = replay_ops;   /* its room kept from the last listing */
     plan_step_alloc_opts_default(&o);
-    int failed = list_ops(st, &o, &ops) || run_ops(&ops, &conf, o.steps, 1, 1, &at_limit);   /* read whole only where it fits */
+    /* read whole only where it fits; a fits-only caller reads nothing else of this listing */
+    int failed = list_ops(st, &o, &ops) || run_ops(&ops, &conf, o.steps, 1, fits_only ? VERDICT_ONCE : 1, &at_limit);
     int oom = !failed && at_limit.whole.n_ooms > 0;
     replay_ops = ops;
     if (fits_only && !failed) { r->peak = r0.peak; r->alloc_oom = oom; return 1; }

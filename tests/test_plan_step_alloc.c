@@ -216,39 +216,50 @@ Test(step_alloc, the_allocator_settings_should_reach_the_replay) {
     plan_step_free(&st);
 }
 
+/* plan_memory_fits against the full plan for model m's every strategy at micro-batches 1, 2 and
+   4, on GPUs around each setup's tensor peak and its allocator peak; frac: under a memory
+   fraction; forget: every kept replay forgotten before each question (the verdict made from a
+   listing not seen before). seen[v]: the full plan's verdicts counted. */
+static void expect_fits_as_full(const ModelSpec *m, int frac, int forget, int seen[2]) {
+    for (int k = 0; k < STRAT_COUNT; k++)
+        for (int64_t b = 1; b <= 4; b *= 2) {
+            const char *n = plan_strategy((StrategyKind)k)->name;
+            TrainSpec t;
+            plan_train_defaults(&t);
+            t.seq = 256;
+            t.micro_batch = b;
+            ClusterSpec c;
+            cluster(&c, 8, 8);
+            c.alloc_model = 1;
+            if (frac) c.alloc_conf.memory_fraction = 0.97;
+            MemResult r;
+            plan_memory(m, &t, &c, (StrategyKind)k, &r);
+            double fixed = r.cuda_context + r.cublas_ws + r.nccl;
+            double tensors = r.alloc_tensor_peak + fixed, peak = r.peak;
+            const double scale[] = {0.9, 0.999, 1.0, 1.001, 1.02};
+            for (int s = 0; s < 10; s++) {
+                c.gpu.mem_bytes = (s < 5 ? tensors : peak) * scale[s % 5];
+                if (forget) plan_step_alloc_forget();
+                int fits = plan_memory_fits(m, &t, &c, (StrategyKind)k);
+                if (forget) plan_step_alloc_forget();
+                MemResult full;
+                plan_memory(m, &t, &c, (StrategyKind)k, &full);
+                cr_expect_eq(fits, full.fits, "%s %s b%lld frac %d forget %d: GPU %.0f (tensors %.0f, peak %.0f)",
+                             m->name, n, (long long)b, frac, forget, c.gpu.mem_bytes, tensors, peak);
+                seen[full.fits != 0]++;
+            }
+        }
+}
+
 /* The searches' shortcut (plan_memory_fits: no replay when the tensors alone exceed the GPU, the
    capacity search stopped once every capacity up to the GPU's has run out) answers as the full
-   plan does, on GPUs around each setup's tensor peak and its allocator peak, with and without a
-   memory fraction (under which even the unlimited replay runs out). */
+   plan does, with and without a memory fraction (under which even the unlimited replay runs
+   out). */
 Test(step_alloc, the_fit_shortcut_should_answer_as_the_full_plan) {
+    int seen[2] = {0, 0};
     for (size_t mi = 0; mi < 2; mi++) {
         ModelSpec m = zoo(MODELS[mi]);
-        for (int frac = 0; frac < 2; frac++)
-            for (int k = 0; k < STRAT_COUNT; k++)
-                for (int64_t b = 1; b <= 4; b *= 2) {
-                    const char *n = plan_strategy((StrategyKind)k)->name;
-                    TrainSpec t;
-                    plan_train_defaults(&t);
-                    t.seq = 256;
-                    t.micro_batch = b;
-                    ClusterSpec c;
-                    cluster(&c, 8, 8);
-                    c.alloc_model = 1;
-                    if (frac) c.alloc_conf.memory_fraction = 0.97;
-                    MemResult r;
-                    plan_memory(&m, &t, &c, (StrategyKind)k, &r);
-                    double fixed = r.cuda_context + r.cublas_ws + r.nccl;
-                    double tensors = r.alloc_tensor_peak + fixed, peak = r.peak;
-                    const double scale[] = {0.9, 0.999, 1.0, 1.001, 1.02};
-                    for (int s = 0; s < 10; s++) {
-                        c.gpu.mem_bytes = (s < 5 ? tensors : peak) * scale[s % 5];
-                        MemResult full;
-                        plan_memory(&m, &t, &c, (StrategyKind)k, &full);
-                        cr_expect_eq(plan_memory_fits(&m, &t, &c, (StrategyKind)k), full.fits,
-                                     "%s %s b%lld frac %d: GPU %.0f (tensors %.0f, peak %.0f)", m.name, n,
-                                     (long long)b, frac, c.gpu.mem_bytes, tensors, peak);
-                    }
-                }
+        for (int frac = 0; frac < 2; frac++) expect_fits_as_full(&m, frac, 0, seen);
         plan_model_free(&m);
     }
 }
@@ -462,5 +473,55 @@ Test(step_alloc, a_replay_stopped_at_its_first_out_of_memory_should_serve_only_v
     cr_expect_eq(r2.peak, r.peak, "the plan's figures do not depend on what was kept");
     cr_expect_eq(r2.alloc_need, r.alloc_need);
     plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+/* The listing of st as plan_step_alloc_write prints it, in a string the caller frees. */
+static char *written(const Step *st) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_not_null(f);
+    StepAllocOpts o;
+    plan_step_alloc_opts_default(&o);
+    cr_assert_eq(plan_step_alloc_write(st, &o, f, NULL), 0);
+    fclose(f);
+    return buf;
+}
+
+/* A listing makes its FSDP units' parameter table once (plan_step_alloc.c UnitTable): a step
+   built where the last listed one lay, of another model, lists its own units, not the table
+   kept from before (gpt2, then gpt2-medium in the same Step), as the same step built elsewhere
+   does. */
+Test(step_alloc, a_listing_should_not_depend_on_the_step_listed_before_it) {
+    const char *names[] = {"gpt2", "gpt2-medium"};
+    char *out[3];
+    Step st, other;
+    for (int k = 0; k < 3; k++) {
+        ModelSpec m = zoo(names[k > 0]);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        Step *s = k < 2 ? &st : &other;
+        *s = built_on_8(&m, &t, STRAT_FSDP_FULL);
+        out[k] = written(s);
+        plan_step_free(s);
+        plan_model_free(&m);
+    }
+    cr_expect_not_null(strstr(out[0], "# fsdp2_buffers\n"), "the units are listed");
+    cr_expect_neq(strcmp(out[0], out[1]), 0, "two models, two listings");
+    cr_expect_eq(strcmp(out[1], out[2]), 0, "the same step, the same listing, wherever it lies");
+    for (int k = 0; k < 3; k++) free(out[k]);
+}
+
+/* A fits-only verdict on a listing not seen before follows the listing as it is resolved and
+   stops resolving at the first out-of-memory (plan_step_alloc.c verdict_following): with every
+   kept replay forgotten before each question, it answers as the whole plan does, both verdicts
+   met. */
+Test(step_alloc, a_fits_only_verdict_on_a_new_listing_should_answer_as_the_full_plan) {
+    ModelSpec m = zoo("gpt2");
+    int seen[2] = {0, 0};
+    expect_fits_as_full(&m, 0, 1, seen);
+    cr_expect_gt(seen[0], 0, "some do not fit");
+    cr_expect_gt(seen[1], 0, "some fit");
     plan_model_free(&m);
 }
