@@ -58,7 +58,7 @@ typedef struct { int *v; int n, cap; } IntVec;
    then the offset: segments take ascending addresses in the order they are created, so the two
    orders agree). Stream and size share one word, the stream above the size in 512 B units
    (every block's size is a multiple of kMinBlockSize: round_size, segment sizes, splits and
-   pages all are), so the order is one comparison: key and address as one 128-bit number. */
+   pages all are), so the order is two comparisons of words. */
 typedef struct { uint64_t key, addr; int blk; } FitEnt;
 #define FIT_UNIT_BITS 9            /* log2 kMinBlockSize */
 #define FIT_SIZE_BITS (64 - FIT_UNIT_BITS)   /* the size's units below the stream */
@@ -285,8 +285,7 @@ static int fit_same(const FitEnt *x, const FitEnt *y) { return x->key == y->key 
 static int fit_stream(const FitEnt *e) { return (int)(e->key >> FIT_SIZE_BITS); }
 
 static int fit_less(const FitEnt *x, const FitEnt *y) {   /* without branches: the searches' order is unpredictable */
-    unsigned __int128 a = (unsigned __int128)x->key << 64 | x->addr, b = (unsigned __int128)y->key << 64 | y->addr;
-    return a < b;
+    return (x->key < y->key) | ((x->key == y->key) & (x->addr < y->addr));
 }
 
 /* The first of v[0..n) (n >= 1) not before k, n when none: halving without branches. */
