@@ -60,7 +60,7 @@ OPTIONAL_FLAGS = (("fsdp", "--fsdp"), ("fsdp_reduce_dtype", "--fsdp-reduce-dtype
                   ("optimizer", "--optimizer"), ("fsdp_backward_prefetch", "--fsdp-backward-prefetch"),
                   ("fsdp_grad_sync", "--fsdp-grad-sync"), ("dropout", "--dropout"), ("offload", "--offload"),
                   ("ds_reduce_bucket", "--ds-reduce-bucket"), ("ds3_prefetch", "--ds3-prefetch"),
-                  ("ds_overlap_comm", "--ds-overlap-comm"))
+                  ("ds_overlap_comm", "--ds-overlap-comm"), ("attn_kernel", "--attn-kernel"))
 
 
 # ---- the corpus ----
@@ -171,9 +171,13 @@ class Predictor:
     def generations(self):
         return sorted({g["achieved"]["generation"] for g in self.gpus.values()} - {"assumed"})
 
+    def kernels(self):
+        """The flash kernels memplan prices (--attn-kernel), each with its own attention share."""
+        return sorted(next(iter(g["achieved"]["attn_shares"] for g in self.gpus.values() if "achieved" in g)))
+
     def key(self, r, shares):
         g = shares["gemm"].get(self.generation(r)) if shares else None
-        a = shares["attn"] if shares else None
+        a = shares["attn"].get(kernel(r)) if shares else None
         p = shares["passes"] if shares else None
         return json.dumps([r["id"], r.get("model"), plan_args(r), g, a, p])   # a row's setup edited: run again
 
@@ -182,7 +186,7 @@ class Predictor:
         args = [self.memplan, "--model", cfg] + plan_args(r) + ["--alloc-margin", "flat", "--json"]
         if shares:
             args += ["--time-shares", "gemm=%.4f,attn=%.4f,passes=%.4f" % (
-                shares["gemm"][self.generation(r)], shares["attn"], shares["passes"])]
+                shares["gemm"][self.generation(r)], shares["attn"][kernel(r)], shares["passes"])]
         try:
             p = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
         finally:
@@ -206,6 +210,11 @@ class Predictor:
                     self.memo[self.key(r, shares)] = p
             self.dirty = True
         return [self.memo[self.key(r, shares)] for r in rows]
+
+
+def kernel(r):
+    """The flash kernel whose attention share prices the row (eager rows use none: fa2's key)."""
+    return r.get("attn_kernel", "fa2") if r["attn"] == "sdpa" else "fa2"
 
 
 def error_pct(pred, r):
@@ -238,15 +247,15 @@ def score(pred, sources, shares):
 
 
 def shipped_shares(pred):
-    """The shares the planner was built with: GEMM and attention from memplan gpus --json, the
-    passes from plan_shares.h."""
+    """The shares the planner was built with: GEMM (per generation) and attention (per flash
+    kernel) from memplan gpus --json, the passes from plan_shares.h."""
     gemm = {}
     attn = None
     for g in pred.gpus.values():
         a = g.get("achieved")
         if a and a["generation"] != "assumed":
             gemm[a["generation"]] = a["gemm_share"]
-            attn = a["attn_share"]
+            attn = dict(a["attn_shares"])
     with open(SHARES_H) as f:
         passes = float(re.search(r"#define PLAN_SHARE_PASSES ([0-9.]+)", f.read()).group(1))
     return {"gemm": gemm, "attn": attn, "passes": passes}
@@ -258,10 +267,11 @@ def snap(v, lo, hi, step):
 
 def fit(pred, sources):
     """The best point of the coarse grid, then coordinate descent over the shares these sources'
-    runs depend on (a generation none of them ran keeps the coarse GEMM share)."""
+    runs depend on (a generation or flash kernel none of them ran keeps the coarse share)."""
     gens = sorted({pred.generation(r) for s in sources for r in usable(s["rows"])})
-    names = [("gemm", g) for g in gens] + [("attn", None), ("passes", None)]
-    grid = [{"gemm": {g: gv for g in pred.generations()}, "attn": av, "passes": pv}
+    kerns = sorted({kernel(r) for s in sources for r in usable(s["rows"])})
+    names = [("gemm", g) for g in gens] + [("attn", k) for k in kerns] + [("passes", None)]
+    grid = [{"gemm": {g: gv for g in pred.generations()}, "attn": {k: av for k in pred.kernels()}, "passes": pv}
             for gv in COARSE_GRID["gemm"] for av in COARSE_GRID["attn"] for pv in COARSE_GRID["passes"]]
     cur = min(grid, key=lambda x: score(pred, sources, x))
 
@@ -269,9 +279,9 @@ def fit(pred, sources):
         return x[n[0]][n[1]] if n[1] else x[n[0]]
 
     def put(x, n, v):
-        y = {"gemm": dict(x["gemm"]), "attn": x["attn"], "passes": x["passes"]}
+        y = {"gemm": dict(x["gemm"]), "attn": dict(x["attn"]), "passes": x["passes"]}
         if n[1]:
-            y["gemm"][n[1]] = v
+            y[n[0]][n[1]] = v
         else:
             y[n[0]] = v
         return y
@@ -313,6 +323,11 @@ def leave_one_out(pred, sources):
         for g in shares["gemm"]:   # a generation only this source has: the others' mean, not its own fit
             if g not in seen:
                 shares["gemm"][g] = round(prior, 6)
+        seen_k = {kernel(r) for o in others for r in usable(o["rows"])}
+        prior_k = statistics.fmean(v for k, v in shares["attn"].items() if k in seen_k)
+        for k in shares["attn"]:   # a flash kernel only this source ran: likewise
+            if k not in seen_k:
+                shares["attn"][k] = round(prior_k, 6)
         rows = usable(s["rows"])
         out[s["name"]] = {"shares": shares, "pred": pred.predict(rows, shares), "rows": rows}
     return out
@@ -322,7 +337,8 @@ def leave_one_out(pred, sources):
 
 def fmt_shares(sh):
     g = ", ".join(f"gemm.{k} {v:.2f}" for k, v in sorted(sh["gemm"].items()))
-    return f"{g}, attn {sh['attn']:.2f}, passes {sh['passes']:.2f}"
+    a = ", ".join(f"attn.{k} {v:.2f}" for k, v in sorted(sh["attn"].items()))
+    return f"{g}, {a}, passes {sh['passes']:.2f}"
 
 
 def shares_header(sh):
@@ -333,8 +349,9 @@ def shares_header(sh):
              "#ifndef PLAN_SHARES_H", "#define PLAN_SHARES_H", ""]
     for k, v in sorted(sh["gemm"].items()):
         lines.append(f"#define PLAN_SHARE_GEMM_{k.upper()} {v:.2f}   /* of the {k} GPUs' MAMF GEMM rate */")
-    lines += [f"#define PLAN_SHARE_ATTN {sh['attn']:.2f}   /* of the flash-attention benchmark rate */",
-              f"#define PLAN_SHARE_PASSES {sh['passes']:.2f}   /* elementwise traffic over one pass per op */",
+    for k, v in sorted(sh["attn"].items()):
+        lines.append(f"#define PLAN_SHARE_ATTN_{k.upper()} {v:.2f}   /* of the {k} flash-attention benchmark rate */")
+    lines += [f"#define PLAN_SHARE_PASSES {sh['passes']:.2f}   /* elementwise traffic over one pass per op */",
               "", "#endif", ""]
     return "\n".join(lines)
 
@@ -343,12 +360,19 @@ DTYPE = {"fp32": "fp32", "amp-fp16": "fp16", "mixed-fp16": "fp16", "amp-bf16": "
          "bf16": "bf16"}
 
 
+def attn_label(r):
+    """The attention as plan_attn_label names it: the flash kernel where it is not SDPA's
+    FlashAttention-2 (fa3, fa4), else the implementation (eager, sdpa)."""
+    k = r.get("attn_kernel", "fa2")
+    return k if r["attn"] == "sdpa" and k != "fa2" else r["attn"]
+
+
 def setups(rows):
     """The setups a source's runs had, as plan_time.c matches them: (gpu, strategy, checkpointing,
     compute dtype, attention, TP, PP, optimizer offload) -> [seq min, max, GPUs min, max]."""
     out = {}
     for r in rows:
-        k = (r["gpu"], r["strategy"], r["act_ckpt"], DTYPE[r["precision"]], r["attn"], int(r.get("tp", 1)),
+        k = (r["gpu"], r["strategy"], r["act_ckpt"], DTYPE[r["precision"]], attn_label(r), int(r.get("tp", 1)),
              int(r.get("pp", 1)), int(r.get("offload") == "optimizer"))
         v = out.setdefault(k, [r["seq"], r["seq"], r["gpus"], r["gpus"]])
         v[:] = [min(v[0], r["seq"]), max(v[1], r["seq"]), min(v[2], r["gpus"]), max(v[3], r["gpus"])]

@@ -24,7 +24,7 @@
 
 enum {
     OPT_MODEL = 1000, OPT_REVISION, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
-    OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
+    OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_ATTN_KERNEL, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
@@ -46,6 +46,7 @@ static const struct option BASE_OPTIONS[] = {
     {"optimizer", required_argument, 0, OPT_OPTIMIZER},
     {"act-ckpt", required_argument, 0, OPT_CKPT},
     {"attn", required_argument, 0, OPT_ATTN},
+    {"attn-kernel", required_argument, 0, OPT_ATTN_KERNEL},
     {"dropout", required_argument, 0, OPT_DROPOUT},
     {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},
     {"gpus", required_argument, 0, OPT_GPUS},
@@ -186,6 +187,10 @@ void cli_print_setup_help(FILE *f) {
         "                         (matmul and attention outputs saved, every second mm recomputed);\n"
         "                         selective: Megatron-LM's selective recompute of the core attention\n"
         "  --attn eager|sdpa      attention implementation (default sdpa)\n"
+        "  --attn-kernel fa2|fa3|fa4\n"
+        "                         the flash kernel --attn sdpa runs, for its speed: FlashAttention-2\n"
+        "                         (SDPA's, default), -3 (flash-attn 3, Hopper) or -4 (flash-attn 4;\n"
+        "                         B200: an estimate); memory as SDPA's flash path\n"
         "  --dropout P            dropout probability (default: the model's config)\n"
         "  --moe-imbalance F      MoE models: the busiest expert receives F times the mean tokens and\n"
         "                         every expert's rows are sized for it (a capacity factor), F in\n"
@@ -400,6 +405,21 @@ static int resolve_attn(CliSetup *s) {
     return 0;
 }
 
+/* --attn-kernel: a flash kernel runs only under --attn sdpa, and is priced only on a GPU its
+ * published curve covers (plan_attn_curve). 0 or 2. */
+static int resolve_attn_kernel(CliSetup *s) {
+    AttnKernel k = s->train.attn_kernel;
+    if (k == ATTN_KERNEL_FA2) return 0;
+    if (s->train.attn != ATTN_SDPA)
+        return cli_usage_error("--attn-kernel %s: a flash kernel needs --attn sdpa (valid with --attn %s: fa2)",
+                               plan_attn_kernel_name(k), plan_attn_name(s->train.attn));
+    if (plan_attn_curve(s->cluster.gpu.eff, k, &(const double *){0}, &(const double *){0}) >= 0) return 0;
+    char ok[256];
+    return cli_usage_error("--attn-kernel %s: no published speed for it on %s (valid there: fa2; %s on: %s)",
+                           plan_attn_kernel_name(k), s->cluster.gpu.name, plan_attn_kernel_name(k),
+                           plan_attn_kernel_gpus(k, ok, sizeof ok));
+}
+
 /* --moe-imbalance F: the busiest expert receives F times the mean tokens, T·k/E; it can receive
  * at most every token once, so F <= E/k. Only MoE models have experts. 0 or 2. */
 static int resolve_moe(CliSetup *s) {
@@ -584,7 +604,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
         return cli_usage_error("--seq %lld exceeds %s's %lld learned positions: a longer sequence does not run "
                                "(give --seq %lld or less)", (long long)s->train.seq, s->model.name,
                                (long long)s->model.max_seq, (long long)s->model.max_seq);
-    if ((rc = resolve_precision(s)) || (rc = resolve_attn(s)) || (rc = resolve_moe(s))) return rc;
+    if ((rc = resolve_precision(s)) || (rc = resolve_attn(s)) || (rc = resolve_attn_kernel(s)) || (rc = resolve_moe(s))) return rc;
     if (s->have_model && s->train.impl == IMPL_ENGINE &&
         (s->model.arch != ARCH_DECODER || s->train.precision != PREC_FP32))
         return cli_usage_error("--impl engine describes memplan's fp32 GPT-2 engine: use a gpt2 model with --precision fp32");
@@ -816,6 +836,11 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
     case OPT_ATTN:
         if ((v = plan_attn_by_name(a)) < 0) return cli_usage_error("unknown --attn '%s' (valid: eager, sdpa)", a);
         s->train.attn = (AttnKind)v;
+        break;
+    case OPT_ATTN_KERNEL:
+        if ((v = plan_attn_kernel_by_name(a)) < 0)
+            return cli_usage_error("unknown --attn-kernel '%s' (valid: fa2, fa3, fa4)", a);
+        s->train.attn_kernel = (AttnKernel)v;
         break;
     case OPT_IMPL:
         if ((v = plan_impl_by_name(a)) < 0) return cli_usage_error("unknown --impl '%s' (valid: pytorch, engine)", a);

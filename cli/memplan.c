@@ -414,7 +414,7 @@ static char *auto_pick_command(const CliSetup *s, const PlanOpts *o, const AutoR
    than none and full, the overheads), as given or as resolved. */
 static void emit_readback(FILE *f, const CliSetup *s, const AutoResult *r) {
     static const char *const KEEP[] = {"params", "units", "gpus", "gpus-per-node", "gpu", "gpu-mem", "cublas-ws", "cuda-context",
-        "nccl-mem", "alloc-margin", "alloc-conf", "mfu", "intra-bw", "inter-bw", "latency", "attn", "dropout", "moe-imbalance",
+        "nccl-mem", "alloc-margin", "alloc-conf", "mfu", "intra-bw", "inter-bw", "latency", "attn", "attn-kernel", "dropout", "moe-imbalance",
         "loop", "zero-grad", "autocast", "lora", "lora-alpha", "lora-targets", "lora-dropout", "freeze", "quant-base", "syncbn"};
     fputs("# read back: memplan --config FILE", f);
     if (s->model_arg) { fputs(" --model ", f); shell_word(f, s->model_arg); }
@@ -907,6 +907,9 @@ static int cmd_gpus(int argc, char **argv) {
                 cJSON_AddNumberToObject(e, "gemm_eff", g->eff->gemm_eff);
                 cJSON_AddNumberToObject(e, "gemm_share", g->eff->gemm_train);
                 cJSON_AddNumberToObject(e, "attn_share", g->eff->attn_train);
+                cJSON *ks = cJSON_AddObjectToObject(e, "attn_shares");   /* per flash kernel (--attn-kernel) */
+                for (int k = 0; k < ATTN_KERNEL_COUNT; k++)
+                    cJSON_AddNumberToObject(ks, plan_attn_kernel_name((AttnKernel)k), plan_attn_share((AttnKernel)k));
                 cJSON_AddBoolToObject(e, "measured", g->eff->measured);
             }
             cJSON_AddItemToArray(arr, o);

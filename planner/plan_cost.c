@@ -152,9 +152,12 @@ static double hbm_of(const ClusterSpec *c) {
 }
 
 /* The fitted shares (plan_shares.h, fitted on the published runs by `make fit-time`): the plan's
-   --time-shares where given, else the shipped ones (GEMM and attention per generation, GpuEff). */
+   --time-shares where given, else the shipped ones (GEMM per generation, GpuEff; attention per
+   flash kernel, plan_attn_share). */
 static double share_gemm(const ClusterSpec *c) { return c->shares.gemm > 0 ? c->shares.gemm : c->gpu.eff->gemm_train; }
-static double share_attn(const ClusterSpec *c) { return c->shares.attn > 0 ? c->shares.attn : c->gpu.eff->attn_train; }
+static double share_attn(const ClusterSpec *c, const TrainSpec *t) {
+    return c->shares.attn > 0 ? c->shares.attn : plan_attn_share(t->attn_kernel);
+}
 static double share_passes(const ClusterSpec *c) { return c->shares.passes > 0 ? c->shares.passes : PLAN_SHARE_PASSES; }
 
 /* The fraction of the dense peak a large GEMM sustains in training: the generation's measured
@@ -208,18 +211,23 @@ static double attn_eff(const double pts[PLAN_ATTN_POINTS], double s) {
 
 /* The attention core (scores and values) of one block for b sequences of s tokens. SDPA's flash
    kernel: forward 4·b·s·s'·d_attn FLOPs (s' = s/2 causal: it skips masked tiles), backward 2.5x
-   (FlashAttention-2's benchmark counts), each at the generation's measured fraction. Eager (and
+   (FlashAttention-2's benchmark counts), each at the fraction the kernel (--attn-kernel: its
+   curve on the generation, plan_attn_curve; FlashAttention-2's where the planner's caller gave a
+   kernel the generation has no curve for, which the CLI refuses) reaches there. Eager (and
    the engine): batched GEMMs over b x heads, QK^T and AV forward, four in backward (dP, dV, dQ,
    dK); its softmax is an elementwise pass (plan_layer_mem_bytes). */
 static void attn_core(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, double peak, double e,
                       double *f, double *b) {
     double s = seq_of(m, t), bh = (double)t->micro_batch * (double)m->n_head, dh = (double)m->d_head;
-    if (t->attn == ATTN_SDPA && t->impl != IMPL_ENGINE && c->gpu.eff) {
+    const double *fwd, *bwd;
+    if (t->attn == ATTN_SDPA && t->impl != IMPL_ENGINE && c->gpu.eff &&
+        (plan_attn_curve(c->gpu.eff, t->attn_kernel, &fwd, &bwd) >= 0 ||
+         plan_attn_curve(c->gpu.eff, ATTN_KERNEL_FA2, &fwd, &bwd) >= 0)) {
         double keys = m->arch == ARCH_DECODER ? s / 2 : s;
         double fl = 4 * bh * s * keys * dh;
-        double train = share_attn(c);
-        *f += fl / (peak * attn_eff(c->gpu.eff->attn_fwd, s) * train);
-        *b += 2.5 * fl / (peak * attn_eff(c->gpu.eff->attn_bwd, s) * train);
+        double train = share_attn(c, t);
+        *f += fl / (peak * attn_eff(fwd, s) * train);
+        *b += 2.5 * fl / (peak * attn_eff(bwd, s) * train);
         return;
     }
     double keys = plan_attn_keys_per_query(t, s);

@@ -8,6 +8,10 @@
 #include "plan_step_internal.h"
 #include "plan_util.h"
 
+double plan_offload_cpu_bytes(const TrainSpec *t, int ds) {
+    return 12.0 + 8.0 * plan_optimizer(t->optimizer)->states + (ds ? PLAN_DS_CPU_STEP_EXTRA_BYTES : 0);
+}
+
 void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                        OffloadHost *h) {
     memset(h, 0, sizeof(*h));
@@ -52,7 +56,7 @@ void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         if (ds) {
             int every_micro = (s->shard & SHARD_GRAD) != 0;   /* ZeRO-2/3 reduce every micro-step */
             h->d2h_per_micro = every_micro;
-            h->d2h_bytes = local * p->grad_bytes * (every_micro ? K : 1);
+            h->d2h_bytes = local * PLAN_DS_HOST_GRAD_BYTES * (every_micro ? K : 1);
             /* offload_optimizer: the updated 16-bit partition goes up once; offload_param: each
                partition comes up before its gather in forward and in backward */
             h->h2d_bytes = off == OFFLOAD_PARAM ? local * p->param_bytes * 2 * K : local * p->param_bytes;
@@ -67,7 +71,7 @@ void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
         h->d2h_s = bw > 0 ? h->d2h_bytes / bw : 0;
         h->h2d_s = bw > 0 ? h->h2d_bytes / bw : 0;
         /* the CPU step is bound by the node's DRAM bandwidth, shared by its ranks */
-        double rate = c->gpu.host_mem_bw * 1e9 * PLAN_CPU_ADAM_BW_FRAC / (12.0 + 8.0 * o->states);
+        double rate = c->gpu.host_mem_bw * 1e9 * PLAN_CPU_ADAM_BW_FRAC / plan_offload_cpu_bytes(t, ds);
         h->cpu_step_s = rate > 0 ? local * gpn / rate : 0;
         if (!ds) h->cpu_step_s *= PLAN_TORCH_CPU_ADAM_SLOWDOWN;
     }
@@ -117,12 +121,14 @@ static void offload_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, con
     (void)m; (void)rows; (void)n_rows;
     if (slot != HEADER_AFTER_TRAIN || t->offload == OFFLOAD_NONE) return;
     char a[32];
+    double bw = c->gpu.host_mem_bw * PLAN_CPU_ADAM_BW_FRAC;
     fprintf(f, "# offload: %s to host memory (%s per node, host link %.0f GB/s per GPU per direction, "
-            "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM; PyTorch's CPU step %.0fx slower)\n",
+            "CPU Adam %.1fe9 parameters/s per node at %.0f%% of %.0f GB/s DRAM, DeepSpeed's whole CPU step "
+            "%.1fe9; PyTorch's CPU step %.0fx slower)\n",
             t->offload == OFFLOAD_PARAM ? "parameters, gradients and optimizer state" : "optimizer state and master weights",
-            plan_fmt_bytes(plan_cluster_host_mem(c), a, sizeof(a)), c->gpu.host_bw,
-            c->gpu.host_mem_bw * PLAN_CPU_ADAM_BW_FRAC / (12.0 + 8.0 * plan_optimizer(t->optimizer)->states),
-            PLAN_CPU_ADAM_BW_FRAC * 100, c->gpu.host_mem_bw, PLAN_TORCH_CPU_ADAM_SLOWDOWN);
+            plan_fmt_bytes(plan_cluster_host_mem(c), a, sizeof(a)), c->gpu.host_bw, bw / plan_offload_cpu_bytes(t, 0),
+            PLAN_CPU_ADAM_BW_FRAC * 100, c->gpu.host_mem_bw, bw / plan_offload_cpu_bytes(t, 1),
+            PLAN_TORCH_CPU_ADAM_SLOWDOWN);
 }
 
 const PlanDim plan_dim_offload = {

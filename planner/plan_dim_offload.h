@@ -23,6 +23,17 @@
 /* DeepSpeedCPUAdam: "between 5x to 7x speedup over torch.optim.adam(W)"
    (deepspeed/ops/adam/cpu_adam.py); FSDP's CPU step runs torch.optim on the CPU. */
 #define PLAN_TORCH_CPU_ADAM_SLOWDOWN 6.0
+/* DeepSpeed's CPU step beyond CPU Adam, bytes per parameter through the node's DRAM (DeepSpeed
+   0.19.8 runtime/zero): unscale_and_clip_grads' mul_ over the fp32 gradient partition (read and
+   write 4 B; stage3.py always, stage_1_and_2.py with gradient clipping or a loss scale), and the
+   copy of the updated fp32 partition into the 16-bit one, whose dtype conversion PyTorch runs on
+   the CPU before the copy up (read 4 B, write 2 B: aten/src/ATen/native/cuda/Copy.cu, a blocking
+   copy converts on the CPU; stage_1_and_2.py converts into its pinned 16-bit buffer itself). */
+#define PLAN_DS_CPU_STEP_EXTRA_BYTES 14.0
+/* DeepSpeed sends gradients down in the fp32 of its optimizer partition, converted on the GPU
+   first (stage3.py _offload_grad_partition_at_boundary, stage_1_and_2.py
+   async_inplace_copy_grad_to_fp32_buffer_from_gpu: grad.to(fp32), then copy_(non_blocking)). */
+#define PLAN_DS_HOST_GRAD_BYTES 4.0
 
 typedef struct {
     double host_per_gpu;     /* bytes of steady model state one rank keeps in host memory */
@@ -37,6 +48,10 @@ typedef struct {
     double d2h_per_micro;          /* 1: the gradient copy happens every micro-step (else at the end) */
     double cpu_step_s;             /* the optimizer step on the CPU, per rank (0 when on the GPU) */
 } OffloadHost;
+
+/* Bytes per parameter the CPU optimizer step moves through the node's DRAM: the Adam kernel's
+   12 + 8 x states, + PLAN_DS_CPU_STEP_EXTRA_BYTES under DeepSpeed (ds 1). */
+double plan_offload_cpu_bytes(const TrainSpec *t, int ds);
 
 /* Host memory, host traffic and the CPU step for one setup. */
 void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,

@@ -37,21 +37,40 @@
 #define H_F(x) ((x) / 989.0)
 static const GpuEff EFF_HOPPER = {"Hopper (H100/H200 SXM)", "hopper", 794.5 / 989.0,
     {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
-    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_HOPPER, PLAN_SHARE_ATTN, 1};
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_HOPPER, PLAN_SHARE_ATTN_FA2, 1};
 #define A_F(x) (0.73 * (x) / 335.0)
 #define A_B(x) (0.63 * (x) / 322.0)
 static const GpuEff EFF_AMPERE = {"Ampere (A100 SXM)", "ampere", 271.2 / 312.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
-    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN, 1};
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN_FA2, 1};
 /* Blackwell: the GEMM figure measured (MAMF table: B200 SXM 1745.0 of 2250, torch 2.7.1+cu128);
    no published flash-attention curve in this form: Hopper's fractions assumed (measured 0). */
 static const GpuEff EFF_BLACKWELL = {"Blackwell (B200; GEMM measured, attention assumed Hopper's)", "blackwell",
     1745.0 / 2250.0,
     {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
-    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_BLACKWELL, PLAN_SHARE_ATTN, 0};
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_BLACKWELL, PLAN_SHARE_ATTN_FA2, 0};
 static const GpuEff EFF_ASSUMED = {"not measured (A100 attention, H100 GEMM fraction assumed)", "assumed", 794.5 / 989.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
-    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN, 0};
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN_FA2, 0};
+/* FlashAttention-3 on H100 SXM5, head dim 128: the same figures' FlashAttention-3 bars (Shah et
+   al. 2024, Fig. 5 causal forward 292 ... 616, Fig. 6 backward 316 ... 561 TFLOP/s). Hopper only
+   (flash-attn's hopper/ package needs sm90). FlashAttention-4 on B200: no curve is published in
+   this form; an estimate: FlashAttention-3's fractions x the ratio of the two papers' headline
+   utilizations (Zadouri et al. 2026, FlashAttention-4, arXiv 2603.05451: up to 1613 TFLOP/s bf16,
+   71 % of B200's 2250; FlashAttention-3: up to 740 TFLOP/s, 75 % of H100's 989). Each kernel's
+   training share is its own (plan_attn_share: PLAN_SHARE_ATTN_FA3, _FA4), fitted as the GEMM
+   shares are per generation. */
+#define FA4_OF_FA3 ((1613.0 / 2250.0) / (740.0 / 989.0))
+#define B_F(x) (FA4_OF_FA3 * (x) / 989.0)
+static const AttnCurve ATTN_CURVES[] = {
+    {ATTN_KERNEL_FA3, "hopper", {H_F(292), H_F(423), H_F(521), H_F(579), H_F(602), H_F(616)},
+     {H_F(316), H_F(424), H_F(501), H_F(542), H_F(559), H_F(561)}, 1},
+    {ATTN_KERNEL_FA4, "blackwell", {B_F(292), B_F(423), B_F(521), B_F(579), B_F(602), B_F(616)},
+     {B_F(316), B_F(424), B_F(501), B_F(542), B_F(559), B_F(561)}, 0},
+};
+#define N_CURVES ((int)(sizeof(ATTN_CURVES) / sizeof(ATTN_CURVES[0])))
+#undef B_F
+#undef FA4_OF_FA3
 #undef H_F
 #undef A_F
 #undef A_B
@@ -92,6 +111,36 @@ const char *plan_gpu_names(void) {
         for (int i = 0; i < N_GPUS; i++)
             n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", i ? ", " : "", GPUS[i].name);
     }
+    return buf;
+}
+
+int plan_attn_curve(const GpuEff *e, AttnKernel k, const double **fwd, const double **bwd) {
+    if (!e) return -1;
+    if (k == ATTN_KERNEL_FA2) {
+        *fwd = e->attn_fwd;
+        *bwd = e->attn_bwd;
+        return e->measured;
+    }
+    for (int i = 0; i < N_CURVES; i++)
+        if (ATTN_CURVES[i].kernel == k && strcmp(ATTN_CURVES[i].gen, e->key) == 0) {
+            *fwd = ATTN_CURVES[i].fwd;
+            *bwd = ATTN_CURVES[i].bwd;
+            return ATTN_CURVES[i].measured;
+        }
+    return -1;
+}
+
+double plan_attn_share(AttnKernel k) {
+    static const double SHARE[ATTN_KERNEL_COUNT] = {PLAN_SHARE_ATTN_FA2, PLAN_SHARE_ATTN_FA3, PLAN_SHARE_ATTN_FA4};
+    return SHARE[k];
+}
+
+const char *plan_attn_kernel_gpus(AttnKernel k, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < N_GPUS && n < len; i++)
+        if (plan_attn_curve(GPUS[i].eff, k, &(const double *){0}, &(const double *){0}) >= 0)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", GPUS[i].name);
     return buf;
 }
 

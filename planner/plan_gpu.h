@@ -4,6 +4,7 @@
 #ifndef PLAN_GPU_H
 #define PLAN_GPU_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "plan_alloc.h"
@@ -28,6 +29,26 @@ typedef struct {
     int measured;                        /* 1: these figures were measured on this generation; 0: assumed
                                             from another's (docs/gpus.md says whose) */
 } GpuEff;
+
+/* A fused attention kernel's published speed on one generation, as GpuEff's attn_fwd/attn_bwd
+ * (fractions of the dense peak at 512 ... 16k, causal, head dim 128); FlashAttention-2 is every
+ * generation's own curve (GpuEff), the others are listed per generation (plan_gpu.c, docs/gpus.md
+ * "Achieved rates"). */
+typedef struct {
+    AttnKernel kernel;
+    const char *gen;                     /* GpuEff.key */
+    double fwd[PLAN_ATTN_POINTS], bwd[PLAN_ATTN_POINTS];
+    int measured;                        /* 1: the kernel's own benchmark on this generation; 0: an estimate */
+} AttnCurve;
+/* Kernel k's forward and backward curves on generation e (FlashAttention-2's are e's own): 1 when
+ * measured there, 0 when an estimate, -1 where none is published for e (FlashAttention-3 runs only
+ * on Hopper). */
+int plan_attn_curve(const GpuEff *e, AttnKernel k, const double **fwd, const double **bwd);
+/* The share of kernel k's benchmark rate training runs sustain (plan_shares.h, fitted per kernel
+ * by `make fit-time` as the GEMM shares are per generation; GpuEff.attn_train is fa2's). */
+double plan_attn_share(AttnKernel k);
+/* The GPU presets kernel k has a curve on, "h100-80gb, ..." (for the CLI's refusal). */
+const char *plan_attn_kernel_gpus(AttnKernel k, char *buf, size_t len);
 
 typedef struct {
     const char *name;        /* --gpu value */

@@ -43,7 +43,7 @@ void plan_report_header(FILE *f, const ModelSpec *m, const TrainSpec *t, const C
             "act-ckpt %s, attn %s, dropout %g, fsdp rows: %s%s%s%s%s\n", (long long)t->micro_batch,
             (long long)plan_report_seq(m, t), (long long)t->grad_accum,
             plan_precision(t->precision)->name, plan_optimizer(t->optimizer)->name,
-            plan_ckpt_label(t, (char[24]){0}, 24), plan_attn_name(t->attn), plan_report_dropout(m, t),
+            plan_ckpt_label(t, (char[24]){0}, 24), plan_attn_label(t), plan_report_dropout(m, t),
             t->fsdp_impl == 1 ? "FSDP1 (flat parameter)" : "FSDP2 (fully_shard)",
             t->fsdp_reduce == FSDP_REDUCE_LOW ? " reducing in the 16-bit dtype (--fsdp-reduce-dtype)"
             : t->fsdp_reduce == FSDP_REDUCE_FP32 ? " reducing in fp32 (--fsdp-reduce-dtype)" : "",
@@ -447,6 +447,7 @@ cJSON *plan_report_json(const ModelSpec *m, const TrainSpec *t, const ClusterSpe
     cJSON_AddStringToObject(jt, "optimizer", plan_optimizer(t->optimizer)->name);
     cJSON_AddStringToObject(jt, "act_ckpt", plan_ckpt_label(t, (char[24]){0}, 24));
     cJSON_AddStringToObject(jt, "attn", plan_attn_name(t->attn));
+    cJSON_AddStringToObject(jt, "attn_kernel", plan_attn_kernel_name(t->attn_kernel));
     cJSON_AddNumberToObject(jt, "dropout", plan_report_dropout(m, t));
     cJSON_AddStringToObject(jt, "activation_layout", plan_impl_name(t->impl));
     cJSON_AddStringToObject(jt, "offload", plan_offload_name(t->offload));

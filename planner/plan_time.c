@@ -69,7 +69,7 @@ TimeBasis plan_time_basis(const ModelSpec *m, const TrainSpec *t, const ClusterS
     }
     char ckpt[32];
     Setup u = {c->gpu.name, plan_strategy(k)->name, plan_ckpt_label(t, ckpt, sizeof ckpt),
-               DTYPES[plan_precision(t->precision)->peak], plan_attn_name(t->attn), t->tp > 1 ? t->tp : 1,
+               DTYPES[plan_precision(t->precision)->peak], plan_attn_label(t), t->tp > 1 ? t->tp : 1,
                t->pp > 1 ? t->pp : 1, t->offload == OFFLOAD_OPT, t->seq > 0 ? t->seq : m->max_seq, c->gpus};
     int best = -1, covered[PLAN_TIME_MAX_SOURCES] = {0};
     for (int i = 0; i < N_SETUPS; i++) {

@@ -4,11 +4,11 @@
  * matches a plan's setup against them). Do not edit by hand. docs/validation-time.md. */
 static const PlanTimeSource PLAN_TIME_SOURCES[] = {
     {"flagperf", 22, 16.1},
-    {"fms-fsdp", 8, 12.1},
-    {"internlm", 54, 9.6},
-    {"llm-foundry", 209, 5.4},
-    {"ml-engineering", 14, 56.1},
-    {"torchtitan", 10, 3.9},
+    {"fms-fsdp", 8, 12.6},
+    {"internlm", 54, 11.7},
+    {"llm-foundry", 209, 9.3},
+    {"ml-engineering", 14, 36.9},
+    {"torchtitan", 10, 4.9},
 };
 static const PlanTimeSetup PLAN_TIME_SETUPS[] = {
     /* source, GPU, strategy, checkpointing, compute dtype, attention, TP, PP, optimizer offload,
@@ -44,10 +44,10 @@ static const PlanTimeSetup PLAN_TIME_SETUPS[] = {
     {3, "h100-80gb", "fsdp-full", "full", "bf16", "sdpa", 1, 1, 0, 1024, 65536, 8, 512},
     {3, "h100-80gb", "fsdp-full", "none", "bf16", "sdpa", 1, 1, 0, 512, 32768, 8, 512},
     {3, "h100-80gb", "fsdp-grad-op", "none", "bf16", "sdpa", 1, 1, 0, 2048, 2048, 128, 512},
-    {4, "b200", "zero2", "none", "bf16", "sdpa", 1, 1, 0, 8192, 8192, 8, 8},
-    {4, "b200", "zero3", "full", "bf16", "sdpa", 1, 1, 1, 8192, 262144, 8, 8},
-    {4, "h200", "zero2", "none", "bf16", "sdpa", 1, 1, 0, 8192, 8192, 8, 8},
-    {4, "h200", "zero3", "full", "bf16", "sdpa", 1, 1, 1, 8192, 262144, 8, 8},
+    {4, "b200", "zero2", "none", "bf16", "fa4", 1, 1, 0, 8192, 8192, 8, 8},
+    {4, "b200", "zero3", "full", "bf16", "fa4", 1, 1, 1, 8192, 262144, 8, 8},
+    {4, "h200", "zero2", "none", "bf16", "fa3", 1, 1, 0, 8192, 8192, 8, 8},
+    {4, "h200", "zero3", "full", "bf16", "fa3", 1, 1, 1, 8192, 262144, 8, 8},
     {5, "a100-80gb", "fsdp-full", "every:2", "bf16", "sdpa", 1, 1, 0, 4096, 8192, 64, 64},
     {5, "a100-80gb", "fsdp-full", "full", "bf16", "sdpa", 1, 1, 0, 4096, 8192, 64, 64},
     {5, "a100-80gb", "fsdp-full", "none", "bf16", "sdpa", 1, 1, 0, 4096, 4096, 64, 64},

@@ -28,6 +28,7 @@ static const OptimizerSpec OPTIMIZERS[OPT_COUNT] = {
 };
 
 static const char *const ATTN_NAMES[ATTN_COUNT] = {"eager", "sdpa"};
+static const char *const ATTN_KERNEL_NAMES[ATTN_KERNEL_COUNT] = {"fa2", "fa3", "fa4"};
 static const char *const CKPT_NAMES[CKPT_COUNT] = {"none", "full", "every", "op", "selective"};
 static const char *const IMPL_NAMES[IMPL_COUNT] = {"pytorch", "engine"};
 static const char *const OFFLOAD_NAMES[OFFLOAD_COUNT] = {"none", "optimizer", "params"};
@@ -81,6 +82,7 @@ static int by_name(const char *s, const char *const *names, int n) {
     return -1;
 }
 int plan_attn_by_name(const char *s) { return by_name(s, ATTN_NAMES, ATTN_COUNT); }
+int plan_attn_kernel_by_name(const char *s) { return by_name(s, ATTN_KERNEL_NAMES, ATTN_KERNEL_COUNT); }
 int plan_ckpt_by_name(const char *s) {
     int v = by_name(s, CKPT_NAMES, CKPT_COUNT);
     return v == CKPT_EVERY ? -1 : v;   /* "every" alone names no policy: every:N does */
@@ -116,6 +118,11 @@ const char *plan_fsdp_sync_name(FsdpSyncKind k) { return FSDP_SYNC_NAMES[k]; }
 int plan_fsdp_bwd_by_name(const char *s) { return by_name(s, FSDP_BWD_NAMES, FSDP_BWD_COUNT); }
 const char *plan_fsdp_bwd_name(FsdpBwdPrefetch k) { return FSDP_BWD_NAMES[k]; }
 const char *plan_attn_name(AttnKind a) { return ATTN_NAMES[a]; }
+const char *plan_attn_kernel_name(AttnKernel k) { return ATTN_KERNEL_NAMES[k]; }
+const char *plan_attn_label(const TrainSpec *t) {
+    return t->attn == ATTN_SDPA && t->attn_kernel != ATTN_KERNEL_FA2 ? ATTN_KERNEL_NAMES[t->attn_kernel]
+                                                                      : ATTN_NAMES[t->attn];
+}
 const char *plan_ckpt_name(CkptKind c) { return CKPT_NAMES[c]; }
 const char *plan_impl_name(ImplKind i) { return IMPL_NAMES[i]; }
 

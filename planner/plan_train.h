@@ -35,6 +35,12 @@ typedef struct {
 } OptimizerSpec;
 
 typedef enum { ATTN_EAGER = 0, ATTN_SDPA, ATTN_COUNT } AttnKind;
+/* The fused attention kernel a flash path (--attn sdpa) runs, for its speed (docs/gpus.md
+   "Achieved rates"; its memory is SDPA's flash path's): fa2, FlashAttention-2 (PyTorch SDPA's
+   flash backend, flash-attn 2, the default); fa3, FlashAttention-3 (flash-attn's hopper/ package,
+   transformers' attn_implementation "flash_attention_3"); fa4, FlashAttention-4 (flash-attn 4's
+   CuTe-DSL kernels). */
+typedef enum { ATTN_KERNEL_FA2 = 0, ATTN_KERNEL_FA3, ATTN_KERNEL_FA4, ATTN_KERNEL_COUNT } AttnKernel;
 /* Activation checkpointing (docs/formulas.md "Activations", "Selective checkpointing"): none;
    full, every transformer block (HF gradient_checkpointing_enable, torchtitan FullAC); every:N,
    every N-th block counted from the first (blocks N, 2N, ...: torchtitan's layer-frequency
@@ -128,6 +134,7 @@ typedef struct {
     CkptKind act_ckpt;
     int ckpt_every;          /* CKPT_EVERY: N, checkpoint blocks N, 2N, ... (1-based) */
     AttnKind attn;
+    AttnKernel attn_kernel;  /* --attn-kernel: the flash kernel's speed curve (sdpa only) */
     double dropout;          /* < 0 = the model's default */
     ImplKind impl;
     int grad_as_bucket_view; /* DDP: gradients are views into the buckets (no copy) */
@@ -196,6 +203,7 @@ const OptimizerSpec *plan_optimizer(OptimizerKind k);
 int plan_precision_by_name(const char *s);
 int plan_optimizer_by_name(const char *s);
 int plan_attn_by_name(const char *s);
+int plan_attn_kernel_by_name(const char *s);
 int plan_ckpt_by_name(const char *s);        /* none, full, op, selective; -1 otherwise (every:N:
                                                 plan_ckpt_parse) */
 /* "none", "full", "op", "selective" or "every:N" (N in 1..100000) into *k and *every; 0, or -1
@@ -211,6 +219,10 @@ int plan_fsdp_bwd_by_name(const char *s);     /* pre, post, none; -1 if unknown 
 const char *plan_fsdp_bwd_name(FsdpBwdPrefetch k);
 const char *plan_offload_name(OffloadKind o);
 const char *plan_attn_name(AttnKind a);
+const char *plan_attn_kernel_name(AttnKernel k);
+/* The attention as the time model's published setups name it: the kernel (fa3, fa4) where it is
+   not SDPA's default FlashAttention-2, else the implementation (eager, sdpa). */
+const char *plan_attn_label(const TrainSpec *t);
 const char *plan_ckpt_name(CkptKind c);
 const char *plan_impl_name(ImplKind i);
 /* "fp32, amp-fp16, ..." for messages and --help. */

@@ -189,6 +189,19 @@ Test(cli, bad_input_should_get_one_line_and_exit_2) {
     expect_usage_error("frobnicate", "unknown command 'frobnicate'");
 }
 
+/* --attn-kernel: FlashAttention-3 runs only on Hopper and FlashAttention-4 has a curve on B200
+   only; a flash kernel needs SDPA's flash path (not eager); the kernel shows in the train line */
+Test(cli, a_flash_kernel_should_be_planned_where_its_curve_is_published_and_refused_elsewhere) {
+    expect_usage_error("--model gpt2 --attn-kernel fa9", "unknown --attn-kernel 'fa9'");
+    expect_usage_error("--model gpt2 --gpu a100-80gb --attn-kernel fa3", "fa3 on: h100-80gb, h100-96gb, h800, h200");
+    expect_usage_error("--model gpt2 --gpu h100-80gb --attn-kernel fa4", "fa4 on: b200");
+    expect_usage_error("--model gpt2 --gpu h100-80gb --attn eager --attn-kernel fa3", "needs --attn sdpa");
+    cr_assert_eq(run("--model gpt2 --gpus 8 --gpu h200 --attn-kernel fa3"), 0, "%s", out);
+    cr_expect(strstr(out, "attn fa3,"), "%.300s", out);
+    cr_assert_eq(run("--model gpt2 --gpus 8 --gpu b200 --attn-kernel fa4"), 0, "%s", out);
+    cr_expect(strstr(out, "attn fa4,"), "%.300s", out);
+}
+
 /* GPT-OSS's attention sinks have no SDPA path in transformers 5.24: the default --attn follows it
    to eager (echoed), an explicit --attn sdpa is refused as transformers refuses it */
 Test(cli, a_model_with_attention_sinks_should_plan_eager_attention) {

@@ -167,16 +167,20 @@ Test(offload, host_traffic_and_cpu_step_should_enter_the_comm_table_and_the_step
     plan_comm(&m, &t, &c, STRAT_ZERO2, &p1);
     plan_sim(&m, &t, &c, STRAT_ZERO2, 0, &s1);
     cr_assert_eq(p1.n_host, 2);
-    /* ZeRO-2 copies its bf16 gradient partition to the host every micro-step; the updated bf16
-       partition comes back once */
-    cr_expect_eq(p1.host[0].bytes, z.psi_shard * 2 * 4);
+    /* ZeRO-2 copies its gradient partition to the host every micro-step, converted to fp32 on the
+       GPU first (async_inplace_copy_grad_to_fp32_buffer_from_gpu); the updated bf16 partition
+       comes back once */
+    cr_expect_eq(p1.host[0].bytes, z.psi_shard * 4 * 4);
     cr_expect_eq(p1.host[1].bytes, z.psi_shard * 2);
     cr_expect_eq(p1.wire_bytes, p0.wire_bytes, "host copies are not network traffic");
     cr_expect_lt(fabs(p1.host_seconds - p1.host_bytes / (c.gpu.host_bw * 1e9)), 1e-12);
     OffloadHost h;
     plan_offload_host(&m, &t, &c, STRAT_ZERO2, &h);
-    /* the CPU step at half the node's DRAM bandwidth, 28 B per parameter, shared by 8 ranks */
-    double expect = z.psi_shard * 8 * 28 / (c.gpu.host_mem_bw * 1e9 * PLAN_CPU_ADAM_BW_FRAC);
+    /* the CPU step at half the node's DRAM bandwidth, shared by 8 ranks: CPU Adam's 28 B per
+       parameter (read param, grad, m, v; write param, m, v: 4 B each), + unscale_and_clip_grads'
+       mul_ over the fp32 gradient (read and write: 8 B), + the fp32 -> bf16 conversion of the copy
+       into the 16-bit partition (read 4, write 2): 42 B */
+    double expect = z.psi_shard * 8 * 42 / (c.gpu.host_mem_bw * 1e9 * PLAN_CPU_ADAM_BW_FRAC);
     cr_expect_lt(REL(h.cpu_step_s, expect), 1e-12);
     cr_expect_gt(s1.step_s, s0.step_s + h.cpu_step_s * 0.99, "the CPU step is on the critical path");
     plan_model_free(&m);

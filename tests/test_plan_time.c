@@ -73,6 +73,56 @@ Test(plan_time, sdpa_should_be_faster_than_eager_attention_at_long_sequences) {
     cr_expect_lt(bs, be);
 }
 
+/* A Llama-3.1-8B block (32 heads of 128) at micro-batch 1, seq 16384 on one GPU preset, its
+   flash kernel's training share set to 1 (--time-shares attn=1): forward and backward seconds. */
+static void flash_block(const char *gpu, AttnKernel k, double *f, double *b) {
+    ModelSpec m = zoo("llama3.1-8b");
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.gpu = *plan_gpu_by_name(gpu);
+    c.shares.attn = 1;
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_MIXED_BF16;
+    t.seq = 16384;
+    t.attn_kernel = k;
+    plan_layer_seconds(&m, 3, &t, &c, f, b);
+    plan_model_free(&m);
+}
+
+/* The kernel changes only the attention core: causal forward 4·b·h·s·(s/2)·d FLOPs, backward 2.5x,
+   at the kernel's published TFLOP/s at 16k (FlashAttention-3 paper, H100 SXM5, head dim 128):
+   FlashAttention-2 335 forward / 322 backward, FlashAttention-3 616 / 561, of the 989 the curves
+   are fractions of, times the preset's 989.5 peak. */
+Test(plan_time, flashattention3_should_price_the_attention_core_at_its_published_hopper_curve) {
+    double f2, b2, f3, b3;
+    flash_block("h100-80gb", ATTN_KERNEL_FA2, &f2, &b2);
+    flash_block("h100-80gb", ATTN_KERNEL_FA3, &f3, &b3);
+    double s = 16384, fl = 4.0 * 32 * s * (s / 2) * 128, peak = 989.5e12;
+    double fwd_saved = fl / peak * (989.0 / 335 - 989.0 / 616);
+    double bwd_saved = 2.5 * fl / peak * (989.0 / 322 - 989.0 / 561);
+    cr_expect(REL(f2 - f3, fwd_saved) < 1e-9, "%.6f vs %.6f", f2 - f3, fwd_saved);
+    cr_expect(REL(b2 - b3, bwd_saved) < 1e-9, "%.6f vs %.6f", b2 - b3, bwd_saved);
+}
+
+/* FlashAttention-4 on B200 is an estimate: FlashAttention-3's fractions x the two papers' headline
+   utilizations, (1613 / 2250) / (740 / 989) = 0.958; against the Hopper fractions FlashAttention-2
+   is assumed at there (335 forward at 16k) */
+Test(plan_time, flashattention4_should_price_b200_attention_at_fa3s_fractions_scaled_by_the_headlines) {
+    double f2, b2, f4, b4;
+    flash_block("b200", ATTN_KERNEL_FA2, &f2, &b2);
+    flash_block("b200", ATTN_KERNEL_FA4, &f4, &b4);
+    double s = 16384, fl = 4.0 * 32 * s * (s / 2) * 128, peak = 2250e12, k = (1613.0 / 2250) / (740.0 / 989);
+    double fwd_saved = fl / peak * (989.0 / 335 - 989.0 / (616 * k));
+    double bwd_saved = 2.5 * fl / peak * (989.0 / 322 - 989.0 / (561 * k));
+    cr_expect(REL(f2 - f4, fwd_saved) < 1e-9, "%.6f vs %.6f", f2 - f4, fwd_saved);
+    cr_expect(REL(b2 - b4, bwd_saved) < 1e-9, "%.6f vs %.6f", b2 - b4, bwd_saved);
+    const double *fw, *bw;
+    cr_expect_eq(plan_attn_curve(plan_gpu_by_name("b200")->eff, ATTN_KERNEL_FA4, &fw, &bw), 0, "an estimate");
+    cr_expect_eq(plan_attn_curve(plan_gpu_by_name("h200")->eff, ATTN_KERNEL_FA3, &fw, &bw), 1, "measured");
+    cr_expect_eq(plan_attn_curve(plan_gpu_by_name("a100-80gb")->eff, ATTN_KERNEL_FA3, &fw, &bw), -1, "Hopper only");
+}
+
 /* --mfu: the flat model, FLOPs at the fraction of the peak + bytes at the bandwidth */
 Test(plan_time, mfu_should_restore_the_flat_model) {
     ModelSpec m = zoo("gpt2");
