@@ -27,8 +27,9 @@ double plan_attn_keys_per_query(const TrainSpec *t, double s) {
 
 /* The head's logits GEMM weight elements (V x h; 0 headless) and its other parameters (an
    untied head's matrix is the logits GEMM's weight, counted once). */
+static double head_cols(const ModelSpec *m) { return (double)(m->head_cols > 0 ? m->head_cols : m->vocab); }
 static double logits_elems(const ModelSpec *m) {
-    return m->headless ? 0 : (double)m->d_model * (double)m->vocab;
+    return m->headless ? 0 : (double)m->d_model * head_cols(m);
 }
 static double head_other_params(const ModelSpec *m, const LayerSpec *l) {
     double o = (double)l->params - (m->tied_embeddings ? 0 : logits_elems(m));
@@ -268,7 +269,7 @@ static void layer_ops(const ModelSpec *m, int i, const TrainSpec *t, const Clust
         block_gemms(m, l, T, c, peak, e, f, b);
         attn_core(m, t, c, peak, e, f, b);
     } else if (is_transformer(m) && l->kind == LAYER_HEAD) {
-        if (!m->headless) gemm_fb(c, peak, T, (double)m->vocab, (double)m->d_model, 1, e, f, b);
+        if (!m->headless) gemm_fb(c, peak, T, head_cols(m), (double)m->d_model, 1, e, f, b);
         double o = 2 * T * head_other_params(m, l) / gemm_rate;
         *f += o; *b += 2 * o;
     } else {   /* CNN layers, generic linears, lookups: their FLOPs at the GEMM rate */

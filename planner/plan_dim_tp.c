@@ -414,6 +414,9 @@ static int tp_view(RankView *v, RankView *out, int max) {
        its vocab shard's (b x s x V/tp); every rule that sizes them reads the share's vocabulary.
        The head's weight is split in plan_tp_view either way. */
     if (v->t.loss_parallel) v->m.vocab /= tp;
+    /* without it the head still computes its vocab shard (ColwiseParallel), the loss then runs on
+       the gathered logits: the GEMM's columns are V/tp, what the loss reads is V */
+    else if (plan_tp_root_sharded(&v->m)) v->m.head_cols = v->m.vocab / tp;
     ClusterSpec dp = v->dp;
     plan_tp_cluster(&dp, tp, &v->dp);
     v->tp = tp;

@@ -236,6 +236,9 @@ typedef struct {
     int64_t d_head;          /* h / a unless the config says otherwise */
     int64_t d_ff;            /* MLP inner width */
     int64_t vocab;           /* V */
+    int64_t head_cols;       /* the head GEMM's output columns on this rank where they are not V:
+                                V/tp under a vocab-sharded tensor-parallel head whose logits are
+                                gathered for the loss (plan_dim_tp.c); 0: V */
     int64_t max_seq;         /* context length; the default --seq */
     int tied_embeddings;
     int headless;            /* a base class (GPT2Model, LlamaModel, BertModel, T5Model): no LM
