@@ -455,6 +455,32 @@ Test(tp, the_simulated_step_should_read_the_share_and_the_payloads_at_every_micr
     plan_model_free(&m);
 }
 
+/* ColwiseParallel computes the rank's vocab shard of the logits whether or not the loss then
+   gathers them (torch/distributed/tensor/parallel/style.py ColwiseParallel: output Shard(-1),
+   use_local_output=False; without loss parallel the all-gather comes after the GEMM), so the head's
+   GEMM is V/tp columns either way: the same FLOPs per GPU with and without --loss-parallel (they
+   differ in the loss, a memory-bound pass, not in the GEMM). */
+Test(tp, the_heads_gemm_should_compute_the_ranks_vocab_shard_with_or_without_loss_parallel) {
+    ModelSpec m = zoo("llama2-7b");
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.gpu = *plan_gpu_by_name("h100-80gb");
+    TrainSpec t;
+    train(&t, 8, 1);
+    SimResult off, on, whole;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &off), 0);
+    t.loss_parallel = 1;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &on), 0);
+    cr_expect_eq(off.flops_per_step, on.flops_per_step, "%.6g against %.6g FLOPs", off.flops_per_step, on.flops_per_step);
+    t.tp = 1;
+    t.sp = 0;
+    t.loss_parallel = 0;
+    cr_assert_eq(plan_sim(&m, &t, &c, STRAT_DDP, 0, &whole), 0);
+    cr_expect(fabs(off.flops_per_step * 8 / whole.flops_per_step - 1) < 1e-3, "every GEMM a rank's eighth (the replicated norms aside): %.6f",
+              off.flops_per_step * 8 / whole.flops_per_step);
+    plan_model_free(&m);
+}
+
 /* ---- MoE blocks as torchtitan splits them (models/llama4/infra/parallelize.py apply_moe_ep_tp;
    distributed/expert_parallel.py TensorParallel): docs/formulas.md "Tensor parallel of MoE
    blocks" ---- */
