@@ -23,8 +23,10 @@ static int is_transformer(const ModelSpec *m) {
    made count (a norm applied twice, sequence parallel's share). */
 typedef struct {
     double n, each;
-    int quad;
+    int quad;   /* 0: each per token; QUAD_S: each per token per key position (s); QUAD_S1: per
+                   token per s + 1 positions (a softmax over the sink column too) */
 } ActNote;
+enum { QUAD_S = 1, QUAD_S1 = 2 };
 
 typedef struct {
     ActNote v[PLAN_ACT_MAX_TENSORS];
@@ -41,7 +43,7 @@ static double note(double n, double each, int quad) {
 }
 static double T(double n, double each) { return note(n, each, 0); }
 double plan_act_note(double n, double each) { return note(n, each, 0); }
-static double Q(double n, double each) { return note(n, each, 1); }
+static double Q(double n, double each) { return note(n, each, QUAD_S); }
 
 /* CUDA's dropout is the fused kernel (native_dropout), which saves a 1-byte bool mask. On CPU
    aten/src/ATen/native/Dropout.cpp `dropout` takes the fused path only for CUDA, XPU, lazy and
@@ -192,7 +194,10 @@ static double eager_core_quad(const ModelSpec *m, const LayerSpec *l, const Trai
            dropout runs in fp32 there, and the AV matmul saves its X copy (autocast) or its input */
         int rope = !(l && l->no_rope);
         double Mq = plan_act_dropout_bytes(t, dropout, amp && rope ? F : X);
-        quad = Q(1, a * F) + Q(1, a * Mq) + Q(1, a * ((Mq > 0 || X < F) ? X : 0));
+        /* GPT-OSS: the probabilities are one tensor over s + 1 columns (sinks_bytes counts the
+           sink column's bytes; here it is noted as part of that tensor) */
+        quad = note(1, a * F, m->attn_sinks ? QUAD_S1 : QUAD_S) + Q(1, a * Mq) +
+               Q(1, a * ((Mq > 0 || X < F) ? X : 0));
     } else {
         double S = amp ? F : X;                            /* softmax output (fp32 under autocast) */
         double Mq = plan_act_dropout_bytes(t, dropout, X);
@@ -354,7 +359,11 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
    softmax runs over s + 1 columns (4·a more than LLaMA's s), measured. Eager only: the family has
    no SDPA path (GptOssPreTrainedModel._supports_sdpa = False; cli_setup.c resolves --attn). */
 static double sinks_bytes(const ModelSpec *m, const TrainSpec *t) {
-    return m->attn_sinks && t->attn == ATTN_EAGER ? 12.0 * m->n_head : 0;
+    if (!m->attn_sinks || t->attn != ATTN_EAGER) return 0;
+    /* the indices a tensor of their own; the probabilities' column is part of the softmax
+       output, one request of b·a·s·(s + 1)·4 bytes (measured: 1,056,768 B at b 4, a 4, s 128,
+       above the small pool's 1 MiB; eager_core_quad notes it) */
+    return T(1, 8.0 * m->n_head) + 4.0 * m->n_head;
 }
 
 /* q/k norms per head, measured with block_probe.py (fp32 and autocast): Qwen3's (and
@@ -769,7 +778,7 @@ int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const A
     int n = 0;
     for (int k = 0; k < sink.n && n < max; k++) {
         const ActNote *x = &sink.v[k];
-        double one = b * s * x->each * (x->quad ? s : 1);
+        double one = b * s * x->each * (x->quad == QUAD_S1 ? s + 1 : x->quad ? s : 1);
         if (x->n != floor(x->n)) {   /* a share of a tensor (sequence parallel): one of its size */
             out[n++] = one * x->n;
             continue;

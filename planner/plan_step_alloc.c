@@ -57,10 +57,16 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_unit_keep = (uint8_t)x->f2.keep;
         st->alloc_unit_flat = (uint8_t)x->f2.v1;
     }
+    /* each parameter's gradient its own tensor until its unit's reduce-scatter: FSDP2's
+       unsharded .grad per parameter, and FSDP1's too, whose forward uses views of the flat
+       parameter (_flat_param.py _get_unflat_views_unaligned: torch.split(flat, numels) then
+       .view(shape)), so autograd makes each view's gradient apart until the split's backward
+       joins them into the flat gradient at the unit's end (a whole-model unit: 4,002,304 B on
+       llama-mini, recorded after every block's gradients; the listing leaves that join out) */
+    if (x->f2.on) st->alloc_split[RULE_FSDP2_UNSHARDED_GRADS] = SPLIT_TENSORS;
     /* FSDP2: per-parameter unsharded tensors and gradients around flat collective buffers
        (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out / foreach_reduce) */
     if (x->f2.on && !x->f2.v1) {
-        st->alloc_split[RULE_FSDP2_UNSHARDED_GRADS] = SPLIT_TENSORS;
         /* the reduce-scatter's output is made on the reduce-scatter stream (foreach_reduce
            allocates under torch.cuda.stream(reduce_scatter_stream)) */
         st->alloc_stream[RULE_FSDP2_SHARDED_GRADS] = STREAM_COMM + 1;

@@ -210,3 +210,31 @@ Test(plan_moe, a_routing_imbalance_should_scale_only_the_routed_experts_rows) {
     cr_expect_eq(plan_act_block_backward_bytes(&m, i, &t2, &in), plan_act_block_backward_bytes(&m, i, &t1, &in));
     plan_model_free(&m);
 }
+
+/* GPT-OSS's eager attention (modeling_gpt_oss.py eager_attention_forward) takes the softmax over
+   the scores and the sink column (torch.cat([attn_weights, sinks], dim=-1)): the saved
+   probabilities are one tensor of b·a·s·(s + 1) fp32, and combined_logits.max(dim=-1) saves its
+   int64 indices, b·a·s. At micro-batch 4 of 128 tokens and 4 heads the probabilities are
+   1,056,768 B (the recorded request), above the small pool's 1 MiB, where a·s·s alone would be
+   one small request; the layer's bytes are the same either way. */
+Test(plan_moe, gpt_oss_probabilities_should_be_one_tensor_over_the_sink_column) {
+    ModelSpec m = load("tests/data/hf/variants/gpt-oss.json");
+    TrainSpec t = cpu_train("fp32", ATTN_EAGER);
+    ActInputs in = {4, 128, 0};
+    double v[PLAN_ACT_MAX_TENSORS], sum = 0;
+    int i = block(&m, 0), n = plan_act_ckpt_tensors(&m, i, &t, &in, v, PLAN_ACT_MAX_TENSORS);
+    double a = m.n_head, probs = 4 * a * 128 * 129 * 4, idx = 4 * a * 128 * 8;
+    int n_probs = 0, n_idx = 0, n_square = 0;
+    for (int k = 0; k < n; k++) {
+        sum += v[k];
+        n_probs += v[k] == probs;
+        n_idx += v[k] == idx;
+        n_square += v[k] == 4 * a * 128 * 128 * 4;
+    }
+    cr_expect_eq(a, 4);
+    cr_expect_eq(n_probs, 1, "one b·a·s·(s+1) fp32 tensor (%.0f B)", probs);
+    cr_expect_eq(n_square, 0, "no b·a·s·s fp32 tensor beside it");
+    cr_expect_geq(n_idx, 1, "the max's int64 indices (%.0f B)", idx);
+    cr_expect_leq(sum, plan_act_layer_bytes(&m, i, &t, &in) + 0.5, "the tensors are within the layer's bytes");
+    plan_model_free(&m);
+}

@@ -13,6 +13,9 @@ tensors below --min bytes dropped (default 0: all), and aligned by difflib; prin
 largest live bytes in each, and the first --context (default 3) places where the two differ,
 with the recorded phase markers and the planned listing's rule comments around them. Only the
 Python standard library.
+--recorded FILE (one ROW): judge with FILE instead of the kept trace, e.g. a re-run's trace
+written with `harness.py --rerun ROW.json --alloc-trace FILE --alloc-ops`, whose comments name
+the ops each allocation was made under (printed in place of the phase).
 """
 import argparse
 import difflib
@@ -123,13 +126,16 @@ def main():
     ap.add_argument("--step", type=int, default=2)
     ap.add_argument("--min", type=int, default=0)
     ap.add_argument("--context", type=int, default=3)
+    ap.add_argument("--recorded", default=None, metavar="FILE")
     ap.add_argument("rows", nargs="+")
     a = ap.parse_args()
+    if a.recorded and len(a.rows) != 1:
+        ap.error("--recorded takes one ROW")
     with tempfile.TemporaryDirectory() as d:
         for row in a.rows:
             js = row if row.endswith(".json") else os.path.join(HERE, "results", row + ".json")
             name = os.path.basename(js)[:-5]
-            trace = os.path.join(HERE, "results", "traces", name + ".txt.gz")
+            trace = a.recorded or os.path.join(HERE, "results", "traces", name + ".txt.gz")
             if not os.path.exists(trace):
                 print(f"## {name}: no recorded trace")
                 continue

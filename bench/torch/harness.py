@@ -205,6 +205,10 @@ def parse_args(argv):
     p.add_argument("--alloc-trace", default=None, metavar="PATH",
                    help="write rank 0's allocation sequence (alloc/free with address and size, "
                         "phase markers) to PATH for `memplan alloc` (profiler measurement only)")
+    p.add_argument("--alloc-ops", action="store_true",
+                   help="with --alloc-trace (CPU): precede each allocation with a comment naming "
+                        "the ops it was made under (diagnosis: bench/torch/alloc_diff.py prints "
+                        "them; the kept traces are written without)")
     p.add_argument("--rerun", default=None, metavar="RESULT",
                    help="take every setup flag from a saved result (its setup and model); flags "
                         "given on the command line win (run with --nproc-per-node = its ranks)")
@@ -276,6 +280,9 @@ def parse_args(argv):
     if a.measure is None:
         a.measure = "cuda" if a.device == "cuda" else "profiler"
     check("measure", a.measure, ("cuda",) if a.device == "cuda" else ("profiler", "memtracker"))
+    if a.alloc_ops and (a.alloc_trace is None or a.measure != "profiler"):
+        raise SetupError("--alloc-ops: needs --alloc-trace on CPU ranks (--measure profiler: the "
+                         "profiler's event tree names the ops)")
     if a.alloc_trace is not None and a.measure not in ("profiler", "cuda"):
         raise SetupError("--alloc-trace needs --measure profiler (CPU: the profiler's allocation "
                          "events) or --device cuda (the caching allocator's recorded history)")
@@ -1290,7 +1297,7 @@ def run(a, rank, world):
                 f"steps {a.steps}",
                 f"torch {torch.__version__}",
                 f"peak_bytes {total} (steps 2..{a.steps}, gloo's buffers included)",
-                f"peak_excl_backend {lo} (without them)"])
+                f"peak_excl_backend {lo} (without them)"], ops=a.alloc_ops)
     elif meter is not None:
         per_rank["device_index"] = target.index
         per_rank["cuda"] = meter.result(first_steady_step=2)

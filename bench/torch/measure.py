@@ -430,7 +430,18 @@ def _is_backend(trace, a):
     return comm is not None and (comm in _C10D or comm.startswith("gloo:"))
 
 
-def write_alloc_trace(trace, path, header):
+def op_path(a, depth=8):
+    """The ops an allocation was made under, innermost first, '<'-joined (the profiler's event
+    tree: its parents): which op asked for it, for diagnosis (alloc_diff.py prints them)."""
+    names, p = [], a.ev.parent
+    while p is not None and len(names) < depth:
+        if not p.name.startswith("memplan::step"):
+            names.append(p.name.replace(" ", "_"))
+        p = p.parent
+    return "<".join(names)
+
+
+def write_alloc_trace(trace, path, header, ops=False):
     """The allocation sequence as text for `memplan alloc` (docs/formulas.md "The caching
     allocator"): one event a line, in order; `header` lines are written as `#` comments.
 
@@ -442,7 +453,9 @@ def write_alloc_trace(trace, path, header):
                         worker thread, is written where the address is handed out again)
 
     All on one stream: a CPU run has none; the sizes are the tensors' storage bytes, what the
-    CUDA allocator would be asked for."""
+    CUDA allocator would be asked for.  With `ops`, each allocation made under other ops than
+    the one before it is preceded by a comment line `# op PATH` (op_path: innermost first),
+    which `memplan alloc` skips."""
     marks = []
     for name, ranges in trace.markers.items():
         if name.startswith("memplan::step"):
@@ -453,7 +466,7 @@ def write_alloc_trace(trace, path, header):
             continue
         marks.extend((t0, label) for t0, _, _ in ranges)
     marks.sort()
-    k = 0
+    k, last_ops = 0, None
     with open(path, "w") as out:
         for line in header:
             out.write(f"# {line}\n")
@@ -463,8 +476,13 @@ def write_alloc_trace(trace, path, header):
                 k += 1
             if op == "f":
                 out.write(f"f {a.ptr:x}\n")
-            else:
-                out.write(f"{'x' if _is_backend(trace, a) else 'a'} {a.ptr:x} {a.size}\n")
+                continue
+            if ops:
+                where = op_path(a)
+                if where != last_ops:
+                    out.write(f"# op {where}\n")
+                    last_ops = where
+            out.write(f"{'x' if _is_backend(trace, a) else 'a'} {a.ptr:x} {a.size}\n")
 
 
 def peak_excl_backend(trace, t_start, t_end, exact):
