@@ -8,20 +8,22 @@ MEMORY_FLAGS: --gpu-mem, --loop, LoRA). This script plans each row with `memplan
 compares the published figure with what memplan says that figure holds. The source's (or the row's)
 "measure" names what the figure is:
 
-  max_memory_reserved  torch.cuda.max_memory_reserved(): the step's need
-                       (overhead_detail.allocator.need: its own allocation sequence replayed
-                       through the allocator model, two steps from an empty cache) plus the
-                       cuBLAS workspace (allocated through the caching allocator on a GPU, so
-                       inside max_memory_reserved; memplan counts it among the fixed overheads).
-                       The CUDA context and NCCL's buffers are outside it and left out.
+  max_memory_reserved  torch.cuda.max_memory_reserved(): what the caching allocator reserved on
+                       that GPU. memplan replays the step's own allocation sequence (two steps
+                       from an empty cache) through its allocator model with the GPU's capacity
+                       (less the fixed overheads) as the limit: the cache grows as far as that GPU
+                       lets it and is given back only when a cudaMalloc fails, as on the GPU
+                       (overhead_detail.allocator.reserved_at_limit); plus the cuBLAS workspace
+                       (allocated through the caching allocator on a GPU, so inside
+                       max_memory_reserved; memplan counts it among the fixed overheads). The
+                       CUDA context and NCCL's buffers are outside it and left out.
   nvidia-smi           the process's device memory as nvidia-smi shows it: the above plus the
                        CUDA context and NCCL's buffers (memplan's cuda_context and nccl figures).
 
 It prints every row, err % = (published - planned) / planned, the median of |err| per source and
-over all rows. A second column replays the same allocations at the GPU's capacity instead
-(overhead_detail.allocator.reserved_at_limit: the cache grown as far as that GPU lets it, two
-steps) with the same overheads: what the allocator of that GPU would hold, for comparison; the
-exit status and the target judge the need.
+over all rows. Beside it, the step's need (overhead_detail.allocator.need: the least capacity with
+which the two steps succeed, the same on any GPU) with the same overheads: a lower bound of what
+a GPU reserves, equal to it only where the GPU is just large enough.
 
   python3 bench/published_memory_check.py [--memplan build/memplan] [--target 5] [--json=FILE]
 
@@ -52,8 +54,8 @@ FIGURES = {"max_memory_reserved": ("cublas_workspace",),
 
 
 def planned(memplan, spec, r, figure):
-    """The row's figure as memplan plans it (bytes): from the need and from the replay at the GPU's
-    capacity; and the allocator's JSON."""
+    """The row's figure as memplan plans it (bytes): from the replay at the GPU's capacity and from
+    the need (its lower bound); and the allocator's JSON."""
     model, temp = fit_time.model_config(spec, r["seq"])
     args = [memplan, "--model", model] + fit_time.plan_args(r) + ["--json"]
     for key, flag in MEMORY_FLAGS:
@@ -72,7 +74,7 @@ def planned(memplan, spec, r, figure):
     if not al:
         raise RuntimeError("memplan gave no allocator figure (--alloc-margin allocator is the default)")
     fixed = sum(ov[k] for k in FIGURES[figure])
-    return al["need"] + fixed, al["reserved_at_limit"] + fixed, al
+    return al["reserved_at_limit"] + fixed, al["need"] + fixed, al
 
 
 def published_gib(r):
@@ -89,9 +91,9 @@ def main():
     if not os.access(a.memplan, os.X_OK):
         print(f"published_memory_check.py: {a.memplan} is missing: run make first", file=sys.stderr)
         return 2
-    print("| row | source | figure | published GiB | planned GiB (need) | err % | at GPU limit GiB | err % | fits |")
+    print("| row | source | figure | published GiB | planned GiB | err % | need GiB | err % | fits |")
     print("|---|---|---|---:|---:|---:|---:|---:|---|")
-    errs, lim_errs, out, per_source = [], [], [], {}
+    errs, need_errs, out, per_source = [], [], [], {}
     for path in sorted(glob.glob(os.path.join(a.tables, "*.json"))):
         with open(path) as f:
             doc = json.load(f)
@@ -102,27 +104,27 @@ def main():
             try:
                 if figure not in FIGURES:
                     raise ValueError(f"measure '{figure}' (valid: {', '.join(FIGURES)})")
-                pl, at_limit, al = planned(a.memplan, doc["models"][r["model"]], r, figure)
+                pl, need, al = planned(a.memplan, doc["models"][r["model"]], r, figure)
             except (RuntimeError, KeyError, ValueError) as e:
                 print(f"| {r['id']} | {where} | {figure} | {published_gib(r)} | could not plan: {e} | | | | |")
                 return 2
             pub = published_gib(r) * GIB
-            err, lim_err = 100.0 * (pub - pl) / pl, 100.0 * (pub - at_limit) / at_limit
+            err, need_err = 100.0 * (pub - pl) / pl, 100.0 * (pub - need) / need
             errs.append(abs(err))
-            lim_errs.append(abs(lim_err))
+            need_errs.append(abs(need_err))
             per_source.setdefault(name, []).append(abs(err))
             fits = "no (runs out)" if al.get("out_of_memory") else "yes"
             print(f"| {r['id']} | {where} | {figure} | {published_gib(r):.1f} | {pl / GIB:.2f} | {err:+.2f} "
-                  f"| {at_limit / GIB:.2f} | {lim_err:+.2f} | {fits} |")
+                  f"| {need / GIB:.2f} | {need_err:+.2f} | {fits} |")
             out.append({"id": r["id"], "source": name, "figure": figure, "where": where, "published_bytes": pub,
-                        "planned_bytes": pl, "err_pct": err, "at_limit_bytes": at_limit, "at_limit_err_pct": lim_err})
+                        "planned_bytes": pl, "err_pct": err, "need_bytes": need, "need_err_pct": need_err})
     med = statistics.median(errs) if errs else float("nan")
     print()
     for name, e in sorted(per_source.items()):
         print(f"{name}: median |err| over {len(e)} rows: {statistics.median(e):.2f} %")
     print(f"median |err| over {len(errs)} rows: {med:.2f} % (target {a.target:g} %)")
-    if lim_errs:
-        print(f"(at the GPU's limit instead of the need: median |err| {statistics.median(lim_errs):.2f} %)")
+    if need_errs:
+        print(f"(the need instead, a lower bound: median |err| {statistics.median(need_errs):.2f} %)")
     if a.json_path:
         with open(a.json_path, "w") as f:
             json.dump({"rows": out, "median_abs_err_pct": med, "target_pct": a.target,
