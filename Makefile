@@ -269,7 +269,8 @@ run: all
 published-check: $(MEMPLAN)
 	python3 bench/published_check.py --memplan $(MEMPLAN)
 
-# reserved memory against published GPU runs' max_memory_reserved (bench/published_memory)
+# reserved memory against published GPU runs' max_memory_reserved or nvidia-smi figures (bench/published_memory;
+# docs/validation-torch.md "Against published GPU runs")
 published-memory-check: $(MEMPLAN)
 	python3 bench/published_memory_check.py --memplan $(MEMPLAN)
 

@@ -3,7 +3,9 @@
  * unusable one says why), memplan plans one run of each source, the JSON table has a record per
  * source with the held-out median and the two baselines; and the leave-one-source-out fit runs on
  * two sources. The whole corpus runs with `make published-check` and `make fit-time` (not part of
- * `make test`; docs/validation-time.md). */
+ * `make test`; docs/validation-time.md). bench/published_memory_check.py: every row of
+ * bench/published_memory plans, with its source line and a figure (docs/validation-torch.md
+ * "Against published GPU runs"). */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <libgen.h>
@@ -17,8 +19,8 @@
 
 #include "test_run.h"
 
-/* published_check.py with args over tables; its JSON (caller deletes) and its output in *out. */
-static cJSON *check(const char *args, const char *tables, char **out) {
+/* bench/<script> with args over tables; its JSON (caller deletes) and its output in *out. */
+static cJSON *run_script(const char *script, const char *args, const char *tables, char **out) {
     char bin[PATH_MAX], root[PATH_MAX], cmd[4 * PATH_MAX], json[] = "/tmp/memplan-published-XXXXXX";
     test_sibling_path(bin, sizeof bin, "../memplan");
     cr_assert_not_null(realpath(bin, root), "no %s", bin);
@@ -26,13 +28,20 @@ static cJSON *check(const char *args, const char *tables, char **out) {
     int fd = mkstemp(json);
     cr_assert(fd >= 0);
     close(fd);
-    snprintf(cmd, sizeof cmd, "cd %s && python3 bench/published_check.py --memplan %s --no-cache %s --tables %s "
-             "--json=%s 2>&1", r, bin, args, tables ? tables : "bench/published", json);
+    snprintf(cmd, sizeof cmd, "cd %s && python3 bench/%s --memplan %s %s --tables %s --json=%s 2>&1", r, script, bin,
+             args, tables, json);
     Run run = test_run_cmd(cmd);
     cJSON *j = test_read_json(json);
     unlink(json);
     *out = run.out;
     return j;
+}
+
+/* published_check.py over tables (default bench/published), without the fit cache */
+static cJSON *check(const char *args, const char *tables, char **out) {
+    char a[256];
+    snprintf(a, sizeof a, "--no-cache %s", args);
+    return run_script("published_check.py", a, tables ? tables : "bench/published", out);
 }
 
 /* the per-source records the issue asks for: name, runs, held-out median and the two baselines */
@@ -104,6 +113,30 @@ Test(cli_published, a_source_should_be_predicted_with_the_shares_fitted_without_
         unlink(link);
     }
     rmdir(dir);
+    cJSON_Delete(j);
+    free(out);
+}
+
+/* every published memory row plans: a figure memplan can name, its source line, an error */
+Test(cli_published, every_published_memory_row_should_plan_with_its_source_line, .timeout = 60)
+{
+    char *out;
+    cJSON *j = run_script("published_memory_check.py", "", "bench/published_memory", &out);
+    cr_assert_not_null(j, "%s", out);
+    const cJSON *row;
+    int rows = 0;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "rows")) {
+        const char *fig = cJSON_GetStringValue(cJSON_GetObjectItem(row, "figure"));
+        cr_expect(fig && (strcmp(fig, "max_memory_reserved") == 0 || strcmp(fig, "nvidia-smi") == 0), "%s",
+                  fig ? fig : "no figure");
+        cr_expect(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(row, "where")), " line ") != NULL, "file line");
+        cr_expect_gt(cJSON_GetObjectItem(row, "planned_bytes")->valuedouble, 0);
+        cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(row, "err_pct")));
+        rows++;
+    }
+    cr_expect_geq(rows, 9, "%s", out);
+    cr_expect_geq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "per_source_median_abs_err_pct")), 2, "two sources");
+    cr_expect(strstr(out, "median |err| over") != NULL, "%s", out);
     cJSON_Delete(j);
     free(out);
 }
