@@ -58,16 +58,15 @@ static double moe_weight_bytes(const MoeSpec *e, double X) {
 static double moe_router_bytes(const ModelSpec *m, const PrecisionSpec *p) {
     const MoeSpec *e = &m->moe;
     double X = p->act_bytes, h = (double)m->d_model, E = e->n_experts, k = e->top_k;
-    /* each term noted as the tensor it is (plan_act_note), so the allocation listing makes them */
-    double b = plan_act_note(1, X * h) + plan_act_note(1, 8 * k), norm_dtype = X;
+    double b = X * h + 8 * k, norm_dtype = X;
     switch (e->router) {
-    case MOE_ROUTER_SOFTMAX: b += plan_act_note(1, 4 * E); norm_dtype = 4; break;
-    case MOE_ROUTER_TOPK_SOFTMAX: b += plan_act_note(1, X * k); break;
-    case MOE_ROUTER_GROUPED: b += plan_act_note(1, X * E); break;
-    case MOE_ROUTER_ALL_EXPERTS: b += plan_act_note(1, 4 * E) + plan_act_note(1, X * E); break;
+    case MOE_ROUTER_SOFTMAX: b += 4 * E; norm_dtype = 4; break;
+    case MOE_ROUTER_TOPK_SOFTMAX: b += X * k; break;
+    case MOE_ROUTER_GROUPED: b += X * E; break;
+    case MOE_ROUTER_ALL_EXPERTS: b += 4 * E + X * E; break;
     default: break;
     }
-    if (e->norm_topk) b += plan_act_note(1, norm_dtype * k) + plan_act_note(1, norm_dtype);
+    if (e->norm_topk) b += norm_dtype * (k + 1);
     return b;
 }
 
@@ -150,7 +149,7 @@ double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpe
     const PrecisionSpec *p = plan_precision(t->precision);
     double mlp_in = plan_act_llama_style(m) && p->autocast ? 2 : 1;
     double moe = moe_router_bytes(m, p) + moe_routed_bytes(m, p, moe_rows_factor(m, t)) + moe_shared_bytes(m, t);
-    if (m->moe.router_logits) moe += plan_act_note(2, p->act_bytes * m->moe.n_experts);
+    if (m->moe.router_logits) moe += 2 * p->act_bytes * m->moe.n_experts;
     return moe - plan_act_mlp_bytes_unnoted(m, t, (double)m->d_ff, mlp_in);
 }
 
