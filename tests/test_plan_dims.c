@@ -388,17 +388,20 @@ Test(dims, each_rule_id_should_be_written_by_one_rule_in_a_step) {
                 const char *where;
                 int n = plan_rank_views(&m, &t, &c, (StrategyKind)s, v, PLAN_MAX_VIEWS, why, sizeof why, &where);
                 if (n < 0) continue;   /* a refusal: nothing built */
-                int writer[RULE_COUNT];
-                for (int r = 0; r < RULE_COUNT; r++) writer[r] = -1;
-                for (int f = 0; f < nf; f++) {
-                    unsigned char w[RULE_COUNT];
-                    cr_assert_eq(plan_step_rule_writes(&v[0], fns[f], w), 0);
-                    for (int r = 0; r < RULE_COUNT; r++) {
-                        if (!w[r]) continue;
-                        seen[r] = 1;
-                        cr_expect(writer[r] < 0, "%s %s variant %d: rule id %s written by rules %d and %d", k->name,
-                                  plan_strategy((StrategyKind)s)->name, variant, plan_rule_info((RuleId)r)->name, writer[r], f);
-                        writer[r] = f;
+                for (int j = 0; j < n; j++) {   /* every candidate view: a pipeline's last rank has rules rank 0 has not */
+                    int writer[RULE_COUNT];
+                    for (int r = 0; r < RULE_COUNT; r++) writer[r] = -1;
+                    for (int f = 0; f < nf; f++) {
+                        unsigned char w[RULE_COUNT];
+                        cr_assert_eq(plan_step_rule_writes(&v[j], fns[f], w), 0);
+                        for (int r = 0; r < RULE_COUNT; r++) {
+                            if (!w[r]) continue;
+                            seen[r] = 1;
+                            cr_expect(writer[r] < 0, "%s %s variant %d view %d: rule id %s written by rules %d and %d", k->name,
+                                      plan_strategy((StrategyKind)s)->name, variant, j, plan_rule_info((RuleId)r)->name,
+                                      writer[r], f);
+                            writer[r] = f;
+                        }
                     }
                 }
                 for (int j = 0; j < n; j++) plan_rank_view_free(&v[j]);

@@ -818,9 +818,10 @@ Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries)
      * trainable-subset fields (frozen*, act_unsaved_tok(_ac), lora_*_tok, grad_frontier) are not the
      * model's: plan_finetune_apply sets them from the training setup (--lora, --freeze), and
      * frozen_flops_extra the fine-tuning dimension's view of a rank (a packed quantized base);
-     * MoeSpec.ep is expert parallelism's view of a rank (plan_dim_ep), not the model's. */
+     * MoeSpec.ep is expert parallelism's view of a rank (plan_dim_ep), not the model's, and
+     * head_cols tensor parallel's (the head GEMM's V/tp columns, plan_dim_tp.c tp_view). */
     cr_expect_eq(sizeof(LayerSpec), 672 + 16 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8 + 2 * 8 + 8, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 672, "ModelSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 680, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {
