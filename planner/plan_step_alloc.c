@@ -299,7 +299,7 @@ static int unit_table(const Step *st) {
                  plan_grow((void **)&T->w, &T->capw, T->nw + one.n + 1, sizeof *T->w);
         if (!rc) {
             T->from[u] = T->nw;
-            memcpy(T->w + T->nw, one.w, sizeof *one.w * (size_t)one.n);
+            if (one.n > 0) memcpy(T->w + T->nw, one.w, sizeof *one.w * (size_t)one.n);   /* a unit with no weights: w NULL */
             T->nw += one.n;
             T->bytes[u] = b;
         }
