@@ -1223,6 +1223,13 @@ static int replay_listing(const FlatList *fl, const PlanAllocConfig *conf, int s
     return 0;
 }
 
+/* Remembers a replay of the listing resolved (memo_flat), the oldest giving way. */
+static void keep_flat_run(const PlanAllocConfig *conf, const StepAllocResult *out, int steps) {
+    flat_runs[next_flat_run] = (FlatRun){*conf, *out, steps};
+    next_flat_run = (next_flat_run + 1) % FLAT_RUNS;
+    if (n_flat_runs < FLAT_RUNS) n_flat_runs++;
+}
+
 /* The replay of the listing resolved (memo_flat) at conf: one of its replays so far where that
    covers conf, else replayed (and remembered). */
 static int replay_flat_list(const PlanAllocConfig *conf, int steps, int verdict, StepAllocResult *out) {
@@ -1233,11 +1240,7 @@ static int replay_flat_list(const PlanAllocConfig *conf, int steps, int verdict,
             return 0;
         }
     if (replay_listing(&memo_flat, conf, steps, verdict, out)) return -1;
-    if (flat_valid) {
-        flat_runs[next_flat_run] = (FlatRun){*conf, *out, steps};
-        next_flat_run = (next_flat_run + 1) % FLAT_RUNS;
-        if (n_flat_runs < FLAT_RUNS) n_flat_runs++;
-    }
+    if (flat_valid) keep_flat_run(conf, out, steps);
     return 0;
 }
 
@@ -1272,11 +1275,7 @@ static int verdict_following(const OpList *ops, const PlanAllocConfig *conf, int
     plan_alloc_free_all(f.r.a);
     if (rc || f.r.stopped) return rc;
     flat_valid = !ops_copy(&flat_of, ops);
-    if (flat_valid) {
-        flat_runs[0] = (FlatRun){*conf, *out, steps};
-        n_flat_runs = 1;
-        next_flat_run = 1 % FLAT_RUNS;
-    }
+    if (flat_valid) keep_flat_run(conf, out, steps);   /* the first of this listing's (run_ops emptied them) */
     return 0;
 }
 
