@@ -801,9 +801,12 @@ double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const Act
    upcast transformers' ForCausalLMLoss makes (logits.float()) while log_softmax runs. Freed when
    the forward returns. Measured: docs/formulas.md "FSDP2 buffers" (the fsdp-grad-op peak). */
 double plan_act_loss_forward_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
+    return (t->loop_trainer ? plan_act_logits_bytes(m, t, in) : 0) + plan_act_loss_upcast(m, t, in);
+}
+
+double plan_act_logits_bytes(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
     if (m->arch == ARCH_GENERIC || m->arch == ARCH_CNN || m->headless || t->impl == IMPL_ENGINE) return 0;
-    double X = plan_precision(t->precision)->act_bytes;
-    return (double)in->b * (double)in->s * (double)m->vocab * (t->loop_trainer ? X : 0) + plan_act_loss_upcast(m, t, in);
+    return (double)in->b * (double)in->s * (double)m->vocab * plan_precision(t->precision)->act_bytes;
 }
 
 double plan_act_loss_upcast(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
@@ -816,9 +819,7 @@ double plan_act_loss_upcast(const ModelSpec *m, const TrainSpec *t, const ActInp
    it the logits (b·s·V·X), from one forward until the next forward returns: through backward,
    the step and the next forward. HF Trainer's loop drops them after the forward. */
 double plan_act_loop_held(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {
-    if (t->loop_trainer || m->arch == ARCH_GENERIC || m->arch == ARCH_CNN || m->headless || t->impl == IMPL_ENGINE)
-        return 0;
-    return (double)in->b * (double)in->s * (double)m->vocab * plan_precision(t->precision)->act_bytes;
+    return t->loop_trainer ? 0 : plan_act_logits_bytes(m, t, in);
 }
 
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {

@@ -53,6 +53,9 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
 int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int max);
 /* Extra bytes alive at the start of backward (loss gradient buffers). */
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
+/* The logits the model returns, b·s·V in the activations' dtype (0 without an LM head's loss:
+   parameter counts only, a CNN, a base class, memplan's engine). */
+double plan_act_logits_bytes(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* The logits the common loop's `outputs` keeps between forwards (0 under --loop trainer). */
 double plan_act_loop_held(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* Bytes alive only during the loss's forward (logits, their fp32 upcast). */

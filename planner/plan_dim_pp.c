@@ -294,9 +294,9 @@ static void pp_send_recv(const StepCtx *x, Step *st) {
    interleaved M = 4, GPipe M = 4 with return_outputs on and off: docs/formulas.md "Pipeline
    parallel"). torchtitan passes return_outputs=False (--pp-return-outputs off): none. */
 static void pp_outputs(const StepCtx *x, Step *st) {
-    if (x->t->pp_drop_outputs || x->m->headless || x->m->arch == ARCH_GENERIC || x->m->arch == ARCH_CNN) return;
+    double O = x->t->pp_drop_outputs ? 0 : plan_act_logits_bytes(x->m, x->t, &x->in);
+    if (O <= 0) return;
     int M = plan_pp_microbatches(x->t), last = x->v->pp_chunk_in_flight[x->v->pp_chunks - 1];
-    double O = (double)x->in.b * (double)x->in.s * (double)x->m->vocab * x->p->act_bytes;
     if (M > last)
         step_hold(st, RULE_PP_OUTPUTS, TERM_ACTIVATIONS, pt(x, PT_FWD, 0), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER,
                   (M - last) * O);

@@ -317,7 +317,7 @@ void rule_tp(const StepCtx *x, Step *st) {
                collectives, not the loss point's) */
             if (lp) tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_REDUCE, PURPOSE_TP_LOGITS, PHASE_FORWARD, 3, b * s * 4.0);
             else tp_coll(x, st, pt(x, PT_FWD, head), COLL_ALL_GATHER, PURPOSE_TP_LOGITS, PHASE_FORWARD, 1,
-                         b * s * (double)m->vocab * X);
+                         plan_act_logits_bytes(m, x->t, &x->in));
             tp_coll(x, st, pt(x, PT_BWD, head), sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, PURPOSE_TP_ACTS,
                     PHASE_BACKWARD, 1, bsR);
         }
@@ -349,8 +349,8 @@ void rule_tp(const StepCtx *x, Step *st) {
        loss's forward (measured: aten::mm's output; the gather's buffer is freed by the cat on
        the moments the runs resolve). */
     if (root && head >= 0 && !lp) {
-        double bsv = b * s * (double)m->vocab * X;
-        step_at(st, RULE_TP_LOGITS_GATHER, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0), bsv / x->v->tp);
+        step_at(st, RULE_TP_LOGITS_GATHER, TERM_TRANSIENT, pt(x, PT_LOSS_FWD, 0),
+                plan_act_logits_bytes(m, x->t, &x->in) / x->v->tp);
     }
     /* Loss parallel's own ops on the rank's shard (m->vocab is V/tp here: tp_view), one fp32
        shard more than aten's at each end of the loss: _log_softmax keeps `shifted` (x - max)
