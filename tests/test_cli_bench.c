@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_plan.h"
 #include "test_run.h"
 
 /* `timeout 60 [mpirun -np np --oversubscribe] memplan args` (np 0: without mpirun) */
@@ -27,19 +28,6 @@ static Run launch(int np, const char *fmt, ...)
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     return test_launch(bin, np, 60, args);
-}
-
-static cJSON *read_json(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "no JSON file %s", path);
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *j = cJSON_Parse(buf);
-    cr_assert_not_null(j, "%s is not JSON", path);
-    return j;
 }
 
 static double num(const cJSON *o, const char *key)

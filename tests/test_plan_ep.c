@@ -20,13 +20,6 @@
 
 #define MIXTRAL_WIDE "bench/torch/configs/mixtral-wide.json"
 
-static ModelSpec load(const char *path) {
-    ModelSpec m;
-    char msg[512];
-    cr_assert_eq(plan_load_model(&m, path, msg, sizeof msg), 0, "%s", msg);
-    return m;
-}
-
 /* The harness's setup of mixtral-wide_fsdp-full_fp32_none_eager_r4_b4_s128_ep2: 4 CPU ranks,
    fp32, eager attention, micro-batch 4 of 128 tokens, its loop, overheads zeroed. */
 static void harness_setup(TrainSpec *t, ClusterSpec *c, int ep) {
@@ -47,7 +40,7 @@ static void harness_setup(TrainSpec *t, ClusterSpec *c, int ep) {
 
 /* mixtral-wide in the harness's setup at ep, and its collective table (p may be NULL). */
 static ModelSpec mixtral(TrainSpec *t, ClusterSpec *c, int ep, CommPlan *p) {
-    ModelSpec m = load(MIXTRAL_WIDE);
+    ModelSpec m = load_model(MIXTRAL_WIDE);
     harness_setup(t, c, ep);
     if (p) plan_comm(&m, t, c, STRAT_FSDP_FULL, p);
     return m;
@@ -60,7 +53,7 @@ static const PlanColl *row(const CommPlan *p, CollKind op, PhaseKind ph, CollPur
 }
 
 Test(ep, the_view_should_hold_the_ranks_share_of_every_blocks_experts) {
-    ModelSpec m = load(MIXTRAL_WIDE), v;
+    ModelSpec m = load_model(MIXTRAL_WIDE), v;
     cr_assert_eq(plan_ep_view(&m, 2, &v), 0);
     double experts = 0;
     for (int i = 0; i < m.n_layers; i++) experts += (double)m.layers[i].expert_params;
@@ -174,7 +167,7 @@ Test(ep, an_imbalance_should_scale_the_busiest_ranks_rows_up_to_every_ranks) {
    runs every one the table counts, and a larger ep group over two nodes costs more time. */
 Test(ep, the_step_should_wait_for_the_all_to_alls) {
     ModelSpec m = zoo("llama2-7b");   /* dense: refused below */
-    ModelSpec q = load("tests/data/hf/qwen3-30b-a3b.json");
+    ModelSpec q = load_model("tests/data/hf/qwen3-30b-a3b.json");
     TrainSpec t;
     plan_train_defaults(&t);
     t.seq = 4096;
@@ -199,7 +192,7 @@ Test(ep, the_step_should_wait_for_the_all_to_alls) {
 }
 
 Test(ep, a_setup_it_does_not_apply_to_should_be_refused_with_the_valid_values) {
-    ModelSpec m = load(MIXTRAL_WIDE), l4 = load("tests/data/hf/llama-4-scout-17b-16e-text.json");
+    ModelSpec m = load_model(MIXTRAL_WIDE), l4 = load_model("tests/data/hf/llama-4-scout-17b-16e-text.json");
     TrainSpec t;
     ClusterSpec c;
     harness_setup(&t, &c, 2);
@@ -234,7 +227,7 @@ Test(ep, an_all_to_all_across_nodes_should_cost_more_than_inside_one) {
 }
 
 Test(ep, auto_should_search_the_degree_and_say_which_it_took) {
-    ModelSpec q = load("tests/data/hf/qwen3-30b-a3b.json");
+    ModelSpec q = load_model("tests/data/hf/qwen3-30b-a3b.json");
     TrainSpec t;
     plan_train_defaults(&t);
     t.seq = 4096;
@@ -260,7 +253,7 @@ Test(ep, auto_should_search_the_degree_and_say_which_it_took) {
    exchange (a c10d call) again. Mixtral's router renormalises its saved top-k values in place,
    which torch's selective checkpointing refuses: refused. */
 Test(ep, op_checkpointing_of_deepseek_blocks_should_save_the_all_to_alls_outputs) {
-    ModelSpec m = load("bench/torch/configs/deepseek-v3-tiny.json");
+    ModelSpec m = load_model("bench/torch/configs/deepseek-v3-tiny.json");
     TrainSpec t;
     ClusterSpec c;
     harness_setup(&t, &c, 2);
@@ -274,7 +267,7 @@ Test(ep, op_checkpointing_of_deepseek_blocks_should_save_the_all_to_alls_outputs
     cr_expect_eq(row(&p, COLL_ALL_TO_ALL, PHASE_BACKWARD, PURPOSE_EP_TOKENS)->payload_bytes, 2 * 262144.0,
                  "only the two gradients: the tokens were kept");
     cr_expect_eq(row(&p, COLL_ALL_TO_ALL, PHASE_BACKWARD, PURPOSE_EP_COUNTS)->count, 1, "the counts exchange again");
-    ModelSpec x = load(MIXTRAL_WIDE);
+    ModelSpec x = load_model(MIXTRAL_WIDE);
     const char *why = plan_act_ckpt_unsupported(&x, &t);
     cr_expect(why && strstr(why, "in-place"), "%s", why ? why : "(allowed)");
     plan_model_free(&x);

@@ -201,9 +201,7 @@ Test(tp, loss_parallel_should_all_reduce_three_rows_instead_of_gathering_the_log
    b x s x V/tp (the handler's zeroed grad_input, exp(x), their sum: aten::empty_strided,
    aten::exp, aten::add of 524,288 B each), the step's peak 16,687,184 B. */
 Test(tp, loss_parallel_should_hold_the_ranks_vocab_shard_of_the_loss) {
-    ModelSpec m;
-    char msg[256];
-    cr_assert_eq(plan_load_model(&m, "bench/torch/configs/llama-mini.json", msg, sizeof msg), 0, "%s", msg);
+    ModelSpec m = load_model("bench/torch/configs/llama-mini.json");
     TrainSpec t;
     ClusterSpec c;
     train(&t, 2, 0);
@@ -487,15 +485,8 @@ Test(tp, the_heads_gemm_should_compute_the_ranks_vocab_shard_with_or_without_los
 
 #define TT_LLAMA4 "tests/data/torchtitan/llama4_17bx16e.json"
 
-static ModelSpec load_json(const char *path) {
-    ModelSpec m;
-    char msg[512];
-    cr_assert_eq(plan_load_model(&m, path, msg, sizeof msg), 0, "%s", msg);
-    return m;
-}
-
 Test(tp, moe_blocks_should_split_each_experts_hidden_width_and_keep_the_router_whole) {
-    ModelSpec m = load_json(TT_LLAMA4), v;
+    ModelSpec m = load_model(TT_LLAMA4), v;
     cr_assert_eq(plan_tp_view(&m, 8, &v), 0);
     const LayerSpec *b = &m.layers[1], *w = &v.layers[1];
     cr_assert_eq(b->kind, LAYER_BLOCK);
@@ -527,7 +518,7 @@ Test(tp, moe_blocks_should_split_each_experts_hidden_width_and_keep_the_router_w
    of the input gradient's reduce-scatter, all-reduces by each consumer that splits the work: the
    routed experts' T k rows and the shared expert's w1 and w3 inputs. */
 Test(tp, a_moe_block_should_all_reduce_its_consumers_input_gradients_instead_of_a_reduce_scatter) {
-    ModelSpec m = load_json(TT_LLAMA4);
+    ModelSpec m = load_model(TT_LLAMA4);
     TrainSpec t;
     ClusterSpec c;
     train(&t, 8, 1);
@@ -555,12 +546,12 @@ Test(tp, moe_blocks_it_does_not_split_should_be_refused_with_the_reason) {
     ClusterSpec c;
     char msg[512];
     cluster(&c, 16, 8);
-    ModelSpec hf = load_json("tests/data/hf/llama-4-scout-17b-16e-text.json");
+    ModelSpec hf = load_model("tests/data/hf/llama-4-scout-17b-16e-text.json");
     train(&t, 8, 1);
     cr_expect_neq(plan_tp_check(&hf, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0);
     cr_expect(strstr(msg, "take every token") && strstr(msg, "torchtitan"), "%s", msg);
     plan_model_free(&hf);
-    ModelSpec m = load_json(TT_LLAMA4);
+    ModelSpec m = load_model(TT_LLAMA4);
     train(&t, 8, 0);
     cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0);
     cr_expect(strstr(msg, "--sp on"), "%s", msg);
@@ -577,15 +568,8 @@ Test(tp, moe_blocks_it_does_not_split_should_be_refused_with_the_reason) {
    ExpertTensorParallel (etp = tp), balanced routing, under FSDP2 as memplan plans --ep (its
    gathers and reductions are not in the probe's rows). */
 static void probe_case(const char *result, int tp, int ep, StrategyKind sk) {
-    FILE *f = fopen(result, "r");
-    cr_assert_not_null(f, "%s", result);
-    static char text[1 << 16];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
-    cJSON *j = cJSON_Parse(text);
-    cr_assert_not_null(j);
-    ModelSpec m = load_json("tests/data/torchtitan/llama4_tiny.json"), v, w;
+    cJSON *j = read_json(result);
+    ModelSpec m = load_model("tests/data/torchtitan/llama4_tiny.json"), v, w;
     TrainSpec t;
     ClusterSpec c;
     train(&t, tp, 1);
