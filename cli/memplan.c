@@ -906,7 +906,7 @@ static int cmd_gpus(int argc, char **argv) {
                 cJSON_AddStringToObject(e, "generation", g->eff->key);
                 cJSON_AddNumberToObject(e, "gemm_eff", g->eff->gemm_eff);
                 cJSON_AddNumberToObject(e, "gemm_share", g->eff->gemm_train);
-                cJSON_AddNumberToObject(e, "attn_share", g->eff->attn_train);
+                cJSON_AddNumberToObject(e, "attn_share", plan_attn_share(ATTN_KERNEL_FA2));
                 cJSON *ks = cJSON_AddObjectToObject(e, "attn_shares");   /* per flash kernel (--attn-kernel) */
                 for (int k = 0; k < ATTN_KERNEL_COUNT; k++)
                     cJSON_AddNumberToObject(ks, plan_attn_kernel_name((AttnKernel)k), plan_attn_share((AttnKernel)k));

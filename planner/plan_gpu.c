@@ -31,27 +31,27 @@
    arXiv 2407.08608, Fig. 5 causal forward and Fig. 6 backward, TFLOP/s at 512 ... 16k); on A100
    the FlashAttention-2 paper's maxima (Dao 2023, arXiv 2307.08691: forward up to 73 %, backward
    up to 63 % of the peak) shaped by the H100 curve. Other GPUs: no published figures, the A100's
-   attention and the lower GEMM figure (H100's) are assumed. The training shares (gemm_train,
-   attn_train) are fitted on the published runs (plan_shares.h, `make fit-time`); other
+   attention and the lower GEMM figure (H100's) are assumed. The training shares (gemm_train;
+   attention's per kernel, plan_attn_share) are fitted on the published runs (plan_shares.h, `make fit-time`); other
    generations take Ampere's. */
 #define H_F(x) ((x) / 989.0)
 static const GpuEff EFF_HOPPER = {"Hopper (H100/H200 SXM)", "hopper", 794.5 / 989.0,
     {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
-    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_HOPPER, PLAN_SHARE_ATTN_FA2, 1};
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_HOPPER, 1};
 #define A_F(x) (0.73 * (x) / 335.0)
 #define A_B(x) (0.63 * (x) / 322.0)
 static const GpuEff EFF_AMPERE = {"Ampere (A100 SXM)", "ampere", 271.2 / 312.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
-    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN_FA2, 1};
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, 1};
 /* Blackwell: the GEMM figure measured (MAMF table: B200 SXM 1745.0 of 2250, torch 2.7.1+cu128);
    no published flash-attention curve in this form: Hopper's fractions assumed (measured 0). */
 static const GpuEff EFF_BLACKWELL = {"Blackwell (B200; GEMM measured, attention assumed Hopper's)", "blackwell",
     1745.0 / 2250.0,
     {H_F(191), H_F(260), H_F(298), H_F(319), H_F(333), H_F(335)},
-    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_BLACKWELL, PLAN_SHARE_ATTN_FA2, 0};
+    {H_F(214), H_F(260), H_F(291), H_F(310), H_F(318), H_F(322)}, PLAN_SHARE_GEMM_BLACKWELL, 0};
 static const GpuEff EFF_ASSUMED = {"not measured (A100 attention, H100 GEMM fraction assumed)", "assumed", 794.5 / 989.0,
     {A_F(191), A_F(260), A_F(298), A_F(319), A_F(333), A_F(335)},
-    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, PLAN_SHARE_ATTN_FA2, 0};
+    {A_B(214), A_B(260), A_B(291), A_B(310), A_B(318), A_B(322)}, PLAN_SHARE_GEMM_AMPERE, 0};
 /* FlashAttention-3 on H100 SXM5, head dim 128: the same figures' FlashAttention-3 bars (Shah et
    al. 2024, Fig. 5 causal forward 292 ... 616, Fig. 6 backward 316 ... 561 TFLOP/s). Hopper only
    (flash-attn's hopper/ package needs sm90). FlashAttention-4 on B200: no curve is published in

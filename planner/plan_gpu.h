@@ -22,10 +22,10 @@ typedef struct {
     double gemm_eff;                     /* the best large bf16/fp16 GEMM's fraction of the dense peak (MAMF) */
     double attn_fwd[PLAN_ATTN_POINTS];   /* flash attention forward (causal), fraction of the dense peak */
     double attn_bwd[PLAN_ATTN_POINTS];   /* flash attention backward, fraction of the dense peak */
-    /* The shares of those kernel benchmarks that training runs sustain (clocks under sustained
-       load, NCCL's kernels sharing the SMs, the frameworks' attention kernels and layout copies):
-       set from the published runs bench/published_check.py marks "set" */
-    double gemm_train, attn_train;
+    /* The share of the GEMM benchmark that training runs sustain (clocks under sustained load,
+       NCCL's kernels sharing the SMs, layout copies): fitted on the published runs
+       (bench/fit_time.py); attention's is per flash kernel, plan_attn_share */
+    double gemm_train;
     int measured;                        /* 1: these figures were measured on this generation; 0: assumed
                                             from another's (docs/gpus.md says whose) */
 } GpuEff;
@@ -45,7 +45,7 @@ typedef struct {
  * on Hopper). */
 int plan_attn_curve(const GpuEff *e, AttnKernel k, const double **fwd, const double **bwd);
 /* The share of kernel k's benchmark rate training runs sustain (plan_shares.h, fitted per kernel
- * by `make fit-time` as the GEMM shares are per generation; GpuEff.attn_train is fa2's). */
+ * by `make fit-time` as the GEMM shares are per generation). */
 double plan_attn_share(AttnKernel k);
 /* The GPU presets kernel k has a curve on, "h100-80gb, ..." (for the CLI's refusal). */
 const char *plan_attn_kernel_gpus(AttnKernel k, char *buf, size_t len);
@@ -85,7 +85,7 @@ const char *plan_gpu_names(void);                      /* "v100-16gb, ..." */
  * which is how bench/fit_time.py fits them and checks them on a source it left out. */
 typedef struct {
     double gemm;             /* of the generation's MAMF GEMM rate (GpuEff.gemm_train) */
-    double attn;             /* of its flash-attention benchmark rate (GpuEff.attn_train) */
+    double attn;             /* of its flash-attention benchmark rate (plan_attn_share) */
     double passes;           /* elementwise traffic over one pass per op (PLAN_SHARE_PASSES) */
 } TimeShares;
 
