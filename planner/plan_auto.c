@@ -136,10 +136,70 @@ static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const Clust
     return t;
 }
 
+/* The setup's own step at micro-batch t->micro_batch: its simulated time, or (compute unknown)
+   its communication. Returns the score (higher is better). */
+static double setup_score(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k, int known,
+                          double *tps, double *comm_s) {
+    Step st;
+    plan_step_build(&st, m, t, c, k);
+    SimResult s;
+    plan_sim_step(&st, 0, &s);
+    double comm = 0;
+    if (!known) {
+        CommPlan cp;
+        plan_comm_step(&st, &cp);
+        comm = cp.seconds + cp.host_seconds;
+    }
+    plan_step_free(&st);
+    *tps = s.tokens_per_s;
+    *comm_s = comm;
+    return known ? s.tokens_per_s : 1 / (comm > 1e-9 ? comm : 1e-9);
+}
+
+/* The accumulation micro-batch b takes under the global batch (0: b does not divide it). */
+static int64_t accum_for(const ClusterSpec *c, const TrainSpec *t, const AutoSpec *a, int64_t b) {
+    if (a->global_batch <= 0) return t->grad_accum;
+    int64_t per = a->global_batch / replicas(c, t);
+    if (a->global_batch % replicas(c, t) || per % b) return 0;
+    if (a->keep_accum && per / b != t->grad_accum) return 0;
+    return per / b;
+}
+
+/* An upper bound on the score of setup t (checkpointing fixed) over the micro-batches lo..hi
+   that fit: the best score over those whose tensors alone fit the capacity (no allocator share,
+   no flat margin; the allocator's share is never negative, so a batch that fits with it fits
+   without). Stops once it exceeds stop. *tb: the largest batch whose tensors fit (0: none). */
+static double tensor_bound(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
+                           const AutoSpec *a, int64_t lo, int64_t hi, int known, double stop, int64_t *tb) {
+    ClusterSpec bare = *c;
+    bare.alloc_model = 0;
+    bare.alloc_margin = 0;
+    bare.margin_is_frac = 0;
+    *tb = plan_max_micro_batch(m, t, &bare, k, hi);
+    double bound = 0;
+    for (int64_t b = *tb; b >= lo && bound <= stop; b--) {
+        TrainSpec tt = *t;
+        tt.micro_batch = b;
+        if (!(tt.grad_accum = accum_for(c, t, a, b))) continue;
+        double tps, comm, sc = setup_score(m, &tt, c, k, known, &tps, &comm);
+        if (sc > bound) bound = sc;
+    }
+    return bound;
+}
+
 /* Searches micro-batch, accumulation and checkpointing for strategy k at base's precision and
-   offload. c is the cluster with the safety margin taken off the GPU's capacity. */
+   offload. c is the cluster with the safety margin taken off the GPU's capacity.
+   A checkpointing option after the first is searched only when it could win: its best score
+   over the micro-batches whose tensors alone fit (a bound: the allocator's share is never
+   negative, so a batch that fits with it fits without) must beat the best so far; else the
+   allocator's max-batch search is not run for it (the best found is the same: an option whose
+   every fitting batch scores at most the best so far never replaces it). bar > 0: the best
+   score already found in this setup's group (another precision of the same strategy and
+   offload), which the first checkpointing option too must beat; need_all: the first option's
+   verdict over every micro-batch is read (fits_all, which prunes offload), known without the
+   search only when the tensors alone do not fit at the largest. */
 static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, StrategyKind k,
-                   const AutoSpec *a, long *cand, long *evaluated) {
+                   const AutoSpec *a, double bar, int need_all, long *cand, long *evaluated) {
     Best best = {0};
     CkptKind cks[AUTO_CKPTS];
     int64_t every[AUTO_CKPTS], lo, hi;
@@ -150,37 +210,33 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
         TrainSpec t = *base;
         t.act_ckpt = cks[ci];
         t.ckpt_every = every[ci];
+        double beat = best.ok && best.score > bar ? best.score : bar;
+        if (beat > 0 && c->alloc_model && !a->exhaustive) {
+            int64_t tb;
+            double bound = tensor_bound(m, &t, c, k, a, lo, hi, known, beat * (1 + 1e-9), &tb);
+            if (ci == 0 && need_all && tb >= hi) bound = INFINITY;   /* fits_all needs the search */
+            if (bound <= beat * (1 + 1e-9)) {
+                *cand += hi - lo + 1;
+                if (ci == 0) best.fits_all = 0;   /* its tensors alone do not fit at hi */
+                continue;
+            }
+        }
         int64_t maxb = plan_max_micro_batch(m, &t, c, k, hi);
         if (ci == 0) best.fits_all = maxb >= hi;
         for (int64_t b = lo; b <= hi; b++) {
             (*cand)++;
             if (b > maxb) continue;            /* known not to fit: the peak grows with b */
             t.micro_batch = b;
-            if (a->global_batch > 0) {
-                int64_t per = a->global_batch / replicas(c, &t);
-                if (a->global_batch % replicas(c, &t) || per % b) continue;
-                if (a->keep_accum && per / b != t.grad_accum) continue;
-                t.grad_accum = per / b;
-            }
-            /* the setup's own step: its simulated time, or (compute unknown) its communication */
-            Step st;
-            plan_step_build(&st, m, &t, c, k);
-            SimResult s;
-            plan_sim_step(&st, 0, &s);
-            double comm = 0;
-            if (!known) {
-                CommPlan cp;
-                plan_comm_step(&st, &cp);
-                comm = cp.seconds + cp.host_seconds;
-            }
-            plan_step_free(&st);
+            int64_t acc = accum_for(c, &t, a, b);
+            if (!acc) continue;
+            t.grad_accum = acc;
+            double tps, comm, score = setup_score(m, &t, c, k, known, &tps, &comm);
             (*evaluated)++;
-            double score = known ? s.tokens_per_s : 1 / (comm > 1e-9 ? comm : 1e-9);
             if (!best.ok || score > best.score * (1 + 1e-9)) {
                 best.ok = 1;
                 best.t = t;
                 best.score = score;
-                best.tps = s.tokens_per_s;
+                best.tps = tps;
                 best.comm_s = comm;
             }
         }
@@ -194,7 +250,59 @@ typedef struct {
     OffloadKind off;
     PrecisionKind prec;
     Best best;
+    int deferred;            /* not searched: it could neither win nor be the runner-up (defer) */
 } Option;
+
+/* An upper bound on option base's best score over every checkpointing option (tensor_bound's),
+   stopping once it exceeds stop; INFINITY when need_all and the tensors alone fit the largest
+   micro-batch (whether everything fits then needs the search). */
+static double option_bound(const ModelSpec *m, const TrainSpec *base, const ClusterSpec *c, StrategyKind k,
+                           const AutoSpec *a, double stop, int need_all) {
+    CkptKind cks[AUTO_CKPTS];
+    int64_t every[AUTO_CKPTS], lo, hi, tb;
+    int n_ck = ckpt_options(m, base, a, cks, every);
+    batch_range(base, c, a, &lo, &hi);
+    double bound = 0;
+    for (int ci = 0; ci < n_ck && bound <= stop; ci++) {
+        TrainSpec t = *base;
+        t.act_ckpt = cks[ci];
+        t.ckpt_every = every[ci];
+        double b = tensor_bound(m, &t, c, k, a, lo, hi, plan_model_acts_known(m), stop, &tb);
+        if (ci == 0 && need_all && tb >= hi) return INFINITY;
+        if (b > bound) bound = b;
+    }
+    return bound;
+}
+
+/* Whether option i (of opts[0..n)) can be left unsearched for now (defer): with the allocator
+   model, when its bound is below both the second best group (a strategy with an offload) other
+   than its own and the near_frac window under the best so far, it is neither the fastest, nor
+   within the window the pick chooses the simplest from, nor the runner-up (two other groups beat
+   it). Its best is searched later only if a simpler group than the pick's is shown. */
+static int defer(const ModelSpec *m, const TrainSpec *tb, const ClusterSpec *c, const AutoSpec *a,
+                 const Option *opts, int i) {
+    if (!c->alloc_model || a->exhaustive) return 0;
+    double top = 0, g1 = 0, g2 = 0;   /* the best so far; the two best other groups' bests */
+    for (int q = 0; q < i; q++) {
+        if (!opts[q].best.ok) continue;
+        double sc = opts[q].best.score;
+        if (sc > top) top = sc;
+        if (opts[q].k == opts[i].k && opts[q].off == opts[i].off) continue;
+        int same = 0;   /* the group's best counts once */
+        for (int r = 0; r < q; r++)
+            if (opts[r].best.ok && opts[r].k == opts[q].k && opts[r].off == opts[q].off) same = 1;
+        double gb = sc;
+        for (int r = q + 1; r < i; r++)
+            if (opts[r].best.ok && opts[r].k == opts[q].k && opts[r].off == opts[q].off && opts[r].best.score > gb)
+                gb = opts[r].best.score;
+        if (same) continue;
+        if (gb > g1) { g2 = g1; g1 = gb; }
+        else if (gb > g2) g2 = gb;
+    }
+    double limit = fmin(g2 * (1 - 1e-9), top * (1 - a->near_frac) * (1 - 1e-9));
+    if (limit <= 0) return 0;
+    return option_bound(m, tb, c, opts[i].k, a, limit, opts[i].off == OFFLOAD_NONE) < limit;
+}
 
 /* Simpler first: no offload before offload, then the strategy table's simplicity. */
 static int complexity(StrategyKind k, OffloadKind off) { return (int)off * 100 + plan_strategy(k)->simplicity; }
@@ -416,10 +524,22 @@ static int search_options(const ModelSpec *m, const TrainSpec *t, const TrainSpe
                 tb.precision = op->prec;
                 if (pruned) {
                     memset(&op->best, 0, sizeof(op->best));
+                    op->deferred = 0;
                     out->candidates += search_size(m, &tb, cm, a);
                     continue;
                 }
-                op->best = search(m, &tb, cm, op->k, a, &out->candidates, &out->evaluated);
+                op->deferred = 0;
+                if (defer(m, &tb, cm, a, opts, n_opts - 1)) {
+                    memset(&op->best, 0, sizeof(op->best));
+                    op->deferred = 1;
+                    out->candidates += search_size(m, &tb, cm, a);
+                    continue;
+                }
+                double bar = 0;   /* the group's best so far (another precision) */
+                for (int q = 0; q < n_opts - 1; q++)
+                    if (opts[q].k == op->k && opts[q].off == op->off && opts[q].best.ok && opts[q].best.score > bar)
+                        bar = opts[q].best.score;
+                op->best = search(m, &tb, cm, op->k, a, bar, o == OFFLOAD_NONE, &out->candidates, &out->evaluated);
             }
         }
     }
@@ -629,6 +749,16 @@ int plan_auto(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, cons
     if (win < 0) {
         explain_nothing(m, &base, c, &cm, a, opts, n_opts, divides, out);
         return 0;
+    }
+    int cw = complexity(opts[win].k, opts[win].off);
+    for (int i = 0; i < n_opts; i++) {   /* the deferred ones the explanation shows: simpler groups */
+        if (!opts[i].deferred || complexity(opts[i].k, opts[i].off) >= cw) continue;
+        TrainSpec tb = base;
+        tb.offload = opts[i].off;
+        tb.precision = opts[i].prec;
+        long cand = 0;
+        opts[i].best = search(m, &tb, &cm, opts[i].k, a, 0, 0, &cand, &out->evaluated);
+        opts[i].deferred = 0;
     }
     const Option *w = &opts[win];
     out->found = 1;

@@ -27,6 +27,8 @@ typedef struct AutoSpec {
     int keep_accum;          /* its grad_accum is fixed (given); with global_batch the micro-batch
                                 follows: global_batch / gpus / grad_accum, a whole number */
     int sp_fixed;            /* --tp auto: --sp was given, so only that setting is tried */
+    int exhaustive;          /* 1: every option's allocator search run, no bound spares one (the
+                                result is the same; tests compare); 0 = bounded (plan_auto.c) */
 } AutoSpec;
 
 #define PLAN_AUTO_HEADROOM_FRAC 0.05

@@ -410,3 +410,52 @@ Test(sim_time, a_collective_overlapping_compute_should_slow_it_by_at_most_the_st
     cr_expect_gt(b.step_s, a.step_s);
     plan_model_free(&m);
 }
+
+/* With the allocator model auto spares the max-micro-batch searches a bound says cannot matter
+   (plan_auto.c: the best score over the batches whose tensors alone fit); the pick, its setup,
+   the runner-up and every line of the explanation must be the exhaustive search's, with fewer
+   setups simulated in at least one of these (else the bound spares nothing and is untested). */
+Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
+    struct { const char *model; int gpus; double mem_gib; int64_t global_batch; } cases[] = {
+        {"gpt2", 8, 16, 0}, {"gpt2", 8, 40, 0}, {"gpt2-xl", 8, 24, 0}, {"gpt2-xl", 2, 40, 0}, {"llama2-7b", 8, 40, 64},
+    };
+    int spared = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ModelSpec m = zoo(cases[i].model);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        ClusterSpec c;
+        plan_cluster_defaults(&c);
+        c.gpus = c.gpus_per_node = cases[i].gpus;
+        c.gpu.mem_bytes = cases[i].mem_gib * GIB;
+        c.alloc_model = 1;
+        AutoSpec a;
+        plan_auto_defaults(&a);
+        a.max_micro_batch = 32;
+        a.global_batch = cases[i].global_batch;
+        a.precisions = plan_auto_precisions(t.precision);
+        AutoResult *bounded = calloc(2, sizeof *bounded), *full = bounded + 1;
+        cr_assert(bounded);
+        plan_auto(&m, &t, &c, &a, bounded);
+        a.exhaustive = 1;
+        plan_auto(&m, &t, &c, &a, full);
+        const char *what = cases[i].model;
+        cr_expect_eq(bounded->found, full->found, "%s", what);
+        cr_expect_eq(bounded->strategy, full->strategy, "%s", what);
+        cr_expect_eq(bounded->train.micro_batch, full->train.micro_batch, "%s", what);
+        cr_expect_eq(bounded->train.grad_accum, full->train.grad_accum, "%s", what);
+        cr_expect_eq(bounded->train.act_ckpt, full->train.act_ckpt, "%s", what);
+        cr_expect_eq(bounded->train.precision, full->train.precision, "%s", what);
+        cr_expect_eq(bounded->train.offload, full->train.offload, "%s", what);
+        cr_expect_eq(bounded->runner_found, full->runner_found, "%s", what);
+        cr_expect_eq(bounded->runner, full->runner, "%s", what);
+        cr_expect_eq(bounded->runner_train.micro_batch, full->runner_train.micro_batch, "%s", what);
+        cr_expect_eq(bounded->candidates, full->candidates, "%s", what);
+        cr_expect_str_eq(bounded->explain, full->explain, "%s", what);
+        cr_expect_leq(bounded->evaluated, full->evaluated, "%s", what);
+        spared += bounded->evaluated < full->evaluated;
+        free(bounded);
+        plan_model_free(&m);
+    }
+    cr_expect_gt(spared, 0);
+}
