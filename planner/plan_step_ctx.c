@@ -212,6 +212,9 @@ int plan_step_ctx_init(StepCtx *x, const RankView *v) {
     accum_setup(x, x->ds12 && x->opt_on_gpu ? x->ds.grad_part * x->p->grad_bytes : 0);
     if (x->acc.persistent) x->grads_persistent = 1;
     x->reduce_pt = x->ds12 && x->N > 1 ? pt(x, PT_REDUCE1, 0) : pt(x, PT_NORM, 0);
+    x->mlp_ws = malloc(sizeof *x->mlp_ws * (size_t)(x->L > 0 ? x->L : 1));
+    if (!x->mlp_ws) return -1;
+    for (int i = 0; i < x->L; i++) x->mlp_ws[i] = plan_act_block_backward_bytes(m, i, t, &x->in);
     return units_setup(x);
 }
 
@@ -219,11 +222,13 @@ void plan_step_ctx_free(StepCtx *x) {
     plan_fsdp2_free(&x->f2);
     free(x->units);
     free(x->unit_of);
+    free(x->mlp_ws);
     x->units = NULL;
     x->unit_of = NULL;
+    x->mlp_ws = NULL;
 }
 
-double step_mlp_ws(const StepCtx *x, int i) { return plan_act_block_backward_bytes(x->m, i, x->t, &x->in); }
+double step_mlp_ws(const StepCtx *x, int i) { return x->mlp_ws[i]; }
 
 /* Elements of layer i that autocast casts to the low-precision dtype: the weights of its
    matmuls and convolutions. Embedding lookups and norms run in fp32 under autocast (measured:

@@ -76,6 +76,7 @@ typedef struct StepCtx {
     StepUnit *units;         /* the sharded units (n_units), root last */
     int n_units;
     int *unit_of;            /* [L]: index into units of layer i's unit, -1 none */
+    double *mlp_ws;          /* [L]: step_mlp_ws, computed once (four rules read it per layer) */
 } StepCtx;
 
 /* Resolves the setup of view v; 0, or -1 out of memory (FSDP2's or the units' tables). */
