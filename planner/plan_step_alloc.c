@@ -256,7 +256,7 @@ static int bwd_ws_weights(const Step *st, int layer, double bytes, Weights *ws) 
     }
     /* a MoE block's working set is its experts' (plan_moe_backward: net of the saved tensors
        freed while it is made): where the saved product is freed at the moment, the three
-       gradients of its size (down's input's, the gate's, up's: plan_moe_saved_product), else one
+       gradients of its size (down's input's, the gate's, up's: plan_moe_bwd_freed), else one
        piece; not a dense MLP's two gradients */
     double freed[3], prod = plan_moe_bwd_freed(m, layer, &t, &in, freed) ? freed[0] : 0;
     double f = plan_moe_block(m, &m->layers[layer]) ? prod

@@ -373,13 +373,19 @@ static Step built_on_8(const ModelSpec *m, const TrainSpec *t, StrategyKind s) {
     return st;
 }
 
-static int written_allocs(const Step *st, const char *rule, double *most) {
+/* The trace plan_step_alloc_write writes for st (two steps), in a temporary file at its start. */
+static FILE *written_trace(const Step *st) {
     FILE *f = tmpfile();
     cr_assert_not_null(f);
     StepAllocOpts o;
     plan_step_alloc_opts_default(&o);
     cr_assert_eq(plan_step_alloc_write(st, &o, f, NULL), 0);
     rewind(f);
+    return f;
+}
+
+static int written_allocs(const Step *st, const char *rule, double *most) {
+    FILE *f = written_trace(st);
     static double size[1 << 20];   /* by handle; the rule's only */
     memset(size, 0, sizeof size);
     char line[256], cur[128] = "";
@@ -536,12 +542,7 @@ typedef struct {
 } TraceRow;
 
 static int step2_rows(const Step *st, TraceRow *rows, int max) {
-    FILE *f = tmpfile();
-    cr_assert_not_null(f);
-    StepAllocOpts o;
-    plan_step_alloc_opts_default(&o);
-    cr_assert_eq(plan_step_alloc_write(st, &o, f, NULL), 0);
-    rewind(f);
+    FILE *f = written_trace(st);
     static double size[1 << 16];
     static char rule_of[1 << 16][32];
     char line[256], cur[32] = "";
@@ -568,7 +569,7 @@ static int step2_rows(const Step *st, TraceRow *rows, int max) {
 /* A MoE block's MLP moment as PyTorch makes it (mixtral-wide, fp32, b4 s128: T·k = 1,024 routed
    rows, d_ff_expert 1,024): the product act(gate)·up that down's grouped_mm saved (4 MiB) is
    freed there, and three gradients of its size are live (down's input's, the gate's and up's:
-   recorded, docs/formulas.md "A MoE block's backward"); the gate_up weight's gradient (2 MiB)
+   recorded, docs/formulas.md "A MoE block's MLP backward"); the gate_up weight's gradient (2 MiB)
    comes after the moment, not before it (the block's pending gradients). Before, the listing
    made one 7.9 MiB working set beside the saved product and the 2 MiB gradient, and its replay
    reserved 96 MiB against the 78 recorded. */
