@@ -4,6 +4,7 @@
  * check, and the header and JSON lines. docs/formulas.md "Mixture of experts". */
 #include "plan_dim_moe.h"
 
+#include <math.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 
@@ -166,8 +167,8 @@ double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpe
    down's backward. The moment that holds more, counting gradients at the precision's grad bytes,
    is the one planned: *grads and *casts are the parameter elements whose gradients exist and
    whose autocast copies are freed by then. */
-double plan_moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in,
-                           double *grads, double *casts) {
+static double moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in,
+                           double *grads, double *casts, int *c) {
     const MoeSpec *e = &m->moe;
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, R = p->param_bytes, Eb = moe_expert_bytes(m, p), h = (double)m->d_model;
@@ -195,7 +196,57 @@ double plan_moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec
     int at_c = bs * c_ws + down * p->grad_bytes >= bs * a_ws;
     if (grads) *grads = pre_g + (at_c ? down : 0);
     if (casts) *casts = pre_g + (at_c && e->router == MOE_ROUTER_ALL_EXPERTS ? down : 0);
+    if (c) *c = at_c;
     return bs * (pre + (at_c ? c_ws : a_ws));
+}
+
+double plan_moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in,
+                         double *grads, double *casts) {
+    return moe_backward(m, l, t, in, grads, casts, NULL);
+}
+
+/* The saved tensors a routed MoE block's backward frees by its MLP moment C (plan_moe_backward):
+   once the weighted sum's backward has run, the down output and the routing weights it saved
+   (`proj_out * sample_weights_g.unsqueeze(-1)`), and once down's grouped_mm backward has made its
+   input gradient, the product act(gate)·up it saved (transformers' integrations/moe.py
+   grouped_mm_experts_forward, _default_apply_gate `self.act_fn(gate) * up`); the product's mul
+   backward then makes the gate's and up's gradients (recorded on mixtral-wide b4: down's input
+   gradient, the product's 4 MiB freed, two 4 MiB gradients; the saved gate_up output goes only
+   after the activation's backward). So at C three tensors of the product's size are live where
+   the product was: the account frees these at C and the working set holds them back (the same
+   bytes at every moment). Written into v (bytes each: the product, the down output, the weights;
+   at most 3), their count returned; 0 unless the block is routed (not Llama 4's every expert),
+   not expert parallel (its sending rank's tensors differ), not checkpointed (recomputation holds
+   its own), its MLP moment is C and it saves each as a tensor of its own (plan_act_ckpt_tensors). */
+int plan_moe_bwd_freed(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *v) {
+    const LayerSpec *l = &m->layers[i];
+    const MoeSpec *e = &m->moe;
+    int at_c = 0;
+    if (!plan_moe_block(m, l) || e->router == MOE_ROUTER_ALL_EXPERTS || e->ep > 1 || plan_act_checkpointed(m, t, i) ||
+        plan_act_block_backward_bytes(m, i, t, in) <= 0)
+        return 0;
+    moe_backward(m, l, t, in, NULL, NULL, &at_c);
+    if (!at_c) return 0;
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double rows = (double)in->b * (double)in->s * moe_rows_factor(m, t) * e->top_k, Eb = moe_expert_bytes(m, p);
+    double want[3] = {rows * Eb * (double)e->d_ff_expert, rows * Eb * (double)m->d_model,
+                      rows * moe_weight_bytes(e, p->act_bytes)};
+    double saved[PLAN_ACT_MAX_TENSORS];
+    int n = plan_act_ckpt_tensors(m, i, t, in, saved, PLAN_ACT_MAX_TENSORS), found = 0;
+    for (int w = 0; w < 3; w++)
+        for (int k = 0; k < n; k++)
+            if (fabs(saved[k] - want[w]) < 0.5) {
+                saved[k] = -1;   /* each saved tensor stands for one */
+                v[found++] = want[w];
+                break;
+            }
+    return found == 3 ? 3 : 0;
+}
+
+double plan_moe_bwd_freed_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    double v[3];
+    int n = plan_moe_bwd_freed(m, i, t, in, v);
+    return n ? v[0] + v[1] + v[2] : 0;
 }
 
 /* ---- the dimension's row ---- */

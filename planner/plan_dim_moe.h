@@ -30,6 +30,13 @@ double plan_act_moe_delta(const ModelSpec *m, const LayerSpec *l, const TrainSpe
 double plan_moe_backward(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, const ActInputs *in,
                          double *grads, double *casts);
 
+/* The saved tensors a routed MoE block's backward frees by its MLP moment (the product
+   act(gate)·up, the down output, the routing weights), where the account frees them there: their
+   bytes into v (3 entries) and their count (3), or 0 (docs/formulas.md "A MoE block's MLP backward");
+   _bytes: their sum. */
+int plan_moe_bwd_freed(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *v);
+double plan_moe_bwd_freed_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+
 extern const PlanDim plan_dim_moe;
 
 #endif

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "plan_dim_ft.h"
+#include "plan_dim_moe.h"
 #include "plan_step_internal.h"
 
 static int last_of_kind(const ModelSpec *m, LayerKind k) {
@@ -20,9 +21,13 @@ static int last_of_kind(const ModelSpec *m, LayerKind k) {
    has freed its saved copy. */
 void rule_saved_activations(const StepCtx *x, Step *st) {
     for (int i = 0; i < x->L; i++) {
-        double a = plan_act_ckpt_bytes(x->m, i, x->t, &x->in);
+        double a = plan_act_ckpt_bytes(x->m, i, x->t, &x->in), prod = plan_moe_bwd_freed_bytes(x->m, i, x->t, &x->in);
         StepWhen w = step_mlp_ws(x, i) > 0 ? AT_BEFORE : AT_AFTER;
-        step_hold(st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, pt(x, PT_FWD, i), AT_BEFORE, pt(x, PT_BWD, i), w, a);
+        /* a MoE block's product, down output and weights go at its MLP moment (its working set
+           holds them back) */
+        step_hold(st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, pt(x, PT_FWD, i), AT_BEFORE, pt(x, PT_BWD, i), w, a - prod);
+        step_hold(st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, pt(x, PT_FWD, i), AT_BEFORE, pt(x, PT_BWD_MLP, i), AT_BEFORE,
+                  prod);
     }
     double held = plan_act_loop_held(x->m, x->t, &x->in);
     int h = last_of_kind(x->m, LAYER_HEAD);
@@ -117,6 +122,7 @@ void rule_backward_transients(const StepCtx *x, Step *st) {
         }
         double ws = step_mlp_ws(x, i);
         if (ws > 0) {
+            ws += plan_moe_bwd_freed_bytes(x->m, i, x->t, &x->in);   /* freed from the saved ones here */
             step_sample(st, pt(x, PT_BWD_MLP, i));
             step_at(st, RULE_MLP_BACKWARD, TERM_TRANSIENT, pt(x, PT_BWD_MLP, i), ws);
         }

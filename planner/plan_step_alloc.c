@@ -212,10 +212,24 @@ static int act_weights(const Step *st, int layer, double bytes, Weights *ws) {
     const TrainSpec *t = &st->view.t;
     const ModelSpec *m = &st->view.m;
     ActInputs in = {t->micro_batch, t->seq > 0 ? t->seq : m->max_seq, t->dropout >= 0 ? t->dropout : m->dropout};
-    double v[PLAN_ACT_MAX_TENSORS], sum = 0;
+    double v[PLAN_ACT_MAX_TENSORS], sum = 0, freed[3];
     int n = plan_act_ckpt_tensors(m, layer, t, &in, v, PLAN_ACT_MAX_TENSORS);
+    int nf = plan_moe_bwd_freed(m, layer, t, &in, freed);
+    /* a MoE block's tensors freed at its MLP moment are an event of their own: that event is
+       them; the layer's other event lists the rest (the latest of each size out) */
+    if (nf && fabs(bytes - (freed[0] + freed[1] + freed[2])) < 1) {
+        for (int k = 0; k < nf; k++)
+            if (add_w(ws, freed[k])) return -1;
+        return 0;
+    }
+    for (int f = 0; f < nf; f++)
+        for (int k = n - 1; k >= 0; k--)
+            if (fabs(v[k] - freed[f]) < 0.5) {
+                v[k] = 0;
+                break;
+            }
     for (int k = 0; k < n; k++) {
-        if (add_w(ws, v[k])) return -1;
+        if (add_w(ws, v[k])) return -1;   /* add_w skips the zeros */
         sum += v[k];
     }
     return n > 0 && bytes > sum + 1 ? add_w(ws, bytes - sum) : 0;
@@ -241,11 +255,15 @@ static int bwd_ws_weights(const Step *st, int layer, double bytes, Weights *ws) 
         }
     }
     /* a MoE block's working set is its experts' (plan_moe_backward: net of the saved tensors
-       freed while it is made, one piece), not a dense MLP's two gradients */
-    double f = plan_moe_block(m, &m->layers[layer]) ? 0
+       freed while it is made): where the saved product is freed at the moment, the three
+       gradients of its size (down's input's, the gate's, up's: plan_moe_bwd_freed), else one
+       piece; not a dense MLP's two gradients */
+    double freed[3], prod = plan_moe_bwd_freed(m, layer, &t, &in, freed) ? freed[0] : 0;
+    double f = plan_moe_block(m, &m->layers[layer]) ? prod
              : (double)in.b * (double)in.s * (double)m->d_ff * plan_precision(t.precision)->act_bytes,
            left = bytes - sum;
-    for (int k = 0; k < 2 && f > 0 && left > f; k++, left -= f)
+    int nf = prod > 0 ? 3 : 2;
+    for (int k = 0; k < nf && f > 0 && left > f; k++, left -= f)
         if (add_w(ws, f)) return -1;
     return left > 0.5 ? add_w(ws, left) : 0;
 }
@@ -527,6 +545,48 @@ static int ds_unflattened(const Step *st, const StepMem *x, Weights *ws, OpList 
            push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
 }
 
+/* A block's MLP moment holds only the gradients its MLP's output projection has made: autograd
+   makes the others as the backward reaches their layers, after the activation's backward (a MoE
+   block's gate_up weight gradient, 2 MiB on mixtral-wide b4, recorded after the working set's
+   peak: torch/_tensor.py backward -> the grouped_mm node's weight gradient last). The account
+   says so with RULE_MLP_PENDING_GRADS (pending bytes out before the moment, back after it). In
+   the listing, the slot's latest gradient allocations (from ops[from]), up to `pending` bytes
+   (the last one cut where the bytes end), leave the slot for `later`, which the next slot makes
+   at its end; the pending rule's own events list nothing. */
+static int defer_grads(OpList *ops, int from, uint64_t pending, OpList *later) {
+    int first = ops->n;   /* the first op deferred (whole or in part) */
+    uint64_t left = pending;
+    for (int k = ops->n - 1; k >= from && left; k--) {
+        const StepOp *x = &ops->v[k];
+        if (x->kind != OP_ALLOC || x->term != TERM_GRADS) continue;
+        first = k;
+        left -= x->size < left ? x->size : left;
+    }
+    left = pending;
+    int n = from;
+    for (int k = from; k < ops->n; k++) {
+        StepOp x = ops->v[k];
+        if (k < first || x.kind != OP_ALLOC || x.term != TERM_GRADS || !left) { ops->v[n++] = x; continue; }
+        uint64_t cut = 0;   /* of the first deferred op, what stays: the part past the pending bytes */
+        if (k == first) {
+            uint64_t later_bytes = 0;
+            for (int j = k; j < ops->n; j++)
+                if (ops->v[j].kind == OP_ALLOC && ops->v[j].term == TERM_GRADS) later_bytes += ops->v[j].size;
+            cut = later_bytes > pending ? later_bytes - pending : 0;
+        }
+        if (cut) {
+            StepOp keep = x;
+            keep.size = cut;
+            ops->v[n++] = keep;
+            x.size -= cut;
+        }
+        left -= x.size < left ? x.size : left;
+        if (push_op(later, x)) return -1;
+    }
+    ops->n = n;
+    return 0;
+}
+
 static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     unit_tab.of = NULL;
     int *idx = plan_step_order_events(st);
@@ -534,6 +594,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     double level[RULE_COUNT][TERM_COUNT];
     memset(level, 0, sizeof level);
     Weights ws = {.flat_from = -1};
+    OpList later = {0};   /* gradients deferred past a block's MLP moment */
     int rc = !idx || !carry ? -1 : 0;
     int step_pt = plan_step_point(st->n_layers, PT_STEP, 0), lazy_done = 0;
     ops->n = 0;
@@ -590,12 +651,25 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
                     if (carry[idx[e]] && x->bytes > 0 && x->rule == RULE_OPTIMIZER)
                         rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, OP_ALLOC, 0);
                 }
+            int slot_from = ops->n;
+            double pending = 0;
             for (int e = e0; e < e1 && !rc; e++) {
                 const StepMem *x = &st->mem[idx[e]];
                 int stream = o->one_stream ? 0 : st->alloc_stream[x->rule];
                 if (carry[idx[e]] || x->term == TERM_OVERHEAD) continue;
+                if (x->rule == RULE_MLP_PENDING_GRADS) {   /* made by the deferral below */
+                    pending -= x->bytes < 0 ? x->bytes : 0;
+                    continue;
+                }
                 if (st->alloc_level[x->rule]) rc = push_level(ops, st, x, &level[x->rule][x->term], &ws, stream, o->one_stream);
                 else rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, stream);
+            }
+            /* the gradients a block's MLP moment holds pending (RULE_MLP_PENDING_GRADS) are the
+               block's latest listed, made after it: they move to the end of the next slot */
+            if (!rc && pending > 0.5) rc = defer_grads(ops, slot_from, (uint64_t)llround(pending), &later);
+            else if (!rc && later.n) {
+                for (int k = 0; k < later.n && !rc; k++) rc = push_op(ops, later.v[k]);
+                later.n = 0;
             }
             if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
         }
@@ -603,6 +677,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     free(idx);
     free(carry);
     free(ws.w);
+    free(later.v);
     return rc;
 }
 
