@@ -60,7 +60,8 @@ OPTIONAL_FLAGS = (("fsdp", "--fsdp"), ("fsdp_reduce_dtype", "--fsdp-reduce-dtype
                   ("optimizer", "--optimizer"), ("fsdp_backward_prefetch", "--fsdp-backward-prefetch"),
                   ("fsdp_grad_sync", "--fsdp-grad-sync"), ("dropout", "--dropout"), ("offload", "--offload"),
                   ("ds_reduce_bucket", "--ds-reduce-bucket"), ("ds3_prefetch", "--ds3-prefetch"),
-                  ("ds_overlap_comm", "--ds-overlap-comm"), ("attn_kernel", "--attn-kernel"))
+                  ("ds_overlap_comm", "--ds-overlap-comm"), ("attn_kernel", "--attn-kernel"),
+                  ("zero_param_sync", "--zero-param-sync"), ("zero_group", "--zero-group"))
 
 
 # ---- the corpus ----

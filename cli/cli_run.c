@@ -209,7 +209,7 @@ static const struct { const char *flag, *same; int cupti, ranks; const char *why
     {"fsdp", NULL, 0, 0, NO_FSDP}, {"fsdp-grad-sync", NULL, 0, 0, NO_FSDP},
     {"autocast", NULL, 0, 0, "the engine trains in fp32, without autocast"},
     {"ds-reduce-bucket", NULL, 0, 0, NO_DS}, {"ds3-prefetch", NULL, 0, 0, NO_DS}, {"ds3-max-live", NULL, 0, 0, NO_DS},
-    {"ds3-max-reuse", NULL, 0, 0, NO_DS}, {"ds3-persist", NULL, 0, 0, NO_DS}, {"ds-overlap-comm", NULL, 0, 0, NO_DS},
+    {"ds3-max-reuse", NULL, 0, 0, NO_DS}, {"ds3-persist", NULL, 0, 0, NO_DS}, {"ds-overlap-comm", NULL, 0, 0, NO_DS}, {"zero-param-sync", NULL, 0, 0, NO_DS}, {"zero-group", NULL, 0, 0, NO_DS},
     {"gpu", NULL, 1, 0, NULL}, {"cuda-context", NULL, 1, 0, NULL}, {"nccl-mem", NULL, 1, 0, NULL},
     {"tp", NULL, 0, 0, "the engine runs data parallelism only: tensor parallel is planned, not run (memplan --tp)"},
     {"sp", NULL, 0, 0, "the engine runs data parallelism only: sequence parallel is planned, not run (memplan --sp)"},

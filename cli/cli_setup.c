@@ -27,7 +27,7 @@ enum {
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_ATTN_KERNEL, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
     OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
-    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ALLOC_CONF,
+    OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ZERO_SYNC, OPT_ZERO_GROUP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
     OPT_TP, OPT_SP, OPT_LOSS_PARALLEL, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_PP_VIRTUAL, OPT_PP_LESS_FIRST, OPT_PP_LESS_LAST, OPT_PP_RETURN_OUTPUTS, OPT_EP, OPT_CP,
     OPT_LORA, OPT_LORA_ALPHA, OPT_LORA_TARGETS, OPT_LORA_DROPOUT, OPT_FREEZE, OPT_QUANT,
@@ -84,6 +84,8 @@ static const struct option BASE_OPTIONS[] = {
     {"ds3-max-reuse", required_argument, 0, OPT_DS3_REUSE},
     {"ds3-persist", required_argument, 0, OPT_DS3_PERSIST},
     {"ds-overlap-comm", required_argument, 0, OPT_DS_OVERLAP},
+    {"zero-param-sync", required_argument, 0, OPT_ZERO_SYNC},
+    {"zero-group", required_argument, 0, OPT_ZERO_GROUP},
     {"config", required_argument, 0, OPT_CONFIG},
     {"config-kind", required_argument, 0, OPT_CONFIG_KIND},
     {"tp", required_argument, 0, OPT_TP},
@@ -304,6 +306,11 @@ void cli_print_setup_help(FILE *f) {
         "  --ds3-persist N        stage3_param_persistence_threshold (default 1e5)\n"
         "  --ds-overlap-comm on|off  overlap_comm (default: on for zero3, off for zero1/2; on: zero1/2\n"
         "                         keep a second reduce bucket)\n"
+        "  --zero-param-sync allgather|broadcast  how zero1/zero2 send the updated shards after the step:\n"
+        "                         one all-gather (default: DeepSpeed's all_gather_dp_groups) or one broadcast\n"
+        "                         per rank (InternLM's HybridZeroOptimizer.broadcast_params)\n"
+        "  --zero-group N         zero1/zero2 shard the optimizer within groups of N ranks, gradients still\n"
+        "                         all-reduced over all (InternLM's zero1=N; default: every rank, DeepSpeed's)\n"
         "Overheads (per GPU; defaults in docs/formulas.md):\n"
         "  --cuda-context SIZE    CUDA context (default 512MiB)\n"
         "  --cublas-ws SIZE       cuBLAS workspace (default: the --gpu preset's, 32MiB on Hopper, 8.125MiB before)\n"
@@ -623,6 +630,16 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     for (size_t i = 0; i < sizeof DS_FLAGS / sizeof DS_FLAGS[0] && !ds_rows; i++)
         if (cli_setup_given(s, DS_FLAGS[i]))
             return cli_usage_error("--%s is a DeepSpeed setting: add zero1, zero2 or zero3 to --strategy", DS_FLAGS[i]);
+    unsigned zero12 = s->strategies & (1u << STRAT_ZERO1 | 1u << STRAT_ZERO2);
+    if (cli_setup_given(s, "zero-param-sync") && !zero12)
+        return cli_usage_error("--zero-param-sync sets how ZeRO-1/2 send the updated shards: add zero1 or zero2 to "
+                               "--strategy");
+    if (cli_setup_given(s, "zero-group") && !zero12)
+        return cli_usage_error("--zero-group sets ZeRO-1/2's shard group: add zero1 or zero2 to --strategy");
+    int64_t dp_ranks = s->cluster.gpus / (s->train.tp > 1 ? s->train.tp : 1) / (s->train.pp > 1 ? s->train.pp : 1);
+    if (s->train.ds.zero_group > 0 && (s->train.ds.zero_group > dp_ranks || dp_ranks % s->train.ds.zero_group))
+        return cli_usage_error("--zero-group %lld does not divide the %lld data-parallel ranks (valid: a divisor of %lld)",
+                               (long long)s->train.ds.zero_group, (long long)dp_ranks, (long long)dp_ranks);
     if ((rc = fsdp1_knobs(s))) return rc;
     if ((rc = fsdp_reduce(s))) return rc;
     if (s->train.grad_as_bucket_view && !(s->strategies & (1u << STRAT_DDP)))
@@ -931,6 +948,16 @@ static int train_option(CliSetup *s, Flags *f, int c, const char *a) {
         if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0)
             return cli_usage_error("unknown --ds-overlap-comm '%s' (valid: on, off)", a);
         s->train.ds.overlap_comm = strcmp(a, "on") == 0 ? 1 : 2;
+        break;
+    case OPT_ZERO_SYNC:
+        if (strcmp(a, "allgather") != 0 && strcmp(a, "broadcast") != 0)
+            return cli_usage_error("unknown --zero-param-sync '%s' (valid: allgather, broadcast)", a);
+        s->train.ds.param_sync = strcmp(a, "broadcast") == 0 ? PARAM_SYNC_BROADCAST : PARAM_SYNC_ALLGATHER;
+        break;
+    case OPT_ZERO_GROUP:
+        if (plan_parse_double(a, 1, 1e9, &d) || d != floor(d))
+            return cli_usage_error("--zero-group '%s' is not a whole number of ranks in [1, 1e9]", a);
+        s->train.ds.zero_group = (int64_t)d;
         break;
     case OPT_FSDP_MIN:
         if (plan_parse_double(a, 1, 1e16, &d) || d != floor(d))

@@ -665,6 +665,11 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
                                   : "torch.distributed.pipelining with ddp or fsdp-full, not DeepSpeed's PipelineModule",
                                tp ? "the mesh and the parallelize_module plan" : "the pipeline's split");
     }
+    if (o.emit && (s.train.ds.param_sync == PARAM_SYNC_BROADCAST || s.train.ds.zero_group > 0)) {
+        cli_setup_free(&s);   /* a config that is not the plan is worse than none */
+        return cli_usage_error("--emit with --%s: InternLM's hybrid ZeRO is not a DeepSpeed or torch setting; drop it "
+                               "to emit DeepSpeed's ZeRO", s.train.ds.zero_group > 0 ? "zero-group" : "zero-param-sync broadcast");
+    }
     if (o.emit && (s.json || o.trace || o.plot)) {
         cli_setup_free(&s);
         return cli_usage_error("--emit %s prints only the %s on standard output: drop %s, or run it without --emit",

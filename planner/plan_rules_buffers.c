@@ -163,9 +163,17 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
             bkt * gb, bkt, x->ds12_stage1, x->N);
     /* one all_gather_into_tensor of the flat group per parameter group (runtime/utils.py
        all_gather_dp_groups: torch has all_gather_into_tensor, so allgather_bucket_size's
-       sequential shards are never used) */
-    coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, PHASE_STEP,
-         SCHED_SYNC_AFTER, MICRO_ONCE, (double)x->n * x->ds.part * x->p->param_bytes, x->N, multi_node(x));
+       sequential shards are never used); or, --zero-param-sync broadcast, one broadcast of each
+       rank's shard from its owner, all issued then waited for (InternLM's
+       HybridZeroOptimizer.broadcast_params: dist.broadcast(src=rank) for every rank of the
+       group): n collectives of a shard each, every one paying the whole group's latency */
+    double all = (double)x->n * x->ds.part * x->p->param_bytes;
+    int bcast = x->dsk.param_sync == PARAM_SYNC_BROADCAST;
+    /* within the shard group (every rank, or --zero-group's: a node's ranks run first) */
+    int crosses = x->n < x->N ? x->n > x->c->gpus_per_node : multi_node(x);
+    StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), bcast ? COLL_BROADCAST : COLL_ALL_GATHER,
+                       PURPOSE_UPDATED_PARAMS, PHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE, all, x->n, crosses);
+    if (e && bcast) e->count = (double)x->n;
 }
 
 /* The global gradient norm (fp32 for ZeRO-1/2, fp64 for ZeRO-3) and, under fp16/bf16, the

@@ -25,6 +25,8 @@ void plan_memory_sizes(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     const OptimizerSpec *o = plan_optimizer(t->optimizer);
     memset(z, 0, sizeof(*z));
     z->n = s->group_node ? (c->gpus_per_node < c->gpus ? c->gpus_per_node : c->gpus) : c->gpus;
+    /* InternLM's hybrid ZeRO (--zero-group): ZeRO-1/2 shard within groups of that many ranks */
+    if (s->buffers == BUF_DS_REDUCE && t->ds.zero_group > 0 && t->ds.zero_group < c->gpus) z->n = t->ds.zero_group;
     /* Parameter-sharding strategies wrap like FSDP: one root unit holding every layer outside
        the model's repeated blocks (LayerSpec.unit 0), one unit per block; the others, and
        models without units, shard each layer on its own. A flat unit (FSDP1, ZeRO) is padded

@@ -55,7 +55,7 @@ void plan_train_defaults(TrainSpec *t) {
 
 DsKnobs plan_ds_knobs(const TrainSpec *t) {
     static const DsKnobs DEF = {PLAN_DS_REDUCE_BUCKET, PLAN_DS_ALLGATHER_BUCKET, PLAN_DS3_PREFETCH,
-                                PLAN_DS3_MAX_LIVE, PLAN_DS3_REUSE, PLAN_DS3_PERSIST, 0};
+                                PLAN_DS3_MAX_LIVE, PLAN_DS3_REUSE, PLAN_DS3_PERSIST, 0, PARAM_SYNC_ALLGATHER, 0};
     DsKnobs k = t->ds;
     if (k.reduce_bucket <= 0) k.reduce_bucket = DEF.reduce_bucket;
     if (k.allgather_bucket <= 0) k.allgather_bucket = DEF.allgather_bucket;

@@ -101,7 +101,15 @@ typedef struct {
     double persist;          /* stage3_param_persistence_threshold (1e5; a user's 0 is kept as 1:
                                 no tensor of at least one element stays whole either way) */
     int overlap_comm;        /* 0 = DeepSpeed's default (true for stage 3, else false), 1 on, 2 off */
+    int param_sync;          /* ZeRO-1/2's updated shards after the step: PARAM_SYNC_ALLGATHER
+                                (DeepSpeed's all_gather_dp_groups, the default) or
+                                PARAM_SYNC_BROADCAST (one broadcast per rank: InternLM's
+                                HybridZeroOptimizer.broadcast_params) */
+    int64_t zero_group;      /* ZeRO-1/2 shard the optimizer over groups of this many ranks
+                                (InternLM's zero1=N: gradients still all-reduced over every rank,
+                                the step's sync within the group); 0 = every rank (DeepSpeed) */
 } DsKnobs;
+enum { PARAM_SYNC_ALLGATHER = 0, PARAM_SYNC_BROADCAST = 1 };
 
 /* The trainable subset (docs/formulas.md "LoRA and frozen parameters"): what --freeze freezes
  * without LoRA: the input embeddings (a head tied to them with them), or every parameter but

@@ -656,3 +656,17 @@ Test(cli, text_should_fit_100_columns_unless_wide) {
     cr_assert_eq(run("--model gpt2-xl --gpus 8 --explain"), 0);
     cr_expect(strstr(out, "# host = host memory per node") && strstr(out, "nccl-tests"), "%s", out);
 }
+
+/* InternLM's hybrid ZeRO knobs: bad values and strategies they do not touch are refused in one
+   line; the broadcast plan lists one broadcast per rank of the group after the step */
+Test(cli, zero_param_sync_and_zero_group_should_refuse_what_they_do_not_plan) {
+    expect_usage_error("--model gpt2 --gpus 8 --zero-param-sync bcast", "unknown --zero-param-sync 'bcast' (valid: allgather, broadcast)");
+    expect_usage_error("--model gpt2 --gpus 8 --strategy ddp --zero-param-sync broadcast", "add zero1 or zero2 to --strategy");
+    expect_usage_error("--model gpt2 --gpus 8 --strategy fsdp-full --zero-group 4", "add zero1 or zero2 to --strategy");
+    expect_usage_error("--model gpt2 --gpus 8 --zero-group 3", "--zero-group 3 does not divide the 8 data-parallel ranks");
+    expect_usage_error("--model gpt2 --gpus 8 --zero-group 2.5", "not a whole number of ranks");
+    expect_usage_error("auto --model gpt2 --gpus 8 --zero-param-sync broadcast --emit deepspeed", "not a DeepSpeed or torch setting");
+    cr_assert_eq(run("--model gpt2 --gpus 16 --strategy zero1 --zero-param-sync broadcast --zero-group 8"), 0, "%s", out);
+    cr_expect(strstr(out, "broadcast"), "%.1500s", out);
+    cr_expect(strstr(out, "updated parameters"), "%.1500s", out);
+}

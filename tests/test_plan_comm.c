@@ -196,3 +196,52 @@ Test(plan_comm, a_measured_bandwidth_and_latency_per_collective_should_replace_t
     cr_expect(fabs(plan_coll_seconds(&plain, COLL_REDUCE_SCATTER, pay, 4, 0) -
                    plan_coll_seconds(&c, COLL_REDUCE_SCATTER, pay, 4, 0)) > 1e-6);
 }
+
+/* InternLM's hybrid ZeRO (HybridZeroOptimizer at 85706ef): gradients all-reduced over every rank,
+   the updated shards broadcast from their owners one rank at a time (broadcast_params), within
+   the ZeRO group (--zero-group). Hand-worked: ZeRO-1 on 64 GPUs (8 nodes) moves the same bytes
+   after the step as one all-gather, as 64 broadcasts of a 64th each, each one a whole broadcast
+   over the group; with a group of 8 (a node) 8 broadcasts of an 8th, within the node, and the
+   optimizer's shard 8 times the 64-rank one. */
+Test(comm, internlm_hybrid_zero_should_broadcast_each_shard_from_its_owner_within_the_group) {
+    ModelSpec m; TrainSpec t; ClusterSpec c;
+    setup(&m, "gpt2-medium", &t, &c, 64);
+    t.impl = IMPL_PYTORCH;
+    CommPlan ag, bc, grp;
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &ag);
+    t.ds.param_sync = PARAM_SYNC_BROADCAST;
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &bc);
+    const PlanColl *a = NULL, *b = NULL, *g = NULL, *ar = NULL, *gar = NULL;
+    for (int i = 0; i < ag.n; i++) if (ag.c[i].phase == PHASE_STEP && ag.c[i].op == COLL_ALL_GATHER) a = &ag.c[i];
+    for (int i = 0; i < bc.n; i++) {
+        if (bc.c[i].phase == PHASE_STEP && bc.c[i].op == COLL_BROADCAST) b = &bc.c[i];
+        if (bc.c[i].phase == PHASE_BACKWARD && bc.c[i].op == COLL_ALL_REDUCE) ar = &bc.c[i];
+    }
+    cr_assert(a && b && ar);
+    cr_expect_eq(b->count, 64);
+    cr_expect_eq(b->group, 64);
+    cr_expect(fabs(b->payload_bytes / a->payload_bytes - 1) < 1e-12, "%g vs %g", b->payload_bytes, a->payload_bytes);
+    double one = plan_coll_seconds(&c, COLL_BROADCAST, b->payload_bytes / 64, 64, 1);
+    cr_expect(fabs(b->seconds / (64 * one) - 1) < 1e-9, "%g s vs 64 x %g s", b->seconds, one);
+    cr_expect_gt(b->seconds, 2 * a->seconds, "64 latencies: %g s vs the all-gather's %g s", b->seconds, a->seconds);
+    t.ds.zero_group = 8;
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &grp);
+    for (int i = 0; i < grp.n; i++) {
+        if (grp.c[i].phase == PHASE_STEP && grp.c[i].op == COLL_BROADCAST) g = &grp.c[i];
+        if (grp.c[i].phase == PHASE_BACKWARD && grp.c[i].op == COLL_ALL_REDUCE) gar = &grp.c[i];
+    }
+    cr_assert(g && gar);
+    cr_expect_eq(g->count, 8);
+    cr_expect_eq(g->group, 8);
+    cr_expect(fabs(g->seconds / (8 * plan_coll_seconds(&c, COLL_BROADCAST, g->payload_bytes / 8, 8, 0)) - 1) < 1e-9);
+    cr_expect_eq(gar->group, 64, "gradients still all-reduced over every rank");
+    cr_expect_eq(gar->payload_bytes, ar->payload_bytes);
+    MemResult r64, r8;
+    t.ds.zero_group = 0;
+    plan_memory(&m, &t, &c, STRAT_ZERO1, &r64);
+    t.ds.zero_group = 8;
+    plan_memory(&m, &t, &c, STRAT_ZERO1, &r8);
+    cr_expect_gt(r8.ms_optimizer, 7 * r64.ms_optimizer, "optimizer shard over 8 ranks: %g vs %g over 64", r8.ms_optimizer, r64.ms_optimizer);
+    cr_expect_lt(r8.ms_optimizer, 9 * r64.ms_optimizer);
+    plan_model_free(&m);
+}

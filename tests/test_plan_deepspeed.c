@@ -14,7 +14,7 @@
 
 /* DeepSpeed's default sizes, as a TrainSpec that sets none gets them */
 static const DsKnobs DEF_KNOBS = {PLAN_DS_REDUCE_BUCKET, PLAN_DS_ALLGATHER_BUCKET, PLAN_DS3_PREFETCH,
-                                  PLAN_DS3_MAX_LIVE, PLAN_DS3_REUSE, PLAN_DS3_PERSIST, 0};
+                                  PLAN_DS3_MAX_LIVE, PLAN_DS3_REUSE, PLAN_DS3_PERSIST, 0, PARAM_SYNC_ALLGATHER, 0};
 
 static void setup(TrainSpec *t, ClusterSpec *c, const char *model, int64_t ranks) {
     plan_train_defaults(t);
