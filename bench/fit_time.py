@@ -312,6 +312,15 @@ def fit(pred, sources):
     return cur, best
 
 
+# The attention share of a flash kernel no fitted source ran: 1, the kernel's own published curve
+# (each kernel's rate is its own micro-benchmark, docs/gpus.md). Another kernel's fitted share is no
+# prior for it: FlashAttention-2's folds range 0.45-1.00 (the GEMM/passes/attention trade-off sets
+# it), and ml-engineering held out at that share was 41 % off, 9.9 % at 1 (docs/validation-time.md
+# "Tried"). A GPU generation only the held-out source ran keeps the others' mean GEMM share: its
+# MAMF rate is measured, the share what training sustains of any generation's.
+UNSEEN_KERNEL_SHARE = 1.0
+
+
 def leave_one_out(pred, sources):
     """For each source: the shares fitted on all the others (the same fit from the same grid, so
     nothing of the held-out source reaches its fit) and the predictions for its runs with them."""
@@ -325,10 +334,9 @@ def leave_one_out(pred, sources):
             if g not in seen:
                 shares["gemm"][g] = round(prior, 6)
         seen_k = {kernel(r) for o in others for r in usable(o["rows"])}
-        prior_k = statistics.fmean(v for k, v in shares["attn"].items() if k in seen_k)
-        for k in shares["attn"]:   # a flash kernel only this source ran: likewise
+        for k in shares["attn"]:   # a flash kernel only this source ran: its own benchmark curve as published
             if k not in seen_k:
-                shares["attn"][k] = round(prior_k, 6)
+                shares["attn"][k] = UNSEEN_KERNEL_SHARE
         rows = usable(s["rows"])
         out[s["name"]] = {"shares": shares, "pred": pred.predict(rows, shares), "rows": rows}
     return out

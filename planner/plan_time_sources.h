@@ -7,7 +7,7 @@ static const PlanTimeSource PLAN_TIME_SOURCES[] = {
     {"fms-fsdp", 8, 14.3},
     {"internlm", 54, 9.4},
     {"llm-foundry", 209, 6.4},
-    {"ml-engineering", 14, 41.2},
+    {"ml-engineering", 14, 9.9},
     {"torchtitan", 10, 9.8},
 };
 static const PlanTimeSetup PLAN_TIME_SETUPS[] = {
