@@ -84,9 +84,11 @@ static double nccl_time(CollKind op, int a, int p, double payload, double n, dou
 
 /* The per-operation model's collective: NCCL's ring (and tree, for all-reduce) over every
    protocol, the fastest. A ring across nodes runs one channel per NIC, so its bus bandwidth is
-   the node's NICs (GPUs per node x the per-GPU share) or the intra-node link, the lower. */
+   the node's NICs (the group's ranks per node x the per-GPU share) or the intra-node link, the
+   lower: a group of one rank per node (PLAN_CROSSES_STRIDED) has its own NIC share only. */
 static double nccl_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group, int crosses) {
     double n = (double)group, gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
+    if (crosses == PLAN_CROSSES_STRIDED) gpn = 1;   /* one rank per node */
     double nodes = crosses ? ceil(n / gpn) : 1;
     double link = nodes > 1 ? fmin(c->gpu.intra_bw, n / nodes * c->gpu.inter_bw) : c->gpu.intra_bw;
     double bus = link * NCCL_LINK_EFF * 1e9;
@@ -111,7 +113,7 @@ static double nccl_seconds(const ClusterSpec *c, CollKind op, double payload, in
    as flat rates. */
 static double a2a_seconds(const ClusterSpec *c, double payload, int64_t group, int crosses_nodes) {
     double n = (double)group, gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
-    double local = crosses_nodes ? fmin(n, gpn) : n;   /* the group's ranks on this rank's node */
+    double local = crosses_nodes == PLAN_CROSSES_STRIDED ? 1 : crosses_nodes ? fmin(n, gpn) : n;   /* the group's ranks on this rank's node */
     double eff = plan_time_flat(c) ? 1 : NCCL_LINK_EFF;
     double intra = payload * (local - 1) / n / (c->gpu.intra_bw * 1e9 * eff);
     double inter = local < n ? payload * (n - local) / n / (c->gpu.inter_bw * 1e9 * eff) : 0;
@@ -138,7 +140,8 @@ double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int6
        otherwise */
     double steps = coll_steps(op, group), inter = 0;
     if (crosses_nodes) {
-        double nodes = ceil((double)group / (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1));
+        double nodes = crosses_nodes == PLAN_CROSSES_STRIDED ? (double)group
+                                                             : ceil((double)group / (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1));
         inter = op == COLL_ALL_REDUCE ? 2 * (nodes - 1) : nodes - 1;
         if (inter > steps) inter = steps;
     }

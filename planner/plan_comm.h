@@ -101,7 +101,11 @@ double plan_ddp_buckets(double psi, int grad_bytes, double bucket_bytes);
    first_cap for the first, cap after. -1 when the model's tensors are unknown. */
 double plan_ddp_buckets_tensors(const ModelSpec *m, int grad_bytes, double first_cap, double cap);
 /* Modelled seconds of one collective: latency x ring steps + wire bytes / bandwidth, where a
- * ring that crosses nodes runs at the per-GPU NIC share. */
+ * ring that crosses nodes runs at the per-GPU NIC share. crosses_nodes: 0 within a node; 1 a
+ * group of consecutive ranks (gpus_per_node of them on each node, NCCL's channels over the
+ * node's NICs); PLAN_CROSSES_STRIDED a group of one rank per node (HYBRID_SHARD's replicas: the
+ * node's other ranks run their own groups at once, each on its NIC share). */
+#define PLAN_CROSSES_STRIDED 2
 double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group,
                          int crosses_nodes);
 /* FSDP under gradient accumulation: with no_sync() the (K-1) non-final micro-steps skip their

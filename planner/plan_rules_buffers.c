@@ -313,7 +313,8 @@ static void expert_unit_coll(const StepCtx *x, Step *st, const StepUnit *u, Coll
 /* The units' collectives, each moving the unit padded (n x its shard): the root gathered before
    forward (and for the engine's ZeRO-3 again before backward), each unit one ahead of its
    forward and (FULL_SHARD, ZeRO-3) of its backward, its reduce-scatter after its backward
-   (HYBRID_SHARD: then its shard all-reduced across the replicas); under --fsdp-grad-sync last
+   (HYBRID_SHARD: then its shard all-reduced across the replicas, one rank per node, each on its
+   NIC share while the node's other ranks reduce theirs); under --fsdp-grad-sync last
    the reductions run in the last micro-step only. docs/formulas.md "Communication per optimizer
    step". */
 void rule_unit_collectives(const StepCtx *x, Step *st) {
@@ -367,7 +368,7 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
         if (s) s->root = (uint8_t)u->root;
         expert_unit_coll(x, st, u, COLL_REDUCE_SCATTER, PHASE_BACKWARD, rmicro, gb);
         StepXfer *a = hsdp ? coll(st, RULE_UNIT_COLLECTIVES, at, COLL_ALL_REDUCE, PURPOSE_REPLICA_GRADS, PHASE_BACKWARD,
-                                  SCHED_ASYNC_AFTER, rmicro, u->shard * gb, replicas, 1) : NULL;
+                                  SCHED_ASYNC_AFTER, rmicro, u->shard * gb, replicas, PLAN_CROSSES_STRIDED) : NULL;
         if (a) {
             a->charge = 0;   /* issued with the reduce-scatter */
             a->root = (uint8_t)u->root;

@@ -243,5 +243,27 @@ Test(comm, internlm_hybrid_zero_should_broadcast_each_shard_from_its_owner_withi
     plan_memory(&m, &t, &c, STRAT_ZERO1, &r8);
     cr_expect_gt(r8.ms_optimizer, 7 * r64.ms_optimizer, "optimizer shard over 8 ranks: %g vs %g over 64", r8.ms_optimizer, r64.ms_optimizer);
     cr_expect_lt(r8.ms_optimizer, 9 * r64.ms_optimizer);
+/* HYBRID_SHARD's replica all-reduce runs over one rank per node while the node's other ranks run
+   theirs: each ring has its GPU's NIC share only, not the node's NICs a ring of consecutive ranks
+   gets (NCCL runs a channel per NIC). Hand-worked for 16 nodes of 8 at 6.25 GB/s per GPU: the
+   all-reduce's bandwidth term is 2 x 15/16 x the payload over 6.25 GB/s x NCCL's link efficiency,
+   8 times the packed group's. */
+Test(comm, hybrid_shard_replicas_should_all_reduce_at_the_gpus_nic_share) {
+    ModelSpec m; TrainSpec t; ClusterSpec c;
+    setup(&m, "llama2-7b", &t, &c, 128);
+    c.gpu.inter_bw = 6.25;
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_FSDP_HYBRID, &p);
+    const PlanColl *ar = NULL;
+    for (int i = 0; i < p.n; i++) if (p.c[i].purpose == PURPOSE_REPLICA_GRADS) ar = &p.c[i];
+    cr_assert(ar);
+    cr_expect_eq(ar->group, 16);
+    double each = ar->payload_bytes / ar->count;
+    double strided = plan_coll_seconds(&c, COLL_ALL_REDUCE, each, 16, PLAN_CROSSES_STRIDED);
+    double packed = plan_coll_seconds(&c, COLL_ALL_REDUCE, each, 16, 1);
+    cr_expect(fabs(ar->seconds / (ar->count * strided) - 1) < 1e-9, "%g vs %g x %g", ar->seconds, ar->count, strided);
+    double beta = 2.0 * 15 / 16 * each / (6.25e9 * 235.0 / 300.0);   /* NCCL_LINK_EFF */
+    cr_expect(strided >= beta && strided < beta * 1.1, "%g s, bandwidth term %g s", strided, beta);
+    cr_expect_gt(strided, 6 * packed, "%g vs packed %g", strided, packed);
     plan_model_free(&m);
 }
