@@ -243,6 +243,9 @@ Test(comm, internlm_hybrid_zero_should_broadcast_each_shard_from_its_owner_withi
     plan_memory(&m, &t, &c, STRAT_ZERO1, &r8);
     cr_expect_gt(r8.ms_optimizer, 7 * r64.ms_optimizer, "optimizer shard over 8 ranks: %g vs %g over 64", r8.ms_optimizer, r64.ms_optimizer);
     cr_expect_lt(r8.ms_optimizer, 9 * r64.ms_optimizer);
+    plan_model_free(&m);
+}
+
 /* HYBRID_SHARD's replica all-reduce runs over one rank per node while the node's other ranks run
    theirs: each ring has its GPU's NIC share only, not the node's NICs a ring of consecutive ranks
    gets (NCCL runs a channel per NIC). Hand-worked for 16 nodes of 8 at 6.25 GB/s per GPU: the
