@@ -644,11 +644,15 @@ typedef struct {
     int unsorted;
 } BlockIdx;
 
+/* The slot's released blocks by term and bytes: an open-addressed table of the keys, each with
+   the latest position of its group in the slot's list; the group's other positions chained
+   from there, later first. */
 typedef struct {
     uint64_t held;
-    int pos;                 /* in the slot's released list */
+    int head;                /* the latest position that may still be free to take (-1: none) */
+    uint32_t gen;            /* the build that filled it (older: empty) */
     uint8_t term;
-} MatchKey;
+} MatchSlot;
 
 typedef struct {
     FlatList *out;
@@ -659,12 +663,12 @@ typedef struct {
     BlockIdx released;       /* blocks released in this slot (those taken over stay listed,
                                 live again: give_back skips them) */
     int released_left[TERM_COUNT];   /* of those, not taken over, by term */
-    MatchKey *match;         /* the slot's released blocks by term, bytes, age: an exact
-                                take-over found by bisection */
-    MatchKey *match_tmp;     /* match_sort's merge buffer */
-    int nmatch, capmatch;
-    int *top;                /* per group of equal term and bytes (at its last position): the
-                                latest position that may still be free to take */
+    MatchSlot *mtab;         /* the slot's released blocks by term and bytes: an exact
+                                take-over found by hashing */
+    int *mnext;              /* per position in the slot's list: the group's next older one */
+    int capmtab, capmnext;
+    unsigned mmask;          /* the slot's table size less one (a power of two, at most capmtab) */
+    uint32_t mgen;           /* this build's mark (0: none yet) */
     int match_ready;         /* the lookup is built for this slot (at its first use) */
     int failed;
     /* bytes a rule freed before it had allocated them (a rule that lowers its figure for a
@@ -785,36 +789,18 @@ static void release(StepAllocRun *R, BlockIdx *live, int k) {
     idx_insert(R, &R->released, b->id);
 }
 
-static int match_less(const MatchKey *x, const MatchKey *y) {
-    if (x->term != y->term) return x->term < y->term;
-    if (x->held != y->held) return x->held < y->held;
-    return x->pos < y->pos;
+static unsigned match_hash(uint8_t term, uint64_t held, unsigned mask) {
+    uint64_t h = (held ^ (uint64_t)term << 56) * 0x9E3779B97F4A7C15ull;
+    return (unsigned)(h >> 32) & mask;
 }
 
-/* v[0..n) in match_less order: runs of 16 by insertion, then merged pairwise through tmp (n
-   entries). The keys are distinct (pos), so any sort gives this order. */
-#define MATCH_RUN 16
-static void match_sort(MatchKey *v, MatchKey *tmp, int n) {
-    for (int lo = 0; lo < n; lo += MATCH_RUN)
-        for (int k = lo + 1; k < n && k < lo + MATCH_RUN; k++) {
-            MatchKey t = v[k];
-            int j = k;
-            for (; j > lo && match_less(&t, &v[j - 1]); j--) v[j] = v[j - 1];
-            v[j] = t;
-        }
-    MatchKey *a = v, *b = tmp;
-    for (int w = MATCH_RUN; w < n; w *= 2) {
-        for (int lo = 0; lo < n; lo += 2 * w) {
-            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) b[k++] = match_less(&a[j], &a[i]) ? a[j++] : a[i++];
-            while (i < mid) b[k++] = a[i++];
-            while (j < hi) b[k++] = a[j++];
-        }
-        MatchKey *t = a;
-        a = b;
-        b = t;
+/* The table's entry for (term, held): its slot, or the empty one where it would go. */
+static MatchSlot *match_slot(StepAllocRun *R, uint8_t term, uint64_t held) {
+    unsigned mask = R->mmask;
+    for (unsigned h = match_hash(term, held, mask);; h = (h + 1) & mask) {
+        MatchSlot *m = &R->mtab[h];
+        if (m->gen != R->mgen || (m->term == term && m->held == held)) return m;
     }
-    if (a != v) memcpy(v, a, sizeof *v * (size_t)n);
 }
 
 /* Once the slot's frees are in (all of them come before its allocations): its released blocks
@@ -822,49 +808,39 @@ static void match_sort(MatchKey *v, MatchKey *tmp, int n) {
 static void match_build(StepAllocRun *R) {
     BlockIdx *rel = &R->released;
     idx_order(rel);
-    R->nmatch = 0;
     if (!rel->n) return;
-    int cap = R->capmatch;
-    if (plan_grow((void **)&R->match, &R->capmatch, rel->n, sizeof *R->match)) { R->failed = 1; return; }
-    if (R->capmatch != cap || !R->top) {
-        free(R->top);
-        free(R->match_tmp);
-        R->top = malloc(sizeof *R->top * (size_t)R->capmatch);
-        R->match_tmp = malloc(sizeof *R->match_tmp * (size_t)R->capmatch);
-        if (!R->top || !R->match_tmp) { R->failed = 1; return; }
+    int want = 64;
+    while (want < 2 * rel->n) want *= 2;   /* at most half full */
+    if (want > R->capmtab) {
+        free(R->mtab);
+        R->mtab = calloc((size_t)want, sizeof *R->mtab);
+        R->capmtab = R->mtab ? want : 0;
+        if (!R->mtab) { R->failed = 1; return; }
     }
-    for (int k = 0; k < rel->n; k++) {
+    if (++R->mgen == 0) {   /* the marks wrapped: every entry empty again */
+        memset(R->mtab, 0, sizeof *R->mtab * (size_t)R->capmtab);
+        R->mgen = 1;
+    }
+    if (plan_grow((void **)&R->mnext, &R->capmnext, rel->n, sizeof *R->mnext)) { R->failed = 1; return; }
+    R->mmask = (unsigned)want - 1;
+    for (int k = 0; k < rel->n; k++) {   /* oldest first: each group's head ends at its latest */
         const StepBlock *b = &R->b[rel->v[k]];
-        R->match[k] = (MatchKey){b->held, k, b->term};
-        R->top[k] = k;
+        MatchSlot *m = match_slot(R, b->term, b->held);
+        R->mnext[k] = m->gen == R->mgen ? m->head : -1;
+        *m = (MatchSlot){b->held, k, R->mgen, b->term};
     }
-    R->nmatch = rel->n;
-    match_sort(R->match, R->match_tmp, R->nmatch);
 }
 
 /* The latest released block not yet taken of this term holding exactly these bytes: its
-   position in the slot's list, or -1. A group's last entry keeps where its search stopped (taken
+   position in the slot's list, or -1. A group's entry keeps where its search stopped (taken
    blocks are not taken again within the slot). */
 static int match_find(StepAllocRun *R, uint8_t term, uint64_t held) {
-    int lo = 0, hi = R->nmatch;   /* the first entry past (term, held) */
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        const MatchKey *m = &R->match[mid];
-        if (m->term < term || (m->term == term && m->held <= held)) lo = mid + 1;
-        else hi = mid;
-    }
-    int end = lo - 1;
-    if (end < 0 || R->match[end].term != term || R->match[end].held != held) return -1;
-    int i = R->top[end];
-    while (i >= 0 && R->match[i].term == term && R->match[i].held == held &&
-           R->b[R->released.v[R->match[i].pos]].state != BLK_RELEASED)
-        i--;
-    if (i < 0 || R->match[i].term != term || R->match[i].held != held) {
-        R->top[end] = -1;
-        return -1;
-    }
-    R->top[end] = i;
-    return R->match[i].pos;
+    MatchSlot *m = match_slot(R, term, held);
+    if (m->gen != R->mgen) return -1;
+    int i = m->head;
+    while (i >= 0 && R->b[R->released.v[i]].state != BLK_RELEASED) i = R->mnext[i];
+    m->head = i;
+    return i;
 }
 
 static int take_over(StepAllocRun *R, StepReq *q) {
@@ -876,6 +852,7 @@ static int take_over(StepAllocRun *R, StepReq *q) {
     if (!R->match_ready) {
         match_build(R);
         R->match_ready = 1;
+        if (R->failed) return 0;
     }
     int k = match_find(R, q->term, q->size);
     if (k >= 0) {
@@ -935,7 +912,6 @@ static void give_back(StepAllocRun *R) {
     R->released.n = 0;
     R->released.unsorted = 0;
     memset(R->released_left, 0, sizeof R->released_left);
-    R->nmatch = 0;
 }
 
 static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
@@ -959,7 +935,7 @@ static int resolve_until(const OpList *ops, FlatList *out, SlotFn after_slot, vo
     R.n = 0;
     R.released.n = R.released.unsorted = 0;
     memset(R.released_left, 0, sizeof R.released_left);
-    R.nmatch = R.match_ready = R.failed = 0;
+    R.match_ready = R.failed = 0;
     for (int r = 0; r < RULE_COUNT; r++)
         for (int k = 0; k < TERM_COUNT; k++) R.live[r][k].n = R.live[r][k].unsorted = 0;
     memset(R.debt, 0, sizeof R.debt);
