@@ -586,3 +586,37 @@ Test(step_alloc, a_slots_take_overs_should_take_the_latest_released_blocks_of_th
     free(buf);
     plan_step_free(&st);
 }
+
+/* A kept replay answers only for its own listing (plan_step_alloc.c run_ops' memo, 128 kept,
+   found by a hash and compared whole): gpt2's plans at micro-batches 1..6 for every strategy,
+   each asked again after all of them (kept replays), give what each gives with everything
+   forgotten first (every replay made). */
+Test(step_alloc, a_kept_replay_should_answer_as_the_replay_made_again) {
+    ModelSpec m = zoo("gpt2");
+    enum { B = 6 };
+    MemResult kept[STRAT_COUNT][B], fresh;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.alloc_model = 1;
+    plan_step_alloc_forget();
+    for (int pass = 0; pass < 3; pass++)   /* made; kept (asked again); made again, alone */
+        for (int k = 0; k < STRAT_COUNT; k++)
+            for (int b = 1; b <= B; b++) {
+                TrainSpec t;
+                plan_train_defaults(&t);
+                t.seq = 256;
+                t.micro_batch = b;
+                if (pass < 2) {
+                    plan_memory(&m, &t, &c, (StrategyKind)k, &kept[k][b - 1]);
+                    continue;
+                }
+                plan_step_alloc_forget();
+                plan_memory(&m, &t, &c, (StrategyKind)k, &fresh);
+                const char *n = plan_strategy((StrategyKind)k)->name;
+                cr_expect_eq(kept[k][b - 1].alloc_need, fresh.alloc_need, "%s b%d", n, b);
+                cr_expect_eq(kept[k][b - 1].alloc_reserved, fresh.alloc_reserved, "%s b%d", n, b);
+                cr_expect_eq(kept[k][b - 1].alloc_allocated, fresh.alloc_allocated, "%s b%d", n, b);
+                cr_expect_eq(kept[k][b - 1].peak, fresh.peak, "%s b%d", n, b);
+            }
+    plan_model_free(&m);
+}
