@@ -425,12 +425,14 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     double total = 0;
     for (int k = 0; k < ws->n; k++) total += ws->w[k];
     int n = total > 0 ? ws->n : 1;
+    int flat_from = total > 0 && ws->flat_from >= 0 ? ws->flat_from : n;
+    if (plan_grow((void **)&ops->v, &ops->cap, ops->n + n, sizeof *ops->v)) return -1;   /* room for every piece */
     for (int k = 0; k < n; k++) {
         uint64_t piece = k == n - 1 ? left : (uint64_t)((double)bytes * ws->w[k] / total);   /* >= 0: the cast floors */
         if (piece > left) piece = left;
         left -= piece;
-        int s = total > 0 && ws->flat_from >= 0 && k >= ws->flat_from ? ws->flat_stream : stream;
-        if (piece && push_op(ops, (StepOp){piece, e->rule, e->term, (uint8_t)kind, (uint8_t)s, {0}})) return -1;
+        int s = k >= flat_from ? ws->flat_stream : stream;
+        if (piece) ops->v[ops->n++] = (StepOp){piece, e->rule, e->term, (uint8_t)kind, (uint8_t)s, {0}};
     }
     return 0;
 }
@@ -542,14 +544,24 @@ static uint64_t ops_hash(const OpList *ops) {
     return h;
 }
 
+/* An event's pieces in a later step: those it made in the first (at[0], at[1] of them), its
+   weights and bytes being the same (event_weights reads only the step and the event). */
+static int push_again(OpList *ops, const int *at) {
+    if (plan_grow((void **)&ops->v, &ops->cap, ops->n + at[1], sizeof *ops->v)) return -1;
+    memcpy(ops->v + ops->n, ops->v + at[0], sizeof *ops->v * (size_t)at[1]);
+    ops->n += at[1];
+    return 0;
+}
+
 static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     unit_tab.of = NULL;
     int *idx = plan_step_order_events(st);
     uint8_t *carry = calloc((size_t)(st->n_mem > 0 ? st->n_mem : 1), 1);
+    int *made = malloc(sizeof *made * 2 * (size_t)(st->n_mem > 0 ? st->n_mem : 1));   /* push_again */
     double level[RULE_COUNT][TERM_COUNT];
     memset(level, 0, sizeof level);
     Weights ws = {.flat_from = -1};
-    int rc = !idx || !carry ? -1 : 0;
+    int rc = !idx || !carry || !made ? -1 : 0;
     int step_pt = plan_step_point(st->n_layers, PT_STEP, 0), lazy_done = 0;
     ops->n = 0;
     if (!rc) mark_carried(st, idx, carry);
@@ -610,13 +622,19 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
                 int stream = o->one_stream ? 0 : st->alloc_stream[x->rule];
                 if (carry[idx[e]] || x->term == TERM_OVERHEAD) continue;
                 if (st->alloc_level[x->rule]) rc = push_level(ops, st, x, &level[x->rule][x->term], &ws, stream, o->one_stream);
-                else rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, stream);
+                else if (step > 1) rc = push_again(ops, &made[2 * idx[e]]);
+                else {
+                    made[2 * idx[e]] = ops->n;
+                    rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, stream);
+                    made[2 * idx[e] + 1] = ops->n - made[2 * idx[e]];
+                }
             }
             if (!rc) rc = push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}});
         }
     }
     free(idx);
     free(carry);
+    free(made);
     free(ws.w);
     ops->hash = ops_hash(ops);
     return rc;
