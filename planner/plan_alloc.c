@@ -62,7 +62,9 @@ typedef struct { int *v; int n, cap; } IntVec;
 typedef struct { uint64_t key, addr; int blk; } FitEnt;
 #define FIT_UNIT_BITS 9            /* log2 kMinBlockSize */
 #define FIT_SIZE_BITS (64 - FIT_UNIT_BITS)   /* the size's units below the stream */
-#define FIT_CHUNK 64
+#define FIT_CHUNK 32               /* 32 against 64: 2-4 % less CPU on bench_startup's plans (a
+                                      shorter move per insertion or removal, one more level of
+                                      chunks searched) */
 typedef struct { int n; FitEnt e[FIT_CHUNK]; } FitChunk;
 typedef struct {
     FitChunk **c;                  /* the chunks in order, none empty */
