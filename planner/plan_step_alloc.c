@@ -703,6 +703,8 @@ typedef struct {
     int capmtab, capmnext;
     unsigned mmask;          /* the slot's table size less one (a power of two, at most capmtab) */
     uint32_t mgen;           /* this build's mark (0: none yet) */
+    int *scratch;            /* idx_order's merge room */
+    int capscratch;
     int match_ready;         /* the lookup is built for this slot (at its first use) */
     int failed;
     /* bytes a rule freed before it had allocated them (a rule that lowers its figure for a
@@ -768,13 +770,13 @@ static void ints_merge_runs(int *v, int *tmp, int n) {
     if (a != v) memcpy(v, a, sizeof *v * (size_t)n);
 }
 
-/* Puts the list in ascending order before a walk that needs it (removals keep the order). */
-static void idx_order(BlockIdx *x) {
+/* Puts the list in ascending order before a walk that needs it (removals keep the order),
+   merging through the run's scratch room. */
+static void idx_order(StepAllocRun *R, BlockIdx *x) {
     if (!x->unsorted) return;
-    int *tmp = malloc(sizeof *tmp * (2 * (size_t)x->n + 1));
-    if (tmp) ints_merge_runs(x->v, tmp, x->n);
+    if (!plan_grow((void **)&R->scratch, &R->capscratch, 2 * x->n + 1, sizeof *R->scratch))
+        ints_merge_runs(x->v, R->scratch, x->n);
     else qsort(x->v, (size_t)x->n, sizeof *x->v, cmp_int);
-    free(tmp);
     x->unsorted = 0;
 }
 
@@ -841,7 +843,7 @@ static MatchSlot *match_slot(StepAllocRun *R, uint8_t term, uint64_t held) {
    in order of age, and the lookup by term and bytes. */
 static void match_build(StepAllocRun *R) {
     BlockIdx *rel = &R->released;
-    idx_order(rel);
+    idx_order(R, rel);
     if (!rel->n) return;
     int want = 64;
     while (want < 2 * rel->n) want *= 2;   /* at most half full */
@@ -912,7 +914,7 @@ static int take_over(StepAllocRun *R, StepReq *q) {
    left become the rule's debt. */
 static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
     BlockIdx *live = &R->live[rule][term];
-    idx_order(live);
+    idx_order(R, live);
     for (int k = live->n - 1; k >= 0; k--)
         if (R->b[live->v[k]].held == size) {
             release(R, live, k);
@@ -936,7 +938,7 @@ static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size
 
 /* The slot's released blocks go back to the allocator, oldest first. */
 static void give_back(StepAllocRun *R) {
-    idx_order(&R->released);
+    idx_order(R, &R->released);
     for (int k = 0; k < R->released.n; k++) {
         StepBlock *b = &R->b[R->released.v[k]];
         if (b->state != BLK_RELEASED) continue;   /* taken over */
