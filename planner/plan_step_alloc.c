@@ -1126,8 +1126,10 @@ static _Thread_local StepMemo memo[STEP_MEMO];
 static _Thread_local int memo_next;
 static _Thread_local OpList memo_ops;   /* the list being looked up */
 /* the last listing resolved and its allocations: a capacity search replays one listing at
-   several capacities, resolving it once */
-static _Thread_local OpList flat_of;
+   several capacities, resolving it once. The listing is the kept replay's copy (memo) where
+   run_ops keeps one, else a copy of its own: between calls never the caller's list. */
+static _Thread_local const OpList *flat_of;
+static _Thread_local OpList flat_own;
 static _Thread_local FlatList memo_flat;
 static _Thread_local int flat_valid;
 /* the replays of that listing so far (a capacity search's probes; the replay at the GPU's limit
@@ -1289,8 +1291,9 @@ static int verdict_following(const OpList *ops, const PlanAllocConfig *conf, int
     if (replay_result(&f.r, steps, out)) rc = -1;
     plan_alloc_free_all(f.r.a);
     if (rc || f.r.stopped) return rc;
-    flat_valid = !ops_copy(&flat_of, ops);
-    if (flat_valid) keep_flat_run(conf, out, steps);   /* the first of this listing's (run_ops emptied them) */
+    flat_valid = 1;   /* run_ops settles flat_of on a copy */
+    flat_of = ops;
+    keep_flat_run(conf, out, steps);   /* the first of this listing's (run_ops emptied them) */
     return 0;
 }
 
@@ -1311,31 +1314,38 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
             return 0;
         }
     }
-    int same = flat_valid && ops_same(&flat_of, ops);
+    int same = flat_valid && ops_same(flat_of, ops);
     if (!same) {
         flat_valid = 0;
         base_reset();
         n_flat_runs = next_flat_run = 0;
     }
-    if (!same && verdict == VERDICT_ONCE) {
-        if (verdict_following(ops, conf, steps, out)) return -1;
-    } else {
+    int rc = 0;
+    if (!same && verdict == VERDICT_ONCE) rc = verdict_following(ops, conf, steps, out);
+    else if (!same && resolve(ops, &memo_flat)) rc = -1;
+    else {
         if (!same) {
-            if (resolve(ops, &memo_flat)) return -1;
-            flat_valid = !ops_copy(&flat_of, ops);
+            flat_valid = 1;
+            flat_of = ops;
         }
-        if (replay_flat_list(conf, steps, verdict, out)) return -1;
+        rc = replay_flat_list(conf, steps, verdict, out);
     }
-    if (!keep) return 0;
-    StepMemo *h = &memo[memo_next];
-    if (!ops_copy(&h->ops, ops)) {
-        h->conf = *conf;
-        h->out = *out;
-        h->steps = steps;
-        h->used = 1;
-        memo_next = (memo_next + 1) % STEP_MEMO;
+    if (!rc && keep) {
+        StepMemo *h = &memo[memo_next];
+        if (!ops_copy(&h->ops, ops)) {
+            h->conf = *conf;
+            h->out = *out;
+            h->steps = steps;
+            h->used = 1;
+            memo_next = (memo_next + 1) % STEP_MEMO;
+            if (flat_valid && flat_of == ops) flat_of = &h->ops;   /* the same listing, kept */
+        }
     }
-    return 0;
+    if (flat_valid && flat_of == ops) {   /* not kept: a copy of its own */
+        flat_valid = !ops_copy(&flat_own, ops);
+        flat_of = &flat_own;
+    }
+    return rc;
 }
 
 int plan_step_alloc_with(const Step *st, const PlanAllocConfig *conf, const StepAllocOpts *o, StepAllocResult *out) {
