@@ -124,10 +124,12 @@ typedef struct {
     uint8_t term, kind, stream;
     uint8_t zero[3];
 } StepOp;
+_Static_assert(sizeof(StepOp) == 16, "a listing operation is two words (ops_hash)");
 
 typedef struct {
     StepOp *v;
     int n, cap;
+    uint64_t hash;           /* ops_hash of v[0..n), set once the listing is made */
 } OpList;
 
 static int push_op(OpList *ops, StepOp op) {
@@ -441,12 +443,14 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     double total = 0;
     for (int k = 0; k < ws->n; k++) total += ws->w[k];
     int n = total > 0 ? ws->n : 1;
+    int flat_from = total > 0 && ws->flat_from >= 0 ? ws->flat_from : n;
+    if (plan_grow((void **)&ops->v, &ops->cap, ops->n + n, sizeof *ops->v)) return -1;   /* room for every piece */
     for (int k = 0; k < n; k++) {
         uint64_t piece = k == n - 1 ? left : (uint64_t)((double)bytes * ws->w[k] / total);   /* >= 0: the cast floors */
         if (piece > left) piece = left;
         left -= piece;
-        int s = total > 0 && ws->flat_from >= 0 && k >= ws->flat_from ? ws->flat_stream : stream;
-        if (piece && push_op(ops, (StepOp){piece, e->rule, e->term, (uint8_t)kind, (uint8_t)s, {0}})) return -1;
+        int s = k >= flat_from ? ws->flat_stream : stream;
+        if (piece) ops->v[ops->n++] = (StepOp){piece, e->rule, e->term, (uint8_t)kind, (uint8_t)s, {0}};
     }
     return 0;
 }
@@ -587,15 +591,38 @@ static int defer_grads(OpList *ops, int from, uint64_t pending, OpList *later) {
     return 0;
 }
 
+/* A hash of the listing's words: a quick test that two listings differ (ops_same compares them
+   whole when it matches). */
+static uint64_t ops_hash(const OpList *ops) {
+    uint64_t h = (uint64_t)ops->n;
+    for (int k = 0; k < ops->n; k++) {
+        uint64_t w[2];
+        memcpy(w, &ops->v[k], sizeof w);
+        h = (h ^ w[0]) * 0x9E3779B97F4A7C15ull;
+        h = (h ^ w[1] ^ h >> 29) * 0xBF58476D1CE4E5B9ull;
+    }
+    return h;
+}
+
+/* An event's pieces in a later step: those it made in the first (at[0], at[1] of them), its
+   weights and bytes being the same (event_weights reads only the step and the event). */
+static int push_again(OpList *ops, const int *at) {
+    if (plan_grow((void **)&ops->v, &ops->cap, ops->n + at[1], sizeof *ops->v)) return -1;
+    memcpy(ops->v + ops->n, ops->v + at[0], sizeof *ops->v * (size_t)at[1]);
+    ops->n += at[1];
+    return 0;
+}
+
 static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     unit_tab.of = NULL;
     int *idx = plan_step_order_events(st);
     uint8_t *carry = calloc((size_t)(st->n_mem > 0 ? st->n_mem : 1), 1);
+    int *made = malloc(sizeof *made * 2 * (size_t)(st->n_mem > 0 ? st->n_mem : 1));   /* push_again */
     double level[RULE_COUNT][TERM_COUNT];
     memset(level, 0, sizeof level);
     Weights ws = {.flat_from = -1};
     OpList later = {0};   /* gradients deferred past a block's MLP moment */
-    int rc = !idx || !carry ? -1 : 0;
+    int rc = !idx || !carry || !made ? -1 : 0;
     int step_pt = plan_step_point(st->n_layers, PT_STEP, 0), lazy_done = 0;
     ops->n = 0;
     if (!rc) mark_carried(st, idx, carry);
@@ -662,12 +689,20 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
                     continue;
                 }
                 if (st->alloc_level[x->rule]) rc = push_level(ops, st, x, &level[x->rule][x->term], &ws, stream, o->one_stream);
-                else rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, stream);
+                else if (step > 1 && made[2 * idx[e] + 1] >= 0) rc = push_again(ops, &made[2 * idx[e]]);
+                else if (step > 1) rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, stream);
+                else {
+                    made[2 * idx[e]] = ops->n;
+                    rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, x->bytes < 0 ? OP_FREE : OP_ALLOC, stream);
+                    made[2 * idx[e] + 1] = ops->n - made[2 * idx[e]];
+                }
             }
             /* the gradients a block's MLP moment holds pending (RULE_MLP_PENDING_GRADS) are the
                block's latest listed, made after it: they move to the end of the next slot */
-            if (!rc && pending > 0.5) rc = defer_grads(ops, slot_from, (uint64_t)llround(pending), &later);
-            else if (!rc && later.n) {
+            if (!rc && pending > 0.5) {
+                rc = defer_grads(ops, slot_from, (uint64_t)llround(pending), &later);
+                for (int e = e0; e < e1 && step == 1; e++) made[2 * idx[e] + 1] = -1;   /* moved: listed again */
+            } else if (!rc && later.n) {
                 for (int k = 0; k < later.n && !rc; k++) rc = push_op(ops, later.v[k]);
                 later.n = 0;
             }
@@ -676,8 +711,10 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     }
     free(idx);
     free(carry);
+    free(made);
     free(ws.w);
     free(later.v);
+    ops->hash = ops_hash(ops);
     return rc;
 }
 
@@ -719,11 +756,15 @@ typedef struct {
     int unsorted;
 } BlockIdx;
 
+/* The slot's released blocks by term and bytes: an open-addressed table of the keys, each with
+   the latest position of its group in the slot's list; the group's other positions chained
+   from there, later first. */
 typedef struct {
     uint64_t held;
-    int pos;                 /* in the slot's released list */
+    int head;                /* the latest position that may still be free to take (-1: none) */
+    uint32_t gen;            /* the build that filled it (older: empty) */
     uint8_t term;
-} MatchKey;
+} MatchSlot;
 
 typedef struct {
     FlatList *out;
@@ -734,12 +775,14 @@ typedef struct {
     BlockIdx released;       /* blocks released in this slot (those taken over stay listed,
                                 live again: give_back skips them) */
     int released_left[TERM_COUNT];   /* of those, not taken over, by term */
-    MatchKey *match;         /* the slot's released blocks by term, bytes, age: an exact
-                                take-over found by bisection */
-    MatchKey *match_tmp;     /* match_sort's merge buffer */
-    int nmatch, capmatch;
-    int *top;                /* per group of equal term and bytes (at its last position): the
-                                latest position that may still be free to take */
+    MatchSlot *mtab;         /* the slot's released blocks by term and bytes: an exact
+                                take-over found by hashing */
+    int *mnext;              /* per position in the slot's list: the group's next older one */
+    int capmtab, capmnext;
+    unsigned mmask;          /* the slot's table size less one (a power of two, at most capmtab) */
+    uint32_t mgen;           /* this build's mark (0: none yet) */
+    int *scratch;            /* idx_order's merge room */
+    int capscratch;
     int match_ready;         /* the lookup is built for this slot (at its first use) */
     int failed;
     /* bytes a rule freed before it had allocated them (a rule that lowers its figure for a
@@ -805,13 +848,13 @@ static void ints_merge_runs(int *v, int *tmp, int n) {
     if (a != v) memcpy(v, a, sizeof *v * (size_t)n);
 }
 
-/* Puts the list in ascending order before a walk that needs it (removals keep the order). */
-static void idx_order(BlockIdx *x) {
+/* Puts the list in ascending order before a walk that needs it (removals keep the order),
+   merging through the run's scratch room. */
+static void idx_order(StepAllocRun *R, BlockIdx *x) {
     if (!x->unsorted) return;
-    int *tmp = malloc(sizeof *tmp * (2 * (size_t)x->n + 1));
-    if (tmp) ints_merge_runs(x->v, tmp, x->n);
+    if (!plan_grow((void **)&R->scratch, &R->capscratch, 2 * x->n + 1, sizeof *R->scratch))
+        ints_merge_runs(x->v, R->scratch, x->n);
     else qsort(x->v, (size_t)x->n, sizeof *x->v, cmp_int);
-    free(tmp);
     x->unsorted = 0;
 }
 
@@ -860,86 +903,58 @@ static void release(StepAllocRun *R, BlockIdx *live, int k) {
     idx_insert(R, &R->released, b->id);
 }
 
-static int match_less(const MatchKey *x, const MatchKey *y) {
-    if (x->term != y->term) return x->term < y->term;
-    if (x->held != y->held) return x->held < y->held;
-    return x->pos < y->pos;
+static unsigned match_hash(uint8_t term, uint64_t held, unsigned mask) {
+    uint64_t h = (held ^ (uint64_t)term << 56) * 0x9E3779B97F4A7C15ull;
+    return (unsigned)(h >> 32) & mask;
 }
 
-/* v[0..n) in match_less order: runs of 16 by insertion, then merged pairwise through tmp (n
-   entries). The keys are distinct (pos), so any sort gives this order. */
-#define MATCH_RUN 16
-static void match_sort(MatchKey *v, MatchKey *tmp, int n) {
-    for (int lo = 0; lo < n; lo += MATCH_RUN)
-        for (int k = lo + 1; k < n && k < lo + MATCH_RUN; k++) {
-            MatchKey t = v[k];
-            int j = k;
-            for (; j > lo && match_less(&t, &v[j - 1]); j--) v[j] = v[j - 1];
-            v[j] = t;
-        }
-    MatchKey *a = v, *b = tmp;
-    for (int w = MATCH_RUN; w < n; w *= 2) {
-        for (int lo = 0; lo < n; lo += 2 * w) {
-            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) b[k++] = match_less(&a[j], &a[i]) ? a[j++] : a[i++];
-            while (i < mid) b[k++] = a[i++];
-            while (j < hi) b[k++] = a[j++];
-        }
-        MatchKey *t = a;
-        a = b;
-        b = t;
+/* The table's entry for (term, held): its slot, or the empty one where it would go. */
+static MatchSlot *match_slot(StepAllocRun *R, uint8_t term, uint64_t held) {
+    unsigned mask = R->mmask;
+    for (unsigned h = match_hash(term, held, mask);; h = (h + 1) & mask) {
+        MatchSlot *m = &R->mtab[h];
+        if (m->gen != R->mgen || (m->term == term && m->held == held)) return m;
     }
-    if (a != v) memcpy(v, a, sizeof *v * (size_t)n);
 }
 
 /* Once the slot's frees are in (all of them come before its allocations): its released blocks
    in order of age, and the lookup by term and bytes. */
 static void match_build(StepAllocRun *R) {
     BlockIdx *rel = &R->released;
-    idx_order(rel);
-    R->nmatch = 0;
+    idx_order(R, rel);
     if (!rel->n) return;
-    int cap = R->capmatch;
-    if (plan_grow((void **)&R->match, &R->capmatch, rel->n, sizeof *R->match)) { R->failed = 1; return; }
-    if (R->capmatch != cap || !R->top) {
-        free(R->top);
-        free(R->match_tmp);
-        R->top = malloc(sizeof *R->top * (size_t)R->capmatch);
-        R->match_tmp = malloc(sizeof *R->match_tmp * (size_t)R->capmatch);
-        if (!R->top || !R->match_tmp) { R->failed = 1; return; }
+    int want = 64;
+    while (want < 2 * rel->n) want *= 2;   /* at most half full */
+    if (want > R->capmtab) {
+        free(R->mtab);
+        R->mtab = calloc((size_t)want, sizeof *R->mtab);
+        R->capmtab = R->mtab ? want : 0;
+        if (!R->mtab) { R->failed = 1; return; }
     }
-    for (int k = 0; k < rel->n; k++) {
+    if (++R->mgen == 0) {   /* the marks wrapped: every entry empty again */
+        memset(R->mtab, 0, sizeof *R->mtab * (size_t)R->capmtab);
+        R->mgen = 1;
+    }
+    if (plan_grow((void **)&R->mnext, &R->capmnext, rel->n, sizeof *R->mnext)) { R->failed = 1; return; }
+    R->mmask = (unsigned)want - 1;
+    for (int k = 0; k < rel->n; k++) {   /* oldest first: each group's head ends at its latest */
         const StepBlock *b = &R->b[rel->v[k]];
-        R->match[k] = (MatchKey){b->held, k, b->term};
-        R->top[k] = k;
+        MatchSlot *m = match_slot(R, b->term, b->held);
+        R->mnext[k] = m->gen == R->mgen ? m->head : -1;
+        *m = (MatchSlot){b->held, k, R->mgen, b->term};
     }
-    R->nmatch = rel->n;
-    match_sort(R->match, R->match_tmp, R->nmatch);
 }
 
 /* The latest released block not yet taken of this term holding exactly these bytes: its
-   position in the slot's list, or -1. A group's last entry keeps where its search stopped (taken
+   position in the slot's list, or -1. A group's entry keeps where its search stopped (taken
    blocks are not taken again within the slot). */
 static int match_find(StepAllocRun *R, uint8_t term, uint64_t held) {
-    int lo = 0, hi = R->nmatch;   /* the first entry past (term, held) */
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        const MatchKey *m = &R->match[mid];
-        if (m->term < term || (m->term == term && m->held <= held)) lo = mid + 1;
-        else hi = mid;
-    }
-    int end = lo - 1;
-    if (end < 0 || R->match[end].term != term || R->match[end].held != held) return -1;
-    int i = R->top[end];
-    while (i >= 0 && R->match[i].term == term && R->match[i].held == held &&
-           R->b[R->released.v[R->match[i].pos]].state != BLK_RELEASED)
-        i--;
-    if (i < 0 || R->match[i].term != term || R->match[i].held != held) {
-        R->top[end] = -1;
-        return -1;
-    }
-    R->top[end] = i;
-    return R->match[i].pos;
+    MatchSlot *m = match_slot(R, term, held);
+    if (m->gen != R->mgen) return -1;
+    int i = m->head;
+    while (i >= 0 && R->b[R->released.v[i]].state != BLK_RELEASED) i = R->mnext[i];
+    m->head = i;
+    return i;
 }
 
 static int take_over(StepAllocRun *R, StepReq *q) {
@@ -951,6 +966,7 @@ static int take_over(StepAllocRun *R, StepReq *q) {
     if (!R->match_ready) {
         match_build(R);
         R->match_ready = 1;
+        if (R->failed) return 0;
     }
     int k = match_find(R, q->term, q->size);
     if (k >= 0) {
@@ -976,7 +992,7 @@ static int take_over(StepAllocRun *R, StepReq *q) {
    left become the rule's debt. */
 static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
     BlockIdx *live = &R->live[rule][term];
-    idx_order(live);
+    idx_order(R, live);
     for (int k = live->n - 1; k >= 0; k--)
         if (R->b[live->v[k]].held == size) {
             release(R, live, k);
@@ -1000,7 +1016,7 @@ static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size
 
 /* The slot's released blocks go back to the allocator, oldest first. */
 static void give_back(StepAllocRun *R) {
-    idx_order(&R->released);
+    idx_order(R, &R->released);
     for (int k = 0; k < R->released.n; k++) {
         StepBlock *b = &R->b[R->released.v[k]];
         if (b->state != BLK_RELEASED) continue;   /* taken over */
@@ -1010,7 +1026,6 @@ static void give_back(StepAllocRun *R) {
     R->released.n = 0;
     R->released.unsorted = 0;
     memset(R->released_left, 0, sizeof R->released_left);
-    R->nmatch = 0;
 }
 
 static int add_req(StepReq **v, int *n, int *cap, StepReq q) {
@@ -1034,7 +1049,7 @@ static int resolve_until(const OpList *ops, FlatList *out, SlotFn after_slot, vo
     R.n = 0;
     R.released.n = R.released.unsorted = 0;
     memset(R.released_left, 0, sizeof R.released_left);
-    R.nmatch = R.match_ready = R.failed = 0;
+    R.match_ready = R.failed = 0;
     for (int r = 0; r < RULE_COUNT; r++)
         for (int k = 0; k < TERM_COUNT; k++) R.live[r][k].n = R.live[r][k].unsorted = 0;
     memset(R.debt, 0, sizeof R.debt);
@@ -1158,7 +1173,7 @@ static int replay_covers(const PlanAllocConfig *was, const StepAllocResult *r, c
 
 /* Whether two listings are the same, operation by operation. */
 static int ops_same(const OpList *x, const OpList *y) {
-    return x->n == y->n && !memcmp(x->v, y->v, sizeof *x->v * (size_t)x->n);
+    return x->n == y->n && x->hash == y->hash && !memcmp(x->v, y->v, sizeof *x->v * (size_t)x->n);
 }
 
 /* to becomes a copy of from (its room kept); -1 out of host memory (to unchanged). */
@@ -1166,16 +1181,19 @@ static int ops_copy(OpList *to, const OpList *from) {
     if (plan_grow((void **)&to->v, &to->cap, from->n > 0 ? from->n : 1, sizeof *from->v)) return -1;
     memcpy(to->v, from->v, sizeof *from->v * (size_t)from->n);
     to->n = from->n;
+    to->hash = from->hash;
     return 0;
 }
 
 /* The last replays, per thread: a replay's figures are a function of its listing and the
    allocator's settings alone, and the searches repeat some (a plan's row at micro-batch 1 and
    its max-micro-batch walk at 1; strategies whose steps allocate alike). A hit compares the
-   whole list, not a hash. The lists stay allocated for the thread's life (32 of a few thousand
-   operations: the simulated steps ask each strategy's again after the rows asked every
-   strategy's). */
-#define STEP_MEMO 32
+   whole list (the hash only passes over lists that differ). The lists stay allocated for the
+   thread's life (128 of a few thousand operations, 200-300 kB each for gpt2-xl: the simulated
+   steps ask each strategy's again after the rows asked every strategy's, and `auto` asks a
+   listing again some 90 listings later, a precision or offload whose step allocates alike:
+   49 of gpt2-xl's 296 max-batch probes; 32 kept none of them). */
+#define STEP_MEMO 128
 typedef struct {
     OpList ops;
     PlanAllocConfig conf;
@@ -1186,8 +1204,10 @@ static _Thread_local StepMemo memo[STEP_MEMO];
 static _Thread_local int memo_next;
 static _Thread_local OpList memo_ops;   /* the list being looked up */
 /* the last listing resolved and its allocations: a capacity search replays one listing at
-   several capacities, resolving it once */
-static _Thread_local OpList flat_of;
+   several capacities, resolving it once. The listing is the kept replay's copy (memo) where
+   run_ops keeps one, else a copy of its own: between calls never the caller's list. */
+static _Thread_local const OpList *flat_of;
+static _Thread_local OpList flat_own;
 static _Thread_local FlatList memo_flat;
 static _Thread_local int flat_valid;
 /* the replays of that listing so far (a capacity search's probes; the replay at the GPU's limit
@@ -1349,8 +1369,9 @@ static int verdict_following(const OpList *ops, const PlanAllocConfig *conf, int
     if (replay_result(&f.r, steps, out)) rc = -1;
     plan_alloc_free_all(f.r.a);
     if (rc || f.r.stopped) return rc;
-    flat_valid = !ops_copy(&flat_of, ops);
-    if (flat_valid) keep_flat_run(conf, out, steps);   /* the first of this listing's (run_ops emptied them) */
+    flat_valid = 1;   /* run_ops settles flat_of on a copy */
+    flat_of = ops;
+    keep_flat_run(conf, out, steps);   /* the first of this listing's (run_ops emptied them) */
     return 0;
 }
 
@@ -1371,31 +1392,38 @@ static int run_ops(const OpList *ops, const PlanAllocConfig *conf, int steps, in
             return 0;
         }
     }
-    int same = flat_valid && ops_same(&flat_of, ops);
+    int same = flat_valid && ops_same(flat_of, ops);
     if (!same) {
         flat_valid = 0;
         base_reset();
         n_flat_runs = next_flat_run = 0;
     }
-    if (!same && verdict == VERDICT_ONCE) {
-        if (verdict_following(ops, conf, steps, out)) return -1;
-    } else {
+    int rc = 0;
+    if (!same && verdict == VERDICT_ONCE) rc = verdict_following(ops, conf, steps, out);
+    else if (!same && resolve(ops, &memo_flat)) rc = -1;
+    else {
         if (!same) {
-            if (resolve(ops, &memo_flat)) return -1;
-            flat_valid = !ops_copy(&flat_of, ops);
+            flat_valid = 1;
+            flat_of = ops;
         }
-        if (replay_flat_list(conf, steps, verdict, out)) return -1;
+        rc = replay_flat_list(conf, steps, verdict, out);
     }
-    if (!keep) return 0;
-    StepMemo *h = &memo[memo_next];
-    if (!ops_copy(&h->ops, ops)) {
-        h->conf = *conf;
-        h->out = *out;
-        h->steps = steps;
-        h->used = 1;
-        memo_next = (memo_next + 1) % STEP_MEMO;
+    if (!rc && keep) {
+        StepMemo *h = &memo[memo_next];
+        if (!ops_copy(&h->ops, ops)) {
+            h->conf = *conf;
+            h->out = *out;
+            h->steps = steps;
+            h->used = 1;
+            memo_next = (memo_next + 1) % STEP_MEMO;
+            if (flat_valid && flat_of == ops) flat_of = &h->ops;   /* the same listing, kept */
+        }
     }
-    return 0;
+    if (flat_valid && flat_of == ops) {   /* not kept: a copy of its own */
+        flat_valid = !ops_copy(&flat_own, ops);
+        flat_of = &flat_own;
+    }
+    return rc;
 }
 
 int plan_step_alloc_with(const Step *st, const PlanAllocConfig *conf, const StepAllocOpts *o, StepAllocResult *out) {

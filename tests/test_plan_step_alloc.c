@@ -607,3 +607,98 @@ Test(step_alloc, a_moe_blocks_mlp_moment_should_free_the_product_for_three_gradi
     plan_step_free(&st);
     plan_model_free(&m);
 }
+
+/* A slot's take-overs (plan_step_alloc.c match_find: the slot's released blocks looked up by
+   term and bytes) against a reference worked out here: 240 blocks of five sizes in a
+   scrambled order, all released at one point while another rule of the same term asks for
+   some of each size there. Each request takes the latest released block of its bytes not yet
+   taken; a size asked more often than released gets new blocks; the released blocks left go
+   back oldest first. */
+Test(step_alloc, a_slots_take_overs_should_take_the_latest_released_blocks_of_their_bytes) {
+    enum { N = 240, SIZES = 5 };
+    static const int want[SIZES] = {0, 7, 30, 1000, 13};   /* takers per size (1000: more than released) */
+    Step st = empty_step();
+    int size_of[N], count[SIZES] = {0};
+    unsigned x = 12345;
+    for (int k = 0; k < N; k++) {
+        x = x * 1103515245u + 12345u;
+        size_of[k] = (int)(x >> 16) % SIZES;
+        count[size_of[k]]++;
+        step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 1, AT_BEFORE, (size_of[k] + 1) * MiB);
+    }
+    for (int k = N - 1; k >= 0; k--)
+        step_mem(&st, RULE_SAVED_ACTS, TERM_ACTIVATIONS, 2, AT_BEFORE, -(size_of[k] + 1) * MiB);
+    int asked[SIZES];
+    for (int g = 0; g < SIZES; g++) {
+        asked[g] = want[g] < 1000 ? want[g] : count[g] + 3;
+        cr_assert_leq(want[g] < 1000 ? want[g] : 0, count[g], "the scramble gives each size enough blocks");
+        for (int j = 0; j < asked[g]; j++) step_mem(&st, RULE_LOSS_FORWARD, TERM_ACTIVATIONS, 2, AT_BEFORE, (g + 1) * MiB);
+    }
+    /* the reference: per size, the latest `asked` blocks are taken; the rest freed, ascending */
+    int taken[N] = {0}, expect_free[N], n_free = 0, fresh = 0;
+    for (int g = 0; g < SIZES; g++) {
+        int left = asked[g];
+        for (int k = N - 1; k >= 0 && left > 0; k--)
+            if (size_of[k] == g) { taken[k] = 1; left--; }
+        fresh += left;
+    }
+    for (int k = 0; k < N; k++)
+        if (!taken[k]) expect_free[n_free++] = k;
+    StepAllocOpts o;
+    plan_step_alloc_opts_default(&o);
+    o.steps = 1;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_not_null(f);
+    cr_assert_eq(plan_step_alloc_write(&st, &o, f, NULL), 0);
+    fclose(f);
+    int n_alloc = 0, got_free = 0, order_ok = 1;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        unsigned id;
+        if (sscanf(line, "a %x", &id) == 1) n_alloc++;
+        else if (sscanf(line, "f %x", &id) == 1) {
+            if (got_free >= n_free || (int)id != expect_free[got_free]) order_ok = 0;
+            got_free++;
+        }
+    }
+    cr_expect_eq(n_alloc, N + fresh, "the released blocks are taken over, only the excess allocated");
+    cr_expect_eq(got_free, n_free);
+    cr_expect(order_ok, "the blocks given back are those not taken, oldest first");
+    free(buf);
+    plan_step_free(&st);
+}
+
+/* A kept replay answers only for its own listing (plan_step_alloc.c run_ops' memo, 128 kept,
+   found by a hash and compared whole): gpt2's plans at micro-batches 1..6 for every strategy,
+   each asked again after all of them (kept replays), give what each gives with everything
+   forgotten first (every replay made). */
+Test(step_alloc, a_kept_replay_should_answer_as_the_replay_made_again) {
+    ModelSpec m = zoo("gpt2");
+    enum { B = 6 };
+    MemResult kept[STRAT_COUNT][B], fresh;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    c.alloc_model = 1;
+    plan_step_alloc_forget();
+    for (int pass = 0; pass < 3; pass++)   /* made; kept (asked again); made again, alone */
+        for (int k = 0; k < STRAT_COUNT; k++)
+            for (int b = 1; b <= B; b++) {
+                TrainSpec t;
+                plan_train_defaults(&t);
+                t.seq = 256;
+                t.micro_batch = b;
+                if (pass < 2) {
+                    plan_memory(&m, &t, &c, (StrategyKind)k, &kept[k][b - 1]);
+                    continue;
+                }
+                plan_step_alloc_forget();
+                plan_memory(&m, &t, &c, (StrategyKind)k, &fresh);
+                const char *n = plan_strategy((StrategyKind)k)->name;
+                cr_expect_eq(kept[k][b - 1].alloc_need, fresh.alloc_need, "%s b%d", n, b);
+                cr_expect_eq(kept[k][b - 1].alloc_reserved, fresh.alloc_reserved, "%s b%d", n, b);
+                cr_expect_eq(kept[k][b - 1].alloc_allocated, fresh.alloc_allocated, "%s b%d", n, b);
+                cr_expect_eq(kept[k][b - 1].peak, fresh.peak, "%s b%d", n, b);
+            }
+    plan_model_free(&m);
+}
