@@ -82,14 +82,20 @@ static double nccl_time(CollKind op, int a, int p, double payload, double n, dou
     return lat * 1e-6 + payload / algbw;
 }
 
+/* The nodes a group of n ranks spans: 1 within a node; its ranks packed gpus_per_node to a
+   node; one rank per node for PLAN_CROSSES_STRIDED. */
+static double group_nodes(const ClusterSpec *c, double n, int crosses) {
+    if (!crosses) return 1;
+    if (crosses == PLAN_CROSSES_STRIDED) return n;
+    return ceil(n / (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1));
+}
+
 /* The per-operation model's collective: NCCL's ring (and tree, for all-reduce) over every
    protocol, the fastest. A ring across nodes runs one channel per NIC, so its bus bandwidth is
    the node's NICs (the group's ranks per node x the per-GPU share) or the intra-node link, the
    lower: a group of one rank per node (PLAN_CROSSES_STRIDED) has its own NIC share only. */
 static double nccl_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group, int crosses) {
-    double n = (double)group, gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
-    if (crosses == PLAN_CROSSES_STRIDED) gpn = 1;   /* one rank per node */
-    double nodes = crosses ? ceil(n / gpn) : 1;
+    double n = (double)group, nodes = group_nodes(c, n, crosses);
     double link = nodes > 1 ? fmin(c->gpu.intra_bw, n / nodes * c->gpu.inter_bw) : c->gpu.intra_bw;
     double bus = link * NCCL_LINK_EFF * 1e9;
     int hw = c->gpu.nvlink ? 0 : 1;
@@ -140,8 +146,7 @@ double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int6
        otherwise */
     double steps = coll_steps(op, group), inter = 0;
     if (crosses_nodes) {
-        double nodes = crosses_nodes == PLAN_CROSSES_STRIDED ? (double)group
-                                                             : ceil((double)group / (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1));
+        double nodes = group_nodes(c, (double)group, crosses_nodes);
         inter = op == COLL_ALL_REDUCE ? 2 * (nodes - 1) : nodes - 1;
         if (inter > steps) inter = steps;
     }
