@@ -274,6 +274,14 @@ static double option_bound(const ModelSpec *m, const TrainSpec *base, const Clus
     return bound;
 }
 
+/* The best score found so far in the group (strategy k with offload off) among opts[0..n); 0 none. */
+static double group_best(const Option *opts, int n, StrategyKind k, OffloadKind off) {
+    double best = 0;
+    for (int q = 0; q < n; q++)
+        if (opts[q].k == k && opts[q].off == off && opts[q].best.ok && opts[q].best.score > best) best = opts[q].best.score;
+    return best;
+}
+
 /* Whether option i (of opts[0..n)) can be left unsearched for now (defer): with the allocator
    model, when its bound is below both the second best group (a strategy with an offload) other
    than its own and the near_frac window under the best so far, it is neither the fastest, nor
@@ -288,14 +296,8 @@ static int defer(const ModelSpec *m, const TrainSpec *tb, const ClusterSpec *c, 
         double sc = opts[q].best.score;
         if (sc > top) top = sc;
         if (opts[q].k == opts[i].k && opts[q].off == opts[i].off) continue;
-        int same = 0;   /* the group's best counts once */
-        for (int r = 0; r < q; r++)
-            if (opts[r].best.ok && opts[r].k == opts[q].k && opts[r].off == opts[q].off) same = 1;
-        double gb = sc;
-        for (int r = q + 1; r < i; r++)
-            if (opts[r].best.ok && opts[r].k == opts[q].k && opts[r].off == opts[q].off && opts[r].best.score > gb)
-                gb = opts[r].best.score;
-        if (same) continue;
+        if (group_best(opts, q, opts[q].k, opts[q].off) > 0) continue;   /* the group counted at its first */
+        double gb = group_best(opts, i, opts[q].k, opts[q].off);
         if (gb > g1) { g2 = g1; g1 = gb; }
         else if (gb > g2) g2 = gb;
     }
@@ -535,10 +537,7 @@ static int search_options(const ModelSpec *m, const TrainSpec *t, const TrainSpe
                     out->candidates += search_size(m, &tb, cm, a);
                     continue;
                 }
-                double bar = 0;   /* the group's best so far (another precision) */
-                for (int q = 0; q < n_opts - 1; q++)
-                    if (opts[q].k == op->k && opts[q].off == op->off && opts[q].best.ok && opts[q].best.score > bar)
-                        bar = opts[q].best.score;
+                double bar = group_best(opts, n_opts - 1, op->k, op->off);   /* another precision's */
                 op->best = search(m, &tb, cm, op->k, a, bar, o == OFFLOAD_NONE, &out->candidates, &out->evaluated);
             }
         }
