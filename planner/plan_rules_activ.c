@@ -21,7 +21,7 @@ static int last_of_kind(const ModelSpec *m, LayerKind k) {
    has freed its saved copy. */
 void rule_saved_activations(const StepCtx *x, Step *st) {
     for (int i = 0; i < x->L; i++) {
-        double a = plan_act_ckpt_bytes(x->m, i, x->t, &x->in), prod = plan_moe_bwd_freed_bytes(x->m, i, x->t, &x->in);
+        double a = plan_act_ckpt_bytes(x->m, i, x->t, &x->in), prod = step_moe_freed(x, i);
         StepWhen w = step_mlp_ws(x, i) > 0 ? AT_BEFORE : AT_AFTER;
         /* a MoE block's product, down output and weights go at its MLP moment (its working set
            holds them back) */
@@ -122,7 +122,7 @@ void rule_backward_transients(const StepCtx *x, Step *st) {
         }
         double ws = step_mlp_ws(x, i);
         if (ws > 0) {
-            ws += plan_moe_bwd_freed_bytes(x->m, i, x->t, &x->in);   /* freed from the saved ones here */
+            ws += step_moe_freed(x, i);   /* freed from the saved ones here */
             step_sample(st, pt(x, PT_BWD_MLP, i));
             step_at(st, RULE_MLP_BACKWARD, TERM_TRANSIENT, pt(x, PT_BWD_MLP, i), ws);
         }

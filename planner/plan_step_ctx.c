@@ -212,9 +212,14 @@ int plan_step_ctx_init(StepCtx *x, const RankView *v) {
     accum_setup(x, x->ds12 && x->opt_on_gpu ? x->ds.grad_part * x->p->grad_bytes : 0);
     if (x->acc.persistent) x->grads_persistent = 1;
     x->reduce_pt = x->ds12 && x->N > 1 ? pt(x, PT_REDUCE1, 0) : pt(x, PT_NORM, 0);
-    x->mlp_ws = malloc(sizeof *x->mlp_ws * (size_t)(x->L > 0 ? x->L : 1));
-    if (!x->mlp_ws) return -1;
-    for (int i = 0; i < x->L; i++) x->mlp_ws[i] = plan_act_block_backward_bytes(m, i, t, &x->in);
+    size_t nl = (size_t)(x->L > 0 ? x->L : 1);
+    x->mlp_ws = malloc(sizeof *x->mlp_ws * nl);
+    x->moe_freed = malloc(sizeof *x->moe_freed * nl);
+    if (!x->mlp_ws || !x->moe_freed) return -1;
+    for (int i = 0; i < x->L; i++) {
+        x->mlp_ws[i] = plan_act_block_backward_bytes(m, i, t, &x->in);
+        x->moe_freed[i] = plan_moe_bwd_freed_bytes(m, i, t, &x->in);
+    }
     return units_setup(x);
 }
 
@@ -223,12 +228,15 @@ void plan_step_ctx_free(StepCtx *x) {
     free(x->units);
     free(x->unit_of);
     free(x->mlp_ws);
+    free(x->moe_freed);
     x->units = NULL;
     x->unit_of = NULL;
     x->mlp_ws = NULL;
+    x->moe_freed = NULL;
 }
 
 double step_mlp_ws(const StepCtx *x, int i) { return x->mlp_ws[i]; }
+double step_moe_freed(const StepCtx *x, int i) { return x->moe_freed[i]; }
 
 /* Elements of layer i that autocast casts to the low-precision dtype: the weights of its
    matmuls and convolutions. Embedding lookups and norms run in fp32 under autocast (measured:

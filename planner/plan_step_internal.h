@@ -77,6 +77,7 @@ typedef struct StepCtx {
     int n_units;
     int *unit_of;            /* [L]: index into units of layer i's unit, -1 none */
     double *mlp_ws;          /* [L]: step_mlp_ws, computed once (four rules read it per layer) */
+    double *moe_freed;       /* [L]: step_moe_freed, computed once (two rules read it per layer) */
 } StepCtx;
 
 /* Resolves the setup of view v; 0, or -1 out of memory (FSDP2's or the units' tables). */
@@ -114,6 +115,8 @@ static inline void step_level(StepLevel *lv, int point, double value) {
 
 /* 1 when a PyTorch block's backward has an MLP moment (plan_act_block_backward_bytes > 0). */
 double step_mlp_ws(const StepCtx *x, int i);
+/* Bytes of a routed MoE block's saved tensors freed at its MLP moment (plan_moe_bwd_freed_bytes). */
+double step_moe_freed(const StepCtx *x, int i);
 /* Elements of layer i that autocast casts (its matmul weights; a tied head: the embedding's). */
 double step_cast_elems(const StepCtx *x, int i);
 /* 1 when layer i is checkpointed and its casts live only in autocast's cache: cleared when the
