@@ -141,7 +141,7 @@ static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const Clust
 static double setup_score(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k, int known,
                           double *tps, double *comm_s) {
     Step st;
-    plan_step_build(&st, m, t, c, k);
+    plan_step_build_for(&st, m, t, c, k, PLAN_STEP_TIME);   /* its work and collectives alone */
     SimResult s;
     plan_sim_step(&st, 0, &s);
     double comm = 0;

@@ -221,3 +221,78 @@ Test(step, points_should_map_back_to_their_kind_and_layer_in_step_order) {
         cr_expect_eq(prev_kind, (int)PT_END);
     }
 }
+
+/* The dimensions a time-only build is checked under besides the setups above (tp, sp, pp, LoRA). */
+typedef struct {
+    const char *name;
+    int tp, sp, pp, lora;
+} Dims;
+static const Dims DIMS[] = {{"none", 1, 0, 1, 0}, {"tp 2", 2, 0, 1, 0}, {"tp 2 sp", 2, 1, 1, 0},
+                            {"pp 2", 1, 0, 2, 0}, {"lora 16", 1, 0, 1, 16}};
+
+/* Two builds of one setup whose work, collectives, simulated step and collective table agree
+   field by field: the time-only build (auto's scores) against the whole one. */
+static void expect_same_time(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
+                             const char *what, int *built) {
+    Step whole, time_only;
+    int rw = plan_step_build(&whole, m, t, c, k), rt = plan_step_build_for(&time_only, m, t, c, k, PLAN_STEP_TIME);
+    const char *n = plan_strategy(k)->name;
+    cr_assert_eq(rt, rw, "%s %s %s: status", m->name, what, n);
+    if (!rw) {
+        (*built)++;
+        cr_assert_eq(time_only.n_work, whole.n_work, "%s %s %s: work items", m->name, what, n);
+        cr_assert_eq(time_only.n_xfer, whole.n_xfer, "%s %s %s: collectives", m->name, what, n);
+        cr_expect_eq(memcmp(time_only.work, whole.work, sizeof *whole.work * (size_t)whole.n_work), 0, "%s %s %s: work",
+                     m->name, what, n);
+        cr_expect_eq(memcmp(time_only.xfer, whole.xfer, sizeof *whole.xfer * (size_t)whole.n_xfer), 0,
+                     "%s %s %s: collectives", m->name, what, n);
+        SimResult sw, st;
+        int sw_rc = plan_sim_step(&whole, 0, &sw), st_rc = plan_sim_step(&time_only, 0, &st);
+        cr_expect_eq(st_rc, sw_rc, "%s %s %s: simulated", m->name, what, n);
+        cr_expect_eq(memcmp(&st, &sw, sizeof sw), 0, "%s %s %s: simulated step %.9g s vs %.9g s", m->name, what, n,
+                     st.step_s, sw.step_s);
+        CommPlan cw, ct;
+        plan_comm_step(&whole, &cw);
+        plan_comm_step(&time_only, &ct);
+        cr_expect_eq(memcmp(&ct, &cw, sizeof cw), 0, "%s %s %s: collective table", m->name, what, n);
+        if (time_only.built_for & PLAN_STEP_TIME) {   /* (a pipeline's stages are built whole) */
+            MemResult r;
+            cr_expect_eq(plan_memory_step(&time_only, c, &r, NULL, NULL, 0), PLAN_ERR_REFUSED, "%s %s %s: memory",
+                         m->name, what, n);
+            cr_expect_eq(plan_sim_step(&time_only, 1, &st), PLAN_ERR_REFUSED, "%s %s %s: recorded", m->name, what, n);
+        }
+    }
+    plan_step_free(&whole);
+    plan_step_free(&time_only);
+}
+
+/* auto scores a setup on a step built for its time only (PLAN_STEP_TIME: the rules that write
+   memory events alone left out): the same work items, collectives, simulated step and
+   collective table as the whole build, byte for byte, over the models and setups above, an MoE
+   model, micro-batches 1, 2 and 8, and tp 2 (with and without sp), pp 2 and LoRA. */
+Test(step, a_time_only_build_should_simulate_as_the_whole_build) {
+    static const char *const MORE[] = {"gpt2-mini", "bert-base", "resnet50", "llama2-7b", "qwen1.5-moe-a2.7b"};
+    int built = 0;
+    for (size_t mi = 0; mi < sizeof(MORE) / sizeof(MORE[0]); mi++) {
+        ModelSpec m = zoo(MORE[mi]);
+        for (size_t si = 0; si < sizeof(SETUPS) / sizeof(SETUPS[0]); si++)
+            for (size_t di = 0; di < sizeof(DIMS) / sizeof(DIMS[0]); di++)
+                for (int64_t b = 1; b <= 8; b *= (b == 2 ? 4 : 2)) {
+                    if (!applies(&m, &SETUPS[si])) continue;
+                    if (di && (si % 3) != (di % 3) && b != 2) continue;   /* the dimensions over a third of the rest */
+                    TrainSpec t = train_of(&SETUPS[si], b);
+                    t.tp = DIMS[di].tp;
+                    t.sp = DIMS[di].sp;
+                    t.pp = DIMS[di].pp;
+                    if (t.pp > 1 && t.grad_accum < 2) t.grad_accum = 2;
+                    t.ft.rank = DIMS[di].lora;
+                    ClusterSpec c;
+                    cluster(&c, 16, 8);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s, %s, b%lld", SETUPS[si].name, DIMS[di].name, (long long)b);
+                    for (int k = 0; k < STRAT_COUNT; k++) expect_same_time(&m, &t, &c, (StrategyKind)k, what, &built);
+                }
+        plan_model_free(&m);
+    }
+    cr_expect_gt(built, 1000, "built %d", built);
+}
