@@ -280,9 +280,11 @@ int plan_step_build_for(Step *st, const ModelSpec *m, const TrainSpec *t, const 
     int n = plan_rank_views(m, t, c, sk, views, PLAN_MAX_VIEWS, why, sizeof why, &where);
     if (n < 0) return build_failed(st, n, where, why);
     if (n > 1) what &= ~(unsigned)PLAN_STEP_TIME;   /* the candidates' memory picks the rank */
-    /* host memory is the node's, for the setup as given (plan_dim_offload.h) */
+    /* host memory is the node's, for the setup as given (plan_dim_offload.h); a time-only build
+       plans no memory, the host's neither */
     OffloadHost h;
-    plan_offload_host(m, t, c, sk, &h);
+    memset(&h, 0, sizeof h);
+    if (!(what & PLAN_STEP_TIME)) plan_offload_host(m, t, c, sk, &h);
     /* several candidates (the pipeline's first and last stage): the most loaded is the plan's,
        by its peak replayed as the memory model replays it, the first on a tie */
     double best = 0;

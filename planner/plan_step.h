@@ -205,7 +205,7 @@ int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
    the max-batch search's probes; no work items, so such a step is not simulated), or its time
    only (PLAN_STEP_TIME: auto's scores; the work items and collectives as a whole build makes
    them, without the rules that write memory events alone, so such a step is simulated without
-   its memory timeline and its memory is not planned). A setup of several candidate ranks (the
+   its memory timeline and its memory, the host's included, is not planned). A setup of several candidate ranks (the
    pipeline's stages) is built whole either way: its memory picks the rank. */
 enum { PLAN_STEP_ALL = 0, PLAN_STEP_MEMORY = 1, PLAN_STEP_TIME = 2 };
 int plan_step_build_for(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
