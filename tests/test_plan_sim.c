@@ -459,3 +459,50 @@ Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
     }
     cr_expect_gt(spared, 0);
 }
+
+/* The plan's recommendation (plan_auto_recommend) reads auto's pick, its figures and the fix,
+   not the explanation, so it asks auto without the per-strategy "why" lines (AutoSpec.no_why),
+   each of which plans its strategy again: the result less the explanation is the same, byte for
+   byte, where something fits, where nothing does and where only QLoRA would (its fix planned
+   only where plan_memory_fits, the full plan's verdict, says it fits). */
+Test(auto_mode, should_answer_without_its_why_lines_as_with_them) {
+    struct { const char *model; int gpus; double mem_gib; int64_t seq; int keep_batch, found; const char *fix; } cases[] = {
+        {"gpt2", 8, 40, 0, 1, 1, ""}, {"gpt2-xl", 8, 24, 0, 0, 1, ""}, {"gpt2-xl", 1, 2, 0, 1, 0, "GPU"},
+        {"llama2-7b", 1, 10, 256, 1, 0, "QLoRA"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ModelSpec m = zoo(cases[i].model);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.seq = cases[i].seq;
+        ClusterSpec c;
+        plan_cluster_defaults(&c);
+        c.gpus = c.gpus_per_node = cases[i].gpus;
+        c.gpu.mem_bytes = cases[i].mem_gib * GIB;
+        c.alloc_model = 1;
+        AutoSpec a;
+        plan_auto_defaults(&a);
+        a.max_micro_batch = 16;
+        a.keep_batch = cases[i].keep_batch;
+        a.precisions = plan_auto_precisions(t.precision);
+        if (!cases[i].found) a.offloads = 1u << OFFLOAD_NONE;   /* as the plan's recommendation asks */
+        AutoResult *with = calloc(2, sizeof *with), *without = with + 1;
+        cr_assert(with);
+        plan_auto(&m, &t, &c, &a, with);
+        a.no_why = 1;
+        plan_auto(&m, &t, &c, &a, without);
+        const char *what = cases[i].model;
+        cr_expect_eq(with->found, cases[i].found, "%s", what);
+        cr_expect(strstr(with->fix, cases[i].fix) != NULL, "%s: fix '%s'", what, with->fix);
+        if (!with->found) {
+            cr_expect(strstr(with->explain, "why each strategy fails:\n  ") != NULL, "%s: the why lines", what);
+            cr_expect(strstr(without->explain, "why each strategy fails:\n  ") == NULL, "%s: no why lines", what);
+        }
+        memset(with->explain, 0, sizeof with->explain);
+        memset(without->explain, 0, sizeof without->explain);
+        cr_expect_eq(memcmp(with, without, sizeof *with), 0, "%s: found %d / %d, fix '%s' / '%s'", what, with->found,
+                     without->found, with->fix, without->fix);
+        free(with);
+        plan_model_free(&m);
+    }
+}
