@@ -191,6 +191,7 @@ int plan_step_ctx_init_for(StepCtx *x, const RankView *v, unsigned what) {
     x->o = plan_optimizer(t->optimizer);
     x->L = m->n_layers;
     plan_memory_sizes(m, t, c, sk, &x->z);
+    plan_offload_host_sized(m, t, c, sk, &x->z, &x->host);   /* what plan_offload_host(m, t, c, sk) gives */
     x->in.b = t->micro_batch;
     x->in.s = t->seq > 0 ? t->seq : m->max_seq;
     x->in.dropout = t->dropout >= 0 ? t->dropout : m->dropout;

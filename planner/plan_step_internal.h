@@ -76,6 +76,8 @@ typedef struct StepCtx {
     StepUnit *units;         /* the sharded units (n_units), root last */
     int n_units;
     int *unit_of;            /* [L]: index into units of layer i's unit, -1 none */
+    OffloadHost host;        /* the rank's host memory, traffic and CPU step (plan_offload_host of
+                                the view's model, setup and cluster), made once for the rules */
     double *mlp_ws;          /* [L]: step_mlp_ws, computed once (four rules read it per layer);
                                 NULL in a time-only build (no rule that reads it runs) */
 } StepCtx;
