@@ -141,7 +141,7 @@ static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const Clust
 static double setup_score(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k, int known,
                           double *tps, double *comm_s) {
     Step st;
-    plan_step_build(&st, m, t, c, k);
+    plan_step_build_for(&st, m, t, c, k, PLAN_STEP_TIME);   /* its work and collectives alone */
     SimResult s;
     plan_sim_step(&st, 0, &s);
     double comm = 0;
@@ -370,8 +370,9 @@ static void qlora_fix(const ModelSpec *m, const TrainSpec *base, const ClusterSp
                     TrainSpec t = cheapest(&q, &tq, c0, a);
                     t.offload = (OffloadKind)o;
                     t.precision = (PrecisionKind)p;
-                    MemResult r;
-                    if (plan_memory(&q, &t, &cm, (StrategyKind)k, &r) == 0 && r.fits && (best < 0 || r.peak < best))
+                    MemResult r;   /* the peak planned only where the verdict (plan_memory_fits: the same) fits */
+                    if (plan_memory_fits(&q, &t, &cm, (StrategyKind)k) && plan_memory(&q, &t, &cm, (StrategyKind)k, &r) == 0 &&
+                        r.fits && (best < 0 || r.peak < best))
                         best = r.peak;
                 }
             }
@@ -456,6 +457,7 @@ static void why_lost(const ModelSpec *m, const TrainSpec *base, const ClusterSpe
                      const Option *opts, int n_opts, StrategyKind k, OffloadKind off, const Best *w,
                      AutoResult *out) {
     char a1[32], a2[32], nm[96], ck[32];
+    if (a->no_why) return;   /* not read (AutoSpec.no_why) */
     const Option *best = NULL;
     for (int i = 0; i < n_opts; i++)
         if (opts[i].k == k && opts[i].off == off && opts[i].best.ok && (!best || opts[i].best.score > best->best.score))
@@ -918,6 +920,7 @@ void plan_auto_recommend(const ModelSpec *m, const TrainSpec *t, const ClusterSp
     a.global_batch = 0;
     a.keep_batch = a.keep_ckpt = a.keep_accum = 1;
     a.sp_fixed = 1;
+    a.no_why = 1;   /* the reason reads the pick and the fix, not the explanation's lines */
     p->recommended = -1;
     p->reason[0] = 0;
     p->margin = plan_auto_margin(&a, c->gpu.mem_bytes);

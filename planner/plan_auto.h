@@ -29,6 +29,9 @@ typedef struct AutoSpec {
     int sp_fixed;            /* --tp auto: --sp was given, so only that setting is tried */
     int exhaustive;          /* 1: every option's allocator search run, no bound spares one (the
                                 result is the same; tests compare); 0 = bounded (plan_auto.c) */
+    int no_why;              /* 1: the caller reads the pick, its figures and the fix but not the
+                                explanation's per-strategy "why" lines, which are not made (each
+                                plans its strategy again): plan_auto_recommend */
 } AutoSpec;
 
 #define PLAN_AUTO_HEADROOM_FRAC 0.05

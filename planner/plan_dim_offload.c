@@ -14,16 +14,21 @@ double plan_offload_cpu_bytes(const TrainSpec *t, int ds) {
 
 void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
                        OffloadHost *h) {
+    MemSizes z;
+    plan_memory_sizes(m, t, c, sk, &z);
+    plan_offload_host_sized(m, t, c, sk, &z, h);
+}
+
+void plan_offload_host_sized(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
+                             const MemSizes *zs, OffloadHost *h) {
     memset(h, 0, sizeof(*h));
     const Strategy *s = plan_strategy(sk);
     const PrecisionSpec *p = plan_precision(t->precision);
     const OptimizerSpec *o = plan_optimizer(t->optimizer);
-    MemSizes z;
-    plan_memory_sizes(m, t, c, sk, &z);
     OffloadKind off = plan_offload_cpu_step(t, sk) ? t->offload : OFFLOAD_NONE;
     int ds = plan_strategy_is_deepspeed(sk);
-    double gpn = (double)c->gpus_per_node, K = (double)t->grad_accum, local = z.psi_shard;
-    if (!(s->shard & SHARD_OPT)) local = z.psi;
+    double gpn = (double)c->gpus_per_node, K = (double)t->grad_accum, local = zs->psi_shard;
+    if (!(s->shard & SHARD_OPT)) local = zs->psi;
     h->buffer_factor = ds ? PLAN_DS_HOST_BUFFER_FACTOR : 1.0;
 
     /* steady state on the host, per rank */
@@ -42,10 +47,10 @@ void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     h->steady_per_node = h->host_per_gpu * gpn * h->buffer_factor;
 
     /* load time: where the model is built in fp32 on the CPU before it moves */
-    double psi = z.psi;
+    double psi = zs->psi;
     if (sk == STRAT_DDP) h->init_per_node = 4.0 * psi * gpn;                 /* every rank */
     else if (ds && s->buffers == BUF_DS_REDUCE) h->init_per_node = 4.0 * psi * gpn * h->buffer_factor;
-    else if (ds) h->init_per_node = 4.0 * z.largest_any * gpn * h->buffer_factor;   /* zero.Init */
+    else if (ds) h->init_per_node = 4.0 * zs->largest_any * gpn * h->buffer_factor;   /* zero.Init */
     else h->init_per_node = 4.0 * psi;      /* FSDP: rank 0 loads, sync_module_states=True */
     h->per_node = h->steady_per_node > h->init_per_node ? h->steady_per_node : h->init_per_node;
     h->capacity = plan_cluster_host_mem(c);
@@ -82,8 +87,7 @@ void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
    offload the gradient copy overlaps backward and the updated parameters come up after the CPU
    step. docs/formulas.md "Offload and host memory". */
 void rule_host_copies(const StepCtx *x, Step *st) {
-    OffloadHost h;
-    plan_offload_host(x->m, x->t, x->c, x->sk, &h);
+    const OffloadHost h = x->host;
     int param = x->t->offload == OFFLOAD_PARAM;
     double K = (double)(x->t->grad_accum > 0 ? x->t->grad_accum : 1);
     double fetches = x->s->buffers == BUF_FSDP_GRAD_OP ? 1 : 2;   /* GRAD_OP keeps units after forward */

@@ -53,9 +53,13 @@ typedef struct {
    12 + 8 x states, + PLAN_DS_CPU_STEP_EXTRA_BYTES under DeepSpeed (ds 1). */
 double plan_offload_cpu_bytes(const TrainSpec *t, int ds);
 
-/* Host memory, host traffic and the CPU step for one setup. */
+/* Host memory, host traffic and the CPU step for one setup. plan_offload_host_sized: the same
+   with the setup's sizes given (z: plan_memory_sizes(m, t, c, s), which the step's context
+   holds already). */
 void plan_offload_host(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                        OffloadHost *out);
+void plan_offload_host_sized(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
+                             const MemSizes *z, OffloadHost *out);
 
 extern const PlanDim plan_dim_offload;
 

@@ -28,6 +28,11 @@ int plan_memory_step(const Step *st, const ClusterSpec *c, MemResult *r, MemMome
         snprintf(r->peak_where, sizeof(r->peak_where), "%s", st->fail_where ? st->fail_where : "out of host memory");
         return st->status ? st->status : PLAN_ERR_NOMEM;
     }
+    if (st->built_for & PLAN_STEP_TIME) {   /* a time-only build has no memory to plan */
+        r->peak = HUGE_VAL;
+        snprintf(r->peak_where, sizeof(r->peak_where), "a step built for its time only");
+        return PLAN_ERR_REFUSED;
+    }
     if (fits_only) {
         if (plan_step_replay_fits(st, c, r, fn, ctx)) {   /* the verdict alone */
             r->gpu_fits = r->fits = !r->alloc_oom && r->peak <= c->gpu.mem_bytes && st->host_fits;

@@ -191,9 +191,7 @@ void rule_compute(const StepCtx *x, Step *st) {
     double bytes = o_local * (2.0 * (p->param_bytes + p->master_bytes) + p->grad_bytes +
                               2.0 * x->o->states * p->state_bytes);
     double opt_s = bytes / ((c->opt_bw > 0 ? c->opt_bw : c->gpu.mem_bw) * 1e9);
-    OffloadHost oh;
-    plan_offload_host(m, x->t, c, x->sk, &oh);
-    if (oh.cpu_step_s > 0) opt_s = oh.cpu_step_s;   /* the updated parameters' copy: rule_host_copies */
+    if (x->host.cpu_step_s > 0) opt_s = x->host.cpu_step_s;   /* the updated parameters' copy: rule_host_copies */
     step_work(st, RULE_OPTIMIZER_STEP, pt(x, PT_STEP, 0), WORK_FIXED, MICRO_ONCE, opt_s, 0);
     if (x->engine) engine_passes(x, st, mem_bw);
     st->tokens_per_sample = is_transformer(m) ? (double)(x->t->seq > 0 ? x->t->seq : m->max_seq) : 1;

@@ -168,12 +168,24 @@ static int prepare(SimPrep *P, const Step *st) {
     P->issue_s = c->coll_issue_s > 0 ? c->coll_issue_s : 0;
     P->tokens_per_sample = st->tokens_per_sample;
     for (int w = 0; w < st->n_work; w++) work_at(P, &st->work[w]);
+    /* one collective's seconds, priced again only when its arguments differ from the last one's
+       (a model's repeated blocks write the same collectives layer after layer) */
+    struct { int op, crosses; double payload, s; int64_t group; } last = {-1, 0, 0, 0, 0};
     for (int e = 0; e < st->n_xfer; e++) {   /* transfers by point, in the order the rules wrote them */
         const StepXfer *x = &st->xfer[e];
         P->xs[x->point + 1]++;
         if (x->kind != XFER_COLL) host_at(P, x);
-        else if (x->group > 1 && x->count > 0)
-            P->xdur[e] = x->count * plan_coll_seconds(c, (CollKind)x->op, x->payload / x->count, x->group, x->crosses);
+        else if (x->group > 1 && x->count > 0) {
+            double payload = x->payload / x->count;
+            if (x->op != last.op || payload != last.payload || x->group != last.group || x->crosses != last.crosses) {
+                last.op = x->op;
+                last.payload = payload;
+                last.group = x->group;
+                last.crosses = x->crosses;
+                last.s = plan_coll_seconds(c, (CollKind)x->op, payload, x->group, x->crosses);
+            }
+            P->xdur[e] = x->count * last.s;
+        }
     }
     for (int p = 0; p < st->n_points; p++) P->xs[p + 1] += P->xs[p];
     int *fill = calloc((size_t)st->n_points, sizeof(int));
@@ -477,6 +489,7 @@ int plan_sim_step(const Step *st, int record, SimResult *out) {
     memset(out, 0, sizeof(*out));
     if (st->failed) return st->status ? st->status : -1;
     if (st->built_for & PLAN_STEP_MEMORY) return PLAN_ERR_REFUSED;   /* a memory-only probe has no work */
+    if (record && (st->built_for & PLAN_STEP_TIME)) return PLAN_ERR_REFUSED;   /* nor a time-only one memory */
     SimPrep P;
     if (prepare(&P, st)) return -1;
     int rc = run(&P, record, out);

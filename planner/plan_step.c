@@ -137,6 +137,25 @@ static const StepRuleFn RULES[] = {
     rule_optimizer_transients, rule_compute,
 };
 
+/* The core rules that write memory events and nothing else (no work item, no collective, no
+   field the simulated step or the collective table reads): a time-only build (PLAN_STEP_TIME)
+   leaves them out. test_plan_step checks that such a build's work, collectives, simulated step
+   and collective table equal a whole build's over a matrix of setups. */
+static const StepRuleFn MEMORY_ONLY[] = {
+    rule_grads_kept, rule_accum_grads, rule_autograd_grads, rule_tied_head, rule_engine_grad_flight,
+    rule_ds12_gradients, rule_fsdp2_gradients, rule_mlp_pending_grads, rule_step_grads,
+    rule_saved_activations, rule_autocast_cache, rule_backward_transients, rule_loss, rule_optimizer_transients,
+};
+
+/* Whether rule fn runs in a build of `what`. */
+static int rule_runs(StepRuleFn fn, unsigned what) {
+    if (what & PLAN_STEP_MEMORY) return fn != rule_compute;
+    if (what & PLAN_STEP_TIME)
+        for (size_t k = 0; k < sizeof(MEMORY_ONLY) / sizeof(MEMORY_ONLY[0]); k++)
+            if (MEMORY_ONLY[k] == fn) return 0;
+    return 1;
+}
+
 static int build_failed(Step *st, int status, const char *where, const char *why) {
     plan_step_free(st);
     st->failed = 1;
@@ -160,7 +179,7 @@ static int build_view(Step *st, RankView *v, unsigned what) {
     st->sampled = calloc((size_t)st->n_points, 1);
     StepCtx x;
     memset(&x, 0, sizeof x);
-    if (!st->sampled || plan_step_ctx_init(&x, w)) {
+    if (!st->sampled || plan_step_ctx_init_for(&x, w, what)) {
         plan_step_ctx_free(&x);
         return build_failed(st, PLAN_ERR_NOMEM, "out of host memory planning it", NULL);
     }
@@ -186,7 +205,7 @@ static int build_view(Step *st, RankView *v, unsigned what) {
     }
     step_sample(st, pt(&x, PT_STEP, 0));
     for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]); k++)
-        if (!(what & PLAN_STEP_MEMORY) || RULES[k] != rule_compute) RULES[k](&x, st);
+        if (rule_runs(RULES[k], what)) RULES[k](&x, st);
     for (int d = 0; d < plan_dim_count(); d++)
         if (plan_dim(d)->rule) plan_dim(d)->rule(&x, st);
     plan_step_ctx_free(&x);
@@ -232,7 +251,7 @@ static int build_candidate(Step *st, RankView *v, unsigned what) {
     int one = v->mem_one_micro;
     RankView v1 = *v;
     int rc = build_view(st, v, what);
-    if (rc || !one) return rc;
+    if (rc || !one || (what & PLAN_STEP_TIME)) return rc;   /* the micro-step's memory only */
     v1.own_m = 0;                    /* the same layers, owned by st's view */
     v1.m = st->view.m;
     v1.t.grad_accum = 1;
@@ -260,9 +279,12 @@ int plan_step_build_for(Step *st, const ModelSpec *m, const TrainSpec *t, const 
     const char *where;
     int n = plan_rank_views(m, t, c, sk, views, PLAN_MAX_VIEWS, why, sizeof why, &where);
     if (n < 0) return build_failed(st, n, where, why);
-    /* host memory is the node's, for the setup as given (plan_dim_offload.h) */
+    if (n > 1) what &= ~(unsigned)PLAN_STEP_TIME;   /* the candidates' memory picks the rank */
+    /* host memory is the node's, for the setup as given (plan_dim_offload.h); a time-only build
+       plans no memory, the host's neither */
     OffloadHost h;
-    plan_offload_host(m, t, c, sk, &h);
+    memset(&h, 0, sizeof h);
+    if (!(what & PLAN_STEP_TIME)) plan_offload_host(m, t, c, sk, &h);
     /* several candidates (the pipeline's first and last stage): the most loaded is the plan's,
        by its peak replayed as the memory model replays it, the first on a tie */
     double best = 0;

@@ -192,7 +192,8 @@ typedef struct Step {
     int status;              /* PlanStatus (plan_util.h): PLAN_ERR_NOMEM, PLAN_ERR_REFUSED */
     const char *fail_where;  /* short, for the peak_at column ("out of host memory planning it") */
     char fail_why[320];      /* the whole reason (a dimension's refusal) */
-    unsigned built_for;      /* PLAN_STEP_ALL, or PLAN_STEP_MEMORY (no work items) */
+    unsigned built_for;      /* PLAN_STEP_ALL, PLAN_STEP_MEMORY (no work items) or PLAN_STEP_TIME
+                                (no memory events) */
 } Step;
 
 /* Builds the account of one step of strategy s for setup (m, t, c): the rank's views
@@ -200,9 +201,13 @@ typedef struct Step {
    PlanStatus with st->fail_where and st->fail_why saying why (the step is then empty). Free with
    plan_step_free. */
 int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s);
-/* What a build is for: everything (PLAN_STEP_ALL), or the account's memory only (PLAN_STEP_MEMORY:
-   the max-batch search's probes; no work items, so such a step is not simulated). */
-enum { PLAN_STEP_ALL = 0, PLAN_STEP_MEMORY = 1 };
+/* What a build is for: everything (PLAN_STEP_ALL), the account's memory only (PLAN_STEP_MEMORY:
+   the max-batch search's probes; no work items, so such a step is not simulated), or its time
+   only (PLAN_STEP_TIME: auto's scores; the work items and collectives as a whole build makes
+   them, without the rules that write memory events alone, so such a step is simulated without
+   its memory timeline and its memory, the host's included, is not planned). A setup of several candidate ranks (the
+   pipeline's stages) is built whole either way: its memory picks the rank. */
+enum { PLAN_STEP_ALL = 0, PLAN_STEP_MEMORY = 1, PLAN_STEP_TIME = 2 };
 int plan_step_build_for(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                         unsigned what);
 void plan_step_free(Step *st);

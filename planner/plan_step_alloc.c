@@ -1149,13 +1149,21 @@ static int replay_flat(const FlatList *fl, const PlanAllocConfig *conf, int step
     return rc;
 }
 
+/* The device's total as the allocator reads it: only a memory fraction below 1 (its base) and
+   expandable segments (their address reserve) read it (plan_alloc.c), so two settings that
+   differ only in it otherwise replay alike (the plan's rows and auto's rule, whose GPU is the
+   same less the safety margin). */
+static uint64_t device_total_read(const PlanAllocConfig *c) {
+    return c->memory_fraction < 1.0 || c->expandable_segments ? c->device_total : 0;
+}
+
 static int conf_equal(const PlanAllocConfig *x, const PlanAllocConfig *y) {
     for (int i = 0; i < PLAN_ALLOC_INTERVALS; i++)
         if (x->roundup_divisions[i] != y->roundup_divisions[i]) return 0;
     return x->max_split_size == y->max_split_size && x->max_non_split_rounding == y->max_non_split_rounding &&
            x->large_segment_size == y->large_segment_size && x->gc_threshold == y->gc_threshold &&
            x->expandable_segments == y->expandable_segments && x->memory_fraction == y->memory_fraction &&
-           x->device_total == y->device_total && x->capacity == y->capacity;
+           device_total_read(x) == device_total_read(y) && x->capacity == y->capacity;
 }
 
 /* The replay at conf is the replay r made at was, capacity aside, when conf's capacity lies in

@@ -175,7 +175,9 @@ static int units_setup(StepCtx *x) {
     return 0;
 }
 
-int plan_step_ctx_init(StepCtx *x, const RankView *v) {
+int plan_step_ctx_init(StepCtx *x, const RankView *v) { return plan_step_ctx_init_for(x, v, PLAN_STEP_ALL); }
+
+int plan_step_ctx_init_for(StepCtx *x, const RankView *v, unsigned what) {
     memset(x, 0, sizeof(*x));
     const ModelSpec *m = &v->m;
     const TrainSpec *t = &v->t;
@@ -189,6 +191,7 @@ int plan_step_ctx_init(StepCtx *x, const RankView *v) {
     x->o = plan_optimizer(t->optimizer);
     x->L = m->n_layers;
     plan_memory_sizes(m, t, c, sk, &x->z);
+    plan_offload_host_sized(m, t, c, sk, &x->z, &x->host);   /* what plan_offload_host(m, t, c, sk) gives */
     x->in.b = t->micro_batch;
     x->in.s = t->seq > 0 ? t->seq : m->max_seq;
     x->in.dropout = t->dropout >= 0 ? t->dropout : m->dropout;
@@ -212,13 +215,15 @@ int plan_step_ctx_init(StepCtx *x, const RankView *v) {
     accum_setup(x, x->ds12 && x->opt_on_gpu ? x->ds.grad_part * x->p->grad_bytes : 0);
     if (x->acc.persistent) x->grads_persistent = 1;
     x->reduce_pt = x->ds12 && x->N > 1 ? pt(x, PT_REDUCE1, 0) : pt(x, PT_NORM, 0);
-    size_t nl = (size_t)(x->L > 0 ? x->L : 1);
-    x->mlp_ws = malloc(sizeof *x->mlp_ws * nl);
-    x->moe_freed = malloc(sizeof *x->moe_freed * nl);
-    if (!x->mlp_ws || !x->moe_freed) return -1;
-    for (int i = 0; i < x->L; i++) {
-        x->mlp_ws[i] = plan_act_block_backward_bytes(m, i, t, &x->in);
-        x->moe_freed[i] = plan_moe_bwd_freed_bytes(m, i, t, &x->in);
+    if (!(what & PLAN_STEP_TIME)) {
+        size_t nl = (size_t)(x->L > 0 ? x->L : 1);
+        x->mlp_ws = malloc(sizeof *x->mlp_ws * nl);
+        x->moe_freed = malloc(sizeof *x->moe_freed * nl);
+        if (!x->mlp_ws || !x->moe_freed) return -1;
+        for (int i = 0; i < x->L; i++) {
+            x->mlp_ws[i] = plan_act_block_backward_bytes(m, i, t, &x->in);
+            x->moe_freed[i] = plan_moe_bwd_freed_bytes(m, i, t, &x->in);
+        }
     }
     return units_setup(x);
 }

@@ -76,12 +76,19 @@ typedef struct StepCtx {
     StepUnit *units;         /* the sharded units (n_units), root last */
     int n_units;
     int *unit_of;            /* [L]: index into units of layer i's unit, -1 none */
-    double *mlp_ws;          /* [L]: step_mlp_ws, computed once (four rules read it per layer) */
-    double *moe_freed;       /* [L]: step_moe_freed, computed once (two rules read it per layer) */
+    OffloadHost host;        /* the rank's host memory, traffic and CPU step (plan_offload_host of
+                                the view's model, setup and cluster), made once for the rules */
+    double *mlp_ws;          /* [L]: step_mlp_ws, computed once (four rules read it per layer);
+                                NULL in a time-only build (no rule that reads it runs) */
+    double *moe_freed;       /* [L]: step_moe_freed, computed once (two rules read it per layer);
+                                NULL in a time-only build, as mlp_ws */
 } StepCtx;
 
-/* Resolves the setup of view v; 0, or -1 out of memory (FSDP2's or the units' tables). */
+/* Resolves the setup of view v; 0, or -1 out of memory (FSDP2's or the units' tables).
+   plan_step_ctx_init_for: for a build of `what` (plan_step.h): a time-only build leaves mlp_ws
+   NULL, which only rules that write memory events alone read. */
 int plan_step_ctx_init(StepCtx *x, const RankView *v);
+int plan_step_ctx_init_for(StepCtx *x, const RankView *v, unsigned what);
 void plan_step_ctx_free(StepCtx *x);
 
 /* The account's memory events in step order (point, then before/after its moment), stable: a

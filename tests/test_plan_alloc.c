@@ -645,3 +645,35 @@ Test(alloc, a_replay_resumed_from_the_unlimited_ones_copy_should_equal_the_whole
             plan_alloc_free_all(base);
         }
 }
+
+/* The device's total is read only under a memory fraction below 1 (its base) and expandable
+   segments (their address reserve), so plan_step_alloc.c takes a kept replay made on one GPU for
+   a setting that differs from it only there (the plan's rows, then auto's rule on the same GPU
+   less its safety margin): the same figures on 0, 40 and 80 GiB, unlimited and at a capacity
+   that refuses, under each other setting. */
+Test(alloc, a_replay_should_not_read_the_devices_total_without_a_fraction_or_expandable_segments) {
+    static const char *const CONFS[] = {NULL, "max_split_size_mb:64", "roundup_power2_divisions:4",
+                                        "garbage_collection_threshold:0.6"};
+    static const uint64_t TOTALS[] = {0, 40ull << 30, 80ull << 30};
+    static RandOp ops[RAND_OPS];
+    for (size_t ci = 0; ci < sizeof CONFS / sizeof CONFS[0]; ci++)
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            int n = random_ops(seed, ops);
+            PlanAllocStats first[2];
+            for (size_t ti = 0; ti < 3; ti++)
+                for (int limited = 0; limited < 2; limited++) {
+                    PlanAllocConfig c = conf_of(CONFS[ci]);
+                    c.device_total = TOTALS[ti];
+                    c.capacity = limited ? first[0].max_reserved * 3 / 4 : 0;
+                    PlanAlloc *a = with_config(&c);
+                    run_random(a, ops, 0, n, NULL);
+                    PlanAllocStats st = *plan_alloc_stats(a);
+                    plan_alloc_free_all(a);
+                    if (limited) cr_assert_gt(st.n_capacity_refusals, 0);
+                    if (ti == 0) { first[limited] = st; continue; }
+                    cr_expect_eq(memcmp(&st, &first[limited], sizeof st), 0, "%s seed %llu: %llu GiB, %s",
+                                 CONFS[ci] ? CONFS[ci] : "defaults", (unsigned long long)seed,
+                                 (unsigned long long)(TOTALS[ti] >> 30), limited ? "limited" : "unlimited");
+                }
+        }
+}

@@ -253,3 +253,35 @@ Test(auto_cases, nothing_fits_should_name_the_cheapest_changes) {
     cr_expect(strstr(r.fix, "--gpus "), "%s", r.fix);
     cr_expect(strstr(r.explain, "would fit with: "), "%s", r.explain);
 }
+
+/* The step's rules read the host's figures once per build (plan_step_ctx.c: plan_offload_host_sized
+   with the sizes the context already holds); they equal plan_offload_host's, which sizes the
+   model itself, byte for byte, for every strategy, offload and precision of two models. */
+Test(offload, the_host_figures_from_given_sizes_should_equal_those_sized_afresh) {
+    static const char *const MODELS[] = {"gpt2-xl", "llama2-7b"};
+    int some = 0;
+    for (size_t mi = 0; mi < sizeof MODELS / sizeof MODELS[0]; mi++) {
+        ModelSpec m = zoo(MODELS[mi]);
+        for (int k = 0; k < STRAT_COUNT; k++)
+            for (int o = 0; o < OFFLOAD_COUNT; o++)
+                for (int p = 0; p < PREC_COUNT; p++) {
+                    TrainSpec t;
+                    plan_train_defaults(&t);
+                    t.offload = (OffloadKind)o;
+                    t.precision = (PrecisionKind)p;
+                    t.grad_accum = 2;
+                    ClusterSpec c;
+                    cluster(&c, 16, 8);
+                    MemSizes z;
+                    plan_memory_sizes(&m, &t, &c, (StrategyKind)k, &z);
+                    OffloadHost fresh, given;
+                    plan_offload_host(&m, &t, &c, (StrategyKind)k, &fresh);
+                    plan_offload_host_sized(&m, &t, &c, (StrategyKind)k, &z, &given);
+                    cr_expect_eq(memcmp(&fresh, &given, sizeof fresh), 0, "%s %s offload %d precision %d", m.name,
+                                 plan_strategy((StrategyKind)k)->name, o, p);
+                    some += fresh.d2h_bytes > 0;
+                }
+        plan_model_free(&m);
+    }
+    cr_expect_gt(some, 0, "some setup should copy to the host");
+}

@@ -411,6 +411,28 @@ Test(sim_time, a_collective_overlapping_compute_should_slow_it_by_at_most_the_st
     plan_model_free(&m);
 }
 
+/* An auto case: gpus x mem_gib GiB with the allocator model, micro-batches up to max_mb, t's
+   precision regime. */
+static void auto_case(const TrainSpec *t, int gpus, double mem_gib, int64_t max_mb, ClusterSpec *c, AutoSpec *a) {
+    plan_cluster_defaults(c);
+    c->gpus = c->gpus_per_node = gpus;
+    c->gpu.mem_bytes = mem_gib * GIB;
+    c->alloc_model = 1;
+    plan_auto_defaults(a);
+    a->max_micro_batch = max_mb;
+    a->precisions = plan_auto_precisions(t->precision);
+}
+
+/* auto run twice, the second time with *flag (a field of a) set: the two results, freed as one. */
+static AutoResult *auto_twice(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, AutoSpec *a, int *flag) {
+    AutoResult *r = calloc(2, sizeof *r);
+    cr_assert(r);
+    plan_auto(m, t, c, a, r);
+    *flag = 1;
+    plan_auto(m, t, c, a, r + 1);
+    return r;
+}
+
 /* With the allocator model auto spares the max-micro-batch searches a bound says cannot matter
    (plan_auto.c: the best score over the batches whose tensors alone fit); the pick, its setup,
    the runner-up and every line of the explanation must be the exhaustive search's, with fewer
@@ -425,20 +447,10 @@ Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
         TrainSpec t;
         plan_train_defaults(&t);
         ClusterSpec c;
-        plan_cluster_defaults(&c);
-        c.gpus = c.gpus_per_node = cases[i].gpus;
-        c.gpu.mem_bytes = cases[i].mem_gib * GIB;
-        c.alloc_model = 1;
         AutoSpec a;
-        plan_auto_defaults(&a);
-        a.max_micro_batch = 32;
+        auto_case(&t, cases[i].gpus, cases[i].mem_gib, 32, &c, &a);
         a.global_batch = cases[i].global_batch;
-        a.precisions = plan_auto_precisions(t.precision);
-        AutoResult *bounded = calloc(2, sizeof *bounded), *full = bounded + 1;
-        cr_assert(bounded);
-        plan_auto(&m, &t, &c, &a, bounded);
-        a.exhaustive = 1;
-        plan_auto(&m, &t, &c, &a, full);
+        AutoResult *bounded = auto_twice(&m, &t, &c, &a, &a.exhaustive), *full = bounded + 1;
         const char *what = cases[i].model;
         cr_expect_eq(bounded->found, full->found, "%s", what);
         cr_expect_eq(bounded->strategy, full->strategy, "%s", what);
@@ -458,4 +470,41 @@ Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
         plan_model_free(&m);
     }
     cr_expect_gt(spared, 0);
+}
+
+/* The plan's recommendation (plan_auto_recommend) reads auto's pick, its figures and the fix,
+   not the explanation, so it asks auto without the per-strategy "why" lines (AutoSpec.no_why),
+   each of which plans its strategy again: the result less the explanation is the same, byte for
+   byte, where something fits, where nothing does and where only QLoRA would (its fix planned
+   only where plan_memory_fits, the full plan's verdict, says it fits). */
+Test(auto_mode, should_answer_without_its_why_lines_as_with_them) {
+    struct { const char *model; int gpus; double mem_gib; int64_t seq; int keep_batch, found; const char *fix; } cases[] = {
+        {"gpt2", 8, 40, 0, 1, 1, ""}, {"gpt2-xl", 8, 24, 0, 0, 1, ""}, {"gpt2-xl", 1, 2, 0, 1, 0, "GPU"},
+        {"llama2-7b", 1, 10, 256, 1, 0, "QLoRA"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ModelSpec m = zoo(cases[i].model);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        t.seq = cases[i].seq;
+        ClusterSpec c;
+        AutoSpec a;
+        auto_case(&t, cases[i].gpus, cases[i].mem_gib, 16, &c, &a);
+        a.keep_batch = cases[i].keep_batch;
+        if (!cases[i].found) a.offloads = 1u << OFFLOAD_NONE;   /* as the plan's recommendation asks */
+        AutoResult *with = auto_twice(&m, &t, &c, &a, &a.no_why), *without = with + 1;
+        const char *what = cases[i].model;
+        cr_expect_eq(with->found, cases[i].found, "%s", what);
+        cr_expect(strstr(with->fix, cases[i].fix) != NULL, "%s: fix '%s'", what, with->fix);
+        if (!with->found) {
+            cr_expect(strstr(with->explain, "why each strategy fails:\n  ") != NULL, "%s: the why lines", what);
+            cr_expect(strstr(without->explain, "why each strategy fails:\n  ") == NULL, "%s: no why lines", what);
+        }
+        memset(with->explain, 0, sizeof with->explain);
+        memset(without->explain, 0, sizeof without->explain);
+        cr_expect_eq(memcmp(with, without, sizeof *with), 0, "%s: found %d / %d, fix '%s' / '%s'", what, with->found,
+                     without->found, with->fix, without->fix);
+        free(with);
+        plan_model_free(&m);
+    }
 }

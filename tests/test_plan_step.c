@@ -221,3 +221,122 @@ Test(step, points_should_map_back_to_their_kind_and_layer_in_step_order) {
         cr_expect_eq(prev_kind, (int)PT_END);
     }
 }
+
+/* The dimensions a time-only build is checked under besides the setups above (tp, sp, pp, LoRA). */
+typedef struct {
+    const char *name;
+    int tp, sp, pp, lora;
+} Dims;
+static const Dims DIMS[] = {{"none", 1, 0, 1, 0}, {"tp 2", 2, 0, 1, 0}, {"tp 2 sp", 2, 1, 1, 0},
+                            {"pp 2", 1, 0, 2, 0}, {"lora 16", 1, 0, 1, 16}};
+
+/* Two builds of one setup whose work, collectives, simulated step and collective table agree
+   field by field: the time-only build (auto's scores) against the whole one. */
+static void expect_same_time(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
+                             const char *what, int *built) {
+    Step whole, time_only;
+    int rw = plan_step_build(&whole, m, t, c, k), rt = plan_step_build_for(&time_only, m, t, c, k, PLAN_STEP_TIME);
+    const char *n = plan_strategy(k)->name;
+    cr_assert_eq(rt, rw, "%s %s %s: status", m->name, what, n);
+    if (!rw) {
+        (*built)++;
+        cr_assert_eq(time_only.n_work, whole.n_work, "%s %s %s: work items", m->name, what, n);
+        cr_assert_eq(time_only.n_xfer, whole.n_xfer, "%s %s %s: collectives", m->name, what, n);
+        cr_expect_eq(memcmp(time_only.work, whole.work, sizeof *whole.work * (size_t)whole.n_work), 0, "%s %s %s: work",
+                     m->name, what, n);
+        cr_expect_eq(memcmp(time_only.xfer, whole.xfer, sizeof *whole.xfer * (size_t)whole.n_xfer), 0,
+                     "%s %s %s: collectives", m->name, what, n);
+        SimResult sw, st;
+        int sw_rc = plan_sim_step(&whole, 0, &sw), st_rc = plan_sim_step(&time_only, 0, &st);
+        cr_expect_eq(st_rc, sw_rc, "%s %s %s: simulated", m->name, what, n);
+        cr_expect_eq(memcmp(&st, &sw, sizeof sw), 0, "%s %s %s: simulated step %.9g s vs %.9g s", m->name, what, n,
+                     st.step_s, sw.step_s);
+        CommPlan cw, ct;
+        plan_comm_step(&whole, &cw);
+        plan_comm_step(&time_only, &ct);
+        cr_expect_eq(memcmp(&ct, &cw, sizeof cw), 0, "%s %s %s: collective table", m->name, what, n);
+        if (time_only.built_for & PLAN_STEP_TIME) {   /* (a pipeline's stages are built whole) */
+            MemResult r;
+            cr_expect_eq(plan_memory_step(&time_only, c, &r, NULL, NULL, 0), PLAN_ERR_REFUSED, "%s %s %s: memory",
+                         m->name, what, n);
+            cr_expect_eq(plan_sim_step(&time_only, 1, &st), PLAN_ERR_REFUSED, "%s %s %s: recorded", m->name, what, n);
+        }
+    }
+    plan_step_free(&whole);
+    plan_step_free(&time_only);
+}
+
+/* auto scores a setup on a step built for its time only (PLAN_STEP_TIME: the rules that write
+   memory events alone left out): the same work items, collectives, simulated step and
+   collective table as the whole build, byte for byte, over the models and setups above, an MoE
+   model, micro-batches 1, 2 and 8, and tp 2 (with and without sp), pp 2 and LoRA. */
+Test(step, a_time_only_build_should_simulate_as_the_whole_build) {
+    static const char *const MORE[] = {"gpt2-mini", "bert-base", "resnet50", "llama2-7b", "qwen1.5-moe-a2.7b"};
+    int built = 0;
+    for (size_t mi = 0; mi < sizeof(MORE) / sizeof(MORE[0]); mi++) {
+        ModelSpec m = zoo(MORE[mi]);
+        for (size_t si = 0; si < sizeof(SETUPS) / sizeof(SETUPS[0]); si++)
+            for (size_t di = 0; di < sizeof(DIMS) / sizeof(DIMS[0]); di++)
+                for (int64_t b = 1; b <= 8; b *= (b == 2 ? 4 : 2)) {
+                    if (!applies(&m, &SETUPS[si])) continue;
+                    if (di && (si % 3) != (di % 3) && b != 2) continue;   /* the dimensions over a third of the rest */
+                    TrainSpec t = train_of(&SETUPS[si], b);
+                    t.tp = DIMS[di].tp;
+                    t.sp = DIMS[di].sp;
+                    t.pp = DIMS[di].pp;
+                    if (t.pp > 1 && t.grad_accum < 2) t.grad_accum = 2;
+                    t.ft.rank = DIMS[di].lora;
+                    ClusterSpec c;
+                    cluster(&c, 16, 8);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s, %s, b%lld", SETUPS[si].name, DIMS[di].name, (long long)b);
+                    for (int k = 0; k < STRAT_COUNT; k++) expect_same_time(&m, &t, &c, (StrategyKind)k, what, &built);
+                }
+        plan_model_free(&m);
+    }
+    cr_expect_gt(built, 1000, "built %d", built);
+}
+
+/* The simulated step prices a collective again only when its arguments differ from the last
+   one's (plan_sim.c prepare: a model's repeated blocks write the same collectives layer after
+   layer): in a run of three equal all-gathers (gpt2-mini, FSDP2, 16 GPUs on 2 nodes) the middle
+   one made three times larger runs for its own price, and the one after it for the others',
+   each plan_coll_seconds of its own arguments. */
+Test(step, a_collective_unlike_the_last_should_be_priced_afresh_in_the_simulated_step) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = train_of(&SETUPS[0], 2);
+    ClusterSpec c;
+    cluster(&c, 16, 8);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_FSDP_FULL), 0);
+    int k = -1;
+    for (int e = 0; e + 2 < st.n_xfer && k < 0; e++) {
+        const StepXfer *x = &st.xfer[e];
+        int same = x->kind == XFER_COLL && x->group > 1 && x->count == 1;
+        for (int j = 1; j <= 2 && same; j++)
+            same = st.xfer[e + j].kind == XFER_COLL && st.xfer[e + j].op == x->op && st.xfer[e + j].payload == x->payload &&
+                   st.xfer[e + j].group == x->group && st.xfer[e + j].crosses == x->crosses && st.xfer[e + j].count == 1;
+        if (same) k = e;
+    }
+    cr_assert_geq(k, 0, "a run of three equal collectives");
+    const StepXfer *x = &st.xfer[k];
+    double was = x->payload, now = 3 * was;
+    st.xfer[k + 1].payload = now;
+    const ClusterSpec *cc = &st.view.full;
+    double s_was = plan_coll_seconds(cc, (CollKind)x->op, was, x->group, x->crosses);
+    double s_now = plan_coll_seconds(cc, (CollKind)x->op, now, x->group, x->crosses);
+    SimResult sim;
+    cr_assert_eq(plan_sim_step(&st, 1, &sim), 0);
+    int n_was = 0, n_now = 0;
+    for (int i = 0; i < sim.n_ops; i++) {
+        const SimOp *o = &sim.ops[i];
+        if (o->lane != LANE_COMM) continue;
+        if (o->bytes == now) { n_now++; cr_expect_eq(o->dur, s_now, "%s: %.12g s, priced %.12g s", o->name, o->dur, s_now); }
+        if (o->bytes == was) { n_was++; cr_expect_eq(o->dur, s_was, "%s: %.12g s, priced %.12g s", o->name, o->dur, s_was); }
+    }
+    cr_expect_eq(n_now, 1);
+    cr_expect_geq(n_was, 2);
+    plan_sim_free(&sim);
+    plan_step_free(&st);
+    plan_model_free(&m);
+}

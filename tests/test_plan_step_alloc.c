@@ -702,3 +702,43 @@ Test(step_alloc, a_kept_replay_should_answer_as_the_replay_made_again) {
             }
     plan_model_free(&m);
 }
+
+/* A kept replay made on one GPU answers for another GPU's setting where the device's total is
+   not read (no memory fraction, no expandable segments; plan_step_alloc.c conf_equal): gpt2's
+   plans on 40 GiB asked again on a GPU just above, at and below each plan's peak (auto's rule on
+   the plan's GPU less its safety margin replays each row so), with expandable segments and with a
+   memory fraction too (where the total is read), give what each gives with everything forgotten
+   first. */
+Test(step_alloc, a_replay_kept_on_another_gpu_should_answer_as_the_replay_made_again) {
+    ModelSpec m = zoo("gpt2");
+    static const double SCALE[] = {1.05, 1.0, 0.995, 0.9};   /* of the peak */
+    int seen[2] = {0, 0};
+    for (int set = 0; set < 3; set++)   /* defaults, expandable segments, a memory fraction */
+        for (int k = 0; k < STRAT_COUNT; k++)
+            for (size_t g = 0; g < sizeof SCALE / sizeof SCALE[0]; g++) {
+                TrainSpec t;
+                plan_train_defaults(&t);
+                t.seq = 512;
+                t.micro_batch = 4;
+                ClusterSpec c;
+                cluster(&c, 8, 8);
+                c.alloc_model = 1;
+                c.alloc_conf.expandable_segments = set == 1;
+                if (set == 2) c.alloc_conf.memory_fraction = 0.9;
+                c.gpu.mem_bytes = 40.0 * 1024 * MiB;
+                MemResult kept, fresh;
+                plan_step_alloc_forget();
+                plan_memory(&m, &t, &c, (StrategyKind)k, &kept);
+                c.gpu.mem_bytes = kept.peak * SCALE[g] / (set == 2 ? 0.9 : 1.0);
+                plan_memory(&m, &t, &c, (StrategyKind)k, &kept);
+                plan_step_alloc_forget();
+                plan_memory(&m, &t, &c, (StrategyKind)k, &fresh);
+                const char *n = plan_strategy((StrategyKind)k)->name;
+                cr_expect_eq(memcmp(&kept, &fresh, sizeof kept), 0, "%s setting %d, %.3f x the peak: fits %d / %d, need %.0f / %.0f",
+                             n, set, SCALE[g], kept.fits, fresh.fits, kept.alloc_need, fresh.alloc_need);
+                seen[fresh.fits != 0]++;
+            }
+    cr_expect_gt(seen[0], 0, "some GPU should be too small");
+    cr_expect_gt(seen[1], 0, "some GPU should fit");
+    plan_model_free(&m);
+}
