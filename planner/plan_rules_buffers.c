@@ -206,6 +206,35 @@ static void ds3_group(void *ctx, const Ds3Group *g, int use_layer, int use_bwd) 
     if (e) e->wait = pt(x, use_bwd ? PT_BWD : PT_FWD, use_layer);
 }
 
+/* ZeRO-3's reduce-scatters (plan_ds3_reduce_buckets): each from the hook of the tensor that closed
+   its bucket, after that layer's backward (the buckets a layer closes: one entry with their
+   count), the last after the first layer's (the epilogue); the last's padded size kept for the
+   epilogue's flat copy. */
+typedef struct {
+    const StepCtx *x;
+    Step *st;
+    int at;                  /* layer of the pending entry (-2: none) */
+    double count, bytes, last;
+} Ds3Reduce;
+
+static void ds3_reduce_flush(Ds3Reduce *d) {
+    if (d->count <= 0) return;
+    const StepCtx *x = d->x;
+    StepXfer *e = coll(d->st, RULE_DS3_REDUCE_SCATTER, pt(x, PT_BWD, d->at >= 0 ? d->at : 0), COLL_REDUCE_SCATTER,
+                       PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, MICRO_EVERY, d->bytes, x->n, multi_node(x));
+    if (e) e->count = d->count;
+    d->count = d->bytes = 0;
+}
+
+static void ds3_reduce_bucket(void *ctx, int at, double padded) {
+    Ds3Reduce *d = ctx;
+    if (at != d->at) ds3_reduce_flush(d);
+    d->at = at;
+    d->count++;
+    d->bytes += padded * d->x->p->grad_bytes;
+    d->last = padded;
+}
+
 /* The reduce bucket allocated once at init; the fetch coordinator's gathered parameters (copied
    out of their flat buffers at first use, released after the layer unless reused within
    stage3_max_reuse_distance); at the end of backward the epilogue copies the last bucket's
@@ -228,13 +257,13 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
         step_level(&lv, pt(x, PT_BWD_MLP, i), plan_ds3_sim_backward(&d, i) * pb);
         if (i > 0) plan_ds3_sim_release(&d, i);   /* layer 0: after the reduction */
     }
-    double n_buckets = ceil(x->z.psi / bkt);
+    Ds3Reduce rd = {x, st, -2, 0, 0, 0};
+    plan_ds3_reduce_buckets(x->m, x->n, bkt, ds3_reduce_bucket, &rd);
+    ds3_reduce_flush(&rd);
     int r1 = pt(x, PT_REDUCE1, 0);
     step_sample(st, r1);
-    step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, fmax(0, x->ds.padded - (n_buckets - 1) * bkt) * gb);
+    step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, rd.last * gb);
     step_level(&lv, pt(x, PT_NORM, 0), 0);
-    buckets(x, st, RULE_DS3_REDUCE_SCATTER, COLL_REDUCE_SCATTER, MICRO_EVERY, n_buckets, x->ds.padded * gb, bkt * gb,
-            bkt, 0, x->n);
     StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_PERSISTENT_PARAMS,
                        PHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE,
                        (x->ds.persist_padded + x->ds.frozen_persist_padded) * pb, x->n, multi_node(x));
