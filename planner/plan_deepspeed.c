@@ -99,6 +99,30 @@ int plan_ds_overflow_bytes(int stage3, const PrecisionSpec *p) {
     return 1;
 }
 
+double plan_ds3_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, Ds3BucketFn fn, void *ctx) {
+    double nn = (double)(n < 1 ? 1 : n), elems = 0, padded = 0, count = 0;
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        const int64_t *t;
+        int64_t one;
+        for (int k = layer_tensors(&m->layers[i], &t, &one) - 1; k >= 0; k--) {
+            double e = (double)t[k];
+            if (e <= 0) continue;
+            if (elems + e > bucket && elems > 0) {   /* this tensor's hook reduces the bucket */
+                if (fn) fn(ctx, i, padded);
+                count++;
+                elems = padded = 0;
+            }
+            elems += e;
+            padded += nn * ceil(e / nn);
+        }
+    }
+    if (elems > 0) {   /* the epilogue's (independent_gradient_partition_epilogue) */
+        if (fn) fn(ctx, -1, padded);
+        count++;
+    }
+    return count;
+}
+
 /* ---- ZeRO-3's fetching over a step (plan_deepspeed.h) ---- */
 
 /* ZeRO-3 partitions and gathers every parameter, frozen ones too (partition_parameters.py: Init

@@ -98,6 +98,17 @@ double plan_ds3_sim_forward(Ds3Sim *z, int i);
 double plan_ds3_sim_backward(Ds3Sim *z, int i);
 void plan_ds3_sim_release(Ds3Sim *z, int i);
 
+/* ZeRO-3's gradient reduce buckets (stage3.py reduce_independent_p_g_buckets_and_remove_grads):
+   gradients arrive in backward order (the layers in reverse, a layer's tensors in reverse); a
+   tensor that would take the bucket past reduce_bucket_size elements reduces the bucket first
+   (when it holds any), so a bucket holds whole tensors and a tensor larger than the bucket is
+   reduced alone. Each bucket is one reduce_scatter_coalesced of its tensors, each padded to
+   n x ceil(numel / n), issued from the hook of the tensor that closed it (in layer `at`'s
+   backward); the last is reduced in the epilogue (at = -1). Layers whose tensors are unknown
+   count as one tensor. fn gets each bucket in order; returns how many. */
+typedef void (*Ds3BucketFn)(void *ctx, int at, double padded);
+double plan_ds3_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, Ds3BucketFn fn, void *ctx);
+
 /* The scalars DeepSpeed keeps and all-reduces at the step: the global gradient norm (ZeRO-1/2:
    fp32, get_grad_norm_direct's .float(); ZeRO-3: fp64, get_norm_dtype()), kept in
    _global_grad_norm between steps, and the overflow flag (uint8) where it checks: ZeRO-1/2

@@ -27,41 +27,55 @@ static StepXfer *coll(Step *st, RuleId r, int point, CollKind op, CollPurpose wh
     return e;
 }
 
+/* How a run of buckets is issued: in which micro-steps, on which stream (SCHED_ASYNC_AFTER: their
+   own; SCHED_SYNC_AFTER: the compute stream's), chained (StepXfer.chain) or not. */
+typedef struct {
+    StepMicro micro;
+    StepSched sched;
+    int chain;
+} BucketIssue;
+
+static const BucketIssue DDP_ISSUE = {MICRO_LAST, SCHED_ASYNC_AFTER, 0};
+
+static void bucket_coll(const StepCtx *x, Step *st, RuleId r, int point, CollKind op, BucketIssue how, double n,
+                        double bytes, int64_t group) {
+    StepXfer *e = coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, how.sched, how.micro, bytes, group,
+                       multi_node(x));
+    if (!e) return;
+    e->count = n;
+    e->chain = (uint8_t)how.chain;
+}
+
 /* n buckets of `each` bytes issued at one point: one entry each, or, beyond 1024 (absurd sizes:
    1e15 parameters make 1e6-1e8 buckets), one entry with their count — the table's count and
    payload are the same, and the account stays small. */
-static void bucket_run(const StepCtx *x, Step *st, RuleId r, int point, CollKind op, StepMicro micro, double n,
+static void bucket_run(const StepCtx *x, Step *st, RuleId r, int point, CollKind op, BucketIssue how, double n,
                        double each, int64_t group) {
     if (n > 1024) {
-        StepXfer *e = coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, n * each,
-                           group, multi_node(x));
-        if (e) e->count = n;
+        bucket_coll(x, st, r, point, op, how, n, n * each, group);
         return;
     }
-    for (double j = 0; j < n; j++)
-        coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, micro, each, group,
-             multi_node(x));
+    for (double j = 0; j < n; j++) bucket_coll(x, st, r, point, op, how, 1, each, group);
 }
 
 /* Reduce buckets of cap_elems parameters: count of them split total bytes (each cap_elems x
    bytes per element, the last the rest), each issued after the backward of the layer at which
    the running count of parameters (in gradient-ready order) reaches the bucket's end, the last at
    the end of backward; at_end: all at the end (reduced there). */
-static void buckets(const StepCtx *x, Step *st, RuleId r, CollKind op, StepMicro micro, double count,
+static void buckets(const StepCtx *x, Step *st, RuleId r, CollKind op, BucketIssue how, double count,
                     double total, double cap_bytes, double cap_elems, int at_end, int64_t group) {
     double seen = 0, done = 0, k = 0;
     for (int i = x->L - 1; i >= 0 && k < count - 1; i--) {
         seen += (double)x->m->layers[i].params;
         if (at_end) continue;
         double n = fmin(count - 1, floor(seen / cap_elems)) - k;   /* buckets that close in layer i */
-        if (n > 0) bucket_run(x, st, r, pt(x, PT_BWD, i), op, micro, n, cap_bytes, group);
+        if (n > 0) bucket_run(x, st, r, pt(x, PT_BWD, i), op, how, n, cap_bytes, group);
         if (n > 0) done += n * cap_bytes, k += n;
     }
     /* the rest at the end of backward: the last bucket its remainder */
-    bucket_run(x, st, r, pt(x, PT_BWD, 0), op, micro, count - 1 - k, cap_bytes, group);
+    bucket_run(x, st, r, pt(x, PT_BWD, 0), op, how, count - 1 - k, cap_bytes, group);
     if (count - k >= 1)
-        coll(st, r, pt(x, PT_BWD, 0), op, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, micro,
-             total - done - (count - 1 - k) * cap_bytes, group, multi_node(x));
+        bucket_coll(x, st, r, pt(x, PT_BWD, 0), op, how, 1, total - done - (count - 1 - k) * cap_bytes, group);
 }
 
 /* ---- DDP (torch/nn/parallel/distributed.py, reducer.cpp) ---- */
@@ -106,7 +120,7 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
         }
         if (start == 0) continue;
         double n = floor((fmin(fill, total) - start) / PLAN_DDP_BUCKET);   /* full buckets closing here */
-        bucket_run(x, st, RULE_DDP_BUCKETS, at, COLL_ALL_REDUCE, MICRO_LAST, n, PLAN_DDP_BUCKET, x->N);
+        bucket_run(x, st, RULE_DDP_BUCKETS, at, COLL_ALL_REDUCE, DDP_ISSUE, n, PLAN_DDP_BUCKET, x->N);
         start += n * PLAN_DDP_BUCKET;
         if (fill >= total && start < total) {
             coll(st, RULE_DDP_BUCKETS, at, COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER,
@@ -159,8 +173,15 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
     } else {
         step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, (psi - (n_buckets - 1) * bkt) * gb);
     }
-    buckets(x, st, RULE_DS_BUCKET, COLL_ALL_REDUCE, x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, n_buckets, psi * gb,
-            bkt * gb, bkt, x->ds12_stage1, x->N);
+    /* the stream a bucket is reduced on (stage_1_and_2.py average_tensor): with overlap_comm the
+       reduction stream, after the compute stream has been made to wait for it (the previous
+       bucket's reduction: chained); without, the compute stream. ZeRO-1 at the end of the
+       boundary's backward (reduce_gradients). docs/formulas.md "DeepSpeed ZeRO-1/2's reduce
+       buckets on their streams" */
+    int overlap = x->dsk.overlap_comm == 1;
+    BucketIssue how = {x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, overlap ? SCHED_ASYNC_AFTER : SCHED_SYNC_AFTER,
+                       overlap};
+    buckets(x, st, RULE_DS_BUCKET, COLL_ALL_REDUCE, how, n_buckets, psi * gb, bkt * gb, bkt, x->ds12_stage1, x->N);
     /* one all_gather_into_tensor of the flat group per parameter group (runtime/utils.py
        all_gather_dp_groups: torch has all_gather_into_tensor, so allgather_bucket_size's
        sequential shards are never used); or, --zero-param-sync broadcast, one broadcast of each
@@ -206,6 +227,35 @@ static void ds3_group(void *ctx, const Ds3Group *g, int use_layer, int use_bwd) 
     if (e) e->wait = pt(x, use_bwd ? PT_BWD : PT_FWD, use_layer);
 }
 
+/* ZeRO-3's reduce-scatters (plan_ds3_reduce_buckets): each from the hook of the tensor that closed
+   its bucket, after that layer's backward (the buckets a layer closes: one entry with their
+   count), the last after the first layer's (the epilogue); the last's padded size kept for the
+   epilogue's flat copy. */
+typedef struct {
+    const StepCtx *x;
+    Step *st;
+    int at;                  /* layer of the pending entry (-2: none) */
+    double count, bytes, last;
+} Ds3Reduce;
+
+static void ds3_reduce_flush(Ds3Reduce *d) {
+    if (d->count <= 0) return;
+    const StepCtx *x = d->x;
+    StepXfer *e = coll(d->st, RULE_DS3_REDUCE_SCATTER, pt(x, PT_BWD, d->at >= 0 ? d->at : 0), COLL_REDUCE_SCATTER,
+                       PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, MICRO_EVERY, d->bytes, x->n, multi_node(x));
+    if (e) e->count = d->count;
+    d->count = d->bytes = 0;
+}
+
+static void ds3_reduce_bucket(void *ctx, int at, double padded) {
+    Ds3Reduce *d = ctx;
+    if (at != d->at) ds3_reduce_flush(d);
+    d->at = at;
+    d->count++;
+    d->bytes += padded * d->x->p->grad_bytes;
+    d->last = padded;
+}
+
 /* The reduce bucket allocated once at init; the fetch coordinator's gathered parameters (copied
    out of their flat buffers at first use, released after the layer unless reused within
    stage3_max_reuse_distance); at the end of backward the epilogue copies the last bucket's
@@ -228,13 +278,13 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
         step_level(&lv, pt(x, PT_BWD_MLP, i), plan_ds3_sim_backward(&d, i) * pb);
         if (i > 0) plan_ds3_sim_release(&d, i);   /* layer 0: after the reduction */
     }
-    double n_buckets = ceil(x->z.psi / bkt);
+    Ds3Reduce rd = {x, st, -2, 0, 0, 0};
+    plan_ds3_reduce_buckets(x->m, x->n, bkt, ds3_reduce_bucket, &rd);
+    ds3_reduce_flush(&rd);
     int r1 = pt(x, PT_REDUCE1, 0);
     step_sample(st, r1);
-    step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, fmax(0, x->ds.padded - (n_buckets - 1) * bkt) * gb);
+    step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, rd.last * gb);
     step_level(&lv, pt(x, PT_NORM, 0), 0);
-    buckets(x, st, RULE_DS3_REDUCE_SCATTER, COLL_REDUCE_SCATTER, MICRO_EVERY, n_buckets, x->ds.padded * gb, bkt * gb,
-            bkt, 0, x->n);
     StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_PERSISTENT_PARAMS,
                        PHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE,
                        (x->ds.persist_padded + x->ds.frozen_persist_padded) * pb, x->n, multi_node(x));
@@ -388,8 +438,8 @@ void rule_engine_buckets(const StepCtx *x, Step *st) {
                   fmin(bkt, psi) * gb);
     if (x->s->buffers != BUF_DS_REDUCE || x->N <= 1) return;
     double n_buckets = ceil(psi / bkt), padded = (double)x->n * x->z.psi_shard;
-    StepMicro micro = (x->s->shard & SHARD_GRAD) ? MICRO_EVERY : MICRO_LAST;
-    buckets(x, st, RULE_ENGINE_BUCKETS, COLL_REDUCE_SCATTER, micro, n_buckets, padded * gb, bkt * gb, bkt, 0, x->N);
+    BucketIssue how = {(x->s->shard & SHARD_GRAD) ? MICRO_EVERY : MICRO_LAST, SCHED_ASYNC_AFTER, 0};
+    buckets(x, st, RULE_ENGINE_BUCKETS, COLL_REDUCE_SCATTER, how, n_buckets, padded * gb, bkt * gb, bkt, 0, x->N);
     StepXfer *e = coll(st, RULE_ENGINE_BUCKETS, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, PHASE_STEP,
                        SCHED_SYNC_AFTER, MICRO_ONCE, padded * x->p->param_bytes, x->N, multi_node(x));
     if (e) e->count = n_buckets;

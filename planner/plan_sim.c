@@ -202,6 +202,7 @@ typedef struct {
     double *ready;       /* [n_points] when the transfers a point waits for are done */
     double (*ran)[COLL_COUNT];      /* collectives issued, per purpose and op (NULL: not counted) */
     double (*ran_bytes)[COLL_COUNT];   /* their payload bytes */
+    double chain_done;   /* when the last chained transfer of the micro-step is done (StepXfer.chain) */
 } Run;
 
 /* What one micro-step took: phase walls (compute and the waits inside) and their compute. */
@@ -295,8 +296,12 @@ static double after(Run *R, Stream *cs, int p, int layer, double t, int sync, in
         if (!active(x, sync) || P->xdur[e] <= 0) continue;
         if (!async && x->sched == SCHED_SYNC_AFTER) t = issue(R, cs, x, e, t);
         else if (async && x->sched == SCHED_ASYNC_AFTER) {
-            issue(R, cs, x, e, t);
+            double done = issue(R, cs, x, e, t);
             if (x->charge) t = issue_cost(P, t, acc);
+            if (x->chain) {   /* the compute after it waits for the previous one */
+                t = fmax(t, R->chain_done);
+                R->chain_done = done;
+            }
         }
     }
     if (async && P->d2h[layer] > 0 && p == plan_step_point(P->L, PT_BWD, layer))
@@ -312,6 +317,7 @@ static double micro_step(Run *R, Stream *cs, double t0, int sync, Micro *mo) {
     int L = P->L;
     double t = t0, prev = -1;
     memset(R->ready, 0, sizeof(double) * (size_t)P->st->n_points);
+    R->chain_done = 0;
     for (int i = 0; i < L; i++) {
         int p = plan_step_point(L, PT_FWD, i);
         t = before(R, cs, p, i, t, prev, sync, &mo->fwd_c);
@@ -404,7 +410,7 @@ static int run(const SimPrep *P, int record, SimResult *out) {
     const TrainSpec *vt = &P->st->view.t;
     Rec rc = {out, record, 0};
     double *ready = calloc((size_t)P->st->n_points, sizeof(double));
-    Run R = {P, &rc, NULL, NULL, ready, out->coll_count, out->coll_payload};
+    Run R = {P, &rc, NULL, NULL, ready, out->coll_count, out->coll_payload, 0};
     if (record) {
         R.fwd_end = calloc((size_t)(P->L > 0 ? P->L : 1), sizeof(double));
         R.bwd_end = calloc((size_t)(P->L > 0 ? P->L : 1), sizeof(double));
@@ -422,7 +428,7 @@ static int run(const SimPrep *P, int record, SimResult *out) {
     if (vt->grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
         Rec quiet = {out, 0, 0};
         double q_ran[PURPOSE_COUNT][COLL_COUNT] = {{0}}, q_bytes[PURPOSE_COUNT][COLL_COUNT] = {{0}};
-        Run Q = {P, &quiet, NULL, NULL, ready, q_ran, q_bytes};
+        Run Q = {P, &quiet, NULL, NULL, ready, q_ran, q_bytes, 0};
         Stream cs1 = {0};
         cs1.keep = cs.keep;
         Micro m1 = {0};

@@ -132,6 +132,9 @@ typedef struct {
     uint8_t micro;           /* StepMicro */
     uint8_t charge;          /* 1: issuing it costs the issuing rank compute (coll_issue_s) */
     uint8_t root;            /* 1: the root unit's (the layers outside the repeated blocks) */
+    uint8_t chain;           /* 1 (SCHED_ASYNC_AFTER): once it is issued, the compute stream waits for
+                                the previous chained transfer of the micro-step (DeepSpeed's
+                                double-buffered reduce bucket, overlap_comm) */
     uint16_t rule;
     int32_t point;           /* where it is issued */
     int32_t wait;            /* whose compute waits for it (SCHED_ASYNC_BEFORE, SCHED_PREFETCH) */

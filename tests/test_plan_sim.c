@@ -508,3 +508,98 @@ Test(auto_mode, should_answer_without_its_why_lines_as_with_them) {
         plan_model_free(&m);
     }
 }
+
+/* DeepSpeed ZeRO-1/2's reduce buckets on their streams (stage_1_and_2.py average_tensor),
+   hand-worked on three layers whose backward takes u, u and 3u, with a bucket of D = 1.5u
+   closed after each of the first two (backward order: layers 2, 1, 0):
+   - on the reduction stream, nothing waits but the end of backward: bucket 1 [u, 2.5u], bucket 2
+     [2.5u, 4u], layer 0's backward [2u, 5u]: 5u;
+   - chained (overlap_comm: reducing bucket 2 first makes the compute stream wait for bucket 1):
+     layer 0 starts at 2.5u and ends at 5.5u;
+   - on the compute stream (no overlap_comm): u + D + u + D + 3u = 8u. */
+static double buckets_bwd(StepSched sched, int chain) {
+    ModelSpec m;
+    plan_model_init(&m, "t", ARCH_GENERIC);
+    for (int i = 0; i < 3; i++) cr_assert_not_null(plan_model_add(&m, LAYER_LINEAR, "l", 1000000));
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    cluster(&c, 2, 2);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_ZERO2), PLAN_OK, "%s", st.fail_why);
+    cr_assert_geq(st.cap_work, 3);
+    cr_assert_geq(st.cap_xfer, 2);
+    double payload = 4e6, D = plan_coll_seconds(&st.view.full, COLL_ALL_REDUCE, payload, 2, 0), u = D / 1.5;
+    static const double BWD[3] = {3, 1, 1};   /* layer 0, 1, 2, in u */
+    st.n_work = 0;
+    for (int i = 0; i < 3; i++) {
+        StepWork *w = &st.work[st.n_work++];
+        memset(w, 0, sizeof *w);
+        w->point = plan_step_point(st.view.m.n_layers, PT_BWD, i);
+        w->scale = WORK_BATCH;
+        w->seconds = BWD[i] * u;
+    }
+    st.n_xfer = 0;
+    for (int i = 2; i >= 1; i--) {
+        StepXfer *x = &st.xfer[st.n_xfer++];
+        memset(x, 0, sizeof *x);
+        x->kind = XFER_COLL;
+        x->op = COLL_ALL_REDUCE;
+        x->purpose = PURPOSE_GRAD_BUCKETS;
+        x->phase = PHASE_BACKWARD;
+        x->sched = (uint8_t)sched;
+        x->chain = (uint8_t)chain;
+        x->point = plan_step_point(st.view.m.n_layers, PT_BWD, i);
+        x->count = 1;
+        x->payload = payload;
+        x->group = 2;
+    }
+    SimResult s;
+    cr_assert_eq(plan_sim_step(&st, 0, &s), 0);
+    double bwd = s.bwd_s / u;
+    plan_sim_free(&s);
+    plan_step_free(&st);
+    plan_model_free(&m);
+    return bwd;
+}
+
+Test(sim, deepspeeds_reduce_buckets_should_run_on_the_stream_their_overlap_comm_names) {
+    cr_expect_float_eq(buckets_bwd(SCHED_ASYNC_AFTER, 0), 5.0, 1e-9, "own stream: %.3f u", buckets_bwd(SCHED_ASYNC_AFTER, 0));
+    cr_expect_float_eq(buckets_bwd(SCHED_ASYNC_AFTER, 1), 5.5, 1e-9, "chained: %.3f u", buckets_bwd(SCHED_ASYNC_AFTER, 1));
+    cr_expect_float_eq(buckets_bwd(SCHED_SYNC_AFTER, 0), 8.0, 1e-9, "compute stream: %.3f u", buckets_bwd(SCHED_SYNC_AFTER, 0));
+}
+
+/* The rules name them so: ZeRO-2 without overlap_comm (DeepSpeed's default) reduces on the
+   compute stream as buckets fill, with it on the reduction stream, chained; ZeRO-1 at the end
+   of backward, on the stream overlap_comm names. */
+Test(sim, deepspeeds_overlap_comm_should_set_where_and_how_zero12_buckets_are_reduced) {
+    ModelSpec m = zoo("gpt2-medium");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.ds.reduce_bucket = 5e7;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    static const struct { StrategyKind k; int overlap; StepSched sched; int chain, spread; } CASES[] = {
+        {STRAT_ZERO2, 2, SCHED_SYNC_AFTER, 0, 1}, {STRAT_ZERO2, 1, SCHED_ASYNC_AFTER, 1, 1},
+        {STRAT_ZERO1, 2, SCHED_SYNC_AFTER, 0, 0}, {STRAT_ZERO1, 1, SCHED_ASYNC_AFTER, 1, 0},
+    };
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        t.ds.overlap_comm = CASES[k].overlap;
+        Step st;
+        cr_assert_eq(plan_step_build(&st, &m, &t, &c, CASES[k].k), PLAN_OK);
+        int n = 0, points = 0, last = -1;
+        for (int e = 0; e < st.n_xfer; e++) {
+            const StepXfer *x = &st.xfer[e];
+            if (x->purpose != PURPOSE_GRAD_BUCKETS) continue;
+            n++;
+            cr_expect_eq(x->sched, CASES[k].sched, "case %zu", k);
+            cr_expect_eq(x->chain, CASES[k].chain, "case %zu", k);
+            if (x->point != last) points++, last = x->point;
+        }
+        cr_expect_eq(n, 8, "case %zu: ceil(354.8e6 / 5e7) buckets", k);
+        if (CASES[k].spread) cr_expect_gt(points, 4, "case %zu: reduced as they fill", k);
+        else cr_expect_eq(points, 1, "case %zu: all at the end of backward", k);
+        plan_step_free(&st);
+    }
+    plan_model_free(&m);
+}
