@@ -84,7 +84,8 @@ static int rotary_attn(const ModelSpec *m) {
 
 /* GPT-2's attention saves q, k and v as views of its one c_attn output (transformers
    modeling_gpt2.py GPT2Attention.forward: `self.c_attn(hidden_states).split(self.split_size,
-   dim=2)`, each `.view(...).transpose(1, 2)`; no rotary embedding makes new q and k, no GQA
+   dim=2)`, each `.view(...).transpose(1, 2)`; learned positions: no rotary embedding makes new
+   q and k as NeoX's does, no GQA
    expands k and v), so what they keep alive is that one output, 3·qd per token, not three
    tensors: under SDPA at any batch (the kernel takes the strided views and its backward saves
    them), in eager attention at micro-batch 1, where torch.matmul folds a (1, a, s, d) view into
@@ -93,7 +94,7 @@ static int rotary_attn(const ModelSpec *m) {
    Measured (harness --alloc-ops, 2026-12-07): gpt2-mini b1 eager and b4 SDPA make one addmm
    output per block (196,608 B fp32 b1; 393,216 B bf16 b4) and no copies of q, k or v. */
 static int qkv_views_saved(const ModelSpec *m, const TrainSpec *t, double b) {
-    int views = m->fused_qkv && !rotary_attn(m) && m->n_kv_head == m->n_head;
+    int views = m->fused_qkv && m->learned_pos && !rotary_attn(m) && m->n_kv_head == m->n_head;
     return views && (t->attn == ATTN_EAGER ? b == 1 : t->attn == ATTN_SDPA);
 }
 
