@@ -35,6 +35,9 @@ typedef struct {
 } ActSink;
 
 static _Thread_local ActSink *act_sink;
+/* 1 while a block whose core attention selective recompute drops is counted: the core's tensors
+   (what core_attn_coeffs counts) are not noted, the checkpoint's inputs are (selective_delta) */
+static _Thread_local int core_unnoted;
 
 static double note(double n, double each, int quad) {
     ActSink *k = act_sink;
@@ -239,6 +242,8 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
     *lin += T(p->autocast && separate_qkv(m) ? 3 : 1, X * h);   /* q/k/v projection input */
     *lin += T(1, X * qd);                                   /* attention output = out-proj input */
     *lin += T(1, M * h);                                    /* residual dropout mask / noise */
+    ActSink *sink = act_sink;
+    if (core_unnoted) act_sink = NULL;   /* the core attention's own tensors (core_attn_coeffs) */
     if (t->attn == ATTN_EAGER) {
         /* q, k, v as the two matmuls save them: k and v expanded (repeat_kv); GPT-2's at
            micro-batch 1 views of one tensor (qkv_views_saved) */
@@ -262,6 +267,7 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
         /* q, k, v (GQA: enable_gqa); GPT-2's views of one tensor (qkv_views_saved) */
         *lin += qkv_views_saved(m, t, b) ? T(1, 3 * X * qd) : T(1, X * qd) + T(2, X * (expand ? qd : kvd));
         *lin += T(1, F * a);                               /* SDPA log-sum-exp, fp32 */
+        act_sink = sink;
         if (masked) *quad += Q(1, X);
         /* Phi-3: v is a view of the fused q|k|v output, and the kernel's saved v keeps all of it;
            q leaves its torch.cat rotary contiguous per head and the CPU flash kernel lays its
@@ -269,6 +275,7 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
         if (m->block.qkv == QKV_FUSED && !expand) *lin += T(1, X * (qd + kvd));
         if (m->block.rotary_cat && t->autocast_cpu) *lin += T(1, X * qd);
     }
+    act_sink = sink;
 }
 
 /* Eager PyTorch transformer block (layer l; NULL: a full-attention rotary block), per token:
@@ -754,6 +761,13 @@ static double selective_delta(const ModelSpec *m, const TrainSpec *t, double dro
     act_sink = NULL;   /* what it takes away is not noted as saved */
     core_attn_coeffs(m, t, dropout, &cl, &cq);
     act_sink = k;
+    /* the checkpoint's inputs, noted: q, k and v, or GPT-2's views of its one c_attn output */
+    if (k && qk == X && qd == kvd && m->fused_qkv && m->learned_pos) T(1, 3 * X * qd);
+    else if (k) {
+        T(1, qk * qd);
+        T(1, qk * kvd);
+        T(1, X * kvd);
+    }
     return qk * (qd + kvd) + X * kvd - cl - s * cq;
 }
 
@@ -772,10 +786,13 @@ static double ckpt_mask_noted(const ModelSpec *m, int i, const TrainSpec *t, con
 }
 
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
-    if (plan_act_core_recomputed(m, t, i))
-        return plan_act_layer_bytes(m, i, t, in) +
-               (double)in->b * (double)in->s * selective_delta(m, t, in->dropout, (double)in->s) +
+    if (plan_act_core_recomputed(m, t, i)) {
+        core_unnoted = 1;
+        double all = plan_act_layer_bytes(m, i, t, in);
+        core_unnoted = 0;
+        return all + (double)in->b * (double)in->s * selective_delta(m, t, in->dropout, (double)in->s) +
                ckpt_mask_noted(m, i, t, in);
+    }
     if (!plan_act_checkpointed(m, t, i)) return plan_act_layer_bytes(m, i, t, in);
     if (t->act_ckpt == CKPT_OP) return op_block_bytes(m, i, t, in) + ckpt_mask_noted(m, i, t, in);
     /* checkpoint(block) keeps only the block input (the residual stream), and the first

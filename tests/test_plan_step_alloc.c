@@ -807,3 +807,29 @@ Test(step_alloc, gpt2s_q_k_and_v_should_be_saved_as_one_tensor_where_they_stay_v
     }
     plan_model_free(&m);
 }
+
+/* Under selective recompute a block's saved tensors are what it keeps: the core attention's own
+   (the scores, probabilities, dropout; q, k, v as the matmuls save them) are dropped and the
+   checkpoint's inputs q, k and v kept (plan_activ.c selective_delta), so the tensors the listing
+   cuts add up to the block's bytes and no piece is scaled to fit them (the listing had cut
+   llama-mini's 262,144 B tensors into 220,160 B pieces). */
+Test(step_alloc, selective_recompute_should_list_the_tensors_a_block_keeps) {
+    static const char *const M[] = {"bench/torch/configs/llama-mini.json", "gpt2-mini"};
+    for (size_t k = 0; k < sizeof M / sizeof M[0]; k++) {
+        ModelSpec m = k == 0 ? load_model(M[k]) : zoo(M[k]);
+        TrainSpec t = fp32_train(4, 128);
+        t.autocast_cpu = 1;
+        t.attn = ATTN_EAGER;
+        t.act_ckpt = CKPT_SELECTIVE;
+        ActInputs in = {4, 128, 0};
+        for (int i = 0; i < m.n_layers; i++) {
+            if (m.layers[i].kind != LAYER_BLOCK) continue;
+            double v[PLAN_ACT_MAX_TENSORS], sum = 0;
+            int n = plan_act_ckpt_tensors(&m, i, &t, &in, v, PLAN_ACT_MAX_TENSORS);
+            for (int j = 0; j < n; j++) sum += v[j];
+            cr_expect_leq(fabs(sum - plan_act_ckpt_bytes(&m, i, &t, &in)), 1, "%s layer %d: tensors %.0f B, bytes %.0f B",
+                          M[k], i, sum, plan_act_ckpt_bytes(&m, i, &t, &in));
+        }
+        plan_model_free(&m);
+    }
+}
