@@ -466,6 +466,7 @@ static int check_reserved(TorchCheck *c, const Step *st, const char *trace, cons
     plan_alloc_config_defaults(&conf);
     plan_step_alloc_opts_default(&o);
     o.one_stream = 1;
+    o.host_on_device = 1;
     if (st->failed || plan_step_alloc_with(st, &conf, &o, &pl)) {
         fprintf(stderr, "memplan: %s: could not list its planned allocations\n", c->strategy);
         return -1;

@@ -35,6 +35,9 @@ typedef struct {
 } ActSink;
 
 static _Thread_local ActSink *act_sink;
+/* 1 while a block whose core attention selective recompute drops is counted: the core's tensors
+   (what core_attn_coeffs counts) are not noted, the checkpoint's inputs are (selective_delta) */
+static _Thread_local int core_unnoted;
 
 static double note(double n, double each, int quad) {
     ActSink *k = act_sink;
@@ -80,6 +83,22 @@ static double sp_share(const TrainSpec *t) { return t->sp && t->tp > 1 ? 1.0 / t
    fp32 cos/sin. The RMSNorm decoders and StarCoder2. */
 static int rotary_attn(const ModelSpec *m) {
     return plan_act_llama_style(m) || m->block.rotary;
+}
+
+/* GPT-2's attention saves q, k and v as views of its one c_attn output (transformers
+   modeling_gpt2.py GPT2Attention.forward: `self.c_attn(hidden_states).split(self.split_size,
+   dim=2)`, each `.view(...).transpose(1, 2)`; learned positions: no rotary embedding makes new
+   q and k as NeoX's does, no GQA
+   expands k and v), so what they keep alive is that one output, 3·qd per token, not three
+   tensors: under SDPA at any batch (the kernel takes the strided views and its backward saves
+   them), in eager attention at micro-batch 1, where torch.matmul folds a (1, a, s, d) view into
+   bmm's dimensions by `reshape`, a view (aten/src/ATen/native/LinearAlgebra.cpp
+   _matmul_impl; at larger batches the reshape copies q, kᵀ and v and the copies are saved).
+   Measured (harness --alloc-ops, 2026-12-07): gpt2-mini b1 eager and b4 SDPA make one addmm
+   output per block (196,608 B fp32 b1; 393,216 B bf16 b4) and no copies of q, k or v. */
+static int qkv_views_saved(const ModelSpec *m, const TrainSpec *t, double b) {
+    int views = m->fused_qkv && m->learned_pos && !rotary_attn(m) && m->n_kv_head == m->n_head;
+    return views && (t->attn == ATTN_EAGER ? b == 1 : t->attn == ATTN_SDPA);
 }
 
 /* q, k and v from three projections: autocast casts their fp32 input once per projection. */
@@ -212,7 +231,7 @@ static double eager_core_quad(const ModelSpec *m, const LayerSpec *l, const Trai
 /* One attention sublayer per token: bytes = *lin + s·*quad. l: the layer (NULL: a full-attention
    one), s: the sequence (a sliding window shorter than it materialises a mask). */
 static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, double dropout, double s,
-                        double *lin, double *quad) {
+                        double b, double *lin, double *quad) {
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, F = 4, h = (double)m->d_model, a = m->n_head;
     double qd = a * (double)m->d_head, kvd = (double)m->n_kv_head * (double)m->d_head;
@@ -223,8 +242,12 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
     *lin += T(p->autocast && separate_qkv(m) ? 3 : 1, X * h);   /* q/k/v projection input */
     *lin += T(1, X * qd);                                   /* attention output = out-proj input */
     *lin += T(1, M * h);                                    /* residual dropout mask / noise */
+    ActSink *sink = act_sink;
+    if (core_unnoted) act_sink = NULL;   /* the core attention's own tensors (core_attn_coeffs) */
     if (t->attn == ATTN_EAGER) {
-        *lin += T(3, X * qd);          /* q, k, v as the two matmuls save them: k and v expanded (repeat_kv) */
+        /* q, k, v as the two matmuls save them: k and v expanded (repeat_kv); GPT-2's at
+           micro-batch 1 views of one tensor (qkv_views_saved) */
+        *lin += qkv_views_saved(m, t, b) ? T(1, 3 * X * qd) : T(3, X * qd);
         *quad += eager_core_quad(m, l, t, dropout);
     } else if (plan_act_sdpa_math(t, dropout)) {
         /* the math kernel in fp32 (attention.cpp _scaled_dot_product_attention_math: half
@@ -241,8 +264,10 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
            expanded (sdpa_attention.py use_gqa_in_sdpa needs no mask and head_dim <= 256) */
         int masked = l && l->attn_window > 0 && s > (double)l->attn_window;
         int expand = kvd < qd && (masked || m->d_head > 256);
-        *lin += T(1, X * qd) + T(2, X * (expand ? qd : kvd));   /* q, k, v (GQA: enable_gqa) */
+        /* q, k, v (GQA: enable_gqa); GPT-2's views of one tensor (qkv_views_saved) */
+        *lin += qkv_views_saved(m, t, b) ? T(1, 3 * X * qd) : T(1, X * qd) + T(2, X * (expand ? qd : kvd));
         *lin += T(1, F * a);                               /* SDPA log-sum-exp, fp32 */
+        act_sink = sink;
         if (masked) *quad += Q(1, X);
         /* Phi-3: v is a view of the fused q|k|v output, and the kernel's saved v keeps all of it;
            q leaves its torch.cat rotary contiguous per head and the CPU flash kernel lays its
@@ -250,12 +275,13 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
         if (m->block.qkv == QKV_FUSED && !expand) *lin += T(1, X * (qd + kvd));
         if (m->block.rotary_cat && t->autocast_cpu) *lin += T(1, X * qd);
     }
+    act_sink = sink;
 }
 
 /* Eager PyTorch transformer block (layer l; NULL: a full-attention rotary block), per token:
    bytes = lin + s*quad. */
 static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec *t, double dropout, int cross,
-                         double s, double *lin_out, double *quad_out) {
+                         double s, double b, double *lin_out, double *quad_out) {
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, R = p->param_bytes;
     double M = resid_dropout_bytes(m, t, dropout, X);
@@ -264,7 +290,7 @@ static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec
     double mlp_in = plan_act_llama_style(m) && amp && m->mlp == MLP_SWIGLU && !m->block.fused_gate_up ? 2 : 1;
     double lin = block_norm_bytes(m, X, R, cross, sp_share(t)), quad = 0;   /* norm inputs + statistics */
     if (m->mla.kv_rank > 0) mla_attention_bytes(m, t, dropout, &lin, &quad);   /* DeepSeek */
-    else for (int k = 0; k < (cross ? 2 : 1); k++) attn_coeffs(m, l, t, dropout, s, &lin, &quad);
+    else for (int k = 0; k < (cross ? 2 : 1); k++) attn_coeffs(m, l, t, dropout, s, b, &lin, &quad);
     /* a MoE block's MLP is its experts (plan_act_moe_delta replaces these bytes and notes the
        experts' own tensors): the dense MLP's are not noted */
     lin += l && plan_moe_block(m, l) ? plan_act_mlp_bytes_unnoted(m, t, (double)m->d_ff, mlp_in)
@@ -276,7 +302,7 @@ static void block_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec
 
 void plan_act_block_coeffs(const ModelSpec *m, const TrainSpec *t, double dropout, int cross,
                            double *lin_out, double *quad_out) {
-    block_coeffs(m, NULL, t, dropout, cross, 0, lin_out, quad_out);
+    block_coeffs(m, NULL, t, dropout, cross, 0, 0, lin_out, quad_out);
 }
 
 /* DeepSeek's multi-head latent attention (modeling_deepseek_v3.py DeepseekV3Attention), per token,
@@ -500,7 +526,7 @@ static double transformer_layer_bytes(const ModelSpec *m, int i, const TrainSpec
     case LAYER_BLOCK: {
         int cross = m->arch == ARCH_ENC_DEC && i > m->n_enc_layer;  /* layer 0 is embeddings */
         double lin, quad;
-        block_coeffs(m, l, t, in->dropout, cross, s, &lin, &quad);
+        block_coeffs(m, l, t, in->dropout, cross, s, b, &lin, &quad);
         return bs * (lin + eager_batch1_view_bytes(m, t, in) + plan_act_moe_delta(m, l, t) + sinks_bytes(m, t) +
                      qk_norm_bytes(m, i, t) + s * quad);
     }
@@ -735,6 +761,13 @@ static double selective_delta(const ModelSpec *m, const TrainSpec *t, double dro
     act_sink = NULL;   /* what it takes away is not noted as saved */
     core_attn_coeffs(m, t, dropout, &cl, &cq);
     act_sink = k;
+    /* the checkpoint's inputs, noted: q, k and v, or GPT-2's views of its one c_attn output */
+    if (k && qk == X && qd == kvd && m->fused_qkv && m->learned_pos) T(1, 3 * X * qd);
+    else if (k) {
+        T(1, qk * qd);
+        T(1, qk * kvd);
+        T(1, X * kvd);
+    }
     return qk * (qd + kvd) + X * kvd - cl - s * cq;
 }
 
@@ -753,10 +786,13 @@ static double ckpt_mask_noted(const ModelSpec *m, int i, const TrainSpec *t, con
 }
 
 double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
-    if (plan_act_core_recomputed(m, t, i))
-        return plan_act_layer_bytes(m, i, t, in) +
-               (double)in->b * (double)in->s * selective_delta(m, t, in->dropout, (double)in->s) +
+    if (plan_act_core_recomputed(m, t, i)) {
+        core_unnoted = 1;
+        double all = plan_act_layer_bytes(m, i, t, in);
+        core_unnoted = 0;
+        return all + (double)in->b * (double)in->s * selective_delta(m, t, in->dropout, (double)in->s) +
                ckpt_mask_noted(m, i, t, in);
+    }
     if (!plan_act_checkpointed(m, t, i)) return plan_act_layer_bytes(m, i, t, in);
     if (t->act_ckpt == CKPT_OP) return op_block_bytes(m, i, t, in) + ckpt_mask_noted(m, i, t, in);
     /* checkpoint(block) keeps only the block input (the residual stream), and the first
@@ -881,7 +917,7 @@ static double eager_attn_backward(const ModelSpec *m, const LayerSpec *l, const 
     double qd = a * (double)m->d_head;
     double S = rotary_attn(m) || p->autocast ? F : X;        /* the softmax output's dtype */
     double lin, quad;
-    block_coeffs(m, l, t, in->dropout, 0, s, &lin, &quad);
+    block_coeffs(m, l, t, in->dropout, 0, s, (double)in->b, &lin, &quad);
     double all = lin + s * quad + plan_act_moe_delta(m, l, t) + eager_batch1_view_bytes(m, t, in);
     int pre = m->block.norm_place != NORM_PLACE_POST, post = m->block.norm_place != NORM_PLACE_PRE;
     double in_norm = pre ? norm_saves(m, R, h, 1) * sp_share(t) : 0;
@@ -963,7 +999,13 @@ double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec 
     return ws;
 }
 
-double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+/* The parameters whose backward is done at the moment (their weights' casts released); grads:
+   whose gradients exist, which at the MLP moment holds the output projection's bias too where
+   it has one: addmm's backward makes the bias's gradient (`grad.sum(0)`) beside the weight's,
+   before the activation's backward runs, while the bias's cast is no saved tensor of that node
+   (derivatives.yaml addmm; measured, GPT-2's c_proj: a 512 B sum after the 262,144 B mm at
+   AddmmBackward0, gpt2-mini harness --alloc-ops, 2026-12-07). */
+static double bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, int grads) {
     const LayerSpec *l = &m->layers[i];
     BlockBwdPart part = BWD_MLP;
     if (plan_moe_block(m, l)) return plan_act_block_mlp_out_elems(m, i, t, in);   /* moe_backward's moment */
@@ -979,7 +1021,12 @@ double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec 
         double qk = m->block.qk_norm == 1 ? 2.0 * (double)m->d_head : m->block.qk_norm == 2 ? qd + kvd : 0;
         return fmax(0, (double)l->params - h * (qd + 2 * kvd) - in_norm - qk);
     }
-    return plan_act_block_mlp_out_elems(m, i, t, in);
+    double bias = grads && (m->addmm_proj & PLAN_PROJ_MLP) ? h : 0;
+    return plan_act_block_mlp_out_elems(m, i, t, in) + bias;
+}
+
+double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    return bwd_done_elems(m, i, t, in, 1);
 }
 
 /* Elements of a block's MLP output projection (fc2 / c_proj / down_proj), whose gradients
@@ -993,7 +1040,7 @@ double plan_act_block_mlp_out_elems(const ModelSpec *m, int i, const TrainSpec *
 
 double plan_act_block_bwd_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
-    if (!plan_moe_block(m, l)) return plan_act_block_bwd_done_elems(m, i, t, in);
+    if (!plan_moe_block(m, l)) return bwd_done_elems(m, i, t, in, 0);
     double c = 0;
     plan_moe_backward(m, l, t, in, NULL, &c);
     return c;

@@ -74,8 +74,8 @@ double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t
 double plan_act_block_backward_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Elements of block i's parameters whose backward has run at the moment
    plan_act_block_backward_bytes describes (their gradients exist, their autocast casts are
-   freed): the MLP's output projection (plan_act_block_mlp_out_elems) when the MLP's backward
-   holds the most, a post-norm's weight when that norm's does, all but q, k, v and the input
+   freed): the MLP's output projection (plan_act_block_mlp_out_elems; its bias's gradient too,
+   not its cast) when the MLP's backward holds the most, a post-norm's weight when that norm's does, all but q, k, v and the input
    norm when eager attention's does. */
 double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Elements of block i's MLP parameters whose gradients exist during its MLP backward: the
@@ -84,7 +84,8 @@ double plan_act_block_bwd_done_elems(const ModelSpec *m, int i, const TrainSpec 
    expert's three or Qwen2-MoE's gate where their backward comes first. */
 double plan_act_block_mlp_out_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
 /* Elements of block i's parameters whose autocast copies are freed by the moment
-   plan_act_block_backward_bytes describes: a dense block's plan_act_block_bwd_done_elems; a MoE
+   plan_act_block_backward_bytes describes: a dense block's plan_act_block_bwd_done_elems less
+   the output projection's bias (its cast is no saved tensor of that projection's backward); a MoE
    block's at moe_backward's moment (its routed experts run uncast under grouped_mm:
    plan_act_uncast_params). */
 double plan_act_block_bwd_cast_elems(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);

@@ -26,7 +26,7 @@ static const char *const QKV_NAMES[QKV_COUNT] = {"classic", "separate", "fused"}
 static const char *const TOP_KEYS[] = {
     "memplan_model", "name", "family", "description", "arch", "n_layer", "n_enc_layer", "d_model",
     "n_head", "n_kv_head", "d_head", "d_ff", "vocab", "max_seq", "tied_embeddings", "norm",
-    "mlp", "fused_qkv", "addmm_proj", "act_fn", "dropout", "image_size", "in_channels", "moe", "block", "mla", "attn_sinks", "qk_norm",
+    "mlp", "fused_qkv", "learned_pos", "addmm_proj", "act_fn", "dropout", "image_size", "in_channels", "moe", "block", "mla", "attn_sinks", "qk_norm",
     "nope_every", "root_only", "layers", NULL};
 static const char *const MOE_KEYS[] = {"n_experts", "top_k", "d_ff_expert", "d_ff_shared", "router", "norm_topk",
                                        "fp32_weights", "shared_gate", "shared_last", "bias", "clamped_glu",
@@ -136,6 +136,7 @@ int plan_model_export_json(const ModelSpec *m, char **out_json) {
         MLP_NAMES[mlp]);
     put_str(&o, m->act_fn);
     if (m->fused_qkv) put(&o, ",\n  \"fused_qkv\": true");        /* optional: absent = false */
+    if (m->learned_pos) put(&o, ",\n  \"learned_pos\": true");    /* optional: absent = false */
     if (m->addmm_proj) put(&o, ",\n  \"addmm_proj\": %d", m->addmm_proj);   /* optional: absent = 0 */
     put(&o, ",\n  \"dropout\": ");
     put_double(&o, m->dropout);
@@ -479,6 +480,7 @@ static int read_hyper(LoadCtx *c, const cJSON *root, ModelSpec *m) {
         ld_bool(c, root, "", "tied_embeddings", 0, 0, 1, &m->tied_embeddings) ||
         ld_bool(c, root, "", "root_only", 0, 0, 0, &m->root_only) ||
         ld_bool(c, root, "", "fused_qkv", 0, 0, 1, &m->fused_qkv) ||
+        ld_bool(c, root, "", "learned_pos", 0, 0, 1, &m->learned_pos) ||
         ld_int32(c, root, "", "addmm_proj", 0, 0, 0, PLAN_PROJ_QKV | PLAN_PROJ_OUT | PLAN_PROJ_MLP, &m->addmm_proj) ||
         ld_enum(c, root, "", "norm", 0, 0, norm_name, N_NORMS, &norm) ||
         ld_enum(c, root, "", "mlp", 0, 0, mlp_name, N_MLPS, &mlp) ||

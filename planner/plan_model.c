@@ -723,6 +723,7 @@ int plan_model_transformer(ModelSpec *m, const TransformerConfig *c, char *msg, 
     m->norm = c->norm;
     m->mlp = c->mlp;
     m->fused_qkv = c->layout == LAYOUT_GPT2 || c->layout == LAYOUT_NEOX;
+    m->learned_pos = c->learned_pos;
     if (c->layout == LAYOUT_GPT2)   /* Conv1D: torch.addmm(bias, x, weight) */
         m->addmm_proj = PLAN_PROJ_QKV | PLAN_PROJ_OUT | PLAN_PROJ_MLP;
     else

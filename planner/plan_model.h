@@ -246,6 +246,8 @@ typedef struct {
     NormKind norm;
     MlpKind mlp;
     int fused_qkv;           /* one q|k|v projection (GPT-2's c_attn, NeoX's query_key_value) */
+    int learned_pos;         /* learned absolute positions (GPT-2, BERT, OPT): no rotary embedding
+                                makes q and k new tensors */
     int addmm_proj;          /* PLAN_PROJ_QKV | _OUT | _MLP: projections whose bias is added in the
                                 GEMM (aten.addmm: nn.Linear with a bias, GPT-2's Conv1D); the
                                 others run aten.mm (op-level checkpointing tells them apart) */

@@ -110,6 +110,7 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
 void plan_step_alloc_opts_default(StepAllocOpts *o) {
     o->steps = 2;
     o->one_stream = 0;
+    o->host_on_device = 0;
 }
 
 /* ---- the account cut into tensors: the listing ---- */
@@ -455,6 +456,31 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     return 0;
 }
 
+/* torch.optim's `step` scalars where the host is the device (StepAllocOpts.host_on_device):
+   _init_group makes each parameter's `state["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype())`
+   (fp32, 4 B, on the host unless capturable or fused), then its states (torch/optim/adam.py
+   `_init_group`): one scalar before each parameter's states among the optimizer's pieces ops
+   [from, n), as many as the account's host bytes hold (Step.opt_host_bytes / 4, rule_model_states),
+   any left over after them. Measured on CPU ranks: a 4 B request before each pair of zeros_like
+   (gpt2-mini AdamW, harness --alloc-ops, 2026-12-07). */
+static int push_step_scalars(const Step *st, OpList *ops, int from) {
+    int copies = st->alloc_split[RULE_OPTIMIZER] == SPLIT_STATES ? st->alloc_opt_copies : 0;
+    int64_t scalars = (int64_t)llround(st->opt_host_bytes / 4.0), pieces = ops->n - from;
+    if (scalars <= 0) return 0;
+    StepOp *v = malloc(sizeof *v * (size_t)(pieces > 0 ? pieces : 1));
+    if (!v || plan_grow((void **)&ops->v, &ops->cap, ops->n + (int)scalars, sizeof *ops->v)) { free(v); return -1; }
+    memcpy(v, ops->v + from, sizeof *v * (size_t)pieces);
+    StepOp one = {4, RULE_OPTIMIZER, TERM_OPTIMIZER, OP_ALLOC, 0, {0}};
+    ops->n = from;
+    for (int64_t k = 0; k < pieces; k++) {
+        if (copies > 0 && k % copies == 0 && scalars > 0 && (scalars--, 1)) ops->v[ops->n++] = one;
+        ops->v[ops->n++] = v[k];
+    }
+    for (; scalars > 0; scalars--) ops->v[ops->n++] = one;
+    free(v);
+    return 0;
+}
+
 /* DDP's construction broadcast (Step.alloc_init_bcast): its flat chunks after the parameters are
    allocated and before DDP's bucket, at most two in flight (comm.cpp broadcast_coalesced,
    max_in_flight = 2: the oldest finishes and its flat tensor goes before the next is made). */
@@ -675,8 +701,11 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
             if (step == 1 && !lazy_done && first->point >= step_pt && st->alloc_lazy_opt && (lazy_done = 1))
                 for (int e = 0; e < st->n_mem && !rc; e++) {
                     const StepMem *x = &st->mem[idx[e]];
-                    if (carry[idx[e]] && x->bytes > 0 && x->rule == RULE_OPTIMIZER)
+                    if (carry[idx[e]] && x->bytes > 0 && x->rule == RULE_OPTIMIZER) {
+                        int from = ops->n;
                         rc = event_weights(st, x, &ws) || push_pieces(ops, x, &ws, OP_ALLOC, 0);
+                        if (!rc && o->host_on_device) rc = push_step_scalars(st, ops, from);
+                    }
                 }
             int slot_from = ops->n;
             double pending = 0;

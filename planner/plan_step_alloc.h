@@ -44,6 +44,9 @@ typedef struct {
     int steps;          /* optimizer steps replayed from an empty cache: 1, or 2 (the default:
                            the first makes torch.optim's states, the second is the steady one) */
     int one_stream;     /* every allocation on the compute stream (a CPU run has no streams) */
+    int host_on_device; /* the host's allocations are the device's (CPU ranks): torch.optim's
+                           per-parameter `step` scalars (Step.opt_host_bytes, host memory on a
+                           GPU) listed at the first step(), each before its parameter's states */
 } StepAllocOpts;
 
 void plan_step_alloc_opts_default(StepAllocOpts *o);

@@ -608,6 +608,7 @@ static void expect_same_model(const ModelSpec *a, const ModelSpec *b, const char
     cr_expect_eq(a->tied_embeddings, b->tied_embeddings, "%s", what);
     cr_expect_eq(a->root_only, b->root_only, "%s", what);
     cr_expect_eq(a->fused_qkv, b->fused_qkv, "%s", what);
+    cr_expect_eq(a->learned_pos, b->learned_pos, "%s", what);
     cr_expect_eq(a->addmm_proj, b->addmm_proj, "%s", what);
     cr_expect_eq(a->norm, b->norm, "%s", what);
     cr_expect_eq(a->mlp, b->mlp, "%s", what);
@@ -821,7 +822,7 @@ Test(plan_load_memplan, the_struct_fields_should_be_the_ones_the_format_carries)
      * MoeSpec.ep is expert parallelism's view of a rank (plan_dim_ep), not the model's, and
      * head_cols tensor parallel's (the head GEMM's V/tp columns, plan_dim_tp.c tp_view). */
     cr_expect_eq(sizeof(LayerSpec), 672 + 16 + 32 + 8 + 8 + 2 * 256 + 32 + 3 * 8 + 8 + 2 * 8 + 8, "LayerSpec changed: carry the new field in the format");
-    cr_expect_eq(sizeof(ModelSpec), 680, "ModelSpec changed: carry the new field in the format");
+    cr_expect_eq(sizeof(ModelSpec), 688, "ModelSpec changed: carry the new field in the format");
 }
 
 Test(plan_load_memplan, every_zoo_model_should_survive_export_and_import_field_for_field) {

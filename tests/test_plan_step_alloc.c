@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_activ.h"
 #include "plan_dim_ft.h"
 #include "plan_memory.h"
 #include "plan_step_alloc.h"
@@ -566,6 +567,16 @@ static int step2_rows(const Step *st, TraceRow *rows, int max) {
     return n;
 }
 
+/* torch's defaults, fp32, micro-batch b of s tokens. */
+static TrainSpec fp32_train(int b, int s) {
+    TrainSpec t;
+    plan_train_defaults(&t);
+    t.precision = PREC_FP32;
+    t.micro_batch = b;
+    t.seq = s;
+    return t;
+}
+
 /* A MoE block's MLP moment as PyTorch makes it (mixtral-wide, fp32, b4 s128: T·k = 1,024 routed
    rows, d_ff_expert 1,024): the product act(gate)·up that down's grouped_mm saved (4 MiB) is
    freed there, and three gradients of its size are live (down's input's, the gate's and up's:
@@ -575,11 +586,7 @@ static int step2_rows(const Step *st, TraceRow *rows, int max) {
    reserved 96 MiB against the 78 recorded. */
 Test(step_alloc, a_moe_blocks_mlp_moment_should_free_the_product_for_three_gradients_of_its_size) {
     ModelSpec m = load_model("bench/torch/configs/mixtral-wide.json");
-    TrainSpec t;
-    plan_train_defaults(&t);
-    t.precision = PREC_FP32;
-    t.micro_batch = 4;
-    t.seq = 128;
+    TrainSpec t = fp32_train(4, 128);
     Step st = built_on_8(&m, &t, STRAT_DDP);
     static TraceRow rows[1 << 14];
     int n = step2_rows(&st, rows, 1 << 14), ws = -1;
@@ -741,4 +748,128 @@ Test(step_alloc, a_replay_kept_on_another_gpu_should_answer_as_the_replay_made_a
     cr_expect_gt(seen[0], 0, "some GPU should be too small");
     cr_expect_gt(seen[1], 0, "some GPU should fit");
     plan_model_free(&m);
+}
+
+/* Where the host is the device (CPU ranks: validate against torch), torch.optim's per-parameter
+   `step` scalars (adam.py _init_group: `torch.tensor(0.0, dtype=_get_scalar_dtype())`, host
+   memory on a GPU: Step.opt_host_bytes) are made at the first step(), each before its
+   parameter's two states; on a GPU they are not the device's. gpt2-mini ddp: 52 parameter
+   tensors, recorded as 52 requests of 4 B, each before a pair of zeros_like. */
+Test(step_alloc, cpu_ranks_should_list_a_step_scalar_before_each_parameters_optimizer_states) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = fp32_train(1, 128);
+    Step st = built_on_8(&m, &t, STRAT_DDP);
+    cr_assert_eq(st.opt_host_bytes, 4.0 * 52, "gpt2-mini holds 52 parameter tensors");
+    for (int host = 0; host < 2; host++) {
+        FILE *f = tmpfile();
+        cr_assert_not_null(f);
+        StepAllocOpts o;
+        plan_step_alloc_opts_default(&o);
+        o.host_on_device = host;
+        cr_assert_eq(plan_step_alloc_write(&st, &o, f, NULL), 0);
+        rewind(f);
+        char line[256], cur[32] = "";
+        int scalars = 0, states = 0, step = 0, paired = 1, since = 2;
+        unsigned id;
+        double b;
+        while (fgets(line, sizeof line, f)) {
+            if (line[0] == '#') sscanf(line, "# %31s", cur);
+            else if (strncmp(line, "m step", 6) == 0) step = atoi(line + 6);
+            else if (sscanf(line, "a %x %lf", &id, &b) == 2 && strcmp(cur, "optimizer_state") == 0) {
+                cr_expect_eq(step, 1, "the states are made in the first step");
+                if (b == 4) {
+                    paired &= since == 2;   /* the previous parameter's two states came first */
+                    scalars++;
+                    since = 0;
+                } else {
+                    states++;
+                    since++;
+                }
+            }
+        }
+        fclose(f);
+        cr_expect_eq(states, 2 * 52, "two states per parameter tensor");
+        cr_expect_eq(scalars, host ? 52 : 0, "host_on_device %d: %d step scalars", host, scalars);
+        cr_expect(paired, "each scalar before its parameter's two states");
+    }
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+/* A block's MLP moment holds its output projection's gradients, the bias's too where it has one
+   (GPT-2's c_proj: AddmmBackward0 makes the bias's `sum` beside the weight's mm, recorded before
+   the activation's backward), so the block's pending gradients the listing makes after the
+   moment are whole tensors: no piece of c_proj's weight gradient (262,144 B) cut at the bias's
+   512 B. gpt2-mini ddp fp32 b1 s128 under full checkpointing, step 2. */
+Test(step_alloc, a_blocks_pending_gradients_should_be_whole_tensors) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = fp32_train(1, 128);
+    t.act_ckpt = CKPT_FULL;
+    Step st = built_on_8(&m, &t, STRAT_DDP);
+    static TraceRow rows[1 << 14];
+    int n = step2_rows(&st, rows, 1 << 14), grads = 0, whole = 0;
+    for (int k = 0; k < n; k++) {
+        if (rows[k].kind != 'a' || strcmp(rows[k].rule, "autograd_grad") != 0) continue;
+        grads++;
+        double b = rows[k].bytes;   /* gpt2-mini's tensors: 512, 1,536, 2,048, 65,536, 196,608, 262,144, 524,288 B */
+        whole += b == 512 || b == 1536 || b == 2048 || b == 65536 || b == 196608 || b == 262144 || b == 524288;
+    }
+    cr_assert_gt(grads, 40, "the blocks' gradients are listed");
+    cr_expect_eq(whole, grads, "%d of %d gradient requests are whole tensors", whole, grads);
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
+
+/* GPT-2's attention keeps q, k and v as views of its one c_attn output (plan_activ.c
+   qkv_views_saved): one saved tensor of 3·qd per token under SDPA at any batch and in eager
+   attention at micro-batch 1, three of qd in eager attention at larger batches (matmul's reshape
+   copies them); the layer's bytes are the same either way. Recorded: gpt2-mini fp32 b1 eager
+   makes one 196,608 B addmm output per block and no copies. */
+Test(step_alloc, gpt2s_q_k_and_v_should_be_saved_as_one_tensor_where_they_stay_views) {
+    ModelSpec m = zoo("gpt2-mini");
+    static const struct { AttnKind attn; int b; int whole; } C[] = {
+        {ATTN_EAGER, 1, 1}, {ATTN_EAGER, 4, 0}, {ATTN_SDPA, 1, 1}, {ATTN_SDPA, 4, 1}};
+    int blk = 0;
+    while (m.layers[blk].kind != LAYER_BLOCK) blk++;
+    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+        TrainSpec t = fp32_train(C[c].b, 128);
+        t.autocast_cpu = 1;
+        t.attn = C[c].attn;
+        ActInputs in = {C[c].b, 128, 0};
+        double v[PLAN_ACT_MAX_TENSORS], qkv = C[c].b * 128.0 * 3 * 128 * 4, sum = 0;
+        int n = plan_act_ckpt_tensors(&m, blk, &t, &in, v, PLAN_ACT_MAX_TENSORS), whole = 0;
+        for (int k = 0; k < n; k++) {
+            whole += v[k] == qkv;
+            sum += v[k];
+        }
+        cr_expect_eq(whole, C[c].whole, "case %zu: %d tensors of %.0f B", c, whole, qkv);
+        cr_expect_leq(sum, plan_act_layer_bytes(&m, blk, &t, &in) + 0.5, "case %zu: within the layer's bytes", c);
+    }
+    plan_model_free(&m);
+}
+
+/* Under selective recompute a block's saved tensors are what it keeps: the core attention's own
+   (the scores, probabilities, dropout; q, k, v as the matmuls save them) are dropped and the
+   checkpoint's inputs q, k and v kept (plan_activ.c selective_delta), so the tensors the listing
+   cuts add up to the block's bytes and no piece is scaled to fit them (the listing had cut
+   llama-mini's 262,144 B tensors into 220,160 B pieces). */
+Test(step_alloc, selective_recompute_should_list_the_tensors_a_block_keeps) {
+    static const char *const M[] = {"bench/torch/configs/llama-mini.json", "gpt2-mini"};
+    for (size_t k = 0; k < sizeof M / sizeof M[0]; k++) {
+        ModelSpec m = k == 0 ? load_model(M[k]) : zoo(M[k]);
+        TrainSpec t = fp32_train(4, 128);
+        t.autocast_cpu = 1;
+        t.attn = ATTN_EAGER;
+        t.act_ckpt = CKPT_SELECTIVE;
+        ActInputs in = {4, 128, 0};
+        for (int i = 0; i < m.n_layers; i++) {
+            if (m.layers[i].kind != LAYER_BLOCK) continue;
+            double v[PLAN_ACT_MAX_TENSORS], sum = 0;
+            int n = plan_act_ckpt_tensors(&m, i, &t, &in, v, PLAN_ACT_MAX_TENSORS);
+            for (int j = 0; j < n; j++) sum += v[j];
+            cr_expect_leq(fabs(sum - plan_act_ckpt_bytes(&m, i, &t, &in)), 1, "%s layer %d: tensors %.0f B, bytes %.0f B",
+                          M[k], i, sum, plan_act_ckpt_bytes(&m, i, &t, &in));
+        }
+        plan_model_free(&m);
+    }
 }

@@ -643,9 +643,9 @@ Test(plan_torch_block, the_walk_should_hold_only_fc2s_gradients_in_the_mlp_backw
     int b3 = m.n_layers - 3;                             /* block.3: the first block in backward */
     cr_assert_eq(m.layers[b3].kind, LAYER_BLOCK);
     cr_expect_eq(k.seen[b3], 2, "its MLP backward, then its end");
-    /* MLP backward: of block.3's gradients only c_proj's (h x f) exist */
+    /* MLP backward: of block.3's gradients only c_proj's (h x f and its bias, h) exist */
     double pu = (double)m.layers[b3].params;
-    cr_expect_eq(k.first[b3][TERM_GRADS], k.grads[b3] - (pu - 128.0 * 512) * 4);
+    cr_expect_eq(k.first[b3][TERM_GRADS], k.grads[b3] - (pu - 128.0 * 512 - 128) * 4);
     cr_expect_eq(k.first[b3][TERM_TRANSIENT], plan_act_block_backward_bytes(&m, b3, &t, &in));
     /* its end: the block's saved activations are freed, the residual gradient is left */
     cr_expect_eq(k.acts[b3], k.first[b3][TERM_ACTIVATIONS] - plan_act_layer_bytes(&m, b3, &t, &in));
