@@ -18,6 +18,7 @@ typedef struct {
     SimResult *r;
     int record;
     int oom;
+    int last_compute;    /* the last compute op recorded (-1: none), which lookback stretches */
 } Rec;
 
 static void rec_op(Rec *rc, const char *name, const char *layer, SimLane lane, double start,
@@ -37,6 +38,7 @@ static void rec_op(Rec *rc, const char *name, const char *layer, SimLane lane, d
     o->start = start;
     o->dur = dur;
     o->bytes = bytes;
+    if (lane == LANE_COMPUTE) rc->last_compute = r->n_ops - 1;
 }
 
 /* The communication stream: FIFO, one collective at a time. Where a transfer steals compute
@@ -260,6 +262,17 @@ static double issue(Run *R, Stream *cs, const StepXfer *x, int e, double at) {
     return comm_issue(cs, R->rc, at, R->P->xdur[e], R->P->xsteal[e], xfer_op_name(x), xfer_where(R->P, x), x->payload);
 }
 
+/* A prefetch issued at `at`, when the compute before point p started, and done at `done`: that
+   compute (from `at` to t) was priced before the prefetch was on the stream, so the part of it the
+   prefetch overlaps is stretched now, by its steal (compute_dur's rule, looking back). */
+static double lookback(Run *R, int e, double done, double at, double t, double *acc) {
+    double ov = fmin(done, t) - fmax(done - R->P->xdur[e], at);
+    double lost = ov > 0 ? R->P->xsteal[e] * ov : 0;
+    *acc += lost;
+    if (lost > 0 && R->rc->record && R->rc->last_compute >= 0) R->rc->r->ops[R->rc->last_compute].dur += lost;
+    return lost;
+}
+
 /* Before point p's compute: blocking transfers, then the ones issued now (prefetches at the start
    of the previous compute, prev < 0: none yet in this pass), then the wait for p's own. */
 static double before(Run *R, Stream *cs, int p, int layer, double t, double prev, int sync, double *acc) {
@@ -275,6 +288,7 @@ static double before(Run *R, Stream *cs, int p, int layer, double t, double prev
         else if (x->sched == SCHED_ASYNC_BEFORE || x->sched == SCHED_PREFETCH) {
             double at = x->sched == SCHED_PREFETCH && prev >= 0 ? prev : t;
             double done = issue(R, cs, x, e, at);
+            t += lookback(R, e, done, at, t, acc);
             if (x->charge) t = issue_cost(P, t, acc);
             int w = x->wait >= 0 ? x->wait : p;
             R->ready[w] = fmax(R->ready[w], done);
@@ -400,7 +414,7 @@ static double step_tail(Run *R, Stream *cs, double t_end, Micro *mo, SimResult *
 static int run(const SimPrep *P, int record, SimResult *out) {
     memset(out, 0, sizeof(*out));
     const TrainSpec *vt = &P->st->view.t;
-    Rec rc = {out, record, 0};
+    Rec rc = {out, record, 0, -1};
     double *ready = calloc((size_t)P->st->n_points, sizeof(double));
     Run R = {P, &rc, NULL, NULL, ready, out->coll_count, out->coll_payload};
     if (record) {
@@ -418,7 +432,7 @@ static int run(const SimPrep *P, int record, SimResult *out) {
     double t_end = P->zero_s;   /* the engine's gradient zeroing (0 otherwise) */
     rec_op(&rc, "zero", "grads", LANE_COMPUTE, 0, P->zero_s, 0);
     if (vt->grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
-        Rec quiet = {out, 0, 0};
+        Rec quiet = {out, 0, 0, -1};
         double q_ran[PURPOSE_COUNT][COLL_COUNT] = {{0}}, q_bytes[PURPOSE_COUNT][COLL_COUNT] = {{0}};
         Run Q = {P, &quiet, NULL, NULL, ready, q_ran, q_bytes};
         Stream cs1 = {0};
