@@ -111,6 +111,24 @@ static double nccl_seconds(const ClusterSpec *c, CollKind op, double payload, in
     return best;
 }
 
+/* The CTAs NCCL runs a collective's kernel on, one per channel, each holding an SM while it
+   runs (NCCL's kernels take the whole SM's shared memory a large GEMM tile needs too), as NCCL's
+   topology search sets them (src/graph/search.cc, connect.cc ncclTopoPostset: the search's rings
+   duplicated) and its logs print them, [NVLink][crosses nodes]: an 8-GPU HGX A100 node 24
+   ("Channel 23/24", NVIDIA/nccl-tests issue 100), an H100 node 24 (an all-gather's 24 blocks,
+   NVIDIA developer forum "Compute-Communication Overlap Causes Severe GEMM Performance
+   Degradation"), H100 over 3 nodes of 8 NICs 16 ("Channel 00/16", NVIDIA/nccl issue 1453); a PCIe
+   node 2 (SHM, nccl-tests issue 228), taken across nodes too (an estimate). docs/formulas.md
+   "Communication beside compute". */
+static const int NCCL_CTAS[2][2] = {{2, 2}, {24, 16}};
+
+double plan_coll_steal(const ClusterSpec *c, int crosses_nodes) {
+    if (c->comm_steal > 0) return c->comm_steal;   /* measured (CPU ranks) */
+    if (plan_time_flat(c) || c->gpu.sms <= 0) return 0;
+    double ctas = NCCL_CTAS[c->gpu.nvlink ? 1 : 0][crosses_nodes ? 1 : 0], sms = c->gpu.sms;
+    return ctas < sms ? ctas / (sms - ctas) : 0;
+}
+
 /* An all-to-all of a rank's payload bytes over group ranks: NCCL runs it as grouped
    ncclSend/ncclRecv (nccl-tests alltoall.cu; torch's all_to_all_single on NCCL), no ring: the
    blocks to every peer move at once, the ones to the node's other ranks over its links and the

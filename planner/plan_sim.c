@@ -18,6 +18,7 @@ typedef struct {
     SimResult *r;
     int record;
     int oom;
+    int last_compute;    /* the last compute op recorded (-1: none), which lookback stretches */
 } Rec;
 
 static void rec_op(Rec *rc, const char *name, const char *layer, SimLane lane, double start,
@@ -37,32 +38,35 @@ static void rec_op(Rec *rc, const char *name, const char *layer, SimLane lane, d
     o->start = start;
     o->dur = dur;
     o->bytes = bytes;
+    if (lane == LANE_COMPUTE) rc->last_compute = r->n_ops - 1;
 }
 
-/* The communication stream: FIFO, one collective at a time. With a steal factor (CPU ranks)
- * its busy intervals are kept, so that compute overlapping them can be slowed. */
+/* The communication stream: FIFO, one collective at a time. Where a transfer steals compute
+ * (plan_coll_steal: NCCL's CTAs on a GPU's SMs, the cores on CPU ranks) its busy intervals are
+ * kept, so that compute overlapping them can be slowed. */
 typedef struct {
     double free_at, busy;
-    double *iv;          /* [start, end) pairs in issue order (only when stealing) */
+    double *iv;          /* [start, end, steal) triples in issue order (only when stealing) */
     int n_iv, cap_iv, first;
     int keep, oom;
 } Stream;
 
-static double comm_issue(Stream *cs, Rec *rc, double issue, double dur, const char *what,
+static double comm_issue(Stream *cs, Rec *rc, double issue, double dur, double steal, const char *what,
                          const char *layer, double bytes) {
     double start = fmax(issue, cs->free_at);
     cs->free_at = start + dur;
     cs->busy += dur;
-    if (cs->keep && dur > 0) {
+    if (cs->keep && dur > 0 && steal > 0) {
         if (cs->n_iv == cs->cap_iv) {
             int cap = cs->cap_iv ? 2 * cs->cap_iv : 64;
-            double *q = realloc(cs->iv, (size_t)cap * 2 * sizeof(*q));
+            double *q = realloc(cs->iv, (size_t)cap * 3 * sizeof(*q));
             if (!q) cs->oom = 1;
             else { cs->iv = q; cs->cap_iv = cap; }
         }
         if (cs->n_iv < cs->cap_iv) {
-            cs->iv[2 * cs->n_iv] = start;
-            cs->iv[2 * cs->n_iv + 1] = start + dur;
+            cs->iv[3 * cs->n_iv] = start;
+            cs->iv[3 * cs->n_iv + 1] = start + dur;
+            cs->iv[3 * cs->n_iv + 2] = steal;
             cs->n_iv++;
         }
     }
@@ -70,16 +74,17 @@ static double comm_issue(Stream *cs, Rec *rc, double issue, double dur, const ch
     return cs->free_at;
 }
 
-/* A compute op of dur seconds from t: its duration, stretched by steal x the collective time it
- * overlaps (compute only moves forward, so intervals that ended before t are skipped for good).
- * Without steal it is dur itself, so compute sums do not depend on where the op starts. */
-static double compute_dur(Stream *cs, double steal, double t, double dur) {
-    if (!cs->keep || steal <= 0) return dur;
-    double end = t + dur, ov = 0;
-    while (cs->first < cs->n_iv && cs->iv[2 * cs->first + 1] <= t) cs->first++;
-    for (int k = cs->first; k < cs->n_iv && cs->iv[2 * k] < end; k++)
-        ov += fmin(end, cs->iv[2 * k + 1]) - fmax(t, cs->iv[2 * k]);
-    return dur + steal * ov;
+/* A compute op of dur seconds from t: its duration, stretched by each overlapping collective's
+ * steal x the time it overlaps (compute only moves forward, so intervals that ended before t are
+ * skipped for good). Without steal it is dur itself, so compute sums do not depend on where the
+ * op starts. */
+static double compute_dur(Stream *cs, double t, double dur) {
+    if (!cs->keep) return dur;
+    double end = t + dur, lost = 0;
+    while (cs->first < cs->n_iv && cs->iv[3 * cs->first + 1] <= t) cs->first++;
+    for (int k = cs->first; k < cs->n_iv && cs->iv[3 * k] < end; k++)
+        lost += cs->iv[3 * k + 2] * (fmin(end, cs->iv[3 * k + 1]) - fmax(t, cs->iv[3 * k]));
+    return dur + lost;
 }
 
 /* The account read once, per point: its work (at its micro-batch) and transfers. */
@@ -90,6 +95,7 @@ typedef struct SimPrep {
     int L;
     int *xs, *xo;        /* the transfers of point p: xo[xs[p] .. xs[p+1]) */
     double *xdur;        /* [n_xfer] seconds of each transfer (all its collectives) */
+    double *xsteal;      /* [n_xfer] compute seconds lost per second it runs (plan_coll_steal) */
     double *fwd, *bwd;   /* [L] compute seconds of the micro-batch */
     double *fix_every, *fix_last;   /* [L] fixed work after layer i's backward (engine copies) */
     double *h2d, *d2h;   /* [L] host copies beside layer i's gathers / reductions (param offload) */
@@ -97,7 +103,8 @@ typedef struct SimPrep {
     double end_every, end_last;     /* fixed work once backward's transfers are done */
     double zero_s, opt_s;           /* before the step's first forward; the optimizer (+ its host copy) */
     double overlap_s, overlap_n;    /* optimizer offload: gradient copy per copy, copies per step */
-    double steal, issue_s;
+    double steal, issue_s;          /* the measured steal (host copies too; 0 on GPUs) */
+    int stealing;                   /* some transfer steals: keep the streams' intervals */
     double tokens_per_sample, flops_per_micro;
 } SimPrep;
 
@@ -141,8 +148,9 @@ static int prep_alloc(SimPrep *P) {
     P->fwd = calloc((size_t)(6 * L), sizeof(double));
     P->xs = calloc((size_t)np + 1, sizeof(int));
     P->xo = malloc(sizeof(int) * (size_t)nx);
-    P->xdur = calloc((size_t)nx, sizeof(double));
+    P->xdur = calloc((size_t)(2 * nx), sizeof(double));
     if (!P->fwd || !P->xs || !P->xo || !P->xdur) return -1;
+    P->xsteal = P->xdur + nx;
     P->bwd = P->fwd + L; P->fix_every = P->fwd + 2 * L; P->fix_last = P->fwd + 3 * L;
     P->h2d = P->fwd + 4 * L; P->d2h = P->fwd + 5 * L;
     return 0;
@@ -185,8 +193,11 @@ static int prepare(SimPrep *P, const Step *st) {
                 last.s = plan_coll_seconds(c, (CollKind)x->op, payload, x->group, x->crosses);
             }
             P->xdur[e] = x->count * last.s;
+            P->xsteal[e] = plan_coll_steal(c, x->crosses);
+            if (P->xsteal[e] > 0) P->stealing = 1;
         }
     }
+    if (P->steal > 0) P->stealing = 1;
     for (int p = 0; p < st->n_points; p++) P->xs[p + 1] += P->xs[p];
     int *fill = calloc((size_t)st->n_points, sizeof(int));
     if (!fill) { prep_free(P); return -1; }
@@ -220,7 +231,7 @@ static double issue_cost(const SimPrep *P, double t, double *acc) {
 
 /* A compute op on the compute stream from t: recorded, counted, its end returned. */
 static double compute(Run *R, Stream *cs, const char *what, const char *layer, double t, double dur, double *acc) {
-    double d = compute_dur(cs, R->P->steal, t, dur);
+    double d = compute_dur(cs, t, dur);
     rec_op(R->rc, what, layer, LANE_COMPUTE, t, d, 0);
     *acc += d;
     return t + d;
@@ -260,7 +271,18 @@ static double issue(Run *R, Stream *cs, const StepXfer *x, int e, double at) {
         R->ran[x->purpose][x->op] += x->count;
         R->ran_bytes[x->purpose][x->op] += x->payload;
     }
-    return comm_issue(cs, R->rc, at, R->P->xdur[e], xfer_op_name(x), xfer_where(R->P, x), x->payload);
+    return comm_issue(cs, R->rc, at, R->P->xdur[e], R->P->xsteal[e], xfer_op_name(x), xfer_where(R->P, x), x->payload);
+}
+
+/* A prefetch issued at `at`, when the compute before point p started, and done at `done`: that
+   compute (from `at` to t) was priced before the prefetch was on the stream, so the part of it the
+   prefetch overlaps is stretched now, by its steal (compute_dur's rule, looking back). */
+static double lookback(Run *R, int e, double done, double at, double t, double *acc) {
+    double ov = fmin(done, t) - fmax(done - R->P->xdur[e], at);
+    double lost = ov > 0 ? R->P->xsteal[e] * ov : 0;
+    *acc += lost;
+    if (lost > 0 && R->rc->record && R->rc->last_compute >= 0) R->rc->r->ops[R->rc->last_compute].dur += lost;
+    return lost;
 }
 
 /* Before point p's compute: blocking transfers, then the ones issued now (prefetches at the start
@@ -268,7 +290,7 @@ static double issue(Run *R, Stream *cs, const StepXfer *x, int e, double at) {
 static double before(Run *R, Stream *cs, int p, int layer, double t, double prev, int sync, double *acc) {
     const SimPrep *P = R->P;
     if (P->h2d[layer] > 0 && (p == plan_step_point(P->L, PT_FWD, layer) || P->h2d_bwd))
-        R->ready[p] = fmax(R->ready[p], comm_issue(cs, R->rc, prev >= 0 ? prev : t, P->h2d[layer], "copy_h2d",
+        R->ready[p] = fmax(R->ready[p], comm_issue(cs, R->rc, prev >= 0 ? prev : t, P->h2d[layer], P->steal, "copy_h2d",
                                                    P->m->layers[layer].name, 0));
     for (int q = P->xs[p]; q < P->xs[p + 1]; q++) {
         int e = P->xo[q];
@@ -278,6 +300,7 @@ static double before(Run *R, Stream *cs, int p, int layer, double t, double prev
         else if (x->sched == SCHED_ASYNC_BEFORE || x->sched == SCHED_PREFETCH) {
             double at = x->sched == SCHED_PREFETCH && prev >= 0 ? prev : t;
             double done = issue(R, cs, x, e, at);
+            t += lookback(R, e, done, at, t, acc);
             if (x->charge) t = issue_cost(P, t, acc);
             int w = x->wait >= 0 ? x->wait : p;
             R->ready[w] = fmax(R->ready[w], done);
@@ -305,7 +328,7 @@ static double after(Run *R, Stream *cs, int p, int layer, double t, int sync, in
         }
     }
     if (async && P->d2h[layer] > 0 && p == plan_step_point(P->L, PT_BWD, layer))
-        comm_issue(cs, R->rc, t, P->d2h[layer], "copy_d2h", P->m->layers[layer].name, 0);
+        comm_issue(cs, R->rc, t, P->d2h[layer], P->steal, "copy_d2h", P->m->layers[layer].name, 0);
     return t;
 }
 
@@ -408,7 +431,7 @@ static double step_tail(Run *R, Stream *cs, double t_end, Micro *mo, SimResult *
 static int run(const SimPrep *P, int record, SimResult *out) {
     memset(out, 0, sizeof(*out));
     const TrainSpec *vt = &P->st->view.t;
-    Rec rc = {out, record, 0};
+    Rec rc = {out, record, 0, -1};
     double *ready = calloc((size_t)P->st->n_points, sizeof(double));
     Run R = {P, &rc, NULL, NULL, ready, out->coll_count, out->coll_payload, 0};
     if (record) {
@@ -421,12 +444,12 @@ static int run(const SimPrep *P, int record, SimResult *out) {
     }
     double b = (double)vt->micro_batch, K = (double)vt->grad_accum;
     Stream cs = {0};
-    cs.keep = P->steal > 0;
+    cs.keep = P->stealing;
     Micro mo = {0};
     double t_end = P->zero_s;   /* the engine's gradient zeroing (0 otherwise) */
     rec_op(&rc, "zero", "grads", LANE_COMPUTE, 0, P->zero_s, 0);
     if (vt->grad_accum > 1) {   /* micro-steps without gradient sync are identical: one, scaled */
-        Rec quiet = {out, 0, 0};
+        Rec quiet = {out, 0, 0, -1};
         double q_ran[PURPOSE_COUNT][COLL_COUNT] = {{0}}, q_bytes[PURPOSE_COUNT][COLL_COUNT] = {{0}};
         Run Q = {P, &quiet, NULL, NULL, ready, q_ran, q_bytes, 0};
         Stream cs1 = {0};

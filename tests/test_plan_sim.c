@@ -603,3 +603,70 @@ Test(sim, deepspeeds_overlap_comm_should_set_where_and_how_zero12_buckets_are_re
     }
     plan_model_free(&m);
 }
+
+/* A hand-written account of two layers, each all-reducing its gradients after its backward
+   (DDP's buckets): layer 1's all-reduce runs beside layer 0's backward, layer 0's after it. */
+static SimResult two_buckets(const ClusterSpec *c, double f, double b, double payload, int crosses) {
+    Step st;
+    memset(&st, 0, sizeof st);
+    LayerSpec layers[2];
+    memset(layers, 0, sizeof layers);
+    for (int i = 0; i < 2; i++) {
+        snprintf(layers[i].name, sizeof layers[i].name, "block.%d", i);
+        layers[i].params = 1000000;
+    }
+    st.view.m.layers = layers;
+    st.view.m.n_layers = st.n_layers = 2;
+    st.view.full = st.view.dp = *c;
+    plan_train_defaults(&st.view.t);
+    st.view.tp = st.view.pp = 1;
+    st.n_points = plan_step_point(2, PT_END, 0) + 1;
+    StepWork work[4];
+    StepXfer xfer[2];
+    memset(work, 0, sizeof work);
+    memset(xfer, 0, sizeof xfer);
+    for (int i = 0; i < 2; i++) {
+        work[2 * i] = (StepWork){.point = plan_step_point(2, PT_FWD, i), .scale = WORK_BATCH, .seconds = f};
+        work[2 * i + 1] = (StepWork){.point = plan_step_point(2, PT_BWD, i), .scale = WORK_BATCH, .seconds = b};
+        xfer[i] = (StepXfer){.kind = XFER_COLL, .op = COLL_ALL_REDUCE, .sched = SCHED_ASYNC_AFTER,
+                             .point = plan_step_point(2, PT_BWD, 1 - i), .count = 1, .payload = payload,
+                             .group = c->gpus, .crosses = crosses};
+    }
+    st.work = work;
+    st.n_work = 4;
+    st.xfer = xfer;
+    st.n_xfer = 2;
+    SimResult s;
+    cr_assert_eq(plan_sim_step(&st, 0, &s), 0);
+    return s;
+}
+
+/* A collective's NCCL kernel holds one SM per channel (CTA) while it runs, so the compute beside
+   it runs on the SMs left: slower by ctas / (sms - ctas) of the overlap (docs/formulas.md
+   "Communication beside compute"). A100 (108 SMs): 24 CTAs in a node, 16 across nodes. Worked by
+   hand: forward 2f, layer 1's backward b, its all-reduce a (shorter than b) beside layer 0's
+   backward, stretched by s a; then layer 0's all-reduce, exposed. */
+Test(sim_time, compute_beside_a_collective_should_run_on_the_sms_its_channels_leave) {
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    cr_assert_eq(c.gpu.sms, 108);
+    cr_expect(fabs(plan_coll_steal(&c, 0) - 24.0 / 84.0) < 1e-15);
+    cr_expect(fabs(plan_coll_steal(&c, 1) - 16.0 / 92.0) < 1e-15);
+    double a = plan_coll_seconds(&c, COLL_ALL_REDUCE, 2e8, 8, 0), f = a, b = 2 * a;
+    double s = 24.0 / 84.0, want = 2 * f + b + (b + s * a) + a;
+    SimResult r = two_buckets(&c, f, b, 2e8, 0);
+    cr_expect(REL(r.step_s, want) < 1e-12, "%.9f against %.9f by hand", r.step_s, want);
+    cr_expect(REL(r.compute_s, 2 * f + 2 * b + s * a) < 1e-12, "the compute is stretched, not the collective");
+    cr_expect(REL(r.exposed_comm_s, a) < 1e-12);
+    /* a collective longer than the compute beside it stretches it by s x the compute's own span
+       (the overlap is counted in the span the compute would have run) */
+    double b2 = a / 2, want2 = 2 * f + b2 + fmax(b2 * (1 + s), a) + a;
+    r = two_buckets(&c, f, b2, 2e8, 0);
+    cr_expect(REL(r.step_s, want2) < 1e-12, "%.9f against %.9f by hand", r.step_s, want2);
+    /* measured CPU ranks keep their own steal; the flat model (--mfu) none */
+    c.comm_steal = 1;
+    cr_expect_eq(plan_coll_steal(&c, 0), 1);
+    c.comm_steal = 0;
+    c.mfu = 0.4;
+    cr_expect_eq(plan_coll_steal(&c, 0), 0);
+}
