@@ -320,7 +320,9 @@ Test(accum, hsdp_last_should_all_reduce_the_shards_once_per_step) {
     plan_model_free(&m);
 }
 
-/* The simulated step issues the reduce-scatters in the last micro-step only under last */
+/* The simulated step issues the reduce-scatters in the last micro-step only under last; its
+   compute is no longer, and shorter by what the fewer collectives took beside it (the SMs their
+   NCCL CTAs hold, plan_coll_steal) */
 Test(accum, simulated_step_under_last_should_send_less_and_not_take_longer) {
     ModelSpec m = zoo("gpt2");
     TrainSpec te, tl;
@@ -335,6 +337,6 @@ Test(accum, simulated_step_under_last_should_send_less_and_not_take_longer) {
     cr_assert_eq(plan_sim(&m, &tl, &c, STRAT_FSDP_FULL, 0, &sl), 0);
     cr_expect_lt(sl.comm_s, se.comm_s);
     cr_expect_leq(sl.step_s, se.step_s);
-    cr_expect_eq(sl.compute_s, se.compute_s);
+    cr_expect_lt(sl.compute_s, se.compute_s);
     plan_model_free(&m);
 }
