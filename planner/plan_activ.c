@@ -994,22 +994,27 @@ static double eager_attn_backward(const ModelSpec *m, const LayerSpec *l, const 
    the block's activations are recomputed first, all but its input, which the checkpoint holds.
    A post-norm's backward and eager attention's may hold more (below). Measured per token with
    bench/torch/block_probe.py: docs/formulas.md "A block's backward". */
-static double block_backward_ws(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, BlockBwdPart *part) {
+/* The MLP's f-wide gradients alive at once in its backward: fc2's input gradient and the
+   activation's two products; a frozen output projection saved no input (plan_dim_ft.c), so its
+   backward's f-wide input gradient replaces nothing: one more (unless an adapter reads that
+   input undropped, which keeps it saved). */
+int plan_act_mlp_bwd_grads(const ModelSpec *m, int i, const TrainSpec *t) {
     const LayerSpec *l = &m->layers[i];
-    const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
-    double M = resid_dropout_bytes(m, t, in->dropout, X);
-    /* the MLP's: fc2's input gradient and the activation's two products (f-wide each) */
-    double ws = 2 * f * X - M * h;
-    /* a frozen output projection saved no input (plan_dim_ft.c), so its backward's f-wide input
-       gradient replaces nothing: + f·X (unless an adapter reads that input undropped) */
     int out_frozen = 0, out_saved = 0;
     for (int k = 0; k < l->n_frozen; k++)
         if (plan_module_group(l->frozen_mod[k]) == 4) {
             out_frozen = 1;
             out_saved |= plan_lora_adapts(m, &t->ft, l->frozen_mod[k]) && t->ft.dropout <= 0;
         }
-    if (out_frozen && !out_saved) ws += f * X;
+    return out_frozen && !out_saved ? 3 : 2;
+}
+
+static double block_backward_ws(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, BlockBwdPart *part) {
+    const LayerSpec *l = &m->layers[i];
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
+    double M = resid_dropout_bytes(m, t, in->dropout, X);
+    double ws = plan_act_mlp_bwd_grads(m, i, t) * f * X - M * h;
     *part = BWD_MLP;
     if (m->block.norm_place != NORM_PLACE_PRE) {
         /* a norm on the MLP's output (Gemma 2/3's post_feedforward_layernorm, OLMo 2's) runs its

@@ -877,3 +877,33 @@ Test(step_alloc, a_lora_layers_tensors_should_add_up_to_its_saved_bytes) {
         plan_model_free(&m);
     }
 }
+
+/* A frozen output projection saves no input its backward's f-wide input gradient could replace,
+   so a LoRA block's MLP moment holds three f-wide gradients (recorded, gpt2-mini ddp fp32 b4
+   lora8: c_proj's mm and MulBackward0's two products, 1 MiB each, beside the 256 KiB residual
+   gradient), as the account counts them (plan_act_mlp_bwd_grads); the listing had made two and
+   one 1.25 MiB piece, a large-pool request the run never makes. */
+Test(step_alloc, a_frozen_output_projections_mlp_moment_should_hold_three_f_wide_gradients) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = fp32_train(4, 128);
+    t.autocast_cpu = 1;
+    t.attn = ATTN_EAGER;
+    t.ft.rank = 8;
+    t.ft.alpha = 16;
+    char msg[256];
+    cr_assert_eq(plan_finetune_apply(&m, &t, msg, sizeof msg), 0, "%s", msg);
+    Step st = built_on_8(&m, &t, STRAT_DDP);
+    static TraceRow rows[1 << 14];
+    int n = step2_rows(&st, rows, 1 << 14), f_wide = 0;
+    const double f = 4 * 128.0 * 512 * 4;
+    for (int k = 0; k < n; k++) {
+        if (rows[k].kind != 'a' || strcmp(rows[k].rule, "mlp_backward") != 0) continue;
+        f_wide += rows[k].bytes == f;
+    }
+    cr_expect_eq(f_wide, 3 * 4, "%d f-wide gradients over 4 blocks", f_wide);
+    int blk = 0;
+    while (m.layers[blk].kind != LAYER_BLOCK) blk++;
+    cr_expect_eq(plan_act_mlp_bwd_grads(&m, blk, &t), 3);
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
