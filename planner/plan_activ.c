@@ -47,6 +47,18 @@ static double note(double n, double each, int quad) {
 static double T(double n, double each) { return note(n, each, 0); }
 double plan_act_note(double n, double each) { return note(n, each, 0); }
 static double Q(double n, double each) { return note(n, each, QUAD_S); }
+/* Takes n noted tensors of `each` bytes per token back out (the latest so noted): what a rule
+   subtracts from bytes it counted as saved. */
+static void unnote(double n, double each) {
+    ActSink *k = act_sink;
+    for (int j = k ? k->n - 1 : -1; j >= 0 && n > 0; j--) {
+        ActNote *x = &k->v[j];
+        if (x->quad || fabs(x->each - each) > 1e-9 * each || x->n < 1) continue;
+        double take = x->n < n ? floor(x->n) : n;
+        x->n -= take;
+        n -= take;
+    }
+}
 
 /* CUDA's dropout is the fused kernel (native_dropout), which saves a 1-byte bool mask. On CPU
    aten/src/ATen/native/Dropout.cpp `dropout` takes the fused path only for CUDA, XPU, lazy and
@@ -439,23 +451,63 @@ static double engine_layer_bytes(const ModelSpec *m, const LayerSpec *l, double 
    output for A with its mask or noise. docs/formulas.md "LoRA and frozen parameters". */
 static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
-    if (l->grad_frontier == 1) return -transformer_layer_bytes(m, i, t, in);
+    ActSink *sink = act_sink;
+    if (l->grad_frontier == 1) {
+        act_sink = NULL;
+        double all = transformer_layer_bytes(m, i, t, in);
+        act_sink = sink;
+        if (sink) sink->n = 0;   /* nothing of it is saved (the sink is this layer's: plan_act_ckpt_tensors) */
+        return -all;
+    }
     const PrecisionSpec *p = plan_precision(t->precision);
     double X = p->act_bytes, bs = (double)in->b * (double)in->s;
     double d = -X * (double)(p->autocast ? l->act_unsaved_tok_ac : l->act_unsaved_tok) + X * (double)l->lora_r_tok +
                (X + plan_act_dropout_bytes(t, t->ft.dropout, X)) * (double)l->lora_drop_tok;
-    double h = (double)m->d_model;
+    double h = (double)m->d_model, M = plan_act_dropout_bytes(t, t->ft.dropout, X);
+    if (sink) {
+        /* the listing's tensors for those counts (the same rules): each group's inputs no longer
+           saved taken out; per adapter (peft/tuners/lora/layer.py Linear.forward:
+           lora_B(lora_A(dropout(x))) * scaling), the dropout's output and its mask or noise
+           (saved by A and by the dropout), then A's output (saved by B) */
+        int64_t in_of[6];
+        int unsaved[6];
+        plan_lora_unsaved(m, l, &t->ft, p->autocast, in_of, unsaved);
+        int64_t rest = p->autocast ? l->act_unsaved_tok_ac : l->act_unsaved_tok;
+        for (int g = 1; g < 6; g++) {
+            unnote(unsaved[g], X * (double)in_of[g]);
+            rest -= (int64_t)unsaved[g] * in_of[g];
+        }
+        if (rest > 0) unnote(1, X * (double)rest);   /* a frozen head's input (plan_dim_ft.c ft_mark_frontier) */
+        for (int k = 0; k < l->n_frozen; k++) {
+            int mod = l->frozen_mod[k];
+            if (!plan_module_group(mod) || !plan_lora_adapts(m, &t->ft, mod)) continue;
+            int64_t fin, fout;
+            plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &fin, &fout);
+            if (t->ft.dropout > 0) T(1, X * (double)fin), T(1, M * (double)fin);
+            T(1, X * (double)t->ft.rank);
+        }
+    }
     if (l->grad_frontier == 2) {
-        d -= norm_saves(m, p->param_bytes, h, 1);
+        act_sink = NULL;
+        double nb = norm_saves(m, p->param_bytes, h, 1);
+        act_sink = sink;
+        d -= nb;
+        if (sink) {   /* the same norm's tensors, taken out of the noted ones */
+            ActSink one = {.mult = 1};
+            act_sink = &one;
+            norm_saves(m, p->param_bytes, h, 1);
+            act_sink = sink;
+            for (int j = 0; j < one.n; j++) unnote(one.v[j].n, one.v[j].each);
+        }
         /* the adapters on its attention input: their dropout's input needs no gradient, so the
            dropout keeps no mask or noise (A still saves its output) */
-        double M = plan_act_dropout_bytes(t, t->ft.dropout, X);
         for (int k = 0; k < l->n_frozen && M > 0; k++) {
             int mod = l->frozen_mod[k];
             if (plan_module_group(mod) != 1 || !plan_lora_adapts(m, &t->ft, mod)) continue;
             int64_t fin, fout;
             plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &fin, &fout);
             d -= M * (double)fin;
+            unnote(1, M * (double)fin);
         }
     }
     /* autocast casts a frozen weight at every call and caches none (autocast_mode.cpp
@@ -474,10 +526,13 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
             int mod = l->frozen_mod[k];
             if (PLAN_MOD_ID(mod) == PLAN_MOD_NONE || (l->grad_frontier == 2 && plan_module_group(mod) == 1)) continue;
             casts += (double)l->frozen_elems[k];
+            if (bs > 0) T(1, X * (double)l->frozen_elems[k] / bs);   /* one copy per projection */
         }
     /* a head tied to frozen embeddings: F.linear(x, wte) casts the shared weight the same way */
-    if (cast_base && l->kind == LAYER_HEAD && m->tied_embeddings && l->params == 0 && l->act_unsaved_tok > 0)
+    if (cast_base && l->kind == LAYER_HEAD && m->tied_embeddings && l->params == 0 && l->act_unsaved_tok > 0) {
         casts += (double)m->vocab * h;
+        if (bs > 0) T(1, X * (double)m->vocab * h / bs);
+    }
     /* LlamaRMSNorm's last product, weight * normed: with the weight frozen it saves the weight
        only (derivatives.yaml mul: self is saved when other requires grad), not the normalised
        tensor (R·h per token per norm; measured with saved-tensor hooks on llama-mini + LoRA) */
@@ -487,6 +542,7 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
             norms += l->frozen_mod[k] == PLAN_MOD_NONE && l->frozen_elems[k] == m->d_model && l->frozen_dim0[k] == m->d_model;
         if (l->grad_frontier == 2 && norms > 0) norms--;   /* the first norm: dropped whole above */
         d -= norms * p->param_bytes * h;
+        unnote(norms, p->param_bytes * h);
     }
     return bs * d + X * casts;
 }
@@ -938,22 +994,27 @@ static double eager_attn_backward(const ModelSpec *m, const LayerSpec *l, const 
    the block's activations are recomputed first, all but its input, which the checkpoint holds.
    A post-norm's backward and eager attention's may hold more (below). Measured per token with
    bench/torch/block_probe.py: docs/formulas.md "A block's backward". */
-static double block_backward_ws(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, BlockBwdPart *part) {
+/* The MLP's f-wide gradients alive at once in its backward: fc2's input gradient and the
+   activation's two products; a frozen output projection saved no input (plan_dim_ft.c), so its
+   backward's f-wide input gradient replaces nothing: one more (unless an adapter reads that
+   input undropped, which keeps it saved). */
+int plan_act_mlp_bwd_grads(const ModelSpec *m, int i, const TrainSpec *t) {
     const LayerSpec *l = &m->layers[i];
-    const PrecisionSpec *p = plan_precision(t->precision);
-    double X = p->act_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
-    double M = resid_dropout_bytes(m, t, in->dropout, X);
-    /* the MLP's: fc2's input gradient and the activation's two products (f-wide each) */
-    double ws = 2 * f * X - M * h;
-    /* a frozen output projection saved no input (plan_dim_ft.c), so its backward's f-wide input
-       gradient replaces nothing: + f·X (unless an adapter reads that input undropped) */
     int out_frozen = 0, out_saved = 0;
     for (int k = 0; k < l->n_frozen; k++)
         if (plan_module_group(l->frozen_mod[k]) == 4) {
             out_frozen = 1;
             out_saved |= plan_lora_adapts(m, &t->ft, l->frozen_mod[k]) && t->ft.dropout <= 0;
         }
-    if (out_frozen && !out_saved) ws += f * X;
+    return out_frozen && !out_saved ? 3 : 2;
+}
+
+static double block_backward_ws(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, BlockBwdPart *part) {
+    const LayerSpec *l = &m->layers[i];
+    const PrecisionSpec *p = plan_precision(t->precision);
+    double X = p->act_bytes, h = (double)m->d_model, f = plan_act_mlp_width(m, l);
+    double M = resid_dropout_bytes(m, t, in->dropout, X);
+    double ws = plan_act_mlp_bwd_grads(m, i, t) * f * X - M * h;
     *part = BWD_MLP;
     if (m->block.norm_place != NORM_PLACE_PRE) {
         /* a norm on the MLP's output (Gemma 2/3's post_feedforward_layernorm, OLMo 2's) runs its

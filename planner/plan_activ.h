@@ -66,6 +66,10 @@ double plan_act_loss_upcast(const ModelSpec *m, const TrainSpec *t, const ActInp
    (activation gradients; memplan's engine: its scratch). A PyTorch block's own saved
    activations are freed by then. */
 double plan_act_backward_workspace(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* How many f-wide gradients block i's MLP backward holds at once: 2 (fc2's input gradient, the
+   activation's two products, the first freed), 3 where a frozen output projection saved no input
+   its gradient could replace. */
+int plan_act_mlp_bwd_grads(const ModelSpec *m, int i, const TrainSpec *t);
 /* Extra bytes alive at the largest moment of a PyTorch block's backward (its MLP's; Gemma's and
    OLMo 2's post-feedforward norm's; eager attention's softmax backward at long sequences),
    beyond its saved activations, all counted as still held: that part's working set (the MLP's

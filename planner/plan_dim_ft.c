@@ -187,10 +187,14 @@ static void freeze_tensor(LayerSpec *l, int k) {
    saves its input for its weight's gradient only (derivatives.yaml mm/addmm: self is saved when
    mat2 requires grad), so a group of frozen projections reading one tensor saves it only where a
    LoRA A reads it undropped (lora_dropout = 0: nn.Identity hands A the same tensor). Under
-   autocast each projection saves its own cast copy (LLaMA's q, k, v: three). */
-static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int r) {
-    int64_t in_of[6] = {0};
+   autocast each projection saves its own cast copy (LLaMA's q, k, v: three). Per input group g
+   (1 to 5): its width in_of[g] (elements per token) and how many of its copies are no longer
+   saved. The one rule both the account's counts (lora_activations) and the allocation listing's
+   tensors (plan_activ.c) read. */
+void plan_lora_unsaved(const ModelSpec *m, const LayerSpec *l, const FinetuneSpec *f, int autocast,
+                       int64_t in_of[6], int unsaved[6]) {
     int copies[6] = {0}, lora_a[6] = {0};
+    for (int g = 0; g < 6; g++) in_of[g] = 0, unsaved[g] = 0;
     for (int k = 0; k < l->n_frozen; k++) {
         int mod = l->frozen_mod[k], g = plan_module_group(mod);
         if (!g) continue;
@@ -198,19 +202,34 @@ static void lora_activations(LayerSpec *l, const FinetuneSpec *f, int r) {
         plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &in, &out);
         in_of[g] = in;
         copies[g]++;
-        if (r > 0 && targeted(f->targets, mod)) {
-            lora_a[g]++;
-            l->lora_r_tok += r;
-            if (f->dropout > 0) l->lora_drop_tok += in;
-        }
+        if (plan_lora_adapts(m, f, mod)) lora_a[g]++;
     }
     for (int g = 1; g < 6; g++) {
         if (!copies[g]) continue;
-        for (int autocast = 0; autocast < 2; autocast++) {
-            int before = autocast ? copies[g] : 1;
-            int after = f->dropout > 0 ? 0 : autocast ? lora_a[g] : (lora_a[g] > 0);
-            *(autocast ? &l->act_unsaved_tok_ac : &l->act_unsaved_tok) += (int64_t)(before - after) * in_of[g];
-        }
+        int before = autocast ? copies[g] : 1;
+        int after = f->dropout > 0 ? 0 : autocast ? lora_a[g] : (lora_a[g] > 0);
+        unsaved[g] = before - after;
+    }
+}
+
+/* The layer's counts of what its adapters save and its frozen base no longer does (above); each
+   adapter's A output (r per token, saved by B) and under lora_dropout the dropout's output (A's
+   input). */
+static void lora_activations(const ModelSpec *m, LayerSpec *l, const FinetuneSpec *f, int r) {
+    for (int k = 0; k < l->n_frozen; k++) {
+        int mod = l->frozen_mod[k];
+        if (!plan_module_group(mod) || !plan_lora_adapts(m, f, mod)) continue;
+        int64_t in, out;
+        plan_module_features(mod, l->frozen_elems[k], l->frozen_dim0[k], &in, &out);
+        l->lora_r_tok += r;
+        if (f->dropout > 0) l->lora_drop_tok += in;
+    }
+    for (int autocast = 0; autocast < 2; autocast++) {
+        int64_t in_of[6];
+        int unsaved[6];
+        plan_lora_unsaved(m, l, f, autocast, in_of, unsaved);
+        for (int g = 1; g < 6; g++)
+            *(autocast ? &l->act_unsaved_tok_ac : &l->act_unsaved_tok) += (int64_t)unsaved[g] * in_of[g];
     }
 }
 
@@ -259,7 +278,7 @@ static int ft_apply_lora(ModelSpec *m, const FinetuneSpec *f, char *msg, size_t 
             if (r * in > l->largest_tensor) l->largest_tensor = r * in;
             if (out * r > l->largest_tensor) l->largest_tensor = out * r;
         }
-        lora_activations(l, &g, f->rank);
+        lora_activations(m, l, &g, f->rank);
     }
     if (plan_model_params(m) == 0) {   /* PEFT: "Target modules ... not found in the base model" */
         snprintf(msg, len, "--lora-targets %s matches no module of %s", g.targets, m->name);

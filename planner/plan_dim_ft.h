@@ -30,6 +30,12 @@ const char *plan_lora_targets(const ModelSpec *m, const FinetuneSpec *f, char *b
 /* 1 when f's LoRA (its targets, or PEFT's default for m) adapts module mod (a PlanModule). */
 int plan_lora_adapts(const ModelSpec *m, const FinetuneSpec *f, int mod);
 
+/* Per input group g (1 to 5) of layer l's projections: its width in_of[g] (elements per token)
+   and how many of its copies autograd no longer saves with the base frozen and f's adapters on
+   it (without or under autocast); what the layer's act_unsaved counts sum. */
+void plan_lora_unsaved(const ModelSpec *m, const LayerSpec *l, const FinetuneSpec *f, int autocast,
+                       int64_t in_of[6], int unsaved[6]);
+
 /* Applies t->ft to m (LoRA adapters added as trainable tensors, the base frozen; or --freeze),
    with the activation changes for t's precision. 0, or -1 with msg naming the bad value and
    the valid ones (a target no module has, a model without named projections). m unchanged

@@ -240,9 +240,10 @@ static int act_weights(const Step *st, int layer, double bytes, Weights *ws) {
 
 /* A block's backward working set (plan_act_block_backward_bytes) at its MLP point: under
    checkpointing, the recomputed forward's tensors first (what the layer saves unchecked:
-   recomputation rebuilds its graph), then the backward's own: two d_ff-wide gradients, the rest
-   one piece; tensors the event's bytes do not hold (the checkpoint's input, which is not made
-   again) shrink in proportion. */
+   recomputation rebuilds its graph), then the backward's own: its d_ff-wide gradients
+   (plan_act_mlp_bwd_grads: two, three under a frozen output projection), the rest one piece;
+   tensors the event's bytes do not hold (the checkpoint's input, which is not made again)
+   shrink in proportion. */
 static int bwd_ws_weights(const Step *st, int layer, double bytes, Weights *ws) {
     const ModelSpec *m = &st->view.m;
     TrainSpec t = st->view.t;
@@ -265,7 +266,7 @@ static int bwd_ws_weights(const Step *st, int layer, double bytes, Weights *ws) 
     double f = plan_moe_block(m, &m->layers[layer]) ? prod
              : (double)in.b * (double)in.s * (double)m->d_ff * plan_precision(t.precision)->act_bytes,
            left = bytes - sum;
-    int nf = prod > 0 ? 3 : 2;
+    int nf = prod > 0 ? 3 : plan_act_mlp_bwd_grads(m, layer, &t);
     for (int k = 0; k < nf && f > 0 && left > f; k++, left -= f)
         if (add_w(ws, f)) return -1;
     return left > 0.5 ? add_w(ws, left) : 0;

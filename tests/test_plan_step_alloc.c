@@ -873,3 +873,77 @@ Test(step_alloc, selective_recompute_should_list_the_tensors_a_block_keeps) {
         plan_model_free(&m);
     }
 }
+
+/* A LoRA model's layers list the tensors PEFT and autograd keep (plan_activ.c finetune_delta,
+   from the counts plan_dim_ft.c sets): the frozen projections' inputs no longer saved taken out,
+   each adapter's A output (r per token, saved by B; peft/tuners/lora/layer.py Linear.forward)
+   and under lora_dropout the dropout's output and noise added, under autocast each frozen
+   projection's cast weight; so the noted tensors add up to the layer's bytes and no piece is
+   scaled to fit them (gpt2-mini ddp fp32 b1 lora8 had pieces of 49,732 and 149,198 B where the
+   recorded run makes 65,536 and 196,608 B tensors). */
+Test(step_alloc, a_lora_layers_tensors_should_add_up_to_its_saved_bytes) {
+    static const struct { const char *model, *targets; PrecisionKind prec; double drop; } C[] = {
+        {"gpt2-mini", "", PREC_FP32, 0}, {"gpt2-mini", "", PREC_AMP_BF16, 0}, {"gpt2-mini", "", PREC_FP32, 0.1},
+        {"bench/torch/configs/llama-mini.json", "", PREC_FP32, 0},
+        {"bench/torch/configs/llama-mini.json", "", PREC_AMP_BF16, 0},
+        {"bench/torch/configs/llama-mini.json", "all-linear", PREC_FP32, 0.1}};
+    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+        ModelSpec m = strchr(C[c].model, '/') ? load_model(C[c].model) : zoo(C[c].model);
+        TrainSpec t = fp32_train(4, 128);
+        t.precision = C[c].prec;
+        t.autocast_cpu = 1;
+        t.attn = ATTN_EAGER;
+        t.ft.rank = 8;
+        t.ft.alpha = 16;
+        t.ft.dropout = C[c].drop;
+        snprintf(t.ft.targets, sizeof t.ft.targets, "%s", C[c].targets);
+        char msg[256];
+        cr_assert_eq(plan_finetune_apply(&m, &t, msg, sizeof msg), 0, "%s", msg);
+        ActInputs in = {4, 128, 0};
+        double a_out = 4 * 128.0 * 8 * plan_precision(t.precision)->act_bytes;
+        int adapters = 0, a_outs = 0;
+        for (int i = 0; i < m.n_layers; i++) {
+            double v[PLAN_ACT_MAX_TENSORS], sum = 0, bytes = plan_act_ckpt_bytes(&m, i, &t, &in);
+            int n = plan_act_ckpt_tensors(&m, i, &t, &in, v, PLAN_ACT_MAX_TENSORS);
+            for (int j = 0; j < n; j++) {
+                sum += v[j];
+                a_outs += v[j] == a_out;
+            }
+            adapters += (int)(m.layers[i].lora_r_tok / 8);
+            cr_expect_leq(fabs(sum - bytes), 1, "case %zu layer %d: tensors %.0f B, bytes %.0f B", c, i, sum, bytes);
+        }
+        cr_expect_geq(a_outs, adapters, "case %zu: %d A outputs of %.0f B for %d adapters", c, a_outs, a_out, adapters);
+        cr_expect_gt(adapters, 0, "case %zu", c);
+        plan_model_free(&m);
+    }
+}
+
+/* A frozen output projection saves no input its backward's f-wide input gradient could replace,
+   so a LoRA block's MLP moment holds three f-wide gradients (recorded, gpt2-mini ddp fp32 b4
+   lora8: c_proj's mm and MulBackward0's two products, 1 MiB each, beside the 256 KiB residual
+   gradient), as the account counts them (plan_act_mlp_bwd_grads); the listing had made two and
+   one 1.25 MiB piece, a large-pool request the run never makes. */
+Test(step_alloc, a_frozen_output_projections_mlp_moment_should_hold_three_f_wide_gradients) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = fp32_train(4, 128);
+    t.autocast_cpu = 1;
+    t.attn = ATTN_EAGER;
+    t.ft.rank = 8;
+    t.ft.alpha = 16;
+    char msg[256];
+    cr_assert_eq(plan_finetune_apply(&m, &t, msg, sizeof msg), 0, "%s", msg);
+    Step st = built_on_8(&m, &t, STRAT_DDP);
+    static TraceRow rows[1 << 14];
+    int n = step2_rows(&st, rows, 1 << 14), f_wide = 0;
+    const double f = 4 * 128.0 * 512 * 4;
+    for (int k = 0; k < n; k++) {
+        if (rows[k].kind != 'a' || strcmp(rows[k].rule, "mlp_backward") != 0) continue;
+        f_wide += rows[k].bytes == f;
+    }
+    cr_expect_eq(f_wide, 3 * 4, "%d f-wide gradients over 4 blocks", f_wide);
+    int blk = 0;
+    while (m.layers[blk].kind != LAYER_BLOCK) blk++;
+    cr_expect_eq(plan_act_mlp_bwd_grads(&m, blk, &t), 3);
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
