@@ -247,7 +247,8 @@ void cli_print_setup_help(FILE *f) {
         "                         reduce_dtype (default: fp32 for --fsdp 2 under mixed-*, as torchtitan;\n"
         "                         else the gradients' own, as FSDP1's MixedPrecision(reduce_dtype=param_dtype);\n"
         "                         accelerate's and the HF Trainer's FSDP reduce in the 16-bit dtype)\n"
-        "Tensor parallel (PyTorch parallelize_module; with ddp and fsdp-full on gpus / tp data-parallel ranks):\n"
+        "Tensor parallel (PyTorch parallelize_module; with ddp, zero1, zero2 and fsdp-full on gpus / tp\n"
+        "data-parallel ranks, ranks tp apart; zero1/zero2 under tp an estimate no CPU-rank run checks):\n"
         "  --tp N|auto            tensor-parallel degree inside a node (default 1; auto: memplan auto tries\n"
         "                         every degree dividing the GPUs per node, data parallel alone kept within 3%%):\n"
         "                         torchtitan's Llama plan\n"
@@ -259,7 +260,7 @@ void cli_print_setup_help(FILE *f) {
         "  --loss-parallel on|off loss parallel (torch's loss_parallel(), torchtitan's default): the vocab-sharded\n"
         "                         logits stay sharded and the cross-entropy all-reduces three b x s rows instead\n"
         "                         of gathering them (default off: gathered; needs --tp 2 or more and an untied head)\n"
-        "Pipeline parallel (torch.distributed.pipelining; with ddp and fsdp-full on gpus / (tp x pp) ranks;\n"
+        "Pipeline parallel (torch.distributed.pipelining; with ddp, zero1 and fsdp-full on gpus / (tp x pp) ranks;\n"
         "closed forms; memory checked on CPU ranks for gpt2-mini only: docs/formulas.md \"Pipeline parallel\"):\n"
         "  --pp N|auto            pipeline ranks (default 1; auto: memplan auto tries each degree): the blocks\n"
         "                         split over N stages (x --pp-virtual), stage 0 also holds the embedding, the\n"
@@ -661,23 +662,29 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     return resolve_finetune(s);
 }
 
-/* --tp / --sp: the strategies that run with tensor parallel (all of them by default: ddp and
- * fsdp-full; a --strategy naming another is refused), and each against the model and cluster
+/* The strategies narrowed to a dimension's (ok): a --strategy naming another is refused with the
+ * dimension's own sentence (check's, whose strategy test needs no model or cluster). 0 or 2. */
+static int narrow_strategies(CliSetup *s, unsigned ok, int (*check)(const ModelSpec *, const TrainSpec *,
+                                                                     const ClusterSpec *, StrategyKind, char *, size_t)) {
+    if (!(s->strategies & ~ok)) return 0;
+    if (cli_setup_given(s, "strategy"))
+        for (int k = 0; k < STRAT_COUNT; k++)
+            if ((s->strategies & (1u << k)) && !(ok & (1u << k))) {
+                char msg[320];
+                check(&s->model, &s->train, &s->cluster, (StrategyKind)k, msg, sizeof msg);
+                return cli_usage_error("%s", msg);
+            }
+    s->strategies &= ok;
+    return 0;
+}
+
+/* --tp / --sp: the strategies that run with tensor parallel (all of plan_tp_strategies by
+ * default; a --strategy naming another is refused), and each against the model and cluster
  * (plan_tp_check) where the cluster is known (validate's is its --ranks, checked there). 0 or 2. */
 static int resolve_tp(CliSetup *s, int cluster_known) {
     if (s->train.tp < 0) return 0;   /* --tp auto: memplan auto tries each degree (plan_auto_dims) */
     if (s->train.tp <= 1 && !s->train.sp) return 0;
-    const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
-    if (s->train.tp > 1 && (s->strategies & ~ok)) {
-        if (cli_setup_given(s, "strategy")) {
-            for (int k = 0; k < STRAT_COUNT; k++)
-                if ((s->strategies & (1u << k)) && !(ok & (1u << k)))
-                    return cli_usage_error("--tp %d with --strategy %s: tensor parallel is planned with ddp and fsdp-full "
-                                           "(FSDP2 on the data-parallel dimension of a 2-D mesh)", s->train.tp,
-                                           plan_strategy((StrategyKind)k)->name);
-        }
-        s->strategies &= ok;
-    }
+    if (s->train.tp > 1 && narrow_strategies(s, plan_tp_strategies(), plan_tp_check)) return 2;
     if (!s->have_model || !cluster_known) return 0;
     char msg[320];
     for (int k = 0; k < STRAT_COUNT; k++)
@@ -687,7 +694,7 @@ static int resolve_tp(CliSetup *s, int cluster_known) {
 }
 
 /* --pp / --pp-schedule / --microbatches: the micro-batches are the step's accumulation count
- * (default pp); the strategies narrowed to ddp and fsdp-full as for --tp, each checked against
+ * (default pp); the strategies narrowed to plan_pp_strategies as for --tp, each checked against
  * the model and cluster (plan_pp_check) where the cluster is known. 0 or 2. */
 static int resolve_pp(CliSetup *s, const char *cmd) {
     int cluster_known = strcmp(cmd, "validate") != 0;
@@ -719,16 +726,7 @@ static int resolve_pp(CliSetup *s, const char *cmd) {
     if (cli_setup_given(s, "grad-accum"))
         return cli_usage_error("--grad-accum with --pp %d: a pipeline's micro-batches are --microbatches M", s->train.pp);
     if (!mb) s->train.grad_accum = s->train.pp;
-    const unsigned ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
-    if (s->strategies & ~ok) {
-        if (cli_setup_given(s, "strategy")) {
-            for (int k = 0; k < STRAT_COUNT; k++)
-                if ((s->strategies & (1u << k)) && !(ok & (1u << k)))
-                    return cli_usage_error("--pp %d with --strategy %s: pipeline parallel is planned with ddp and fsdp-full "
-                                           "(FSDP2) on the data-parallel ranks", s->train.pp, plan_strategy((StrategyKind)k)->name);
-        }
-        s->strategies &= ok;
-    }
+    if (narrow_strategies(s, plan_pp_strategies(), plan_pp_check)) return 2;
     if (!s->have_model || !cluster_known) return 0;
     char msg[320];
     for (int k = 0; k < STRAT_COUNT; k++)

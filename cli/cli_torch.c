@@ -926,6 +926,14 @@ static int base_setup(const CliSetup *cs, const TorchOpts *o, int from_file, Har
             if ((cs->strategies & (1u << k)) && plan_tp_check(&cs->model, &cs->train, &rc, (StrategyKind)k, tpmsg, sizeof tpmsg))
                 return cli_usage_error("%s", tpmsg);
     }
+    /* the harness's tensor parallel is torch's with DDP or FSDP2; DeepSpeed's ZeRO beside it is
+       planned (plan_tp_strategies), an estimate no CPU-rank run checks */
+    const unsigned harness_tp = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    for (int k = 0; tp > 1 && k < STRAT_COUNT; k++)
+        if ((cs->strategies & (1u << k)) && !(harness_tp & (1u << k)))
+            return cli_usage_error("--tp %d with --strategy %s: the torch harness runs tensor parallel with ddp and "
+                                   "fsdp-full; plan %s under --tp with 'memplan plan' (an estimate)", tp,
+                                   plan_strategy((StrategyKind)k)->name, plan_strategy((StrategyKind)k)->name);
     if (tp > 1 && (cs->strategies & (1u << STRAT_FSDP_FULL)) && o->ranks == tp)
         return cli_usage_error("--tp %d with fsdp-full shards on the data-parallel dimension: give --ranks %d or more "
                                "(ranks / tp > 1), or --strategy ddp for pure tensor parallel", tp, 2 * tp);

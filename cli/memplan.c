@@ -661,8 +661,9 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
         return cli_usage_error("--emit deepspeed with --%s %s: a DeepSpeed config cannot express the %s memplan plans (%s); "
                                "--emit torch prints %s", tp ? "tp" : "pp", tp ? (s.train.tp < 0 ? "auto" : v) : (s.train.pp < 0 ? "auto" : v),
                                tp ? "tensor parallel" : "pipeline stages",
-                               tp ? "torch's parallelize_module with ddp or fsdp-full, not DeepSpeed's ZeRO or AutoTP"
-                                  : "torch.distributed.pipelining with ddp or fsdp-full, not DeepSpeed's PipelineModule",
+                               tp ? "torch's parallelize_module's split, with ddp, fsdp-full or ZeRO-1/2 on the data-parallel "
+                                    "groups as Megatron-DeepSpeed runs it, not DeepSpeed's AutoTP"
+                                  : "torch.distributed.pipelining's stages, not DeepSpeed's PipelineModule",
                                tp ? "the mesh and the parallelize_module plan" : "the pipeline's split");
     }
     if (o.emit && (s.train.ds.param_sync == PARAM_SYNC_BROADCAST || s.train.ds.zero_group > 0)) {

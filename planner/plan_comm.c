@@ -82,18 +82,28 @@ static double nccl_time(CollKind op, int a, int p, double payload, double n, dou
     return lat * 1e-6 + payload / algbw;
 }
 
-/* The nodes a group of n ranks spans: 1 within a node; its ranks packed gpus_per_node to a
-   node; one rank per node for PLAN_CROSSES_STRIDED. */
+int plan_crosses_stride(int64_t stride) { return stride > 1 ? PLAN_CROSSES_STRIDED + (int)stride : 1; }
+
+/* A crossing group's ranks on one node: gpus_per_node packed; one for PLAN_CROSSES_STRIDED;
+   gpus_per_node / s (one at least) for a stride s (plan_crosses_stride). */
+static double group_per_node(const ClusterSpec *c, int crosses) {
+    double gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
+    if (crosses == PLAN_CROSSES_STRIDED) return 1;
+    if (crosses > PLAN_CROSSES_STRIDED) return fmax(1, floor(gpn / (crosses - PLAN_CROSSES_STRIDED)));
+    return gpn;
+}
+
+/* The nodes a group of n ranks spans: 1 within a node, else its ranks group_per_node to a node. */
 static double group_nodes(const ClusterSpec *c, double n, int crosses) {
     if (!crosses) return 1;
-    if (crosses == PLAN_CROSSES_STRIDED) return n;
-    return ceil(n / (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1));
+    return ceil(n / group_per_node(c, crosses));
 }
 
 /* The per-operation model's collective: NCCL's ring (and tree, for all-reduce) over every
    protocol, the fastest. A ring across nodes runs one channel per NIC, so its bus bandwidth is
    the node's NICs (the group's ranks per node x the per-GPU share) or the intra-node link, the
-   lower: a group of one rank per node (PLAN_CROSSES_STRIDED) has its own NIC share only. */
+   lower: a group of one rank per node (PLAN_CROSSES_STRIDED) has its own NIC share only, a strided
+   group (plan_crosses_stride) its ranks' on the node. */
 static double nccl_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group, int crosses) {
     double n = (double)group, nodes = group_nodes(c, n, crosses);
     double link = nodes > 1 ? fmin(c->gpu.intra_bw, n / nodes * c->gpu.inter_bw) : c->gpu.intra_bw;
@@ -136,8 +146,8 @@ double plan_coll_steal(const ClusterSpec *c, int crosses_nodes) {
    latency. The block to itself stays. A measured description (--mfu, validate) gives the links
    as flat rates. */
 static double a2a_seconds(const ClusterSpec *c, double payload, int64_t group, int crosses_nodes) {
-    double n = (double)group, gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
-    double local = crosses_nodes == PLAN_CROSSES_STRIDED ? 1 : crosses_nodes ? fmin(n, gpn) : n;   /* the group's ranks on this rank's node */
+    double n = (double)group;
+    double local = crosses_nodes ? fmin(n, group_per_node(c, crosses_nodes)) : n;   /* the group's ranks on this rank's node */
     double eff = plan_time_flat(c) ? 1 : NCCL_LINK_EFF;
     double intra = payload * (local - 1) / n / (c->gpu.intra_bw * 1e9 * eff);
     double inter = local < n ? payload * (n - local) / n / (c->gpu.inter_bw * 1e9 * eff) : 0;

@@ -104,8 +104,13 @@ double plan_ddp_buckets_tensors(const ModelSpec *m, int grad_bytes, double first
  * ring that crosses nodes runs at the per-GPU NIC share. crosses_nodes: 0 within a node; 1 a
  * group of consecutive ranks (gpus_per_node of them on each node, NCCL's channels over the
  * node's NICs); PLAN_CROSSES_STRIDED a group of one rank per node (HYBRID_SHARD's replicas: the
- * node's other ranks run their own groups at once, each on its NIC share). */
+ * node's other ranks run their own groups at once, each on its NIC share); plan_crosses_stride(s)
+ * a group of every s-th rank (the data-parallel group beside a tensor-parallel group of s):
+ * gpus_per_node / s of its ranks on each node (one at least), the node's other s - 1 groups
+ * running theirs at once. */
 #define PLAN_CROSSES_STRIDED 2
+/* The crosses_nodes of a group that spans nodes with its ranks stride apart: 1 for stride 1. */
+int plan_crosses_stride(int64_t stride);
 double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group,
                          int crosses_nodes);
 /* Compute seconds a rank loses per second a collective runs beside its compute: measured

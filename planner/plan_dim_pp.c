@@ -73,13 +73,21 @@ int plan_pp_schedule_by_name(const char *s) {
     return -1;
 }
 
+/* ddp and fsdp-full as torchtitan runs them; zero1 as Megatron-DeepSpeed runs ZeRO beside its
+   pipeline (DeepSpeed's PipelineEngine takes stage 1 only: runtime/pipe/engine.py asserts
+   zero_optimization_stage() < 2, "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"). */
+unsigned plan_pp_strategies(void) { return 1u << STRAT_DDP | 1u << STRAT_ZERO1 | 1u << STRAT_FSDP_FULL; }
+
 int plan_pp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                   char *msg, size_t len) {
     int pp = plan_pp_degree(t), tp = t->tp > 1 ? t->tp : 1, M = plan_pp_microbatches(t), V = plan_pp_virtual(t);
     if (pp == 1) return 0;
-    if (s != STRAT_DDP && s != STRAT_FSDP_FULL) {
-        snprintf(msg, len, "--pp %d with --strategy %s: pipeline parallel is planned with ddp and fsdp-full "
-                 "(FSDP2) on the data-parallel ranks", pp, plan_strategy(s)->name);
+    if (!(plan_pp_strategies() & (1u << s))) {
+        char ok[96];
+        snprintf(msg, len, "--pp %d with --strategy %s: pipeline parallel is planned with %s on the data-parallel "
+                 "ranks%s", pp, plan_strategy(s)->name, plan_strategy_list(plan_pp_strategies(), ok, sizeof ok),
+                 s == STRAT_ZERO2 || s == STRAT_ZERO3 ? " (DeepSpeed: \"ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                                                        "parallelism\")" : "");
         return -1;
     }
     if (c->gpus % ((int64_t)tp * pp)) {
@@ -432,11 +440,11 @@ static void pp_row_json(cJSON *o, const Step *st) {
 static int pp_auto_on(const TrainSpec *t) { return t->pp < 0; }
 
 /* --pp auto: pp = 1 and each divisor of the model's blocks with tp x pp dividing the GPUs, 1F1B,
-   the fewest micro-batches M >= pp the global batch allows (M = pp without one), ddp or
-   fsdp-full, no offload; the simpler first. */
+   the fewest micro-batches M >= pp the global batch allows (M = pp without one), the strategies
+   of plan_pp_strategies, no offload; the simpler first. */
 static int pp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
                        DimSetting *out, int max) {
-    const unsigned pp_ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    const unsigned pp_ok = plan_pp_strategies();
     int nb = plan_pp_blocks(m), n = 0;
     int64_t tp_min = t->tp < 0 ? 1 : plan_tp_degree(t);
     for (int pp = 1; pp <= (nb > 0 ? nb : 1) && n < max; pp++) {

@@ -4,7 +4,8 @@
  * evenly or as torchtitan splits them with the embedding and the head counted as blocks (stage 0
  * also holds the layers before the first block, the embedding; the last stage the layers after
  * the last block, the final norm, the head and the loss), rank r holding stages r, r + pp, ...,
- * the data-parallel strategy (ddp, fsdp-full: FSDP2) on the remaining gpus / (tp * pp) ranks. The
+ * the data-parallel strategy (ddp; zero1, DeepSpeed's ZeRO-1; fsdp-full: FSDP2) on the remaining
+ * gpus / (tp * pp) ranks. The
  * M micro-batches of one step are the step's accumulation count (TrainSpec.grad_accum).
  *
  * One dimension (plan_dim.h). One rank is a model of its own (plan_pp_rank_view), planned like a
@@ -33,6 +34,9 @@ int plan_pp_microbatches(const TrainSpec *t);
 /* Repeated blocks of m (LAYER_BLOCK layers). */
 int plan_pp_blocks(const ModelSpec *m);
 /* 0 when pp applies to m on c under strategy s, else -1 with one sentence in msg. */
+/* The strategies pipeline parallel is planned with, a mask of 1u << StrategyKind: ddp, zero1 and
+   fsdp-full. The check, --pp auto and the CLI read it here. */
+unsigned plan_pp_strategies(void);
 int plan_pp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                   char *msg, size_t len);
 /* Stages per rank: --pp-virtual under the interleaved schedule (default 2), else 1. */

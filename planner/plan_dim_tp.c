@@ -19,6 +19,13 @@ int plan_tp_degree(const TrainSpec *t) { return t->tp > 1 ? t->tp : 1; }
 
 int plan_tp_root_sharded(const ModelSpec *m) { return !m->tied_embeddings; }
 
+/* ddp and fsdp-full as torchtitan runs them; zero1 and zero2 as Megatron-DeepSpeed and InternLM
+   run ZeRO under tensor parallel (the optimizer states, and for zero2 the gradients, sharded over
+   the data-parallel group of each tp rank); ZeRO-3 and SHARD_GRAD_OP are not planned under it. */
+unsigned plan_tp_strategies(void) {
+    return 1u << STRAT_DDP | 1u << STRAT_ZERO1 | 1u << STRAT_ZERO2 | 1u << STRAT_FSDP_FULL;
+}
+
 /* Tensor parallel of MoE blocks, as torchtitan plans it (models/llama4/infra/parallelize.py
    apply_moe_ep_tp): the block takes the sequence shards and returns them (PrepareModuleInputOutput
    Shard(1) -> Replicate, Partial -> Shard(1)), so sequence parallel; the routed experts split their
@@ -64,14 +71,16 @@ int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, 
         }
         return 0;
     }
+    /* first: the CLI reads this sentence before a model is loaded */
+    if (!(plan_tp_strategies() & (1u << s))) {
+        char ok[96];
+        snprintf(msg, len, "--tp %d with --strategy %s: tensor parallel is planned with %s (on the data-parallel "
+                 "dimension of a 2-D mesh)", tp, plan_strategy(s)->name, plan_strategy_list(plan_tp_strategies(), ok, sizeof ok));
+        return -1;
+    }
     if (t->loss_parallel && !plan_tp_root_sharded(m)) {
         snprintf(msg, len, "--loss-parallel on: %s's tied embedding and head stay replicated under --tp (no "
                  "vocab-sharded logits to compute the loss on); give --loss-parallel off", m->name);
-        return -1;
-    }
-    if (s != STRAT_DDP && s != STRAT_FSDP_FULL) {
-        snprintf(msg, len, "--tp %d with --strategy %s: tensor parallel is planned with ddp and fsdp-full "
-                 "(FSDP2 on the data-parallel dimension of a 2-D mesh)", tp, plan_strategy(s)->name);
         return -1;
     }
     if (c->gpus_per_node % tp || c->gpus % tp) {
@@ -365,9 +374,11 @@ void rule_tp(const StepCtx *x, Step *st) {
     }
     /* A RowwiseParallel embedding's weight gradient comes back Replicate: the full V x h on
        every rank (measured, torch 2.15: embedding_dense_backward over the replicated output
-       gradient), where the weight is V/tp x h. Kept as the parameter's .grad without FSDP;
-       FSDP2's reduce-scatter takes the shard of it. */
-    if (root && emb >= 0 && !(x->fsdp && x->N > 1)) {
+       gradient), where the weight is V/tp x h. Kept as the parameter's .grad where gradients
+       stay whole (ddp, zero1); a strategy that shards them (FSDP2's reduce-scatter, ZeRO-2's
+       reduction into the rank's partition) keeps its shard only (zero2: an estimate, no CPU-rank
+       run checks it) */
+    if (root && emb >= 0 && !((x->s->shard & SHARD_GRAD) && x->N > 1)) {
         double extra = (double)m->layers[emb].params * (x->v->tp - 1) * x->p->grad_bytes;
         step_hold(st, RULE_TP_EMBED_GRAD, TERM_GRADS, pt(x, PT_BWD, emb), AT_BEFORE, pt(x, PT_END, 0), AT_AFTER,
                   extra);
@@ -426,7 +437,6 @@ static int tp_view(RankView *v, RankView *out, int max) {
 
 static void tp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                       const Step *const *rows, int n_rows) {
-    (void)rows; (void)n_rows;
     if (slot != HEADER_AFTER_TRAIN || plan_tp_degree(t) == 1) return;
     fprintf(f, "# tensor parallel: tp %d inside each node (PyTorch parallelize_module: %s%s), sequence parallel %s, "
             "loss parallel %s; the strategies run on %lld data-parallel ranks (gpus / tp); memory, compute and "
@@ -442,6 +452,12 @@ static void tp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
                                                        : "off (the tied head's logits are whole)",
             (long long)(c->gpus / t->tp / plan_pp_degree(t)),
             m->moe.n_experts > 0 ? ", \"Tensor parallel of MoE blocks\"" : "", t->loss_parallel ? ", \"Loss parallel\"" : "");
+    int zero = 0;
+    for (int i = 0; i < n_rows; i++) zero |= rows[i] && plan_strategy_is_deepspeed(rows[i]->view.sk);
+    if (zero)
+        fprintf(f, "# zero1/zero2 under tp: the rank's share sharded again over its data-parallel group (ranks %d apart), "
+                "as Megatron-DeepSpeed and InternLM run ZeRO; an estimate (no CPU-rank run checks it: the "
+                "torch harness runs tp with ddp and fsdp-full)\n", t->tp);
     if (t->act_ckpt == CKPT_OP)
         fprintf(f, "# op-level checkpointing under tp: collectives exact on CPU-rank runs, the peak an estimate "
                 "(the loss's forward is under-predicted where it is the peak; the measured runs and their errors: "
@@ -459,11 +475,11 @@ static void tp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainS
 
 static int tp_auto_on(const TrainSpec *t) { return t->tp < 0; }
 
-/* --tp auto: tp 1, then each divisor of the GPUs per node that some strategy (ddp, fsdp-full)
-   plans, sequence parallel off and on unless --sp is given; the simpler first. */
+/* --tp auto: tp 1, then each divisor of the GPUs per node that some strategy of
+   plan_tp_strategies plans, sequence parallel off and on unless --sp is given; the simpler first. */
 static int tp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, const AutoSpec *a,
                        DimSetting *out, int max) {
-    const unsigned tp_ok = (1u << STRAT_DDP) | (1u << STRAT_FSDP_FULL);
+    const unsigned tp_ok = plan_tp_strategies();
     int n = 0;
     for (int64_t d = 1; d <= c->gpus_per_node && n < max; d++) {
         if (c->gpus_per_node % d) continue;

@@ -3,8 +3,9 @@
  * parallelize.py apply_tp: q/k/v and gate/up ColwiseParallel, o and down RowwiseParallel, the
  * token embedding RowwiseParallel and the LM head ColwiseParallel, both vocab-sharded; with SP the
  * norms SequenceParallel) and its GPT-2 twin (c_attn, c_fc column, the two c_proj row; the tied
- * embedding and head replicated). The data-parallel strategy (ddp, fsdp-full: FSDP2 on the dp
- * dimension of a 2-D mesh) runs on the remaining gpus / tp ranks.
+ * embedding and head replicated). The data-parallel strategy (ddp; zero1 or zero2, DeepSpeed's
+ * ZeRO-1/2 as Megatron-DeepSpeed and InternLM run it; fsdp-full: FSDP2 on the dp dimension of a
+ * 2-D mesh) runs on the remaining gpus / tp ranks.
  *
  * One dimension (plan_dim.h): its check, one rank's share as a model of its own (plan_tp_view
  * divides the split tensors, the heads and the MLP width by tp, so the memory rules, the
@@ -30,6 +31,9 @@ int plan_tp_degree(const TrainSpec *t);
 /* 0 when tp (and sp) apply to m on c under strategy s, else -1 with one sentence in msg. */
 int plan_tp_check(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                   char *msg, size_t len);
+/* The strategies tensor parallel is planned with, a mask of 1u << StrategyKind: ddp, zero1, zero2
+   and fsdp-full. The check, --tp auto and the CLI read it here. */
+unsigned plan_tp_strategies(void);
 /* 1 when the token embedding and the LM head are vocab-sharded (an untied decoder: torchtitan's
    plan); a tied GPT-2 keeps them replicated. */
 int plan_tp_root_sharded(const ModelSpec *m);

@@ -7,7 +7,10 @@
 
 #include "plan_step_internal.h"
 
-static int multi_node(const StepCtx *x) { return plan_cluster_nodes(x->c) > 1; }
+/* The crosses_nodes of the data-parallel group (plan_coll_seconds): 0 within a node; else its
+   ranks every tp-th rank of the cluster (the tensor-parallel group is the innermost), so a node
+   holds gpus_per_node / tp of them, each group on its ranks' NIC shares. */
+static int dp_crosses(const StepCtx *x) { return plan_cluster_nodes(x->c) > 1 ? plan_crosses_stride(x->v->tp) : 0; }
 
 /* One collective: what, when the table and the simulated step count it, how big. */
 static StepXfer *coll(Step *st, RuleId r, int point, CollKind op, CollPurpose what, PhaseKind ph,
@@ -40,7 +43,7 @@ static const BucketIssue DDP_ISSUE = {MICRO_LAST, SCHED_ASYNC_AFTER, 0};
 static void bucket_coll(const StepCtx *x, Step *st, RuleId r, int point, CollKind op, BucketIssue how, double n,
                         double bytes, int64_t group) {
     StepXfer *e = coll(st, r, point, op, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, how.sched, how.micro, bytes, group,
-                       multi_node(x));
+                       dp_crosses(x));
     if (!e) return;
     e->count = n;
     e->chain = (uint8_t)how.chain;
@@ -99,12 +102,12 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
                 fill += (double)m->layers[i].tensor_elems[k] * gb;
                 if (fill < lim) continue;
                 coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD,
-                     SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, multi_node(x));
+                     SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, dp_crosses(x));
                 fill = 0;
                 lim = PLAN_DDP_BUCKET;
             }
         coll(st, RULE_DDP_BUCKETS, pt(x, PT_BWD, 0), COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD,
-             SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, multi_node(x));
+             SCHED_ASYNC_AFTER, MICRO_LAST, fill, x->N, dp_crosses(x));
         return;
     }
     /* the first bucket closes at 1 MiB, then full 25 MiB ones (bucket_run: one entry per bucket,
@@ -115,7 +118,7 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
         int at = pt(x, PT_BWD, i);
         if (start == 0 && fill >= first) {
             coll(st, RULE_DDP_BUCKETS, at, COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER,
-                 MICRO_LAST, first, x->N, multi_node(x));
+                 MICRO_LAST, first, x->N, dp_crosses(x));
             start = first;
         }
         if (start == 0) continue;
@@ -124,7 +127,7 @@ void rule_ddp_reducer(const StepCtx *x, Step *st) {
         start += n * PLAN_DDP_BUCKET;
         if (fill >= total && start < total) {
             coll(st, RULE_DDP_BUCKETS, at, COLL_ALL_REDUCE, PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER,
-                 MICRO_LAST, total - start, x->N, multi_node(x));
+                 MICRO_LAST, total - start, x->N, dp_crosses(x));
             start = total;
         }
     }
@@ -138,7 +141,7 @@ void rule_ddp_broadcast(const StepCtx *x, Step *st) {
     double bytes = x->engine ? (double)plan_model_buffers(x->m) * 4   /* the engine: one fp32 buffer */
                              : plan_model_buffer_bytes(x->m, &dtypes);
     StepXfer *e = coll(st, RULE_DDP_BROADCAST, pt(x, PT_FWD, 0), COLL_BROADCAST, PURPOSE_BUFFERS, PHASE_FORWARD,
-                       SCHED_SYNC_BEFORE, MICRO_EVERY, bytes, x->N, multi_node(x));
+                       SCHED_SYNC_BEFORE, MICRO_EVERY, bytes, x->N, dp_crosses(x));
     if (e) e->count = dtypes;
 }
 
@@ -191,7 +194,7 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
     double all = (double)x->n * x->ds.part * x->p->param_bytes;
     int bcast = x->dsk.param_sync == PARAM_SYNC_BROADCAST;
     /* within the shard group (every rank, or --zero-group's: a node's ranks run first) */
-    int crosses = x->n < x->N ? x->n > x->c->gpus_per_node : multi_node(x);
+    int crosses = x->n < x->N && x->n <= x->c->gpus_per_node ? 0 : dp_crosses(x);
     StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), bcast ? COLL_BROADCAST : COLL_ALL_GATHER,
                        PURPOSE_UPDATED_PARAMS, PHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE, all, x->n, crosses);
     if (e && bcast) e->count = (double)x->n;
@@ -203,9 +206,9 @@ void rule_ds_step_collectives(const StepCtx *x, Step *st) {
     if (!x->ds_py || x->N <= 1) return;
     int s = pt(x, PT_STEP, 0);
     coll(st, RULE_DS_NORM_ALLREDUCE, s, COLL_ALL_REDUCE, PURPOSE_GRAD_NORM, PHASE_STEP, SCHED_SYNC_BEFORE, MICRO_ONCE,
-         plan_ds_norm_bytes(x->ds3_py), x->N, multi_node(x));
+         plan_ds_norm_bytes(x->ds3_py), x->N, dp_crosses(x));
     coll(st, RULE_DS_NORM_ALLREDUCE, s, COLL_ALL_REDUCE, PURPOSE_OVERFLOW_FLAG, PHASE_STEP, SCHED_SYNC_BEFORE, MICRO_ONCE,
-         plan_ds_overflow_bytes(x->ds3_py, x->p), x->N, multi_node(x));
+         plan_ds_overflow_bytes(x->ds3_py, x->p), x->N, dp_crosses(x));
 }
 
 /* ---- DeepSpeed ZeRO-3 as it runs (stage3.py, partitioned_param_coordinator.py) ---- */
@@ -223,7 +226,7 @@ static void ds3_group(void *ctx, const Ds3Group *g, int use_layer, int use_bwd) 
     int at = pt(x, g->at_bwd ? PT_BWD : PT_FWD, g->at);
     StepXfer *e = coll(d->st, RULE_DS3_GATHER, at, COLL_ALL_GATHER, PURPOSE_MODULE_PARAMS,
                        g->at_bwd ? PHASE_BACKWARD : PHASE_FORWARD, SCHED_ASYNC_BEFORE, MICRO_EVERY,
-                       g->flat * x->p->param_bytes, x->n, multi_node(x));
+                       g->flat * x->p->param_bytes, x->n, dp_crosses(x));
     if (e) e->wait = pt(x, use_bwd ? PT_BWD : PT_FWD, use_layer);
 }
 
@@ -287,7 +290,7 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
     step_level(&lv, pt(x, PT_NORM, 0), 0);
     StepXfer *e = coll(st, RULE_DS_STEP_GATHER, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_PERSISTENT_PARAMS,
                        PHASE_STEP, SCHED_SYNC_AFTER, MICRO_ONCE,
-                       (x->ds.persist_padded + x->ds.frozen_persist_padded) * pb, x->n, multi_node(x));
+                       (x->ds.persist_padded + x->ds.frozen_persist_padded) * pb, x->n, dp_crosses(x));
     /* every persistent tensor, frozen ones too (measured: gpt2-mini LoRA r=8, 59 all-gathers) */
     if (e) e->count = x->ds.persist_count + x->ds.frozen_persist_count;
 }
@@ -356,7 +359,7 @@ static void expert_unit_coll(const StepCtx *x, Step *st, const StepUnit *u, Coll
                     : pt(x, PT_BWD, u->first);
     StepXfer *e = coll(st, RULE_UNIT_COLLECTIVES, at, op, gather ? PURPOSE_EXPERT_PARAMS : PURPOSE_EXPERT_GRADS, ph,
                        gather ? SCHED_PREFETCH : SCHED_ASYNC_AFTER, micro, (double)ne * u->eshard * bytes, ne,
-                       multi_node(x));
+                       dp_crosses(x));
     if (e && gather) e->wait = e->point;
 }
 
@@ -371,7 +374,7 @@ void rule_unit_collectives(const StepCtx *x, Step *st) {
     int engine_z3 = x->s->buffers == BUF_DS_STAGE3 && !x->ds_py;
     if (!(x->fsdp || engine_z3) || x->L == 0) return;
     int64_t n = x->n, replicas = (x->N + n - 1) / n;
-    int crosses = x->s->group_node ? 0 : multi_node(x), hsdp = x->s->group_node && x->N > n;
+    int crosses = x->s->group_node ? 0 : dp_crosses(x), hsdp = x->s->group_node && x->N > n;
     double pb = x->p->param_bytes, gb = plan_fsdp_reduce_bytes(x->t, x->sk);
     StepMicro rmicro = plan_fsdp_reduce_last_only(x->t, x->sk) ? MICRO_LAST : MICRO_EVERY;
     const StepUnit *root = NULL;
@@ -441,7 +444,7 @@ void rule_engine_buckets(const StepCtx *x, Step *st) {
     BucketIssue how = {(x->s->shard & SHARD_GRAD) ? MICRO_EVERY : MICRO_LAST, SCHED_ASYNC_AFTER, 0};
     buckets(x, st, RULE_ENGINE_BUCKETS, COLL_REDUCE_SCATTER, how, n_buckets, padded * gb, bkt * gb, bkt, 0, x->N);
     StepXfer *e = coll(st, RULE_ENGINE_BUCKETS, pt(x, PT_STEP, 0), COLL_ALL_GATHER, PURPOSE_UPDATED_PARAMS, PHASE_STEP,
-                       SCHED_SYNC_AFTER, MICRO_ONCE, padded * x->p->param_bytes, x->N, multi_node(x));
+                       SCHED_SYNC_AFTER, MICRO_ONCE, padded * x->p->param_bytes, x->N, dp_crosses(x));
     if (e) e->count = n_buckets;
 }
 
@@ -454,12 +457,12 @@ void rule_syncbn(const StepCtx *x, Step *st) {
         double C = (double)x->m->layers[i].bn_channels;
         if (C > 0)
             coll(st, RULE_SYNCBN, pt(x, PT_FWD, i), COLL_ALL_GATHER, PURPOSE_SYNCBN_STATS, PHASE_FORWARD,
-                 SCHED_SYNC_AFTER, MICRO_EVERY, (2.0 * C + 1) * 4 * (double)x->N, x->N, multi_node(x));
+                 SCHED_SYNC_AFTER, MICRO_EVERY, (2.0 * C + 1) * 4 * (double)x->N, x->N, dp_crosses(x));
     }
     for (int i = x->L - 1; i >= 0; i--) {
         double C = (double)x->m->layers[i].bn_channels;
         if (C > 0)
             coll(st, RULE_SYNCBN, pt(x, PT_BWD, i), COLL_ALL_REDUCE, PURPOSE_SYNCBN_GRADS, PHASE_BACKWARD,
-                 SCHED_SYNC_AFTER, MICRO_EVERY, 2.0 * C * 4, x->N, multi_node(x));
+                 SCHED_SYNC_AFTER, MICRO_EVERY, 2.0 * C * 4, x->N, dp_crosses(x));
     }
 }

@@ -1,6 +1,7 @@
 /* plan_strategy.c — the strategy table (docs/formulas.md "Strategies"). */
 #include "plan_strategy.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* offload_ok: DeepSpeed offers offload_optimizer at every stage and offload_param at stage 3
@@ -31,6 +32,22 @@ int plan_strategy_by_name(const char *name) {
 
 const char *plan_strategy_names(void) {
     return "ddp, zero1, zero2, zero3, fsdp-full, fsdp-grad-op, fsdp-hybrid";
+}
+
+const char *plan_strategy_list(unsigned mask, char *buf, size_t len) {
+    int n = 0, total = 0;
+    for (int k = 0; k < STRAT_COUNT; k++) total += (mask >> k) & 1u;
+    size_t at = 0;
+    if (len) buf[0] = 0;
+    for (int k = 0; k < STRAT_COUNT && at < len; k++) {
+        if (!((mask >> k) & 1u)) continue;
+        const char *sep = n == 0 ? "" : n == total - 1 ? " and " : ", ";
+        int w = snprintf(buf + at, len - at, "%s%s", sep, STRATEGIES[k].name);
+        if (w < 0) break;
+        at += (size_t)w;
+        n++;
+    }
+    return buf;
 }
 
 int plan_strategy_offloads(StrategyKind k, int o) {

@@ -4,6 +4,8 @@
 #ifndef PLAN_STRATEGY_H
 #define PLAN_STRATEGY_H
 
+#include <stddef.h>
+
 #include "plan_train.h"
 
 enum {
@@ -39,6 +41,9 @@ typedef enum { STRAT_DDP = 0, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3, STRAT_FSDP_
 const Strategy *plan_strategy(StrategyKind k);
 int plan_strategy_by_name(const char *name);   /* -1 if unknown */
 const char *plan_strategy_names(void);         /* "ddp, zero1, ..." */
+/* The names of the strategies in mask (bit 1u << StrategyKind), table order, as prose into buf:
+   "ddp, zero1, zero2 and fsdp-full". Returns buf. */
+const char *plan_strategy_list(unsigned mask, char *buf, size_t len);
 /* 1 when strategy k offers offload o (OffloadKind); OFFLOAD_NONE always. */
 int plan_strategy_offloads(StrategyKind k, int o);
 /* 1 for the DeepSpeed rows (ZeRO), 0 for PyTorch's (DDP, FSDP). */

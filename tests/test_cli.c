@@ -245,7 +245,8 @@ Test(cli, moe_imbalance_should_take_one_to_experts_per_top_k_on_moe_models_only)
 /* --tp / --sp: what tensor parallel does not plan is refused before any work, in one line */
 Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
     expect_usage_error("--model gpt2 --gpus 8 --tp 8", "heads (12)");
-    expect_usage_error("--model gpt2 --gpus 8 --tp 2 --strategy zero2", "ddp and fsdp-full");
+    expect_usage_error("--model gpt2 --gpus 8 --tp 2 --strategy zero3", "ddp, zero1, zero2 and fsdp-full");
+    expect_usage_error("--model gpt2 --gpus 8 --tp 2 --strategy fsdp-grad-op", "ddp, zero1, zero2 and fsdp-full");
     expect_usage_error("--model gpt2 --gpus 8 --sp on", "--tp 2 or more");
     expect_usage_error("--model gpt2 --gpus 8 --tp 0", "--tp '0'");
     expect_usage_error("--model gpt2 --gpus 16 --gpus-per-node 8 --tp 16", "GPUs per node");
@@ -265,7 +266,7 @@ Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
     cJSON *tr = cJSON_GetObjectItem(j, "train");
     cr_expect_eq(cJSON_GetObjectItem(tr, "tp")->valuedouble, 2);
     cr_expect_eq(cJSON_GetObjectItem(tr, "data_parallel")->valuedouble, 4);
-    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 2, "ddp and fsdp-full only");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 4, "ddp, zero1, zero2 and fsdp-full only");
     cJSON_Delete(j);
 }
 
@@ -274,7 +275,8 @@ Test(cli, tp_should_refuse_what_it_does_not_plan_in_one_line) {
 Test(cli, pp_should_refuse_what_it_does_not_plan_in_one_line) {
     expect_usage_error("--model llama2-7b --gpus 8 --pp 3", "--pp 3 x --tp 1 must divide the GPUs");
     expect_usage_error("--model llama2-7b --gpus 6 --pp 3", "32 blocks");
-    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --strategy zero2", "ddp and fsdp-full");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --strategy zero2", "ZeRO-2 and ZeRO-3 are incompatible with pipeline");
+    expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --strategy zero3", "ddp, zero1 and fsdp-full");
     expect_usage_error("--model llama2-7b --gpus 8 --pp 4 --microbatches 2", "--microbatches >= 4");
     expect_usage_error("--model llama2-7b --gpus 8 --microbatches 4", "--microbatches needs --pp 2");
     expect_usage_error("--model llama2-7b --gpus 8 --pp 2 --grad-accum 4", "--microbatches M");
@@ -293,7 +295,7 @@ Test(cli, pp_should_refuse_what_it_does_not_plan_in_one_line) {
     cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "strategies"), 0);
     cr_expect_eq(cJSON_GetObjectItem(st, "pp_stage")->valuedouble, 0, "1F1B: stage 0 holds 4 micro-batches");
     cr_expect_eq(cJSON_GetObjectItem(st, "pp_in_flight")->valuedouble, 4);
-    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 2, "ddp and fsdp-full only");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "strategies")), 3, "ddp, zero1 and fsdp-full only");
     cJSON_Delete(j);
 }
 

@@ -432,7 +432,8 @@ Test(validate_torch, tp_should_be_refused_where_the_harness_cannot_run_it)
         {"validate --against torch --model gpt2-mini --ranks 2 --tp 2 --strategy fsdp-full", "give --ranks 4 or more"},
         {"validate --against torch --model gpt2-mini --ranks 4 --tp 2 --strategy ddp", "give --ranks 2"},
         {"validate --against torch --model gpt2-mini --ranks 4 --tp 3", "--tp 3 does not divide --ranks 4"},
-        {"validate --against torch --model gpt2-mini --ranks 2 --tp 2 --strategy zero2", "ddp and fsdp-full"},
+        {"validate --against torch --model gpt2-mini --ranks 2 --tp 2 --strategy zero2", "the torch harness runs tensor parallel with ddp and fsdp-full"},
+        {"validate --against torch --model gpt2-mini --ranks 2 --tp 2 --strategy zero3", "ddp, zero1, zero2 and fsdp-full"},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         Run r = test_launch(g_memplan, 0, 30, C[i].args);

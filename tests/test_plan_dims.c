@@ -1,5 +1,6 @@
 /* test_plan_dims.c — one step, built once, read by every part, over the dimensions (plan_dim.h):
- * dense, MoE, LoRA/QLoRA, offload, tp 2/8 with and without SP, pp 2/4, tp x pp, ep 2/4 (one node
+ * dense, MoE, LoRA/QLoRA, offload, tp 2/8 with and without SP, tp 2 under ZeRO-1/2 on two nodes,
+ * pp 2/4, tp x pp (ddp, zero1, fsdp-full), ep 2/4 (one node
  * and two), cp 2 and tp x cp, at micro-batch 1, 2 and 8. The invariants: the simulated step runs the collective table's collectives call
  * by call and byte by byte; compute grows with the micro-batch and falls with tp; the plan's
  * verdict at a batch is the max-batch search's; every rule and dimension row is filled in. */
@@ -51,7 +52,8 @@ static const Case CASES[] = {
     {"tp8 sp", "llama2-70b", 64, 8, 8, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb", 0},
     {"pp2", "gpt2-medium", 8, 8, 1, 0, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL, 0},
     {"pp4", "llama2-7b", 8, 8, 1, 0, 4, 8, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL, 0},
-    {"tp2 x pp2", "llama2-13b", 16, 8, 2, 1, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, NULL, 0},
+    {"tp2 x pp2", "llama2-13b", 16, 8, 2, 1, 2, 4, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP | (1u << STRAT_ZERO1),
+     NULL, 0},
     {"moe ep2", "bench/torch/configs/mixtral-wide.json", 4, 4, 1, 0, 1, 1, 2, 0, 0, QUANT_NONE, OFFLOAD_NONE,
      1u << STRAT_FSDP_FULL, NULL, 0},
     {"moe ep4 x 2 nodes", "bench/torch/configs/mixtral-wide.json", 8, 4, 1, 0, 1, 1, 4, 0, 0, QUANT_NONE, OFFLOAD_NONE,
@@ -59,6 +61,8 @@ static const Case CASES[] = {
     {"cp2", "llama2-7b", 8, 8, 1, 0, 1, 1, 0, 2, 0, QUANT_NONE, OFFLOAD_NONE, 1u << STRAT_FSDP_FULL, NULL, 0},
     {"tp2 x cp2", "llama2-7b", 8, 8, 2, 1, 1, 1, 0, 2, 0, QUANT_NONE, OFFLOAD_NONE, 1u << STRAT_FSDP_FULL, NULL, 0},
     {"tp8 sp loss parallel", "llama2-70b", 64, 8, 8, 1, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE, DP_FSDP, "h100-80gb", 1},
+    {"tp2 zero1/2 x 2 nodes", "llama2-7b", 16, 8, 2, 0, 1, 1, 0, 0, 0, QUANT_NONE, OFFLOAD_NONE,
+     (1u << STRAT_ZERO1) | (1u << STRAT_ZERO2), NULL, 0},
 };
 static const int64_t BATCHES[] = {1, 2, 8};
 
@@ -347,9 +351,9 @@ Test(dims, a_refused_setup_should_say_which_dimension_and_why) {
     ClusterSpec c;
     cluster(&c, 8, 8);
     Step st;
-    cr_expect_eq(plan_step_build(&st, &m, &t, &c, STRAT_ZERO2), PLAN_ERR_REFUSED);
+    cr_expect_eq(plan_step_build(&st, &m, &t, &c, STRAT_ZERO3), PLAN_ERR_REFUSED);
     cr_expect_str_eq(st.fail_where, "tensor parallel does not apply to this setup");
-    cr_expect(strstr(st.fail_why, "--tp 2 with --strategy zero2") != NULL, "%s", st.fail_why);
+    cr_expect(strstr(st.fail_why, "--tp 2 with --strategy zero3") != NULL, "%s", st.fail_why);
     MemResult r;
     cr_expect_eq(plan_memory_step(&st, &c, &r, NULL, NULL, 0), PLAN_ERR_REFUSED);
     cr_expect(!r.fits && isinf(r.peak));

@@ -76,7 +76,9 @@ Test(pp, should_refuse_what_it_does_not_plan_with_one_sentence) {
     train(&t, 4, 4, PP_1F1B);
     cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0, "%s", msg);
     cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_ZERO1, msg, sizeof msg), 0, "%s", msg);
     cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_ZERO2, msg, sizeof msg), -1);
+    cr_expect(strstr(msg, "ddp, zero1 and fsdp-full") && strstr(msg, "ZeRO-2 and ZeRO-3 are incompatible"), "%s", msg);
     t.grad_accum = 2;
     cr_expect_eq(plan_pp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), -1, "1F1B needs M >= pp");
     t.pp_schedule = PP_GPIPE;
@@ -125,20 +127,33 @@ Test(pp, stage_0_under_1f1b_should_hold_min_m_pp_microbatches_of_its_activations
     plan_model_free(&m);
 }
 
+/* The model states of strategy sk on the stage the plan reports (llama2-7b, pp 4 on 8 GPUs, 1F1B,
+   M = 4, at precision prec), and that stage's share of the model in v. */
+static MemResult stage_states(ModelSpec *m, StrategyKind sk, PrecisionKind prec, ModelSpec *v) {
+    TrainSpec t;
+    ClusterSpec c;
+    cluster(&c, 8, 8);
+    train(&t, 4, 4, PP_1F1B);
+    t.precision = prec;
+    MemResult r;
+    cr_assert_eq(plan_memory(m, &t, &c, sk, &r), 0);
+    Step st;
+    cr_assert_eq(plan_step_build(&st, m, &t, &c, sk), 0);
+    int stage = st.view.stage;
+    cr_expect_eq(st.view.dp.gpus, 2, "8 GPUs / pp 4");
+    plan_step_free(&st);
+    cr_assert(stage == 0 || stage == 3);
+    cr_assert_eq(plan_pp_stage_view(m, 4, stage, v), 0);
+    return r;
+}
+
 Test(pp, ddp_model_states_should_be_the_planned_stages_parameters) {
     ModelSpec m = zoo("llama2-7b"), v;
     TrainSpec t;
     ClusterSpec c;
     cluster(&c, 8, 8);
     train(&t, 4, 4, PP_1F1B);
-    MemResult r;
-    cr_assert_eq(plan_memory(&m, &t, &c, STRAT_DDP, &r), 0);
-    Step st;
-    cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_DDP), 0);
-    int stage = st.view.stage;
-    plan_step_free(&st);
-    cr_assert(stage == 0 || stage == 3);
-    cr_assert_eq(plan_pp_stage_view(&m, 4, stage, &v), 0);
+    MemResult r = stage_states(&m, STRAT_DDP, t.precision, &v);
     cr_expect_eq(r.ms_params, 2 * (double)plan_model_params(&v), "bf16: 2 bytes per parameter of the stage");
     MemResult one;
     TrainSpec t1;
@@ -367,4 +382,19 @@ Test(pp, the_last_stage_should_keep_the_outputs_of_the_microbatches_done_unless_
     double on = last_stage_peak(PP_1F1B, 0), off = last_stage_peak(PP_1F1B, 1);
     cr_expect_eq(on - off, 3 * O, "1F1B: 3 outputs done at the last backward (%.0f - %.0f)", on, off);
     cr_expect_eq(last_stage_peak(PP_GPIPE, 0) - last_stage_peak(PP_GPIPE, 1), 0, "GPipe: every output still in flight");
+}
+
+/* ZeRO-1 beside the pipeline (Megatron-DeepSpeed's setup; DeepSpeed's PipelineEngine takes stage 1
+   only): the stage's parameters on every rank, their optimizer states over the gpus / pp
+   data-parallel ranks. llama2-7b, pp 4 on 8 GPUs, mixed-bf16: 2 data-parallel ranks, so the fp32
+   master, m and v (12 B) of the stage's parameters halve. */
+Test(pp, zero1_should_shard_the_stages_optimizer_states_over_the_data_parallel_ranks) {
+    ModelSpec m = zoo("llama2-7b"), v;
+    MemResult r = stage_states(&m, STRAT_ZERO1, PREC_MIXED_BF16, &v);
+    double local = (double)plan_model_params(&v);
+    cr_expect_eq(r.ms_params, 2 * local);
+    cr_expect(fabs(r.ms_optimizer - 12 * local / 2) <= 12 * 2, "%.0f vs %.0f (the partition padded to the group)",
+              r.ms_optimizer, 12 * local / 2);
+    plan_model_free(&v);
+    plan_model_free(&m);
 }

@@ -160,7 +160,13 @@ Test(tp, should_refuse_what_it_does_not_plan) {
     cluster(&c, 16, 8);
     train(&t, 2, 0);
     cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_ZERO3, msg, sizeof msg), 0);
-    cr_expect(strstr(msg, "ddp and fsdp-full") != NULL, "%s", msg);
+    cr_expect(strstr(msg, "--strategy zero3: tensor parallel is planned with ddp, zero1, zero2 and fsdp-full") != NULL,
+              "%s", msg);
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_FSDP_GRAD_OP, msg, sizeof msg), 0);
+    cr_expect(strstr(msg, "--strategy fsdp-grad-op") != NULL && strchr(msg, '\n') == NULL, "%s", msg);
+    cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_FSDP_HYBRID, msg, sizeof msg), 0);
+    cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_ZERO1, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_ZERO2, msg, sizeof msg), 0, "%s", msg);
     cr_expect_eq(plan_tp_check(&m, &t, &c, STRAT_FSDP_FULL, msg, sizeof msg), 0, "%s", msg);
     train(&t, 8, 0);   /* 12 heads */
     cr_expect_neq(plan_tp_check(&m, &t, &c, STRAT_DDP, msg, sizeof msg), 0);
@@ -610,4 +616,110 @@ static void probe_case(const char *result, int tp, int ep, StrategyKind sk) {
 Test(tp, torchtitans_moe_plan_should_hold_the_measured_shares_and_issue_the_measured_collectives) {
     probe_case("bench/torch/results/probes/llama4-tiny_tp4.json", 4, 1, STRAT_DDP);
     probe_case("bench/torch/results/probes/llama4-tiny_tp2_ep2.json", 2, 2, STRAT_FSDP_FULL);
+}
+
+/* llama2-7b under mixed-bf16 (InternLM's regime: 2-byte parameters and gradients, fp32 master,
+   m and v), tp 2 on a cluster of gpus, gpn per node. */
+static ModelSpec mixed_tp2(TrainSpec *t, ClusterSpec *c, int64_t gpus, int64_t gpn) {
+    train(t, 2, 0);
+    t->precision = PREC_MIXED_BF16;
+    cluster(c, gpus, gpn);
+    return zoo("llama2-7b");
+}
+
+/* ZeRO-1/2 under tensor parallel, as Megatron-DeepSpeed and InternLM run it: the rank's tp share,
+   its optimizer states (ZeRO-2: and gradients) sharded over the data-parallel group of gpus / tp
+   ranks. Hand-worked for llama2-7b, tp 2 on 16 GPUs, mixed-bf16: the share is 3,369,340,928
+   parameters (plan_tp_view), 2 B each on every rank; fp32 master, m and v (12 B) over 8 ranks. The
+   gradients are the share's plan on the 8-rank data-parallel cluster, plus, under ZeRO-1 (whole
+   gradients until the step, as DDP), RowwiseParallel's V x h embedding gradient: (tp - 1) x V/2 x
+   h x 2 B = 131,072,000 B more. */
+Test(tp, zero1_and_zero2_model_states_should_be_the_tp_share_sharded_over_the_data_parallel_group) {
+    TrainSpec t;
+    ClusterSpec c, dp;
+    ModelSpec m = mixed_tp2(&t, &c, 16, 8), v;
+    cr_assert_eq(plan_tp_view(&m, 2, &v), 0);
+    double local = (double)plan_model_params(&v);
+    cr_expect_eq(local, 3369340928.0);
+    TrainSpec t1 = t;
+    t1.tp = 1;
+    cluster(&dp, 8, 4);   /* the data-parallel cluster the strategy sees: gpus / tp, gpus_per_node / tp */
+    for (int s = STRAT_ZERO1; s <= STRAT_ZERO2; s++) {
+        MemResult r, share;
+        plan_memory(&m, &t, &c, (StrategyKind)s, &r);
+        plan_memory(&v, &t1, &dp, (StrategyKind)s, &share);
+        cr_expect_eq(r.ms_params, 2 * local, "%s: every rank keeps its whole share", plan_strategy(s)->name);
+        cr_expect_eq(r.ms_optimizer, 12 * local / 8, "%s: master, m and v over 8 data-parallel ranks",
+                     plan_strategy(s)->name);
+        double extra = s == STRAT_ZERO1 ? 131072000.0 : 0;
+        cr_expect_eq(r.ms_grads, share.ms_grads + extra, "%s: %.0f vs the share's %.0f", plan_strategy(s)->name,
+                     r.ms_grads, share.ms_grads);
+        cr_expect_lt(share.ms_grads, local * 2 / 2, "%s: gradients partitioned, not whole", plan_strategy(s)->name);
+    }
+    plan_model_free(&v);
+    plan_model_free(&m);
+}
+
+/* tp 2 x ZeRO-1 on 16 GPUs (2 nodes of 8): the gradient all-reduces and the step's all-gather run
+   over the 8-rank data-parallel group, every second rank of the cluster (4 on each node: each
+   group rides its 4 ranks' NIC shares while the node's other group runs its own, priced as
+   plan_crosses_stride(2)); the TP all-reduces over 2 ranks inside a node. Hand-worked: the share's
+   gradients, 3,369,340,928 x 2 B = 6,738,681,856 B, in ceil(share / 5e8) = 7 reduce buckets; the
+   all-gather the same bytes (8 partitions); --zero-param-sync broadcast: 8 broadcasts of one
+   partition each. At tp 8 the group is one rank per node. */
+Test(tp, zero1_under_tp2_should_reduce_and_sync_over_the_data_parallel_group_strided_across_tp) {
+    TrainSpec t;
+    ClusterSpec c;
+    ModelSpec m = mixed_tp2(&t, &c, 16, 8);
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &p);
+    const PlanColl *ar = row(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_GRAD_BUCKETS);
+    const PlanColl *ag = row(&p, COLL_ALL_GATHER, PHASE_STEP, PURPOSE_UPDATED_PARAMS);
+    const PlanColl *tpf = row(&p, COLL_ALL_REDUCE, PHASE_FORWARD, PURPOSE_TP_ACTS);
+    cr_assert(ar && ag && tpf);
+    cr_expect_eq(ar->count, 7);
+    cr_expect_eq(ar->payload_bytes, 6738681856.0);
+    cr_expect_eq(ar->group, 8);
+    cr_expect_eq(ag->count, 1);
+    cr_expect_eq(ag->payload_bytes, 6738681856.0);
+    cr_expect_eq(ag->group, 8);
+    cr_expect_eq(tpf->group, 2);
+    cr_expect_eq(tpf->count, 2 * m.n_layer + 1);
+    cr_expect_eq(tpf->payload_bytes, (2 * m.n_layer + 1) * 1024.0 * 4096 * 2);
+    double strided = plan_coll_seconds(&c, COLL_ALL_GATHER, ag->payload_bytes, 8, plan_crosses_stride(2));
+    double packed = plan_coll_seconds(&c, COLL_ALL_GATHER, ag->payload_bytes, 8, 1);
+    cr_expect(fabs(ag->seconds / strided - 1) < 1e-9, "%g vs %g", ag->seconds, strided);
+    cr_expect_gt(strided, 1.5 * packed, "2 nodes of 4 ranks on 4 NIC shares, not 1 node of 8: %g vs %g", strided, packed);
+    t.ds.param_sync = PARAM_SYNC_BROADCAST;
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &p);
+    const PlanColl *bc = row(&p, COLL_BROADCAST, PHASE_STEP, PURPOSE_UPDATED_PARAMS);
+    cr_assert(bc);
+    cr_expect_eq(bc->count, 8, "one per rank of the group, from its owner");
+    cr_expect_eq(bc->payload_bytes, 6738681856.0);
+    cr_expect_eq(bc->group, 8);
+    cr_expect_null(row(&p, COLL_ALL_GATHER, PHASE_STEP, PURPOSE_UPDATED_PARAMS));
+    /* --zero-group 4: a node's 4 data-parallel ranks shard and broadcast; the reduction stays on 8 */
+    t.ds.zero_group = 4;
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &p);
+    bc = row(&p, COLL_BROADCAST, PHASE_STEP, PURPOSE_UPDATED_PARAMS);
+    ar = row(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, PURPOSE_GRAD_BUCKETS);
+    cr_assert(bc && ar);
+    cr_expect_eq(bc->count, 4);
+    cr_expect_eq(bc->group, 4);
+    cr_expect(fabs(bc->seconds / (4 * plan_coll_seconds(&c, COLL_BROADCAST, bc->payload_bytes / 4, 4, 0)) - 1) < 1e-9,
+              "inside the node");
+    cr_expect_eq(ar->group, 8);
+    plan_model_free(&m);
+    /* tp 8 fills a node: the data-parallel group is one rank per node, priced as HSDP's replicas
+       (PLAN_CROSSES_STRIDED) */
+    m = zoo("llama2-70b");
+    train(&t, 8, 0);
+    cluster(&c, 64, 8);
+    plan_comm(&m, &t, &c, STRAT_ZERO1, &p);
+    ag = row(&p, COLL_ALL_GATHER, PHASE_STEP, PURPOSE_UPDATED_PARAMS);
+    cr_assert(ag);
+    cr_expect_eq(ag->group, 8);
+    double one = plan_coll_seconds(&c, COLL_ALL_GATHER, ag->payload_bytes, 8, PLAN_CROSSES_STRIDED);
+    cr_expect(fabs(ag->seconds / one - 1) < 1e-9, "%g vs %g", ag->seconds, one);
+    plan_model_free(&m);
 }
