@@ -24,9 +24,10 @@ static int is_transformer(const ModelSpec *m) {
 typedef struct {
     double n, each;
     int quad;   /* 0: each per token; QUAD_S: each per token per key position (s); QUAD_S1: per
-                   token per s + 1 positions (a softmax over the sink column too) */
+                   token per s + 1 positions (a softmax over the sink column too); WHOLE: each is
+                   the tensor's bytes (a CNN's tensors, whose sizes are no multiple of tokens) */
 } ActNote;
-enum { QUAD_S = 1, QUAD_S1 = 2 };
+enum { QUAD_S = 1, QUAD_S1 = 2, WHOLE = 3 };
 
 typedef struct {
     ActNote v[PLAN_ACT_MAX_TENSORS];
@@ -59,6 +60,7 @@ static void unnote(double n, double each) {
         n -= take;
     }
 }
+static double W(double n, double bytes) { return note(n, bytes, WHOLE); }
 
 /* CUDA's dropout is the fused kernel (native_dropout), which saves a 1-byte bool mask. On CPU
    aten/src/ATen/native/Dropout.cpp `dropout` takes the fused path only for CUDA, XPU, lazy and
@@ -547,14 +549,42 @@ static double finetune_delta(const ModelSpec *m, int i, const TrainSpec *t, cons
     return bs * d + X * casts;
 }
 
+/* A CNN layer's saved tensors, each as PyTorch makes it (docs/formulas.md "CNN activations"):
+   given per sample at the model's image side, the feature maps scaled by --seq's area (a square
+   image of that side); the head's are pooled, so not. The first convolution keeps the input
+   image (its ConvolutionBackward0 saves it), then each layer its output: a convolution's (which
+   BatchNorm saves), BatchNorm's (which an in-place ReLU saves, or the residual add and ReLU make
+   the block's output in place), max pooling's output and int64 indices (fp32 elements x 2).
+   BatchNorm also keeps save_mean and save_invstd, (C,) fp32 each whatever the batch and image
+   (aten/src/ATen/native/Normalization.cpp batch_norm_cpu / cudnn's and native_batch_norm's
+   save tensors; derivatives.yaml native_batch_norm: result1, result2). The head keeps the pooled
+   features (addmm's input), then its logits-sized tensors one each. */
+static double cnn_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, double b) {
+    const LayerSpec *l = &m->layers[i];
+    double X = plan_precision(t->precision)->act_bytes, V = (double)m->vocab;
+    int head = l->kind == LAYER_HEAD;
+    double per = b * (head ? 1.0 : plan_cnn_area_scale(m, t->seq));   /* samples x area */
+    double e = (double)l->act_elems, f = (double)l->act_fp32_elems, sum = 0;
+    double img = i == 0 && l->kind == LAYER_CONV ? (double)m->in_channels * m->image_size * m->image_size : 0;
+    if (img > 0 && img < e) {
+        sum += W(1, round(per * img * X));
+        e -= img;
+    }
+    /* the head's logits (past its pooled features) and fp32 tensors: one of the classes each */
+    double logits = head && V > 0 && e > V ? V : 0, nf = head && V > 0 ? floor(f / V) : 0;
+    sum += W(1, round(per * (e - logits) * X)) + W(1, round(per * logits * X));
+    sum += W(nf, round(per * V * 4)) + W(1, round(per * (f - nf * V) * 4)) +
+           W(1, round(per * (double)l->act_mask_elems));
+    if (l->kind == LAYER_BN && l->act_known) sum += W(2, 4.0 * (double)l->bn_channels);
+    return sum;
+}
+
 double plan_act_layer_bytes(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
     const LayerSpec *l = &m->layers[i];
     const PrecisionSpec *p = plan_precision(t->precision);
     double b = (double)in->b, s = (double)in->s, bs = b * s;
     if (l->act_bytes > 0) return b * (double)l->act_bytes;          /* measured, as given */
-    if (!is_transformer(m))   /* CNN: given per sample at the model's image side; --seq rescales */
-        return b * plan_cnn_area_scale(m, t->seq) *
-               ((double)l->act_elems * p->act_bytes + 4.0 * (double)l->act_fp32_elems + (double)l->act_mask_elems);
+    if (!is_transformer(m)) return cnn_layer_bytes(m, i, t, b);
     if (t->impl == IMPL_ENGINE) return engine_layer_bytes(m, l, bs, s);
     /* a base class returns its last hidden state (R per element), which the caller holds
        through backward (the training loop's `outputs`); it has no head to hold logits */
@@ -870,7 +900,7 @@ int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const A
     int n = 0;
     for (int k = 0; k < sink.n && n < max; k++) {
         const ActNote *x = &sink.v[k];
-        double one = b * s * x->each * (x->quad == QUAD_S1 ? s + 1 : x->quad ? s : 1);
+        double one = x->quad == WHOLE ? x->each : b * s * x->each * (x->quad == QUAD_S1 ? s + 1 : x->quad ? s : 1);
         if (x->n != floor(x->n)) {   /* a share of a tensor (sequence parallel): one of its size */
             out[n++] = one * x->n;
             continue;

@@ -448,7 +448,10 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     int flat_from = total > 0 && ws->flat_from >= 0 ? ws->flat_from : n;
     if (plan_grow((void **)&ops->v, &ops->cap, ops->n + n, sizeof *ops->v)) return -1;   /* room for every piece */
     for (int k = 0; k < n; k++) {
-        uint64_t piece = k == n - 1 ? left : (uint64_t)((double)bytes * ws->w[k] / total);   /* >= 0: the cast floors */
+        /* the share, floored: the quotient of whole weights that add up to the bytes can land a
+           rounding error below the whole tensor (131,071.99...), which the tolerance keeps whole */
+        double x = k == n - 1 ? 0 : (double)bytes * ws->w[k] / total;
+        uint64_t piece = k == n - 1 ? left : (uint64_t)(x + x * 1e-12);   /* >= 0: the cast floors */
         if (piece > left) piece = left;
         left -= piece;
         int s = k >= flat_from ? ws->flat_stream : stream;

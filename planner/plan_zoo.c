@@ -328,7 +328,7 @@ static int res_conv_bn(ResnetBuild *b, const char *name, int cin, int cout, int 
     l.buffers = 2 * (int64_t)cout + 1;              /* running mean, var, num_batches_tracked */
     l.bn_channels = cout;
     l.fwd_flops = 8.0 * cout * ho * wo;
-    l.act_fp32_elems = 2 * (int64_t)cout;           /* saved mean, invstd */
+    /* saved mean, invstd: (C,) fp32 each, per layer, from bn_channels (plan_activ.c) */
     l.act_elems = relu ? (int64_t)cout * ho * wo : 0;   /* ReLU output (in place) */
     l.act_known = 1;
     if (!plan_model_add_layer(b->m, &l)) return -1;

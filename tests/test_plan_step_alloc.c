@@ -947,3 +947,63 @@ Test(step_alloc, a_frozen_output_projections_mlp_moment_should_hold_three_f_wide
     plan_step_free(&st);
     plan_model_free(&m);
 }
+
+/* resnet50's saved tensors as PyTorch makes them (plan_activ.c cnn_layer_bytes), at b2 and a
+   32-pixel image (--seq 32): the stem convolution keeps the image and its output, BatchNorm its
+   output and save_mean / save_invstd, (C,) fp32 each whatever the batch and image
+   (Normalization.cpp batch_norm_cpu), max pooling its output and int64 indices, the head the
+   pooled features, not scaled by the image's area. Recorded (harness --alloc-ops, resnet50 ddp
+   fp32 b2 s32): 24,576 B data; conv1 131,072; bn1 131,072 + 256 + 256; maxpool 32,768 + 65,536;
+   avgpool 16,384. The listing had scaled the stats with the batch and the area (21 B at bn1)
+   and the head with the area. */
+Test(step_alloc, a_cnns_saved_tensors_should_be_those_pytorch_makes) {
+    ModelSpec m = zoo("resnet50");
+    TrainSpec t = fp32_train(2, 32);
+    ActInputs in = {2, 32, 0};
+    static const struct { const char *layer; double bytes[3]; } C[] = {
+        {"stem.conv", {24576, 131072, 0}},     {"stem.bn", {131072, 256, 256}},
+        {"stem.maxpool", {32768, 65536, 0}},   {"layer1.0.1.conv", {32768, 0, 0}},
+        {"layer4.2.3.bn", {16384, 8192, 8192}}, {"fc", {16384, 8000, 8000}}};
+    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+        int i = 0;
+        while (i < m.n_layers && strcmp(m.layers[i].name, C[c].layer) != 0) i++;
+        cr_assert_lt(i, m.n_layers, "%s is a layer", C[c].layer);
+        double v[PLAN_ACT_MAX_TENSORS], sum = 0;
+        int n = plan_act_ckpt_tensors(&m, i, &t, &in, v, PLAN_ACT_MAX_TENSORS);
+        for (int k = 0; k < 3 && C[c].bytes[k] > 0; k++)
+            cr_expect(k < n && v[k] == C[c].bytes[k], "%s tensor %d: %.0f B, recorded %.0f B", C[c].layer, k,
+                      k < n ? v[k] : -1, C[c].bytes[k]);
+        for (int k = 0; k < n; k++) sum += v[k];
+        cr_expect_eq(sum, plan_act_layer_bytes(&m, i, &t, &in), "%s: the tensors are the layer's bytes", C[c].layer);
+    }
+    plan_model_free(&m);
+}
+
+/* Each saved-activation request the listing makes for resnet50 (ddp fp32 b2 s32, step 2) is one
+   of the tensors the account counts, whole: none scaled to fit, none a rounding error below its
+   size (the shares of whole weights that add up to the bytes land on 131,071.99...; the listing
+   had asked for 131,071 B). */
+Test(step_alloc, a_cnns_saved_activation_requests_should_be_whole_tensors) {
+    ModelSpec m = zoo("resnet50");
+    TrainSpec t = fp32_train(2, 32);
+    ActInputs in = {2, 32, 0};
+    Step st = built_on_8(&m, &t, STRAT_DDP);
+    static double sizes[8192];
+    int ns = 0;
+    for (int i = 0; i < m.n_layers; i++)
+        ns += plan_act_ckpt_tensors(&m, i, &t, &in, sizes + ns, (int)(sizeof sizes / sizeof sizes[0]) - ns);
+    static TraceRow rows[1 << 14];
+    int n = step2_rows(&st, rows, 1 << 14), acts = 0, whole = 0;
+    for (int k = 0; k < n; k++) {
+        if (rows[k].kind != 'a' || strcmp(rows[k].rule, "saved_activations") != 0) continue;
+        acts++;
+        int found = 0;
+        for (int j = 0; j < ns && !found; j++) found = rows[k].bytes == sizes[j];
+        whole += found;
+        if (!found) cr_log_warn("a request of %.0f B is no tensor", rows[k].bytes);
+    }
+    cr_assert_gt(acts, 150, "the layers' tensors are listed");
+    cr_expect_eq(whole, acts, "%d of %d saved-activation requests are whole tensors", whole, acts);
+    plan_step_free(&st);
+    plan_model_free(&m);
+}
