@@ -245,7 +245,7 @@ static void ds3_reduce_flush(Ds3Reduce *d) {
     if (d->count <= 0) return;
     const StepCtx *x = d->x;
     StepXfer *e = coll(d->st, RULE_DS3_REDUCE_SCATTER, pt(x, PT_BWD, d->at >= 0 ? d->at : 0), COLL_REDUCE_SCATTER,
-                       PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, MICRO_EVERY, d->bytes, x->n, multi_node(x));
+                       PURPOSE_GRAD_BUCKETS, PHASE_BACKWARD, SCHED_ASYNC_AFTER, MICRO_EVERY, d->bytes, x->n, dp_crosses(x));
     if (e) e->count = d->count;
     d->count = d->bytes = 0;
 }
