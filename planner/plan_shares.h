@@ -5,12 +5,12 @@
 #ifndef PLAN_SHARES_H
 #define PLAN_SHARES_H
 
-#define PLAN_SHARE_GEMM_AMPERE 0.92   /* of the ampere GPUs' MAMF GEMM rate */
-#define PLAN_SHARE_GEMM_BLACKWELL 0.68   /* of the blackwell GPUs' MAMF GEMM rate */
-#define PLAN_SHARE_GEMM_HOPPER 0.89   /* of the hopper GPUs' MAMF GEMM rate */
-#define PLAN_SHARE_ATTN_FA2 0.75   /* of the fa2 flash-attention benchmark rate */
+#define PLAN_SHARE_GEMM_AMPERE 0.95   /* of the ampere GPUs' MAMF GEMM rate */
+#define PLAN_SHARE_GEMM_BLACKWELL 0.67   /* of the blackwell GPUs' MAMF GEMM rate */
+#define PLAN_SHARE_GEMM_HOPPER 0.88   /* of the hopper GPUs' MAMF GEMM rate */
+#define PLAN_SHARE_ATTN_FA2 0.60   /* of the fa2 flash-attention benchmark rate */
 #define PLAN_SHARE_ATTN_FA3 1.05   /* of the fa3 flash-attention benchmark rate */
 #define PLAN_SHARE_ATTN_FA4 1.05   /* of the fa4 flash-attention benchmark rate */
-#define PLAN_SHARE_PASSES 3.50   /* elementwise traffic over one pass per op */
+#define PLAN_SHARE_PASSES 3.25   /* elementwise traffic over one pass per op */
 
 #endif
