@@ -529,7 +529,7 @@ static double buckets_bwd(StepSched sched, int chain) {
     plan_train_defaults(&t);
     ClusterSpec c;
     cluster(&c, 2, 2);
-    c.gpu.sms = 0;   /* the schedule alone: no SMs taken by the collectives (plan_coll_steal) */
+    c.gpu.sms = 0;   /* the schedule alone: no SMs taken by the collectives (plan_coll_steal 0; the work below is hand-set) */
     Step st;
     cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_ZERO2), PLAN_OK, "%s", st.fail_why);
     cr_assert_geq(st.cap_work, 3);
