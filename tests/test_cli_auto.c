@@ -224,6 +224,19 @@ Test(cli_auto, emit_torch_should_write_fsdp1_and_ddp_when_planned) {
     cr_expect(strstr(out, "DDP(model.cuda()") && strstr(out, "torch.autocast(\"cuda\", dtype=torch.bfloat16)"), "%s", out);
 }
 
+/* ZeRO beside tensor parallel is planned (Megatron-DeepSpeed, InternLM) but no torch script expresses
+   it: --emit torch under --tp picks among ddp and fsdp-full, and refuses a --strategy of ZeRO alone. */
+Test(cli_auto, emit_torch_under_tp_should_pick_a_torch_strategy_and_refuse_zero_alone) {
+    cr_assert_eq(run("auto --model llama2-7b --gpus 16 --tp 2 --emit torch"), 0, "%s", out);
+    cr_expect(strstr(out, "torchrun --nnodes 2") && strstr(out, "parallelize_module"), "%s", out);
+    cr_expect(!strstr(out, "ZeRO") && !strstr(out, "deepspeed"), "%s", out);
+    expect_usage_error("auto --model llama2-7b --gpus 16 --tp 2 --strategy zero1 --emit torch",
+                       "--emit torch with --tp 2 and only ZeRO strategies: torch's parallelize_module takes ddp or "
+                       "fsdp-full (valid: --strategy ddp,fsdp-full)");
+    expect_usage_error("auto --model llama2-7b --gpus 16 --tp 2 --strategy zero1 --emit deepspeed",
+                       "--emit torch prints the mesh and the parallelize_module plan of ddp or fsdp-full");
+}
+
 Test(cli_auto, auto_should_explain_the_pick_the_runner_up_and_the_simpler_setups) {
     cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
     cr_expect(strstr(out, "picked "), "%s", out);
