@@ -460,15 +460,21 @@ static void auto_verdict(FILE *f, const CliSetup *s, const AutoResult *r) {
     fputc('\n', f);
 }
 
+/* The DeepSpeed strategies (ZeRO) of mask. */
+static unsigned deepspeed_of(unsigned mask) {
+    unsigned ds = 0;
+    for (int k = 0; k < STRAT_COUNT; k++)
+        if ((mask & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
+    return ds;
+}
+
 static int run_auto(CliSetup *s, PlanOpts *o) {
     AutoResult r;
     o->auto_spec.strategies = s->strategies;
-    if (o->emit == EMIT_DEEPSPEED) {   /* a DeepSpeed config: pick among ZeRO stages */
-        unsigned ds = 0;
-        for (int k = 0; k < STRAT_COUNT; k++)
-            if ((s->strategies & (1u << k)) && plan_strategy_is_deepspeed((StrategyKind)k)) ds |= 1u << k;
-        if (ds) o->auto_spec.strategies = ds;
-    }
+    if (o->emit == EMIT_DEEPSPEED && deepspeed_of(s->strategies))   /* a DeepSpeed config: pick among ZeRO stages */
+        o->auto_spec.strategies = deepspeed_of(s->strategies);
+    else if (o->emit == EMIT_TORCH && s->train.tp > 1 && s->strategies != deepspeed_of(s->strategies))
+        o->auto_spec.strategies = s->strategies & ~deepspeed_of(s->strategies);   /* torch's tensor parallel: ddp, fsdp-full */
     o->auto_spec.sp_fixed = cli_setup_given(s, "sp") != NULL;
     plan_auto_dims(&s->model, &s->train, &s->cluster, &o->auto_spec, &r);   /* --tp auto, --pp auto: their degrees */
     int rc = 0;
@@ -498,6 +504,14 @@ static int run_auto(CliSetup *s, PlanOpts *o) {
                 "'memplan plan --pp %d --microbatches %lld'\n", r.train.pp, (long long)r.train.grad_accum,
                 plan_pp_blocks(&s->model) / r.train.pp, plan_tp_degree(&r.train), plan_strategy(r.strategy)->name,
                 r.train.pp, (long long)r.train.grad_accum);
+        return 1;
+    }
+    if (o->emit == EMIT_TORCH && plan_tp_degree(&r.train) > 1 && plan_strategy_is_deepspeed(r.strategy)) {
+        /* ZeRO beside tensor parallel: no torch code expresses it (DeepSpeed takes no DTensors) */
+        fprintf(stderr, "memplan: --emit torch writes no code for %s beside tensor parallel: the pick is tp %d with %s, "
+                "as Megatron-DeepSpeed and InternLM run it; plan it with 'memplan plan --tp %d --strategy %s', or give "
+                "--strategy ddp,fsdp-full for a torch script\n", plan_strategy(r.strategy)->name, r.train.tp,
+                plan_strategy(r.strategy)->name, r.train.tp, plan_strategy(r.strategy)->name);
         return 1;
     }
     if (o->emit == EMIT_TORCH && (r.train.ep > 1 || r.train.cp > 1)) {   /* no EP/CP code: the pick, one line */
@@ -664,7 +678,14 @@ static int cmd_plan(int argc, char **argv, int auto_mode) {
                                tp ? "torch's parallelize_module's split, with ddp, fsdp-full or ZeRO-1/2 on the data-parallel "
                                     "groups as Megatron-DeepSpeed runs it, not DeepSpeed's AutoTP"
                                   : "torch.distributed.pipelining's stages, not DeepSpeed's PipelineModule",
-                               tp ? "the mesh and the parallelize_module plan" : "the pipeline's split");
+                               tp ? "the mesh and the parallelize_module plan of ddp or fsdp-full" : "the pipeline's split");
+    }
+    if (o.emit == EMIT_TORCH && s.train.tp > 1 && s.strategies && s.strategies == deepspeed_of(s.strategies)) {
+        int tp = s.train.tp;
+        cli_setup_free(&s);   /* a script that is not the plan is worse than none */
+        return cli_usage_error("--emit torch with --tp %d and only ZeRO strategies: torch's parallelize_module takes ddp "
+                               "or fsdp-full (valid: --strategy ddp,fsdp-full); ZeRO beside tensor parallel runs in "
+                               "Megatron-DeepSpeed or InternLM: plan it with 'memplan plan --tp %d'", tp, tp);
     }
     if (o.emit && (s.train.ds.param_sync == PARAM_SYNC_BROADCAST || s.train.ds.zero_group > 0)) {
         cli_setup_free(&s);   /* a config that is not the plan is worse than none */

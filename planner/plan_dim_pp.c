@@ -412,6 +412,13 @@ static void pp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
                     rows[i]->view.stage, pp, rows[i]->view.in_flight, V > 1 ? "stage forwards" :
                     rows[i]->view.in_flight == 1 ? "micro-batch" : "micro-batches");
     fprintf(f, "\n");
+    /* under --tp the tensor-parallel header says it for zero1 and zero2 alike */
+    int zero = 0;
+    for (int i = 0; i < n_rows; i++) zero |= rows[i] && plan_strategy_is_deepspeed(rows[i]->view.sk);
+    if (zero && tp == 1)
+        fprintf(f, "# zero1 beside the pipeline: the stage's share sharded over its data-parallel group, as "
+                "Megatron-DeepSpeed runs it; an estimate (no CPU-rank run checks it: bench/torch/pp_probe.py runs "
+                "torch's pipelining)\n");
 }
 
 static void pp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {

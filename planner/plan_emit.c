@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "plan_dim_ft.h"
-#include "plan_dim_pp.h"
 #include "plan_dim_tp.h"
 #include "plan_util.h"
 
@@ -271,14 +270,6 @@ void plan_emit_deepspeed_code(FILE *f, const ModelSpec *m, const AutoResult *r) 
 
 void plan_emit_torch(FILE *f, const ModelSpec *m, const ClusterSpec *c, const AutoResult *r, const char *alloc_env) {
     if (!r->found) { fprintf(f, "# nothing fits: no launch configuration\n"); return; }
-    if (plan_strategy_is_deepspeed(r->strategy) && (plan_tp_degree(&r->train) > 1 || plan_pp_degree(&r->train) > 1)) {
-        /* a snippet that is not the plan is worse than none: DeepSpeed takes no DTensors */
-        fprintf(f, "# %s beside %s: run it in a trainer that has both (Megatron-DeepSpeed, InternLM: their own "
-                   "tensor-parallel layers and data-parallel groups); neither torch's parallelize_module nor a DeepSpeed "
-                   "config expresses it\n", plan_strategy(r->strategy)->label,
-                plan_tp_degree(&r->train) > 1 ? "tensor parallel" : "pipeline stages");
-        return;
-    }
     int64_t nodes = plan_cluster_nodes(c);
     /* the allocator settings the plan replayed: the same environment for the job */
     fprintf(f, "%s%s%storchrun --nnodes %lld --nproc-per-node %lld%s train.py --micro-batch %lld --grad-accum %lld\n",

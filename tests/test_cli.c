@@ -299,6 +299,23 @@ Test(cli, pp_should_refuse_what_it_does_not_plan_in_one_line) {
     cJSON_Delete(j);
 }
 
+/* ZeRO beside tensor or pipeline parallel is an estimate no CPU-rank run checks: the header says so
+   once, under --tp and under --pp alone, and not for the torch strategies */
+Test(cli, zero_beside_tp_or_pp_should_say_it_is_an_estimate_once) {
+    static const struct { const char *args, *has, *lacks; } CASES[] = {
+        {"--tp 2 --strategy zero1", "# zero1/zero2 under tp:", "# zero1 beside the pipeline:"},
+        {"--pp 2 --strategy zero1", "# zero1 beside the pipeline:", "# zero1/zero2 under tp:"},
+        {"--tp 2 --pp 2 --strategy zero1", "# zero1/zero2 under tp:", "# zero1 beside the pipeline:"},
+        {"--pp 2 --strategy ddp,fsdp-full", "# pipeline parallel:", "# zero1 beside the pipeline:"},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        char a[256];
+        snprintf(a, sizeof a, "--model llama2-7b --gpus 16 %s", CASES[i].args);
+        cr_assert_eq(run(a), 0, "%s: %s", a, out);
+        cr_expect(strstr(out, CASES[i].has) && !strstr(out, CASES[i].lacks), "%s: %s", a, out);
+    }
+}
+
 /* --units splits a generic --params model into layers; a named model has its own, so the flag
    would be ignored: refused instead, also without any model */
 Test(cli, units_without_params_should_be_refused_in_one_line) {

@@ -224,6 +224,27 @@ Test(cli_auto, emit_torch_should_write_fsdp1_and_ddp_when_planned) {
     cr_expect(strstr(out, "DDP(model.cuda()") && strstr(out, "torch.autocast(\"cuda\", dtype=torch.bfloat16)"), "%s", out);
 }
 
+/* ZeRO beside tensor parallel is planned (Megatron-DeepSpeed, InternLM) but no torch script expresses
+   it: --emit torch under --tp picks among ddp and fsdp-full, and refuses a --strategy of ZeRO alone. */
+Test(cli_auto, emit_torch_under_tp_should_pick_a_torch_strategy_and_refuse_zero_alone) {
+    cr_assert_eq(run("auto --model llama2-7b --gpus 16 --tp 2 --emit torch"), 0, "%s", out);
+    cr_expect(strstr(out, "torchrun --nnodes 2") && strstr(out, "parallelize_module"), "%s", out);
+    cr_expect(!strstr(out, "ZeRO") && !strstr(out, "deepspeed"), "%s", out);
+    expect_usage_error("auto --model llama2-7b --gpus 16 --tp 2 --strategy zero1 --emit torch",
+                       "--emit torch with --tp 2 and only ZeRO strategies: torch's parallelize_module takes ddp or "
+                       "fsdp-full (valid: --strategy ddp,fsdp-full)");
+    expect_usage_error("auto --model llama2-7b --gpus 16 --tp 2 --strategy zero1 --emit deepspeed",
+                       "--emit torch prints the mesh and the parallelize_module plan of ddp or fsdp-full");
+    /* --tp auto's pick of zero2 at tp 2: no script, one line on stderr, exit 1 (as a pipeline pick) */
+    cr_assert_eq(run("auto --model llama2-13b --gpus 16 --gpu a100-40gb --strategy zero1,zero2 --tp auto --emit torch "
+                     "2>&1"), 1, "%s", out);
+    cr_expect(strstr(out, "memplan: --emit torch writes no code for zero2 beside tensor parallel: the pick is tp 2"),
+              "%s", out);
+    int lines = 0;
+    for (const char *s = out; *s; s++) lines += *s == '\n';
+    cr_expect_eq(lines, 1, "one line: %s", out);
+}
+
 Test(cli_auto, auto_should_explain_the_pick_the_runner_up_and_the_simpler_setups) {
     cr_assert_eq(run("auto --model gpt2-xl --gpus 8 --gpu-mem 24GiB"), 0, "%s", out);
     cr_expect(strstr(out, "picked "), "%s", out);

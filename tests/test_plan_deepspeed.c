@@ -41,16 +41,21 @@ static double payload(const CommPlan *p, CollKind op, PhaseKind ph, double *coun
     return b;
 }
 
+/* A linear layer of the given tensors (its parameters their sum) added to m. */
+static void add_tensors(ModelSpec *m, const char *name, const int64_t *t, int n) {
+    int64_t sum = 0;
+    for (int k = 0; k < n; k++) sum += t[k];
+    LayerSpec *l = plan_model_add(m, LAYER_LINEAR, name, sum);
+    cr_assert_not_null(l);
+    for (int k = 0; k < n; k++) plan_layer_add_tensor(l, t[k]);
+}
+
 Test(plan_deepspeed, boundary_tensors_should_be_held_whole_in_the_gradient_partition) {
     /* three tensors 6 | 4 | 6 on 2 ranks: partition 8 (aligned to 2 x 2): rank 0 [0, 8) holds
        6 + 4, rank 1 [8, 16) holds 4 + 6 */
     ModelSpec m;
     plan_model_init(&m, "t", ARCH_GENERIC);
-    LayerSpec *l = plan_model_add(&m, LAYER_LINEAR, "a", 16);
-    cr_assert_not_null(l);
-    plan_layer_add_tensor(l, 6);
-    plan_layer_add_tensor(l, 4);
-    plan_layer_add_tensor(l, 6);
+    add_tensors(&m, "a", (const int64_t[]){6, 4, 6}, 3);
     DsSizes d;
     plan_ds_sizes(&m, 2, PLAN_DS3_PERSIST, &d);
     cr_expect_eq(d.part, 8);
@@ -317,14 +322,8 @@ static void log_bucket(void *ctx, int at, double padded) {
 Test(plan_deepspeed, zero3_reduce_buckets_should_hold_whole_tensors_closed_by_the_next_gradient) {
     ModelSpec m;
     plan_model_init(&m, "t", ARCH_GENERIC);
-    LayerSpec *a = plan_model_add(&m, LAYER_LINEAR, "a", 8);
-    cr_assert_not_null(a);
-    plan_layer_add_tensor(a, 3);
-    plan_layer_add_tensor(a, 5);
-    LayerSpec *b = plan_model_add(&m, LAYER_LINEAR, "b", 10);
-    cr_assert_not_null(b);
-    plan_layer_add_tensor(b, 8);
-    plan_layer_add_tensor(b, 2);
+    add_tensors(&m, "a", (const int64_t[]){3, 5}, 2);
+    add_tensors(&m, "b", (const int64_t[]){8, 2}, 2);
     BucketLog log = {0};
     cr_expect_eq(plan_ds3_reduce_buckets(&m, 2, 9, log_bucket, &log), 3);
     cr_assert_eq(log.n, 3);
