@@ -442,6 +442,10 @@ static void pp_row_json(cJSON *o, const Step *st) {
     if (st->view.pp <= 1) return;
     cJSON_AddNumberToObject(o, "pp_stage", st->failed ? -1 : st->view.stage);
     cJSON_AddNumberToObject(o, "pp_in_flight", st->failed ? 0 : st->view.in_flight);
+    /* under --tp the tensor-parallel row says it for zero1 and zero2 alike (as the header) */
+    if (st->view.tp <= 1 && plan_strategy_is_deepspeed(st->view.sk))
+        cJSON_AddStringToObject(o, "estimate", "zero1 beside the pipeline: the stage's share sharded over its "
+                                "data-parallel group; no CPU-rank run checks it (bench/torch/pp_probe.py runs torch's pipelining)");
 }
 
 static int pp_auto_on(const TrainSpec *t) { return t->pp < 0; }

@@ -504,6 +504,13 @@ static int tp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
     return n;
 }
 
+/* A ZeRO row under tp carries what its header line says: an estimate, and why. */
+static void tp_row_json(cJSON *o, const Step *st) {
+    if (st->view.tp <= 1 || !plan_strategy_is_deepspeed(st->view.sk)) return;
+    cJSON_AddStringToObject(o, "estimate", "zero1/zero2 under tp: the rank's share sharded again over its data-parallel "
+                            "group; no CPU-rank run checks it (the torch harness runs tp with ddp and fsdp-full)");
+}
+
 const PlanDim plan_dim_tp = {
     .name = "tp",
     .not_planned = "tensor parallel does not apply to this setup",
@@ -513,6 +520,7 @@ const PlanDim plan_dim_tp = {
     .rule = rule_tp,
     .header = tp_header,
     .json = tp_json,
+    .row_json = tp_row_json,
     .auto_on = tp_auto_on,
     .settings = tp_settings,
     .search_title = "tensor parallel searched (a larger tp or SP is taken only when faster by more than %.0f%%):\n",

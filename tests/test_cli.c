@@ -313,6 +313,25 @@ Test(cli, zero_beside_tp_or_pp_should_say_it_is_an_estimate_once) {
         snprintf(a, sizeof a, "--model llama2-7b --gpus 16 %s", CASES[i].args);
         cr_assert_eq(run(a), 0, "%s: %s", a, out);
         cr_expect(strstr(out, CASES[i].has) && !strstr(out, CASES[i].lacks), "%s: %s", a, out);
+        /* the JSON's zero rows carry it once, the torch strategies' rows not */
+        snprintf(a, sizeof a, "--model llama2-7b --gpus 16 %s --json", CASES[i].args);
+        cr_assert_eq(run(a), 0, "%s: %s", a, out);
+        cJSON *j = cJSON_Parse(out);
+        cr_assert_not_null(j, "%s: %.200s", a, out);
+        cJSON *s;
+        int marked = 0, rows = 0;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(j, "strategies")) {
+            const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(s, "name"));
+            int zero = name && strncmp(name, "zero", 4) == 0, n = 0;
+            cJSON *f;
+            cJSON_ArrayForEach(f, s) n += f->string && strcmp(f->string, "estimate") == 0;
+            cr_expect_eq(n, zero ? 1 : 0, "%s: %s has %d estimate fields", a, name, n);
+            marked += n;
+            rows++;
+        }
+        cr_expect_gt(rows, 0, "%s", a);
+        cr_expect_eq(marked > 0, strstr(CASES[i].args, "zero1") != NULL, "%s", a);
+        cJSON_Delete(j);
     }
 }
 
