@@ -385,6 +385,15 @@ static int pp_view(RankView *v, RankView *out, int max) {
     return n;
 }
 
+/* What a zero1 row beside the pipeline is (the header's line and the row's JSON "estimate" say
+   the same); NULL for every other row, and under --tp, whose line says it for zero1 and zero2
+   alike. */
+static const char *pp_zero_estimate(const Step *st) {
+    if (!st || st->view.pp <= 1 || st->view.tp > 1 || !plan_strategy_is_deepspeed(st->view.sk)) return NULL;
+    return "zero1 beside the pipeline: the stage's share sharded over its data-parallel group, as Megatron-DeepSpeed "
+           "runs it; an estimate (no CPU-rank run checks it: bench/torch/pp_probe.py runs torch's pipelining)";
+}
+
 static void pp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                       const Step *const *rows, int n_rows) {
     if (slot != HEADER_AFTER_TRAIN || plan_pp_degree(t) == 1) return;
@@ -412,13 +421,11 @@ static void pp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
                     rows[i]->view.stage, pp, rows[i]->view.in_flight, V > 1 ? "stage forwards" :
                     rows[i]->view.in_flight == 1 ? "micro-batch" : "micro-batches");
     fprintf(f, "\n");
-    /* under --tp the tensor-parallel header says it for zero1 and zero2 alike */
-    int zero = 0;
-    for (int i = 0; i < n_rows; i++) zero |= rows[i] && plan_strategy_is_deepspeed(rows[i]->view.sk);
-    if (zero && tp == 1)
-        fprintf(f, "# zero1 beside the pipeline: the stage's share sharded over its data-parallel group, as "
-                "Megatron-DeepSpeed runs it; an estimate (no CPU-rank run checks it: bench/torch/pp_probe.py runs "
-                "torch's pipelining)\n");
+    for (int i = 0; i < n_rows; i++)
+        if (pp_zero_estimate(rows[i])) {
+            fprintf(f, "# %s\n", pp_zero_estimate(rows[i]));
+            break;
+        }
 }
 
 static void pp_json(cJSON *model, cJSON *train, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c) {
@@ -442,10 +449,7 @@ static void pp_row_json(cJSON *o, const Step *st) {
     if (st->view.pp <= 1) return;
     cJSON_AddNumberToObject(o, "pp_stage", st->failed ? -1 : st->view.stage);
     cJSON_AddNumberToObject(o, "pp_in_flight", st->failed ? 0 : st->view.in_flight);
-    /* under --tp the tensor-parallel row says it for zero1 and zero2 alike (as the header) */
-    if (st->view.tp <= 1 && plan_strategy_is_deepspeed(st->view.sk))
-        cJSON_AddStringToObject(o, "estimate", "zero1 beside the pipeline: the stage's share sharded over its "
-                                "data-parallel group; no CPU-rank run checks it (bench/torch/pp_probe.py runs torch's pipelining)");
+    if (pp_zero_estimate(st)) cJSON_AddStringToObject(o, "estimate", pp_zero_estimate(st));
 }
 
 static int pp_auto_on(const TrainSpec *t) { return t->pp < 0; }

@@ -435,6 +435,16 @@ static int tp_view(RankView *v, RankView *out, int max) {
     return 1;
 }
 
+/* What a ZeRO row under tp is (the header's line and the row's JSON "estimate" say the same):
+   1 with the sentence in buf, 0 for every other row. */
+static int tp_zero_estimate(const Step *st, char *buf, size_t len) {
+    if (!st || st->view.tp <= 1 || !plan_strategy_is_deepspeed(st->view.sk)) return 0;
+    snprintf(buf, len, "zero1/zero2 under tp: the rank's share sharded again over its data-parallel group (ranks %d "
+             "apart), as Megatron-DeepSpeed and InternLM run ZeRO; an estimate (no CPU-rank run checks it: the torch "
+             "harness runs tp with ddp and fsdp-full)", st->view.tp);
+    return 1;
+}
+
 static void tp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c,
                       const Step *const *rows, int n_rows) {
     if (slot != HEADER_AFTER_TRAIN || plan_tp_degree(t) == 1) return;
@@ -452,12 +462,12 @@ static void tp_header(FILE *f, PlanHeaderSlot slot, const ModelSpec *m, const Tr
                                                        : "off (the tied head's logits are whole)",
             (long long)(c->gpus / t->tp / plan_pp_degree(t)),
             m->moe.n_experts > 0 ? ", \"Tensor parallel of MoE blocks\"" : "", t->loss_parallel ? ", \"Loss parallel\"" : "");
-    int zero = 0;
-    for (int i = 0; i < n_rows; i++) zero |= rows[i] && plan_strategy_is_deepspeed(rows[i]->view.sk);
-    if (zero)
-        fprintf(f, "# zero1/zero2 under tp: the rank's share sharded again over its data-parallel group (ranks %d apart), "
-                "as Megatron-DeepSpeed and InternLM run ZeRO; an estimate (no CPU-rank run checks it: the "
-                "torch harness runs tp with ddp and fsdp-full)\n", t->tp);
+    char zero[320];
+    for (int i = 0; i < n_rows; i++)
+        if (tp_zero_estimate(rows[i], zero, sizeof zero)) {
+            fprintf(f, "# %s\n", zero);
+            break;
+        }
     if (t->act_ckpt == CKPT_OP)
         fprintf(f, "# op-level checkpointing under tp: collectives exact on CPU-rank runs, the peak an estimate "
                 "(the loss's forward is under-predicted where it is the peak; the measured runs and their errors: "
@@ -506,9 +516,8 @@ static int tp_settings(const ModelSpec *m, const TrainSpec *t, const ClusterSpec
 
 /* A ZeRO row under tp carries what its header line says: an estimate, and why. */
 static void tp_row_json(cJSON *o, const Step *st) {
-    if (st->view.tp <= 1 || !plan_strategy_is_deepspeed(st->view.sk)) return;
-    cJSON_AddStringToObject(o, "estimate", "zero1/zero2 under tp: the rank's share sharded again over its data-parallel "
-                            "group; no CPU-rank run checks it (the torch harness runs tp with ddp and fsdp-full)");
+    char zero[320];
+    if (tp_zero_estimate(st, zero, sizeof zero)) cJSON_AddStringToObject(o, "estimate", zero);
 }
 
 const PlanDim plan_dim_tp = {
