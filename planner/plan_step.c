@@ -126,34 +126,29 @@ void step_work(Step *st, RuleId r, int point, WorkScale scale, StepMicro micro, 
 }
 
 /* The core rules in the order they run: each reads the resolved setup and writes its events;
-   the dimensions' rules (plan_dim.h) run after them, in the table's order. */
-static const StepRuleFn RULES[] = {
-    rule_model_states, rule_grads_kept, rule_accum_grads, rule_autograd_grads, rule_tied_head,
-    rule_engine_grad_flight, rule_ds12_gradients, rule_fsdp2_gradients, rule_mlp_pending_grads,
-    rule_step_grads, rule_ddp_reducer, rule_ds12_reducer, rule_ds3_coordinator,
-    rule_unit_static_buffers, rule_fsdp2_buffers, rule_unit_collectives, rule_engine_buckets,
-    rule_ds_step_collectives, rule_ddp_broadcast, rule_syncbn,
-    rule_saved_activations, rule_autocast_cache, rule_backward_transients, rule_loss,
-    rule_optimizer_transients, rule_compute,
+   the dimensions' rules (plan_dim.h) run after them, in the table's order. memory_only: the rule
+   writes memory events and nothing else (no work item, no collective, no field the simulated
+   step or the collective table reads), so a time-only build (PLAN_STEP_TIME) leaves it out;
+   test_plan_step checks that such a build's work, collectives, simulated step and collective
+   table equal a whole build's over a matrix of setups. */
+static const struct {
+    StepRuleFn fn;
+    int memory_only;
+} RULES[] = {
+    {rule_model_states, 0}, {rule_grads_kept, 1}, {rule_accum_grads, 1}, {rule_autograd_grads, 1},
+    {rule_tied_head, 1}, {rule_engine_grad_flight, 1}, {rule_ds12_gradients, 1}, {rule_fsdp2_gradients, 1},
+    {rule_mlp_pending_grads, 1}, {rule_step_grads, 1}, {rule_ddp_reducer, 0}, {rule_ds12_reducer, 0},
+    {rule_ds3_coordinator, 0}, {rule_unit_static_buffers, 0}, {rule_fsdp2_buffers, 0}, {rule_unit_collectives, 0},
+    {rule_engine_buckets, 0}, {rule_ds_step_collectives, 0}, {rule_ddp_broadcast, 0}, {rule_syncbn, 0},
+    {rule_saved_activations, 1}, {rule_autocast_cache, 1}, {rule_backward_transients, 1}, {rule_loss, 1},
+    {rule_optimizer_transients, 1}, {rule_compute, 0},
 };
 
-/* The core rules that write memory events and nothing else (no work item, no collective, no
-   field the simulated step or the collective table reads): a time-only build (PLAN_STEP_TIME)
-   leaves them out. test_plan_step checks that such a build's work, collectives, simulated step
-   and collective table equal a whole build's over a matrix of setups. */
-static const StepRuleFn MEMORY_ONLY[] = {
-    rule_grads_kept, rule_accum_grads, rule_autograd_grads, rule_tied_head, rule_engine_grad_flight,
-    rule_ds12_gradients, rule_fsdp2_gradients, rule_mlp_pending_grads, rule_step_grads,
-    rule_saved_activations, rule_autocast_cache, rule_backward_transients, rule_loss, rule_optimizer_transients,
-};
-
-/* Whether rule fn runs in a build of `what`. */
-static int rule_runs(StepRuleFn fn, unsigned what) {
-    if (what & PLAN_STEP_MEMORY) return fn != rule_compute;
-    if (what & PLAN_STEP_TIME)
-        for (size_t k = 0; k < sizeof(MEMORY_ONLY) / sizeof(MEMORY_ONLY[0]); k++)
-            if (MEMORY_ONLY[k] == fn) return 0;
-    return 1;
+/* Whether core rule k runs in a build of `what`: a memory probe needs no compute, a time-only
+   build no memory-only rule. */
+static int rule_runs(size_t k, unsigned what) {
+    if (what & PLAN_STEP_MEMORY) return RULES[k].fn != rule_compute;
+    return !((what & PLAN_STEP_TIME) && RULES[k].memory_only);
 }
 
 static int build_failed(Step *st, int status, const char *where, const char *why) {
@@ -205,7 +200,7 @@ static int build_view(Step *st, RankView *v, unsigned what) {
     }
     step_sample(st, pt(&x, PT_STEP, 0));
     for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]); k++)
-        if (rule_runs(RULES[k], what)) RULES[k](&x, st);
+        if (rule_runs(k, what)) RULES[k].fn(&x, st);
     for (int d = 0; d < plan_dim_count(); d++)
         if (plan_dim(d)->rule) plan_dim(d)->rule(&x, st);
     plan_step_ctx_free(&x);
@@ -215,7 +210,7 @@ static int build_view(Step *st, RankView *v, unsigned what) {
 
 int plan_step_rule_fns(StepRuleFn *fns, int max) {
     int n = 0;
-    for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]) && n < max; k++) fns[n++] = RULES[k];
+    for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]) && n < max; k++) fns[n++] = RULES[k].fn;
     for (int d = 0; d < plan_dim_count() && n < max; d++)
         if (plan_dim(d)->rule) fns[n++] = plan_dim(d)->rule;
     return n;
