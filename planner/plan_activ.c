@@ -110,9 +110,11 @@ static int rotary_attn(const ModelSpec *m) {
    _matmul_impl; at larger batches the reshape copies q, kᵀ and v and the copies are saved).
    Measured (harness --alloc-ops, 2026-12-07): gpt2-mini b1 eager and b4 SDPA make one addmm
    output per block (196,608 B fp32 b1; 393,216 B bf16 b4) and no copies of q, k or v. */
+static int qkv_one_output(const ModelSpec *m) {
+    return m->fused_qkv && m->learned_pos && !rotary_attn(m) && m->n_kv_head == m->n_head;
+}
 static int qkv_views_saved(const ModelSpec *m, const TrainSpec *t, double b) {
-    int views = m->fused_qkv && m->learned_pos && !rotary_attn(m) && m->n_kv_head == m->n_head;
-    return views && (t->attn == ATTN_EAGER ? b == 1 : t->attn == ATTN_SDPA);
+    return qkv_one_output(m) && (t->attn == ATTN_EAGER ? b == 1 : t->attn == ATTN_SDPA);
 }
 
 /* q, k and v from three projections: autocast casts their fp32 input once per projection. */
@@ -848,7 +850,7 @@ static double selective_delta(const ModelSpec *m, const TrainSpec *t, double dro
     core_attn_coeffs(m, t, dropout, &cl, &cq);
     act_sink = k;
     /* the checkpoint's inputs, noted: q, k and v, or GPT-2's views of its one c_attn output */
-    if (k && qk == X && qd == kvd && m->fused_qkv && m->learned_pos) T(1, 3 * X * qd);
+    if (k && qkv_one_output(m)) T(1, 3 * X * qd);   /* the checkpoint's inputs are views at any batch */
     else if (k) {
         T(1, qk * qd);
         T(1, qk * kvd);
