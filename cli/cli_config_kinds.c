@@ -189,16 +189,16 @@ static int ds_stage_strategy(Cfg *c, long long stage, const char *key, const cha
 }
 
 /* DeepSpeed's sizes (elements) onto the --ds-* flags; the stage-3 ones only under stage 3, and
- * none under stage 0: elsewhere DeepSpeed does not read them. Every size is ge=0 in DeepSpeed's
- * pydantic models (zero/config.py): 0 is valid, and behaves as 1 (each tensor its own bucket or
- * gather; the --ds-* flags take 0 likewise). */
+ * none under stage 0: elsewhere DeepSpeed does not read them. DeepSpeed's pydantic models
+ * (zero/config.py 0.19.8) take reduce_bucket_size from 1 (gt=0: 0 is refused) and the stage-3
+ * sizes from 0 (ge=0: 0 behaves as 1, each tensor its own gather; the --ds-* flags likewise). */
 static int ds_sizes(Cfg *c, const cJSON *zo, long long stage) {
-    static const struct { const char *name, *flag; int stage3, hidden; } S[] = {   /* hidden: CFG_HIDDEN's */
-        {"reduce_bucket_size", "ds-reduce-bucket", 0, 0},
-        {"stage3_prefetch_bucket_size", "ds3-prefetch", 1, 1}, {"prefetch_bucket_size", "ds3-prefetch", 1, -1},
-        {"stage3_max_live_parameters", "ds3-max-live", 1, -1}, {"max_live_parameters", "ds3-max-live", 1, -1},
-        {"stage3_max_reuse_distance", "ds3-max-reuse", 1, -1}, {"max_reuse_distance", "ds3-max-reuse", 1, -1},
-        {"stage3_param_persistence_threshold", "ds3-persist", 1, 2}, {"param_persistence_threshold", "ds3-persist", 1, -1},
+    static const struct { const char *name, *flag; int stage3, hidden, lo; } S[] = {   /* hidden: CFG_HIDDEN's */
+        {"reduce_bucket_size", "ds-reduce-bucket", 0, 0, 1},
+        {"stage3_prefetch_bucket_size", "ds3-prefetch", 1, 1, 0}, {"prefetch_bucket_size", "ds3-prefetch", 1, -1, 0},
+        {"stage3_max_live_parameters", "ds3-max-live", 1, -1, 0}, {"max_live_parameters", "ds3-max-live", 1, -1, 0},
+        {"stage3_max_reuse_distance", "ds3-max-reuse", 1, -1, 0}, {"max_reuse_distance", "ds3-max-reuse", 1, -1, 0},
+        {"stage3_param_persistence_threshold", "ds3-persist", 1, 2, 0}, {"param_persistence_threshold", "ds3-persist", 1, -1, 0},
     };
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
         long long v;
@@ -210,7 +210,7 @@ static int ds_sizes(Cfg *c, const cJSON *zo, long long stage) {
             snprintf(c->out->hidden_key[S[i].hidden], sizeof c->out->hidden_key[0], "%s", key);
             continue;
         }
-        int r = cfg_int(c, zo, "zero_optimization", S[i].name, 0, 10000000000000LL, &v);
+        int r = cfg_int(c, zo, "zero_optimization", S[i].name, S[i].lo, 10000000000000LL, &v);
         if (r < 0) return -1;
         if (!r) continue;
         if (stage == 0 || (S[i].stage3 && stage != 3)) cfg_no_effect(c, key);

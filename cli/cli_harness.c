@@ -434,13 +434,14 @@ static void model_of(const cJSON *mo, const char *model, HarnessSetup *s)
     }
 }
 
-/* DeepSpeed's zero_optimization keys memplan models, with the DsKnobs field each sets. */
-static const struct { const char *key; size_t off; } DS_ZERO_KEYS[] = {
-    {"reduce_bucket_size", offsetof(DsKnobs, reduce_bucket)},
-    {"stage3_prefetch_bucket_size", offsetof(DsKnobs, prefetch)},
-    {"stage3_max_live_parameters", offsetof(DsKnobs, max_live)},
-    {"stage3_max_reuse_distance", offsetof(DsKnobs, max_reuse)},
-    {"stage3_param_persistence_threshold", offsetof(DsKnobs, persist)},
+/* DeepSpeed's zero_optimization keys memplan models, with the DsKnobs field each sets and its
+   least value (zero/config.py 0.19.8: reduce_bucket_size gt=0, the stage-3 sizes ge=0). */
+static const struct { const char *key; size_t off; double lo; } DS_ZERO_KEYS[] = {
+    {"reduce_bucket_size", offsetof(DsKnobs, reduce_bucket), 1},
+    {"stage3_prefetch_bucket_size", offsetof(DsKnobs, prefetch), 0},
+    {"stage3_max_live_parameters", offsetof(DsKnobs, max_live), 0},
+    {"stage3_max_reuse_distance", offsetof(DsKnobs, max_reuse), 0},
+    {"stage3_param_persistence_threshold", offsetof(DsKnobs, persist), 0},
 };
 
 const char *cli_harness_ds_zero(const DsKnobs *k, char *buf, size_t len)
@@ -466,7 +467,7 @@ static int ds_zero_of(const cJSON *su, HarnessSetup *s, char *err, size_t errlen
     cJSON_ArrayForEach(e, d) {
         size_t i = 0;
         while (i < sizeof DS_ZERO_KEYS / sizeof DS_ZERO_KEYS[0] && strcmp(e->string, DS_ZERO_KEYS[i].key)) i++;
-        if (i < sizeof DS_ZERO_KEYS / sizeof DS_ZERO_KEYS[0] && cJSON_IsNumber(e) && e->valuedouble >= 0 &&
+        if (i < sizeof DS_ZERO_KEYS / sizeof DS_ZERO_KEYS[0] && cJSON_IsNumber(e) && e->valuedouble >= DS_ZERO_KEYS[i].lo &&
             e->valuedouble <= 1e13 && e->valuedouble == floor(e->valuedouble))
             *(double *)((char *)&s->ds + DS_ZERO_KEYS[i].off) = e->valuedouble < 1 ? 1 : e->valuedouble;
         else if (strcmp(e->string, "overlap_comm") == 0 && cJSON_IsBool(e))

@@ -784,12 +784,13 @@ const char *cli_alloc_conf_env(const char **name) {
     return NULL;
 }
 
-/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number from 0, as DeepSpeed's
- * pydantic fields (ge=0, zero/config.py); 0 is kept as 1, the same behaviour for tensors of at least
- * one element (each tensor its own bucket or gather). 0 or 2. */
+/* A DeepSpeed size flag (elements, as its JSON takes them): a whole number in DeepSpeed's pydantic
+ * range (zero/config.py 0.19.8): reduce_bucket_size from 1 (gt=0: DeepSpeed refuses 0), the stage-3
+ * sizes from 0 (ge=0), a 0 kept as 1, the same behaviour for tensors of at least one element (each
+ * tensor its own gather). 0 or 2. */
 static int ds_size_option(CliSetup *s, int c, const char *a) {
     static const struct { int opt; const char *flag; double lo; size_t off; } K[] = {
-        {OPT_DS_BUCKET, "ds-reduce-bucket", 0, offsetof(DsKnobs, reduce_bucket)},
+        {OPT_DS_BUCKET, "ds-reduce-bucket", 1, offsetof(DsKnobs, reduce_bucket)},
         {OPT_DS3_PREFETCH, "ds3-prefetch", 0, offsetof(DsKnobs, prefetch)},
         {OPT_DS3_LIVE, "ds3-max-live", 0, offsetof(DsKnobs, max_live)},
         {OPT_DS3_REUSE, "ds3-max-reuse", 0, offsetof(DsKnobs, max_reuse)},

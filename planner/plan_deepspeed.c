@@ -99,28 +99,106 @@ int plan_ds_overflow_bytes(int stage3, const PrecisionSpec *p) {
     return 1;
 }
 
-double plan_ds3_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, Ds3BucketFn fn, void *ctx) {
-    double nn = (double)(n < 1 ? 1 : n), elems = 0, padded = 0, count = 0;
-    for (int i = m->n_layers - 1; i >= 0; i--) {
+double plan_ds_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, int forward, DsBucketFn fn, void *ctx) {
+    double nn = (double)(n < 1 ? 1 : n), psi = 0, seen = 0, count = 0;
+    for (int i = 0; i < m->n_layers; i++) {   /* the flat offsets are in layer order */
         const int64_t *t;
         int64_t one;
-        for (int k = layer_tensors(&m->layers[i], &t, &one) - 1; k >= 0; k--) {
-            double e = (double)t[k];
+        for (int k = layer_tensors(&m->layers[i], &t, &one) - 1; k >= 0; k--) psi += t[k] > 0 ? (double)t[k] : 0;
+    }
+    DsBucket b = {0, 0, 0, -1};
+    double off = 0, held = 0;   /* the last tensor's flat offset; tensors in the bucket */
+    for (int s = 0; s < m->n_layers; s++) {
+        int i = forward ? s : m->n_layers - 1 - s;
+        const int64_t *t;
+        int64_t one;
+        int nt = layer_tensors(&m->layers[i], &t, &one);
+        for (int j = 0; j < nt; j++) {
+            double e = (double)t[forward ? j : nt - 1 - j];
             if (e <= 0) continue;
-            if (elems + e > bucket && elems > 0) {   /* this tensor's hook reduces the bucket */
-                if (fn) fn(ctx, i, padded);
+            if (b.elems + e > bucket && b.elems > 0) {   /* this tensor's hook reduces the bucket */
+                b.at = i;
+                b.offset = held == 1 && b.elems > bucket ? off : -1;
+                if (fn) fn(ctx, &b);
                 count++;
-                elems = padded = 0;
+                b.elems = b.padded = held = 0;
             }
-            elems += e;
-            padded += nn * ceil(e / nn);
+            off = forward ? seen : psi - seen - e;
+            seen += e;
+            held++;
+            b.elems += e;
+            b.padded += nn * ceil(e / nn);
         }
     }
-    if (elems > 0) {   /* the epilogue's (independent_gradient_partition_epilogue) */
-        if (fn) fn(ctx, -1, padded);
+    if (b.elems > 0) {   /* the epilogue's (independent_gradient_partition_epilogue) */
+        b.at = -1;
+        b.offset = held == 1 && b.elems > bucket ? off : -1;
+        if (fn) fn(ctx, &b);
         count++;
     }
     return count;
+}
+
+double plan_ds12_bucket_allreduces(const DsBucket *b, double part, double bucket, double *largest) {
+    *largest = 0;
+    if (b->elems <= 0) return 0;
+    if (b->offset < 0 || part <= 0) {   /* the IPG buffer's slice: one all-reduce */
+        *largest = b->elems;
+        return 1;
+    }
+    /* one tensor larger than the bucket, from its own gradient: its slices per partition, a chunk
+       closed by the slice that takes it past the bucket */
+    double a = b->offset, end = b->offset + b->elems, sum = 0, count = 0;
+    while (a < end) {
+        double edge = fmin(end, (floor(a / part) + 1) * part), s = edge - a;
+        if (sum == 0 && s == part) {   /* a run of whole partitions: its whole chunks at once */
+            double per = floor(bucket / part) + 1, k = floor(floor((end - a) / part) / per);
+            if (k > 0) {
+                count += k;
+                *largest = fmax(*largest, per * part);
+                a += k * per * part;
+                continue;
+            }
+        }
+        sum += s;
+        a = edge;
+        if (sum > bucket) {
+            count++;
+            *largest = fmax(*largest, sum);
+            sum = 0;
+        }
+    }
+    if (sum > 0) {
+        count++;
+        *largest = fmax(*largest, sum);
+    }
+    return count;
+}
+
+typedef struct {
+    Ds12Buckets *o;
+    double part, bucket;
+} Ds12Sum;
+
+static void ds12_sum(void *ctx, const DsBucket *b) {
+    Ds12Sum *d = ctx;
+    Ds12Buckets *o = d->o;
+    double flat;
+    plan_ds12_bucket_allreduces(b, d->part, d->bucket, &flat);
+    if (o->count == 0) o->first_at = b->at;
+    if (o->count < 2) {
+        o->elems[(int)o->count] = b->elems;
+        o->flat[(int)o->count] = flat;
+    }
+    o->last_flat = flat;
+    o->count++;
+}
+
+void plan_ds12_buckets(const ModelSpec *m, int64_t n, double part, double bucket, int forward, Ds12Buckets *out) {
+    memset(out, 0, sizeof(*out));
+    out->first_at = -1;
+    Ds12Sum d = {out, part, bucket};
+    plan_ds_reduce_buckets(m, n, bucket, forward, ds12_sum, &d);
 }
 
 /* ---- ZeRO-3's fetching over a step (plan_deepspeed.h) ---- */

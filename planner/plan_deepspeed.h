@@ -98,16 +98,45 @@ double plan_ds3_sim_forward(Ds3Sim *z, int i);
 double plan_ds3_sim_backward(Ds3Sim *z, int i);
 void plan_ds3_sim_release(Ds3Sim *z, int i);
 
-/* ZeRO-3's gradient reduce buckets (stage3.py reduce_independent_p_g_buckets_and_remove_grads):
-   gradients arrive in backward order (the layers in reverse, a layer's tensors in reverse); a
-   tensor that would take the bucket past reduce_bucket_size elements reduces the bucket first
-   (when it holds any), so a bucket holds whole tensors and a tensor larger than the bucket is
-   reduced alone. Each bucket is one reduce_scatter_coalesced of its tensors, each padded to
-   n x ceil(numel / n), issued from the hook of the tensor that closed it (in layer `at`'s
-   backward); the last is reduced in the epilogue (at = -1). Layers whose tensors are unknown
-   count as one tensor. fn gets each bucket in order; returns how many. */
-typedef void (*Ds3BucketFn)(void *ctx, int at, double padded);
-double plan_ds3_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, Ds3BucketFn fn, void *ctx);
+/* DeepSpeed's gradient reduce buckets, ZeRO-1/2's and ZeRO-3's alike (stage_1_and_2.py and
+   stage3.py reduce_independent_p_g_buckets_and_remove_grads): gradients arrive one tensor at a
+   time; a tensor that would take the bucket past reduce_bucket_size elements reduces the bucket
+   first (when it holds any), so a bucket holds whole tensors and a tensor larger than the bucket
+   is reduced alone. Order: backward (the layers in reverse, a layer's tensors in reverse: the
+   gradient hooks), or forward (layers and tensors in order: ZeRO-1 without overlap_comm, whose
+   reduce_gradients walks each parameter group after backward). A bucket is reduced from the hook
+   of the tensor that closed it (in layer `at`'s backward), the last in the epilogue (at = -1).
+   Layers whose tensors are unknown count as one tensor. fn gets each bucket in order; returns
+   how many. */
+typedef struct {
+    int at;            /* layer whose tensor closed the bucket; -1: the epilogue */
+    double elems;      /* its gradients' elements */
+    double padded;     /* each tensor padded to n x ceil(numel / n) (ZeRO-3's reduce_scatter_coalesced) */
+    double offset;     /* one tensor larger than the bucket, reduced from its own gradient
+                          (stage_1_and_2.py extra_large_param_to_reduce): its offset in the flat
+                          parameters (layer order); -1: a bucket of the IPG buffer */
+} DsBucket;
+typedef void (*DsBucketFn)(void *ctx, const DsBucket *b);
+double plan_ds_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, int forward, DsBucketFn fn, void *ctx);
+
+/* ZeRO-1/2's all-reduces of one bucket (stage_1_and_2.py average_tensor -> allreduce_and_scatter,
+   use_multi_rank_bucket_allreduce): its gradients cut at the partition edges (part elements per
+   rank), chunks of slices each closed by the slice that takes it past `bucket` elements, one
+   flattened all-reduce per chunk. A bucket of the IPG buffer never passes the bucket: one; a
+   tensor larger than the bucket one per chunk (reduce_bucket_size 0 or 1: one per slice).
+   *largest: the largest chunk's elements (allreduce_bucket's flatten). */
+double plan_ds12_bucket_allreduces(const DsBucket *b, double part, double bucket, double *largest);
+
+/* What ZeRO-1/2's memory account reads of its buckets (plan_ds_reduce_buckets in the order
+   `forward`, part elements per rank's partition). */
+typedef struct {
+    double count;          /* buckets */
+    int first_at;          /* layer whose tensor closed the first bucket (-1: the epilogue) */
+    double elems[2];       /* the first two buckets' elements (0: none) */
+    double flat[2];        /* their largest flattened all-reduce input (elements) */
+    double last_flat;      /* the last bucket's (the epilogue's) */
+} Ds12Buckets;
+void plan_ds12_buckets(const ModelSpec *m, int64_t n, double part, double bucket, int forward, Ds12Buckets *out);
 
 /* The scalars DeepSpeed keeps and all-reduces at the step: the global gradient norm (ZeRO-1/2:
    fp32, get_grad_norm_direct's .float(); ZeRO-3: fp64, get_norm_dtype()), kept in

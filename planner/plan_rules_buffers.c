@@ -147,18 +147,40 @@ void rule_ddp_broadcast(const StepCtx *x, Step *st) {
 
 /* ---- DeepSpeed ZeRO-1/2 as it runs (stage_1_and_2.py) ---- */
 
+/* ZeRO-1/2's bucket all-reduces (plan_ds_reduce_buckets, plan_ds12_bucket_allreduces): one entry
+   per bucket with its count, after the backward of the layer whose tensor's hook closed it, the
+   epilogue's after the first layer's; all after backward where the buckets are filled there
+   (at_end). */
+typedef struct {
+    const StepCtx *x;
+    Step *st;
+    BucketIssue how;
+    int at_end;
+} Ds12Reduce;
+
+static void ds12_reduce_bucket(void *ctx, const DsBucket *b) {
+    Ds12Reduce *d = ctx;
+    const StepCtx *x = d->x;
+    double flat, n = plan_ds12_bucket_allreduces(b, x->ds.part, x->dsk.reduce_bucket, &flat);
+    int at = d->at_end || b->at < 0 ? 0 : b->at;
+    bucket_coll(x, d->st, RULE_DS_BUCKET, pt(x, PT_BWD, at), COLL_ALL_REDUCE, d->how, n, b->elems * x->p->grad_bytes,
+                x->N);
+}
+
 /* The IPG reduce bucket (reduce_bucket_size elements of the 16-bit gradients, whatever the
    model's size, on one GPU too; two with overlap_comm) lives from the first gradient hook of a backward
    (process_gradients -> setup_buckets) to that backward's epilogue (_release_ipg_buffers).
-   Each reduction flattens the bucket's slices into a new tensor (allreduce_bucket:
-   self.flatten(bucket)) and all-reduces it (use_multi_rank_bucket_allreduce): ZeRO-2 as buckets
-   fill, every micro-step; ZeRO-1 at the end of the boundary's backward (reduce_gradients). The
-   step all-gathers the updated partitions. docs/formulas.md "DeepSpeed's reduce bucket",
-   "DeepSpeed collectives". */
+   The buckets hold whole tensors (plan_ds_reduce_buckets); each reduction flattens its bucket's
+   slices into a new tensor (allreduce_bucket: self.flatten(bucket)) and all-reduces it
+   (use_multi_rank_bucket_allreduce): ZeRO-2 as buckets fill, every micro-step; ZeRO-1 at the
+   boundary, after backward in the groups' order (reduce_gradients), or with overlap_comm from the
+   hooks. The account holds the flattened copies of the reductions after backward (ZeRO-1's first
+   two, ZeRO-2's epilogue). The step all-gathers the updated partitions. docs/formulas.md
+   "DeepSpeed's reduce bucket", "DeepSpeed collectives". */
 void rule_ds12_reducer(const StepCtx *x, Step *st) {
     if (!x->ds12) return;
-    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = x->dsk.reduce_bucket;
-    double n_buckets = ceil(psi / bkt);
+    double gb = x->p->grad_bytes, bkt = x->dsk.reduce_bucket;
+    const Ds12Buckets *b = &x->ds12b;
     int hooked = -1;
     for (int i = x->L - 1; i >= 0 && hooked < 0; i--)
         if (x->m->layers[i].params > 0) hooked = i;
@@ -171,20 +193,19 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
     if (x->N <= 1) return;
     int r1 = pt(x, PT_REDUCE1, 0), r2 = pt(x, PT_REDUCE2, 0);
     if (x->ds12_stage1) {
-        step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, fmin(bkt, psi) * gb);
-        if (n_buckets > 1) step_at(st, RULE_DS_FLATTEN, TERM_COMM, r2, fmin(bkt, psi - bkt) * gb);
+        step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, b->flat[0] * gb);
+        if (b->count > 1) step_at(st, RULE_DS_FLATTEN, TERM_COMM, r2, b->flat[1] * gb);
     } else {
-        step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, (psi - (n_buckets - 1) * bkt) * gb);
+        step_at(st, RULE_DS_FLATTEN, TERM_COMM, r1, b->last_flat * gb);
     }
     /* the stream a bucket is reduced on (stage_1_and_2.py average_tensor): with overlap_comm the
        reduction stream, after the compute stream has been made to wait for it (the previous
-       bucket's reduction: chained); without, the compute stream. ZeRO-1 at the end of the
-       boundary's backward (reduce_gradients). docs/formulas.md "DeepSpeed ZeRO-1/2's reduce
-       buckets on their streams" */
+       bucket's reduction: chained); without, the compute stream. ZeRO-1 at the
+       boundary. docs/formulas.md "DeepSpeed ZeRO-1/2's reduce buckets on their streams" */
     int overlap = x->dsk.overlap_comm == 1;
-    BucketIssue how = {x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, overlap ? SCHED_ASYNC_AFTER : SCHED_SYNC_AFTER,
-                       overlap};
-    buckets(x, st, RULE_DS_BUCKET, COLL_ALL_REDUCE, how, n_buckets, psi * gb, bkt * gb, bkt, x->ds12_stage1, x->N);
+    Ds12Reduce rd = {x, st, {x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, overlap ? SCHED_ASYNC_AFTER : SCHED_SYNC_AFTER,
+                             overlap}, x->ds12_forward};
+    plan_ds_reduce_buckets(x->m, x->n, bkt, x->ds12_forward, ds12_reduce_bucket, &rd);
     /* one all_gather_into_tensor of the flat group per parameter group (runtime/utils.py
        all_gather_dp_groups: torch has all_gather_into_tensor, so allgather_bucket_size's
        sequential shards are never used); or, --zero-param-sync broadcast, one broadcast of each
@@ -230,7 +251,7 @@ static void ds3_group(void *ctx, const Ds3Group *g, int use_layer, int use_bwd) 
     if (e) e->wait = pt(x, use_bwd ? PT_BWD : PT_FWD, use_layer);
 }
 
-/* ZeRO-3's reduce-scatters (plan_ds3_reduce_buckets): each from the hook of the tensor that closed
+/* ZeRO-3's reduce-scatters (plan_ds_reduce_buckets): each from the hook of the tensor that closed
    its bucket, after that layer's backward (the buckets a layer closes: one entry with their
    count), the last after the first layer's (the epilogue); the last's padded size kept for the
    epilogue's flat copy. */
@@ -250,13 +271,13 @@ static void ds3_reduce_flush(Ds3Reduce *d) {
     d->count = d->bytes = 0;
 }
 
-static void ds3_reduce_bucket(void *ctx, int at, double padded) {
+static void ds3_reduce_bucket(void *ctx, const DsBucket *b) {
     Ds3Reduce *d = ctx;
-    if (at != d->at) ds3_reduce_flush(d);
-    d->at = at;
+    if (b->at != d->at) ds3_reduce_flush(d);
+    d->at = b->at;
     d->count++;
-    d->bytes += padded * d->x->p->grad_bytes;
-    d->last = padded;
+    d->bytes += b->padded * d->x->p->grad_bytes;
+    d->last = b->padded;
 }
 
 /* The reduce bucket allocated once at init; the fetch coordinator's gathered parameters (copied
@@ -282,7 +303,7 @@ void rule_ds3_coordinator(const StepCtx *x, Step *st) {
         if (i > 0) plan_ds3_sim_release(&d, i);   /* layer 0: after the reduction */
     }
     Ds3Reduce rd = {x, st, -2, 0, 0, 0};
-    plan_ds3_reduce_buckets(x->m, x->n, bkt, ds3_reduce_bucket, &rd);
+    plan_ds_reduce_buckets(x->m, x->n, bkt, 0, ds3_reduce_bucket, &rd);
     ds3_reduce_flush(&rd);
     int r1 = pt(x, PT_REDUCE1, 0);
     step_sample(st, r1);

@@ -169,26 +169,25 @@ void rule_engine_grad_flight(const StepCtx *x, Step *st) {
 
 /* ZeRO-2: each parameter's gradient is copied into the reduce bucket by its hook as it is ready
    and freed; grads_in_partition (the tensors overlapping the rank's partition, whole) exists
-   from the first reduction: the bucket full mid-backward, or the end of backward. ZeRO-1: the
-   .grad tensors (rule_autograd_grads) move into the bucket at the end of backward one by one:
-   the first reduction holds those not yet moved, the partition is allocated after it, and a
-   second reduction (a model above 5e8 elements) holds what is left beside the partition.
-   docs/formulas.md "DeepSpeed ZeRO-2 gradients", "DeepSpeed ZeRO-1 gradients are ordinary .grad
-   tensors through backward". */
+   from the first reduction: the first bucket closed mid-backward (by the hook of the tensor
+   that did not fit, plan_ds_reduce_buckets), or the end of backward. ZeRO-1: the .grad tensors
+   (rule_autograd_grads) move into the bucket at the end of backward one by one, whole, in the
+   groups' order: the first reduction holds those not yet moved (all but the first bucket's), the
+   partition is allocated after it, and a second reduction holds what is left beside the
+   partition. docs/formulas.md "DeepSpeed ZeRO-2 gradients", "DeepSpeed ZeRO-1 gradients are
+   ordinary .grad tensors through backward". */
 void rule_ds12_gradients(const StepCtx *x, Step *st) {
     if (!x->ds12) return;
     const ModelSpec *m = x->m;
-    double gb = x->p->grad_bytes, psi = x->z.psi, bkt = x->dsk.reduce_bucket;
+    const Ds12Buckets *b = &x->ds12b;
+    double gb = x->p->grad_bytes, psi = x->z.psi;
     int end = pt(x, PT_END, 0), reduce = x->N > 1;
     if (!x->ds12_stage1) {
-        int at = pt(x, PT_NORM, 0);   /* the partition: the bucket full, else the norm */
-        double seen = 0;
-        for (int i = x->L - 1; i >= 0; i--) {
-            double pu = (double)m->layers[i].params;
-            if ((seen += pu) >= bkt && at == pt(x, PT_NORM, 0)) at = pt(x, PT_BWD_MLP, i);
+        /* the partition: the first bucket's reduction, else the norm */
+        int at = b->count > 1 && b->first_at >= 0 ? pt(x, PT_BWD_MLP, b->first_at) : pt(x, PT_NORM, 0);
+        for (int i = x->L - 1; i >= 0; i--)
             step_hold(st, RULE_DS12_IN_FLIGHT, TERM_GRADS, pt(x, PT_BWD_MLP, i), AT_BEFORE, pt(x, PT_BWD, i), AT_AFTER,
-                      pu * gb);
-        }
+                      (double)m->layers[i].params * gb);
         step_hold(st, RULE_DS12_PARTITION, TERM_GRADS, at, AT_BEFORE, end, AT_AFTER, x->grads_steady);
         if (reduce) step_sample(st, pt(x, PT_REDUCE1, 0));
         return;
@@ -199,11 +198,11 @@ void rule_ds12_gradients(const StepCtx *x, Step *st) {
     }
     int r1 = pt(x, PT_REDUCE1, 0), r2 = pt(x, PT_REDUCE2, 0);
     step_sample(st, r1);
-    step_at(st, RULE_DS12_NOT_MOVED, TERM_GRADS, r1, fmax(0, psi - bkt) * gb);
+    step_at(st, RULE_DS12_NOT_MOVED, TERM_GRADS, r1, fmax(0, psi - b->elems[0]) * gb);
     step_hold(st, RULE_DS12_PARTITION, TERM_GRADS, r1, AT_AFTER, end, AT_AFTER, x->grads_steady);
-    if (ceil(psi / bkt) > 1) {
+    if (b->count > 1) {
         step_sample(st, r2);
-        step_at(st, RULE_DS12_NOT_MOVED, TERM_GRADS, r2, fmax(0, psi - 2 * bkt) * gb);
+        step_at(st, RULE_DS12_NOT_MOVED, TERM_GRADS, r2, fmax(0, psi - b->elems[0] - b->elems[1]) * gb);
     }
 }
 

@@ -211,6 +211,8 @@ int plan_step_ctx_init_for(StepCtx *x, const RankView *v, unsigned what) {
     if (plan_fsdp2_setup(&x->f2, m, t, c, sk, &x->z)) return -1;
     x->dsk = plan_ds_knobs(t);
     if (x->ds_py) plan_ds_sizes(m, x->n, x->dsk.persist, &x->ds);
+    x->ds12_forward = x->ds12_stage1 && x->dsk.overlap_comm != 1;
+    if (x->ds12) plan_ds12_buckets(m, x->n, x->ds.part, x->dsk.reduce_bucket, x->ds12_forward, &x->ds12b);
     model_states(x);
     accum_setup(x, x->ds12 && x->opt_on_gpu ? x->ds.grad_part * x->p->grad_bytes : 0);
     if (x->acc.persistent) x->grads_persistent = 1;

@@ -59,6 +59,9 @@ typedef struct StepCtx {
     int engine;              /* --impl engine: memplan's own engine */
     int ds_py;               /* DeepSpeed as it runs (zero1/2/3, --impl pytorch) */
     int ds12, ds12_stage1;   /* ZeRO-1/2 as it runs; stage 1 */
+    int ds12_forward;        /* its buckets filled in forward order: ZeRO-1 without overlap_comm
+                                (reduce_gradients walks the groups after backward), else the hooks' */
+    Ds12Buckets ds12b;       /* its reduce buckets (plan_ds12_buckets) */
     int ds3_py, ds3;         /* ZeRO-3 as it runs; on more than one rank (it gathers) */
     int fsdp;                /* the fsdp-* rows */
     Fsdp2 f2;                /* FSDP2's timeline (f2.on) */

@@ -375,7 +375,11 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     /* a regime the GPU lacks: the hint lists every regime it has */
     expect_usage_error("--model gpt2 --gpu v100-32gb --precision bf16", "valid there: fp32, amp-fp16, mixed-fp16");
     /* DeepSpeed's sizes: whole element counts, only beside a ZeRO row */
-    expect_usage_error("--model gpt2 --strategy zero2 --ds-reduce-bucket -1", "--ds-reduce-bucket '-1' is not a whole number of elements in [0, 1e13]");
+    expect_usage_error("--model gpt2 --strategy zero2 --ds-reduce-bucket -1", "--ds-reduce-bucket '-1' is not a whole number of elements in [1, 1e13]");
+    /* DeepSpeed 0.19.8 refuses reduce_bucket_size 0 (zero/config.py: gt=0); it printed 6.7e9
+       all-reduces for llama2-7b (one per element) */
+    expect_usage_error("--model llama2-7b --gpus 8 --strategy zero2 --ds-reduce-bucket 0",
+                       "--ds-reduce-bucket '0' is not a whole number of elements in [1, 1e13]");
     expect_usage_error("--model gpt2 --strategy zero3 --ds3-persist 1.5", "--ds3-persist '1.5'");
     expect_usage_error("--model gpt2 --strategy ddp --ds3-prefetch 1e6", "--ds3-prefetch is a DeepSpeed setting");
     expect_usage_error("auto --model gpt2 --global-batch 0", "--global-batch '0'");

@@ -274,8 +274,14 @@ Test(cli_recipes, keys_should_be_read_as_each_framework_reads_them) {
     cJSON_Delete(expect(args, (const Want[]){{"strategy", "zero1"}, {0, 0}}));
     snprintf(args, sizeof args, "--config %s --model gpt2 --gpus 2",
              put("z.json", "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}, \"zero_optimization\": "
-                           "{\"stage\": 3, \"reduce_bucket_size\": 0, \"stage3_prefetch_bucket_size\": 0}}"));
-    cJSON_Delete(expect(args, (const Want[]){{"ds-reduce-bucket", "0"}, {"ds3-prefetch", "0"}, {0, 0}}));
+                           "{\"stage\": 3, \"stage3_prefetch_bucket_size\": 0}}"));
+    cJSON_Delete(expect(args, (const Want[]){{"ds3-prefetch", "0"}, {0, 0}}));
+    /* but reduce_bucket_size from 1: DeepSpeed refuses 0 (zero/config.py: gt=0) */
+    snprintf(args, sizeof args, "--config %s --model gpt2 --gpus 2",
+             put("z0.json", "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}, \"zero_optimization\": "
+                            "{\"stage\": 2, \"reduce_bucket_size\": 0}}"));
+    cr_expect_eq(run(args), 2);
+    cr_expect(strstr(err, "reduce_bucket_size") && strstr(err, "0"), "%s", err);
     /* a newline in a value: the warning stays one line */
     snprintf(args, sizeof args, "--config %s --model gpt2", put("n.yaml", "distributed_type: MULTI_GPU\nodd: \"a\\nb\"\n"));
     cr_assert_eq(run(args), 0);

@@ -310,12 +310,17 @@ Test(plan_deepspeed, zero3_groups_beyond_the_tracked_ones_should_still_balance) 
    the epilogue reduces [5, 3]: padded 2 x ceil(5 / 2) + 2 x ceil(3 / 2) = 6 + 4. */
 typedef struct {
     int n, at[16];
-    double padded[16];
+    double padded[16], elems[16], offset[16];
 } BucketLog;
 
-static void log_bucket(void *ctx, int at, double padded) {
+static void log_bucket(void *ctx, const DsBucket *d) {
     BucketLog *b = ctx;
-    if (b->n < 16) { b->at[b->n] = at; b->padded[b->n] = padded; }
+    if (b->n < 16) {
+        b->at[b->n] = d->at;
+        b->padded[b->n] = d->padded;
+        b->elems[b->n] = d->elems;
+        b->offset[b->n] = d->offset;
+    }
     b->n++;
 }
 
@@ -325,7 +330,7 @@ Test(plan_deepspeed, zero3_reduce_buckets_should_hold_whole_tensors_closed_by_th
     add_tensors(&m, "a", (const int64_t[]){3, 5}, 2);
     add_tensors(&m, "b", (const int64_t[]){8, 2}, 2);
     BucketLog log = {0};
-    cr_expect_eq(plan_ds3_reduce_buckets(&m, 2, 9, log_bucket, &log), 3);
+    cr_expect_eq(plan_ds_reduce_buckets(&m, 2, 9, 0, log_bucket, &log), 3);
     cr_assert_eq(log.n, 3);
     cr_expect_eq(log.at[0], 1, "[2] closed by 8, in layer b's backward");
     cr_expect_eq(log.padded[0], 2);
@@ -334,7 +339,7 @@ Test(plan_deepspeed, zero3_reduce_buckets_should_hold_whole_tensors_closed_by_th
     cr_expect_eq(log.at[2], -1, "[5, 3] in the epilogue");
     cr_expect_eq(log.padded[2], 10);
     /* a bucket larger than the model: one reduce-scatter, in the epilogue */
-    cr_expect_eq(plan_ds3_reduce_buckets(&m, 2, 1e9, NULL, NULL), 1);
+    cr_expect_eq(plan_ds_reduce_buckets(&m, 2, 1e9, 0, NULL, NULL), 1);
     plan_model_free(&m);
 }
 
@@ -351,10 +356,129 @@ Test(plan_deepspeed, zero3_reduce_scatters_should_be_the_buckets_deepspeed_reduc
                                          82688, 49536, 66048, 82688, 65792, 131072};
     ModelSpec m = zoo("gpt2-mini");
     BucketLog log = {0};
-    cr_expect_eq(plan_ds3_reduce_buckets(&m, 2, 1e5, log_bucket, &log), 13);
+    cr_expect_eq(plan_ds_reduce_buckets(&m, 2, 1e5, 0, log_bucket, &log), 13);
     cr_assert_eq(log.n, 13);
     for (int i = 0; i < 13; i++) cr_expect_eq(log.padded[i], MEASURED_RS[i], "bucket %d: %.0f", i, log.padded[i]);
     cr_expect_eq(log.at[12], -1, "the embeddings, in the epilogue");
     cr_expect_str_eq(m.layers[log.at[0]].name, "block.3", "the first closed in the last block's backward");
     plan_model_free(&m);
+}
+
+/* ZeRO-1 without overlap_comm fills the same buckets after backward, in the groups' order
+   (stage_1_and_2.py reduce_gradients: `for param in group`). Hand-worked on a = [3, 5],
+   b = [8, 2], bucket 9, forward order 3, 5, 8, 2: 3 + 5 <= 9; + 8 > 9 -> [3, 5] closed by 8
+   (layer b); 8 + 2 > 9 -> [8] closed by 2 (layer b), and 8 <= 9: the IPG buffer's; the epilogue
+   reduces [2]. Backward order (ZeRO-2's hooks) packs them otherwise: [2], [8], [5, 3]. */
+Test(plan_deepspeed, zero1_buckets_should_fill_in_the_groups_order_after_backward) {
+    ModelSpec m;
+    plan_model_init(&m, "t", ARCH_GENERIC);
+    add_tensors(&m, "a", (const int64_t[]){3, 5}, 2);
+    add_tensors(&m, "b", (const int64_t[]){8, 2}, 2);
+    BucketLog log = {0};
+    cr_expect_eq(plan_ds_reduce_buckets(&m, 2, 9, 1, log_bucket, &log), 3);
+    cr_assert_eq(log.n, 3);
+    static const double FWD[] = {8, 8, 2}, BWD[] = {2, 8, 8};
+    static const int FWD_AT[] = {1, 1, -1};
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(log.elems[i], FWD[i], "forward bucket %d: %.0f", i, log.elems[i]);
+        cr_expect_eq(log.at[i], FWD_AT[i], "forward bucket %d closed in layer %d", i, log.at[i]);
+        cr_expect_eq(log.offset[i], -1, "no tensor is larger than the bucket");
+    }
+    BucketLog back = {0};
+    plan_ds_reduce_buckets(&m, 2, 9, 0, log_bucket, &back);
+    for (int i = 0; i < 3; i++) cr_expect_eq(back.elems[i], BWD[i], "backward bucket %d: %.0f", i, back.elems[i]);
+    Ds12Buckets s;
+    plan_ds12_buckets(&m, 2, 10, 9, 1, &s);
+    cr_expect_eq(s.count, 3);
+    cr_expect_eq(s.first_at, 1);
+    cr_expect_eq(s.elems[0], 8);
+    cr_expect_eq(s.elems[1], 8);
+    cr_expect_eq(s.flat[0], 8);
+    cr_expect_eq(s.last_flat, 2);
+    plan_model_free(&m);
+}
+
+/* A tensor larger than the bucket goes alone, from its own gradient (extra_large_param_to_reduce),
+   and average_tensor cuts it at the partition edges; allreduce_and_scatter all-reduces a chunk
+   once a slice takes it past reduce_bucket_size. Hand-worked: 14 elements at flat offset 3,
+   partitions of 5: slices 2 | 5 | 5 | 2. Bucket 4: 2 + 5 = 7 > 4 (one), 5 > 4 (two), 2 (the
+   rest, three); the largest flattened chunk 7. Bucket 1 (a user's 0, kept as 1; DeepSpeed's 0
+   is the same for any slice of more than one element): one all-reduce per slice. */
+Test(plan_deepspeed, a_tensor_larger_than_the_bucket_should_be_reduced_in_partition_slices) {
+    DsBucket alone = {-1, 14, 14, 3}, ipg = {-1, 14, 14, -1};
+    double flat;
+    cr_expect_eq(plan_ds12_bucket_allreduces(&alone, 5, 4, &flat), 3);
+    cr_expect_eq(flat, 7);
+    cr_expect_eq(plan_ds12_bucket_allreduces(&alone, 5, 1, &flat), 4);
+    cr_expect_eq(flat, 5);
+    /* partitions of 2 and a bucket of 3: the whole-partition runs skip ahead two slices a chunk;
+       offset 0, 14 elements: 7 slices of 2 -> chunks of 4, 4, 4 and the last 2 */
+    DsBucket at0 = {-1, 14, 14, 0};
+    cr_expect_eq(plan_ds12_bucket_allreduces(&at0, 2, 3, &flat), 4);
+    cr_expect_eq(flat, 4);
+    /* a bucket of the IPG buffer: one all-reduce of its elements */
+    cr_expect_eq(plan_ds12_bucket_allreduces(&ipg, 5, 20, &flat), 1);
+    cr_expect_eq(flat, 14);
+}
+
+/* --ds-reduce-bucket 0 (kept as 1): every tensor reduced alone, in its partition slices: Llama-2-7B
+   on 8 ranks is 291 tensors, 7 of them across a partition edge (they cannot all fall on a
+   tensor boundary): between 291 and 298 all-reduces, not one per element (6.7e9 before). */
+Test(plan_deepspeed, a_bucket_of_one_element_should_reduce_each_tensor_alone) {
+    ModelSpec m = zoo("llama2-7b");
+    TrainSpec t;
+    ClusterSpec c;
+    setup(&t, &c, "llama2-7b", 8);
+    t.ds.reduce_bucket = 1;
+    CommPlan p;
+    plan_comm(&m, &t, &c, STRAT_ZERO2, &p);
+    double n;
+    payload(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, &n);
+    int tensors = 0;
+    for (int i = 0; i < m.n_layers; i++) tensors += m.layers[i].n_tensors;
+    cr_expect_eq(tensors, 291);
+    cr_expect(n >= tensors && n <= tensors + 7, "%.0f all-reduces", n);
+    plan_model_free(&m);
+}
+
+/* Measured (bench/torch/results/probes/zero{1,2}_reduce_buckets_gpt2-mini_rb{1e5,3e5}.json:
+   memplan validate --against torch --model gpt2-mini --strategy zero1|zero2 --ranks 2
+   --ds-reduce-bucket 1e5|3e5, DeepSpeed 0.19.8, 2 gloo ranks, amp-bf16 (fp32 gradients)): the
+   backward all-reduces in order, elements (payload / 4 B). ZeRO-2 fills them in backward order
+   (ZeRO-3's 13 buckets, unpadded), ZeRO-1 in the groups' order after backward (the embeddings'
+   131,072 first). By element count (ceil(940,800 / bucket)) memplan had 10 and 4. */
+typedef struct {
+    StrategyKind s;
+    double bucket;
+    int n;
+    double elems[16];
+} MeasuredBuckets;
+
+static const MeasuredBuckets MEASURED_BUCKETS[] = {
+    {STRAT_ZERO2, 1e5, 13, {66432, 82688, 49536, 66048, 82688, 49536, 66048, 82688, 49536, 66048, 82688, 65792, 131072}},
+    {STRAT_ZERO1, 1e5, 13, {131072, 82944, 66048, 65920, 66304, 66048, 65920, 66304, 66048, 65920, 66304, 66048, 65920}},
+};
+
+Test(plan_deepspeed, zero12_all_reduces_should_be_the_buckets_deepspeed_reduces) {
+    for (size_t k = 0; k < sizeof MEASURED_BUCKETS / sizeof MEASURED_BUCKETS[0]; k++) {
+        const MeasuredBuckets *w = &MEASURED_BUCKETS[k];
+        const char *sn = plan_strategy(w->s)->name;
+        ModelSpec m = zoo("gpt2-mini");
+        BucketLog log = {0};
+        cr_expect_eq(plan_ds_reduce_buckets(&m, 2, w->bucket, w->s == STRAT_ZERO1, log_bucket, &log), w->n, "%s %.0e", sn,
+                     w->bucket);
+        for (int i = 0; i < w->n && i < 16; i++)
+            cr_expect_eq(log.elems[i], w->elems[i], "%s %.0e bucket %d: %.0f", sn, w->bucket, i, log.elems[i]);
+        /* the collective table counts the same all-reduces, of the same bytes in all */
+        TrainSpec t;
+        ClusterSpec c;
+        setup(&t, &c, "gpt2-mini", 2);
+        t.ds.reduce_bucket = w->bucket;
+        CommPlan p;
+        plan_comm(&m, &t, &c, w->s, &p);
+        double n, b = payload(&p, COLL_ALL_REDUCE, PHASE_BACKWARD, &n);
+        cr_expect_eq(n, w->n, "%s %.0e: %.0f all-reduces in the table", sn, w->bucket, n);
+        cr_expect_eq(b, 940800.0 * 4);
+        plan_model_free(&m);
+    }
 }
