@@ -149,8 +149,9 @@ void rule_ddp_broadcast(const StepCtx *x, Step *st) {
 
 /* ZeRO-1/2's bucket all-reduces (plan_ds_reduce_buckets, plan_ds12_bucket_allreduces): one entry
    per bucket with its count, after the backward of the layer whose tensor's hook closed it, the
-   epilogue's after the first layer's; all after backward where the buckets are filled there
-   (at_end). */
+   epilogue's after the first layer's; ZeRO-1's all after the boundary's backward (at_end: where
+   reduce_gradients fills them without overlap_comm; with it the hooks of the boundary's backward
+   do, which docs/validation-time.md "DeepSpeed's schedule" tried and did not keep). */
 typedef struct {
     const StepCtx *x;
     Step *st;
@@ -173,8 +174,8 @@ static void ds12_reduce_bucket(void *ctx, const DsBucket *b) {
    The buckets hold whole tensors (plan_ds_reduce_buckets); each reduction flattens its bucket's
    slices into a new tensor (allreduce_bucket: self.flatten(bucket)) and all-reduces it
    (use_multi_rank_bucket_allreduce): ZeRO-2 as buckets fill, every micro-step; ZeRO-1 at the
-   boundary, after backward in the groups' order (reduce_gradients), or with overlap_comm from the
-   hooks. The account holds the flattened copies of the reductions after backward (ZeRO-1's first
+   boundary, filled after backward in the groups' order (reduce_gradients), or with overlap_comm
+   by the hooks in backward order (placed after backward either way). The account holds the flattened copies of the reductions after backward (ZeRO-1's first
    two, ZeRO-2's epilogue). The step all-gathers the updated partitions. docs/formulas.md
    "DeepSpeed's reduce bucket", "DeepSpeed collectives". */
 void rule_ds12_reducer(const StepCtx *x, Step *st) {
@@ -204,7 +205,7 @@ void rule_ds12_reducer(const StepCtx *x, Step *st) {
        boundary. docs/formulas.md "DeepSpeed ZeRO-1/2's reduce buckets on their streams" */
     int overlap = x->dsk.overlap_comm == 1;
     Ds12Reduce rd = {x, st, {x->ds12_stage1 ? MICRO_LAST : MICRO_EVERY, overlap ? SCHED_ASYNC_AFTER : SCHED_SYNC_AFTER,
-                             overlap}, x->ds12_forward};
+                             overlap}, x->ds12_stage1};
     plan_ds_reduce_buckets(x->m, x->n, bkt, x->ds12_forward, ds12_reduce_bucket, &rd);
     /* one all_gather_into_tensor of the flat group per parameter group (runtime/utils.py
        all_gather_dp_groups: torch has all_gather_into_tensor, so allgather_bucket_size's

@@ -457,6 +457,7 @@ typedef struct {
 static const MeasuredBuckets MEASURED_BUCKETS[] = {
     {STRAT_ZERO2, 1e5, 13, {66432, 82688, 49536, 66048, 82688, 49536, 66048, 82688, 49536, 66048, 82688, 65792, 131072}},
     {STRAT_ZERO1, 1e5, 13, {131072, 82944, 66048, 65920, 66304, 66048, 65920, 66304, 66048, 65920, 66304, 66048, 65920}},
+    {STRAT_ZERO1, 3e5, 4, {280064, 264192, 264576, 131968}},
 };
 
 Test(plan_deepspeed, zero12_all_reduces_should_be_the_buckets_deepspeed_reduces) {
