@@ -106,18 +106,21 @@ double plan_ds_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, int 
         int64_t one;
         for (int k = layer_tensors(&m->layers[i], &t, &one) - 1; k >= 0; k--) psi += t[k] > 0 ? (double)t[k] : 0;
     }
-    DsBucket b = {0, 0, 0, -1};
+    DsBucket b = {0, 0, 0, -1, 0};
     double off = 0, held = 0;   /* the last tensor's flat offset; tensors in the bucket */
     for (int s = 0; s < m->n_layers; s++) {
         int i = forward ? s : m->n_layers - 1 - s;
         const int64_t *t;
         int64_t one;
         int nt = layer_tensors(&m->layers[i], &t, &one);
+        double lay = 0;   /* layer i's elements walked */
         for (int j = 0; j < nt; j++) {
             double e = (double)t[forward ? j : nt - 1 - j];
             if (e <= 0) continue;
+            lay += e;
             if (b.elems + e > bucket && b.elems > 0) {   /* this tensor's hook reduces the bucket */
                 b.at = i;
+                b.done = lay;
                 b.offset = held == 1 && b.elems > bucket ? off : -1;
                 if (fn) fn(ctx, &b);
                 count++;
@@ -132,6 +135,7 @@ double plan_ds_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, int 
     }
     if (b.elems > 0) {   /* the epilogue's (independent_gradient_partition_epilogue) */
         b.at = -1;
+        b.done = 0;
         b.offset = held == 1 && b.elems > bucket ? off : -1;
         if (fn) fn(ctx, &b);
         count++;
@@ -175,6 +179,14 @@ double plan_ds12_bucket_allreduces(const DsBucket *b, double part, double bucket
     return count;
 }
 
+double plan_ds_largest_tensor(const LayerSpec *l) {
+    const int64_t *t;
+    int64_t one;
+    double big = 0;
+    for (int k = layer_tensors(l, &t, &one) - 1; k >= 0; k--) big = fmax(big, (double)t[k]);
+    return big;
+}
+
 typedef struct {
     Ds12Buckets *o;
     double part, bucket;
@@ -185,7 +197,10 @@ static void ds12_sum(void *ctx, const DsBucket *b) {
     Ds12Buckets *o = d->o;
     double flat;
     plan_ds12_bucket_allreduces(b, d->part, d->bucket, &flat);
-    if (o->count == 0) o->first_at = b->at;
+    if (o->count == 0) {
+        o->first_at = b->at;
+        o->first_done = b->done;
+    }
     if (o->count < 2) {
         o->elems[(int)o->count] = b->elems;
         o->flat[(int)o->count] = flat;

@@ -115,6 +115,8 @@ typedef struct {
     double offset;     /* one tensor larger than the bucket, reduced from its own gradient
                           (stage_1_and_2.py extra_large_param_to_reduce): its offset in the flat
                           parameters (layer order); -1: a bucket of the IPG buffer */
+    double done;       /* elements of layer `at`'s tensors walked up to and including the one
+                          that closed the bucket (its hook runs once they all exist) */
 } DsBucket;
 typedef void (*DsBucketFn)(void *ctx, const DsBucket *b);
 double plan_ds_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, int forward, DsBucketFn fn, void *ctx);
@@ -127,11 +129,17 @@ double plan_ds_reduce_buckets(const ModelSpec *m, int64_t n, double bucket, int 
    *largest: the largest chunk's elements (allreduce_bucket's flatten). */
 double plan_ds12_bucket_allreduces(const DsBucket *b, double part, double bucket, double *largest);
 
+/* The largest of layer l's trainable tensors (elements; the layer's parameters where its tensors
+   are unknown): ZeRO-2's hooks copy each gradient into the bucket and free it as AccumulateGrad
+   makes it, so a layer's backward holds one of its gradients at a time. */
+double plan_ds_largest_tensor(const LayerSpec *l);
+
 /* What ZeRO-1/2's memory account reads of its buckets (plan_ds_reduce_buckets in the order
    `forward`, part elements per rank's partition). */
 typedef struct {
     double count;          /* buckets */
     int first_at;          /* layer whose tensor closed the first bucket (-1: the epilogue) */
+    double first_done;     /* its DsBucket.done: how far into that layer's backward it closed */
     double elems[2];       /* the first two buckets' elements (0: none) */
     double flat[2];        /* their largest flattened all-reduce input (elements) */
     double last_flat;      /* the last bucket's (the epilogue's) */

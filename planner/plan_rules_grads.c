@@ -170,7 +170,8 @@ void rule_engine_grad_flight(const StepCtx *x, Step *st) {
 /* ZeRO-2: each parameter's gradient is copied into the reduce bucket by its hook as it is ready
    and freed; grads_in_partition (the tensors overlapping the rank's partition, whole) exists
    from the first reduction: the first bucket closed mid-backward (by the hook of the tensor
-   that did not fit, plan_ds_reduce_buckets), or the end of backward. ZeRO-1: the .grad tensors
+   that did not fit, plan_ds_reduce_buckets), or the end of backward; a layer's backward holds
+   one of its gradients at a time. ZeRO-1: the .grad tensors
    (rule_autograd_grads) move into the bucket at the end of backward one by one, whole, in the
    groups' order: the first reduction holds those not yet moved (all but the first bucket's), the
    partition is allocated after it, and a second reduction holds what is left beside the
@@ -183,11 +184,18 @@ void rule_ds12_gradients(const StepCtx *x, Step *st) {
     double gb = x->p->grad_bytes, psi = x->z.psi;
     int end = pt(x, PT_END, 0), reduce = x->N > 1;
     if (!x->ds12_stage1) {
-        /* the partition: the first bucket's reduction, else the norm */
-        int at = b->count > 1 && b->first_at >= 0 ? pt(x, PT_BWD_MLP, b->first_at) : pt(x, PT_NORM, 0);
+        /* the partition: from the hook of the tensor that closed the first bucket (at the MLP
+           moment if the tensors made by then closed it, else at the rest of that layer's
+           backward), else the norm */
+        int at = pt(x, PT_NORM, 0), f = b->first_at;
+        if (b->count > 1 && f >= 0)
+            at = b->first_done <= plan_act_block_bwd_done_elems(m, f, x->t, &x->in) ? pt(x, PT_BWD_MLP, f)
+                                                                                       : pt(x, PT_BWD, f);
+        /* one gradient at a time: AccumulateGrad makes it, its hook copies it into the bucket and
+           frees it (a tensor larger than the bucket waits for the next hook's reduction) */
         for (int i = x->L - 1; i >= 0; i--)
             step_hold(st, RULE_DS12_IN_FLIGHT, TERM_GRADS, pt(x, PT_BWD_MLP, i), AT_BEFORE, pt(x, PT_BWD, i), AT_AFTER,
-                      (double)m->layers[i].params * gb);
+                      plan_ds_largest_tensor(&m->layers[i]) * gb);
         step_hold(st, RULE_DS12_PARTITION, TERM_GRADS, at, AT_BEFORE, end, AT_AFTER, x->grads_steady);
         if (reduce) step_sample(st, pt(x, PT_REDUCE1, 0));
         return;
@@ -262,9 +270,13 @@ void rule_mlp_pending_grads(const StepCtx *x, Step *st) {
         double mlp_out = plan_act_block_bwd_done_elems(m, i, x->t, &x->in);
         const LayerSpec *l = &m->layers[i];
         double pu = (double)l->params;
+        /* ZeRO-2 holds one tensor, its largest (rule_ds12_gradients): at the MLP moment as much of
+           it as the MLP output projection has made */
+        double one = x->ds12 && !x->ds12_stage1 ? plan_ds_largest_tensor(l) : 0;
         double own = x->f2.on ? (l->unit > 0 && !x->acc.unit_unsharded ? pu * gb : 0)
-                   : x->ds12 && !x->ds12_stage1 ? pu * gb : autograd_grad(x, i);
-        double later = pu > 0 ? 1 - fmin(1, mlp_out / pu) : 0;
+                   : one > 0 ? one * gb : autograd_grad(x, i);
+        double whole = one > 0 ? one : pu;
+        double later = whole > 0 ? 1 - fmin(1, mlp_out / whole) : 0;
         double pending = own * later;
         int p = pt(x, PT_BWD_MLP, i);
         step_mem(st, RULE_MLP_PENDING_GRADS, TERM_GRADS, p, AT_BEFORE, -pending);

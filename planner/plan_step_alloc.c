@@ -40,12 +40,12 @@ void plan_step_alloc_layout(Step *st, const StepCtx *x) {
         st->alloc_split[RULE_DDP_BUCKETS] = SPLIT_BUCKETS;
     }
     if (x->ds3_py) st->alloc_split[RULE_PARAMS] = SPLIT_TENSORS;
-    /* under DeepSpeed autograd still makes each parameter's .grad (its hooks then copy them
-       into the reduce bucket) */
+    /* under DeepSpeed autograd still makes each parameter's .grad; ZeRO-2's hooks copy each
+       into the reduce bucket and free it as it is made, so its in-flight gradient is one tensor
+       (RULE_DS12_IN_FLIGHT stays one piece: the layer's largest) */
     if (x->ds_py) {
         st->alloc_split[RULE_AUTOGRAD_GRADS] = SPLIT_TENSORS;
         st->alloc_split[RULE_ACCUM_GRADS] = SPLIT_TENSORS;
-        st->alloc_split[RULE_DS12_IN_FLIGHT] = SPLIT_TENSORS;
     }
     /* FSDP's gathered parameters, unit by unit. FSDP1: each unit's are its one padded
        FlatParameter, allocated whole on the unshard stream (_flat_param.py

@@ -10,6 +10,7 @@
 #include "plan_deepspeed.h"
 #include "plan_memory.h"
 #include "plan_sim.h"
+#include "plan_step.h"
 #include "test_plan.h"
 
 /* DeepSpeed's default sizes, as a TrainSpec that sets none gets them */
@@ -310,7 +311,7 @@ Test(plan_deepspeed, zero3_groups_beyond_the_tracked_ones_should_still_balance) 
    the epilogue reduces [5, 3]: padded 2 x ceil(5 / 2) + 2 x ceil(3 / 2) = 6 + 4. */
 typedef struct {
     int n, at[16];
-    double padded[16], elems[16], offset[16];
+    double padded[16], elems[16], offset[16], done[16];
 } BucketLog;
 
 static void log_bucket(void *ctx, const DsBucket *d) {
@@ -320,6 +321,7 @@ static void log_bucket(void *ctx, const DsBucket *d) {
         b->padded[b->n] = d->padded;
         b->elems[b->n] = d->elems;
         b->offset[b->n] = d->offset;
+        b->done[b->n] = d->done;
     }
     b->n++;
 }
@@ -405,7 +407,7 @@ Test(plan_deepspeed, zero1_buckets_should_fill_in_the_groups_order_after_backwar
    rest, three); the largest flattened chunk 7. Bucket 1 (a user's 0, kept as 1; DeepSpeed's 0
    is the same for any slice of more than one element): one all-reduce per slice. */
 Test(plan_deepspeed, a_tensor_larger_than_the_bucket_should_be_reduced_in_partition_slices) {
-    DsBucket alone = {-1, 14, 14, 3}, ipg = {-1, 14, 14, -1};
+    DsBucket alone = {-1, 14, 14, 3, 0}, ipg = {-1, 14, 14, -1, 0};
     double flat;
     cr_expect_eq(plan_ds12_bucket_allreduces(&alone, 5, 4, &flat), 3);
     cr_expect_eq(flat, 7);
@@ -413,7 +415,7 @@ Test(plan_deepspeed, a_tensor_larger_than_the_bucket_should_be_reduced_in_partit
     cr_expect_eq(flat, 5);
     /* partitions of 2 and a bucket of 3: the whole-partition runs skip ahead two slices a chunk;
        offset 0, 14 elements: 7 slices of 2 -> chunks of 4, 4, 4 and the last 2 */
-    DsBucket at0 = {-1, 14, 14, 0};
+    DsBucket at0 = {-1, 14, 14, 0, 0};
     cr_expect_eq(plan_ds12_bucket_allreduces(&at0, 2, 3, &flat), 4);
     cr_expect_eq(flat, 4);
     /* a bucket of the IPG buffer: one all-reduce of its elements */
@@ -441,7 +443,7 @@ Test(plan_deepspeed, a_bucket_of_one_element_should_reduce_each_tensor_alone) {
     plan_model_free(&m);
 }
 
-/* Measured (bench/torch/results/probes/zero{1,2}_reduce_buckets_gpt2-mini_rb{2e4,1e5,3e5}.json:
+/* Measured (bench/torch/results/gpt2-mini_zero{1,2}_amp-bf16_none_sdpa_r2_b1_s128_rb{2e4,1e5,3e5}.json:
    memplan validate --against torch --model gpt2-mini --strategy zero1|zero2 --ranks 2
    --ds-reduce-bucket 2e4|1e5|3e5, DeepSpeed 0.19.8, 2 gloo ranks, amp-bf16 (fp32 gradients)): the
    backward all-reduces in order, elements (payload / 4 B). ZeRO-2 fills them in backward order
@@ -509,4 +511,95 @@ Test(plan_deepspeed, zero12_all_reduces_should_be_the_buckets_deepspeed_reduces)
         cr_expect_eq(b, 940800.0 * 4);
         plan_model_free(&m);
     }
+}
+
+/* The hook of the tensor that closes a bucket runs once AccumulateGrad has made it: the walk says
+   how far into the layer's backward that is. Hand-worked on a = [3, 5], b = [8, 2], bucket 9,
+   backward order 2, 8, 5, 3: 2 + 8 > 9 -> closed by 8, layer b's tensors walked 2 + 8 = 10;
+   8 + 5 > 9 -> closed by 5, layer a's walked 5; [5, 3] in the epilogue (0). A layer's largest
+   tensor is the most of its gradients ZeRO-2 holds at once. */
+Test(plan_deepspeed, a_bucket_should_say_how_far_into_its_layers_backward_it_closed) {
+    ModelSpec m;
+    plan_model_init(&m, "t", ARCH_GENERIC);
+    add_tensors(&m, "a", (const int64_t[]){3, 5}, 2);
+    add_tensors(&m, "b", (const int64_t[]){8, 2}, 2);
+    BucketLog log = {0};
+    cr_expect_eq(plan_ds_reduce_buckets(&m, 2, 9, 0, log_bucket, &log), 3);
+    static const double DONE[] = {10, 5, 0};
+    static const int AT[] = {1, 0, -1};
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(log.at[i], AT[i], "bucket %d closed in layer %d", i, log.at[i]);
+        cr_expect_eq(log.done[i], DONE[i], "bucket %d closed %.0f elements into its layer", i, log.done[i]);
+    }
+    Ds12Buckets s;
+    plan_ds12_buckets(&m, 2, 10, 9, 0, &s);
+    cr_expect_eq(s.first_at, 1);
+    cr_expect_eq(s.first_done, 10, "closed by b's 8, after its 2");
+    cr_expect_eq(plan_ds_largest_tensor(&m.layers[0]), 5);
+    cr_expect_eq(plan_ds_largest_tensor(&m.layers[1]), 8);
+    plan_model_free(&m);
+}
+
+/* Bytes rule r allocates at (point p, when w) of a built step (its + events). */
+static double allocated_at(const Step *st, RuleId r, int p, StepWhen w) {
+    double b = 0;
+    for (int e = 0; e < st->n_mem; e++)
+        if (st->mem[e].rule == r && st->mem[e].point == p && st->mem[e].when == w && st->mem[e].bytes > 0)
+            b += st->mem[e].bytes;
+    return b;
+}
+
+/* ZeRO-2's gradients one tensor at a time (stage_1_and_2.py 0.19.8: the hook's
+   reduce_independent_p_g_buckets_and_remove_grads copies param.grad into the IPG bucket and
+   points it there, l. 1451-1456, freeing AccumulateGrad's tensor; a tensor larger than the
+   bucket waits for the next hook's reduce_ipg_grads, l. 2213-2227), and grads_in_partition
+   allocated by the first copy_grads_in_partition (l. 2178-2189), from the hook of the tensor
+   that closed the first bucket. Hand-worked on gpt2-mini, 2 ranks, fp32 (a block's backward
+   walks c_proj.bias 128, c_proj.weight 65,536, c_fc.bias 512, c_fc.weight 65,536, ...; the
+   final norm's 256 first): each block holds its largest tensor, 65,536 x 4 B, never its
+   198,272 elements; at bucket 2e4 c_proj.weight (65,664 into block.3, the MLP output
+   projection's 65,664) closes [256 + 128], so the partition is there at block.3's MLP moment;
+   at 1e5 c_fc.weight (131,712 into block.3) closes [66,432] after the MLP moment, so the
+   partition appears with the rest of block.3's backward; at 3e5 block.2's c_fc.weight; at the
+   default 5e8 one bucket, the epilogue's: the partition from the norm. Measured peaks
+   (bench/torch/results/gpt2-mini_zero2_amp-bf16_none_sdpa_r2_b1_s128_rb*.json): memplan -0.05,
+   +2.07, +0.24 % (before: -0.05, -5.48, -3.81 %). */
+Test(plan_deepspeed, zero2_should_hold_one_gradient_at_a_time_and_the_partition_from_the_closing_hook) {
+    ModelSpec m = zoo("gpt2-mini");
+    int b2 = -1, b3 = -1;
+    for (int i = 0; i < m.n_layers; i++) {
+        if (strcmp(m.layers[i].name, "block.2") == 0) b2 = i;
+        if (strcmp(m.layers[i].name, "block.3") == 0) b3 = i;
+    }
+    cr_assert(b2 >= 0 && b3 >= 0);
+    static const struct {
+        double bucket;
+        PointKind kind;
+        int block;   /* 2, 3; -1: the norm */
+    } CASES[] = {{2e4, PT_BWD_MLP, 3}, {1e5, PT_BWD, 3}, {3e5, PT_BWD, 2}, {5e8, PT_NORM, -1}};
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        TrainSpec t;
+        ClusterSpec c;
+        setup(&t, &c, "gpt2-mini", 2);
+        t.ds.reduce_bucket = CASES[k].bucket;
+        Step st;
+        cr_assert_eq(plan_step_build(&st, &m, &t, &c, STRAT_ZERO2), 0);
+        int L = st.n_layers, blk = CASES[k].block == 2 ? b2 : b3;
+        for (int i = 0; i < L; i++) {
+            double want = m.layers[i].kind == LAYER_EMBED ? 131072 * 4.0
+                        : m.layers[i].kind == LAYER_BLOCK ? 65536 * 4.0 : -1;
+            if (want < 0) continue;
+            cr_expect_eq(allocated_at(&st, RULE_DS12_IN_FLIGHT, plan_step_point(L, PT_BWD_MLP, i), AT_BEFORE), want,
+                         "%.0e: %s holds its largest gradient", CASES[k].bucket, m.layers[i].name);
+        }
+        int at = plan_step_point(L, CASES[k].kind, CASES[k].block < 0 ? 0 : blk);
+        double part = allocated_at(&st, RULE_DS12_PARTITION, at, AT_BEFORE), all = 0;
+        for (int e = 0; e < st.n_mem; e++)
+            if (st.mem[e].rule == RULE_DS12_PARTITION && st.mem[e].bytes > 0) all += st.mem[e].bytes;
+        cr_expect_eq(part, 2114048, "%.0e: grads_in_partition (rank 1's 528,512 elements) allocated there, %.0f",
+                     CASES[k].bucket, part);
+        cr_expect_eq(all, part, "%.0e: and only there", CASES[k].bucket);
+        plan_step_free(&st);
+    }
+    plan_model_free(&m);
 }
