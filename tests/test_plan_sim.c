@@ -702,4 +702,13 @@ Test(sim_time, nccl_channels_across_nodes_should_follow_the_nodes_nics) {
         cr_expect(fabs(plan_coll_steal(&c, 1) - (double)CASES[k].want / (c.gpu.sms - CASES[k].want)) < 1e-15, "case %zu", k);
         cr_expect(fabs(plan_coll_steal(&c, 0) - 24.0 / (c.gpu.sms - 24)) < 1e-15, "case %zu: inside a node 24", k);
     }
+    /* in the step: two buckets over 16 A100s on two nodes of 400 Gb/s (fms-fsdp's), layer 1's
+       all-reduce a beside layer 0's backward b = 2a, which it stretches by 4 / 104 a, not 16 / 92 a */
+    ClusterSpec c;
+    cluster(&c, 16, 8);
+    c.gpu.inter_bw = 6.25;
+    double a = plan_coll_seconds(&c, COLL_ALL_REDUCE, 2e8, 16, 1), f = a, b = 2 * a;
+    SimResult r = two_buckets(&c, f, b, 2e8, 1);
+    cr_expect(REL(r.compute_s, 2 * f + 2 * b + 4.0 / 104.0 * a) < 1e-12, "%.9f", r.compute_s);
+    cr_expect(REL(r.step_s, 2 * f + b + (b + 4.0 / 104.0 * a) + a) < 1e-12, "%.9f", r.step_s);
 }
