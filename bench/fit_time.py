@@ -56,7 +56,7 @@ COARSE = 4
 # Row keys that become memplan flags when present (the required ones are in plan_args).
 OPTIONAL_FLAGS = (("fsdp", "--fsdp"), ("fsdp_reduce_dtype", "--fsdp-reduce-dtype"), ("tp", "--tp"),
                   ("sp", "--sp"), ("loss_parallel", "--loss-parallel"), ("pp", "--pp"), ("pp_schedule", "--pp-schedule"),
-                  ("microbatches", "--microbatches"), ("inter_bw", "--inter-bw"), ("intra_bw", "--intra-bw"),
+                  ("microbatches", "--microbatches"), ("inter_bw", "--inter-bw"), ("nics", "--nics"), ("intra_bw", "--intra-bw"),
                   ("optimizer", "--optimizer"), ("fsdp_backward_prefetch", "--fsdp-backward-prefetch"),
                   ("fsdp_grad_sync", "--fsdp-grad-sync"), ("dropout", "--dropout"), ("offload", "--offload"),
                   ("ds_reduce_bucket", "--ds-reduce-bucket"), ("ds3_prefetch", "--ds3-prefetch"),

@@ -201,7 +201,7 @@ static const struct { const char *flag, *same; int cupti, ranks; const char *why
     {"optimizer", "adamw", 0, 0, NULL}, {"act-ckpt", "none", 0, 0, NULL}, {"attn", "eager", 0, 0, NULL},
     {"dropout", "0", 0, 0, NULL}, {"gpus", NULL, 0, 1, NULL}, {"gpus-per-node", NULL, 0, 0, NULL},
     {"gpu-mem", NULL, 0, 0, NULL}, {"grad-as-bucket-view", NULL, 0, 0, NULL}, {"alloc-margin", NULL, 0, 0, NULL},
-    {"mfu", NULL, 0, 0, NULL}, {"intra-bw", NULL, 0, 0, NULL}, {"inter-bw", NULL, 0, 0, NULL},
+    {"mfu", NULL, 0, 0, NULL}, {"intra-bw", NULL, 0, 0, NULL}, {"inter-bw", NULL, 0, 0, NULL}, {"nics", NULL, 0, 0, NULL},
     {"latency", NULL, 0, 0, NULL}, {"syncbn", NULL, 0, 0, NULL}, {"impl", "engine", 0, 0, NULL},
     {"zero-grad", NULL, 0, 0, "the engine keeps its gradient buffers and zeroes them in place before each step"},
     {"loop", NULL, 0, 0, "the engine's fused LM head turns the logits into their gradient in place: there is no "

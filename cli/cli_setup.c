@@ -26,7 +26,7 @@ enum {
     OPT_MODEL = 1000, OPT_REVISION, OPT_PARAMS, OPT_UNITS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_PRECISION,
     OPT_OPTIMIZER, OPT_CKPT, OPT_ATTN, OPT_ATTN_KERNEL, OPT_DROPOUT, OPT_GPUS, OPT_GPN, OPT_GPU, OPT_GPU_MEM,
     OPT_STRATEGY, OPT_BUCKET_VIEW, OPT_CTX, OPT_CUBLAS, OPT_NCCL, OPT_MARGIN, OPT_JSON, OPT_IMPL, OPT_FSDP, OPT_AUTOCAST, OPT_LOOP, OPT_ZERO_GRAD, OPT_HELP,
-    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
+    OPT_SYNCBN, OPT_MFU, OPT_INTRA_BW, OPT_INTER_BW, OPT_NICS, OPT_LATENCY, OPT_FSDP_SYNC, OPT_MOE_IMBALANCE,
     OPT_DS_BUCKET, OPT_DS3_PREFETCH, OPT_DS3_LIVE, OPT_DS3_REUSE, OPT_DS3_PERSIST, OPT_DS_OVERLAP, OPT_ZERO_SYNC, OPT_ZERO_GROUP, OPT_ALLOC_CONF,
     OPT_CONFIG, OPT_CONFIG_KIND,
     OPT_TP, OPT_SP, OPT_LOSS_PARALLEL, OPT_PP, OPT_PP_SCHED, OPT_MICROBATCHES, OPT_PP_VIRTUAL, OPT_PP_LESS_FIRST, OPT_PP_LESS_LAST, OPT_PP_RETURN_OUTPUTS, OPT_EP, OPT_CP,
@@ -64,6 +64,7 @@ static const struct option BASE_OPTIONS[] = {
     {"time-shares", required_argument, 0, OPT_TIME_SHARES},
     {"intra-bw", required_argument, 0, OPT_INTRA_BW},
     {"inter-bw", required_argument, 0, OPT_INTER_BW},
+    {"nics", required_argument, 0, OPT_NICS},
     {"latency", required_argument, 0, OPT_LATENCY},
     {"syncbn", no_argument, 0, OPT_SYNCBN},
     {"json", optional_argument, 0, OPT_JSON},
@@ -224,6 +225,8 @@ void cli_print_setup_help(FILE *f) {
         "  --gpu-mem SIZE         override capacity: 24GiB, 24G (= GiB), 512MiB binary; 80GB decimal (10^9)\n"
         "  --intra-bw GBPS        override bandwidth per GPU inside a node (GB/s, decimal)\n"
         "  --inter-bw GBPS        override bandwidth per GPU across nodes (GB/s)\n"
+        "  --nics N               NICs per node, which set NCCL's channels across nodes (default: the fewest\n"
+        "                         of the preset's, one per GPU at its inter-node rate, that carry the node's)\n"
         "  --latency US           override the per-step collective latency (microseconds)\n"
         "  --mfu F                the flat time model: compute at F x the peak FLOP/s (default: time from the operations)\n"
         "  --time-shares K=F,...  the per-operation model's fitted shares for this plan: gemm (of the GPU's\n"
@@ -376,6 +379,7 @@ typedef struct {
     long long gpn;             /* --gpus-per-node, 0: the default */
     double gpu_mem, cublas_ws; /* bytes; -1: not given */
     double intra_bw, inter_bw; /* GB/s, 0: not given */
+    int nics;                  /* --nics, 0: not given */
     double latency_us;         /* < 0: not given */
     const char *alloc_conf;    /* --alloc-conf, NULL if none */
 } Flags;
@@ -594,6 +598,7 @@ static int resolve(CliSetup *s, const Flags *f, int need_model) {
     if (f->cublas_ws >= 0) s->cluster.gpu.cublas_ws_bytes = f->cublas_ws;   /* after --gpu, whatever the order */
     if (f->intra_bw > 0) s->cluster.gpu.intra_bw = f->intra_bw;
     if (f->inter_bw > 0) s->cluster.gpu.inter_bw = f->inter_bw;
+    if (f->nics > 0) s->cluster.nics = f->nics;
     if (f->latency_us >= 0) s->cluster.gpu.intra_lat = s->cluster.gpu.inter_lat = f->latency_us * 1e-6;
     if (gpn > s->cluster.gpus)
         return cli_usage_error("--gpus-per-node %lld is more than the %lld GPUs (--gpus): give --gpus-per-node %lld "
@@ -1095,6 +1100,10 @@ static int cluster_option(CliSetup *s, Flags *f, int c, const char *a) {
     case OPT_INTER_BW:
         if (plan_parse_double(a, 0.001, 100000, &d)) return cli_usage_error("--inter-bw '%s' is not a bandwidth in GB/s in [0.001, 100000]", a);
         f->inter_bw = d;
+        break;
+    case OPT_NICS:
+        if (plan_parse_double(a, 1, 64, &d) || d != floor(d)) return cli_usage_error("--nics '%s' is not a whole number of NICs per node in [1, 64]", a);
+        f->nics = (int)d;
         break;
     case OPT_LATENCY:
         if (plan_parse_double(a, 0, 10000, &d)) return cli_usage_error("--latency '%s' is not a latency in microseconds in [0, 10000]", a);

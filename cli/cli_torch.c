@@ -835,7 +835,7 @@ static const struct {
     {"nccl-mem", NULL, "the prediction zeroes the GPU overheads (gloo on CPU ranks)"},
     {"alloc-margin", NULL, "the prediction zeroes the caching allocator's margin (CPU ranks have none)"},
     {"mfu", NULL, "no time is compared"}, {"intra-bw", NULL, "no time is compared"},
-    {"inter-bw", NULL, "no time is compared"}, {"latency", NULL, "no time is compared"},
+    {"inter-bw", NULL, "no time is compared"}, {"nics", NULL, "no time is compared"}, {"latency", NULL, "no time is compared"},
     {"autocast", "cpu", "the CPU ranks run CPU autocast's op lists (valid: cpu)"},
     {"quant-base", "none", "the harness loads no bitsandbytes base (a quantized base is planned, not run)"},
     {"moe-imbalance", "1", "the harness cannot force a routing imbalance (it is planned, not run)"},

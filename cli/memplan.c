@@ -414,7 +414,7 @@ static char *auto_pick_command(const CliSetup *s, const PlanOpts *o, const AutoR
    than none and full, the overheads), as given or as resolved. */
 static void emit_readback(FILE *f, const CliSetup *s, const AutoResult *r) {
     static const char *const KEEP[] = {"params", "units", "gpus", "gpus-per-node", "gpu", "gpu-mem", "cublas-ws", "cuda-context",
-        "nccl-mem", "alloc-margin", "alloc-conf", "mfu", "intra-bw", "inter-bw", "latency", "attn", "attn-kernel", "dropout", "moe-imbalance",
+        "nccl-mem", "alloc-margin", "alloc-conf", "mfu", "intra-bw", "inter-bw", "nics", "latency", "attn", "attn-kernel", "dropout", "moe-imbalance",
         "loop", "zero-grad", "autocast", "lora", "lora-alpha", "lora-targets", "lora-dropout", "freeze", "quant-base", "syncbn"};
     fputs("# read back: memplan --config FILE", f);
     if (s->model_arg) { fputs(" --model ", f); shell_word(f, s->model_arg); }

@@ -122,21 +122,69 @@ static double nccl_seconds(const ClusterSpec *c, CollKind op, double payload, in
 }
 
 /* The CTAs NCCL runs a collective's kernel on, one per channel, each holding an SM while it
-   runs (NCCL's kernels take the whole SM's shared memory a large GEMM tile needs too), as NCCL's
-   topology search sets them (src/graph/search.cc, connect.cc ncclTopoPostset: the search's rings
-   duplicated) and its logs print them, [NVLink][crosses nodes]: an 8-GPU HGX A100 node 24
-   ("Channel 23/24", NVIDIA/nccl-tests issue 100), an H100 node 24 (an all-gather's 24 blocks,
-   NVIDIA developer forum "Compute-Communication Overlap Causes Severe GEMM Performance
-   Degradation"), H100 over 3 nodes of 8 NICs 16 ("Channel 00/16", NVIDIA/nccl issue 1453); a PCIe
-   node 2 (SHM, nccl-tests issue 228), taken across nodes too (an estimate). docs/formulas.md
-   "Communication beside compute". */
-static const int NCCL_CTAS[2][2] = {{2, 2}, {24, 16}};
+   runs (NCCL's kernels take the whole SM's shared memory a large GEMM tile needs too). Inside a
+   node as its logs print them, [NVLink]: an 8-GPU HGX A100 node 24 ("Channel 23/24",
+   NVIDIA/nccl-tests issue 100), an H100 node 24 (an all-gather's 24 blocks, NVIDIA developer forum
+   "Compute-Communication Overlap Causes Severe GEMM Performance Degradation"); a PCIe node 2 (SHM,
+   nccl-tests issue 228), taken across nodes too (an estimate). Across NVLink nodes the channels
+   follow the NICs (plan_nccl_net_channels). docs/formulas.md "Communication beside compute". */
+static const int NCCL_CTAS_NODE[2] = {2, 24};
+
+/* NCCL's inter-node ring search (NVIDIA/nccl src/graph/search.cc ncclTopoCompute, 2.18 on; at
+   5067397): a channel enters the node at a NIC and leaves by it, taking its speed from that
+   NIC's bandwidth, at the highest speed of the generation's list that the GPU's path to the NIC
+   carries (system->maxBw: the NIC, or the PCIe link, x16 lanes x 120 (Gen4) or 240 (Gen5) x 100
+   Mb/s / 80 = 24 / 48 GB/s, topo.cc kvDictPciGen: the preset's host link x 0.96). GB/s, highest
+   first: speedArrayInter (compute capability < 9), sm90SpeedArrayInter, sm100SpeedArrayInter. */
+static const double NCCL_SPEED_SM80[] = {48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12};
+static const double NCCL_SPEED_SM90[] = {48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12};
+static const double NCCL_SPEED_SM100[] = {96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12};
+#define NSPEED(a) ((int)(sizeof(a) / sizeof((a)[0])))
+static const struct { const char *gen; int cc; const double *speed; int n; } NCCL_GENS[] = {
+    {"hopper", 90, NCCL_SPEED_SM90, NSPEED(NCCL_SPEED_SM90)},
+    {"blackwell", 100, NCCL_SPEED_SM100, NSPEED(NCCL_SPEED_SM100)},
+};
+#define NCCL_SEARCH_MAX_CHANNELS 16   /* ringGraph->maxChannels = MAXCHANNELS / 2 (init.cc; MAXCHANNELS 32 in 2.18-2.21) */
+
+/* The channels NCCL opens for a ring across nodes: one per NIC from the search (each NIC's
+   bandwidth carries one channel at the speed its path allows), doubled when that speed is 25
+   GB/s or more unless a Hopper-or-later GPU runs more than 4 at under 50 (ncclTopoDupChannels),
+   doubled again for every communicator (connect.cc ncclTopoPostset, "Duplication should be
+   complete now"), and again on Hopper and later below 16 where the speed is over 45 GB/s ("Use 4
+   compute channels per search channel"). An 8-NIC DGX A100 (200 Gb/s each) or H100 (400 Gb/s)
+   gets 16 ("Channel 00/16" on H100 over 3 nodes of 8 NICs, NVIDIA/nccl issue 1453); a node of two
+   200 Gb/s NICs 4. */
+int plan_nccl_net_channels(const ClusterSpec *c) {
+    int cc = 80, nspeed = NSPEED(NCCL_SPEED_SM80);
+    const double *speeds = NCCL_SPEED_SM80;
+    for (size_t i = 0; c->gpu.eff && i < sizeof(NCCL_GENS) / sizeof(NCCL_GENS[0]); i++)
+        if (strcmp(NCCL_GENS[i].gen, c->gpu.eff->key) == 0) {
+            cc = NCCL_GENS[i].cc;
+            speeds = NCCL_GENS[i].speed;
+            nspeed = NCCL_GENS[i].n;
+        }
+    int nics = plan_cluster_nics(c);
+    double gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
+    double path = fmin(gpn * c->gpu.inter_bw / nics, c->gpu.host_bw * 0.96);
+    int k = 0;
+    while (k < nspeed - 1 && speeds[k] > path) k++;
+    double speed = speeds[k];
+    int ch = nics < NCCL_SEARCH_MAX_CHANNELS ? nics : NCCL_SEARCH_MAX_CHANNELS;
+    if (speed >= 25 && !(cc > 80 && speed < 50 && ch > 4)) {
+        int dup = 2 * ch < NCCL_SEARCH_MAX_CHANNELS ? 2 * ch : NCCL_SEARCH_MAX_CHANNELS;
+        if (dup > ch) speed /= 2;
+        ch = dup;
+    }
+    ch *= 2;
+    if (cc >= 90 && speed > 45 && ch < 16) ch *= 2;
+    return ch;
+}
 
 double plan_coll_steal(const ClusterSpec *c, int crosses_nodes) {
     if (c->comm_steal > 0) return c->comm_steal;   /* measured (CPU ranks) */
     if (plan_time_flat(c) || c->gpu.sms <= 0) return 0;
-    double ctas = NCCL_CTAS[c->gpu.nvlink ? 1 : 0][crosses_nodes ? 1 : 0], sms = c->gpu.sms;
-    return ctas < sms ? ctas / (sms - ctas) : 0;
+    double ctas = c->gpu.nvlink && crosses_nodes ? plan_nccl_net_channels(c) : NCCL_CTAS_NODE[c->gpu.nvlink ? 1 : 0];
+    return ctas < c->gpu.sms ? ctas / (c->gpu.sms - ctas) : 0;
 }
 
 /* An all-to-all of a rank's payload bytes over group ranks: NCCL runs it as grouped

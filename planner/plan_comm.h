@@ -115,9 +115,13 @@ double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int6
                          int crosses_nodes);
 /* Compute seconds a rank loses per second a collective runs beside its compute: measured
  * (ClusterSpec.comm_steal, CPU ranks), else, on a GPU under the per-operation model, the SMs the
- * collective's NCCL kernel holds (its CTAs, one per channel) over the SMs left to the compute,
- * ctas / (sms - ctas); 0 under the flat model. crosses_nodes as plan_coll_seconds. */
+ * collective's NCCL kernel holds (its CTAs, one per channel: 24 inside an NVLink node, across nodes
+ * plan_nccl_net_channels) over the SMs left to the compute, ctas / (sms - ctas); 0 under the flat
+ * model. crosses_nodes as plan_coll_seconds. */
 double plan_coll_steal(const ClusterSpec *c, int crosses_nodes);
+/* The channels (CTAs) NCCL opens for a ring across c's nodes, from its NICs (plan_cluster_nics;
+   docs/formulas.md "Communication beside compute"). */
+int plan_nccl_net_channels(const ClusterSpec *c);
 /* FSDP under gradient accumulation: with no_sync() the (K-1) non-final micro-steps skip their
  * reduce-scatters but keep full unsharded gradients. extra = the added gradient bytes per GPU,
  * saved = the reduce-scatter wire bytes per GPU and optimizer step no longer sent; of the rank's

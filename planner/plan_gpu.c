@@ -6,6 +6,7 @@
 
 #include "plan_shares.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -157,6 +158,18 @@ void plan_cluster_defaults(ClusterSpec *c) {
     plan_alloc_config_defaults(&c->alloc_conf);
     c->mfu = 0;   /* time from the operations; --mfu F restores the flat model */
     c->coll_base_lat = PLAN_COLL_BASE_LAT;
+}
+
+/* NICs per node: --nics, else the fewest of the preset's own (its node's one NIC per GPU at the
+   preset's inter_bw: docs/gpus.md) that carry the node's bandwidth (an estimate where a source
+   gives the node's bandwidth and not its NICs). */
+int plan_cluster_nics(const ClusterSpec *c) {
+    double gpn = (double)(c->gpus_per_node > 0 ? c->gpus_per_node : 1);
+    if (c->nics > 0) return c->nics;
+    const GpuPreset *ref = c->gpu.name ? plan_gpu_by_name(c->gpu.name) : NULL;
+    double nic = ref && ref->inter_bw > 0 ? ref->inter_bw : c->gpu.inter_bw;
+    double n = nic > 0 ? ceil(gpn * c->gpu.inter_bw / nic - 1e-9) : gpn;
+    return n < 1 ? 1 : (int)n;
 }
 
 int64_t plan_cluster_nodes(const ClusterSpec *c) {

@@ -121,6 +121,8 @@ typedef struct {
                                 while it computes (CPU ranks: the cores do the copies) */
     double coll_issue_s;     /* compute seconds a rank spends per collective it issues to run
                                 behind compute (CPU ranks: the hand-over to a progress thread) */
+    int nics;                /* NICs per node (--nics); 0: the fewest of the preset's that carry
+                                gpus_per_node x gpu.inter_bw (plan_cluster_nics) */
 } ClusterSpec;
 
 /* 1 when c prices time with the flat model (--mfu, a measured description), 0 when from the
@@ -130,6 +132,9 @@ static inline int plan_time_flat(const ClusterSpec *c) { return c->mfu > 0; }
 /* Defaults: PLAN_DEFAULT_GPU, 1 GPU, the documented overheads. */
 void plan_cluster_defaults(ClusterSpec *c);
 int64_t plan_cluster_nodes(const ClusterSpec *c);
+/* NICs per node: --nics, else the fewest of the preset's NICs (one per GPU at its inter_bw) that
+   carry gpus_per_node x gpu.inter_bw. */
+int plan_cluster_nics(const ClusterSpec *c);
 /* Host memory per node (bytes): --host-mem, or the preset's per-GPU share x GPUs per node. */
 double plan_cluster_host_mem(const ClusterSpec *c);
 

@@ -386,6 +386,7 @@ Test(cli, new_flags_should_refuse_bad_values_in_one_line) {
     expect_usage_error("auto --model gpt2 --bn-min-batch -1", "--bn-min-batch '-1'");
     expect_usage_error("--model gpt2 --intra-bw 0", "--intra-bw '0'");
     expect_usage_error("--model gpt2 --inter-bw fast", "--inter-bw 'fast'");
+    expect_usage_error("--model gpt2 --nics 2.5", "--nics '2.5' is not a whole number of NICs per node in [1, 64]");
     expect_usage_error("--model gpt2 --latency -2", "--latency '-2'");
     expect_usage_error("--model gpt2 --mfu 2", "--mfu '2'");
     expect_usage_error("--model gpt2 --grad-accum 2 --fsdp-grad-sync often",

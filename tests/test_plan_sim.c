@@ -648,7 +648,7 @@ static SimResult two_buckets(const ClusterSpec *c, double f, double b, double pa
 
 /* A collective's NCCL kernel holds one SM per channel (CTA) while it runs, so the compute beside
    it runs on the SMs left: slower by ctas / (sms - ctas) of the overlap (docs/formulas.md
-   "Communication beside compute"). A100 (108 SMs): 24 CTAs in a node, 16 across nodes. Worked by
+   "Communication beside compute"). A100 (108 SMs): 24 CTAs in a node, 16 across 8-NIC nodes. Worked by
    hand: forward 2f, layer 1's backward b, its all-reduce a (shorter than b) beside layer 0's
    backward, stretched by s a; then layer 0's all-reduce, exposed. */
 Test(sim_time, compute_beside_a_collective_should_run_on_the_sms_its_channels_leave) {
@@ -674,4 +674,41 @@ Test(sim_time, compute_beside_a_collective_should_run_on_the_sms_its_channels_le
     c.comm_steal = 0;
     c.mfu = 0.4;
     cr_expect_eq(plan_coll_steal(&c, 0), 0);
+}
+
+/* NCCL's channels across nodes follow the NICs (src/graph/search.cc ncclTopoCompute,
+   ncclTopoDupChannels; connect.cc ncclTopoPostset), worked by hand: an 8-NIC DGX A100 (200 Gb/s
+   = 25 GB/s each, PCIe Gen4 24) searches 8 channels at 24 GB/s, under 25 so not duplicated, 16
+   per communicator; DGX H100 (400 Gb/s, Gen5 48) 8 at 48, Hopper with more than 4 under 50 not
+   duplicated, 16; a 400 Gb/s A100 node (fms-fsdp's, two of the preset's NICs) 2 at 24 -> 4; an
+   800 Gb/s H100 node 2 at 48, duplicated to 4 at 24, 8; the same A100 node as 4 x 100 Gb/s NICs
+   (InternLM's, --nics 4) 4 at 12 -> 8. */
+Test(sim_time, nccl_channels_across_nodes_should_follow_the_nodes_nics) {
+    static const struct { const char *gpu; double inter_bw; int nics, want_nics, want; } CASES[] = {
+        {"a100-80gb", 0, 0, 8, 16}, {"h100-80gb", 0, 0, 8, 16}, {"b200", 0, 0, 8, 16},
+        {"a100-80gb", 6.25, 0, 2, 4}, {"h100-80gb", 12.5, 0, 2, 8}, {"a100-80gb", 6.25, 4, 4, 8},
+        {"h800", 25, 0, 4, 16}, {"h800", 25, 8, 8, 16},
+    };
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        ClusterSpec c;
+        plan_cluster_defaults(&c);
+        c.gpu = *plan_gpu_by_name(CASES[k].gpu);
+        c.gpus = 32;
+        c.gpus_per_node = 8;
+        if (CASES[k].inter_bw > 0) c.gpu.inter_bw = CASES[k].inter_bw;
+        c.nics = CASES[k].nics;
+        cr_expect_eq(plan_cluster_nics(&c), CASES[k].want_nics, "case %zu", k);
+        cr_expect_eq(plan_nccl_net_channels(&c), CASES[k].want, "case %zu", k);
+        cr_expect(fabs(plan_coll_steal(&c, 1) - (double)CASES[k].want / (c.gpu.sms - CASES[k].want)) < 1e-15, "case %zu", k);
+        cr_expect(fabs(plan_coll_steal(&c, 0) - 24.0 / (c.gpu.sms - 24)) < 1e-15, "case %zu: inside a node 24", k);
+    }
+    /* in the step: two buckets over 16 A100s on two nodes of 400 Gb/s (fms-fsdp's), layer 1's
+       all-reduce a beside layer 0's backward b = 2a, which it stretches by 4 / 104 a, not 16 / 92 a */
+    ClusterSpec c;
+    cluster(&c, 16, 8);
+    c.gpu.inter_bw = 6.25;
+    double a = plan_coll_seconds(&c, COLL_ALL_REDUCE, 2e8, 16, 1), f = a, b = 2 * a;
+    SimResult r = two_buckets(&c, f, b, 2e8, 1);
+    cr_expect(REL(r.compute_s, 2 * f + 2 * b + 4.0 / 104.0 * a) < 1e-12, "%.9f", r.compute_s);
+    cr_expect(REL(r.step_s, 2 * f + b + (b + 4.0 / 104.0 * a) + a) < 1e-12, "%.9f", r.step_s);
 }

@@ -188,7 +188,7 @@ case(2, "validate --against torch --model gpt2-tiny --lora 8 --quant-base nf4", 
 RANGES = [("batch", 1, 1000000, 1), ("seq", 1, 10000000, 1), ("grad-accum", 1, 1000000, 1), ("gpus", 1, 1000000, 1),
           ("gpus-per-node", 1, 1024, 1), ("tp", 1, 1024, 1), ("pp", 1, 1024, 1), ("microbatches", 1, 1000000, 1),
           ("lora", 1, 65536, 1), ("units", 1, 100000, 1), ("dropout", 0, 0.999, 0), ("lora-dropout", 0, 0.999, 0),
-          ("lora-alpha", 1e-6, 1e6, 0), ("mfu", 0.01, 1, 0), ("intra-bw", 0.001, 100000, 0), ("inter-bw", 0.001, 100000, 0),
+          ("lora-alpha", 1e-6, 1e6, 0), ("mfu", 0.01, 1, 0), ("intra-bw", 0.001, 100000, 0), ("inter-bw", 0.001, 100000, 0), ("nics", 1, 64, 1),
           ("latency", 0, 10000, 0), ("ds-reduce-bucket", 0, 1e13, 0), ("ds3-prefetch", 0, 1e13, 0), ("ds3-max-live", 0, 1e13, 0),
           ("fsdp-min-params", 1, 1e16, 0), ("params", 1, 1e16, 0)]
 for flag, lo, hi, integer in RANGES:
