@@ -94,10 +94,13 @@ fixture("zo_list.json", '{"train_micro_batch_size_per_gpu": 1, "zero_optimizatio
 case(2, "--config $F/zo_list.json --model gpt2", "table", "zero_optimization as a list")
 fixture("fp16_string.json", '{"train_micro_batch_size_per_gpu": 1, "fp16": "yes"}')
 case(2, "--config $F/fp16_string.json --model gpt2", "table", "fp16 as a string")
-fixture("zeros.json", '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "reduce_bucket_size": 0, "stage3_prefetch_bucket_size": 0, "stage3_param_persistence_threshold": 0}}')
-case(0, "--config $F/zeros.json --model gpt2 --gpus 2", "-", "DeepSpeed's zeros are valid (ge=0)")
+fixture("zeros.json", '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 0, "stage3_param_persistence_threshold": 0}}')
+case(0, "--config $F/zeros.json --model gpt2 --gpus 2", "-", "DeepSpeed's zeros are valid where its config says ge=0")
+fixture("reduce0.json", '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "reduce_bucket_size": 0}}')
+case(2, "--config $F/reduce0.json --model gpt2 --gpus 2", "reduce_bucket_size", "reduce_bucket_size 0 refused as DeepSpeed 0.19.8 refuses it (zero/config.py: gt=0)")
+case(2, "--model gpt2 --ds-reduce-bucket 0 --strategy zero2", "--ds-reduce-bucket", "item 9: --ds-reduce-bucket 0 refused (DeepSpeed: gt=0)")
 fixture("neg.json", '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "reduce_bucket_size": -1}}')
-case(2, "--config $F/neg.json --model gpt2 --gpus 2", "from 0", "a negative bucket")
+case(2, "--config $F/neg.json --model gpt2 --gpus 2", "from 1", "a negative bucket")
 for i, v in enumerate(["4.5", '"eight"', "1e30", "-3", "true", "null", "[1]"]):
     fixture(f"mb_{i}.json", '{"train_micro_batch_size_per_gpu": %s, "bf16": {"enabled": true}}' % v)
     case("02", f"--config $F/mb_{i}.json --model gpt2", "-", f"micro-batch {v}")
@@ -189,7 +192,7 @@ RANGES = [("batch", 1, 1000000, 1), ("seq", 1, 10000000, 1), ("grad-accum", 1, 1
           ("gpus-per-node", 1, 1024, 1), ("tp", 1, 1024, 1), ("pp", 1, 1024, 1), ("microbatches", 1, 1000000, 1),
           ("lora", 1, 65536, 1), ("units", 1, 100000, 1), ("dropout", 0, 0.999, 0), ("lora-dropout", 0, 0.999, 0),
           ("lora-alpha", 1e-6, 1e6, 0), ("mfu", 0.01, 1, 0), ("intra-bw", 0.001, 100000, 0), ("inter-bw", 0.001, 100000, 0), ("nics", 1, 64, 1),
-          ("latency", 0, 10000, 0), ("ds-reduce-bucket", 0, 1e13, 0), ("ds3-prefetch", 0, 1e13, 0), ("ds3-max-live", 0, 1e13, 0),
+          ("latency", 0, 10000, 0), ("ds-reduce-bucket", 1, 1e13, 0), ("ds3-prefetch", 0, 1e13, 0), ("ds3-max-live", 0, 1e13, 0),
           ("fsdp-min-params", 1, 1e16, 0), ("params", 1, 1e16, 0)]
 for flag, lo, hi, integer in RANGES:
     below = lo - 1 if integer else (lo / 10 if lo > 0 else -0.001)
@@ -198,7 +201,7 @@ for flag, lo, hi, integer in RANGES:
         if isinstance(v, float): v = repr(v)
         case(2, f"--model gpt2 --{flag} '{v}'", f"--{flag}", f"item 9: --{flag} {v!s} refused")
 for flag, v in [("batch", "1"), ("gpus", "1"), ("dropout", "0"), ("dropout", "0.999"), ("lora-dropout", "0.999"), ("lora-alpha", "1e-6"),
-                ("mfu", "1"), ("latency", "0"), ("ds-reduce-bucket", "0")]:
+                ("mfu", "1"), ("latency", "0"), ("ds-reduce-bucket", "1")]:
     extra = " --lora 8" if flag.startswith("lora-") else " --strategy zero2" if flag.startswith("ds") else ""
     case(0, f"--model gpt2 --{flag} {v}{extra}", "-", f"item 9: --{flag} {v} at its bound accepted")
 
@@ -253,8 +256,9 @@ case(2, "alloc $F/trace_nul.txt", "not text", "NUL bytes")
 fixture("trace_free.txt", "f 10\nf 20\n")
 case(0, "alloc $F/trace_free.txt", "-", "frees of nothing")
 case(0, f"alloc --alloc-conf '' {A}", "-", "alloc: an empty conf is torch's defaults")
-for conf in ["max_split_size_mb:-1", "garbage", "expandable_segments:maybe", "roundup_power2_divisions:0"]:
+for conf in ["garbage", "expandable_segments:maybe", "roundup_power2_divisions:0"]:
     case(2, f"alloc --alloc-conf '{conf}' {A}", "-", f"alloc conf {conf!r}")
+case(0, f"alloc --alloc-conf 'max_split_size_mb:-1' {A}", "-", "alloc conf max_split_size_mb:-1 read as torch reads it (std::stoull wraps the minus: no limit)")
 for cap in ["0", "1", "1MiB", "2000GiB", "-5GiB", "nanGiB"]:
     case("02", f"alloc --capacity {cap} {A}", "-", f"alloc capacity {cap}")
 
