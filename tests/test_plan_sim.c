@@ -5,6 +5,7 @@
 
 #include "plan_auto.h"
 #include "plan_sim.h"
+#include "plan_step.h"
 #include "plan_zoo.h"
 #include "test_plan.h"
 
@@ -444,6 +445,7 @@ static AutoResult *auto_twice(const ModelSpec *m, const TrainSpec *t, const Clus
 Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
     struct { const char *model; int gpus; double mem_gib; int64_t global_batch; } cases[] = {
         {"gpt2", 8, 16, 0}, {"gpt2", 8, 40, 0}, {"gpt2-xl", 8, 24, 0}, {"gpt2-xl", 2, 40, 0}, {"llama2-7b", 8, 40, 64},
+        {"resnet50", 8, 4, 0}, {"resnet50", 1, 8, 0},
     };
     int spared = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -474,6 +476,45 @@ Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
         plan_model_free(&m);
     }
     cr_expect_gt(spared, 0);
+}
+
+/* auto's bound leaves a batch unsimulated where plan_sim_tokens_ceiling (the step's compute
+   alone: its zeroing, K micro-steps of layer compute, its optimizer) is below the score to beat,
+   so the ceiling must never be below the simulated tokens/s: over models with and without
+   communication to hide, every strategy, checkpointing, accumulation, offload and one or 8 GPUs;
+   and it must be reached where nothing is left to hide (one GPU), else it spares nothing. */
+Test(sim_time, the_tokens_ceiling_should_never_be_below_the_simulated_tokens_per_second) {
+    const char *models[] = {"gpt2", "resnet50", "llama2-7b"};
+    int checked = 0, reached = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        ModelSpec m = zoo(models[mi]);
+        for (int gpus = 1; gpus <= 8; gpus += 7)
+            for (int k = 0; k < STRAT_COUNT; k++)
+                for (int v = 0; v < 4; v++) {
+                    TrainSpec t;
+                    plan_train_defaults(&t);
+                    t.micro_batch = 1 + 3 * v;
+                    t.grad_accum = v & 1 ? 3 : 1;
+                    t.act_ckpt = v & 2 ? CKPT_FULL : CKPT_NONE;
+                    t.ckpt_every = v & 2 ? 1 : 0;
+                    t.offload = v == 3 && plan_strategy_offloads((StrategyKind)k, OFFLOAD_OPT) ? OFFLOAD_OPT : OFFLOAD_NONE;
+                    ClusterSpec c;
+                    cluster(&c, gpus, gpus);
+                    Step st;
+                    plan_step_build_for(&st, &m, &t, &c, (StrategyKind)k, PLAN_STEP_TIME);
+                    SimResult s;
+                    if (!st.failed && !plan_sim_step(&st, 0, &s)) {
+                        double ceil = plan_sim_tokens_ceiling(&st);
+                        cr_expect_geq(ceil, s.tokens_per_s, "%s %d GPUs strategy %d case %d", models[mi], gpus, k, v);
+                        checked++;
+                        reached += gpus == 1 && ceil < s.tokens_per_s * (1 + 1e-9);
+                    }
+                    plan_step_free(&st);
+                }
+        plan_model_free(&m);
+    }
+    cr_expect_gt(checked, 100);
+    cr_expect_gt(reached, 0);
 }
 
 /* The plan's recommendation (plan_auto_recommend) reads auto's pick, its figures and the fix,
