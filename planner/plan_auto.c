@@ -143,12 +143,16 @@ static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const Clust
 static double setup_score(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k, int known,
                           double below, double *tps, double *comm_s) {
     Step st;
-    plan_step_build_for(&st, m, t, c, k, PLAN_STEP_TIME);   /* its work and collectives alone */
-    if (known && below > 0 && plan_sim_tokens_ceiling(&st) < below) {
+    if (known && below > 0) {   /* the compute rule's work alone, a subset of the whole build's */
+        plan_step_build_for(&st, m, t, c, k, PLAN_STEP_TIME | PLAN_STEP_COMPUTE);
+        double ceil = plan_sim_tokens_ceiling(&st);
         plan_step_free(&st);
-        *tps = *comm_s = 0;
-        return 0;
+        if (ceil < below) {
+            *tps = *comm_s = 0;
+            return 0;
+        }
     }
+    plan_step_build_for(&st, m, t, c, k, PLAN_STEP_TIME);   /* its work and collectives alone */
     SimResult s;
     plan_sim_step(&st, 0, &s);
     double comm = 0;

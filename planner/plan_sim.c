@@ -526,6 +526,7 @@ int plan_sim_step(const Step *st, int record, SimResult *out) {
     if (st->failed) return st->status ? st->status : -1;
     if (st->built_for & PLAN_STEP_MEMORY) return PLAN_ERR_REFUSED;   /* a memory-only probe has no work */
     if (record && (st->built_for & PLAN_STEP_TIME)) return PLAN_ERR_REFUSED;   /* nor a time-only one memory */
+    if (st->built_for & PLAN_STEP_COMPUTE) return PLAN_ERR_REFUSED;   /* nor a compute-only one at all */
     SimPrep P;
     if (prepare(&P, st)) return -1;
     int rc = run(&P, record, out);

@@ -479,8 +479,9 @@ Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
 }
 
 /* auto's bound leaves a batch unsimulated where plan_sim_tokens_ceiling (the step's compute
-   alone: its zeroing, K micro-steps of layer compute, its optimizer) is below the score to beat,
-   so the ceiling must never be below the simulated tokens/s: over models with and without
+   alone: its zeroing, K micro-steps of layer compute, its optimizer), read from a build of the
+   compute rule alone (PLAN_STEP_COMPUTE), is below the score to beat, so that ceiling must never
+   be below the whole step's, nor that one below the simulated tokens/s: over models with and without
    communication to hide, every strategy, checkpointing, accumulation, offload and one or 8 GPUs;
    and it must be reached where nothing is left to hide (one GPU), else it spares nothing. */
 Test(sim_time, the_tokens_ceiling_should_never_be_below_the_simulated_tokens_per_second) {
@@ -502,14 +503,19 @@ Test(sim_time, the_tokens_ceiling_should_never_be_below_the_simulated_tokens_per
                     cluster(&c, gpus, gpus);
                     Step st;
                     plan_step_build_for(&st, &m, &t, &c, (StrategyKind)k, PLAN_STEP_TIME);
+                    Step cs;   /* the compute rule's work alone, as auto's bound reads it */
+                    plan_step_build_for(&cs, &m, &t, &c, (StrategyKind)k, PLAN_STEP_TIME | PLAN_STEP_COMPUTE);
                     SimResult s;
+                    cr_expect(st.failed || plan_sim_step(&cs, 0, &s) == PLAN_ERR_REFUSED, "a compute-only step is not simulated");
                     if (!st.failed && !plan_sim_step(&st, 0, &s)) {
-                        double ceil = plan_sim_tokens_ceiling(&st);
+                        double ceil = plan_sim_tokens_ceiling(&st), ceil_c = plan_sim_tokens_ceiling(&cs);
                         cr_expect_geq(ceil, s.tokens_per_s, "%s %d GPUs strategy %d case %d", models[mi], gpus, k, v);
+                        cr_expect_geq(ceil_c, ceil, "%s %d GPUs strategy %d case %d", models[mi], gpus, k, v);
                         checked++;
-                        reached += gpus == 1 && ceil < s.tokens_per_s * (1 + 1e-9);
+                        reached += gpus == 1 && ceil_c < s.tokens_per_s * (1 + 1e-9);
                     }
                     plan_step_free(&st);
+                    plan_step_free(&cs);
                 }
         plan_model_free(&m);
     }
