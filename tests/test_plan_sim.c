@@ -507,6 +507,17 @@ Test(sim_time, the_tokens_ceiling_should_never_be_below_the_simulated_tokens_per
                     plan_step_build_for(&cs, &m, &t, &c, (StrategyKind)k, PLAN_STEP_TIME | PLAN_STEP_COMPUTE);
                     SimResult s;
                     cr_expect(st.failed || plan_sim_step(&cs, 0, &s) == PLAN_ERR_REFUSED, "a compute-only step is not simulated");
+                    int same = 0, n_compute = 0;   /* its work: the whole build's compute rule's, item for item */
+                    for (int w = 0; !st.failed && w < st.n_work; w++) {
+                        int r = st.work[w].rule;
+                        if (r != RULE_LAYER_COMPUTE && r != RULE_ENGINE_PASSES && r != RULE_OPTIMIZER_STEP) continue;
+                        same += n_compute < cs.n_work && !memcmp(&st.work[w], &cs.work[n_compute], sizeof st.work[w]);
+                        n_compute++;
+                    }
+                    if (!st.failed)
+                        cr_expect(same == n_compute && n_compute == cs.n_work && n_compute > 0,
+                                  "%s %d GPUs strategy %d case %d: %d of %d compute items alike, %d built",
+                                  models[mi], gpus, k, v, same, n_compute, cs.n_work);
                     if (!st.failed && !plan_sim_step(&st, 0, &s)) {
                         double ceil = plan_sim_tokens_ceiling(&st), ceil_c = plan_sim_tokens_ceiling(&cs);
                         cr_expect_geq(ceil, s.tokens_per_s, "%s %d GPUs strategy %d case %d", models[mi], gpus, k, v);
