@@ -137,10 +137,21 @@ static TrainSpec cheapest(const ModelSpec *m, const TrainSpec *base, const Clust
 }
 
 /* The setup's own step at micro-batch t->micro_batch: its simulated time, or (compute unknown)
-   its communication. Returns the score (higher is better). */
+   its communication. Returns the score (higher is better). below > 0 (time known): a step whose
+   tokens/s cannot reach below (plan_sim_tokens_ceiling: its compute alone) is not
+   simulated, and scores 0. */
 static double setup_score(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k, int known,
-                          double *tps, double *comm_s) {
+                          double below, double *tps, double *comm_s) {
     Step st;
+    if (known && below > 0) {   /* the compute rule's work alone, a subset of the whole build's */
+        plan_step_build_for(&st, m, t, c, k, PLAN_STEP_TIME | PLAN_STEP_COMPUTE);
+        double ceil = plan_sim_tokens_ceiling(&st);
+        plan_step_free(&st);
+        if (ceil < below) {
+            *tps = *comm_s = 0;
+            return 0;
+        }
+    }
     plan_step_build_for(&st, m, t, c, k, PLAN_STEP_TIME);   /* its work and collectives alone */
     SimResult s;
     plan_sim_step(&st, 0, &s);
@@ -168,7 +179,9 @@ static int64_t accum_for(const ClusterSpec *c, const TrainSpec *t, const AutoSpe
 /* An upper bound on the score of setup t (checkpointing fixed) over the micro-batches lo..hi
    that fit: the best score over those whose tensors alone fit the capacity (no allocator share,
    no flat margin; the allocator's share is never negative, so a batch that fits with it fits
-   without). Stops once it exceeds stop. *tb: the largest batch whose tensors fit (0: none). */
+   without). Stops once it exceeds stop. *tb: the largest batch whose tensors fit (0: none).
+   A batch whose score's ceiling is below stop is not simulated: its score is below stop too, so
+   whether the bound exceeds stop, or reaches it, is the same as over every batch's score. */
 static double tensor_bound(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,
                            const AutoSpec *a, int64_t lo, int64_t hi, int known, double stop, int64_t *tb) {
     ClusterSpec bare = *c;
@@ -181,7 +194,7 @@ static double tensor_bound(const ModelSpec *m, const TrainSpec *t, const Cluster
         TrainSpec tt = *t;
         tt.micro_batch = b;
         if (!(tt.grad_accum = accum_for(c, t, a, b))) continue;
-        double tps, comm, sc = setup_score(m, &tt, c, k, known, &tps, &comm);
+        double tps, comm, sc = setup_score(m, &tt, c, k, known, stop, &tps, &comm);
         if (sc > bound) bound = sc;
     }
     return bound;
@@ -230,7 +243,7 @@ static Best search(const ModelSpec *m, const TrainSpec *base, const ClusterSpec 
             int64_t acc = accum_for(c, &t, a, b);
             if (!acc) continue;
             t.grad_accum = acc;
-            double tps, comm, score = setup_score(m, &t, c, k, known, &tps, &comm);
+            double tps, comm, score = setup_score(m, &t, c, k, known, 0, &tps, &comm);
             (*evaluated)++;
             if (!best.ok || score > best.score * (1 + 1e-9)) {
                 best.ok = 1;

@@ -111,6 +111,7 @@ typedef struct {
     int fits[PROBES], n;
     Step kept;               /* the second batch's step, built for its totals, kept for its probe */
     int64_t kept_b;          /* its batch; 0 none */
+    const Step *one;         /* the first batch's step (built for its totals, or the row's); NULL none */
 } Probes;
 
 static void remember(Probes *P, int64_t b, int fits) {
@@ -120,8 +121,8 @@ static void remember(Probes *P, int64_t b, int fits) {
 static int probe(Probes *P, int64_t b) {
     for (int i = 0; i < P->n; i++) if (P->b[i] == b) return P->fits[i];
     MemResult r;
-    if (b == P->kept_b) {
-        plan_memory_step(&P->kept, P->c, &r, NULL, NULL, 1);
+    if (b == P->kept_b || (b == 1 && P->one)) {
+        plan_memory_step(b == 1 && P->one ? P->one : &P->kept, P->c, &r, NULL, NULL, 1);
     } else {
         TrainSpec tt = *P->t;
         tt.micro_batch = b;
@@ -130,15 +131,6 @@ static int probe(Probes *P, int64_t b) {
         plan_memory_step(&st, P->c, &r, NULL, NULL, 1);
         plan_step_free(&st);
     }
-    remember(P, b, r.fits);
-    return r.fits;
-}
-
-/* The verdict at batch b of a step already built there (cached like a probe). */
-static int probe_step(Probes *P, int64_t b, const Step *st) {
-    for (int i = 0; i < P->n; i++) if (P->b[i] == b) return P->fits[i];
-    MemResult r;
-    plan_memory_step(st, P->c, &r, NULL, NULL, 1);
     remember(P, b, r.fits);
     return r.fits;
 }
@@ -166,18 +158,16 @@ static int64_t affine_bound(const double *ta, const double *tb, int n, int64_t b
     return ub;
 }
 
-/* Batches walked one at a time above the affine bound before the search gallops (the bound is
-   below the answer only by the allocator's rounding, as a rule: a few batches). */
-#define PLAN_MAX_BATCH_WALK 16
-
+/* The printed max micro-batch is the boundary this search finds: a batch b that fits with b + 1
+   not fitting (0 when batch 1 does not fit), found by galloping from the affine bound of the
+   tensor totals and bisecting; where fits(b) is monotone in b that is the largest batch that fits,
+   otherwise one such boundary (docs/formulas.md "The max micro-batch"). The probe order depends
+   only on the setup, never on the row's batch, whose verdict the search reads as a kept probe. */
 static int64_t search(Probes *P, const Step *row, int64_t max_b) {
-    /* lo fits (0: trivially), hi does not (beyond the search); the bracket does not start from the
-       row's verdict: with the allocator model fits(b) is not monotone near the boundary (a
-       segment's rounding: gemma2-mini on 4 GPUs fits at 2856 and 2960, not at 2857), and the
-       answer must not depend on the batch the plan was asked at */
-    int64_t lo = 0, hi = max_b + 1;
+    int64_t lo = 0, hi = max_b + 1;   /* lo fits (0: trivially), hi does not (beyond the search) */
     int64_t b0 = row ? row->view.t.micro_batch : 0;
-    /* the totals at batches 1 and 2 (the row's step where it is one of them) */
+    /* the totals at batches 1 and 2 (the row's step where it is one of them): the affine bound,
+       needed only where the search has a range (max_b > 1) */
     int cap = 4 * P->m->n_layers + 8;   /* forward per layer; per layer in backward up to 3 (a block's MLP
                                            backward, its end, a reduce-scatter); loss, reductions, norm, step */
     double stack1[512], stack2[512];
@@ -202,33 +192,33 @@ static int64_t search(Probes *P, const Step *row, int64_t max_b) {
         if (ok) P->kept_b = 2;
         s2 = &P->kept;
     }
-    if (ok) ok = tensor_totals(P, s1, &A) == PLAN_OK;
-    if (ok && max_b > 1) ok = tensor_totals(P, s2, &B) == PLAN_OK;
+    if (ok && max_b > 1) ok = tensor_totals(P, s1, &A) == PLAN_OK && tensor_totals(P, s2, &B) == PLAN_OK;
     if (ok && max_b > 1) {
         int n = A.n < B.n ? A.n : B.n;
         ub = affine_bound(t1, t2, n < cap ? n : cap, 1, 2, P->c->gpu.mem_bytes, max_b);
     }
-    if (ok && !probe_step(P, 1, s1)) ub = 0;   /* nothing fits */
-    plan_step_free(&first);
     if (t1 != stack1) free(t1);
     if (t2 != stack2) free(t2);
-    if (ub <= 0) return 0;
-    /* out of memory for the totals: bisect over the whole range (ub = max_b) */
+    if (!ok) ub = max_b;
+    /* ub = 0: a moment's tensors and fixed overheads at batch 1 exceed the GPU, and the
+       allocator's share is never negative: nothing fits. Not built: the whole range (ub = max_b) */
+    if (ub <= 0) {
+        plan_step_free(&first);
+        return 0;
+    }
+    if (ok) P->one = s1;
     if (probe(P, ub)) {
+        /* above the bound, as a rule, only by the allocator's rounding; far above it where the
+           totals are not affine in the batch (rules that switch at a batch size: resnet50 at
+           32 x 32 with --autocast cpu, bound 3,708, answer above 20,000): gallop up, then bisect */
         lo = ub;
-        /* above the bound, as a rule, only by rounding: a few batches, walked one at a time */
-        for (int k = 0; k < PLAN_MAX_BATCH_WALK && lo + 1 < hi; k++) {
-            if (!probe(P, lo + 1)) return lo;
-            lo++;
-        }
-        /* far above it (totals not affine in the batch, e.g. rules that switch at a batch size:
-           resnet50 at 32 x 32 with --autocast cpu walked 19,591 batches, 83 s): gallop up; the
-           bisection below closes either bracket */
         for (int64_t step = 1; lo + 1 < hi; step *= 2) {
             int64_t b = lo + step < hi ? lo + step : hi - 1;
             if (!probe(P, b)) { hi = b; break; }
             lo = b;
         }
+    } else if (ub > 1 && !probe(P, 1)) {
+        hi = 1;   /* batch 1 does not fit: the boundary at 0 */
     } else {
         hi = ub;
         for (int64_t step = 1; hi - step > lo; step *= 2) {   /* gallop down from the bound */
@@ -241,6 +231,8 @@ static int64_t search(Probes *P, const Step *row, int64_t max_b) {
         if (probe(P, mid)) lo = mid;
         else hi = mid;
     }
+    P->one = NULL;
+    plan_step_free(&first);
     return lo;
 }
 

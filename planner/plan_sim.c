@@ -426,6 +426,13 @@ static double step_tail(Run *R, Stream *cs, double t_end, Micro *mo, SimResult *
     return t_end;
 }
 
+/* The samples one step trains over the cluster: the tp ranks of a group (and the pp stages of a
+   pipeline) train the same samples, so gpus / (tp x pp) data-parallel replicas. */
+static double step_samples(const Step *st) {
+    const TrainSpec *vt = &st->view.t;
+    return (double)vt->micro_batch * (double)vt->grad_accum * (double)st->view.full.gpus / st->view.tp / st->view.pp;
+}
+
 /* The step of P on the two streams: grad_accum micro-steps (the first K - 1 without gradient
    sync, identical: one simulated and scaled), the optimizer step, the pipeline bubble. */
 static int run(const SimPrep *P, int record, SimResult *out) {
@@ -442,7 +449,7 @@ static int run(const SimPrep *P, int record, SimResult *out) {
         free(R.fwd_end); free(R.bwd_end); free(ready);
         return -1;
     }
-    double b = (double)vt->micro_batch, K = (double)vt->grad_accum;
+    double K = (double)vt->grad_accum;
     Stream cs = {0};
     cs.keep = P->stealing;
     Micro mo = {0};
@@ -497,7 +504,7 @@ static int run(const SimPrep *P, int record, SimResult *out) {
     out->exposed_comm_s = busy_end > out->compute_s ? busy_end - out->compute_s : 0;
     /* the tp ranks of a group (and the pp stages of a pipeline) train the same samples:
        gpus / (tp x pp) data-parallel replicas */
-    double samples = b * K * (double)P->c->gpus / P->st->view.tp / P->st->view.pp;
+    double samples = step_samples(P->st);
     out->tokens_per_s = t_end > 0 ? samples * P->tokens_per_sample / t_end : 0;
     out->flops_per_step = P->flops_per_micro * K;
     if (cs.oom) rc.oom = 1;
@@ -519,11 +526,34 @@ int plan_sim_step(const Step *st, int record, SimResult *out) {
     if (st->failed) return st->status ? st->status : -1;
     if (st->built_for & PLAN_STEP_MEMORY) return PLAN_ERR_REFUSED;   /* a memory-only probe has no work */
     if (record && (st->built_for & PLAN_STEP_TIME)) return PLAN_ERR_REFUSED;   /* nor a time-only one memory */
+    if (st->built_for & PLAN_STEP_COMPUTE) return PLAN_ERR_REFUSED;   /* nor a compute-only one at all */
     SimPrep P;
     if (prepare(&P, st)) return -1;
     int rc = run(&P, record, out);
     prep_free(&P);
     return rc;
+}
+
+/* run()'s step is at least the engine's zeroing, its micro-steps' layer compute and the
+   optimizer's compute: each micro-step's compute stream runs every layer's forward and backward
+   one after the other (before/after only wait, compute_dur only stretches), the first K - 1
+   scaled from one, after the zeroing; the tail adds the optimizer's work after them (and its
+   collectives, the host copies and the bubble add to it). The sum is taken here in another order
+   than run's, so it is lowered by 1e-12 (far above the rounding of a few thousand terms, ~n x
+   1.1e-16). */
+double plan_sim_tokens_ceiling(const Step *st) {
+    if (st->failed || (st->built_for & PLAN_STEP_MEMORY)) return INFINITY;
+    int L = st->view.m.n_layers, layer;
+    double layers = 0, fixed = 0;
+    for (int w = 0; w < st->n_work; w++) {   /* what work_at reads of each */
+        const StepWork *x = &st->work[w];
+        if (x->seconds <= 0) continue;
+        PointKind k = plan_step_point_kind(L, x->point, &layer);
+        if (x->scale == WORK_BATCH && (k == PT_FWD || k == PT_BWD)) layers += x->seconds;
+        else if (x->scale != WORK_BATCH && (k == PT_START || k == PT_STEP)) fixed += x->seconds;
+    }
+    double floor_s = (fixed + layers * (double)st->view.t.grad_accum) * (1 - 1e-12);
+    return floor_s > 0 ? step_samples(st) * st->tokens_per_sample / floor_s : INFINITY;
 }
 
 int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind k,

@@ -61,6 +61,9 @@ typedef struct {
  * built. */
 struct Step;
 int plan_sim_step(const struct Step *st, int record, SimResult *out);
+/* A ceiling on plan_sim_step(st)'s tokens_per_s without simulating: the step's samples over its
+ * micro-steps' layer compute, its zeroing and its optimizer's compute alone (a floor under the step's time). INFINITY where it has none. */
+double plan_sim_tokens_ceiling(const struct Step *st);
 /* plan_sim_step of the step of (m, t, c, s), built for the purpose. */
 int plan_sim(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
              int record, SimResult *out);

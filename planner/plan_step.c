@@ -148,6 +148,7 @@ static const struct {
    build no memory-only rule. */
 static int rule_runs(size_t k, unsigned what) {
     if (what & PLAN_STEP_MEMORY) return RULES[k].fn != rule_compute;
+    if (what & PLAN_STEP_COMPUTE) return RULES[k].fn == rule_compute;
     return !((what & PLAN_STEP_TIME) && RULES[k].memory_only);
 }
 
@@ -201,7 +202,7 @@ static int build_view(Step *st, RankView *v, unsigned what) {
     step_sample(st, pt(&x, PT_STEP, 0));
     for (size_t k = 0; k < sizeof(RULES) / sizeof(RULES[0]); k++)
         if (rule_runs(k, what)) RULES[k].fn(&x, st);
-    for (int d = 0; d < plan_dim_count(); d++)
+    for (int d = 0; d < plan_dim_count() && !(what & PLAN_STEP_COMPUTE); d++)
         if (plan_dim(d)->rule) plan_dim(d)->rule(&x, st);
     plan_step_ctx_free(&x);
     if (st->failed) return build_failed(st, PLAN_ERR_NOMEM, "out of host memory planning it", NULL);
@@ -274,7 +275,7 @@ int plan_step_build_for(Step *st, const ModelSpec *m, const TrainSpec *t, const 
     const char *where;
     int n = plan_rank_views(m, t, c, sk, views, PLAN_MAX_VIEWS, why, sizeof why, &where);
     if (n < 0) return build_failed(st, n, where, why);
-    if (n > 1) what &= ~(unsigned)PLAN_STEP_TIME;   /* the candidates' memory picks the rank */
+    if (n > 1) what &= ~(unsigned)(PLAN_STEP_TIME | PLAN_STEP_COMPUTE);   /* the candidates' memory picks the rank */
     /* host memory is the node's, for the setup as given (plan_dim_offload.h); a time-only build
        plans no memory, the host's neither */
     OffloadHost h;

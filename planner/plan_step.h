@@ -209,8 +209,11 @@ int plan_step_build(Step *st, const ModelSpec *m, const TrainSpec *t, const Clus
    only (PLAN_STEP_TIME: auto's scores; the work items and collectives as a whole build makes
    them, without the rules that write memory events alone, so such a step is simulated without
    its memory timeline and its memory, the host's included, is not planned). A setup of several candidate ranks (the
-   pipeline's stages) is built whole either way: its memory picks the rank. */
-enum { PLAN_STEP_ALL = 0, PLAN_STEP_MEMORY = 1, PLAN_STEP_TIME = 2 };
+   pipeline's stages) is built whole either way: its memory picks the rank. PLAN_STEP_COMPUTE
+   (with PLAN_STEP_TIME): the compute rule's work items alone, which a whole build writes alike
+   (the rules read the context, not each other's events), so a subset of its work: what
+   plan_sim_tokens_ceiling reads, and a step that is not simulated. */
+enum { PLAN_STEP_ALL = 0, PLAN_STEP_MEMORY = 1, PLAN_STEP_TIME = 2, PLAN_STEP_COMPUTE = 4 };
 int plan_step_build_for(Step *st, const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind s,
                         unsigned what);
 void plan_step_free(Step *st);

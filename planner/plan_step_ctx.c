@@ -208,6 +208,8 @@ int plan_step_ctx_init_for(StepCtx *x, const RankView *v, unsigned what) {
     x->ds3 = x->ds3_py && x->N > 1;
     x->fsdp = x->s->buffers == BUF_FSDP_FULL || x->s->buffers == BUF_FSDP_GRAD_OP;
     x->opt_on_gpu = !plan_offload_cpu_step(t, sk);
+    /* the compute rule reads no more (the model, the setup, the sizes, the host's figures) */
+    if (what & PLAN_STEP_COMPUTE) return 0;
     if (plan_fsdp2_setup(&x->f2, m, t, c, sk, &x->z)) return -1;
     x->dsk = plan_ds_knobs(t);
     if (x->ds_py) plan_ds_sizes(m, x->n, x->dsk.persist, &x->ds);

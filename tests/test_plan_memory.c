@@ -267,6 +267,77 @@ Test(memory, max_micro_batch_should_find_a_boundary_far_above_the_affine_bound) 
     plan_model_free(&m);
 }
 
+/* The printed max micro-batch is the boundary the search's bisection finds (fits(b), not
+   fits(b + 1)); where fits is monotone over the batches scanned that is the largest batch that
+   fits, which a linear scan of every batch's verdict finds. Four models x seven strategies on
+   GPUs small enough to scan (answers 0-41); a non-monotone scan must still end on a boundary. */
+Test(memory, max_micro_batch_should_equal_a_linear_scan_where_fits_is_monotone) {
+    static const struct { const char *model; double gib; int64_t n; } CASES[] = {
+        {"gpt2", 12, 12}, {"bert-base", 6, 16}, {"gpt2-medium", 12, 6}, {"resnet50", 3, 48},
+    };
+    int monotone = 0, scanned = 0;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        ModelSpec m = zoo(CASES[i].model);
+        TrainSpec t;
+        plan_train_defaults(&t);
+        ClusterSpec c;
+        cluster(&c, 4, 4);
+        c.gpu.mem_bytes = CASES[i].gib * 1024 * 1024 * 1024;
+        for (int k = 0; k < STRAT_COUNT; k++) {
+            int fits[64] = {0}, last = 0, mono = 1;
+            int64_t n = CASES[i].n;
+            for (int64_t b = 1; b <= n + 1; b++) {   /* the batch above the range too */
+                TrainSpec u = t;
+                u.micro_batch = b;
+                fits[b] = plan_memory_fits(&m, &u, &c, (StrategyKind)k);
+                if (fits[b] && b <= n) {
+                    if (last != b - 1) mono = 0;
+                    last = (int)b;
+                }
+            }
+            int64_t got = plan_max_micro_batch(&m, &t, &c, (StrategyKind)k, n);
+            scanned++;
+            cr_expect(got == 0 ? !fits[1] : fits[got] && (got == n || !fits[got + 1]),
+                      "%s %s: %lld is no boundary", CASES[i].model, plan_strategy((StrategyKind)k)->name, (long long)got);
+            cr_expect(got < n, "%s %s: the range should hold the boundary", CASES[i].model,
+                      plan_strategy((StrategyKind)k)->name);
+            if (!mono) continue;
+            monotone++;
+            cr_expect_eq(got, last, "%s %s: search %lld, linear scan %d", CASES[i].model,
+                         plan_strategy((StrategyKind)k)->name, (long long)got, last);
+        }
+        plan_model_free(&m);
+    }
+    cr_expect_geq(monotone, scanned - 2, "%d of %d scans monotone", monotone, scanned);
+}
+
+/* The search's probes depend on the setup alone: a plan asked at micro-batch 1, 2 or 5 (whose
+   row's verdict the search reads as a kept probe) prints the same max micro-batch. */
+Test(memory, max_micro_batch_should_not_depend_on_the_batch_the_plan_was_asked_at) {
+    ModelSpec m = zoo("bert-base");
+    TrainSpec t;
+    plan_train_defaults(&t);
+    ClusterSpec c;
+    cluster(&c, 4, 4);
+    c.gpu.mem_bytes = 6.0 * 1024 * 1024 * 1024;
+    int64_t first[STRAT_COUNT] = {0};
+    const int64_t batches[] = {1, 2, 5};
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+        t.micro_batch = batches[i];
+        Plan p;
+        plan_run(&m, &t, &c, (1u << STRAT_COUNT) - 1, &p);
+        for (int r = 0; r < p.n_rows; r++) {
+            int64_t mb = p.rows[r].max_micro_batch;
+            if (i == 0) first[r] = mb;
+            cr_expect_eq(mb, first[r], "%s at batch %lld: %lld, at batch 1: %lld", plan_strategy(p.rows[r].kind)->name,
+                         (long long)batches[i], (long long)mb, (long long)first[r]);
+            cr_expect_gt(mb, 2, "%s", plan_strategy(p.rows[r].kind)->name);
+        }
+        plan_free(&p);
+    }
+    plan_model_free(&m);
+}
+
 Test(memory, more_gpus_should_never_raise_per_gpu_model_states) {
     ModelSpec m = zoo("llama2-7b");
     TrainSpec t;

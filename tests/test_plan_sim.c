@@ -5,6 +5,7 @@
 
 #include "plan_auto.h"
 #include "plan_sim.h"
+#include "plan_step.h"
 #include "plan_zoo.h"
 #include "test_plan.h"
 
@@ -444,6 +445,7 @@ static AutoResult *auto_twice(const ModelSpec *m, const TrainSpec *t, const Clus
 Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
     struct { const char *model; int gpus; double mem_gib; int64_t global_batch; } cases[] = {
         {"gpt2", 8, 16, 0}, {"gpt2", 8, 40, 0}, {"gpt2-xl", 8, 24, 0}, {"gpt2-xl", 2, 40, 0}, {"llama2-7b", 8, 40, 64},
+        {"resnet50", 8, 4, 0}, {"resnet50", 1, 8, 0},
     };
     int spared = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -474,6 +476,62 @@ Test(auto_mode, should_pick_and_explain_as_the_exhaustive_search_with_bounds) {
         plan_model_free(&m);
     }
     cr_expect_gt(spared, 0);
+}
+
+/* auto's bound leaves a batch unsimulated where plan_sim_tokens_ceiling (the step's compute
+   alone: its zeroing, K micro-steps of layer compute, its optimizer), read from a build of the
+   compute rule alone (PLAN_STEP_COMPUTE), is below the score to beat, so that ceiling must never
+   be below the whole step's, nor that one below the simulated tokens/s: over models with and without
+   communication to hide, every strategy, checkpointing, accumulation, offload and one or 8 GPUs;
+   and it must be reached where nothing is left to hide (one GPU), else it spares nothing. */
+Test(sim_time, the_tokens_ceiling_should_never_be_below_the_simulated_tokens_per_second) {
+    const char *models[] = {"gpt2", "resnet50", "llama2-7b"};
+    int checked = 0, reached = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        ModelSpec m = zoo(models[mi]);
+        for (int gpus = 1; gpus <= 8; gpus += 7)
+            for (int k = 0; k < STRAT_COUNT; k++)
+                for (int v = 0; v < 4; v++) {
+                    TrainSpec t;
+                    plan_train_defaults(&t);
+                    t.micro_batch = 1 + 3 * v;
+                    t.grad_accum = v & 1 ? 3 : 1;
+                    t.act_ckpt = v & 2 ? CKPT_FULL : CKPT_NONE;
+                    t.ckpt_every = v & 2 ? 1 : 0;
+                    t.offload = v == 3 && plan_strategy_offloads((StrategyKind)k, OFFLOAD_OPT) ? OFFLOAD_OPT : OFFLOAD_NONE;
+                    ClusterSpec c;
+                    cluster(&c, gpus, gpus);
+                    Step st;
+                    plan_step_build_for(&st, &m, &t, &c, (StrategyKind)k, PLAN_STEP_TIME);
+                    Step cs;   /* the compute rule's work alone, as auto's bound reads it */
+                    plan_step_build_for(&cs, &m, &t, &c, (StrategyKind)k, PLAN_STEP_TIME | PLAN_STEP_COMPUTE);
+                    SimResult s;
+                    cr_expect(st.failed || plan_sim_step(&cs, 0, &s) == PLAN_ERR_REFUSED, "a compute-only step is not simulated");
+                    int same = 0, n_compute = 0;   /* its work: the whole build's compute rule's, item for item */
+                    for (int w = 0; !st.failed && w < st.n_work; w++) {
+                        int r = st.work[w].rule;
+                        if (r != RULE_LAYER_COMPUTE && r != RULE_ENGINE_PASSES && r != RULE_OPTIMIZER_STEP) continue;
+                        same += n_compute < cs.n_work && !memcmp(&st.work[w], &cs.work[n_compute], sizeof st.work[w]);
+                        n_compute++;
+                    }
+                    if (!st.failed)
+                        cr_expect(same == n_compute && n_compute == cs.n_work && n_compute > 0,
+                                  "%s %d GPUs strategy %d case %d: %d of %d compute items alike, %d built",
+                                  models[mi], gpus, k, v, same, n_compute, cs.n_work);
+                    if (!st.failed && !plan_sim_step(&st, 0, &s)) {
+                        double ceil = plan_sim_tokens_ceiling(&st), ceil_c = plan_sim_tokens_ceiling(&cs);
+                        cr_expect_geq(ceil, s.tokens_per_s, "%s %d GPUs strategy %d case %d", models[mi], gpus, k, v);
+                        cr_expect_geq(ceil_c, ceil, "%s %d GPUs strategy %d case %d", models[mi], gpus, k, v);
+                        checked++;
+                        reached += gpus == 1 && ceil_c < s.tokens_per_s * (1 + 1e-9);
+                    }
+                    plan_step_free(&st);
+                    plan_step_free(&cs);
+                }
+        plan_model_free(&m);
+    }
+    cr_expect_gt(checked, 100);
+    cr_expect_gt(reached, 0);
 }
 
 /* The plan's recommendation (plan_auto_recommend) reads auto's pick, its figures and the fix,
