@@ -18,11 +18,13 @@ from the best point of a coarse grid (COARSE_GRID: GEMM 0.7-1.0, attention 0.3-1
 GEMM shares in steps of 0.01, attention 0.05, passes 0.25, a pass at 4x the steps first. Nothing
 depends on the shipped shares, so a refit reproduces them.
 
-  python3 bench/fit_time.py [--memplan build/memplan] [--check] [--write]
+  python3 bench/fit_time.py [--memplan build/memplan] [--check] [--write] [--flatness] [--score NAME:SHARES]
 
 Without --write it prints the fitted shares next to the shipped ones and exits 1 when they differ
-(`make fit-time`); --write rewrites the two headers. Needs only the Python standard library.
-bench/published_check.py imports it for its table.
+(`make fit-time`); --write rewrites the two headers. --flatness prints, per fold, the objective at
+its own point, at the all-source point and at the --score points, with the held-out source's error
+at each, and the objective one fine step either side of its own point (how flat the fit's minimum
+is). Needs only the Python standard library. bench/published_check.py imports it for its table.
 """
 import argparse
 import concurrent.futures
@@ -266,6 +268,21 @@ def snap(v, lo, hi, step):
     return round(min(hi, max(lo, round((v - lo) / step) * step + lo)), 6)
 
 
+def share_get(x, n):
+    """Share n = (kind, generation or kernel or None) of shares x."""
+    return x[n[0]][n[1]] if n[1] else x[n[0]]
+
+
+def share_put(x, n, v):
+    """A copy of shares x with share n set to v."""
+    y = {"gemm": dict(x["gemm"]), "attn": dict(x["attn"]), "passes": x["passes"]}
+    if n[1]:
+        y[n[0]][n[1]] = v
+    else:
+        y[n[0]] = v
+    return y
+
+
 def fit(pred, sources):
     """The best point of the coarse grid, then coordinate descent over the shares these sources'
     runs depend on (a generation or flash kernel none of them ran keeps the coarse share)."""
@@ -276,22 +293,11 @@ def fit(pred, sources):
             for gv in COARSE_GRID["gemm"] for av in COARSE_GRID["attn"] for pv in COARSE_GRID["passes"]]
     cur = min(grid, key=lambda x: score(pred, sources, x))
 
-    def get(x, n):
-        return x[n[0]][n[1]] if n[1] else x[n[0]]
-
-    def put(x, n, v):
-        y = {"gemm": dict(x["gemm"]), "attn": dict(x["attn"]), "passes": x["passes"]}
-        if n[1]:
-            y[n[0]][n[1]] = v
-        else:
-            y[n[0]] = v
-        return y
-
     best = score(pred, sources, cur)
     for mult in (COARSE, 1):
         for n in names:   # onto this phase's grid
             lo, hi, step = GRID[n[0]]
-            cur = put(cur, n, snap(get(cur, n), lo, hi, step * mult))
+            cur = share_put(cur, n, snap(share_get(cur, n), lo, hi, step * mult))
         best = score(pred, sources, cur)
         moved = True
         while moved:
@@ -300,10 +306,10 @@ def fit(pred, sources):
                 lo, hi, step = GRID[n[0]]
                 for direction in (1, -1):
                     while True:
-                        v = snap(get(cur, n) + direction * step * mult, lo, hi, step * mult)
-                        if v == get(cur, n):
+                        v = snap(share_get(cur, n) + direction * step * mult, lo, hi, step * mult)
+                        if v == share_get(cur, n):
                             break
-                        cand = put(cur, n, v)
+                        cand = share_put(cur, n, v)
                         sc = score(pred, sources, cand)
                         if sc < best - 1e-9:
                             cur, best, moved = cand, sc, True
@@ -443,18 +449,101 @@ def run_fit(memplan, folder, use_cache=True, log=print, shipped=False, rows=0):
     return pred, sources, full, loso
 
 
+def parse_shares(text):
+    """Shares as fmt_shares prints them ("gemm.ampere 0.95, attn.fa2 0.60, passes 3.25") or with '='
+    ("gemm.ampere=0.95,..."): {gemm: {gen: v}, attn: {kernel: v}, passes: v}."""
+    sh = {"gemm": {}, "attn": {}, "passes": None}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        m = re.fullmatch(r"(gemm|attn)\.(\w+)[ =]+([0-9.]+)|passes[ =]+([0-9.]+)", part)
+        if not m:
+            raise ValueError(f"--score: '{part}' is not 'gemm.GEN V', 'attn.KERNEL V' or 'passes V'")
+        if m.group(4):
+            sh["passes"] = float(m.group(4))
+        else:
+            sh[m.group(1)][m.group(2)] = float(m.group(3))
+    return sh
+
+
+def complete(sh, base):
+    """sh with every share it does not name taken from base."""
+    return {"gemm": {**base["gemm"], **sh["gemm"]}, "attn": {**base["attn"], **sh["attn"]},
+            "passes": base["passes"] if sh["passes"] is None else sh["passes"]}
+
+
+def step_resolution(pred, sources, x):
+    """The objective's change for one fine grid step of each share these sources' runs depend on, up
+    and down, at x: [(share, step, objective -step, objective +step)]."""
+    gens = sorted({pred.generation(r) for s in sources for r in usable(s["rows"])})
+    kerns = sorted({kernel(r) for s in sources for r in usable(s["rows"])})
+    out = []
+    for n in [("gemm", g) for g in gens] + [("attn", k) for k in kerns] + [("passes", None)]:
+        lo, hi, step = GRID[n[0]]
+        down, up = (score(pred, sources, share_put(x, n, snap(share_get(x, n) + d * step, lo, hi, step)))
+                    for d in (-1, 1))
+        out.append((f"{n[0]}.{n[1]}" if n[1] else n[0], step, down, up))
+    return out
+
+
+def flatness(pred, sources, full, loso, points, log=print):
+    """Per fold (every source but one): the objective at its own fitted point, at the all-source
+    point and at each of points (name -> shares), and its change one fine step either side of its
+    own point, share by share (the objective's resolution there). A point named SOURCE/NAME is scored
+    on the fold without SOURCE only."""
+    log("# the objective (mean of the sources' capped median |error|, %) of each fold at each point")
+    log("# fold: without SOURCE; 'own' is the fold's fitted point; in brackets the held-out source's median "
+        "|error| there")
+    for s in sources:
+        others = [o for o in sources if o is not s and usable(o["rows"])]
+        own = loso[s["name"]]["shares"]
+        rows = usable(s["rows"])
+
+        def cell(name, x):   # the fold's objective at x, and the held-out source's median |error| there
+            res = {"rows": rows, "pred": pred.predict(rows, x)}
+            return f"{name} {score(pred, others, x):.3f} ({held_out_median(res):.1f})"
+        here = score(pred, others, own)
+        cells = [cell("own", own), cell("all-source", complete(full, own))]
+        cells += [cell(n.split("/")[-1], complete(p, own)) for n, p in points.items()
+                  if "/" not in n or n.split("/")[0] == s["name"]]
+        log(f"without {s['name']:<15} " + "; ".join(cells))
+        steps = step_resolution(pred, others, own)
+        log("    one step either side of own: " + "; ".join(
+            f"{n} ±{st:g}: {lo - here:+.3f} / {hi - here:+.3f}" for n, st, lo, hi in steps))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--memplan", default=os.path.join(ROOT, "build", "memplan"))
     ap.add_argument("--tables", default=os.path.join(HERE, "published"))
     ap.add_argument("--write", action="store_true", help="rewrite planner/plan_shares.h and plan_time_sources.h")
     ap.add_argument("--no-cache", action="store_true", help=f"do not read or write {os.path.relpath(CACHE, ROOT)}")
+    ap.add_argument("--rows", type=int, default=0,
+                    help="only the first N usable runs of each source (0 = all); the headers are then neither "
+                         "compared nor written")
+    ap.add_argument("--flatness", action="store_true",
+                    help="also print each fold's objective at its own point, at the all-source point and one fine "
+                         "step either side of its own point")
+    ap.add_argument("--score", action="append", default=[], metavar="NAME:SHARES",
+                    help="each fold's objective at these shares too (implies --flatness), as the fit prints them "
+                         "(e.g. 'prev:gemm.ampere 0.97, attn.fa2 0.55, passes 3.50'; a share not named: the "
+                         "fold's own; "
+                         "'torchtitan/prev:...' on the fold without torchtitan only)")
     a = ap.parse_args()
     try:
-        pred, sources, full, loso = run_fit(a.memplan, a.tables, not a.no_cache)
+        points = {}
+        for i, text in enumerate(a.score):
+            name, sep, rest = text.partition(":")
+            points[name.strip() if sep else f"point{i + 1}"] = parse_shares(rest if sep else text)
+        pred, sources, full, loso = run_fit(a.memplan, a.tables, not a.no_cache, rows=a.rows)
+        if a.flatness or a.score:
+            try:
+                flatness(pred, [s for s in sources if usable(s["rows"])], full, loso, points)
+            finally:
+                pred.save()
     except (ValueError, OSError, json.JSONDecodeError, subprocess.CalledProcessError) as e:
         print(f"fit_time: {e}", file=sys.stderr)
         return 2
+    if a.rows > 0:
+        return 0
     texts = {SHARES_H: shares_header(full), SOURCES_H: sources_header(sources, loso)}
     same = True
     for path, text in texts.items():

@@ -87,34 +87,91 @@ Test(cli_published, every_source_should_parse_and_one_run_of_each_should_be_pred
     free(out);
 }
 
-/* two sources, one run each: each predicted with the shares fitted on the other */
-Test(cli_published, a_source_should_be_predicted_with_the_shares_fitted_without_it, .timeout = 120)
+static const char *const TWO_SOURCES[] = {"torchtitan.json", "fms-fsdp.json"};
+
+/* a folder of links to two of bench/published's sources (dir a mkdtemp template); the repository's
+ * root in here */
+static void link_two_sources(char *dir, char *here, size_t n)
 {
-    char dir[] = "/tmp/memplan-loso-XXXXXX", link[PATH_MAX + 64], here[PATH_MAX], bin[PATH_MAX], root[PATH_MAX];
+    char bin[PATH_MAX], root[PATH_MAX], link[PATH_MAX + 64];
     cr_assert_not_null(mkdtemp(dir));
     test_sibling_path(bin, sizeof bin, "../memplan");
     cr_assert_not_null(realpath(bin, root));
-    snprintf(here, sizeof here, "%s", dirname(dirname(root)));
-    static const char *const FILES[] = {"torchtitan.json", "fms-fsdp.json"};
+    snprintf(here, n, "%s", dirname(dirname(root)));
     for (int i = 0; i < 2; i++) {
         char target[2 * PATH_MAX];
-        snprintf(target, sizeof target, "%s/bench/published/%s", here, FILES[i]);
-        snprintf(link, sizeof link, "%s/%s", dir, FILES[i]);
+        snprintf(target, sizeof target, "%s/bench/published/%s", here, TWO_SOURCES[i]);
+        snprintf(link, sizeof link, "%s/%s", dir, TWO_SOURCES[i]);
         cr_assert_eq(symlink(target, link), 0);
     }
+}
+
+static void unlink_two_sources(const char *dir)
+{
+    char link[PATH_MAX + 64];
+    for (int i = 0; i < 2; i++) {
+        snprintf(link, sizeof link, "%s/%s", dir, TWO_SOURCES[i]);
+        unlink(link);
+    }
+    rmdir(dir);
+}
+
+/* two sources, one run each: each predicted with the shares fitted on the other */
+Test(cli_published, a_source_should_be_predicted_with_the_shares_fitted_without_it, .timeout = 120)
+{
+    char dir[] = "/tmp/memplan-loso-XXXXXX", here[PATH_MAX];
+    link_two_sources(dir, here, sizeof here);
     char *out;
     cJSON *j = check("--rows 1", dir, &out);
     cr_assert_not_null(j, "%s", out);
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "held_out")));
     cr_expect_eq(source_records(j), 2);
     cr_expect(strstr(out, "# without fms-fsdp: ") != NULL && strstr(out, "# without torchtitan: ") != NULL, "%s", out);
-    for (int i = 0; i < 2; i++) {
-        snprintf(link, sizeof link, "%s/%s", dir, FILES[i]);
-        unlink(link);
-    }
-    rmdir(dir);
+    unlink_two_sources(dir);
     cJSON_Delete(j);
     free(out);
+}
+
+/* fit_time.py --flatness: each fold scored at the point its fit chose gives the held-out error the
+ * fit reported, no single fine step from it scores lower (where coordinate descent stops), and a
+ * --score point is scored too */
+Test(cli_published, a_folds_flatness_should_score_its_own_point_as_its_fit_did_and_no_step_lower, .timeout = 120)
+{
+    char dir[] = "/tmp/memplan-flat-XXXXXX", here[PATH_MAX], bin[PATH_MAX], cmd[4 * PATH_MAX];
+    link_two_sources(dir, here, sizeof here);
+    test_sibling_path(bin, sizeof bin, "../memplan");
+    snprintf(cmd, sizeof cmd, "cd %s && python3 bench/fit_time.py --memplan %s --no-cache --rows 1 --tables %s "
+             "--score 'p:gemm.ampere 0.90, gemm.hopper 0.90, passes 3.00' 2>&1", here, bin, dir);
+    Run run = test_run_cmd(cmd);
+    cr_expect_eq(run.status, 0, "%s", run.out);
+    static const char *const NAMES[] = {"torchtitan", "fms-fsdp"};
+    for (int i = 0; i < 2; i++) {
+        char key[128], held[32] = "", own[48];
+        snprintf(key, sizeof key, "%s held out: median |error| ", NAMES[i]);
+        const char *h = strstr(run.out, key);
+        cr_assert_not_null(h, "%s", run.out);
+        cr_assert_eq(sscanf(h + strlen(key), "%31s", held), 1);
+        snprintf(key, sizeof key, "\nwithout %s ", NAMES[i]);
+        const char *line = strstr(run.out, key);
+        cr_assert_not_null(line, "%s", run.out);
+        snprintf(own, sizeof own, "(%s)", held);
+        const char *o = strstr(line, "own ");
+        cr_expect(o && strstr(o, own) && strstr(o, own) < strchr(o, ';'), "own point's error %s: %.200s", own, line);
+        const char *eol = strchr(line + 1, '\n');
+        cr_expect(strstr(line, "; p ") && strstr(line, "; p ") < eol, "%.200s", line);
+        const char *steps = strstr(line, "one step either side of own: ");
+        cr_assert_not_null(steps, "%s", run.out);
+        int n = 0;
+        for (const char *c = strchr(steps, ':') + 1; *c && *c != '\n'; c++) {
+            if ((*c == '+' || *c == '-') && c[1] >= '0' && c[1] <= '9') {
+                cr_expect_gt(strtod(c, NULL), -0.0005, "a step lower than the fit's point: %.300s", steps);
+                n++;
+            }
+        }
+        cr_expect_geq(n, 4, "a rise each way for GEMM and passes at least: %.300s", steps);
+    }
+    unlink_two_sources(dir);
+    free(run.out);
 }
 
 /* every published memory row plans: a figure memplan can name, its source line, an error */
