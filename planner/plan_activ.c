@@ -920,28 +920,6 @@ double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const Act
     return bs * 4.0 * (double)m->vocab;        /* fp32 gradient of the log-softmax input */
 }
 
-/* transformers' ForCausalLMLoss (loss_utils.py) pads the labels by one position
-   (nn.functional.pad(labels, (0, 1), value=ignore_index), int64) and takes labels[..., 1:]
-   .contiguous(): a view at batch 1 (one row is contiguous whatever its offset), so the padded
-   tensor is the target nll_loss saves; above batch 1 a copy, b·s·8 B, saved while the padded
-   one is freed with the forward. nll_loss_forward makes the loss and total_weight, 0-dim tensors
-   of the input's dtype (fp32: the loss upcasts the logits), and saves total_weight
-   (derivatives.yaml nll_loss_forward: `self, target, weight, reduction, ignore_index,
-   total_weight`); backward's root gradient is torch.ones_like(loss) (torch/autograd/__init__.py
-   _make_grads). A CNN's cross_entropy takes the batch's labels as they are (no copy), in the
-   logits' dtype. Measured on CPU ranks (qwen3-moe b1: 1,032 + 4 + 4 B, the gradient 4 B;
-   gemma2-mini b4: 4,128 B padded, 4,096 B saved). */
-void plan_act_loss_tensors(const ModelSpec *m, const TrainSpec *t, const ActInputs *in, LossTensors *out) {
-    *out = (LossTensors){0};
-    if (plan_act_loss_transient(m, t, in) <= 0 || t->loss_parallel) return;
-    double b = (double)in->b, s = (double)in->s;
-    double dt = m->arch == ARCH_CNN ? plan_precision(t->precision)->act_bytes : 4.0;
-    out->total_weight = out->loss = out->loss_grad = dt;
-    if (m->arch != ARCH_DECODER) return;   /* a masked LM's and a seq2seq loss take labels.view(-1) */
-    out->target = b > 1 ? b * s * 8 : b * (s + 1) * 8;
-    out->pad = b > 1 ? b * (s + 1) * 8 : 0;
-}
-
 /* The loss's forward: the logits the model returns (held by the caller until the forward
    returns; under the common loop they are saved activations already) and, below fp32, the fp32
    upcast transformers' ForCausalLMLoss makes (logits.float()) while log_softmax runs. Freed when

@@ -51,14 +51,6 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
    plan_act_ckpt_bytes, for the caller to treat as one more tensor (plan_step_alloc.c). */
 #define PLAN_ACT_MAX_TENSORS 96
 int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int max);
-/* The loss's small tensors (docs/formulas.md "The loss's small tensors"), bytes each (0: none):
-   what nll_loss saves for its backward, a causal LM's target (the shifted labels its loss copies)
-   and the total weight; the padded labels made and freed while the loss runs (a causal LM at a batch
-   above 1); the loss and its gradient, held to the end of backward. */
-typedef struct {
-    double target, total_weight, pad, loss, loss_grad;
-} LossTensors;
-void plan_act_loss_tensors(const ModelSpec *m, const TrainSpec *t, const ActInputs *in, LossTensors *out);
 /* Extra bytes alive at the start of backward (loss gradient buffers). */
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* The logits the model returns, b·s·V in the activations' dtype (0 without an LM head's loss:

@@ -89,8 +89,6 @@ static const RuleInfo RULE_INFO[RULE_COUNT] = {
                            F "\"Transients\"; transformers loss_utils.py ForCausalLMLoss"},
     [RULE_LOSS_BACKWARD] = {"loss_backward", "the loss's backward gradients (logits-sized, fp32)",
                             F "\"Transients\""},
-    [RULE_LOSS_TENSORS] = {"loss_tensors", "the loss's small tensors: the shifted labels and total weight nll_loss saves, the loss and its gradient",
-                           F "\"The loss's small tensors\"; transformers loss_utils.py ForCausalLMLoss, aten nll_loss_forward"},
     [RULE_CPU_CONV_BWD] = {"cpu_conv_backward", "oneDNN's weight-gradient buffer of a convolution (CPU ranks)",
                            F "\"CPU convolution backward\"; aten/src/ATen/native/Convolution.cpp"},
     [RULE_FOREACH_TEMP] = {"foreach_temp", "torch foreach Adam's state-sized temporary at the step",

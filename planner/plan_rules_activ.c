@@ -151,18 +151,6 @@ void rule_loss(const StepCtx *x, Step *st) {
         step_at(st, RULE_LOSS_BACKWARD, TERM_TRANSIENT, pt(x, PT_LOSS_BWD, 0), 2 * tr);
     }
     step_at(st, RULE_LOSS_BACKWARD, TERM_TRANSIENT, pt(x, PT_BWD, x->L - 1), tr);
-    /* its small tensors (plan_act_loss_tensors), each one allocation: the padded labels while the
-       loss runs, what nll_loss saves until its backward has run, the loss and its
-       gradient until the end of backward (after the first layer's) */
-    if (!x->torch) return;
-    LossTensors lt;
-    plan_act_loss_tensors(x->m, x->t, &x->in, &lt);
-    int f = pt(x, PT_LOSS_FWD, 0), b = pt(x, PT_LOSS_BWD, 0), end = pt(x, PT_BWD, 0);
-    step_at(st, RULE_LOSS_TENSORS, TERM_TRANSIENT, f, lt.pad);
-    step_hold(st, RULE_LOSS_TENSORS, TERM_TRANSIENT, f, AT_BEFORE, end, AT_AFTER, lt.loss);
-    step_hold(st, RULE_LOSS_TENSORS, TERM_TRANSIENT, f, AT_BEFORE, b, AT_AFTER, lt.target);
-    step_hold(st, RULE_LOSS_TENSORS, TERM_TRANSIENT, f, AT_BEFORE, b, AT_AFTER, lt.total_weight);
-    step_hold(st, RULE_LOSS_TENSORS, TERM_TRANSIENT, b, AT_BEFORE, end, AT_AFTER, lt.loss_grad);
 }
 
 /* The optimizer step's temporaries: torch's foreach Adam allocates one state-sized temporary
