@@ -2,16 +2,19 @@
 """cpu_only.py — a diagnostic beside check_saved.py's reserved column: how much of a row's
 recorded-against-planned gap comes from allocations a CPU rank makes that a GPU run does not
 make on the device. The judged figure stays the recorded sequence's; this prints a second one,
-the same recorded sequence with those allocations (and their frees) taken out, never used for
-a verdict.
+the same recorded sequence with those allocations (and their frees) taken out, and a third
+without the forward's temporaries of at most 1 MiB too (transients.py: what the listing lacks on
+a GPU as well), never used for a verdict.
 
 Usage: python3 bench/torch/cpu_only.py [--memplan build/memplan] --ops-dir DIR [ROW ...]
 DIR holds ROW.ops.txt (or .txt.gz): the row re-run with its allocations' ops named
 (`torchrun ... harness.py --rerun bench/torch/results/ROW.json --alloc-trace DIR/ROW.ops.txt
 --alloc-ops`); without ROWs every ROW.ops.txt there. Per row (MiB of max reserved, the
 allocator model at torch's defaults): the kept trace (the judge), the re-run, the re-run without
-the CPU-only allocations, the plan; err % = (recorded - planned) / planned for the kept trace
-and for the filtered re-run; and how many allocations of each CPU-only kind a step makes. A
+the CPU-only allocations, the plan; err % = (recorded - planned) / planned for the kept trace,
+the filtered re-run and the re-run without the forward's temporaries as well; how many
+allocations of each CPU-only kind a step makes, and where taking them out moves the figure,
+which kind alone does. A
 re-run whose reserved differs from the kept trace's is flagged (the two runs differ: the
 filtered figure then says little about the kept one). Only the Python standard library and
 build/memplan.
@@ -53,6 +56,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import alloc_diff  # noqa: E402  (read, planned_file)
+import transients  # noqa: E402  (lifetimes)
 
 SCALAR_CAST = "aten::empty_strided<aten::_to_copy<aten::to<"
 
@@ -96,12 +100,14 @@ def within_op(lines):
     return out
 
 
-def filtered(lines, step=2, only=None):
-    """The trace without its CPU-only allocations (only: of that kind alone) and their frees;
-    per kind, allocations in step `step`."""
+def filtered(lines, step=2, only=None, forward=False):
+    """The trace without its CPU-only allocations (only: of that kind alone; forward: and the
+    forward's temporaries of at most 1 MiB, transients.py) and their frees; per kind,
+    allocations in step `step`."""
     out, gone, per = [], set(), collections.Counter()
     path, cur = "", 0
     scratch = within_op(lines)
+    life = transients.lifetimes(lines) if forward else {}
     for i, ln in enumerate(lines):
         p = ln.split()
         if len(p) >= 2 and p[0] == "#" and p[1] == "op":
@@ -112,6 +118,8 @@ def filtered(lines, step=2, only=None):
         if len(p) >= 3 and p[0] in ("a", "x"):
             k = kind_of(int(p[2]), path) or ("CPU GEMM scratch" if i in scratch and path.split("<")[0] in GEMM
                                                else None)
+            if forward and not k and life.get(i) == ("forward", "forward") and int(p[2]) <= alloc_diff.SMALL:
+                k = "forward temporary"
             if k and (only is None or k == only):
                 gone.add(p[1])
                 per[k] += cur == step
@@ -141,9 +149,9 @@ def main():
     names = [os.path.basename(r)[:-5] if r.endswith(".json") else r for r in a.rows] or sorted(
         os.path.basename(t).split(".ops.txt")[0] for t in glob.glob(os.path.join(a.ops_dir, "*.ops.txt*")))
     print("| row | kept MiB | re-run MiB | re-run, CPU-only out MiB | planned MiB | err % kept | err % CPU-only out "
-          "| CPU-only allocations a step |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
-    n = within = within_f = differ = moved = 0
+          "| err % CPU-only and forward temporaries out | CPU-only allocations a step |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    n = within = within_f = within_g = differ = moved = 0
     with tempfile.TemporaryDirectory() as d:
         for name in names:
             ops = next((p for p in (os.path.join(a.ops_dir, name + ".ops.txt" + z) for z in ("", ".gz"))
@@ -155,15 +163,18 @@ def main():
                 continue
             lines = alloc_diff.read(ops)
             out, per = filtered(lines)
-            fpath = os.path.join(d, name + ".cpu_out.txt")
+            fpath, gpath = os.path.join(d, name + ".cpu_out.txt"), os.path.join(d, name + ".fwd_out.txt")
             with open(fpath, "w") as f:
                 f.write("\n".join(out) + "\n")
+            with open(gpath, "w") as f:
+                f.write("\n".join(filtered(lines, forward=True)[0]) + "\n")
             plan = alloc_diff.planned_file(a.memplan, js, d)
-            rk, rr, rf, rp = reserved(a.memplan, [kept, ops, fpath, plan])
-            ek, ef = 100.0 * (rk - rp) / rp, 100.0 * (rf - rp) / rp
+            rk, rr, rf, rg, rp = reserved(a.memplan, [kept, ops, fpath, gpath, plan])
+            ek, ef, eg = (100.0 * (x - rp) / rp for x in (rk, rf, rg))
             n += 1
             within += abs(ek) <= 3
             within_f += abs(ef) <= 3
+            within_g += abs(eg) <= 3
             differ += rr != rk
             moved += rf != rr and rr == rk
             kinds = ", ".join(f"{k} {v}" for k, v in per.most_common()) or "-"
@@ -178,10 +189,11 @@ def main():
                 kinds += f"; moved by {' or '.join(alone) if alone else 'no kind alone'}"
             M = 2 ** 20
             print(f"| {name} | {rk / M:,.2f} | {rr / M:,.2f}{'' if rr == rk else ' (differs)'} | {rf / M:,.2f} "
-                  f"| {rp / M:,.2f} | {ek:+.2f} | {ef:+.2f} | {kinds} |")
+                  f"| {rp / M:,.2f} | {ek:+.2f} | {ef:+.2f} | {eg:+.2f} | {kinds} |")
     print()
     print(f"{n} rows: within 3 % {within} judged by the kept trace, {within_f} by the re-run without the "
-          f"CPU-only allocations (a diagnostic, not the judged figure); {differ} re-runs reserve other than "
+          f"CPU-only allocations, {within_g} without them and the forward's temporaries of at most 1 MiB "
+          f"(diagnostics, not the judged figure); {differ} re-runs reserve other than "
           f"the kept trace; of the others, {moved} move when the CPU-only allocations are taken out")
     return 0
 
