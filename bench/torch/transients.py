@@ -7,13 +7,17 @@ compares it; printed per class: how many rows are then within 3 %, which come in
 out. The judged figure stays the whole recorded sequence's: this only says where the listing
 (docs/formulas.md "The allocator in the plan") is short.
 
-Usage: python3 bench/torch/transients.py [--memplan build/memplan] [--rows] [--small-only] [ROW ...]
+Usage: python3 bench/torch/transients.py [--memplan build/memplan] [--rows] [--small-only] [--misses]
+                                         [ROW ...]
 A lifetime class is the pair of phases (the harness's markers: data, forward, backward,
 optimizer, zero_grad) in which an allocation is made and freed: forward-forward are the
 forward's op temporaries (each op's outputs that no backward saves, freed within the forward:
 an RMSNorm's pow and mean, a rotary embedding's products, the labels the loss pads); the
 listing has of those only the loss's logits and their upcast. --small-only: only such
 allocations of at most 1 MiB (the small pool's). --rows: list the rows that come in and go out.
+--misses: each row outside 3 % with the first class that brings it in (forward, then backward,
+then the optimizer step; at most 1 MiB first, then any size) or "none": docs/validation-torch.md's
+table of the rows outside 3 % by mechanism.
 Only the Python standard library and build/memplan.
 """
 import argparse
@@ -80,30 +84,40 @@ def main():
     ap.add_argument("--memplan", default=os.path.join(alloc_diff.ROOT, "build", "memplan"))
     ap.add_argument("--rows", action="store_true")
     ap.add_argument("--small-only", action="store_true")
+    ap.add_argument("--misses", action="store_true")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     traces = os.path.join(HERE, "results", "traces")
     names = [os.path.basename(r)[:-5] if r.endswith(".json") else r for r in a.names] or \
         sorted(os.path.basename(t)[:-7] for t in glob.glob(os.path.join(traces, "*.txt.gz")))
+    # (class, small only) in the order --misses tries them; the printed summary: a.small_only's
+    tries = [(c, s) for c in CLASSES for s in (True, False)] if a.misses else [(c, a.small_only) for c in CLASSES]
     with tempfile.TemporaryDirectory() as d:
-        kept, plans, variants = [], [], {c: [] for c in CLASSES}
+        kept, plans, variants = [], [], {t: [] for t in tries}
         for n in names:
             t = os.path.join(traces, n + ".txt.gz")
             lines = alloc_diff.read(t)
             life = lifetimes(lines)
             kept.append(t)
             plans.append(alloc_diff.planned_file(a.memplan, os.path.join(HERE, "results", n + ".json"), d))
-            for c in CLASSES:
-                f = os.path.join(d, f"{n}.{c[0]}-{c[1]}.txt")
+            for t in tries:
+                f = os.path.join(d, f"{n}.{t[0][0]}-{t[0][1]}.{int(t[1])}.txt")
                 with open(f, "w") as o:
-                    o.write("\n".join(without(lines, life, c, a.small_only)) + "\n")
-                variants[c].append(f)
+                    o.write("\n".join(without(lines, life, t[0], t[1])) + "\n")
+                variants[t].append(f)
         rk, rp = reserved(a.memplan, kept), reserved(a.memplan, plans)
         base = [within(r, p) for r, p in zip(rk, rp)]
         print(f"{len(names)} traced rows, {sum(base)} within 3 % (the judged figure: the whole recorded sequence)")
-        for c in CLASSES:
-            rv = reserved(a.memplan, variants[c])
+        first = [None] * len(names)
+        for t in tries:
+            c = t[0]
+            rv = reserved(a.memplan, variants[t])
             now = [within(r, p) for r, p in zip(rv, rp)]
+            for k, (b, w) in enumerate(zip(base, now)):
+                if w and not b and first[k] is None:
+                    first[k] = f"{c[0]}-{c[1]}{' (at most 1 MiB)' if t[1] else ''}"
+            if a.misses and t[1] != a.small_only:
+                continue
             came = [n for n, b, w in zip(names, base, now) if w and not b]
             went = [n for n, b, w in zip(names, base, now) if b and not w]
             print(f"without the recorded {c[0]}-{c[1]} allocations{' of at most 1 MiB' if a.small_only else ''}: "
@@ -113,6 +127,11 @@ def main():
                     print(f"  in  {n}")
                 for n in went:
                     print(f"  out {n}")
+        if a.misses:
+            print("rows outside 3 %, the first class whose recorded allocations out bring them in:")
+            for n, b, r, p, f in zip(names, base, rk, rp, first):
+                if not b:
+                    print(f"  {n} {100.0 * (r - p) / p:+.2f} %: {f or 'none'}")
     return 0
 
 
