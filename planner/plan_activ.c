@@ -27,7 +27,10 @@ typedef struct {
                    token per s + 1 positions (a softmax over the sink column too); WHOLE: each is
                    the tensor's bytes (a CNN's tensors, whose sizes are no multiple of tokens) */
 } ActNote;
-enum { QUAD_S = 1, QUAD_S1 = 2, WHOLE = 3 };
+/* TEMP_MAKE / TEMP_FREE: not saved, an op's output freed within the forward (each per token,
+   bytes counted by no sum): made there, or the oldest such one still live freed there; the
+   listing makes them between the saved tensors (plan_act_ckpt_ops) */
+enum { QUAD_S = 1, QUAD_S1 = 2, WHOLE = 3, TEMP_MAKE = 4, TEMP_FREE = 5 };
 
 typedef struct {
     ActNote v[PLAN_ACT_MAX_TENSORS];
@@ -61,6 +64,12 @@ static void unnote(double n, double each) {
     }
 }
 static double W(double n, double bytes) { return note(n, bytes, WHOLE); }
+/* A forward temporary of `each` bytes per token made (TEMP_MAKE) or the oldest live one freed
+   (TEMP_FREE); adds nothing to the saved bytes. */
+static void tmp(int kind, double each) {
+    ActSink *k = act_sink;
+    if (k && each > 0 && k->n < PLAN_ACT_MAX_TENSORS) k->v[k->n++] = (ActNote){k->mult, each, kind};
+}
 
 /* CUDA's dropout is the fused kernel (native_dropout), which saves a 1-byte bool mask. On CPU
    aten/src/ATen/native/Dropout.cpp `dropout` takes the fused path only for CUDA, XPU, lazy and
@@ -264,7 +273,14 @@ static void attn_coeffs(const ModelSpec *m, const LayerSpec *l, const TrainSpec 
         /* q, k, v as the two matmuls save them: k and v expanded (repeat_kv); GPT-2's at
            micro-batch 1 views of one tensor (qkv_views_saved) */
         *lin += qkv_views_saved(m, t, b) ? T(1, 3 * X * qd) : T(3, X * qd);
+        /* the scores before the softmax (transformers eager_attention_forward: matmul(q, k^T),
+           * scaling, + causal mask), each freed by the next op, the last once the softmax is
+           made; at one dtype only (under autocast the mask's add promotes) */
+        int temps = !p->autocast && s > 0;
+        if (temps) tmp(TEMP_MAKE, a * s * X), tmp(TEMP_MAKE, a * s * X), tmp(TEMP_FREE, a * s * X),
+                   tmp(TEMP_MAKE, a * s * X), tmp(TEMP_FREE, a * s * X);
         *quad += eager_core_quad(m, l, t, dropout);
+        if (temps) tmp(TEMP_FREE, a * s * X);
     } else if (plan_act_sdpa_math(t, dropout)) {
         /* the math kernel in fp32 (attention.cpp _scaled_dot_product_attention_math: half
            and bf16 q, k, v are upcast, "Keep query, key, value in high precision"): the
@@ -364,6 +380,14 @@ double plan_act_mlp_bytes_unnoted(const ModelSpec *m, const TrainSpec *t, double
     return v;
 }
 
+/* gelu_new's temporaries before tanh: x^3, 0.044715 x^3 (x^3 freed), x + ... (the product
+   freed), c * (...) (the sum freed); c * (...) is freed once tanh is made (the caller). */
+static void gelu_new_temps(double each) {
+    tmp(TEMP_MAKE, each), tmp(TEMP_MAKE, each), tmp(TEMP_FREE, each);
+    tmp(TEMP_MAKE, each), tmp(TEMP_FREE, each);
+    tmp(TEMP_MAKE, each), tmp(TEMP_FREE, each);
+}
+
 /* A dense MLP of width f per token: what its linears and activation save. */
 double plan_act_mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, double mlp_in) {
     const PrecisionSpec *p = plan_precision(t->precision);
@@ -374,8 +398,18 @@ double plan_act_mlp_bytes(const ModelSpec *m, const TrainSpec *t, double f, doub
     case MLP_GELU_NEW:                                     /* 0.5x(1+tanh(c(x+0.044715x^3))) */
         /* CUDA autocast runs pow in fp32, and tanh and 1+tanh follow it; CPU autocast leaves
            them in the compute dtype (measured, docs/formulas.md "Autocast on CPU") */
-        lin += amp && !t->autocast_cpu ? T(1, X * h) + T(3, F * f) + T(2, X * f)   /* pow/tanh/1+tanh fp32 */
-                                       : T(1, X * h) + T(5, X * f);  /* x, tanh, 0.5x, 1+tanh, fc2 input */
+        /* transformers activations.py NewGELUActivation: 0.5 * x saved by the last product,
+           pow(x, 3) (pow saves x, not its output), 0.044715 * x^3, x + ..., c * (...) made and
+           each freed by the next op, tanh saved (its result), 1 + tanh and the product saved */
+        if (amp && !t->autocast_cpu) {   /* pow/tanh/1+tanh fp32 (temporaries not listed) */
+            lin += T(1, X * h) + T(3, F * f) + T(2, X * f);
+        } else {
+            lin += T(1, X * h) + T(2, X * f);   /* c_fc's input, x, 0.5x */
+            gelu_new_temps(X * f);
+            lin += T(1, X * f);                 /* tanh */
+            tmp(TEMP_FREE, X * f);
+            lin += T(2, X * f);                 /* 1 + tanh, the product (c_proj's input) */
+        }
         break;
     case MLP_RELU: lin += T(1, X * h) + T(1, X * f); break;
     case MLP_SWIGLU: lin += T(mlp_in, X * h) + T(4, X * f); break;   /* gate, silu, up, product */
@@ -683,6 +717,24 @@ static double ckpt_causal_mask_bytes(const ModelSpec *m, int i, const TrainSpec 
     return kind ? bytes : 0;
 }
 
+double plan_act_forward_masks(const ModelSpec *m, const TrainSpec *t, const ActInputs *in, int *first) {
+    double total = 0, bytes = 0;
+    *first = -1;
+    for (int kind = 1; kind <= 2; kind++) {
+        int at = -1, held = 0;
+        double one = 0;
+        for (int i = 0; i < m->n_layers; i++) {
+            if (block_mask(m, &m->layers[i], t, in, &bytes) != kind) continue;
+            if (at < 0) at = i, one = bytes;
+            held |= holds_mask(m, t, i);
+        }
+        if (at < 0 || held) continue;   /* none, or a checkpoint holds it (ckpt_causal_mask_bytes) */
+        total += one;
+        if (*first < 0 || at < *first) *first = at;
+    }
+    return total;
+}
+
 const char *plan_act_ckpt_unsupported(const ModelSpec *m, const TrainSpec *t) {
     if (t->act_ckpt != CKPT_OP && t->act_ckpt != CKPT_SELECTIVE) return NULL;
     if (t->impl != IMPL_PYTORCH) return "a PyTorch policy; memplan's engine recomputes whole blocks only";
@@ -892,7 +944,8 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
            ckpt_mask_noted(m, i, t, in);
 }
 
-int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int max) {
+int plan_act_ckpt_ops(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int *kind,
+                      int max) {
     ActSink sink = {.mult = 1};
     ActSink *old = act_sink;
     act_sink = &sink;
@@ -902,14 +955,37 @@ int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const A
     int n = 0;
     for (int k = 0; k < sink.n && n < max; k++) {
         const ActNote *x = &sink.v[k];
-        double one = x->quad == WHOLE ? x->each : b * s * x->each * (x->quad == QUAD_S1 ? s + 1 : x->quad ? s : 1);
-        if (x->n != floor(x->n)) {   /* a share of a tensor (sequence parallel): one of its size */
+        int temp = x->quad == TEMP_MAKE ? PLAN_ACT_TEMP_MAKE : x->quad == TEMP_FREE ? PLAN_ACT_TEMP_FREE : PLAN_ACT_SAVED;
+        if (temp != PLAN_ACT_SAVED && !kind) continue;
+        double one = x->quad == WHOLE ? x->each : b * s * x->each * (x->quad == QUAD_S1 ? s + 1 : x->quad == QUAD_S || x->quad == QUAD_S1 ? s : 1);
+        if (x->n != floor(x->n) && temp == PLAN_ACT_SAVED) {   /* a share of a tensor (sequence parallel): one of its size */
+            if (kind) kind[n] = temp;
             out[n++] = one * x->n;
             continue;
         }
-        for (double j = 0; j < x->n && n < max; j++) out[n++] = one;
+        for (double j = 0; j < x->n && n < max; j++) {
+            if (kind) kind[n] = temp;
+            out[n++] = one;
+        }
     }
     return n;
+}
+
+int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int max) {
+    return plan_act_ckpt_ops(m, i, t, in, out, NULL, max);
+}
+
+double plan_act_fwd_temp_peak(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in) {
+    double v[PLAN_ACT_MAX_TENSORS], live = 0, saved = 0, peak = 0, fifo[PLAN_ACT_MAX_TENSORS];
+    int kind[PLAN_ACT_MAX_TENSORS], head = 0, tail = 0;
+    int n = plan_act_ckpt_ops(m, i, t, in, v, kind, PLAN_ACT_MAX_TENSORS);
+    for (int k = 0; k < n; k++) {
+        if (kind[k] == PLAN_ACT_TEMP_MAKE) live += fifo[tail++] = v[k];
+        else if (kind[k] == PLAN_ACT_TEMP_FREE && head < tail) live -= fifo[head++];
+        else if (kind[k] == PLAN_ACT_SAVED) saved += v[k];
+        peak = fmax(peak, saved + live);
+    }
+    return fmax(0, peak - saved);   /* above all the layer's saved tensors */
 }
 
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in) {

@@ -49,8 +49,25 @@ double plan_act_ckpt_bytes(const ModelSpec *m, int i, const TrainSpec *t, const 
    listing (a MoE block's routed experts, LoRA's adapters and frozen inputs, a CNN layer, a
    measured layer, the causal mask a checkpointed block keeps) is the difference to
    plan_act_ckpt_bytes, for the caller to treat as one more tensor (plan_step_alloc.c). */
-#define PLAN_ACT_MAX_TENSORS 96
+#define PLAN_ACT_MAX_TENSORS 128   /* saved tensors and the forward temporaries noted between them */
 int plan_act_ckpt_tensors(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int max);
+/* The same tensors with the forward's op temporaries between them (outputs no backward saves,
+   freed within the forward: gelu_new's x^3, ...): out[k] bytes, kind[k] PLAN_ACT_SAVED (a saved
+   tensor made), PLAN_ACT_TEMP_MAKE (a temporary made) or PLAN_ACT_TEMP_FREE (the oldest live
+   temporary freed), in op order. kind NULL: the saved tensors only (plan_act_ckpt_tensors). */
+enum { PLAN_ACT_SAVED = 0, PLAN_ACT_TEMP_MAKE, PLAN_ACT_TEMP_FREE };
+int plan_act_ckpt_ops(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in, double *out, int *kind,
+                      int max);
+/* Layer i's forward working set: the most bytes its saved tensors made so far and its live
+   temporaries hold at once, in that order, above all its saved tensors (0 where the temporaries
+   are freed before the layer's later tensors outgrow them). */
+double plan_act_fwd_temp_peak(const ModelSpec *m, int i, const TrainSpec *t, const ActInputs *in);
+/* The attention masks a decoder's forward makes before its first block and frees when the base
+   model's forward returns (transformers masking_utils.py create_causal_mask: eager attention's
+   additive (b, 1, s, s) mask at the embeddings' dtype; a sliding window shorter than the
+   sequence, SDPA's boolean one), one per kind, those no checkpoint keeps (those are saved
+   tensors: plan_act_ckpt_bytes); bytes, *first the first block handed one (-1: none). */
+double plan_act_forward_masks(const ModelSpec *m, const TrainSpec *t, const ActInputs *in, int *first);
 /* Extra bytes alive at the start of backward (loss gradient buffers). */
 double plan_act_loss_transient(const ModelSpec *m, const TrainSpec *t, const ActInputs *in);
 /* The logits the model returns, b·s·V in the activations' dtype (0 without an LM head's loss:

@@ -30,7 +30,15 @@ void rule_saved_activations(const StepCtx *x, Step *st) {
                   prod);
     }
     double held = plan_act_loop_held(x->m, x->t, &x->in);
-    int h = last_of_kind(x->m, LAYER_HEAD);
+    int h = last_of_kind(x->m, LAYER_HEAD), first;
+    /* the blocks' attention mask: made before the first block, freed when the base model's
+       forward returns (after its final norm, before the head's projection: recorded on
+       gpt2-mini eager, freed after ln_f's allocations, before lm_head's) */
+    double mask = plan_act_forward_masks(x->m, x->t, &x->in, &first);
+    if (mask > 0)
+        step_hold(st, RULE_ATTN_MASK, TERM_ACTIVATIONS, first > 0 ? pt(x, PT_FWD, first - 1) : pt(x, PT_FWD, first),
+                  first > 0 ? AT_AFTER : AT_BEFORE,
+                  h > first ? pt(x, PT_FWD, h) : pt(x, PT_LOSS_FWD, 0), AT_BEFORE, mask);
     step_hold(st, RULE_LOOP_LOGITS, TERM_ACTIVATIONS, pt(x, PT_START, 0), AT_BEFORE, pt(x, PT_LOSS_FWD, 0), AT_AFTER, held);
     if (h >= 0)
         step_hold(st, RULE_LOOP_LOGITS, TERM_ACTIVATIONS, pt(x, PT_BWD, h), AT_AFTER, pt(x, PT_END, 0), AT_AFTER, held);
@@ -120,6 +128,9 @@ void rule_backward_transients(const StepCtx *x, Step *st) {
             step_at(st, RULE_QUANT_DEQUANT, TERM_TRANSIENT, pt(x, PT_FWD, i), dq);
             step_at(st, RULE_QUANT_DEQUANT, TERM_TRANSIENT, pt(x, PT_BWD, i), dq);
         }
+        /* the forward's op temporaries at their most at once (plan_act_fwd_temp_peak); the
+           listing makes them between the layer's saved tensors (plan_step_alloc.c act_weights) */
+        if (x->torch) step_at(st, RULE_FWD_TEMPS, TERM_TRANSIENT, pt(x, PT_FWD, i), plan_act_fwd_temp_peak(x->m, i, x->t, &x->in));
         double ws = step_mlp_ws(x, i);
         if (ws > 0) {
             ws += step_moe_freed(x, i);   /* freed from the saved ones here */

@@ -118,7 +118,7 @@ void plan_step_alloc_opts_default(StepAllocOpts *o) {
 /* The listing: each tensor freed or asked for, in step order, the end of each slot (a point,
    before or after its moment) and the start of each step. Every byte is a field (no padding), so
    two lists compare with memcmp. */
-enum { OP_FREE, OP_ALLOC, OP_SLOT, OP_STEP };
+enum { OP_FREE, OP_ALLOC, OP_SLOT, OP_STEP, OP_FREE_OLDEST };
 typedef struct {
     uint64_t size;
     uint16_t rule;
@@ -146,12 +146,26 @@ typedef struct {
     int flat_from;       /* pieces from here on are flat collective buffers, made on flat_stream
                             (-1: none) */
     uint8_t flat_stream;
+    /* the forward's op temporaries between the tensors (SPLIT_ACTS): temp[j] is made
+       (PLAN_ACT_TEMP_MAKE) or the oldest live one freed (PLAN_ACT_TEMP_FREE) before tensor
+       temp[j].at; not the event's bytes (plan_act_ckpt_ops) */
+    struct { int at, kind; double bytes; } *temp;
+    int nt, capt;
 } Weights;
 
 static int add_w(Weights *ws, double w) {
     if (w <= 0) return 0;
     if (plan_grow((void **)&ws->w, &ws->cap, ws->n + 1, sizeof *ws->w)) return -1;
     ws->w[ws->n++] = w;
+    return 0;
+}
+
+/* A forward temporary (kind PLAN_ACT_TEMP_MAKE or _FREE) before the next tensor added. */
+static int add_temp(Weights *ws, int kind, double bytes) {
+    if (plan_grow((void **)&ws->temp, &ws->capt, ws->nt + 1, sizeof *ws->temp)) return -1;
+    ws->temp[ws->nt].at = ws->n;
+    ws->temp[ws->nt].kind = kind;
+    ws->temp[ws->nt++].bytes = bytes;
     return 0;
 }
 
@@ -210,13 +224,15 @@ static int ddp_buckets(Weights *ws, const ModelSpec *m, double gb) {
 
 /* A layer's saved tensors (bytes each) as plan_activ.c counts them (plan_act_ckpt_tensors), in
    the order forward makes them; what it counts without listing them (the event's bytes beyond
-   their sum: a MoE block's experts, LoRA's adapters) one more tensor. */
-static int act_weights(const Step *st, int layer, double bytes, Weights *ws) {
+   their sum: a MoE block's experts, LoRA's adapters) one more tensor. made: the event makes them
+   (its forward), and the op temporaries noted between them are listed there too (ws->temp). */
+static int act_weights(const Step *st, int layer, double bytes, int made, Weights *ws) {
     const TrainSpec *t = &st->view.t;
     const ModelSpec *m = &st->view.m;
     ActInputs in = {t->micro_batch, t->seq > 0 ? t->seq : m->max_seq, t->dropout >= 0 ? t->dropout : m->dropout};
     double v[PLAN_ACT_MAX_TENSORS], sum = 0, freed[3];
-    int n = plan_act_ckpt_tensors(m, layer, t, &in, v, PLAN_ACT_MAX_TENSORS);
+    int kind[PLAN_ACT_MAX_TENSORS];
+    int n = plan_act_ckpt_ops(m, layer, t, &in, v, kind, PLAN_ACT_MAX_TENSORS);
     int nf = plan_moe_bwd_freed(m, layer, t, &in, freed);
     /* a MoE block's tensors freed at its MLP moment are an event of their own: that event is
        them; the layer's other event lists the rest (the latest of each size out) */
@@ -227,11 +243,15 @@ static int act_weights(const Step *st, int layer, double bytes, Weights *ws) {
     }
     for (int f = 0; f < nf; f++)
         for (int k = n - 1; k >= 0; k--)
-            if (fabs(v[k] - freed[f]) < 0.5) {
+            if (kind[k] == PLAN_ACT_SAVED && fabs(v[k] - freed[f]) < 0.5) {
                 v[k] = 0;
                 break;
             }
     for (int k = 0; k < n; k++) {
+        if (kind[k] != PLAN_ACT_SAVED) {   /* listed where the tensors are made, not freed */
+            if (made && add_temp(ws, kind[k], v[k])) return -1;
+            continue;
+        }
         if (add_w(ws, v[k])) return -1;   /* add_w skips the zeros */
         sum += v[k];
     }
@@ -396,7 +416,7 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
     int at_layer = layer >= 0 && layer < m->n_layers && k != PT_ROOT_RS && k != PT_REDUCE1 && k != PT_REDUCE2 &&
                    k != PT_LOSS_FWD && k != PT_LOSS_BWD;
     int backward = k == PT_BWD_MLP || k == PT_BWD || k == PT_BWD_UNIT;
-    ws->n = 0;
+    ws->n = ws->nt = 0;
     ws->flat_from = -1;
     switch ((StepSplit)st->alloc_split[e->rule]) {
     case SPLIT_TENSORS:
@@ -417,7 +437,7 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
     case SPLIT_BUCKETS:
         return ddp_buckets(ws, m, plan_precision(st->view.t.precision)->grad_bytes);
     case SPLIT_ACTS:
-        return at_layer ? act_weights(st, layer, fabs(e->bytes), ws) : 0;
+        return at_layer ? act_weights(st, layer, fabs(e->bytes), e->bytes > 0, ws) : 0;
     case SPLIT_COPIES:
         for (int c = 0; c < st->alloc_opt_copies; c++)
             if (add_w(ws, 1)) return -1;
@@ -438,6 +458,22 @@ static int event_weights(const Step *st, const StepMem *e, Weights *ws) {
     }
 }
 
+/* The temporaries listed before tensor k (from ws->temp[*j]; last: those after it too, pushed
+   before it since the event's last tensor is the layer's output), each made in the order the
+   forward makes it and freed oldest first: a free follows the slot whose requests made the
+   tensor it frees (a slot runs its frees before its requests: resolve_until). Temporaries are
+   the event's rule's, TERM_TRANSIENT; the slot boundaries split the event's slot. */
+static int push_temps(OpList *ops, const StepMem *e, const Weights *ws, int k, int *j, int last, int stream) {
+    for (; *j < ws->nt && (ws->temp[*j].at <= k || last); (*j)++) {
+        uint64_t b = (uint64_t)llround(ws->temp[*j].bytes);
+        int fr = ws->temp[*j].kind == PLAN_ACT_TEMP_FREE;
+        if (fr && push_op(ops, (StepOp){0, 0, 0, OP_SLOT, 0, {0}})) return -1;
+        if (push_op(ops, (StepOp){b, e->rule, TERM_TRANSIENT, (uint8_t)(fr ? OP_FREE_OLDEST : OP_ALLOC), (uint8_t)stream, {0}}))
+            return -1;
+    }
+    return 0;
+}
+
 /* Bytes into pieces in proportion to the weights (none: one piece), rounded down but the last,
    which takes the rest: the pieces add up to the event's bytes rounded up. */
 static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kind, int stream) {
@@ -447,7 +483,9 @@ static int push_pieces(OpList *ops, const StepMem *e, const Weights *ws, int kin
     int n = total > 0 ? ws->n : 1;
     int flat_from = total > 0 && ws->flat_from >= 0 ? ws->flat_from : n;
     if (plan_grow((void **)&ops->v, &ops->cap, ops->n + n, sizeof *ops->v)) return -1;   /* room for every piece */
-    for (int k = 0; k < n; k++) {
+    for (int k = 0, j = 0; k < n; k++) {
+        if (ws->nt && (push_temps(ops, e, ws, k, &j, k == n - 1, stream) ||
+                       plan_grow((void **)&ops->v, &ops->cap, ops->n + n - k, sizeof *ops->v))) return -1;
         /* the share, floored: the quotient of whole weights that add up to the bytes can land a
            rounding error below the whole tensor (131,071.99...), which the tolerance keeps whole */
         double x = k == n - 1 ? 0 : (double)bytes * ws->w[k] / total;
@@ -717,6 +755,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
                 const StepMem *x = &st->mem[idx[e]];
                 int stream = o->one_stream ? 0 : st->alloc_stream[x->rule];
                 if (carry[idx[e]] || x->term == TERM_OVERHEAD) continue;
+                if (x->rule == RULE_FWD_TEMPS) continue;   /* made between the saved tensors (act_weights) */
                 if (x->rule == RULE_MLP_PENDING_GRADS) {   /* made by the deferral below */
                     pending -= x->bytes < 0 ? x->bytes : 0;
                     continue;
@@ -746,6 +785,7 @@ static int list_ops(const Step *st, const StepAllocOpts *o, OpList *ops) {
     free(carry);
     free(made);
     free(ws.w);
+    free(ws.temp);
     free(later.v);
     ops->hash = ops_hash(ops);
     return rc;
@@ -1047,6 +1087,19 @@ static void run_free(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size
     R->debt[rule][term] += size;
 }
 
+/* A forward temporary's free (push_temps): the oldest live block of the rule and term holding
+   exactly these bytes (ops free their inputs in the order they were made), else as run_free. */
+static void run_free_oldest(StepAllocRun *R, uint16_t rule, uint8_t term, uint64_t size) {
+    BlockIdx *live = &R->live[rule][term];
+    idx_order(R, live);
+    for (int k = 0; k < live->n; k++)
+        if (R->b[live->v[k]].held == size) {
+            release(R, live, k);
+            return;
+        }
+    run_free(R, rule, term, size);
+}
+
 /* The slot's released blocks go back to the allocator, oldest first. */
 static void give_back(StepAllocRun *R) {
     idx_order(R, &R->released);
@@ -1092,6 +1145,7 @@ static int resolve_until(const OpList *ops, FlatList *out, SlotFn after_slot, vo
     for (int o = 0; o < ops->n && !R.failed; o++) {
         const StepOp *x = &ops->v[o];
         if (x->kind == OP_FREE) run_free(&R, x->rule, x->term, x->size);
+        else if (x->kind == OP_FREE_OLDEST) run_free_oldest(&R, x->rule, x->term, x->size);
         else if (x->kind == OP_ALLOC) {
             if (add_req(&req, &nreq, &capreq, (StepReq){x->size, x->rule, x->term, x->stream})) R.failed = 1;
         } else if (x->kind == OP_STEP) {

@@ -372,17 +372,19 @@ Test(dims, each_rule_id_should_be_written_by_one_rule_in_a_step) {
     unsigned char seen[RULE_COUNT] = {0};
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         const Case *k = &CASES[i];
-        for (int variant = 0; variant < 6; variant++) {
+        for (int variant = 0; variant < 7; variant++) {
             TrainSpec t = train_of(k, 2);
             if (variant == 1) t.fsdp_impl = 1;   /* FSDP1's layout */
             if (variant == 2) { t.impl = IMPL_ENGINE; t.precision = PREC_FP32; }
             if (variant == 3) { t.precision = PREC_MIXED_BF16; t.act_ckpt = CKPT_FULL; }   /* DeepSpeed's fp32 step */
             if (variant == 4) { t.syncbn = 1; t.autocast_cpu = 1; t.precision = PREC_FP32; t.seq = 64; }   /* a CNN on CPU */
             if (variant == 5) { t.precision = PREC_AMP_BF16; t.act_ckpt = CKPT_FULL; }   /* recomputed casts */
+            /* eager attention: the causal mask, the scores' forward working set (gpt2-mini s1024) */
+            if (variant == 6) { t.attn = ATTN_EAGER; t.precision = PREC_FP32; t.seq = 1024; }
             if (variant && (k->tp > 1 || k->pp > 1 || k->lora)) continue;   /* refused there */
             if (variant == 2 && strncmp(k->model, "gpt2", 4) != 0) continue;
-            if (variant == 4 && i > 0) continue;
-            ModelSpec m = variant == 4 ? zoo("resnet50") : setup_model(k, &t);
+            if ((variant == 4 || variant == 6) && i > 0) continue;
+            ModelSpec m = variant == 4 ? zoo("resnet50") : variant == 6 ? zoo("gpt2-mini") : setup_model(k, &t);
             ClusterSpec c;
             cluster_of(&c, k);
             for (int s = 0; s < STRAT_COUNT; s++) {

@@ -1007,3 +1007,116 @@ Test(step_alloc, a_cnns_saved_activation_requests_should_be_whole_tensors) {
     plan_step_free(&st);
     plan_model_free(&m);
 }
+
+/* GPT-2's block forward with its op temporaries between the saved tensors (plan_act_ckpt_ops):
+   eager attention's scores before the softmax (matmul(q, k^T), * scale, + mask: a·s·s each, each
+   freed by the next op, the last once the softmax is made) and gelu_new's terms (x^3,
+   0.044715·x^3, x + ..., c·(...): b·s·f each, the last freed once tanh is made), made and freed
+   oldest first, at most two of a kind live; recorded on gpt2-mini fp32 eager b1 (aten::bmm, mul,
+   add, _softmax: 262,144 B; pow, mul, add, mul, tanh: 262,144 B). The saved tensors are the
+   layer's bytes; the temporaries are not. */
+Test(step_alloc, gpt2s_block_should_list_its_scores_and_gelu_new_terms_between_its_saved_tensors) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = fp32_train(1, 128);
+    t.autocast_cpu = 1;
+    t.attn = ATTN_EAGER;
+    ActInputs in = {1, 128, 0};
+    int blk = 0;
+    while (m.layers[blk].kind != LAYER_BLOCK) blk++;
+    double v[PLAN_ACT_MAX_TENSORS], saved = 0, live = 0, most = 0;
+    int kind[PLAN_ACT_MAX_TENSORS], made = 0, freed = 0, tanh_before_last_free = 0;
+    double scores = (double)m.n_head * 128 * 128 * 4, gelu = 128.0 * (double)m.d_ff * 4;
+    int n = plan_act_ckpt_ops(&m, blk, &t, &in, v, kind, PLAN_ACT_MAX_TENSORS), of_size[1] = {0};
+    for (int k = 0; k < n; k++) {
+        if (kind[k] == PLAN_ACT_SAVED) saved += v[k];
+        if (kind[k] == PLAN_ACT_TEMP_MAKE) {
+            made++;
+            live++;
+            of_size[0] += v[k] == scores || v[k] == gelu;   /* equal on gpt2-mini at s128: 4 heads, f 512 */
+        }
+        if (kind[k] == PLAN_ACT_TEMP_FREE) {
+            freed++;
+            live--;
+            if (k > 0 && kind[k - 1] == PLAN_ACT_SAVED && v[k - 1] == gelu) tanh_before_last_free = k;
+        }
+        most = fmax(most, live);
+    }
+    cr_expect_eq(made, 7, "three score and four gelu_new temporaries made: %d", made);
+    cr_expect_eq(freed, made, "each freed within the forward: %d of %d", freed, made);
+    cr_expect_eq(of_size[0], 7, "sizes a·s·s·4 = %.0f, b·s·f·4 = %.0f B", scores, gelu);
+    cr_expect_leq(most, 2, "at most two live at once: %.0f", most);
+    cr_expect_gt(tanh_before_last_free, 0, "c·(...) freed once tanh (saved, b·s·f·4) is made");
+    cr_expect_leq(fabs(saved - plan_act_ckpt_bytes(&m, blk, &t, &in)), 0.5, "the saved tensors are the layer's bytes");
+    /* the same block's saved tensors alone: the listing's old cut */
+    double alone[PLAN_ACT_MAX_TENSORS], sum = 0;
+    int na = plan_act_ckpt_tensors(&m, blk, &t, &in, alone, PLAN_ACT_MAX_TENSORS);
+    for (int k = 0; k < na; k++) sum += alone[k];
+    cr_expect_eq(na, n - made - freed, "plan_act_ckpt_tensors lists the saved ones only");
+    cr_expect_leq(fabs(sum - saved), 0.5);
+    /* under autocast the mask's add promotes the scores: not listed; SDPA makes none */
+    TrainSpec amp = t;
+    amp.precision = PREC_AMP_BF16;
+    t.attn = ATTN_SDPA;
+    const TrainSpec *other[] = {&amp, &t};
+    for (int c = 0; c < 2; c++) {
+        n = plan_act_ckpt_ops(&m, blk, other[c], &in, v, kind, PLAN_ACT_MAX_TENSORS);
+        int sc = 0;
+        for (int k = 0; k < n; k++) sc += kind[k] == PLAN_ACT_TEMP_MAKE;
+        cr_expect_eq(sc, 4, "case %d: gelu_new's four temporaries, no scores: %d", c, sc);
+    }
+    plan_model_free(&m);
+}
+
+/* The forward working set the account holds for those temporaries (RULE_FWD_TEMPS): what the
+   layer's saved tensors made so far and its live temporaries hold at most, above all its saved
+   tensors; none where the temporaries are gone before the later tensors outgrow them. On
+   gpt2-mini b1 s128 the scores (two of 262,144 B live) come before the probabilities and the MLP's
+   five f-wide tensors, so no forward moment is above the layer's saved bytes; at s1024 the two
+   12·1024·1024·4 B scores are. */
+Test(step_alloc, the_forward_working_set_should_be_the_temporaries_above_the_layers_saved_tensors) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = fp32_train(1, 128);
+    t.attn = ATTN_EAGER;
+    ActInputs in = {1, 128, 0};
+    int blk = 0;
+    while (m.layers[blk].kind != LAYER_BLOCK) blk++;
+    cr_expect_eq(plan_act_fwd_temp_peak(&m, blk, &t, &in), 0);
+    double v[PLAN_ACT_MAX_TENSORS], saved = 0, live = 0, peak = 0, fifo[PLAN_ACT_MAX_TENSORS];
+    int kind[PLAN_ACT_MAX_TENSORS], head = 0, tail = 0;
+    t.seq = 1024;
+    in.s = 1024;
+    int n = plan_act_ckpt_ops(&m, blk, &t, &in, v, kind, PLAN_ACT_MAX_TENSORS);
+    for (int k = 0; k < n; k++) {
+        if (kind[k] == PLAN_ACT_TEMP_MAKE) live += fifo[tail++] = v[k];
+        if (kind[k] == PLAN_ACT_TEMP_FREE) live -= fifo[head++];
+        if (kind[k] == PLAN_ACT_SAVED) saved += v[k];
+        peak = fmax(peak, saved + live);
+    }
+    double ws = plan_act_fwd_temp_peak(&m, blk, &t, &in);
+    cr_expect_gt(ws, 0, "s1024: the scores outgrow the tensors made after them");
+    cr_expect_leq(fabs(ws - (peak - saved)), 0.5, "%.0f B, walked %.0f B", ws, peak - saved);
+    plan_model_free(&m);
+}
+
+/* An eager decoder's causal mask (transformers masking_utils.py create_causal_mask: an additive
+   (b, 1, s, s) mask at the embeddings' dtype) lives from before the first block to the end of
+   the base model's forward (recorded on gpt2-mini eager b1: aten::where's 65,536 B, freed after
+   ln_f, before lm_head): the account holds it there (RULE_ATTN_MASK); SDPA makes none, and under
+   checkpointing the first checkpointed block keeps it as a saved tensor instead. */
+Test(step_alloc, an_eager_decoders_causal_mask_should_live_from_its_first_block_to_its_forwards_end) {
+    ModelSpec m = zoo("gpt2-mini");
+    TrainSpec t = fp32_train(1, 128);
+    t.attn = ATTN_EAGER;
+    ActInputs in = {1, 128, 0};
+    int first = -2, blk = 0;
+    while (m.layers[blk].kind != LAYER_BLOCK) blk++;
+    cr_expect_eq(plan_act_forward_masks(&m, &t, &in, &first), 128.0 * 128 * 4);
+    cr_expect_eq(first, blk);
+    t.attn = ATTN_SDPA;
+    cr_expect_eq(plan_act_forward_masks(&m, &t, &in, &first), 0);
+    cr_expect_eq(first, -1);
+    t.attn = ATTN_EAGER;
+    t.act_ckpt = CKPT_FULL;
+    cr_expect_eq(plan_act_forward_masks(&m, &t, &in, &first), 0, "held by the first checkpoint");
+    plan_model_free(&m);
+}
