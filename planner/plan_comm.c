@@ -231,11 +231,11 @@ double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int6
 }
 
 /* One row of the table: count collectives moving payload bytes (summed over the step's events of
-   the same op, phase and purpose); its time is count x one collective of the mean size, which
-   equals the sum over the events (the alpha-beta time is affine in the size). */
-static void finish_row(CommPlan *p, const ClusterSpec *c, PlanColl *x, int crosses) {
+   the same op, phase and purpose); its time is the sum of the events' own (each priced at its own
+   mean size, as the simulation prices it: NCCL's time is not affine in the size, its protocols and
+   algorithms switch, so count x one collective of the row's mean size would not be the sum). */
+static void finish_row(CommPlan *p, PlanColl *x) {
     x->wire_bytes = x->payload_bytes * coll_bus_factor(x->op, x->group);
-    x->seconds = x->count * plan_coll_seconds(c, x->op, x->payload_bytes / x->count, x->group, crosses);
     p->wire_bytes += x->wire_bytes;
     p->seconds += x->seconds;
 }
@@ -248,7 +248,7 @@ void plan_comm_step(const Step *st, CommPlan *out) {
     if (st->failed) return;
     const ClusterSpec *c = &st->view.full;
     double K = (double)st->view.t.grad_accum;
-    int crosses[PLAN_MAX_COLLS] = {0};
+    struct { int op, crosses; double payload, s; int64_t group; } last = {-1, 0, 0, 0, 0};   /* as plan_sim's */
     for (int e = 0; e < st->n_xfer; e++) {
         const StepXfer *x = &st->xfer[e];
         double mult = x->micro == MICRO_EVERY ? K : 1;
@@ -271,12 +271,20 @@ void plan_comm_step(const Step *st, CommPlan *out) {
             if (out->n >= PLAN_MAX_COLLS) continue;
             out->c[out->n++] = (PlanColl){(CollKind)x->op, (PhaseKind)x->phase, (CollPurpose)x->purpose,
                                           plan_coll_purpose_label((CollPurpose)x->purpose), 0, 0, 0, x->group, 0};
-            crosses[k] = x->crosses;
+        }
+        double payload = x->payload / x->count;
+        if (x->op != last.op || payload != last.payload || x->group != last.group || x->crosses != last.crosses) {
+            last.op = x->op;
+            last.payload = payload;
+            last.group = x->group;
+            last.crosses = x->crosses;
+            last.s = plan_coll_seconds(c, (CollKind)x->op, payload, x->group, x->crosses);
         }
         out->c[k].count += x->count * mult;
         out->c[k].payload_bytes += x->payload * mult;
+        out->c[k].seconds += x->count * mult * last.s;
     }
-    for (int k = 0; k < out->n; k++) finish_row(out, c, &out->c[k], crosses[k]);
+    for (int k = 0; k < out->n; k++) finish_row(out, &out->c[k]);
 }
 
 void plan_comm(const ModelSpec *m, const TrainSpec *t, const ClusterSpec *c, StrategyKind sk,
