@@ -230,6 +230,14 @@ double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int6
     return lat + payload * coll_bus_factor(op, group) / bw;
 }
 
+double plan_coll_seconds_last(const ClusterSpec *c, CollPrice *last, CollKind op, double payload, int64_t group,
+                              int crosses_nodes) {
+    if ((int)op != last->op || payload != last->payload || group != last->group || crosses_nodes != last->crosses) {
+        *last = (CollPrice){(int)op, crosses_nodes, payload, plan_coll_seconds(c, op, payload, group, crosses_nodes), group};
+    }
+    return last->s;
+}
+
 /* One row of the table: count collectives moving payload bytes (summed over the step's events of
    the same op, phase and purpose); its time is the sum of the events' own (each priced at its own
    mean size, as the simulation prices it: NCCL's time is not affine in the size, its protocols and
@@ -248,7 +256,7 @@ void plan_comm_step(const Step *st, CommPlan *out) {
     if (st->failed) return;
     const ClusterSpec *c = &st->view.full;
     double K = (double)st->view.t.grad_accum;
-    struct { int op, crosses; double payload, s; int64_t group; } last = {-1, 0, 0, 0, 0};   /* as plan_sim's */
+    CollPrice last = PLAN_COLL_PRICE_NONE;
     for (int e = 0; e < st->n_xfer; e++) {
         const StepXfer *x = &st->xfer[e];
         double mult = x->micro == MICRO_EVERY ? K : 1;
@@ -272,17 +280,10 @@ void plan_comm_step(const Step *st, CommPlan *out) {
             out->c[out->n++] = (PlanColl){(CollKind)x->op, (PhaseKind)x->phase, (CollPurpose)x->purpose,
                                           plan_coll_purpose_label((CollPurpose)x->purpose), 0, 0, 0, x->group, 0};
         }
-        double payload = x->payload / x->count;
-        if (x->op != last.op || payload != last.payload || x->group != last.group || x->crosses != last.crosses) {
-            last.op = x->op;
-            last.payload = payload;
-            last.group = x->group;
-            last.crosses = x->crosses;
-            last.s = plan_coll_seconds(c, (CollKind)x->op, payload, x->group, x->crosses);
-        }
+        double one = plan_coll_seconds_last(c, &last, (CollKind)x->op, x->payload / x->count, x->group, x->crosses);
         out->c[k].count += x->count * mult;
         out->c[k].payload_bytes += x->payload * mult;
-        out->c[k].seconds += x->count * mult * last.s;
+        out->c[k].seconds += x->count * mult * one;
     }
     for (int k = 0; k < out->n; k++) finish_row(out, &out->c[k]);
 }

@@ -113,6 +113,13 @@ double plan_ddp_buckets_tensors(const ModelSpec *m, int grad_bytes, double first
 int plan_crosses_stride(int64_t stride);
 double plan_coll_seconds(const ClusterSpec *c, CollKind op, double payload, int64_t group,
                          int crosses_nodes);
+/* plan_coll_seconds priced again only when its arguments differ from the last call's (a model's
+   repeated blocks write the same collectives layer after layer): the collective table and the
+   simulation walk a step's transfers alike. Start from PLAN_COLL_PRICE_NONE. */
+typedef struct { int op, crosses; double payload, s; int64_t group; } CollPrice;
+#define PLAN_COLL_PRICE_NONE {-1, 0, 0, 0, 0}
+double plan_coll_seconds_last(const ClusterSpec *c, CollPrice *last, CollKind op, double payload, int64_t group,
+                              int crosses_nodes);
 /* Compute seconds a rank loses per second a collective runs beside its compute: measured
  * (ClusterSpec.comm_steal, CPU ranks), else, on a GPU under the per-operation model, the SMs the
  * collective's NCCL kernel holds (its CTAs, one per channel: 24 inside an NVLink node, across nodes

@@ -176,23 +176,14 @@ static int prepare(SimPrep *P, const Step *st) {
     P->issue_s = c->coll_issue_s > 0 ? c->coll_issue_s : 0;
     P->tokens_per_sample = st->tokens_per_sample;
     for (int w = 0; w < st->n_work; w++) work_at(P, &st->work[w]);
-    /* one collective's seconds, priced again only when its arguments differ from the last one's
-       (a model's repeated blocks write the same collectives layer after layer) */
-    struct { int op, crosses; double payload, s; int64_t group; } last = {-1, 0, 0, 0, 0};
+    CollPrice last = PLAN_COLL_PRICE_NONE;   /* plan_coll_seconds_last */
     for (int e = 0; e < st->n_xfer; e++) {   /* transfers by point, in the order the rules wrote them */
         const StepXfer *x = &st->xfer[e];
         P->xs[x->point + 1]++;
         if (x->kind != XFER_COLL) host_at(P, x);
         else if (x->group > 1 && x->count > 0) {
-            double payload = x->payload / x->count;
-            if (x->op != last.op || payload != last.payload || x->group != last.group || x->crosses != last.crosses) {
-                last.op = x->op;
-                last.payload = payload;
-                last.group = x->group;
-                last.crosses = x->crosses;
-                last.s = plan_coll_seconds(c, (CollKind)x->op, payload, x->group, x->crosses);
-            }
-            P->xdur[e] = x->count * last.s;
+            P->xdur[e] = x->count * plan_coll_seconds_last(c, &last, (CollKind)x->op, x->payload / x->count, x->group,
+                                                           x->crosses);
             P->xsteal[e] = plan_coll_steal(c, x->crosses);
             if (P->xsteal[e] > 0) P->stealing = 1;
         }
