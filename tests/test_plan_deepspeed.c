@@ -326,11 +326,16 @@ static void log_bucket(void *ctx, const DsBucket *d) {
     b->n++;
 }
 
+/* The hand-worked buckets' model: layers a = [3, 5], b = [8, 2]. */
+static void two_layers(ModelSpec *m) {
+    plan_model_init(m, "t", ARCH_GENERIC);
+    add_tensors(m, "a", (const int64_t[]){3, 5}, 2);
+    add_tensors(m, "b", (const int64_t[]){8, 2}, 2);
+}
+
 Test(plan_deepspeed, zero3_reduce_buckets_should_hold_whole_tensors_closed_by_the_next_gradient) {
     ModelSpec m;
-    plan_model_init(&m, "t", ARCH_GENERIC);
-    add_tensors(&m, "a", (const int64_t[]){3, 5}, 2);
-    add_tensors(&m, "b", (const int64_t[]){8, 2}, 2);
+    two_layers(&m);
     BucketLog log = {0};
     cr_expect_eq(plan_ds_reduce_buckets(&m, 2, 9, 0, log_bucket, &log), 3);
     cr_assert_eq(log.n, 3);
@@ -373,9 +378,7 @@ Test(plan_deepspeed, zero3_reduce_scatters_should_be_the_buckets_deepspeed_reduc
    reduces [2]. Backward order (ZeRO-2's hooks) packs them otherwise: [2], [8], [5, 3]. */
 Test(plan_deepspeed, zero1_buckets_should_fill_in_the_groups_order_after_backward) {
     ModelSpec m;
-    plan_model_init(&m, "t", ARCH_GENERIC);
-    add_tensors(&m, "a", (const int64_t[]){3, 5}, 2);
-    add_tensors(&m, "b", (const int64_t[]){8, 2}, 2);
+    two_layers(&m);
     BucketLog log = {0};
     cr_expect_eq(plan_ds_reduce_buckets(&m, 2, 9, 1, log_bucket, &log), 3);
     cr_assert_eq(log.n, 3);
@@ -520,9 +523,7 @@ Test(plan_deepspeed, zero12_all_reduces_should_be_the_buckets_deepspeed_reduces)
    tensor is the most of its gradients ZeRO-2 holds at once. */
 Test(plan_deepspeed, a_bucket_should_say_how_far_into_its_layers_backward_it_closed) {
     ModelSpec m;
-    plan_model_init(&m, "t", ARCH_GENERIC);
-    add_tensors(&m, "a", (const int64_t[]){3, 5}, 2);
-    add_tensors(&m, "b", (const int64_t[]){8, 2}, 2);
+    two_layers(&m);
     BucketLog log = {0};
     cr_expect_eq(plan_ds_reduce_buckets(&m, 2, 9, 0, log_bucket, &log), 3);
     static const double DONE[] = {10, 5, 0};
