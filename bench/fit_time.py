@@ -454,7 +454,7 @@ def parse_shares(text):
     ("gemm.ampere=0.95,..."): {gemm: {gen: v}, attn: {kernel: v}, passes: v}."""
     sh = {"gemm": {}, "attn": {}, "passes": None}
     for part in filter(None, (p.strip() for p in text.split(","))):
-        m = re.fullmatch(r"(gemm|attn)\.(\w+)[ =]+([0-9.]+)|passes[ =]+([0-9.]+)", part)
+        m = re.fullmatch(r"(gemm|attn)\.(\w+)[ =]+(\d+(?:\.\d*)?|\.\d+)|passes[ =]+(\d+(?:\.\d*)?|\.\d+)", part)
         if not m:
             raise ValueError(f"--score: '{part}' is not 'gemm.GEN V', 'attn.KERNEL V' or 'passes V'")
         if m.group(4):
@@ -462,6 +462,33 @@ def parse_shares(text):
         else:
             sh[m.group(1)][m.group(2)] = float(m.group(3))
     return sh
+
+
+def check_points(points, pred, sources):
+    """Each --score point names shares memplan prices and folds that exist: a name that is neither
+    would be ignored, its point scored as the fold's own."""
+    valid = {"gemm": pred.generations(), "attn": pred.kernels()}
+    names = [s["name"] for s in sources]
+    for name, sh in points.items():
+        src = name.split("/")[0] if "/" in name else None
+        if src is not None and src not in names:
+            raise ValueError(f"--score {name}: no source '{src}' (valid: {', '.join(names)})")
+        for kind, vals in valid.items():
+            for k in sh[kind]:
+                if k not in vals:
+                    raise ValueError(f"--score {name}: {kind}.{k} is not a share memplan prices "
+                                     f"(valid: {', '.join(f'{kind}.{v}' for v in vals)})")
+
+
+def nonneg_int(text):
+    """--rows: a whole number from 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of runs from 0 (0 = all)")
+    return n
 
 
 def complete(sh, base):
@@ -516,7 +543,7 @@ def main():
     ap.add_argument("--tables", default=os.path.join(HERE, "published"))
     ap.add_argument("--write", action="store_true", help="rewrite planner/plan_shares.h and plan_time_sources.h")
     ap.add_argument("--no-cache", action="store_true", help=f"do not read or write {os.path.relpath(CACHE, ROOT)}")
-    ap.add_argument("--rows", type=int, default=0,
+    ap.add_argument("--rows", type=nonneg_int, default=0,
                     help="only the first N usable runs of each source (0 = all); the headers are then neither "
                          "compared nor written")
     ap.add_argument("--flatness", action="store_true",
@@ -535,6 +562,7 @@ def main():
             points[name.strip() if sep else f"point{i + 1}"] = parse_shares(rest if sep else text)
         pred, sources, full, loso = run_fit(a.memplan, a.tables, not a.no_cache, rows=a.rows)
         if a.flatness or a.score:
+            check_points(points, pred, sources)
             try:
                 flatness(pred, [s for s in sources if usable(s["rows"])], full, loso, points)
             finally:
