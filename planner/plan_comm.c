@@ -144,7 +144,8 @@ static const struct { const char *gen; int cc; const double *speed; int n; } NCC
     {"hopper", 90, NCCL_SPEED_SM90, NSPEED(NCCL_SPEED_SM90)},
     {"blackwell", 100, NCCL_SPEED_SM100, NSPEED(NCCL_SPEED_SM100)},
 };
-#define NCCL_SEARCH_MAX_CHANNELS 16   /* ringGraph->maxChannels = MAXCHANNELS / 2 (init.cc; MAXCHANNELS 32 in 2.18-2.21) */
+#define NCCL_MAXCHANNELS 64   /* src/include/device.h at 5067397 (32 in 2.18-2.21): Postset's cap */
+#define NCCL_SEARCH_MAX_CHANNELS (NCCL_MAXCHANNELS / 2)   /* init.cc ringGraph->maxChannels; DupChannels' cap */
 
 /* The channels NCCL opens for a ring across nodes: one per NIC from the search (each NIC's
    bandwidth carries one channel at the speed its path allows), doubled when that speed is 25
@@ -175,7 +176,7 @@ int plan_nccl_net_channels(const ClusterSpec *c) {
         if (dup > ch) speed /= 2;
         ch = dup;
     }
-    ch *= 2;
+    ch = 2 * ch < NCCL_MAXCHANNELS ? 2 * ch : NCCL_MAXCHANNELS;
     if (cc >= 90 && speed > 45 && ch < 16) ch *= 2;
     return ch;
 }

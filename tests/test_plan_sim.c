@@ -741,12 +741,16 @@ Test(sim_time, compute_beside_a_collective_should_run_on_the_sms_its_channels_le
    per communicator; DGX H100 (400 Gb/s, Gen5 48) 8 at 48, Hopper with more than 4 under 50 not
    duplicated, 16; a 400 Gb/s A100 node (fms-fsdp's, two of the preset's NICs) 2 at 24 -> 4; an
    800 Gb/s H100 node 2 at 48, duplicated to 4 at 24, 8; the same A100 node as 4 x 100 Gb/s NICs
-   (InternLM's, --nics 4) 4 at 12 -> 8. */
+   (InternLM's, --nics 4) 4 at 12 -> 8; 32 NICs: the caps of NCCL at 5067397 (MAXCHANNELS 64). */
 Test(sim_time, nccl_channels_across_nodes_should_follow_the_nodes_nics) {
     static const struct { const char *gpu; double inter_bw; int nics, want_nics, want; } CASES[] = {
         {"a100-80gb", 0, 0, 8, 16}, {"h100-80gb", 0, 0, 8, 16}, {"b200", 0, 0, 8, 16},
         {"a100-80gb", 6.25, 0, 2, 4}, {"h100-80gb", 12.5, 0, 2, 8}, {"a100-80gb", 6.25, 4, 4, 8},
         {"h800", 25, 0, 4, 16}, {"h800", 25, 8, 8, 16},
+        /* 32 NICs of an H100 node's 400 Gb/s (12.5 GB/s each: speed 12): the search's cap
+           MAXCHANNELS / 2 = 32 (device.h at 5067397: 64), not duplicated (< 25), 64 per
+           communicator, Postset's cap MAXCHANNELS */
+        {"h100-80gb", 0, 32, 32, 64},
     };
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
         ClusterSpec c;
