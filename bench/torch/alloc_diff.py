@@ -19,7 +19,9 @@ the ops each allocation was made under (printed in place of the phase).
 """
 import argparse
 import difflib
+import glob
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +30,22 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SMALL = 1 << 20   # CUDACachingAllocator.cpp kSmallSize: requests up to 1 MiB use the small pool
+
+
+def max_reserved(memplan, paths, who):
+    """max reserved bytes of each trace file replayed through memplan's allocator model
+    (`memplan alloc --json`), in order; `who` names the calling script in the error."""
+    r = subprocess.run([memplan, "alloc", "--json"] + paths, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{who}: memplan alloc failed: {r.stderr.strip()}")
+    return [d["max_reserved_bytes"] for d in json.loads(r.stdout)]
+
+
+def row_names(args):
+    """Row names from the command line (a result file's name or the row's), else every row
+    with a kept trace (results/traces/ROW.txt.gz)."""
+    return [os.path.basename(r)[:-5] if r.endswith(".json") else r for r in args] or \
+        sorted(os.path.basename(t)[:-7] for t in glob.glob(os.path.join(HERE, "results", "traces", "*.txt.gz")))
 
 
 def read(path):

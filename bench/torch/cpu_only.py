@@ -46,10 +46,7 @@ op first), each with why a GPU run has no such device allocation:
 import argparse
 import collections
 import glob
-import gzip
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -134,10 +131,7 @@ def filtered(lines, step=2, only=None, forward=False):
 
 
 def reserved(memplan, paths):
-    r = subprocess.run([memplan, "alloc", "--json"] + paths, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"cpu_only.py: memplan alloc failed: {r.stderr.strip()}")
-    return [d["max_reserved_bytes"] for d in json.loads(r.stdout)]
+    return alloc_diff.max_reserved(memplan, paths, "cpu_only.py")
 
 
 def main():

@@ -20,10 +20,7 @@ matter to any peak. Rows listed: those whose small pools differ (--all: every tr
 Only the Python standard library and build/memplan.
 """
 import argparse
-import glob
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -70,10 +67,7 @@ def small_only(lines, drop_le=0):
 
 def replay(memplan, paths):
     """max_segments of each trace file through the allocator model, in order."""
-    r = subprocess.run([memplan, "alloc", "--json"] + paths, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"small_pool.py: memplan alloc failed: {r.stderr.strip()}")
-    return [d["max_reserved_bytes"] // SEG for d in json.loads(r.stdout)]
+    return [b // SEG for b in alloc_diff.max_reserved(memplan, paths, "small_pool.py")]
 
 
 def group(sr, pr, sp, pp):
@@ -90,8 +84,7 @@ def main():
     ap.add_argument("rows", nargs="*")
     a = ap.parse_args()
     traces = os.path.join(HERE, "results", "traces")
-    names = [os.path.basename(r)[:-5] if r.endswith(".json") else r for r in a.rows] or \
-        sorted(os.path.basename(t)[:-7] for t in glob.glob(os.path.join(traces, "*.txt.gz")))
+    names = alloc_diff.row_names(a.rows)
     rows, files = [], []
     with tempfile.TemporaryDirectory() as d:
         for n in names:

@@ -21,10 +21,7 @@ table of the rows outside 3 % by mechanism.
 Only the Python standard library and build/memplan.
 """
 import argparse
-import glob
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -69,10 +66,7 @@ def without(lines, life, cls, small_only):
 
 
 def reserved(memplan, paths):
-    r = subprocess.run([memplan, "alloc", "--json"] + paths, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"transients.py: memplan alloc failed: {r.stderr.strip()}")
-    return [d["max_reserved_bytes"] for d in json.loads(r.stdout)]
+    return alloc_diff.max_reserved(memplan, paths, "transients.py")
 
 
 def within(rec, plan):
@@ -88,8 +82,7 @@ def main():
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     traces = os.path.join(HERE, "results", "traces")
-    names = [os.path.basename(r)[:-5] if r.endswith(".json") else r for r in a.names] or \
-        sorted(os.path.basename(t)[:-7] for t in glob.glob(os.path.join(traces, "*.txt.gz")))
+    names = alloc_diff.row_names(a.names)
     # (class, small only) in the order --misses tries them; the printed summary: a.small_only's
     tries = [(c, s) for c in CLASSES for s in (True, False)] if a.misses else [(c, a.small_only) for c in CLASSES]
     with tempfile.TemporaryDirectory() as d:
